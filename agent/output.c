@@ -1,0 +1,234 @@
+/* Worker output. Files get the bytes exactly as written; the console gets whole lines with a
+ * prefix, one writev per line, so lines of different workers never mix mid-line. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "linebuf.h"
+#include "output.h"
+
+typedef struct {
+    dl_output_t *owner;
+    uv_pipe_t pipe;
+    int file_fd;
+    int console_fd;
+    bool open; /* the pipe handle is initialized and not yet closing */
+    dl_linebuf_t lb;
+} stream_t;
+
+struct dl_output_s {
+    stream_t s[2];
+    uv_timer_t drain;
+    int refs; /* the owner's, plus one per handle whose close callback has not run */
+    bool echo;
+    char *readbuf;
+    size_t readbuf_len;
+    char prefix[64];
+    size_t prefix_len;
+    dl_output_closed_cb closed_cb;
+    void *ctx;
+};
+
+static void write_all(int fd, struct iovec *iov, int n)
+{
+    while (n > 0) {
+        ssize_t w = writev(fd, iov, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return; /* a closed console must not stop the job; the files keep everything */
+        }
+        while (n > 0 && (size_t)w >= iov->iov_len) {
+            w -= (ssize_t)iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + w;
+            iov->iov_len -= (size_t)w;
+        }
+    }
+}
+
+static void echo_line(void *ctx, const char *line, size_t len)
+{
+    stream_t *s = ctx;
+    struct iovec iov[3] = {
+        {s->owner->prefix, s->owner->prefix_len},
+        {(void *)line, len},
+        {"\n", 1},
+    };
+    write_all(s->console_fd, iov, 3);
+}
+
+static void release(dl_output_t *o)
+{
+    if (--o->refs > 0)
+        return;
+    for (int i = 0; i < 2; i++) {
+        dl_linebuf_free(&o->s[i].lb);
+        if (o->s[i].file_fd >= 0)
+            close(o->s[i].file_fd);
+    }
+    dl_output_closed_cb cb = o->closed_cb;
+    void *ctx = o->ctx;
+    free(o);
+    if (cb != NULL)
+        cb(ctx);
+}
+
+static void pipe_closed(uv_handle_t *h)
+{
+    stream_t *s = h->data;
+    release(s->owner);
+}
+
+static void timer_closed(uv_handle_t *h)
+{
+    release(h->data);
+}
+
+static void stream_close(stream_t *s)
+{
+    if (!s->open)
+        return;
+    s->open = false;
+    if (s->owner->echo)
+        dl_linebuf_flush(&s->lb, echo_line, s);
+    uv_close((uv_handle_t *)&s->pipe, pipe_closed);
+    dl_output_t *o = s->owner;
+    if (!o->s[0].open && !o->s[1].open && !uv_is_closing((uv_handle_t *)&o->drain))
+        uv_close((uv_handle_t *)&o->drain, timer_closed);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    stream_t *s = h->data;
+    *buf = uv_buf_init(s->owner->readbuf, (unsigned int)s->owner->readbuf_len);
+}
+
+static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf)
+{
+    stream_t *s = h->data;
+    if (nread > 0) {
+        struct iovec iov = {buf->base, (size_t)nread};
+        write_all(s->file_fd, &iov, 1);
+        if (s->owner->echo)
+            dl_linebuf_feed(&s->lb, buf->base, (size_t)nread, echo_line, s);
+    } else if (nread < 0) {
+        stream_close(s);
+    }
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+    dl_output_t *o = t->data;
+    stream_close(&o->s[0]);
+    stream_close(&o->s[1]);
+}
+
+void dl_output_drain(dl_output_t *o, uint64_t timeout_ms)
+{
+    if (o->s[0].open || o->s[1].open)
+        uv_timer_start(&o->drain, on_drain_timeout, timeout_ms, 0);
+    release(o);
+}
+
+static int open_log(const char *dir, int rank, const char *ext, int *ret_fd)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/rank_%d.%s", dir, rank, ext);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    *ret_fd = fd;
+    return 0;
+}
+
+int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const char *prefix,
+                   bool echo, char *readbuf, size_t readbuf_len, dl_output_closed_cb closed_cb,
+                   void *ctx, dl_output_t **ret, int *ret_child_out, int *ret_child_err)
+{
+    dl_output_t *o = calloc(1, sizeof(*o));
+    int fds[2][2] = {{-1, -1}, {-1, -1}};
+    int r;
+
+    if (o == NULL)
+        return -ENOMEM;
+    o->s[0].file_fd = o->s[1].file_fd = -1;
+    r = open_log(attempt_dir, rank, "out", &o->s[0].file_fd);
+    if (r == 0)
+        r = open_log(attempt_dir, rank, "err", &o->s[1].file_fd);
+    if (r == 0 && pipe2(fds[0], O_CLOEXEC) < 0)
+        r = -errno;
+    if (r == 0 && pipe2(fds[1], O_CLOEXEC) < 0)
+        r = -errno;
+    if (r < 0)
+        goto fail;
+
+    o->refs = 1; /* the owner's, given back by dl_output_drain() */
+    o->echo = echo;
+    o->readbuf = readbuf;
+    o->readbuf_len = readbuf_len;
+    o->closed_cb = closed_cb;
+    o->ctx = ctx;
+    snprintf(o->prefix, sizeof(o->prefix), "%s", prefix);
+    o->prefix_len = strlen(o->prefix);
+    for (int i = 0; i < 2; i++) {
+        stream_t *s = &o->s[i];
+        s->owner = o;
+        s->console_fd = i == 0 ? STDOUT_FILENO : STDERR_FILENO;
+        dl_linebuf_init(&s->lb);
+        uv_pipe_init(loop, &s->pipe, 0);
+        s->pipe.data = s;
+        o->refs++;
+        s->open = true;
+        /* From here the handle owns the read end, even if opening it fails. */
+        r = uv_pipe_open(&s->pipe, fds[i][0]);
+        fds[i][0] = -1;
+        if (r == 0)
+            r = uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read);
+        if (r < 0)
+            break;
+    }
+    uv_timer_init(loop, &o->drain);
+    o->drain.data = o;
+    o->refs++;
+    if (r < 0) {
+        /* Closing through the handles keeps the one free path: release(). */
+        o->closed_cb = NULL;
+        o->echo = false;
+        for (int i = 0; i < 2; i++) {
+            if (fds[i][0] >= 0)
+                close(fds[i][0]);
+            close(fds[i][1]);
+            if (o->s[i].open) {
+                o->s[i].open = false;
+                uv_close((uv_handle_t *)&o->s[i].pipe, pipe_closed);
+            }
+        }
+        uv_close((uv_handle_t *)&o->drain, timer_closed);
+        release(o);
+        return r;
+    }
+    *ret = o;
+    *ret_child_out = fds[0][1];
+    *ret_child_err = fds[1][1];
+    return 0;
+
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (o->s[i].file_fd >= 0)
+            close(o->s[i].file_fd);
+        if (fds[i][0] >= 0) {
+            close(fds[i][0]);
+            close(fds[i][1]);
+        }
+    }
+    free(o);
+    return r;
+}

@@ -1,0 +1,222 @@
+/* Process creation. libuv's uv_spawn cannot run code between fork and exec, and the
+ * parent-death signal has to be set there, so workers are started here and reaped by the
+ * agent's SIGCHLD handler. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "spawn.h"
+
+/* Runs in the child: only async-signal-safe calls from here to exec. */
+static void child_exec(pid_t parent, const char *path, char *const argv[], char *const envp[],
+                       int stdout_fd, int stderr_fd)
+{
+    struct sigaction dfl;
+    sigset_t none;
+    int null_fd;
+
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+        _exit(127); /* the agent is already gone */
+    setpgid(0, 0);
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; s++)
+        sigaction(s, &dfl, NULL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+
+    null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 || dup2(stdout_fd, STDOUT_FILENO) < 0 ||
+        dup2(stderr_fd, STDERR_FILENO) < 0)
+        _exit(127);
+    execve(path, argv, envp);
+
+    const char *msg = strerror(errno);
+    static const char head[] = "dlaunch: cannot execute '";
+    if (write(STDERR_FILENO, head, sizeof(head) - 1) < 0 ||
+        write(STDERR_FILENO, path, strlen(path)) < 0 || write(STDERR_FILENO, "': ", 3) < 0 ||
+        write(STDERR_FILENO, msg, strlen(msg)) < 0 || write(STDERR_FILENO, "\n", 1) < 0)
+        _exit(127);
+    _exit(127);
+}
+
+int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdout_fd,
+             int stderr_fd, pid_t *ret_pid)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+
+    if (pid < 0)
+        return -errno;
+    if (pid == 0)
+        child_exec(parent, path, argv, envp, stdout_fd, stderr_fd);
+    /* Also set here so that a signal sent to the group right after we return finds it. */
+    setpgid(pid, pid);
+    *ret_pid = pid;
+    return 0;
+}
+
+static int check_exec(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return -errno;
+    if (S_ISDIR(st.st_mode))
+        return -EISDIR;
+    if (access(path, X_OK) < 0)
+        return -errno;
+    return 0;
+}
+
+int dl_resolve_command(const char *name, const char *path_env, char **ret_path)
+{
+    int r, best = -ENOENT;
+
+    if (*name == '\0')
+        return -ENOENT;
+    if (strchr(name, '/') != NULL) {
+        r = check_exec(name);
+        if (r < 0)
+            return r;
+        *ret_path = strdup(name);
+        return *ret_path != NULL ? 0 : -ENOMEM;
+    }
+    if (path_env == NULL || *path_env == '\0')
+        path_env = "/usr/local/bin:/usr/bin:/bin";
+    const char *p = path_env;
+    for (;;) {
+        const char *end = strchr(p, ':');
+        size_t dlen = end != NULL ? (size_t)(end - p) : strlen(p);
+        char *full;
+        if (asprintf(&full, "%.*s/%s", (int)dlen, dlen == 0 ? "." : p, name) < 0)
+            return -ENOMEM;
+        if (dlen == 0)
+            full[1] = '/';
+        r = check_exec(full);
+        if (r == 0) {
+            *ret_path = full;
+            return 0;
+        }
+        free(full);
+        if (r == -EACCES)
+            best = r;
+        if (end == NULL)
+            break;
+        p = end + 1;
+    }
+    return best;
+}
+
+/* The guard's whole life: collect group ids until the pipe closes, then kill what is left. */
+static void guard_main(int fd)
+{
+    pid_t *groups = NULL;
+    size_t n = 0, cap = 0;
+    int32_t rec;
+    int null_fd = open("/dev/null", O_RDWR);
+
+    /* Ctrl-C reaches the whole foreground group; the guard must outlive the agent. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGQUIT, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
+    /* Holding the caller's stdout open would make `out=$(dlaunch ...)` wait for us. */
+    if (null_fd >= 0) {
+        dup2(null_fd, STDIN_FILENO);
+        dup2(null_fd, STDOUT_FILENO);
+        dup2(null_fd, STDERR_FILENO);
+        if (null_fd > STDERR_FILENO)
+            close(null_fd);
+    }
+    for (;;) {
+        ssize_t r = read(fd, &rec, sizeof(rec));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r != (ssize_t)sizeof(rec))
+            break;
+        if (rec > 0) {
+            if (n == cap) {
+                size_t c = cap ? cap * 2 : 64;
+                pid_t *g = realloc(groups, c * sizeof(pid_t));
+                if (g == NULL)
+                    continue; /* the worker's own parent-death signal still covers it */
+                groups = g;
+                cap = c;
+            }
+            groups[n++] = rec;
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                if (groups[i] == -rec) {
+                    groups[i] = groups[--n];
+                    break;
+                }
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        kill(-groups[i], SIGKILL);
+    _exit(0);
+}
+
+int dl_guard_start(dl_guard_t *g)
+{
+    int fds[2];
+    pid_t pid;
+
+    g->fd = -1;
+    g->pid = 0;
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return -errno;
+    pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(fds[0]);
+        close(fds[1]);
+        return -e;
+    }
+    if (pid == 0) {
+        close(fds[1]);
+        guard_main(fds[0]);
+    }
+    close(fds[0]);
+    g->fd = fds[1];
+    g->pid = pid;
+    return 0;
+}
+
+int dl_guard_watch(dl_guard_t *g, pid_t pgid, int add)
+{
+    int32_t rec = add ? (int32_t)pgid : -(int32_t)pgid;
+    if (g->fd < 0)
+        return -EBADF;
+    for (;;) {
+        ssize_t w = write(g->fd, &rec, sizeof(rec));
+        if (w == (ssize_t)sizeof(rec))
+            return 0;
+        if (w < 0 && errno == EINTR)
+            continue;
+        return w < 0 ? -errno : -EIO;
+    }
+}
+
+void dl_guard_stop(dl_guard_t *g)
+{
+    if (g->fd >= 0) {
+        close(g->fd);
+        g->fd = -1;
+    }
+    if (g->pid > 0) {
+        while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        g->pid = 0;
+    }
+}

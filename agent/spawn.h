@@ -1,0 +1,33 @@
+/* Starting worker processes so that none can outlive the agent, and finding their command. */
+#ifndef DL_SPAWN_H
+#define DL_SPAWN_H
+
+#include <sys/types.h>
+
+/* Starts path with argv and envp in a new process group of its own (pgid == pid), stdin on
+ * /dev/null, stdout and stderr on the given fds, default signal dispositions, and a parent-death
+ * signal of SIGKILL. Returns 0 with *ret_pid set, or -errno when the process could not be made.
+ * An exec failure shows up as exit status 127 with the reason on the worker's stderr. */
+int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdout_fd,
+             int stderr_fd, pid_t *ret_pid);
+
+/* Resolves name like execvp would: names with a '/' are taken as they are, others are looked
+ * up in path_env (PATH; NULL means the default). Returns 0 with a malloc'd path in *ret_path,
+ * -ENOENT when nothing is found, -EACCES when found but not executable. */
+int dl_resolve_command(const char *name, const char *path_env, char **ret_path);
+
+/* The orphan guard: a small helper process that holds the read end of a pipe from the agent.
+ * When the agent dies by any means, even SIGKILL, the pipe closes and the guard SIGKILLs every
+ * process group it was told about. */
+typedef struct {
+    int fd; /* write end, -1 when no guard */
+    pid_t pid;
+} dl_guard_t;
+
+int dl_guard_start(dl_guard_t *g);
+/* Tells the guard about a new group (add) or one that is gone. Returns 0 or -errno. */
+int dl_guard_watch(dl_guard_t *g, pid_t pgid, int add);
+/* Closes the pipe and reaps the guard (it exits at once, having nothing left to kill). */
+void dl_guard_stop(dl_guard_t *g);
+
+#endif

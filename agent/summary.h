@@ -1,0 +1,22 @@
+/* The failure summary printed when a job gives up, and signal names for messages. */
+#ifndef DL_SUMMARY_H
+#define DL_SUMMARY_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "supervisor.h"
+
+/* "SIGKILL", or "signal 77" for numbers without a name (static storage, not reentrant). */
+const char *dl_signal_name(int sig);
+
+/* Prints what failed: one line per failed attempt (at most the last few), then for the last
+ * one its log path and the last lines of its stderr. */
+void dl_summary_print(FILE *f, const dl_sup_failure_t *history, size_t n, int attempts,
+                      const char *run_dir);
+
+/* Copies the last max_lines lines of the file at path into buf (NUL-terminated). Returns the
+ * number of bytes, or -errno. */
+int dl_summary_tail(const char *path, int max_lines, char *buf, size_t len);
+
+#endif

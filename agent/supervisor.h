@@ -1,0 +1,83 @@
+/* The worker supervisor: a pure state machine that decides when to start, stop, restart and give
+ * up. It reads no clock and touches no process; agent.c feeds it events and carries out the
+ * actions it returns. */
+#ifndef DL_SUPERVISOR_H
+#define DL_SUPERVISOR_H
+
+#include <stdbool.h>
+
+typedef enum {
+    DL_SUP_IDLE = 0,
+    DL_SUP_RUNNING,  /* workers of the current attempt are up */
+    DL_SUP_STOPPING, /* waiting for every worker of the attempt to exit */
+    DL_SUP_DONE,
+} dl_sup_phase_t;
+
+/* Why the current attempt is being stopped. */
+typedef enum {
+    DL_SUP_STOP_NONE = 0,
+    DL_SUP_STOP_RESTART, /* a worker failed and restarts are left */
+    DL_SUP_STOP_FAIL,    /* a worker failed and none are left */
+    DL_SUP_STOP_SIGNAL,  /* the agent got a signal */
+} dl_sup_stop_t;
+
+typedef struct {
+    int rank;
+    int attempt;
+    int exit_code;  /* >= 0 when it exited */
+    int signal;     /* > 0 when killed by a signal */
+    int spawn_errno; /* > 0 when it could not be started */
+    double time;
+} dl_sup_failure_t;
+
+typedef enum {
+    DL_SUP_EV_START,
+    DL_SUP_EV_WORKER_EXIT,   /* rank, exit_code or signal */
+    DL_SUP_EV_SPAWN_FAILED,  /* rank, spawn_errno */
+    DL_SUP_EV_SIGNAL,        /* signal */
+    DL_SUP_EV_STOP_TIMEOUT,
+} dl_sup_event_kind_t;
+
+typedef struct {
+    dl_sup_event_kind_t kind;
+    int rank;
+    int exit_code;
+    int signal;
+    int spawn_errno;
+} dl_sup_event_t;
+
+/* Action flags, carried out by the shell in this order: disarm, kill, spawn, arm, exit. */
+enum {
+    DL_SUP_DISARM_TIMER = 1 << 0,
+    DL_SUP_KILL = 1 << 1,      /* send kill_signal to every live worker's process group */
+    DL_SUP_SPAWN = 1 << 2,     /* start every worker for attempt */
+    DL_SUP_ARM_TIMER = 1 << 3, /* the stop timeout */
+    DL_SUP_EXIT = 1 << 4,      /* the job is over: exit with exit_code */
+};
+
+typedef struct {
+    unsigned flags;
+    int kill_signal;
+    int attempt;
+    int exit_code;
+} dl_sup_actions_t;
+
+typedef struct dl_sup_s {
+    int nworkers;
+    int max_restarts;
+    int attempt;
+    dl_sup_phase_t phase;
+    dl_sup_stop_t stop;
+    int running;   /* workers of this attempt not yet reported gone */
+    int succeeded; /* workers of this attempt that exited 0 */
+    int signal;    /* the signal that stopped the job */
+    bool has_failure;
+    dl_sup_failure_t first_failure; /* first failure of the last failed attempt */
+} dl_sup_t;
+
+void dl_sup_init(dl_sup_t *sup, int nworkers, int max_restarts);
+
+/* Feeds one event that happened at time now (seconds, any epoch) and returns what to do. */
+dl_sup_actions_t dl_sup_step(dl_sup_t *sup, const dl_sup_event_t *ev, double now);
+
+#endif

@@ -1,0 +1,142 @@
+/* Builds a worker's environment. Later entries replace earlier ones with the same name, so a
+ * stale RANK inherited from an outer launcher never reaches the worker. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "workerenv.h"
+
+const char *const dl_worker_env_names[] = {
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE", "DLAUNCH_ATTEMPT_DIR", NULL,
+};
+
+typedef struct {
+    char **v;
+    size_t len;
+    size_t cap;
+} strvec_t;
+
+static size_t name_len(const char *entry)
+{
+    const char *eq = strchr(entry, '=');
+    return eq != NULL ? (size_t)(eq - entry) : strlen(entry);
+}
+
+/* Takes ownership of entry. */
+static int put(strvec_t *sv, char *entry)
+{
+    if (entry == NULL)
+        return -ENOMEM;
+    size_t n = name_len(entry);
+    for (size_t i = 0; i < sv->len; i++) {
+        if (name_len(sv->v[i]) == n && strncmp(sv->v[i], entry, n) == 0) {
+            free(sv->v[i]);
+            sv->v[i] = entry;
+            return 0;
+        }
+    }
+    if (sv->len + 2 > sv->cap) {
+        size_t cap = sv->cap ? sv->cap * 2 : 64;
+        char **p = realloc(sv->v, cap * sizeof(char *));
+        if (p == NULL) {
+            free(entry);
+            return -ENOMEM;
+        }
+        sv->v = p;
+        sv->cap = cap;
+    }
+    sv->v[sv->len++] = entry;
+    sv->v[sv->len] = NULL;
+    return 0;
+}
+
+static char *fmt(const char *name, const char *value)
+{
+    char *s;
+    return asprintf(&s, "%s=%s", name, value) < 0 ? NULL : s;
+}
+
+static char *fmt_int(const char *name, int value)
+{
+    char *s;
+    return asprintf(&s, "%s=%d", name, value) < 0 ? NULL : s;
+}
+
+static int has(char **v, const char *name)
+{
+    size_t n = strlen(name);
+    for (; v != NULL && *v != NULL; v++)
+        if (strncmp(*v, name, n) == 0 && (*v)[n] == '=')
+            return 1;
+    return 0;
+}
+
+int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, char ***ret_envp)
+{
+    strvec_t sv = {0};
+    int r = 0;
+
+    for (char **e = base; e != NULL && *e != NULL && r == 0; e++)
+        r = put(&sv, strdup(*e));
+    for (char **e = extra; e != NULL && *e != NULL && r == 0; e++)
+        r = put(&sv, strdup(*e));
+    /* Several CPU-bound workers each spawning a thread per core would oversubscribe the
+     * machine; torchrun makes the same choice. */
+    if (r == 0 && w->local_world_size > 1 && !has(base, "OMP_NUM_THREADS") &&
+        !has(extra, "OMP_NUM_THREADS"))
+        r = put(&sv, fmt("OMP_NUM_THREADS", "1"));
+    if (r == 0)
+        r = put(&sv, fmt_int("RANK", w->rank));
+    if (r == 0)
+        r = put(&sv, fmt_int("LOCAL_RANK", w->local_rank));
+    if (r == 0)
+        r = put(&sv, fmt_int("WORLD_SIZE", w->world_size));
+    if (r == 0)
+        r = put(&sv, fmt_int("LOCAL_WORLD_SIZE", w->local_world_size));
+    if (r == 0)
+        r = put(&sv, fmt_int("GROUP_RANK", w->group_rank));
+    if (r == 0)
+        r = put(&sv, fmt_int("GROUP_WORLD_SIZE", w->group_world_size));
+    if (r == 0)
+        r = put(&sv, fmt_int("ROLE_RANK", w->rank));
+    if (r == 0)
+        r = put(&sv, fmt("ROLE_NAME", "default"));
+    if (r == 0)
+        r = put(&sv, fmt_int("ROLE_WORLD_SIZE", w->world_size));
+    if (r == 0)
+        r = put(&sv, fmt("MASTER_ADDR", w->master_addr));
+    if (r == 0)
+        r = put(&sv, fmt_int("MASTER_PORT", w->master_port));
+    if (r == 0)
+        r = put(&sv, fmt_int("TORCHELASTIC_RESTART_COUNT", w->restart_count));
+    if (r == 0)
+        r = put(&sv, fmt_int("TORCHELASTIC_MAX_RESTARTS", w->max_restarts));
+    if (r == 0)
+        r = put(&sv, fmt("TORCHELASTIC_RUN_ID", w->run_id));
+    /* No agent-hosted TCPStore: rank 0 of torch.distributed hosts its own at MASTER_PORT. */
+    if (r == 0)
+        r = put(&sv, fmt("TORCHELASTIC_USE_AGENT_STORE", "False"));
+    if (r == 0 && w->attempt_dir != NULL)
+        r = put(&sv, fmt("DLAUNCH_ATTEMPT_DIR", w->attempt_dir));
+    if (r < 0) {
+        dl_worker_env_free(sv.v);
+        return r;
+    }
+    if (sv.v == NULL && put(&sv, strdup("DLAUNCH=1")) < 0)
+        return -ENOMEM;
+    *ret_envp = sv.v;
+    return 0;
+}
+
+void dl_worker_env_free(char **envp)
+{
+    if (envp == NULL)
+        return;
+    for (char **e = envp; *e != NULL; e++)
+        free(*e);
+    free(envp);
+}

@@ -1,0 +1,33 @@
+/* The environment a worker starts with: the agent's own, the job spec's env:, then torchrun's
+ * variables and ours, which win. Pure: builds a vector, touches no process. */
+#ifndef DL_WORKERENV_H
+#define DL_WORKERENV_H
+
+#include <stddef.h>
+
+typedef struct {
+    int rank;
+    int local_rank;
+    int world_size;
+    int local_world_size;
+    int group_rank; /* node rank */
+    int group_world_size;
+    int restart_count;
+    int max_restarts;
+    const char *run_id;
+    const char *master_addr;
+    int master_port;
+    const char *attempt_dir; /* the attempt's log folder */
+} dl_worker_env_t;
+
+/* Returns a NULL-terminated "NAME=value" vector in *ret_envp (caller frees it with
+ * dl_worker_env_free) built from base (environ-style, may be NULL) and extra (the spec's env:,
+ * may be NULL). Returns 0 or -ENOMEM. */
+int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, char ***ret_envp);
+
+void dl_worker_env_free(char **envp);
+
+/* The variables dl_worker_env_build sets itself, in order, for --dry-run and tests. */
+extern const char *const dl_worker_env_names[];
+
+#endif

@@ -1,0 +1,245 @@
+/* The YAML job spec: a mapping of option keys plus command: and env:. Every error names
+ * file:line:column, counted from 1 as editors do. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "internal.h"
+
+/* A job spec is a few lines; anything near this is a mistake (a dataset named by accident). */
+#define DL_SPEC_MAX_BYTES (1024 * 1024)
+
+typedef struct {
+    dl_job_spec_t *spec;
+    yaml_document_t *doc;
+    const char *name;
+    char *err;
+    size_t errlen;
+} loader_t;
+
+static int fail_at(loader_t *ld, const yaml_node_t *node, const char *fmt, const char *a,
+                   const char *b)
+{
+    char msg[DL_CONFIG_ERRLEN];
+    snprintf(msg, sizeof(msg), fmt, a, b);
+    snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s", ld->name, node->start_mark.line + 1,
+             node->start_mark.column + 1, msg);
+    return -EINVAL;
+}
+
+static const char *scalar(const yaml_node_t *n)
+{
+    return (const char *)n->data.scalar.value;
+}
+
+static const char *kind_name(const yaml_node_t *n)
+{
+    switch (n->type) {
+    case YAML_SCALAR_NODE:
+        return "a scalar";
+    case YAML_SEQUENCE_NODE:
+        return "a list";
+    case YAML_MAPPING_NODE:
+        return "a mapping";
+    default:
+        return "nothing";
+    }
+}
+
+static int load_command(loader_t *ld, const yaml_node_t *val)
+{
+    if (val->type != YAML_SEQUENCE_NODE)
+        return fail_at(ld, val, "command: expected a list of strings (argv), got %s%s",
+                       kind_name(val), "");
+    size_t n = (size_t)(val->data.sequence.items.top - val->data.sequence.items.start);
+    if (n == 0)
+        return fail_at(ld, val, "command: must not be empty%s%s", "", "");
+    char **v = calloc(n + 1, sizeof(char *));
+    if (v == NULL)
+        return fail_at(ld, val, "command: out of memory%s%s", "", "");
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *item = yaml_document_get_node(ld->doc, val->data.sequence.items.start[i]);
+        if (item == NULL || item->type != YAML_SCALAR_NODE) {
+            dl__strv_free(v);
+            return fail_at(ld, item != NULL ? item : val,
+                           "command: each argument must be a string, got %s%s",
+                           item != NULL ? kind_name(item) : "nothing", "");
+        }
+        v[i] = strdup(scalar(item));
+        if (v[i] == NULL) {
+            dl__strv_free(v);
+            return fail_at(ld, val, "command: out of memory%s%s", "", "");
+        }
+    }
+    dl__strv_free(ld->spec->command);
+    ld->spec->command = v;
+    ld->spec->command_len = n;
+    return 0;
+}
+
+static int valid_env_name(const char *s)
+{
+    if (*s == '\0' || (*s >= '0' && *s <= '9'))
+        return 0;
+    for (; *s != '\0'; s++)
+        if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
+              *s == '_'))
+            return 0;
+    return 1;
+}
+
+static int load_env(loader_t *ld, const yaml_node_t *val)
+{
+    if (val->type != YAML_MAPPING_NODE)
+        return fail_at(ld, val, "env: expected a mapping of NAME: value, got %s%s",
+                       kind_name(val), "");
+    size_t n = (size_t)(val->data.mapping.pairs.top - val->data.mapping.pairs.start);
+    char **v = calloc(n + 1, sizeof(char *));
+    if (v == NULL)
+        return fail_at(ld, val, "env: out of memory%s%s", "", "");
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_pair_t *p = &val->data.mapping.pairs.start[i];
+        yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
+        yaml_node_t *x = yaml_document_get_node(ld->doc, p->value);
+        int r;
+        if (k->type != YAML_SCALAR_NODE || !valid_env_name(scalar(k)))
+            r = fail_at(ld, k, "env: '%s' is not a variable name%s",
+                        k->type == YAML_SCALAR_NODE ? scalar(k) : "?", "");
+        else if (x->type != YAML_SCALAR_NODE)
+            r = fail_at(ld, x, "env: %s: expected a string, got %s", scalar(k), kind_name(x));
+        else if (asprintf(&v[i], "%s=%s", scalar(k), scalar(x)) < 0) {
+            v[i] = NULL;
+            r = fail_at(ld, val, "env: out of memory%s%s", "", "");
+        } else
+            r = 0;
+        if (r < 0) {
+            dl__strv_free(v);
+            return r;
+        }
+    }
+    dl__strv_free(ld->spec->env);
+    ld->spec->env = v;
+    ld->spec->env_len = n;
+    return 0;
+}
+
+static int load_option(loader_t *ld, const dl__option_t *opt, const char *key,
+                       const yaml_node_t *val)
+{
+    char where[DL_CONFIG_ERRLEN];
+    if (val->type != YAML_SCALAR_NODE)
+        return fail_at(ld, val, "%s: expected a single value, got %s", key, kind_name(val));
+    /* A quoted "3" is a string in YAML; accepting it for a number would hide typos in tools
+     * that generate specs, so numbers and booleans must be plain. */
+    if (opt->kind != DL__OPT_STRING && val->data.scalar.style != YAML_PLAIN_SCALAR_STYLE &&
+        !(opt->kind == DL__OPT_GPUS || opt->kind == DL__OPT_NODES))
+        return fail_at(ld, val, "%s: expected %s, got a quoted string", key,
+                       opt->kind == DL__OPT_BOOL ? "true or false" : "a number");
+    snprintf(where, sizeof(where), "%s:%zu:%zu: %s", ld->name, val->start_mark.line + 1,
+             val->start_mark.column + 1, key);
+    return dl__option_set(ld->spec, opt, scalar(val), where, ld->err, ld->errlen);
+}
+
+static int load_root(loader_t *ld, yaml_node_t *root)
+{
+    if (root->type != YAML_MAPPING_NODE)
+        return fail_at(ld, root, "the job spec must be a mapping of keys, got %s%s",
+                       kind_name(root), "");
+    yaml_node_pair_t *start = root->data.mapping.pairs.start;
+    yaml_node_pair_t *top = root->data.mapping.pairs.top;
+    for (yaml_node_pair_t *p = start; p < top; p++) {
+        yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(ld->doc, p->value);
+        const dl__option_t *opt;
+        int r;
+
+        if (k->type != YAML_SCALAR_NODE)
+            return fail_at(ld, k, "keys must be names, got %s%s", kind_name(k), "");
+        for (yaml_node_pair_t *q = start; q < p; q++) {
+            yaml_node_t *prev = yaml_document_get_node(ld->doc, q->key);
+            if (prev->type == YAML_SCALAR_NODE && strcmp(scalar(prev), scalar(k)) == 0)
+                return fail_at(ld, k, "duplicate key '%s'%s", scalar(k), "");
+        }
+        if (strcmp(scalar(k), "command") == 0)
+            r = load_command(ld, v);
+        else if (strcmp(scalar(k), "env") == 0)
+            r = load_env(ld, v);
+        else if ((opt = dl__option_by_key(scalar(k))) != NULL)
+            r = load_option(ld, opt, scalar(k), v);
+        else
+            r = fail_at(ld, k, "unknown key '%s'%s", scalar(k),
+                        strchr(scalar(k), '-') != NULL ? " (keys use '_', not '-')" : "");
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+int dl_config_load_yaml_string(dl_job_spec_t *spec, const char *name, const char *text,
+                               size_t len, char *err, size_t errlen)
+{
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    loader_t ld = {spec, &doc, name, err, errlen};
+    int r;
+
+    if (!yaml_parser_initialize(&parser)) {
+        snprintf(err, errlen, "%s: out of memory", name);
+        return -ENOMEM;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        snprintf(err, errlen, "%s:%zu:%zu: %s%s%s", name, parser.problem_mark.line + 1,
+                 parser.problem_mark.column + 1, parser.problem ? parser.problem : "bad YAML",
+                 parser.context ? " " : "", parser.context ? parser.context : "");
+        yaml_parser_delete(&parser);
+        return -EINVAL;
+    }
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root == NULL) {
+        snprintf(err, errlen, "%s: the job spec is empty", name);
+        r = -EINVAL;
+    } else {
+        r = load_root(&ld, root);
+    }
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    return r;
+}
+
+int dl_config_load_yaml(dl_job_spec_t *spec, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t len;
+    int r;
+
+    if (f == NULL) {
+        r = -errno;
+        snprintf(err, errlen, "%s: cannot open the job spec: %s", path, strerror(errno));
+        return r;
+    }
+    buf = malloc(DL_SPEC_MAX_BYTES + 1);
+    if (buf == NULL) {
+        fclose(f);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    len = fread(buf, 1, DL_SPEC_MAX_BYTES + 1, f);
+    if (ferror(f)) {
+        r = -errno;
+        snprintf(err, errlen, "%s: cannot read the job spec: %s", path, strerror(errno));
+    } else if (len > DL_SPEC_MAX_BYTES) {
+        r = -EFBIG;
+        snprintf(err, errlen, "%s: the job spec is over %d bytes", path, DL_SPEC_MAX_BYTES);
+    } else {
+        r = dl_config_load_yaml_string(spec, path, buf, len, err, errlen);
+        if (r >= 0 && spec->spec_path == NULL && (spec->spec_path = strdup(path)) == NULL)
+            r = -ENOMEM;
+    }
+    free(buf);
+    fclose(f);
+    return r;
+}

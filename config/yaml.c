@@ -1,6 +1,7 @@
 /* The YAML job spec: a mapping of option keys plus command: and env:. Every error names
  * file:line:column, counted from 1 as editors do. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +20,16 @@ typedef struct {
     size_t errlen;
 } loader_t;
 
-static int fail_at(loader_t *ld, const yaml_node_t *node, const char *fmt, const char *a,
-                   const char *b)
+static int fail_at(loader_t *ld, const yaml_node_t *node, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail_at(loader_t *ld, const yaml_node_t *node, const char *fmt, ...)
 {
     char msg[DL_CONFIG_ERRLEN];
-    snprintf(msg, sizeof(msg), fmt, a, b);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
     snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s", ld->name, node->start_mark.line + 1,
              node->start_mark.column + 1, msg);
     return -EINVAL;
@@ -51,26 +57,26 @@ static const char *kind_name(const yaml_node_t *n)
 static int load_command(loader_t *ld, const yaml_node_t *val)
 {
     if (val->type != YAML_SEQUENCE_NODE)
-        return fail_at(ld, val, "command: expected a list of strings (argv), got %s%s",
-                       kind_name(val), "");
+        return fail_at(ld, val, "command: expected a list of strings (argv), got %s",
+                       kind_name(val));
     size_t n = (size_t)(val->data.sequence.items.top - val->data.sequence.items.start);
     if (n == 0)
-        return fail_at(ld, val, "command: must not be empty%s%s", "", "");
+        return fail_at(ld, val, "command: must not be empty");
     char **v = calloc(n + 1, sizeof(char *));
     if (v == NULL)
-        return fail_at(ld, val, "command: out of memory%s%s", "", "");
+        return fail_at(ld, val, "command: out of memory");
     for (size_t i = 0; i < n; i++) {
         yaml_node_t *item = yaml_document_get_node(ld->doc, val->data.sequence.items.start[i]);
         if (item == NULL || item->type != YAML_SCALAR_NODE) {
             dl__strv_free(v);
             return fail_at(ld, item != NULL ? item : val,
-                           "command: each argument must be a string, got %s%s",
-                           item != NULL ? kind_name(item) : "nothing", "");
+                           "command: each argument must be a string, got %s",
+                           item != NULL ? kind_name(item) : "nothing");
         }
         v[i] = strdup(scalar(item));
         if (v[i] == NULL) {
             dl__strv_free(v);
-            return fail_at(ld, val, "command: out of memory%s%s", "", "");
+            return fail_at(ld, val, "command: out of memory");
         }
     }
     dl__strv_free(ld->spec->command);
@@ -93,12 +99,12 @@ static int valid_env_name(const char *s)
 static int load_env(loader_t *ld, const yaml_node_t *val)
 {
     if (val->type != YAML_MAPPING_NODE)
-        return fail_at(ld, val, "env: expected a mapping of NAME: value, got %s%s",
-                       kind_name(val), "");
+        return fail_at(ld, val, "env: expected a mapping of NAME: value, got %s",
+                       kind_name(val));
     size_t n = (size_t)(val->data.mapping.pairs.top - val->data.mapping.pairs.start);
     char **v = calloc(n + 1, sizeof(char *));
     if (v == NULL)
-        return fail_at(ld, val, "env: out of memory%s%s", "", "");
+        return fail_at(ld, val, "env: out of memory");
     for (size_t i = 0; i < n; i++) {
         yaml_node_pair_t *p = &val->data.mapping.pairs.start[i];
         yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
@@ -111,7 +117,7 @@ static int load_env(loader_t *ld, const yaml_node_t *val)
             r = fail_at(ld, x, "env: %s: expected a string, got %s", scalar(k), kind_name(x));
         else if (asprintf(&v[i], "%s=%s", scalar(k), scalar(x)) < 0) {
             v[i] = NULL;
-            r = fail_at(ld, val, "env: out of memory%s%s", "", "");
+            r = fail_at(ld, val, "env: out of memory");
         } else
             r = 0;
         if (r < 0) {
@@ -145,8 +151,8 @@ static int load_option(loader_t *ld, const dl__option_t *opt, const char *key,
 static int load_root(loader_t *ld, yaml_node_t *root)
 {
     if (root->type != YAML_MAPPING_NODE)
-        return fail_at(ld, root, "the job spec must be a mapping of keys, got %s%s",
-                       kind_name(root), "");
+        return fail_at(ld, root, "the job spec must be a mapping of keys, got %s",
+                       kind_name(root));
     yaml_node_pair_t *start = root->data.mapping.pairs.start;
     yaml_node_pair_t *top = root->data.mapping.pairs.top;
     for (yaml_node_pair_t *p = start; p < top; p++) {
@@ -156,11 +162,11 @@ static int load_root(loader_t *ld, yaml_node_t *root)
         int r;
 
         if (k->type != YAML_SCALAR_NODE)
-            return fail_at(ld, k, "keys must be names, got %s%s", kind_name(k), "");
+            return fail_at(ld, k, "keys must be names, got %s", kind_name(k));
         for (yaml_node_pair_t *q = start; q < p; q++) {
             yaml_node_t *prev = yaml_document_get_node(ld->doc, q->key);
             if (prev->type == YAML_SCALAR_NODE && strcmp(scalar(prev), scalar(k)) == 0)
-                return fail_at(ld, k, "duplicate key '%s'%s", scalar(k), "");
+                return fail_at(ld, k, "duplicate key '%s'", scalar(k));
         }
         if (strcmp(scalar(k), "command") == 0)
             r = load_command(ld, v);

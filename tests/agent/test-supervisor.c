@@ -1,0 +1,183 @@
+/* The restart policy, driven event by event with made-up times. */
+#include <check.h>
+#include <signal.h>
+
+#include "supervisor.h"
+
+static dl_sup_actions_t exit_ev(dl_sup_t *s, int rank, int code, double now)
+{
+    dl_sup_event_t ev = {.kind = DL_SUP_EV_WORKER_EXIT, .rank = rank, .exit_code = code};
+    return dl_sup_step(s, &ev, now);
+}
+
+static dl_sup_actions_t killed_ev(dl_sup_t *s, int rank, int sig, double now)
+{
+    dl_sup_event_t ev = {.kind = DL_SUP_EV_WORKER_EXIT, .rank = rank, .exit_code = -1,
+                         .signal = sig};
+    return dl_sup_step(s, &ev, now);
+}
+
+static dl_sup_actions_t simple(dl_sup_t *s, dl_sup_event_kind_t kind, int sig)
+{
+    dl_sup_event_t ev = {.kind = kind, .signal = sig};
+    return dl_sup_step(s, &ev, 0);
+}
+
+START_TEST(all_succeed)
+{
+    dl_sup_t s;
+    dl_sup_init(&s, 3, 0);
+    dl_sup_actions_t a = simple(&s, DL_SUP_EV_START, 0);
+    ck_assert_uint_eq(a.flags, DL_SUP_SPAWN);
+    ck_assert_int_eq(a.attempt, 0);
+    ck_assert_uint_eq(exit_ev(&s, 0, 0, 1).flags, 0);
+    ck_assert_uint_eq(exit_ev(&s, 2, 0, 2).flags, 0);
+    a = exit_ev(&s, 1, 0, 3);
+    ck_assert_uint_eq(a.flags, DL_SUP_EXIT);
+    ck_assert_int_eq(a.exit_code, 0);
+    ck_assert_int_eq(s.phase, DL_SUP_DONE);
+    /* Nothing moves a finished job. */
+    ck_assert_uint_eq(simple(&s, DL_SUP_EV_SIGNAL, SIGTERM).flags, 0);
+}
+END_TEST
+
+START_TEST(failure_restarts_then_succeeds)
+{
+    dl_sup_t s;
+    dl_sup_init(&s, 2, 1);
+    simple(&s, DL_SUP_EV_START, 0);
+    dl_sup_actions_t a = exit_ev(&s, 1, 3, 10.5);
+    ck_assert_uint_eq(a.flags, DL_SUP_KILL | DL_SUP_ARM_TIMER);
+    ck_assert_int_eq(a.kill_signal, SIGTERM);
+    ck_assert(s.has_failure);
+    ck_assert_int_eq(s.first_failure.rank, 1);
+    ck_assert_int_eq(s.first_failure.exit_code, 3);
+    ck_assert(s.first_failure.time == 10.5);
+    /* The survivor dies of our SIGTERM: that is not a second failure. */
+    a = killed_ev(&s, 0, SIGTERM, 11);
+    ck_assert_uint_eq(a.flags, DL_SUP_DISARM_TIMER | DL_SUP_SPAWN);
+    ck_assert_int_eq(a.attempt, 1);
+    ck_assert_int_eq(s.first_failure.rank, 1);
+    exit_ev(&s, 0, 0, 12);
+    a = exit_ev(&s, 1, 0, 13);
+    ck_assert_uint_eq(a.flags, DL_SUP_EXIT);
+    ck_assert_int_eq(a.exit_code, 0);
+}
+END_TEST
+
+START_TEST(restarts_exhausted)
+{
+    dl_sup_t s;
+    dl_sup_init(&s, 1, 2);
+    simple(&s, DL_SUP_EV_START, 0);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        dl_sup_actions_t a = killed_ev(&s, 0, SIGSEGV, attempt);
+        ck_assert_uint_eq(a.flags, DL_SUP_SPAWN); /* nothing left to stop: straight on */
+        ck_assert_int_eq(a.attempt, attempt + 1);
+    }
+    dl_sup_actions_t a = exit_ev(&s, 0, 7, 5);
+    ck_assert_uint_eq(a.flags, DL_SUP_EXIT);
+    ck_assert_int_eq(a.exit_code, 1);
+    ck_assert_int_eq(s.first_failure.attempt, 2);
+    ck_assert_int_eq(s.first_failure.exit_code, 7);
+}
+END_TEST
+
+START_TEST(signal_stops_with_128_plus_n)
+{
+    dl_sup_t s;
+    dl_sup_init(&s, 2, 5);
+    simple(&s, DL_SUP_EV_START, 0);
+    dl_sup_actions_t a = simple(&s, DL_SUP_EV_SIGNAL, SIGINT);
+    ck_assert_uint_eq(a.flags, DL_SUP_KILL | DL_SUP_ARM_TIMER);
+    ck_assert_int_eq(a.kill_signal, SIGINT);
+    /* Workers that exit with an error while we stop them do not trigger a restart. */
+    ck_assert_uint_eq(exit_ev(&s, 0, 1, 1).flags, 0);
+    a = killed_ev(&s, 1, SIGINT, 2);
+    ck_assert_uint_eq(a.flags, DL_SUP_DISARM_TIMER | DL_SUP_EXIT);
+    ck_assert_int_eq(a.exit_code, 128 + SIGINT);
+}
+END_TEST
+
+START_TEST(stop_timeout_escalates_and_second_signal_kills)
+{
+    dl_sup_t s;
+    dl_sup_init(&s, 2, 0);
+    simple(&s, DL_SUP_EV_START, 0);
+    simple(&s, DL_SUP_EV_SIGNAL, SIGTERM);
+    dl_sup_actions_t a = simple(&s, DL_SUP_EV_STOP_TIMEOUT, 0);
+    ck_assert_uint_eq(a.flags, DL_SUP_KILL);
+    ck_assert_int_eq(a.kill_signal, SIGKILL);
+    a = simple(&s, DL_SUP_EV_SIGNAL, SIGTERM);
+    ck_assert_uint_eq(a.flags, DL_SUP_KILL);
+    ck_assert_int_eq(a.kill_signal, SIGKILL);
+}
+END_TEST
+
+START_TEST(signal_during_restart_wins)
+{
+    dl_sup_t s;
+    dl_sup_init(&s, 2, 3);
+    simple(&s, DL_SUP_EV_START, 0);
+    exit_ev(&s, 0, 1, 0);
+    dl_sup_actions_t a = simple(&s, DL_SUP_EV_SIGNAL, SIGHUP);
+    ck_assert_uint_eq(a.flags, DL_SUP_KILL);
+    ck_assert_int_eq(a.kill_signal, SIGHUP);
+    a = killed_ev(&s, 1, SIGHUP, 1);
+    ck_assert_uint_eq(a.flags, DL_SUP_DISARM_TIMER | DL_SUP_EXIT);
+    ck_assert_int_eq(a.exit_code, 128 + SIGHUP);
+}
+END_TEST
+
+START_TEST(spawn_failure_counts_as_failure)
+{
+    dl_sup_t s;
+    dl_sup_init(&s, 2, 0);
+    simple(&s, DL_SUP_EV_START, 0);
+    dl_sup_event_t ev = {.kind = DL_SUP_EV_SPAWN_FAILED, .rank = 1, .spawn_errno = 11};
+    dl_sup_actions_t a = dl_sup_step(&s, &ev, 0);
+    ck_assert_uint_eq(a.flags, DL_SUP_KILL | DL_SUP_ARM_TIMER);
+    ck_assert_int_eq(s.first_failure.spawn_errno, 11);
+    a = exit_ev(&s, 0, 0, 1);
+    ck_assert_uint_eq(a.flags, DL_SUP_DISARM_TIMER | DL_SUP_EXIT);
+    ck_assert_int_eq(a.exit_code, 1);
+}
+END_TEST
+
+START_TEST(ten_thousand_workers_one_failure)
+{
+    dl_sup_t s;
+    const int n = 10000;
+    dl_sup_init(&s, n, 1);
+    simple(&s, DL_SUP_EV_START, 0);
+    killed_ev(&s, 4242, SIGKILL, 0);
+    dl_sup_actions_t a = {0};
+    for (int r = 0; r < n; r++)
+        if (r != 4242)
+            a = killed_ev(&s, r, SIGTERM, 1);
+    ck_assert(a.flags & DL_SUP_SPAWN);
+    ck_assert_int_eq(s.running, n);
+    ck_assert_int_eq(s.first_failure.rank, 4242);
+    ck_assert_int_eq(s.first_failure.signal, SIGKILL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("supervisor");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, all_succeed);
+    tcase_add_test(tc, failure_restarts_then_succeeds);
+    tcase_add_test(tc, restarts_exhausted);
+    tcase_add_test(tc, signal_stops_with_128_plus_n);
+    tcase_add_test(tc, stop_timeout_escalates_and_second_signal_kills);
+    tcase_add_test(tc, signal_during_restart_wins);
+    tcase_add_test(tc, spawn_failure_counts_as_failure);
+    tcase_add_test(tc, ten_thousand_workers_one_failure);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,99 @@
+/* A worker's environment: torchrun's names, our values win, user variables kept. */
+#include <check.h>
+#include <string.h>
+
+#include "workerenv.h"
+
+static const char *get(char **env, const char *name)
+{
+    size_t n = strlen(name);
+    const char *found = NULL;
+    int count = 0;
+    for (; *env != NULL; env++) {
+        if (strncmp(*env, name, n) == 0 && (*env)[n] == '=') {
+            found = *env + n + 1;
+            count++;
+        }
+    }
+    ck_assert_int_le(count, 1); /* never two entries for one name */
+    return found;
+}
+
+static dl_worker_env_t sample(void)
+{
+    return (dl_worker_env_t){
+        .rank = 5, .local_rank = 1, .world_size = 8, .local_world_size = 4,
+        .group_rank = 1, .group_world_size = 2, .restart_count = 2, .max_restarts = 3,
+        .run_id = "job7", .master_addr = "10.0.0.1", .master_port = 29500,
+        .attempt_dir = "/tmp/logs/job7/attempt_2",
+    };
+}
+
+START_TEST(torchrun_names)
+{
+    char *base[] = {"PATH=/bin", "RANK=99", "HOME=/root", NULL};
+    char **env;
+    dl_worker_env_t w = sample();
+    ck_assert_int_eq(dl_worker_env_build(&w, base, NULL, &env), 0);
+    ck_assert_str_eq(get(env, "RANK"), "5");
+    ck_assert_str_eq(get(env, "LOCAL_RANK"), "1");
+    ck_assert_str_eq(get(env, "WORLD_SIZE"), "8");
+    ck_assert_str_eq(get(env, "LOCAL_WORLD_SIZE"), "4");
+    ck_assert_str_eq(get(env, "GROUP_RANK"), "1");
+    ck_assert_str_eq(get(env, "GROUP_WORLD_SIZE"), "2");
+    ck_assert_str_eq(get(env, "ROLE_RANK"), "5");
+    ck_assert_str_eq(get(env, "ROLE_NAME"), "default");
+    ck_assert_str_eq(get(env, "ROLE_WORLD_SIZE"), "8");
+    ck_assert_str_eq(get(env, "MASTER_ADDR"), "10.0.0.1");
+    ck_assert_str_eq(get(env, "MASTER_PORT"), "29500");
+    ck_assert_str_eq(get(env, "TORCHELASTIC_RESTART_COUNT"), "2");
+    ck_assert_str_eq(get(env, "TORCHELASTIC_MAX_RESTARTS"), "3");
+    ck_assert_str_eq(get(env, "TORCHELASTIC_RUN_ID"), "job7");
+    ck_assert_str_eq(get(env, "DLAUNCH_ATTEMPT_DIR"), "/tmp/logs/job7/attempt_2");
+    ck_assert_str_eq(get(env, "PATH"), "/bin");
+    ck_assert_str_eq(get(env, "HOME"), "/root");
+    ck_assert_str_eq(get(env, "OMP_NUM_THREADS"), "1");
+    dl_worker_env_free(env);
+}
+END_TEST
+
+START_TEST(spec_env_overrides_base_but_not_ours)
+{
+    char *base[] = {"FOO=base", "OMP_NUM_THREADS=8", NULL};
+    char *extra[] = {"FOO=spec", "BAR=x=y", "WORLD_SIZE=1", NULL};
+    char **env;
+    dl_worker_env_t w = sample();
+    ck_assert_int_eq(dl_worker_env_build(&w, base, extra, &env), 0);
+    ck_assert_str_eq(get(env, "FOO"), "spec");
+    ck_assert_str_eq(get(env, "BAR"), "x=y");
+    ck_assert_str_eq(get(env, "WORLD_SIZE"), "8");
+    ck_assert_str_eq(get(env, "OMP_NUM_THREADS"), "8"); /* the user's choice is kept */
+    dl_worker_env_free(env);
+}
+END_TEST
+
+START_TEST(single_worker_keeps_threads_free)
+{
+    char **env;
+    dl_worker_env_t w = sample();
+    w.local_world_size = 1;
+    ck_assert_int_eq(dl_worker_env_build(&w, NULL, NULL, &env), 0);
+    ck_assert_ptr_null(get(env, "OMP_NUM_THREADS"));
+    dl_worker_env_free(env);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("workerenv");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, torchrun_names);
+    tcase_add_test(tc, spec_env_overrides_base_but_not_ours);
+    tcase_add_test(tc, single_worker_keeps_threads_free);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

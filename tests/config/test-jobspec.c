@@ -1,0 +1,280 @@
+/* The job spec from flags, DLAUNCH_* variables and YAML, and the errors a user sees. */
+#include <check.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+static char err[DL_CONFIG_ERRLEN];
+static char tmpdir[] = "/tmp/dl-test-jobspec-XXXXXX";
+
+static void setup(void)
+{
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static const char *write_spec(const char *name, const char *text)
+{
+    static char path[512];
+    snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* Loads argv (NULL-terminated) with env; returns dl_config_load's result. */
+static int load(dl_job_spec_t *spec, char **env, dl_config_action_t *action, ...)
+{
+    char *argv[32];
+    int argc = 0;
+    va_list ap;
+    va_start(ap, action);
+    argv[argc++] = "dlaunch";
+    for (char *a; (a = va_arg(ap, char *)) != NULL;)
+        argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+    dl_job_spec_init(spec);
+    err[0] = '\0';
+    return dl_config_load(spec, argc, argv, env, action, err, sizeof(err));
+}
+
+START_TEST(defaults_and_command)
+{
+    dl_job_spec_t s;
+    dl_config_action_t act;
+    ck_assert_int_eq(load(&s, NULL, &act, "--", "sh", "-c", "echo hi", NULL), 0);
+    ck_assert_int_eq(act, DL_CONFIG_RUN);
+    ck_assert_int_eq(s.nodes_min, 1);
+    ck_assert_int_eq(s.nodes_max, 1);
+    ck_assert_int_eq(s.gpus_per_node, DL_GPUS_AUTO);
+    ck_assert_int_eq(s.max_restarts, 0);
+    ck_assert(s.stop_timeout == 10.0);
+    ck_assert_uint_eq(s.command_len, 3);
+    ck_assert_str_eq(s.command[2], "echo hi");
+    ck_assert_ptr_null(s.command[3]);
+    dl_job_spec_free(&s);
+}
+END_TEST
+
+START_TEST(flags_forms)
+{
+    dl_job_spec_t s;
+    dl_config_action_t act;
+    ck_assert_int_eq(load(&s, NULL, &act, "--nodes=2:4", "--nproc-per-node", "8", "-q",
+                          "--max-restarts", "3", "--stop-timeout=2.5", "--dry-run", "--run-id",
+                          "r1", "--", "true", NULL),
+                     0);
+    ck_assert_int_eq(s.nodes_min, 2);
+    ck_assert_int_eq(s.nodes_max, 4);
+    ck_assert_int_eq(s.gpus_per_node, 8);
+    ck_assert(s.quiet);
+    ck_assert(s.dry_run);
+    ck_assert_int_eq(s.max_restarts, 3);
+    ck_assert(s.stop_timeout == 2.5);
+    ck_assert_str_eq(s.run_id, "r1");
+    dl_job_spec_free(&s);
+}
+END_TEST
+
+START_TEST(precedence_flag_env_yaml_default)
+{
+    const char *path = write_spec("prec.yaml", "max_restarts: 1\n"
+                                               "gpus_per_node: 2\n"
+                                               "stop_timeout: 4\n"
+                                               "command: [\"true\"]\n");
+    char *env[] = {"DLAUNCH_MAX_RESTARTS=2", "DLAUNCH_GPUS_PER_NODE=3", "DLAUNCH_QUIET=", NULL};
+    dl_job_spec_t s;
+    dl_config_action_t act;
+    ck_assert_int_eq(load(&s, env, &act, (char *)path, "--max-restarts", "5", NULL), 0);
+    ck_assert_int_eq(s.max_restarts, 5);  /* flag over env and YAML */
+    ck_assert_int_eq(s.gpus_per_node, 3); /* env over YAML */
+    ck_assert(s.stop_timeout == 4.0);     /* YAML over default */
+    ck_assert(!s.quiet);                  /* an empty variable counts as unset */
+    ck_assert_str_eq(s.command[0], "true");
+    dl_job_spec_free(&s);
+}
+END_TEST
+
+START_TEST(yaml_everything)
+{
+    const char *path = write_spec("all.yaml", "# a full spec\n"
+                                              "nodes: 1:3\n"
+                                              "gpus_per_node: auto\n"
+                                              "run_id: exp-1\n"
+                                              "log_dir: /tmp/x\n"
+                                              "events: '-'\n"
+                                              "verbose: true\n"
+                                              "command:\n"
+                                              "  - python3\n"
+                                              "  - train.py\n"
+                                              "  - --lr=0.1\n"
+                                              "env:\n"
+                                              "  NCCL_DEBUG: INFO\n"
+                                              "  SEED: 7\n");
+    dl_job_spec_t s;
+    dl_config_action_t act;
+    ck_assert_int_eq(load(&s, NULL, &act, (char *)path, NULL), 0);
+    ck_assert_int_eq(s.nodes_min, 1);
+    ck_assert_int_eq(s.nodes_max, 3);
+    ck_assert_str_eq(s.run_id, "exp-1");
+    ck_assert_str_eq(s.events, "-");
+    ck_assert(s.verbose);
+    ck_assert_uint_eq(s.command_len, 3);
+    ck_assert_str_eq(s.command[2], "--lr=0.1");
+    ck_assert_uint_eq(s.env_len, 2);
+    ck_assert_str_eq(s.env[0], "NCCL_DEBUG=INFO");
+    ck_assert_str_eq(s.env[1], "SEED=7");
+    ck_assert_str_eq(s.spec_path, path);
+    dl_job_spec_free(&s);
+}
+END_TEST
+
+/* Each bad spec and the start of the one-line error it must give. */
+static const struct {
+    const char *yaml;
+    const char *error; /* after "<path>:" */
+} bad_yaml[] = {
+    {"max_restart: 1\ncommand: [x]\n", "1:1: unknown key 'max_restart'"},
+    {"command: [x]\nmax-restarts: 1\n", "2:1: unknown key 'max-restarts' (keys use '_', not '-')"},
+    {"command: [x]\nmax_restarts: -1\n", "2:15: max_restarts: '-1' is out of range"},
+    {"command: [x]\nmax_restarts: lots\n", "2:15: max_restarts: 'lots' is not a whole number"},
+    {"command: [x]\nmax_restarts: '3'\n", "2:15: max_restarts: expected a number, got a quoted"},
+    {"command: [x]\nnodes: 3:1\n", "2:8: nodes: '3:1' is out of range"},
+    {"command: [x]\nnodes: [1, 2]\n", "2:8: nodes: expected a single value, got a list"},
+    {"command: x\n", "1:10: command: expected a list of strings (argv), got a scalar"},
+    {"command: []\n", "1:10: command: must not be empty"},
+    {"command: [a, {b: c}]\n", "1:14: command: each argument must be a string, got a mapping"},
+    {"command: [x]\nenv: [A]\n", "2:6: env: expected a mapping"},
+    {"command: [x]\nenv:\n  1BAD: x\n", "3:3: env: '1BAD' is not a variable name"},
+    {"command: [x]\nenv:\n  A: [1]\n", "3:6: env: A: expected a string, got a list"},
+    {"command: [x]\ncommand: [y]\n", "2:1: duplicate key 'command'"},
+    {"- a\n- b\n", "1:1: the job spec must be a mapping of keys, got a list"},
+    {"command: [x\n", "2:1: did not find expected ',' or ']'"},
+    {"quiet: maybe\ncommand: [x]\n", "1:8: quiet: 'maybe' is not a boolean"},
+    {"stop_timeout: 1e9\ncommand: [x]\n", "1:15: stop_timeout: '1e9' is out of range"},
+    {"run_id: ''\ncommand: [x]\n", "1:9: run_id: must not be empty"},
+    {"", "the job spec is empty"},
+};
+
+START_TEST(yaml_errors_name_line_and_column)
+{
+    dl_job_spec_t s;
+    dl_config_action_t act;
+    char expect[1024];
+    const char *path = write_spec("bad.yaml", bad_yaml[_i].yaml);
+    ck_assert_int_eq(load(&s, NULL, &act, (char *)path, NULL), -EINVAL);
+    snprintf(expect, sizeof(expect), "%s:%s", path, bad_yaml[_i].error);
+    if (bad_yaml[_i].error[0] == 't') /* no position for an empty file */
+        snprintf(expect, sizeof(expect), "%s: %s", path, bad_yaml[_i].error);
+    ck_assert_msg(strncmp(err, expect, strlen(expect)) == 0, "got '%s', want '%s...'", err,
+                  expect);
+    ck_assert_ptr_null(strchr(err, '\n'));
+    dl_job_spec_free(&s);
+}
+END_TEST
+
+START_TEST(flag_and_env_errors)
+{
+    dl_job_spec_t s;
+    dl_config_action_t act;
+    char *bad_env[] = {"DLAUNCH_NODES=two", NULL};
+
+    ck_assert_int_eq(load(&s, NULL, &act, "--nodes", "0", "--", "x", NULL), -EINVAL);
+    ck_assert_str_eq(err, "--nodes: '0' is out of range (want N or MIN:MAX, 1 <= MIN <= MAX)");
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--gpus-per-node", "many", "--", "x", NULL), -EINVAL);
+    ck_assert_str_eq(err, "--gpus-per-node: 'many' is not a whole number or 'auto'");
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--bogus", NULL), -EINVAL);
+    ck_assert_str_eq(err, "unknown option '--bogus' (see --help)");
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--max-restarts", NULL), -EINVAL);
+    ck_assert_str_eq(err, "option '--max-restarts' needs a value (N)");
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--quiet=yes", "--", "x", NULL), -EINVAL);
+    ck_assert_str_eq(err, "option '--quiet' takes no value");
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, bad_env, &act, "--", "x", NULL), -EINVAL);
+    ck_assert_str_eq(err, "DLAUNCH_NODES: 'two' is not N or MIN:MAX");
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, NULL), -EINVAL);
+    ck_assert_str_eq(err, "nothing to run: give JOB.yaml or -- COMMAND [ARGS...]");
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--", NULL), -EINVAL);
+    ck_assert_str_eq(err, "nothing after '--': give the command to run");
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "a.yaml", "b.yaml", NULL), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "unexpected argument 'b.yaml'"));
+    dl_job_spec_free(&s);
+    ck_assert_int_lt(load(&s, NULL, &act, "/nonexistent/job.yaml", NULL), 0);
+    ck_assert_str_eq(err, "/nonexistent/job.yaml: cannot open the job spec: "
+                          "No such file or directory");
+    dl_job_spec_free(&s);
+}
+END_TEST
+
+START_TEST(help_and_version_win)
+{
+    dl_job_spec_t s;
+    dl_config_action_t act;
+    ck_assert_int_eq(load(&s, NULL, &act, "--nodes", "2", "--help", NULL), 0);
+    ck_assert_int_eq(act, DL_CONFIG_HELP);
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "-V", NULL), 0);
+    ck_assert_int_eq(act, DL_CONFIG_VERSION);
+    dl_job_spec_free(&s);
+}
+END_TEST
+
+START_TEST(number_parsers)
+{
+    long l;
+    double d;
+    int lo, hi;
+    ck_assert_int_eq(dl_parse_int("42", 0, 100, &l), 0);
+    ck_assert_int_eq(l, 42);
+    ck_assert_int_eq(dl_parse_int("", 0, 100, &l), -EINVAL);
+    ck_assert_int_eq(dl_parse_int(" 4", 0, 100, &l), -EINVAL);
+    ck_assert_int_eq(dl_parse_int("4x", 0, 100, &l), -EINVAL);
+    ck_assert_int_eq(dl_parse_int("+4", 0, 100, &l), -EINVAL);
+    ck_assert_int_eq(dl_parse_int("101", 0, 100, &l), -ERANGE);
+    ck_assert_int_eq(dl_parse_int("99999999999999999999999", 0, 100, &l), -ERANGE);
+    ck_assert_int_eq(dl_parse_double("0.5", 0, 1, &d), 0);
+    ck_assert_int_eq(dl_parse_double("nan", 0, 1, &d), -EINVAL);
+    ck_assert_int_eq(dl_parse_double("inf", 0, 1, &d), -ERANGE);
+    ck_assert_int_eq(dl_parse_nodes("2:8", &lo, &hi), 0);
+    ck_assert_int_eq(lo * 10 + hi, 28);
+    ck_assert_int_eq(dl_parse_nodes(":8", &lo, &hi), -EINVAL);
+    ck_assert_int_eq(dl_parse_nodes("2:", &lo, &hi), -EINVAL);
+    ck_assert_int_eq(dl_parse_nodes("2:3:4", &lo, &hi), -EINVAL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("jobspec");
+    TCase *tc = tcase_create("core");
+    tcase_add_unchecked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, defaults_and_command);
+    tcase_add_test(tc, flags_forms);
+    tcase_add_test(tc, precedence_flag_env_yaml_default);
+    tcase_add_test(tc, yaml_everything);
+    tcase_add_loop_test(tc, yaml_errors_name_line_and_column, 0,
+                        (int)(sizeof(bad_yaml) / sizeof(bad_yaml[0])));
+    tcase_add_test(tc, flag_and_env_errors);
+    tcase_add_test(tc, help_and_version_win);
+    tcase_add_test(tc, number_parsers);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,95 @@
+"""Signals reach every worker; after --stop-timeout SIGKILL; no orphan even if dlaunch is
+killed with SIGKILL."""
+import os
+import signal
+import subprocess
+import time
+
+import dltest
+
+# Each worker records its pid, a background child's pid, and a marker when SIGTERM arrives.
+TRAPPING = ('trap "echo term > $PWD/term_$RANK; exit 0" TERM; '
+            'sleep 300 & echo $! > $PWD/child_$RANK; echo $$ > $PWD/pid_$RANK; '
+            'wait')
+
+
+class Signals(dltest.Case):
+    def started(self, n):
+        return self.wait_events(
+            lambda evs: sum(e["event"] == "worker_start" for e in evs) == n and all(
+                os.path.exists(os.path.join(self.dir, f"{what}_{r}"))
+                for r in range(n) for what in ("child", "pid")))
+
+    def pids(self, n):
+        out = []
+        for r in range(n):
+            out.append(int(self.read(f"pid_{r}")))
+            out.append(int(self.read(f"child_{r}")))
+        return out
+
+    def test_sigterm_reaches_all_workers(self):
+        p = self.start("--gpus-per-node", "3", "--events", self.events_path, "--", "sh", "-c",
+                       TRAPPING)
+        self.started(3)
+        pids = self.pids(3)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=20)
+        self.assertEqual(p.returncode, 128 + signal.SIGTERM, err)
+        for r in range(3):
+            self.assertEqual(self.read(f"term_{r}"), "term\n")
+        self.assert_gone(pids)
+        end = self.events()[-1]
+        self.assertEqual((end["event"], end["status"], end["exit_code"]),
+                         ("job_end", "stopped", 143))
+
+    def test_sigint_and_sighup_exit_128_plus_n(self):
+        for sig in (signal.SIGINT, signal.SIGHUP):
+            if os.path.exists(self.events_path):
+                os.unlink(self.events_path)
+            for f in os.listdir(self.dir):
+                if f.startswith(("child_", "pid_", "term_")):
+                    os.unlink(os.path.join(self.dir, f))
+            p = self.start("--gpus-per-node", "2", "--events", self.events_path, "--", "sh",
+                           "-c", "sleep 300 & echo $! > child_$RANK; echo $$ > pid_$RANK; wait")
+            self.started(2)
+            pids = self.pids(2)
+            p.send_signal(sig)
+            p.communicate(timeout=20)
+            self.assertEqual(p.returncode, 128 + sig)
+            self.assert_gone(pids)
+
+    def test_stop_timeout_escalates_to_sigkill(self):
+        stubborn = ('trap "" TERM; echo $$ > pid_$RANK; sleep 300 & echo $! > child_$RANK; '
+                    'while :; do wait; done')
+        p = self.start("--gpus-per-node", "2", "--stop-timeout", "0.5", "--events",
+                       self.events_path, "--", "sh", "-c", stubborn)
+        self.started(2)
+        pids = self.pids(2)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=20)
+        took = time.monotonic() - t0
+        self.assertEqual(p.returncode, 143)
+        self.assertIn("sending SIGKILL", err)
+        self.assertLess(took, 5)
+        self.assertGreater(took, 0.4)
+        self.assert_gone(pids)
+
+    def test_sigkill_of_dlaunch_leaves_no_orphan(self):
+        p = self.start("--gpus-per-node", "4", "--events", self.events_path, "--", "sh", "-c",
+                       TRAPPING)
+        self.started(4)
+        pids = self.pids(4)
+        for pid in pids:
+            self.assertTrue(dltest.pid_alive(pid))
+        p.kill()
+        p.wait(timeout=10)
+        self.assertEqual(p.returncode, -signal.SIGKILL)
+        self.assert_gone(pids, timeout=5)
+        # The guard is gone too: nothing is left with dlaunch's name under our test folder.
+        out = subprocess.run(["pgrep", "-f", self.dir], capture_output=True, text=True).stdout
+        self.assertEqual(out.strip(), "")
+
+
+if __name__ == "__main__":
+    dltest.main()

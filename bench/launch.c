@@ -140,7 +140,7 @@ int main(int argc, char **argv)
          .argv = {"mpirun.openmpi", "-n", workers, "--oversubscribe", "/bin/true"}},
         {.tool = "mpich", .argv = {"mpirun.mpich", "-n", workers, "/bin/true"}},
         {.tool = "torchrun",
-         .argv = {"python3", torch_wrapper, "--standalone", "--nproc_per_node", workers,
+         .argv = {"/usr/bin/python3", torch_wrapper, "--standalone", "--nproc_per_node", workers,
                       torch_script}},
     };
     size_t nrows = sizeof(rows) / sizeof(rows[0]);
@@ -153,21 +153,20 @@ int main(int argc, char **argv)
     FILE *f = fopen(torch_script, "w");
     if (f != NULL)
         fclose(f);
-    /* Debian's torch 1.13 on Python 3.11 dies parsing its own arguments (a dataclass default
-     * that 3.11 rejects); patching that one check lets its real launcher run unchanged. */
+    /* Debian's torch 1.13 on Python 3.11 dies parsing its own --redirects default: 3.11 no
+     * longer lists the zero member of an IntFlag, so Std.from_str("0") returns None. Mapping
+     * that None back to Std.NONE lets its real launcher run unchanged. */
     f = fopen(torch_wrapper, "w");
     if (f != NULL) {
-        fputs("import dataclasses, sys\n"
-              "_orig = dataclasses._process_class\n"
-              "def _lenient(cls, *a, **k):\n"
-              "    try:\n"
-              "        return _orig(cls, *a, **k)\n"
-              "    except ValueError:\n"
-              "        for n, v in list(vars(cls).items()):\n"
-              "            if type(v).__hash__ is None and not n.startswith('__'):\n"
-              "                setattr(cls, n, dataclasses.field(default_factory=lambda v=v: v))\n"
-              "        return _orig(cls, *a, **k)\n"
-              "dataclasses._process_class = _lenient\n"
+        fputs("import sys\n"
+              "import torch.distributed.elastic.multiprocessing.api as api\n"
+              "_from_str = api.Std.from_str.__func__\n"
+              "def _fixed(cls, vm):\n"
+              "    r = _from_str(cls, vm)\n"
+              "    if isinstance(r, dict):\n"
+              "        return {k: cls.NONE if v is None else v for k, v in r.items()}\n"
+              "    return cls.NONE if r is None else r\n"
+              "api.Std.from_str = classmethod(_fixed)\n"
               "from torch.distributed.run import main\n"
               "sys.exit(main())\n",
               f);
@@ -181,7 +180,7 @@ int main(int argc, char **argv)
         else if (strcmp(r->tool, "mpich") == 0 && !have("mpirun.mpich"))
             r->why = "not installed (mpich)";
         else if (strcmp(r->tool, "torchrun") == 0 &&
-                 system("python3 -c 'import torch' >/dev/null 2>&1") != 0)
+                 system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
             r->why = "not installed (python3-torch)";
         if (r->why != NULL)
             continue;

@@ -1,5 +1,6 @@
 /* The restart policy as a pure state machine. A job attempt ends when every worker of it has
- * exited; the first failure decides whether the next attempt starts or the job fails. */
+ * exited; the first failure decides whether the next attempt starts or the job fails. In remote
+ * mode that decision belongs to the rendezvous: the supervisor reports and waits. */
 #include <signal.h>
 #include <string.h>
 
@@ -11,6 +12,12 @@ void dl_sup_init(dl_sup_t *sup, int nworkers, int max_restarts)
     sup->nworkers = nworkers;
     sup->max_restarts = max_restarts;
     sup->phase = DL_SUP_IDLE;
+}
+
+void dl_sup_init_remote(dl_sup_t *sup, int nworkers)
+{
+    dl_sup_init(sup, nworkers, 0);
+    sup->remote = true;
 }
 
 static void start_attempt(dl_sup_t *sup, dl_sup_actions_t *act)
@@ -37,7 +44,22 @@ static void attempt_over(dl_sup_t *sup, dl_sup_actions_t *act)
         act->flags |= DL_SUP_DISARM_TIMER;
     switch (sup->stop) {
     case DL_SUP_STOP_NONE:
-        finish(sup, act, sup->succeeded == sup->nworkers ? 0 : 1);
+        if (sup->remote) {
+            sup->phase = DL_SUP_WAITING;
+            act->flags |= DL_SUP_NODE_DONE;
+        } else {
+            finish(sup, act, sup->succeeded == sup->nworkers ? 0 : 1);
+        }
+        break;
+    case DL_SUP_STOP_REPORT:
+        sup->phase = DL_SUP_WAITING;
+        break;
+    case DL_SUP_STOP_REJOIN:
+        sup->phase = DL_SUP_WAITING;
+        act->flags |= DL_SUP_JOIN;
+        break;
+    case DL_SUP_STOP_END:
+        finish(sup, act, sup->end_code);
         break;
     case DL_SUP_STOP_RESTART:
         sup->attempt++;
@@ -82,9 +104,35 @@ static void worker_failed(dl_sup_t *sup, const dl_sup_event_t *ev, double now,
         .spawn_errno = ev->kind == DL_SUP_EV_SPAWN_FAILED ? ev->spawn_errno : 0,
         .time = now,
     };
+    if (sup->remote) {
+        act->flags |= DL_SUP_REPORT;
+        begin_stop(sup, act, DL_SUP_STOP_REPORT, SIGTERM);
+        return;
+    }
     begin_stop(sup, act,
                sup->attempt < sup->max_restarts ? DL_SUP_STOP_RESTART : DL_SUP_STOP_FAIL,
                SIGTERM);
+}
+
+/* Remote: the round changed under running workers, or the job ended for every node. */
+static void remote_stop(dl_sup_t *sup, dl_sup_actions_t *act, dl_sup_stop_t why)
+{
+    switch (sup->phase) {
+    case DL_SUP_RUNNING:
+        begin_stop(sup, act, why, SIGTERM);
+        break;
+    case DL_SUP_STOPPING:
+        /* A signal already decides how this ends; otherwise the newer news wins. */
+        if (sup->stop != DL_SUP_STOP_SIGNAL && sup->stop != DL_SUP_STOP_END)
+            sup->stop = why;
+        break;
+    default:
+        if (why == DL_SUP_STOP_END)
+            finish(sup, act, sup->end_code);
+        else
+            act->flags |= DL_SUP_JOIN;
+        break;
+    }
 }
 
 dl_sup_actions_t dl_sup_step(dl_sup_t *sup, const dl_sup_event_t *ev, double now)
@@ -96,8 +144,34 @@ dl_sup_actions_t dl_sup_step(dl_sup_t *sup, const dl_sup_event_t *ev, double now
 
     switch (ev->kind) {
     case DL_SUP_EV_START:
-        if (sup->phase == DL_SUP_IDLE)
+        if (sup->phase != DL_SUP_IDLE)
+            break;
+        if (sup->remote) {
+            sup->phase = DL_SUP_WAITING;
+            act.flags |= DL_SUP_JOIN;
+        } else {
             start_attempt(sup, &act);
+        }
+        break;
+
+    case DL_SUP_EV_ASSIGNED:
+        if (sup->remote && sup->phase == DL_SUP_WAITING) {
+            sup->attempt = ev->attempt;
+            start_attempt(sup, &act);
+        }
+        break;
+
+    case DL_SUP_EV_ROUND_CHANGED:
+        if (sup->remote)
+            remote_stop(sup, &act, DL_SUP_STOP_REJOIN);
+        break;
+
+    case DL_SUP_EV_JOB_END:
+        if (sup->remote) {
+            if (sup->stop != DL_SUP_STOP_SIGNAL)
+                sup->end_code = ev->exit_code;
+            remote_stop(sup, &act, DL_SUP_STOP_END);
+        }
         break;
 
     case DL_SUP_EV_WORKER_EXIT:
@@ -115,7 +189,7 @@ dl_sup_actions_t dl_sup_step(dl_sup_t *sup, const dl_sup_event_t *ev, double now
         break;
 
     case DL_SUP_EV_SIGNAL:
-        if (sup->phase == DL_SUP_IDLE) {
+        if (sup->phase == DL_SUP_IDLE || sup->phase == DL_SUP_WAITING) {
             sup->signal = ev->signal;
             finish(sup, &act, 128 + ev->signal);
         } else if (sup->stop == DL_SUP_STOP_SIGNAL) {

@@ -10,6 +10,7 @@ typedef enum {
     DL_SUP_IDLE = 0,
     DL_SUP_RUNNING,  /* workers of the current attempt are up */
     DL_SUP_STOPPING, /* waiting for every worker of the attempt to exit */
+    DL_SUP_WAITING,  /* remote: no workers; waiting for the rendezvous to say what next */
     DL_SUP_DONE,
 } dl_sup_phase_t;
 
@@ -19,6 +20,9 @@ typedef enum {
     DL_SUP_STOP_RESTART, /* a worker failed and restarts are left */
     DL_SUP_STOP_FAIL,    /* a worker failed and none are left */
     DL_SUP_STOP_SIGNAL,  /* the agent got a signal */
+    DL_SUP_STOP_REPORT,  /* remote: a worker failed; the rendezvous decides what next */
+    DL_SUP_STOP_REJOIN,  /* remote: a new round opened; join it once the workers are gone */
+    DL_SUP_STOP_END,     /* remote: the job is over (end_code) */
 } dl_sup_stop_t;
 
 typedef struct {
@@ -36,6 +40,10 @@ typedef enum {
     DL_SUP_EV_SPAWN_FAILED,  /* rank, spawn_errno */
     DL_SUP_EV_SIGNAL,        /* signal */
     DL_SUP_EV_STOP_TIMEOUT,
+    /* remote mode only: what the rendezvous said */
+    DL_SUP_EV_ASSIGNED,      /* attempt: the round's restart count; start the workers */
+    DL_SUP_EV_ROUND_CHANGED, /* stop the workers and join the next round */
+    DL_SUP_EV_JOB_END,       /* exit_code: the job is over for every node */
 } dl_sup_event_kind_t;
 
 typedef struct {
@@ -44,6 +52,7 @@ typedef struct {
     int exit_code;
     int signal;
     int spawn_errno;
+    int attempt;
 } dl_sup_event_t;
 
 /* Action flags, carried out by the shell in this order: disarm, kill, spawn, arm, exit. */
@@ -53,6 +62,10 @@ enum {
     DL_SUP_SPAWN = 1 << 2,     /* start every worker for attempt */
     DL_SUP_ARM_TIMER = 1 << 3, /* the stop timeout */
     DL_SUP_EXIT = 1 << 4,      /* the job is over: exit with exit_code */
+    /* remote mode only */
+    DL_SUP_REPORT = 1 << 5,    /* tell the rendezvous about first_failure */
+    DL_SUP_NODE_DONE = 1 << 6, /* tell the rendezvous every local worker exited 0 */
+    DL_SUP_JOIN = 1 << 7,      /* join the rendezvous's current round */
 };
 
 typedef struct {
@@ -63,8 +76,10 @@ typedef struct {
 } dl_sup_actions_t;
 
 typedef struct dl_sup_s {
+    bool remote; /* restarts are decided by the rendezvous, not here */
     int nworkers;
     int max_restarts;
+    int end_code; /* DL_SUP_STOP_END: the exit code once the workers are gone */
     int attempt;
     dl_sup_phase_t phase;
     dl_sup_stop_t stop;
@@ -75,7 +90,12 @@ typedef struct dl_sup_s {
     dl_sup_failure_t first_failure; /* first failure of the last failed attempt */
 } dl_sup_t;
 
+/* Local mode: this node alone decides restarts, up to max_restarts. */
 void dl_sup_init(dl_sup_t *sup, int nworkers, int max_restarts);
+
+/* Remote mode: a rendezvous decides rounds; the supervisor reports failures and success, stops
+ * workers when a round changes, and joins again. */
+void dl_sup_init_remote(dl_sup_t *sup, int nworkers);
 
 /* Feeds one event that happened at time now (seconds, any epoch) and returns what to do. */
 dl_sup_actions_t dl_sup_step(dl_sup_t *sup, const dl_sup_event_t *ev, double now);

@@ -162,6 +162,89 @@ START_TEST(ten_thousand_workers_one_failure)
 }
 END_TEST
 
+static dl_sup_actions_t remote_ev(dl_sup_t *s, dl_sup_event_kind_t kind, int value)
+{
+    dl_sup_event_t ev = {.kind = kind, .attempt = value, .exit_code = value};
+    return dl_sup_step(s, &ev, 0);
+}
+
+START_TEST(remote_join_run_done)
+{
+    dl_sup_t s;
+    dl_sup_init_remote(&s, 2);
+    ck_assert_uint_eq(simple(&s, DL_SUP_EV_START, 0).flags, DL_SUP_JOIN);
+    dl_sup_actions_t a = remote_ev(&s, DL_SUP_EV_ASSIGNED, 4);
+    ck_assert_uint_eq(a.flags, DL_SUP_SPAWN);
+    ck_assert_int_eq(a.attempt, 4); /* the round's restart count, not ours */
+    exit_ev(&s, 0, 0, 1);
+    a = exit_ev(&s, 1, 0, 2);
+    ck_assert_uint_eq(a.flags, DL_SUP_NODE_DONE); /* not EXIT: another node may still fail */
+    ck_assert_int_eq(s.phase, DL_SUP_WAITING);
+    a = remote_ev(&s, DL_SUP_EV_JOB_END, 0);
+    ck_assert_uint_eq(a.flags, DL_SUP_EXIT);
+    ck_assert_int_eq(a.exit_code, 0);
+}
+END_TEST
+
+START_TEST(remote_failure_is_reported_not_restarted)
+{
+    dl_sup_t s;
+    dl_sup_init_remote(&s, 2);
+    simple(&s, DL_SUP_EV_START, 0);
+    remote_ev(&s, DL_SUP_EV_ASSIGNED, 0);
+    dl_sup_actions_t a = exit_ev(&s, 1, 9, 1);
+    ck_assert_uint_eq(a.flags, DL_SUP_REPORT | DL_SUP_KILL | DL_SUP_ARM_TIMER);
+    ck_assert_int_eq(s.first_failure.exit_code, 9);
+    a = killed_ev(&s, 0, SIGTERM, 2);
+    ck_assert_uint_eq(a.flags, DL_SUP_DISARM_TIMER); /* and wait for the rendezvous */
+    ck_assert_int_eq(s.phase, DL_SUP_WAITING);
+    ck_assert_uint_eq(remote_ev(&s, DL_SUP_EV_ROUND_CHANGED, 1).flags, DL_SUP_JOIN);
+    a = remote_ev(&s, DL_SUP_EV_ASSIGNED, 1);
+    ck_assert_uint_eq(a.flags, DL_SUP_SPAWN);
+    ck_assert_int_eq(a.attempt, 1);
+}
+END_TEST
+
+START_TEST(remote_round_change_stops_healthy_workers)
+{
+    dl_sup_t s;
+    dl_sup_init_remote(&s, 2);
+    simple(&s, DL_SUP_EV_START, 0);
+    remote_ev(&s, DL_SUP_EV_ASSIGNED, 0);
+    dl_sup_actions_t a = remote_ev(&s, DL_SUP_EV_ROUND_CHANGED, 1);
+    ck_assert_uint_eq(a.flags, DL_SUP_KILL | DL_SUP_ARM_TIMER);
+    killed_ev(&s, 0, SIGTERM, 1);
+    a = killed_ev(&s, 1, SIGTERM, 1);
+    ck_assert_uint_eq(a.flags, DL_SUP_DISARM_TIMER | DL_SUP_JOIN);
+    ck_assert(!s.has_failure); /* dying of our SIGTERM is no failure */
+}
+END_TEST
+
+START_TEST(remote_job_end_while_running)
+{
+    dl_sup_t s;
+    dl_sup_init_remote(&s, 1);
+    simple(&s, DL_SUP_EV_START, 0);
+    remote_ev(&s, DL_SUP_EV_ASSIGNED, 0);
+    dl_sup_actions_t a = remote_ev(&s, DL_SUP_EV_JOB_END, 1);
+    ck_assert_uint_eq(a.flags, DL_SUP_KILL | DL_SUP_ARM_TIMER);
+    a = killed_ev(&s, 0, SIGTERM, 1);
+    ck_assert_uint_eq(a.flags, DL_SUP_DISARM_TIMER | DL_SUP_EXIT);
+    ck_assert_int_eq(a.exit_code, 1);
+}
+END_TEST
+
+START_TEST(remote_signal_while_waiting)
+{
+    dl_sup_t s;
+    dl_sup_init_remote(&s, 1);
+    simple(&s, DL_SUP_EV_START, 0);
+    dl_sup_actions_t a = simple(&s, DL_SUP_EV_SIGNAL, SIGTERM);
+    ck_assert_uint_eq(a.flags, DL_SUP_EXIT);
+    ck_assert_int_eq(a.exit_code, 143);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("supervisor");
@@ -174,6 +257,11 @@ int main(void)
     tcase_add_test(tc, signal_during_restart_wins);
     tcase_add_test(tc, spawn_failure_counts_as_failure);
     tcase_add_test(tc, ten_thousand_workers_one_failure);
+    tcase_add_test(tc, remote_join_run_done);
+    tcase_add_test(tc, remote_failure_is_reported_not_restarted);
+    tcase_add_test(tc, remote_round_change_stops_healthy_workers);
+    tcase_add_test(tc, remote_job_end_while_running);
+    tcase_add_test(tc, remote_signal_while_waiting);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "agent.h"
+#include "internal.h"
 #include "events.h"
 #include "gpu.h"
 #include "output.h"
@@ -27,55 +28,14 @@
 /* How long output may keep arriving after a worker's process group is gone. */
 #define DRAIN_TIMEOUT_MS 1000
 
-typedef struct dl_agent_s dl_agent_t;
-
-typedef struct {
-    dl_agent_t *agent;
-    int rank;
-    int local_rank;
-    pid_t pid;    /* 0 when not running */
-    int attempt;  /* of the running process */
-    dl_output_t *output;
-} worker_t;
-
-struct dl_agent_s {
-    uv_loop_t loop;
-    const dl_job_spec_t *spec;
-    char **environ_list;
-    dl_sup_t sup;
-    int nworkers;
-    int node_rank;
-    int nnodes;
-    int world_size;
-    worker_t *workers;
-    uv_signal_t signals[4];
-    uv_timer_t stop_timer;
-    dl_events_t *events;
-    dl_guard_t guard;
-    char *run_id;
-    char *command_path;
-    char *run_dir; /* LOGDIR/RUN_ID */
-    char attempt_dir[4096];
-    char master_addr[64];
-    int master_port;
-    int exit_code;
-    int outputs_open;
-    dl_sup_failure_t *history; /* the first failure of every failed attempt */
-    size_t nhistory;
-    char readbuf[64 * 1024];
-};
-
-static double now_unix(void)
+double dl__now_unix(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void agent_log(const dl_agent_t *a, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void agent_log(const dl_agent_t *a, const char *fmt, ...)
+void dl__agent_log(const dl_agent_t *a, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -87,9 +47,9 @@ static void agent_log(const dl_agent_t *a, const char *fmt, ...)
 
 static void apply(dl_agent_t *a, dl_sup_actions_t act);
 
-static void feed(dl_agent_t *a, dl_sup_event_t ev)
+void dl__agent_feed(dl_agent_t *a, dl_sup_event_t ev)
 {
-    apply(a, dl_sup_step(&a->sup, &ev, now_unix()));
+    apply(a, dl_sup_step(&a->sup, &ev, dl__now_unix()));
 }
 
 static int mkdir_p(const char *path)
@@ -121,9 +81,9 @@ static void output_closed(void *ctx)
 static void kill_workers(dl_agent_t *a, int sig)
 {
     for (int i = 0; i < a->nworkers; i++) {
-        worker_t *w = &a->workers[i];
+        dl__worker_t *w = &a->workers[i];
         if (w->pid > 0 && kill(-w->pid, sig) < 0 && errno != ESRCH)
-            agent_log(a, "cannot signal rank %d (pid %d): %s", w->rank, (int)w->pid,
+            dl__agent_log(a, "cannot signal rank %d (pid %d): %s", w->rank, (int)w->pid,
                       strerror(errno));
     }
 }
@@ -140,7 +100,7 @@ static json_t *worker_env_json(char **envp)
     return o;
 }
 
-static int build_env(dl_agent_t *a, const worker_t *w, int attempt, char ***ret_envp)
+static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, char ***ret_envp)
 {
     dl_worker_env_t we = {
         .rank = w->rank,
@@ -155,12 +115,14 @@ static int build_env(dl_agent_t *a, const worker_t *w, int attempt, char ***ret_
         .master_addr = a->master_addr,
         .master_port = a->master_port,
         .attempt_dir = a->attempt_dir,
+        .store = a->store_addr[0] != '\0' ? a->store_addr : NULL,
+        .token_file = a->token_path,
     };
     return dl_worker_env_build(&we, a->environ_list, a->spec->env, ret_envp);
 }
 
 /* Starts one worker; returns 0 or -errno (then nothing of it is left running). */
-static int spawn_worker(dl_agent_t *a, worker_t *w, int attempt)
+static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt)
 {
     char prefix[64];
     char **envp = NULL;
@@ -194,12 +156,12 @@ static int spawn_worker(dl_agent_t *a, worker_t *w, int attempt)
     w->attempt = attempt;
     w->output = out;
     if (dl_guard_watch(&a->guard, w->pid, 1) < 0)
-        agent_log(a, "the orphan guard is gone: workers may outlive a killed agent");
+        dl__agent_log(a, "the orphan guard is gone: workers may outlive a killed agent");
     json_t *f = json_pack("{s:i, s:i, s:i, s:i}", "rank", w->rank, "local_rank", w->local_rank,
                           "pid", (int)w->pid, "attempt", attempt);
-    dl_events_emit(a->events, "worker_start", now_unix(), f);
+    dl_events_emit(a->events, "worker_start", dl__now_unix(), f);
     if (a->spec->verbose)
-        agent_log(a, "rank %d started (pid %d, attempt %d)", w->rank, (int)w->pid, attempt);
+        dl__agent_log(a, "rank %d started (pid %d, attempt %d)", w->rank, (int)w->pid, attempt);
     return 0;
 }
 
@@ -231,13 +193,13 @@ static int start_attempt(dl_agent_t *a, int attempt)
     snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_%d", a->run_dir, attempt);
     r = mkdir_p(a->attempt_dir);
     if (r < 0) {
-        agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir, strerror(-r));
+        dl__agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir, strerror(-r));
         return r;
     }
     json_t *ranks = json_array();
     for (int i = 0; i < a->nworkers; i++)
         json_array_append_new(ranks, json_integer(a->workers[i].rank));
-    dl_events_emit(a->events, "rendezvous", now_unix(),
+    dl_events_emit(a->events, "rendezvous", dl__now_unix(),
                    json_pack("{s:i, s:i, s:i, s:i, s:o, s:s, s:i}", "round", attempt,
                              "world_size", a->world_size, "node_rank", a->node_rank, "nodes",
                              a->nnodes, "ranks", ranks, "master_addr", a->master_addr,
@@ -249,30 +211,30 @@ static void spawn_all(dl_agent_t *a, int attempt)
 {
     int failed_rank = -1, failed_err = 0;
 
-    if (attempt > 0) {
+    if (attempt > 0 && !a->remote) {
         record_failure(a);
         json_t *f = json_pack("{s:i, s:o}", "attempt", attempt, "reason",
                               failure_json(&a->sup.first_failure));
-        dl_events_emit(a->events, "restart", now_unix(), f);
-        agent_log(a, "restarting the job (attempt %d of %d)", attempt,
+        dl_events_emit(a->events, "restart", dl__now_unix(), f);
+        dl__agent_log(a, "restarting the job (attempt %d of %d)", attempt,
                   a->spec->max_restarts + 1);
     }
     int r = start_attempt(a, attempt);
     for (int i = 0; i < a->nworkers; i++) {
-        worker_t *w = &a->workers[i];
+        dl__worker_t *w = &a->workers[i];
         if (r == 0)
             r = spawn_worker(a, w, attempt);
         if (r < 0 && failed_rank < 0) {
             failed_rank = w->rank;
             failed_err = -r;
-            agent_log(a, "cannot start rank %d: %s", w->rank, strerror(-r));
+            dl__agent_log(a, "cannot start rank %d: %s", w->rank, strerror(-r));
         }
     }
     /* Every rank that did not start counts as exited, so the supervisor's books balance. */
     for (int i = 0; i < a->nworkers; i++) {
-        worker_t *w = &a->workers[i];
+        dl__worker_t *w = &a->workers[i];
         if (w->pid == 0)
-            feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_SPAWN_FAILED,
+            dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_SPAWN_FAILED,
                                      .rank = w->rank,
                                      .spawn_errno = w->rank == failed_rank ? failed_err : EAGAIN});
     }
@@ -281,24 +243,42 @@ static void spawn_all(dl_agent_t *a, int attempt)
 static void on_stop_timeout(uv_timer_t *t)
 {
     dl_agent_t *a = t->data;
-    agent_log(a, "workers still running after %gs: sending SIGKILL", a->spec->stop_timeout);
-    feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_STOP_TIMEOUT});
+    dl__agent_log(a, "workers still running after %gs: sending SIGKILL", a->spec->stop_timeout);
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_STOP_TIMEOUT});
+}
+
+/* Lets go of the agent's own handles so that the loop ends once the outputs drain. */
+static void finish_loop(dl_agent_t *a)
+{
+    for (size_t i = 0; i < sizeof(a->signals) / sizeof(a->signals[0]); i++)
+        uv_close((uv_handle_t *)&a->signals[i], NULL);
+    uv_close((uv_handle_t *)&a->stop_timer, NULL);
 }
 
 static void finish(dl_agent_t *a, int exit_code)
 {
-    const char *status = exit_code == 0 ? "succeeded" : exit_code == 1 ? "failed" : "stopped";
+    const char *status = exit_code == 0   ? "succeeded"
+                         : exit_code == 1 ? "failed"
+                         : exit_code == 3 ? "timed_out"
+                         : exit_code == 4 ? "refused"
+                                          : "stopped";
     a->exit_code = exit_code;
-    if (exit_code == 1 && a->sup.has_failure) {
+    if (exit_code == 1 && a->sup.has_failure && !a->remote) {
         record_failure(a);
         dl_summary_print(stderr, a->history, a->nhistory, a->sup.attempt + 1, a->run_dir);
+    } else if (exit_code == 1 && a->remote) {
+        if (a->sup.has_failure)
+            record_failure(a);
+        fprintf(stderr, "dlaunch: the job failed: %s\n",
+                a->failure_text[0] ? a->failure_text : "see the other nodes' logs");
+        if (a->nhistory > 0)
+            dl_summary_print(stderr, a->history, a->nhistory, a->sup.attempt + 1, a->run_dir);
     }
-    dl_events_emit(a->events, "job_end", now_unix(),
+    dl__rdzv_finish(a, exit_code);
+    dl_events_emit(a->events, "job_end", dl__now_unix(),
                    json_pack("{s:s, s:i, s:i}", "status", status, "exit_code", exit_code,
                              "attempts", a->sup.attempt + 1));
-    for (size_t i = 0; i < sizeof(a->signals) / sizeof(a->signals[0]); i++)
-        uv_close((uv_handle_t *)&a->signals[i], NULL);
-    uv_close((uv_handle_t *)&a->stop_timer, NULL);
+    finish_loop(a);
 }
 
 static void apply(dl_agent_t *a, dl_sup_actions_t act)
@@ -310,13 +290,19 @@ static void apply(dl_agent_t *a, dl_sup_actions_t act)
     if (act.flags & DL_SUP_ARM_TIMER)
         uv_timer_start(&a->stop_timer, on_stop_timeout, (uint64_t)(a->spec->stop_timeout * 1000),
                        0);
+    if (act.flags & DL_SUP_REPORT)
+        dl__rdzv_report(a);
+    if (act.flags & DL_SUP_NODE_DONE)
+        dl__rdzv_node_done(a);
+    if (act.flags & DL_SUP_JOIN)
+        dl__rdzv_join(a);
     if (act.flags & DL_SUP_SPAWN)
         spawn_all(a, act.attempt);
     if (act.flags & DL_SUP_EXIT)
         finish(a, act.exit_code);
 }
 
-static void worker_reaped(dl_agent_t *a, worker_t *w, int status)
+static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status)
 {
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
@@ -324,7 +310,7 @@ static void worker_reaped(dl_agent_t *a, worker_t *w, int status)
 
     /* What the worker left running in its group goes with it: nothing outlives its worker. */
     if (kill(-pid, SIGKILL) < 0 && errno != ESRCH)
-        agent_log(a, "cannot clean up after rank %d: %s", w->rank, strerror(errno));
+        dl__agent_log(a, "cannot clean up after rank %d: %s", w->rank, strerror(errno));
     dl_guard_watch(&a->guard, pid, 0);
     w->pid = 0;
     dl_output_drain(w->output, DRAIN_TIMEOUT_MS);
@@ -336,15 +322,15 @@ static void worker_reaped(dl_agent_t *a, worker_t *w, int status)
         json_object_set_new(f, "signal", json_string(dl_signal_name(sig)));
     else
         json_object_set_new(f, "exit_code", json_integer(code));
-    dl_events_emit(a->events, "worker_exit", now_unix(), f);
+    dl_events_emit(a->events, "worker_exit", dl__now_unix(), f);
     if (a->spec->verbose || (code != 0 && a->sup.stop == DL_SUP_STOP_NONE)) {
         if (sig > 0)
-            agent_log(a, "rank %d (pid %d) was killed by %s", w->rank, (int)pid,
+            dl__agent_log(a, "rank %d (pid %d) was killed by %s", w->rank, (int)pid,
                       dl_signal_name(sig));
         else
-            agent_log(a, "rank %d (pid %d) exited with code %d", w->rank, (int)pid, code);
+            dl__agent_log(a, "rank %d (pid %d) exited with code %d", w->rank, (int)pid, code);
     }
-    feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_WORKER_EXIT, .rank = w->rank,
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_WORKER_EXIT, .rank = w->rank,
                              .exit_code = code, .signal = sig});
 }
 
@@ -366,15 +352,15 @@ static void on_signal(uv_signal_t *h, int signum)
             }
             if (pid == a->guard.pid) {
                 a->guard.pid = 0;
-                agent_log(a, "the orphan guard exited unexpectedly");
+                dl__agent_log(a, "the orphan guard exited unexpectedly");
             }
         }
         return;
     }
-    agent_log(a, "got %s: stopping the workers", dl_signal_name(signum));
-    dl_events_emit(a->events, "signal", now_unix(),
+    dl__agent_log(a, "got %s: stopping the workers", dl_signal_name(signum));
+    dl_events_emit(a->events, "signal", dl__now_unix(),
                    json_pack("{s:s}", "signal", dl_signal_name(signum)));
-    feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_SIGNAL, .signal = signum});
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_SIGNAL, .signal = signum});
 }
 
 /* A port nothing listens on now, for the workers' own rendezvous (torch's TCPStore). */
@@ -424,12 +410,19 @@ static int plan(dl_agent_t *a)
     int gpus = dl_gpu_count("/proc", env_get(a->environ_list, "CUDA_VISIBLE_DEVICES"));
     int r;
 
-    if (spec->nodes_max > 1) {
-        fprintf(stderr, "dlaunch: --nodes %d:%d: jobs over several nodes need the rendezvous, "
-                        "which this build does not have yet\n",
+    a->remote = spec->rdzv_endpoint != NULL;
+    if (spec->nodes_max > 1 && !a->remote) {
+        fprintf(stderr, "dlaunch: --nodes %d:%d: a job over several nodes needs "
+                        "--rdzv-endpoint HOST:PORT\n",
                 spec->nodes_min, spec->nodes_max);
         return 2;
     }
+    if (a->remote && spec->run_id == NULL) {
+        fprintf(stderr, "dlaunch: --rdzv-endpoint: every node of the job needs the same "
+                        "--run-id\n");
+        return 2;
+    }
+    /* Until the rendezvous says otherwise (remote), this node is the whole job. */
     a->nnodes = 1;
     a->node_rank = 0;
     if (spec->gpus_per_node == DL_GPUS_AUTO) {
@@ -466,15 +459,27 @@ static int plan(dl_agent_t *a)
         fprintf(stderr, "dlaunch: cannot find a free port for MASTER_PORT: %s\n", strerror(-r));
         return 2;
     }
-    a->workers = calloc((size_t)a->nworkers, sizeof(worker_t));
-    if (a->workers == NULL) {
+    if (dl__agent_set_ranks(a, 0, a->nworkers) < 0) {
         fprintf(stderr, "dlaunch: out of memory\n");
         return 2;
     }
-    for (int i = 0; i < a->nworkers; i++) {
+    return 0;
+}
+
+int dl__agent_set_ranks(dl_agent_t *a, int first_rank, int n)
+{
+    if (a->workers == NULL || n != a->nworkers) {
+        dl__worker_t *w = calloc((size_t)n, sizeof(*w));
+        if (w == NULL)
+            return -ENOMEM;
+        free(a->workers);
+        a->workers = w;
+        a->nworkers = n;
+    }
+    for (int i = 0; i < n; i++) {
         a->workers[i].agent = a;
         a->workers[i].local_rank = i;
-        a->workers[i].rank = a->node_rank * a->nworkers + i;
+        a->workers[i].rank = first_rank + i;
     }
     return 0;
 }
@@ -551,11 +556,13 @@ static int setup_loop(dl_agent_t *a)
 
 static void agent_free(dl_agent_t *a)
 {
+    dl__rdzv_free(a);
     free(a->workers);
     free(a->run_id);
     free(a->run_dir);
     free(a->command_path);
     free(a->history);
+    free(a->token_path);
     dl_events_close(a->events);
     free(a);
 }
@@ -602,22 +609,44 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
         agent_free(a);
         return 1;
     }
-    dl_sup_init(&a->sup, a->nworkers, spec->max_restarts);
+    if (a->remote)
+        dl_sup_init_remote(&a->sup, a->nworkers);
+    else
+        dl_sup_init(&a->sup, a->nworkers, spec->max_restarts);
     json_t *cmd = json_array();
     for (char **c = spec->command; *c != NULL; c++)
         json_array_append_new(cmd, json_string(*c));
-    dl_events_emit(a->events, "job_start", now_unix(),
+    dl_events_emit(a->events, "job_start", dl__now_unix(),
                    json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:o}", "run_id", a->run_id, "nodes",
                              a->nnodes, "workers_per_node", a->nworkers, "world_size",
                              a->world_size, "max_restarts", spec->max_restarts, "log_dir",
                              a->run_dir, "command", cmd));
-    feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_START});
+    if (a->remote) {
+        /* The supervisor starts once the rendezvous answers (dl__rdzv_start's ready). */
+        code = dl__rdzv_start(a);
+        if (code != 0) {
+            dl_events_emit(a->events, "job_end", dl__now_unix(),
+                           json_pack("{s:s, s:i, s:i}", "status", "refused", "exit_code", code,
+                                     "attempts", 0));
+            dl__rdzv_finish(a, code);
+            finish_loop(a);
+            uv_run(&a->loop, UV_RUN_DEFAULT);
+            uv_loop_close(&a->loop);
+            dl_guard_stop(&a->guard);
+            agent_free(a);
+            return code;
+        }
+    } else {
+        if (dl__rdzv_local_store(a) < 0)
+            dl__agent_log(a, "no key-value store for the workers (DLAUNCH_STORE unset)");
+        dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_START});
+    }
     uv_run(&a->loop, UV_RUN_DEFAULT);
 
     code = a->exit_code;
     dl_guard_stop(&a->guard);
     if (uv_loop_close(&a->loop) != 0)
-        agent_log(a, "event loop closed with handles still open");
+        dl__agent_log(a, "event loop closed with handles still open");
     agent_free(a);
     return code;
 }

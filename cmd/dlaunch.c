@@ -4,6 +4,7 @@
 
 #include "agent.h"
 #include "config.h"
+#include "ctl.h"
 
 extern char **environ;
 
@@ -14,6 +15,8 @@ int main(int argc, char **argv)
     char err[DL_CONFIG_ERRLEN];
     int code;
 
+    if (argc > 1 && dl_ctl_is_command(argv[1]))
+        return dl_ctl_main(argc, argv);
     dl_job_spec_init(&spec);
     if (dl_config_load(&spec, argc, argv, environ, &action, err, sizeof(err)) < 0) {
         fprintf(stderr, "dlaunch: %s\n", err);

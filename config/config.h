@@ -30,6 +30,15 @@ struct dl_job_spec_s {
     bool quiet;
     bool verbose;
 
+    /* Several nodes: the rendezvous. */
+    char *rdzv_endpoint; /* HOST:PORT; NULL: none (one node on its own) */
+    int node_rank;       /* -1: let the rendezvous choose */
+    double join_timeout; /* seconds for the job to gather its nodes */
+    double last_call;    /* seconds to wait for more nodes once MIN joined */
+    double heartbeat;    /* seconds between an agent's heartbeats */
+    double dead_after;   /* seconds without a heartbeat before a node is dead */
+    char *token_file;
+
     char *spec_path; /* the YAML file, or NULL */
     char **command;  /* NULL-terminated argv, owned */
     size_t command_len;

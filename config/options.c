@@ -32,6 +32,20 @@ const dl__option_t dl__options[] = {
      "do not echo worker output (it still goes to the log files)", false},
     {"verbose", NULL, 'v', DL__OPT_BOOL, OFF(verbose), 0, 0, NULL,
      "report every worker start and exit on stderr", false},
+    {"rdzv-endpoint", NULL, 0, DL__OPT_STRING, OFF(rdzv_endpoint), 0, 0, "HOST:PORT",
+     "the rendezvous of a job over several nodes; the agent that can bind it hosts it", false},
+    {"node-rank", NULL, 0, DL__OPT_INT, OFF(node_rank), 0, 1e6, "N",
+     "this node's rank (default: the rendezvous decides; 0 hosts the rendezvous)", false},
+    {"join-timeout", NULL, 0, DL__OPT_DOUBLE, OFF(join_timeout), 0.1, 86400, "SEC",
+     "give up (exit 3) when the nodes have not gathered by then (default 600)", false},
+    {"last-call", NULL, 0, DL__OPT_DOUBLE, OFF(last_call), 0, 86400, "SEC",
+     "with --nodes MIN:MAX, wait this long for more nodes once MIN joined (default 5)", false},
+    {"heartbeat", NULL, 0, DL__OPT_DOUBLE, OFF(heartbeat), 0.01, 3600, "SEC",
+     "seconds between heartbeats to the rendezvous (default 1)", false},
+    {"dead-after", NULL, 0, DL__OPT_DOUBLE, OFF(dead_after), 0.05, 86400, "SEC",
+     "a node silent this long is dead and the job restarts without it (default 5)", false},
+    {"token-file", NULL, 0, DL__OPT_STRING, OFF(token_file), 0, 0, "FILE",
+     "the job token (mode 0600) proving agents and workers belong to the job", false},
 };
 const size_t dl__options_count = sizeof(dl__options) / sizeof(dl__options[0]);
 
@@ -197,6 +211,11 @@ void dl_job_spec_init(dl_job_spec_t *spec)
     spec->gpus_per_node = DL_GPUS_AUTO;
     spec->max_restarts = 0;
     spec->stop_timeout = 10.0;
+    spec->node_rank = -1;
+    spec->join_timeout = 600.0;
+    spec->last_call = 5.0;
+    spec->heartbeat = 1.0;
+    spec->dead_after = 5.0;
 }
 
 void dl_job_spec_free(dl_job_spec_t *spec)
@@ -206,6 +225,8 @@ void dl_job_spec_free(dl_job_spec_t *spec)
     free(spec->run_id);
     free(spec->log_dir);
     free(spec->events);
+    free(spec->rdzv_endpoint);
+    free(spec->token_file);
     free(spec->spec_path);
     dl__strv_free(spec->command);
     dl__strv_free(spec->env);

@@ -1,0 +1,77 @@
+/* Shared between the files of agent/: the agent's state. */
+#ifndef DL_AGENT_INTERNAL_H
+#define DL_AGENT_INTERNAL_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "config.h"
+#include "events.h"
+#include "output.h"
+#include "spawn.h"
+#include "supervisor.h"
+
+typedef struct dl_agent_s dl_agent_t;
+struct dl__rdzv_s;
+
+typedef struct {
+    dl_agent_t *agent;
+    int rank;
+    int local_rank;
+    pid_t pid;    /* 0 when not running */
+    int attempt;  /* of the running process */
+    dl_output_t *output;
+} dl__worker_t;
+
+struct dl_agent_s {
+    uv_loop_t loop;
+    const dl_job_spec_t *spec;
+    char **environ_list;
+    dl_sup_t sup;
+    int nworkers;
+    int node_rank;
+    int nnodes;
+    int world_size;
+    dl__worker_t *workers;
+    uv_signal_t signals[4];
+    uv_timer_t stop_timer;
+    dl_events_t *events;
+    dl_guard_t guard;
+    char *run_id;
+    char *command_path;
+    char *run_dir; /* LOGDIR/RUN_ID */
+    char attempt_dir[4096];
+    char master_addr[64];
+    int master_port;
+    int exit_code;
+    int outputs_open;
+    bool remote;               /* a rendezvous decides rounds (several nodes) */
+    struct dl__rdzv_s *rdzv;   /* rdzv.c's state, when remote */
+    int round;                 /* the rendezvous round the workers belong to */
+    char failure_text[512];    /* the job's failure as the rendezvous described it */
+    char store_addr[300];      /* DLAUNCH_STORE for the workers, or "" */
+    char *token_path;          /* the token file as an absolute path, or NULL */
+    dl_sup_failure_t *history; /* the first failure of every failed attempt */
+    size_t nhistory;
+    char readbuf[64 * 1024];
+};
+
+double dl__now_unix(void);
+void dl__agent_log(const dl_agent_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Feeds the supervisor and carries out what it says. */
+void dl__agent_feed(dl_agent_t *a, dl_sup_event_t ev);
+/* Sizes the worker table for n local workers whose global ranks start at first_rank. */
+int dl__agent_set_ranks(dl_agent_t *a, int first_rank, int n);
+
+/* rdzv.c: the agent's side of the rendezvous (several nodes). */
+int dl__rdzv_start(dl_agent_t *a);           /* returns 0 or an exit code, having said why */
+void dl__rdzv_join(dl_agent_t *a);
+void dl__rdzv_report(dl_agent_t *a);
+void dl__rdzv_node_done(dl_agent_t *a);
+void dl__rdzv_finish(dl_agent_t *a, int exit_code); /* says goodbye and lets go of every handle */
+void dl__rdzv_free(dl_agent_t *a);
+/* One node alone: serve the job's key-value store on loopback for its workers. */
+int dl__rdzv_local_store(dl_agent_t *a);                  /* after the loop has ended */
+
+#endif

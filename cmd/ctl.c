@@ -1,0 +1,336 @@
+/* The control subcommands of dlaunch: status, stop, restart (against dlaunchd or an embedded
+ * rendezvous) and kv (the job's key-value store, for shell workers). Each is one blocking
+ * request; exit codes follow docs/exit-codes.md. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "ctl.h"
+#include "rendezvous.h"
+
+typedef struct {
+    const char *endpoint;
+    const char *token_file;
+    const char *run_id;
+    bool json;
+    double timeout;
+    char **args; /* positional arguments after the subcommand */
+    int nargs;
+} ctl_opts_t;
+
+static int usage_error(const char *fmt, const char *a) __attribute__((format(printf, 1, 0)));
+
+static int usage_error(const char *fmt, const char *a)
+{
+    char msg[512];
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+    snprintf(msg, sizeof(msg), fmt, a);
+#pragma GCC diagnostic pop
+    fprintf(stderr, "dlaunch: %s\n", msg);
+    return 2;
+}
+
+/* Exit code for a failed connection or call. */
+static int code_of(int r)
+{
+    if (r == -EACCES || r == -EPROTO)
+        return 4;
+    if (r == -ETIMEDOUT || r == -ECONNREFUSED || r == -EHOSTUNREACH || r == -ENETUNREACH)
+        return 3;
+    return 1;
+}
+
+static int parse(int argc, char **argv, ctl_opts_t *o)
+{
+    static char *positional[64];
+    memset(o, 0, sizeof(*o));
+    o->timeout = 10;
+    o->args = positional;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--json") == 0) {
+            o->json = true;
+        } else if (strcmp(a, "--endpoint") == 0 || strcmp(a, "--token-file") == 0 ||
+                   strcmp(a, "--timeout") == 0) {
+            if (i + 1 >= argc)
+                return usage_error("option '%s' needs a value", a);
+            const char *v = argv[++i];
+            if (a[2] == 'e')
+                o->endpoint = v;
+            else if (a[2] == 't' && a[3] == 'o')
+                o->token_file = v;
+            else if (dl_parse_double(v, 0, 86400, &o->timeout) < 0)
+                return usage_error("--timeout: '%s' is not a number of seconds", v);
+        } else if (a[0] == '-' && a[1] != '\0' && !(a[1] >= '0' && a[1] <= '9')) {
+            return usage_error("unknown option '%s' (see dlaunch --help)", a);
+        } else if (o->nargs < 64) {
+            o->args[o->nargs++] = argv[i];
+        }
+    }
+    return 0;
+}
+
+static int load_token(const char *file, const char *file_env, dl_proto_token_t **ret)
+{
+    char err[512];
+    const char *env = getenv("DLAUNCH_TOKEN");
+    int r = 0;
+    *ret = NULL;
+    if (file == NULL)
+        file = file_env;
+    if (file != NULL)
+        r = dl_proto_token_from_file(file, ret, err, sizeof(err));
+    else if (env != NULL && *env != '\0')
+        r = dl_proto_token_from_string(env, "DLAUNCH_TOKEN", ret, err, sizeof(err));
+    if (r < 0)
+        fprintf(stderr, "dlaunch: %s\n", err);
+    return r;
+}
+
+static int connect_as(const char *endpoint, const char *where, dl_proto_role_t role,
+                      const char *run_id, const char *token_file, double timeout,
+                      dl_rdzv_sync_t **ret)
+{
+    char host[256], err[512];
+    int port;
+    dl_proto_token_t *token;
+
+    if (dl_rdzv_endpoint_parse(endpoint, host, sizeof(host), &port) < 0)
+        return usage_error("%s is not HOST:PORT", where);
+    if (!dl_proto_run_id_valid(run_id))
+        return usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')", run_id);
+    if (load_token(token_file, getenv("DLAUNCH_TOKEN_FILE"), &token) < 0)
+        return 2;
+    int r = dl_rdzv_sync_connect(host, port, role, run_id, token, timeout, ret, err, sizeof(err));
+    dl_proto_token_free(token);
+    if (r < 0) {
+        fprintf(stderr, "dlaunch: %s\n", err);
+        return code_of(r);
+    }
+    return 0;
+}
+
+/* Sends msg and checks the answer; *ret_result gets the reply (new reference). */
+static int call(dl_rdzv_sync_t *c, json_t *msg, double timeout, json_t **ret_reply)
+{
+    char err[512];
+    const char *why = NULL;
+    int r = dl_rdzv_sync_call(c, msg, timeout, ret_reply, err, sizeof(err));
+    if (r < 0) {
+        fprintf(stderr, "dlaunch: %s\n", err);
+        return code_of(r);
+    }
+    dl_proto_errcode_t code = dl_proto_reply_error(*ret_reply, &why);
+    if (code != DL_PROTO_E_NONE) {
+        fprintf(stderr, "dlaunch: %s\n", why ? why : dl_proto_errcode_name(code));
+        json_decref(*ret_reply);
+        *ret_reply = NULL;
+        return code == DL_PROTO_E_AUTH_FAILED || code == DL_PROTO_E_FORBIDDEN ? 4
+               : code == DL_PROTO_E_TIMEOUT                                   ? 3
+                                                                              : 1;
+    }
+    return 0;
+}
+
+static const char *control_endpoint(const ctl_opts_t *o, const char **where)
+{
+    const char *e = o->endpoint;
+    *where = "--endpoint";
+    if (e == NULL && (e = getenv("DLAUNCH_ENDPOINT")) != NULL && *e != '\0')
+        *where = "DLAUNCH_ENDPOINT";
+    if (e == NULL || *e == '\0') {
+        e = "127.0.0.1:29400";
+        *where = "the default endpoint";
+    }
+    return e;
+}
+
+static void print_status(const json_t *job)
+{
+    printf("%s: %s, round %lld, restarts %lld of %lld, nodes %lld..%lld, world size %lld\n",
+           json_string_value(json_object_get(job, "run_id")),
+           json_string_value(json_object_get(job, "state")),
+           (long long)json_integer_value(json_object_get(job, "round")),
+           (long long)json_integer_value(json_object_get(job, "restarts")),
+           (long long)json_integer_value(json_object_get(job, "max_restarts")),
+           (long long)json_integer_value(json_object_get(job, "min_nodes")),
+           (long long)json_integer_value(json_object_get(job, "max_nodes")),
+           (long long)json_integer_value(json_object_get(job, "world_size")));
+    const char *failure = json_string_value(json_object_get(job, "failure"));
+    if (failure != NULL)
+        printf("  failure: %s\n", failure);
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(job, "nodes"), i, n)
+    {
+        printf("  node %lld  %-20s %-16s slots %lld  heartbeat %.1fs ago%s%s\n",
+               (long long)json_integer_value(json_object_get(n, "node_rank")),
+               json_string_value(json_object_get(n, "node_id")),
+               json_string_value(json_object_get(n, "host")),
+               (long long)json_integer_value(json_object_get(n, "slots")),
+               json_real_value(json_object_get(n, "heartbeat_age")),
+               json_is_true(json_object_get(n, "connected")) ? "" : "  (disconnected)",
+               json_is_true(json_object_get(n, "left")) ? "  (done)" : "");
+    }
+}
+
+static int control(const char *cmd, const ctl_opts_t *o)
+{
+    const char *where;
+    const char *endpoint = control_endpoint(o, &where);
+    const char *run_id = o->nargs > 0 ? o->args[0] : NULL;
+    dl_rdzv_sync_t *c;
+    json_t *reply = NULL;
+    int r;
+
+    if (o->nargs > 1)
+        return usage_error("%s takes one RUN_ID", cmd);
+    if (run_id == NULL && strcmp(cmd, "status") != 0)
+        return usage_error("%s needs the RUN_ID of the job", cmd);
+    r = connect_as(endpoint, where, DL_PROTO_ROLE_CONTROL, run_id ? run_id : "status",
+                   o->token_file, o->timeout, &c);
+    if (r != 0)
+        return r;
+    dl_proto_type_t type = strcmp(cmd, "status") == 0 ? DL_PROTO_STATUS
+                           : strcmp(cmd, "stop") == 0 ? DL_PROTO_STOP
+                                                      : DL_PROTO_RESTART;
+    json_t *m = dl_proto_msg_new(type, 0);
+    if (type == DL_PROTO_STATUS && run_id == NULL)
+        json_object_set_new(m, "all", json_true());
+    if (type != DL_PROTO_STATUS)
+        json_object_set_new(m, "reason", json_string("requested with dlaunch"));
+    r = call(c, m, o->timeout, &reply);
+    dl_rdzv_sync_close(c);
+    if (r != 0)
+        return r;
+    json_t *result = json_object_get(reply, "result");
+    if (o->json) {
+        char *s = json_dumps(result, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        printf("%s\n", s ? s : "{}");
+        free(s);
+    } else if (type == DL_PROTO_STATUS) {
+        json_t *jobs = json_object_get(result, "jobs");
+        size_t i;
+        json_t *j;
+        if (jobs == NULL)
+            print_status(result);
+        else if (json_array_size(jobs) == 0)
+            printf("no jobs\n");
+        json_array_foreach(jobs, i, j)
+        {
+            print_status(j);
+        }
+    } else {
+        printf("%s: %s\n", run_id, type == DL_PROTO_STOP ? "stopping" : "restarting");
+    }
+    json_decref(reply);
+    return 0;
+}
+
+static int kv(const ctl_opts_t *o)
+{
+    const char *endpoint = o->endpoint ? o->endpoint : getenv("DLAUNCH_STORE");
+    const char *run_id = getenv("TORCHELASTIC_RUN_ID");
+    const char *op = o->nargs > 0 ? o->args[0] : "";
+    static const struct {
+        const char *name;
+        int nargs; /* after the op; -1: one or more */
+        dl_proto_type_t type;
+    } ops[] = {{"get", 1, DL_PROTO_KV_GET},  {"set", 2, DL_PROTO_KV_SET},
+               {"add", 2, DL_PROTO_KV_ADD},  {"wait", -1, DL_PROTO_KV_WAIT},
+               {"del", 1, DL_PROTO_KV_DEL},  {"cas", 3, DL_PROTO_KV_CAS}};
+    int which = -1;
+    for (int i = 0; i < 6; i++)
+        if (strcmp(op, ops[i].name) == 0)
+            which = i;
+    if (which < 0)
+        return usage_error("kv: '%s' is not get, set, add, wait, del or cas", op);
+    int n = o->nargs - 1;
+    if ((ops[which].nargs >= 0 && n != ops[which].nargs) || (ops[which].nargs < 0 && n < 1))
+        return usage_error("kv %s: wrong number of arguments (see dlaunch --help)", op);
+    if (endpoint == NULL || *endpoint == '\0')
+        return usage_error("kv: %s", "no store: run under dlaunch (DLAUNCH_STORE) or give "
+                                     "--endpoint");
+    if (run_id == NULL || *run_id == '\0')
+        return usage_error("kv: %s", "no run id: run under dlaunch (TORCHELASTIC_RUN_ID)");
+
+    dl_rdzv_sync_t *c;
+    int r = connect_as(endpoint, o->endpoint ? "--endpoint" : "DLAUNCH_STORE",
+                       DL_PROTO_ROLE_WORKER, run_id, o->token_file, o->timeout, &c);
+    if (r != 0)
+        return r;
+    json_t *m = dl_proto_msg_new(ops[which].type, 0);
+    char **a = o->args + 1;
+    long delta = 0;
+    switch (ops[which].type) {
+    case DL_PROTO_KV_WAIT: {
+        json_t *keys = json_array();
+        for (int i = 0; i < n; i++)
+            json_array_append_new(keys, json_string(a[i]));
+        json_object_set_new(m, "keys", keys);
+        json_object_set_new(m, "timeout_ms", json_integer((json_int_t)(o->timeout * 1000)));
+        break;
+    }
+    case DL_PROTO_KV_ADD:
+        if (dl_parse_int(a[1], -(1L << 62), 1L << 62, &delta) < 0) {
+            json_decref(m);
+            dl_rdzv_sync_close(c);
+            return usage_error("kv add: '%s' is not a whole number", a[1]);
+        }
+        json_object_set_new(m, "key", json_string(a[0]));
+        json_object_set_new(m, "delta", json_integer(delta));
+        break;
+    case DL_PROTO_KV_CAS:
+        json_object_set_new(m, "key", json_string(a[0]));
+        json_object_set_new(m, "expected", *a[1] ? json_string(a[1]) : json_null());
+        json_object_set_new(m, "value", json_string(a[2]));
+        break;
+    default:
+        json_object_set_new(m, "key", json_string(a[0]));
+        if (n > 1)
+            json_object_set_new(m, "value", json_string(a[1]));
+        break;
+    }
+    json_t *reply = NULL;
+    /* A wait answers when its keys exist or its own timeout passes: give the call a margin. */
+    r = call(c, m, o->timeout + 5, &reply);
+    dl_rdzv_sync_close(c);
+    if (r != 0)
+        return r;
+    json_t *result = json_object_get(reply, "result"), *v;
+    if ((v = json_object_get(result, "value")) != NULL) {
+        if (json_is_string(v))
+            printf("%s\n", json_string_value(v));
+        else if (json_is_integer(v))
+            printf("%lld\n", (long long)json_integer_value(v));
+    }
+    if (ops[which].type == DL_PROTO_KV_CAS && !json_is_true(json_object_get(result, "swapped")))
+        r = 1;
+    if (ops[which].type == DL_PROTO_KV_DEL && !json_is_true(json_object_get(result, "deleted")))
+        r = 1;
+    json_decref(reply);
+    return r;
+}
+
+bool dl_ctl_is_command(const char *word)
+{
+    static const char *cmds[] = {"status", "stop", "restart", "kv"};
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+        if (strcmp(word, cmds[i]) == 0)
+            return true;
+    return false;
+}
+
+int dl_ctl_main(int argc, char **argv)
+{
+    ctl_opts_t o;
+    int r = parse(argc, argv, &o);
+    if (r != 0)
+        return r;
+    if (strcmp(argv[1], "kv") == 0)
+        return kv(&o);
+    return control(argv[1], &o);
+}

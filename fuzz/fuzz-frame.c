@@ -1,0 +1,165 @@
+/* libFuzzer target for the frame decoder and message validation.
+ *
+ * The input is the byte stream one connection delivers. It is decoded several ways, and the
+ * ways must agree, so the fuzzer finds wrong answers as well as crashes:
+ *   - all at once, one byte at a time, and in pieces whose size the input picks: same outcomes;
+ *   - under the pre-auth limit and under the full limit: same outcomes up to a frame that only
+ *     the larger limit admits;
+ *   - every message that decodes re-encodes and decodes to an equal message;
+ *   - every error turns into a valid error reply carrying the same code.
+ * A broken rule calls abort(). tests/proto/test-corpus.c runs this same entry point over every
+ * file in fuzz/corpus/frame/ in the ordinary build.
+ *
+ * Build: CC=clang meson setup build-fuzz -Dfuzz=true && ninja -C build-fuzz fuzz/fuzz-frame
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define REQUIRE(cond)                                                                             \
+    do {                                                                                          \
+        if (!(cond))                                                                              \
+            abort();                                                                              \
+    } while (0)
+
+static void check_error(const dl_proto_error_t *err)
+{
+    json_auto_t *reply = dl_proto_error_from(err);
+    dl_proto_type_t type;
+    char *frame = NULL;
+    size_t len;
+
+    REQUIRE(err->code != DL_PROTO_E_NONE && dl_proto_errcode_name(err->code) != NULL);
+    REQUIRE(err->message[0] != '\0');
+    for (const char *p = err->message; *p != '\0'; p++)
+        REQUIRE(*p >= 0x20 && *p <= 0x7e);
+    REQUIRE(reply != NULL);
+    REQUIRE(dl_proto_validate(reply, &type, NULL) == 0 && type == DL_PROTO_ERROR);
+    REQUIRE(dl_proto_reply_error(reply, NULL) == err->code);
+    REQUIRE(dl_proto_get_int(reply, "id", -1) == err->id);
+    REQUIRE(dl_proto_encode(reply, &frame, &len, NULL) == 0);
+    free(frame);
+}
+
+static void check_message(const json_t *msg, dl_proto_type_t type)
+{
+    json_auto_t *back = NULL;
+    dl_proto_type_t back_type;
+    char *frame = NULL;
+    size_t len;
+    int r;
+
+    REQUIRE(strcmp(dl_proto_type_name(type), dl_proto_get_str(msg, "type")) == 0);
+    /* Compact output can be longer than clever input ("1e300"), so only a size refusal is
+     * allowed besides success. */
+    r = dl_proto_encode(msg, &frame, &len, NULL);
+    REQUIRE(r == 0 || r == -EMSGSIZE);
+    if (r == 0) {
+        REQUIRE(dl_proto_decode(frame + DL_PROTO_HEADER_LEN, len - DL_PROTO_HEADER_LEN, &back,
+                                &back_type, NULL) == 0);
+        REQUIRE(back_type == type && json_equal(back, msg));
+        free(frame);
+    }
+    if (dl_proto_type_kind(type) == DL_PROTO_KIND_REQUEST) {
+        json_int_t id = dl_proto_get_int(msg, "id", -1);
+        json_auto_t *reply = dl_proto_error_new(id, DL_PROTO_E_FORBIDDEN, "%s", "no");
+        dl_proto_type_t t;
+        /* Whatever a request is, an error echoing its id answers it. */
+        REQUIRE(id >= 0 && reply != NULL);
+        REQUIRE(dl_proto_validate(reply, &t, NULL) == 0 && dl_proto_is_reply_to(type, t));
+        REQUIRE(dl_proto_get_int(reply, "id", -1) == id);
+    }
+    if (type == DL_PROTO_REPLY) {
+        const json_t *result = json_object_get(msg, "result");
+        for (int t = 0; t < DL_PROTO_TYPE_COUNT; t++)
+            if (dl_proto_type_kind((dl_proto_type_t)t) == DL_PROTO_KIND_REQUEST)
+                (void)dl_proto_validate_result((dl_proto_type_t)t, result, NULL);
+    }
+}
+
+/* Decodes the stream feeding at most piece bytes a call (0: all that is left) and returns the
+ * outcomes in order: each message, {"invalid": code, "id", "message"} for a skipped frame,
+ * {"fatal": code} for the end of the stream, and {"pending": bool} when the input ran out. */
+static json_t *decode_stream(const uint8_t *data, size_t size, size_t piece, uint32_t limit)
+{
+    json_t *log = json_array();
+    dl_proto_decoder_t dec;
+    size_t off = 0;
+    bool fatal = false;
+
+    REQUIRE(log != NULL);
+    dl_proto_decoder_init(&dec, limit);
+    while (off < size && !fatal) {
+        size_t n = piece == 0 || piece > size - off ? size - off : piece;
+        size_t used = SIZE_MAX;
+        json_t *msg = NULL;
+        dl_proto_type_t type = DL_PROTO_TYPE_NONE;
+        dl_proto_error_t err;
+        int r = dl_proto_decoder_feed(&dec, data + off, n, &used, &msg, &type, &err);
+
+        REQUIRE(used <= n);
+        off += used;
+        switch (r) {
+        case DL_PROTO_NEED_MORE:
+            REQUIRE(used == n && msg == NULL);
+            break;
+        case DL_PROTO_MESSAGE:
+            REQUIRE(used > 0 && msg != NULL);
+            check_message(msg, type);
+            json_array_append_new(log, msg);
+            break;
+        case DL_PROTO_INVALID:
+            REQUIRE(used > 0 && msg == NULL);
+            check_error(&err);
+            json_array_append_new(log, json_pack("{s:s, s:I, s:s}", "invalid",
+                                                 dl_proto_errcode_name(err.code), "id",
+                                                 (json_int_t)err.id, "message", err.message));
+            break;
+        default:
+            REQUIRE(r == -EMSGSIZE && err.code == DL_PROTO_E_FRAME_TOO_LARGE);
+            check_error(&err);
+            json_array_append_new(log, json_pack("{s:s}", "fatal",
+                                                 dl_proto_errcode_name(err.code)));
+            fatal = true;
+            break;
+        }
+    }
+    if (!fatal)
+        json_array_append_new(log, json_pack("{s:b}", "pending", dl_proto_decoder_pending(&dec)));
+    dl_proto_decoder_cleanup(&dec);
+    return log;
+}
+
+/* Outcomes under the full limit match those under the pre-auth limit until the first frame
+ * the smaller limit refused. */
+static void check_limits_agree(const json_t *small, const json_t *large)
+{
+    size_t i;
+    const json_t *entry;
+
+    json_array_foreach(small, i, entry) {
+        if (json_object_get(entry, "fatal") != NULL)
+            return;
+        REQUIRE(json_equal(entry, json_array_get(large, i)));
+    }
+    REQUIRE(json_array_size(small) == json_array_size(large));
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    json_auto_t *whole = decode_stream(data, size, 0, DL_PROTO_LIMIT_PREAUTH);
+    json_auto_t *bytes = decode_stream(data, size, 1, DL_PROTO_LIMIT_PREAUTH);
+    json_auto_t *pieces = decode_stream(data, size, size > 0 ? 1 + data[size - 1] % 61 : 1,
+                                        DL_PROTO_LIMIT_PREAUTH);
+    json_auto_t *large = decode_stream(data, size, 0, DL_PROTO_LIMIT);
+
+    REQUIRE(json_equal(whole, bytes));
+    REQUIRE(json_equal(whole, pieces));
+    check_limits_agree(whole, large);
+    return 0;
+}

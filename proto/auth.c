@@ -1,0 +1,287 @@
+/* The job token and the challenge-response that proves a peer holds it without sending it:
+ * the server picks a fresh nonce per connection, the client answers
+ * HMAC-SHA256(token, nonce || run_id || role), and the server compares in constant time.
+ * Binding run_id and role into the proof stops a proof for one job or role from being replayed
+ * as another; the fresh nonce stops replays altogether. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include "internal.h"
+
+#define MAC_LEN 32
+
+struct dl_proto_token_s {
+    size_t len;
+    unsigned char data[];
+};
+
+__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen,
+                                                          const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err == NULL || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static int token_new(const unsigned char *data, size_t len, dl_proto_token_t **ret_token)
+{
+    dl_proto_token_t *t = malloc(sizeof(*t) + len);
+
+    if (t == NULL)
+        return -ENOMEM;
+    t->len = len;
+    memcpy(t->data, data, len);
+    *ret_token = t;
+    return 0;
+}
+
+void dl_proto_token_free(dl_proto_token_t *token)
+{
+    if (token == NULL)
+        return;
+    OPENSSL_cleanse(token->data, token->len);
+    free(token);
+}
+
+int dl_proto_token_from_string(const char *text, const char *where, dl_proto_token_t **ret_token,
+                               char *err, size_t errlen)
+{
+    size_t len = strlen(text);
+
+    if (len == 0) {
+        set_err(err, errlen, "%s: the token is empty", where);
+        return -EINVAL;
+    }
+    if (len > DL_PROTO_TOKEN_MAX) {
+        set_err(err, errlen, "%s: the token is longer than %d bytes", where, DL_PROTO_TOKEN_MAX);
+        return -EINVAL;
+    }
+    return token_new((const unsigned char *)text, len, ret_token);
+}
+
+/* Reads at most max bytes; returns the count or -errno. */
+static ssize_t read_upto(int fd, unsigned char *buf, size_t max)
+{
+    size_t have = 0;
+
+    while (have < max) {
+        ssize_t n = read(fd, buf + have, max - have);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            break;
+        have += (size_t)n;
+    }
+    return (ssize_t)have;
+}
+
+static int token_read_fd(int fd, const char *path, const struct stat *st,
+                         dl_proto_token_t **ret_token, char *err, size_t errlen)
+{
+    unsigned char *buf;
+    ssize_t n;
+    size_t len;
+    int r;
+
+    if (!S_ISREG(st->st_mode)) {
+        set_err(err, errlen, "token file '%s': not a regular file", path);
+        return -EINVAL;
+    }
+    /* Like ssh with its keys: a secret others can read is no longer a secret, and one others can
+     * write lets them pick it. */
+    if ((st->st_mode & (S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH)) != 0) {
+        set_err(err, errlen,
+                "token file '%s': mode %04o lets group or others read or write it; chmod 600 it",
+                path, (unsigned)(st->st_mode & 07777));
+        return -EACCES;
+    }
+    /* One byte over the limit tells a too-large file from one exactly at it, even if the file
+     * grows between fstat() and read(). */
+    buf = malloc(DL_PROTO_TOKEN_MAX + 1);
+    if (buf == NULL)
+        return -ENOMEM;
+    n = read_upto(fd, buf, DL_PROTO_TOKEN_MAX + 1);
+    if (n < 0) {
+        set_err(err, errlen, "token file '%s': %s", path, strerror((int)-n));
+        r = (int)n;
+    } else if ((size_t)n > DL_PROTO_TOKEN_MAX) {
+        set_err(err, errlen, "token file '%s': larger than %d bytes; is it the right file?", path,
+                DL_PROTO_TOKEN_MAX);
+        r = -EINVAL;
+    } else {
+        len = (size_t)n;
+        if (len > 0 && buf[len - 1] == '\n') {
+            len--;
+            if (len > 0 && buf[len - 1] == '\r')
+                len--;
+        }
+        if (len == 0) {
+            set_err(err, errlen, "token file '%s': the token is empty", path);
+            r = -EINVAL;
+        } else {
+            r = token_new(buf, len, ret_token);
+        }
+    }
+    OPENSSL_cleanse(buf, DL_PROTO_TOKEN_MAX + 1);
+    free(buf);
+    return r;
+}
+
+int dl_proto_token_from_file(const char *path, dl_proto_token_t **ret_token, char *err,
+                             size_t errlen)
+{
+    struct stat st;
+    int fd, r;
+
+    /* fstat() on the opened file, so the mode checked is the mode of the bytes read. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        r = -errno;
+        set_err(err, errlen, "token file '%s': %s", path, strerror(-r));
+        return r;
+    }
+    if (fstat(fd, &st) < 0) {
+        r = -errno;
+        set_err(err, errlen, "token file '%s': %s", path, strerror(-r));
+    } else {
+        r = token_read_fd(fd, path, &st, ret_token, err, errlen);
+    }
+    close(fd);
+    return r;
+}
+
+int dl_proto_hmac_sha256(const void *key, size_t key_len, const void *data, size_t data_len,
+                         uint8_t ret_mac[32])
+{
+    static const unsigned char empty[1];
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned int mac_len = 0;
+
+    if (key_len > INT_MAX)
+        return -EINVAL;
+    /* OpenSSL treats a NULL key as "reuse the previous one"; an empty key must be non-NULL. */
+    if (HMAC(EVP_sha256(), key_len > 0 ? key : empty, (int)key_len,
+             data_len > 0 ? data : empty, data_len, mac, &mac_len) == NULL ||
+        mac_len != MAC_LEN)
+        return -EIO;
+    memcpy(ret_mac, mac, MAC_LEN);
+    OPENSSL_cleanse(mac, sizeof(mac));
+    return 0;
+}
+
+static void hex_encode(const uint8_t *bytes, size_t len, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = digits[bytes[i] >> 4];
+        out[2 * i + 1] = digits[bytes[i] & 0xf];
+    }
+    out[2 * len] = '\0';
+}
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* Decodes exactly 2 * len lowercase hex digits followed by the string's end. */
+static int hex_decode(const char *hex, uint8_t *out, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        int hi = hex_digit(hex[2 * i]);
+        int lo = hi < 0 ? -1 : hex_digit(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -EINVAL;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return hex[2 * len] == '\0' ? 0 : -EINVAL;
+}
+
+int dl_proto_nonce_new(char ret_nonce[DL_PROTO_NONCE_HEX_LEN + 1])
+{
+    uint8_t nonce[DL_PROTO_NONCE_BYTES];
+
+    if (RAND_bytes(nonce, sizeof(nonce)) != 1)
+        return -EIO;
+    hex_encode(nonce, sizeof(nonce), ret_nonce);
+    return 0;
+}
+
+static int compute_mac(const dl_proto_token_t *token, const char *nonce, const char *run_id,
+                       dl_proto_role_t role, uint8_t ret_mac[MAC_LEN])
+{
+    /* The nonce has a fixed length and no role name ends another, so the plain concatenation
+     * cannot be read two ways. */
+    char msg[DL_PROTO_NONCE_HEX_LEN + DL_PROTO_RUN_ID_MAX + 16];
+    uint8_t scratch[DL_PROTO_NONCE_BYTES];
+    const char *role_name = dl_proto_role_name(role);
+    size_t run_len;
+    int len;
+
+    if (token == NULL || nonce == NULL || run_id == NULL || role == DL_PROTO_ROLE_SERVER ||
+        role_name == NULL || !dl_proto_run_id_valid(run_id) ||
+        hex_decode(nonce, scratch, sizeof(scratch)) < 0)
+        return -EINVAL;
+    run_len = strlen(run_id);
+    len = snprintf(msg, sizeof(msg), "%s%s%s", nonce, run_id, role_name);
+    if (len < 0 || (size_t)len != DL_PROTO_NONCE_HEX_LEN + run_len + strlen(role_name))
+        return -EINVAL;
+    return dl_proto_hmac_sha256(token->data, token->len, msg, (size_t)len, ret_mac);
+}
+
+int dl_proto_auth_proof(const dl_proto_token_t *token, const char *nonce, const char *run_id,
+                        dl_proto_role_t role, char ret_proof[DL_PROTO_PROOF_HEX_LEN + 1])
+{
+    uint8_t mac[MAC_LEN];
+    int r;
+
+    r = compute_mac(token, nonce, run_id, role, mac);
+    if (r < 0)
+        return r;
+    hex_encode(mac, sizeof(mac), ret_proof);
+    OPENSSL_cleanse(mac, sizeof(mac));
+    return 0;
+}
+
+int dl_proto_auth_verify(const dl_proto_token_t *token, const char *nonce, const char *run_id,
+                         dl_proto_role_t role, const char *proof)
+{
+    uint8_t want[MAC_LEN], got[MAC_LEN];
+    int r;
+
+    r = compute_mac(token, nonce, run_id, role, want);
+    if (r < 0)
+        return r;
+    /* Decoding the peer's own hex leaks nothing; only the comparison with the secret-derived
+     * value must not depend on where the first difference lies. */
+    if (proof == NULL || hex_decode(proof, got, sizeof(got)) < 0)
+        r = -EACCES;
+    else
+        r = CRYPTO_memcmp(want, got, MAC_LEN) == 0 ? 0 : -EACCES;
+    OPENSSL_cleanse(want, sizeof(want));
+    return r;
+}

@@ -1,0 +1,321 @@
+/* The dlaunch wire protocol: frames, messages, limits and the job-token handshake.
+ *
+ * A frame is a 4-byte big-endian length followed by that many bytes of one JSON object:
+ *
+ *     {"v":1,"type":"join","id":7,"node_id":"n3","host":"gpu3","slots":8}
+ *
+ * Requests carry "id" (an integer >= 0 the sender picks); the answer echoes it, either as a typed
+ * reply (challenge, auth_ok, assignment), as {"type":"reply","result":{...}}, or as
+ * {"type":"error","error":{"code":"...","message":"..."}}. Notifications (round_changed,
+ * shutdown, event) flow from the server unasked and carry no id. docs/protocol.md is the
+ * reference for every message; the table in message.c is the one place that defines them.
+ *
+ * This layer is pure: no sockets, no event loop, no clock, no printing. It uses libc, jansson and
+ * libcrypto. Functions return >= 0 on success and -errno on failure; ret_* out-parameters are
+ * only written on success (the documented exceptions say so). Protocol errors also fill a
+ * dl_proto_error_t with a stable code and a one-line message meant for the peer.
+ *
+ * How a server uses it, per connection:
+ *   1. dl_proto_decoder_init(&c->dec, DL_PROTO_LIMIT_PREAUTH).
+ *   2. On every read, call dl_proto_decoder_feed() in a loop until it has consumed everything:
+ *      - DL_PROTO_NEED_MORE: wait for more bytes.
+ *      - DL_PROTO_MESSAGE: handle (msg, type); json_decref(msg) when done.
+ *      - DL_PROTO_INVALID: the frame was skipped; send dl_proto_error_from(&err). Before
+ *        authentication close the connection after that; after, carry on.
+ *      - < 0: the stream is unusable; send dl_proto_error_from(&err) and close.
+ *   3. Before authentication accept only hello and auth (reply DL_PROTO_E_NOT_AUTHENTICATED to
+ *      anything else, then close). hello -> dl_proto_nonce_new() -> challenge; auth ->
+ *      dl_proto_auth_verify(); on success send auth_ok and call
+ *      dl_proto_decoder_set_limit(&c->dec, DL_PROTO_LIMIT); on failure send auth_failed, close.
+ *   4. After authentication check dl_proto_may_send(type, role) before acting on a message.
+ *   5. dl_proto_decoder_cleanup(&c->dec) when the connection closes.
+ */
+#ifndef DL_PROTO_H
+#define DL_PROTO_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- Limits ------------------------------------------------------------------------------- */
+
+#define DL_PROTO_VERSION 1
+#define DL_PROTO_HEADER_LEN 4
+/* Largest frame body (the JSON text, without the 4-byte header) before the peer has
+ * authenticated: hello and auth fit many times over, and a stranger cannot make us allocate. */
+#define DL_PROTO_LIMIT_PREAUTH 4096u
+/* Largest frame body after authentication, and the most dl_proto_encode() will produce. */
+#define DL_PROTO_LIMIT 1048576u
+
+#define DL_PROTO_RUN_ID_MAX 128 /* bytes; [A-Za-z0-9._:-] */
+#define DL_PROTO_KEY_MAX 1024   /* store keys, bytes */
+#define DL_PROTO_NAME_MAX 255   /* node ids, host names, reasons, addresses */
+#define DL_PROTO_WAIT_KEYS_MAX 1024
+#define DL_PROTO_NONCE_BYTES 32
+#define DL_PROTO_NONCE_HEX_LEN 64 /* lowercase hex, as sent */
+#define DL_PROTO_PROOF_HEX_LEN 64 /* HMAC-SHA256 in lowercase hex */
+#define DL_PROTO_TOKEN_MAX 65536  /* bytes */
+#define DL_PROTO_ERRMSG_LEN 256
+
+/* ---- Message types ------------------------------------------------------------------------ */
+
+typedef enum {
+    DL_PROTO_TYPE_NONE = -1,
+    /* handshake */
+    DL_PROTO_HELLO = 0, /* client -> server request: role, run_id, proto */
+    DL_PROTO_CHALLENGE, /* reply to hello: nonce */
+    DL_PROTO_AUTH,      /* client -> server request: proof */
+    DL_PROTO_AUTH_OK,   /* reply to auth (or to hello when the server has no token) */
+    /* membership (agents) */
+    DL_PROTO_JOIN,          /* request: node_id, host, slots, [node_rank, slurm_node_id, round] */
+    DL_PROTO_ASSIGNMENT,    /* reply to join once the round closes */
+    DL_PROTO_HEARTBEAT,     /* request: round; result {round} */
+    DL_PROTO_LEAVE,         /* request: [reason] */
+    DL_PROTO_WORKER_FAILED, /* request: round, rank, exit_code | signal, ... */
+    DL_PROTO_NODE_DONE,     /* request: round; every local worker exited 0 */
+    DL_PROTO_ROUND_CHANGED, /* server notification: round, reason; stop workers and re-join */
+    DL_PROTO_SHUTDOWN,      /* server notification: reason, exit_code; the job is over */
+    /* key-value store (agents, workers, control) */
+    DL_PROTO_KV_SET,  /* key, value */
+    DL_PROTO_KV_GET,  /* key; result {value} or error not_found */
+    DL_PROTO_KV_ADD,  /* key, delta; result {value} */
+    DL_PROTO_KV_WAIT, /* keys, timeout_ms; result {} or error timeout */
+    DL_PROTO_KV_CAS,  /* key, expected (string or null), value; result {swapped, value} */
+    DL_PROTO_KV_DEL,  /* key; result {deleted} */
+    /* control */
+    DL_PROTO_STATUS,        /* result {state, round, ...} */
+    DL_PROTO_STOP,          /* [reason] */
+    DL_PROTO_RESTART,       /* [reason]; result {round} */
+    DL_PROTO_EVENTS_FOLLOW, /* [since]; result {}, then event notifications */
+    DL_PROTO_EVENT,         /* server notification: seq, event {event, time, ...} */
+    /* generic answers */
+    DL_PROTO_REPLY, /* id, result (object) */
+    DL_PROTO_ERROR, /* [id], error {code, message} */
+    DL_PROTO_TYPE_COUNT
+} dl_proto_type_t;
+
+typedef enum {
+    DL_PROTO_KIND_REQUEST, /* client -> server, "id" required, answered exactly once */
+    DL_PROTO_KIND_REPLY,   /* server -> client, "id" echoes the request ("error": may lack it) */
+    DL_PROTO_KIND_NOTIFY,  /* server -> client, unasked, no "id" */
+} dl_proto_kind_t;
+
+/* Who is talking: a bit each, so the message table can say who may send what. */
+typedef enum {
+    DL_PROTO_ROLE_AGENT = 1 << 0,
+    DL_PROTO_ROLE_WORKER = 1 << 1,
+    DL_PROTO_ROLE_CONTROL = 1 << 2,
+    DL_PROTO_ROLE_SERVER = 1 << 3,
+} dl_proto_role_t;
+
+/* "join" for DL_PROTO_JOIN; NULL for an out-of-range value. */
+const char *dl_proto_type_name(dl_proto_type_t type);
+/* The type named name, or DL_PROTO_TYPE_NONE. */
+dl_proto_type_t dl_proto_type_parse(const char *name);
+dl_proto_kind_t dl_proto_type_kind(dl_proto_type_t type);
+/* Whether a peer of this role may send this type (e.g. only control sends stop, only the server
+ * sends assignment). */
+bool dl_proto_may_send(dl_proto_type_t type, dl_proto_role_t sender);
+/* Whether reply is a valid answer to a request of type request: error always is; hello gets
+ * challenge or auth_ok, auth gets auth_ok, join gets assignment, the rest get reply. */
+bool dl_proto_is_reply_to(dl_proto_type_t request, dl_proto_type_t reply);
+
+/* "agent", "worker", "control", "server"; NULL for anything else. */
+const char *dl_proto_role_name(dl_proto_role_t role);
+/* Parses a hello's role (agent, worker or control; a client cannot claim "server").
+ * Returns 0 or -EINVAL. */
+int dl_proto_role_parse(const char *name, dl_proto_role_t *ret_role);
+
+/* 1 to DL_PROTO_RUN_ID_MAX bytes of [A-Za-z0-9._:-]: safe in file names, environment variables
+ * and log prefixes. The config layer should check a user's --run-id with this. */
+bool dl_proto_run_id_valid(const char *run_id);
+
+/* ---- Error codes -------------------------------------------------------------------------- */
+
+/* The "code" strings of error replies are a stable API; docs/protocol.md lists them. */
+typedef enum {
+    DL_PROTO_E_NONE = 0,
+    DL_PROTO_E_FRAME_TOO_LARGE,     /* "frame_too_large": length over the limit; stream ends */
+    DL_PROTO_E_EMPTY_FRAME,         /* "empty_frame": length 0 */
+    DL_PROTO_E_BAD_JSON,            /* "bad_json": not JSON, or duplicate keys */
+    DL_PROTO_E_NOT_OBJECT,          /* "not_object": JSON, but not an object */
+    DL_PROTO_E_BAD_VERSION,         /* "bad_version": "v" missing or not an integer */
+    DL_PROTO_E_UNSUPPORTED_VERSION, /* "unsupported_version": "v" is not 1 */
+    DL_PROTO_E_UNKNOWN_TYPE,        /* "unknown_type" */
+    DL_PROTO_E_MISSING_FIELD,       /* "missing_field" (also a missing "type" or "id") */
+    DL_PROTO_E_BAD_FIELD,           /* "bad_field": wrong JSON type, range or format */
+    DL_PROTO_E_AUTH_FAILED,         /* "auth_failed": wrong proof, or unknown run */
+    DL_PROTO_E_NOT_AUTHENTICATED,   /* "not_authenticated": anything but hello/auth before auth */
+    DL_PROTO_E_FORBIDDEN,           /* "forbidden": this role may not send this type */
+    DL_PROTO_E_UNEXPECTED,          /* "unexpected_message": valid, but not now (second hello) */
+    DL_PROTO_E_STALE_ROUND,         /* "stale_round": names a round that is over */
+    DL_PROTO_E_NOT_FOUND,           /* "not_found": kv_get of a missing key */
+    DL_PROTO_E_TIMEOUT,             /* "timeout": kv_wait ran out of time */
+    DL_PROTO_E_BAD_VALUE,           /* "bad_value": kv_add on a value that is not an integer */
+    DL_PROTO_E_CONFLICT,            /* "conflict": join clashes (node_id or node_rank taken) */
+    DL_PROTO_E_SHUTTING_DOWN,       /* "shutting_down": the job is ending; no new work */
+    DL_PROTO_E_INTERNAL,            /* "internal": the server failed (out of memory...) */
+    DL_PROTO_E_OTHER,               /* a code this version does not know (from a newer peer) */
+    DL_PROTO_E_COUNT
+} dl_proto_errcode_t;
+
+/* "frame_too_large" ...; "other" for DL_PROTO_E_OTHER, NULL for out-of-range values. */
+const char *dl_proto_errcode_name(dl_proto_errcode_t code);
+/* The code named name; DL_PROTO_E_OTHER for unknown strings (never DL_PROTO_E_NONE). */
+dl_proto_errcode_t dl_proto_errcode_parse(const char *name);
+
+/* A protocol error, as found by the decoder or the validator. */
+typedef struct dl_proto_error_s {
+    dl_proto_errcode_t code;
+    json_int_t id;        /* the offending request's "id" when it could be read, else -1 */
+    dl_proto_type_t type; /* its type when known, else DL_PROTO_TYPE_NONE */
+    char message[DL_PROTO_ERRMSG_LEN]; /* one line: where (frame offset, type, field) and why */
+} dl_proto_error_t;
+
+/* ---- Building messages -------------------------------------------------------------------- */
+
+/* A new {"v":1,"type":...} object, with "id" when id >= 0; add the fields with jansson.
+ * Returns a new reference owned by the caller, or NULL (out of memory, bad type). */
+json_t *dl_proto_msg_new(dl_proto_type_t type, json_int_t id);
+
+/* {"v":1,"type":"reply","id":id,"result":result}. Steals the reference to result; NULL means {}.
+ * Returns a new reference, or NULL (out of memory, id < 0, result not an object). */
+json_t *dl_proto_reply_new(json_int_t id, json_t *result);
+
+/* {"v":1,"type":"error","id":id,"error":{"code":...,"message":...}}; id < 0 leaves "id" out.
+ * Returns a new reference or NULL (out of memory, code out of range). */
+json_t *dl_proto_error_new(json_int_t id, dl_proto_errcode_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The error reply for a decode or validation failure: same code, message and id. */
+json_t *dl_proto_error_from(const dl_proto_error_t *err);
+
+/* Reads an error reply: returns its code and points *ret_message into msg (valid while msg
+ * lives). DL_PROTO_E_NONE when msg is not an error. ret_message may be NULL. */
+dl_proto_errcode_t dl_proto_reply_error(const json_t *msg, const char **ret_message);
+
+/* Field access for validated messages (validation guarantees the JSON types).
+ * dl_proto_get_str: the string, or NULL when absent or not a string; valid while msg lives.
+ * dl_proto_get_int: the integer, or dflt when absent or not an integer. */
+const char *dl_proto_get_str(const json_t *msg, const char *field);
+json_int_t dl_proto_get_int(const json_t *msg, const char *field, json_int_t dflt);
+
+/* ---- Validation, encoding, decoding ------------------------------------------------------- */
+
+/* Checks a message against the table: "v", "type", "id" for its kind, every required field,
+ * the JSON type and range of every known field (unknown fields are ignored, so that a v1 peer
+ * can add optional fields), and the rules that tie fields together. Returns 0 and sets
+ * *ret_type, or -EBADMSG and fills err (if not NULL). */
+int dl_proto_validate(const json_t *msg, dl_proto_type_t *ret_type, dl_proto_error_t *err);
+
+/* Checks the "result" of a generic reply against what a request of type request returns
+ * (kv_get: {value: string}, ...). Returns 0 or -EBADMSG with err filled. */
+int dl_proto_validate_result(dl_proto_type_t request, const json_t *result,
+                             dl_proto_error_t *err);
+
+/* Validates msg and serializes it as a frame: 4-byte big-endian length, then compact JSON.
+ * *ret_frame is malloc'd, owned by the caller (free()), *ret_len counts the header.
+ * Returns 0, -EBADMSG (invalid message), -EMSGSIZE (body over DL_PROTO_LIMIT) or -ENOMEM;
+ * err (may be NULL) says why. */
+int dl_proto_encode(const json_t *msg, char **ret_frame, size_t *ret_len, dl_proto_error_t *err);
+
+/* Parses and validates one frame body (without the length header). Returns 0 with a new
+ * reference in *ret_msg and its type in *ret_type, or -EBADMSG / -ENOMEM with err filled
+ * (including err->id when the body had a readable id). */
+int dl_proto_decode(const void *body, size_t len, json_t **ret_msg, dl_proto_type_t *ret_type,
+                    dl_proto_error_t *err);
+
+/* ---- The incremental decoder -------------------------------------------------------------- */
+
+enum {
+    DL_PROTO_NEED_MORE = 0, /* every byte consumed, no complete frame yet */
+    DL_PROTO_MESSAGE = 1,   /* a valid message came out */
+    DL_PROTO_INVALID = 2,   /* a whole frame was consumed but its content is invalid; err says
+                             * why; the decoder is ready for the next frame */
+};
+
+/* One per connection; embed it in the connection's struct. Fields are private. */
+typedef struct dl_proto_decoder_s {
+    uint32_t limit;     /* largest body accepted */
+    uint32_t body_len;  /* length of the frame in progress, once the header is complete */
+    uint8_t header[DL_PROTO_HEADER_LEN];
+    uint8_t header_have;
+    int failed;         /* sticky fatal error (-errno) */
+    dl_proto_errcode_t failed_code;
+    char *buf;          /* body of a frame that arrived in pieces */
+    size_t buf_cap, buf_have;
+    uint64_t offset;    /* stream offset of the frame in progress, for messages */
+} dl_proto_decoder_t;
+
+/* Allocates nothing. limit: DL_PROTO_LIMIT_PREAUTH until the peer authenticates. */
+void dl_proto_decoder_init(dl_proto_decoder_t *dec, uint32_t limit);
+
+/* Changes the largest body accepted, from the next frame header on (a frame whose header was
+ * already accepted is finished under the limit it was checked against). Capped at
+ * DL_PROTO_LIMIT. */
+void dl_proto_decoder_set_limit(dl_proto_decoder_t *dec, uint32_t limit);
+
+/* Frees the partial frame buffer; dec can be initialized again. Accepts NULL. */
+void dl_proto_decoder_cleanup(dl_proto_decoder_t *dec);
+
+/* Whether the decoder holds part of a frame (a peer that closes now cut a frame short). */
+bool dl_proto_decoder_pending(const dl_proto_decoder_t *dec);
+
+/* Feeds up to len bytes of the stream; pieces may be any size, one byte included.
+ * Stops after at most one frame and sets *ret_consumed to the bytes it used (for
+ * DL_PROTO_INVALID and errors too); call again with the rest.
+ * Returns:
+ *   DL_PROTO_NEED_MORE  all len bytes consumed, nothing to hand out yet;
+ *   DL_PROTO_MESSAGE    *ret_msg (new reference, caller owns) and *ret_type are set;
+ *   DL_PROTO_INVALID    the frame was skipped; err filled (code, message, id when readable);
+ *   -EMSGSIZE           the length is over the limit (DL_PROTO_E_FRAME_TOO_LARGE) and the
+ *                       stream cannot be resynchronized: reply and close;
+ *   -ENOMEM             out of memory (DL_PROTO_E_INTERNAL).
+ * A decoder that returned a negative value keeps returning it. The length is checked before
+ * anything is allocated, and a frame that arrives whole is parsed in place without a copy. */
+int dl_proto_decoder_feed(dl_proto_decoder_t *dec, const void *data, size_t len,
+                          size_t *ret_consumed, json_t **ret_msg, dl_proto_type_t *ret_type,
+                          dl_proto_error_t *err);
+
+/* ---- Authentication ------------------------------------------------------------------------ */
+
+/* The shared job secret. Opaque; its bytes are wiped when freed. */
+typedef struct dl_proto_token_s dl_proto_token_t;
+
+/* Reads the token from a --token-file: a regular file that neither group nor others may read
+ * or write (chmod 600), at most DL_PROTO_TOKEN_MAX bytes, not empty once one trailing newline
+ * ("\n" or "\r\n") is stripped. Returns 0 with *ret_token owned by the caller, or -errno with a
+ * line in err naming the file (-EACCES also for a too-open mode, -EINVAL for empty/too big). */
+int dl_proto_token_from_file(const char *path, dl_proto_token_t **ret_token, char *err,
+                             size_t errlen);
+
+/* The token from a string such as $DLAUNCH_TOKEN, taken as is; where names the source in
+ * messages. Returns 0 or -EINVAL (empty, too long) / -ENOMEM. */
+int dl_proto_token_from_string(const char *text, const char *where, dl_proto_token_t **ret_token,
+                               char *err, size_t errlen);
+
+void dl_proto_token_free(dl_proto_token_t *token);
+
+/* DL_PROTO_NONCE_BYTES random bytes (RAND_bytes) as lowercase hex, NUL-terminated.
+ * Returns 0 or -EIO when the random generator fails. */
+int dl_proto_nonce_new(char ret_nonce[DL_PROTO_NONCE_HEX_LEN + 1]);
+
+/* The client's answer to a challenge: lowercase hex of
+ * HMAC-SHA256(key = token, message = nonce || run_id || role name), where nonce is the 64 hex
+ * characters as sent and the role name is "agent", "worker" or "control".
+ * Returns 0, or -EINVAL (malformed nonce, invalid run_id or role) / -EIO (libcrypto failed). */
+int dl_proto_auth_proof(const dl_proto_token_t *token, const char *nonce, const char *run_id,
+                        dl_proto_role_t role, char ret_proof[DL_PROTO_PROOF_HEX_LEN + 1]);
+
+/* Server side: recomputes the proof and compares in constant time. Returns 0 when proof is
+ * right, -EACCES when it is wrong or malformed, -EINVAL for a malformed nonce/run_id/role,
+ * -EIO when libcrypto fails. */
+int dl_proto_auth_verify(const dl_proto_token_t *token, const char *nonce, const char *run_id,
+                         dl_proto_role_t role, const char *proof);
+
+/* Plain HMAC-SHA256, exposed for known-answer tests. Returns 0 or -EIO. */
+int dl_proto_hmac_sha256(const void *key, size_t key_len, const void *data, size_t data_len,
+                         uint8_t ret_mac[32]);
+
+#endif

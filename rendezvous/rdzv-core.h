@@ -1,0 +1,313 @@
+/* The rendezvous core: a pure state machine that gathers node agents into rounds, assigns ranks,
+ * watches their health and keeps a key-value store per job. It reads no clock and touches no
+ * socket: the shell feeds it one event at a time with the current time and carries out the
+ * actions it returns (send a message on a connection, close a connection, arm the one timer).
+ *
+ * Connections are opaque to the core: the shell names each one by a nonzero uint64_t of its
+ * choosing and tells the core when it goes away. Messages are plain structs; encoding them on the
+ * wire is the shell's business. See docs/rendezvous.md for the state machine. */
+#ifndef DL_RDZV_CORE_H
+#define DL_RDZV_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Longest run id, agent id, host name or master address, in bytes without the NUL. */
+#define DL_RDZV_MAX_NAME 255
+
+/* Largest max_nodes and slots a job may ask for; keeps world sizes within an int. */
+#define DL_RDZV_MAX_NODES (1 << 20)
+#define DL_RDZV_MAX_SLOTS 4096
+
+/* Connection id 0 belongs to no one: replies to it are dropped. */
+#define DL_RDZV_CONN_NONE 0
+
+typedef struct dl_rdzv_core_s dl_rdzv_core_t;
+
+typedef enum {
+    DL_RDZV_LOG_DEBUG = 0,
+    DL_RDZV_LOG_INFO,
+    DL_RDZV_LOG_WARN,
+    DL_RDZV_LOG_ERROR,
+} dl_rdzv_log_level_t;
+
+/* Per-job settings, fixed when the job is created (by its first JOIN or dl_rdzv_core_add_job). */
+typedef struct {
+    int min_nodes;       /* the round may close once this many joined, after the last call */
+    int max_nodes;       /* the round closes at once when this many joined */
+    double last_call;    /* seconds to wait for more nodes once min_nodes joined */
+    double join_timeout; /* seconds from the round's start (round 0: first join) to reach min */
+    double dead_after;   /* seconds without a heartbeat before a member is declared dead */
+    int max_restarts;    /* round changes allowed after round 0 before the job fails */
+    int master_port;     /* MASTER_PORT when node rank 0's JOIN names none */
+    double linger;       /* seconds a finished job still answers before it is forgotten */
+} dl_rdzv_job_opts_t;
+
+typedef struct {
+    dl_rdzv_job_opts_t job_defaults; /* for JOINs that carry no settings */
+    size_t max_jobs;
+    size_t max_key_len;     /* store key, bytes */
+    size_t max_value_len;   /* store value, bytes */
+    size_t max_keys;        /* keys per job, counting keys that are only waited on */
+    size_t max_wait_keys;   /* keys in one WAIT */
+    size_t max_store_bytes; /* keys and values of one job together */
+    size_t max_waits;       /* WAITs pending in one job */
+    uint64_t hash_seed;     /* the shell passes a random value so peers cannot aim at collisions */
+    const char *store_host; /* echoed in every ASSIGNMENT; copied; NULL: none */
+    int store_port;
+    dl_rdzv_log_level_t log_level; /* LOG actions below it are not even formatted */
+} dl_rdzv_core_opts_t;
+
+typedef enum {
+    DL_RDZV_JOB_GATHERING = 0, /* the current round is open for JOINs */
+    DL_RDZV_JOB_RUNNING,       /* the current round closed: ranks are assigned */
+    DL_RDZV_JOB_SUCCEEDED,     /* every member of the last round left OK */
+    DL_RDZV_JOB_FAILED,        /* restarts exhausted */
+    DL_RDZV_JOB_STOPPED,       /* a STOP request */
+    DL_RDZV_JOB_TIMED_OUT,     /* fewer than min_nodes joined within join_timeout */
+} dl_rdzv_job_state_t;
+
+typedef struct {
+    const void *data;
+    size_t len;
+} dl_rdzv_buf_t;
+
+typedef enum {
+    DL_RDZV_EV_TICK = 0,      /* only runs expired timers; every event does that first anyway */
+    DL_RDZV_EV_JOIN,          /* run_id, join */
+    DL_RDZV_EV_HEARTBEAT,     /* conn: the member that joined on it is alive; never replied */
+    DL_RDZV_EV_LEAVE,         /* conn, round: the agent's workers all exited 0 */
+    DL_RDZV_EV_WORKER_FAILED, /* conn, round, failure */
+    DL_RDZV_EV_DISCONNECT,    /* conn is gone; never replied */
+    DL_RDZV_EV_RESTART,       /* run_id: control request, start the next round */
+    DL_RDZV_EV_STOP,          /* run_id: control request, stop every member */
+    DL_RDZV_EV_STATUS,        /* run_id, or NULL for every job */
+    DL_RDZV_EV_STORE_SET,     /* run_id, store: key, value */
+    DL_RDZV_EV_STORE_GET,     /* run_id, store: key */
+    DL_RDZV_EV_STORE_ADD,     /* run_id, store: key, delta */
+    DL_RDZV_EV_STORE_CAS,     /* run_id, store: key, expect_absent or expected, value */
+    DL_RDZV_EV_STORE_DELETE,  /* run_id, store: key */
+    DL_RDZV_EV_STORE_WAIT,    /* run_id, wait: keys, timeout */
+} dl_rdzv_event_kind_t;
+
+/* One event. Strings are NUL-terminated and borrowed for the duration of the step. */
+typedef struct {
+    dl_rdzv_event_kind_t kind;
+    uint64_t conn;   /* where it came from and where replies go */
+    uint64_t req_id; /* echoed in the reply */
+    const char *run_id;
+    union {
+        struct {
+            const char *agent_id;    /* unique within the job, stable across reconnects */
+            const char *host;        /* this node's address as the others can reach it */
+            int slots;               /* workers on this node */
+            int node_rank;           /* explicit node rank wanted, or -1 */
+            int slurm_node_id;       /* SLURM_NODEID, or -1 */
+            const char *master_addr; /* where this node would serve MASTER_ADDR; NULL: host */
+            int master_port;         /* its MASTER_PORT; 0: the job's master_port */
+            int resume_round;        /* the round this agent still runs workers of, or -1 */
+            const dl_rdzv_job_opts_t *opts; /* creates the job, else its min:max must match */
+        } join;
+        struct {
+            int round;               /* the round the agent's workers belong to */
+            const char *description; /* WORKER_FAILED: what failed, kept for the summary */
+        } report;
+        struct {
+            int round; /* the namespace: the job's current round, or -1 for whatever is current */
+            dl_rdzv_buf_t key;
+            dl_rdzv_buf_t value;    /* SET, CAS: the new value */
+            dl_rdzv_buf_t expected; /* CAS */
+            bool expect_absent;     /* CAS: swap only if the key does not exist */
+            int64_t delta;          /* ADD */
+        } store;
+        struct {
+            int round;
+            const dl_rdzv_buf_t *keys;
+            size_t nkeys;
+            double timeout; /* seconds; < 0: until the round ends or the connection goes */
+        } wait;
+    };
+} dl_rdzv_event_t;
+
+typedef enum {
+    DL_RDZV_MSG_OK = 0,        /* reply: done (LEAVE, WORKER_FAILED, RESTART, STOP, SET) */
+    DL_RDZV_MSG_ERROR,         /* reply: error.code is -errno, error.message one line */
+    DL_RDZV_MSG_JOINED,        /* reply to JOIN: waiting for round joined.round to close */
+    DL_RDZV_MSG_ASSIGNMENT,    /* the round closed: here is your place in it */
+    DL_RDZV_MSG_TIMEOUT,       /* the round did not reach min_nodes in time; agents exit 3 */
+    DL_RDZV_MSG_ROUND_CHANGED, /* round_changed.round opened: stop workers and JOIN again */
+    DL_RDZV_MSG_FAILED,        /* the job failed: restarts exhausted */
+    DL_RDZV_MSG_STOP,          /* the job was stopped: stop workers and exit */
+    DL_RDZV_MSG_SUCCEEDED,     /* every member left OK: the job is done */
+    DL_RDZV_MSG_VALUE,         /* reply to GET */
+    DL_RDZV_MSG_COUNTER,       /* reply to ADD */
+    DL_RDZV_MSG_CAS,           /* reply to CAS */
+    DL_RDZV_MSG_DELETED,       /* reply to DELETE */
+    DL_RDZV_MSG_WAIT_DONE,     /* reply to WAIT: every key exists */
+    DL_RDZV_MSG_STATUS,        /* reply to STATUS */
+} dl_rdzv_msg_kind_t;
+
+typedef struct {
+    const char *agent_id;
+    const char *host;
+    int slots;
+    int node_rank;        /* -1 while the round gathers */
+    double heartbeat_age; /* seconds since its last heartbeat (or its JOIN) */
+    bool connected;
+    bool left;
+} dl_rdzv_member_status_t;
+
+typedef struct {
+    const char *run_id;
+    dl_rdzv_job_state_t state;
+    int round;
+    int restarts;
+    int max_restarts;
+    int min_nodes;
+    int max_nodes;
+    int world_size;      /* of the running round, 0 while gathering */
+    const char *failure; /* the first failure, or NULL */
+    const dl_rdzv_member_status_t *members;
+    size_t nmembers;
+    size_t nkeys; /* in the store of the current round */
+} dl_rdzv_job_status_t;
+
+typedef struct {
+    const dl_rdzv_job_status_t *jobs;
+    size_t njobs;
+} dl_rdzv_status_t;
+
+/* A message for the shell to encode. Pointers are owned by the core and stay valid until the next
+ * call into the core. */
+typedef struct {
+    dl_rdzv_msg_kind_t kind;
+    uint64_t req_id; /* the request answered; 0 for messages nobody asked for */
+    const char *run_id;
+    union {
+        struct {
+            int code; /* -errno */
+            const char *message;
+        } error;
+        struct {
+            int round;
+        } joined;
+        struct {
+            int round;
+            int node_rank;
+            int nnodes;
+            int world_size;
+            int first_rank; /* global rank of this node's local rank 0 */
+            int local_world_size;
+            int restarts;
+            int max_restarts;
+            const char *master_addr;
+            int master_port;
+            const char *store_host; /* NULL when the core was given none */
+            int store_port;
+        } assignment;
+        struct {
+            int round;
+        } timeout;
+        struct {
+            int round;
+            const char *reason;
+        } round_changed;
+        struct {
+            int round;
+            int restarts;
+            const char *failure;
+        } failed;
+        struct {
+            int round;
+        } stop;
+        struct {
+            int round;
+        } succeeded;
+        struct {
+            bool found;
+            dl_rdzv_buf_t value;
+        } value;
+        struct {
+            int64_t value;
+        } counter;
+        struct {
+            bool swapped;
+            bool found;          /* the key exists after the operation */
+            dl_rdzv_buf_t value; /* its value after the operation */
+        } cas;
+        struct {
+            bool deleted;
+        } deleted;
+        const dl_rdzv_status_t *status;
+    };
+} dl_rdzv_msg_t;
+
+typedef enum {
+    DL_RDZV_ACT_SEND = 0,     /* conn, msg */
+    DL_RDZV_ACT_CLOSE,        /* conn: close it once what was queued before is written */
+    DL_RDZV_ACT_ARM_TIMER,    /* at: the earliest deadline changed; call step(TICK) then */
+    DL_RDZV_ACT_DISARM_TIMER, /* no deadline is pending any more */
+    DL_RDZV_ACT_LOG,          /* log */
+} dl_rdzv_action_kind_t;
+
+typedef struct {
+    dl_rdzv_action_kind_t kind;
+    uint64_t conn;
+    double at;
+    union {
+        dl_rdzv_msg_t msg;
+        struct {
+            dl_rdzv_log_level_t level;
+            const char *run_id; /* NULL when no job is concerned */
+            const char *text;
+        } log;
+    };
+} dl_rdzv_action_t;
+
+/* What one step asks the shell to do, in order. Owned by the core, valid until the next call. */
+typedef struct {
+    const dl_rdzv_action_t *v;
+    size_t n;
+} dl_rdzv_actions_t;
+
+/* Defaults: nodes 1:1, last call 30 s, join timeout 600 s, dead after 30 s, 3 restarts,
+ * master port 29500, linger 60 s. */
+void dl_rdzv_job_opts_init(dl_rdzv_job_opts_t *opts);
+
+/* Defaults: the job defaults above, 4096 jobs, keys up to 4 KiB, values up to 1 MiB, 1,048,576
+ * keys a job, 4096 keys a WAIT, 256 MiB a job's store, 1,048,576 pending WAITs a job, seed 0, no
+ * store address, log level INFO (DEBUG adds a line per JOIN). */
+void dl_rdzv_core_opts_init(dl_rdzv_core_opts_t *opts);
+
+/* Checks a job's settings; on failure returns -EINVAL and, when err is not NULL, writes one line
+ * naming the field into err. */
+int dl_rdzv_job_opts_check(const dl_rdzv_job_opts_t *opts, char *err, size_t errlen);
+
+/* Creates a core. Returns 0, -EINVAL (bad opts) or -ENOMEM; *ret_core is set only on success. */
+int dl_rdzv_core_new(const dl_rdzv_core_opts_t *opts, dl_rdzv_core_t **ret_core);
+
+/* Frees the core and every job in it. Accepts NULL. */
+void dl_rdzv_core_free(dl_rdzv_core_t *core);
+
+/* Creates a job ahead of its first JOIN (the embedded server knows its job spec). Returns 0,
+ * -EEXIST, -EINVAL (bad run id or opts), -ENOSPC (max_jobs) or -ENOMEM. */
+int dl_rdzv_core_add_job(dl_rdzv_core_t *core, const char *run_id, const dl_rdzv_job_opts_t *opts);
+
+/* Feeds one event that happened at time now (seconds on a monotonic clock, any epoch; a time
+ * earlier than the last one counts as the last one) and fills *acts with what to do. Timers due by
+ * now run first. Requests that cannot be served are answered with an ERROR message, not a failure
+ * of the step. Returns 0, -EINVAL (unknown event kind) or -ENOMEM; on -ENOMEM the state stays
+ * consistent, *acts still holds the actions produced so far (carry them out) and a timer that
+ * could not be handled is retried at the next step. */
+int dl_rdzv_core_step(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now,
+                      dl_rdzv_actions_t *acts);
+
+/* The earliest pending deadline. Returns 0, or -ENOENT when none is pending. */
+int dl_rdzv_core_next_deadline(const dl_rdzv_core_t *core, double *ret_at);
+
+/* Names for logs and the wire: "gathering", "running", ...; "ok", "error", "joined", ... */
+const char *dl_rdzv_job_state_name(dl_rdzv_job_state_t state);
+const char *dl_rdzv_msg_kind_name(dl_rdzv_msg_kind_t kind);
+
+#endif

@@ -1,0 +1,125 @@
+/* The rendezvous over TCP: the server (embedded in node 0's agent, or in dlaunchd) and the
+ * clients agents, workers and control commands use. The pure state machine underneath is
+ * rdzv-core.h; the wire format is proto.h. */
+#ifndef DL_RENDEZVOUS_H
+#define DL_RENDEZVOUS_H
+
+#include <stdbool.h>
+#include <uv.h>
+
+#include "proto.h"
+#include "rdzv-core.h"
+
+/* ---- Server ------------------------------------------------------------------------------ */
+
+typedef struct dl_rdzv_server_s dl_rdzv_server_t;
+
+typedef void (*dl_rdzv_log_cb)(void *ctx, dl_rdzv_log_level_t level, const char *run_id,
+                               const char *text);
+
+typedef struct {
+    const char *host; /* address to bind, e.g. "0.0.0.0" or "127.0.0.1" */
+    int port;         /* 0: any free port (see dl_rdzv_server_port) */
+    /* The job token. NULL: no authentication, and then host must be a loopback address. */
+    const dl_proto_token_t *token;
+    dl_rdzv_core_opts_t core;
+    double heartbeat;    /* seconds, advertised to agents */
+    double auth_timeout; /* seconds a new connection has to authenticate */
+    dl_rdzv_log_cb log;  /* may be NULL */
+    void *log_ctx;
+} dl_rdzv_server_opts_t;
+
+/* Defaults: 127.0.0.1, any port, no token, core defaults, heartbeat 1 s, auth timeout 10 s. */
+void dl_rdzv_server_opts_init(dl_rdzv_server_opts_t *opts);
+
+/* Binds, listens and starts serving on loop. Returns 0 with *ret_server (owned; free with
+ * dl_rdzv_server_close) or a negative errno / libuv code (-EADDRINUSE, -EPERM for a token-less
+ * non-loopback address); err gets one line. */
+int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
+                         dl_rdzv_server_t **ret_server, char *err, size_t errlen);
+
+/* The port it listens on. */
+int dl_rdzv_server_port(const dl_rdzv_server_t *s);
+
+/* Creates a job before any agent joins (the embedded server knows its job spec). */
+int dl_rdzv_server_add_job(dl_rdzv_server_t *s, const char *run_id,
+                           const dl_rdzv_job_opts_t *opts);
+
+/* Stops listening, closes every connection, and frees the server once libuv has let go of every
+ * handle; done (may be NULL) is called then. Accepts NULL. */
+void dl_rdzv_server_close(dl_rdzv_server_t *s, void (*done)(void *ctx), void *ctx);
+
+/* Peak connections, current connections, bytes of server state a connection costs. */
+typedef struct {
+    size_t connections;
+    size_t peak_connections;
+    size_t conn_bytes;
+} dl_rdzv_server_stats_t;
+void dl_rdzv_server_stats(const dl_rdzv_server_t *s, dl_rdzv_server_stats_t *ret);
+
+/* ---- Event-loop client: the agent ---------------------------------------------------------- */
+
+typedef struct dl_rdzv_client_s dl_rdzv_client_t;
+
+typedef struct {
+    /* The handshake finished (status 0) or failed for good (status -errno, err one line:
+     * -ETIMEDOUT when nobody answered in time, -EACCES for a refused token). */
+    void (*ready)(void *ctx, int status, const char *err);
+    /* Any message after the handshake: replies (match their "id") and notifications. msg is
+     * borrowed for the call. */
+    void (*message)(void *ctx, json_t *msg, dl_proto_type_t type);
+    /* The connection is gone after being ready (status: a libuv code, UV_EOF when the server
+     * hung up). Not called after dl_rdzv_client_close. */
+    void (*lost)(void *ctx, int status);
+} dl_rdzv_client_cbs_t;
+
+/* Resolves host, connects (retrying refusals for up to timeout seconds, as the server may not be
+ * up yet), says hello as role for run_id and authenticates with token (may be NULL). Fails at once
+ * (returns -errno, no callback) or later through cbs->ready exactly once. */
+int dl_rdzv_client_start(uv_loop_t *loop, const char *host, int port, dl_proto_role_t role,
+                         const char *run_id, const dl_proto_token_t *token, double timeout,
+                         const dl_rdzv_client_cbs_t *cbs, void *ctx, dl_rdzv_client_t **ret);
+
+/* Sends msg (borrowed). A request needs its "id" set by the caller. Returns 0 or -errno. */
+int dl_rdzv_client_send(dl_rdzv_client_t *c, const json_t *msg);
+
+/* The local address of the connection ("10.0.0.5"): where the server sees us come from, which
+ * is where other nodes can reach this one. Returns 0 or -ENOTCONN. */
+int dl_rdzv_client_local_addr(const dl_rdzv_client_t *c, char *buf, size_t len);
+
+/* Closes and frees (once libuv lets go). No callback runs after this. Accepts NULL. */
+void dl_rdzv_client_close(dl_rdzv_client_t *c);
+
+/* ---- Endpoints --------------------------------------------------------------------------- */
+
+/* Parses "HOST:PORT" or "[V6]:PORT" (port 1-65535); host copied into host (hostlen bytes).
+ * Returns 0 or -EINVAL. */
+int dl_rdzv_endpoint_parse(const char *text, char *host, size_t hostlen, int *ret_port);
+
+/* ---- Blocking client: control commands, dlaunch kv, worker programs ------------------------ */
+
+typedef struct dl_rdzv_sync_s dl_rdzv_sync_t;
+
+/* Connects to host:port, says hello as role for run_id and authenticates with token (may be
+ * NULL when the server has none). timeout: seconds for the whole handshake, retrying refused
+ * connections until then. Returns 0 with *ret (owned; dl_rdzv_sync_close) or -errno with one
+ * line in err (-ECONNREFUSED, -ETIMEDOUT, -EACCES for a refused token, -EPROTO). */
+int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const char *run_id,
+                         const dl_proto_token_t *token, double timeout, dl_rdzv_sync_t **ret,
+                         char *err, size_t errlen);
+
+/* Sends a request (its "id" is set here) and waits for its answer, up to timeout seconds
+ * (< 0: forever). Notifications that arrive meanwhile are dropped unless on_notify is set with
+ * dl_rdzv_sync_set_notify. Returns 0 with *ret_reply (new reference: a reply, a typed answer, or
+ * an error message; see dl_proto_reply_error) or -errno with err filled. Steals msg. */
+int dl_rdzv_sync_call(dl_rdzv_sync_t *c, json_t *msg, double timeout, json_t **ret_reply,
+                      char *err, size_t errlen);
+
+/* Waits for the next notification (event, round_changed, shutdown), up to timeout seconds.
+ * Returns 0 with *ret_msg, -ETIMEDOUT, or -errno (connection lost). */
+int dl_rdzv_sync_next(dl_rdzv_sync_t *c, double timeout, json_t **ret_msg, char *err,
+                      size_t errlen);
+
+void dl_rdzv_sync_close(dl_rdzv_sync_t *c);
+
+#endif

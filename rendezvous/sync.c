@@ -1,0 +1,306 @@
+/* The blocking client: one request at a time over a plain socket, for programs without an event
+ * loop (control commands, dlaunch kv, worker programs bootstrapping a process group). */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rendezvous.h"
+
+struct dl_rdzv_sync_s {
+    int fd;
+    dl_proto_decoder_t dec;
+    json_int_t next_id;
+    json_t *queue; /* notifications that arrived while waiting for a reply */
+    char buf[64 * 1024];
+    size_t have, off; /* bytes read but not yet fed to the decoder */
+};
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int dl_rdzv_endpoint_parse(const char *text, char *host, size_t hostlen, int *ret_port)
+{
+    const char *colon;
+    size_t hlen;
+    long port;
+    char *end;
+
+    if (text == NULL || *text == '\0')
+        return -EINVAL;
+    if (text[0] == '[') {
+        const char *close = strchr(text, ']');
+        if (close == NULL || close[1] != ':')
+            return -EINVAL;
+        hlen = (size_t)(close - text - 1);
+        text++;
+        colon = close + 1;
+    } else {
+        colon = strrchr(text, ':');
+        if (colon == NULL)
+            return -EINVAL;
+        hlen = (size_t)(colon - text);
+    }
+    if (hlen == 0 || hlen >= hostlen)
+        return -EINVAL;
+    errno = 0;
+    port = strtol(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end != '\0' || errno != 0 || port < 1 || port > 65535)
+        return -EINVAL;
+    memcpy(host, text, hlen);
+    host[hlen] = '\0';
+    *ret_port = (int)port;
+    return 0;
+}
+
+static int send_msg(dl_rdzv_sync_t *c, const json_t *msg, char *err, size_t errlen)
+{
+    char *frame;
+    size_t len, off = 0;
+    dl_proto_error_t perr;
+    int r = dl_proto_encode(msg, &frame, &len, &perr);
+    if (r < 0) {
+        snprintf(err, errlen, "cannot encode a request: %s", perr.message);
+        return r;
+    }
+    while (off < len) {
+        ssize_t w = send(c->fd, frame + off, len - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            r = -errno;
+            snprintf(err, errlen, "lost the rendezvous: %s", strerror(errno));
+            free(frame);
+            return r;
+        }
+        off += (size_t)w;
+    }
+    free(frame);
+    return 0;
+}
+
+/* Reads the next message of any kind, waiting until deadline (monotonic seconds; < 0 forever). */
+static int recv_msg(dl_rdzv_sync_t *c, double deadline, json_t **ret, char *err, size_t errlen)
+{
+    for (;;) {
+        while (c->off < c->have) {
+            json_t *msg = NULL;
+            dl_proto_type_t type;
+            dl_proto_error_t perr;
+            size_t used = 0;
+            int r = dl_proto_decoder_feed(&c->dec, c->buf + c->off, c->have - c->off, &used,
+                                          &msg, &type, &perr);
+            c->off += used;
+            if (r == DL_PROTO_MESSAGE) {
+                *ret = msg;
+                return 0;
+            }
+            if (r == DL_PROTO_INVALID || r < 0) {
+                snprintf(err, errlen, "bad message from the rendezvous: %s", perr.message);
+                return -EPROTO;
+            }
+        }
+        c->off = c->have = 0;
+        int wait_ms = -1;
+        if (deadline >= 0) {
+            double left = deadline - mono();
+            if (left <= 0) {
+                snprintf(err, errlen, "no answer from the rendezvous in time");
+                return -ETIMEDOUT;
+            }
+            wait_ms = (int)(left * 1000) + 1;
+        }
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int n = poll(&p, 1, wait_ms);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            snprintf(err, errlen, "poll: %s", strerror(errno));
+            return -errno;
+        }
+        if (n == 0)
+            continue;
+        ssize_t got = recv(c->fd, c->buf, sizeof(c->buf), 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            int e = got == 0 ? ECONNRESET : errno;
+            snprintf(err, errlen, "lost the rendezvous: %s",
+                     got == 0 ? "connection closed" : strerror(e));
+            return -e;
+        }
+        c->have = (size_t)got;
+    }
+}
+
+static int call_until(dl_rdzv_sync_t *c, json_t *msg, double deadline, json_t **ret_reply,
+                      char *err, size_t errlen)
+{
+    json_int_t id = c->next_id++;
+    json_object_set_new(msg, "id", json_integer(id));
+    int r = send_msg(c, msg, err, errlen);
+    json_decref(msg);
+    if (r < 0)
+        return r;
+    for (;;) {
+        json_t *m;
+        r = recv_msg(c, deadline, &m, err, errlen);
+        if (r < 0)
+            return r;
+        if (dl_proto_get_int(m, "id", -1) == id) {
+            *ret_reply = m;
+            return 0;
+        }
+        if (dl_proto_type_kind(dl_proto_type_parse(dl_proto_get_str(m, "type"))) ==
+            DL_PROTO_KIND_NOTIFY)
+            json_array_append(c->queue, m);
+        json_decref(m);
+    }
+}
+
+int dl_rdzv_sync_call(dl_rdzv_sync_t *c, json_t *msg, double timeout, json_t **ret_reply,
+                      char *err, size_t errlen)
+{
+    return call_until(c, msg, timeout < 0 ? -1 : mono() + timeout, ret_reply, err, errlen);
+}
+
+int dl_rdzv_sync_next(dl_rdzv_sync_t *c, double timeout, json_t **ret_msg, char *err,
+                      size_t errlen)
+{
+    if (json_array_size(c->queue) > 0) {
+        *ret_msg = json_incref(json_array_get(c->queue, 0));
+        json_array_remove(c->queue, 0);
+        return 0;
+    }
+    return recv_msg(c, timeout < 0 ? -1 : mono() + timeout, ret_msg, err, errlen);
+}
+
+static int connect_once(const char *host, int port, int *ret_fd)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res, *ai;
+    char service[16];
+    int r = -ECONNREFUSED;
+
+    snprintf(service, sizeof(service), "%d", port);
+    int g = getaddrinfo(host, service, &hints, &res);
+    if (g != 0)
+        return g == EAI_SYSTEM ? -errno : -EHOSTUNREACH;
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            r = -errno;
+            continue;
+        }
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            *ret_fd = fd;
+            freeaddrinfo(res);
+            return 0;
+        }
+        r = -errno;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return r;
+}
+
+void dl_rdzv_sync_close(dl_rdzv_sync_t *c)
+{
+    if (c == NULL)
+        return;
+    if (c->fd >= 0)
+        close(c->fd);
+    dl_proto_decoder_cleanup(&c->dec);
+    json_decref(c->queue);
+    free(c);
+}
+
+int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const char *run_id,
+                         const dl_proto_token_t *token, double timeout, dl_rdzv_sync_t **ret,
+                         char *err, size_t errlen)
+{
+    double deadline = mono() + timeout;
+    dl_rdzv_sync_t *c = calloc(1, sizeof(*c));
+    json_t *reply = NULL;
+    int r;
+
+    if (c == NULL || (c->queue = json_array()) == NULL) {
+        free(c);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    c->fd = -1;
+    dl_proto_decoder_init(&c->dec, DL_PROTO_LIMIT);
+    /* The server may not be up yet (agents start in any order): retry refusals until the
+     * deadline, at a pace that costs nothing. */
+    for (;;) {
+        r = connect_once(host, port, &c->fd);
+        if (r == 0)
+            break;
+        if ((r != -ECONNREFUSED && r != -EHOSTUNREACH && r != -ENETUNREACH) ||
+            mono() + 0.05 > deadline) {
+            snprintf(err, errlen, "cannot reach the rendezvous at %s:%d: %s", host, port,
+                     strerror(-r));
+            goto fail;
+        }
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    json_t *hello = dl_proto_msg_new(DL_PROTO_HELLO, 0);
+    json_object_set_new(hello, "role", json_string(dl_proto_role_name(role)));
+    json_object_set_new(hello, "run_id", json_string(run_id));
+    json_object_set_new(hello, "proto", json_integer(DL_PROTO_VERSION));
+    r = call_until(c, hello, deadline, &reply, err, errlen);
+    if (r < 0)
+        goto fail;
+    const char *type = dl_proto_get_str(reply, "type");
+    if (strcmp(type, "challenge") == 0) {
+        char proof[DL_PROTO_PROOF_HEX_LEN + 1];
+        if (token == NULL) {
+            snprintf(err, errlen, "the rendezvous at %s:%d wants a job token (--token-file or "
+                                  "DLAUNCH_TOKEN)", host, port);
+            r = -EACCES;
+            goto fail;
+        }
+        r = dl_proto_auth_proof(token, dl_proto_get_str(reply, "nonce"), run_id, role, proof);
+        if (r < 0) {
+            snprintf(err, errlen, "cannot answer the challenge: %s", strerror(-r));
+            goto fail;
+        }
+        json_decref(reply);
+        reply = NULL;
+        json_t *auth = dl_proto_msg_new(DL_PROTO_AUTH, 0);
+        json_object_set_new(auth, "proof", json_string(proof));
+        r = call_until(c, auth, deadline, &reply, err, errlen);
+        if (r < 0)
+            goto fail;
+        type = dl_proto_get_str(reply, "type");
+    }
+    if (strcmp(type, "auth_ok") != 0) {
+        const char *why = NULL;
+        dl_proto_errcode_t code = dl_proto_reply_error(reply, &why);
+        snprintf(err, errlen, "the rendezvous at %s:%d refused us: %s", host, port,
+                 why ? why : type);
+        r = code == DL_PROTO_E_AUTH_FAILED ? -EACCES : -EPROTO;
+        goto fail;
+    }
+    json_decref(reply);
+    *ret = c;
+    return 0;
+fail:
+    json_decref(reply);
+    dl_rdzv_sync_close(c);
+    return r;
+}

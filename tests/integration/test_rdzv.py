@@ -1,0 +1,208 @@
+"""Jobs over several agents on 127.0.0.1: one rendezvous, unique ranks, restarts across nodes,
+dead nodes, dlaunchd and its control commands, tokens."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import dltest
+
+DLAUNCHD = os.path.join(os.path.dirname(dltest.DLAUNCH), "..", "daemon", "dlaunchd")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Rendezvous(dltest.Case):
+    def setUp(self):
+        super().setUp()
+        self.port = free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        self.procs = []
+        self.files = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in self.files:
+            f.close()
+        super().tearDown()
+
+    def open_log(self, name):
+        f = open(os.path.join(self.dir, name), "w")
+        self.files.append(f)
+        return f
+
+    def agent(self, *args, name="a", nodes="2", slots="2", env=None):
+        out = self.open_log(f"{name}.log")
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        full_env.update(env or {})
+        p = subprocess.Popen(
+            [dltest.DLAUNCH, "--nodes", nodes, "--gpus-per-node", slots, "--rdzv-endpoint",
+             self.endpoint, "--run-id", "job", "--heartbeat", "0.2", "--join-timeout", "30",
+             "--events", os.path.join(self.dir, f"{name}.events"), *args],
+            cwd=self.dir, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def log(self, name):
+        return self.read(f"{name}.log")
+
+    def evs(self, name):
+        path = os.path.join(self.dir, f"{name}.events")
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [json.loads(l) for l in f if l.strip()]
+
+    def wait_all(self, procs, timeout=60):
+        codes = []
+        for p in procs:
+            codes.append(p.wait(timeout=timeout))
+        return codes
+
+    def ranks_from_logs(self, attempt=0):
+        ranks = {}
+        base = os.path.join(self.dir, "dlaunch_logs", "job", f"attempt_{attempt}")
+        for f in sorted(os.listdir(base)):
+            if f.endswith(".out"):
+                text = open(os.path.join(base, f)).read().split()
+                if text:
+                    ranks[int(f[5:-4])] = text
+        return ranks
+
+    def test_two_and_three_agents_form_one_job(self):
+        for n in (2, 3):
+            cmd = ["--", "sh", "-c", "echo $RANK $WORLD_SIZE $GROUP_RANK $LOCAL_RANK"]
+            procs = [self.agent(*cmd, name=f"n{n}a{i}", nodes=str(n)) for i in range(n)]
+            self.assertEqual(self.wait_all(procs), [0] * n,
+                             "\n".join(self.log(f"n{n}a{i}") for i in range(n)))
+            ranks = self.ranks_from_logs()
+            self.assertEqual(sorted(ranks), list(range(2 * n)))
+            for rank, (r, world, group, local) in ranks.items():
+                self.assertEqual(int(r), rank)
+                self.assertEqual(int(world), 2 * n)
+                self.assertEqual(int(group) * 2 + int(local), rank)
+            rdzv = [e for i in range(n) for e in self.evs(f"n{n}a{i}")
+                    if e["event"] == "rendezvous"]
+            self.assertEqual(sorted(e["node_rank"] for e in rdzv), list(range(n)))
+            self.assertEqual({e["world_size"] for e in rdzv}, {2 * n})
+            self.assertEqual(len({(e["master_addr"], e["master_port"]) for e in rdzv}), 1)
+            subprocess.run(["rm", "-rf", os.path.join(self.dir, "dlaunch_logs")], check=True)
+            self.port = free_port()
+            self.endpoint = f"127.0.0.1:{self.port}"
+
+    def test_a_failed_worker_restarts_every_node(self):
+        script = ('if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 3 ]; then exit 4; fi;'
+                  'sleep 0.3; echo $RANK restart $TORCHELASTIC_RESTART_COUNT')
+        procs = [self.agent("--max-restarts", "1", "--", "sh", "-c", script, name=n)
+                 for n in ("a", "b")]
+        self.assertEqual(self.wait_all(procs), [0, 0], self.log("a") + self.log("b"))
+        ranks = self.ranks_from_logs(attempt=1)
+        self.assertEqual(sorted(ranks), [0, 1, 2, 3])
+        for rank, words in ranks.items():
+            self.assertEqual(words, [str(rank), "restart", "1"])
+
+    def test_restarts_exhausted_fail_every_node(self):
+        procs = [self.agent("--max-restarts", "1", "--", "sh", "-c",
+                            '[ "$RANK" = 0 ] && exit 6; sleep 5', name=n) for n in ("a", "b")]
+        codes = self.wait_all(procs)
+        self.assertEqual(codes, [1, 1], self.log("a") + self.log("b"))
+        self.assertIn("rank 0", self.log("a") + self.log("b"))
+        self.assertIn("exited with code 6", self.log("a") + self.log("b"))
+
+    def test_join_timeout_exits_3(self):
+        p = self.agent("--join-timeout", "1", "--", "true", name="alone")
+        self.assertEqual(p.wait(timeout=30), 3, self.log("alone"))
+
+    def test_stopped_node_is_dropped_and_rejoins(self):
+        stop = os.path.join(self.dir, "stop")
+        script = f'while [ ! -e {stop} ]; do sleep 0.05; done'
+        common = ["--nodes", "1:3", "--last-call", "0.5", "--dead-after", "1", "--max-restarts",
+                  "5", "--stop-timeout", "2", "--", "sh", "-c", script]
+        procs = [self.agent(*common[2:], name=n, nodes="1:3", slots="1") for n in "abc"]
+
+        def rounds(name):
+            return [e for e in self.evs(name) if e["event"] == "rendezvous"]
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(
+                rounds(n) and rounds(n)[-1]["world_size"] == 3 for n in "abc"):
+            time.sleep(0.05)
+        self.assertTrue(all(rounds(n)[-1]["world_size"] == 3 for n in "abc"),
+                        [rounds(n) for n in "abc"])
+        victim = procs[2]
+        victim.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        while time.monotonic() < deadline and not all(
+                rounds(n)[-1]["world_size"] == 2 for n in "ab"):
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+        self.assertTrue(all(rounds(n)[-1]["world_size"] == 2 for n in "ab"),
+                        self.log("a") + self.log("b"))
+        self.assertLess(took, 1 + 3)  # dead-after plus the restart
+        victim.send_signal(signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(
+                rounds(n)[-1]["world_size"] == 3 for n in "abc"):
+            time.sleep(0.05)
+        self.assertTrue(all(rounds(n)[-1]["world_size"] == 3 for n in "abc"),
+                        self.log("a") + self.log("b") + self.log("c"))
+        open(stop, "w").close()
+        self.assertEqual(self.wait_all(procs), [0, 0, 0],
+                         self.log("a") + self.log("b") + self.log("c"))
+
+    def test_wrong_token_is_refused(self):
+        good = self.write("good.token", "s3cret\n")
+        bad = self.write("bad.token", "guess\n")
+        os.chmod(good, 0o600)
+        os.chmod(bad, 0o600)
+        host = self.agent("--token-file", good, "--", "sleep", "5", name="host")
+        time.sleep(0.5)
+        intruder = self.agent("--token-file", bad, "--", "true", name="intruder")
+        self.assertEqual(intruder.wait(timeout=30), 4, self.log("intruder"))
+        self.assertIn("wrong job token", self.log("intruder"))
+        host.kill()
+
+    def test_dlaunchd_status_restart_stop(self):
+        d = subprocess.Popen([DLAUNCHD, "--listen", self.endpoint], stdout=subprocess.DEVNULL,
+                             stderr=self.open_log("d.log"))
+        self.procs.append(d)
+        script = 'echo restart=$TORCHELASTIC_RESTART_COUNT; exec sleep 60'
+        procs = [self.agent("--max-restarts", "3", "--", "sh", "-c", script, name=n)
+                 for n in ("a", "b")]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(
+                any(e["event"] == "worker_start" for e in self.evs(n)) for n in "ab"):
+            time.sleep(0.05)
+        st = self.dlaunch("status", "--json", "--endpoint", self.endpoint, "job", check_code=0)
+        status = json.loads(st.stdout)
+        self.assertEqual(status["state"], "running")
+        self.assertEqual(status["world_size"], 4)
+        self.assertEqual(sorted(n["node_rank"] for n in status["nodes"]), [0, 1])
+        self.dlaunch("restart", "--endpoint", self.endpoint, "job", check_code=0)
+        while time.monotonic() < deadline and not all(
+                any(e["event"] == "worker_start" and e["attempt"] == 1 for e in self.evs(n))
+                for n in "ab"):
+            time.sleep(0.05)
+        for n in "ab":
+            self.assertTrue(any(e["event"] == "worker_start" and e["attempt"] == 1
+                                for e in self.evs(n)), self.log(n))
+        self.dlaunch("stop", "--endpoint", self.endpoint, "job", check_code=0)
+        self.assertEqual(self.wait_all(procs, timeout=30), [0, 0], self.log("a") + self.log("b"))
+        self.assertIn("stopped", self.log("a"))
+        p = self.dlaunch("status", "--endpoint", self.endpoint, "nosuchjob")
+        self.assertEqual(p.returncode, 1)
+        d.send_signal(signal.SIGTERM)
+        self.assertEqual(d.wait(timeout=10), 0)
+
+
+if __name__ == "__main__":
+    dltest.main()

@@ -1,0 +1,305 @@
+/* Authentication: HMAC-SHA256 against RFC 4231, the challenge-response proof, and reading the
+ * token from a file or a string. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "proto.h"
+
+#define NONCE "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+#define TOKEN "correct horse battery staple"
+
+static void to_hex(const uint8_t *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+static dl_proto_token_t *token_of(const char *text)
+{
+    dl_proto_token_t *t = NULL;
+    char err[256];
+
+    ck_assert_int_eq(dl_proto_token_from_string(text, "test", &t, err, sizeof(err)), 0);
+    return t;
+}
+
+START_TEST(test_hmac_rfc4231)
+{
+    /* Test cases 1, 2 and 6 of RFC 4231 (short key, text key, key longer than a block). */
+    uint8_t key1[20], key6[131], mac[32];
+    char hex[65];
+
+    memset(key1, 0x0b, sizeof(key1));
+    ck_assert_int_eq(dl_proto_hmac_sha256(key1, sizeof(key1), "Hi There", 8, mac), 0);
+    to_hex(mac, 32, hex);
+    ck_assert_str_eq(hex, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+
+    ck_assert_int_eq(dl_proto_hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, mac), 0);
+    to_hex(mac, 32, hex);
+    ck_assert_str_eq(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+
+    memset(key6, 0xaa, sizeof(key6));
+    ck_assert_int_eq(dl_proto_hmac_sha256(key6, sizeof(key6),
+                                          "Test Using Larger Than Block-Size Key - Hash Key First",
+                                          54, mac),
+                     0);
+    to_hex(mac, 32, hex);
+    ck_assert_str_eq(hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+END_TEST
+
+START_TEST(test_proof_formula)
+{
+    /* Known answers from an independent implementation (Python's hmac module) of the documented
+     * formula HMAC-SHA256(token, nonce_hex || run_id || role). */
+    dl_proto_token_t *t = token_of(TOKEN);
+    char proof[DL_PROTO_PROOF_HEX_LEN + 1];
+
+    ck_assert_int_eq(dl_proto_auth_proof(t, NONCE, "job-42", DL_PROTO_ROLE_AGENT, proof), 0);
+    ck_assert_str_eq(proof, "f69bd8c328e71a1b33894f86384a860e38d90ebad521eb7a459f336759bd0699");
+    ck_assert_int_eq(dl_proto_auth_proof(t, NONCE, "job-42", DL_PROTO_ROLE_WORKER, proof), 0);
+    ck_assert_str_eq(proof, "bb0397751ad662b0bebbb5fe2817b410d5008b5bfba721850d58fc9a7816c04d");
+    dl_proto_token_free(t);
+}
+END_TEST
+
+START_TEST(test_verify)
+{
+    dl_proto_token_t *t = token_of(TOKEN);
+    dl_proto_token_t *other = token_of(TOKEN "!");
+    char nonce[DL_PROTO_NONCE_HEX_LEN + 1], nonce2[DL_PROTO_NONCE_HEX_LEN + 1];
+    char proof[DL_PROTO_PROOF_HEX_LEN + 1], bad[DL_PROTO_PROOF_HEX_LEN + 1];
+
+    ck_assert_int_eq(dl_proto_nonce_new(nonce), 0);
+    ck_assert_int_eq(dl_proto_nonce_new(nonce2), 0);
+    ck_assert_int_eq(dl_proto_auth_proof(t, nonce, "run1", DL_PROTO_ROLE_AGENT, proof), 0);
+    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, proof), 0);
+
+    /* Each input is bound into the proof. */
+    ck_assert_int_eq(dl_proto_auth_verify(other, nonce, "run1", DL_PROTO_ROLE_AGENT, proof),
+                     -EACCES);
+    ck_assert_int_eq(dl_proto_auth_verify(t, nonce2, "run1", DL_PROTO_ROLE_AGENT, proof), -EACCES);
+    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run2", DL_PROTO_ROLE_AGENT, proof), -EACCES);
+    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_CONTROL, proof),
+                     -EACCES);
+
+    /* A proof that is off by one digit, the wrong case, the wrong length or not hex is refused. */
+    strcpy(bad, proof);
+    bad[63] = bad[63] == '0' ? '1' : '0';
+    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, bad), -EACCES);
+    strcpy(bad, proof);
+    for (char *p = bad; *p != '\0'; p++)
+        if (*p >= 'a' && *p <= 'f')
+            *p = (char)(*p - 'a' + 'A');
+    if (strcmp(bad, proof) != 0)
+        ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, bad),
+                         -EACCES);
+    strcpy(bad, proof);
+    bad[62] = '\0';
+    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, bad), -EACCES);
+    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, ""), -EACCES);
+    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, NULL), -EACCES);
+    {
+        char longer[DL_PROTO_PROOF_HEX_LEN + 3];
+        snprintf(longer, sizeof(longer), "%s00", proof);
+        ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, longer),
+                         -EACCES);
+    }
+
+    /* Malformed inputs from the caller are its bug, not a failed login. */
+    ck_assert_int_eq(dl_proto_auth_verify(t, "abc", "run1", DL_PROTO_ROLE_AGENT, proof), -EINVAL);
+    ck_assert_int_eq(dl_proto_auth_proof(t, nonce, "bad run", DL_PROTO_ROLE_AGENT, proof),
+                     -EINVAL);
+    ck_assert_int_eq(dl_proto_auth_proof(t, nonce, "run1", DL_PROTO_ROLE_SERVER, proof), -EINVAL);
+    dl_proto_token_free(t);
+    dl_proto_token_free(other);
+}
+END_TEST
+
+START_TEST(test_nonce)
+{
+    char a[DL_PROTO_NONCE_HEX_LEN + 1], b[DL_PROTO_NONCE_HEX_LEN + 1];
+
+    ck_assert_int_eq(dl_proto_nonce_new(a), 0);
+    ck_assert_int_eq(dl_proto_nonce_new(b), 0);
+    ck_assert_uint_eq(strlen(a), DL_PROTO_NONCE_HEX_LEN);
+    ck_assert_uint_eq(strspn(a, "0123456789abcdef"), DL_PROTO_NONCE_HEX_LEN);
+    ck_assert_str_ne(a, b);
+}
+END_TEST
+
+/* ---- Token files ---- */
+
+static char tmpdir[64];
+
+static void make_tmpdir(void)
+{
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/dl-test-auth-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void remove_tmpdir(void)
+{
+    char cmd[128];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static const char *write_file(const char *name, const void *data, size_t len, mode_t mode)
+{
+    static char path[128];
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, data, len), (ssize_t)len);
+    ck_assert_int_eq(fchmod(fd, mode), 0);
+    close(fd);
+    return path;
+}
+
+/* A token's identity is what it proves: compare proofs rather than peeking inside. */
+static void assert_same_token(dl_proto_token_t *a, const char *text)
+{
+    dl_proto_token_t *b = token_of(text);
+    char pa[DL_PROTO_PROOF_HEX_LEN + 1], pb[DL_PROTO_PROOF_HEX_LEN + 1];
+
+    ck_assert_int_eq(dl_proto_auth_proof(a, NONCE, "r", DL_PROTO_ROLE_AGENT, pa), 0);
+    ck_assert_int_eq(dl_proto_auth_proof(b, NONCE, "r", DL_PROTO_ROLE_AGENT, pb), 0);
+    ck_assert_str_eq(pa, pb);
+    dl_proto_token_free(b);
+}
+
+static void expect_file_error(const char *path, int want, const char *needle)
+{
+    dl_proto_token_t *t = NULL;
+    char err[512] = "";
+
+    ck_assert_int_eq(dl_proto_token_from_file(path, &t, err, sizeof(err)), want);
+    ck_assert_ptr_null(t);
+    ck_assert_msg(strstr(err, needle) != NULL, "'%s' not in '%s'", needle, err);
+    ck_assert_msg(strstr(err, path) != NULL, "path not in '%s'", err);
+}
+
+START_TEST(test_token_file)
+{
+    dl_proto_token_t *t = NULL;
+    char err[512];
+
+    make_tmpdir();
+    ck_assert_int_eq(dl_proto_token_from_file(write_file("t1", "s3cret\n", 7, 0600), &t, err,
+                                              sizeof(err)),
+                     0);
+    assert_same_token(t, "s3cret");
+    dl_proto_token_free(t);
+
+    /* No newline, a CRLF, and only one newline stripped. */
+    ck_assert_int_eq(dl_proto_token_from_file(write_file("t2", "s3cret", 6, 0400), &t, err,
+                                              sizeof(err)),
+                     0);
+    assert_same_token(t, "s3cret");
+    dl_proto_token_free(t);
+    ck_assert_int_eq(dl_proto_token_from_file(write_file("t3", "s3cret\r\n", 8, 0600), &t, err,
+                                              sizeof(err)),
+                     0);
+    assert_same_token(t, "s3cret");
+    dl_proto_token_free(t);
+    ck_assert_int_eq(dl_proto_token_from_file(write_file("t4", "s3cret\n\n", 8, 0600), &t, err,
+                                              sizeof(err)),
+                     0);
+    assert_same_token(t, "s3cret\n");
+    dl_proto_token_free(t);
+    remove_tmpdir();
+}
+END_TEST
+
+START_TEST(test_token_file_mode)
+{
+    make_tmpdir();
+    expect_file_error(write_file("g", "x\n", 2, 0640), -EACCES, "mode 0640");
+    expect_file_error(write_file("w", "x\n", 2, 0604), -EACCES, "chmod 600");
+    expect_file_error(write_file("gw", "x\n", 2, 0620), -EACCES, "group or others");
+    expect_file_error(write_file("a", "x\n", 2, 0644), -EACCES, "mode 0644");
+    remove_tmpdir();
+}
+END_TEST
+
+START_TEST(test_token_file_errors)
+{
+    char *big = calloc(1, DL_PROTO_TOKEN_MAX + 1);
+    char path[128];
+
+    make_tmpdir();
+    expect_file_error(write_file("empty", "", 0, 0600), -EINVAL, "empty");
+    expect_file_error(write_file("nl", "\n", 1, 0600), -EINVAL, "empty");
+    memset(big, 'k', DL_PROTO_TOKEN_MAX + 1);
+    expect_file_error(write_file("big", big, DL_PROTO_TOKEN_MAX + 1, 0600), -EINVAL, "larger than");
+    snprintf(path, sizeof(path), "%s/missing", tmpdir);
+    expect_file_error(path, -ENOENT, "No such file");
+    snprintf(path, sizeof(path), "%s", tmpdir);
+    chmod(path, 0700);
+    expect_file_error(path, -EINVAL, "not a regular file");
+    /* Exactly at the size limit is fine. */
+    {
+        dl_proto_token_t *t = NULL;
+        char err[256];
+        ck_assert_int_eq(dl_proto_token_from_file(write_file("max", big, DL_PROTO_TOKEN_MAX, 0600),
+                                                  &t, err, sizeof(err)),
+                         0);
+        dl_proto_token_free(t);
+    }
+    remove_tmpdir();
+    free(big);
+}
+END_TEST
+
+START_TEST(test_token_string)
+{
+    dl_proto_token_t *t = (dl_proto_token_t *)&t; /* must stay untouched on failure */
+    dl_proto_token_t *before = t;
+    char err[256] = "";
+
+    ck_assert_int_eq(dl_proto_token_from_string("", "DLAUNCH_TOKEN", &t, err, sizeof(err)),
+                     -EINVAL);
+    ck_assert_ptr_eq(t, before);
+    ck_assert_ptr_nonnull(strstr(err, "DLAUNCH_TOKEN"));
+    ck_assert_ptr_nonnull(strstr(err, "empty"));
+    dl_proto_token_free(NULL);
+}
+END_TEST
+
+static Suite *auth_suite(void)
+{
+    Suite *s = suite_create("auth");
+    TCase *tc = tcase_create("core");
+
+    tcase_add_test(tc, test_hmac_rfc4231);
+    tcase_add_test(tc, test_proof_formula);
+    tcase_add_test(tc, test_verify);
+    tcase_add_test(tc, test_nonce);
+    tcase_add_test(tc, test_token_file);
+    tcase_add_test(tc, test_token_file_mode);
+    tcase_add_test(tc, test_token_file_errors);
+    tcase_add_test(tc, test_token_string);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(auth_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

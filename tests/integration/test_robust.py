@@ -1,0 +1,154 @@
+"""The rendezvous server survives what the network sends: garbage, lies about lengths, cut
+frames, a thousand idle connections and a slow sender, while a real job runs to the end."""
+import json
+import os
+import resource
+import socket
+import struct
+import subprocess
+import time
+
+import dltest
+from test_rdzv import DLAUNCHD, free_port
+
+
+def frame(obj):
+    body = json.dumps(obj).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def read_frame(sock, timeout=5):
+    sock.settimeout(timeout)
+    head = b""
+    while len(head) < 4:
+        chunk = sock.recv(4 - len(head))
+        if not chunk:
+            return None
+        head += chunk
+    (n,) = struct.unpack(">I", head)
+    body = b""
+    while len(body) < n:
+        chunk = sock.recv(n - len(body))
+        if not chunk:
+            return None
+        body += chunk
+    return json.loads(body)
+
+
+def closed_by_peer(sock, timeout=5):
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+class Robustness(dltest.Case):
+    def setUp(self):
+        super().setUp()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+        self.port = free_port()
+        self.log = open(os.path.join(self.dir, "d.log"), "w")
+        self.daemon = subprocess.Popen([DLAUNCHD, "--listen", f"127.0.0.1:{self.port}"],
+                                       stderr=self.log)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.02)
+        self.socks = []
+
+    def tearDown(self):
+        for s in self.socks:
+            s.close()
+        self.daemon.kill()
+        self.daemon.wait()
+        self.log.close()
+        super().tearDown()
+
+    def conn(self):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        self.socks.append(s)
+        return s
+
+    def agents(self, seconds):
+        procs = []
+        for name in ("a", "b"):
+            out = open(os.path.join(self.dir, f"{name}.log"), "w")
+            procs.append((subprocess.Popen(
+                [dltest.DLAUNCH, "-q", "--nodes", "2", "--gpus-per-node", "2", "--rdzv-endpoint",
+                 f"127.0.0.1:{self.port}", "--run-id", "robust", "--join-timeout", "60", "--",
+                 "sleep", str(seconds)], cwd=self.dir, stdout=out, stderr=subprocess.STDOUT),
+                out))
+        return procs
+
+    def test_bad_clients_while_a_job_completes(self):
+        idle = [self.conn() for _ in range(1000)]
+        procs = self.agents(3)
+
+        # Text where a length should be: 'GET ' is 1.2 GB, over the limit before auth.
+        s = self.conn()
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = read_frame(s)
+        self.assertEqual(reply["type"], "error")
+        self.assertEqual(reply["error"]["code"], "frame_too_large")
+        self.assertTrue(closed_by_peer(s))
+
+        s = self.conn()
+        s.sendall(b"\xff\xff\xff\xff")
+        self.assertEqual(read_frame(s)["error"]["code"], "frame_too_large")
+        self.assertTrue(closed_by_peer(s))
+
+        s = self.conn()
+        s.sendall(struct.pack(">I", 12) + b"{not json!!}")
+        self.assertEqual(read_frame(s)["error"]["code"], "bad_json")
+        self.assertTrue(closed_by_peer(s))
+
+        s = self.conn()
+        s.sendall(frame({"v": 1, "type": "kv_get", "id": 1, "key": "x"}))
+        self.assertEqual(read_frame(s)["error"]["code"], "not_authenticated")
+        self.assertTrue(closed_by_peer(s))
+
+        s = self.conn()
+        s.sendall(frame({"v": 7, "type": "hello", "id": 0}))
+        self.assertEqual(read_frame(s)["error"]["code"], "unsupported_version")
+
+        # Half a frame, then gone.
+        s = self.conn()
+        s.sendall(struct.pack(">I", 100) + b'{"v":1,')
+        s.close()
+
+        # A slow but honest client still gets in.
+        slow = self.conn()
+        data = frame({"v": 1, "type": "hello", "id": 0, "role": "control", "run_id": "robust",
+                      "proto": 1})
+        for i in range(0, len(data), 4):
+            slow.sendall(data[i:i + 4])
+            time.sleep(0.02)
+        self.assertEqual(read_frame(slow)["type"], "auth_ok")
+
+        for p, out in procs:
+            self.assertEqual(p.wait(timeout=60), 0, self.read("a.log") + self.read("b.log"))
+            out.close()
+        # Every idle connection is still served or closed cleanly, and the server answers.
+        p = self.dlaunch("status", "--json", "--endpoint", f"127.0.0.1:{self.port}", "robust",
+                         check_code=0)
+        self.assertEqual(json.loads(p.stdout)["state"], "succeeded")
+        self.assertIsNone(self.daemon.poll())
+        self.assertGreaterEqual(len(idle), 1000)
+
+    def test_silent_connections_are_closed_after_the_auth_timeout(self):
+        s = self.conn()
+        s.settimeout(15)
+        t0 = time.monotonic()
+        reply = read_frame(s, timeout=15)
+        self.assertEqual(reply["error"]["code"], "not_authenticated")
+        self.assertTrue(closed_by_peer(s))
+        self.assertGreater(time.monotonic() - t0, 5)
+
+
+if __name__ == "__main__":
+    dltest.main()

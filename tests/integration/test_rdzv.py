@@ -73,7 +73,8 @@ class Rendezvous(dltest.Case):
         base = os.path.join(self.dir, "dlaunch_logs", "job", f"attempt_{attempt}")
         for f in sorted(os.listdir(base)):
             if f.endswith(".out"):
-                text = open(os.path.join(base, f)).read().split()
+                with open(os.path.join(base, f)) as fh:
+                    text = fh.read().split()
                 if text:
                     ranks[int(f[5:-4])] = text
         return ranks
@@ -141,13 +142,15 @@ class Rendezvous(dltest.Case):
         victim = procs[2]
         victim.send_signal(signal.SIGSTOP)
         t0 = time.monotonic()
+        deadline = t0 + 30
         while time.monotonic() < deadline and not all(
                 rounds(n)[-1]["world_size"] == 2 for n in "ab"):
             time.sleep(0.05)
         took = time.monotonic() - t0
         self.assertTrue(all(rounds(n)[-1]["world_size"] == 2 for n in "ab"),
                         self.log("a") + self.log("b"))
-        self.assertLess(took, 1 + 3)  # dead-after plus the restart
+        # dead-after plus the restart; generous, as sanitizer builds on a busy machine are slow
+        self.assertLess(took, 1 + 10)
         victim.send_signal(signal.SIGCONT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not all(

@@ -1,12 +1,42 @@
 /* dlaunch: the command users type. Parses the job spec and hands it to the node agent. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "agent.h"
 #include "config.h"
 #include "ctl.h"
+#include "slurm-launch.h"
 
 extern char **environ;
+
+/* Under Slurm: fill the spec from the job (in a step) or start one agent per node through srun
+ * (in an allocation). Returns 0 to go on, or an exit code. */
+static int with_slurm(dl_job_spec_t *spec, int argc, char **argv)
+{
+    dl_slurm_env_t se;
+    char err[DL_CONFIG_ERRLEN];
+    int r;
+
+    if (getenv("DLAUNCH_NO_SLURM") != NULL && *getenv("DLAUNCH_NO_SLURM") != '\0')
+        return 0;
+    if (dl_slurm_env_parse(environ, &se, err, sizeof(err)) < 0) {
+        fprintf(stderr, "dlaunch: %s\n", err);
+        return 2;
+    }
+    r = 0;
+    if (se.in_allocation && !se.in_step && !spec->dry_run) {
+        r = dl_slurm_self_launch(spec, &se, argc, argv, err, sizeof(err));
+    } else if (se.in_step) {
+        r = dl_slurm_apply(spec, &se, err, sizeof(err));
+    }
+    dl_slurm_env_free(&se);
+    if (r < 0) {
+        fprintf(stderr, "dlaunch: %s\n", err);
+        return 2;
+    }
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -33,6 +63,9 @@ int main(int argc, char **argv)
         code = 0;
         break;
     default:
+        code = with_slurm(&spec, argc, argv);
+        if (code != 0)
+            break;
         fflush(stdout);
         code = dl_agent_run(&spec, environ);
         break;

@@ -29,6 +29,8 @@ struct dl_job_spec_s {
     bool dry_run;
     bool quiet;
     bool verbose;
+    bool nodes_set; /* nodes came from a flag, a variable or the YAML, not the default */
+    bool gpus_set;
 
     /* Several nodes: the rendezvous. */
     char *rdzv_endpoint; /* HOST:PORT; NULL: none (one node on its own) */

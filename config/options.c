@@ -165,8 +165,10 @@ int dl__option_set(dl_job_spec_t *spec, const dl__option_t *opt, const char *tex
         r = dl_parse_nodes(text, &spec->nodes_min, &spec->nodes_max);
         if (r < 0)
             return range_error(opt, text, where, err, errlen, r);
+        spec->nodes_set = true;
         return 0;
     case DL__OPT_GPUS:
+        spec->gpus_set = true;
         if (strcmp(text, "auto") == 0) {
             *(int *)field = DL_GPUS_AUTO;
             return 0;

@@ -16,6 +16,7 @@ typedef struct {
     const char *run_id;
     bool json;
     double timeout;
+    double follow_timeout; /* events: stop after this long without one; < 0 never */
     char **args; /* positional arguments after the subcommand */
     int nargs;
 } ctl_opts_t;
@@ -48,6 +49,7 @@ static int parse(int argc, char **argv, ctl_opts_t *o)
     static char *positional[64];
     memset(o, 0, sizeof(*o));
     o->timeout = 10;
+    o->follow_timeout = -1;
     o->args = positional;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
@@ -64,6 +66,8 @@ static int parse(int argc, char **argv, ctl_opts_t *o)
                 o->token_file = v;
             else if (dl_parse_double(v, 0, 86400, &o->timeout) < 0)
                 return usage_error("--timeout: '%s' is not a number of seconds", v);
+            else
+                o->follow_timeout = o->timeout;
         } else if (a[0] == '-' && a[1] != '\0' && !(a[1] >= '0' && a[1] <= '9')) {
             return usage_error("unknown option '%s' (see dlaunch --help)", a);
         } else if (o->nargs < 64) {
@@ -230,6 +234,51 @@ static int control(const char *cmd, const ctl_opts_t *o)
     return 0;
 }
 
+/* Prints the job's events as JSON lines, from the start of the journal, until the job ends
+ * (or, with --timeout, until nothing came for that long). */
+static int events(const ctl_opts_t *o)
+{
+    const char *where;
+    const char *endpoint = control_endpoint(o, &where);
+    dl_rdzv_sync_t *c;
+    json_t *reply = NULL;
+    char err[512];
+
+    if (o->nargs != 1)
+        return usage_error("%s needs the RUN_ID of the job", "events");
+    int r = connect_as(endpoint, where, DL_PROTO_ROLE_CONTROL, o->args[0], o->token_file,
+                       o->timeout, &c);
+    if (r != 0)
+        return r;
+    r = call(c, dl_proto_msg_new(DL_PROTO_EVENTS_FOLLOW, 0), o->timeout, &reply);
+    json_decref(reply);
+    while (r == 0) {
+        json_t *m = NULL;
+        int e = dl_rdzv_sync_next(c, o->follow_timeout, &m, err, sizeof(err));
+        if (e < 0) {
+            if (e != -ETIMEDOUT) {
+                fprintf(stderr, "dlaunch: %s\n", err);
+                r = code_of(e);
+            }
+            break;
+        }
+        json_t *ev = json_object_get(m, "event");
+        char *line = ev != NULL ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        if (line != NULL) {
+            printf("%s\n", line);
+            fflush(stdout);
+            free(line);
+        }
+        const char *name = json_string_value(json_object_get(ev, "event"));
+        bool end = name != NULL && strcmp(name, "job_end") == 0;
+        json_decref(m);
+        if (end)
+            break;
+    }
+    dl_rdzv_sync_close(c);
+    return r;
+}
+
 static int kv(const ctl_opts_t *o)
 {
     const char *endpoint = o->endpoint ? o->endpoint : getenv("DLAUNCH_STORE");
@@ -317,7 +366,7 @@ static int kv(const ctl_opts_t *o)
 
 bool dl_ctl_is_command(const char *word)
 {
-    static const char *cmds[] = {"status", "stop", "restart", "kv"};
+    static const char *cmds[] = {"status", "stop", "restart", "events", "kv"};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
         if (strcmp(word, cmds[i]) == 0)
             return true;
@@ -332,5 +381,7 @@ int dl_ctl_main(int argc, char **argv)
         return r;
     if (strcmp(argv[1], "kv") == 0)
         return kv(&o);
+    if (strcmp(argv[1], "events") == 0)
+        return events(&o);
     return control(argv[1], &o);
 }

@@ -58,6 +58,10 @@ struct dl_rdzv_server_s {
     sconn_t *preauth_head, *preauth_tail;
     size_t nconns, peak;
 
+    /* Per job: {"seq": n, "round": r, "ended": b, "events": [...], "followers": [conn ids]}.
+     * What `dlaunch events RUN_ID` replays and follows. */
+    json_t *journals;
+
     bool closing;
     int open_handles;
     void (*done)(void *ctx);
@@ -364,6 +368,137 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
     return NULL;
 }
 
+#define JOURNAL_MAX 1000
+
+static double unix_now(void)
+{
+    uv_timeval64_t tv;
+    uv_gettimeofday(&tv);
+    return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
+static json_t *journal_of(dl_rdzv_server_t *s, const char *run_id)
+{
+    json_t *j = json_object_get(s->journals, run_id);
+    if (j == NULL) {
+        j = json_pack("{s:I, s:i, s:b, s:[], s:[]}", "seq", (json_int_t)0, "round", -1, "ended",
+                      0, "events", "followers");
+        if (j == NULL || json_object_set_new(s->journals, run_id, j) < 0)
+            return NULL;
+    }
+    return j;
+}
+
+static void send_event(dl_rdzv_server_t *s, sconn_t *sc, json_int_t seq, json_t *event)
+{
+    json_auto_t *m = dl_proto_msg_new(DL_PROTO_EVENT, -1);
+    json_object_set_new(m, "seq", json_integer(seq));
+    json_object_set(m, "event", event);
+    dl__conn_send(&sc->c, m);
+}
+
+/* Appends {event: name, time, ...fields} to the job's journal and tells its followers. Steals
+ * fields. */
+static void journal(dl_rdzv_server_t *s, const char *run_id, const char *name, json_t *fields)
+{
+    json_t *j = run_id != NULL ? journal_of(s, run_id) : NULL;
+    json_t *ev = json_pack("{s:s, s:f}", "event", name, "time", unix_now());
+    if (j == NULL || ev == NULL) {
+        json_decref(fields);
+        json_decref(ev);
+        return;
+    }
+    if (fields != NULL)
+        json_object_update_new(ev, fields);
+    json_int_t seq = json_integer_value(json_object_get(j, "seq")) + 1;
+    json_object_set_new(j, "seq", json_integer(seq));
+    json_object_set_new(ev, "seq", json_integer(seq));
+    json_t *events = json_object_get(j, "events");
+    if (json_array_size(events) >= JOURNAL_MAX)
+        json_array_remove(events, 0);
+    json_array_append(events, ev);
+    json_t *followers = json_object_get(j, "followers");
+    for (size_t i = 0; i < json_array_size(followers);) {
+        sconn_t *sc = conn_by_id(s, (uint64_t)json_integer_value(json_array_get(followers, i)));
+        if (sc == NULL || sc->c.closing) {
+            json_array_remove(followers, i);
+            continue;
+        }
+        send_event(s, sc, seq, ev);
+        i++;
+    }
+    json_decref(ev);
+}
+
+/* Turns what the core tells agents into the job's story, once per round or job. */
+static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
+{
+    json_t *j = m->run_id != NULL ? journal_of(s, m->run_id) : NULL;
+    if (j == NULL)
+        return;
+    int round = (int)json_integer_value(json_object_get(j, "round"));
+    switch (m->kind) {
+    case DL_RDZV_MSG_ASSIGNMENT:
+        if (m->assignment.round == round)
+            return;
+        json_object_set_new(j, "round", json_integer(m->assignment.round));
+        journal(s, m->run_id, "rendezvous",
+                json_pack("{s:i, s:i, s:i, s:i, s:s, s:i}", "round", m->assignment.round,
+                          "nodes", m->assignment.nnodes, "world_size", m->assignment.world_size,
+                          "restarts", m->assignment.restarts, "master_addr",
+                          m->assignment.master_addr, "master_port", m->assignment.master_port));
+        return;
+    case DL_RDZV_MSG_ROUND_CHANGED:
+        if (-m->round_changed.round == round)
+            return;
+        json_object_set_new(j, "round", json_integer(-m->round_changed.round));
+        journal(s, m->run_id, "round_changed",
+                json_pack("{s:i, s:s}", "round", m->round_changed.round, "reason",
+                          m->round_changed.reason ? m->round_changed.reason : ""));
+        return;
+    case DL_RDZV_MSG_FAILED:
+    case DL_RDZV_MSG_STOP:
+    case DL_RDZV_MSG_SUCCEEDED:
+        if (json_is_true(json_object_get(j, "ended")))
+            return;
+        json_object_set_new(j, "ended", json_true());
+        journal(s, m->run_id, "job_end",
+                json_pack("{s:s, s:i}", "status",
+                          m->kind == DL_RDZV_MSG_FAILED   ? "failed"
+                          : m->kind == DL_RDZV_MSG_STOP ? "stopped"
+                                                        : "succeeded",
+                          "exit_code", m->kind == DL_RDZV_MSG_FAILED ? 1 : 0));
+        if (m->kind == DL_RDZV_MSG_FAILED && m->failed.failure != NULL)
+            json_object_set_new(json_array_get(json_object_get(j, "events"),
+                                               json_array_size(json_object_get(j, "events")) - 1),
+                                "failure", json_string(m->failed.failure));
+        return;
+    default:
+        return;
+    }
+}
+
+static void follow(sconn_t *sc, json_int_t id, json_int_t since)
+{
+    dl_rdzv_server_t *s = sc->s;
+    json_t *j = journal_of(s, sc->run_id);
+    json_auto_t *ok = dl_proto_reply_new(id, NULL);
+    if (j == NULL || ok == NULL) {
+        send_error(sc, id, DL_PROTO_E_INTERNAL, "out of memory");
+        return;
+    }
+    dl__conn_send(&sc->c, ok);
+    size_t i;
+    json_t *ev;
+    json_array_foreach(json_object_get(j, "events"), i, ev)
+    {
+        json_int_t seq = json_integer_value(json_object_get(ev, "seq"));
+        if (seq > since)
+            send_event(s, sc, seq, ev);
+    }
+    json_array_append_new(json_object_get(j, "followers"), json_integer((json_int_t)conn_id(sc)));
+}
+
 static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
 {
     for (size_t i = 0; i < acts->n; i++) {
@@ -371,6 +506,7 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
         sconn_t *sc;
         switch (a->kind) {
         case DL_RDZV_ACT_SEND: {
+            journal_msg(s, &a->msg);
             sc = conn_by_id(s, a->conn);
             if (sc == NULL)
                 break;
@@ -409,6 +545,13 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
         case DL_RDZV_ACT_LOG:
             if (s->log != NULL)
                 s->log(s->log_ctx, a->log.level, a->log.run_id, a->log.text);
+            if (a->log.run_id != NULL && a->log.level >= DL_RDZV_LOG_INFO)
+                journal(s, a->log.run_id, "log",
+                        json_pack("{s:s, s:s}", "level",
+                                  a->log.level >= DL_RDZV_LOG_ERROR  ? "error"
+                                  : a->log.level >= DL_RDZV_LOG_WARN ? "warning"
+                                                                     : "info",
+                                  "text", a->log.text));
             break;
         }
     }
@@ -570,6 +713,9 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
     case DL_PROTO_RESTART:
         ev.kind = DL_RDZV_EV_RESTART;
         break;
+    case DL_PROTO_EVENTS_FOLLOW:
+        follow(sc, id, dl_proto_get_int(msg, "since", 0));
+        return;
     default:
         send_error(sc, id, DL_PROTO_E_UNEXPECTED, "%s is not served here",
                    dl_proto_type_name(type));
@@ -768,6 +914,7 @@ static void maybe_done(dl_rdzv_server_t *s)
     void (*done)(void *) = s->done;
     void *ctx = s->done_ctx;
     dl_rdzv_core_free(s->core);
+    json_decref(s->journals);
     free(s->slots);
     free(s->gens);
     free(s->free_slots);
@@ -807,7 +954,8 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
     s->log = opts->log;
     s->log_ctx = opts->log_ctx;
     snprintf(s->store_host, sizeof(s->store_host), "%s", opts->host);
-    r = dl_rdzv_core_new(&opts->core, &s->core);
+    s->journals = json_object();
+    r = s->journals != NULL ? dl_rdzv_core_new(&opts->core, &s->core) : -ENOMEM;
     if (r < 0) {
         snprintf(err, errlen, "bad rendezvous settings: %s", strerror(-r));
         free(s);

@@ -294,7 +294,7 @@ void dl_rdzv_core_free(dl_rdzv_core_t *core);
  * -EEXIST, -EINVAL (bad run id or opts), -ENOSPC (max_jobs) or -ENOMEM. */
 int dl_rdzv_core_add_job(dl_rdzv_core_t *core, const char *run_id, const dl_rdzv_job_opts_t *opts);
 
-/* Feeds one event that happened at time now (seconds on a monotonic clock, any epoch; a time
+/* Feeds one event that happened at time now (seconds >= 0 on a monotonic clock; a time
  * earlier than the last one counts as the last one) and fills *acts with what to do. Timers due by
  * now run first. Requests that cannot be served are answered with an ERROR message, not a failure
  * of the step. Returns 0, -EINVAL (unknown event kind) or -ENOMEM; on -ENOMEM the state stays

@@ -103,8 +103,8 @@ int dl_proto_decode(const void *body, size_t len, json_t **ret_msg, dl_proto_typ
     dl__proto_error_reset(err);
     if (len == 0)
         return dl__proto_error_set(err, DL_PROTO_E_EMPTY_FRAME, "empty frame (length 0)");
-    /* Jansson stops at a raw NUL as if the text ended there, which would let bytes after it
-     * ride along unread; JSON text never contains one, so refuse it outright. */
+    /* Jansson skips a raw NUL between tokens as if it were whitespace; JSON text never holds
+     * one, and two parsers must not disagree on what a frame says, so refuse it outright. */
     nul = memchr(body, '\0', len);
     if (nul != NULL)
         return dl__proto_error_set(err, DL_PROTO_E_BAD_JSON, "bad JSON: NUL byte at byte %zu",

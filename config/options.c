@@ -183,6 +183,16 @@ int dl__option_set(dl_job_spec_t *spec, const dl__option_t *opt, const char *tex
             snprintf(err, errlen, "%s: must not be empty", where);
             return -EINVAL;
         }
+        /* The run id names log folders, goes in environment variables and on the wire. */
+        if (opt->offset == OFF(run_id) &&
+            (strlen(text) > 128 ||
+             strspn(text, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") !=
+                 strlen(text))) {
+            snprintf(err, errlen,
+                     "%s: '%s' is not a run id (at most 128 letters, digits, '.', '_', ':', '-')",
+                     where, text);
+            return -EINVAL;
+        }
         char *copy = strdup(text);
         if (copy == NULL) {
             snprintf(err, errlen, "%s: out of memory", where);

@@ -160,6 +160,7 @@ static const struct {
     {"quiet: maybe\ncommand: [x]\n", "1:8: quiet: 'maybe' is not a boolean"},
     {"stop_timeout: 1e9\ncommand: [x]\n", "1:15: stop_timeout: '1e9' is out of range"},
     {"run_id: ''\ncommand: [x]\n", "1:9: run_id: must not be empty"},
+    {"run_id: a/b\ncommand: [x]\n", "1:9: run_id: 'a/b' is not a run id"},
     {"", "the job spec is empty"},
 };
 

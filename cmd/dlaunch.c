@@ -7,6 +7,7 @@
 #include "config.h"
 #include "ctl.h"
 #include "slurm-launch.h"
+#include "train-command.h"
 
 extern char **environ;
 
@@ -48,7 +49,8 @@ int main(int argc, char **argv)
     if (argc > 1 && dl_ctl_is_command(argv[1]))
         return dl_ctl_main(argc, argv);
     dl_job_spec_init(&spec);
-    if (dl_config_load(&spec, argc, argv, environ, &action, err, sizeof(err)) < 0) {
+    if (dl_config_load(&spec, argc, argv, environ, &action, err, sizeof(err)) < 0 ||
+        (action == DL_CONFIG_RUN && dl_train_command(&spec, err, sizeof(err)) < 0)) {
         fprintf(stderr, "dlaunch: %s\n", err);
         dl_job_spec_free(&spec);
         return 2;

@@ -46,6 +46,12 @@ struct dl_job_spec_s {
     size_t command_len;
     char **env; /* NULL-terminated "NAME=value" list from the spec's env:, owned */
     size_t env_len;
+    /* The spec's train: section, for the bundled trainer: "key=value" (lists joined with ','),
+     * and beside each where it came from ("job.yaml:7:3"), both NULL-terminated and owned.
+     * Non-NULL (possibly empty) when the spec has a train: section. */
+    char **train;
+    char **train_where;
+    size_t train_len;
 };
 
 typedef enum {

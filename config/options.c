@@ -242,6 +242,8 @@ void dl_job_spec_free(dl_job_spec_t *spec)
     free(spec->spec_path);
     dl__strv_free(spec->command);
     dl__strv_free(spec->env);
+    dl__strv_free(spec->train);
+    dl__strv_free(spec->train_where);
     dl_job_spec_init(spec);
 }
 
@@ -407,9 +409,10 @@ int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_li
         if (r < 0)
             goto out;
     }
-    if (spec->command == NULL) {
+    if (spec->command == NULL && spec->train == NULL) {
         if (yaml_path != NULL)
-            snprintf(err, errlen, "%s: no 'command:' in the job spec, and none after '--'",
+            snprintf(err, errlen, "%s: no 'command:' or 'train:' in the job spec, and no command "
+                                  "after '--'",
                      yaml_path);
         else
             snprintf(err, errlen, "nothing to run: give JOB.yaml or -- COMMAND [ARGS...]");

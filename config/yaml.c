@@ -131,6 +131,79 @@ static int load_env(loader_t *ld, const yaml_node_t *val)
     return 0;
 }
 
+/* A train: value: a scalar as it is, a list of scalars joined with ',' (layers: [784, 10]). */
+static int train_value(loader_t *ld, const char *key, const yaml_node_t *v, char **ret)
+{
+    if (v->type == YAML_SCALAR_NODE) {
+        *ret = strdup(scalar(v));
+        return *ret != NULL ? 0 : fail_at(ld, v, "train: out of memory");
+    }
+    if (v->type != YAML_SEQUENCE_NODE)
+        return fail_at(ld, v, "train: %s: expected a value or a list, got %s", key, kind_name(v));
+    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start), len = 0;
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *item = yaml_document_get_node(ld->doc, v->data.sequence.items.start[i]);
+        if (item->type != YAML_SCALAR_NODE)
+            return fail_at(ld, item, "train: %s: list items must be values, got %s", key,
+                           kind_name(item));
+        len += strlen(scalar(item)) + 1;
+    }
+    char *out = calloc(len + 1, 1);
+    if (out == NULL)
+        return fail_at(ld, v, "train: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *item = yaml_document_get_node(ld->doc, v->data.sequence.items.start[i]);
+        if (i > 0)
+            strcat(out, ",");
+        strcat(out, scalar(item));
+    }
+    *ret = out;
+    return 0;
+}
+
+/* Keeps train: as key=value pairs with their places; the trainer's own table checks them
+ * (cmd/ does that right after loading, so errors still name file:line:column). */
+static int load_train(loader_t *ld, const yaml_node_t *val)
+{
+    if (val->type != YAML_MAPPING_NODE)
+        return fail_at(ld, val, "train: expected a mapping of settings, got %s", kind_name(val));
+    size_t n = (size_t)(val->data.mapping.pairs.top - val->data.mapping.pairs.start);
+    char **kv = calloc(n + 1, sizeof(char *)), **where = calloc(n + 1, sizeof(char *));
+    int r = 0;
+    if (kv == NULL || where == NULL) {
+        free(kv);
+        free(where);
+        return fail_at(ld, val, "train: out of memory");
+    }
+    for (size_t i = 0; i < n && r == 0; i++) {
+        yaml_node_pair_t *p = &val->data.mapping.pairs.start[i];
+        yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
+        yaml_node_t *x = yaml_document_get_node(ld->doc, p->value);
+        char *value = NULL;
+        if (k->type != YAML_SCALAR_NODE) {
+            r = fail_at(ld, k, "train: keys must be names, got %s", kind_name(k));
+            break;
+        }
+        r = train_value(ld, scalar(k), x, &value);
+        if (r == 0 && (asprintf(&kv[i], "%s=%s", scalar(k), value) < 0 ||
+                       asprintf(&where[i], "%s:%zu:%zu", ld->name, x->start_mark.line + 1,
+                                x->start_mark.column + 1) < 0))
+            r = fail_at(ld, val, "train: out of memory");
+        free(value);
+    }
+    if (r < 0) {
+        dl__strv_free(kv);
+        dl__strv_free(where);
+        return r;
+    }
+    dl__strv_free(ld->spec->train);
+    dl__strv_free(ld->spec->train_where);
+    ld->spec->train = kv;
+    ld->spec->train_where = where;
+    ld->spec->train_len = n;
+    return 0;
+}
+
 static int load_option(loader_t *ld, const dl__option_t *opt, const char *key,
                        const yaml_node_t *val)
 {
@@ -172,6 +245,8 @@ static int load_root(loader_t *ld, yaml_node_t *root)
             r = load_command(ld, v);
         else if (strcmp(scalar(k), "env") == 0)
             r = load_env(ld, v);
+        else if (strcmp(scalar(k), "train") == 0)
+            r = load_train(ld, v);
         else if ((opt = dl__option_by_key(scalar(k))) != NULL)
             r = load_option(ld, opt, scalar(k), v);
         else

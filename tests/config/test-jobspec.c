@@ -181,6 +181,33 @@ START_TEST(yaml_errors_name_line_and_column)
 }
 END_TEST
 
+START_TEST(yaml_train_section)
+{
+    const char *path = write_spec("train.yaml", "gpus_per_node: 2\n"
+                                                "train:\n"
+                                                "  epochs: 3\n"
+                                                "  layers: [784, 128, 10]\n"
+                                                "  lr: 0.05\n");
+    dl_job_spec_t s;
+    dl_config_action_t act;
+    ck_assert_int_eq(load(&s, NULL, &act, (char *)path, NULL), 0);
+    ck_assert_ptr_null(s.command); /* the trainer runs */
+    ck_assert_uint_eq(s.train_len, 3);
+    ck_assert_str_eq(s.train[0], "epochs=3");
+    ck_assert_str_eq(s.train[1], "layers=784,128,10");
+    ck_assert_str_eq(s.train[2], "lr=0.05");
+    char expect[600];
+    snprintf(expect, sizeof(expect), "%s:4:11", path);
+    ck_assert_str_eq(s.train_where[1], expect);
+    dl_job_spec_free(&s);
+
+    path = write_spec("train-bad.yaml", "train: [1]\n");
+    ck_assert_int_eq(load(&s, NULL, &act, (char *)path, NULL), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, ":1:8: train: expected a mapping of settings"));
+    dl_job_spec_free(&s);
+}
+END_TEST
+
 START_TEST(flag_and_env_errors)
 {
     dl_job_spec_t s;
@@ -270,6 +297,7 @@ int main(void)
     tcase_add_loop_test(tc, yaml_errors_name_line_and_column, 0,
                         (int)(sizeof(bad_yaml) / sizeof(bad_yaml[0])));
     tcase_add_test(tc, flag_and_env_errors);
+    tcase_add_test(tc, yaml_train_section);
     tcase_add_test(tc, help_and_version_win);
     tcase_add_test(tc, number_parsers);
     suite_add_tcase(s, tc);

@@ -94,7 +94,7 @@ for prog in ip nsenter unshare runuser stat; do
     command -v "$prog" >/dev/null || die "$prog is missing (iproute2, util-linux, coreutils)"
 done
 
-if [ $mode = auto ]; then
+if [ "$mode" = auto ]; then
     mode=loopback
     if unshare --net --uts --mount true 2>/dev/null && ip link add dlsprobe0 type bridge 2>/dev/null; then
         ip link del dlsprobe0
@@ -112,7 +112,7 @@ if [ -f "$root/up" ] && [ "$(cat "$root/settings" 2>/dev/null)" = "$settings" ];
     for i in $(seq 1 "$nodes"); do
         alive_as "$(pid_of "$root/slurmd-$(node_name "$i").pid")" slurmd || healthy=0
     done
-    if [ $healthy = 1 ] && [ -z "$(sinfo -h -N -o '%t' 2>/dev/null | grep -vE '^(idle|alloc|mix)$')" ]; then
+    if [ $healthy = 1 ] && [ -z "$(timeout 10 sinfo -h -N -o '%t' 2>/dev/null | grep -vE '^(idle|alloc|mix)$')" ]; then
         say "already running: $settings"
         echo "export SLURM_CONF=$conf"
         exit 0
@@ -142,7 +142,7 @@ echo "$mode" >"$root/mode"
 # ------------------------------------------------------------------ addresses
 declare -a addr port
 for i in $(seq 1 "$nodes"); do
-    if [ $mode = netns ]; then
+    if [ "$mode" = netns ]; then
         addr[i]=$subnet.$((10 + i))
         port[i]=6918
     else
@@ -151,7 +151,7 @@ for i in $(seq 1 "$nodes"); do
     fi
 done
 ctl_addr=127.0.0.1
-if [ $mode = netns ]; then
+if [ "$mode" = netns ]; then
     ctl_addr=$subnet.1
     # Refuse a subnet that is already routed somewhere other than the default route.
     if ip -4 route show match "$ctl_addr" | grep -v '^default' | grep -q .; then
@@ -194,7 +194,7 @@ else
 fi
 
 # ------------------------------------------------------------------ network namespaces
-if [ $mode = netns ]; then
+if [ "$mode" = netns ]; then
     ip link add "$bridge" type bridge
     echo "$bridge" >"$root/bridge"
     ip addr add "$ctl_addr/24" dev "$bridge"
@@ -271,7 +271,10 @@ if [ "$gpus" -gt 0 ]; then
     done >"$root/gres.conf"
 fi
 # Plain `srun` without SLURM_CONF works too, unless the machine has a slurm.conf of its own.
-if [ ! -e /etc/slurm/slurm.conf ] && [ ! -L /etc/slurm/slurm.conf ]; then
+# A link to our config left by a run that died before its stop counts as ours.
+if [ "$(readlink /etc/slurm/slurm.conf 2>/dev/null)" = "$conf" ]; then
+    echo /etc/slurm/slurm.conf >"$root/etc-link"
+elif [ ! -e /etc/slurm/slurm.conf ] && [ ! -L /etc/slurm/slurm.conf ]; then
     mkdir -p /etc/slurm
     ln -s "$conf" /etc/slurm/slurm.conf
     echo /etc/slurm/slurm.conf >"$root/etc-link"
@@ -286,7 +289,7 @@ for _ in $(seq 100); do
 done
 alive_as "$(pid_of "$root/slurmctld.pid")" slurmctld || die "slurmctld did not start"
 for _ in $(seq 100); do
-    scontrol ping 2>/dev/null | grep -q 'UP' && break
+    timeout 10 scontrol ping 2>/dev/null | grep -q 'UP' && break
     sleep 0.1
 done
 say "slurmctld up on port $ctld_port"
@@ -298,7 +301,7 @@ for i in $(seq 1 "$nodes"); do
     n=$(node_name "$i")
     mkdir -p "$root/spool/$n"
     netns=()
-    [ $mode = netns ] && netns=(nsenter "--net=/run/netns/dls-$n" --)
+    [ "$mode" = netns ] && netns=(nsenter "--net=/run/netns/dls-$n" --)
     "${netns[@]}" unshare --uts --mount --propagation private -- /bin/sh -c \
         "mount --bind '$root/hosts' /etc/hosts && hostname '$n' &&
          exec /usr/sbin/slurmd -f '$conf' -N '$n'" ||
@@ -318,7 +321,7 @@ for i in $(seq 1 "$nodes"); do
     # created qualify: in loopback mode the node shares the host's network namespace, and pinning
     # that would make cluster-stop.sh signal every process on the machine.
     kinds=(uts)
-    [ $mode = netns ] && kinds+=(net)
+    [ "$mode" = netns ] && kinds+=(net)
     for kind in "${kinds[@]}"; do
         [ "$(stat -L -c %i "/proc/$pid/ns/$kind")" != "$(stat -L -c %i "/proc/$$/ns/$kind")" ] ||
             die "slurmd for $n is in this shell's $kind namespace; refusing to pin it"
@@ -330,13 +333,13 @@ touch "$root/up"
 
 # ------------------------------------------------------------------ wait until every node is idle
 deadline=$(($(date +%s) + timeout_s))
-until [ "$(sinfo -h -N -o '%t' 2>/dev/null | grep -c '^idle$')" = "$nodes" ]; do
+until [ "$(timeout 10 sinfo -h -N -o '%t' 2>/dev/null | grep -c '^idle$')" = "$nodes" ]; do
     if [ "$(date +%s)" -ge "$deadline" ]; then
-        sinfo -N -l || true
+        timeout 10 sinfo -N -l || true
         die "nodes not idle after ${timeout_s}s"
     fi
     sleep 0.2
 done
 trap - EXIT
-say "$nodes nodes idle ($mode mode): $(sinfo -h -o '%N')"
+say "$nodes nodes idle ($mode mode): $(timeout 10 sinfo -h -o '%N')"
 echo "export SLURM_CONF=$conf"

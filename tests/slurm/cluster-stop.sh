@@ -46,13 +46,13 @@ ctld=$(pid_of "$root/slurmctld.pid")
 
 # Cancel jobs first so that slurmd ends their steps in order.
 if alive_as "$ctld" slurmctld; then
-    jobs=$(squeue -h -o '%A' 2>/dev/null | tr '\n' ' ')
+    jobs=$(timeout 10 squeue -h -o '%A' 2>/dev/null | tr '\n' ' ')
     if [ -n "${jobs// /}" ]; then
         say "cancelling jobs $jobs"
         # shellcheck disable=SC2086
-        scancel $jobs 2>/dev/null
+        timeout 10 scancel $jobs 2>/dev/null
         for _ in $(seq 30); do
-            [ -z "$(squeue -h -o '%A' 2>/dev/null)" ] && break
+            [ -z "$(timeout 10 squeue -h -o '%A' 2>/dev/null)" ] && break
             sleep 0.1
         done
     fi

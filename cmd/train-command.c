@@ -1,0 +1,77 @@
+/* A job spec with a train: section runs the bundled trainer: its settings are checked here,
+ * where errors can still name file:line:column, and become the workers' command line. */
+#include <errno.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "train-command.h"
+#include "trainer.h"
+
+/* Installed, the trainer sits beside dlaunch; in the build tree, in ../trainer. */
+static int find_trainer(char *buf, size_t len)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n < 0)
+        return -errno;
+    self[n] = '\0';
+    const char *dir = dirname(self);
+    snprintf(buf, len, "%s/dlaunch-train", dir);
+    if (access(buf, X_OK) == 0)
+        return 0;
+    snprintf(buf, len, "%s/../trainer/dlaunch-train", dir);
+    if (access(buf, X_OK) == 0)
+        return 0;
+    return -ENOENT;
+}
+
+int dl_train_command(dl_job_spec_t *spec, char *err, size_t errlen)
+{
+    dl_train_config_t cfg;
+    char msg[512], path[4200];
+    int r = 0;
+
+    if (spec->train == NULL)
+        return 0;
+    dl_train_config_init(&cfg);
+    for (size_t i = 0; i < spec->train_len && r == 0; i++) {
+        char *eq = strchr(spec->train[i], '=');
+        *eq = '\0';
+        r = dl_train_config_set(&cfg, spec->train[i], eq + 1, msg, sizeof(msg));
+        *eq = '=';
+        if (r < 0)
+            snprintf(err, errlen, "%s: train: %s", spec->train_where[i], msg);
+    }
+    if (r == 0 && (r = dl_train_config_check(&cfg, msg, sizeof(msg))) < 0)
+        snprintf(err, errlen, "%s: train: %s", spec->spec_path ? spec->spec_path : "train", msg);
+    dl_train_config_free(&cfg);
+    if (r < 0 || spec->command != NULL) /* an explicit command wins; the settings were checked */
+        return r;
+    r = find_trainer(path, sizeof(path));
+    if (r < 0) {
+        snprintf(err, errlen, "cannot find the bundled trainer dlaunch-train beside dlaunch");
+        return r;
+    }
+    char **argv = calloc(2 * spec->train_len + 2, sizeof(char *));
+    if (argv == NULL || (argv[0] = strdup(path)) == NULL) {
+        free(argv);
+        return -ENOMEM;
+    }
+    size_t k = 1;
+    for (size_t i = 0; i < spec->train_len; i++) {
+        argv[k++] = strdup("--set");
+        argv[k++] = strdup(spec->train[i]);
+        if (argv[k - 1] == NULL || argv[k - 2] == NULL) {
+            for (size_t j = 0; j < k; j++)
+                free(argv[j]);
+            free(argv);
+            return -ENOMEM;
+        }
+    }
+    spec->command = argv;
+    spec->command_len = k;
+    return 0;
+}

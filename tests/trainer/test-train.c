@@ -1,0 +1,484 @@
+/* The training loop end to end on a small generated data set: the loss falls, a stopped and
+ * resumed run ends bitwise where an uninterrupted one does, checkpoints and evaluations do not
+ * perturb training, two ranks stay identical replicas and stop together. */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "trainer.h"
+#include "util.h"
+
+#define NPARAMS (64 * 32 + 32 + 32 * 16 + 16 + 16 * 4 + 4)
+
+static char *dir;
+static char err[DL_TRAIN_ERRLEN];
+
+static void setup(void)
+{
+    dir = tu_tmpdir();
+    tu_make_dataset(dir, 600, 200, 8, 4, 2024);
+    err[0] = '\0';
+}
+
+static void teardown(void)
+{
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void set(dl_train_config_t *c, const char *key, const char *value)
+{
+    ck_assert_msg(dl_train_config_set(c, key, value, err, sizeof(err)) == 0, "%s", err);
+}
+
+/* A small job on the generated data: 38 steps an epoch at batch 16. */
+static void small_config(dl_train_config_t *c, const char *ckpt_dir)
+{
+    dl_train_config_init(c);
+    set(c, "dataset_dir", dir);
+    set(c, "layers", "64-32-16-4");
+    set(c, "batch_size", "16");
+    set(c, "lr", "0.05");
+    set(c, "warmup_steps", "10");
+    set(c, "seed", "7");
+    if (ckpt_dir != NULL)
+        set(c, "checkpoint_dir", ckpt_dir);
+}
+
+typedef struct {
+    int lines;
+    double first_loss;
+    double last_loss;
+    int skipped;
+    uint64_t stop_at; /* should_stop fires when this many steps are done; 0: never */
+    char text[8192];
+} capture_t;
+
+static void capture_log(void *ud, const char *line)
+{
+    capture_t *c = ud;
+    const char *p = strstr(line, " loss ");
+    size_t len = strlen(c->text);
+    if (p != NULL && strncmp(line, "epoch ", 6) == 0) {
+        double v = strtod(p + 6, NULL);
+        if (c->first_loss == 0.0)
+            c->first_loss = v;
+        c->last_loss = v;
+    }
+    c->skipped += strstr(line, "skipping checkpoint") != NULL;
+    snprintf(c->text + len, sizeof(c->text) - len, "%s\n", line);
+    c->lines++;
+}
+
+static int capture_stop(void *ud, uint64_t step)
+{
+    capture_t *c = ud;
+    return c->stop_at > 0 && step + 1 >= c->stop_at;
+}
+
+static size_t count_checkpoints(const char *d)
+{
+    DIR *dd = opendir(d);
+    struct dirent *de;
+    size_t n = 0;
+    ck_assert_ptr_nonnull(dd);
+    while ((de = readdir(dd)) != NULL)
+        n += strncmp(de->d_name, "ckpt-", 5) == 0;
+    closedir(dd);
+    return n;
+}
+
+/* Loads the checkpoint of `step` in ckpt_dir into p and m. */
+static void load_step(const char *ckpt_dir, uint64_t step, float *p, float *m)
+{
+    char path[8192];
+    dl_train_ckpt_t ck = {.n_layers = 3,
+                          .sizes = {64, 32, 16, 4},
+                          .act = DL_TRAIN_ACT_RELU,
+                          .n_params = NPARAMS,
+                          .params = p,
+                          .momentum = m};
+    snprintf(path, sizeof(path), "%s/ckpt-%012llu.dlck", ckpt_dir, (unsigned long long)step);
+    ck_assert_msg(dl_train_ckpt_load(path, &ck, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(ck.step, step);
+}
+
+START_TEST(loss_falls_and_summary_is_written)
+{
+    dl_train_config_t c;
+    dl_train_comm_t comm;
+    dl_train_result_t res;
+    capture_t cap = {0};
+    char summary[4096];
+    int fds[2];
+
+    small_config(&c, NULL);
+    set(&c, "epochs", "5");
+    set(&c, "log_every", "10");
+    snprintf(summary, sizeof(summary), "%s/summary.json", dir);
+    set(&c, "summary_file", summary);
+    dl_train_comm_init_local(&comm);
+    ck_assert_int_eq(pipe(fds), 0);
+    ck_assert_int_eq(fcntl(fds[1], F_SETFL, O_NONBLOCK), 0);
+    dl_train_hooks_t hooks = {.ud = &cap, .log = capture_log, .health_fd = fds[1]};
+
+    ck_assert_msg(dl_train_run(&c, &comm, &hooks, &res, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(res.steps, 5 * 38);
+    ck_assert(!res.stopped);
+    ck_assert_double_gt(res.test_accuracy, 0.9);
+    ck_assert_double_lt(cap.last_loss, cap.first_loss / 4);
+    ck_assert_double_gt(res.samples_per_sec, 0);
+    ck_assert_msg(strstr(cap.text, "world size 1, batch 16 per device, 16 global"), "%s", cap.text);
+    ck_assert_ptr_nonnull(strstr(cap.text, "epoch 1: test accuracy"));
+
+    /* One health beat a step. */
+    char beats[1024];
+    ssize_t n = read(fds[0], beats, sizeof(beats));
+    ck_assert_int_eq(n, 5 * 38);
+
+    json_error_t jerr;
+    json_t *j = json_load_file(summary, 0, &jerr);
+    ck_assert_msg(j != NULL, "%s", jerr.text);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "steps")), 190);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "world_size")), 1);
+    ck_assert_double_eq(json_real_value(json_object_get(j, "test_accuracy")), res.test_accuracy);
+    ck_assert_ptr_nonnull(json_object_get(j, "samples_per_sec"));
+    ck_assert_ptr_nonnull(json_object_get(j, "wall_seconds"));
+    json_decref(j);
+    close(fds[0]);
+    close(fds[1]);
+    dl_train_config_free(&c);
+}
+END_TEST
+
+START_TEST(resume_is_bitwise_equal)
+{
+    const uint64_t K = 45; /* mid-epoch: an epoch is 38 steps */
+    char da[4096], db[4096], junk[8192];
+    dl_train_config_t c;
+    dl_train_comm_t comm;
+    dl_train_result_t res;
+    static float pa[NPARAMS], ma[NPARAMS], pb[NPARAMS], mb[NPARAMS];
+
+    dl_train_comm_init_local(&comm);
+    snprintf(da, sizeof(da), "%s/a", dir);
+    snprintf(db, sizeof(db), "%s/b", dir);
+
+    /* A: 2K steps straight through, checkpoints only at epoch ends and the end. */
+    small_config(&c, da);
+    set(&c, "steps", "90");
+    ck_assert_msg(dl_train_run(&c, &comm, NULL, &res, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(res.steps, 90);
+    dl_train_config_free(&c);
+
+    /* B: stopped after K steps ("killed" with a checkpoint), with frequent checkpoints and
+     * evaluations that must not change anything. */
+    small_config(&c, db);
+    set(&c, "steps", "90");
+    set(&c, "checkpoint_every", "10");
+    set(&c, "eval_every", "5");
+    capture_t cap = {.stop_at = K};
+    dl_train_hooks_t hooks = {
+        .ud = &cap, .log = capture_log, .should_stop = capture_stop, .health_fd = -1};
+    ck_assert_msg(dl_train_run(&c, &comm, &hooks, &res, err, sizeof(err)) == 1, "%s", err);
+    ck_assert(res.stopped);
+    ck_assert_uint_eq(res.steps, K);
+
+    /* A newer but broken checkpoint must be skipped, with a message. */
+    snprintf(junk, sizeof(junk), "%s/ckpt-000000000050.dlck", db);
+    tu_write_file(junk, "garbage", 7);
+
+    /* B, second life: resumes at K and runs to 2K. */
+    capture_t cap2 = {0};
+    hooks.ud = &cap2;
+    ck_assert_msg(dl_train_run(&c, &comm, &hooks, &res, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(res.resumed_from, K);
+    ck_assert_uint_eq(res.steps, 90);
+    ck_assert_int_eq(cap2.skipped, 1);
+    ck_assert_msg(strstr(cap2.text, "resuming from") && strstr(cap2.text, "step 45"), "%s",
+                  cap2.text);
+    dl_train_config_free(&c);
+
+    load_step(da, 90, pa, ma);
+    load_step(db, 90, pb, mb);
+    ck_assert_mem_eq(pa, pb, sizeof(pa));
+    ck_assert_mem_eq(ma, mb, sizeof(ma));
+
+    /* Only the newest three checkpoints are kept (the junk file was replaced at step 50). */
+    ck_assert_uint_eq(count_checkpoints(db), 3);
+    load_step(db, 70, pb, mb);
+    load_step(db, 80, pb, mb);
+}
+END_TEST
+
+START_TEST(finished_run_resumes_to_nothing)
+{
+    char d[4096];
+    dl_train_config_t c;
+    dl_train_comm_t comm;
+    dl_train_result_t res;
+
+    dl_train_comm_init_local(&comm);
+    snprintf(d, sizeof(d), "%s/ck", dir);
+    small_config(&c, d);
+    set(&c, "steps", "20");
+    ck_assert_msg(dl_train_run(&c, &comm, NULL, &res, err, sizeof(err)) == 0, "%s", err);
+    double acc = res.test_accuracy;
+    ck_assert_msg(dl_train_run(&c, &comm, NULL, &res, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(res.resumed_from, 20);
+    ck_assert_uint_eq(res.steps, 20);
+    ck_assert_double_eq(res.test_accuracy, acc);
+    /* resume=false starts over from scratch. */
+    set(&c, "resume", "false");
+    ck_assert_msg(dl_train_run(&c, &comm, NULL, &res, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(res.resumed_from, 0);
+    dl_train_config_free(&c);
+}
+END_TEST
+
+START_TEST(bad_inputs_are_one_line_errors)
+{
+    dl_train_config_t c;
+    dl_train_comm_t comm;
+    char missing[4096];
+
+    dl_train_comm_init_local(&comm);
+    small_config(&c, NULL);
+    snprintf(missing, sizeof(missing), "%s/none", dir);
+    set(&c, "dataset_dir", missing);
+    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -ENOENT);
+    ck_assert_msg(strstr(err, missing) && strstr(err, "train-images-idx3-ubyte"), "%s", err);
+
+    set(&c, "dataset_dir", dir);
+    set(&c, "layers", "784-10");
+    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "layers start at 784"), "%s", err);
+
+    set(&c, "layers", "64-3");
+    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
+    ck_assert_msg(strstr(err, "labels go up to 3"), "%s", err);
+
+    /* An unwritable summary is found before training, not after. */
+    set(&c, "layers", "64-32-4");
+    char summary[8192];
+    snprintf(summary, sizeof(summary), "%s/no/such/dir/s.json", dir);
+    set(&c, "summary_file", summary);
+    capture_t cap = {0};
+    dl_train_hooks_t hooks = {.ud = &cap, .log = capture_log, .health_fd = -1};
+    ck_assert_int_eq(dl_train_run(&c, &comm, &hooks, NULL, err, sizeof(err)), -ENOENT);
+    ck_assert_msg(strstr(err, "summary_file") && strstr(err, summary), "%s", err);
+    ck_assert_int_eq(cap.lines, 0);
+    set(&c, "summary_file", "");
+
+    set(&c, "layers", "64-4");
+    comm.world_size = 2;
+    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "broadcast"));
+    dl_train_config_free(&c);
+}
+END_TEST
+
+/* ---- Two ranks as threads, summing through shared memory ------------------------------- */
+
+typedef struct {
+    pthread_barrier_t bar;
+    float *slot[2];
+    size_t len[2];
+    void *bcast;
+} shared_t;
+
+typedef struct {
+    shared_t *sh;
+    int rank;
+    size_t nb;
+    float *buf[64];
+    size_t n[64];
+    size_t buckets_seen;
+} rank_ctx_t;
+
+static int fake_start(void *ctx, size_t bucket, float *buf, size_t n)
+{
+    rank_ctx_t *r = ctx;
+    ck_assert_uint_eq(bucket, r->nb); /* in order, each once */
+    r->buf[r->nb] = buf;
+    r->n[r->nb] = n;
+    r->nb++;
+    return 0;
+}
+
+static int fake_wait(void *ctx)
+{
+    rank_ctx_t *r = ctx;
+    shared_t *sh = r->sh;
+    for (size_t b = 0; b < r->nb; b++) {
+        sh->slot[r->rank] = r->buf[b];
+        sh->len[r->rank] = r->n[b];
+        pthread_barrier_wait(&sh->bar);
+        ck_assert_uint_eq(sh->len[0], sh->len[1]);
+        float *mine = r->buf[b], tmp;
+        static __thread float sum[4096];
+        ck_assert_uint_le(r->n[b], 4096);
+        /* The same order of addition on both ranks, so both get the same bits. */
+        for (size_t i = 0; i < r->n[b]; i++) {
+            tmp = sh->slot[0][i] + sh->slot[1][i];
+            sum[i] = tmp;
+        }
+        pthread_barrier_wait(&sh->bar);
+        memcpy(mine, sum, r->n[b] * sizeof(float));
+    }
+    r->buckets_seen = r->nb;
+    r->nb = 0;
+    return 0;
+}
+
+static int fake_bcast(void *ctx, void *buf, size_t len, int root)
+{
+    rank_ctx_t *r = ctx;
+    if (r->rank == root)
+        r->sh->bcast = buf;
+    pthread_barrier_wait(&r->sh->bar);
+    if (r->rank != root)
+        memcpy(buf, r->sh->bcast, len);
+    pthread_barrier_wait(&r->sh->bar);
+    return 0;
+}
+
+typedef struct {
+    rank_ctx_t ctx;
+    dl_train_config_t cfg;
+    dl_train_result_t res;
+    uint64_t stop_at;
+    int rc;
+    char err[DL_TRAIN_ERRLEN];
+    float *final_params;
+} worker_t;
+
+static int worker_stop(void *ud, uint64_t step)
+{
+    worker_t *w = ud;
+    return w->stop_at > 0 && step + 1 >= w->stop_at;
+}
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    dl_train_comm_t comm = {.rank = w->ctx.rank,
+                            .world_size = 2,
+                            .ctx = &w->ctx,
+                            .allreduce_start = fake_start,
+                            .allreduce_wait_all = fake_wait,
+                            .broadcast = fake_bcast};
+    dl_train_hooks_t hooks = {.ud = w, .should_stop = worker_stop, .health_fd = -1};
+    w->rc = dl_train_run(&w->cfg, &comm, &hooks, &w->res, w->err, sizeof(w->err));
+    return NULL;
+}
+
+/* Runs two ranks; each writes its final state to its own checkpoint folder. */
+static void run_two(worker_t w[2], const char *batch, uint64_t steps, uint64_t stop_rank1)
+{
+    shared_t sh;
+    pthread_t th[2];
+    char d[4096], s[32];
+
+    pthread_barrier_init(&sh.bar, NULL, 2);
+    for (int r = 0; r < 2; r++) {
+        memset(&w[r], 0, sizeof(w[r]));
+        w[r].ctx.sh = &sh;
+        w[r].ctx.rank = r;
+        snprintf(d, sizeof(d), "%s/rank%d", dir, r);
+        small_config(&w[r].cfg, d);
+        set(&w[r].cfg, "batch_size", batch);
+        set(&w[r].cfg, "bucket_bytes", "2048"); /* several buckets, some split mid-layer */
+        snprintf(s, sizeof(s), "%llu", (unsigned long long)steps);
+        set(&w[r].cfg, "steps", s);
+    }
+    w[1].stop_at = stop_rank1;
+    for (int r = 0; r < 2; r++)
+        ck_assert_int_eq(pthread_create(&th[r], NULL, worker_main, &w[r]), 0);
+    for (int r = 0; r < 2; r++)
+        pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&sh.bar);
+}
+
+START_TEST(two_ranks_are_replicas_of_one)
+{
+    worker_t w[2];
+    static float p0[NPARAMS], m0[NPARAMS], ps[NPARAMS], ms[NPARAMS];
+    char d[4096];
+
+    run_two(w, "8", 30, 0);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(w[r].rc == 0, "rank %d: %s", r, w[r].err);
+        ck_assert_uint_eq(w[r].res.steps, 30);
+        ck_assert_uint_gt(w[r].ctx.buckets_seen, 4);
+        dl_train_config_free(&w[r].cfg);
+    }
+    /* Only rank 0 checkpoints. */
+    snprintf(d, sizeof(d), "%s/rank1", dir);
+    ck_assert_int_ne(access(d, F_OK), 0);
+    snprintf(d, sizeof(d), "%s/rank0", dir);
+    load_step(d, 30, p0, m0);
+    /* Bitwise replicas: both ranks end with the parameters of rank 0's checkpoint. */
+    uint32_t crc = (uint32_t)crc32(0L, (const Bytef *)p0, sizeof(p0));
+    ck_assert_uint_eq(w[0].res.params_crc, crc);
+    ck_assert_uint_eq(w[1].res.params_crc, crc);
+
+    /* The same samples in one rank with twice the batch: the same model up to rounding. */
+    dl_train_config_t c;
+    dl_train_comm_t comm;
+    dl_train_result_t res;
+    snprintf(d, sizeof(d), "%s/single", dir);
+    small_config(&c, d);
+    set(&c, "steps", "30");
+    dl_train_comm_init_local(&comm);
+    ck_assert_msg(dl_train_run(&c, &comm, NULL, &res, err, sizeof(err)) == 0, "%s", err);
+    load_step(d, 30, ps, ms);
+    double worst = 0.0;
+    for (size_t i = 0; i < NPARAMS; i++)
+        worst = fmax(worst, fabs((double)p0[i] - ps[i]));
+    ck_assert_msg(worst < 1e-4, "largest difference %g", worst);
+    dl_train_config_free(&c);
+}
+END_TEST
+
+START_TEST(one_rank_stopping_stops_both)
+{
+    worker_t w[2];
+    run_two(w, "8", 50, 12);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(w[r].rc == 1, "rank %d: rc %d %s", r, w[r].rc, w[r].err);
+        ck_assert(w[r].res.stopped);
+        ck_assert_uint_eq(w[r].res.steps, 12);
+        dl_train_config_free(&w[r].cfg);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("train");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, loss_falls_and_summary_is_written);
+    tcase_add_test(tc, resume_is_bitwise_equal);
+    tcase_add_test(tc, finished_run_resumes_to_nothing);
+    tcase_add_test(tc, bad_inputs_are_one_line_errors);
+    tcase_add_test(tc, two_ranks_are_replicas_of_one);
+    tcase_add_test(tc, one_rank_stopping_stops_both);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

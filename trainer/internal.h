@@ -1,0 +1,58 @@
+/* Shared between the trainer's files; not part of the public API. */
+#ifndef DL_TRAINER_INTERNAL_H
+#define DL_TRAINER_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trainer.h"
+
+/* Hot loops get AVX2 and AVX-512 versions picked at load time. The library is built with
+ * -ffp-contract=off, so every version rounds exactly alike: ranks on different CPUs still apply
+ * bitwise identical optimizer steps and stay replicas. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
+    !defined(__SANITIZE_ADDRESS__)
+#define DL__TRAIN_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DL__TRAIN_HOT
+#endif
+
+/* xoshiro256**: small, fast, and its whole state fits in a checkpoint. */
+typedef struct dl__train_rng_s {
+    uint64_t s[4];
+} dl__train_rng_t;
+
+/* Seeds the four words from splitmix64(seed), as the xoshiro authors recommend. */
+void dl__train_rng_seed(dl__train_rng_t *r, uint64_t seed);
+uint64_t dl__train_rng_next(dl__train_rng_t *r);
+/* Uniform in [0, bound) without modulo bias (Lemire); bound > 0. */
+uint64_t dl__train_rng_below(dl__train_rng_t *r, uint64_t bound);
+/* Uniform float in [0, 1) from the top 24 bits. */
+float dl__train_rng_float(dl__train_rng_t *r);
+
+/* splitmix64's finalizer, to derive independent seeds from (seed, epoch). */
+uint64_t dl__train_mix64(uint64_t x);
+
+/* snprintf into err when err is not NULL; always returns rc, for `return dl__train_err(...)`. */
+int dl__train_err(int rc, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Drives the communication hooks from backward's progress reports (see comm.c). */
+typedef struct dl__train_reducer_s {
+    const dl_train_comm_t *comm;
+    float *grads;
+    size_t *ends; /* bucket i is [ends[i - 1], ends[i]) */
+    size_t count;
+    size_t next; /* first bucket not started in this step */
+} dl__train_reducer_t;
+
+int dl__train_reducer_init(dl__train_reducer_t *r, const dl_train_comm_t *comm, float *grads,
+                           size_t n, size_t bucket_bytes);
+void dl__train_reducer_free(dl__train_reducer_t *r);
+/* A dl_train_grad_ready_cb: starts every bucket inside the ready prefix. */
+int dl__train_reducer_ready(void *ud, size_t ready);
+/* Starts what is left, waits for all buckets and rearms for the next step. */
+int dl__train_reducer_finish(dl__train_reducer_t *r);
+
+#endif

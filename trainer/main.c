@@ -1,0 +1,190 @@
+/* dlaunch-train: the bundled data-parallel trainer as a worker program.
+ *
+ * Settings come from the defaults, then DLAUNCH_TRAIN_<KEY> variables, then --set key=value
+ * flags (the later wins). The rank and world size come from RANK and WORLD_SIZE as the agent sets
+ * them. SIGINT and SIGTERM stop the run after the current step, with a checkpoint.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "trainer.h"
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+static int should_stop(void *ud, uint64_t step)
+{
+    (void)ud;
+    (void)step;
+    return stop_signal != 0;
+}
+
+static void log_line(void *ud, const char *line)
+{
+    (void)ud;
+    printf("[train rank=0] %s\n", line);
+}
+
+static void usage(FILE *f, const char *prog)
+{
+    const char *key, *def, *help;
+
+    fprintf(f,
+            "Usage: %s [--set KEY=VALUE]...\n"
+            "Trains an MLP on Fashion-MNIST with data parallelism (RANK, WORLD_SIZE).\n"
+            "Each KEY can also come from the variable DLAUNCH_TRAIN_<KEY>; --set wins.\n\n"
+            "Keys:\n",
+            prog);
+    for (size_t i = 0; dl_train_config_key(i, &key, &def, &help); i++)
+        fprintf(f, "  %-18s %s%s%s%s\n", key, help, def[0] ? " [" : "", def, def[0] ? "]" : "");
+}
+
+static int set_pair(dl_train_config_t *cfg, const char *pair, const char *where)
+{
+    char key[64], err[DL_TRAIN_ERRLEN];
+    const char *eq = strchr(pair, '=');
+
+    if (eq == NULL || eq == pair || (size_t)(eq - pair) >= sizeof(key)) {
+        fprintf(stderr, "dlaunch-train: %s: '%s': expected KEY=VALUE\n", where, pair);
+        return -EINVAL;
+    }
+    memcpy(key, pair, (size_t)(eq - pair));
+    key[eq - pair] = '\0';
+    int r = dl_train_config_set(cfg, key, eq + 1, err, sizeof(err));
+    if (r < 0)
+        fprintf(stderr, "dlaunch-train: %s: %s\n", where, err);
+    return r;
+}
+
+static int from_environment(dl_train_config_t *cfg)
+{
+    const char *key, *def, *help;
+    char name[96], pair[4200];
+
+    for (size_t i = 0; dl_train_config_key(i, &key, &def, &help); i++) {
+        size_t n = (size_t)snprintf(name, sizeof(name), "DLAUNCH_TRAIN_");
+        for (const char *p = key; *p != '\0' && n + 1 < sizeof(name); p++)
+            name[n++] = (char)toupper((unsigned char)*p);
+        name[n] = '\0';
+        const char *v = getenv(name);
+        if (v == NULL)
+            continue;
+        snprintf(pair, sizeof(pair), "%s=%s", key, v);
+        if (set_pair(cfg, pair, name) < 0)
+            return -EINVAL;
+    }
+    return 0;
+}
+
+static int env_int(const char *name, long min, long max, long def, long *ret)
+{
+    const char *v = getenv(name);
+
+    if (v == NULL || v[0] == '\0') {
+        *ret = def;
+        return 0;
+    }
+    if (dl_parse_int(v, min, max, ret) < 0) {
+        fprintf(stderr, "dlaunch-train: %s: '%s' is not a number in [%ld, %ld]\n", name, v, min,
+                max);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* The watchdog's pipe: nonblocking, so a stalled reader can never stall training. */
+static int health_fd(int *ret_fd)
+{
+    long fd;
+
+    if (env_int("DLAUNCH_HEALTH_FD", -1, 1 << 20, -1, &fd) < 0)
+        return -EINVAL;
+    if (fd >= 0) {
+        int fl = fcntl((int)fd, F_GETFL);
+        if (fl < 0 || fcntl((int)fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+            fprintf(stderr, "dlaunch-train: DLAUNCH_HEALTH_FD=%ld: %s\n", fd, strerror(errno));
+            return -EBADF;
+        }
+    }
+    *ret_fd = (int)fd;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    dl_train_config_t cfg;
+    dl_train_comm_t comm;
+    dl_train_result_t res;
+    char err[DL_TRAIN_ERRLEN];
+    long rank, world;
+    int fd = -1, r;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    dl_train_config_init(&cfg);
+    if (from_environment(&cfg) < 0)
+        goto fail;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout, argv[0]);
+            dl_train_config_free(&cfg);
+            return 0;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("dlaunch-train %s\n", DL_VERSION);
+            dl_train_config_free(&cfg);
+            return 0;
+        }
+        if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
+            if (set_pair(&cfg, argv[++i], "--set") < 0)
+                goto fail;
+        } else if (strncmp(argv[i], "--set=", 6) == 0) {
+            if (set_pair(&cfg, argv[i] + 6, "--set") < 0)
+                goto fail;
+        } else {
+            fprintf(stderr, "dlaunch-train: unknown argument '%s' (try --help)\n", argv[i]);
+            goto fail;
+        }
+    }
+    if (env_int("RANK", 0, 1 << 20, 0, &rank) < 0 ||
+        env_int("WORLD_SIZE", 1, 1 << 20, 1, &world) < 0 || health_fd(&fd) < 0)
+        goto fail;
+    if (world > 1) {
+        fprintf(stderr,
+                "dlaunch-train: WORLD_SIZE=%ld, but this build has no collective backend "
+                "yet; run with one worker\n",
+                world);
+        goto fail;
+    }
+    dl_train_comm_init_local(&comm);
+
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    dl_train_hooks_t hooks = {.log = log_line, .should_stop = should_stop, .health_fd = fd};
+    r = dl_train_run(&cfg, &comm, &hooks, &res, err, sizeof(err));
+    dl_train_config_free(&cfg);
+    if (r < 0) {
+        fprintf(stderr, "[train rank=%ld] %s\n", rank, err);
+        return 1;
+    }
+    /* Stopped by a signal, with a checkpoint: exit as the signal would have, so a supervisor
+     * sees why. */
+    return r == 1 ? 128 + stop_signal : 0;
+
+fail:
+    dl_train_config_free(&cfg);
+    return 2;
+}

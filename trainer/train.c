@@ -1,0 +1,587 @@
+/* The training loop: data, sampler, model, gradient reduction, optimizer, checkpoints, reports.
+ *
+ * DDP semantics: every rank starts from rank 0's state (initial or restored), trains on its own
+ * shard, sums gradients through the comm hooks with the loss gradient pre-scaled by 1 / world, and
+ * takes the same optimizer step. Only rank 0 evaluates, logs, checkpoints and writes the summary.
+ *
+ * Stopping is agreed, not local: a stop request rides in one spare float after the gradients, in
+ * the last bucket, so every rank learns of it in the same step and none is left waiting in an
+ * all-reduce that the others will never join.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "internal.h"
+
+#define EVAL_CHUNK 1000
+
+typedef struct {
+    const dl_train_config_t *cfg;
+    const dl_train_comm_t *comm;
+    const dl_train_hooks_t *hooks;
+    char *err;
+    size_t errlen;
+
+    dl_train_dataset_t train;
+    dl_train_dataset_t test;
+    dl_train_sampler_t sampler;
+    dl_train_mlp_t *mlp;
+    float *momentum;
+    float *x;
+    uint8_t *y;
+    uint32_t *idx;
+    dl__train_reducer_t reducer;
+    dl__train_rng_t rng;
+    dl_train_schedule_t sched;
+    size_t n_params;
+
+    uint64_t step;
+    uint64_t total_steps;
+    uint64_t steps_per_epoch;
+    uint64_t log_every;
+    uint64_t resumed_from;
+    int health_fd;
+
+    double t_begin;
+    double train_time;
+    double samples; /* global samples trained in this run */
+    double win_loss;
+    uint64_t win_steps;
+    double win_time;
+    double win_samples;
+    double last_loss;
+} run_t;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bool is_root(const run_t *r)
+{
+    return r->comm->rank == 0;
+}
+
+static void say(const run_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void say(const run_t *r, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+
+    if (!is_root(r) || r->hooks == NULL || r->hooks->log == NULL)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    r->hooks->log(r->hooks->ud, line);
+}
+
+static void shape_text(const dl_train_config_t *cfg, char *buf, size_t len)
+{
+    size_t off = 0;
+
+    buf[0] = '\0';
+    for (size_t l = 0; l <= cfg->n_layers && off < len; l++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%zu", l ? "-" : "", cfg->sizes[l]);
+}
+
+static int load_data(run_t *r)
+{
+    const dl_train_config_t *cfg = r->cfg;
+    const char *dir = cfg->dataset_dir != NULL ? cfg->dataset_dir : DL_TRAIN_DEFAULT_DATASET;
+    int rc = dl_train_dataset_load(&r->train, dir, "train", r->err, r->errlen);
+
+    if (rc < 0)
+        return rc;
+    if (is_root(r)) {
+        rc = dl_train_dataset_load(&r->test, dir, "t10k", r->err, r->errlen);
+        if (rc < 0)
+            return rc;
+    }
+    const dl_train_dataset_t *sets[2] = {&r->train, &r->test};
+    for (int i = 0; i < 2; i++) {
+        const dl_train_dataset_t *d = sets[i];
+        if (d->n == 0)
+            continue;
+        if (d->dim != cfg->sizes[0])
+            return dl__train_err(-EINVAL, r->err, r->errlen,
+                                 "%s: %s images are %zux%zu = %zu values, layers start at %zu", dir,
+                                 i == 0 ? "train" : "t10k", d->rows, d->cols, d->dim,
+                                 cfg->sizes[0]);
+        if (d->n_classes > cfg->sizes[cfg->n_layers])
+            return dl__train_err(
+                -EINVAL, r->err, r->errlen, "%s: %s labels go up to %zu, layers end at %zu classes",
+                dir, i == 0 ? "train" : "t10k", d->n_classes - 1, cfg->sizes[cfg->n_layers]);
+    }
+    return 0;
+}
+
+/* Finds unwritable output places before training rather than after it. */
+static int check_outputs(run_t *r)
+{
+    const dl_train_config_t *cfg = r->cfg;
+    char dir[4096];
+
+    if (!is_root(r))
+        return 0;
+    if (cfg->checkpoint_dir != NULL && mkdir(cfg->checkpoint_dir, 0755) < 0 && errno != EEXIST)
+        return dl__train_err(-errno, r->err, r->errlen, "checkpoint_dir %s: %s",
+                             cfg->checkpoint_dir, strerror(errno));
+    if (cfg->checkpoint_dir != NULL && access(cfg->checkpoint_dir, W_OK | X_OK) < 0)
+        return dl__train_err(-errno, r->err, r->errlen, "checkpoint_dir %s: %s",
+                             cfg->checkpoint_dir, strerror(errno));
+    if (cfg->summary_file != NULL) {
+        snprintf(dir, sizeof(dir), "%s", cfg->summary_file);
+        char *slash = strrchr(dir, '/');
+        if (slash == NULL)
+            snprintf(dir, sizeof(dir), ".");
+        else if (slash == dir)
+            slash[1] = '\0';
+        else
+            *slash = '\0';
+        if (access(dir, W_OK | X_OK) < 0)
+            return dl__train_err(-errno, r->err, r->errlen, "summary_file %s: %s: %s",
+                                 cfg->summary_file, dir, strerror(errno));
+    }
+    return 0;
+}
+
+static int setup(run_t *r)
+{
+    const dl_train_config_t *cfg = r->cfg;
+    const int world = r->comm->world_size;
+    size_t cap = cfg->batch_size > EVAL_CHUNK ? cfg->batch_size : EVAL_CHUNK;
+    int rc;
+
+    rc = dl_train_sampler_init(&r->sampler, r->train.n, r->comm->rank, world, cfg->seed,
+                               cfg->drop_last);
+    if (rc < 0)
+        return dl__train_err(rc, r->err, r->errlen,
+                             "sampler: %zu training samples cannot be shared by %d ranks",
+                             r->train.n, world);
+    size_t share = r->sampler.num_samples;
+    r->steps_per_epoch =
+        cfg->drop_last ? share / cfg->batch_size : (share + cfg->batch_size - 1) / cfg->batch_size;
+    if (r->steps_per_epoch == 0)
+        return dl__train_err(-EINVAL, r->err, r->errlen,
+                             "batch_size %zu is larger than a rank's %zu samples and drop_last "
+                             "is set: no step in an epoch",
+                             cfg->batch_size, share);
+    r->total_steps = cfg->steps > 0 ? cfg->steps : cfg->epochs * r->steps_per_epoch;
+    r->log_every = cfg->log_every > 0 ? cfg->log_every : (r->steps_per_epoch + 3) / 4;
+
+    dl__train_rng_seed(&r->rng, cfg->seed);
+    rc = dl_train_mlp_new(cfg->sizes, cfg->n_layers, cfg->activation, cap,
+                          dl__train_rng_next(&r->rng), &r->mlp);
+    if (rc < 0)
+        return dl__train_err(rc, r->err, r->errlen, "model: %s", strerror(-rc));
+    r->n_params = dl_train_mlp_num_params(r->mlp);
+
+    r->momentum = calloc(r->n_params, sizeof(float));
+    r->x = malloc(cap * cfg->sizes[0] * sizeof(float));
+    r->y = malloc(cap);
+    r->idx = malloc(cap * sizeof(uint32_t));
+    if (r->momentum == NULL || r->x == NULL || r->y == NULL || r->idx == NULL)
+        return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for the batch buffers");
+    /* n_params + 1: the spare float after the gradients carries the stop vote. */
+    rc = dl__train_reducer_init(&r->reducer, r->comm, dl_train_mlp_grads(r->mlp), r->n_params + 1,
+                                cfg->bucket_bytes);
+    if (rc < 0)
+        return dl__train_err(rc, r->err, r->errlen, "buckets: %s", strerror(-rc));
+
+    double lr = cfg->lr;
+    if (cfg->lr_scaling == DL_TRAIN_SCALE_LINEAR)
+        lr = cfg->lr * (double)(cfg->batch_size * (size_t)world) / (double)cfg->base_batch;
+    r->sched = (dl_train_schedule_t){
+        .kind = cfg->schedule,
+        .lr = lr,
+        .lr_min = cfg->lr_min,
+        .gamma = cfg->lr_gamma,
+        .step_size = cfg->lr_step_epochs * r->steps_per_epoch,
+        .warmup_steps = cfg->warmup_steps,
+        .total_steps = r->total_steps,
+    };
+    return 0;
+}
+
+static void fill_ckpt(run_t *r, dl_train_ckpt_t *ck)
+{
+    const dl_train_config_t *cfg = r->cfg;
+
+    memset(ck, 0, sizeof(*ck));
+    ck->n_layers = cfg->n_layers;
+    memcpy(ck->sizes, cfg->sizes, sizeof(ck->sizes));
+    ck->act = cfg->activation;
+    ck->n_params = r->n_params;
+    ck->params = dl_train_mlp_params(r->mlp);
+    ck->momentum = r->momentum;
+    ck->step = r->step;
+    dl_train_sampler_tell(&r->sampler, &ck->epoch, &ck->consumed);
+    ck->seed = cfg->seed;
+    memcpy(ck->rng, r->rng.s, sizeof(ck->rng));
+    ck->world_size = (uint32_t)r->comm->world_size;
+}
+
+static void skipped_cb(void *ud, const char *why)
+{
+    say(ud, "skipping checkpoint: %s", why);
+}
+
+/* The part of the state that rank 0 shares with the others at the start. */
+typedef struct {
+    uint64_t found;
+    uint64_t step;
+    uint64_t epoch;
+    uint64_t consumed;
+    uint64_t rng[4];
+} sync_t;
+
+static int restore(run_t *r)
+{
+    const dl_train_config_t *cfg = r->cfg;
+    const dl_train_comm_t *c = r->comm;
+    sync_t st = {0};
+    char path[4096];
+    int rc;
+
+    if (is_root(r) && cfg->resume && cfg->checkpoint_dir != NULL) {
+        dl_train_ckpt_t ck;
+        fill_ckpt(r, &ck);
+        rc = dl_train_ckpt_load_latest(cfg->checkpoint_dir, &ck, skipped_cb, r, path, sizeof(path),
+                                       r->err, r->errlen);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            st = (sync_t){1, ck.step, ck.epoch, ck.consumed, {0}};
+            memcpy(st.rng, ck.rng, sizeof(st.rng));
+            say(r,
+                "resuming from %s: step %llu, epoch %llu, %llu samples into it (written by "
+                "%u ranks)",
+                path, (unsigned long long)ck.step, (unsigned long long)ck.epoch + 1,
+                (unsigned long long)ck.consumed, ck.world_size);
+            if (ck.seed != cfg->seed)
+                say(r, "note: the checkpoint was written with seed %llu, this run uses %llu",
+                    (unsigned long long)ck.seed, (unsigned long long)cfg->seed);
+        }
+    }
+    if (c->world_size > 1) {
+        /* Every rank starts from rank 0's weights, restored or fresh, as DDP does. */
+        rc = c->broadcast(c->ctx, &st, sizeof(st), 0);
+        if (rc == 0)
+            rc = c->broadcast(c->ctx, dl_train_mlp_params(r->mlp), r->n_params * sizeof(float), 0);
+        if (rc == 0 && st.found)
+            rc = c->broadcast(c->ctx, r->momentum, r->n_params * sizeof(float), 0);
+        if (rc < 0)
+            return dl__train_err(rc, r->err, r->errlen, "broadcast of the initial state: %s",
+                                 strerror(-rc));
+    }
+    if (st.found) {
+        r->step = st.step;
+        r->resumed_from = st.step;
+        memcpy(r->rng.s, st.rng, sizeof(st.rng));
+        dl_train_sampler_seek(&r->sampler, st.epoch, st.consumed);
+    }
+    return 0;
+}
+
+static int checkpoint(run_t *r)
+{
+    dl_train_ckpt_t ck;
+    char path[4096];
+    int rc;
+
+    if (!is_root(r) || r->cfg->checkpoint_dir == NULL)
+        return 0;
+    fill_ckpt(r, &ck);
+    rc = dl_train_ckpt_save(r->cfg->checkpoint_dir, &ck, path, sizeof(path), r->err, r->errlen);
+    if (rc < 0)
+        return rc;
+    return dl_train_ckpt_prune(r->cfg->checkpoint_dir, r->cfg->keep_checkpoints, r->err, r->errlen);
+}
+
+static void evaluate(run_t *r, double *ret_loss, double *ret_acc)
+{
+    const dl_train_dataset_t *d = &r->test;
+    double loss = 0.0;
+    size_t correct = 0;
+
+    for (size_t i = 0; i < d->n; i += EVAL_CHUNK) {
+        size_t k = d->n - i < EVAL_CHUNK ? d->n - i : EVAL_CHUNK;
+        double l;
+        size_t c;
+        for (size_t j = 0; j < k; j++)
+            r->idx[j] = (uint32_t)(i + j);
+        dl_train_dataset_gather(d, r->idx, k, r->x, r->y);
+        dl_train_mlp_evaluate(r->mlp, r->x, r->y, k, &l, &c);
+        loss += l;
+        correct += c;
+    }
+    *ret_loss = loss / (double)d->n;
+    *ret_acc = (double)correct / (double)d->n;
+}
+
+static void beat(run_t *r)
+{
+    static const char b = '.';
+
+    if (r->health_fd < 0)
+        return;
+    if (write(r->health_fd, &b, 1) < 0 && errno != EAGAIN && errno != EINTR)
+        r->health_fd = -1; /* the watchdog is gone; nobody to tell */
+}
+
+static void progress(run_t *r, uint64_t epoch)
+{
+    double rate = r->win_time > 0 ? r->win_samples / r->win_time : 0.0;
+    double per_step = r->train_time / (double)(r->step - r->resumed_from);
+    double eta = per_step * (double)(r->total_steps - r->step);
+
+    r->last_loss = r->win_loss / (double)r->win_steps;
+    say(r, "epoch %llu step %llu/%llu loss %.4f lr %.5f samples/s %.0f eta %.0fs",
+        (unsigned long long)epoch + 1, (unsigned long long)r->step,
+        (unsigned long long)r->total_steps, r->last_loss, dl_train_lr_at(&r->sched, r->step - 1),
+        rate, eta);
+    r->win_loss = 0.0;
+    r->win_steps = 0;
+    r->win_time = 0.0;
+    r->win_samples = 0.0;
+}
+
+/* One optimizer step on the next batch; *ret_epoch_done when it used up the epoch. */
+static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done)
+{
+    const dl_train_config_t *cfg = r->cfg;
+    const int world = r->comm->world_size;
+    float *grads = dl_train_mlp_grads(r->mlp);
+    double t0 = now(), loss;
+
+    size_t k = dl_train_sampler_next(&r->sampler, cfg->batch_size, r->idx);
+    dl_train_dataset_gather(&r->train, r->idx, k, r->x, r->y);
+
+    grads[r->n_params] = stop_vote ? 1.0f : 0.0f;
+    int rc = dl_train_mlp_train_step(r->mlp, r->x, r->y, k, 1.0f / (float)(k * (size_t)world),
+                                     world > 1 ? cfg->bucket_bytes : 0, dl__train_reducer_ready,
+                                     &r->reducer, &loss);
+    if (rc == 0)
+        rc = dl__train_reducer_finish(&r->reducer);
+    if (rc < 0)
+        return dl__train_err(rc, r->err, r->errlen, "step %llu: gradient all-reduce: %s",
+                             (unsigned long long)r->step + 1, strerror(-rc));
+    float lr = (float)dl_train_lr_at(&r->sched, r->step);
+    dl_train_sgd_step(dl_train_mlp_params(r->mlp), r->momentum, grads, r->n_params, lr,
+                      (float)cfg->momentum, (float)cfg->weight_decay);
+    r->step++;
+
+    size_t left = r->sampler.num_samples - r->sampler.pos;
+    *ret_epoch_done = left == 0 || (cfg->drop_last && left < cfg->batch_size);
+
+    double dt = now() - t0;
+    r->train_time += dt;
+    r->win_time += dt;
+    r->samples += (double)(k * (size_t)world);
+    r->win_samples += (double)(k * (size_t)world);
+    r->win_loss += loss;
+    r->win_steps++;
+    beat(r);
+    /* The vote was summed with the gradients: any rank asking stops them all, here. */
+    return grads[r->n_params] > 0.0f ? 1 : 0;
+}
+
+static int write_summary(run_t *r, const dl_train_result_t *res)
+{
+    const dl_train_config_t *cfg = r->cfg;
+    static const char *const acts[] = {"relu", "tanh", "gelu"};
+    char shape[256], tmp[4096], crc[16];
+
+    if (!is_root(r) || cfg->summary_file == NULL)
+        return 0;
+    snprintf(crc, sizeof(crc), "%08x", res->params_crc);
+    shape_text(cfg, shape, sizeof(shape));
+    json_auto_t *j = json_pack(
+        "{s:s, s:s, s:i, s:I, s:I, s:f, s:I, s:I, s:I, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
+        "model", shape, "activation", acts[cfg->activation], "world_size", r->comm->world_size,
+        "batch_size", (json_int_t)cfg->batch_size, "global_batch",
+        (json_int_t)(cfg->batch_size * (size_t)r->comm->world_size), "lr", res->lr, "steps",
+        (json_int_t)res->steps, "epochs_done",
+        (json_int_t)(res->steps / (r->steps_per_epoch ? r->steps_per_epoch : 1)), "resumed_from",
+        (json_int_t)res->resumed_from, "stopped", res->stopped, "test_accuracy", res->test_accuracy,
+        "test_loss", res->test_loss, "train_loss", res->train_loss, "train_seconds",
+        res->train_seconds, "wall_seconds", res->wall_seconds, "samples_per_sec",
+        res->samples_per_sec, "params_crc32", crc);
+    if (j == NULL)
+        return dl__train_err(-ENOMEM, r->err, r->errlen, "%s: cannot build the summary",
+                             cfg->summary_file);
+    /* Written beside and renamed, so a script polling for the file never reads half of it. */
+    snprintf(tmp, sizeof(tmp), "%s.tmp-%ld", cfg->summary_file, (long)getpid());
+    errno = 0;
+    if (json_dump_file(j, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) < 0) {
+        int e = errno ? errno : EIO;
+        (void)unlink(tmp);
+        return dl__train_err(-e, r->err, r->errlen, "summary_file %s: cannot write: %s",
+                             cfg->summary_file, strerror(e));
+    }
+    if (rename(tmp, cfg->summary_file) < 0) {
+        int e = errno;
+        (void)unlink(tmp);
+        return dl__train_err(-e, r->err, r->errlen, "%s: %s", cfg->summary_file, strerror(e));
+    }
+    return 0;
+}
+
+static int loop(run_t *r, bool *ret_stopped)
+{
+    const dl_train_config_t *cfg = r->cfg;
+    const dl_train_hooks_t *h = r->hooks;
+    int rc;
+
+    while (r->step < r->total_steps) {
+        bool vote = h != NULL && h->should_stop != NULL && h->should_stop(h->ud, r->step);
+        bool epoch_done = false;
+        size_t left = r->sampler.num_samples - r->sampler.pos;
+
+        /* A resume into another world size can land at the very end of an epoch. */
+        if (left == 0 || (cfg->drop_last && left < cfg->batch_size))
+            dl_train_sampler_set_epoch(&r->sampler, r->sampler.epoch + 1);
+        uint64_t epoch = r->sampler.epoch;
+
+        rc = train_step(r, vote, &epoch_done);
+        if (rc < 0)
+            return rc;
+        bool stop = rc == 1;
+        bool last = r->step == r->total_steps;
+        if (epoch_done)
+            dl_train_sampler_set_epoch(&r->sampler, epoch + 1);
+
+        if (r->step % r->log_every == 0 || last || stop)
+            progress(r, epoch);
+        if (is_root(r) && !last && !stop &&
+            (cfg->eval_every > 0 ? r->step % cfg->eval_every == 0 : epoch_done)) {
+            double loss, acc;
+            evaluate(r, &loss, &acc);
+            say(r, "%s %llu: test accuracy %.2f%%, test loss %.4f", epoch_done ? "epoch" : "step",
+                (unsigned long long)(epoch_done ? epoch + 1 : r->step), acc * 100.0, loss);
+        }
+        if (!last && !stop &&
+            (cfg->checkpoint_every > 0 ? r->step % cfg->checkpoint_every == 0 : epoch_done)) {
+            rc = checkpoint(r);
+            if (rc < 0)
+                return rc;
+        }
+        if (stop) {
+            *ret_stopped = true;
+            say(r, "stop requested: stopping after step %llu", (unsigned long long)r->step);
+            break;
+        }
+    }
+    return 0;
+}
+
+static void run_free(run_t *r)
+{
+    dl_train_dataset_free(&r->train);
+    dl_train_dataset_free(&r->test);
+    dl_train_sampler_free(&r->sampler);
+    dl_train_mlp_free(r->mlp);
+    dl__train_reducer_free(&r->reducer);
+    free(r->momentum);
+    free(r->x);
+    free(r->y);
+    free(r->idx);
+}
+
+int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
+                 const dl_train_hooks_t *hooks, dl_train_result_t *ret_result, char *err,
+                 size_t errlen)
+{
+    dl_train_result_t res = {.test_loss = NAN, .test_accuracy = NAN};
+    run_t r = {.cfg = cfg, .comm = comm, .hooks = hooks, .err = err, .errlen = errlen};
+    bool stopped = false;
+    char shape[256];
+    int rc;
+
+    r.health_fd = hooks != NULL ? hooks->health_fd : -1;
+    r.t_begin = now();
+    rc = dl_train_config_check(cfg, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (comm->world_size < 1 || comm->rank < 0 || comm->rank >= comm->world_size ||
+        (comm->world_size > 1 && comm->broadcast == NULL))
+        return dl__train_err(-EINVAL, err, errlen,
+                             "comm: rank %d of %d, or no broadcast hook for a world above one",
+                             comm->rank, comm->world_size);
+    if (cfg->blas_threads > 0)
+        openblas_set_num_threads(cfg->blas_threads);
+
+    rc = check_outputs(&r);
+    if (rc == 0)
+        rc = load_data(&r);
+    if (rc == 0)
+        rc = setup(&r);
+    if (rc == 0)
+        rc = restore(&r);
+    if (rc < 0)
+        goto fail;
+
+    shape_text(cfg, shape, sizeof(shape));
+    say(&r,
+        "world size %d, batch %zu per device, %zu global; learning rate %g (%s, base batch "
+        "%zu), %s schedule, %llu warmup steps",
+        comm->world_size, cfg->batch_size, cfg->batch_size * (size_t)comm->world_size, r.sched.lr,
+        cfg->lr_scaling == DL_TRAIN_SCALE_LINEAR ? "scaled linearly" : "not scaled",
+        cfg->base_batch,
+        cfg->schedule == DL_TRAIN_SCHED_COSINE ? "cosine"
+        : cfg->schedule == DL_TRAIN_SCHED_STEP ? "step"
+                                               : "constant",
+        (unsigned long long)cfg->warmup_steps);
+    say(&r, "model %s (%zu parameters), %zu training samples, %llu steps an epoch, %llu steps",
+        shape, r.n_params, r.train.n, (unsigned long long)r.steps_per_epoch,
+        (unsigned long long)r.total_steps);
+
+    rc = loop(&r, &stopped);
+    if (rc < 0)
+        goto fail;
+
+    res.steps = r.step;
+    res.resumed_from = r.resumed_from;
+    res.stopped = stopped;
+    res.train_loss = r.last_loss;
+    res.lr = r.sched.lr;
+    res.train_seconds = r.train_time;
+    res.samples_per_sec = r.train_time > 0 ? r.samples / r.train_time : 0.0;
+    res.params_crc = (uint32_t)crc32_z(0L, (const unsigned char *)dl_train_mlp_params(r.mlp),
+                                       r.n_params * sizeof(float));
+    if (is_root(&r)) {
+        evaluate(&r, &res.test_loss, &res.test_accuracy);
+        say(&r, "%s after %llu steps: test accuracy %.2f%%, test loss %.4f, %.0f samples/s",
+            stopped ? "stopped" : "done", (unsigned long long)r.step, res.test_accuracy * 100.0,
+            res.test_loss, res.samples_per_sec);
+    }
+    rc = checkpoint(&r);
+    if (rc < 0)
+        goto fail;
+    res.wall_seconds = now() - r.t_begin;
+    rc = write_summary(&r, &res);
+    if (rc < 0)
+        goto fail;
+    run_free(&r);
+    if (ret_result != NULL)
+        *ret_result = res;
+    return stopped ? 1 : 0;
+
+fail:
+    run_free(&r);
+    return rc;
+}

@@ -1,0 +1,321 @@
+/* The bundled data-parallel trainer: an MLP on Fashion-MNIST with DDP semantics.
+ *
+ * Every rank holds a full copy of the model, takes a disjoint shard of each epoch's permutation,
+ * computes gradients on its local batch and sums them across ranks through dl_train_comm_t before
+ * an identical optimizer step, so all replicas stay bitwise equal. The communication backend is a
+ * plug-in (the collective library provides one); dl_train_comm_init_local() is the world of one.
+ *
+ * The library never prints: progress goes to a log callback, failures come back as -errno with
+ * one line in err that names the file, key or offset at fault.
+ */
+#ifndef DL_TRAINER_H
+#define DL_TRAINER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DL_TRAIN_ERRLEN 512
+#define DL_TRAIN_MAX_LAYERS 16 /* weight layers; the shape has one more entry */
+#define DL_TRAIN_DEFAULT_DATASET "/usr/share/datasets/fashion-mnist"
+
+/* ---- Dataset: IDX files, gzip-compressed or plain ---------------------------------------- */
+
+/* Pixels stay uint8 in memory (a quarter of the float size); batches are converted to float32
+ * in [0, 1] (pixel / 255) as they are gathered. */
+typedef struct dl_train_dataset_s {
+    size_t n;         /* samples */
+    size_t rows;      /* image height */
+    size_t cols;      /* image width */
+    size_t dim;       /* rows * cols */
+    uint8_t *pixels;  /* n * dim, row-major, owned */
+    uint8_t *labels;  /* n, owned */
+    size_t n_classes; /* largest label + 1 */
+} dl_train_dataset_t;
+
+/* Reads an IDX file of unsigned bytes with `ndims` dimensions (3 for images, 1 for labels).
+ * On success *ret_data (malloc'ed, caller frees) holds the payload and ret_dims[0..ndims) the
+ * dimensions. Any fault (missing file, bad gzip stream, bad magic, wrong number of dimensions,
+ * zero or oversized dimensions, short or trailing data) is -errno plus one line naming the file. */
+int dl_train_idx_read(const char *path, unsigned ndims, uint8_t **ret_data, size_t *ret_dims,
+                      char *err, size_t errlen);
+
+/* Loads "<dir>/<prefix>-images-idx3-ubyte[.gz]" and "<dir>/<prefix>-labels-idx1-ubyte[.gz]",
+ * prefix "train" or "t10k", and checks that the two agree on the number of samples.
+ * ds is untouched on failure; free it with dl_train_dataset_free(). */
+int dl_train_dataset_load(dl_train_dataset_t *ds, const char *dir, const char *prefix, char *err,
+                          size_t errlen);
+void dl_train_dataset_free(dl_train_dataset_t *ds);
+
+/* Writes samples idx[0..k) as float32 rows of ds->dim into x and their labels into y. */
+void dl_train_dataset_gather(const dl_train_dataset_t *ds, const uint32_t *idx, size_t k, float *x,
+                             uint8_t *y);
+
+/* ---- Distributed sampler (pure: no I/O, no clock) ---------------------------------------- */
+
+/* Each epoch is a permutation of 0..n-1 seeded by (seed, epoch), the same on every rank. It is
+ * padded by repeating from its start to a multiple of world (or cut down to one, drop_last), and
+ * rank r takes positions r, r + world, r + 2 world, ... as torch's DistributedSampler does. */
+typedef struct dl_train_sampler_s {
+    size_t n;
+    int rank;
+    int world;
+    uint64_t seed;
+    bool drop_last;
+    size_t num_samples; /* this rank's share of an epoch, the same on every rank */
+    uint64_t epoch;
+    size_t pos;     /* next position in this rank's share */
+    uint32_t *perm; /* n entries, owned */
+} dl_train_sampler_t;
+
+int dl_train_sampler_init(dl_train_sampler_t *s, size_t n, int rank, int world, uint64_t seed,
+                          bool drop_last);
+void dl_train_sampler_free(dl_train_sampler_t *s);
+
+/* Starts epoch `epoch` at its beginning. */
+void dl_train_sampler_set_epoch(dl_train_sampler_t *s, uint64_t epoch);
+
+/* Fills up to max indices from this rank's share and advances; returns how many (0: the epoch
+ * is over). */
+size_t dl_train_sampler_next(dl_train_sampler_t *s, size_t max, uint32_t *ret_idx);
+
+/* The position to save: the epoch and how many entries of its padded permutation the whole world
+ * has consumed (pos * world), so a resume with another world size continues where this one
+ * stopped. */
+void dl_train_sampler_tell(const dl_train_sampler_t *s, uint64_t *ret_epoch,
+                           uint64_t *ret_consumed);
+
+/* Restores a position from dl_train_sampler_tell(), possibly of another world size; a position
+ * past this rank's share ends the epoch. Returns 0. */
+int dl_train_sampler_seek(dl_train_sampler_t *s, uint64_t epoch, uint64_t consumed);
+
+/* ---- The model: a multi-layer perceptron on CBLAS ---------------------------------------- */
+
+typedef enum {
+    DL_TRAIN_ACT_RELU = 0,
+    DL_TRAIN_ACT_TANH,
+    DL_TRAIN_ACT_GELU,
+} dl_train_act_t;
+
+typedef struct dl_train_mlp_s dl_train_mlp_t;
+
+/* Called during backward each time more gradients are final: the first `ready` floats of the
+ * gradient buffer will not change again in this pass. */
+typedef int (*dl_train_grad_ready_cb)(void *ud, size_t ready);
+
+/* sizes[0..n_layers] are the widths (input first, classes last); max_batch bounds the batch
+ * passed to every later call. Parameters and gradients each live in one contiguous buffer laid
+ * out in the order backward produces them: last layer first, each layer as [bias | weight], the
+ * weight row-major [out][in]. Weights are Kaiming-uniform from seed, biases zero.
+ * *ret_mlp is owned by the caller (dl_train_mlp_free). */
+int dl_train_mlp_new(const size_t *sizes, size_t n_layers, dl_train_act_t act, size_t max_batch,
+                     uint64_t seed, dl_train_mlp_t **ret_mlp);
+void dl_train_mlp_free(dl_train_mlp_t *m);
+
+size_t dl_train_mlp_num_params(const dl_train_mlp_t *m);
+float *dl_train_mlp_params(dl_train_mlp_t *m);
+/* num_params + 1 floats: the gradients, then one spare float that backward never touches (the
+ * training loop sends a control word in it along with the last bucket). */
+float *dl_train_mlp_grads(dl_train_mlp_t *m);
+/* Offsets of layer l's weight and bias in the parameter (and gradient) buffer. */
+void dl_train_mlp_layer_offsets(const dl_train_mlp_t *m, size_t l, size_t *ret_w, size_t *ret_b);
+
+/* Forward and backward on a batch of b rows. The gradient written is the gradient of
+ * grad_scale * sum over the batch of the cross-entropy (grad_scale 1/b gives the mean).
+ * *ret_loss is the batch's mean loss. ready (may be NULL) sees the gradient fill up; when it
+ * returns < 0 the pass stops and that value is returned. split_bytes > 0 computes large weight
+ * gradients in slices of about that size so ready fires more often (for overlapping
+ * communication); 0 computes each layer in one call. */
+int dl_train_mlp_train_step(dl_train_mlp_t *m, const float *x, const uint8_t *y, size_t b,
+                            float grad_scale, size_t split_bytes, dl_train_grad_ready_cb ready,
+                            void *ud, double *ret_loss);
+
+/* Forward only: the sum of the losses and the number of correct predictions on b rows. */
+void dl_train_mlp_evaluate(dl_train_mlp_t *m, const float *x, const uint8_t *y, size_t b,
+                           double *ret_loss_sum, size_t *ret_correct);
+
+/* ---- Optimizer and learning-rate schedule ------------------------------------------------ */
+
+/* Stochastic gradient descent as torch.optim.SGD (no dampening, no Nesterov):
+ * d = g + wd * p; m = momentum * m + d; p -= lr * m. */
+void dl_train_sgd_step(float *p, float *m, const float *g, size_t n, float lr, float momentum,
+                       float weight_decay);
+
+typedef enum {
+    DL_TRAIN_SCHED_CONSTANT = 0,
+    DL_TRAIN_SCHED_STEP,
+    DL_TRAIN_SCHED_COSINE,
+} dl_train_sched_t;
+
+typedef enum {
+    DL_TRAIN_SCALE_NONE = 0,
+    DL_TRAIN_SCALE_LINEAR,
+} dl_train_scaling_t;
+
+typedef struct dl_train_schedule_s {
+    dl_train_sched_t kind;
+    double lr;             /* peak rate, after scaling */
+    double lr_min;         /* cosine floor */
+    double gamma;          /* step: multiplier at each decay */
+    uint64_t step_size;    /* step: steps between decays */
+    uint64_t warmup_steps; /* linear ramp from lr / warmup_steps up to lr */
+    uint64_t total_steps;
+} dl_train_schedule_t;
+
+/* The learning rate of optimizer step `step` (0-based). A pure function of its arguments, so a
+ * resumed run follows the same curve. */
+double dl_train_lr_at(const dl_train_schedule_t *s, uint64_t step);
+
+/* ---- Communication hook ------------------------------------------------------------------ */
+
+/* Gradients are summed, not averaged: the trainer scales the loss gradient by 1 / world before
+ * backward, so the sum of the ranks' gradients is the gradient of the global batch mean.
+ * Buckets are numbered 0, 1, ... in backward order, the same on every rank. start() may return
+ * before the sum is done (an asynchronous backend overlaps it with the rest of backward); after
+ * wait_all() returns >= 0 every started bucket holds the sum of that slice over all ranks. A
+ * world of one needs no hooks at all. broadcast() copies root's len bytes to every rank; it is
+ * used to share the initial or restored state, and is required when world_size > 1. */
+typedef struct dl_train_comm_s {
+    int rank;
+    int world_size;
+    void *ctx;
+    int (*allreduce_start)(void *ctx, size_t bucket, float *buf, size_t n);
+    int (*allreduce_wait_all)(void *ctx);
+    int (*broadcast)(void *ctx, void *buf, size_t len, int root);
+} dl_train_comm_t;
+
+/* Rank 0 of a world of one: every hook left NULL (identity). */
+void dl_train_comm_init_local(dl_train_comm_t *c);
+
+/* Cuts a gradient buffer of n floats into consecutive buckets of bucket_bytes (the last one
+ * shorter; bucket_bytes 0 means one bucket). ret_ends[i] is the end of bucket i (its start is
+ * the previous end); *ret_ends is malloc'ed, the caller frees it. */
+int dl_train_buckets_plan(size_t n, size_t bucket_bytes, size_t **ret_ends, size_t *ret_count);
+
+/* ---- Checkpoints ------------------------------------------------------------------------- */
+
+/* What a checkpoint holds. For saving every field is read; for loading the caller fills the
+ * shape (n_layers, sizes, act, n_params) and the two buffers, which receive the stored values
+ * only if the file is valid and has that shape. */
+typedef struct dl_train_ckpt_s {
+    size_t n_layers;
+    size_t sizes[DL_TRAIN_MAX_LAYERS + 1];
+    dl_train_act_t act;
+    size_t n_params;
+    float *params;     /* n_params, not owned */
+    float *momentum;   /* n_params, not owned */
+    uint64_t step;     /* optimizer steps done */
+    uint64_t epoch;    /* sampler position */
+    uint64_t consumed; /* see dl_train_sampler_tell() */
+    uint64_t seed;
+    uint64_t rng[4];     /* the trainer's random state */
+    uint32_t world_size; /* of the run that wrote it, for the record */
+} dl_train_ckpt_t;
+
+/* Writes "<dir>/ckpt-<step>.dlck" atomically: a temporary file in dir, fsync, rename, fsync of
+ * dir. A reader never sees a partial checkpoint under the final name. The file is a header
+ * (magic, version, byte order, shape, step, position, seed, RNG) followed by parameters and
+ * momentum, and a CRC-32 of everything before it. If ret_path is not NULL it receives the name. */
+int dl_train_ckpt_save(const char *dir, const dl_train_ckpt_t *ck, char *ret_path, size_t pathlen,
+                       char *err, size_t errlen);
+
+/* Reads one file into ck (see above). A bad magic, version, byte order, size, checksum or shape
+ * is -EBADMSG (-EINVAL for a shape mismatch) and one line saying why. */
+int dl_train_ckpt_load(const char *path, dl_train_ckpt_t *ck, char *err, size_t errlen);
+
+/* Called for each checkpoint that load_latest skips, with the line saying why. */
+typedef void (*dl_train_ckpt_skip_cb)(void *ud, const char *why);
+
+/* Loads the newest valid checkpoint in dir, skipping (and reporting) invalid ones.
+ * Returns 1 when one was loaded (its name in ret_path when not NULL), 0 when there is none
+ * (or dir does not exist), -errno when dir cannot be read. */
+int dl_train_ckpt_load_latest(const char *dir, dl_train_ckpt_t *ck, dl_train_ckpt_skip_cb skipped,
+                              void *ud, char *ret_path, size_t pathlen, char *err, size_t errlen);
+
+/* Deletes all but the newest `keep` checkpoints in dir (and stale temporary files). */
+int dl_train_ckpt_prune(const char *dir, unsigned keep, char *err, size_t errlen);
+
+/* ---- Configuration ----------------------------------------------------------------------- */
+
+typedef struct dl_train_config_s {
+    char *dataset_dir; /* owned, NULL: DL_TRAIN_DEFAULT_DATASET */
+    size_t n_layers;   /* weight layers */
+    size_t sizes[DL_TRAIN_MAX_LAYERS + 1];
+    dl_train_act_t activation;
+    size_t batch_size; /* per device */
+    uint64_t epochs;
+    uint64_t steps; /* > 0: train this many steps instead of `epochs` epochs */
+    bool drop_last;
+    double lr;
+    double momentum;
+    double weight_decay;
+    dl_train_scaling_t lr_scaling;
+    size_t base_batch; /* the global batch that lr is tuned for */
+    dl_train_sched_t schedule;
+    double lr_min;
+    double lr_gamma;
+    uint64_t lr_step_epochs;
+    uint64_t warmup_steps;
+    uint64_t seed;
+    size_t bucket_bytes;
+    char *checkpoint_dir;      /* owned, NULL: no checkpoints */
+    uint64_t checkpoint_every; /* steps; 0: at each epoch's end (and always at the end or stop) */
+    unsigned keep_checkpoints;
+    bool resume;
+    uint64_t eval_every; /* steps; 0: at each epoch's end */
+    uint64_t log_every;  /* steps; 0: about four progress lines an epoch */
+    char *summary_file;  /* owned, NULL: none */
+    int blas_threads;    /* 0: leave OpenBLAS as it is */
+} dl_train_config_t;
+
+void dl_train_config_init(dl_train_config_t *cfg);
+void dl_train_config_free(dl_train_config_t *cfg);
+
+/* Sets one key from its text form, as a YAML loader or `--set key=value` has it. Unknown keys and
+ * bad values are -EINVAL / -ERANGE with one line naming the key. cfg is untouched on failure. */
+int dl_train_config_set(dl_train_config_t *cfg, const char *key, const char *value, char *err,
+                        size_t errlen);
+
+/* Checks the settings against each other (e.g. layer count, batch vs base batch). */
+int dl_train_config_check(const dl_train_config_t *cfg, char *err, size_t errlen);
+
+/* The table of keys, for help texts: returns false past the end. */
+bool dl_train_config_key(size_t i, const char **ret_key, const char **ret_default,
+                         const char **ret_help);
+
+/* ---- The training loop ------------------------------------------------------------------- */
+
+typedef struct dl_train_hooks_s {
+    void *ud;
+    /* One line of progress, without newline; called on rank 0 only. May be NULL. */
+    void (*log)(void *ud, const char *line);
+    /* Polled before each step with the number of steps done; nonzero on any rank makes that
+     * step the last one on every rank, followed by a checkpoint. May be NULL. */
+    int (*should_stop)(void *ud, uint64_t step);
+    /* >= 0: one byte is written here after every step (the agent's watchdog). The caller makes
+     * it nonblocking; EAGAIN is ignored, a closed pipe ends the beats. */
+    int health_fd;
+} dl_train_hooks_t;
+
+typedef struct dl_train_result_s {
+    uint64_t steps;        /* optimizer steps done in total, including before a resume */
+    uint64_t resumed_from; /* step of the checkpoint resumed from, 0 if none */
+    bool stopped;          /* should_stop ended the run early */
+    double train_loss;     /* mean loss of the last logging window (this rank) */
+    double test_loss;      /* rank 0; NaN where not evaluated */
+    double test_accuracy;
+    double train_seconds; /* time in steps, excluding evaluation and checkpoints */
+    double wall_seconds;
+    double samples_per_sec; /* global samples per training second */
+    double lr;              /* peak learning rate after scaling */
+    uint32_t params_crc;    /* CRC-32 of the final parameters: equal on every rank */
+} dl_train_result_t;
+
+/* hooks may be NULL. Loads the data, resumes from the newest valid checkpoint when resume is set,
+ * trains, evaluates, checkpoints and writes the summary. Returns 0 (done), 1 (stopped by
+ * should_stop), or -errno with one line in err. */
+int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
+                 const dl_train_hooks_t *hooks, dl_train_result_t *ret_result, char *err,
+                 size_t errlen);
+
+#endif

@@ -164,9 +164,10 @@ static void on_assignment(dl_agent_t *a, json_t *m)
         return;
     }
     a->sup.nworkers = local;
-    if (a->spec->verbose)
-        dl__agent_log(a, "round %d: node rank %d of %d, ranks %d..%d of %d", a->round,
-                      a->node_rank, a->nnodes, first, first + local - 1, a->world_size);
+    if (!a->spec->quiet)
+        dl__agent_log(a, "round %d: node rank %d of %d on %s, ranks %d..%d of %d", a->round,
+                      a->node_rank, a->nnodes, z->hostname, first, first + local - 1,
+                      a->world_size);
     if (restarts > 0)
         dl_events_emit(a->events, "restart", dl__now_unix(),
                        json_pack("{s:i, s:i}", "attempt", restarts, "round", a->round));

@@ -25,8 +25,26 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 
 status=0
+# A real Slurm cluster on this machine (slurmctld, munge, slurmd nodes in network namespaces,
+# or on loopback where namespaces are not allowed), for the Slurm tests; stopped on the way out.
+if [ "$(id -u)" -eq 0 ]; then
+    trap 'tests/slurm/cluster-stop.sh >/dev/null 2>&1 || true' EXIT
+    if start_out=$(tests/slurm/cluster-start.sh 2>&1); then
+        export SLURM_CONF=/run/dlaunch-slurm/slurm.conf
+        echo "test: $(printf '%s\n' "$start_out" | grep 'nodes idle' | tail -n 1)"
+    else
+        printf '%s\n' "$start_out" | tail -n 20 >&2
+        echo "test: the Slurm cluster did not start" >&2
+        status=1
+    fi
+else
+    echo "test: not root: the Slurm tests will be skipped" >&2
+fi
+
 meson test -C build-test --suite unit --suite integration --print-errorlogs || status=1
-meson test -C build-asan --suite unit --suite integration --print-errorlogs || status=1
+# The sanitizer build runs everything but the slow suites, which exercise the same code paths.
+meson test -C build-asan --suite unit --suite integration --no-suite slow --print-errorlogs ||
+    status=1
 
 # One closing line over both builds, read from meson's own records.
 python3 - "$root/build-test/meson-logs/testlog.json" "$root/build-asan/meson-logs/testlog.json" <<'PY'

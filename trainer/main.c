@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "comm-coll.h"
 #include "trainer.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -128,6 +129,7 @@ int main(int argc, char **argv)
     char err[DL_TRAIN_ERRLEN];
     long rank, world;
     int fd = -1, r;
+    dl_train_coll_t *coll = NULL;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     dl_train_config_init(&cfg);
@@ -158,14 +160,12 @@ int main(int argc, char **argv)
     if (env_int("RANK", 0, 1 << 20, 0, &rank) < 0 ||
         env_int("WORLD_SIZE", 1, 1 << 20, 1, &world) < 0 || health_fd(&fd) < 0)
         goto fail;
-    if (world > 1) {
-        fprintf(stderr,
-                "dlaunch-train: WORLD_SIZE=%ld, but this build has no collective backend "
-                "yet; run with one worker\n",
-                world);
-        goto fail;
-    }
     dl_train_comm_init_local(&comm);
+    if (world > 1 && (r = dl_train_coll_open(&comm, &coll, err, sizeof(err))) < 0) {
+        fprintf(stderr, "[train rank=%ld] cannot join the process group: %s\n", rank, err);
+        dl_train_config_free(&cfg);
+        return 1;
+    }
 
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
@@ -176,6 +176,7 @@ int main(int argc, char **argv)
     dl_train_hooks_t hooks = {.log = log_line, .should_stop = should_stop, .health_fd = fd};
     r = dl_train_run(&cfg, &comm, &hooks, &res, err, sizeof(err));
     dl_train_config_free(&cfg);
+    dl_train_coll_close(coll);
     if (r < 0) {
         fprintf(stderr, "[train rank=%ld] %s\n", rank, err);
         return 1;

@@ -130,6 +130,27 @@ static int load_data(run_t *r)
 }
 
 /* Finds unwritable output places before training rather than after it. */
+/* Like mkdir -p: a user naming runs/exp1/ckpt expects the folders made. Sets errno on failure. */
+static int mkdir_parents(const char *path)
+{
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof(buf)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1; *p != '\0'; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
 static int check_outputs(run_t *r)
 {
     const dl_train_config_t *cfg = r->cfg;
@@ -137,7 +158,7 @@ static int check_outputs(run_t *r)
 
     if (!is_root(r))
         return 0;
-    if (cfg->checkpoint_dir != NULL && mkdir(cfg->checkpoint_dir, 0755) < 0 && errno != EEXIST)
+    if (cfg->checkpoint_dir != NULL && mkdir_parents(cfg->checkpoint_dir) < 0)
         return dl__train_err(-errno, r->err, r->errlen, "checkpoint_dir %s: %s",
                              cfg->checkpoint_dir, strerror(errno));
     if (cfg->checkpoint_dir != NULL && access(cfg->checkpoint_dir, W_OK | X_OK) < 0)

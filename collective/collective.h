@@ -1,0 +1,151 @@
+/* Collective operations for the workers dlaunch starts: a process group built from torchrun's
+ * environment, all-reduce, broadcast, all-gather, reduce-scatter and barrier over shared memory
+ * between workers on one host and TCP between hosts, and an asynchronous all-reduce run by a
+ * communication thread.
+ *
+ * Every rank of a group must call the same operations in the same order with the same count,
+ * type, operator and root; a group is used from one thread at a time. Results are bitwise
+ * identical on every rank. Functions return >= 0 on success or a negative errno. After a
+ * communication failure (a peer died, stopped answering, or sent garbage) the group is broken:
+ * that call and every later one return the same error, and dl_coll_group_error() says what
+ * happened; the only thing left to do with it is dl_coll_group_destroy(). */
+#ifndef DL_COLLECTIVE_H
+#define DL_COLLECTIVE_H
+
+#include <stddef.h>
+
+typedef enum {
+    DL_COLL_FLOAT32,
+    DL_COLL_FLOAT64,
+    DL_COLL_INT32,
+    DL_COLL_INT64,
+} dl_coll_dtype_t;
+
+/* Integer SUM wraps around (two's complement) instead of overflowing; integer AVG is the sum
+ * divided by the world size, rounded toward zero. MIN and MAX of floats follow `a < b ? a : b`
+ * in rank order, so a NaN does not always win. */
+typedef enum {
+    DL_COLL_SUM,
+    DL_COLL_AVG,
+    DL_COLL_MIN,
+    DL_COLL_MAX,
+} dl_coll_op_t;
+
+typedef enum {
+    DL_COLL_TRANSPORT_AUTO, /* shared memory within a host, TCP between hosts */
+    DL_COLL_TRANSPORT_TCP,  /* TCP between every pair of ranks, even on one host */
+    DL_COLL_TRANSPORT_SHM,  /* shared memory only: every rank must be on one host */
+} dl_coll_transport_t;
+
+typedef enum {
+    DL_COLL_ALGO_AUTO,      /* pick by message size (the switch points below) */
+    DL_COLL_ALGO_LATENCY,   /* TCP: recursive doubling; shm: every rank reduces everything */
+    DL_COLL_ALGO_BANDWIDTH, /* TCP: pipelined ring; shm: each rank reduces one slice */
+} dl_coll_algo_t;
+
+#define DL_COLL_SMALL_AUTO ((size_t)-1)
+#define DL_COLL_HOST_ID_MAX 128
+#define DL_COLL_ADDR_MAX 256
+#define DL_COLL_RUN_ID_MAX 128
+
+/* Everything a group needs; dl_coll_options_init() fills defaults and dl_coll_options_from_env()
+ * reads the launcher's variables over them. */
+typedef struct {
+    int rank;             /* RANK */
+    int world_size;       /* WORLD_SIZE */
+    int local_rank;       /* LOCAL_RANK, informative: hosts are told apart by host_id */
+    int local_world_size; /* LOCAL_WORLD_SIZE, informative */
+    char master_addr[DL_COLL_ADDR_MAX]; /* MASTER_ADDR: where rank 0 hosts the bootstrap */
+    int master_port;                    /* MASTER_PORT */
+    char run_id[DL_COLL_RUN_ID_MAX];    /* TORCHELASTIC_RUN_ID, keeps jobs apart; may be "" */
+    /* DLAUNCH_COLL_HOST_ID: ranks with equal ids share memory. "" means hostname + boot id. */
+    char host_id[DL_COLL_HOST_ID_MAX];
+    dl_coll_transport_t transport; /* DLAUNCH_COLL_TRANSPORT=auto|tcp|shm */
+    dl_coll_algo_t algo;           /* DLAUNCH_COLL_ALGO=auto|latency|bandwidth */
+    /* DLAUNCH_COLL_TIMEOUT (seconds): the longest any wait may go without progress, and the
+     * deadline for the bootstrap. A dead or silent peer makes every rank's call fail within
+     * about this long. */
+    int timeout_ms;
+    /* DLAUNCH_COLL_SHM_SMALL: latency algorithm up to this size; DL_COLL_SMALL_AUTO (the
+     * default) picks by the number of ranks on the host. */
+    size_t shm_small_bytes;
+    size_t tcp_small_bytes; /* DLAUNCH_COLL_TCP_SMALL */
+    size_t shm_chunk_bytes; /* DLAUNCH_COLL_SHM_CHUNK: bytes per shared-memory round */
+    size_t tcp_chunk_bytes; /* DLAUNCH_COLL_TCP_CHUNK: receive and reduce granularity */
+} dl_coll_options_t;
+
+typedef struct dl_coll_group_s dl_coll_group_t;
+typedef struct dl_coll_request_s dl_coll_request_t;
+
+void dl_coll_options_init(dl_coll_options_t *opts);
+
+/* Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+ * TORCHELASTIC_RUN_ID and the DLAUNCH_COLL_* variables from envp (environ-style, NULL means the
+ * process's environment) into opts. A missing RANK/WORLD_SIZE means a world of one. Returns 0,
+ * or -EINVAL with a message naming the variable in err. */
+int dl_coll_options_from_env(dl_coll_options_t *opts, char **envp, char *err, size_t errlen);
+
+/* Builds the group: rank 0 listens at MASTER_ADDR:MASTER_PORT, the others connect to it (retrying
+ * until the timeout, so start order does not matter), every rank learns where the others are,
+ * maps shared memory with the ranks on its host and connects to the TCP peers it needs. Blocks
+ * until every rank got here. On success the caller owns *ret_group (dl_coll_group_destroy). */
+int dl_coll_group_create(const dl_coll_options_t *opts, dl_coll_group_t **ret_group, char *err,
+                         size_t errlen);
+
+/* dl_coll_options_from_env(environ) then dl_coll_group_create(). */
+int dl_coll_group_from_env(dl_coll_group_t **ret_group, char *err, size_t errlen);
+
+/* Waits for outstanding asynchronous operations, then closes everything. Accepts NULL. Peers
+ * still inside a collective see this rank as gone. */
+void dl_coll_group_destroy(dl_coll_group_t *g);
+
+int dl_coll_rank(const dl_coll_group_t *g);
+int dl_coll_world_size(const dl_coll_group_t *g);
+/* This rank's index among the ranks on its host, and how many share the host. */
+int dl_coll_local_rank(const dl_coll_group_t *g);
+int dl_coll_local_size(const dl_coll_group_t *g);
+int dl_coll_num_hosts(const dl_coll_group_t *g);
+/* "self", "shm", "tcp" or "shm+tcp": what this group's operations travel over. Static string. */
+const char *dl_coll_transport_name(const dl_coll_group_t *g);
+/* The first failure in words ("tcp recv from rank 3 (10.0.0.4:41234): Connection reset by peer");
+ * "" while the group is healthy. Owned by the group. */
+const char *dl_coll_group_error(const dl_coll_group_t *g);
+
+size_t dl_coll_dtype_size(dl_coll_dtype_t dtype);
+const char *dl_coll_dtype_name(dl_coll_dtype_t dtype);
+const char *dl_coll_op_name(dl_coll_op_t op);
+
+/* recvbuf[i] = op over ranks of sendbuf[i], for i < count. sendbuf == recvbuf works in place;
+ * otherwise the two must not overlap. */
+int dl_coll_allreduce(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
+                      dl_coll_dtype_t dtype, dl_coll_op_t op);
+
+/* Copies root's buf (count elements) into every rank's buf. */
+int dl_coll_broadcast(dl_coll_group_t *g, void *buf, size_t count, dl_coll_dtype_t dtype, int root);
+
+/* recvbuf (count * world_size elements) gets every rank's sendbuf (count elements) in rank order.
+ * sendbuf may be recvbuf + rank * count (in place); otherwise they must not overlap. */
+int dl_coll_allgather(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
+                      dl_coll_dtype_t dtype);
+
+/* sendbuf holds world_size blocks of recvcount elements; rank r's recvbuf gets block r reduced
+ * over all ranks. The buffers must not overlap. */
+int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t recvcount,
+                           dl_coll_dtype_t dtype, dl_coll_op_t op);
+
+/* Returns once every rank has entered the barrier. */
+int dl_coll_barrier(dl_coll_group_t *g);
+
+/* Queues an all-reduce for the group's communication thread and returns at once; the buffers
+ * must stay untouched until dl_coll_wait() returns. Operations run in the order they were
+ * issued, synchronous ones included, on every rank. On success *ret_req must be waited on. */
+int dl_coll_allreduce_async(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
+                            dl_coll_dtype_t dtype, dl_coll_op_t op, dl_coll_request_t **ret_req);
+
+/* Sets *ret_done to 1 when the request has finished (then dl_coll_wait returns at once). */
+int dl_coll_test(dl_coll_request_t *req, int *ret_done);
+
+/* Blocks until the request is done, frees it and returns its result. */
+int dl_coll_wait(dl_coll_request_t *req);
+
+#endif

@@ -1,0 +1,196 @@
+/* Internals shared between the collective library's files. */
+#ifndef DL_COLLECTIVE_INTERNAL_H
+#define DL_COLLECTIVE_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "collective.h"
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+/* The first failure of a group; later ones keep the first message (it names the cause, the
+ * others are echoes of it). */
+typedef struct {
+    int code;
+    char msg[256];
+} dl__coll_err_t;
+
+/* Records code with a printf-style message unless an error is already recorded; returns code. */
+int dl__coll_fail(dl__coll_err_t *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- reductions (reduce.c) ------------------------------------------------------------------- */
+
+/* out[i] = a[i] op b[i]; out may equal a or b exactly, never overlap them partly. AVG reduces as
+ * SUM; the division happens once at the end (dl__coll_scale). */
+void dl__coll_reduce(void *out, const void *a, const void *b, size_t count, dl_coll_dtype_t dtype,
+                     dl_coll_op_t op);
+
+/* buf[i] /= divisor, for AVG. */
+void dl__coll_scale(void *buf, size_t count, dl_coll_dtype_t dtype, int divisor);
+
+/* ---- time and sockets (net.c) ---------------------------------------------------------------- */
+
+int64_t dl__coll_now_ms(void);
+
+typedef struct {
+    struct sockaddr_storage ss;
+    socklen_t len;
+} dl__coll_addr_t;
+
+/* "10.0.0.4:41234" or "[::1]:41234". */
+void dl__coll_addr_str(const dl__coll_addr_t *a, char *buf, size_t buflen);
+
+/* Resolves host:port (numeric or name) to the first address getaddrinfo gives. */
+int dl__coll_resolve(const char *host, int port, dl__coll_addr_t *ret_addr);
+
+/* The local address the kernel would use to reach dst (a UDP connect; nothing is sent). */
+int dl__coll_route_addr(const dl__coll_addr_t *dst, dl__coll_addr_t *ret_addr);
+
+/* A nonblocking listening TCP socket bound to addr (port 0: ephemeral). *ret_bound gets the
+ * address with the port the kernel picked. */
+int dl__coll_listen(const dl__coll_addr_t *addr, int backlog, int *ret_fd,
+                    dl__coll_addr_t *ret_bound);
+
+/* Connects to addr, retrying refused or unreachable attempts until deadline_ms (monotonic).
+ * Returns a nonblocking, tuned socket in *ret_fd. */
+int dl__coll_connect(const dl__coll_addr_t *addr, int64_t deadline_ms, int *ret_fd);
+
+/* Accepts one connection on a nonblocking listener, waiting until deadline_ms. */
+int dl__coll_accept(int lfd, int64_t deadline_ms, int *ret_fd);
+
+/* TCP_NODELAY, large buffers, nonblocking, close-on-exec. */
+int dl__coll_tune_socket(int fd);
+
+/* Send or receive exactly len bytes on a nonblocking socket, polling until deadline_ms. A peer
+ * that closes gives -ECONNRESET. */
+int dl__coll_send_all(int fd, const void *buf, size_t len, int64_t deadline_ms);
+int dl__coll_recv_all(int fd, void *buf, size_t len, int64_t deadline_ms);
+
+uint64_t dl__coll_hash64(const void *data, size_t len, uint64_t seed);
+
+/* ---- bootstrap (bootstrap.c) ----------------------------------------------------------------- */
+
+/* How ranks find each other before any transport exists: an all-gather of small blobs. Today
+ * rank 0 hosts it at MASTER_ADDR:MASTER_PORT (like torch's TCPStore); a store-based one (through
+ * the rendezvous client, DLAUNCH_STORE) only has to fill in these two functions. */
+typedef struct dl__coll_boot_s dl__coll_boot_t;
+struct dl__coll_boot_s {
+    int rank;
+    int size;
+    /* Every rank passes len bytes; all gets size * len bytes in rank order. len must match. */
+    int (*allgather)(dl__coll_boot_t *b, const void *mine, size_t len, void *all, char *err,
+                     size_t errlen);
+    void (*close)(dl__coll_boot_t *b);
+};
+
+#define DL__COLL_BOOT_BLOB_MAX 1024
+
+int dl__coll_boot_tcp_open(const dl_coll_options_t *o, dl__coll_boot_t **ret_boot, char *err,
+                           size_t errlen);
+
+/* ---- TCP transport (tcp.c) ------------------------------------------------------------------- */
+
+typedef struct dl__coll_tcp_s dl__coll_tcp_t;
+
+/* Which pairs of an n-rank TCP group the algorithms use: ring neighbours and recursive-doubling
+ * partners. Symmetric, so both ends agree on who connects. */
+int dl__coll_tcp_needs_link(int n, int a, int b);
+
+/* Connects this member (me of n) to the members it needs. addrs[i] is member i's listener,
+ * lfd this member's own listener, ranks[i] member i's global rank (for messages). Takes a copy
+ * of what it needs; lfd stays the caller's. */
+int dl__coll_tcp_open(int me, int n, const dl__coll_addr_t *addrs, const int *ranks, int lfd,
+                      uint64_t job_key, const dl_coll_options_t *o, dl__coll_err_t *err,
+                      dl__coll_tcp_t **ret_tcp);
+void dl__coll_tcp_close(dl__coll_tcp_t *t);
+/* Shuts every connection down so that peers blocked on this rank fail at once. */
+void dl__coll_tcp_abort(dl__coll_tcp_t *t);
+
+int dl__coll_tcp_allreduce(dl__coll_tcp_t *t, const void *src, void *dst, size_t count,
+                           dl_coll_dtype_t dtype, dl_coll_op_t op);
+int dl__coll_tcp_reduce_scatter(dl__coll_tcp_t *t, const void *src, void *dst, size_t recvcount,
+                                dl_coll_dtype_t dtype, dl_coll_op_t op);
+/* Member i's block is bytes[i] long at offset offs[i] of dst; mine comes from src (or is
+ * already in place when src == dst + offs[me]). */
+int dl__coll_tcp_allgatherv(dl__coll_tcp_t *t, const void *src, void *dst, const size_t *offs,
+                            const size_t *bytes);
+int dl__coll_tcp_broadcast(dl__coll_tcp_t *t, void *buf, size_t bytes, int root);
+int dl__coll_tcp_barrier(dl__coll_tcp_t *t);
+
+/* ---- shared-memory transport (shm.c) --------------------------------------------------------- */
+
+typedef struct dl__coll_shm_s dl__coll_shm_t;
+
+/* Size of the segment for n ranks with the given chunk. */
+size_t dl__coll_shm_segment_size(int n, size_t chunk);
+
+/* The creator (member 0) makes and maps the named segment; the others map it after it exists.
+ * Each returns the mapping in *ret_map. */
+int dl__coll_shm_create(const char *name, int n, size_t chunk, void **ret_map, dl__coll_err_t *err);
+int dl__coll_shm_attach(const char *name, int n, size_t chunk, void **ret_map, dl__coll_err_t *err);
+
+/* Wraps a mapped segment for member me of n; pids[i] is member i's process, ranks[i] its global
+ * rank. Takes ownership of map. */
+int dl__coll_shm_open(void *map, size_t chunk, int me, int n, const int *pids, const int *ranks,
+                      const dl_coll_options_t *o, dl__coll_err_t *err, dl__coll_shm_t **ret_shm);
+void dl__coll_shm_close(dl__coll_shm_t *s);
+/* Raises the segment's abort flag and wakes every waiter: the host's other ranks fail at once. */
+void dl__coll_shm_abort(dl__coll_shm_t *s);
+
+/* root_only: only member 0 gets the result (the first half of a hierarchical all-reduce). */
+int dl__coll_shm_allreduce(dl__coll_shm_t *s, const void *src, void *dst, size_t count,
+                           dl_coll_dtype_t dtype, dl_coll_op_t op, int root_only);
+int dl__coll_shm_reduce_scatter(dl__coll_shm_t *s, const void *src, void *dst, size_t recvcount,
+                                dl_coll_dtype_t dtype, dl_coll_op_t op);
+/* Equal blocks of bytes each; src may be dst + me * bytes. root_only: only member 0 collects. */
+int dl__coll_shm_allgather(dl__coll_shm_t *s, const void *src, void *dst, size_t bytes,
+                           int root_only);
+int dl__coll_shm_broadcast(dl__coll_shm_t *s, void *buf, size_t bytes, int root);
+int dl__coll_shm_barrier(dl__coll_shm_t *s);
+
+/* ---- the group (group.c, async.c) ----------------------------------------------------------- */
+
+struct dl_coll_group_s {
+    dl_coll_options_t opts;
+    int rank, size;
+    /* Topology: hosts numbered by their lowest rank, members of a host by rank. */
+    int nhosts, host, local_rank, local_size;
+    int *host_of, *local_of; /* per rank */
+    int *host_leader;        /* per host: its lowest rank */
+    int *host_sizes;         /* per host */
+    int *host_start;         /* per host + 1: where its ranks start in host_order */
+    int *host_order;         /* ranks, host by host */
+    dl__coll_shm_t *shm;     /* NULL when alone on the host */
+    dl__coll_tcp_t *tcp;     /* host leaders only, when there are several hosts */
+    dl__coll_err_t err;
+    char *scratch; /* hierarchical all-gather and reduce-scatter; grown, never shrunk */
+    size_t scratch_cap;
+    /* The communication thread and its queue, guarded by mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int async_ok, thread_started, stopping, pending;
+    dl_coll_request_t *head, *tail;
+};
+
+/* The all-reduce itself, on the calling thread (the comm thread's work too). */
+int dl__coll_run_allreduce(dl_coll_group_t *g, const void *src, void *dst, size_t count,
+                           dl_coll_dtype_t dtype, dl_coll_op_t op);
+
+int dl__coll_async_init(dl_coll_group_t *g);
+/* Finishes queued operations and joins the thread. */
+void dl__coll_async_shutdown(dl_coll_group_t *g);
+/* Returns once no asynchronous operation is queued or running, so a synchronous one that runs on
+ * the caller's thread next keeps the issue order. */
+void dl__coll_drain(dl_coll_group_t *g);
+
+/* ---- options (options.c) --------------------------------------------------------------------- */
+
+const char *dl__coll_transport_str(dl_coll_transport_t t);
+const char *dl__coll_algo_str(dl_coll_algo_t a);
+
+#endif

@@ -1,0 +1,655 @@
+/* The shared-memory transport between the ranks of one host.
+ *
+ * One segment per host: a header, a control block per member, and two slots of `chunk` bytes
+ * per member (double buffering: round k uses slot k % 2). Operations run in rounds, numbered
+ * the same way on every member. In a round a member copies its part into its slot and bumps its
+ * `arrive` counter, waits for the others' counters, reads what it needs straight out of their
+ * slots, and bumps `depart` when it no longer reads anything of that round. A member writes its
+ * slot of round k only once every member has departed round k-2, so slots are reused without
+ * locks, and a slow member is never overwritten.
+ *
+ * Large all-reduce: each member reduces one slice of the round's chunk over every member's slot
+ * in rank order, publishes it (`mid`), and copies the other slices out of their owners' slots.
+ * Each element is reduced once, in rank order, so every member gets the same bits, and they
+ * equal a serial sum over ranks 0..n-1. Small all-reduce needs one synchronization only: every
+ * member reduces the whole message over all slots, in rank order, so the bits match again.
+ *
+ * Waiting spins briefly on the counter (a round trip between cores costs well under a
+ * microsecond), then sleeps on it with futex in slices; between slices it checks the abort flag,
+ * the timeout, and whether the member it waits for is still alive (pidfd, else kill(pid, 0)).
+ * A member that fails raises the abort flag and wakes everyone. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define SEG_MAGIC 0x444c434d53484d31ull /* "DLCMSHM1" */
+#define LINE 128                        /* a cache line pair: the prefetcher pulls two */
+#define HDR_BYTES 4096
+#define SLICE_MS 20 /* futex sleep between liveness checks */
+
+typedef struct {
+    _Atomic uint64_t magic;
+    uint32_t n;
+    uint32_t pad;
+    uint64_t chunk;
+    char pad2[LINE - 24];
+    _Atomic uint32_t abort; /* its own line: read on every spin, written once */
+} seg_hdr_t;
+
+typedef struct {
+    _Atomic uint32_t arrive;
+    _Atomic uint32_t mid;
+    _Atomic uint32_t depart;
+    _Atomic uint32_t waiters; /* members sleeping on one of this member's counters */
+    char pad[LINE - 16];
+} ctl_t;
+
+struct dl__coll_shm_s {
+    int me, n;
+    size_t chunk;
+    char *map;
+    size_t map_len;
+    seg_hdr_t *hdr;
+    ctl_t *ctl;
+    char *data;
+    uint32_t round;
+    uint32_t *known_depart; /* the highest depart seen of each member, to skip rereads */
+    const char **ptrs;      /* scratch: one input pointer per member */
+    int *pidfd;             /* -1 where pidfd_open is unavailable: kill(pid, 0) instead */
+    int *pids, *ranks;
+    int timeout_ms;
+    int64_t spin_ns;
+    int yield_spins;
+    size_t small;
+    dl_coll_algo_t algo;
+    dl__coll_err_t *err;
+};
+
+static int ge(uint32_t a, uint32_t b)
+{
+    return (int32_t)(a - b) >= 0;
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+size_t dl__coll_shm_segment_size(int n, size_t chunk)
+{
+    size_t ctl = ((size_t)n * sizeof(ctl_t) + 4095) / 4096 * 4096;
+    return HDR_BYTES + ctl + (size_t)n * 2 * chunk;
+}
+
+static char *slot(const dl__coll_shm_t *s, int j, uint32_t k)
+{
+    return s->data + ((size_t)j * 2 + (k & 1)) * s->chunk;
+}
+
+/* ---- waiting and posting --------------------------------------------------------------------- */
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static void post(dl__coll_shm_t *s, _Atomic uint32_t *word, uint32_t k)
+{
+    atomic_store_explicit(word, k, memory_order_seq_cst);
+    /* Pairs with the waiter's increment-then-recheck: either it sees k, or we see it waiting. */
+    if (atomic_load_explicit(&s->ctl[s->me].waiters, memory_order_seq_cst) != 0)
+        futex(word, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+static int peer_alive(const dl__coll_shm_t *s, int j)
+{
+    if (s->pidfd[j] >= 0) {
+        struct pollfd p = {.fd = s->pidfd[j], .events = POLLIN};
+        return poll(&p, 1, 0) == 0;
+    }
+    return kill(s->pids[j], 0) == 0 || errno != ESRCH;
+}
+
+static int aborted(const dl__coll_shm_t *s)
+{
+    return atomic_load_explicit(&s->hdr->abort, memory_order_relaxed) != 0;
+}
+
+static int abort_fail(dl__coll_shm_t *s)
+{
+    return dl__coll_fail(s->err, -ECONNABORTED,
+                         "shm: another rank on this host failed and aborted the group");
+}
+
+/* Waits until member j's counter `word` reaches k. */
+static int wait_for(dl__coll_shm_t *s, int j, _Atomic uint32_t *word, uint32_t k, const char *what)
+{
+    if (ge(atomic_load_explicit(word, memory_order_acquire), k))
+        return 0;
+    int64_t t0 = now_ns();
+    for (unsigned i = 1;; i++) {
+        cpu_relax();
+        if (ge(atomic_load_explicit(word, memory_order_acquire), k))
+            return 0;
+        if ((i & 63) == 0) {
+            if (aborted(s))
+                return abort_fail(s);
+            if (now_ns() - t0 > s->spin_ns)
+                break;
+        }
+    }
+    for (int i = 0; i < s->yield_spins; i++) {
+        sched_yield();
+        if (ge(atomic_load_explicit(word, memory_order_acquire), k))
+            return 0;
+    }
+    int64_t deadline = dl__coll_now_ms() + s->timeout_ms;
+    _Atomic uint32_t *waiters = &s->ctl[j].waiters;
+    for (;;) {
+        atomic_fetch_add_explicit(waiters, 1, memory_order_seq_cst);
+        uint32_t v = atomic_load_explicit(word, memory_order_seq_cst);
+        if (!ge(v, k) && !aborted(s)) {
+            struct timespec ts = {0, SLICE_MS * 1000000L};
+            futex(word, FUTEX_WAIT, v, &ts);
+        }
+        atomic_fetch_sub_explicit(waiters, 1, memory_order_seq_cst);
+        if (ge(atomic_load_explicit(word, memory_order_acquire), k))
+            return 0;
+        if (aborted(s))
+            return abort_fail(s);
+        if (!peer_alive(s, j))
+            return dl__coll_fail(s->err, -ECONNRESET,
+                                 "shm: rank %d (pid %d) on this host died while this rank "
+                                 "waited for its %s",
+                                 s->ranks[j], s->pids[j], what);
+        if (dl__coll_now_ms() >= deadline)
+            return dl__coll_fail(s->err, -ETIMEDOUT,
+                                 "shm: rank %d (pid %d) on this host made no progress for %d ms "
+                                 "(waiting for its %s)",
+                                 s->ranks[j], s->pids[j], s->timeout_ms, what);
+    }
+}
+
+/* Before writing round k's slot: every member must be done with round k-2. */
+static int wait_slot_free(dl__coll_shm_t *s, uint32_t k)
+{
+    for (int j = 0; j < s->n; j++) {
+        if (j == s->me || ge(s->known_depart[j], k - 2))
+            continue;
+        int r = wait_for(s, j, &s->ctl[j].depart, k - 2, "departure");
+        if (r < 0)
+            return r;
+        s->known_depart[j] = atomic_load_explicit(&s->ctl[j].depart, memory_order_relaxed);
+    }
+    return 0;
+}
+
+static int wait_arrive(dl__coll_shm_t *s, int j, uint32_t k)
+{
+    int r = wait_for(s, j, &s->ctl[j].arrive, k, "data");
+    /* A member arrives at k only after departing k-2 (the pipelined all-reduce arrives at k while
+     * it still reads k-1). */
+    if (r == 0 && !ge(s->known_depart[j], k - 2))
+        s->known_depart[j] = k - 2;
+    return r;
+}
+
+static int wait_all_arrive(dl__coll_shm_t *s, uint32_t k)
+{
+    for (int j = 0; j < s->n; j++) {
+        if (j == s->me)
+            continue;
+        int r = wait_arrive(s, j, k);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+void dl__coll_shm_abort(dl__coll_shm_t *s)
+{
+    if (s == NULL)
+        return;
+    atomic_store_explicit(&s->hdr->abort, 1, memory_order_seq_cst);
+    for (int j = 0; j < s->n; j++) {
+        futex(&s->ctl[j].arrive, FUTEX_WAKE, INT_MAX, NULL);
+        futex(&s->ctl[j].mid, FUTEX_WAKE, INT_MAX, NULL);
+        futex(&s->ctl[j].depart, FUTEX_WAKE, INT_MAX, NULL);
+    }
+}
+
+static int begin(dl__coll_shm_t *s)
+{
+    return aborted(s) ? abort_fail(s) : 0;
+}
+
+/* ---- slicing --------------------------------------------------------------------------------- */
+
+/* Member i's share of count elements: [lo, hi). */
+static void slice(size_t count, int n, int i, size_t *lo, size_t *hi)
+{
+    size_t base = count / (size_t)n, extra = count % (size_t)n;
+    *lo = (size_t)i * base + ((size_t)i < extra ? (size_t)i : extra);
+    *hi = *lo + base + ((size_t)i < extra ? 1 : 0);
+}
+
+/* out = d[0] op d[1] op ... op d[n-1], left to right. */
+static void reduce_all(char *out, const char *const *d, int n, size_t count, dl_coll_dtype_t dtype,
+                       dl_coll_op_t op)
+{
+    if (n == 1) {
+        if (out != d[0])
+            memcpy(out, d[0], count * dl_coll_dtype_size(dtype));
+        return;
+    }
+    dl__coll_reduce(out, d[0], d[1], count, dtype, op);
+    for (int j = 2; j < n; j++)
+        dl__coll_reduce(out, out, d[j], count, dtype, op);
+}
+
+/* ---- all-reduce ------------------------------------------------------------------------------ */
+
+static int allreduce_small(dl__coll_shm_t *s, const char *src, char *dst, size_t count,
+                           dl_coll_dtype_t dtype, dl_coll_op_t op, int root_only)
+{
+    size_t bytes = count * dl_coll_dtype_size(dtype);
+    uint32_t k = ++s->round;
+    const char **d = s->ptrs;
+    int r = wait_slot_free(s, k);
+    if (r < 0)
+        return r;
+    memcpy(slot(s, s->me, k), src, bytes);
+    post(s, &s->ctl[s->me].arrive, k);
+    if (!root_only || s->me == 0) {
+        r = wait_all_arrive(s, k);
+        if (r < 0)
+            return r;
+        for (int j = 0; j < s->n; j++)
+            d[j] = slot(s, j, k);
+        reduce_all(dst, d, s->n, count, dtype, op);
+    }
+    post(s, &s->ctl[s->me].depart, k);
+    return 0;
+}
+
+/* Copies everything but my slice of the round starting at element base into my slot. */
+static void copy_in(dl__coll_shm_t *s, const char *src, size_t base, size_t count, size_t esize,
+                    uint32_t k)
+{
+    size_t per_round = s->chunk / esize, lo, hi;
+    size_t len = count - base < per_round ? count - base : per_round;
+    char *mine = slot(s, s->me, k);
+    for (int j = 0; j < s->n; j++) {
+        slice(len, s->n, j, &lo, &hi);
+        if (j != s->me && hi > lo)
+            memcpy(mine + lo * esize, src + (base + lo) * esize, (hi - lo) * esize);
+    }
+}
+
+/* Software-pipelined: the next round's data goes into the other slot right after my slice of
+ * this one is published, once every member has left the round before (the last reader of that
+ * slot), so a member has work to do while the others catch up. */
+static int allreduce_large(dl__coll_shm_t *s, const char *src, char *dst, size_t count,
+                           dl_coll_dtype_t dtype, dl_coll_op_t op, int root_only)
+{
+    size_t esize = dl_coll_dtype_size(dtype);
+    size_t per_round = s->chunk / esize;
+    const char **d = s->ptrs;
+    int me = s->me, n = s->n;
+    int collect = !root_only || me == 0;
+    uint32_t k = s->round + 1;
+    int r = wait_slot_free(s, k);
+    if (r < 0)
+        return r;
+    copy_in(s, src, 0, count, esize, k);
+    post(s, &s->ctl[me].arrive, k);
+    for (size_t base = 0; base < count; base += per_round, k++) {
+        size_t len = count - base < per_round ? count - base : per_round;
+        const char *in = src + base * esize;
+        char *out = dst + base * esize, *mine = slot(s, me, k);
+        size_t lo, hi;
+        s->round = k;
+        r = wait_all_arrive(s, k);
+        if (r < 0)
+            return r;
+        /* My slice, over every member in rank order, into my own slot (nobody reads it during
+         * this phase), from where the others copy it. */
+        slice(len, n, me, &lo, &hi);
+        for (int j = 0; j < n; j++)
+            d[j] = (j == me ? in : slot(s, j, k)) + lo * esize;
+        reduce_all(mine + lo * esize, d, n, hi - lo, dtype, op);
+        post(s, &s->ctl[me].mid, k);
+        if (base + per_round < count) {
+            r = wait_slot_free(s, k + 1);
+            if (r < 0)
+                return r;
+            copy_in(s, src, base + per_round, count, esize, k + 1);
+            post(s, &s->ctl[me].arrive, k + 1);
+        }
+        if (collect)
+            memcpy(out + lo * esize, mine + lo * esize, (hi - lo) * esize);
+        for (int j = 0; j < n && collect; j++) {
+            if (j == me)
+                continue;
+            r = wait_for(s, j, &s->ctl[j].mid, k, "reduced slice");
+            if (r < 0)
+                return r;
+            slice(len, n, j, &lo, &hi);
+            memcpy(out + lo * esize, slot(s, j, k) + lo * esize, (hi - lo) * esize);
+        }
+        post(s, &s->ctl[me].depart, k);
+    }
+    return 0;
+}
+
+int dl__coll_shm_allreduce(dl__coll_shm_t *s, const void *src, void *dst, size_t count,
+                           dl_coll_dtype_t dtype, dl_coll_op_t op, int root_only)
+{
+    size_t bytes = count * dl_coll_dtype_size(dtype);
+    int r = begin(s);
+    if (r < 0 || count == 0)
+        return r;
+    int latency =
+        s->algo == DL_COLL_ALGO_LATENCY || (s->algo == DL_COLL_ALGO_AUTO && bytes <= s->small);
+    if (latency && bytes <= s->chunk)
+        return allreduce_small(s, src, dst, count, dtype, op, root_only);
+    return allreduce_large(s, src, dst, count, dtype, op, root_only);
+}
+
+/* ---- reduce-scatter -------------------------------------------------------------------------- */
+
+int dl__coll_shm_reduce_scatter(dl__coll_shm_t *s, const void *src_v, void *dst_v, size_t recvcount,
+                                dl_coll_dtype_t dtype, dl_coll_op_t op)
+{
+    const char *src = src_v;
+    char *dst = dst_v;
+    size_t esize = dl_coll_dtype_size(dtype), block = recvcount * esize;
+    size_t per_round = s->chunk / ((size_t)s->n * esize);
+    const char **d = s->ptrs;
+    int me = s->me, n = s->n;
+    int r = begin(s);
+    if (r < 0)
+        return r;
+    /* Each round takes the same stretch of every block; region j of a slot holds block j's. */
+    for (size_t b = 0; b < recvcount; b += per_round) {
+        size_t len = recvcount - b < per_round ? recvcount - b : per_round;
+        size_t region = len * esize;
+        uint32_t k = ++s->round;
+        r = wait_slot_free(s, k);
+        if (r < 0)
+            return r;
+        for (int j = 0; j < n; j++)
+            if (j != me)
+                memcpy(slot(s, me, k) + (size_t)j * region, src + (size_t)j * block + b * esize,
+                       region);
+        post(s, &s->ctl[me].arrive, k);
+        r = wait_all_arrive(s, k);
+        if (r < 0)
+            return r;
+        for (int j = 0; j < n; j++)
+            d[j] = j == me ? src + (size_t)me * block + b * esize
+                           : slot(s, j, k) + (size_t)me * region;
+        reduce_all(dst + b * esize, d, n, len, dtype, op);
+        post(s, &s->ctl[me].depart, k);
+    }
+    return 0;
+}
+
+/* ---- all-gather, broadcast, barrier ---------------------------------------------------------- */
+
+int dl__coll_shm_allgather(dl__coll_shm_t *s, const void *src_v, void *dst_v, size_t bytes,
+                           int root_only)
+{
+    const char *src = src_v;
+    char *dst = dst_v;
+    int me = s->me, n = s->n;
+    int collect = !root_only || me == 0;
+    int r = begin(s);
+    if (r < 0)
+        return r;
+    if (collect && src != dst + (size_t)me * bytes && bytes > 0)
+        memcpy(dst + (size_t)me * bytes, src, bytes);
+    for (size_t b = 0; b < bytes; b += s->chunk) {
+        size_t len = bytes - b < s->chunk ? bytes - b : s->chunk;
+        uint32_t k = ++s->round;
+        r = wait_slot_free(s, k);
+        if (r < 0)
+            return r;
+        memcpy(slot(s, me, k), src + b, len);
+        post(s, &s->ctl[me].arrive, k);
+        for (int j = 0; j < n && collect; j++) {
+            if (j == me)
+                continue;
+            r = wait_arrive(s, j, k);
+            if (r < 0)
+                return r;
+            memcpy(dst + (size_t)j * bytes + b, slot(s, j, k), len);
+        }
+        post(s, &s->ctl[me].depart, k);
+    }
+    return 0;
+}
+
+int dl__coll_shm_broadcast(dl__coll_shm_t *s, void *buf_v, size_t bytes, int root)
+{
+    char *buf = buf_v;
+    int r = begin(s);
+    if (r < 0)
+        return r;
+    for (size_t b = 0; b < bytes; b += s->chunk) {
+        size_t len = bytes - b < s->chunk ? bytes - b : s->chunk;
+        uint32_t k = ++s->round;
+        if (s->me == root) {
+            r = wait_slot_free(s, k);
+            if (r < 0)
+                return r;
+            memcpy(slot(s, root, k), buf + b, len);
+            post(s, &s->ctl[root].arrive, k);
+        } else {
+            r = wait_arrive(s, root, k);
+            if (r < 0)
+                return r;
+            memcpy(buf + b, slot(s, root, k), len);
+        }
+        post(s, &s->ctl[s->me].depart, k);
+    }
+    return 0;
+}
+
+int dl__coll_shm_barrier(dl__coll_shm_t *s)
+{
+    int r = begin(s);
+    if (r < 0)
+        return r;
+    uint32_t k = ++s->round;
+    post(s, &s->ctl[s->me].arrive, k);
+    r = wait_all_arrive(s, k);
+    if (r == 0)
+        post(s, &s->ctl[s->me].depart, k);
+    return r;
+}
+
+/* ---- setup ----------------------------------------------------------------------------------- */
+
+static int map_fd(int fd, size_t len, void **ret_map)
+{
+    /* MAP_POPULATE: every page is faulted in here, once, not inside an operation. */
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (p == MAP_FAILED)
+        return -errno;
+    *ret_map = p;
+    return 0;
+}
+
+int dl__coll_shm_create(const char *name, int n, size_t chunk, void **ret_map, dl__coll_err_t *err)
+{
+    size_t len = dl__coll_shm_segment_size(n, chunk);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        /* Left over by a job that died during setup with the same port and pid. */
+        shm_unlink(name);
+        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    }
+    if (fd < 0)
+        return dl__coll_fail(err, -errno, "shm: create /dev/shm%s: %s", name, strerror(errno));
+    void *map = NULL;
+    /* posix_fallocate reserves the pages now, so a full /dev/shm is an error here and not a
+     * SIGBUS in the middle of an operation. */
+    int r = ftruncate(fd, (off_t)len) < 0 ? -errno : -posix_fallocate(fd, 0, (off_t)len);
+    if (r == 0)
+        r = map_fd(fd, len, &map);
+    close(fd);
+    if (r < 0) {
+        shm_unlink(name);
+        return dl__coll_fail(err, r, "shm: size /dev/shm%s to %zu bytes: %s", name, len,
+                             strerror(-r));
+    }
+    seg_hdr_t *h = map;
+    h->n = (uint32_t)n;
+    h->chunk = chunk;
+    atomic_store_explicit(&h->magic, SEG_MAGIC, memory_order_release);
+    *ret_map = map;
+    return 0;
+}
+
+int dl__coll_shm_attach(const char *name, int n, size_t chunk, void **ret_map, dl__coll_err_t *err)
+{
+    size_t len = dl__coll_shm_segment_size(n, chunk);
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0)
+        return dl__coll_fail(err, -errno, "shm: open /dev/shm%s: %s", name, strerror(errno));
+    struct stat st;
+    void *map = NULL;
+    int r = fstat(fd, &st) < 0 ? -errno : 0;
+    if (r == 0 && (size_t)st.st_size != len)
+        r = -EPROTO;
+    if (r == 0)
+        r = map_fd(fd, len, &map);
+    close(fd);
+    if (r < 0)
+        return dl__coll_fail(err, r, "shm: map /dev/shm%s: %s", name, strerror(-r));
+    seg_hdr_t *h = map;
+    if (atomic_load_explicit(&h->magic, memory_order_acquire) != SEG_MAGIC || h->n != (uint32_t)n ||
+        h->chunk != chunk) {
+        munmap(map, len);
+        return dl__coll_fail(err, -EPROTO, "shm: /dev/shm%s is not this job's segment", name);
+    }
+    *ret_map = map;
+    return 0;
+}
+
+static int online_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        return CPU_COUNT(&set);
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c > 0 ? (int)c : 1;
+}
+
+int dl__coll_shm_open(void *map, size_t chunk, int me, int n, const int *pids, const int *ranks,
+                      const dl_coll_options_t *o, dl__coll_err_t *err, dl__coll_shm_t **ret_shm)
+{
+    dl__coll_shm_t *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        munmap(map, dl__coll_shm_segment_size(n, chunk));
+        return dl__coll_fail(err, -ENOMEM, "shm: out of memory");
+    }
+    s->me = me;
+    s->n = n;
+    s->chunk = chunk;
+    s->map = map;
+    s->map_len = dl__coll_shm_segment_size(n, s->chunk);
+    s->hdr = map;
+    s->ctl = (ctl_t *)(s->map + HDR_BYTES);
+    s->data = s->map + dl__coll_shm_segment_size(n, s->chunk) - (size_t)n * 2 * s->chunk;
+    s->timeout_ms = o->timeout_ms;
+    /* Every member reading every slot costs n times the message; one slice each costs about two
+     * messages but one more synchronization. Measured: with two members the first wins up to
+     * the chunk size, with four up to 32 KiB. */
+    s->small = o->shm_small_bytes;
+    if (s->small == DL_COLL_SMALL_AUTO)
+        s->small = n == 2 ? chunk : 32 << 10;
+    s->algo = o->algo;
+    s->err = err;
+    /* With more ranks than cores a spinning waiter only delays the rank it waits for; yield
+     * the core instead. */
+    if (n <= online_cpus()) {
+        s->spin_ns = 50000;
+        s->yield_spins = 0;
+    } else {
+        s->spin_ns = 2000;
+        s->yield_spins = 16;
+    }
+    s->known_depart = calloc((size_t)n, sizeof(uint32_t));
+    s->ptrs = calloc((size_t)n, sizeof(char *));
+    s->pidfd = malloc(sizeof(int) * (size_t)n);
+    s->pids = malloc(sizeof(int) * (size_t)n);
+    s->ranks = malloc(sizeof(int) * (size_t)n);
+    if (s->known_depart == NULL || s->ptrs == NULL || s->pidfd == NULL || s->pids == NULL ||
+        s->ranks == NULL) {
+        dl__coll_shm_close(s);
+        return dl__coll_fail(err, -ENOMEM, "shm: out of memory");
+    }
+    for (int j = 0; j < n; j++) {
+        s->pids[j] = pids[j];
+        s->ranks[j] = ranks[j];
+        s->pidfd[j] = -1;
+#ifdef SYS_pidfd_open
+        if (j == me || pids[j] == getpid())
+            continue;
+        s->pidfd[j] = (int)syscall(SYS_pidfd_open, pids[j], 0);
+        if (s->pidfd[j] < 0 && errno == ESRCH) {
+            int pid = pids[j], rank = ranks[j];
+            dl__coll_shm_close(s);
+            return dl__coll_fail(err, -ECONNRESET, "shm: rank %d (pid %d) is gone", rank, pid);
+        }
+        if (s->pidfd[j] >= 0)
+            (void)fcntl(s->pidfd[j], F_SETFD, FD_CLOEXEC);
+#endif
+    }
+    *ret_shm = s;
+    return 0;
+}
+
+void dl__coll_shm_close(dl__coll_shm_t *s)
+{
+    if (s == NULL)
+        return;
+    if (s->pidfd != NULL)
+        for (int j = 0; j < s->n; j++)
+            if (s->pidfd[j] >= 0)
+                close(s->pidfd[j]);
+    if (s->map != NULL)
+        munmap(s->map, s->map_len);
+    free(s->known_depart);
+    free(s->ptrs);
+    free(s->pidfd);
+    free(s->pids);
+    free(s->ranks);
+    free(s);
+}

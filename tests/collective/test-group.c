@@ -1,0 +1,607 @@
+/* Process groups whose ranks are threads of this process: every operation, type and transport
+ * (shared memory, TCP, and both with made-up hosts), checked against a serial reference and
+ * against each other bit for bit; the bootstrap's waiting and refusals; failures that must end
+ * in an error instead of a hang. Small chunks make a few thousand elements take many rounds. */
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "collective.h"
+
+#define MAX_RANKS 8
+
+typedef struct world_s world_t;
+
+typedef struct {
+    world_t *w;
+    int rank;
+    dl_coll_options_t o;
+    int create_rc, body_rc;
+    char err[512];
+    dl_coll_group_t *g;
+    void *out; /* what the body leaves for the main thread to compare */
+    size_t out_bytes;
+    double elapsed;
+} rank_t;
+
+/* body returns 0 or a count of wrong results / a negative error */
+typedef int (*body_fn)(rank_t *r, void *arg);
+
+struct world_s {
+    int n;
+    rank_t ranks[MAX_RANKS];
+    body_fn body;
+    void *arg;
+    int start_delay_ms[MAX_RANKS];
+    _Atomic int counter;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* hosts: NULL = all on one host; else hosts[r] names rank r's host. */
+static void world_init(world_t *w, int n, dl_coll_transport_t tr, const char *const *hosts)
+{
+    memset(w, 0, sizeof(*w));
+    w->n = n;
+    int port = free_port();
+    for (int r = 0; r < n; r++) {
+        dl_coll_options_t *o = &w->ranks[r].o;
+        dl_coll_options_init(o);
+        o->rank = r;
+        o->world_size = n;
+        snprintf(o->master_addr, sizeof(o->master_addr), "127.0.0.1");
+        o->master_port = port;
+        snprintf(o->run_id, sizeof(o->run_id), "test-group");
+        snprintf(o->host_id, sizeof(o->host_id), "%s", hosts != NULL ? hosts[r] : "one");
+        o->transport = tr;
+        o->timeout_ms = 10000;
+        /* Tiny rounds: a few thousand elements exercise every pipelining path. */
+        o->shm_chunk_bytes = 4096;
+        o->tcp_chunk_bytes = 4096;
+        o->shm_small_bytes = 256;
+        o->tcp_small_bytes = 256;
+        w->ranks[r].w = w;
+        w->ranks[r].rank = r;
+    }
+}
+
+static void *rank_main(void *p)
+{
+    rank_t *r = p;
+    world_t *w = r->w;
+    if (w->start_delay_ms[r->rank] > 0) {
+        struct timespec ts = {w->start_delay_ms[r->rank] / 1000,
+                              (w->start_delay_ms[r->rank] % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    double t0 = now_s();
+    r->create_rc = dl_coll_group_create(&r->o, &r->g, r->err, sizeof(r->err));
+    if (r->create_rc == 0 && w->body != NULL)
+        r->body_rc = w->body(r, w->arg);
+    r->elapsed = now_s() - t0;
+    if (r->g != NULL && r->body_rc != 0)
+        snprintf(r->err, sizeof(r->err), "%s", dl_coll_group_error(r->g));
+    dl_coll_group_destroy(r->g);
+    r->g = NULL;
+    return NULL;
+}
+
+static void world_run(world_t *w, body_fn body, void *arg)
+{
+    pthread_t th[MAX_RANKS];
+    w->body = body;
+    w->arg = arg;
+    for (int r = 0; r < w->n; r++)
+        ck_assert_int_eq(pthread_create(&th[r], NULL, rank_main, &w->ranks[r]), 0);
+    for (int r = 0; r < w->n; r++)
+        pthread_join(th[r], NULL);
+}
+
+/* Every rank created its group, ran the body without a wrong result, and left the same bytes. */
+static void world_check(world_t *w)
+{
+    for (int r = 0; r < w->n; r++) {
+        ck_assert_msg(w->ranks[r].create_rc == 0, "world %d, rank %d: create: %s", w->n, r,
+                      w->ranks[r].err);
+        ck_assert_msg(w->ranks[r].body_rc == 0, "world %d, rank %d: body returned %d: %s", w->n, r,
+                      w->ranks[r].body_rc, w->ranks[r].err);
+    }
+    for (int r = 1; r < w->n; r++) {
+        ck_assert_uint_eq(w->ranks[r].out_bytes, w->ranks[0].out_bytes);
+        if (w->ranks[0].out_bytes > 0)
+            ck_assert_msg(memcmp(w->ranks[r].out, w->ranks[0].out, w->ranks[0].out_bytes) == 0,
+                          "world %d: rank %d's results differ from rank 0's", w->n, r);
+    }
+    for (int r = 0; r < w->n; r++)
+        free(w->ranks[r].out);
+}
+
+/* ---- values ---------------------------------------------------------------------------------- */
+
+/* Small integers: sums are exact in any order, so floats compare exactly too. */
+static long long val(int rank, size_t i, int salt)
+{
+    return (long long)((i * 7 + (size_t)rank * 13 + (size_t)salt * 5) % 23) - 11;
+}
+
+static void put(void *buf, size_t i, dl_coll_dtype_t t, long long v)
+{
+    switch (t) {
+    case DL_COLL_FLOAT32:
+        ((float *)buf)[i] = (float)v;
+        break;
+    case DL_COLL_FLOAT64:
+        ((double *)buf)[i] = (double)v;
+        break;
+    case DL_COLL_INT32:
+        ((int32_t *)buf)[i] = (int32_t)v;
+        break;
+    case DL_COLL_INT64:
+        ((int64_t *)buf)[i] = v;
+        break;
+    }
+}
+
+static double get(const void *buf, size_t i, dl_coll_dtype_t t)
+{
+    switch (t) {
+    case DL_COLL_FLOAT32:
+        return ((const float *)buf)[i];
+    case DL_COLL_FLOAT64:
+        return ((const double *)buf)[i];
+    case DL_COLL_INT32:
+        return ((const int32_t *)buf)[i];
+    default:
+        return (double)((const int64_t *)buf)[i];
+    }
+}
+
+static double reference(int n, size_t i, int salt, dl_coll_dtype_t t, dl_coll_op_t op)
+{
+    long long acc = val(0, i, salt);
+    for (int r = 1; r < n; r++) {
+        long long v = val(r, i, salt);
+        acc = op == DL_COLL_MIN   ? (v < acc ? v : acc)
+              : op == DL_COLL_MAX ? (v > acc ? v : acc)
+                                  : acc + v;
+    }
+    if (op != DL_COLL_AVG)
+        return (double)acc;
+    if (t == DL_COLL_INT32 || t == DL_COLL_INT64)
+        return (double)(acc / n);
+    return t == DL_COLL_FLOAT32 ? (double)((float)acc / (float)n) : (double)acc / n;
+}
+
+/* ---- bodies ---------------------------------------------------------------------------------- */
+
+static const size_t sizes[] = {0, 1, 2, 5, 63, 1000, 4099};
+#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+
+/* Keeps a copy of a result for the cross-rank comparison. */
+static void keep(rank_t *r, const void *buf, size_t bytes)
+{
+    r->out = realloc(r->out, r->out_bytes + bytes + 1);
+    memcpy((char *)r->out + r->out_bytes, buf, bytes);
+    r->out_bytes += bytes;
+}
+
+static int body_allreduce(rank_t *r, void *arg)
+{
+    (void)arg;
+    int n = dl_coll_world_size(r->g), bad = 0, salt = 0;
+    for (size_t s = 0; s < NSIZES; s++)
+        for (int t = 0; t < 4; t++)
+            for (int op = 0; op < 4; op++, salt++) {
+                size_t count = sizes[s], es = dl_coll_dtype_size(t);
+                char *src = malloc(count * es + 1), *dst = malloc(count * es + 1);
+                for (size_t i = 0; i < count; i++)
+                    put(src, i, t, val(r->rank, i, salt));
+                int in_place = salt & 1;
+                int rc = dl_coll_allreduce(r->g, src, in_place ? src : dst, count, t, op);
+                const char *res = in_place ? src : dst;
+                if (rc < 0)
+                    return rc;
+                for (size_t i = 0; i < count; i++)
+                    bad += get(res, i, t) != reference(n, i, salt, t, op);
+                keep(r, res, count * es);
+                free(src);
+                free(dst);
+            }
+    return bad;
+}
+
+static int body_reduce_scatter(rank_t *r, void *arg)
+{
+    (void)arg;
+    int n = dl_coll_world_size(r->g), bad = 0, salt = 100;
+    for (size_t s = 0; s < NSIZES; s++)
+        for (int t = 0; t < 4; t++)
+            for (int op = 0; op < 4; op++, salt++) {
+                size_t count = sizes[s], es = dl_coll_dtype_size(t);
+                char *src = malloc(count * (size_t)n * es + 1), *dst = malloc(count * es + 1);
+                for (size_t i = 0; i < count * (size_t)n; i++)
+                    put(src, i, t, val(r->rank, i, salt));
+                int rc = dl_coll_reduce_scatter(r->g, src, dst, count, t, op);
+                if (rc < 0)
+                    return rc;
+                for (size_t i = 0; i < count; i++)
+                    bad += get(dst, i, t) != reference(n, (size_t)r->rank * count + i, salt, t, op);
+                free(src);
+                free(dst);
+            }
+    return bad;
+}
+
+static int body_allgather(rank_t *r, void *arg)
+{
+    (void)arg;
+    int n = dl_coll_world_size(r->g), bad = 0, salt = 200;
+    for (size_t s = 0; s < NSIZES; s++)
+        for (int t = 0; t < 4; t++, salt++) {
+            size_t count = sizes[s], es = dl_coll_dtype_size(t);
+            char *dst = malloc(count * (size_t)n * es + 1), *src = malloc(count * es + 1);
+            int in_place = salt & 1;
+            char *mine = in_place ? dst + (size_t)r->rank * count * es : src;
+            for (size_t i = 0; i < count; i++)
+                put(mine, i, t, val(r->rank, i, salt));
+            int rc = dl_coll_allgather(r->g, mine, dst, count, t);
+            if (rc < 0)
+                return rc;
+            for (int q = 0; q < n; q++)
+                for (size_t i = 0; i < count; i++)
+                    bad += get(dst, (size_t)q * count + i, t) != (double)val(q, i, salt);
+            keep(r, dst, count * (size_t)n * es);
+            free(dst);
+            free(src);
+        }
+    return bad;
+}
+
+static int body_broadcast(rank_t *r, void *arg)
+{
+    (void)arg;
+    int n = dl_coll_world_size(r->g), bad = 0, salt = 300;
+    for (size_t s = 0; s < NSIZES; s++)
+        for (int root = 0; root < n; root++, salt++) {
+            size_t count = sizes[s];
+            int64_t *buf = malloc(count * 8 + 1);
+            for (size_t i = 0; i < count; i++)
+                buf[i] = val(r->rank, i, salt);
+            int rc = dl_coll_broadcast(r->g, buf, count, DL_COLL_INT64, root);
+            if (rc < 0)
+                return rc;
+            for (size_t i = 0; i < count; i++)
+                bad += buf[i] != val(root, i, salt);
+            free(buf);
+        }
+    return bad;
+}
+
+/* Nobody leaves a barrier before everyone has entered it. */
+static int body_barrier(rank_t *r, void *arg)
+{
+    (void)arg;
+    world_t *w = r->w;
+    int bad = 0;
+    for (int k = 1; k <= 5; k++) {
+        struct timespec ts = {0, (long)((w->n - r->rank) * 3) * 1000000L};
+        nanosleep(&ts, NULL);
+        atomic_fetch_add(&w->counter, 1);
+        int rc = dl_coll_barrier(r->g);
+        if (rc < 0)
+            return rc;
+        bad += atomic_load(&w->counter) < k * w->n;
+        /* A second barrier keeps the next round's increments out of this round's check. */
+        rc = dl_coll_barrier(r->g);
+        if (rc < 0)
+            return rc;
+    }
+    return bad;
+}
+
+/* Asynchronous all-reduces, then a synchronous one: all finish, in order, correctly. */
+static int body_async(rank_t *r, void *arg)
+{
+    (void)arg;
+    enum { K = 5, COUNT = 3001 };
+    int n = dl_coll_world_size(r->g), bad = 0;
+    dl_coll_request_t *req[K];
+    float *buf = malloc(sizeof(float) * COUNT * (K + 1));
+    for (int k = 0; k <= K; k++)
+        for (size_t i = 0; i < COUNT; i++)
+            buf[k * COUNT + i] = (float)val(r->rank, i, k);
+    for (int k = 0; k < K; k++) {
+        int rc =
+            dl_coll_allreduce_async(r->g, buf + k * COUNT, buf + k * COUNT, COUNT, DL_COLL_FLOAT32,
+                                    k & 1 ? DL_COLL_MAX : DL_COLL_SUM, &req[k]);
+        if (rc < 0)
+            return rc;
+    }
+    int rc = dl_coll_allreduce(r->g, buf + K * COUNT, buf + K * COUNT, COUNT, DL_COLL_FLOAT32,
+                               DL_COLL_MIN);
+    for (int k = 0; k < K; k++) {
+        int done = 0;
+        dl_coll_test(req[k], &done);
+        bad += !done;
+        int rk = dl_coll_wait(req[k]);
+        if (rk < 0)
+            return rk;
+    }
+    if (rc < 0)
+        return rc;
+    for (int k = 0; k <= K; k++) {
+        dl_coll_op_t op = k == K ? DL_COLL_MIN : k & 1 ? DL_COLL_MAX : DL_COLL_SUM;
+        for (size_t i = 0; i < COUNT; i++)
+            bad += buf[k * COUNT + i] != reference(n, i, k, DL_COLL_FLOAT32, op);
+    }
+    keep(r, buf, sizeof(float) * COUNT * (K + 1));
+    free(buf);
+    return bad;
+}
+
+/* ---- the matrix ------------------------------------------------------------------------------ */
+
+static const char *const split2[] = {"a", "b", "a", "b", "a", "b", "a", "b"};
+static const char *const split3[] = {"x", "x", "y", "z", "y", "x", "z", "y"};
+
+typedef struct {
+    dl_coll_transport_t tr;
+    const char *const *hosts;
+    dl_coll_algo_t algo;
+} setup_t;
+
+static const setup_t setups[] = {
+    {DL_COLL_TRANSPORT_SHM, NULL, DL_COLL_ALGO_AUTO},
+    {DL_COLL_TRANSPORT_TCP, NULL, DL_COLL_ALGO_AUTO},
+    {DL_COLL_TRANSPORT_AUTO, split2, DL_COLL_ALGO_AUTO},
+    {DL_COLL_TRANSPORT_AUTO, split3, DL_COLL_ALGO_AUTO},
+    {DL_COLL_TRANSPORT_SHM, NULL, DL_COLL_ALGO_LATENCY},
+    {DL_COLL_TRANSPORT_TCP, NULL, DL_COLL_ALGO_LATENCY},
+    {DL_COLL_TRANSPORT_SHM, NULL, DL_COLL_ALGO_BANDWIDTH},
+    {DL_COLL_TRANSPORT_TCP, NULL, DL_COLL_ALGO_BANDWIDTH},
+};
+#define NSETUPS (int)(sizeof(setups) / sizeof(setups[0]))
+
+/* One setup (_i), every world size from 1 to max_n. */
+static void matrix(int i, int max_n, body_fn body)
+{
+    const setup_t *s = &setups[i];
+    for (int n = 1; n <= max_n; n++) {
+        world_t w;
+        world_init(&w, n, s->tr, s->hosts);
+        for (int r = 0; r < n; r++)
+            w.ranks[r].o.algo = s->algo;
+        world_run(&w, body, NULL);
+        world_check(&w);
+    }
+}
+
+START_TEST(allreduce_matrix)
+{
+    matrix(_i, 5, body_allreduce);
+}
+END_TEST
+
+START_TEST(reduce_scatter_matrix)
+{
+    matrix(_i, 4, body_reduce_scatter);
+}
+END_TEST
+
+START_TEST(allgather_matrix)
+{
+    matrix(_i, 4, body_allgather);
+}
+END_TEST
+
+START_TEST(broadcast_matrix)
+{
+    matrix(_i, 3, body_broadcast);
+}
+END_TEST
+
+START_TEST(barrier_matrix)
+{
+    matrix(_i, 3, body_barrier);
+}
+END_TEST
+
+START_TEST(async_matrix)
+{
+    matrix(_i, 3, body_async);
+}
+END_TEST
+
+/* ---- the bootstrap --------------------------------------------------------------------------- */
+
+static int body_info(rank_t *r, void *arg)
+{
+    (void)arg;
+    int info[4] = {dl_coll_local_rank(r->g), dl_coll_local_size(r->g), dl_coll_num_hosts(r->g),
+                   (int)strlen(dl_coll_transport_name(r->g))};
+    r->out = malloc(sizeof(info));
+    memcpy(r->out, info, sizeof(info));
+    return 0;
+}
+
+START_TEST(hosts_and_local_ranks)
+{
+    world_t w;
+    world_init(&w, 6, DL_COLL_TRANSPORT_AUTO, split3);
+    world_run(&w, body_info, NULL);
+    /* split3 for 6 ranks: x = {0,1,5}, y = {2,4}, z = {3}. */
+    static const int local_rank[6] = {0, 1, 0, 0, 1, 2}, local_size[6] = {3, 3, 2, 1, 2, 3};
+    for (int r = 0; r < 6; r++) {
+        ck_assert_msg(w.ranks[r].create_rc == 0, "rank %d: %s", r, w.ranks[r].err);
+        int *info = w.ranks[r].out;
+        ck_assert_int_eq(info[0], local_rank[r]);
+        ck_assert_int_eq(info[1], local_size[r]);
+        ck_assert_int_eq(info[2], 3);
+        ck_assert_int_eq(info[3], (int)strlen("shm+tcp"));
+        free(info);
+    }
+}
+END_TEST
+
+START_TEST(rank0_may_start_last)
+{
+    world_t w;
+    world_init(&w, 3, DL_COLL_TRANSPORT_AUTO, NULL);
+    w.start_delay_ms[0] = 400;
+    world_run(&w, body_allreduce, NULL);
+    world_check(&w);
+}
+END_TEST
+
+START_TEST(missing_rank0_times_out)
+{
+    world_t w;
+    world_init(&w, 2, DL_COLL_TRANSPORT_AUTO, NULL);
+    w.ranks[1].o.timeout_ms = 300;
+    w.n = 2;
+    /* Only rank 1 runs. */
+    rank_main(&w.ranks[1]);
+    ck_assert_int_eq(w.ranks[1].create_rc, -ETIMEDOUT);
+    ck_assert_ptr_nonnull(strstr(w.ranks[1].err, "rank 0"));
+    ck_assert_double_lt(w.ranks[1].elapsed, 2.0);
+}
+END_TEST
+
+START_TEST(missing_peer_times_out_at_rank0)
+{
+    world_t w;
+    world_init(&w, 3, DL_COLL_TRANSPORT_AUTO, NULL);
+    w.ranks[0].o.timeout_ms = 300;
+    rank_main(&w.ranks[0]);
+    ck_assert_int_eq(w.ranks[0].create_rc, -ETIMEDOUT);
+    ck_assert_ptr_nonnull(strstr(w.ranks[0].err, "1 of 3 ranks connected"));
+    ck_assert_double_lt(w.ranks[0].elapsed, 2.0);
+}
+END_TEST
+
+START_TEST(two_claims_on_one_rank_are_refused)
+{
+    world_t w;
+    world_init(&w, 3, DL_COLL_TRANSPORT_AUTO, NULL);
+    w.ranks[2].o = w.ranks[1].o; /* a second "rank 1" instead of rank 2 */
+    for (int r = 0; r < 3; r++)
+        w.ranks[r].o.timeout_ms = 2000;
+    world_run(&w, NULL, NULL);
+    ck_assert_int_eq(w.ranks[0].create_rc, -EEXIST);
+    ck_assert_ptr_nonnull(strstr(w.ranks[0].err, "two processes claim rank 1"));
+    ck_assert_int_lt(w.ranks[1].create_rc, 0);
+    ck_assert_int_lt(w.ranks[2].create_rc, 0);
+}
+END_TEST
+
+START_TEST(shm_only_across_hosts_is_refused)
+{
+    world_t w;
+    world_init(&w, 2, DL_COLL_TRANSPORT_SHM, split2);
+    world_run(&w, NULL, NULL);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(w.ranks[r].create_rc, -EINVAL);
+        ck_assert_ptr_nonnull(strstr(w.ranks[r].err, "on 2 hosts"));
+    }
+}
+END_TEST
+
+/* ---- failures -------------------------------------------------------------------------------- */
+
+/* Rank 1 leaves at once; rank 0's all-reduce must fail, not hang. */
+static int body_leave_early(rank_t *r, void *arg)
+{
+    (void)arg;
+    if (r->rank != 0)
+        return 0;
+    float x[1000] = {0};
+    double t0 = now_s();
+    int rc = dl_coll_allreduce(r->g, x, x, 1000, DL_COLL_FLOAT32, DL_COLL_SUM);
+    r->elapsed = now_s() - t0;
+    int again = dl_coll_allreduce(r->g, x, x, 1000, DL_COLL_FLOAT32, DL_COLL_SUM);
+    r->out = malloc(2 * sizeof(int));
+    ((int *)r->out)[0] = rc;
+    ((int *)r->out)[1] = again;
+    snprintf(r->err, sizeof(r->err), "%s", dl_coll_group_error(r->g));
+    return 0;
+}
+
+START_TEST(peer_gone_fails_within_timeout)
+{
+    /* shm: the peer's process lives on (it is this one), so only the timeout can tell. */
+    static const dl_coll_transport_t trs[] = {DL_COLL_TRANSPORT_SHM, DL_COLL_TRANSPORT_TCP};
+    world_t w;
+    world_init(&w, 2, trs[_i], NULL);
+    for (int r = 0; r < 2; r++)
+        w.ranks[r].o.timeout_ms = 400;
+    world_run(&w, body_leave_early, NULL);
+    ck_assert_int_eq(w.ranks[0].create_rc, 0);
+    int *rc = w.ranks[0].out;
+    ck_assert_int_lt(rc[0], 0);
+    ck_assert_int_eq(rc[1], rc[0]); /* the error sticks */
+    ck_assert_msg(rc[0] == -ETIMEDOUT || rc[0] == -ECONNRESET, "got %d", rc[0]);
+    ck_assert_msg(strlen(w.ranks[0].err) > 0, "no error text");
+    ck_assert_double_lt(w.ranks[0].elapsed, 3.0);
+    free(rc);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("group");
+    TCase *m = tcase_create("matrix");
+    tcase_set_timeout(m, 120);
+    /* one test per setup, over world sizes from 1 */
+    tcase_add_loop_test(m, allreduce_matrix, 0, NSETUPS);
+    tcase_add_loop_test(m, reduce_scatter_matrix, 0, NSETUPS);
+    tcase_add_loop_test(m, allgather_matrix, 0, NSETUPS);
+    tcase_add_loop_test(m, broadcast_matrix, 0, NSETUPS);
+    tcase_add_loop_test(m, barrier_matrix, 0, NSETUPS);
+    tcase_add_loop_test(m, async_matrix, 0, NSETUPS);
+    suite_add_tcase(s, m);
+    TCase *b = tcase_create("bootstrap");
+    tcase_set_timeout(b, 30);
+    tcase_add_test(b, hosts_and_local_ranks);
+    tcase_add_test(b, rank0_may_start_last);
+    tcase_add_test(b, missing_rank0_times_out);
+    tcase_add_test(b, missing_peer_times_out_at_rank0);
+    tcase_add_test(b, two_claims_on_one_rank_are_refused);
+    tcase_add_test(b, shm_only_across_hosts_is_refused);
+    tcase_add_loop_test(b, peer_gone_fails_within_timeout, 0, 2);
+    suite_add_tcase(s, b);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,165 @@
+/* The collective library in real processes started by the real launcher: `dlaunch
+ * --gpus-per-node N -- coll-worker`, for world sizes 1 to 8, over shared memory, TCP and both
+ * (made-up hosts), every operation and type, sizes 0, 1, primes, sizes that do not divide by the
+ * world, and 64 MiB. Each worker checks its results against a serial reference; this test checks
+ * that dlaunch exits 0, that every rank finished, and that all ranks hold the same bits (the
+ * hashes in their files match line by line).
+ *
+ *   test-launch COLL-WORKER      (DLAUNCH names the launcher) */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+static const char *worker;
+static const char *dlaunch;
+
+typedef struct {
+    int n;
+    const char *transport; /* DLAUNCH_COLL_TRANSPORT */
+    const char *algo;      /* DLAUNCH_COLL_ALGO */
+    const char *hosts;     /* shell arithmetic on RANK naming fake hosts, or NULL */
+    const char *args;      /* extra worker arguments */
+} case_t;
+
+#define SMALL "--sizes 0,1,2,3,7,13,97,1031"
+#define MID "--sizes 65537,300007"
+#define BIG "--ops allreduce --types f32 --rops sum --sizes 16777216"
+
+static const case_t cases[] = {
+    /* Every world size on one host: shared memory. */
+    {1, "auto", "auto", NULL, SMALL},
+    {2, "shm", "auto", NULL, SMALL},
+    {3, "shm", "auto", NULL, SMALL},
+    {4, "shm", "auto", NULL, SMALL},
+    {5, "shm", "auto", NULL, SMALL},
+    {6, "shm", "auto", NULL, SMALL},
+    {7, "shm", "auto", NULL, SMALL},
+    {8, "shm", "auto", NULL, SMALL},
+    /* The same over TCP. */
+    {2, "tcp", "auto", NULL, SMALL},
+    {3, "tcp", "auto", NULL, SMALL},
+    {4, "tcp", "auto", NULL, SMALL},
+    {5, "tcp", "auto", NULL, SMALL},
+    {6, "tcp", "auto", NULL, SMALL},
+    {7, "tcp", "auto", NULL, SMALL},
+    {8, "tcp", "auto", NULL, SMALL},
+    /* Primes above the switch points: every algorithm on uneven segments. */
+    {3, "shm", "bandwidth", NULL, MID " --types f32,i64"},
+    {5, "shm", "latency", NULL, "--sizes 65537 --types f64,i32"},
+    {3, "tcp", "bandwidth", NULL, MID " --types f32,i64"},
+    {5, "tcp", "latency", NULL, "--sizes 65537 --types f64,i32"},
+    {6, "tcp", "auto", NULL, MID " --types f32 --ops allreduce,reduce_scatter,allgather"},
+    /* Several made-up hosts with several ranks each: hierarchical. */
+    {6, "auto", "auto", "% 3", SMALL " --types f32,i32"},
+    {5, "auto", "auto", "/ 2", "--sizes 1,13,65537,300007 --types f64,i64"},
+    /* 64 MiB. */
+    {2, "shm", "auto", NULL, BIG},
+    {4, "shm", "auto", NULL, BIG},
+    {2, "tcp", "auto", NULL, BIG},
+    {3, "tcp", "auto", NULL, BIG},
+    {4, "auto", "auto", "/ 2", BIG},
+};
+
+static char *line_end(char *p)
+{
+    char *e = strchr(p, '\n');
+    return e != NULL ? e : p + strlen(p);
+}
+
+/* Lines that name a rank (reduce-scatter blocks) differ by design; the rest must match. */
+static void compare_ranks(const char *dir, int n)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/rank-0.txt", dir);
+    char *first = harness_read(path);
+    ck_assert_msg(first != NULL, "rank 0 left no results");
+    ck_assert_msg(strstr(first, "\ndone\n") != NULL, "rank 0 did not finish: %s", first);
+    int lines = 0;
+    for (int r = 1; r < n; r++) {
+        snprintf(path, sizeof(path), "%s/rank-%d.txt", dir, r);
+        char *other = harness_read(path);
+        ck_assert_msg(other != NULL, "rank %d left no results", r);
+        ck_assert_msg(strstr(other, "\ndone\n") != NULL, "rank %d did not finish", r);
+        char *a = first, *b = other;
+        while (*a != '\0' && *b != '\0') {
+            char *ea = line_end(a), *eb = line_end(b);
+            if (strstr(a, " rank") == NULL || strstr(a, " rank") > ea) {
+                ck_assert_msg(ea - a == eb - b && memcmp(a, b, (size_t)(ea - a)) == 0,
+                              "rank %d differs from rank 0: '%.*s' vs '%.*s'", r, (int)(eb - b), b,
+                              (int)(ea - a), a);
+                lines++;
+            }
+            a = *ea ? ea + 1 : ea;
+            b = *eb ? eb + 1 : eb;
+        }
+        ck_assert_msg(*a == '\0' && *b == '\0', "rank %d ran other cases than rank 0", r);
+        free(other);
+    }
+    free(first);
+    ck_assert(n == 1 || lines > 0);
+}
+
+START_TEST(worlds_transports_sizes)
+{
+    const case_t *c = &cases[_i];
+    char *dir = harness_tmpdir();
+    ck_assert_ptr_nonnull(dir);
+    char n[16], logs[512], log[512], cmd[2048];
+    snprintf(n, sizeof(n), "%d", c->n);
+    snprintf(logs, sizeof(logs), "%s/logs", dir);
+    snprintf(log, sizeof(log), "%s/dlaunch.log", dir);
+    /* The worker line goes through sh so that fake hosts can be derived from RANK. */
+    snprintf(cmd, sizeof(cmd), "%s%s%s exec %s --out %s %s",
+             c->hosts != NULL ? "DLAUNCH_COLL_HOST_ID=h$((RANK " : "",
+             c->hosts != NULL ? c->hosts : "", c->hosts != NULL ? ")) " : "", worker, dir, c->args);
+    char *argv[] = {(char *)dlaunch,
+                    "-q",
+                    "--log-dir",
+                    logs,
+                    "--gpus-per-node",
+                    n,
+                    "--",
+                    "sh",
+                    "-c",
+                    cmd,
+                    NULL};
+    char tr[64], algo[64];
+    snprintf(tr, sizeof(tr), "DLAUNCH_COLL_TRANSPORT=%s", c->transport);
+    snprintf(algo, sizeof(algo), "DLAUNCH_COLL_ALGO=%s", c->algo);
+    char *env[] = {tr, algo, "DLAUNCH_COLL_TIMEOUT=60", NULL};
+    double t0 = harness_now();
+    proc_t p = {.pid = harness_spawn(argv, env, log)};
+    harness_wait(&p, 1, t0, 240);
+    if (p.status != 0) {
+        char *text = harness_read(log);
+        ck_abort_msg("case %d (world %d, %s, %s): dlaunch exited %d\n%s", _i, c->n, c->transport,
+                     c->args, p.status, text != NULL ? text : "");
+    }
+    compare_ranks(dir, c->n);
+    harness_rmdir(dir);
+    free(dir);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    dlaunch = getenv("DLAUNCH");
+    if (argc != 2 || dlaunch == NULL) {
+        fprintf(stderr, "usage: DLAUNCH=path test-launch COLL-WORKER\n");
+        return 2;
+    }
+    worker = argv[1];
+    Suite *s = suite_create("collective-launch");
+    TCase *tc = tcase_create("dlaunch");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, worlds_transports_sizes, 0, sizeof(cases) / sizeof(cases[0]));
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

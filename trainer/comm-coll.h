@@ -1,0 +1,22 @@
+/* The trainer's communication hooks backed by the collective library (see comm-coll.c). */
+#ifndef DL_TRAIN_COMM_COLL_H
+#define DL_TRAIN_COMM_COLL_H
+
+#include <stddef.h>
+
+#include "trainer.h"
+
+typedef struct dl_train_coll_s dl_train_coll_t;
+
+/* Builds the process group from the launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...)
+ * and fills comm's hooks. Returns 0 with *ret (owned; dl_train_coll_close) or -errno with one
+ * line in err. */
+int dl_train_coll_open(dl_train_comm_t *comm, dl_train_coll_t **ret, char *err, size_t errlen);
+
+/* "shm", "tcp", "shm+tcp": what the gradients travel over. */
+const char *dl_train_coll_describe(const dl_train_coll_t *c);
+
+/* Waits for what is in flight and tears the group down. Accepts NULL. */
+void dl_train_coll_close(dl_train_coll_t *c);
+
+#endif

@@ -267,8 +267,7 @@ static void finish(dl_agent_t *a, int exit_code)
         record_failure(a);
         dl_summary_print(stderr, a->history, a->nhistory, a->sup.attempt + 1, a->run_dir);
     } else if (exit_code == 1 && a->remote) {
-        if (a->sup.has_failure)
-            record_failure(a);
+        /* This node's own failures were recorded as they were reported. */
         fprintf(stderr, "dlaunch: the job failed: %s\n",
                 a->failure_text[0] ? a->failure_text : "see the other nodes' logs");
         if (a->nhistory > 0)
@@ -302,6 +301,55 @@ static void apply(dl_agent_t *a, dl_sup_actions_t act)
         finish(a, act.exit_code);
 }
 
+/* How long a worker's death by SIGTERM/SIGINT/SIGHUP waits for the agent's own signal. */
+#define OUTSIDE_STOP_GRACE_MS 300
+
+typedef struct {
+    uv_timer_t timer;
+    dl_agent_t *agent;
+    int rank;
+    pid_t pid;
+    int code;
+    int sig;
+} deferred_exit_t;
+
+static void report_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig)
+{
+    if (a->spec->verbose || (code != 0 && a->sup.stop == DL_SUP_STOP_NONE)) {
+        if (sig > 0)
+            dl__agent_log(a, "rank %d (pid %d) was killed by %s", rank, (int)pid,
+                          dl_signal_name(sig));
+        else
+            dl__agent_log(a, "rank %d (pid %d) exited with code %d", rank, (int)pid, code);
+    }
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_WORKER_EXIT, .rank = rank,
+                                       .exit_code = code, .signal = sig});
+}
+
+static void deferred_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void on_deferred(uv_timer_t *t)
+{
+    deferred_exit_t *d = t->data;
+    report_exit(d->agent, d->rank, d->pid, d->code, d->sig);
+    uv_close((uv_handle_t *)t, deferred_closed);
+}
+
+static int defer_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig)
+{
+    deferred_exit_t *d = malloc(sizeof(*d));
+    if (d == NULL)
+        return -ENOMEM;
+    *d = (deferred_exit_t){.agent = a, .rank = rank, .pid = pid, .code = code, .sig = sig};
+    uv_timer_init(&a->loop, &d->timer);
+    d->timer.data = d;
+    uv_timer_start(&d->timer, on_deferred, OUTSIDE_STOP_GRACE_MS, 0);
+    return 0;
+}
+
 static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status)
 {
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -323,15 +371,13 @@ static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status)
     else
         json_object_set_new(f, "exit_code", json_integer(code));
     dl_events_emit(a->events, "worker_exit", dl__now_unix(), f);
-    if (a->spec->verbose || (code != 0 && a->sup.stop == DL_SUP_STOP_NONE)) {
-        if (sig > 0)
-            dl__agent_log(a, "rank %d (pid %d) was killed by %s", w->rank, (int)pid,
-                      dl_signal_name(sig));
-        else
-            dl__agent_log(a, "rank %d (pid %d) exited with code %d", w->rank, (int)pid, code);
-    }
-    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_WORKER_EXIT, .rank = w->rank,
-                             .exit_code = code, .signal = sig});
+    /* A batch system stopping a whole step (scancel) signals every process of it, workers
+     * first as often as not: a worker killed by a stop signal we did not send is news only if
+     * no signal reaches the agent itself within a moment. */
+    if ((sig == SIGTERM || sig == SIGINT || sig == SIGHUP) && a->sup.stop == DL_SUP_STOP_NONE &&
+        defer_exit(a, w->rank, pid, code, sig) == 0)
+        return;
+    report_exit(a, w->rank, pid, code, sig);
 }
 
 static void on_signal(uv_signal_t *h, int signum)

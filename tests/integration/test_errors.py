@@ -33,7 +33,7 @@ class Errors(dltest.Case):
         path = self.write("syntax.yaml", "command: [true\nnodes: 1\n")
         self.one_line_exit_2(path, expect=f"{path}:2:")
         path = self.write("nocmd.yaml", "nodes: 1\n")
-        self.one_line_exit_2(path, expect="no 'command:' in the job spec")
+        self.one_line_exit_2(path, expect="no 'command:' or 'train:' in the job spec")
         self.one_line_exit_2("missing.yaml", expect="missing.yaml: cannot open the job spec")
         path = self.write("binary.yaml", "\x00\x01\x02garbage")
         self.one_line_exit_2(path, expect=f"{path}:")

@@ -110,7 +110,7 @@ exec {dltest.DLAUNCH} --nodes 2 --gpus-per-node 2 --log-dir {logs} {job}
         files = glob.glob(pids_dir + "/*")
         self.assertEqual(len(files), 8, files)
         time.sleep(0.3)
-        pids = [int(open(f).read()) for f in files]
+        pids = [int(self.read_any(f)) for f in files]
         for pid in pids:
             self.assertTrue(dltest.pid_alive(pid), pid)
         subprocess.run(["scancel", job_id], check=True, timeout=30)

@@ -2,6 +2,7 @@
  * reports, and asks dl_sup_step() what to do after every event. One loop, one thread. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -117,6 +118,7 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, char ***
         .attempt_dir = a->attempt_dir,
         .store = a->store_addr[0] != '\0' ? a->store_addr : NULL,
         .token_file = a->token_path,
+        .health_fd = a->spec->health_timeout > 0 ? DL_SPAWN_HEALTH_FD : -1,
     };
     return dl_worker_env_build(&we, a->environ_list, a->spec->env, ret_envp);
 }
@@ -144,12 +146,25 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt)
         return r;
     }
     a->outputs_open++;
-    r = dl_spawn(a->command_path, a->spec->command, envp, child_out, child_err, &w->pid);
+    int health[2] = {-1, -1};
+    if (a->spec->health_timeout > 0 && pipe2(health, O_CLOEXEC | O_NONBLOCK) < 0) {
+        dl__agent_log(a, "no health pipe for rank %d: %s", w->rank, strerror(errno));
+        health[0] = health[1] = -1;
+    }
+    r = dl_spawn(a->command_path, a->spec->command, envp, child_out, child_err, health[1],
+                 &w->pid);
     close(child_out);
     close(child_err);
+    if (health[1] >= 0)
+        close(health[1]);
+    w->health_rd = health[0];
+    w->beating = w->hung = false;
     dl_worker_env_free(envp);
     if (r < 0) {
         w->pid = 0;
+        if (w->health_rd >= 0)
+            close(w->health_rd);
+        w->health_rd = -1;
         dl_output_drain(out, 0);
         return r;
     }
@@ -177,6 +192,8 @@ static void record_failure(dl_agent_t *a)
 static json_t *failure_json(const dl_sup_failure_t *f)
 {
     json_t *o = json_pack("{s:i, s:i}", "rank", f->rank, "attempt", f->attempt);
+    if (f->hung)
+        json_object_set_new(o, "hung", json_true());
     if (f->spawn_errno > 0)
         json_object_set_new(o, "error", json_string(strerror(f->spawn_errno)));
     else if (f->signal > 0)
@@ -184,6 +201,39 @@ static json_t *failure_json(const dl_sup_failure_t *f)
     else
         json_object_set_new(o, "exit_code", json_integer(f->exit_code));
     return o;
+}
+
+/* The health watchdog. Beats are drained now and then rather than read as they come: a
+ * trainer beats every step, thousands of times a second, and waking for each would cost the
+ * workers the CPU they train on. */
+static void on_health_check(uv_timer_t *t)
+{
+    dl_agent_t *a = t->data;
+    double now = (double)uv_hrtime() / 1e9;
+    char buf[4096];
+
+    for (int i = 0; i < a->nworkers; i++) {
+        dl__worker_t *w = &a->workers[i];
+        if (w->pid <= 0 || w->health_rd < 0 || w->hung)
+            continue;
+        ssize_t n, got = 0;
+        while ((n = read(w->health_rd, buf, sizeof(buf))) > 0)
+            got += n;
+        if (got > 0) {
+            w->beating = true;
+            w->last_beat = now;
+        } else if (w->beating && now - w->last_beat >= a->spec->health_timeout &&
+                   a->sup.stop == DL_SUP_STOP_NONE) {
+            w->hung = true;
+            dl__agent_log(a, "rank %d (pid %d) sent no health beat for %.1fs: it is hung; "
+                             "killing it",
+                          w->rank, (int)w->pid, now - w->last_beat);
+            dl_events_emit(a->events, "worker_hung", dl__now_unix(),
+                           json_pack("{s:i, s:i, s:f}", "rank", w->rank, "pid", (int)w->pid,
+                                     "silent_s", now - w->last_beat));
+            kill(-w->pid, SIGKILL);
+        }
+    }
 }
 
 static int start_attempt(dl_agent_t *a, int attempt)
@@ -253,6 +303,7 @@ static void finish_loop(dl_agent_t *a)
     for (size_t i = 0; i < sizeof(a->signals) / sizeof(a->signals[0]); i++)
         uv_close((uv_handle_t *)&a->signals[i], NULL);
     uv_close((uv_handle_t *)&a->stop_timer, NULL);
+    uv_close((uv_handle_t *)&a->health_timer, NULL);
 }
 
 static void finish(dl_agent_t *a, int exit_code)
@@ -313,9 +364,11 @@ typedef struct {
     int sig;
 } deferred_exit_t;
 
-static void report_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig)
+static void report_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig, bool hung)
 {
-    if (a->spec->verbose || (code != 0 && a->sup.stop == DL_SUP_STOP_NONE)) {
+    if (hung) {
+        /* Already said when it was killed. */
+    } else if (a->spec->verbose || (code != 0 && a->sup.stop == DL_SUP_STOP_NONE)) {
         if (sig > 0)
             dl__agent_log(a, "rank %d (pid %d) was killed by %s", rank, (int)pid,
                           dl_signal_name(sig));
@@ -323,7 +376,7 @@ static void report_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig)
             dl__agent_log(a, "rank %d (pid %d) exited with code %d", rank, (int)pid, code);
     }
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_WORKER_EXIT, .rank = rank,
-                                       .exit_code = code, .signal = sig});
+                                       .exit_code = code, .signal = sig, .hung = hung});
 }
 
 static void deferred_closed(uv_handle_t *h)
@@ -334,7 +387,7 @@ static void deferred_closed(uv_handle_t *h)
 static void on_deferred(uv_timer_t *t)
 {
     deferred_exit_t *d = t->data;
-    report_exit(d->agent, d->rank, d->pid, d->code, d->sig);
+    report_exit(d->agent, d->rank, d->pid, d->code, d->sig, false);
     uv_close((uv_handle_t *)t, deferred_closed);
 }
 
@@ -361,6 +414,9 @@ static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status)
         dl__agent_log(a, "cannot clean up after rank %d: %s", w->rank, strerror(errno));
     dl_guard_watch(&a->guard, pid, 0);
     w->pid = 0;
+    if (w->health_rd >= 0)
+        close(w->health_rd);
+    w->health_rd = -1;
     dl_output_drain(w->output, DRAIN_TIMEOUT_MS);
     w->output = NULL;
 
@@ -377,7 +433,7 @@ static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status)
     if ((sig == SIGTERM || sig == SIGINT || sig == SIGHUP) && a->sup.stop == DL_SUP_STOP_NONE &&
         defer_exit(a, w->rank, pid, code, sig) == 0)
         return;
-    report_exit(a, w->rank, pid, code, sig);
+    report_exit(a, w->rank, pid, code, sig, w->hung);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -526,6 +582,7 @@ int dl__agent_set_ranks(dl_agent_t *a, int first_rank, int n)
         a->workers[i].agent = a;
         a->workers[i].local_rank = i;
         a->workers[i].rank = first_rank + i;
+        a->workers[i].health_rd = -1;
     }
     return 0;
 }
@@ -597,6 +654,13 @@ static int setup_loop(dl_agent_t *a)
     }
     uv_timer_init(&a->loop, &a->stop_timer);
     a->stop_timer.data = a;
+    uv_timer_init(&a->loop, &a->health_timer);
+    a->health_timer.data = a;
+    if (a->spec->health_timeout > 0) {
+        uint64_t every = (uint64_t)(a->spec->health_timeout * 1000 / 4);
+        uv_timer_start(&a->health_timer, on_health_check, every > 10 ? every : 10,
+                       every > 10 ? every : 10);
+    }
     return 0;
 }
 

@@ -22,6 +22,10 @@ typedef struct {
     pid_t pid;    /* 0 when not running */
     int attempt;  /* of the running process */
     dl_output_t *output;
+    int health_rd;     /* read end of its health pipe, or -1 */
+    bool beating;      /* it has sent a beat this attempt */
+    bool hung;         /* we killed it for going silent */
+    double last_beat;  /* monotonic seconds of the last beat seen */
 } dl__worker_t;
 
 struct dl_agent_s {
@@ -36,6 +40,7 @@ struct dl_agent_s {
     dl__worker_t *workers;
     uv_signal_t signals[4];
     uv_timer_t stop_timer;
+    uv_timer_t health_timer; /* --health-timeout: looks at the health pipes now and then */
     dl_events_t *events;
     dl_guard_t guard;
     char *run_id;

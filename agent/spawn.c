@@ -25,6 +25,7 @@ typedef struct {
     char *const *envp;
     int stdout_fd;
     int stderr_fd;
+    int health_fd;
     int null_fd;
 } child_args_t;
 
@@ -47,7 +48,8 @@ static int child_exec(void *arg)
             sigaction(s, &dfl, NULL);
     }
     if (dup2(c->null_fd, STDIN_FILENO) < 0 || dup2(c->stdout_fd, STDOUT_FILENO) < 0 ||
-        dup2(c->stderr_fd, STDERR_FILENO) < 0)
+        dup2(c->stderr_fd, STDERR_FILENO) < 0 ||
+        (c->health_fd >= 0 && dup2(c->health_fd, DL_SPAWN_HEALTH_FD) < 0))
         _exit(127);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -66,10 +68,10 @@ static int child_exec(void *arg)
 #define CHILD_STACK_SIZE (64 * 1024)
 
 int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdout_fd,
-             int stderr_fd, pid_t *ret_pid)
+             int stderr_fd, int health_fd, pid_t *ret_pid)
 {
     static _Alignas(16) char stack[CHILD_STACK_SIZE];
-    child_args_t c = {getpid(), path, argv, envp, stdout_fd, stderr_fd, -1};
+    child_args_t c = {getpid(), path, argv, envp, stdout_fd, stderr_fd, health_fd, -1};
     sigset_t all, old;
     pid_t pid;
     int e = 0;

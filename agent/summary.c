@@ -70,6 +70,8 @@ static void describe(FILE *f, const dl_sup_failure_t *x)
     fprintf(f, "  attempt %d: rank %d ", x->attempt, x->rank);
     if (x->spawn_errno > 0)
         fprintf(f, "could not be started (%s)", strerror(x->spawn_errno));
+    else if (x->hung)
+        fprintf(f, "hung (no health beat in time) and was killed");
     else if (x->signal > 0)
         fprintf(f, "was killed by %s", dl_signal_name(x->signal));
     else

@@ -102,6 +102,7 @@ static void worker_failed(dl_sup_t *sup, const dl_sup_event_t *ev, double now,
         .exit_code = ev->kind == DL_SUP_EV_WORKER_EXIT && ev->signal == 0 ? ev->exit_code : -1,
         .signal = ev->kind == DL_SUP_EV_WORKER_EXIT ? ev->signal : 0,
         .spawn_errno = ev->kind == DL_SUP_EV_SPAWN_FAILED ? ev->spawn_errno : 0,
+        .hung = ev->hung,
         .time = now,
     };
     if (sup->remote) {

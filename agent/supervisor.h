@@ -31,6 +31,7 @@ typedef struct {
     int exit_code;  /* >= 0 when it exited */
     int signal;     /* > 0 when killed by a signal */
     int spawn_errno; /* > 0 when it could not be started */
+    bool hung;       /* killed by the agent for going silent */
     double time;
 } dl_sup_failure_t;
 
@@ -53,6 +54,7 @@ typedef struct {
     int signal;
     int spawn_errno;
     int attempt;
+    bool hung; /* WORKER_EXIT: the agent killed it for missing its health beats */
 } dl_sup_event_t;
 
 /* Action flags, carried out by the shell in this order: disarm, kill, spawn, arm, exit. */

@@ -11,7 +11,7 @@ const char *const dl_worker_env_names[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_USE_AGENT_STORE", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_STORE", "DLAUNCH_TOKEN_FILE",
+    "TORCHELASTIC_USE_AGENT_STORE", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_STORE", "DLAUNCH_TOKEN_FILE", "DLAUNCH_HEALTH_FD",
     NULL,
 };
 
@@ -127,6 +127,8 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
         r = put(&sv, fmt("DLAUNCH_STORE", w->store));
     if (r == 0 && w->token_file != NULL)
         r = put(&sv, fmt("DLAUNCH_TOKEN_FILE", w->token_file));
+    if (r == 0 && w->health_fd >= 0)
+        r = put(&sv, fmt_int("DLAUNCH_HEALTH_FD", w->health_fd));
     if (r < 0) {
         dl_worker_env_free(sv.v);
         return r;

@@ -20,6 +20,7 @@ typedef struct {
     const char *attempt_dir; /* the attempt's log folder */
     const char *store;       /* DLAUNCH_STORE: HOST:PORT of the job's key-value store, or NULL */
     const char *token_file;  /* DLAUNCH_TOKEN_FILE, or NULL */
+    int health_fd;           /* DLAUNCH_HEALTH_FD, or -1 */
 } dl_worker_env_t;
 
 /* Returns a NULL-terminated "NAME=value" vector in *ret_envp (caller frees it with

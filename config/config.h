@@ -23,6 +23,7 @@ struct dl_job_spec_s {
     int gpus_per_node; /* DL_GPUS_AUTO or >= 1 */
     int max_restarts;
     double stop_timeout; /* seconds */
+    double health_timeout; /* seconds without a health beat before a beating worker is hung; 0 off */
     char *run_id;        /* NULL: the agent makes one up */
     char *log_dir;
     char *events; /* NULL: none; "-": stdout */

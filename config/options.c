@@ -26,6 +26,9 @@ const dl__option_t dl__options[] = {
      "write one JSON object per line for every state change", false},
     {"stop-timeout", NULL, 0, DL__OPT_DOUBLE, OFF(stop_timeout), 0, 86400, "SEC",
      "grace between SIGTERM and SIGKILL when stopping workers (default 10)", false},
+    {"health-timeout", NULL, 0, DL__OPT_DOUBLE, OFF(health_timeout), 0, 86400, "SEC",
+     "a worker that beat on DLAUNCH_HEALTH_FD and then fell silent this long is hung: it is "
+     "killed and the job restarts (default 0: off)", false},
     {"dry-run", NULL, 0, DL__OPT_BOOL, OFF(dry_run), 0, 0, NULL,
      "print the plan (ranks, environment, commands) and exit", false},
     {"quiet", NULL, 'q', DL__OPT_BOOL, OFF(quiet), 0, 0, NULL,

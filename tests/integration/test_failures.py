@@ -1,5 +1,6 @@
 """A failed worker restarts the whole job, up to --max-restarts; then a summary and exit 1."""
 import os
+import time
 
 import dltest
 
@@ -82,6 +83,31 @@ class Failures(dltest.Case):
         self.assertEqual(exits[1]["exit_code"], 2)
         self.assertEqual(exits[0]["signal"], "SIGTERM")
         self.assertIn("rank 1 exited with code 2", p.stderr)
+
+    def test_hung_worker_is_killed_and_the_job_restarts(self):
+        # Rank 1 beats once, then goes silent on attempt 0; on attempt 1 every rank is fine.
+        script = ('[ -n "$DLAUNCH_HEALTH_FD" ] || exit 9; echo beat >&$DLAUNCH_HEALTH_FD; '
+                  'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then '
+                  'exec sleep 60; fi; echo done $RANK')
+        t0 = time.monotonic()
+        p = self.dlaunch("--gpus-per-node", "2", "--max-restarts", "1", "--health-timeout", "1",
+                         "--stop-timeout", "1", "--events", self.events_path, "--", "sh", "-c",
+                         script, timeout=60, check_code=0)
+        self.assertLess(time.monotonic() - t0, 20)
+        self.assertIn("rank 1", p.stderr)
+        self.assertIn("is hung", p.stderr)
+        evs = self.events()
+        hung = [e for e in evs if e["event"] == "worker_hung"]
+        self.assertEqual([e["rank"] for e in hung], [1])
+        restart = [e for e in evs if e["event"] == "restart"][0]
+        self.assertEqual(restart["reason"]["rank"], 1)
+        self.assertTrue(restart["reason"]["hung"])
+        self.assertIn("[rank 1] done 1", p.stdout)
+
+    def test_silent_workers_are_left_alone(self):
+        # No beat at all: the watchdog never arms (a script that knows nothing of it).
+        self.dlaunch("--gpus-per-node", "2", "--health-timeout", "0.3", "--", "sleep", "1",
+                     timeout=30, check_code=0)
 
 
 if __name__ == "__main__":

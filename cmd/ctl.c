@@ -2,6 +2,7 @@
  * rendezvous) and kv (the job's key-value store, for shell workers). Each is one blocking
  * request; exit codes follow docs/exit-codes.md. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,15 +22,15 @@ typedef struct {
     int nargs;
 } ctl_opts_t;
 
-static int usage_error(const char *fmt, const char *a) __attribute__((format(printf, 1, 0)));
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-static int usage_error(const char *fmt, const char *a)
+static int usage_error(const char *fmt, ...)
 {
     char msg[512];
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-nonliteral"
-    snprintf(msg, sizeof(msg), fmt, a);
-#pragma GCC diagnostic pop
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
     fprintf(stderr, "dlaunch: %s\n", msg);
     return 2;
 }
@@ -299,12 +300,11 @@ static int kv(const ctl_opts_t *o)
         return usage_error("kv: '%s' is not get, set, add, wait, del or cas", op);
     int n = o->nargs - 1;
     if ((ops[which].nargs >= 0 && n != ops[which].nargs) || (ops[which].nargs < 0 && n < 1))
-        return usage_error("kv %s: wrong number of arguments (see dlaunch --help)", op);
+        return usage_error("kv %s: wrong number of arguments (see docs/control.md)", op);
     if (endpoint == NULL || *endpoint == '\0')
-        return usage_error("kv: %s", "no store: run under dlaunch (DLAUNCH_STORE) or give "
-                                     "--endpoint");
+        return usage_error("kv: no store: run under dlaunch (DLAUNCH_STORE) or give --endpoint");
     if (run_id == NULL || *run_id == '\0')
-        return usage_error("kv: %s", "no run id: run under dlaunch (TORCHELASTIC_RUN_ID)");
+        return usage_error("kv: no run id: run under dlaunch (TORCHELASTIC_RUN_ID)");
 
     dl_rdzv_sync_t *c;
     int r = connect_as(endpoint, o->endpoint ? "--endpoint" : "DLAUNCH_STORE",

@@ -435,7 +435,9 @@ void dl_config_print_help(void *stream, const char *progname)
 
     fprintf(f,
             "Usage: %s [OPTIONS] JOB.yaml\n"
-            "       %s [OPTIONS] -- COMMAND [ARGS...]\n\n"
+            "       %s [OPTIONS] -- COMMAND [ARGS...]\n"
+            "       dlaunch status|stop|restart|events [--json] [--endpoint HOST:PORT] RUN_ID\n"
+            "       dlaunch kv get|set|add|wait|del|cas KEY [VALUE...]   (inside a worker)\n\n"
             "Starts one worker per GPU slot with torchrun's environment, restarts the job\n"
             "when a worker fails, and keeps every rank's output.\n\n"
             "Options (each also settable as a YAML key with '_' for '-', or DLAUNCH_<NAME>;\n"

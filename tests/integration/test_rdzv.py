@@ -198,15 +198,17 @@ class Rendezvous(dltest.Case):
         for n in "ab":
             self.assertTrue(any(e["event"] == "worker_start" and e["attempt"] == 1
                                 for e in self.evs(n)), self.log(n))
-        follower = subprocess.Popen([dltest.DLAUNCH, "events", "--endpoint", self.endpoint, "job"],
-                                    stdout=subprocess.PIPE, text=True)
+        # A long timeout: sanitizer builds on a loaded machine are slow to connect.
+        follower = subprocess.Popen([dltest.DLAUNCH, "events", "--timeout", "60", "--endpoint",
+                                     self.endpoint, "job"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(follower)
         self.dlaunch("stop", "--endpoint", self.endpoint, "job", check_code=0)
         self.assertEqual(self.wait_all(procs, timeout=30), [0, 0], self.log("a") + self.log("b"))
         self.assertIn("stopped", self.log("a"))
         # The followed stream replays the job's story and ends with it.
-        out, _ = follower.communicate(timeout=30)
-        self.assertEqual(follower.returncode, 0)
+        out, err = follower.communicate(timeout=30)
+        self.assertEqual(follower.returncode, 0, err)
         evs = [json.loads(l) for l in out.splitlines()]
         rounds = [e for e in evs if e["event"] == "rendezvous"]
         self.assertEqual([(e["round"], e["world_size"]) for e in rounds], [(0, 4), (1, 4)])

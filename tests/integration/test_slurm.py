@@ -127,6 +127,44 @@ exec {dltest.DLAUNCH} --nodes 2 --gpus-per-node 2 --log-dir {logs} {job}
         out = self.read("long.txt")
         self.assertIn("stopping the workers", out)
 
+    @unittest.skipUnless(trainer_distributed(), "the trainer runs on one worker only here")
+    def test_requeue_resumes_from_the_checkpoint(self):
+        ckpt = os.path.join(self.dir, "ckpt")
+        job = self.write("requeue.yaml", f"""gpus_per_node: 1
+train:
+  steps: 3000
+  layers: [784, 32, 10]
+  checkpoint_dir: {ckpt}
+  checkpoint_every: 20
+  summary_file: {self.dir}/summary.json
+""")
+        script = self.write("requeue.sbatch", f"""#!/bin/bash
+cd {self.dir}
+{dltest.DLAUNCH} --nodes 2 --gpus-per-node 1 --log-dir {self.dir}/logs {job}
+""")
+        p = subprocess.run(["sbatch", "-N2", "--requeue", "--parsable", "-o",
+                            os.path.join(self.dir, "requeue-%j.txt"), script],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        job_id = p.stdout.strip().split(";")[0]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not glob.glob(os.path.join(ckpt, "*.ckpt")):
+            time.sleep(0.1)
+        self.assertTrue(glob.glob(os.path.join(ckpt, "*.ckpt")), os.listdir(self.dir))
+        subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=30)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            state = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True,
+                                   text=True).stdout
+            if "JobState=COMPLETED" in state or "JobState=FAILED" in state:
+                break
+            time.sleep(0.5)
+        self.assertIn("JobState=COMPLETED", state)
+        with open(os.path.join(self.dir, "summary.json")) as f:
+            summary = json.load(f)
+        self.assertGreater(summary["resumed_from"], 0)
+        self.assertEqual(summary["steps"], 3000)
+
 
 if __name__ == "__main__":
     dltest.main()

@@ -72,6 +72,12 @@ typedef struct {
     size_t tcp_small_bytes; /* DLAUNCH_COLL_TCP_SMALL */
     size_t shm_chunk_bytes; /* DLAUNCH_COLL_SHM_CHUNK: bytes per shared-memory round */
     size_t tcp_chunk_bytes; /* DLAUNCH_COLL_TCP_CHUNK: receive and reduce granularity */
+    /* DLAUNCH_COLL_SPIN_US: how long a wait polls before it sleeps, when the machine has a core
+     * for every rank (otherwise a wait spins 2 us and yields). Sleeping gives the core away, and
+     * getting it back on a busy machine costs far more than a small message; spinning costs CPU
+     * time that a thread computing beside an asynchronous all-reduce might want. 0: sleep at once.
+     */
+    int spin_us;
 } dl_coll_options_t;
 
 typedef struct dl_coll_group_s dl_coll_group_t;

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,7 @@
 
 #include "internal.h"
 
-#define BLOB_BYTES 40
+#define BLOB_BYTES 48
 
 const char *dl_coll_dtype_name(dl_coll_dtype_t d)
 {
@@ -95,7 +96,8 @@ static uint64_t get_be(const unsigned char *p, int bytes)
 }
 
 typedef struct {
-    uint64_t host_a, host_b;
+    uint64_t host_a, host_b; /* the host as far as sharing memory goes */
+    uint64_t machine;        /* the real machine, whatever the options say */
     int pid;
     dl__coll_addr_t addr;
 } blob_t;
@@ -117,6 +119,7 @@ static void blob_pack(const blob_t *b, unsigned char *p)
         put_be(p + 22, ntohs(s6->sin6_port), 2);
         memcpy(p + 24, &s6->sin6_addr, 16);
     }
+    put_be(p + 40, b->machine, 8);
 }
 
 static void blob_unpack(const unsigned char *p, blob_t *b)
@@ -139,26 +142,25 @@ static void blob_unpack(const unsigned char *p, blob_t *b)
         memcpy(&s6->sin6_addr, p + 24, 16);
         b->addr.len = sizeof(*s6);
     }
+    b->machine = get_be(p + 40, 8);
 }
 
 /* hostname + boot id tells hosts apart even when containers share a hostname; two boots of one
  * machine never meet in a job. */
-static void host_identity(const dl_coll_options_t *o, uint64_t *a, uint64_t *b)
+static void host_identity(const dl_coll_options_t *o, uint64_t *a, uint64_t *b, uint64_t *machine)
 {
-    char id[DL_COLL_HOST_ID_MAX + 128] = "";
-    if (o->host_id[0] != '\0') {
-        snprintf(id, sizeof(id), "id:%s", o->host_id);
-    } else {
-        char host[65] = "", boot[64] = "";
-        gethostname(host, sizeof(host) - 1);
-        int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            ssize_t n = read(fd, boot, sizeof(boot) - 1);
-            boot[n > 0 ? n : 0] = '\0';
-            close(fd);
-        }
-        snprintf(id, sizeof(id), "host:%s/%s", host, boot);
+    char id[DL_COLL_HOST_ID_MAX + 128] = "", host[65] = "", boot[64] = "";
+    gethostname(host, sizeof(host) - 1);
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, boot, sizeof(boot) - 1);
+        boot[n > 0 ? n : 0] = '\0';
+        close(fd);
     }
+    snprintf(id, sizeof(id), "host:%s/%s", host, boot);
+    *machine = dl__coll_hash64(id, strlen(id), 3);
+    if (o->host_id[0] != '\0')
+        snprintf(id, sizeof(id), "id:%s", o->host_id);
     /* Forced TCP: every rank is a host of its own. */
     if (o->transport == DL_COLL_TRANSPORT_TCP) {
         size_t l = strlen(id);
@@ -166,6 +168,15 @@ static void host_identity(const dl_coll_options_t *o, uint64_t *a, uint64_t *b)
     }
     *a = dl__coll_hash64(id, strlen(id), 1);
     *b = dl__coll_hash64(id, strlen(id), 2);
+}
+
+static int online_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        return CPU_COUNT(&set);
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c > 0 ? (int)c : 1;
 }
 
 /* Every rank says whether its last setup step worked; all fail together instead of some
@@ -232,6 +243,12 @@ static int build_topology(dl_coll_group_t *g, const blob_t *blobs, char *err, si
     g->host = g->host_of[g->rank];
     g->local_rank = g->local_of[g->rank];
     g->local_size = g->host_sizes[g->host];
+    /* With more ranks than cores on the machine, a spinning wait only keeps the rank it waits
+     * for off the core. */
+    int here = 0;
+    for (int r = 0; r < n; r++)
+        here += blobs[r].machine == blobs[g->rank].machine;
+    g->busy = here <= online_cpus();
     if (g->opts.transport == DL_COLL_TRANSPORT_SHM && g->nhosts > 1) {
         snprintf(err, errlen, "DLAUNCH_COLL_TRANSPORT=shm, but the %d ranks are on %d hosts", n,
                  g->nhosts);
@@ -286,7 +303,8 @@ static int setup_shm(dl_coll_group_t *g, dl__coll_boot_t *boot, const blob_t *bl
         pids[i] = blobs[members[i]].pid;
         ranks[i] = members[i];
     }
-    r = dl__coll_shm_open(map, chunk, g->local_rank, ln, pids, ranks, &g->opts, &g->err, &g->shm);
+    r = dl__coll_shm_open(map, chunk, g->local_rank, ln, pids, ranks, &g->opts, g->busy, &g->err,
+                          &g->shm);
     free(pids);
     free(ranks);
     return r;
@@ -303,7 +321,7 @@ static int setup_tcp(dl_coll_group_t *g, dl__coll_boot_t *boot, const blob_t *bl
         for (int h = 0; h < g->nhosts; h++)
             addrs[h] = blobs[g->host_leader[h]].addr;
         r = dl__coll_tcp_open(g->host, g->nhosts, addrs, g->host_leader, lfd, job_key, &g->opts,
-                              &g->err, &g->tcp);
+                              g->busy, &g->err, &g->tcp);
         free(addrs);
     }
     return agree(g, boot, r, "connecting TCP peers", err, errlen);
@@ -321,7 +339,7 @@ static int setup(dl_coll_group_t *g, dl__coll_boot_t *boot, char *err, size_t er
     int klen = snprintf(key, sizeof(key), "%s|%d|%d", o->run_id, o->world_size, o->master_port);
     uint64_t job_key = dl__coll_hash64(key, (size_t)klen, 7);
 
-    host_identity(o, &mine.host_a, &mine.host_b);
+    host_identity(o, &mine.host_a, &mine.host_b, &mine.machine);
     if (g->size > 1) {
         /* Listen on the interface that leads to rank 0: the one peers can reach us on. */
         dl__coll_addr_t master, local;

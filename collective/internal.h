@@ -101,10 +101,11 @@ typedef struct dl__coll_tcp_s dl__coll_tcp_t;
 int dl__coll_tcp_needs_link(int n, int a, int b);
 
 /* Connects this member (me of n) to the members it needs. addrs[i] is member i's listener,
- * lfd this member's own listener, ranks[i] member i's global rank (for messages). Takes a copy
- * of what it needs; lfd stays the caller's. */
+ * lfd this member's own listener, ranks[i] member i's global rank (for messages). busy: every
+ * rank on this machine has a core, so waits may spin. Takes a copy of what it needs; lfd stays
+ * the caller's. */
 int dl__coll_tcp_open(int me, int n, const dl__coll_addr_t *addrs, const int *ranks, int lfd,
-                      uint64_t job_key, const dl_coll_options_t *o, dl__coll_err_t *err,
+                      uint64_t job_key, const dl_coll_options_t *o, int busy, dl__coll_err_t *err,
                       dl__coll_tcp_t **ret_tcp);
 void dl__coll_tcp_close(dl__coll_tcp_t *t);
 /* Shuts every connection down so that peers blocked on this rank fail at once. */
@@ -134,9 +135,10 @@ int dl__coll_shm_create(const char *name, int n, size_t chunk, void **ret_map, d
 int dl__coll_shm_attach(const char *name, int n, size_t chunk, void **ret_map, dl__coll_err_t *err);
 
 /* Wraps a mapped segment for member me of n; pids[i] is member i's process, ranks[i] its global
- * rank. Takes ownership of map. */
+ * rank; busy as for TCP. Takes ownership of map. */
 int dl__coll_shm_open(void *map, size_t chunk, int me, int n, const int *pids, const int *ranks,
-                      const dl_coll_options_t *o, dl__coll_err_t *err, dl__coll_shm_t **ret_shm);
+                      const dl_coll_options_t *o, int busy, dl__coll_err_t *err,
+                      dl__coll_shm_t **ret_shm);
 void dl__coll_shm_close(dl__coll_shm_t *s);
 /* Raises the segment's abort flag and wakes every waiter: the host's other ranks fail at once. */
 void dl__coll_shm_abort(dl__coll_shm_t *s);
@@ -159,6 +161,7 @@ struct dl_coll_group_s {
     int rank, size;
     /* Topology: hosts numbered by their lowest rank, members of a host by rank. */
     int nhosts, host, local_rank, local_size;
+    int busy;                /* no more ranks on this machine than cores: waits may spin */
     int *host_of, *local_of; /* per rank */
     int *host_leader;        /* per host: its lowest rank */
     int *host_sizes;         /* per host */

@@ -16,6 +16,7 @@ extern char **environ;
 #define DEFAULT_TCP_SMALL (256 << 10)
 #define DEFAULT_SHM_CHUNK (512 << 10)
 #define DEFAULT_TCP_CHUNK (1 << 20)
+#define DEFAULT_SPIN_US 1000
 #define MAX_CHUNK ((size_t)1 << 30)
 
 void dl_coll_options_init(dl_coll_options_t *o)
@@ -33,6 +34,7 @@ void dl_coll_options_init(dl_coll_options_t *o)
     o->tcp_small_bytes = DEFAULT_TCP_SMALL;
     o->shm_chunk_bytes = DEFAULT_SHM_CHUNK;
     o->tcp_chunk_bytes = DEFAULT_TCP_CHUNK;
+    o->spin_us = DEFAULT_SPIN_US;
 }
 
 const char *dl__coll_transport_str(dl_coll_transport_t t)
@@ -195,6 +197,9 @@ int dl_coll_options_from_env(dl_coll_options_t *opts, char **envp, char *err, si
     else if ((v = env_get(envp, "DLAUNCH_COLL_TCP_CHUNK")) != NULL &&
              parse_bytes(v, 4096, MAX_CHUNK, &o.tcp_chunk_bytes) < 0)
         bad = "DLAUNCH_COLL_TCP_CHUNK", why = "a byte count from 4K to 1G";
+    else if ((v = env_get(envp, "DLAUNCH_COLL_SPIN_US")) != NULL &&
+             apply_int(v, 0, 10000000, &o.spin_us) < 0)
+        bad = "DLAUNCH_COLL_SPIN_US", why = "microseconds from 0 to 10000000";
 
     if (bad == NULL && (v = env_get(envp, "DLAUNCH_COLL_TRANSPORT")) != NULL) {
         if (strcmp(v, "auto") == 0 || *v == '\0')

@@ -562,17 +562,9 @@ int dl__coll_shm_attach(const char *name, int n, size_t chunk, void **ret_map, d
     return 0;
 }
 
-static int online_cpus(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0)
-        return CPU_COUNT(&set);
-    long c = sysconf(_SC_NPROCESSORS_ONLN);
-    return c > 0 ? (int)c : 1;
-}
-
 int dl__coll_shm_open(void *map, size_t chunk, int me, int n, const int *pids, const int *ranks,
-                      const dl_coll_options_t *o, dl__coll_err_t *err, dl__coll_shm_t **ret_shm)
+                      const dl_coll_options_t *o, int busy, dl__coll_err_t *err,
+                      dl__coll_shm_t **ret_shm)
 {
     dl__coll_shm_t *s = calloc(1, sizeof(*s));
     if (s == NULL) {
@@ -598,8 +590,8 @@ int dl__coll_shm_open(void *map, size_t chunk, int me, int n, const int *pids, c
     s->err = err;
     /* With more ranks than cores a spinning waiter only delays the rank it waits for; yield
      * the core instead. */
-    if (n <= online_cpus()) {
-        s->spin_ns = 50000;
+    if (busy) {
+        s->spin_ns = (int64_t)o->spin_us * 1000;
         s->yield_spins = 0;
     } else {
         s->spin_ns = 2000;

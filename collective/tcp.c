@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -41,6 +42,7 @@ struct dl__coll_tcp_s {
     int timeout_ms;
     size_t small, chunk;
     dl_coll_algo_t algo;
+    int64_t spin_ns; /* how long a wait polls before it sleeps */
     dl__coll_err_t *err;
     char *tmp; /* staging for received data; at least chunk bytes */
     size_t tmp_cap;
@@ -135,6 +137,27 @@ static int ensure(char **buf, size_t *cap, size_t need)
     return 0;
 }
 
+/* Polls until an event or deadline_ms. With a core of its own, a rank first polls without sleeping
+ * for a while: waking a sleeping (halted) CPU costs tens of microseconds in a VM, more than a
+ * small message's whole round trip. */
+static int wait_events(const dl__coll_tcp_t *t, struct pollfd *p, int np, int64_t deadline_ms)
+{
+    if (t->spin_ns > 0) {
+        struct timespec t0, now;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) {
+            int k = poll(p, (nfds_t)np, 0);
+            if (k != 0)
+                return k;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if ((now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) > t->spin_ns)
+                break;
+        }
+    }
+    int64_t left = deadline_ms - dl__coll_now_ms();
+    return poll(p, (nfds_t)np, left > 0 ? (int)left : 0);
+}
+
 /* ---- a two-way transfer with a no-progress timeout ----------------------------------------- */
 
 /* Sends slen bytes to member sp and receives rlen bytes from member rp at the same time (either
@@ -203,7 +226,7 @@ static int xfer(dl__coll_tcp_t *t, int sp, const char *sbuf, size_t slen, int rp
         if (left <= 0)
             return link_fail(t, ro < rlen ? rp : sp, ro < rlen ? "recv from" : "send to",
                              -ETIMEDOUT);
-        int k = poll(p, (nfds_t)np, (int)left);
+        int k = wait_events(t, p, np, deadline);
         if (k < 0 && errno != EINTR)
             return dl__coll_fail(t->err, -errno, "tcp poll: %s", strerror(errno));
         if (k <= 0)
@@ -364,7 +387,7 @@ static int ring_run(dl__coll_tcp_t *t, const ring_t *g)
         if (left <= 0)
             return link_fail(t, rt < steps ? prev : next, rt < steps ? "recv from" : "send to",
                              -ETIMEDOUT);
-        int k = poll(p, (nfds_t)np, (int)left);
+        int k = wait_events(t, p, np, deadline);
         if (k < 0 && errno != EINTR)
             return dl__coll_fail(t->err, -errno, "tcp poll: %s", strerror(errno));
         if (k <= 0)
@@ -588,7 +611,7 @@ static int connect_links(dl__coll_tcp_t *t, int lfd, uint64_t key, int64_t deadl
 }
 
 int dl__coll_tcp_open(int me, int n, const dl__coll_addr_t *addrs, const int *ranks, int lfd,
-                      uint64_t job_key, const dl_coll_options_t *o, dl__coll_err_t *err,
+                      uint64_t job_key, const dl_coll_options_t *o, int busy, dl__coll_err_t *err,
                       dl__coll_tcp_t **ret_tcp)
 {
     dl__coll_tcp_t *t = calloc(1, sizeof(*t));
@@ -602,6 +625,7 @@ int dl__coll_tcp_open(int me, int n, const dl__coll_addr_t *addrs, const int *ra
     t->small = o->tcp_small_bytes;
     t->chunk = o->tcp_chunk_bytes;
     t->algo = o->algo;
+    t->spin_ns = busy ? (int64_t)o->spin_us * 1000 : 0;
     t->fd = malloc(sizeof(int) * (size_t)n);
     t->ranks = malloc(sizeof(int) * (size_t)n);
     t->addrs = malloc(sizeof(*addrs) * (size_t)n);

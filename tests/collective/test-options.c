@@ -47,6 +47,7 @@ START_TEST(torchrun_variables_are_read)
                    "DLAUNCH_COLL_TCP_SMALL=1M",
                    "DLAUNCH_COLL_SHM_CHUNK=8192",
                    "DLAUNCH_COLL_TCP_CHUNK=64k",
+                   "DLAUNCH_COLL_SPIN_US=250",
                    NULL};
     ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
     ck_assert_int_eq(o.rank, 3);
@@ -64,6 +65,7 @@ START_TEST(torchrun_variables_are_read)
     ck_assert_uint_eq(o.tcp_small_bytes, 1 << 20);
     ck_assert_uint_eq(o.shm_chunk_bytes, 8192);
     ck_assert_uint_eq(o.tcp_chunk_bytes, 64 << 10);
+    ck_assert_int_eq(o.spin_us, 250);
 }
 END_TEST
 
@@ -87,6 +89,7 @@ static const struct {
     {"DLAUNCH_COLL_SHM_CHUNK=100"},
     {"DLAUNCH_COLL_SHM_CHUNK=4T"},
     {"DLAUNCH_COLL_TCP_SMALL=-1"},
+    {"DLAUNCH_COLL_SPIN_US=-5"},
 };
 
 START_TEST(bad_values_name_the_variable)

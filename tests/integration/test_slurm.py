@@ -132,10 +132,10 @@ exec {dltest.DLAUNCH} --nodes 2 --gpus-per-node 2 --log-dir {logs} {job}
         ckpt = os.path.join(self.dir, "ckpt")
         job = self.write("requeue.yaml", f"""gpus_per_node: 1
 train:
-  steps: 3000
+  steps: 20000
   layers: [784, 32, 10]
   checkpoint_dir: {ckpt}
-  checkpoint_every: 20
+  checkpoint_every: 200
   summary_file: {self.dir}/summary.json
 """)
         script = self.write("requeue.sbatch", f"""#!/bin/bash
@@ -148,9 +148,9 @@ cd {self.dir}
         self.assertEqual(p.returncode, 0, p.stderr)
         job_id = p.stdout.strip().split(";")[0]
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not glob.glob(os.path.join(ckpt, "*.ckpt")):
+        while time.monotonic() < deadline and not glob.glob(os.path.join(ckpt, "ckpt-*.dlck")):
             time.sleep(0.1)
-        self.assertTrue(glob.glob(os.path.join(ckpt, "*.ckpt")), os.listdir(self.dir))
+        self.assertTrue(glob.glob(os.path.join(ckpt, "ckpt-*.dlck")), os.listdir(self.dir))
         subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=30)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -163,7 +163,7 @@ cd {self.dir}
         with open(os.path.join(self.dir, "summary.json")) as f:
             summary = json.load(f)
         self.assertGreater(summary["resumed_from"], 0)
-        self.assertEqual(summary["steps"], 3000)
+        self.assertEqual(summary["steps"], 20000)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,375 @@
+/* bench/allreduce: our all-reduce against Open MPI's, in one run, as an nccl-tests-style table.
+ *
+ *   allreduce [--worlds 2,4] [--transports shm,tcp] [--min BYTES] [--max BYTES] [--step K]
+ *             [--budget BYTES] [--no-mpi] [--json] [--dlaunch PATH] [--mpi-worker PATH]
+ *
+ * For every world size and transport it runs `dlaunch --gpus-per-node N -- allreduce --worker`
+ * with DLAUNCH_COLL_TRANSPORT set, then `mpirun -n N allreduce-mpi` (its default shared-memory
+ * path for shm, `--mca btl tcp,self` for tcp), and prints one table per pair: bytes, time per
+ * call, algorithm bandwidth, bus bandwidth (algbw * 2(n-1)/n, what each link carries), and the
+ * ratio ours/MPI. Float32 sum, out of place; the time is the slowest rank's mean. --json prints
+ * one object per row instead. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "allreduce_common.h"
+#include "collective.h"
+
+#ifndef DL_BENCH_DLAUNCH
+#define DL_BENCH_DLAUNCH "dlaunch"
+#endif
+
+#define MAX_ROWS 256
+#define RUN_LIMIT_S 600
+
+/* ---- the worker: one rank of ours, under dlaunch --------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int worker(int argc, char **argv)
+{
+    bench_args_t a = {4096, 256 << 20, 4, 2e9, NULL, "dlaunch", "?"};
+    if (bench_parse(&a, argc, argv, 2) < 0) {
+        fprintf(stderr, "allreduce --worker: bad arguments\n");
+        return 2;
+    }
+    char err[512];
+    dl_coll_group_t *g = NULL;
+    int r = dl_coll_group_from_env(&g, err, sizeof(err));
+    if (r < 0) {
+        fprintf(stderr, "allreduce --worker: %s\n", err);
+        return 2;
+    }
+    int rank = dl_coll_rank(g), world = dl_coll_world_size(g);
+    float *src = malloc(a.max_bytes), *dst = malloc(a.max_bytes);
+    if (src == NULL || dst == NULL) {
+        fprintf(stderr, "allreduce --worker: out of memory\n");
+        return 2;
+    }
+    for (size_t i = 0; i < a.max_bytes / sizeof(float); i++)
+        src[i] = dst[i] = (float)(i % 1000) * 0.001f;
+    FILE *out = rank == 0 ? fopen(a.out, "a") : NULL;
+    for (size_t bytes = a.min_bytes; bytes <= a.max_bytes && r == 0; bytes *= (size_t)a.step) {
+        size_t count = bytes / sizeof(float);
+        int iters = bench_iters(&a, bytes);
+        for (int i = 0; i < 2 && r == 0; i++)
+            r = dl_coll_allreduce(g, src, dst, count, DL_COLL_FLOAT32, DL_COLL_SUM);
+        /* The best of a few batches: the slowest rank's mean per call in each. */
+        double best = 0;
+        for (int b = 0; b < BENCH_BATCHES && r == 0; b++) {
+            r = dl_coll_barrier(g);
+            double t0 = now_s();
+            for (int i = 0; i < iters && r == 0; i++)
+                r = dl_coll_allreduce(g, src, dst, count, DL_COLL_FLOAT32, DL_COLL_SUM);
+            double t = (now_s() - t0) / iters, tmax = 0;
+            if (r == 0)
+                r = dl_coll_allreduce(g, &t, &tmax, 1, DL_COLL_FLOAT64, DL_COLL_MAX);
+            if (b == 0 || tmax < best)
+                best = tmax;
+        }
+        double tmax = best;
+        if (r == 0 && out != NULL) {
+            bench_row(out, &a, world, bytes, tmax);
+            fflush(out);
+        }
+    }
+    if (r < 0)
+        fprintf(stderr, "allreduce --worker: rank %d: %s\n", rank, dl_coll_group_error(g));
+    if (out != NULL)
+        fclose(out);
+    free(src);
+    free(dst);
+    dl_coll_group_destroy(g);
+    return r < 0 ? 1 : 0;
+}
+
+/* ---- the driver ------------------------------------------------------------------------------ */
+
+typedef struct {
+    char impl[16], transport[16];
+    int world;
+    size_t bytes;
+    double time_us, busbw;
+} row_t;
+
+typedef struct {
+    char worlds[64], transports[64];
+    const char *dlaunch, *mpi_worker, *self;
+    char min[32], max[32], step[16], budget[32];
+    int mpi, json;
+    char dir[64];
+    row_t rows[MAX_ROWS];
+    int nrows;
+} driver_t;
+
+/* Runs argv with extra environment variables (NAME=value, NULL-terminated), output to log. */
+static int run(const driver_t *d, char *const argv[], const char *env1, const char *log)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -errno;
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        if (env1 != NULL)
+            putenv((char *)env1);
+        if (chdir(d->dir) < 0)
+            _exit(127);
+        alarm(RUN_LIMIT_S);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void load_rows(driver_t *d, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    row_t r;
+    while (d->nrows < MAX_ROWS && fscanf(f, "%15s %15s %d %zu %lf %lf", r.impl, r.transport,
+                                         &r.world, &r.bytes, &r.time_us, &r.busbw) == 6)
+        d->rows[d->nrows++] = r;
+    fclose(f);
+}
+
+static const row_t *find(const driver_t *d, const char *impl, const char *tr, int world,
+                         size_t bytes)
+{
+    for (int i = 0; i < d->nrows; i++) {
+        const row_t *r = &d->rows[i];
+        if (strcmp(r->impl, impl) == 0 && strcmp(r->transport, tr) == 0 && r->world == world &&
+            r->bytes == bytes)
+            return r;
+    }
+    return NULL;
+}
+
+static void bench_pair(driver_t *d, int world, const char *tr)
+{
+    char n[16], out[128], log[128], env[64];
+    snprintf(n, sizeof(n), "%d", world);
+    snprintf(out, sizeof(out), "%s/rows.txt", d->dir);
+    snprintf(log, sizeof(log), "%s/log.txt", d->dir);
+    snprintf(env, sizeof(env), "DLAUNCH_COLL_TRANSPORT=%s", tr);
+    char *ours[] = {(char *)d->dlaunch,
+                    "-q",
+                    "--log-dir",
+                    d->dir,
+                    "--gpus-per-node",
+                    n,
+                    "--",
+                    (char *)d->self,
+                    "--worker",
+                    "--out",
+                    out,
+                    "--impl",
+                    "dlaunch",
+                    "--transport",
+                    (char *)tr,
+                    "--min",
+                    d->min,
+                    "--max",
+                    d->max,
+                    "--step",
+                    d->step,
+                    "--budget",
+                    d->budget,
+                    NULL};
+    int rc = run(d, ours, env, log);
+    if (rc != 0)
+        fprintf(stderr, "allreduce: dlaunch, %s, world %d: exit %d (see %s)\n", tr, world, rc, log);
+    if (!d->mpi)
+        return;
+    int tcp = strcmp(tr, "tcp") == 0;
+    char *mpi[32];
+    int k = 0;
+    mpi[k++] = "mpirun";
+    mpi[k++] = "--allow-run-as-root";
+    mpi[k++] = "--oversubscribe";
+    mpi[k++] = "-n";
+    mpi[k++] = n;
+    if (tcp) {
+        mpi[k++] = "--mca";
+        mpi[k++] = "btl";
+        mpi[k++] = "tcp,self";
+    }
+    char *rest[] = {(char *)d->mpi_worker,
+                    "--out",
+                    out,
+                    "--impl",
+                    "mpi",
+                    "--transport",
+                    (char *)tr,
+                    "--min",
+                    d->min,
+                    "--max",
+                    d->max,
+                    "--step",
+                    d->step,
+                    "--budget",
+                    d->budget,
+                    NULL};
+    for (int i = 0; rest[i] != NULL; i++)
+        mpi[k++] = rest[i];
+    mpi[k] = NULL;
+    rc = run(d, mpi, NULL, log);
+    if (rc != 0)
+        fprintf(stderr, "allreduce: mpirun, %s, world %d: exit %d (see %s)\n", tr, world, rc, log);
+}
+
+static void print_table(const driver_t *d, int world, const char *tr)
+{
+    printf("\n# all-reduce, float32 sum, out of place: %s, world %d\n", tr, world);
+    printf("%12s %12s %10s %10s %12s %10s %8s %8s\n", "bytes", "time_us", "algbw_GB/s",
+           "busbw_GB/s", "mpi_time_us", "mpi_busbw", "time", "busbw");
+    printf("%12s %12s %10s %10s %12s %10s %8s %8s\n", "", "", "", "", "", "", "ours/mpi",
+           "ours/mpi");
+    for (int i = 0; i < d->nrows; i++) {
+        const row_t *o = &d->rows[i];
+        if (strcmp(o->impl, "dlaunch") != 0 || strcmp(o->transport, tr) != 0 || o->world != world)
+            continue;
+        const row_t *m = find(d, "mpi", tr, world, o->bytes);
+        double algbw = (double)o->bytes / o->time_us / 1e3;
+        printf("%12zu %12.2f %10.3f %10.3f", o->bytes, o->time_us, algbw, o->busbw);
+        if (m != NULL)
+            printf(" %12.2f %10.3f %8.2f %8.2f\n", m->time_us, m->busbw, o->time_us / m->time_us,
+                   o->busbw / m->busbw);
+        else
+            printf(" %12s %10s %8s %8s\n", "-", "-", "-", "-");
+    }
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path) < 0 ? 0 : 0;
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: allreduce [--worlds 2,4] [--transports shm,tcp] [--min BYTES] "
+                    "[--max BYTES] [--step K] [--budget BYTES] [--no-mpi] [--json] "
+                    "[--dlaunch PATH] [--mpi-worker PATH]\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--worker") == 0)
+        return worker(argc, argv);
+    static driver_t d = {.worlds = "2,4",
+                         .transports = "shm,tcp",
+                         .min = "4096",
+                         .max = "268435456",
+                         .step = "4",
+                         .budget = "2e9",
+                         .mpi = 1};
+    static char self[PATH_MAX], mpi_worker[PATH_MAX + 32];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return 2;
+    self[n] = '\0';
+    d.self = self;
+    char dirbuf[PATH_MAX];
+    snprintf(dirbuf, sizeof(dirbuf), "%s", self);
+    snprintf(mpi_worker, sizeof(mpi_worker), "%s/allreduce-mpi", dirname(dirbuf));
+    d.mpi_worker = mpi_worker;
+    d.dlaunch = getenv("DLAUNCH") != NULL ? getenv("DLAUNCH") : DL_BENCH_DLAUNCH;
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(k, "--no-mpi") == 0) {
+            d.mpi = 0;
+            continue;
+        }
+        if (strcmp(k, "--json") == 0) {
+            d.json = 1;
+            continue;
+        }
+        if (v == NULL)
+            return usage();
+        i++;
+        if (strcmp(k, "--worlds") == 0)
+            snprintf(d.worlds, sizeof(d.worlds), "%s", v);
+        else if (strcmp(k, "--transports") == 0)
+            snprintf(d.transports, sizeof(d.transports), "%s", v);
+        else if (strcmp(k, "--min") == 0)
+            snprintf(d.min, sizeof(d.min), "%s", v);
+        else if (strcmp(k, "--max") == 0)
+            snprintf(d.max, sizeof(d.max), "%s", v);
+        else if (strcmp(k, "--step") == 0)
+            snprintf(d.step, sizeof(d.step), "%s", v);
+        else if (strcmp(k, "--budget") == 0)
+            snprintf(d.budget, sizeof(d.budget), "%s", v);
+        else if (strcmp(k, "--dlaunch") == 0)
+            d.dlaunch = v;
+        else if (strcmp(k, "--mpi-worker") == 0)
+            d.mpi_worker = v;
+        else
+            return usage();
+    }
+    if (d.mpi && access(d.mpi_worker, X_OK) != 0) {
+        fprintf(stderr, "allreduce: no MPI worker at %s; comparing nothing (--no-mpi)\n",
+                d.mpi_worker);
+        d.mpi = 0;
+    }
+    snprintf(d.dir, sizeof(d.dir), "/tmp/dl-bench-XXXXXX");
+    if (mkdtemp(d.dir) == NULL)
+        return 2;
+    char rows[128];
+    snprintf(rows, sizeof(rows), "%s/rows.txt", d.dir);
+    /* The pairs: every world with every transport. */
+    char wl[64], tl[64];
+    snprintf(wl, sizeof(wl), "%s", d.worlds);
+    for (char *ws = strtok(wl, ","); ws != NULL; ws = strtok(NULL, ",")) {
+        char *end;
+        long w = strtol(ws, &end, 10);
+        if (*end != '\0' || w < 2 || w > 64)
+            return usage();
+        snprintf(tl, sizeof(tl), "%s", d.transports);
+        for (char *save = NULL, *t = strtok_r(tl, ",", &save); t != NULL;
+             t = strtok_r(NULL, ",", &save))
+            bench_pair(&d, (int)w, t);
+    }
+    load_rows(&d, rows);
+    for (int i = 0; d.json && i < d.nrows; i++) {
+        const row_t *r = &d.rows[i];
+        printf("{\"impl\":\"%s\",\"transport\":\"%s\",\"world\":%d,\"bytes\":%zu,"
+               "\"time_us\":%.3f,\"busbw_gbs\":%.4f}\n",
+               r->impl, r->transport, r->world, r->bytes, r->time_us, r->busbw);
+    }
+    if (!d.json) {
+        snprintf(wl, sizeof(wl), "%s", d.worlds);
+        for (char *ws = strtok(wl, ","); ws != NULL; ws = strtok(NULL, ",")) {
+            snprintf(tl, sizeof(tl), "%s", d.transports);
+            for (char *save = NULL, *t = strtok_r(tl, ",", &save); t != NULL;
+                 t = strtok_r(NULL, ",", &save))
+                print_table(&d, (int)strtol(ws, NULL, 10), t);
+        }
+    }
+    nftw(d.dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return d.nrows > 0 ? 0 : 1;
+}

@@ -350,12 +350,16 @@ static int maybe_host(dl_agent_t *a, rdzv_t *z)
             dl__agent_log(a, "hosting the rendezvous on %s:%d", ip, z->port);
         return 0;
     }
-    /* Someone else serves it, or it is not our address: join as a client. */
-    if (a->spec->node_rank == 0 || (r != UV_EADDRINUSE && r != UV_EADDRNOTAVAIL)) {
-        fprintf(stderr, "dlaunch: cannot host the rendezvous: %s\n", err);
-        return 2;
+    /* Someone else serves it already (dlaunchd, or an agent that bound it first), or it is not
+     * our address: join as a client. */
+    if (r == UV_EADDRINUSE || (r == UV_EADDRNOTAVAIL && a->spec->node_rank != 0)) {
+        if (a->spec->node_rank == 0)
+            dl__agent_log(a, "%s:%d is already served: joining it as node rank 0", z->host,
+                          z->port);
+        return 0;
     }
-    return 0;
+    fprintf(stderr, "dlaunch: cannot host the rendezvous: %s\n", err);
+    return 2;
 }
 
 int dl__rdzv_start(dl_agent_t *a)

@@ -128,7 +128,17 @@ class Rendezvous(dltest.Case):
         script = f'while [ ! -e {stop} ]; do sleep 0.05; done'
         common = ["--nodes", "1:3", "--last-call", "0.5", "--dead-after", "1", "--max-restarts",
                   "5", "--stop-timeout", "2", "--", "sh", "-c", script]
-        procs = [self.agent(*common[2:], name=n, nodes="1:3", slots="1") for n in "abc"]
+        # Agent a hosts the rendezvous (node rank 0); c, the one stopped, must not, or stopping
+        # it would stop the rendezvous too.
+        procs = [self.agent("--node-rank", "0", *common[2:], name="a", nodes="1:3", slots="1")]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.02)
+        procs += [self.agent(*common[2:], name=n, nodes="1:3", slots="1") for n in "bc"]
 
         def rounds(name):
             return [e for e in self.evs(name) if e["event"] == "rendezvous"]
@@ -137,8 +147,8 @@ class Rendezvous(dltest.Case):
         while time.monotonic() < deadline and not all(
                 rounds(n) and rounds(n)[-1]["world_size"] == 3 for n in "abc"):
             time.sleep(0.05)
-        self.assertTrue(all(rounds(n)[-1]["world_size"] == 3 for n in "abc"),
-                        [rounds(n) for n in "abc"])
+        self.assertTrue(all(rounds(n) and rounds(n)[-1]["world_size"] == 3 for n in "abc"),
+                        self.log("a") + self.log("b") + self.log("c"))
         victim = procs[2]
         victim.send_signal(signal.SIGSTOP)
         t0 = time.monotonic()

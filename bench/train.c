@@ -112,7 +112,8 @@ static double ours_rate(FILE *f, int warmup, int global_batch, row_t *row)
         if (strstr(line, "(overlap on)") != NULL)
             snprintf(row->detail, sizeof(row->detail), "overlap on");
         if (strstr(line, "(overlap off)") != NULL)
-            snprintf(row->detail, sizeof(row->detail), "overlap off");
+            snprintf(row->detail, sizeof(row->detail), "overlap off%s",
+                     strstr(line, "each rank updating") != NULL ? ", sharded update" : "");
         const char *s = strstr(line, " step ");
         const char *r = strstr(line, " samples/s ");
         if (s == NULL || r == NULL || strstr(line, "[train rank=0] epoch ") == NULL)
@@ -322,9 +323,12 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
                 continue;
             }
             printf("{\"impl\": \"%s\", \"workers\": %d, \"samples_per_s\": %.0f, "
-                   "\"best_samples_per_s\": %.0f, \"runs\": %d, \"blas_kernels\": \"%s\", "
-                   "\"detail\": \"%s\"}\n",
-                   r->impl, r->workers, median(r), best(r), r->n, r->kernels, r->detail);
+                   "\"best_samples_per_s\": %.0f, \"blas_kernels\": \"%s\", \"detail\": \"%s\", "
+                   "\"runs\": [",
+                   r->impl, r->workers, median(r), best(r), r->kernels, r->detail);
+            for (int j = 0; j < r->n; j++)
+                printf("%s%.0f", j ? ", " : "", r->sps[j]);
+            printf("]}\n");
         }
         return;
     }

@@ -9,9 +9,11 @@
 typedef struct dl_train_coll_s dl_train_coll_t;
 
 /* Builds the process group from the launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...)
- * and fills comm's hooks. Returns 0 with *ret (owned; dl_train_coll_close) or -errno with one
- * line in err. */
-int dl_train_coll_open(dl_train_comm_t *comm, dl_train_coll_t **ret, char *err, size_t errlen);
+ * and fills comm's hooks. grad_bytes, the size of one step's gradient sum, sizes the
+ * shared-memory rounds unless DLAUNCH_COLL_SHM_CHUNK does. Returns 0 with *ret (owned;
+ * dl_train_coll_close) or -errno with one line in err. */
+int dl_train_coll_open(dl_train_comm_t *comm, size_t grad_bytes, dl_train_coll_t **ret, char *err,
+                       size_t errlen);
 
 /* "shm", "tcp", "shm+tcp": what the gradients travel over. */
 const char *dl_train_coll_describe(const dl_train_coll_t *c);

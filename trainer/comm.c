@@ -5,6 +5,10 @@
  * gradients travels while the first layers' are still being computed. Buckets are cut by bytes,
  * not by layer: the buffer is contiguous, so a bucket may span a layer boundary or split a large
  * weight, and every rank cuts the same buckets from the same shape.
+ *
+ * Without overlap the whole buffer is one bucket, summed after backward by one blocking call:
+ * when the workers fill every core, a communication thread only takes turns with backward on
+ * the same cores, and each hand-off to it costs a context switch.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -19,6 +23,11 @@ void dl_train_comm_init_local(dl_train_comm_t *c)
     c->allreduce_start = NULL;
     c->allreduce_wait_all = NULL;
     c->broadcast = NULL;
+    c->allreduce = NULL;
+    c->reduce_scatter = NULL;
+    c->allgather = NULL;
+    c->overlap_pays = false;
+    c->error = NULL;
 }
 
 int dl_train_buckets_plan(size_t n, size_t bucket_bytes, size_t **ret_ends, size_t *ret_count)
@@ -41,12 +50,13 @@ int dl_train_buckets_plan(size_t n, size_t bucket_bytes, size_t **ret_ends, size
 }
 
 int dl__train_reducer_init(dl__train_reducer_t *r, const dl_train_comm_t *comm, float *grads,
-                           size_t n, size_t bucket_bytes)
+                           size_t n, size_t bucket_bytes, bool overlap)
 {
     r->comm = comm;
     r->grads = grads;
     r->next = 0;
-    return dl_train_buckets_plan(n, bucket_bytes, &r->ends, &r->count);
+    r->overlap = overlap;
+    return dl_train_buckets_plan(n, overlap ? bucket_bytes : 0, &r->ends, &r->count);
 }
 
 void dl__train_reducer_free(dl__train_reducer_t *r)
@@ -57,9 +67,9 @@ void dl__train_reducer_free(dl__train_reducer_t *r)
     r->ends = NULL;
 }
 
-int dl__train_reducer_ready(void *ud, size_t ready)
+/* Starts every bucket that lies inside the first `ready` floats and has not started yet. */
+static int start_ready(dl__train_reducer_t *r, size_t ready)
 {
-    dl__train_reducer_t *r = ud;
     const dl_train_comm_t *c = r->comm;
 
     while (r->next < r->count && r->ends[r->next] <= ready) {
@@ -75,11 +85,20 @@ int dl__train_reducer_ready(void *ud, size_t ready)
     return 0;
 }
 
+int dl__train_reducer_ready(void *ud, size_t ready)
+{
+    dl__train_reducer_t *r = ud;
+    return r->overlap ? start_ready(r, ready) : 0;
+}
+
 int dl__train_reducer_finish(dl__train_reducer_t *r)
 {
     const dl_train_comm_t *c = r->comm;
-    int rc = dl__train_reducer_ready(r, r->ends[r->count - 1]);
 
+    /* One blocking sum: no thread hand-off, and the backend picks its algorithm for the size. */
+    if (!r->overlap && c->allreduce != NULL)
+        return c->allreduce(c->ctx, r->grads, r->ends[0]);
+    int rc = start_ready(r, r->ends[r->count - 1]);
     r->next = 0;
     if (rc < 0)
         return rc;

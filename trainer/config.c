@@ -35,6 +35,7 @@ typedef struct {
 static const char *const act_names[] = {"relu", "tanh", "gelu", NULL};
 static const char *const sched_names[] = {"constant", "step", "cosine", NULL};
 static const char *const scaling_names[] = {"none", "linear", NULL};
+static const char *const overlap_names[] = {"auto", "on", "off", NULL};
 
 #define OFF(field) offsetof(dl_train_config_t, field)
 
@@ -72,6 +73,9 @@ static const option_t options[] = {
      "seed of the initial weights and of the data order"},
     {"bucket_bytes", T_SIZE, OFF(bucket_bytes), "262144", 0, 1 << 30, NULL,
      "gradient all-reduce bucket size in bytes (0: one bucket)"},
+    {"overlap", T_ENUM, OFF(overlap), "auto", 0, 0, overlap_names,
+     "sum gradient buckets during backward: on, off, or auto (on when the host has more CPUs "
+     "than workers)"},
     {"checkpoint_dir", T_STR, OFF(checkpoint_dir), NULL, 0, 0, NULL,
      "where rank 0 writes checkpoints (empty: none)"},
     {"checkpoint_every", T_U64, OFF(checkpoint_every), "0", 0, 1e15, NULL,
@@ -88,6 +92,11 @@ static const option_t options[] = {
      "JSON summary written by rank 0 at the end (empty: none)"},
     {"blas_threads", T_INT, OFF(blas_threads), "1", 0, 1024, NULL,
      "OpenBLAS threads a worker (0: leave OpenBLAS's own choice)"},
+    {"fail_at_step", T_U64, OFF(fail_at_step), "0", 0, 1e15, NULL,
+     "testing restarts: rank fail_rank kills itself after this many steps, first attempt only "
+     "(0: never)"},
+    {"fail_rank", T_INT, OFF(fail_rank), "0", 0, 1 << 20, NULL,
+     "testing restarts: the rank that fail_at_step kills"},
 };
 
 #define N_OPTIONS (sizeof(options) / sizeof(options[0]))

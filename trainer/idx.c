@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "internal.h"
@@ -169,25 +171,30 @@ fail:
     return r;
 }
 
-/* Finds "<dir>/<name>.gz", else "<dir>/<name>"; the gzip name when neither exists, so the error
- * names the file a user most likely expected. */
-static void data_path(char *buf, size_t len, const char *dir, const char *name)
+/* Finds "<dir>/<name>.gz", else "<dir>/<name>". When neither is there, the error says which
+ * folder and which names were looked for, since that is what the user has to fix. */
+static int data_path(char *buf, size_t len, const char *dir, const char *name, char *err,
+                     size_t errlen)
 {
-    FILE *probe;
+    struct stat st;
 
     snprintf(buf, len, "%s/%s.gz", dir, name);
-    probe = fopen(buf, "rb");
-    if (probe != NULL) {
-        fclose(probe);
-        return;
-    }
+    if (access(buf, F_OK) == 0)
+        return 0;
     snprintf(buf, len, "%s/%s", dir, name);
-    probe = fopen(buf, "rb");
-    if (probe != NULL) {
-        fclose(probe);
-        return;
+    if (access(buf, F_OK) == 0)
+        return 0;
+    if (stat(dir, &st) < 0) {
+        int e = errno;
+        return dl__train_err(-e, err, errlen, "dataset_dir %s: %s (looking for %s.gz)%s", dir,
+                             strerror(e), name,
+                             strcmp(dir, DL_TRAIN_DEFAULT_DATASET) == 0
+                                 ? "; install dataset-fashion-mnist or set dataset_dir"
+                                 : "");
     }
-    snprintf(buf, len, "%s/%s.gz", dir, name);
+    if (!S_ISDIR(st.st_mode))
+        return dl__train_err(-ENOTDIR, err, errlen, "dataset_dir %s: not a folder", dir);
+    return dl__train_err(-ENOENT, err, errlen, "%s/%s.gz: no such file (nor %s)", dir, name, name);
 }
 
 int dl_train_dataset_load(dl_train_dataset_t *ds, const char *dir, const char *prefix, char *err,
@@ -199,9 +206,13 @@ int dl_train_dataset_load(dl_train_dataset_t *ds, const char *dir, const char *p
     int r;
 
     snprintf(name, sizeof(name), "%s-images-idx3-ubyte", prefix);
-    data_path(ipath, sizeof(ipath), dir, name);
+    r = data_path(ipath, sizeof(ipath), dir, name, err, errlen);
+    if (r < 0)
+        return r;
     snprintf(name, sizeof(name), "%s-labels-idx1-ubyte", prefix);
-    data_path(lpath, sizeof(lpath), dir, name);
+    r = data_path(lpath, sizeof(lpath), dir, name, err, errlen);
+    if (r < 0)
+        return r;
 
     r = dl_train_idx_read(ipath, 3, &pixels, idims, err, errlen);
     if (r < 0)

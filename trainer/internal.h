@@ -3,6 +3,7 @@
 #define DL_TRAINER_INTERNAL_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,13 +45,16 @@ typedef struct dl__train_reducer_s {
     float *grads;
     size_t *ends; /* bucket i is [ends[i - 1], ends[i]) */
     size_t count;
-    size_t next; /* first bucket not started in this step */
+    size_t next;  /* first bucket not started in this step */
+    bool overlap; /* false: one sum of the whole buffer in finish() */
 } dl__train_reducer_t;
 
+/* With overlap, buckets of bucket_bytes are started as backward finishes them; without, the
+ * whole buffer is summed in one piece once backward is done. */
 int dl__train_reducer_init(dl__train_reducer_t *r, const dl_train_comm_t *comm, float *grads,
-                           size_t n, size_t bucket_bytes);
+                           size_t n, size_t bucket_bytes, bool overlap);
 void dl__train_reducer_free(dl__train_reducer_t *r);
-/* A dl_train_grad_ready_cb: starts every bucket inside the ready prefix. */
+/* A dl_train_grad_ready_cb: starts every bucket inside the ready prefix (with overlap). */
 int dl__train_reducer_ready(void *ud, size_t ready);
 /* Starts what is left, waits for all buckets and rearms for the next step. */
 int dl__train_reducer_finish(dl__train_reducer_t *r);

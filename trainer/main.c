@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,11 @@
 
 static volatile sig_atomic_t stop_signal;
 
+typedef struct {
+    long rank;
+    uint64_t fail_at_step; /* 0: never */
+} prog_t;
+
 static void on_signal(int sig)
 {
     stop_signal = sig;
@@ -25,8 +31,14 @@ static void on_signal(int sig)
 
 static int should_stop(void *ud, uint64_t step)
 {
-    (void)ud;
-    (void)step;
+    const prog_t *p = ud;
+
+    /* A crash on purpose, for restart tests: no stop vote, no checkpoint, no goodbye. */
+    if (p->fail_at_step > 0 && step == p->fail_at_step) {
+        printf("[train rank=%ld] fail_at_step: killing myself after step %llu\n", p->rank,
+               (unsigned long long)step);
+        raise(SIGKILL);
+    }
     return stop_signal != 0;
 }
 
@@ -34,6 +46,16 @@ static void log_line(void *ud, const char *line)
 {
     (void)ud;
     printf("[train rank=0] %s\n", line);
+}
+
+/* Every rank prints this line at each checkpoint and at the end: equal CRCs at the same step
+ * mean the replicas are bitwise equal. */
+static void crc_line(void *ud, uint64_t step, uint32_t crc, const char *path)
+{
+    const prog_t *p = ud;
+
+    printf("[train rank=%ld] step %llu params_crc32 %08x%s%s\n", p->rank, (unsigned long long)step,
+           crc, path != NULL ? " checkpoint " : "", path != NULL ? path : "");
 }
 
 static void usage(FILE *f, const char *prog)
@@ -127,7 +149,7 @@ int main(int argc, char **argv)
     dl_train_comm_t comm;
     dl_train_result_t res;
     char err[DL_TRAIN_ERRLEN];
-    long rank, world;
+    long rank, world, attempt;
     int fd = -1, r;
     dl_train_coll_t *coll = NULL;
 
@@ -158,10 +180,27 @@ int main(int argc, char **argv)
         }
     }
     if (env_int("RANK", 0, 1 << 20, 0, &rank) < 0 ||
-        env_int("WORLD_SIZE", 1, 1 << 20, 1, &world) < 0 || health_fd(&fd) < 0)
+        env_int("WORLD_SIZE", 1, 1 << 20, 1, &world) < 0 ||
+        env_int("TORCHELASTIC_RESTART_COUNT", 0, INT_MAX, 0, &attempt) < 0 || health_fd(&fd) < 0)
         goto fail;
+    if (rank >= world) {
+        fprintf(stderr, "dlaunch-train: RANK %ld is not below WORLD_SIZE %ld\n", rank, world);
+        goto fail;
+    }
+    if (cfg.fail_at_step > 0 && cfg.fail_rank >= world) {
+        fprintf(stderr, "dlaunch-train: fail_rank %d is not below WORLD_SIZE %ld\n", cfg.fail_rank,
+                world);
+        goto fail;
+    }
+    prog_t prog = {.rank = rank};
+    if (attempt == 0 && rank == cfg.fail_rank)
+        prog.fail_at_step = cfg.fail_at_step;
     dl_train_comm_init_local(&comm);
-    if (world > 1 && (r = dl_train_coll_open(&comm, &coll, err, sizeof(err))) < 0) {
+    size_t grad_floats = 1; /* and the stop vote */
+    for (size_t l = 0; l < cfg.n_layers; l++)
+        grad_floats += cfg.sizes[l + 1] * (cfg.sizes[l] + 1);
+    if (world > 1 &&
+        (r = dl_train_coll_open(&comm, grad_floats * sizeof(float), &coll, err, sizeof(err))) < 0) {
         fprintf(stderr, "[train rank=%ld] cannot join the process group: %s\n", rank, err);
         dl_train_config_free(&cfg);
         return 1;
@@ -173,7 +212,11 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    dl_train_hooks_t hooks = {.log = log_line, .should_stop = should_stop, .health_fd = fd};
+    dl_train_hooks_t hooks = {.ud = &prog,
+                              .log = log_line,
+                              .should_stop = should_stop,
+                              .params_crc = crc_line,
+                              .health_fd = fd};
     r = dl_train_run(&cfg, &comm, &hooks, &res, err, sizeof(err));
     dl_train_config_free(&cfg);
     dl_train_coll_close(coll);

@@ -31,6 +31,7 @@ struct dl_train_mlp_s {
     size_t b_off[DL_TRAIN_MAX_LAYERS];
     float *params;
     float *grads;
+    size_t cap; /* floats in params and in grads: n_params + 1, or more after dl_train_mlp_pad */
     /* out[l]: layer l's output [max_batch][sizes[l + 1]]; the last one holds logits and then
      * probabilities. pre[l]: layer l's input to the activation (kept for GELU only). */
     float *out[DL_TRAIN_MAX_LAYERS];
@@ -114,8 +115,9 @@ int dl_train_mlp_new(const size_t *sizes, size_t n_layers, dl_train_act_t act, s
     }
     slab += 2 * round16(max_batch * widest);
 
-    m->params = aligned_floats(m->n_params);
-    m->grads = aligned_floats(m->n_params + 1);
+    m->cap = m->n_params + 1;
+    m->params = aligned_floats(m->cap);
+    m->grads = aligned_floats(m->cap);
     m->slab = aligned_floats(slab);
     if (m->params == NULL || m->grads == NULL || m->slab == NULL) {
         dl_train_mlp_free(m);
@@ -132,7 +134,8 @@ int dl_train_mlp_new(const size_t *sizes, size_t n_layers, dl_train_act_t act, s
     }
     m->delta[0] = p;
     m->delta[1] = p + round16(max_batch * widest);
-    memset(m->grads, 0, (m->n_params + 1) * sizeof(float));
+    memset(m->grads, 0, m->cap * sizeof(float));
+    m->params[m->n_params] = 0.0f;
     init_params(m, seed);
     *ret_mlp = m;
     return 0;
@@ -161,6 +164,28 @@ float *dl_train_mlp_params(dl_train_mlp_t *m)
 float *dl_train_mlp_grads(dl_train_mlp_t *m)
 {
     return m->grads;
+}
+
+int dl_train_mlp_pad(dl_train_mlp_t *m, size_t floats)
+{
+    if (floats <= m->cap)
+        return 0;
+    float *p = aligned_floats(floats), *g = aligned_floats(floats);
+    if (p == NULL || g == NULL) {
+        free(p);
+        free(g);
+        return -ENOMEM;
+    }
+    memcpy(p, m->params, m->cap * sizeof(float));
+    memcpy(g, m->grads, m->cap * sizeof(float));
+    memset(p + m->cap, 0, (floats - m->cap) * sizeof(float));
+    memset(g + m->cap, 0, (floats - m->cap) * sizeof(float));
+    free(m->params);
+    free(m->grads);
+    m->params = p;
+    m->grads = g;
+    m->cap = floats;
+    return 0;
 }
 
 void dl_train_mlp_layer_offsets(const dl_train_mlp_t *m, size_t l, size_t *ret_w, size_t *ret_b)

@@ -51,6 +51,13 @@ typedef struct {
     uint64_t log_every;
     uint64_t resumed_from;
     int health_fd;
+    bool overlap; /* gradient buckets summed during backward */
+    /* Sharded update: this rank's block [shard_lo, shard_lo + shard_len) of the padded buffers
+     * (world x shard_len floats) gets its summed gradient in shard_grad and is updated here. */
+    bool sharded;
+    size_t shard_lo;
+    size_t shard_len;
+    float *shard_grad;
 
     double t_begin;
     double train_time;
@@ -72,6 +79,15 @@ static double now(void)
 static bool is_root(const run_t *r)
 {
     return r->comm->rank == 0;
+}
+
+/* The backend's own account of a failed hook when it has one (it names the peer), else errno. */
+static const char *comm_error(const run_t *r, int rc)
+{
+    const dl_train_comm_t *c = r->comm;
+    const char *why = c->error != NULL ? c->error(c->ctx) : NULL;
+
+    return why != NULL && why[0] != '\0' ? why : strerror(-rc);
 }
 
 static void say(const run_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -211,7 +227,23 @@ static int setup(run_t *r)
         return dl__train_err(rc, r->err, r->errlen, "model: %s", strerror(-rc));
     r->n_params = dl_train_mlp_num_params(r->mlp);
 
-    r->momentum = calloc(r->n_params, sizeof(float));
+    r->overlap = world > 1 && (cfg->overlap == DL_TRAIN_OVERLAP_ON ||
+                               (cfg->overlap == DL_TRAIN_OVERLAP_AUTO && r->comm->overlap_pays));
+    r->sharded = world > 1 && !r->overlap && r->comm->reduce_scatter != NULL &&
+                 r->comm->allgather != NULL;
+    size_t padded = r->n_params + 1; /* the stop vote rides in the spare float */
+    if (r->sharded) {
+        r->shard_len = (r->n_params + 1 + (size_t)world - 1) / (size_t)world;
+        r->shard_lo = r->shard_len * (size_t)r->comm->rank;
+        padded = r->shard_len * (size_t)world;
+        rc = dl_train_mlp_pad(r->mlp, padded);
+        r->shard_grad = malloc(r->shard_len * sizeof(float));
+        if (rc < 0 || r->shard_grad == NULL)
+            return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for the shards");
+    }
+
+    /* Padded too: checkpoints gather the momentum's shards into it. */
+    r->momentum = calloc(padded, sizeof(float));
     r->x = malloc(cap * cfg->sizes[0] * sizeof(float));
     r->y = malloc(cap);
     r->idx = malloc(cap * sizeof(uint32_t));
@@ -219,7 +251,7 @@ static int setup(run_t *r)
         return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for the batch buffers");
     /* n_params + 1: the spare float after the gradients carries the stop vote. */
     rc = dl__train_reducer_init(&r->reducer, r->comm, dl_train_mlp_grads(r->mlp), r->n_params + 1,
-                                cfg->bucket_bytes);
+                                cfg->bucket_bytes, r->overlap);
     if (rc < 0)
         return dl__train_err(rc, r->err, r->errlen, "buckets: %s", strerror(-rc));
 
@@ -307,7 +339,7 @@ static int restore(run_t *r)
             rc = c->broadcast(c->ctx, r->momentum, r->n_params * sizeof(float), 0);
         if (rc < 0)
             return dl__train_err(rc, r->err, r->errlen, "broadcast of the initial state: %s",
-                                 strerror(-rc));
+                                 comm_error(r, rc));
     }
     if (st.found) {
         r->step = st.step;
@@ -318,19 +350,51 @@ static int restore(run_t *r)
     return 0;
 }
 
+static uint32_t params_crc(run_t *r)
+{
+    return (uint32_t)crc32_z(0L, (const unsigned char *)dl_train_mlp_params(r->mlp),
+                             r->n_params * sizeof(float));
+}
+
+static void report_crc(run_t *r, const char *path)
+{
+    const dl_train_hooks_t *h = r->hooks;
+
+    if (h != NULL && h->params_crc != NULL)
+        h->params_crc(h->ud, r->step, params_crc(r), path);
+}
+
+/* Every rank comes here at the same steps; rank 0 writes, and all of them report their
+ * parameters' CRC so that an observer can check the replicas against the file. */
 static int checkpoint(run_t *r)
 {
     dl_train_ckpt_t ck;
     char path[4096];
     int rc;
 
-    if (!is_root(r) || r->cfg->checkpoint_dir == NULL)
+    if (r->cfg->checkpoint_dir == NULL)
         return 0;
-    fill_ckpt(r, &ck);
-    rc = dl_train_ckpt_save(r->cfg->checkpoint_dir, &ck, path, sizeof(path), r->err, r->errlen);
-    if (rc < 0)
-        return rc;
-    return dl_train_ckpt_prune(r->cfg->checkpoint_dir, r->cfg->keep_checkpoints, r->err, r->errlen);
+    /* Each rank kept only its block of the momentum up to date. */
+    if (r->sharded) {
+        const dl_train_comm_t *c = r->comm;
+        rc = c->allgather(c->ctx, r->momentum, r->shard_len);
+        if (rc < 0)
+            return dl__train_err(rc, r->err, r->errlen,
+                                 "step %llu: gathering the momentum for a checkpoint: %s",
+                                 (unsigned long long)r->step, comm_error(r, rc));
+    }
+    if (is_root(r)) {
+        fill_ckpt(r, &ck);
+        rc = dl_train_ckpt_save(r->cfg->checkpoint_dir, &ck, path, sizeof(path), r->err,
+                                r->errlen);
+        if (rc == 0)
+            rc = dl_train_ckpt_prune(r->cfg->checkpoint_dir, r->cfg->keep_checkpoints, r->err,
+                                     r->errlen);
+        if (rc < 0)
+            return rc;
+    }
+    report_crc(r, is_root(r) ? path : NULL);
+    return 0;
 }
 
 static void evaluate(run_t *r, double *ret_loss, double *ret_acc)
@@ -381,12 +445,35 @@ static void progress(run_t *r, uint64_t epoch)
     r->win_samples = 0.0;
 }
 
+/* The sharded step: this rank's block of the summed gradient, its block of the update, then
+ * every rank's block to every rank. The stop vote's sum lands in the block that holds index
+ * n_params; the parameters' spare float at that index carries it to the others. */
+static int sharded_update(run_t *r, float lr, float *ret_vote)
+{
+    const dl_train_comm_t *c = r->comm;
+    float *p = dl_train_mlp_params(r->mlp);
+    size_t n = r->n_params, lo = r->shard_lo, len = r->shard_len;
+    size_t mine = lo >= n ? 0 : lo + len > n ? n - lo : len;
+
+    int rc = c->reduce_scatter(c->ctx, dl_train_mlp_grads(r->mlp), r->shard_grad, len);
+    if (rc < 0)
+        return rc;
+    dl_train_sgd_step(p + lo, r->momentum + lo, r->shard_grad, mine, lr, (float)r->cfg->momentum,
+                      (float)r->cfg->weight_decay);
+    if (n >= lo && n < lo + len)
+        p[n] = r->shard_grad[n - lo];
+    rc = c->allgather(c->ctx, p, len);
+    *ret_vote = p[n];
+    return rc;
+}
+
 /* One optimizer step on the next batch; *ret_epoch_done when it used up the epoch. */
 static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done)
 {
     const dl_train_config_t *cfg = r->cfg;
     const int world = r->comm->world_size;
     float *grads = dl_train_mlp_grads(r->mlp);
+    float lr = (float)dl_train_lr_at(&r->sched, r->step), vote = 0.0f;
     double t0 = now(), loss;
 
     size_t k = dl_train_sampler_next(&r->sampler, cfg->batch_size, r->idx);
@@ -394,16 +481,21 @@ static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done)
 
     grads[r->n_params] = stop_vote ? 1.0f : 0.0f;
     int rc = dl_train_mlp_train_step(r->mlp, r->x, r->y, k, 1.0f / (float)(k * (size_t)world),
-                                     world > 1 ? cfg->bucket_bytes : 0, dl__train_reducer_ready,
-                                     &r->reducer, &loss);
-    if (rc == 0)
+                                     r->overlap ? cfg->bucket_bytes : 0,
+                                     r->overlap ? dl__train_reducer_ready : NULL, &r->reducer,
+                                     &loss);
+    if (rc == 0 && r->sharded) {
+        rc = sharded_update(r, lr, &vote);
+    } else if (rc == 0) {
         rc = dl__train_reducer_finish(&r->reducer);
+        if (rc == 0)
+            dl_train_sgd_step(dl_train_mlp_params(r->mlp), r->momentum, grads, r->n_params, lr,
+                              (float)cfg->momentum, (float)cfg->weight_decay);
+        vote = grads[r->n_params];
+    }
     if (rc < 0)
-        return dl__train_err(rc, r->err, r->errlen, "step %llu: gradient all-reduce: %s",
-                             (unsigned long long)r->step + 1, strerror(-rc));
-    float lr = (float)dl_train_lr_at(&r->sched, r->step);
-    dl_train_sgd_step(dl_train_mlp_params(r->mlp), r->momentum, grads, r->n_params, lr,
-                      (float)cfg->momentum, (float)cfg->weight_decay);
+        return dl__train_err(rc, r->err, r->errlen, "step %llu: summing gradients: %s",
+                             (unsigned long long)r->step + 1, comm_error(r, rc));
     r->step++;
 
     size_t left = r->sampler.num_samples - r->sampler.pos;
@@ -418,7 +510,7 @@ static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done)
     r->win_steps++;
     beat(r);
     /* The vote was summed with the gradients: any rank asking stops them all, here. */
-    return grads[r->n_params] > 0.0f ? 1 : 0;
+    return vote > 0.0f ? 1 : 0;
 }
 
 static int write_summary(run_t *r, const dl_train_result_t *res)
@@ -432,7 +524,8 @@ static int write_summary(run_t *r, const dl_train_result_t *res)
     snprintf(crc, sizeof(crc), "%08x", res->params_crc);
     shape_text(cfg, shape, sizeof(shape));
     json_auto_t *j = json_pack(
-        "{s:s, s:s, s:i, s:I, s:I, s:f, s:I, s:I, s:I, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
+        "{s:s, s:s, s:i, s:I, s:I, s:f, s:I, s:I, s:I, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:s, "
+        "s:s, s:b, s:b}",
         "model", shape, "activation", acts[cfg->activation], "world_size", r->comm->world_size,
         "batch_size", (json_int_t)cfg->batch_size, "global_batch",
         (json_int_t)(cfg->batch_size * (size_t)r->comm->world_size), "lr", res->lr, "steps",
@@ -441,7 +534,8 @@ static int write_summary(run_t *r, const dl_train_result_t *res)
         (json_int_t)res->resumed_from, "stopped", res->stopped, "test_accuracy", res->test_accuracy,
         "test_loss", res->test_loss, "train_loss", res->train_loss, "train_seconds",
         res->train_seconds, "wall_seconds", res->wall_seconds, "samples_per_sec",
-        res->samples_per_sec, "params_crc32", crc);
+        res->samples_per_sec, "params_crc32", crc, "blas_kernels", openblas_get_corename(),
+        "overlap", res->overlapped, "sharded_update", res->sharded);
     if (j == NULL)
         return dl__train_err(-ENOMEM, r->err, r->errlen, "%s: cannot build the summary",
                              cfg->summary_file);
@@ -518,6 +612,7 @@ static void run_free(run_t *r)
     dl_train_mlp_free(r->mlp);
     dl__train_reducer_free(&r->reducer);
     free(r->momentum);
+    free(r->shard_grad);
     free(r->x);
     free(r->y);
     free(r->idx);
@@ -570,6 +665,20 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
     say(&r, "model %s (%zu parameters), %zu training samples, %llu steps an epoch, %llu steps",
         shape, r.n_params, r.train.n, (unsigned long long)r.steps_per_epoch,
         (unsigned long long)r.total_steps);
+    /* Which kernels OpenBLAS picked decides the speed (OPENBLAS_CORETYPE can force others). */
+    say(&r, "OpenBLAS %s kernels, %d thread%s a worker", openblas_get_corename(),
+        openblas_get_num_threads(), openblas_get_num_threads() == 1 ? "" : "s");
+    if (comm->world_size > 1 && r.overlap)
+        say(&r, "gradients: %zu buckets of up to %zu KiB, summed during backward (overlap on)",
+            r.reducer.count, cfg->bucket_bytes / 1024);
+    else if (comm->world_size > 1 && r.sharded)
+        say(&r,
+            "gradients: summed in one piece of %zu KiB after backward (overlap off), each rank "
+            "updating 1/%d of the parameters",
+            (r.n_params + 1) * sizeof(float) / 1024, comm->world_size);
+    else if (comm->world_size > 1)
+        say(&r, "gradients: summed in one piece of %zu KiB after backward (overlap off)",
+            (r.n_params + 1) * sizeof(float) / 1024);
 
     rc = loop(&r, &stopped);
     if (rc < 0)
@@ -580,10 +689,11 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
     res.stopped = stopped;
     res.train_loss = r.last_loss;
     res.lr = r.sched.lr;
+    res.overlapped = r.overlap;
+    res.sharded = r.sharded;
     res.train_seconds = r.train_time;
     res.samples_per_sec = r.train_time > 0 ? r.samples / r.train_time : 0.0;
-    res.params_crc = (uint32_t)crc32_z(0L, (const unsigned char *)dl_train_mlp_params(r.mlp),
-                                       r.n_params * sizeof(float));
+    res.params_crc = params_crc(&r);
     if (is_root(&r)) {
         evaluate(&r, &res.test_loss, &res.test_accuracy);
         say(&r, "%s after %llu steps: test accuracy %.2f%%, test loss %.4f, %.0f samples/s",
@@ -593,6 +703,8 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
     rc = checkpoint(&r);
     if (rc < 0)
         goto fail;
+    if (cfg->checkpoint_dir == NULL)
+        report_crc(&r, NULL);
     res.wall_seconds = now() - r.t_begin;
     rc = write_summary(&r, &res);
     if (rc < 0)

@@ -115,8 +115,13 @@ void dl_train_mlp_free(dl_train_mlp_t *m);
 size_t dl_train_mlp_num_params(const dl_train_mlp_t *m);
 float *dl_train_mlp_params(dl_train_mlp_t *m);
 /* num_params + 1 floats: the gradients, then one spare float that backward never touches (the
- * training loop sends a control word in it along with the last bucket). */
+ * training loop sends a control word in it along with the last bucket). The parameter buffer has
+ * the same spare float. */
 float *dl_train_mlp_grads(dl_train_mlp_t *m);
+/* Grows the parameter and gradient buffers to at least `floats` floats each, zeros past the
+ * model, which backward and the model never touch: room for collectives that cut a buffer into
+ * equal blocks per rank. The buffers move; fetch them again. */
+int dl_train_mlp_pad(dl_train_mlp_t *m, size_t floats);
 /* Offsets of layer l's weight and bias in the parameter (and gradient) buffer. */
 void dl_train_mlp_layer_offsets(const dl_train_mlp_t *m, size_t l, size_t *ret_w, size_t *ret_b);
 
@@ -152,6 +157,12 @@ typedef enum {
     DL_TRAIN_SCALE_LINEAR,
 } dl_train_scaling_t;
 
+typedef enum {
+    DL_TRAIN_OVERLAP_AUTO = 0, /* as the communication backend advises (overlap_pays) */
+    DL_TRAIN_OVERLAP_ON,
+    DL_TRAIN_OVERLAP_OFF,
+} dl_train_overlap_t;
+
 typedef struct dl_train_schedule_s {
     dl_train_sched_t kind;
     double lr;             /* peak rate, after scaling */
@@ -170,10 +181,19 @@ double dl_train_lr_at(const dl_train_schedule_t *s, uint64_t step);
 
 /* Gradients are summed, not averaged: the trainer scales the loss gradient by 1 / world before
  * backward, so the sum of the ranks' gradients is the gradient of the global batch mean.
- * Buckets are numbered 0, 1, ... in backward order, the same on every rank. start() may return
- * before the sum is done (an asynchronous backend overlaps it with the rest of backward); after
- * wait_all() returns >= 0 every started bucket holds the sum of that slice over all ranks. A
- * world of one needs no hooks at all. broadcast() copies root's len bytes to every rank; it is
+ *
+ * Overlapping (see dl_train_config_t.overlap): buckets are numbered 0, 1, ... in backward order,
+ * the same on every rank, and handed to start() as soon as backward has finished them; start()
+ * may return before the sum is done (an asynchronous backend sums while backward goes on); after
+ * wait_all() returns >= 0 every started bucket holds the sum of that slice over all ranks.
+ * Not overlapping: the whole gradient is summed in one piece after backward. With
+ * reduce_scatter() and allgather() the optimizer step is sharded: each rank receives the sum of
+ * its 1/world block only, updates that block of the parameters, and allgather() puts the blocks
+ * back together on every rank (less memory traffic than summing everything everywhere and every
+ * rank updating everything). Else allreduce() (a blocking call, no hand-off to another thread)
+ * or, lacking that, start() and wait_all() on one bucket sum the whole gradient.
+ *
+ * A world of one needs no hooks at all. broadcast() copies root's len bytes to every rank; it is
  * used to share the initial or restored state, and is required when world_size > 1. */
 typedef struct dl_train_comm_s {
     int rank;
@@ -182,6 +202,22 @@ typedef struct dl_train_comm_s {
     int (*allreduce_start)(void *ctx, size_t bucket, float *buf, size_t n);
     int (*allreduce_wait_all)(void *ctx);
     int (*broadcast)(void *ctx, void *buf, size_t len, int root);
+    /* Optional: sums buf over all ranks in place and returns when done. */
+    int (*allreduce)(void *ctx, float *buf, size_t n);
+    /* Optional, blocking: send holds world_size blocks of count floats; rank r's recv (count
+     * floats, not overlapping send) receives the sum over all ranks of block r. */
+    int (*reduce_scatter)(void *ctx, const float *send, float *recv, size_t count);
+    /* Optional, blocking: buf holds world_size blocks of count floats; every rank's block r
+     * becomes rank r's block r. */
+    int (*allgather)(void *ctx, float *buf, size_t count);
+    /* The backend's advice for overlap "auto": summing alongside backward pays only when there
+     * is a core to spare for it (more CPUs on the host than workers); else the two just take
+     * turns on the same cores, and the hand-offs cost more than they save. */
+    bool overlap_pays;
+    /* After a hook failed: what happened, in words ("shm: rank 1 (pid 42) died ..."), for the
+     * trainer's error line; NULL or "" when there is nothing more to say than the errno.
+     * May be NULL. */
+    const char *(*error)(void *ctx);
 } dl_train_comm_t;
 
 /* Rank 0 of a world of one: every hook left NULL (identity). */
@@ -258,6 +294,7 @@ typedef struct dl_train_config_s {
     uint64_t warmup_steps;
     uint64_t seed;
     size_t bucket_bytes;
+    dl_train_overlap_t overlap; /* sum gradient buckets during backward */
     char *checkpoint_dir;      /* owned, NULL: no checkpoints */
     uint64_t checkpoint_every; /* steps; 0: at each epoch's end (and always at the end or stop) */
     unsigned keep_checkpoints;
@@ -266,6 +303,11 @@ typedef struct dl_train_config_s {
     uint64_t log_every;  /* steps; 0: about four progress lines an epoch */
     char *summary_file;  /* owned, NULL: none */
     int blas_threads;    /* 0: leave OpenBLAS as it is */
+    /* Fault injection for testing restarts, acted on by the dlaunch-train program (the library
+     * ignores them): rank fail_rank kills itself with SIGKILL once fail_at_step steps are done,
+     * in a job's first attempt only. 0: never. */
+    uint64_t fail_at_step;
+    int fail_rank;
 } dl_train_config_t;
 
 void dl_train_config_init(dl_train_config_t *cfg);
@@ -292,6 +334,11 @@ typedef struct dl_train_hooks_s {
     /* Polled before each step with the number of steps done; nonzero on any rank makes that
      * step the last one on every rank, followed by a checkpoint. May be NULL. */
     int (*should_stop)(void *ud, uint64_t step);
+    /* Called on every rank after each checkpoint (rank 0 wrote it; path is its name there and
+     * NULL on the other ranks) and once at the end, with the CRC-32 of this rank's parameters
+     * after `step` steps. Equal values on all ranks show that they are bitwise replicas.
+     * May be NULL. */
+    void (*params_crc)(void *ud, uint64_t step, uint32_t crc, const char *path);
     /* >= 0: one byte is written here after every step (the agent's watchdog). The caller makes
      * it nonblocking; EAGAIN is ignored, a closed pipe ends the beats. */
     int health_fd;
@@ -308,6 +355,8 @@ typedef struct dl_train_result_s {
     double wall_seconds;
     double samples_per_sec; /* global samples per training second */
     double lr;              /* peak learning rate after scaling */
+    bool overlapped;        /* gradients were summed during backward (see overlap) */
+    bool sharded;           /* each rank updated 1/world of the parameters (see the comm hooks) */
     uint32_t params_crc;    /* CRC-32 of the final parameters: equal on every rank */
 } dl_train_result_t;
 

@@ -28,6 +28,8 @@ START_TEST(defaults)
     ck_assert_uint_eq(c.keep_checkpoints, 3);
     ck_assert(c.resume);
     ck_assert_int_eq(c.blas_threads, 1);
+    ck_assert_int_eq(c.overlap, DL_TRAIN_OVERLAP_AUTO);
+    ck_assert_uint_eq(c.fail_at_step, 0); /* no crash on purpose unless asked */
     ck_assert_int_eq(dl_train_config_check(&c, err, sizeof(err)), 0);
     dl_train_config_free(&c);
     dl_train_config_free(NULL);
@@ -60,6 +62,14 @@ START_TEST(set_every_kind)
                      -ERANGE);
     ck_assert_int_eq(dl_train_config_set(&c, "bucket_bytes", "1048576", err, sizeof(err)), 0);
     ck_assert_uint_eq(c.bucket_bytes, 1048576);
+    ck_assert_int_eq(dl_train_config_set(&c, "overlap", "off", err, sizeof(err)), 0);
+    ck_assert_int_eq(c.overlap, DL_TRAIN_OVERLAP_OFF);
+    ck_assert_int_eq(dl_train_config_set(&c, "overlap", "on", err, sizeof(err)), 0);
+    ck_assert_int_eq(c.overlap, DL_TRAIN_OVERLAP_ON);
+    ck_assert_int_eq(dl_train_config_set(&c, "fail_at_step", "300", err, sizeof(err)), 0);
+    ck_assert_int_eq(dl_train_config_set(&c, "fail_rank", "1", err, sizeof(err)), 0);
+    ck_assert_uint_eq(c.fail_at_step, 300);
+    ck_assert_int_eq(c.fail_rank, 1);
     dl_train_config_free(&c);
 }
 END_TEST
@@ -79,6 +89,8 @@ START_TEST(bad_values_name_the_key_and_change_nothing)
         {"layers", "784-0-10", "bad width"},
         {"layers", "1-2-3-4-5-6-7-8-9-10-11-12-13-14-15-16-17-18", "more than"},
         {"drop_last", "maybe", "true or false"},
+        {"overlap", "true", "auto, on, off"},
+        {"fail_rank", "-1", "out of range"},
         {"no_such_key", "1", "unknown trainer setting"},
     };
     dl_train_config_t c, before;
@@ -138,6 +150,9 @@ START_TEST(key_table_covers_every_key)
                               "schedule",
                               "seed",
                               "bucket_bytes",
+                              "overlap",
+                              "fail_at_step",
+                              "fail_rank",
                               "checkpoint_dir",
                               "checkpoint_every",
                               "eval_every",

@@ -242,6 +242,35 @@ START_TEST(split_backward_reports_more_often)
 }
 END_TEST
 
+/* Padding for equal per-rank blocks keeps the model and its gradients as they are, and nothing
+ * ever writes the padding. */
+START_TEST(pad_keeps_the_model)
+{
+    const size_t sizes[3] = {20, 8, 3};
+    dl_train_mlp_t *a, *b;
+    float x[4 * 20];
+    uint8_t y[4] = {0, 1, 2, 1};
+    for (size_t i = 0; i < 80; i++)
+        x[i] = (float)(i % 13) / 13.0f;
+    ck_assert_int_eq(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 9, &a), 0);
+    ck_assert_int_eq(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 9, &b), 0);
+    size_t n = dl_train_mlp_num_params(a);
+    ck_assert_int_eq(dl_train_mlp_pad(b, n + 1), 0); /* no growth needed: the spare float */
+    ck_assert_int_eq(dl_train_mlp_pad(b, n + 37), 0);
+    ck_assert_uint_eq(dl_train_mlp_num_params(b), n);
+    ck_assert_mem_eq(dl_train_mlp_params(a), dl_train_mlp_params(b), n * sizeof(float));
+    ck_assert_int_eq(dl_train_mlp_train_step(a, x, y, 4, 0.25f, 0, NULL, NULL, NULL), 0);
+    ck_assert_int_eq(dl_train_mlp_train_step(b, x, y, 4, 0.25f, 0, NULL, NULL, NULL), 0);
+    ck_assert_mem_eq(dl_train_mlp_grads(a), dl_train_mlp_grads(b), n * sizeof(float));
+    for (size_t i = n; i < n + 37; i++) {
+        ck_assert_float_eq(dl_train_mlp_grads(b)[i], 0.0f);
+        ck_assert_float_eq(dl_train_mlp_params(b)[i], 0.0f);
+    }
+    dl_train_mlp_free(a);
+    dl_train_mlp_free(b);
+}
+END_TEST
+
 START_TEST(evaluate_counts)
 {
     /* One layer, weights set by hand: the class is the largest input. */
@@ -327,6 +356,7 @@ int main(void)
     tcase_add_test(tc, layout_is_backward_order);
     tcase_add_test(tc, init_is_reproducible);
     tcase_add_test(tc, split_backward_reports_more_often);
+    tcase_add_test(tc, pad_keeps_the_model);
     tcase_add_test(tc, evaluate_counts);
     tcase_add_test(tc, rejects_bad_labels_and_shapes);
     tcase_add_test(tc, sgd_matches_torch_formula);

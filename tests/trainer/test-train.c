@@ -61,7 +61,19 @@ typedef struct {
     int skipped;
     uint64_t stop_at; /* should_stop fires when this many steps are done; 0: never */
     char text[8192];
+    int crcs;          /* params_crc calls */
+    uint64_t crc_step; /* the last one's */
+    uint32_t crc;
 } capture_t;
+
+static void capture_crc(void *ud, uint64_t step, uint32_t crc, const char *path)
+{
+    capture_t *c = ud;
+    ck_assert_ptr_null(path);
+    c->crcs++;
+    c->crc_step = step;
+    c->crc = crc;
+}
 
 static void capture_log(void *ud, const char *line)
 {
@@ -129,10 +141,15 @@ START_TEST(loss_falls_and_summary_is_written)
     dl_train_comm_init_local(&comm);
     ck_assert_int_eq(pipe(fds), 0);
     ck_assert_int_eq(fcntl(fds[1], F_SETFL, O_NONBLOCK), 0);
-    dl_train_hooks_t hooks = {.ud = &cap, .log = capture_log, .health_fd = fds[1]};
+    dl_train_hooks_t hooks = {
+        .ud = &cap, .log = capture_log, .params_crc = capture_crc, .health_fd = fds[1]};
 
     ck_assert_msg(dl_train_run(&c, &comm, &hooks, &res, err, sizeof(err)) == 0, "%s", err);
     ck_assert_uint_eq(res.steps, 5 * 38);
+    /* Without checkpoints, the parameters' CRC is reported once, at the end. */
+    ck_assert_int_eq(cap.crcs, 1);
+    ck_assert_uint_eq(cap.crc_step, 190);
+    ck_assert_uint_eq(cap.crc, res.params_crc);
     ck_assert(!res.stopped);
     ck_assert_double_gt(res.test_accuracy, 0.9);
     ck_assert_double_lt(cap.last_loss, cap.first_loss / 4);
@@ -256,7 +273,18 @@ START_TEST(bad_inputs_are_one_line_errors)
     snprintf(missing, sizeof(missing), "%s/none", dir);
     set(&c, "dataset_dir", missing);
     ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -ENOENT);
-    ck_assert_msg(strstr(err, missing) && strstr(err, "train-images-idx3-ubyte"), "%s", err);
+    ck_assert_msg(strstr(err, "dataset_dir") && strstr(err, missing) &&
+                      strstr(err, "No such file") && strstr(err, "train-images-idx3-ubyte"),
+                  "%s", err);
+
+    /* The folder is there but one file is not: the name looked for, both spellings. */
+    char labels[4200];
+    set(&c, "dataset_dir", dir);
+    snprintf(labels, sizeof(labels), "%s/t10k-labels-idx1-ubyte.gz", dir);
+    ck_assert_int_eq(rename(labels, missing), 0);
+    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -ENOENT);
+    ck_assert_msg(strstr(err, labels) && strstr(err, "nor t10k-labels-idx1-ubyte"), "%s", err);
+    ck_assert_int_eq(rename(missing, labels), 0);
 
     set(&c, "dataset_dir", dir);
     set(&c, "layers", "784-10");
@@ -303,6 +331,9 @@ typedef struct {
     float *buf[64];
     size_t n[64];
     size_t buckets_seen;
+    size_t blocking_sums; /* fake_allreduce calls */
+    size_t blocking_n;    /* and the length of the last one */
+    size_t shard_calls;   /* fake_reduce_scatter calls */
 } rank_ctx_t;
 
 static int fake_start(void *ctx, size_t bucket, float *buf, size_t n)
@@ -340,6 +371,47 @@ static int fake_wait(void *ctx)
     return 0;
 }
 
+/* The blocking hook: the same sum as one bucket through start and wait. */
+static int fake_allreduce(void *ctx, float *buf, size_t n)
+{
+    rank_ctx_t *r = ctx;
+    ck_assert_uint_eq(r->nb, 0);
+    r->blocking_sums++;
+    r->blocking_n = n;
+    fake_start(ctx, 0, buf, n);
+    return fake_wait(ctx);
+}
+
+/* Rank r gets block r summed in rank order, as fake_wait sums; so the bits match. */
+static int fake_reduce_scatter(void *ctx, const float *send, float *recv, size_t count)
+{
+    rank_ctx_t *r = ctx;
+    shared_t *sh = r->sh;
+    sh->slot[r->rank] = (float *)send;
+    sh->len[r->rank] = count;
+    pthread_barrier_wait(&sh->bar);
+    ck_assert_uint_eq(sh->len[0], sh->len[1]);
+    size_t base = (size_t)r->rank * count;
+    for (size_t i = 0; i < count; i++)
+        recv[i] = sh->slot[0][base + i] + sh->slot[1][base + i];
+    pthread_barrier_wait(&sh->bar);
+    r->shard_calls++;
+    return 0;
+}
+
+static int fake_allgather(void *ctx, float *buf, size_t count)
+{
+    rank_ctx_t *r = ctx;
+    shared_t *sh = r->sh;
+    int other = 1 - r->rank;
+    sh->slot[r->rank] = buf;
+    pthread_barrier_wait(&sh->bar);
+    memcpy(buf + (size_t)other * count, sh->slot[other] + (size_t)other * count,
+           count * sizeof(float));
+    pthread_barrier_wait(&sh->bar);
+    return 0;
+}
+
 static int fake_bcast(void *ctx, void *buf, size_t len, int root)
 {
     rank_ctx_t *r = ctx;
@@ -357,10 +429,27 @@ typedef struct {
     dl_train_config_t cfg;
     dl_train_result_t res;
     uint64_t stop_at;
+    bool blocking; /* offer the blocking allreduce hook */
+    bool shard;    /* offer reduce_scatter and allgather */
     int rc;
     char err[DL_TRAIN_ERRLEN];
     float *final_params;
+    /* What the params_crc hook saw. */
+    size_t n_crc;
+    uint64_t crc_step[16];
+    uint32_t crc[16];
+    bool crc_path[16];
 } worker_t;
+
+static void worker_crc(void *ud, uint64_t step, uint32_t crc, const char *path)
+{
+    worker_t *w = ud;
+    ck_assert_uint_lt(w->n_crc, 16);
+    w->crc_step[w->n_crc] = step;
+    w->crc[w->n_crc] = crc;
+    w->crc_path[w->n_crc] = path != NULL;
+    w->n_crc++;
+}
 
 static int worker_stop(void *ud, uint64_t step)
 {
@@ -376,14 +465,20 @@ static void *worker_main(void *arg)
                             .ctx = &w->ctx,
                             .allreduce_start = fake_start,
                             .allreduce_wait_all = fake_wait,
-                            .broadcast = fake_bcast};
-    dl_train_hooks_t hooks = {.ud = w, .should_stop = worker_stop, .health_fd = -1};
+                            .broadcast = fake_bcast,
+                            .allreduce = w->blocking ? fake_allreduce : NULL,
+                            .reduce_scatter = w->shard ? fake_reduce_scatter : NULL,
+                            .allgather = w->shard ? fake_allgather : NULL};
+    dl_train_hooks_t hooks = {
+        .ud = w, .should_stop = worker_stop, .params_crc = worker_crc, .health_fd = -1};
     w->rc = dl_train_run(&w->cfg, &comm, &hooks, &w->res, w->err, sizeof(w->err));
     return NULL;
 }
 
-/* Runs two ranks; each writes its final state to its own checkpoint folder. */
-static void run_two(worker_t w[2], const char *batch, uint64_t steps, uint64_t stop_rank1)
+/* Runs two ranks; each is configured to checkpoint into <dir>/<overlap>[-blocking][-shard]-rank<r>,
+ * though only rank 0 writes. */
+static void run_two(worker_t w[2], const char *batch, uint64_t steps, uint64_t stop_rank1,
+                    const char *overlap, bool blocking, bool shard)
 {
     shared_t sh;
     pthread_t th[2];
@@ -394,10 +489,15 @@ static void run_two(worker_t w[2], const char *batch, uint64_t steps, uint64_t s
         memset(&w[r], 0, sizeof(w[r]));
         w[r].ctx.sh = &sh;
         w[r].ctx.rank = r;
-        snprintf(d, sizeof(d), "%s/rank%d", dir, r);
+        snprintf(d, sizeof(d), "%s/%s%s%s-rank%d", dir, overlap, blocking ? "-blocking" : "",
+                 shard ? "-shard" : "", r);
         small_config(&w[r].cfg, d);
         set(&w[r].cfg, "batch_size", batch);
         set(&w[r].cfg, "bucket_bytes", "2048"); /* several buckets, some split mid-layer */
+        set(&w[r].cfg, "checkpoint_every", "10");
+        set(&w[r].cfg, "overlap", overlap);
+        w[r].blocking = blocking;
+        w[r].shard = shard;
         snprintf(s, sizeof(s), "%llu", (unsigned long long)steps);
         set(&w[r].cfg, "steps", s);
     }
@@ -415,22 +515,34 @@ START_TEST(two_ranks_are_replicas_of_one)
     static float p0[NPARAMS], m0[NPARAMS], ps[NPARAMS], ms[NPARAMS];
     char d[4096];
 
-    run_two(w, "8", 30, 0);
+    run_two(w, "8", 30, 0, "on", false, false);
     for (int r = 0; r < 2; r++) {
         ck_assert_msg(w[r].rc == 0, "rank %d: %s", r, w[r].err);
         ck_assert_uint_eq(w[r].res.steps, 30);
         ck_assert_uint_gt(w[r].ctx.buckets_seen, 4);
         dl_train_config_free(&w[r].cfg);
     }
+    /* Each rank reports its parameters' CRC at every checkpoint (rank 0 with the file's name)
+     * and the two agree each time, while training changes them. */
+    for (int r = 0; r < 2; r++) {
+        ck_assert_uint_eq(w[r].n_crc, 3);
+        for (size_t i = 0; i < 3; i++) {
+            ck_assert_uint_eq(w[r].crc_step[i], 10 * (i + 1));
+            ck_assert(w[r].crc_path[i] == (r == 0));
+            ck_assert_uint_eq(w[r].crc[i], w[0].crc[i]);
+        }
+    }
+    ck_assert_uint_ne(w[0].crc[1], w[0].crc[2]);
     /* Only rank 0 checkpoints. */
-    snprintf(d, sizeof(d), "%s/rank1", dir);
+    snprintf(d, sizeof(d), "%s/on-rank1", dir);
     ck_assert_int_ne(access(d, F_OK), 0);
-    snprintf(d, sizeof(d), "%s/rank0", dir);
+    snprintf(d, sizeof(d), "%s/on-rank0", dir);
     load_step(d, 30, p0, m0);
     /* Bitwise replicas: both ranks end with the parameters of rank 0's checkpoint. */
     uint32_t crc = (uint32_t)crc32(0L, (const Bytef *)p0, sizeof(p0));
     ck_assert_uint_eq(w[0].res.params_crc, crc);
     ck_assert_uint_eq(w[1].res.params_crc, crc);
+    ck_assert_uint_eq(w[0].crc[2], crc);
 
     /* The same samples in one rank with twice the batch: the same model up to rounding. */
     dl_train_config_t c;
@@ -450,10 +562,108 @@ START_TEST(two_ranks_are_replicas_of_one)
 }
 END_TEST
 
+/* Without overlap: one blocking sum of the whole gradient (and the stop vote) after backward
+ * each step, or one bucket through start and wait when the backend has no blocking call; the
+ * model is the overlapped one up to rounding. "auto" follows the backend's advice. */
+START_TEST(without_overlap_one_sum_after_backward)
+{
+    worker_t w[2];
+    static float pon[NPARAMS], poff[NPARAMS], m[NPARAMS];
+    char d[4096];
+
+    run_two(w, "8", 30, 0, "on", false, false);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(w[r].rc == 0, "rank %d: %s", r, w[r].err);
+        ck_assert(w[r].res.overlapped);
+        ck_assert_uint_eq(w[r].ctx.blocking_sums, 0);
+        dl_train_config_free(&w[r].cfg);
+    }
+    snprintf(d, sizeof(d), "%s/on-rank0", dir);
+    load_step(d, 30, pon, m);
+
+    run_two(w, "8", 30, 0, "off", true, false);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(w[r].rc == 0, "rank %d: %s", r, w[r].err);
+        ck_assert(!w[r].res.overlapped);
+        ck_assert_uint_eq(w[r].ctx.blocking_sums, 30);
+        ck_assert_uint_eq(w[r].ctx.blocking_n, NPARAMS + 1);
+        ck_assert_uint_eq(w[r].res.params_crc, w[0].res.params_crc);
+        dl_train_config_free(&w[r].cfg);
+    }
+    snprintf(d, sizeof(d), "%s/off-blocking-rank0", dir);
+    load_step(d, 30, poff, m);
+    double worst = 0.0;
+    for (size_t i = 0; i < NPARAMS; i++)
+        worst = fmax(worst, fabs((double)pon[i] - poff[i]));
+    ck_assert_msg(worst < 1e-5, "largest difference %g", worst);
+
+    /* auto, with a backend that does not advise overlap and has no blocking call. */
+    run_two(w, "8", 30, 0, "auto", false, false);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(w[r].rc == 0, "rank %d: %s", r, w[r].err);
+        ck_assert(!w[r].res.overlapped);
+        ck_assert_uint_eq(w[r].ctx.buckets_seen, 1);
+        ck_assert_uint_eq(w[r].res.params_crc, w[0].res.params_crc);
+        dl_train_config_free(&w[r].cfg);
+    }
+    snprintf(d, sizeof(d), "%s/auto-rank0", dir);
+    load_step(d, 30, pon, m);
+    ck_assert_mem_eq(pon, poff, sizeof(pon));
+}
+END_TEST
+
+/* The sharded update: each rank sums and updates half, then the halves are gathered. The same
+ * sums and the same optimizer arithmetic, so the same bits as the unsharded step, momentum
+ * included (gathered for the checkpoints). */
+START_TEST(sharded_update_matches_the_full_one)
+{
+    worker_t w[2];
+    static float pfull[NPARAMS], mfull[NPARAMS], pshard[NPARAMS], mshard[NPARAMS];
+    char d[4096];
+
+    run_two(w, "8", 30, 0, "off", true, false);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(w[r].rc == 0, "rank %d: %s", r, w[r].err);
+        ck_assert(!w[r].res.sharded);
+        dl_train_config_free(&w[r].cfg);
+    }
+    run_two(w, "8", 30, 0, "off", true, true);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(w[r].rc == 0, "rank %d: %s", r, w[r].err);
+        ck_assert(w[r].res.sharded);
+        ck_assert_uint_eq(w[r].ctx.shard_calls, 30);
+        ck_assert_uint_eq(w[r].ctx.blocking_sums, 0);
+        ck_assert_uint_eq(w[r].res.params_crc, w[0].res.params_crc);
+        for (size_t i = 0; i < w[r].n_crc; i++)
+            ck_assert_uint_eq(w[r].crc[i], w[0].crc[i]);
+        dl_train_config_free(&w[r].cfg);
+    }
+    for (uint64_t step = 10; step <= 30; step += 10) {
+        snprintf(d, sizeof(d), "%s/off-blocking-rank0", dir);
+        load_step(d, step, pfull, mfull);
+        snprintf(d, sizeof(d), "%s/off-blocking-shard-rank0", dir);
+        load_step(d, step, pshard, mshard);
+        ck_assert_mem_eq(pfull, pshard, sizeof(pfull));
+        ck_assert_mem_eq(mfull, mshard, sizeof(mfull));
+    }
+
+    /* The stop vote reaches both ranks through the gathered parameters (a fresh start: no
+     * checkpoints to resume from). */
+    snprintf(d, sizeof(d), "%s/off-blocking-shard-rank0", dir);
+    tu_rmtree(d);
+    run_two(w, "8", 50, 12, "off", true, true);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(w[r].rc == 1, "rank %d: rc %d %s", r, w[r].rc, w[r].err);
+        ck_assert_uint_eq(w[r].res.steps, 12);
+        dl_train_config_free(&w[r].cfg);
+    }
+}
+END_TEST
+
 START_TEST(one_rank_stopping_stops_both)
 {
     worker_t w[2];
-    run_two(w, "8", 50, 12);
+    run_two(w, "8", 50, 12, "on", false, false);
     for (int r = 0; r < 2; r++) {
         ck_assert_msg(w[r].rc == 1, "rank %d: rc %d %s", r, w[r].rc, w[r].err);
         ck_assert(w[r].res.stopped);
@@ -474,6 +684,8 @@ int main(void)
     tcase_add_test(tc, finished_run_resumes_to_nothing);
     tcase_add_test(tc, bad_inputs_are_one_line_errors);
     tcase_add_test(tc, two_ranks_are_replicas_of_one);
+    tcase_add_test(tc, without_overlap_one_sum_after_backward);
+    tcase_add_test(tc, sharded_update_matches_the_full_one);
     tcase_add_test(tc, one_rank_stopping_stops_both);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

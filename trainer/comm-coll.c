@@ -1,6 +1,7 @@
 /* The trainer's gradient hooks on the collective library: with overlap every bucket becomes an
  * asynchronous all-reduce on the group's communication thread, so it travels while backward goes
- * on; without, the whole gradient is one blocking all-reduce on the caller's thread. */
+ * on; without, the caller's thread sums the whole gradient in blocking calls (reduce-scatter and
+ * all-gather around the sharded update). */
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>

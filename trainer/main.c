@@ -196,7 +196,7 @@ int main(int argc, char **argv)
     if (attempt == 0 && rank == cfg.fail_rank)
         prog.fail_at_step = cfg.fail_at_step;
     dl_train_comm_init_local(&comm);
-    size_t grad_floats = 1; /* and the stop vote */
+    size_t grad_floats = 1; /* the stop vote's spare float */
     for (size_t l = 0; l < cfg.n_layers; l++)
         grad_floats += cfg.sizes[l + 1] * (cfg.sizes[l] + 1);
     if (world > 1 &&

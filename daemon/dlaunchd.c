@@ -40,8 +40,8 @@ static void on_signal(uv_signal_t *h, int signum)
 static void usage(FILE *f)
 {
     fprintf(f, "Usage: dlaunchd [--listen ADDR:PORT] [--token-file FILE] [--verbose]\n"
-               "  --listen ADDR:PORT   where to serve (default 127.0.0.1:29400; a non-loopback\n"
-               "                       address needs a token)\n"
+               "  --listen ADDR:PORT   where to serve (default 127.0.0.1:29400; port 0: a free one,\n"
+               "                       printed on start; a non-loopback address needs a token)\n"
                "  --token-file FILE    the job token (mode 0600); DLAUNCH_TOKEN also works\n"
                "  -v, --verbose        log every rendezvous step\n");
 }
@@ -83,7 +83,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (dl_rdzv_endpoint_parse(listen, host, sizeof(host), &port) < 0) {
+    if (dl_rdzv_listen_parse(listen, host, sizeof(host), &port) < 0) {
         fprintf(stderr, "dlaunchd: --listen: '%s' is not ADDR:PORT\n", listen);
         return 2;
     }

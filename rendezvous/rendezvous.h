@@ -96,6 +96,9 @@ void dl_rdzv_client_close(dl_rdzv_client_t *c);
  * Returns 0 or -EINVAL. */
 int dl_rdzv_endpoint_parse(const char *text, char *host, size_t hostlen, int *ret_port);
 
+/* The same for where to listen, where port 0 means one the kernel picks. */
+int dl_rdzv_listen_parse(const char *text, char *host, size_t hostlen, int *ret_port);
+
 /* ---- Blocking client: control commands, dlaunch kv, worker programs ------------------------ */
 
 typedef struct dl_rdzv_sync_s dl_rdzv_sync_t;

@@ -30,7 +30,8 @@ static double mono(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-int dl_rdzv_endpoint_parse(const char *text, char *host, size_t hostlen, int *ret_port)
+static int parse_host_port(const char *text, long min_port, char *host, size_t hostlen,
+                           int *ret_port)
 {
     const char *colon;
     size_t hlen;
@@ -56,12 +57,22 @@ int dl_rdzv_endpoint_parse(const char *text, char *host, size_t hostlen, int *re
         return -EINVAL;
     errno = 0;
     port = strtol(colon + 1, &end, 10);
-    if (colon[1] == '\0' || *end != '\0' || errno != 0 || port < 1 || port > 65535)
+    if (colon[1] == '\0' || *end != '\0' || errno != 0 || port < min_port || port > 65535)
         return -EINVAL;
     memcpy(host, text, hlen);
     host[hlen] = '\0';
     *ret_port = (int)port;
     return 0;
+}
+
+int dl_rdzv_endpoint_parse(const char *text, char *host, size_t hostlen, int *ret_port)
+{
+    return parse_host_port(text, 1, host, hostlen, ret_port);
+}
+
+int dl_rdzv_listen_parse(const char *text, char *host, size_t hostlen, int *ret_port)
+{
+    return parse_host_port(text, 0, host, hostlen, ret_port);
 }
 
 static int send_msg(dl_rdzv_sync_t *c, const json_t *msg, char *err, size_t errlen)

@@ -97,20 +97,28 @@ void harness_wait(proc_t *p, int n, double start_s, double limit_s)
     }
 }
 
+/* A port below the kernel's ephemeral range (32768 and up by default), so no socket another
+ * test binds to port 0, or connects from, takes it between this check and its use; among
+ * themselves tests collide only by chance. */
 int harness_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    if (fd < 0)
-        return -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
+    static unsigned seed;
+    if (seed == 0)
+        seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+    for (int tries = 0; tries < 200; tries++) {
+        int port = 20000 + (int)(rand_r(&seed) % 12000);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                                .sin_port = htons((uint16_t)port)};
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0)
+            return -1;
+        int ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
         close(fd);
-        return -1;
+        if (ok)
+            return port;
     }
-    close(fd);
-    return ntohs(a.sin_port);
+    return -1;
 }
 
 char *harness_read(const char *path)

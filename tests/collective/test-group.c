@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "collective.h"
+#include "harness.h"
 
 #define MAX_RANKS 8
 
@@ -51,24 +52,13 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* hosts: NULL = all on one host; else hosts[r] names rank r's host. */
 static void world_init(world_t *w, int n, dl_coll_transport_t tr, const char *const *hosts)
 {
     memset(w, 0, sizeof(*w));
     w->n = n;
-    int port = free_port();
+    int port = harness_free_port();
+    ck_assert_int_gt(port, 0);
     for (int r = 0; r < n; r++) {
         dl_coll_options_t *o = &w->ranks[r].o;
         dl_coll_options_init(o);

@@ -1,8 +1,11 @@
 """Shared helpers for the integration tests: run the real dlaunch binary, read what it leaves."""
 import json
 import os
+import random
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -88,6 +91,47 @@ class Case(unittest.TestCase):
                 return
             time.sleep(0.05)
         self.fail(f"processes still alive: {alive}")
+
+
+def free_port():
+    """A free port below the kernel's ephemeral range (32768 and up by default): no socket that
+    another test binds to port 0, or connects from, can take it before we use it. Tests running
+    side by side collide only by chance."""
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port in 20000-32000")
+
+
+DLAUNCHD = os.path.join(os.path.dirname(DLAUNCH), "..", "daemon", "dlaunchd")
+
+
+def start_dlaunchd(log_path, *args, timeout=30):
+    """Starts dlaunchd on a port of the kernel's choosing and returns (process, port) once it
+    serves, so nothing can be on that port first, and callers never race its start."""
+    log = open(log_path, "w")
+    d = subprocess.Popen([DLAUNCHD, "--listen", "127.0.0.1:0", *args],
+                         stdout=subprocess.DEVNULL, stderr=log)
+    log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(log_path) as f:
+            m = re.search(r"serving [^\s]*:(\d+)", f.read())
+        if m:
+            return d, int(m.group(1))
+        if d.poll() is not None:
+            break
+        time.sleep(0.02)
+    d.kill()
+    d.wait()
+    with open(log_path) as f:
+        raise RuntimeError(f"dlaunchd did not start:\n{f.read()}")
 
 
 def main():

@@ -8,14 +8,7 @@ import subprocess
 import time
 
 import dltest
-
-DLAUNCHD = os.path.join(os.path.dirname(dltest.DLAUNCH), "..", "daemon", "dlaunchd")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from dltest import free_port
 
 
 class Rendezvous(dltest.Case):
@@ -185,9 +178,9 @@ class Rendezvous(dltest.Case):
         host.kill()
 
     def test_dlaunchd_status_restart_stop(self):
-        d = subprocess.Popen([DLAUNCHD, "--listen", self.endpoint], stdout=subprocess.DEVNULL,
-                             stderr=self.open_log("d.log"))
+        d, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
         self.procs.append(d)
+        self.endpoint = f"127.0.0.1:{self.port}"
         script = 'echo restart=$TORCHELASTIC_RESTART_COUNT; exec sleep 60'
         procs = [self.agent("--max-restarts", "3", "--", "sh", "-c", script, name=n)
                  for n in ("a", "b")]
@@ -227,7 +220,7 @@ class Rendezvous(dltest.Case):
         self.assertEqual(evs[-1]["status"], "stopped")
         self.assertEqual([e["seq"] for e in evs], sorted(e["seq"] for e in evs))
         p = self.dlaunch("status", "--endpoint", self.endpoint, "nosuchjob")
-        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.returncode, 1, p.stderr + self.log("d"))
         d.send_signal(signal.SIGTERM)
         self.assertEqual(d.wait(timeout=10), 0)
 

@@ -9,7 +9,6 @@ import subprocess
 import time
 
 import dltest
-from test_rdzv import DLAUNCHD, free_port
 
 
 def frame(obj):
@@ -48,17 +47,7 @@ class Robustness(dltest.Case):
         super().setUp()
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
-        self.port = free_port()
-        self.log = open(os.path.join(self.dir, "d.log"), "w")
-        self.daemon = subprocess.Popen([DLAUNCHD, "--listen", f"127.0.0.1:{self.port}"],
-                                       stderr=self.log)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.02)
+        self.daemon, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
         self.socks = []
 
     def tearDown(self):
@@ -66,7 +55,6 @@ class Robustness(dltest.Case):
             s.close()
         self.daemon.kill()
         self.daemon.wait()
-        self.log.close()
         super().tearDown()
 
     def conn(self):

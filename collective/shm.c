@@ -41,6 +41,7 @@
 #define LINE 128                        /* a cache line pair: the prefetcher pulls two */
 #define HDR_BYTES 4096
 #define SLICE_MS 20 /* futex sleep between liveness checks */
+#define PIECE_BYTES (64 << 10) /* the large all-reduce's private reduce buffer: fits L2 */
 
 typedef struct {
     _Atomic uint64_t magic;
@@ -70,6 +71,7 @@ struct dl__coll_shm_s {
     uint32_t round;
     uint32_t *known_depart; /* the highest depart seen of each member, to skip rereads */
     const char **ptrs;      /* scratch: one input pointer per member */
+    char *piece;            /* PIECE_BYTES, private */
     int *pidfd;             /* -1 where pidfd_open is unavailable: kill(pid, 0) instead */
     int *pids, *ranks;
     int timeout_ms;
@@ -310,6 +312,28 @@ static void copy_in(dl__coll_shm_t *s, const char *src, size_t base, size_t coun
     }
 }
 
+/* My slice [lo, hi) of round k, over every member in rank order, to my slot (from where the
+ * others copy it) and to out (NULL: not wanted). It goes through a small private buffer a piece
+ * at a time: reducing straight into the slot stores into lines the other members hold (they
+ * copied them out two rounds ago) and pays a read for ownership of each, which copying a cached
+ * piece avoids (64 MiB, 2 ranks: 6.3-7.2 GB/s against 5.8 in A/B runs). */
+static void reduce_slice(dl__coll_shm_t *s, const char *in, uint32_t k, size_t lo, size_t hi,
+                         char *out, dl_coll_dtype_t dtype, dl_coll_op_t op)
+{
+    size_t esize = dl_coll_dtype_size(dtype), per = PIECE_BYTES / esize;
+    const char **d = s->ptrs;
+    char *mine = slot(s, s->me, k);
+    for (size_t a = lo; a < hi; a += per) {
+        size_t m = hi - a < per ? hi - a : per;
+        for (int j = 0; j < s->n; j++)
+            d[j] = (j == s->me ? in : slot(s, j, k)) + a * esize;
+        reduce_all(s->piece, d, s->n, m, dtype, op);
+        memcpy(mine + a * esize, s->piece, m * esize);
+        if (out != NULL)
+            memcpy(out + a * esize, s->piece, m * esize);
+    }
+}
+
 /* Software-pipelined: the next round's data goes into the other slot right after my slice of
  * this one is published, once every member has left the round before (the last reader of that
  * slot), so a member has work to do while the others catch up. */
@@ -318,7 +342,6 @@ static int allreduce_large(dl__coll_shm_t *s, const char *src, char *dst, size_t
 {
     size_t esize = dl_coll_dtype_size(dtype);
     size_t per_round = s->chunk / esize;
-    const char **d = s->ptrs;
     int me = s->me, n = s->n;
     int collect = !root_only || me == 0;
     uint32_t k = s->round + 1;
@@ -330,18 +353,15 @@ static int allreduce_large(dl__coll_shm_t *s, const char *src, char *dst, size_t
     for (size_t base = 0; base < count; base += per_round, k++) {
         size_t len = count - base < per_round ? count - base : per_round;
         const char *in = src + base * esize;
-        char *out = dst + base * esize, *mine = slot(s, me, k);
+        char *out = dst + base * esize;
         size_t lo, hi;
         s->round = k;
         r = wait_all_arrive(s, k);
         if (r < 0)
             return r;
-        /* My slice, over every member in rank order, into my own slot (nobody reads it during
-         * this phase), from where the others copy it. */
+        /* My slice goes to my own slot (nobody reads it during this phase). */
         slice(len, n, me, &lo, &hi);
-        for (int j = 0; j < n; j++)
-            d[j] = (j == me ? in : slot(s, j, k)) + lo * esize;
-        reduce_all(mine + lo * esize, d, n, hi - lo, dtype, op);
+        reduce_slice(s, in, k, lo, hi, collect ? out : NULL, dtype, op);
         post(s, &s->ctl[me].mid, k);
         if (base + per_round < count) {
             r = wait_slot_free(s, k + 1);
@@ -350,8 +370,6 @@ static int allreduce_large(dl__coll_shm_t *s, const char *src, char *dst, size_t
             copy_in(s, src, base + per_round, count, esize, k + 1);
             post(s, &s->ctl[me].arrive, k + 1);
         }
-        if (collect)
-            memcpy(out + lo * esize, mine + lo * esize, (hi - lo) * esize);
         for (int j = 0; j < n && collect; j++) {
             if (j == me)
                 continue;
@@ -599,10 +617,11 @@ int dl__coll_shm_open(void *map, size_t chunk, int me, int n, const int *pids, c
     }
     s->known_depart = calloc((size_t)n, sizeof(uint32_t));
     s->ptrs = calloc((size_t)n, sizeof(char *));
+    s->piece = aligned_alloc(LINE, PIECE_BYTES);
     s->pidfd = malloc(sizeof(int) * (size_t)n);
     s->pids = malloc(sizeof(int) * (size_t)n);
     s->ranks = malloc(sizeof(int) * (size_t)n);
-    if (s->known_depart == NULL || s->ptrs == NULL || s->pidfd == NULL || s->pids == NULL ||
+    if (s->known_depart == NULL || s->ptrs == NULL || s->piece == NULL || s->pidfd == NULL || s->pids == NULL ||
         s->ranks == NULL) {
         dl__coll_shm_close(s);
         return dl__coll_fail(err, -ENOMEM, "shm: out of memory");
@@ -640,6 +659,7 @@ void dl__coll_shm_close(dl__coll_shm_t *s)
         munmap(s->map, s->map_len);
     free(s->known_depart);
     free(s->ptrs);
+    free(s->piece);
     free(s->pidfd);
     free(s->pids);
     free(s->ranks);

@@ -158,6 +158,41 @@ static int wait_events(const dl__coll_tcp_t *t, struct pollfd *p, int np, int64_
     return poll(p, (nfds_t)np, left > 0 ? (int)left : 0);
 }
 
+/* Sleeps until member sp's socket takes more (want_send) or member rp's has more (want_recv),
+ * and clears *sblocked or *rblocked for the side that can move; one poll, possibly on one
+ * socket for both sides. At the deadline, the receiving side if wanted, else the sending one,
+ * is the failure. */
+static int wait_sides(dl__coll_tcp_t *t, int want_send, int sp, int want_recv, int rp,
+                      int64_t deadline, int *sblocked, int *rblocked)
+{
+    struct pollfd p[2];
+    int np = 0, si = -1, ri = -1;
+    if (want_send) {
+        p[np] = (struct pollfd){.fd = t->fd[sp], .events = POLLOUT};
+        si = np++;
+    }
+    if (want_recv) {
+        if (si >= 0 && t->fd[rp] == t->fd[sp]) {
+            p[si].events |= POLLIN;
+            ri = si;
+        } else {
+            p[np] = (struct pollfd){.fd = t->fd[rp], .events = POLLIN};
+            ri = np++;
+        }
+    }
+    if (deadline - dl__coll_now_ms() <= 0)
+        return link_fail(t, want_recv ? rp : sp, want_recv ? "recv from" : "send to",
+                         -ETIMEDOUT);
+    int k = wait_events(t, p, np, deadline);
+    if (k < 0 && errno != EINTR)
+        return dl__coll_fail(t->err, -errno, "tcp poll: %s", strerror(errno));
+    if (k > 0 && si >= 0 && p[si].revents != 0)
+        *sblocked = 0;
+    if (k > 0 && ri >= 0 && p[ri].revents != 0)
+        *rblocked = 0;
+    return 0;
+}
+
 /* ---- a two-way transfer with a no-progress timeout ----------------------------------------- */
 
 /* Sends slen bytes to member sp and receives rlen bytes from member rp at the same time (either
@@ -207,34 +242,9 @@ static int xfer(dl__coll_tcp_t *t, int sp, const char *sbuf, size_t slen, int rp
             deadline = dl__coll_now_ms() + t->timeout_ms;
             continue;
         }
-        struct pollfd p[2];
-        int np = 0, si = -1, ri = -1;
-        if (so < ready) {
-            p[np] = (struct pollfd){.fd = sfd, .events = POLLOUT};
-            si = np++;
-        }
-        if (ro < rlen) {
-            if (si >= 0 && rfd == sfd) {
-                p[si].events |= POLLIN;
-                ri = si;
-            } else {
-                p[np] = (struct pollfd){.fd = rfd, .events = POLLIN};
-                ri = np++;
-            }
-        }
-        int64_t left = deadline - dl__coll_now_ms();
-        if (left <= 0)
-            return link_fail(t, ro < rlen ? rp : sp, ro < rlen ? "recv from" : "send to",
-                             -ETIMEDOUT);
-        int k = wait_events(t, p, np, deadline);
-        if (k < 0 && errno != EINTR)
-            return dl__coll_fail(t->err, -errno, "tcp poll: %s", strerror(errno));
-        if (k <= 0)
-            continue;
-        if (si >= 0 && p[si].revents != 0)
-            sblocked = 0;
-        if (ri >= 0 && p[ri].revents != 0)
-            rblocked = 0;
+        int r = wait_sides(t, so < ready, sp, ro < rlen, rp, deadline, &sblocked, &rblocked);
+        if (r < 0)
+            return r;
     }
     return 0;
 }
@@ -368,34 +378,10 @@ static int ring_run(dl__coll_tcp_t *t, const ring_t *g)
         }
         if (st >= steps && rt >= steps)
             break;
-        struct pollfd p[2];
-        int np = 0, si = -1, ri = -1;
-        if (st < steps && so < ready) {
-            p[np] = (struct pollfd){.fd = sfd, .events = POLLOUT};
-            si = np++;
-        }
-        if (rt < steps) {
-            if (si >= 0 && rfd == sfd) {
-                p[si].events |= POLLIN;
-                ri = si;
-            } else {
-                p[np] = (struct pollfd){.fd = rfd, .events = POLLIN};
-                ri = np++;
-            }
-        }
-        int64_t left = deadline - dl__coll_now_ms();
-        if (left <= 0)
-            return link_fail(t, rt < steps ? prev : next, rt < steps ? "recv from" : "send to",
-                             -ETIMEDOUT);
-        int k = wait_events(t, p, np, deadline);
-        if (k < 0 && errno != EINTR)
-            return dl__coll_fail(t->err, -errno, "tcp poll: %s", strerror(errno));
-        if (k <= 0)
-            continue;
-        if (si >= 0 && p[si].revents != 0)
-            sblocked = 0;
-        if (ri >= 0 && p[ri].revents != 0)
-            rblocked = 0;
+        int r = wait_sides(t, st < steps && so < ready, next, rt < steps, prev, deadline,
+                           &sblocked, &rblocked);
+        if (r < 0)
+            return r;
     }
     return 0;
 }

@@ -285,18 +285,19 @@ static int load_token(dl_agent_t *a, rdzv_t *z)
     for (char **e = a->environ_list; e != NULL && *e != NULL; e++)
         if (strncmp(*e, "DLAUNCH_TOKEN=", n) == 0)
             env = *e + n;
-    int r = 0;
-    if (a->spec->token_file != NULL) {
-        r = dl_proto_token_from_file(a->spec->token_file, &z->token, err, sizeof(err));
-        /* Workers may run elsewhere in the tree: hand them a path that does not depend on it. */
-        if (r == 0 && (a->token_path = realpath(a->spec->token_file, NULL)) == NULL)
-            r = -errno;
-    }
-    else if (env != NULL && *env != '\0')
-        r = dl_proto_token_from_string(env, "DLAUNCH_TOKEN", &z->token, err, sizeof(err));
-    if (r < 0)
+    int r = dl_proto_token_load(a->spec->token_file, env, &z->token, err, sizeof(err));
+    if (r < 0) {
         fprintf(stderr, "dlaunch: %s\n", err);
-    return r;
+        return r;
+    }
+    /* Workers may run elsewhere in the tree: hand them a path that does not depend on it. */
+    if (a->spec->token_file != NULL &&
+        (a->token_path = realpath(a->spec->token_file, NULL)) == NULL) {
+        r = -errno;
+        fprintf(stderr, "dlaunch: %s: %s\n", a->spec->token_file, strerror(-r));
+        return r;
+    }
+    return 0;
 }
 
 /* Host the rendezvous if this node should: --node-rank 0, or (no rank given) the endpoint is one

@@ -81,15 +81,8 @@ static int parse(int argc, char **argv, ctl_opts_t *o)
 static int load_token(const char *file, const char *file_env, dl_proto_token_t **ret)
 {
     char err[512];
-    const char *env = getenv("DLAUNCH_TOKEN");
-    int r = 0;
-    *ret = NULL;
-    if (file == NULL)
-        file = file_env;
-    if (file != NULL)
-        r = dl_proto_token_from_file(file, ret, err, sizeof(err));
-    else if (env != NULL && *env != '\0')
-        r = dl_proto_token_from_string(env, "DLAUNCH_TOKEN", ret, err, sizeof(err));
+    int r = dl_proto_token_load(file != NULL ? file : file_env, getenv("DLAUNCH_TOKEN"), ret, err,
+                                sizeof(err));
     if (r < 0)
         fprintf(stderr, "dlaunch: %s\n", err);
     return r;

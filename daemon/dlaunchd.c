@@ -87,12 +87,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "dlaunchd: --listen: '%s' is not ADDR:PORT\n", listen);
         return 2;
     }
-    const char *env_token = getenv("DLAUNCH_TOKEN");
-    int r = 0;
-    if (token_file != NULL)
-        r = dl_proto_token_from_file(token_file, &token, err, sizeof(err));
-    else if (env_token != NULL && *env_token != '\0')
-        r = dl_proto_token_from_string(env_token, "DLAUNCH_TOKEN", &token, err, sizeof(err));
+    int r = dl_proto_token_load(token_file, getenv("DLAUNCH_TOKEN"), &token, err, sizeof(err));
     if (r < 0) {
         fprintf(stderr, "dlaunchd: %s\n", err);
         return 2;

@@ -75,6 +75,17 @@ int dl_proto_token_from_string(const char *text, const char *where, dl_proto_tok
     return token_new((const unsigned char *)text, len, ret_token);
 }
 
+int dl_proto_token_load(const char *file, const char *env_value, dl_proto_token_t **ret_token,
+                        char *err, size_t errlen)
+{
+    *ret_token = NULL;
+    if (file != NULL)
+        return dl_proto_token_from_file(file, ret_token, err, errlen);
+    if (env_value != NULL && *env_value != '\0')
+        return dl_proto_token_from_string(env_value, "DLAUNCH_TOKEN", ret_token, err, errlen);
+    return 0;
+}
+
 /* Reads at most max bytes; returns the count or -errno. */
 static ssize_t read_upto(int fd, unsigned char *buf, size_t max)
 {

@@ -295,6 +295,12 @@ int dl_proto_token_from_file(const char *path, dl_proto_token_t **ret_token, cha
 int dl_proto_token_from_string(const char *text, const char *where, dl_proto_token_t **ret_token,
                                char *err, size_t errlen);
 
+/* Where every dlaunch program finds the job token: the file when one is named, else env_value
+ * (what $DLAUNCH_TOKEN holds) when it is set and not empty, else none (*ret_token = NULL,
+ * return 0). Returns 0 or the error of the source tried, as above. */
+int dl_proto_token_load(const char *file, const char *env_value, dl_proto_token_t **ret_token,
+                        char *err, size_t errlen);
+
 void dl_proto_token_free(dl_proto_token_t *token);
 
 /* DL_PROTO_NONCE_BYTES random bytes (RAND_bytes) as lowercase hex, NUL-terminated.

@@ -221,6 +221,34 @@ START_TEST(test_token_file)
 }
 END_TEST
 
+/* The file wins over the variable; an empty variable is no token; no source is no token. */
+START_TEST(test_token_load)
+{
+    dl_proto_token_t *t = (dl_proto_token_t *)&t;
+    char err[512];
+
+    make_tmpdir();
+    const char *file = write_file("t1", "from-file\n", 10, 0600);
+    ck_assert_int_eq(dl_proto_token_load(file, "from-env", &t, err, sizeof(err)), 0);
+    assert_same_token(t, "from-file");
+    dl_proto_token_free(t);
+    ck_assert_int_eq(dl_proto_token_load(NULL, "from-env", &t, err, sizeof(err)), 0);
+    assert_same_token(t, "from-env");
+    dl_proto_token_free(t);
+    ck_assert_int_eq(dl_proto_token_load(NULL, "", &t, err, sizeof(err)), 0);
+    ck_assert_ptr_null(t);
+    t = (dl_proto_token_t *)&t;
+    ck_assert_int_eq(dl_proto_token_load(NULL, NULL, &t, err, sizeof(err)), 0);
+    ck_assert_ptr_null(t);
+    /* A named file that is not there is an error, not a fall back to the variable. */
+    ck_assert_int_eq(dl_proto_token_load("/nonexistent/token", "from-env", &t, err, sizeof(err)),
+                     -ENOENT);
+    ck_assert_ptr_null(t);
+    ck_assert_msg(strstr(err, "/nonexistent/token") != NULL, "%s", err);
+    remove_tmpdir();
+}
+END_TEST
+
 START_TEST(test_token_file_mode)
 {
     make_tmpdir();
@@ -286,6 +314,7 @@ static Suite *auth_suite(void)
     tcase_add_test(tc, test_verify);
     tcase_add_test(tc, test_nonce);
     tcase_add_test(tc, test_token_file);
+    tcase_add_test(tc, test_token_load);
     tcase_add_test(tc, test_token_file_mode);
     tcase_add_test(tc, test_token_file_errors);
     tcase_add_test(tc, test_token_string);

@@ -496,20 +496,11 @@ static char *make_run_id(void)
     return strdup(buf);
 }
 
-static const char *env_get(char **env, const char *name)
-{
-    size_t n = strlen(name);
-    for (; env != NULL && *env != NULL; env++)
-        if (strncmp(*env, name, n) == 0 && (*env)[n] == '=')
-            return *env + n + 1;
-    return NULL;
-}
-
 /* Decides the shape of the job on this node. Returns 0, or an exit code (2) after saying why. */
 static int plan(dl_agent_t *a)
 {
     const dl_job_spec_t *spec = a->spec;
-    int gpus = dl_gpu_count("/proc", env_get(a->environ_list, "CUDA_VISIBLE_DEVICES"));
+    int gpus = dl_gpu_count("/proc", dl_env_get(a->environ_list, "CUDA_VISIBLE_DEVICES"));
     int r;
 
     a->remote = spec->rdzv_endpoint != NULL;
@@ -540,7 +531,7 @@ static int plan(dl_agent_t *a)
     }
     a->world_size = a->nworkers * a->nnodes;
 
-    r = dl_resolve_command(spec->command[0], env_get(a->environ_list, "PATH"),
+    r = dl_resolve_command(spec->command[0], dl_env_get(a->environ_list, "PATH"),
                            &a->command_path);
     if (r < 0) {
         fprintf(stderr, "dlaunch: cannot run '%s': %s\n", spec->command[0],

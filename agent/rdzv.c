@@ -280,11 +280,7 @@ static int connect_client(dl_agent_t *a)
 static int load_token(dl_agent_t *a, rdzv_t *z)
 {
     char err[512];
-    const char *env = NULL;
-    size_t n = strlen("DLAUNCH_TOKEN=");
-    for (char **e = a->environ_list; e != NULL && *e != NULL; e++)
-        if (strncmp(*e, "DLAUNCH_TOKEN=", n) == 0)
-            env = *e + n;
+    const char *env = dl_env_get(a->environ_list, "DLAUNCH_TOKEN");
     int r = dl_proto_token_load(a->spec->token_file, env, &z->token, err, sizeof(err));
     if (r < 0) {
         fprintf(stderr, "dlaunch: %s\n", err);

@@ -86,6 +86,10 @@ void dl_config_print_help(void *stream, const char *progname);
 int dl_parse_int(const char *s, long min, long max, long *ret);
 int dl_parse_double(const char *s, double min, double max, double *ret);
 
+/* The value of name in envp (NULL-terminated NAME=value strings; may be NULL), or NULL; the first
+ * occurrence wins, as with getenv(). */
+const char *dl_env_get(char *const *envp, const char *name);
+
 /* "N" or "MIN:MAX" with 1 <= MIN <= MAX. */
 int dl_parse_nodes(const char *s, int *ret_min, int *ret_max);
 

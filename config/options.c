@@ -250,24 +250,13 @@ void dl_job_spec_free(dl_job_spec_t *spec)
     dl_job_spec_init(spec);
 }
 
-static const char *env_lookup(char **environ_list, const char *name)
-{
-    size_t n = strlen(name);
-    if (environ_list == NULL)
-        return NULL;
-    for (char **e = environ_list; *e != NULL; e++)
-        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
-            return *e + n + 1;
-    return NULL;
-}
-
 static int apply_environment(dl_job_spec_t *spec, char **environ_list, char *err, size_t errlen)
 {
     char name[64];
     for (size_t i = 0; i < dl__options_count; i++) {
         const dl__option_t *o = &dl__options[i];
         dl__option_env_name(o, name, sizeof(name));
-        const char *v = env_lookup(environ_list, name);
+        const char *v = dl_env_get(environ_list, name);
         /* An empty variable is how scripts unset a setting, so it counts as absent. */
         if (v == NULL || *v == '\0')
             continue;

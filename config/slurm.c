@@ -13,17 +13,6 @@
 #define MAX_COUNT 1000000L     /* nodes, tasks, CPUs: far above any real machine */
 #define MAX_GPUS 1024
 
-/* The value of name in envp, or NULL; the first occurrence wins, as with getenv(). */
-static const char *env_get(char *const *envp, const char *name)
-{
-    size_t len = strlen(name);
-
-    for (; envp != NULL && *envp != NULL; envp++)
-        if (strncmp(*envp, name, len) == 0 && (*envp)[len] == '=')
-            return *envp + len + 1;
-    return NULL;
-}
-
 /* The first of the names that is set; *ret_name says which. */
 static const char *env_first(char *const *envp, const char *a, const char *b, const char *c,
                              const char **ret_name)
@@ -31,7 +20,7 @@ static const char *env_first(char *const *envp, const char *a, const char *b, co
     const char *names[] = {a, b, c};
 
     for (size_t i = 0; i < 3; i++) {
-        const char *v = names[i] ? env_get(envp, names[i]) : NULL;
+        const char *v = names[i] ? dl_env_get(envp, names[i]) : NULL;
         if (v != NULL) {
             *ret_name = names[i];
             return v;
@@ -95,7 +84,7 @@ static int parse_count(const char *name, const char *value, long min, long max, 
 static int parse_optional(char *const *envp, const char *name, long min, long max, int *ret,
                           char *err, size_t errlen)
 {
-    const char *v = env_get(envp, name);
+    const char *v = dl_env_get(envp, name);
     long n;
     int r;
 
@@ -192,7 +181,7 @@ int dl_slurm_parse_gpus(const char *text, int *ret)
 
 static int parse_gpus_var(char *const *envp, int *ret, char *err, size_t errlen)
 {
-    const char *v = env_get(envp, "SLURM_GPUS_ON_NODE");
+    const char *v = dl_env_get(envp, "SLURM_GPUS_ON_NODE");
     const char *name = "SLURM_GPUS_ON_NODE";
     long n;
     int r;
@@ -205,7 +194,7 @@ static int parse_gpus_var(char *const *envp, int *ret, char *err, size_t errlen)
         return 0;
     }
     name = "SLURM_GPUS_PER_NODE";
-    v = env_get(envp, name);
+    v = dl_env_get(envp, name);
     if (v == NULL)
         return 0;
     r = dl_slurm_parse_gpus(v, ret);
@@ -263,7 +252,7 @@ static int parse_nodes(char *const *envp, dl_slurm_env_t *e, char *err, size_t e
 
 static int parse_ids(char *const *envp, dl_slurm_env_t *e, char *err, size_t errlen)
 {
-    const char *name = "SLURM_NODEID", *v = env_get(envp, name);
+    const char *name = "SLURM_NODEID", *v = dl_env_get(envp, name);
     long n;
     int r;
 
@@ -294,7 +283,7 @@ static int parse_ids(char *const *envp, dl_slurm_env_t *e, char *err, size_t err
         e->ntasks = (int)n;
     }
     if (e->in_step && e->proc_id >= 0 && e->ntasks > 0 && e->proc_id >= e->ntasks)
-        return bad(err, errlen, -ERANGE, "SLURM_PROCID", env_get(envp, "SLURM_PROCID"),
+        return bad(err, errlen, -ERANGE, "SLURM_PROCID", dl_env_get(envp, "SLURM_PROCID"),
                    "out of range 0..%d (%s=%d)", e->ntasks - 1, name, e->ntasks);
     return 0;
 }
@@ -346,7 +335,7 @@ int dl_slurm_env_parse(char *const *envp, dl_slurm_env_t *ret, char *err, size_t
     if (r < 0)
         goto fail;
 
-    v = env_get(envp, "SLURM_SUBMIT_DIR");
+    v = dl_env_get(envp, "SLURM_SUBMIT_DIR");
     if (v != NULL) {
         e.submit_dir = strdup(v);
         if (e.submit_dir == NULL) {

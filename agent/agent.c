@@ -73,12 +73,6 @@ static int mkdir_p(const char *path)
     return 0;
 }
 
-static void output_closed(void *ctx)
-{
-    dl_agent_t *a = ctx;
-    a->outputs_open--;
-}
-
 static void kill_workers(dl_agent_t *a, int sig)
 {
     for (int i = 0; i < a->nworkers; i++) {
@@ -140,12 +134,11 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt)
     if (r < 0)
         return r;
     r = dl_output_open(&a->loop, a->attempt_dir, w->rank, prefix, !a->spec->quiet, a->readbuf,
-                       sizeof(a->readbuf), output_closed, a, &out, &child_out, &child_err);
+                       sizeof(a->readbuf), &out, &child_out, &child_err);
     if (r < 0) {
         dl_worker_env_free(envp);
         return r;
     }
-    a->outputs_open++;
     int health[2] = {-1, -1};
     if (a->spec->health_timeout > 0 && pipe2(health, O_CLOEXEC | O_NONBLOCK) < 0) {
         dl__agent_log(a, "no health pipe for rank %d: %s", w->rank, strerror(errno));

@@ -50,7 +50,6 @@ struct dl_agent_s {
     char master_addr[64];
     int master_port;
     int exit_code;
-    int outputs_open;
     bool remote;               /* a rendezvous decides rounds (several nodes) */
     struct dl__rdzv_s *rdzv;   /* rdzv.c's state, when remote */
     int round;                 /* the rendezvous round the workers belong to */

@@ -29,8 +29,6 @@ struct dl_output_s {
     size_t readbuf_len;
     char prefix[64];
     size_t prefix_len;
-    dl_output_closed_cb closed_cb;
-    void *ctx;
 };
 
 static void write_all(int fd, struct iovec *iov, int n)
@@ -74,11 +72,7 @@ static void release(dl_output_t *o)
         if (o->s[i].file_fd >= 0)
             close(o->s[i].file_fd);
     }
-    dl_output_closed_cb cb = o->closed_cb;
-    void *ctx = o->ctx;
     free(o);
-    if (cb != NULL)
-        cb(ctx);
 }
 
 static void pipe_closed(uv_handle_t *h)
@@ -150,8 +144,8 @@ static int open_log(const char *dir, int rank, const char *ext, int *ret_fd)
 }
 
 int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const char *prefix,
-                   bool echo, char *readbuf, size_t readbuf_len, dl_output_closed_cb closed_cb,
-                   void *ctx, dl_output_t **ret, int *ret_child_out, int *ret_child_err)
+                   bool echo, char *readbuf, size_t readbuf_len, dl_output_t **ret,
+                   int *ret_child_out, int *ret_child_err)
 {
     dl_output_t *o = calloc(1, sizeof(*o));
     int fds[2][2] = {{-1, -1}, {-1, -1}};
@@ -174,8 +168,6 @@ int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const cha
     o->echo = echo;
     o->readbuf = readbuf;
     o->readbuf_len = readbuf_len;
-    o->closed_cb = closed_cb;
-    o->ctx = ctx;
     snprintf(o->prefix, sizeof(o->prefix), "%s", prefix);
     o->prefix_len = strlen(o->prefix);
     for (int i = 0; i < 2; i++) {
@@ -200,7 +192,6 @@ int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const cha
     o->refs++;
     if (r < 0) {
         /* Closing through the handles keeps the one free path: release(). */
-        o->closed_cb = NULL;
         o->echo = false;
         for (int i = 0; i < 2; i++) {
             if (fds[i][0] >= 0)

@@ -9,16 +9,13 @@
 
 typedef struct dl_output_s dl_output_t;
 
-/* Called once, from the loop, when the output object is gone. */
-typedef void (*dl_output_closed_cb)(void *ctx);
-
 /* Creates the log files attempt_dir/rank_N.{out,err} and two pipes. *ret_child_out/err are the
  * write ends for the child (the caller closes them after spawning). echo: copy lines to the
  * agent's stdout/stderr with prefix. readbuf is a scratch buffer shared by all outputs.
  * Returns 0 or -errno; on failure nothing is left open. */
 int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const char *prefix,
-                   bool echo, char *readbuf, size_t readbuf_len, dl_output_closed_cb closed_cb,
-                   void *ctx, dl_output_t **ret, int *ret_child_out, int *ret_child_err);
+                   bool echo, char *readbuf, size_t readbuf_len, dl_output_t **ret,
+                   int *ret_child_out, int *ret_child_err);
 
 /* The worker has exited: gives up the caller's reference. Whatever is still buffered in the
  * pipes is read for at most timeout_ms (processes outside its group may hold them), then the

@@ -8,7 +8,8 @@
  * slot of round k only once every member has departed round k-2, so slots are reused without
  * locks, and a slow member is never overwritten.
  *
- * Large all-reduce: each member reduces one slice of the round's chunk over every member's slot
+ * Large all-reduce: with two members each reduces everything (see allreduce_pair); with more,
+ * each member reduces one slice of the round's chunk over every member's slot
  * in rank order, publishes it (`mid`), and copies the other slices out of their owners' slots.
  * Each element is reduced once, in rank order, so every member gets the same bits, and they
  * equal a serial sum over ranks 0..n-1. Small all-reduce needs one synchronization only: every
@@ -384,6 +385,47 @@ static int allreduce_large(dl__coll_shm_t *s, const char *src, char *dst, size_t
     return 0;
 }
 
+/* Two members, beyond one chunk: the small all-reduce a chunk a round, pipelined (the next
+ * round's copy goes in before waiting for this one's). Each member reduces the whole message,
+ * its own input against the other's copy, in rank order: one synchronization a round and no
+ * copies out, where slicing needs two and copies the other's half back. A/B at 64 MiB:
+ * 6.1-7.5 GB/s against 5.7-6.7 for slicing; never slower from 1 MiB up. */
+static int allreduce_pair(dl__coll_shm_t *s, const char *src, char *dst, size_t count,
+                          dl_coll_dtype_t dtype, dl_coll_op_t op)
+{
+    size_t esize = dl_coll_dtype_size(dtype);
+    size_t per_round = s->chunk / esize;
+    int me = s->me, peer = 1 - me;
+    const char **d = s->ptrs;
+    uint32_t k = s->round + 1;
+    int r = wait_slot_free(s, k);
+    if (r < 0)
+        return r;
+    size_t len0 = count < per_round ? count : per_round;
+    memcpy(slot(s, me, k), src, len0 * esize);
+    post(s, &s->ctl[me].arrive, k);
+    for (size_t base = 0; base < count; base += per_round, k++) {
+        size_t len = count - base < per_round ? count - base : per_round;
+        s->round = k;
+        if (base + per_round < count) {
+            size_t nb = base + per_round, nlen = count - nb < per_round ? count - nb : per_round;
+            r = wait_slot_free(s, k + 1);
+            if (r < 0)
+                return r;
+            memcpy(slot(s, me, k + 1), src + nb * esize, nlen * esize);
+            post(s, &s->ctl[me].arrive, k + 1);
+        }
+        r = wait_arrive(s, peer, k);
+        if (r < 0)
+            return r;
+        d[me] = src + base * esize;
+        d[peer] = slot(s, peer, k);
+        reduce_all(dst + base * esize, d, 2, len, dtype, op);
+        post(s, &s->ctl[me].depart, k);
+    }
+    return 0;
+}
+
 int dl__coll_shm_allreduce(dl__coll_shm_t *s, const void *src, void *dst, size_t count,
                            dl_coll_dtype_t dtype, dl_coll_op_t op, int root_only)
 {
@@ -395,6 +437,8 @@ int dl__coll_shm_allreduce(dl__coll_shm_t *s, const void *src, void *dst, size_t
         s->algo == DL_COLL_ALGO_LATENCY || (s->algo == DL_COLL_ALGO_AUTO && bytes <= s->small);
     if (latency && bytes <= s->chunk)
         return allreduce_small(s, src, dst, count, dtype, op, root_only);
+    if (s->n == 2 && !root_only && s->algo != DL_COLL_ALGO_BANDWIDTH)
+        return allreduce_pair(s, src, dst, count, dtype, op);
     return allreduce_large(s, src, dst, count, dtype, op, root_only);
 }
 

@@ -47,6 +47,7 @@ typedef enum {
 #define DL_COLL_HOST_ID_MAX 128
 #define DL_COLL_ADDR_MAX 256
 #define DL_COLL_RUN_ID_MAX 128
+#define DL_COLL_PATH_MAX 4096
 
 /* Everything a group needs; dl_coll_options_init() fills defaults and dl_coll_options_from_env()
  * reads the launcher's variables over them. */
@@ -58,6 +59,13 @@ typedef struct {
     char master_addr[DL_COLL_ADDR_MAX]; /* MASTER_ADDR: where rank 0 hosts the bootstrap */
     int master_port;                    /* MASTER_PORT */
     char run_id[DL_COLL_RUN_ID_MAX];    /* TORCHELASTIC_RUN_ID, keeps jobs apart; may be "" */
+    /* DLAUNCH_STORE: the job's key-value store (HOST:PORT). When set, ranks meet through it
+     * instead of through rank 0 at MASTER_ADDR:MASTER_PORT. Its job token comes from
+     * DLAUNCH_TOKEN_FILE, else DLAUNCH_TOKEN (token points into the environment given). */
+    char store[DL_COLL_ADDR_MAX + 8];
+    int attempt; /* TORCHELASTIC_RESTART_COUNT: a restarted job's keys differ from the last's */
+    char token_file[DL_COLL_PATH_MAX];
+    const char *token;
     /* DLAUNCH_COLL_HOST_ID: ranks with equal ids share memory. "" means hostname + boot id. */
     char host_id[DL_COLL_HOST_ID_MAX];
     dl_coll_transport_t transport; /* DLAUNCH_COLL_TRANSPORT=auto|tcp|shm */

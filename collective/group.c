@@ -297,6 +297,7 @@ static int setup_shm(dl_coll_group_t *g, dl__coll_boot_t *boot, const blob_t *bl
         free(pids);
         free(ranks);
         munmap(map, dl__coll_shm_segment_size(ln, chunk));
+        snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
     for (int i = 0; i < ln; i++) {
@@ -305,6 +306,8 @@ static int setup_shm(dl_coll_group_t *g, dl__coll_boot_t *boot, const blob_t *bl
     }
     r = dl__coll_shm_open(map, chunk, g->local_rank, ln, pids, ranks, &g->opts, g->busy, &g->err,
                           &g->shm);
+    if (r < 0)
+        snprintf(err, errlen, "%s", g->err.msg);
     free(pids);
     free(ranks);
     return r;
@@ -316,8 +319,10 @@ static int setup_tcp(dl_coll_group_t *g, dl__coll_boot_t *boot, const blob_t *bl
     int r = 0;
     if (g->nhosts > 1 && g->local_rank == 0) {
         dl__coll_addr_t *addrs = malloc(sizeof(*addrs) * (size_t)g->nhosts);
-        if (addrs == NULL)
+        if (addrs == NULL) {
+            snprintf(err, errlen, "out of memory");
             return -ENOMEM;
+        }
         for (int h = 0; h < g->nhosts; h++)
             addrs[h] = blobs[g->host_leader[h]].addr;
         r = dl__coll_tcp_open(g->host, g->nhosts, addrs, g->host_leader, lfd, job_key, &g->opts,
@@ -406,7 +411,9 @@ int dl_coll_group_create(const dl_coll_options_t *opts, dl_coll_group_t **ret_gr
     if (r < 0)
         snprintf(err, errlen, "async state: %s", strerror(-r));
     if (r == 0)
-        r = dl__coll_boot_tcp_open(opts, &boot, err, errlen);
+        r = opts->store[0] != '\0' && opts->world_size > 1
+                ? dl__coll_boot_store_open(opts, &boot, err, errlen)
+                : dl__coll_boot_tcp_open(opts, &boot, err, errlen);
     if (r == 0)
         r = setup(g, boot, err, errlen);
     if (boot != NULL)

@@ -74,9 +74,9 @@ uint64_t dl__coll_hash64(const void *data, size_t len, uint64_t seed);
 
 /* ---- bootstrap (bootstrap.c) ----------------------------------------------------------------- */
 
-/* How ranks find each other before any transport exists: an all-gather of small blobs. Today
- * rank 0 hosts it at MASTER_ADDR:MASTER_PORT (like torch's TCPStore); a store-based one (through
- * the rendezvous client, DLAUNCH_STORE) only has to fill in these two functions. */
+/* How ranks find each other before any transport exists: an all-gather of small blobs, through
+ * the job's store (DLAUNCH_STORE) under dlaunch, else hosted by rank 0 at MASTER_ADDR:MASTER_PORT
+ * (like torch's TCPStore) for a worker started some other way. */
 typedef struct dl__coll_boot_s dl__coll_boot_t;
 struct dl__coll_boot_s {
     int rank;
@@ -91,6 +91,9 @@ struct dl__coll_boot_s {
 
 int dl__coll_boot_tcp_open(const dl_coll_options_t *o, dl__coll_boot_t **ret_boot, char *err,
                            size_t errlen);
+/* Through the job's store, o->store (bootstrap-store.c). */
+int dl__coll_boot_store_open(const dl_coll_options_t *o, dl__coll_boot_t **ret_boot, char *err,
+                             size_t errlen);
 
 /* ---- TCP transport (tcp.c) ------------------------------------------------------------------- */
 

@@ -179,6 +179,15 @@ int dl_coll_options_from_env(dl_coll_options_t *opts, char **envp, char *err, si
     else if ((v = env_get(envp, "TORCHELASTIC_RUN_ID")) != NULL &&
              copy_str(o.run_id, sizeof(o.run_id), v) < 0)
         bad = "TORCHELASTIC_RUN_ID", why = "at most 127 characters";
+    else if ((v = env_get(envp, "DLAUNCH_STORE")) != NULL &&
+             copy_str(o.store, sizeof(o.store), v) < 0)
+        bad = "DLAUNCH_STORE", why = "HOST:PORT";
+    else if ((v = env_get(envp, "TORCHELASTIC_RESTART_COUNT")) != NULL &&
+             apply_int(v, 0, INT_MAX, &o.attempt) < 0)
+        bad = "TORCHELASTIC_RESTART_COUNT", why = "an integer from 0";
+    else if ((v = env_get(envp, "DLAUNCH_TOKEN_FILE")) != NULL &&
+             copy_str(o.token_file, sizeof(o.token_file), v) < 0)
+        bad = "DLAUNCH_TOKEN_FILE", why = "a path";
     else if ((v = env_get(envp, "DLAUNCH_COLL_HOST_ID")) != NULL &&
              copy_str(o.host_id, sizeof(o.host_id), v) < 0)
         bad = "DLAUNCH_COLL_HOST_ID", why = "at most 127 characters";
@@ -225,6 +234,7 @@ int dl_coll_options_from_env(dl_coll_options_t *opts, char **envp, char *err, si
         snprintf(err, errlen, "environment %s='%s': expected %s", bad, v, why);
         return -EINVAL;
     }
+    o.token = env_get(envp, "DLAUNCH_TOKEN");
     if (o.rank >= o.world_size) {
         snprintf(err, errlen, "environment RANK=%d: not below WORLD_SIZE=%d", o.rank, o.world_size);
         return -EINVAL;

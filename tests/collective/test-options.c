@@ -48,6 +48,10 @@ START_TEST(torchrun_variables_are_read)
                    "DLAUNCH_COLL_SHM_CHUNK=8192",
                    "DLAUNCH_COLL_TCP_CHUNK=64k",
                    "DLAUNCH_COLL_SPIN_US=250",
+                   "DLAUNCH_STORE=127.0.0.1:41000",
+                   "DLAUNCH_TOKEN_FILE=/run/job.token",
+                   "DLAUNCH_TOKEN=s3cret",
+                   "TORCHELASTIC_RESTART_COUNT=2",
                    NULL};
     ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
     ck_assert_int_eq(o.rank, 3);
@@ -66,6 +70,10 @@ START_TEST(torchrun_variables_are_read)
     ck_assert_uint_eq(o.shm_chunk_bytes, 8192);
     ck_assert_uint_eq(o.tcp_chunk_bytes, 64 << 10);
     ck_assert_int_eq(o.spin_us, 250);
+    ck_assert_str_eq(o.store, "127.0.0.1:41000");
+    ck_assert_str_eq(o.token_file, "/run/job.token");
+    ck_assert_str_eq(o.token, "s3cret");
+    ck_assert_int_eq(o.attempt, 2);
 }
 END_TEST
 
@@ -90,6 +98,7 @@ static const struct {
     {"DLAUNCH_COLL_SHM_CHUNK=4T"},
     {"DLAUNCH_COLL_TCP_SMALL=-1"},
     {"DLAUNCH_COLL_SPIN_US=-5"},
+    {"TORCHELASTIC_RESTART_COUNT=-1"},
 };
 
 START_TEST(bad_values_name_the_variable)

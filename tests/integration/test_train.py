@@ -13,6 +13,7 @@ import signal
 import struct
 import subprocess
 import tempfile
+import time
 import unittest
 import zlib
 
@@ -129,6 +130,31 @@ class Train(dltest.Case):
             # Not trivially equal: training moved the parameters well beyond that.
             _, p10, _ = read_checkpoint(os.path.join(self.dir, "ck1", f"ckpt-{10:012d}.dlck"))
             self.assertGreater(max(abs(a - b) for a, b in zip(p1, p10)), 1e-3)
+
+    def test_ranks_meet_through_the_store_and_leave_master_port_to_the_worker(self):
+        # Rank 0 takes MASTER_PORT for itself first, as a script's own torch TCPStore would;
+        # the trainer's ranks still find each other, through DLAUNCH_STORE.
+        hold = ('import os, socket, time; s = socket.socket(); '
+                's.bind((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))); '
+                's.listen(); open("held", "w").close(); time.sleep(30)')
+        script = (f'if [ "$RANK" = 0 ]; then python3 -c \'{hold}\' & '
+                  'while [ ! -e held ]; do sleep 0.05; done; fi; '
+                  f'exec {TRAINER} --set dataset_dir={SUBSET} --set steps=20')
+        p = self.dlaunch("--gpus-per-node", "2", "--run-id", "store", "--", "sh", "-c", script,
+                         timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("done after 20 steps", p.stdout)
+        self.assertIn("world size 2", p.stdout)
+
+    def test_a_rank_that_never_joins_fails_the_others_at_the_bootstrap_timeout(self):
+        script = (f'[ "$RANK" = 1 ] && exit 0; '
+                  f'exec {TRAINER} --set dataset_dir={SUBSET} --set steps=20')
+        t0 = time.monotonic()
+        p = self.dlaunch("--gpus-per-node", "2", "--run-id", "lonely", "--", "sh", "-c", script,
+                         env={"DLAUNCH_COLL_TIMEOUT": "2"}, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertLess(time.monotonic() - t0, 30)
+        self.assertIn("did not get this far in time", p.stdout + p.stderr)
 
     # ---- Resume -----------------------------------------------------------------------------
 

@@ -1,0 +1,200 @@
+/* The bootstrap through the job's key-value store (DLAUNCH_STORE, which dlaunch gives every
+ * worker: the agent's store, or the rendezvous of a job over several nodes), as Gloo meets its
+ * peers through a store. Nothing listens on MASTER_PORT, so the port stays free for the worker's
+ * own use (torch's TCPStore, say).
+ *
+ * An all-gather round r of group g in attempt a: every rank sets dlaunch/coll/a/g/r/RANK to its
+ * blob (hex); rank 0 waits for all of them, puts them together under dlaunch/coll/a/g/r/all, and
+ * the others wait for that one key: about 3n requests a round in all, not n^2. The attempt
+ * (TORCHELASTIC_RESTART_COUNT) keeps a restarted job off the keys of the last one, which a
+ * one-node job's store still holds (torchrun's workers get a per-attempt key prefix the same
+ * way). g counts the groups this process has made, which every rank makes in the same order. */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "proto.h"
+#include "rendezvous.h"
+
+typedef struct {
+    dl__coll_boot_t base;
+    dl_rdzv_sync_t *client;
+    double timeout_s;
+    int attempt;
+    unsigned group;
+    unsigned round;
+    char store[DL_COLL_ADDR_MAX + 16];
+} store_boot_t;
+
+static _Atomic unsigned groups_made;
+
+static void store_close(dl__coll_boot_t *base)
+{
+    store_boot_t *b = (store_boot_t *)base;
+    if (b == NULL)
+        return;
+    dl_rdzv_sync_close(b->client);
+    free(b);
+}
+
+/* Sends one store request; *ret_result (new reference, may be NULL) is the reply's result. */
+static int request(store_boot_t *b, json_t *msg, json_t **ret_result, char *err, size_t errlen)
+{
+    char why[512];
+    json_t *reply = NULL;
+    const char *text = NULL;
+    /* A wait answers by its own timeout_ms: give the call a margin past it. */
+    int r = dl_rdzv_sync_call(b->client, msg, b->timeout_s + 5, &reply, why, sizeof(why));
+    if (r < 0) {
+        snprintf(err, errlen, "bootstrap: store at %s: %s", b->store, why);
+        return r;
+    }
+    dl_proto_errcode_t code = dl_proto_reply_error(reply, &text);
+    if (code != DL_PROTO_E_NONE) {
+        r = code == DL_PROTO_E_TIMEOUT ? -ETIMEDOUT : -EPROTO;
+        snprintf(err, errlen, "bootstrap: store at %s, round %u: %s%s", b->store, b->round,
+                 text != NULL ? text : dl_proto_errcode_name(code),
+                 r == -ETIMEDOUT ? " (a rank did not get this far in time)" : "");
+        json_decref(reply);
+        return r;
+    }
+    if (ret_result != NULL)
+        *ret_result = json_incref(json_object_get(reply, "result"));
+    json_decref(reply);
+    return 0;
+}
+
+static void key_of(const store_boot_t *b, int rank, char *key, size_t len)
+{
+    if (rank < 0)
+        snprintf(key, len, "dlaunch/coll/%d/%u/%u/all", b->attempt, b->group, b->round);
+    else
+        snprintf(key, len, "dlaunch/coll/%d/%u/%u/%d", b->attempt, b->group, b->round, rank);
+}
+
+static int set_hex(store_boot_t *b, const char *key, const unsigned char *data, size_t len,
+                   char *err, size_t errlen)
+{
+    static const char digits[] = "0123456789abcdef";
+    char *hex = malloc(2 * len + 1);
+    if (hex == NULL) {
+        snprintf(err, errlen, "bootstrap: out of memory");
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < len; i++) {
+        hex[2 * i] = digits[data[i] >> 4];
+        hex[2 * i + 1] = digits[data[i] & 15];
+    }
+    hex[2 * len] = '\0';
+    json_t *m = dl_proto_msg_new(DL_PROTO_KV_SET, 0);
+    json_object_set_new(m, "key", json_string(key));
+    json_object_set_new(m, "value", json_string(hex));
+    free(hex);
+    return request(b, m, NULL, err, errlen);
+}
+
+static int unhex(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Waits for key, then reads exactly len bytes of hex from it into out. */
+static int wait_get_hex(store_boot_t *b, const char *key, unsigned char *out, size_t len,
+                        char *err, size_t errlen)
+{
+    json_t *m = dl_proto_msg_new(DL_PROTO_KV_WAIT, 0), *keys = json_array(), *result = NULL;
+    json_array_append_new(keys, json_string(key));
+    json_object_set_new(m, "keys", keys);
+    json_object_set_new(m, "timeout_ms", json_integer((json_int_t)(b->timeout_s * 1000)));
+    int r = request(b, m, NULL, err, errlen);
+    if (r < 0)
+        return r;
+    m = dl_proto_msg_new(DL_PROTO_KV_GET, 0);
+    json_object_set_new(m, "key", json_string(key));
+    r = request(b, m, &result, err, errlen);
+    if (r < 0)
+        return r;
+    const char *hex = json_string_value(json_object_get(result, "value"));
+    int ok = hex != NULL && strlen(hex) == 2 * len;
+    for (size_t i = 0; ok && i < len; i++) {
+        int hi = unhex(hex[2 * i]), lo = unhex(hex[2 * i + 1]);
+        ok = hi >= 0 && lo >= 0;
+        out[i] = (unsigned char)(hi << 4 | lo);
+    }
+    json_decref(result);
+    if (!ok) {
+        snprintf(err, errlen, "bootstrap: store at %s: %s is not %zu bytes of hex", b->store,
+                 key, len);
+        return -EPROTO;
+    }
+    return 0;
+}
+
+static int store_allgather(dl__coll_boot_t *base, const void *mine, size_t len, void *all_v,
+                           char *err, size_t errlen)
+{
+    store_boot_t *b = (store_boot_t *)base;
+    unsigned char *all = all_v;
+    int n = base->size;
+    char key[96];
+    int r = 0;
+
+    b->round++;
+    memcpy(all + (size_t)base->rank * len, mine, len);
+    if (n == 1)
+        return 0;
+    if (base->rank != 0) {
+        key_of(b, base->rank, key, sizeof(key));
+        r = set_hex(b, key, mine, len, err, errlen);
+        key_of(b, -1, key, sizeof(key));
+        return r < 0 ? r : wait_get_hex(b, key, all, (size_t)n * len, err, errlen);
+    }
+    for (int i = 1; i < n && r == 0; i++) {
+        key_of(b, i, key, sizeof(key));
+        r = wait_get_hex(b, key, all + (size_t)i * len, len, err, errlen);
+    }
+    key_of(b, -1, key, sizeof(key));
+    return r < 0 ? r : set_hex(b, key, all, (size_t)n * len, err, errlen);
+}
+
+int dl__coll_boot_store_open(const dl_coll_options_t *o, dl__coll_boot_t **ret_boot, char *err,
+                             size_t errlen)
+{
+    char host[DL_COLL_ADDR_MAX], why[512];
+    int port, r;
+    dl_proto_token_t *token = NULL;
+
+    if (dl_rdzv_endpoint_parse(o->store, host, sizeof(host), &port) < 0) {
+        snprintf(err, errlen, "bootstrap: DLAUNCH_STORE '%s' is not HOST:PORT", o->store);
+        return -EINVAL;
+    }
+    store_boot_t *b = calloc(1, sizeof(*b));
+    if (b == NULL) {
+        snprintf(err, errlen, "bootstrap: out of memory");
+        return -ENOMEM;
+    }
+    b->base.rank = o->rank;
+    b->base.size = o->world_size;
+    b->base.allgather = store_allgather;
+    b->base.close = store_close;
+    b->timeout_s = o->timeout_ms / 1000.0;
+    b->attempt = o->attempt;
+    b->group = atomic_fetch_add(&groups_made, 1);
+    snprintf(b->store, sizeof(b->store), "%s", o->store);
+    r = dl_proto_token_load(o->token_file[0] != '\0' ? o->token_file : NULL, o->token, &token,
+                            why, sizeof(why));
+    if (r == 0)
+        r = dl_rdzv_sync_connect(host, port, DL_PROTO_ROLE_WORKER, o->run_id, token, b->timeout_s,
+                                 &b->client, why, sizeof(why));
+    dl_proto_token_free(token);
+    if (r < 0) {
+        snprintf(err, errlen, "bootstrap: store at %s: %s", o->store, why);
+        store_close(&b->base);
+        return r;
+    }
+    *ret_boot = &b->base;
+    return 0;
+}

@@ -58,7 +58,8 @@ struct dl_rdzv_server_s {
     sconn_t *preauth_head, *preauth_tail;
     size_t nconns, peak;
 
-    /* Per job: {"seq": n, "round": r, "ended": b, "events": [...], "followers": [conn ids]}.
+    /* Per job: {"seq": n, "assigned": r, "changed": r, "ended": b, "events": [...],
+     * "followers": [conn ids]}, the rounds being the last journaled assignment and round change.
      * What `dlaunch events RUN_ID` replays and follows. */
     json_t *journals;
 
@@ -381,8 +382,8 @@ static json_t *journal_of(dl_rdzv_server_t *s, const char *run_id)
 {
     json_t *j = json_object_get(s->journals, run_id);
     if (j == NULL) {
-        j = json_pack("{s:I, s:i, s:b, s:[], s:[]}", "seq", (json_int_t)0, "round", -1, "ended",
-                      0, "events", "followers");
+        j = json_pack("{s:I, s:i, s:i, s:b, s:[], s:[]}", "seq", (json_int_t)0, "assigned", -1,
+                      "changed", -1, "ended", 0, "events", "followers");
         if (j == NULL || json_object_set_new(s->journals, run_id, j) < 0)
             return NULL;
     }
@@ -436,12 +437,14 @@ static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
     json_t *j = m->run_id != NULL ? journal_of(s, m->run_id) : NULL;
     if (j == NULL)
         return;
-    int round = (int)json_integer_value(json_object_get(j, "round"));
+    /* Every agent gets the message; the journal tells each round's story once. */
+    int assigned = (int)json_integer_value(json_object_get(j, "assigned"));
+    int changed = (int)json_integer_value(json_object_get(j, "changed"));
     switch (m->kind) {
     case DL_RDZV_MSG_ASSIGNMENT:
-        if (m->assignment.round == round)
+        if (m->assignment.round == assigned)
             return;
-        json_object_set_new(j, "round", json_integer(m->assignment.round));
+        json_object_set_new(j, "assigned", json_integer(m->assignment.round));
         journal(s, m->run_id, "rendezvous",
                 json_pack("{s:i, s:i, s:i, s:i, s:s, s:i}", "round", m->assignment.round,
                           "nodes", m->assignment.nnodes, "world_size", m->assignment.world_size,
@@ -449,9 +452,9 @@ static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
                           m->assignment.master_addr, "master_port", m->assignment.master_port));
         return;
     case DL_RDZV_MSG_ROUND_CHANGED:
-        if (-m->round_changed.round == round)
+        if (m->round_changed.round == changed)
             return;
-        json_object_set_new(j, "round", json_integer(-m->round_changed.round));
+        json_object_set_new(j, "changed", json_integer(m->round_changed.round));
         journal(s, m->run_id, "round_changed",
                 json_pack("{s:i, s:s}", "round", m->round_changed.round, "reason",
                           m->round_changed.reason ? m->round_changed.reason : ""));

@@ -9,7 +9,8 @@
  * Each figure is steady-state samples a second over all workers: the trainer's own per-window
  * rate from its progress lines, windows inside the first `warmup` steps left out; PyTorch's is
  * timed by the script after `warmup` steps. Runs of the rows are interleaved, so a burst of load
- * from elsewhere hits every row alike; the table shows each row's median and best run.
+ * from elsewhere hits every row alike; the table shows each row's median and best run, and each
+ * ratio is the median of the ratios within one round of runs.
  *
  * OPENBLAS_CORETYPE is removed from every child's environment unless --keep-coretype, so both
  * sides use the kernels OpenBLAS picks for the CPU (the table names them). PyTorch rows also
@@ -74,6 +75,16 @@ static double best(const row_t *r)
     for (int i = 0; i < r->n; i++)
         b = r->sps[i] > b ? r->sps[i] : b;
     return b;
+}
+
+/* The median over runs of r's figure against base's in the same round of the interleaving:
+ * what the machine did in between (this VM's speed drifts by 15% over minutes) cancels out. */
+static double paired_ratio(const row_t *r, const row_t *base)
+{
+    row_t q = {.n = r->n < base->n ? r->n : base->n};
+    for (int i = 0; i < q.n; i++)
+        q.sps[i] = r->sps[i] / base->sps[i];
+    return median(&q);
 }
 
 /* Runs argv with stdout and stderr into out_path; returns the exit status or -1. */
@@ -332,8 +343,8 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
         }
         return;
     }
-    printf("%d steps of batch 64 a worker, the first %d left out; median (best) of %d runs; "
-           "OPENBLAS_CORETYPE %s\n",
+    printf("%d steps of batch 64 a worker, the first %d left out; median (best) of %d runs, "
+           "ratios the median of each round's; OPENBLAS_CORETYPE %s\n",
            o->steps, o->warmup, o->runs,
            o->keep_coretype ? "as in the environment" : "unset for every row");
     printf("%-8s %7s %14s %14s %10s %12s  %s\n", "impl", "workers", "samples/s", "best",
@@ -351,9 +362,9 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
                 peer = &rows[j];
         char vs1[16] = "-", vsp[16] = "-";
         if (ours1 != NULL)
-            snprintf(vs1, sizeof(vs1), "%.2fx", median(r) / median(ours1));
+            snprintf(vs1, sizeof(vs1), "%.2fx", paired_ratio(r, ours1));
         if (peer != NULL && strcmp(r->impl, "dlaunch") == 0)
-            snprintf(vsp, sizeof(vsp), "%.2fx", median(r) / median(peer));
+            snprintf(vsp, sizeof(vsp), "%.2fx", paired_ratio(r, peer));
         printf("%-8s %7d %14.0f %14.0f %10s %12s  %s%s%s\n", r->impl, r->workers, median(r),
                best(r), vs1, vsp, r->kernels, r->detail[0] ? ", " : "", r->detail);
     }

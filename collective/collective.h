@@ -38,7 +38,7 @@ typedef enum {
 } dl_coll_transport_t;
 
 typedef enum {
-    DL_COLL_ALGO_AUTO,      /* pick by message size (the switch points below) */
+    DL_COLL_ALGO_AUTO,      /* by message size (docs/performance.md); shm with 2 ranks: latency */
     DL_COLL_ALGO_LATENCY,   /* TCP: recursive doubling; shm: every rank reduces everything */
     DL_COLL_ALGO_BANDWIDTH, /* TCP: pipelined ring; shm: each rank reduces one slice */
 } dl_coll_algo_t;

@@ -261,6 +261,8 @@ static void spawn_all(dl_agent_t *a, int attempt)
         dl_events_emit(a->events, "restart", dl__now_unix(), f);
         dl__agent_log(a, "restarting the job (attempt %d of %d)", attempt,
                   a->spec->max_restarts + 1);
+        /* Several nodes get a new round, and with it an empty store; one node does it here. */
+        dl__rdzv_local_store_reset(a);
     }
     int r = start_attempt(a, attempt);
     for (int i = 0; i < a->nworkers; i++) {

@@ -77,5 +77,6 @@ void dl__rdzv_finish(dl_agent_t *a, int exit_code); /* says goodbye and lets go 
 void dl__rdzv_free(dl_agent_t *a);
 /* One node alone: serve the job's key-value store on loopback for its workers. */
 int dl__rdzv_local_store(dl_agent_t *a);                  /* after the loop has ended */
+void dl__rdzv_local_store_reset(dl_agent_t *a); /* a restart: the workers start with no keys */
 
 #endif

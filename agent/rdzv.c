@@ -418,6 +418,12 @@ int dl__rdzv_local_store(dl_agent_t *a)
     return 0;
 }
 
+void dl__rdzv_local_store_reset(dl_agent_t *a)
+{
+    if (a->rdzv != NULL && a->rdzv->server != NULL)
+        dl_rdzv_server_reset_store(a->rdzv->server, a->run_id);
+}
+
 static void server_closed(void *ctx)
 {
     (void)ctx;

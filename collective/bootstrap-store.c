@@ -3,12 +3,12 @@
  * peers through a store. Nothing listens on MASTER_PORT, so the port stays free for the worker's
  * own use (torch's TCPStore, say).
  *
- * An all-gather round r of group g in attempt a: every rank sets dlaunch/coll/a/g/r/RANK to its
- * blob (hex); rank 0 waits for all of them, puts them together under dlaunch/coll/a/g/r/all, and
- * the others wait for that one key: about 3n requests a round in all, not n^2. The attempt
- * (TORCHELASTIC_RESTART_COUNT) keeps a restarted job off the keys of the last one, which a
- * one-node job's store still holds (torchrun's workers get a per-attempt key prefix the same
- * way). g counts the groups this process has made, which every rank makes in the same order. */
+ * An all-gather round r of group g: every rank sets dlaunch/coll/g/r/RANK to its blob (hex);
+ * rank 0 waits for all of them, puts them together under dlaunch/coll/g/r/all, and the others
+ * wait for that one key: about 3n requests a round in all, not n^2. The store starts empty with
+ * every attempt of the job (a new round on several nodes, a reset by the agent on one), so a
+ * restarted job never reads the last one's table. g counts the groups this process has made,
+ * which every rank makes in the same order. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -23,7 +23,6 @@ typedef struct {
     dl__coll_boot_t base;
     dl_rdzv_sync_t *client;
     double timeout_s;
-    int attempt;
     unsigned group;
     unsigned round;
     char store[DL_COLL_ADDR_MAX + 16];
@@ -70,9 +69,9 @@ static int request(store_boot_t *b, json_t *msg, json_t **ret_result, char *err,
 static void key_of(const store_boot_t *b, int rank, char *key, size_t len)
 {
     if (rank < 0)
-        snprintf(key, len, "dlaunch/coll/%d/%u/%u/all", b->attempt, b->group, b->round);
+        snprintf(key, len, "dlaunch/coll/%u/%u/all", b->group, b->round);
     else
-        snprintf(key, len, "dlaunch/coll/%d/%u/%u/%d", b->attempt, b->group, b->round, rank);
+        snprintf(key, len, "dlaunch/coll/%u/%u/%d", b->group, b->round, rank);
 }
 
 static int set_hex(store_boot_t *b, const char *key, const unsigned char *data, size_t len,
@@ -181,7 +180,6 @@ int dl__coll_boot_store_open(const dl_coll_options_t *o, dl__coll_boot_t **ret_b
     b->base.allgather = store_allgather;
     b->base.close = store_close;
     b->timeout_s = o->timeout_ms / 1000.0;
-    b->attempt = o->attempt;
     b->group = atomic_fetch_add(&groups_made, 1);
     snprintf(b->store, sizeof(b->store), "%s", o->store);
     r = dl_proto_token_load(o->token_file[0] != '\0' ? o->token_file : NULL, o->token, &token,

@@ -63,7 +63,6 @@ typedef struct {
      * instead of through rank 0 at MASTER_ADDR:MASTER_PORT. Its job token comes from
      * DLAUNCH_TOKEN_FILE, else DLAUNCH_TOKEN (token points into the environment given). */
     char store[DL_COLL_ADDR_MAX + 8];
-    int attempt; /* TORCHELASTIC_RESTART_COUNT: a restarted job's keys differ from the last's */
     char token_file[DL_COLL_PATH_MAX];
     const char *token;
     /* DLAUNCH_COLL_HOST_ID: ranks with equal ids share memory. "" means hostname + boot id. */

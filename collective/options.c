@@ -182,9 +182,6 @@ int dl_coll_options_from_env(dl_coll_options_t *opts, char **envp, char *err, si
     else if ((v = env_get(envp, "DLAUNCH_STORE")) != NULL &&
              copy_str(o.store, sizeof(o.store), v) < 0)
         bad = "DLAUNCH_STORE", why = "HOST:PORT";
-    else if ((v = env_get(envp, "TORCHELASTIC_RESTART_COUNT")) != NULL &&
-             apply_int(v, 0, INT_MAX, &o.attempt) < 0)
-        bad = "TORCHELASTIC_RESTART_COUNT", why = "an integer from 0";
     else if ((v = env_get(envp, "DLAUNCH_TOKEN_FILE")) != NULL &&
              copy_str(o.token_file, sizeof(o.token_file), v) < 0)
         bad = "DLAUNCH_TOKEN_FILE", why = "a path";

@@ -1118,6 +1118,12 @@ int dl_rdzv_core_step(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double no
     case DL_RDZV_EV_STATUS:
         on_status(core, ev, now);
         break;
+    case DL_RDZV_EV_STORE_RESET: {
+        dl__rdzv_job_t *job = ev->run_id ? job_find(core, ev->run_id) : NULL;
+        if (job)
+            dl__rdzv_store_clear(core, job, -ESTALE, "the job restarted");
+        break;
+    }
     case DL_RDZV_EV_STORE_SET:
     case DL_RDZV_EV_STORE_GET:
     case DL_RDZV_EV_STORE_ADD:

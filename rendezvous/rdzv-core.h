@@ -89,6 +89,7 @@ typedef enum {
     DL_RDZV_EV_STORE_CAS,     /* run_id, store: key, expect_absent or expected, value */
     DL_RDZV_EV_STORE_DELETE,  /* run_id, store: key */
     DL_RDZV_EV_STORE_WAIT,    /* run_id, wait: keys, timeout */
+    DL_RDZV_EV_STORE_RESET,   /* run_id: empty the store, as a new round does; never replied */
 } dl_rdzv_event_kind_t;
 
 /* One event. Strings are NUL-terminated and borrowed for the duration of the step. */

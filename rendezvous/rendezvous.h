@@ -45,6 +45,10 @@ int dl_rdzv_server_port(const dl_rdzv_server_t *s);
 int dl_rdzv_server_add_job(dl_rdzv_server_t *s, const char *run_id,
                            const dl_rdzv_job_opts_t *opts);
 
+/* Empties the job's store and fails its pending waits, as a new round does: for the one-node
+ * job, whose agent restarts its workers without rounds, so every attempt starts clean. */
+void dl_rdzv_server_reset_store(dl_rdzv_server_t *s, const char *run_id);
+
 /* Stops listening, closes every connection, and frees the server once libuv has let go of every
  * handle; done (may be NULL) is called then. Accepts NULL. */
 void dl_rdzv_server_close(dl_rdzv_server_t *s, void (*done)(void *ctx), void *ctx);

@@ -999,6 +999,12 @@ int dl_rdzv_server_add_job(dl_rdzv_server_t *s, const char *run_id,
     return dl_rdzv_core_add_job(s->core, run_id, opts);
 }
 
+void dl_rdzv_server_reset_store(dl_rdzv_server_t *s, const char *run_id)
+{
+    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_STORE_RESET, .run_id = run_id};
+    run_core(s, &ev);
+}
+
 void dl_rdzv_server_stats(const dl_rdzv_server_t *s, dl_rdzv_server_stats_t *ret)
 {
     ret->connections = s->nconns;

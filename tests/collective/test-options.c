@@ -51,7 +51,6 @@ START_TEST(torchrun_variables_are_read)
                    "DLAUNCH_STORE=127.0.0.1:41000",
                    "DLAUNCH_TOKEN_FILE=/run/job.token",
                    "DLAUNCH_TOKEN=s3cret",
-                   "TORCHELASTIC_RESTART_COUNT=2",
                    NULL};
     ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
     ck_assert_int_eq(o.rank, 3);
@@ -73,7 +72,6 @@ START_TEST(torchrun_variables_are_read)
     ck_assert_str_eq(o.store, "127.0.0.1:41000");
     ck_assert_str_eq(o.token_file, "/run/job.token");
     ck_assert_str_eq(o.token, "s3cret");
-    ck_assert_int_eq(o.attempt, 2);
 }
 END_TEST
 
@@ -98,7 +96,6 @@ static const struct {
     {"DLAUNCH_COLL_SHM_CHUNK=4T"},
     {"DLAUNCH_COLL_TCP_SMALL=-1"},
     {"DLAUNCH_COLL_SPIN_US=-5"},
-    {"TORCHELASTIC_RESTART_COUNT=-1"},
 };
 
 START_TEST(bad_values_name_the_variable)

@@ -406,6 +406,31 @@ START_TEST(a_new_round_starts_an_empty_store)
 }
 END_TEST
 
+/* A one-node job's restart: the agent empties the store, and waits of the last attempt end. */
+START_TEST(a_reset_empties_the_store_and_ends_its_waits)
+{
+    harness_t h;
+    setup(&h);
+    static const char *const keys[] = {"x"};
+    op(&h, DL_RDZV_EV_STORE_SET, 1, "job", -1, "k", "v", 0);
+    wait_keys(&h, 2, "job", -1, keys, 1, 60, 0);
+    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_STORE_RESET, .run_id = "job"};
+    h_step(&h, &ev, 1);
+    ck_assert_int_eq(h_error(&h, 2), -ESTALE);
+    op(&h, DL_RDZV_EV_STORE_GET, 1, "job", -1, "k", NULL, 2);
+    ck_assert(!h_msg(&h, 1, DL_RDZV_MSG_VALUE)->value.found);
+    op(&h, DL_RDZV_EV_STORE_SET, 1, "job", -1, "k", "again", 2);
+    op(&h, DL_RDZV_EV_STORE_GET, 1, "job", -1, "k", NULL, 2);
+    ck_assert(value_is(h_msg(&h, 1, DL_RDZV_MSG_VALUE), "again"));
+    /* Another job, or none, is left alone. */
+    ev.run_id = "nope";
+    h_step(&h, &ev, 3);
+    op(&h, DL_RDZV_EV_STORE_GET, 1, "job", -1, "k", NULL, 3);
+    ck_assert(value_is(h_msg(&h, 1, DL_RDZV_MSG_VALUE), "again"));
+    h_fini(&h);
+}
+END_TEST
+
 START_TEST(waits_end_with_the_job)
 {
     harness_t h;
@@ -475,6 +500,7 @@ int main(void)
     tcase_add_test(tc, limits_are_errors);
     tcase_add_test(tc, the_bytes_of_a_store_are_capped);
     tcase_add_test(tc, a_new_round_starts_an_empty_store);
+    tcase_add_test(tc, a_reset_empties_the_store_and_ends_its_waits);
     tcase_add_test(tc, waits_end_with_the_job);
     tcase_add_test(tc, stores_are_per_job);
     tcase_add_test(tc, a_member_connection_keeps_its_membership_after_its_waits);

@@ -165,6 +165,8 @@ int dl__coll_boot_store_open(const dl_coll_options_t *o, dl__coll_boot_t **ret_b
     char host[DL_COLL_ADDR_MAX], why[512];
     int port, r;
     dl_proto_token_t *token = NULL;
+    /* Counted on every call, failed ones too, so the ranks' counts stay in step. */
+    unsigned group = atomic_fetch_add(&groups_made, 1);
 
     if (dl_rdzv_endpoint_parse(o->store, host, sizeof(host), &port) < 0) {
         snprintf(err, errlen, "bootstrap: DLAUNCH_STORE '%s' is not HOST:PORT", o->store);
@@ -180,7 +182,7 @@ int dl__coll_boot_store_open(const dl_coll_options_t *o, dl__coll_boot_t **ret_b
     b->base.allgather = store_allgather;
     b->base.close = store_close;
     b->timeout_s = o->timeout_ms / 1000.0;
-    b->group = atomic_fetch_add(&groups_made, 1);
+    b->group = group;
     snprintf(b->store, sizeof(b->store), "%s", o->store);
     r = dl_proto_token_load(o->token_file[0] != '\0' ? o->token_file : NULL, o->token, &token,
                             why, sizeof(why));

@@ -14,11 +14,18 @@ TRAPPING = ('trap "echo term > $PWD/term_$RANK; exit 0" TERM; '
 
 
 class Signals(dltest.Case):
+    def written(self, name):
+        """The shell creates the file before echo writes the line: wait for the whole line."""
+        path = os.path.join(self.dir, name)
+        if not os.path.exists(path):
+            return False
+        with open(path) as f:
+            return f.read().endswith("\n")
+
     def started(self, n):
         return self.wait_events(
             lambda evs: sum(e["event"] == "worker_start" for e in evs) == n and all(
-                os.path.exists(os.path.join(self.dir, f"{what}_{r}"))
-                for r in range(n) for what in ("child", "pid")))
+                self.written(f"{what}_{r}") for r in range(n) for what in ("child", "pid")))
 
     def pids(self, n):
         out = []

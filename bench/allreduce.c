@@ -56,7 +56,19 @@ static int worker(int argc, char **argv)
         return 2;
     }
     int rank = dl_coll_rank(g), world = dl_coll_world_size(g);
-    float *src = malloc(a.max_bytes), *dst = malloc(a.max_bytes);
+    /* shm-reg: the send buffer in memory the other ranks read in place. */
+    int reg = strcmp(a.transport, "shm-reg") == 0;
+    float *src = NULL, *dst = malloc(a.max_bytes);
+    if (reg) {
+        void *p = NULL;
+        if (dl_coll_mem_alloc(g, a.max_bytes, &p, err, sizeof(err)) < 0) {
+            fprintf(stderr, "allreduce --worker: dl_coll_mem_alloc: %s\n", err);
+            return 2;
+        }
+        src = p;
+    } else {
+        src = malloc(a.max_bytes);
+    }
     if (src == NULL || dst == NULL) {
         fprintf(stderr, "allreduce --worker: out of memory\n");
         return 2;
@@ -92,7 +104,10 @@ static int worker(int argc, char **argv)
         fprintf(stderr, "allreduce --worker: rank %d: %s\n", rank, dl_coll_group_error(g));
     if (out != NULL)
         fclose(out);
-    free(src);
+    if (reg)
+        dl_coll_mem_free(g, src);
+    else
+        free(src);
     free(dst);
     dl_coll_group_destroy(g);
     return r < 0 ? 1 : 0;
@@ -174,7 +189,8 @@ static void bench_pair(driver_t *d, int world, const char *tr)
     snprintf(n, sizeof(n), "%d", world);
     snprintf(out, sizeof(out), "%s/rows.txt", d->dir);
     snprintf(log, sizeof(log), "%s/log.txt", d->dir);
-    snprintf(env, sizeof(env), "DLAUNCH_COLL_TRANSPORT=%s", tr);
+    snprintf(env, sizeof(env), "DLAUNCH_COLL_TRANSPORT=%s",
+             strcmp(tr, "shm-reg") == 0 ? "shm" : tr);
     char *ours[] = {(char *)d->dlaunch,
                     "-q",
                     "--log-dir",

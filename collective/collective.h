@@ -149,6 +149,19 @@ int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbu
 /* Returns once every rank has entered the barrier. */
 int dl_coll_barrier(dl_coll_group_t *g);
 
+/* Memory the other ranks on this host map and read in place: a two-rank shared-memory
+ * all-reduce whose send buffers lie in the same allocation on both ranks (and do not overlap
+ * the receive buffers) reads each input where it is instead of copying it through the shared
+ * segment, like NCCL's registered buffers. Collective: every rank of the group calls it, in the
+ * same order, each with its own size. *ret_ptr gets bytes (rounded up to pages) of zeroed
+ * memory, the same on failure for every rank on a host: if any of them could not allocate or
+ * map, all get an error (the message in err). Any buffer works with every operation. */
+int dl_coll_mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *err, size_t errlen);
+
+/* Frees memory from dl_coll_mem_alloc (NULL is ignored) once no operation uses it; not
+ * collective. dl_coll_group_destroy frees what is left. */
+void dl_coll_mem_free(dl_coll_group_t *g, void *ptr);
+
 /* Queues an all-reduce for the group's communication thread and returns at once; the buffers
  * must stay untouched until dl_coll_wait() returns. Operations run in the order they were
  * issued, synchronous ones included, on every rank. On success *ret_req must be waited on. */

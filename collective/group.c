@@ -306,8 +306,12 @@ static int setup_shm(dl_coll_group_t *g, dl__coll_boot_t *boot, const blob_t *bl
     }
     r = dl__coll_shm_open(map, chunk, g->local_rank, ln, pids, ranks, &g->opts, g->busy, &g->err,
                           &g->shm);
-    if (r < 0)
+    if (r < 0) {
         snprintf(err, errlen, "%s", g->err.msg);
+    } else {
+        g->mem.members = ln;
+        dl__coll_shm_use_mem(g->shm, &g->mem);
+    }
     free(pids);
     free(ranks);
     return r;
@@ -441,6 +445,7 @@ void dl_coll_group_destroy(dl_coll_group_t *g)
     if (g == NULL)
         return;
     dl__coll_async_shutdown(g);
+    dl__coll_mem_release(&g->mem);
     dl__coll_shm_close(g->shm);
     dl__coll_tcp_close(g->tcp);
     free(g->host_of);
@@ -457,7 +462,7 @@ void dl_coll_group_destroy(dl_coll_group_t *g)
 
 /* A failure anywhere takes the whole group down, and the peers with it: their waits on this rank
  * end at once instead of at their timeout. */
-static int broken(dl_coll_group_t *g, int r)
+int dl__coll_broken(dl_coll_group_t *g, int r)
 {
     if (r >= 0)
         return r;
@@ -515,7 +520,7 @@ int dl__coll_run_allreduce(dl_coll_group_t *g, const void *src, void *dst, size_
     int r = allreduce_sum(g, src, dst, count, dtype, op);
     if (r == 0 && op == DL_COLL_AVG)
         dl__coll_scale(dst, count, dtype, g->size);
-    return broken(g, r);
+    return dl__coll_broken(g, r);
 }
 
 static int valid(dl_coll_dtype_t dtype, dl_coll_op_t op)
@@ -549,7 +554,7 @@ int dl_coll_broadcast(dl_coll_group_t *g, void *buf, size_t count, dl_coll_dtype
         r = dl__coll_tcp_broadcast(g->tcp, buf, bytes, rh);
     if (r == 0 && g->shm != NULL && g->host != rh)
         r = dl__coll_shm_broadcast(g->shm, buf, bytes, 0);
-    return broken(g, r);
+    return dl__coll_broken(g, r);
 }
 
 /* Host-major layout: each host's blocks side by side, so that leaders exchange one piece each. */
@@ -607,7 +612,7 @@ int dl_coll_allgather(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, si
     } else if (g->nhosts == g->size) {
         size_t *offs = malloc(sizeof(size_t) * 2 * (size_t)g->size);
         if (offs == NULL)
-            return broken(g, dl__coll_fail(&g->err, -ENOMEM, "out of memory"));
+            return dl__coll_broken(g, dl__coll_fail(&g->err, -ENOMEM, "out of memory"));
         for (int i = 0; i < g->size; i++) {
             offs[i] = (size_t)i * bytes;
             offs[g->size + i] = bytes;
@@ -621,14 +626,14 @@ int dl_coll_allgather(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, si
         if (src == dst + (size_t)g->rank * bytes) {
             own = malloc(bytes);
             if (own == NULL)
-                return broken(g, dl__coll_fail(&g->err, -ENOMEM, "out of memory"));
+                return dl__coll_broken(g, dl__coll_fail(&g->err, -ENOMEM, "out of memory"));
             memcpy(own, src, bytes);
             src = own;
         }
         r = allgather_hier(g, src, dst, bytes);
         free(own);
     }
-    return broken(g, r);
+    return dl__coll_broken(g, r);
 }
 
 int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -661,7 +666,7 @@ int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbu
     }
     if (r == 0 && op == DL_COLL_AVG)
         dl__coll_scale(recvbuf, recvcount, dtype, g->size);
-    return broken(g, r);
+    return dl__coll_broken(g, r);
 }
 
 int dl_coll_barrier(dl_coll_group_t *g)
@@ -679,5 +684,5 @@ int dl_coll_barrier(dl_coll_group_t *g)
     /* Everyone on this host waits for its leader, which waited for every other host. */
     if (r == 0 && g->shm != NULL && g->nhosts > 1)
         r = dl__coll_shm_barrier(g->shm);
-    return broken(g, r);
+    return dl__coll_broken(g, r);
 }

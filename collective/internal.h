@@ -125,6 +125,32 @@ int dl__coll_tcp_allgatherv(dl__coll_tcp_t *t, const void *src, void *dst, const
 int dl__coll_tcp_broadcast(dl__coll_tcp_t *t, void *buf, size_t bytes, int root);
 int dl__coll_tcp_barrier(dl__coll_tcp_t *t);
 
+/* ---- memory the host's ranks read in place (mem.c) ------------------------------------------ */
+
+/* One dl_coll_mem_alloc: this rank's memfd-backed block, and every other host member's block of
+ * the same allocation, mapped read-only here. Allocations are collective, so their serial
+ * numbers agree across ranks. */
+typedef struct {
+    uint32_t serial;
+    char *base;
+    size_t len; /* whole pages */
+    int fd;
+    const char **peer_base; /* per shm member; NULL for this rank */
+    size_t *peer_len;
+} dl__coll_region_t;
+
+typedef struct {
+    dl__coll_region_t *v;
+    size_t n, cap;
+    int members; /* shm members, 1 without shared memory */
+    uint32_t next_serial;
+} dl__coll_mem_t;
+
+/* The region holding all of [p, p + bytes), or NULL. */
+const dl__coll_region_t *dl__coll_mem_find(const dl__coll_mem_t *m, const void *p, size_t bytes);
+const dl__coll_region_t *dl__coll_mem_by_serial(const dl__coll_mem_t *m, uint32_t serial);
+void dl__coll_mem_release(dl__coll_mem_t *m);
+
 /* ---- shared-memory transport (shm.c) --------------------------------------------------------- */
 
 typedef struct dl__coll_shm_s dl__coll_shm_t;
@@ -156,6 +182,15 @@ int dl__coll_shm_allgather(dl__coll_shm_t *s, const void *src, void *dst, size_t
                            int root_only);
 int dl__coll_shm_broadcast(dl__coll_shm_t *s, void *buf, size_t bytes, int root);
 int dl__coll_shm_barrier(dl__coll_shm_t *s);
+/* The two-member all-reduce reads the other's input in place when both send from the same
+ * dl_coll_mem_alloc allocation; mem is the group's table, consulted on each call. */
+void dl__coll_shm_use_mem(dl__coll_shm_t *s, const dl__coll_mem_t *mem);
+/* This rank's index among the members, and member j's process and global rank. */
+int dl__coll_shm_member(const dl__coll_shm_t *s);
+int dl__coll_shm_member_pid(const dl__coll_shm_t *s, int j);
+int dl__coll_shm_member_rank(const dl__coll_shm_t *s, int j);
+/* How many all-reduces read the other member's input in place (for tests). NULL gives 0. */
+uint64_t dl__coll_shm_in_place_calls(const dl__coll_shm_t *s);
 
 /* ---- the group (group.c, async.c) ----------------------------------------------------------- */
 
@@ -173,6 +208,7 @@ struct dl_coll_group_s {
     dl__coll_shm_t *shm;     /* NULL when alone on the host */
     dl__coll_tcp_t *tcp;     /* host leaders only, when there are several hosts */
     dl__coll_err_t err;
+    dl__coll_mem_t mem; /* dl_coll_mem_alloc's blocks */
     char *scratch; /* hierarchical all-gather and reduce-scatter; grown, never shrunk */
     size_t scratch_cap;
     /* The communication thread and its queue, guarded by mu. */
@@ -186,6 +222,9 @@ struct dl_coll_group_s {
 /* The all-reduce itself, on the calling thread (the comm thread's work too). */
 int dl__coll_run_allreduce(dl_coll_group_t *g, const void *src, void *dst, size_t count,
                            dl_coll_dtype_t dtype, dl_coll_op_t op);
+
+/* What every operation does with its result: a failure breaks the group and aborts the peers. */
+int dl__coll_broken(dl_coll_group_t *g, int r);
 
 int dl__coll_async_init(dl_coll_group_t *g);
 /* Finishes queued operations and joins the thread. */

@@ -16,6 +16,7 @@
 
 #include "collective.h"
 #include "harness.h"
+#include "internal.h" /* dl__coll_shm_in_place_calls: whether the in-place path ran */
 
 #define MAX_RANKS 8
 
@@ -94,7 +95,8 @@ static void *rank_main(void *p)
     if (r->create_rc == 0 && w->body != NULL)
         r->body_rc = w->body(r, w->arg);
     r->elapsed = now_s() - t0;
-    if (r->g != NULL && r->body_rc != 0)
+    /* A broken group's message wins; otherwise the body's own, if it left one. */
+    if (r->g != NULL && r->body_rc != 0 && dl_coll_group_error(r->g)[0] != '\0')
         snprintf(r->err, sizeof(r->err), "%s", dl_coll_group_error(r->g));
     dl_coll_group_destroy(r->g);
     r->g = NULL;
@@ -354,6 +356,87 @@ static int body_async(rank_t *r, void *arg)
     return bad;
 }
 
+/* Send buffers in dl_coll_mem_alloc memory, or not, in every combination: results must not
+ * depend on it, and two ranks on one host read each other's input in place exactly when both
+ * send from the same allocation into a separate output. */
+enum { REG_COUNT = 4099 };
+
+static int registered_case(rank_t *r, char *src, int expect_in_place, int salt, uint64_t *calls,
+                           int *bad)
+{
+    int n = dl_coll_world_size(r->g);
+    for (int t = 0; t < 4; t++) {
+        size_t es = dl_coll_dtype_size(t);
+        char *dst = malloc(REG_COUNT * es);
+        dl_coll_op_t op = t & 1 ? DL_COLL_MAX : DL_COLL_SUM;
+        for (size_t i = 0; i < REG_COUNT; i++)
+            put(src, i, t, val(r->rank, i, salt + t));
+        int in_place = expect_in_place < 0;
+        int rc = dl_coll_allreduce(r->g, src, in_place ? src : dst, REG_COUNT, t, op);
+        const char *res = in_place ? src : dst;
+        for (size_t i = 0; rc == 0 && i < REG_COUNT; i++)
+            *bad += get(res, i, t) != reference(n, i, salt + t, t, op);
+        if (rc == 0)
+            keep(r, res, REG_COUNT * es);
+        free(dst);
+        if (rc < 0)
+            return rc;
+        uint64_t now = dl__coll_shm_in_place_calls(r->g->shm);
+        if (now - *calls != (uint64_t)(expect_in_place > 0)) {
+            snprintf(r->err, sizeof(r->err), "salt %d, %s: %llu in-place calls, expected %d", salt,
+                     dl_coll_dtype_name(t), (unsigned long long)(now - *calls),
+                     expect_in_place > 0);
+            (*bad)++;
+        }
+        *calls = now;
+    }
+    return 0;
+}
+
+static int body_registered(rank_t *r, void *arg)
+{
+    const dl_coll_algo_t *algo = arg;
+    int n = dl_coll_world_size(r->g), bad = 0, rc;
+    size_t bytes = REG_COUNT * 8 + 256;
+    char err[256];
+    void *a = NULL, *b = NULL, *c = NULL, *none = NULL;
+    if (dl_coll_mem_alloc(r->g, 0, &none, err, sizeof(err)) != -EINVAL || none != NULL)
+        return 1;
+    /* Sizes differ by rank: each maps the others' blocks at their own length. */
+    rc = dl_coll_mem_alloc(r->g, bytes + (size_t)r->rank * 4096, &a, err, sizeof(err));
+    if (rc == 0)
+        rc = dl_coll_mem_alloc(r->g, bytes, &b, err, sizeof(err));
+    if (rc < 0) {
+        snprintf(r->err, sizeof(r->err), "%s", err);
+        return rc;
+    }
+    /* The pair path reads in place: one shared-memory host of two, not forced to slicing. */
+    int pair = r->g->shm != NULL && r->g->nhosts == 1 && n == 2 && *algo != DL_COLL_ALGO_BANDWIDTH;
+    uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+    char *priv = malloc(bytes), *off = (char *)a + 64 * (size_t)r->rank;
+    rc = registered_case(r, a, pair, 0, &calls, &bad);
+    if (rc == 0) /* different offsets of one allocation */
+        rc = registered_case(r, off, pair, 10, &calls, &bad);
+    if (rc == 0) /* only rank 0 registered */
+        rc = registered_case(r, r->rank == 0 ? a : priv, 0, 20, &calls, &bad);
+    if (rc == 0) /* two allocations */
+        rc = registered_case(r, r->rank == 0 ? a : b, 0, 30, &calls, &bad);
+    if (rc == 0) /* output over input: the other would read what I write */
+        rc = registered_case(r, a, -1, 40, &calls, &bad);
+    /* Freed and allocated again: the new allocation is shared as well. */
+    dl_coll_mem_free(r->g, a);
+    if (rc == 0)
+        rc = dl_coll_mem_alloc(r->g, bytes, &c, err, sizeof(err));
+    if (rc == 0)
+        rc = registered_case(r, c, pair, 50, &calls, &bad);
+    else
+        snprintf(r->err, sizeof(r->err), "%s", err);
+    free(priv);
+    dl_coll_mem_free(r->g, b);
+    dl_coll_mem_free(r->g, c);
+    return rc < 0 ? rc : bad;
+}
+
 /* ---- the matrix ------------------------------------------------------------------------------ */
 
 static const char *const split2[] = {"a", "b", "a", "b", "a", "b", "a", "b"};
@@ -424,6 +507,20 @@ END_TEST
 START_TEST(async_matrix)
 {
     matrix(_i, 3, body_async);
+}
+END_TEST
+
+START_TEST(registered_matrix)
+{
+    const setup_t *s = &setups[_i];
+    for (int n = 1; n <= 4; n++) {
+        world_t w;
+        world_init(&w, n, s->tr, s->hosts);
+        for (int r = 0; r < n; r++)
+            w.ranks[r].o.algo = s->algo;
+        world_run(&w, body_registered, (void *)&s->algo);
+        world_check(&w);
+    }
 }
 END_TEST
 
@@ -573,6 +670,7 @@ static Suite *suite(void)
     tcase_add_loop_test(m, broadcast_matrix, 0, NSETUPS);
     tcase_add_loop_test(m, barrier_matrix, 0, NSETUPS);
     tcase_add_loop_test(m, async_matrix, 0, NSETUPS);
+    tcase_add_loop_test(m, registered_matrix, 0, NSETUPS);
     suite_add_tcase(s, m);
     TCase *b = tcase_create("bootstrap");
     tcase_set_timeout(b, 30);

@@ -22,6 +22,7 @@ typedef struct {
     const char *algo;      /* DLAUNCH_COLL_ALGO */
     const char *hosts;     /* shell arithmetic on RANK naming fake hosts, or NULL */
     const char *args;      /* extra worker arguments */
+    int in_place;          /* --mem shared: 1 if all-reduces must read inputs in place, else 0 */
 } case_t;
 
 #define SMALL "--sizes 0,1,2,3,7,13,97,1031"
@@ -30,37 +31,43 @@ typedef struct {
 
 static const case_t cases[] = {
     /* Every world size on one host: shared memory. */
-    {1, "auto", "auto", NULL, SMALL},
-    {2, "shm", "auto", NULL, SMALL},
-    {3, "shm", "auto", NULL, SMALL},
-    {4, "shm", "auto", NULL, SMALL},
-    {5, "shm", "auto", NULL, SMALL},
-    {6, "shm", "auto", NULL, SMALL},
-    {7, "shm", "auto", NULL, SMALL},
-    {8, "shm", "auto", NULL, SMALL},
+    {1, "auto", "auto", NULL, SMALL, 0},
+    {2, "shm", "auto", NULL, SMALL, 0},
+    {3, "shm", "auto", NULL, SMALL, 0},
+    {4, "shm", "auto", NULL, SMALL, 0},
+    {5, "shm", "auto", NULL, SMALL, 0},
+    {6, "shm", "auto", NULL, SMALL, 0},
+    {7, "shm", "auto", NULL, SMALL, 0},
+    {8, "shm", "auto", NULL, SMALL, 0},
     /* The same over TCP. */
-    {2, "tcp", "auto", NULL, SMALL},
-    {3, "tcp", "auto", NULL, SMALL},
-    {4, "tcp", "auto", NULL, SMALL},
-    {5, "tcp", "auto", NULL, SMALL},
-    {6, "tcp", "auto", NULL, SMALL},
-    {7, "tcp", "auto", NULL, SMALL},
-    {8, "tcp", "auto", NULL, SMALL},
+    {2, "tcp", "auto", NULL, SMALL, 0},
+    {3, "tcp", "auto", NULL, SMALL, 0},
+    {4, "tcp", "auto", NULL, SMALL, 0},
+    {5, "tcp", "auto", NULL, SMALL, 0},
+    {6, "tcp", "auto", NULL, SMALL, 0},
+    {7, "tcp", "auto", NULL, SMALL, 0},
+    {8, "tcp", "auto", NULL, SMALL, 0},
     /* Primes above the switch points: every algorithm on uneven segments. */
-    {3, "shm", "bandwidth", NULL, MID " --types f32,i64"},
-    {5, "shm", "latency", NULL, "--sizes 65537 --types f64,i32"},
-    {3, "tcp", "bandwidth", NULL, MID " --types f32,i64"},
-    {5, "tcp", "latency", NULL, "--sizes 65537 --types f64,i32"},
-    {6, "tcp", "auto", NULL, MID " --types f32 --ops allreduce,reduce_scatter,allgather"},
+    {3, "shm", "bandwidth", NULL, MID " --types f32,i64", 0},
+    {5, "shm", "latency", NULL, "--sizes 65537 --types f64,i32", 0},
+    {3, "tcp", "bandwidth", NULL, MID " --types f32,i64", 0},
+    {5, "tcp", "latency", NULL, "--sizes 65537 --types f64,i32", 0},
+    {6, "tcp", "auto", NULL, MID " --types f32 --ops allreduce,reduce_scatter,allgather", 0},
     /* Several made-up hosts with several ranks each: hierarchical. */
-    {6, "auto", "auto", "% 3", SMALL " --types f32,i32"},
-    {5, "auto", "auto", "/ 2", "--sizes 1,13,65537,300007 --types f64,i64"},
+    {6, "auto", "auto", "% 3", SMALL " --types f32,i32", 0},
+    {5, "auto", "auto", "/ 2", "--sizes 1,13,65537,300007 --types f64,i64", 0},
     /* 64 MiB. */
-    {2, "shm", "auto", NULL, BIG},
-    {4, "shm", "auto", NULL, BIG},
-    {2, "tcp", "auto", NULL, BIG},
-    {3, "tcp", "auto", NULL, BIG},
-    {4, "auto", "auto", "/ 2", BIG},
+    {2, "shm", "auto", NULL, BIG, 0},
+    {4, "shm", "auto", NULL, BIG, 0},
+    {2, "tcp", "auto", NULL, BIG, 0},
+    {3, "tcp", "auto", NULL, BIG, 0},
+    {4, "auto", "auto", "/ 2", BIG, 0},
+    /* Send buffers from dl_coll_mem_alloc: two ranks read each other's in place (the in-place
+     * calls of the worker, where output is input, still copy); more ranks and hierarchical
+     * groups allocate alike and copy. */
+    {2, "shm", "auto", NULL, "--mem shared --ops allreduce --sizes 1,1031,300007,4194305", 1},
+    {3, "shm", "auto", NULL, "--mem shared --sizes 13,300007 --types f32,i64", 0},
+    {4, "auto", "auto", "/ 2", "--mem shared --ops allreduce,allgather --sizes 300007", 0},
 };
 
 static char *line_end(char *p)
@@ -139,6 +146,17 @@ START_TEST(worlds_transports_sizes)
                      c->args, p.status, text != NULL ? text : "");
     }
     compare_ranks(dir, c->n);
+    if (strstr(c->args, "--mem shared") != NULL) {
+        char path[600];
+        snprintf(path, sizeof(path), "%s/rank-0.txt", dir);
+        char *text = harness_read(path), *at = text != NULL ? strstr(text, "\nin-place ") : NULL;
+        ck_assert_msg(at != NULL, "case %d: rank 0 did not report its in-place all-reduces", _i);
+        long calls = strtol(at + 10, NULL, 10);
+        ck_assert_msg(c->in_place ? calls > 0 : calls == 0,
+                      "case %d (world %d): %ld all-reduces read inputs in place, expected %s", _i,
+                      c->n, calls, c->in_place ? "some" : "none");
+        free(text);
+    }
     harness_rmdir(dir);
     free(dir);
 }

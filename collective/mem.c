@@ -1,0 +1,221 @@
+/* dl_coll_mem_alloc: memory the other ranks on this host map and read in place, so that a large
+ * all-reduce between two ranks need not copy its input through the shared segment (NCCL's
+ * registered buffers, MPI_Alloc_mem).
+ *
+ * Each allocation is a memfd. The host's members swap (pid, fd, length) through the segment,
+ * and each maps the others' blocks read-only through /proc/PID/fd/FD, which needs only what
+ * reading another process of the same user needs (ptrace read access), unlike pidfd_getfd.
+ * A second exchange of outcomes makes the result the same everywhere: either every member holds
+ * every block or the allocation fails on all of them, so no rank ever sends from memory a peer
+ * cannot see. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+typedef struct {
+    int32_t pid;
+    int32_t fd; /* -1: this member could not allocate */
+    uint64_t len;
+} block_desc_t;
+
+const dl__coll_region_t *dl__coll_mem_find(const dl__coll_mem_t *m, const void *p, size_t bytes)
+{
+    const char *c = p;
+    for (size_t i = 0; i < m->n; i++) {
+        const dl__coll_region_t *r = &m->v[i];
+        if (c >= r->base && c < r->base + r->len && bytes <= (size_t)(r->base + r->len - c))
+            return r;
+    }
+    return NULL;
+}
+
+const dl__coll_region_t *dl__coll_mem_by_serial(const dl__coll_mem_t *m, uint32_t serial)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (m->v[i].serial == serial)
+            return &m->v[i];
+    return NULL;
+}
+
+static void region_unmap(dl__coll_region_t *r, int members)
+{
+    for (int j = 0; r->peer_base != NULL && j < members; j++)
+        if (r->peer_base[j] != NULL)
+            munmap((void *)r->peer_base[j], r->peer_len[j]);
+    free(r->peer_base);
+    free(r->peer_len);
+    if (r->base != NULL)
+        munmap(r->base, r->len);
+    if (r->fd >= 0)
+        close(r->fd);
+}
+
+void dl__coll_mem_release(dl__coll_mem_t *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        region_unmap(&m->v[i], m->members);
+    free(m->v);
+    memset(m, 0, sizeof(*m));
+}
+
+/* This rank's block: zero-filled, whole pages. */
+static int make_block(dl__coll_region_t *r, size_t bytes, char *err, size_t errlen)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    r->len = (bytes + (size_t)page - 1) / (size_t)page * (size_t)page;
+    r->fd = memfd_create("dlaunch-coll", MFD_CLOEXEC);
+    if (r->fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "memfd_create: %s", strerror(e));
+        return -e;
+    }
+    if (ftruncate(r->fd, (off_t)r->len) < 0) {
+        int e = errno;
+        snprintf(err, errlen, "ftruncate of the shared block to %zu bytes: %s", r->len,
+                 strerror(e));
+        return -e;
+    }
+    void *p = mmap(NULL, r->len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        snprintf(err, errlen, "mmap of %zu shared bytes: %s", r->len, strerror(e));
+        return -e;
+    }
+    r->base = p;
+    return 0;
+}
+
+static int map_peer(dl__coll_region_t *r, int j, const block_desc_t *d, int rank, char *err,
+                    size_t errlen)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)d->pid, (int)d->fd);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "opening rank %d's shared block (%s): %s", rank, path, strerror(e));
+        return -e;
+    }
+    void *p = mmap(NULL, (size_t)d->len, PROT_READ, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "mapping rank %d's shared block (%s, %llu bytes): %s", rank, path,
+                 (unsigned long long)d->len, strerror(e));
+        return -e;
+    }
+    r->peer_base[j] = p;
+    r->peer_len[j] = (size_t)d->len;
+    return 0;
+}
+
+/* Swaps descriptors with the host's members and maps theirs; returns 0 only when every member
+ * mapped every block. */
+static int share_block(dl_coll_group_t *g, dl__coll_region_t *r, int made, char *err,
+                       size_t errlen)
+{
+    dl__coll_shm_t *s = g->shm;
+    int n = g->mem.members, me = dl__coll_shm_member(s);
+    block_desc_t mine = {.pid = getpid(), .fd = made == 0 ? r->fd : -1, .len = r->len};
+    block_desc_t *all = calloc((size_t)n, sizeof(*all));
+    int32_t *oks = calloc((size_t)n, sizeof(*oks));
+    r->peer_base = calloc((size_t)n, sizeof(*r->peer_base));
+    r->peer_len = calloc((size_t)n, sizeof(*r->peer_len));
+    if (all == NULL || oks == NULL || r->peer_base == NULL || r->peer_len == NULL) {
+        free(all);
+        free(oks);
+        /* Without room for the exchange this rank cannot take part: abort the others' wait. */
+        int e = dl__coll_broken(g, dl__coll_fail(&g->err, -ENOMEM, "out of memory"));
+        snprintf(err, errlen, "%s", g->err.msg);
+        return e;
+    }
+    int local = made;
+    int r2 = dl__coll_shm_allgather(s, &mine, all, sizeof(mine), 0);
+    if (r2 < 0)
+        goto out;
+    for (int j = 0; j < n && local == 0; j++) {
+        if (j == me)
+            continue;
+        if (all[j].fd < 0) {
+            snprintf(err, errlen, "rank %d on this host could not allocate its block",
+                     dl__coll_shm_member_rank(s, j));
+            local = -EIO;
+        } else {
+            local = map_peer(r, j, &all[j], dl__coll_shm_member_rank(s, j), err, errlen);
+        }
+    }
+    int32_t ok = local == 0;
+    r2 = dl__coll_shm_allgather(s, &ok, oks, sizeof(ok), 0);
+    if (r2 < 0)
+        goto out;
+    for (int j = 0; j < n && local == 0; j++)
+        if (!oks[j]) {
+            snprintf(err, errlen, "rank %d on this host could not map the others' blocks",
+                     dl__coll_shm_member_rank(s, j));
+            local = -EIO;
+        }
+out:
+    free(all);
+    free(oks);
+    if (r2 < 0) {
+        snprintf(err, errlen, "%s", g->err.msg);
+        return dl__coll_broken(g, r2);
+    }
+    return local;
+}
+
+int dl_coll_mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *err, size_t errlen)
+{
+    if (g == NULL || ret_ptr == NULL || bytes == 0) {
+        snprintf(err, errlen, "dl_coll_mem_alloc: bytes must be more than 0");
+        return -EINVAL;
+    }
+    dl__coll_drain(g);
+    if (g->err.code != 0) {
+        snprintf(err, errlen, "%s", g->err.msg);
+        return g->err.code;
+    }
+    if (g->mem.members == 0)
+        g->mem.members = 1;
+    if (g->mem.n == g->mem.cap) {
+        size_t cap = g->mem.cap == 0 ? 4 : 2 * g->mem.cap;
+        dl__coll_region_t *v = realloc(g->mem.v, cap * sizeof(*v));
+        if (v == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return -ENOMEM;
+        }
+        g->mem.v = v;
+        g->mem.cap = cap;
+    }
+    dl__coll_region_t r = {.serial = ++g->mem.next_serial, .fd = -1};
+    int rc = make_block(&r, bytes, err, errlen);
+    if (g->shm != NULL)
+        rc = share_block(g, &r, rc, err, errlen);
+    if (rc < 0) {
+        region_unmap(&r, g->mem.members);
+        return rc;
+    }
+    g->mem.v[g->mem.n++] = r;
+    *ret_ptr = r.base;
+    return 0;
+}
+
+void dl_coll_mem_free(dl_coll_group_t *g, void *ptr)
+{
+    if (g == NULL || ptr == NULL)
+        return;
+    dl__coll_drain(g);
+    for (size_t i = 0; i < g->mem.n; i++) {
+        if (g->mem.v[i].base != ptr)
+            continue;
+        region_unmap(&g->mem.v[i], g->mem.members);
+        g->mem.v[i] = g->mem.v[--g->mem.n];
+        return;
+    }
+}

@@ -1,8 +1,9 @@
 /* bench/allreduce: our all-reduce against Open MPI's, in one run, as an nccl-tests-style table.
  *
- *   allreduce [--worlds 2,4] [--transports shm,tcp] [--min BYTES] [--max BYTES] [--step K]
- *             [--budget BYTES] [--no-mpi] [--json] [--dlaunch PATH] [--mpi-worker PATH]
+ *   allreduce [--worlds 2,4] [--transports shm,tcp,shm-reg] [--min BYTES] [--max BYTES]
+ *             [--step K] [--budget BYTES] [--no-mpi] [--json] [--dlaunch PATH] [--mpi-worker PATH]
  *
+ * shm-reg is shm with the send buffers from dl_coll_mem_alloc (and MPI_Alloc_mem for MPI).
  * For every world size and transport it runs `dlaunch --gpus-per-node N -- allreduce --worker`
  * with DLAUNCH_COLL_TRANSPORT set, then `mpirun -n N allreduce-mpi` (its default shared-memory
  * path for shm, `--mca btl tcp,self` for tcp), and prints one table per pair: bytes, time per
@@ -287,7 +288,7 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: allreduce [--worlds 2,4] [--transports shm,tcp] [--min BYTES] "
+    fprintf(stderr, "usage: allreduce [--worlds 2,4] [--transports shm,tcp,shm-reg] [--min BYTES] "
                     "[--max BYTES] [--step K] [--budget BYTES] [--no-mpi] [--json] "
                     "[--dlaunch PATH] [--mpi-worker PATH]\n");
     return 2;

@@ -185,9 +185,8 @@ int dl__coll_shm_barrier(dl__coll_shm_t *s);
 /* The two-member all-reduce reads the other's input in place when both send from the same
  * dl_coll_mem_alloc allocation; mem is the group's table, consulted on each call. */
 void dl__coll_shm_use_mem(dl__coll_shm_t *s, const dl__coll_mem_t *mem);
-/* This rank's index among the members, and member j's process and global rank. */
+/* This rank's index among the members, and member j's global rank. */
 int dl__coll_shm_member(const dl__coll_shm_t *s);
-int dl__coll_shm_member_pid(const dl__coll_shm_t *s, int j);
 int dl__coll_shm_member_rank(const dl__coll_shm_t *s, int j);
 /* How many all-reduces read the other member's input in place (for tests). NULL gives 0. */
 uint64_t dl__coll_shm_in_place_calls(const dl__coll_shm_t *s);

@@ -744,8 +744,8 @@ int dl__coll_shm_open(void *map, size_t chunk, int me, int n, const int *pids, c
     s->pidfd = malloc(sizeof(int) * (size_t)n);
     s->pids = malloc(sizeof(int) * (size_t)n);
     s->ranks = malloc(sizeof(int) * (size_t)n);
-    if (s->known_depart == NULL || s->ptrs == NULL || s->piece == NULL || s->pidfd == NULL || s->pids == NULL ||
-        s->ranks == NULL) {
+    if (s->known_depart == NULL || s->ptrs == NULL || s->piece == NULL || s->pidfd == NULL ||
+        s->pids == NULL || s->ranks == NULL) {
         dl__coll_shm_close(s);
         return dl__coll_fail(err, -ENOMEM, "shm: out of memory");
     }
@@ -797,11 +797,6 @@ void dl__coll_shm_use_mem(dl__coll_shm_t *s, const dl__coll_mem_t *mem)
 int dl__coll_shm_member(const dl__coll_shm_t *s)
 {
     return s->me;
-}
-
-int dl__coll_shm_member_pid(const dl__coll_shm_t *s, int j)
-{
-    return s->pids[j];
 }
 
 int dl__coll_shm_member_rank(const dl__coll_shm_t *s, int j)

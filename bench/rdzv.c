@@ -89,15 +89,41 @@ static int send_msg(int fd, json_t *m)
     return 0;
 }
 
-static int free_port(void)
+/* Starts dlaunchd on an ephemeral port and reads the port from its "serving HOST:PORT" line, so
+ * that nothing else can take the port between picking and binding it. */
+static pid_t start_dlaunchd(const char *dlaunchd, int *ret_port)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-    getsockname(fd, (struct sockaddr *)&sa, &len);
-    close(fd);
-    return ntohs(sa.sin_port);
+    int p[2];
+    if (pipe(p) < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(p[1], STDERR_FILENO);
+        close(p[0]);
+        close(p[1]);
+        execl(dlaunchd, dlaunchd, "--listen", "127.0.0.1:0", (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    FILE *f = pid > 0 ? fdopen(p[0], "r") : NULL;
+    char line[256];
+    *ret_port = 0;
+    while (f != NULL && *ret_port == 0 && fgets(line, sizeof(line), f) != NULL) {
+        const char *at = strstr(line, "serving 127.0.0.1:");
+        if (at != NULL)
+            *ret_port = atoi(at + strlen("serving 127.0.0.1:"));
+    }
+    if (f != NULL)
+        fclose(f); /* later lines go to a closed pipe: dlaunchd ignores SIGPIPE on stderr */
+    else
+        close(p[0]);
+    if (*ret_port > 0)
+        return pid;
+    if (pid > 0) {
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+    }
+    return -1;
 }
 
 /* Reads what is there; returns messages of the wanted type seen, or -1 on error. */
@@ -159,15 +185,11 @@ static int pump(int ep, agent_t *agents, int n, dl_proto_type_t want, int next_s
 
 static int run(int n, const char *dlaunchd, int json)
 {
-    int port = free_port();
-    char listen_arg[64];
-    snprintf(listen_arg, sizeof(listen_arg), "127.0.0.1:%d", port);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        dup2(null, STDERR_FILENO);
-        execl(dlaunchd, dlaunchd, "--listen", listen_arg, (char *)NULL);
-        _exit(127);
+    int port;
+    pid_t pid = start_dlaunchd(dlaunchd, &port);
+    if (pid < 0) {
+        fprintf(stderr, "rdzv: %s did not start serving\n", dlaunchd);
+        return -1;
     }
     agent_t *agents = calloc((size_t)n, sizeof(*agents));
     int ep = epoll_create1(0), ready = 0, r = -1;

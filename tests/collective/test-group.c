@@ -437,6 +437,39 @@ static int body_registered(rank_t *r, void *arg)
     return rc < 0 ? rc : bad;
 }
 
+/* One rank asks for more than it can map: every rank of its host fails the allocation, with the
+ * cause named, and the group keeps working. */
+static int body_registered_refused(rank_t *r, void *arg)
+{
+    (void)arg;
+    int n = dl_coll_world_size(r->g), bad = 0;
+    size_t huge = (size_t)1 << 60, bytes = r->rank == n - 1 ? huge : 4096;
+    void *p = NULL;
+    char err[256] = "";
+    int rc = dl_coll_mem_alloc(r->g, bytes, &p, err, sizeof(err));
+    /* Ranks sharing a host with the greedy one (or the greedy one) must fail; TCP-only ranks
+     * allocate alone. */
+    int fails = r->rank == n - 1 || (r->g->shm != NULL && r->g->host == r->g->host_of[n - 1]);
+    if (fails ? rc >= 0 || p != NULL || err[0] == '\0' : rc < 0) {
+        snprintf(r->err, sizeof(r->err), "rank %d: rc %d, err '%s'", r->rank, rc, err);
+        bad++;
+    }
+    if (r->rank == n - 1 && strstr(err, "mmap") == NULL) {
+        snprintf(r->err, sizeof(r->err), "the greedy rank's error names no mmap: '%s'", err);
+        bad++;
+    }
+    if (r->rank != n - 1 && fails && strstr(err, "could not") == NULL) {
+        snprintf(r->err, sizeof(r->err), "rank %d's error names no culprit: '%s'", r->rank, err);
+        bad++;
+    }
+    dl_coll_mem_free(r->g, p);
+    int v = r->rank, sum = 0;
+    rc = dl_coll_allreduce(r->g, &v, &sum, 1, DL_COLL_INT32, DL_COLL_SUM);
+    if (rc < 0)
+        return rc;
+    return bad + (sum != n * (n - 1) / 2);
+}
+
 /* ---- the matrix ------------------------------------------------------------------------------ */
 
 static const char *const split2[] = {"a", "b", "a", "b", "a", "b", "a", "b"};
@@ -507,6 +540,12 @@ END_TEST
 START_TEST(async_matrix)
 {
     matrix(_i, 3, body_async);
+}
+END_TEST
+
+START_TEST(registered_refused_matrix)
+{
+    matrix(_i, 3, body_registered_refused);
 }
 END_TEST
 
@@ -671,6 +710,7 @@ static Suite *suite(void)
     tcase_add_loop_test(m, barrier_matrix, 0, NSETUPS);
     tcase_add_loop_test(m, async_matrix, 0, NSETUPS);
     tcase_add_loop_test(m, registered_matrix, 0, NSETUPS);
+    tcase_add_loop_test(m, registered_refused_matrix, 0, NSETUPS);
     suite_add_tcase(s, m);
     TCase *b = tcase_create("bootstrap");
     tcase_set_timeout(b, 30);

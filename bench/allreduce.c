@@ -3,7 +3,7 @@
  *   allreduce [--worlds 2,4] [--transports shm,tcp,shm-reg] [--min BYTES] [--max BYTES]
  *             [--step K] [--budget BYTES] [--no-mpi] [--json] [--dlaunch PATH] [--mpi-worker PATH]
  *
- * shm-reg is shm with the send buffers from dl_coll_mem_alloc (and MPI_Alloc_mem for MPI).
+ * shm-reg is shm with both buffers from dl_coll_mem_alloc (and MPI_Alloc_mem for MPI).
  * For every world size and transport it runs `dlaunch --gpus-per-node N -- allreduce --worker`
  * with DLAUNCH_COLL_TRANSPORT set, then `mpirun -n N allreduce-mpi` (its default shared-memory
  * path for shm, `--mca btl tcp,self` for tcp), and prints one table per pair: bytes, time per
@@ -57,18 +57,21 @@ static int worker(int argc, char **argv)
         return 2;
     }
     int rank = dl_coll_rank(g), world = dl_coll_world_size(g);
-    /* shm-reg: the send buffer in memory the other ranks read in place. */
+    /* shm-reg: both buffers in memory the other ranks read in place. */
     int reg = strcmp(a.transport, "shm-reg") == 0;
-    float *src = NULL, *dst = malloc(a.max_bytes);
+    float *src = NULL, *dst = NULL;
     if (reg) {
-        void *p = NULL;
-        if (dl_coll_mem_alloc(g, a.max_bytes, &p, err, sizeof(err)) < 0) {
+        void *p = NULL, *q = NULL;
+        if (dl_coll_mem_alloc(g, a.max_bytes, &p, err, sizeof(err)) < 0 ||
+            dl_coll_mem_alloc(g, a.max_bytes, &q, err, sizeof(err)) < 0) {
             fprintf(stderr, "allreduce --worker: dl_coll_mem_alloc: %s\n", err);
             return 2;
         }
         src = p;
+        dst = q;
     } else {
         src = malloc(a.max_bytes);
+        dst = malloc(a.max_bytes);
     }
     if (src == NULL || dst == NULL) {
         fprintf(stderr, "allreduce --worker: out of memory\n");
@@ -105,11 +108,13 @@ static int worker(int argc, char **argv)
         fprintf(stderr, "allreduce --worker: rank %d: %s\n", rank, dl_coll_group_error(g));
     if (out != NULL)
         fclose(out);
-    if (reg)
+    if (reg) {
         dl_coll_mem_free(g, src);
-    else
+        dl_coll_mem_free(g, dst);
+    } else {
         free(src);
-    free(dst);
+        free(dst);
+    }
     dl_coll_group_destroy(g);
     return r < 0 ? 1 : 0;
 }

@@ -16,15 +16,18 @@ int main(int argc, char **argv)
             fprintf(stderr, "allreduce-mpi: bad arguments\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    /* Buffers allocated and touched once, like ours: a fair fight. For shm-reg the send buffer
-     * comes from MPI_Alloc_mem, MPI's counterpart of dl_coll_mem_alloc. */
+    /* Buffers allocated and touched once, like ours: a fair fight. For shm-reg both come from
+     * MPI_Alloc_mem, MPI's counterpart of dl_coll_mem_alloc. */
     int reg = strcmp(a.transport, "shm-reg") == 0;
-    float *src = NULL, *dst = malloc(a.max_bytes);
+    float *src = NULL, *dst = NULL;
     if (reg) {
         if (MPI_Alloc_mem((MPI_Aint)a.max_bytes, MPI_INFO_NULL, &src) != MPI_SUCCESS)
             src = NULL;
+        if (MPI_Alloc_mem((MPI_Aint)a.max_bytes, MPI_INFO_NULL, &dst) != MPI_SUCCESS)
+            dst = NULL;
     } else {
         src = malloc(a.max_bytes);
+        dst = malloc(a.max_bytes);
     }
     if (src == NULL || dst == NULL)
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -53,11 +56,13 @@ int main(int argc, char **argv)
     }
     if (out != NULL)
         fclose(out);
-    if (reg)
+    if (reg) {
         MPI_Free_mem(src);
-    else
+        MPI_Free_mem(dst);
+    } else {
         free(src);
-    free(dst);
+        free(dst);
+    }
     MPI_Finalize();
     return 0;
 }

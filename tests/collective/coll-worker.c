@@ -7,8 +7,8 @@
  *   coll-worker --out DIR [--ops LIST] [--types LIST] [--rops LIST] [--sizes LIST]
  *               [--mem private|shared] [--die-rank R | --stop-rank R] [--fail-after N]
  *
- * --mem shared: send buffers come from dl_coll_mem_alloc, and the file ends with how many
- * all-reduces read another rank's input in place. *
+ * --mem shared: send and receive buffers come from dl_coll_mem_alloc, and the file ends with how
+ * many all-reduces read another rank's buffers in place. *
  * Exit codes: 0 all checks passed, 1 a result was wrong, 2 bad usage or setup, 3 a collective
  * returned an error (OUT/rank-R.err then says which, and after how long). */
 #include <errno.h>
@@ -31,7 +31,7 @@ typedef struct {
     int nsizes;
     int die_rank, stop_rank, fail_after;
     int rank, world;
-    int shared_src; /* P_SRC is dl_coll_mem_alloc memory, sized once */
+    int shared; /* P_SRC and P_DST are dl_coll_mem_alloc memory, sized once */
     FILE *log;
     dl_coll_group_t *g;
     int done_ops;
@@ -46,8 +46,8 @@ enum { P_SRC, P_DST, P_WANT, P_IN, P_FS, P_FA, P_IS, P_ASYNC };
 static void *pool(worker_t *w, int slot, size_t bytes)
 {
     if (w->pool_cap[slot] < bytes + 64) {
-        if (slot == P_SRC && w->shared_src) {
-            fprintf(stderr, "coll-worker: %zu bytes do not fit the shared send buffer\n", bytes);
+        if ((slot == P_SRC || slot == P_DST) && w->shared) {
+            fprintf(stderr, "coll-worker: %zu bytes do not fit the shared buffers\n", bytes);
             exit(2);
         }
         free(w->pool[slot]);
@@ -471,7 +471,7 @@ int main(int argc, char **argv)
         else if (!bad && strcmp(a, "--sizes") == 0)
             bad = parse_sizes(&w, v) < 0;
         else if (!bad && strcmp(a, "--mem") == 0)
-            bad = (w.shared_src = strcmp(v, "shared") == 0) == 0 && strcmp(v, "private") != 0;
+            bad = (w.shared = strcmp(v, "shared") == 0) == 0 && strcmp(v, "private") != 0;
         else if (!bad && strcmp(a, "--die-rank") == 0)
             bad = parse_rank(v, &w.die_rank) < 0;
         else if (!bad && strcmp(a, "--stop-rank") == 0)
@@ -508,18 +508,21 @@ int main(int argc, char **argv)
     }
     fprintf(w.log, "world %d transport %s hosts %d\n", w.world, dl_coll_transport_name(w.g),
             dl_coll_num_hosts(w.g));
-    if (w.shared_src) {
+    if (w.shared) {
         size_t most = 0;
         for (int s = 0; s < w.nsizes; s++)
             most = w.sizes[s] > most ? w.sizes[s] : most;
-        void *p = NULL;
-        /* Room for the largest case of the widest type, a block per rank (reduce-scatter). */
-        w.pool_cap[P_SRC] = most * 8 * (size_t)w.world + 64;
-        if (dl_coll_mem_alloc(w.g, w.pool_cap[P_SRC], &p, err, sizeof(err)) < 0) {
-            fprintf(stderr, "coll-worker: dl_coll_mem_alloc: %s\n", err);
-            return 2;
+        /* Room for the largest case of the widest type, a block per rank (all-gather and
+         * reduce-scatter use one of the two per rank). */
+        for (int slot = P_SRC; slot <= P_DST; slot++) {
+            void *p = NULL;
+            w.pool_cap[slot] = most * 8 * (size_t)w.world + 64;
+            if (dl_coll_mem_alloc(w.g, w.pool_cap[slot], &p, err, sizeof(err)) < 0) {
+                fprintf(stderr, "coll-worker: dl_coll_mem_alloc: %s\n", err);
+                return 2;
+            }
+            w.pool[slot] = p;
         }
-        w.pool[P_SRC] = p;
     }
     int bad = 0, idx = 0;
     static const dl_coll_dtype_t types[] = {DL_COLL_FLOAT32, DL_COLL_FLOAT64, DL_COLL_INT32,
@@ -548,13 +551,13 @@ int main(int argc, char **argv)
         if (listed(w.ops, "barrier"))
             bad += run_barrier(&w, idx++);
     }
-    if (w.shared_src)
+    if (w.shared)
         fprintf(w.log, "in-place %" PRIu64 "\n", dl__coll_shm_in_place_calls(w.g->shm));
     fprintf(w.log, "%s\n", bad == 0 ? "done" : "WRONG");
     fclose(w.log);
-    if (w.shared_src) {
-        dl_coll_mem_free(w.g, w.pool[P_SRC]);
-        w.pool[P_SRC] = NULL;
+    for (int slot = P_SRC; slot <= P_DST && w.shared; slot++) {
+        dl_coll_mem_free(w.g, w.pool[slot]);
+        w.pool[slot] = NULL;
     }
     dl_coll_group_destroy(w.g);
     for (int i = 0; i < 8; i++)

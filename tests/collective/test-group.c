@@ -356,36 +356,34 @@ static int body_async(rank_t *r, void *arg)
     return bad;
 }
 
-/* Send buffers in dl_coll_mem_alloc memory, or not, in every combination: results must not
- * depend on it, and two ranks on one host read each other's input in place exactly when both
- * send from the same allocation into a separate output. */
+/* Buffers in dl_coll_mem_alloc memory, or not, in every combination: results must not depend on
+ * it, and two ranks on one host read each other's input in place exactly when both send from the
+ * same allocation (and, if an output lies over its input, both outputs share one too). */
 enum { REG_COUNT = 4099 };
 
-static int registered_case(rank_t *r, char *src, int expect_in_place, int salt, uint64_t *calls,
-                           int *bad)
+/* dst NULL: a private output. */
+static int registered_case(rank_t *r, char *src, char *dst, int expect_in_place, int salt,
+                           uint64_t *calls, int *bad)
 {
     int n = dl_coll_world_size(r->g);
     for (int t = 0; t < 4; t++) {
         size_t es = dl_coll_dtype_size(t);
-        char *dst = malloc(REG_COUNT * es);
+        char *priv = malloc(REG_COUNT * es), *out = dst != NULL ? dst : priv;
         dl_coll_op_t op = t & 1 ? DL_COLL_MAX : DL_COLL_SUM;
         for (size_t i = 0; i < REG_COUNT; i++)
             put(src, i, t, val(r->rank, i, salt + t));
-        int in_place = expect_in_place < 0;
-        int rc = dl_coll_allreduce(r->g, src, in_place ? src : dst, REG_COUNT, t, op);
-        const char *res = in_place ? src : dst;
+        int rc = dl_coll_allreduce(r->g, src, out, REG_COUNT, t, op);
         for (size_t i = 0; rc == 0 && i < REG_COUNT; i++)
-            *bad += get(res, i, t) != reference(n, i, salt + t, t, op);
+            *bad += get(out, i, t) != reference(n, i, salt + t, t, op);
         if (rc == 0)
-            keep(r, res, REG_COUNT * es);
-        free(dst);
+            keep(r, out, REG_COUNT * es);
+        free(priv);
         if (rc < 0)
             return rc;
         uint64_t now = dl__coll_shm_in_place_calls(r->g->shm);
-        if (now - *calls != (uint64_t)(expect_in_place > 0)) {
+        if (now - *calls != (uint64_t)expect_in_place) {
             snprintf(r->err, sizeof(r->err), "salt %d, %s: %llu in-place calls, expected %d", salt,
-                     dl_coll_dtype_name(t), (unsigned long long)(now - *calls),
-                     expect_in_place > 0);
+                     dl_coll_dtype_name(t), (unsigned long long)(now - *calls), expect_in_place);
             (*bad)++;
         }
         *calls = now;
@@ -414,21 +412,28 @@ static int body_registered(rank_t *r, void *arg)
     int pair = r->g->shm != NULL && r->g->nhosts == 1 && n == 2 && *algo != DL_COLL_ALGO_BANDWIDTH;
     uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
     char *priv = malloc(bytes), *off = (char *)a + 64 * (size_t)r->rank;
-    rc = registered_case(r, a, pair, 0, &calls, &bad);
+    char *pa = a, *pb = b;
+    rc = registered_case(r, pa, NULL, pair, 0, &calls, &bad);
     if (rc == 0) /* different offsets of one allocation */
-        rc = registered_case(r, off, pair, 10, &calls, &bad);
+        rc = registered_case(r, off, NULL, pair, 10, &calls, &bad);
     if (rc == 0) /* only rank 0 registered */
-        rc = registered_case(r, r->rank == 0 ? a : priv, 0, 20, &calls, &bad);
+        rc = registered_case(r, r->rank == 0 ? pa : priv, NULL, 0, 20, &calls, &bad);
     if (rc == 0) /* two allocations */
-        rc = registered_case(r, r->rank == 0 ? a : b, 0, 30, &calls, &bad);
-    if (rc == 0) /* output over input: the other would read what I write */
-        rc = registered_case(r, a, -1, 40, &calls, &bad);
+        rc = registered_case(r, r->rank == 0 ? pa : pb, NULL, 0, 30, &calls, &bad);
+    if (rc == 0) /* outputs over inputs, all shared: halves */
+        rc = registered_case(r, pa, pa, pair, 40, &calls, &bad);
+    if (rc == 0) /* inputs and outputs shared, apart: halves */
+        rc = registered_case(r, pa, pb, pair, 50, &calls, &bad);
+    if (rc == 0) /* output over input on rank 0 only: the other's output is private */
+        rc = registered_case(r, pa, r->rank == 0 ? pa : NULL, 0, 60, &calls, &bad);
+    if (rc == 0) /* outputs shared on rank 0 only, apart from the inputs: whole */
+        rc = registered_case(r, pa, r->rank == 0 ? pb : NULL, pair, 70, &calls, &bad);
     /* Freed and allocated again: the new allocation is shared as well. */
     dl_coll_mem_free(r->g, a);
     if (rc == 0)
         rc = dl_coll_mem_alloc(r->g, bytes, &c, err, sizeof(err));
     if (rc == 0)
-        rc = registered_case(r, c, pair, 50, &calls, &bad);
+        rc = registered_case(r, c, NULL, pair, 80, &calls, &bad);
     else
         snprintf(r->err, sizeof(r->err), "%s", err);
     free(priv);

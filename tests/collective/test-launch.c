@@ -62,10 +62,12 @@ static const case_t cases[] = {
     {2, "tcp", "auto", NULL, BIG, 0},
     {3, "tcp", "auto", NULL, BIG, 0},
     {4, "auto", "auto", "/ 2", BIG, 0},
-    /* Send buffers from dl_coll_mem_alloc: two ranks read each other's in place (the in-place
-     * calls of the worker, where output is input, still copy); more ranks and hierarchical
-     * groups allocate alike and copy. */
-    {2, "shm", "auto", NULL, "--mem shared --ops allreduce --sizes 1,1031,300007,4194305", 1},
+    /* Buffers from dl_coll_mem_alloc: two ranks read each other's in place (whole or by halves,
+     * which from 32 MiB and for an output over its input); more ranks and hierarchical groups
+     * allocate alike and copy. */
+    {2, "shm", "auto", NULL,
+     "--mem shared --ops allreduce --types f32,i64 --rops sum,max --sizes 1,1031,300007,8388609",
+     1},
     {3, "shm", "auto", NULL, "--mem shared --sizes 13,300007 --types f32,i64", 0},
     {4, "auto", "auto", "/ 2", "--mem shared --ops allreduce,allgather --sizes 300007", 0},
 };

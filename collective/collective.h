@@ -150,12 +150,13 @@ int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbu
 int dl_coll_barrier(dl_coll_group_t *g);
 
 /* Memory the other ranks on this host map and read in place: a two-rank shared-memory
- * all-reduce whose send buffers lie in the same allocation on both ranks (and do not overlap
- * the receive buffers) reads each input where it is instead of copying it through the shared
- * segment, like NCCL's registered buffers. Collective: every rank of the group calls it, in the
- * same order, each with its own size. *ret_ptr gets bytes (rounded up to pages) of zeroed
- * memory, the same on failure for every rank on a host: if any of them could not allocate or
- * map, all get an error (the message in err). Any buffer works with every operation. */
+ * all-reduce whose send buffers lie in the same allocation on both ranks reads each input where
+ * it is instead of copying it through the shared segment, like NCCL's registered buffers (when
+ * an output is its input, both outputs must share an allocation too; docs/collective.md has the
+ * rules). Collective: every rank of the group calls it, in the same order, each with its own
+ * size. *ret_ptr gets bytes (rounded up to pages) of zeroed memory. The outcome is the same for
+ * every rank on a host: if any of them could not allocate or map, all get an error (the message
+ * in err). Any buffer works with every operation. */
 int dl_coll_mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *err, size_t errlen);
 
 /* Frees memory from dl_coll_mem_alloc (NULL is ignored) once no operation uses it; not

@@ -304,7 +304,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--worker") == 0)
         return worker(argc, argv);
     static driver_t d = {.worlds = "2,4",
-                         .transports = "shm,tcp",
+                         .transports = "shm,shm-reg,tcp",
                          .min = "4096",
                          .max = "268435456",
                          .step = "4",

@@ -501,6 +501,12 @@ static int send_chunk(dl__coll_shm_t *s, const char *src, size_t base, size_t co
     return 0;
 }
 
+/* Two members, beyond one chunk: the small all-reduce a chunk a round, pipelined (the next
+ * round's copy goes in before waiting for this one's). Each member reduces the whole message,
+ * its own input against the other's copy, in rank order: one synchronization a round and no
+ * copies out, where slicing needs two and copies the other's half back. A/B at 64 MiB:
+ * 6.1-7.5 GB/s against 5.7-6.7 for slicing; never slower from 1 MiB up. The first round's
+ * announcements decide whether to read dl_coll_mem_alloc buffers in place instead. */
 static int allreduce_pair(dl__coll_shm_t *s, const char *src, char *dst, size_t count,
                           dl_coll_dtype_t dtype, dl_coll_op_t op)
 {

@@ -181,14 +181,14 @@ int dl_coll_mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *er
         snprintf(err, errlen, "%s", g->err.msg);
         return g->err.code;
     }
-    if (g->mem.members == 0)
-        g->mem.members = 1;
     if (g->mem.n == g->mem.cap) {
         size_t cap = g->mem.cap == 0 ? 4 : 2 * g->mem.cap;
         dl__coll_region_t *v = realloc(g->mem.v, cap * sizeof(*v));
         if (v == NULL) {
-            snprintf(err, errlen, "out of memory");
-            return -ENOMEM;
+            /* The host's other ranks are about to wait for this one's block: abort their wait. */
+            int e = dl__coll_broken(g, dl__coll_fail(&g->err, -ENOMEM, "out of memory"));
+            snprintf(err, errlen, "%s", g->err.msg);
+            return e;
         }
         g->mem.v = v;
         g->mem.cap = cap;

@@ -117,9 +117,63 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, char ***
     return dl_worker_env_build(&we, a->environ_list, a->spec->env, ret_envp);
 }
 
+/* Identifies an output to the agent after its worker may be gone, or its slot reused. */
+typedef struct {
+    dl_agent_t *agent;
+    int rank;
+    int attempt;
+} output_owner_t;
+
+static dl__worker_t *worker_by_rank(dl_agent_t *a, int rank)
+{
+    for (int i = 0; i < a->nworkers; i++)
+        if (a->workers[i].rank == rank)
+            return &a->workers[i];
+    return NULL;
+}
+
+/* A failure is described from the failed rank's log, so it is told only once that log is whole:
+ * a worker's last words can still be in the pipe when its exit is reaped. */
+static bool failure_output_drained(dl_agent_t *a)
+{
+    const dl_sup_failure_t *f = &a->sup.first_failure;
+    const dl__worker_t *w = worker_by_rank(a, f->rank);
+    return w == NULL || w->attempt != f->attempt || !w->output_open;
+}
+
+static void on_output_drained(void *ctx)
+{
+    output_owner_t *oo = ctx;
+    dl_agent_t *a = oo->agent;
+    dl__worker_t *w = worker_by_rank(a, oo->rank);
+
+    if (w != NULL && w->attempt == oo->attempt)
+        w->output_open = false;
+    if (a->report_pending && failure_output_drained(a)) {
+        a->report_pending = false;
+        dl__rdzv_report(a);
+    }
+    free(oo);
+}
+
+static void on_log_write_failed(void *ctx, const char *path, int err)
+{
+    output_owner_t *oo = ctx;
+    dl_agent_t *a = oo->agent;
+
+    dl__agent_log(a, "cannot write the log file '%s': %s; rank %d's further output to it is "
+                     "lost%s",
+                  path, strerror(err), oo->rank,
+                  a->spec->quiet ? "" : " (the console still shows it)");
+    dl_events_emit(a->events, "log_write_failed", dl__now_unix(),
+                   json_pack("{s:i, s:i, s:s, s:s}", "rank", oo->rank, "attempt", oo->attempt,
+                             "path", path, "error", strerror(err)));
+}
+
 /* Starts one worker; returns 0 or -errno (then nothing of it is left running). */
 static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt)
 {
+    static const dl_output_cbs_t output_cbs = {on_log_write_failed, on_output_drained};
     char prefix[64];
     char **envp = NULL;
     int child_out = -1, child_err = -1;
@@ -130,15 +184,25 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt)
         snprintf(prefix, sizeof(prefix), "[node%d rank %d] ", a->node_rank, w->rank);
     else
         snprintf(prefix, sizeof(prefix), "[rank %d] ", w->rank);
+    w->attempt = attempt;
+    w->output_open = false;
     r = build_env(a, w, attempt, &envp);
     if (r < 0)
         return r;
+    output_owner_t *oo = malloc(sizeof(*oo));
+    if (oo == NULL) {
+        dl_worker_env_free(envp);
+        return -ENOMEM;
+    }
+    *oo = (output_owner_t){a, w->rank, attempt};
     r = dl_output_open(&a->loop, a->attempt_dir, w->rank, prefix, !a->spec->quiet, a->readbuf,
-                       sizeof(a->readbuf), &out, &child_out, &child_err);
+                       sizeof(a->readbuf), &output_cbs, oo, &out, &child_out, &child_err);
     if (r < 0) {
+        free(oo);
         dl_worker_env_free(envp);
         return r;
     }
+    w->output_open = true;
     int health[2] = {-1, -1};
     if (a->spec->health_timeout > 0 && pipe2(health, O_CLOEXEC | O_NONBLOCK) < 0) {
         dl__agent_log(a, "no health pipe for rank %d: %s", w->rank, strerror(errno));
@@ -161,7 +225,6 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt)
         dl_output_drain(out, 0);
         return r;
     }
-    w->attempt = attempt;
     w->output = out;
     if (dl_guard_watch(&a->guard, w->pid, 1) < 0)
         dl__agent_log(a, "the orphan guard is gone: workers may outlive a killed agent");
@@ -309,21 +372,24 @@ static void finish(dl_agent_t *a, int exit_code)
                          : exit_code == 4 ? "refused"
                                           : "stopped";
     a->exit_code = exit_code;
-    if (exit_code == 1 && a->sup.has_failure && !a->remote) {
+    if (exit_code == 1 && a->sup.has_failure && !a->remote)
         record_failure(a);
-        dl_summary_print(stderr, a->history, a->nhistory, a->sup.attempt + 1, a->run_dir);
-    } else if (exit_code == 1 && a->remote) {
-        /* This node's own failures were recorded as they were reported. */
-        fprintf(stderr, "dlaunch: the job failed: %s\n",
-                a->failure_text[0] ? a->failure_text : "see the other nodes' logs");
-        if (a->nhistory > 0)
-            dl_summary_print(stderr, a->history, a->nhistory, a->sup.attempt + 1, a->run_dir);
-    }
     dl__rdzv_finish(a, exit_code);
     dl_events_emit(a->events, "job_end", dl__now_unix(),
                    json_pack("{s:s, s:i, s:i}", "status", status, "exit_code", exit_code,
                              "attempts", a->sup.attempt + 1));
     finish_loop(a);
+}
+
+static void print_summary(const dl_agent_t *a)
+{
+    if (a->exit_code != 1)
+        return;
+    if (a->remote)
+        fprintf(stderr, "dlaunch: the job failed: %s\n",
+                a->failure_text[0] ? a->failure_text : "see the other nodes' logs");
+    if (a->nhistory > 0)
+        dl_summary_print(stderr, a->history, a->nhistory, a->sup.attempt + 1, a->run_dir);
 }
 
 static void apply(dl_agent_t *a, dl_sup_actions_t act)
@@ -335,8 +401,13 @@ static void apply(dl_agent_t *a, dl_sup_actions_t act)
     if (act.flags & DL_SUP_ARM_TIMER)
         uv_timer_start(&a->stop_timer, on_stop_timeout, (uint64_t)(a->spec->stop_timeout * 1000),
                        0);
-    if (act.flags & DL_SUP_REPORT)
-        dl__rdzv_report(a);
+    if (act.flags & DL_SUP_REPORT) {
+        record_failure(a);
+        if (failure_output_drained(a))
+            dl__rdzv_report(a);
+        else
+            a->report_pending = true;
+    }
     if (act.flags & DL_SUP_NODE_DONE)
         dl__rdzv_node_done(a);
     if (act.flags & DL_SUP_JOIN)
@@ -740,6 +811,9 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
     uv_run(&a->loop, UV_RUN_DEFAULT);
 
     code = a->exit_code;
+    /* The loop ends once every worker's output has drained, so the logs the summary quotes are
+     * whole by now. */
+    print_summary(a);
     dl_guard_stop(&a->guard);
     if (uv_loop_close(&a->loop) != 0)
         dl__agent_log(a, "event loop closed with handles still open");

@@ -26,6 +26,7 @@ typedef struct {
     bool beating;      /* it has sent a beat this attempt */
     bool hung;         /* we killed it for going silent */
     double last_beat;  /* monotonic seconds of the last beat seen */
+    bool output_open;  /* the output of `attempt` has not drained yet */
 } dl__worker_t;
 
 struct dl_agent_s {
@@ -58,6 +59,7 @@ struct dl_agent_s {
     char *token_path;          /* the token file as an absolute path, or NULL */
     dl_sup_failure_t *history; /* the first failure of every failed attempt */
     size_t nhistory;
+    bool report_pending;       /* the failure report waits for the failed rank's output */
     char readbuf[64 * 1024];
 };
 

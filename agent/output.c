@@ -16,7 +16,9 @@ typedef struct {
     uv_pipe_t pipe;
     int file_fd;
     int console_fd;
-    bool open; /* the pipe handle is initialized and not yet closing */
+    bool open;         /* the pipe handle is initialized and not yet closing */
+    bool file_failed;  /* a write to the file failed: said once, then the file is left alone */
+    char path[4096];
     dl_linebuf_t lb;
 } stream_t;
 
@@ -25,20 +27,24 @@ struct dl_output_s {
     uv_timer_t drain;
     int refs; /* the owner's, plus one per handle whose close callback has not run */
     bool echo;
+    bool drain_started; /* the owner let go: the drained callback is due when the last ref goes */
+    dl_output_cbs_t cbs;
+    void *ctx;
     char *readbuf;
     size_t readbuf_len;
     char prefix[64];
     size_t prefix_len;
 };
 
-static void write_all(int fd, struct iovec *iov, int n)
+/* Returns 0 or -errno. */
+static int write_all(int fd, struct iovec *iov, int n)
 {
     while (n > 0) {
         ssize_t w = writev(fd, iov, n);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            return; /* a closed console must not stop the job; the files keep everything */
+            return -errno;
         }
         while (n > 0 && (size_t)w >= iov->iov_len) {
             w -= (ssize_t)iov->iov_len;
@@ -50,6 +56,7 @@ static void write_all(int fd, struct iovec *iov, int n)
             iov->iov_len -= (size_t)w;
         }
     }
+    return 0;
 }
 
 static void echo_line(void *ctx, const char *line, size_t len)
@@ -60,13 +67,16 @@ static void echo_line(void *ctx, const char *line, size_t len)
         {(void *)line, len},
         {"\n", 1},
     };
-    write_all(s->console_fd, iov, 3);
+    /* A closed console must not stop the job; the files keep everything. */
+    (void)write_all(s->console_fd, iov, 3);
 }
 
 static void release(dl_output_t *o)
 {
     if (--o->refs > 0)
         return;
+    if (o->drain_started && o->cbs.drained != NULL)
+        o->cbs.drained(o->ctx);
     for (int i = 0; i < 2; i++) {
         dl_linebuf_free(&o->s[i].lb);
         if (o->s[i].file_fd >= 0)
@@ -110,7 +120,12 @@ static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf)
     stream_t *s = h->data;
     if (nread > 0) {
         struct iovec iov = {buf->base, (size_t)nread};
-        write_all(s->file_fd, &iov, 1);
+        int r = s->file_failed ? 0 : write_all(s->file_fd, &iov, 1);
+        if (r < 0) {
+            s->file_failed = true;
+            if (s->owner->cbs.write_failed != NULL)
+                s->owner->cbs.write_failed(s->owner->ctx, s->path, -r);
+        }
         if (s->owner->echo)
             dl_linebuf_feed(&s->lb, buf->base, (size_t)nread, echo_line, s);
     } else if (nread < 0) {
@@ -127,25 +142,25 @@ static void on_drain_timeout(uv_timer_t *t)
 
 void dl_output_drain(dl_output_t *o, uint64_t timeout_ms)
 {
+    o->drain_started = true;
     if (o->s[0].open || o->s[1].open)
         uv_timer_start(&o->drain, on_drain_timeout, timeout_ms, 0);
     release(o);
 }
 
-static int open_log(const char *dir, int rank, const char *ext, int *ret_fd)
+static int open_log(stream_t *s, const char *dir, int rank, const char *ext)
 {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/rank_%d.%s", dir, rank, ext);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    snprintf(s->path, sizeof(s->path), "%s/rank_%d.%s", dir, rank, ext);
+    int fd = open(s->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
-    *ret_fd = fd;
+    s->file_fd = fd;
     return 0;
 }
 
 int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const char *prefix,
-                   bool echo, char *readbuf, size_t readbuf_len, dl_output_t **ret,
-                   int *ret_child_out, int *ret_child_err)
+                   bool echo, char *readbuf, size_t readbuf_len, const dl_output_cbs_t *cbs,
+                   void *ctx, dl_output_t **ret, int *ret_child_out, int *ret_child_err)
 {
     dl_output_t *o = calloc(1, sizeof(*o));
     int fds[2][2] = {{-1, -1}, {-1, -1}};
@@ -154,9 +169,9 @@ int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const cha
     if (o == NULL)
         return -ENOMEM;
     o->s[0].file_fd = o->s[1].file_fd = -1;
-    r = open_log(attempt_dir, rank, "out", &o->s[0].file_fd);
+    r = open_log(&o->s[0], attempt_dir, rank, "out");
     if (r == 0)
-        r = open_log(attempt_dir, rank, "err", &o->s[1].file_fd);
+        r = open_log(&o->s[1], attempt_dir, rank, "err");
     if (r == 0 && pipe2(fds[0], O_CLOEXEC) < 0)
         r = -errno;
     if (r == 0 && pipe2(fds[1], O_CLOEXEC) < 0)
@@ -166,6 +181,9 @@ int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const cha
 
     o->refs = 1; /* the owner's, given back by dl_output_drain() */
     o->echo = echo;
+    if (cbs != NULL)
+        o->cbs = *cbs;
+    o->ctx = ctx;
     o->readbuf = readbuf;
     o->readbuf_len = readbuf_len;
     snprintf(o->prefix, sizeof(o->prefix), "%s", prefix);
@@ -193,6 +211,7 @@ int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const cha
     if (r < 0) {
         /* Closing through the handles keeps the one free path: release(). */
         o->echo = false;
+        o->cbs = (dl_output_cbs_t){0};
         for (int i = 0; i < 2; i++) {
             if (fds[i][0] >= 0)
                 close(fds[i][0]);

@@ -9,13 +9,25 @@
 
 typedef struct dl_output_s dl_output_t;
 
+/* What the owner hears about an output; both optional, ctx is dl_output_open's. */
+typedef struct {
+    /* Writing a log file failed (a full disk, say): said once per file; the worker's output
+     * still reaches the console and the other file. path is borrowed for the call. */
+    void (*write_failed)(void *ctx, const char *path, int err);
+    /* Both pipes reached EOF (or the drain timeout passed) and the files hold everything that
+     * will ever be in them. Called once, after dl_output_drain(), just before the object goes. */
+    void (*drained)(void *ctx);
+} dl_output_cbs_t;
+
 /* Creates the log files attempt_dir/rank_N.{out,err} and two pipes. *ret_child_out/err are the
  * write ends for the child (the caller closes them after spawning). echo: copy lines to the
- * agent's stdout/stderr with prefix. readbuf is a scratch buffer shared by all outputs.
- * Returns 0 or -errno; on failure nothing is left open. */
+ * agent's stdout/stderr with prefix. readbuf is a scratch buffer shared by all outputs. cbs
+ * (copied; may be NULL) and ctx report to the owner. The files are opened for appending and never
+ * truncated: a log folder is never reused, and what is in a file stays. Returns 0 or -errno; on
+ * failure nothing is left open and no callback runs. */
 int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const char *prefix,
-                   bool echo, char *readbuf, size_t readbuf_len, dl_output_t **ret,
-                   int *ret_child_out, int *ret_child_err);
+                   bool echo, char *readbuf, size_t readbuf_len, const dl_output_cbs_t *cbs,
+                   void *ctx, dl_output_t **ret, int *ret_child_out, int *ret_child_err);
 
 /* The worker has exited: gives up the caller's reference. Whatever is still buffered in the
  * pipes is read for at most timeout_ms (processes outside its group may hold them), then the

@@ -100,11 +100,6 @@ void dl__rdzv_report(dl_agent_t *a)
     char reason[400];
     int local = f->rank - (a->nworkers > 0 ? a->workers[0].rank : 0);
 
-    dl_sup_failure_t *h = realloc(a->history, (a->nhistory + 1) * sizeof(*h));
-    if (h != NULL) {
-        a->history = h;
-        a->history[a->nhistory++] = *f;
-    }
     if (f->signal > 0)
         snprintf(reason, sizeof(reason), "rank %d on %s was killed by %s", f->rank,
                  z->hostname, dl_signal_name(f->signal));

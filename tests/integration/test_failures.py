@@ -1,6 +1,8 @@
 """A failed worker restarts the whole job, up to --max-restarts; then a summary and exit 1."""
 import os
+import subprocess
 import time
+import unittest
 
 import dltest
 
@@ -108,6 +110,44 @@ class Failures(dltest.Case):
         # No beat at all: the watchdog never arms (a script that knows nothing of it).
         self.dlaunch("--gpus-per-node", "2", "--health-timeout", "0.3", "--", "sleep", "1",
                      timeout=30, check_code=0)
+
+    def test_summary_waits_for_the_failed_workers_last_words(self):
+        # The worker exits at once, but its last stderr line is written 0.4 s later by a process
+        # that left its group (as a logging thread or a child could): the summary must quote it.
+        script = ('setsid sh -c \'touch left; sleep 0.4; echo "fatal: the real cause" >&2\' & '
+                  'while [ ! -e left ]; do sleep 0.01; done; exit 3')
+        p = self.dlaunch("--gpus-per-node", "1", "--run-id", "late", "--", "sh", "-c", script,
+                         check_code=1)
+        self.assertNotIn("(it is empty)", p.stderr)
+        summary = p.stderr[p.stderr.index("the job failed"):]
+        self.assertIn("| fatal: the real cause", summary)
+        # Nothing of the worker's arrives after the summary.
+        self.assertEqual(p.stderr.rstrip().splitlines()[-1].strip(), "| fatal: the real cause")
+
+    @unittest.skipUnless(os.geteuid() == 0, "mounting a small tmpfs needs root")
+    def test_a_full_disk_is_said_once_and_the_worker_runs_on(self):
+        logs = os.path.join(self.dir, "logs")
+        os.mkdir(logs)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", logs], check=True)
+        try:
+            # 200 KB of output into 64 KB of disk, then a line on the console and exit 0.
+            script = ('head -c 200000 /dev/zero | tr "\\0" x | fold -w 100; '
+                      'echo "still here" >&2')
+            p = self.dlaunch("--gpus-per-node", "1", "--log-dir", logs, "--run-id", "full",
+                             "--events", self.events_path, "--", "sh", "-c", script,
+                             check_code=0)
+            self.assertIn("still here", p.stderr)
+            # Once per file: stdout's file filled the disk, so stderr's cannot take its line.
+            said = [l for l in p.stderr.splitlines() if "cannot write the log file" in l]
+            self.assertEqual(len(said), 2, p.stderr)
+            self.assertIn("rank_0.out': No space left on device", said[0])
+            self.assertIn("rank_0.err': No space left on device", said[1])
+            failed = [e for e in self.events() if e["event"] == "log_write_failed"]
+            self.assertEqual([(e["rank"], os.path.basename(e["path"]), e["error"]) for e in failed],
+                             [(0, "rank_0.out", "No space left on device"),
+                              (0, "rank_0.err", "No space left on device")])
+        finally:
+            subprocess.run(["umount", "-l", logs], check=False)
 
 
 if __name__ == "__main__":

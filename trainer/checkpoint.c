@@ -236,10 +236,13 @@ static int check_header(const char *path, const unsigned char *h, size_t hlen, o
     return 0;
 }
 
-int dl_train_ckpt_load(const char *path, dl_train_ckpt_t *ck, char *err, size_t errlen)
+/* Reads and checks the file at path against ck's shape. With out (2 * n_params floats) the
+ * parameters and momentum land there and the header's fields in ck; without it the file is only
+ * checked, through a small buffer. Either way ck's own buffers are never touched. */
+static int read_checked(const char *path, dl_train_ckpt_t *ck, float *out, char *err,
+                        size_t errlen)
 {
-    unsigned char h[CKPT_HEADER_MAX], trailer[4];
-    float *buf = NULL;
+    unsigned char h[CKPT_HEADER_MAX], trailer[4], chunk[64 * 1024];
     struct stat st;
     int r;
 
@@ -285,14 +288,19 @@ int dl_train_ckpt_load(const char *path, dl_train_ckpt_t *ck, char *err, size_t 
     if (r < 0)
         goto fail;
 
-    /* Read into a scratch buffer: the caller's model must not change unless the file is good. */
-    size_t n = ck->n_params;
-    buf = malloc((2 * n + 1) * sizeof(float));
-    if (buf == NULL) {
-        r = dl__train_err(-ENOMEM, err, errlen, "%s: out of memory", path);
-        goto fail;
+    uLong crc = crc32_z(crc32_z(0L, Z_NULL, 0), h, hlen);
+    size_t left = 2 * ck->n_params * sizeof(float);
+    unsigned char *dst = (unsigned char *)out;
+    while (left > 0 && r == 0) {
+        size_t k = out != NULL ? left : left < sizeof(chunk) ? left : sizeof(chunk);
+        unsigned char *p = out != NULL ? dst : chunk;
+        r = read_all(fd, p, k);
+        if (r == 0) {
+            crc = crc32_z(crc, p, k);
+            left -= k;
+            dst += out != NULL ? k : 0;
+        }
     }
-    r = read_all(fd, buf, 2 * n * sizeof(float));
     if (r == 0)
         r = read_all(fd, trailer, 4);
     if (r < 0) {
@@ -300,29 +308,54 @@ int dl_train_ckpt_load(const char *path, dl_train_ckpt_t *ck, char *err, size_t 
                           r == -EBADMSG ? "file shrank while reading" : strerror(-r));
         goto fail;
     }
-    uLong crc = crc32_z(crc32_z(0L, Z_NULL, 0), h, hlen);
-    crc = crc32_z(crc, (const unsigned char *)buf, 2 * n * sizeof(float));
     if ((uint32_t)crc != get32(trailer)) {
         r = dl__train_err(-EBADMSG, err, errlen, "%s: bad checksum: stored %08x, computed %08x",
                           path, get32(trailer), (uint32_t)crc);
         goto fail;
     }
-
-    memcpy(ck->params, buf, n * sizeof(float));
-    memcpy(ck->momentum, buf + n, n * sizeof(float));
-    ck->world_size = get32(h + 28);
-    ck->step = get64(h + 40);
-    ck->epoch = get64(h + 48);
-    ck->consumed = get64(h + 56);
-    ck->seed = get64(h + 64);
-    for (int i = 0; i < 4; i++)
-        ck->rng[i] = get64(h + 72 + 8 * i);
+    if (out != NULL) {
+        ck->world_size = get32(h + 28);
+        ck->step = get64(h + 40);
+        ck->epoch = get64(h + 48);
+        ck->consumed = get64(h + 56);
+        ck->seed = get64(h + 64);
+        for (int i = 0; i < 4; i++)
+            ck->rng[i] = get64(h + 72 + 8 * i);
+    }
     r = 0;
 
 fail:
-    free(buf);
     close(fd);
     return r;
+}
+
+int dl_train_ckpt_load(const char *path, dl_train_ckpt_t *ck, char *err, size_t errlen)
+{
+    size_t n = ck->n_params;
+
+    /* Read into a scratch buffer: the caller's model must not change unless the file is good. */
+    if (n > ((size_t)1 << 40))
+        return dl__train_err(-EINVAL, err, errlen, "%s: %zu parameters", path, n);
+    float *buf = malloc((2 * n + 1) * sizeof(float));
+    if (buf == NULL)
+        return dl__train_err(-ENOMEM, err, errlen, "%s: out of memory", path);
+    dl_train_ckpt_t got = *ck;
+    int r = read_checked(path, &got, buf, err, errlen);
+    if (r == 0) {
+        memcpy(ck->params, buf, n * sizeof(float));
+        memcpy(ck->momentum, buf + n, n * sizeof(float));
+        got.params = ck->params;
+        got.momentum = ck->momentum;
+        *ck = got;
+    }
+    free(buf);
+    return r;
+}
+
+int dl_train_ckpt_verify(const char *path, const dl_train_ckpt_t *shape, char *err, size_t errlen)
+{
+    dl_train_ckpt_t probe = *shape;
+    return read_checked(path, &probe, NULL, err, errlen);
 }
 
 /* ---- Directory scan --------------------------------------------------------------------- */
@@ -437,16 +470,29 @@ int dl_train_ckpt_load_latest(const char *dir, dl_train_ckpt_t *ck, dl_train_ckp
     return 0;
 }
 
-int dl_train_ckpt_prune(const char *dir, unsigned keep, char *err, size_t errlen)
+int dl_train_ckpt_prune(const char *dir, unsigned keep, const dl_train_ckpt_t *shape,
+                        dl_train_ckpt_skip_cb invalid, void *ud, char *err, size_t errlen)
 {
     entry_t *list = NULL;
-    size_t n = 0;
-    char path[4096];
+    size_t n = 0, valid = 0, i;
+    char path[4096], why[DL_TRAIN_ERRLEN];
     int r = scan(dir, true, &list, &n);
 
     if (r < 0)
         return dl__train_err(r, err, errlen, "%s: %s", dir, strerror(-r));
-    for (size_t i = keep; i < n; i++) {
+    /* Find the keep-th newest checkpoint that would load; a file that would not is no
+     * checkpoint, whatever its name says. */
+    for (i = 0; i < n && valid < keep; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, list[i].name);
+        if (dl_train_ckpt_verify(path, shape, why, sizeof(why)) == 0)
+            valid++;
+        else if (invalid != NULL)
+            invalid(ud, why);
+    }
+    /* Fewer than keep good ones: nothing is surplus. */
+    if (valid < keep)
+        i = n;
+    for (; i < n; i++) {
         snprintf(path, sizeof(path), "%s/%s", dir, list[i].name);
         if (unlink(path) < 0 && errno != ENOENT && r == 0)
             r = dl__train_err(-errno, err, errlen, "%s: unlink: %s", path, strerror(errno));

@@ -300,6 +300,11 @@ static void skipped_cb(void *ud, const char *why)
     say(ud, "skipping checkpoint: %s", why);
 }
 
+static void damaged_cb(void *ud, const char *why)
+{
+    say(ud, "pruning checkpoints: not counting a damaged one: %s", why);
+}
+
 /* The part of the state that rank 0 shares with the others at the start. */
 typedef struct {
     uint64_t found;
@@ -329,9 +334,9 @@ static int restore(run_t *r)
             memcpy(st.rng, ck.rng, sizeof(st.rng));
             say(r,
                 "resuming from %s: step %llu, epoch %llu, %llu samples into it (written by "
-                "%u ranks)",
+                "%u rank%s)",
                 path, (unsigned long long)ck.step, (unsigned long long)ck.epoch + 1,
-                (unsigned long long)ck.consumed, ck.world_size);
+                (unsigned long long)ck.consumed, ck.world_size, ck.world_size == 1 ? "" : "s");
             if (ck.seed != cfg->seed)
                 say(r, "note: the checkpoint was written with seed %llu, this run uses %llu",
                     (unsigned long long)ck.seed, (unsigned long long)cfg->seed);
@@ -395,8 +400,8 @@ static int checkpoint(run_t *r)
         rc = dl_train_ckpt_save(r->cfg->checkpoint_dir, &ck, path, sizeof(path), r->err,
                                 r->errlen);
         if (rc == 0)
-            rc = dl_train_ckpt_prune(r->cfg->checkpoint_dir, r->cfg->keep_checkpoints, r->err,
-                                     r->errlen);
+            rc = dl_train_ckpt_prune(r->cfg->checkpoint_dir, r->cfg->keep_checkpoints, &ck,
+                                     damaged_cb, r, r->err, r->errlen);
         if (rc < 0)
             return rc;
     }

@@ -268,8 +268,17 @@ typedef void (*dl_train_ckpt_skip_cb)(void *ud, const char *why);
 int dl_train_ckpt_load_latest(const char *dir, dl_train_ckpt_t *ck, dl_train_ckpt_skip_cb skipped,
                               void *ud, char *ret_path, size_t pathlen, char *err, size_t errlen);
 
-/* Deletes all but the newest `keep` checkpoints in dir (and stale temporary files). */
-int dl_train_ckpt_prune(const char *dir, unsigned keep, char *err, size_t errlen);
+/* Checks the file at path as dl_train_ckpt_load would (header, size, shape, checksum) without
+ * loading it: 0, or the same errors and line. Only shape's shape fields are read. */
+int dl_train_ckpt_verify(const char *path, const dl_train_ckpt_t *shape, char *err, size_t errlen);
+
+/* Keeps the newest `keep` checkpoints in dir that verify against shape (keep >= 1) and deletes
+ * every checkpoint file older than the oldest of those, valid or not, and stale temporary files.
+ * With fewer than `keep` valid ones nothing is deleted, so the newest valid checkpoint is never
+ * lost; damaged files newer than it stay for inspection until newer good ones push them out.
+ * invalid (may be NULL) hears, with the line saying why, each file found damaged on the way. */
+int dl_train_ckpt_prune(const char *dir, unsigned keep, const dl_train_ckpt_t *shape,
+                        dl_train_ckpt_skip_cb invalid, void *ud, char *err, size_t errlen);
 
 /* ---- Configuration ----------------------------------------------------------------------- */
 

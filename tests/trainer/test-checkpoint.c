@@ -286,9 +286,74 @@ START_TEST(leftover_temporary_is_ignored_then_pruned)
         dl_train_ckpt_load_latest(dir, &in, on_skip, &skips, NULL, 0, err, sizeof(err)), 1);
     ck_assert_uint_eq(in.step, 3);
     ck_assert_int_eq(skips.count, 0);
-    ck_assert_int_eq(dl_train_ckpt_prune(dir, 3, err, sizeof(err)), 0);
+    dl_train_ckpt_t shape = make(0, 0.0f);
+    ck_assert_int_eq(dl_train_ckpt_prune(dir, 3, &shape, NULL, NULL, err, sizeof(err)), 0);
     ck_assert_uint_eq(count_entries(".ckpt-"), 0);
     ck_assert_uint_eq(count_entries("ckpt-"), 1);
+}
+END_TEST
+
+static bool exists(uint64_t step)
+{
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/ckpt-%012llu.dlck", dir, (unsigned long long)step);
+    return stat(path, &st) == 0;
+}
+
+static void damage(uint64_t step, bool truncate)
+{
+    char path[4096];
+    size_t len;
+    snprintf(path, sizeof(path), "%s/ckpt-%012llu.dlck", dir, (unsigned long long)step);
+    uint8_t *raw = tu_read_file(path, &len);
+    if (truncate)
+        len -= 100;
+    else
+        raw[len / 2] ^= 0x10;
+    tu_write_file(path, raw, len);
+    free(raw);
+}
+
+/* What a resume after a crash saw: the two newest files damaged (a bad checksum, a truncation).
+ * Pruning must keep the valid ones behind them, which are all a resume can use. */
+START_TEST(prune_counts_only_valid_checkpoints)
+{
+    float p[NP], m[NP];
+    for (uint64_t s = 1; s <= 5; s++)
+        save(s * 10, (float)s, NULL);
+    damage(50, false);
+    damage(40, true);
+    dl_train_ckpt_t shape = make(0, 0.0f);
+    skips_t skips = {0};
+    ck_assert_int_eq(dl_train_ckpt_prune(dir, 3, &shape, on_skip, &skips, err, sizeof(err)), 0);
+    /* Only three valid ones exist: nothing is surplus, and the damaged ones stay for a look. */
+    for (uint64_t s = 1; s <= 5; s++)
+        ck_assert_msg(exists(s * 10), "step %llu was deleted", (unsigned long long)s * 10);
+    ck_assert_int_eq(skips.count, 2);
+    ck_assert_msg(strstr(skips.lines[0], "checksum"), "%s", skips.lines[0]);
+    ck_assert_msg(strstr(skips.lines[1], "truncated"), "%s", skips.lines[1]);
+
+    /* keep 1: the newest valid (30) stays, the damaged newer ones stay, the older go. */
+    ck_assert_int_eq(dl_train_ckpt_prune(dir, 1, &shape, NULL, NULL, err, sizeof(err)), 0);
+    ck_assert(exists(50) && exists(40) && exists(30));
+    ck_assert(!exists(20) && !exists(10));
+    dl_train_ckpt_t in = receiver(p, m);
+    ck_assert_int_eq(dl_train_ckpt_load_latest(dir, &in, NULL, NULL, NULL, 0, err, sizeof(err)), 1);
+    ck_assert_uint_eq(in.step, 30);
+
+    /* A newer good one arrives: it is the one kept, and everything older goes, damaged or not. */
+    save(60, 6.0f, NULL);
+    ck_assert_int_eq(dl_train_ckpt_prune(dir, 1, &shape, NULL, NULL, err, sizeof(err)), 0);
+    ck_assert(exists(60));
+    ck_assert(!exists(50) && !exists(40) && !exists(30));
+
+    /* A checkpoint of another model shape is not one of ours to count on. */
+    save(70, 7.0f, NULL);
+    dl_train_ckpt_t other = make(0, 0.0f);
+    other.act = DL_TRAIN_ACT_RELU;
+    ck_assert_int_eq(dl_train_ckpt_prune(dir, 1, &other, NULL, NULL, err, sizeof(err)), 0);
+    ck_assert(exists(70) && exists(60));
 }
 END_TEST
 
@@ -300,7 +365,8 @@ START_TEST(prune_keeps_newest)
     /* Something else in the folder is not ours to delete. */
     snprintf(path, sizeof(path), "%s/notes.txt", dir);
     tu_write_file(path, "x", 1);
-    ck_assert_int_eq(dl_train_ckpt_prune(dir, 3, err, sizeof(err)), 0);
+    dl_train_ckpt_t shape = make(0, 0.0f);
+    ck_assert_int_eq(dl_train_ckpt_prune(dir, 3, &shape, NULL, NULL, err, sizeof(err)), 0);
     ck_assert_uint_eq(count_entries("ckpt-"), 3);
     ck_assert_uint_eq(count_entries("notes"), 1);
     for (uint64_t s = 10; s <= 12; s++) {
@@ -324,6 +390,7 @@ int main(void)
     tcase_add_test(tc, failed_write_leaves_no_partial_file);
     tcase_add_test(tc, leftover_temporary_is_ignored_then_pruned);
     tcase_add_test(tc, prune_keeps_newest);
+    tcase_add_test(tc, prune_counts_only_valid_checkpoints);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

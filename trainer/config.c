@@ -34,7 +34,8 @@ typedef struct {
 
 static const char *const act_names[] = {"relu", "tanh", "gelu", NULL};
 static const char *const sched_names[] = {"constant", "step", "cosine", NULL};
-static const char *const scaling_names[] = {"none", "linear", NULL};
+static const char *const scaling_names[] = {"none", "linear", "sqrt", NULL};
+static const char *const divergence_names[] = {"stop", "rollback", NULL};
 static const char *const overlap_names[] = {"auto", "on", "off", NULL};
 
 #define OFF(field) offsetof(dl_train_config_t, field)
@@ -58,7 +59,8 @@ static const option_t options[] = {
     {"momentum", T_DOUBLE, OFF(momentum), "0.9", 0, 0.999999, NULL, "SGD momentum"},
     {"weight_decay", T_DOUBLE, OFF(weight_decay), "0.0005", 0, 1, NULL, "L2 penalty"},
     {"lr_scaling", T_ENUM, OFF(lr_scaling), "none", 0, 0, scaling_names,
-     "none, or linear: lr * global_batch / base_batch"},
+     "none; linear: lr * k, with warmup_steps * k steps of warmup; sqrt: lr * sqrt(k) "
+     "(k = global batch / base_batch)"},
     {"base_batch", T_SIZE, OFF(base_batch), "64", 1, 1 << 30, NULL,
      "the global batch lr is tuned for (for lr_scaling: linear)"},
     {"schedule", T_ENUM, OFF(schedule), "cosine", 0, 0, sched_names,
@@ -69,6 +71,14 @@ static const option_t options[] = {
      "step: epochs between decays"},
     {"warmup_steps", T_U64, OFF(warmup_steps), "200", 0, 1e15, NULL,
      "steps of linear warmup to the peak rate"},
+    {"on_divergence", T_ENUM, OFF(on_divergence), "stop", 0, 0, divergence_names,
+     "when the loss diverges: stop (exit 3), or rollback to the last checkpoint with half the "
+     "learning rate (at most 3 times)"},
+    {"divergence_factor", T_DOUBLE, OFF(divergence_factor), "3", 0, 1e12, NULL,
+     "a job-wide loss above this times the median of the recent healthy losses is high; 0: only "
+     "a non-finite loss is divergence"},
+    {"divergence_window", T_U64, OFF(divergence_window), "20", 1, 4096, NULL,
+     "divergence: more than half of the last this many steps were high"},
     {"seed", T_U64, OFF(seed), "1", 0, 9.2e18, NULL,
      "seed of the initial weights and of the data order"},
     {"bucket_bytes", T_SIZE, OFF(bucket_bytes), "262144", 0, 1 << 30, NULL,

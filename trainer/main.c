@@ -196,7 +196,7 @@ int main(int argc, char **argv)
     if (attempt == 0 && rank == cfg.fail_rank)
         prog.fail_at_step = cfg.fail_at_step;
     dl_train_comm_init_local(&comm);
-    size_t grad_floats = 1; /* the stop vote's spare float */
+    size_t grad_floats = DL_TRAIN_SPARE_FLOATS;
     for (size_t l = 0; l < cfg.n_layers; l++)
         grad_floats += cfg.sizes[l + 1] * (cfg.sizes[l] + 1);
     if (world > 1 &&
@@ -220,9 +220,9 @@ int main(int argc, char **argv)
     r = dl_train_run(&cfg, &comm, &hooks, &res, err, sizeof(err));
     dl_train_config_free(&cfg);
     dl_train_coll_close(coll);
-    if (r < 0) {
+    if (r < 0 || r == DL_TRAIN_DIVERGED) {
         fprintf(stderr, "[train rank=%ld] %s\n", rank, err);
-        return 1;
+        return r < 0 ? 1 : 3;
     }
     /* Stopped by a signal, with a checkpoint: exit as the signal would have, so a supervisor
      * sees why. */

@@ -31,7 +31,7 @@ struct dl_train_mlp_s {
     size_t b_off[DL_TRAIN_MAX_LAYERS];
     float *params;
     float *grads;
-    size_t cap; /* floats in params and in grads: n_params + 1, or more after dl_train_mlp_pad */
+    size_t cap; /* floats in params and grads: n_params + the spares, more after dl_train_mlp_pad */
     /* out[l]: layer l's output [max_batch][sizes[l + 1]]; the last one holds logits and then
      * probabilities. pre[l]: layer l's input to the activation (kept for GELU only). */
     float *out[DL_TRAIN_MAX_LAYERS];
@@ -115,7 +115,7 @@ int dl_train_mlp_new(const size_t *sizes, size_t n_layers, dl_train_act_t act, s
     }
     slab += 2 * round16(max_batch * widest);
 
-    m->cap = m->n_params + 1;
+    m->cap = m->n_params + DL_TRAIN_SPARE_FLOATS;
     m->params = aligned_floats(m->cap);
     m->grads = aligned_floats(m->cap);
     m->slab = aligned_floats(slab);
@@ -135,7 +135,7 @@ int dl_train_mlp_new(const size_t *sizes, size_t n_layers, dl_train_act_t act, s
     m->delta[0] = p;
     m->delta[1] = p + round16(max_batch * widest);
     memset(m->grads, 0, m->cap * sizeof(float));
-    m->params[m->n_params] = 0.0f;
+    memset(m->params + m->n_params, 0, DL_TRAIN_SPARE_FLOATS * sizeof(float));
     init_params(m, seed);
     *ret_mlp = m;
     return 0;

@@ -40,3 +40,33 @@ double dl_train_lr_at(const dl_train_schedule_t *s, uint64_t step)
         return s->lr;
     }
 }
+
+void dl_train_scaled_lr(const dl_train_config_t *cfg, int world, uint64_t total_steps,
+                        double *ret_lr, uint64_t *ret_warmup)
+{
+    double k = (double)(cfg->batch_size * (size_t)world) / (double)cfg->base_batch;
+    double lr = cfg->lr, warmup = (double)cfg->warmup_steps;
+
+    switch (cfg->lr_scaling) {
+    case DL_TRAIN_SCALE_NONE:
+        break;
+    case DL_TRAIN_SCALE_LINEAR:
+        /* Goyal et al. (2017): a k times larger rate is safe only if reached gradually, so the
+         * ramp is k times longer too, but never more than half the run, which must still have
+         * time to anneal. */
+        lr *= k;
+        if (k > 1) {
+            warmup *= k;
+            if (warmup > (double)(total_steps / 2))
+                warmup = (double)(total_steps / 2);
+            if (warmup < (double)cfg->warmup_steps)
+                warmup = (double)cfg->warmup_steps;
+        }
+        break;
+    case DL_TRAIN_SCALE_SQRT:
+        lr *= sqrt(k);
+        break;
+    }
+    *ret_lr = lr;
+    *ret_warmup = (uint64_t)warmup;
+}

@@ -4,9 +4,11 @@
  * shard, sums gradients through the comm hooks with the loss gradient pre-scaled by 1 / world, and
  * takes the same optimizer step. Only rank 0 evaluates, logs, checkpoints and writes the summary.
  *
- * Stopping is agreed, not local: a stop request rides in one spare float after the gradients, in
+ * Stopping is agreed, not local: a stop request rides in a spare float after the gradients, in
  * the last bucket, so every rank learns of it in the same step and none is left waiting in an
- * all-reduce that the others will never join.
+ * all-reduce that the others will never join. Each rank's loss rides in the next spare float, so
+ * every rank holds the same job-wide loss, and the divergence watch fed with it reaches the same
+ * verdict at the same step everywhere.
  */
 #include <cblas.h>
 #include <errno.h>
@@ -67,7 +69,15 @@ typedef struct {
     double win_time;
     double win_samples;
     double last_loss;
+    dl_train_divergence_t watch;
+    unsigned rollbacks;
 } run_t;
+
+/* Where the spare floats after the parameters sit (see DL_TRAIN_SPARE_FLOATS). */
+#define VOTE_AT(r) ((r)->n_params)
+#define LOSS_AT(r) ((r)->n_params + 1)
+/* on_divergence: rollback gives up after this many. */
+#define MAX_ROLLBACKS 3
 
 static double now(void)
 {
@@ -231,12 +241,12 @@ static int setup(run_t *r)
                                (cfg->overlap == DL_TRAIN_OVERLAP_AUTO && r->comm->overlap_pays));
     r->sharded = world > 1 && !r->overlap && r->comm->reduce_scatter != NULL &&
                  r->comm->allgather != NULL;
-    size_t padded = r->n_params + 1; /* the stop vote rides in the spare float */
+    size_t padded = r->n_params + DL_TRAIN_SPARE_FLOATS;
     if (r->sharded) {
         /* Whole cache lines a shard: a block starting mid-line makes every 64-byte load of the
          * update and of the collective's copies straddle two lines (rank 1's update took 29 us
          * against rank 0's 20, and rank 0 waited for it). */
-        r->shard_len = (r->n_params + 1 + (size_t)world - 1) / (size_t)world;
+        r->shard_len = (r->n_params + DL_TRAIN_SPARE_FLOATS + (size_t)world - 1) / (size_t)world;
         r->shard_len = (r->shard_len + 15) & ~(size_t)15;
         r->shard_lo = r->shard_len * (size_t)r->comm->rank;
         padded = r->shard_len * (size_t)world;
@@ -256,24 +266,19 @@ static int setup(run_t *r)
     r->idx = malloc(cap * sizeof(uint32_t));
     if (r->momentum == NULL || r->x == NULL || r->y == NULL || r->idx == NULL)
         return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for the batch buffers");
-    /* n_params + 1: the spare float after the gradients carries the stop vote. */
-    rc = dl__train_reducer_init(&r->reducer, r->comm, dl_train_mlp_grads(r->mlp), r->n_params + 1,
-                                cfg->bucket_bytes, r->overlap);
+    rc = dl__train_reducer_init(&r->reducer, r->comm, dl_train_mlp_grads(r->mlp),
+                                r->n_params + DL_TRAIN_SPARE_FLOATS, cfg->bucket_bytes,
+                                r->overlap);
     if (rc < 0)
         return dl__train_err(rc, r->err, r->errlen, "buckets: %s", strerror(-rc));
 
-    double lr = cfg->lr;
-    if (cfg->lr_scaling == DL_TRAIN_SCALE_LINEAR)
-        lr = cfg->lr * (double)(cfg->batch_size * (size_t)world) / (double)cfg->base_batch;
-    r->sched = (dl_train_schedule_t){
-        .kind = cfg->schedule,
-        .lr = lr,
-        .lr_min = cfg->lr_min,
-        .gamma = cfg->lr_gamma,
-        .step_size = cfg->lr_step_epochs * r->steps_per_epoch,
-        .warmup_steps = cfg->warmup_steps,
-        .total_steps = r->total_steps,
-    };
+    dl_train_scaled_lr(cfg, world, r->total_steps, &r->sched.lr, &r->sched.warmup_steps);
+    r->sched.kind = cfg->schedule;
+    r->sched.lr_min = cfg->lr_min;
+    r->sched.gamma = cfg->lr_gamma;
+    r->sched.step_size = cfg->lr_step_epochs * r->steps_per_epoch;
+    r->sched.total_steps = r->total_steps;
+    dl_train_divergence_init(&r->watch, cfg->divergence_factor, cfg->divergence_window);
     return 0;
 }
 
@@ -314,7 +319,9 @@ typedef struct {
     uint64_t rng[4];
 } sync_t;
 
-static int restore(run_t *r)
+/* Rank 0 loads the newest valid checkpoint when `load` (and there is one) and every rank takes
+ * rank 0's state, loaded or not. Returns 1 when a checkpoint was loaded, 0 when not, or -errno. */
+static int restore(run_t *r, bool load)
 {
     const dl_train_config_t *cfg = r->cfg;
     const dl_train_comm_t *c = r->comm;
@@ -322,7 +329,7 @@ static int restore(run_t *r)
     char path[4096];
     int rc;
 
-    if (is_root(r) && cfg->resume && cfg->checkpoint_dir != NULL) {
+    if (is_root(r) && load && cfg->checkpoint_dir != NULL) {
         dl_train_ckpt_t ck;
         fill_ckpt(r, &ck);
         rc = dl_train_ckpt_load_latest(cfg->checkpoint_dir, &ck, skipped_cb, r, path, sizeof(path),
@@ -359,7 +366,7 @@ static int restore(run_t *r)
         memcpy(r->rng.s, st.rng, sizeof(st.rng));
         dl_train_sampler_seek(&r->sampler, st.epoch, st.consumed);
     }
-    return 0;
+    return st.found ? 1 : 0;
 }
 
 static uint32_t params_crc(run_t *r)
@@ -460,7 +467,7 @@ static void progress(run_t *r, uint64_t epoch)
 /* The sharded step: this rank's block of the summed gradient, its block of the update, then
  * every rank's block to every rank. The stop vote's sum lands in the block that holds index
  * n_params; the parameters' spare float at that index carries it to the others. */
-static int sharded_update(run_t *r, float lr, float *ret_vote)
+static int sharded_update(run_t *r, float lr, float *ret_vote, float *ret_loss)
 {
     const dl_train_comm_t *c = r->comm;
     float *p = dl_train_mlp_params(r->mlp);
@@ -472,38 +479,44 @@ static int sharded_update(run_t *r, float lr, float *ret_vote)
         return rc;
     dl_train_sgd_step(p + lo, r->momentum + lo, r->shard_grad, mine, lr, (float)r->cfg->momentum,
                       (float)r->cfg->weight_decay);
-    if (n >= lo && n < lo + len)
-        p[n] = r->shard_grad[n - lo];
+    for (size_t i = n; i < n + DL_TRAIN_SPARE_FLOATS; i++)
+        if (i >= lo && i < lo + len)
+            p[i] = r->shard_grad[i - lo];
     rc = c->allgather(c->ctx, p, len);
-    *ret_vote = p[n];
+    *ret_vote = p[VOTE_AT(r)];
+    *ret_loss = p[LOSS_AT(r)];
     return rc;
 }
 
-/* One optimizer step on the next batch; *ret_epoch_done when it used up the epoch. */
-static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done)
+/* One optimizer step on the next batch; *ret_epoch_done when it used up the epoch, *ret_loss
+ * the job-wide mean loss of the step (the same on every rank). */
+static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done, double *ret_loss)
 {
     const dl_train_config_t *cfg = r->cfg;
     const int world = r->comm->world_size;
     float *grads = dl_train_mlp_grads(r->mlp);
-    float lr = (float)dl_train_lr_at(&r->sched, r->step), vote = 0.0f;
+    float lr = (float)dl_train_lr_at(&r->sched, r->step), vote = 0.0f, job_loss = 0.0f;
     double t0 = now(), loss;
 
     size_t k = dl_train_sampler_next(&r->sampler, cfg->batch_size, r->idx);
     dl_train_dataset_gather(&r->train, r->idx, k, r->x, r->y);
 
-    grads[r->n_params] = stop_vote ? 1.0f : 0.0f;
+    grads[VOTE_AT(r)] = stop_vote ? 1.0f : 0.0f;
     int rc = dl_train_mlp_train_step(r->mlp, r->x, r->y, k, 1.0f / (float)(k * (size_t)world),
                                      r->overlap ? cfg->bucket_bytes : 0,
                                      r->overlap ? dl__train_reducer_ready : NULL, &r->reducer,
                                      &loss);
+    /* The spares sit in the last bucket, which starts only after backward: the loss is known. */
+    grads[LOSS_AT(r)] = (float)(loss / world);
     if (rc == 0 && r->sharded) {
-        rc = sharded_update(r, lr, &vote);
+        rc = sharded_update(r, lr, &vote, &job_loss);
     } else if (rc == 0) {
         rc = dl__train_reducer_finish(&r->reducer);
         if (rc == 0)
             dl_train_sgd_step(dl_train_mlp_params(r->mlp), r->momentum, grads, r->n_params, lr,
                               (float)cfg->momentum, (float)cfg->weight_decay);
-        vote = grads[r->n_params];
+        vote = grads[VOTE_AT(r)];
+        job_loss = grads[LOSS_AT(r)];
     }
     if (rc < 0)
         return dl__train_err(rc, r->err, r->errlen, "step %llu: summing gradients: %s",
@@ -518,14 +531,22 @@ static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done)
     r->win_time += dt;
     r->samples += (double)(k * (size_t)world);
     r->win_samples += (double)(k * (size_t)world);
-    r->win_loss += loss;
+    r->win_loss += job_loss;
     r->win_steps++;
+    *ret_loss = job_loss;
     beat(r);
     /* The vote was summed with the gradients: any rank asking stops them all, here. */
     return vote > 0.0f ? 1 : 0;
 }
 
-static int write_summary(run_t *r, const dl_train_result_t *res)
+/* JSON has no NaN or infinity: a number that is not finite (a diverged loss, an evaluation not
+ * made) is written as null. */
+static json_t *number(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+static int write_summary(run_t *r, const dl_train_result_t *res, bool diverged)
 {
     const dl_train_config_t *cfg = r->cfg;
     static const char *const acts[] = {"relu", "tanh", "gelu"};
@@ -536,18 +557,20 @@ static int write_summary(run_t *r, const dl_train_result_t *res)
     snprintf(crc, sizeof(crc), "%08x", res->params_crc);
     shape_text(cfg, shape, sizeof(shape));
     json_auto_t *j = json_pack(
-        "{s:s, s:s, s:i, s:I, s:I, s:f, s:I, s:I, s:I, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:s, "
-        "s:s, s:b, s:b}",
+        "{s:s, s:s, s:i, s:I, s:I, s:o, s:I, s:I, s:I, s:b, s:o, s:o, s:o, s:o, s:o, s:o, s:s, "
+        "s:s, s:b, s:b, s:b, s:i, s:I}",
         "model", shape, "activation", acts[cfg->activation], "world_size", r->comm->world_size,
         "batch_size", (json_int_t)cfg->batch_size, "global_batch",
-        (json_int_t)(cfg->batch_size * (size_t)r->comm->world_size), "lr", res->lr, "steps",
-        (json_int_t)res->steps, "epochs_done",
+        (json_int_t)(cfg->batch_size * (size_t)r->comm->world_size), "lr", number(res->lr),
+        "steps", (json_int_t)res->steps, "epochs_done",
         (json_int_t)(res->steps / (r->steps_per_epoch ? r->steps_per_epoch : 1)), "resumed_from",
-        (json_int_t)res->resumed_from, "stopped", res->stopped, "test_accuracy", res->test_accuracy,
-        "test_loss", res->test_loss, "train_loss", res->train_loss, "train_seconds",
-        res->train_seconds, "wall_seconds", res->wall_seconds, "samples_per_sec",
-        res->samples_per_sec, "params_crc32", crc, "blas_kernels", openblas_get_corename(),
-        "overlap", res->overlapped, "sharded_update", res->sharded);
+        (json_int_t)res->resumed_from, "stopped", res->stopped, "test_accuracy",
+        number(res->test_accuracy), "test_loss", number(res->test_loss), "train_loss",
+        number(res->train_loss), "train_seconds", number(res->train_seconds), "wall_seconds",
+        number(res->wall_seconds), "samples_per_sec", number(res->samples_per_sec),
+        "params_crc32", crc, "blas_kernels", openblas_get_corename(), "overlap", res->overlapped,
+        "sharded_update", res->sharded, "diverged", diverged, "rollbacks", (int)res->rollbacks,
+        "warmup_steps", (json_int_t)r->sched.warmup_steps);
     if (j == NULL)
         return dl__train_err(-ENOMEM, r->err, r->errlen, "%s: cannot build the summary",
                              cfg->summary_file);
@@ -568,10 +591,57 @@ static int write_summary(run_t *r, const dl_train_result_t *res)
     return 0;
 }
 
+/* Every rank comes here at the same step with the same loss. Either rolls back to the newest
+ * checkpoint with half the learning rate (returns 0: train on) or says why the run ends
+ * (returns DL_TRAIN_DIVERGED with the line in err, or -errno). */
+static int diverged(run_t *r, double loss)
+{
+    const dl_train_config_t *cfg = r->cfg;
+    double lr = dl_train_lr_at(&r->sched, r->step - 1);
+    char what[256];
+
+    if (isfinite(loss))
+        snprintf(what, sizeof(what),
+                 "loss %.4g; above %g x the healthy median %.4g in %llu of the last %llu steps",
+                 loss, cfg->divergence_factor, r->watch.median,
+                 (unsigned long long)r->watch.high_in_window,
+                 (unsigned long long)r->watch.window);
+    else
+        snprintf(what, sizeof(what), "the loss became %s", isnan(loss) ? "NaN" : "infinite");
+    if (cfg->on_divergence == DL_TRAIN_ON_DIVERGENCE_ROLLBACK && cfg->checkpoint_dir != NULL &&
+        r->rollbacks < MAX_ROLLBACKS) {
+        say(r, "diverged at step %llu (%s, learning rate %.4g): rolling back to the newest "
+               "checkpoint with the peak learning rate halved to %.4g (rollback %u of %d)",
+            (unsigned long long)r->step, what, lr, r->sched.lr * 0.5, r->rollbacks + 1,
+            MAX_ROLLBACKS);
+        int rc = restore(r, true);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            r->rollbacks++;
+            r->sched.lr *= 0.5;
+            r->sched.lr_min *= 0.5;
+            /* The history stays: the losses of the healthy run are the yardstick, not those of
+             * the first steps after going back. */
+            dl_train_divergence_forgive(&r->watch);
+            return 0;
+        }
+    }
+    const char *why = cfg->on_divergence != DL_TRAIN_ON_DIVERGENCE_ROLLBACK ? ""
+                      : cfg->checkpoint_dir == NULL ? " (no checkpoint_dir to roll back to)"
+                      : r->rollbacks >= MAX_ROLLBACKS ? " (rolled back too often already)"
+                                                      : " (no checkpoint to roll back to yet)";
+    return dl__train_err(DL_TRAIN_DIVERGED, r->err, r->errlen,
+                         "training diverged at step %llu: %s, learning rate %.4g%s; try a lower "
+                         "lr, more warmup_steps, lr_scaling: sqrt, or on_divergence: rollback",
+                         (unsigned long long)r->step, what, lr, why);
+}
+
 static int loop(run_t *r, bool *ret_stopped)
 {
     const dl_train_config_t *cfg = r->cfg;
     const dl_train_hooks_t *h = r->hooks;
+    bool ckpt_due = false;
     int rc;
 
     while (r->step < r->total_steps) {
@@ -584,10 +654,18 @@ static int loop(run_t *r, bool *ret_stopped)
             dl_train_sampler_set_epoch(&r->sampler, r->sampler.epoch + 1);
         uint64_t epoch = r->sampler.epoch;
 
-        rc = train_step(r, vote, &epoch_done);
+        double loss = 0.0;
+        rc = train_step(r, vote, &epoch_done, &loss);
         if (rc < 0)
             return rc;
         bool stop = rc == 1;
+        dl_train_loss_verdict_t verdict = dl_train_divergence_feed(&r->watch, loss);
+        if (verdict == DL_TRAIN_LOSS_DIVERGED) {
+            rc = diverged(r, loss);
+            if (rc != 0)
+                return rc;
+            continue;
+        }
         bool last = r->step == r->total_steps;
         if (epoch_done)
             dl_train_sampler_set_epoch(&r->sampler, epoch + 1);
@@ -596,13 +674,21 @@ static int loop(run_t *r, bool *ret_stopped)
             progress(r, epoch);
         if (is_root(r) && !last && !stop &&
             (cfg->eval_every > 0 ? r->step % cfg->eval_every == 0 : epoch_done)) {
-            double loss, acc;
-            evaluate(r, &loss, &acc);
+            double test_loss, acc;
+            evaluate(r, &test_loss, &acc);
             say(r, "%s %llu: test accuracy %.2f%%, test loss %.4f", epoch_done ? "epoch" : "step",
-                (unsigned long long)(epoch_done ? epoch + 1 : r->step), acc * 100.0, loss);
+                (unsigned long long)(epoch_done ? epoch + 1 : r->step), acc * 100.0, test_loss);
         }
-        if (!last && !stop &&
-            (cfg->checkpoint_every > 0 ? r->step % cfg->checkpoint_every == 0 : epoch_done)) {
+        /* A checkpoint of a run whose loss is high may already be past saving: the next due
+         * step with a healthy loss writes it, so a rollback lands before the trouble. */
+        if (verdict == DL_TRAIN_LOSS_HIGH)
+            ckpt_due = ckpt_due || (cfg->checkpoint_every > 0
+                                        ? r->step % cfg->checkpoint_every == 0
+                                        : epoch_done);
+        else if (!last && !stop &&
+                 (ckpt_due ||
+                  (cfg->checkpoint_every > 0 ? r->step % cfg->checkpoint_every == 0 : epoch_done))) {
+            ckpt_due = false;
             rc = checkpoint(r);
             if (rc < 0)
                 return rc;
@@ -659,7 +745,7 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
     if (rc == 0)
         rc = setup(&r);
     if (rc == 0)
-        rc = restore(&r);
+        rc = restore(&r, cfg->resume);
     if (rc < 0)
         goto fail;
 
@@ -668,12 +754,14 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
         "world size %d, batch %zu per device, %zu global; learning rate %g (%s, base batch "
         "%zu), %s schedule, %llu warmup steps",
         comm->world_size, cfg->batch_size, cfg->batch_size * (size_t)comm->world_size, r.sched.lr,
-        cfg->lr_scaling == DL_TRAIN_SCALE_LINEAR ? "scaled linearly" : "not scaled",
+        cfg->lr_scaling == DL_TRAIN_SCALE_LINEAR ? "scaled linearly"
+        : cfg->lr_scaling == DL_TRAIN_SCALE_SQRT ? "scaled by the square root"
+                                                 : "not scaled",
         cfg->base_batch,
         cfg->schedule == DL_TRAIN_SCHED_COSINE ? "cosine"
         : cfg->schedule == DL_TRAIN_SCHED_STEP ? "step"
                                                : "constant",
-        (unsigned long long)cfg->warmup_steps);
+        (unsigned long long)r.sched.warmup_steps);
     say(&r, "model %s (%zu parameters), %zu training samples, %llu steps an epoch, %llu steps",
         shape, r.n_params, r.train.n, (unsigned long long)r.steps_per_epoch,
         (unsigned long long)r.total_steps);
@@ -687,14 +775,15 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
         say(&r,
             "gradients: summed in one piece of %zu KiB after backward (overlap off), each rank "
             "updating 1/%d of the parameters",
-            (r.n_params + 1) * sizeof(float) / 1024, comm->world_size);
+            (r.n_params + DL_TRAIN_SPARE_FLOATS) * sizeof(float) / 1024, comm->world_size);
     else if (comm->world_size > 1)
         say(&r, "gradients: summed in one piece of %zu KiB after backward (overlap off)",
-            (r.n_params + 1) * sizeof(float) / 1024);
+            (r.n_params + DL_TRAIN_SPARE_FLOATS) * sizeof(float) / 1024);
 
     rc = loop(&r, &stopped);
     if (rc < 0)
         goto fail;
+    bool diverged = rc == DL_TRAIN_DIVERGED;
 
     res.steps = r.step;
     res.resumed_from = r.resumed_from;
@@ -706,6 +795,16 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
     res.train_seconds = r.train_time;
     res.samples_per_sec = r.train_time > 0 ? r.samples / r.train_time : 0.0;
     res.params_crc = params_crc(&r);
+    res.rollbacks = r.rollbacks;
+    if (diverged) {
+        /* The diverged state is worth no checkpoint: the last good one stays the newest. */
+        res.wall_seconds = now() - r.t_begin;
+        (void)write_summary(&r, &res, true);
+        run_free(&r);
+        if (ret_result != NULL)
+            *ret_result = res;
+        return DL_TRAIN_DIVERGED;
+    }
     if (is_root(&r)) {
         evaluate(&r, &res.test_loss, &res.test_accuracy);
         say(&r, "%s after %llu steps: test accuracy %.2f%%, test loss %.4f, %.0f samples/s",
@@ -718,7 +817,7 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
     if (cfg->checkpoint_dir == NULL)
         report_crc(&r, NULL);
     res.wall_seconds = now() - r.t_begin;
-    rc = write_summary(&r, &res);
+    rc = write_summary(&r, &res, false);
     if (rc < 0)
         goto fail;
     run_free(&r);

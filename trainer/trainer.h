@@ -99,6 +99,10 @@ typedef enum {
 
 typedef struct dl_train_mlp_s dl_train_mlp_t;
 
+/* The parameter and gradient buffers hold this many spare floats after the parameters, zero at
+ * first: the training loop sends its stop vote and its loss along with the gradients in them. */
+#define DL_TRAIN_SPARE_FLOATS 2
+
 /* Called during backward each time more gradients are final: the first `ready` floats of the
  * gradient buffer will not change again in this pass. */
 typedef int (*dl_train_grad_ready_cb)(void *ud, size_t ready);
@@ -155,7 +159,13 @@ typedef enum {
 typedef enum {
     DL_TRAIN_SCALE_NONE = 0,
     DL_TRAIN_SCALE_LINEAR,
+    DL_TRAIN_SCALE_SQRT,
 } dl_train_scaling_t;
+
+typedef enum {
+    DL_TRAIN_ON_DIVERGENCE_STOP = 0,
+    DL_TRAIN_ON_DIVERGENCE_ROLLBACK,
+} dl_train_on_divergence_t;
 
 typedef enum {
     DL_TRAIN_OVERLAP_AUTO = 0, /* as the communication backend advises (overlap_pays) */
@@ -176,6 +186,39 @@ typedef struct dl_train_schedule_s {
 /* The learning rate of optimizer step `step` (0-based). A pure function of its arguments, so a
  * resumed run follows the same curve. */
 double dl_train_lr_at(const dl_train_schedule_t *s, uint64_t step);
+
+/* ---- Divergence watch -------------------------------------------------------------------- */
+
+#define DL_TRAIN_DIVERGENCE_HISTORY 64
+#define DL_TRAIN_DIVERGENCE_WINDOW_MAX 4096
+
+typedef enum {
+    DL_TRAIN_LOSS_OK = 0,  /* within bounds: it joins the healthy history */
+    DL_TRAIN_LOSS_HIGH,    /* above factor x the healthy median */
+    DL_TRAIN_LOSS_DIVERGED /* non-finite, or high in more than half of the last window steps */
+} dl_train_loss_verdict_t;
+
+/* Watches the job-wide loss of each step. A non-finite loss is divergence at once. A loss above
+ * factor x the median of the last healthy losses (up to DL_TRAIN_DIVERGENCE_HISTORY of them; none
+ * are judged before 16) is high; more than half of the last `window` judged steps high is
+ * divergence. High losses never join the history, so a run that blows up and then settles at
+ * chance level is still measured against what it reached while it was well. factor 0: only
+ * non-finite losses count. */
+typedef struct dl_train_divergence_s {
+    double factor;
+    uint64_t window; /* 1..DL_TRAIN_DIVERGENCE_WINDOW_MAX */
+    double healthy[DL_TRAIN_DIVERGENCE_HISTORY];
+    size_t n, next;
+    bool was_high[DL_TRAIN_DIVERGENCE_WINDOW_MAX]; /* of the last `window` judged steps */
+    uint64_t high_in_window;
+    uint64_t judged;
+    double median; /* the healthy median the last loss was held against */
+} dl_train_divergence_t;
+
+void dl_train_divergence_init(dl_train_divergence_t *d, double factor, uint64_t window);
+dl_train_loss_verdict_t dl_train_divergence_feed(dl_train_divergence_t *d, double loss);
+/* Clears the window (after a rollback) and keeps the healthy history. */
+void dl_train_divergence_forgive(dl_train_divergence_t *d);
 
 /* ---- Communication hook ------------------------------------------------------------------ */
 
@@ -301,6 +344,9 @@ typedef struct dl_train_config_s {
     double lr_gamma;
     uint64_t lr_step_epochs;
     uint64_t warmup_steps;
+    dl_train_on_divergence_t on_divergence;
+    double divergence_factor;
+    uint64_t divergence_window;
     uint64_t seed;
     size_t bucket_bytes;
     dl_train_overlap_t overlap; /* sum gradient buckets during backward */
@@ -334,6 +380,13 @@ int dl_train_config_check(const dl_train_config_t *cfg, char *err, size_t errlen
 bool dl_train_config_key(size_t i, const char **ret_key, const char **ret_default,
                          const char **ret_help);
 
+/* The peak learning rate and the warmup steps a run of `world` ranks uses, from lr, warmup_steps,
+ * lr_scaling, batch_size and base_batch (k = batch_size * world / base_batch): none keeps both;
+ * linear multiplies the rate by k and the warmup by k (at most half of total_steps, never below
+ * warmup_steps); sqrt multiplies the rate by sqrt(k) and keeps the warmup. */
+void dl_train_scaled_lr(const dl_train_config_t *cfg, int world, uint64_t total_steps,
+                        double *ret_lr, uint64_t *ret_warmup);
+
 /* ---- The training loop ------------------------------------------------------------------- */
 
 typedef struct dl_train_hooks_s {
@@ -357,7 +410,7 @@ typedef struct dl_train_result_s {
     uint64_t steps;        /* optimizer steps done in total, including before a resume */
     uint64_t resumed_from; /* step of the checkpoint resumed from, 0 if none */
     bool stopped;          /* should_stop ended the run early */
-    double train_loss;     /* mean loss of the last logging window (this rank) */
+    double train_loss;     /* mean job-wide loss of the last logging window */
     double test_loss;      /* rank 0; NaN where not evaluated */
     double test_accuracy;
     double train_seconds; /* time in steps, excluding evaluation and checkpoints */
@@ -367,11 +420,16 @@ typedef struct dl_train_result_s {
     bool overlapped;        /* gradients were summed during backward (see overlap) */
     bool sharded;           /* each rank updated 1/world of the parameters (see the comm hooks) */
     uint32_t params_crc;    /* CRC-32 of the final parameters: equal on every rank */
+    unsigned rollbacks;     /* on_divergence: rollback: how often the run went back */
 } dl_train_result_t;
+
+/* dl_train_run's return when the loss diverged (see dl_train_divergence_t). */
+#define DL_TRAIN_DIVERGED 2
 
 /* hooks may be NULL. Loads the data, resumes from the newest valid checkpoint when resume is set,
  * trains, evaluates, checkpoints and writes the summary. Returns 0 (done), 1 (stopped by
- * should_stop), or -errno with one line in err. */
+ * should_stop), DL_TRAIN_DIVERGED with the one line saying so in err (every rank at the same step;
+ * no checkpoint is written of the diverged state), or -errno with one line in err. */
 int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
                  const dl_train_hooks_t *hooks, dl_train_result_t *ret_result, char *err,
                  size_t errlen);

@@ -102,8 +102,10 @@ class Train(dltest.Case):
 
     def test_four_ranks_train_the_model_of_one_rank_with_four_times_the_batch(self):
         # Default optimizer settings (lr 0.05, momentum 0.9, warmup, cosine). Summing the batch
-        # in another order changes the last bits; measured, the largest difference after 30
-        # steps is about 3e-8 (2e-7 after 300), far inside the 1e-5 asked for.
+        # in another order changes the last bits, and training amplifies them by an amount that
+        # depends on OpenBLAS's kernels: measured after 30 steps, 3e-8 with its AVX-512 kernels
+        # and 2.6e-4 with the generic (Prescott) ones it falls back to on CPUs it does not know.
+        # A wrong average (a missing 1/world, a rank's batch lost) is off by 1e-2 and more.
         common = {"dataset_dir": SUBSET, "steps": 30, "seed": 5, "checkpoint_every": 10,
                   "bucket_bytes": 65536}
         one = self.job("one.yaml", 1, {**common, "batch_size": 64, "checkpoint_dir": "ck1"})
@@ -126,10 +128,10 @@ class Train(dltest.Case):
                 saved = f"{zlib.crc32(raw4):08x}"
                 self.assertEqual([c.get(step) for c in crcs], [saved] * 4, f"step {step}")
                 worst = max(abs(a - b) for a, b in zip(p4, p1))
-                self.assertLess(worst, 1e-5, f"overlap {overlap}, step {step}")
-            # Not trivially equal: training moved the parameters well beyond that.
+                self.assertLess(worst, 1e-3, f"overlap {overlap}, step {step}")
+            # Not trivially equal: training moved the parameters far beyond that.
             _, p10, _ = read_checkpoint(os.path.join(self.dir, "ck1", f"ckpt-{10:012d}.dlck"))
-            self.assertGreater(max(abs(a - b) for a, b in zip(p1, p10)), 1e-3)
+            self.assertGreater(max(abs(a - b) for a, b in zip(p1, p10)), 50 * worst)
 
     def test_ranks_meet_through_the_store_and_leave_master_port_to_the_worker(self):
         # Rank 0 takes MASTER_PORT for itself first, as a script's own torch TCPStore would;
@@ -316,6 +318,52 @@ class Train(dltest.Case):
             self.assertTrue(p.stderr.startswith(want), f"{args} {extra}: {p.stderr!r}")
             self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
             self.assertEqual(p.stdout, "")
+
+    def test_a_huge_learning_rate_is_caught_as_divergence(self):
+        # A learning rate far too high must never end "successfully" at chance accuracy: every
+        # rank stops at the same step with exit 3 and one line, and no checkpoint is written of
+        # the diverged state.
+        spec = self.job("huge.yaml", 2, {"dataset_dir": SUBSET, "steps": 200, "lr": 50,
+                                         "warmup_steps": 0, "checkpoint_dir": "ck",
+                                         "checkpoint_every": 100, "summary_file": "s.json"})
+        p = self.dlaunch("-q", "--run-id", "huge", "--events", self.events_path, spec,
+                         timeout=120, check_code=1)
+        self.assertRegex(p.stderr, r"\| \[train rank=\d\] training diverged at step \d+: ")
+        self.assertIn("learning rate", p.stderr)
+        self.assertIn("try a lower lr", p.stderr)
+        exits = [e for e in self.events() if e["event"] == "worker_exit"]
+        self.assertEqual(sorted(e["rank"] for e in exits), [0, 1])
+        self.assertTrue(all(e.get("exit_code") == 3 for e in exits), exits)
+        step = {int(re.search(r"diverged at step (\d+)", self.rank_log("huge", 0, r, "err"))
+                    .group(1)) for r in range(2)}
+        self.assertEqual(len(step), 1, "both ranks stop at the same step")
+        summary = self.summary("s.json")
+        self.assertTrue(summary["diverged"])
+        self.assertIsNone(summary["test_accuracy"])
+        self.assertLess(summary["steps"], 200)
+        ckpts = os.listdir(os.path.join(self.dir, "ck")) if os.path.isdir(
+            os.path.join(self.dir, "ck")) else []
+        self.assertTrue(all(int(n[5:17]) < step.pop() for n in ckpts if n.startswith("ckpt-")))
+
+    def test_divergence_rolls_back_with_half_the_learning_rate(self):
+        # The whole training set: the model first learns (the healthy median falls well below
+        # chance), then the warmup's rate blows it up, measured at about step 45.
+        spec = self.job("roll.yaml", 2, {"steps": 300, "lr": 1.0,
+                                         "warmup_steps": 100, "checkpoint_dir": "ck",
+                                         "checkpoint_every": 20, "on_divergence": "rollback",
+                                         "summary_file": "s.json"})
+        p = self.dlaunch("-q", "--run-id", "roll", spec, timeout=180, check_code=0)
+        out = self.rank_log("roll", 0, 0)
+        m = re.search(r"diverged at step (\d+) \(.*\): rolling back to the newest checkpoint "
+                      r"with the peak learning rate halved to 0\.5 \(rollback 1 of 3\)", out)
+        self.assertIsNotNone(m, out)
+        back = re.search(r"resuming from ck/ckpt-0*(\d+)\.dlck", out[m.end():])
+        self.assertLess(int(back.group(1)), int(m.group(1)))
+        summary = self.summary("s.json")
+        self.assertFalse(summary["diverged"])
+        self.assertGreaterEqual(summary["rollbacks"], 1)
+        self.assertEqual(summary["steps"], 300)
+        self.assertGreater(summary["test_accuracy"], 0.5)
 
 
 if __name__ == "__main__":

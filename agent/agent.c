@@ -1,6 +1,7 @@
 /* The agent's libuv shell around the supervisor state machine: it spawns, reaps, signals and
  * reports, and asks dl_sup_step() what to do after every event. One loop, one thread. */
 #include <arpa/inet.h>
+#include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -18,6 +19,7 @@
 
 #include "agent.h"
 #include "internal.h"
+#include "errorfile.h"
 #include "events.h"
 #include "gpu.h"
 #include "output.h"
@@ -83,20 +85,31 @@ static void kill_workers(dl_agent_t *a, int sig)
     }
 }
 
-static json_t *worker_env_json(char **envp)
+/* What a worker gets beyond the agent's own environment: our variables, in their usual order,
+ * then the spec's env:. */
+static json_t *worker_env_json(const dl_agent_t *a, char **envp)
 {
     json_t *o = json_object();
-    for (const char *const *n = dl_worker_env_names; *n != NULL; n++) {
-        size_t len = strlen(*n);
-        for (char **e = envp; *e != NULL; e++)
-            if (strncmp(*e, *n, len) == 0 && (*e)[len] == '=')
-                json_object_set_new(o, *n, json_string(*e + len + 1));
+    for (int pass = 0; pass < 2; pass++) {
+        char *const *names = pass == 0 ? (char *const *)dl_worker_env_names : a->spec->env;
+        for (; names != NULL && *names != NULL; names++) {
+            size_t len = pass == 0 ? strlen(*names) : strcspn(*names, "=");
+            for (char **e = envp; *e != NULL; e++) {
+                if (strncmp(*e, *names, len) != 0 || (*e)[len] != '=')
+                    continue;
+                char name[256];
+                snprintf(name, sizeof(name), "%.*s", (int)len, *e);
+                json_object_set_new(o, name, json_string(*e + len + 1));
+            }
+        }
     }
     return o;
 }
 
 static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, char ***ret_envp)
 {
+    char error_file[4200];
+    dl_error_file_path(a->attempt_dir, w->rank, error_file, sizeof(error_file));
     dl_worker_env_t we = {
         .rank = w->rank,
         .local_rank = w->local_rank,
@@ -113,6 +126,10 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, char ***
         .store = a->store_addr[0] != '\0' ? a->store_addr : NULL,
         .token_file = a->token_path,
         .health_fd = a->spec->health_timeout > 0 ? DL_SPAWN_HEALTH_FD : -1,
+        .role = a->spec->role,
+        .error_file = error_file,
+        .python_exec = a->spec->python_exec != NULL ? a->command_path : NULL,
+        .verbose = a->spec->verbose,
     };
     return dl_worker_env_build(&we, a->environ_list, a->spec->env, ret_envp);
 }
@@ -170,20 +187,65 @@ static void on_log_write_failed(void *ctx, const char *path, int err)
                              "path", path, "error", strerror(err)));
 }
 
+/* The console prefix: torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE when set, else ours,
+ * "[rank N] " alone or "[nodeK rank N] " for a job of several nodes: one form for a job's whole
+ * life, even when an elastic job shrinks to one node. */
+static void worker_prefix(const dl_agent_t *a, const dl__worker_t *w, char *buf, size_t len)
+{
+    if (a->prefix_template[0] == '\0') {
+        if (a->remote)
+            snprintf(buf, len, "[node%d rank %d] ", a->node_rank, w->rank);
+        else
+            snprintf(buf, len, "[rank %d] ", w->rank);
+        return;
+    }
+    static const char *const vars[] = {"${role_name}", "${rank}", "${local_rank}"};
+    size_t o = 0;
+    for (const char *p = a->prefix_template; *p != '\0' && o + 1 < len;) {
+        size_t i;
+        for (i = 0; i < 3 && strncmp(p, vars[i], strlen(vars[i])) != 0; i++)
+            ;
+        if (i == 3) {
+            buf[o++] = *p++;
+            continue;
+        }
+        int n = i == 0 ? snprintf(buf + o, len - o, "%s", a->spec->role)
+                       : snprintf(buf + o, len - o, "%d", i == 1 ? w->rank : w->local_rank);
+        o = n > 0 && o + (size_t)n < len ? o + (size_t)n : len - 1;
+        p += strlen(vars[i]);
+    }
+    buf[o] = '\0';
+}
+
+/* Which of a worker's streams reach the console (DL_OUTPUT_ECHO_*): torchrun's -r/--redirects
+ * keep a stream off it unless -t/--tee brings it back; --local-ranks-filter and --quiet keep
+ * ranks off it. The log files get everything regardless. */
+static unsigned console_streams(const dl_agent_t *a, const dl__worker_t *w)
+{
+    const dl_job_spec_t *spec = a->spec;
+    if (spec->quiet || dl_int_list_has(spec->local_ranks_filter, w->local_rank) != 1)
+        return 0;
+    int redirect = dl_std_spec_for(spec->redirects, w->local_rank);
+    int tee = dl_std_spec_for(spec->tee, w->local_rank);
+    unsigned echo = 0;
+    if (!(redirect & 1) || (tee & 1))
+        echo |= DL_OUTPUT_ECHO_OUT;
+    if (!(redirect & 2) || (tee & 2))
+        echo |= DL_OUTPUT_ECHO_ERR;
+    return echo;
+}
+
 /* Starts one worker; returns 0 or -errno (then nothing of it is left running). */
 static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt)
 {
     static const dl_output_cbs_t output_cbs = {on_log_write_failed, on_output_drained};
-    char prefix[64];
+    char prefix[256];
     char **envp = NULL;
     int child_out = -1, child_err = -1;
     dl_output_t *out = NULL;
     int r;
 
-    if (a->nnodes > 1)
-        snprintf(prefix, sizeof(prefix), "[node%d rank %d] ", a->node_rank, w->rank);
-    else
-        snprintf(prefix, sizeof(prefix), "[rank %d] ", w->rank);
+    worker_prefix(a, w, prefix, sizeof(prefix));
     w->attempt = attempt;
     w->output_open = false;
     r = build_env(a, w, attempt, &envp);
@@ -195,8 +257,9 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt)
         return -ENOMEM;
     }
     *oo = (output_owner_t){a, w->rank, attempt};
-    r = dl_output_open(&a->loop, a->attempt_dir, w->rank, prefix, !a->spec->quiet, a->readbuf,
-                       sizeof(a->readbuf), &output_cbs, oo, &out, &child_out, &child_err);
+    r = dl_output_open(&a->loop, a->attempt_dir, w->rank, prefix, console_streams(a, w),
+                       a->readbuf, sizeof(a->readbuf), &output_cbs, oo, &out, &child_out,
+                       &child_err);
     if (r < 0) {
         free(oo);
         dl_worker_env_free(envp);
@@ -296,7 +359,7 @@ static int start_attempt(dl_agent_t *a, int attempt)
 {
     int r;
 
-    snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_%d", a->run_dir, attempt);
+    snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_%d", a->run_dir_abs, attempt);
     r = mkdir_p(a->attempt_dir);
     if (r < 0) {
         dl__agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir, strerror(-r));
@@ -358,7 +421,7 @@ static void on_stop_timeout(uv_timer_t *t)
 /* Lets go of the agent's own handles so that the loop ends once the outputs drain. */
 static void finish_loop(dl_agent_t *a)
 {
-    for (size_t i = 0; i < sizeof(a->signals) / sizeof(a->signals[0]); i++)
+    for (int i = 0; i < a->nsignals; i++)
         uv_close((uv_handle_t *)&a->signals[i], NULL);
     uv_close((uv_handle_t *)&a->stop_timer, NULL);
     uv_close((uv_handle_t *)&a->health_timer, NULL);
@@ -379,6 +442,26 @@ static void finish(dl_agent_t *a, int exit_code)
                    json_pack("{s:s, s:i, s:i}", "status", status, "exit_code", exit_code,
                              "attempts", a->sup.attempt + 1));
     finish_loop(a);
+}
+
+/* The run's last line: how it ended, how long it took, where to look. */
+static void print_closing_line(const dl_agent_t *a)
+{
+    const char *status = a->exit_code == 0   ? "succeeded"
+                         : a->exit_code == 1 ? "failed"
+                         : a->exit_code == 3 ? "timed out"
+                         : a->exit_code == 4 ? "was refused"
+                                             : "was stopped";
+    const char *summary = NULL;
+    int attempts = a->sup.attempt + 1;
+
+    for (size_t i = 0; a->spec->train != NULL && i < a->spec->train_len; i++)
+        if (strncmp(a->spec->train[i], "summary_file=", 13) == 0)
+            summary = a->spec->train[i] + 13;
+    fprintf(stderr, "dlaunch: run %s %s after %d attempt%s in %.1f s; logs in %s/%s%s\n",
+            a->run_id, status, attempts, attempts == 1 ? "" : "s",
+            dl__now_unix() - a->started_at, a->run_dir,
+            summary != NULL ? "; trainer summary in " : "", summary != NULL ? summary : "");
 }
 
 static void print_summary(const dl_agent_t *a)
@@ -492,6 +575,12 @@ static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status)
         json_object_set_new(f, "signal", json_string(dl_signal_name(sig)));
     else
         json_object_set_new(f, "exit_code", json_integer(code));
+    if (sig > 0 || code != 0) {
+        char path[4200], msg[1024], trace[16];
+        dl_error_file_path(a->attempt_dir, w->rank, path, sizeof(path));
+        if (dl_error_file_read(path, msg, sizeof(msg), trace, sizeof(trace)) == 1)
+            json_object_set_new(f, "error", json_string(msg));
+    }
     dl_events_emit(a->events, "worker_exit", dl__now_unix(), f);
     /* A batch system stopping a whole step (scancel) signals every process of it, workers
      * first as often as not: a worker killed by a stop signal we did not send is news only if
@@ -525,7 +614,12 @@ static void on_signal(uv_signal_t *h, int signum)
         }
         return;
     }
-    dl__agent_log(a, "got %s: stopping the workers", dl_signal_name(signum));
+    if (a->sup.stop == DL_SUP_STOP_SIGNAL && a->sup.phase == DL_SUP_STOPPING)
+        dl__agent_log(a, "got %s again: killing the workers now (SIGKILL)",
+                      dl_signal_name(signum));
+    else
+        dl__agent_log(a, "got %s: stopping the workers (again to kill them at once)",
+                      dl_signal_name(signum));
     dl_events_emit(a->events, "signal", dl__now_unix(),
                    json_pack("{s:s}", "signal", dl_signal_name(signum)));
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_SIGNAL, .signal = signum});
@@ -562,39 +656,172 @@ static char *make_run_id(void)
     return strdup(buf);
 }
 
+static int usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* How many workers this node runs: --gpus-per-node / --nproc-per-node against what is found.
+ * Returns 0, or 2 after saying why. */
+static int count_workers(dl_agent_t *a)
+{
+    const dl_job_spec_t *spec = a->spec;
+    int gpus = dl_gpu_count("/proc", dl_env_get(a->environ_list, "CUDA_VISIBLE_DEVICES"));
+    bool say = !spec->quiet;
+
+    switch (spec->gpus_per_node) {
+    case DL_GPUS_DEFAULT:
+        a->nworkers = gpus > 0 ? gpus : 1;
+        /* Asked for by name: a GPU count where there is none is worth a word. */
+        if (gpus == 0 && spec->gpus_set && say)
+            fprintf(stderr, "dlaunch: warning: --gpus-per-node auto: no GPU found; starting 1 "
+                            "worker on the CPU\n");
+        return 0;
+    case DL_GPUS_AUTO:
+        a->nworkers = gpus > 0 ? gpus : usable_cpus();
+        if (gpus == 0 && say)
+            fprintf(stderr, "dlaunch: warning: --nproc-per-node auto: no GPU found; starting %d "
+                            "worker%s, one per usable CPU\n",
+                    a->nworkers, a->nworkers == 1 ? "" : "s");
+        return 0;
+    case DL_GPUS_CPU:
+        a->nworkers = usable_cpus();
+        return 0;
+    case DL_GPUS_GPU:
+        if (gpus == 0) {
+            fprintf(stderr, "dlaunch: --nproc-per-node gpu: no GPU found (none in /proc/driver/"
+                            "nvidia, or CUDA_VISIBLE_DEVICES hides them); give a count or cpu\n");
+            return 2;
+        }
+        a->nworkers = gpus;
+        return 0;
+    default:
+        a->nworkers = spec->gpus_per_node;
+        /* A process count (--nproc-per-node) says nothing of GPUs; a GPU count does. */
+        if (!spec->gpus_from_nproc && a->nworkers > gpus && say)
+            fprintf(stderr, "dlaunch: warning: --gpus-per-node %d: %d GPU%s found; starting %d "
+                            "worker%s%s\n",
+                    a->nworkers, gpus, gpus == 1 ? "" : "s", a->nworkers,
+                    a->nworkers == 1 ? "" : "s",
+                    gpus > 0 ? ", some sharing a GPU" : " on the CPU");
+        return 0;
+    }
+}
+
+/* Where the rendezvous is, if any, by --rdzv-backend, --standalone and the node count.
+ * Returns 0, or 2 after saying why. */
+static int place_rendezvous(dl_agent_t *a)
+{
+    const dl_job_spec_t *spec = a->spec;
+
+    a->nodes_min = spec->nodes_min;
+    a->nodes_max = spec->nodes_max;
+    a->want_node_rank = spec->node_rank;
+    if (spec->standalone) {
+        if (spec->nodes_max > 1) {
+            fprintf(stderr, "dlaunch: --standalone runs one node, but --nnodes asks for %d:%d\n",
+                    spec->nodes_min, spec->nodes_max);
+            return 2;
+        }
+        return 0;
+    }
+    switch (spec->rdzv_backend) {
+    case DL_RDZV_STATIC:
+        /* torchrun's static rendezvous: node 0's address and port, every node's rank given. */
+        if (spec->nodes_max > 1) {
+            if (spec->nodes_min != spec->nodes_max) {
+                fprintf(stderr, "dlaunch: --rdzv-backend static: --nnodes %d:%d is elastic; "
+                                "static takes a fixed count (use c10d for a range)\n",
+                        spec->nodes_min, spec->nodes_max);
+                return 2;
+            }
+            if (asprintf(&a->endpoint, "%s:%d",
+                         spec->master_addr != NULL ? spec->master_addr : "127.0.0.1",
+                         spec->master_port > 0 ? spec->master_port : 29500) < 0) {
+                a->endpoint = NULL;
+                fprintf(stderr, "dlaunch: out of memory\n");
+                return 2;
+            }
+            if (a->want_node_rank < 0)
+                a->want_node_rank = 0;
+        }
+        break;
+    case DL_RDZV_ETCD:
+        fprintf(stderr, "dlaunch: --rdzv-backend etcd: not available in this build yet; use "
+                        "c10d (our rendezvous) or static\n");
+        return 2;
+    default:
+        if (spec->rdzv_endpoint != NULL && (a->endpoint = strdup(spec->rdzv_endpoint)) == NULL) {
+            fprintf(stderr, "dlaunch: out of memory\n");
+            return 2;
+        }
+        if (spec->nodes_max > 1 && a->endpoint == NULL) {
+            fprintf(stderr, "dlaunch: --nodes %d:%d: a job over several nodes needs "
+                            "--rdzv-endpoint HOST:PORT\n",
+                    spec->nodes_min, spec->nodes_max);
+            return 2;
+        }
+        break;
+    }
+    a->remote = a->endpoint != NULL;
+    if (a->remote && spec->run_id == NULL) {
+        fprintf(stderr, "dlaunch: %s: every node of the job needs the same --run-id (or "
+                        "--rdzv-id)\n",
+                spec->rdzv_backend == DL_RDZV_STATIC ? "--rdzv-backend static"
+                                                     : "--rdzv-endpoint");
+        return 2;
+    }
+    if (a->want_node_rank >= a->nodes_max) {
+        fprintf(stderr, "dlaunch: --node-rank %d: a job of %d node%s has ranks 0 to %d\n",
+                a->want_node_rank, a->nodes_max, a->nodes_max == 1 ? "" : "s",
+                a->nodes_max - 1);
+        return 2;
+    }
+    return 0;
+}
+
+/* The log folder is made and tried before any worker starts: a folder nobody can write would
+ * otherwise fail every attempt and blame rank 0. */
+static int check_log_dir(dl_agent_t *a)
+{
+    char probe[4200];
+    int r = mkdir_p(a->run_dir);
+    if (r == 0) {
+        snprintf(probe, sizeof(probe), "%s/.dlaunch-probe-%d", a->run_dir, (int)getpid());
+        int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            r = -errno;
+        } else {
+            close(fd);
+            unlink(probe);
+        }
+    }
+    if (r < 0) {
+        fprintf(stderr, "dlaunch: --log-dir: cannot write the log folder '%s': %s\n", a->run_dir,
+                strerror(-r));
+        return 2;
+    }
+    return 0;
+}
+
 /* Decides the shape of the job on this node. Returns 0, or an exit code (2) after saying why. */
 static int plan(dl_agent_t *a)
 {
     const dl_job_spec_t *spec = a->spec;
-    int gpus = dl_gpu_count("/proc", dl_env_get(a->environ_list, "CUDA_VISIBLE_DEVICES"));
     int r;
 
-    a->remote = spec->rdzv_endpoint != NULL;
-    if (spec->nodes_max > 1 && !a->remote) {
-        fprintf(stderr, "dlaunch: --nodes %d:%d: a job over several nodes needs "
-                        "--rdzv-endpoint HOST:PORT\n",
-                spec->nodes_min, spec->nodes_max);
-        return 2;
-    }
-    if (a->remote && spec->run_id == NULL) {
-        fprintf(stderr, "dlaunch: --rdzv-endpoint: every node of the job needs the same "
-                        "--run-id\n");
-        return 2;
-    }
+    r = place_rendezvous(a);
+    if (r == 0)
+        r = count_workers(a);
+    if (r != 0)
+        return r;
     /* Until the rendezvous says otherwise (remote), this node is the whole job. */
     a->nnodes = 1;
     a->node_rank = 0;
-    if (spec->gpus_per_node == DL_GPUS_AUTO) {
-        a->nworkers = gpus > 0 ? gpus : 1;
-    } else {
-        a->nworkers = spec->gpus_per_node;
-        if (a->nworkers > gpus && !spec->quiet)
-            fprintf(stderr,
-                    "dlaunch: warning: %d workers per node asked for, %d GPU%s found; "
-                    "starting %d workers%s\n",
-                    a->nworkers, gpus, gpus == 1 ? "" : "s", a->nworkers,
-                    gpus > 0 ? ", some sharing a GPU" : " on the CPU");
-    }
     a->world_size = a->nworkers * a->nnodes;
 
     r = dl_resolve_command(spec->command[0], dl_env_get(a->environ_list, "PATH"),
@@ -612,9 +839,27 @@ static int plan(dl_agent_t *a)
         fprintf(stderr, "dlaunch: out of memory\n");
         return 2;
     }
-    snprintf(a->master_addr, sizeof(a->master_addr), "127.0.0.1");
-    r = find_free_port(&a->master_port);
-    if (r < 0) {
+    /* Workers get absolute paths: one that changes its folder still finds its files. */
+    char cwd[4096];
+    if (a->run_dir[0] == '/')
+        a->run_dir_abs = strdup(a->run_dir);
+    else if (getcwd(cwd, sizeof(cwd)) == NULL || asprintf(&a->run_dir_abs, "%s/%s", cwd,
+                                                          a->run_dir) < 0)
+        a->run_dir_abs = NULL;
+    if (a->run_dir_abs == NULL) {
+        fprintf(stderr, "dlaunch: cannot tell the log folder's absolute path: %s\n",
+                strerror(errno));
+        return 2;
+    }
+    const char *tmpl = dl_env_get(a->environ_list, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+    snprintf(a->prefix_template, sizeof(a->prefix_template), "%s", tmpl != NULL ? tmpl : "");
+    snprintf(a->master_addr, sizeof(a->master_addr), "%s",
+             spec->master_addr != NULL && !a->remote ? spec->master_addr : "127.0.0.1");
+    /* One node alone: --master-port is the workers' own (their rank 0 binds it), as torchrun's
+     * single-node static rendezvous hands it on. */
+    if (spec->master_port > 0 && !a->remote)
+        a->master_port = spec->master_port;
+    else if ((r = find_free_port(&a->master_port)) < 0) {
         fprintf(stderr, "dlaunch: cannot find a free port for MASTER_PORT: %s\n", strerror(-r));
         return 2;
     }
@@ -662,16 +907,25 @@ static void print_quoted(const char *s)
 
 static int dry_run(dl_agent_t *a)
 {
-    printf("run %s: %d node%s, %d worker%s per node, world size %d, max restarts %d\n",
-           a->run_id, a->nnodes, a->nnodes == 1 ? "" : "s", a->nworkers,
-           a->nworkers == 1 ? "" : "s", a->world_size, a->spec->max_restarts);
+    if (a->remote)
+        printf("run %s: %d to %d nodes through the rendezvous at %s, %d worker%s on this node, "
+               "max restarts %d (ranks, world size and MASTER_* come from the rendezvous)\n",
+               a->run_id, a->nodes_min, a->nodes_max, a->endpoint, a->nworkers,
+               a->nworkers == 1 ? "" : "s", a->spec->max_restarts);
+    else
+        printf("run %s: %d node%s, %d worker%s per node, world size %d, max restarts %d\n",
+               a->run_id, a->nnodes, a->nnodes == 1 ? "" : "s", a->nworkers,
+               a->nworkers == 1 ? "" : "s", a->world_size, a->spec->max_restarts);
+    /* The store's port is taken when the job starts; say so rather than leave it out. */
+    snprintf(a->store_addr, sizeof(a->store_addr), "%s",
+             a->remote ? "(node 0's, from the rendezvous)" : "127.0.0.1:(a free port at start)");
     printf("logs: %s/attempt_K/rank_N.{out,err}\ncommand:", a->run_dir);
     for (char **c = a->spec->command; *c != NULL; c++) {
         putchar(' ');
         print_quoted(*c);
     }
     printf("\n");
-    snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_0", a->run_dir);
+    snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_0", a->run_dir_abs);
     for (int i = 0; i < a->nworkers; i++) {
         char **envp;
         if (build_env(a, &a->workers[i], 0, &envp) < 0) {
@@ -679,7 +933,7 @@ static int dry_run(dl_agent_t *a)
             return 2;
         }
         printf("rank %d:", a->workers[i].rank);
-        json_t *o = worker_env_json(envp);
+        json_t *o = worker_env_json(a, envp);
         const char *k;
         json_t *v;
         json_object_foreach(o, k, v)
@@ -694,18 +948,33 @@ static int dry_run(dl_agent_t *a)
     return 0;
 }
 
+static void add_signal(void *ctx, int sig)
+{
+    int *list = ctx;
+    /* list[0] counts; duplicates and overflow are dropped quietly (the list was checked). */
+    for (int i = 1; i <= list[0]; i++)
+        if (list[i] == sig)
+            return;
+    if (list[0] < 15)
+        list[++list[0]] = sig;
+}
+
 static int setup_loop(dl_agent_t *a)
 {
-    int r;
-    static const int all[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+    int r, list[16] = {0};
+    char bad[64];
 
     r = uv_loop_init(&a->loop);
     if (r < 0)
         return r;
-    for (size_t i = 0; i < 4; i++) {
+    /* The signals to forward (torchrun's --signals-to-handle), then SIGCHLD to reap. */
+    dl_signal_list_each(a->spec->signals, add_signal, list, bad, sizeof(bad));
+    list[++list[0]] = SIGCHLD;
+    for (int i = 0; i < list[0]; i++) {
         uv_signal_init(&a->loop, &a->signals[i]);
         a->signals[i].data = a;
-        r = uv_signal_start(&a->signals[i], on_signal, all[i]);
+        a->nsignals = i + 1;
+        r = uv_signal_start(&a->signals[i], on_signal, list[i + 1]);
         if (r < 0)
             return r;
     }
@@ -727,9 +996,11 @@ static void agent_free(dl_agent_t *a)
     free(a->workers);
     free(a->run_id);
     free(a->run_dir);
+    free(a->run_dir_abs);
     free(a->command_path);
     free(a->history);
     free(a->token_path);
+    free(a->endpoint);
     dl_events_close(a->events);
     free(a);
 }
@@ -746,6 +1017,7 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
     a->spec = spec;
     a->environ_list = environ_list;
     a->guard.fd = -1;
+    a->started_at = dl__now_unix();
     code = plan(a);
     if (code != 0 || spec->dry_run) {
         if (code == 0)
@@ -760,6 +1032,10 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
             agent_free(a);
             return 2;
         }
+    }
+    if (check_log_dir(a) != 0) {
+        agent_free(a);
+        return 2;
     }
     /* Workers write into pipes we may stop reading when stdout goes away; never die of it. */
     signal(SIGPIPE, SIG_IGN);
@@ -814,6 +1090,7 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
     /* The loop ends once every worker's output has drained, so the logs the summary quotes are
      * whole by now. */
     print_summary(a);
+    print_closing_line(a);
     dl_guard_stop(&a->guard);
     if (uv_loop_close(&a->loop) != 0)
         dl__agent_log(a, "event loop closed with handles still open");

@@ -39,17 +39,24 @@ struct dl_agent_s {
     int nnodes;
     int world_size;
     dl__worker_t *workers;
-    uv_signal_t signals[4];
+    uv_signal_t signals[16]; /* --signals-to-handle, then SIGCHLD */
+    int nsignals;
     uv_timer_t stop_timer;
     uv_timer_t health_timer; /* --health-timeout: looks at the health pipes now and then */
     dl_events_t *events;
     dl_guard_t guard;
     char *run_id;
     char *command_path;
-    char *run_dir; /* LOGDIR/RUN_ID */
+    char *run_dir; /* LOGDIR/RUN_ID, as given, for messages */
+    char *run_dir_abs; /* the same, absolute, for files and workers */
     char attempt_dir[4096];
-    char master_addr[64];
+    char master_addr[256];
     int master_port;
+    char *endpoint;      /* the rendezvous to join (--rdzv-endpoint, or static's master), or NULL */
+    int want_node_rank;  /* the node rank asked for (static: --node-rank, default 0), or -1 */
+    int nodes_min, nodes_max;
+    double started_at;   /* wall clock at start, for the closing line */
+    char prefix_template[256]; /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, or "" */
     int exit_code;
     bool remote;               /* a rendezvous decides rounds (several nodes) */
     struct dl__rdzv_s *rdzv;   /* rdzv.c's state, when remote */

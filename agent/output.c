@@ -17,6 +17,7 @@ typedef struct {
     int file_fd;
     int console_fd;
     bool open;         /* the pipe handle is initialized and not yet closing */
+    bool echo;         /* lines go to the console too */
     bool file_failed;  /* a write to the file failed: said once, then the file is left alone */
     char path[4096];
     dl_linebuf_t lb;
@@ -26,13 +27,12 @@ struct dl_output_s {
     stream_t s[2];
     uv_timer_t drain;
     int refs; /* the owner's, plus one per handle whose close callback has not run */
-    bool echo;
     bool drain_started; /* the owner let go: the drained callback is due when the last ref goes */
     dl_output_cbs_t cbs;
     void *ctx;
     char *readbuf;
     size_t readbuf_len;
-    char prefix[64];
+    char prefix[256];
     size_t prefix_len;
 };
 
@@ -101,7 +101,7 @@ static void stream_close(stream_t *s)
     if (!s->open)
         return;
     s->open = false;
-    if (s->owner->echo)
+    if (s->echo)
         dl_linebuf_flush(&s->lb, echo_line, s);
     uv_close((uv_handle_t *)&s->pipe, pipe_closed);
     dl_output_t *o = s->owner;
@@ -126,7 +126,7 @@ static void on_read(uv_stream_t *h, ssize_t nread, const uv_buf_t *buf)
             if (s->owner->cbs.write_failed != NULL)
                 s->owner->cbs.write_failed(s->owner->ctx, s->path, -r);
         }
-        if (s->owner->echo)
+        if (s->echo)
             dl_linebuf_feed(&s->lb, buf->base, (size_t)nread, echo_line, s);
     } else if (nread < 0) {
         stream_close(s);
@@ -159,7 +159,7 @@ static int open_log(stream_t *s, const char *dir, int rank, const char *ext)
 }
 
 int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const char *prefix,
-                   bool echo, char *readbuf, size_t readbuf_len, const dl_output_cbs_t *cbs,
+                   unsigned echo, char *readbuf, size_t readbuf_len, const dl_output_cbs_t *cbs,
                    void *ctx, dl_output_t **ret, int *ret_child_out, int *ret_child_err)
 {
     dl_output_t *o = calloc(1, sizeof(*o));
@@ -180,7 +180,6 @@ int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const cha
         goto fail;
 
     o->refs = 1; /* the owner's, given back by dl_output_drain() */
-    o->echo = echo;
     if (cbs != NULL)
         o->cbs = *cbs;
     o->ctx = ctx;
@@ -192,6 +191,7 @@ int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const cha
         stream_t *s = &o->s[i];
         s->owner = o;
         s->console_fd = i == 0 ? STDOUT_FILENO : STDERR_FILENO;
+        s->echo = (echo & (i == 0 ? DL_OUTPUT_ECHO_OUT : DL_OUTPUT_ECHO_ERR)) != 0;
         dl_linebuf_init(&s->lb);
         uv_pipe_init(loop, &s->pipe, 0);
         s->pipe.data = s;
@@ -210,7 +210,7 @@ int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const cha
     o->refs++;
     if (r < 0) {
         /* Closing through the handles keeps the one free path: release(). */
-        o->echo = false;
+        o->s[0].echo = o->s[1].echo = false;
         o->cbs = (dl_output_cbs_t){0};
         for (int i = 0; i < 2; i++) {
             if (fds[i][0] >= 0)

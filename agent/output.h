@@ -9,6 +9,9 @@
 
 typedef struct dl_output_s dl_output_t;
 
+/* Which streams dl_output_open echoes to the agent's console. */
+enum { DL_OUTPUT_ECHO_OUT = 1, DL_OUTPUT_ECHO_ERR = 2 };
+
 /* What the owner hears about an output; both optional, ctx is dl_output_open's. */
 typedef struct {
     /* Writing a log file failed (a full disk, say): said once per file; the worker's output
@@ -20,13 +23,13 @@ typedef struct {
 } dl_output_cbs_t;
 
 /* Creates the log files attempt_dir/rank_N.{out,err} and two pipes. *ret_child_out/err are the
- * write ends for the child (the caller closes them after spawning). echo: copy lines to the
- * agent's stdout/stderr with prefix. readbuf is a scratch buffer shared by all outputs. cbs
+ * write ends for the child (the caller closes them after spawning). echo (DL_OUTPUT_ECHO_*): the
+ * streams whose lines are copied to the agent's stdout/stderr with prefix. readbuf is a scratch buffer shared by all outputs. cbs
  * (copied; may be NULL) and ctx report to the owner. The files are opened for appending and never
  * truncated: a log folder is never reused, and what is in a file stays. Returns 0 or -errno; on
  * failure nothing is left open and no callback runs. */
 int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const char *prefix,
-                   bool echo, char *readbuf, size_t readbuf_len, const dl_output_cbs_t *cbs,
+                   unsigned echo, char *readbuf, size_t readbuf_len, const dl_output_cbs_t *cbs,
                    void *ctx, dl_output_t **ret, int *ret_child_out, int *ret_child_err);
 
 /* The worker has exited: gives up the caller's reference. Whatever is still buffered in the

@@ -83,7 +83,7 @@ void dl__rdzv_join(dl_agent_t *a)
     json_object_update_new(
         m, json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:i, s:s, s:i}", "node_id",
                      z->node_id, "host", z->hostname, "slots", a->nworkers, "node_rank",
-                     spec->node_rank, "min_nodes", spec->nodes_min, "max_nodes", spec->nodes_max,
+                     a->want_node_rank, "min_nodes", a->nodes_min, "max_nodes", a->nodes_max,
                      "last_call_ms", (json_int_t)(spec->last_call * 1000), "join_timeout_ms",
                      (json_int_t)(spec->join_timeout * 1000), "dead_after_ms",
                      (json_int_t)(spec->dead_after * 1000), "max_restarts", spec->max_restarts,
@@ -300,10 +300,15 @@ static int maybe_host(dl_agent_t *a, rdzv_t *z)
     dl_rdzv_server_opts_t so;
     int r;
 
-    if (a->spec->node_rank > 0)
+    int rank = a->want_node_rank;
+
+    /* --rdzv-conf is_host decides when given; else node rank 0 hosts, or the first to bind. */
+    if (a->spec->is_host == 0 || (a->spec->is_host < 0 && rank > 0))
         return 0;
+    if (a->spec->is_host == 1)
+        rank = 0;
     if (getaddrinfo(z->host, NULL, &hints, &res) != 0) {
-        if (a->spec->node_rank == 0) {
+        if (rank == 0) {
             fprintf(stderr, "dlaunch: --rdzv-endpoint: cannot resolve '%s'\n", z->host);
             return 2;
         }
@@ -326,8 +331,8 @@ static int maybe_host(dl_agent_t *a, rdzv_t *z)
     if (r == 0) {
         dl_rdzv_job_opts_t jo;
         dl_rdzv_job_opts_init(&jo);
-        jo.min_nodes = a->spec->nodes_min;
-        jo.max_nodes = a->spec->nodes_max;
+        jo.min_nodes = a->nodes_min;
+        jo.max_nodes = a->nodes_max;
         jo.last_call = a->spec->last_call;
         jo.join_timeout = a->spec->join_timeout;
         jo.dead_after = a->spec->dead_after;
@@ -344,8 +349,8 @@ static int maybe_host(dl_agent_t *a, rdzv_t *z)
     }
     /* Someone else serves it already (dlaunchd, or an agent that bound it first), or it is not
      * our address: join as a client. */
-    if (r == UV_EADDRINUSE || (r == UV_EADDRNOTAVAIL && a->spec->node_rank != 0)) {
-        if (a->spec->node_rank == 0)
+    if (r == UV_EADDRINUSE || (r == UV_EADDRNOTAVAIL && rank != 0)) {
+        if (rank == 0)
             dl__agent_log(a, "%s:%d is already served: joining it as node rank 0", z->host,
                           z->port);
         return 0;
@@ -366,9 +371,8 @@ int dl__rdzv_start(dl_agent_t *a)
     a->rdzv = z;
     z->agent = a;
     z->join_id = -1;
-    if (dl_rdzv_endpoint_parse(a->spec->rdzv_endpoint, z->host, sizeof(z->host), &z->port) < 0) {
-        fprintf(stderr, "dlaunch: --rdzv-endpoint: '%s' is not HOST:PORT\n",
-                a->spec->rdzv_endpoint);
+    if (dl_rdzv_endpoint_parse(a->endpoint, z->host, sizeof(z->host), &z->port) < 0) {
+        fprintf(stderr, "dlaunch: --rdzv-endpoint: '%s' is not HOST:PORT\n", a->endpoint);
         return 2;
     }
     if (load_token(a, z) < 0)

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "errorfile.h"
 #include "summary.h"
 
 #define TAIL_LINES 10
@@ -59,6 +60,27 @@ int dl_summary_tail(const char *path, int max_lines, char *buf, size_t len)
     return (int)(n - i);
 }
 
+/* The last max_lines lines of text, each as "    | line". */
+static void print_last_lines(FILE *f, const char *text, int max_lines)
+{
+    const char *end = text + strlen(text), *start = end;
+    int lines = 0;
+
+    if (start > text && start[-1] == '\n')
+        start--;
+    while (start > text) {
+        if (start[-1] == '\n' && ++lines == max_lines)
+            break;
+        start--;
+    }
+    while (start < end) {
+        size_t n = strcspn(start, "\n");
+        if (n > 0)
+            fprintf(f, "    | %.*s\n", (int)n, start);
+        start += n + (start[n] == '\n');
+    }
+}
+
 static void describe(FILE *f, const dl_sup_failure_t *x)
 {
     char when[64];
@@ -82,7 +104,7 @@ static void describe(FILE *f, const dl_sup_failure_t *x)
 void dl_summary_print(FILE *f, const dl_sup_failure_t *history, size_t n, int attempts,
                       const char *run_dir)
 {
-    char path[4096];
+    char path[4200];
     char tail[4096];
 
     fprintf(f, "dlaunch: the job failed after %d attempt%s; first failure of each:\n", attempts,
@@ -95,8 +117,19 @@ void dl_summary_print(FILE *f, const dl_sup_failure_t *history, size_t n, int at
     if (n == 0)
         return;
     const dl_sup_failure_t *last = &history[n - 1];
-    snprintf(path, sizeof(path), "%s/attempt_%d/rank_%d.err", run_dir, last->attempt,
-             last->rank);
+    char dir[4096], msg[1024], trace[8192];
+    snprintf(dir, sizeof(dir), "%s/attempt_%d", run_dir, last->attempt);
+    dl_error_file_path(dir, last->rank, path, sizeof(path));
+    /* What the worker said of its own death (PyTorch's @record) says more than its stderr. */
+    if (dl_error_file_read(path, msg, sizeof(msg), trace, sizeof(trace)) == 1) {
+        fprintf(f, "  its error: %s\n  (from %s)\n", msg, path);
+        if (trace[0] != '\0') {
+            fprintf(f, "  traceback, last lines:\n");
+            print_last_lines(f, trace, TAIL_LINES);
+        }
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/rank_%d.err", dir, last->rank);
     fprintf(f, "  its stderr: %s\n", path);
     int r = dl_summary_tail(path, TAIL_LINES, tail, sizeof(tail));
     if (r < 0) {
@@ -105,7 +138,6 @@ void dl_summary_print(FILE *f, const dl_sup_failure_t *history, size_t n, int at
         fprintf(f, "  (it is empty)\n");
     } else {
         fprintf(f, "  last lines:\n");
-        for (char *line = strtok(tail, "\n"); line != NULL; line = strtok(NULL, "\n"))
-            fprintf(f, "    | %s\n", line);
+        print_last_lines(f, tail, TAIL_LINES);
     }
 }

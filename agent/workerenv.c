@@ -11,8 +11,9 @@ const char *const dl_worker_env_names[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_USE_AGENT_STORE", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_STORE", "DLAUNCH_TOKEN_FILE", "DLAUNCH_HEALTH_FD",
-    NULL,
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "PYTHON_EXEC", "OMP_NUM_THREADS", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_STORE", "DLAUNCH_TOKEN_FILE",
+    "DLAUNCH_HEALTH_FD", "DLAUNCH_VERBOSE", NULL,
 };
 
 typedef struct {
@@ -105,7 +106,7 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
     if (r == 0)
         r = put(&sv, fmt_int("ROLE_RANK", w->rank));
     if (r == 0)
-        r = put(&sv, fmt("ROLE_NAME", "default"));
+        r = put(&sv, fmt("ROLE_NAME", w->role != NULL ? w->role : "default"));
     if (r == 0)
         r = put(&sv, fmt_int("ROLE_WORLD_SIZE", w->world_size));
     if (r == 0)
@@ -121,6 +122,16 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
     /* No agent-hosted TCPStore: rank 0 of torch.distributed hosts its own at MASTER_PORT. */
     if (r == 0)
         r = put(&sv, fmt("TORCHELASTIC_USE_AGENT_STORE", "False"));
+    /* As torchrun: NCCL's asynchronous error handling on, unless the user said otherwise. */
+    if (r == 0 && !has(base, "TORCH_NCCL_ASYNC_ERROR_HANDLING") &&
+        !has(extra, "TORCH_NCCL_ASYNC_ERROR_HANDLING"))
+        r = put(&sv, fmt("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"));
+    if (r == 0 && w->error_file != NULL)
+        r = put(&sv, fmt("TORCHELASTIC_ERROR_FILE", w->error_file));
+    if (r == 0 && w->python_exec != NULL)
+        r = put(&sv, fmt("PYTHON_EXEC", w->python_exec));
+    if (r == 0 && w->verbose)
+        r = put(&sv, fmt("DLAUNCH_VERBOSE", "1"));
     if (r == 0 && w->attempt_dir != NULL)
         r = put(&sv, fmt("DLAUNCH_ATTEMPT_DIR", w->attempt_dir));
     if (r == 0 && w->store != NULL)

@@ -21,6 +21,10 @@ typedef struct {
     const char *store;       /* DLAUNCH_STORE: HOST:PORT of the job's key-value store, or NULL */
     const char *token_file;  /* DLAUNCH_TOKEN_FILE, or NULL */
     int health_fd;           /* DLAUNCH_HEALTH_FD, or -1 */
+    const char *role;        /* ROLE_NAME; NULL: "default" */
+    const char *error_file;  /* TORCHELASTIC_ERROR_FILE, or NULL */
+    const char *python_exec; /* PYTHON_EXEC, or NULL */
+    int verbose;             /* DLAUNCH_VERBOSE=1 when set */
 } dl_worker_env_t;
 
 /* Returns a NULL-terminated "NAME=value" vector in *ret_envp (caller frees it with

@@ -127,7 +127,7 @@ static double ours_rate(FILE *f, int warmup, int global_batch, row_t *row)
                      strstr(line, "each rank updating") != NULL ? ", sharded update" : "");
         const char *s = strstr(line, " step ");
         const char *r = strstr(line, " samples/s ");
-        if (s == NULL || r == NULL || strstr(line, "[train rank=0] epoch ") == NULL)
+        if (s == NULL || r == NULL || strstr(line, "epoch ") == NULL)
             continue;
         long step = strtol(s + 6, NULL, 10);
         double rate = strtod(r + 11, NULL);

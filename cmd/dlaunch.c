@@ -39,6 +39,29 @@ static int with_slurm(dl_job_spec_t *spec, int argc, char **argv)
     return 0;
 }
 
+static void warn_unknown_var(void *ctx, const char *var, const char *closest)
+{
+    (void)ctx;
+    fprintf(stderr, "dlaunch: warning: %s is no dlaunch setting%s%s%s; it is ignored\n", var,
+            closest ? " (did you mean " : "", closest ? closest : "", closest ? "?)" : "");
+}
+
+/* torchrun's flags that dlaunch takes without acting on them: said once, at start. */
+static void warn_ignored(const dl_job_spec_t *spec)
+{
+    if (spec->quiet)
+        return;
+    if (spec->numa_binding != NULL)
+        fprintf(stderr, "dlaunch: warning: --numa-binding %s: NUMA binding is not implemented "
+                        "yet; workers are not bound\n", spec->numa_binding);
+    if (spec->logs_specs != NULL)
+        fprintf(stderr, "dlaunch: warning: --logs-specs %s is ignored: dlaunch keeps every rank's "
+                        "output in --log-dir (see -r/--redirects, -t/--tee)\n", spec->logs_specs);
+    if (spec->event_log_handler != NULL && strcmp(spec->event_log_handler, "null") != 0)
+        fprintf(stderr, "dlaunch: warning: --event-log-handler %s is ignored: see --events for "
+                        "dlaunch's event stream\n", spec->event_log_handler);
+}
+
 int main(int argc, char **argv)
 {
     dl_job_spec_t spec;
@@ -49,8 +72,9 @@ int main(int argc, char **argv)
     if (argc > 1 && dl_ctl_is_command(argv[1]))
         return dl_ctl_main(argc, argv);
     dl_job_spec_init(&spec);
+    dl_config_unknown_vars(environ, warn_unknown_var, NULL);
     if (dl_config_load(&spec, argc, argv, environ, &action, err, sizeof(err)) < 0 ||
-        (action == DL_CONFIG_RUN && dl_train_command(&spec, err, sizeof(err)) < 0)) {
+        (action == DL_CONFIG_RUN && dl_train_command(&spec, environ, err, sizeof(err)) < 0)) {
         fprintf(stderr, "dlaunch: %s\n", err);
         dl_job_spec_free(&spec);
         return 2;
@@ -65,6 +89,7 @@ int main(int argc, char **argv)
         code = 0;
         break;
     default:
+        warn_ignored(&spec);
         code = with_slurm(&spec, argc, argv);
         if (code != 0)
             break;

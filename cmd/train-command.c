@@ -28,7 +28,14 @@ static int find_trainer(char *buf, size_t len)
     return -ENOENT;
 }
 
-int dl_train_command(dl_job_spec_t *spec, char *err, size_t errlen)
+static void warn_unknown(void *ctx, const char *var, const char *closest)
+{
+    (void)ctx;
+    fprintf(stderr, "dlaunch: warning: %s is no trainer setting%s%s%s; it is ignored\n", var,
+            closest ? " (did you mean " : "", closest ? closest : "", closest ? "?)" : "");
+}
+
+int dl_train_command(dl_job_spec_t *spec, char **environ_list, char *err, size_t errlen)
 {
     dl_train_config_t cfg;
     char msg[512], path[4200];
@@ -37,13 +44,20 @@ int dl_train_command(dl_job_spec_t *spec, char *err, size_t errlen)
     if (spec->train == NULL)
         return 0;
     dl_train_config_init(&cfg);
+    /* The workers inherit DLAUNCH_TRAIN_*: a bad one must stop dlaunch here, before anything
+     * starts, not every worker of every attempt. */
+    dl_opt_unknown_vars(&dl_train_settings, environ_list, warn_unknown, NULL);
+    r = dl_opt_from_env(&dl_train_settings, &cfg, environ_list, err, errlen);
     for (size_t i = 0; i < spec->train_len && r == 0; i++) {
         char *eq = strchr(spec->train[i], '=');
         *eq = '\0';
+        bool known = dl_opt_by_key(&dl_train_settings, spec->train[i]) != NULL;
         r = dl_train_config_set(&cfg, spec->train[i], eq + 1, msg, sizeof(msg));
         *eq = '=';
+        /* A bad key is pointed at where the key is, a bad value where the value is. */
         if (r < 0)
-            snprintf(err, errlen, "%s: train: %s", spec->train_where[i], msg);
+            snprintf(err, errlen, "%s: train: %s",
+                     known ? spec->train_where[i] : spec->train_key_where[i], msg);
     }
     if (r == 0 && (r = dl_train_config_check(&cfg, msg, sizeof(msg))) < 0)
         snprintf(err, errlen, "%s: train: %s", spec->spec_path ? spec->spec_path : "train", msg);

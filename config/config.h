@@ -12,15 +12,31 @@
 
 #define DL_CONFIG_ERRLEN 512
 
-/* --gpus-per-node auto. */
-#define DL_GPUS_AUTO (-1)
+/* --gpus-per-node / --nproc-per-node values other than a count. */
+#define DL_GPUS_DEFAULT (-1) /* unset: one worker per GPU found, else one */
+#define DL_GPUS_AUTO (-2)    /* torchrun's auto: one per GPU found, else one per usable CPU */
+#define DL_GPUS_CPU (-3)     /* one per usable CPU */
+#define DL_GPUS_GPU (-4)     /* one per GPU found; none found is an error */
+
+typedef enum {
+    DL_RDZV_C10D = 0, /* our rendezvous: embedded in an agent, or dlaunchd */
+    DL_RDZV_STATIC,   /* torchrun's static: --master-addr/--master-port, fixed --node-rank */
+    DL_RDZV_ETCD,     /* etcd's v3 API */
+    DL_RDZV_ETCD_V2,  /* refused: etcd 3.6 removed the v2 API */
+} dl_rdzv_backend_t;
+
+typedef enum {
+    DL_START_SPAWN = 0, /* torchrun's --start-method; we always fork and exec */
+    DL_START_FORK,
+    DL_START_FORKSERVER,
+} dl_start_method_t;
 
 typedef struct dl_job_spec_s dl_job_spec_t;
 
 struct dl_job_spec_s {
     int nodes_min;
     int nodes_max;
-    int gpus_per_node; /* DL_GPUS_AUTO or >= 1 */
+    int gpus_per_node; /* DL_GPUS_* or >= 1 */
     int max_restarts;
     double stop_timeout; /* seconds */
     double health_timeout; /* seconds without a health beat before a beating worker is hung; 0 off */
@@ -32,15 +48,50 @@ struct dl_job_spec_s {
     bool verbose;
     bool nodes_set; /* nodes came from a flag, a variable or the YAML, not the default */
     bool gpus_set;
+    bool gpus_from_nproc; /* the count came from --nproc-per-node (processes, not GPUs) */
 
     /* Several nodes: the rendezvous. */
+    dl_rdzv_backend_t rdzv_backend;
     char *rdzv_endpoint; /* HOST:PORT; NULL: none (one node on its own) */
     int node_rank;       /* -1: let the rendezvous choose */
     double join_timeout; /* seconds for the job to gather its nodes */
     double last_call;    /* seconds to wait for more nodes once MIN joined */
+    double close_timeout; /* --rdzv-conf close_timeout: accepted, for torchrun's sake */
+    double read_timeout;  /* --rdzv-conf read_timeout: a rendezvous reply later than this fails */
+    int is_host;          /* --rdzv-conf is_host: -1 decide, 0 never host, 1 host */
     double heartbeat;    /* seconds between an agent's heartbeats */
     double dead_after;   /* seconds without a heartbeat before a node is dead */
     char *token_file;
+    char *rdzv_conf;     /* as given, for --dry-run */
+    bool standalone;     /* torchrun's --standalone: one node, a rendezvous of its own */
+    char *master_addr;   /* --master-addr, or NULL */
+    int master_port;     /* --master-port, or -1 */
+    char *local_addr;    /* --local-addr: the address this node advertises, or NULL */
+    /* etcd (--rdzv-conf user=..., password_file=..., protocol=..., cacert=..., cert=..., key=...,
+     * prefix=...), all NULL when not given. */
+    char *etcd_user;
+    char *etcd_password_file;
+    char *etcd_protocol;
+    char *etcd_cacert;
+    char *etcd_cert;
+    char *etcd_key;
+    char *etcd_prefix;
+
+    /* What runs. */
+    char *role;               /* ROLE_NAME, "default" */
+    bool module;              /* -m: the script is a Python module */
+    bool no_python;           /* run the script itself, not python3 script */
+    bool run_path;            /* --run-path: python3 runs the script by path (as runpy) */
+    char *python_exec;        /* the interpreter of a script command (PYTHON_EXEC), or NULL */
+    double monitor_interval;  /* accepted; workers are watched by events, not polled */
+    dl_start_method_t start_method;
+    char *redirects;          /* torchrun's -r: 0-3, or LOCAL_RANK:N,... ("0": none) */
+    char *tee;                /* torchrun's -t, the same form */
+    char *local_ranks_filter; /* comma-separated local ranks shown on the console, or NULL */
+    char *signals;            /* --signals-to-handle, comma-separated signal names */
+    char *numa_binding;       /* accepted with a warning: not implemented */
+    char *logs_specs;         /* accepted, warned, ignored */
+    char *event_log_handler;  /* accepted, warned, ignored */
 
     char *spec_path; /* the YAML file, or NULL */
     char **command;  /* NULL-terminated argv, owned */
@@ -48,10 +99,11 @@ struct dl_job_spec_s {
     char **env; /* NULL-terminated "NAME=value" list from the spec's env:, owned */
     size_t env_len;
     /* The spec's train: section, for the bundled trainer: "key=value" (lists joined with ','),
-     * and beside each where it came from ("job.yaml:7:3"), both NULL-terminated and owned.
-     * Non-NULL (possibly empty) when the spec has a train: section. */
+     * and beside each where its value came from ("job.yaml:7:3") and where its key did, all
+     * NULL-terminated and owned. Non-NULL (possibly empty) when the spec has a train: section. */
     char **train;
     char **train_where;
+    char **train_key_where;
     size_t train_len;
 };
 
@@ -92,5 +144,25 @@ const char *dl_env_get(char *const *envp, const char *name);
 
 /* "N" or "MIN:MAX" with 1 <= MIN <= MAX. */
 int dl_parse_nodes(const char *s, int *ret_min, int *ret_max);
+
+/* torchrun's std spec (-r/--redirects, -t/--tee): "N" for every local rank, or
+ * "LOCAL_RANK:N,..." (unlisted ranks 0), N being 0 none, 1 stdout, 2 stderr, 3 both.
+ * Returns N for local_rank (0 for a NULL spec), or -EINVAL for a bad spec. */
+int dl_std_spec_for(const char *spec, int local_rank);
+
+/* Whether n is in a comma-separated list of whole numbers; a NULL list holds everything.
+ * A bad list is -EINVAL. */
+int dl_int_list_has(const char *list, int n);
+
+/* Calls cb for each signal named in a comma-separated list ("SIGTERM,SIGUSR1" or "TERM,USR1");
+ * returns 0, or -EINVAL naming the bad entry in bad (badlen bytes). */
+int dl_signal_list_each(const char *list, void (*cb)(void *ctx, int sig), void *ctx, char *bad,
+                        size_t badlen);
+
+/* Warns (through warn) about every DLAUNCH_* variable in envp that is no option and no variable
+ * the programs read, naming the closest option's variable when there is one. */
+void dl_config_unknown_vars(char *const *envp,
+                            void (*warn)(void *ctx, const char *var, const char *closest),
+                            void *ctx);
 
 #endif

@@ -1,6 +1,5 @@
-/* The option table and what reads it: the command line, DLAUNCH_* variables and --help.
- * The YAML loader (yaml.c) uses the same table and setters. */
-#include <ctype.h>
+/* The job spec's option table: every flag of dlaunch (and of torchrun, by its own names), its
+ * YAML key, its variables, its type, default and help. The engine (opt.c) does the rest. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -10,204 +9,432 @@
 #include "internal.h"
 
 #define OFF(field) offsetof(dl_job_spec_t, field)
+#define SPEC(obj) ((dl_job_spec_t *)(obj))
 
-const dl__option_t dl__options[] = {
-    {"nodes", NULL, 0, DL__OPT_NODES, OFF(nodes_min), 1, 1e6, "N|MIN:MAX",
-     "number of nodes, or an elastic range (default 1)", false},
-    {"gpus-per-node", "nproc-per-node", 0, DL__OPT_GPUS, OFF(gpus_per_node), 1, 4096, "N|auto",
-     "workers per node, one per GPU; auto = GPUs found, else 1 (default auto)", false},
-    {"max-restarts", NULL, 0, DL__OPT_INT, OFF(max_restarts), 0, 1e6, "N",
-     "restarts of the whole job after a worker fails (default 0)", false},
-    {"run-id", NULL, 0, DL__OPT_STRING, OFF(run_id), 0, 0, "ID",
-     "job name, shared by its nodes; names the log folder (default: made up)", false},
-    {"log-dir", NULL, 0, DL__OPT_STRING, OFF(log_dir), 0, 0, "DIR",
-     "where LOGDIR/RUN_ID/attempt_K/rank_N.{out,err} go (default dlaunch_logs)", false},
-    {"events", NULL, 0, DL__OPT_STRING, OFF(events), 0, 0, "FILE|-",
-     "write one JSON object per line for every state change", false},
-    {"stop-timeout", NULL, 0, DL__OPT_DOUBLE, OFF(stop_timeout), 0, 86400, "SEC",
-     "grace between SIGTERM and SIGKILL when stopping workers (default 10)", false},
-    {"health-timeout", NULL, 0, DL__OPT_DOUBLE, OFF(health_timeout), 0, 86400, "SEC",
+/* ---- Types of the job spec's own ------------------------------------------------------------ */
+
+static int parse_nodes(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
+{
+    int lo, hi, r = dl_parse_nodes(text, &lo, &hi);
+    if (r < 0) {
+        snprintf(why, whylen, "%s",
+                 r == -ERANGE ? "is out of range (want N or MIN:MAX, 1 <= MIN <= MAX)"
+                              : "is not N or MIN:MAX");
+        return -EINVAL;
+    }
+    SPEC(obj)->nodes_min = lo;
+    SPEC(obj)->nodes_max = hi;
+    return 0;
+}
+
+static int parse_count(const dl_opt_t *o, const char *text, int *ret)
+{
+    long v;
+    int r = dl_parse_int(text, (long)o->min, (long)o->max, &v);
+    if (r == 0)
+        *ret = (int)v;
+    return r;
+}
+
+/* --gpus-per-node N|auto: auto (the default) is one worker per GPU found, else one. */
+static int parse_gpus(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
+{
+    int n = DL_GPUS_DEFAULT;
+    if (strcmp(text, "auto") != 0 && parse_count(o, text, &n) < 0) {
+        snprintf(why, whylen, "is not a count (1 to 4096) or 'auto'");
+        return -EINVAL;
+    }
+    SPEC(obj)->gpus_per_node = n;
+    SPEC(obj)->gpus_from_nproc = false;
+    return 0;
+}
+
+/* torchrun's --nproc-per-node N|auto|cpu|gpu. */
+static int parse_nproc(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
+{
+    int n = 0;
+    if (strcmp(text, "auto") == 0)
+        n = DL_GPUS_AUTO;
+    else if (strcmp(text, "cpu") == 0)
+        n = DL_GPUS_CPU;
+    else if (strcmp(text, "gpu") == 0)
+        n = DL_GPUS_GPU;
+    else if (parse_count(o, text, &n) < 0) {
+        snprintf(why, whylen, "is not a count (1 to 4096), auto, cpu or gpu");
+        return -EINVAL;
+    }
+    SPEC(obj)->gpus_per_node = n;
+    SPEC(obj)->gpus_from_nproc = true;
+    return 0;
+}
+
+static int set_string(char **field, const char *text)
+{
+    char *copy = strdup(text);
+    if (copy == NULL)
+        return -ENOMEM;
+    free(*field);
+    *field = copy;
+    return 0;
+}
+
+/* The run id names log folders, goes in environment variables and on the wire. */
+static int parse_run_id(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
+{
+    size_t n = strlen(text);
+    if (n == 0) {
+        snprintf(why, whylen, "must not be empty");
+        return -EINVAL;
+    }
+    if (n > 128 ||
+        strspn(text, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") != n ||
+        strcmp(text, ".") == 0 || strcmp(text, "..") == 0) {
+        snprintf(why, whylen, "is not a run id (1 to 128 letters, digits, '.', '_', ':', '-'; "
+                              "not '.' or '..')");
+        return -EINVAL;
+    }
+    return set_string(&SPEC(obj)->run_id, text);
+}
+
+static int parse_std(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
+{
+    if (dl_std_spec_for(text, 0) < 0) {
+        snprintf(why, whylen, "is not 0-3 or LOCAL_RANK:N,... (N: 0 none, 1 stdout, 2 stderr, "
+                              "3 both)");
+        return -EINVAL;
+    }
+    return set_string((char **)((char *)obj + o->offset), text);
+}
+
+static int parse_rank_list(const dl_opt_t *o, void *obj, const char *text, char *why,
+                           size_t whylen)
+{
+    if (*text == '\0' || dl_int_list_has(text, 0) < 0) {
+        snprintf(why, whylen, "is not a comma-separated list of local ranks (0,3)");
+        return -EINVAL;
+    }
+    return set_string((char **)((char *)obj + o->offset), text);
+}
+
+static void no_signal(void *ctx, int sig)
+{
+    (void)ctx;
+    (void)sig;
+}
+
+static int parse_signals(const dl_opt_t *o, void *obj, const char *text, char *why,
+                         size_t whylen)
+{
+    char bad[64];
+    if (dl_signal_list_each(text, no_signal, NULL, bad, sizeof(bad)) < 0) {
+        snprintf(why, whylen, "names no signal in '%s' (a list like SIGTERM,SIGINT,SIGUSR1)", bad);
+        return -EINVAL;
+    }
+    return set_string((char **)((char *)obj + o->offset), text);
+}
+
+/* --rdzv-conf k=v,...: torchrun's keys, and etcd's. Each is set as it is read, so a flag given
+ * later (--join-timeout) still wins. */
+typedef enum { K_DOUBLE, K_BOOL, K_STRING } conf_kind_t;
+
+static const struct {
+    const char *key;
+    conf_kind_t kind;
+    size_t offset;
+} conf_keys[] = {
+    {"join_timeout", K_DOUBLE, OFF(join_timeout)},
+    {"timeout", K_DOUBLE, OFF(join_timeout)},
+    {"last_call_timeout", K_DOUBLE, OFF(last_call)},
+    {"close_timeout", K_DOUBLE, OFF(close_timeout)},
+    {"read_timeout", K_DOUBLE, OFF(read_timeout)},
+    {"is_host", K_BOOL, OFF(is_host)},
+    {"user", K_STRING, OFF(etcd_user)},
+    {"password_file", K_STRING, OFF(etcd_password_file)},
+    {"protocol", K_STRING, OFF(etcd_protocol)},
+    {"cacert", K_STRING, OFF(etcd_cacert)},
+    {"cert", K_STRING, OFF(etcd_cert)},
+    {"key", K_STRING, OFF(etcd_key)},
+    {"prefix", K_STRING, OFF(etcd_prefix)},
+};
+
+static int conf_pair(dl_job_spec_t *tmp, const char *k, const char *v, char *why, size_t whylen)
+{
+    for (size_t i = 0; i < sizeof(conf_keys) / sizeof(conf_keys[0]); i++) {
+        if (strcmp(conf_keys[i].key, k) != 0)
+            continue;
+        void *field = (char *)tmp + conf_keys[i].offset;
+        double d;
+        bool b;
+        switch (conf_keys[i].kind) {
+        case K_DOUBLE:
+            if (dl_parse_double(v, 0.001, 86400 * 7, &d) < 0) {
+                snprintf(why, whylen, "has %s=%s: want seconds (0.001 to 604800)", k, v);
+                return -EINVAL;
+            }
+            *(double *)field = d;
+            return 0;
+        case K_BOOL:
+            if (dl_opt_parse_bool(v, &b) < 0) {
+                snprintf(why, whylen, "has %s=%s: want %s", k, v, DL_OPT_BOOL_WORDS);
+                return -EINVAL;
+            }
+            *(int *)field = b ? 1 : 0;
+            return 0;
+        case K_STRING:
+            if (*v == '\0') {
+                snprintf(why, whylen, "has an empty %s", k);
+                return -EINVAL;
+            }
+            return set_string((char **)field, v) < 0 ? -ENOMEM : 0;
+        }
+    }
+    snprintf(why, whylen, "has an unknown key '%s' (known: join_timeout, last_call_timeout, "
+                          "close_timeout, timeout, read_timeout, is_host, user, password_file, "
+                          "protocol, cacert, cert, key, prefix)", k);
+    return -EINVAL;
+}
+
+static void conf_release(dl_job_spec_t *s)
+{
+    free(s->etcd_user);
+    free(s->etcd_password_file);
+    free(s->etcd_protocol);
+    free(s->etcd_cacert);
+    free(s->etcd_cert);
+    free(s->etcd_key);
+    free(s->etcd_prefix);
+}
+
+static int parse_rdzv_conf(const dl_opt_t *o, void *obj, const char *text, char *why,
+                           size_t whylen)
+{
+    dl_job_spec_t *spec = obj, tmp = *spec;
+    size_t n = strlen(text);
+    int r = 0;
+
+    /* The string fields are copied as they change, so a failure halfway leaves spec alone. */
+    tmp.etcd_user = tmp.etcd_password_file = tmp.etcd_protocol = tmp.etcd_cacert = NULL;
+    tmp.etcd_cert = tmp.etcd_key = tmp.etcd_prefix = NULL;
+    /* Quotes that a list of arguments carried through no shell ("'a=1,b=2'"). */
+    if (n >= 2 && (text[0] == '\'' || text[0] == '"') && text[n - 1] == text[0]) {
+        text++;
+        n -= 2;
+    }
+    char *buf = strndup(text, n), *save = NULL;
+    if (buf == NULL)
+        return -ENOMEM;
+    for (char *item = strtok_r(buf, ",", &save); item != NULL && r == 0;
+         item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        while (*item == ' ')
+            item++;
+        if (eq == NULL || eq == item) {
+            snprintf(why, whylen, "has '%s': want KEY=VALUE,...", item);
+            r = -EINVAL;
+            break;
+        }
+        *eq = '\0';
+        r = conf_pair(&tmp, item, eq + 1, why, whylen);
+    }
+    free(buf);
+    if (r < 0) {
+        conf_release(&tmp);
+        return r;
+    }
+    /* Keep the strings not set here. */
+#define TAKE(f)                                                                                   \
+    do {                                                                                          \
+        if (tmp.f != NULL) {                                                                      \
+            free(spec->f);                                                                        \
+            spec->f = tmp.f;                                                                      \
+        }                                                                                         \
+        tmp.f = spec->f;                                                                          \
+    } while (0)
+    TAKE(etcd_user);
+    TAKE(etcd_password_file);
+    TAKE(etcd_protocol);
+    TAKE(etcd_cacert);
+    TAKE(etcd_cert);
+    TAKE(etcd_key);
+    TAKE(etcd_prefix);
+#undef TAKE
+    if (set_string(&tmp.rdzv_conf, text) < 0)
+        return -ENOMEM;
+    free(spec->rdzv_conf);
+    *spec = tmp;
+    return 0;
+}
+
+static void release_string(const dl_opt_t *o, void *obj)
+{
+    char **field = (char **)((char *)obj + o->offset);
+    free(*field);
+    *field = NULL;
+}
+
+static void release_run_id(const dl_opt_t *o, void *obj)
+{
+    free(SPEC(obj)->run_id);
+    SPEC(obj)->run_id = NULL;
+}
+
+static void release_conf(const dl_opt_t *o, void *obj)
+{
+    conf_release(obj);
+    free(SPEC(obj)->rdzv_conf);
+    SPEC(obj)->rdzv_conf = NULL;
+    SPEC(obj)->etcd_user = SPEC(obj)->etcd_password_file = SPEC(obj)->etcd_protocol = NULL;
+    SPEC(obj)->etcd_cacert = SPEC(obj)->etcd_cert = SPEC(obj)->etcd_key = NULL;
+    SPEC(obj)->etcd_prefix = NULL;
+}
+
+static const dl_opt_type_t t_nodes = {"N or MIN:MAX", parse_nodes, NULL, false};
+static const dl_opt_type_t t_gpus = {"a count or auto", parse_gpus, NULL, false};
+static const dl_opt_type_t t_nproc = {"a count, auto, cpu or gpu", parse_nproc, NULL, false};
+static const dl_opt_type_t t_run_id = {"a run id", parse_run_id, release_run_id, false};
+static const dl_opt_type_t t_std = {"a std spec", parse_std, release_string, false};
+static const dl_opt_type_t t_ranks = {"a list of local ranks", parse_rank_list, release_string,
+                                      false};
+static const dl_opt_type_t t_signals = {"a list of signals", parse_signals, release_string, false};
+static const dl_opt_type_t t_conf = {"KEY=VALUE,...", parse_rdzv_conf, release_conf, false};
+
+static const char *const backends[] = {"c10d", "static", "etcd", "etcd-v2", NULL};
+static const char *const start_methods[] = {"spawn", "fork", "forkserver", NULL};
+
+/* ---- The table ------------------------------------------------------------------------------ */
+
+#define INT_OPT &dl_opt_int
+#define DBL &dl_opt_double
+#define STR &dl_opt_string
+#define BOOL &dl_opt_bool
+
+const dl_opt_t dl__options[] = {
+    /* What and how many. */
+    {"nodes", "nnodes", 0, &t_nodes, 0, 1, 1e6, NULL, "1", "N|MIN:MAX",
+     "number of nodes, or an elastic range (default 1)", DL_OPT_PET | DL_OPT_MARKS,
+     OFF(nodes_set)},
+    {"gpus-per-node", NULL, 0, &t_gpus, 0, 1, 4096, NULL, "auto", "N|auto",
+     "workers per node, one per GPU; auto = one per GPU found, else 1 (default auto)",
+     DL_OPT_MARKS, OFF(gpus_set)},
+    {"nproc-per-node", NULL, 0, &t_nproc, 0, 1, 4096, NULL, NULL, "N|auto|cpu|gpu",
+     "torchrun's count of workers per node: auto = GPUs found, else usable CPUs; cpu = usable "
+     "CPUs; gpu = GPUs found (an error if none)",
+     DL_OPT_PET | DL_OPT_MARKS, OFF(gpus_set)},
+    {"max-restarts", NULL, 0, INT_OPT, OFF(max_restarts), 0, 1e6, NULL, "0", "N",
+     "restarts of the whole job after a worker fails (default 0)", DL_OPT_PET, 0},
+    {"run-id", "rdzv-id", 0, &t_run_id, 0, 0, 0, NULL, NULL, "ID",
+     "job name, shared by its nodes; names the log folder (default: made up)", DL_OPT_PET, 0},
+    {"log-dir", NULL, 0, STR, OFF(log_dir), 0, 0, NULL, NULL, "DIR",
+     "where LOGDIR/RUN_ID/attempt_K/rank_N.{out,err} go (default dlaunch_logs)", DL_OPT_PET, 0},
+    {"events", NULL, 0, STR, OFF(events), 0, 0, NULL, NULL, "FILE|-",
+     "write one JSON object per line for every state change", 0, 0},
+    {"stop-timeout", "shutdown-timeout", 0, DBL, OFF(stop_timeout), 0, 86400, NULL, "10", "SEC",
+     "grace between SIGTERM and SIGKILL when stopping workers (default 10)", 0, 0},
+    {"health-timeout", NULL, 0, DBL, OFF(health_timeout), 0, 86400, NULL, "0", "SEC",
      "a worker that beat on DLAUNCH_HEALTH_FD and then fell silent this long is hung: it is "
-     "killed and the job restarts (default 0: off)", false},
-    {"dry-run", NULL, 0, DL__OPT_BOOL, OFF(dry_run), 0, 0, NULL,
-     "print the plan (ranks, environment, commands) and exit", false},
-    {"quiet", NULL, 'q', DL__OPT_BOOL, OFF(quiet), 0, 0, NULL,
-     "do not echo worker output (it still goes to the log files)", false},
-    {"verbose", NULL, 'v', DL__OPT_BOOL, OFF(verbose), 0, 0, NULL,
-     "report every worker start and exit on stderr", false},
-    {"rdzv-endpoint", NULL, 0, DL__OPT_STRING, OFF(rdzv_endpoint), 0, 0, "HOST:PORT",
-     "the rendezvous of a job over several nodes; the agent that can bind it hosts it", false},
-    {"node-rank", NULL, 0, DL__OPT_INT, OFF(node_rank), 0, 1e6, "N",
-     "this node's rank (default: the rendezvous decides; 0 hosts the rendezvous)", false},
-    {"join-timeout", NULL, 0, DL__OPT_DOUBLE, OFF(join_timeout), 0.1, 86400, "SEC",
-     "give up (exit 3) when the nodes have not gathered by then (default 600)", false},
-    {"last-call", NULL, 0, DL__OPT_DOUBLE, OFF(last_call), 0, 86400, "SEC",
-     "with --nodes MIN:MAX, wait this long for more nodes once MIN joined (default 5)", false},
-    {"heartbeat", NULL, 0, DL__OPT_DOUBLE, OFF(heartbeat), 0.01, 3600, "SEC",
-     "seconds between heartbeats to the rendezvous (default 1)", false},
-    {"dead-after", NULL, 0, DL__OPT_DOUBLE, OFF(dead_after), 0.05, 86400, "SEC",
-     "a node silent this long is dead and the job restarts without it (default 5)", false},
-    {"token-file", NULL, 0, DL__OPT_STRING, OFF(token_file), 0, 0, "FILE",
-     "the job token (mode 0600) proving agents and workers belong to the job", false},
+     "killed and the job restarts (default 0: off)", 0, 0},
+    {"dry-run", NULL, 0, BOOL, OFF(dry_run), 0, 0, NULL, NULL, NULL,
+     "print the plan (ranks, environment, commands) and exit", DL_OPT_FLAG, 0},
+    {"quiet", NULL, 'q', BOOL, OFF(quiet), 0, 0, NULL, NULL, NULL,
+     "do not echo worker output (it still goes to the log files)", DL_OPT_FLAG, 0},
+    {"verbose", NULL, 'v', BOOL, OFF(verbose), 0, 0, NULL, NULL, NULL,
+     "report every worker start and exit on stderr", DL_OPT_FLAG, 0},
+
+    /* The rendezvous. */
+    {"rdzv-backend", NULL, 0, &dl_opt_enum, OFF(rdzv_backend), 0, 0, backends, "c10d",
+     "c10d|static|etcd",
+     "c10d: our rendezvous at --rdzv-endpoint; static: --master-addr/--master-port with a fixed "
+     "--node-rank; etcd: an etcd v3 cluster (default c10d)", DL_OPT_PET, 0},
+    {"rdzv-endpoint", NULL, 0, STR, OFF(rdzv_endpoint), 0, 0, NULL, NULL, "HOST:PORT",
+     "the rendezvous of a job over several nodes; the agent that can bind it hosts it",
+     DL_OPT_PET, 0},
+    {"rdzv-conf", NULL, 0, &t_conf, 0, 0, 0, NULL, NULL, "K=V,...",
+     "rendezvous settings: join_timeout, last_call_timeout, close_timeout, timeout, "
+     "read_timeout, is_host; for etcd also user, password_file, protocol, cacert, cert, key, "
+     "prefix", DL_OPT_PET, 0},
+    {"standalone", NULL, 0, BOOL, OFF(standalone), 0, 0, NULL, NULL, NULL,
+     "one node with a rendezvous of its own on a free port (the rdzv options are ignored)",
+     DL_OPT_FLAG | DL_OPT_PET, 0},
+    {"node-rank", NULL, 0, INT_OPT, OFF(node_rank), 0, 1e6, NULL, NULL, "N",
+     "this node's rank (default: the rendezvous decides; 0 hosts the rendezvous)", DL_OPT_PET,
+     0},
+    {"master-addr", NULL, 0, STR, OFF(master_addr), 0, 0, NULL, NULL, "ADDR",
+     "static backend: node 0's address (default 127.0.0.1)", DL_OPT_PET, 0},
+    {"master-port", NULL, 0, INT_OPT, OFF(master_port), 1, 65535, NULL, NULL, "PORT",
+     "static backend: node 0's port; one node: the workers' MASTER_PORT (default: a free one)",
+     DL_OPT_PET, 0},
+    {"local-addr", NULL, 0, STR, OFF(local_addr), 0, 0, NULL, NULL, "ADDR",
+     "the address this node gives the others (default: the one its rendezvous connection "
+     "leaves from)", DL_OPT_PET, 0},
+    {"join-timeout", NULL, 0, DBL, OFF(join_timeout), 0.1, 86400, NULL, "600", "SEC",
+     "give up (exit 3) when the nodes have not gathered by then (default 600)", 0, 0},
+    {"last-call", NULL, 0, DBL, OFF(last_call), 0, 86400, NULL, "5", "SEC",
+     "with --nodes MIN:MAX, wait this long for more nodes once MIN joined (default 5)", 0, 0},
+    {"heartbeat", NULL, 0, DBL, OFF(heartbeat), 0.01, 3600, NULL, "1", "SEC",
+     "seconds between heartbeats to the rendezvous (default 1)", 0, 0},
+    {"dead-after", NULL, 0, DBL, OFF(dead_after), 0.05, 86400, NULL, "5", "SEC",
+     "a node silent this long is dead and the job restarts without it (default 5)", 0, 0},
+    {"token-file", NULL, 0, STR, OFF(token_file), 0, 0, NULL, NULL, "FILE",
+     "the job token (mode 0600) proving agents and workers belong to the job", 0, 0},
+
+    /* What runs, as torchrun says it. */
+    {"role", NULL, 0, STR, OFF(role), 0, 0, NULL, "default", "NAME",
+     "the workers' ROLE_NAME (default 'default')", DL_OPT_PET, 0},
+    {"module", NULL, 'm', BOOL, OFF(module), 0, 0, NULL, NULL, NULL,
+     "the script is a Python module: python3 -u -m SCRIPT", DL_OPT_FLAG | DL_OPT_PET, 0},
+    {"no-python", NULL, 0, BOOL, OFF(no_python), 0, 0, NULL, NULL, NULL,
+     "run the script as a program, not through python3", DL_OPT_FLAG | DL_OPT_PET, 0},
+    {"run-path", NULL, 0, BOOL, OFF(run_path), 0, 0, NULL, NULL, NULL,
+     "run the script by its path with python3 (wins over --no-python)",
+     DL_OPT_FLAG | DL_OPT_PET, 0},
+    {"redirects", NULL, 'r', &t_std, OFF(redirects), 0, 0, NULL, NULL, "0-3|R:N,...",
+     "streams kept from the console (1 stdout, 2 stderr, 3 both; per local rank as 0:1,1:2); "
+     "the log files keep everything", DL_OPT_PET, 0},
+    {"tee", NULL, 't', &t_std, OFF(tee), 0, 0, NULL, NULL, "0-3|R:N,...",
+     "streams shown on the console even when redirected (same form)", DL_OPT_PET, 0},
+    {"local-ranks-filter", NULL, 0, &t_ranks, OFF(local_ranks_filter), 0, 0, NULL, NULL,
+     "R,...", "show only these local ranks on the console (the log files keep every rank)",
+     DL_OPT_PET, 0},
+    {"signals-to-handle", NULL, 0, &t_signals, OFF(signals), 0, 0, NULL,
+     "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "SIG,...",
+     "signals forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)", DL_OPT_PET, 0},
+    {"monitor-interval", NULL, 0, DBL, OFF(monitor_interval), 0, 86400, NULL, "0.1", "SEC",
+     "accepted for torchrun's sake: workers are watched by events, not polled", DL_OPT_PET, 0},
+    {"start-method", NULL, 0, &dl_opt_enum, OFF(start_method), 0, 0, start_methods, "spawn",
+     "spawn|fork|forkserver",
+     "accepted for torchrun's sake: workers are always new processes (fork and exec)",
+     DL_OPT_PET, 0},
+    {"numa-binding", NULL, 0, STR, OFF(numa_binding), 0, 0, NULL, NULL, "MODE",
+     "accepted with a warning: NUMA binding is not implemented yet", DL_OPT_PET | DL_OPT_IGNORED,
+     0},
+    {"logs-specs", NULL, 0, STR, OFF(logs_specs), 0, 0, NULL, NULL, "NAME",
+     "accepted and ignored, with a warning (torchrun's logging plug-ins)",
+     DL_OPT_PET | DL_OPT_IGNORED, 0},
+    {"event-log-handler", NULL, 0, STR, OFF(event_log_handler), 0, 0, NULL, NULL, "NAME",
+     "accepted and ignored, with a warning (see --events for ours)",
+     DL_OPT_PET | DL_OPT_IGNORED, 0},
 };
 const size_t dl__options_count = sizeof(dl__options) / sizeof(dl__options[0]);
 
-void dl__option_key(const dl__option_t *opt, char *buf, size_t len)
+/* DLAUNCH_* variables that are no options here but are read by dlaunch, its workers, the
+ * trainer (DLAUNCH_TRAIN_*, its own table) and the collective library. */
+static const char *const other_vars[] = {
+    "DLAUNCH_TOKEN", "DLAUNCH_TOKEN_FILE", "DLAUNCH_NO_SLURM", "DLAUNCH_STORE",
+    "DLAUNCH_HEALTH_FD", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_VERBOSE", "DLAUNCH_TRAIN_*",
+    "DLAUNCH_COLL_*", "DLAUNCH_SOCKET_IFNAME", "DLAUNCH_CONTROL_FD", NULL,
+};
+
+const dl_opt_table_t dl__job_table = {dl__options, sizeof(dl__options) / sizeof(dl__options[0]),
+                                      "DLAUNCH_", other_vars};
+
+void dl_config_unknown_vars(char *const *envp,
+                            void (*warn)(void *ctx, const char *var, const char *closest),
+                            void *ctx)
 {
-    size_t i;
-    for (i = 0; opt->name[i] != '\0' && i + 1 < len; i++)
-        buf[i] = opt->name[i] == '-' ? '_' : opt->name[i];
-    buf[i] = '\0';
+    dl_opt_unknown_vars(&dl__job_table, envp, warn, ctx);
 }
 
-void dl__option_env_name(const dl__option_t *opt, char *buf, size_t len)
-{
-    int n = snprintf(buf, len, "DLAUNCH_");
-    size_t i;
-    for (i = 0; opt->name[i] != '\0' && (size_t)n + i + 1 < len; i++)
-        buf[n + i] = opt->name[i] == '-' ? '_' : (char)toupper((unsigned char)opt->name[i]);
-    buf[n + i] = '\0';
-}
-
-const dl__option_t *dl__option_by_key(const char *key)
-{
-    char buf[64];
-    for (size_t i = 0; i < dl__options_count; i++) {
-        dl__option_key(&dl__options[i], buf, sizeof(buf));
-        if (strcmp(buf, key) == 0)
-            return &dl__options[i];
-    }
-    return NULL;
-}
-
-static const dl__option_t *option_by_flag(const char *name, size_t len)
-{
-    for (size_t i = 0; i < dl__options_count; i++) {
-        const dl__option_t *o = &dl__options[i];
-        if (strlen(o->name) == len && strncmp(o->name, name, len) == 0)
-            return o;
-        if (o->alias != NULL && strlen(o->alias) == len && strncmp(o->alias, name, len) == 0)
-            return o;
-    }
-    return NULL;
-}
-
-static const dl__option_t *option_by_short(char c)
-{
-    for (size_t i = 0; i < dl__options_count; i++)
-        if (dl__options[i].short_name == c)
-            return &dl__options[i];
-    return NULL;
-}
-
-static int parse_bool(const char *s, bool *ret)
-{
-    static const char *yes[] = {"1", "true", "yes", "on"};
-    static const char *no[] = {"0", "false", "no", "off"};
-    for (size_t i = 0; i < 4; i++) {
-        if (strcmp(s, yes[i]) == 0) {
-            *ret = true;
-            return 0;
-        }
-        if (strcmp(s, no[i]) == 0) {
-            *ret = false;
-            return 0;
-        }
-    }
-    return -EINVAL;
-}
-
-static int range_error(const dl__option_t *opt, const char *text, const char *where, char *err,
-                       size_t errlen, int r)
-{
-    if (r == -ERANGE && opt->kind == DL__OPT_NODES)
-        snprintf(err, errlen, "%s: '%s' is out of range (want N or MIN:MAX, 1 <= MIN <= MAX)",
-                 where, text);
-    else if (r == -ERANGE)
-        snprintf(err, errlen, "%s: '%s' is out of range (%g to %g)", where, text, opt->min,
-                 opt->max);
-    else
-        snprintf(err, errlen, "%s: '%s' is not %s", where, text,
-                 opt->kind == DL__OPT_DOUBLE  ? "a number"
-                 : opt->kind == DL__OPT_NODES ? "N or MIN:MAX"
-                 : opt->kind == DL__OPT_GPUS  ? "a whole number or 'auto'"
-                 : opt->kind == DL__OPT_BOOL  ? "a boolean (true or false)"
-                                              : "a whole number");
-    return -EINVAL;
-}
-
-int dl__option_set(dl_job_spec_t *spec, const dl__option_t *opt, const char *text,
-                   const char *where, char *err, size_t errlen)
-{
-    char *field = (char *)spec + opt->offset;
-    long l;
-    double d;
-    bool b;
-    int r;
-
-    switch (opt->kind) {
-    case DL__OPT_INT:
-        r = dl_parse_int(text, (long)opt->min, (long)opt->max, &l);
-        if (r < 0)
-            return range_error(opt, text, where, err, errlen, r);
-        *(int *)field = (int)l;
-        return 0;
-    case DL__OPT_DOUBLE:
-        r = dl_parse_double(text, opt->min, opt->max, &d);
-        if (r < 0)
-            return range_error(opt, text, where, err, errlen, r);
-        *(double *)field = d;
-        return 0;
-    case DL__OPT_BOOL:
-        r = parse_bool(text, &b);
-        if (r < 0)
-            return range_error(opt, text, where, err, errlen, r);
-        *(bool *)field = b;
-        return 0;
-    case DL__OPT_NODES:
-        r = dl_parse_nodes(text, &spec->nodes_min, &spec->nodes_max);
-        if (r < 0)
-            return range_error(opt, text, where, err, errlen, r);
-        spec->nodes_set = true;
-        return 0;
-    case DL__OPT_GPUS:
-        spec->gpus_set = true;
-        if (strcmp(text, "auto") == 0) {
-            *(int *)field = DL_GPUS_AUTO;
-            return 0;
-        }
-        r = dl_parse_int(text, (long)opt->min, (long)opt->max, &l);
-        if (r < 0)
-            return range_error(opt, text, where, err, errlen, r);
-        *(int *)field = (int)l;
-        return 0;
-    case DL__OPT_STRING: {
-        if (*text == '\0') {
-            snprintf(err, errlen, "%s: must not be empty", where);
-            return -EINVAL;
-        }
-        /* The run id names log folders, goes in environment variables and on the wire. */
-        if (opt->offset == OFF(run_id) &&
-            (strlen(text) > 128 ||
-             strspn(text, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") !=
-                 strlen(text))) {
-            snprintf(err, errlen,
-                     "%s: '%s' is not a run id (at most 128 letters, digits, '.', '_', ':', '-')",
-                     where, text);
-            return -EINVAL;
-        }
-        char *copy = strdup(text);
-        if (copy == NULL) {
-            snprintf(err, errlen, "%s: out of memory", where);
-            return -ENOMEM;
-        }
-        free(*(char **)field);
-        *(char **)field = copy;
-        return 0;
-    }
-    }
-    return -EINVAL;
-}
+/* ---- The spec ------------------------------------------------------------------------------- */
 
 void dl__strv_free(char **v)
 {
@@ -220,236 +447,30 @@ void dl__strv_free(char **v)
 
 void dl_job_spec_init(dl_job_spec_t *spec)
 {
+    char err[DL_CONFIG_ERRLEN];
+
     memset(spec, 0, sizeof(*spec));
-    spec->nodes_min = 1;
-    spec->nodes_max = 1;
-    spec->gpus_per_node = DL_GPUS_AUTO;
-    spec->max_restarts = 0;
-    spec->stop_timeout = 10.0;
     spec->node_rank = -1;
-    spec->join_timeout = 600.0;
-    spec->last_call = 5.0;
-    spec->heartbeat = 1.0;
-    spec->dead_after = 5.0;
+    spec->master_port = -1;
+    spec->is_host = -1;
+    spec->read_timeout = 60.0;
+    spec->close_timeout = 30.0;
+    /* The table's defaults are its own; a failure here is a bug in the table. */
+    if (dl_opt_defaults(&dl__job_table, spec, err, sizeof(err)) < 0)
+        abort();
 }
 
 void dl_job_spec_free(dl_job_spec_t *spec)
 {
     if (spec == NULL)
         return;
-    free(spec->run_id);
-    free(spec->log_dir);
-    free(spec->events);
-    free(spec->rdzv_endpoint);
-    free(spec->token_file);
+    dl_opt_release(&dl__job_table, spec);
     free(spec->spec_path);
+    free(spec->python_exec);
     dl__strv_free(spec->command);
     dl__strv_free(spec->env);
     dl__strv_free(spec->train);
     dl__strv_free(spec->train_where);
+    dl__strv_free(spec->train_key_where);
     dl_job_spec_init(spec);
-}
-
-static int apply_environment(dl_job_spec_t *spec, char **environ_list, char *err, size_t errlen)
-{
-    char name[64];
-    for (size_t i = 0; i < dl__options_count; i++) {
-        const dl__option_t *o = &dl__options[i];
-        dl__option_env_name(o, name, sizeof(name));
-        const char *v = dl_env_get(environ_list, name);
-        /* An empty variable is how scripts unset a setting, so it counts as absent. */
-        if (v == NULL || *v == '\0')
-            continue;
-        int r = dl__option_set(spec, o, v, name, err, errlen);
-        if (r < 0)
-            return r;
-    }
-    return 0;
-}
-
-typedef struct {
-    const dl__option_t *opt;
-    const char *value;
-    char where[80];
-} pending_flag_t;
-
-static int copy_command(dl_job_spec_t *spec, int argc, char **argv, char *err, size_t errlen)
-{
-    char **v = calloc((size_t)argc + 1, sizeof(char *));
-    if (v == NULL)
-        goto nomem;
-    for (int i = 0; i < argc; i++) {
-        v[i] = strdup(argv[i]);
-        if (v[i] == NULL) {
-            dl__strv_free(v);
-            goto nomem;
-        }
-    }
-    dl__strv_free(spec->command);
-    spec->command = v;
-    spec->command_len = (size_t)argc;
-    return 0;
-nomem:
-    snprintf(err, errlen, "out of memory");
-    return -ENOMEM;
-}
-
-int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_list,
-                   dl_config_action_t *ret_action, char *err, size_t errlen)
-{
-    pending_flag_t *flags = calloc((size_t)argc + 1, sizeof(*flags));
-    size_t nflags = 0;
-    const char *yaml_path = NULL;
-    int command_at = -1;
-    int r = -EINVAL;
-
-    if (flags == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
-    *ret_action = DL_CONFIG_RUN;
-
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const dl__option_t *o;
-        const char *value = NULL;
-
-        if (strcmp(a, "--") == 0) {
-            command_at = i + 1;
-            break;
-        }
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            *ret_action = DL_CONFIG_HELP;
-            free(flags);
-            return 0;
-        }
-        if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
-            *ret_action = DL_CONFIG_VERSION;
-            free(flags);
-            return 0;
-        }
-        if (a[0] != '-' || a[1] == '\0') {
-            if (yaml_path != NULL) {
-                snprintf(err, errlen,
-                         "unexpected argument '%s' (one JOB.yaml at most; put a command after --)",
-                         a);
-                goto out;
-            }
-            yaml_path = a;
-            continue;
-        }
-        if (a[1] != '-') {
-            o = a[2] == '\0' ? option_by_short(a[1]) : NULL;
-            if (o == NULL || o->kind != DL__OPT_BOOL) {
-                snprintf(err, errlen, "unknown option '%s' (see --help)", a);
-                goto out;
-            }
-        } else {
-            const char *eq = strchr(a + 2, '=');
-            size_t len = eq != NULL ? (size_t)(eq - (a + 2)) : strlen(a + 2);
-            o = option_by_flag(a + 2, len);
-            if (o == NULL) {
-                snprintf(err, errlen, "unknown option '%.*s' (see --help)", (int)len + 2, a);
-                goto out;
-            }
-            if (eq != NULL) {
-                if (o->kind == DL__OPT_BOOL) {
-                    snprintf(err, errlen, "option '--%s' takes no value", o->name);
-                    goto out;
-                }
-                value = eq + 1;
-            }
-        }
-        if (o->kind == DL__OPT_BOOL) {
-            value = "true";
-        } else if (value == NULL) {
-            if (i + 1 >= argc) {
-                snprintf(err, errlen, "option '%s' needs a value (%s)", a, o->metavar);
-                goto out;
-            }
-            value = argv[++i];
-        }
-        flags[nflags].opt = o;
-        flags[nflags].value = value;
-        snprintf(flags[nflags].where, sizeof(flags[nflags].where), "%s", a);
-        char *eqw = strchr(flags[nflags].where, '=');
-        if (eqw != NULL)
-            *eqw = '\0';
-        nflags++;
-    }
-
-    if (yaml_path != NULL) {
-        r = dl_config_load_yaml(spec, yaml_path, err, errlen);
-        if (r < 0)
-            goto out;
-    }
-    r = apply_environment(spec, environ_list, err, errlen);
-    if (r < 0)
-        goto out;
-    for (size_t i = 0; i < nflags; i++) {
-        r = dl__option_set(spec, flags[i].opt, flags[i].value, flags[i].where, err, errlen);
-        if (r < 0)
-            goto out;
-    }
-    if (command_at >= 0) {
-        if (command_at >= argc) {
-            snprintf(err, errlen, "nothing after '--': give the command to run");
-            r = -EINVAL;
-            goto out;
-        }
-        r = copy_command(spec, argc - command_at, argv + command_at, err, errlen);
-        if (r < 0)
-            goto out;
-    }
-    if (spec->command == NULL && spec->train == NULL) {
-        if (yaml_path != NULL)
-            snprintf(err, errlen, "%s: no 'command:' or 'train:' in the job spec, and no command "
-                                  "after '--'",
-                     yaml_path);
-        else
-            snprintf(err, errlen, "nothing to run: give JOB.yaml or -- COMMAND [ARGS...]");
-        r = -EINVAL;
-        goto out;
-    }
-    r = 0;
-out:
-    free(flags);
-    return r;
-}
-
-void dl_config_print_help(void *stream, const char *progname)
-{
-    FILE *f = stream;
-    char env[64];
-
-    fprintf(f,
-            "Usage: %s [OPTIONS] JOB.yaml\n"
-            "       %s [OPTIONS] -- COMMAND [ARGS...]\n"
-            "       dlaunch status|stop|restart|events [--json] [--endpoint HOST:PORT] RUN_ID\n"
-            "       dlaunch kv get|set|add|wait|del|cas KEY [VALUE...]   (inside a worker)\n\n"
-            "Starts one worker per GPU slot with torchrun's environment, restarts the job\n"
-            "when a worker fails, and keeps every rank's output.\n\n"
-            "Options (each also settable as a YAML key with '_' for '-', or DLAUNCH_<NAME>;\n"
-            "a flag wins over the environment, which wins over the YAML file):\n",
-            progname, progname);
-    for (size_t i = 0; i < dl__options_count; i++) {
-        const dl__option_t *o = &dl__options[i];
-        char lhs[64];
-        int n = 0;
-        if (o->short_name != 0)
-            n = snprintf(lhs, sizeof(lhs), "-%c, ", o->short_name);
-        n += snprintf(lhs + n, sizeof(lhs) - (size_t)n, "--%s", o->name);
-        if (o->metavar != NULL)
-            snprintf(lhs + n, sizeof(lhs) - (size_t)n, " %s", o->metavar);
-        dl__option_env_name(o, env, sizeof(env));
-        fprintf(f, "  %-28s %s\n", lhs, o->help);
-        if (o->alias != NULL)
-            fprintf(f, "  %-28s   alias --%s; env %s\n", "", o->alias, env);
-        else
-            fprintf(f, "  %-28s   env %s\n", "", env);
-    }
-    fprintf(f, "  %-28s %s\n  %-28s %s\n", "-h, --help", "show this help and exit",
-            "-V, --version", "print the version and exit");
-    fprintf(f, "\nExit codes: 0 success, 1 workers failed, 2 usage or job-spec error,\n"
-               "3 rendezvous timeout, 4 auth or protocol error, 128+n killed by signal n.\n");
 }

@@ -169,10 +169,12 @@ static int load_train(loader_t *ld, const yaml_node_t *val)
         return fail_at(ld, val, "train: expected a mapping of settings, got %s", kind_name(val));
     size_t n = (size_t)(val->data.mapping.pairs.top - val->data.mapping.pairs.start);
     char **kv = calloc(n + 1, sizeof(char *)), **where = calloc(n + 1, sizeof(char *));
+    char **key_where = calloc(n + 1, sizeof(char *));
     int r = 0;
-    if (kv == NULL || where == NULL) {
+    if (kv == NULL || where == NULL || key_where == NULL) {
         free(kv);
         free(where);
+        free(key_where);
         return fail_at(ld, val, "train: out of memory");
     }
     for (size_t i = 0; i < n && r == 0; i++) {
@@ -187,38 +189,56 @@ static int load_train(loader_t *ld, const yaml_node_t *val)
         r = train_value(ld, scalar(k), x, &value);
         if (r == 0 && (asprintf(&kv[i], "%s=%s", scalar(k), value) < 0 ||
                        asprintf(&where[i], "%s:%zu:%zu", ld->name, x->start_mark.line + 1,
-                                x->start_mark.column + 1) < 0))
+                                x->start_mark.column + 1) < 0 ||
+                       asprintf(&key_where[i], "%s:%zu:%zu", ld->name, k->start_mark.line + 1,
+                                k->start_mark.column + 1) < 0))
             r = fail_at(ld, val, "train: out of memory");
         free(value);
     }
     if (r < 0) {
         dl__strv_free(kv);
         dl__strv_free(where);
+        dl__strv_free(key_where);
         return r;
     }
     dl__strv_free(ld->spec->train);
     dl__strv_free(ld->spec->train_where);
+    dl__strv_free(ld->spec->train_key_where);
     ld->spec->train = kv;
     ld->spec->train_where = where;
+    ld->spec->train_key_where = key_where;
     ld->spec->train_len = n;
     return 0;
 }
 
-static int load_option(loader_t *ld, const dl__option_t *opt, const char *key,
+static int load_option(loader_t *ld, const dl_opt_t *opt, const char *key,
                        const yaml_node_t *val)
 {
     char where[DL_CONFIG_ERRLEN];
+
     if (val->type != YAML_SCALAR_NODE)
         return fail_at(ld, val, "%s: expected a single value, got %s", key, kind_name(val));
     /* A quoted "3" is a string in YAML; accepting it for a number would hide typos in tools
      * that generate specs, so numbers and booleans must be plain. */
-    if (opt->kind != DL__OPT_STRING && val->data.scalar.style != YAML_PLAIN_SCALAR_STYLE &&
-        !(opt->kind == DL__OPT_GPUS || opt->kind == DL__OPT_NODES))
-        return fail_at(ld, val, "%s: expected %s, got a quoted string", key,
-                       opt->kind == DL__OPT_BOOL ? "true or false" : "a number");
+    if (opt->type->plain && val->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return fail_at(ld, val, "%s: expected %s, got a quoted string", key, opt->type->expect);
     snprintf(where, sizeof(where), "%s:%zu:%zu: %s", ld->name, val->start_mark.line + 1,
              val->start_mark.column + 1, key);
-    return dl__option_set(ld->spec, opt, scalar(val), where, ld->err, ld->errlen);
+    int r = dl_opt_set(opt, ld->spec, scalar(val), where, ld->err, ld->errlen);
+    return r == -ERANGE ? -EINVAL : r;
+}
+
+static int unknown_key(loader_t *ld, const yaml_node_t *k)
+{
+    const dl_opt_t *c = dl_opt_closest(&dl__job_table, scalar(k), true);
+    char key[128];
+
+    if (strchr(scalar(k), '-') != NULL)
+        return fail_at(ld, k, "unknown key '%s' (keys use '_', not '-')", scalar(k));
+    if (c == NULL)
+        return fail_at(ld, k, "unknown key '%s'", scalar(k));
+    dl_opt_key(c, key, sizeof(key));
+    return fail_at(ld, k, "unknown key '%s' (did you mean '%s'?)", scalar(k), key);
 }
 
 static int load_root(loader_t *ld, yaml_node_t *root)
@@ -231,7 +251,7 @@ static int load_root(loader_t *ld, yaml_node_t *root)
     for (yaml_node_pair_t *p = start; p < top; p++) {
         yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
         yaml_node_t *v = yaml_document_get_node(ld->doc, p->value);
-        const dl__option_t *opt;
+        const dl_opt_t *opt;
         int r;
 
         if (k->type != YAML_SCALAR_NODE)
@@ -247,11 +267,10 @@ static int load_root(loader_t *ld, yaml_node_t *root)
             r = load_env(ld, v);
         else if (strcmp(scalar(k), "train") == 0)
             r = load_train(ld, v);
-        else if ((opt = dl__option_by_key(scalar(k))) != NULL)
+        else if ((opt = dl_opt_by_key(&dl__job_table, scalar(k))) != NULL)
             r = load_option(ld, opt, scalar(k), v);
         else
-            r = fail_at(ld, k, "unknown key '%s'%s", scalar(k),
-                        strchr(scalar(k), '-') != NULL ? " (keys use '_', not '-')" : "");
+            r = unknown_key(ld, k);
         if (r < 0)
             return r;
     }

@@ -22,6 +22,8 @@ static volatile sig_atomic_t stop_signal;
 typedef struct {
     long rank;
     uint64_t fail_at_step; /* 0: never */
+    FILE *checksums;       /* where crc_line writes; NULL: stdout */
+    bool prefix;           /* own prefix on each line: not under dlaunch, which adds its own */
 } prog_t;
 
 static void on_signal(int sig)
@@ -35,7 +37,7 @@ static int should_stop(void *ud, uint64_t step)
 
     /* A crash on purpose, for restart tests: no stop vote, no checkpoint, no goodbye. */
     if (p->fail_at_step > 0 && step == p->fail_at_step) {
-        printf("[train rank=%ld] fail_at_step: killing myself after step %llu\n", p->rank,
+        printf("%sfail_at_step: killing myself after step %llu\n", p->prefix ? "[train] " : "",
                (unsigned long long)step);
         raise(SIGKILL);
     }
@@ -44,32 +46,54 @@ static int should_stop(void *ud, uint64_t step)
 
 static void log_line(void *ud, const char *line)
 {
-    (void)ud;
-    printf("[train rank=0] %s\n", line);
+    const prog_t *p = ud;
+    printf("%s%s\n", p->prefix ? "[train rank=0] " : "", line);
 }
 
-/* Every rank prints this line at each checkpoint and at the end: equal CRCs at the same step
- * mean the replicas are bitwise equal. */
+/* Every rank reports this line at each checkpoint and at the end: equal CRCs at the same step
+ * mean the replicas are bitwise equal. Under dlaunch they go to rank_N.checksums in the attempt's
+ * log folder, beside rank_N.out, unless dlaunch is --verbose: a line per rank per checkpoint is
+ * noise on a console. */
 static void crc_line(void *ud, uint64_t step, uint32_t crc, const char *path)
 {
-    const prog_t *p = ud;
+    prog_t *p = ud;
+    FILE *f = p->checksums != NULL ? p->checksums : stdout;
 
-    printf("[train rank=%ld] step %llu params_crc32 %08x%s%s\n", p->rank, (unsigned long long)step,
-           crc, path != NULL ? " checkpoint " : "", path != NULL ? path : "");
+    fprintf(f, "step %llu params_crc32 %08x%s%s\n", (unsigned long long)step, crc,
+            path != NULL ? " checkpoint " : "", path != NULL ? path : "");
+    fflush(f);
+}
+
+static int open_checksums(prog_t *p)
+{
+    const char *dir = getenv("DLAUNCH_ATTEMPT_DIR"), *verbose = getenv("DLAUNCH_VERBOSE");
+    char path[4096];
+
+    if (dir == NULL || *dir == '\0' || (verbose != NULL && strcmp(verbose, "1") == 0))
+        return 0;
+    snprintf(path, sizeof(path), "%s/rank_%ld.checksums", dir, p->rank);
+    p->checksums = fopen(path, "ae");
+    if (p->checksums == NULL) {
+        fprintf(stderr, "[train rank=%ld] %s: %s\n", p->rank, path, strerror(errno));
+        return -errno;
+    }
+    return 0;
 }
 
 static void usage(FILE *f, const char *prog)
 {
-    const char *key, *def, *help;
-
     fprintf(f,
             "Usage: %s [--set KEY=VALUE]...\n"
             "Trains an MLP on Fashion-MNIST with data parallelism (RANK, WORLD_SIZE).\n"
             "Each KEY can also come from the variable DLAUNCH_TRAIN_<KEY>; --set wins.\n\n"
             "Keys:\n",
             prog);
-    for (size_t i = 0; dl_train_config_key(i, &key, &def, &help); i++)
-        fprintf(f, "  %-18s %s%s%s%s\n", key, help, def[0] ? " [" : "", def, def[0] ? "]" : "");
+    for (size_t i = 0; i < dl_train_settings.n; i++) {
+        const dl_opt_t *o = &dl_train_settings.opts[i];
+        const char *def = o->def != NULL ? o->def : "";
+        fprintf(f, "  %-18s %s%s%s%s\n", o->name, o->help, def[0] ? " [" : "", def,
+                def[0] ? "]" : "");
+    }
 }
 
 static int set_pair(dl_train_config_t *cfg, const char *pair, const char *where)
@@ -89,22 +113,24 @@ static int set_pair(dl_train_config_t *cfg, const char *pair, const char *where)
     return r;
 }
 
+static void warn_unknown(void *ctx, const char *var, const char *closest)
+{
+    (void)ctx;
+    fprintf(stderr, "dlaunch-train: warning: %s is no setting%s%s%s; it is ignored\n", var,
+            closest ? " (did you mean " : "", closest ? closest : "", closest ? "?)" : "");
+}
+
 static int from_environment(dl_train_config_t *cfg)
 {
-    const char *key, *def, *help;
-    char name[96], pair[4200];
+    char err[DL_TRAIN_ERRLEN];
+    extern char **environ;
 
-    for (size_t i = 0; dl_train_config_key(i, &key, &def, &help); i++) {
-        size_t n = (size_t)snprintf(name, sizeof(name), "DLAUNCH_TRAIN_");
-        for (const char *p = key; *p != '\0' && n + 1 < sizeof(name); p++)
-            name[n++] = (char)toupper((unsigned char)*p);
-        name[n] = '\0';
-        const char *v = getenv(name);
-        if (v == NULL)
-            continue;
-        snprintf(pair, sizeof(pair), "%s=%s", key, v);
-        if (set_pair(cfg, pair, name) < 0)
-            return -EINVAL;
+    /* Under dlaunch the variables were checked, and typos named, before any worker started. */
+    if (getenv("DLAUNCH_ATTEMPT_DIR") == NULL)
+        dl_opt_unknown_vars(&dl_train_settings, environ, warn_unknown, NULL);
+    if (dl_opt_from_env(&dl_train_settings, cfg, environ, err, sizeof(err)) < 0) {
+        fprintf(stderr, "dlaunch-train: %s\n", err);
+        return -EINVAL;
     }
     return 0;
 }
@@ -168,7 +194,11 @@ int main(int argc, char **argv)
             dl_train_config_free(&cfg);
             return 0;
         }
-        if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
+        if (strcmp(argv[i], "--set") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "dlaunch-train: --set needs KEY=VALUE\n");
+                goto fail;
+            }
             if (set_pair(&cfg, argv[++i], "--set") < 0)
                 goto fail;
         } else if (strncmp(argv[i], "--set=", 6) == 0) {
@@ -192,7 +222,9 @@ int main(int argc, char **argv)
                 world);
         goto fail;
     }
-    prog_t prog = {.rank = rank};
+    prog_t prog = {.rank = rank, .prefix = getenv("DLAUNCH_ATTEMPT_DIR") == NULL};
+    if (open_checksums(&prog) < 0)
+        goto fail;
     if (attempt == 0 && rank == cfg.fail_rank)
         prog.fail_at_step = cfg.fail_at_step;
     dl_train_comm_init_local(&comm);
@@ -201,8 +233,11 @@ int main(int argc, char **argv)
         grad_floats += cfg.sizes[l + 1] * (cfg.sizes[l] + 1);
     if (world > 1 &&
         (r = dl_train_coll_open(&comm, grad_floats * sizeof(float), &coll, err, sizeof(err))) < 0) {
-        fprintf(stderr, "[train rank=%ld] cannot join the process group: %s\n", rank, err);
+        fprintf(stderr, "%scannot join the process group: %s\n",
+                prog.prefix ? "[train] " : "dlaunch-train: ", err);
         dl_train_config_free(&cfg);
+        if (prog.checksums != NULL)
+            fclose(prog.checksums);
         return 1;
     }
 
@@ -220,13 +255,19 @@ int main(int argc, char **argv)
     r = dl_train_run(&cfg, &comm, &hooks, &res, err, sizeof(err));
     dl_train_config_free(&cfg);
     dl_train_coll_close(coll);
+    if (prog.checksums != NULL)
+        fclose(prog.checksums);
     if (r < 0 || r == DL_TRAIN_DIVERGED) {
-        fprintf(stderr, "[train rank=%ld] %s\n", rank, err);
+        if (prog.prefix)
+            fprintf(stderr, "[train rank=%ld] %s\n", rank, err);
+        else
+            fprintf(stderr, "dlaunch-train: %s\n", err);
         return r < 0 ? 1 : 3;
     }
     /* Stopped by a signal, with a checkpoint: exit as the signal would have, so a supervisor
-     * sees why. */
-    return r == 1 ? 128 + stop_signal : 0;
+     * sees why. A rank stopped by a peer's vote got no signal itself; it exits as the peer's
+     * SIGTERM would have made it, never as a failure of its own (128 + 0). */
+    return r == 1 ? 128 + (stop_signal != 0 ? stop_signal : SIGTERM) : 0;
 
 fail:
     dl_train_config_free(&cfg);

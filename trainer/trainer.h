@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "opt.h"
+
 #define DL_TRAIN_ERRLEN 512
 #define DL_TRAIN_MAX_LAYERS 16 /* weight layers; the shape has one more entry */
 #define DL_TRAIN_DEFAULT_DATASET "/usr/share/datasets/fashion-mnist"
@@ -376,9 +378,9 @@ int dl_train_config_set(dl_train_config_t *cfg, const char *key, const char *val
 /* Checks the settings against each other (e.g. layer count, batch vs base batch). */
 int dl_train_config_check(const dl_train_config_t *cfg, char *err, size_t errlen);
 
-/* The table of keys, for help texts: returns false past the end. */
-bool dl_train_config_key(size_t i, const char **ret_key, const char **ret_default,
-                         const char **ret_help);
+/* The table of settings (keys, types, defaults, help), for help texts, DLAUNCH_TRAIN_<KEY>
+ * variables and typo hints; see config/opt.h. */
+extern const dl_opt_table_t dl_train_settings;
 
 /* The peak learning rate and the warmup steps a run of `world` ranks uses, from lr, warmup_steps,
  * lr_scaling, batch_size and base_batch (k = batch_size * world / base_batch): none keeps both;

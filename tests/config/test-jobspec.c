@@ -53,7 +53,7 @@ START_TEST(defaults_and_command)
     ck_assert_int_eq(act, DL_CONFIG_RUN);
     ck_assert_int_eq(s.nodes_min, 1);
     ck_assert_int_eq(s.nodes_max, 1);
-    ck_assert_int_eq(s.gpus_per_node, DL_GPUS_AUTO);
+    ck_assert_int_eq(s.gpus_per_node, DL_GPUS_DEFAULT);
     ck_assert_int_eq(s.max_restarts, 0);
     ck_assert(s.stop_timeout == 10.0);
     ck_assert_uint_eq(s.command_len, 3);
@@ -145,7 +145,7 @@ static const struct {
     {"command: [x]\nmax-restarts: 1\n", "2:1: unknown key 'max-restarts' (keys use '_', not '-')"},
     {"command: [x]\nmax_restarts: -1\n", "2:15: max_restarts: '-1' is out of range"},
     {"command: [x]\nmax_restarts: lots\n", "2:15: max_restarts: 'lots' is not a whole number"},
-    {"command: [x]\nmax_restarts: '3'\n", "2:15: max_restarts: expected a number, got a quoted"},
+    {"command: [x]\nmax_restarts: '3'\n", "2:15: max_restarts: expected a whole number, got a quoted"},
     {"command: [x]\nnodes: 3:1\n", "2:8: nodes: '3:1' is out of range"},
     {"command: [x]\nnodes: [1, 2]\n", "2:8: nodes: expected a single value, got a list"},
     {"command: x\n", "1:10: command: expected a list of strings (argv), got a scalar"},
@@ -218,7 +218,7 @@ START_TEST(flag_and_env_errors)
     ck_assert_str_eq(err, "--nodes: '0' is out of range (want N or MIN:MAX, 1 <= MIN <= MAX)");
     dl_job_spec_free(&s);
     ck_assert_int_eq(load(&s, NULL, &act, "--gpus-per-node", "many", "--", "x", NULL), -EINVAL);
-    ck_assert_str_eq(err, "--gpus-per-node: 'many' is not a whole number or 'auto'");
+    ck_assert_str_eq(err, "--gpus-per-node: 'many' is not a count (1 to 4096) or 'auto'");
     dl_job_spec_free(&s);
     ck_assert_int_eq(load(&s, NULL, &act, "--bogus", NULL), -EINVAL);
     ck_assert_str_eq(err, "unknown option '--bogus' (see --help)");
@@ -233,7 +233,7 @@ START_TEST(flag_and_env_errors)
     ck_assert_str_eq(err, "DLAUNCH_NODES: 'two' is not N or MIN:MAX");
     dl_job_spec_free(&s);
     ck_assert_int_eq(load(&s, NULL, &act, NULL), -EINVAL);
-    ck_assert_str_eq(err, "nothing to run: give JOB.yaml or -- COMMAND [ARGS...]");
+    ck_assert_str_eq(err, "nothing to run: give JOB.yaml, a script, or -- COMMAND [ARGS...]");
     dl_job_spec_free(&s);
     ck_assert_int_eq(load(&s, NULL, &act, "--", NULL), -EINVAL);
     ck_assert_str_eq(err, "nothing after '--': give the command to run");

@@ -50,9 +50,16 @@ class Errors(dltest.Case):
                              expect="--events '/nonexistent/dir/ev': No such file or directory")
 
     def test_log_dir_unusable(self):
+        # Checked before anything starts: exit 2 with the path and the cause, no attempt used
+        # and no rank blamed.
         self.write("afile", "x")
-        p = self.dlaunch("--log-dir", "afile/sub", "--", "true", check_code=1)
-        self.assertIn("cannot create the log folder", p.stderr)
+        p = self.dlaunch("--log-dir", "afile/sub", "--max-restarts", "3", "--events",
+                         self.events_path, "--", "touch", "started", check_code=2)
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertRegex(p.stderr, r"^dlaunch: --log-dir: cannot write the log folder "
+                                   r"'afile/sub/[^']+': Not a directory\n$")
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "started")))
+        self.assertNotIn("worker_start", open(self.events_path).read())
 
     def test_yaml_command_runs(self):
         path = self.write("job.yaml", "gpus_per_node: 2\ncommand: [sh, -c, 'echo yaml-$RANK']\n")

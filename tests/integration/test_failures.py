@@ -121,8 +121,12 @@ class Failures(dltest.Case):
         self.assertNotIn("(it is empty)", p.stderr)
         summary = p.stderr[p.stderr.index("the job failed"):]
         self.assertIn("| fatal: the real cause", summary)
-        # Nothing of the worker's arrives after the summary.
-        self.assertEqual(p.stderr.rstrip().splitlines()[-1].strip(), "| fatal: the real cause")
+        # Nothing of the worker's arrives after the summary, which only dlaunch's closing line
+        # follows.
+        lines = p.stderr.rstrip().splitlines()
+        self.assertEqual(lines[-2].strip(), "| fatal: the real cause")
+        self.assertRegex(lines[-1], r"^dlaunch: run late failed after 1 attempt in [\d.]+ s; "
+                                    r"logs in dlaunch_logs/late/$")
 
     @unittest.skipUnless(os.geteuid() == 0, "mounting a small tmpfs needs root")
     def test_a_full_disk_is_said_once_and_the_worker_runs_on(self):

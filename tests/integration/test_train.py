@@ -80,7 +80,8 @@ def read_checkpoint(path):
 
 
 def crc_lines(text):
-    """{step: crc} from the 'step S params_crc32 X' lines a rank prints."""
+    """{step: crc} from the 'step S params_crc32 X' lines a rank reports (in rank_N.checksums
+    under dlaunch, on stdout with --verbose)."""
     return {int(m.group(1)): m.group(2)
             for m in re.finditer(r"step (\d+) params_crc32 ([0-9a-f]{8})", text)}
 
@@ -117,7 +118,7 @@ class Train(dltest.Case):
                                                         "overlap": overlap,
                                                         "checkpoint_dir": f"ck4-{overlap}"})
             self.dlaunch("-q", "--run-id", f"four-{overlap}", four, timeout=180, check_code=0)
-            crcs = [crc_lines(self.rank_log(f"four-{overlap}", 0, r)) for r in range(4)]
+            crcs = [crc_lines(self.rank_log(f"four-{overlap}", 0, r, "checksums")) for r in range(4)]
             for step in (10, 20, 30):
                 name = f"ckpt-{step:012d}.dlck"
                 head4, p4, raw4 = read_checkpoint(os.path.join(self.dir, f"ck4-{overlap}", name))
@@ -202,10 +203,10 @@ class Train(dltest.Case):
         self.assertEqual(resumed["resumed_from"], 300)
         # The peer's death is one line naming it, on rank 0.
         err = self.rank_log("flaky", 0, 0, "err")
-        self.assertRegex(err, r"^\[train rank=0\] step 301: summing gradients: .*rank 1 .*\n$")
+        self.assertRegex(err, r"^dlaunch-train: step 301: summing gradients: .*rank 1 .*\n$")
         # After the restart both ranks still agree at every checkpoint.
         for step in range(400, self.STEPS + 1, 100):
-            crcs = {crc_lines(self.rank_log("flaky", 1, r)).get(step) for r in range(2)}
+            crcs = {crc_lines(self.rank_log("flaky", 1, r, "checksums")).get(step) for r in range(2)}
             self.assertEqual(len(crcs), 1, f"step {step}: {crcs}")
 
     def test_rerun_after_a_kill_resumes_and_ends_bitwise_equal(self):
@@ -214,7 +215,7 @@ class Train(dltest.Case):
                                         "checkpoint_dir": "ck", "summary_file": "job.json"})
         # Kill rank 0 from outside once it reports its first checkpoint, as an OOM killer or
         # an operator would; the 1400 steps left take far longer than this reaction.
-        p = self.start("--run-id", "first", "--events", self.events_path, spec)
+        p = self.start("--verbose", "--run-id", "first", "--events", self.events_path, spec)
         try:
             for line in p.stdout:
                 if re.search(r"\[rank 0\] .*step 100 params_crc32 .* checkpoint", line):
@@ -252,7 +253,7 @@ class Train(dltest.Case):
         self.assertEqual((s["world_size"], s["global_batch"], s["steps"]), (2, 128, 400))
         self.assertGreater(s["test_accuracy"], 0.80)
         self.assertGreater(s["samples_per_sec"], 0)
-        out = [self.rank_log("example", 0, r) for r in range(2)]
+        out = [self.rank_log("example", 0, r, "checksums") for r in range(2)]
         self.assertEqual(crc_lines(out[0])[400], s["params_crc32"])
         self.assertEqual(crc_lines(out[1])[400], s["params_crc32"])
 
@@ -268,7 +269,7 @@ class Train(dltest.Case):
             err = self.rank_log("missing", 0, r, "err")
             if err:
                 said += 1
-                self.assertEqual(err, f"[train rank={r}] {bad}/train-images-idx3-ubyte.gz: no "
+                self.assertEqual(err, f"dlaunch-train: {bad}/train-images-idx3-ubyte.gz: no "
                                       f"such file (nor train-images-idx3-ubyte)\n")
         self.assertGreater(said, 0)
 
@@ -301,13 +302,33 @@ class Train(dltest.Case):
         self.assertRegex(p.stderr, r"typo\.yaml:\d+:\d+: train: batch_size: '0' is out of range")
         self.assertFalse(os.path.exists(os.path.join(self.dir, "dlaunch_logs", "typo")))
 
+        # An unknown key is pointed at where the key is, with the closest known one.
+        path = self.write("key.yaml", "gpus_per_node: 2\ntrain:\n  steps: 5\n  bach_size: 8\n")
+        p = self.dlaunch("--run-id", "key", path, timeout=60, check_code=2)
+        self.assertEqual(p.stderr, f"dlaunch: {path}:4:3: train: unknown trainer setting "
+                                   f"'bach_size' (did you mean 'batch_size'?)\n")
+
+        # DLAUNCH_TRAIN_* are checked by dlaunch before any worker starts: a bad one is exit 2
+        # and one line; an unknown one is named, with the closest setting, and ignored.
+        spec = self.job("env.yaml", 2, {"steps": 5, "dataset_dir": SUBSET})
+        p = self.dlaunch("--run-id", "env", spec, timeout=60, check_code=2,
+                         env={"DLAUNCH_TRAIN_LR": "fast"})
+        self.assertEqual(p.stderr, "dlaunch: DLAUNCH_TRAIN_LR: 'fast' is not a number\n")
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "dlaunch_logs", "env")))
+        p = self.dlaunch("-q", "--run-id", "env", spec, timeout=120, check_code=0,
+                         env={"DLAUNCH_TRAIN_BACH_SIZE": "8", "DLAUNCH_GPUS": "4"})
+        self.assertIn("dlaunch: warning: DLAUNCH_TRAIN_BACH_SIZE is no trainer setting (did you "
+                      "mean DLAUNCH_TRAIN_BATCH_SIZE?); it is ignored\n", p.stderr)
+        self.assertIn("dlaunch: warning: DLAUNCH_GPUS is no dlaunch setting (did you mean "
+                      "DLAUNCH_GPUS_PER_NODE?); it is ignored\n", p.stderr)
+
         # The program itself: exit 2 and one line naming where the bad value came from.
         env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
         cases = [(["--set", "lr=fast"], {}, "dlaunch-train: --set: lr: 'fast' is not a number"),
                  (["--set", "no_such_key=1"], {},
                   "dlaunch-train: --set: unknown trainer setting 'no_such_key'"),
                  ([], {"DLAUNCH_TRAIN_MOMENTUM": "2"},
-                  "dlaunch-train: DLAUNCH_TRAIN_MOMENTUM: momentum: '2' is out of range"),
+                  "dlaunch-train: DLAUNCH_TRAIN_MOMENTUM: '2' is out of range (0 to 0.999999)"),
                  ([], {"WORLD_SIZE": "2", "RANK": "2"},
                   "dlaunch-train: RANK 2 is not below WORLD_SIZE 2"),
                  (["--bogus"], {}, "dlaunch-train: unknown argument '--bogus'")]
@@ -328,7 +349,7 @@ class Train(dltest.Case):
                                          "checkpoint_every": 100, "summary_file": "s.json"})
         p = self.dlaunch("-q", "--run-id", "huge", "--events", self.events_path, spec,
                          timeout=120, check_code=1)
-        self.assertRegex(p.stderr, r"\| \[train rank=\d\] training diverged at step \d+: ")
+        self.assertRegex(p.stderr, r"\| dlaunch-train: training diverged at step \d+: ")
         self.assertIn("learning rate", p.stderr)
         self.assertIn("try a lower lr", p.stderr)
         exits = [e for e in self.events() if e["event"] == "worker_exit"]

@@ -1,0 +1,127 @@
+/* One engine for every table of settings: the job spec's options, the trainer's settings and the
+ * collective's variables. Each entry names its type; each type parses and checks a value and frees
+ * what it took; from the entry the engine derives the command-line flag, the YAML key, the
+ * variable (DLAUNCH_<KEY>, and torchrun's PET_<KEY> for its flags), the --help text and every
+ * error message, which always names where the value came from. In the manner of redis's config.c.
+ *
+ * The engine never prints: errors come back as -errno plus one line, warnings through a
+ * callback.
+ */
+#ifndef DL_OPT_H
+#define DL_OPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct dl_opt_s dl_opt_t;
+
+typedef struct dl_opt_type_s {
+    /* What a good value looks like, for errors ("a whole number"). */
+    const char *expect;
+    /* Parses text into the setting at obj + o->offset (a type may set several fields). Returns 0,
+     * or -EINVAL / -ERANGE with, optionally, a reason in why (else the error uses expect and,
+     * for numbers, the range). Leaves obj as it was on failure. */
+    int (*parse)(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen);
+    /* Frees what parse took (NULL: nothing to free). */
+    void (*release)(const dl_opt_t *o, void *obj);
+    /* A YAML value must be a plain scalar: a quoted "3" or "true" is a string, and taking it for
+     * a number would hide a tool's typo. */
+    bool plain;
+} dl_opt_type_t;
+
+/* Types shared by every table. Numbers take [min, max]; strings are non-empty; booleans are
+ * true/false, yes/no, on/off or 1/0 in any case; enums take choices[]. */
+extern const dl_opt_type_t dl_opt_int;    /* int */
+extern const dl_opt_type_t dl_opt_uint;   /* unsigned */
+extern const dl_opt_type_t dl_opt_u64;    /* uint64_t */
+extern const dl_opt_type_t dl_opt_size;   /* size_t */
+extern const dl_opt_type_t dl_opt_double; /* double */
+extern const dl_opt_type_t dl_opt_string; /* char *, owned; "" is refused */
+extern const dl_opt_type_t dl_opt_path;   /* char *, owned; "" means none (NULL) */
+extern const dl_opt_type_t dl_opt_bool;   /* bool */
+extern const dl_opt_type_t dl_opt_enum;   /* int: the index into choices */
+
+enum {
+    DL_OPT_FLAG = 1 << 0,     /* on the command line it takes no value: present means true */
+    DL_OPT_CLI_ONLY = 1 << 1, /* no YAML key and no variable */
+    DL_OPT_PET = 1 << 2,      /* torchrun's flag: PET_<alias or name> sets it too */
+    DL_OPT_HIDDEN = 1 << 3,   /* left out of --help */
+    DL_OPT_IGNORED = 1 << 4,  /* accepted for torchrun's sake and warned about; no effect */
+    DL_OPT_MARKS = 1 << 5,    /* setting it sets the bool at `mark` (given, as against default) */
+};
+
+struct dl_opt_s {
+    const char *name;  /* the long flag without "--"; YAML key: '-' as '_'; variable: upper case */
+    const char *alias; /* another long flag (torchrun's spelling, for DL_OPT_PET), or NULL */
+    char short_name;   /* or 0 */
+    const dl_opt_type_t *type;
+    size_t offset;              /* of the setting in the settings struct */
+    double min, max;            /* numbers */
+    const char *const *choices; /* enum: NULL-terminated names */
+    const char *def;            /* the default in text form, or NULL */
+    const char *metavar;        /* for --help; NULL for flags */
+    const char *help;
+    unsigned flags;
+    size_t mark; /* DL_OPT_MARKS */
+};
+
+typedef struct {
+    const dl_opt_t *opts;
+    size_t n;
+    /* "DLAUNCH_", "DLAUNCH_TRAIN_": the variables of this table begin so. */
+    const char *env_prefix;
+    /* Variables under env_prefix that are known but no options of this table (NULL-terminated,
+     * may be NULL), so they are not taken for typos. A name ending in '*' is a prefix. */
+    const char *const *other_vars;
+} dl_opt_table_t;
+
+/* Flag names match with '_' and '-' alike (--nproc_per_node is --nproc-per-node). name need not
+ * be NUL-terminated; len is its length. Returns NULL when none matches. */
+const dl_opt_t *dl_opt_by_flag(const dl_opt_table_t *t, const char *name, size_t len);
+const dl_opt_t *dl_opt_by_short(const dl_opt_table_t *t, char c);
+/* By YAML key ("max_restarts"); options with DL_OPT_CLI_ONLY have none. */
+const dl_opt_t *dl_opt_by_key(const dl_opt_table_t *t, const char *key);
+
+/* "max-restarts" -> "max_restarts"; -> "DLAUNCH_MAX_RESTARTS"; alias "nproc-per-node" ->
+ * "PET_NPROC_PER_NODE". */
+void dl_opt_key(const dl_opt_t *o, char *buf, size_t len);
+void dl_opt_env_name(const dl_opt_table_t *t, const dl_opt_t *o, char *buf, size_t len);
+void dl_opt_pet_name(const dl_opt_t *o, char *buf, size_t len);
+
+/* Sets o from text; where names the source for the error ("--nodes", "DLAUNCH_NODES",
+ * "job.yaml:3:8: nodes"). On failure (-EINVAL, -ERANGE for a number out of range, -ENOMEM) err
+ * gets "WHERE: 'TEXT' is not EXPECTED" or the type's reason, and obj is untouched. */
+int dl_opt_set(const dl_opt_t *o, void *obj, const char *text, const char *where, char *err,
+               size_t errlen);
+
+/* Sets every option that has a default. Returns 0 or the first error (a bad table). */
+int dl_opt_defaults(const dl_opt_table_t *t, void *obj, char *err, size_t errlen);
+
+/* Frees what the table's options hold in obj. Accepts NULL. */
+void dl_opt_release(const dl_opt_table_t *t, void *obj);
+
+/* Reads the table's variables from envp: PET_<NAME> for torchrun's options first, then
+ * <prefix><KEY>, which wins. An empty variable counts as unset (how scripts unset a setting).
+ * Returns 0 or the first error. */
+int dl_opt_from_env(const dl_opt_table_t *t, void *obj, char *const *envp, char *err,
+                    size_t errlen);
+
+/* Calls warn for each variable in envp that begins with the table's prefix but is neither an
+ * option nor one of other_vars, with the closest known name (or NULL). */
+void dl_opt_unknown_vars(const dl_opt_table_t *t, char *const *envp,
+                         void (*warn)(void *ctx, const char *var, const char *closest),
+                         void *ctx);
+
+/* The option or key closest to word by edit distance, if close enough to be a typo, else NULL.
+ * as_key: compare YAML keys, else flag names. */
+const dl_opt_t *dl_opt_closest(const dl_opt_table_t *t, const char *word, bool as_key);
+
+/* Writes the option list for --help to stream (a FILE *): flags, metavar, help, variables and
+ * default, in table order. */
+void dl_opt_print_help(const dl_opt_table_t *t, void *stream);
+
+/* The accepted spellings of a boolean, for messages. */
+#define DL_OPT_BOOL_WORDS "true/false, yes/no, on/off or 1/0"
+int dl_opt_parse_bool(const char *s, bool *ret);
+
+#endif

@@ -1,0 +1,253 @@
+"""dlaunch as a drop-in for torchrun: the command lines of PyTorch's own launcher tests
+(test/distributed/launcher/test_run.py, torch 2.x flags), run through our binary. Each case
+checks what that test checks (one file per rank, the exit status) and what a user would see.
+Where Debian's python3-torch is installed the Python workers import torch, as PyTorch's test
+scripts do (is_torchelastic_launched(), @record, gloo through env:// and tcp://)."""
+import os
+import re
+import socket
+import subprocess
+import time
+import unittest
+import uuid
+
+import dltest
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrun")
+TOUCH_PY = os.path.join(HERE, "touch.py")
+TOUCH_SH = os.path.join(HERE, "touch.sh")
+DDP_PY = os.path.join(HERE, "ddp.py")
+SAY_PY = os.path.join(HERE, "say.py")
+TORCH_PYTHON = "/usr/bin/python3"
+
+
+def have_torch():
+    try:
+        return subprocess.run([TORCH_PYTHON, "-c", "import torch.distributed"],
+                              capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+HAVE_TORCH = have_torch()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def usable_cpus():
+    return len(os.sched_getaffinity(0))
+
+
+class Torchrun(dltest.Case):
+    def setUp(self):
+        super().setUp()
+        self.touch = os.path.join(self.dir, "touched")
+        os.mkdir(self.touch)
+
+    def env(self, **extra):
+        # The launcher's own environment reaches the workers (PyTorch's tests set this), and a
+        # script runs under the interpreter that has torch, where there is one.
+        e = {"TEST_SENTINEL_PARENT": "FOOBAR"}
+        if HAVE_TORCH:
+            e["PYTHON_EXEC"] = TORCH_PYTHON
+        e.update(extra)
+        return e
+
+    def run_case(self, *args, env=None, code=0, timeout=120):
+        p = self.dlaunch(*args, env=self.env(**(env or {})), timeout=timeout, check_code=code)
+        return p
+
+    def touched(self):
+        return set(os.listdir(self.touch))
+
+    def assert_ranks(self, n):
+        self.assertEqual(self.touched(), {str(i) for i in range(n)})
+
+    # ---- PyTorch's cases ----------------------------------------------------------------
+
+    def test_python_script_4_workers(self):
+        self.run_case("--nnodes=1", "--nproc-per-node=4", f"--rdzv-id={uuid.uuid4().int}",
+                      "--monitor-interval=1", "--start-method=spawn", TOUCH_PY,
+                      f"--touch-file-dir={self.touch}")
+        self.assert_ranks(4)
+
+    def test_static_backend_with_master_address_port_and_node_rank(self):
+        port = free_port()
+        self.run_case("--nnodes=1", "--nproc_per_node=4", "--monitor_interval=1",
+                      "--start_method=spawn", "--master_addr=localhost", f"--master_port={port}",
+                      "--node_rank=0", TOUCH_PY, f"--touch-file-dir={self.touch}")
+        self.assert_ranks(4)
+        # The workers meet where they were told to.
+        with open(os.path.join(self.touch, "0")) as f:
+            self.assertEqual(f.read().strip(), f"localhost:{port}")
+
+    def test_no_python_shell_script_and_not_with_module(self):
+        args = ["--nnodes=1", "--nproc-per-node=4", f"--rdzv-id={uuid.uuid4().int}",
+                "--monitor-interval=1", "--start-method=spawn", "--no-python"]
+        p = self.run_case(*args, "--module", TOUCH_SH, self.touch, code=2)
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertIn("--no-python and -m/--module do not go together", p.stderr)
+        self.assertEqual(self.touched(), set())
+        self.run_case(*args, TOUCH_SH, self.touch)
+        self.assert_ranks(4)
+
+    def test_default_nproc_is_one(self):
+        self.run_case("--nnodes=1", f"--rdzv-id={uuid.uuid4().int}", "--monitor-interval=1",
+                      "--start-method=spawn", "--no-python", TOUCH_SH, self.touch)
+        self.assert_ranks(1)
+
+    def test_every_flag_through_pet_variables(self):
+        env = {"PET_NNODES": "1", "PET_NPROC_PER_NODE": "4",
+               "PET_RDZV_ID": str(uuid.uuid4().int), "PET_MONITOR_INTERVAL": "1",
+               "PET_START_METHOD": "spawn", "PET_NO_PYTHON": "1", "PET_MODULE": "1"}
+        p = self.run_case(TOUCH_SH, self.touch, env=env, code=2)
+        self.assertIn("--no-python and -m/--module do not go together", p.stderr)
+        env["PET_MODULE"] = "0"
+        self.run_case(TOUCH_SH, self.touch, env=env)
+        self.assert_ranks(4)
+        # A flag wins over its variable.
+        for f in os.listdir(self.touch):
+            os.unlink(os.path.join(self.touch, f))
+        self.run_case("--nproc-per-node", "2", TOUCH_SH, self.touch, env=env)
+        self.assert_ranks(2)
+
+    def test_nproc_per_node_number_cpu_and_an_unknown_word(self):
+        common = ["--nnodes=1", f"--rdzv-id={uuid.uuid4().int}", "--no-python"]
+        self.run_case(*common, "--nproc-per-node=3", TOUCH_SH, self.touch)
+        self.assert_ranks(3)
+        for f in os.listdir(self.touch):
+            os.unlink(os.path.join(self.touch, f))
+        self.run_case(*common, "--nproc-per-node=cpu", TOUCH_SH, self.touch)
+        self.assert_ranks(usable_cpus())
+        p = self.run_case(*common, "--nproc-per-node=unknown", TOUCH_SH, self.touch, code=2)
+        self.assertEqual(p.stderr, "dlaunch: --nproc-per-node: 'unknown' is not a count (1 to "
+                                   "4096), auto, cpu or gpu\n")
+
+    def test_elastic_one_agent_of_one_to_two(self):
+        self.run_case("--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d",
+                      f"--rdzv-endpoint=localhost:{free_port()}",
+                      "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'",
+                      f"--rdzv-id={uuid.uuid4().int}", "--monitor-interval=1",
+                      "--start-method=spawn", TOUCH_PY, f"--touch-file-dir={self.touch}")
+        self.assert_ranks(4)
+
+    def test_elastic_two_agents_on_one_machine(self):
+        args = ["--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=localhost:{free_port()}", "--rdzv_conf=timeout=20",
+                f"--rdzv-id={uuid.uuid4().int}", "--monitor-interval=1", "--start-method=spawn",
+                TOUCH_PY, f"--touch-file-dir={self.touch}"]
+        procs = [self.start(*args, env={**os.environ, **self.env()}) for _ in range(2)]
+        try:
+            outs = [p.communicate(timeout=120) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        for p, (out, err) in zip(procs, outs):
+            self.assertEqual(p.returncode, 0, err)
+        self.assert_ranks(8)
+
+    def test_failing_worker_with_max_restarts_0(self):
+        p = self.run_case("--nnodes=1:2", "--nproc-per-node=2", "--rdzv-backend=c10d",
+                          f"--rdzv-endpoint=localhost:{free_port()}",
+                          "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'",
+                          f"--rdzv-id={uuid.uuid4().int}", "--monitor-interval=1",
+                          "--max-restarts=0", "--start-method=spawn", "--events",
+                          self.events_path, TOUCH_PY, "--fail", code=1)
+        self.assertIn("the job failed after 1 attempt", p.stderr)
+        if HAVE_TORCH:
+            # PyTorch's @record wrote the error file: its message leads the summary and the
+            # event, traceback and all, with no decorator of ours needed.
+            self.assertRegex(p.stderr, r"its error: RuntimeError: rank \d fails on purpose")
+            self.assertIn("traceback, last lines:", p.stderr)
+            exits = [e for e in self.events() if e["event"] == "worker_exit" and "error" in e]
+            self.assertTrue(exits, self.events())
+            self.assertRegex(exits[0]["error"], r"RuntimeError: rank \d fails on purpose")
+        else:
+            self.assertRegex(p.stderr, r"\| RuntimeError: rank \d fails on purpose")
+
+    def test_standalone(self):
+        self.run_case("--nnodes=1", "--nproc-per-node=4", "--standalone",
+                      "--monitor-interval=1", "--start-method=spawn", TOUCH_PY,
+                      f"--touch-file-dir={self.touch}")
+        self.assert_ranks(4)
+
+    def test_run_path(self):
+        self.run_case("--run-path", "--nnodes=1", "--nproc-per-node=4", "--monitor-interval=1",
+                      "--start-method=spawn", TOUCH_PY, f"--touch-file-dir={self.touch}")
+        self.assert_ranks(4)
+
+    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed")
+    def test_init_method_tcp_and_env(self):
+        for method in ("env", "tcp"):
+            out = os.path.join(self.dir, f"sum-{method}")
+            self.run_case("--nproc-per-node=3", "--standalone", DDP_PY, method, out,
+                          timeout=180)
+            with open(out) as f:
+                self.assertEqual(f.read().strip(), "6", method)
+
+    # ---- Logs as torchrun users expect them ---------------------------------------------
+
+    def test_redirects_tee_and_the_prefix_template(self):
+        tmpl = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${role_name}-${rank}-${local_rank}]:"}
+        p = self.run_case("--nproc-per-node=2", "--role", "trainer", "--run-id", "tee",
+                          "--redirects", "3", "--tee", "3", SAY_PY, env=tmpl)
+        for r in range(2):
+            self.assertIn(f"[trainer-{r}-{r}]:out of {r}\n", p.stdout)
+            self.assertIn(f"[trainer-{r}-{r}]:err of {r}\n", p.stderr)
+            self.assertEqual(self.read("dlaunch_logs", "tee", "attempt_0", f"rank_{r}.out"),
+                             f"out of {r}\n")
+        # Redirected and not teed: off the console, still in the files.
+        p = self.run_case("--nproc-per-node=2", "--run-id", "quiet", "-r", "3", SAY_PY)
+        self.assertNotIn("out of", p.stdout)
+        self.assertNotIn("err of", p.stderr)
+        self.assertEqual(self.read("dlaunch_logs", "quiet", "attempt_0", "rank_1.err"),
+                         "err of 1\n")
+        # Per local rank: rank 0's stdout redirected, rank 1's stderr.
+        p = self.run_case("--nproc-per-node=2", "-r", "0:1,1:2", SAY_PY)
+        self.assertNotIn("[rank 0] out of 0", p.stdout)
+        self.assertIn("[rank 0] err of 0", p.stderr)
+        self.assertIn("[rank 1] out of 1", p.stdout)
+        self.assertNotIn("[rank 1] err of 1", p.stderr)
+
+    def test_local_ranks_filter(self):
+        p = self.run_case("--nproc-per-node=4", "--run-id", "filter", "--local-ranks-filter",
+                          "0,3", SAY_PY)
+        shown = sorted(int(m) for m in re.findall(r"\[rank (\d)\] out of", p.stdout))
+        self.assertEqual(shown, [0, 3])
+        for r in range(4):
+            self.assertEqual(self.read("dlaunch_logs", "filter", "attempt_0", f"rank_{r}.out"),
+                             f"out of {r}\n")
+
+    # ---- Usage errors are one line and exit 2 --------------------------------------------
+
+    def test_bad_torchrun_arguments(self):
+        cases = [(["--nnodes=2:20:30"], "--nnodes: '2:20:30' is not N or MIN:MAX"),
+                 (["--master-port=abc"], "--master-port: 'abc' is not a whole number"),
+                 (["--rdzv-backend=etcd-v2"], "etcd's v2 API was removed in etcd 3.6"),
+                 (["--rdzv-conf=join_timeout=5,bogus=1"], "unknown key 'bogus'"),
+                 (["--redirects=7"], "is not 0-3 or LOCAL_RANK:N"),
+                 (["--nproc-per-node"], "option '--nproc-per-node' needs a value")]
+        for args, want in cases:
+            p = self.run_case(*args, "--no-python", TOUCH_SH, self.touch, code=2)
+            self.assertEqual(p.stderr.count("\n"), 1, f"{args}: {p.stderr}")
+            self.assertIn(want, p.stderr, args)
+        self.assertEqual(self.touched(), set())
+
+    def test_flags_accepted_for_torchrun_and_warned_about(self):
+        p = self.run_case("--nproc-per-node=1", "--numa-binding=node", "--logs-specs=x",
+                          "--event-log-handler=y", "--signals-to-handle=SIGTERM,SIGUSR1",
+                          "--no-python", TOUCH_SH, self.touch)
+        self.assertIn("--numa-binding node: NUMA binding is not implemented", p.stderr)
+        self.assertIn("--logs-specs x is ignored", p.stderr)
+        self.assertIn("--event-log-handler y is ignored", p.stderr)
+        self.assert_ranks(1)
+
+
+if __name__ == "__main__":
+    dltest.main()

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "internal.h"
 
 static char err[DL_CONFIG_ERRLEN];
 static char tmpdir[] = "/tmp/dl-test-jobspec-XXXXXX";
@@ -285,6 +286,78 @@ START_TEST(number_parsers)
 }
 END_TEST
 
+/* docs/job-spec.md's table is written by hand: every flag of the table must be in it. */
+START_TEST(docs_name_every_option)
+{
+    const char *root = getenv("SOURCE_ROOT");
+    char path[4096], flag[128];
+    if (root == NULL)
+        return;
+    snprintf(path, sizeof(path), "%s/docs/job-spec.md", root);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s", path);
+    static char doc[1 << 20];
+    size_t n = fread(doc, 1, sizeof(doc) - 1, f);
+    doc[n] = '\0';
+    fclose(f);
+    for (size_t i = 0; i < dl__options_count; i++) {
+        snprintf(flag, sizeof(flag), "`--%s`", dl__options[i].name);
+        ck_assert_msg(strstr(doc, flag) != NULL, "docs/job-spec.md does not name %s", flag);
+        if (dl__options[i].alias != NULL) {
+            snprintf(flag, sizeof(flag), "`--%s`", dl__options[i].alias);
+            ck_assert_msg(strstr(doc, flag) != NULL, "docs/job-spec.md does not name %s", flag);
+        }
+    }
+}
+END_TEST
+
+START_TEST(torchrun_spellings_and_pet_variables)
+{
+    dl_job_spec_t s;
+    dl_config_action_t act;
+    char *argv[] = {"dlaunch", "--nproc_per_node", "3", "--max_restarts=2", "--rdzv-id", "x",
+                    "-r3", "--no-python", "prog", "--nproc-per-node", "9", NULL};
+    char *env[] = {"PET_NNODES=1:4", "PET_MAX_RESTARTS=7", "DLAUNCH_MAX_RESTARTS=", NULL};
+    dl_job_spec_init(&s);
+    ck_assert_msg(dl_config_load(&s, 11, argv, env, &act, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq(s.gpus_per_node, 3);
+    ck_assert(s.gpus_from_nproc);
+    ck_assert_int_eq(s.max_restarts, 2);
+    ck_assert_int_eq(s.nodes_min, 1);
+    ck_assert_int_eq(s.nodes_max, 4);
+    ck_assert_str_eq(s.run_id, "x");
+    ck_assert_str_eq(s.redirects, "3");
+    /* After the script everything is the script's, options included. */
+    ck_assert_int_eq((int)s.command_len, 3);
+    ck_assert_str_eq(s.command[0], "prog");
+    ck_assert_str_eq(s.command[1], "--nproc-per-node");
+    dl_job_spec_free(&s);
+
+    char *py[] = {"dlaunch", "-m", "pkg.mod", "--lr", "1", NULL};
+    char *pyenv[] = {"PYTHON_EXEC=/opt/py/bin/python3", NULL};
+    ck_assert_msg(dl_config_load(&s, 5, py, pyenv, &act, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_int_eq((int)s.command_len, 6);
+    ck_assert_str_eq(s.command[0], "/opt/py/bin/python3");
+    ck_assert_str_eq(s.command[1], "-u");
+    ck_assert_str_eq(s.command[2], "-m");
+    ck_assert_str_eq(s.command[3], "pkg.mod");
+    dl_job_spec_free(&s);
+
+    char *conf[] = {"dlaunch", "--rdzv-conf", "'join_timeout=5,last_call_timeout=1,is_host=0'",
+                    "--", "true", NULL};
+    ck_assert_msg(dl_config_load(&s, 5, conf, NULL, &act, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_double_eq(s.join_timeout, 5);
+    ck_assert_double_eq(s.last_call, 1);
+    ck_assert_int_eq(s.is_host, 0);
+    dl_job_spec_free(&s);
+
+    char *missing[] = {"dlaunch", "--max-restarts", "--", "true", NULL};
+    ck_assert_int_eq(dl_config_load(&s, 4, missing, NULL, &act, err, sizeof(err)), -EINVAL);
+    ck_assert_str_eq(err, "option '--max-restarts' needs a value (N)");
+    dl_job_spec_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("jobspec");
@@ -300,6 +373,8 @@ int main(void)
     tcase_add_test(tc, yaml_train_section);
     tcase_add_test(tc, help_and_version_win);
     tcase_add_test(tc, number_parsers);
+    tcase_add_test(tc, docs_name_every_option);
+    tcase_add_test(tc, torchrun_spellings_and_pet_variables);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -505,6 +505,11 @@ static int plan(dl_agent_t *a)
                 spec->nodes_min, spec->nodes_max);
         return 2;
     }
+    if (spec->http != NULL && !a->remote) {
+        fprintf(stderr, "dlaunch: --http: only the node that hosts a rendezvous serves it; give "
+                        "--rdzv-endpoint HOST:PORT\n");
+        return 2;
+    }
     if (a->remote && spec->run_id == NULL) {
         fprintf(stderr, "dlaunch: --rdzv-endpoint: every node of the job needs the same "
                         "--run-id\n");

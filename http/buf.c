@@ -109,8 +109,16 @@ void dl__http_buf_float(dl__http_buf_t *b, double v)
         dl__http_buf_puts(b, v > 0 ? "+Inf" : "-Inf");
     else if (v == (double)(long long)v && fabs(v) < 1e15)
         dl__http_buf_printf(b, "%lld", (long long)v);
-    else
-        dl__http_buf_printf(b, "%.17g", v);
+    else {
+        /* The shortest form that reads back as the same double. */
+        char text[32];
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(text, sizeof(text), "%.*g", prec, v);
+            if (strtod(text, NULL) == v)
+                break;
+        }
+        dl__http_buf_puts(b, text);
+    }
 }
 
 char *dl__http_buf_take(dl__http_buf_t *b, size_t *ret_len)

@@ -127,11 +127,16 @@ void dl__rdzv_report(dl_agent_t *a)
         json_object_set_new(m, "exit_code", json_integer(f->exit_code >= 0 ? f->exit_code : 127));
     json_object_set_new(m, "reason", json_string(reason));
     json_object_set_new(m, "time", json_real(f->time));
-    /* The end of its stderr, for the status page; the agent's summary shows the same lines. */
+    /* The end of its stderr (else of its stdout), for the status page; the agent's summary
+     * shows the same lines. */
     char path[sizeof(a->attempt_dir) + 32], tail[4096];
-    snprintf(path, sizeof(path), "%s/rank_%d.err", a->attempt_dir, f->rank);
-    if (dl_summary_tail(path, 20, tail, sizeof(tail)) > 0)
-        json_object_set_new(m, "log_tail", json_string(tail));
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/rank_%d.%s", a->attempt_dir, f->rank, i ? "out" : "err");
+        if (dl_summary_tail(path, 20, tail, sizeof(tail)) > 0) {
+            json_object_set_new(m, "log_tail", json_string(tail));
+            break;
+        }
+    }
     send_or_log(z, m);
 }
 

@@ -77,7 +77,9 @@ static void duration(dl__http_buf_t *b, double s)
 static void shortnum(dl__http_buf_t *b, double v)
 {
     double a = fabs(v);
-    if (a != 0 && (a < 0.001 || a >= 1e6))
+    if (v == (double)(long long)v && a < 1e9)
+        dl__http_buf_printf(b, "%lld", (long long)v);
+    else if (a != 0 && (a < 0.001 || a >= 1e6))
         dl__http_buf_printf(b, "%.3g", v);
     else if (a < 10)
         dl__http_buf_printf(b, "%.4f", v);
@@ -121,13 +123,23 @@ static void chart(dl__http_buf_t *b, const json_t *points, const char *xfield, c
     dl__http_buf_printf(b, "<figure class=\"%s\"><svg width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                            "role=\"img\"><rect width=\"%d\" height=\"%d\" fill=\"#fbfcfe\"/>",
                         cls, W, H, W, H, W, H);
-    dl__http_buf_printf(b, "<polyline fill=\"none\" stroke=\"#2563eb\" stroke-width=\"1.5\" "
-                           "points=\"");
+    /* A restart from an earlier step starts a new line instead of drawing one back. */
+    double prev = -INFINITY;
+    bool open = false;
     json_array_foreach(points, i, p)
     {
         json_t *x = json_object_get(p, xfield), *y = json_object_get(p, yfield);
         if (!json_is_number(x) || !json_is_number(y))
             continue;
+        if (json_number_value(x) < prev && open) {
+            dl__http_buf_puts(b, "\"/>");
+            open = false;
+        }
+        if (!open)
+            dl__http_buf_puts(b, "<polyline fill=\"none\" stroke=\"#2563eb\" "
+                                 "stroke-width=\"1.5\" points=\"");
+        open = true;
+        prev = json_number_value(x);
         double px = L + (json_number_value(x) - xmin) / (xmax - xmin) * (W - L - R);
         double py = T + (ymax - json_number_value(y)) / (ymax - ymin) * (H - T - B);
         dl__http_buf_printf(b, "%.1f,%.1f ", px, py);
@@ -197,8 +209,10 @@ static void nodes_table(dl__http_buf_t *b, const json_t *job, double unix_now)
         dl__http_buf_html(b, str(n, "host"));
         if (rank >= 0) {
             long long first = first_rank(nodes, rank);
-            dl__http_buf_printf(b, "</td><td class=\"n\">%lld</td><td class=\"n\">%lld&#8211;%lld",
-                                rank, first, first + slots - 1);
+            dl__http_buf_printf(b, "</td><td class=\"n\">%lld</td><td class=\"n\">%lld", rank,
+                                first);
+            if (slots > 1)
+                dl__http_buf_printf(b, "&#8211;%lld", first + slots - 1);
         } else {
             dl__http_buf_printf(b, "</td><td class=\"n\">&#8211;</td><td class=\"n\">%lld slots",
                                 slots);

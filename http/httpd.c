@@ -208,13 +208,14 @@ static enum MHD_Result respond_json(struct MHD_Connection *c, unsigned status, j
     json_decref(v);
     if (body == NULL)
         return respond(c, status, NULL, NULL, 0);
+    /* The body is a length, not a C string: its NUL becomes the closing newline. */
     size_t len = strlen(body);
-    body[len] = '\n'; /* json_dumps leaves room for nothing: replace the NUL, sized below */
+    body[len] = '\n';
     return respond(c, status, "application/json", body, len + 1);
 }
 
-static enum MHD_Result api(dl_http_t *h, struct MHD_Connection *c, const char *path,
-                           const json_t *snap, double now)
+static enum MHD_Result api(struct MHD_Connection *c, const char *path, const json_t *snap,
+                           double now)
 {
     const json_t *jobs = json_object_get(snap, "jobs");
     size_t i;
@@ -229,7 +230,6 @@ static enum MHD_Result api(dl_http_t *h, struct MHD_Connection *c, const char *p
         if (strcmp(json_string_value(json_object_get(j, "run_id")), id) == 0)
             return respond_json(c, MHD_HTTP_OK, json_incref(j));
     }
-    (void)h;
     return respond_json(c, MHD_HTTP_NOT_FOUND,
                         json_pack("{s:{s:s, s:s}}", "error", "code", "not_found", "message",
                                   "no such job"));
@@ -267,7 +267,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (api_path) {
         if (snap == NULL)
             return respond_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "no snapshot yet\n");
-        return api(h, c, url, snap, now);
+        return api(c, url, snap, now);
     }
     if (metrics) {
         dl__http_metrics(&b, snap, &h->counters, now);

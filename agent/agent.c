@@ -768,6 +768,11 @@ static int place_rendezvous(dl_agent_t *a)
         break;
     }
     a->remote = a->endpoint != NULL;
+    if (spec->http != NULL && !a->remote) {
+        fprintf(stderr, "dlaunch: --http: only the node that hosts a rendezvous serves it; give "
+                        "--rdzv-endpoint HOST:PORT\n");
+        return 2;
+    }
     if (a->remote && spec->run_id == NULL) {
         fprintf(stderr, "dlaunch: %s: every node of the job needs the same --run-id (or "
                         "--rdzv-id)\n",

@@ -16,6 +16,12 @@ typedef struct dl_agent_s dl_agent_t;
 struct dl__rdzv_s;
 
 typedef struct {
+    long long step;
+    double loss;          /* NaN: not known */
+    double samples_per_s; /* NaN: not known */
+} dl_agent_progress_t;
+
+typedef struct {
     dl_agent_t *agent;
     int rank;
     int local_rank;
@@ -67,6 +73,9 @@ struct dl_agent_s {
     dl_sup_failure_t *history; /* the first failure of every failed attempt */
     size_t nhistory;
     bool report_pending;       /* the failure report waits for the failed rank's output */
+    /* The job's training progress, passed on with each heartbeat while progress_valid. */
+    dl_agent_progress_t progress;
+    bool progress_valid;
     char readbuf[64 * 1024];
 };
 
@@ -87,5 +96,8 @@ void dl__rdzv_free(dl_agent_t *a);
 /* One node alone: serve the job's key-value store on loopback for its workers. */
 int dl__rdzv_local_store(dl_agent_t *a);                  /* after the loop has ended */
 void dl__rdzv_local_store_reset(dl_agent_t *a); /* a restart: the workers start with no keys */
+
+/* progress.c: fills a->progress from what this node's workers report, if they do. */
+void dl__agent_progress_poll(dl_agent_t *a);
 
 #endif

@@ -2,12 +2,14 @@
  * join it, heartbeat, report, and turn what it says into supervisor events. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "http.h"
 #include "internal.h"
 #include "rendezvous.h"
 #include "summary.h"
@@ -15,6 +17,7 @@
 typedef struct dl__rdzv_s {
     dl_agent_t *agent;
     dl_rdzv_server_t *server; /* when this agent hosts the rendezvous */
+    dl_http_t *http;          /* --http, when it hosts it */
     dl_rdzv_client_t *client;
     dl_proto_token_t *token;
     uv_timer_t heartbeat;
@@ -119,6 +122,16 @@ void dl__rdzv_report(dl_agent_t *a)
         json_object_set_new(m, "exit_code", json_integer(f->exit_code >= 0 ? f->exit_code : 127));
     json_object_set_new(m, "reason", json_string(reason));
     json_object_set_new(m, "time", json_real(f->time));
+    /* The end of its stderr (else of its stdout), for the status page; the agent's summary
+     * shows the same lines. */
+    char path[sizeof(a->attempt_dir) + 32], tail[4096];
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/rank_%d.%s", a->attempt_dir, f->rank, i ? "out" : "err");
+        if (dl_summary_tail(path, 20, tail, sizeof(tail)) > 0) {
+            json_object_set_new(m, "log_tail", json_string(tail));
+            break;
+        }
+    }
     send_or_log(z, m);
 }
 
@@ -133,8 +146,19 @@ void dl__rdzv_node_done(dl_agent_t *a)
 static void on_heartbeat(uv_timer_t *t)
 {
     rdzv_t *z = t->data;
+    dl_agent_t *a = z->agent;
     json_t *m = dl_proto_msg_new(DL_PROTO_HEARTBEAT, next_id(z));
-    json_object_set_new(m, "round", json_integer(z->agent->round));
+    json_object_set_new(m, "round", json_integer(a->round));
+    /* The progress hook: whatever fills a->progress, the rendezvous gets it with the beat. */
+    dl__agent_progress_poll(a);
+    if (a->progress_valid) {
+        json_t *p = json_pack("{s:I}", "step", (json_int_t)a->progress.step);
+        if (p != NULL && !isnan(a->progress.loss))
+            json_object_set_new(p, "loss", json_real(a->progress.loss));
+        if (p != NULL && !isnan(a->progress.samples_per_s))
+            json_object_set_new(p, "samples_per_s", json_real(a->progress.samples_per_s));
+        json_object_set_new(m, "progress", p);
+    }
     send_or_log(z, m);
 }
 
@@ -291,6 +315,33 @@ static int load_token(dl_agent_t *a, rdzv_t *z)
     return 0;
 }
 
+/* --http beside the rendezvous this agent hosts. Returns 0, or -errno having said why. */
+static int start_http(dl_agent_t *a, rdzv_t *z)
+{
+    dl_http_opts_t ho;
+    char host[256], err[512], title[300];
+    int port, r;
+
+    if (dl_rdzv_listen_parse(a->spec->http, host, sizeof(host), &port) < 0) {
+        fprintf(stderr, "dlaunch: --http: '%s' is not ADDR:PORT\n", a->spec->http);
+        return -EINVAL;
+    }
+    snprintf(title, sizeof(title), "dlaunch %s", a->run_id);
+    dl_http_opts_init(&ho);
+    ho.host = host;
+    ho.port = port;
+    ho.token = z->token;
+    ho.title = title;
+    r = dl_http_start(&a->loop, z->server, &ho, &z->http, err, sizeof(err));
+    if (r < 0) {
+        fprintf(stderr, "dlaunch: --http: %s\n", err);
+        return r;
+    }
+    dl__agent_log(a, "status page and metrics on http://%s%s%s:%d/", strchr(host, ':') ? "[" : "",
+                  host, strchr(host, ':') ? "]" : "", dl_http_port(z->http));
+    return 0;
+}
+
 /* Host the rendezvous if this node should: --node-rank 0, or (no rank given) the endpoint is one
  * of our addresses and nobody serves it yet. Returns 0 or an exit code. */
 static int maybe_host(dl_agent_t *a, rdzv_t *z)
@@ -343,6 +394,8 @@ static int maybe_host(dl_agent_t *a, rdzv_t *z)
             fprintf(stderr, "dlaunch: cannot set up the job's rendezvous: %s\n", strerror(-r));
             return 2;
         }
+        if (a->spec->http != NULL && start_http(a, z) < 0)
+            return 2;
         if (a->spec->verbose)
             dl__agent_log(a, "hosting the rendezvous on %s:%d", ip, z->port);
         return 0;
@@ -350,6 +403,8 @@ static int maybe_host(dl_agent_t *a, rdzv_t *z)
     /* Someone else serves it already (dlaunchd, or an agent that bound it first), or it is not
      * our address: join as a client. */
     if (r == UV_EADDRINUSE || (r == UV_EADDRNOTAVAIL && rank != 0)) {
+        if (a->spec->http != NULL && a->spec->verbose)
+            dl__agent_log(a, "--http: the rendezvous is served elsewhere, so is its status");
         if (rank == 0)
             dl__agent_log(a, "%s:%d is already served: joining it as node rank 0", z->host,
                           z->port);
@@ -445,6 +500,8 @@ void dl__rdzv_finish(dl_agent_t *a, int exit_code)
     dl_rdzv_client_close(z->client);
     z->client = NULL;
     z->ready = false;
+    dl_http_close(z->http);
+    z->http = NULL;
     dl_rdzv_server_close(z->server, server_closed, NULL);
     z->server = NULL;
 }

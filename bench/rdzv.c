@@ -1,13 +1,16 @@
 /* bench/rdzv: N simulated agents, each a real TCP connection from this one process, join one
  * job on a dlaunchd started for the run. Prints, for each N, the time from the first join sent
- * to the last assignment received, and the server's peak RSS.
+ * to the last assignment received, and the server's peak RSS. With --scrape-ms, dlaunchd also
+ * serves --http and a child process GETs /metrics that often for the whole run, as Prometheus
+ * would, so that the figures show what watching the daemon costs.
  *
- *   bench/rdzv [--agents N[,N...]] [--json]      (default 100,1000,10000) */
+ *   bench/rdzv [--agents N[,N...]] [--scrape-ms MS] [--json]      (default 100,1000,10000) */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +94,7 @@ static int send_msg(int fd, json_t *m)
 
 /* Starts dlaunchd on an ephemeral port and reads the port from its "serving HOST:PORT" line, so
  * that nothing else can take the port between picking and binding it. */
-static pid_t start_dlaunchd(const char *dlaunchd, int *ret_port)
+static pid_t start_dlaunchd(const char *dlaunchd, bool http, int *ret_port, int *ret_http)
 {
     int p[2];
     if (pipe(p) < 0)
@@ -101,7 +104,11 @@ static pid_t start_dlaunchd(const char *dlaunchd, int *ret_port)
         dup2(p[1], STDERR_FILENO);
         close(p[0]);
         close(p[1]);
-        execl(dlaunchd, dlaunchd, "--listen", "127.0.0.1:0", (char *)NULL);
+        if (http)
+            execl(dlaunchd, dlaunchd, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+                  (char *)NULL);
+        else
+            execl(dlaunchd, dlaunchd, "--listen", "127.0.0.1:0", (char *)NULL);
         _exit(127);
     }
     close(p[1]);
@@ -110,8 +117,11 @@ static pid_t start_dlaunchd(const char *dlaunchd, int *ret_port)
     *ret_port = 0;
     while (f != NULL && *ret_port == 0 && fgets(line, sizeof(line), f) != NULL) {
         const char *at = strstr(line, "serving 127.0.0.1:");
+        const char *h = strstr(line, "http://127.0.0.1:");
         if (at != NULL)
             *ret_port = atoi(at + strlen("serving 127.0.0.1:"));
+        if (h != NULL)
+            *ret_http = atoi(h + strlen("http://127.0.0.1:"));
     }
     if (f != NULL)
         fclose(f); /* later lines go to a closed pipe: dlaunchd ignores SIGPIPE on stderr */
@@ -124,6 +134,29 @@ static pid_t start_dlaunchd(const char *dlaunchd, int *ret_port)
         waitpid(pid, NULL, 0);
     }
     return -1;
+}
+
+/* The scraper: GET /metrics every ms milliseconds until killed, each on a new connection as
+ * Prometheus' default does not keep one open between scrapes of a slow interval. */
+static pid_t start_scraper(int http_port, int ms)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)http_port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    static const char req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    char buf[65536];
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+            send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) == (ssize_t)sizeof(req) - 1)
+            while (recv(fd, buf, sizeof(buf), 0) > 0)
+                ;
+        if (fd >= 0)
+            close(fd);
+        usleep((useconds_t)ms * 1000);
+    }
 }
 
 /* Reads what is there; returns messages of the wanted type seen, or -1 on error. */
@@ -183,14 +216,17 @@ static int pump(int ep, agent_t *agents, int n, dl_proto_type_t want, int next_s
     return 0;
 }
 
-static int run(int n, const char *dlaunchd, int json)
+static int run(int n, const char *dlaunchd, int json, int scrape_ms)
 {
-    int port;
-    pid_t pid = start_dlaunchd(dlaunchd, &port);
-    if (pid < 0) {
+    int port, http_port = 0;
+    pid_t scraper = -1;
+    pid_t pid = start_dlaunchd(dlaunchd, scrape_ms > 0, &port, &http_port);
+    if (pid < 0 || (scrape_ms > 0 && http_port <= 0)) {
         fprintf(stderr, "rdzv: %s did not start serving\n", dlaunchd);
         return -1;
     }
+    if (scrape_ms > 0)
+        scraper = start_scraper(http_port, scrape_ms);
     agent_t *agents = calloc((size_t)n, sizeof(*agents));
     int ep = epoll_create1(0), ready = 0, r = -1;
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
@@ -277,13 +313,14 @@ static int run(int n, const char *dlaunchd, int json)
     long per = n > 0 && peak > base ? (peak - base) * 1024 / n : 0;
     if (json)
         printf("{\"agents\": %d, \"seconds\": %.4f, \"server_cpu_seconds\": %.3f, "
-               "\"rss_kib\": %ld, \"bytes_per_agent\": %ld}\n",
-               n, secs, cpu, peak, per);
+               "\"rss_kib\": %ld, \"bytes_per_agent\": %ld, \"scrape_ms\": %d}\n",
+               n, secs, cpu, peak, per, scrape_ms);
     else
-        printf("%8d agents: first join -> last assignment %8.1f ms (server CPU %.0f ms; sending "
+        printf("%8d agents%s: first join -> last assignment %8.1f ms (server CPU %.0f ms; sending "
                "the joins took %.1f ms); server peak RSS %ld KiB (%ld bytes an agent over its "
                "%ld KiB at rest)\n",
-               n, secs * 1e3, cpu * 1e3, sent * 1e3, peak, per, base);
+               n, scrape_ms > 0 ? ", /metrics scraped" : "", secs * 1e3, cpu * 1e3,
+               sent * 1e3, peak, per, base);
     fflush(stdout);
     r = 0;
 out:
@@ -299,6 +336,10 @@ out:
     free(frames);
     free(lens);
     close(ep);
+    if (scraper > 0) {
+        kill(scraper, SIGKILL);
+        waitpid(scraper, NULL, 0);
+    }
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
     return r;
@@ -306,15 +347,19 @@ out:
 
 int main(int argc, char **argv)
 {
-    int json = 0;
+    int json = 0, scrape_ms = 0;
     const char *list = "100,1000,10000";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             json = 1;
         else if (strcmp(argv[i], "--agents") == 0 && i + 1 < argc)
             list = argv[++i];
+        else if (strcmp(argv[i], "--scrape-ms") == 0 && i + 1 < argc &&
+                 (scrape_ms = atoi(argv[i + 1])) > 0)
+            i++;
         else {
-            fprintf(stderr, "usage: %s [--agents N[,N...]] [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--agents N[,N...]] [--scrape-ms MS] [--json]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -337,7 +382,7 @@ int main(int argc, char **argv)
             failed = 1;
             continue;
         }
-        if (run(n, dlaunchd, json) < 0)
+        if (run(n, dlaunchd, json, scrape_ms) < 0)
             failed = 1;
     }
     free(copy);

@@ -376,6 +376,9 @@ const dl_opt_t dl__options[] = {
      "a node silent this long is dead and the job restarts without it (default 5)", 0, 0},
     {"token-file", NULL, 0, STR, OFF(token_file), 0, 0, NULL, NULL, "FILE",
      "the job token (mode 0600) proving agents and workers belong to the job", 0, 0},
+    {"http", NULL, 0, STR, OFF(http), 0, 0, NULL, NULL, "ADDR:PORT",
+     "the node that hosts the rendezvous serves metrics, a status page and JSON there "
+     "(docs/operations.md); not loopback: requests need the job token", 0, 0},
 
     /* What runs, as torchrun says it. */
     {"role", NULL, 0, STR, OFF(role), 0, 0, NULL, "default", "NAME",

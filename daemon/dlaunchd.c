@@ -1,9 +1,10 @@
 /* dlaunchd: the standalone rendezvous, serving many jobs at once (each keyed by its run id).
  *
- *   dlaunchd [--listen ADDR:PORT] [--token-file FILE] [--verbose]
+ *   dlaunchd [--listen ADDR:PORT] [--token-file FILE] [--http ADDR:PORT] [--verbose]
  *
  * Agents point at it with --rdzv-endpoint; control commands (dlaunch status|stop|restart) with
- * --endpoint. Without a token it serves loopback only. SIGINT/SIGTERM stop it. */
+ * --endpoint; Prometheus and people at --http. Without a token it serves loopback only.
+ * SIGINT/SIGTERM stop it. The options are daemon/options.c's table. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +13,8 @@
 #include <sys/resource.h>
 #include <uv.h>
 
+#include "http.h"
+#include "options.h"
 #include "rendezvous.h"
 
 static int verbose;
@@ -24,6 +27,7 @@ static void on_log(void *ctx, dl_rdzv_log_level_t level, const char *run_id, con
 
 typedef struct {
     dl_rdzv_server_t *server;
+    dl_http_t *http;
     uv_signal_t sig[2];
 } daemon_t;
 
@@ -31,19 +35,12 @@ static void on_signal(uv_signal_t *h, int signum)
 {
     daemon_t *d = h->data;
     fprintf(stderr, "[dlaunchd] got %s: shutting down\n", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    dl_http_close(d->http);
+    d->http = NULL;
     dl_rdzv_server_close(d->server, NULL, NULL);
     for (int i = 0; i < 2; i++)
         if (!uv_is_closing((uv_handle_t *)&d->sig[i]))
             uv_close((uv_handle_t *)&d->sig[i], NULL);
-}
-
-static void usage(FILE *f)
-{
-    fprintf(f, "Usage: dlaunchd [--listen ADDR:PORT] [--token-file FILE] [--verbose]\n"
-               "  --listen ADDR:PORT   where to serve (default 127.0.0.1:29400; port 0: a free one,\n"
-               "                       printed on start; a non-loopback address needs a token)\n"
-               "  --token-file FILE    the job token (mode 0600); DLAUNCH_TOKEN also works\n"
-               "  -v, --verbose        log every rendezvous step\n");
 }
 
 /* Thousands of agents need thousands of descriptors: take what the hard limit allows. */
@@ -58,36 +55,37 @@ static void raise_fd_limit(void)
 
 int main(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:29400", *token_file = NULL;
-    char host[256], err[512];
-    int port;
+    char host[256], http_host[256], err[512], http_at[300] = "";
+    int port, http_port = 0;
     dl_proto_token_t *token = NULL;
+    dl_daemon_args_t args;
+    dl_daemon_action_t action;
 
-    for (int i = 1; i < argc; i++) {
-        if ((strcmp(argv[i], "--listen") == 0 || strcmp(argv[i], "--token-file") == 0) &&
-            i + 1 >= argc) {
-            fprintf(stderr, "dlaunchd: option '%s' needs a value\n", argv[i]);
-            return 2;
-        }
-        if (strcmp(argv[i], "--listen") == 0)
-            listen = argv[++i];
-        else if (strcmp(argv[i], "--token-file") == 0)
-            token_file = argv[++i];
-        else if (strcmp(argv[i], "--verbose") == 0 || strcmp(argv[i], "-v") == 0)
-            verbose = 1;
-        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "dlaunchd: unknown argument '%s' (see --help)\n", argv[i]);
-            return 2;
-        }
-    }
-    if (dl_rdzv_listen_parse(listen, host, sizeof(host), &port) < 0) {
-        fprintf(stderr, "dlaunchd: --listen: '%s' is not ADDR:PORT\n", listen);
+    dl_daemon_args_init(&args);
+    if (dl_daemon_parse(argc, argv, &args, &action, err, sizeof(err)) < 0) {
+        fprintf(stderr, "dlaunchd: %s\n", err);
         return 2;
     }
-    int r = dl_proto_token_load(token_file, getenv("DLAUNCH_TOKEN"), &token, err, sizeof(err));
+    if (action == DL_DAEMON_HELP) {
+        dl_daemon_print_help(stdout);
+        return 0;
+    }
+    if (action == DL_DAEMON_VERSION) {
+        printf("dlaunchd %s\n", DL_VERSION);
+        return 0;
+    }
+    verbose = args.verbose;
+    if (dl_rdzv_listen_parse(args.listen, host, sizeof(host), &port) < 0) {
+        fprintf(stderr, "dlaunchd: --listen: '%s' is not ADDR:PORT\n", args.listen);
+        return 2;
+    }
+    if (args.http != NULL &&
+        dl_rdzv_listen_parse(args.http, http_host, sizeof(http_host), &http_port) < 0) {
+        fprintf(stderr, "dlaunchd: --http: '%s' is not ADDR:PORT\n", args.http);
+        return 2;
+    }
+    int r = dl_proto_token_load(args.token_file, getenv("DLAUNCH_TOKEN"), &token, err,
+                                sizeof(err));
     if (r < 0) {
         fprintf(stderr, "dlaunchd: %s\n", err);
         return 2;
@@ -109,9 +107,29 @@ int main(int argc, char **argv)
         dl_proto_token_free(token);
         return r == -EPERM || r == -EINVAL ? 2 : 1;
     }
-    fprintf(stderr, "[dlaunchd] serving %s:%d%s\n", host, dl_rdzv_server_port(server),
-            token ? " (job token required)" : "");
     daemon_t d = {.server = server};
+    if (args.http != NULL) {
+        dl_http_opts_t ho;
+        dl_http_opts_init(&ho);
+        ho.host = http_host;
+        ho.port = http_port;
+        ho.token = token;
+        ho.title = "dlaunchd";
+        r = dl_http_start(loop, server, &ho, &d.http, err, sizeof(err));
+        if (r < 0) {
+            fprintf(stderr, "dlaunchd: --http: %s\n", err);
+            dl_rdzv_server_close(server, NULL, NULL);
+            uv_run(loop, UV_RUN_DEFAULT);
+            uv_loop_close(loop);
+            dl_proto_token_free(token);
+            return r == -EPERM || r == -EINVAL ? 2 : 1;
+        }
+        snprintf(http_at, sizeof(http_at), "; http://%s%s%s:%d/", strchr(http_host, ':') ? "[" : "",
+                 http_host, strchr(http_host, ':') ? "]" : "", dl_http_port(d.http));
+    }
+    /* One line, so that tests and scripts can read both ports from it. */
+    fprintf(stderr, "[dlaunchd] serving %s:%d%s%s\n", host, dl_rdzv_server_port(server),
+            token ? " (job token required)" : "", http_at);
     static const int sigs[2] = {SIGINT, SIGTERM};
     for (int i = 0; i < 2; i++) {
         uv_signal_init(loop, &d.sig[i]);

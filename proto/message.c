@@ -86,9 +86,19 @@ static const dl__field_t assignment_fields[] = {
     END,
 };
 
+/* The training progress an agent passes on with its heartbeat, when its workers report one: for
+ * the status page and /api; the server keeps a few minutes of it per job. */
+static const dl__field_t progress_fields[] = {
+    REQ("step", DL__F_INT, 0, JINT_MAX),
+    OPT("loss", DL__F_NUM, 0, 0),
+    OPT("samples_per_s", DL__F_NUM, 0, 0),
+    END,
+};
+
 static const dl__field_t heartbeat_fields[] = {
     REQ("round", DL__F_INT, 0, I32),
     OPT("workers", DL__F_INT, 0, 65536),
+    {.name = "progress", .kind = DL__F_OBJ, .required = false, .sub = progress_fields},
     END,
 };
 

@@ -52,6 +52,19 @@ const char *dl_rdzv_msg_kind_name(dl_rdzv_msg_kind_t kind)
     return "unknown";
 }
 
+const char *dl_rdzv_cause_name(dl_rdzv_cause_t cause)
+{
+    static const char *const names[DL_RDZV_CAUSE_COUNT] = {
+        [DL_RDZV_CAUSE_WORKER_FAILED] = "worker_failed",
+        [DL_RDZV_CAUSE_NODE_LOST] = "node_lost",
+        [DL_RDZV_CAUSE_NODE_JOINED] = "node_joined",
+        [DL_RDZV_CAUSE_REQUESTED] = "requested",
+    };
+    if ((size_t)cause < DL_RDZV_CAUSE_COUNT)
+        return names[cause];
+    return "unknown";
+}
+
 void dl_rdzv_job_opts_init(dl_rdzv_job_opts_t *opts)
 {
     *opts = (dl_rdzv_job_opts_t){
@@ -436,8 +449,9 @@ static void time_out(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now)
 /* Ends the running round for reason: every member but dead hears of round R+1 and must JOIN
  * again; dead's connection is closed. Past max_restarts the job fails instead. */
 static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, const char *reason,
-                      bool failure, dl__rdzv_member_t *dead)
+                      dl_rdzv_cause_t cause, dl__rdzv_member_t *dead)
 {
+    bool failure = cause == DL_RDZV_CAUSE_WORKER_FAILED || cause == DL_RDZV_CAUSE_NODE_LOST;
     if (failure && !job->failure)
         job->failure = strdup(reason);
     if (job->restarts >= job->opts.max_restarts) {
@@ -453,6 +467,7 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
             msg->failed.round = job->round;
             msg->failed.restarts = job->restarts;
             msg->failed.failure = why;
+            msg->failed.cause = cause;
         }
         dl__rdzv_log(core, DL_RDZV_LOG_ERROR, job->run_id, "job failed after %d restarts: %s",
                      job->restarts, why);
@@ -471,6 +486,7 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
             dl__rdzv_send(core, member_conn(m), DL_RDZV_MSG_ROUND_CHANGED, 0, job->run_id);
         msg->round_changed.round = next;
         msg->round_changed.reason = reason;
+        msg->round_changed.cause = cause;
     }
     dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id, "round %d -> %d (restart %d of %d): %s",
                  job->round, next, job->restarts, job->opts.max_restarts, reason);
@@ -753,7 +769,7 @@ static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
                                 m->host, job->round)
               : dl__rdzv_printf(core, "agent '%s' (%s) asked to join", ev->join.agent_id,
                                 ev->join.host);
-        new_round(core, job, now, reason, false, NULL);
+        new_round(core, job, now, reason, DL_RDZV_CAUSE_NODE_JOINED, NULL);
         if (is_over(job)) {
             dl__rdzv_error(core, ev->conn, ev->req_id, job->run_id, -ESHUTDOWN,
                            "join: job '%s' is over (%s)", job->run_id,
@@ -835,7 +851,7 @@ static void on_worker_failed(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, do
     new_round(core, job, now,
               dl__rdzv_printf(core, "agent '%s' (%s) in round %d: %.1024s", m->agent_id, m->host,
                               job->round, what),
-              true, NULL);
+              DL_RDZV_CAUSE_WORKER_FAILED, NULL);
 }
 
 static void on_disconnect(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev)
@@ -888,7 +904,7 @@ static void on_restart(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double n
         return;
     }
     dl__rdzv_send(core, ev->conn, DL_RDZV_MSG_OK, ev->req_id, job->run_id);
-    new_round(core, job, now, "restart requested", false, NULL);
+    new_round(core, job, now, "restart requested", DL_RDZV_CAUSE_REQUESTED, NULL);
 }
 
 static void on_stop(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
@@ -949,6 +965,8 @@ static int fill_job_status(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now
         .members = ms,
         .nmembers = job->nmembers,
         .nkeys = job->store.keys.count,
+        .store_bytes = job->store.bytes,
+        .store_waits = job->store.nwaiters,
     };
     return 0;
 }
@@ -999,7 +1017,7 @@ static void heartbeat_expired(dl_rdzv_core_t *core, dl__rdzv_member_t *m, double
         gathering_lost(core, job, m, why);
         return;
     }
-    new_round(core, job, now, why, true, m);
+    new_round(core, job, now, why, DL_RDZV_CAUSE_NODE_LOST, m);
 }
 
 /* Runs one due timer. Returns -ENOMEM, leaving it armed to be retried, when the room for what it

@@ -68,6 +68,15 @@ typedef enum {
     DL_RDZV_JOB_TIMED_OUT,     /* fewer than min_nodes joined within join_timeout */
 } dl_rdzv_job_state_t;
 
+/* Why a round ended before its time: what restarts are counted by (see docs/operations.md). */
+typedef enum {
+    DL_RDZV_CAUSE_WORKER_FAILED = 0, /* an agent reported a failed worker */
+    DL_RDZV_CAUSE_NODE_LOST,         /* a member sent no heartbeat within dead_after */
+    DL_RDZV_CAUSE_NODE_JOINED,       /* an agent joined a running round (new, or again) */
+    DL_RDZV_CAUSE_REQUESTED,         /* a RESTART control request */
+    DL_RDZV_CAUSE_COUNT
+} dl_rdzv_cause_t;
+
 typedef struct {
     const void *data;
     size_t len;
@@ -171,7 +180,9 @@ typedef struct {
     const char *failure; /* the first failure, or NULL */
     const dl_rdzv_member_status_t *members;
     size_t nmembers;
-    size_t nkeys; /* in the store of the current round */
+    size_t nkeys;        /* in the store of the current round */
+    size_t store_bytes;  /* its keys and values together */
+    size_t store_waits;  /* WAITs pending on it */
 } dl_rdzv_job_status_t;
 
 typedef struct {
@@ -213,11 +224,13 @@ typedef struct {
         struct {
             int round;
             const char *reason;
+            dl_rdzv_cause_t cause;
         } round_changed;
         struct {
             int round;
             int restarts;
             const char *failure;
+            dl_rdzv_cause_t cause; /* of the round change that was one too many */
         } failed;
         struct {
             int round;
@@ -310,5 +323,7 @@ int dl_rdzv_core_next_deadline(const dl_rdzv_core_t *core, double *ret_at);
 /* Names for logs and the wire: "gathering", "running", ...; "ok", "error", "joined", ... */
 const char *dl_rdzv_job_state_name(dl_rdzv_job_state_t state);
 const char *dl_rdzv_msg_kind_name(dl_rdzv_msg_kind_t kind);
+/* "worker_failed", "node_lost", "node_joined", "requested": stable, they label metrics. */
+const char *dl_rdzv_cause_name(dl_rdzv_cause_t cause);
 
 #endif

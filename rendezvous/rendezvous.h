@@ -61,6 +61,17 @@ typedef struct {
 } dl_rdzv_server_stats_t;
 void dl_rdzv_server_stats(const dl_rdzv_server_t *s, dl_rdzv_server_stats_t *ret);
 
+/* Everything the server knows, for /metrics, /api and the status page (docs/operations.md, "The
+ * snapshot"): its counters and latency histograms, and every job's status (as `dlaunch status
+ * --json` shows it) with its restarts by cause, last failure, training progress and log. Built on
+ * the loop's thread in O(jobs + nodes); due timers run first, as with any event. The result is a
+ * new reference that shares nothing with the server, so it may be handed to another thread.
+ * Returns 0 or -ENOMEM. */
+int dl_rdzv_server_snapshot(dl_rdzv_server_t *s, json_t **ret_snapshot);
+
+/* Changes whenever something a snapshot shows may have changed: lets a publisher skip work. */
+uint64_t dl_rdzv_server_generation(const dl_rdzv_server_t *s);
+
 /* ---- Event-loop client: the agent ---------------------------------------------------------- */
 
 typedef struct dl_rdzv_client_s dl_rdzv_client_t;

@@ -10,6 +10,7 @@
 
 #include "conn.h"
 #include "rendezvous.h"
+#include "stats.h"
 
 #define READBUF_SIZE (64 * 1024)
 
@@ -62,6 +63,9 @@ struct dl_rdzv_server_s {
      * "followers": [conn ids]}, the rounds being the last journaled assignment and round change.
      * What `dlaunch events RUN_ID` replays and follows. */
     json_t *journals;
+
+    dl__rdzv_stats_t stats;
+    json_t *snapshot; /* what the last STATUS to DL__RDZV_STATS_CONN made */
 
     bool closing;
     int open_handles;
@@ -196,6 +200,7 @@ static void on_auth_timer(uv_timer_t *t)
     while (s->preauth_head != NULL && s->preauth_head->accepted + s->auth_timeout <= now) {
         sconn_t *sc = s->preauth_head;
         preauth_remove(sc);
+        s->stats.auth_timeouts++;
         send_error(sc, -1, DL_PROTO_E_NOT_AUTHENTICATED,
                    "no hello and auth within %g s; closing", s->auth_timeout);
         dl__conn_close(&sc->c, UV_ETIMEDOUT);
@@ -414,6 +419,7 @@ static void journal(dl_rdzv_server_t *s, const char *run_id, const char *name, j
     json_int_t seq = json_integer_value(json_object_get(j, "seq")) + 1;
     json_object_set_new(j, "seq", json_integer(seq));
     json_object_set_new(ev, "seq", json_integer(seq));
+    dl__rdzv_stats_event(&s->stats, run_id, ev, now_s());
     json_t *events = json_object_get(j, "events");
     if (json_array_size(events) >= JOURNAL_MAX)
         json_array_remove(events, 0);
@@ -456,8 +462,9 @@ static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
             return;
         json_object_set_new(j, "changed", json_integer(m->round_changed.round));
         journal(s, m->run_id, "round_changed",
-                json_pack("{s:i, s:s}", "round", m->round_changed.round, "reason",
-                          m->round_changed.reason ? m->round_changed.reason : ""));
+                json_pack("{s:i, s:s, s:s}", "round", m->round_changed.round, "reason",
+                          m->round_changed.reason ? m->round_changed.reason : "", "cause",
+                          dl_rdzv_cause_name(m->round_changed.cause)));
         return;
     case DL_RDZV_MSG_FAILED:
     case DL_RDZV_MSG_STOP:
@@ -502,6 +509,19 @@ static void follow(sconn_t *sc, json_int_t id, json_int_t since)
     json_array_append_new(json_object_get(j, "followers"), json_integer((json_int_t)conn_id(sc)));
 }
 
+static void take_snapshot(dl_rdzv_server_t *s, const dl_rdzv_status_t *st)
+{
+    json_t *jobs = json_array();
+    for (size_t i = 0; jobs != NULL && i < st->njobs; i++)
+        if (json_array_append_new(jobs, status_json(&st->jobs[i])) < 0) {
+            json_decref(jobs);
+            jobs = NULL;
+        }
+    json_decref(s->snapshot);
+    s->snapshot =
+        dl__rdzv_stats_snapshot(&s->stats, st, jobs, unix_now(), s->nconns, s->peak);
+}
+
 static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
 {
     for (size_t i = 0; i < acts->n; i++) {
@@ -510,6 +530,11 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
         switch (a->kind) {
         case DL_RDZV_ACT_SEND: {
             journal_msg(s, &a->msg);
+            if (a->conn == DL__RDZV_STATS_CONN) {
+                if (a->msg.kind == DL_RDZV_MSG_STATUS)
+                    take_snapshot(s, a->msg.status);
+                break;
+            }
             sc = conn_by_id(s, a->conn);
             if (sc == NULL)
                 break;
@@ -563,10 +588,16 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
 static void run_core(dl_rdzv_server_t *s, const dl_rdzv_event_t *ev)
 {
     dl_rdzv_actions_t acts = {0};
-    int r = dl_rdzv_core_step(s->core, ev, now_s(), &acts);
+    double t0 = now_s();
+    int r = dl_rdzv_core_step(s->core, ev, t0, &acts);
     apply_actions(s, &acts);
     if (r < 0)
         slog(s, DL_RDZV_LOG_ERROR, ev->run_id, "rendezvous step failed: %s", strerror(-r));
+    /* The server's own STATUS requests change nothing unless timers ran on the way. */
+    if (ev->conn != DL__RDZV_STATS_CONN || acts.n > 1) {
+        dl__rdzv_hist_add(&s->stats.step_seconds, now_s() - t0);
+        s->stats.generation++;
+    }
 }
 
 /* ---- requests ---- */
@@ -598,6 +629,7 @@ static void handle_join(sconn_t *sc, json_t *msg, uint64_t req)
     dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_JOIN, .conn = conn_id(sc), .req_id = req,
                           .run_id = sc->run_id};
     sc->join_id = (json_int_t)req - 1;
+    dl__rdzv_stats_join(&s->stats, sc->run_id, now_s());
     ev.join.agent_id = dl_proto_get_str(msg, "node_id");
     ev.join.host = dl_proto_get_str(msg, "host");
     ev.join.slots = (int)dl_proto_get_int(msg, "slots", 1);
@@ -621,15 +653,20 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
     const char *key;
 
     if (!dl_proto_may_send(type, sc->role)) {
+        s->stats.rejected[DL_PROTO_E_FORBIDDEN]++;
         send_error(sc, id, DL_PROTO_E_FORBIDDEN, "a %s may not send %s",
                    dl_proto_role_name(sc->role), dl_proto_type_name(type));
         return;
     }
+    s->stats.messages[type]++;
     switch (type) {
     case DL_PROTO_JOIN:
         handle_join(sc, msg, req);
         return;
     case DL_PROTO_HEARTBEAT: {
+        json_t *progress = json_object_get(msg, "progress");
+        if (progress != NULL)
+            dl__rdzv_stats_progress(&s->stats, sc->run_id, progress, unix_now());
         ev.kind = DL_RDZV_EV_HEARTBEAT;
         run_core(s, &ev);
         json_auto_t *r = dl_proto_reply_new(
@@ -664,6 +701,9 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         ev.kind = DL_RDZV_EV_WORKER_FAILED;
         ev.report.round = (int)dl_proto_get_int(msg, "round", 0);
         ev.report.description = desc;
+        char peer[80];
+        dl__conn_peer(&sc->c, peer, sizeof(peer));
+        dl__rdzv_stats_failure(&s->stats, sc->run_id, msg, peer, unix_now());
         break;
     }
     case DL_PROTO_KV_SET:
@@ -786,6 +826,7 @@ static void on_message(dl__conn_t *c, json_t *msg, dl_proto_type_t type)
             dl__conn_peer(c, peer, sizeof(peer));
             slog(s, DL_RDZV_LOG_WARN, sc->run_id, "refused %s from %s: wrong job token",
                  dl_proto_role_name(sc->role), peer);
+            s->stats.auth_failures++;
             send_error(sc, id, DL_PROTO_E_AUTH_FAILED, "wrong job token");
             dl__conn_close(c, 0);
             return;
@@ -809,6 +850,8 @@ static void on_invalid(dl__conn_t *c, const dl_proto_error_t *err, bool fatal)
 {
     sconn_t *sc = (sconn_t *)c;
     json_auto_t *m = dl_proto_error_from(err);
+    if ((size_t)err->code < DL_PROTO_E_COUNT)
+        sc->s->stats.rejected[err->code]++;
     if (m != NULL)
         dl__conn_send(c, m);
     /* Before authentication nothing a stranger sends deserves a second chance. */
@@ -863,6 +906,7 @@ static void on_connection(uv_stream_t *server, int status)
     sc->c.on_closed = on_conn_closed;
     s->open_handles++;
     s->nconns++;
+    s->stats.accepted++;
     if (s->nconns > s->peak)
         s->peak = s->nconns;
     sc->accepted = now_s();
@@ -918,6 +962,8 @@ static void maybe_done(dl_rdzv_server_t *s)
     void *ctx = s->done_ctx;
     dl_rdzv_core_free(s->core);
     json_decref(s->journals);
+    json_decref(s->snapshot);
+    dl__rdzv_stats_free(&s->stats);
     free(s->slots);
     free(s->gens);
     free(s->free_slots);
@@ -958,9 +1004,13 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
     s->log_ctx = opts->log_ctx;
     snprintf(s->store_host, sizeof(s->store_host), "%s", opts->host);
     s->journals = json_object();
-    r = s->journals != NULL ? dl_rdzv_core_new(&opts->core, &s->core) : -ENOMEM;
+    r = s->journals != NULL ? dl__rdzv_stats_init(&s->stats, unix_now()) : -ENOMEM;
+    if (r == 0)
+        r = dl_rdzv_core_new(&opts->core, &s->core);
     if (r < 0) {
         snprintf(err, errlen, "bad rendezvous settings: %s", strerror(-r));
+        json_decref(s->journals);
+        dl__rdzv_stats_free(&s->stats);
         free(s);
         return r;
     }
@@ -1010,6 +1060,24 @@ void dl_rdzv_server_stats(const dl_rdzv_server_t *s, dl_rdzv_server_stats_t *ret
     ret->connections = s->nconns;
     ret->peak_connections = s->peak;
     ret->conn_bytes = sizeof(sconn_t);
+}
+
+int dl_rdzv_server_snapshot(dl_rdzv_server_t *s, json_t **ret_snapshot)
+{
+    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_STATUS, .conn = DL__RDZV_STATS_CONN};
+    json_decref(s->snapshot);
+    s->snapshot = NULL;
+    run_core(s, &ev);
+    if (s->snapshot == NULL)
+        return -ENOMEM;
+    *ret_snapshot = s->snapshot;
+    s->snapshot = NULL;
+    return 0;
+}
+
+uint64_t dl_rdzv_server_generation(const dl_rdzv_server_t *s)
+{
+    return s->stats.generation;
 }
 
 void dl_rdzv_server_close(dl_rdzv_server_t *s, void (*done)(void *ctx), void *ctx)

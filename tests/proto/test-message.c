@@ -185,6 +185,23 @@ START_TEST(test_field_types_and_ranges)
                 DL_PROTO_E_BAD_FIELD, "'error.code'");
     expect_code("{\"v\":1,\"type\":\"reply\",\"id\":3,\"result\":[]}", DL_PROTO_E_BAD_FIELD,
                 "'result' must be an object");
+
+    /* The optional progress a heartbeat carries. */
+    expect_code("{\"v\":1,\"type\":\"heartbeat\",\"id\":4,\"round\":0,\"progress\":"
+                "{\"step\":120,\"loss\":0.53,\"samples_per_s\":8123.5}}",
+                DL_PROTO_E_NONE, "");
+    expect_code("{\"v\":1,\"type\":\"heartbeat\",\"id\":4,\"round\":0,\"progress\":{\"step\":1}}",
+                DL_PROTO_E_NONE, "");
+    expect_code("{\"v\":1,\"type\":\"heartbeat\",\"id\":4,\"round\":0,\"progress\":{\"loss\":1}}",
+                DL_PROTO_E_MISSING_FIELD, "'progress.step'");
+    expect_code("{\"v\":1,\"type\":\"heartbeat\",\"id\":4,\"round\":0,\"progress\":"
+                "{\"step\":-1}}",
+                DL_PROTO_E_BAD_FIELD, "'progress.step'");
+    expect_code("{\"v\":1,\"type\":\"heartbeat\",\"id\":4,\"round\":0,\"progress\":"
+                "{\"step\":1,\"loss\":\"low\"}}",
+                DL_PROTO_E_BAD_FIELD, "'progress.loss' must be a number");
+    expect_code("{\"v\":1,\"type\":\"heartbeat\",\"id\":4,\"round\":0,\"progress\":[1]}",
+                DL_PROTO_E_BAD_FIELD, "'progress' must be an object");
 }
 END_TEST
 

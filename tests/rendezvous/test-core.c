@@ -187,6 +187,8 @@ START_TEST(missed_heartbeats_open_a_new_round)
         ck_assert_ptr_nonnull(m);
         ck_assert_int_eq(m->round_changed.round, 1);
         ck_assert_ptr_nonnull(strstr(m->round_changed.reason, "a3"));
+        ck_assert_int_eq(m->round_changed.cause, DL_RDZV_CAUSE_NODE_LOST);
+        ck_assert_str_eq(dl_rdzv_cause_name(m->round_changed.cause), "node_lost");
     }
     const dl_rdzv_job_status_t *js = h_status(&h, "job", 21);
     ck_assert_int_eq(js->round, 1);
@@ -237,6 +239,8 @@ START_TEST(worker_failure_restarts_the_round)
     ck_assert_uint_eq(ok->req_id, 2001);
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 2);
     ck_assert_int_eq(h_msg(&h, 2, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.round, 1);
+    ck_assert_int_eq(h_msg(&h, 2, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.cause,
+                     DL_RDZV_CAUSE_WORKER_FAILED);
     const dl_rdzv_job_status_t *js = h_status(&h, "job", 6);
     ck_assert_int_eq(js->restarts, 1);
     ck_assert_ptr_nonnull(strstr(js->failure, "worker 3 exited with code 1"));
@@ -267,6 +271,8 @@ START_TEST(a_new_node_joins_a_running_job)
     h_join(&h, 3, "job", 2, &o, 12);
     ck_assert_int_eq(h_msg(&h, 3, DL_RDZV_MSG_JOINED)->joined.round, 1);
     ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.round, 1);
+    ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.cause,
+                     DL_RDZV_CAUSE_NODE_JOINED);
     ck_assert_ptr_nonnull(h_msg(&h, 2, DL_RDZV_MSG_ROUND_CHANGED));
     ck_assert_ptr_null(h_msg(&h, 3, DL_RDZV_MSG_ROUND_CHANGED));
     h_join(&h, 1, "job", 1, &o, 13);
@@ -515,6 +521,8 @@ START_TEST(restart_request_opens_a_round)
     h_control(&h, DL_RDZV_EV_RESTART, 50, "job", 2);
     ck_assert_ptr_nonnull(h_msg(&h, 50, DL_RDZV_MSG_OK));
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 2);
+    ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.cause,
+                     DL_RDZV_CAUSE_REQUESTED);
     const dl_rdzv_job_status_t *js = h_status(&h, "job", 3);
     ck_assert_int_eq(js->restarts, 1);
     ck_assert_ptr_null(js->failure);

@@ -108,6 +108,9 @@ START_TEST(set_then_get)
     ck_assert(m->value.found);
     ck_assert_uint_eq(m->value.value.len, 0);
     ck_assert_uint_eq(h_status(&h, "job", 0)->nkeys, 3);
+    /* The status counts keys and values: "key"+"value" of the first SET, "bin", "empty". */
+    ck_assert_uint_gt(h_status(&h, "job", 0)->store_bytes, strlen("bin") + sizeof(bin));
+    ck_assert_uint_eq(h_status(&h, "job", 0)->store_waits, 0);
     h_fini(&h);
 }
 END_TEST
@@ -215,6 +218,7 @@ START_TEST(a_wait_times_out)
     static const char *const keys[] = {"a", "b", "c"};
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "b", "1", 0);
     wait_keys(&h, 5, "job", 0, keys, 3, 5, 10);
+    ck_assert_uint_eq(h_status(&h, "job", 10)->store_waits, 1);
     h_tick(&h, 14.9);
     ck_assert_uint_eq(h_sends_to(&h, 5), 0);
     h_tick(&h, 15);

@@ -1,0 +1,44 @@
+/* dlaunchd's options: one table drives its parser, its --help and its man page (dlaunchd(8)), so
+ * the three never disagree. */
+#ifndef DL_DAEMON_OPTIONS_H
+#define DL_DAEMON_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct {
+    const char *listen;     /* ADDR:PORT of the rendezvous */
+    const char *token_file; /* NULL: $DLAUNCH_TOKEN, else none */
+    const char *http;       /* ADDR:PORT of /metrics, / and /api; NULL: off */
+    bool verbose;
+} dl_daemon_args_t;
+
+typedef struct {
+    const char *name; /* without "--" */
+    char short_name;  /* or 0 */
+    const char *metavar; /* NULL: a flag without a value */
+    size_t offset;       /* into dl_daemon_args_t: a const char * field, or the bool of a flag */
+    const char *help;
+} dl_daemon_option_t;
+
+extern const dl_daemon_option_t dl_daemon_options[];
+extern const size_t dl_daemon_options_count;
+
+typedef enum {
+    DL_DAEMON_RUN = 0,
+    DL_DAEMON_HELP,
+    DL_DAEMON_VERSION,
+} dl_daemon_action_t;
+
+/* Defaults: listen 127.0.0.1:29400, no token file, no HTTP, not verbose. */
+void dl_daemon_args_init(dl_daemon_args_t *args);
+
+/* Parses argv (argv[0] is the program; values point into argv). Returns 0 with *ret_action, or
+ * -EINVAL with one line in err naming the argument. */
+int dl_daemon_parse(int argc, char **argv, dl_daemon_args_t *args, dl_daemon_action_t *ret_action,
+                    char *err, size_t errlen);
+
+/* --help, to stream (a FILE *). */
+void dl_daemon_print_help(void *stream);
+
+#endif

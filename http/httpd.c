@@ -1,0 +1,419 @@
+/* The HTTP server: libmicrohttpd on a thread of its own, and the hand-over of snapshots from the
+ * rendezvous loop to that thread.
+ *
+ * Snapshots travel one way. A request that finds the snapshot it has older than the interval
+ * asks the loop for a new one (uv_async_send) and waits for it, at most WAIT_S; the loop builds
+ * it (only when something changed since the last one), puts it in `pending` under the lock and
+ * never touches it again. The HTTP thread takes it from there and owns it alone: it renders it,
+ * updates its heartbeat ages and frees it. The lock is held for pointer swaps only, so the loop
+ * can never wait on a request being rendered. libmicrohttpd runs every request on that one
+ * thread (no thread per connection), which is what makes the snapshot the thread's own. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http.h"
+#include "internal.h"
+
+#define WAIT_S 1.0        /* how long a request waits for the loop before using what it has */
+#define REFRESH_S 2       /* the status page reloads itself this often */
+#define MAX_CONNECTIONS 64
+#define CONN_TIMEOUT_S 10 /* an idle or slow client is dropped after this */
+
+struct dl_http_s {
+    uv_loop_t *loop;
+    dl_rdzv_server_t *server;
+    uv_async_t wake; /* a request asks the loop for a snapshot */
+    struct MHD_Daemon *daemon;
+    const dl_proto_token_t *token;
+    double interval;
+    int port;
+    char title[128];
+    uint64_t built_gen; /* loop only: the server generation of the last snapshot built */
+    bool built_any;
+
+    pthread_mutex_t lock;
+    pthread_cond_t fresh;
+    json_t *pending;     /* under lock: the newest snapshot, not yet taken */
+    double published_at; /* under lock: monotonic time the loop last answered */
+    uint64_t answers;    /* under lock: how many times the loop answered */
+    bool asked;          /* under lock: an ask is on its way to the loop */
+    bool closing;        /* under lock */
+
+    /* The HTTP thread's own. */
+    json_t *current;
+    double current_at;
+    dl__http_counters_t counters;
+};
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double unix_time(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void dl_http_opts_init(dl_http_opts_t *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+    opts->host = "127.0.0.1";
+    opts->interval = 0.5;
+    opts->title = "dlaunch";
+}
+
+/* ---- the loop's side ---- */
+
+static void on_wake(uv_async_t *a)
+{
+    dl_http_t *h = a->data;
+    json_t *snap = NULL, *old = NULL;
+
+    /* Nothing changed: the snapshot the HTTP thread has is still right (its ages are computed
+     * at each request), so answering is enough. */
+    if (!h->built_any || dl_rdzv_server_generation(h->server) != h->built_gen) {
+        if (dl_rdzv_server_snapshot(h->server, &snap) == 0) {
+            h->built_gen = dl_rdzv_server_generation(h->server);
+            h->built_any = true;
+        }
+    }
+    pthread_mutex_lock(&h->lock);
+    if (snap != NULL) {
+        old = h->pending;
+        h->pending = snap;
+    }
+    h->published_at = mono();
+    h->answers++;
+    h->asked = false;
+    pthread_cond_broadcast(&h->fresh);
+    pthread_mutex_unlock(&h->lock);
+    json_decref(old); /* one the HTTP thread never took: freed outside the lock */
+}
+
+/* ---- the HTTP thread's side ---- */
+
+/* The snapshot to answer from: fresh enough, or the newest the loop gave within WAIT_S. NULL
+ * only before the loop ever answered. */
+static json_t *snapshot(dl_http_t *h)
+{
+    double now = mono();
+    json_t *taken, *old = NULL;
+
+    pthread_mutex_lock(&h->lock);
+    if (h->current == NULL || now - h->current_at >= h->interval) {
+        uint64_t seen = h->answers;
+        if (!h->asked && !h->closing) {
+            h->asked = true;
+            uv_async_send(&h->wake);
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += (time_t)WAIT_S;
+        while (h->answers == seen && !h->closing &&
+               pthread_cond_timedwait(&h->fresh, &h->lock, &until) != ETIMEDOUT)
+            ;
+    }
+    taken = h->pending;
+    h->pending = NULL;
+    if (h->answers > 0)
+        h->current_at = h->published_at;
+    pthread_mutex_unlock(&h->lock);
+    if (taken != NULL) {
+        old = h->current;
+        h->current = taken;
+    }
+    json_decref(old);
+    return h->current;
+}
+
+/* Whether the request carries the token. The token is opaque, so the comparison is of two
+ * HMACs: the proof the presented text would give for a fixed challenge, checked (in constant
+ * time) against the real token's. */
+static bool authorized(dl_http_t *h, struct MHD_Connection *c)
+{
+    static const char nonce[] =
+        "0000000000000000000000000000000000000000000000000000000000000000";
+    char proof[DL_PROTO_PROOF_HEX_LEN + 1], err[128];
+    dl_proto_token_t *given = NULL;
+    const char *v;
+
+    if (h->token == NULL)
+        return true;
+    v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (v == NULL || strncmp(v, "Bearer ", 7) != 0)
+        return false;
+    bool ok = dl_proto_token_from_string(v + 7, "Authorization", &given, err, sizeof(err)) == 0 &&
+              dl_proto_auth_proof(given, nonce, "http", DL_PROTO_ROLE_CONTROL, proof) == 0 &&
+              dl_proto_auth_verify(h->token, nonce, "http", DL_PROTO_ROLE_CONTROL, proof) == 0;
+    dl_proto_token_free(given);
+    return ok;
+}
+
+static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, const char *type,
+                               char *body, size_t len)
+{
+    struct MHD_Response *r;
+    enum MHD_Result ret;
+
+    if (body == NULL) {
+        static const char oom[] = "out of memory\n";
+        r = MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom,
+                                            MHD_RESPMEM_PERSISTENT);
+        status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+        type = "text/plain; charset=utf-8";
+    } else {
+        r = MHD_create_response_from_buffer_with_free_callback(len, body, free);
+    }
+    if (r == NULL) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    /* The page runs no script and loads nothing: say so, so that nothing injected could. */
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'none'; style-src 'unsafe-inline'");
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result respond_text(struct MHD_Connection *c, unsigned status, const char *text)
+{
+    char *body = strdup(text);
+    return respond(c, status, "text/plain; charset=utf-8", body, body ? strlen(body) : 0);
+}
+
+static enum MHD_Result respond_json(struct MHD_Connection *c, unsigned status, json_t *v)
+{
+    char *body = v != NULL ? json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(v);
+    if (body == NULL)
+        return respond(c, status, NULL, NULL, 0);
+    /* The body is a length, not a C string: its NUL becomes the closing newline. */
+    size_t len = strlen(body);
+    body[len] = '\n';
+    return respond(c, status, "application/json", body, len + 1);
+}
+
+static enum MHD_Result api(struct MHD_Connection *c, const char *path, const json_t *snap,
+                           double now)
+{
+    const json_t *jobs = json_object_get(snap, "jobs");
+    size_t i;
+    json_t *j;
+
+    if (strcmp(path, "/api/jobs") == 0 || strcmp(path, "/api/jobs/") == 0)
+        return respond_json(c, MHD_HTTP_OK,
+                            json_pack("{s:f, s:O}", "time", now, "jobs", (json_t *)jobs));
+    const char *id = path + strlen("/api/jobs/");
+    json_array_foreach(jobs, i, j)
+    {
+        if (strcmp(json_string_value(json_object_get(j, "run_id")), id) == 0)
+            return respond_json(c, MHD_HTTP_OK, json_incref(j));
+    }
+    return respond_json(c, MHD_HTTP_NOT_FOUND,
+                        json_pack("{s:{s:s, s:s}}", "error", "code", "not_found", "message",
+                                  "no such job"));
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **req_cls)
+{
+    dl_http_t *h = cls;
+    dl__http_buf_t b = {0};
+    size_t len;
+
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+        return respond_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are served\n");
+    if (!authorized(h, c)) {
+        h->counters.unauthorized++;
+        return respond_text(c, MHD_HTTP_UNAUTHORIZED, "a bearer token is required\n");
+    }
+    bool page = strcmp(url, "/") == 0, metrics = strcmp(url, "/metrics") == 0;
+    bool api_path = strncmp(url, "/api/jobs", 9) == 0 && (url[9] == '\0' || url[9] == '/');
+    h->counters.requests[page      ? DL__HTTP_PAGE
+                         : metrics ? DL__HTTP_METRICS
+                         : api_path ? DL__HTTP_API
+                                    : DL__HTTP_OTHER]++;
+    if (!page && !metrics && !api_path)
+        return respond_text(c, MHD_HTTP_NOT_FOUND,
+                            "not found: try /, /metrics, /api/jobs or /api/jobs/RUN_ID\n");
+    json_t *snap = snapshot(h);
+    double now = unix_time();
+    if (snap != NULL)
+        dl__http_refresh_ages(snap, now);
+    h->counters.snapshot_time = json_number_value(json_object_get(snap, "time"));
+    if (api_path) {
+        if (snap == NULL)
+            return respond_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "no snapshot yet\n");
+        return api(c, url, snap, now);
+    }
+    if (metrics) {
+        dl__http_metrics(&b, snap, &h->counters, now);
+        char *text = dl__http_buf_take(&b, &len);
+        return respond(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    }
+    dl__http_page(&b, snap, h->title, now, REFRESH_S);
+    char *html = dl__http_buf_take(&b, &len);
+    return respond(c, MHD_HTTP_OK, "text/html; charset=utf-8", html, len);
+}
+
+/* ---- life cycle ---- */
+
+static bool is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    return memcmp(&((const struct sockaddr_in6 *)sa)->sin6_addr, &in6addr_loopback,
+                  sizeof(struct in6_addr)) == 0;
+}
+
+/* The listening socket is ours, not libmicrohttpd's, so that a failure says which call failed
+ * and why, and port 0 can be read back. */
+static int listen_on(const dl_http_opts_t *o, int *ret_fd, int *ret_port, char *err,
+                     size_t errlen)
+{
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    int one = 1, fd, r;
+
+    if (uv_ip4_addr(o->host, o->port, (struct sockaddr_in *)&sa) == 0) {
+        salen = sizeof(struct sockaddr_in);
+    } else if (uv_ip6_addr(o->host, o->port, (struct sockaddr_in6 *)&sa) == 0) {
+        salen = sizeof(struct sockaddr_in6);
+    } else {
+        snprintf(err, errlen, "'%s' is not an IP address", o->host);
+        return -EINVAL;
+    }
+    if (o->token == NULL && !is_loopback((struct sockaddr *)&sa)) {
+        snprintf(err, errlen,
+                 "refusing to serve HTTP on %s:%d without a token: give a token (requests "
+                 "then need 'Authorization: Bearer TOKEN'), or bind a loopback address",
+                 o->host, o->port);
+        return -EPERM;
+    }
+    fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        r = -errno;
+        snprintf(err, errlen, "cannot make a socket for HTTP: %s", strerror(-r));
+        return r;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&sa, salen) < 0 || listen(fd, 64) < 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &salen) < 0) {
+        r = -errno;
+        snprintf(err, errlen, "cannot serve HTTP on %s:%d: %s", o->host, o->port, strerror(-r));
+        close(fd);
+        return r;
+    }
+    *ret_port = ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
+                                              : ((struct sockaddr_in6 *)&sa)->sin6_port);
+    *ret_fd = fd;
+    return sa.ss_family == AF_INET6;
+}
+
+static void free_http(dl_http_t *h)
+{
+    json_decref(h->current);
+    json_decref(h->pending);
+    pthread_cond_destroy(&h->fresh);
+    pthread_mutex_destroy(&h->lock);
+    free(h);
+}
+
+static void on_wake_closed(uv_handle_t *handle)
+{
+    free_http(handle->data);
+}
+
+int dl_http_start(uv_loop_t *loop, dl_rdzv_server_t *server, const dl_http_opts_t *opts,
+                  dl_http_t **ret, char *err, size_t errlen)
+{
+    pthread_condattr_t ca;
+    int fd = -1, r;
+    dl_http_t *h = calloc(1, sizeof(*h));
+
+    if (h == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    r = listen_on(opts, &fd, &h->port, err, errlen);
+    if (r < 0) {
+        free(h);
+        return r;
+    }
+    bool ipv6 = r == 1;
+    h->loop = loop;
+    h->server = server;
+    h->token = opts->token;
+    h->interval = opts->interval;
+    snprintf(h->title, sizeof(h->title), "%s", opts->title != NULL ? opts->title : "dlaunch");
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->fresh, &ca);
+    pthread_condattr_destroy(&ca);
+    r = uv_async_init(loop, &h->wake, on_wake);
+    if (r < 0) {
+        snprintf(err, errlen, "cannot set up HTTP: %s", uv_strerror(r));
+        close(fd);
+        free_http(h);
+        return r;
+    }
+    h->wake.data = h;
+    h->daemon = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | (ipv6 ? MHD_USE_IPv6 : 0), 0, NULL,
+        NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_TIMEOUT_S,
+        MHD_OPTION_END);
+    if (h->daemon == NULL) {
+        r = errno > 0 ? -errno : -EIO;
+        snprintf(err, errlen, "libmicrohttpd could not start on %s:%d: %s", opts->host, h->port,
+                 strerror(-r));
+        close(fd);
+        uv_close((uv_handle_t *)&h->wake, on_wake_closed);
+        return r;
+    }
+    *ret = h;
+    return 0;
+}
+
+int dl_http_port(const dl_http_t *h)
+{
+    return h->port;
+}
+
+void dl_http_close(dl_http_t *h)
+{
+    if (h == NULL)
+        return;
+    pthread_mutex_lock(&h->lock);
+    h->closing = true;
+    pthread_cond_broadcast(&h->fresh);
+    pthread_mutex_unlock(&h->lock);
+    /* Joins the HTTP thread, which now never waits on the loop; it closes the socket too. */
+    MHD_stop_daemon(h->daemon);
+    h->daemon = NULL;
+    uv_close((uv_handle_t *)&h->wake, on_wake_closed);
+}

@@ -1,0 +1,193 @@
+/* The rendezvous server's statistics (rendezvous/stats.c): histograms, restarts by cause, the
+ * last failure, the progress ring, and snapshots that share nothing with the server. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stats.h"
+
+static json_t *ev(const char *name, const char *fields)
+{
+    json_error_t e;
+    json_t *o = json_loads(fields, 0, &e);
+    ck_assert_msg(o != NULL, "%s", e.text);
+    json_object_set_new(o, "event", json_string(name));
+    json_object_set_new(o, "time", json_real(1000.0));
+    return o;
+}
+
+static void feed(dl__rdzv_stats_t *st, const char *run_id, const char *name, const char *fields,
+                 double mono)
+{
+    json_t *o = ev(name, fields);
+    dl__rdzv_stats_event(st, run_id, o, mono);
+    json_decref(o);
+}
+
+/* A status of one job "j" with nodes n0 and n1, as the core would give it. */
+static json_t *snapshot_of(dl__rdzv_stats_t *st, const char *run_id)
+{
+    static const dl_rdzv_member_status_t members[] = {
+        {.agent_id = "n0", .host = "h", .slots = 1, .node_rank = 0, .heartbeat_age = 0.5,
+         .connected = true},
+        {.agent_id = "n1", .host = "h", .slots = 1, .node_rank = 1, .heartbeat_age = 2.0,
+         .connected = true},
+    };
+    dl_rdzv_job_status_t js = {.run_id = run_id, .state = DL_RDZV_JOB_RUNNING, .members = members,
+                               .nmembers = 2, .store_bytes = 42, .store_waits = 1};
+    dl_rdzv_status_t status = {.jobs = &js, .njobs = 1};
+    json_t *jobs = json_pack("[{s:s, s:[{s:s, s:f}, {s:s, s:f}]}]", "run_id", run_id, "nodes",
+                             "node_id", "n0", "heartbeat_age", 0.5, "node_id", "n1",
+                             "heartbeat_age", 2.0);
+    return dl__rdzv_stats_snapshot(st, &status, jobs, 5000.0, 3, 7);
+}
+
+START_TEST(histogram_buckets_are_upper_bounds)
+{
+    dl__rdzv_hist_t h = {0};
+    dl__rdzv_hist_add(&h, 0.001);  /* on a bound: that bucket */
+    dl__rdzv_hist_add(&h, 0.0011); /* just above: the next */
+    dl__rdzv_hist_add(&h, 1e9);    /* above every bound: the last */
+    ck_assert_uint_eq(h.count[3], 1);
+    ck_assert_uint_eq(h.count[4], 1);
+    ck_assert_uint_eq(h.count[DL__RDZV_HIST_BUCKETS], 1);
+    ck_assert_uint_eq(h.n, 3);
+    ck_assert(fabs(h.sum - (0.0021 + 1e9)) < 1e-3);
+}
+END_TEST
+
+START_TEST(rounds_restarts_and_endings_are_counted)
+{
+    dl__rdzv_stats_t st;
+    ck_assert_int_eq(dl__rdzv_stats_init(&st, 100.0), 0);
+    dl__rdzv_stats_join(&st, "j", 10.0);
+    feed(&st, "j", "rendezvous", "{\"round\": 0}", 10.25);
+    feed(&st, "j", "round_changed", "{\"round\": 1, \"reason\": \"rank 1 exited\", "
+                                    "\"cause\": \"worker_failed\"}", 20.0);
+    feed(&st, "j", "rendezvous", "{\"round\": 1}", 22.0);
+    feed(&st, "j", "log", "{\"level\": \"warning\", \"text\": \"round 0 -> 1\"}", 20.0);
+    feed(&st, "j", "job_end", "{\"status\": \"succeeded\"}", 30.0);
+    ck_assert_uint_eq(st.rounds, 2);
+    ck_assert_uint_eq(st.restarts[DL_RDZV_CAUSE_WORKER_FAILED], 1);
+    ck_assert_uint_eq(st.round_seconds.n, 2);
+    ck_assert(fabs(st.round_seconds.sum - 2.25) < 1e-9);
+
+    json_t *snap = snapshot_of(&st, "j");
+    ck_assert_ptr_nonnull(snap);
+    json_t *job = json_array_get(json_object_get(snap, "jobs"), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_object_get(job, "restarts_by_cause"), "worker_failed")),
+                     1);
+    json_t *h0 = json_array_get(json_object_get(job, "history"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(h0, "cause")), "worker_failed");
+    ck_assert_str_eq(json_string_value(json_object_get(h0, "reason")), "rank 1 exited");
+    ck_assert_int_eq(json_array_size(json_object_get(job, "log")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(job, "store_bytes")), 42);
+    ck_assert_int_eq(json_integer_value(json_object_get(job, "store_waits")), 1);
+    json_t *n1 = json_array_get(json_object_get(job, "nodes"), 1);
+    ck_assert(fabs(json_real_value(json_object_get(n1, "last_heartbeat")) - 4998.0) < 1e-9);
+    json_t *srv = json_object_get(snap, "server");
+    ck_assert_int_eq(json_integer_value(json_object_get(srv, "connections")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(srv, "ended"),
+                                                        "succeeded")),
+                     1);
+    json_t *rs = json_object_get(json_object_get(srv, "histograms"), "round_seconds");
+    ck_assert_int_eq(json_integer_value(json_object_get(rs, "count")), 2);
+    ck_assert_int_eq(json_array_size(json_object_get(rs, "counts")), DL__RDZV_HIST_BUCKETS + 1);
+    /* Nothing is shared: the server's state can change under a snapshot held elsewhere. */
+    ck_assert_int_eq(json_object_get(snap, "server")->refcount, 1);
+    ck_assert_int_eq(json_object_get(job, "history")->refcount, 1);
+    feed(&st, "j", "round_changed", "{\"round\": 2, \"reason\": \"x\", \"cause\": \"requested\"}",
+         40.0);
+    ck_assert_int_eq(json_array_size(json_object_get(job, "history")), 1);
+    json_decref(snap);
+    dl__rdzv_stats_free(&st);
+}
+END_TEST
+
+START_TEST(the_last_failure_keeps_the_end_of_the_tail)
+{
+    dl__rdzv_stats_t st;
+    ck_assert_int_eq(dl__rdzv_stats_init(&st, 0), 0);
+    dl__rdzv_stats_join(&st, "j", 0);
+    /* 5000 bytes ending in a two-byte character: the cut at 4096 from the end must not split
+     * one. */
+    char tail[5001];
+    memset(tail, 'a', sizeof(tail));
+    for (size_t i = 0; i + 1 < 5000; i += 2) {
+        tail[i] = (char)0xc3;
+        tail[i + 1] = (char)0xa9; /* é */
+    }
+    tail[5000] = '\0';
+    json_t *msg = json_pack("{s:i, s:i, s:i, s:s, s:s}", "round", 0, "rank", 3, "exit_code", 1,
+                            "reason", "rank 3 exited with code 1", "log_tail", tail);
+    ck_assert_ptr_nonnull(msg);
+    dl__rdzv_stats_failure(&st, "j", msg, "10.0.0.7:4242", 77.0);
+    dl__rdzv_stats_failure(&st, "unknown", msg, "10.0.0.7:4242", 77.0); /* no entry: ignored */
+    json_decref(msg);
+    json_t *f = json_object_get(json_object_get(st.jobs, "j"), "last_failure");
+    ck_assert_int_eq(json_integer_value(json_object_get(f, "rank")), 3);
+    ck_assert_str_eq(json_string_value(json_object_get(f, "peer")), "10.0.0.7:4242");
+    size_t len = json_string_length(json_object_get(f, "log_tail"));
+    ck_assert(len >= 4092 && len <= 4096);
+    ck_assert_ptr_null(json_object_get(st.jobs, "unknown"));
+    dl__rdzv_stats_free(&st);
+}
+END_TEST
+
+START_TEST(progress_is_one_point_a_step_and_bounded)
+{
+    dl__rdzv_stats_t st;
+    ck_assert_int_eq(dl__rdzv_stats_init(&st, 0), 0);
+    dl__rdzv_stats_join(&st, "j", 0);
+    for (int i = 0; i < 1000; i++) {
+        json_t *p = json_pack("{s:i, s:f, s:f}", "step", i / 2, "loss", 1.0 / (i + 1),
+                              "samples_per_s", 100.0);
+        dl__rdzv_stats_progress(&st, "j", p, (double)i);
+        json_decref(p);
+    }
+    json_t *ring = json_object_get(json_object_get(st.jobs, "j"), "progress");
+    ck_assert_uint_eq(json_array_size(ring), 240);
+    json_t *last = json_array_get(ring, 239);
+    ck_assert_int_eq(json_integer_value(json_object_get(last, "step")), 499);
+    json_t *first = json_array_get(ring, 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(first, "step")), 260);
+    dl__rdzv_stats_free(&st);
+}
+END_TEST
+
+START_TEST(forgotten_jobs_are_dropped)
+{
+    dl__rdzv_stats_t st;
+    ck_assert_int_eq(dl__rdzv_stats_init(&st, 0), 0);
+    dl__rdzv_stats_join(&st, "gone", 0);
+    dl__rdzv_stats_join(&st, "j", 0);
+    json_decref(snapshot_of(&st, "j"));
+    ck_assert_ptr_null(json_object_get(st.jobs, "gone"));
+    ck_assert_ptr_nonnull(json_object_get(st.jobs, "j"));
+    /* An ended job's entry also goes once a job starts an hour later, watched or not. */
+    feed(&st, "j", "job_end", "{\"status\": \"failed\"}", 10.0);
+    dl__rdzv_stats_join(&st, "next", 3611.0);
+    ck_assert_ptr_null(json_object_get(st.jobs, "j"));
+    ck_assert_ptr_nonnull(json_object_get(st.jobs, "next"));
+    dl__rdzv_stats_free(&st);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("rdzv-stats");
+    TCase *tc = tcase_create("stats");
+    tcase_add_test(tc, histogram_buckets_are_upper_bounds);
+    tcase_add_test(tc, rounds_restarts_and_endings_are_counted);
+    tcase_add_test(tc, the_last_failure_keeps_the_end_of_the_tail);
+    tcase_add_test(tc, progress_is_one_point_a_step_and_bounded);
+    tcase_add_test(tc, forgotten_jobs_are_dropped);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

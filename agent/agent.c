@@ -209,7 +209,8 @@ static void worker_prefix(const dl_agent_t *a, const dl__worker_t *w, char *buf,
             buf[o++] = *p++;
             continue;
         }
-        int n = i == 0 ? snprintf(buf + o, len - o, "%s", a->spec->role)
+        int n = i == 0 ? snprintf(buf + o, len - o, "%s",
+                                  a->spec->role != NULL ? a->spec->role : "default")
                        : snprintf(buf + o, len - o, "%d", i == 1 ? w->rank : w->local_rank);
         o = n > 0 && o + (size_t)n < len ? o + (size_t)n : len - 1;
         p += strlen(vars[i]);
@@ -973,7 +974,8 @@ static int setup_loop(dl_agent_t *a)
     if (r < 0)
         return r;
     /* The signals to forward (torchrun's --signals-to-handle), then SIGCHLD to reap. */
-    dl_signal_list_each(a->spec->signals, add_signal, list, bad, sizeof(bad));
+    dl_signal_list_each(a->spec->signals != NULL ? a->spec->signals : DL_DEFAULT_SIGNALS,
+                        add_signal, list, bad, sizeof(bad));
     list[++list[0]] = SIGCHLD;
     for (int i = 0; i < list[0]; i++) {
         uv_signal_init(&a->loop, &a->signals[i]);

@@ -156,6 +156,9 @@ const char *dl_env_get(char *const *envp, const char *name);
 /* "N" or "MIN:MAX" with 1 <= MIN <= MAX. */
 int dl_parse_nodes(const char *s, int *ret_min, int *ret_max);
 
+/* What --signals-to-handle forwards by default, as torchrun. */
+#define DL_DEFAULT_SIGNALS "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+
 /* torchrun's std spec (-r/--redirects, -t/--tee): "N" for every local rank, or
  * "LOCAL_RANK:N,..." (unlisted ranks 0), N being 0 none, 1 stdout, 2 stderr, 3 both.
  * Returns N for local_rank (0 for a NULL spec), or -EINVAL for a bad spec. */

@@ -277,7 +277,9 @@ int dl_opt_defaults(const dl_opt_table_t *t, void *obj, char *err, size_t errlen
 {
     for (size_t i = 0; i < t->n; i++) {
         const dl_opt_t *o = &t->opts[i];
-        if (o->def == NULL)
+        /* A default that would own memory stays out (the setting stays NULL and its user applies
+         * the default): settings at their defaults hold nothing to free. */
+        if (o->def == NULL || o->type->release != NULL)
             continue;
         /* A default is no choice of the user's: it leaves the mark alone. */
         char why[256] = "";

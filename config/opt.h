@@ -94,7 +94,9 @@ void dl_opt_pet_name(const dl_opt_t *o, char *buf, size_t len);
 int dl_opt_set(const dl_opt_t *o, void *obj, const char *text, const char *where, char *err,
                size_t errlen);
 
-/* Sets every option that has a default. Returns 0 or the first error (a bad table). */
+/* Sets every option that has a default, except those of types that own memory (strings): they
+ * stay NULL, their default is documentary (--help), and the code that reads them applies it, so
+ * settings at their defaults hold nothing to free. Returns 0 or the first error (a bad table). */
 int dl_opt_defaults(const dl_opt_table_t *t, void *obj, char *err, size_t errlen);
 
 /* Frees what the table's options hold in obj. Accepts NULL. */

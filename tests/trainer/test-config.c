@@ -12,7 +12,7 @@ START_TEST(defaults)
 {
     dl_train_config_t c;
     dl_train_config_init(&c);
-    ck_assert_str_eq(c.dataset_dir, DL_TRAIN_DEFAULT_DATASET);
+    ck_assert_ptr_null(c.dataset_dir); /* means DL_TRAIN_DEFAULT_DATASET */
     ck_assert_uint_eq(c.n_layers, 3);
     ck_assert_uint_eq(c.sizes[0], 784);
     ck_assert_uint_eq(c.sizes[1], 256);

@@ -2,6 +2,7 @@
  * rendezvous) and kv (the job's key-value store, for shell workers). Each is one blocking
  * request; exit codes follow docs/exit-codes.md. */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,9 @@ static int call(dl_rdzv_sync_t *c, json_t *msg, double timeout, json_t **ret_rep
 {
     char err[512];
     const char *why = NULL;
+    /* A kv wait that timed out was answered: its keys are missing (exit 1), which is no failure
+     * to reach the rendezvous (exit 3). The call takes msg, so look first. */
+    bool waited = strcmp(dl_proto_get_str(msg, "type"), "kv_wait") == 0;
     int r = dl_rdzv_sync_call(c, msg, timeout, ret_reply, err, sizeof(err));
     if (r < 0) {
         fprintf(stderr, "dlaunch: %s\n", err);
@@ -127,7 +131,7 @@ static int call(dl_rdzv_sync_t *c, json_t *msg, double timeout, json_t **ret_rep
         json_decref(*ret_reply);
         *ret_reply = NULL;
         return code == DL_PROTO_E_AUTH_FAILED || code == DL_PROTO_E_FORBIDDEN ? 4
-               : code == DL_PROTO_E_TIMEOUT                                   ? 3
+               : code == DL_PROTO_E_TIMEOUT && !waited                        ? 3
                                                                               : 1;
     }
     return 0;
@@ -317,7 +321,7 @@ static int kv(const ctl_opts_t *o)
         break;
     }
     case DL_PROTO_KV_ADD:
-        if (dl_parse_int(a[1], -(1L << 62), 1L << 62, &delta) < 0) {
+        if (dl_parse_int(a[1], LONG_MIN, LONG_MAX, &delta) < 0) {
             json_decref(m);
             dl_rdzv_sync_close(c);
             return usage_error("kv add: '%s' is not a whole number", a[1]);

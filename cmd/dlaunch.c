@@ -12,7 +12,8 @@
 extern char **environ;
 
 /* Under Slurm: fill the spec from the job (in a step) or start one agent per node through srun
- * (in an allocation). Returns 0 to go on, or an exit code. */
+ * (in an allocation). Returns 0 to go on, -1 when all is done (a dry run printed srun's line),
+ * or an exit code. */
 static int with_slurm(dl_job_spec_t *spec, int argc, char **argv)
 {
     dl_slurm_env_t se;
@@ -26,8 +27,12 @@ static int with_slurm(dl_job_spec_t *spec, int argc, char **argv)
         return 2;
     }
     r = 0;
-    if (se.in_allocation && !se.in_step && !spec->dry_run) {
+    if (se.in_allocation && !se.in_step) {
         r = dl_slurm_self_launch(spec, &se, argc, argv, err, sizeof(err));
+        if (r == 0) { /* only a dry run comes back */
+            dl_slurm_env_free(&se);
+            return -1;
+        }
     } else if (se.in_step) {
         r = dl_slurm_apply(spec, &se, err, sizeof(err));
     }
@@ -91,8 +96,10 @@ int main(int argc, char **argv)
     default:
         warn_ignored(&spec);
         code = with_slurm(&spec, argc, argv);
-        if (code != 0)
+        if (code != 0) {
+            code = code < 0 ? 0 : code;
             break;
+        }
         fflush(stdout);
         code = dl_agent_run(&spec, environ);
         break;

@@ -121,7 +121,7 @@ int dl_slurm_self_launch(const dl_job_spec_t *spec, const dl_slurm_env_t *se, in
     }
     self[len] = '\0';
     /* Every agent of the step gets the same fresh token through srun's environment. */
-    if (spec->token_file == NULL && getenv("DLAUNCH_TOKEN") == NULL) {
+    if (!spec->dry_run && spec->token_file == NULL && getenv("DLAUNCH_TOKEN") == NULL) {
         if (dl_proto_nonce_new(nonce) < 0 || setenv("DLAUNCH_TOKEN", nonce, 1) < 0) {
             snprintf(err, errlen, "cannot make a job token");
             return -EIO;
@@ -145,6 +145,17 @@ int dl_slurm_self_launch(const dl_job_spec_t *spec, const dl_slurm_env_t *se, in
     for (int i = 1; i < argc; i++)
         av[k++] = argv[i];
     av[k] = NULL;
+    if (spec->dry_run) {
+        /* The plan here is srun's line; each agent plans its own node inside the step. */
+        printf("in Slurm allocation %ld (%d node%s): would run\n ", se->job_id, se->nnodes,
+               se->nnodes == 1 ? "" : "s");
+        for (int i = 0; i < k; i++)
+            printf(" %s", av[i]);
+        printf("\nwith a fresh job token in DLAUNCH_TOKEN; each agent then takes its node, rank "
+               "and rendezvous from the step (`srun ... dlaunch --dry-run ...` shows one)\n");
+        free(av);
+        return 0;
+    }
     fflush(stdout);
     execvp("srun", av);
     int e = errno;

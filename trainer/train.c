@@ -339,11 +339,16 @@ static int restore(run_t *r, bool load)
         if (rc == 1) {
             st = (sync_t){1, ck.step, ck.epoch, ck.consumed, {0}};
             memcpy(st.rng, ck.rng, sizeof(st.rng));
+            /* A rerun that picks up an old run's checkpoint must say so first, and how not to. */
+            bool fresh_start = r->step == 0;
             say(r,
                 "resuming from %s: step %llu, epoch %llu, %llu samples into it (written by "
-                "%u rank%s)",
+                "%u rank%s)%s%s%s",
                 path, (unsigned long long)ck.step, (unsigned long long)ck.epoch + 1,
-                (unsigned long long)ck.consumed, ck.world_size, ck.world_size == 1 ? "" : "s");
+                (unsigned long long)ck.consumed, ck.world_size, ck.world_size == 1 ? "" : "s",
+                fresh_start ? "; to start afresh, remove " : "",
+                fresh_start ? cfg->checkpoint_dir : "",
+                fresh_start ? " or set resume: false" : "");
             if (ck.seed != cfg->seed)
                 say(r, "note: the checkpoint was written with seed %llu, this run uses %llu",
                     (unsigned long long)ck.seed, (unsigned long long)cfg->seed);

@@ -238,8 +238,12 @@ class Train(dltest.Case):
         resumed = self.assert_ends_like("ck", "job.json", straight)
         self.assertGreaterEqual(resumed["resumed_from"], 100)
         self.assertLess(resumed["resumed_from"], self.STEPS)
-        self.assertIn(f"resuming from ck/ckpt-{resumed['resumed_from']:012d}.dlck",
-                      self.rank_log("second", 0, 0))
+        # The rerun says so on its first line, and how to start afresh instead.
+        first = self.rank_log("second", 0, 0).splitlines()[0]
+        self.assertTrue(first.startswith(f"resuming from ck/ckpt-"
+                                         f"{resumed['resumed_from']:012d}.dlck"), first)
+        self.assertTrue(first.endswith("; to start afresh, remove ck or set resume: false"),
+                        first)
 
     # ---- Accuracy and errors ----------------------------------------------------------------
 

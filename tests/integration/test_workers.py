@@ -104,5 +104,20 @@ command: [sh, -c, '{script}']
         self.assertRegex(p.stdout, r"^dlaunch \d+\.\d+\.\d+\n$")
 
 
+    def test_dry_run_in_a_slurm_allocation_prints_the_srun_line(self):
+        # An sbatch script's environment (an allocation, no step): the plan is srun's line, and
+        # nothing starts (no srun is even looked for).
+        env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "2",
+               "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NODELIST": "n[1-2]",
+               "SLURM_CPUS_ON_NODE": "8"}
+        p = self.dlaunch("--dry-run", "--gpus-per-node", "2", "--", "touch", "started",
+                         env=env, check_code=0)
+        self.assertIn("in Slurm allocation 4242 (2 nodes): would run", p.stdout)
+        self.assertRegex(p.stdout, r"srun --nodes=2 --ntasks=2 --ntasks-per-node=1 "
+                                   r"--cpus-per-task=8 --kill-on-bad-exit=0 --export=ALL "
+                                   r"\S*dlaunch --dry-run --gpus-per-node 2 -- touch started")
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "started")))
+
+
 if __name__ == "__main__":
     dltest.main()

@@ -77,14 +77,16 @@ static int script_command(dl_job_spec_t *spec, char **environ_list, char *const 
 
 static int unknown_option(const char *arg, size_t len, char *err, size_t errlen)
 {
-    char word[128];
+    char word[128], raw[256], shown[256];
     snprintf(word, sizeof(word), "%.*s", (int)(len > 2 ? len - 2 : 0), arg + 2);
+    snprintf(raw, sizeof(raw), "%.*s", (int)len, arg);
+    dl_opt_escape(raw, shown, sizeof(shown));
     const dl_opt_t *c = dl_opt_closest(&dl__job_table, word, false);
     if (c != NULL)
-        snprintf(err, errlen, "unknown option '%.*s' (did you mean --%s? see --help)", (int)len,
-                 arg, c->name);
+        snprintf(err, errlen, "unknown option '%s' (did you mean --%s? see --help)", shown,
+                 c->name);
     else
-        snprintf(err, errlen, "unknown option '%.*s' (see --help)", (int)len, arg);
+        snprintf(err, errlen, "unknown option '%s' (see --help)", shown);
     return -EINVAL;
 }
 

@@ -88,6 +88,29 @@ const dl_opt_t *dl_opt_by_key(const dl_opt_table_t *t, const char *key)
     return NULL;
 }
 
+/* ---- Text in messages ----------------------------------------------------------------------- */
+
+void dl_opt_escape(const char *s, char *buf, size_t len)
+{
+    size_t o = 0;
+    if (len == 0)
+        return;
+    for (; *s != '\0' && o + 5 < len; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\n')
+            o += (size_t)snprintf(buf + o, len - o, "\\n");
+        else if (c == '\t')
+            o += (size_t)snprintf(buf + o, len - o, "\\t");
+        else if (c == '\\')
+            o += (size_t)snprintf(buf + o, len - o, "\\\\");
+        else if (c < 0x20 || c == 0x7f)
+            o += (size_t)snprintf(buf + o, len - o, "\\x%02x", c);
+        else
+            buf[o++] = (char)c;
+    }
+    buf[o] = '\0';
+}
+
 /* ---- Numbers in messages -------------------------------------------------------------------- */
 
 /* 1000000, not 1e+06; 0.1, not 0.10000000000000001. */
@@ -243,11 +266,11 @@ static bool numeric(const dl_opt_type_t *t)
 
 /* ---- Setting -------------------------------------------------------------------------------- */
 
-int dl_opt_set(const dl_opt_t *o, void *obj, const char *text, const char *where, char *err,
+int dl_opt_set(const dl_opt_t *o, void *obj, const char *raw, const char *where, char *err,
                size_t errlen)
 {
-    char why[256] = "";
-    int r = o->type->parse(o, obj, text, why, sizeof(why));
+    char why[256] = "", text[256];
+    int r = o->type->parse(o, obj, raw, why, sizeof(why));
 
     if (r == 0) {
         if (o->flags & DL_OPT_MARKS)
@@ -258,6 +281,11 @@ int dl_opt_set(const dl_opt_t *o, void *obj, const char *text, const char *where
         snprintf(err, errlen, "%s: out of memory", where);
         return r;
     }
+    /* The value and the reason quote user text: one line, whatever it holds. */
+    dl_opt_escape(raw, text, sizeof(text));
+    char reason[256];
+    dl_opt_escape(why, reason, sizeof(reason));
+    memcpy(why, reason, sizeof(why));
     if (why[0] != '\0' && *text == '\0') {
         snprintf(err, errlen, "%s: %s", where, why);
     } else if (why[0] != '\0') {

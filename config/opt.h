@@ -122,6 +122,10 @@ const dl_opt_t *dl_opt_closest(const dl_opt_table_t *t, const char *word, bool a
  * default, in table order. */
 void dl_opt_print_help(const dl_opt_table_t *t, void *stream);
 
+/* Copies s into buf (len bytes) so that it prints on one line, as it would be typed: control
+ * characters as \n, \t or \xNN, and a backslash doubled. Errors quote user text through it. */
+void dl_opt_escape(const char *s, char *buf, size_t len);
+
 /* The accepted spellings of a boolean, for messages. */
 #define DL_OPT_BOOL_WORDS "true/false, yes/no, on/off or 1/0"
 int dl_opt_parse_bool(const char *s, bool *ret);

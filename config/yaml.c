@@ -25,13 +25,15 @@ static int fail_at(loader_t *ld, const yaml_node_t *node, const char *fmt, ...)
 
 static int fail_at(loader_t *ld, const yaml_node_t *node, const char *fmt, ...)
 {
-    char msg[DL_CONFIG_ERRLEN];
+    char msg[DL_CONFIG_ERRLEN], line[DL_CONFIG_ERRLEN];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    /* Messages quote the spec's own text, which may hold line breaks: one line regardless. */
+    dl_opt_escape(msg, line, sizeof(line));
     snprintf(ld->err, ld->errlen, "%s:%zu:%zu: %s", ld->name, node->start_mark.line + 1,
-             node->start_mark.column + 1, msg);
+             node->start_mark.column + 1, line);
     return -EINVAL;
 }
 

@@ -162,11 +162,13 @@ int dl_train_config_set(dl_train_config_t *cfg, const char *key, const char *val
 
     if (o == NULL) {
         const dl_opt_t *c = dl_opt_closest(&dl_train_settings, key, true);
+        char shown[128];
+        dl_opt_escape(key, shown, sizeof(shown));
         if (c != NULL)
             return dl__train_err(-EINVAL, err, errlen,
-                                 "unknown trainer setting '%s' (did you mean '%s'?)", key,
+                                 "unknown trainer setting '%s' (did you mean '%s'?)", shown,
                                  c->name);
-        return dl__train_err(-EINVAL, err, errlen, "unknown trainer setting '%s'", key);
+        return dl__train_err(-EINVAL, err, errlen, "unknown trainer setting '%s'", shown);
     }
     return dl_opt_set(o, cfg, value, key, err, errlen);
 }

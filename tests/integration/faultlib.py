@@ -1,0 +1,314 @@
+"""Faults made for real, for the fault tests and bench/faults: a job of the bundled trainer on two
+agents (on loopback, or each in a network namespace of its own on one bridge), a clock on every
+line and event each agent writes, and the injections: signals to workers and agents, link cuts
+and silent drops (nftables in a node's namespace), a stopped host. Everything a run makes
+(processes, namespaces, links, folders) goes when it closes, whatever happened."""
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+
+DLAUNCH = os.environ.get("DLAUNCH") or os.path.join(
+    os.environ.get("BUILD_ROOT", "build"), "cmd", "dlaunch")
+DLAUNCHD = os.path.join(os.path.dirname(DLAUNCH), "..", "daemon", "dlaunchd")
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+def have_fashion():
+    return os.path.exists(os.path.join(FASHION, "train-images-idx3-ubyte.gz"))
+
+
+def can_netns():
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("nft") is None:
+        return False
+    name = f"dlfprobe{os.getpid()}"
+    ok = subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode == 0
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return ok
+
+
+def write_subset(dst, n_train=4096, n_test=1000):
+    """A slice of Fashion-MNIST as plain IDX files: real images, quick to load per rank."""
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        for kind, ndims, item in (("images", 3, 784), ("labels", 1, 1)):
+            name = f"{prefix}-{kind}-idx{ndims}-ubyte"
+            with gzip.open(os.path.join(FASHION, name + ".gz"), "rb") as f:
+                head = f.read(4 + 4 * ndims)
+                payload = f.read(n * item)
+            dims = list(struct.unpack(f">{ndims}I", head[4:]))
+            dims[0] = n
+            with open(os.path.join(dst, name), "wb") as f:
+                f.write(head[:4] + struct.pack(f">{ndims}I", *dims) + payload)
+
+
+class Net:
+    """Namespaces dlf<tag>0, dlf<tag>1 ... on a bridge of their own, at 10.79.<net>.1, .2 ..."""
+
+    def __init__(self, n, net=None):
+        self.tag = f"{os.getpid() % 100000}"
+        self.net = net if net is not None else 100 + os.getpid() % 150
+        self.bridge = f"dlfb{self.tag}"
+        self.names = [f"dlf{self.tag}n{i}" for i in range(n)]
+        self.addrs = [f"10.79.{self.net}.{i + 1}" for i in range(n)]
+        self.made = []
+        try:
+            self._sh("ip", "link", "add", self.bridge, "type", "bridge")
+            self.made.append(("link", self.bridge))
+            self._sh("ip", "link", "set", self.bridge, "up")
+            for i, ns in enumerate(self.names):
+                self._sh("ip", "netns", "add", ns)
+                self.made.append(("netns", ns))
+                host, peer = f"dlfv{self.tag}{i}", f"dlfp{self.tag}{i}"
+                self._sh("ip", "link", "add", host, "type", "veth", "peer", "name", peer)
+                self.made.append(("link", host))
+                self._sh("ip", "link", "set", host, "master", self.bridge, "up")
+                self._sh("ip", "link", "set", peer, "netns", ns)
+                self.ns(i, "ip", "link", "set", "lo", "up")
+                self.ns(i, "ip", "link", "set", peer, "name", "eth0")
+                self.ns(i, "ip", "addr", "add", f"{self.addrs[i]}/24", "dev", "eth0")
+                self.ns(i, "ip", "link", "set", "eth0", "up")
+        except Exception:
+            self.close()
+            raise
+
+    def _sh(self, *cmd):
+        subprocess.run(cmd, check=True, capture_output=True)
+
+    def ns(self, i, *cmd):
+        subprocess.run(["ip", "netns", "exec", self.names[i], *cmd], check=True,
+                       capture_output=True)
+
+    def prefix(self, i):
+        return ["ip", "netns", "exec", self.names[i]]
+
+    def drop(self, i):
+        """Every packet in or out of node i vanishes: no FIN, no RST, as a host that lost power
+        or a switch that died."""
+        script = ("table inet dlfault { chain in { type filter hook input priority 0; "
+                  "iifname \"eth0\" drop; } chain out { type filter hook output priority 0; "
+                  "oifname \"eth0\" drop; } }")
+        self.ns(i, "nft", script)
+
+    def undrop(self, i):
+        subprocess.run(self.prefix(i) + ["nft", "delete", "table", "inet", "dlfault"],
+                       capture_output=True)
+
+    def close(self):
+        for kind, name in reversed(self.made):
+            if kind == "netns":
+                # Whatever still runs in it goes first, or the namespace outlives us.
+                r = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
+                for pid in r.stdout.split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            else:
+                subprocess.run(["ip", "link", "del", name], capture_output=True)
+        self.made = []
+
+
+class Stream(threading.Thread):
+    """Reads a pipe line by line and keeps (monotonic time, line) for each."""
+
+    def __init__(self, pipe):
+        super().__init__(daemon=True)
+        self.pipe, self.lines, self.lock = pipe, [], threading.Lock()
+        self.start()
+
+    def run(self):
+        for line in iter(self.pipe.readline, ""):
+            with self.lock:
+                self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.lines)
+
+
+class Agent:
+    def __init__(self, job, index, args, prefix=()):
+        self.job, self.index = job, index
+        self.events_path = os.path.join(job.dir, f"events-{index}.jsonl")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        env.update(job.env)
+        self.proc = subprocess.Popen([*prefix, DLAUNCH, "--events", self.events_path, *args],
+                                     cwd=job.dir, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        self.out, self.err = Stream(self.proc.stdout), Stream(self.proc.stderr)
+
+    def events(self):
+        """Events with their monotonic time (the stream's Unix times, shifted)."""
+        if not os.path.exists(self.events_path):
+            return []
+        shift = time.time() - time.monotonic()
+        out = []
+        with open(self.events_path) as f:
+            for line in f:
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                e["mono"] = e["time"] - shift
+                out.append(e)
+        return out
+
+    def worker_pid(self, rank):
+        starts = [e for e in self.events() if e["event"] == "worker_start" and e["rank"] == rank]
+        return starts[-1]["pid"] if starts else None
+
+    def kill(self, sig):
+        try:
+            os.kill(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+class Job:
+    """Two (or more) agents of one trainer job. Arguments as dlaunch takes them."""
+
+    def __init__(self, nodes=2, workers=2, net=None, steps=1500, checkpoint_every=100,
+                 heartbeat=0.2, dead_after=1.0, extra=(), train=None, dlaunchd=False,
+                 root=None, subset=None):
+        self.dir = tempfile.mkdtemp(prefix="dl-fault-", dir=root)
+        self.net, self.nodes, self.agents = net, nodes, []
+        self.env = {}
+        self.subset = subset or os.path.join(self.dir, "data")
+        if subset is None:
+            os.mkdir(self.subset)
+            write_subset(self.subset)
+        settings = {"dataset_dir": self.subset, "steps": steps, "batch_size": 32,
+                    "checkpoint_dir": "ck", "checkpoint_every": checkpoint_every,
+                    "log_every": 10, "summary_file": "summary.json", "seed": 7}
+        settings.update(train or {})
+        self.spec = os.path.join(self.dir, "job.yaml")
+        with open(self.spec, "w") as f:
+            f.write("train:\n" + "".join(f"  {k}: {v}\n" for k, v in settings.items()))
+        token = os.path.join(self.dir, "token")
+        with open(token, "w") as f:
+            f.write("f" * 32)
+        os.chmod(token, 0o600)
+        self.daemon = None
+        host = net.addrs[0] if net else "127.0.0.1"
+        if dlaunchd:
+            self.port = self._start_dlaunchd(host, token)
+        else:
+            self.port = free_port()
+        self.common = ["--nodes", str(nodes), "--gpus-per-node", str(workers),
+                       "--rdzv-endpoint", f"{host}:{self.port}", "--run-id", "fault",
+                       "--token-file", token, "--heartbeat", str(heartbeat), "--dead-after",
+                       str(dead_after), "--max-restarts", "3", "--stop-timeout", "2",
+                       "--last-call", "0.5", *extra]
+        self.t0 = time.monotonic()
+
+    def _start_dlaunchd(self, host, token):
+        log = os.path.join(self.dir, "dlaunchd.log")
+        prefix = self.net.prefix(0) if self.net else []
+        self.daemon_args = [*prefix, DLAUNCHD, "--listen", f"{host}:0", "--token-file", token]
+        self.daemon_log = log
+        self.daemon = subprocess.Popen(self.daemon_args, stdout=subprocess.DEVNULL,
+                                       stderr=open(log, "w"), start_new_session=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with open(log) as f:
+                m = re.search(r"serving [^\s]*:(\d+)", f.read())
+            if m:
+                return int(m.group(1))
+            time.sleep(0.02)
+        raise RuntimeError("dlaunchd did not start")
+
+    def restart_dlaunchd(self):
+        """The same daemon again on the same port, as systemd would restart it."""
+        args = [a if not a.endswith(":0") else a[:-2] + f":{self.port}"
+                for a in self.daemon_args]
+        self.daemon = subprocess.Popen(args, stdout=subprocess.DEVNULL,
+                                       stderr=open(self.daemon_log, "a"),
+                                       start_new_session=True)
+
+    def start(self):
+        for i in range(self.nodes):
+            prefix = self.net.prefix(i) if self.net else ()
+            rank = ["--node-rank", str(i)] if i == 0 else []
+            self.agents.append(Agent(self, i, [*self.common, *rank, self.spec], prefix))
+            if i == 0:
+                time.sleep(0.2)  # the host binds first, so it is the one that hosts
+
+    def lines(self):
+        """Every agent's stdout lines, (time, agent, line), in time order."""
+        out = [(t, a.index, l) for a in self.agents for t, l in a.out.snapshot()]
+        return sorted(out)
+
+    def progress(self):
+        """(time, step) of every progress line rank 0 printed, on whichever node it ran."""
+        out = []
+        for t, _, line in self.lines():
+            m = re.search(r"\] epoch \d+ step (\d+)/", line)
+            if m:
+                out.append((t, int(m.group(1))))
+        return out
+
+    def wait_step(self, step, timeout=120):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            p = self.progress()
+            if p and p[-1][1] >= step:
+                return p[-1]
+            if all(a.proc.poll() is not None for a in self.agents):
+                break
+            time.sleep(0.01)
+        raise TimeoutError(f"step {step} not reached: {self.progress()[-3:]}")
+
+    def wait(self, timeout=300):
+        deadline = time.monotonic() + timeout
+        for a in self.agents:
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                a.proc.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                pass
+        return [a.proc.returncode for a in self.agents]
+
+    def summary(self):
+        path = os.path.join(self.dir, "summary.json")
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return json.load(f)
+
+    def close(self):
+        for a in self.agents:
+            if a.proc.poll() is None:
+                try:
+                    os.killpg(a.proc.pid, signal.SIGCONT)
+                    os.killpg(a.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                a.proc.wait()
+        if self.daemon is not None and self.daemon.poll() is None:
+            self.daemon.kill()
+            self.daemon.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def free_port():
+    import random
+    import socket
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port")

@@ -1066,11 +1066,16 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
     json_t *cmd = json_array();
     for (char **c = spec->command; *c != NULL; c++)
         json_array_append_new(cmd, json_string(*c));
-    dl_events_emit(a->events, "job_start", dl__now_unix(),
-                   json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:o}", "run_id", a->run_id, "nodes",
-                             a->nnodes, "workers_per_node", a->nworkers, "world_size",
-                             a->world_size, "max_restarts", spec->max_restarts, "log_dir",
-                             a->run_dir, "command", cmd));
+    /* Over several nodes the shape is the rendezvous's to decide: the job's range now, the
+     * world size with each round's `rendezvous` event. */
+    json_t *start = json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:o}", "run_id", a->run_id,
+                              "nodes", a->remote ? a->nodes_max : a->nnodes, "min_nodes",
+                              a->remote ? a->nodes_min : a->nnodes, "workers_per_node",
+                              a->nworkers, "max_restarts", spec->max_restarts, "log_dir",
+                              a->run_dir, "command", cmd);
+    json_object_set_new(start, "world_size",
+                        a->remote ? json_null() : json_integer(a->world_size));
+    dl_events_emit(a->events, "job_start", dl__now_unix(), start);
     if (a->remote) {
         /* The supervisor starts once the rendezvous answers (dl__rdzv_start's ready). */
         code = dl__rdzv_start(a);

@@ -7,7 +7,7 @@ build_pkgs=(gcc pkg-config meson ninja-build libuv1-dev libyaml-dev libjansson-d
             zlib1g-dev libssl-dev libopenblas-dev dataset-fashion-mnist python3)
 test_pkgs=(openmpi-bin libopenmpi-dev mpich python3-torch procps iproute2 clang libclang-rt-14-dev
            prometheus chromium fonts-dejavu-core man-db systemd bash-completion
-           slurm-wlm slurm-client munge)
+           nftables slurm-wlm slurm-client munge)
 
 want=("${build_pkgs[@]}")
 case "${1:-all}" in

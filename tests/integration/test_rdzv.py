@@ -89,6 +89,12 @@ class Rendezvous(dltest.Case):
             self.assertEqual(sorted(e["node_rank"] for e in rdzv), list(range(n)))
             self.assertEqual({e["world_size"] for e in rdzv}, {2 * n})
             self.assertEqual(len({(e["master_addr"], e["master_port"]) for e in rdzv}), 1)
+            # job_start says what is known before the rendezvous: the node range, not a world
+            # size of this node alone.
+            starts = [e for i in range(n) for e in self.evs(f"n{n}a{i}")
+                      if e["event"] == "job_start"]
+            self.assertEqual({(e["nodes"], e["min_nodes"], e["world_size"]) for e in starts},
+                             {(n, n, None)})
             subprocess.run(["rm", "-rf", os.path.join(self.dir, "dlaunch_logs")], check=True)
             self.port = free_port()
             self.endpoint = f"127.0.0.1:{self.port}"

@@ -430,7 +430,8 @@ static void finish_loop(dl_agent_t *a)
 
 static void finish(dl_agent_t *a, int exit_code)
 {
-    const char *status = exit_code == 0   ? "succeeded"
+    const char *status = a->stopped_by_request ? "stopped"
+                         : exit_code == 0   ? "succeeded"
                          : exit_code == 1 ? "failed"
                          : exit_code == 3 ? "timed_out"
                          : exit_code == 4 ? "refused"
@@ -448,7 +449,8 @@ static void finish(dl_agent_t *a, int exit_code)
 /* The run's last line: how it ended, how long it took, where to look. */
 static void print_closing_line(const dl_agent_t *a)
 {
-    const char *status = a->exit_code == 0   ? "succeeded"
+    const char *status = a->stopped_by_request ? "was stopped on request"
+                         : a->exit_code == 0   ? "succeeded"
                          : a->exit_code == 1 ? "failed"
                          : a->exit_code == 3 ? "timed out"
                          : a->exit_code == 4 ? "was refused"

@@ -73,6 +73,7 @@ struct dl_agent_s {
     dl_sup_failure_t *history; /* the first failure of every failed attempt */
     size_t nhistory;
     bool report_pending;       /* the failure report waits for the failed rank's output */
+    bool stopped_by_request;   /* the rendezvous ended the job on a stop request */
     /* The job's training progress, passed on with each heartbeat while progress_valid. */
     dl_agent_progress_t progress;
     bool progress_valid;

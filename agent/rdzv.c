@@ -216,6 +216,9 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
         const char *desc = json_string_value(json_object_get(failure, "description"));
         if (desc != NULL)
             snprintf(a->failure_text, sizeof(a->failure_text), "%s", desc);
+        /* The job's own ending, as the rendezvous says it (a stopped job ends in exit 0 too). */
+        if (strcmp(reason, "stopped") == 0)
+            a->stopped_by_request = true;
         if (strcmp(reason, "succeeded") != 0)
             dl__agent_log(a, "the rendezvous ended the job: %s%s%s", reason,
                           desc ? ": " : "", desc ? desc : "");

@@ -215,6 +215,10 @@ class Rendezvous(dltest.Case):
         self.dlaunch("stop", "--endpoint", self.endpoint, "job", check_code=0)
         self.assertEqual(self.wait_all(procs, timeout=30), [0, 0], self.log("a") + self.log("b"))
         self.assertIn("stopped", self.log("a"))
+        # Every agent says of its job what the rendezvous says: stopped, not succeeded.
+        for n in "ab":
+            self.assertEqual(self.evs(n)[-1]["event"], "job_end")
+            self.assertEqual(self.evs(n)[-1]["status"], "stopped", self.evs(n)[-1])
         # The followed stream replays the job's story and ends with it.
         out, err = follower.communicate(timeout=30)
         self.assertEqual(follower.returncode, 0, err)

@@ -48,8 +48,10 @@ struct dl_agent_s {
     char *command_path;
     char *run_dir; /* LOGDIR/RUN_ID */
     char attempt_dir[4096];
-    char master_addr[64];
+    char master_addr[256];
     int master_port;
+    char ifname[64];  /* the interface the workers bind (GLOO_SOCKET_IFNAME...), or "" */
+    char if_addr[128]; /* its address that reaches MASTER_ADDR */
     int exit_code;
     bool remote;               /* a rendezvous decides rounds (several nodes) */
     struct dl__rdzv_s *rdzv;   /* rdzv.c's state, when remote */

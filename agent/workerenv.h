@@ -21,6 +21,10 @@ typedef struct {
     const char *store;       /* DLAUNCH_STORE: HOST:PORT of the job's key-value store, or NULL */
     const char *token_file;  /* DLAUNCH_TOKEN_FILE, or NULL */
     int health_fd;           /* DLAUNCH_HEALTH_FD, or -1 */
+    /* The interface that reaches MASTER_ADDR, or NULL: GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME
+     * (as "=NAME", an exact match), TP_SOCKET_IFNAME and DLAUNCH_SOCKET_IFNAME, each unless
+     * base or extra already has it. */
+    const char *ifname;
 } dl_worker_env_t;
 
 /* Returns a NULL-terminated "NAME=value" vector in *ret_envp (caller frees it with

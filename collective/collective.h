@@ -45,6 +45,7 @@ typedef enum {
 
 #define DL_COLL_SMALL_AUTO ((size_t)-1)
 #define DL_COLL_HOST_ID_MAX 128
+#define DL_COLL_IFNAME_MAX 64
 #define DL_COLL_ADDR_MAX 256
 #define DL_COLL_RUN_ID_MAX 128
 #define DL_COLL_PATH_MAX 4096
@@ -65,6 +66,10 @@ typedef struct {
     char store[DL_COLL_ADDR_MAX + 8];
     char token_file[DL_COLL_PATH_MAX];
     const char *token;
+    /* DLAUNCH_SOCKET_IFNAME: the network interface whose address this rank listens on for TCP
+     * peers (dlaunch sets it to the one that reaches MASTER_ADDR, as it sets
+     * GLOO_SOCKET_IFNAME). "" means the address the route to MASTER_ADDR leaves from. */
+    char ifname[DL_COLL_IFNAME_MAX];
     /* DLAUNCH_COLL_HOST_ID: ranks with equal ids share memory. "" means hostname + boot id. */
     char host_id[DL_COLL_HOST_ID_MAX];
     dl_coll_transport_t transport; /* DLAUNCH_COLL_TRANSPORT=auto|tcp|shm */

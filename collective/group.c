@@ -336,6 +336,31 @@ static int setup_tcp(dl_coll_group_t *g, dl__coll_boot_t *boot, const blob_t *bl
     return agree(g, boot, r, "connecting TCP peers", err, errlen);
 }
 
+/* Listens on the interface that leads to rank 0, the one peers can reach us on, or on the one
+ * the launcher names (it told Gloo and NCCL the same). Failures go to g->err. */
+static int listen_near_master(dl_coll_group_t *g, int *ret_fd, dl__coll_addr_t *ret_bound)
+{
+    const dl_coll_options_t *o = &g->opts;
+    dl__coll_addr_t master, local;
+    int r = dl__coll_resolve(o->master_addr, o->master_port, &master);
+    if (r == 0)
+        r = dl__coll_route_addr(&master, &local);
+    if (r == 0 && o->ifname[0] != '\0') {
+        r = dl__coll_iface_addr(o->ifname, &local, &local);
+        if (r < 0)
+            return dl__coll_fail(&g->err, r, "DLAUNCH_SOCKET_IFNAME=%s: %s", o->ifname,
+                                 r == -ENODEV          ? "no such interface"
+                                 : r == -EADDRNOTAVAIL ? "the interface has no address to listen on"
+                                                       : strerror(-r));
+    }
+    if (r == 0)
+        r = dl__coll_listen(&local, 128, ret_fd, ret_bound);
+    if (r < 0)
+        return dl__coll_fail(&g->err, r, "listen for TCP peers near MASTER_ADDR %s: %s",
+                             o->master_addr, strerror(-r));
+    return 0;
+}
+
 /* Everything between the bootstrap and a ready group; blobs[] ends up with every rank's. */
 static int setup(dl_coll_group_t *g, dl__coll_boot_t *boot, char *err, size_t errlen)
 {
@@ -349,20 +374,9 @@ static int setup(dl_coll_group_t *g, dl__coll_boot_t *boot, char *err, size_t er
     uint64_t job_key = dl__coll_hash64(key, (size_t)klen, 7);
 
     host_identity(o, &mine.host_a, &mine.host_b, &mine.machine);
-    if (g->size > 1) {
-        /* Listen on the interface that leads to rank 0: the one peers can reach us on. */
-        dl__coll_addr_t master, local;
-        r = dl__coll_resolve(o->master_addr, o->master_port, &master);
-        if (r == 0)
-            r = dl__coll_route_addr(&master, &local);
-        if (r == 0)
-            r = dl__coll_listen(&local, 128, &lfd, &mine.addr);
-        if (r < 0) {
-            snprintf(err, errlen, "listen for TCP peers near MASTER_ADDR %s: %s", o->master_addr,
-                     strerror(-r));
-            return r;
-        }
-    }
+    /* A rank that cannot listen still takes part in the first all-gather, and then everyone
+     * fails together, naming it, instead of the others waiting out their timeout. */
+    int lr = g->size > 1 ? listen_near_master(g, &lfd, &mine.addr) : 0;
     blob_pack(&mine, raw);
     table = malloc((size_t)g->size * BLOB_BYTES);
     blobs = malloc(sizeof(*blobs) * (size_t)g->size);
@@ -372,6 +386,8 @@ static int setup(dl_coll_group_t *g, dl__coll_boot_t *boot, char *err, size_t er
     }
     if (r == 0)
         r = boot->allgather(boot, raw, BLOB_BYTES, table, err, errlen);
+    if (r == 0)
+        r = agree(g, boot, lr, "listening for TCP peers", err, errlen);
     for (int i = 0; r == 0 && i < g->size; i++)
         blob_unpack(table + (size_t)i * BLOB_BYTES, &blobs[i]);
     if (r == 0) {

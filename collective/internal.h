@@ -50,6 +50,16 @@ int dl__coll_resolve(const char *host, int port, dl__coll_addr_t *ret_addr);
 /* The local address the kernel would use to reach dst (a UDP connect; nothing is sent). */
 int dl__coll_route_addr(const dl__coll_addr_t *dst, dl__coll_addr_t *ret_addr);
 
+/* The address of interface ifname to listen on: prefer (the route's source toward rank 0) when
+ * that interface has it, else its first address of prefer's family, else any; link-local IPv6
+ * addresses never (they mean nothing on another host). Port 0. -ENODEV: no such interface;
+ * -EADDRNOTAVAIL: it has no usable address. The search over list (getifaddrs' form) is pure. */
+struct ifaddrs;
+int dl__coll_iface_pick(const struct ifaddrs *list, const char *ifname,
+                        const dl__coll_addr_t *prefer, dl__coll_addr_t *ret_addr);
+int dl__coll_iface_addr(const char *ifname, const dl__coll_addr_t *prefer,
+                        dl__coll_addr_t *ret_addr);
+
 /* A nonblocking listening TCP socket bound to addr (port 0: ephemeral). *ret_bound gets the
  * address with the port the kernel picked. */
 int dl__coll_listen(const dl__coll_addr_t *addr, int backlog, int *ret_fd,

@@ -185,6 +185,9 @@ int dl_coll_options_from_env(dl_coll_options_t *opts, char **envp, char *err, si
     else if ((v = env_get(envp, "DLAUNCH_TOKEN_FILE")) != NULL &&
              copy_str(o.token_file, sizeof(o.token_file), v) < 0)
         bad = "DLAUNCH_TOKEN_FILE", why = "a path";
+    else if ((v = env_get(envp, "DLAUNCH_SOCKET_IFNAME")) != NULL &&
+             copy_str(o.ifname, sizeof(o.ifname), v) < 0)
+        bad = "DLAUNCH_SOCKET_IFNAME", why = "an interface name of at most 63 characters";
     else if ((v = env_get(envp, "DLAUNCH_COLL_HOST_ID")) != NULL &&
              copy_str(o.host_id, sizeof(o.host_id), v) < 0)
         bad = "DLAUNCH_COLL_HOST_ID", why = "at most 127 characters";

@@ -41,6 +41,7 @@ struct dl_job_spec_s {
     double heartbeat;    /* seconds between an agent's heartbeats */
     double dead_after;   /* seconds without a heartbeat before a node is dead */
     char *token_file;
+    char *local_addr; /* --local-addr: the address this node advertises, or NULL: detected */
 
     char *spec_path; /* the YAML file, or NULL */
     char **command;  /* NULL-terminated argv, owned */

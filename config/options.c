@@ -49,6 +49,9 @@ const dl__option_t dl__options[] = {
      "a node silent this long is dead and the job restarts without it (default 5)", false},
     {"token-file", NULL, 0, DL__OPT_STRING, OFF(token_file), 0, 0, "FILE",
      "the job token (mode 0600) proving agents and workers belong to the job", false},
+    {"local-addr", NULL, 0, DL__OPT_STRING, OFF(local_addr), 0, 0, "ADDR",
+     "the address this node advertises to the others, and whose interface its workers bind "
+     "(default: the one that reaches the rendezvous)", false},
 };
 const size_t dl__options_count = sizeof(dl__options) / sizeof(dl__options[0]);
 
@@ -242,6 +245,7 @@ void dl_job_spec_free(dl_job_spec_t *spec)
     free(spec->events);
     free(spec->rdzv_endpoint);
     free(spec->token_file);
+    free(spec->local_addr);
     free(spec->spec_path);
     dl__strv_free(spec->command);
     dl__strv_free(spec->env);

@@ -662,6 +662,31 @@ START_TEST(shm_only_across_hosts_is_refused)
 }
 END_TEST
 
+/* DLAUNCH_SOCKET_IFNAME: ranks listen on that interface's address; one that does not exist is
+ * an error naming it, on every rank. */
+START_TEST(socket_ifname_binds_that_interface)
+{
+    world_t w;
+    world_init(&w, 3, DL_COLL_TRANSPORT_TCP, NULL);
+    for (int r = 0; r < 3; r++)
+        snprintf(w.ranks[r].o.ifname, sizeof(w.ranks[r].o.ifname), "lo");
+    world_run(&w, body_allreduce, NULL);
+    world_check(&w);
+
+    world_init(&w, 2, DL_COLL_TRANSPORT_TCP, NULL);
+    for (int r = 0; r < 2; r++) {
+        snprintf(w.ranks[r].o.ifname, sizeof(w.ranks[r].o.ifname), "nosuchif0");
+        w.ranks[r].o.timeout_ms = 2000;
+    }
+    world_run(&w, NULL, NULL);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(w.ranks[r].create_rc == -ENODEV &&
+                          strstr(w.ranks[r].err,
+                                 "DLAUNCH_SOCKET_IFNAME=nosuchif0: no such interface") != NULL,
+                      "rank %d: %d %s", r, w.ranks[r].create_rc, w.ranks[r].err);
+}
+END_TEST
+
 /* ---- failures -------------------------------------------------------------------------------- */
 
 /* Rank 1 leaves at once; rank 0's all-reduce must fail, not hang. */
@@ -725,6 +750,7 @@ static Suite *suite(void)
     tcase_add_test(b, missing_peer_times_out_at_rank0);
     tcase_add_test(b, two_claims_on_one_rank_are_refused);
     tcase_add_test(b, shm_only_across_hosts_is_refused);
+    tcase_add_test(b, socket_ifname_binds_that_interface);
     tcase_add_loop_test(b, peer_gone_fails_within_timeout, 0, 2);
     suite_add_tcase(s, b);
     return s;

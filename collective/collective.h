@@ -43,6 +43,18 @@ typedef enum {
     DL_COLL_ALGO_BANDWIDTH, /* TCP: pipelined ring; shm: each rank reduces one slice */
 } dl_coll_algo_t;
 
+/* In which order an all-reduce combines the ranks' values: what decides its last bits. */
+typedef enum {
+    /* Every element is a left fold over ranks 0, 1, ..., n-1, as a loop over the ranks would
+     * compute it, whatever the transport, algorithm and host layout: a world of n ranks gives
+     * the same bits on one host or on n. */
+    DL_COLL_ORDER_RANK,
+    /* Whatever order the fastest algorithm takes (a ring, recursive doubling, host by host):
+     * every rank still gets the same bits, but a change of transport or layout may change
+     * them. Only differs from RANK across hosts. */
+    DL_COLL_ORDER_ANY,
+} dl_coll_order_t;
+
 #define DL_COLL_SMALL_AUTO ((size_t)-1)
 #define DL_COLL_HOST_ID_MAX 128
 #define DL_COLL_IFNAME_MAX 64
@@ -74,6 +86,7 @@ typedef struct {
     char host_id[DL_COLL_HOST_ID_MAX];
     dl_coll_transport_t transport; /* DLAUNCH_COLL_TRANSPORT=auto|tcp|shm */
     dl_coll_algo_t algo;           /* DLAUNCH_COLL_ALGO=auto|latency|bandwidth */
+    dl_coll_order_t order;         /* DLAUNCH_COLL_ORDER=rank|any */
     /* DLAUNCH_COLL_TIMEOUT (seconds): the longest any wait may go without progress, and the
      * deadline for the bootstrap. A dead or silent peer makes every rank's call fail within
      * about this long. */

@@ -238,8 +238,12 @@ static int build_topology(dl_coll_group_t *g, const blob_t *blobs, char *err, si
     }
     for (int h = 0; h < g->nhosts; h++)
         g->host_start[h + 1] = g->host_start[h] + g->host_sizes[h];
-    for (int r = 0; r < n; r++)
+    g->hosts_in_rank_order = 1;
+    for (int r = 0; r < n; r++) {
         g->host_order[g->host_start[g->host_of[r]] + g->local_of[r]] = r;
+        if (g->host_start[g->host_of[r]] + g->local_of[r] != r)
+            g->hosts_in_rank_order = 0;
+    }
     g->host = g->host_of[g->rank];
     g->local_rank = g->local_of[g->rank];
     g->local_size = g->host_sizes[g->host];
@@ -472,6 +476,9 @@ void dl_coll_group_destroy(dl_coll_group_t *g)
     free(g->host_start);
     free(g->host_order);
     free(g->scratch);
+    free(g->order_buf);
+    free(g->order_ptrs);
+    free(g->order_offs);
     free(g);
 }
 
@@ -518,6 +525,9 @@ static int allreduce_sum(dl_coll_group_t *g, const void *src, void *dst, size_t 
     }
     if (g->nhosts == 1)
         return dl__coll_shm_allreduce(g->shm, src, dst, count, dtype, op, 0);
+    if (g->opts.order == DL_COLL_ORDER_RANK)
+        return dl__coll_allreduce_hosts(g, src, dst, count, dtype, op);
+    /* Any order: each host's sum, then the leaders' fastest all-reduce of those. */
     if (g->shm != NULL)
         r = dl__coll_shm_allreduce(g->shm, src, dst, count, dtype, op, 1);
     else if (src != dst)
@@ -669,11 +679,11 @@ int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbu
         memcpy(recvbuf, sendbuf, block);
     } else if (g->nhosts == 1) {
         r = dl__coll_shm_reduce_scatter(g->shm, sendbuf, recvbuf, recvcount, dtype, op);
-    } else if (g->nhosts == g->size) {
+    } else if (g->nhosts == g->size && g->opts.order == DL_COLL_ORDER_ANY) {
         r = dl__coll_tcp_reduce_scatter(g->tcp, sendbuf, recvbuf, recvcount, dtype, op);
     } else {
-        /* Hierarchical: a full all-reduce, then my block. Twice the traffic of a true
-         * reduce-scatter; fine until a trainer needs it faster. */
+        /* Across hosts: a full all-reduce (in rank order unless told otherwise), then my block.
+         * Twice the traffic of a true reduce-scatter; fine until a trainer needs it faster. */
         char *tmp;
         r = scratch(g, block * (size_t)g->size, &tmp);
         if (r == 0)

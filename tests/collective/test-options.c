@@ -21,6 +21,7 @@ START_TEST(defaults_are_a_world_of_one)
     ck_assert_int_eq(o.world_size, 1);
     ck_assert_int_eq(o.transport, DL_COLL_TRANSPORT_AUTO);
     ck_assert_int_eq(o.algo, DL_COLL_ALGO_AUTO);
+    ck_assert_int_eq(o.order, DL_COLL_ORDER_RANK);
     ck_assert_int_eq(o.timeout_ms, 30000);
     ck_assert_uint_gt(o.shm_chunk_bytes, 0);
     ck_assert_uint_eq(o.shm_small_bytes, DL_COLL_SMALL_AUTO);
@@ -56,6 +57,7 @@ START_TEST(torchrun_variables_are_read)
                    "DLAUNCH_TOKEN_FILE=/run/job.token",
                    "DLAUNCH_TOKEN=s3cret",
                    "DLAUNCH_SOCKET_IFNAME=eth1",
+                   "DLAUNCH_COLL_ORDER=any",
                    NULL};
     ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
     ck_assert_int_eq(o.rank, 3);
@@ -78,6 +80,7 @@ START_TEST(torchrun_variables_are_read)
     ck_assert_str_eq(o.token_file, "/run/job.token");
     ck_assert_str_eq(o.token, "s3cret");
     ck_assert_str_eq(o.ifname, "eth1");
+    ck_assert_int_eq(o.order, DL_COLL_ORDER_ANY);
 }
 END_TEST
 
@@ -94,6 +97,7 @@ static const struct {
     {"MASTER_ADDR="},
     {"DLAUNCH_COLL_TRANSPORT=udp"},
     {"DLAUNCH_COLL_ALGO=fast"},
+    {"DLAUNCH_COLL_ORDER=fast"},
     {"DLAUNCH_COLL_TIMEOUT=0"},
     {"DLAUNCH_COLL_TIMEOUT=-3"},
     {"DLAUNCH_COLL_TIMEOUT=nan"},

@@ -5,7 +5,8 @@
  *
  * Every rank of a group must call the same operations in the same order with the same count,
  * type, operator and root; a group is used from one thread at a time. Results are bitwise
- * identical on every rank. Functions return >= 0 on success or a negative errno. After a
+ * identical on every rank, and by default (DL_COLL_ORDER_RANK) equal to a loop over the ranks in
+ * rank order, whatever the transport and host layout. Functions return >= 0 on success or a negative errno. After a
  * communication failure (a peer died, stopped answering, or sent garbage) the group is broken:
  * that call and every later one return the same error, and dl_coll_group_error() says what
  * happened; the only thing left to do with it is dl_coll_group_destroy(). */

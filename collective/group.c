@@ -4,9 +4,9 @@
  * Ranks with the same host identity (hostname and boot id, or DLAUNCH_COLL_HOST_ID) form a host
  * group over shared memory; the lowest rank of each host is its leader, and the leaders form a TCP
  * group. A job on one host uses shared memory only; a job with one rank per host uses TCP only;
- * anything else is hierarchical: reduce within the host, all-reduce across leaders, broadcast
- * within the host. Whatever the path, a result is computed once and copied, so ranks agree bit
- * for bit. */
+ * anything else is hierarchical: within the host, across leaders, back out within the host.
+ * Whatever the path, a result is computed once and copied, so ranks agree bit for bit; by
+ * default across hosts in rank order too (order.c). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>

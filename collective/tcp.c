@@ -15,6 +15,10 @@
  * one hands its data to the odd one and gets the result back at the end. Each exchange reduces
  * (lower half, upper half) in that order on both sides, so both get the same bits.
  *
+ * Both add partial sums in an order that depends on who sits where (DL_COLL_ORDER_ANY). The
+ * chain (dl__coll_tcp_chain) keeps rank order instead: partials go up from member 0 to n-1 a
+ * piece at a time, each member folding its own part on, and the final values come back down.
+ *
  * Any wait that makes no progress for the timeout fails with -ETIMEDOUT; a peer that closes gives
  * -ECONNRESET. The group then shuts every connection down, so the failure reaches the peers'
  * blocked calls through their own sockets. */

@@ -46,6 +46,12 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* The slowest rank's mean per call over iters calls, or a negative errno. */
 static int timed(dl_coll_group_t *g, const float *src, float *dst, size_t count, int iters,
                  double *ret_s)
@@ -130,17 +136,20 @@ static int worker(int argc, char **argv)
         }
         /* The best of a few batches: the slowest rank's mean per call in each. With --ab the
          * two groups take turns, batch by batch, so both see the same moments of the machine. */
-        double best = 0, best2 = 0, t;
-        /* Alternating gives a noisy machine more chances to be quiet for each. */
-        int batches = g2 != NULL ? 2 * BENCH_BATCHES + 1 : BENCH_BATCHES;
+        double best = 0, best2 = 0, t, t2, ratio[4 * BENCH_BATCHES + 1];
+        /* Alternating gives a noisy machine more chances to be quiet for each; the ratio of
+         * each adjacent pair sees the same moment of the machine, and their median is what
+         * --order-ab reports. */
+        int batches = g2 != NULL ? 4 * BENCH_BATCHES + 1 : BENCH_BATCHES;
         for (int b = 0; b < batches && r == 0; b++) {
             r = timed(g, src, dst, count, iters, &t);
             if (r == 0 && (b == 0 || t < best))
                 best = t;
             if (r == 0 && g2 != NULL) {
-                r = timed(g2, src, dst, count, iters, &t);
-                if (r == 0 && (b == 0 || t < best2))
-                    best2 = t;
+                r = timed(g2, src, dst, count, iters, &t2);
+                if (r == 0 && (b == 0 || t2 < best2))
+                    best2 = t2;
+                ratio[b] = t / t2;
             }
         }
         if (r == 0 && out != NULL) {
@@ -149,6 +158,9 @@ static int worker(int argc, char **argv)
                 bench_args_t any = a;
                 any.impl = "dlaunch-any";
                 bench_row(out, &any, world, bytes, best2);
+                qsort(ratio, (size_t)batches, sizeof(double), cmp_double);
+                fprintf(out, "ab-median %s %d %zu %.4f 0\n", a.transport, world, bytes,
+                        ratio[batches / 2]);
             }
             fflush(out);
         }
@@ -342,16 +354,19 @@ static void print_ab(const driver_t *d, int world, const char *tr)
     printf("\n# all-reduce, float32 sum, out of place: %s, world %d: DLAUNCH_COLL_ORDER rank "
            "against any\n",
            tr, world);
-    printf("%12s %12s %12s %10s %10s %10s\n", "bytes", "rank_us", "any_us", "rank_busbw",
-           "any_busbw", "rank/any");
+    printf("%12s %12s %12s %10s %10s %10s %12s\n", "bytes", "rank_us", "any_us", "rank_busbw",
+           "any_busbw", "best", "median of");
+    printf("%12s %12s %12s %10s %10s %10s %12s\n", "", "(best)", "(best)", "", "", "rank/any",
+           "pairs r/a");
     for (int i = 0; i < d->nrows; i++) {
         const row_t *o = &d->rows[i];
         if (strcmp(o->impl, "dlaunch") != 0 || strcmp(o->transport, tr) != 0 || o->world != world)
             continue;
         const row_t *m = find(d, "dlaunch-any", tr, world, o->bytes);
-        if (m != NULL)
-            printf("%12zu %12.2f %12.2f %10.3f %10.3f %10.2f\n", o->bytes, o->time_us,
-                   m->time_us, o->busbw, m->busbw, o->time_us / m->time_us);
+        const row_t *med = find(d, "ab-median", tr, world, o->bytes);
+        if (m != NULL && med != NULL)
+            printf("%12zu %12.2f %12.2f %10.3f %10.3f %10.2f %12.2f\n", o->bytes, o->time_us,
+                   m->time_us, o->busbw, m->busbw, o->time_us / m->time_us, med->time_us);
     }
 }
 

@@ -679,7 +679,8 @@ int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbu
         memcpy(recvbuf, sendbuf, block);
     } else if (g->nhosts == 1) {
         r = dl__coll_shm_reduce_scatter(g->shm, sendbuf, recvbuf, recvcount, dtype, op);
-    } else if (g->nhosts == g->size && g->opts.order == DL_COLL_ORDER_ANY) {
+    } else if (g->nhosts == g->size && (g->opts.order == DL_COLL_ORDER_ANY || g->size == 2)) {
+        /* The ring; with two ranks its sums are in rank order (tcp.c). */
         r = dl__coll_tcp_reduce_scatter(g->tcp, sendbuf, recvbuf, recvcount, dtype, op);
     } else {
         /* Across hosts: a full all-reduce (in rank order unless told otherwise), then my block.

@@ -4,7 +4,8 @@
  * hosts a ring or recursive doubling would add partial sums in an order that depends on which
  * rank sits on which host, so neither is used here.
  *
- * Two forms:
+ * Two ranks on two hosts need nothing of this: both of tcp.c's algorithms compute x0 op x1.
+ * Otherwise, two forms:
  *
  * - The chain, for hosts whose ranks are consecutive (as dlaunch lays them out) and messages
  *   beyond the small size: a fold over ranks 0..n-1 is a fold over hosts in order, each host
@@ -154,6 +155,9 @@ int dl__coll_allreduce_hosts(dl_coll_group_t *g, const void *src, void *dst, siz
     int small = g->opts.algo == DL_COLL_ALGO_LATENCY ||
                 (g->opts.algo == DL_COLL_ALGO_AUTO &&
                  (size_t)(g->size - 1) * bytes <= g->opts.tcp_small_bytes);
+    /* Two ranks, one a host: recursive doubling and the ring both compute x0 op x1 already. */
+    if (g->size == 2)
+        return dl__coll_tcp_allreduce(g->tcp, src, dst, count, dtype, op);
     if (small || !g->hosts_in_rank_order)
         return gather(g, src, dst, count, dtype, op);
     return chain(g, src, dst, count, dtype, op);

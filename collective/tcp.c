@@ -340,8 +340,12 @@ static int ring_run(dl__coll_tcp_t *t, const ring_t *g)
                  * ran dry, so the outgoing stream never waits on data that sits here. */
                 size_t have = (ro - rr) / esize * esize;
                 if (have > 0 && (ro - rr == piece || ro == s->len || rblocked)) {
-                    dl__coll_reduce(reduce_out(t, g, rt) + rr, g->src + s->off + rr, t->tmp,
-                                    have / esize, g->dtype, g->op);
+                    /* What arrives holds members from mine + 1 on, wrapping past n-1 to 0:
+                     * lower ranks than mine, except at member 0. Lower first, so that two
+                     * members' sums are in rank order (x0 op x1 on both). */
+                    const char *own = g->src + s->off + rr;
+                    dl__coll_reduce(reduce_out(t, g, rt) + rr, t->me == 0 ? own : t->tmp,
+                                    t->me == 0 ? t->tmp : own, have / esize, g->dtype, g->op);
                     rr += have;
                     if (ro > rr)
                         memmove(t->tmp, t->tmp + have, ro - rr);

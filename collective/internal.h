@@ -138,6 +138,10 @@ int dl__coll_tcp_reduce_scatter(dl__coll_tcp_t *t, const void *src, void *dst, s
 int dl__coll_tcp_allgatherv(dl__coll_tcp_t *t, const void *src, void *dst, const size_t *offs,
                             const size_t *bytes);
 int dl__coll_tcp_broadcast(dl__coll_tcp_t *t, void *buf, size_t bytes, int root);
+/* The same as dl__coll_tcp_allgatherv in log2(n) exchanges (recursive doubling) instead of n-1,
+ * for small blocks; the blocks must lie in member order, back to back. */
+int dl__coll_tcp_allgatherv_rd(dl__coll_tcp_t *t, const void *src, void *dst, const size_t *offs,
+                               const size_t *bytes);
 
 /* Adds this member's part to the partial result of the members before it, for elements
  * [first, first + count): out = partial op mine, in rank order; partial is NULL for member 0

@@ -17,7 +17,7 @@
  *   what a ring costs with two hosts, n/(n-1) times it with n.
  *
  * - The gather, for small messages and any other layout: the leaders collect every rank's
- *   input (shared memory within the host, a ring all-gather between hosts), fold them in rank
+ *   input (shared memory within the host, recursive doubling between hosts), fold them in rank
  *   order and hand the result to their members. Its traffic grows with the world size, so
  *   larger messages go a bounded piece at a time. */
 #include <errno.h>
@@ -134,7 +134,7 @@ static int gather(dl_coll_group_t *g, const char *src, char *dst, size_t count,
             offs[h] = (size_t)g->host_start[h] * pb;
             lens[h] = (size_t)g->host_sizes[h] * pb;
         }
-        r = dl__coll_tcp_allgatherv(g->tcp, hostblk, buf, offs, lens);
+        r = dl__coll_tcp_allgatherv_rd(g->tcp, hostblk, buf, offs, lens);
         for (int q = 0; r == 0 && q < g->size; q++)
             g->order_ptrs[q] =
                 buf + (size_t)(g->host_start[g->host_of[q]] + g->local_of[q]) * pb;

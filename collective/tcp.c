@@ -449,6 +449,50 @@ static int rd_allreduce(dl__coll_tcp_t *t, void *dst, size_t count, dl_coll_dtyp
     return r;
 }
 
+/* ---- all-gather by recursive doubling ------------------------------------------------------- */
+
+/* Where virtual member v's blocks start and end: the first member it stands for, and one past
+ * the last (a virtual member below rem stands for a pair). */
+static int vfirst(int n, int v)
+{
+    int rem = n - pow2_floor(n);
+    return v < rem ? 2 * v : v + rem;
+}
+
+int dl__coll_tcp_allgatherv_rd(dl__coll_tcp_t *t, const void *src, void *dst_v,
+                               const size_t *offs, const size_t *bytes)
+{
+    char *dst = dst_v;
+    int n = t->n, me = t->me, p = pow2_floor(n), rem = n - p, r = 0;
+    size_t total = offs[n - 1] + bytes[n - 1];
+    if (src != dst + offs[me] && bytes[me] > 0)
+        memcpy(dst + offs[me], src, bytes[me]);
+    if (me < 2 * rem && !(me & 1)) {
+        /* Sits out the doubling: hands its block over, gets everything back. */
+        r = xfer(t, me + 1, dst + offs[me], bytes[me], -1, NULL, 0, 0);
+        if (r == 0)
+            r = xfer(t, -1, NULL, 0, me + 1, dst, total, 0);
+        return r;
+    }
+    if (me < 2 * rem)
+        r = xfer(t, -1, NULL, 0, me - 1, dst + offs[me - 1], bytes[me - 1], 0);
+    int v = vrank_of(n, me);
+    for (int mask = 1; r == 0 && mask < p; mask <<= 1) {
+        /* Both sides hold the blocks of `mask` virtual members by now, each a run of members,
+         * so each sends one contiguous range and receives one. */
+        int mine = v & ~(mask - 1), theirs = (v ^ mask) & ~(mask - 1);
+        int peer = rank_of_vrank(n, v ^ mask);
+        size_t mlo = offs[vfirst(n, mine)], mhi = mine + mask < p ? offs[vfirst(n, mine + mask)]
+                                                                  : total;
+        size_t tlo = offs[vfirst(n, theirs)],
+               thi = theirs + mask < p ? offs[vfirst(n, theirs + mask)] : total;
+        r = xfer(t, peer, dst + mlo, mhi - mlo, peer, dst + tlo, thi - tlo, 0);
+    }
+    if (r == 0 && me < 2 * rem)
+        r = xfer(t, me - 1, dst, total, -1, NULL, 0, 0);
+    return r;
+}
+
 /* ---- the chain: rank order ------------------------------------------------------------------ */
 
 /* Four streams at once, two per socket: partial results up from the previous member and on to

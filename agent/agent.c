@@ -17,12 +17,12 @@
 #include <uv.h>
 
 #include "agent.h"
-#include "rendezvous.h"
 #include "internal.h"
 #include "events.h"
 #include "gpu.h"
 #include "netif.h"
 #include "output.h"
+#include "rendezvous.h"
 #include "spawn.h"
 #include "summary.h"
 #include "supervisor.h"

@@ -132,8 +132,7 @@ int dl_netif_resolve(const char *host, char *addr, size_t len)
         return r;
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
-    memcpy(&ss, res->ai_addr,
-           res->ai_addrlen < sizeof(ss) ? res->ai_addrlen : sizeof(ss));
+    memcpy(&ss, res->ai_addr, res->ai_addrlen < sizeof(ss) ? res->ai_addrlen : sizeof(ss));
     freeaddrinfo(res);
     return numeric(&ss, addr, len);
 }

@@ -99,8 +99,7 @@ static int chain(dl_coll_group_t *g, const char *src, char *dst, size_t count,
         /* The leader folds a piece at a time, as the chain brings it; so do we. */
         for (size_t first = 0; r == 0 && first < count; first += piece) {
             size_t m = count - first < piece ? count - first : piece;
-            r = dl__coll_shm_allreduce(g->shm, src + first * es, dst + first * es, m, dtype, op,
-                                       1);
+            r = dl__coll_shm_allreduce(g->shm, src + first * es, dst + first * es, m, dtype, op, 1);
         }
     }
     if (r == 0 && g->shm != NULL)
@@ -136,11 +135,10 @@ static int gather(dl_coll_group_t *g, const char *src, char *dst, size_t count,
         }
         r = dl__coll_tcp_allgatherv_rd(g->tcp, hostblk, buf, offs, lens);
         for (int q = 0; r == 0 && q < g->size; q++)
-            g->order_ptrs[q] =
-                buf + (size_t)(g->host_start[g->host_of[q]] + g->local_of[q]) * pb;
+            g->order_ptrs[q] = buf + (size_t)(g->host_start[g->host_of[q]] + g->local_of[q]) * pb;
         if (r == 0)
-            dl__coll_fold(dst + first * es, (const void *const *)g->order_ptrs, g->size, m,
-                          dtype, op);
+            dl__coll_fold(dst + first * es, (const void *const *)g->order_ptrs, g->size, m, dtype,
+                          op);
     }
     if (r == 0 && g->shm != NULL)
         r = dl__coll_shm_broadcast(g->shm, dst, count * es, 0);

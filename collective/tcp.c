@@ -519,7 +519,7 @@ int dl__coll_tcp_chain(dl__coll_tcp_t *t, void *dst_v, size_t count, dl_coll_dty
         int moved = 0;
         size_t plen = total - folded < piece ? total - folded : piece;
         /* Member 0 folds a piece once the last one is on its way: nothing is ever waiting. */
-        if (prev < 0 && folded < total && sent == folded) {
+        if (prev < 0 && folded < total && (next < 0 || sent == folded)) {
             r = fold(ctx, NULL, dst + folded, folded / es, plen / es);
             if (r < 0)
                 return r;

@@ -56,6 +56,11 @@ class TwoHosts(dltest.Case):
         for h in ("a", "b"):
             self.ip(h, "addr", "add", f"{RIGHT[h]}/24", "dev", "eth1")
             self.ip(h, "link", "set", "eth1", "up")
+        # A host name and /etc/hosts of a process's own need UTS and mount namespaces too.
+        run = subprocess.run(["ip", "netns", "exec", self.ns["a"], "unshare", "--uts", "--mount",
+                              "true"], capture_output=True, text=True)
+        if run.returncode != 0:
+            self.skipTest(f"cannot make UTS and mount namespaces: {run.stderr.strip()}")
         self.token = self.write("token", "netns-test-secret\n")
         os.chmod(self.token, 0o600)
 

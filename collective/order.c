@@ -7,19 +7,19 @@
  * Two ranks on two hosts need nothing of this: both of tcp.c's algorithms compute x0 op x1.
  * Otherwise, two forms:
  *
- * - The chain, for hosts whose ranks are consecutive (as dlaunch lays them out) and messages
- *   beyond the small size: a fold over ranks 0..n-1 is a fold over hosts in order, each host
- *   continuing from the previous host's partial. The leaders form a pipelined chain
- *   (dl__coll_tcp_chain) a piece at a time; host h's leader adds its own input to the partial
- *   and gives that to the host's shared-memory fold as its input, so the host's other ranks
- *   follow in rank order. The last host's result is final and flows back down the chain, then
- *   out to each host's members. Per leader that is the message once up and once down each way,
- *   what a ring costs with two hosts, n/(n-1) times it with n.
+ * - The chain, for hosts whose ranks are consecutive (as dlaunch lays them out): a fold over
+ *   ranks 0..n-1 is a fold over hosts in order, each host continuing from the previous host's
+ *   partial. The leaders form a pipelined chain (dl__coll_tcp_chain) a piece at a time; host
+ *   h's leader adds its own input to the partial and gives that to the host's shared-memory fold
+ *   as its input, so the host's other ranks follow in rank order. The last host's result is
+ *   final and flows back down the chain, then out to each host's members. Per leader that is
+ *   the message once up and once down each way, what a ring costs with two hosts, H/(H-1) times
+ *   it with H.
  *
- * - The gather, for small messages and any other layout: the leaders collect every rank's
- *   input (shared memory within the host, recursive doubling between hosts), fold them in rank
- *   order and hand the result to their members. Its traffic grows with the world size, so
- *   larger messages go a bounded piece at a time. */
+ * - The gather, for tiny messages on more than two hosts and for any other layout: the
+ *   leaders collect every rank's input (shared memory within the host, recursive doubling
+ *   between hosts), fold them in rank order and hand the result to their members. Its traffic
+ *   grows with the world size, so larger messages go a bounded piece at a time. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +29,9 @@
 /* Chain pieces: at least this much a piece, so a piece's cost is not all overhead, and at
  * least 8 pieces when the message allows, so the pipeline fills. */
 #define MIN_PIECE (64u << 10)
+/* The gather serves messages whose every input together is at most this share of
+ * DLAUNCH_COLL_TCP_SMALL (16 KiB by default). */
+#define GATHER_SHARE 16
 
 typedef struct {
     dl_coll_group_t *g;
@@ -149,10 +152,13 @@ int dl__coll_allreduce_hosts(dl_coll_group_t *g, const void *src, void *dst, siz
                              dl_coll_dtype_t dtype, dl_coll_op_t op)
 {
     size_t bytes = count * dl_coll_dtype_size(dtype);
-    /* What a rank receives in the gather, against the recursive doubling's switch point. */
+    /* The chain takes 2(H-1) hops, the gather log2(H) exchanges but moves every rank's input.
+     * Measured on 2 and 4 hosts (docs/performance.md): the chain is as fast as the gather even
+     * at 4 KiB, and faster from 16 KiB; the gather is kept for tiny messages on more than two
+     * hosts, where the hops would add up. */
     int small = g->opts.algo == DL_COLL_ALGO_LATENCY ||
-                (g->opts.algo == DL_COLL_ALGO_AUTO &&
-                 (size_t)(g->size - 1) * bytes <= g->opts.tcp_small_bytes);
+                (g->opts.algo == DL_COLL_ALGO_AUTO && g->nhosts > 2 &&
+                 (size_t)(g->size - 1) * bytes <= g->opts.tcp_small_bytes / GATHER_SHARE);
     /* Two ranks, one a host: recursive doubling and the ring both compute x0 op x1 already. */
     if (g->size == 2)
         return dl__coll_tcp_allreduce(g->tcp, src, dst, count, dtype, op);

@@ -22,7 +22,9 @@
 #include "errorfile.h"
 #include "events.h"
 #include "gpu.h"
+#include "netif.h"
 #include "output.h"
+#include "rendezvous.h"
 #include "spawn.h"
 #include "summary.h"
 #include "supervisor.h"
@@ -130,6 +132,7 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, char ***
         .error_file = error_file,
         .python_exec = a->spec->python_exec != NULL ? a->command_path : NULL,
         .verbose = a->spec->verbose,
+        .ifname = a->ifname[0] != '\0' ? a->ifname : NULL,
     };
     return dl_worker_env_build(&we, a->environ_list, a->spec->env, ret_envp);
 }
@@ -356,8 +359,40 @@ static void on_health_check(uv_timer_t *t)
     }
 }
 
+/* Finds the interface the workers should bind: the one holding --local-addr, else the one this
+ * node reaches `toward` (MASTER_ADDR) from. Says in note[] how it decided, or why it cannot
+ * tell; then a->ifname is "" and the frameworks choose as they would without us. */
+static int pick_interface(dl_agent_t *a, const char *what, const char *toward, char *note,
+                          size_t notelen)
+{
+    const char *local = a->spec->local_addr;
+    int r;
+    /* An advertised address that is not this machine's (a NAT's, say) names no interface here:
+     * the route then decides, as without --local-addr. */
+    if (local != NULL && dl_netif_resolve(local, a->if_addr, sizeof(a->if_addr)) == 0 &&
+        dl_netif_name(a->if_addr, a->ifname, sizeof(a->ifname)) == 0) {
+        snprintf(note, notelen, "the interface of --local-addr %s", local);
+        return 0;
+    }
+    r = dl_netif_source(toward, a->if_addr, sizeof(a->if_addr));
+    if (r == 0)
+        r = dl_netif_name(a->if_addr, a->ifname, sizeof(a->ifname));
+    if (r < 0) {
+        a->ifname[0] = a->if_addr[0] = '\0';
+        snprintf(note, notelen, "cannot tell which interface reaches %s %s: %s", what, toward,
+                 r == -ENODEV   ? "no interface has the route's address"
+                 : r == -ENOENT ? "the name does not resolve"
+                                : strerror(-r));
+        return r;
+    }
+    snprintf(note, notelen, "the interface that reaches %s %s%s%s", what, toward,
+             local != NULL ? " (--local-addr " : "", local != NULL ? "is not an address here)" : "");
+    return 0;
+}
+
 static int start_attempt(dl_agent_t *a, int attempt)
 {
+    char why[512];
     int r;
 
     snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_%d", a->run_dir_abs, attempt);
@@ -366,14 +401,22 @@ static int start_attempt(dl_agent_t *a, int attempt)
         dl__agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir, strerror(-r));
         return r;
     }
+    /* MASTER_ADDR may move with every round. */
+    if (pick_interface(a, "MASTER_ADDR", a->master_addr, why, sizeof(why)) < 0) {
+        if (!a->spec->quiet)
+            dl__agent_log(a, "%s; GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME stay unset", why);
+    } else if (a->spec->verbose) {
+        dl__agent_log(a, "workers bind %s (%s), %s", a->ifname, a->if_addr, why);
+    }
     json_t *ranks = json_array();
     for (int i = 0; i < a->nworkers; i++)
         json_array_append_new(ranks, json_integer(a->workers[i].rank));
     dl_events_emit(a->events, "rendezvous", dl__now_unix(),
-                   json_pack("{s:i, s:i, s:i, s:i, s:o, s:s, s:i}", "round", attempt,
+                   json_pack("{s:i, s:i, s:i, s:i, s:o, s:s, s:i, s:s?}", "round", attempt,
                              "world_size", a->world_size, "node_rank", a->node_rank, "nodes",
                              a->nnodes, "ranks", ranks, "master_addr", a->master_addr,
-                             "master_port", a->master_port));
+                             "master_port", a->master_port, "interface",
+                             a->ifname[0] != '\0' ? a->ifname : NULL));
     return 0;
 }
 
@@ -933,6 +976,18 @@ static int dry_run(dl_agent_t *a)
         print_quoted(*c);
     }
     printf("\n");
+    /* Several nodes: MASTER_ADDR is node 0's, known only after the rendezvous; the interface
+     * that reaches the rendezvous is the one that would be chosen. */
+    char toward[300], why[512];
+    int port = 0;
+    if (a->endpoint == NULL ||
+        dl_rdzv_endpoint_parse(a->endpoint, toward, sizeof(toward), &port) < 0)
+        snprintf(toward, sizeof(toward), "%s", a->master_addr);
+    if (pick_interface(a, port > 0 ? "the rendezvous" : "MASTER_ADDR", toward, why,
+                       sizeof(why)) < 0)
+        printf("network: %s; GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME stay unset\n", why);
+    else
+        printf("network: workers bind %s (%s), %s\n", a->ifname, a->if_addr, why);
     snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_0", a->run_dir_abs);
     for (int i = 0; i < a->nworkers; i++) {
         char **envp;

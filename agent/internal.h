@@ -63,6 +63,8 @@ struct dl_agent_s {
     int nodes_min, nodes_max;
     double started_at;   /* wall clock at start, for the closing line */
     char prefix_template[256]; /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, or "" */
+    char ifname[64];  /* the interface the workers bind (GLOO_SOCKET_IFNAME...), or "" */
+    char if_addr[128]; /* its address that reaches MASTER_ADDR */
     int exit_code;
     bool remote;               /* a rendezvous decides rounds (several nodes) */
     struct dl__rdzv_s *rdzv;   /* rdzv.c's state, when remote */

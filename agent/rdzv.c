@@ -58,10 +58,15 @@ static void send_or_log(rdzv_t *z, json_t *m)
     json_decref(m);
 }
 
-/* Where the other nodes can reach this one: the address our rendezvous connection leaves from. */
+/* Where the other nodes can reach this one: --local-addr, else the address our rendezvous
+ * connection leaves from. */
 static void local_address(rdzv_t *z, char *buf, size_t len)
 {
     snprintf(buf, len, "%s", z->host);
+    if (z->agent->spec->local_addr != NULL) {
+        snprintf(buf, len, "%s", z->agent->spec->local_addr);
+        return;
+    }
     if (dl_rdzv_client_local_addr(z->client, buf, len) < 0)
         snprintf(buf, len, "%s", z->host);
 }

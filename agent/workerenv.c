@@ -13,7 +13,8 @@ const char *const dl_worker_env_names[] = {
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
     "PYTHON_EXEC", "OMP_NUM_THREADS", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_STORE", "DLAUNCH_TOKEN_FILE",
-    "DLAUNCH_HEALTH_FD", "DLAUNCH_VERBOSE", NULL,
+    "DLAUNCH_HEALTH_FD", "DLAUNCH_VERBOSE", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+    "TP_SOCKET_IFNAME", "DLAUNCH_SOCKET_IFNAME", NULL,
 };
 
 typedef struct {
@@ -73,6 +74,16 @@ static int has(char **v, const char *name)
     size_t n = strlen(name);
     for (; v != NULL && *v != NULL; v++)
         if (strncmp(*v, name, n) == 0 && (*v)[n] == '=')
+            return 1;
+    return 0;
+}
+
+/* Set and not empty: an empty variable is how scripts unset one. */
+static int has_value(char **v, const char *name)
+{
+    size_t n = strlen(name);
+    for (; v != NULL && *v != NULL; v++)
+        if (strncmp(*v, name, n) == 0 && (*v)[n] == '=' && (*v)[n + 1] != '\0')
             return 1;
     return 0;
 }
@@ -140,6 +151,19 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
         r = put(&sv, fmt("DLAUNCH_TOKEN_FILE", w->token_file));
     if (r == 0 && w->health_fd >= 0)
         r = put(&sv, fmt_int("DLAUNCH_HEALTH_FD", w->health_fd));
+    /* Left alone, Gloo binds what the host name resolves to and NCCL the first interface that
+     * looks usable; either may be one the other nodes cannot reach. A user's own choice stays. */
+    static const char *const ifvars[] = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+                                         "TP_SOCKET_IFNAME", "DLAUNCH_SOCKET_IFNAME"};
+    for (size_t i = 0; i < 4 && r == 0 && w->ifname != NULL; i++) {
+        if (has_value(sv.v, ifvars[i]))
+            continue;
+        /* NCCL reads a bare name as a prefix (eth1 would match eth10 too); '=' makes it exact. */
+        char *e;
+        if (asprintf(&e, "%s=%s%s", ifvars[i], i == 1 ? "=" : "", w->ifname) < 0)
+            e = NULL;
+        r = put(&sv, e);
+    }
     if (r < 0) {
         dl_worker_env_free(sv.v);
         return r;

@@ -25,6 +25,10 @@ typedef struct {
     const char *error_file;  /* TORCHELASTIC_ERROR_FILE, or NULL */
     const char *python_exec; /* PYTHON_EXEC, or NULL */
     int verbose;             /* DLAUNCH_VERBOSE=1 when set */
+    /* The interface that reaches MASTER_ADDR, or NULL: GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME
+     * (as "=NAME", an exact match), TP_SOCKET_IFNAME and DLAUNCH_SOCKET_IFNAME, each unless
+     * base or extra already has it. */
+    const char *ifname;
 } dl_worker_env_t;
 
 /* Returns a NULL-terminated "NAME=value" vector in *ret_envp (caller frees it with

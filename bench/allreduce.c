@@ -1,9 +1,13 @@
 /* bench/allreduce: our all-reduce against Open MPI's, in one run, as an nccl-tests-style table.
  *
  *   allreduce [--worlds 2,4] [--transports shm,tcp,shm-reg] [--min BYTES] [--max BYTES]
- *             [--step K] [--budget BYTES] [--no-mpi] [--json] [--dlaunch PATH] [--mpi-worker PATH]
+ *             [--step K] [--budget BYTES] [--no-mpi] [--order-ab] [--json] [--dlaunch PATH]
+ *             [--mpi-worker PATH]
  *
- * shm-reg is shm with both buffers from dl_coll_mem_alloc (and MPI_Alloc_mem for MPI).
+ * shm-reg is shm with both buffers from dl_coll_mem_alloc (and MPI_Alloc_mem for MPI); hier is
+ * ours only: the ranks as hosts of two consecutive ranks each (DLAUNCH_COLL_HOST_ID), shared
+ * memory within and TCP between them. --order-ab times DLAUNCH_COLL_ORDER=rank (the default)
+ * against any in the same processes, batch by batch alternately, and prints a table of both.
  * For every world size and transport it runs `dlaunch --gpus-per-node N -- allreduce --worker`
  * with DLAUNCH_COLL_TRANSPORT set, then `mpirun -n N allreduce-mpi` (its default shared-memory
  * path for shm, `--mca btl tcp,self` for tcp), and prints one table per pair: bytes, time per
@@ -42,16 +46,58 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The slowest rank's mean per call over iters calls, or a negative errno. */
+static int timed(dl_coll_group_t *g, const float *src, float *dst, size_t count, int iters,
+                 double *ret_s)
+{
+    int r = dl_coll_barrier(g);
+    double t0 = now_s();
+    for (int i = 0; i < iters && r == 0; i++)
+        r = dl_coll_allreduce(g, src, dst, count, DL_COLL_FLOAT32, DL_COLL_SUM);
+    double t = (now_s() - t0) / iters;
+    if (r == 0)
+        r = dl_coll_allreduce(g, &t, ret_s, 1, DL_COLL_FLOAT64, DL_COLL_MAX);
+    return r;
+}
+
 static int worker(int argc, char **argv)
 {
     bench_args_t a = {4096, 256 << 20, 4, 2e9, NULL, "dlaunch", "?"};
-    if (bench_parse(&a, argc, argv, 2) < 0) {
+    /* --ab: a second group with DLAUNCH_COLL_ORDER=any, timed alternately with the first. */
+    int ab = 0, k = 0;
+    char **args = calloc((size_t)argc + 1, sizeof(char *));
+    for (int i = 0; args != NULL && i < argc; i++)
+        if (strcmp(argv[i], "--ab") == 0)
+            ab = 1;
+        else
+            args[k++] = argv[i];
+    if (args == NULL || bench_parse(&a, k, args, 2) < 0) {
         fprintf(stderr, "allreduce --worker: bad arguments\n");
         return 2;
     }
-    char err[512];
-    dl_coll_group_t *g = NULL;
+    free(args);
+    char err[512], host[32];
+    /* hier: hosts of two consecutive ranks, as dlaunch would lay out two workers a node. */
+    if (strcmp(a.transport, "hier") == 0 && getenv("RANK") != NULL) {
+        snprintf(host, sizeof(host), "bench-host-%ld", strtol(getenv("RANK"), NULL, 10) / 2);
+        setenv("DLAUNCH_COLL_HOST_ID", host, 1);
+    }
+    dl_coll_group_t *g = NULL, *g2 = NULL;
     int r = dl_coll_group_from_env(&g, err, sizeof(err));
+    if (r == 0 && ab) {
+        dl_coll_options_t o;
+        dl_coll_options_init(&o);
+        r = dl_coll_options_from_env(&o, NULL, err, sizeof(err));
+        o.order = DL_COLL_ORDER_ANY;
+        if (r == 0)
+            r = dl_coll_group_create(&o, &g2, err, sizeof(err));
+    }
     if (r < 0) {
         fprintf(stderr, "allreduce --worker: %s\n", err);
         return 2;
@@ -83,24 +129,39 @@ static int worker(int argc, char **argv)
     for (size_t bytes = a.min_bytes; bytes <= a.max_bytes && r == 0; bytes *= (size_t)a.step) {
         size_t count = bytes / sizeof(float);
         int iters = bench_iters(&a, bytes);
-        for (int i = 0; i < 2 && r == 0; i++)
+        for (int i = 0; i < 2 && r == 0; i++) {
             r = dl_coll_allreduce(g, src, dst, count, DL_COLL_FLOAT32, DL_COLL_SUM);
-        /* The best of a few batches: the slowest rank's mean per call in each. */
-        double best = 0;
-        for (int b = 0; b < BENCH_BATCHES && r == 0; b++) {
-            r = dl_coll_barrier(g);
-            double t0 = now_s();
-            for (int i = 0; i < iters && r == 0; i++)
-                r = dl_coll_allreduce(g, src, dst, count, DL_COLL_FLOAT32, DL_COLL_SUM);
-            double t = (now_s() - t0) / iters, tmax = 0;
-            if (r == 0)
-                r = dl_coll_allreduce(g, &t, &tmax, 1, DL_COLL_FLOAT64, DL_COLL_MAX);
-            if (b == 0 || tmax < best)
-                best = tmax;
+            if (r == 0 && g2 != NULL)
+                r = dl_coll_allreduce(g2, src, dst, count, DL_COLL_FLOAT32, DL_COLL_SUM);
         }
-        double tmax = best;
+        /* The best of a few batches: the slowest rank's mean per call in each. With --ab the
+         * two groups take turns, batch by batch, so both see the same moments of the machine. */
+        double best = 0, best2 = 0, t, t2, ratio[4 * BENCH_BATCHES + 1];
+        /* Alternating gives a noisy machine more chances to be quiet for each; the ratio of
+         * each adjacent pair sees the same moment of the machine, and their median is what
+         * --order-ab reports. */
+        int batches = g2 != NULL ? 4 * BENCH_BATCHES + 1 : BENCH_BATCHES;
+        for (int b = 0; b < batches && r == 0; b++) {
+            r = timed(g, src, dst, count, iters, &t);
+            if (r == 0 && (b == 0 || t < best))
+                best = t;
+            if (r == 0 && g2 != NULL) {
+                r = timed(g2, src, dst, count, iters, &t2);
+                if (r == 0 && (b == 0 || t2 < best2))
+                    best2 = t2;
+                ratio[b] = t / t2;
+            }
+        }
         if (r == 0 && out != NULL) {
-            bench_row(out, &a, world, bytes, tmax);
+            bench_row(out, &a, world, bytes, best);
+            if (g2 != NULL) {
+                bench_args_t any = a;
+                any.impl = "dlaunch-any";
+                bench_row(out, &any, world, bytes, best2);
+                qsort(ratio, (size_t)batches, sizeof(double), cmp_double);
+                fprintf(out, "ab-median %s %d %zu %.4f 0\n", a.transport, world, bytes,
+                        ratio[batches / 2]);
+            }
             fflush(out);
         }
     }
@@ -116,6 +177,7 @@ static int worker(int argc, char **argv)
         free(dst);
     }
     dl_coll_group_destroy(g);
+    dl_coll_group_destroy(g2);
     return r < 0 ? 1 : 0;
 }
 
@@ -132,7 +194,7 @@ typedef struct {
     char worlds[64], transports[64];
     const char *dlaunch, *mpi_worker, *self;
     char min[32], max[32], step[16], budget[32];
-    int mpi, json;
+    int mpi, json, ab;
     char dir[64];
     row_t rows[MAX_ROWS];
     int nrows;
@@ -196,7 +258,7 @@ static void bench_pair(driver_t *d, int world, const char *tr)
     snprintf(out, sizeof(out), "%s/rows.txt", d->dir);
     snprintf(log, sizeof(log), "%s/log.txt", d->dir);
     snprintf(env, sizeof(env), "DLAUNCH_COLL_TRANSPORT=%s",
-             strcmp(tr, "shm-reg") == 0 ? "shm" : tr);
+             strcmp(tr, "shm-reg") == 0 ? "shm" : strcmp(tr, "hier") == 0 ? "auto" : tr);
     char *ours[] = {(char *)d->dlaunch,
                     "-q",
                     "--log-dir",
@@ -220,11 +282,12 @@ static void bench_pair(driver_t *d, int world, const char *tr)
                     d->step,
                     "--budget",
                     d->budget,
+                    d->ab ? "--ab" : NULL,
                     NULL};
     int rc = run(d, ours, env, log);
     if (rc != 0)
         fprintf(stderr, "allreduce: dlaunch, %s, world %d: exit %d (see %s)\n", tr, world, rc, log);
-    if (!d->mpi)
+    if (!d->mpi || strcmp(tr, "hier") == 0)
         return;
     int tcp = strcmp(tr, "tcp") == 0;
     char *mpi[32];
@@ -285,6 +348,28 @@ static void print_table(const driver_t *d, int world, const char *tr)
     }
 }
 
+/* --order-ab: rank order against any order, timed alternately in the same processes. */
+static void print_ab(const driver_t *d, int world, const char *tr)
+{
+    printf("\n# all-reduce, float32 sum, out of place: %s, world %d: DLAUNCH_COLL_ORDER rank "
+           "against any\n",
+           tr, world);
+    printf("%12s %12s %12s %10s %10s %10s %12s\n", "bytes", "rank_us", "any_us", "rank_busbw",
+           "any_busbw", "best", "median of");
+    printf("%12s %12s %12s %10s %10s %10s %12s\n", "", "(best)", "(best)", "", "", "rank/any",
+           "pairs r/a");
+    for (int i = 0; i < d->nrows; i++) {
+        const row_t *o = &d->rows[i];
+        if (strcmp(o->impl, "dlaunch") != 0 || strcmp(o->transport, tr) != 0 || o->world != world)
+            continue;
+        const row_t *m = find(d, "dlaunch-any", tr, world, o->bytes);
+        const row_t *med = find(d, "ab-median", tr, world, o->bytes);
+        if (m != NULL && med != NULL)
+            printf("%12zu %12.2f %12.2f %10.3f %10.3f %10.2f %12.2f\n", o->bytes, o->time_us,
+                   m->time_us, o->busbw, m->busbw, o->time_us / m->time_us, med->time_us);
+    }
+}
+
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st, (void)flag, (void)ftw;
@@ -294,7 +379,7 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 static int usage(void)
 {
     fprintf(stderr, "usage: allreduce [--worlds 2,4] [--transports shm,tcp,shm-reg] [--min BYTES] "
-                    "[--max BYTES] [--step K] [--budget BYTES] [--no-mpi] [--json] "
+                    "[--max BYTES] [--step K] [--budget BYTES] [--no-mpi] [--order-ab] [--json] "
                     "[--dlaunch PATH] [--mpi-worker PATH]\n");
     return 2;
 }
@@ -329,6 +414,11 @@ int main(int argc, char **argv)
         }
         if (strcmp(k, "--json") == 0) {
             d.json = 1;
+            continue;
+        }
+        if (strcmp(k, "--order-ab") == 0) {
+            d.ab = 1;
+            d.mpi = 0;
             continue;
         }
         if (v == NULL)
@@ -389,7 +479,8 @@ int main(int argc, char **argv)
             snprintf(tl, sizeof(tl), "%s", d.transports);
             for (char *save = NULL, *t = strtok_r(tl, ",", &save); t != NULL;
                  t = strtok_r(NULL, ",", &save))
-                print_table(&d, (int)strtol(ws, NULL, 10), t);
+                d.ab ? print_ab(&d, (int)strtol(ws, NULL, 10), t)
+                     : print_table(&d, (int)strtol(ws, NULL, 10), t);
         }
     }
     nftw(d.dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);

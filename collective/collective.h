@@ -5,7 +5,8 @@
  *
  * Every rank of a group must call the same operations in the same order with the same count,
  * type, operator and root; a group is used from one thread at a time. Results are bitwise
- * identical on every rank. Functions return >= 0 on success or a negative errno. After a
+ * identical on every rank, and by default (DL_COLL_ORDER_RANK) equal to a loop over the ranks in
+ * rank order, whatever the transport and host layout. Functions return >= 0 on success or a negative errno. After a
  * communication failure (a peer died, stopped answering, or sent garbage) the group is broken:
  * that call and every later one return the same error, and dl_coll_group_error() says what
  * happened; the only thing left to do with it is dl_coll_group_destroy(). */
@@ -43,8 +44,21 @@ typedef enum {
     DL_COLL_ALGO_BANDWIDTH, /* TCP: pipelined ring; shm: each rank reduces one slice */
 } dl_coll_algo_t;
 
+/* In which order an all-reduce combines the ranks' values: what decides its last bits. */
+typedef enum {
+    /* Every element is a left fold over ranks 0, 1, ..., n-1, as a loop over the ranks would
+     * compute it, whatever the transport, algorithm and host layout: a world of n ranks gives
+     * the same bits on one host or on n. */
+    DL_COLL_ORDER_RANK,
+    /* Whatever order the fastest algorithm takes (a ring, recursive doubling, host by host):
+     * every rank still gets the same bits, but a change of transport or layout may change
+     * them. Only differs from RANK across hosts. */
+    DL_COLL_ORDER_ANY,
+} dl_coll_order_t;
+
 #define DL_COLL_SMALL_AUTO ((size_t)-1)
 #define DL_COLL_HOST_ID_MAX 128
+#define DL_COLL_IFNAME_MAX 64
 #define DL_COLL_ADDR_MAX 256
 #define DL_COLL_RUN_ID_MAX 128
 #define DL_COLL_PATH_MAX 4096
@@ -65,10 +79,15 @@ typedef struct {
     char store[DL_COLL_ADDR_MAX + 8];
     char token_file[DL_COLL_PATH_MAX];
     const char *token;
+    /* DLAUNCH_SOCKET_IFNAME: the network interface whose address this rank listens on for TCP
+     * peers (dlaunch sets it to the one that reaches MASTER_ADDR, as it sets
+     * GLOO_SOCKET_IFNAME). "" means the address the route to MASTER_ADDR leaves from. */
+    char ifname[DL_COLL_IFNAME_MAX];
     /* DLAUNCH_COLL_HOST_ID: ranks with equal ids share memory. "" means hostname + boot id. */
     char host_id[DL_COLL_HOST_ID_MAX];
     dl_coll_transport_t transport; /* DLAUNCH_COLL_TRANSPORT=auto|tcp|shm */
     dl_coll_algo_t algo;           /* DLAUNCH_COLL_ALGO=auto|latency|bandwidth */
+    dl_coll_order_t order;         /* DLAUNCH_COLL_ORDER=rank|any */
     /* DLAUNCH_COLL_TIMEOUT (seconds): the longest any wait may go without progress, and the
      * deadline for the bootstrap. A dead or silent peer makes every rank's call fail within
      * about this long. */

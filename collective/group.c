@@ -4,9 +4,9 @@
  * Ranks with the same host identity (hostname and boot id, or DLAUNCH_COLL_HOST_ID) form a host
  * group over shared memory; the lowest rank of each host is its leader, and the leaders form a TCP
  * group. A job on one host uses shared memory only; a job with one rank per host uses TCP only;
- * anything else is hierarchical: reduce within the host, all-reduce across leaders, broadcast
- * within the host. Whatever the path, a result is computed once and copied, so ranks agree bit
- * for bit. */
+ * anything else is hierarchical: within the host, across leaders, back out within the host.
+ * Whatever the path, a result is computed once and copied, so ranks agree bit for bit; by
+ * default across hosts in rank order too (order.c). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -238,8 +238,12 @@ static int build_topology(dl_coll_group_t *g, const blob_t *blobs, char *err, si
     }
     for (int h = 0; h < g->nhosts; h++)
         g->host_start[h + 1] = g->host_start[h] + g->host_sizes[h];
-    for (int r = 0; r < n; r++)
+    g->hosts_in_rank_order = 1;
+    for (int r = 0; r < n; r++) {
         g->host_order[g->host_start[g->host_of[r]] + g->local_of[r]] = r;
+        if (g->host_start[g->host_of[r]] + g->local_of[r] != r)
+            g->hosts_in_rank_order = 0;
+    }
     g->host = g->host_of[g->rank];
     g->local_rank = g->local_of[g->rank];
     g->local_size = g->host_sizes[g->host];
@@ -336,6 +340,31 @@ static int setup_tcp(dl_coll_group_t *g, dl__coll_boot_t *boot, const blob_t *bl
     return agree(g, boot, r, "connecting TCP peers", err, errlen);
 }
 
+/* Listens on the interface that leads to rank 0, the one peers can reach us on, or on the one
+ * the launcher names (it told Gloo and NCCL the same). Failures go to g->err. */
+static int listen_near_master(dl_coll_group_t *g, int *ret_fd, dl__coll_addr_t *ret_bound)
+{
+    const dl_coll_options_t *o = &g->opts;
+    dl__coll_addr_t master, local;
+    int r = dl__coll_resolve(o->master_addr, o->master_port, &master);
+    if (r == 0)
+        r = dl__coll_route_addr(&master, &local);
+    if (r == 0 && o->ifname[0] != '\0') {
+        r = dl__coll_iface_addr(o->ifname, &local, &local);
+        if (r < 0)
+            return dl__coll_fail(&g->err, r, "DLAUNCH_SOCKET_IFNAME=%s: %s", o->ifname,
+                                 r == -ENODEV          ? "no such interface"
+                                 : r == -EADDRNOTAVAIL ? "the interface has no address to listen on"
+                                                       : strerror(-r));
+    }
+    if (r == 0)
+        r = dl__coll_listen(&local, 128, ret_fd, ret_bound);
+    if (r < 0)
+        return dl__coll_fail(&g->err, r, "listen for TCP peers near MASTER_ADDR %s: %s",
+                             o->master_addr, strerror(-r));
+    return 0;
+}
+
 /* Everything between the bootstrap and a ready group; blobs[] ends up with every rank's. */
 static int setup(dl_coll_group_t *g, dl__coll_boot_t *boot, char *err, size_t errlen)
 {
@@ -349,20 +378,9 @@ static int setup(dl_coll_group_t *g, dl__coll_boot_t *boot, char *err, size_t er
     uint64_t job_key = dl__coll_hash64(key, (size_t)klen, 7);
 
     host_identity(o, &mine.host_a, &mine.host_b, &mine.machine);
-    if (g->size > 1) {
-        /* Listen on the interface that leads to rank 0: the one peers can reach us on. */
-        dl__coll_addr_t master, local;
-        r = dl__coll_resolve(o->master_addr, o->master_port, &master);
-        if (r == 0)
-            r = dl__coll_route_addr(&master, &local);
-        if (r == 0)
-            r = dl__coll_listen(&local, 128, &lfd, &mine.addr);
-        if (r < 0) {
-            snprintf(err, errlen, "listen for TCP peers near MASTER_ADDR %s: %s", o->master_addr,
-                     strerror(-r));
-            return r;
-        }
-    }
+    /* A rank that cannot listen still takes part in the first all-gather, and then everyone
+     * fails together, naming it, instead of the others waiting out their timeout. */
+    int lr = g->size > 1 ? listen_near_master(g, &lfd, &mine.addr) : 0;
     blob_pack(&mine, raw);
     table = malloc((size_t)g->size * BLOB_BYTES);
     blobs = malloc(sizeof(*blobs) * (size_t)g->size);
@@ -372,6 +390,8 @@ static int setup(dl_coll_group_t *g, dl__coll_boot_t *boot, char *err, size_t er
     }
     if (r == 0)
         r = boot->allgather(boot, raw, BLOB_BYTES, table, err, errlen);
+    if (r == 0)
+        r = agree(g, boot, lr, "listening for TCP peers", err, errlen);
     for (int i = 0; r == 0 && i < g->size; i++)
         blob_unpack(table + (size_t)i * BLOB_BYTES, &blobs[i]);
     if (r == 0) {
@@ -456,6 +476,9 @@ void dl_coll_group_destroy(dl_coll_group_t *g)
     free(g->host_start);
     free(g->host_order);
     free(g->scratch);
+    free(g->order_buf);
+    free(g->order_ptrs);
+    free(g->order_offs);
     free(g);
 }
 
@@ -502,6 +525,9 @@ static int allreduce_sum(dl_coll_group_t *g, const void *src, void *dst, size_t 
     }
     if (g->nhosts == 1)
         return dl__coll_shm_allreduce(g->shm, src, dst, count, dtype, op, 0);
+    if (g->opts.order == DL_COLL_ORDER_RANK)
+        return dl__coll_allreduce_hosts(g, src, dst, count, dtype, op);
+    /* Any order: each host's sum, then the leaders' fastest all-reduce of those. */
     if (g->shm != NULL)
         r = dl__coll_shm_allreduce(g->shm, src, dst, count, dtype, op, 1);
     else if (src != dst)
@@ -653,11 +679,12 @@ int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbu
         memcpy(recvbuf, sendbuf, block);
     } else if (g->nhosts == 1) {
         r = dl__coll_shm_reduce_scatter(g->shm, sendbuf, recvbuf, recvcount, dtype, op);
-    } else if (g->nhosts == g->size) {
+    } else if (g->nhosts == g->size && (g->opts.order == DL_COLL_ORDER_ANY || g->size == 2)) {
+        /* The ring; with two ranks its sums are in rank order (tcp.c). */
         r = dl__coll_tcp_reduce_scatter(g->tcp, sendbuf, recvbuf, recvcount, dtype, op);
     } else {
-        /* Hierarchical: a full all-reduce, then my block. Twice the traffic of a true
-         * reduce-scatter; fine until a trainer needs it faster. */
+        /* Across hosts: a full all-reduce (in rank order unless told otherwise), then my block.
+         * Twice the traffic of a true reduce-scatter; fine until a trainer needs it faster. */
         char *tmp;
         r = scratch(g, block * (size_t)g->size, &tmp);
         if (r == 0)

@@ -29,6 +29,11 @@ int dl__coll_fail(dl__coll_err_t *e, int code, const char *fmt, ...)
 void dl__coll_reduce(void *out, const void *a, const void *b, size_t count, dl_coll_dtype_t dtype,
                      dl_coll_op_t op);
 
+/* out = d[0] op d[1] op ... op d[n-1], left to right (the rank order of the d[]). out may be
+ * d[0] or d[1] exactly, never a later one nor overlap any partly. */
+void dl__coll_fold(void *out, const void *const *d, int n, size_t count, dl_coll_dtype_t dtype,
+                   dl_coll_op_t op);
+
 /* buf[i] /= divisor, for AVG. */
 void dl__coll_scale(void *buf, size_t count, dl_coll_dtype_t dtype, int divisor);
 
@@ -49,6 +54,16 @@ int dl__coll_resolve(const char *host, int port, dl__coll_addr_t *ret_addr);
 
 /* The local address the kernel would use to reach dst (a UDP connect; nothing is sent). */
 int dl__coll_route_addr(const dl__coll_addr_t *dst, dl__coll_addr_t *ret_addr);
+
+/* The address of interface ifname to listen on: prefer (the route's source toward rank 0) when
+ * that interface has it, else its first address of prefer's family, else any; link-local IPv6
+ * addresses never (they mean nothing on another host). Port 0. -ENODEV: no such interface;
+ * -EADDRNOTAVAIL: it has no usable address. The search over list (getifaddrs' form) is pure. */
+struct ifaddrs;
+int dl__coll_iface_pick(const struct ifaddrs *list, const char *ifname,
+                        const dl__coll_addr_t *prefer, dl__coll_addr_t *ret_addr);
+int dl__coll_iface_addr(const char *ifname, const dl__coll_addr_t *prefer,
+                        dl__coll_addr_t *ret_addr);
 
 /* A nonblocking listening TCP socket bound to addr (port 0: ephemeral). *ret_bound gets the
  * address with the port the kernel picked. */
@@ -123,6 +138,23 @@ int dl__coll_tcp_reduce_scatter(dl__coll_tcp_t *t, const void *src, void *dst, s
 int dl__coll_tcp_allgatherv(dl__coll_tcp_t *t, const void *src, void *dst, const size_t *offs,
                             const size_t *bytes);
 int dl__coll_tcp_broadcast(dl__coll_tcp_t *t, void *buf, size_t bytes, int root);
+/* The same as dl__coll_tcp_allgatherv in log2(n) exchanges (recursive doubling) instead of n-1,
+ * for small blocks; the blocks must lie in member order, back to back. */
+int dl__coll_tcp_allgatherv_rd(dl__coll_tcp_t *t, const void *src, void *dst, const size_t *offs,
+                               const size_t *bytes);
+
+/* Adds this member's part to the partial result of the members before it, for elements
+ * [first, first + count): out = partial op mine, in rank order; partial is NULL for member 0
+ * (out = mine). out may be the partial or mine exactly. Returns 0 or a negative errno. */
+typedef int (*dl__coll_fold_fn)(void *ctx, const void *partial, void *out, size_t first,
+                                size_t count);
+
+/* The all-reduce in rank order: a pipelined chain. Member 0 folds its part of a piece of
+ * piece_count elements and sends it to member 1, which folds its own onto it and sends it on;
+ * member n-1's result is final and flows back down the chain into every member's dst while
+ * later pieces still go up. Every element is folded by every member in turn, 0 first. */
+int dl__coll_tcp_chain(dl__coll_tcp_t *t, void *dst, size_t count, dl_coll_dtype_t dtype,
+                       size_t piece_count, dl__coll_fold_fn fold, void *ctx);
 int dl__coll_tcp_barrier(dl__coll_tcp_t *t);
 
 /* ---- memory the host's ranks read in place (mem.c) ------------------------------------------ */
@@ -210,6 +242,11 @@ struct dl_coll_group_s {
     dl__coll_mem_t mem; /* dl_coll_mem_alloc's blocks */
     char *scratch; /* hierarchical all-gather and reduce-scatter; grown, never shrunk */
     size_t scratch_cap;
+    int hosts_in_rank_order; /* every host's ranks consecutive, hosts in rank order */
+    char *order_buf;         /* order.c's gathered inputs; grown, never shrunk */
+    size_t order_cap;
+    const void **order_ptrs; /* per rank */
+    size_t *order_offs;      /* per host, twice */
     /* The communication thread and its queue, guarded by mu. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -221,6 +258,10 @@ struct dl_coll_group_s {
 /* The all-reduce itself, on the calling thread (the comm thread's work too). */
 int dl__coll_run_allreduce(dl_coll_group_t *g, const void *src, void *dst, size_t count,
                            dl_coll_dtype_t dtype, dl_coll_op_t op);
+
+/* The all-reduce of a group over several hosts in rank order (order.c); AVG left as a sum. */
+int dl__coll_allreduce_hosts(dl_coll_group_t *g, const void *src, void *dst, size_t count,
+                             dl_coll_dtype_t dtype, dl_coll_op_t op);
 
 /* What every operation does with its result: a failure breaks the group and aborts the peers. */
 int dl__coll_broken(dl_coll_group_t *g, int r);

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -112,6 +113,71 @@ int dl__coll_route_addr(const dl__coll_addr_t *dst, dl__coll_addr_t *ret_addr)
         ((struct sockaddr_in6 *)&a.ss)->sin6_port = 0;
     *ret_addr = a;
     return 0;
+}
+
+static int same_host(const struct sockaddr *a, const dl__coll_addr_t *b)
+{
+    if (a->sa_family != b->ss.ss_family)
+        return 0;
+    if (a->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)&b->ss)->sin_addr.s_addr;
+    return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)&b->ss)->sin6_addr, 16) == 0;
+}
+
+static int usable(const struct sockaddr *a)
+{
+    if (a == NULL)
+        return 0;
+    if (a->sa_family == AF_INET)
+        return 1;
+    return a->sa_family == AF_INET6 &&
+           !IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)a)->sin6_addr);
+}
+
+int dl__coll_iface_pick(const struct ifaddrs *list, const char *ifname,
+                        const dl__coll_addr_t *prefer, dl__coll_addr_t *ret_addr)
+{
+    const struct sockaddr *best = NULL;
+    int rank = 0, found = 0; /* 3: prefer itself, 2: its family, 1: another family */
+    for (const struct ifaddrs *i = list; i != NULL; i = i->ifa_next) {
+        if (i->ifa_name == NULL || strcmp(i->ifa_name, ifname) != 0)
+            continue;
+        found = 1;
+        if (!usable(i->ifa_addr))
+            continue;
+        int k = prefer != NULL && same_host(i->ifa_addr, prefer)                    ? 3
+                : prefer != NULL && i->ifa_addr->sa_family == prefer->ss.ss_family ? 2
+                                                                                     : 1;
+        if (k > rank) {
+            rank = k;
+            best = i->ifa_addr;
+        }
+    }
+    if (best == NULL)
+        return found ? -EADDRNOTAVAIL : -ENODEV;
+    dl__coll_addr_t a;
+    memset(&a, 0, sizeof(a));
+    a.len = best->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    memcpy(&a.ss, best, a.len);
+    if (best->sa_family == AF_INET)
+        ((struct sockaddr_in *)&a.ss)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *)&a.ss)->sin6_port = 0;
+    *ret_addr = a;
+    return 0;
+}
+
+int dl__coll_iface_addr(const char *ifname, const dl__coll_addr_t *prefer,
+                        dl__coll_addr_t *ret_addr)
+{
+    struct ifaddrs *list = NULL;
+    if (getifaddrs(&list) < 0)
+        return -errno;
+    int r = dl__coll_iface_pick(list, ifname, prefer, ret_addr);
+    freeifaddrs(list);
+    return r;
 }
 
 int dl__coll_tune_socket(int fd)

@@ -29,6 +29,7 @@ void dl_coll_options_init(dl_coll_options_t *o)
     o->master_port = -1;
     o->transport = DL_COLL_TRANSPORT_AUTO;
     o->algo = DL_COLL_ALGO_AUTO;
+    o->order = DL_COLL_ORDER_RANK;
     o->timeout_ms = DEFAULT_TIMEOUT_MS;
     o->shm_small_bytes = DL_COLL_SMALL_AUTO;
     o->tcp_small_bytes = DEFAULT_TCP_SMALL;
@@ -185,6 +186,9 @@ int dl_coll_options_from_env(dl_coll_options_t *opts, char **envp, char *err, si
     else if ((v = env_get(envp, "DLAUNCH_TOKEN_FILE")) != NULL &&
              copy_str(o.token_file, sizeof(o.token_file), v) < 0)
         bad = "DLAUNCH_TOKEN_FILE", why = "a path";
+    else if ((v = env_get(envp, "DLAUNCH_SOCKET_IFNAME")) != NULL &&
+             copy_str(o.ifname, sizeof(o.ifname), v) < 0)
+        bad = "DLAUNCH_SOCKET_IFNAME", why = "an interface name of at most 63 characters";
     else if ((v = env_get(envp, "DLAUNCH_COLL_HOST_ID")) != NULL &&
              copy_str(o.host_id, sizeof(o.host_id), v) < 0)
         bad = "DLAUNCH_COLL_HOST_ID", why = "at most 127 characters";
@@ -226,6 +230,14 @@ int dl_coll_options_from_env(dl_coll_options_t *opts, char **envp, char *err, si
             o.algo = DL_COLL_ALGO_BANDWIDTH;
         else
             bad = "DLAUNCH_COLL_ALGO", why = "auto, latency or bandwidth";
+    }
+    if (bad == NULL && (v = env_get(envp, "DLAUNCH_COLL_ORDER")) != NULL) {
+        if (strcmp(v, "rank") == 0 || *v == '\0')
+            o.order = DL_COLL_ORDER_RANK;
+        else if (strcmp(v, "any") == 0)
+            o.order = DL_COLL_ORDER_ANY;
+        else
+            bad = "DLAUNCH_COLL_ORDER", why = "rank or any";
     }
     if (bad != NULL) {
         snprintf(err, errlen, "environment %s='%s': expected %s", bad, v, why);

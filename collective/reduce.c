@@ -105,6 +105,19 @@ void dl__coll_reduce(void *out, const void *a, const void *b, size_t count, dl_c
     }
 }
 
+void dl__coll_fold(void *out, const void *const *d, int n, size_t count, dl_coll_dtype_t dtype,
+                   dl_coll_op_t op)
+{
+    if (n == 1) {
+        if (out != d[0])
+            memcpy(out, d[0], count * dl_coll_dtype_size(dtype));
+        return;
+    }
+    dl__coll_reduce(out, d[0], d[1], count, dtype, op);
+    for (int j = 2; j < n; j++)
+        dl__coll_reduce(out, out, d[j], count, dtype, op);
+}
+
 KERNEL static void f32_div(float *restrict x, float d, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -15,6 +15,10 @@
  * one hands its data to the odd one and gets the result back at the end. Each exchange reduces
  * (lower half, upper half) in that order on both sides, so both get the same bits.
  *
+ * Both add partial sums in an order that depends on who sits where (DL_COLL_ORDER_ANY). The
+ * chain (dl__coll_tcp_chain) keeps rank order instead: partials go up from member 0 to n-1 a
+ * piece at a time, each member folding its own part on, and the final values come back down.
+ *
  * Any wait that makes no progress for the timeout fails with -ETIMEDOUT; a peer that closes gives
  * -ECONNRESET. The group then shuts every connection down, so the failure reaches the peers'
  * blocked calls through their own sockets. */
@@ -336,8 +340,12 @@ static int ring_run(dl__coll_tcp_t *t, const ring_t *g)
                  * ran dry, so the outgoing stream never waits on data that sits here. */
                 size_t have = (ro - rr) / esize * esize;
                 if (have > 0 && (ro - rr == piece || ro == s->len || rblocked)) {
-                    dl__coll_reduce(reduce_out(t, g, rt) + rr, g->src + s->off + rr, t->tmp,
-                                    have / esize, g->dtype, g->op);
+                    /* What arrives holds members from mine + 1 on, wrapping past n-1 to 0:
+                     * lower ranks than mine, except at member 0. Lower first, so that two
+                     * members' sums are in rank order (x0 op x1 on both). */
+                    const char *own = g->src + s->off + rr;
+                    dl__coll_reduce(reduce_out(t, g, rt) + rr, t->me == 0 ? own : t->tmp,
+                                    t->me == 0 ? t->tmp : own, have / esize, g->dtype, g->op);
                     rr += have;
                     if (ro > rr)
                         memmove(t->tmp, t->tmp + have, ro - rr);
@@ -439,6 +447,179 @@ static int rd_allreduce(dl__coll_tcp_t *t, void *dst, size_t count, dl_coll_dtyp
     if (me < 2 * rem)
         r = xfer(t, me - 1, dst, bytes, -1, NULL, 0, 0);
     return r;
+}
+
+/* ---- all-gather by recursive doubling ------------------------------------------------------- */
+
+/* Where virtual member v's blocks start and end: the first member it stands for, and one past
+ * the last (a virtual member below rem stands for a pair). */
+static int vfirst(int n, int v)
+{
+    int rem = n - pow2_floor(n);
+    return v < rem ? 2 * v : v + rem;
+}
+
+int dl__coll_tcp_allgatherv_rd(dl__coll_tcp_t *t, const void *src, void *dst_v,
+                               const size_t *offs, const size_t *bytes)
+{
+    char *dst = dst_v;
+    int n = t->n, me = t->me, p = pow2_floor(n), rem = n - p, r = 0;
+    size_t total = offs[n - 1] + bytes[n - 1];
+    if (src != dst + offs[me] && bytes[me] > 0)
+        memcpy(dst + offs[me], src, bytes[me]);
+    if (me < 2 * rem && !(me & 1)) {
+        /* Sits out the doubling: hands its block over, gets everything back. */
+        r = xfer(t, me + 1, dst + offs[me], bytes[me], -1, NULL, 0, 0);
+        if (r == 0)
+            r = xfer(t, -1, NULL, 0, me + 1, dst, total, 0);
+        return r;
+    }
+    if (me < 2 * rem)
+        r = xfer(t, -1, NULL, 0, me - 1, dst + offs[me - 1], bytes[me - 1], 0);
+    int v = vrank_of(n, me);
+    for (int mask = 1; r == 0 && mask < p; mask <<= 1) {
+        /* Both sides hold the blocks of `mask` virtual members by now, each a run of members,
+         * so each sends one contiguous range and receives one. */
+        int mine = v & ~(mask - 1), theirs = (v ^ mask) & ~(mask - 1);
+        int peer = rank_of_vrank(n, v ^ mask);
+        size_t mlo = offs[vfirst(n, mine)], mhi = mine + mask < p ? offs[vfirst(n, mine + mask)]
+                                                                  : total;
+        size_t tlo = offs[vfirst(n, theirs)],
+               thi = theirs + mask < p ? offs[vfirst(n, theirs + mask)] : total;
+        r = xfer(t, peer, dst + mlo, mhi - mlo, peer, dst + tlo, thi - tlo, 0);
+    }
+    if (r == 0 && me < 2 * rem)
+        r = xfer(t, me - 1, dst, total, -1, NULL, 0, 0);
+    return r;
+}
+
+/* ---- the chain: rank order ------------------------------------------------------------------ */
+
+/* Four streams at once, two per socket: partial results up from the previous member and on to
+ * the next, final results back from the next and on to the previous. Partials arrive into a
+ * piece-sized staging buffer and are folded into dst a whole piece at a time (the fold may be a
+ * collective of its own, so its boundaries must not depend on timing); finals land straight in
+ * dst. A final byte can only arrive after the next member got the partial byte it replaces, so
+ * receiving into dst never overwrites a partial still to be sent. */
+int dl__coll_tcp_chain(dl__coll_tcp_t *t, void *dst_v, size_t count, dl_coll_dtype_t dtype,
+                       size_t piece_count, dl__coll_fold_fn fold, void *ctx)
+{
+    char *dst = dst_v;
+    size_t es = dl_coll_dtype_size(dtype), total = count * es, piece = piece_count * es;
+    int prev = t->me > 0 ? t->me - 1 : -1, next = t->me < t->n - 1 ? t->me + 1 : -1;
+    size_t folded = 0, staged = 0, sent = 0, got = 0, back = 0;
+    int in_blocked = 0, up_blocked = 0, fin_blocked = 0, down_blocked = 0, r;
+    int64_t deadline = dl__coll_now_ms() + t->timeout_ms;
+
+    if (piece == 0)
+        return dl__coll_fail(t->err, -EINVAL, "tcp chain: empty pieces");
+    if (prev >= 0 && (r = ensure(&t->tmp, &t->tmp_cap, piece)) < 0)
+        return dl__coll_fail(t->err, r, "tcp: out of memory for %zu bytes", piece);
+    for (;;) {
+        int moved = 0;
+        size_t plen = total - folded < piece ? total - folded : piece;
+        /* Member 0 folds a piece once the last one is on its way: nothing is ever waiting. */
+        if (prev < 0 && folded < total && (next < 0 || sent == folded)) {
+            r = fold(ctx, NULL, dst + folded, folded / es, plen / es);
+            if (r < 0)
+                return r;
+            folded += plen;
+            moved = 1;
+        }
+        if (prev >= 0 && folded < total && !in_blocked) {
+            ssize_t k = recv(t->fd[prev], t->tmp + staged, plen - staged, MSG_DONTWAIT);
+            if (k > 0) {
+                staged += (size_t)k;
+                moved = 1;
+            } else if (k == 0) {
+                return link_fail(t, prev, "recv from", -ECONNRESET);
+            } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                in_blocked = 1;
+            } else if (errno != EINTR) {
+                return link_fail(t, prev, "recv from", -errno);
+            }
+            if (staged == plen) {
+                r = fold(ctx, t->tmp, dst + folded, folded / es, plen / es);
+                if (r < 0)
+                    return r;
+                folded += plen;
+                staged = 0;
+            }
+        }
+        if (next >= 0 && sent < folded && !up_blocked) {
+            size_t want = folded - sent < SEND_MAX ? folded - sent : SEND_MAX;
+            ssize_t k = send(t->fd[next], dst + sent, want, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (k > 0) {
+                sent += (size_t)k;
+                moved = 1;
+            } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                up_blocked = 1;
+            } else if (errno != EINTR) {
+                return link_fail(t, next, "send to", -errno);
+            }
+        }
+        if (next >= 0 && got < total && !fin_blocked) {
+            ssize_t k = recv(t->fd[next], dst + got, total - got, MSG_DONTWAIT);
+            if (k > 0) {
+                got += (size_t)k;
+                moved = 1;
+            } else if (k == 0) {
+                return link_fail(t, next, "recv from", -ECONNRESET);
+            } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                fin_blocked = 1;
+            } else if (errno != EINTR) {
+                return link_fail(t, next, "recv from", -errno);
+            }
+        }
+        /* The last member's folds are final; the others pass on what came back. */
+        size_t final = next >= 0 ? got : folded;
+        if (prev >= 0 && back < final && !down_blocked) {
+            size_t want = final - back < SEND_MAX ? final - back : SEND_MAX;
+            ssize_t k = send(t->fd[prev], dst + back, want, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (k > 0) {
+                back += (size_t)k;
+                moved = 1;
+            } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                down_blocked = 1;
+            } else if (errno != EINTR) {
+                return link_fail(t, prev, "send to", -errno);
+            }
+        }
+        if (folded == total && (next < 0 || (sent == total && got == total)) &&
+            (prev < 0 || back == total))
+            return 0;
+        if (moved) {
+            deadline = dl__coll_now_ms() + t->timeout_ms;
+            continue;
+        }
+        /* Nothing moved: sleep on whatever is blocked. */
+        struct pollfd p[2];
+        int np = 0, pi = -1, ni = -1;
+        short pev = (short)((prev >= 0 && folded < total ? POLLIN : 0) |
+                            (prev >= 0 && back < final ? POLLOUT : 0));
+        short nev = (short)((next >= 0 && sent < folded ? POLLOUT : 0) |
+                            (next >= 0 && got < total ? POLLIN : 0));
+        if (pev != 0) {
+            p[np] = (struct pollfd){.fd = t->fd[prev], .events = pev};
+            pi = np++;
+        }
+        if (nev != 0) {
+            p[np] = (struct pollfd){.fd = t->fd[next], .events = nev};
+            ni = np++;
+        }
+        int waited_on = pi >= 0 && (pev & POLLIN) ? prev : next >= 0 ? next : prev;
+        if (np == 0)
+            return dl__coll_fail(t->err, -EPROTO, "tcp chain: nothing to wait for");
+        if (deadline - dl__coll_now_ms() <= 0)
+            return link_fail(t, waited_on, "recv from", -ETIMEDOUT);
+        int k = wait_events(t, p, np, deadline);
+        if (k < 0 && errno != EINTR)
+            return dl__coll_fail(t->err, -errno, "tcp poll: %s", strerror(errno));
+        if (k > 0 && pi >= 0 && p[pi].revents != 0)
+            in_blocked = down_blocked = 0;
+        if (k > 0 && ni >= 0 && p[ni].revents != 0)
+            up_blocked = fin_blocked = 0;
+    }
 }
 
 /* ---- operations ------------------------------------------------------------------------------ */

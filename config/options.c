@@ -364,8 +364,8 @@ const dl_opt_t dl__options[] = {
      "static backend: node 0's port; one node: the workers' MASTER_PORT (default: a free one)",
      DL_OPT_PET, 0},
     {"local-addr", NULL, 0, STR, OFF(local_addr), 0, 0, NULL, NULL, "ADDR",
-     "the address this node gives the others (default: the one its rendezvous connection "
-     "leaves from)", DL_OPT_PET, 0},
+     "the address this node advertises to the others, and whose interface its workers bind "
+     "(default: the one that reaches the rendezvous)", DL_OPT_PET, 0},
     {"join-timeout", NULL, 0, DBL, OFF(join_timeout), 0.1, 86400, NULL, "600", "SEC",
      "give up (exit 3) when the nodes have not gathered by then (default 600)", 0, 0},
     {"last-call", NULL, 0, DBL, OFF(last_call), 0, 86400, NULL, "5", "SEC",

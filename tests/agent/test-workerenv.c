@@ -83,6 +83,38 @@ START_TEST(single_worker_keeps_threads_free)
 }
 END_TEST
 
+START_TEST(interface_for_frameworks)
+{
+    char **env;
+    dl_worker_env_t w = sample();
+    w.ifname = "eth1";
+    ck_assert_int_eq(dl_worker_env_build(&w, NULL, NULL, &env), 0);
+    ck_assert_str_eq(get(env, "GLOO_SOCKET_IFNAME"), "eth1");
+    ck_assert_str_eq(get(env, "NCCL_SOCKET_IFNAME"), "=eth1"); /* exact, not a prefix */
+    ck_assert_str_eq(get(env, "TP_SOCKET_IFNAME"), "eth1");
+    ck_assert_str_eq(get(env, "DLAUNCH_SOCKET_IFNAME"), "eth1");
+    dl_worker_env_free(env);
+
+    /* The user's own choice, from the agent's environment or the spec, stays; an empty one
+     * counts as unset. */
+    char *base[] = {"GLOO_SOCKET_IFNAME=ib0", "NCCL_SOCKET_IFNAME=", NULL};
+    char *extra[] = {"DLAUNCH_SOCKET_IFNAME=bond0", NULL};
+    ck_assert_int_eq(dl_worker_env_build(&w, base, extra, &env), 0);
+    ck_assert_str_eq(get(env, "GLOO_SOCKET_IFNAME"), "ib0");
+    ck_assert_str_eq(get(env, "NCCL_SOCKET_IFNAME"), "=eth1");
+    ck_assert_str_eq(get(env, "DLAUNCH_SOCKET_IFNAME"), "bond0");
+    dl_worker_env_free(env);
+
+    /* Unknown: nothing is set, the frameworks choose as they would. */
+    w.ifname = NULL;
+    ck_assert_int_eq(dl_worker_env_build(&w, NULL, NULL, &env), 0);
+    ck_assert_ptr_null(get(env, "GLOO_SOCKET_IFNAME"));
+    ck_assert_ptr_null(get(env, "NCCL_SOCKET_IFNAME"));
+    ck_assert_ptr_null(get(env, "DLAUNCH_SOCKET_IFNAME"));
+    dl_worker_env_free(env);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("workerenv");
@@ -90,6 +122,7 @@ int main(void)
     tcase_add_test(tc, torchrun_names);
     tcase_add_test(tc, spec_env_overrides_base_but_not_ours);
     tcase_add_test(tc, single_worker_keeps_threads_free);
+    tcase_add_test(tc, interface_for_frameworks);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

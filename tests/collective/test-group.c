@@ -4,6 +4,7 @@
  * in an error instead of a hang. Small chunks make a few thousand elements take many rounds. */
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -32,6 +33,7 @@ typedef struct {
     void *out; /* what the body leaves for the main thread to compare */
     size_t out_bytes;
     double elapsed;
+    long differ; /* body_rank_order under DL_COLL_ORDER_ANY: elements unlike the loop's */
 } rank_t;
 
 /* body returns 0 or a count of wrong results / a negative error */
@@ -480,23 +482,154 @@ static int body_registered_refused(rank_t *r, void *arg)
 static const char *const split2[] = {"a", "b", "a", "b", "a", "b", "a", "b"};
 static const char *const split3[] = {"x", "x", "y", "z", "y", "x", "z", "y"};
 
+/* Hosts of consecutive ranks, as dlaunch lays them out: two of two (and a fifth alone), and
+ * three, one, four. */
+static const char *const blocks2[] = {"a", "a", "b", "b", "c", "c", "d", "d"};
+static const char *const blocks3[] = {"p", "p", "p", "q", "r", "r", "r", "r"};
+
 typedef struct {
     dl_coll_transport_t tr;
     const char *const *hosts;
     dl_coll_algo_t algo;
+    dl_coll_order_t order;
 } setup_t;
 
 static const setup_t setups[] = {
-    {DL_COLL_TRANSPORT_SHM, NULL, DL_COLL_ALGO_AUTO},
-    {DL_COLL_TRANSPORT_TCP, NULL, DL_COLL_ALGO_AUTO},
-    {DL_COLL_TRANSPORT_AUTO, split2, DL_COLL_ALGO_AUTO},
-    {DL_COLL_TRANSPORT_AUTO, split3, DL_COLL_ALGO_AUTO},
-    {DL_COLL_TRANSPORT_SHM, NULL, DL_COLL_ALGO_LATENCY},
-    {DL_COLL_TRANSPORT_TCP, NULL, DL_COLL_ALGO_LATENCY},
-    {DL_COLL_TRANSPORT_SHM, NULL, DL_COLL_ALGO_BANDWIDTH},
-    {DL_COLL_TRANSPORT_TCP, NULL, DL_COLL_ALGO_BANDWIDTH},
+    {DL_COLL_TRANSPORT_SHM, NULL, DL_COLL_ALGO_AUTO, DL_COLL_ORDER_RANK},
+    {DL_COLL_TRANSPORT_TCP, NULL, DL_COLL_ALGO_AUTO, DL_COLL_ORDER_RANK},
+    {DL_COLL_TRANSPORT_AUTO, split2, DL_COLL_ALGO_AUTO, DL_COLL_ORDER_RANK},
+    {DL_COLL_TRANSPORT_AUTO, split3, DL_COLL_ALGO_AUTO, DL_COLL_ORDER_RANK},
+    {DL_COLL_TRANSPORT_AUTO, blocks2, DL_COLL_ALGO_AUTO, DL_COLL_ORDER_RANK},
+    {DL_COLL_TRANSPORT_AUTO, blocks3, DL_COLL_ALGO_AUTO, DL_COLL_ORDER_RANK},
+    {DL_COLL_TRANSPORT_SHM, NULL, DL_COLL_ALGO_LATENCY, DL_COLL_ORDER_RANK},
+    {DL_COLL_TRANSPORT_TCP, NULL, DL_COLL_ALGO_LATENCY, DL_COLL_ORDER_RANK},
+    {DL_COLL_TRANSPORT_SHM, NULL, DL_COLL_ALGO_BANDWIDTH, DL_COLL_ORDER_RANK},
+    {DL_COLL_TRANSPORT_TCP, NULL, DL_COLL_ALGO_BANDWIDTH, DL_COLL_ORDER_RANK},
+    {DL_COLL_TRANSPORT_AUTO, blocks2, DL_COLL_ALGO_BANDWIDTH, DL_COLL_ORDER_RANK},
+    {DL_COLL_TRANSPORT_TCP, NULL, DL_COLL_ALGO_AUTO, DL_COLL_ORDER_ANY},
+    {DL_COLL_TRANSPORT_AUTO, split2, DL_COLL_ALGO_AUTO, DL_COLL_ORDER_ANY},
+    {DL_COLL_TRANSPORT_AUTO, blocks2, DL_COLL_ALGO_AUTO, DL_COLL_ORDER_ANY},
 };
 #define NSETUPS (int)(sizeof(setups) / sizeof(setups[0]))
+
+/* ---- the order of reduction ------------------------------------------------------------------ */
+
+/* Values whose float sums depend on the order they are added in: magnitudes from 2^-12 to 2^12,
+ * both signs, and for MIN and MAX signed zeros and NaNs, where `a < b ? a : b` keeps one operand
+ * or the other by position. */
+static double order_val(int rank, size_t i, int salt, dl_coll_op_t op)
+{
+    uint64_t h = (uint64_t)rank * 0x9e3779b97f4a7c15ull ^ (uint64_t)(i + 1) * 0xbf58476d1ce4e5b9ull ^
+                 (uint64_t)salt * 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    h *= 0xd6e8feb86659fd39ull;
+    h ^= h >> 29;
+    if ((op == DL_COLL_MIN || op == DL_COLL_MAX) && h % 7 == 0)
+        return h % 3 == 0 ? -0.0 : h % 3 == 1 ? 0.0 : NAN;
+    double m = 1.0 + (double)(h >> 40) / (double)(1u << 24);
+    return ldexp(h & 1 ? -m : m, (int)((h >> 8) % 25) - 12);
+}
+
+/* What a loop over ranks 0..n-1 computes, in the element's own type. */
+static void order_reference(int n, size_t count, int salt, dl_coll_dtype_t t, dl_coll_op_t op,
+                            void *out)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (t == DL_COLL_FLOAT32) {
+            float acc = (float)order_val(0, i, salt, op);
+            for (int r = 1; r < n; r++) {
+                float v = (float)order_val(r, i, salt, op);
+                acc = op == DL_COLL_MIN ? (acc < v ? acc : v)
+                      : op == DL_COLL_MAX ? (acc > v ? acc : v)
+                                          : acc + v;
+            }
+            ((float *)out)[i] = op == DL_COLL_AVG ? acc / (float)n : acc;
+        } else {
+            double acc = order_val(0, i, salt, op);
+            for (int r = 1; r < n; r++) {
+                double v = order_val(r, i, salt, op);
+                acc = op == DL_COLL_MIN ? (acc < v ? acc : v)
+                      : op == DL_COLL_MAX ? (acc > v ? acc : v)
+                                          : acc + v;
+            }
+            ((double *)out)[i] = op == DL_COLL_AVG ? acc / n : acc;
+        }
+    }
+}
+
+/* Sizes that take every path: one element, the small-message forms, several pipeline pieces. */
+static const size_t order_sizes[] = {1, 5, 63, 1000, 4099};
+
+/* Every all-reduce (and reduce-scatter) gives, bit for bit, the serial fold in rank order. arg:
+ * the setup; with DL_COLL_ORDER_ANY the body counts the differences instead, and leaves them in
+ * r->out for the caller. */
+static int body_rank_order(rank_t *r, void *arg)
+{
+    const setup_t *st = arg;
+    int n = dl_coll_world_size(r->g), salt = 500, bad = 0;
+    long differ = 0;
+    static const dl_coll_op_t ops[] = {DL_COLL_SUM, DL_COLL_AVG, DL_COLL_MIN, DL_COLL_MAX};
+    for (size_t s = 0; s < sizeof(order_sizes) / sizeof(order_sizes[0]); s++)
+        for (int t = DL_COLL_FLOAT32; t <= DL_COLL_FLOAT64; t++)
+            for (int o = 0; o < 4; o++, salt++) {
+                size_t count = order_sizes[s], es = dl_coll_dtype_size(t);
+                dl_coll_op_t op = ops[o];
+                char *src = malloc(count * (size_t)n * es), *dst = malloc(count * (size_t)n * es);
+                char *want = malloc(count * (size_t)n * es);
+                for (size_t i = 0; i < count * (size_t)n; i++) {
+                    double v = order_val(r->rank, i, salt, op);
+                    if (t == DL_COLL_FLOAT32)
+                        ((float *)src)[i] = (float)v;
+                    else
+                        ((double *)src)[i] = v;
+                }
+                order_reference(n, count * (size_t)n, salt, t, op, want);
+                int in_place = salt & 1;
+                int rc = dl_coll_allreduce(r->g, src, in_place ? src : dst, count * (size_t)n, t,
+                                           op);
+                const char *res = in_place ? src : dst;
+                long d = 0;
+                for (size_t i = 0; rc == 0 && i < count * (size_t)n; i++)
+                    d += memcmp(res + i * es, want + i * es, es) != 0;
+                if (d > 0 && st->order == DL_COLL_ORDER_RANK && bad == 0)
+                    snprintf(r->err, sizeof(r->err),
+                             "all-reduce %s %s of %zu: %ld of the elements differ from the "
+                             "rank-order fold",
+                             dl_coll_dtype_name(t), dl_coll_op_name(op), count * (size_t)n, d);
+                differ += d;
+                if (rc == 0) {
+                    keep(r, res, count * (size_t)n * es);
+                    /* The reduce-scatter of the same inputs: this rank's block of the same. */
+                    for (size_t i = 0; i < count * (size_t)n; i++)
+                        if (t == DL_COLL_FLOAT32)
+                            ((float *)src)[i] = (float)order_val(r->rank, i, salt, op);
+                        else
+                            ((double *)src)[i] = order_val(r->rank, i, salt, op);
+                    rc = dl_coll_reduce_scatter(r->g, src, dst, count, t, op);
+                }
+                d = 0;
+                for (size_t i = 0; rc == 0 && i < count; i++)
+                    d += memcmp(dst + i * es, want + ((size_t)r->rank * count + i) * es, es) != 0;
+                if (d > 0 && st->order == DL_COLL_ORDER_RANK && bad == 0)
+                    snprintf(r->err, sizeof(r->err),
+                             "reduce-scatter %s %s of %zu: %ld of the elements differ from the "
+                             "rank-order fold",
+                             dl_coll_dtype_name(t), dl_coll_op_name(op), count, d);
+                differ += d;
+                if (st->order == DL_COLL_ORDER_RANK)
+                    bad += differ > 0;
+                free(src);
+                free(dst);
+                free(want);
+                if (rc < 0)
+                    return rc;
+            }
+    if (st->order == DL_COLL_ORDER_ANY) {
+        r->differ = differ;
+        return 0;
+    }
+    return bad;
+}
 
 /* One setup (_i), every world size from 1 to max_n. */
 static void matrix(int i, int max_n, body_fn body)
@@ -505,9 +638,11 @@ static void matrix(int i, int max_n, body_fn body)
     for (int n = 1; n <= max_n; n++) {
         world_t w;
         world_init(&w, n, s->tr, s->hosts);
-        for (int r = 0; r < n; r++)
+        for (int r = 0; r < n; r++) {
             w.ranks[r].o.algo = s->algo;
-        world_run(&w, body, NULL);
+            w.ranks[r].o.order = s->order;
+        }
+        world_run(&w, body, (void *)s);
         world_check(&w);
     }
 }
@@ -515,6 +650,33 @@ static void matrix(int i, int max_n, body_fn body)
 START_TEST(allreduce_matrix)
 {
     matrix(_i, 5, body_allreduce);
+}
+END_TEST
+
+/* The promise of docs/collective.md: whatever the transport, algorithm and layout, bits equal to
+ * a loop over the ranks. */
+START_TEST(rank_order_matrix)
+{
+    if (setups[_i].order == DL_COLL_ORDER_RANK)
+        matrix(_i, 5, body_rank_order);
+}
+END_TEST
+
+/* The values do tell orders apart: across hosts, any order gives other bits than the loop's. */
+START_TEST(any_order_is_not_rank_order_across_hosts)
+{
+    static const setup_t any[] = {
+        {DL_COLL_TRANSPORT_TCP, NULL, DL_COLL_ALGO_AUTO, DL_COLL_ORDER_ANY},
+        {DL_COLL_TRANSPORT_AUTO, blocks2, DL_COLL_ALGO_AUTO, DL_COLL_ORDER_ANY},
+    };
+    world_t w;
+    world_init(&w, 4, any[_i].tr, any[_i].hosts);
+    for (int r = 0; r < 4; r++)
+        w.ranks[r].o.order = DL_COLL_ORDER_ANY;
+    world_run(&w, body_rank_order, (void *)&any[_i]);
+    long differ = w.ranks[0].differ;
+    world_check(&w);
+    ck_assert_msg(differ > 0, "order any gave the loop's bits everywhere");
 }
 END_TEST
 
@@ -560,8 +722,10 @@ START_TEST(registered_matrix)
     for (int n = 1; n <= 4; n++) {
         world_t w;
         world_init(&w, n, s->tr, s->hosts);
-        for (int r = 0; r < n; r++)
+        for (int r = 0; r < n; r++) {
             w.ranks[r].o.algo = s->algo;
+            w.ranks[r].o.order = s->order;
+        }
         world_run(&w, body_registered, (void *)&s->algo);
         world_check(&w);
     }
@@ -662,6 +826,31 @@ START_TEST(shm_only_across_hosts_is_refused)
 }
 END_TEST
 
+/* DLAUNCH_SOCKET_IFNAME: ranks listen on that interface's address; one that does not exist is
+ * an error naming it, on every rank. */
+START_TEST(socket_ifname_binds_that_interface)
+{
+    world_t w;
+    world_init(&w, 3, DL_COLL_TRANSPORT_TCP, NULL);
+    for (int r = 0; r < 3; r++)
+        snprintf(w.ranks[r].o.ifname, sizeof(w.ranks[r].o.ifname), "lo");
+    world_run(&w, body_allreduce, NULL);
+    world_check(&w);
+
+    world_init(&w, 2, DL_COLL_TRANSPORT_TCP, NULL);
+    for (int r = 0; r < 2; r++) {
+        snprintf(w.ranks[r].o.ifname, sizeof(w.ranks[r].o.ifname), "nosuchif0");
+        w.ranks[r].o.timeout_ms = 2000;
+    }
+    world_run(&w, NULL, NULL);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(w.ranks[r].create_rc == -ENODEV &&
+                          strstr(w.ranks[r].err,
+                                 "DLAUNCH_SOCKET_IFNAME=nosuchif0: no such interface") != NULL,
+                      "rank %d: %d %s", r, w.ranks[r].create_rc, w.ranks[r].err);
+}
+END_TEST
+
 /* ---- failures -------------------------------------------------------------------------------- */
 
 /* Rank 1 leaves at once; rank 0's all-reduce must fail, not hang. */
@@ -709,6 +898,8 @@ static Suite *suite(void)
     tcase_set_timeout(m, 120);
     /* one test per setup, over world sizes from 1 */
     tcase_add_loop_test(m, allreduce_matrix, 0, NSETUPS);
+    tcase_add_loop_test(m, rank_order_matrix, 0, NSETUPS);
+    tcase_add_loop_test(m, any_order_is_not_rank_order_across_hosts, 0, 2);
     tcase_add_loop_test(m, reduce_scatter_matrix, 0, NSETUPS);
     tcase_add_loop_test(m, allgather_matrix, 0, NSETUPS);
     tcase_add_loop_test(m, broadcast_matrix, 0, NSETUPS);
@@ -725,6 +916,7 @@ static Suite *suite(void)
     tcase_add_test(b, missing_peer_times_out_at_rank0);
     tcase_add_test(b, two_claims_on_one_rank_are_refused);
     tcase_add_test(b, shm_only_across_hosts_is_refused);
+    tcase_add_test(b, socket_ifname_binds_that_interface);
     tcase_add_loop_test(b, peer_gone_fails_within_timeout, 0, 2);
     suite_add_tcase(s, b);
     return s;

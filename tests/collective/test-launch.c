@@ -111,11 +111,10 @@ static void compare_ranks(const char *dir, int n)
     ck_assert(n == 1 || lines > 0);
 }
 
-START_TEST(worlds_transports_sizes)
+/* Runs case c under dlaunch (with DLAUNCH_COLL_ORDER=order), its workers writing into dir;
+ * fails the test unless dlaunch exits 0. */
+static void launch(const case_t *c, const char *order, const char *dir, int idx)
 {
-    const case_t *c = &cases[_i];
-    char *dir = harness_tmpdir();
-    ck_assert_ptr_nonnull(dir);
     char n[16], logs[512], log[512], cmd[2048];
     snprintf(n, sizeof(n), "%d", c->n);
     snprintf(logs, sizeof(logs), "%s/logs", dir);
@@ -135,18 +134,27 @@ START_TEST(worlds_transports_sizes)
                     "-c",
                     cmd,
                     NULL};
-    char tr[64], algo[64];
+    char tr[64], algo[64], ord[64];
     snprintf(tr, sizeof(tr), "DLAUNCH_COLL_TRANSPORT=%s", c->transport);
     snprintf(algo, sizeof(algo), "DLAUNCH_COLL_ALGO=%s", c->algo);
-    char *env[] = {tr, algo, "DLAUNCH_COLL_TIMEOUT=60", NULL};
+    snprintf(ord, sizeof(ord), "DLAUNCH_COLL_ORDER=%s", order);
+    char *env[] = {tr, algo, ord, "DLAUNCH_COLL_TIMEOUT=60", NULL};
     double t0 = harness_now();
     proc_t p = {.pid = harness_spawn(argv, env, log)};
     harness_wait(&p, 1, t0, 240);
     if (p.status != 0) {
         char *text = harness_read(log);
-        ck_abort_msg("case %d (world %d, %s, %s): dlaunch exited %d\n%s", _i, c->n, c->transport,
+        ck_abort_msg("case %d (world %d, %s, %s): dlaunch exited %d\n%s", idx, c->n, c->transport,
                      c->args, p.status, text != NULL ? text : "");
     }
+}
+
+START_TEST(worlds_transports_sizes)
+{
+    const case_t *c = &cases[_i];
+    char *dir = harness_tmpdir();
+    ck_assert_ptr_nonnull(dir);
+    launch(c, "rank", dir, _i);
     compare_ranks(dir, c->n);
     if (strstr(c->args, "--mem shared") != NULL) {
         char path[600];
@@ -164,6 +172,59 @@ START_TEST(worlds_transports_sizes)
 }
 END_TEST
 
+/* docs/collective.md's promise, in real processes under dlaunch: four ranks on one host, on
+ * four hosts, on two hosts of two consecutive ranks and on two of interleaved ones hold the same
+ * bits for every float all-reduce and reduce-scatter (the inputs are uniform in [-1, 1), whose
+ * sums change with the order of addition); with DLAUNCH_COLL_ORDER=any over TCP they do not. */
+START_TEST(same_bits_whatever_the_transport)
+{
+    static const char args[] = "--ops allreduce,reduce_scatter --types f32,f64 "
+                               "--rops sum,avg,min,max --sizes 1,13,1031,65537,300007";
+    static const case_t layouts[] = {
+        {4, "shm", "auto", NULL, args, 0},      {4, "tcp", "auto", NULL, args, 0},
+        {4, "auto", "auto", "/ 2", args, 0},    {4, "auto", "auto", "% 2", args, 0},
+        {4, "tcp", "bandwidth", NULL, args, 0}, {4, "tcp", "auto", NULL, args, 0},
+    };
+    const int any = 5; /* the last one runs with DLAUNCH_COLL_ORDER=any */
+    char *first = NULL;
+    for (int i = 0; i < (int)(sizeof(layouts) / sizeof(layouts[0])); i++) {
+        char *dir = harness_tmpdir(), path[600];
+        ck_assert_ptr_nonnull(dir);
+        launch(&layouts[i], i == any ? "any" : "rank", dir, i);
+        compare_ranks(dir, 4);
+        snprintf(path, sizeof(path), "%s/rank-0.txt", dir);
+        char *text = harness_read(path);
+        ck_assert_ptr_nonnull(text);
+        harness_rmdir(dir);
+        free(dir);
+        if (i == 0) {
+            first = text;
+            continue;
+        }
+        /* The first line that differs, if any, after the one naming the transport. */
+        const char *a = line_end(text), *b = line_end(first);
+        while (*a != '\0' && *a == *b) {
+            const char *ea = line_end((char *)a), *eb = line_end((char *)b);
+            if (ea - a != eb - b || memcmp(a, b, (size_t)(ea - a)) != 0)
+                break;
+            a = *ea ? ea + 1 : ea;
+            b = *eb ? eb + 1 : eb;
+        }
+        if (i == any)
+            ck_assert_msg(*a != '\0' || *b != '\0', "order any gave the rank-order bits on tcp");
+        else
+            ck_assert_msg(*a == '\0' && *b == '\0',
+                          "layout %d (%s, hosts %s, %s) differs from one host: '%.*s' against "
+                          "'%.*s'",
+                          i, layouts[i].transport, layouts[i].hosts ? layouts[i].hosts : "-",
+                          layouts[i].algo, (int)(line_end((char *)a) - a), a,
+                          (int)(line_end((char *)b) - b), b);
+        free(text);
+    }
+    free(first);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     dlaunch = getenv("DLAUNCH");
@@ -176,6 +237,7 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("dlaunch");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, worlds_transports_sizes, 0, sizeof(cases) / sizeof(cases[0]));
+    tcase_add_test(tc, same_bits_whatever_the_transport);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -5,6 +5,10 @@
 #include <string.h>
 
 #include "collective.h"
+#include "internal.h" /* dl__coll_iface_pick */
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
 
 START_TEST(defaults_are_a_world_of_one)
 {
@@ -17,6 +21,7 @@ START_TEST(defaults_are_a_world_of_one)
     ck_assert_int_eq(o.world_size, 1);
     ck_assert_int_eq(o.transport, DL_COLL_TRANSPORT_AUTO);
     ck_assert_int_eq(o.algo, DL_COLL_ALGO_AUTO);
+    ck_assert_int_eq(o.order, DL_COLL_ORDER_RANK);
     ck_assert_int_eq(o.timeout_ms, 30000);
     ck_assert_uint_gt(o.shm_chunk_bytes, 0);
     ck_assert_uint_eq(o.shm_small_bytes, DL_COLL_SMALL_AUTO);
@@ -51,6 +56,8 @@ START_TEST(torchrun_variables_are_read)
                    "DLAUNCH_STORE=127.0.0.1:41000",
                    "DLAUNCH_TOKEN_FILE=/run/job.token",
                    "DLAUNCH_TOKEN=s3cret",
+                   "DLAUNCH_SOCKET_IFNAME=eth1",
+                   "DLAUNCH_COLL_ORDER=any",
                    NULL};
     ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
     ck_assert_int_eq(o.rank, 3);
@@ -72,6 +79,8 @@ START_TEST(torchrun_variables_are_read)
     ck_assert_str_eq(o.store, "127.0.0.1:41000");
     ck_assert_str_eq(o.token_file, "/run/job.token");
     ck_assert_str_eq(o.token, "s3cret");
+    ck_assert_str_eq(o.ifname, "eth1");
+    ck_assert_int_eq(o.order, DL_COLL_ORDER_ANY);
 }
 END_TEST
 
@@ -88,6 +97,7 @@ static const struct {
     {"MASTER_ADDR="},
     {"DLAUNCH_COLL_TRANSPORT=udp"},
     {"DLAUNCH_COLL_ALGO=fast"},
+    {"DLAUNCH_COLL_ORDER=fast"},
     {"DLAUNCH_COLL_TIMEOUT=0"},
     {"DLAUNCH_COLL_TIMEOUT=-3"},
     {"DLAUNCH_COLL_TIMEOUT=nan"},
@@ -96,6 +106,7 @@ static const struct {
     {"DLAUNCH_COLL_SHM_CHUNK=4T"},
     {"DLAUNCH_COLL_TCP_SMALL=-1"},
     {"DLAUNCH_COLL_SPIN_US=-5"},
+    {"DLAUNCH_SOCKET_IFNAME=a-name-longer-than-any-interface-could-have-0123456789abcdefghij"},
 };
 
 START_TEST(bad_values_name_the_variable)
@@ -178,6 +189,76 @@ START_TEST(bad_arguments_are_refused)
 }
 END_TEST
 
+/* ---- which address of DLAUNCH_SOCKET_IFNAME a rank listens on ----------------------------- */
+
+typedef struct {
+    struct ifaddrs ifa;
+    struct sockaddr_storage ss;
+} entry_t;
+
+static void add(entry_t *e, int *n, const char *name, const char *text)
+{
+    entry_t *x = &e[*n];
+    memset(x, 0, sizeof(*x));
+    x->ifa.ifa_name = (char *)name;
+    if (strchr(text, ':') != NULL) {
+        x->ss.ss_family = AF_INET6;
+        ck_assert_int_eq(inet_pton(AF_INET6, text, &((struct sockaddr_in6 *)&x->ss)->sin6_addr), 1);
+    } else {
+        x->ss.ss_family = AF_INET;
+        ck_assert_int_eq(inet_pton(AF_INET, text, &((struct sockaddr_in *)&x->ss)->sin_addr), 1);
+    }
+    x->ifa.ifa_addr = (struct sockaddr *)&x->ss;
+    if (*n > 0)
+        e[*n - 1].ifa.ifa_next = &x->ifa;
+    (*n)++;
+}
+
+static dl__coll_addr_t v4(const char *text)
+{
+    dl__coll_addr_t a;
+    memset(&a, 0, sizeof(a));
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&a.ss;
+    s4->sin_family = AF_INET;
+    ck_assert_int_eq(inet_pton(AF_INET, text, &s4->sin_addr), 1);
+    a.len = sizeof(*s4);
+    return a;
+}
+
+static void pick_is(const struct ifaddrs *list, const char *ifname, const char *prefer,
+                    const char *want)
+{
+    dl__coll_addr_t p = v4(prefer), got;
+    ck_assert_int_eq(dl__coll_iface_pick(list, ifname, &p, &got), 0);
+    char buf[128];
+    dl__coll_addr_str(&got, buf, sizeof(buf));
+    ck_assert_msg(strncmp(buf, want, strlen(want)) == 0 && buf[strlen(want)] == ':',
+                  "%s toward %s: got %s, want %s", ifname, prefer, buf, want);
+}
+
+START_TEST(socket_ifname_picks_an_address_of_that_interface)
+{
+    entry_t e[8];
+    int n = 0;
+    add(e, &n, "eth0", "10.77.1.1");
+    add(e, &n, "eth1", "fe80::2");
+    add(e, &n, "eth1", "fd00::2");
+    add(e, &n, "eth1", "10.77.0.2");
+    add(e, &n, "eth1", "10.77.0.12");
+    add(e, &n, "ll0", "fe80::3");
+    const struct ifaddrs *list = &e[0].ifa;
+    /* The route's own source, when the interface has it. */
+    pick_is(list, "eth1", "10.77.0.12", "10.77.0.12");
+    /* Else the interface's first address of the same family, never the wrong interface's. */
+    pick_is(list, "eth1", "10.77.1.1", "10.77.0.2");
+    pick_is(list, "eth0", "10.77.0.2", "10.77.1.1");
+    dl__coll_addr_t p = v4("10.77.0.2"), got;
+    ck_assert_int_eq(dl__coll_iface_pick(list, "eth9", &p, &got), -ENODEV);
+    /* Link-local only: nothing another host could connect to. */
+    ck_assert_int_eq(dl__coll_iface_pick(list, "ll0", &p, &got), -EADDRNOTAVAIL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("options");
@@ -189,6 +270,7 @@ int main(void)
     tcase_add_test(tc, world_of_one_needs_no_master);
     tcase_add_test(tc, world_of_two_needs_a_master);
     tcase_add_test(tc, bad_arguments_are_refused);
+    tcase_add_test(tc, socket_ifname_picks_an_address_of_that_interface);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

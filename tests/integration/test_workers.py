@@ -94,11 +94,38 @@ command: [sh, -c, '{script}']
         self.assertFalse(os.path.exists(os.path.join(self.dir, "started")))
         self.assertFalse(os.path.exists(os.path.join(self.dir, "dlaunch_logs")))
 
+    def test_dry_run_names_the_interface_workers_bind(self):
+        # One node: MASTER_ADDR is 127.0.0.1, reached over lo; the user's own choice stays.
+        p = self.dlaunch("--dry-run", "--gpus-per-node", "1", "--", "true", check_code=0,
+                         env={"GLOO_SOCKET_IFNAME": "ib0"})
+        self.assertIn("network: workers bind lo (127.0.0.1), the interface that reaches "
+                      "MASTER_ADDR 127.0.0.1", p.stdout)
+        self.assertIn(" NCCL_SOCKET_IFNAME==lo TP_SOCKET_IFNAME=lo DLAUNCH_SOCKET_IFNAME=lo",
+                      p.stdout)
+        self.assertNotIn("GLOO_SOCKET_IFNAME=lo", p.stdout)
+        # --local-addr: the interface that holds it; an address not on this machine leaves the
+        # choice to the route, and says so.
+        several = ["--dry-run", "--nodes", "2", "--rdzv-endpoint", "127.0.0.1:29400", "--run-id",
+                   "x"]
+        p = self.dlaunch(*several, "--local-addr", "localhost", "--", "true", check_code=0)
+        self.assertIn("network: workers bind lo (127.0.0.1), the interface of --local-addr "
+                      "localhost", p.stdout)
+        p = self.dlaunch(*several, "--local-addr", "192.0.2.77", "--", "true", check_code=0)
+        self.assertIn("the interface that reaches the rendezvous 127.0.0.1 (--local-addr is not "
+                      "an address here)", p.stdout)
+        p = self.dlaunch("--dry-run", "--nodes", "2", "--rdzv-endpoint", "no-such-host.invalid:1",
+                         "--run-id", "x", "--", "true", check_code=0)
+        self.assertIn("network: cannot tell which interface reaches the rendezvous "
+                      "no-such-host.invalid: the name does not resolve; GLOO_SOCKET_IFNAME and "
+                      "NCCL_SOCKET_IFNAME stay unset", p.stdout)
+        self.assertNotIn("SOCKET_IFNAME=", p.stdout)
+
     def test_help_and_version(self):
         p = self.dlaunch("--help", check_code=0)
         for flag in ["--nodes", "--gpus-per-node", "--nproc-per-node", "--max-restarts",
                      "--run-id", "--log-dir", "--events", "--stop-timeout", "--dry-run",
-                     "--quiet", "--verbose", "--help", "--version", "DLAUNCH_MAX_RESTARTS"]:
+                     "--quiet", "--verbose", "--help", "--version", "DLAUNCH_MAX_RESTARTS",
+                     "--local-addr ADDR", "DLAUNCH_LOCAL_ADDR"]:
             self.assertIn(flag, p.stdout)
         p = self.dlaunch("--version", check_code=0)
         self.assertRegex(p.stdout, r"^dlaunch \d+\.\d+\.\d+\n$")

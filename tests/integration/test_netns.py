@@ -1,0 +1,211 @@
+"""Two hosts as network namespaces, each with two interfaces: eth0 carries the default route and
+the address the host name resolves to, but leads nowhere; eth1 joins the two hosts. An
+unmodified PyTorch DDP script (gloo) started with torchrun's variables alone picks eth0 and
+fails, as on such machines in the field; under dlaunch the same script, and the bundled
+trainer, run across them with no variable set by hand, because the agent tells the workers
+which interface reaches MASTER_ADDR. Needs root (skipped otherwise); each test builds its own
+namespaces and removes them, their links and every process in them, whatever happens; host
+names and /etc/hosts are private to each process (UTS and mount namespaces)."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+import dltest
+import test_torch
+import test_train
+
+# Only inside the namespaces these tests make: the joining link, and one dead-end network per
+# host for its default route.
+RIGHT = {"a": "10.77.0.1", "b": "10.77.0.2"}
+WRONG = {"a": "10.77.1.1", "b": "10.77.2.1"}
+RDZV_PORT = 29400  # the namespaces are new: nothing else listens in them
+
+
+def can_make_namespaces():
+    if os.geteuid() != 0:
+        return False, "needs root for network namespaces"
+    for tool in ("ip", "unshare", "hostname", "mount"):
+        if shutil.which(tool) is None:
+            return False, f"'{tool}' is not installed"
+    return True, ""
+
+
+OK, WHY = can_make_namespaces()
+
+
+@unittest.skipUnless(OK, WHY)
+class TwoHosts(dltest.Case):
+    def setUp(self):
+        super().setUp()
+        self.tag = f"dl{os.getpid() % 100000}"
+        self.ns = {h: f"{self.tag}{h}" for h in ("a", "b")}
+        self.procs = []
+        # Cleanups run last in, first out: processes go before their namespaces.
+        for h in ("a", "b"):
+            self.make_host(h)
+        run = subprocess.run(["ip", "-n", self.ns["a"], "link", "add", "eth1", "type", "veth",
+                              "peer", "name", "eth1", "netns", self.ns["b"]],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            self.skipTest(f"cannot make a veth pair: {run.stderr.strip()}")
+        for h in ("a", "b"):
+            self.ip(h, "addr", "add", f"{RIGHT[h]}/24", "dev", "eth1")
+            self.ip(h, "link", "set", "eth1", "up")
+        # A host name and /etc/hosts of a process's own need UTS and mount namespaces too.
+        run = subprocess.run(["ip", "netns", "exec", self.ns["a"], "unshare", "--uts", "--mount",
+                              "true"], capture_output=True, text=True)
+        if run.returncode != 0:
+            self.skipTest(f"cannot make UTS and mount namespaces: {run.stderr.strip()}")
+        self.token = self.write("token", "netns-test-secret\n")
+        os.chmod(self.token, 0o600)
+
+    def make_host(self, h):
+        name = self.ns[h]
+        run = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+        if run.returncode != 0:
+            self.skipTest(f"cannot make a network namespace: {run.stderr.strip()}")
+        self.addCleanup(self.remove_namespace, name)
+        # The host name resolves to the wrong interface's address, as a stale /etc/hosts (or
+        # Debian's 127.0.1.1 line) makes it on real machines; on_host mounts this file over
+        # /etc/hosts in a mount namespace of the process's own.
+        self.write(f"hosts-{h}", f"127.0.0.1 localhost\n{WRONG[h]} host{h}\n")
+        self.ip(h, "link", "set", "lo", "up")
+        # eth0 leads to a veth end that nothing answers behind: a network that goes nowhere.
+        self.ip(h, "link", "add", "eth0", "type", "veth", "peer", "name", "sink0")
+        self.ip(h, "link", "set", "sink0", "up")
+        self.ip(h, "link", "set", "eth0", "up")
+        self.ip(h, "addr", "add", f"{WRONG[h]}/24", "dev", "eth0")
+        self.ip(h, "route", "add", "default", "dev", "eth0")
+
+    def ip(self, h, *args):
+        subprocess.run(["ip", "-n", self.ns[h], *args], check=True, capture_output=True)
+
+    def remove_namespace(self, name):
+        # Whatever still runs in it goes first: a namespace with processes outlives `del`.
+        for _ in range(50):
+            pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True,
+                                  text=True).stdout.split()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            time.sleep(0.1)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        super().tearDown()
+
+    def on_host(self, h, argv, log, env=None):
+        """Starts argv on host h, with its own host name, output to log."""
+        full_env = {k: v for k, v in os.environ.items()
+                    if not k.startswith("DLAUNCH_") and not k.endswith("_SOCKET_IFNAME")}
+        full_env.update(env or {})
+        out = open(os.path.join(self.dir, log), "w")
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns[h], "unshare", "--uts", "--mount", "sh", "-c",
+             f'mount --bind hosts-{h} /etc/hosts && hostname host{h} && exec "$@"', "sh",
+             *argv],
+            cwd=self.dir, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        out.close()
+        self.procs.append(p)
+        return p
+
+    def agent(self, h, node_rank, run_id, command, *flags):
+        return self.on_host(h, [dltest.DLAUNCH, "--nodes", "2", "--nproc-per-node", "1",
+                                "--node-rank", str(node_rank), "--rdzv-endpoint",
+                                f"{RIGHT['a']}:{RDZV_PORT}", "--run-id", run_id,
+                                "--token-file", self.token, "--join-timeout", "60",
+                                "--events", f"{run_id}-{h}.events", *flags, "--", *command],
+                            f"{run_id}-{h}.log")
+
+    def wait_ok(self, procs, names, timeout=240):
+        for p, name in zip(procs, names):
+            try:
+                code = p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                code = "timeout"
+            self.assertEqual(code, 0, "\n".join(f"--- {n}:\n{self.read(n)}" for n in names))
+
+    def rendezvous_event(self, events_file):
+        with open(os.path.join(self.dir, events_file)) as f:
+            evs = [json.loads(line) for line in f if line.strip()]
+        return [e for e in evs if e["event"] == "rendezvous"][0]
+
+    def test_dry_run_names_the_interface_that_reaches_the_rendezvous(self):
+        p = self.on_host("b", [dltest.DLAUNCH, "--dry-run", "--nodes", "2", "--rdzv-endpoint",
+                               f"{RIGHT['a']}:{RDZV_PORT}", "--run-id", "dry", "--", "true"],
+                         "dry.log")
+        self.assertEqual(p.wait(timeout=60), 0, self.read("dry.log"))
+        out = self.read("dry.log")
+        self.assertIn(f"network: workers bind eth1 ({RIGHT['b']}), the interface that reaches "
+                      f"the rendezvous {RIGHT['a']}", out)
+        self.assertIn(" GLOO_SOCKET_IFNAME=eth1 NCCL_SOCKET_IFNAME==eth1 ", out)
+
+    @unittest.skipUnless(test_torch.have_torch(), "python3-torch is not installed")
+    def test_unmodified_ddp_script_runs_across_hosts_with_no_variable_set(self):
+        script = self.write("ddp.py", test_torch.DDP_SCRIPT)
+        python = test_torch.TORCH_PYTHON
+        # Without dlaunch: torchrun's variables only. Gloo binds the address the host name
+        # resolves to (eth0's), tells the other rank to connect there, and that fails.
+        common = {"WORLD_SIZE": "2", "MASTER_ADDR": RIGHT["a"], "MASTER_PORT": "29500",
+                  "LOCAL_RANK": "0", "TORCHELASTIC_RESTART_COUNT": "0"}
+        bare = [self.on_host(h, [python, script], f"bare-{h}.log", {**common, "RANK": str(r)})
+                for r, h in enumerate("ab")]
+        deadline = time.monotonic() + 180
+        while all(p.poll() is None for p in bare) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        codes = [p.poll() for p in bare]
+        logs = self.read("bare-a.log") + self.read("bare-b.log")
+        self.assertTrue(any(c not in (None, 0) for c in codes), f"{codes}\n{logs}")
+        self.assertRegex(logs, r"connect \[10\.77\.[12]\.1\]:\d+")  # a wrong interface's address
+        for p in bare:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+        # The same script under dlaunch on both hosts: nothing set by hand.
+        procs = [self.agent(h, r, "ddp", [python, script]) for r, h in enumerate("ab")]
+        self.wait_ok(procs, ["ddp-a.log", "ddp-b.log"])
+        for r, h in enumerate("ab"):
+            self.assertIn(f"rank={r} world=2 sum=1 grad=12 local=0 restart=0",
+                          self.read(f"ddp-{h}.log"))
+            ev = self.rendezvous_event(f"ddp-{h}.events")
+            self.assertEqual((ev["interface"], ev["master_addr"]), ("eth1", RIGHT["a"]))
+
+    @unittest.skipUnless(test_train.have_fashion(), "dataset-fashion-mnist is not installed")
+    def test_bundled_trainer_runs_across_hosts_and_local_addr_is_advertised(self):
+        data = tempfile.mkdtemp(prefix="dl-netns-data-")
+        self.addCleanup(shutil.rmtree, data, True)
+        test_train.write_subset(data)
+        # Node 0 advertises a second address of its eth1: MASTER_ADDR becomes that, and every
+        # node still binds eth1.
+        self.ip("a", "addr", "add", "10.77.0.11/24", "dev", "eth1")
+        trainer = [test_train.TRAINER, "--set", f"dataset_dir={data}", "--set", "steps=20"]
+        procs = [self.agent("a", 0, "train", trainer, "--local-addr", "10.77.0.11"),
+                 self.agent("b", 1, "train", trainer)]
+        self.wait_ok(procs, ["train-a.log", "train-b.log"])
+        self.assertIn("done after 20 steps", self.read("train-a.log"))
+        self.assertIn("world size 2", self.read("train-a.log"))
+        for h in "ab":
+            ev = self.rendezvous_event(f"train-{h}.events")
+            self.assertEqual((ev["interface"], ev["master_addr"]), ("eth1", "10.77.0.11"))
+
+
+if __name__ == "__main__":
+    dltest.main()

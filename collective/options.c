@@ -4,9 +4,12 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
+#include "config.h"
 #include "internal.h"
+#include "opt.h"
 
 extern char **environ;
 
@@ -62,32 +65,24 @@ const char *dl__coll_algo_str(dl_coll_algo_t a)
     }
 }
 
-static const char *env_get(char **envp, const char *name)
-{
-    size_t n = strlen(name);
-    for (char **e = envp; e != NULL && *e != NULL; e++)
-        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
-            return *e + n + 1;
-    return NULL;
-}
+/* ---- The variables, as one table of the option engine (config/opt.h) ------------------------ */
 
-static int parse_long(const char *s, long min, long max, long *ret)
+/* A string into a fixed array: its capacity rides in the entry's max. */
+static int parse_text(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
 {
-    if (s == NULL || *s == '\0')
+    size_t n = strlen(text), cap = (size_t)o->max;
+    if (n == 0 || n >= cap) {
+        snprintf(why, whylen, "is not %s (1 to %zu bytes)", o->metavar, cap - 1);
         return -EINVAL;
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max)
-        return -EINVAL;
-    *ret = v;
+    }
+    memcpy((char *)obj + o->offset, text, n + 1);
     return 0;
 }
 
-/* "65536", "64K", "4M", "1G" (binary multiples). */
-static int parse_bytes(const char *s, size_t min, size_t max, size_t *ret)
+/* "65536", "64K", "4M", "1G" (binary multiples) into a size_t within [min, max]. */
+static int parse_bytes_text(const char *s, double min, double max, size_t *ret)
 {
-    if (s == NULL || *s < '0' || *s > '9')
+    if (*s < '0' || *s > '9')
         return -EINVAL;
     char *end = NULL;
     errno = 0;
@@ -106,144 +101,117 @@ static int parse_bytes(const char *s, size_t min, size_t max, size_t *ret)
     if (*end != '\0' || v > (ULLONG_MAX >> shift))
         return -EINVAL;
     v <<= shift;
-    if (v < min || v > max)
-        return -EINVAL;
+    if ((double)v < min || (double)v > max)
+        return -ERANGE;
     *ret = (size_t)v;
     return 0;
 }
 
-static int parse_small(const char *s, size_t *ret)
+static int parse_bytes(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
 {
-    if (strcmp(s, "auto") == 0) {
-        *ret = DL_COLL_SMALL_AUTO;
-        return 0;
+    size_t v;
+    int r = strcmp(text, "auto") == 0 && o->choices != NULL
+                ? (v = DL_COLL_SMALL_AUTO, 0)
+                : parse_bytes_text(text, o->min, o->max, &v);
+    if (r < 0) {
+        snprintf(why, whylen, "is not %s", o->metavar);
+        return r;
     }
-    return parse_bytes(s, 0, MAX_CHUNK, ret);
+    *(size_t *)((char *)obj + o->offset) = v;
+    return 0;
 }
 
-static int parse_seconds_ms(const char *s, int *ret_ms)
+static int parse_seconds_ms(const dl_opt_t *o, void *obj, const char *text, char *why,
+                            size_t whylen)
 {
-    if (s == NULL || *s == '\0')
+    double v;
+    if (dl_parse_double(text, 0, 86400.0 * 7, &v) < 0 || !(v > 0)) {
+        snprintf(why, whylen, "is not a number of seconds above 0 (at most 604800)");
         return -EINVAL;
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno != 0 || *end != '\0' || !isfinite(v) || v <= 0 || v > 86400.0 * 7)
-        return -EINVAL;
+    }
     int ms = (int)ceil(v * 1000.0);
-    *ret_ms = ms < 1 ? 1 : ms;
+    *(int *)((char *)obj + o->offset) = ms < 1 ? 1 : ms;
     return 0;
 }
 
-static int copy_str(char *dst, size_t cap, const char *src)
+/* An enum where the empty word is the first choice (a launcher's way to say "the default"). */
+static int parse_choice(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
 {
-    size_t n = strlen(src);
-    if (n >= cap)
-        return -EINVAL;
-    memcpy(dst, src, n + 1);
-    return 0;
+    return dl_opt_enum.parse(o, obj, *text == '\0' ? o->choices[0] : text, why, whylen);
 }
 
-static int apply_int(const char *v, long min, long max, int *field)
-{
-    long x;
-    int r = parse_long(v, min, max, &x);
-    if (r == 0)
-        *field = (int)x;
-    return r;
-}
+static const dl_opt_type_t t_text = {"a name", parse_text, NULL, false};
+static const dl_opt_type_t t_bytes = {"a byte count", parse_bytes, NULL, false};
+static const dl_opt_type_t t_seconds = {"seconds", parse_seconds_ms, NULL, false};
+static const dl_opt_type_t t_choice = {"one of the choices", parse_choice, NULL, false};
+
+static const char *const transports[] = {"auto", "tcp", "shm", NULL};
+static const char *const algos[] = {"auto", "latency", "bandwidth", NULL};
+static const char *const orders[] = {"rank", "any", NULL};
+static const char *const with_auto[] = {"auto", NULL};
+
+#define OFF(f) offsetof(dl_coll_options_t, f)
+#define CAP(f) (double)sizeof(((dl_coll_options_t *)0)->f)
+
+/* Names are the variables themselves (the table's prefix is empty): torchrun's, then ours. */
+static const dl_opt_t vars[] = {
+    {"world-size", NULL, 0, &dl_opt_int, OFF(world_size), 1, 1 << 24, NULL, NULL, "N",
+     "ranks in the group", 0, 0},
+    {"rank", NULL, 0, &dl_opt_int, OFF(rank), 0, INT_MAX, NULL, NULL, "N", "this rank", 0, 0},
+    {"local-rank", NULL, 0, &dl_opt_int, OFF(local_rank), 0, INT_MAX, NULL, NULL, "N",
+     "this rank on its host", 0, 0},
+    {"local-world-size", NULL, 0, &dl_opt_int, OFF(local_world_size), 1, INT_MAX, NULL, NULL,
+     "N", "ranks on this host", 0, 0},
+    {"master-addr", NULL, 0, &t_text, OFF(master_addr), 0, CAP(master_addr), NULL, NULL,
+     "a host name or address", "where rank 0 hosts the bootstrap", 0, 0},
+    {"master-port", NULL, 0, &dl_opt_int, OFF(master_port), 1, 65535, NULL, NULL, "PORT",
+     "its port", 0, 0},
+    {"torchelastic-run-id", NULL, 0, &t_text, OFF(run_id), 0, CAP(run_id), NULL, NULL,
+     "a run id", "keeps jobs apart", 0, 0},
+    {"dlaunch-store", NULL, 0, &t_text, OFF(store), 0, CAP(store), NULL, NULL, "HOST:PORT",
+     "the job's key-value store, where ranks meet", 0, 0},
+    {"dlaunch-token-file", NULL, 0, &t_text, OFF(token_file), 0, CAP(token_file), NULL, NULL,
+     "a path", "the job token", 0, 0},
+    {"dlaunch-socket-ifname", NULL, 0, &t_text, OFF(ifname), 0, CAP(ifname), NULL, NULL,
+     "an interface name", "the interface to listen on", 0, 0},
+    {"dlaunch-coll-host-id", NULL, 0, &t_text, OFF(host_id), 0, CAP(host_id), NULL, NULL,
+     "a host id", "ranks with the same id share memory", 0, 0},
+    {"dlaunch-coll-timeout", NULL, 0, &t_seconds, OFF(timeout_ms), 0, 0, NULL, NULL, "SEC",
+     "how long an operation waits for a peer", 0, 0},
+    {"dlaunch-coll-shm-small", NULL, 0, &t_bytes, OFF(shm_small_bytes), 0, MAX_CHUNK, with_auto,
+     NULL, "auto or a byte count such as 65536 or 64K", "latency algorithm up to this size", 0,
+     0},
+    {"dlaunch-coll-tcp-small", NULL, 0, &t_bytes, OFF(tcp_small_bytes), 0, (double)(SIZE_MAX >> 1),
+     NULL, NULL, "a byte count such as 65536 or 64K", "latency algorithm up to this size", 0,
+     0},
+    {"dlaunch-coll-shm-chunk", NULL, 0, &t_bytes, OFF(shm_chunk_bytes), 4096, MAX_CHUNK, NULL,
+     NULL, "a byte count from 4K to 1G", "bytes per shared-memory round", 0, 0},
+    {"dlaunch-coll-tcp-chunk", NULL, 0, &t_bytes, OFF(tcp_chunk_bytes), 4096, MAX_CHUNK, NULL,
+     NULL, "a byte count from 4K to 1G", "receive and reduce granularity", 0, 0},
+    {"dlaunch-coll-spin-us", NULL, 0, &dl_opt_int, OFF(spin_us), 0, 10000000, NULL, NULL, "US",
+     "microseconds to spin before sleeping", 0, 0},
+    {"dlaunch-coll-transport", NULL, 0, &t_choice, OFF(transport), 0, 0, transports, NULL,
+     "auto|tcp|shm", "how ranks exchange data", 0, 0},
+    {"dlaunch-coll-algo", NULL, 0, &t_choice, OFF(algo), 0, 0, algos, NULL,
+     "auto|latency|bandwidth", "which algorithm", 0, 0},
+    {"dlaunch-coll-order", NULL, 0, &t_choice, OFF(order), 0, 0, orders, NULL, "rank|any",
+     "the reduction order", 0, 0},
+};
+
+/* Empty counts as a value here: a launcher that sets WORLD_SIZE to nothing is broken, and the
+ * engine's parsers refuse it (the enums take it for their default). */
+static const dl_opt_table_t table = {vars, sizeof(vars) / sizeof(vars[0]), "", NULL, false};
 
 int dl_coll_options_from_env(dl_coll_options_t *opts, char **envp, char *err, size_t errlen)
 {
     if (envp == NULL)
         envp = environ;
+    /* On a copy, so that a bad variable leaves the caller's options as they were. */
     dl_coll_options_t o = *opts;
-    const char *bad = NULL, *v;
-    const char *why = "";
-
-    if ((v = env_get(envp, "WORLD_SIZE")) != NULL && apply_int(v, 1, 1 << 24, &o.world_size) < 0)
-        bad = "WORLD_SIZE", why = "an integer from 1";
-    else if ((v = env_get(envp, "RANK")) != NULL && apply_int(v, 0, INT_MAX, &o.rank) < 0)
-        bad = "RANK", why = "an integer from 0";
-    else if ((v = env_get(envp, "LOCAL_RANK")) != NULL &&
-             apply_int(v, 0, INT_MAX, &o.local_rank) < 0)
-        bad = "LOCAL_RANK", why = "an integer from 0";
-    else if ((v = env_get(envp, "LOCAL_WORLD_SIZE")) != NULL &&
-             apply_int(v, 1, INT_MAX, &o.local_world_size) < 0)
-        bad = "LOCAL_WORLD_SIZE", why = "an integer from 1";
-    else if ((v = env_get(envp, "MASTER_ADDR")) != NULL &&
-             (*v == '\0' || copy_str(o.master_addr, sizeof(o.master_addr), v) < 0))
-        bad = "MASTER_ADDR", why = "a host name or address";
-    else if ((v = env_get(envp, "MASTER_PORT")) != NULL &&
-             apply_int(v, 1, 65535, &o.master_port) < 0)
-        bad = "MASTER_PORT", why = "a port from 1 to 65535";
-    else if ((v = env_get(envp, "TORCHELASTIC_RUN_ID")) != NULL &&
-             copy_str(o.run_id, sizeof(o.run_id), v) < 0)
-        bad = "TORCHELASTIC_RUN_ID", why = "at most 127 characters";
-    else if ((v = env_get(envp, "DLAUNCH_STORE")) != NULL &&
-             copy_str(o.store, sizeof(o.store), v) < 0)
-        bad = "DLAUNCH_STORE", why = "HOST:PORT";
-    else if ((v = env_get(envp, "DLAUNCH_TOKEN_FILE")) != NULL &&
-             copy_str(o.token_file, sizeof(o.token_file), v) < 0)
-        bad = "DLAUNCH_TOKEN_FILE", why = "a path";
-    else if ((v = env_get(envp, "DLAUNCH_SOCKET_IFNAME")) != NULL &&
-             copy_str(o.ifname, sizeof(o.ifname), v) < 0)
-        bad = "DLAUNCH_SOCKET_IFNAME", why = "an interface name of at most 63 characters";
-    else if ((v = env_get(envp, "DLAUNCH_COLL_HOST_ID")) != NULL &&
-             copy_str(o.host_id, sizeof(o.host_id), v) < 0)
-        bad = "DLAUNCH_COLL_HOST_ID", why = "at most 127 characters";
-    else if ((v = env_get(envp, "DLAUNCH_COLL_TIMEOUT")) != NULL &&
-             parse_seconds_ms(v, &o.timeout_ms) < 0)
-        bad = "DLAUNCH_COLL_TIMEOUT", why = "seconds, more than 0";
-    else if ((v = env_get(envp, "DLAUNCH_COLL_SHM_SMALL")) != NULL &&
-             parse_small(v, &o.shm_small_bytes) < 0)
-        bad = "DLAUNCH_COLL_SHM_SMALL", why = "auto or a byte count such as 65536 or 64K";
-    else if ((v = env_get(envp, "DLAUNCH_COLL_TCP_SMALL")) != NULL &&
-             parse_bytes(v, 0, SIZE_MAX >> 1, &o.tcp_small_bytes) < 0)
-        bad = "DLAUNCH_COLL_TCP_SMALL", why = "a byte count such as 65536 or 64K";
-    else if ((v = env_get(envp, "DLAUNCH_COLL_SHM_CHUNK")) != NULL &&
-             parse_bytes(v, 4096, MAX_CHUNK, &o.shm_chunk_bytes) < 0)
-        bad = "DLAUNCH_COLL_SHM_CHUNK", why = "a byte count from 4K to 1G";
-    else if ((v = env_get(envp, "DLAUNCH_COLL_TCP_CHUNK")) != NULL &&
-             parse_bytes(v, 4096, MAX_CHUNK, &o.tcp_chunk_bytes) < 0)
-        bad = "DLAUNCH_COLL_TCP_CHUNK", why = "a byte count from 4K to 1G";
-    else if ((v = env_get(envp, "DLAUNCH_COLL_SPIN_US")) != NULL &&
-             apply_int(v, 0, 10000000, &o.spin_us) < 0)
-        bad = "DLAUNCH_COLL_SPIN_US", why = "microseconds from 0 to 10000000";
-
-    if (bad == NULL && (v = env_get(envp, "DLAUNCH_COLL_TRANSPORT")) != NULL) {
-        if (strcmp(v, "auto") == 0 || *v == '\0')
-            o.transport = DL_COLL_TRANSPORT_AUTO;
-        else if (strcmp(v, "tcp") == 0)
-            o.transport = DL_COLL_TRANSPORT_TCP;
-        else if (strcmp(v, "shm") == 0)
-            o.transport = DL_COLL_TRANSPORT_SHM;
-        else
-            bad = "DLAUNCH_COLL_TRANSPORT", why = "auto, tcp or shm";
-    }
-    if (bad == NULL && (v = env_get(envp, "DLAUNCH_COLL_ALGO")) != NULL) {
-        if (strcmp(v, "auto") == 0 || *v == '\0')
-            o.algo = DL_COLL_ALGO_AUTO;
-        else if (strcmp(v, "latency") == 0)
-            o.algo = DL_COLL_ALGO_LATENCY;
-        else if (strcmp(v, "bandwidth") == 0)
-            o.algo = DL_COLL_ALGO_BANDWIDTH;
-        else
-            bad = "DLAUNCH_COLL_ALGO", why = "auto, latency or bandwidth";
-    }
-    if (bad == NULL && (v = env_get(envp, "DLAUNCH_COLL_ORDER")) != NULL) {
-        if (strcmp(v, "rank") == 0 || *v == '\0')
-            o.order = DL_COLL_ORDER_RANK;
-        else if (strcmp(v, "any") == 0)
-            o.order = DL_COLL_ORDER_ANY;
-        else
-            bad = "DLAUNCH_COLL_ORDER", why = "rank or any";
-    }
-    if (bad != NULL) {
-        snprintf(err, errlen, "environment %s='%s': expected %s", bad, v, why);
+    int r = dl_opt_from_env(&table, &o, envp, err, errlen);
+    if (r < 0)
         return -EINVAL;
-    }
-    o.token = env_get(envp, "DLAUNCH_TOKEN");
+    o.token = dl_env_get(envp, "DLAUNCH_TOKEN");
     if (o.rank >= o.world_size) {
         snprintf(err, errlen, "environment RANK=%d: not below WORLD_SIZE=%d", o.rank, o.world_size);
         return -EINVAL;

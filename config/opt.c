@@ -347,7 +347,7 @@ int dl_opt_from_env(const dl_opt_table_t *t, void *obj, char *const *envp, char 
             else
                 dl_opt_env_name(t, o, name, sizeof(name));
             const char *v = dl_env_get(envp, name);
-            if (v == NULL || *v == '\0')
+            if (v == NULL || (*v == '\0' && t->empty_is_unset))
                 continue;
             int r = dl_opt_set(o, obj, v, name, err, errlen);
             if (r < 0)

@@ -73,6 +73,9 @@ typedef struct {
     /* Variables under env_prefix that are known but no options of this table (NULL-terminated,
      * may be NULL), so they are not taken for typos. A name ending in '*' is a prefix. */
     const char *const *other_vars;
+    /* An empty variable counts as unset (how a user's script clears a setting); false: the
+     * empty text goes to the option's parser like any value (a launcher's variables). */
+    bool empty_is_unset;
 } dl_opt_table_t;
 
 /* Flag names match with '_' and '-' alike (--nproc_per_node is --nproc-per-node). name need not
@@ -103,8 +106,7 @@ int dl_opt_defaults(const dl_opt_table_t *t, void *obj, char *err, size_t errlen
 void dl_opt_release(const dl_opt_table_t *t, void *obj);
 
 /* Reads the table's variables from envp: PET_<NAME> for torchrun's options first, then
- * <prefix><KEY>, which wins. An empty variable counts as unset (how scripts unset a setting).
- * Returns 0 or the first error. */
+ * <prefix><KEY>, which wins (see empty_is_unset). Returns 0 or the first error. */
 int dl_opt_from_env(const dl_opt_table_t *t, void *obj, char *const *envp, char *err,
                     size_t errlen);
 

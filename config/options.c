@@ -428,7 +428,7 @@ static const char *const other_vars[] = {
 };
 
 const dl_opt_table_t dl__job_table = {dl__options, sizeof(dl__options) / sizeof(dl__options[0]),
-                                      "DLAUNCH_", other_vars};
+                                      "DLAUNCH_", other_vars, true};
 
 void dl_config_unknown_vars(char *const *envp,
                             void (*warn)(void *ctx, const char *var, const char *closest),

@@ -138,7 +138,7 @@ static const dl_opt_t options[] = {
 };
 
 const dl_opt_table_t dl_train_settings = {options, sizeof(options) / sizeof(options[0]),
-                                          "DLAUNCH_TRAIN_", NULL};
+                                          "DLAUNCH_TRAIN_", NULL, true};
 
 void dl_train_config_init(dl_train_config_t *cfg)
 {

@@ -17,6 +17,7 @@ extern char **environ;
 #define DEFAULT_SHM_CHUNK (512 << 10)
 #define DEFAULT_TCP_CHUNK (1 << 20)
 #define DEFAULT_SPIN_US 1000
+#define DEFAULT_RECORDER_TIMED (64 << 10)
 #define MAX_CHUNK ((size_t)1 << 30)
 
 void dl_coll_options_init(dl_coll_options_t *o)
@@ -35,6 +36,8 @@ void dl_coll_options_init(dl_coll_options_t *o)
     o->shm_chunk_bytes = DEFAULT_SHM_CHUNK;
     o->tcp_chunk_bytes = DEFAULT_TCP_CHUNK;
     o->spin_us = DEFAULT_SPIN_US;
+    o->recorder = 1;
+    o->recorder_timed_bytes = DEFAULT_RECORDER_TIMED;
 }
 
 const char *dl__coll_transport_str(dl_coll_transport_t t)
@@ -206,6 +209,9 @@ int dl_coll_options_from_env(dl_coll_options_t *opts, char **envp, char *err, si
     else if ((v = env_get(envp, "DLAUNCH_COLL_SPIN_US")) != NULL &&
              apply_int(v, 0, 10000000, &o.spin_us) < 0)
         bad = "DLAUNCH_COLL_SPIN_US", why = "microseconds from 0 to 10000000";
+    else if ((v = env_get(envp, "DLAUNCH_COLL_RECORDER_TIMED")) != NULL &&
+             parse_bytes(v, 0, SIZE_MAX >> 1, &o.recorder_timed_bytes) < 0)
+        bad = "DLAUNCH_COLL_RECORDER_TIMED", why = "a byte count such as 0 or 64K";
 
     if (bad == NULL && (v = env_get(envp, "DLAUNCH_COLL_TRANSPORT")) != NULL) {
         if (strcmp(v, "auto") == 0 || *v == '\0')
@@ -226,6 +232,21 @@ int dl_coll_options_from_env(dl_coll_options_t *opts, char **envp, char *err, si
             o.algo = DL_COLL_ALGO_BANDWIDTH;
         else
             bad = "DLAUNCH_COLL_ALGO", why = "auto, latency or bandwidth";
+    }
+    if (bad == NULL) {
+        /* auto: where the agent looks for it, DLAUNCH_ATTEMPT_DIR/rank_R.rec. */
+        const char *dir = env_get(envp, "DLAUNCH_ATTEMPT_DIR");
+        v = env_get(envp, "DLAUNCH_COLL_RECORDER");
+        o.recorder = v == NULL || strcmp(v, "off") != 0;
+        o.recorder_path[0] = '\0';
+        if (v != NULL && *v != '\0' && strcmp(v, "auto") != 0 && strcmp(v, "off") != 0) {
+            if (copy_str(o.recorder_path, sizeof(o.recorder_path), v) < 0)
+                bad = "DLAUNCH_COLL_RECORDER", why = "auto, off or a file name";
+        } else if (o.recorder && dir != NULL && *dir != '\0' &&
+                   (size_t)snprintf(o.recorder_path, sizeof(o.recorder_path), "%s/rank_%d.rec",
+                                    dir, o.rank) >= sizeof(o.recorder_path)) {
+            o.recorder_path[0] = '\0'; /* a folder name this long gets no file */
+        }
     }
     if (bad != NULL) {
         snprintf(err, errlen, "environment %s='%s': expected %s", bad, v, why);

@@ -96,7 +96,10 @@ static const option_t options[] = {
      "testing restarts: rank fail_rank kills itself after this many steps, first attempt only "
      "(0: never)"},
     {"fail_rank", T_INT, OFF(fail_rank), "0", 0, 1 << 20, NULL,
-     "testing restarts: the rank that fail_at_step kills"},
+     "testing restarts: the rank that fail_at_step kills (and hang_at_step stops)"},
+    {"hang_at_step", T_U64, OFF(hang_at_step), "0", 0, 1e15, NULL,
+     "testing hang reports: rank fail_rank stops itself (SIGSTOP) in this step, before summing "
+     "its gradients, first attempt only (0: never)"},
 };
 
 #define N_OPTIONS (sizeof(options) / sizeof(options[0]))

@@ -22,6 +22,7 @@ static volatile sig_atomic_t stop_signal;
 typedef struct {
     long rank;
     uint64_t fail_at_step; /* 0: never */
+    uint64_t hang_at_step; /* 0: never */
 } prog_t;
 
 static void on_signal(int sig)
@@ -40,6 +41,19 @@ static int should_stop(void *ud, uint64_t step)
         raise(SIGKILL);
     }
     return stop_signal != 0;
+}
+
+/* A hang on purpose, for hang-report tests: stopped in the middle of a step, the other ranks
+ * wait for it in the gradient sum. */
+static void mid_step(void *ud, uint64_t step)
+{
+    const prog_t *p = ud;
+
+    if (p->hang_at_step > 0 && step == p->hang_at_step) {
+        printf("[train rank=%ld] hang_at_step: stopping myself in step %llu\n", p->rank,
+               (unsigned long long)step);
+        raise(SIGSTOP);
+    }
 }
 
 static void log_line(void *ud, const char *line)
@@ -187,14 +201,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "dlaunch-train: RANK %ld is not below WORLD_SIZE %ld\n", rank, world);
         goto fail;
     }
-    if (cfg.fail_at_step > 0 && cfg.fail_rank >= world) {
+    if ((cfg.fail_at_step > 0 || cfg.hang_at_step > 0) && cfg.fail_rank >= world) {
         fprintf(stderr, "dlaunch-train: fail_rank %d is not below WORLD_SIZE %ld\n", cfg.fail_rank,
                 world);
         goto fail;
     }
     prog_t prog = {.rank = rank};
-    if (attempt == 0 && rank == cfg.fail_rank)
+    if (attempt == 0 && rank == cfg.fail_rank) {
         prog.fail_at_step = cfg.fail_at_step;
+        prog.hang_at_step = cfg.hang_at_step;
+    }
     dl_train_comm_init_local(&comm);
     size_t grad_floats = 1; /* the stop vote's spare float */
     for (size_t l = 0; l < cfg.n_layers; l++)
@@ -216,7 +232,8 @@ int main(int argc, char **argv)
                               .log = log_line,
                               .should_stop = should_stop,
                               .params_crc = crc_line,
-                              .health_fd = fd};
+                              .health_fd = fd,
+                              .mid_step = mid_step};
     r = dl_train_run(&cfg, &comm, &hooks, &res, err, sizeof(err));
     dl_train_config_free(&cfg);
     dl_train_coll_close(coll);

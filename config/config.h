@@ -42,6 +42,12 @@ struct dl_job_spec_s {
     double dead_after;   /* seconds without a heartbeat before a node is dead */
     char *token_file;
 
+    /* Diagnostics (docs/diagnostics.md). */
+    char *straggler_action;     /* "warn" (NULL means it too), "exclude" or "off" */
+    double straggler_threshold; /* slower than the median by this fraction */
+    int straggler_window;       /* steps */
+    double straggler_cooldown;  /* seconds an excluded node waits before joining again */
+
     char *spec_path; /* the YAML file, or NULL */
     char **command;  /* NULL-terminated argv, owned */
     size_t command_len;

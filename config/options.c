@@ -49,6 +49,17 @@ const dl__option_t dl__options[] = {
      "a node silent this long is dead and the job restarts without it (default 5)", false},
     {"token-file", NULL, 0, DL__OPT_STRING, OFF(token_file), 0, 0, "FILE",
      "the job token (mode 0600) proving agents and workers belong to the job", false},
+    {"straggler-action", NULL, 0, DL__OPT_STRING, OFF(straggler_action), 0, 0,
+     "warn|exclude|off",
+     "what to do about a rank slower than the others: name it (warn), or with --nodes MIN:MAX "
+     "also drop its node from the job for --straggler-cooldown (exclude) (default warn)", false},
+    {"straggler-threshold", NULL, 0, DL__OPT_DOUBLE, OFF(straggler_threshold), 0.01, 100, "F",
+     "a straggler's compute time a step exceeds the median by this fraction (default 0.3)",
+     false},
+    {"straggler-window", NULL, 0, DL__OPT_INT, OFF(straggler_window), 1, 1e9, "STEPS",
+     "... over this many steps, in 3 reports in a row at least (default 100)", false},
+    {"straggler-cooldown", NULL, 0, DL__OPT_DOUBLE, OFF(straggler_cooldown), 0, 1e7, "SEC",
+     "an excluded node joins the job again after this long (default 300)", false},
 };
 const size_t dl__options_count = sizeof(dl__options) / sizeof(dl__options[0]);
 
@@ -196,6 +207,11 @@ int dl__option_set(dl_job_spec_t *spec, const dl__option_t *opt, const char *tex
                      where, text);
             return -EINVAL;
         }
+        if (opt->offset == OFF(straggler_action) && strcmp(text, "warn") != 0 &&
+            strcmp(text, "exclude") != 0 && strcmp(text, "off") != 0) {
+            snprintf(err, errlen, "%s: '%s' is not warn, exclude or off", where, text);
+            return -EINVAL;
+        }
         char *copy = strdup(text);
         if (copy == NULL) {
             snprintf(err, errlen, "%s: out of memory", where);
@@ -231,6 +247,9 @@ void dl_job_spec_init(dl_job_spec_t *spec)
     spec->last_call = 5.0;
     spec->heartbeat = 1.0;
     spec->dead_after = 5.0;
+    spec->straggler_threshold = 0.3;
+    spec->straggler_window = 100;
+    spec->straggler_cooldown = 300.0;
 }
 
 void dl_job_spec_free(dl_job_spec_t *spec)
@@ -242,6 +261,7 @@ void dl_job_spec_free(dl_job_spec_t *spec)
     free(spec->events);
     free(spec->rdzv_endpoint);
     free(spec->token_file);
+    free(spec->straggler_action);
     free(spec->spec_path);
     dl__strv_free(spec->command);
     dl__strv_free(spec->env);

@@ -445,7 +445,7 @@ void dl_config_print_help(void *stream, const char *progname)
     fprintf(f,
             "Usage: %s [OPTIONS] JOB.yaml\n"
             "       %s [OPTIONS] -- COMMAND [ARGS...]\n"
-            "       dlaunch status|stop|restart|events [--json] [--endpoint HOST:PORT] RUN_ID\n"
+            "       dlaunch status|stop|restart|events [--json] [--ranks] [--endpoint HOST:PORT] RUN_ID\n"
             "       dlaunch kv get|set|add|wait|del|cas KEY [VALUE...]   (inside a worker)\n\n"
             "Starts one worker per GPU slot with torchrun's environment, restarts the job\n"
             "when a worker fails, and keeps every rank's output.\n\n"

@@ -169,6 +169,10 @@ typedef struct {
  * Writes a NUL-terminated line into buf (cut to len) and returns its length. */
 size_t dl_diag_explain(const dl_diag_rank_t *v, size_t n, char *buf, size_t len);
 
+/* The longest any rank has been inside its newest operation, in seconds (0: none is, or not
+ * known): a job that moves shows fractions of a second, a stuck one grows. */
+double dl_diag_stuck_s(const dl_diag_rank_t *v, size_t n);
+
 /* "0-2,5,7-9": ranks (sorted here, in place) as ranges. */
 size_t dl_diag_ranks_text(int *ranks, size_t n, char *buf, size_t len);
 

@@ -108,7 +108,10 @@ static void about(out_t *o, const dl_diag_rank_t *r)
     if (last != NULL) {
         put(o, " (its last: %s #%llu, %s", last->op, (unsigned long long)last->seq,
             dl_diag_op_state_name(last->state));
-        if (last->age_s >= 0) {
+        if (last->age_s >= 0 && inside(last)) {
+            put(o, " for ");
+            seconds(o, last->age_s);
+        } else if (last->age_s >= 0) {
             put(o, " ");
             seconds(o, last->age_s);
             put(o, " ago");
@@ -162,8 +165,8 @@ size_t dl_diag_explain(const dl_diag_rank_t *v, size_t n, char *buf, size_t len)
         }
     }
     if (nnone == n) {
-        put(&o, "no rank keeps a flight recorder (the workers do not use dlaunch's collective "
-                "library)");
+        put(&o, "no rank has a flight recorder (yet: the workers have not formed a process group, "
+                "or do not use dlaunch's collective library)");
         goto out;
     }
     if (target == NULL) {
@@ -266,4 +269,15 @@ size_t dl_diag_explain(const dl_diag_rank_t *v, size_t n, char *buf, size_t len)
 out:
     free(lists);
     return o.off;
+}
+
+double dl_diag_stuck_s(const dl_diag_rank_t *v, size_t n)
+{
+    double longest = 0;
+    for (size_t i = 0; i < n; i++) {
+        const dl_diag_op_t *op = newest(&v[i]);
+        if (v[i].recorder && inside(op) && op->age_s > longest)
+            longest = op->age_s;
+    }
+    return longest;
 }

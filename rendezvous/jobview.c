@@ -14,6 +14,7 @@
 #include "jobview.h"
 
 #define EXPLAIN_RANKS_MAX 65536
+#define STUCK_S 1.0 /* status shows where the ranks are once one is inside an operation this long */
 
 typedef struct {
     int round;
@@ -200,15 +201,17 @@ static size_t all_ranks(const job_t *j, double now, dl_diag_rank_t **ret)
     return n;
 }
 
-size_t dl__jobview_explain(dl__jobview_t *v, const char *run_id, double now, char *buf,
-                           size_t len)
+size_t dl__jobview_explain(dl__jobview_t *v, const char *run_id, double now, double min_stuck,
+                           char *buf, size_t len)
 {
     job_t *j = job_of(v, run_id);
     dl_diag_rank_t *ranks = NULL;
     size_t n = j != NULL ? all_ranks(j, now, &ranks) : 0, w = 0;
     if (len > 0)
         buf[0] = '\0';
-    if (n > 0)
+    /* Reports of nodes a heartbeat apart, of a job that moves, disagree by an operation or two:
+     * only a rank stuck for a while makes the account worth reading. */
+    if (n > 0 && dl_diag_stuck_s(ranks, n) >= min_stuck)
         w = dl_diag_explain(ranks, n, buf, len);
     free(ranks);
     return w;
@@ -227,7 +230,7 @@ json_t *dl__jobview_status(dl__jobview_t *v, const char *run_id, bool ranks, dou
     if (!ranks)
         return o;
     char where[1024];
-    if (dl__jobview_explain(v, run_id, now, where, sizeof(where)) > 0)
+    if (dl__jobview_explain(v, run_id, now, STUCK_S, where, sizeof(where)) > 0)
         json_object_set_new(o, "where", json_string(where));
     json_t *list = json_array();
     const char *k;

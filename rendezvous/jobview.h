@@ -27,9 +27,10 @@ int dl__jobview_report(dl__jobview_t *v, const char *run_id, int round, uint64_t
 json_t *dl__jobview_view(dl__jobview_t *v, const char *run_id);
 
 /* Where the ranks of run_id are, in one line (diag.h's account over every node's latest report,
- * its age added). Returns its length; 0 when nothing is known. */
-size_t dl__jobview_explain(dl__jobview_t *v, const char *run_id, double now, char *buf,
-                           size_t len);
+ * its age added), when some rank has been inside an operation for min_stuck seconds or more.
+ * Returns its length; 0 when nothing is known (or nothing stuck). */
+size_t dl__jobview_explain(dl__jobview_t *v, const char *run_id, double now, double min_stuck,
+                           char *buf, size_t len);
 
 /* For a status reply: {"diag": view, and with ranks also "where": the account, "ranks": every
  * rank's figures and last operations with "node_rank", "host" and "report_age_s"}, or NULL. */

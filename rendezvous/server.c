@@ -698,7 +698,7 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         if (!json_is_true(json_object_get(msg, "excluded"))) {
             size_t l = strlen(desc);
             if (l + 32 < sizeof(desc) &&
-                dl__jobview_explain(s->view, sc->run_id, now_s(), desc + l + 2,
+                dl__jobview_explain(s->view, sc->run_id, now_s(), 0, desc + l + 2,
                                     sizeof(desc) - l - 2) > 0)
                 memcpy(desc + l, "; ", 2);
         }

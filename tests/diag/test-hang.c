@@ -121,14 +121,29 @@ START_TEST(ranks_without_a_recorder)
                                     "done 5.0 s ago); rank 0 has waited in it for 5.0 s; no "
                                     "flight recorder: rank 2");
     v[0].recorder = v[1].recorder = false;
-    ck_assert_str_eq(explain(v, 3), "no rank keeps a flight recorder (the workers do not use "
-                                    "dlaunch's collective library)");
+    ck_assert_str_eq(explain(v, 3), "no rank has a flight recorder (yet: the workers have not "
+                                    "formed a process group, or do not use dlaunch's collective "
+                                    "library)");
     /* A short buffer gets a cut line, never an overrun. */
     char small[16];
     v[0].recorder = v[1].recorder = true;
     size_t n = dl_diag_explain(v, 3, small, sizeof(small));
     ck_assert_uint_eq(n, strlen(small));
     ck_assert_uint_lt(n, sizeof(small));
+}
+END_TEST
+
+START_TEST(a_rank_behind_in_an_older_operation)
+{
+    dl_diag_rank_t v[2] = {
+        at(0, 0, 9, "all-reduce", DL_DIAG_OP_RUNNING, 4),
+        at(1, 0, 8, "broadcast", DL_DIAG_OP_RUNNING, 12),
+    };
+    ck_assert_str_eq(explain(v, 2), "rank 1 never entered all-reduce #9 (its last: broadcast #8, "
+                                    "running for 12 s); rank 0 has waited in it for 4.0 s");
+    ck_assert(dl_diag_stuck_s(v, 2) == 12);
+    v[1].recorder = false;
+    ck_assert(dl_diag_stuck_s(v, 2) == 4);
 }
 END_TEST
 
@@ -151,6 +166,7 @@ static Suite *suite(void)
     tcase_add_test(t, everyone_inside_or_nobody_inside);
     tcase_add_test(t, mismatched_operations);
     tcase_add_test(t, ranks_without_a_recorder);
+    tcase_add_test(t, a_rank_behind_in_an_older_operation);
     tcase_add_test(t, rank_lists);
     suite_add_tcase(s, t);
     return s;

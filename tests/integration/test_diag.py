@@ -111,12 +111,17 @@ class Diag(dltest.Case):
         return self.wait_for(find, 60, f"rank {rank} to start ({name})")
 
     def first_beat(self, rank, attempt=0, run="job"):
-        """Waits until rank's trainer has trained (its log shows the gradient line on rank 0, or
-        any output at all on the others): training, not loading data, is what is measured."""
+        """Waits until rank trains: its flight recorder, set up, shows the two broadcasts of
+        the start and a step's collective (training, not loading data, is what is measured)."""
         path = os.path.join(self.dir, "dlaunch_logs", run, f"attempt_{attempt}",
                             f"rank_{rank}.rec")
-        self.wait_for(lambda: os.path.exists(path) and os.path.getsize(path) > 0, 60,
-                      f"rank {rank}'s flight recorder")
+
+        def training():
+            try:
+                return len(read_recorder(path)) >= 3
+            except (OSError, AssertionError, struct.error):
+                return False
+        self.wait_for(training, 60, f"rank {rank}'s flight recorder")
 
     # ---- hangs -------------------------------------------------------------------------------
 
@@ -191,7 +196,7 @@ class Diag(dltest.Case):
         def where():
             p = subprocess.run([dltest.DLAUNCH, "status", "--ranks", "--endpoint", self.endpoint,
                                 "job"], capture_output=True, text=True, timeout=30)
-            return p.stdout if "never entered" in p.stdout else None
+            return p.stdout if "never entered reduce-scatter #41" in p.stdout else None
         text = self.wait_for(where, 60, "status --ranks to show the hang")
         self.check_hang_account(text, on_node=1)
         self.assertRegex(text, r"rank 1 +node 1 .* process T \| all-gather #40 done")

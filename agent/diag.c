@@ -432,9 +432,11 @@ void dl__diag_tick(dl_agent_t *a, double now)
             snapshot(a, &a->workers[i], wdiag(d, &a->workers[i]), now, &r);
     if (a->remote || d->action == ACTION_OFF)
         return; /* several nodes: the rendezvous runs the rule over all of them */
-    dl_diag_totals_t t[256];
+    dl_diag_totals_t *t = calloc((size_t)a->nworkers, sizeof(*t));
     size_t n = 0;
-    for (int i = 0; i < a->nworkers && n < sizeof(t) / sizeof(t[0]); i++) {
+    if (t == NULL)
+        return;
+    for (int i = 0; i < a->nworkers; i++) {
         const dl__worker_t *w = &a->workers[i];
         if (w->pid <= 0 || !w->beats.figures)
             continue;
@@ -447,7 +449,9 @@ void dl__diag_tick(dl_agent_t *a, double now)
                                     .samples = w->beats.total_samples};
     }
     dl_diag_view_t v;
-    if (n == 0 || dl_diag_judge_feed(d->judge, t, n) < 0 || dl_diag_judge_eval(d->judge, &v) < 0)
+    int rc = n == 0 ? -ENODATA : dl_diag_judge_feed(d->judge, t, n);
+    free(t);
+    if (rc < 0 || dl_diag_judge_eval(d->judge, &v) < 0)
         return;
     for (size_t i = 0; i < v.nstragglers; i++)
         announce(a, &v.stragglers[i], "warn");

@@ -92,8 +92,9 @@ void dl_diag_judge_free(dl_diag_judge_t *j);
 /* Forgets every rank: a new attempt starts its sums from zero. */
 void dl_diag_judge_reset(dl_diag_judge_t *j);
 
-/* Takes the latest sums of some ranks (a node's report). Returns 0 or -ENOMEM / -EINVAL (rank
- * out of range). Sums that went down mean a restarted worker: its history starts again. */
+/* Takes the latest sums of some ranks (a node's report). Returns 0 or -ENOMEM / -EINVAL (a
+ * negative rank). Memory grows with the ranks seen, whatever their numbers. Sums that went down
+ * mean a restarted worker: its history starts again. */
 int dl_diag_judge_feed(dl_diag_judge_t *j, const dl_diag_totals_t *v, size_t n);
 
 typedef struct {

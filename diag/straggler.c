@@ -4,7 +4,8 @@
  * job runs at its slowest rank's pace: the others' compute stays put while their waits grow, so
  * compute time, not step time, tells who holds the job up.
  *
- * Cost: feeding is O(ranks fed); an evaluation is O(ranks) (the median by selection). */
+ * Cost: feeding a rank is O(log ranks) (the states are kept sorted by rank, one per rank seen,
+ * so a report naming rank 2^30 costs one state, not 2^30); an evaluation is O(ranks log ranks). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,9 +14,8 @@
 
 #include "diag.h"
 
-#define MAX_RANKS (1 << 20)
-
 typedef struct {
+    int rank;
     bool known;          /* has sums */
     bool fresh;          /* a new interval since the last evaluation */
     bool has_mean;       /* has had an interval */
@@ -32,8 +32,8 @@ typedef struct {
 
 struct dl_diag_judge_s {
     dl_diag_straggler_opts_t o;
-    rank_state_t *r;
-    size_t cap;
+    rank_state_t *r; /* sorted by rank */
+    size_t n, cap;
     double *scratch;
     size_t scratch_cap;
     dl_diag_straggler_t *out;
@@ -76,8 +76,7 @@ void dl_diag_judge_free(dl_diag_judge_t *j)
 
 void dl_diag_judge_reset(dl_diag_judge_t *j)
 {
-    if (j->r != NULL)
-        memset(j->r, 0, j->cap * sizeof(*j->r));
+    j->n = 0;
     j->nout = 0;
     j->ncleared = 0;
     memset(&j->view, 0, sizeof(j->view));
@@ -101,23 +100,45 @@ static int grow(void **p, size_t *cap, size_t need, size_t size, bool zero)
     return 0;
 }
 
+
+/* Rank's state, made (zeroed) if need be; NULL when out of memory. */
+static rank_state_t *state_of(dl_diag_judge_t *j, int rank)
+{
+    size_t lo = 0, hi = j->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (j->r[mid].rank < rank)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < j->n && j->r[lo].rank == rank)
+        return &j->r[lo];
+    if (grow((void **)&j->r, &j->cap, j->n + 1, sizeof(*j->r), false) < 0)
+        return NULL;
+    memmove(&j->r[lo + 1], &j->r[lo], (j->n - lo) * sizeof(*j->r));
+    j->n++;
+    memset(&j->r[lo], 0, sizeof(*j->r));
+    j->r[lo].rank = rank;
+    return &j->r[lo];
+}
+
 int dl_diag_judge_feed(dl_diag_judge_t *j, const dl_diag_totals_t *v, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const dl_diag_totals_t *t = &v[i];
-        if (t->rank < 0 || t->rank >= MAX_RANKS)
+        if (t->rank < 0)
             return -EINVAL;
-        size_t cap = j->cap;
-        if (grow((void **)&j->r, &cap, (size_t)t->rank + 1, sizeof(*j->r), true) < 0)
+        rank_state_t *s = state_of(j, t->rank);
+        if (s == NULL)
             return -ENOMEM;
-        j->cap = cap;
-        rank_state_t *s = &j->r[t->rank];
         s->node_rank = t->node_rank;
         snprintf(s->host, sizeof(s->host), "%s", t->host != NULL ? t->host : "");
         if (!s->known || t->steps < s->last_steps || t->compute_ms < s->last_compute) {
             /* First sums, or a worker that started again: the next interval starts here. */
             bool named = s->named;
             memset(s, 0, sizeof(*s));
+            s->rank = t->rank;
             s->named = named;
             s->known = true;
             s->node_rank = t->node_rank;
@@ -190,14 +211,12 @@ static int add_out(dl_diag_judge_t *j, int rank, const rank_state_t *s, double m
 int dl_diag_judge_eval(dl_diag_judge_t *j, dl_diag_view_t *ret)
 {
     size_t n = 0;
-    size_t sc = j->scratch_cap;
-    if (grow((void **)&j->scratch, &sc, j->cap * 2 + 1, sizeof(double), false) < 0)
+    if (grow((void **)&j->scratch, &j->scratch_cap, j->n * 2 + 1, sizeof(double), false) < 0)
         return -ENOMEM;
-    j->scratch_cap = sc;
-    double *means = j->scratch, *steps = j->scratch + j->cap;
+    double *means = j->scratch, *steps = j->scratch + j->n;
     double samples_all = 0, slowest = -1;
     int slowest_rank = -1;
-    for (size_t i = 0; i < j->cap; i++) {
+    for (size_t i = 0; i < j->n; i++) {
         const rank_state_t *s = &j->r[i];
         if (!s->has_mean)
             continue;
@@ -207,7 +226,7 @@ int dl_diag_judge_eval(dl_diag_judge_t *j, dl_diag_view_t *ret)
         samples_all += s->mean_samples;
         if (s->mean_compute > slowest) {
             slowest = s->mean_compute;
-            slowest_rank = (int)i;
+            slowest_rank = s->rank;
         }
     }
     j->nout = 0;
@@ -225,7 +244,7 @@ int dl_diag_judge_eval(dl_diag_judge_t *j, dl_diag_view_t *ret)
         j->view.slowest_ms = slowest;
         j->view.samples_per_s = step > 0 ? samples_all * 1000.0 / step : 0;
         double limit = median * (1.0 + j->o.threshold);
-        for (size_t i = 0; i < j->cap; i++) {
+        for (size_t i = 0; i < j->n; i++) {
             rank_state_t *s = &j->r[i];
             if (!s->has_mean)
                 continue;
@@ -254,9 +273,9 @@ int dl_diag_judge_eval(dl_diag_judge_t *j, dl_diag_view_t *ret)
                 if (grow((void **)&j->cleared, &j->cleared_cap, j->ncleared + 1,
                          sizeof(*j->cleared), false) < 0)
                     return -ENOMEM;
-                j->cleared[j->ncleared++] = (int)i;
+                j->cleared[j->ncleared++] = s->rank;
             }
-            if (s->named && add_out(j, (int)i, s, median, step, samples_all, named_now) < 0)
+            if (s->named && add_out(j, s->rank, s, median, step, samples_all, named_now) < 0)
                 return -ENOMEM;
         }
     }

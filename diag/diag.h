@@ -60,11 +60,12 @@ int dl_diag_beats_line(dl_diag_beats_t *b, const char *line, size_t len);
 /* ---- Stragglers ---------------------------------------------------------------------------- */
 
 /* The rule: every time new figures come, a rank's compute time a step over the steps since its
- * previous figures is compared with the job's median (over every rank's latest such figure; with
- * an even number of ranks the lower middle one, so that in a job of two the slow rank is held
- * against the other). Slower than median x (1 + threshold) in min_reports reports in a row that
- * cover window steps or more: a straggler. Named once; it is cleared after as many reports and
- * steps within the threshold. */
+ * previous figures (once they are window / min_reports steps or more: fewer wait for the next
+ * figures) is compared with the job's median (over every rank's latest such figure; with an even
+ * number of ranks the lower middle one, so that in a job of two the slow rank is held against the
+ * other). Slower than median x (1 + threshold) in min_reports such intervals in a row that cover
+ * window steps or more: a straggler. Named once; it is cleared after as many intervals and steps
+ * within the threshold. */
 typedef struct {
     double threshold;       /* 0.3: 30% slower than the median */
     uint64_t window;        /* steps */

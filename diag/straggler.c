@@ -149,8 +149,11 @@ int dl_diag_judge_feed(dl_diag_judge_t *j, const dl_diag_totals_t *v, size_t n)
             s->last_samples = t->samples;
             continue;
         }
+        /* An interval covers a third of the window at least (min_reports of them make one):
+         * a few steps between two close reports say more about the scheduler than the rank. */
         double steps = t->steps - s->last_steps;
-        if (steps < 1)
+        double least = (double)j->o.window / (double)j->o.min_reports;
+        if (steps < 1 || steps < least)
             continue;
         s->mean_compute = (t->compute_ms - s->last_compute) / steps;
         s->mean_step = s->mean_compute + (t->wait_ms - s->last_wait) / steps;

@@ -92,12 +92,17 @@ START_TEST(few_steps_or_few_reports_are_not_enough)
     sim_init(&s, 2, NULL);
     double slow[N] = {2, 4};
     report(&s, 2, 0, slow);
-    /* Five reports of 10 steps: 50 steps, under the window. */
-    for (int i = 0; i < 5; i++)
-        ck_assert_uint_eq(report(&s, 2, 10, slow).nstragglers, 0);
+    /* Reports of 10 steps: an interval needs a third of the window (34 steps), so every fourth
+     * report makes one, and the third interval (120 steps) names the rank. */
+    for (int i = 1; i < 12; i++) {
+        dl_diag_view_t v = report(&s, 2, 10, slow);
+        ck_assert_uint_eq(v.nstragglers, 0);
+        ck_assert_int_eq(v.ranks, i < 4 ? 0 : 2);
+    }
     /* With two ranks the lower middle is the median: the slow one against the other. */
-    dl_diag_view_t v = report(&s, 2, 60, slow);
+    dl_diag_view_t v = report(&s, 2, 10, slow);
     ck_assert_uint_eq(v.nstragglers, 1);
+    ck_assert_uint_eq(v.stragglers[0].steps, 120);
     ck_assert_double_eq_tol(v.median_ms, 2.0, 1e-9);
     dl_diag_judge_free(s.j);
 

@@ -210,8 +210,10 @@ class Diag(dltest.Case):
 
     # ---- stragglers --------------------------------------------------------------------------
 
-    def duty_cycle(self, pid, seconds, stop_s=0.03, run_s=0.03):
-        """Slows pid down for real: stopped stop_s out of every stop_s + run_s."""
+    def duty_cycle(self, pid, seconds, stop_s=0.04, run_s=0.03):
+        """Slows pid down for real: stopped stop_s out of every stop_s + run_s (a stop that
+        falls while the rank waits in a collective adds to its wait, not its compute, so the
+        compute grows by less than the stopped share)."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             try:

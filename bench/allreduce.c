@@ -301,7 +301,7 @@ static void recorder_ab(driver_t *d, int world, const char *tr)
     for (int r = 0; r < rounds && ok; r++) {
         for (int k = 0; k < 2 && ok; k++) {
             int v = (r + k) % 2; /* on first in even rounds, off first in odd ones */
-            snprintf(out[v], sizeof(out[v]), "%s/ab-%d-%d.txt", d->dir, r, v);
+            snprintf(out[v], sizeof(out[v]), "%s/ab-%s-%d-%d-%d.txt", d->dir, tr, world, r, v);
             char *argv[] = {(char *)d->dlaunch, "-q", "--log-dir", d->dir, "--gpus-per-node", n,
                             "--", (char *)d->self, "--worker", "--out", out[v], "--impl",
                             "dlaunch", "--transport", (char *)tr, "--min", d->min, "--max",

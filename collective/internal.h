@@ -230,19 +230,21 @@ static inline uint64_t dl__coll_rec_tick(void)
 #endif
 }
 
-/* A sequence lock's writer side: the version is odd while the fields change. On x86 the fences
- * cost nothing but the compiler's ordering. */
-static inline uint32_t dl__coll_rec_lock(dl__rec_entry_t *e)
+/* The entry's writer is a sequence lock, in as few stores as the layout allows: the version
+ * (odd: changing) shares its 8-byte word with the operation's kind and state, so one store opens
+ * the entry and says what it is. On x86 the fences cost nothing but the compiler's ordering. */
+static inline void dl__coll_rec_open_entry(dl__rec_entry_t *e, dl__rec_head_t h)
 {
-    uint32_t v = __atomic_load_n(&e->ver, __ATOMIC_RELAXED);
-    __atomic_store_n(&e->ver, v + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->h.word, h.word, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
-    return v + 2;
 }
 
-static inline void dl__coll_rec_unlock(dl__rec_entry_t *e, uint32_t v)
+/* Whole words both ways: a narrower store under the next wider load would keep the processor
+ * from forwarding it (measured: 4.6 ns an operation became 8.5). */
+static inline void dl__coll_rec_close_entry(dl__rec_entry_t *e, dl__rec_head_t h)
 {
-    __atomic_store_n(&e->ver, v, __ATOMIC_RELEASE);
+    h.ver++;
+    __atomic_store_n(&e->h.word, h.word, __ATOMIC_RELEASE);
 }
 
 /* A new operation's sequence number (0 when the recorder is off). For an asynchronous one the
@@ -263,20 +265,30 @@ static inline void dl__coll_rec_start(dl__coll_rec_t *rec, uint64_t seq, dl_coll
     if (seq == 0)
         return;
     dl__rec_entry_t *e = &rec->ring[seq & (DL__REC_CAPACITY - 1)];
-    uint32_t v = dl__coll_rec_lock(e);
-    e->op = (uint8_t)op;
-    e->state = DL_COLL_REC_RUNNING;
-    e->algo = (uint8_t)algo;
-    e->dtype = (uint8_t)dtype;
+    dl__rec_head_t h;
+    dl__rec_head_t was;
+    was.word = __atomic_load_n(&e->h.word, __ATOMIC_RELAXED);
+    h.word = 0;
+    h.ver = was.ver + 1;
+    h.op = (uint8_t)op;
+    h.state = DL_COLL_REC_RUNNING;
+    h.algo = (uint8_t)algo;
+    h.dtype = (uint8_t)dtype;
+    dl__coll_rec_open_entry(e, h);
     e->seq = seq;
     e->bytes = bytes;
     /* One read of the time-stamp counter costs 11 ns on the build VM, 1% of a 4 KiB all-reduce
      * there: small operations go untimed unless asked (DLAUNCH_COLL_RECORDER_TIMED). */
     e->t_start = bytes >= rec->timed ? dl__coll_rec_tick() : 0;
     e->t_end = 0;
-    e->error = 0;
-    e->root = root;
-    dl__coll_rec_unlock(e, v);
+    union {
+        struct {
+            int32_t error, root;
+        };
+        uint64_t word;
+    } er = {{0, root}}; /* both in one store, whatever the byte order */
+    e->error_root = er.word;
+    dl__coll_rec_close_entry(e, h);
 }
 
 /* issue + start, for an operation the caller's thread runs now. */
@@ -293,12 +305,16 @@ static inline void dl__coll_rec_end(dl__coll_rec_t *rec, uint64_t seq, int resul
     if (seq == 0)
         return;
     dl__rec_entry_t *e = &rec->ring[seq & (DL__REC_CAPACITY - 1)];
-    uint32_t v = dl__coll_rec_lock(e);
-    e->state = result < 0 ? DL_COLL_REC_FAILED : DL_COLL_REC_DONE;
+    dl__rec_head_t h;
+    h.word = __atomic_load_n(&e->h.word, __ATOMIC_RELAXED);
+    h.ver++;
+    h.state = result < 0 ? DL_COLL_REC_FAILED : DL_COLL_REC_DONE;
+    dl__coll_rec_open_entry(e, h);
     if (e->t_start != 0)
         e->t_end = dl__coll_rec_tick();
-    e->error = result < 0 ? result : 0;
-    dl__coll_rec_unlock(e, v);
+    if (result < 0)
+        e->error = result;
+    dl__coll_rec_close_entry(e, h);
 }
 
 /* ---- the group (group.c, async.c) ----------------------------------------------------------- */

@@ -40,19 +40,33 @@ typedef struct {
     uint8_t pad2[DL__REC_HEADER_BYTES - 136];
 } dl__rec_header_t;
 
+/* The first 8 bytes of an entry: the writer stores them in one go, the version and what changes
+ * with it. */
+typedef union {
+    uint64_t word;
+    struct {
+        uint32_t ver; /* odd while the writer changes the entry (a sequence lock) */
+        uint8_t op;   /* dl_coll_rec_op_t */
+        uint8_t state;
+        uint8_t algo; /* dl_coll_rec_algo_t */
+        uint8_t dtype;
+    };
+} dl__rec_head_t;
+
 /* Entry for operation seq (1, 2, ...) at index seq % capacity. */
 typedef struct {
-    uint32_t ver; /* odd while the writer changes the entry (a sequence lock) */
-    uint8_t op;   /* dl_coll_rec_op_t */
-    uint8_t state;
-    uint8_t algo; /* dl_coll_rec_algo_t */
-    uint8_t dtype;
+    dl__rec_head_t h;
     uint64_t seq;
     uint64_t bytes;
     uint64_t t_start; /* ticks; 0 before it started */
     uint64_t t_end;   /* ticks; 0 before it ended */
-    int32_t error;    /* -errno once failed */
-    int32_t root;     /* broadcast's root, else -1 */
+    union {
+        struct {
+            int32_t error; /* -errno once failed */
+            int32_t root;  /* broadcast's root, else -1 */
+        };
+        uint64_t error_root;
+    };
     uint64_t reserved[2];
 } dl__rec_entry_t;
 

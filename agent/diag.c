@@ -41,7 +41,7 @@ struct dl__diag_s {
     wdiag_t *w;
     size_t nw;
     char host[256];
-    char diagnosis[1024]; /* this attempt's account of its hang or failure, or "" */
+    char diagnosis[1024];   /* this attempt's account of its hang or failure, or "" */
     json_t *failure_report; /* the node's report when the account was made */
     int *announced;         /* stragglers named in this attempt */
     size_t nannounced, announced_cap;
@@ -69,8 +69,8 @@ int dl__diag_start(dl_agent_t *a)
     const char *act = a->spec->straggler_action;
     d->agent = a;
     d->action = act == NULL || strcmp(act, "warn") == 0 ? ACTION_WARN
-                : strcmp(act, "exclude") == 0          ? ACTION_EXCLUDE
-                                                       : ACTION_OFF;
+                : strcmp(act, "exclude") == 0           ? ACTION_EXCLUDE
+                                                        : ACTION_OFF;
     dl_diag_straggler_opts_init(&d->opts);
     d->opts.threshold = a->spec->straggler_threshold;
     d->opts.window = (uint64_t)a->spec->straggler_window;
@@ -149,8 +149,7 @@ void dl__diag_worker_spawning(dl_agent_t *a, dl__worker_t *w)
     snprintf(x->path, sizeof(x->path), "%s/rank_%d.rec", a->attempt_dir, w->rank);
     /* A run id used before leaves its attempt folders: never show that run's operations. */
     if (unlink(x->path) < 0 && errno != ENOENT && a->spec->verbose)
-        dl__agent_log(a, "cannot remove the old flight recorder %s: %s", x->path,
-                      strerror(errno));
+        dl__agent_log(a, "cannot remove the old flight recorder %s: %s", x->path, strerror(errno));
 }
 
 void dl__diag_beats(dl__worker_t *w, const char *data, size_t len, double now)
@@ -485,8 +484,7 @@ void dl__diag_on_view(dl_agent_t *a, const json_t *view)
     /* The slowest straggler's node steps out, if the job can do without it: one node at most,
      * and every agent sees the same list. */
     const json_t *worst = NULL;
-    json_array_foreach(list, i, s)
-    {
+    json_array_foreach (list, i, s) {
         if (worst == NULL || json_number_value(json_object_get(s, "compute_ms")) >
                                  json_number_value(json_object_get(worst, "compute_ms")))
             worst = s;
@@ -494,8 +492,7 @@ void dl__diag_on_view(dl_agent_t *a, const json_t *view)
     bool can_exclude = d->action == ACTION_EXCLUDE && a->nnodes - 1 >= a->spec->nodes_min &&
                        a->sup.attempt < a->spec->max_restarts && d->excluded_until <= 0 &&
                        a->sup.stop == DL_SUP_STOP_NONE;
-    json_array_foreach(list, i, s)
-    {
+    json_array_foreach (list, i, s) {
         dl_diag_straggler_t x = {0};
         x.rank = (int)json_integer_value(json_object_get(s, "rank"));
         x.node_rank = (int)json_integer_value(json_object_get(s, "node_rank"));
@@ -509,8 +506,8 @@ void dl__diag_on_view(dl_agent_t *a, const json_t *view)
         bool mine = x.node_rank == a->node_rank && s == worst && can_exclude;
         if (announced(d, x.rank))
             continue;
-        announce(a, &x, d->action == ACTION_EXCLUDE && s == worst && can_exclude ? "exclude"
-                                                                                : "warn");
+        announce(a, &x,
+                 d->action == ACTION_EXCLUDE && s == worst && can_exclude ? "exclude" : "warn");
         if (!mine)
             continue;
         char reason[700], line[512];

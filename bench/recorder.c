@@ -146,8 +146,8 @@ static double median(double *v, int n)
 int main(int argc, char **argv)
 {
     static rank_t rk[2];
-    rank_t base = {.blocks = 100, .iters = 1000, .timed = 64 << 10, .nsizes = 2,
-                   .sizes = {4096, 65536}};
+    rank_t base = {
+        .blocks = 100, .iters = 1000, .timed = 64 << 10, .nsizes = 2, .sizes = {4096, 65536}};
     for (int i = 1; i + 1 < argc; i += 2) {
         char *end;
         if (strcmp(argv[i], "--blocks") == 0)
@@ -163,8 +163,10 @@ int main(int argc, char **argv)
                 p = *end == ',' ? end + 1 : end;
             }
         } else {
-            fprintf(stderr, "usage: %s [--sizes 4096,65536] [--blocks N] [--iters N] "
-                            "[--timed BYTES]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--sizes 4096,65536] [--blocks N] [--iters N] "
+                    "[--timed BYTES]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -218,8 +220,8 @@ int main(int argc, char **argv)
         int non = 0, noff = 0, nr = 0;
         double last_on = -1, last_off = -1;
         for (int b = 0; b < base.blocks; b++) {
-            double t = (rk[0].t[s][b] > rk[1].t[s][b] ? rk[0].t[s][b] : rk[1].t[s][b]) /
-                       base.iters * 1e9;
+            double t =
+                (rk[0].t[s][b] > rk[1].t[s][b] ? rk[0].t[s][b] : rk[1].t[s][b]) / base.iters * 1e9;
             if ((b / 2 + b) % 2 == 0) {
                 on[non++] = t;
                 last_on = t;
@@ -238,9 +240,8 @@ int main(int argc, char **argv)
             best_on = on[i] < best_on ? on[i] : best_on;
         for (int i = 0; i < noff; i++)
             best_off = off[i] < best_off ? off[i] : best_off;
-        printf("%10zu %12.1f %12.1f %12.1f %12.1f %10.4f %14.2f\n", base.sizes[s],
-               median(on, non), median(off, noff), best_on, best_off, median(ratio, nr),
-               median(diff, nr));
+        printf("%10zu %12.1f %12.1f %12.1f %12.1f %10.4f %14.2f\n", base.sizes[s], median(on, non),
+               median(off, noff), best_on, best_off, median(ratio, nr), median(diff, nr));
     }
     return 0;
 }

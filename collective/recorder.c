@@ -285,7 +285,7 @@ const char *dl_coll_rec_state_name(dl_coll_rec_state_t state)
 
 const char *dl_coll_rec_algo_name(dl_coll_rec_algo_t algo)
 {
-    static const char *names[] = {"",        "local",        "shm-small", "shm-pair",
+    static const char *names[] = {"",          "local",        "shm-small", "shm-pair",
                                   "shm-slice", "tcp-doubling", "tcp-ring",  "hierarchical"};
     return (unsigned)algo < sizeof(names) / sizeof(names[0]) ? names[algo] : "?";
 }

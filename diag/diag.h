@@ -67,9 +67,9 @@ int dl_diag_beats_line(dl_diag_beats_t *b, const char *line, size_t len);
  * window steps or more: a straggler. Named once; it is cleared after as many intervals and steps
  * within the threshold. */
 typedef struct {
-    double threshold;       /* 0.3: 30% slower than the median */
-    uint64_t window;        /* steps */
-    int min_reports;        /* reports in a row, whatever the steps */
+    double threshold; /* 0.3: 30% slower than the median */
+    uint64_t window;  /* steps */
+    int min_reports;  /* reports in a row, whatever the steps */
 } dl_diag_straggler_opts_t;
 
 #define DL_DIAG_THRESHOLD_DEFAULT 0.3
@@ -102,22 +102,22 @@ typedef struct {
     int rank;
     int node_rank;
     char host[64];
-    double compute_ms;  /* its compute time a step, latest report */
-    double median_ms;   /* the job's median then */
-    double step_ms;     /* the job's step (compute + wait), median over ranks */
-    double slower;      /* compute_ms / median_ms - 1 */
-    uint64_t steps;     /* steps it has been slow over */
-    double cost;        /* samples/s the job would gain if it ran at the median */
-    bool named;         /* this report named it (else it was named before) */
+    double compute_ms; /* its compute time a step, latest report */
+    double median_ms;  /* the job's median then */
+    double step_ms;    /* the job's step (compute + wait), median over ranks */
+    double slower;     /* compute_ms / median_ms - 1 */
+    uint64_t steps;    /* steps it has been slow over */
+    double cost;       /* samples/s the job would gain if it ran at the median */
+    bool named;        /* this report named it (else it was named before) */
 } dl_diag_straggler_t;
 
 typedef struct {
-    int ranks;          /* with figures */
-    double median_ms;   /* compute a step */
+    int ranks;        /* with figures */
+    double median_ms; /* compute a step */
     double step_ms;
-    int slowest_rank;   /* -1 when no figures */
+    int slowest_rank; /* -1 when no figures */
     double slowest_ms;
-    double samples_per_s; /* the job's, from the ranks' figures */
+    double samples_per_s;                  /* the job's, from the ranks' figures */
     const dl_diag_straggler_t *stragglers; /* owned by the judge, valid until the next call */
     size_t nstragglers;
     const int *cleared; /* ranks cleared by this evaluation */
@@ -143,7 +143,7 @@ typedef enum {
 /* One operation of a rank, as its flight recorder has it. */
 typedef struct {
     uint64_t seq;
-    const char *op;        /* "all-reduce" */
+    const char *op; /* "all-reduce" */
     dl_diag_op_state_t state;
     uint64_t bytes;
     const char *algo;      /* "" when the operation has one way */
@@ -157,10 +157,10 @@ typedef struct {
     int rank;
     int node_rank;
     const char *host;
-    bool recorder;    /* it keeps a flight recorder */
-    char proc;        /* its process state from /proc: 'R', 'S', 'T' (stopped), 'Z'; 0 unknown */
-    double silent_s;  /* since its last beat; < 0 unknown */
-    uint64_t step;    /* from its beats; 0 unknown */
+    bool recorder;   /* it keeps a flight recorder */
+    char proc;       /* its process state from /proc: 'R', 'S', 'T' (stopped), 'Z'; 0 unknown */
+    double silent_s; /* since its last beat; < 0 unknown */
+    uint64_t step;   /* from its beats; 0 unknown */
     dl_diag_op_t ops[DL_DIAG_OPS_MAX]; /* newest last */
     size_t nops;
 } dl_diag_rank_t;

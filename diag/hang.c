@@ -181,8 +181,9 @@ size_t dl_diag_explain(const dl_diag_rank_t *v, size_t n, char *buf, size_t len)
                 behind[nb++] = v[i].rank;
         if (nb > 0) {
             rank_list(&o, behind, nb);
-            put(&o, " %s behind the others, who finished operation #%llu; no rank is inside a "
-                    "collective",
+            put(&o,
+                " %s behind the others, who finished operation #%llu; no rank is inside a "
+                "collective",
                 nb == 1 ? "is" : "are", (unsigned long long)hi);
         } else {
             put(&o, "no rank is inside a collective: all finished operation #%llu",

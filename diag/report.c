@@ -21,9 +21,9 @@ static json_t *num(double v)
 static json_t *op_json(const dl_diag_op_t *op)
 {
     json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:s, s:s}", "seq", (json_int_t)op->seq, "op",
-                          op->op ? op->op : "?", "state", dl_diag_op_state_name(op->state),
-                          "bytes", (json_int_t)op->bytes, "algo", op->algo ? op->algo : "",
-                          "transport", op->transport ? op->transport : "");
+                          op->op ? op->op : "?", "state", dl_diag_op_state_name(op->state), "bytes",
+                          (json_int_t)op->bytes, "algo", op->algo ? op->algo : "", "transport",
+                          op->transport ? op->transport : "");
     if (o != NULL && op->age_s >= 0)
         json_object_set_new(o, "age_s", num(op->age_s));
     return o;
@@ -70,7 +70,8 @@ json_t *dl_diag_report_new(int node_rank, const char *host, const dl_diag_rank_t
     return rep;
 }
 
-static int bad(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static int bad(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -93,8 +94,7 @@ static int field(const json_t *o, const char *where, size_t idx, const char *f, 
     bool ok;
     switch (kind) {
     case 'i':
-        ok = json_is_integer(v) && json_integer_value(v) >= 0 &&
-             json_integer_value(v) <= INT32_MAX;
+        ok = json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= INT32_MAX;
         break;
     case 'I':
         ok = json_is_integer(v) && json_integer_value(v) >= 0;
@@ -136,11 +136,9 @@ int dl_diag_report_check(const json_t *report, char *err, size_t errlen)
                    MAX_REPORT_RANKS);
     size_t i;
     const json_t *r;
-    json_array_foreach(ranks, i, r)
-    {
+    json_array_foreach (ranks, i, r) {
         static const char *ints[] = {"rank", NULL};
-        static const char *nums[] = {"steps", "compute_ms", "wait_ms", "samples", "silent_s",
-                                     NULL};
+        static const char *nums[] = {"steps", "compute_ms", "wait_ms", "samples", "silent_s", NULL};
         if (!json_is_object(r) || !json_is_integer(json_object_get(r, "rank")))
             return bad(err, errlen, "diag: rank %zu must be an object with a 'rank'", i);
         for (const char **f = ints; *f; f++)
@@ -162,8 +160,7 @@ int dl_diag_report_check(const json_t *report, char *err, size_t errlen)
                        DL_DIAG_OPS_MAX);
         size_t k;
         const json_t *op;
-        json_array_foreach(ops, k, op)
-        {
+        json_array_foreach (ops, k, op) {
             if (!json_is_object(op) || !json_is_integer(json_object_get(op, "seq")) ||
                 !json_is_string(json_object_get(op, "op")) ||
                 !json_is_string(json_object_get(op, "state")))
@@ -201,8 +198,7 @@ size_t dl_diag_report_read(const json_t *report, double older_s, dl_diag_totals_
     const char *host = get_str(report, "host", "");
     const json_t *list = json_object_get(report, "ranks"), *r;
     size_t i, n = 0;
-    json_array_foreach(list, i, r)
-    {
+    json_array_foreach (list, i, r) {
         if (n == max)
             break;
         int rank = (int)json_integer_value(json_object_get(r, "rank"));
@@ -230,8 +226,7 @@ size_t dl_diag_report_read(const json_t *report, double older_s, dl_diag_totals_
             d->step = (uint64_t)get_num(r, "step", 0);
             size_t k;
             const json_t *op;
-            json_array_foreach(json_object_get(r, "ops"), k, op)
-            {
+            json_array_foreach (json_object_get(r, "ops"), k, op) {
                 if (d->nops == DL_DIAG_OPS_MAX)
                     break;
                 dl_diag_op_t *x = &d->ops[d->nops++];
@@ -261,17 +256,17 @@ json_t *dl_diag_view_json(const dl_diag_view_t *v)
     if (o == NULL)
         return NULL;
     if (v->slowest_rank >= 0)
-        json_object_set_new(o, "slowest",
-                            json_pack("{s:i, s:o}", "rank", v->slowest_rank, "compute_ms",
-                                      num(v->slowest_ms)));
+        json_object_set_new(
+            o, "slowest",
+            json_pack("{s:i, s:o}", "rank", v->slowest_rank, "compute_ms", num(v->slowest_ms)));
     for (size_t i = 0; i < v->nstragglers; i++) {
         const dl_diag_straggler_t *s = &v->stragglers[i];
-        json_array_append_new(
-            list, json_pack("{s:i, s:i, s:s, s:o, s:o, s:o, s:I, s:o}", "rank", s->rank,
-                            "node_rank", s->node_rank, "host", s->host, "compute_ms",
-                            num(s->compute_ms), "median_ms", num(s->median_ms), "slower_pct",
-                            num(s->slower * 100.0), "steps", (json_int_t)s->steps,
-                            "cost_samples_per_s", num(s->cost)));
+        json_array_append_new(list,
+                              json_pack("{s:i, s:i, s:s, s:o, s:o, s:o, s:I, s:o}", "rank", s->rank,
+                                        "node_rank", s->node_rank, "host", s->host, "compute_ms",
+                                        num(s->compute_ms), "median_ms", num(s->median_ms),
+                                        "slower_pct", num(s->slower * 100.0), "steps",
+                                        (json_int_t)s->steps, "cost_samples_per_s", num(s->cost)));
     }
     return o;
 }

@@ -16,9 +16,9 @@
 
 typedef struct {
     int rank;
-    bool known;          /* has sums */
-    bool fresh;          /* a new interval since the last evaluation */
-    bool has_mean;       /* has had an interval */
+    bool known;    /* has sums */
+    bool fresh;    /* a new interval since the last evaluation */
+    bool has_mean; /* has had an interval */
     int node_rank;
     char host[64];
     double last_steps, last_compute, last_wait, last_samples; /* sums at the interval's start */
@@ -99,7 +99,6 @@ static int grow(void **p, size_t *cap, size_t need, size_t size, bool zero)
     *cap = c;
     return 0;
 }
-
 
 /* Rank's state, made (zeroed) if need be; NULL when out of memory. */
 static rank_state_t *state_of(dl_diag_judge_t *j, int rank)
@@ -184,8 +183,8 @@ static double low_median(double *v, size_t n)
     return v[(n - 1) / 2];
 }
 
-static int add_out(dl_diag_judge_t *j, int rank, const rank_state_t *s, double median,
-                   double step, double samples_all, bool named)
+static int add_out(dl_diag_judge_t *j, int rank, const rank_state_t *s, double median, double step,
+                   double samples_all, bool named)
 {
     if (grow((void **)&j->out, &j->out_cap, j->nout + 1, sizeof(*j->out), false) < 0)
         return -ENOMEM;
@@ -204,9 +203,9 @@ static int add_out(dl_diag_judge_t *j, int rank, const rank_state_t *s, double m
     double fixed = step - (s->mean_compute - median);
     if (fixed < median)
         fixed = median;
-    o->cost = step > 0 && fixed > 0 && fixed < step ? samples_all * 1000.0 / fixed -
-                                                          samples_all * 1000.0 / step
-                                                    : 0;
+    o->cost = step > 0 && fixed > 0 && fixed < step
+                  ? samples_all * 1000.0 / fixed - samples_all * 1000.0 / step
+                  : 0;
     o->named = named;
     return 0;
 }
@@ -301,7 +300,7 @@ size_t dl_diag_straggler_text(const dl_diag_straggler_t *s, char *buf, size_t le
     int n = snprintf(buf, len,
                      "rank %d on node %d (%s) computes %.2f ms a step against the median %.2f ms "
                      "(+%.0f%%) for %llu steps; it costs the job about %.0f samples/s",
-                     s->rank, s->node_rank, s->host[0] ? s->host : "?", s->compute_ms,
-                     s->median_ms, s->slower * 100.0, (unsigned long long)s->steps, s->cost);
+                     s->rank, s->node_rank, s->host[0] ? s->host : "?", s->compute_ms, s->median_ms,
+                     s->slower * 100.0, (unsigned long long)s->steps, s->cost);
     return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len ? len - 1 : 0;
 }

@@ -21,10 +21,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define REQUIRE(cond)                                                                             \
-    do {                                                                                          \
-        if (!(cond))                                                                              \
-            abort();                                                                              \
+#define REQUIRE(cond)                                                                              \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            abort();                                                                               \
     } while (0)
 
 static void check_beats(const dl_diag_beats_t *b)

@@ -14,7 +14,8 @@
 #include "jobview.h"
 
 #define EXPLAIN_RANKS_MAX 65536
-#define STUCK_S 1.0 /* status shows where the ranks are once one is inside an operation this long */
+#define STUCK_S 1.0 /* status shows where the ranks are once one is inside an operation this long  \
+                     */
 
 typedef struct {
     int round;
@@ -70,8 +71,7 @@ void dl__jobview_free(dl__jobview_t *v)
         return;
     const char *k;
     json_t *p;
-    json_object_foreach(v->jobs, k, p)
-    {
+    json_object_foreach (v->jobs, k, p) {
         job_free((job_t *)(uintptr_t)json_integer_value(p));
     }
     json_decref(v->jobs);
@@ -112,7 +112,8 @@ static int job_for(dl__jobview_t *v, const char *run_id, int round, job_t **ret)
 /* The rule's settings come with the reports (from the agents' job spec); the first ones hold. */
 static int ensure_judge(job_t *j, const json_t *report)
 {
-    const json_t *th = json_object_get(report, "threshold"), *win = json_object_get(report, "window");
+    const json_t *th = json_object_get(report, "threshold"),
+                 *win = json_object_get(report, "window");
     if (j->judge != NULL || !json_is_number(th))
         return 0;
     dl_diag_straggler_opts_t o;
@@ -181,8 +182,7 @@ static size_t all_ranks(const job_t *j, double now, dl_diag_rank_t **ret)
     size_t total = 0;
     const char *k;
     json_t *e;
-    json_object_foreach(j->reports, k, e)
-    {
+    json_object_foreach (j->reports, k, e) {
         total += json_array_size(json_object_get(json_object_get(e, "report"), "ranks"));
     }
     if (total > EXPLAIN_RANKS_MAX)
@@ -191,11 +191,10 @@ static size_t all_ranks(const job_t *j, double now, dl_diag_rank_t **ret)
     if (ranks == NULL)
         return 0;
     size_t n = 0;
-    json_object_foreach(j->reports, k, e)
-    {
+    json_object_foreach (j->reports, k, e) {
         double age = now - json_number_value(json_object_get(e, "at"));
-        n += dl_diag_report_read(json_object_get(e, "report"), age > 0 ? age : 0, NULL,
-                                 ranks + n, total - n);
+        n += dl_diag_report_read(json_object_get(e, "report"), age > 0 ? age : 0, NULL, ranks + n,
+                                 total - n);
     }
     *ret = ranks;
     return n;
@@ -236,12 +235,10 @@ json_t *dl__jobview_status(dl__jobview_t *v, const char *run_id, bool ranks, dou
     const char *k;
     json_t *e, *r;
     size_t i;
-    json_object_foreach(j->reports, k, e)
-    {
+    json_object_foreach (j->reports, k, e) {
         const json_t *rep = json_object_get(e, "report");
         double age = now - json_number_value(json_object_get(e, "at"));
-        json_array_foreach(json_object_get(rep, "ranks"), i, r)
-        {
+        json_array_foreach (json_object_get(rep, "ranks"), i, r) {
             json_t *c = json_deep_copy(r);
             if (c == NULL)
                 continue;

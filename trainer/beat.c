@@ -32,8 +32,8 @@ void dl__train_beat_step(dl__train_beat_t *b, uint64_t step, double compute_s, d
     double k = (double)b->steps;
     int n = snprintf(line, sizeof(line),
                      "step=%llu steps=%llu compute_ms=%.4f wait_ms=%.4f loss=%.5g samples=%.6g\n",
-                     (unsigned long long)step, (unsigned long long)b->steps,
-                     b->compute_s * 1e3 / k, b->wait_s * 1e3 / k, b->loss / k, b->samples / k);
+                     (unsigned long long)step, (unsigned long long)b->steps, b->compute_s * 1e3 / k,
+                     b->wait_s * 1e3 / k, b->loss / k, b->samples / k);
     /* One write: a line never reaches the agent in two pieces that another write could split. */
     if (n > 0 && write(b->fd, line, (size_t)n) < 0 && errno != EAGAIN && errno != EINTR)
         b->fd = -1; /* the watchdog is gone; nobody to tell */

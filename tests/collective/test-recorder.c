@@ -60,8 +60,8 @@ START_TEST(every_operation_is_recorded)
     ck_assert_int_eq(info.pid, getpid());
     ck_assert_str_eq(info.transport, "self");
     ck_assert_uint_eq(info.issued, 7);
-    static const dl_coll_rec_op_t ops[] = {DL_COLL_REC_ALLREDUCE, DL_COLL_REC_ALLREDUCE,
-                                           DL_COLL_REC_BROADCAST, DL_COLL_REC_ALLGATHER,
+    static const dl_coll_rec_op_t ops[] = {DL_COLL_REC_ALLREDUCE,      DL_COLL_REC_ALLREDUCE,
+                                           DL_COLL_REC_BROADCAST,      DL_COLL_REC_ALLGATHER,
                                            DL_COLL_REC_REDUCE_SCATTER, DL_COLL_REC_BARRIER,
                                            DL_COLL_REC_ALLREDUCE};
     static const unsigned long long bytes[] = {64, 1 << 18, 64, 16, 16, 0, 128};

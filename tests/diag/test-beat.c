@@ -31,8 +31,7 @@ START_TEST(a_line_carries_figures)
 {
     dl_diag_beats_t b;
     dl_diag_beats_init(&b);
-    ck_assert_int_eq(feed(&b, "step=812 compute_ms=3.1 wait_ms=0.4 loss=0.52 samples=256\n", 1),
-                     1);
+    ck_assert_int_eq(feed(&b, "step=812 compute_ms=3.1 wait_ms=0.4 loss=0.52 samples=256\n", 1), 1);
     ck_assert(b.figures);
     ck_assert_uint_eq(b.step, 812);
     ck_assert_double_eq_tol(b.compute_ms, 3.1, 1e-9);
@@ -42,8 +41,7 @@ START_TEST(a_line_carries_figures)
     ck_assert_double_eq_tol(b.total_steps, 1, 1e-9);
     ck_assert_double_eq_tol(b.total_compute_ms, 3.1, 1e-9);
     /* steps=K: the means hold for K steps, and the sums grow by K of them. */
-    ck_assert_int_eq(feed(&b, "step=852 steps=40 compute_ms=2 wait_ms=1 samples=64 new_key=x\n",
-                          2),
+    ck_assert_int_eq(feed(&b, "step=852 steps=40 compute_ms=2 wait_ms=1 samples=64 new_key=x\n", 2),
                      1);
     ck_assert_uint_eq(b.step, 852);
     ck_assert(isnan(b.loss));

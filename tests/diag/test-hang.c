@@ -4,8 +4,8 @@
 
 #include "diag.h"
 
-static dl_diag_rank_t at(int rank, int node, uint64_t seq, const char *op,
-                         dl_diag_op_state_t state, double age)
+static dl_diag_rank_t at(int rank, int node, uint64_t seq, const char *op, dl_diag_op_state_t state,
+                         double age)
 {
     dl_diag_rank_t r;
     memset(&r, 0, sizeof(r));
@@ -15,8 +15,8 @@ static dl_diag_rank_t at(int rank, int node, uint64_t seq, const char *op,
     r.recorder = true;
     r.silent_s = -1;
     if (seq > 1) {
-        r.ops[r.nops++] = (dl_diag_op_t){.seq = seq - 1, .op = "all-gather",
-                                         .state = DL_DIAG_OP_DONE, .age_s = -1};
+        r.ops[r.nops++] = (dl_diag_op_t){
+            .seq = seq - 1, .op = "all-gather", .state = DL_DIAG_OP_DONE, .age_s = -1};
     }
     r.ops[r.nops++] = (dl_diag_op_t){.seq = seq, .op = op, .state = state, .age_s = age};
     return r;

@@ -15,9 +15,13 @@ START_TEST(a_report_goes_there_and_back)
     dl_diag_rank_t r[2];
     memset(r, 0, sizeof(r));
     r[0] = (dl_diag_rank_t){.rank = 4, .recorder = true, .proc = 'S', .silent_s = 0.5};
-    r[0].ops[r[0].nops++] = (dl_diag_op_t){.seq = 21, .op = "all-reduce",
-                                           .state = DL_DIAG_OP_RUNNING, .bytes = 4096,
-                                           .algo = "shm-small", .transport = "shm", .age_s = 3};
+    r[0].ops[r[0].nops++] = (dl_diag_op_t){.seq = 21,
+                                           .op = "all-reduce",
+                                           .state = DL_DIAG_OP_RUNNING,
+                                           .bytes = 4096,
+                                           .algo = "shm-small",
+                                           .transport = "shm",
+                                           .age_s = 3};
     r[1] = (dl_diag_rank_t){.rank = 5, .recorder = false, .silent_s = -1};
     const dl_diag_beats_t *beats[2] = {&b0, &b1};
     json_t *rep = dl_diag_report_new(1, "gpu1", r, beats, 2);
@@ -87,11 +91,21 @@ END_TEST
 
 START_TEST(the_view_as_json)
 {
-    dl_diag_straggler_t s = {.rank = 3, .node_rank = 1, .compute_ms = 3, .median_ms = 2,
-                             .slower = 0.5, .steps = 120, .cost = 1000.5};
+    dl_diag_straggler_t s = {.rank = 3,
+                             .node_rank = 1,
+                             .compute_ms = 3,
+                             .median_ms = 2,
+                             .slower = 0.5,
+                             .steps = 120,
+                             .cost = 1000.5};
     snprintf(s.host, sizeof(s.host), "gpu1");
-    dl_diag_view_t v = {.ranks = 4, .median_ms = 2, .step_ms = 3.1, .slowest_rank = 3,
-                        .slowest_ms = 3, .samples_per_s = 5000, .stragglers = &s,
+    dl_diag_view_t v = {.ranks = 4,
+                        .median_ms = 2,
+                        .step_ms = 3.1,
+                        .slowest_rank = 3,
+                        .slowest_ms = 3,
+                        .samples_per_s = 5000,
+                        .stragglers = &s,
                         .nstragglers = 1};
     json_t *j = dl_diag_view_json(&v);
     char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(8));

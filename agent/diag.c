@@ -335,6 +335,16 @@ void dl__diag_explain(dl_agent_t *a, const char *why, bool keep)
         return;
     }
     size_t n = snapshot_all(a, mono_now(), v, b);
+    bool any = false;
+    for (size_t i = 0; i < n; i++)
+        any = any || v[i].recorder;
+    /* Workers that do not use the collective library: nothing to say about a hang or failure
+     * that the exit status does not say better (asked, the agent still shows the ranks). */
+    if (!any && strcmp(why, "request") != 0) {
+        free(v);
+        free(b);
+        return;
+    }
     char line[1024];
     dl_diag_explain(v, n, line, sizeof(line));
     json_t *rep = dl_diag_report_new(a->node_rank, d->host, v, b, n);

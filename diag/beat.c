@@ -15,6 +15,13 @@ void dl_diag_beats_init(dl_diag_beats_t *b)
     b->loss = NAN;
 }
 
+/* Beyond these a value is junk, not a figure: they keep the sums finite and the step a whole
+ * number a double holds exactly. */
+#define STEP_MAX 9007199254740992.0 /* 2^53 */
+#define STEPS_MAX 1e9
+#define MS_MAX 1e9
+#define SAMPLES_MAX 1e12
+
 /* A finite number >= 0 (loss may be any finite number), the whole token. */
 static bool number(const char *s, size_t len, bool any_sign, double *ret)
 {
@@ -55,15 +62,15 @@ int dl_diag_beats_line(dl_diag_beats_t *b, const char *line, size_t len)
             if (number(eq + 1, vlen, true, &v))
                 loss = v;
         } else if (number(eq + 1, vlen, false, &v)) {
-            if (key_is(tok, klen, "step"))
+            if (key_is(tok, klen, "step") && v <= STEP_MAX)
                 step = v;
-            else if (key_is(tok, klen, "steps") && v >= 1)
+            else if (key_is(tok, klen, "steps") && v >= 1 && v <= STEPS_MAX)
                 steps = v;
-            else if (key_is(tok, klen, "compute_ms"))
+            else if (key_is(tok, klen, "compute_ms") && v <= MS_MAX)
                 compute = v;
-            else if (key_is(tok, klen, "wait_ms"))
+            else if (key_is(tok, klen, "wait_ms") && v <= MS_MAX)
                 wait = v;
-            else if (key_is(tok, klen, "samples"))
+            else if (key_is(tok, klen, "samples") && v <= SAMPLES_MAX)
                 samples = v;
         }
     }
@@ -88,6 +95,7 @@ int dl_diag_beats_line(dl_diag_beats_t *b, const char *line, size_t len)
 int dl_diag_beats_feed(dl_diag_beats_t *b, const char *data, size_t len, double now)
 {
     int lines = 0;
+    bool newline = false;
     if (len == 0)
         return 0;
     b->last_beat = now;
@@ -95,22 +103,23 @@ int dl_diag_beats_feed(dl_diag_beats_t *b, const char *data, size_t len, double 
         char c = data[i];
         if (c == '\n') {
             b->beats++;
+            newline = true;
             if (!b->overlong)
                 lines += dl_diag_beats_line(b, b->partial, b->partial_len);
             b->partial_len = 0;
             b->overlong = false;
             continue;
         }
+        /* Bytes without newlines (a worker that writes one '.' a step) fill the line and then
+         * keep it overlong: bounded, and never mistaken for figures. A line cut by a read
+         * anywhere, even before its first '=', continues with the next bytes. */
         if (b->partial_len + 1 >= sizeof(b->partial)) {
             b->overlong = true;
             continue;
         }
         b->partial[b->partial_len++] = c;
     }
-    /* Bytes without a newline (old workers write one '.' a step) are beats as they come. */
-    if (b->partial_len > 0 && memchr(b->partial, '=', b->partial_len) == NULL) {
-        b->beats += b->partial_len;
-        b->partial_len = 0;
-    }
+    if (!newline)
+        b->beats++;
     return lines;
 }

@@ -29,7 +29,7 @@
  * status page) may read it. */
 typedef struct {
     double last_beat; /* the caller's clock at the last byte; 0: none yet */
-    uint64_t beats;   /* lines and bare bytes seen */
+    uint64_t beats;   /* lines, and reads that brought no newline */
     bool figures;     /* a line with step= came */
     uint64_t step;
     double loss;       /* NAN when not reported */

@@ -16,14 +16,19 @@ START_TEST(bare_bytes_are_beats)
     dl_diag_beats_t b;
     dl_diag_beats_init(&b);
     ck_assert_int_eq(feed(&b, "....", 1.5), 0);
-    ck_assert_uint_eq(b.beats, 4);
+    ck_assert_uint_eq(b.beats, 1);
     ck_assert(b.last_beat == 1.5);
     ck_assert(!b.figures);
     ck_assert_int_eq(feed(&b, "beat\n", 2.0), 0);
-    ck_assert_uint_eq(b.beats, 5);
+    ck_assert_uint_eq(b.beats, 2);
     ck_assert(b.last_beat == 2.0);
     ck_assert(!b.figures);
     ck_assert(isnan(b.loss));
+    /* A worker that only ever writes dots: the line stays bounded. */
+    for (int i = 0; i < 2000; i++)
+        feed(&b, ".", 3.0);
+    ck_assert_uint_lt(b.partial_len, sizeof(b.partial));
+    ck_assert(!b.figures);
 }
 END_TEST
 
@@ -63,6 +68,10 @@ START_TEST(lines_may_come_in_pieces)
     ck_assert_double_eq_tol(b.total_compute_ms, 6.0, 1e-9);
     ck_assert_int_eq(feed(&b, "3 compute_ms=1\r\n", 3), 1);
     ck_assert_uint_eq(b.step, 3);
+    /* Cut before its first '=' (a read of the pipe may end anywhere). */
+    ck_assert_int_eq(feed(&b, "ste", 4), 0);
+    ck_assert_int_eq(feed(&b, "p=4 compute_ms=1\n", 4), 1);
+    ck_assert_uint_eq(b.step, 4);
 }
 END_TEST
 

@@ -210,7 +210,7 @@ class Diag(dltest.Case):
 
     # ---- stragglers --------------------------------------------------------------------------
 
-    def duty_cycle(self, pid, seconds, stop_s=0.04, run_s=0.03):
+    def duty_cycle(self, pid, seconds, stop_s=0.05, run_s=0.03):
         """Slows pid down for real: stopped stop_s out of every stop_s + run_s (a stop that
         falls while the rank waits in a collective adds to its wait, not its compute, so the
         compute grows by less than the stopped share)."""
@@ -246,19 +246,23 @@ class Diag(dltest.Case):
             self.assertTrue(s, f"not named within {named_within} s: {self.log(n)}")
             self.assertEqual(s[0]["rank"], 1, s)
             self.assertGreaterEqual(s[0]["steps"], 100)
-            self.assertGreater(s[0]["slower_pct"], 30)
-            self.assertGreater(s[0]["compute_ms"], s[0]["median_ms"] * 1.3)
+            self.assertGreater(s[0]["slower_pct"], 50)
+            self.assertGreater(s[0]["compute_ms"], s[0]["median_ms"] * 1.5)
             self.assertGreater(s[0]["cost_samples_per_s"], 0)
             self.assertEqual(s[0]["action"], "warn")
         return took
 
     STRAGGLER_TRAIN = ("steps=1000000", "layers=784-128-10", "log_every=200",
                        "eval_every=1000000")
+    # Two ranks on a shared 2-core machine: a neighbour's load can hold one back by a third for
+    # seconds (a true straggler, for the rule), so the tests name ranks past +50%, and slow theirs
+    # by more than that.
+    STRAGGLER_OPTS = ("--straggler-threshold", "0.5")
 
     def test_a_slowed_rank_is_named_on_one_node_and_nobody_before(self):
         data = test_train.SUBSET
         p = self.spawn(["--gpus-per-node", "2", "--run-id", "job", "--events",
-                        os.path.join(self.dir, "a.events"), "--",
+                        os.path.join(self.dir, "a.events"), *self.STRAGGLER_OPTS, "--",
                         *trainer_cmd(data, *self.STRAGGLER_TRAIN)], "a")
         self.pid_of("a", 0)
         self.first_beat(1)
@@ -284,7 +288,7 @@ class Diag(dltest.Case):
 
     def test_a_slowed_rank_is_named_on_two_nodes_and_nobody_before(self):
         data = test_train.SUBSET
-        procs = self.two_agents([], trainer_cmd(data, *self.STRAGGLER_TRAIN))
+        procs = self.two_agents(list(self.STRAGGLER_OPTS), trainer_cmd(data, *self.STRAGGLER_TRAIN))
         self.even_then_slow(["n0", "n1"], "n1")
         # dlaunch status names it too.
         p = subprocess.run([dltest.DLAUNCH, "status", "--endpoint", self.endpoint, "job"],
@@ -299,7 +303,8 @@ class Diag(dltest.Case):
         data = test_train.SUBSET
         ckpt = os.path.join(self.dir, "ckpt")
         procs = self.two_agents(
-            ["--straggler-action", "exclude", "--max-restarts", "1", "--last-call", "1"],
+            ["--straggler-action", "exclude", "--max-restarts", "1", "--last-call", "1",
+             *self.STRAGGLER_OPTS],
             trainer_cmd(data, "steps=1500", "layers=784-128-10", "log_every=500",
                         "eval_every=1000000", f"checkpoint_dir={ckpt}", "checkpoint_every=50"),
             nodes="1:2")

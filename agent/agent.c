@@ -84,6 +84,9 @@ static void kill_workers(dl_agent_t *a, int sig)
         if (w->pid > 0 && kill(-w->pid, sig) < 0 && errno != ESRCH)
             dl__agent_log(a, "cannot signal rank %d (pid %d): %s", w->rank, (int)w->pid,
                       strerror(errno));
+        /* A stopped worker (SIGSTOP, a debugger let go) takes its signal only once it runs. */
+        else if (w->pid > 0 && sig != SIGKILL && sig != SIGCONT)
+            kill(-w->pid, SIGCONT);
     }
 }
 
@@ -127,7 +130,7 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, char ***
         .attempt_dir = a->attempt_dir,
         .store = a->store_addr[0] != '\0' ? a->store_addr : NULL,
         .token_file = a->token_path,
-        .health_fd = a->spec->health_timeout > 0 ? DL_SPAWN_HEALTH_FD : -1,
+        .health_fd = dl__diag_beats_wanted(a) ? DL_SPAWN_HEALTH_FD : -1,
         .role = a->spec->role,
         .error_file = error_file,
         .python_exec = a->spec->python_exec != NULL ? a->command_path : NULL,
@@ -271,7 +274,8 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt)
     }
     w->output_open = true;
     int health[2] = {-1, -1};
-    if (a->spec->health_timeout > 0 && pipe2(health, O_CLOEXEC | O_NONBLOCK) < 0) {
+    dl__diag_worker_spawning(a, w);
+    if (dl__diag_beats_wanted(a) && pipe2(health, O_CLOEXEC | O_NONBLOCK) < 0) {
         dl__agent_log(a, "no health pipe for rank %d: %s", w->rank, strerror(errno));
         health[0] = health[1] = -1;
     }
@@ -334,29 +338,40 @@ static void on_health_check(uv_timer_t *t)
     dl_agent_t *a = t->data;
     double now = (double)uv_hrtime() / 1e9;
     char buf[4096];
+    bool explained = false;
 
     for (int i = 0; i < a->nworkers; i++) {
         dl__worker_t *w = &a->workers[i];
         if (w->pid <= 0 || w->health_rd < 0 || w->hung)
             continue;
         ssize_t n, got = 0;
-        while ((n = read(w->health_rd, buf, sizeof(buf))) > 0)
+        while ((n = read(w->health_rd, buf, sizeof(buf))) > 0) {
             got += n;
+            dl__diag_beats(w, buf, (size_t)n, now);
+        }
         if (got > 0) {
             w->beating = true;
             w->last_beat = now;
-        } else if (w->beating && now - w->last_beat >= a->spec->health_timeout &&
+        } else if (a->spec->health_timeout > 0 && w->beating &&
+                   now - w->last_beat >= a->spec->health_timeout &&
                    a->sup.stop == DL_SUP_STOP_NONE) {
+            /* Where every rank is, read before anything is killed (docs/diagnostics.md). */
+            if (!explained)
+                dl__diag_explain(a, "hang", true);
+            explained = true;
             w->hung = true;
             dl__agent_log(a, "rank %d (pid %d) sent no health beat for %.1fs: it is hung; "
                              "killing it",
                           w->rank, (int)w->pid, now - w->last_beat);
-            dl_events_emit(a->events, "worker_hung", dl__now_unix(),
-                           json_pack("{s:i, s:i, s:f}", "rank", w->rank, "pid", (int)w->pid,
-                                     "silent_s", now - w->last_beat));
+            json_t *f = json_pack("{s:i, s:i, s:f}", "rank", w->rank, "pid", (int)w->pid,
+                                  "silent_s", now - w->last_beat);
+            if (dl__diag_text(a)[0] != '\0')
+                json_object_set_new(f, "diagnosis", json_string(dl__diag_text(a)));
+            dl_events_emit(a->events, "worker_hung", dl__now_unix(), f);
             kill(-w->pid, SIGKILL);
         }
     }
+    dl__diag_tick(a, now);
 }
 
 /* Finds the interface the workers should bind: the one holding --local-addr, else the one this
@@ -428,12 +443,15 @@ static void spawn_all(dl_agent_t *a, int attempt)
         record_failure(a);
         json_t *f = json_pack("{s:i, s:o}", "attempt", attempt, "reason",
                               failure_json(&a->sup.first_failure));
+        if (dl__diag_text(a)[0] != '\0')
+            json_object_set_new(f, "diagnosis", json_string(dl__diag_text(a)));
         dl_events_emit(a->events, "restart", dl__now_unix(), f);
         dl__agent_log(a, "restarting the job (attempt %d of %d)", attempt,
                   a->spec->max_restarts + 1);
         /* Several nodes get a new round, and with it an empty store; one node does it here. */
         dl__rdzv_local_store_reset(a);
     }
+    dl__diag_attempt(a);
     int r = start_attempt(a, attempt);
     for (int i = 0; i < a->nworkers; i++) {
         dl__worker_t *w = &a->workers[i];
@@ -469,6 +487,7 @@ static void finish_loop(dl_agent_t *a)
         uv_close((uv_handle_t *)&a->signals[i], NULL);
     uv_close((uv_handle_t *)&a->stop_timer, NULL);
     uv_close((uv_handle_t *)&a->health_timer, NULL);
+    dl__diag_close(a);
 }
 
 static void finish(dl_agent_t *a, int exit_code)
@@ -519,6 +538,8 @@ static void print_summary(const dl_agent_t *a)
                 a->failure_text[0] ? a->failure_text : "see the other nodes' logs");
     if (a->nhistory > 0)
         dl_summary_print(stderr, a->history, a->nhistory, a->sup.attempt + 1, a->run_dir);
+    if (dl__diag_text(a)[0] != '\0')
+        fprintf(stderr, "  where the ranks were: %s\n", dl__diag_text(a));
 }
 
 static void apply(dl_agent_t *a, dl_sup_actions_t act)
@@ -564,6 +585,9 @@ static void report_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig, b
     if (hung) {
         /* Already said when it was killed. */
     } else if (a->spec->verbose || (code != 0 && a->sup.stop == DL_SUP_STOP_NONE)) {
+        /* The attempt's first failure: where the others are, before they are stopped. */
+        if (code != 0 && a->sup.stop == DL_SUP_STOP_NONE && dl__diag_text(a)[0] == '\0')
+            dl__diag_explain(a, "failure", true);
         if (sig > 0)
             dl__agent_log(a, "rank %d (pid %d) was killed by %s", rank, (int)pid,
                           dl_signal_name(sig));
@@ -1046,8 +1070,11 @@ static int setup_loop(dl_agent_t *a)
     a->stop_timer.data = a;
     uv_timer_init(&a->loop, &a->health_timer);
     a->health_timer.data = a;
-    if (a->spec->health_timeout > 0) {
-        uint64_t every = (uint64_t)(a->spec->health_timeout * 1000 / 4);
+    if (dl__diag_beats_wanted(a)) {
+        /* A few times per health timeout; at least once a heartbeat for the straggler rule. */
+        uint64_t every = (uint64_t)(a->spec->heartbeat * 1000);
+        if (a->spec->health_timeout > 0 && a->spec->health_timeout * 1000 / 4 < every)
+            every = (uint64_t)(a->spec->health_timeout * 1000 / 4);
         uv_timer_start(&a->health_timer, on_health_check, every > 10 ? every : 10,
                        every > 10 ? every : 10);
     }
@@ -1056,6 +1083,7 @@ static int setup_loop(dl_agent_t *a)
 
 static void agent_free(dl_agent_t *a)
 {
+    dl__diag_free(a);
     dl__rdzv_free(a);
     free(a->workers);
     free(a->run_id);
@@ -1110,6 +1138,8 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
         return 1;
     }
     r = setup_loop(a);
+    if (r == 0)
+        r = dl__diag_start(a);
     if (r < 0) {
         fprintf(stderr, "dlaunch: cannot set up the event loop: %s\n", uv_strerror(r));
         dl_guard_stop(&a->guard);

@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "diag.h"
 #include "events.h"
 #include "output.h"
 #include "spawn.h"
@@ -14,6 +15,7 @@
 
 typedef struct dl_agent_s dl_agent_t;
 struct dl__rdzv_s;
+typedef struct dl__diag_s dl__diag_t;
 
 typedef struct {
     long long step;
@@ -33,6 +35,7 @@ typedef struct {
     bool hung;         /* we killed it for going silent */
     double last_beat;  /* monotonic seconds of the last beat seen */
     bool output_open;  /* the output of `attempt` has not drained yet */
+    dl_diag_beats_t beats; /* what its beats said: step, loss, compute and wait times (diag.h) */
 } dl__worker_t;
 
 struct dl_agent_s {
@@ -72,6 +75,7 @@ struct dl_agent_s {
     char failure_text[512];    /* the job's failure as the rendezvous described it */
     char store_addr[300];      /* DLAUNCH_STORE for the workers, or "" */
     char *token_path;          /* the token file as an absolute path, or NULL */
+    dl__diag_t *diag;          /* diag.c: recorders, stragglers, hang accounts */
     dl_sup_failure_t *history; /* the first failure of every failed attempt */
     size_t nhistory;
     bool report_pending;       /* the failure report waits for the failed rank's output */
@@ -96,6 +100,27 @@ void dl__rdzv_report(dl_agent_t *a);
 void dl__rdzv_node_done(dl_agent_t *a);
 void dl__rdzv_finish(dl_agent_t *a, int exit_code); /* says goodbye and lets go of every handle */
 void dl__rdzv_free(dl_agent_t *a);
+/* Tells the rendezvous that this node steps out as a straggler (rank, reason): the job goes on
+ * without it; it joins again once dl__diag_excluded says the cool-down is over. */
+void dl__rdzv_exclude(dl_agent_t *a, int rank, const char *reason);
+
+/* diag.c: what the agent sees inside its workers (docs/diagnostics.md). */
+bool dl__diag_beats_wanted(const dl_agent_t *a); /* workers get a beat pipe */
+int dl__diag_start(dl_agent_t *a);               /* after the loop is set up */
+void dl__diag_close(dl_agent_t *a);              /* lets go of its handle */
+void dl__diag_free(dl_agent_t *a);
+void dl__diag_attempt(dl_agent_t *a);            /* a new attempt: forget the last one's */
+void dl__diag_worker_spawning(dl_agent_t *a, dl__worker_t *w);
+void dl__diag_beats(dl__worker_t *w, const char *data, size_t len, double now);
+void dl__diag_tick(dl_agent_t *a, double now);   /* now: monotonic seconds */
+/* Says where this node's ranks are (log line, `ranks` event); keep: as this attempt's account. */
+void dl__diag_explain(dl_agent_t *a, const char *why, bool keep);
+const char *dl__diag_text(const dl_agent_t *a); /* this attempt's account, or "" */
+json_t *dl__diag_report(dl_agent_t *a);         /* the node's report, new reference or NULL */
+json_t *dl__diag_failure_report(dl_agent_t *a); /* the one kept by explain, else a fresh one */
+void dl__diag_on_view(dl_agent_t *a, const json_t *view); /* the rendezvous's job-wide view */
+bool dl__diag_excluded(dl_agent_t *a, double *ret_wait); /* stepped out; seconds left */
+
 /* One node alone: serve the job's key-value store on loopback for its workers. */
 int dl__rdzv_local_store(dl_agent_t *a);                  /* after the loop has ended */
 void dl__rdzv_local_store_reset(dl_agent_t *a); /* a restart: the workers start with no keys */

@@ -31,6 +31,11 @@ typedef struct dl__rdzv_s {
     bool ready;
     bool started;       /* the supervisor has been started (first connection) */
     bool connecting;
+    /* Diagnostics (diag.c): the last round change's reason for the restart event, and while
+     * this node sits out as a straggler, the join it holds back and its status polls. */
+    char last_reason[1024];
+    bool join_held;
+    bool following; /* the job's events come to us: its end, while we sit out */
 } rdzv_t;
 
 static int connect_client(dl_agent_t *a);
@@ -84,7 +89,22 @@ void dl__rdzv_join(dl_agent_t *a)
         return;
     }
     char addr[sizeof(z->host)];
+    double wait;
 
+    if (dl__diag_excluded(a, &wait)) {
+        if (!z->join_held)
+            dl__agent_log(a, "this node sits out as a straggler: joining again in %.0f s, unless "
+                             "the job ends first",
+                          wait);
+        z->join_held = true;
+        /* No longer a member, it would not hear of the job's end: its event stream says. */
+        if (!z->following) {
+            z->following = true;
+            send_or_log(z, dl_proto_msg_new(DL_PROTO_EVENTS_FOLLOW, next_id(z)));
+        }
+        return;
+    }
+    z->join_held = false;
     local_address(z, addr, sizeof(addr));
     z->join_id = next_id(z);
     json_t *m = dl_proto_msg_new(DL_PROTO_JOIN, z->join_id);
@@ -108,7 +128,10 @@ void dl__rdzv_report(dl_agent_t *a)
     char reason[400];
     int local = f->rank - (a->nworkers > 0 ? a->workers[0].rank : 0);
 
-    if (f->signal > 0)
+    if (f->hung)
+        snprintf(reason, sizeof(reason), "rank %d on %s hung (no health beat in time)", f->rank,
+                 z->hostname);
+    else if (f->signal > 0)
         snprintf(reason, sizeof(reason), "rank %d on %s was killed by %s", f->rank,
                  z->hostname, dl_signal_name(f->signal));
     else if (f->spawn_errno > 0)
@@ -137,6 +160,25 @@ void dl__rdzv_report(dl_agent_t *a)
             break;
         }
     }
+    /* Where this node's ranks were: the rendezvous makes the job-wide account of it. */
+    json_t *rep = dl__diag_failure_report(a);
+    if (rep != NULL)
+        json_object_set_new(m, "diag", rep);
+    send_or_log(z, m);
+}
+
+void dl__rdzv_exclude(dl_agent_t *a, int rank, const char *reason)
+{
+    rdzv_t *z = a->rdzv;
+    if (z == NULL || !z->ready)
+        return;
+    json_t *m = dl_proto_msg_new(DL_PROTO_WORKER_FAILED, next_id(z));
+    json_object_set_new(m, "round", json_integer(a->round));
+    json_object_set_new(m, "rank", json_integer(rank));
+    json_object_set_new(m, "exit_code", json_integer(0));
+    json_object_set_new(m, "excluded", json_true());
+    json_object_set_new(m, "reason", json_string(reason));
+    json_object_set_new(m, "time", json_real(dl__now_unix()));
     send_or_log(z, m);
 }
 
@@ -152,6 +194,13 @@ static void on_heartbeat(uv_timer_t *t)
 {
     rdzv_t *z = t->data;
     dl_agent_t *a = z->agent;
+    double wait;
+    if (z->join_held) {
+        /* Sitting out: join once the cool-down is over. */
+        if (!dl__diag_excluded(a, &wait))
+            dl__rdzv_join(a);
+        return;
+    }
     json_t *m = dl_proto_msg_new(DL_PROTO_HEARTBEAT, next_id(z));
     json_object_set_new(m, "round", json_integer(a->round));
     /* The progress hook: whatever fills a->progress, the rendezvous gets it with the beat. */
@@ -163,6 +212,12 @@ static void on_heartbeat(uv_timer_t *t)
         if (p != NULL && !isnan(a->progress.samples_per_s))
             json_object_set_new(p, "samples_per_s", json_real(a->progress.samples_per_s));
         json_object_set_new(m, "progress", p);
+    }
+    /* This node's figures and its ranks' last operations: the job-wide view is made of them. */
+    if (a->sup.phase == DL_SUP_RUNNING) {
+        json_t *rep = dl__diag_report(a);
+        if (rep != NULL)
+            json_object_set_new(m, "diag", rep);
     }
     send_or_log(z, m);
 }
@@ -192,9 +247,13 @@ static void on_assignment(dl_agent_t *a, json_t *m)
         dl__agent_log(a, "round %d: node rank %d of %d on %s, ranks %d..%d of %d", a->round,
                       a->node_rank, a->nnodes, z->hostname, first, first + local - 1,
                       a->world_size);
-    if (restarts > 0)
-        dl_events_emit(a->events, "restart", dl__now_unix(),
-                       json_pack("{s:i, s:i}", "attempt", restarts, "round", a->round));
+    if (restarts > 0) {
+        json_t *f = json_pack("{s:i, s:i}", "attempt", restarts, "round", a->round);
+        /* The round change's reason: the failure and, for a hang, where the ranks were. */
+        if (z->last_reason[0] != '\0')
+            json_object_set_new(f, "reason", json_string(z->last_reason));
+        dl_events_emit(a->events, "restart", dl__now_unix(), f);
+    }
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ASSIGNED, .attempt = restarts});
 }
 
@@ -211,6 +270,7 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
             on_assignment(a, m);
         return;
     case DL_PROTO_ROUND_CHANGED:
+        snprintf(z->last_reason, sizeof(z->last_reason), "%s", dl_proto_get_str(m, "reason"));
         dl__agent_log(a, "round %lld: %s; restarting this node's workers",
                       (long long)dl_proto_get_int(m, "round", 0), dl_proto_get_str(m, "reason"));
         dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED});
@@ -243,8 +303,33 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
         }
         return;
     }
+    case DL_PROTO_EVENT: {
+        /* Followed while sitting out: the job ended without this node. */
+        json_t *ev = json_object_get(m, "event");
+        const char *name = json_string_value(json_object_get(ev, "event"));
+        if (z->join_held && name != NULL && strcmp(name, "job_end") == 0) {
+            const char *status = json_string_value(json_object_get(ev, "status"));
+            dl__agent_log(a, "the job ended (%s) while this node sat out as a straggler",
+                          status ? status : "?");
+            z->join_held = false;
+            dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END,
+                                               .exit_code = status != NULL &&
+                                                                    strcmp(status, "failed") == 0
+                                                                ? 1
+                                                                : 0});
+        }
+        return;
+    }
+    case DL_PROTO_REPLY: {
+        json_t *result = json_object_get(m, "result");
+        /* A heartbeat's answer: the job-wide figures and the stragglers named. */
+        json_t *view = json_object_get(result, "diag");
+        if (view != NULL && a->sup.phase == DL_SUP_RUNNING)
+            dl__diag_on_view(a, view);
+        return;
+    }
     default:
-        return; /* replies to heartbeats and reports carry nothing we need */
+        return; /* replies to reports carry nothing we need */
     }
 }
 
@@ -281,6 +366,7 @@ static void on_lost(void *ctx, int status)
     rdzv_t *z = a->rdzv;
     z->ready = false;
     z->join_id = -1;
+    z->following = false;
     uv_timer_stop(&z->heartbeat);
     dl_rdzv_client_close(z->client); /* freed once libuv lets go; a new one takes its place */
     z->client = NULL;

@@ -2,7 +2,12 @@
  *
  *   allreduce [--worlds 2,4] [--transports shm,tcp,shm-reg] [--min BYTES] [--max BYTES]
  *             [--step K] [--budget BYTES] [--no-mpi] [--order-ab] [--json] [--dlaunch PATH]
- *             [--mpi-worker PATH]
+ *             [--mpi-worker PATH] [--recorder-ab ROUNDS]
+ *
+ * --recorder-ab: instead of Open MPI, ours with the flight recorder on (the default) and off
+ * (DLAUNCH_COLL_RECORDER=off), ROUNDS times each, the two alternating (on first in even rounds,
+ * off first in odd ones); the table gives each side's median and the median of the rounds'
+ * on/off ratios.
  *
  * shm-reg is shm with both buffers from dl_coll_mem_alloc (and MPI_Alloc_mem for MPI); hier is
  * ours only: the ranks as hosts of two consecutive ranks each (DLAUNCH_COLL_HOST_ID), shared
@@ -195,13 +200,15 @@ typedef struct {
     const char *dlaunch, *mpi_worker, *self;
     char min[32], max[32], step[16], budget[32];
     int mpi, json, ab;
+    int ab_rounds; /* --recorder-ab */
     char dir[64];
     row_t rows[MAX_ROWS];
     int nrows;
 } driver_t;
 
-/* Runs argv with extra environment variables (NAME=value, NULL-terminated), output to log. */
-static int run(const driver_t *d, char *const argv[], const char *env1, const char *log)
+/* Runs argv with up to two extra environment variables (NAME=value or NULL), output to log. */
+static int run(const driver_t *d, char *const argv[], const char *env1, const char *env2,
+               const char *log)
 {
     pid_t pid = fork();
     if (pid < 0)
@@ -215,6 +222,8 @@ static int run(const driver_t *d, char *const argv[], const char *env1, const ch
         }
         if (env1 != NULL)
             putenv((char *)env1);
+        if (env2 != NULL)
+            putenv((char *)env2);
         if (chdir(d->dir) < 0)
             _exit(127);
         alarm(RUN_LIMIT_S);
@@ -284,7 +293,7 @@ static void bench_pair(driver_t *d, int world, const char *tr)
                     d->budget,
                     d->ab ? "--ab" : NULL,
                     NULL};
-    int rc = run(d, ours, env, log);
+    int rc = run(d, ours, env, NULL, log);
     if (rc != 0)
         fprintf(stderr, "allreduce: dlaunch, %s, world %d: exit %d (see %s)\n", tr, world, rc, log);
     if (!d->mpi || strcmp(tr, "hier") == 0)
@@ -321,9 +330,76 @@ static void bench_pair(driver_t *d, int world, const char *tr)
     for (int i = 0; rest[i] != NULL; i++)
         mpi[k++] = rest[i];
     mpi[k] = NULL;
-    rc = run(d, mpi, NULL, log);
+    rc = run(d, mpi, NULL, NULL, log);
     if (rc != 0)
         fprintf(stderr, "allreduce: mpirun, %s, world %d: exit %d (see %s)\n", tr, world, rc, log);
+}
+
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The flight recorder on and off, rounds times each, alternating; one table. */
+static void recorder_ab(driver_t *d, int world, const char *tr)
+{
+    enum { MAXB = 32, MAXR = 64 };
+    char n[16], out[2][128], log[128], env[64];
+    size_t sizes[MAXB];
+    double t[2][MAXB][MAXR], ratio[MAXB][MAXR];
+    int nsizes = 0, rounds = d->ab_rounds > MAXR ? MAXR : d->ab_rounds;
+    snprintf(n, sizeof(n), "%d", world);
+    snprintf(log, sizeof(log), "%s/log.txt", d->dir);
+    snprintf(env, sizeof(env), "DLAUNCH_COLL_TRANSPORT=%s", strcmp(tr, "shm-reg") == 0 ? "shm" : tr);
+    static const char *rec_env[2] = {"DLAUNCH_COLL_RECORDER=auto", "DLAUNCH_COLL_RECORDER=off"};
+    int ok = 1;
+    for (int r = 0; r < rounds && ok; r++) {
+        for (int k = 0; k < 2 && ok; k++) {
+            int v = (r + k) % 2; /* on first in even rounds, off first in odd ones */
+            snprintf(out[v], sizeof(out[v]), "%s/ab-%s-%d-%d-%d.txt", d->dir, tr, world, r, v);
+            char *argv[] = {(char *)d->dlaunch, "-q", "--log-dir", d->dir, "--gpus-per-node", n,
+                            "--", (char *)d->self, "--worker", "--out", out[v], "--impl",
+                            "dlaunch", "--transport", (char *)tr, "--min", d->min, "--max",
+                            d->max, "--step", d->step, "--budget", d->budget, NULL};
+            int rc = run(d, argv, env, rec_env[v], log);
+            if (rc != 0) {
+                fprintf(stderr, "allreduce: recorder %s, %s, world %d: exit %d (see %s)\n",
+                        v ? "off" : "on", tr, world, rc, log);
+                ok = 0;
+            }
+        }
+        for (int v = 0; v < 2 && ok; v++) {
+            driver_t *tmp = calloc(1, sizeof(*tmp));
+            if (tmp == NULL)
+                return;
+            load_rows(tmp, out[v]);
+            for (int i = 0; i < tmp->nrows && i < MAXB; i++) {
+                sizes[i] = tmp->rows[i].bytes;
+                t[v][i][r] = tmp->rows[i].time_us;
+            }
+            nsizes = tmp->nrows < MAXB ? tmp->nrows : MAXB;
+            free(tmp);
+        }
+        for (int i = 0; i < nsizes && ok; i++)
+            ratio[i][r] = t[0][i][r] / t[1][i][r];
+    }
+    if (!ok)
+        return;
+    printf("\n# all-reduce with the flight recorder on and off: %s, world %d, %d rounds "
+           "alternating\n", tr, world, rounds);
+    printf("%12s %14s %14s %12s %22s\n", "bytes", "on_us_median", "off_us_median", "on/off",
+           "on/off range (rounds)");
+    for (int i = 0; i < nsizes; i++) {
+        double lo = ratio[i][0], hi = ratio[i][0];
+        for (int r = 1; r < rounds; r++) {
+            lo = ratio[i][r] < lo ? ratio[i][r] : lo;
+            hi = ratio[i][r] > hi ? ratio[i][r] : hi;
+        }
+        double on = median_of(t[0][i], rounds), off = median_of(t[1][i], rounds);
+        double rm = median_of(ratio[i], rounds);
+        printf("%12zu %14.2f %14.2f %12.3f %12.3f-%.3f\n", sizes[i], on, off, rm, lo, hi);
+    }
 }
 
 static void print_table(const driver_t *d, int world, const char *tr)
@@ -380,7 +456,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: allreduce [--worlds 2,4] [--transports shm,tcp,shm-reg] [--min BYTES] "
                     "[--max BYTES] [--step K] [--budget BYTES] [--no-mpi] [--order-ab] [--json] "
-                    "[--dlaunch PATH] [--mpi-worker PATH]\n");
+                    "[--dlaunch PATH] [--mpi-worker PATH] [--recorder-ab ROUNDS]\n");
     return 2;
 }
 
@@ -440,7 +516,13 @@ int main(int argc, char **argv)
             d.dlaunch = v;
         else if (strcmp(k, "--mpi-worker") == 0)
             d.mpi_worker = v;
-        else
+        else if (strcmp(k, "--recorder-ab") == 0) {
+            char *end;
+            long r = strtol(v, &end, 10);
+            if (*end != '\0' || r < 1 || r > 64)
+                return usage();
+            d.ab_rounds = (int)r;
+        } else
             return usage();
     }
     if (d.mpi && access(d.mpi_worker, X_OK) != 0) {
@@ -463,8 +545,16 @@ int main(int argc, char **argv)
             return usage();
         snprintf(tl, sizeof(tl), "%s", d.transports);
         for (char *save = NULL, *t = strtok_r(tl, ",", &save); t != NULL;
-             t = strtok_r(NULL, ",", &save))
-            bench_pair(&d, (int)w, t);
+             t = strtok_r(NULL, ",", &save)) {
+            if (d.ab_rounds > 0)
+                recorder_ab(&d, (int)w, t);
+            else
+                bench_pair(&d, (int)w, t);
+        }
+    }
+    if (d.ab_rounds > 0) {
+        nftw(d.dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        return 0;
     }
     load_rows(&d, rows);
     for (int i = 0; d.json && i < d.nrows; i++) {

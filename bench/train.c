@@ -4,7 +4,11 @@
  *
  *   bench/train [--steps N] [--warmup N] [--runs N] [--workers 1,2] [--json] [--keep-coretype]
  *               [--no-torch] [--dlaunch PATH] [--trainer PATH] [--python PATH] [--script PATH]
- *               [--dataset DIR]
+ *               [--dataset DIR] [--recorder-ab]
+ *
+ * --recorder-ab adds, for each worker count, a row of ours with the collective's flight recorder
+ * off (DLAUNCH_COLL_RECORDER=off), interleaved with the others like any row, and a column with
+ * each dlaunch row against its recorder-off twin (the median of the rounds' ratios).
  *
  * Each figure is steady-state samples a second over all workers: the trainer's own per-window
  * rate from its progress lines, windows inside the first `warmup` steps left out; PyTorch's is
@@ -21,6 +25,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +37,7 @@
 #endif
 
 #define MAX_RUNS 64
-#define MAX_ROWS 8
+#define MAX_ROWS 12 /* 4 worker counts: ours, ours without the recorder, PyTorch */
 
 extern char **environ;
 
@@ -44,10 +49,11 @@ typedef struct {
     char kernels[64];
     char detail[128]; /* overlap mode, or torch version */
     const char *why;  /* set when a run failed */
+    bool norec;       /* the flight recorder off */
 } row_t;
 
 typedef struct {
-    int steps, warmup, runs, json, keep_coretype, torch;
+    int steps, warmup, runs, json, keep_coretype, torch, recorder_ab;
     int workers[4];
     int n_workers;
     char dlaunch[PATH_MAX], trainer[PATH_MAX], script[PATH_MAX];
@@ -172,7 +178,8 @@ static void measure(const opts_t *o, row_t *row, int i)
 
     if (row->why != NULL)
         return;
-    snprintf(out, sizeof(out), "%s/%s-%d-%d.out", o->tmp, row->impl, row->workers, i);
+    snprintf(out, sizeof(out), "%s/%s%s-%d-%d.out", o->tmp, row->impl, row->norec ? "-norec" : "",
+             row->workers, i);
     snprintf(logdir, sizeof(logdir), "%s/logs", o->tmp);
     snprintf(ws, sizeof(ws), "%d", row->workers);
     argv[k++] = (char *)o->dlaunch;
@@ -210,7 +217,10 @@ static void measure(const opts_t *o, row_t *row, int i)
         setenv("OMP_NUM_THREADS", "1", 1);
         setenv("OPENBLAS_NUM_THREADS", "1", 1);
     }
+    if (row->norec)
+        setenv("DLAUNCH_COLL_RECORDER", "off", 1);
     int status = run(argv, out);
+    unsetenv("DLAUNCH_COLL_RECORDER");
     if (torch) {
         unsetenv("OMP_NUM_THREADS");
         unsetenv("OPENBLAS_NUM_THREADS");
@@ -275,6 +285,10 @@ static int parse_args(opts_t *o, int argc, char **argv)
             o->torch = 0;
             continue;
         }
+        if (strcmp(a, "--recorder-ab") == 0) {
+            o->recorder_ab = 1;
+            continue;
+        }
         if (v == NULL)
             return -EINVAL;
         i++;
@@ -322,7 +336,8 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
 {
     const row_t *ours1 = NULL;
     for (int i = 0; i < n; i++)
-        if (strcmp(rows[i].impl, "dlaunch") == 0 && rows[i].workers == 1 && rows[i].why == NULL)
+        if (strcmp(rows[i].impl, "dlaunch") == 0 && rows[i].workers == 1 && rows[i].why == NULL &&
+            !rows[i].norec)
             ours1 = &rows[i];
 
     if (o->json) {
@@ -333,10 +348,11 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
                        r->workers, r->why);
                 continue;
             }
-            printf("{\"impl\": \"%s\", \"workers\": %d, \"samples_per_s\": %.0f, "
-                   "\"best_samples_per_s\": %.0f, \"blas_kernels\": \"%s\", \"detail\": \"%s\", "
-                   "\"runs\": [",
-                   r->impl, r->workers, median(r), best(r), r->kernels, r->detail);
+            printf("{\"impl\": \"%s\", \"workers\": %d, \"recorder\": %s, "
+                   "\"samples_per_s\": %.0f, \"best_samples_per_s\": %.0f, "
+                   "\"blas_kernels\": \"%s\", \"detail\": \"%s\", \"runs\": [",
+                   r->impl, r->workers, r->norec ? "false" : "true", median(r), best(r),
+                   r->kernels, r->detail);
             for (int j = 0; j < r->n; j++)
                 printf("%s%.0f", j ? ", " : "", r->sps[j]);
             printf("]}\n");
@@ -347,8 +363,8 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
            "ratios the median of each round's; OPENBLAS_CORETYPE %s\n",
            o->steps, o->warmup, o->runs,
            o->keep_coretype ? "as in the environment" : "unset for every row");
-    printf("%-8s %7s %14s %14s %10s %12s  %s\n", "impl", "workers", "samples/s", "best",
-           "vs ours1", "vs pytorch", "kernels, notes");
+    printf("%-8s %7s %14s %14s %10s %12s %8s  %s\n", "impl", "workers", "samples/s", "best",
+           "vs ours1", "vs pytorch", "rec/off", "kernels, notes");
     for (int i = 0; i < n; i++) {
         const row_t *r = &rows[i];
         if (r->why != NULL) {
@@ -360,13 +376,21 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
             if (strcmp(rows[j].impl, "pytorch") == 0 && rows[j].workers == r->workers &&
                 rows[j].why == NULL)
                 peer = &rows[j];
-        char vs1[16] = "-", vsp[16] = "-";
+        const row_t *twin = NULL;
+        for (int j = 0; j < n; j++)
+            if (rows[j].norec && !r->norec && rows[j].workers == r->workers &&
+                strcmp(r->impl, "dlaunch") == 0 && rows[j].why == NULL)
+                twin = &rows[j];
+        char vs1[16] = "-", vsp[16] = "-", vsr[16] = "-";
         if (ours1 != NULL)
             snprintf(vs1, sizeof(vs1), "%.2fx", paired_ratio(r, ours1));
         if (peer != NULL && strcmp(r->impl, "dlaunch") == 0)
             snprintf(vsp, sizeof(vsp), "%.2fx", paired_ratio(r, peer));
-        printf("%-8s %7d %14.0f %14.0f %10s %12s  %s%s%s\n", r->impl, r->workers, median(r),
-               best(r), vs1, vsp, r->kernels, r->detail[0] ? ", " : "", r->detail);
+        if (twin != NULL)
+            snprintf(vsr, sizeof(vsr), "%.3fx", paired_ratio(r, twin));
+        printf("%-8s %7d %14.0f %14.0f %10s %12s %8s  %s%s%s%s\n", r->impl, r->workers,
+               median(r), best(r), vs1, vsp, vsr, r->kernels, r->detail[0] ? ", " : "",
+               r->detail, r->norec ? ", flight recorder off" : "");
     }
 }
 
@@ -380,14 +404,17 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: %s [--steps N] [--warmup N] [--runs N] [--workers 1,2] [--json] "
                 "[--keep-coretype] [--no-torch] [--dlaunch PATH] [--trainer PATH] "
-                "[--python PATH] [--script PATH] [--dataset DIR]\n",
+                "[--python PATH] [--script PATH] [--dataset DIR] [--recorder-ab]\n",
                 argv[0]);
         return 2;
     }
     if (!o.keep_coretype)
         unsetenv("OPENBLAS_CORETYPE");
-    for (int i = 0; i < o.n_workers; i++)
+    for (int i = 0; i < o.n_workers; i++) {
         rows[n++] = (row_t){.impl = "dlaunch", .workers = o.workers[i]};
+        if (o.recorder_ab)
+            rows[n++] = (row_t){.impl = "dlaunch", .workers = o.workers[i], .norec = true};
+    }
     if (o.torch) {
         int ok = have_torch(o.python) && access(o.script, R_OK) == 0;
         for (int i = 0; i < o.n_workers; i++)

@@ -17,6 +17,7 @@ typedef struct {
     const char *token_file;
     const char *run_id;
     bool json;
+    bool ranks; /* status: every rank's figures and last operations */
     double timeout;
     double follow_timeout; /* events: stop after this long without one; < 0 never */
     char **args; /* positional arguments after the subcommand */
@@ -57,6 +58,8 @@ static int parse(int argc, char **argv, ctl_opts_t *o)
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0) {
             o->json = true;
+        } else if (strcmp(a, "--ranks") == 0) {
+            o->ranks = true;
         } else if (strcmp(a, "--endpoint") == 0 || strcmp(a, "--token-file") == 0 ||
                    strcmp(a, "--timeout") == 0) {
             if (i + 1 >= argc)
@@ -150,6 +153,8 @@ static const char *control_endpoint(const ctl_opts_t *o, const char **where)
     return e;
 }
 
+static void print_diag(const json_t *job);
+
 static void print_status(const json_t *job)
 {
     printf("%s: %s, round %lld, restarts %lld of %lld, nodes %lld..%lld, world size %lld\n",
@@ -177,6 +182,71 @@ static void print_status(const json_t *job)
                json_is_true(json_object_get(n, "connected")) ? "" : "  (disconnected)",
                json_is_true(json_object_get(n, "left")) ? "  (done)" : "");
     }
+    print_diag(job);
+}
+
+/* The job-wide figures, the stragglers and (status --ranks) every rank: docs/diagnostics.md. */
+static void print_diag(const json_t *job)
+{
+    const json_t *d = json_object_get(job, "diag"), *x;
+    size_t i;
+    if (d != NULL) {
+        const json_t *slow = json_object_get(d, "slowest");
+        printf("  compute a step: median %.3f ms", json_number_value(json_object_get(d, "median_compute_ms")));
+        if (slow != NULL)
+            printf(", slowest rank %lld %.3f ms",
+                   (long long)json_integer_value(json_object_get(slow, "rank")),
+                   json_number_value(json_object_get(slow, "compute_ms")));
+        printf("; step %.3f ms, %.0f samples/s\n", json_number_value(json_object_get(d, "step_ms")),
+               json_number_value(json_object_get(d, "samples_per_s")));
+        json_array_foreach(json_object_get(d, "stragglers"), i, x)
+        {
+            printf("  straggler: rank %lld on node %lld (%s): %.3f ms a step against the median "
+                   "%.3f ms (+%.0f%%) for %lld steps; costs about %.0f samples/s\n",
+                   (long long)json_integer_value(json_object_get(x, "rank")),
+                   (long long)json_integer_value(json_object_get(x, "node_rank")),
+                   json_string_value(json_object_get(x, "host")),
+                   json_number_value(json_object_get(x, "compute_ms")),
+                   json_number_value(json_object_get(x, "median_ms")),
+                   json_number_value(json_object_get(x, "slower_pct")),
+                   (long long)json_integer_value(json_object_get(x, "steps")),
+                   json_number_value(json_object_get(x, "cost_samples_per_s")));
+        }
+    }
+    const char *where = json_string_value(json_object_get(job, "where"));
+    if (where != NULL)
+        printf("  where: %s\n", where);
+    json_array_foreach(json_object_get(job, "ranks"), i, x)
+    {
+        double steps = json_number_value(json_object_get(x, "steps"));
+        printf("  rank %lld  node %lld %-12s", (long long)json_integer_value(json_object_get(x, "rank")),
+               (long long)json_integer_value(json_object_get(x, "node_rank")),
+               json_string_value(json_object_get(x, "host")));
+        if (json_object_get(x, "step") != NULL)
+            printf(" step %lld", (long long)json_integer_value(json_object_get(x, "step")));
+        if (steps > 0)
+            printf(" compute %.3f ms wait %.3f ms",
+                   json_number_value(json_object_get(x, "compute_ms")) / steps,
+                   json_number_value(json_object_get(x, "wait_ms")) / steps);
+        if (json_object_get(x, "silent_s") != NULL)
+            printf(" last beat %.1f s ago", json_number_value(json_object_get(x, "silent_s")));
+        if (json_string_value(json_object_get(x, "proc")) != NULL)
+            printf(" process %s", json_string_value(json_object_get(x, "proc")));
+        const json_t *ops = json_object_get(x, "ops"), *op;
+        size_t k = json_array_size(ops);
+        if (!json_is_true(json_object_get(x, "recorder")))
+            printf(" (no flight recorder)");
+        while (k-- > 0) {
+            op = json_array_get(ops, k);
+            printf("%s %s #%lld %s", k + 1 == json_array_size(ops) ? " |" : ";",
+                   json_string_value(json_object_get(op, "op")),
+                   (long long)json_integer_value(json_object_get(op, "seq")),
+                   json_string_value(json_object_get(op, "state")));
+            if (json_object_get(op, "age_s") != NULL)
+                printf(" %.1f s", json_number_value(json_object_get(op, "age_s")));
+        }
+        printf("\n");
+    }
 }
 
 static int control(const char *cmd, const ctl_opts_t *o)
@@ -202,6 +272,8 @@ static int control(const char *cmd, const ctl_opts_t *o)
     json_t *m = dl_proto_msg_new(type, 0);
     if (type == DL_PROTO_STATUS && run_id == NULL)
         json_object_set_new(m, "all", json_true());
+    if (type == DL_PROTO_STATUS && o->ranks)
+        json_object_set_new(m, "ranks", json_true());
     if (type != DL_PROTO_STATUS)
         json_object_set_new(m, "reason", json_string("requested with dlaunch"));
     r = call(c, m, o->timeout, &reply);

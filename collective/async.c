@@ -24,6 +24,7 @@ struct dl_coll_request_s {
     dl_coll_dtype_t dtype;
     dl_coll_op_t op;
     int result;
+    uint64_t seq; /* its flight recorder entry, or 0 */
     _Atomic uint32_t done;
     dl_coll_request_t *next;
 };
@@ -63,7 +64,11 @@ static void *comm_main(void *arg)
         if (g->head == NULL)
             g->tail = NULL;
         pthread_mutex_unlock(&g->mu);
+        dl__coll_rec_start(&g->rec, req->seq, DL_COLL_REC_ALLREDUCE,
+                           req->count * dl_coll_dtype_size(req->dtype),
+                           dl__coll_allreduce_algo(g, req->count, req->dtype), req->dtype, -1);
         int r = dl__coll_run_allreduce(g, req->src, req->dst, req->count, req->dtype, req->op);
+        dl__coll_rec_end(&g->rec, req->seq, r);
         pthread_mutex_lock(&g->mu);
         /* Pending drops before the request completes: a caller that waited on it and then
          * drains finds the queue idle without a second wake-up. */
@@ -110,6 +115,8 @@ int dl_coll_allreduce_async(dl_coll_group_t *g, const void *sendbuf, void *recvb
             g->head = req;
         g->tail = req;
         g->pending++;
+        /* Numbered in issue order, which is the order the thread runs them in. */
+        req->seq = dl__coll_rec_issue(&g->rec);
         pthread_cond_broadcast(&g->cv);
     }
     pthread_mutex_unlock(&g->mu);

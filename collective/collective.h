@@ -104,6 +104,13 @@ typedef struct {
      * time that a thread computing beside an asynchronous all-reduce might want. 0: sleep at once.
      */
     int spin_us;
+    /* DLAUNCH_COLL_RECORDER: the flight recorder (below). recorder 0: off; else in the file
+     * recorder_path, or in process memory when that is "". */
+    int recorder;
+    char recorder_path[DL_COLL_PATH_MAX];
+    /* DLAUNCH_COLL_RECORDER_TIMED: operations of at least this many bytes get start and end
+     * times (default 64K; 0 times all of them, at about 11 ns an operation). */
+    size_t recorder_timed_bytes;
 } dl_coll_options_t;
 
 typedef struct dl_coll_group_s dl_coll_group_t;
@@ -181,6 +188,88 @@ int dl_coll_mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *er
 /* Frees memory from dl_coll_mem_alloc (NULL is ignored) once no operation uses it; not
  * collective. dl_coll_group_destroy frees what is left. */
 void dl_coll_mem_free(dl_coll_group_t *g, void *ptr);
+
+/* ---- The flight recorder ---------------------------------------------------------------------
+ *
+ * Every group keeps its last DL_COLL_REC_CAPACITY operations (sequence number, operation, bytes,
+ * algorithm, state, start and end times) in a small ring of shared memory, written with plain
+ * stores and no lock or system call. Under dlaunch the ring is the file
+ * DLAUNCH_ATTEMPT_DIR/rank_R.rec, which the agent reads when a rank hangs or fails, or when asked,
+ * even while the rank is stopped or after it died (docs/diagnostics.md has the layout).
+ * DLAUNCH_COLL_RECORDER: "auto" (that file, else process memory), "off", or a file to use. */
+
+#define DL_COLL_REC_CAPACITY 64
+
+typedef enum {
+    DL_COLL_REC_OP_NONE = 0,
+    DL_COLL_REC_ALLREDUCE,
+    DL_COLL_REC_BROADCAST,
+    DL_COLL_REC_ALLGATHER,
+    DL_COLL_REC_REDUCE_SCATTER,
+    DL_COLL_REC_BARRIER,
+    DL_COLL_REC_MEM_ALLOC,
+} dl_coll_rec_op_t;
+
+typedef enum {
+    DL_COLL_REC_QUEUED = 1, /* an asynchronous all-reduce waiting for the communication thread */
+    DL_COLL_REC_RUNNING,    /* entered: moving data, or waiting for the other ranks */
+    DL_COLL_REC_DONE,
+    DL_COLL_REC_FAILED,
+} dl_coll_rec_state_t;
+
+typedef enum {
+    DL_COLL_REC_ALGO_NONE = 0, /* the operation has one way on its transport */
+    DL_COLL_REC_ALGO_LOCAL,    /* nothing to exchange: one rank, or nothing to send */
+    DL_COLL_REC_ALGO_SHM_SMALL, /* shared memory: every rank reduces the whole message */
+    DL_COLL_REC_ALGO_SHM_PAIR,  /* shared memory, two ranks: each reads the other's input */
+    DL_COLL_REC_ALGO_SHM_SLICE, /* shared memory: each rank reduces one slice */
+    DL_COLL_REC_ALGO_TCP_DOUBLING, /* TCP: recursive doubling */
+    DL_COLL_REC_ALGO_TCP_RING,     /* TCP: pipelined ring */
+    DL_COLL_REC_ALGO_HIER,         /* within the host, across hosts' leaders, within the host */
+} dl_coll_rec_algo_t;
+
+typedef struct {
+    unsigned long long seq; /* 1 for the group's first operation */
+    dl_coll_rec_op_t op;
+    dl_coll_rec_state_t state;
+    dl_coll_rec_algo_t algo;
+    dl_coll_dtype_t dtype;
+    unsigned long long bytes; /* per rank: what it sends (all-gather: its own block) */
+    int root;                 /* broadcast's root, else -1 */
+    int error;                /* -errno when failed */
+    /* CLOCK_MONOTONIC seconds; 0 before it started or ended, and 0 for operations below
+     * recorder_timed_bytes (reading the clock would cost about 1% of a 4 KiB all-reduce). */
+    double start, end;
+} dl_coll_rec_entry_t;
+
+typedef struct {
+    int rank, world_size, pid;
+    char transport[16];            /* "self", "shm", "tcp", "shm+tcp" */
+    unsigned long long issued;     /* newest operation issued, queued ones included */
+    double created;                /* Unix seconds when the group set the recorder up */
+} dl_coll_rec_info_t;
+
+typedef struct dl_coll_rec_reader_s dl_coll_rec_reader_t;
+
+/* Maps a recorder file read-only. Returns 0 with *ret (dl_coll_rec_close), -ENOENT when there is
+ * no file yet, -ENODATA while its rank has not set it up, -EBADMSG for something else, or
+ * another -errno. */
+int dl_coll_rec_open(const char *path, dl_coll_rec_reader_t **ret);
+
+/* Copies up to max of the newest entries into v, oldest first, and the header into *ret_info
+ * (may be NULL). Entries the writer is changing at that moment are read again; one still
+ * changing after a few tries (its writer stopped half way) is left out. Returns how many. */
+size_t dl_coll_rec_read(const dl_coll_rec_reader_t *r, dl_coll_rec_info_t *ret_info,
+                        dl_coll_rec_entry_t *v, size_t max);
+
+/* Accepts NULL. */
+void dl_coll_rec_close(dl_coll_rec_reader_t *r);
+
+/* "all-reduce", "broadcast", ...; "queued", "running", "done", "failed"; "shm-small", ... ("" for
+ * DL_COLL_REC_ALGO_NONE). Static strings. */
+const char *dl_coll_rec_op_name(dl_coll_rec_op_t op);
+const char *dl_coll_rec_state_name(dl_coll_rec_state_t state);
+const char *dl_coll_rec_algo_name(dl_coll_rec_algo_t algo);
 
 /* Queues an all-reduce for the group's communication thread and returns at once; the buffers
  * must stay untouched until dl_coll_wait() returns. Operations run in the order they were

@@ -432,6 +432,7 @@ int dl_coll_group_create(const dl_coll_options_t *opts, dl_coll_group_t **ret_gr
     g->nhosts = 1;
     g->local_size = 1;
     g->mem.members = 1; /* setup_shm raises it to the host's ranks */
+    g->rec.fd = -1;
     int r = dl__coll_async_init(g);
     if (r < 0)
         snprintf(err, errlen, "async state: %s", strerror(-r));
@@ -447,6 +448,7 @@ int dl_coll_group_create(const dl_coll_options_t *opts, dl_coll_group_t **ret_gr
         dl_coll_group_destroy(g);
         return r;
     }
+    dl__coll_rec_open(&g->rec, &g->opts, g->rank, g->size, dl_coll_transport_name(g));
     *ret_group = g;
     return 0;
 }
@@ -466,6 +468,7 @@ void dl_coll_group_destroy(dl_coll_group_t *g)
     if (g == NULL)
         return;
     dl__coll_async_shutdown(g);
+    dl__coll_rec_close(&g->rec);
     dl__coll_mem_release(&g->mem);
     dl__coll_shm_close(g->shm);
     dl__coll_tcp_close(g->tcp);
@@ -550,6 +553,18 @@ int dl__coll_run_allreduce(dl_coll_group_t *g, const void *src, void *dst, size_
     return dl__coll_broken(g, r);
 }
 
+dl_coll_rec_algo_t dl__coll_allreduce_algo(const dl_coll_group_t *g, size_t count,
+                                           dl_coll_dtype_t dtype)
+{
+    if (g->size == 1 || count == 0)
+        return DL_COLL_REC_ALGO_LOCAL;
+    if (g->nhosts == 1)
+        return dl__coll_shm_allreduce_algo(g->shm, count * dl_coll_dtype_size(dtype), 0);
+    if (g->nhosts != g->size)
+        return DL_COLL_REC_ALGO_HIER;
+    return dl__coll_tcp_allreduce_algo(g->tcp, count, dl_coll_dtype_size(dtype));
+}
+
 static int valid(dl_coll_dtype_t dtype, dl_coll_op_t op)
 {
     return (unsigned)dtype <= DL_COLL_INT64 && (unsigned)op <= DL_COLL_MAX;
@@ -561,17 +576,18 @@ int dl_coll_allreduce(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, si
     if (!valid(dtype, op) || (count > 0 && (sendbuf == NULL || recvbuf == NULL)))
         return -EINVAL;
     dl__coll_drain(g);
-    return dl__coll_run_allreduce(g, sendbuf, recvbuf, count, dtype, op);
+    uint64_t seq =
+        dl__coll_rec_begin(&g->rec, DL_COLL_REC_ALLREDUCE, count * dl_coll_dtype_size(dtype),
+                           dl__coll_allreduce_algo(g, count, dtype), dtype, -1);
+    int r = dl__coll_run_allreduce(g, sendbuf, recvbuf, count, dtype, op);
+    dl__coll_rec_end(&g->rec, seq, r);
+    return r;
 }
 
-int dl_coll_broadcast(dl_coll_group_t *g, void *buf, size_t count, dl_coll_dtype_t dtype, int root)
+static int broadcast(dl_coll_group_t *g, void *buf, size_t bytes, int root)
 {
-    if (!valid(dtype, DL_COLL_SUM) || root < 0 || root >= g->size || (count > 0 && buf == NULL))
-        return -EINVAL;
-    dl__coll_drain(g);
     if (g->err.code != 0)
         return g->err.code;
-    size_t bytes = count * dl_coll_dtype_size(dtype);
     int r = 0, rh = g->host_of != NULL ? g->host_of[root] : 0;
     if (g->size == 1 || bytes == 0)
         return 0;
@@ -582,6 +598,21 @@ int dl_coll_broadcast(dl_coll_group_t *g, void *buf, size_t count, dl_coll_dtype
     if (r == 0 && g->shm != NULL && g->host != rh)
         r = dl__coll_shm_broadcast(g->shm, buf, bytes, 0);
     return dl__coll_broken(g, r);
+}
+
+int dl_coll_broadcast(dl_coll_group_t *g, void *buf, size_t count, dl_coll_dtype_t dtype, int root)
+{
+    if (!valid(dtype, DL_COLL_SUM) || root < 0 || root >= g->size || (count > 0 && buf == NULL))
+        return -EINVAL;
+    dl__coll_drain(g);
+    size_t bytes = count * dl_coll_dtype_size(dtype);
+    uint64_t seq = dl__coll_rec_begin(&g->rec, DL_COLL_REC_BROADCAST, bytes,
+                                      g->size == 1 || bytes == 0 ? DL_COLL_REC_ALGO_LOCAL
+                                                                 : DL_COLL_REC_ALGO_NONE,
+                                      dtype, root);
+    int r = broadcast(g, buf, bytes, root);
+    dl__coll_rec_end(&g->rec, seq, r);
+    return r;
 }
 
 /* Host-major layout: each host's blocks side by side, so that leaders exchange one piece each. */
@@ -616,12 +647,9 @@ static int allgather_hier(dl_coll_group_t *g, const char *src, char *dst, size_t
     return r;
 }
 
-int dl_coll_allgather(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
-                      dl_coll_dtype_t dtype)
+static int allgather(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
+                     dl_coll_dtype_t dtype)
 {
-    if (!valid(dtype, DL_COLL_SUM) || (count > 0 && (sendbuf == NULL || recvbuf == NULL)))
-        return -EINVAL;
-    dl__coll_drain(g);
     if (g->err.code != 0)
         return g->err.code;
     size_t bytes = count * dl_coll_dtype_size(dtype);
@@ -663,12 +691,27 @@ int dl_coll_allgather(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, si
     return dl__coll_broken(g, r);
 }
 
-int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t recvcount,
-                           dl_coll_dtype_t dtype, dl_coll_op_t op)
+int dl_coll_allgather(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t count,
+                      dl_coll_dtype_t dtype)
 {
-    if (!valid(dtype, op) || (recvcount > 0 && (sendbuf == NULL || recvbuf == NULL)))
+    if (!valid(dtype, DL_COLL_SUM) || (count > 0 && (sendbuf == NULL || recvbuf == NULL)))
         return -EINVAL;
     dl__coll_drain(g);
+    size_t bytes = count * dl_coll_dtype_size(dtype);
+    uint64_t seq = dl__coll_rec_begin(&g->rec, DL_COLL_REC_ALLGATHER, bytes,
+                                      g->size == 1 || bytes == 0 ? DL_COLL_REC_ALGO_LOCAL
+                                      : g->nhosts > 1 && g->nhosts < g->size
+                                          ? DL_COLL_REC_ALGO_HIER
+                                          : DL_COLL_REC_ALGO_NONE,
+                                      dtype, -1);
+    int r = allgather(g, sendbuf, recvbuf, count, dtype);
+    dl__coll_rec_end(&g->rec, seq, r);
+    return r;
+}
+
+static int reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf,
+                          size_t recvcount, dl_coll_dtype_t dtype, dl_coll_op_t op)
+{
     if (g->err.code != 0)
         return g->err.code;
     size_t esize = dl_coll_dtype_size(dtype), block = recvcount * esize;
@@ -697,9 +740,26 @@ int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbu
     return dl__coll_broken(g, r);
 }
 
-int dl_coll_barrier(dl_coll_group_t *g)
+int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t recvcount,
+                           dl_coll_dtype_t dtype, dl_coll_op_t op)
 {
+    if (!valid(dtype, op) || (recvcount > 0 && (sendbuf == NULL || recvbuf == NULL)))
+        return -EINVAL;
     dl__coll_drain(g);
+    size_t bytes = recvcount * dl_coll_dtype_size(dtype) * (size_t)g->size;
+    uint64_t seq = dl__coll_rec_begin(&g->rec, DL_COLL_REC_REDUCE_SCATTER, bytes,
+                                      g->size == 1 || bytes == 0 ? DL_COLL_REC_ALGO_LOCAL
+                                      : g->nhosts > 1 && g->nhosts < g->size
+                                          ? DL_COLL_REC_ALGO_HIER
+                                          : DL_COLL_REC_ALGO_NONE,
+                                      dtype, -1);
+    int r = reduce_scatter(g, sendbuf, recvbuf, recvcount, dtype, op);
+    dl__coll_rec_end(&g->rec, seq, r);
+    return r;
+}
+
+static int barrier(dl_coll_group_t *g)
+{
     if (g->err.code != 0)
         return g->err.code;
     int r = 0;
@@ -713,4 +773,15 @@ int dl_coll_barrier(dl_coll_group_t *g)
     if (r == 0 && g->shm != NULL && g->nhosts > 1)
         r = dl__coll_shm_barrier(g->shm);
     return dl__coll_broken(g, r);
+}
+
+int dl_coll_barrier(dl_coll_group_t *g)
+{
+    dl__coll_drain(g);
+    uint64_t seq = dl__coll_rec_begin(&g->rec, DL_COLL_REC_BARRIER, 0,
+                                      g->size == 1 ? DL_COLL_REC_ALGO_LOCAL : DL_COLL_REC_ALGO_NONE,
+                                      DL_COLL_INT32, -1);
+    int r = barrier(g);
+    dl__coll_rec_end(&g->rec, seq, r);
+    return r;
 }

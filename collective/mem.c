@@ -170,6 +170,8 @@ out:
     return local;
 }
 
+static int mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *err, size_t errlen);
+
 int dl_coll_mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *err, size_t errlen)
 {
     if (g == NULL || ret_ptr == NULL || bytes == 0) {
@@ -177,6 +179,18 @@ int dl_coll_mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *er
         return -EINVAL;
     }
     dl__coll_drain(g);
+    /* Collective too: a rank that never comes leaves the others waiting here. */
+    uint64_t seq = dl__coll_rec_begin(&g->rec, DL_COLL_REC_MEM_ALLOC, bytes,
+                                      g->shm != NULL ? DL_COLL_REC_ALGO_NONE
+                                                     : DL_COLL_REC_ALGO_LOCAL,
+                                      DL_COLL_INT32, -1);
+    int r = mem_alloc(g, bytes, ret_ptr, err, errlen);
+    dl__coll_rec_end(&g->rec, seq, r);
+    return r;
+}
+
+static int mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *err, size_t errlen)
+{
     if (g->err.code != 0) {
         snprintf(err, errlen, "%s", g->err.msg);
         return g->err.code;

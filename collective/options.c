@@ -20,6 +20,7 @@ extern char **environ;
 #define DEFAULT_SHM_CHUNK (512 << 10)
 #define DEFAULT_TCP_CHUNK (1 << 20)
 #define DEFAULT_SPIN_US 1000
+#define DEFAULT_RECORDER_TIMED (64 << 10)
 #define MAX_CHUNK ((size_t)1 << 30)
 
 void dl_coll_options_init(dl_coll_options_t *o)
@@ -39,6 +40,8 @@ void dl_coll_options_init(dl_coll_options_t *o)
     o->shm_chunk_bytes = DEFAULT_SHM_CHUNK;
     o->tcp_chunk_bytes = DEFAULT_TCP_CHUNK;
     o->spin_us = DEFAULT_SPIN_US;
+    o->recorder = 1;
+    o->recorder_timed_bytes = DEFAULT_RECORDER_TIMED;
 }
 
 const char *dl__coll_transport_str(dl_coll_transport_t t)
@@ -188,6 +191,9 @@ static const dl_opt_t vars[] = {
      NULL, "a byte count from 4K to 1G", "bytes per shared-memory round", 0, 0},
     {"dlaunch-coll-tcp-chunk", NULL, 0, &t_bytes, OFF(tcp_chunk_bytes), 4096, MAX_CHUNK, NULL,
      NULL, "a byte count from 4K to 1G", "receive and reduce granularity", 0, 0},
+    {"dlaunch-coll-recorder-timed", NULL, 0, &t_bytes, OFF(recorder_timed_bytes), 0,
+     (double)(SIZE_MAX >> 1), NULL, NULL, "a byte count such as 0 or 64K",
+     "the flight recorder times operations of this size and above", 0, 0},
     {"dlaunch-coll-spin-us", NULL, 0, &dl_opt_int, OFF(spin_us), 0, 10000000, NULL, NULL, "US",
      "microseconds to spin before sleeping", 0, 0},
     {"dlaunch-coll-transport", NULL, 0, &t_choice, OFF(transport), 0, 0, transports, NULL,
@@ -211,6 +217,24 @@ int dl_coll_options_from_env(dl_coll_options_t *opts, char **envp, char *err, si
     int r = dl_opt_from_env(&table, &o, envp, err, errlen);
     if (r < 0)
         return -EINVAL;
+    /* The recorder's file: auto, where the agent looks for it (DLAUNCH_ATTEMPT_DIR/rank_R.rec,
+     * which needs the rank read above); off; or a file named outright. */
+    const char *dir = dl_env_get(envp, "DLAUNCH_ATTEMPT_DIR");
+    const char *v = dl_env_get(envp, "DLAUNCH_COLL_RECORDER");
+    o.recorder = v == NULL || strcmp(v, "off") != 0;
+    o.recorder_path[0] = '\0';
+    if (v != NULL && *v != '\0' && strcmp(v, "auto") != 0 && strcmp(v, "off") != 0) {
+        if (strlen(v) >= sizeof(o.recorder_path)) {
+            snprintf(err, errlen, "DLAUNCH_COLL_RECORDER: not auto, off or a file name of at "
+                                  "most %zu bytes", sizeof(o.recorder_path) - 1);
+            return -EINVAL;
+        }
+        snprintf(o.recorder_path, sizeof(o.recorder_path), "%s", v);
+    } else if (o.recorder && dir != NULL && *dir != '\0' &&
+               (size_t)snprintf(o.recorder_path, sizeof(o.recorder_path), "%s/rank_%d.rec", dir,
+                                o.rank) >= sizeof(o.recorder_path)) {
+        o.recorder_path[0] = '\0'; /* a folder name this long gets no file */
+    }
     o.token = dl_env_get(envp, "DLAUNCH_TOKEN");
     if (o.rank >= o.world_size) {
         snprintf(err, errlen, "environment RANK=%d: not below WORLD_SIZE=%d", o.rank, o.world_size);

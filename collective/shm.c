@@ -565,13 +565,25 @@ int dl__coll_shm_allreduce(dl__coll_shm_t *s, const void *src, void *dst, size_t
     int r = begin(s);
     if (r < 0 || count == 0)
         return r;
+    switch (dl__coll_shm_allreduce_algo(s, bytes, root_only)) {
+    case DL_COLL_REC_ALGO_SHM_SMALL:
+        return allreduce_small(s, src, dst, count, dtype, op, root_only);
+    case DL_COLL_REC_ALGO_SHM_PAIR:
+        return allreduce_pair(s, src, dst, count, dtype, op);
+    default:
+        return allreduce_large(s, src, dst, count, dtype, op, root_only);
+    }
+}
+
+dl_coll_rec_algo_t dl__coll_shm_allreduce_algo(const dl__coll_shm_t *s, size_t bytes, int root_only)
+{
     int latency =
         s->algo == DL_COLL_ALGO_LATENCY || (s->algo == DL_COLL_ALGO_AUTO && bytes <= s->small);
     if (latency && bytes <= s->chunk)
-        return allreduce_small(s, src, dst, count, dtype, op, root_only);
+        return DL_COLL_REC_ALGO_SHM_SMALL;
     if (s->n == 2 && !root_only && s->algo != DL_COLL_ALGO_BANDWIDTH)
-        return allreduce_pair(s, src, dst, count, dtype, op);
-    return allreduce_large(s, src, dst, count, dtype, op, root_only);
+        return DL_COLL_REC_ALGO_SHM_PAIR;
+    return DL_COLL_REC_ALGO_SHM_SLICE;
 }
 
 /* ---- reduce-scatter -------------------------------------------------------------------------- */

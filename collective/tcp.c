@@ -624,13 +624,20 @@ int dl__coll_tcp_chain(dl__coll_tcp_t *t, void *dst_v, size_t count, dl_coll_dty
 
 /* ---- operations ------------------------------------------------------------------------------ */
 
+dl_coll_rec_algo_t dl__coll_tcp_allreduce_algo(const dl__coll_tcp_t *t, size_t count, size_t esize)
+{
+    size_t bytes = count * esize;
+    int latency =
+        t->algo == DL_COLL_ALGO_LATENCY || (t->algo == DL_COLL_ALGO_AUTO && bytes <= t->small);
+    return latency || count < (size_t)t->n ? DL_COLL_REC_ALGO_TCP_DOUBLING
+                                           : DL_COLL_REC_ALGO_TCP_RING;
+}
+
 int dl__coll_tcp_allreduce(dl__coll_tcp_t *t, const void *src, void *dst, size_t count,
                            dl_coll_dtype_t dtype, dl_coll_op_t op)
 {
     size_t esize = dl_coll_dtype_size(dtype), bytes = count * esize;
-    int latency =
-        t->algo == DL_COLL_ALGO_LATENCY || (t->algo == DL_COLL_ALGO_AUTO && bytes <= t->small);
-    if (latency || count < (size_t)t->n) {
+    if (dl__coll_tcp_allreduce_algo(t, count, esize) == DL_COLL_REC_ALGO_TCP_DOUBLING) {
         if (src != dst)
             memcpy(dst, src, bytes);
         return rd_allreduce(t, dst, count, dtype, op);

@@ -94,6 +94,12 @@ struct dl_job_spec_s {
     char *event_log_handler;  /* accepted, warned, ignored */
     char *http; /* ADDR:PORT where the hosted rendezvous serves /metrics, / and /api; NULL off */
 
+    /* Diagnostics (docs/diagnostics.md). */
+    char *straggler_action;     /* "warn" (NULL means it too), "exclude" or "off" */
+    double straggler_threshold; /* slower than the median by this fraction */
+    int straggler_window;       /* steps */
+    double straggler_cooldown;  /* seconds an excluded node waits before joining again */
+
     char *spec_path; /* the YAML file, or NULL */
     char **command;  /* NULL-terminated argv, owned */
     size_t command_len;

@@ -298,6 +298,21 @@ static const dl_opt_type_t t_ranks = {"a list of local ranks", parse_rank_list, 
 static const dl_opt_type_t t_signals = {"a list of signals", parse_signals, release_string, false};
 static const dl_opt_type_t t_conf = {"KEY=VALUE,...", parse_rdzv_conf, release_conf, false};
 
+/* A word of choices[], kept as the word itself. */
+static int parse_word(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
+{
+    for (int i = 0; o->choices[i] != NULL; i++)
+        if (strcmp(text, o->choices[i]) == 0)
+            return set_string((char **)((char *)obj + o->offset), text);
+    size_t off = (size_t)snprintf(why, whylen, "is not one of ");
+    for (int i = 0; o->choices[i] != NULL && off < whylen; i++)
+        off += (size_t)snprintf(why + off, whylen - off, "%s%s", i ? ", " : "", o->choices[i]);
+    return -EINVAL;
+}
+
+static const dl_opt_type_t t_word = {"one of the choices", parse_word, release_string, false};
+static const char *const straggler_actions[] = {"warn", "exclude", "off", NULL};
+
 static const char *const backends[] = {"c10d", "static", "etcd", "etcd-v2", NULL};
 static const char *const start_methods[] = {"spawn", "fork", "forkserver", NULL};
 
@@ -376,6 +391,17 @@ const dl_opt_t dl__options[] = {
      "a node silent this long is dead and the job restarts without it (default 5)", 0, 0},
     {"token-file", NULL, 0, STR, OFF(token_file), 0, 0, NULL, NULL, "FILE",
      "the job token (mode 0600) proving agents and workers belong to the job", 0, 0},
+    {"straggler-action", NULL, 0, &t_word, OFF(straggler_action), 0, 0, straggler_actions,
+     "warn", "warn|exclude|off",
+     "what to do about a rank slower than the others: name it (warn), or with --nodes MIN:MAX "
+     "also drop its node from the job for --straggler-cooldown (exclude) (default warn)", 0, 0},
+    {"straggler-threshold", NULL, 0, DBL, OFF(straggler_threshold), 0.01, 100, NULL, "0.3", "F",
+     "a straggler's compute time a step exceeds the median by this fraction (default 0.3)", 0,
+     0},
+    {"straggler-window", NULL, 0, INT_OPT, OFF(straggler_window), 1, 1e9, NULL, "100", "STEPS",
+     "... over this many steps, in 3 reports in a row at least (default 100)", 0, 0},
+    {"straggler-cooldown", NULL, 0, DBL, OFF(straggler_cooldown), 0, 1e7, NULL, "300", "SEC",
+     "an excluded node joins the job again after this long (default 300)", 0, 0},
     {"http", NULL, 0, STR, OFF(http), 0, 0, NULL, NULL, "ADDR:PORT",
      "the node that hosts the rendezvous serves metrics, a status page and JSON there "
      "(docs/operations.md); not loopback: requests need the job token", 0, 0},

@@ -24,8 +24,6 @@
 #define SERVER DL_PROTO_ROLE_SERVER
 #define CLIENTS (AGENT | WORKER | CONTROL)
 
-static const dl__field_t no_fields[] = {END};
-
 static const dl__field_t hello_fields[] = {
     REQ("role", DL__F_ROLE, 0, 0),
     REQ("run_id", DL__F_RUN_ID, 0, 0),
@@ -99,6 +97,8 @@ static const dl__field_t heartbeat_fields[] = {
     REQ("round", DL__F_INT, 0, I32),
     OPT("workers", DL__F_INT, 0, 65536),
     {.name = "progress", .kind = DL__F_OBJ, .required = false, .sub = progress_fields},
+    /* The node's figures and its ranks' last operations (diag.h checks the inside). */
+    OPT("diag", DL__F_OBJ, 0, 0),
     END,
 };
 
@@ -116,6 +116,8 @@ static const dl__field_t worker_failed_fields[] = {
     OPT("reason", DL__F_STR, 1, TEXT_MAX),
     OPT("time", DL__F_NUM, 0, 0),
     OPT("log_tail", DL__F_STR, 0, 65536),
+    OPT("diag", DL__F_OBJ, 0, 0),
+    OPT("excluded", DL__F_BOOL, 0, 0), /* the node steps out as a straggler */
     END,
 };
 
@@ -204,9 +206,21 @@ static const dl__field_t error_fields[] = {
     END,
 };
 
+static const dl__field_t status_fields[] = {
+    OPT("all", DL__F_BOOL, 0, 0),
+    OPT("ranks", DL__F_BOOL, 0, 0), /* add every rank's figures and last operations */
+    END,
+};
+
 /* What generic replies carry in "result", per request. */
 static const dl__field_t round_result[] = {
     REQ("round", DL__F_INT, 0, I32),
+    END,
+};
+
+static const dl__field_t heartbeat_result[] = {
+    REQ("round", DL__F_INT, 0, I32),
+    OPT("diag", DL__F_OBJ, 0, 0), /* the job-wide figures and the stragglers named */
     END,
 };
 
@@ -289,7 +303,7 @@ const dl__msgdef_t dl__proto_messages[DL_PROTO_TYPE_COUNT] = {
     [DL_PROTO_ASSIGNMENT] = {.name = "assignment", .kind = DL_PROTO_KIND_REPLY, .senders = SERVER,
                              .fields = assignment_fields, .check = check_assignment},
     [DL_PROTO_HEARTBEAT] = {.name = "heartbeat", .kind = DL_PROTO_KIND_REQUEST, .senders = AGENT,
-                            .fields = heartbeat_fields, .result = round_result},
+                            .fields = heartbeat_fields, .result = heartbeat_result},
     MSG(DL_PROTO_LEAVE, "leave", DL_PROTO_KIND_REQUEST, AGENT, reason_fields),
     [DL_PROTO_WORKER_FAILED] = {.name = "worker_failed", .kind = DL_PROTO_KIND_REQUEST,
                                 .senders = AGENT, .fields = worker_failed_fields,
@@ -309,11 +323,12 @@ const dl__msgdef_t dl__proto_messages[DL_PROTO_TYPE_COUNT] = {
     [DL_PROTO_KV_DEL] = {.name = "kv_del", .kind = DL_PROTO_KIND_REQUEST, .senders = CLIENTS,
                          .fields = kv_key_fields, .result = kv_del_result},
     [DL_PROTO_STATUS] = {.name = "status", .kind = DL_PROTO_KIND_REQUEST, .senders = CONTROL,
-                         .fields = no_fields, .result = status_result},
+                         .fields = status_fields, .result = status_result},
     MSG(DL_PROTO_STOP, "stop", DL_PROTO_KIND_REQUEST, CONTROL, reason_fields),
     [DL_PROTO_RESTART] = {.name = "restart", .kind = DL_PROTO_KIND_REQUEST, .senders = CONTROL,
                           .fields = reason_fields, .result = round_result},
-    MSG(DL_PROTO_EVENTS_FOLLOW, "events_follow", DL_PROTO_KIND_REQUEST, CONTROL,
+    /* Agents too: one that sits out as a straggler hears of the job's end this way. */
+    MSG(DL_PROTO_EVENTS_FOLLOW, "events_follow", DL_PROTO_KIND_REQUEST, CONTROL | AGENT,
         events_follow_fields),
     MSG(DL_PROTO_EVENT, "event", DL_PROTO_KIND_NOTIFY, SERVER, event_fields),
     MSG(DL_PROTO_REPLY, "reply", DL_PROTO_KIND_REPLY, SERVER, reply_fields),

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "jobview.h"
 #include "rendezvous.h"
 #include "stats.h"
 
@@ -32,6 +33,7 @@ struct sconn_s {
     sconn_t *prev, *next;    /* in the list of unauthenticated connections, oldest first */
     bool in_preauth;
     json_int_t join_id; /* the join waiting for its assignment (the core answers it later) */
+    bool status_ranks;  /* the status request being answered asked for every rank */
     char run_id[DL_PROTO_RUN_ID_MAX + 1];
     char nonce[DL_PROTO_NONCE_HEX_LEN + 1];
 };
@@ -63,6 +65,7 @@ struct dl_rdzv_server_s {
      * "followers": [conn ids]}, the rounds being the last journaled assignment and round change.
      * What `dlaunch events RUN_ID` replays and follows. */
     json_t *journals;
+    dl__jobview_t *view; /* every job's ranks as their agents report them (jobview.c) */
 
     dl__rdzv_stats_t stats;
     json_t *snapshot; /* what the last STATUS to DL__RDZV_STATS_CONN made */
@@ -362,10 +365,16 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
         const dl_rdzv_status_t *st = m->status;
         if (st->njobs == 1) {
             o = status_json(&st->jobs[0]);
+            json_object_update_new(o, dl__jobview_status(s->view, st->jobs[0].run_id,
+                                                         sc->status_ranks, now_s()));
         } else {
             json_t *jobs = json_array();
-            for (size_t i = 0; i < st->njobs; i++)
-                json_array_append_new(jobs, status_json(&st->jobs[i]));
+            for (size_t i = 0; i < st->njobs; i++) {
+                json_t *j = status_json(&st->jobs[i]);
+                json_object_update_new(j, dl__jobview_status(s->view, st->jobs[i].run_id,
+                                                             false, now_s()));
+                json_array_append_new(jobs, j);
+            }
             o = json_pack("{s:s, s:i, s:o}", "state", "serving", "round", 0, "jobs", jobs);
         }
         return dl_proto_reply_new(id, o);
@@ -472,6 +481,7 @@ static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
         if (json_is_true(json_object_get(j, "ended")))
             return;
         json_object_set_new(j, "ended", json_true());
+        dl__jobview_forget(s->view, m->run_id);
         journal(s, m->run_id, "job_end",
                 json_pack("{s:s, s:i}", "status",
                           m->kind == DL_RDZV_MSG_FAILED   ? "failed"
@@ -642,6 +652,21 @@ static void handle_join(sconn_t *sc, json_t *msg, uint64_t req)
     run_core(s, &ev);
 }
 
+/* Keeps the "diag" report a heartbeat or failure report carries; returns the job-wide view
+ * (new reference) or NULL. A bad report is the sender's problem, not the heartbeat's. */
+static json_t *take_report(sconn_t *sc, const json_t *msg)
+{
+    const json_t *rep = json_object_get(msg, "diag");
+    char err[256];
+    if (rep == NULL)
+        return NULL;
+    int r = dl__jobview_report(sc->s->view, sc->run_id, (int)dl_proto_get_int(msg, "round", 0),
+                               conn_id(sc), rep, now_s(), err, sizeof(err));
+    if (r == -EBADMSG)
+        slog(sc->s, DL_RDZV_LOG_WARN, sc->run_id, "ignoring a node report: %s", err);
+    return dl__jobview_view(sc->s->view, sc->run_id);
+}
+
 static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
 {
     dl_rdzv_server_t *s = sc->s;
@@ -649,7 +674,7 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
     uint64_t req = (uint64_t)id + 1; /* the core's 0 means "nobody asked" */
     dl_rdzv_event_t ev = {.conn = conn_id(sc), .req_id = req, .run_id = sc->run_id};
     dl_rdzv_buf_t keys[DL_PROTO_WAIT_KEYS_MAX];
-    char desc[512];
+    char desc[900]; /* a round change's reason is 1024 bytes at most, with the agent named */
     const char *key;
 
     if (!dl_proto_may_send(type, sc->role)) {
@@ -669,8 +694,12 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
             dl__rdzv_stats_progress(&s->stats, sc->run_id, progress, unix_now());
         ev.kind = DL_RDZV_EV_HEARTBEAT;
         run_core(s, &ev);
-        json_auto_t *r = dl_proto_reply_new(
-            id, json_pack("{s:I}", "round", dl_proto_get_int(msg, "round", 0)));
+        json_t *result = json_pack("{s:I}", "round", dl_proto_get_int(msg, "round", 0));
+        /* The node's report in, the job-wide view out (docs/diagnostics.md). */
+        json_t *diag = take_report(sc, msg);
+        if (diag != NULL && result != NULL)
+            json_object_set_new(result, "diag", diag);
+        json_auto_t *r = dl_proto_reply_new(id, result);
         if (r != NULL)
             dl__conn_send(&sc->c, r);
         return;
@@ -704,6 +733,15 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         char peer[80];
         dl__conn_peer(&sc->c, peer, sizeof(peer));
         dl__rdzv_stats_failure(&s->stats, sc->run_id, msg, peer, unix_now());
+        /* Where every rank of the job is, from this report and the others' latest. */
+        json_decref(take_report(sc, msg));
+        if (!json_is_true(json_object_get(msg, "excluded"))) {
+            size_t l = strlen(desc);
+            if (l + 32 < sizeof(desc) &&
+                dl__jobview_explain(s->view, sc->run_id, now_s(), 0, desc + l + 2,
+                                    sizeof(desc) - l - 2) > 0)
+                memcpy(desc + l, "; ", 2);
+        }
         break;
     }
     case DL_PROTO_KV_SET:
@@ -746,6 +784,7 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         break;
     }
     case DL_PROTO_STATUS:
+        sc->status_ranks = json_is_true(json_object_get(msg, "ranks"));
         ev.kind = DL_RDZV_EV_STATUS;
         if (json_is_true(json_object_get(msg, "all")))
             ev.run_id = NULL;
@@ -870,6 +909,7 @@ static void on_conn_closed(dl__conn_t *c, int status)
         dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_DISCONNECT, .conn = conn_id(sc),
                               .run_id = sc->run_id};
         run_core(s, &ev);
+        dl__jobview_drop_conn(s->view, sc->run_id, conn_id(sc));
     }
     slot_release(s, sc);
     s->nconns--;
@@ -964,6 +1004,7 @@ static void maybe_done(dl_rdzv_server_t *s)
     json_decref(s->journals);
     json_decref(s->snapshot);
     dl__rdzv_stats_free(&s->stats);
+    dl__jobview_free(s->view);
     free(s->slots);
     free(s->gens);
     free(s->free_slots);
@@ -1006,11 +1047,14 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
     s->journals = json_object();
     r = s->journals != NULL ? dl__rdzv_stats_init(&s->stats, unix_now()) : -ENOMEM;
     if (r == 0)
+        r = dl__jobview_new(&s->view);
+    if (r == 0)
         r = dl_rdzv_core_new(&opts->core, &s->core);
     if (r < 0) {
         snprintf(err, errlen, "bad rendezvous settings: %s", strerror(-r));
         json_decref(s->journals);
         dl__rdzv_stats_free(&s->stats);
+        dl__jobview_free(s->view);
         free(s);
         return r;
     }

@@ -134,7 +134,10 @@ static const dl_opt_t options[] = {
      "testing restarts: rank fail_rank kills itself after this many steps, first attempt only "
      "(0: never)", 0, 0},
     {"fail_rank", NULL, 0, T(int), OFF(fail_rank), 0, 1 << 20, NULL, "0", "N",
-     "testing restarts: the rank that fail_at_step kills", 0, 0},
+     "testing restarts: the rank that fail_at_step kills (and hang_at_step stops)", 0, 0},
+    {"hang_at_step", NULL, 0, T(u64), OFF(hang_at_step), 0, 1e15, NULL, "0", "N",
+     "testing hang reports: rank fail_rank stops itself (SIGSTOP) in this step, before summing "
+     "its gradients, first attempt only (0: never)", 0, 0},
 };
 
 const dl_opt_table_t dl_train_settings = {options, sizeof(options) / sizeof(options[0]),

@@ -59,4 +59,19 @@ int dl__train_reducer_ready(void *ud, size_t ready);
 /* Starts what is left, waits for all buckets and rearms for the next step. */
 int dl__train_reducer_finish(dl__train_reducer_t *r);
 
+/* Health beats with figures (beat.c). */
+typedef struct dl__train_beat_s {
+    int fd; /* -1: no watchdog */
+    double last;
+    uint64_t lines;
+    uint64_t steps; /* since the last line, and their sums: */
+    double compute_s, wait_s, loss, samples;
+} dl__train_beat_t;
+
+void dl__train_beat_init(dl__train_beat_t *b, int fd);
+/* One step done: its time outside and inside collective calls, its loss and this rank's
+ * samples. Writes a line when the last one is BEAT_EVERY_S old (or force). */
+void dl__train_beat_step(dl__train_beat_t *b, uint64_t step, double compute_s, double wait_s,
+                         double loss, size_t samples, double now, bool force);
+
 #endif

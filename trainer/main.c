@@ -24,6 +24,7 @@ typedef struct {
     uint64_t fail_at_step; /* 0: never */
     FILE *checksums;       /* where crc_line writes; NULL: stdout */
     bool prefix;           /* own prefix on each line: not under dlaunch, which adds its own */
+    uint64_t hang_at_step; /* 0: never */
 } prog_t;
 
 static void on_signal(int sig)
@@ -42,6 +43,19 @@ static int should_stop(void *ud, uint64_t step)
         raise(SIGKILL);
     }
     return stop_signal != 0;
+}
+
+/* A hang on purpose, for hang-report tests: stopped in the middle of a step, the other ranks
+ * wait for it in the gradient sum. */
+static void mid_step(void *ud, uint64_t step)
+{
+    const prog_t *p = ud;
+
+    if (p->hang_at_step > 0 && step == p->hang_at_step) {
+        printf("%shang_at_step: stopping myself in step %llu\n", p->prefix ? "[train] " : "",
+               (unsigned long long)step);
+        raise(SIGSTOP);
+    }
 }
 
 static void log_line(void *ud, const char *line)
@@ -217,7 +231,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "dlaunch-train: RANK %ld is not below WORLD_SIZE %ld\n", rank, world);
         goto fail;
     }
-    if (cfg.fail_at_step > 0 && cfg.fail_rank >= world) {
+    if ((cfg.fail_at_step > 0 || cfg.hang_at_step > 0) && cfg.fail_rank >= world) {
         fprintf(stderr, "dlaunch-train: fail_rank %d is not below WORLD_SIZE %ld\n", cfg.fail_rank,
                 world);
         goto fail;
@@ -225,8 +239,10 @@ int main(int argc, char **argv)
     prog_t prog = {.rank = rank, .prefix = getenv("DLAUNCH_ATTEMPT_DIR") == NULL};
     if (open_checksums(&prog) < 0)
         goto fail;
-    if (attempt == 0 && rank == cfg.fail_rank)
+    if (attempt == 0 && rank == cfg.fail_rank) {
         prog.fail_at_step = cfg.fail_at_step;
+        prog.hang_at_step = cfg.hang_at_step;
+    }
     dl_train_comm_init_local(&comm);
     size_t grad_floats = DL_TRAIN_SPARE_FLOATS;
     for (size_t l = 0; l < cfg.n_layers; l++)
@@ -251,7 +267,8 @@ int main(int argc, char **argv)
                               .log = log_line,
                               .should_stop = should_stop,
                               .params_crc = crc_line,
-                              .health_fd = fd};
+                              .health_fd = fd,
+                              .mid_step = mid_step};
     r = dl_train_run(&cfg, &comm, &hooks, &res, err, sizeof(err));
     dl_train_config_free(&cfg);
     dl_train_coll_close(coll);

@@ -52,7 +52,10 @@ typedef struct {
     uint64_t steps_per_epoch;
     uint64_t log_every;
     uint64_t resumed_from;
-    int health_fd;
+    dl__train_beat_t beat;
+    double wait_time; /* this step's time inside collective calls */
+    double win_compute; /* the progress window's time outside them */
+    float *figs;        /* world x 2: each rank's compute and step ms, for the progress line */
     bool overlap; /* gradient buckets summed during backward */
     /* Sharded update: this rank's block [shard_lo, shard_lo + shard_len) of the padded buffers
      * (world x shard_len floats) gets its summed gradient in shard_grad and is updated here. */
@@ -261,6 +264,7 @@ static int setup(run_t *r)
     r->momentum = aligned_alloc(64, padded * sizeof(float));
     if (r->momentum != NULL)
         memset(r->momentum, 0, padded * sizeof(float));
+    r->figs = world > 1 ? calloc(3 * (size_t)world, sizeof(float)) : NULL;
     r->x = malloc(cap * cfg->sizes[0] * sizeof(float));
     r->y = malloc(cap);
     r->idx = malloc(cap * sizeof(uint32_t));
@@ -442,14 +446,36 @@ static void evaluate(run_t *r, double *ret_loss, double *ret_acc)
     *ret_acc = (double)correct / (double)d->n;
 }
 
-static void beat(run_t *r)
+/* The job-wide figures for rank 0's progress line: every rank's compute time a step over the
+ * window, gathered at the same steps on every rank. Empty when there is nothing to gather. */
+static void job_figures(run_t *r, char *buf, size_t len)
 {
-    static const char b = '.';
-
-    if (r->health_fd < 0)
+    const dl_train_comm_t *c = r->comm;
+    int world = c->world_size;
+    buf[0] = '\0';
+    if (world < 2 || c->allgather == NULL || r->figs == NULL || r->win_steps == 0)
         return;
-    if (write(r->health_fd, &b, 1) < 0 && errno != EAGAIN && errno != EINTR)
-        r->health_fd = -1; /* the watchdog is gone; nobody to tell */
+    r->figs[2 * c->rank] = (float)(r->win_compute * 1e3 / (double)r->win_steps);
+    r->figs[2 * c->rank + 1] = (float)(r->win_time * 1e3 / (double)r->win_steps);
+    if (c->allgather(c->ctx, r->figs, 2) < 0)
+        return; /* the next step's sum fails too, and says why */
+    float *sorted = r->figs + 2 * (size_t)world; /* world more floats */
+    int slowest = 0;
+    for (int i = 0; i < world; i++) {
+        sorted[i] = r->figs[2 * i];
+        if (r->figs[2 * i] > r->figs[2 * slowest])
+            slowest = i;
+    }
+    for (int i = 1; i < world; i++)
+        for (int k = i; k > 0 && sorted[k - 1] > sorted[k]; k--) {
+            float t = sorted[k];
+            sorted[k] = sorted[k - 1];
+            sorted[k - 1] = t;
+        }
+    float median = sorted[(world - 1) / 2];
+    snprintf(buf, len, "; compute a step: median %.3f ms, slowest rank %d %.3f ms (%+.0f%%)",
+             median, slowest, r->figs[2 * slowest],
+             median > 0 ? (r->figs[2 * slowest] / median - 1) * 100 : 0.0);
 }
 
 static void progress(run_t *r, uint64_t epoch)
@@ -457,12 +483,15 @@ static void progress(run_t *r, uint64_t epoch)
     double rate = r->win_time > 0 ? r->win_samples / r->win_time : 0.0;
     double per_step = r->train_time / (double)(r->step - r->resumed_from);
     double eta = per_step * (double)(r->total_steps - r->step);
+    char figures[160];
 
+    job_figures(r, figures, sizeof(figures));
     r->last_loss = r->win_loss / (double)r->win_steps;
-    say(r, "epoch %llu step %llu/%llu loss %.4f lr %.5f samples/s %.0f eta %.0fs",
+    say(r, "epoch %llu step %llu/%llu loss %.4f lr %.5f samples/s %.0f eta %.0fs%s",
         (unsigned long long)epoch + 1, (unsigned long long)r->step,
         (unsigned long long)r->total_steps, r->last_loss, dl_train_lr_at(&r->sched, r->step - 1),
-        rate, eta);
+        rate, eta, figures);
+    r->win_compute = 0.0;
     r->win_loss = 0.0;
     r->win_steps = 0;
     r->win_time = 0.0;
@@ -479,7 +508,9 @@ static int sharded_update(run_t *r, float lr, float *ret_vote, float *ret_loss)
     size_t n = r->n_params, lo = r->shard_lo, len = r->shard_len;
     size_t mine = lo >= n ? 0 : lo + len > n ? n - lo : len;
 
+    double t = now();
     int rc = c->reduce_scatter(c->ctx, dl_train_mlp_grads(r->mlp), r->shard_grad, len);
+    r->wait_time += now() - t;
     if (rc < 0)
         return rc;
     dl_train_sgd_step(p + lo, r->momentum + lo, r->shard_grad, mine, lr, (float)r->cfg->momentum,
@@ -487,7 +518,9 @@ static int sharded_update(run_t *r, float lr, float *ret_vote, float *ret_loss)
     for (size_t i = n; i < n + DL_TRAIN_SPARE_FLOATS; i++)
         if (i >= lo && i < lo + len)
             p[i] = r->shard_grad[i - lo];
+    t = now();
     rc = c->allgather(c->ctx, p, len);
+    r->wait_time += now() - t;
     *ret_vote = p[VOTE_AT(r)];
     *ret_loss = p[LOSS_AT(r)];
     return rc;
@@ -502,7 +535,9 @@ static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done, double *re
     float *grads = dl_train_mlp_grads(r->mlp);
     float lr = (float)dl_train_lr_at(&r->sched, r->step), vote = 0.0f, job_loss = 0.0f;
     double t0 = now(), loss;
+    const dl_train_hooks_t *h = r->hooks;
 
+    r->wait_time = 0.0;
     size_t k = dl_train_sampler_next(&r->sampler, cfg->batch_size, r->idx);
     dl_train_dataset_gather(&r->train, r->idx, k, r->x, r->y);
 
@@ -513,10 +548,14 @@ static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done, double *re
                                      &loss);
     /* The spares sit in the last bucket, which starts only after backward: the loss is known. */
     grads[LOSS_AT(r)] = (float)(loss / world);
+    if (rc == 0 && h != NULL && h->mid_step != NULL)
+        h->mid_step(h->ud, r->step + 1);
     if (rc == 0 && r->sharded) {
         rc = sharded_update(r, lr, &vote, &job_loss);
     } else if (rc == 0) {
+        double tw = now();
         rc = dl__train_reducer_finish(&r->reducer);
+        r->wait_time += now() - tw;
         if (rc == 0)
             dl_train_sgd_step(dl_train_mlp_params(r->mlp), r->momentum, grads, r->n_params, lr,
                               (float)cfg->momentum, (float)cfg->weight_decay);
@@ -531,15 +570,17 @@ static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done, double *re
     size_t left = r->sampler.num_samples - r->sampler.pos;
     *ret_epoch_done = left == 0 || (cfg->drop_last && left < cfg->batch_size);
 
-    double dt = now() - t0;
+    double t1 = now(), dt = t1 - t0;
     r->train_time += dt;
     r->win_time += dt;
+    r->win_compute += dt - r->wait_time;
     r->samples += (double)(k * (size_t)world);
     r->win_samples += (double)(k * (size_t)world);
     r->win_loss += job_loss;
     r->win_steps++;
     *ret_loss = job_loss;
-    beat(r);
+    dl__train_beat_step(&r->beat, r->step, dt - r->wait_time, r->wait_time, job_loss, k, t1,
+                        r->step == r->total_steps);
     /* The vote was summed with the gradients: any rank asking stops them all, here. */
     return vote > 0.0f ? 1 : 0;
 }
@@ -716,6 +757,7 @@ static void run_free(run_t *r)
     dl__train_reducer_free(&r->reducer);
     free(r->momentum);
     free(r->shard_grad);
+    free(r->figs);
     free(r->x);
     free(r->y);
     free(r->idx);
@@ -731,7 +773,7 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
     char shape[256];
     int rc;
 
-    r.health_fd = hooks != NULL ? hooks->health_fd : -1;
+    dl__train_beat_init(&r.beat, hooks != NULL ? hooks->health_fd : -1);
     r.t_begin = now();
     rc = dl_train_config_check(cfg, err, errlen);
     if (rc < 0)

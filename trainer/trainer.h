@@ -365,6 +365,9 @@ typedef struct dl_train_config_s {
      * in a job's first attempt only. 0: never. */
     uint64_t fail_at_step;
     int fail_rank;
+    /* The same for hang reports: rank fail_rank stops itself (SIGSTOP) in step hang_at_step,
+     * after computing its gradients and before summing them, in the first attempt only. */
+    uint64_t hang_at_step;
 } dl_train_config_t;
 
 void dl_train_config_init(dl_train_config_t *cfg);
@@ -403,9 +406,14 @@ typedef struct dl_train_hooks_s {
      * after `step` steps. Equal values on all ranks show that they are bitwise replicas.
      * May be NULL. */
     void (*params_crc)(void *ud, uint64_t step, uint32_t crc, const char *path);
-    /* >= 0: one byte is written here after every step (the agent's watchdog). The caller makes
-     * it nonblocking; EAGAIN is ignored, a closed pipe ends the beats. */
+    /* >= 0: a line of figures is written here every 0.1 s of steps and after the last step
+     * (the agent's watchdog and straggler rule; docs/diagnostics.md: "step=S steps=K
+     * compute_ms=C wait_ms=W loss=L samples=N"). The caller makes it nonblocking; EAGAIN is
+     * ignored, a closed pipe ends the beats. */
     int health_fd;
+    /* Called on every rank in each step once its gradients are computed and before they are
+     * summed, with the step's number (1 for the first). May be NULL. */
+    void (*mid_step)(void *ud, uint64_t step);
 } dl_train_hooks_t;
 
 typedef struct dl_train_result_s {

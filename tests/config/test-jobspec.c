@@ -249,6 +249,43 @@ START_TEST(flag_and_env_errors)
 }
 END_TEST
 
+START_TEST(straggler_options)
+{
+    dl_job_spec_t s;
+    dl_config_action_t act;
+    ck_assert_int_eq(load(&s, NULL, &act, "--", "true", NULL), 0);
+    ck_assert_ptr_null(s.straggler_action);
+    ck_assert(s.straggler_threshold == 0.3);
+    ck_assert_int_eq(s.straggler_window, 100);
+    ck_assert(s.straggler_cooldown == 300.0);
+    dl_job_spec_free(&s);
+    char *env[] = {"DLAUNCH_STRAGGLER_WINDOW=40", NULL};
+    const char *yaml = write_spec("straggler.yaml", "straggler_action: off\n"
+                                                    "straggler_cooldown: 5\n"
+                                                    "command: [true]\n");
+    ck_assert_int_eq(load(&s, env, &act, "--straggler-action", "exclude",
+                          "--straggler-threshold=0.5", yaml, NULL),
+                     0);
+    ck_assert_str_eq(s.straggler_action, "exclude");
+    ck_assert(s.straggler_threshold == 0.5);
+    ck_assert_int_eq(s.straggler_window, 40);
+    ck_assert(s.straggler_cooldown == 5.0);
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--straggler-action", "kick", "--", "true", NULL),
+                     -EINVAL);
+    ck_assert_str_eq(err, "--straggler-action: 'kick' is not one of warn, exclude, off");
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--straggler-threshold", "0", "--", "true", NULL),
+                     -EINVAL);
+    ck_assert_str_eq(err, "--straggler-threshold: '0' is out of range (0.01 to 100)");
+    dl_job_spec_free(&s);
+    char *bad[] = {"DLAUNCH_STRAGGLER_WINDOW=0", NULL};
+    ck_assert_int_eq(load(&s, bad, &act, "--", "true", NULL), -EINVAL);
+    ck_assert_str_eq(err, "DLAUNCH_STRAGGLER_WINDOW: '0' is out of range (1 to 1000000000)");
+    dl_job_spec_free(&s);
+}
+END_TEST
+
 START_TEST(help_and_version_win)
 {
     dl_job_spec_t s;
@@ -372,6 +409,7 @@ int main(void)
     tcase_add_test(tc, flag_and_env_errors);
     tcase_add_test(tc, yaml_train_section);
     tcase_add_test(tc, help_and_version_win);
+    tcase_add_test(tc, straggler_options);
     tcase_add_test(tc, number_parsers);
     tcase_add_test(tc, docs_name_every_option);
     tcase_add_test(tc, torchrun_spellings_and_pet_variables);

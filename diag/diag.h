@@ -1,0 +1,213 @@
+/* Seeing inside a running job: the health beats workers write, the rule that names stragglers,
+ * the one-line account of where the ranks of a hung job are, and the JSON that carries a node's
+ * figures to the rendezvous and the job-wide ones back. docs/diagnostics.md is the reference.
+ *
+ * Pure: no clock (time is an argument), no file, no socket, no printing. libc and jansson only,
+ * so that the agent, the rendezvous server and the control commands share one implementation.
+ * Functions return >= 0 or -errno; destructors accept NULL. */
+#ifndef DL_DIAG_H
+#define DL_DIAG_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- Beats --------------------------------------------------------------------------------- */
+
+/* A worker writes to DLAUNCH_HEALTH_FD. Any byte is a beat (so a worker that writes one byte now
+ * and then is fine). A line of space-separated key=value pairs also carries figures:
+ *
+ *     step=812 compute_ms=3.1 wait_ms=0.4 loss=0.52 samples=256
+ *
+ * step: steps done; steps: how many steps the line covers (default 1); compute_ms and wait_ms:
+ * a step's time outside and inside collective calls, averaged over those steps; samples: samples
+ * a step on this rank; loss: the mean loss over them. Unknown keys and bad values are ignored. */
+#define DL_DIAG_LINE_MAX 512
+
+/* What is known of one rank from its beats. The agent keeps one per worker; other code (the
+ * status page) may read it. */
+typedef struct {
+    double last_beat; /* the caller's clock at the last byte; 0: none yet */
+    uint64_t beats;   /* lines, and reads that brought no newline */
+    bool figures;     /* a line with step= came */
+    uint64_t step;
+    double loss;       /* NAN when not reported */
+    double compute_ms; /* of the latest line: a step's mean */
+    double wait_ms;
+    double samples;
+    /* Sums over every line since the worker started: what the straggler rule differences. */
+    double total_steps;
+    double total_compute_ms;
+    double total_wait_ms;
+    double total_samples;
+    /* The line being assembled. */
+    char partial[DL_DIAG_LINE_MAX];
+    size_t partial_len;
+    bool overlong; /* dropping the rest of a line that did not fit */
+} dl_diag_beats_t;
+
+void dl_diag_beats_init(dl_diag_beats_t *b);
+
+/* Takes len bytes read from the pipe at time now. Returns how many complete lines carried
+ * figures. */
+int dl_diag_beats_feed(dl_diag_beats_t *b, const char *data, size_t len, double now);
+
+/* Parses one line (without its newline) into b as if it had come through the pipe. Returns 1
+ * when it carried step=, else 0. */
+int dl_diag_beats_line(dl_diag_beats_t *b, const char *line, size_t len);
+
+/* ---- Stragglers ---------------------------------------------------------------------------- */
+
+/* The rule: every time new figures come, a rank's compute time a step over the steps since its
+ * previous figures (once they are window / min_reports steps or more: fewer wait for the next
+ * figures) is compared with the job's median (over every rank's latest such figure; with an even
+ * number of ranks the lower middle one, so that in a job of two the slow rank is held against the
+ * other). Slower than median x (1 + threshold) in min_reports such intervals in a row that cover
+ * window steps or more: a straggler. Named once; it is cleared after as many intervals and steps
+ * within the threshold. */
+typedef struct {
+    double threshold; /* 0.3: 30% slower than the median */
+    uint64_t window;  /* steps */
+    int min_reports;  /* reports in a row, whatever the steps */
+} dl_diag_straggler_opts_t;
+
+#define DL_DIAG_THRESHOLD_DEFAULT 0.3
+#define DL_DIAG_WINDOW_DEFAULT 100
+#define DL_DIAG_MIN_REPORTS 3
+
+void dl_diag_straggler_opts_init(dl_diag_straggler_opts_t *o);
+
+/* One rank's sums, as dl_diag_beats_t keeps them, and where it runs. */
+typedef struct {
+    int rank;
+    int node_rank;
+    const char *host; /* borrowed for the call */
+    double steps, compute_ms, wait_ms, samples;
+} dl_diag_totals_t;
+
+typedef struct dl_diag_judge_s dl_diag_judge_t;
+
+int dl_diag_judge_new(const dl_diag_straggler_opts_t *o, dl_diag_judge_t **ret);
+void dl_diag_judge_free(dl_diag_judge_t *j);
+/* Forgets every rank: a new attempt starts its sums from zero. */
+void dl_diag_judge_reset(dl_diag_judge_t *j);
+
+/* Takes the latest sums of some ranks (a node's report). Returns 0 or -ENOMEM / -EINVAL (a
+ * negative rank). Memory grows with the ranks seen, whatever their numbers. Sums that went down
+ * mean a restarted worker: its history starts again. */
+int dl_diag_judge_feed(dl_diag_judge_t *j, const dl_diag_totals_t *v, size_t n);
+
+typedef struct {
+    int rank;
+    int node_rank;
+    char host[64];
+    double compute_ms; /* its compute time a step, latest report */
+    double median_ms;  /* the job's median then */
+    double step_ms;    /* the job's step (compute + wait), median over ranks */
+    double slower;     /* compute_ms / median_ms - 1 */
+    uint64_t steps;    /* steps it has been slow over */
+    double cost;       /* samples/s the job would gain if it ran at the median */
+    bool named;        /* this report named it (else it was named before) */
+} dl_diag_straggler_t;
+
+typedef struct {
+    int ranks;        /* with figures */
+    double median_ms; /* compute a step */
+    double step_ms;
+    int slowest_rank; /* -1 when no figures */
+    double slowest_ms;
+    double samples_per_s;                  /* the job's, from the ranks' figures */
+    const dl_diag_straggler_t *stragglers; /* owned by the judge, valid until the next call */
+    size_t nstragglers;
+    const int *cleared; /* ranks cleared by this evaluation */
+    size_t ncleared;
+} dl_diag_view_t;
+
+/* Applies the rule to what was fed since the last evaluation. Returns 0 or -ENOMEM. */
+int dl_diag_judge_eval(dl_diag_judge_t *j, dl_diag_view_t *ret);
+
+/* The last evaluation's view, without evaluating. */
+void dl_diag_judge_view(const dl_diag_judge_t *j, dl_diag_view_t *ret);
+
+/* ---- Where the ranks are ------------------------------------------------------------------- */
+
+typedef enum {
+    DL_DIAG_OP_NONE = 0, /* no operation yet, or no recorder */
+    DL_DIAG_OP_QUEUED,
+    DL_DIAG_OP_RUNNING,
+    DL_DIAG_OP_DONE,
+    DL_DIAG_OP_FAILED,
+} dl_diag_op_state_t;
+
+/* One operation of a rank, as its flight recorder has it. */
+typedef struct {
+    uint64_t seq;
+    const char *op; /* "all-reduce" */
+    dl_diag_op_state_t state;
+    uint64_t bytes;
+    const char *algo;      /* "" when the operation has one way */
+    const char *transport; /* "shm" */
+    double age_s;          /* since it started (running) or ended (done); < 0 unknown */
+} dl_diag_op_t;
+
+#define DL_DIAG_OPS_MAX 8
+
+typedef struct {
+    int rank;
+    int node_rank;
+    const char *host;
+    bool recorder;   /* it keeps a flight recorder */
+    char proc;       /* its process state from /proc: 'R', 'S', 'T' (stopped), 'Z'; 0 unknown */
+    double silent_s; /* since its last beat; < 0 unknown */
+    uint64_t step;   /* from its beats; 0 unknown */
+    dl_diag_op_t ops[DL_DIAG_OPS_MAX]; /* newest last */
+    size_t nops;
+} dl_diag_rank_t;
+
+/* One line a human can act on, about ranks v[0..n) (any order), for example
+ *   "rank 3 never entered reduce-scatter #812 (its last: all-gather #811, done 31 s ago; its
+ *    process is stopped); ranks 0-2 have waited in it for 31 s"
+ * Writes a NUL-terminated line into buf (cut to len) and returns its length. */
+size_t dl_diag_explain(const dl_diag_rank_t *v, size_t n, char *buf, size_t len);
+
+/* The longest any rank has been inside its newest operation, in seconds (0: none is, or not
+ * known): a job that moves shows fractions of a second, a stuck one grows. */
+double dl_diag_stuck_s(const dl_diag_rank_t *v, size_t n);
+
+/* "0-2,5,7-9": ranks (sorted here, in place) as ranges. */
+size_t dl_diag_ranks_text(int *ranks, size_t n, char *buf, size_t len);
+
+/* ---- On the wire (docs/protocol.md) -------------------------------------------------------- */
+
+/* A node's report: {"node_rank", "host", "ranks": [{"rank", "step", "steps", "compute_ms",
+ * "wait_ms", "samples", "loss", "silent_s", "proc", "recorder", "ops": [{"seq", "op", "state",
+ * "bytes", "algo", "transport", "age_s"}]}]}. Builds it from n ranks' beats and snapshots
+ * (beats may hold NULL entries). Returns a new reference or NULL. */
+json_t *dl_diag_report_new(int node_rank, const char *host, const dl_diag_rank_t *ranks,
+                           const dl_diag_beats_t *const *beats, size_t n);
+
+/* Checks a report's shape and bounds (65,536 ranks, DL_DIAG_OPS_MAX operations a rank, names up
+ * to 64 bytes). Returns 0 or -EBADMSG with one line in err. */
+int dl_diag_report_check(const json_t *report, char *err, size_t errlen);
+
+/* Reads a checked report's ranks: totals[i] and ranks[i] for each of its ranks (up to max; the
+ * strings point into report). older_s is added to every age and silence (the report's age).
+ * Returns how many. */
+size_t dl_diag_report_read(const json_t *report, double older_s, dl_diag_totals_t *totals,
+                           dl_diag_rank_t *ranks, size_t max);
+
+/* The job-wide view as JSON: {"ranks", "median_compute_ms", "step_ms", "slowest": {"rank",
+ * "compute_ms"}, "samples_per_s", "stragglers": [{"rank", "node_rank", "host", "compute_ms",
+ * "median_ms", "slower_pct", "steps", "cost_samples_per_s"}]}. New reference or NULL. */
+json_t *dl_diag_view_json(const dl_diag_view_t *v);
+
+/* One straggler as a line: "rank 3 on node 1 (gpu3) computes 4.10 ms a step against the median
+ * 2.90 ms (+41%) for 820 steps; it costs the job about 12000 samples/s". */
+size_t dl_diag_straggler_text(const dl_diag_straggler_t *s, char *buf, size_t len);
+
+/* The op state's name ("running"), and back (DL_DIAG_OP_NONE for anything else). */
+const char *dl_diag_op_state_name(dl_diag_op_state_t s);
+dl_diag_op_state_t dl_diag_op_state_parse(const char *name);
+
+#endif

@@ -1,0 +1,263 @@
+/* The job-wide view of the ranks. Agents send their node's report with every heartbeat; this
+ * file keeps the latest one per connection, runs the straggler rule over the whole job (one
+ * place, so every agent hears the same names) and makes the account of a hang from all nodes.
+ *
+ * Bounds: one report per connection and job (a report is one frame, 1 MiB at most), so memory
+ * follows connections, which the server already bounds. Work per report: O(ranks of the job)
+ * for the rule; an account or a status with ranks reads every report once. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag.h"
+#include "jobview.h"
+
+#define EXPLAIN_RANKS_MAX 65536
+#define STUCK_S 1.0 /* status shows where the ranks are once one is inside an operation this long  \
+                     */
+
+typedef struct {
+    int round;
+    dl_diag_judge_t *judge; /* NULL until a report brings the rule's settings */
+    json_t *reports;        /* conn id (decimal) -> {"at": seconds, "report": {...}} */
+    json_t *view;           /* the last evaluation */
+} job_t;
+
+struct dl__jobview_s {
+    /* run id -> the address of its job_t, as an integer: jansson's hash table finds a job in
+     * O(1) without one of our own. */
+    json_t *jobs;
+};
+
+int dl__jobview_new(dl__jobview_t **ret)
+{
+    dl__jobview_t *v = calloc(1, sizeof(*v));
+    if (v == NULL || (v->jobs = json_object()) == NULL) {
+        free(v);
+        return -ENOMEM;
+    }
+    *ret = v;
+    return 0;
+}
+
+static void job_free(job_t *j)
+{
+    if (j == NULL)
+        return;
+    dl_diag_judge_free(j->judge);
+    json_decref(j->reports);
+    json_decref(j->view);
+    free(j);
+}
+
+static job_t *job_of(const dl__jobview_t *v, const char *run_id)
+{
+    json_t *p = json_object_get(v->jobs, run_id);
+    return p != NULL ? (job_t *)(uintptr_t)json_integer_value(p) : NULL;
+}
+
+void dl__jobview_forget(dl__jobview_t *v, const char *run_id)
+{
+    if (v == NULL || run_id == NULL)
+        return;
+    job_free(job_of(v, run_id));
+    json_object_del(v->jobs, run_id);
+}
+
+void dl__jobview_free(dl__jobview_t *v)
+{
+    if (v == NULL)
+        return;
+    const char *k;
+    json_t *p;
+    json_object_foreach (v->jobs, k, p) {
+        job_free((job_t *)(uintptr_t)json_integer_value(p));
+    }
+    json_decref(v->jobs);
+    free(v);
+}
+
+/* The job's state for round, new (or renewed, for a newer round) if need be. */
+static int job_for(dl__jobview_t *v, const char *run_id, int round, job_t **ret)
+{
+    job_t *j = job_of(v, run_id);
+    if (j != NULL && round < j->round)
+        return -ESTALE;
+    if (j != NULL && round > j->round) {
+        /* A new round: new workers, new sums, maybe other nodes. */
+        j->round = round;
+        json_object_clear(j->reports);
+        json_decref(j->view);
+        j->view = NULL;
+        if (j->judge != NULL)
+            dl_diag_judge_reset(j->judge);
+    }
+    if (j == NULL) {
+        j = calloc(1, sizeof(*j));
+        if (j == NULL || (j->reports = json_object()) == NULL) {
+            job_free(j);
+            return -ENOMEM;
+        }
+        j->round = round;
+        if (json_object_set_new(v->jobs, run_id, json_integer((json_int_t)(uintptr_t)j)) < 0) {
+            job_free(j);
+            return -ENOMEM;
+        }
+    }
+    *ret = j;
+    return 0;
+}
+
+/* The rule's settings come with the reports (from the agents' job spec); the first ones hold. */
+static int ensure_judge(job_t *j, const json_t *report)
+{
+    const json_t *th = json_object_get(report, "threshold"),
+                 *win = json_object_get(report, "window");
+    if (j->judge != NULL || !json_is_number(th))
+        return 0;
+    dl_diag_straggler_opts_t o;
+    dl_diag_straggler_opts_init(&o);
+    o.threshold = json_number_value(th);
+    if (json_is_integer(win) && json_integer_value(win) > 0)
+        o.window = (uint64_t)json_integer_value(win);
+    int r = dl_diag_judge_new(&o, &j->judge);
+    return r == -EINVAL ? 0 : r; /* nonsense settings: no rule, still a view */
+}
+
+int dl__jobview_report(dl__jobview_t *v, const char *run_id, int round, uint64_t conn,
+                       const json_t *report, double now, char *err, size_t errlen)
+{
+    char key[32];
+    job_t *j;
+    int r = dl_diag_report_check(report, err, errlen);
+    if (r < 0)
+        return r;
+    const json_t *th = json_object_get(report, "threshold");
+    if (th != NULL && !(json_is_number(th) && json_number_value(th) > 0)) {
+        snprintf(err, errlen, "diag: 'threshold' must be a number above 0");
+        return -EBADMSG;
+    }
+    r = job_for(v, run_id, round, &j);
+    if (r < 0)
+        return r;
+    snprintf(key, sizeof(key), "%llu", (unsigned long long)conn);
+    json_t *entry = json_pack("{s:f, s:O}", "at", now, "report", report);
+    if (entry == NULL || json_object_set_new(j->reports, key, entry) < 0)
+        return -ENOMEM;
+    r = ensure_judge(j, report);
+    if (r < 0 || j->judge == NULL)
+        return r;
+    size_t n = json_array_size(json_object_get(report, "ranks"));
+    dl_diag_totals_t *t = calloc(n + 1, sizeof(*t));
+    if (t == NULL)
+        return -ENOMEM;
+    /* Ranks without figures (no beats yet, or a worker that writes bare bytes) stay out. */
+    size_t got = dl_diag_report_read(report, 0, t, NULL, n), k = 0;
+    const json_t *list = json_object_get(report, "ranks");
+    for (size_t i = 0; i < got; i++)
+        if (json_object_get(json_array_get(list, i), "steps") != NULL)
+            t[k++] = t[i];
+    dl_diag_view_t view;
+    r = dl_diag_judge_feed(j->judge, t, k);
+    if (r == 0)
+        r = dl_diag_judge_eval(j->judge, &view);
+    free(t);
+    if (r < 0)
+        return r;
+    json_decref(j->view);
+    j->view = view.ranks > 0 ? dl_diag_view_json(&view) : NULL;
+    return 0;
+}
+
+json_t *dl__jobview_view(dl__jobview_t *v, const char *run_id)
+{
+    job_t *j = job_of(v, run_id);
+    return j != NULL && j->view != NULL ? json_incref(j->view) : NULL;
+}
+
+/* Every rank of every report, ages made current. */
+static size_t all_ranks(const job_t *j, double now, dl_diag_rank_t **ret)
+{
+    size_t total = 0;
+    const char *k;
+    json_t *e;
+    json_object_foreach (j->reports, k, e) {
+        total += json_array_size(json_object_get(json_object_get(e, "report"), "ranks"));
+    }
+    if (total > EXPLAIN_RANKS_MAX)
+        total = EXPLAIN_RANKS_MAX;
+    dl_diag_rank_t *ranks = calloc(total + 1, sizeof(*ranks));
+    if (ranks == NULL)
+        return 0;
+    size_t n = 0;
+    json_object_foreach (j->reports, k, e) {
+        double age = now - json_number_value(json_object_get(e, "at"));
+        n += dl_diag_report_read(json_object_get(e, "report"), age > 0 ? age : 0, NULL, ranks + n,
+                                 total - n);
+    }
+    *ret = ranks;
+    return n;
+}
+
+size_t dl__jobview_explain(dl__jobview_t *v, const char *run_id, double now, double min_stuck,
+                           char *buf, size_t len)
+{
+    job_t *j = job_of(v, run_id);
+    dl_diag_rank_t *ranks = NULL;
+    size_t n = j != NULL ? all_ranks(j, now, &ranks) : 0, w = 0;
+    if (len > 0)
+        buf[0] = '\0';
+    /* Reports of nodes a heartbeat apart, of a job that moves, disagree by an operation or two:
+     * only a rank stuck for a while makes the account worth reading. */
+    if (n > 0 && dl_diag_stuck_s(ranks, n) >= min_stuck)
+        w = dl_diag_explain(ranks, n, buf, len);
+    free(ranks);
+    return w;
+}
+
+json_t *dl__jobview_status(dl__jobview_t *v, const char *run_id, bool ranks, double now)
+{
+    job_t *j = job_of(v, run_id);
+    if (j == NULL)
+        return NULL;
+    json_t *o = json_object();
+    if (o == NULL)
+        return NULL;
+    if (j->view != NULL)
+        json_object_set(o, "diag", j->view);
+    if (!ranks)
+        return o;
+    char where[1024];
+    if (dl__jobview_explain(v, run_id, now, STUCK_S, where, sizeof(where)) > 0)
+        json_object_set_new(o, "where", json_string(where));
+    json_t *list = json_array();
+    const char *k;
+    json_t *e, *r;
+    size_t i;
+    json_object_foreach (j->reports, k, e) {
+        const json_t *rep = json_object_get(e, "report");
+        double age = now - json_number_value(json_object_get(e, "at"));
+        json_array_foreach (json_object_get(rep, "ranks"), i, r) {
+            json_t *c = json_deep_copy(r);
+            if (c == NULL)
+                continue;
+            json_object_set(c, "node_rank", json_object_get(rep, "node_rank"));
+            json_object_set(c, "host", json_object_get(rep, "host"));
+            json_object_set_new(c, "report_age_s", json_real(age > 0 ? age : 0));
+            json_array_append_new(list, c);
+        }
+    }
+    json_object_set_new(o, "ranks", list);
+    return o;
+}
+
+void dl__jobview_drop_conn(dl__jobview_t *v, const char *run_id, uint64_t conn)
+{
+    job_t *j = v != NULL && run_id != NULL ? job_of(v, run_id) : NULL;
+    char key[32];
+    if (j == NULL)
+        return;
+    snprintf(key, sizeof(key), "%llu", (unsigned long long)conn);
+    json_object_del(j->reports, key);
+}

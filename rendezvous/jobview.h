@@ -1,0 +1,45 @@
+/* The rendezvous server's job-wide view of the ranks (docs/diagnostics.md): each agent's latest
+ * report (its ranks' figures and last operations, sent with its heartbeats and failure reports),
+ * the straggler rule over all of them, and the account of where the ranks are. Internal to the
+ * rendezvous layer; server.c is its one user. */
+#ifndef DL_RDZV_JOBVIEW_H
+#define DL_RDZV_JOBVIEW_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dl__jobview_s dl__jobview_t;
+
+int dl__jobview_new(dl__jobview_t **ret);
+void dl__jobview_free(dl__jobview_t *v); /* accepts NULL */
+
+/* Keeps report (borrowed; a reference is taken) as connection conn's latest for run_id's round,
+ * at time now (monotonic seconds). A report of a newer round than the job's starts the job's
+ * view afresh; one of an older round is ignored (-ESTALE). Returns 0, -EBADMSG with one line in
+ * err, -ESTALE or -ENOMEM. */
+int dl__jobview_report(dl__jobview_t *v, const char *run_id, int round, uint64_t conn,
+                       const json_t *report, double now, char *err, size_t errlen);
+
+/* The job-wide figures and the stragglers named, for a heartbeat's reply: a new reference, or
+ * NULL when the job has no figures. */
+json_t *dl__jobview_view(dl__jobview_t *v, const char *run_id);
+
+/* Where the ranks of run_id are, in one line (diag.h's account over every node's latest report,
+ * its age added), when some rank has been inside an operation for min_stuck seconds or more.
+ * Returns its length; 0 when nothing is known (or nothing stuck). */
+size_t dl__jobview_explain(dl__jobview_t *v, const char *run_id, double now, double min_stuck,
+                           char *buf, size_t len);
+
+/* For a status reply: {"diag": view, and with ranks also "where": the account, "ranks": every
+ * rank's figures and last operations with "node_rank", "host" and "report_age_s"}, or NULL. */
+json_t *dl__jobview_status(dl__jobview_t *v, const char *run_id, bool ranks, double now);
+
+/* The connection closed: its report goes. */
+void dl__jobview_drop_conn(dl__jobview_t *v, const char *run_id, uint64_t conn);
+
+/* The job ended. */
+void dl__jobview_forget(dl__jobview_t *v, const char *run_id);
+
+#endif

@@ -1,0 +1,140 @@
+/* A node's report on the wire: built, checked, read back with its age added; refused shapes;
+ * the job-wide view. */
+#include <check.h>
+#include <string.h>
+
+#include "diag.h"
+
+START_TEST(a_report_goes_there_and_back)
+{
+    dl_diag_beats_t b0, b1;
+    dl_diag_beats_init(&b0);
+    dl_diag_beats_init(&b1);
+    const char *l0 = "step=10 compute_ms=2 wait_ms=0.5 samples=64 loss=0.25\n";
+    dl_diag_beats_feed(&b0, l0, strlen(l0), 1);
+    dl_diag_rank_t r[2];
+    memset(r, 0, sizeof(r));
+    r[0] = (dl_diag_rank_t){.rank = 4, .recorder = true, .proc = 'S', .silent_s = 0.5};
+    r[0].ops[r[0].nops++] = (dl_diag_op_t){.seq = 21,
+                                           .op = "all-reduce",
+                                           .state = DL_DIAG_OP_RUNNING,
+                                           .bytes = 4096,
+                                           .algo = "shm-small",
+                                           .transport = "shm",
+                                           .age_s = 3};
+    r[1] = (dl_diag_rank_t){.rank = 5, .recorder = false, .silent_s = -1};
+    const dl_diag_beats_t *beats[2] = {&b0, &b1};
+    json_t *rep = dl_diag_report_new(1, "gpu1", r, beats, 2);
+    ck_assert_ptr_nonnull(rep);
+    char err[256] = "";
+    ck_assert_int_eq(dl_diag_report_check(rep, err, sizeof(err)), 0);
+
+    dl_diag_totals_t t[4];
+    dl_diag_rank_t back[4];
+    ck_assert_uint_eq(dl_diag_report_read(rep, 1.5, t, back, 4), 2);
+    ck_assert_int_eq(t[0].rank, 4);
+    ck_assert_int_eq(t[0].node_rank, 1);
+    ck_assert_str_eq(t[0].host, "gpu1");
+    ck_assert_double_eq_tol(t[0].steps, 1, 1e-9);
+    ck_assert_double_eq_tol(t[0].compute_ms, 2, 1e-9);
+    ck_assert_double_eq_tol(t[0].wait_ms, 0.5, 1e-9);
+    ck_assert_double_eq_tol(t[0].samples, 64, 1e-9);
+    ck_assert_int_eq(back[0].rank, 4);
+    ck_assert(back[0].recorder);
+    ck_assert_int_eq(back[0].proc, 'S');
+    ck_assert_uint_eq(back[0].step, 10);
+    ck_assert_double_eq_tol(back[0].silent_s, 2.0, 1e-9); /* 0.5 + the report's 1.5 s */
+    ck_assert_uint_eq(back[0].nops, 1);
+    ck_assert_uint_eq(back[0].ops[0].seq, 21);
+    ck_assert_str_eq(back[0].ops[0].op, "all-reduce");
+    ck_assert_int_eq(back[0].ops[0].state, DL_DIAG_OP_RUNNING);
+    ck_assert_uint_eq(back[0].ops[0].bytes, 4096);
+    ck_assert_str_eq(back[0].ops[0].algo, "shm-small");
+    ck_assert_str_eq(back[0].ops[0].transport, "shm");
+    ck_assert_double_eq_tol(back[0].ops[0].age_s, 4.5, 1e-9);
+    ck_assert(!back[1].recorder);
+    ck_assert_double_eq_tol(back[1].silent_s, -1, 1e-9);
+    ck_assert_double_eq_tol(t[1].steps, 0, 1e-9);
+    json_decref(rep);
+}
+END_TEST
+
+static void refused(const char *text, const char *want)
+{
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    ck_assert_msg(j != NULL, "%s: %s", text, je.text);
+    char err[256] = "";
+    ck_assert_int_lt(dl_diag_report_check(j, err, sizeof(err)), 0);
+    ck_assert_msg(strstr(err, want) != NULL, "%s: got '%s', wanted '%s'", text, err, want);
+    json_decref(j);
+}
+
+START_TEST(bad_reports_are_refused)
+{
+    refused("[]", "must be an object");
+    refused("{\"ranks\":3}", "'ranks' must be an array");
+    refused("{\"node_rank\":-1,\"ranks\":[]}", "field 'node_rank'");
+    refused("{\"ranks\":[{}]}", "rank 0 must be an object with a 'rank'");
+    refused("{\"ranks\":[{\"rank\":-2}]}", "field 'rank'");
+    refused("{\"ranks\":[{\"rank\":1,\"compute_ms\":\"x\"}]}", "field 'compute_ms'");
+    refused("{\"ranks\":[{\"rank\":1,\"proc\":\"" /* 65 bytes */
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}]}",
+            "at most 64 bytes");
+    refused("{\"ranks\":[{\"rank\":1,\"ops\":[{\"seq\":1}]}]}", "needs 'seq', 'op' and 'state'");
+    refused("{\"ranks\":[{\"rank\":1,\"ops\":[1,2,3,4,5,6,7,8,9]}]}", "at most 8");
+    refused("{\"ranks\":[{\"rank\":1,\"ops\":[{\"seq\":1,\"op\":\"x\",\"state\":\"done\","
+            "\"age_s\":-1}]}]}",
+            "field 'age_s'");
+}
+END_TEST
+
+START_TEST(the_view_as_json)
+{
+    dl_diag_straggler_t s = {.rank = 3,
+                             .node_rank = 1,
+                             .compute_ms = 3,
+                             .median_ms = 2,
+                             .slower = 0.5,
+                             .steps = 120,
+                             .cost = 1000.5};
+    snprintf(s.host, sizeof(s.host), "gpu1");
+    dl_diag_view_t v = {.ranks = 4,
+                        .median_ms = 2,
+                        .step_ms = 3.1,
+                        .slowest_rank = 3,
+                        .slowest_ms = 3,
+                        .samples_per_s = 5000,
+                        .stragglers = &s,
+                        .nstragglers = 1};
+    json_t *j = dl_diag_view_json(&v);
+    char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(8));
+    ck_assert_str_eq(text, "{\"median_compute_ms\":2.0,\"ranks\":4,\"samples_per_s\":5000.0,"
+                           "\"slowest\":{\"compute_ms\":3.0,\"rank\":3},\"step_ms\":3.1,"
+                           "\"stragglers\":[{\"compute_ms\":3.0,\"cost_samples_per_s\":1000.5,"
+                           "\"host\":\"gpu1\",\"median_ms\":2.0,\"node_rank\":1,\"rank\":3,"
+                           "\"slower_pct\":50.0,\"steps\":120}]}");
+    free(text);
+    json_decref(j);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("report");
+    TCase *t = tcase_create("report");
+    tcase_add_test(t, a_report_goes_there_and_back);
+    tcase_add_test(t, bad_reports_are_refused);
+    tcase_add_test(t, the_view_as_json);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

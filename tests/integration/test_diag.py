@@ -1,0 +1,332 @@
+"""Seeing inside a running job (docs/diagnostics.md), with the real dlaunch and dlaunch-train: a
+rank stopped in the middle of a step is named as the one that never entered the collective the
+others wait in, with the operation and its sequence number, on one node and on two; a rank slowed
+for real (a SIGSTOP/SIGCONT duty cycle from the test) is named a straggler, and nobody is while
+the ranks run evenly; with --straggler-action exclude the slow node leaves and the job finishes;
+SIGUSR1 and `dlaunch status --ranks` show every rank. Skipped without dataset-fashion-mnist."""
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import time
+import unittest
+
+import dltest
+from dltest import free_port
+import test_train
+
+TRAINER = test_train.TRAINER
+
+# The documented layout of a flight recorder file (docs/diagnostics.md), read independently of
+# the C reader.
+REC_MAGIC = 0x3130434552464C44
+OPS = {1: "all-reduce", 2: "broadcast", 3: "all-gather", 4: "reduce-scatter", 5: "barrier",
+       6: "mem-alloc"}
+STATES = {1: "queued", 2: "running", 3: "done", 4: "failed"}
+
+
+def read_recorder(path):
+    """The entries of a recorder file, oldest first, as (seq, op, state, bytes)."""
+    with open(path, "rb") as f:
+        b = f.read()
+    magic, version, hbytes, ebytes, cap = struct.unpack_from("<QIIII", b, 0)
+    assert magic == REC_MAGIC and version == 1 and hbytes == 256 and ebytes == 64, path
+    entries = []
+    for i in range(cap):
+        ver, op, state, algo, dtype, seq, nbytes = struct.unpack_from("<IBBBBQQ", b, 256 + 64 * i)
+        if ver and ver % 2 == 0 and seq:
+            entries.append((seq, OPS.get(op, "?"), STATES.get(state, "?"), nbytes))
+    return sorted(entries)
+
+
+def setUpModule():
+    test_train.setUpModule()
+
+
+def tearDownModule():
+    test_train.tearDownModule()
+
+
+def trainer_cmd(data, *sets):
+    args = [TRAINER, "--set", f"dataset_dir={data}", "--set", "overlap=off"]
+    for s in sets:
+        args += ["--set", s]
+    return args
+
+
+class Diag(dltest.Case):
+    def setUp(self):
+        super().setUp()
+        if test_train.SUBSET is None:
+            self.skipTest("dataset-fashion-mnist is not installed")
+        self.procs = []
+        self.files = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in self.files:
+            f.close()
+        super().tearDown()
+
+    def spawn(self, args, name, env=None):
+        out = open(os.path.join(self.dir, f"{name}.log"), "w")
+        self.files.append(out)
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        full_env.update(env or {})
+        p = subprocess.Popen([dltest.DLAUNCH, *args], cwd=self.dir, env=full_env, stdout=out,
+                             stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def log(self, name):
+        return self.read(f"{name}.log")
+
+    def evs(self, name):
+        path = os.path.join(self.dir, f"{name}.events")
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def wait_for(self, pred, timeout, what):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = pred()
+            if got:
+                return got
+            time.sleep(0.05)
+        self.fail(f"timed out waiting for {what}")
+
+    def pid_of(self, name, rank):
+        def find():
+            for e in self.evs(name):
+                if e["event"] == "worker_start" and e["rank"] == rank:
+                    return e["pid"]
+            return None
+        return self.wait_for(find, 60, f"rank {rank} to start ({name})")
+
+    def first_beat(self, rank, attempt=0, run="job"):
+        """Waits until rank trains: its flight recorder, set up, shows the two broadcasts of
+        the start and a step's collective (training, not loading data, is what is measured)."""
+        path = os.path.join(self.dir, "dlaunch_logs", run, f"attempt_{attempt}",
+                            f"rank_{rank}.rec")
+
+        def training():
+            try:
+                return len(read_recorder(path)) >= 3
+            except (OSError, AssertionError, struct.error):
+                return False
+        self.wait_for(training, 60, f"rank {rank}'s flight recorder")
+
+    # ---- hangs -------------------------------------------------------------------------------
+
+    HANG_STEP = 20
+
+    def check_hang_account(self, text, on_node=None):
+        """The account names rank 1 as the one that never entered the reduce-scatter of step
+        HANG_STEP: two broadcasts before the first step, then a reduce-scatter and an
+        all-gather a step, so its number is 2 + 2 (S - 1) + 1."""
+        seq = 2 * self.HANG_STEP + 1
+        where = f" on node {on_node} \\([^)]*\\)" if on_node is not None else ""
+        m = re.search(f"rank 1{where} never entered reduce-scatter #(\\d+) \\(its last: "
+                      f"all-gather #(\\d+), done[^)]*\\); rank 0 has waited in it for ", text)
+        self.assertIsNotNone(m, text)
+        self.assertEqual(int(m.group(1)), seq, text)
+        self.assertEqual(int(m.group(2)), seq - 1, text)
+
+    def test_a_rank_stopped_mid_step_is_named_on_one_node(self):
+        data = test_train.SUBSET
+        p = self.spawn(["--gpus-per-node", "2", "--health-timeout", "3", "--max-restarts", "1",
+                        "--run-id", "job", "--events", os.path.join(self.dir, "a.events"), "--",
+                        *trainer_cmd(data, "steps=60", "log_every=1000",
+                                     f"hang_at_step={self.HANG_STEP}", "fail_rank=1")], "a")
+        self.assertEqual(p.wait(timeout=120), 0, self.log("a"))
+        evs = self.evs("a")
+        ranks = [e for e in evs if e["event"] == "ranks"]
+        self.assertEqual(len(ranks), 1, evs)
+        self.assertEqual(ranks[0]["reason"], "hang")
+        self.check_hang_account(ranks[0]["diagnosis"])
+        self.assertIn("its process is stopped", ranks[0]["diagnosis"])
+        by_rank = {r["rank"]: r for r in ranks[0]["ranks"]}
+        self.assertEqual(by_rank[1]["proc"], "T")
+        self.assertEqual(by_rank[0]["ops"][-1]["op"], "reduce-scatter")
+        self.assertEqual(by_rank[0]["ops"][-1]["state"], "running")
+        # The restart says why, and the hung workers' events carry the account too.
+        restart = [e for e in evs if e["event"] == "restart"]
+        self.assertEqual(len(restart), 1)
+        self.check_hang_account(restart[0]["diagnosis"])
+        hung = [e for e in evs if e["event"] == "worker_hung"]
+        self.assertTrue(hung and all("never entered" in e["diagnosis"] for e in hung), hung)
+        self.check_hang_account(self.log("a"))
+        # The recorder files stay with the attempt's logs, and say the same thing.
+        base = os.path.join(self.dir, "dlaunch_logs", "job", "attempt_0")
+        r0 = read_recorder(os.path.join(base, "rank_0.rec"))
+        r1 = read_recorder(os.path.join(base, "rank_1.rec"))
+        seq = 2 * self.HANG_STEP + 1
+        self.assertEqual(r0[-1][:3], (seq, "reduce-scatter", "running"), r0[-3:])
+        self.assertEqual(r1[-1][:3], (seq - 1, "all-gather", "done"), r1[-3:])
+        self.assertEqual(r0[0][1:3], ("broadcast", "done"))
+
+    def two_agents(self, extra, trainer, env=(None, None), nodes="2"):
+        port = free_port()
+        self.endpoint = f"127.0.0.1:{port}"
+        procs = []
+        for i in range(2):
+            node_env = {"DLAUNCH_COLL_HOST_ID": f"node{i}"}  # TCP between the "nodes"
+            node_env.update(env[i] or {})
+            procs.append(self.spawn(
+                ["--nodes", nodes, "--gpus-per-node", "1", "--rdzv-endpoint", self.endpoint,
+                 "--run-id", "job", "--heartbeat", "0.3", "--join-timeout", "60",
+                 "--node-rank", str(i), "--events", os.path.join(self.dir, f"n{i}.events"),
+                 *extra, "--", *trainer], f"n{i}", env=node_env))
+        return procs
+
+    def test_a_rank_stopped_mid_step_is_named_on_two_nodes(self):
+        data = test_train.SUBSET
+        procs = self.two_agents(
+            ["--health-timeout", "6", "--max-restarts", "1"],
+            trainer_cmd(data, "steps=60", "log_every=1000", f"hang_at_step={self.HANG_STEP}",
+                        "fail_rank=1"))
+        # While the job hangs, `dlaunch status --ranks` shows where.
+        def where():
+            p = subprocess.run([dltest.DLAUNCH, "status", "--ranks", "--endpoint", self.endpoint,
+                                "job"], capture_output=True, text=True, timeout=30)
+            return p.stdout if "never entered reduce-scatter #41" in p.stdout else None
+        text = self.wait_for(where, 60, "status --ranks to show the hang")
+        self.check_hang_account(text, on_node=1)
+        self.assertRegex(text, r"rank 1 +node 1 .* process T \| all-gather #40 done")
+        self.assertRegex(text, r"rank 0 +node 0 .* \| reduce-scatter #41 running")
+        for p in procs:
+            self.assertEqual(p.wait(timeout=120), 0, self.log("n0") + self.log("n1"))
+        for name in ("n0", "n1"):
+            restart = [e for e in self.evs(name) if e["event"] == "restart"]
+            self.assertEqual(len(restart), 1, self.evs(name))
+            self.check_hang_account(restart[0]["reason"], on_node=1)
+
+    # ---- stragglers --------------------------------------------------------------------------
+
+    def duty_cycle(self, pid, seconds, stop_s=0.05, run_s=0.03):
+        """Slows pid down for real: stopped stop_s out of every stop_s + run_s (a stop that
+        falls while the rank waits in a collective adds to its wait, not its compute, so the
+        compute grows by less than the stopped share)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(stop_s)
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                return
+            time.sleep(run_s)
+
+    def stragglers(self, name):
+        return [e for e in self.evs(name) if e["event"] == "straggler"]
+
+    def even_then_slow(self, names, slow_name, even_s=8.0, named_within=40.0):
+        """The ranks run evenly for even_s (nobody may be named), then rank 1 is slowed until
+        it is named (within named_within seconds: the rule needs its window of 100 steps and
+        three reports a heartbeat apart)."""
+        pid = self.pid_of(slow_name, 1)
+        self.first_beat(1)
+        time.sleep(even_s)
+        for n in names:
+            self.assertEqual(self.stragglers(n), [], f"named in an even run: {self.log(n)}")
+        start = time.monotonic()
+        deadline = start + named_within
+        while time.monotonic() < deadline and not all(self.stragglers(n) for n in names):
+            self.duty_cycle(pid, 0.5)
+        took = time.monotonic() - start
+        for n in names:
+            s = self.stragglers(n)
+            self.assertTrue(s, f"not named within {named_within} s: {self.log(n)}")
+            self.assertEqual(s[0]["rank"], 1, s)
+            self.assertGreaterEqual(s[0]["steps"], 100)
+            self.assertGreater(s[0]["slower_pct"], 50)
+            self.assertGreater(s[0]["compute_ms"], s[0]["median_ms"] * 1.5)
+            self.assertGreater(s[0]["cost_samples_per_s"], 0)
+            self.assertEqual(s[0]["action"], "warn")
+        return took
+
+    STRAGGLER_TRAIN = ("steps=1000000", "layers=784-128-10", "log_every=200",
+                       "eval_every=1000000")
+    # Two ranks on a shared 2-core machine: a neighbour's load can hold one back by a third for
+    # seconds (a true straggler, for the rule), so the tests name ranks past +50%, and slow theirs
+    # by more than that.
+    STRAGGLER_OPTS = ("--straggler-threshold", "0.5")
+
+    def test_a_slowed_rank_is_named_on_one_node_and_nobody_before(self):
+        data = test_train.SUBSET
+        p = self.spawn(["--gpus-per-node", "2", "--run-id", "job", "--events",
+                        os.path.join(self.dir, "a.events"), *self.STRAGGLER_OPTS, "--",
+                        *trainer_cmd(data, *self.STRAGGLER_TRAIN)], "a")
+        self.pid_of("a", 0)
+        self.first_beat(1)
+        # SIGUSR1: the agent prints where every rank is, and says so in its events.
+        p.send_signal(signal.SIGUSR1)
+        self.wait_for(lambda: [e for e in self.evs("a") if e["event"] == "ranks"], 20,
+                      "the SIGUSR1 report")
+        self.even_then_slow(["a"], "a")
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+        log = self.log("a")
+        self.assertIn("SIGUSR1: where this node's ranks are", log)
+        self.assertRegex(log, r"\[agent node=0\]   rank 1: .*process \w, .* #\d+ (done|running)")
+        self.assertRegex(log, r"\[agent node=0\] straggler: rank 1 on node 0 \(.*\) computes "
+                              r"[0-9.]+ ms a step against the median [0-9.]+ ms \(\+\d+%\) for "
+                              r"\d+ steps; it costs the job about \d+ samples/s")
+        ev = [e for e in self.evs("a") if e["event"] == "ranks"][0]
+        self.assertEqual(ev["reason"], "request")
+        self.assertEqual(sorted(r["rank"] for r in ev["ranks"]), [0, 1])
+        # The trainer's progress lines carry the job-wide figures.
+        out = self.read("dlaunch_logs", "job", "attempt_0", "rank_0.out")
+        self.assertRegex(out, r"compute a step: median [0-9.]+ ms, slowest rank \d [0-9.]+ ms")
+
+    def test_a_slowed_rank_is_named_on_two_nodes_and_nobody_before(self):
+        data = test_train.SUBSET
+        procs = self.two_agents(list(self.STRAGGLER_OPTS), trainer_cmd(data, *self.STRAGGLER_TRAIN))
+        self.even_then_slow(["n0", "n1"], "n1")
+        # dlaunch status names it too.
+        p = subprocess.run([dltest.DLAUNCH, "status", "--endpoint", self.endpoint, "job"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertRegex(p.stdout, r"straggler: rank 1 on node 1 \(.*\): [0-9.]+ ms a step")
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=60)
+
+    def test_exclude_drops_the_slow_node_and_the_job_finishes(self):
+        data = test_train.SUBSET
+        ckpt = os.path.join(self.dir, "ckpt")
+        procs = self.two_agents(
+            ["--straggler-action", "exclude", "--max-restarts", "1", "--last-call", "1",
+             *self.STRAGGLER_OPTS],
+            trainer_cmd(data, "steps=1500", "layers=784-128-10", "log_every=500",
+                        "eval_every=1000000", f"checkpoint_dir={ckpt}", "checkpoint_every=50"),
+            nodes="1:2")
+        pid = self.pid_of("n1", 1)
+        self.first_beat(1)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not self.stragglers("n1"):
+            self.duty_cycle(pid, 0.5)
+        for p in procs:
+            self.assertEqual(p.wait(timeout=120), 0, self.log("n0") + self.log("n1"))
+        s = self.stragglers("n1")
+        self.assertEqual([(e["rank"], e["node_rank"], e["action"]) for e in s], [(1, 1, "exclude")])
+        # Node 0 went on alone in the next round, and finished.
+        rdzv = [(e["round"], e["nodes"]) for e in self.evs("n0") if e["event"] == "rendezvous"]
+        self.assertEqual(rdzv, [(0, 2), (1, 1)])
+        end0 = [e for e in self.evs("n0") if e["event"] == "job_end"]
+        self.assertEqual(end0[0]["status"], "succeeded")
+        self.assertIn("straggler: rank 1 on node 1", self.log("n0"))
+        self.assertIn("sat out as a straggler", self.log("n1"))
+        self.assertRegex(self.read("dlaunch_logs", "job", "attempt_1", "rank_0.out"),
+                         r"done after 1500 steps")
+
+
+if __name__ == "__main__":
+    dltest.main()

@@ -292,6 +292,13 @@ static int hex_decode(const char *hex, uint8_t *out, size_t len)
     return hex[2 * len] == '\0' ? 0 : -EINVAL;
 }
 
+int dl_proto_random(void *buf, size_t len)
+{
+    if (len > INT_MAX || RAND_bytes(buf, (int)len) != 1)
+        return -EIO;
+    return 0;
+}
+
 int dl_proto_nonce_new(char ret_nonce[DL_PROTO_NONCE_HEX_LEN + 1])
 {
     uint8_t nonce[DL_PROTO_NONCE_BYTES];

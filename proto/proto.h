@@ -357,6 +357,9 @@ int dl_proto_token_text(const dl_proto_token_t *token, char **ret_text);
  * tokens of one length. NULLs are equal only to each other. */
 bool dl_proto_token_equal(const dl_proto_token_t *a, const dl_proto_token_t *b);
 
+/* len bytes from the system's cryptographic generator (RAND_bytes). Returns 0 or -EIO. */
+int dl_proto_random(void *buf, size_t len);
+
 /* DL_PROTO_NONCE_BYTES random bytes (RAND_bytes) as lowercase hex, NUL-terminated.
  * Returns 0 or -EIO when the random generator fails. */
 int dl_proto_nonce_new(char ret_nonce[DL_PROTO_NONCE_HEX_LEN + 1]);

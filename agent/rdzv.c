@@ -368,7 +368,11 @@ static void misbehaved(dl_agent_t *a, const char *why)
 
 static void on_lost(void *ctx, int status)
 {
-    drop_connection(ctx, false, uv_strerror(status));
+    dl_agent_t *a = ctx;
+    char why[600];
+    const char *text = dl_rdzv_client_error(a->rdzv->client);
+    snprintf(why, sizeof(why), "%s", text[0] != '\0' ? text : uv_strerror(status));
+    drop_connection(a, false, why);
 }
 
 static int connect_client(dl_agent_t *a)

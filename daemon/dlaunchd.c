@@ -120,6 +120,21 @@ int main(int argc, char **argv)
         }
         so.idle_timeout = secs;
     }
+    if (args.frame_timeout != NULL) {
+        if (dl_parse_double(args.frame_timeout, 0.001, 1e7, &secs) < 0) {
+            fprintf(stderr, "dlaunchd: --frame-timeout: '%s' is not a number of seconds\n",
+                    args.frame_timeout);
+            return 2;
+        }
+        so.frame_timeout = secs;
+    }
+    if (args.linger != NULL) {
+        if (dl_parse_double(args.linger, 0, 1e7, &secs) < 0) {
+            fprintf(stderr, "dlaunchd: --linger: '%s' is not a number of seconds\n", args.linger);
+            return 2;
+        }
+        so.core.job_defaults.linger = secs;
+    }
     if (dl_rdzv_listen_parse(args.listen, host, sizeof(host), &port) < 0) {
         fprintf(stderr, "dlaunchd: --listen: '%s' is not ADDR:PORT\n", args.listen);
         return 2;

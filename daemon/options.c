@@ -32,6 +32,12 @@ const dl_daemon_option_t dl_daemon_options[] = {
     {"idle-timeout", 0, "SECONDS", OFF(idle_timeout),
      "close an authenticated connection that sent nothing for this long and waits for "
      "nothing (default 300)"},
+    {"frame-timeout", 0, "SECONDS", OFF(frame_timeout),
+     "close a connection whose frame has not arrived whole this long after it began "
+     "(default 30)"},
+    {"linger", 0, "SECONDS", OFF(linger),
+     "how long a finished job still answers its late agents and `dlaunch status`; then it is "
+     "forgotten with its journal, and its run id is free again (default 60)"},
     {"verbose", 'v', NULL, OFF(verbose), "log every rendezvous step"},
 };
 const size_t dl_daemon_options_count = sizeof(dl_daemon_options) / sizeof(dl_daemon_options[0]);

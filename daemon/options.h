@@ -16,6 +16,8 @@ typedef struct {
     const char *max_jobs_per_peer; /* live jobs the JOINs of one address may create */
     const char *max_timeout;       /* seconds: the longest join timeout a job may ask for */
     const char *idle_timeout;      /* seconds an authenticated connection may do nothing */
+    const char *frame_timeout;     /* seconds a frame may take to arrive */
+    const char *linger;            /* seconds a finished job still answers */
     bool verbose;
 } dl_daemon_args_t;
 

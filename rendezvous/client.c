@@ -42,6 +42,7 @@ struct dl_rdzv_client_s {
     char server_nonce[DL_PROTO_NONCE_HEX_LEN + 1]; /* the challenge's */
     dl_rdzv_client_cbs_t cbs;
     void *ctx;
+    char error[512]; /* why it failed */
     char readbuf[64 * 1024];
 };
 
@@ -61,12 +62,12 @@ static void fail(dl_rdzv_client_t *c, int status, const char *fmt, ...)
 
 static void fail(dl_rdzv_client_t *c, int status, const char *fmt, ...)
 {
-    char err[512];
+    char *err = c->error;
     va_list ap;
     if (c->state == CL_DONE)
         return;
     va_start(ap, fmt);
-    vsnprintf(err, sizeof(err), fmt, ap);
+    vsnprintf(c->error, sizeof(c->error), fmt, ap);
     va_end(ap);
     bool was_ready = c->state == CL_READY;
     c->state = CL_DONE;
@@ -419,4 +420,9 @@ int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *
     }
     *ret = a;
     return 0;
+}
+
+const char *dl_rdzv_client_error(const dl_rdzv_client_t *c)
+{
+    return c != NULL ? c->error : "";
 }

@@ -121,6 +121,11 @@ int dl_rdzv_client_local_addr(const dl_rdzv_client_t *c, char *buf, size_t len);
 /* Closes and frees (once libuv lets go). No callback runs after this. Accepts NULL. */
 void dl_rdzv_client_close(dl_rdzv_client_t *c);
 
+/* Why the connection failed or was lost, one line ("" while it is fine): for the lost callback,
+ * whose status alone cannot say that the server sent something we refused. Valid until the
+ * client is closed. */
+const char *dl_rdzv_client_error(const dl_rdzv_client_t *c);
+
 /* Whether to believe the server that answered our hello with auth_ok, the last step of every
  * client's handshake. With a token: it must have challenged us (challenged) and proved the same
  * key back (proof, from auth_ok, over client_nonce and server_nonce). Without one: the socket

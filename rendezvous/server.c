@@ -83,6 +83,7 @@ struct dl_rdzv_server_s {
     char only_run_id[DL_PROTO_RUN_ID_MAX + 1]; /* "" when any job is served */
     double idle_timeout;
     double frame_timeout;
+    double linger; /* for jobs that JOINs create */
     uint32_t max_outstanding;
     size_t held;         /* bytes of unfinished frames, every connection together */
     size_t max_held;
@@ -681,6 +682,8 @@ static void handle_join(sconn_t *sc, json_t *msg, uint64_t req)
     char err[256];
 
     dl_rdzv_job_opts_init(&opts);
+    /* How long a finished job lingers is the server's to say, not the agent's. */
+    opts.linger = s->linger;
     opts.min_nodes = (int)dl_proto_get_int(msg, "min_nodes", opts.min_nodes);
     opts.max_nodes = (int)dl_proto_get_int(msg, "max_nodes", opts.max_nodes);
     opts.last_call = ms_field(msg, "last_call_ms", opts.last_call);
@@ -1237,6 +1240,7 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
     s->log_ctx = opts->log_ctx;
     s->idle_timeout = opts->idle_timeout > 0 ? opts->idle_timeout : 300;
     s->frame_timeout = opts->frame_timeout > 0 ? opts->frame_timeout : 30;
+    s->linger = opts->core.job_defaults.linger;
     s->max_outstanding = opts->max_outstanding > 0 ? opts->max_outstanding : 1;
     s->max_held = opts->max_held > 0 ? opts->max_held : DL_PROTO_LIMIT;
     if (opts->only_run_id != NULL)

@@ -1031,7 +1031,9 @@ static void maybe_done(dl_rdzv_server_t *s);
  * events, or is an agent the core watches by its heartbeats. */
 static bool busy(const sconn_t *sc)
 {
-    return sc->outstanding > 0 || sc->following || sc->joined;
+    /* A follow ends with its job's journal. */
+    return sc->outstanding > 0 || sc->joined ||
+           (sc->following && dl__journals_get(sc->s->journals, sc->run_id, false) != NULL);
 }
 
 /* Closes connections whose frame has been arriving for longer than frame_timeout (a slow sender

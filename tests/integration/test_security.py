@@ -205,16 +205,19 @@ class Stall(Base):
             c.close()
         victims = [self.agent(n, "-q", "--nodes", "2", "--gpus-per-node", "1", "--rdzv-endpoint",
                               endpoint, "--run-id", "victim", "--heartbeat", "0.2",
-                              "--dead-after", "2", "--max-restarts", "0", "--", "sleep", "6")
+                              "--dead-after", "1.5", "--max-restarts", "0", "--", "sleep", "6")
                    for n in ("a", "b")]
         self.wait_started(["a", "b"])
         attackers = []
-        for _ in range(4):
+        for _ in range(8):
             c = self.client(port)
             self.assertEqual(c.hello("control", "noisy")["type"], "auth_ok")
-            c.sock.sendall(b"".join(frame({"v": 1, "type": "events_follow", "id": 10 + k,
-                                           "since": 0}) for k in range(300)))
             attackers.append(c)
+        # All at once: 2,400 follows of a 1,000-event journal.
+        burst = b"".join(frame({"v": 1, "type": "events_follow", "id": 10 + k, "since": 0})
+                         for k in range(300))
+        for c in attackers:
+            c.sock.sendall(burst)
         for p, n in zip(victims, "ab"):
             self.assertEqual(p.wait(timeout=120), 0, self.read(f"{n}.log") + self.read("d.log"))
         st = self.run_cmd("status", "--json", "--endpoint", endpoint, "victim")
@@ -387,7 +390,7 @@ class FakeServer:
             try:
                 hello = read_frame(c, 5)
                 c.sendall(frame({"v": 1, "type": "auth_ok", "id": hello["id"]}))
-                while True:
+                while not self.stop:
                     m = read_frame(c, 5)
                     if m is None:
                         break

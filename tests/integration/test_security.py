@@ -110,6 +110,13 @@ def rss_kib(pid):
     return 0
 
 
+def sanitized(pid):
+    """Whether the process runs under AddressSanitizer, whose quarantine and shadow memory make
+    its resident size say nothing about what the program holds."""
+    with open(f"/proc/{pid}/maps") as f:
+        return "libasan" in f.read()
+
+
 def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -475,7 +482,8 @@ class Bounds(Base):
         self.assertEqual(codes, {"limit_exceeded"})
         self.assertLessEqual(stored * len(value), 24 << 20)
         self.assertGreaterEqual(stored, 30)
-        self.assertLess(rss_kib(d.pid) - before, 80 * 1024)
+        if not sanitized(d.pid):
+            self.assertLess(rss_kib(d.pid) - before, 80 * 1024)
         self.assertIsNone(d.poll())
 
     def test_waits_are_counted(self):
@@ -501,7 +509,8 @@ class Bounds(Base):
                 refused += 1
         sender.join()
         self.assertEqual(refused, n - 256)
-        self.assertLess(rss_kib(d.pid) - before, 100 * 1024)
+        if not sanitized(d.pid):
+            self.assertLess(rss_kib(d.pid) - before, 100 * 1024)
 
     def test_idle_and_unfinished_frames_are_bounded(self):
         d, port = self.daemon("--idle-timeout", "2", "--frame-timeout", "2")
@@ -526,7 +535,8 @@ class Bounds(Base):
             self.assertLess(time.monotonic() - t0, 60)
             grown.append(rss_kib(d.pid) - before)
         # What the first wave held was given back and served the second: nothing piles up.
-        self.assertLess(grown[1], 20 * 1024, grown)
+        if not sanitized(d.pid):
+            self.assertLess(grown[1], 20 * 1024, grown)
         self.assertIsNone(d.poll())
 
     def test_journals_of_unknown_jobs_are_not_kept(self):

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -294,8 +295,15 @@ static int hex_decode(const char *hex, uint8_t *out, size_t len)
 
 int dl_proto_random(void *buf, size_t len)
 {
-    if (len > INT_MAX || RAND_bytes(buf, (int)len) != 1)
-        return -EIO;
+    /* The kernel's generator: no library state to set up for a few bytes at start. */
+    for (size_t off = 0; off < len;) {
+        ssize_t n = getrandom((char *)buf + off, len - off, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -EIO;
+        off += (size_t)n;
+    }
     return 0;
 }
 
@@ -518,43 +526,44 @@ int dl_proto_auth_accept(const dl_proto_token_t *server, const char *nonce,
                          const char *proof, dl_proto_token_kind_t *ret_level,
                          char ret_server_proof[DL_PROTO_PROOF_HEX_LEN + 1])
 {
-    static const dl_proto_token_kind_t kinds[] = {DL_PROTO_TOKEN_MASTER, DL_PROTO_TOKEN_JOB,
-                                                  DL_PROTO_TOKEN_WORKER};
-    dl_proto_token_t *key = NULL;
-    int r = -EACCES;
+    dl_proto_token_t *key = NULL, *job = NULL;
+    int r;
 
     if (server == NULL || run_id == NULL || !dl_proto_run_id_valid(run_id))
         return -EINVAL;
     /* A server holding one job's key serves that job only. */
     if (server->kind != DL_PROTO_TOKEN_MASTER && strcmp(server->run_id, run_id) != 0)
         return -EACCES;
-    /* Every key is tried, so the time taken does not say which one came close. */
-    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+    /* Down the chain from the server's own key, as far as this role may be reached from, until
+     * one matches: the client knows which key it holds, so which one matched is no secret. */
+    for (dl_proto_token_kind_t kind = server->kind; kind <= DL_PROTO_TOKEN_WORKER; kind++) {
         dl_proto_token_t *k = NULL;
-        if (kinds[i] < server->kind)
-            continue;
-        int d = kinds[i] == DL_PROTO_TOKEN_MASTER
-                    ? token_new_kind(DL_PROTO_TOKEN_MASTER, NULL, server->data, server->len, &k)
-                    : dl_proto_token_derive(server, kinds[i], run_id, &k);
-        if (d < 0) {
-            dl_proto_token_free(key);
-            return d;
-        }
-        int v = dl_proto_token_may(k, run_id, role) ? dl_proto_auth_verify(k, nonce, run_id, role,
-                                                                            proof)
-                                                     : -EACCES;
-        if (v == 0 && key == NULL) {
+        if (kind == DL_PROTO_TOKEN_WORKER && role != DL_PROTO_ROLE_WORKER)
+            break;
+        if (kind == server->kind)
+            r = token_new_kind(kind, dl_proto_token_run_id(server), server->data, server->len,
+                               &k);
+        else
+            r = dl_proto_token_derive(kind == DL_PROTO_TOKEN_WORKER && job != NULL ? job : server,
+                                      kind, run_id, &k);
+        if (r < 0)
+            break;
+        r = dl_proto_auth_verify(k, nonce, run_id, role, proof);
+        if (r == 0) {
             key = k;
-            continue;
+            break;
         }
-        dl_proto_token_free(k);
-        if (v < 0 && v != -EACCES) {
-            dl_proto_token_free(key);
-            return v;
+        if (kind == DL_PROTO_TOKEN_JOB) {
+            job = k; /* the worker key is one step from it */
+        } else {
+            dl_proto_token_free(k);
         }
+        if (r != -EACCES)
+            break;
     }
+    dl_proto_token_free(job);
     if (key == NULL)
-        return r;
+        return r < 0 && r != -EACCES ? r : -EACCES;
     r = 0;
     if (client_nonce != NULL) {
         uint8_t mac[MAC_LEN];

@@ -357,7 +357,7 @@ int dl_proto_token_text(const dl_proto_token_t *token, char **ret_text);
  * tokens of one length. NULLs are equal only to each other. */
 bool dl_proto_token_equal(const dl_proto_token_t *a, const dl_proto_token_t *b);
 
-/* len bytes from the system's cryptographic generator (RAND_bytes). Returns 0 or -EIO. */
+/* len bytes from the kernel's cryptographic generator (getrandom). Returns 0 or -EIO. */
 int dl_proto_random(void *buf, size_t len);
 
 /* DL_PROTO_NONCE_BYTES random bytes (RAND_bytes) as lowercase hex, NUL-terminated.

@@ -32,8 +32,8 @@ bool dl__peer_is_loopback(const struct sockaddr *sa)
 }
 
 /* The peer's socket seen from its side: source = our peer, destination = us. */
-static int diag_lookup(const struct sockaddr_storage *peer, const struct sockaddr_storage *self,
-                       uid_t *ret_uid)
+static int diag_lookup(int *nlfd, const struct sockaddr_storage *peer,
+                       const struct sockaddr_storage *self, uid_t *ret_uid)
 {
     struct {
         struct nlmsghdr nlh;
@@ -69,16 +69,17 @@ static int diag_lookup(const struct sockaddr_storage *peer, const struct sockadd
         memcpy(msg.req.id.idiag_src, &p->sin6_addr, 16);
         memcpy(msg.req.id.idiag_dst, &s->sin6_addr, 16);
     }
-    fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-    if (fd < 0)
-        return -errno;
-    /* The kernel answers at once; the timeout only guards against a kernel that never does. */
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    if (sendto(fd, &msg, sizeof(msg), 0, (struct sockaddr *)&nladdr, sizeof(nladdr)) < 0) {
-        r = -errno;
-        close(fd);
-        return r;
+    fd = *nlfd;
+    if (fd < 0) {
+        fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+        if (fd < 0)
+            return -errno;
+        /* The kernel answers at once; the timeout guards against one that never does. */
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        *nlfd = fd;
     }
+    if (sendto(fd, &msg, sizeof(msg), 0, (struct sockaddr *)&nladdr, sizeof(nladdr)) < 0)
+        return -errno;
     ssize_t n = recv(fd, buf, sizeof(buf), 0);
     if (n < 0)
         r = -errno;
@@ -96,7 +97,6 @@ static int diag_lookup(const struct sockaddr_storage *peer, const struct sockadd
             break;
         }
     }
-    close(fd);
     return r;
 }
 
@@ -145,7 +145,7 @@ static int proc_lookup(const struct sockaddr_storage *peer, const struct sockadd
     return r;
 }
 
-int dl__peer_uid(int fd, uid_t *ret_uid)
+int dl__peer_uid_with(int *nlfd, int fd, uid_t *ret_uid)
 {
     struct sockaddr_storage peer, self;
     socklen_t plen = sizeof(peer), slen = sizeof(self);
@@ -157,10 +157,24 @@ int dl__peer_uid(int fd, uid_t *ret_uid)
         return -EPERM;
     if (peer.ss_family != AF_INET && peer.ss_family != AF_INET6)
         return -EAFNOSUPPORT;
-    int r = diag_lookup(&peer, &self, ret_uid);
+    int r = diag_lookup(nlfd, &peer, &self, ret_uid);
     if (r == 0 || r == -ENOENT)
         return r;
+    /* A netlink socket that failed once is not trusted again. */
+    if (*nlfd >= 0) {
+        close(*nlfd);
+        *nlfd = -1;
+    }
     return proc_lookup(&peer, &self, ret_uid);
+}
+
+int dl__peer_uid(int fd, uid_t *ret_uid)
+{
+    int nlfd = -1;
+    int r = dl__peer_uid_with(&nlfd, fd, ret_uid);
+    if (nlfd >= 0)
+        close(nlfd);
+    return r;
 }
 
 bool dl__peer_trusted(uid_t uid)

@@ -89,6 +89,7 @@ struct dl_rdzv_server_s {
     size_t max_held;
     uv_timer_t sweep_timer; /* closes idle connections and stalled frames */
     bool sweeping;
+    int diag_fd; /* the netlink socket that tells peers' uids, without a token; -1 until used */
 
     dl__rdzv_stats_t stats;
     json_t *snapshot; /* what the last STATUS to DL__RDZV_STATS_CONN made */
@@ -920,7 +921,7 @@ static void on_hello(sconn_t *sc, json_t *msg, json_int_t id)
         uid_t uid = (uid_t)-1;
         int r = uv_fileno((uv_handle_t *)&sc->c.tcp, &fd);
         if (r == 0)
-            r = dl__peer_uid(fd, &uid);
+            r = dl__peer_uid_with(&s->diag_fd, fd, &uid);
         if (r < 0 || !dl__peer_trusted(uid)) {
             char why[128];
             if (r < 0)
@@ -1199,6 +1200,8 @@ static void maybe_done(dl_rdzv_server_t *s)
     void (*done)(void *) = s->done;
     void *ctx = s->done_ctx;
     dl_rdzv_core_free(s->core);
+    if (s->diag_fd >= 0)
+        close(s->diag_fd);
     dl__journals_free(s->journals);
     json_decref(s->snapshot);
     dl__rdzv_stats_free(&s->stats);
@@ -1235,6 +1238,7 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
         return -ENOMEM;
     }
     s->loop = loop;
+    s->diag_fd = -1;
     s->token = opts->token;
     s->heartbeat = opts->heartbeat;
     s->auth_timeout = opts->auth_timeout;

@@ -263,6 +263,10 @@ int dl_proto_decoder_feed(dl_proto_decoder_t *dec, const void *data, size_t len,
 
     n = dec->body_len - dec->buf_have;
     n = n < len - used ? n : len - used;
+    /* A read that ended right after the header: nothing to keep yet (and no buffer to keep it
+     * in). */
+    if (n == 0)
+        return DL_PROTO_NEED_MORE;
     /* Grown with what arrived, doubling, not sized by the length announced: a peer that
      * announces 1 MiB and sends a byte costs a few KiB. */
     if (dec->buf_cap < dec->buf_have + n) {

@@ -534,9 +534,10 @@ class Bounds(Base):
                 c.close()
             self.assertLess(time.monotonic() - t0, 60)
             grown.append(rss_kib(d.pid) - before)
-        # What the first wave held was given back and served the second: nothing piles up.
+        # What the first wave held (100 MiB of frames) was given back and served the second:
+        # had it been kept, the second wave would add about as much again.
         if not sanitized(d.pid):
-            self.assertLess(grown[1], 20 * 1024, grown)
+            self.assertLess(grown[1], 50 * 1024, grown)
         self.assertIsNone(d.poll())
 
     def test_journals_of_unknown_jobs_are_not_kept(self):

@@ -1163,10 +1163,11 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
     json_object_set_new(start, "world_size",
                         a->remote ? json_null() : json_integer(a->world_size));
     dl_events_emit(a->events, "job_start", dl__now_unix(), start);
-    if (a->remote) {
-        /* The supervisor starts once the rendezvous answers (dl__rdzv_start's ready). */
-        code = dl__rdzv_start(a);
-        if (code != 0) {
+    /* Several nodes: the supervisor starts once the rendezvous answers (dl__rdzv_start's
+     * ready). One: the store for the workers, then the supervisor at once. */
+    code = a->remote ? dl__rdzv_start(a) : dl__rdzv_local_store(a);
+    if (code != 0) {
+        {
             dl_events_emit(a->events, "job_end", dl__now_unix(),
                            json_pack("{s:s, s:i, s:i}", "status", "refused", "exit_code", code,
                                      "attempts", 0));
@@ -1178,11 +1179,9 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
             agent_free(a);
             return code;
         }
-    } else {
-        if (dl__rdzv_local_store(a) < 0)
-            dl__agent_log(a, "no key-value store for the workers (DLAUNCH_STORE unset)");
-        dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_START});
     }
+    if (!a->remote)
+        dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_START});
     uv_run(&a->loop, UV_RUN_DEFAULT);
 
     code = a->exit_code;

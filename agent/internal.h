@@ -74,7 +74,7 @@ struct dl_agent_s {
     int round;                 /* the rendezvous round the workers belong to */
     char failure_text[512];    /* the job's failure as the rendezvous described it */
     char store_addr[300];      /* DLAUNCH_STORE for the workers, or "" */
-    char *token_path;          /* the token file as an absolute path, or NULL */
+    char *token_path;          /* the workers' key file (DLAUNCH_TOKEN_FILE), or NULL */
     dl__diag_t *diag;          /* diag.c: recorders, stragglers, hang accounts */
     dl_sup_failure_t *history; /* the first failure of every failed attempt */
     size_t nhistory;
@@ -123,6 +123,10 @@ bool dl__diag_excluded(dl_agent_t *a, double *ret_wait); /* stepped out; seconds
 
 /* One node alone: serve the job's key-value store on loopback for its workers. */
 int dl__rdzv_local_store(dl_agent_t *a);                  /* after the loop has ended */
+/* One node alone: serve the job's key-value store on loopback for its workers, guarded by the
+ * job's token when there is one. Returns 0 (a store that cannot start is only logged), or an
+ * exit code having said why. */
+int dl__rdzv_local_store(dl_agent_t *a);
 void dl__rdzv_local_store_reset(dl_agent_t *a); /* a restart: the workers start with no keys */
 
 /* progress.c: fills a->progress from what this node's workers report, if they do. */

@@ -13,6 +13,13 @@
 #include "internal.h"
 #include "rendezvous.h"
 #include "summary.h"
+#include "workercred.h"
+
+/* Reconnecting to a rendezvous that misbehaves: the first retry after this, doubling up to
+ * BACKOFF_MAX_MS; a connection that lasted STABLE_S resets the count. */
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+#define STABLE_S 10.0
 
 typedef struct dl__rdzv_s {
     dl_agent_t *agent;
@@ -36,9 +43,20 @@ typedef struct dl__rdzv_s {
     char last_reason[1024];
     bool join_held;
     bool following; /* the job's events come to us: its end, while we sit out */
+    uv_timer_t backoff; /* the next connection, when the last one went wrong */
+    bool backoff_open;
+    int failures;         /* connections in a row that went wrong */
+    double ready_at;      /* monotonic seconds the connection became ready */
+    bool join_wanted;     /* the supervisor asked to join while the backoff ran */
+    double trouble_since; /* monotonic seconds of the first of those failures, or 0 */
 } rdzv_t;
 
 static int connect_client(dl_agent_t *a);
+
+static double mono(void)
+{
+    return (double)uv_hrtime() / 1e9;
+}
 
 static void server_log(void *ctx, dl_rdzv_log_level_t level, const char *run_id, const char *text)
 {
@@ -83,8 +101,14 @@ void dl__rdzv_join(dl_agent_t *a)
 
     if (!z->ready) {
         /* Lost the rendezvous (it declared us dead, or restarted): connect again and join as a
-         * new member once the handshake is done. */
-        if (!z->connecting && connect_client(a) < 0)
+         * new member once the handshake is done; after a failure, only once the backoff ran. */
+        if (z->connecting)
+            return;
+        if (uv_is_active((uv_handle_t *)&z->backoff)) {
+            z->join_wanted = true;
+            return;
+        }
+        if (connect_client(a) < 0)
             dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END, .exit_code = 3});
         return;
     }
@@ -222,21 +246,31 @@ static void on_heartbeat(uv_timer_t *t)
     send_or_log(z, m);
 }
 
+static void misbehaved(dl_agent_t *a, const char *why);
+
 static void on_assignment(dl_agent_t *a, json_t *m)
 {
     rdzv_t *z = a->rdzv;
-    int first = (int)dl_proto_get_int(m, "first_rank", 0);
-    int local = (int)dl_proto_get_int(m, "local_world_size", a->nworkers);
-    int restarts = (int)dl_proto_get_int(m, "restart_count", 0);
+    dl_rdzv_assignment_t as;
+    dl_rdzv_assignment_want_t want = {.slots = a->nworkers, .min_nodes = a->nodes_min,
+                                      .max_nodes = a->nodes_max, .min_round = a->round};
+    char err[256], why[300];
 
     z->join_id = -1;
-    a->round = (int)dl_proto_get_int(m, "round", 0);
-    a->node_rank = (int)dl_proto_get_int(m, "node_rank", 0);
-    a->nnodes = (int)dl_proto_get_int(m, "nodes", 1);
-    a->world_size = (int)dl_proto_get_int(m, "world_size", local);
-    a->master_port = (int)dl_proto_get_int(m, "master_port", a->master_port);
-    snprintf(a->store_addr, sizeof(a->store_addr), "%s", dl_proto_get_str(m, "store_addr"));
-    snprintf(a->master_addr, sizeof(a->master_addr), "%s", dl_proto_get_str(m, "master_addr"));
+    /* Ranks, sizes and addresses go into workers' environments: nothing we did not ask for. */
+    if (dl_rdzv_assignment_read(m, &want, &as, err, sizeof(err)) < 0) {
+        snprintf(why, sizeof(why), "an assignment this node cannot take: %s", err);
+        misbehaved(a, why);
+        return;
+    }
+    int first = as.first_rank, local = as.local_world_size, restarts = as.restart_count;
+    a->round = as.round;
+    a->node_rank = as.node_rank;
+    a->nnodes = as.nodes;
+    a->world_size = as.world_size;
+    a->master_port = as.master_port;
+    snprintf(a->store_addr, sizeof(a->store_addr), "%s", as.store_addr);
+    snprintf(a->master_addr, sizeof(a->master_addr), "%s", as.master_addr);
     if (dl__agent_set_ranks(a, first, local) < 0) {
         dl__agent_log(a, "out of memory");
         dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END, .exit_code = 1});
@@ -269,24 +303,29 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
         if (id == z->join_id)
             on_assignment(a, m);
         return;
-    case DL_PROTO_ROUND_CHANGED:
+    case DL_PROTO_ROUND_CHANGED: {
+        char reason[1200];
         snprintf(z->last_reason, sizeof(z->last_reason), "%s", dl_proto_get_str(m, "reason"));
         dl__agent_log(a, "round %lld: %s; restarting this node's workers",
-                      (long long)dl_proto_get_int(m, "round", 0), dl_proto_get_str(m, "reason"));
+                      (long long)dl_proto_get_int(m, "round", 0),
+                      dl_proto_escape(dl_proto_get_str(m, "reason"), reason, sizeof(reason)));
         dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED});
         return;
+    }
     case DL_PROTO_SHUTDOWN: {
         const char *reason = dl_proto_get_str(m, "reason");
         json_t *failure = json_object_get(m, "failure");
         const char *desc = json_string_value(json_object_get(failure, "description"));
+        char safe_reason[1200];
+        dl_proto_escape(reason, safe_reason, sizeof(safe_reason));
         if (desc != NULL)
-            snprintf(a->failure_text, sizeof(a->failure_text), "%s", desc);
+            dl_proto_escape(desc, a->failure_text, sizeof(a->failure_text));
         /* The job's own ending, as the rendezvous says it (a stopped job ends in exit 0 too). */
         if (strcmp(reason, "stopped") == 0)
             a->stopped_by_request = true;
         if (strcmp(reason, "succeeded") != 0)
-            dl__agent_log(a, "the rendezvous ended the job: %s%s%s", reason,
-                          desc ? ": " : "", desc ? desc : "");
+            dl__agent_log(a, "the rendezvous ended the job: %s%s%s", safe_reason,
+                          desc ? ": " : "", desc ? a->failure_text : "");
         dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END,
                                            .exit_code = (int)dl_proto_get_int(m, "exit_code", 1)});
         return;
@@ -294,12 +333,17 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
     case DL_PROTO_ERROR: {
         dl_proto_errcode_t code = dl_proto_reply_error(m, &why);
         if (id == z->join_id) {
+            char safe[1200];
             z->join_id = -1;
-            fprintf(stderr, "dlaunch: %s\n", why ? why : "the rendezvous refused to join");
+            fprintf(stderr, "dlaunch: %s\n",
+                    dl_proto_escape(why ? why : "the rendezvous refused to join", safe,
+                                    sizeof(safe)));
             dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END,
                                                .exit_code = code == DL_PROTO_E_TIMEOUT ? 3 : 4});
         } else {
-            dl__agent_log(a, "the rendezvous answered an error: %s", why ? why : "?");
+            char safe[1200];
+            dl__agent_log(a, "the rendezvous answered an error: %s",
+                          dl_proto_escape(why ? why : "?", safe, sizeof(safe)));
         }
         return;
     }
@@ -349,7 +393,7 @@ static void on_ready(void *ctx, int status, const char *err)
         return;
     }
     z->ready = true;
-    z->connecting = false;
+    z->ready_at = mono();
     uint64_t every = (uint64_t)(a->spec->heartbeat * 1000);
     uv_timer_start(&z->heartbeat, on_heartbeat, every, every);
     if (z->started) {
@@ -360,20 +404,69 @@ static void on_ready(void *ctx, int status, const char *err)
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_START});
 }
 
-static void on_lost(void *ctx, int status)
+static void on_backoff(uv_timer_t *t)
 {
-    dl_agent_t *a = ctx;
+    rdzv_t *z = t->data;
+    dl_agent_t *a = z->agent;
+    /* Only if the supervisor asked to join meanwhile (its workers are stopped by then). */
+    if (z->join_wanted && !z->ready && !z->connecting) {
+        z->join_wanted = false;
+        if (connect_client(a) < 0)
+            dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END, .exit_code = 3});
+    }
+}
+
+/* The connection is gone, or we dropped it (misbehaving): stop the workers and join again, at
+ * once after a connection that served a while, else after a backoff that doubles each time, and
+ * not past the join timeout of trouble in a row. */
+static void drop_connection(dl_agent_t *a, bool misbehaving, const char *what)
+{
     rdzv_t *z = a->rdzv;
+    double now = mono();
+    bool stable = !misbehaving && z->ready && now - z->ready_at >= STABLE_S;
+
     z->ready = false;
     z->join_id = -1;
     z->following = false;
     uv_timer_stop(&z->heartbeat);
     dl_rdzv_client_close(z->client); /* freed once libuv lets go; a new one takes its place */
     z->client = NULL;
-    dl__agent_log(a, "lost the rendezvous at %s:%d (%s): stopping this node's workers and "
+    if (stable) {
+        z->failures = 0;
+        z->trouble_since = 0;
+    } else {
+        if (z->failures++ == 0)
+            z->trouble_since = now;
+        if (now - z->trouble_since > a->spec->join_timeout) {
+            dl__agent_log(a, "the rendezvous at %s:%d failed %d times in %.0f s (last: %s): "
+                             "giving up",
+                          z->host, z->port, z->failures, now - z->trouble_since, what);
+            dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END, .exit_code = 4});
+            return;
+        }
+        uint64_t ms = BACKOFF_MIN_MS;
+        for (int i = 1; i < z->failures && ms < BACKOFF_MAX_MS; i++)
+            ms *= 2;
+        uv_timer_start(&z->backoff, on_backoff, ms < BACKOFF_MAX_MS ? ms : BACKOFF_MAX_MS, 0);
+    }
+    dl__agent_log(a, "%s the rendezvous at %s:%d (%s): stopping this node's workers and "
                      "joining again",
-                  z->host, z->port, uv_strerror(status));
+                  misbehaving ? "dropped" : "lost", z->host, z->port, what);
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED});
+}
+
+static void misbehaved(dl_agent_t *a, const char *why)
+{
+    drop_connection(a, true, why);
+}
+
+static void on_lost(void *ctx, int status)
+{
+    dl_agent_t *a = ctx;
+    char why[600];
+    const char *text = dl_rdzv_client_error(a->rdzv->client);
+    snprintf(why, sizeof(why), "%s", text[0] != '\0' ? text : uv_strerror(status));
+    drop_connection(a, false, why);
 }
 
 static int connect_client(dl_agent_t *a)
@@ -390,6 +483,8 @@ static int connect_client(dl_agent_t *a)
     return 0;
 }
 
+/* The agent's token: a master, or this job's key. Its workers get the job's worker key in a
+ * file of their own (DLAUNCH_TOKEN_FILE), never the token itself. */
 static int load_token(dl_agent_t *a, rdzv_t *z)
 {
     char err[512];
@@ -399,11 +494,23 @@ static int load_token(dl_agent_t *a, rdzv_t *z)
         fprintf(stderr, "dlaunch: %s\n", err);
         return r;
     }
-    /* Workers may run elsewhere in the tree: hand them a path that does not depend on it. */
-    if (a->spec->token_file != NULL &&
-        (a->token_path = realpath(a->spec->token_file, NULL)) == NULL) {
-        r = -errno;
-        fprintf(stderr, "dlaunch: %s: %s\n", a->spec->token_file, strerror(-r));
+    if (z->token == NULL)
+        return 0;
+    const char *where = a->spec->token_file != NULL ? a->spec->token_file : "DLAUNCH_TOKEN";
+    if (dl_proto_token_kind(z->token) == DL_PROTO_TOKEN_WORKER) {
+        fprintf(stderr, "dlaunch: %s: a worker key reaches a job's store only; an agent needs "
+                        "the job's key or the rendezvous' token\n",
+                where);
+        return -EPERM;
+    }
+    if (!dl_proto_token_may(z->token, a->run_id, DL_PROTO_ROLE_AGENT)) {
+        fprintf(stderr, "dlaunch: %s: the key of job '%s' cannot run job '%s' (--run-id)\n",
+                where, dl_proto_token_run_id(z->token), a->run_id);
+        return -EPERM;
+    }
+    r = dl__worker_cred_write(z->token, a->run_id, &a->token_path, err, sizeof(err));
+    if (r < 0) {
+        fprintf(stderr, "dlaunch: %s\n", err);
         return r;
     }
     return 0;
@@ -469,6 +576,7 @@ static int maybe_host(dl_agent_t *a, rdzv_t *z)
     so.host = ip;
     so.port = z->port;
     so.token = z->token;
+    so.only_run_id = a->run_id;
     so.heartbeat = a->spec->heartbeat;
     so.log = server_log;
     so.log_ctx = a;
@@ -535,6 +643,9 @@ int dl__rdzv_start(dl_agent_t *a)
     uv_timer_init(&a->loop, &z->heartbeat);
     z->heartbeat.data = z;
     z->heartbeat_open = true;
+    uv_timer_init(&a->loop, &z->backoff);
+    z->backoff.data = z;
+    z->backoff_open = true;
     return connect_client(a) < 0 ? 1 : 0;
 }
 
@@ -546,21 +657,30 @@ int dl__rdzv_local_store(dl_agent_t *a)
     int r;
 
     if (z == NULL)
-        return -ENOMEM;
+        return 1;
     a->rdzv = z;
     z->agent = a;
+    /* The job's token guards its store as it would its rendezvous; without one, the store
+     * serves this user only. */
+    if (load_token(a, z) < 0)
+        return 2;
     dl_rdzv_server_opts_init(&so);
+    so.token = z->token;
+    so.only_run_id = a->run_id;
     so.log = server_log;
     so.log_ctx = a;
     r = dl_rdzv_server_start(&a->loop, &so, &z->server, err, sizeof(err));
-    if (r < 0)
-        return r;
-    dl_rdzv_job_opts_t jo;
-    dl_rdzv_job_opts_init(&jo);
-    jo.max_restarts = a->spec->max_restarts;
-    r = dl_rdzv_server_add_job(z->server, a->run_id, &jo);
-    if (r < 0)
-        return r;
+    if (r == 0) {
+        dl_rdzv_job_opts_t jo;
+        dl_rdzv_job_opts_init(&jo);
+        jo.max_restarts = a->spec->max_restarts;
+        r = dl_rdzv_server_add_job(z->server, a->run_id, &jo);
+    }
+    if (r < 0) {
+        dl__agent_log(a, "no key-value store for the workers (DLAUNCH_STORE unset): %s",
+                      z->server == NULL ? err : strerror(-r));
+        return 0;
+    }
     snprintf(a->store_addr, sizeof(a->store_addr), "127.0.0.1:%d",
              dl_rdzv_server_port(z->server));
     return 0;
@@ -591,6 +711,10 @@ void dl__rdzv_finish(dl_agent_t *a, int exit_code)
         uv_close((uv_handle_t *)&z->heartbeat, NULL);
         z->heartbeat_open = false;
     }
+    if (z->backoff_open) {
+        uv_close((uv_handle_t *)&z->backoff, NULL);
+        z->backoff_open = false;
+    }
     dl_rdzv_client_close(z->client);
     z->client = NULL;
     z->ready = false;
@@ -605,6 +729,7 @@ void dl__rdzv_free(dl_agent_t *a)
     rdzv_t *z = a->rdzv;
     if (z == NULL)
         return;
+    dl__worker_cred_remove(a->token_path);
     dl_proto_token_free(z->token);
     free(z);
     a->rdzv = NULL;

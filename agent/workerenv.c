@@ -93,8 +93,11 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
     strvec_t sv = {0};
     int r = 0;
 
+    /* The agent's token never reaches a worker: a worker gets its job's worker key through
+     * DLAUNCH_TOKEN_FILE below, which reaches the job's store and nothing else. */
     for (char **e = base; e != NULL && *e != NULL && r == 0; e++)
-        r = put(&sv, strdup(*e));
+        if (strncmp(*e, "DLAUNCH_TOKEN=", 14) != 0 && strncmp(*e, "DLAUNCH_TOKEN_FILE=", 19) != 0)
+            r = put(&sv, strdup(*e));
     for (char **e = extra; e != NULL && *e != NULL && r == 0; e++)
         r = put(&sv, strdup(*e));
     /* Several CPU-bound workers each spawning a thread per core would oversubscribe the

@@ -1,10 +1,13 @@
 /* bench/rdzv: N simulated agents, each a real TCP connection from this one process, join one
  * job on a dlaunchd started for the run. Prints, for each N, the time from the first join sent
- * to the last assignment received, and the server's peak RSS. With --scrape-ms, dlaunchd also
- * serves --http and a child process GETs /metrics that often for the whole run, as Prometheus
- * would, so that the figures show what watching the daemon costs.
+ * to the last assignment received, and the server's peak RSS; and before that, the handshakes
+ * of all N (hello to auth_ok, with the token's challenge and both proofs under --token-file).
+ * With --scrape-ms, dlaunchd also serves --http and a child process GETs /metrics that often for
+ * the whole run, as Prometheus would, so that the figures show what watching the daemon costs.
+ * --dlaunchd runs another build's daemon, for A/B runs side by side.
  *
- *   bench/rdzv [--agents N[,N...]] [--scrape-ms MS] [--json]      (default 100,1000,10000) */
+ *   bench/rdzv [--agents N[,N...]] [--scrape-ms MS] [--token-file FILE] [--dlaunchd PATH]
+ *              [--json]      (default 100,1000,10000) */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -28,6 +31,10 @@ typedef struct {
     int state; /* 0 connecting, 1 hello sent, 2 ready, 3 join sent, 4 assigned */
     dl_proto_decoder_t dec;
 } agent_t;
+
+/* The token the agents prove under --token-file, and its path for dlaunchd; NULL: none. */
+static dl_proto_token_t *bench_token;
+static const char *bench_token_file;
 
 static double mono(void)
 {
@@ -104,11 +111,21 @@ static pid_t start_dlaunchd(const char *dlaunchd, bool http, int *ret_port, int 
         dup2(p[1], STDERR_FILENO);
         close(p[0]);
         close(p[1]);
-        if (http)
-            execl(dlaunchd, dlaunchd, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-                  (char *)NULL);
-        else
-            execl(dlaunchd, dlaunchd, "--listen", "127.0.0.1:0", (char *)NULL);
+        const char *av[8];
+        int k = 0;
+        av[k++] = dlaunchd;
+        av[k++] = "--listen";
+        av[k++] = "127.0.0.1:0";
+        if (http) {
+            av[k++] = "--http";
+            av[k++] = "127.0.0.1:0";
+        }
+        if (bench_token_file != NULL) {
+            av[k++] = "--token-file";
+            av[k++] = bench_token_file;
+        }
+        av[k] = NULL;
+        execv(dlaunchd, (char *const *)av);
         _exit(127);
     }
     close(p[1]);
@@ -117,6 +134,7 @@ static pid_t start_dlaunchd(const char *dlaunchd, bool http, int *ret_port, int 
     *ret_port = 0;
     while (f != NULL && *ret_port == 0 && fgets(line, sizeof(line), f) != NULL) {
         const char *at = strstr(line, "serving 127.0.0.1:");
+        /* " (job token required)" may follow the port. */
         const char *h = strstr(line, "http://127.0.0.1:");
         if (at != NULL)
             *ret_port = atoi(at + strlen("serving 127.0.0.1:"));
@@ -180,7 +198,17 @@ static int drain(agent_t *a, dl_proto_type_t want)
                                           &type, &err);
             off += used;
             if (r == DL_PROTO_MESSAGE) {
-                if (type == want)
+                if (type == DL_PROTO_CHALLENGE && bench_token != NULL) {
+                    char proof[DL_PROTO_PROOF_HEX_LEN + 1];
+                    json_t *auth = dl_proto_msg_new(DL_PROTO_AUTH, 1);
+                    if (dl_proto_auth_proof(bench_token, dl_proto_get_str(msg, "nonce"), "bench",
+                                            DL_PROTO_ROLE_AGENT, proof) < 0 ||
+                        json_object_set_new(auth, "proof", json_string(proof)) < 0 ||
+                        send_msg(a->fd, auth) < 0) {
+                        json_decref(msg);
+                        return -1;
+                    }
+                } else if (type == want)
                     seen++;
                 else if (type == DL_PROTO_ERROR)
                     fprintf(stderr, "rdzv: error from the server: %s\n",
@@ -246,6 +274,7 @@ static int run(int n, const char *dlaunchd, int json, int scrape_ms)
     }
     base = rss_kib(pid, "VmRSS:");
     double deadline = mono() + 120;
+    double hs_cpu0 = cpu_seconds(pid), hs_t0 = mono();
     for (int i = 0; i < n; i++) {
         agent_t *a = &agents[i];
         dl_proto_decoder_init(&a->dec, DL_PROTO_LIMIT);
@@ -275,6 +304,7 @@ static int run(int n, const char *dlaunchd, int json, int scrape_ms)
         fprintf(stderr, "rdzv: handshakes did not finish (%d of %d)\n", ready, n);
         goto out;
     }
+    double hs_secs = mono() - hs_t0, hs_cpu = cpu_seconds(pid) - hs_cpu0;
     /* Frames are made before the clock starts: the figure is the server's, not our encoder's. */
     frames = calloc((size_t)n, sizeof(char *));
     lens = calloc((size_t)n, sizeof(size_t));
@@ -313,14 +343,18 @@ static int run(int n, const char *dlaunchd, int json, int scrape_ms)
     long per = n > 0 && peak > base ? (peak - base) * 1024 / n : 0;
     if (json)
         printf("{\"agents\": %d, \"seconds\": %.4f, \"server_cpu_seconds\": %.3f, "
-               "\"rss_kib\": %ld, \"bytes_per_agent\": %ld, \"scrape_ms\": %d}\n",
-               n, secs, cpu, peak, per, scrape_ms);
+               "\"handshake_seconds\": %.4f, \"handshake_cpu_seconds\": %.3f, "
+               "\"rss_kib\": %ld, \"bytes_per_agent\": %ld, \"scrape_ms\": %d, "
+               "\"token\": %s}\n",
+               n, secs, cpu, hs_secs, hs_cpu, peak, per, scrape_ms,
+               bench_token != NULL ? "true" : "false");
     else
-        printf("%8d agents%s: first join -> last assignment %8.1f ms (server CPU %.0f ms; sending "
-               "the joins took %.1f ms); server peak RSS %ld KiB (%ld bytes an agent over its "
-               "%ld KiB at rest)\n",
-               n, scrape_ms > 0 ? ", /metrics scraped" : "", secs * 1e3, cpu * 1e3,
-               sent * 1e3, peak, per, base);
+        printf("%8d agents%s%s: first join -> last assignment %8.1f ms (server CPU %.0f ms; "
+               "sending the joins took %.1f ms); handshakes %.1f ms (server CPU %.0f ms); server "
+               "peak RSS %ld KiB (%ld bytes an agent over its %ld KiB at rest)\n",
+               n, scrape_ms > 0 ? ", /metrics scraped" : "",
+               bench_token != NULL ? ", token" : "", secs * 1e3, cpu * 1e3, sent * 1e3,
+               hs_secs * 1e3, hs_cpu * 1e3, peak, per, base);
     fflush(stdout);
     r = 0;
 out:
@@ -348,7 +382,7 @@ out:
 int main(int argc, char **argv)
 {
     int json = 0, scrape_ms = 0;
-    const char *list = "100,1000,10000";
+    const char *list = "100,1000,10000", *other = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             json = 1;
@@ -357,9 +391,22 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--scrape-ms") == 0 && i + 1 < argc &&
                  (scrape_ms = atoi(argv[i + 1])) > 0)
             i++;
+        else if (strcmp(argv[i], "--token-file") == 0 && i + 1 < argc)
+            bench_token_file = argv[++i];
+        else if (strcmp(argv[i], "--dlaunchd") == 0 && i + 1 < argc)
+            other = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--agents N[,N...]] [--scrape-ms MS] [--json]\n",
+            fprintf(stderr,
+                    "usage: %s [--agents N[,N...]] [--scrape-ms MS] [--token-file FILE] "
+                    "[--dlaunchd PATH] [--json]\n",
                     argv[0]);
+            return 2;
+        }
+    }
+    if (bench_token_file != NULL) {
+        char err[512];
+        if (dl_proto_token_from_file(bench_token_file, &bench_token, err, sizeof(err)) < 0) {
+            fprintf(stderr, "rdzv: %s\n", err);
             return 2;
         }
     }
@@ -373,6 +420,8 @@ int main(int argc, char **argv)
     snprintf(dlaunchd, sizeof(dlaunchd), "%s", argv[0]);
     char *slash = strrchr(dlaunchd, '/');
     snprintf(slash ? slash + 1 : dlaunchd, 64, "../daemon/dlaunchd");
+    if (other != NULL)
+        snprintf(dlaunchd, sizeof(dlaunchd), "%s", other);
     char *copy = strdup(list), *save = NULL;
     int failed = 0;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -386,5 +435,6 @@ int main(int argc, char **argv)
             failed = 1;
     }
     free(copy);
+    dl_proto_token_free(bench_token);
     return failed;
 }

@@ -1,6 +1,7 @@
 /* The control subcommands of dlaunch: status, stop, restart (against dlaunchd or an embedded
- * rendezvous) and kv (the job's key-value store, for shell workers). Each is one blocking
- * request; exit codes follow docs/exit-codes.md. */
+ * rendezvous), kv (the job's key-value store, for shell workers) and token (a job's key, made
+ * from the rendezvous' token). Each is one blocking request; exit codes follow
+ * docs/exit-codes.md. */
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -18,6 +19,7 @@ typedef struct {
     const char *run_id;
     bool json;
     bool ranks; /* status: every rank's figures and last operations */
+    bool worker; /* token: the worker key rather than the job key */
     double timeout;
     double follow_timeout; /* events: stop after this long without one; < 0 never */
     char **args; /* positional arguments after the subcommand */
@@ -60,6 +62,8 @@ static int parse(int argc, char **argv, ctl_opts_t *o)
             o->json = true;
         } else if (strcmp(a, "--ranks") == 0) {
             o->ranks = true;
+        } else if (strcmp(a, "--worker") == 0) {
+            o->worker = true;
         } else if (strcmp(a, "--endpoint") == 0 || strcmp(a, "--token-file") == 0 ||
                    strcmp(a, "--timeout") == 0) {
             if (i + 1 >= argc)
@@ -130,7 +134,9 @@ static int call(dl_rdzv_sync_t *c, json_t *msg, double timeout, json_t **ret_rep
     }
     dl_proto_errcode_t code = dl_proto_reply_error(*ret_reply, &why);
     if (code != DL_PROTO_E_NONE) {
-        fprintf(stderr, "dlaunch: %s\n", why ? why : dl_proto_errcode_name(code));
+        char safe[1200];
+        fprintf(stderr, "dlaunch: %s\n",
+                dl_proto_escape(why ? why : dl_proto_errcode_name(code), safe, sizeof(safe)));
         json_decref(*ret_reply);
         *ret_reply = NULL;
         return code == DL_PROTO_E_AUTH_FAILED || code == DL_PROTO_E_FORBIDDEN ? 4
@@ -154,29 +160,32 @@ static const char *control_endpoint(const ctl_opts_t *o, const char **where)
 }
 
 static void print_diag(const json_t *job);
+/* A field of the server's answer, made safe for a terminal: names and failures come from peers. */
+static const char *field(const json_t *o, const char *name, char *buf, size_t len)
+{
+    return dl_proto_escape(json_string_value(json_object_get(o, name)), buf, len);
+}
 
 static void print_status(const json_t *job)
 {
+    char run_id[600], state[600], text[4200], node_id[1100], host[1100];
     printf("%s: %s, round %lld, restarts %lld of %lld, nodes %lld..%lld, world size %lld\n",
-           json_string_value(json_object_get(job, "run_id")),
-           json_string_value(json_object_get(job, "state")),
+           field(job, "run_id", run_id, sizeof(run_id)), field(job, "state", state, sizeof(state)),
            (long long)json_integer_value(json_object_get(job, "round")),
            (long long)json_integer_value(json_object_get(job, "restarts")),
            (long long)json_integer_value(json_object_get(job, "max_restarts")),
            (long long)json_integer_value(json_object_get(job, "min_nodes")),
            (long long)json_integer_value(json_object_get(job, "max_nodes")),
            (long long)json_integer_value(json_object_get(job, "world_size")));
-    const char *failure = json_string_value(json_object_get(job, "failure"));
-    if (failure != NULL)
-        printf("  failure: %s\n", failure);
+    if (json_object_get(job, "failure") != NULL)
+        printf("  failure: %s\n", field(job, "failure", text, sizeof(text)));
     size_t i;
     json_t *n;
     json_array_foreach(json_object_get(job, "nodes"), i, n)
     {
         printf("  node %lld  %-20s %-16s slots %lld  heartbeat %.1fs ago%s%s\n",
                (long long)json_integer_value(json_object_get(n, "node_rank")),
-               json_string_value(json_object_get(n, "node_id")),
-               json_string_value(json_object_get(n, "host")),
+               field(n, "node_id", node_id, sizeof(node_id)), field(n, "host", host, sizeof(host)),
                (long long)json_integer_value(json_object_get(n, "slots")),
                json_real_value(json_object_get(n, "heartbeat_age")),
                json_is_true(json_object_get(n, "connected")) ? "" : "  (disconnected)",
@@ -433,9 +442,43 @@ static int kv(const ctl_opts_t *o)
     return r;
 }
 
+/* Prints the key of job RUN_ID (or with --worker its workers' key) made from the token given:
+ * what a site gives the user of one job, so that the job's agents, control commands and workers
+ * hold nothing that reaches another job. */
+static int token(const ctl_opts_t *o)
+{
+    dl_proto_token_t *from = NULL, *key = NULL;
+    char *text = NULL;
+
+    if (o->nargs != 1)
+        return usage_error("token needs the RUN_ID of the job");
+    if (!dl_proto_run_id_valid(o->args[0]))
+        return usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')",
+                           o->args[0]);
+    if (load_token(o->token_file, getenv("DLAUNCH_TOKEN_FILE"), &from) < 0)
+        return 2;
+    if (from == NULL)
+        return usage_error("token: no token to make the key from (--token-file or "
+                           "DLAUNCH_TOKEN: the rendezvous' own)");
+    int r = dl_proto_token_derive(from, o->worker ? DL_PROTO_TOKEN_WORKER : DL_PROTO_TOKEN_JOB,
+                                  o->args[0], &key);
+    if (r == 0)
+        r = dl_proto_token_text(key, &text);
+    if (r < 0)
+        fprintf(stderr, "dlaunch: token: a %s key cannot make the %s key of job '%s'\n",
+                dl_proto_token_kind_name(dl_proto_token_kind(from)), o->worker ? "worker" : "job",
+                o->args[0]);
+    else
+        printf("%s\n", text);
+    free(text);
+    dl_proto_token_free(key);
+    dl_proto_token_free(from);
+    return r < 0 ? 4 : 0;
+}
+
 bool dl_ctl_is_command(const char *word)
 {
-    static const char *cmds[] = {"status", "stop", "restart", "events", "kv"};
+    static const char *cmds[] = {"status", "stop", "restart", "events", "kv", "token"};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
         if (strcmp(word, cmds[i]) == 0)
             return true;
@@ -452,5 +495,7 @@ int dl_ctl_main(int argc, char **argv)
         return kv(&o);
     if (strcmp(argv[1], "events") == 0)
         return events(&o);
+    if (strcmp(argv[1], "token") == 0)
+        return token(&o);
     return control(argv[1], &o);
 }

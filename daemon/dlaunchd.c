@@ -1,6 +1,6 @@
 /* dlaunchd: the standalone rendezvous, serving many jobs at once (each keyed by its run id).
  *
- *   dlaunchd [--listen ADDR:PORT] [--token-file FILE] [--http ADDR:PORT] [--verbose]
+ *   dlaunchd [--listen ADDR:PORT] [--token-file FILE] [--http ADDR:PORT] [limits] [--verbose]
  *
  * Agents point at it with --rdzv-endpoint; control commands (dlaunch status|stop|restart) with
  * --endpoint; Prometheus and people at --http. Without a token it serves loopback only.
@@ -13,12 +13,14 @@
 #include <sys/resource.h>
 #include <uv.h>
 
+#include "config.h"
 #include "http.h"
 #include "options.h"
 #include "rendezvous.h"
 
 static int verbose;
 
+/* The server's texts are one printable line already; run ids are checked as they arrive. */
 static void on_log(void *ctx, dl_rdzv_log_level_t level, const char *run_id, const char *text)
 {
     if (level >= DL_RDZV_LOG_INFO || verbose)
@@ -75,6 +77,64 @@ int main(int argc, char **argv)
         return 0;
     }
     verbose = args.verbose;
+    dl_rdzv_server_opts_t so;
+    dl_rdzv_server_opts_init(&so);
+    long n;
+    double secs;
+    if (args.max_memory != NULL) {
+        if (dl_parse_int(args.max_memory, 1, 1L << 30, &n) < 0) {
+            fprintf(stderr, "dlaunchd: --max-memory: '%s' is not a number of MiB\n",
+                    args.max_memory);
+            return 2;
+        }
+        so.core.max_memory = (size_t)n << 20;
+    }
+    if (args.max_jobs != NULL) {
+        if (dl_parse_int(args.max_jobs, 1, 1L << 24, &n) < 0) {
+            fprintf(stderr, "dlaunchd: --max-jobs: '%s' is not a count of jobs\n", args.max_jobs);
+            return 2;
+        }
+        so.core.max_jobs = (size_t)n;
+    }
+    if (args.max_jobs_per_peer != NULL) {
+        if (dl_parse_int(args.max_jobs_per_peer, 1, 1L << 24, &n) < 0) {
+            fprintf(stderr, "dlaunchd: --max-jobs-per-peer: '%s' is not a count of jobs\n",
+                    args.max_jobs_per_peer);
+            return 2;
+        }
+        so.core.max_jobs_per_creator = (size_t)n;
+    }
+    if (args.max_timeout != NULL) {
+        if (dl_parse_double(args.max_timeout, 0.001, 1e7, &secs) < 0) {
+            fprintf(stderr, "dlaunchd: --max-timeout: '%s' is not a number of seconds\n",
+                    args.max_timeout);
+            return 2;
+        }
+        so.core.max_timeout = secs;
+    }
+    if (args.idle_timeout != NULL) {
+        if (dl_parse_double(args.idle_timeout, 0.001, 1e7, &secs) < 0) {
+            fprintf(stderr, "dlaunchd: --idle-timeout: '%s' is not a number of seconds\n",
+                    args.idle_timeout);
+            return 2;
+        }
+        so.idle_timeout = secs;
+    }
+    if (args.frame_timeout != NULL) {
+        if (dl_parse_double(args.frame_timeout, 0.001, 1e7, &secs) < 0) {
+            fprintf(stderr, "dlaunchd: --frame-timeout: '%s' is not a number of seconds\n",
+                    args.frame_timeout);
+            return 2;
+        }
+        so.frame_timeout = secs;
+    }
+    if (args.linger != NULL) {
+        if (dl_parse_double(args.linger, 0, 1e7, &secs) < 0) {
+            fprintf(stderr, "dlaunchd: --linger: '%s' is not a number of seconds\n", args.linger);
+            return 2;
+        }
+        so.core.job_defaults.linger = secs;
+    }
     if (dl_rdzv_listen_parse(args.listen, host, sizeof(host), &port) < 0) {
         fprintf(stderr, "dlaunchd: --listen: '%s' is not ADDR:PORT\n", args.listen);
         return 2;
@@ -94,9 +154,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     uv_loop_t *loop = uv_default_loop();
-    dl_rdzv_server_opts_t so;
     dl_rdzv_server_t *server;
-    dl_rdzv_server_opts_init(&so);
     so.host = host;
     so.port = port;
     so.token = token;

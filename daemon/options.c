@@ -13,12 +13,31 @@ const dl_daemon_option_t dl_daemon_options[] = {
      "where to serve the rendezvous (default 127.0.0.1:29400; port 0: a free one, printed on "
      "start); an address other than loopback needs a token"},
     {"token-file", 0, "FILE", OFF(token_file),
-     "the job token (mode 0600) that agents, workers and control commands must prove; "
-     "DLAUNCH_TOKEN also works. With a token, HTTP requests need it too, as a bearer token"},
+     "the rendezvous' token (mode 0600): it admits every job, and each job's own key and "
+     "workers' key are derived from it (dlaunch token RUN_ID); DLAUNCH_TOKEN also works. "
+     "Without one, only this user is served. With a token, HTTP requests need it too, as a "
+     "bearer token"},
     {"http", 0, "ADDR:PORT", OFF(http),
      "serve Prometheus metrics at /metrics, a status page at / and JSON at /api/jobs there "
      "(default: off; port 0: a free one, printed on start); an address other than loopback "
      "needs a token"},
+    {"max-memory", 0, "MIB", OFF(max_memory),
+     "memory for every job's key-value store and pending waits together, in MiB (default "
+     "1024); past it, writes and waits get limit_exceeded"},
+    {"max-jobs", 0, "N", OFF(max_jobs), "jobs served at once (default 4096)"},
+    {"max-jobs-per-peer", 0, "N", OFF(max_jobs_per_peer),
+     "live jobs that the joins of one address may create (default 512)"},
+    {"max-timeout", 0, "SECONDS", OFF(max_timeout),
+     "the longest join timeout, last call or dead-after a job may ask for (default 3600)"},
+    {"idle-timeout", 0, "SECONDS", OFF(idle_timeout),
+     "close an authenticated connection that sent nothing for this long and waits for "
+     "nothing (default 300)"},
+    {"frame-timeout", 0, "SECONDS", OFF(frame_timeout),
+     "close a connection whose frame has not arrived whole this long after it began "
+     "(default 30)"},
+    {"linger", 0, "SECONDS", OFF(linger),
+     "how long a finished job still answers its late agents and `dlaunch status`; then it is "
+     "forgotten with its journal, and its run id is free again (default 60)"},
     {"verbose", 'v', NULL, OFF(verbose), "log every rendezvous step"},
 };
 const size_t dl_daemon_options_count = sizeof(dl_daemon_options) / sizeof(dl_daemon_options[0]);

@@ -10,6 +10,14 @@ typedef struct {
     const char *listen;     /* ADDR:PORT of the rendezvous */
     const char *token_file; /* NULL: $DLAUNCH_TOKEN, else none */
     const char *http;       /* ADDR:PORT of /metrics, / and /api; NULL: off */
+    /* Limits (docs/operations.md, "Limits"), as given; NULL: the default. */
+    const char *max_memory;        /* MiB for every job's store and waits together */
+    const char *max_jobs;          /* jobs at once */
+    const char *max_jobs_per_peer; /* live jobs the JOINs of one address may create */
+    const char *max_timeout;       /* seconds: the longest join timeout a job may ask for */
+    const char *idle_timeout;      /* seconds an authenticated connection may do nothing */
+    const char *frame_timeout;     /* seconds a frame may take to arrive */
+    const char *linger;            /* seconds a finished job still answers */
     bool verbose;
 } dl_daemon_args_t;
 
@@ -18,7 +26,7 @@ typedef struct {
     char short_name;  /* or 0 */
     const char *metavar; /* NULL: a flag without a value */
     size_t offset;       /* into dl_daemon_args_t: a const char * field, or the bool of a flag */
-    const char *help;
+    const char *help;    /* with the default, where there is one */
 } dl_daemon_option_t;
 
 extern const dl_daemon_option_t dl_daemon_options[];

@@ -1,4 +1,4 @@
-/* libFuzzer target for the frame decoder and message validation.
+/* libFuzzer target for the frame decoder, message validation and the handshake's credentials.
  *
  * The input is the byte stream one connection delivers. It is decoded several ways, and the
  * ways must agree, so the fuzzer finds wrong answers as well as crashes:
@@ -6,7 +6,13 @@
  *   - under the pre-auth limit and under the full limit: same outcomes up to a frame that only
  *     the larger limit admits;
  *   - every message that decodes re-encodes and decodes to an equal message;
- *   - every error turns into a valid error reply carrying the same code.
+ *   - every error turns into a valid error reply carrying the same code;
+ *   - every string of a message, read as a credential (dlaunch-job-v1:RUN:HEX, ...), either is
+ *     refused or writes back as itself, and derives only down the chain (master -> job ->
+ *     worker), never up or sideways;
+ *   - a hello's nonce and an auth_ok's proof go through the server's and the client's proof
+ *     checks, which refuse what they must and accept what a real key made;
+ *   - every string escapes into printable ASCII.
  * A broken rule calls abort(). tests/proto/test-corpus.c runs this same entry point over every
  * file in fuzz/corpus/frame/ in the ordinary build.
  *
@@ -46,6 +52,121 @@ static void check_error(const dl_proto_error_t *err)
     free(frame);
 }
 
+/* A fixed master for the handshake checks: what a server of the fuzzer's would hold. */
+static dl_proto_token_t *master(void)
+{
+    static dl_proto_token_t *t;
+    char err[64];
+    if (t == NULL)
+        REQUIRE(dl_proto_token_from_string("fuzz master", "fuzz", &t, err, sizeof(err)) == 0);
+    return t;
+}
+
+static void check_escape(const char *s)
+{
+    char out[256];
+    dl_proto_escape(s, out, sizeof(out));
+    for (const char *p = out; *p != '\0'; p++)
+        REQUIRE(*p >= 0x20 && *p <= 0x7e);
+}
+
+/* text read as a credential: refused, or a master, or a typed key that writes back as text
+ * and reaches only its own job. */
+static void check_credential(const char *text)
+{
+    dl_proto_token_t *t = NULL, *back = NULL, *d = NULL;
+    char err[256], *out = NULL;
+    int r = dl_proto_token_from_string(text, "fuzz", &t, err, sizeof(err));
+
+    REQUIRE(r == 0 || r == -EINVAL);
+    if (r < 0)
+        return;
+    dl_proto_token_kind_t kind = dl_proto_token_kind(t);
+    if (kind == DL_PROTO_TOKEN_MASTER) {
+        REQUIRE(dl_proto_token_text(t, &out) == -EPERM);
+        REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, "job", &d) == 0);
+        REQUIRE(dl_proto_token_may(t, "other", DL_PROTO_ROLE_CONTROL));
+        dl_proto_token_free(d);
+        dl_proto_token_free(t);
+        return;
+    }
+    const char *run_id = dl_proto_token_run_id(t);
+    REQUIRE(run_id != NULL && dl_proto_run_id_valid(run_id));
+    REQUIRE(dl_proto_token_text(t, &out) == 0 && strcmp(out, text) == 0);
+    REQUIRE(dl_proto_token_from_string(out, "fuzz", &back, err, sizeof(err)) == 0);
+    REQUIRE(dl_proto_token_equal(back, t));
+    /* Never up, never to another job. */
+    REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_MASTER, run_id, &d) == -EPERM);
+    REQUIRE(strcmp(run_id, "x") == 0 || dl_proto_token_derive(t, kind, "x", &d) == -EPERM);
+    REQUIRE(!dl_proto_token_may(t, strcmp(run_id, "x") == 0 ? "y" : "x", DL_PROTO_ROLE_WORKER));
+    if (kind == DL_PROTO_TOKEN_WORKER) {
+        REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, run_id, &d) == -EPERM);
+        REQUIRE(!dl_proto_token_may(t, run_id, DL_PROTO_ROLE_CONTROL));
+        REQUIRE(!dl_proto_token_may(t, run_id, DL_PROTO_ROLE_AGENT));
+    }
+    REQUIRE(dl_proto_token_may(t, run_id, DL_PROTO_ROLE_WORKER));
+    free(out);
+    dl_proto_token_free(back);
+    dl_proto_token_free(t);
+}
+
+/* Every string in v, to the depth the validator allows. */
+static void check_strings(const json_t *v, int depth)
+{
+    const char *k;
+    const json_t *item;
+    size_t i;
+
+    if (depth > 4)
+        return;
+    if (json_is_string(v)) {
+        check_escape(json_string_value(v));
+        check_credential(json_string_value(v));
+    } else if (json_is_object(v)) {
+        json_object_foreach((json_t *)v, k, item) {
+            check_escape(k);
+            check_strings(item, depth + 1);
+        }
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, i, item) check_strings(item, depth + 1);
+    }
+}
+
+/* The handshake's proof checks on what a message offers as a nonce or a proof: a proof made by
+ * no key is refused, one made by the right key accepted, whichever level it was made at. */
+static void check_handshake(const json_t *msg, dl_proto_type_t type)
+{
+    static const char nonce[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    const char *hex = dl_proto_get_str(msg, type == DL_PROTO_HELLO ? "nonce" : "proof");
+    const char *run_id = type == DL_PROTO_HELLO ? dl_proto_get_str(msg, "run_id") : "job";
+    char proof[DL_PROTO_PROOF_HEX_LEN + 1], sproof[DL_PROTO_PROOF_HEX_LEN + 1];
+    dl_proto_token_kind_t level;
+    dl_proto_token_t *worker = NULL;
+
+    if (hex == NULL || run_id == NULL)
+        return;
+    if (type == DL_PROTO_AUTH_OK || type == DL_PROTO_AUTH) {
+        /* A proof nobody computed: refused by both sides (a collision is beyond the fuzzer). */
+        REQUIRE(dl_proto_auth_accept(master(), nonce, NULL, "job", DL_PROTO_ROLE_AGENT, hex,
+                                     &level, NULL) == -EACCES);
+        REQUIRE(dl_proto_auth_check_server(master(), nonce, nonce, "job", DL_PROTO_ROLE_AGENT,
+                                           hex) == -EACCES);
+        return;
+    }
+    /* hello: the client's nonce, and a worker key made from the server's master. */
+    REQUIRE(dl_proto_token_derive(master(), DL_PROTO_TOKEN_WORKER, run_id, &worker) == 0);
+    REQUIRE(dl_proto_auth_proof(worker, nonce, run_id, DL_PROTO_ROLE_WORKER, proof) == 0);
+    REQUIRE(dl_proto_auth_accept(master(), nonce, hex, run_id, DL_PROTO_ROLE_WORKER, proof,
+                                 &level, sproof) == 0);
+    REQUIRE(level == DL_PROTO_TOKEN_WORKER);
+    REQUIRE(dl_proto_auth_check_server(worker, hex, nonce, run_id, DL_PROTO_ROLE_WORKER,
+                                       sproof) == 0);
+    /* The same proof is no control's. */
+    REQUIRE(dl_proto_auth_accept(master(), nonce, hex, run_id, DL_PROTO_ROLE_CONTROL, proof,
+                                 &level, sproof) == -EACCES);
+    dl_proto_token_free(worker);
+}
+
 static void check_message(const json_t *msg, dl_proto_type_t type)
 {
     json_auto_t *back = NULL;
@@ -74,6 +195,9 @@ static void check_message(const json_t *msg, dl_proto_type_t type)
         REQUIRE(dl_proto_validate(reply, &t, NULL) == 0 && dl_proto_is_reply_to(type, t));
         REQUIRE(dl_proto_get_int(reply, "id", -1) == id);
     }
+    check_strings(msg, 0);
+    if (type == DL_PROTO_HELLO || type == DL_PROTO_AUTH_OK || type == DL_PROTO_AUTH)
+        check_handshake(msg, type);
     if (type == DL_PROTO_REPLY) {
         const json_t *result = json_object_get(msg, "result");
         for (int t = 0; t < DL_PROTO_TYPE_COUNT; t++)

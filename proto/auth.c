@@ -1,8 +1,12 @@
-/* The job token and the challenge-response that proves a peer holds it without sending it:
- * the server picks a fresh nonce per connection, the client answers
- * HMAC-SHA256(token, nonce || run_id || role), and the server compares in constant time.
- * Binding run_id and role into the proof stops a proof for one job or role from being replayed
- * as another; the fresh nonce stops replays altogether. */
+/* Credentials and the challenge-response that proves a peer holds one without sending it: the
+ * server picks a fresh nonce per connection, the client answers
+ * HMAC-SHA256(key, nonce || run_id || role), and the server compares in constant time. Binding
+ * run_id and role into the proof stops a proof for one job or role from being replayed as
+ * another; the fresh nonce stops replays altogether. The server then proves the same key back
+ * over the client's own nonce, so that a client believes nothing a stranger on its port says.
+ *
+ * Keys form a chain, master -> job -> worker, each an HMAC of the one before and the run id: a
+ * holder can go down the chain but never up it, nor sideways to another job. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -10,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,9 +27,14 @@
 
 #define MAC_LEN 32
 
+#define JOB_PREFIX "dlaunch-job-v1:"
+#define WORKER_PREFIX "dlaunch-worker-v1:"
+
 struct dl_proto_token_s {
+    dl_proto_token_kind_t kind;
+    char run_id[DL_PROTO_RUN_ID_MAX + 1]; /* job and worker keys: theirs */
     size_t len;
-    unsigned char data[];
+    unsigned char data[];                 /* the HMAC key: a master's bytes, or 32 derived */
 };
 
 __attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen,
@@ -39,16 +49,61 @@ __attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errl
     va_end(ap);
 }
 
-static int token_new(const unsigned char *data, size_t len, dl_proto_token_t **ret_token)
+static int token_new_kind(dl_proto_token_kind_t kind, const char *run_id,
+                          const unsigned char *data, size_t len, dl_proto_token_t **ret_token)
 {
-    dl_proto_token_t *t = malloc(sizeof(*t) + len);
+    dl_proto_token_t *t = calloc(1, sizeof(*t) + len);
 
     if (t == NULL)
         return -ENOMEM;
+    t->kind = kind;
+    if (run_id != NULL) {
+        size_t n = strnlen(run_id, DL_PROTO_RUN_ID_MAX);
+        memcpy(t->run_id, run_id, n);
+        t->run_id[n] = '\0';
+    }
     t->len = len;
     memcpy(t->data, data, len);
     *ret_token = t;
     return 0;
+}
+
+static int hex_decode(const char *hex, uint8_t *out, size_t len);
+
+/* "dlaunch-job-v1:RUN_ID:HEX" or "dlaunch-worker-v1:RUN_ID:HEX" as a typed key; anything else is
+ * a master. Returns 0, or -EINVAL for text that claims to be a typed key but is malformed. */
+static int token_parse(const unsigned char *data, size_t len, dl_proto_token_t **ret_token)
+{
+    dl_proto_token_kind_t kind;
+    char text[sizeof(WORKER_PREFIX) + DL_PROTO_RUN_ID_MAX + 2 * MAC_LEN + 2];
+    uint8_t key[MAC_LEN];
+    size_t plen;
+    int r;
+
+    if (len >= strlen(JOB_PREFIX) && memcmp(data, JOB_PREFIX, strlen(JOB_PREFIX)) == 0) {
+        kind = DL_PROTO_TOKEN_JOB;
+        plen = strlen(JOB_PREFIX);
+    } else if (len >= strlen(WORKER_PREFIX) &&
+               memcmp(data, WORKER_PREFIX, strlen(WORKER_PREFIX)) == 0) {
+        kind = DL_PROTO_TOKEN_WORKER;
+        plen = strlen(WORKER_PREFIX);
+    } else {
+        return token_new_kind(DL_PROTO_TOKEN_MASTER, NULL, data, len, ret_token);
+    }
+    if (len - plen >= sizeof(text))
+        return -EINVAL;
+    memcpy(text, data + plen, len - plen);
+    text[len - plen] = '\0';
+    char *colon = strrchr(text, ':');
+    if (colon == NULL)
+        return -EINVAL;
+    *colon = '\0';
+    if (!dl_proto_run_id_valid(text) || hex_decode(colon + 1, key, sizeof(key)) < 0)
+        return -EINVAL;
+    r = token_new_kind(kind, text, key, sizeof(key), ret_token);
+    OPENSSL_cleanse(key, sizeof(key));
+    OPENSSL_cleanse(text, sizeof(text));
+    return r;
 }
 
 void dl_proto_token_free(dl_proto_token_t *token)
@@ -72,7 +127,10 @@ int dl_proto_token_from_string(const char *text, const char *where, dl_proto_tok
         set_err(err, errlen, "%s: the token is longer than %d bytes", where, DL_PROTO_TOKEN_MAX);
         return -EINVAL;
     }
-    return token_new((const unsigned char *)text, len, ret_token);
+    int r = token_parse((const unsigned char *)text, len, ret_token);
+    if (r == -EINVAL)
+        set_err(err, errlen, "%s: a malformed dlaunch job or worker key", where);
+    return r;
 }
 
 int dl_proto_token_load(const char *file, const char *env_value, dl_proto_token_t **ret_token,
@@ -149,7 +207,10 @@ static int token_read_fd(int fd, const char *path, const struct stat *st,
             set_err(err, errlen, "token file '%s': the token is empty", path);
             r = -EINVAL;
         } else {
-            r = token_new(buf, len, ret_token);
+            r = token_parse(buf, len, ret_token);
+            if (r == -EINVAL)
+                set_err(err, errlen, "token file '%s': a malformed dlaunch job or worker key",
+                        path);
         }
     }
     OPENSSL_cleanse(buf, DL_PROTO_TOKEN_MAX + 1);
@@ -232,6 +293,20 @@ static int hex_decode(const char *hex, uint8_t *out, size_t len)
     return hex[2 * len] == '\0' ? 0 : -EINVAL;
 }
 
+int dl_proto_random(void *buf, size_t len)
+{
+    /* The kernel's generator: no library state to set up for a few bytes at start. */
+    for (size_t off = 0; off < len;) {
+        ssize_t n = getrandom((char *)buf + off, len - off, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -EIO;
+        off += (size_t)n;
+    }
+    return 0;
+}
+
 int dl_proto_nonce_new(char ret_nonce[DL_PROTO_NONCE_HEX_LEN + 1])
 {
     uint8_t nonce[DL_PROTO_NONCE_BYTES];
@@ -241,6 +316,133 @@ int dl_proto_nonce_new(char ret_nonce[DL_PROTO_NONCE_HEX_LEN + 1])
     hex_encode(nonce, sizeof(nonce), ret_nonce);
     return 0;
 }
+
+/* ---- Kinds and derivation ---- */
+
+dl_proto_token_kind_t dl_proto_token_kind(const dl_proto_token_t *token)
+{
+    return token->kind;
+}
+
+const char *dl_proto_token_run_id(const dl_proto_token_t *token)
+{
+    return token->kind == DL_PROTO_TOKEN_MASTER ? NULL : token->run_id;
+}
+
+const char *dl_proto_token_kind_name(dl_proto_token_kind_t kind)
+{
+    switch (kind) {
+    case DL_PROTO_TOKEN_MASTER:
+        return "master";
+    case DL_PROTO_TOKEN_JOB:
+        return "job";
+    case DL_PROTO_TOKEN_WORKER:
+        return "worker";
+    }
+    return "unknown";
+}
+
+bool dl_proto_token_may(const dl_proto_token_t *token, const char *run_id, dl_proto_role_t role)
+{
+    if (token == NULL || run_id == NULL)
+        return false;
+    if (token->kind == DL_PROTO_TOKEN_MASTER)
+        return true;
+    if (strcmp(token->run_id, run_id) != 0)
+        return false;
+    return token->kind == DL_PROTO_TOKEN_JOB || role == DL_PROTO_ROLE_WORKER;
+}
+
+/* key' = HMAC-SHA256(key, label || run_id): one step down the chain. */
+static int derive_step(const unsigned char *key, size_t key_len, const char *label,
+                       const char *run_id, uint8_t ret_key[MAC_LEN])
+{
+    char msg[64 + DL_PROTO_RUN_ID_MAX];
+    int len = snprintf(msg, sizeof(msg), "%s%s", label, run_id);
+
+    if (len < 0 || (size_t)len >= sizeof(msg))
+        return -EINVAL;
+    return dl_proto_hmac_sha256(key, key_len, msg, (size_t)len, ret_key);
+}
+
+#define JOB_LABEL "dlaunch job key v1\n"
+#define WORKER_LABEL "dlaunch worker key v1\n"
+
+int dl_proto_token_derive(const dl_proto_token_t *token, dl_proto_token_kind_t kind,
+                          const char *run_id, dl_proto_token_t **ret)
+{
+    uint8_t job[MAC_LEN], worker[MAC_LEN];
+    int r;
+
+    if (token == NULL || run_id == NULL || !dl_proto_run_id_valid(run_id))
+        return -EINVAL;
+    if (token->kind != DL_PROTO_TOKEN_MASTER && strcmp(token->run_id, run_id) != 0)
+        return -EPERM;
+    if (kind == token->kind && kind != DL_PROTO_TOKEN_MASTER)
+        return token_new_kind(kind, run_id, token->data, token->len, ret);
+    /* Only down the chain: never to a master, never from a worker to a job key. */
+    if (kind == DL_PROTO_TOKEN_MASTER || kind < token->kind)
+        return -EPERM;
+    if (token->kind == DL_PROTO_TOKEN_MASTER) {
+        r = derive_step(token->data, token->len, JOB_LABEL, run_id, job);
+    } else {
+        memcpy(job, token->data, MAC_LEN);
+        r = 0;
+    }
+    if (r == 0 && kind == DL_PROTO_TOKEN_WORKER)
+        r = derive_step(job, MAC_LEN, WORKER_LABEL, run_id, worker);
+    if (r == 0)
+        r = token_new_kind(kind, run_id, kind == DL_PROTO_TOKEN_JOB ? job : worker, MAC_LEN, ret);
+    OPENSSL_cleanse(job, sizeof(job));
+    OPENSSL_cleanse(worker, sizeof(worker));
+    return r;
+}
+
+static void hex_encode(const uint8_t *bytes, size_t len, char *out);
+
+int dl_proto_token_text(const dl_proto_token_t *token, char **ret_text)
+{
+    char hex[2 * MAC_LEN + 1];
+    char *text;
+
+    if (token == NULL || token->kind == DL_PROTO_TOKEN_MASTER || token->len != MAC_LEN)
+        return -EPERM;
+    hex_encode(token->data, MAC_LEN, hex);
+    int n = asprintf(&text, "%s%s:%s",
+                     token->kind == DL_PROTO_TOKEN_JOB ? JOB_PREFIX : WORKER_PREFIX,
+                     token->run_id, hex);
+    OPENSSL_cleanse(hex, sizeof(hex));
+    if (n < 0)
+        return -ENOMEM;
+    *ret_text = text;
+    return 0;
+}
+
+bool dl_proto_token_equal(const dl_proto_token_t *a, const dl_proto_token_t *b)
+{
+    if (a == NULL || b == NULL)
+        return a == b;
+    return a->kind == b->kind && strcmp(a->run_id, b->run_id) == 0 && a->len == b->len &&
+           CRYPTO_memcmp(a->data, b->data, a->len) == 0;
+}
+
+int dl_proto_token_random(dl_proto_token_t **ret_token)
+{
+    uint8_t bytes[MAC_LEN];
+    char hex[2 * MAC_LEN + 1];
+    int r;
+
+    if (RAND_bytes(bytes, sizeof(bytes)) != 1)
+        return -EIO;
+    hex_encode(bytes, sizeof(bytes), hex);
+    r = token_new_kind(DL_PROTO_TOKEN_MASTER, NULL, (const unsigned char *)hex, 2 * MAC_LEN,
+                       ret_token);
+    OPENSSL_cleanse(bytes, sizeof(bytes));
+    OPENSSL_cleanse(hex, sizeof(hex));
+    return r;
+}
+
+/* ---- Proofs ---- */
 
 static int compute_mac(const dl_proto_token_t *token, const char *nonce, const char *run_id,
                        dl_proto_role_t role, uint8_t ret_mac[MAC_LEN])
@@ -270,6 +472,8 @@ int dl_proto_auth_proof(const dl_proto_token_t *token, const char *nonce, const 
     uint8_t mac[MAC_LEN];
     int r;
 
+    if (token != NULL && run_id != NULL && !dl_proto_token_may(token, run_id, role))
+        return -EPERM;
     r = compute_mac(token, nonce, run_id, role, mac);
     if (r < 0)
         return r;
@@ -290,6 +494,105 @@ int dl_proto_auth_verify(const dl_proto_token_t *token, const char *nonce, const
     /* Decoding the peer's own hex leaks nothing; only the comparison with the secret-derived
      * value must not depend on where the first difference lies. */
     if (proof == NULL || hex_decode(proof, got, sizeof(got)) < 0)
+        r = -EACCES;
+    else
+        r = CRYPTO_memcmp(want, got, MAC_LEN) == 0 ? 0 : -EACCES;
+    OPENSSL_cleanse(want, sizeof(want));
+    return r;
+}
+
+#define SERVER_LABEL "dlaunch server proof v1\n"
+
+static int server_mac(const dl_proto_token_t *key, const char *client_nonce, const char *nonce,
+                      const char *run_id, dl_proto_role_t role, uint8_t ret_mac[MAC_LEN])
+{
+    char msg[sizeof(SERVER_LABEL) + 2 * DL_PROTO_NONCE_HEX_LEN + DL_PROTO_RUN_ID_MAX + 16];
+    uint8_t scratch[DL_PROTO_NONCE_BYTES];
+    const char *role_name = dl_proto_role_name(role);
+
+    if (client_nonce == NULL || role_name == NULL || role == DL_PROTO_ROLE_SERVER ||
+        hex_decode(client_nonce, scratch, sizeof(scratch)) < 0 ||
+        hex_decode(nonce, scratch, sizeof(scratch)) < 0 || !dl_proto_run_id_valid(run_id))
+        return -EINVAL;
+    int len = snprintf(msg, sizeof(msg), "%s%s%s%s\n%s", SERVER_LABEL, client_nonce, nonce,
+                       run_id, role_name);
+    if (len < 0 || (size_t)len >= sizeof(msg))
+        return -EINVAL;
+    return dl_proto_hmac_sha256(key->data, key->len, msg, (size_t)len, ret_mac);
+}
+
+int dl_proto_auth_accept(const dl_proto_token_t *server, const char *nonce,
+                         const char *client_nonce, const char *run_id, dl_proto_role_t role,
+                         const char *proof, dl_proto_token_kind_t *ret_level,
+                         char ret_server_proof[DL_PROTO_PROOF_HEX_LEN + 1])
+{
+    dl_proto_token_t *key = NULL, *job = NULL;
+    int r;
+
+    if (server == NULL || run_id == NULL || !dl_proto_run_id_valid(run_id))
+        return -EINVAL;
+    /* A server holding one job's key serves that job only. */
+    if (server->kind != DL_PROTO_TOKEN_MASTER && strcmp(server->run_id, run_id) != 0)
+        return -EACCES;
+    /* Down the chain from the server's own key, as far as this role may be reached from, until
+     * one matches: the client knows which key it holds, so which one matched is no secret. */
+    for (dl_proto_token_kind_t kind = server->kind; kind <= DL_PROTO_TOKEN_WORKER; kind++) {
+        dl_proto_token_t *k = NULL;
+        if (kind == DL_PROTO_TOKEN_WORKER && role != DL_PROTO_ROLE_WORKER)
+            break;
+        if (kind == server->kind)
+            r = token_new_kind(kind, dl_proto_token_run_id(server), server->data, server->len,
+                               &k);
+        else
+            r = dl_proto_token_derive(kind == DL_PROTO_TOKEN_WORKER && job != NULL ? job : server,
+                                      kind, run_id, &k);
+        if (r < 0)
+            break;
+        r = dl_proto_auth_verify(k, nonce, run_id, role, proof);
+        if (r == 0) {
+            key = k;
+            break;
+        }
+        if (kind == DL_PROTO_TOKEN_JOB) {
+            job = k; /* the worker key is one step from it */
+        } else {
+            dl_proto_token_free(k);
+        }
+        if (r != -EACCES)
+            break;
+    }
+    dl_proto_token_free(job);
+    if (key == NULL)
+        return r < 0 && r != -EACCES ? r : -EACCES;
+    r = 0;
+    if (client_nonce != NULL) {
+        uint8_t mac[MAC_LEN];
+        r = server_mac(key, client_nonce, nonce, run_id, role, mac);
+        if (r == 0)
+            hex_encode(mac, sizeof(mac), ret_server_proof);
+        OPENSSL_cleanse(mac, sizeof(mac));
+    }
+    if (r == 0)
+        *ret_level = key->kind;
+    dl_proto_token_free(key);
+    return r;
+}
+
+int dl_proto_auth_check_server(const dl_proto_token_t *token, const char *client_nonce,
+                               const char *nonce, const char *run_id, dl_proto_role_t role,
+                               const char *server_proof)
+{
+    uint8_t want[MAC_LEN], got[MAC_LEN];
+    int r;
+
+    if (token == NULL || run_id == NULL)
+        return -EINVAL;
+    if (!dl_proto_token_may(token, run_id, role))
+        return -EPERM;
+    r = server_mac(token, client_nonce, nonce, run_id, role, want);
+    if (r < 0)
+        return r;
+    if (server_proof == NULL || hex_decode(server_proof, got, sizeof(got)) < 0)
         r = -EACCES;
     else
         r = CRYPTO_memcmp(want, got, MAC_LEN) == 0 ? 0 : -EACCES;

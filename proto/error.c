@@ -29,6 +29,7 @@ static const char *const errcode_names[DL_PROTO_E_COUNT] = {
     [DL_PROTO_E_CONFLICT] = "conflict",
     [DL_PROTO_E_SHUTTING_DOWN] = "shutting_down",
     [DL_PROTO_E_INTERNAL] = "internal",
+    [DL_PROTO_E_LIMIT_EXCEEDED] = "limit_exceeded",
     [DL_PROTO_E_OTHER] = "other",
 };
 
@@ -138,4 +139,28 @@ dl_proto_errcode_t dl_proto_reply_error(const json_t *msg, const char **ret_mess
         *ret_message = text != NULL ? text : "";
     }
     return dl_proto_errcode_parse(code);
+}
+
+char *dl_proto_escape(const char *src, char *dst, size_t dstlen)
+{
+    static const char digits[] = "0123456789abcdef";
+    size_t o = 0;
+
+    for (const unsigned char *p = (const unsigned char *)(src != NULL ? src : "");
+         *p != '\0'; p++) {
+        bool plain = *p >= 0x20 && *p <= 0x7e && *p != '\\';
+        size_t need = plain ? 1 : 4;
+        if (o + need >= dstlen)
+            break;
+        if (plain) {
+            dst[o++] = (char)*p;
+            continue;
+        }
+        dst[o++] = '\\';
+        dst[o++] = 'x';
+        dst[o++] = digits[*p >> 4];
+        dst[o++] = digits[*p & 15];
+    }
+    dst[o] = '\0';
+    return dst;
 }

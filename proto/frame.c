@@ -10,6 +10,8 @@
 /* A connection keeps a body buffer between frames only while it is this small, so a burst of
  * large frames does not pin a megabyte on every idle connection. */
 #define KEEP_BUF_MAX 65536
+/* The first allocation for a frame that arrives in pieces; it doubles from there. */
+#define GROW_MIN 4096
 
 /* ---- Encoding ---- */
 
@@ -159,6 +161,11 @@ bool dl_proto_decoder_pending(const dl_proto_decoder_t *dec)
     return dec->header_have > 0 || dec->buf_have > 0;
 }
 
+size_t dl_proto_decoder_buffered(const dl_proto_decoder_t *dec)
+{
+    return dec->buf_cap;
+}
+
 static int fail(dl_proto_decoder_t *dec, int r, dl_proto_errcode_t code)
 {
     dec->failed = r;
@@ -254,19 +261,30 @@ int dl_proto_decoder_feed(dl_proto_decoder_t *dec, const void *data, size_t len,
         return finish(dec, p + used, n, ret_msg, ret_type, err);
     }
 
-    if (dec->buf_cap < dec->body_len) {
-        char *buf = realloc(dec->buf, dec->body_len);
+    n = dec->body_len - dec->buf_have;
+    n = n < len - used ? n : len - used;
+    /* A read that ended right after the header: nothing to keep yet (and no buffer to keep it
+     * in). */
+    if (n == 0)
+        return DL_PROTO_NEED_MORE;
+    /* Grown with what arrived, doubling, not sized by the length announced: a peer that
+     * announces 1 MiB and sends a byte costs a few KiB. */
+    if (dec->buf_cap < dec->buf_have + n) {
+        size_t cap = dec->buf_cap > 0 ? dec->buf_cap : GROW_MIN;
+        while (cap < dec->buf_have + n)
+            cap *= 2;
+        if (cap > dec->body_len)
+            cap = dec->body_len;
+        char *buf = realloc(dec->buf, cap);
         if (buf == NULL) {
             dl__proto_error_set(err, DL_PROTO_E_INTERNAL,
-                                "frame at byte %" PRIu64 ": out of memory for %" PRIu32 " bytes",
-                                dec->offset, dec->body_len);
+                                "frame at byte %" PRIu64 ": out of memory for %zu bytes",
+                                dec->offset, cap);
             return fail(dec, -ENOMEM, DL_PROTO_E_INTERNAL);
         }
         dec->buf = buf;
-        dec->buf_cap = dec->body_len;
+        dec->buf_cap = cap;
     }
-    n = dec->body_len - dec->buf_have;
-    n = n < len - used ? n : len - used;
     memcpy(dec->buf + dec->buf_have, p + used, n);
     dec->buf_have += n;
     used += n;

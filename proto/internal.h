@@ -16,6 +16,8 @@ typedef enum {
     DL__F_HEX,         /* exactly min lowercase hex digits */
     DL__F_ROLE,        /* "agent", "worker" or "control" */
     DL__F_RUN_ID,      /* see dl_proto_run_id_valid() */
+    DL__F_NAME,        /* [min, max] bytes of printable ASCII without space: node ids */
+    DL__F_ADDR,        /* [min, max] bytes of [A-Za-z0-9._:%-] and brackets: hosts, addresses */
 } dl__field_kind_t;
 
 typedef struct dl__field_s {

@@ -29,6 +29,8 @@ static const dl__field_t hello_fields[] = {
     REQ("run_id", DL__F_RUN_ID, 0, 0),
     REQ("proto", DL__F_INT, 1, I32),
     OPT("client", DL__F_STR, 1, DL_PROTO_NAME_MAX),
+    /* The client's own nonce: asks the server to prove the key back in auth_ok. */
+    OPT("nonce", DL__F_HEX, DL_PROTO_NONCE_HEX_LEN, DL_PROTO_NONCE_HEX_LEN),
     END,
 };
 
@@ -44,12 +46,16 @@ static const dl__field_t auth_fields[] = {
 
 static const dl__field_t auth_ok_fields[] = {
     OPT("heartbeat_ms", DL__F_INT, 1, 86400000),
+    /* The server's proof over the client's nonce, when hello carried one. */
+    OPT("proof", DL__F_HEX, DL_PROTO_PROOF_HEX_LEN, DL_PROTO_PROOF_HEX_LEN),
     END,
 };
 
 static const dl__field_t join_fields[] = {
-    REQ("node_id", DL__F_STR, 1, DL_PROTO_NAME_MAX),
-    REQ("host", DL__F_STR, 1, DL_PROTO_NAME_MAX),
+    /* Names and addresses end up in logs, terminals and workers' environments: no spaces, no
+     * control characters. */
+    REQ("node_id", DL__F_NAME, 1, DL_PROTO_NAME_MAX),
+    REQ("host", DL__F_ADDR, 1, DL_PROTO_NAME_MAX),
     REQ("slots", DL__F_INT, 1, 65536),
     OPT("node_rank", DL__F_INT, -1, I32),
     OPT("slurm_node_id", DL__F_INT, -1, I32),
@@ -64,7 +70,7 @@ static const dl__field_t join_fields[] = {
     OPT("dead_after_ms", DL__F_INT, 0, JINT_MAX),
     /* Where this node would host MASTER_ADDR:MASTER_PORT if it becomes node rank 0; port 0 for
      * none. */
-    OPT("master_addr", DL__F_STR, 1, DL_PROTO_NAME_MAX),
+    OPT("master_addr", DL__F_ADDR, 1, DL_PROTO_NAME_MAX),
     OPT("master_port", DL__F_INT, 0, 65535),
     END,
 };
@@ -76,9 +82,9 @@ static const dl__field_t assignment_fields[] = {
     REQ("world_size", DL__F_INT, 1, I32),
     REQ("first_rank", DL__F_INT, 0, I32),
     REQ("local_world_size", DL__F_INT, 1, 65536),
-    REQ("master_addr", DL__F_STR, 1, DL_PROTO_NAME_MAX),
+    REQ("master_addr", DL__F_ADDR, 1, DL_PROTO_NAME_MAX),
     REQ("master_port", DL__F_INT, 1, 65535),
-    REQ("store_addr", DL__F_STR, 1, DL_PROTO_NAME_MAX),
+    REQ("store_addr", DL__F_ADDR, 1, DL_PROTO_NAME_MAX),
     OPT("restart_count", DL__F_INT, 0, I32),
     OPT("max_restarts", DL__F_INT, 0, I32),
     END,
@@ -131,7 +137,7 @@ static const dl__field_t round_changed_fields[] = {
     REQ("reason", DL__F_STR, 1, TEXT_MAX),
     OPT("restart_count", DL__F_INT, 0, I32),
     OPT("failed_rank", DL__F_INT, 0, I32),
-    OPT("failed_node", DL__F_STR, 1, DL_PROTO_NAME_MAX),
+    OPT("failed_node", DL__F_NAME, 1, DL_PROTO_NAME_MAX),
     END,
 };
 
@@ -487,10 +493,49 @@ static int check_string(const char *where, const char *path, const dl__field_t *
     return 0;
 }
 
+static bool name_char(char c)
+{
+    return c > 0x20 && c < 0x7f;
+}
+
+static bool addr_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == ':' || c == '%' || c == '-' || c == '[' || c == ']';
+}
+
+static int check_chars(const char *where, const char *path, const dl__field_t *f,
+                       const json_t *v, bool (*ok)(char), const char *what,
+                       dl_proto_error_t *err)
+{
+    const char *s = json_string_value(v);
+    size_t len = json_string_length(v);
+
+    for (size_t i = 0; i < len; i++)
+        if (!ok(s[i]))
+            return dl__proto_error_set(err, DL_PROTO_E_BAD_FIELD,
+                                       "%s: field '%s%s' must be %s; byte %zu is 0x%02x", where,
+                                       path, f->name, what, i, (unsigned char)s[i]);
+    return 0;
+}
+
 static int check_field(const char *where, const char *path, const dl__field_t *f,
                        const json_t *v, dl_proto_error_t *err)
 {
     switch (f->kind) {
+    case DL__F_NAME:
+    case DL__F_ADDR: {
+        if (!json_is_string(v))
+            return bad_type(where, path, f, "a string", v, err);
+        int r = check_string(where, path, f, v, err);
+        if (r < 0)
+            return r;
+        return f->kind == DL__F_NAME
+                   ? check_chars(where, path, f, v, name_char,
+                                 "printable ASCII without spaces", err)
+                   : check_chars(where, path, f, v, addr_char,
+                                 "a host name or address ([A-Za-z0-9._:%-], brackets)", err);
+    }
     case DL__F_STR_OR_NULL:
         if (json_is_null(v))
             return 0;

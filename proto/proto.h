@@ -56,6 +56,7 @@
 #define DL_PROTO_NONCE_HEX_LEN 64 /* lowercase hex, as sent */
 #define DL_PROTO_PROOF_HEX_LEN 64 /* HMAC-SHA256 in lowercase hex */
 #define DL_PROTO_TOKEN_MAX 65536  /* bytes */
+#define DL_PROTO_KEY_BYTES 32     /* a derived job or worker key */
 #define DL_PROTO_ERRMSG_LEN 256
 
 /* ---- Message types ------------------------------------------------------------------------ */
@@ -156,6 +157,8 @@ typedef enum {
     DL_PROTO_E_CONFLICT,            /* "conflict": join clashes (node_id or node_rank taken) */
     DL_PROTO_E_SHUTTING_DOWN,       /* "shutting_down": the job is ending; no new work */
     DL_PROTO_E_INTERNAL,            /* "internal": the server failed (out of memory...) */
+    DL_PROTO_E_LIMIT_EXCEEDED,      /* "limit_exceeded": a documented bound of the server (store
+                                     * size, memory, jobs, outstanding requests) was reached */
     DL_PROTO_E_OTHER,               /* a code this version does not know (from a newer peer) */
     DL_PROTO_E_COUNT
 } dl_proto_errcode_t;
@@ -262,6 +265,11 @@ void dl_proto_decoder_cleanup(dl_proto_decoder_t *dec);
 /* Whether the decoder holds part of a frame (a peer that closes now cut a frame short). */
 bool dl_proto_decoder_pending(const dl_proto_decoder_t *dec);
 
+/* Bytes of memory the decoder holds for a frame that arrived in pieces. It grows with the bytes
+ * received, not with the length announced, so a peer that announces a large frame and sends
+ * little of it makes the decoder hold little. */
+size_t dl_proto_decoder_buffered(const dl_proto_decoder_t *dec);
+
 /* Feeds up to len bytes of the stream; pieces may be any size, one byte included.
  * Stops after at most one frame and sets *ret_consumed to the bytes it used (for
  * DL_PROTO_INVALID and errors too); call again with the rest.
@@ -278,20 +286,35 @@ int dl_proto_decoder_feed(dl_proto_decoder_t *dec, const void *data, size_t len,
                           size_t *ret_consumed, json_t **ret_msg, dl_proto_type_t *ret_type,
                           dl_proto_error_t *err);
 
-/* ---- Authentication ------------------------------------------------------------------------ */
+/* ---- Credentials and authentication ---------------------------------------------------- */
 
-/* The shared job secret. Opaque; its bytes are wiped when freed. */
+/* A credential. Opaque; its bytes are wiped when freed. Three kinds, each reaching less than the
+ * one before (docs/protocol.md, "Credentials"):
+ *   MASTER  a secret of any bytes (a token file, DLAUNCH_TOKEN): acts for every job of a server
+ *           that holds it, in every role;
+ *   JOB     "dlaunch-job-v1:RUN_ID:HEX", derived from a master for one run id: that job's agents
+ *           and its control (status, stop, restart, events, store);
+ *   WORKER  "dlaunch-worker-v1:RUN_ID:HEX", derived from the job key: that job's store only.
+ * A server holding a master recognizes all three for every run id; one holding a job key,
+ * that job's job and worker keys. */
 typedef struct dl_proto_token_s dl_proto_token_t;
+
+typedef enum {
+    DL_PROTO_TOKEN_MASTER = 0,
+    DL_PROTO_TOKEN_JOB,
+    DL_PROTO_TOKEN_WORKER,
+} dl_proto_token_kind_t;
 
 /* Reads the token from a --token-file: a regular file that neither group nor others may read
  * or write (chmod 600), at most DL_PROTO_TOKEN_MAX bytes, not empty once one trailing newline
- * ("\n" or "\r\n") is stripped. Returns 0 with *ret_token owned by the caller, or -errno with a
+ * ("\n" or "\r\n") is stripped. Text of the form of a job or worker key is read as one (a
+ * malformed one is refused). Returns 0 with *ret_token owned by the caller, or -errno with a
  * line in err naming the file (-EACCES also for a too-open mode, -EINVAL for empty/too big). */
 int dl_proto_token_from_file(const char *path, dl_proto_token_t **ret_token, char *err,
                              size_t errlen);
 
 /* The token from a string such as $DLAUNCH_TOKEN, taken as is; where names the source in
- * messages. Returns 0 or -EINVAL (empty, too long) / -ENOMEM. */
+ * messages. Returns 0 or -EINVAL (empty, too long, a malformed job or worker key) / -ENOMEM. */
 int dl_proto_token_from_string(const char *text, const char *where, dl_proto_token_t **ret_token,
                                char *err, size_t errlen);
 
@@ -301,7 +324,41 @@ int dl_proto_token_from_string(const char *text, const char *where, dl_proto_tok
 int dl_proto_token_load(const char *file, const char *env_value, dl_proto_token_t **ret_token,
                         char *err, size_t errlen);
 
+/* A fresh random master (DL_PROTO_KEY_BYTES random bytes as hex). Returns 0, -EIO or -ENOMEM. */
+int dl_proto_token_random(dl_proto_token_t **ret_token);
+
 void dl_proto_token_free(dl_proto_token_t *token);
+
+dl_proto_token_kind_t dl_proto_token_kind(const dl_proto_token_t *token);
+/* The run id a job or worker key belongs to; NULL for a master. Valid while token lives. */
+const char *dl_proto_token_run_id(const dl_proto_token_t *token);
+/* "master", "job", "worker". */
+const char *dl_proto_token_kind_name(dl_proto_token_kind_t kind);
+
+/* Whether a peer holding token may say hello as role for run_id: a master always; a job key
+ * for its own run in any role; a worker key for its own run as a worker. */
+bool dl_proto_token_may(const dl_proto_token_t *token, const char *run_id, dl_proto_role_t role);
+
+/* The key of the given kind for run_id, derived from token:
+ *   job    = HMAC-SHA256(master, "dlaunch job key v1\n" || run_id)
+ *   worker = HMAC-SHA256(job,    "dlaunch worker key v1\n" || run_id)
+ * A master gives either; a job key its worker key (run_id must be its own); a worker key only a
+ * copy of itself. Returns 0 with *ret (owned), -EPERM when token cannot reach that far, -EINVAL
+ * for a bad run id, -EIO or -ENOMEM. */
+int dl_proto_token_derive(const dl_proto_token_t *token, dl_proto_token_kind_t kind,
+                          const char *run_id, dl_proto_token_t **ret);
+
+/* The text that dl_proto_token_from_string reads back as this job or worker key
+ * ("dlaunch-worker-v1:RUN_ID:HEX", no newline), malloc'd, owned by the caller. A master is never
+ * written out: -EPERM. Returns 0 or -errno. */
+int dl_proto_token_text(const dl_proto_token_t *token, char **ret_text);
+
+/* Whether a and b are the same credential (kind, run id and key), compared in constant time for
+ * tokens of one length. NULLs are equal only to each other. */
+bool dl_proto_token_equal(const dl_proto_token_t *a, const dl_proto_token_t *b);
+
+/* len bytes from the kernel's cryptographic generator (getrandom). Returns 0 or -EIO. */
+int dl_proto_random(void *buf, size_t len);
 
 /* DL_PROTO_NONCE_BYTES random bytes (RAND_bytes) as lowercase hex, NUL-terminated.
  * Returns 0 or -EIO when the random generator fails. */
@@ -309,19 +366,49 @@ int dl_proto_nonce_new(char ret_nonce[DL_PROTO_NONCE_HEX_LEN + 1]);
 
 /* The client's answer to a challenge: lowercase hex of
  * HMAC-SHA256(key = token, message = nonce || run_id || role name), where nonce is the 64 hex
- * characters as sent and the role name is "agent", "worker" or "control".
- * Returns 0, or -EINVAL (malformed nonce, invalid run_id or role) / -EIO (libcrypto failed). */
+ * characters as sent and the role name is "agent", "worker" or "control". The key is a master's
+ * bytes, or the 32 bytes of a job or worker key.
+ * Returns 0, -EPERM (the token may not act as role for run_id, see dl_proto_token_may), -EINVAL
+ * (malformed nonce, invalid run_id or role) or -EIO (libcrypto failed). */
 int dl_proto_auth_proof(const dl_proto_token_t *token, const char *nonce, const char *run_id,
                         dl_proto_role_t role, char ret_proof[DL_PROTO_PROOF_HEX_LEN + 1]);
 
-/* Server side: recomputes the proof and compares in constant time. Returns 0 when proof is
- * right, -EACCES when it is wrong or malformed, -EINVAL for a malformed nonce/run_id/role,
- * -EIO when libcrypto fails. */
+/* Recomputes a proof made with this same token and compares in constant time. Returns 0 when
+ * proof is right, -EACCES when it is wrong or malformed, -EINVAL for a malformed nonce/run_id/
+ * role, -EIO when libcrypto fails. */
 int dl_proto_auth_verify(const dl_proto_token_t *token, const char *nonce, const char *run_id,
                          dl_proto_role_t role, const char *proof);
+
+/* Server side of the handshake: checks a client's proof against every key server can derive for
+ * run_id that may act as role (its master, the job key, the worker key), and on success sets
+ * *ret_level to the kind that matched. When client_nonce is not NULL (the client sent one in
+ * hello) it also writes the server's own proof into ret_server_proof:
+ *   HMAC-SHA256(the matched key, "dlaunch server proof v1\n" || client_nonce || nonce ||
+ *               run_id || "\n" || role name)
+ * which the client checks with dl_proto_auth_check_server before it believes anything.
+ * Returns 0, -EACCES (no key matches, or the server's own key does not cover run_id), -EINVAL,
+ * -EIO. */
+int dl_proto_auth_accept(const dl_proto_token_t *server, const char *nonce,
+                         const char *client_nonce, const char *run_id, dl_proto_role_t role,
+                         const char *proof, dl_proto_token_kind_t *ret_level,
+                         char ret_server_proof[DL_PROTO_PROOF_HEX_LEN + 1]);
+
+/* Client side: checks the server's proof (from auth_ok) made with the key this client proved.
+ * Returns 0, -EACCES (wrong or missing), -EPERM, -EINVAL or -EIO. */
+int dl_proto_auth_check_server(const dl_proto_token_t *token, const char *client_nonce,
+                               const char *nonce, const char *run_id, dl_proto_role_t role,
+                               const char *server_proof);
 
 /* Plain HMAC-SHA256, exposed for known-answer tests. Returns 0 or -EIO. */
 int dl_proto_hmac_sha256(const void *key, size_t key_len, const void *data, size_t data_len,
                          uint8_t ret_mac[32]);
+
+/* ---- Text from peers ------------------------------------------------------------------------ */
+
+/* Copies src into dst (dstlen > 0, always NUL-terminated) with every byte outside printable ASCII
+ * (and the backslash) written as \xNN, so that a name or reason a peer chose can go into a log
+ * line or a terminal without starting a new line or an escape sequence. Cut short to fit.
+ * Returns dst. */
+char *dl_proto_escape(const char *src, char *dst, size_t dstlen);
 
 #endif

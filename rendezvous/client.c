@@ -4,8 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conn.h"
+#include "peer.h"
 #include "rendezvous.h"
 
 #define RETRY_MS 50
@@ -36,8 +38,11 @@ struct dl_rdzv_client_s {
     dl_proto_role_t role;
     char run_id[DL_PROTO_RUN_ID_MAX + 1];
     const dl_proto_token_t *token;
+    char client_nonce[DL_PROTO_NONCE_HEX_LEN + 1]; /* ours, for the server's proof */
+    char server_nonce[DL_PROTO_NONCE_HEX_LEN + 1]; /* the challenge's */
     dl_rdzv_client_cbs_t cbs;
     void *ctx;
+    char error[512]; /* why it failed */
     char readbuf[64 * 1024];
 };
 
@@ -57,12 +62,12 @@ static void fail(dl_rdzv_client_t *c, int status, const char *fmt, ...)
 
 static void fail(dl_rdzv_client_t *c, int status, const char *fmt, ...)
 {
-    char err[512];
+    char *err = c->error;
     va_list ap;
     if (c->state == CL_DONE)
         return;
     va_start(ap, fmt);
-    vsnprintf(err, sizeof(err), fmt, ap);
+    vsnprintf(c->error, sizeof(c->error), fmt, ap);
     va_end(ap);
     bool was_ready = c->state == CL_READY;
     c->state = CL_DONE;
@@ -83,6 +88,11 @@ static void send_hello(dl_rdzv_client_t *c)
     json_object_set_new(m, "run_id", json_string(c->run_id));
     json_object_set_new(m, "proto", json_integer(DL_PROTO_VERSION));
     json_object_set_new(m, "client", json_string("dlaunch " DL_VERSION));
+    if (dl_proto_nonce_new(c->client_nonce) < 0) {
+        fail(c, -EIO, "no randomness for a nonce");
+        return;
+    }
+    json_object_set_new(m, "nonce", json_string(c->client_nonce));
     c->state = CL_HELLO;
     if (dl__conn_send(&c->conn, m) < 0)
         fail(c, -EPIPE, "cannot send hello to %s:%d", c->host, c->port);
@@ -110,11 +120,20 @@ static void on_message(dl__conn_t *conn, json_t *msg, dl_proto_type_t type)
                              "DLAUNCH_TOKEN)", c->host, c->port);
             return;
         }
-        if (dl_proto_auth_proof(c->token, dl_proto_get_str(msg, "nonce"), c->run_id, c->role,
-                                proof) < 0) {
+        int r = dl_proto_auth_proof(c->token, dl_proto_get_str(msg, "nonce"), c->run_id,
+                                    c->role, proof);
+        if (r == -EPERM) {
+            fail(c, -EACCES, "the job token is a %s key for job '%s': it cannot act as %s for "
+                             "job '%s'",
+                 dl_proto_token_kind_name(dl_proto_token_kind(c->token)),
+                 dl_proto_token_run_id(c->token), dl_proto_role_name(c->role), c->run_id);
+            return;
+        }
+        if (r < 0) {
             fail(c, -EPROTO, "cannot answer the challenge of %s:%d", c->host, c->port);
             return;
         }
+        snprintf(c->server_nonce, sizeof(c->server_nonce), "%s", dl_proto_get_str(msg, "nonce"));
         json_auto_t *m = dl_proto_msg_new(DL_PROTO_AUTH, 1);
         json_object_set_new(m, "proof", json_string(proof));
         c->state = CL_AUTH;
@@ -122,6 +141,16 @@ static void on_message(dl__conn_t *conn, json_t *msg, dl_proto_type_t type)
         return;
     }
     if ((c->state == CL_HELLO || c->state == CL_AUTH) && type == DL_PROTO_AUTH_OK) {
+        char doubt[256];
+        uv_os_fd_t fd = -1;
+        uv_fileno((uv_handle_t *)&c->conn.tcp, &fd);
+        int r = dl_rdzv_check_server(c->token, c->state == CL_AUTH, c->client_nonce,
+                                     c->server_nonce, c->run_id, c->role,
+                                     dl_proto_get_str(msg, "proof"), fd, doubt, sizeof(doubt));
+        if (r < 0) {
+            fail(c, r, "refusing the rendezvous at %s:%d: %s", c->host, c->port, doubt);
+            return;
+        }
         c->state = CL_READY;
         c->cbs.ready(c->ctx, 0, NULL);
         return;
@@ -296,4 +325,104 @@ int dl_rdzv_client_local_addr(const dl_rdzv_client_t *c, char *buf, size_t len)
     if (sa.ss_family == AF_INET)
         return uv_ip4_name((struct sockaddr_in *)&sa, buf, len) == 0 ? 0 : -ENOTCONN;
     return uv_ip6_name((struct sockaddr_in6 *)&sa, buf, len) == 0 ? 0 : -ENOTCONN;
+}
+
+int dl_rdzv_check_server(const dl_proto_token_t *token, bool challenged, const char *client_nonce,
+                         const char *server_nonce, const char *run_id, dl_proto_role_t role,
+                         const char *proof, int fd, char *err, size_t errlen)
+{
+    if (token != NULL) {
+        if (!challenged) {
+            snprintf(err, errlen, "it did not ask for the job token, so it cannot prove it "
+                                  "holds it: not the job's rendezvous");
+            return -EACCES;
+        }
+        if (proof == NULL) {
+            snprintf(err, errlen, "it did not prove the job token (an older dlaunch?)");
+            return -EACCES;
+        }
+        int r = dl_proto_auth_check_server(token, client_nonce, server_nonce, run_id, role, proof);
+        if (r < 0) {
+            snprintf(err, errlen, "its proof of the job token is wrong");
+            return -EACCES;
+        }
+        return 0;
+    }
+    /* No token on either side: then it must be our own user's, on this machine. */
+    uid_t uid;
+    int r = fd >= 0 ? dl__peer_uid(fd, &uid) : -EBADF;
+    if (r == -EPERM) {
+        snprintf(err, errlen, "it is not on this machine and we have no job token to check it");
+        return -EACCES;
+    }
+    if (r < 0) {
+        snprintf(err, errlen, "cannot tell who runs it: %s", strerror(-r));
+        return -EACCES;
+    }
+    if (!dl__peer_trusted(uid)) {
+        snprintf(err, errlen, "it runs as uid %u, not as this user (uid %u); without a job token "
+                              "only our own rendezvous is trusted",
+                 (unsigned)uid, (unsigned)geteuid());
+        return -EACCES;
+    }
+    return 0;
+}
+
+int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *want,
+                            dl_rdzv_assignment_t *ret, char *err, size_t errlen)
+{
+    dl_rdzv_assignment_t a;
+    dl_proto_type_t type;
+    dl_proto_error_t perr;
+    char host[DL_PROTO_NAME_MAX + 1];
+    int port;
+
+    if (dl_proto_validate(msg, &type, &perr) < 0 || type != DL_PROTO_ASSIGNMENT) {
+        snprintf(err, errlen, "not an assignment: %s", perr.message);
+        return -EPROTO;
+    }
+    memset(&a, 0, sizeof(a));
+    /* The table bounds every field within an int (docs/protocol.md). */
+    a.round = (int)dl_proto_get_int(msg, "round", 0);
+    a.node_rank = (int)dl_proto_get_int(msg, "node_rank", 0);
+    a.nodes = (int)dl_proto_get_int(msg, "nodes", 1);
+    a.world_size = (int)dl_proto_get_int(msg, "world_size", 1);
+    a.first_rank = (int)dl_proto_get_int(msg, "first_rank", 0);
+    a.local_world_size = (int)dl_proto_get_int(msg, "local_world_size", 1);
+    a.restart_count = (int)dl_proto_get_int(msg, "restart_count", 0);
+    a.max_restarts = (int)dl_proto_get_int(msg, "max_restarts", 0);
+    a.master_port = (int)dl_proto_get_int(msg, "master_port", 0);
+    snprintf(a.master_addr, sizeof(a.master_addr), "%s", dl_proto_get_str(msg, "master_addr"));
+    snprintf(a.store_addr, sizeof(a.store_addr), "%s", dl_proto_get_str(msg, "store_addr"));
+    if (want != NULL) {
+        if (a.local_world_size != want->slots) {
+            snprintf(err, errlen, "%d workers on this node, which offered %d",
+                     a.local_world_size, want->slots);
+            return -EPROTO;
+        }
+        if (a.nodes < want->min_nodes || a.nodes > want->max_nodes) {
+            snprintf(err, errlen, "%d nodes, where the job has %d to %d", a.nodes,
+                     want->min_nodes, want->max_nodes);
+            return -EPROTO;
+        }
+        if ((long long)a.world_size > (long long)a.nodes * DL_RDZV_MAX_SLOTS) {
+            snprintf(err, errlen, "world size %d for %d nodes", a.world_size, a.nodes);
+            return -EPROTO;
+        }
+        if (a.round < want->min_round) {
+            snprintf(err, errlen, "round %d, after round %d", a.round, want->min_round);
+            return -EPROTO;
+        }
+    }
+    if (dl_rdzv_endpoint_parse(a.store_addr, host, sizeof(host), &port) < 0) {
+        snprintf(err, errlen, "store address '%s' is not HOST:PORT", a.store_addr);
+        return -EPROTO;
+    }
+    *ret = a;
+    return 0;
+}
+
+const char *dl_rdzv_client_error(const dl_rdzv_client_t *c)
+{
+    return c != NULL ? c->error : "";
 }

@@ -20,10 +20,23 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(c->readbuf, (unsigned int)c->readbuf_len);
 }
 
+/* Keeps the owner's count of held bytes in step with the decoder. Returns false when this
+ * connection's growth took the count over the owner's limit. */
+static bool update_held(dl__conn_t *c)
+{
+    size_t now = dl_proto_decoder_buffered(&c->dec), before = c->held;
+    if (c->held_total == NULL)
+        return true;
+    *c->held_total = *c->held_total - c->held + now;
+    c->held = now;
+    return now <= before || *c->held_total <= c->held_limit;
+}
+
 static void on_closed(uv_handle_t *h)
 {
     dl__conn_t *c = (dl__conn_t *)h;
     dl_proto_decoder_cleanup(&c->dec);
+    update_held(c);
     if (c->on_closed != NULL)
         c->on_closed(c, c->close_status);
 }
@@ -58,6 +71,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         int r = dl_proto_decoder_feed(&c->dec, p, left, &used, &msg, &type, &err);
         p += used;
         left -= used;
+        if (r != DL_PROTO_NEED_MORE)
+            c->last_frame = uv_now(c->tcp.loop);
         if (r == DL_PROTO_MESSAGE) {
             c->on_message(c, msg, type);
             json_decref(msg);
@@ -67,6 +82,19 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             c->on_invalid(c, &err, true);
             dl__conn_close(c, UV_EPROTO);
         }
+    }
+    bool pending = dl_proto_decoder_pending(&c->dec);
+    if (!pending)
+        c->pending_since = 0;
+    else if (c->pending_since == 0)
+        c->pending_since = uv_now(c->tcp.loop);
+    if (!update_held(c) && !c->closing) {
+        json_auto_t *m = dl_proto_error_new(-1, DL_PROTO_E_LIMIT_EXCEEDED,
+                                            "the server holds too many unfinished frames; "
+                                            "closing");
+        if (m != NULL)
+            dl__conn_send(c, m);
+        dl__conn_close(c, UV_ENOBUFS);
     }
 }
 
@@ -89,6 +117,7 @@ int dl__conn_init(uv_loop_t *loop, dl__conn_t *c, uint32_t limit, char *readbuf,
     c->readbuf_len = readbuf_len;
     dl_proto_decoder_init(&c->dec, limit);
     c->max_queued = 64u << 20;
+    c->last_frame = uv_now(loop);
     return uv_tcp_init(loop, &c->tcp);
 }
 

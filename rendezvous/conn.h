@@ -34,6 +34,13 @@ struct dl__conn_s {
     size_t readbuf_len;
     size_t queued; /* bytes written but not yet acknowledged by libuv */
     size_t max_queued; /* a peer that reads slower than this much backlog is cut off */
+    /* The owner's count of bytes every connection's decoder holds for frames that arrived in
+     * part (NULL: not counted), and this connection's share of it. */
+    size_t *held_total;
+    size_t held;
+    size_t held_limit; /* past it, the connection whose frame grew is closed */
+    uint64_t last_frame;    /* uv_now() when the last whole frame came in (or the start) */
+    uint64_t pending_since; /* uv_now() when the frame in progress began, 0 when none is */
     int close_status;
     bool closing;
     bool reading;

@@ -29,8 +29,9 @@ typedef struct {
     size_t count;
 } dl__rdzv_map_t;
 
-uint64_t dl__rdzv_hash(uint64_t seed, const void *data, size_t len);
-uint64_t dl__rdzv_hash_u64(uint64_t seed, uint64_t v);
+/* SipHash-1-3 of data under key. */
+uint64_t dl__rdzv_hash(const uint64_t key[2], const void *data, size_t len);
+uint64_t dl__rdzv_hash_u64(const uint64_t key[2], uint64_t v);
 
 /* Makes room so that the next `extra` inserts cannot fail. Returns 0 or -ENOMEM. */
 int dl__rdzv_map_reserve(dl__rdzv_map_t *map, size_t extra);
@@ -104,6 +105,7 @@ struct dl__rdzv_conn_s {
     uint64_t id;
     dl__rdzv_member_t *member;
     dl__rdzv_waiter_t *waiters; /* through conn_prev/conn_next */
+    size_t nwaiters;
 };
 
 /* One key waited on by one WAIT, linked into the key's entry. */
@@ -139,6 +141,7 @@ struct dl__rdzv_waiter_s {
     double timeout;
     size_t nmissing;
     size_t nlinks;
+    size_t nkeys; /* links allocated: what it is charged for */
     dl__rdzv_link_t links[];
 };
 
@@ -146,7 +149,8 @@ typedef struct {
     dl__rdzv_map_t keys;
     dl__rdzv_waiter_t *waiters; /* through job_prev/job_next */
     size_t nwaiters;
-    size_t bytes; /* keys and values held */
+    size_t bytes;  /* keys and values held */
+    size_t memory; /* all this store holds, entries and waits included (core->memory's share) */
 } dl__rdzv_store_t;
 
 struct dl__rdzv_member_s {
@@ -173,6 +177,7 @@ struct dl__rdzv_job_s {
     dl__rdzv_job_t *prev, *next; /* every job in creation order, for status */
     dl__rdzv_job_t *grave_next;
     const char *run_id;
+    uint64_t creator; /* 0, or who created it (counted in core->creators) */
     dl_rdzv_job_opts_t opts;
     dl_rdzv_job_state_t state;
     int round;
@@ -203,6 +208,8 @@ struct dl_rdzv_core_s {
     size_t njobs;
     dl__rdzv_job_t *graveyard; /* removed jobs, freed at the next step: messages still point in */
     dl__rdzv_map_t conns;
+    dl__rdzv_map_t creators; /* creator -> live jobs it made */
+    size_t memory;           /* every store's memory together, against opts.max_memory */
     dl__rdzv_heap_t heap;
     dl_rdzv_action_t *acts;
     size_t nacts;

@@ -9,8 +9,65 @@
 
 #include "core-internal.h"
 
-/* Keys come from the network, so the hash is seeded by the shell; the mixing is splitmix64's
- * finalizer over 8-byte words, which spreads every input bit over the whole result. */
+/* Keys come from the network, so a peer that knew the hash could send thousands of keys for one
+ * bucket and turn every lookup into a walk of them all. The hash is SipHash-1-3 (what Python and
+ * Rust use for the same reason) under a 128-bit key the shell draws at random: without the key,
+ * nobody can aim at a bucket. */
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                  \
+    do {                                                                                          \
+        v0 += v1;                                                                                 \
+        v1 = ROTL(v1, 13);                                                                        \
+        v1 ^= v0;                                                                                 \
+        v0 = ROTL(v0, 32);                                                                        \
+        v2 += v3;                                                                                 \
+        v3 = ROTL(v3, 16);                                                                        \
+        v3 ^= v2;                                                                                 \
+        v0 += v3;                                                                                 \
+        v3 = ROTL(v3, 21);                                                                        \
+        v3 ^= v0;                                                                                 \
+        v2 += v1;                                                                                 \
+        v1 = ROTL(v1, 17);                                                                        \
+        v1 ^= v2;                                                                                 \
+        v2 = ROTL(v2, 32);                                                                        \
+    } while (0)
+
+static uint64_t load_le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+uint64_t dl__rdzv_hash(const uint64_t key[2], const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    uint64_t v0 = key[0] ^ 0x736f6d6570736575ULL;
+    uint64_t v1 = key[1] ^ 0x646f72616e646f6dULL;
+    uint64_t v2 = key[0] ^ 0x6c7967656e657261ULL;
+    uint64_t v3 = key[1] ^ 0x7465646279746573ULL;
+    uint64_t b = (uint64_t)len << 56;
+
+    for (; len >= 8; p += 8, len -= 8) {
+        uint64_t m = load_le64(p);
+        v3 ^= m;
+        SIPROUND;
+        v0 ^= m;
+    }
+    for (size_t i = 0; i < len; i++)
+        b |= (uint64_t)p[i] << (8 * i);
+    v3 ^= b;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* Connection ids are the shell's own numbers, not a peer's choice: a cheap mix is enough. */
 static uint64_t mix(uint64_t x)
 {
     x ^= x >> 30;
@@ -21,26 +78,9 @@ static uint64_t mix(uint64_t x)
     return x;
 }
 
-uint64_t dl__rdzv_hash(uint64_t seed, const void *data, size_t len)
+uint64_t dl__rdzv_hash_u64(const uint64_t key[2], uint64_t v)
 {
-    const unsigned char *p = data;
-    uint64_t h = mix(seed ^ (len * 0x9e3779b97f4a7c15ULL));
-    while (len >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        h = mix(h ^ w) + 0x9e3779b97f4a7c15ULL;
-        p += 8;
-        len -= 8;
-    }
-    uint64_t w = 0;
-    for (size_t i = 0; i < len; i++)
-        w |= (uint64_t)p[i] << (8 * i);
-    return mix(h ^ w ^ 0xff51afd7ed558ccdULL);
-}
-
-uint64_t dl__rdzv_hash_u64(uint64_t seed, uint64_t v)
-{
-    return mix(seed ^ mix(v + 0x9e3779b97f4a7c15ULL));
+    return mix(key[0] ^ mix(v + 0x9e3779b97f4a7c15ULL));
 }
 
 int dl__rdzv_map_reserve(dl__rdzv_map_t *map, size_t extra)
@@ -404,7 +444,7 @@ void dl__rdzv_log(dl_rdzv_core_t *core, dl_rdzv_log_level_t level, const char *r
 
 dl__rdzv_conn_t *dl__rdzv_conn_find(dl_rdzv_core_t *core, uint64_t id)
 {
-    uint64_t h = dl__rdzv_hash_u64(core->opts.hash_seed, id);
+    uint64_t h = dl__rdzv_hash_u64(core->opts.hash_key, id);
     for (dl__rdzv_hnode_t *n = dl__rdzv_map_chain(&core->conns, h); n; n = n->next) {
         dl__rdzv_conn_t *c = dl__rdzv_container_of(n, dl__rdzv_conn_t, node);
         if (n->hash == h && c->id == id)
@@ -426,7 +466,7 @@ int dl__rdzv_conn_get(dl_rdzv_core_t *core, uint64_t id, dl__rdzv_conn_t **ret_c
     if (!c)
         return -ENOMEM;
     c->id = id;
-    dl__rdzv_map_insert(&core->conns, &c->node, dl__rdzv_hash_u64(core->opts.hash_seed, id));
+    dl__rdzv_map_insert(&core->conns, &c->node, dl__rdzv_hash_u64(core->opts.hash_key, id));
     *ret_conn = c;
     return 0;
 }

@@ -90,6 +90,10 @@ void dl_rdzv_core_opts_init(dl_rdzv_core_opts_t *opts)
     opts->max_wait_keys = 4096;
     opts->max_store_bytes = (size_t)256 << 20;
     opts->max_waits = 1 << 20;
+    opts->max_memory = (size_t)1 << 30;
+    opts->max_waits_per_conn = 256;
+    opts->max_jobs_per_creator = 512;
+    opts->max_timeout = 3600;
     opts->log_level = DL_RDZV_LOG_INFO;
 }
 
@@ -141,7 +145,7 @@ static bool is_over(const dl__rdzv_job_t *job)
 static dl__rdzv_job_t *job_find(dl_rdzv_core_t *core, const char *run_id)
 {
     size_t len = strlen(run_id);
-    uint64_t h = dl__rdzv_hash(core->opts.hash_seed, run_id, len);
+    uint64_t h = dl__rdzv_hash(core->opts.hash_key, run_id, len);
     for (dl__rdzv_hnode_t *n = dl__rdzv_map_chain(&core->jobs, h); n; n = n->next) {
         dl__rdzv_job_t *job = dl__rdzv_container_of(n, dl__rdzv_job_t, node);
         if (n->hash == h && strcmp(job->run_id, run_id) == 0)
@@ -150,17 +154,70 @@ static dl__rdzv_job_t *job_find(dl_rdzv_core_t *core, const char *run_id)
     return NULL;
 }
 
+/* How many live jobs a creator made: one map entry while it has any. */
+typedef struct {
+    dl__rdzv_hnode_t node;
+    uint64_t creator;
+    size_t njobs;
+} creator_t;
+
+static creator_t *creator_find(dl_rdzv_core_t *core, uint64_t creator)
+{
+    uint64_t h = dl__rdzv_hash_u64(core->opts.hash_key, creator);
+    for (dl__rdzv_hnode_t *n = dl__rdzv_map_chain(&core->creators, h); n; n = n->next) {
+        creator_t *c = dl__rdzv_container_of(n, creator_t, node);
+        if (n->hash == h && c->creator == creator)
+            return c;
+    }
+    return NULL;
+}
+
+/* Counts a new job against its creator. Returns 0, -ENOSPC (its limit) or -ENOMEM. */
+static int creator_charge(dl_rdzv_core_t *core, uint64_t creator)
+{
+    if (creator == 0)
+        return 0;
+    creator_t *c = creator_find(core, creator);
+    if (c && c->njobs >= core->opts.max_jobs_per_creator)
+        return -ENOSPC;
+    if (c) {
+        c->njobs++;
+        return 0;
+    }
+    if (dl__rdzv_map_reserve(&core->creators, 1) < 0 || !(c = calloc(1, sizeof(*c))))
+        return -ENOMEM;
+    c->creator = creator;
+    c->njobs = 1;
+    dl__rdzv_map_insert(&core->creators, &c->node, dl__rdzv_hash_u64(core->opts.hash_key, creator));
+    return 0;
+}
+
+static void creator_release(dl_rdzv_core_t *core, uint64_t creator)
+{
+    creator_t *c = creator ? creator_find(core, creator) : NULL;
+    if (!c || --c->njobs > 0)
+        return;
+    dl__rdzv_map_remove(&core->creators, &c->node);
+    free(c);
+}
+
 static int job_new(dl_rdzv_core_t *core, const char *run_id, const dl_rdzv_job_opts_t *opts,
-                   dl__rdzv_job_t **ret_job)
+                   uint64_t creator, dl__rdzv_job_t **ret_job)
 {
     if (core->njobs >= core->opts.max_jobs)
         return -ENOSPC;
     if (dl__rdzv_map_reserve(&core->jobs, 1) < 0)
         return -ENOMEM;
+    int r = creator_charge(core, creator);
+    if (r < 0)
+        return r == -ENOSPC ? -EDQUOT : r;
     size_t len = strlen(run_id);
     dl__rdzv_job_t *job = calloc(1, sizeof(*job) + len + 1);
-    if (!job)
+    if (!job) {
+        creator_release(core, creator);
         return -ENOMEM;
+    }
+    job->creator = creator;
     char *id = (char *)(job + 1);
     memcpy(id, run_id, len + 1);
     job->run_id = id;
@@ -170,7 +227,7 @@ static int job_new(dl_rdzv_core_t *core, const char *run_id, const dl_rdzv_job_o
     dl__rdzv_timer_init(&job->join, DL__RDZV_T_JOIN);
     dl__rdzv_timer_init(&job->linger, DL__RDZV_T_LINGER);
     dl__rdzv_store_init(&job->store);
-    dl__rdzv_map_insert(&core->jobs, &job->node, dl__rdzv_hash(core->opts.hash_seed, id, len));
+    dl__rdzv_map_insert(&core->jobs, &job->node, dl__rdzv_hash(core->opts.hash_key, id, len));
     job->prev = core->last_job;
     if (core->last_job)
         core->last_job->next = job;
@@ -185,7 +242,7 @@ static int job_new(dl_rdzv_core_t *core, const char *run_id, const dl_rdzv_job_o
 static dl__rdzv_member_t *member_find(dl_rdzv_core_t *core, dl__rdzv_job_t *job,
                                       const char *agent_id)
 {
-    uint64_t h = dl__rdzv_hash(core->opts.hash_seed, agent_id, strlen(agent_id));
+    uint64_t h = dl__rdzv_hash(core->opts.hash_key, agent_id, strlen(agent_id));
     for (dl__rdzv_hnode_t *n = dl__rdzv_map_chain(&job->by_agent, h); n; n = n->next) {
         dl__rdzv_member_t *m = dl__rdzv_container_of(n, dl__rdzv_member_t, node);
         if (n->hash == h && strcmp(m->agent_id, agent_id) == 0)
@@ -274,8 +331,11 @@ static void job_remove(dl_rdzv_core_t *core, dl__rdzv_job_t *job)
     else
         core->last_job = job->prev;
     core->njobs--;
+    creator_release(core, job->creator);
     job->grave_next = core->graveyard;
     core->graveyard = job;
+    dl_rdzv_action_t *a = dl__rdzv_push(core, DL_RDZV_ACT_FORGET);
+    a->run_id = job->run_id;
 }
 
 static void job_free(dl__rdzv_job_t *job)
@@ -610,10 +670,26 @@ static dl__rdzv_job_t *join_job(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev,
         dl__rdzv_error(core, ev->conn, ev->req_id, NULL, -EINVAL, "join: opts: %s", err);
         return NULL;
     }
-    int r = job_new(core, ev->run_id, o, &job);
+    const char *over = o->join_timeout > core->opts.max_timeout ? "join_timeout"
+                       : o->last_call > core->opts.max_timeout  ? "last_call"
+                       : o->dead_after > core->opts.max_timeout ? "dead_after"
+                                                                : NULL;
+    if (over) {
+        dl__rdzv_error(core, ev->conn, ev->req_id, NULL, -EINVAL,
+                       "join: %s is over this server's limit of %g s", over,
+                       core->opts.max_timeout);
+        return NULL;
+    }
+    int r = job_new(core, ev->run_id, o, ev->join.creator, &job);
     if (r == -ENOSPC) {
         dl__rdzv_error(core, ev->conn, ev->req_id, NULL, r, "join: too many jobs (limit %zu)",
                        core->opts.max_jobs);
+        return NULL;
+    }
+    if (r == -EDQUOT) {
+        dl__rdzv_error(core, ev->conn, ev->req_id, NULL, -ENOSPC,
+                       "join: this peer created %zu live jobs already, the limit",
+                       core->opts.max_jobs_per_creator);
         return NULL;
     }
     if (r < 0) {
@@ -686,7 +762,7 @@ static void add_member(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rdzv_
     m->idx = job->nmembers;
     job->members[job->nmembers++] = m;
     dl__rdzv_map_insert(&job->by_agent, &m->node,
-                        dl__rdzv_hash(core->opts.hash_seed, m->agent_id, strlen(m->agent_id)));
+                        dl__rdzv_hash(core->opts.hash_key, m->agent_id, strlen(m->agent_id)));
     if (hint >= 0) {
         job->hint_owner[hint] = m;
         job->nhints++;
@@ -1182,7 +1258,7 @@ int dl_rdzv_core_add_job(dl_rdzv_core_t *core, const char *run_id, const dl_rdzv
     if (job_find(core, run_id))
         return -EEXIST;
     dl__rdzv_job_t *job;
-    return job_new(core, run_id, opts, &job);
+    return job_new(core, run_id, opts, 0, &job);
 }
 
 int dl_rdzv_core_new(const dl_rdzv_core_opts_t *opts, dl_rdzv_core_t **ret_core)
@@ -1194,7 +1270,9 @@ int dl_rdzv_core_new(const dl_rdzv_core_opts_t *opts, dl_rdzv_core_t **ret_core)
     }
     if (dl_rdzv_job_opts_check(&opts->job_defaults, NULL, 0) < 0 || opts->max_jobs < 1 ||
         opts->max_key_len < 1 || opts->max_keys < 1 || opts->max_wait_keys < 1 ||
-        opts->max_waits < 1 || (opts->store_host && !name_ok(opts->store_host)) ||
+        opts->max_waits < 1 || opts->max_memory < 1 || opts->max_waits_per_conn < 1 ||
+        opts->max_jobs_per_creator < 1 || !(opts->max_timeout > 0) ||
+        (opts->store_host && !name_ok(opts->store_host)) ||
         opts->store_port < 0 || opts->store_port > 65535)
         return -EINVAL;
     dl_rdzv_core_t *core = calloc(1, sizeof(*core));
@@ -1225,6 +1303,13 @@ void dl_rdzv_core_free(dl_rdzv_core_t *core)
         n = next;
     }
     dl__rdzv_map_free(&core->conns);
+    n = dl__rdzv_map_take_all(&core->creators);
+    while (n) {
+        dl__rdzv_hnode_t *next = n->next;
+        free(dl__rdzv_container_of(n, creator_t, node));
+        n = next;
+    }
+    dl__rdzv_map_free(&core->creators);
     dl__rdzv_map_free(&core->jobs);
     dl__rdzv_heap_free(&core->heap);
     dl__rdzv_arena_free(&core->arena);

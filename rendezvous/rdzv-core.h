@@ -53,7 +53,17 @@ typedef struct {
     size_t max_wait_keys;   /* keys in one WAIT */
     size_t max_store_bytes; /* keys and values of one job together */
     size_t max_waits;       /* WAITs pending in one job */
-    uint64_t hash_seed;     /* the shell passes a random value so peers cannot aim at collisions */
+    /* Every store and every pending WAIT of every job together, in bytes, counting what the core
+     * allocates for them (entries, links), not only the keys' and values' bytes. */
+    size_t max_memory;
+    size_t max_waits_per_conn;   /* WAITs one connection may have pending */
+    size_t max_jobs_per_creator; /* live jobs created by JOINs of one creator (see join.creator) */
+    /* The longest join_timeout, last_call and dead_after a JOIN may ask for, seconds: an agent
+     * cannot make the server keep a job, or a silent member, for longer. */
+    double max_timeout;
+    /* The key of the store's hash (SipHash-1-3): the shell draws it at random, so that peers
+     * cannot compute keys that all land in one bucket. */
+    uint64_t hash_key[2];
     const char *store_host; /* echoed in every ASSIGNMENT; copied; NULL: none */
     int store_port;
     dl_rdzv_log_level_t log_level; /* LOG actions below it are not even formatted */
@@ -118,6 +128,9 @@ typedef struct {
             int master_port;         /* its MASTER_PORT; 0: the job's master_port */
             int resume_round;        /* the round this agent still runs workers of, or -1 */
             const dl_rdzv_job_opts_t *opts; /* creates the job, else its min:max must match */
+            /* Who creates the job if this JOIN does (the shell's name for the peer, e.g. a hash
+             * of its address), counted against max_jobs_per_creator; 0: nobody in particular. */
+            uint64_t creator;
         } join;
         struct {
             int round;               /* the round the agent's workers belong to */
@@ -263,6 +276,7 @@ typedef enum {
     DL_RDZV_ACT_ARM_TIMER,    /* at: the earliest deadline changed; call step(TICK) then */
     DL_RDZV_ACT_DISARM_TIMER, /* no deadline is pending any more */
     DL_RDZV_ACT_LOG,          /* log */
+    DL_RDZV_ACT_FORGET,       /* run_id: the job is forgotten; what the shell keeps of it can go */
 } dl_rdzv_action_kind_t;
 
 typedef struct {
@@ -271,6 +285,7 @@ typedef struct {
     double at;
     union {
         dl_rdzv_msg_t msg;
+        const char *run_id; /* FORGET */
         struct {
             dl_rdzv_log_level_t level;
             const char *run_id; /* NULL when no job is concerned */
@@ -290,8 +305,10 @@ typedef struct {
 void dl_rdzv_job_opts_init(dl_rdzv_job_opts_t *opts);
 
 /* Defaults: the job defaults above, 4096 jobs, keys up to 4 KiB, values up to 1 MiB, 1,048,576
- * keys a job, 4096 keys a WAIT, 256 MiB a job's store, 1,048,576 pending WAITs a job, seed 0, no
- * store address, log level INFO (DEBUG adds a line per JOIN). */
+ * keys a job, 4096 keys a WAIT, 256 MiB a job's store, 1,048,576 pending WAITs a job, 1 GiB for
+ * all stores and waits, 256 WAITs a connection, 512 jobs a creator, timeouts up to 3600 s, hash
+ * key 0 (the server draws a random one), no store address, log level INFO (DEBUG adds a line per
+ * JOIN). */
 void dl_rdzv_core_opts_init(dl_rdzv_core_opts_t *opts);
 
 /* Checks a job's settings; on failure returns -EINVAL and, when err is not NULL, writes one line

@@ -22,14 +22,30 @@ typedef struct {
     int port;         /* 0: any free port (see dl_rdzv_server_port) */
     /* The job token. NULL: no authentication, and then host must be a loopback address. */
     const dl_proto_token_t *token;
+    /* NULL: every job. Else the one run id this server serves (an agent's embedded server):
+     * a hello for another gets auth_failed. */
+    const char *only_run_id;
+    /* The core's settings and limits (docs/rendezvous.md). Its hash key, when left 0, is drawn
+     * at random. */
     dl_rdzv_core_opts_t core;
-    double heartbeat;    /* seconds, advertised to agents */
-    double auth_timeout; /* seconds a new connection has to authenticate */
-    dl_rdzv_log_cb log;  /* may be NULL */
+    double heartbeat;     /* seconds, advertised to agents */
+    double auth_timeout;  /* seconds a new connection has to authenticate */
+    /* seconds an authenticated connection may stay silent with nothing pending (no answer due,
+     * no follow, not a joined agent) before it is closed */
+    double idle_timeout;
+    double frame_timeout; /* seconds a frame may take to arrive once it began */
+    uint32_t max_outstanding; /* requests one connection may have waiting for an answer */
+    size_t max_held; /* bytes of unfinished frames, every connection together */
+    dl_rdzv_log_cb log;   /* may be NULL; texts are one line of printable ASCII */
     void *log_ctx;
 } dl_rdzv_server_opts_t;
 
-/* Defaults: 127.0.0.1, any port, no token, core defaults, heartbeat 1 s, auth timeout 10 s. */
+/* Defaults: 127.0.0.1, any port, no token, every job, core defaults, heartbeat 1 s, auth timeout
+ * 10 s, idle timeout 300 s, frame timeout 30 s, 1024 requests a connection, 256 MiB of
+ * unfinished frames.
+ *
+ * Without a token the server serves its own user only: a peer whose socket another uid owns
+ * (root excepted) gets auth_failed, and it binds loopback only, where the kernel can tell. */
 void dl_rdzv_server_opts_init(dl_rdzv_server_opts_t *opts);
 
 /* Binds, listens and starts serving on loop. Returns 0 with *ret_server (owned; free with
@@ -104,6 +120,50 @@ int dl_rdzv_client_local_addr(const dl_rdzv_client_t *c, char *buf, size_t len);
 
 /* Closes and frees (once libuv lets go). No callback runs after this. Accepts NULL. */
 void dl_rdzv_client_close(dl_rdzv_client_t *c);
+
+/* Why the connection failed or was lost, one line ("" while it is fine): for the lost callback,
+ * whose status alone cannot say that the server sent something we refused. Valid until the
+ * client is closed. */
+const char *dl_rdzv_client_error(const dl_rdzv_client_t *c);
+
+/* Whether to believe the server that answered our hello with auth_ok, the last step of every
+ * client's handshake. With a token: it must have challenged us (challenged) and proved the same
+ * key back (proof, from auth_ok, over client_nonce and server_nonce). Without one: the socket
+ * fd must lead to a server of our own user (or root) on this machine. Returns 0, or -EACCES with
+ * one line in err. */
+int dl_rdzv_check_server(const dl_proto_token_t *token, bool challenged, const char *client_nonce,
+                         const char *server_nonce, const char *run_id, dl_proto_role_t role,
+                         const char *proof, int fd, char *err, size_t errlen);
+
+/* An assignment, read and checked. */
+typedef struct {
+    int round;
+    int node_rank;
+    int nodes;
+    int world_size;
+    int first_rank;
+    int local_world_size;
+    int restart_count;
+    int max_restarts;
+    int master_port;
+    char master_addr[DL_PROTO_NAME_MAX + 1];
+    char store_addr[DL_PROTO_NAME_MAX + 1];
+} dl_rdzv_assignment_t;
+
+/* What the agent asked for, which an assignment must agree with. */
+typedef struct {
+    int slots;     /* local_world_size must be exactly this */
+    int min_nodes; /* nodes must be within these */
+    int max_nodes;
+    int min_round; /* the round must not go back */
+} dl_rdzv_assignment_want_t;
+
+/* Reads an assignment message and checks it: the protocol's own rules (ranks within the world,
+ * addresses without spaces or control characters), then what want says (NULL: nothing more),
+ * and a store address of HOST:PORT. A server that says otherwise is not to be believed.
+ * Returns 0 with *ret, or -EPROTO with one line in err. */
+int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *want,
+                            dl_rdzv_assignment_t *ret, char *err, size_t errlen);
 
 /* ---- Endpoints --------------------------------------------------------------------------- */
 

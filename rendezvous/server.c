@@ -7,13 +7,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
 
 #include "conn.h"
 #include "jobview.h"
+#include "journal.h"
+#include "peer.h"
 #include "rendezvous.h"
 #include "stats.h"
 
 #define READBUF_SIZE (64 * 1024)
+/* Events of journals replayed per turn of the loop, all followers together: the slice. */
+#define REPLAY_BUDGET 256
 
 typedef enum {
     SC_HELLO = 0, /* waiting for hello */
@@ -34,8 +41,15 @@ struct sconn_s {
     bool in_preauth;
     json_int_t join_id; /* the join waiting for its assignment (the core answers it later) */
     bool status_ranks;  /* the status request being answered asked for every rank */
+    dl_proto_token_kind_t level; /* what its credential reaches (a master without a token) */
+    uint32_t outstanding;        /* requests not answered yet */
+    bool joined;                 /* sent a join: the core watches it from then on */
+    bool following;              /* follows its job's events */
+    bool has_client_nonce;       /* hello asked us to prove the token back */
+    uint64_t creator;            /* its address, as the core counts jobs per creator */
     char run_id[DL_PROTO_RUN_ID_MAX + 1];
     char nonce[DL_PROTO_NONCE_HEX_LEN + 1];
+    char client_nonce[DL_PROTO_NONCE_HEX_LEN + 1];
 };
 
 struct dl_rdzv_server_s {
@@ -61,10 +75,23 @@ struct dl_rdzv_server_s {
     sconn_t *preauth_head, *preauth_tail;
     size_t nconns, peak;
 
-    /* Per job: {"seq": n, "assigned": r, "changed": r, "ended": b, "events": [...],
-     * "followers": [conn ids]}, the rounds being the last journaled assignment and round change.
-     * What `dlaunch events RUN_ID` replays and follows. */
-    json_t *journals;
+    /* Per job: the events `dlaunch events RUN_ID` replays and follows, with our marks
+     * {"assigned": r, "changed": r, "ended": b}: the last journaled assignment and round
+     * change. */
+    dl__journals_t *journals;
+    uv_idle_t replay_idle; /* runs while some journal replay has events to send */
+    bool replaying;
+
+    char only_run_id[DL_PROTO_RUN_ID_MAX + 1]; /* "" when any job is served */
+    double idle_timeout;
+    double frame_timeout;
+    double linger; /* for jobs that JOINs create */
+    uint32_t max_outstanding;
+    size_t held;         /* bytes of unfinished frames, every connection together */
+    size_t max_held;
+    uv_timer_t sweep_timer; /* closes idle connections and stalled frames */
+    bool sweeping;
+    int diag_fd; /* the netlink socket that tells peers' uids, without a token; -1 until used */
     dl__jobview_t *view; /* every job's ranks as their agents report them (jobview.c) */
 
     dl__rdzv_stats_t stats;
@@ -92,10 +119,12 @@ static void slog(dl_rdzv_server_t *s, dl_rdzv_log_level_t level, const char *run
     va_list ap;
     if (s->log == NULL)
         return;
+    char safe[4 * sizeof(text)];
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
-    s->log(s->log_ctx, level, run_id, text);
+    /* Log lines quote what peers sent (reasons, failures): one line, no terminal escapes. */
+    s->log(s->log_ctx, level, run_id, dl_proto_escape(text, safe, sizeof(safe)));
 }
 
 /* ---- connection table ---- */
@@ -181,6 +210,17 @@ static void preauth_remove(sconn_t *sc)
     sc->prev = sc->next = NULL;
 }
 
+/* Every frame to a connection goes here. After the handshake a frame with an id answers one of
+ * the connection's requests, which are counted (handle_ready) to bound how many it may have
+ * pending; frames that answer no counted request (errors about unreadable frames) go straight to
+ * dl__conn_send. */
+static int ssend(sconn_t *sc, const json_t *m)
+{
+    if (sc->state == SC_READY && sc->outstanding > 0 && json_object_get(m, "id") != NULL)
+        sc->outstanding--;
+    return dl__conn_send(&sc->c, m);
+}
+
 static void send_error(sconn_t *sc, json_int_t id, dl_proto_errcode_t code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -191,9 +231,11 @@ static void send_error(sconn_t *sc, json_int_t id, dl_proto_errcode_t code, cons
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    if (code == DL_PROTO_E_FORBIDDEN || code == DL_PROTO_E_LIMIT_EXCEEDED)
+        sc->s->stats.rejected[code]++;
     json_auto_t *m = dl_proto_error_new(id, code, "%s", text);
     if (m != NULL)
-        dl__conn_send(&sc->c, m);
+        ssend(sc, m);
 }
 
 static void on_auth_timer(uv_timer_t *t)
@@ -246,6 +288,13 @@ static dl_proto_errcode_t errcode_of(int code)
     case EOVERFLOW:
     case EBADMSG:
         return DL_PROTO_E_BAD_VALUE;
+    case ENOSPC:
+    case ENOBUFS:
+    case EMSGSIZE:
+    case EDQUOT:
+        return DL_PROTO_E_LIMIT_EXCEEDED;
+    case EAGAIN:
+        return DL_PROTO_E_UNEXPECTED;
     default:
         return DL_PROTO_E_INTERNAL;
     }
@@ -280,6 +329,8 @@ static json_t *status_json(const dl_rdzv_job_status_t *j)
 /* Turns a core message into a frame for its connection; NULL when nothing is to be sent. */
 static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t *m)
 {
+    /* req_id is the request's id + 1 (0 means nobody asked): undone in unsigned arithmetic, as
+     * an id may be as large as INT64_MAX. */
     json_int_t id = m->req_id > 0 ? (json_int_t)(m->req_id - 1) : -1;
     /* The core answers a join with JOINED at once and the assignment (or a timeout) when the
      * round closes; on the wire the join's one answer is that later message. */
@@ -384,6 +435,8 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
 }
 
 #define JOURNAL_MAX 1000
+/* Followers of one job's events at once (`dlaunch events`). */
+#define FOLLOWERS_MAX 64
 
 static double unix_now(void)
 {
@@ -392,69 +445,69 @@ static double unix_now(void)
     return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
 }
 
-static json_t *journal_of(dl_rdzv_server_t *s, const char *run_id)
+/* The journal's callbacks: followers are connections. */
+static void send_event(void *ctx, uint64_t conn, json_int_t seq, const json_t *event)
 {
-    json_t *j = json_object_get(s->journals, run_id);
-    if (j == NULL) {
-        j = json_pack("{s:I, s:i, s:i, s:b, s:[], s:[]}", "seq", (json_int_t)0, "assigned", -1,
-                      "changed", -1, "ended", 0, "events", "followers");
-        if (j == NULL || json_object_set_new(s->journals, run_id, j) < 0)
-            return NULL;
-    }
-    return j;
+    sconn_t *sc = conn_by_id(ctx, conn);
+    json_auto_t *m = dl_proto_msg_new(DL_PROTO_EVENT, -1);
+    if (sc == NULL || m == NULL)
+        return;
+    json_object_set_new(m, "seq", json_integer(seq));
+    json_object_set(m, "event", (json_t *)event);
+    ssend(sc, m);
 }
 
-static void send_event(dl_rdzv_server_t *s, sconn_t *sc, json_int_t seq, json_t *event)
+static bool follower_alive(void *ctx, uint64_t conn)
 {
-    json_auto_t *m = dl_proto_msg_new(DL_PROTO_EVENT, -1);
-    json_object_set_new(m, "seq", json_integer(seq));
-    json_object_set(m, "event", event);
-    dl__conn_send(&sc->c, m);
+    sconn_t *sc = conn_by_id(ctx, conn);
+    return sc != NULL && !sc->c.closing;
+}
+
+static void on_replay(uv_idle_t *h)
+{
+    dl_rdzv_server_t *s = h->data;
+    if (!dl__journals_pump(s->journals, REPLAY_BUDGET)) {
+        uv_idle_stop(&s->replay_idle);
+        s->replaying = false;
+    }
+}
+
+/* Replays go a slice per turn of the loop, between everything else the loop has to do. */
+static void replay_start(dl_rdzv_server_t *s)
+{
+    if (s->replaying || s->closing || !dl__journals_pending(s->journals))
+        return;
+    s->replaying = true;
+    uv_idle_start(&s->replay_idle, on_replay);
 }
 
 /* Appends {event: name, time, ...fields} to the job's journal and tells its followers. Steals
  * fields. */
 static void journal(dl_rdzv_server_t *s, const char *run_id, const char *name, json_t *fields)
 {
-    json_t *j = run_id != NULL ? journal_of(s, run_id) : NULL;
-    json_t *ev = json_pack("{s:s, s:f}", "event", name, "time", unix_now());
-    if (j == NULL || ev == NULL) {
+    json_t *ev = run_id != NULL ? json_pack("{s:s, s:f}", "event", name, "time", unix_now())
+                                : NULL;
+    if (ev == NULL) {
         json_decref(fields);
-        json_decref(ev);
         return;
     }
     if (fields != NULL)
         json_object_update_new(ev, fields);
-    json_int_t seq = json_integer_value(json_object_get(j, "seq")) + 1;
-    json_object_set_new(j, "seq", json_integer(seq));
-    json_object_set_new(ev, "seq", json_integer(seq));
-    dl__rdzv_stats_event(&s->stats, run_id, ev, now_s());
-    json_t *events = json_object_get(j, "events");
-    if (json_array_size(events) >= JOURNAL_MAX)
-        json_array_remove(events, 0);
-    json_array_append(events, ev);
-    json_t *followers = json_object_get(j, "followers");
-    for (size_t i = 0; i < json_array_size(followers);) {
-        sconn_t *sc = conn_by_id(s, (uint64_t)json_integer_value(json_array_get(followers, i)));
-        if (sc == NULL || sc->c.closing) {
-            json_array_remove(followers, i);
-            continue;
-        }
-        send_event(s, sc, seq, ev);
-        i++;
-    }
+    json_incref(ev);
+    if (dl__journals_append(s->journals, run_id, ev) > 0)
+        dl__rdzv_stats_event(&s->stats, run_id, ev, now_s());
     json_decref(ev);
 }
 
 /* Turns what the core tells agents into the job's story, once per round or job. */
 static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
 {
-    json_t *j = m->run_id != NULL ? journal_of(s, m->run_id) : NULL;
+    json_t *j = m->run_id != NULL ? dl__journals_get(s->journals, m->run_id, true) : NULL;
     if (j == NULL)
         return;
     /* Every agent gets the message; the journal tells each round's story once. */
-    int assigned = (int)json_integer_value(json_object_get(j, "assigned"));
-    int changed = (int)json_integer_value(json_object_get(j, "changed"));
+    json_int_t assigned = dl_proto_get_int(j, "assigned", -1);
+    json_int_t changed = dl_proto_get_int(j, "changed", -1);
     switch (m->kind) {
     case DL_RDZV_MSG_ASSIGNMENT:
         if (m->assignment.round == assigned)
@@ -477,46 +530,59 @@ static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
         return;
     case DL_RDZV_MSG_FAILED:
     case DL_RDZV_MSG_STOP:
-    case DL_RDZV_MSG_SUCCEEDED:
+    case DL_RDZV_MSG_SUCCEEDED: {
         if (json_is_true(json_object_get(j, "ended")))
             return;
         json_object_set_new(j, "ended", json_true());
         dl__jobview_forget(s->view, m->run_id);
-        journal(s, m->run_id, "job_end",
-                json_pack("{s:s, s:i}", "status",
-                          m->kind == DL_RDZV_MSG_FAILED   ? "failed"
-                          : m->kind == DL_RDZV_MSG_STOP ? "stopped"
-                                                        : "succeeded",
-                          "exit_code", m->kind == DL_RDZV_MSG_FAILED ? 1 : 0));
-        if (m->kind == DL_RDZV_MSG_FAILED && m->failed.failure != NULL)
-            json_object_set_new(json_array_get(json_object_get(j, "events"),
-                                               json_array_size(json_object_get(j, "events")) - 1),
-                                "failure", json_string(m->failed.failure));
+        json_t *f = json_pack("{s:s, s:i}", "status",
+                              m->kind == DL_RDZV_MSG_FAILED   ? "failed"
+                              : m->kind == DL_RDZV_MSG_STOP ? "stopped"
+                                                            : "succeeded",
+                              "exit_code", m->kind == DL_RDZV_MSG_FAILED ? 1 : 0);
+        if (f != NULL && m->kind == DL_RDZV_MSG_FAILED && m->failed.failure != NULL)
+            json_object_set_new(f, "failure", json_string(m->failed.failure));
+        journal(s, m->run_id, "job_end", f);
         return;
+    }
     default:
         return;
     }
 }
 
+/* One follow per connection, a bounded number per job; the journal so far is replayed a slice
+ * at a time (replay_start), so following never holds the loop. */
 static void follow(sconn_t *sc, json_int_t id, json_int_t since)
 {
     dl_rdzv_server_t *s = sc->s;
-    json_t *j = journal_of(s, sc->run_id);
+    if (sc->following) {
+        send_error(sc, id, DL_PROTO_E_LIMIT_EXCEEDED,
+                   "events_follow: this connection follows job '%s' already", sc->run_id);
+        return;
+    }
     json_auto_t *ok = dl_proto_reply_new(id, NULL);
-    if (j == NULL || ok == NULL) {
+    if (ok == NULL) {
         send_error(sc, id, DL_PROTO_E_INTERNAL, "out of memory");
         return;
     }
-    dl__conn_send(&sc->c, ok);
-    size_t i;
-    json_t *ev;
-    json_array_foreach(json_object_get(j, "events"), i, ev)
-    {
-        json_int_t seq = json_integer_value(json_object_get(ev, "seq"));
-        if (seq > since)
-            send_event(s, sc, seq, ev);
+    int r = dl__journals_follow(s->journals, sc->run_id, conn_id(sc), since);
+    if (r == -ENOENT) {
+        send_error(sc, id, DL_PROTO_E_NOT_FOUND, "events_follow: no job '%s'", sc->run_id);
+        return;
     }
-    json_array_append_new(json_object_get(j, "followers"), json_integer((json_int_t)conn_id(sc)));
+    if (r == -ENOSPC) {
+        send_error(sc, id, DL_PROTO_E_LIMIT_EXCEEDED,
+                   "events_follow: job '%s' has %d followers, the limit", sc->run_id,
+                   FOLLOWERS_MAX);
+        return;
+    }
+    if (r < 0) {
+        send_error(sc, id, DL_PROTO_E_INTERNAL, "out of memory");
+        return;
+    }
+    sc->following = true;
+    ssend(sc, ok);
+    replay_start(s);
 }
 
 static void take_snapshot(dl_rdzv_server_t *s, const dl_rdzv_status_t *st)
@@ -550,7 +616,7 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
                 break;
             json_t *m = encode_msg(s, sc, &a->msg);
             if (m != NULL) {
-                int r = dl__conn_send(&sc->c, m);
+                int r = ssend(sc, m);
                 if (r == -EBADMSG) {
                     dl_proto_error_t perr;
                     dl_proto_type_t t;
@@ -580,9 +646,11 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
         case DL_RDZV_ACT_DISARM_TIMER:
             uv_timer_stop(&s->core_timer);
             break;
+        case DL_RDZV_ACT_FORGET:
+            dl__journals_forget(s->journals, a->run_id);
+            break;
         case DL_RDZV_ACT_LOG:
-            if (s->log != NULL)
-                s->log(s->log_ctx, a->log.level, a->log.run_id, a->log.text);
+            slog(s, a->log.level, a->log.run_id, "%s", a->log.text);
             if (a->log.run_id != NULL && a->log.level >= DL_RDZV_LOG_INFO)
                 journal(s, a->log.run_id, "log",
                         json_pack("{s:s, s:s}", "level",
@@ -625,6 +693,8 @@ static void handle_join(sconn_t *sc, json_t *msg, uint64_t req)
     char err[256];
 
     dl_rdzv_job_opts_init(&opts);
+    /* How long a finished job lingers is the server's to say, not the agent's. */
+    opts.linger = s->linger;
     opts.min_nodes = (int)dl_proto_get_int(msg, "min_nodes", opts.min_nodes);
     opts.max_nodes = (int)dl_proto_get_int(msg, "max_nodes", opts.max_nodes);
     opts.last_call = ms_field(msg, "last_call_ms", opts.last_call);
@@ -633,12 +703,13 @@ static void handle_join(sconn_t *sc, json_t *msg, uint64_t req)
     opts.max_restarts = (int)dl_proto_get_int(msg, "max_restarts", opts.max_restarts);
     bool has_opts = json_object_get(msg, "min_nodes") != NULL;
     if (has_opts && dl_rdzv_job_opts_check(&opts, err, sizeof(err)) < 0) {
-        send_error(sc, (json_int_t)req - 1, DL_PROTO_E_BAD_FIELD, "join: %s", err);
+        send_error(sc, (json_int_t)(req - 1), DL_PROTO_E_BAD_FIELD, "join: %s", err);
         return;
     }
     dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_JOIN, .conn = conn_id(sc), .req_id = req,
                           .run_id = sc->run_id};
-    sc->join_id = (json_int_t)req - 1;
+    sc->join_id = (json_int_t)(req - 1);
+    sc->joined = true;
     dl__rdzv_stats_join(&s->stats, sc->run_id, now_s());
     ev.join.agent_id = dl_proto_get_str(msg, "node_id");
     ev.join.host = dl_proto_get_str(msg, "host");
@@ -649,6 +720,7 @@ static void handle_join(sconn_t *sc, json_t *msg, uint64_t req)
     ev.join.master_port = (int)dl_proto_get_int(msg, "master_port", 0);
     ev.join.resume_round = (int)dl_proto_get_int(msg, "round", -1);
     ev.join.opts = has_opts ? &opts : NULL;
+    ev.join.creator = sc->creator;
     run_core(s, &ev);
 }
 
@@ -678,9 +750,16 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
     const char *key;
 
     if (!dl_proto_may_send(type, sc->role)) {
-        s->stats.rejected[DL_PROTO_E_FORBIDDEN]++;
-        send_error(sc, id, DL_PROTO_E_FORBIDDEN, "a %s may not send %s",
-                   dl_proto_role_name(sc->role), dl_proto_type_name(type));
+        /* A reply or notification from a client answers nothing: no id to echo. */
+        send_error(sc, dl_proto_type_kind(type) == DL_PROTO_KIND_REQUEST ? id : -1,
+                   DL_PROTO_E_FORBIDDEN, "a %s may not send %s", dl_proto_role_name(sc->role),
+                   dl_proto_type_name(type));
+        return;
+    }
+    if (sc->outstanding > s->max_outstanding) {
+        send_error(sc, id, DL_PROTO_E_LIMIT_EXCEEDED,
+                   "%s: this connection has %u requests waiting for an answer, the limit",
+                   dl_proto_type_name(type), s->max_outstanding);
         return;
     }
     s->stats.messages[type]++;
@@ -701,7 +780,7 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
             json_object_set_new(result, "diag", diag);
         json_auto_t *r = dl_proto_reply_new(id, result);
         if (r != NULL)
-            dl__conn_send(&sc->c, r);
+            ssend(sc, r);
         return;
     }
     case DL_PROTO_NODE_DONE:
@@ -711,7 +790,7 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
     case DL_PROTO_LEAVE: {
         json_auto_t *r = dl_proto_reply_new(id, NULL);
         if (r != NULL)
-            dl__conn_send(&sc->c, r);
+            ssend(sc, r);
         dl__conn_close(&sc->c, 0);
         return;
     }
@@ -786,8 +865,17 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
     case DL_PROTO_STATUS:
         sc->status_ranks = json_is_true(json_object_get(msg, "ranks"));
         ev.kind = DL_RDZV_EV_STATUS;
-        if (json_is_true(json_object_get(msg, "all")))
+        if (json_is_true(json_object_get(msg, "all"))) {
+            /* Every job's names, hosts and failures: for whoever holds the server's secret. */
+            if (sc->level != DL_PROTO_TOKEN_MASTER) {
+                send_error(sc, id, DL_PROTO_E_FORBIDDEN,
+                           "status of every job needs the server's own token; a %s key "
+                           "reaches job '%s' only",
+                           dl_proto_token_kind_name(sc->level), sc->run_id);
+                return;
+            }
             ev.run_id = NULL;
+        }
         break;
     case DL_PROTO_STOP:
         ev.kind = DL_RDZV_EV_STOP;
@@ -806,73 +894,150 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
     run_core(s, &ev);
 }
 
-static void become_ready(sconn_t *sc, json_int_t id)
+static void sweep_start(dl_rdzv_server_t *s);
+
+/* server_proof: our proof of the token over the client's nonce, or NULL when it sent none. */
+static void become_ready(sconn_t *sc, json_int_t id, const char *server_proof)
 {
     json_auto_t *ok = dl_proto_msg_new(DL_PROTO_AUTH_OK, id);
     if (ok == NULL)
         return;
     json_object_set_new(ok, "heartbeat_ms", json_integer((json_int_t)(sc->s->heartbeat * 1000)));
+    if (server_proof != NULL)
+        json_object_set_new(ok, "proof", json_string(server_proof));
     preauth_remove(sc);
-    sc->state = SC_READY;
     dl_proto_decoder_set_limit(&sc->c.dec, DL_PROTO_LIMIT);
     dl__conn_send(&sc->c, ok);
+    sc->state = SC_READY;
+    sc->c.last_frame = uv_now(sc->s->loop);
+    sweep_start(sc->s);
+}
+
+/* A failed handshake: one error, then the connection is closed. */
+static void refuse(sconn_t *sc, json_int_t id, const char *why, const char *log_why)
+{
+    dl_rdzv_server_t *s = sc->s;
+    char peer[80];
+    dl__conn_peer(&sc->c, peer, sizeof(peer));
+    slog(s, DL_RDZV_LOG_WARN, sc->run_id, "refused %s from %s: %s", dl_proto_role_name(sc->role),
+         peer, log_why);
+    s->stats.auth_failures++;
+    send_error(sc, id, DL_PROTO_E_AUTH_FAILED, "%s", why);
+    dl__conn_close(&sc->c, 0);
+}
+
+static bool serves(const dl_rdzv_server_t *s, const char *run_id)
+{
+    return s->only_run_id[0] == '\0' || strcmp(s->only_run_id, run_id) == 0;
+}
+
+/* hello. Without a token the peer's uid stands in for it: only our own user (or root) gets in,
+ * which the kernel tells us for a loopback peer, and a server without a token serves nothing
+ * else. With one, a challenge. */
+static void on_hello(sconn_t *sc, json_t *msg, json_int_t id)
+{
+    dl_rdzv_server_t *s = sc->s;
+    const char *client_nonce = dl_proto_get_str(msg, "nonce");
+
+    if (dl_proto_role_parse(dl_proto_get_str(msg, "role"), &sc->role) < 0) {
+        send_error(sc, id, DL_PROTO_E_BAD_FIELD, "hello: unknown role");
+        dl__conn_close(&sc->c, 0);
+        return;
+    }
+    if (dl_proto_get_int(msg, "proto", 0) != DL_PROTO_VERSION) {
+        send_error(sc, id, DL_PROTO_E_UNSUPPORTED_VERSION, "this server speaks protocol %d",
+                   DL_PROTO_VERSION);
+        dl__conn_close(&sc->c, 0);
+        return;
+    }
+    snprintf(sc->run_id, sizeof(sc->run_id), "%s", dl_proto_get_str(msg, "run_id"));
+    if (client_nonce != NULL) {
+        snprintf(sc->client_nonce, sizeof(sc->client_nonce), "%s", client_nonce);
+        sc->has_client_nonce = true;
+    }
+    if (s->token == NULL) {
+        uv_os_fd_t fd;
+        uid_t uid = (uid_t)-1;
+        int r = uv_fileno((uv_handle_t *)&sc->c.tcp, &fd);
+        if (r == 0)
+            r = dl__peer_uid_with(&s->diag_fd, fd, &uid);
+        if (r < 0 || !dl__peer_trusted(uid)) {
+            char why[128];
+            if (r < 0)
+                snprintf(why, sizeof(why), "cannot tell who the peer is: %s", strerror(-r));
+            else
+                snprintf(why, sizeof(why), "a peer of uid %u (this rendezvous serves uid %u)",
+                         (unsigned)uid, (unsigned)geteuid());
+            refuse(sc, id,
+                   "this rendezvous has no token and serves only its own user; give the job "
+                   "a token to share it",
+                   why);
+            return;
+        }
+        if (!serves(s, sc->run_id)) {
+            refuse(sc, id, "wrong job: this rendezvous serves another run id",
+                   "a hello for another job");
+            return;
+        }
+        sc->level = DL_PROTO_TOKEN_MASTER;
+        become_ready(sc, id, NULL);
+        return;
+    }
+    if (dl_proto_nonce_new(sc->nonce) < 0) {
+        send_error(sc, id, DL_PROTO_E_INTERNAL, "no randomness for a challenge");
+        dl__conn_close(&sc->c, 0);
+        return;
+    }
+    json_auto_t *ch = dl_proto_msg_new(DL_PROTO_CHALLENGE, id);
+    if (ch == NULL || json_object_set_new(ch, "nonce", json_string(sc->nonce)) < 0) {
+        dl__conn_close(&sc->c, UV_ENOMEM);
+        return;
+    }
+    sc->state = SC_AUTH;
+    dl__conn_send(&sc->c, ch);
+}
+
+/* auth: the proof must come from a key that reaches this job in this role (the server's own
+ * token, the job's key, or for a worker the job's worker key); we prove the same key back. */
+static void on_auth(sconn_t *sc, json_t *msg, json_int_t id)
+{
+    dl_rdzv_server_t *s = sc->s;
+    char server_proof[DL_PROTO_PROOF_HEX_LEN + 1];
+    dl_proto_token_kind_t level;
+    int r = dl_proto_auth_accept(s->token, sc->nonce,
+                                 sc->has_client_nonce ? sc->client_nonce : NULL, sc->run_id,
+                                 sc->role, dl_proto_get_str(msg, "proof"), &level, server_proof);
+    /* The same answer for a wrong token and for a job this server does not serve, so that a
+     * stranger learns nothing of which jobs exist. */
+    if (r < 0 || !serves(s, sc->run_id)) {
+        refuse(sc, id, "wrong job token (or one that does not reach this job in this role)",
+               "wrong job token");
+        return;
+    }
+    sc->level = level;
+    become_ready(sc, id, sc->has_client_nonce ? server_proof : NULL);
 }
 
 static void on_message(dl__conn_t *c, json_t *msg, dl_proto_type_t type)
 {
     sconn_t *sc = (sconn_t *)c;
-    dl_rdzv_server_t *s = sc->s;
     json_int_t id = dl_proto_get_int(msg, "id", -1);
 
     switch (sc->state) {
     case SC_HELLO:
         if (type != DL_PROTO_HELLO)
             break;
-        if (dl_proto_role_parse(dl_proto_get_str(msg, "role"), &sc->role) < 0) {
-            send_error(sc, id, DL_PROTO_E_BAD_FIELD, "hello: unknown role");
-            dl__conn_close(c, 0);
-            return;
-        }
-        if (dl_proto_get_int(msg, "proto", 0) != DL_PROTO_VERSION) {
-            send_error(sc, id, DL_PROTO_E_UNSUPPORTED_VERSION, "this server speaks protocol %d",
-                       DL_PROTO_VERSION);
-            dl__conn_close(c, 0);
-            return;
-        }
-        snprintf(sc->run_id, sizeof(sc->run_id), "%s", dl_proto_get_str(msg, "run_id"));
-        if (s->token == NULL) {
-            become_ready(sc, id);
-            return;
-        }
-        if (dl_proto_nonce_new(sc->nonce) < 0) {
-            send_error(sc, id, DL_PROTO_E_INTERNAL, "no randomness for a challenge");
-            dl__conn_close(c, 0);
-            return;
-        }
-        {
-            json_auto_t *ch = dl_proto_msg_new(DL_PROTO_CHALLENGE, id);
-            json_object_set_new(ch, "nonce", json_string(sc->nonce));
-            sc->state = SC_AUTH;
-            dl__conn_send(c, ch);
-        }
+        on_hello(sc, msg, id);
         return;
     case SC_AUTH:
         if (type != DL_PROTO_AUTH)
             break;
-        if (dl_proto_auth_verify(s->token, sc->nonce, sc->run_id, sc->role,
-                                 dl_proto_get_str(msg, "proof")) != 0) {
-            char peer[80];
-            dl__conn_peer(c, peer, sizeof(peer));
-            slog(s, DL_RDZV_LOG_WARN, sc->run_id, "refused %s from %s: wrong job token",
-                 dl_proto_role_name(sc->role), peer);
-            s->stats.auth_failures++;
-            send_error(sc, id, DL_PROTO_E_AUTH_FAILED, "wrong job token");
-            dl__conn_close(c, 0);
-            return;
-        }
-        become_ready(sc, id);
+        on_auth(sc, msg, id);
         return;
     case SC_READY:
+        /* Counted until answered (ssend), so that a connection's pending requests are bounded. */
+        if (dl_proto_type_kind(type) == DL_PROTO_KIND_REQUEST)
+            sc->outstanding++;
         if (type == DL_PROTO_HELLO || type == DL_PROTO_AUTH) {
             send_error(sc, id, DL_PROTO_E_UNEXPECTED, "already authenticated");
             return;
@@ -899,6 +1064,81 @@ static void on_invalid(dl__conn_t *c, const dl_proto_error_t *err, bool fatal)
 }
 
 static void maybe_done(dl_rdzv_server_t *s);
+
+/* ---- connections that hold resources and do nothing ---- */
+
+/* Whether a connection's silence is expected: it waits for answers (a join, a kv_wait), follows
+ * events, or is an agent the core watches by its heartbeats. */
+static bool busy(const sconn_t *sc)
+{
+    /* A follow ends with its job's journal. */
+    return sc->outstanding > 0 || sc->joined ||
+           (sc->following && dl__journals_get(sc->s->journals, sc->run_id, false) != NULL);
+}
+
+/* Closes connections whose frame has been arriving for longer than frame_timeout (a slow sender
+ * holding a buffer) and idle ones that are not busy. One pass over the connections per sweep,
+ * a few times per timeout: O(connections) now and then, nothing per message. */
+static void on_sweep(uv_timer_t *t)
+{
+    dl_rdzv_server_t *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    uint64_t frame_ms = (uint64_t)(s->frame_timeout * 1000), idle_ms = (uint64_t)(s->idle_timeout * 1000);
+    size_t ready = 0;
+
+    for (size_t i = 0; i < s->nslots; i++) {
+        sconn_t *sc = s->slots[i];
+        if (sc == NULL || sc->state != SC_READY || sc->c.closing)
+            continue;
+        ready++;
+        if (sc->c.pending_since != 0 && now - sc->c.pending_since >= frame_ms) {
+            send_error(sc, -1, DL_PROTO_E_LIMIT_EXCEEDED,
+                       "a frame took longer than %g s to arrive; closing", s->frame_timeout);
+            dl__conn_close(&sc->c, UV_ETIMEDOUT);
+        } else if (!busy(sc) && now - sc->c.last_frame >= idle_ms) {
+            send_error(sc, -1, DL_PROTO_E_LIMIT_EXCEEDED,
+                       "nothing for %g s and nothing pending; closing", s->idle_timeout);
+            dl__conn_close(&sc->c, UV_ETIMEDOUT);
+        }
+    }
+    if (ready == 0) {
+        uv_timer_stop(&s->sweep_timer);
+        s->sweeping = false;
+    }
+}
+
+static void sweep_start(dl_rdzv_server_t *s)
+{
+    if (s->sweeping || s->closing)
+        return;
+    double shortest = s->frame_timeout < s->idle_timeout ? s->frame_timeout : s->idle_timeout;
+    uint64_t every = (uint64_t)(shortest * 1000 / 4);
+    every = every < 50 ? 50 : every > 5000 ? 5000 : every;
+    s->sweeping = true;
+    uv_timer_start(&s->sweep_timer, on_sweep, every, every);
+}
+
+/* The peer's address as the core counts the jobs it creates (never 0). */
+static uint64_t creator_of(const uv_tcp_t *tcp)
+{
+    struct sockaddr_storage sa;
+    int n = sizeof(sa);
+    uint64_t h = 1469598103934665603ULL;
+    if (uv_tcp_getpeername(tcp, (struct sockaddr *)&sa, &n) != 0)
+        return 1;
+    const unsigned char *p;
+    size_t len;
+    if (sa.ss_family == AF_INET) {
+        p = (const unsigned char *)&((struct sockaddr_in *)&sa)->sin_addr;
+        len = 4;
+    } else {
+        p = (const unsigned char *)&((struct sockaddr_in6 *)&sa)->sin6_addr;
+        len = 16;
+    }
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h | 1;
+}
 
 static void on_conn_closed(dl__conn_t *c, int status)
 {
@@ -941,6 +1181,8 @@ static void on_connection(uv_stream_t *server, int status)
     sc->s = s;
     sc->join_id = -1;
     dl__conn_init(s->loop, &sc->c, DL_PROTO_LIMIT_PREAUTH, s->readbuf, sizeof(s->readbuf));
+    sc->c.held_total = &s->held;
+    sc->c.held_limit = s->max_held;
     sc->c.on_message = on_message;
     sc->c.on_invalid = on_invalid;
     sc->c.on_closed = on_conn_closed;
@@ -962,8 +1204,11 @@ static void on_connection(uv_stream_t *server, int status)
     int r = uv_accept(server, (uv_stream_t *)&sc->c.tcp);
     if (r == 0)
         r = dl__conn_start(&sc->c);
-    if (r < 0)
+    if (r < 0) {
         dl__conn_close(&sc->c, r);
+        return;
+    }
+    sc->creator = creator_of(&sc->c.tcp);
 }
 
 /* ---- life cycle ---- */
@@ -975,16 +1220,10 @@ void dl_rdzv_server_opts_init(dl_rdzv_server_opts_t *opts)
     dl_rdzv_core_opts_init(&opts->core);
     opts->heartbeat = 1.0;
     opts->auth_timeout = 10.0;
-}
-
-static bool is_loopback(const struct sockaddr *sa)
-{
-    if (sa->sa_family == AF_INET)
-        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
-    if (sa->sa_family == AF_INET6)
-        return memcmp(&((const struct sockaddr_in6 *)sa)->sin6_addr, &in6addr_loopback,
-                      sizeof(struct in6_addr)) == 0;
-    return false;
+    opts->idle_timeout = 300.0;
+    opts->frame_timeout = 30.0;
+    opts->max_outstanding = 1024;
+    opts->max_held = (size_t)256 << 20;
 }
 
 static void handle_closed(uv_handle_t *h)
@@ -1001,7 +1240,9 @@ static void maybe_done(dl_rdzv_server_t *s)
     void (*done)(void *) = s->done;
     void *ctx = s->done_ctx;
     dl_rdzv_core_free(s->core);
-    json_decref(s->journals);
+    if (s->diag_fd >= 0)
+        close(s->diag_fd);
+    dl__journals_free(s->journals);
     json_decref(s->snapshot);
     dl__rdzv_stats_free(&s->stats);
     dl__jobview_free(s->view);
@@ -1025,7 +1266,7 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
         snprintf(err, errlen, "'%s' is not an IP address", opts->host);
         return -EINVAL;
     }
-    if (opts->token == NULL && !is_loopback((struct sockaddr *)&sa)) {
+    if (opts->token == NULL && !dl__peer_is_loopback((struct sockaddr *)&sa)) {
         snprintf(err, errlen,
                  "refusing to serve %s:%d without a job token: give --token-file or "
                  "DLAUNCH_TOKEN, or bind a loopback address",
@@ -1038,21 +1279,36 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
         return -ENOMEM;
     }
     s->loop = loop;
+    s->diag_fd = -1;
     s->token = opts->token;
     s->heartbeat = opts->heartbeat;
     s->auth_timeout = opts->auth_timeout;
     s->log = opts->log;
     s->log_ctx = opts->log_ctx;
+    s->idle_timeout = opts->idle_timeout > 0 ? opts->idle_timeout : 300;
+    s->frame_timeout = opts->frame_timeout > 0 ? opts->frame_timeout : 30;
+    s->linger = opts->core.job_defaults.linger;
+    s->max_outstanding = opts->max_outstanding > 0 ? opts->max_outstanding : 1;
+    s->max_held = opts->max_held > 0 ? opts->max_held : DL_PROTO_LIMIT;
+    if (opts->only_run_id != NULL)
+        snprintf(s->only_run_id, sizeof(s->only_run_id), "%s", opts->only_run_id);
     snprintf(s->store_host, sizeof(s->store_host), "%s", opts->host);
-    s->journals = json_object();
-    r = s->journals != NULL ? dl__rdzv_stats_init(&s->stats, unix_now()) : -ENOMEM;
+    dl__journal_cbs_t jcbs = {send_event, follower_alive};
+    dl_rdzv_core_opts_t core_opts = opts->core;
+    /* A hash key nobody outside knows, unless the caller chose one (tests). */
+    r = dl__journals_new(JOURNAL_MAX, FOLLOWERS_MAX, &jcbs, s, &s->journals);
+    if (r == 0 && core_opts.hash_key[0] == 0 && core_opts.hash_key[1] == 0)
+        r = dl_proto_random(core_opts.hash_key, sizeof(core_opts.hash_key));
+    if (r == 0)
+        r = dl__rdzv_stats_init(&s->stats, unix_now());
     if (r == 0)
         r = dl__jobview_new(&s->view);
     if (r == 0)
-        r = dl_rdzv_core_new(&opts->core, &s->core);
+        r = dl_rdzv_core_new(&core_opts, &s->core);
+    OPENSSL_cleanse(core_opts.hash_key, sizeof(core_opts.hash_key));
     if (r < 0) {
         snprintf(err, errlen, "bad rendezvous settings: %s", strerror(-r));
-        json_decref(s->journals);
+        dl__journals_free(s->journals);
         dl__rdzv_stats_free(&s->stats);
         dl__jobview_free(s->view);
         free(s);
@@ -1064,7 +1320,11 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
     s->core_timer.data = s;
     uv_timer_init(loop, &s->auth_timer);
     s->auth_timer.data = s;
-    s->open_handles = 3;
+    uv_timer_init(loop, &s->sweep_timer);
+    s->sweep_timer.data = s;
+    uv_idle_init(loop, &s->replay_idle);
+    s->replay_idle.data = s;
+    s->open_handles = 5;
     r = uv_tcp_bind(&s->listener, (struct sockaddr *)&sa, 0);
     if (r == 0)
         r = uv_listen((uv_stream_t *)&s->listener, 4096, on_connection);
@@ -1090,7 +1350,12 @@ int dl_rdzv_server_port(const dl_rdzv_server_t *s)
 int dl_rdzv_server_add_job(dl_rdzv_server_t *s, const char *run_id,
                            const dl_rdzv_job_opts_t *opts)
 {
-    return dl_rdzv_core_add_job(s->core, run_id, opts);
+    int r = dl_rdzv_core_add_job(s->core, run_id, opts);
+    /* Its journal exists from now, so that `dlaunch events` can follow it before anything
+     * happened. */
+    if (r == 0 && dl__journals_get(s->journals, run_id, true) == NULL)
+        r = -ENOMEM;
+    return r;
 }
 
 void dl_rdzv_server_reset_store(dl_rdzv_server_t *s, const char *run_id)
@@ -1134,6 +1399,8 @@ void dl_rdzv_server_close(dl_rdzv_server_t *s, void (*done)(void *ctx), void *ct
     uv_close((uv_handle_t *)&s->listener, handle_closed);
     uv_close((uv_handle_t *)&s->core_timer, handle_closed);
     uv_close((uv_handle_t *)&s->auth_timer, handle_closed);
+    uv_close((uv_handle_t *)&s->sweep_timer, handle_closed);
+    uv_close((uv_handle_t *)&s->replay_idle, handle_closed);
     for (size_t i = 0; i < s->nslots; i++)
         if (s->slots[i] != NULL)
             dl__conn_close(&s->slots[i]->c, 0);

@@ -20,9 +20,31 @@ void dl__rdzv_store_init(dl__rdzv_store_t *store)
     memset(store, 0, sizeof(*store));
 }
 
+/* Memory, counted twice: per job against max_store_bytes (keys and values, as documented) and
+ * over all jobs against max_memory (with what entries and waits cost the core besides). */
+#define ENTRY_COST(key_len) (sizeof(dl__rdzv_entry_t) + (key_len))
+#define WAITER_COST(nkeys) (sizeof(dl__rdzv_waiter_t) + (nkeys) * sizeof(dl__rdzv_link_t))
+
+static bool mem_room(const dl_rdzv_core_t *core, size_t n)
+{
+    return n <= core->opts.max_memory - core->memory;
+}
+
+static void mem_add(dl_rdzv_core_t *core, dl__rdzv_store_t *store, size_t n)
+{
+    core->memory += n;
+    store->memory += n;
+}
+
+static void mem_sub(dl_rdzv_core_t *core, dl__rdzv_store_t *store, size_t n)
+{
+    core->memory -= n;
+    store->memory -= n;
+}
+
 static uint64_t key_hash(const dl_rdzv_core_t *core, const dl_rdzv_buf_t *key)
 {
-    return dl__rdzv_hash(core->opts.hash_seed, key->data, key->len);
+    return dl__rdzv_hash(core->opts.hash_key, key->data, key->len);
 }
 
 static dl__rdzv_entry_t *entry_find(const dl_rdzv_core_t *core, dl__rdzv_store_t *store,
@@ -37,7 +59,8 @@ static dl__rdzv_entry_t *entry_find(const dl_rdzv_core_t *core, dl__rdzv_store_t
     return NULL;
 }
 
-/* Finds or creates the entry for key. Returns 0, -ENOSPC (a limit) or -ENOMEM. */
+/* Finds or creates the entry for key. Returns 0, -ENOSPC (a limit of the job), -ENOBUFS (the
+ * server's memory for stores) or -ENOMEM. */
 static int entry_get(dl_rdzv_core_t *core, dl__rdzv_store_t *store, const dl_rdzv_buf_t *key,
                      dl__rdzv_entry_t **ret_entry)
 {
@@ -49,6 +72,8 @@ static int entry_get(dl_rdzv_core_t *core, dl__rdzv_store_t *store, const dl_rdz
     if (store->keys.count >= core->opts.max_keys ||
         key->len > core->opts.max_store_bytes - store->bytes)
         return -ENOSPC;
+    if (!mem_room(core, ENTRY_COST(key->len)))
+        return -ENOBUFS;
     if (dl__rdzv_map_reserve(&store->keys, 1) < 0)
         return -ENOMEM;
     e = calloc(1, sizeof(*e) + key->len);
@@ -57,25 +82,27 @@ static int entry_get(dl_rdzv_core_t *core, dl__rdzv_store_t *store, const dl_rdz
     memcpy(e->key, key->data, key->len);
     e->key_len = key->len;
     store->bytes += key->len;
+    mem_add(core, store, ENTRY_COST(key->len));
     dl__rdzv_map_insert(&store->keys, &e->node, key_hash(core, key));
     *ret_entry = e;
     return 0;
 }
 
-static void entry_free(dl__rdzv_store_t *store, dl__rdzv_entry_t *e)
+static void entry_free(dl_rdzv_core_t *core, dl__rdzv_store_t *store, dl__rdzv_entry_t *e)
 {
     store->bytes -= e->key_len + e->value_len;
+    mem_sub(core, store, ENTRY_COST(e->key_len) + e->value_len);
     free(e->value);
     free(e);
 }
 
 /* An entry without a value is kept only for the WAITs linked to it. */
-static void entry_gc(dl__rdzv_store_t *store, dl__rdzv_entry_t *e)
+static void entry_gc(dl_rdzv_core_t *core, dl__rdzv_store_t *store, dl__rdzv_entry_t *e)
 {
     if (!e || e->present || e->pending || e->satisfied)
         return;
     dl__rdzv_map_remove(&store->keys, &e->node);
-    entry_free(store, e);
+    entry_free(core, store, e);
 }
 
 static void link_push(dl__rdzv_link_t **head, dl__rdzv_link_t *l)
@@ -115,9 +142,11 @@ static void waiter_free(dl_rdzv_core_t *core, dl__rdzv_store_t *store, dl__rdzv_
 {
     for (size_t i = 0; i < w->nlinks; i++) {
         link_remove(&w->links[i]);
-        entry_gc(store, w->links[i].entry);
+        entry_gc(core, store, w->links[i].entry);
     }
     dl__rdzv_timer_disarm(&core->heap, &w->timer);
+    mem_sub(core, store, WAITER_COST(w->nkeys));
+    w->conn->nwaiters--;
     if (w->job_prev)
         w->job_prev->job_next = w->job_next;
     else
@@ -180,12 +209,16 @@ static int set_value(dl_rdzv_core_t *core, dl__rdzv_store_t *store, dl__rdzv_ent
 {
     if (len > e->value_len && len - e->value_len > core->opts.max_store_bytes - store->bytes)
         return -ENOSPC;
+    if (len > e->value_len && !mem_room(core, len - e->value_len))
+        return -ENOBUFS;
     unsigned char *copy = malloc(len ? len : 1);
     if (!copy)
         return -ENOMEM;
     if (len)
         memcpy(copy, v, len);
     store->bytes = store->bytes - e->value_len + len;
+    mem_sub(core, store, e->value_len);
+    mem_add(core, store, len);
     free(e->value);
     e->value = copy;
     e->value_len = len;
@@ -218,7 +251,12 @@ static void store_error(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, dl__rdz
                         int code)
 {
     const char *what = op_name(ev->kind);
-    if (code == -ENOSPC)
+    if (code == -ENOBUFS)
+        dl__rdzv_error(core, ev->conn, ev->req_id, job->run_id, code,
+                       "%s: the server's memory for stores and waits (%zu bytes, every job "
+                       "together) is spent",
+                       what, core->opts.max_memory);
+    else if (code == -ENOSPC)
         dl__rdzv_error(core, ev->conn, ev->req_id, job->run_id, code,
                        "%s: job '%s' holds %zu keys and %zu bytes, at the limit of %zu keys or "
                        "%zu bytes",
@@ -262,7 +300,7 @@ static int write_key(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rdzv_ev
     if (r == 0)
         r = set_value(core, store, e, value, len, job->run_id);
     if (r < 0) {
-        entry_gc(store, e);
+        entry_gc(core, store, e);
         store_error(core, ev, job, r);
         return r;
     }
@@ -342,12 +380,13 @@ static void do_delete(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rdzv_e
     bool deleted = e && e->present;
     if (deleted) {
         store->bytes -= e->value_len;
+        mem_sub(core, store, e->value_len);
         free(e->value);
         e->value = NULL;
         e->value_len = 0;
         e->present = false;
         became_absent(e);
-        entry_gc(store, e);
+        entry_gc(core, store, e);
     }
     dl__rdzv_send(core, ev->conn, DL_RDZV_MSG_DELETED, ev->req_id, job->run_id)->deleted.deleted =
         deleted;
@@ -367,6 +406,7 @@ static void link_waiter(dl__rdzv_store_t *store, dl__rdzv_conn_t *conn, dl__rdzv
     if (conn->waiters)
         conn->waiters->conn_prev = w;
     conn->waiters = w;
+    conn->nwaiters++;
 }
 
 static void do_wait(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rdzv_event_t *ev,
@@ -413,6 +453,18 @@ static void do_wait(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rdzv_eve
         store_error(core, ev, job, -ENOSPC);
         return;
     }
+    dl__rdzv_conn_t *have = dl__rdzv_conn_find(core, ev->conn);
+    if (have && have->nwaiters >= core->opts.max_waits_per_conn) {
+        dl__rdzv_error(core, ev->conn, ev->req_id, job->run_id, -ENOSPC,
+                       "store wait: this connection has %zu waits pending, the limit",
+                       have->nwaiters);
+        return;
+    }
+    /* The wait itself; an entry for each key nobody set yet is charged as it is made. */
+    if (!mem_room(core, WAITER_COST(nkeys))) {
+        store_error(core, ev, job, -ENOBUFS);
+        return;
+    }
     dl__rdzv_conn_t *conn = NULL;
     dl__rdzv_waiter_t *w = NULL;
     int r = dl__rdzv_heap_reserve(&core->heap, 1);
@@ -430,6 +482,8 @@ static void do_wait(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rdzv_eve
     w->job = job;
     w->req_id = ev->req_id;
     w->timeout = ev->wait.timeout;
+    w->nkeys = nkeys;
+    mem_add(core, store, WAITER_COST(nkeys));
     dl__rdzv_timer_init(&w->timer, DL__RDZV_T_WAIT);
     link_waiter(store, conn, w);
     for (size_t i = 0; i < nkeys; i++) {
@@ -542,7 +596,7 @@ void dl__rdzv_store_clear(dl_rdzv_core_t *core, dl__rdzv_job_t *job, int code, c
     dl__rdzv_hnode_t *n = dl__rdzv_map_take_all(&store->keys);
     while (n) {
         dl__rdzv_hnode_t *next = n->next;
-        entry_free(store, dl__rdzv_container_of(n, dl__rdzv_entry_t, node));
+        entry_free(core, store, dl__rdzv_container_of(n, dl__rdzv_entry_t, node));
         n = next;
     }
 }

@@ -269,10 +269,18 @@ int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
     }
+    char client_nonce[DL_PROTO_NONCE_HEX_LEN + 1], server_nonce[DL_PROTO_NONCE_HEX_LEN + 1] = "";
+    bool challenged = false;
+    if (dl_proto_nonce_new(client_nonce) < 0) {
+        snprintf(err, errlen, "no randomness for a nonce");
+        r = -EIO;
+        goto fail;
+    }
     json_t *hello = dl_proto_msg_new(DL_PROTO_HELLO, 0);
     json_object_set_new(hello, "role", json_string(dl_proto_role_name(role)));
     json_object_set_new(hello, "run_id", json_string(run_id));
     json_object_set_new(hello, "proto", json_integer(DL_PROTO_VERSION));
+    json_object_set_new(hello, "nonce", json_string(client_nonce));
     r = call_until(c, hello, deadline, &reply, err, errlen);
     if (r < 0)
         goto fail;
@@ -285,7 +293,17 @@ int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const
             r = -EACCES;
             goto fail;
         }
-        r = dl_proto_auth_proof(token, dl_proto_get_str(reply, "nonce"), run_id, role, proof);
+        snprintf(server_nonce, sizeof(server_nonce), "%s", dl_proto_get_str(reply, "nonce"));
+        challenged = true;
+        r = dl_proto_auth_proof(token, server_nonce, run_id, role, proof);
+        if (r == -EPERM) {
+            snprintf(err, errlen, "the token is a %s key for job '%s': it cannot act as %s for "
+                                  "job '%s'",
+                     dl_proto_token_kind_name(dl_proto_token_kind(token)),
+                     dl_proto_token_run_id(token), dl_proto_role_name(role), run_id);
+            r = -EACCES;
+            goto fail;
+        }
         if (r < 0) {
             snprintf(err, errlen, "cannot answer the challenge: %s", strerror(-r));
             goto fail;
@@ -305,6 +323,13 @@ int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const
         snprintf(err, errlen, "the rendezvous at %s:%d refused us: %s", host, port,
                  why ? why : type);
         r = code == DL_PROTO_E_AUTH_FAILED ? -EACCES : -EPROTO;
+        goto fail;
+    }
+    char why[256];
+    r = dl_rdzv_check_server(token, challenged, client_nonce, server_nonce, run_id, role,
+                             dl_proto_get_str(reply, "proof"), c->fd, why, sizeof(why));
+    if (r < 0) {
+        snprintf(err, errlen, "refusing the rendezvous at %s:%d: %s", host, port, why);
         goto fail;
     }
     json_decref(reply);

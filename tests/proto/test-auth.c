@@ -304,6 +304,194 @@ START_TEST(test_token_string)
 }
 END_TEST
 
+#define CNONCE "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"
+#define JOB7_KEY "870f610f360883d0e257fa536d59c251363098af44f58a4654e45b5074ac1de9"
+#define JOB7_WORKER "88ff9cb848107a39a00a69ae6b8ba7644aac20645fc32e8c7b2d1dc1ad0a335c"
+
+START_TEST(test_derive_known_answers)
+{
+    /* From Python's hmac: job = HMAC(master, "dlaunch job key v1\n" || run),
+     * worker = HMAC(job, "dlaunch worker key v1\n" || run). */
+    dl_proto_token_t *master = token_of(TOKEN), *job = NULL, *worker = NULL, *w2 = NULL;
+    char *text = NULL, proof[DL_PROTO_PROOF_HEX_LEN + 1];
+
+    ck_assert_int_eq(dl_proto_token_kind(master), DL_PROTO_TOKEN_MASTER);
+    ck_assert_ptr_null(dl_proto_token_run_id(master));
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "job7", &job), 0);
+    ck_assert_int_eq(dl_proto_token_text(job, &text), 0);
+    ck_assert_str_eq(text, "dlaunch-job-v1:job7:" JOB7_KEY);
+    free(text);
+    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "job7", &worker), 0);
+    ck_assert_int_eq(dl_proto_token_text(worker, &text), 0);
+    ck_assert_str_eq(text, "dlaunch-worker-v1:job7:" JOB7_WORKER);
+    /* The text reads back as the same credential; a master derives the same worker key. */
+    dl_proto_token_t *back = token_of(text);
+    ck_assert(dl_proto_token_equal(back, worker));
+    ck_assert_int_eq(dl_proto_token_kind(back), DL_PROTO_TOKEN_WORKER);
+    ck_assert_str_eq(dl_proto_token_run_id(back), "job7");
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_WORKER, "job7", &w2), 0);
+    ck_assert(dl_proto_token_equal(w2, worker));
+    ck_assert(!dl_proto_token_equal(job, worker));
+    ck_assert_int_eq(dl_proto_auth_proof(worker, NONCE, "job7", DL_PROTO_ROLE_WORKER, proof), 0);
+    ck_assert_str_eq(proof, "b2ff0450368d2c3e4a9e7ad865fc6133cd5701bcec350b266e4853c156c2016e");
+    free(text);
+    dl_proto_token_free(back);
+    dl_proto_token_free(w2);
+    dl_proto_token_free(worker);
+    dl_proto_token_free(job);
+    dl_proto_token_free(master);
+}
+END_TEST
+
+START_TEST(test_derive_only_down)
+{
+    dl_proto_token_t *master = token_of(TOKEN), *job = NULL, *worker = NULL, *t = NULL;
+    char *text = NULL;
+
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "a", &job), 0);
+    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "a", &worker), 0);
+    /* Never up, never sideways, never to a master; a master is never written out. */
+    ck_assert_int_eq(dl_proto_token_derive(worker, DL_PROTO_TOKEN_JOB, "a", &t), -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_JOB, "b", &t), -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "b", &t), -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_MASTER, "a", &t), -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_MASTER, "a", &t), -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "../x", &t), -EINVAL);
+    ck_assert_int_eq(dl_proto_token_text(master, &text), -EPERM);
+    ck_assert_ptr_null(t);
+    /* What each may say hello as. */
+    ck_assert(dl_proto_token_may(master, "b", DL_PROTO_ROLE_CONTROL));
+    ck_assert(dl_proto_token_may(job, "a", DL_PROTO_ROLE_CONTROL));
+    ck_assert(dl_proto_token_may(job, "a", DL_PROTO_ROLE_AGENT));
+    ck_assert(!dl_proto_token_may(job, "b", DL_PROTO_ROLE_WORKER));
+    ck_assert(dl_proto_token_may(worker, "a", DL_PROTO_ROLE_WORKER));
+    ck_assert(!dl_proto_token_may(worker, "a", DL_PROTO_ROLE_CONTROL));
+    ck_assert(!dl_proto_token_may(worker, "a", DL_PROTO_ROLE_AGENT));
+    char proof[DL_PROTO_PROOF_HEX_LEN + 1];
+    ck_assert_int_eq(dl_proto_auth_proof(worker, NONCE, "a", DL_PROTO_ROLE_CONTROL, proof),
+                     -EPERM);
+    ck_assert_int_eq(dl_proto_auth_proof(job, NONCE, "b", DL_PROTO_ROLE_AGENT, proof), -EPERM);
+    dl_proto_token_free(worker);
+    dl_proto_token_free(job);
+    dl_proto_token_free(master);
+}
+END_TEST
+
+/* Runs the handshake between a server holding server_tok and a client holding client_tok;
+ * returns what dl_proto_auth_accept returned, with the level and a checked server proof. */
+static int handshake(dl_proto_token_t *server_tok, dl_proto_token_t *client_tok,
+                     const char *run_id, dl_proto_role_t role, dl_proto_token_kind_t *level)
+{
+    char proof[DL_PROTO_PROOF_HEX_LEN + 1], sproof[DL_PROTO_PROOF_HEX_LEN + 1];
+
+    if (dl_proto_auth_proof(client_tok, NONCE, run_id, role, proof) < 0)
+        return -EPERM;
+    int r = dl_proto_auth_accept(server_tok, NONCE, CNONCE, run_id, role, proof, level, sproof);
+    if (r == 0)
+        ck_assert_int_eq(
+            dl_proto_auth_check_server(client_tok, CNONCE, NONCE, run_id, role, sproof), 0);
+    return r;
+}
+
+START_TEST(test_accept_levels)
+{
+    dl_proto_token_t *master = token_of(TOKEN), *job = NULL, *worker = NULL, *other = NULL;
+    dl_proto_token_t *stranger = token_of("guess");
+    dl_proto_token_kind_t level = (dl_proto_token_kind_t)-1;
+
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "a", &job), 0);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_WORKER, "a", &worker), 0);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "b", &other), 0);
+    /* A master server knows every level of every job. */
+    ck_assert_int_eq(handshake(master, master, "a", DL_PROTO_ROLE_CONTROL, &level), 0);
+    ck_assert_int_eq(level, DL_PROTO_TOKEN_MASTER);
+    ck_assert_int_eq(handshake(master, job, "a", DL_PROTO_ROLE_AGENT, &level), 0);
+    ck_assert_int_eq(level, DL_PROTO_TOKEN_JOB);
+    ck_assert_int_eq(handshake(master, worker, "a", DL_PROTO_ROLE_WORKER, &level), 0);
+    ck_assert_int_eq(level, DL_PROTO_TOKEN_WORKER);
+    ck_assert_int_eq(handshake(master, stranger, "a", DL_PROTO_ROLE_WORKER, &level), -EACCES);
+    /* A worker's key proves nothing as control, even if the client tries (proof made by hand
+     * with the worker key). */
+    char proof[DL_PROTO_PROOF_HEX_LEN + 1], sproof[DL_PROTO_PROOF_HEX_LEN + 1];
+    ck_assert_int_eq(dl_proto_auth_proof(worker, NONCE, "a", DL_PROTO_ROLE_WORKER, proof), 0);
+    ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, NULL, "a", DL_PROTO_ROLE_WORKER, proof,
+                                          &level, NULL),
+                     0);
+    ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, NULL, "a", DL_PROTO_ROLE_CONTROL, proof,
+                                          &level, NULL),
+                     -EACCES);
+    /* Job b's key opens nothing of job a. */
+    ck_assert_int_eq(dl_proto_auth_proof(other, NONCE, "b", DL_PROTO_ROLE_CONTROL, proof), 0);
+    ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, NULL, "a", DL_PROTO_ROLE_CONTROL, proof,
+                                          &level, NULL),
+                     -EACCES);
+    /* A server holding job a's key serves job a (its agents and workers) and nothing else. */
+    ck_assert_int_eq(handshake(job, job, "a", DL_PROTO_ROLE_AGENT, &level), 0);
+    ck_assert_int_eq(handshake(job, worker, "a", DL_PROTO_ROLE_WORKER, &level), 0);
+    ck_assert_int_eq(handshake(job, master, "b", DL_PROTO_ROLE_AGENT, &level), -EACCES);
+    ck_assert_int_eq(handshake(job, master, "a", DL_PROTO_ROLE_AGENT, &level), -EACCES);
+    /* A server proof is for one client nonce, one server key. */
+    ck_assert_int_eq(dl_proto_auth_proof(job, NONCE, "a", DL_PROTO_ROLE_AGENT, proof), 0);
+    ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, CNONCE, "a", DL_PROTO_ROLE_AGENT, proof,
+                                          &level, sproof),
+                     0);
+    ck_assert_int_eq(
+        dl_proto_auth_check_server(job, NONCE, NONCE, "a", DL_PROTO_ROLE_AGENT, sproof), -EACCES);
+    ck_assert_int_eq(
+        dl_proto_auth_check_server(other, CNONCE, NONCE, "b", DL_PROTO_ROLE_AGENT, sproof),
+        -EACCES);
+    ck_assert_int_eq(
+        dl_proto_auth_check_server(job, CNONCE, NONCE, "a", DL_PROTO_ROLE_AGENT, NULL), -EACCES);
+    /* Known answer from Python: HMAC(worker, "dlaunch server proof v1\n" || cnonce || nonce ||
+     * run || "\n" || role). */
+    dl_proto_token_t *w7 = token_of("dlaunch-worker-v1:job7:" JOB7_WORKER);
+    ck_assert_int_eq(dl_proto_auth_check_server(
+                         w7, CNONCE, NONCE, "job7", DL_PROTO_ROLE_WORKER,
+                         "e6ce8a9887f09bb09e81d5eaabd09c37df877436209f8a413b64b5c1a43a5bad"),
+                     0);
+    dl_proto_token_free(w7);
+    dl_proto_token_free(stranger);
+    dl_proto_token_free(other);
+    dl_proto_token_free(worker);
+    dl_proto_token_free(job);
+    dl_proto_token_free(master);
+}
+END_TEST
+
+START_TEST(test_typed_text_errors)
+{
+    dl_proto_token_t *t = NULL, *r = NULL;
+    char err[256] = "";
+
+    ck_assert_int_eq(dl_proto_token_from_string("dlaunch-job-v1:a:1234", "x", &t, err,
+                                                sizeof(err)),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "malformed"));
+    ck_assert_int_eq(dl_proto_token_from_string("dlaunch-worker-v1:a/b:" JOB7_KEY, "x", &t, err,
+                                                sizeof(err)),
+                     -EINVAL);
+    ck_assert_int_eq(dl_proto_token_from_string("dlaunch-job-v1:" JOB7_KEY, "x", &t, err,
+                                                sizeof(err)),
+                     -EINVAL);
+    ck_assert_ptr_null(t);
+    ck_assert_int_eq(dl_proto_token_random(&r), 0);
+    ck_assert_int_eq(dl_proto_token_kind(r), DL_PROTO_TOKEN_MASTER);
+    dl_proto_token_free(r);
+}
+END_TEST
+
+START_TEST(test_escape)
+{
+    char out[64];
+
+    ck_assert_str_eq(dl_proto_escape("node-1", out, sizeof(out)), "node-1");
+    ck_assert_str_eq(dl_proto_escape("a\nb\x1b[2J\\", out, sizeof(out)),
+                     "a\\x0ab\\x1b[2J\\x5c");
+    ck_assert_str_eq(dl_proto_escape("\xff\xfe", out, 6), "\\xff");
+    ck_assert_str_eq(dl_proto_escape(NULL, out, sizeof(out)), "");
+}
+END_TEST
+
 static Suite *auth_suite(void)
 {
     Suite *s = suite_create("auth");
@@ -318,6 +506,11 @@ static Suite *auth_suite(void)
     tcase_add_test(tc, test_token_file_mode);
     tcase_add_test(tc, test_token_file_errors);
     tcase_add_test(tc, test_token_string);
+    tcase_add_test(tc, test_derive_known_answers);
+    tcase_add_test(tc, test_derive_only_down);
+    tcase_add_test(tc, test_accept_levels);
+    tcase_add_test(tc, test_typed_text_errors);
+    tcase_add_test(tc, test_escape);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -559,6 +559,48 @@ START_TEST(test_error_offsets)
 }
 END_TEST
 
+START_TEST(test_partial_frame_costs_what_arrived)
+{
+    /* A peer announcing a large frame and sending a little of it makes the decoder hold a
+     * little: memory follows the bytes received, doubling, never the length announced. */
+    const char *msg = "{\"v\":1,\"type\":\"status\",\"id\":1}";
+    size_t body = 200000, used;
+    char *stream = malloc(4 + body);
+    dl_proto_decoder_t dec;
+    json_t *m = NULL;
+    dl_proto_type_t type;
+    dl_proto_error_t err;
+
+    ck_assert_ptr_nonnull(stream);
+    stream[0] = 0;
+    stream[1] = (char)(body >> 16);
+    stream[2] = (char)(body >> 8);
+    stream[3] = (char)body;
+    memset(stream + 4, ' ', body);
+    memcpy(stream + 4, msg, strlen(msg));
+    dl_proto_decoder_init(&dec, DL_PROTO_LIMIT);
+    /* The header alone: nothing held yet (the fuzzer found this one pointing into nothing). */
+    ck_assert_int_eq(dl_proto_decoder_feed(&dec, stream, 4, &used, &m, &type, &err),
+                     DL_PROTO_NEED_MORE);
+    ck_assert_uint_eq(dl_proto_decoder_buffered(&dec), 0);
+    ck_assert(dl_proto_decoder_pending(&dec));
+    ck_assert_int_eq(dl_proto_decoder_feed(&dec, stream + 4, 10, &used, &m, &type, &err),
+                     DL_PROTO_NEED_MORE);
+    ck_assert_uint_le(dl_proto_decoder_buffered(&dec), 4096);
+    ck_assert_int_eq(dl_proto_decoder_feed(&dec, stream + 14, 50000, &used, &m, &type, &err),
+                     DL_PROTO_NEED_MORE);
+    ck_assert_uint_le(dl_proto_decoder_buffered(&dec), 2 * 50010);
+    ck_assert_int_eq(dl_proto_decoder_feed(&dec, stream + 50014, body - 50010, &used, &m, &type,
+                                           &err),
+                     DL_PROTO_MESSAGE);
+    ck_assert_int_eq(type, DL_PROTO_STATUS);
+    json_decref(m);
+    dl_proto_decoder_cleanup(&dec);
+    ck_assert_uint_eq(dl_proto_decoder_buffered(&dec), 0);
+    free(stream);
+}
+END_TEST
+
 static Suite *frame_suite(void)
 {
     Suite *s = suite_create("frame");
@@ -581,6 +623,7 @@ static Suite *frame_suite(void)
     tcase_add_test(tc, test_limit_switch_mid_stream);
     tcase_add_test(tc, test_encode_refuses);
     tcase_add_test(tc, test_error_offsets);
+    tcase_add_test(tc, test_partial_frame_costs_what_arrived);
     suite_add_tcase(s, tc);
     return s;
 }

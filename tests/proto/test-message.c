@@ -453,6 +453,42 @@ START_TEST(test_getters)
 }
 END_TEST
 
+START_TEST(test_names_and_addresses)
+{
+    /* Names and addresses reach logs, terminals and environments: no line breaks, escapes or
+     * spaces (docs/protocol.md). */
+    expect_code("{\"v\":1,\"type\":\"join\",\"id\":3,\"node_id\":\"n\\u001b[2J\",\"host\":\"h\","
+                "\"slots\":1}",
+                DL_PROTO_E_BAD_FIELD, "node_id");
+    expect_code("{\"v\":1,\"type\":\"join\",\"id\":3,\"node_id\":\"n 1\",\"host\":\"h\","
+                "\"slots\":1}",
+                DL_PROTO_E_BAD_FIELD, "node_id");
+    expect_code("{\"v\":1,\"type\":\"join\",\"id\":3,\"node_id\":\"n\",\"host\":\"h\\nX=1\","
+                "\"slots\":1}",
+                DL_PROTO_E_BAD_FIELD, "host");
+    expect_code("{\"v\":1,\"type\":\"join\",\"id\":3,\"node_id\":\"gpu-7.example:x\",\"host\":"
+                "\"[fe80::1%eth0]\",\"slots\":1,\"master_addr\":\"10.0.0.1\"}",
+                DL_PROTO_E_NONE, NULL);
+    expect_code("{\"v\":1,\"type\":\"assignment\",\"id\":3,\"round\":0,\"node_rank\":0,\"nodes\":1,"
+                "\"world_size\":1,\"first_rank\":0,\"local_world_size\":1,\"master_addr\":"
+                "\"10.0.0.1\\nLD_PRELOAD=/x\",\"master_port\":29500,\"store_addr\":\"h:1\"}",
+                DL_PROTO_E_BAD_FIELD, "master_addr");
+    expect_code("{\"v\":1,\"type\":\"assignment\",\"id\":3,\"round\":0,\"node_rank\":0,\"nodes\":1,"
+                "\"world_size\":1,\"first_rank\":0,\"local_world_size\":1,\"master_addr\":"
+                "\"h\",\"master_port\":29500,\"store_addr\":\"h:1 x\"}",
+                DL_PROTO_E_BAD_FIELD, "store_addr");
+    /* The handshake's nonces and proofs. */
+    expect_code("{\"v\":1,\"type\":\"hello\",\"id\":1,\"role\":\"agent\",\"run_id\":\"j\",\"proto\":1,"
+                "\"nonce\":\"00\"}",
+                DL_PROTO_E_BAD_FIELD, "nonce");
+    expect_code("{\"v\":1,\"type\":\"auth_ok\",\"id\":2,\"proof\":"
+                "\"fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210\"}",
+                DL_PROTO_E_NONE, NULL);
+    expect_code("{\"v\":1,\"type\":\"auth_ok\",\"id\":2,\"proof\":\"FF\"}", DL_PROTO_E_BAD_FIELD,
+                "proof");
+}
+END_TEST
+
 static Suite *message_suite(void)
 {
     Suite *s = suite_create("message");
@@ -471,6 +507,7 @@ static Suite *message_suite(void)
     tcase_add_test(tc, test_errcode_names);
     tcase_add_test(tc, test_roles_and_run_ids);
     tcase_add_test(tc, test_getters);
+    tcase_add_test(tc, test_names_and_addresses);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -29,7 +29,8 @@ static inline void h_init(harness_t *h)
     dl_rdzv_core_opts_init(&o);
     o.store_host = "10.0.0.1";
     o.store_port = 29400;
-    o.hash_seed = 0x1234;
+    o.hash_key[0] = 0x1234;
+    o.hash_key[1] = 0x5678;
     h_init_opts(h, &o);
 }
 

@@ -841,6 +841,62 @@ START_TEST(logs_follow_the_level)
 }
 END_TEST
 
+START_TEST(jobs_per_creator_and_timeouts_are_capped)
+{
+    harness_t h;
+    dl_rdzv_core_opts_t o;
+    dl_rdzv_core_opts_init(&o);
+    o.max_jobs_per_creator = 3;
+    o.max_timeout = 100;
+    h_init_opts(&h, &o);
+    dl_rdzv_job_opts_t jo = h_opts(2, 2);
+    char run[16];
+    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_JOIN, .run_id = run};
+    ev.join.agent_id = "a";
+    ev.join.host = "h";
+    ev.join.slots = 1;
+    ev.join.node_rank = -1;
+    ev.join.slurm_node_id = -1;
+    ev.join.resume_round = -1;
+    ev.join.opts = &jo;
+    ev.join.creator = 77;
+    for (uint64_t i = 1; i <= 4; i++) {
+        snprintf(run, sizeof(run), "squat%d", (int)i);
+        ev.conn = ev.req_id = i;
+        h_step(&h, &ev, 0);
+        ck_assert_int_eq(h_error(&h, i), i <= 3 ? 0 : -ENOSPC);
+    }
+    /* A JOIN of another creator, or of none, still gets in. */
+    h_join(&h, 10, "other", 1, &jo, 0);
+    ck_assert_int_eq(h_error(&h, 10), 0);
+    /* A join timeout over the server's limit is refused, as are last call and dead after. */
+    jo.join_timeout = 1e9;
+    h_join(&h, 11, "long", 1, &jo, 0);
+    ck_assert_int_eq(h_error(&h, 11), -EINVAL);
+    ck_assert_ptr_nonnull(
+        strstr(h_msg(&h, 11, DL_RDZV_MSG_ERROR)->error.message, "join_timeout"));
+    jo.join_timeout = 100;
+    jo.dead_after = 101;
+    h_join(&h, 12, "long", 1, &jo, 0);
+    ck_assert_int_eq(h_error(&h, 12), -EINVAL);
+    /* A squatter's job times out, lingers, is forgotten (the shell hears it), and frees its
+     * creator's place. */
+    jo.dead_after = 20;
+    h_tick(&h, 100);
+    h_tick(&h, 100 + 50);
+    bool forgot = false;
+    for (size_t i = 0; i < h.acts.n; i++)
+        forgot |= h.acts.v[i].kind == DL_RDZV_ACT_FORGET &&
+                  strcmp(h.acts.v[i].run_id, "squat1") == 0;
+    ck_assert(forgot);
+    snprintf(run, sizeof(run), "squat9");
+    ev.conn = ev.req_id = 20;
+    h_step(&h, &ev, 151);
+    ck_assert_int_eq(h_error(&h, 20), 0);
+    h_fini(&h);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("rdzv-core");
@@ -875,6 +931,7 @@ int main(void)
     tcase_add_test(tc, opts_are_checked);
     tcase_add_test(tc, time_going_back_counts_as_the_last_time);
     tcase_add_test(tc, logs_follow_the_level);
+    tcase_add_test(tc, jobs_per_creator_and_timeouts_are_capped);
     suite_add_tcase(s, tc);
     return h_run_suite(s);
 }

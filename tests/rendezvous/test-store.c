@@ -379,6 +379,80 @@ START_TEST(the_bytes_of_a_store_are_capped)
 }
 END_TEST
 
+START_TEST(the_memory_of_all_stores_is_capped)
+{
+    /* Every job under its own limit, but all of them together under max_memory: two jobs cannot
+     * each take their full share when the server has room for less. */
+    harness_t h;
+    dl_rdzv_core_opts_t o;
+    dl_rdzv_core_opts_init(&o);
+    o.max_memory = 64 * 1024;
+    h_init_opts(&h, &o);
+    dl_rdzv_job_opts_t jo = h_opts(1, 1);
+    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "a", &jo), 0);
+    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "b", &jo), 0);
+    static char value[4097];
+    memset(value, 'v', 4096);
+    char key[32];
+    int stored = 0, code = 0;
+    for (int i = 0; i < 64 && code == 0; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        op(&h, DL_RDZV_EV_STORE_SET, 1, i % 2 ? "a" : "b", 0, key, value, 0);
+        code = h_error(&h, 1);
+        stored += code == 0;
+    }
+    ck_assert_int_eq(code, -ENOBUFS);
+    ck_assert_int_ge(stored, 10);
+    ck_assert_int_le(stored, 16);
+    /* Small keys fill what is left... */
+    code = 0;
+    for (int i = 0; i < 10000 && code == 0; i++) {
+        snprintf(key, sizeof(key), "s%d", i);
+        op(&h, DL_RDZV_EV_STORE_SET, 1, "a", 0, key, "", 0);
+        code = h_error(&h, 1);
+    }
+    ck_assert_int_eq(h_error(&h, 1), -ENOBUFS);
+    /* ...and then a wait, which needs memory too, finds none; a delete gives it back. */
+    static const char *const keys[] = {"nobody-sets-this"};
+    wait_keys(&h, 2, "a", -1, keys, 1, 5, 0);
+    ck_assert_int_eq(h_error(&h, 2), -ENOBUFS);
+    op(&h, DL_RDZV_EV_STORE_DELETE, 1, "a", 0, "k1", NULL, 0);
+    op(&h, DL_RDZV_EV_STORE_DELETE, 1, "b", 0, "k0", NULL, 0);
+    wait_keys(&h, 2, "a", -1, keys, 1, 5, 0);
+    ck_assert_int_eq(h_error(&h, 2), 0);
+    op(&h, DL_RDZV_EV_STORE_SET, 1, "b", 0, "again", value, 0);
+    ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_OK));
+    h_fini(&h);
+}
+END_TEST
+
+START_TEST(waits_of_one_connection_are_capped)
+{
+    harness_t h;
+    dl_rdzv_core_opts_t o;
+    dl_rdzv_core_opts_init(&o);
+    o.max_waits_per_conn = 3;
+    h_init_opts(&h, &o);
+    dl_rdzv_job_opts_t jo = h_opts(1, 1);
+    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
+    static const char *const keys[] = {"x"};
+    for (int i = 0; i < 3; i++) {
+        wait_keys(&h, 1, "job", -1, keys, 1, 50, 0);
+        ck_assert_int_eq(h_error(&h, 1), 0);
+    }
+    wait_keys(&h, 1, "job", -1, keys, 1, 50, 0);
+    ck_assert_int_eq(h_error(&h, 1), -ENOSPC);
+    /* Another connection has its own; one that finishes makes room. */
+    wait_keys(&h, 2, "job", -1, keys, 1, 50, 0);
+    ck_assert_int_eq(h_error(&h, 2), 0);
+    op(&h, DL_RDZV_EV_STORE_SET, 3, "job", 0, "x", "1", 1);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_WAIT_DONE), 4);
+    wait_keys(&h, 1, "job", -1, keys, 1, 50, 1);
+    ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_WAIT_DONE));
+    h_fini(&h);
+}
+END_TEST
+
 static void start_two_nodes(harness_t *h)
 {
     h_init(h);
@@ -508,6 +582,8 @@ int main(void)
     tcase_add_test(tc, waits_end_with_the_job);
     tcase_add_test(tc, stores_are_per_job);
     tcase_add_test(tc, a_member_connection_keeps_its_membership_after_its_waits);
+    tcase_add_test(tc, the_memory_of_all_stores_is_capped);
+    tcase_add_test(tc, waits_of_one_connection_are_capped);
     suite_add_tcase(s, tc);
     return h_run_suite(s);
 }

@@ -1,0 +1,103 @@
+/* The workers' credential: the job's worker key, derived from the agent's token and written to a
+ * file of the user's own that workers find in DLAUNCH_TOKEN_FILE. A worker that holds it can use
+ * its job's store and nothing else; the agent's token itself never reaches a worker. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+
+#include "workercred.h"
+
+/* A folder only we can enter: $XDG_RUNTIME_DIR/dlaunch, else /tmp/dlaunch-UID. One that exists
+ * must be ours, a real folder, and closed to others, or a local user could have made it to read
+ * or swap what we put there. */
+static int runtime_dir(char *buf, size_t len, char *err, size_t errlen)
+{
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    struct stat st;
+
+    if (xdg != NULL && xdg[0] == '/' && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode) &&
+        st.st_uid == geteuid())
+        snprintf(buf, len, "%s/dlaunch", xdg);
+    else
+        snprintf(buf, len, "/tmp/dlaunch-%u", (unsigned)geteuid());
+    if (mkdir(buf, 0700) < 0 && errno != EEXIST) {
+        int r = -errno;
+        snprintf(err, errlen, "cannot create '%s' for the workers' key: %s", buf, strerror(-r));
+        return r;
+    }
+    if (lstat(buf, &st) < 0) {
+        int r = -errno;
+        snprintf(err, errlen, "'%s': %s", buf, strerror(-r));
+        return r;
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+        snprintf(err, errlen,
+                 "'%s' is not a folder of ours closed to others (mode %04o, uid %u): refusing "
+                 "to keep the workers' key there",
+                 buf, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+        return -EACCES;
+    }
+    return 0;
+}
+
+int dl__worker_cred_write(const dl_proto_token_t *token, const char *run_id, char **ret_path,
+                          char *err, size_t errlen)
+{
+    dl_proto_token_t *worker = NULL;
+    char dir[4096], *path = NULL, *text = NULL;
+    int fd = -1, r;
+
+    r = dl_proto_token_derive(token, DL_PROTO_TOKEN_WORKER, run_id, &worker);
+    if (r < 0) {
+        snprintf(err, errlen, "cannot derive the workers' key for job '%s' from a %s key: %s",
+                 run_id, dl_proto_token_kind_name(dl_proto_token_kind(token)), strerror(-r));
+        return r;
+    }
+    r = dl_proto_token_text(worker, &text);
+    dl_proto_token_free(worker);
+    if (r < 0) {
+        snprintf(err, errlen, "cannot write the workers' key: %s", strerror(-r));
+        return r;
+    }
+    r = runtime_dir(dir, sizeof(dir), err, errlen);
+    if (r == 0 && asprintf(&path, "%s/%s.%d.worker-key", dir, run_id, (int)getpid()) < 0) {
+        path = NULL;
+        r = -ENOMEM;
+        snprintf(err, errlen, "out of memory");
+    }
+    if (r == 0) {
+        /* A leftover of an earlier agent with our pid is ours to replace. */
+        unlink(path);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        size_t len = strlen(text);
+        if (fd < 0 || write(fd, text, len) != (ssize_t)len || write(fd, "\n", 1) != 1) {
+            r = -errno;
+            snprintf(err, errlen, "cannot write the workers' key to '%s': %s", path,
+                     strerror(errno));
+            if (fd >= 0)
+                unlink(path);
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    OPENSSL_cleanse(text, strlen(text));
+    free(text);
+    if (r < 0) {
+        free(path);
+        return r;
+    }
+    *ret_path = path;
+    return 0;
+}
+
+void dl__worker_cred_remove(const char *path)
+{
+    if (path != NULL)
+        unlink(path);
+}

@@ -1,0 +1,20 @@
+/* The workers' credential file (DLAUNCH_TOKEN_FILE): the job's worker key, never the agent's
+ * token. */
+#ifndef DL_AGENT_WORKERCRED_H
+#define DL_AGENT_WORKERCRED_H
+
+#include <stddef.h>
+
+#include "proto.h"
+
+/* Derives the worker key of run_id from token (a master or the job's key) and writes it, mode
+ * 0600, as $XDG_RUNTIME_DIR/dlaunch/RUN_ID.PID.worker-key (else /tmp/dlaunch-UID/...; the folder
+ * must be ours and closed to others). Returns 0 with *ret_path (malloc'd, the caller's), or
+ * -errno with one line in err. */
+int dl__worker_cred_write(const dl_proto_token_t *token, const char *run_id, char **ret_path,
+                          char *err, size_t errlen);
+
+/* Removes the file, when the job is over. Accepts NULL. */
+void dl__worker_cred_remove(const char *path);
+
+#endif

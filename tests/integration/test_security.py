@@ -1,0 +1,733 @@
+"""The control plane tried as an attacker would, on loopback only, against real servers: each test
+is one finding of issue #13, bounded in count and time, and asserts what the victim job or the
+server still does. Another user is `nobody` when the tests run as root.
+
+1. a stalled server fails healthy jobs (events_follow floods)
+2. one token opens every job (a worker stops another job)
+3. without a token any local user owns the job
+4. agents trust any server
+5. memory and CPU without bounds after auth
+6. smaller ones: reconnect storms, raw control characters, a reused run id, id overflow, the
+   unknown run id, error codes, --run-id ..
+"""
+import hashlib
+import hmac
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import socket
+import stat
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+import dltest
+from dltest import free_port
+
+NOBODY = "nobody"
+
+
+def frame(obj):
+    body = json.dumps(obj).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def read_frame(sock, timeout=10):
+    sock.settimeout(timeout)
+    head = b""
+    while len(head) < 4:
+        chunk = sock.recv(4 - len(head))
+        if not chunk:
+            return None
+        head += chunk
+    (n,) = struct.unpack(">I", head)
+    body = b""
+    while len(body) < n:
+        chunk = sock.recv(min(n - len(body), 1 << 20))
+        if not chunk:
+            return None
+        body += chunk
+    return json.loads(body)
+
+
+def key_bytes(text):
+    """The HMAC key of a credential: a job or worker key's 32 bytes, else the token's own."""
+    m = re.fullmatch(r"dlaunch-(?:job|worker)-v1:[^:]+:([0-9a-f]{64})", text)
+    return bytes.fromhex(m.group(1)) if m else text.encode()
+
+
+class Client:
+    """A raw protocol client: what an attacker writes by hand."""
+
+    def __init__(self, port, source=None):
+        self.sock = socket.socket()
+        if source:
+            self.sock.bind((source, 0))
+        self.sock.connect(("127.0.0.1", port))
+        self.next_id = 1
+
+    def close(self):
+        self.sock.close()
+
+    def send(self, obj):
+        self.sock.sendall(frame(obj))
+
+    def recv(self, timeout=10):
+        return read_frame(self.sock, timeout)
+
+    def hello(self, role, run_id, token=None):
+        """The handshake; returns the server's last answer (auth_ok or an error)."""
+        self.send({"v": 1, "type": "hello", "id": 0, "role": role, "run_id": run_id, "proto": 1})
+        reply = self.recv()
+        if reply is None or reply["type"] != "challenge":
+            return reply
+        proof = hmac.new(key_bytes(token), (reply["nonce"] + run_id + role).encode(),
+                         hashlib.sha256).hexdigest()
+        self.send({"v": 1, "type": "auth", "id": 1, "proof": proof})
+        return self.recv()
+
+    def call(self, obj, timeout=10):
+        obj = dict(obj, v=1, id=self.next_id)
+        self.next_id += 1
+        self.send(obj)
+        while True:
+            m = self.recv(timeout)
+            if m is None or m.get("id") == obj["id"]:
+                return m
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def sanitized(pid):
+    """Whether the process runs under AddressSanitizer, whose quarantine and shadow memory make
+    its resident size say nothing about what the program holds."""
+    with open(f"/proc/{pid}/maps") as f:
+        return "libasan" in f.read()
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Base(dltest.Case):
+    def setUp(self):
+        super().setUp()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+        self.procs = []
+        self.files = []
+        self.clients = []
+
+    def tearDown(self):
+        for c in self.clients:
+            c.close()
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in self.files:
+            f.close()
+        super().tearDown()
+
+    def daemon(self, *args):
+        d, port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"), *args)
+        self.procs.append(d)
+        return d, port
+
+    def client(self, port, source=None):
+        c = Client(port, source)
+        self.clients.append(c)
+        return c
+
+    def token(self, name, text):
+        path = self.write(name, text + "\n")
+        os.chmod(path, 0o600)
+        return path
+
+    def agent(self, name, *args, env=None):
+        out = open(os.path.join(self.dir, f"{name}.log"), "w")
+        self.files.append(out)
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        full_env.update(env or {})
+        p = subprocess.Popen([dltest.DLAUNCH, "--events", os.path.join(self.dir, f"{name}.events"),
+                              *args], cwd=self.dir, env=full_env, stdout=out,
+                             stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def evs(self, name):
+        path = os.path.join(self.dir, f"{name}.events")
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [json.loads(l) for l in f if l.strip()]
+
+    def wait_started(self, names, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(any(e["event"] == "worker_start" for e in self.evs(n)) for n in names):
+                return
+            time.sleep(0.05)
+        self.fail("workers did not start:\n" + "\n".join(self.read(f"{n}.log") for n in names))
+
+    def run_cmd(self, *args, env=None, user=None, timeout=60):
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        full_env.update(env or {})
+        cmd = [dltest.DLAUNCH, *args]
+        cwd = self.dir
+        if user is not None:
+            cmd = ["runuser", "-u", user, "--", *cmd]
+            cwd = "/"
+        return subprocess.run(cmd, cwd=cwd, env=full_env, timeout=timeout,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+class Stall(Base):
+    """1. Follow floods replay a job's journal a slice at a time, one follow per connection: a
+    healthy job of another run keeps its heartbeats and finishes."""
+
+    def test_follow_flood_does_not_stall_the_loop(self):
+        d, port = self.daemon()
+        endpoint = f"127.0.0.1:{port}"
+        # A journal of about 1,000 events: agents that join a two-node job and go.
+        for i in range(1000):
+            c = Client(port)
+            self.assertEqual(c.hello("agent", "noisy")["type"], "auth_ok")
+            c.send({"v": 1, "type": "join", "id": 2, "node_id": f"n{i}", "host": "h",
+                    "slots": 1, "min_nodes": 2, "max_nodes": 2})
+            c.close()
+        victims = [self.agent(n, "-q", "--nodes", "2", "--gpus-per-node", "1", "--rdzv-endpoint",
+                              endpoint, "--run-id", "victim", "--heartbeat", "0.2",
+                              "--dead-after", "1.5", "--max-restarts", "0", "--", "sleep", "6")
+                   for n in ("a", "b")]
+        self.wait_started(["a", "b"])
+        attackers = []
+        for _ in range(8):
+            c = self.client(port)
+            self.assertEqual(c.hello("control", "noisy")["type"], "auth_ok")
+            attackers.append(c)
+        # All at once: 2,400 follows of a 1,000-event journal.
+        burst = b"".join(frame({"v": 1, "type": "events_follow", "id": 10 + k, "since": 0})
+                         for k in range(300))
+        for c in attackers:
+            c.sock.sendall(burst)
+        for p, n in zip(victims, "ab"):
+            self.assertEqual(p.wait(timeout=120), 0, self.read(f"{n}.log") + self.read("d.log"))
+        st = self.run_cmd("status", "--json", "--endpoint", endpoint, "victim")
+        self.assertEqual(st.returncode, 0, st.stderr)
+        self.assertEqual(json.loads(st.stdout)["restarts"], 0)
+        # One follow per connection; the others are refused, and the one replays the journal.
+        answers, events = {}, 0
+        deadline = time.monotonic() + 60
+        while (len(answers) < 300 or events < 900) and time.monotonic() < deadline:
+            m = attackers[0].recv(timeout=30)
+            self.assertIsNotNone(m)
+            if m["type"] == "event":
+                events += 1
+            elif "id" in m:
+                answers[m["id"]] = m.get("error", {}).get("code", "ok")
+        self.assertEqual(sorted(answers.values()).count("ok"), 1, answers)
+        self.assertEqual(sorted(answers.values()).count("limit_exceeded"), 299)
+        self.assertGreaterEqual(events, 900)
+        self.assertIsNone(d.poll())
+
+
+class Authority(Base):
+    """2. Credentials per job and role: a worker's key reaches its own job's store only; a job's
+    key controls that job only."""
+
+    def test_a_worker_reaches_its_own_store_only(self):
+        master = self.token("site.token", "site-secret")
+        d, port = self.daemon("--token-file", master)
+        endpoint = f"127.0.0.1:{port}"
+        b = self.agent("b", "-q", "--rdzv-endpoint", endpoint, "--run-id", "jobB",
+                       "--gpus-per-node", "1", "--token-file", master, "--", "sleep", "8")
+        self.wait_started(["b"])
+        out = os.path.join(self.dir, "worker.out")
+        script = (
+            f'D={dltest.DLAUNCH}; E={endpoint}; O={out};'
+            'echo "key=$(head -c 17 $DLAUNCH_TOKEN_FILE) env=${DLAUNCH_TOKEN:-none}" >> $O;'
+            '$D stop --endpoint $E jobB; echo "stop_other=$?" >> $O;'
+            '$D status --endpoint $E jobB; echo "status_other=$?" >> $O;'
+            '$D restart --endpoint $E jobA; echo "restart_own=$?" >> $O;'
+            'TORCHELASTIC_RUN_ID=jobB $D kv set x 1; echo "kv_other=$?" >> $O;'
+            '$D kv set x 1; echo "kv_own=$?" >> $O')
+        a = self.agent("a", "-q", "--rdzv-endpoint", endpoint, "--run-id", "jobA",
+                       "--gpus-per-node", "1", "--token-file", master, "--", "sh", "-c", script,
+                       env={"DLAUNCH_TOKEN": "site-secret"})
+        self.assertEqual(a.wait(timeout=60), 0, self.read("a.log"))
+        got = dict(w.split("=", 1) for line in self.read("worker.out").split("\n") if line
+                   for w in line.split(" "))
+        self.assertEqual(got["key"], "dlaunch-worker-v1")
+        self.assertEqual(got["env"], "none")
+        for k in ("stop_other", "status_other", "restart_own", "kv_other"):
+            self.assertEqual(got[k], "4", f"{k}: {got}")
+        self.assertEqual(got["kv_own"], "0")
+        # Job B never heard of it and ends on its own.
+        self.assertIsNone(b.poll(), self.read("b.log"))
+        self.assertEqual(b.wait(timeout=60), 0, self.read("b.log"))
+        self.assertNotIn("stopped", self.read("b.log"))
+
+    def test_a_jobs_key_controls_that_job_only(self):
+        master = self.token("site.token", "site-secret")
+        d, port = self.daemon("--token-file", master)
+        endpoint = f"127.0.0.1:{port}"
+        keys = {}
+        for job in ("jobA", "jobB"):
+            p = self.run_cmd("token", "--token-file", master, job)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertTrue(p.stdout.startswith(f"dlaunch-job-v1:{job}:"))
+            keys[job] = self.token(f"{job}.key", p.stdout.strip())
+        b = self.agent("b", "-q", "--rdzv-endpoint", endpoint, "--run-id", "jobB",
+                       "--gpus-per-node", "1", "--token-file", keys["jobB"], "--", "sleep", "30")
+        a = self.agent("a", "-q", "--rdzv-endpoint", endpoint, "--run-id", "jobA",
+                       "--gpus-per-node", "1", "--token-file", keys["jobA"], "--", "sleep", "30")
+        self.wait_started(["a", "b"])
+        ka = ["--endpoint", endpoint, "--token-file", keys["jobA"]]
+        self.assertEqual(self.run_cmd("stop", *ka, "jobB").returncode, 4)
+        self.assertEqual(self.run_cmd("status", *ka, "jobB").returncode, 4)
+        self.assertEqual(self.run_cmd("status", *ka).returncode, 4)  # every job: the site's
+        self.assertEqual(self.run_cmd("status", *ka, "jobA").returncode, 0)
+        # A's key cannot run an agent of B either.
+        p = self.run_cmd("--rdzv-endpoint", endpoint, "--run-id", "jobB", "--token-file",
+                         keys["jobA"], "--", "true")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIsNone(b.poll())
+        self.assertEqual(self.run_cmd("stop", *ka, "jobA").returncode, 0)
+        self.assertEqual(a.wait(timeout=60), 0, self.read("a.log"))
+        p = self.run_cmd("status", "--json", "--endpoint", endpoint, "--token-file", master)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        states = {j["run_id"]: j["state"] for j in json.loads(p.stdout)["jobs"]}
+        self.assertEqual(states, {"jobA": "stopped", "jobB": "running"})
+        self.assertEqual(self.run_cmd("stop", "--endpoint", endpoint, "--token-file",
+                                      keys["jobB"], "jobB").returncode, 0)
+        self.assertEqual(b.wait(timeout=60), 0)
+
+
+@unittest.skipUnless(os.geteuid() == 0, "needs root to run the other user as nobody")
+class OtherUser(Base):
+    """3. Without a token, only the job's own user reaches it; with one, its one-node store
+    wants it too."""
+
+    def test_another_user_cannot_reach_a_job_without_a_token(self):
+        port = free_port()
+        endpoint = f"127.0.0.1:{port}"
+        common = ["-q", "--nodes", "2", "--gpus-per-node", "1", "--rdzv-endpoint", endpoint,
+                  "--run-id", "job", "--", "sleep", "5"]
+        a = self.agent("a", "--node-rank", "0", *common)
+        b = self.agent("b", *common)
+        self.wait_started(["a", "b"])
+        for args, env in ((["stop", "--endpoint", endpoint, "job"], None),
+                          (["restart", "--endpoint", endpoint, "job"], None),
+                          (["status", "--endpoint", endpoint, "job"], None),
+                          (["kv", "set", "x", "1"],
+                           {"DLAUNCH_STORE": endpoint, "TORCHELASTIC_RUN_ID": "job"})):
+            p = self.run_cmd(*args, env=env, user=NOBODY)
+            self.assertEqual(p.returncode, 4, f"{args}: {p.stdout} {p.stderr}")
+        self.assertEqual([a.wait(timeout=60), b.wait(timeout=60)], [0, 0],
+                         self.read("a.log") + self.read("b.log"))
+        self.assertNotIn("stopped", self.read("a.log"))
+
+    def test_a_one_node_store_wants_the_jobs_token(self):
+        tok = self.token("job.token", "s3cret")
+        store_file = os.path.join(self.dir, "store")
+        open(store_file, "w").close()
+        wait = f'echo $DLAUNCH_STORE > {store_file}.new; mv {store_file}.new {store_file}; sleep 4'
+        with_token = self.agent("t", "-q", "--run-id", "one", "--token-file", tok, "--", "sh",
+                                "-c", wait)
+        self.wait_started(["t"])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not os.path.getsize(store_file):
+            time.sleep(0.05)
+        env = {"DLAUNCH_STORE": self.read("store").strip(), "TORCHELASTIC_RUN_ID": "one"}
+        p = self.run_cmd("kv", "set", "x", "1", env=env)
+        self.assertEqual(p.returncode, 4, p.stdout + p.stderr)
+        self.assertIn("token", p.stderr)
+        p = self.run_cmd("kv", "set", "x", "1", env=env, user=NOBODY)
+        self.assertEqual(p.returncode, 4, p.stderr)
+        self.assertEqual(with_token.wait(timeout=60), 0, self.read("t.log"))
+        open(store_file, "w").close()
+        without = self.agent("n", "-q", "--run-id", "two", "--", "sh", "-c", wait)
+        self.wait_started(["n"])
+        while time.monotonic() < deadline + 20 and not os.path.getsize(store_file):
+            time.sleep(0.05)
+        env = {"DLAUNCH_STORE": self.read("store").strip(), "TORCHELASTIC_RUN_ID": "two"}
+        p = self.run_cmd("kv", "set", "x", "1", env=env, user=NOBODY)
+        self.assertEqual(p.returncode, 4, p.stderr)
+        self.assertEqual(self.run_cmd("kv", "set", "x", "1", env=env).returncode, 0)
+        self.assertEqual(without.wait(timeout=60), 0, self.read("n.log"))
+
+
+class FakeServer:
+    """Listens where an agent expects its rendezvous and says what an attacker wants."""
+
+    def __init__(self, port, on_join):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(64)
+        self.sock.settimeout(0.2)
+        self.on_join = on_join
+        self.connections = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            self.connections += 1
+            try:
+                hello = read_frame(c, 5)
+                c.sendall(frame({"v": 1, "type": "auth_ok", "id": hello["id"]}))
+                while not self.stop:
+                    m = read_frame(c, 5)
+                    if m is None:
+                        break
+                    if m["type"] == "join":
+                        c.sendall(self.on_join(self.connections, m))
+            except (OSError, TypeError, ValueError):
+                pass
+            c.close()
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.sock.close()
+
+
+def assignment(id_, local, master="10.0.0.1"):
+    return frame({"v": 1, "type": "assignment", "id": id_, "round": 0, "node_rank": 0,
+                  "nodes": 1, "world_size": local, "first_rank": 0, "local_world_size": local,
+                  "master_addr": master, "master_port": 29500, "store_addr": "127.0.0.1:1"})
+
+
+class FakeRendezvous(Base):
+    """4. An agent believes only a server that proves the token (or, without one, a server of
+    its own user), and even then no assignment it did not ask for."""
+
+    def test_a_squatter_with_no_token_gets_no_workers(self):
+        port = free_port()
+        fake = FakeServer(port, lambda n, m: assignment(m["id"], 40, "10.0.0.1\nLD_PRELOAD=/x"))
+        try:
+            tok = self.token("job.token", "s3cret")
+            # Node rank 0 finds its port taken and joins whatever listens there.
+            p = self.agent("a", "--nodes", "2", "--node-rank", "0", "--gpus-per-node", "1",
+                           "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-id", "job",
+                           "--join-timeout", "5", "--token-file", tok, "--", "true")
+            self.assertEqual(p.wait(timeout=60), 4, self.read("a.log"))
+        finally:
+            fake.close()
+        self.assertIn("did not ask for the job token", self.read("a.log"))
+        self.assertFalse([e for e in self.evs("a") if e["event"] == "worker_start"])
+
+    def test_assignments_are_checked(self):
+        port = free_port()
+        # Without a token the fake is trusted as far as its uid goes (it is ours); what it
+        # assigns is not: 40 workers for a node of 1, then a master address with a new line.
+        fake = FakeServer(port, lambda n, m: assignment(m["id"], 40) if n % 2
+                          else assignment(m["id"], 1, "10.0.0.1\nLD_PRELOAD=/x"))
+        try:
+            p = self.agent("a", "--nodes", "2", "--node-rank", "1", "--gpus-per-node", "1",
+                           "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-id", "job",
+                           "--join-timeout", "3", "--", "true")
+            self.assertEqual(p.wait(timeout=60), 4, self.read("a.log"))
+        finally:
+            fake.close()
+        log = self.read("a.log")
+        self.assertIn("40 workers on this node, which offered 1", log)
+        self.assertIn("master_addr", log)
+        self.assertFalse([e for e in self.evs("a") if e["event"] == "worker_start"], log)
+        self.assertLessEqual(fake.connections, 12, log)
+
+
+class Bounds(Base):
+    """5. Every resource a client can make the server hold has a bound."""
+
+    def test_memory_of_all_stores_is_capped(self):
+        d, port = self.daemon("--max-memory", "24")
+        before = rss_kib(d.pid)
+        value = "v" * (1 << 19)
+        stored = 0
+        codes = set()
+        for j in range(4):
+            agent = self.client(port)
+            self.assertEqual(agent.hello("agent", f"big{j}")["type"], "auth_ok")
+            agent.send({"v": 1, "type": "join", "id": 99, "node_id": "n", "host": "h",
+                        "slots": 1, "min_nodes": 2, "max_nodes": 2})
+            for i in range(40):
+                r = agent.call({"type": "kv_set", "key": f"k{i}", "value": value})
+                if r["type"] == "reply":
+                    stored += 1
+                else:
+                    codes.add(r["error"]["code"])
+                    break
+        self.assertEqual(codes, {"limit_exceeded"})
+        self.assertLessEqual(stored * len(value), 24 << 20)
+        self.assertGreaterEqual(stored, 30)
+        if not sanitized(d.pid):
+            self.assertLess(rss_kib(d.pid) - before, 80 * 1024)
+        self.assertIsNone(d.poll())
+
+    def test_waits_are_counted(self):
+        d, port = self.daemon()
+        agent = self.client(port)
+        self.assertEqual(agent.hello("agent", "w")["type"], "auth_ok")
+        agent.send({"v": 1, "type": "join", "id": 99, "node_id": "n", "host": "h", "slots": 1,
+                    "min_nodes": 2, "max_nodes": 2})
+        before = rss_kib(d.pid)
+        keys = [f"key-{i:06d}" for i in range(1024)]
+        n = 2000
+        blob = b"".join(frame({"v": 1, "type": "kv_wait", "id": 1000 + i,
+                               "keys": [f"{i}-{k}" for k in keys], "timeout_ms": 60000})
+                        for i in range(n))
+        sender = threading.Thread(target=agent.sock.sendall, args=(blob,))
+        sender.start()
+        refused = 0
+        deadline = time.monotonic() + 120
+        while refused < n - 256 and time.monotonic() < deadline:
+            m = agent.recv(timeout=20)
+            self.assertIsNotNone(m)
+            if m.get("error", {}).get("code") == "limit_exceeded":
+                refused += 1
+        sender.join()
+        self.assertEqual(refused, n - 256)
+        if not sanitized(d.pid):
+            self.assertLess(rss_kib(d.pid) - before, 100 * 1024)
+
+    def test_idle_and_unfinished_frames_are_bounded(self):
+        d, port = self.daemon("--idle-timeout", "2", "--frame-timeout", "2")
+        grown = []
+        for wave in range(2):
+            before = rss_kib(d.pid)
+            holders = []
+            for _ in range(100):
+                c = Client(port)
+                self.assertEqual(c.hello("control", "x")["type"], "auth_ok")
+                # A 1 MiB frame announced, all of it but the last byte sent, then silence.
+                c.sock.sendall(struct.pack(">I", 1 << 20) + b"{" + b" " * ((1 << 20) - 2))
+                holders.append(c)
+            idle = Client(port)
+            self.assertEqual(idle.hello("control", "x")["type"], "auth_ok")
+            t0 = time.monotonic()
+            for c in holders + [idle]:
+                m = c.recv(timeout=30)
+                self.assertEqual(m["error"]["code"], "limit_exceeded", m)
+                self.assertIsNone(c.recv(timeout=30))
+                c.close()
+            self.assertLess(time.monotonic() - t0, 60)
+            grown.append(rss_kib(d.pid) - before)
+        # What the first wave held (100 MiB of frames) was given back and served the second:
+        # had it been kept, the second wave would add about as much again.
+        if not sanitized(d.pid):
+            self.assertLess(grown[1], 50 * 1024, grown)
+        self.assertIsNone(d.poll())
+
+    def test_journals_of_unknown_jobs_are_not_kept(self):
+        d, port = self.daemon()
+        c = self.client(port)
+        for i in range(200):
+            c = Client(port)
+            self.assertEqual(c.hello("control", f"ghost{i}")["type"], "auth_ok")
+            r = c.call({"type": "events_follow"})
+            self.assertEqual(r["error"]["code"], "not_found")
+            c.close()
+
+    def test_squatting_joins_and_long_timeouts(self):
+        d, port = self.daemon("--max-jobs-per-peer", "8", "--max-timeout", "60")
+        codes = []
+        for i in range(10):
+            c = self.client(port, source="127.0.0.2")
+            self.assertEqual(c.hello("agent", f"squat{i}")["type"], "auth_ok")
+            # The join waits for a second node; the kv_get after it answers at once, so
+            # whatever the join got came before.
+            c.send({"v": 1, "type": "join", "id": 1, "node_id": "n", "host": "h", "slots": 1,
+                    "min_nodes": 2, "max_nodes": 2, "join_timeout_ms": 50000})
+            c.send({"v": 1, "type": "kv_get", "id": 2, "key": "k"})
+            code = "waiting"
+            while True:
+                m = c.recv()
+                if m["id"] == 1:
+                    code = m["error"]["code"]
+                if m["id"] == 2:
+                    break
+            codes.append(code)
+        self.assertEqual(codes, ["waiting"] * 8 + ["limit_exceeded"] * 2)
+        c = self.client(port)
+        self.assertEqual(c.hello("agent", "forever")["type"], "auth_ok")
+        r = c.call({"type": "join", "node_id": "n", "host": "h", "slots": 1, "min_nodes": 2,
+                    "max_nodes": 2, "join_timeout_ms": 10 ** 12})
+        self.assertEqual(r["error"]["code"], "bad_field")
+        # A real job from another address still starts and runs.
+        endpoint = f"127.0.0.1:{port}"
+        procs = [self.agent(n, "-q", "--nodes", "2", "--gpus-per-node", "1", "--rdzv-endpoint",
+                            endpoint, "--run-id", "real", "--join-timeout", "30", "--", "true")
+                 for n in "ab"]
+        self.assertEqual([p.wait(timeout=60) for p in procs], [0, 0],
+                         self.read("a.log") + self.read("b.log"))
+
+    def test_colliding_keys_cost_what_other_keys_cost(self):
+        keygen = os.path.join(os.environ.get("BUILD_ROOT", "build"), "tests", "rendezvous",
+                              "collide-keys")
+        n = 40000
+        colliding = subprocess.run([keygen, str(n)], check=True, stdout=subprocess.PIPE,
+                                   text=True, timeout=300).stdout.split()
+        rng = random.Random(7)
+        plain = ["".join(rng.choice("abcdefghijklmnop") for _ in range(8)) for _ in range(n)]
+        d, port = self.daemon()
+
+        def cost(run_id, keys):
+            c = self.client(port)
+            self.assertEqual(c.hello("agent", run_id)["type"], "auth_ok")
+            c.send({"v": 1, "type": "join", "id": 99, "node_id": "n", "host": "h", "slots": 1,
+                    "min_nodes": 2, "max_nodes": 2})
+            t0 = cpu_seconds(d.pid)
+            blob = b"".join(frame({"v": 1, "type": "kv_set", "id": i, "key": k, "value": "1"})
+                            for i, k in enumerate(keys))
+            sender = threading.Thread(target=c.sock.sendall, args=(blob,))
+            sender.start()
+            got = 0
+            while got < len(keys):
+                m = c.recv(timeout=120)
+                self.assertIsNotNone(m)
+                self.assertEqual(m["type"], "reply", m)
+                got += 1
+            sender.join()
+            return cpu_seconds(d.pid) - t0
+
+        base = cost("plain", plain)
+        attacked = cost("colliding", colliding)
+        self.assertLess(attacked, 2 * base + 0.5, f"plain {base:.2f} s, colliding {attacked:.2f} s")
+
+
+class Smaller(Base):
+    """6. The smaller findings."""
+
+    def test_a_misbehaving_server_gets_backoff_not_a_storm(self):
+        port = free_port()
+        fake = FakeServer(port, lambda n, m: frame({"v": 1, "type": "bogus"}))
+        try:
+            t0 = time.monotonic()
+            p = self.agent("a", "--nodes", "2", "--node-rank", "1", "--gpus-per-node", "1",
+                           "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-id", "job",
+                           "--join-timeout", "3", "--", "true")
+            code = p.wait(timeout=60)
+            took = time.monotonic() - t0
+        finally:
+            fake.close()
+        self.assertNotEqual(code, 0)
+        self.assertLessEqual(fake.connections, 12, self.read("a.log"))
+        self.assertLess(took, 30)
+
+    def test_names_and_reasons_reach_no_terminal_raw(self):
+        d, port = self.daemon()
+        endpoint = f"127.0.0.1:{port}"
+        c = self.client(port)
+        self.assertEqual(c.hello("agent", "esc")["type"], "auth_ok")
+        r = c.call({"type": "join", "node_id": "evil\x1b[2J\nFAKE", "host": "h\x1b", "slots": 1})
+        self.assertEqual(r["error"]["code"], "bad_field")
+        r = c.call({"type": "join", "node_id": "n0", "host": "h", "slots": 1, "min_nodes": 1,
+                    "max_nodes": 1, "max_restarts": 0})
+        self.assertEqual(r["type"], "assignment")
+        r = c.call({"type": "worker_failed", "round": 0, "rank": 0, "exit_code": 1,
+                    "reason": "evil\x1b[31m\nFAKE LOG LINE"})
+        self.assertEqual(r["type"], "reply")
+        p = self.run_cmd("status", "--endpoint", endpoint, "esc")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("evil", p.stdout)
+        self.assertNotIn("\x1b", p.stdout)
+        self.assertFalse([l for l in p.stdout.split("\n") if l.startswith("FAKE")])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "evil" not in self.read("d.log"):
+            time.sleep(0.05)
+        log = self.read("d.log")
+        self.assertIn("evil", log)
+        self.assertNotIn("\x1b", log)
+        self.assertFalse([l for l in log.split("\n") if l.startswith("FAKE")], log)
+
+    def test_a_reused_run_id_starts_a_new_story(self):
+        d, port = self.daemon("--linger", "0.5")
+        endpoint = f"127.0.0.1:{port}"
+        p = self.run_cmd("-q", "--rdzv-endpoint", endpoint, "--run-id", "again",
+                         "--gpus-per-node", "1", "--", "true")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        time.sleep(1.5)
+        started = time.time()
+        second = self.agent("b", "-q", "--rdzv-endpoint", endpoint, "--run-id", "again",
+                            "--gpus-per-node", "1", "--", "sleep", "2")
+        self.wait_started(["b"])
+        ev = self.run_cmd("events", "--timeout", "30", "--endpoint", endpoint, "again")
+        self.assertEqual(ev.returncode, 0, ev.stderr)
+        self.assertEqual(second.wait(timeout=60), 0)
+        evs = [json.loads(l) for l in ev.stdout.split("\n") if l]
+        self.assertTrue(evs)
+        self.assertFalse([e for e in evs if e["time"] < started - 0.5], evs)
+        self.assertEqual([e["event"] for e in evs].count("job_end"), 1)
+
+    def test_the_largest_id_is_echoed(self):
+        d, port = self.daemon()
+        c = self.client(port)
+        self.assertEqual(c.hello("agent", "ids")["type"], "auth_ok")
+        big = 2 ** 63 - 1
+        c.send({"v": 1, "type": "join", "id": big, "node_id": "n", "host": "h", "slots": 1,
+                "min_nodes": 3, "max_nodes": 2})
+        r = c.recv()
+        self.assertEqual((r["type"], r["id"], r["error"]["code"]), ("error", big, "bad_field"))
+        c.send({"v": 1, "type": "join", "id": big, "node_id": "n", "host": "h", "slots": 1,
+                "min_nodes": 1, "max_nodes": 1})
+        r = c.recv()
+        self.assertEqual((r["type"], r["id"]), ("assignment", big))
+        c.send({"v": 1, "type": "kv_get", "id": big, "key": "nope"})
+        r = c.recv()
+        self.assertEqual((r["id"], r["error"]["code"]), (big, "not_found"))
+        self.assertNotIn("runtime error", self.read("d.log"))
+
+    def test_a_valid_token_for_another_job_is_refused(self):
+        tok = self.token("job.token", "s3cret")
+        port = free_port()
+        host = self.agent("h", "-q", "--nodes", "2", "--node-rank", "0", "--gpus-per-node", "1",
+                          "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-id", "mine",
+                          "--token-file", tok, "--join-timeout", "30", "--", "true")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        c = self.client(port)
+        r = c.hello("control", "other", "s3cret")
+        self.assertEqual(r["error"]["code"], "auth_failed")
+        c = self.client(port)
+        self.assertEqual(c.hello("control", "mine", "s3cret")["type"], "auth_ok")
+        host.kill()
+
+    def test_run_id_dot_dot_is_refused(self):
+        sub = os.path.join(self.dir, "sub")
+        os.mkdir(sub)
+        p = subprocess.run([dltest.DLAUNCH, "--run-id", "..", "--", "true"], cwd=sub,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "attempt_0")))
+        self.assertFalse(os.path.exists(os.path.join(sub, "attempt_0")))
+
+
+if __name__ == "__main__":
+    dltest.main()

@@ -460,7 +460,9 @@ static void send_assignment(dl_rdzv_core_t *core, dl__rdzv_job_t *job, dl__rdzv_
     msg->assignment.world_size = job->world_size;
     msg->assignment.first_rank = m->first_rank;
     msg->assignment.local_world_size = m->slots;
-    msg->assignment.restarts = job->restarts;
+    /* Every round is an attempt of its own (its log folder, TORCHELASTIC_RESTART_COUNT), while
+     * only failures spend the restart budget (job->restarts). */
+    msg->assignment.restarts = job->round;
     msg->assignment.max_restarts = job->opts.max_restarts;
     msg->assignment.master_addr = job->master_addr;
     msg->assignment.master_port = job->master_port;
@@ -507,14 +509,16 @@ static void time_out(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now)
 }
 
 /* Ends the running round for reason: every member but dead hears of round R+1 and must JOIN
- * again; dead's connection is closed. Past max_restarts the job fails instead. */
+ * again; dead's connection is closed. A failure (a worker's, a lost node) spends one of the
+ * max_restarts, and past them the job fails instead; an operator's restart or a node joining an
+ * elastic job is no failure and spends none, as torchrun counts membership changes. */
 static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, const char *reason,
                       dl_rdzv_cause_t cause, dl__rdzv_member_t *dead)
 {
     bool failure = cause == DL_RDZV_CAUSE_WORKER_FAILED || cause == DL_RDZV_CAUSE_NODE_LOST;
     if (failure && !job->failure)
         job->failure = strdup(reason);
-    if (job->restarts >= job->opts.max_restarts) {
+    if (failure && job->restarts >= job->opts.max_restarts) {
         const char *why = job->failure ? job->failure : reason;
         for (size_t i = 0; i < job->nmembers; i++) {
             dl__rdzv_member_t *m = job->members[i];
@@ -529,13 +533,14 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
             msg->failed.failure = why;
             msg->failed.cause = cause;
         }
-        dl__rdzv_log(core, DL_RDZV_LOG_ERROR, job->run_id, "job failed after %d restarts: %s",
-                     job->restarts, why);
+        dl__rdzv_log(core, DL_RDZV_LOG_ERROR, job->run_id, "job failed after %d restart%s: %s",
+                     job->restarts, job->restarts == 1 ? "" : "s", why);
         finish(core, job, DL_RDZV_JOB_FAILED, now);
         return;
     }
     int next = job->round + 1;
-    job->restarts++;
+    if (failure)
+        job->restarts++;
     for (size_t i = 0; i < job->nmembers; i++) {
         dl__rdzv_member_t *m = job->members[i];
         if (m == dead) {
@@ -548,8 +553,13 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
         msg->round_changed.reason = reason;
         msg->round_changed.cause = cause;
     }
-    dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id, "round %d -> %d (restart %d of %d): %s",
-                 job->round, next, job->restarts, job->opts.max_restarts, reason);
+    if (failure)
+        dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id, "round %d -> %d (restart %d of %d): %s",
+                     job->round, next, job->restarts, job->opts.max_restarts, reason);
+    else
+        dl__rdzv_log(core, DL_RDZV_LOG_INFO, job->run_id,
+                     "round %d -> %d (no failure: the restart budget stays %d of %d): %s",
+                     job->round, next, job->restarts, job->opts.max_restarts, reason);
     members_clear(core, job);
     dl__rdzv_store_clear(core, job, -ESTALE, dl__rdzv_printf(core, "round %d is over", job->round));
     job->round = next;
@@ -700,8 +710,9 @@ static dl__rdzv_job_t *join_job(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev,
      * forever. */
     if (dl__rdzv_heap_reserve(&core->heap, 1) == 0)
         dl__rdzv_timer_arm(&core->heap, &job->join, now + job->opts.join_timeout);
-    dl__rdzv_log(core, DL_RDZV_LOG_INFO, job->run_id, "job created: nodes %d:%d, %d restarts",
-                 o->min_nodes, o->max_nodes, o->max_restarts);
+    dl__rdzv_log(core, DL_RDZV_LOG_INFO, job->run_id,
+                 "job created: nodes %d:%d, at most %d restart%s after failures", o->min_nodes,
+                 o->max_nodes, o->max_restarts, o->max_restarts == 1 ? "" : "s");
     return job;
 }
 
@@ -911,8 +922,8 @@ static void on_leave(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now
     for (size_t i = 0; i < job->nmembers; i++)
         dl__rdzv_send(core, member_conn(job->members[i]), DL_RDZV_MSG_SUCCEEDED, 0, job->run_id)
             ->succeeded.round = job->round;
-    dl__rdzv_log(core, DL_RDZV_LOG_INFO, job->run_id, "job succeeded in round %d, %d restarts",
-                 job->round, job->restarts);
+    dl__rdzv_log(core, DL_RDZV_LOG_INFO, job->run_id, "job succeeded in round %d, %d restart%s",
+                 job->round, job->restarts, job->restarts == 1 ? "" : "s");
     finish(core, job, DL_RDZV_JOB_SUCCEEDED, now);
 }
 

@@ -523,11 +523,34 @@ START_TEST(restart_request_opens_a_round)
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 2);
     ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.cause,
                      DL_RDZV_CAUSE_REQUESTED);
+    /* An operator's restart is no failure: it spends none of the budget. */
     const dl_rdzv_job_status_t *js = h_status(&h, "job", 3);
-    ck_assert_int_eq(js->restarts, 1);
+    ck_assert_int_eq(js->restarts, 0);
     ck_assert_ptr_null(js->failure);
     h_control(&h, DL_RDZV_EV_RESTART, 50, "nope", 4);
     ck_assert_int_eq(h_error(&h, 50), -ENOENT);
+    h_fini(&h);
+}
+END_TEST
+
+START_TEST(restart_request_without_budget_still_restarts)
+{
+    harness_t h;
+    h_init(&h);
+    dl_rdzv_job_opts_t o = h_opts(2, 2);
+    o.max_restarts = 0;
+    h_join(&h, 1, "job", 1, &o, 0);
+    h_join(&h, 2, "job", 1, &o, 1);
+    h_control(&h, DL_RDZV_EV_RESTART, 50, "job", 2);
+    ck_assert_ptr_nonnull(h_msg(&h, 50, DL_RDZV_MSG_OK));
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_FAILED), 0);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 2);
+    /* Round 1 forms and its assignment counts the attempt, for TORCHELASTIC_RESTART_COUNT. */
+    h_join(&h, 1, "job", 1, &o, 3);
+    h_join(&h, 2, "job", 1, &o, 3);
+    const dl_rdzv_msg_t *as = h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT);
+    ck_assert_ptr_nonnull(as);
+    ck_assert_int_eq(as->assignment.restarts, 1);
     h_fini(&h);
 }
 END_TEST
@@ -919,6 +942,7 @@ int main(void)
     tcase_add_test(tc, zero_restarts_fail_at_the_first_failure);
     tcase_add_test(tc, stop_ends_the_job_and_it_is_forgotten_later);
     tcase_add_test(tc, restart_request_opens_a_round);
+    tcase_add_test(tc, restart_request_without_budget_still_restarts);
     tcase_add_test(tc, status_shows_members_and_heartbeat_ages);
     tcase_add_test(tc, every_member_leaving_ok_succeeds);
     tcase_add_test(tc, a_failure_after_a_leave_still_restarts_everyone);

@@ -188,7 +188,8 @@ class Rendezvous(dltest.Case):
         self.procs.append(d)
         self.endpoint = f"127.0.0.1:{self.port}"
         script = 'echo restart=$TORCHELASTIC_RESTART_COUNT; exec sleep 60'
-        procs = [self.agent("--max-restarts", "3", "--", "sh", "-c", script, name=n)
+        # No restart budget: an operator's restart is no failure and must spend none.
+        procs = [self.agent("--max-restarts", "0", "--", "sh", "-c", script, name=n)
                  for n in ("a", "b")]
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not all(
@@ -207,6 +208,9 @@ class Rendezvous(dltest.Case):
         for n in "ab":
             self.assertTrue(any(e["event"] == "worker_start" and e["attempt"] == 1
                                 for e in self.evs(n)), self.log(n))
+        st = self.dlaunch("status", "--json", "--endpoint", self.endpoint, "job", check_code=0)
+        self.assertEqual((json.loads(st.stdout)["state"], json.loads(st.stdout)["restarts"]),
+                         ("running", 0))
         # A long timeout: sanitizer builds on a loaded machine are slow to connect.
         follower = subprocess.Popen([dltest.DLAUNCH, "events", "--timeout", "60", "--endpoint",
                                      self.endpoint, "job"],

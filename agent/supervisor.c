@@ -14,6 +14,16 @@ void dl_sup_init(dl_sup_t *sup, int nworkers, int max_restarts)
     sup->phase = DL_SUP_IDLE;
 }
 
+void dl_sup_set_in_job(dl_sup_t *sup, bool on)
+{
+    sup->in_job = on;
+}
+
+int dl_sup_restarts_used(const dl_sup_t *sup)
+{
+    return sup->attempt + sup->recoveries;
+}
+
 void dl_sup_init_remote(dl_sup_t *sup, int nworkers)
 {
     dl_sup_init(sup, nworkers, 0);
@@ -22,6 +32,7 @@ void dl_sup_init_remote(dl_sup_t *sup, int nworkers)
 
 static void start_attempt(dl_sup_t *sup, dl_sup_actions_t *act)
 {
+    sup->recovering = false;
     sup->phase = DL_SUP_RUNNING;
     sup->stop = DL_SUP_STOP_NONE;
     sup->running = sup->nworkers;
@@ -110,9 +121,24 @@ static void worker_failed(dl_sup_t *sup, const dl_sup_event_t *ev, double now,
         begin_stop(sup, act, DL_SUP_STOP_REPORT, SIGTERM);
         return;
     }
-    begin_stop(sup, act,
-               sup->attempt < sup->max_restarts ? DL_SUP_STOP_RESTART : DL_SUP_STOP_FAIL,
-               SIGTERM);
+    bool left = dl_sup_restarts_used(sup) < sup->max_restarts;
+    /* In-job: the others go on, a replacement joins them (docs/recovery.md). Not while another
+     * recovery is under way (that one failed then: back to a restart), nor once a worker of the
+     * attempt finished (the job is ending). */
+    if (sup->in_job && ev->recoverable && left && !sup->recovering && sup->succeeded == 0) {
+        sup->recoveries++;
+        sup->recovering = true;
+        sup->running++; /* the replacement */
+        act->flags |= DL_SUP_RECOVER;
+        act->rank = ev->rank;
+        act->attempt = sup->attempt;
+        return;
+    }
+    if (sup->recovering) {
+        sup->recovering = false;
+        act->flags |= DL_SUP_RECOVERY_OFF;
+    }
+    begin_stop(sup, act, left ? DL_SUP_STOP_RESTART : DL_SUP_STOP_FAIL, SIGTERM);
 }
 
 /* Remote: the round changed under running workers, or the job ended for every node. */
@@ -207,6 +233,23 @@ dl_sup_actions_t dl_sup_step(dl_sup_t *sup, const dl_sup_event_t *ev, double now
                 begin_stop(sup, &act, DL_SUP_STOP_SIGNAL, ev->signal);
             }
         }
+        break;
+
+    case DL_SUP_EV_RECOVERED:
+        sup->recovering = false;
+        break;
+
+    case DL_SUP_EV_RECOVERY_FAILED:
+        /* The recovery's failure is the attempt's: back to a restart from the last checkpoint,
+         * which spends one more (the recovery spent its own). */
+        if (!sup->recovering || sup->phase != DL_SUP_RUNNING || sup->stop != DL_SUP_STOP_NONE)
+            break;
+        sup->recovering = false;
+        act.flags |= DL_SUP_RECOVERY_OFF;
+        begin_stop(sup, &act,
+                   dl_sup_restarts_used(sup) < sup->max_restarts ? DL_SUP_STOP_RESTART
+                                                                 : DL_SUP_STOP_FAIL,
+                   SIGTERM);
         break;
 
     case DL_SUP_EV_STOP_TIMEOUT:

@@ -275,8 +275,8 @@ static int setup_shm(dl_coll_group_t *g, dl__coll_boot_t *boot, const blob_t *bl
     char name[96];
     /* Port and leader pid keep concurrent jobs apart; the host hash keeps fake hosts (tests) on
      * one machine apart. */
-    snprintf(name, sizeof(name), "/dlcoll-%d-%d-%08" PRIx32, g->opts.master_port, lead->pid,
-             (uint32_t)lead->host_a);
+    snprintf(name, sizeof(name), "/dlcoll-%d-%d-%08" PRIx32 "-%d", g->opts.master_port,
+             lead->pid, (uint32_t)lead->host_a, g->opts.generation);
     void *map = NULL;
     int r = 0;
     if (ln > 1 && g->local_rank == 0)
@@ -374,7 +374,8 @@ static int setup(dl_coll_group_t *g, dl__coll_boot_t *boot, char *err, size_t er
     unsigned char raw[BLOB_BYTES], *table = NULL;
     blob_t *blobs = NULL;
     char key[DL_COLL_RUN_ID_MAX + 64];
-    int klen = snprintf(key, sizeof(key), "%s|%d|%d", o->run_id, o->world_size, o->master_port);
+    int klen = snprintf(key, sizeof(key), "%s|%d|%d|%d", o->run_id, o->world_size,
+                        o->master_port, o->generation);
     uint64_t job_key = dl__coll_hash64(key, (size_t)klen, 7);
 
     host_identity(o, &mine.host_a, &mine.host_b, &mine.machine);
@@ -485,6 +486,23 @@ void dl_coll_group_destroy(dl_coll_group_t *g)
     free(g);
 }
 
+void dl_coll_group_abort(dl_coll_group_t *g, const char *why)
+{
+    if (g == NULL)
+        return;
+    /* The text first, then the flag that publishes it; one abort wins. */
+    int expected = 0;
+    if (__atomic_load_n(&g->aborted, __ATOMIC_ACQUIRE))
+        goto raise;
+    snprintf(g->abort_why, sizeof(g->abort_why), "%s",
+             why != NULL && why[0] != '\0' ? why : "the group was aborted");
+    __atomic_compare_exchange_n(&g->aborted, &expected, 1, 0, __ATOMIC_RELEASE,
+                                __ATOMIC_RELAXED);
+raise:
+    dl__coll_shm_abort(g->shm);
+    dl__coll_tcp_abort(g->tcp);
+}
+
 /* ---- operations ------------------------------------------------------------------------------ */
 
 /* A failure anywhere takes the whole group down, and the peers with it: their waits on this rank
@@ -493,6 +511,14 @@ int dl__coll_broken(dl_coll_group_t *g, int r)
 {
     if (r >= 0)
         return r;
+    /* Aborted on purpose: say so, not what the transport made of it ("another rank failed"). */
+    if (__atomic_load_n(&g->aborted, __ATOMIC_ACQUIRE) == 1) {
+        g->aborted = 2;
+        if (g->err.code == 0 || g->err.code == -ECONNABORTED) {
+            g->err.code = -ECANCELED;
+            snprintf(g->err.msg, sizeof(g->err.msg), "%s", g->abort_why);
+        }
+    }
     if (g->err.code == 0)
         dl__coll_fail(&g->err, r, "%s", strerror(-r));
     dl__coll_shm_abort(g->shm);

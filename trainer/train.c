@@ -74,7 +74,41 @@ typedef struct {
     double last_loss;
     dl_train_divergence_t watch;
     unsigned rollbacks;
+
+    /* In-job recovery (docs/recovery.md): the state after the last complete step stays whole
+     * while the next step is made, so that the group can go on from it whatever broke when. */
+    bool rec;
+    bool comm_failed;   /* a hook failed: the group is broken */
+    bool state_valid;   /* this rank holds a whole state (false until the start state is in) */
+    int world;          /* the world the shards were cut for */
+    float *p_alt;       /* the other parameter buffer: the step before, or the one being made */
+    float *mbuf[2];     /* momentum: the whole (unsharded) or this rank's block (sharded) */
+    float *mpriv;       /* unsharded: the allocation of both buffers */
+    uint64_t *mstep;    /* mstep[b]: the step whose momentum mbuf[b] holds; REC_NONE: being made */
+    uint64_t mstep_priv[2];
+    void *mshared;      /* sharded: the block the host's ranks can read: header, mbuf[0], [1] */
+    int cur;            /* mbuf[cur] holds the momentum of the last complete step */
+    struct snap_s {
+        uint64_t step, epoch;
+        size_t pos;
+        dl_train_divergence_t watch;
+    } snap[2];          /* snap[cur]: sampler and loss watch after the last complete step */
+    /* Sharded: every host rank's block (header and both buffers) as the broken group left it. */
+    struct rescued_s {
+        int rank;
+        uint64_t mstep[2];
+        float *buf; /* 2 x shard_len */
+    } *rescued;
+    size_t nrescued;
+    float *xfer;        /* shard_len floats: a block broadcast for another rank */
+    double failed_at;   /* when this rank saw the group break */
+    unsigned recoveries;
 } run_t;
+
+/* A buffer of mstep being written: it holds no step. */
+#define REC_NONE UINT64_MAX
+/* The shared block's header before the two momentum buffers (whole cache lines). */
+#define REC_HDR_FLOATS 16
 
 /* Where the spare floats after the parameters sit (see DL_TRAIN_SPARE_FLOATS). */
 #define VOTE_AT(r) ((r)->n_params)
@@ -104,6 +138,8 @@ static const char *comm_error(const run_t *r, int rc)
 }
 
 static void say(const run_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void phase(run_t *r, int which);
+static int rec_shared_alloc(run_t *r);
 
 static void say(const run_t *r, const char *fmt, ...)
 {
@@ -261,9 +297,46 @@ static int setup(run_t *r)
 
     /* Padded too: checkpoints gather the momentum's shards into it. */
     padded = (padded + 15) & ~(size_t)15;
-    r->momentum = aligned_alloc(64, padded * sizeof(float));
-    if (r->momentum != NULL)
-        memset(r->momentum, 0, padded * sizeof(float));
+    r->world = world;
+    r->rec = world > 1 && r->comm->rejoin != NULL && r->comm->allgather_bytes != NULL;
+    r->mstep = r->mstep_priv;
+    if (r->rec) {
+        size_t pcap = dl_train_mlp_capacity(r->mlp);
+        r->p_alt = aligned_alloc(64, ((pcap + 15) & ~(size_t)15) * sizeof(float));
+        if (r->p_alt == NULL)
+            return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for the parameters");
+        memset(r->p_alt, 0, pcap * sizeof(float));
+        if (!r->sharded) {
+            /* Both momentum buffers whole: every rank holds all of it. */
+            r->mpriv = aligned_alloc(64, 2 * padded * sizeof(float));
+            if (r->mpriv == NULL)
+                return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for momentum");
+            memset(r->mpriv, 0, 2 * padded * sizeof(float));
+            r->mbuf[0] = r->mpriv;
+            r->mbuf[1] = r->mpriv + padded;
+        }
+        r->mstep[0] = 0;
+        r->mstep[1] = REC_NONE;
+    }
+    if (r->rec && r->sharded && !r->comm->joining) {
+        r->xfer = aligned_alloc(64, r->shard_len * sizeof(float));
+        if (r->xfer == NULL)
+            return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for momentum");
+        rc = rec_shared_alloc(r);
+        if (rc < 0)
+            return rc;
+    } else if (r->rec && r->sharded) {
+        r->xfer = aligned_alloc(64, r->shard_len * sizeof(float));
+        if (r->xfer == NULL)
+            return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for momentum");
+    }
+    if (r->rec && !r->sharded) {
+        r->momentum = r->mbuf[0];
+    } else {
+        r->momentum = aligned_alloc(64, padded * sizeof(float));
+        if (r->momentum != NULL)
+            memset(r->momentum, 0, padded * sizeof(float));
+    }
     r->figs = world > 1 ? calloc(3 * (size_t)world, sizeof(float)) : NULL;
     r->x = malloc(cap * cfg->sizes[0] * sizeof(float));
     r->y = malloc(cap);
@@ -284,6 +357,98 @@ static int setup(run_t *r)
     r->sched.total_steps = r->total_steps;
     dl_train_divergence_init(&r->watch, cfg->divergence_factor, cfg->divergence_window);
     return 0;
+}
+
+/* ---- In-job recovery: the state kept whole ------------------------------------------------ */
+
+static int hook_failed(run_t *r, int rc)
+{
+    if (rc < 0 && !r->comm_failed) {
+        r->comm_failed = true;
+        r->failed_at = now();
+    }
+    return rc;
+}
+
+/* Sharded: this rank's block of the momentum, twice, in memory the host's other ranks can read
+ * (also once this rank died), after a header saying which step each buffer holds. */
+static int rec_shared_alloc(run_t *r)
+{
+    const dl_train_comm_t *c = r->comm;
+    size_t bytes = (REC_HDR_FLOATS + 2 * r->shard_len) * sizeof(float);
+    void *p = NULL;
+
+    if (c->mem_alloc != NULL) {
+        int rc = hook_failed(r, c->mem_alloc(c->ctx, bytes, &p));
+        if (rc < 0)
+            return dl__train_err(rc, r->err, r->errlen, "shared memory for the optimizer state: %s",
+                                 comm_error(r, rc));
+    } else {
+        /* No replica on the host then: a lost block ends in a restart. */
+        free(r->mpriv);
+        r->mpriv = p = aligned_alloc(64, bytes);
+        if (p == NULL)
+            return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for momentum");
+        memset(p, 0, bytes);
+    }
+    r->mshared = p;
+    r->mstep = p;
+    r->mbuf[0] = (float *)p + REC_HDR_FLOATS;
+    r->mbuf[1] = r->mbuf[0] + r->shard_len;
+    return 0;
+}
+
+static void snap_take(run_t *r, struct snap_s *sn)
+{
+    sn->step = r->step;
+    sn->epoch = r->sampler.epoch;
+    sn->pos = r->sampler.pos;
+    sn->watch = r->watch;
+}
+
+/* The state is whole as it is now (a start, a checkpoint restored, a recovery): both snapshots
+ * say so, and the momentum buffer in use holds it. */
+static void rec_reset(run_t *r)
+{
+    if (!r->rec)
+        return;
+    if (r->sharded)
+        memcpy(r->mbuf[r->cur], r->momentum + r->shard_lo, r->shard_len * sizeof(float));
+    __atomic_store_n(&r->mstep[1 - r->cur], REC_NONE, __ATOMIC_RELEASE);
+    __atomic_store_n(&r->mstep[r->cur], r->step, __ATOMIC_RELEASE);
+    snap_take(r, &r->snap[r->cur]);
+    r->snap[1 - r->cur] = r->snap[r->cur];
+    r->state_valid = true;
+}
+
+/* A step is complete on this rank: its parameters and momentum are in use (train_step swapped
+ * them in), the sampler and the loss watch have moved on. */
+static void rec_commit(run_t *r)
+{
+    if (r->rec)
+        snap_take(r, &r->snap[r->cur]);
+}
+
+/* Sampler and loss watch as they were after the last complete step (a step in progress has
+ * drawn its batch already). */
+static void rec_snap_restore(run_t *r)
+{
+    const struct snap_s *sn = &r->snap[r->cur];
+    r->step = sn->step;
+    if (sn->epoch != r->sampler.epoch)
+        dl_train_sampler_set_epoch(&r->sampler, sn->epoch);
+    r->sampler.pos = sn->pos;
+    r->watch = sn->watch;
+}
+
+/* Back to the step before the last complete one: the buffers of that step were kept. */
+static void rec_step_back(run_t *r)
+{
+    r->p_alt = dl_train_mlp_swap_params(r->mlp, r->p_alt);
+    r->cur = 1 - r->cur;
+    if (!r->sharded)
+        r->momentum = r->mbuf[r->cur];
+    rec_snap_restore(r);
 }
 
 static void fill_ckpt(run_t *r, dl_train_ckpt_t *ck)
@@ -365,6 +530,7 @@ static int restore(run_t *r, bool load)
             rc = c->broadcast(c->ctx, dl_train_mlp_params(r->mlp), r->n_params * sizeof(float), 0);
         if (rc == 0 && st.found)
             rc = c->broadcast(c->ctx, r->momentum, r->n_params * sizeof(float), 0);
+        hook_failed(r, rc);
         if (rc < 0)
             return dl__train_err(rc, r->err, r->errlen, "broadcast of the initial state: %s",
                                  comm_error(r, rc));
@@ -375,6 +541,7 @@ static int restore(run_t *r, bool load)
         memcpy(r->rng.s, st.rng, sizeof(st.rng));
         dl_train_sampler_seek(&r->sampler, st.epoch, st.consumed);
     }
+    rec_reset(r);
     return st.found ? 1 : 0;
 }
 
@@ -405,7 +572,9 @@ static int checkpoint(run_t *r)
     /* Each rank kept only its block of the momentum up to date. */
     if (r->sharded) {
         const dl_train_comm_t *c = r->comm;
-        rc = c->allgather(c->ctx, r->momentum, r->shard_len);
+        if (r->rec)
+            memcpy(r->momentum + r->shard_lo, r->mbuf[r->cur], r->shard_len * sizeof(float));
+        rc = hook_failed(r, c->allgather(c->ctx, r->momentum, r->shard_len));
         if (rc < 0)
             return dl__train_err(rc, r->err, r->errlen,
                                  "step %llu: gathering the momentum for a checkpoint: %s",
@@ -518,12 +687,59 @@ static int sharded_update(run_t *r, float lr, float *ret_vote, float *ret_loss)
     for (size_t i = n; i < n + DL_TRAIN_SPARE_FLOATS; i++)
         if (i >= lo && i < lo + len)
             p[i] = r->shard_grad[i - lo];
+    phase(r, DL_TRAIN_PHASE_GATHER);
     t = now();
     rc = c->allgather(c->ctx, p, len);
     r->wait_time += now() - t;
     *ret_vote = p[VOTE_AT(r)];
     *ret_loss = p[LOSS_AT(r)];
     return rc;
+}
+
+static void phase(run_t *r, int which)
+{
+    const dl_train_hooks_t *h = r->hooks;
+    if (h != NULL && h->phase != NULL)
+        h->phase(h->ud, r->step + 1, which);
+}
+
+/* The sharded step kept whole (in-job recovery): the updated block and momentum go to the other
+ * buffers, the gathered parameters too, and only a step complete on this rank swaps them in.
+ * Until then the last complete step's parameters and momentum stay as they were, and its
+ * momentum buffer says which step it holds (mstep, in memory the host's ranks can read). The
+ * same arithmetic as sharded_update, so the same bits. */
+static int sharded_update_kept(run_t *r, float lr, float *ret_vote, float *ret_loss)
+{
+    const dl_train_comm_t *c = r->comm;
+    float *p = dl_train_mlp_params(r->mlp), *q = r->p_alt;
+    size_t n = r->n_params, lo = r->shard_lo, len = r->shard_len;
+    size_t mine = lo >= n ? 0 : lo + len > n ? n - lo : len;
+    int nxt = 1 - r->cur;
+
+    double t = now();
+    int rc = hook_failed(r, c->reduce_scatter(c->ctx, dl_train_mlp_grads(r->mlp), r->shard_grad,
+                                              len));
+    r->wait_time += now() - t;
+    if (rc < 0)
+        return rc;
+    __atomic_store_n(&r->mstep[nxt], REC_NONE, __ATOMIC_RELEASE);
+    dl_train_sgd_step_to(q + lo, r->mbuf[nxt], p + lo, r->mbuf[r->cur], r->shard_grad, mine, lr,
+                         (float)r->cfg->momentum, (float)r->cfg->weight_decay);
+    __atomic_store_n(&r->mstep[nxt], r->step + 1, __ATOMIC_RELEASE);
+    for (size_t i = n; i < n + DL_TRAIN_SPARE_FLOATS; i++)
+        if (i >= lo && i < lo + len)
+            q[i] = r->shard_grad[i - lo];
+    phase(r, DL_TRAIN_PHASE_GATHER);
+    t = now();
+    rc = hook_failed(r, c->allgather(c->ctx, q, len));
+    r->wait_time += now() - t;
+    if (rc < 0)
+        return rc;
+    r->p_alt = dl_train_mlp_swap_params(r->mlp, q);
+    r->cur = nxt;
+    *ret_vote = q[VOTE_AT(r)];
+    *ret_loss = q[LOSS_AT(r)];
+    return 0;
 }
 
 /* One optimizer step on the next batch; *ret_epoch_done when it used up the epoch, *ret_loss
@@ -538,6 +754,7 @@ static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done, double *re
     const dl_train_hooks_t *h = r->hooks;
 
     r->wait_time = 0.0;
+    phase(r, DL_TRAIN_PHASE_COMPUTE);
     size_t k = dl_train_sampler_next(&r->sampler, cfg->batch_size, r->idx);
     dl_train_dataset_gather(&r->train, r->idx, k, r->x, r->y);
 
@@ -550,15 +767,32 @@ static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done, double *re
     grads[LOSS_AT(r)] = (float)(loss / world);
     if (rc == 0 && h != NULL && h->mid_step != NULL)
         h->mid_step(h->ud, r->step + 1);
-    if (rc == 0 && r->sharded) {
-        rc = sharded_update(r, lr, &vote, &job_loss);
+    if (rc == 0)
+        phase(r, DL_TRAIN_PHASE_EXCHANGE);
+    if (rc == 0 && r->sharded && r->rec) {
+        rc = sharded_update_kept(r, lr, &vote, &job_loss);
+    } else if (rc == 0 && r->sharded) {
+        rc = hook_failed(r, sharded_update(r, lr, &vote, &job_loss));
     } else if (rc == 0) {
         double tw = now();
-        rc = dl__train_reducer_finish(&r->reducer);
+        /* Overlapped buckets started during backward are hooks too: a failure there shows
+         * here, where every one of them is waited for. */
+        rc = hook_failed(r, dl__train_reducer_finish(&r->reducer));
         r->wait_time += now() - tw;
-        if (rc == 0)
+        if (rc == 0 && r->rec) {
+            /* Kept whole (in-job recovery): the step goes to the other buffers. */
+            int nxt = 1 - r->cur;
+            dl_train_sgd_step_to(r->p_alt, r->mbuf[nxt], dl_train_mlp_params(r->mlp),
+                                 r->mbuf[r->cur], grads, r->n_params, lr, (float)cfg->momentum,
+                                 (float)cfg->weight_decay);
+            r->p_alt = dl_train_mlp_swap_params(r->mlp, r->p_alt);
+            r->mstep[nxt] = r->step + 1;
+            r->cur = nxt;
+            r->momentum = r->mbuf[nxt];
+        } else if (rc == 0) {
             dl_train_sgd_step(dl_train_mlp_params(r->mlp), r->momentum, grads, r->n_params, lr,
                               (float)cfg->momentum, (float)cfg->weight_decay);
+        }
         vote = grads[VOTE_AT(r)];
         job_loss = grads[LOSS_AT(r)];
     }
@@ -683,6 +917,318 @@ static int diverged(run_t *r, double loss)
                          (unsigned long long)r->step, what, lr, why);
 }
 
+/* ---- In-job recovery: the group forms again and the state goes where it is missing ---------- */
+
+static void rescued_free(run_t *r)
+{
+    for (size_t i = 0; i < r->nrescued; i++)
+        free(r->rescued[i].buf);
+    free(r->rescued);
+    r->rescued = NULL;
+    r->nrescued = 0;
+}
+
+/* Sharded: every block of the host's ranks (this one's too) as the broken group left it, before
+ * leaving the group unmaps them. A buffer counts only if it held a step before the copy and still
+ * the same one after (a living rank may be writing its next step into it). */
+static int rec_rescue(run_t *r)
+{
+    const dl_train_comm_t *c = r->comm;
+    size_t len = r->shard_len, need = (REC_HDR_FLOATS + 2 * len) * sizeof(float);
+
+    rescued_free(r);
+    if (!r->sharded || r->mshared == NULL)
+        return 0;
+    r->rescued = calloc((size_t)r->world, sizeof(*r->rescued));
+    if (r->rescued == NULL)
+        return -ENOMEM;
+    for (int q = 0; q < r->world; q++) {
+        const void *ptr = NULL;
+        size_t plen = 0;
+        if (c->mem_peer == NULL || c->mem_peer(c->ctx, r->mshared, q, &ptr, &plen) < 0) {
+            if (q != c->rank)
+                continue;
+            ptr = r->mshared;
+            plen = need;
+        }
+        if (plen < need)
+            continue;
+        const uint64_t *hdr = ptr;
+        struct rescued_s *x = &r->rescued[r->nrescued];
+        x->rank = q;
+        x->buf = malloc(2 * len * sizeof(float));
+        if (x->buf == NULL)
+            return -ENOMEM;
+        for (int b = 0; b < 2; b++)
+            x->mstep[b] = __atomic_load_n(&hdr[b], __ATOMIC_ACQUIRE);
+        memcpy(x->buf, (const float *)ptr + REC_HDR_FLOATS, 2 * len * sizeof(float));
+        for (int b = 0; b < 2; b++)
+            if (__atomic_load_n(&hdr[b], __ATOMIC_ACQUIRE) != x->mstep[b])
+                x->mstep[b] = REC_NONE;
+        r->nrescued++;
+    }
+    return 0;
+}
+
+/* The rescued buffer of rank q's block that holds `step`, or NULL. */
+static const float *rescued_block(const run_t *r, int q, uint64_t step)
+{
+    for (size_t i = 0; i < r->nrescued; i++) {
+        const struct rescued_s *x = &r->rescued[i];
+        if (x->rank != q)
+            continue;
+        for (int b = 0; b < 2; b++)
+            if (x->mstep[b] == step)
+                return x->buf + (size_t)b * r->shard_len;
+    }
+    return NULL;
+}
+
+/* What the ranks of a new group say of themselves. */
+typedef struct {
+    int64_t step; /* the last step complete here, -1: no state (a replacement) */
+    int64_t pad;
+} rec_info_t;
+
+/* What the source of the state sends besides parameters and momentum. */
+typedef struct {
+    uint64_t step, epoch, consumed;
+    uint64_t rng[4];
+    double lr, lr_min;
+    uint64_t rollbacks;
+} rec_sync_t;
+
+static int rec_fail(run_t *r, int rc, const char *what)
+{
+    hook_failed(r, rc);
+    return dl__train_err(rc, r->err, r->errlen, "in-job recovery: %s: %s", what,
+                         comm_error(r, rc));
+}
+
+/* Every rank of the new group, replacements included, comes here in the same order: they agree
+ * on the step to go on from (the last one every living rank completed: a rank one step ahead
+ * steps back, having kept that step whole), then the state goes from the living ranks to the
+ * replacements: parameters, momentum (each block from a rank that holds it), sampler position,
+ * RNG, step and loss watch. Returns 0, or -errno with the line in err: the run cannot go on
+ * in-job (the launcher then restarts it from the last checkpoint). */
+static int rec_sync(run_t *r)
+{
+    const dl_train_comm_t *c = r->comm;
+    int world = c->world_size, me = c->rank, rc;
+    size_t len = r->shard_len;
+    double t0 = r->failed_at > 0 ? r->failed_at : now();
+
+    if (world != r->world)
+        return dl__train_err(-EXDEV, r->err, r->errlen,
+                             "in-job recovery: the group has %d ranks, the run was cut for %d: "
+                             "a world of another size starts again from a checkpoint",
+                             world, r->world);
+    if (r->sharded) {
+        uint64_t kept[2] = {REC_NONE, REC_NONE};
+        rc = rec_shared_alloc(r);
+        if (rc < 0)
+            return rc;
+        for (size_t i = 0; i < r->nrescued && r->state_valid; i++) {
+            if (r->rescued[i].rank != me)
+                continue;
+            memcpy(r->mbuf[0], r->rescued[i].buf, 2 * len * sizeof(float));
+            kept[0] = r->rescued[i].mstep[0];
+            kept[1] = r->rescued[i].mstep[1];
+        }
+        r->mstep[0] = kept[0];
+        r->mstep[1] = kept[1];
+    }
+
+    /* Who holds which step. */
+    rec_info_t *all = calloc((size_t)world, sizeof(*all));
+    uint8_t *can = NULL;
+    size_t row = ((size_t)world + 3) & ~(size_t)3;
+    int *provider = calloc((size_t)world, sizeof(int));
+    if (all == NULL || provider == NULL) {
+        free(all);
+        free(provider);
+        return dl__train_err(-ENOMEM, r->err, r->errlen, "in-job recovery: out of memory");
+    }
+    all[me].step = r->state_valid ? (int64_t)r->step : -1;
+    rc = c->allgather_bytes(c->ctx, all, sizeof(*all));
+    if (rc < 0) {
+        rc = rec_fail(r, rc, "telling the ranks apart");
+        goto out;
+    }
+    int64_t target = -1;
+    int src = -1, njoin = 0;
+    for (int q = 0; q < world; q++) {
+        if (all[q].step < 0) {
+            njoin++;
+            continue;
+        }
+        if (target < 0 || all[q].step < target)
+            target = all[q].step;
+        if (src < 0)
+            src = q;
+    }
+    if (src < 0) {
+        rc = dl__train_err(-ENODATA, r->err, r->errlen,
+                           "in-job recovery: no rank of the group holds the training state");
+        goto out;
+    }
+    for (int q = 0; q < world; q++)
+        if (all[q].step >= 0 && all[q].step > target + 1) {
+            rc = dl__train_err(-EPROTO, r->err, r->errlen,
+                               "in-job recovery: rank %d is at step %lld, rank %d at %lld: more "
+                               "than a step apart",
+                               q, (long long)all[q].step, src, (long long)target);
+            goto out;
+        }
+    uint64_t step = (uint64_t)target;
+    /* One step ahead: that step was complete here but not everywhere; the one before is kept. */
+    if (r->state_valid && r->step == step + 1)
+        rec_step_back(r);
+    else if (r->state_valid)
+        rec_snap_restore(r);
+    if (r->state_valid && r->step != step) {
+        rc = dl__train_err(-EPROTO, r->err, r->errlen,
+                           "in-job recovery: this rank cannot go back to step %llu",
+                           (unsigned long long)step);
+        goto out;
+    }
+    if (r->sharded && r->state_valid && r->mstep[r->cur] != step) {
+        rc = dl__train_err(-EPROTO, r->err, r->errlen,
+                           "in-job recovery: this rank's momentum is not that of step %llu",
+                           (unsigned long long)step);
+        goto out;
+    }
+
+    /* Sharded: which ranks can give each replacement its block of the momentum. */
+    for (int q = 0; q < world; q++)
+        provider[q] = src;
+    if (r->sharded && njoin > 0) {
+        can = calloc((size_t)world, row);
+        if (can == NULL) {
+            rc = dl__train_err(-ENOMEM, r->err, r->errlen, "in-job recovery: out of memory");
+            goto out;
+        }
+        for (int q = 0; q < world; q++)
+            can[(size_t)me * row + (size_t)q] =
+                r->state_valid && all[q].step < 0 && rescued_block(r, q, step) != NULL;
+        rc = c->allgather_bytes(c->ctx, can, row);
+        if (rc < 0) {
+            rc = rec_fail(r, rc, "finding the replicas of the optimizer state");
+            goto out;
+        }
+        for (int q = 0; q < world; q++) {
+            if (all[q].step >= 0)
+                continue;
+            provider[q] = -1;
+            for (int p = 0; p < world && provider[q] < 0; p++)
+                if (can[(size_t)p * row + (size_t)q])
+                    provider[q] = p;
+            if (provider[q] < 0) {
+                rc = dl__train_err(-ENODATA, r->err, r->errlen,
+                                   "in-job recovery: no living rank holds rank %d's block of "
+                                   "the optimizer state at step %llu (a block lives on its own "
+                                   "host only)",
+                                   q, (unsigned long long)step);
+                goto out;
+            }
+        }
+    }
+
+    /* The state, from the source (every living rank holds the same at this step). */
+    rec_sync_t st = {0};
+    if (me == src) {
+        st.step = step;
+        dl_train_sampler_tell(&r->sampler, &st.epoch, &st.consumed);
+        memcpy(st.rng, r->rng.s, sizeof(st.rng));
+        st.lr = r->sched.lr;
+        st.lr_min = r->sched.lr_min;
+        st.rollbacks = r->rollbacks;
+    }
+    rc = c->broadcast(c->ctx, &st, sizeof(st), src);
+    if (rc == 0)
+        rc = c->broadcast(c->ctx, &r->watch, sizeof(r->watch), src);
+    if (rc == 0)
+        rc = c->broadcast(c->ctx, dl_train_mlp_params(r->mlp), r->n_params * sizeof(float), src);
+    if (rc == 0 && !r->sharded)
+        rc = c->broadcast(c->ctx, r->mbuf[r->cur], r->n_params * sizeof(float), src);
+    for (int q = 0; rc == 0 && r->sharded && q < world; q++) {
+        if (all[q].step >= 0)
+            continue;
+        float *dst = q == me ? r->mbuf[r->cur] : r->xfer;
+        if (me == provider[q])
+            memcpy(dst, rescued_block(r, q, step), len * sizeof(float));
+        rc = c->broadcast(c->ctx, dst, len * sizeof(float), provider[q]);
+    }
+    if (rc < 0) {
+        rc = rec_fail(r, rc, "sending the state to the replacements");
+        goto out;
+    }
+    r->step = st.step;
+    dl_train_sampler_seek(&r->sampler, st.epoch, st.consumed);
+    memcpy(r->rng.s, st.rng, sizeof(st.rng));
+    r->sched.lr = st.lr;
+    r->sched.lr_min = st.lr_min;
+    r->rollbacks = (unsigned)st.rollbacks;
+    if (!r->sharded)
+        r->momentum = r->mbuf[r->cur];
+    else
+        memcpy(r->momentum + r->shard_lo, r->mbuf[r->cur], len * sizeof(float));
+    rec_reset(r);
+    r->recoveries++;
+    double ms = (now() - t0) * 1e3;
+    if (njoin > 0) {
+        char who[256];
+        size_t off = 0;
+        who[0] = '\0';
+        for (int q = 0; q < world && off < sizeof(who); q++)
+            if (all[q].step < 0)
+                off += (size_t)snprintf(who + off, sizeof(who) - off, "%s%d", off ? "," : "", q);
+        say(r,
+            "in-job recovery: rank%s %s joined at step %llu with the state of rank %d "
+            "(parameters, optimizer state, sampler position, RNG, step; no checkpoint read) "
+            "in %.0f ms",
+            njoin > 1 ? "s" : "", who, (unsigned long long)step, src, ms);
+    } else {
+        say(r, "in-job recovery: the group formed again at step %llu in %.0f ms",
+            (unsigned long long)step, ms);
+    }
+    if (c->recovered != NULL)
+        c->recovered(c->ctx, step, src, ms);
+    r->failed_at = 0;
+    rc = 0;
+out:
+    free(all);
+    free(can);
+    free(provider);
+    rescued_free(r);
+    return rc;
+}
+
+/* A hook failed: leave the broken group, form the next one and go on. */
+static int recover(run_t *r)
+{
+    const dl_train_comm_t *c = r->comm;
+    char why[DL_TRAIN_ERRLEN];
+
+    snprintf(why, sizeof(why), "%s", r->err);
+    say(r, "%s; recovering in-job", why);
+    int rc = rec_rescue(r);
+    if (rc < 0)
+        return dl__train_err(rc, r->err, r->errlen, "in-job recovery: out of memory");
+    if (r->sharded && r->mshared != r->mpriv) {
+        /* Unmapped with the old group. */
+        r->mshared = NULL;
+        r->mstep = r->mstep_priv;
+        r->mbuf[0] = r->mbuf[1] = NULL;
+    }
+    rc = c->rejoin(c->ctx);
+    if (rc < 0)
+        return dl__train_err(rc, r->err, r->errlen, "in-job recovery: %s (after: %s)",
+                             comm_error(r, rc), why);
+    r->comm_failed = false;
+    return rec_sync(r);
+}
+
 static int loop(run_t *r, bool *ret_stopped)
 {
     const dl_train_config_t *cfg = r->cfg;
@@ -715,6 +1261,7 @@ static int loop(run_t *r, bool *ret_stopped)
         bool last = r->step == r->total_steps;
         if (epoch_done)
             dl_train_sampler_set_epoch(&r->sampler, epoch + 1);
+        rec_commit(r);
 
         if (r->step % r->log_every == 0 || last || stop)
             progress(r, epoch);
@@ -750,6 +1297,12 @@ static int loop(run_t *r, bool *ret_stopped)
 
 static void run_free(run_t *r)
 {
+    rescued_free(r);
+    free(r->p_alt);
+    free(r->mpriv);
+    free(r->xfer);
+    if (r->rec && !r->sharded)
+        r->momentum = NULL; /* one of mpriv's */
     dl_train_dataset_free(&r->train);
     dl_train_dataset_free(&r->test);
     dl_train_sampler_free(&r->sampler);
@@ -791,12 +1344,20 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
         rc = load_data(&r);
     if (rc == 0)
         rc = setup(&r);
-    if (rc == 0)
+    /* A replacement in a running job takes the living ranks' state, never a checkpoint's. */
+    if (rc == 0 && comm->joining && r.rec)
+        rc = rec_sync(&r);
+    else if (rc == 0)
         rc = restore(&r, cfg->resume);
+    /* A failure while the ranks share the start state: the living ones may still recover. */
+    while (rc < 0 && r.rec && r.comm_failed)
+        rc = recover(&r);
     if (rc < 0)
         goto fail;
 
     shape_text(cfg, shape, sizeof(shape));
+    if (comm->joining)
+        goto train;
     say(&r,
         "world size %d, batch %zu per device, %zu global; learning rate %g (%s, base batch "
         "%zu), %s schedule, %llu warmup steps",
@@ -827,7 +1388,15 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
         say(&r, "gradients: summed in one piece of %zu KiB after backward (overlap off)",
             (r.n_params + DL_TRAIN_SPARE_FLOATS) * sizeof(float) / 1024);
 
+train:
     rc = loop(&r, &stopped);
+    /* In-job recovery: the group forms again and the loop goes on from the step every living
+     * rank completed. */
+    if (rc < 0 && r.rec && r.comm_failed) {
+        rc = recover(&r);
+        if (rc == 0)
+            goto train;
+    }
     if (rc < 0)
         goto fail;
     bool diverged = rc == DL_TRAIN_DIVERGED;
@@ -843,6 +1412,7 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
     res.samples_per_sec = r.train_time > 0 ? r.samples / r.train_time : 0.0;
     res.params_crc = params_crc(&r);
     res.rollbacks = r.rollbacks;
+    res.recoveries = r.recoveries;
     if (diverged) {
         /* The diverged state is worth no checkpoint: the last good one stays the newest. */
         res.wall_seconds = now() - r.t_begin;
@@ -859,6 +1429,11 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
             res.test_loss, res.samples_per_sec);
     }
     rc = checkpoint(&r);
+    if (rc < 0 && r.rec && r.comm_failed) {
+        rc = recover(&r);
+        if (rc == 0)
+            goto train;
+    }
     if (rc < 0)
         goto fail;
     if (cfg->checkpoint_dir == NULL)

@@ -141,6 +141,9 @@ static const dl_opt_t options[] = {
      "compute, its gradient exchange or its parameter gather (sharded), fail_delay_us in", 0, 0},
     {"fail_delay_us", NULL, 0, T(u64), OFF(fail_delay_us), 0, 1e9, NULL, "0", "US",
      "testing recovery: how long after entering fail_phase the kill comes", 0, 0},
+    {"fail_on_join", NULL, 0, T(bool), OFF(fail_on_join), 0, 0, NULL, "false", "BOOL",
+     "testing recovery: a replacement joining a running job (DLAUNCH_GROUP_GEN 1) kills itself "
+     "as soon as it is in the group, a second failure during the recovery", 0, 0},
     {"hang_at_step", NULL, 0, T(u64), OFF(hang_at_step), 0, 1e15, NULL, "0", "N",
      "testing hang reports: rank fail_rank stops itself (SIGSTOP) in this step, before summing "
      "its gradients, first attempt only (0: never)", 0, 0},

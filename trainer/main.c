@@ -296,6 +296,15 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    /* A second failure in the middle of a recovery, for its tests: the group is formed, the
+     * state not yet shared. */
+    if (cfg.fail_on_join && comm.joining && getenv("DLAUNCH_GROUP_GEN") != NULL &&
+        strcmp(getenv("DLAUNCH_GROUP_GEN"), "1") == 0) {
+        printf("%sfail_on_join: killing myself in the middle of the recovery\n",
+               prog.prefix ? "[train] " : "");
+        raise(SIGKILL);
+    }
+
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);

@@ -407,6 +407,8 @@ typedef struct dl_train_config_s {
      * after entering that DL_TRAIN_PHASE_* (compute, exchange, gather). */
     int fail_phase;
     uint64_t fail_delay_us;
+    /* A replacement of the first in-job recovery kills itself once in the group. */
+    bool fail_on_join;
     /* The same for hang reports: rank fail_rank stops itself (SIGSTOP) in step hang_at_step,
      * after computing its gradients and before summing them, in the first attempt only. */
     uint64_t hang_at_step;

@@ -100,6 +100,7 @@ struct dl_agent_s {
     dl_sup_failure_t rec_failure;
     double rec_started;          /* monotonic seconds */
     long long rec_step;          /* where the workers said they went on */
+    long long rec_was;           /* the newest step one of them had completed before */
     int rec_source;
     char readbuf[64 * 1024];
 };

@@ -101,6 +101,8 @@ static void on_line(dl_agent_t *a, dl__worker_t *w, const char *line)
             a->rec_step = strtoll(v, NULL, 10);
         if (field(line, "source", v, sizeof(v)))
             a->rec_source = atoi(v);
+        if (field(line, "was", v, sizeof(v)) && strtoll(v, NULL, 10) > a->rec_was)
+            a->rec_was = strtoll(v, NULL, 10);
         for (int i = 0; i < a->nworkers; i++)
             if (a->workers[i].pid > 0 && a->workers[i].ctl_gen != a->gen)
                 return;
@@ -251,6 +253,9 @@ static void recovery_done(dl_agent_t *a)
                   a->sup.recoveries, a->rec_step, ms, a->rec_rank, a->rec_source);
     json_t *o = recovery_json(a, "done");
     json_object_set_new(o, "step", json_integer(a->rec_step));
+    /* Steps some rank had completed and does again: at most the one that was in progress. */
+    json_object_set_new(o, "steps_redone",
+                        json_integer(a->rec_was > a->rec_step ? a->rec_was - a->rec_step : 0));
     json_object_set_new(o, "source", json_string("replica"));
     json_object_set_new(o, "source_rank", json_integer(a->rec_source));
     json_object_set_new(o, "duration_ms", json_real(round(ms * 10) / 10));
@@ -319,6 +324,7 @@ int dl__rec_start(dl_agent_t *a, int rank, int attempt)
     a->rec_failure = a->sup.first_failure;
     a->rec_started = mono();
     a->rec_step = -1;
+    a->rec_was = -1;
     a->rec_source = -1;
     int left = a->spec->max_restarts - dl_sup_restarts_used(&a->sup);
     char others[256] = "";

@@ -168,11 +168,11 @@ static void ctl_say(dl_train_coll_t *c, const char *fmt, ...)
     pthread_mutex_unlock(&c->wmu);
 }
 
-static void recovered(void *ctx, uint64_t step, int source, double ms)
+static void recovered(void *ctx, uint64_t step, int source, double ms, int64_t was)
 {
     dl_train_coll_t *c = ctx;
-    ctl_say(c, "recovered gen=%d rank=%d step=%llu source=%d ms=%.1f", c->gen,
-            dl_coll_rank(c->group), (unsigned long long)step, source, ms);
+    ctl_say(c, "recovered gen=%d rank=%d step=%llu was=%lld source=%d ms=%.1f", c->gen,
+            dl_coll_rank(c->group), (unsigned long long)step, (long long)was, source, ms);
 }
 
 static bool word_int(const char *v, int lo, int *ret)

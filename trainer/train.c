@@ -1193,7 +1193,7 @@ static int rec_sync(run_t *r)
             (unsigned long long)step, ms);
     }
     if (c->recovered != NULL)
-        c->recovered(c->ctx, step, src, ms);
+        c->recovered(c->ctx, step, src, ms, all[me].step);
     r->failed_at = 0;
     rc = 0;
 out:

@@ -299,8 +299,9 @@ typedef struct dl_train_comm_s {
     int (*mem_peer)(void *ctx, const void *mine, int rank, const void **ret_ptr,
                     size_t *ret_len);
     /* Tells the launcher that this rank trains again after a recovery: resumed at `step` with
-     * the state of rank `source`, `ms` after the failure was seen here. May be NULL. */
-    void (*recovered)(void *ctx, uint64_t step, int source, double ms);
+     * the state of rank `source`, `ms` after the failure was seen here; `was` is the last step
+     * this rank had completed before (-1: none, a replacement). May be NULL. */
+    void (*recovered)(void *ctx, uint64_t step, int source, double ms, int64_t was);
 } dl_train_comm_t;
 
 /* Rank 0 of a world of one: every hook left NULL (identity). */

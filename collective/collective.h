@@ -186,6 +186,18 @@ int dl_coll_allgather(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, si
 int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t recvcount,
                            dl_coll_dtype_t dtype, dl_coll_op_t op);
 
+/* The same, and extra_recv (recvcount elements, not overlapping the others) also gets block
+ * extra_block reduced over all ranks, in the same bits as that block's own rank receives:
+ * a rank can keep a replica of another rank's share of a sharded update. Free across hosts,
+ * where a reduce-scatter sums everything and keeps its block; on one host it costs a second
+ * block's reduction. extra_block < 0: a plain reduce-scatter. */
+int dl_coll_reduce_scatter_extra(dl_coll_group_t *g, const void *sendbuf, void *recvbuf,
+                                 size_t recvcount, dl_coll_dtype_t dtype, dl_coll_op_t op,
+                                 int extra_block, void *extra_recv);
+
+/* The host (numbered by their lowest rank, 0 up) that rank is on, or -1 out of range. */
+int dl_coll_host_of(const dl_coll_group_t *g, int rank);
+
 /* Returns once every rank has entered the barrier. */
 int dl_coll_barrier(dl_coll_group_t *g);
 

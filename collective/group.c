@@ -735,8 +735,16 @@ int dl_coll_allgather(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, si
     return r;
 }
 
+int dl_coll_host_of(const dl_coll_group_t *g, int rank)
+{
+    if (rank < 0 || rank >= g->size)
+        return -1;
+    return g->host_of != NULL ? g->host_of[rank] : 0;
+}
+
 static int reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf,
-                          size_t recvcount, dl_coll_dtype_t dtype, dl_coll_op_t op)
+                          size_t recvcount, dl_coll_dtype_t dtype, dl_coll_op_t op,
+                          int extra_block, void *extra_recv)
 {
     if (g->err.code != 0)
         return g->err.code;
@@ -744,11 +752,26 @@ static int reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf
     int r = 0;
     if (recvcount == 0)
         return 0;
+    if (extra_block >= g->size || extra_block == g->rank)
+        extra_block = -1;
     if (g->size == 1) {
         memcpy(recvbuf, sendbuf, block);
+    } else if (g->nhosts == 1 && extra_block >= 0) {
+        /* My block, then the other's through a second pass: each reduction is the same left
+         * fold over the ranks, so the extra block has its owner's bits. */
+        r = dl__coll_shm_reduce_scatter(g->shm, sendbuf, recvbuf, recvcount, dtype, op);
+        char *tmp;
+        if (r == 0)
+            r = scratch(g, block * (size_t)g->size, &tmp);
+        if (r == 0)
+            r = allreduce_sum(g, sendbuf, tmp, recvcount * (size_t)g->size, dtype, op);
+        if (r == 0)
+            memcpy(extra_recv, tmp + (size_t)extra_block * block, block);
+        extra_block = -1;
     } else if (g->nhosts == 1) {
         r = dl__coll_shm_reduce_scatter(g->shm, sendbuf, recvbuf, recvcount, dtype, op);
-    } else if (g->nhosts == g->size && (g->opts.order == DL_COLL_ORDER_ANY || g->size == 2)) {
+    } else if (extra_block < 0 && g->nhosts == g->size &&
+               (g->opts.order == DL_COLL_ORDER_ANY || g->size == 2)) {
         /* The ring; with two ranks its sums are in rank order (tcp.c). */
         r = dl__coll_tcp_reduce_scatter(g->tcp, sendbuf, recvbuf, recvcount, dtype, op);
     } else {
@@ -760,9 +783,13 @@ static int reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf
             r = allreduce_sum(g, sendbuf, tmp, recvcount * (size_t)g->size, dtype, op);
         if (r == 0)
             memcpy(recvbuf, tmp + (size_t)g->rank * block, block);
+        if (r == 0 && extra_block >= 0)
+            memcpy(extra_recv, tmp + (size_t)extra_block * block, block);
     }
     if (r == 0 && op == DL_COLL_AVG)
         dl__coll_scale(recvbuf, recvcount, dtype, g->size);
+    if (r == 0 && op == DL_COLL_AVG && extra_block >= 0)
+        dl__coll_scale(extra_recv, recvcount, dtype, g->size);
     return dl__coll_broken(g, r);
 }
 
@@ -779,7 +806,27 @@ int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbu
                                           ? DL_COLL_REC_ALGO_HIER
                                           : DL_COLL_REC_ALGO_NONE,
                                       dtype, -1);
-    int r = reduce_scatter(g, sendbuf, recvbuf, recvcount, dtype, op);
+    int r = reduce_scatter(g, sendbuf, recvbuf, recvcount, dtype, op, -1, NULL);
+    dl__coll_rec_end(&g->rec, seq, r);
+    return r;
+}
+
+int dl_coll_reduce_scatter_extra(dl_coll_group_t *g, const void *sendbuf, void *recvbuf,
+                                 size_t recvcount, dl_coll_dtype_t dtype, dl_coll_op_t op,
+                                 int extra_block, void *extra_recv)
+{
+    if (!valid(dtype, op) || (recvcount > 0 && (sendbuf == NULL || recvbuf == NULL)) ||
+        (extra_block >= 0 && recvcount > 0 && extra_recv == NULL))
+        return -EINVAL;
+    dl__coll_drain(g);
+    size_t bytes = recvcount * dl_coll_dtype_size(dtype) * (size_t)g->size;
+    uint64_t seq = dl__coll_rec_begin(&g->rec, DL_COLL_REC_REDUCE_SCATTER, bytes,
+                                      g->size == 1 || bytes == 0 ? DL_COLL_REC_ALGO_LOCAL
+                                      : g->nhosts > 1 && g->nhosts < g->size
+                                          ? DL_COLL_REC_ALGO_HIER
+                                          : DL_COLL_REC_ALGO_NONE,
+                                      dtype, -1);
+    int r = reduce_scatter(g, sendbuf, recvbuf, recvcount, dtype, op, extra_block, extra_recv);
     dl__coll_rec_end(&g->rec, seq, r);
     return r;
 }

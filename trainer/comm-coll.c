@@ -145,6 +145,20 @@ static int mem_peer(void *ctx, const void *mine, int rank, const void **ret_ptr,
     return dl_coll_mem_peer(c->group, mine, rank, ret_ptr, ret_len);
 }
 
+static int host_of(void *ctx, int rank)
+{
+    dl_train_coll_t *c = ctx;
+    return dl_coll_host_of(c->group, rank);
+}
+
+static int reduce_scatter_extra(void *ctx, const float *send, float *recv, size_t count,
+                                int extra_block, float *extra_recv)
+{
+    dl_train_coll_t *c = ctx;
+    return dl_coll_reduce_scatter_extra(c->group, send, recv, count, DL_COLL_FLOAT32, DL_COLL_SUM,
+                                        extra_block, extra_recv);
+}
+
 /* One line to the launcher, in one write. */
 static void ctl_say(dl_train_coll_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -385,6 +399,8 @@ static int recovery_open(dl_train_coll_t *c, dl_train_comm_t *comm, char *err, s
     comm->allgather_bytes = allgather_bytes;
     comm->mem_alloc = mem_alloc;
     comm->mem_peer = mem_peer;
+    comm->host_of = host_of;
+    comm->reduce_scatter_extra = reduce_scatter_extra;
     comm->recovered = recovered;
     comm->joining = c->gen > 0;
     /* The launcher learns that this worker speaks the protocol: it may then keep it alive when

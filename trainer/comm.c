@@ -33,6 +33,8 @@ void dl_train_comm_init_local(dl_train_comm_t *c)
     c->allgather_bytes = NULL;
     c->mem_alloc = NULL;
     c->mem_peer = NULL;
+    c->host_of = NULL;
+    c->reduce_scatter_extra = NULL;
     c->recovered = NULL;
 }
 

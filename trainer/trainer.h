@@ -162,6 +162,9 @@ void dl_train_sgd_step(float *p, float *m, const float *g, size_t n, float lr, f
  * step is complete everywhere). */
 void dl_train_sgd_step_to(float *p_out, float *m_out, const float *p_in, const float *m_in,
                           const float *g, size_t n, float lr, float momentum, float weight_decay);
+/* Its momentum alone: m_out as dl_train_sgd_step_to leaves it (a replica of another rank's). */
+void dl_train_sgd_momentum_to(float *m_out, const float *m_in, const float *p_in, const float *g,
+                              size_t n, float momentum, float weight_decay);
 
 typedef enum {
     DL_TRAIN_SCHED_CONSTANT = 0,
@@ -298,6 +301,13 @@ typedef struct dl_train_comm_s {
      * after it died, until rejoin): 0 with *ret_ptr and *ret_len, or -EXDEV. */
     int (*mem_peer)(void *ctx, const void *mine, int rank, const void **ret_ptr,
                     size_t *ret_len);
+    /* The host rank `rank` is on (the same number for ranks that share one); optional. */
+    int (*host_of)(void *ctx, int rank);
+    /* reduce_scatter, and extra_recv (count floats) also gets block extra_block's sum, in the
+     * bits its own rank gets: a replica of another rank's share of the sharded update (kept
+     * for a rank on another host, where the sum of every block is at hand anyway). */
+    int (*reduce_scatter_extra)(void *ctx, const float *send, float *recv, size_t count,
+                                int extra_block, float *extra_recv);
     /* Tells the launcher that this rank trains again after a recovery: resumed at `step` with
      * the state of rank `source`, `ms` after the failure was seen here; `was` is the last step
      * this rank had completed before (-1: none, a replacement). May be NULL. */

@@ -406,6 +406,10 @@ static void on_health_check(uv_timer_t *t)
             }
             if (nculprits > 0 && !culprit[i])
                 continue;
+            /* Over several nodes, a node whose ranks all wait holds nobody up: the one that
+             * does is on another node, whose agent sees it. */
+            if (a->sup.in_job && a->remote && nculprits == 0)
+                continue;
             /* Where every rank is, read before anything is killed (docs/diagnostics.md). */
             if (!explained)
                 dl__diag_explain(a, "hang", true);
@@ -504,7 +508,9 @@ static void spawn_all(dl_agent_t *a, int attempt)
         dl__rdzv_local_store_reset(a);
     }
     dl__diag_attempt(a);
-    a->gen = 0;
+    /* Over several nodes every new round is a group generation of its own: a node that starts
+     * its workers afresh may join others that kept theirs (docs/recovery.md). */
+    a->gen = a->remote && dl__rec_in_job(a) ? a->round : 0;
     int r = start_attempt(a, attempt);
     for (int i = 0; i < a->nworkers; i++) {
         dl__worker_t *w = &a->workers[i];
@@ -607,6 +613,8 @@ static void apply(dl_agent_t *a, dl_sup_actions_t act)
     if (act.flags & DL_SUP_ARM_TIMER)
         uv_timer_start(&a->stop_timer, on_stop_timeout, (uint64_t)(a->spec->stop_timeout * 1000),
                        0);
+    if (act.flags & DL_SUP_KEEP)
+        dl__rec_keep(a);
     if (act.flags & DL_SUP_REPORT) {
         record_failure(a);
         if (failure_output_drained(a))
@@ -624,6 +632,8 @@ static void apply(dl_agent_t *a, dl_sup_actions_t act)
         record_failure(a);
         dl__rec_start(a, act.rank, act.attempt);
     }
+    if (act.flags & DL_SUP_RESUME)
+        dl__rec_resume(a, act.attempt);
     if (act.flags & DL_SUP_EXIT)
         finish(a, act.exit_code);
 }
@@ -1022,13 +1032,17 @@ int dl__agent_set_ranks(dl_agent_t *a, int first_rank, int n)
         free(a->workers);
         a->workers = w;
         a->nworkers = n;
+        for (int i = 0; i < n; i++) {
+            a->workers[i].health_rd = -1;
+            a->workers[i].ctl_fd = -1;
+        }
     }
+    /* A worker kept into a new round (in-job recovery) keeps its pipes; it only gets its new
+     * rank, which the control channel tells it. */
     for (int i = 0; i < n; i++) {
         a->workers[i].agent = a;
         a->workers[i].local_rank = i;
         a->workers[i].rank = first_rank + i;
-        a->workers[i].health_rd = -1;
-        a->workers[i].ctl_fd = -1;
     }
     return 0;
 }
@@ -1221,10 +1235,7 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
         dl_sup_init_remote(&a->sup, a->nworkers);
     else
         dl_sup_init(&a->sup, a->nworkers, spec->max_restarts);
-    if (dl__rec_in_job(a) && a->remote && !spec->quiet)
-        dl__agent_log(a, "--recovery in-job: a job over several nodes recovers by restarting "
-                         "for now (docs/recovery.md)");
-    dl_sup_set_in_job(&a->sup, dl__rec_in_job(a) && !a->remote);
+    dl_sup_set_in_job(&a->sup, dl__rec_in_job(a));
     json_t *cmd = json_array();
     for (char **c = spec->command; *c != NULL; c++)
         json_array_append_new(cmd, json_string(*c));

@@ -81,6 +81,7 @@ struct dl_agent_s {
     struct dl__rdzv_s *rdzv;   /* rdzv.c's state, when remote */
     int round;                 /* the rendezvous round the workers belong to */
     char failure_text[512];    /* the job's failure as the rendezvous described it */
+    char report_reason[400];   /* a failure report's text when no worker's exit says it */
     char store_addr[300];      /* DLAUNCH_STORE for the workers, or "" */
     char *token_path;          /* the workers' key file (DLAUNCH_TOKEN_FILE), or NULL */
     dl__diag_t *diag;          /* diag.c: recorders, stragglers, hang accounts */
@@ -101,6 +102,10 @@ struct dl_agent_s {
     double rec_started;          /* monotonic seconds */
     long long rec_step;          /* where the workers said they went on */
     long long rec_was;           /* the newest step one of them had completed before */
+    char rec_reason[600];        /* remote: the round change's reason */
+    char rec_reason_short[220];
+    int rec_replaced[64];        /* remote: the ranks this node replaced in this recovery */
+    int nrec_replaced;
     int rec_source;
     char readbuf[64 * 1024];
 };
@@ -157,6 +162,13 @@ int dl__rec_channel_open(dl_agent_t *a, dl__worker_t *w, int *ret_child_fd);
 void dl__rec_channel_close(dl__worker_t *w);
 /* Whether the others can go on without this worker while a replacement joins. */
 bool dl__rec_recoverable(const dl_agent_t *a, const dl__worker_t *failed);
+/* Remote: whether the living workers can be kept into the next round. */
+bool dl__rec_keepable(const dl_agent_t *a);
+/* Remote: the round changes with the workers kept (DL_SUP_KEEP): a recovery starts. */
+void dl__rec_keep(dl_agent_t *a);
+/* Remote: assigned with workers kept (DL_SUP_RESUME): the kept ones learn the new group, the
+ * empty slots get workers that join it. */
+void dl__rec_resume(dl_agent_t *a, int attempt);
 /* The supervisor's DL_SUP_RECOVER: a replacement for rank, the others told. */
 int dl__rec_start(dl_agent_t *a, int rank, int attempt);
 /* The recovery under way is over without success: the workers stop waiting for it. */

@@ -152,7 +152,9 @@ void dl__rdzv_report(dl_agent_t *a)
     char reason[400];
     int local = f->rank - (a->nworkers > 0 ? a->workers[0].rank : 0);
 
-    if (f->hung)
+    if (a->report_reason[0] != '\0')
+        snprintf(reason, sizeof(reason), "%.300s on %.90s", a->report_reason, z->hostname);
+    else if (f->hung)
         snprintf(reason, sizeof(reason), "rank %d on %s hung (no health beat in time)", f->rank,
                  z->hostname);
     else if (f->signal > 0)
@@ -189,6 +191,7 @@ void dl__rdzv_report(dl_agent_t *a)
     if (rep != NULL)
         json_object_set_new(m, "diag", rep);
     send_or_log(z, m);
+    a->report_reason[0] = '\0';
 }
 
 void dl__rdzv_exclude(dl_agent_t *a, int rank, const char *reason)
@@ -281,7 +284,8 @@ static void on_assignment(dl_agent_t *a, json_t *m)
         dl__agent_log(a, "round %d: node rank %d of %d on %s, ranks %d..%d of %d", a->round,
                       a->node_rank, a->nnodes, z->hostname, first, first + local - 1,
                       a->world_size);
-    if (restarts > 0) {
+    /* Workers kept into this round (in-job recovery): a recovery event says it, not this. */
+    if (restarts > 0 && !a->sup.awaiting) {
         json_t *f = json_pack("{s:i, s:i}", "attempt", restarts, "round", a->round);
         /* The round change's reason: the failure and, for a hang, where the ranks were. */
         if (z->last_reason[0] != '\0')
@@ -306,10 +310,14 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
     case DL_PROTO_ROUND_CHANGED: {
         char reason[1200];
         snprintf(z->last_reason, sizeof(z->last_reason), "%s", dl_proto_get_str(m, "reason"));
-        dl__agent_log(a, "round %lld: %s; restarting this node's workers",
-                      (long long)dl_proto_get_int(m, "round", 0),
-                      dl_proto_escape(dl_proto_get_str(m, "reason"), reason, sizeof(reason)));
-        dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED});
+        bool keep = dl__rec_keepable(a);
+        snprintf(a->rec_reason, sizeof(a->rec_reason), "%s",
+                 dl_proto_escape(dl_proto_get_str(m, "reason"), reason, sizeof(reason)));
+        dl__agent_log(a, "round %lld: %s; %s", (long long)dl_proto_get_int(m, "round", 0),
+                      dl_proto_escape(dl_proto_get_str(m, "reason"), reason, sizeof(reason)),
+                      keep ? "this node's workers stay (in-job recovery)"
+                           : "restarting this node's workers");
+        dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED, .recoverable = keep});
         return;
     }
     case DL_PROTO_SHUTDOWN: {

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -194,7 +195,7 @@ void dl__rec_channel_close(dl__worker_t *w)
 
 bool dl__rec_recoverable(const dl_agent_t *a, const dl__worker_t *failed)
 {
-    if (!dl__rec_in_job(a) || a->remote || a->world_size < 2)
+    if (!dl__rec_in_job(a) || a->world_size < 2)
         return false;
     /* Every worker must speak the protocol: the one that failed (its replacement will) and
      * every one that lives on. */
@@ -208,10 +209,33 @@ bool dl__rec_recoverable(const dl_agent_t *a, const dl__worker_t *failed)
     return true;
 }
 
+bool dl__rec_keepable(const dl_agent_t *a)
+{
+    if (!dl__rec_in_job(a) || !a->remote || a->sup.phase != DL_SUP_RUNNING)
+        return false;
+    for (int i = 0; i < a->nworkers; i++) {
+        const dl__worker_t *w = &a->workers[i];
+        if (w->pid > 0 && !w->ctl_hello)
+            return false;
+    }
+    return true;
+}
+
 /* ---- a recovery ------------------------------------------------------------------------------ */
 
 static json_t *recovery_json(dl_agent_t *a, const char *status)
 {
+    if (a->remote) {
+        /* Over several nodes each is a round change: its reason, and what this node replaced. */
+        json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:[]}", "status", status, "attempt",
+                              a->sup.attempt, "recovery", a->sup.recoveries, "round", a->round,
+                              "max_restarts", a->spec->max_restarts, "reason", a->rec_reason,
+                              "replaced");
+        json_t *rep = json_object_get(o, "replaced");
+        for (int i = 0; i < a->nrec_replaced; i++)
+            json_array_append_new(rep, json_integer(a->rec_replaced[i]));
+        return o;
+    }
     json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:[i]}", "status", status, "attempt",
                           a->sup.attempt, "recovery", a->sup.recoveries, "generation", a->gen,
                           "max_restarts", a->spec->max_restarts, "replaced", a->rec_rank);
@@ -247,10 +271,17 @@ static void recovery_done(dl_agent_t *a)
     for (int i = 0; i < a->nworkers; i++)
         if (a->workers[i].beating)
             a->workers[i].last_beat = now;
-    dl__agent_log(a,
-                  "in-job recovery %d: training again at step %lld, %.0f ms after rank %d "
-                  "failed (its state from rank %d's replica; no checkpoint read)",
-                  a->sup.recoveries, a->rec_step, ms, a->rec_rank, a->rec_source);
+    if (a->remote)
+        dl__agent_log(a,
+                      "in-job recovery %d: this node's ranks train again at step %lld, %.0f ms "
+                      "after the round changed (the state from the living ranks, rank %d's "
+                      "first; no checkpoint read)",
+                      a->sup.recoveries, a->rec_step, ms, a->rec_source);
+    else
+        dl__agent_log(a,
+                      "in-job recovery %d: training again at step %lld, %.0f ms after rank %d "
+                      "failed (its state from rank %d's replica; no checkpoint read)",
+                      a->sup.recoveries, a->rec_step, ms, a->rec_rank, a->rec_source);
     json_t *o = recovery_json(a, "done");
     json_object_set_new(o, "step", json_integer(a->rec_step));
     /* Steps some rank had completed and does again: at most the one that was in progress. */
@@ -268,6 +299,25 @@ static void recovery_failed(dl_agent_t *a, const char *why)
 {
     if (!a->recovering)
         return;
+    if (a->remote) {
+        /* The rendezvous decides: the report says it plainly, every node restarts. */
+        dl__agent_log(a, "in-job recovery %d failed: %s; reporting it: the job restarts from "
+                         "its last checkpoint if a restart is left",
+                      a->sup.recoveries, why);
+        json_t *o = recovery_json(a, "failed");
+        json_object_set_new(o, "error", json_string(why));
+        json_object_set_new(o, "fallback", json_string("restart"));
+        dl_events_emit(a->events, "recovery", dl__now_unix(), o);
+        snprintf(a->report_reason, sizeof(a->report_reason), "in-job recovery failed: %.300s",
+                 why);
+        if (a->nworkers > 0)
+            a->sup.first_failure = (dl_sup_failure_t){.rank = a->workers[0].rank,
+                                                      .attempt = a->sup.attempt,
+                                                      .exit_code = 1, .time = dl__now_unix()};
+        dl__rec_off(a);
+        dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_RECOVERY_FAILED});
+        return;
+    }
     bool left = dl_sup_restarts_used(&a->sup) < a->spec->max_restarts;
     dl__agent_log(a, "in-job recovery %d failed: %s; %s", a->sup.recoveries, why,
                   left ? "falling back to a restart of the job from its last checkpoint"
@@ -299,7 +349,9 @@ void dl__rec_interrupted(dl_agent_t *a, const dl_sup_failure_t *f)
     char why[200];
     snprintf(why, sizeof(why), "rank %d %s during it", f->rank,
              f->hung ? "hung" : f->signal > 0 ? "was killed" : "exited");
-    bool left = dl_sup_restarts_used(&a->sup) < a->spec->max_restarts;
+    if (a->remote && a->sup.awaiting)
+        return; /* not yet told anything: the slot is refilled with the others' */
+    bool left = a->remote || dl_sup_restarts_used(&a->sup) < a->spec->max_restarts;
     dl__agent_log(a, "in-job recovery %d failed: %s; %s", a->sup.recoveries, why,
                   left ? "falling back to a restart of the job from its last checkpoint"
                        : "no restart left: the job fails");
@@ -365,6 +417,79 @@ int dl__rec_start(dl_agent_t *a, int rank, int attempt)
     uv_timer_start(&a->rec_timer, on_timeout, RECOVERY_TIMEOUT_MS, 0);
     a->rec_timer_armed = true;
     return dl__agent_respawn(a, w, attempt, dl_sup_restarts_used(&a->sup));
+}
+
+void dl__rec_keep(dl_agent_t *a)
+{
+    a->nrec_replaced = 0;
+    /* The workers get the gist: the reason's first words. */
+    snprintf(a->rec_reason_short, sizeof(a->rec_reason_short), "%.200s", a->rec_reason);
+    for (char *p = a->rec_reason_short; *p != '\0'; p++)
+        if (*p == '\n')
+            *p = ' ';
+    a->recovering = true;
+    a->rec_rank = -1;
+    a->rec_started = mono();
+    a->rec_step = -1;
+    a->rec_was = -1;
+    a->rec_source = -1;
+    int alive = 0;
+    for (int i = 0; i < a->nworkers; i++)
+        alive += a->workers[i].pid > 0;
+    dl__agent_log(a, "in-job recovery %d: %d of this node's %d workers stay; joining the next "
+                     "round",
+                  a->sup.recoveries, alive, a->nworkers);
+    dl_events_emit(a->events, "recovery", dl__now_unix(), recovery_json(a, "started"));
+}
+
+void dl__rec_resume(dl_agent_t *a, int attempt)
+{
+    char dir[sizeof(a->attempt_dir)];
+    a->gen = a->round;
+    /* Replacements log into this round's attempt folder; kept workers go on in theirs. */
+    snprintf(dir, sizeof(dir), "%s", a->attempt_dir);
+    snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_%d", a->run_dir_abs, attempt);
+    if (mkdir(a->attempt_dir, 0755) < 0 && errno != EEXIST)
+        dl__agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir,
+                      strerror(errno));
+    json_t *ranks = json_array();
+    for (int i = 0; i < a->nworkers; i++)
+        json_array_append_new(ranks, json_integer(a->workers[i].rank));
+    dl_events_emit(a->events, "rendezvous", dl__now_unix(),
+                   json_pack("{s:i, s:i, s:i, s:i, s:o, s:s, s:i, s:b}", "round", a->round,
+                             "world_size", a->world_size, "node_rank", a->node_rank, "nodes",
+                             a->nnodes, "ranks", ranks, "master_addr", a->master_addr,
+                             "master_port", a->master_port, "kept", true));
+    char replaced[256] = "";
+    size_t off = 0;
+    for (int i = 0; i < a->nworkers; i++) {
+        dl__worker_t *w = &a->workers[i];
+        if (w->pid > 0) {
+            char line[1024];
+            snprintf(line, sizeof(line),
+                     "recover gen=%d rank=%d world=%d local_rank=%d local_world=%d store=%s "
+                     "master_addr=%s master_port=%d reason=%s\n",
+                     a->gen, w->rank, a->world_size, w->local_rank, a->nworkers,
+                     a->store_addr[0] != '\0' ? a->store_addr : "-", a->master_addr,
+                     a->master_port, a->rec_reason_short);
+            tell(w, line);
+            continue;
+        }
+        off += (size_t)snprintf(replaced + off, sizeof(replaced) - off, "%s%d", off ? "," : "",
+                                w->rank);
+        a->rec_rank = w->rank;
+        if (a->nrec_replaced < (int)(sizeof(a->rec_replaced) / sizeof(a->rec_replaced[0])))
+            a->rec_replaced[a->nrec_replaced++] = w->rank;
+        dl__agent_respawn(a, w, attempt, attempt);
+    }
+    dl__agent_log(a, "round %d: ranks %d..%d of %d; %s%s", a->round,
+                  a->nworkers > 0 ? a->workers[0].rank : 0,
+                  a->nworkers > 0 ? a->workers[a->nworkers - 1].rank : -1, a->world_size,
+                  replaced[0] ? "replacements join for ranks " : "every worker of this node kept",
+                  replaced);
+    (void)dir;
+    uv_timer_start(&a->rec_timer, on_timeout, RECOVERY_TIMEOUT_MS, 0);
+    a->rec_timer_armed = true;
 }
 
 void dl__rec_init(dl_agent_t *a)

@@ -117,6 +117,20 @@ static void worker_failed(dl_sup_t *sup, const dl_sup_event_t *ev, double now,
         .time = now,
     };
     if (sup->remote) {
+        /* The round is changing with the workers kept: this slot is refilled at the
+         * assignment, as any other dead one. */
+        if (sup->awaiting)
+            return;
+        /* In-job: the rendezvous opens the next round (and counts the restart); the others
+         * stay and form the group again in it (docs/recovery.md). */
+        if (sup->in_job && ev->recoverable && !sup->recovering && sup->succeeded == 0) {
+            act->flags |= DL_SUP_REPORT;
+            return;
+        }
+        if (sup->recovering) {
+            sup->recovering = false;
+            act->flags |= DL_SUP_RECOVERY_OFF;
+        }
         act->flags |= DL_SUP_REPORT;
         begin_stop(sup, act, DL_SUP_STOP_REPORT, SIGTERM);
         return;
@@ -182,18 +196,46 @@ dl_sup_actions_t dl_sup_step(dl_sup_t *sup, const dl_sup_event_t *ev, double now
         break;
 
     case DL_SUP_EV_ASSIGNED:
-        if (sup->remote && sup->phase == DL_SUP_WAITING) {
+        if (sup->remote && sup->awaiting && sup->phase == DL_SUP_RUNNING) {
+            /* The kept workers go on in the new group; the empty slots get replacements. */
+            sup->awaiting = false;
+            sup->attempt = ev->attempt;
+            sup->running = sup->nworkers;
+            sup->succeeded = 0;
+            act.flags |= DL_SUP_RESUME;
+            act.attempt = ev->attempt;
+        } else if (sup->remote && sup->phase == DL_SUP_WAITING) {
             sup->attempt = ev->attempt;
             start_attempt(sup, &act);
         }
         break;
 
     case DL_SUP_EV_ROUND_CHANGED:
-        if (sup->remote)
-            remote_stop(sup, &act, DL_SUP_STOP_REJOIN);
+        if (!sup->remote)
+            break;
+        if (sup->awaiting) {
+            /* Another change before the assignment: join that round instead. */
+            act.flags |= DL_SUP_JOIN;
+            break;
+        }
+        if (sup->in_job && ev->recoverable && sup->phase == DL_SUP_RUNNING &&
+            sup->stop == DL_SUP_STOP_NONE && !sup->recovering) {
+            sup->awaiting = true;
+            sup->recovering = true;
+            sup->recoveries++;
+            act.flags |= DL_SUP_KEEP | DL_SUP_JOIN;
+            break;
+        }
+        /* A change while a recovery is under way: it failed; back to a restart. */
+        if (sup->recovering) {
+            sup->recovering = false;
+            act.flags |= DL_SUP_RECOVERY_OFF;
+        }
+        remote_stop(sup, &act, DL_SUP_STOP_REJOIN);
         break;
 
     case DL_SUP_EV_JOB_END:
+        sup->awaiting = false;
         if (sup->remote) {
             if (sup->stop != DL_SUP_STOP_SIGNAL)
                 sup->end_code = ev->exit_code;
@@ -246,6 +288,12 @@ dl_sup_actions_t dl_sup_step(dl_sup_t *sup, const dl_sup_event_t *ev, double now
             break;
         sup->recovering = false;
         act.flags |= DL_SUP_RECOVERY_OFF;
+        if (sup->remote) {
+            /* The shell says why in the report; the rendezvous decides what next. */
+            act.flags |= DL_SUP_REPORT;
+            begin_stop(sup, &act, DL_SUP_STOP_REPORT, SIGTERM);
+            break;
+        }
         begin_stop(sup, &act,
                    dl_sup_restarts_used(sup) < sup->max_restarts ? DL_SUP_STOP_RESTART
                                                                  : DL_SUP_STOP_FAIL,

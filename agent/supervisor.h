@@ -59,7 +59,8 @@ typedef struct {
     int attempt;
     bool hung; /* WORKER_EXIT: the agent killed it for missing its health beats */
     /* WORKER_EXIT, SPAWN_FAILED: the others can go on without it while a replacement joins
-     * (in-job recovery: every worker speaks the protocol; the shell decides). */
+     * (in-job recovery: every worker speaks the protocol; the shell decides). ROUND_CHANGED
+     * (remote): the living workers can be kept into the next round. */
     bool recoverable;
 } dl_sup_event_t;
 
@@ -77,6 +78,9 @@ enum {
     /* in-job recovery */
     DL_SUP_RECOVER = 1 << 8,   /* start a replacement for rank and tell the others */
     DL_SUP_RECOVERY_OFF = 1 << 9, /* the recovery under way failed: the workers stop waiting */
+    /* remote in-job recovery */
+    DL_SUP_KEEP = 1 << 10,   /* the round changes, the living workers stay (a recovery starts) */
+    DL_SUP_RESUME = 1 << 11, /* assigned with workers kept: tell them the new group, refill */
 };
 
 typedef struct {
@@ -105,6 +109,9 @@ typedef struct dl_sup_s {
     bool in_job;
     int recoveries;  /* so far, in the job */
     bool recovering; /* one is under way */
+    /* Remote: the round changed and the living workers were kept; joined again, waiting for
+     * the assignment (each such recovery is a round change the rendezvous counts). */
+    bool awaiting;
 } dl_sup_t;
 
 /* Local mode: this node alone decides restarts, up to max_restarts. */

@@ -1152,7 +1152,10 @@ static int rec_sync(run_t *r)
             src = q;
     }
     if (src < 0) {
-        rc = 1; /* everyone is new: the job starts */
+        /* Everyone is new: the job starts, from its checkpoint or from scratch (restore). */
+        rc = r->sharded ? rec_shared_alloc(r) : 0;
+        if (rc == 0)
+            rc = 1;
         goto out;
     }
     int old_world = (int)all[src].old_world;

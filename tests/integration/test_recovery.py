@@ -10,10 +10,13 @@ import os
 import random
 import re
 import shutil
+import signal
 import tempfile
+import time
 import unittest
 
 import dltest
+import faultlib
 from test_train import FASHION, have_fashion, write_subset  # noqa: F401
 
 SUBSET = None
@@ -200,6 +203,155 @@ class OneNode(dltest.Case):
         p = self.dlaunch("--dry-run", "--recovery", "sometimes", "--", "true")
         self.assertEqual(p.returncode, 2)
         self.assertIn("--recovery", p.stderr)
+
+
+# ---- Two nodes on this machine ------------------------------------------------------------------
+
+@unittest.skipUnless(have_fashion(), "dataset-fashion-mnist is not installed")
+class TwoNodes(unittest.TestCase):
+    """2 agents x 2 workers through a rendezvous (faultlib, as bench/faults runs them). Each
+    agent's workers get a host id of their own, so that the ranks of the two nodes meet over TCP
+    as on two machines, and each rank keeps a replica of a block on the other node."""
+    STEPS = 1500
+    straight = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="dl-rec2-")
+        cls.subset = os.path.join(cls.root, "data")
+        os.mkdir(cls.subset)
+        write_subset(cls.subset)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def job(self, train=None, extra=("--recovery", "in-job"), nodes_range=None):
+        job = faultlib.Job(train=train, extra=extra, subset=self.subset, root=self.root,
+                           agent_env=[{"DLAUNCH_COLL_HOST_ID": "node0"},
+                                      {"DLAUNCH_COLL_HOST_ID": "node1"}])
+        if nodes_range:
+            job.common[job.common.index("--nodes") + 1] = nodes_range
+        self.addCleanup(job.close)
+        return job
+
+    def final(self, job):
+        with open(os.path.join(job.dir, "ck", f"ckpt-{self.STEPS:012d}.dlck"), "rb") as f:
+            return f.read()
+
+    def baseline(self):
+        if TwoNodes.straight is None:
+            job = self.job(extra=())
+            job.start()
+            self.assertEqual(job.wait(), [0, 0])
+            TwoNodes.straight = self.final(job)
+        return TwoNodes.straight
+
+    def output(self, job):
+        agents = job.agents + getattr(job, "gone", [])
+        return "".join(l + "\n" for a in agents for _, l in a.out.snapshot() + a.err.snapshot())
+
+    def recovered(self, job, events_of=(0, 1)):
+        """The checks every in-job recovery over two nodes passes; returns the agents' events."""
+        codes = job.wait(timeout=300)
+        text = self.output(job)
+        self.assertEqual(codes, [0] * len(codes), text[-4000:])
+        self.assertNotIn("resuming from", text)
+        evs = {i: job.agents[i].events() for i in events_of}
+        for i, ev in evs.items():
+            rec = [e for e in ev if e["event"] == "recovery"]
+            self.assertTrue(rec and rec[-1]["status"] == "done", (i, rec))
+            self.assertEqual([e for e in ev if e["event"] == "restart"], [], i)
+            self.assertLessEqual(rec[-1]["steps_redone"], 1, rec[-1])
+            self.assertEqual(rec[-1]["source"], "replica")
+        return evs, text
+
+    def test_a_worker_killed_in_a_step_is_replaced_on_its_node(self):
+        straight = self.baseline()
+        rng = random.Random(os.environ.get("DLAUNCH_TEST_SEED", "two-nodes"))
+        for phase, rank in (("exchange", 3), ("gather", 1), ("compute", 2)):
+            with self.subTest(phase=phase, rank=rank):
+                delay = rng.randrange(0, 300)
+                job = self.job(train={"fail_at_step": FAIL_STEP, "fail_rank": rank,
+                                      "fail_phase": phase, "fail_delay_us": delay})
+                job.start()
+                evs, text = self.recovered(job)
+                node = rank // 2
+                started = [e for e in evs[node] if e["event"] == "worker_start"]
+                self.assertEqual([e["rank"] for e in started], [2 * node, 2 * node + 1, rank])
+                self.assertEqual(started[-1]["generation"], 1)
+                done = [e for e in evs[node] if e["event"] == "recovery"][-1]
+                self.assertEqual(done["replaced"], [rank])
+                self.assertIn(f"rank {rank} on ", done["reason"])
+                self.assertGreaterEqual(done["step"], FAIL_STEP - 1)
+                self.assertLessEqual(done["step"], FAIL_STEP + 3)
+                # The other node replaced nobody and kept its workers.
+                other = [e for e in evs[1 - node] if e["event"] == "worker_start"]
+                self.assertEqual(len(other), 2)
+                self.assertEqual(self.final(job), straight)
+
+    def test_a_hung_worker_is_killed_alone_and_replaced(self):
+        straight = self.baseline()
+        job = self.job(train={"hang_at_step": FAIL_STEP, "fail_rank": 2},
+                       extra=("--recovery", "in-job", "--health-timeout", "1"))
+        job.start()
+        evs, text = self.recovered(job)
+        self.assertEqual([e["rank"] for e in evs[1] if e["event"] == "worker_hung"], [2])
+        self.assertEqual([e for e in evs[0] if e["event"] == "worker_hung"], [])
+        self.assertEqual(self.final(job), straight)
+
+    def test_a_failure_during_the_recovery_falls_back_to_a_restart(self):
+        straight = self.baseline()
+        job = self.job(train={"fail_at_step": FAIL_STEP, "fail_rank": 3,
+                              "fail_phase": "exchange", "fail_on_join": "true"})
+        job.start()
+        codes = job.wait(timeout=300)
+        text = self.output(job)
+        self.assertEqual(codes, [0, 0], text[-4000:])
+        self.assertRegex(text, r"resuming from ck/ckpt-000000000200\.dlck")
+        for a in job.agents:
+            ev = a.events()
+            rec = [e for e in ev if e["event"] == "recovery"]
+            self.assertEqual(rec[0]["status"], "started")
+            self.assertIn(rec[-1]["status"], ("failed", "started"), rec)
+            self.assertTrue([e for e in ev if e["event"] == "restart"], a.index)
+        self.assertEqual(self.final(job), straight)
+
+    def test_a_lost_node_shrinks_the_job_and_it_grows_back(self):
+        job = self.job(nodes_range="1:2")
+        job.start()
+        job.wait_step(300)
+        # The whole node: its agent and, through its orphan guard, its workers.
+        os.killpg(job.agents[1].proc.pid, signal.SIGKILL)
+        job.agents[1].proc.wait()
+        # Node 0 goes on alone, from the state its ranks kept (their replicas of node 1's
+        # blocks), no checkpoint read: its progress lines carry on past the step of the loss.
+        t = time.monotonic()
+        while time.monotonic() - t < 60:
+            if re.search(r"the world went from 4 to 2 ranks", self.output(job)):
+                break
+            time.sleep(0.05)
+        step = job.progress()[-1][1]
+        job.wait_step(step + 50)
+        job.restart_agent(1)
+        codes = job.wait(timeout=300)
+        text = self.output(job)
+        self.assertEqual(codes, [0, 0], text[-4000:])
+        self.assertNotIn("resuming from", text)
+        self.assertRegex(text, r"in-job recovery: the world went from 4 to 2 ranks; going on at "
+                               r"step \d+")
+        self.assertRegex(text, r"in-job recovery: the world went from 2 to 4 ranks, new: 2,3; "
+                               r"going on at step \d+")
+        ev = job.agents[0].events()
+        rec = [e for e in ev if e["event"] == "recovery"]
+        self.assertEqual([e["status"] for e in rec], ["started", "done", "started", "done"])
+        self.assertEqual([e for e in ev if e["event"] == "restart"], [])
+        worlds = [e["world_size"] for e in ev if e["event"] == "rendezvous"]
+        self.assertEqual(worlds, [4, 2, 4])
+        # Node 0's workers lived through it all.
+        self.assertEqual(len([e for e in ev if e["event"] == "worker_start"]), 2)
+        with open(os.path.join(job.dir, "summary.json")) as f:
+            self.assertEqual(json.load(f)["steps"], self.STEPS)
 
 
 if __name__ == "__main__":

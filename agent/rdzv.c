@@ -240,6 +240,10 @@ static void on_heartbeat(uv_timer_t *t)
             json_object_set_new(p, "samples_per_s", json_real(a->progress.samples_per_s));
         json_object_set_new(m, "progress", p);
     }
+    /* In-job recovery: how many, whether one is under way (`dlaunch status`). */
+    json_t *rec = dl__rec_status(a);
+    if (rec != NULL)
+        json_object_set_new(m, "recovery", rec);
     /* This node's figures and its ranks' last operations: the job-wide view is made of them. */
     if (a->sup.phase == DL_SUP_RUNNING) {
         json_t *rep = dl__diag_report(a);

@@ -338,7 +338,6 @@ static void on_health_check(uv_timer_t *t)
     dl_agent_t *a = t->data;
     double now = (double)uv_hrtime() / 1e9;
     char buf[4096];
-    bool explained = false;
 
     for (int i = 0; i < a->nworkers; i++) {
         dl__worker_t *w = &a->workers[i];
@@ -352,25 +351,10 @@ static void on_health_check(uv_timer_t *t)
         if (got > 0) {
             w->beating = true;
             w->last_beat = now;
-        } else if (a->spec->health_timeout > 0 && w->beating &&
-                   now - w->last_beat >= a->spec->health_timeout &&
-                   a->sup.stop == DL_SUP_STOP_NONE) {
-            /* Where every rank is, read before anything is killed (docs/diagnostics.md). */
-            if (!explained)
-                dl__diag_explain(a, "hang", true);
-            explained = true;
-            w->hung = true;
-            dl__agent_log(a, "rank %d (pid %d) sent no health beat for %.1fs: it is hung; "
-                             "killing it",
-                          w->rank, (int)w->pid, now - w->last_beat);
-            json_t *f = json_pack("{s:i, s:i, s:f}", "rank", w->rank, "pid", (int)w->pid,
-                                  "silent_s", now - w->last_beat);
-            if (dl__diag_text(a)[0] != '\0')
-                json_object_set_new(f, "diagnosis", json_string(dl__diag_text(a)));
-            dl_events_emit(a->events, "worker_hung", dl__now_unix(), f);
-            kill(-w->pid, SIGKILL);
         }
     }
+    if (a->spec->health_timeout > 0 && a->sup.stop == DL_SUP_STOP_NONE)
+        dl__watchdog_check(a, now);
     dl__diag_tick(a, now);
 }
 

@@ -244,6 +244,11 @@ static void snapshot(dl_agent_t *a, dl__worker_t *w, wdiag_t *x, double now, dl_
     }
 }
 
+void dl__diag_snapshot(dl_agent_t *a, dl__worker_t *w, double now, dl_diag_rank_t *out)
+{
+    snapshot(a, w, a->diag != NULL ? wdiag(a->diag, w) : NULL, now, out);
+}
+
 /* Every worker of this node; returns how many went into v (nworkers at most). */
 static size_t snapshot_all(dl_agent_t *a, double now, dl_diag_rank_t *v,
                            const dl_diag_beats_t **beats)

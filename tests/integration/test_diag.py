@@ -162,13 +162,20 @@ class Diag(dltest.Case):
         self.check_hang_account(restart[0]["diagnosis"])
         hung = [e for e in evs if e["event"] == "worker_hung"]
         self.assertTrue(hung and all("never entered" in e["diagnosis"] for e in hung), hung)
+        # Only the stopped rank is named hung: rank 0 waited for it in a collective.
+        self.assertEqual([e["rank"] for e in hung], [1], hung)
+        self.assertTrue(restart[0]["reason"]["hung"], restart)
+        self.assertEqual(restart[0]["reason"]["rank"], 1, restart)
         self.check_hang_account(self.log("a"))
         # The recorder files stay with the attempt's logs, and say the same thing.
         base = os.path.join(self.dir, "dlaunch_logs", "job", "attempt_0")
         r0 = read_recorder(os.path.join(base, "rank_0.rec"))
         r1 = read_recorder(os.path.join(base, "rank_1.rec"))
         seq = 2 * self.HANG_STEP + 1
-        self.assertEqual(r0[-1][:3], (seq, "reduce-scatter", "running"), r0[-3:])
+        # Rank 0 was inside the reduce-scatter when the hang was found; only rank 1 was
+        # stopped, so the collective may have failed under rank 0 as rank 1's socket closed.
+        self.assertEqual(r0[-1][:2], (seq, "reduce-scatter"), r0[-3:])
+        self.assertIn(r0[-1][2], ("running", "failed"), r0[-3:])
         self.assertEqual(r1[-1][:3], (seq - 1, "all-gather", "done"), r1[-3:])
         self.assertEqual(r0[0][1:3], ("broadcast", "done"))
 
@@ -207,6 +214,10 @@ class Diag(dltest.Case):
             restart = [e for e in self.evs(name) if e["event"] == "restart"]
             self.assertEqual(len(restart), 1, self.evs(name))
             self.check_hang_account(restart[0]["reason"], on_node=1)
+        # Rank 1's own node names it; rank 0, waiting for it on node 0, is nobody's culprit.
+        hung = {n: [e["rank"] for e in self.evs(n) if e["event"] == "worker_hung"]
+                for n in ("n0", "n1")}
+        self.assertEqual(hung, {"n0": [], "n1": [1]})
 
     # ---- stragglers --------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ typedef struct dl__rdzv_s {
     /* Diagnostics (diag.c): the last round change's reason for the restart event, and while
      * this node sits out as a straggler, the join it holds back and its status polls. */
     char last_reason[1024];
+    json_t *last_failure; /* its culprit, as the restart event's reason; NULL when none */
     bool join_held;
     bool following; /* the job's events come to us: its end, while we sit out */
     uv_timer_t backoff; /* the next connection, when the last one went wrong */
@@ -173,6 +174,8 @@ void dl__rdzv_report(dl_agent_t *a)
     else
         json_object_set_new(m, "exit_code", json_integer(f->exit_code >= 0 ? f->exit_code : 127));
     json_object_set_new(m, "reason", json_string(reason));
+    if (f->hung)
+        json_object_set_new(m, "hung", json_true());
     json_object_set_new(m, "time", json_real(f->time));
     /* The end of its stderr (else of its stdout), for the status page; the agent's summary
      * shows the same lines. */
@@ -248,6 +251,36 @@ static void on_heartbeat(uv_timer_t *t)
 
 static void misbehaved(dl_agent_t *a, const char *why);
 
+/* The restart event's reason on several nodes, in the one-node event's terms
+ * ({rank, attempt, exit_code | signal | hung}) plus where: the culprit's node, its node rank and
+ * the cause. Read field by field: the server's object is not trusted to hold what it should. */
+static json_t *culprit_reason(const json_t *c, int attempt)
+{
+    json_t *o = json_pack("{s:i}", "attempt", attempt);
+    if (c == NULL) {
+        json_object_set_new(o, "cause", json_string("requested"));
+        return o;
+    }
+    static const char *const names[] = {"cause", "node", "host"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const json_t *v = json_object_get(c, names[i]);
+        if (json_is_string(v))
+            json_object_set(o, names[i], (json_t *)v);
+    }
+    static const char *const ints[] = {"node_rank", "rank", "exit_code"};
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+        const json_t *v = json_object_get(c, ints[i]);
+        if (json_is_integer(v))
+            json_object_set(o, ints[i], (json_t *)v);
+    }
+    const json_t *sig = json_object_get(c, "signal");
+    if (json_is_integer(sig))
+        json_object_set_new(o, "signal", json_string(dl_signal_name((int)json_integer_value(sig))));
+    if (json_is_true(json_object_get(c, "hung")))
+        json_object_set_new(o, "hung", json_true());
+    return o;
+}
+
 static void on_assignment(dl_agent_t *a, json_t *m)
 {
     rdzv_t *z = a->rdzv;
@@ -282,10 +315,11 @@ static void on_assignment(dl_agent_t *a, json_t *m)
                       a->node_rank, a->nnodes, z->hostname, first, first + local - 1,
                       a->world_size);
     if (restarts > 0) {
-        json_t *f = json_pack("{s:i, s:i}", "attempt", restarts, "round", a->round);
-        /* The round change's reason: the failure and, for a hang, where the ranks were. */
+        json_t *f = json_pack("{s:i, s:i, s:o}", "attempt", restarts, "round", a->round,
+                              "reason", culprit_reason(z->last_failure, restarts - 1));
+        /* The round change's text: the failure and, for a hang, where the ranks were. */
         if (z->last_reason[0] != '\0')
-            json_object_set_new(f, "reason", json_string(z->last_reason));
+            json_object_set_new(f, "diagnosis", json_string(z->last_reason));
         dl_events_emit(a->events, "restart", dl__now_unix(), f);
     }
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ASSIGNED, .attempt = restarts});
@@ -306,6 +340,13 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
     case DL_PROTO_ROUND_CHANGED: {
         char reason[1200];
         snprintf(z->last_reason, sizeof(z->last_reason), "%s", dl_proto_get_str(m, "reason"));
+        json_decref(z->last_failure);
+        z->last_failure = json_incref(json_object_get(m, "failure"));
+        if (z->last_failure == NULL) {
+            /* No failure: an operator's restart or a node joining; the cause says which. */
+            const char *cause = dl_proto_get_str(m, "cause");
+            z->last_failure = json_pack("{s:s}", "cause", cause != NULL ? cause : "requested");
+        }
         dl__agent_log(a, "round %lld: %s; restarting this node's workers",
                       (long long)dl_proto_get_int(m, "round", 0),
                       dl_proto_escape(dl_proto_get_str(m, "reason"), reason, sizeof(reason)));
@@ -731,6 +772,7 @@ void dl__rdzv_free(dl_agent_t *a)
         return;
     dl__worker_cred_remove(a->token_path);
     dl_proto_token_free(z->token);
+    json_decref(z->last_failure);
     free(z);
     a->rdzv = NULL;
 }

@@ -124,6 +124,7 @@ static const dl__field_t worker_failed_fields[] = {
     OPT("log_tail", DL__F_STR, 0, 65536),
     OPT("diag", DL__F_OBJ, 0, 0),
     OPT("excluded", DL__F_BOOL, 0, 0), /* the node steps out as a straggler */
+    OPT("hung", DL__F_BOOL, 0, 0),     /* killed by the hang watchdog */
     END,
 };
 
@@ -138,6 +139,8 @@ static const dl__field_t round_changed_fields[] = {
     OPT("restart_count", DL__F_INT, 0, I32),
     OPT("failed_rank", DL__F_INT, 0, I32),
     OPT("failed_node", DL__F_NAME, 1, DL_PROTO_NAME_MAX),
+    OPT("cause", DL__F_NAME, 1, DL_PROTO_NAME_MAX),
+    OPT("failure", DL__F_OBJ, 0, 0),
     END,
 };
 

@@ -92,6 +92,20 @@ typedef struct {
     size_t len;
 } dl_rdzv_buf_t;
 
+/* Who ended a round: one worker (rank >= 0), or a whole node (rank -1, cause NODE_LOST). A
+ * failure seen on a node because another node died first is put on the dead node. */
+typedef struct {
+    dl_rdzv_cause_t cause;
+    const char *agent_id; /* the culprit's node */
+    const char *host;
+    int node_rank;        /* in the round that ended */
+    int rank;             /* the failed worker's global rank, or -1: the node itself */
+    int exit_code;        /* -1: it did not exit (a signal, a hang, a lost node) */
+    int signal;           /* 0: none */
+    bool hung;            /* killed by the hang watchdog */
+    const char *text;     /* the one-line account, as in the round change's reason */
+} dl_rdzv_culprit_t;
+
 typedef enum {
     DL_RDZV_EV_TICK = 0,      /* only runs expired timers; every event does that first anyway */
     DL_RDZV_EV_JOIN,          /* run_id, join */
@@ -135,6 +149,10 @@ typedef struct {
         struct {
             int round;               /* the round the agent's workers belong to */
             const char *description; /* WORKER_FAILED: what failed, kept for the summary */
+            int rank;                /* WORKER_FAILED: the worker's global rank */
+            int exit_code;           /* WORKER_FAILED: -1 when it did not exit */
+            int signal;              /* WORKER_FAILED: 0 when none */
+            bool hung;               /* WORKER_FAILED: killed by the hang watchdog */
         } report;
         struct {
             int round; /* the namespace: the job's current round, or -1 for whatever is current */
@@ -238,12 +256,14 @@ typedef struct {
             int round;
             const char *reason;
             dl_rdzv_cause_t cause;
+            const dl_rdzv_culprit_t *culprit; /* NULL when no failure ended the round */
         } round_changed;
         struct {
             int round;
             int restarts;
             const char *failure;
-            dl_rdzv_cause_t cause; /* of the round change that was one too many */
+            dl_rdzv_cause_t cause;            /* of the round change that was one too many */
+            const dl_rdzv_culprit_t *culprit; /* the job's first failure */
         } failed;
         struct {
             int round;

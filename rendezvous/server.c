@@ -326,6 +326,26 @@ static json_t *status_json(const dl_rdzv_job_status_t *j)
     return o;
 }
 
+/* The culprit as agents read it (docs/protocol.md, round_changed and shutdown's failure). */
+static json_t *culprit_json(const dl_rdzv_culprit_t *c)
+{
+    json_t *o = json_pack("{s:s, s:s, s:s}", "cause", dl_rdzv_cause_name(c->cause), "node",
+                          c->agent_id, "host", c->host);
+    if (c->node_rank >= 0)
+        json_object_set_new(o, "node_rank", json_integer(c->node_rank));
+    if (c->rank >= 0)
+        json_object_set_new(o, "rank", json_integer(c->rank));
+    if (c->hung)
+        json_object_set_new(o, "hung", json_true());
+    else if (c->signal > 0)
+        json_object_set_new(o, "signal", json_integer(c->signal));
+    else if (c->exit_code >= 0)
+        json_object_set_new(o, "exit_code", json_integer(c->exit_code));
+    if (c->text != NULL)
+        json_object_set_new(o, "text", json_string(c->text));
+    return o;
+}
+
 /* Turns a core message into a frame for its connection; NULL when nothing is to be sent. */
 static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t *m)
 {
@@ -378,15 +398,25 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
                                                              *m->round_changed.reason
                                                          ? m->round_changed.reason
                                                          : "new round"));
+        json_object_set_new(o, "cause", json_string(dl_rdzv_cause_name(m->round_changed.cause)));
+        if (m->round_changed.culprit != NULL) {
+            const dl_rdzv_culprit_t *c = m->round_changed.culprit;
+            if (c->rank >= 0)
+                json_object_set_new(o, "failed_rank", json_integer(c->rank));
+            json_object_set_new(o, "failed_node", json_string(c->agent_id));
+            json_object_set_new(o, "failure", culprit_json(c));
+        }
         return o;
     case DL_RDZV_MSG_FAILED:
         o = dl_proto_msg_new(DL_PROTO_SHUTDOWN, -1);
         json_object_set_new(o, "reason", json_string("failed"));
         json_object_set_new(o, "exit_code", json_integer(1));
-        json_object_set_new(o, "failure",
-                            json_pack("{s:s, s:i, s:i}", "description",
-                                      m->failed.failure ? m->failed.failure : "unknown",
-                                      "round", m->failed.round, "restarts", m->failed.restarts));
+        json_t *f = m->failed.culprit != NULL ? culprit_json(m->failed.culprit) : json_object();
+        json_object_set_new(f, "description",
+                            json_string(m->failed.failure ? m->failed.failure : "unknown"));
+        json_object_set_new(f, "round", json_integer(m->failed.round));
+        json_object_set_new(f, "restarts", json_integer(m->failed.restarts));
+        json_object_set_new(o, "failure", f);
         return o;
     case DL_RDZV_MSG_STOP:
         o = dl_proto_msg_new(DL_PROTO_SHUTDOWN, -1);
@@ -809,6 +839,10 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         ev.kind = DL_RDZV_EV_WORKER_FAILED;
         ev.report.round = (int)dl_proto_get_int(msg, "round", 0);
         ev.report.description = desc;
+        ev.report.rank = (int)dl_proto_get_int(msg, "rank", -1);
+        ev.report.exit_code = (int)code;
+        ev.report.signal = (int)dl_proto_get_int(msg, "signal", 0);
+        ev.report.hung = json_is_true(json_object_get(msg, "hung"));
         char peer[80];
         dl__conn_peer(&sc->c, peer, sizeof(peer));
         dl__rdzv_stats_failure(&s->stats, sc->run_id, msg, peer, unix_now());

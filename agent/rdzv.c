@@ -42,6 +42,10 @@ typedef struct dl__rdzv_s {
      * this node sits out as a straggler, the join it holds back and its status polls. */
     char last_reason[1024];
     json_t *last_failure; /* its culprit, as the restart event's reason; NULL when none */
+    /* Whether a round was assigned yet, and the restarts it said were spent: joins carry them, so
+     * that a restarted rendezvous goes on counting. */
+    bool assigned;
+    int spent;
     bool join_held;
     bool following; /* the job's events come to us: its end, while we sit out */
     uv_timer_t backoff; /* the next connection, when the last one went wrong */
@@ -141,8 +145,10 @@ void dl__rdzv_join(dl_agent_t *a)
                      (json_int_t)(spec->join_timeout * 1000), "dead_after_ms",
                      (json_int_t)(spec->dead_after * 1000), "max_restarts", spec->max_restarts,
                      "master_addr", addr, "master_port", a->master_port));
-    if (a->round > 0)
+    if (z->assigned) {
         json_object_set_new(m, "round", json_integer(a->round));
+        json_object_set_new(m, "failures", json_integer(z->spent));
+    }
     send_or_log(z, m);
 }
 
@@ -298,6 +304,8 @@ static void on_assignment(dl_agent_t *a, json_t *m)
     }
     int first = as.first_rank, local = as.local_world_size, restarts = as.restart_count;
     a->round = as.round;
+    z->assigned = true;
+    z->spent = as.failures;
     a->node_rank = as.node_rank;
     a->nnodes = as.nodes;
     a->world_size = as.world_size;

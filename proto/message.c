@@ -60,6 +60,7 @@ static const dl__field_t join_fields[] = {
     OPT("node_rank", DL__F_INT, -1, I32),
     OPT("slurm_node_id", DL__F_INT, -1, I32),
     OPT("round", DL__F_INT, 0, I32),
+    OPT("failures", DL__F_INT, 0, I32), /* restarts spent, for a restarted rendezvous */
     /* The job's parameters, from the agent's job spec: the first join of a job sets them on a
      * server that was not started with its own. */
     OPT("min_nodes", DL__F_INT, 1, 1000000),
@@ -86,6 +87,7 @@ static const dl__field_t assignment_fields[] = {
     REQ("master_port", DL__F_INT, 1, 65535),
     REQ("store_addr", DL__F_ADDR, 1, DL_PROTO_NAME_MAX),
     OPT("restart_count", DL__F_INT, 0, I32),
+    OPT("failures", DL__F_INT, 0, I32),
     OPT("max_restarts", DL__F_INT, 0, I32),
     END,
 };

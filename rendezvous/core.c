@@ -465,6 +465,7 @@ static void send_assignment(dl_rdzv_core_t *core, dl__rdzv_job_t *job, dl__rdzv_
     /* Every round is an attempt of its own (its log folder, TORCHELASTIC_RESTART_COUNT), while
      * only failures spend the restart budget (job->restarts). */
     msg->assignment.restarts = job->round;
+    msg->assignment.failures = job->restarts;
     msg->assignment.max_restarts = job->opts.max_restarts;
     msg->assignment.master_addr = job->master_addr;
     msg->assignment.master_port = job->master_port;
@@ -836,6 +837,33 @@ fail:
     dl__rdzv_error(core, ev->conn, ev->req_id, job->run_id, -ENOMEM, "join: out of memory");
 }
 
+/* A gathering job meets an agent that ran round R of it: this rendezvous restarted (or is a new
+ * host) and its count began again. It goes on from R + 1, so that no attempt is numbered, and no
+ * attempt folder written, twice, and the restart budget stays spent; the highest any agent
+ * brings wins. Agents of this rendezvous's own rounds bring an older round, which changes
+ * nothing. */
+static void adopt_history(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rdzv_event_t *ev)
+{
+    if (ev->join.resume_round >= job->round && ev->join.resume_round < INT_MAX - 1) {
+        dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id,
+                     "agent '%s' (%s) ran round %d of this job: going on from round %d", 
+                     ev->join.agent_id, ev->join.host, ev->join.resume_round,
+                     ev->join.resume_round + 1);
+        job->round = ev->join.resume_round + 1;
+    }
+    if (ev->join.failures > job->restarts) {
+        dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id,
+                     "agent '%s' (%s) says %d restart%s of this job were spent: %d of %d left",
+                     ev->join.agent_id, ev->join.host, ev->join.failures,
+                     ev->join.failures == 1 ? "" : "s",
+                     job->opts.max_restarts > ev->join.failures
+                         ? job->opts.max_restarts - ev->join.failures
+                         : 0,
+                     job->opts.max_restarts);
+        job->restarts = ev->join.failures;
+    }
+}
+
 static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
 {
     const char *why;
@@ -867,6 +895,8 @@ static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
         return;
     }
     dl__rdzv_member_t *m = member_find(core, job, ev->join.agent_id);
+    if (!m && job->state == DL_RDZV_JOB_GATHERING)
+        adopt_history(core, job, ev);
     if (m && job->state == DL_RDZV_JOB_GATHERING) {
         if (m->conn && m->conn->id == ev->conn) {
             dl__rdzv_send(core, ev->conn, DL_RDZV_MSG_JOINED, ev->req_id, job->run_id)

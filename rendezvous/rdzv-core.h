@@ -141,6 +141,9 @@ typedef struct {
             const char *master_addr; /* where this node would serve MASTER_ADDR; NULL: host */
             int master_port;         /* its MASTER_PORT; 0: the job's master_port */
             int resume_round;        /* the round this agent still runs workers of, or -1 */
+            /* The job's restarts spent on failures as this agent last heard, or -1: with
+             * resume_round, what a restarted rendezvous adopts (the highest) to go on counting. */
+            int failures;
             const dl_rdzv_job_opts_t *opts; /* creates the job, else its min:max must match */
             /* Who creates the job if this JOIN does (the shell's name for the peer, e.g. a hash
              * of its address), counted against max_jobs_per_creator; 0: nobody in particular. */
@@ -242,7 +245,8 @@ typedef struct {
             int world_size;
             int first_rank; /* global rank of this node's local rank 0 */
             int local_world_size;
-            int restarts;
+            int restarts;     /* rounds before this one: TORCHELASTIC_RESTART_COUNT */
+            int failures;     /* of them, those that spent the restart budget */
             int max_restarts;
             const char *master_addr;
             int master_port;

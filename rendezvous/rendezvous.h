@@ -144,6 +144,7 @@ typedef struct {
     int first_rank;
     int local_world_size;
     int restart_count;
+    int failures; /* restarts spent on failures */
     int max_restarts;
     int master_port;
     char master_addr[DL_PROTO_NAME_MAX + 1];

@@ -378,14 +378,15 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
                  m->assignment.store_host ? m->assignment.store_host : s->store_host,
                  m->assignment.store_host ? m->assignment.store_port : s->port);
         json_object_update_new(
-            o, json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:i, s:i}", "round",
+            o, json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:i, s:i, s:i}", "round",
                          m->assignment.round, "node_rank", m->assignment.node_rank, "nodes",
                          m->assignment.nnodes, "world_size", m->assignment.world_size,
                          "first_rank", m->assignment.first_rank, "local_world_size",
                          m->assignment.local_world_size, "master_addr",
                          m->assignment.master_addr, "master_port", m->assignment.master_port,
                          "store_addr", store, "restart_count", m->assignment.restarts,
-                         "max_restarts", m->assignment.max_restarts));
+                         "failures", m->assignment.failures, "max_restarts",
+                         m->assignment.max_restarts));
         return o;
     case DL_RDZV_MSG_TIMEOUT:
         return dl_proto_error_new(id, DL_PROTO_E_TIMEOUT,
@@ -749,6 +750,7 @@ static void handle_join(sconn_t *sc, json_t *msg, uint64_t req)
     ev.join.master_addr = dl_proto_get_str(msg, "master_addr");
     ev.join.master_port = (int)dl_proto_get_int(msg, "master_port", 0);
     ev.join.resume_round = (int)dl_proto_get_int(msg, "round", -1);
+    ev.join.failures = (int)dl_proto_get_int(msg, "failures", -1);
     ev.join.opts = has_opts ? &opts : NULL;
     ev.join.creator = sc->creator;
     run_core(s, &ev);

@@ -183,6 +183,48 @@ class Rendezvous(dltest.Case):
         self.assertIn("wrong job token", self.log("intruder"))
         host.kill()
 
+    def test_a_restarted_dlaunchd_goes_on_counting(self):
+        """dlaunchd SIGKILLed and started again on its port after a failure: the job goes on
+        from the next round, with no attempt folder written twice, TORCHELASTIC_RESTART_COUNT
+        still counting, and the restart spent still spent."""
+        d, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
+        self.procs.append(d)
+        self.endpoint = f"127.0.0.1:{self.port}"
+        stop = os.path.join(self.dir, "stop")
+        script = ('echo restart=$TORCHELASTIC_RESTART_COUNT;'
+                  'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 3 ]; then exit 4; fi;'
+                  f'while [ ! -e {stop} ]; do sleep 0.05; done')
+        procs = [self.agent("--max-restarts", "2", "--", "sh", "-c", script, name=n)
+                 for n in ("a", "b")]
+
+        def started(attempt):
+            return all(sum(e["event"] == "worker_start" and e["attempt"] == attempt
+                           for e in self.evs(n)) == 2 for n in "ab")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not started(1):
+            time.sleep(0.05)
+        self.assertTrue(started(1), self.log("a") + self.log("b"))
+        d.kill()
+        d.wait()
+        # Started again where the agents look for it.
+        d = subprocess.Popen([dltest.DLAUNCHD, "--listen", self.endpoint],
+                             stdout=subprocess.DEVNULL, stderr=self.open_log("d3.log"))
+        self.procs.append(d)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not started(2):
+            time.sleep(0.05)
+        self.assertTrue(started(2), self.log("a") + self.log("b") + self.read("d3.log"))
+        st = self.dlaunch("status", "--json", "--endpoint", self.endpoint, "job", check_code=0)
+        self.assertEqual((json.loads(st.stdout)["round"], json.loads(st.stdout)["restarts"]),
+                         (2, 1), st.stdout)
+        open(stop, "w").close()
+        self.assertEqual(self.wait_all(procs), [0, 0], self.log("a") + self.log("b"))
+        for attempt in (0, 1, 2):
+            ranks = self.ranks_from_logs(attempt=attempt)
+            self.assertEqual(sorted(ranks), [0, 1, 2, 3], attempt)
+            for words in ranks.values():
+                self.assertEqual(words, [f"restart={attempt}"], attempt)
+
     def test_dlaunchd_status_restart_stop(self):
         d, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
         self.procs.append(d)

@@ -599,6 +599,45 @@ START_TEST(a_failure_after_a_node_vanished_blames_the_node)
 }
 END_TEST
 
+/* A rendezvous that restarted meets agents that ran round 3 with 2 restarts spent: it goes on
+ * from round 4 with 2 spent, so attempt 3 is never written twice and the budget is not reset. */
+START_TEST(a_restarted_rendezvous_adopts_the_agents_history)
+{
+    harness_t h;
+    h_init(&h);
+    dl_rdzv_job_opts_t o = h_opts(2, 2);
+    o.max_restarts = 3;
+    for (uint64_t conn = 1; conn <= 2; conn++) {
+        dl_rdzv_event_t ev = {
+            .kind = DL_RDZV_EV_JOIN, .conn = conn, .req_id = 1000 + conn, .run_id = "job"};
+        ev.join.agent_id = conn == 1 ? "a1" : "a2";
+        ev.join.host = "h";
+        ev.join.slots = 1;
+        ev.join.node_rank = -1;
+        ev.join.slurm_node_id = -1;
+        ev.join.resume_round = conn == 1 ? 3 : 2; /* the higher one wins */
+        ev.join.failures = conn == 1 ? 1 : 2;
+        ev.join.opts = &o;
+        h_step(&h, &ev, 0);
+    }
+    const dl_rdzv_msg_t *as = h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT);
+    ck_assert_ptr_nonnull(as);
+    ck_assert_int_eq(as->assignment.round, 4);
+    ck_assert_int_eq(as->assignment.restarts, 4);
+    ck_assert_int_eq(as->assignment.failures, 2);
+    ck_assert_int_eq(h_status(&h, "job", 1)->restarts, 2);
+    /* One restart is left: the next failure restarts, the one after fails the job. */
+    fail_with(&h, 1, 4, "rank 0 exited with code 1", 2);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 2);
+    h_join(&h, 1, "job", 1, &o, 3);
+    h_join(&h, 2, "job", 1, &o, 3);
+    ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT)->assignment.round, 5);
+    fail_with(&h, 1, 5, "rank 0 exited with code 1", 4);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_FAILED), 2);
+    h_fini(&h);
+}
+END_TEST
+
 START_TEST(restart_request_without_budget_still_restarts)
 {
     harness_t h;
@@ -1010,6 +1049,7 @@ int main(void)
     tcase_add_test(tc, restart_request_opens_a_round);
     tcase_add_test(tc, restart_request_without_budget_still_restarts);
     tcase_add_test(tc, the_round_change_names_the_culprit);
+    tcase_add_test(tc, a_restarted_rendezvous_adopts_the_agents_history);
     tcase_add_test(tc, a_failure_after_a_node_vanished_blames_the_node);
     tcase_add_test(tc, status_shows_members_and_heartbeat_ages);
     tcase_add_test(tc, every_member_leaving_ok_succeeds);

@@ -52,6 +52,8 @@ typedef struct dl__rdzv_s {
     bool backoff_open;
     int failures;         /* connections in a row that went wrong */
     double ready_at;      /* monotonic seconds the connection became ready */
+    double heard_at;      /* monotonic seconds of the rendezvous's last message */
+    double ticked_at;     /* of the last heartbeat tick */
     bool join_wanted;     /* the supervisor asked to join while the backoff ran */
     double trouble_since; /* monotonic seconds of the first of those failures, or 0 */
 } rdzv_t;
@@ -223,6 +225,8 @@ void dl__rdzv_node_done(dl_agent_t *a)
     send_or_log(z, m);
 }
 
+static void drop_connection(dl_agent_t *a, bool misbehaving, const char *what);
+
 static void on_heartbeat(uv_timer_t *t)
 {
     rdzv_t *z = t->data;
@@ -232,6 +236,24 @@ static void on_heartbeat(uv_timer_t *t)
         /* Sitting out: join once the cool-down is over. */
         if (!dl__diag_excluded(a, &wait))
             dl__rdzv_join(a);
+        return;
+    }
+    /* Every heartbeat is answered. A rendezvous that has not answered for --dead-after is as
+     * dead to us as we would be to it: a host that lost power sends no FIN or RST, and TCP
+     * would wait for many minutes. */
+    double now = mono(), silent = now - z->heard_at;
+    /* A loop that was itself held up (timers run before pending reads) has not looked: the
+     * rendezvous gets a fair period from now. */
+    if (now - z->ticked_at > 2 * a->spec->heartbeat + 0.5) {
+        z->heard_at = now;
+        silent = 0;
+    }
+    z->ticked_at = now;
+    if (silent > a->spec->dead_after) {
+        char why[128];
+        snprintf(why, sizeof(why), "no answer for %.1f s, over --dead-after %g s", silent,
+                 a->spec->dead_after);
+        drop_connection(a, false, why);
         return;
     }
     json_t *m = dl_proto_msg_new(DL_PROTO_HEARTBEAT, next_id(z));
@@ -340,6 +362,7 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
     json_int_t id = dl_proto_get_int(m, "id", -1);
     const char *why = NULL;
 
+    z->heard_at = mono();
     switch (type) {
     case DL_PROTO_ASSIGNMENT:
         if (id == z->join_id)
@@ -443,6 +466,7 @@ static void on_ready(void *ctx, int status, const char *err)
     }
     z->ready = true;
     z->ready_at = mono();
+    z->heard_at = z->ticked_at = z->ready_at;
     uint64_t every = (uint64_t)(a->spec->heartbeat * 1000);
     uv_timer_start(&z->heartbeat, on_heartbeat, every, every);
     if (z->started) {

@@ -206,6 +206,60 @@ class TwoHosts(dltest.Case):
             ev = self.rendezvous_event(f"train-{h}.events")
             self.assertEqual((ev["interface"], ev["master_addr"]), ("eth1", "10.77.0.11"))
 
+    def events(self, events_file):
+        path = os.path.join(self.dir, events_file)
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def wait_for(self, what, cond, timeout, logs):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cond():
+                return
+            time.sleep(0.05)
+        self.fail(f"timed out waiting for {what}\n" +
+                  "\n".join(f"--- {n}:\n{self.read(n)}" for n in logs))
+
+    @unittest.skipUnless(shutil.which("nft"), "nftables is not installed")
+    def test_a_rendezvous_gone_silent_is_noticed_within_dead_after(self):
+        """Every packet to and from host b dropped, with no FIN or RST, as when the host of the
+        rendezvous loses power: b's agent notices within --dead-after (plus a heartbeat), stops
+        its workers, and the job goes on when the link comes back."""
+        stop = os.path.join(self.dir, "stop")
+        work = ["sh", "-c", f"while [ ! -e {stop} ]; do sleep 0.05; done"]
+        flags = ("--heartbeat", "0.2", "--dead-after", "1", "--max-restarts", "3")
+        procs = [self.agent(h, r, "silent", work, *flags) for r, h in enumerate("ab")]
+        logs = ["silent-a.log", "silent-b.log"]
+
+        def started(h, attempt):
+            return any(e["event"] == "worker_start" and e["attempt"] == attempt
+                       for e in self.events(f"silent-{h}.events"))
+        self.wait_for("both workers", lambda: started("a", 0) and started("b", 0), 60, logs)
+        drop = ("table inet cut {\n"
+                "  chain i { type filter hook input priority 0; policy drop; }\n"
+                "  chain o { type filter hook output priority 0; policy drop; }\n"
+                "}\n")
+        subprocess.run(["ip", "netns", "exec", self.ns["b"], "nft", "-f", "-"], input=drop,
+                       text=True, check=True)
+        t0 = time.monotonic()
+        # Its worker stopped while the link is still cut: before, b went on for as long as
+        # the cut lasted.
+        self.wait_for("b to stop its worker",
+                      lambda: any(e["event"] == "worker_exit"
+                                  for e in self.events("silent-b.events")), 15, logs)
+        took = time.monotonic() - t0
+        self.assertRegex(self.read("silent-b.log"), r"lost the rendezvous at .*no answer for "
+                                                    r"[0-9.]+ s, over --dead-after 1 s")
+        subprocess.run(["ip", "netns", "exec", self.ns["b"], "nft", "delete", "table", "inet",
+                        "cut"], check=True)
+        self.wait_for("both in the next attempt",
+                      lambda: started("a", 1) and started("b", 1), 90, logs)
+        open(stop, "w").close()
+        self.wait_ok(procs, logs)
+        print(f"silent loss noticed in {took:.2f} s (dead-after 1 s, heartbeat 0.2 s)")
+
 
 if __name__ == "__main__":
     dltest.main()

@@ -53,6 +53,23 @@ typedef struct dl__rdzv_s {
     int failures;         /* connections in a row that went wrong */
     double ready_at;      /* monotonic seconds the connection became ready */
     double heard_at;      /* monotonic seconds of the rendezvous's last message */
+    /* Failover (docs/rendezvous.md): the last round's successors, our own address as they know
+     * it, and while the rendezvous is being looked for, the candidates left to try. */
+    char successors[DL_RDZV_SUCCESSORS_MAX][DL_PROTO_NAME_MAX + 1];
+    int nsuccessors;
+    char my_addr[DL_PROTO_NAME_MAX + 1];
+    char cands[DL_RDZV_SUCCESSORS_MAX + 1][DL_PROTO_NAME_MAX + 1];
+    int ncands, cand;
+    bool failing_over;
+    bool lost_silently; /* while drop_connection runs for a rendezvous gone silent */
+    /* Hosting as a successor: the candidates before ours are asked now and then whether they
+     * serve the job again (a partition healed); the first that does is handed the job. */
+    int host_index; /* ours among the candidates when we host as a successor, else 0 */
+    dl_rdzv_client_t *probe;
+    int probe_index;
+    double failover_since;
+    uv_timer_t cand_timer; /* a candidate that neither answers nor refuses */
+    bool cand_timer_open;
     double ticked_at;     /* of the last heartbeat tick */
     bool join_wanted;     /* the supervisor asked to join while the backoff ran */
     double trouble_since; /* monotonic seconds of the first of those failures, or 0 */
@@ -137,6 +154,7 @@ void dl__rdzv_join(dl_agent_t *a)
     }
     z->join_held = false;
     local_address(z, addr, sizeof(addr));
+    snprintf(z->my_addr, sizeof(z->my_addr), "%s", addr);
     z->join_id = next_id(z);
     json_t *m = dl_proto_msg_new(DL_PROTO_JOIN, z->join_id);
     json_object_update_new(
@@ -226,6 +244,7 @@ void dl__rdzv_node_done(dl_agent_t *a)
 }
 
 static void drop_connection(dl_agent_t *a, bool misbehaving, const char *what);
+static void probe_earlier(dl_agent_t *a);
 
 static void on_heartbeat(uv_timer_t *t)
 {
@@ -249,11 +268,14 @@ static void on_heartbeat(uv_timer_t *t)
         silent = 0;
     }
     z->ticked_at = now;
+    probe_earlier(a);
     if (silent > a->spec->dead_after) {
         char why[128];
         snprintf(why, sizeof(why), "no answer for %.1f s, over --dead-after %g s", silent,
                  a->spec->dead_after);
+        z->lost_silently = true;
         drop_connection(a, false, why);
+        z->lost_silently = false;
         return;
     }
     json_t *m = dl_proto_msg_new(DL_PROTO_HEARTBEAT, next_id(z));
@@ -327,6 +349,9 @@ static void on_assignment(dl_agent_t *a, json_t *m)
     int first = as.first_rank, local = as.local_world_size, restarts = as.restart_count;
     a->round = as.round;
     z->assigned = true;
+    z->nsuccessors = as.nsuccessors;
+    for (int i = 0; i < as.nsuccessors; i++)
+        snprintf(z->successors[i], sizeof(z->successors[i]), "%s", as.successors[i]);
     z->spent = as.failures;
     a->node_rank = as.node_rank;
     a->nnodes = as.nodes;
@@ -449,11 +474,116 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
     }
 }
 
+/* ---- Failover (docs/rendezvous.md, "Failover") ------------------------------------------
+ * The rendezvous is looked for where it was, then at the last round's successors in node-rank
+ * order. At our own address we host it ourselves; elsewhere a candidate gets --dead-after to
+ * answer, as a dead node gets from the rendezvous, before the next one's turn. */
+
+static int connect_client(dl_agent_t *a);
+static int serve(dl_agent_t *a, rdzv_t *z, const char *ip, char *err, size_t errlen);
+static void server_closed(void *ctx);
+
+/* silent: the rendezvous answered nothing for --dead-after, so its address is not worth another
+ * wait of that long. */
+static void failover_begin(dl_agent_t *a, bool silent)
+{
+    rdzv_t *z = a->rdzv;
+    z->ncands = 0;
+    snprintf(z->cands[z->ncands++], sizeof(z->cands[0]), "%s", z->host);
+    for (int i = 0; i < z->nsuccessors; i++) {
+        bool seen = false;
+        for (int j = 0; j < z->ncands && !seen; j++)
+            seen = strcmp(z->cands[j], z->successors[i]) == 0;
+        if (!seen)
+            snprintf(z->cands[z->ncands++], sizeof(z->cands[0]), "%s", z->successors[i]);
+    }
+    z->cand = silent && z->ncands > 1 && strcmp(z->cands[0], z->my_addr) != 0 ? 1 : 0;
+    z->failing_over = true;
+    z->failover_since = mono();
+}
+
+static void failover_next(dl_agent_t *a, const char *why)
+{
+    rdzv_t *z = a->rdzv;
+    dl_rdzv_client_close(z->client);
+    z->client = NULL;
+    z->connecting = false;
+    if (++z->cand < z->ncands && mono() - z->failover_since < a->spec->join_timeout) {
+        dl__agent_log(a, "no rendezvous at %s:%d (%s): trying %s, the next successor", z->host,
+                      z->port, why, z->cands[z->cand]);
+        if (connect_client(a) < 0)
+            dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END, .exit_code = 3});
+        return;
+    }
+    fprintf(stderr, "dlaunch: the rendezvous is lost, and none of its %d successor%s serves it "
+                    "(last: %s:%d, %s)\n",
+            z->ncands, z->ncands == 1 ? "" : "s", z->host, z->port, why);
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END, .exit_code = 3});
+}
+
+static void on_cand_timeout(uv_timer_t *t)
+{
+    rdzv_t *z = t->data;
+    if (z->connecting && z->failing_over) {
+        char why[64];
+        snprintf(why, sizeof(why), "no answer within --dead-after %g s", z->agent->spec->dead_after);
+        failover_next(z->agent, why);
+    }
+}
+
+static void probe_ready(void *ctx, int status, const char *err)
+{
+    dl_agent_t *a = ctx;
+    rdzv_t *z = a->rdzv;
+    (void)err;
+    dl_rdzv_client_close(z->probe);
+    z->probe = NULL;
+    if (status < 0 || z->server == NULL || z->host_index == 0)
+        return;
+    /* An earlier candidate serves the job again: it goes first. Our server goes, our members
+     * (ourselves included) lose it and look again, starting there. */
+    dl__agent_log(a, "the rendezvous at %s:%d answers again: handing the job over to it",
+                  z->cands[z->probe_index], z->port);
+    snprintf(z->host, sizeof(z->host), "%s", z->cands[z->probe_index]);
+    z->host_index = 0;
+    dl_rdzv_server_close(z->server, server_closed, NULL);
+    z->server = NULL;
+}
+
+static void probe_message(void *ctx, json_t *m, dl_proto_type_t type)
+{
+    (void)ctx, (void)m, (void)type;
+}
+
+static void probe_lost(void *ctx, int status)
+{
+    (void)ctx, (void)status;
+}
+
+/* At each heartbeat while we host as a successor: ask the next earlier candidate. */
+static void probe_earlier(dl_agent_t *a)
+{
+    rdzv_t *z = a->rdzv;
+    if (z->server == NULL || z->host_index == 0 || z->probe != NULL)
+        return;
+    z->probe_index = (z->probe_index + 1) % z->host_index;
+    dl_rdzv_client_cbs_t cbs = {probe_ready, probe_message, probe_lost};
+    if (dl_rdzv_client_start(&a->loop, z->cands[z->probe_index], z->port, DL_PROTO_ROLE_AGENT,
+                             a->run_id, z->token, a->spec->heartbeat, &cbs, a, &z->probe) < 0)
+        z->probe = NULL;
+}
+
 static void on_ready(void *ctx, int status, const char *err)
 {
     dl_agent_t *a = ctx;
     rdzv_t *z = a->rdzv;
     z->connecting = false;
+    if (z->cand_timer_open)
+        uv_timer_stop(&z->cand_timer);
+    if (status < 0 && z->failing_over && status != -EACCES && status != -EPROTO) {
+        failover_next(a, err);
+        return;
+    }
     if (status < 0) {
         fprintf(stderr, "dlaunch: %s\n", err);
         dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END,
@@ -467,6 +597,15 @@ static void on_ready(void *ctx, int status, const char *err)
     z->ready = true;
     z->ready_at = mono();
     z->heard_at = z->ticked_at = z->ready_at;
+    if (z->failing_over) {
+        z->failing_over = false;
+        dl__agent_log(a, "the rendezvous is at %s:%d now, found %.2f s after the last was lost",
+                      z->host, z->port, z->ready_at - z->failover_since);
+        dl_events_emit(a->events, "failover", dl__now_unix(),
+                       json_pack("{s:s, s:i, s:b, s:f}", "host", z->host, "port", z->port,
+                                 "hosting", z->server != NULL, "took_s",
+                                 z->ready_at - z->failover_since));
+    }
     uint64_t every = (uint64_t)(a->spec->heartbeat * 1000);
     uv_timer_start(&z->heartbeat, on_heartbeat, every, every);
     if (z->started) {
@@ -525,6 +664,18 @@ static void drop_connection(dl_agent_t *a, bool misbehaving, const char *what)
     dl__agent_log(a, "%s the rendezvous at %s:%d (%s): stopping this node's workers and "
                      "joining again",
                   misbehaving ? "dropped" : "lost", z->host, z->port, what);
+    /* The next attempt's restart event says why, as a round change would have. */
+    snprintf(z->last_reason, sizeof(z->last_reason), "lost the rendezvous at %s:%d: %s", z->host,
+             z->port, what);
+    json_decref(z->last_failure);
+    z->last_failure = json_pack("{s:s, s:s}", "cause", "rendezvous_lost", "host", z->host);
+    /* An embedded rendezvous (the one that names successors) is lost with its node, a failure
+     * like any node's: the successor learns that one more restart is spent. dlaunchd going away
+     * is no failure of the job's. */
+    if (!misbehaving && z->server == NULL && z->nsuccessors > 0 && !z->failing_over) {
+        z->spent++;
+        failover_begin(a, z->lost_silently);
+    }
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED});
 }
 
@@ -546,8 +697,36 @@ static int connect_client(dl_agent_t *a)
 {
     rdzv_t *z = a->rdzv;
     dl_rdzv_client_cbs_t cbs = {on_ready, on_message, on_lost};
+    double timeout = a->spec->join_timeout;
+    if (z->failing_over) {
+        const char *c = z->cands[z->cand];
+        snprintf(z->host, sizeof(z->host), "%s", c);
+        if (strcmp(c, z->my_addr) == 0 && a->spec->is_host != 0) {
+            /* Our turn: host it here, unless someone at this address was quicker. */
+            char err[256];
+            int r = serve(a, z, c, err, sizeof(err));
+            if (r == 0) {
+                z->host_index = z->cand;
+                dl__agent_log(a, "hosting the rendezvous on %s:%d: its host was lost", c,
+                              z->port);
+            }
+            else if (r != UV_EADDRINUSE)
+                dl__agent_log(a, "cannot host the rendezvous on %s:%d (%s)", c, z->port, err);
+        } else if (z->cand == 0) {
+            /* Where it was: a refusal says nobody serves there any more. */
+            timeout = 0;
+        } else {
+            /* A successor needs a moment to notice the loss and start serving; one that takes
+             * longer than a dead node is declared dead takes the next one's turn. */
+            timeout = a->spec->dead_after;
+        }
+        if (z->server == NULL) {
+            uv_timer_start(&z->cand_timer, on_cand_timeout,
+                           (uint64_t)(a->spec->dead_after * 1000) + 1, 0);
+        }
+    }
     int r = dl_rdzv_client_start(&a->loop, z->host, z->port, DL_PROTO_ROLE_AGENT, a->run_id,
-                                 z->token, a->spec->join_timeout, &cbs, a, &z->client);
+                                 z->token, timeout, &cbs, a, &z->client);
     if (r < 0) {
         fprintf(stderr, "dlaunch: cannot start the rendezvous client: %s\n", uv_strerror(r));
         return r;
@@ -616,13 +795,48 @@ static int start_http(dl_agent_t *a, rdzv_t *z)
     return 0;
 }
 
+/* Starts serving the job's rendezvous at ip:port. Returns 0, or the server's error (libuv's
+ * UV_EADDRINUSE when someone serves it already) with one line in err. */
+static int serve(dl_agent_t *a, rdzv_t *z, const char *ip, char *err, size_t errlen)
+{
+    dl_rdzv_server_opts_t so;
+    dl_rdzv_server_opts_init(&so);
+    so.host = ip;
+    so.port = z->port;
+    so.token = z->token;
+    so.only_run_id = a->run_id;
+    so.heartbeat = a->spec->heartbeat;
+    so.core.successors = true;
+    so.log = server_log;
+    so.log_ctx = a;
+    int r = dl_rdzv_server_start(&a->loop, &so, &z->server, err, errlen);
+    if (r < 0)
+        return r;
+    dl_rdzv_job_opts_t jo;
+    dl_rdzv_job_opts_init(&jo);
+    jo.min_nodes = a->nodes_min;
+    jo.max_nodes = a->nodes_max;
+    jo.last_call = a->spec->last_call;
+    jo.join_timeout = a->spec->join_timeout;
+    jo.dead_after = a->spec->dead_after;
+    jo.max_restarts = a->spec->max_restarts;
+    jo.master_port = a->master_port;
+    r = dl_rdzv_server_add_job(z->server, a->run_id, &jo);
+    if (r < 0 && r != -EEXIST) {
+        snprintf(err, errlen, "%s", strerror(-r));
+        dl_rdzv_server_close(z->server, server_closed, NULL);
+        z->server = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
 /* Host the rendezvous if this node should: --node-rank 0, or (no rank given) the endpoint is one
  * of our addresses and nobody serves it yet. Returns 0 or an exit code. */
 static int maybe_host(dl_agent_t *a, rdzv_t *z)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
     char ip[INET6_ADDRSTRLEN], err[512];
-    dl_rdzv_server_opts_t so;
     int r;
 
     int rank = a->want_node_rank;
@@ -645,30 +859,12 @@ static int maybe_host(dl_agent_t *a, rdzv_t *z)
         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr, ip, sizeof(ip));
     freeaddrinfo(res);
 
-    dl_rdzv_server_opts_init(&so);
-    so.host = ip;
-    so.port = z->port;
-    so.token = z->token;
-    so.only_run_id = a->run_id;
-    so.heartbeat = a->spec->heartbeat;
-    so.log = server_log;
-    so.log_ctx = a;
-    r = dl_rdzv_server_start(&a->loop, &so, &z->server, err, sizeof(err));
+    r = serve(a, z, ip, err, sizeof(err));
+    if (r == -ENOMEM) {
+        fprintf(stderr, "dlaunch: cannot set up the job's rendezvous: %s\n", err);
+        return 2;
+    }
     if (r == 0) {
-        dl_rdzv_job_opts_t jo;
-        dl_rdzv_job_opts_init(&jo);
-        jo.min_nodes = a->nodes_min;
-        jo.max_nodes = a->nodes_max;
-        jo.last_call = a->spec->last_call;
-        jo.join_timeout = a->spec->join_timeout;
-        jo.dead_after = a->spec->dead_after;
-        jo.max_restarts = a->spec->max_restarts;
-        jo.master_port = a->master_port;
-        r = dl_rdzv_server_add_job(z->server, a->run_id, &jo);
-        if (r < 0 && r != -EEXIST) {
-            fprintf(stderr, "dlaunch: cannot set up the job's rendezvous: %s\n", strerror(-r));
-            return 2;
-        }
         if (a->spec->http != NULL && start_http(a, z) < 0)
             return 2;
         if (a->spec->verbose)
@@ -718,6 +914,9 @@ int dl__rdzv_start(dl_agent_t *a)
     z->heartbeat_open = true;
     uv_timer_init(&a->loop, &z->backoff);
     z->backoff.data = z;
+    uv_timer_init(&a->loop, &z->cand_timer);
+    z->cand_timer.data = z;
+    z->cand_timer_open = true;
     z->backoff_open = true;
     return connect_client(a) < 0 ? 1 : 0;
 }
@@ -788,8 +987,14 @@ void dl__rdzv_finish(dl_agent_t *a, int exit_code)
         uv_close((uv_handle_t *)&z->backoff, NULL);
         z->backoff_open = false;
     }
+    if (z->cand_timer_open) {
+        uv_close((uv_handle_t *)&z->cand_timer, NULL);
+        z->cand_timer_open = false;
+    }
     dl_rdzv_client_close(z->client);
     z->client = NULL;
+    dl_rdzv_client_close(z->probe);
+    z->probe = NULL;
     z->ready = false;
     dl_http_close(z->http);
     z->http = NULL;

@@ -89,6 +89,8 @@ static const dl__field_t assignment_fields[] = {
     OPT("restart_count", DL__F_INT, 0, I32),
     OPT("failures", DL__F_INT, 0, I32),
     OPT("max_restarts", DL__F_INT, 0, I32),
+    /* Where the rendezvous is hosted again if its host dies (an agent's embedded one). */
+    OPT("successors", DL__F_STRV, 0, 8),
     END,
 };
 

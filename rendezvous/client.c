@@ -419,6 +419,19 @@ int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *
         snprintf(err, errlen, "store address '%s' is not HOST:PORT", a.store_addr);
         return -EPROTO;
     }
+    /* Addresses we may connect to, or bind, one day: nothing but what addresses are made of. */
+    const json_t *succ = json_object_get(msg, "successors");
+    for (size_t i = 0; i < json_array_size(succ); i++) {
+        const char *s = json_string_value(json_array_get(succ, i));
+        size_t len = strlen(s);
+        if (len > DL_PROTO_NAME_MAX ||
+            strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.:-_%[]") !=
+                len) {
+            snprintf(err, errlen, "successor %zu is not an address", i);
+            return -EPROTO;
+        }
+        snprintf(a.successors[a.nsuccessors++], sizeof(a.successors[0]), "%s", s);
+    }
     *ret = a;
     return 0;
 }

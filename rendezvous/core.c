@@ -471,6 +471,19 @@ static void send_assignment(dl_rdzv_core_t *core, dl__rdzv_job_t *job, dl__rdzv_
     msg->assignment.master_port = job->master_port;
     msg->assignment.store_host = core->store_host;
     msg->assignment.store_port = core->opts.store_port;
+    if (!core->opts.successors)
+        return;
+    /* The members are in node-rank order once the round closed. */
+    size_t n = job->nmembers < DL_RDZV_SUCCESSORS_MAX ? job->nmembers : DL_RDZV_SUCCESSORS_MAX;
+    const char **v = dl__rdzv_arena_alloc(&core->arena, n * sizeof(*v));
+    if (!v)
+        return; /* the agents then know no successor: the job is as before, not wrong */
+    for (size_t i = 0; i < n; i++) {
+        const dl__rdzv_member_t *s = job->members[i];
+        v[i] = dl__rdzv_printf(core, "%s", s->master_addr ? s->master_addr : s->host);
+    }
+    msg->assignment.successors = v;
+    msg->assignment.nsuccessors = n;
 }
 
 static void close_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job)

@@ -67,7 +67,14 @@ typedef struct {
     const char *store_host; /* echoed in every ASSIGNMENT; copied; NULL: none */
     int store_port;
     dl_rdzv_log_level_t log_level; /* LOG actions below it are not even formatted */
+    /* Whether assignments name the round's first nodes as successors: an agent's embedded
+     * rendezvous dies with its agent, and the others host it again in that order
+     * (docs/rendezvous.md, "Failover"); dlaunchd is restarted where it was instead. */
+    bool successors;
 } dl_rdzv_core_opts_t;
+
+/* Successors an assignment names at most. */
+#define DL_RDZV_SUCCESSORS_MAX 8
 
 typedef enum {
     DL_RDZV_JOB_GATHERING = 0, /* the current round is open for JOINs */
@@ -252,6 +259,10 @@ typedef struct {
             int master_port;
             const char *store_host; /* NULL when the core was given none */
             int store_port;
+            /* The addresses of node ranks 0, 1, ... (at most DL_RDZV_SUCCESSORS_MAX), where the
+             * rendezvous is hosted again if its host dies; none unless opts.successors. */
+            const char *const *successors;
+            size_t nsuccessors;
         } assignment;
         struct {
             int round;

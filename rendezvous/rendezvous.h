@@ -149,6 +149,10 @@ typedef struct {
     int master_port;
     char master_addr[DL_PROTO_NAME_MAX + 1];
     char store_addr[DL_PROTO_NAME_MAX + 1];
+    /* The addresses of node ranks 0, 1, ..., where an embedded rendezvous is hosted again if
+     * its host dies; nsuccessors 0 when the server names none (dlaunchd). */
+    char successors[8][DL_PROTO_NAME_MAX + 1];
+    int nsuccessors;
 } dl_rdzv_assignment_t;
 
 /* What the agent asked for, which an assignment must agree with. */

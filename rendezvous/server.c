@@ -387,6 +387,12 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
                          "store_addr", store, "restart_count", m->assignment.restarts,
                          "failures", m->assignment.failures, "max_restarts",
                          m->assignment.max_restarts));
+        if (m->assignment.nsuccessors > 0) {
+            json_t *v = json_array();
+            for (size_t i = 0; i < m->assignment.nsuccessors; i++)
+                json_array_append_new(v, json_string(m->assignment.successors[i]));
+            json_object_set_new(o, "successors", v);
+        }
         return o;
     case DL_RDZV_MSG_TIMEOUT:
         return dl_proto_error_new(id, DL_PROTO_E_TIMEOUT,

@@ -1,7 +1,10 @@
 """Every shell example the docs mark as runnable on one machine (a ```sh runnable block in
 README.md or docs/*.md) runs here as written, with the built programs on PATH under their
 installed names, in a fresh folder that holds the repository's examples/. A doc example that
-stops working turns the suite red."""
+stops working turns the suite red.
+
+Then the docs' claims a newcomer meets first (issue #19), each tried as a user would: one test a
+claim, named after it."""
 import glob
 import os
 import re
@@ -54,6 +57,37 @@ class Docs(dltest.Case):
                                  f"{path}:{line}: exit {p.returncode}\n{text}\nstdout:\n"
                                  f"{p.stdout[-2000:]}\nstderr:\n{p.stderr[-2000:]}")
                 shutil.rmtree(work, ignore_errors=True)
+
+
+def documented_variables():
+    """Every DLAUNCH_* variable README.md and docs/*.md name, but the misspellings they show."""
+    names = set()
+    for path in [os.path.join(ROOT, "README.md")] + glob.glob(os.path.join(ROOT, "docs", "*.md")):
+        with open(path) as f:
+            names |= set(re.findall(r"\bDLAUNCH_[A-Z0-9_]*[A-Z0-9]\b", f.read()))
+    return sorted(names - {"DLAUNCH_GPUS", "DLAUNCH_TRAIN_BACH_SIZE"})
+
+
+class Claims(dltest.Case):
+    """docs/job-spec.md, docs/control.md, docs/events.md, docs/exit-codes.md: what they say."""
+
+    def test_every_documented_variable_is_known_and_a_typo_gets_the_closest(self):
+        # job-spec.md: "A DLAUNCH_* variable that is no setting (DLAUNCH_GPUS=4) is named in a
+        # warning with the closest one". Empty values count as unset, so only the names matter.
+        known = documented_variables()
+        self.assertIn("DLAUNCH_ENDPOINT", known)
+        p = self.dlaunch("--dry-run", "--", "true", env={k: "" for k in known}, check_code=0)
+        self.assertNotIn("warning", p.stderr)
+        p = self.dlaunch("--dry-run", "--", "true", check_code=0,
+                         env={"DLAUNCH_GPUS": "4", "DLAUNCH_MAX_RESTART": "3",
+                              "DLAUNCH_XYZZY": "1"})
+        self.assertIn("dlaunch: warning: DLAUNCH_GPUS is no dlaunch setting (did you mean "
+                      "DLAUNCH_GPUS_PER_NODE?); it is ignored\n", p.stderr)
+        self.assertIn("dlaunch: warning: DLAUNCH_MAX_RESTART is no dlaunch setting (did you mean "
+                      "DLAUNCH_MAX_RESTARTS?); it is ignored\n", p.stderr)
+        self.assertIn("dlaunch: warning: DLAUNCH_XYZZY is no dlaunch setting; it is ignored\n",
+                      p.stderr)
+        self.assertIn("max restarts 0", p.stdout)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,28 @@ class Claims(dltest.Case):
                       p.stderr)
         self.assertIn("max restarts 0", p.stdout)
 
+    def run_trainer(self, *args):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        return subprocess.run([os.path.join(BUILD, PROGRAMS["dlaunch-train"]), *args], env=env,
+                              cwd=self.dir, capture_output=True, text=True, timeout=60)
+
+    def test_numbers_in_messages_print_as_written(self):
+        # Never 1e+06, 1e+15 or 0.10000000000000001: whole numbers in full, others as typed.
+        cases = [(["--max-restarts", "2000000"], "(0 to 1000000)"),
+                 (["--straggler-threshold", "0.001"], "(0.01 to 100)"),
+                 (["--straggler-cooldown", "-1"], "(0 to 10000000)")]
+        for args, want in cases:
+            p = self.dlaunch(*args, "--", "true", check_code=2)
+            self.assertIn(want, p.stderr)
+            self.assertNotRegex(p.stderr, r"e[+-]\d|\.\d{7}")
+        p = self.run_trainer("--set", "steps=-1")
+        self.assertEqual(p.stderr, "dlaunch-train: --set: steps: '-1' is out of range "
+                                   "(0 to 1000000000000000)\n")
+        path = self.write("lr.yaml", "train:\n  lr: 500000\n  lr_min: 1000000\n")
+        p = self.dlaunch(path, check_code=2)
+        self.assertEqual(p.stderr, f"dlaunch: {path}: train: lr_min 1000000 is above lr "
+                                   f"500000\n")
+
 
 if __name__ == "__main__":
     dltest.main()

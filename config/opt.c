@@ -287,7 +287,8 @@ int dl_opt_set(const dl_opt_t *o, void *obj, const char *raw, const char *where,
     char reason[256];
     dl_opt_escape(why, reason, sizeof(reason));
     memcpy(why, reason, sizeof(why));
-    if (why[0] != '\0' && *text == '\0') {
+    /* "must not be empty" stands alone; "is not N or MIN:MAX" wants its subject, even ''. */
+    if (why[0] != '\0' && *text == '\0' && strncmp(why, "is ", 3) != 0) {
         snprintf(err, errlen, "%s: %s", where, why);
     } else if (why[0] != '\0') {
         snprintf(err, errlen, "%s: '%s' %s", where, text, why);

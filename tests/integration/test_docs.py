@@ -111,6 +111,25 @@ class Claims(dltest.Case):
         self.assertEqual(p.stderr, f"dlaunch: {path}: train: lr_min 1000000 is above lr "
                                    f"500000\n")
 
+    def test_argument_errors_point_at_the_right_thing(self):
+        # A flag missing its value is named as such, not taken for an unknown argument or a
+        # job spec; an empty value is quoted as what it is.
+        p = self.run_trainer("--set")
+        self.assertEqual((p.returncode, p.stderr), (2, "dlaunch-train: --set needs KEY=VALUE\n"))
+        p = self.dlaunch("--max-restarts", "--", "true", check_code=2)
+        self.assertEqual(p.stderr, "dlaunch: option '--max-restarts' needs a value (N)\n")
+        p = self.dlaunch("--nodes=", "--", "true", check_code=2)
+        self.assertEqual(p.stderr, "dlaunch: --nodes: '' is not N or MIN:MAX\n")
+        # An unknown train: key is pointed at where the key is, a bad value where the value is.
+        path = self.write("key.yaml", "train:\n  steps: lots\n")
+        p = self.dlaunch(path, check_code=2)
+        self.assertEqual(p.stderr,
+                         f"dlaunch: {path}:2:10: train: steps: 'lots' is not a whole number\n")
+        path = self.write("key.yaml", "train:\n  steps: 5\n  bach_size:   8\n")
+        p = self.dlaunch(path, check_code=2)
+        self.assertEqual(p.stderr, f"dlaunch: {path}:3:3: train: unknown trainer setting "
+                                   f"'bach_size' (did you mean 'batch_size'?)\n")
+
 
 if __name__ == "__main__":
     dltest.main()

@@ -994,6 +994,11 @@ static int dry_run(dl_agent_t *a)
     /* The store's port is taken when the job starts; say so rather than leave it out. */
     snprintf(a->store_addr, sizeof(a->store_addr), "%s",
              a->remote ? "(node 0's, from the rendezvous)" : "127.0.0.1:(a free port at start)");
+    /* So is the workers' key file, when the job has a token. */
+    const char *token_env = dl_env_get(a->environ_list, "DLAUNCH_TOKEN");
+    if (a->token_path == NULL &&
+        (a->spec->token_file != NULL || (token_env != NULL && *token_env != '\0')))
+        a->token_path = strdup("(made at start: a file of mode 0600 with the worker key)");
     printf("logs: %s/attempt_K/rank_N.{out,err}\ncommand:", a->run_dir);
     for (char **c = a->spec->command; *c != NULL; c++) {
         putchar(' ');

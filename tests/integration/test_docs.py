@@ -8,6 +8,7 @@ claim, named after it."""
 import glob
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -129,6 +130,41 @@ class Claims(dltest.Case):
         p = self.dlaunch(path, check_code=2)
         self.assertEqual(p.stderr, f"dlaunch: {path}:3:3: train: unknown trainer setting "
                                    f"'bach_size' (did you mean 'batch_size'?)\n")
+
+    def test_dry_run_shows_the_whole_environment_a_worker_gets(self):
+        # job-spec.md: --dry-run prints "each rank's whole environment as dlaunch sets it:
+        # torchrun's variables, ours, the spec's env:". A real run of the same job, with a
+        # token, gets exactly those (and what it inherits) - no more.
+        token = self.write("job.token", "s3cret\n")
+        os.chmod(token, 0o600)
+        spec = self.write("job.yaml", "gpus_per_node: 2\nenv:\n  GREETING: hello\n"
+                                      "command: [env]\n")
+        args = ["--run-id", "envs", "--token-file", token, spec]
+        p = self.dlaunch("--dry-run", *args, check_code=0)
+        planned = {}
+        for line in p.stdout.splitlines():
+            if line.startswith("rank "):
+                rank, rest = line.split(":", 1)
+                planned[int(rank.split()[1])] = dict(w.split("=", 1) for w in shlex.split(rest))
+        self.assertEqual(sorted(planned), [0, 1])
+        for want in ("GREETING", "DLAUNCH_STORE", "OMP_NUM_THREADS", "DLAUNCH_TOKEN_FILE",
+                     "MASTER_PORT", "TORCHELASTIC_RUN_ID", "DLAUNCH_ATTEMPT_DIR"):
+            self.assertIn(want, planned[0], p.stdout)
+        self.assertEqual(planned[0]["GREETING"], "hello")
+        self.assertEqual(planned[0]["OMP_NUM_THREADS"], "1")
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "dlaunch_logs")))
+
+        parent = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        self.dlaunch("-q", *args, check_code=0)
+        for rank in (0, 1):
+            got = dict(l.split("=", 1) for l in
+                       self.read("dlaunch_logs", "envs", "attempt_0", f"rank_{rank}.out")
+                       .splitlines() if "=" in l)
+            set_by_dlaunch = {k for k, v in got.items() if parent.get(k) != v}
+            self.assertEqual(set_by_dlaunch - set(planned[rank]), set(),
+                             "set for the worker but not shown by --dry-run")
+            self.assertEqual(set(planned[rank]) - set(got), set(),
+                             "shown by --dry-run but not set for the worker")
 
 
 if __name__ == "__main__":

@@ -982,15 +982,22 @@ static void print_quoted(const char *s)
 
 static int dry_run(dl_agent_t *a)
 {
-    if (a->remote)
-        printf("run %s: %d to %d nodes through the rendezvous at %s, %d worker%s on this node, "
+    if (a->remote) {
+        char nodes[64];
+        if (a->nodes_min == a->nodes_max)
+            snprintf(nodes, sizeof(nodes), "%d node%s", a->nodes_max,
+                     a->nodes_max == 1 ? "" : "s");
+        else
+            snprintf(nodes, sizeof(nodes), "%d to %d nodes", a->nodes_min, a->nodes_max);
+        printf("run %s: %s through the rendezvous at %s, %d worker%s on this node, "
                "max restarts %d (ranks, world size and MASTER_* come from the rendezvous)\n",
-               a->run_id, a->nodes_min, a->nodes_max, a->endpoint, a->nworkers,
-               a->nworkers == 1 ? "" : "s", a->spec->max_restarts);
-    else
+               a->run_id, nodes, a->endpoint, a->nworkers, a->nworkers == 1 ? "" : "s",
+               a->spec->max_restarts);
+    } else {
         printf("run %s: %d node%s, %d worker%s per node, world size %d, max restarts %d\n",
                a->run_id, a->nnodes, a->nnodes == 1 ? "" : "s", a->nworkers,
                a->nworkers == 1 ? "" : "s", a->world_size, a->spec->max_restarts);
+    }
     /* The store's port is taken when the job starts; say so rather than leave it out. */
     snprintf(a->store_addr, sizeof(a->store_addr), "%s",
              a->remote ? "(node 0's, from the rendezvous)" : "127.0.0.1:(a free port at start)");

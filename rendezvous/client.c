@@ -396,17 +396,18 @@ int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *
     snprintf(a.store_addr, sizeof(a.store_addr), "%s", dl_proto_get_str(msg, "store_addr"));
     if (want != NULL) {
         if (a.local_world_size != want->slots) {
-            snprintf(err, errlen, "%d workers on this node, which offered %d",
-                     a.local_world_size, want->slots);
+            snprintf(err, errlen, "%d worker%s on this node, which offered %d",
+                     a.local_world_size, a.local_world_size == 1 ? "" : "s", want->slots);
             return -EPROTO;
         }
         if (a.nodes < want->min_nodes || a.nodes > want->max_nodes) {
-            snprintf(err, errlen, "%d nodes, where the job has %d to %d", a.nodes,
-                     want->min_nodes, want->max_nodes);
+            snprintf(err, errlen, "%d node%s, where the job has %d to %d", a.nodes,
+                     a.nodes == 1 ? "" : "s", want->min_nodes, want->max_nodes);
             return -EPROTO;
         }
         if ((long long)a.world_size > (long long)a.nodes * DL_RDZV_MAX_SLOTS) {
-            snprintf(err, errlen, "world size %d for %d nodes", a.world_size, a.nodes);
+            snprintf(err, errlen, "world size %d for %d node%s", a.world_size, a.nodes,
+                     a.nodes == 1 ? "" : "s");
             return -EPROTO;
         }
         if (a.round < want->min_round) {

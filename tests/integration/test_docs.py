@@ -166,6 +166,29 @@ class Claims(dltest.Case):
             self.assertEqual(set(planned[rank]) - set(got), set(),
                              "shown by --dry-run but not set for the worker")
 
+    def test_one_is_singular_everywhere(self):
+        none = {"CUDA_VISIBLE_DEVICES": ""}
+        said = []
+
+        def run(*args, code):
+            p = self.dlaunch(*args, env=none, check_code=code)
+            said.append(p.stdout + p.stderr)
+            return p
+
+        p = run("-q", "--run-id", "one", "--", "true", code=0)
+        self.assertIn("dlaunch: run one succeeded after 1 attempt in ", p.stderr)
+        p = run("-q", "--run-id", "bad", "--", "false", code=1)
+        self.assertIn("dlaunch: the job failed after 1 attempt; first failure of each:", p.stderr)
+        p = run("--dry-run", "--", "true", code=0)
+        self.assertIn(": 1 node, 1 worker per node, world size 1,", p.stdout)
+        p = run("--dry-run", "--rdzv-endpoint", "127.0.0.1:9", "--run-id", "x", "--", "true",
+                code=0)
+        self.assertIn("run x: 1 node through the rendezvous at 127.0.0.1:9, 1 worker on this "
+                      "node,", p.stdout)
+        p = run("--node-rank", "1", "--", "true", code=2)
+        self.assertEqual(p.stderr, "dlaunch: --node-rank 1: a job of 1 node has ranks 0 to 0\n")
+        for out in said:
+            self.assertNotRegex(out, r"\b1 (nodes|workers|attempts|restarts|ranks)\b")
 
 if __name__ == "__main__":
     dltest.main()

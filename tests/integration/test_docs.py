@@ -166,6 +166,33 @@ class Claims(dltest.Case):
             self.assertEqual(set(planned[rank]) - set(got), set(),
                              "shown by --dry-run but not set for the worker")
 
+    def test_gpu_warning_once_only_when_gpus_are_asked_for_in_the_right_number(self):
+        # job-spec.md: a GPU count above the GPUs found warns once; --nproc-per-node N is a
+        # count of processes and warns of nothing; the default auto is one worker, quietly.
+        # CUDA_VISIBLE_DEVICES="" hides any GPU, so this machine has none.
+        none = {"CUDA_VISIBLE_DEVICES": ""}
+
+        def warnings(*args):
+            p = self.dlaunch(*args, env=none, check_code=0)
+            return [l for l in p.stderr.splitlines() if "warning" in l], p.stderr
+
+        self.assertEqual(warnings("--gpus-per-node", "1", "--", "true")[0],
+                         ["dlaunch: warning: --gpus-per-node 1: 0 GPUs found; starting 1 worker "
+                          "on the CPU"])
+        # Once for the run, not once an attempt: two failures, three attempts.
+        flaky = 'n=$(ls -d $PWD/dlaunch_logs/f/attempt_* | wc -l); [ "$n" -ge 3 ]'
+        got, err = warnings("--gpus-per-node", "2", "--max-restarts", "2", "--run-id", "f",
+                            "--", "sh", "-c", flaky)
+        self.assertEqual(got, ["dlaunch: warning: --gpus-per-node 2: 0 GPUs found; starting 2 "
+                               "workers on the CPU"])
+        self.assertIn("dlaunch: run f succeeded after 3 attempts in ", err)
+        self.assertEqual(warnings("--gpus-per-node", "auto", "--", "true")[0],
+                         ["dlaunch: warning: --gpus-per-node auto: no GPU found; starting 1 "
+                          "worker on the CPU"])
+        self.assertEqual(warnings("--", "true")[0], [])
+        self.assertEqual(warnings("--nproc-per-node", "2", "--", "true")[0], [])
+        self.assertEqual(warnings("-q", "--gpus-per-node", "2", "--", "true")[0], [])
+
     def test_one_is_singular_everywhere(self):
         none = {"CUDA_VISIBLE_DEVICES": ""}
         said = []

@@ -109,8 +109,12 @@ static void on_message(dl__conn_t *conn, json_t *msg, dl_proto_type_t type)
     }
     if (type == DL_PROTO_ERROR) {
         dl_proto_errcode_t code = dl_proto_reply_error(msg, &why);
-        fail(c, code == DL_PROTO_E_AUTH_FAILED ? -EACCES : -EPROTO,
-             "the rendezvous at %s:%d refused us: %s", c->host, c->port, why ? why : "?");
+        /* Forbidden: not this kind of server (a one-node job's store); its words suffice. */
+        if (code == DL_PROTO_E_FORBIDDEN)
+            fail(c, -EPROTO, "%s:%d: %s", c->host, c->port, why ? why : "?");
+        else
+            fail(c, code == DL_PROTO_E_AUTH_FAILED ? -EACCES : -EPROTO,
+                 "the rendezvous at %s:%d refused us: %s", c->host, c->port, why ? why : "?");
         return;
     }
     if (c->state == CL_HELLO && type == DL_PROTO_CHALLENGE) {

@@ -216,6 +216,25 @@ class Claims(dltest.Case):
         self.assertEqual(p.stderr, "dlaunch: --node-rank 1: a job of 1 node has ranks 0 to 0\n")
         for out in said:
             self.assertNotRegex(out, r"\b1 (nodes|workers|attempts|restarts|ranks)\b")
+    def test_a_bad_train_variable_stops_dlaunch_before_anything_starts(self):
+        # job-spec.md: in a job that runs the trainer (a train: section, or dlaunch-train as
+        # the command) a bad DLAUNCH_TRAIN_* is exit 2 and one line, nothing started; an
+        # unknown one is named with the closest setting, even with --quiet.
+        spec = self.write("job.yaml", "gpus_per_node: 2\nmax_restarts: 3\ntrain:\n  steps: 5\n")
+        trainer = os.path.join(BUILD, PROGRAMS["dlaunch-train"])
+        for job in ([spec], ["--gpus-per-node", "2", "--max-restarts", "3", "--", trainer]):
+            p = self.dlaunch(*job, env={"DLAUNCH_TRAIN_LR": "fast"}, check_code=2)
+            self.assertEqual(p.stderr, "dlaunch: DLAUNCH_TRAIN_LR: 'fast' is not a number\n")
+            self.assertFalse(os.path.exists(os.path.join(self.dir, "dlaunch_logs")))
+            p = self.dlaunch("-q", "--dry-run", *job, check_code=0,
+                             env={"DLAUNCH_TRAIN_STEP": "5", "DLAUNCH_TRAIN_BOGUS": "1"})
+            self.assertEqual(sorted(p.stderr.splitlines()), [
+                "dlaunch: warning: DLAUNCH_TRAIN_BOGUS is no trainer setting; it is ignored",
+                "dlaunch: warning: DLAUNCH_TRAIN_STEP is no trainer setting (did you mean "
+                "DLAUNCH_TRAIN_STEPS?); it is ignored"])
+        # Another command is not the trainer: its DLAUNCH_TRAIN_* are none of dlaunch's business.
+        self.dlaunch("-q", "--", "true", env={"DLAUNCH_TRAIN_LR": "fast"}, check_code=0)
+
 
 if __name__ == "__main__":
     dltest.main()

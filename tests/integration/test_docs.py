@@ -60,6 +60,46 @@ class Docs(dltest.Case):
                 shutil.rmtree(work, ignore_errors=True)
 
 
+def table_cells(line):
+    """The cells of a Markdown table row: '|' inside `code` or escaped as '\\|' is text."""
+    out, cur, code, i = [], "", False, 0
+    s = line.strip()
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and s[i + 1:i + 2] == "|":
+            cur += "|"
+            i += 2
+            continue
+        if c == "`":
+            code = not code
+        if c == "|" and not code:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += c
+        i += 1
+    return out[1:]
+
+
+def tables():
+    """(file, line, rows) of every Markdown table in README.md and docs/*.md: each run of lines
+    that start with '|' outside code fences."""
+    for path in [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs",
+                                                                                  "*.md"))):
+        with open(path) as f:
+            lines = f.read().split("\n")
+        fence, rows = False, []
+        for n, line in enumerate(lines + [""], 1):
+            if line.startswith("```"):
+                fence = not fence
+            if not fence and line.startswith("|"):
+                rows.append((n, line))
+                continue
+            if rows:
+                yield os.path.relpath(path, ROOT), rows[0][0], rows
+                rows = []
+
+
 def documented_variables():
     """Every DLAUNCH_* variable README.md and docs/*.md name, but the misspellings they show."""
     names = set()
@@ -71,6 +111,20 @@ def documented_variables():
 
 class Claims(dltest.Case):
     """docs/job-spec.md, docs/control.md, docs/events.md, docs/exit-codes.md: what they say."""
+
+    def test_every_table_is_whole(self):
+        # A row cut off by a blank line, or with a cell too many or too few, renders garbled
+        # (docs/job-spec.md's --token-file row once did).
+        found = list(tables())
+        self.assertGreater(len(found), 20)
+        for path, line, rows in found:
+            with self.subTest(f"{path}:{line}"):
+                self.assertGreaterEqual(len(rows), 3, f"{path}:{line}: a header, a rule, rows")
+                self.assertRegex(rows[1][1].strip(), r"^\|( *:?-+:? *\|)+$",
+                                 f"{path}:{rows[1][0]}: the rule under the header")
+                width = len(table_cells(rows[0][1]))
+                for n, row in rows:
+                    self.assertEqual(len(table_cells(row)), width, f"{path}:{n}: {row[:80]}")
 
     def test_every_documented_variable_is_known_and_a_typo_gets_the_closest(self):
         # job-spec.md: "A DLAUNCH_* variable that is no setting (DLAUNCH_GPUS=4) is named in a

@@ -289,6 +289,18 @@ class Claims(dltest.Case):
         # Another command is not the trainer: its DLAUNCH_TRAIN_* are none of dlaunch's business.
         self.dlaunch("-q", "--", "true", env={"DLAUNCH_TRAIN_LR": "fast"}, check_code=0)
 
+    def test_run_ids_are_what_the_docs_say(self):
+        # job-spec.md: 1 to 128 letters, digits, '.', '_', ':', '-' (not '.' or '..').
+        for good in ("a.b_c:d-9", "x" * 128):
+            p = self.dlaunch("-q", "--run-id", good, "--", "true", check_code=0)
+            self.assertIn(f"dlaunch: run {good} succeeded", p.stderr)
+        why = "is not a run id (1 to 128 letters, digits, '.', '_', ':', '-'; not '.' or '..')"
+        for bad in ("x" * 129, "a/b", "a b", "..", ".", "caf\u00e9"):
+            p = self.dlaunch("--run-id", bad, "--", "true", check_code=2)
+            self.assertEqual(p.stderr, f"dlaunch: --run-id: '{bad}' {why}\n")
+        p = self.dlaunch("--run-id", "", "--", "true", check_code=2)
+        self.assertEqual(p.stderr, "dlaunch: --run-id: must not be empty\n")
+
 
 if __name__ == "__main__":
     dltest.main()

@@ -301,6 +301,38 @@ class Claims(dltest.Case):
         p = self.dlaunch("--run-id", "", "--", "true", check_code=2)
         self.assertEqual(p.stderr, "dlaunch: --run-id: must not be empty\n")
 
+    def test_booleans_take_every_documented_spelling(self):
+        # job-spec.md: true/false, yes/no, on/off or 1/0, in any case (True too), in YAML and
+        # in variables; an error lists every spelling.
+        spellings = "true/false, yes/no, on/off or 1/0"
+        for word, quiet in (("True", True), ("TRUE", True), ("yes", True), ("On", True),
+                            ("1", True), ("False", False), ("no", False), ("OFF", False),
+                            ("0", False)):
+            spec = self.write("b.yaml", f"quiet: {word}\ncommand: [echo, said]\n")
+            p = self.dlaunch(spec, check_code=0)
+            self.assertEqual("said" not in p.stdout, quiet, f"quiet: {word}")
+            p = self.dlaunch("--", "echo", "said", env={"DLAUNCH_QUIET": word}, check_code=0)
+            self.assertEqual("said" not in p.stdout, quiet, f"DLAUNCH_QUIET={word}")
+        spec = self.write("b.yaml", "quiet: maybe\ncommand: [true]\n")
+        p = self.dlaunch(spec, check_code=2)
+        self.assertEqual(p.stderr,
+                         f"dlaunch: {spec}:1:8: quiet: 'maybe' is not a boolean ({spellings})\n")
+        spec = self.write("b.yaml", "quiet: 'true'\ncommand: [true]\n")
+        p = self.dlaunch(spec, check_code=2)
+        self.assertIn(f"expected a boolean ({spellings}), got a quoted string", p.stderr)
+        p = self.dlaunch("--", "true", env={"DLAUNCH_DRY_RUN": "maybe"}, check_code=2)
+        self.assertEqual(p.stderr,
+                         f"dlaunch: DLAUNCH_DRY_RUN: 'maybe' is not a boolean ({spellings})\n")
+        spec = self.write("t.yaml", "train:\n  drop_last: sure\n")
+        p = self.dlaunch(spec, check_code=2)
+        self.assertEqual(p.stderr, f"dlaunch: {spec}:2:14: train: drop_last: 'sure' is not a "
+                                   f"boolean ({spellings})\n")
+        p = self.dlaunch("--rdzv-conf", "is_host=maybe", "--", "true", check_code=2)
+        self.assertIn(spellings, p.stderr)
+        # An empty variable counts as unset.
+        p = self.dlaunch("--", "echo", "said", env={"DLAUNCH_QUIET": ""}, check_code=0)
+        self.assertIn("said", p.stdout)
+
 
 if __name__ == "__main__":
     dltest.main()

@@ -333,6 +333,30 @@ class Claims(dltest.Case):
         p = self.dlaunch("--", "echo", "said", env={"DLAUNCH_QUIET": ""}, check_code=0)
         self.assertIn("said", p.stdout)
 
+    def test_a_one_node_job_with_a_token_gives_its_workers_the_worker_key(self):
+        # job-spec.md: DLAUNCH_TOKEN_FILE "when the job has a token (several nodes or one)":
+        # a 0600 file with the job's worker key, which reaches the store; the agent's own token
+        # never reaches a worker; the file goes when the agent ends.
+        token = self.write("job.token", "s3cret\n")
+        os.chmod(token, 0o600)
+        script = ('f=$DLAUNCH_TOKEN_FILE; echo "file=$f"; stat -c "mode=%a" "$f"; '
+                  'echo "key=$(cut -d: -f1 "$f")"; echo "token=${DLAUNCH_TOKEN:-none}"; '
+                  'dlaunch kv set k v && echo "kv=$(dlaunch kv get k)"')
+        p = self.dlaunch("-q", "--run-id", "one", "--token-file", token, "--", "sh", "-c",
+                         script, env={"PATH": os.path.dirname(dltest.DLAUNCH) + os.pathsep +
+                                      os.environ["PATH"]}, check_code=0)
+        got = dict(l.split("=", 1) for l in
+                   self.read("dlaunch_logs", "one", "attempt_0", "rank_0.out").splitlines())
+        self.assertEqual((got["mode"], got["key"], got["token"], got["kv"]),
+                         ("600", "dlaunch-worker-v1", "none", "v"), got)
+        self.assertNotEqual(got["file"], token)
+        self.assertFalse(os.path.exists(got["file"]), "removed when the agent ended")
+        # Without a token there is none, and the store serves the job's user.
+        p = self.dlaunch("-q", "--run-id", "two", "--", "sh", "-c",
+                         'echo "file=${DLAUNCH_TOKEN_FILE:-none}"', check_code=0)
+        self.assertEqual(self.read("dlaunch_logs", "two", "attempt_0", "rank_0.out"),
+                         "file=none\n")
+
 
 if __name__ == "__main__":
     dltest.main()

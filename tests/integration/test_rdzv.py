@@ -2,6 +2,7 @@
 dead nodes, dlaunchd and its control commands, tokens."""
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -170,6 +171,46 @@ class Rendezvous(dltest.Case):
         open(stop, "w").close()
         self.assertEqual(self.wait_all(procs), [0, 0, 0],
                          self.log("a") + self.log("b") + self.log("c"))
+
+    def wait_listening(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.02)
+        self.fail(f"nobody serves {self.endpoint}")
+
+    def test_who_hosts_the_rendezvous(self):
+        # docs/job-spec.md: the first agent that can bind the endpoint, among those not given a
+        # --node-rank above 0, hosts it; one given --node-rank 0 that finds it served joins it
+        # as a client, says so, and is node rank 0 all the same.
+        cmd = ["--", "sh", "-c", "sleep 0.5"]
+        first = self.agent("--node-rank", "1", *cmd, name="r1")
+        time.sleep(1)
+        self.assertIsNone(first.poll(), self.log("r1"))
+        with self.assertRaises(OSError):
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        second = self.agent("--node-rank", "0", *cmd, name="r0")
+        self.assertEqual(self.wait_all([first, second]), [0, 0], self.log("r1") + self.log("r0"))
+        self.assertIn("[rdzv job] round 0 closed", self.log("r0"))
+        self.assertNotIn("[rdzv job]", self.log("r1"))
+
+        self.port = free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        shutil.rmtree(os.path.join(self.dir, "dlaunch_logs"))
+        host = self.agent(*cmd, name="any")
+        self.wait_listening()
+        zero = self.agent("--node-rank", "0", *cmd, name="zero")
+        self.assertEqual(self.wait_all([host, zero]), [0, 0], self.log("any") + self.log("zero"))
+        self.assertIn(f"{self.endpoint} is already served: joining it as node rank 0",
+                      self.log("zero"))
+        self.assertIn("[rdzv job] round 0 closed", self.log("any"))
+        self.assertEqual([e["node_rank"] for e in self.evs("zero") if e["event"] == "rendezvous"],
+                         [0])
+        self.assertEqual([e["node_rank"] for e in self.evs("any") if e["event"] == "rendezvous"],
+                         [1])
 
     def test_wrong_token_is_refused(self):
         good = self.write("good.token", "s3cret\n")

@@ -111,6 +111,36 @@ class Rendezvous(dltest.Case):
         for rank, words in ranks.items():
             self.assertEqual(words, [str(rank), "restart", "1"])
 
+    def test_restart_events_and_the_journal_over_several_nodes(self):
+        # docs/events.md: on several nodes every agent's restart event has the round and the
+        # reason, the round change's text; docs/control.md: the journal's log events cover the
+        # job's story but no plain join, and each round's rendezvous event counts its nodes.
+        d, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
+        self.procs.append(d)
+        self.endpoint = f"127.0.0.1:{self.port}"
+        script = 'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 3 ]; then exit 4; fi'
+        procs = [self.agent("--max-restarts", "1", "--", "sh", "-c", script, name=n)
+                 for n in ("a", "b")]
+        self.assertEqual(self.wait_all(procs), [0, 0], self.log("a") + self.log("b"))
+        for n in "ab":
+            restarts = [e for e in self.evs(n) if e["event"] == "restart"]
+            self.assertEqual(len(restarts), 1, self.evs(n))
+            self.assertEqual((restarts[0]["attempt"], restarts[0]["round"]), (1, 1))
+            self.assertRegex(restarts[0]["reason"], r"in round 0: rank 3 on \S+ exited with code 4")
+            self.assertEqual(self.evs(n)[-1]["status"], "succeeded")
+        p = self.dlaunch("events", "--timeout", "5", "--endpoint", self.endpoint, "job",
+                         check_code=0)
+        journal = [json.loads(l) for l in p.stdout.splitlines()]
+        logs = [e["text"] for e in journal if e["event"] == "log"]
+        self.assertTrue(any(t.startswith("job created") for t in logs), logs)
+        self.assertFalse([t for t in logs if " joined " in t], "plain joins are not journaled")
+        self.assertEqual([(e["round"], e["nodes"]) for e in journal if e["event"] == "rendezvous"],
+                         [(0, 2), (1, 2)])
+        changed = [e for e in journal if e["event"] == "round_changed"]
+        self.assertEqual([(e["round"], e["cause"]) for e in changed], [(1, "worker_failed")])
+        self.assertEqual(journal[-1]["event"], "job_end")
+        self.assertEqual(journal[-1]["status"], "succeeded")
+
     def test_restarts_exhausted_fail_every_node(self):
         procs = [self.agent("--max-restarts", "1", "--", "sh", "-c",
                             '[ "$RANK" = 0 ] && exit 6; sleep 5', name=n) for n in ("a", "b")]

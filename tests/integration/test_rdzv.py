@@ -152,6 +152,10 @@ class Rendezvous(dltest.Case):
     def test_join_timeout_exits_3(self):
         p = self.agent("--join-timeout", "1", "--", "true", name="alone")
         self.assertEqual(p.wait(timeout=30), 3, self.log("alone"))
+        # docs/events.md: job_end says timed_out, exit 3.
+        end = self.evs("alone")[-1]
+        self.assertEqual((end["event"], end["status"], end["exit_code"]),
+                         ("job_end", "timed_out", 3))
 
     def test_stopped_node_is_dropped_and_rejoins(self):
         stop = os.path.join(self.dir, "stop")

@@ -246,6 +246,38 @@ class Rendezvous(dltest.Case):
         self.assertEqual([e["node_rank"] for e in self.evs("any") if e["event"] == "rendezvous"],
                          [1])
 
+    def test_one_prefix_for_the_life_of_an_elastic_job(self):
+        # docs/job-spec.md: "[nodeK rank N] " for a job of several nodes, for its whole life,
+        # also when an elastic job shrinks to one node.
+        stop = os.path.join(self.dir, "stop")
+        script = (f'echo "attempt $TORCHELASTIC_RESTART_COUNT world $WORLD_SIZE"; '
+                  f'while [ ! -e {stop} ]; do sleep 0.05; done; echo "done $WORLD_SIZE"')
+        common = ["--last-call", "0.5", "--max-restarts", "3", "--stop-timeout", "2", "--",
+                  "sh", "-c", script]
+        a = self.agent("--node-rank", "0", *common, name="a", nodes="1:2", slots="1")
+        self.wait_listening()
+        b = self.agent(*common, name="b", nodes="1:2", slots="1")
+
+        def world(name):
+            r = [e for e in self.evs(name) if e["event"] == "rendezvous"]
+            return r[-1]["world_size"] if r else None
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (world("a") == 2 and world("b") == 2):
+            time.sleep(0.05)
+        self.assertEqual((world("a"), world("b")), (2, 2), self.log("a") + self.log("b"))
+        b.send_signal(signal.SIGTERM)
+        self.assertEqual(b.wait(timeout=30), 128 + signal.SIGTERM, self.log("b"))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and world("a") != 1:
+            time.sleep(0.05)
+        self.assertEqual(world("a"), 1, self.log("a"))
+        open(stop, "w").close()
+        self.assertEqual(a.wait(timeout=30), 0, self.log("a"))
+        said = [l for l in self.log("a").splitlines() if "attempt " in l or "done " in l]
+        self.assertIn("[node0 rank 0] done 1", said)
+        self.assertTrue(all(l.startswith("[node0 rank 0] ") for l in said), said)
+
     def test_wrong_token_is_refused(self):
         good = self.write("good.token", "s3cret\n")
         bad = self.write("bad.token", "guess\n")

@@ -357,6 +357,31 @@ class Claims(dltest.Case):
         self.assertEqual(self.read("dlaunch_logs", "two", "attempt_0", "rank_0.out"),
                          "file=none\n")
 
+    @unittest.skipUnless(os.path.exists("/usr/share/datasets/fashion-mnist/train-labels-idx1-"
+                                        "ubyte.gz"), "dataset-fashion-mnist is not installed")
+    def test_rerunning_the_example_says_it_resumes_on_its_first_line(self):
+        # README's example, run twice as a newcomer would: the second run picks up the first
+        # one's checkpoint, and its first line from the workers says so, and how not to.
+        os.symlink(os.path.join(os.path.abspath(ROOT), "examples"),
+                   os.path.join(self.dir, "examples"))
+        env = {"DLAUNCH_TRAIN_STEPS": "20", "CUDA_VISIBLE_DEVICES": ""}
+        p = self.dlaunch("examples/train.yaml", env=env, timeout=300, check_code=0)
+        self.assertNotIn("resuming", p.stdout)
+        env["DLAUNCH_TRAIN_STEPS"] = "40"
+        p = self.dlaunch("examples/train.yaml", env=env, timeout=300, check_code=0)
+        first = p.stdout.splitlines()[0]
+        self.assertEqual(first, "[rank 0] resuming from dlaunch_checkpoints/fashion-mnist/"
+                                "ckpt-000000000020.dlck: step 20, epoch 1, 2560 samples into it "
+                                "(written by 2 ranks); to start afresh, remove "
+                                "dlaunch_checkpoints/fashion-mnist or set resume: false")
+        # One worker: "written by 1 rank".
+        for steps in (10, 20):
+            spec = self.write("one.yaml", f"gpus_per_node: 1\ntrain:\n  steps: {steps}\n"
+                                          f"  checkpoint_dir: ck1\n")
+            self.dlaunch("-q", "--run-id", f"one{steps}", spec, timeout=300, check_code=0)
+        first = self.read("dlaunch_logs", "one20", "attempt_0", "rank_0.out").splitlines()[0]
+        self.assertIn("(written by 1 rank); to start afresh, remove ck1", first)
+
 
 if __name__ == "__main__":
     dltest.main()

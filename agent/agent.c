@@ -23,6 +23,7 @@
 #include "events.h"
 #include "gpu.h"
 #include "netif.h"
+#include "opt.h"
 #include "output.h"
 #include "rendezvous.h"
 #include "spawn.h"
@@ -848,6 +849,14 @@ static int place_rendezvous(dl_agent_t *a)
                         "--rdzv-id)\n",
                 spec->rdzv_backend == DL_RDZV_STATIC ? "--rdzv-backend static"
                                                      : "--rdzv-endpoint");
+        return 2;
+    }
+    if (a->remote && spec->dead_after <= spec->heartbeat) {
+        char dead[32], beat[32];
+        fprintf(stderr, "dlaunch: --dead-after %s is not above --heartbeat %s: every node would "
+                        "be declared dead between two of its heartbeats\n",
+                dl_opt_num_text(spec->dead_after, dead, sizeof(dead)),
+                dl_opt_num_text(spec->heartbeat, beat, sizeof(beat)));
         return 2;
     }
     if (a->want_node_rank >= a->nodes_max) {

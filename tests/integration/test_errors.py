@@ -79,6 +79,13 @@ class Errors(dltest.Case):
             with self.assertRaises(socket.timeout):
                 rdzv.accept()
 
+    def test_dead_after_not_above_the_heartbeat_is_refused(self):
+        # Else every node is declared dead between two heartbeats, round after round.
+        self.one_line_exit_2("--dead-after", "0.1", "--nodes", "2", "--rdzv-endpoint",
+                             "127.0.0.1:9", "--run-id", "x", "--", "true",
+                             expect="--dead-after 0.1 is not above --heartbeat 1: every node "
+                                    "would be declared dead between two of its heartbeats")
+
     def test_yaml_command_runs(self):
         path = self.write("job.yaml", "gpus_per_node: 2\ncommand: [sh, -c, 'echo yaml-$RANK']\n")
         p = self.dlaunch(path, check_code=0)

@@ -23,6 +23,7 @@
 #include "events.h"
 #include "gpu.h"
 #include "netif.h"
+#include "opt.h"
 #include "output.h"
 #include "rendezvous.h"
 #include "spawn.h"
@@ -834,6 +835,14 @@ static int place_rendezvous(dl_agent_t *a)
                                                      : "--rdzv-endpoint");
         return 2;
     }
+    if (a->remote && spec->dead_after <= spec->heartbeat) {
+        char dead[32], beat[32];
+        fprintf(stderr, "dlaunch: --dead-after %s is not above --heartbeat %s: every node would "
+                        "be declared dead between two of its heartbeats\n",
+                dl_opt_num_text(spec->dead_after, dead, sizeof(dead)),
+                dl_opt_num_text(spec->heartbeat, beat, sizeof(beat)));
+        return 2;
+    }
     if (a->want_node_rank >= a->nodes_max) {
         fprintf(stderr, "dlaunch: --node-rank %d: a job of %d node%s has ranks 0 to %d\n",
                 a->want_node_rank, a->nodes_max, a->nodes_max == 1 ? "" : "s",
@@ -966,18 +975,30 @@ static void print_quoted(const char *s)
 
 static int dry_run(dl_agent_t *a)
 {
-    if (a->remote)
-        printf("run %s: %d to %d nodes through the rendezvous at %s, %d worker%s on this node, "
+    if (a->remote) {
+        char nodes[64];
+        if (a->nodes_min == a->nodes_max)
+            snprintf(nodes, sizeof(nodes), "%d node%s", a->nodes_max,
+                     a->nodes_max == 1 ? "" : "s");
+        else
+            snprintf(nodes, sizeof(nodes), "%d to %d nodes", a->nodes_min, a->nodes_max);
+        printf("run %s: %s through the rendezvous at %s, %d worker%s on this node, "
                "max restarts %d (ranks, world size and MASTER_* come from the rendezvous)\n",
-               a->run_id, a->nodes_min, a->nodes_max, a->endpoint, a->nworkers,
-               a->nworkers == 1 ? "" : "s", a->spec->max_restarts);
-    else
+               a->run_id, nodes, a->endpoint, a->nworkers, a->nworkers == 1 ? "" : "s",
+               a->spec->max_restarts);
+    } else {
         printf("run %s: %d node%s, %d worker%s per node, world size %d, max restarts %d\n",
                a->run_id, a->nnodes, a->nnodes == 1 ? "" : "s", a->nworkers,
                a->nworkers == 1 ? "" : "s", a->world_size, a->spec->max_restarts);
+    }
     /* The store's port is taken when the job starts; say so rather than leave it out. */
     snprintf(a->store_addr, sizeof(a->store_addr), "%s",
              a->remote ? "(node 0's, from the rendezvous)" : "127.0.0.1:(a free port at start)");
+    /* So is the workers' key file, when the job has a token. */
+    const char *token_env = dl_env_get(a->environ_list, "DLAUNCH_TOKEN");
+    if (a->token_path == NULL &&
+        (a->spec->token_file != NULL || (token_env != NULL && *token_env != '\0')))
+        a->token_path = strdup("(made at start: a file of mode 0600 with the worker key)");
     printf("logs: %s/attempt_K/rank_N.{out,err}\ncommand:", a->run_dir);
     for (char **c = a->spec->command; *c != NULL; c++) {
         putchar(' ');

@@ -939,6 +939,7 @@ int dl__rdzv_local_store(dl_agent_t *a)
     dl_rdzv_server_opts_init(&so);
     so.token = z->token;
     so.only_run_id = a->run_id;
+    so.store_only = true;
     so.log = server_log;
     so.log_ctx = a;
     r = dl_rdzv_server_start(&a->loop, &so, &z->server, err, sizeof(err));

@@ -109,8 +109,12 @@ static void on_message(dl__conn_t *conn, json_t *msg, dl_proto_type_t type)
     }
     if (type == DL_PROTO_ERROR) {
         dl_proto_errcode_t code = dl_proto_reply_error(msg, &why);
-        fail(c, code == DL_PROTO_E_AUTH_FAILED ? -EACCES : -EPROTO,
-             "the rendezvous at %s:%d refused us: %s", c->host, c->port, why ? why : "?");
+        /* Forbidden: not this kind of server (a one-node job's store); its words suffice. */
+        if (code == DL_PROTO_E_FORBIDDEN)
+            fail(c, -EPROTO, "%s:%d: %s", c->host, c->port, why ? why : "?");
+        else
+            fail(c, code == DL_PROTO_E_AUTH_FAILED ? -EACCES : -EPROTO,
+                 "the rendezvous at %s:%d refused us: %s", c->host, c->port, why ? why : "?");
         return;
     }
     if (c->state == CL_HELLO && type == DL_PROTO_CHALLENGE) {
@@ -397,17 +401,18 @@ int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *
     snprintf(a.store_addr, sizeof(a.store_addr), "%s", dl_proto_get_str(msg, "store_addr"));
     if (want != NULL) {
         if (a.local_world_size != want->slots) {
-            snprintf(err, errlen, "%d workers on this node, which offered %d",
-                     a.local_world_size, want->slots);
+            snprintf(err, errlen, "%d worker%s on this node, which offered %d",
+                     a.local_world_size, a.local_world_size == 1 ? "" : "s", want->slots);
             return -EPROTO;
         }
         if (a.nodes < want->min_nodes || a.nodes > want->max_nodes) {
-            snprintf(err, errlen, "%d nodes, where the job has %d to %d", a.nodes,
-                     want->min_nodes, want->max_nodes);
+            snprintf(err, errlen, "%d node%s, where the job has %d to %d", a.nodes,
+                     a.nodes == 1 ? "" : "s", want->min_nodes, want->max_nodes);
             return -EPROTO;
         }
         if ((long long)a.world_size > (long long)a.nodes * DL_RDZV_MAX_SLOTS) {
-            snprintf(err, errlen, "world size %d for %d nodes", a.world_size, a.nodes);
+            snprintf(err, errlen, "world size %d for %d node%s", a.world_size, a.nodes,
+                     a.nodes == 1 ? "" : "s");
             return -EPROTO;
         }
         if (a.round < want->min_round) {

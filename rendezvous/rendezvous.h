@@ -25,6 +25,10 @@ typedef struct {
     /* NULL: every job. Else the one run id this server serves (an agent's embedded server):
      * a hello for another gets auth_failed. */
     const char *only_run_id;
+    /* A one-node job's key-value store (with only_run_id), not a rendezvous: its workers get
+     * in; an agent or a control command (status, stop, restart, events) is refused, saying
+     * so, for no round runs there to join, report or stop. */
+    bool store_only;
     /* The core's settings and limits (docs/rendezvous.md). Its hash key, when left 0, is drawn
      * at random. */
     dl_rdzv_core_opts_t core;

@@ -83,6 +83,7 @@ struct dl_rdzv_server_s {
     bool replaying;
 
     char only_run_id[DL_PROTO_RUN_ID_MAX + 1]; /* "" when any job is served */
+    bool store_only; /* a one-node job's store: workers only */
     double idle_timeout;
     double frame_timeout;
     double linger; /* for jobs that JOINs create */
@@ -973,6 +974,28 @@ static bool serves(const dl_rdzv_server_t *s, const char *run_id)
     return s->only_run_id[0] == '\0' || strcmp(s->only_run_id, run_id) == 0;
 }
 
+/* A one-node job's store answers its workers only. Told only to a peer that proved itself (or,
+ * without a token, is our own user): the one case where a refusal may say why. Returns true
+ * when sc was refused. */
+static bool refused_by_store(sconn_t *sc, json_int_t id)
+{
+    dl_rdzv_server_t *s = sc->s;
+    char peer[80];
+
+    if (!s->store_only || sc->role == DL_PROTO_ROLE_WORKER)
+        return false;
+    dl__conn_peer(&sc->c, peer, sizeof(peer));
+    slog(s, DL_RDZV_LOG_WARN, sc->run_id,
+         "refused %s from %s: this is a one-node job's store; it takes no control commands",
+         dl_proto_role_name(sc->role), peer);
+    send_error(sc, id, DL_PROTO_E_FORBIDDEN, "%s",
+               "this is a one-node job's key-value store, not a rendezvous: it takes no status, "
+               "stop, restart, events or agents (signal the job's agent, or run the job with "
+               "--rdzv-endpoint)");
+    dl__conn_close(&sc->c, 0);
+    return true;
+}
+
 /* hello. Without a token the peer's uid stands in for it: only our own user (or root) gets in,
  * which the kernel tells us for a loopback peer, and a server without a token serves nothing
  * else. With one, a challenge. */
@@ -1016,6 +1039,8 @@ static void on_hello(sconn_t *sc, json_t *msg, json_int_t id)
                    why);
             return;
         }
+        if (refused_by_store(sc, id))
+            return;
         if (!serves(s, sc->run_id)) {
             refuse(sc, id, "wrong job: this rendezvous serves another run id",
                    "a hello for another job");
@@ -1051,6 +1076,8 @@ static void on_auth(sconn_t *sc, json_t *msg, json_int_t id)
                                  sc->role, dl_proto_get_str(msg, "proof"), &level, server_proof);
     /* The same answer for a wrong token and for a job this server does not serve, so that a
      * stranger learns nothing of which jobs exist. */
+    if (r == 0 && refused_by_store(sc, id))
+        return;
     if (r < 0 || !serves(s, sc->run_id)) {
         refuse(sc, id, "wrong job token (or one that does not reach this job in this role)",
                "wrong job token");
@@ -1334,6 +1361,7 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
     s->max_held = opts->max_held > 0 ? opts->max_held : DL_PROTO_LIMIT;
     if (opts->only_run_id != NULL)
         snprintf(s->only_run_id, sizeof(s->only_run_id), "%s", opts->only_run_id);
+    s->store_only = opts->store_only;
     snprintf(s->store_host, sizeof(s->store_host), "%s", opts->host);
     dl__journal_cbs_t jcbs = {send_event, follower_alive};
     dl_rdzv_core_opts_t core_opts = opts->core;

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "etcd-job.h"
 #include "etcd.h"
@@ -71,6 +70,7 @@ struct dl_rdzv_impl_s {
     unsigned retry_ms;
     /* Trouble reaching etcd: since when (monotonic s, 0: none), and whether it was said. */
     double trouble_since;
+    double last_ok; /* monotonic s of etcd's last good answer */
     bool trouble_said;
     char trouble[1100];
     int handles;
@@ -143,7 +143,7 @@ static const char *cause_text(dl_etcd_status_t st)
     case DL_ETCD_UNREACHABLE:
         return "unreachable";
     case DL_ETCD_NO_QUORUM:
-        return "lost quorum (no leader answers)";
+        return "lost quorum";
     case DL_ETCD_AUTH:
         return "refused";
     default:
@@ -164,20 +164,21 @@ static bool trouble(etcd_t *z, const dl_etcd_result_t *res)
     }
     double now = mono();
     snprintf(z->trouble, sizeof(z->trouble), "%s", res->error);
+    /* Trouble counts from etcd's last good answer (a request may take seconds to fail). */
     if (z->trouble_since == 0)
-        z->trouble_since = now;
+        z->trouble_since = z->last_ok > 0 ? z->last_ok : now;
     if (now - z->trouble_since > z->spec->join_timeout) {
-        fail(z, 3, "%s: %s for %.0f s (--join-timeout): giving up", res->error,
+        fail(z, 3, "%s (%s) for %.0f s, past --join-timeout: giving up", res->error,
              cause_text(res->status), now - z->trouble_since);
         return false;
     }
     if (!z->trouble_said) {
         z->trouble_said = true;
         if (z->ready_said)
-            say(z, "%s: %s; the job goes on, waiting up to %.0f s (--join-timeout) for etcd",
+            say(z, "%s (%s); the job goes on, waiting up to %.0f s (--join-timeout) for etcd",
                 res->error, cause_text(res->status), z->spec->join_timeout);
         else
-            say(z, "%s: %s; trying again until %.0f s (--join-timeout) have passed", res->error,
+            say(z, "%s (%s); trying again until %.0f s (--join-timeout) have passed", res->error,
                 cause_text(res->status), z->spec->join_timeout);
     }
     return true;
@@ -185,6 +186,7 @@ static bool trouble(etcd_t *z, const dl_etcd_result_t *res)
 
 static void untroubled(etcd_t *z)
 {
+    z->last_ok = mono();
     if (z->trouble_since != 0 && z->trouble_said)
         say(z, "etcd answers again after %.1f s", mono() - z->trouble_since);
     z->trouble_since = 0;
@@ -907,39 +909,6 @@ static void etcd_close(etcd_t *z)
     close_now(z);
 }
 
-/* --rdzv-conf password_file: read like a token file (mode 0600, one trailing newline off). */
-static int read_password(const char *path, char **ret)
-{
-    struct stat st;
-    char buf[4096];
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        fprintf(stderr, "dlaunch: --rdzv-conf password_file '%s': %s\n", path, strerror(errno));
-        return -errno;
-    }
-    if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077) != 0) {
-        fprintf(stderr, "dlaunch: --rdzv-conf password_file '%s': must be a regular file that "
-                        "neither group nor others may read (chmod 600 %s)\n",
-                path, path);
-        fclose(f);
-        return -EPERM;
-    }
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    if (n > 0 && buf[n - 1] == '\n')
-        buf[--n] = '\0';
-    if (n > 0 && buf[n - 1] == '\r')
-        buf[--n] = '\0';
-    if (n == 0) {
-        fprintf(stderr, "dlaunch: --rdzv-conf password_file '%s' is empty\n", path);
-        return -EINVAL;
-    }
-    *ret = strdup(buf);
-    memset(buf, 0, sizeof(buf));
-    return *ret != NULL ? 0 : -ENOMEM;
-}
-
 /* Where other nodes reach this one: --local-addr, else the address that reaches the first etcd
  * endpoint. */
 static void local_address(etcd_t *z)
@@ -1041,14 +1010,15 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
         return 2;
     }
     dl_ejob_view_init(&z->view, z->prefix);
-    if (spec->etcd_user != NULL && spec->etcd_password_file == NULL) {
-        fprintf(stderr, "dlaunch: --rdzv-conf user=%s needs password_file=FILE\n",
-                spec->etcd_user);
+    if ((spec->etcd_user != NULL) != (spec->etcd_password_file != NULL)) {
+        fprintf(stderr, "dlaunch: --rdzv-conf: etcd's user and password_file go together\n");
         dl_ejob_view_clear(&z->view);
         free(z);
         return 2;
     }
-    if (spec->etcd_password_file != NULL && read_password(spec->etcd_password_file, &password) < 0) {
+    if (spec->etcd_password_file != NULL &&
+        dl_etcd_read_password(spec->etcd_password_file, &password, err, sizeof(err)) < 0) {
+        fprintf(stderr, "dlaunch: --rdzv-conf password_file: %s\n", err);
         dl_ejob_view_clear(&z->view);
         free(z);
         return 2;
@@ -1058,8 +1028,7 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
                          .cacert = spec->etcd_cacert,
                          .cert = spec->etcd_cert,
                          .key = spec->etcd_key,
-                         .user = password != NULL ? (spec->etcd_user ? spec->etcd_user : "root")
-                                                  : NULL,
+                         .user = spec->etcd_user,
                          .password = password,
                          /* etcd answers a request that cannot reach its leader in about 7 s. */
                          .timeout = 8};

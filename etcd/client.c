@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "etcd.h"
 
@@ -53,6 +54,7 @@ struct dl_etcd_req_s {
     char curl_err[CURL_ERROR_SIZE];
     char error[1024];
     char endpoint[300];
+    char quorum_error[1024]; /* an endpoint that answered without a quorum, tried past */
 };
 
 struct dl_etcd_s {
@@ -384,7 +386,7 @@ static dl_etcd_status_t classify(int code, const char *msg)
         strstr(msg, "invalid auth token") != NULL || strstr(msg, "auth: ") != NULL)
         return DL_ETCD_AUTH;
     if (code == 14 || code == 4 || strstr(msg, "no leader") != NULL ||
-        strstr(msg, "timed out") != NULL || strstr(msg, "leader changed") != NULL ||
+        strstr(msg, "timed out") != NULL || strstr(msg, "deadline exceeded") != NULL || strstr(msg, "leader changed") != NULL ||
         strstr(msg, "not capable") != NULL || strstr(msg, "too many requests") != NULL)
         return DL_ETCD_NO_QUORUM;
     return DL_ETCD_ERROR;
@@ -430,6 +432,12 @@ static bool tls_error(CURLcode c)
 
 static void authenticate(dl_etcd_t *e);
 
+static bool connected(dl_etcd_req_t *r)
+{
+    curl_off_t t = 0;
+    return curl_easy_getinfo(r->easy, CURLINFO_CONNECT_TIME_T, &t) == CURLE_OK && t > 0;
+}
+
 /* Sends r again on the next endpoint it has not tried, if any. */
 static bool try_next(dl_etcd_req_t *r)
 {
@@ -463,6 +471,13 @@ static void finish(dl_etcd_req_t *r)
         if (tls_error(c)) {
             set_error(r, "TLS: %s", why);
             st = DL_ETCD_AUTH;
+        } else if (c == CURLE_OPERATION_TIMEDOUT && !r->stream && connected(r)) {
+            /* Connected, and no answer in time: a member that waits for a leader. */
+            set_error(r, "no answer within %.0f s (%s)", e->timeout, why);
+            snprintf(r->quorum_error, sizeof(r->quorum_error), "%s", r->error);
+            st = DL_ETCD_NO_QUORUM;
+            if (try_next(r))
+                return;
         } else if (transport_error(c)) {
             set_error(r, "%s", why);
             st = DL_ETCD_UNREACHABLE;
@@ -494,9 +509,12 @@ static void finish(dl_etcd_req_t *r)
                 authenticate(e);
                 return;
             }
-            if (st == DL_ETCD_NO_QUORUM && try_next(r)) {
-                json_decref(body);
-                return;
+            if (st == DL_ETCD_NO_QUORUM) {
+                snprintf(r->quorum_error, sizeof(r->quorum_error), "%s", r->error);
+                if (try_next(r)) {
+                    json_decref(body);
+                    return;
+                }
             }
         } else if (r->stream) {
             set_error(r, "the watch stream ended");
@@ -509,6 +527,7 @@ static void finish(dl_etcd_req_t *r)
         } else if (http == 503 || http == 504) {
             set_error(r, "HTTP %ld: unavailable", http);
             st = DL_ETCD_NO_QUORUM;
+            snprintf(r->quorum_error, sizeof(r->quorum_error), "%s", r->error);
             if (try_next(r)) {
                 json_decref(body);
                 return;
@@ -521,6 +540,12 @@ static void finish(dl_etcd_req_t *r)
     }
     if (st == DL_ETCD_OK)
         e->cur = r->ep;
+    /* Some member answered, without a quorum behind it: that says more than the others'
+     * silence. */
+    if (st == DL_ETCD_UNREACHABLE && r->quorum_error[0] != '\0') {
+        st = DL_ETCD_NO_QUORUM;
+        snprintf(r->error, sizeof(r->error), "%s", r->quorum_error);
+    }
     if (r->stream)
         deliver(r, r->done, st, NULL);
     else
@@ -1073,4 +1098,39 @@ dl_etcd_status_t dl_etcd_call_sync(dl_etcd_t *e, const char *path, json_t *body,
     if (s.status != DL_ETCD_OK)
         snprintf(err, errlen, "%s", s.error);
     return s.status;
+}
+
+/* ---- Passwords -------------------------------------------------------------------------------- */
+
+int dl_etcd_read_password(const char *path, char **ret, char *err, size_t errlen)
+{
+    struct stat st;
+    char buf[4096];
+    FILE *f = fopen(path, "r");
+    *ret = NULL;
+    if (f == NULL) {
+        int r = -errno;
+        snprintf(err, errlen, "'%s': %s", path, strerror(errno));
+        return r;
+    }
+    if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077) != 0) {
+        snprintf(err, errlen, "'%s' must be a regular file that neither group nor others may "
+                              "read or write (chmod 600 %s)", path, path);
+        fclose(f);
+        return -EPERM;
+    }
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    if (n > 0 && buf[n - 1] == '\n')
+        buf[--n] = '\0';
+    if (n > 0 && buf[n - 1] == '\r')
+        buf[--n] = '\0';
+    if (n == 0) {
+        snprintf(err, errlen, "'%s' is empty", path);
+        return -EINVAL;
+    }
+    *ret = strdup(buf);
+    memset(buf, 0, sizeof(buf));
+    return *ret != NULL ? 0 : -ENOMEM;
 }

@@ -85,6 +85,11 @@ void dl_etcd_cancel(dl_etcd_req_t *r);
 dl_etcd_status_t dl_etcd_call_sync(dl_etcd_t *e, const char *path, json_t *body,
                                    json_t **ret_body, char *err, size_t errlen);
 
+/* Reads a password file as token files are read: a regular file that neither group nor others
+ * may read or write, one trailing newline dropped, not empty. Returns 0 with *ret (malloc'd), or
+ * -errno with one line in err. */
+int dl_etcd_read_password(const char *path, char **ret, char *err, size_t errlen);
+
 /* ---- Bodies ----------------------------------------------------------------------------------- */
 
 /* base64 of n bytes, as a new JSON string (NULL: out of memory). */

@@ -95,6 +95,7 @@ class Cluster:
         self.tls = tls
         self.own_folder = folder is None
         self.folder = folder or tempfile.mkdtemp(prefix="dl-etcd-")
+        os.makedirs(self.folder, exist_ok=True)
         ports = _free_ports(2 * n)
         self.client_ports = ports[:n]
         self.peer_ports = ports[n:]

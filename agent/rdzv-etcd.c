@@ -47,6 +47,11 @@ struct dl_rdzv_impl_s {
     bool watch_wanted;    /* the watch ended: start it again */
     bool keepalive_busy;
     bool txn_busy;        /* one transition at a time */
+    int txn_kind;         /* the one in flight: 0 plain, 1 join, 2 report, 3 done */
+    int txn_round;
+    int linger_what;      /* a lease being granted for the job's end: 0 succeeded, 1 failed */
+    dl_ejob_cause_t linger_cause;
+    char linger_reason[1400];
     /* What the agent asked for and has not been done yet. */
     bool join_wanted;
     dl_rdzv_join_t join;
@@ -433,12 +438,6 @@ static void connect_step(etcd_t *z)
 
 /* ---- Transitions ------------------------------------------------------------------------------ */
 
-typedef struct {
-    etcd_t *z;
-    int kind; /* 0 plain, 1 join, 2 report, 3 done */
-    int round;
-} txn_ctx_t;
-
 /* After a transaction's answer: decide again once the view holds what it did (or why it
  * failed); until then the watch will bring it, and react runs then. */
 static void react_after(etcd_t *z, const json_t *answer)
@@ -450,10 +449,8 @@ static void react_after(etcd_t *z, const json_t *answer)
 
 static void on_txn(void *ctx, const dl_etcd_result_t *res)
 {
-    txn_ctx_t *t = ctx;
-    etcd_t *z = t->z;
-    int kind = t->kind, round = t->round;
-    free(t);
+    etcd_t *z = ctx;
+    int kind = z->txn_kind, round = z->txn_round;
     z->txn_busy = false;
     if (res->status != DL_ETCD_OK) {
         if (lease_gone(res)) {
@@ -478,17 +475,13 @@ static void on_txn(void *ctx, const dl_etcd_result_t *res)
 /* Sends a transition (stolen body); at most one is in flight. Returns whether it went. */
 static bool send_txn(etcd_t *z, json_t *body, int kind, int round)
 {
-    txn_ctx_t *t = malloc(sizeof(*t));
-    if (body == NULL || t == NULL) {
-        json_decref(body);
-        free(t);
+    if (body == NULL)
         return false;
-    }
-    *t = (txn_ctx_t){z, kind, round};
+    z->txn_kind = kind;
+    z->txn_round = round;
     z->txn_busy = true;
-    if (dl_etcd_call(z->etcd, "/v3/kv/txn", body, on_txn, t, NULL) < 0) {
+    if (dl_etcd_call(z->etcd, "/v3/kv/txn", body, on_txn, z, NULL) < 0) {
         z->txn_busy = false;
-        free(t);
         return false;
     }
     return true;
@@ -496,48 +489,33 @@ static bool send_txn(etcd_t *z, json_t *body, int kind, int round)
 
 /* Ending the job keeps its settings, state and events for LINGER_S on a lease of their own:
  * granted first, then the transition is made from the view as it is then. */
-typedef struct {
-    etcd_t *z;
-    int what; /* 0 succeeded, 1 next (cause/reason in z) */
-    dl_ejob_cause_t cause;
-    char reason[1400];
-} linger_ctx_t;
-
 static void on_linger(void *ctx, const dl_etcd_result_t *res)
 {
-    linger_ctx_t *l = ctx;
-    etcd_t *z = l->z;
+    etcd_t *z = ctx;
     z->txn_busy = false;
     if (res->status != DL_ETCD_OK) {
-        free(l);
         if (trouble(z, res))
             retry_later(z);
         return;
     }
     int64_t lease = dl_etcd_int(json_object_get(res->body, "ID"));
-    json_t *body = l->what == 0 ? dl_ejob_txn_end(&z->view, "succeeded", "succeeded", lease,
-                                                  now_unix())
-                                : dl_ejob_txn_next(&z->view, l->cause, l->reason, NULL, 0, lease,
-                                                   now_unix());
-    free(l);
-    send_txn(z, body, 0, -1);
+    json_t *body = z->linger_what == 0
+                       ? dl_ejob_txn_end(&z->view, "succeeded", "succeeded", lease, now_unix())
+                       : dl_ejob_txn_next(&z->view, z->linger_cause, z->linger_reason, NULL, 0,
+                                          lease, now_unix());
+    send_txn(z, body, z->linger_what == 0 ? 0 : 2, z->txn_round);
 }
 
 static void with_linger(etcd_t *z, int what, dl_ejob_cause_t cause, const char *reason)
 {
-    linger_ctx_t *l = calloc(1, sizeof(*l));
-    if (l == NULL)
-        return;
-    l->z = z;
-    l->what = what;
-    l->cause = cause;
-    snprintf(l->reason, sizeof(l->reason), "%s", reason != NULL ? reason : "");
+    z->linger_what = what;
+    z->linger_cause = cause;
+    snprintf(z->linger_reason, sizeof(z->linger_reason), "%s", reason != NULL ? reason : "");
+    z->txn_round = dl_ejob_round(&z->view);
     z->txn_busy = true;
-    if (dl_etcd_call(z->etcd, "/v3/lease/grant", json_pack("{s:s}", "TTL", "10"), on_linger, l,
-                     NULL) < 0) {
+    if (dl_etcd_call(z->etcd, "/v3/lease/grant", json_pack("{s:s}", "TTL", "10"), on_linger, z,
+                     NULL) < 0)
         z->txn_busy = false;
-        free(l);
-    }
 }
 
 /* Opens the next round (or fails the job, past its restarts). */

@@ -214,7 +214,13 @@ class Jobs(EtcdCase):
                   "--stop-timeout", "2", "--", "sh", "-c", script]
         names = ["a", "b", "c"]
         procs = {n: self.agent(*common, name=n, nodes="2:3", slots="1") for n in names}
+
+        def lines(path):
+            return self.read(path).split() if os.path.exists(os.path.join(self.dir, path)) else []
+
         self.wait_for(lambda: all(self.world(n) == 3 for n in names), what="3 nodes")
+        self.wait_for(lambda: all(len(lines(f"store.{r}")) >= 1 for r in (0, 1, 2)),
+                      what="the first round's workers to use the store")
         zero = next(n for n in names if rounds(self.evs(n))[-1]["node_rank"] == 0)
         first_round = rounds(self.evs(zero))[-1]["round"]
         procs[zero].send_signal(signal.SIGKILL)
@@ -227,9 +233,6 @@ class Jobs(EtcdCase):
         self.assertEqual(sorted(e["node_rank"] for e in new), [0, 1])
         self.assertGreater(new[0]["round"], first_round)
         # The new round's store answers (every worker got its key back) and is another one.
-        def lines(path):
-            return self.read(path).split() if os.path.exists(os.path.join(self.dir, path)) else []
-
         self.wait_for(lambda: all(len(lines(f"store.{r}")) >= 2 for r in (0, 1)),
                       what="the second round's workers to use the store")
         for r in (0, 1):

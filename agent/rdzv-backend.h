@@ -91,6 +91,10 @@ typedef struct {
     void (*ended)(void *ctx, const dl_rdzv_end_t *end);
     /* One line for the agent's log ("[agent node=N] text"). */
     void (*log)(void *ctx, const char *text);
+    /* The key the job's store is guarded by, when the agent has no token of its own (etcd: one
+     * the job's first agent drew and keeps with the job): the workers get its worker key. The
+     * token is the backend's, borrowed for the call. May be left NULL by a backend. */
+    void (*store_token)(void *ctx, const dl_proto_token_t *token);
 } dl_rdzv_backend_cbs_t;
 
 typedef struct {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "etcd-job.h"
 #include "etcd.h"
@@ -64,8 +65,11 @@ struct dl_rdzv_impl_s {
     int seen_round;    /* the highest round seen */
     bool ready_said;
     bool ended;
-    /* This node's store for its workers' job, served when it is node 0 of a round. */
+    /* This node's store for its workers' job, served when it is node 0 of a round, guarded by
+     * the agent's token, else by the key the job keeps (store_token). */
     dl_rdzv_server_t *store;
+    dl_proto_token_t *store_token;
+    char store_key[80];
     char addr[256];  /* where other nodes reach this one */
     char store_addr[320];
     /* Timers of the gathering round (armed for round *_round), and retries. */
@@ -87,6 +91,7 @@ typedef struct dl_rdzv_impl_s etcd_t;
 
 static void react(etcd_t *z);
 static void connect_step(etcd_t *z);
+static void start_store(etcd_t *z);
 
 static double mono(void)
 {
@@ -391,6 +396,23 @@ static void on_loaded(void *ctx, const dl_etcd_result_t *res)
     z->phase = PH_RUN;
     start_watch(z);
     if (!z->ready_said) {
+        /* The store, before this node can join a round: guarded by the agent's token, else by
+         * the key the job keeps (drawn by its first agent). */
+        const char *key = json_string_value(json_object_get(z->view.job, "store_key"));
+        char err[512];
+        if (z->conf.token == NULL && key != NULL &&
+            dl_proto_token_from_string(key, "the job's store key in etcd", &z->store_token, err,
+                                       sizeof(err)) < 0) {
+            fail(z, 4, "etcd at %s: %s", res->endpoint, err);
+            return;
+        }
+        start_store(z);
+        if (z->store == NULL) {
+            fail(z, 1, "no key-value store for the workers: a job needs one on its node 0");
+            return;
+        }
+        if (z->store_token != NULL && z->cbs.store_token != NULL)
+            z->cbs.store_token(z->ctx, z->store_token);
         z->ready_said = true;
         if (z->spec->verbose)
             say(z, "etcd at %s: job '%s' under %s, revision %lld", res->endpoint,
@@ -840,6 +862,7 @@ static void maybe_free(etcd_t *z)
     if (z->handles > 0 || z->leaving)
         return;
     dl_ejob_view_clear(&z->view);
+    dl_proto_token_free(z->store_token);
     free(z);
 }
 
@@ -931,7 +954,7 @@ static void start_store(etcd_t *z)
     dl_rdzv_server_opts_init(&so);
     so.host = host;
     so.port = 0;
-    so.token = z->conf.token;
+    so.token = z->conf.token != NULL ? z->conf.token : z->store_token;
     so.only_run_id = z->conf.run_id;
     so.log = store_log;
     so.log_ctx = z;
@@ -943,12 +966,10 @@ static void start_store(etcd_t *z)
         r = dl_rdzv_server_add_job(z->store, z->conf.run_id, &jo);
     }
     if (r < 0) {
-        say(z, "no key-value store for the workers on %s (DLAUNCH_STORE unset when this node "
-               "is node 0): %s",
-            host, z->store == NULL ? err : strerror(-r));
+        say(z, "cannot serve the workers' key-value store on %s: %s", host,
+            z->store == NULL ? err : strerror(-r));
         dl_rdzv_server_close(z->store, NULL, NULL);
         z->store = NULL;
-        snprintf(z->store_addr, sizeof(z->store_addr), "-");
         return;
     }
     snprintf(z->store_addr, sizeof(z->store_addr), "%s%s%s:%d", strchr(host, ':') ? "[" : "",
@@ -1028,11 +1049,23 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
     z->handles = 3;
     *ret = z;
     local_address(z);
-    start_store(z);
+    /* Without a token of its own, the job's first agent draws the store's key. */
+    if (conf->token == NULL) {
+        unsigned char rnd[32];
+        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+            fprintf(stderr, "dlaunch: getrandom: %s\n", strerror(errno));
+            etcd_close(z);
+            *ret = NULL;
+            return 1;
+        }
+        for (size_t i = 0; i < sizeof(rnd); i++)
+            snprintf(z->store_key + 2 * i, 3, "%02x", rnd[i]);
+        z->settings.store_key = z->store_key;
+    }
     if (spec->verbose)
-        say(z, "rendezvous in etcd at %s (%s), job keys under %s, this node at %s, store %s",
+        say(z, "rendezvous in etcd at %s (%s), job keys under %s, this node at %s",
             conf->endpoint, spec->etcd_protocol ? spec->etcd_protocol : "http", z->prefix,
-            z->addr, z->store_addr);
+            z->addr);
     z->phase = PH_LEASE;
     connect_step(z);
     return 0;

@@ -238,6 +238,16 @@ static void cb_log(void *ctx, const char *text)
     dl__agent_log(ctx, "%s", text);
 }
 
+static void cb_store_token(void *ctx, const dl_proto_token_t *token)
+{
+    dl_agent_t *a = ctx;
+    char err[512];
+    if (a->token_path != NULL)
+        return; /* the agent's own token made it already */
+    if (dl__worker_cred_write(token, a->run_id, &a->token_path, err, sizeof(err)) < 0)
+        dl__agent_log(a, "the workers get no key to the store: %s", err);
+}
+
 /* The agent's token: a master, or this job's key. Its workers get the job's worker key in a
  * file of their own (DLAUNCH_TOKEN_FILE), never the token itself. */
 static int load_token(dl_agent_t *a, rdzv_t *z)
@@ -294,6 +304,7 @@ int dl__rdzv_start(dl_agent_t *a)
         .view = cb_view,
         .ended = cb_ended,
         .log = cb_log,
+        .store_token = cb_store_token,
     };
     rdzv_t *z = rdzv_new(a);
 

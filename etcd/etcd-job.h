@@ -68,6 +68,7 @@ typedef struct {
     int min_nodes, max_nodes, max_restarts;
     double last_call, join_timeout, dead_after; /* seconds */
     int master_port; /* the job's default MASTER_PORT */
+    const char *store_key; /* the store's key for agents without a token of their own, or NULL */
 } dl_ejob_settings_t;
 
 json_t *dl_ejob_settings_doc(const dl_ejob_settings_t *s);

@@ -225,11 +225,14 @@ const json_t *dl_ejob_assigned(const dl_ejob_view_t *v, const char *node_id)
 
 json_t *dl_ejob_settings_doc(const dl_ejob_settings_t *s)
 {
-    return json_pack("{s:i, s:i, s:i, s:I, s:I, s:I, s:i}", "min_nodes", s->min_nodes,
-                     "max_nodes", s->max_nodes, "max_restarts", s->max_restarts, "last_call_ms",
-                     (json_int_t)(s->last_call * 1000), "join_timeout_ms",
-                     (json_int_t)(s->join_timeout * 1000), "dead_after_ms",
-                     (json_int_t)(s->dead_after * 1000), "master_port", s->master_port);
+    json_t *d = json_pack("{s:i, s:i, s:i, s:I, s:I, s:I, s:i}", "min_nodes", s->min_nodes,
+                          "max_nodes", s->max_nodes, "max_restarts", s->max_restarts,
+                          "last_call_ms", (json_int_t)(s->last_call * 1000), "join_timeout_ms",
+                          (json_int_t)(s->join_timeout * 1000), "dead_after_ms",
+                          (json_int_t)(s->dead_after * 1000), "master_port", s->master_port);
+    if (d != NULL && s->store_key != NULL)
+        json_object_set_new(d, "store_key", json_string(s->store_key));
+    return d;
 }
 
 int dl_ejob_settings_check(const json_t *doc, const dl_ejob_settings_t *s, char *err,

@@ -242,6 +242,24 @@ class Jobs(EtcdCase):
         open(stop, "w").close()
         self.assertEqual(self.wait_all([procs[n] for n in rest]), [0, 0], self.logs(rest))
 
+    def test_store_on_a_non_loopback_address_without_a_token(self):
+        """No --token-file: the store of node 0, on an address other nodes can reach, is
+        guarded by the key the job keeps in etcd; the workers get its worker key."""
+        addr = subprocess.run(["hostname", "-I"], capture_output=True,
+                              text=True).stdout.split()
+        addr = [a for a in addr if "." in a and not a.startswith("127.")]
+        if not addr:
+            self.skipTest("no non-loopback IPv4 address here")
+        script = (f'"{dltest.DLAUNCH}" kv set k$RANK v && "{dltest.DLAUNCH}" kv get k$RANK && '
+                  f'echo $DLAUNCH_STORE && test -n "$DLAUNCH_TOKEN_FILE" && '
+                  f'{{ env -u DLAUNCH_TOKEN_FILE "{dltest.DLAUNCH}" kv get k$RANK; test $? = 4; }}')
+        procs = [self.agent("--local-addr", addr[0], "--", "sh", "-c", script, name=n)
+                 for n in "ab"]
+        self.assertEqual(self.wait_all(procs), [0, 0], self.logs("ab"))
+        out = self.read("dlaunch_logs/job/attempt_0/rank_0.out").split()
+        self.assertEqual(out[0], "v")
+        self.assertTrue(out[1].startswith(addr[0] + ":"), out)
+
 
 @unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
 class Members(EtcdCase):

@@ -50,7 +50,8 @@ struct dl_rdzv_impl_s {
     bool txn_busy;        /* one transition at a time */
     int txn_kind;         /* the one in flight: 0 plain, 1 join, 2 report, 3 done */
     int txn_round;
-    int linger_what;      /* a lease being granted for the job's end: 0 succeeded, 1 failed */
+    int linger_what;      /* a lease being granted for the job's end: 0 succeeded, 1 failed,
+                           * 2 timed out */
     dl_ejob_cause_t linger_cause;
     char linger_reason[1400];
     /* What the agent asked for and has not been done yet. */
@@ -521,10 +522,13 @@ static void on_linger(void *ctx, const dl_etcd_result_t *res)
         return;
     }
     int64_t lease = dl_etcd_int(json_object_get(res->body, "ID"));
-    json_t *body = z->linger_what == 0
-                       ? dl_ejob_txn_end(&z->view, "succeeded", "succeeded", lease, now_unix())
-                       : dl_ejob_txn_next(&z->view, z->linger_cause, z->linger_reason, NULL, 0,
-                                          lease, now_unix());
+    json_t *body =
+        z->linger_what == 0   ? dl_ejob_txn_end(&z->view, "succeeded", "succeeded", lease,
+                                                now_unix())
+        : z->linger_what == 2 ? dl_ejob_txn_end(&z->view, "timed-out", z->linger_reason, lease,
+                                                now_unix())
+                              : dl_ejob_txn_next(&z->view, z->linger_cause, z->linger_reason,
+                                                 NULL, 0, lease, now_unix());
     send_txn(z, body, z->linger_what == 0 ? 0 : 2, z->txn_round);
 }
 
@@ -591,10 +595,11 @@ static void on_join_timeout(uv_timer_t *t)
     snprintf(reason, sizeof(reason), "round %d timed out: %d of %d nodes joined within %g s",
              round, n, z->settings.min_nodes, z->spec->join_timeout);
     say(z, "%s", reason);
-    /* No linger lease for a job that never ran: its keys go with the transaction. */
-    if (z->txn_busy || !send_txn(z, dl_ejob_txn_end(&z->view, "timed-out", reason, 0, now_unix()),
-                                 0, -1))
+    if (z->txn_busy) {
         uv_timer_start(&z->join_timer, on_join_timeout, 200, 0);
+        return;
+    }
+    with_linger(z, 2, DL_EJOB_CAUSE_REQUESTED, reason);
 }
 
 /* ---- Deciding --------------------------------------------------------------------------------- */

@@ -806,9 +806,22 @@ static int place_rendezvous(dl_agent_t *a)
         }
         break;
     case DL_RDZV_ETCD:
-        fprintf(stderr, "dlaunch: --rdzv-backend etcd: not available in this build yet; use "
-                        "c10d (our rendezvous) or static\n");
-        return 2;
+        /* An etcd v3 cluster holds the rendezvous (docs/etcd.md), even for one node. */
+        if (spec->rdzv_endpoint == NULL) {
+            fprintf(stderr, "dlaunch: --rdzv-backend etcd needs --rdzv-endpoint "
+                            "HOST:PORT[,HOST:PORT...], the etcd cluster's client endpoints\n");
+            return 2;
+        }
+        if ((a->endpoint = strdup(spec->rdzv_endpoint)) == NULL) {
+            fprintf(stderr, "dlaunch: out of memory\n");
+            return 2;
+        }
+        if (spec->http != NULL) {
+            fprintf(stderr, "dlaunch: --http: with --rdzv-backend etcd no agent hosts the "
+                            "rendezvous; there is no status page to serve\n");
+            return 2;
+        }
+        break;
     default:
         if (spec->rdzv_endpoint != NULL && (a->endpoint = strdup(spec->rdzv_endpoint)) == NULL) {
             fprintf(stderr, "dlaunch: out of memory\n");
@@ -832,6 +845,7 @@ static int place_rendezvous(dl_agent_t *a)
         fprintf(stderr, "dlaunch: %s: every node of the job needs the same --run-id (or "
                         "--rdzv-id)\n",
                 spec->rdzv_backend == DL_RDZV_STATIC ? "--rdzv-backend static"
+                : spec->rdzv_backend == DL_RDZV_ETCD ? "--rdzv-backend etcd"
                                                      : "--rdzv-endpoint");
         return 2;
     }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "ctl-etcd.h"
 #include "ctl.h"
 #include "rendezvous.h"
 
@@ -24,6 +25,8 @@ typedef struct {
     double follow_timeout; /* events: stop after this long without one; < 0 never */
     char **args; /* positional arguments after the subcommand */
     int nargs;
+    bool etcd;             /* --rdzv-backend etcd: the job's keys in etcd */
+    const char *rdzv_conf; /* --rdzv-conf, for etcd */
 } ctl_opts_t;
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -64,6 +67,24 @@ static int parse(int argc, char **argv, ctl_opts_t *o)
             o->ranks = true;
         } else if (strcmp(a, "--worker") == 0) {
             o->worker = true;
+        } else if (strcmp(a, "--rdzv-backend") == 0 || strcmp(a, "--rdzv-conf") == 0 ||
+                   strncmp(a, "--rdzv-backend=", 15) == 0 || strncmp(a, "--rdzv-conf=", 12) == 0) {
+            const char *v = strchr(a, '=');
+            if (v != NULL)
+                v++;
+            else if (i + 1 >= argc)
+                return usage_error("option '%s' needs a value", a);
+            else
+                v = argv[++i];
+            if (a[7] == 'c') {
+                o->rdzv_conf = v;
+            } else if (strcmp(v, "etcd") == 0) {
+                o->etcd = true;
+            } else if (strcmp(v, "c10d") == 0 || strcmp(v, "static") == 0) {
+                o->etcd = false;
+            } else {
+                return usage_error("--rdzv-backend: '%s' is not c10d, static or etcd", v);
+            }
         } else if (strcmp(a, "--endpoint") == 0 || strcmp(a, "--token-file") == 0 ||
                    strcmp(a, "--timeout") == 0) {
             if (i + 1 >= argc)
@@ -258,6 +279,26 @@ static void print_diag(const json_t *job)
     }
 }
 
+/* --rdzv-backend etcd: the endpoints are etcd's (no default: they must be named). */
+static int etcd_opts(const ctl_opts_t *o, const char *run_id, dl_ctl_etcd_opts_t *ret)
+{
+    const char *e = o->endpoint;
+    if (e == NULL || *e == '\0')
+        e = getenv("DLAUNCH_ENDPOINT");
+    if (e == NULL || *e == '\0')
+        return usage_error("--rdzv-backend etcd: give the cluster's --endpoint "
+                           "HOST:PORT[,HOST:PORT...]");
+    if (run_id != NULL && !dl_proto_run_id_valid(run_id))
+        return usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')", run_id);
+    *ret = (dl_ctl_etcd_opts_t){.endpoints = e,
+                                .rdzv_conf = o->rdzv_conf,
+                                .json = o->json,
+                                .timeout = o->timeout,
+                                .follow_timeout = o->follow_timeout,
+                                .print_status = print_status};
+    return 0;
+}
+
 static int control(const char *cmd, const ctl_opts_t *o)
 {
     const char *where;
@@ -271,6 +312,11 @@ static int control(const char *cmd, const ctl_opts_t *o)
         return usage_error("%s takes one RUN_ID", cmd);
     if (run_id == NULL && strcmp(cmd, "status") != 0)
         return usage_error("%s needs the RUN_ID of the job", cmd);
+    if (o->etcd) {
+        dl_ctl_etcd_opts_t eo;
+        r = etcd_opts(o, run_id, &eo);
+        return r != 0 ? r : dl_ctl_etcd_control(cmd, run_id, &eo);
+    }
     r = connect_as(endpoint, where, DL_PROTO_ROLE_CONTROL, run_id ? run_id : "status",
                    o->token_file, o->timeout, &c);
     if (r != 0)
@@ -325,6 +371,11 @@ static int events(const ctl_opts_t *o)
 
     if (o->nargs != 1)
         return usage_error("%s needs the RUN_ID of the job", "events");
+    if (o->etcd) {
+        dl_ctl_etcd_opts_t eo;
+        int r = etcd_opts(o, o->args[0], &eo);
+        return r != 0 ? r : dl_ctl_etcd_events(o->args[0], &eo);
+    }
     int r = connect_as(endpoint, where, DL_PROTO_ROLE_CONTROL, o->args[0], o->token_file,
                        o->timeout, &c);
     if (r != 0)

@@ -378,8 +378,6 @@ int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *
     dl_rdzv_assignment_t a;
     dl_proto_type_t type;
     dl_proto_error_t perr;
-    char host[DL_PROTO_NAME_MAX + 1];
-    int port;
 
     if (dl_proto_validate(msg, &type, &perr) < 0 || type != DL_PROTO_ASSIGNMENT) {
         snprintf(err, errlen, "not an assignment: %s", perr.message);
@@ -399,31 +397,6 @@ int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *
     a.master_port = (int)dl_proto_get_int(msg, "master_port", 0);
     snprintf(a.master_addr, sizeof(a.master_addr), "%s", dl_proto_get_str(msg, "master_addr"));
     snprintf(a.store_addr, sizeof(a.store_addr), "%s", dl_proto_get_str(msg, "store_addr"));
-    if (want != NULL) {
-        if (a.local_world_size != want->slots) {
-            snprintf(err, errlen, "%d worker%s on this node, which offered %d",
-                     a.local_world_size, a.local_world_size == 1 ? "" : "s", want->slots);
-            return -EPROTO;
-        }
-        if (a.nodes < want->min_nodes || a.nodes > want->max_nodes) {
-            snprintf(err, errlen, "%d node%s, where the job has %d to %d", a.nodes,
-                     a.nodes == 1 ? "" : "s", want->min_nodes, want->max_nodes);
-            return -EPROTO;
-        }
-        if ((long long)a.world_size > (long long)a.nodes * DL_RDZV_MAX_SLOTS) {
-            snprintf(err, errlen, "world size %d for %d node%s", a.world_size, a.nodes,
-                     a.nodes == 1 ? "" : "s");
-            return -EPROTO;
-        }
-        if (a.round < want->min_round) {
-            snprintf(err, errlen, "round %d, after round %d", a.round, want->min_round);
-            return -EPROTO;
-        }
-    }
-    if (dl_rdzv_endpoint_parse(a.store_addr, host, sizeof(host), &port) < 0) {
-        snprintf(err, errlen, "store address '%s' is not HOST:PORT", a.store_addr);
-        return -EPROTO;
-    }
     /* Addresses we may connect to, or bind, one day: nothing but what addresses are made of. */
     const json_t *succ = json_object_get(msg, "successors");
     for (size_t i = 0; i < json_array_size(succ); i++) {
@@ -437,7 +410,55 @@ int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *
         }
         snprintf(a.successors[a.nsuccessors++], sizeof(a.successors[0]), "%s", s);
     }
-    *ret = a;
+    int r = dl_rdzv_assignment_check(&a, want, err, errlen);
+    if (r == 0)
+        *ret = a;
+    return r;
+}
+
+int dl_rdzv_assignment_check(const dl_rdzv_assignment_t *a, const dl_rdzv_assignment_want_t *want,
+                             char *err, size_t errlen)
+{
+    char host[DL_PROTO_NAME_MAX + 1];
+    int port;
+
+    if (want != NULL) {
+        if (a->local_world_size != want->slots) {
+            snprintf(err, errlen, "%d worker%s on this node, which offered %d",
+                     a->local_world_size, a->local_world_size == 1 ? "" : "s", want->slots);
+            return -EPROTO;
+        }
+        if (a->nodes < want->min_nodes || a->nodes > want->max_nodes) {
+            snprintf(err, errlen, "%d node%s, where the job has %d to %d", a->nodes,
+                     a->nodes == 1 ? "" : "s", want->min_nodes, want->max_nodes);
+            return -EPROTO;
+        }
+        if ((long long)a->world_size > (long long)a->nodes * DL_RDZV_MAX_SLOTS) {
+            snprintf(err, errlen, "world size %d for %d node%s", a->world_size, a->nodes,
+                     a->nodes == 1 ? "" : "s");
+            return -EPROTO;
+        }
+        if (a->round < want->min_round) {
+            snprintf(err, errlen, "round %d, after round %d", a->round, want->min_round);
+            return -EPROTO;
+        }
+    }
+    if (a->node_rank < 0 || a->node_rank >= a->nodes || a->first_rank < 0 ||
+        a->local_world_size < 1 ||
+        (long long)a->first_rank + a->local_world_size > (long long)a->world_size) {
+        snprintf(err, errlen, "node rank %d of %d, ranks %d..%d of %d", a->node_rank, a->nodes,
+                 a->first_rank, a->first_rank + a->local_world_size - 1, a->world_size);
+        return -EPROTO;
+    }
+    if (a->master_port < 1 || a->master_port > 65535 || a->master_addr[0] == '\0') {
+        snprintf(err, errlen, "MASTER_ADDR '%s', MASTER_PORT %d", a->master_addr,
+                 a->master_port);
+        return -EPROTO;
+    }
+    if (dl_rdzv_endpoint_parse(a->store_addr, host, sizeof(host), &port) < 0) {
+        snprintf(err, errlen, "store address '%s' is not HOST:PORT", a->store_addr);
+        return -EPROTO;
+    }
     return 0;
 }
 

@@ -174,6 +174,13 @@ typedef struct {
 int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *want,
                             dl_rdzv_assignment_t *ret, char *err, size_t errlen);
 
+/* The checks of dl_rdzv_assignment_read on an assignment made otherwise (a backend that reads
+ * it from elsewhere than our protocol: etcd): ranks within the world, what want says (NULL:
+ * nothing more), MASTER_* set, a store address of HOST:PORT. Returns 0, or -EPROTO with one
+ * line in err. */
+int dl_rdzv_assignment_check(const dl_rdzv_assignment_t *a, const dl_rdzv_assignment_want_t *want,
+                             char *err, size_t errlen);
+
 /* ---- Endpoints --------------------------------------------------------------------------- */
 
 /* Parses "HOST:PORT" or "[V6]:PORT" (port 1-65535); host copied into host (hostlen bytes).

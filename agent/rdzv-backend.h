@@ -104,7 +104,7 @@ typedef struct {
                           const dl_rdzv_culprit_info_t *culprit);
     /* The backend lost its place in the job (it has said why, in one line): stop the workers,
      * join again. */
-    void (*lost)(void *ctx, const char *why);
+    void (*lost)(void *ctx, const char *why, const dl_rdzv_culprit_info_t *culprit);
     /* The rendezvous was lost and found again elsewhere (docs/rendezvous.md, "Failover"), at
      * host:port, hosted here or not, took_s after its loss. May be left NULL by a backend. */
     void (*moved)(void *ctx, const char *host, int port, bool hosting, double took_s);

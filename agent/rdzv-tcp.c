@@ -69,6 +69,8 @@ struct dl_rdzv_impl_s {
     /* Hosting as a successor: the candidates before ours are asked, one a heartbeat, whether
      * they serve the job again (a partition healed); the first that does gets the job back. */
     int host_index; /* ours among the candidates when we host as a successor, else 0 */
+    bool handing_over; /* we closed our server for an earlier candidate: no failure */
+    int host_node_rank; /* of the agent hosting the rendezvous in the last round, or -1 */
     dl_rdzv_client_t *probe;
     int probe_index;
 };
@@ -302,6 +304,7 @@ static void on_assignment(tcp_t *z, json_t *m)
         return;
     }
     z->host_lost = false;
+    z->host_node_rank = as.host_node_rank;
     z->nsuccessors = as.nsuccessors;
     for (int i = 0; i < as.nsuccessors; i++)
         snprintf(z->successors[i], sizeof(z->successors[i]), "%s", as.successors[i]);
@@ -430,7 +433,8 @@ static void failover_begin(tcp_t *z, bool silent)
     }
     z->cand = silent && z->ncands > 1 && strcmp(z->cands[0], z->my_addr) != 0 ? 1 : 0;
     z->failing_over = true;
-    z->host_lost = true;
+    z->host_lost = !z->handing_over;
+    z->handing_over = false;
     z->failover_since = mono();
 }
 
@@ -476,6 +480,7 @@ static void probe_ready(void *ctx, int status, const char *err)
         z->cands[z->probe_index], z->port);
     snprintf(z->host, sizeof(z->host), "%s", z->cands[z->probe_index]);
     z->host_index = 0;
+    z->handing_over = true;
     dl_http_close(z->http);
     z->http = NULL;
     dl_rdzv_server_close(z->server, NULL, NULL);
@@ -593,9 +598,14 @@ static void drop_connection(tcp_t *z, bool misbehaving, const char *what)
     say(z, "%s: stopping this node's workers and joining again", line);
     /* An embedded rendezvous (the one that names successors) is lost with its node: look for
      * it at the successors. */
-    if (!misbehaving && z->server == NULL && z->nsuccessors > 0 && !z->failing_over)
+    bool embedded = !misbehaving && z->server == NULL && z->nsuccessors > 0;
+    /* Name the lost host's node, as for any lost node; not when we handed the job over. */
+    dl_rdzv_culprit_info_t c = {.cause = "node_lost", .host = z->host,
+                                .node_rank = z->host_node_rank, .rank = -1, .exit_code = -1};
+    bool blame = embedded && !z->failing_over && !z->handing_over && z->host_node_rank >= 0;
+    if (embedded && !z->failing_over)
         failover_begin(z, z->lost_silently);
-    z->cbs.lost(z->ctx, line);
+    z->cbs.lost(z->ctx, line, blame ? &c : NULL);
 }
 
 static void misbehaved(tcp_t *z, const char *why)
@@ -691,6 +701,7 @@ static int serve(tcp_t *z, const char *ip, char *err, size_t errlen)
     so.only_run_id = z->conf.run_id;
     so.heartbeat = z->spec->heartbeat;
     so.core.successors = true;
+    so.core.host_agent_id = z->conf.node_id;
     so.log = server_log;
     so.log_ctx = z;
     int r = dl_rdzv_server_start(z->conf.loop, &so, &z->server, err, errlen);
@@ -818,6 +829,7 @@ static int tcp_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_c
     z->cbs = *cbs;
     z->ctx = ctx;
     z->join_id = -1;
+    z->host_node_rank = -1;
     if (dl_rdzv_endpoint_parse(conf->endpoint, z->host, sizeof(z->host), &z->port) < 0) {
         fprintf(stderr, "dlaunch: --rdzv-endpoint: '%s' is not HOST:PORT\n", conf->endpoint);
         free(z);

@@ -254,14 +254,15 @@ static void cb_round_changed(void *ctx, int round, const char *reason,
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED});
 }
 
-static void cb_lost(void *ctx, const char *why)
+static void cb_lost(void *ctx, const char *why, const dl_rdzv_culprit_info_t *culprit)
 {
     dl_agent_t *a = ctx;
     rdzv_t *z = a->rdzv;
     /* The next attempt's restart event says why, as a round change would have. */
     snprintf(z->last_reason, sizeof(z->last_reason), "%s", why);
     json_decref(z->last_failure);
-    z->last_failure = json_pack("{s:s}", "cause", "rendezvous_lost");
+    z->last_failure = culprit != NULL ? culprit_json(culprit)
+                                      : json_pack("{s:s}", "cause", "rendezvous_lost");
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED});
 }
 

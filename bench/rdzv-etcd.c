@@ -173,9 +173,9 @@ static void cb_round_changed(void *ctx, int round, const char *reason,
     fprintf(stderr, "rdzv: etcd: round %d: %s\n", round, reason);
 }
 
-static void cb_lost(void *ctx, const char *why)
+static void cb_lost(void *ctx, const char *why, const dl_rdzv_culprit_info_t *culprit)
 {
-    (void)why;
+    (void)why, (void)culprit;
 }
 
 static void cb_view(void *ctx, const json_t *view)

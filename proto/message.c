@@ -91,6 +91,7 @@ static const dl__field_t assignment_fields[] = {
     OPT("max_restarts", DL__F_INT, 0, I32),
     /* Where the rendezvous is hosted again if its host dies (an agent's embedded one). */
     OPT("successors", DL__F_STRV, 0, 8),
+    OPT("host_node_rank", DL__F_INT, 0, I32), /* the agent hosting an embedded rendezvous */
     END,
 };
 

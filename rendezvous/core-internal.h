@@ -191,6 +191,7 @@ struct dl__rdzv_job_s {
     int64_t slots_sum;
     size_t nleft;
     int world_size;
+    int host_node_rank; /* of the agent this rendezvous is embedded in, or -1 */
     char master_addr[DL_RDZV_MAX_NAME + 1];
     int master_port;
     char *failure; /* the first failure's description */
@@ -205,6 +206,7 @@ struct dl__rdzv_job_s {
 struct dl_rdzv_core_s {
     dl_rdzv_core_opts_t opts;
     char *store_host;
+    char *host_agent_id;
     dl__rdzv_map_t jobs;
     dl__rdzv_job_t *first_job, *last_job;
     size_t njobs;

@@ -471,6 +471,7 @@ static void send_assignment(dl_rdzv_core_t *core, dl__rdzv_job_t *job, dl__rdzv_
     msg->assignment.master_port = job->master_port;
     msg->assignment.store_host = core->store_host;
     msg->assignment.store_port = core->opts.store_port;
+    msg->assignment.host_node_rank = job->host_node_rank;
     if (!core->opts.successors)
         return;
     /* The members are in node-rank order once the round closed. */
@@ -497,6 +498,10 @@ static void close_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job)
         first += m->slots;
     }
     job->world_size = first;
+    job->host_node_rank = -1;
+    for (size_t i = 0; core->host_agent_id && i < job->nmembers; i++)
+        if (strcmp(job->members[i]->agent_id, core->host_agent_id) == 0)
+            job->host_node_rank = job->members[i]->node_rank;
     dl__rdzv_member_t *m0 = job->members[0];
     snprintf(job->master_addr, sizeof(job->master_addr), "%s",
              m0->master_addr ? m0->master_addr : m0->host);
@@ -839,9 +844,9 @@ static void add_member(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rdzv_
     dl__rdzv_send(core, ev->conn, DL_RDZV_MSG_JOINED, ev->req_id, job->run_id)->joined.round =
         job->round;
     dl__rdzv_log(core, DL_RDZV_LOG_DEBUG, job->run_id,
-                 "agent '%s' (%s, %d slots) joined round %d: %zu of %d:%d nodes", m->agent_id,
-                 m->host, m->slots, job->round, job->nmembers, job->opts.min_nodes,
-                 job->opts.max_nodes);
+                 "agent '%s' (%s, %d slot%s) joined round %d: %zu of %d:%d nodes", m->agent_id,
+                 m->host, m->slots, m->slots == 1 ? "" : "s", job->round, job->nmembers,
+                 job->opts.min_nodes, job->opts.max_nodes);
     check_round(core, job, now);
     return;
 fail:
@@ -1401,6 +1406,12 @@ int dl_rdzv_core_new(const dl_rdzv_core_opts_t *opts, dl_rdzv_core_t **ret_core)
         return -ENOMEM;
     }
     core->opts.store_host = core->store_host;
+    if (opts->host_agent_id && !(core->host_agent_id = strdup(opts->host_agent_id))) {
+        free(core->store_host);
+        free(core);
+        return -ENOMEM;
+    }
+    core->opts.host_agent_id = core->host_agent_id;
     *ret_core = core;
     return 0;
 }
@@ -1432,5 +1443,6 @@ void dl_rdzv_core_free(dl_rdzv_core_t *core)
     dl__rdzv_arena_free(&core->arena);
     free(core->acts);
     free(core->store_host);
+    free(core->host_agent_id);
     free(core);
 }

@@ -71,6 +71,9 @@ typedef struct {
      * rendezvous dies with its agent, and the others host it again in that order
      * (docs/rendezvous.md, "Failover"); dlaunchd is restarted where it was instead. */
     bool successors;
+    /* The agent id of the agent this rendezvous is embedded in (copied), or NULL: assignments
+     * say its node rank, so that when it is lost the others can name it. */
+    const char *host_agent_id;
 } dl_rdzv_core_opts_t;
 
 /* Successors an assignment names at most. */
@@ -263,6 +266,7 @@ typedef struct {
              * rendezvous is hosted again if its host dies; none unless opts.successors. */
             const char *const *successors;
             size_t nsuccessors;
+            int host_node_rank; /* the node rank of the agent hosting us, or -1 */
         } assignment;
         struct {
             int round;

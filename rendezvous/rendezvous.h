@@ -157,6 +157,7 @@ typedef struct {
      * its host dies; nsuccessors 0 when the server names none (dlaunchd). */
     char successors[8][DL_PROTO_NAME_MAX + 1];
     int nsuccessors;
+    int host_node_rank; /* the node rank of the agent hosting the rendezvous, or -1 */
 } dl_rdzv_assignment_t;
 
 /* What the agent asked for, which an assignment must agree with. */

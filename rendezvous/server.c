@@ -388,6 +388,9 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
                          "store_addr", store, "restart_count", m->assignment.restarts,
                          "failures", m->assignment.failures, "max_restarts",
                          m->assignment.max_restarts));
+        if (m->assignment.host_node_rank >= 0)
+            json_object_set_new(o, "host_node_rank",
+                                json_integer(m->assignment.host_node_rank));
         if (m->assignment.nsuccessors > 0) {
             json_t *v = json_array();
             for (size_t i = 0; i < m->assignment.nsuccessors; i++)

@@ -248,7 +248,9 @@ class Rendezvous(dltest.Case):
         self.assertEqual(len(failover), 1, self.evs("b"))
         self.assertTrue(failover[0]["hosting"], failover)
         restart = [e for e in self.evs("b") if e["event"] == "restart"]
-        self.assertEqual(restart[-1]["reason"]["cause"], "rendezvous_lost", restart)
+        # The lost host is named as any lost node: node rank 0 of the last round.
+        self.assertEqual((restart[-1]["reason"]["cause"], restart[-1]["reason"]["node_rank"]),
+                         ("node_lost", 0), restart)
         self.assertIn("hosting the rendezvous on 127.0.0.1", self.log("b"))
         open(stop, "w").close()
         self.assertEqual(other.wait(timeout=60), 0, self.log("b"))

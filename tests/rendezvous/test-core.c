@@ -955,7 +955,7 @@ START_TEST(logs_follow_the_level)
     co.log_level = DL_RDZV_LOG_DEBUG;
     h_init_opts(&h, &co);
     h_join(&h, 1, "job", 1, &o, 0);
-    ck_assert_uint_eq(logs(&h, DL_RDZV_LOG_DEBUG, "agent 'a1' (h1, 1 slots) joined round 0"), 1);
+    ck_assert_uint_eq(logs(&h, DL_RDZV_LOG_DEBUG, "agent 'a1' (h1, 1 slot) joined round 0"), 1);
     for (size_t i = 0; i < h.acts.n; i++)
         if (h.acts.v[i].kind == DL_RDZV_ACT_LOG)
             ck_assert_str_eq(h.acts.v[i].log.run_id, "job");

@@ -95,6 +95,8 @@ struct dl_rdzv_impl_s {
     double trouble_since;
     double last_ok; /* monotonic s of etcd's last good answer */
     bool trouble_said;
+    dl_etcd_status_t trouble_status; /* the cause last said */
+    bool watch_ok; /* the watch in place was set up (created) */
     char trouble[1100];
     int handles;
     bool closing;
@@ -196,8 +198,10 @@ static bool trouble(etcd_t *z, const dl_etcd_result_t *res)
              cause_text(res->status), now - z->trouble_since);
         return false;
     }
-    if (!z->trouble_said) {
+    /* Said once, and again when the cause changes (unreachable, then lost quorum). */
+    if (!z->trouble_said || z->trouble_status != res->status) {
         z->trouble_said = true;
+        z->trouble_status = res->status;
         if (z->ready_said)
             say(z, "%s (%s); the job goes on, waiting up to %.0f s (--join-timeout) for etcd",
                 res->error, cause_text(res->status), z->spec->join_timeout);
@@ -326,6 +330,7 @@ static void on_watch_msg(void *ctx, const dl_etcd_result_t *res)
         connect_step(z);
         return;
     }
+    z->watch_ok = true;
     int ch = dl_ejob_view_watch(&z->view, r);
     if (ch < 0) {
         fail(z, 4, "etcd at %s: a watch message this node cannot read", res->endpoint);
@@ -338,12 +343,20 @@ static void on_watch_msg(void *ctx, const dl_etcd_result_t *res)
 static void on_watch_done(void *ctx, const dl_etcd_result_t *res)
 {
     etcd_t *z = ctx;
+    bool was_ok = z->watch_ok;
     z->watch = NULL;
-    /* The member we watched on went away: watch again from where the view is, elsewhere. */
-    if (trouble(z, res)) {
-        z->watch_wanted = true;
-        retry_later(z);
+    z->watch_ok = false;
+    if (z->closing || z->ended)
+        return;
+    /* The member we watched on went away: watch again from where the view is, on the next
+     * endpoint, at once; only a watch that cannot be set up again is trouble. */
+    z->watch_wanted = true;
+    if (was_ok && res->status == DL_ETCD_UNREACHABLE) {
+        start_watch(z);
+        return;
     }
+    if (trouble(z, res))
+        retry_later(z);
 }
 
 static void start_watch(etcd_t *z)

@@ -50,6 +50,13 @@ struct dl_rdzv_impl_s {
     bool txn_busy;        /* one transition at a time */
     int txn_kind;         /* the one in flight: 0 plain, 1 join, 2 report, 3 done */
     int txn_round;
+    int64_t txn_view_rev; /* the view's revision it was made from */
+    /* No new transition until the view holds what the last one did (its revision), or, when
+     * its comparison failed, until the view changed at all: acting again on a view that is
+     * behind would only send the same transaction again. */
+    int64_t wait_rev;     /* 0: none */
+    bool wait_change;     /* wait_rev is the view's revision to move past */
+    double wait_since;
     int linger_what;      /* a lease being granted for the job's end: 0 succeeded, 1 failed,
                            * 2 timed out */
     dl_ejob_cause_t linger_cause;
@@ -77,11 +84,19 @@ struct dl_rdzv_impl_s {
     uv_timer_t last_call, join_timer, retry;
     int last_call_round, join_timer_round;
     int close_due_round; /* the last call or join timeout passed for this round */
+    /* Whose turn it is to make a change every agent sees is due (close a round, open the next
+     * one for a lost node, end the job): the live member that joined first at once, the others
+     * each a little later in join order, should it not have (turn_timer). */
+    uv_timer_t turn_timer;
+    int turn_round, turn_what;
+    bool turn_due;
     unsigned retry_ms;
     /* Trouble reaching etcd: since when (monotonic s, 0: none), and whether it was said. */
     double trouble_since;
     double last_ok; /* monotonic s of etcd's last good answer */
     bool trouble_said;
+    dl_etcd_status_t trouble_status; /* the cause last said */
+    bool watch_ok; /* the watch in place was set up (created) */
     char trouble[1100];
     int handles;
     bool closing;
@@ -183,8 +198,10 @@ static bool trouble(etcd_t *z, const dl_etcd_result_t *res)
              cause_text(res->status), now - z->trouble_since);
         return false;
     }
-    if (!z->trouble_said) {
+    /* Said once, and again when the cause changes (unreachable, then lost quorum). */
+    if (!z->trouble_said || z->trouble_status != res->status) {
         z->trouble_said = true;
+        z->trouble_status = res->status;
         if (z->ready_said)
             say(z, "%s (%s); the job goes on, waiting up to %.0f s (--join-timeout) for etcd",
                 res->error, cause_text(res->status), z->spec->join_timeout);
@@ -313,6 +330,7 @@ static void on_watch_msg(void *ctx, const dl_etcd_result_t *res)
         connect_step(z);
         return;
     }
+    z->watch_ok = true;
     int ch = dl_ejob_view_watch(&z->view, r);
     if (ch < 0) {
         fail(z, 4, "etcd at %s: a watch message this node cannot read", res->endpoint);
@@ -325,12 +343,20 @@ static void on_watch_msg(void *ctx, const dl_etcd_result_t *res)
 static void on_watch_done(void *ctx, const dl_etcd_result_t *res)
 {
     etcd_t *z = ctx;
+    bool was_ok = z->watch_ok;
     z->watch = NULL;
-    /* The member we watched on went away: watch again from where the view is, elsewhere. */
-    if (trouble(z, res)) {
-        z->watch_wanted = true;
-        retry_later(z);
+    z->watch_ok = false;
+    if (z->closing || z->ended)
+        return;
+    /* The member we watched on went away: watch again from where the view is, on the next
+     * endpoint, at once; only a watch that cannot be set up again is trouble. */
+    z->watch_wanted = true;
+    if (was_ok && res->status == DL_ETCD_UNREACHABLE) {
+        start_watch(z);
+        return;
     }
+    if (trouble(z, res))
+        retry_later(z);
 }
 
 static void start_watch(etcd_t *z)
@@ -466,8 +492,29 @@ static void connect_step(etcd_t *z)
 static void react_after(etcd_t *z, const json_t *answer)
 {
     int64_t rev = dl_etcd_int(json_object_get(json_object_get(answer, "header"), "revision"));
-    if (z->view.rev >= rev)
-        react(z);
+    if (dl_ejob_txn_ok(answer)) {
+        z->wait_rev = rev;
+        z->wait_change = false;
+    } else {
+        z->wait_rev = z->txn_view_rev;
+        z->wait_change = true;
+    }
+    z->wait_since = mono();
+    react(z);
+}
+
+/* Whether the view is behind the last transition (see wait_rev). A watch that went quiet does
+ * not hold us for more than a few seconds. */
+static bool view_behind(etcd_t *z)
+{
+    if (z->wait_rev == 0)
+        return false;
+    bool behind = z->wait_change ? z->view.rev <= z->wait_rev : z->view.rev < z->wait_rev;
+    if (!behind || mono() - z->wait_since > 5) {
+        z->wait_rev = 0;
+        return false;
+    }
+    return true;
 }
 
 static void on_txn(void *ctx, const dl_etcd_result_t *res)
@@ -502,6 +549,7 @@ static bool send_txn(etcd_t *z, json_t *body, int kind, int round)
         return false;
     z->txn_kind = kind;
     z->txn_round = round;
+    z->txn_view_rev = z->view.rev;
     z->txn_busy = true;
     if (dl_etcd_call(z->etcd, "/v3/kv/txn", body, on_txn, z, NULL) < 0) {
         z->txn_busy = false;
@@ -571,6 +619,54 @@ static dl_ejob_member_t my_offer(etcd_t *z)
 
 /* ---- Timers of the gathering round ------------------------------------------------------------ */
 
+/* What an agent may have to do that every agent sees is due. */
+enum { TURN_CLOSE = 1, TURN_LOST, TURN_DONE, TURN_TIMEOUT };
+
+static void on_turn(uv_timer_t *t)
+{
+    etcd_t *z = t->data;
+    z->turn_due = true;
+    react(z);
+}
+
+/* This node's place in line: how many live members joined before it (by their keys' revision);
+ * a node with no member key comes after all of them. */
+static size_t line_position(const etcd_t *z)
+{
+    const json_t *mine = json_object_get(z->view.members, z->conf.node_id);
+    if (mine == NULL)
+        return json_object_size(z->view.members);
+    json_int_t rev = json_integer_value(json_object_get(mine, "rev"));
+    size_t before = 0;
+    const char *id;
+    json_t *m;
+    json_object_foreach(z->view.members, id, m)
+    {
+        json_int_t r = json_integer_value(json_object_get(m, "rev"));
+        if (r < rev || (r == rev && strcmp(id, z->conf.node_id) < 0))
+            before++;
+    }
+    return before;
+}
+
+/* Whether this node should make change `what` of round `round` now: the first in line does at
+ * once; the others wait 2 s, and 100 ms more for each one before them (up to 6 s), so that
+ * hundreds of agents do not all send the same transaction when one suffices (the others see it
+ * done through their watch long before; they act only when the first in line does not). */
+static bool my_turn(etcd_t *z, int round, int what)
+{
+    size_t pos = line_position(z);
+    if (pos == 0)
+        return true;
+    if (z->turn_round == round && z->turn_what == what)
+        return z->turn_due;
+    z->turn_round = round;
+    z->turn_what = what;
+    z->turn_due = false;
+    uv_timer_start(&z->turn_timer, on_turn, 2000 + 100 * (pos < 40 ? pos : 40), 0);
+    return false;
+}
+
 static void on_last_call(uv_timer_t *t)
 {
     etcd_t *z = t->data;
@@ -594,11 +690,11 @@ static void on_join_timeout(uv_timer_t *t)
     char reason[300];
     snprintf(reason, sizeof(reason), "round %d timed out: %d of %d nodes joined within %g s",
              round, n, z->settings.min_nodes, z->spec->join_timeout);
-    say(z, "%s", reason);
-    if (z->txn_busy) {
+    if (z->txn_busy || !my_turn(z, round, TURN_TIMEOUT)) {
         uv_timer_start(&z->join_timer, on_join_timeout, 200, 0);
         return;
     }
+    say(z, "%s", reason);
     with_linger(z, 2, DL_EJOB_CAUSE_REQUESTED, reason);
 }
 
@@ -658,7 +754,7 @@ static void gathering(etcd_t *z, int round)
         }
         return;
     }
-    if (!z->txn_busy)
+    if (!z->txn_busy && my_turn(z, round, TURN_CLOSE))
         send_txn(z, dl_ejob_txn_close(&z->view, now_unix()), 0, round);
 }
 
@@ -744,6 +840,8 @@ static void running(etcd_t *z, int round)
             continue;
         all_done = false;
         if (m == NULL || json_integer_value(json_object_get(m, "round")) != round) {
+            if (!my_turn(z, round, TURN_LOST))
+                return;
             snprintf(reason, sizeof(reason),
                      "agent '%s' (%s) was lost: its etcd lease ended (no keepalive within %g s, "
                      "or it left)",
@@ -752,7 +850,7 @@ static void running(etcd_t *z, int round)
             return;
         }
     }
-    if (all_done && json_array_size(nodes) > 0)
+    if (all_done && json_array_size(nodes) > 0 && my_turn(z, round, TURN_DONE))
         with_linger(z, 0, DL_EJOB_CAUSE_REQUESTED, NULL);
 }
 
@@ -804,6 +902,8 @@ static void react(etcd_t *z)
         z->cbs.round_changed(z->ctx, round, reason != NULL ? reason : "a new round", NULL);
         return;
     }
+    if (view_behind(z))
+        return; /* the watch brings what the last transition did, and react runs again */
     if (strcmp(state, "gathering") == 0)
         gathering(z, round);
     else if (strcmp(state, "running") == 0)
@@ -901,8 +1001,8 @@ static void etcd_close(etcd_t *z)
     dl_rdzv_server_close(z->store, NULL, NULL);
     z->store = NULL;
     uv_handle_t *hs[] = {(uv_handle_t *)&z->last_call, (uv_handle_t *)&z->join_timer,
-                         (uv_handle_t *)&z->retry};
-    for (size_t i = 0; i < 3; i++)
+                         (uv_handle_t *)&z->retry, (uv_handle_t *)&z->turn_timer};
+    for (size_t i = 0; i < 4; i++)
         if (!uv_is_closing(hs[i]))
             uv_close(hs[i], handle_closed);
     /* Give the lease back (its member key goes with it), then let go of etcd. */
@@ -1051,7 +1151,10 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
     uv_timer_init(conf->loop, &z->join_timer);
     uv_timer_init(conf->loop, &z->retry);
     z->last_call.data = z->join_timer.data = z->retry.data = z;
-    z->handles = 3;
+    uv_timer_init(conf->loop, &z->turn_timer);
+    z->turn_timer.data = z;
+    z->turn_round = -1;
+    z->handles = 4;
     *ret = z;
     local_address(z);
     /* Without a token of its own, the job's first agent draws the store's key. */

@@ -1046,6 +1046,11 @@ int dl_etcd_new(uv_loop_t *loop, const dl_etcd_opts_t *opts, dl_etcd_t **ret, ch
         r = -ENOMEM;
     if (r == 0 && (e->multi = curl_multi_init()) == NULL)
         r = -ENOMEM;
+    /* Clients start at an endpoint of their own: the members share the work of many. */
+    if (r == 0 && e->neps > 1) {
+        unsigned seed = (unsigned)uv_hrtime() ^ (unsigned)(uintptr_t)e;
+        e->cur = (size_t)rand_r(&seed) % e->neps;
+    }
     if (r < 0) {
         if (r == -ENOMEM)
             snprintf(err, errlen, "out of memory");

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 import unittest
 
@@ -186,10 +187,20 @@ class Jobs(EtcdCase):
         self.wait_for(lambda: all(self.world(n) == 3 for n in names), what="3 nodes",
                       timeout=30)
         victim = procs[2]
+        killed_at = time.time()
         victim.send_signal(signal.SIGKILL)
         victim.wait()
         t0 = time.monotonic()
         t1 = self.wait_for(lambda: all(self.world(n) == 2 for n in "ab"), what="2 nodes")
+        # The round changed (the event the agent that saw it first wrote to etcd) within
+        # dead-after plus one heartbeat, and the half second etcd's lessor may take to revoke
+        # an expired lease; a little more for a loaded machine.
+        changed = [json.loads(v) for k, v in self.cluster.get_prefix("/dlaunch/job/ev/").items()
+                   if json.loads(v)["event"] == "round_changed"]
+        self.assertEqual(len(changed), 1, changed)
+        self.assertLess(changed[0]["time"] - killed_at, 1 + 0.2 + 0.5 + 1.0, changed)
+        print(f"\nround change {changed[0]['time'] - killed_at:.2f} s after the kill, "
+              f"the new round running {t1 - t0:.2f} s after it", file=sys.stderr)
         # dead-after (1 s, whole seconds of an etcd lease) plus a heartbeat, the lessor's
         # half-second revocation, the last call (0.5 s) and the workers' stop: generous margin
         # for a loaded machine.

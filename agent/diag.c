@@ -371,6 +371,42 @@ void dl__diag_explain(dl_agent_t *a, const char *why, bool keep)
     free(b);
 }
 
+int dl__diag_culprits(dl_agent_t *a, bool *culprit)
+{
+    dl__diag_t *d = a->diag;
+    int found = 0;
+    if (d == NULL || a->nworkers <= 0)
+        return 0;
+    dl_diag_rank_t *v = calloc((size_t)a->nworkers, sizeof(*v));
+    const dl_diag_beats_t **b = calloc((size_t)a->nworkers, sizeof(*b));
+    if (v == NULL || b == NULL) {
+        free(v);
+        free(b);
+        return 0;
+    }
+    size_t n = snapshot_all(a, mono_now(), v, b);
+    /* The operation the job waits in: the newest one some rank is inside. */
+    uint64_t waited = 0;
+    for (size_t i = 0; i < n; i++) {
+        const dl_diag_rank_t *r = &v[i];
+        if (r->nops > 0 && r->ops[r->nops - 1].state == DL_DIAG_OP_RUNNING &&
+            r->ops[r->nops - 1].seq > waited)
+            waited = r->ops[r->nops - 1].seq;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const dl_diag_rank_t *r = &v[i];
+        uint64_t newest = r->nops > 0 ? r->ops[r->nops - 1].seq : 0;
+        bool behind = waited > 0 && r->recorder && newest < waited;
+        if (behind || r->proc == 'T' || r->proc == 't') {
+            culprit[i] = true;
+            found++;
+        }
+    }
+    free(v);
+    free(b);
+    return found;
+}
+
 static void on_usr1(uv_signal_t *h, int signum)
 {
     (void)signum;

@@ -75,7 +75,9 @@ void dl__rdzv_report(dl_agent_t *a)
     char reason[400];
     int local = f->rank - (a->nworkers > 0 ? a->workers[0].rank : 0);
 
-    if (f->hung)
+    if (a->report_reason[0] != '\0')
+        snprintf(reason, sizeof(reason), "%.300s on %.90s", a->report_reason, z->hostname);
+    else if (f->hung)
         snprintf(reason, sizeof(reason), "rank %d on %s hung (no health beat in time)", f->rank,
                  z->hostname);
     else if (f->signal > 0)
@@ -109,6 +111,7 @@ void dl__rdzv_report(dl_agent_t *a)
     rep.diag = dl__diag_failure_report(a);
     z->ops->report_failure(z->backend, &rep);
     json_decref(rep.diag);
+    a->report_reason[0] = '\0';
 }
 
 void dl__rdzv_exclude(dl_agent_t *a, int rank, const char *reason)
@@ -229,7 +232,8 @@ static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as)
         dl__agent_log(a, "round %d: node rank %d of %d on %s, ranks %d..%d of %d", a->round,
                       a->node_rank, a->nnodes, z->hostname, first, first + local - 1,
                       a->world_size);
-    if (restarts > 0) {
+    /* Workers kept into this round (in-job recovery): a recovery event says it, not this. */
+    if (restarts > 0 && !a->sup.awaiting) {
         json_t *f = json_pack("{s:i, s:i, s:o}", "attempt", restarts, "round", a->round,
                               "reason", culprit_reason(z->last_failure, restarts - 1));
         /* The round change's text: the failure and, for a hang, where the ranks were. */
@@ -249,9 +253,13 @@ static void cb_round_changed(void *ctx, int round, const char *reason,
     snprintf(z->last_reason, sizeof(z->last_reason), "%s", reason);
     json_decref(z->last_failure);
     z->last_failure = culprit != NULL ? culprit_json(culprit) : NULL;
-    dl__agent_log(a, "round %d: %s; restarting this node's workers", round,
-                  dl_proto_escape(reason, safe, sizeof(safe)));
-    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED});
+    bool keep = dl__rec_keepable(a);
+    dl_proto_escape(reason, safe, sizeof(safe));
+    snprintf(a->rec_reason, sizeof(a->rec_reason), "%.590s", safe);
+    dl__agent_log(a, "round %d: %s; %s", round, safe,
+                  keep ? "this node's workers stay (in-job recovery)"
+                       : "restarting this node's workers");
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED, .recoverable = keep});
 }
 
 static void cb_lost(void *ctx, const char *why, const dl_rdzv_culprit_info_t *culprit)

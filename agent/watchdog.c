@@ -10,6 +10,10 @@
 void dl__watchdog_check(dl_agent_t *a, double now)
 {
     double timeout = a->spec->health_timeout;
+    /* In-job recovery: nothing is killed while a recovery is under way (its ranks are silent
+     * by design). */
+    if (a->recovering)
+        return;
     dl_diag_rank_t *v = calloc((size_t)a->nworkers, sizeof(*v));
     int *index = calloc((size_t)a->nworkers, sizeof(*index));
     size_t n = 0;
@@ -30,7 +34,9 @@ void dl__watchdog_check(dl_agent_t *a, double now)
     }
     bool waiting;
     int c = n > 0 ? dl_diag_hang_culprit(v, n, timeout, &waiting) : -1;
-    if (c < 0)
+    /* In-job recovery keeps the living ranks: one that only waits for another is never
+     * killed, whatever the wait (its culprit's node names the culprit). */
+    if (c < 0 || (waiting && a->sup.in_job))
         goto out;
     dl__worker_t *w = &a->workers[index[c]];
     /* Where every rank is, read before anything is killed (docs/diagnostics.md). */

@@ -71,10 +71,13 @@ static const dl_diag_op_t *newest(const dl_diag_rank_t *r)
     return r->nops > 0 ? &r->ops[r->nops - 1] : NULL;
 }
 
-/* An operation that has a rank inside it. */
+/* An operation that has a rank inside it. One that failed under it counts: it failed because a
+ * peer went away (or was killed for a hang) while the rank waited there, which is where the
+ * account must leave it. */
 static bool inside(const dl_diag_op_t *op)
 {
-    return op != NULL && (op->state == DL_DIAG_OP_RUNNING || op->state == DL_DIAG_OP_QUEUED);
+    return op != NULL && (op->state == DL_DIAG_OP_RUNNING || op->state == DL_DIAG_OP_QUEUED ||
+                          op->state == DL_DIAG_OP_FAILED);
 }
 
 static bool stopped(const dl_diag_rank_t *r)

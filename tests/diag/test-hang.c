@@ -168,6 +168,14 @@ START_TEST(culprit_is_the_silent_rank_outside_a_collective)
     v[2].silent_s = 1.5;
     v[2].proc = 'T';
     ck_assert_int_eq(dl_diag_hang_culprit(v, 3, 1.0, &waiting), 2);
+    /* Its collective failed under it (the culprit's socket closed first): still a waiter. */
+    v[0] = at(0, 0, 41, "all-reduce", DL_DIAG_OP_FAILED, 1.4);
+    v[0].silent_s = 1.6;
+    v[2] = at(2, 0, 40, "all-reduce", DL_DIAG_OP_DONE, 1.5);
+    v[2].silent_s = 1.5;
+    ck_assert_int_eq(dl_diag_hang_culprit(v, 3, 1.0, &waiting), 2);
+    ck_assert_str_eq(explain(v, 3), "rank 2 never entered all-reduce #41 (its last: all-reduce "
+                                    "#40, done 1.5 s ago); ranks 0-1 have waited in it for 1.4 s");
     /* Without recorders, the first to fall silent. */
     dl_diag_rank_t plain[2];
     memset(plain, 0, sizeof(plain));

@@ -141,6 +141,30 @@ class Jobs(EtcdCase):
             self.assertEqual({e["world_size"] for e in rdzv}, {2 * n})
             self.assertEqual(len({(e["master_addr"], e["master_port"]) for e in rdzv}), 1)
 
+    def test_job_spec_and_environment(self):
+        """rdzv_backend and rdzv_endpoint in the YAML job spec, DLAUNCH_* in the environment:
+        like every option."""
+        spec = self.write("job.yaml", f"""nodes: 2
+gpus_per_node: 1
+run_id: yamljob
+rdzv_backend: etcd
+rdzv_endpoint: "{self.cluster.endpoints}"
+heartbeat: 0.2
+command: [sh, -c, 'echo $RANK of $WORLD_SIZE']
+""")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        by_yaml = subprocess.Popen([dltest.DLAUNCH, spec], cwd=self.dir, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env2 = dict(env, DLAUNCH_RDZV_BACKEND="etcd", DLAUNCH_RDZV_ENDPOINT=self.cluster.endpoints,
+                    DLAUNCH_NODES="2", DLAUNCH_RUN_ID="yamljob", DLAUNCH_GPUS_PER_NODE="1")
+        by_env = subprocess.Popen([dltest.DLAUNCH, "--", "sh", "-c", "echo $RANK of $WORLD_SIZE"],
+                                  cwd=self.dir, env=env2, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        self.procs += [by_yaml, by_env]
+        out = [p.communicate(timeout=60)[0] for p in (by_yaml, by_env)]
+        self.assertEqual([by_yaml.returncode, by_env.returncode], [0, 0], "\n".join(out))
+        self.assertEqual(sorted(re.findall(r"\] (\d) of 2", "".join(out))), ["0", "1"])
+
     def test_node_rank_hints_and_deterministic_order(self):
         # --node-rank is honoured, as by our own rendezvous.
         cmd = ["--", "sh", "-c", "echo $GROUP_RANK"]

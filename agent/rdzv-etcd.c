@@ -158,7 +158,7 @@ static void fail(etcd_t *z, int code, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     fprintf(stderr, "dlaunch: %s\n", msg);
-    end(z, code, code == 3 ? "timed_out" : "refused", false, NULL);
+    end(z, code, code == 3 ? "timed_out" : code == 4 ? "refused" : "failed", false, NULL);
 }
 
 /* ---- Trouble with etcd ------------------------------------------------------------------------ */
@@ -378,9 +378,7 @@ static void on_created(void *ctx, const dl_etcd_result_t *res)
     etcd_t *z = ctx;
     char err[512];
     if (res->status != DL_ETCD_OK) {
-        if (lease_gone(res))
-            z->lease = 0, z->phase = PH_LEASE;
-        if (trouble(z, res) || lease_gone(res))
+        if (trouble(z, res))
             retry_later(z);
         return;
     }
@@ -422,6 +420,14 @@ static void on_loaded(void *ctx, const dl_etcd_result_t *res)
     untroubled(z);
     z->phase = PH_RUN;
     start_watch(z);
+    if (!z->ready_said && dl_ejob_over(&z->view)) {
+        /* A job of this run id ended a moment ago; its keys are going (as our rendezvous keeps
+         * a finished job for a while, and refuses to join it). */
+        fail(z, 4, "etcd at %s: join: job '%s' is over (%s); its keys under %s go within %d s, "
+                   "or give another --run-id",
+             res->endpoint, z->conf.run_id, dl_ejob_state_name(&z->view), z->prefix, LINGER_S);
+        return;
+    }
     if (!z->ready_said) {
         /* The store, before this node can join a round: guarded by the agent's token, else by
          * the key the job keeps (drawn by its first agent). */
@@ -587,8 +593,8 @@ static void with_linger(etcd_t *z, int what, dl_ejob_cause_t cause, const char *
     snprintf(z->linger_reason, sizeof(z->linger_reason), "%s", reason != NULL ? reason : "");
     z->txn_round = dl_ejob_round(&z->view);
     z->txn_busy = true;
-    if (dl_etcd_call(z->etcd, "/v3/lease/grant", json_pack("{s:s}", "TTL", "10"), on_linger, z,
-                     NULL) < 0)
+    if (dl_etcd_call(z->etcd, "/v3/lease/grant", json_pack("{s:o}", "TTL", dl_etcd_num(LINGER_S)),
+                     on_linger, z, NULL) < 0)
         z->txn_busy = false;
 }
 

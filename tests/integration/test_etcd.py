@@ -437,8 +437,16 @@ class Errors(EtcdCase):
         self.assertTrue(set(left) <= {"/site/jobs/j1/job", "/site/jobs/j1/state"} |
                         {k for k in left if k.startswith("/site/jobs/j1/ev/")}, left)
         self.assertEqual(json.loads(left["/site/jobs/j1/state"])["state"], "succeeded")
+        # Meanwhile the run id is the finished job's, as with our own rendezvous.
+        again = self.agent("--rdzv-conf", "prefix=/site/jobs/j1", "--", "true", name="again")
+        self.assertEqual(again.wait(timeout=30), 4, self.log("again"))
+        self.assertIn("join: job 'job' is over (succeeded)", self.log("again"))
         self.wait_for(lambda: self.cluster.get_prefix("/site/jobs/j1/") == {}, timeout=20,
                       what="the job's keys to go")
+        # Then it is free again.
+        fresh = self.agent("--rdzv-conf", "prefix=/site/jobs/j1", "--", "true", name="fresh",
+                           nodes="1")
+        self.assertEqual(fresh.wait(timeout=30), 0, self.log("fresh"))
 
 
 @unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")

@@ -23,6 +23,7 @@
 #include "events.h"
 #include "gpu.h"
 #include "netif.h"
+#include "opt.h"
 #include "output.h"
 #include "rendezvous.h"
 #include "spawn.h"
@@ -111,9 +112,11 @@ static json_t *worker_env_json(const dl_agent_t *a, char **envp)
     return o;
 }
 
-static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, char ***ret_envp)
+static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, int restart_count,
+                     int control_fd, char ***ret_envp)
 {
     char error_file[4200];
+    (void)attempt;
     dl_error_file_path(a->attempt_dir, w->rank, error_file, sizeof(error_file));
     dl_worker_env_t we = {
         .rank = w->rank,
@@ -122,7 +125,7 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, char ***
         .local_world_size = a->nworkers,
         .group_rank = a->node_rank,
         .group_world_size = a->nnodes,
-        .restart_count = attempt,
+        .restart_count = restart_count,
         .max_restarts = a->spec->max_restarts,
         .run_id = a->run_id,
         .master_addr = a->master_addr,
@@ -131,6 +134,9 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, char ***
         .store = a->store_addr[0] != '\0' ? a->store_addr : NULL,
         .token_file = a->token_path,
         .health_fd = dl__diag_beats_wanted(a) ? DL_SPAWN_HEALTH_FD : -1,
+        .recovery = dl__rec_in_job(a) ? "in-job" : "restart",
+        .control_fd = control_fd >= 0 ? DL_SPAWN_CONTROL_FD : -1,
+        .group_gen = a->gen,
         .role = a->spec->role,
         .error_file = error_file,
         .python_exec = a->spec->python_exec != NULL ? a->command_path : NULL,
@@ -145,6 +151,7 @@ typedef struct {
     dl_agent_t *agent;
     int rank;
     int attempt;
+    unsigned incarnation;
 } output_owner_t;
 
 static dl__worker_t *worker_by_rank(dl_agent_t *a, int rank)
@@ -170,7 +177,7 @@ static void on_output_drained(void *ctx)
     dl_agent_t *a = oo->agent;
     dl__worker_t *w = worker_by_rank(a, oo->rank);
 
-    if (w != NULL && w->attempt == oo->attempt)
+    if (w != NULL && w->attempt == oo->attempt && w->incarnation == oo->incarnation)
         w->output_open = false;
     if (a->report_pending && failure_output_drained(a)) {
         a->report_pending = false;
@@ -242,8 +249,10 @@ static unsigned console_streams(const dl_agent_t *a, const dl__worker_t *w)
     return echo;
 }
 
-/* Starts one worker; returns 0 or -errno (then nothing of it is left running). */
-static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt)
+/* Starts one worker; returns 0 or -errno (then nothing of it is left running). restart_count
+ * is its TORCHELASTIC_RESTART_COUNT: the attempt, or for an in-job replacement the restarts
+ * spent so far. */
+static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count)
 {
     static const dl_output_cbs_t output_cbs = {on_log_write_failed, on_output_drained};
     char prefix[256];
@@ -255,21 +264,36 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt)
     worker_prefix(a, w, prefix, sizeof(prefix));
     w->attempt = attempt;
     w->output_open = false;
-    r = build_env(a, w, attempt, &envp);
+    w->incarnation++;
+    int control = -1;
+    r = dl__rec_channel_open(a, w, &control);
     if (r < 0)
         return r;
+    r = build_env(a, w, attempt, restart_count, control, &envp);
+    if (r < 0) {
+        dl__rec_channel_close(w);
+        if (control >= 0)
+            close(control);
+        return r;
+    }
     output_owner_t *oo = malloc(sizeof(*oo));
     if (oo == NULL) {
         dl_worker_env_free(envp);
+        dl__rec_channel_close(w);
+        if (control >= 0)
+            close(control);
         return -ENOMEM;
     }
-    *oo = (output_owner_t){a, w->rank, attempt};
+    *oo = (output_owner_t){a, w->rank, attempt, w->incarnation};
     r = dl_output_open(&a->loop, a->attempt_dir, w->rank, prefix, console_streams(a, w),
                        a->readbuf, sizeof(a->readbuf), &output_cbs, oo, &out, &child_out,
                        &child_err);
     if (r < 0) {
         free(oo);
         dl_worker_env_free(envp);
+        dl__rec_channel_close(w);
+        if (control >= 0)
+            close(control);
         return r;
     }
     w->output_open = true;
@@ -280,11 +304,13 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt)
         health[0] = health[1] = -1;
     }
     r = dl_spawn(a->command_path, a->spec->command, envp, child_out, child_err, health[1],
-                 &w->pid);
+                 control, &w->pid);
     close(child_out);
     close(child_err);
     if (health[1] >= 0)
         close(health[1]);
+    if (control >= 0)
+        close(control);
     w->health_rd = health[0];
     w->beating = w->hung = false;
     dl_worker_env_free(envp);
@@ -293,6 +319,7 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt)
         if (w->health_rd >= 0)
             close(w->health_rd);
         w->health_rd = -1;
+        dl__rec_channel_close(w);
         dl_output_drain(out, 0);
         return r;
     }
@@ -301,10 +328,23 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt)
         dl__agent_log(a, "the orphan guard is gone: workers may outlive a killed agent");
     json_t *f = json_pack("{s:i, s:i, s:i, s:i}", "rank", w->rank, "local_rank", w->local_rank,
                           "pid", (int)w->pid, "attempt", attempt);
+    if (a->gen > 0)
+        json_object_set_new(f, "generation", json_integer(a->gen));
     dl_events_emit(a->events, "worker_start", dl__now_unix(), f);
     if (a->spec->verbose)
         dl__agent_log(a, "rank %d started (pid %d, attempt %d)", w->rank, (int)w->pid, attempt);
     return 0;
+}
+
+int dl__agent_respawn(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count)
+{
+    int r = spawn_worker(a, w, attempt, restart_count);
+    if (r < 0) {
+        dl__agent_log(a, "cannot start a replacement for rank %d: %s", w->rank, strerror(-r));
+        dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_SPAWN_FAILED, .rank = w->rank,
+                                           .spawn_errno = -r});
+    }
+    return r;
 }
 
 static void record_failure(dl_agent_t *a)
@@ -338,7 +378,6 @@ static void on_health_check(uv_timer_t *t)
     dl_agent_t *a = t->data;
     double now = (double)uv_hrtime() / 1e9;
     char buf[4096];
-    bool explained = false;
 
     for (int i = 0; i < a->nworkers; i++) {
         dl__worker_t *w = &a->workers[i];
@@ -352,25 +391,10 @@ static void on_health_check(uv_timer_t *t)
         if (got > 0) {
             w->beating = true;
             w->last_beat = now;
-        } else if (a->spec->health_timeout > 0 && w->beating &&
-                   now - w->last_beat >= a->spec->health_timeout &&
-                   a->sup.stop == DL_SUP_STOP_NONE) {
-            /* Where every rank is, read before anything is killed (docs/diagnostics.md). */
-            if (!explained)
-                dl__diag_explain(a, "hang", true);
-            explained = true;
-            w->hung = true;
-            dl__agent_log(a, "rank %d (pid %d) sent no health beat for %.1fs: it is hung; "
-                             "killing it",
-                          w->rank, (int)w->pid, now - w->last_beat);
-            json_t *f = json_pack("{s:i, s:i, s:f}", "rank", w->rank, "pid", (int)w->pid,
-                                  "silent_s", now - w->last_beat);
-            if (dl__diag_text(a)[0] != '\0')
-                json_object_set_new(f, "diagnosis", json_string(dl__diag_text(a)));
-            dl_events_emit(a->events, "worker_hung", dl__now_unix(), f);
-            kill(-w->pid, SIGKILL);
         }
     }
+    if (a->spec->health_timeout > 0 && a->sup.stop == DL_SUP_STOP_NONE)
+        dl__watchdog_check(a, now);
     dl__diag_tick(a, now);
 }
 
@@ -452,11 +476,14 @@ static void spawn_all(dl_agent_t *a, int attempt)
         dl__rdzv_local_store_reset(a);
     }
     dl__diag_attempt(a);
+    /* Over several nodes every new round is a group generation of its own: a node that starts
+     * its workers afresh may join others that kept theirs (docs/recovery.md). */
+    a->gen = a->remote && dl__rec_in_job(a) ? a->round : 0;
     int r = start_attempt(a, attempt);
     for (int i = 0; i < a->nworkers; i++) {
         dl__worker_t *w = &a->workers[i];
         if (r == 0)
-            r = spawn_worker(a, w, attempt);
+            r = spawn_worker(a, w, attempt, attempt);
         if (r < 0 && failed_rank < 0) {
             failed_rank = w->rank;
             failed_err = -r;
@@ -487,6 +514,7 @@ static void finish_loop(dl_agent_t *a)
         uv_close((uv_handle_t *)&a->signals[i], NULL);
     uv_close((uv_handle_t *)&a->stop_timer, NULL);
     uv_close((uv_handle_t *)&a->health_timer, NULL);
+    dl__rec_close(a);
     dl__diag_close(a);
 }
 
@@ -544,6 +572,8 @@ static void print_summary(const dl_agent_t *a)
 
 static void apply(dl_agent_t *a, dl_sup_actions_t act)
 {
+    if (act.flags & DL_SUP_RECOVERY_OFF)
+        dl__rec_off(a);
     if (act.flags & DL_SUP_DISARM_TIMER)
         uv_timer_stop(&a->stop_timer);
     if (act.flags & DL_SUP_KILL)
@@ -551,6 +581,8 @@ static void apply(dl_agent_t *a, dl_sup_actions_t act)
     if (act.flags & DL_SUP_ARM_TIMER)
         uv_timer_start(&a->stop_timer, on_stop_timeout, (uint64_t)(a->spec->stop_timeout * 1000),
                        0);
+    if (act.flags & DL_SUP_KEEP)
+        dl__rec_keep(a);
     if (act.flags & DL_SUP_REPORT) {
         record_failure(a);
         if (failure_output_drained(a))
@@ -564,6 +596,12 @@ static void apply(dl_agent_t *a, dl_sup_actions_t act)
         dl__rdzv_join(a);
     if (act.flags & DL_SUP_SPAWN)
         spawn_all(a, act.attempt);
+    if (act.flags & DL_SUP_RECOVER) {
+        record_failure(a);
+        dl__rec_start(a, act.rank, act.attempt);
+    }
+    if (act.flags & DL_SUP_RESUME)
+        dl__rec_resume(a, act.attempt);
     if (act.flags & DL_SUP_EXIT)
         finish(a, act.exit_code);
 }
@@ -594,8 +632,15 @@ static void report_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig, b
         else
             dl__agent_log(a, "rank %d (pid %d) exited with code %d", rank, (int)pid, code);
     }
+    dl__worker_t *w = worker_by_rank(a, rank);
+    bool recoverable = w != NULL && code != 0 && dl__rec_recoverable(a, w);
+    if (code != 0 && a->recovering) {
+        dl_sup_failure_t f = {.rank = rank, .signal = sig, .exit_code = code, .hung = hung};
+        dl__rec_interrupted(a, &f);
+    }
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_WORKER_EXIT, .rank = rank,
-                                       .exit_code = code, .signal = sig, .hung = hung});
+                                       .exit_code = code, .signal = sig, .hung = hung,
+                                       .recoverable = recoverable});
 }
 
 static void deferred_closed(uv_handle_t *h)
@@ -636,6 +681,7 @@ static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status)
     if (w->health_rd >= 0)
         close(w->health_rd);
     w->health_rd = -1;
+    dl__rec_channel_close(w);
     dl_output_drain(w->output, DRAIN_TIMEOUT_MS);
     w->output = NULL;
 
@@ -864,6 +910,14 @@ static int place_rendezvous(dl_agent_t *a)
                                                      : "--rdzv-endpoint");
         return 2;
     }
+    if (a->remote && spec->dead_after <= spec->heartbeat) {
+        char dead[32], beat[32];
+        fprintf(stderr, "dlaunch: --dead-after %s is not above --heartbeat %s: every node would "
+                        "be declared dead between two of its heartbeats\n",
+                dl_opt_num_text(spec->dead_after, dead, sizeof(dead)),
+                dl_opt_num_text(spec->heartbeat, beat, sizeof(beat)));
+        return 2;
+    }
     if (a->want_node_rank >= a->nodes_max) {
         fprintf(stderr, "dlaunch: --node-rank %d: a job of %d node%s has ranks 0 to %d\n",
                 a->want_node_rank, a->nodes_max, a->nodes_max == 1 ? "" : "s",
@@ -968,12 +1022,17 @@ int dl__agent_set_ranks(dl_agent_t *a, int first_rank, int n)
         free(a->workers);
         a->workers = w;
         a->nworkers = n;
+        for (int i = 0; i < n; i++) {
+            a->workers[i].health_rd = -1;
+            a->workers[i].ctl_fd = -1;
+        }
     }
+    /* A worker kept into a new round (in-job recovery) keeps its pipes; it only gets its new
+     * rank, which the control channel tells it. */
     for (int i = 0; i < n; i++) {
         a->workers[i].agent = a;
         a->workers[i].local_rank = i;
         a->workers[i].rank = first_rank + i;
-        a->workers[i].health_rd = -1;
     }
     return 0;
 }
@@ -996,18 +1055,30 @@ static void print_quoted(const char *s)
 
 static int dry_run(dl_agent_t *a)
 {
-    if (a->remote)
-        printf("run %s: %d to %d nodes through the rendezvous at %s, %d worker%s on this node, "
+    if (a->remote) {
+        char nodes[64];
+        if (a->nodes_min == a->nodes_max)
+            snprintf(nodes, sizeof(nodes), "%d node%s", a->nodes_max,
+                     a->nodes_max == 1 ? "" : "s");
+        else
+            snprintf(nodes, sizeof(nodes), "%d to %d nodes", a->nodes_min, a->nodes_max);
+        printf("run %s: %s through the rendezvous at %s, %d worker%s on this node, "
                "max restarts %d (ranks, world size and MASTER_* come from the rendezvous)\n",
-               a->run_id, a->nodes_min, a->nodes_max, a->endpoint, a->nworkers,
-               a->nworkers == 1 ? "" : "s", a->spec->max_restarts);
-    else
+               a->run_id, nodes, a->endpoint, a->nworkers, a->nworkers == 1 ? "" : "s",
+               a->spec->max_restarts);
+    } else {
         printf("run %s: %d node%s, %d worker%s per node, world size %d, max restarts %d\n",
                a->run_id, a->nnodes, a->nnodes == 1 ? "" : "s", a->nworkers,
                a->nworkers == 1 ? "" : "s", a->world_size, a->spec->max_restarts);
+    }
     /* The store's port is taken when the job starts; say so rather than leave it out. */
     snprintf(a->store_addr, sizeof(a->store_addr), "%s",
              a->remote ? "(node 0's, from the rendezvous)" : "127.0.0.1:(a free port at start)");
+    /* So is the workers' key file, when the job has a token. */
+    const char *token_env = dl_env_get(a->environ_list, "DLAUNCH_TOKEN");
+    if (a->token_path == NULL &&
+        (a->spec->token_file != NULL || (token_env != NULL && *token_env != '\0')))
+        a->token_path = strdup("(made at start: a file of mode 0600 with the worker key)");
     printf("logs: %s/attempt_K/rank_N.{out,err}\ncommand:", a->run_dir);
     for (char **c = a->spec->command; *c != NULL; c++) {
         putchar(' ');
@@ -1029,7 +1100,8 @@ static int dry_run(dl_agent_t *a)
     snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_0", a->run_dir_abs);
     for (int i = 0; i < a->nworkers; i++) {
         char **envp;
-        if (build_env(a, &a->workers[i], 0, &envp) < 0) {
+        if (build_env(a, &a->workers[i], 0, 0, dl__rec_in_job(a) ? DL_SPAWN_CONTROL_FD : -1,
+                      &envp) < 0) {
             fprintf(stderr, "dlaunch: out of memory\n");
             return 2;
         }
@@ -1084,6 +1156,7 @@ static int setup_loop(dl_agent_t *a)
     a->stop_timer.data = a;
     uv_timer_init(&a->loop, &a->health_timer);
     a->health_timer.data = a;
+    dl__rec_init(a);
     if (dl__diag_beats_wanted(a)) {
         /* A few times per health timeout; at least once a heartbeat for the straggler rule. */
         uint64_t every = (uint64_t)(a->spec->heartbeat * 1000);
@@ -1164,6 +1237,7 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
         dl_sup_init_remote(&a->sup, a->nworkers);
     else
         dl_sup_init(&a->sup, a->nworkers, spec->max_restarts);
+    dl_sup_set_in_job(&a->sup, dl__rec_in_job(a));
     json_t *cmd = json_array();
     for (char **c = spec->command; *c != NULL; c++)
         json_array_append_new(cmd, json_string(*c));

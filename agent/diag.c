@@ -14,6 +14,7 @@
 #include "collective.h"
 #include "diag.h"
 #include "internal.h"
+#include "opt.h"
 
 #define REPORT_OPS 4
 
@@ -244,6 +245,11 @@ static void snapshot(dl_agent_t *a, dl__worker_t *w, wdiag_t *x, double now, dl_
     }
 }
 
+void dl__diag_snapshot(dl_agent_t *a, dl__worker_t *w, double now, dl_diag_rank_t *out)
+{
+    snapshot(a, w, a->diag != NULL ? wdiag(a->diag, w) : NULL, now, out);
+}
+
 /* Every worker of this node; returns how many went into v (nworkers at most). */
 static size_t snapshot_all(dl_agent_t *a, double now, dl_diag_rank_t *v,
                            const dl_diag_beats_t **beats)
@@ -363,6 +369,42 @@ void dl__diag_explain(dl_agent_t *a, const char *why, bool keep)
     json_decref(rep);
     free(v);
     free(b);
+}
+
+int dl__diag_culprits(dl_agent_t *a, bool *culprit)
+{
+    dl__diag_t *d = a->diag;
+    int found = 0;
+    if (d == NULL || a->nworkers <= 0)
+        return 0;
+    dl_diag_rank_t *v = calloc((size_t)a->nworkers, sizeof(*v));
+    const dl_diag_beats_t **b = calloc((size_t)a->nworkers, sizeof(*b));
+    if (v == NULL || b == NULL) {
+        free(v);
+        free(b);
+        return 0;
+    }
+    size_t n = snapshot_all(a, mono_now(), v, b);
+    /* The operation the job waits in: the newest one some rank is inside. */
+    uint64_t waited = 0;
+    for (size_t i = 0; i < n; i++) {
+        const dl_diag_rank_t *r = &v[i];
+        if (r->nops > 0 && r->ops[r->nops - 1].state == DL_DIAG_OP_RUNNING &&
+            r->ops[r->nops - 1].seq > waited)
+            waited = r->ops[r->nops - 1].seq;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const dl_diag_rank_t *r = &v[i];
+        uint64_t newest = r->nops > 0 ? r->ops[r->nops - 1].seq : 0;
+        bool behind = waited > 0 && r->recorder && newest < waited;
+        if (behind || r->proc == 'T' || r->proc == 't') {
+            culprit[i] = true;
+            found++;
+        }
+    }
+    free(v);
+    free(b);
+    return found;
 }
 
 static void on_usr1(uv_signal_t *h, int signum)
@@ -520,13 +562,14 @@ void dl__diag_on_view(dl_agent_t *a, const json_t *view)
                  d->action == ACTION_EXCLUDE && s == worst && can_exclude ? "exclude" : "warn");
         if (!mine)
             continue;
-        char reason[700], line[512];
+        char reason[700], line[512], cooldown[32];
         dl_diag_straggler_text(&x, line, sizeof(line));
+        dl_opt_num_text(a->spec->straggler_cooldown, cooldown, sizeof(cooldown));
         snprintf(reason, sizeof(reason),
-                 "straggler: %s; node %d leaves the job for %g s (--straggler-action exclude)",
-                 line, a->node_rank, a->spec->straggler_cooldown);
-        dl__agent_log(a, "excluding this node from the job for %g s: it is the slowest",
-                      a->spec->straggler_cooldown);
+                 "straggler: %s; node %d leaves the job for %s s (--straggler-action exclude)",
+                 line, a->node_rank, cooldown);
+        dl__agent_log(a, "excluding this node from the job for %s s: it is the slowest",
+                      cooldown);
         d->excluded_until = mono_now() + a->spec->straggler_cooldown;
         dl__rdzv_exclude(a, x.rank, reason);
     }

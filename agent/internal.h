@@ -36,6 +36,14 @@ typedef struct {
     double last_beat;  /* monotonic seconds of the last beat seen */
     bool output_open;  /* the output of `attempt` has not drained yet */
     dl_diag_beats_t beats; /* what its beats said: step, loss, compute and wait times (diag.h) */
+    unsigned incarnation;  /* processes started in this slot: tells a replacement's output apart */
+    /* In-job recovery's control channel (recovery.c): the agent's end, what came on it. */
+    int ctl_fd;
+    uv_poll_t *ctl_poll;
+    char ctl_buf[1024];
+    size_t ctl_len;
+    bool ctl_hello; /* it speaks the protocol */
+    int ctl_gen;    /* the generation it said it recovered in */
 } dl__worker_t;
 
 struct dl_agent_s {
@@ -73,6 +81,7 @@ struct dl_agent_s {
     struct dl__rdzv_s *rdzv;   /* rdzv.c's state, when remote */
     int round;                 /* the rendezvous round the workers belong to */
     char failure_text[512];    /* the job's failure as the rendezvous described it */
+    char report_reason[400];   /* a failure report's text when no worker's exit says it */
     char store_addr[300];      /* DLAUNCH_STORE for the workers, or "" */
     char *token_path;          /* the workers' key file (DLAUNCH_TOKEN_FILE), or NULL */
     dl__diag_t *diag;          /* diag.c: recorders, stragglers, hang accounts */
@@ -83,6 +92,21 @@ struct dl_agent_s {
     /* The job's training progress, passed on with each heartbeat while progress_valid. */
     dl_agent_progress_t progress;
     bool progress_valid;
+    /* In-job recovery (recovery.c, docs/recovery.md). */
+    int gen;                     /* the workers' group generation: 0 each attempt, +1 a recovery */
+    bool recovering;             /* a recovery is under way */
+    uv_timer_t rec_timer;        /* gives up on it */
+    bool rec_timer_armed;
+    int rec_rank;                /* the rank being replaced */
+    dl_sup_failure_t rec_failure;
+    double rec_started;          /* monotonic seconds */
+    long long rec_step;          /* where the workers said they went on */
+    long long rec_was;           /* the newest step one of them had completed before */
+    char rec_reason[600];        /* remote: the round change's reason */
+    char rec_reason_short[220];
+    int rec_replaced[64];        /* remote: the ranks this node replaced in this recovery */
+    int nrec_replaced;
+    int rec_source;
     char readbuf[64 * 1024];
 };
 
@@ -116,6 +140,12 @@ void dl__diag_tick(dl_agent_t *a, double now);   /* now: monotonic seconds */
 /* Says where this node's ranks are (log line, `ranks` event); keep: as this attempt's account. */
 void dl__diag_explain(dl_agent_t *a, const char *why, bool keep);
 const char *dl__diag_text(const dl_agent_t *a); /* this attempt's account, or "" */
+/* What the agent sees of worker w now: its silence, process state and newest operations. The
+ * strings point into static tables and the agent's own state. */
+void dl__diag_snapshot(dl_agent_t *a, dl__worker_t *w, double now, dl_diag_rank_t *out);
+/* The hang watchdog (watchdog.c), after the beats were drained: names and kills at most one hung
+ * worker of this node (diag.h's dl_diag_hang_culprit). */
+void dl__watchdog_check(dl_agent_t *a, double now);
 json_t *dl__diag_report(dl_agent_t *a);         /* the node's report, new reference or NULL */
 json_t *dl__diag_failure_report(dl_agent_t *a); /* the one kept by explain, else a fresh one */
 void dl__diag_on_view(dl_agent_t *a, const json_t *view); /* the rendezvous's job-wide view */
@@ -128,6 +158,35 @@ int dl__rdzv_local_store(dl_agent_t *a);                  /* after the loop has 
  * exit code having said why. */
 int dl__rdzv_local_store(dl_agent_t *a);
 void dl__rdzv_local_store_reset(dl_agent_t *a); /* a restart: the workers start with no keys */
+
+/* recovery.c: in-job recovery (docs/recovery.md). */
+bool dl__rec_in_job(const dl_agent_t *a);
+void dl__rec_init(dl_agent_t *a);                 /* after the loop is set up */
+void dl__rec_close(dl_agent_t *a);                /* lets go of its handles */
+/* A worker's control channel: *ret_child_fd (the worker's end, or -1 without in-job recovery). */
+int dl__rec_channel_open(dl_agent_t *a, dl__worker_t *w, int *ret_child_fd);
+void dl__rec_channel_close(dl__worker_t *w);
+/* Whether the others can go on without this worker while a replacement joins. */
+bool dl__rec_recoverable(const dl_agent_t *a, const dl__worker_t *failed);
+/* Remote: whether the living workers can be kept into the next round. */
+bool dl__rec_keepable(const dl_agent_t *a);
+/* Remote: the round changes with the workers kept (DL_SUP_KEEP): a recovery starts. */
+void dl__rec_keep(dl_agent_t *a);
+/* Remote: assigned with workers kept (DL_SUP_RESUME): the kept ones learn the new group, the
+ * empty slots get workers that join it. */
+void dl__rec_resume(dl_agent_t *a, int attempt);
+/* The supervisor's DL_SUP_RECOVER: a replacement for rank, the others told. */
+int dl__rec_start(dl_agent_t *a, int rank, int attempt);
+/* The recovery under way is over without success: the workers stop waiting for it. */
+void dl__rec_off(dl_agent_t *a);
+/* A worker failed while a recovery was under way (said, then off). */
+void dl__rec_interrupted(dl_agent_t *a, const dl_sup_failure_t *f);
+/* agent.c: starts a replacement in w's slot (same rank, same attempt folder). */
+int dl__agent_respawn(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count);
+/* diag.c: in-job recovery's hang rule: which of this node's workers hold the others up (never
+ * entered the operation some other rank waits in, or stopped). culprit[i] per worker; returns
+ * how many. */
+int dl__diag_culprits(dl_agent_t *a, bool *culprit);
 
 /* progress.c: fills a->progress from what this node's workers report, if they do. */
 void dl__agent_progress_poll(dl_agent_t *a);

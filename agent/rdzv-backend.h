@@ -41,7 +41,23 @@ typedef struct {
 typedef struct {
     int slots;       /* workers on this node */
     int last_round;  /* the last round this node took part in (0 before any) */
+    /* Whether it took part in one, and the restarts spent as its assignment said: a rendezvous
+     * that restarted (or a successor) goes on counting from the highest it hears. */
+    bool assigned;
+    int failures;
 } dl_rdzv_join_t;
+
+/* Who ended a round, as the rendezvous names it (docs/events.md, `restart`'s reason). */
+typedef struct {
+    const char *cause; /* worker_failed, node_lost, node_joined, requested, rendezvous_lost */
+    const char *node;  /* the culprit's node id, or NULL */
+    const char *host;  /* its host, or NULL */
+    int node_rank;     /* -1: not known */
+    int rank;          /* -1: none (a node, not a worker) */
+    int exit_code;     /* -1: none */
+    int signal;        /* 0: none */
+    bool hung;
+} dl_rdzv_culprit_info_t;
 
 /* A heartbeat: the node is alive, running round `round`. */
 typedef struct {
@@ -60,6 +76,7 @@ typedef struct {
     int local_rank;
     int exit_code; /* when signal is 0 */
     int signal;    /* > 0: killed by it */
+    bool hung;     /* killed by the hang watchdog */
     bool excluded;
     const char *reason;   /* one line: "rank 3 on gpu1 exited with code 4" */
     double time;          /* Unix time */
@@ -81,10 +98,16 @@ typedef struct {
     void (*ready)(void *ctx);
     /* This node's place in a round, checked against what it offered (dl_rdzv_assignment_check). */
     void (*assigned)(void *ctx, const dl_rdzv_assignment_t *as);
-    /* A new round opened (round, why): stop the workers, then join again. */
-    void (*round_changed)(void *ctx, int round, const char *reason);
-    /* The backend lost its place in the job (it has said why): stop the workers, join again. */
-    void (*lost)(void *ctx);
+    /* A new round opened (round, why, and who was to blame when the rendezvous says: NULL
+     * otherwise): stop the workers, then join again. */
+    void (*round_changed)(void *ctx, int round, const char *reason,
+                          const dl_rdzv_culprit_info_t *culprit);
+    /* The backend lost its place in the job (it has said why, in one line): stop the workers,
+     * join again. */
+    void (*lost)(void *ctx, const char *why, const dl_rdzv_culprit_info_t *culprit);
+    /* The rendezvous was lost and found again elsewhere (docs/rendezvous.md, "Failover"), at
+     * host:port, hosted here or not, took_s after its loss. May be left NULL by a backend. */
+    void (*moved)(void *ctx, const char *host, int port, bool hosting, double took_s);
     /* The job-wide diagnostics view, answered to a heartbeat (borrowed). */
     void (*view)(void *ctx, const json_t *view);
     /* The job is over, or this node cannot take part (refused: exit 4, timed out: exit 3). */

@@ -905,7 +905,7 @@ static void react(etcd_t *z)
         z->done_round = -1;
         z->report_round = -1;
         const char *reason = json_string_value(json_object_get(v->state, "reason"));
-        z->cbs.round_changed(z->ctx, round, reason != NULL ? reason : "a new round");
+        z->cbs.round_changed(z->ctx, round, reason != NULL ? reason : "a new round", NULL);
         return;
     }
     if (view_behind(z))

@@ -29,7 +29,12 @@ typedef struct dl__rdzv_s {
     /* Diagnostics (diag.c): the last round change's reason for the restart event, and while
      * this node sits out as a straggler, the join it holds back. */
     char last_reason[1024];
+    json_t *last_failure; /* its culprit, as the restart event's reason; NULL when none */
     bool join_held;
+    /* Whether a round was assigned yet, and the restarts it said were spent: joins carry them, so
+     * that a restarted rendezvous goes on counting. */
+    bool assigned;
+    int spent;
 } rdzv_t;
 
 static void server_log(void *ctx, dl_rdzv_log_level_t level, const char *run_id, const char *text)
@@ -56,7 +61,10 @@ void dl__rdzv_join(dl_agent_t *a)
         return;
     }
     z->join_held = false;
-    dl_rdzv_join_t j = {.slots = a->nworkers, .last_round = a->round};
+    dl_rdzv_join_t j = {.slots = a->nworkers,
+                        .last_round = a->round,
+                        .assigned = z->assigned,
+                        .failures = z->spent};
     z->ops->join(z->backend, &j);
 }
 
@@ -67,7 +75,9 @@ void dl__rdzv_report(dl_agent_t *a)
     char reason[400];
     int local = f->rank - (a->nworkers > 0 ? a->workers[0].rank : 0);
 
-    if (f->hung)
+    if (a->report_reason[0] != '\0')
+        snprintf(reason, sizeof(reason), "%.300s on %.90s", a->report_reason, z->hostname);
+    else if (f->hung)
         snprintf(reason, sizeof(reason), "rank %d on %s hung (no health beat in time)", f->rank,
                  z->hostname);
     else if (f->signal > 0)
@@ -84,6 +94,7 @@ void dl__rdzv_report(dl_agent_t *a)
                              .local_rank = local,
                              .exit_code = f->exit_code,
                              .signal = f->signal,
+                             .hung = f->hung,
                              .reason = reason,
                              .time = f->time};
     /* The end of its stderr (else of its stdout), for the status page; the agent's summary
@@ -100,6 +111,7 @@ void dl__rdzv_report(dl_agent_t *a)
     rep.diag = dl__diag_failure_report(a);
     z->ops->report_failure(z->backend, &rep);
     json_decref(rep.diag);
+    a->report_reason[0] = '\0';
 }
 
 void dl__rdzv_exclude(dl_agent_t *a, int rank, const char *reason)
@@ -162,6 +174,39 @@ static void cb_ready(void *ctx)
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_START});
 }
 
+/* The restart event's reason on several nodes, in the one-node event's terms
+ * ({rank, attempt, exit_code | signal | hung}) plus where: the culprit's node, its node rank and
+ * the cause. */
+static json_t *culprit_reason(const json_t *c, int attempt)
+{
+    json_t *o = c != NULL ? json_deep_copy(c) : json_pack("{s:s}", "cause", "requested");
+    if (o != NULL)
+        json_object_set_new(o, "attempt", json_integer(attempt));
+    return o;
+}
+
+static json_t *culprit_json(const dl_rdzv_culprit_info_t *c)
+{
+    json_t *o = json_pack("{s:s}", "cause", c->cause != NULL ? c->cause : "requested");
+    if (o == NULL)
+        return NULL;
+    if (c->node != NULL)
+        json_object_set_new(o, "node", json_string(c->node));
+    if (c->host != NULL)
+        json_object_set_new(o, "host", json_string(c->host));
+    if (c->node_rank >= 0)
+        json_object_set_new(o, "node_rank", json_integer(c->node_rank));
+    if (c->rank >= 0)
+        json_object_set_new(o, "rank", json_integer(c->rank));
+    if (c->hung)
+        json_object_set_new(o, "hung", json_true());
+    else if (c->signal > 0)
+        json_object_set_new(o, "signal", json_string(dl_signal_name(c->signal)));
+    else if (c->exit_code >= 0)
+        json_object_set_new(o, "exit_code", json_integer(c->exit_code));
+    return o;
+}
+
 static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as)
 {
     dl_agent_t *a = ctx;
@@ -169,6 +214,8 @@ static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as)
     int first = as->first_rank, local = as->local_world_size, restarts = as->restart_count;
 
     a->round = as->round;
+    z->assigned = true;
+    z->spent = as->failures;
     a->node_rank = as->node_rank;
     a->nnodes = as->nodes;
     a->world_size = as->world_size;
@@ -185,30 +232,54 @@ static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as)
         dl__agent_log(a, "round %d: node rank %d of %d on %s, ranks %d..%d of %d", a->round,
                       a->node_rank, a->nnodes, z->hostname, first, first + local - 1,
                       a->world_size);
-    if (restarts > 0) {
-        json_t *f = json_pack("{s:i, s:i}", "attempt", restarts, "round", a->round);
-        /* The round change's reason: the failure and, for a hang, where the ranks were. */
+    /* Workers kept into this round (in-job recovery): a recovery event says it, not this. */
+    if (restarts > 0 && !a->sup.awaiting) {
+        json_t *f = json_pack("{s:i, s:i, s:o}", "attempt", restarts, "round", a->round,
+                              "reason", culprit_reason(z->last_failure, restarts - 1));
+        /* The round change's text: the failure and, for a hang, where the ranks were. */
         if (z->last_reason[0] != '\0')
-            json_object_set_new(f, "reason", json_string(z->last_reason));
+            json_object_set_new(f, "diagnosis", json_string(z->last_reason));
         dl_events_emit(a->events, "restart", dl__now_unix(), f);
     }
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ASSIGNED, .attempt = restarts});
 }
 
-static void cb_round_changed(void *ctx, int round, const char *reason)
+static void cb_round_changed(void *ctx, int round, const char *reason,
+                             const dl_rdzv_culprit_info_t *culprit)
 {
     dl_agent_t *a = ctx;
     rdzv_t *z = a->rdzv;
     char safe[1200];
     snprintf(z->last_reason, sizeof(z->last_reason), "%s", reason);
-    dl__agent_log(a, "round %d: %s; restarting this node's workers", round,
-                  dl_proto_escape(reason, safe, sizeof(safe)));
+    json_decref(z->last_failure);
+    z->last_failure = culprit != NULL ? culprit_json(culprit) : NULL;
+    bool keep = dl__rec_keepable(a);
+    dl_proto_escape(reason, safe, sizeof(safe));
+    snprintf(a->rec_reason, sizeof(a->rec_reason), "%.590s", safe);
+    dl__agent_log(a, "round %d: %s; %s", round, safe,
+                  keep ? "this node's workers stay (in-job recovery)"
+                       : "restarting this node's workers");
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED, .recoverable = keep});
+}
+
+static void cb_lost(void *ctx, const char *why, const dl_rdzv_culprit_info_t *culprit)
+{
+    dl_agent_t *a = ctx;
+    rdzv_t *z = a->rdzv;
+    /* The next attempt's restart event says why, as a round change would have. */
+    snprintf(z->last_reason, sizeof(z->last_reason), "%s", why);
+    json_decref(z->last_failure);
+    z->last_failure = culprit != NULL ? culprit_json(culprit)
+                                      : json_pack("{s:s}", "cause", "rendezvous_lost");
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED});
 }
 
-static void cb_lost(void *ctx)
+static void cb_moved(void *ctx, const char *host, int port, bool hosting, double took_s)
 {
-    dl__agent_feed(ctx, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED});
+    dl_agent_t *a = ctx;
+    dl_events_emit(a->events, "failover", dl__now_unix(),
+                   json_pack("{s:s, s:i, s:b, s:f}", "host", host, "port", port, "hosting",
+                             hosting, "took_s", took_s));
 }
 
 static void cb_view(void *ctx, const json_t *view)
@@ -301,6 +372,7 @@ int dl__rdzv_start(dl_agent_t *a)
         .assigned = cb_assigned,
         .round_changed = cb_round_changed,
         .lost = cb_lost,
+        .moved = cb_moved,
         .view = cb_view,
         .ended = cb_ended,
         .log = cb_log,
@@ -351,6 +423,7 @@ int dl__rdzv_local_store(dl_agent_t *a)
     dl_rdzv_server_opts_init(&so);
     so.token = z->token;
     so.only_run_id = a->run_id;
+    so.store_only = true;
     so.log = server_log;
     so.log_ctx = a;
     r = dl_rdzv_server_start(&a->loop, &so, &z->server, err, sizeof(err));
@@ -401,6 +474,7 @@ void dl__rdzv_free(dl_agent_t *a)
         return;
     dl__worker_cred_remove(a->token_path);
     dl_proto_token_free(z->token);
+    json_decref(z->last_failure);
     free(z);
     a->rdzv = NULL;
 }

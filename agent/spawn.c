@@ -26,6 +26,7 @@ typedef struct {
     int stdout_fd;
     int stderr_fd;
     int health_fd;
+    int control_fd;
     int null_fd;
 } child_args_t;
 
@@ -49,7 +50,8 @@ static int child_exec(void *arg)
     }
     if (dup2(c->null_fd, STDIN_FILENO) < 0 || dup2(c->stdout_fd, STDOUT_FILENO) < 0 ||
         dup2(c->stderr_fd, STDERR_FILENO) < 0 ||
-        (c->health_fd >= 0 && dup2(c->health_fd, DL_SPAWN_HEALTH_FD) < 0))
+        (c->health_fd >= 0 && dup2(c->health_fd, DL_SPAWN_HEALTH_FD) < 0) ||
+        (c->control_fd >= 0 && dup2(c->control_fd, DL_SPAWN_CONTROL_FD) < 0))
         _exit(127);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -68,17 +70,35 @@ static int child_exec(void *arg)
 #define CHILD_STACK_SIZE (64 * 1024)
 
 int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdout_fd,
-             int stderr_fd, int health_fd, pid_t *ret_pid)
+             int stderr_fd, int health_fd, int control_fd, pid_t *ret_pid)
 {
     static _Alignas(16) char stack[CHILD_STACK_SIZE];
-    child_args_t c = {getpid(), path, argv, envp, stdout_fd, stderr_fd, health_fd, -1};
+    child_args_t c = {getpid(), path, argv, envp, stdout_fd, stderr_fd, health_fd, control_fd, -1};
     sigset_t all, old;
     pid_t pid;
     int e = 0;
 
+    /* A descriptor already sitting where the other must go would be overwritten by the first
+     * dup2: move it out of the way (the copy closes itself at exec). */
+    int moved = -1;
+    if (control_fd == DL_SPAWN_HEALTH_FD && health_fd >= 0) {
+        moved = fcntl(control_fd, F_DUPFD_CLOEXEC, 10);
+        if (moved < 0)
+            return -errno;
+        c.control_fd = moved;
+    } else if (health_fd == DL_SPAWN_CONTROL_FD && control_fd >= 0) {
+        moved = fcntl(health_fd, F_DUPFD_CLOEXEC, 10);
+        if (moved < 0)
+            return -errno;
+        c.health_fd = moved;
+    }
     c.null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (c.null_fd < 0)
-        return -errno;
+    if (c.null_fd < 0) {
+        e = errno;
+        if (moved >= 0)
+            close(moved);
+        return -e;
+    }
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     /* Like posix_spawn: CLONE_VFORK suspends us until the child has exec'd, so there is no
@@ -88,6 +108,8 @@ int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdou
         e = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     close(c.null_fd);
+    if (moved >= 0)
+        close(moved);
     if (pid < 0)
         return -e;
     /* Also set here so that a signal sent to the group right after we return finds it. */

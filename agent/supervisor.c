@@ -14,6 +14,16 @@ void dl_sup_init(dl_sup_t *sup, int nworkers, int max_restarts)
     sup->phase = DL_SUP_IDLE;
 }
 
+void dl_sup_set_in_job(dl_sup_t *sup, bool on)
+{
+    sup->in_job = on;
+}
+
+int dl_sup_restarts_used(const dl_sup_t *sup)
+{
+    return sup->attempt + sup->recoveries;
+}
+
 void dl_sup_init_remote(dl_sup_t *sup, int nworkers)
 {
     dl_sup_init(sup, nworkers, 0);
@@ -22,6 +32,7 @@ void dl_sup_init_remote(dl_sup_t *sup, int nworkers)
 
 static void start_attempt(dl_sup_t *sup, dl_sup_actions_t *act)
 {
+    sup->recovering = false;
     sup->phase = DL_SUP_RUNNING;
     sup->stop = DL_SUP_STOP_NONE;
     sup->running = sup->nworkers;
@@ -106,13 +117,42 @@ static void worker_failed(dl_sup_t *sup, const dl_sup_event_t *ev, double now,
         .time = now,
     };
     if (sup->remote) {
+        /* The round is changing with the workers kept: this slot is refilled at the
+         * assignment, as any other dead one. */
+        if (sup->awaiting)
+            return;
+        /* In-job: the rendezvous opens the next round (and counts the restart); the others
+         * stay and form the group again in it (docs/recovery.md). */
+        if (sup->in_job && ev->recoverable && !sup->recovering && sup->succeeded == 0) {
+            act->flags |= DL_SUP_REPORT;
+            return;
+        }
+        if (sup->recovering) {
+            sup->recovering = false;
+            act->flags |= DL_SUP_RECOVERY_OFF;
+        }
         act->flags |= DL_SUP_REPORT;
         begin_stop(sup, act, DL_SUP_STOP_REPORT, SIGTERM);
         return;
     }
-    begin_stop(sup, act,
-               sup->attempt < sup->max_restarts ? DL_SUP_STOP_RESTART : DL_SUP_STOP_FAIL,
-               SIGTERM);
+    bool left = dl_sup_restarts_used(sup) < sup->max_restarts;
+    /* In-job: the others go on, a replacement joins them (docs/recovery.md). Not while another
+     * recovery is under way (that one failed then: back to a restart), nor once a worker of the
+     * attempt finished (the job is ending). */
+    if (sup->in_job && ev->recoverable && left && !sup->recovering && sup->succeeded == 0) {
+        sup->recoveries++;
+        sup->recovering = true;
+        sup->running++; /* the replacement */
+        act->flags |= DL_SUP_RECOVER;
+        act->rank = ev->rank;
+        act->attempt = sup->attempt;
+        return;
+    }
+    if (sup->recovering) {
+        sup->recovering = false;
+        act->flags |= DL_SUP_RECOVERY_OFF;
+    }
+    begin_stop(sup, act, left ? DL_SUP_STOP_RESTART : DL_SUP_STOP_FAIL, SIGTERM);
 }
 
 /* Remote: the round changed under running workers, or the job ended for every node. */
@@ -156,18 +196,46 @@ dl_sup_actions_t dl_sup_step(dl_sup_t *sup, const dl_sup_event_t *ev, double now
         break;
 
     case DL_SUP_EV_ASSIGNED:
-        if (sup->remote && sup->phase == DL_SUP_WAITING) {
+        if (sup->remote && sup->awaiting && sup->phase == DL_SUP_RUNNING) {
+            /* The kept workers go on in the new group; the empty slots get replacements. */
+            sup->awaiting = false;
+            sup->attempt = ev->attempt;
+            sup->running = sup->nworkers;
+            sup->succeeded = 0;
+            act.flags |= DL_SUP_RESUME;
+            act.attempt = ev->attempt;
+        } else if (sup->remote && sup->phase == DL_SUP_WAITING) {
             sup->attempt = ev->attempt;
             start_attempt(sup, &act);
         }
         break;
 
     case DL_SUP_EV_ROUND_CHANGED:
-        if (sup->remote)
-            remote_stop(sup, &act, DL_SUP_STOP_REJOIN);
+        if (!sup->remote)
+            break;
+        if (sup->awaiting) {
+            /* Another change before the assignment: join that round instead. */
+            act.flags |= DL_SUP_JOIN;
+            break;
+        }
+        if (sup->in_job && ev->recoverable && sup->phase == DL_SUP_RUNNING &&
+            sup->stop == DL_SUP_STOP_NONE && !sup->recovering) {
+            sup->awaiting = true;
+            sup->recovering = true;
+            sup->recoveries++;
+            act.flags |= DL_SUP_KEEP | DL_SUP_JOIN;
+            break;
+        }
+        /* A change while a recovery is under way: it failed; back to a restart. */
+        if (sup->recovering) {
+            sup->recovering = false;
+            act.flags |= DL_SUP_RECOVERY_OFF;
+        }
+        remote_stop(sup, &act, DL_SUP_STOP_REJOIN);
         break;
 
     case DL_SUP_EV_JOB_END:
+        sup->awaiting = false;
         if (sup->remote) {
             if (sup->stop != DL_SUP_STOP_SIGNAL)
                 sup->end_code = ev->exit_code;
@@ -207,6 +275,29 @@ dl_sup_actions_t dl_sup_step(dl_sup_t *sup, const dl_sup_event_t *ev, double now
                 begin_stop(sup, &act, DL_SUP_STOP_SIGNAL, ev->signal);
             }
         }
+        break;
+
+    case DL_SUP_EV_RECOVERED:
+        sup->recovering = false;
+        break;
+
+    case DL_SUP_EV_RECOVERY_FAILED:
+        /* The recovery's failure is the attempt's: back to a restart from the last checkpoint,
+         * which spends one more (the recovery spent its own). */
+        if (!sup->recovering || sup->phase != DL_SUP_RUNNING || sup->stop != DL_SUP_STOP_NONE)
+            break;
+        sup->recovering = false;
+        act.flags |= DL_SUP_RECOVERY_OFF;
+        if (sup->remote) {
+            /* The shell says why in the report; the rendezvous decides what next. */
+            act.flags |= DL_SUP_REPORT;
+            begin_stop(sup, &act, DL_SUP_STOP_REPORT, SIGTERM);
+            break;
+        }
+        begin_stop(sup, &act,
+                   dl_sup_restarts_used(sup) < sup->max_restarts ? DL_SUP_STOP_RESTART
+                                                                 : DL_SUP_STOP_FAIL,
+                   SIGTERM);
         break;
 
     case DL_SUP_EV_STOP_TIMEOUT:

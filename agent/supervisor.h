@@ -45,6 +45,9 @@ typedef enum {
     DL_SUP_EV_ASSIGNED,      /* attempt: the round's restart count; start the workers */
     DL_SUP_EV_ROUND_CHANGED, /* stop the workers and join the next round */
     DL_SUP_EV_JOB_END,       /* exit_code: the job is over for every node */
+    /* in-job recovery (docs/recovery.md) */
+    DL_SUP_EV_RECOVERED,       /* every worker trains again after a recovery */
+    DL_SUP_EV_RECOVERY_FAILED, /* a recovery cannot finish: fall back to a restart */
 } dl_sup_event_kind_t;
 
 typedef struct {
@@ -55,6 +58,10 @@ typedef struct {
     int spawn_errno;
     int attempt;
     bool hung; /* WORKER_EXIT: the agent killed it for missing its health beats */
+    /* WORKER_EXIT, SPAWN_FAILED: the others can go on without it while a replacement joins
+     * (in-job recovery: every worker speaks the protocol; the shell decides). ROUND_CHANGED
+     * (remote): the living workers can be kept into the next round. */
+    bool recoverable;
 } dl_sup_event_t;
 
 /* Action flags, carried out by the shell in this order: disarm, kill, spawn, arm, exit. */
@@ -68,6 +75,12 @@ enum {
     DL_SUP_REPORT = 1 << 5,    /* tell the rendezvous about first_failure */
     DL_SUP_NODE_DONE = 1 << 6, /* tell the rendezvous every local worker exited 0 */
     DL_SUP_JOIN = 1 << 7,      /* join the rendezvous's current round */
+    /* in-job recovery */
+    DL_SUP_RECOVER = 1 << 8,   /* start a replacement for rank and tell the others */
+    DL_SUP_RECOVERY_OFF = 1 << 9, /* the recovery under way failed: the workers stop waiting */
+    /* remote in-job recovery */
+    DL_SUP_KEEP = 1 << 10,   /* the round changes, the living workers stay (a recovery starts) */
+    DL_SUP_RESUME = 1 << 11, /* assigned with workers kept: tell them the new group, refill */
 };
 
 typedef struct {
@@ -75,6 +88,7 @@ typedef struct {
     int kill_signal;
     int attempt;
     int exit_code;
+    int rank; /* DL_SUP_RECOVER: the rank to replace */
 } dl_sup_actions_t;
 
 typedef struct dl_sup_s {
@@ -90,10 +104,25 @@ typedef struct dl_sup_s {
     int signal;    /* the signal that stopped the job */
     bool has_failure;
     dl_sup_failure_t first_failure; /* first failure of the last failed attempt */
+    /* In-job recovery (local mode): a failed worker is replaced while the others run on. Each
+     * recovery spends a restart, as a restart does. */
+    bool in_job;
+    int recoveries;  /* so far, in the job */
+    bool recovering; /* one is under way */
+    /* Remote: the round changed and the living workers were kept; joined again, waiting for
+     * the assignment (each such recovery is a round change the rendezvous counts). */
+    bool awaiting;
 } dl_sup_t;
 
 /* Local mode: this node alone decides restarts, up to max_restarts. */
 void dl_sup_init(dl_sup_t *sup, int nworkers, int max_restarts);
+
+/* In-job recovery on (after init): a recoverable failure replaces one worker while the others
+ * run on, until a failure comes during a recovery or no restart is left. */
+void dl_sup_set_in_job(dl_sup_t *sup, bool on);
+
+/* Restarts spent: attempts after the first, and in-job recoveries. */
+int dl_sup_restarts_used(const dl_sup_t *sup);
 
 /* Remote mode: a rendezvous decides rounds; the supervisor reports failures and success, stops
  * workers when a round changes, and joins again. */

@@ -21,6 +21,9 @@ typedef struct {
     const char *store;       /* DLAUNCH_STORE: HOST:PORT of the job's key-value store, or NULL */
     const char *token_file;  /* DLAUNCH_TOKEN_FILE, or NULL */
     int health_fd;           /* DLAUNCH_HEALTH_FD, or -1 */
+    const char *recovery;    /* DLAUNCH_RECOVERY: "restart" or "in-job"; NULL: not set */
+    int control_fd;          /* DLAUNCH_CONTROL_FD (in-job recovery's channel), or -1 */
+    int group_gen;           /* DLAUNCH_GROUP_GEN, with control_fd: the group generation */
     const char *role;        /* ROLE_NAME; NULL: "default" */
     const char *error_file;  /* TORCHELASTIC_ERROR_FILE, or NULL */
     const char *python_exec; /* PYTHON_EXEC, or NULL */

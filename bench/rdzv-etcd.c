@@ -169,13 +169,16 @@ static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as)
         a->run->t1 = mono();
 }
 
-static void cb_round_changed(void *ctx, int round, const char *reason)
+static void cb_round_changed(void *ctx, int round, const char *reason,
+                             const dl_rdzv_culprit_info_t *culprit)
 {
+    (void)culprit;
     fprintf(stderr, "rdzv: etcd: round %d: %s\n", round, reason);
 }
 
-static void cb_lost(void *ctx)
+static void cb_lost(void *ctx, const char *why, const dl_rdzv_culprit_info_t *culprit)
 {
+    (void)why, (void)culprit;
 }
 
 static void cb_view(void *ctx, const json_t *view)

@@ -24,6 +24,7 @@ typedef struct {
     dl_rdzv_sync_t *client;
     double timeout_s;
     unsigned group;
+    int generation;
     unsigned round;
     char store[DL_COLL_ADDR_MAX + 16];
 } store_boot_t;
@@ -71,10 +72,17 @@ static int request(store_boot_t *b, const dl_rdzv_kv_req_t *req, json_t **ret_re
 
 static void key_of(const store_boot_t *b, int rank, char *key, size_t len)
 {
-    if (rank < 0)
-        snprintf(key, len, "dlaunch/coll/%u/%u/all", b->group, b->round);
+    char group[32];
+    /* A later generation (in-job recovery) names its group by the generation: survivors and
+     * their replacements made different numbers of groups before. */
+    if (b->generation > 0)
+        snprintf(group, sizeof(group), "gen%d", b->generation);
     else
-        snprintf(key, len, "dlaunch/coll/%u/%u/%d", b->group, b->round, rank);
+        snprintf(group, sizeof(group), "%u", b->group);
+    if (rank < 0)
+        snprintf(key, len, "dlaunch/coll/%s/%u/all", group, b->round);
+    else
+        snprintf(key, len, "dlaunch/coll/%s/%u/%d", group, b->round, rank);
 }
 
 static int set_hex(store_boot_t *b, const char *key, const unsigned char *data, size_t len,
@@ -187,6 +195,7 @@ int dl__coll_boot_store_open(const dl_coll_options_t *o, dl__coll_boot_t **ret_b
     b->base.close = store_close;
     b->timeout_s = o->timeout_ms / 1000.0;
     b->group = group;
+    b->generation = o->generation;
     snprintf(b->store, sizeof(b->store), "%s", o->store);
     r = dl_proto_token_load(o->token_file[0] != '\0' ? o->token_file : NULL, o->token, &token,
                             why, sizeof(why));

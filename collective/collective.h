@@ -111,6 +111,13 @@ typedef struct {
     /* DLAUNCH_COLL_RECORDER_TIMED: operations of at least this many bytes get start and end
      * times (default 64K; 0 times all of them, at about 11 ns an operation). */
     size_t recorder_timed_bytes;
+    /* DLAUNCH_GROUP_GEN: the generation of the group (0 for a job's first workers). After an
+     * in-job recovery (docs/recovery.md) the survivors and their replacements form the group
+     * again with the next generation: its bootstrap keys, shared-memory name and TCP handshake
+     * are its own, so nothing of a broken group's meeting is mistaken for the new one's. With
+     * a generation above 0, a process makes one group of that generation (the store's keys are
+     * named by it, not by how many groups the process made before). */
+    int generation;
 } dl_coll_options_t;
 
 typedef struct dl_coll_group_s dl_coll_group_t;
@@ -137,6 +144,13 @@ int dl_coll_group_from_env(dl_coll_group_t **ret_group, char *err, size_t errlen
 /* Waits for outstanding asynchronous operations, then closes everything. Accepts NULL. Peers
  * still inside a collective see this rank as gone. */
 void dl_coll_group_destroy(dl_coll_group_t *g);
+
+/* Breaks the group from any thread, at any time (the group must not be being destroyed): every
+ * operation in progress on this rank returns promptly with an error, later ones too, and the
+ * peers' waits on this rank end at once (the shared-memory abort flag, shut TCP connections), as
+ * after a failure. why (may be NULL) becomes dl_coll_group_error()'s text unless a failure came
+ * first. Used to leave a group that the launcher says is broken (docs/recovery.md). */
+void dl_coll_group_abort(dl_coll_group_t *g, const char *why);
 
 int dl_coll_rank(const dl_coll_group_t *g);
 int dl_coll_world_size(const dl_coll_group_t *g);
@@ -172,6 +186,18 @@ int dl_coll_allgather(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, si
 int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t recvcount,
                            dl_coll_dtype_t dtype, dl_coll_op_t op);
 
+/* The same, and extra_recv (recvcount elements, not overlapping the others) also gets block
+ * extra_block reduced over all ranks, in the same bits as that block's own rank receives:
+ * a rank can keep a replica of another rank's share of a sharded update. Free across hosts,
+ * where a reduce-scatter sums everything and keeps its block; on one host it costs a second
+ * block's reduction. extra_block < 0: a plain reduce-scatter. */
+int dl_coll_reduce_scatter_extra(dl_coll_group_t *g, const void *sendbuf, void *recvbuf,
+                                 size_t recvcount, dl_coll_dtype_t dtype, dl_coll_op_t op,
+                                 int extra_block, void *extra_recv);
+
+/* The host (numbered by their lowest rank, 0 up) that rank is on, or -1 out of range. */
+int dl_coll_host_of(const dl_coll_group_t *g, int rank);
+
 /* Returns once every rank has entered the barrier. */
 int dl_coll_barrier(dl_coll_group_t *g);
 
@@ -184,6 +210,15 @@ int dl_coll_barrier(dl_coll_group_t *g);
  * every rank on a host: if any of them could not allocate or map, all get an error (the message
  * in err). Any buffer works with every operation. */
 int dl_coll_mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *err, size_t errlen);
+
+/* The block that the rank `rank` (on this host, another rank or this one) holds of the allocation
+ * that contains `mine` (this rank's memory from dl_coll_mem_alloc): *ret_ptr (read-only; this
+ * rank's own block is writable) and its length. Works on a broken group too, until it is
+ * destroyed: a rank that died leaves its block readable here, as it was when it died (the pages
+ * live as long as a mapping does). Not collective. Returns 0, -ENOENT when mine is no such
+ * memory, -EXDEV when rank is on another host or out of range. */
+int dl_coll_mem_peer(const dl_coll_group_t *g, const void *mine, int rank, const void **ret_ptr,
+                     size_t *ret_len);
 
 /* Frees memory from dl_coll_mem_alloc (NULL is ignored) once no operation uses it; not
  * collective. dl_coll_group_destroy frees what is left. */

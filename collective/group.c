@@ -275,8 +275,8 @@ static int setup_shm(dl_coll_group_t *g, dl__coll_boot_t *boot, const blob_t *bl
     char name[96];
     /* Port and leader pid keep concurrent jobs apart; the host hash keeps fake hosts (tests) on
      * one machine apart. */
-    snprintf(name, sizeof(name), "/dlcoll-%d-%d-%08" PRIx32, g->opts.master_port, lead->pid,
-             (uint32_t)lead->host_a);
+    snprintf(name, sizeof(name), "/dlcoll-%d-%d-%08" PRIx32 "-%d", g->opts.master_port,
+             lead->pid, (uint32_t)lead->host_a, g->opts.generation);
     void *map = NULL;
     int r = 0;
     if (ln > 1 && g->local_rank == 0)
@@ -374,7 +374,8 @@ static int setup(dl_coll_group_t *g, dl__coll_boot_t *boot, char *err, size_t er
     unsigned char raw[BLOB_BYTES], *table = NULL;
     blob_t *blobs = NULL;
     char key[DL_COLL_RUN_ID_MAX + 64];
-    int klen = snprintf(key, sizeof(key), "%s|%d|%d", o->run_id, o->world_size, o->master_port);
+    int klen = snprintf(key, sizeof(key), "%s|%d|%d|%d", o->run_id, o->world_size,
+                        o->master_port, o->generation);
     uint64_t job_key = dl__coll_hash64(key, (size_t)klen, 7);
 
     host_identity(o, &mine.host_a, &mine.host_b, &mine.machine);
@@ -485,6 +486,23 @@ void dl_coll_group_destroy(dl_coll_group_t *g)
     free(g);
 }
 
+void dl_coll_group_abort(dl_coll_group_t *g, const char *why)
+{
+    if (g == NULL)
+        return;
+    /* The text first, then the flag that publishes it; one abort wins. */
+    int expected = 0;
+    if (__atomic_load_n(&g->aborted, __ATOMIC_ACQUIRE))
+        goto raise;
+    snprintf(g->abort_why, sizeof(g->abort_why), "%s",
+             why != NULL && why[0] != '\0' ? why : "the group was aborted");
+    __atomic_compare_exchange_n(&g->aborted, &expected, 1, 0, __ATOMIC_RELEASE,
+                                __ATOMIC_RELAXED);
+raise:
+    dl__coll_shm_abort(g->shm);
+    dl__coll_tcp_abort(g->tcp);
+}
+
 /* ---- operations ------------------------------------------------------------------------------ */
 
 /* A failure anywhere takes the whole group down, and the peers with it: their waits on this rank
@@ -493,6 +511,14 @@ int dl__coll_broken(dl_coll_group_t *g, int r)
 {
     if (r >= 0)
         return r;
+    /* Aborted on purpose: say so, not what the transport made of it ("another rank failed"). */
+    if (__atomic_load_n(&g->aborted, __ATOMIC_ACQUIRE) == 1) {
+        g->aborted = 2;
+        if (g->err.code == 0 || g->err.code == -ECONNABORTED) {
+            g->err.code = -ECANCELED;
+            snprintf(g->err.msg, sizeof(g->err.msg), "%s", g->abort_why);
+        }
+    }
     if (g->err.code == 0)
         dl__coll_fail(&g->err, r, "%s", strerror(-r));
     dl__coll_shm_abort(g->shm);
@@ -709,8 +735,16 @@ int dl_coll_allgather(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, si
     return r;
 }
 
+int dl_coll_host_of(const dl_coll_group_t *g, int rank)
+{
+    if (rank < 0 || rank >= g->size)
+        return -1;
+    return g->host_of != NULL ? g->host_of[rank] : 0;
+}
+
 static int reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf,
-                          size_t recvcount, dl_coll_dtype_t dtype, dl_coll_op_t op)
+                          size_t recvcount, dl_coll_dtype_t dtype, dl_coll_op_t op,
+                          int extra_block, void *extra_recv)
 {
     if (g->err.code != 0)
         return g->err.code;
@@ -718,11 +752,26 @@ static int reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf
     int r = 0;
     if (recvcount == 0)
         return 0;
+    if (extra_block >= g->size || extra_block == g->rank)
+        extra_block = -1;
     if (g->size == 1) {
         memcpy(recvbuf, sendbuf, block);
+    } else if (g->nhosts == 1 && extra_block >= 0) {
+        /* My block, then the other's through a second pass: each reduction is the same left
+         * fold over the ranks, so the extra block has its owner's bits. */
+        r = dl__coll_shm_reduce_scatter(g->shm, sendbuf, recvbuf, recvcount, dtype, op);
+        char *tmp;
+        if (r == 0)
+            r = scratch(g, block * (size_t)g->size, &tmp);
+        if (r == 0)
+            r = allreduce_sum(g, sendbuf, tmp, recvcount * (size_t)g->size, dtype, op);
+        if (r == 0)
+            memcpy(extra_recv, tmp + (size_t)extra_block * block, block);
+        extra_block = -1;
     } else if (g->nhosts == 1) {
         r = dl__coll_shm_reduce_scatter(g->shm, sendbuf, recvbuf, recvcount, dtype, op);
-    } else if (g->nhosts == g->size && (g->opts.order == DL_COLL_ORDER_ANY || g->size == 2)) {
+    } else if (extra_block < 0 && g->nhosts == g->size &&
+               (g->opts.order == DL_COLL_ORDER_ANY || g->size == 2)) {
         /* The ring; with two ranks its sums are in rank order (tcp.c). */
         r = dl__coll_tcp_reduce_scatter(g->tcp, sendbuf, recvbuf, recvcount, dtype, op);
     } else {
@@ -734,9 +783,13 @@ static int reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf
             r = allreduce_sum(g, sendbuf, tmp, recvcount * (size_t)g->size, dtype, op);
         if (r == 0)
             memcpy(recvbuf, tmp + (size_t)g->rank * block, block);
+        if (r == 0 && extra_block >= 0)
+            memcpy(extra_recv, tmp + (size_t)extra_block * block, block);
     }
     if (r == 0 && op == DL_COLL_AVG)
         dl__coll_scale(recvbuf, recvcount, dtype, g->size);
+    if (r == 0 && op == DL_COLL_AVG && extra_block >= 0)
+        dl__coll_scale(extra_recv, recvcount, dtype, g->size);
     return dl__coll_broken(g, r);
 }
 
@@ -753,7 +806,27 @@ int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbu
                                           ? DL_COLL_REC_ALGO_HIER
                                           : DL_COLL_REC_ALGO_NONE,
                                       dtype, -1);
-    int r = reduce_scatter(g, sendbuf, recvbuf, recvcount, dtype, op);
+    int r = reduce_scatter(g, sendbuf, recvbuf, recvcount, dtype, op, -1, NULL);
+    dl__coll_rec_end(&g->rec, seq, r);
+    return r;
+}
+
+int dl_coll_reduce_scatter_extra(dl_coll_group_t *g, const void *sendbuf, void *recvbuf,
+                                 size_t recvcount, dl_coll_dtype_t dtype, dl_coll_op_t op,
+                                 int extra_block, void *extra_recv)
+{
+    if (!valid(dtype, op) || (recvcount > 0 && (sendbuf == NULL || recvbuf == NULL)) ||
+        (extra_block >= 0 && recvcount > 0 && extra_recv == NULL))
+        return -EINVAL;
+    dl__coll_drain(g);
+    size_t bytes = recvcount * dl_coll_dtype_size(dtype) * (size_t)g->size;
+    uint64_t seq = dl__coll_rec_begin(&g->rec, DL_COLL_REC_REDUCE_SCATTER, bytes,
+                                      g->size == 1 || bytes == 0 ? DL_COLL_REC_ALGO_LOCAL
+                                      : g->nhosts > 1 && g->nhosts < g->size
+                                          ? DL_COLL_REC_ALGO_HIER
+                                          : DL_COLL_REC_ALGO_NONE,
+                                      dtype, -1);
+    int r = reduce_scatter(g, sendbuf, recvbuf, recvcount, dtype, op, extra_block, extra_recv);
     dl__coll_rec_end(&g->rec, seq, r);
     return r;
 }

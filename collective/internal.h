@@ -380,6 +380,9 @@ struct dl_coll_group_s {
     pthread_t thread;
     int async_ok, thread_started, stopping, pending;
     dl_coll_request_t *head, *tail;
+    /* dl_coll_group_abort, from any thread: set once, read by the failure path. */
+    int aborted;
+    char abort_why[200];
 };
 
 /* The all-reduce itself, on the calling thread (the comm thread's work too). */

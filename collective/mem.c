@@ -220,6 +220,27 @@ static int mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *err
     return 0;
 }
 
+int dl_coll_mem_peer(const dl_coll_group_t *g, const void *mine, int rank, const void **ret_ptr,
+                     size_t *ret_len)
+{
+    const dl__coll_region_t *r = g != NULL ? dl__coll_mem_find(&g->mem, mine, 1) : NULL;
+    if (r == NULL)
+        return -ENOENT;
+    if (rank < 0 || rank >= g->size || g->host_of == NULL || g->host_of[rank] != g->host)
+        return -EXDEV;
+    if (rank == g->rank) {
+        *ret_ptr = r->base;
+        *ret_len = r->len;
+        return 0;
+    }
+    int j = g->local_of[rank];
+    if (r->peer_base == NULL || r->peer_base[j] == NULL)
+        return -EXDEV;
+    *ret_ptr = r->peer_base[j];
+    *ret_len = r->peer_len[j];
+    return 0;
+}
+
 void dl_coll_mem_free(dl_coll_group_t *g, void *ptr)
 {
     if (g == NULL || ptr == NULL)

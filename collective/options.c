@@ -196,6 +196,8 @@ static const dl_opt_t vars[] = {
      "the flight recorder times operations of this size and above", 0, 0},
     {"dlaunch-coll-spin-us", NULL, 0, &dl_opt_int, OFF(spin_us), 0, 10000000, NULL, NULL, "US",
      "microseconds to spin before sleeping", 0, 0},
+    {"dlaunch-group-gen", NULL, 0, &dl_opt_int, OFF(generation), 0, INT_MAX, NULL, NULL, "N",
+     "the group's generation (in-job recovery)", 0, 0},
     {"dlaunch-coll-transport", NULL, 0, &t_choice, OFF(transport), 0, 0, transports, NULL,
      "auto|tcp|shm", "how ranks exchange data", 0, 0},
     {"dlaunch-coll-algo", NULL, 0, &t_choice, OFF(algo), 0, 0, algos, NULL,

@@ -40,6 +40,7 @@ struct dl_job_spec_s {
     int max_restarts;
     double stop_timeout; /* seconds */
     double health_timeout; /* seconds without a health beat before a beating worker is hung; 0 off */
+    char *recovery;        /* "restart" (NULL means it too) or "in-job" (docs/recovery.md) */
     char *run_id;        /* NULL: the agent makes one up */
     char *log_dir;
     char *events; /* NULL: none; "-": stdout */

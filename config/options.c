@@ -312,6 +312,7 @@ static int parse_word(const dl_opt_t *o, void *obj, const char *text, char *why,
 
 static const dl_opt_type_t t_word = {"one of the choices", parse_word, release_string, false};
 static const char *const straggler_actions[] = {"warn", "exclude", "off", NULL};
+static const char *const recoveries[] = {"restart", "in-job", NULL};
 
 static const char *const backends[] = {"c10d", "static", "etcd", "etcd-v2", NULL};
 static const char *const start_methods[] = {"spawn", "fork", "forkserver", NULL};
@@ -345,6 +346,11 @@ const dl_opt_t dl__options[] = {
      "write one JSON object per line for every state change", 0, 0},
     {"stop-timeout", "shutdown-timeout", 0, DBL, OFF(stop_timeout), 0, 86400, NULL, "10", "SEC",
      "grace between SIGTERM and SIGKILL when stopping workers (default 10)", 0, 0},
+    {"recovery", NULL, 0, &t_word, OFF(recovery), 0, 0, recoveries, "restart", "restart|in-job",
+     "what a failed or hung worker costs: restart stops every worker and restarts the job from "
+     "its last checkpoint; in-job keeps the others alive, starts a replacement that takes the "
+     "state from a living replica, and falls back to a restart when it cannot "
+     "(docs/recovery.md; default restart)", 0, 0},
     {"health-timeout", NULL, 0, DBL, OFF(health_timeout), 0, 86400, NULL, "0", "SEC",
      "a worker that beat on DLAUNCH_HEALTH_FD and then fell silent this long is hung: it is "
      "killed and the job restarts (default 0: off)", 0, 0},
@@ -445,12 +451,13 @@ const dl_opt_t dl__options[] = {
 };
 const size_t dl__options_count = sizeof(dl__options) / sizeof(dl__options[0]);
 
-/* DLAUNCH_* variables that are no options here but are read by dlaunch, its workers, the
- * trainer (DLAUNCH_TRAIN_*, its own table) and the collective library. */
+/* DLAUNCH_* variables that are no options here but are read by dlaunch, its control commands
+ * (DLAUNCH_ENDPOINT), its workers, the trainer (DLAUNCH_TRAIN_*, its own table) and the
+ * collective library. */
 static const char *const other_vars[] = {
-    "DLAUNCH_TOKEN", "DLAUNCH_TOKEN_FILE", "DLAUNCH_NO_SLURM", "DLAUNCH_STORE",
+    "DLAUNCH_TOKEN", "DLAUNCH_TOKEN_FILE", "DLAUNCH_ENDPOINT", "DLAUNCH_NO_SLURM", "DLAUNCH_STORE",
     "DLAUNCH_HEALTH_FD", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_VERBOSE", "DLAUNCH_TRAIN_*",
-    "DLAUNCH_COLL_*", "DLAUNCH_SOCKET_IFNAME", "DLAUNCH_CONTROL_FD", NULL,
+    "DLAUNCH_COLL_*", "DLAUNCH_SOCKET_IFNAME", "DLAUNCH_CONTROL_FD", "DLAUNCH_GROUP_GEN", NULL,
 };
 
 const dl_opt_table_t dl__job_table = {dl__options, sizeof(dl__options) / sizeof(dl__options[0]),

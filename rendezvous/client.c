@@ -109,8 +109,12 @@ static void on_message(dl__conn_t *conn, json_t *msg, dl_proto_type_t type)
     }
     if (type == DL_PROTO_ERROR) {
         dl_proto_errcode_t code = dl_proto_reply_error(msg, &why);
-        fail(c, code == DL_PROTO_E_AUTH_FAILED ? -EACCES : -EPROTO,
-             "the rendezvous at %s:%d refused us: %s", c->host, c->port, why ? why : "?");
+        /* Forbidden: not this kind of server (a one-node job's store); its words suffice. */
+        if (code == DL_PROTO_E_FORBIDDEN)
+            fail(c, -EPROTO, "%s:%d: %s", c->host, c->port, why ? why : "?");
+        else
+            fail(c, code == DL_PROTO_E_AUTH_FAILED ? -EACCES : -EPROTO,
+                 "the rendezvous at %s:%d refused us: %s", c->host, c->port, why ? why : "?");
         return;
     }
     if (c->state == CL_HELLO && type == DL_PROTO_CHALLENGE) {
@@ -348,10 +352,25 @@ int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *
     a.first_rank = (int)dl_proto_get_int(msg, "first_rank", 0);
     a.local_world_size = (int)dl_proto_get_int(msg, "local_world_size", 1);
     a.restart_count = (int)dl_proto_get_int(msg, "restart_count", 0);
+    a.failures = (int)dl_proto_get_int(msg, "failures", 0);
+    a.host_node_rank = (int)dl_proto_get_int(msg, "host_node_rank", -1);
     a.max_restarts = (int)dl_proto_get_int(msg, "max_restarts", 0);
     a.master_port = (int)dl_proto_get_int(msg, "master_port", 0);
     snprintf(a.master_addr, sizeof(a.master_addr), "%s", dl_proto_get_str(msg, "master_addr"));
     snprintf(a.store_addr, sizeof(a.store_addr), "%s", dl_proto_get_str(msg, "store_addr"));
+    /* Addresses we may connect to, or bind, one day: nothing but what addresses are made of. */
+    const json_t *succ = json_object_get(msg, "successors");
+    for (size_t i = 0; i < json_array_size(succ); i++) {
+        const char *s = json_string_value(json_array_get(succ, i));
+        size_t len = strlen(s);
+        if (len > DL_PROTO_NAME_MAX ||
+            strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.:-_%[]") !=
+                len) {
+            snprintf(err, errlen, "successor %zu is not an address", i);
+            return -EPROTO;
+        }
+        snprintf(a.successors[a.nsuccessors++], sizeof(a.successors[0]), "%s", s);
+    }
     int r = dl_rdzv_assignment_check(&a, want, err, errlen);
     if (r == 0)
         *ret = a;
@@ -366,17 +385,18 @@ int dl_rdzv_assignment_check(const dl_rdzv_assignment_t *a, const dl_rdzv_assign
 
     if (want != NULL) {
         if (a->local_world_size != want->slots) {
-            snprintf(err, errlen, "%d workers on this node, which offered %d",
-                     a->local_world_size, want->slots);
+            snprintf(err, errlen, "%d worker%s on this node, which offered %d",
+                     a->local_world_size, a->local_world_size == 1 ? "" : "s", want->slots);
             return -EPROTO;
         }
         if (a->nodes < want->min_nodes || a->nodes > want->max_nodes) {
-            snprintf(err, errlen, "%d nodes, where the job has %d to %d", a->nodes,
-                     want->min_nodes, want->max_nodes);
+            snprintf(err, errlen, "%d node%s, where the job has %d to %d", a->nodes,
+                     a->nodes == 1 ? "" : "s", want->min_nodes, want->max_nodes);
             return -EPROTO;
         }
         if ((long long)a->world_size > (long long)a->nodes * DL_RDZV_MAX_SLOTS) {
-            snprintf(err, errlen, "world size %d for %d nodes", a->world_size, a->nodes);
+            snprintf(err, errlen, "world size %d for %d node%s", a->world_size, a->nodes,
+                     a->nodes == 1 ? "" : "s");
             return -EPROTO;
         }
         if (a->round < want->min_round) {

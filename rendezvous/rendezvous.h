@@ -27,6 +27,10 @@ typedef struct {
     /* NULL: every job. Else the one run id this server serves (an agent's embedded server):
      * a hello for another gets auth_failed. */
     const char *only_run_id;
+    /* A one-node job's key-value store (with only_run_id), not a rendezvous: its workers get
+     * in; an agent or a control command (status, stop, restart, events) is refused, saying
+     * so, for no round runs there to join, report or stop. */
+    bool store_only;
     /* The core's settings and limits (docs/rendezvous.md). Its hash key, when left 0, is drawn
      * at random. */
     dl_rdzv_core_opts_t core;
@@ -137,10 +141,16 @@ typedef struct {
     int first_rank;
     int local_world_size;
     int restart_count;
+    int failures; /* restarts spent on failures */
     int max_restarts;
     int master_port;
     char master_addr[DL_PROTO_NAME_MAX + 1];
     char store_addr[DL_PROTO_NAME_MAX + 1];
+    /* The addresses of node ranks 0, 1, ..., where an embedded rendezvous is hosted again if
+     * its host dies; nsuccessors 0 when the server names none (dlaunchd). */
+    char successors[8][DL_PROTO_NAME_MAX + 1];
+    int nsuccessors;
+    int host_node_rank; /* the node rank of the agent hosting the rendezvous, or -1 */
 } dl_rdzv_assignment_t;
 
 /* What the agent asked for, which an assignment must agree with. */

@@ -320,8 +320,12 @@ int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const
     if (strcmp(type, "auth_ok") != 0) {
         const char *why = NULL;
         dl_proto_errcode_t code = dl_proto_reply_error(reply, &why);
-        snprintf(err, errlen, "the rendezvous at %s:%d refused us: %s", host, port,
-                 why ? why : type);
+        /* Forbidden: not this kind of server (a one-node job's store); its words suffice. */
+        if (code == DL_PROTO_E_FORBIDDEN)
+            snprintf(err, errlen, "%s:%d: %s", host, port, why ? why : type);
+        else
+            snprintf(err, errlen, "the rendezvous at %s:%d refused us: %s", host, port,
+                     why ? why : type);
         r = code == DL_PROTO_E_AUTH_FAILED ? -EACCES : -EPROTO;
         goto fail;
     }

@@ -28,6 +28,14 @@ void dl_train_comm_init_local(dl_train_comm_t *c)
     c->allgather = NULL;
     c->overlap_pays = false;
     c->error = NULL;
+    c->joining = false;
+    c->rejoin = NULL;
+    c->allgather_bytes = NULL;
+    c->mem_alloc = NULL;
+    c->mem_peer = NULL;
+    c->host_of = NULL;
+    c->reduce_scatter_extra = NULL;
+    c->recovered = NULL;
 }
 
 int dl_train_buckets_plan(size_t n, size_t bucket_bytes, size_t **ret_ends, size_t *ret_count)

@@ -16,6 +16,7 @@ static const char *const sched_names[] = {"constant", "step", "cosine", NULL};
 static const char *const scaling_names[] = {"none", "linear", "sqrt", NULL};
 static const char *const divergence_names[] = {"stop", "rollback", NULL};
 static const char *const overlap_names[] = {"auto", "on", "off", NULL};
+static const char *const phase_names[] = {"after", "compute", "exchange", "gather", NULL};
 
 static int parse_layers(const dl_opt_t *o, void *obj, const char *s, char *why, size_t whylen)
 {
@@ -135,6 +136,14 @@ static const dl_opt_t options[] = {
      "(0: never)", 0, 0},
     {"fail_rank", NULL, 0, T(int), OFF(fail_rank), 0, 1 << 20, NULL, "0", "N",
      "testing restarts: the rank that fail_at_step kills (and hang_at_step stops)", 0, 0},
+    {"fail_phase", NULL, 0, T(enum), OFF(fail_phase), 0, 0, phase_names, "after", "PHASE",
+     "testing recovery: where fail_at_step kills: after the step (after), or inside it: in its "
+     "compute, its gradient exchange or its parameter gather (sharded), fail_delay_us in", 0, 0},
+    {"fail_delay_us", NULL, 0, T(u64), OFF(fail_delay_us), 0, 1e9, NULL, "0", "US",
+     "testing recovery: how long after entering fail_phase the kill comes", 0, 0},
+    {"fail_on_join", NULL, 0, T(bool), OFF(fail_on_join), 0, 0, NULL, "false", "BOOL",
+     "testing recovery: a replacement joining a running job (DLAUNCH_GROUP_GEN 1) kills itself "
+     "as soon as it is in the group, a second failure during the recovery", 0, 0},
     {"hang_at_step", NULL, 0, T(u64), OFF(hang_at_step), 0, 1e15, NULL, "0", "N",
      "testing hang reports: rank fail_rank stops itself (SIGSTOP) in this step, before summing "
      "its gradients, first attempt only (0: never)", 0, 0},
@@ -185,9 +194,12 @@ int dl_train_config_check(const dl_train_config_t *cfg, char *err, size_t errlen
         return dl__train_err(-EINVAL, err, errlen, "epochs and steps are both 0: nothing to do");
     if (cfg->batch_size == 0)
         return dl__train_err(-EINVAL, err, errlen, "batch_size: must be at least 1");
-    if (cfg->schedule == DL_TRAIN_SCHED_COSINE && cfg->lr_min > cfg->lr)
-        return dl__train_err(-EINVAL, err, errlen, "lr_min %g is above lr %g", cfg->lr_min,
-                             cfg->lr);
+    if (cfg->schedule == DL_TRAIN_SCHED_COSINE && cfg->lr_min > cfg->lr) {
+        char lo[32], hi[32];
+        return dl__train_err(-EINVAL, err, errlen, "lr_min %s is above lr %s",
+                             dl_opt_num_text(cfg->lr_min, lo, sizeof(lo)),
+                             dl_opt_num_text(cfg->lr, hi, sizeof(hi)));
+    }
     if (cfg->keep_checkpoints == 0)
         return dl__train_err(-EINVAL, err, errlen, "keep_checkpoints: must be at least 1");
     return 0;

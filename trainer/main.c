@@ -8,10 +8,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "comm-coll.h"
@@ -22,6 +25,8 @@ static volatile sig_atomic_t stop_signal;
 typedef struct {
     long rank;
     uint64_t fail_at_step; /* 0: never */
+    int fail_phase;        /* 0: after the step; else a DL_TRAIN_PHASE_* inside it */
+    uint64_t fail_delay_us;
     FILE *checksums;       /* where crc_line writes; NULL: stdout */
     bool prefix;           /* own prefix on each line: not under dlaunch, which adds its own */
     uint64_t hang_at_step; /* 0: never */
@@ -37,7 +42,7 @@ static int should_stop(void *ud, uint64_t step)
     const prog_t *p = ud;
 
     /* A crash on purpose, for restart tests: no stop vote, no checkpoint, no goodbye. */
-    if (p->fail_at_step > 0 && step == p->fail_at_step) {
+    if (p->fail_at_step > 0 && step == p->fail_at_step && p->fail_phase == 0) {
         printf("%sfail_at_step: killing myself after step %llu\n", p->prefix ? "[train] " : "",
                (unsigned long long)step);
         raise(SIGKILL);
@@ -56,6 +61,38 @@ static void mid_step(void *ud, uint64_t step)
                (unsigned long long)step);
         raise(SIGSTOP);
     }
+}
+
+static void *killer(void *arg)
+{
+    uint64_t us = *(const uint64_t *)arg;
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+    kill(getpid(), SIGKILL);
+    return NULL;
+}
+
+/* A crash on purpose inside a step (recovery tests): fail_delay_us after entering the phase,
+ * from a thread, so that the rank dies wherever it is by then (inside a collective, say). */
+static void on_phase(void *ud, uint64_t step, int phase)
+{
+    prog_t *p = ud;
+
+    if (p->fail_at_step == 0 || step != p->fail_at_step || phase != p->fail_phase)
+        return;
+    printf("%sfail_at_step: killing myself in step %llu, %llu us into its %s\n",
+           p->prefix ? "[train] " : "", (unsigned long long)step,
+           (unsigned long long)p->fail_delay_us,
+           phase == DL_TRAIN_PHASE_COMPUTE ? "compute"
+           : phase == DL_TRAIN_PHASE_EXCHANGE ? "gradient exchange"
+                                              : "parameter gather");
+    if (p->fail_delay_us == 0)
+        raise(SIGKILL);
+    pthread_t t;
+    if (pthread_create(&t, NULL, killer, &p->fail_delay_us) != 0)
+        raise(SIGKILL);
+    p->fail_at_step = 0;
 }
 
 static void log_line(void *ud, const char *line)
@@ -241,6 +278,8 @@ int main(int argc, char **argv)
         goto fail;
     if (attempt == 0 && rank == cfg.fail_rank) {
         prog.fail_at_step = cfg.fail_at_step;
+        prog.fail_phase = cfg.fail_phase;
+        prog.fail_delay_us = cfg.fail_delay_us;
         prog.hang_at_step = cfg.hang_at_step;
     }
     dl_train_comm_init_local(&comm);
@@ -257,6 +296,15 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    /* A second failure in the middle of a recovery, for its tests: the group is formed, the
+     * state not yet shared. */
+    if (cfg.fail_on_join && comm.joining && getenv("DLAUNCH_GROUP_GEN") != NULL &&
+        strcmp(getenv("DLAUNCH_GROUP_GEN"), "1") == 0) {
+        printf("%sfail_on_join: killing myself in the middle of the recovery\n",
+               prog.prefix ? "[train] " : "");
+        raise(SIGKILL);
+    }
+
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
@@ -268,7 +316,8 @@ int main(int argc, char **argv)
                               .should_stop = should_stop,
                               .params_crc = crc_line,
                               .health_fd = fd,
-                              .mid_step = mid_step};
+                              .mid_step = mid_step,
+                              .phase = on_phase};
     r = dl_train_run(&cfg, &comm, &hooks, &res, err, sizeof(err));
     dl_train_config_free(&cfg);
     dl_train_coll_close(coll);

@@ -188,6 +188,18 @@ int dl_train_mlp_pad(dl_train_mlp_t *m, size_t floats)
     return 0;
 }
 
+size_t dl_train_mlp_capacity(const dl_train_mlp_t *m)
+{
+    return m->cap;
+}
+
+float *dl_train_mlp_swap_params(dl_train_mlp_t *m, float *other)
+{
+    float *old = m->params;
+    m->params = other;
+    return old;
+}
+
 void dl_train_mlp_layer_offsets(const dl_train_mlp_t *m, size_t l, size_t *ret_w, size_t *ret_b)
 {
     *ret_w = m->w_off[l];

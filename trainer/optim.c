@@ -16,6 +16,30 @@ void dl_train_sgd_step(float *restrict p, float *restrict m, const float *restri
     }
 }
 
+DL__TRAIN_HOT
+void dl_train_sgd_step_to(float *restrict p_out, float *restrict m_out, const float *restrict p_in,
+                          const float *restrict m_in, const float *restrict g, size_t n, float lr,
+                          float momentum, float weight_decay)
+{
+    for (size_t i = 0; i < n; i++) {
+        float d = g[i] + weight_decay * p_in[i];
+        float v = momentum * m_in[i] + d;
+        m_out[i] = v;
+        p_out[i] = p_in[i] - lr * v;
+    }
+}
+
+DL__TRAIN_HOT
+void dl_train_sgd_momentum_to(float *restrict m_out, const float *restrict m_in,
+                              const float *restrict p_in, const float *restrict g, size_t n,
+                              float momentum, float weight_decay)
+{
+    for (size_t i = 0; i < n; i++) {
+        float d = g[i] + weight_decay * p_in[i];
+        m_out[i] = momentum * m_in[i] + d;
+    }
+}
+
 double dl_train_lr_at(const dl_train_schedule_t *s, uint64_t step)
 {
     if (step < s->warmup_steps)

@@ -74,7 +74,51 @@ typedef struct {
     double last_loss;
     dl_train_divergence_t watch;
     unsigned rollbacks;
+
+    /* In-job recovery (docs/recovery.md): the state after the last complete step stays whole
+     * while the next step is made, so that the group can go on from it whatever broke when. */
+    bool rec;
+    bool comm_failed;   /* a hook failed: the group is broken */
+    bool state_valid;   /* this rank holds a whole state (false until the start state is in) */
+    int world;          /* the world the shards were cut for */
+    float *p_alt;       /* the other parameter buffer: the step before, or the one being made */
+    float *mbuf[2];     /* momentum: the whole (unsharded) or this rank's block (sharded) */
+    float *mpriv;       /* unsharded: the allocation of both buffers */
+    uint64_t *mstep;    /* mstep[b]: the step whose momentum mbuf[b] holds; REC_NONE: being made */
+    uint64_t mstep_priv[2];
+    void *mshared;      /* sharded: the block the host's ranks can read: header, mbuf[0], [1] */
+    int cur;            /* mbuf[cur] holds the momentum of the last complete step */
+    struct snap_s {
+        uint64_t step, epoch;
+        size_t pos;
+        dl_train_divergence_t watch;
+    } snap[2];          /* snap[cur]: sampler and loss watch after the last complete step */
+    float *momentum_own; /* r->momentum when this run allocated it (not one of mpriv's) */
+    /* Across hosts (sharded): the momentum of the buddy rank's block, kept like the own one:
+     * rmbuf[0..len) and [len..2 len) ping-pong with cur, then its summed gradient. */
+    int buddy;
+    float *rmbuf;
+    float *rgrad;
+    uint64_t rmstep[2];
+    /* Sharded: every block of the old layout this rank can give, both buffers, as the broken
+     * group left them (its own, its buddy's, those of the ranks on its host). */
+    struct rescued_s {
+        int block;
+        uint64_t mstep[2];
+        float *buf; /* 2 x len */
+    } *rescued;
+    size_t nrescued;
+    int old_rank;   /* this rank's place in the layout the state was kept in, -1: none */
+    size_t old_len; /* that layout's block length */
+    float *xfer;        /* shard_len floats: a block broadcast for another rank */
+    double failed_at;   /* when this rank saw the group break */
+    unsigned recoveries;
 } run_t;
+
+/* A buffer of mstep being written: it holds no step. */
+#define REC_NONE UINT64_MAX
+/* The shared block's header before the two momentum buffers (whole cache lines). */
+#define REC_HDR_FLOATS 16
 
 /* Where the spare floats after the parameters sit (see DL_TRAIN_SPARE_FLOATS). */
 #define VOTE_AT(r) ((r)->n_params)
@@ -104,6 +148,8 @@ static const char *comm_error(const run_t *r, int rc)
 }
 
 static void say(const run_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void phase(run_t *r, int which);
+static int rec_shared_alloc(run_t *r);
 
 static void say(const run_t *r, const char *fmt, ...)
 {
@@ -209,14 +255,20 @@ static int check_outputs(run_t *r)
     return 0;
 }
 
-static int setup(run_t *r)
+/* Everything that depends on the world's size and this rank's place in it: the sampler's share,
+ * the steps, the shards of the sharded update and the buffers cut for them, the learning rate
+ * (scaled for the global batch). Run at the start, and again after an in-job recovery (the
+ * world may have changed: a node lost or come back). The model's parameters stay; momentum
+ * starts at zero, the caller fills it. */
+static int layout(run_t *r)
 {
     const dl_train_config_t *cfg = r->cfg;
-    const int world = r->comm->world_size;
-    size_t cap = cfg->batch_size > EVAL_CHUNK ? cfg->batch_size : EVAL_CHUNK;
+    const dl_train_comm_t *c = r->comm;
+    const int world = c->world_size;
     int rc;
 
-    rc = dl_train_sampler_init(&r->sampler, r->train.n, r->comm->rank, world, cfg->seed,
+    dl_train_sampler_free(&r->sampler);
+    rc = dl_train_sampler_init(&r->sampler, r->train.n, c->rank, world, cfg->seed,
                                cfg->drop_last);
     if (rc < 0)
         return dl__train_err(rc, r->err, r->errlen,
@@ -233,6 +285,113 @@ static int setup(run_t *r)
     r->total_steps = cfg->steps > 0 ? cfg->steps : cfg->epochs * r->steps_per_epoch;
     r->log_every = cfg->log_every > 0 ? cfg->log_every : (r->steps_per_epoch + 3) / 4;
 
+    size_t padded = r->n_params + DL_TRAIN_SPARE_FLOATS;
+    if (r->sharded) {
+        /* Whole cache lines a shard: a block starting mid-line makes every 64-byte load of the
+         * update and of the collective's copies straddle two lines (rank 1's update took 29 us
+         * against rank 0's 20, and rank 0 waited for it). */
+        r->shard_len = (r->n_params + DL_TRAIN_SPARE_FLOATS + (size_t)world - 1) / (size_t)world;
+        r->shard_len = (r->shard_len + 15) & ~(size_t)15;
+        r->shard_lo = r->shard_len * (size_t)c->rank;
+        padded = r->shard_len * (size_t)world;
+        rc = dl_train_mlp_pad(r->mlp, padded);
+        free(r->shard_grad);
+        r->shard_grad = aligned_alloc(64, r->shard_len * sizeof(float));
+        if (rc < 0 || r->shard_grad == NULL)
+            return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for the shards");
+    }
+
+    /* Padded too: checkpoints gather the momentum's shards into it. */
+    padded = (padded + 15) & ~(size_t)15;
+    r->world = world;
+    r->mstep = r->mstep_priv;
+    r->mshared = NULL;
+    r->mbuf[0] = r->mbuf[1] = NULL;
+    free(r->mpriv);
+    r->mpriv = NULL;
+    free(r->rmbuf);
+    r->rmbuf = r->rgrad = NULL;
+    r->buddy = -1;
+    r->cur = 0;
+    r->mstep[0] = 0;
+    r->mstep[1] = REC_NONE;
+    if (r->rec) {
+        size_t pcap = dl_train_mlp_capacity(r->mlp);
+        free(r->p_alt);
+        r->p_alt = aligned_alloc(64, ((pcap + 15) & ~(size_t)15) * sizeof(float));
+        if (r->p_alt == NULL)
+            return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for the parameters");
+        memset(r->p_alt, 0, pcap * sizeof(float));
+        if (!r->sharded) {
+            /* Both momentum buffers whole: every rank holds all of it. */
+            r->mpriv = aligned_alloc(64, 2 * padded * sizeof(float));
+            if (r->mpriv == NULL)
+                return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for momentum");
+            memset(r->mpriv, 0, 2 * padded * sizeof(float));
+            r->mbuf[0] = r->mpriv;
+            r->mbuf[1] = r->mpriv + padded;
+        } else {
+            free(r->xfer);
+            r->xfer = aligned_alloc(64, r->shard_len * sizeof(float));
+            if (r->xfer == NULL)
+                return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for momentum");
+        }
+        /* Across hosts a rank also keeps the momentum of one block on another host (its buddy:
+         * the rank as far ahead as its own host has ranks), so that losing a whole host loses
+         * no block; there the reduce-scatter sums everything anyway, so that block's sum is a
+         * copy away. On one host the ranks' shared memory is the replica. */
+        if (r->sharded && c->host_of != NULL && c->reduce_scatter_extra != NULL) {
+            int host = c->host_of(c->ctx, c->rank), here = 0;
+            for (int q = 0; q < world; q++)
+                here += c->host_of(c->ctx, q) == host;
+            int b = (c->rank + here) % world;
+            if (b != c->rank && c->host_of(c->ctx, b) != host)
+                r->buddy = b;
+        }
+        if (r->buddy >= 0) {
+            r->rmbuf = aligned_alloc(64, 3 * r->shard_len * sizeof(float));
+            if (r->rmbuf == NULL)
+                return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for momentum");
+            memset(r->rmbuf, 0, 3 * r->shard_len * sizeof(float));
+            r->rgrad = r->rmbuf + 2 * r->shard_len;
+        }
+        r->rmstep[0] = 0;
+        r->rmstep[1] = REC_NONE;
+    }
+    free(r->momentum_own);
+    r->momentum_own = NULL;
+    if (r->rec && !r->sharded) {
+        r->momentum = r->mbuf[0];
+    } else {
+        r->momentum = r->momentum_own = aligned_alloc(64, padded * sizeof(float));
+        if (r->momentum == NULL)
+            return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for momentum");
+        memset(r->momentum, 0, padded * sizeof(float));
+    }
+    free(r->figs);
+    r->figs = world > 1 ? calloc(3 * (size_t)world, sizeof(float)) : NULL;
+
+    dl_train_scaled_lr(cfg, world, r->total_steps, &r->sched.lr, &r->sched.warmup_steps);
+    r->sched.lr_min = cfg->lr_min;
+    /* A rolled-back run keeps its halved rate. */
+    for (unsigned i = 0; i < r->rollbacks; i++) {
+        r->sched.lr *= 0.5;
+        r->sched.lr_min *= 0.5;
+    }
+    r->sched.kind = cfg->schedule;
+    r->sched.gamma = cfg->lr_gamma;
+    r->sched.step_size = cfg->lr_step_epochs * r->steps_per_epoch;
+    r->sched.total_steps = r->total_steps;
+    return 0;
+}
+
+static int setup(run_t *r)
+{
+    const dl_train_config_t *cfg = r->cfg;
+    const int world = r->comm->world_size;
+    size_t cap = cfg->batch_size > EVAL_CHUNK ? cfg->batch_size : EVAL_CHUNK;
+    int rc;
+
     dl__train_rng_seed(&r->rng, cfg->seed);
     rc = dl_train_mlp_new(cfg->sizes, cfg->n_layers, cfg->activation, cap,
                           dl__train_rng_next(&r->rng), &r->mlp);
@@ -244,46 +403,128 @@ static int setup(run_t *r)
                                (cfg->overlap == DL_TRAIN_OVERLAP_AUTO && r->comm->overlap_pays));
     r->sharded = world > 1 && !r->overlap && r->comm->reduce_scatter != NULL &&
                  r->comm->allgather != NULL;
-    size_t padded = r->n_params + DL_TRAIN_SPARE_FLOATS;
-    if (r->sharded) {
-        /* Whole cache lines a shard: a block starting mid-line makes every 64-byte load of the
-         * update and of the collective's copies straddle two lines (rank 1's update took 29 us
-         * against rank 0's 20, and rank 0 waited for it). */
-        r->shard_len = (r->n_params + DL_TRAIN_SPARE_FLOATS + (size_t)world - 1) / (size_t)world;
-        r->shard_len = (r->shard_len + 15) & ~(size_t)15;
-        r->shard_lo = r->shard_len * (size_t)r->comm->rank;
-        padded = r->shard_len * (size_t)world;
-        rc = dl_train_mlp_pad(r->mlp, padded);
-        r->shard_grad = aligned_alloc(64, r->shard_len * sizeof(float));
-        if (rc < 0 || r->shard_grad == NULL)
-            return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for the shards");
+    r->rec = world > 1 && r->comm->rejoin != NULL && r->comm->allgather_bytes != NULL;
+    r->old_rank = -1;
+    rc = layout(r);
+    if (rc < 0)
+        return rc;
+    /* The host's shared memory, a collective of the group; a replacement makes it with the
+     * others when the state is shared (rec_sync). */
+    if (r->rec && r->sharded && !r->comm->joining) {
+        rc = rec_shared_alloc(r);
+        if (rc < 0)
+            return rc;
     }
-
-    /* Padded too: checkpoints gather the momentum's shards into it. */
-    padded = (padded + 15) & ~(size_t)15;
-    r->momentum = aligned_alloc(64, padded * sizeof(float));
-    if (r->momentum != NULL)
-        memset(r->momentum, 0, padded * sizeof(float));
-    r->figs = world > 1 ? calloc(3 * (size_t)world, sizeof(float)) : NULL;
     r->x = malloc(cap * cfg->sizes[0] * sizeof(float));
     r->y = malloc(cap);
     r->idx = malloc(cap * sizeof(uint32_t));
-    if (r->momentum == NULL || r->x == NULL || r->y == NULL || r->idx == NULL)
+    if (r->x == NULL || r->y == NULL || r->idx == NULL)
         return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for the batch buffers");
     rc = dl__train_reducer_init(&r->reducer, r->comm, dl_train_mlp_grads(r->mlp),
                                 r->n_params + DL_TRAIN_SPARE_FLOATS, cfg->bucket_bytes,
                                 r->overlap);
     if (rc < 0)
         return dl__train_err(rc, r->err, r->errlen, "buckets: %s", strerror(-rc));
-
-    dl_train_scaled_lr(cfg, world, r->total_steps, &r->sched.lr, &r->sched.warmup_steps);
-    r->sched.kind = cfg->schedule;
-    r->sched.lr_min = cfg->lr_min;
-    r->sched.gamma = cfg->lr_gamma;
-    r->sched.step_size = cfg->lr_step_epochs * r->steps_per_epoch;
-    r->sched.total_steps = r->total_steps;
     dl_train_divergence_init(&r->watch, cfg->divergence_factor, cfg->divergence_window);
     return 0;
+}
+/* ---- In-job recovery: the state kept whole ------------------------------------------------ */
+
+static int hook_failed(run_t *r, int rc)
+{
+    if (rc < 0 && !r->comm_failed) {
+        r->comm_failed = true;
+        r->failed_at = now();
+    }
+    return rc;
+}
+
+/* Sharded: this rank's block of the momentum, twice, in memory the host's other ranks can read
+ * (also once this rank died), after a header saying which step each buffer holds. */
+static int rec_shared_alloc(run_t *r)
+{
+    const dl_train_comm_t *c = r->comm;
+    size_t bytes = (REC_HDR_FLOATS + 2 * r->shard_len) * sizeof(float);
+    void *p = NULL;
+
+    if (c->mem_alloc != NULL) {
+        int rc = hook_failed(r, c->mem_alloc(c->ctx, bytes, &p));
+        if (rc < 0)
+            return dl__train_err(rc, r->err, r->errlen, "shared memory for the optimizer state: %s",
+                                 comm_error(r, rc));
+    } else {
+        /* No replica on the host then: a lost block ends in a restart. */
+        free(r->mpriv);
+        r->mpriv = p = aligned_alloc(64, bytes);
+        if (p == NULL)
+            return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for momentum");
+        memset(p, 0, bytes);
+    }
+    r->mshared = p;
+    r->mstep = p;
+    r->mbuf[0] = (float *)p + REC_HDR_FLOATS;
+    r->mbuf[1] = r->mbuf[0] + r->shard_len;
+    return 0;
+}
+
+static void snap_take(run_t *r, struct snap_s *sn)
+{
+    sn->step = r->step;
+    sn->epoch = r->sampler.epoch;
+    sn->pos = r->sampler.pos;
+    sn->watch = r->watch;
+}
+
+/* The state is whole as it is now (a start, a checkpoint restored, a recovery): both snapshots
+ * say so, and the momentum buffer in use holds it. */
+static void rec_reset(run_t *r)
+{
+    if (!r->rec)
+        return;
+    /* r->momentum holds all of it here (restored, or put together by a recovery). */
+    if (r->sharded)
+        memcpy(r->mbuf[r->cur], r->momentum + r->shard_lo, r->shard_len * sizeof(float));
+    __atomic_store_n(&r->mstep[1 - r->cur], REC_NONE, __ATOMIC_RELEASE);
+    __atomic_store_n(&r->mstep[r->cur], r->step, __ATOMIC_RELEASE);
+    if (r->buddy >= 0) {
+        memcpy(r->rmbuf + (size_t)r->cur * r->shard_len,
+               r->momentum + (size_t)r->buddy * r->shard_len, r->shard_len * sizeof(float));
+        r->rmstep[1 - r->cur] = REC_NONE;
+        r->rmstep[r->cur] = r->step;
+    }
+    snap_take(r, &r->snap[r->cur]);
+    r->snap[1 - r->cur] = r->snap[r->cur];
+    r->state_valid = true;
+}
+
+/* A step is complete on this rank: its parameters and momentum are in use (train_step swapped
+ * them in), the sampler and the loss watch have moved on. */
+static void rec_commit(run_t *r)
+{
+    if (r->rec)
+        snap_take(r, &r->snap[r->cur]);
+}
+
+/* Sampler and loss watch as they were after the last complete step (a step in progress has
+ * drawn its batch already). */
+static void rec_snap_restore(run_t *r)
+{
+    const struct snap_s *sn = &r->snap[r->cur];
+    r->step = sn->step;
+    if (sn->epoch != r->sampler.epoch)
+        dl_train_sampler_set_epoch(&r->sampler, sn->epoch);
+    r->sampler.pos = sn->pos;
+    r->watch = sn->watch;
+}
+
+/* Back to the step before the last complete one: the buffers of that step were kept. */
+static void rec_step_back(run_t *r)
+{
+    r->p_alt = dl_train_mlp_swap_params(r->mlp, r->p_alt);
+    r->cur = 1 - r->cur;
+    if (!r->sharded)
+        r->momentum = r->mbuf[r->cur];
+    rec_snap_restore(r);
 }
 
 static void fill_ckpt(run_t *r, dl_train_ckpt_t *ck)
@@ -365,6 +606,7 @@ static int restore(run_t *r, bool load)
             rc = c->broadcast(c->ctx, dl_train_mlp_params(r->mlp), r->n_params * sizeof(float), 0);
         if (rc == 0 && st.found)
             rc = c->broadcast(c->ctx, r->momentum, r->n_params * sizeof(float), 0);
+        hook_failed(r, rc);
         if (rc < 0)
             return dl__train_err(rc, r->err, r->errlen, "broadcast of the initial state: %s",
                                  comm_error(r, rc));
@@ -375,6 +617,7 @@ static int restore(run_t *r, bool load)
         memcpy(r->rng.s, st.rng, sizeof(st.rng));
         dl_train_sampler_seek(&r->sampler, st.epoch, st.consumed);
     }
+    rec_reset(r);
     return st.found ? 1 : 0;
 }
 
@@ -405,7 +648,9 @@ static int checkpoint(run_t *r)
     /* Each rank kept only its block of the momentum up to date. */
     if (r->sharded) {
         const dl_train_comm_t *c = r->comm;
-        rc = c->allgather(c->ctx, r->momentum, r->shard_len);
+        if (r->rec)
+            memcpy(r->momentum + r->shard_lo, r->mbuf[r->cur], r->shard_len * sizeof(float));
+        rc = hook_failed(r, c->allgather(c->ctx, r->momentum, r->shard_len));
         if (rc < 0)
             return dl__train_err(rc, r->err, r->errlen,
                                  "step %llu: gathering the momentum for a checkpoint: %s",
@@ -518,12 +763,72 @@ static int sharded_update(run_t *r, float lr, float *ret_vote, float *ret_loss)
     for (size_t i = n; i < n + DL_TRAIN_SPARE_FLOATS; i++)
         if (i >= lo && i < lo + len)
             p[i] = r->shard_grad[i - lo];
+    phase(r, DL_TRAIN_PHASE_GATHER);
     t = now();
     rc = c->allgather(c->ctx, p, len);
     r->wait_time += now() - t;
     *ret_vote = p[VOTE_AT(r)];
     *ret_loss = p[LOSS_AT(r)];
     return rc;
+}
+
+static void phase(run_t *r, int which)
+{
+    const dl_train_hooks_t *h = r->hooks;
+    if (h != NULL && h->phase != NULL)
+        h->phase(h->ud, r->step + 1, which);
+}
+
+/* The sharded step kept whole (in-job recovery): the updated block and momentum go to the other
+ * buffers, the gathered parameters too, and only a step complete on this rank swaps them in.
+ * Until then the last complete step's parameters and momentum stay as they were, and its
+ * momentum buffer says which step it holds (mstep, in memory the host's ranks can read). The
+ * same arithmetic as sharded_update, so the same bits. */
+static int sharded_update_kept(run_t *r, float lr, float *ret_vote, float *ret_loss)
+{
+    const dl_train_comm_t *c = r->comm;
+    float *p = dl_train_mlp_params(r->mlp), *q = r->p_alt;
+    size_t n = r->n_params, lo = r->shard_lo, len = r->shard_len;
+    size_t mine = lo >= n ? 0 : lo + len > n ? n - lo : len;
+    int nxt = 1 - r->cur;
+
+    double t = now();
+    int rc = hook_failed(r, r->buddy >= 0
+                                ? c->reduce_scatter_extra(c->ctx, dl_train_mlp_grads(r->mlp),
+                                                          r->shard_grad, len, r->buddy, r->rgrad)
+                                : c->reduce_scatter(c->ctx, dl_train_mlp_grads(r->mlp),
+                                                    r->shard_grad, len));
+    r->wait_time += now() - t;
+    if (rc < 0)
+        return rc;
+    __atomic_store_n(&r->mstep[nxt], REC_NONE, __ATOMIC_RELEASE);
+    dl_train_sgd_step_to(q + lo, r->mbuf[nxt], p + lo, r->mbuf[r->cur], r->shard_grad, mine, lr,
+                         (float)r->cfg->momentum, (float)r->cfg->weight_decay);
+    __atomic_store_n(&r->mstep[nxt], r->step + 1, __ATOMIC_RELEASE);
+    if (r->buddy >= 0) {
+        /* The buddy's block of the momentum, as its rank computes it (the same bits). */
+        size_t blo = (size_t)r->buddy * len;
+        size_t bn = blo >= n ? 0 : blo + len > n ? n - blo : len;
+        r->rmstep[nxt] = REC_NONE;
+        dl_train_sgd_momentum_to(r->rmbuf + (size_t)nxt * len, r->rmbuf + (size_t)r->cur * len,
+                                 p + blo, r->rgrad, bn, (float)r->cfg->momentum,
+                                 (float)r->cfg->weight_decay);
+        r->rmstep[nxt] = r->step + 1;
+    }
+    for (size_t i = n; i < n + DL_TRAIN_SPARE_FLOATS; i++)
+        if (i >= lo && i < lo + len)
+            q[i] = r->shard_grad[i - lo];
+    phase(r, DL_TRAIN_PHASE_GATHER);
+    t = now();
+    rc = hook_failed(r, c->allgather(c->ctx, q, len));
+    r->wait_time += now() - t;
+    if (rc < 0)
+        return rc;
+    r->p_alt = dl_train_mlp_swap_params(r->mlp, q);
+    r->cur = nxt;
+    *ret_vote = q[VOTE_AT(r)];
+    *ret_loss = q[LOSS_AT(r)];
+    return 0;
 }
 
 /* One optimizer step on the next batch; *ret_epoch_done when it used up the epoch, *ret_loss
@@ -538,6 +843,7 @@ static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done, double *re
     const dl_train_hooks_t *h = r->hooks;
 
     r->wait_time = 0.0;
+    phase(r, DL_TRAIN_PHASE_COMPUTE);
     size_t k = dl_train_sampler_next(&r->sampler, cfg->batch_size, r->idx);
     dl_train_dataset_gather(&r->train, r->idx, k, r->x, r->y);
 
@@ -550,15 +856,32 @@ static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done, double *re
     grads[LOSS_AT(r)] = (float)(loss / world);
     if (rc == 0 && h != NULL && h->mid_step != NULL)
         h->mid_step(h->ud, r->step + 1);
-    if (rc == 0 && r->sharded) {
-        rc = sharded_update(r, lr, &vote, &job_loss);
+    if (rc == 0)
+        phase(r, DL_TRAIN_PHASE_EXCHANGE);
+    if (rc == 0 && r->sharded && r->rec) {
+        rc = sharded_update_kept(r, lr, &vote, &job_loss);
+    } else if (rc == 0 && r->sharded) {
+        rc = hook_failed(r, sharded_update(r, lr, &vote, &job_loss));
     } else if (rc == 0) {
         double tw = now();
-        rc = dl__train_reducer_finish(&r->reducer);
+        /* Overlapped buckets started during backward are hooks too: a failure there shows
+         * here, where every one of them is waited for. */
+        rc = hook_failed(r, dl__train_reducer_finish(&r->reducer));
         r->wait_time += now() - tw;
-        if (rc == 0)
+        if (rc == 0 && r->rec) {
+            /* Kept whole (in-job recovery): the step goes to the other buffers. */
+            int nxt = 1 - r->cur;
+            dl_train_sgd_step_to(r->p_alt, r->mbuf[nxt], dl_train_mlp_params(r->mlp),
+                                 r->mbuf[r->cur], grads, r->n_params, lr, (float)cfg->momentum,
+                                 (float)cfg->weight_decay);
+            r->p_alt = dl_train_mlp_swap_params(r->mlp, r->p_alt);
+            r->mstep[nxt] = r->step + 1;
+            r->cur = nxt;
+            r->momentum = r->mbuf[nxt];
+        } else if (rc == 0) {
             dl_train_sgd_step(dl_train_mlp_params(r->mlp), r->momentum, grads, r->n_params, lr,
                               (float)cfg->momentum, (float)cfg->weight_decay);
+        }
         vote = grads[VOTE_AT(r)];
         job_loss = grads[LOSS_AT(r)];
     }
@@ -683,6 +1006,357 @@ static int diverged(run_t *r, double loss)
                          (unsigned long long)r->step, what, lr, why);
 }
 
+/* ---- In-job recovery: the group forms again and the state goes where it is missing ---------- */
+
+static void rescued_free(run_t *r)
+{
+    for (size_t i = 0; i < r->nrescued; i++)
+        free(r->rescued[i].buf);
+    free(r->rescued);
+    r->rescued = NULL;
+    r->nrescued = 0;
+}
+
+/* Keeps a copy of block `block`'s two buffers (hdr: the steps they hold, read before the copy
+ * and checked after: a living rank may be writing its next step into one). */
+static int rescue_one(run_t *r, int block, const uint64_t *hdr, const float *bufs)
+{
+    size_t len = r->shard_len;
+    struct rescued_s *x = &r->rescued[r->nrescued];
+    x->block = block;
+    x->buf = malloc(2 * len * sizeof(float));
+    if (x->buf == NULL)
+        return -ENOMEM;
+    for (int b = 0; b < 2; b++)
+        x->mstep[b] = __atomic_load_n(&hdr[b], __ATOMIC_ACQUIRE);
+    memcpy(x->buf, bufs, 2 * len * sizeof(float));
+    for (int b = 0; b < 2; b++)
+        if (__atomic_load_n(&hdr[b], __ATOMIC_ACQUIRE) != x->mstep[b])
+            x->mstep[b] = REC_NONE;
+    r->nrescued++;
+    return 0;
+}
+
+/* Sharded: every block of the momentum this rank can give, before leaving the broken group
+ * unmaps the host's shared memory: its own, its buddy's (across hosts), and those of the other
+ * ranks on its host, dead ones included (their memory outlives them). */
+static int rec_rescue(run_t *r)
+{
+    const dl_train_comm_t *c = r->comm;
+    size_t len = r->shard_len, need = (REC_HDR_FLOATS + 2 * len) * sizeof(float);
+
+    rescued_free(r);
+    r->old_rank = r->state_valid ? c->rank : -1;
+    r->old_len = len;
+    if (!r->sharded || !r->state_valid || r->mshared == NULL)
+        return 0;
+    r->rescued = calloc((size_t)r->world + 1, sizeof(*r->rescued));
+    if (r->rescued == NULL)
+        return -ENOMEM;
+    if (r->buddy >= 0 && rescue_one(r, r->buddy, r->rmstep, r->rmbuf) < 0)
+        return -ENOMEM;
+    for (int q = 0; q < r->world; q++) {
+        const void *ptr = NULL;
+        size_t plen = 0;
+        if (q == c->rank) {
+            ptr = r->mshared;
+            plen = need;
+        } else if (c->mem_peer == NULL || c->mem_peer(c->ctx, r->mshared, q, &ptr, &plen) < 0) {
+            continue;
+        }
+        if (plen < need)
+            continue;
+        if (rescue_one(r, q, ptr, (const float *)ptr + REC_HDR_FLOATS) < 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* The rescued buffer of old block b that holds `step`, or NULL. */
+static const float *rescued_block(const run_t *r, int b, uint64_t step)
+{
+    for (size_t i = 0; i < r->nrescued; i++) {
+        const struct rescued_s *x = &r->rescued[i];
+        if (x->block != b)
+            continue;
+        for (int k = 0; k < 2; k++)
+            if (x->mstep[k] == step)
+                return x->buf + (size_t)k * r->old_len;
+    }
+    return NULL;
+}
+
+/* What the ranks of a new group say of themselves. */
+typedef struct {
+    int64_t step;      /* the last step complete here; -1: no state (a replacement) */
+    int64_t old_rank;  /* this rank's place in the layout its state was kept in */
+    int64_t old_world; /* that layout's world */
+    int64_t old_len;   /* its block length (sharded) */
+} rec_info_t;
+
+/* What the source of the state sends besides parameters and momentum. */
+typedef struct {
+    uint64_t step, epoch, consumed;
+    uint64_t rng[4];
+    double lr, lr_min;
+    uint64_t rollbacks;
+} rec_sync_t;
+
+static int rec_fail(run_t *r, int rc, const char *what)
+{
+    hook_failed(r, rc);
+    return dl__train_err(rc, r->err, r->errlen, "in-job recovery: %s: %s", what,
+                         comm_error(r, rc));
+}
+
+/* Every rank of the new group, replacements included, comes here in the same order: they agree
+ * on the step to go on from (the last one every living rank completed: a rank one step ahead
+ * steps back, having kept that step whole), then the state goes from the living ranks to all:
+ * parameters, momentum (each block of the layout it was kept in from a rank that holds it, and
+ * cut again for this group's layout), sampler position, RNG, step and loss watch. The group may
+ * have another size than the one the state was kept in (a node lost, or one come back): the
+ * sampler continues at the same sample position, the shards are cut for the new world.
+ * Returns 0; 1 when no rank of the group holds any state (all are new: the job starts as it
+ * would, from a checkpoint or from scratch); or -errno with the line in err: the run cannot go
+ * on in-job (the launcher then restarts it from the last checkpoint). */
+static int rec_sync(run_t *r)
+{
+    const dl_train_comm_t *c = r->comm;
+    int world = c->world_size, me = c->rank, rc;
+    double t0 = r->failed_at > 0 ? r->failed_at : now();
+    float *full = NULL;
+    uint8_t *can = NULL;
+    int *provider = NULL;
+
+    /* Who holds which step. */
+    rec_info_t *all = calloc((size_t)world, sizeof(*all));
+    if (all == NULL)
+        return dl__train_err(-ENOMEM, r->err, r->errlen, "in-job recovery: out of memory");
+    all[me] = (rec_info_t){r->state_valid ? (int64_t)r->step : -1, r->old_rank, r->world,
+                           (int64_t)r->old_len};
+    rc = c->allgather_bytes(c->ctx, all, sizeof(*all));
+    if (rc < 0) {
+        rc = rec_fail(r, rc, "telling the ranks apart");
+        goto out;
+    }
+    int64_t target = -1;
+    int src = -1, njoin = 0;
+    for (int q = 0; q < world; q++) {
+        if (all[q].step < 0) {
+            njoin++;
+            continue;
+        }
+        if (target < 0 || all[q].step < target)
+            target = all[q].step;
+        if (src < 0)
+            src = q;
+    }
+    if (src < 0) {
+        /* Everyone is new: the job starts, from its checkpoint or from scratch (restore). */
+        rc = r->sharded ? rec_shared_alloc(r) : 0;
+        if (rc == 0)
+            rc = 1;
+        goto out;
+    }
+    int old_world = (int)all[src].old_world;
+    size_t old_len = (size_t)all[src].old_len;
+    for (int q = 0; q < world; q++) {
+        if (all[q].step < 0)
+            continue;
+        if (all[q].step > target + 1 || all[q].old_world != old_world ||
+            (size_t)all[q].old_len != old_len) {
+            rc = dl__train_err(-EPROTO, r->err, r->errlen,
+                               "in-job recovery: the living ranks disagree: rank %d is at step "
+                               "%lld of a world of %lld, rank %d at %lld of %d",
+                               q, (long long)all[q].step, (long long)all[q].old_world, src,
+                               (long long)target, old_world);
+            goto out;
+        }
+    }
+    uint64_t step = (uint64_t)target;
+    /* One step ahead: that step was complete here but not everywhere; the one before is kept. */
+    if (r->state_valid && r->step == step + 1)
+        rec_step_back(r);
+    else if (r->state_valid)
+        rec_snap_restore(r);
+    if (r->state_valid && r->step != step) {
+        rc = dl__train_err(-EPROTO, r->err, r->errlen,
+                           "in-job recovery: this rank cannot go back to step %llu",
+                           (unsigned long long)step);
+        goto out;
+    }
+
+    /* Sharded: which rank gives each block of the old layout. */
+    provider = calloc((size_t)(old_world > 0 ? old_world : 1), sizeof(int));
+    if (provider == NULL) {
+        rc = dl__train_err(-ENOMEM, r->err, r->errlen, "in-job recovery: out of memory");
+        goto out;
+    }
+    if (r->sharded) {
+        size_t row = ((size_t)old_world + 3) & ~(size_t)3;
+        can = calloc((size_t)world, row);
+        if (can == NULL) {
+            rc = dl__train_err(-ENOMEM, r->err, r->errlen, "in-job recovery: out of memory");
+            goto out;
+        }
+        for (int b = 0; b < old_world && r->state_valid; b++)
+            can[(size_t)me * row + (size_t)b] = rescued_block(r, b, step) != NULL;
+        rc = c->allgather_bytes(c->ctx, can, row);
+        if (rc < 0) {
+            rc = rec_fail(r, rc, "finding the replicas of the optimizer state");
+            goto out;
+        }
+        for (int b = 0; b < old_world; b++) {
+            provider[b] = -1;
+            /* Its own rank first, so that the common case moves the fewest bytes around. */
+            for (int q = 0; q < world && provider[b] < 0; q++)
+                if (all[q].old_rank == b && can[(size_t)q * row + (size_t)b])
+                    provider[b] = q;
+            for (int q = 0; q < world && provider[b] < 0; q++)
+                if (can[(size_t)q * row + (size_t)b])
+                    provider[b] = q;
+            if (provider[b] < 0) {
+                rc = dl__train_err(-ENODATA, r->err, r->errlen,
+                                   "in-job recovery: no living rank holds block %d of %d of the "
+                                   "optimizer state at step %llu (its rank and every replica "
+                                   "of it are gone)",
+                                   b, old_world, (unsigned long long)step);
+                goto out;
+            }
+        }
+    }
+
+    /* The state, from the source (every living rank holds the same at this step). */
+    rec_sync_t st = {0};
+    if (me == src) {
+        st.step = step;
+        dl_train_sampler_tell(&r->sampler, &st.epoch, &st.consumed);
+        memcpy(st.rng, r->rng.s, sizeof(st.rng));
+        st.lr = r->sched.lr;
+        st.lr_min = r->sched.lr_min;
+        st.rollbacks = r->rollbacks;
+    }
+    rc = c->broadcast(c->ctx, &st, sizeof(st), src);
+    if (rc == 0)
+        rc = c->broadcast(c->ctx, &r->watch, sizeof(r->watch), src);
+    if (rc == 0)
+        rc = c->broadcast(c->ctx, dl_train_mlp_params(r->mlp), r->n_params * sizeof(float), src);
+    /* The whole momentum on every rank: the blocks of the old layout from their holders (or,
+     * not sharded, all of it from the source), to be cut for this group's. */
+    size_t nfull = r->sharded ? (size_t)old_world * old_len : r->n_params;
+    if (nfull < r->n_params)
+        nfull = r->n_params;
+    full = calloc(nfull, sizeof(float));
+    if (full == NULL) {
+        rc = dl__train_err(-ENOMEM, r->err, r->errlen, "in-job recovery: out of memory");
+        goto out;
+    }
+    if (rc == 0 && !r->sharded) {
+        if (me == src)
+            memcpy(full, r->mbuf[r->cur], r->n_params * sizeof(float));
+        rc = c->broadcast(c->ctx, full, r->n_params * sizeof(float), src);
+    }
+    for (int b = 0; rc == 0 && r->sharded && b < old_world; b++) {
+        float *dst = full + (size_t)b * old_len;
+        if (me == provider[b])
+            memcpy(dst, rescued_block(r, b, step), old_len * sizeof(float));
+        rc = c->broadcast(c->ctx, dst, old_len * sizeof(float), provider[b]);
+    }
+    if (rc < 0) {
+        rc = rec_fail(r, rc, "sharing the state");
+        goto out;
+    }
+
+    /* This group's layout (its world, this rank's place), and the state put in. */
+    r->rollbacks = (unsigned)st.rollbacks;
+    rc = layout(r);
+    if (rc < 0)
+        goto out;
+    if (r->sharded) {
+        rc = rec_shared_alloc(r);
+        if (rc < 0)
+            goto out;
+    }
+    for (size_t i = r->n_params; i < nfull; i++)
+        full[i] = 0.0f; /* the spares and padding have no momentum */
+    memcpy(r->momentum, full, r->n_params * sizeof(float));
+    r->step = st.step;
+    dl_train_sampler_seek(&r->sampler, st.epoch, st.consumed);
+    memcpy(r->rng.s, st.rng, sizeof(st.rng));
+    if (world == old_world) {
+        r->sched.lr = st.lr;
+        r->sched.lr_min = st.lr_min;
+    }
+    /* Puts the momentum where the update reads it (and the buddy's block), both snapshots at
+     * this step. */
+    rec_reset(r);
+    r->recoveries++;
+    double ms = (now() - t0) * 1e3;
+    char who[256];
+    size_t off = 0;
+    who[0] = '\0';
+    for (int q = 0; q < world && off < sizeof(who); q++)
+        if (all[q].step < 0)
+            off += (size_t)snprintf(who + off, sizeof(who) - off, "%s%d", off ? "," : "", q);
+    if (world != old_world)
+        say(r,
+            "in-job recovery: the world went from %d to %d ranks%s%s; going on at step %llu "
+            "with the state of the living ranks (parameters, optimizer state, sampler position, "
+            "RNG, step; no checkpoint read), %zu samples a step, in %.0f ms",
+            old_world, world, njoin > 0 ? ", new: " : "", who, (unsigned long long)step,
+            r->cfg->batch_size * (size_t)world, ms);
+    else if (njoin > 0)
+        say(r,
+            "in-job recovery: rank%s %s joined at step %llu with the state of rank %d "
+            "(parameters, optimizer state, sampler position, RNG, step; no checkpoint read) "
+            "in %.0f ms",
+            njoin > 1 ? "s" : "", who, (unsigned long long)step, src, ms);
+    else
+        say(r, "in-job recovery: the group formed again at step %llu in %.0f ms",
+            (unsigned long long)step, ms);
+    if (c->recovered != NULL)
+        c->recovered(c->ctx, step, src, ms, all[me].step);
+    r->failed_at = 0;
+    rc = 0;
+out:
+    free(all);
+    free(can);
+    free(provider);
+    free(full);
+    rescued_free(r);
+    return rc;
+}
+
+/* A hook failed: leave the broken group, form the next one and go on. */
+static int recover(run_t *r)
+{
+    const dl_train_comm_t *c = r->comm;
+    char why[DL_TRAIN_ERRLEN];
+
+    snprintf(why, sizeof(why), "%s", r->err);
+    say(r, "%s; recovering in-job", why);
+    int rc = rec_rescue(r);
+    if (rc < 0)
+        return dl__train_err(rc, r->err, r->errlen, "in-job recovery: out of memory");
+    if (r->sharded && r->mshared != r->mpriv) {
+        /* Unmapped with the old group. */
+        r->mshared = NULL;
+        r->mstep = r->mstep_priv;
+        r->mbuf[0] = r->mbuf[1] = NULL;
+    }
+    rc = c->rejoin(c->ctx);
+    if (rc < 0)
+        return dl__train_err(rc, r->err, r->errlen, "in-job recovery: %s (after: %s)",
+                             comm_error(r, rc), why);
+    r->comm_failed = false;
+    rc = rec_sync(r);
+    /* Every rank of the new group is new: nobody kept a state to go on from. */
+    if (rc == 1)
+        rc = dl__train_err(-ENODATA, r->err, r->errlen,
+                           "in-job recovery: no rank of the group holds the training state");
+    return rc;
+}
+
 static int loop(run_t *r, bool *ret_stopped)
 {
     const dl_train_config_t *cfg = r->cfg;
@@ -715,6 +1389,7 @@ static int loop(run_t *r, bool *ret_stopped)
         bool last = r->step == r->total_steps;
         if (epoch_done)
             dl_train_sampler_set_epoch(&r->sampler, epoch + 1);
+        rec_commit(r);
 
         if (r->step % r->log_every == 0 || last || stop)
             progress(r, epoch);
@@ -750,12 +1425,17 @@ static int loop(run_t *r, bool *ret_stopped)
 
 static void run_free(run_t *r)
 {
+    rescued_free(r);
+    free(r->p_alt);
+    free(r->mpriv);
+    free(r->xfer);
+    free(r->rmbuf);
     dl_train_dataset_free(&r->train);
     dl_train_dataset_free(&r->test);
     dl_train_sampler_free(&r->sampler);
     dl_train_mlp_free(r->mlp);
     dl__train_reducer_free(&r->reducer);
-    free(r->momentum);
+    free(r->momentum_own);
     free(r->shard_grad);
     free(r->figs);
     free(r->x);
@@ -791,16 +1471,32 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
         rc = load_data(&r);
     if (rc == 0)
         rc = setup(&r);
-    if (rc == 0)
+    /* A replacement in a running job takes the living ranks' state, never a checkpoint's. */
+    bool joined = false;
+    if (rc == 0 && comm->joining && r.rec) {
+        rc = rec_sync(&r);
+        joined = rc == 0;
+        /* Nobody holds a state: the job starts afresh (or from its checkpoint) together. */
+        if (rc == 1)
+            rc = restore(&r, cfg->resume);
+    } else if (rc == 0) {
         rc = restore(&r, cfg->resume);
+    }
+    /* A failure while the ranks share the start state: the living ones may still recover. */
+    while (rc < 0 && r.rec && r.comm_failed)
+        rc = recover(&r);
     if (rc < 0)
         goto fail;
 
     shape_text(cfg, shape, sizeof(shape));
+    char lr_text[32];
+    if (joined)
+        goto train;
     say(&r,
-        "world size %d, batch %zu per device, %zu global; learning rate %g (%s, base batch "
+        "world size %d, batch %zu per device, %zu global; learning rate %s (%s, base batch "
         "%zu), %s schedule, %llu warmup steps",
-        comm->world_size, cfg->batch_size, cfg->batch_size * (size_t)comm->world_size, r.sched.lr,
+        comm->world_size, cfg->batch_size, cfg->batch_size * (size_t)comm->world_size,
+        dl_opt_num_text(r.sched.lr, lr_text, sizeof(lr_text)),
         cfg->lr_scaling == DL_TRAIN_SCALE_LINEAR ? "scaled linearly"
         : cfg->lr_scaling == DL_TRAIN_SCALE_SQRT ? "scaled by the square root"
                                                  : "not scaled",
@@ -827,7 +1523,15 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
         say(&r, "gradients: summed in one piece of %zu KiB after backward (overlap off)",
             (r.n_params + DL_TRAIN_SPARE_FLOATS) * sizeof(float) / 1024);
 
+train:
     rc = loop(&r, &stopped);
+    /* In-job recovery: the group forms again and the loop goes on from the step every living
+     * rank completed. */
+    if (rc < 0 && r.rec && r.comm_failed) {
+        rc = recover(&r);
+        if (rc == 0)
+            goto train;
+    }
     if (rc < 0)
         goto fail;
     bool diverged = rc == DL_TRAIN_DIVERGED;
@@ -843,6 +1547,7 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
     res.samples_per_sec = r.train_time > 0 ? r.samples / r.train_time : 0.0;
     res.params_crc = params_crc(&r);
     res.rollbacks = r.rollbacks;
+    res.recoveries = r.recoveries;
     if (diverged) {
         /* The diverged state is worth no checkpoint: the last good one stays the newest. */
         res.wall_seconds = now() - r.t_begin;
@@ -859,6 +1564,11 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
             res.test_loss, res.samples_per_sec);
     }
     rc = checkpoint(&r);
+    if (rc < 0 && r.rec && r.comm_failed) {
+        rc = recover(&r);
+        if (rc == 0)
+            goto train;
+    }
     if (rc < 0)
         goto fail;
     if (cfg->checkpoint_dir == NULL)

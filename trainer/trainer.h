@@ -128,6 +128,12 @@ float *dl_train_mlp_grads(dl_train_mlp_t *m);
  * model, which backward and the model never touch: room for collectives that cut a buffer into
  * equal blocks per rank. The buffers move; fetch them again. */
 int dl_train_mlp_pad(dl_train_mlp_t *m, size_t floats);
+/* Floats in the parameter buffer (and in the gradient buffer): the model, the spares, the pad. */
+size_t dl_train_mlp_capacity(const dl_train_mlp_t *m);
+/* Makes `other` (dl_train_mlp_capacity floats, 64-byte aligned, freed with free()) the parameter
+ * buffer and returns the one it replaces, which the caller then owns: double-buffered updates
+ * (in-job recovery keeps the parameters of the step before until a step is complete). */
+float *dl_train_mlp_swap_params(dl_train_mlp_t *m, float *other);
 /* Offsets of layer l's weight and bias in the parameter (and gradient) buffer. */
 void dl_train_mlp_layer_offsets(const dl_train_mlp_t *m, size_t l, size_t *ret_w, size_t *ret_b);
 
@@ -151,6 +157,14 @@ void dl_train_mlp_evaluate(dl_train_mlp_t *m, const float *x, const uint8_t *y, 
  * d = g + wd * p; m = momentum * m + d; p -= lr * m. */
 void dl_train_sgd_step(float *p, float *m, const float *g, size_t n, float lr, float momentum,
                        float weight_decay);
+/* The same step out of place, with the same bits: p_out and m_out get what dl_train_sgd_step
+ * would leave in p_in and m_in, which stay as they were (in-job recovery keeps them until the
+ * step is complete everywhere). */
+void dl_train_sgd_step_to(float *p_out, float *m_out, const float *p_in, const float *m_in,
+                          const float *g, size_t n, float lr, float momentum, float weight_decay);
+/* Its momentum alone: m_out as dl_train_sgd_step_to leaves it (a replica of another rank's). */
+void dl_train_sgd_momentum_to(float *m_out, const float *m_in, const float *p_in, const float *g,
+                              size_t n, float momentum, float weight_decay);
 
 typedef enum {
     DL_TRAIN_SCHED_CONSTANT = 0,
@@ -202,7 +216,8 @@ typedef enum {
 
 /* Watches the job-wide loss of each step. A non-finite loss is divergence at once. A loss above
  * factor x the median of the last healthy losses (up to DL_TRAIN_DIVERGENCE_HISTORY of them; none
- * are judged before 16) is high; more than half of the last `window` judged steps high is
+ * are judged before 16), and above a quarter of where the run started (the mean of its first 16
+ * losses), is high; more than half of the last `window` judged steps high is
  * divergence. High losses never join the history, so a run that blows up and then settles at
  * chance level is still measured against what it reached while it was well. factor 0: only
  * non-finite losses count. */
@@ -215,6 +230,8 @@ typedef struct dl_train_divergence_s {
     uint64_t high_in_window;
     uint64_t judged;
     double median; /* the healthy median the last loss was held against */
+    double start;  /* the mean of the first losses fed */
+    uint64_t fed;  /* losses fed, counted up to the first 16 */
 } dl_train_divergence_t;
 
 void dl_train_divergence_init(dl_train_divergence_t *d, double factor, uint64_t window);
@@ -263,6 +280,41 @@ typedef struct dl_train_comm_s {
      * trainer's error line; NULL or "" when there is nothing more to say than the errno.
      * May be NULL. */
     const char *(*error)(void *ctx);
+
+    /* ---- In-job recovery (docs/recovery.md); every field optional ---------------------- */
+    /* This process replaces a failed rank of a running job: dl_train_run takes the whole state
+     * (parameters, optimizer state, sampler position, RNG, step) from the living replicas
+     * instead of from rank 0's start or a checkpoint. */
+    bool joining;
+    /* After a hook failed: waits for the launcher's word on the new membership, leaves the
+     * broken group and forms the next one, updating rank and world_size. 0, or -errno with the
+     * reason in error(). With rejoin set, a failed hook does not end the run: the ranks that
+     * live on form the group again and the run goes on from the last step all of them
+     * completed. */
+    int (*rejoin)(void *ctx);
+    /* Blocking: every rank's len bytes (a multiple of 4) at buf + rank * len go to every rank:
+     * buf holds world_size x len bytes. Required with rejoin. */
+    int (*allgather_bytes)(void *ctx, void *buf, size_t len);
+    /* Collective: memory the host's other ranks can read in place, even after this rank died
+     * (the sharded update keeps its block of the optimizer state there, so that a rank on its
+     * host holds it for a replacement). Optional: without it a sharded run cannot recover a
+     * rank's block, and falls back to a restart. */
+    int (*mem_alloc)(void *ctx, size_t bytes, void **ret_ptr);
+    /* Rank `rank`'s block of the allocation that holds mine, when it is on this host (also
+     * after it died, until rejoin): 0 with *ret_ptr and *ret_len, or -EXDEV. */
+    int (*mem_peer)(void *ctx, const void *mine, int rank, const void **ret_ptr,
+                    size_t *ret_len);
+    /* The host rank `rank` is on (the same number for ranks that share one); optional. */
+    int (*host_of)(void *ctx, int rank);
+    /* reduce_scatter, and extra_recv (count floats) also gets block extra_block's sum, in the
+     * bits its own rank gets: a replica of another rank's share of the sharded update (kept
+     * for a rank on another host, where the sum of every block is at hand anyway). */
+    int (*reduce_scatter_extra)(void *ctx, const float *send, float *recv, size_t count,
+                                int extra_block, float *extra_recv);
+    /* Tells the launcher that this rank trains again after a recovery: resumed at `step` with
+     * the state of rank `source`, `ms` after the failure was seen here; `was` is the last step
+     * this rank had completed before (-1: none, a replacement). May be NULL. */
+    void (*recovered)(void *ctx, uint64_t step, int source, double ms, int64_t was);
 } dl_train_comm_t;
 
 /* Rank 0 of a world of one: every hook left NULL (identity). */
@@ -365,6 +417,12 @@ typedef struct dl_train_config_s {
      * in a job's first attempt only. 0: never. */
     uint64_t fail_at_step;
     int fail_rank;
+    /* Where in the step it dies: 0 after it (as above), else in step fail_at_step, fail_delay_us
+     * after entering that DL_TRAIN_PHASE_* (compute, exchange, gather). */
+    int fail_phase;
+    uint64_t fail_delay_us;
+    /* A replacement of the first in-job recovery kills itself once in the group. */
+    bool fail_on_join;
     /* The same for hang reports: rank fail_rank stops itself (SIGSTOP) in step hang_at_step,
      * after computing its gradients and before summing them, in the first attempt only. */
     uint64_t hang_at_step;
@@ -414,7 +472,17 @@ typedef struct dl_train_hooks_s {
     /* Called on every rank in each step once its gradients are computed and before they are
      * summed, with the step's number (1 for the first). May be NULL. */
     void (*mid_step)(void *ud, uint64_t step);
+    /* Called on every rank as step `step` (1 for the first) enters each phase (fault injection
+     * for the recovery tests). May be NULL. */
+    void (*phase)(void *ud, uint64_t step, int phase);
 } dl_train_hooks_t;
+
+/* The phases dl_train_hooks_t.phase reports. */
+enum {
+    DL_TRAIN_PHASE_COMPUTE = 1, /* the step starts: batch, forward, backward */
+    DL_TRAIN_PHASE_EXCHANGE,    /* the gradients are about to be summed */
+    DL_TRAIN_PHASE_GATHER,      /* sharded: the updated blocks are about to be gathered */
+};
 
 typedef struct dl_train_result_s {
     uint64_t steps;        /* optimizer steps done in total, including before a resume */
@@ -429,6 +497,7 @@ typedef struct dl_train_result_s {
     double lr;              /* peak learning rate after scaling */
     bool overlapped;        /* gradients were summed during backward (see overlap) */
     bool sharded;           /* each rank updated 1/world of the parameters (see the comm hooks) */
+    unsigned recoveries;    /* in-job recoveries this rank took part in (joining counts) */
     uint32_t params_crc;    /* CRC-32 of the final parameters: equal on every rank */
     unsigned rollbacks;     /* on_divergence: rollback: how often the run went back */
 } dl_train_result_t;

@@ -140,6 +140,8 @@ class Agent:
         self.events_path = os.path.join(job.dir, f"events-{index}.jsonl")
         env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
         env.update(job.env)
+        if job.agent_env and index < len(job.agent_env):
+            env.update(job.agent_env[index])
         self.proc = subprocess.Popen([*prefix, DLAUNCH, "--events", self.events_path, *args],
                                      cwd=job.dir, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True,
@@ -178,10 +180,12 @@ class Job:
 
     def __init__(self, nodes=2, workers=2, net=None, steps=1500, checkpoint_every=100,
                  heartbeat=0.2, dead_after=1.0, extra=(), train=None, dlaunchd=False,
-                 root=None, subset=None):
+                 root=None, subset=None, agent_env=None):
         self.dir = tempfile.mkdtemp(prefix="dl-fault-", dir=root)
         self.net, self.nodes, self.agents = net, nodes, []
         self.env = {}
+        # Per agent, by index: variables for that agent alone (DLAUNCH_COLL_HOST_ID, say).
+        self.agent_env = agent_env
         self.subset = subset or os.path.join(self.dir, "data")
         if subset is None:
             os.mkdir(self.subset)
@@ -242,9 +246,30 @@ class Job:
             if i == 0:
                 time.sleep(0.2)  # the host binds first, so it is the one that hosts
 
+    def restart_agent(self, i):
+        """Node i's agent again (after it was killed): it joins the running job as a new member.
+        Its events go to a file of their own; the Agent object replaces the old one."""
+        prefix = self.net.prefix(i) if self.net else ()
+        old = self.agents[i]
+        a = Agent.__new__(Agent)
+        a.job, a.index = self, i
+        a.events_path = os.path.join(self.dir, f"events-{i}-again.jsonl")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        env.update(self.env)
+        if self.agent_env and i < len(self.agent_env):
+            env.update(self.agent_env[i])
+        a.proc = subprocess.Popen([*prefix, DLAUNCH, "--events", a.events_path, *self.common,
+                                   self.spec], cwd=self.dir, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
+        a.out, a.err = Stream(a.proc.stdout), Stream(a.proc.stderr)
+        self.agents[i] = a
+        self.gone = getattr(self, "gone", []) + [old]
+        return a
+
     def lines(self):
         """Every agent's stdout lines, (time, agent, line), in time order."""
-        out = [(t, a.index, l) for a in self.agents for t, l in a.out.snapshot()]
+        agents = self.agents + getattr(self, "gone", [])
+        out = [(t, a.index, l) for a in agents for t, l in a.out.snapshot()]
         return sorted(out)
 
     def progress(self):
@@ -285,7 +310,7 @@ class Job:
             return json.load(f)
 
     def close(self):
-        for a in self.agents:
+        for a in self.agents + getattr(self, "gone", []):
             if a.proc.poll() is None:
                 try:
                     os.killpg(a.proc.pid, signal.SIGCONT)

@@ -1,0 +1,506 @@
+/* In-job recovery, the agent's side (docs/recovery.md): each worker gets a control channel
+ * (DLAUNCH_CONTROL_FD, a socket pair) beside its health pipe. A worker that speaks the protocol
+ * says `hello` on it; when one of them fails, the supervisor keeps the others running, this file
+ * starts a replacement for that rank alone and tells the others `recover` (the group broke; form
+ * it again as generation G with this membership); each worker answers `recovered` once it
+ * trains again, and the recovery is over when all of them have. A failure while a recovery is
+ * under way, a worker's `failed`, or no answer in time falls back to a restart of the job from
+ * its last checkpoint: every worker gets `stop` and the supervisor's usual stop. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "spawn.h"
+#include "summary.h"
+
+/* How long the workers have to form the group again and take the state, before the agent
+ * gives up on the recovery and restarts the job: past the collective's default timeout (30 s),
+ * which bounds each of their waits. */
+#define RECOVERY_TIMEOUT_MS 60000
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+bool dl__rec_in_job(const dl_agent_t *a)
+{
+    return a->spec->recovery != NULL && strcmp(a->spec->recovery, "in-job") == 0;
+}
+
+/* ---- the channel ------------------------------------------------------------------------------ */
+
+static void poll_closed(uv_handle_t *h)
+{
+    free(h);
+}
+
+static void channel_close(dl__worker_t *w)
+{
+    if (w->ctl_poll != NULL) {
+        uv_poll_stop(w->ctl_poll);
+        uv_close((uv_handle_t *)w->ctl_poll, poll_closed);
+        w->ctl_poll = NULL;
+    }
+    if (w->ctl_fd >= 0)
+        close(w->ctl_fd);
+    w->ctl_fd = -1;
+    w->ctl_len = 0;
+}
+
+/* One line to a worker; a full socket (a worker that reads nothing) drops it. */
+static void tell(dl__worker_t *w, const char *line)
+{
+    if (w->ctl_fd < 0)
+        return;
+    size_t n = strlen(line);
+    ssize_t r = send(w->ctl_fd, line, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)r;
+}
+
+static void recovery_done(dl_agent_t *a);
+static void recovery_failed(dl_agent_t *a, const char *why);
+
+/* The value of key in a "verb k=v k=v" line, into buf; false when absent. */
+static bool field(const char *line, const char *key, char *buf, size_t len)
+{
+    size_t k = strlen(key);
+    for (const char *p = strchr(line, ' '); p != NULL; p = strchr(p + 1, ' ')) {
+        if (strncmp(p + 1, key, k) != 0 || p[1 + k] != '=')
+            continue;
+        const char *v = p + 2 + k;
+        size_t n = strcmp(key, "reason") == 0 ? strlen(v) : strcspn(v, " ");
+        snprintf(buf, len, "%.*s", (int)n, v);
+        return true;
+    }
+    return false;
+}
+
+static void on_line(dl_agent_t *a, dl__worker_t *w, const char *line)
+{
+    char v[512];
+    if (strncmp(line, "hello", 5) == 0 && (line[5] == ' ' || line[5] == '\0')) {
+        w->ctl_hello = true;
+        return;
+    }
+    if (strncmp(line, "recovered ", 10) == 0) {
+        int gen = field(line, "gen", v, sizeof(v)) ? atoi(v) : -1;
+        if (gen != a->gen || !a->recovering)
+            return;
+        w->ctl_gen = gen;
+        if (field(line, "step", v, sizeof(v)))
+            a->rec_step = strtoll(v, NULL, 10);
+        if (field(line, "source", v, sizeof(v)))
+            a->rec_source = atoi(v);
+        if (field(line, "was", v, sizeof(v)) && strtoll(v, NULL, 10) > a->rec_was)
+            a->rec_was = strtoll(v, NULL, 10);
+        for (int i = 0; i < a->nworkers; i++)
+            if (a->workers[i].pid > 0 && a->workers[i].ctl_gen != a->gen)
+                return;
+        recovery_done(a);
+        return;
+    }
+    if (strncmp(line, "failed ", 7) == 0) {
+        int gen = field(line, "gen", v, sizeof(v)) ? atoi(v) : -1;
+        if (gen != a->gen || !a->recovering)
+            return;
+        char why[600];
+        snprintf(why, sizeof(why), "rank %d: %s", w->rank,
+                 field(line, "reason", v, sizeof(v)) ? v : "it could not form the group again");
+        recovery_failed(a, why);
+    }
+}
+
+static void on_readable(uv_poll_t *h, int status, int events)
+{
+    dl__worker_t *w = h->data;
+    dl_agent_t *a = w->agent;
+    (void)events;
+    if (status < 0) {
+        channel_close(w);
+        return;
+    }
+    for (;;) {
+        ssize_t n = recv(w->ctl_fd, w->ctl_buf + w->ctl_len, sizeof(w->ctl_buf) - 1 - w->ctl_len,
+                         MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            /* The worker closed it, or is gone: nothing more will come. */
+            channel_close(w);
+            return;
+        }
+        w->ctl_len += (size_t)n;
+        w->ctl_buf[w->ctl_len] = '\0';
+        char *line = w->ctl_buf, *nl;
+        while ((nl = strchr(line, '\n')) != NULL) {
+            *nl = '\0';
+            on_line(a, w, line);
+            if (w->ctl_fd < 0)
+                return;
+            line = nl + 1;
+        }
+        w->ctl_len -= (size_t)(line - w->ctl_buf);
+        memmove(w->ctl_buf, line, w->ctl_len);
+        if (w->ctl_len == sizeof(w->ctl_buf) - 1)
+            w->ctl_len = 0; /* no line of ours is this long */
+    }
+}
+
+int dl__rec_channel_open(dl_agent_t *a, dl__worker_t *w, int *ret_child_fd)
+{
+    int sv[2];
+    *ret_child_fd = -1;
+    w->ctl_hello = false;
+    w->ctl_gen = -1;
+    if (!dl__rec_in_job(a))
+        return 0;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return -errno;
+    int fl = fcntl(sv[0], F_GETFL);
+    if (fl >= 0)
+        fcntl(sv[0], F_SETFL, fl | O_NONBLOCK);
+    w->ctl_poll = malloc(sizeof(*w->ctl_poll));
+    if (w->ctl_poll == NULL || uv_poll_init(&a->loop, w->ctl_poll, sv[0]) < 0) {
+        free(w->ctl_poll);
+        w->ctl_poll = NULL;
+        close(sv[0]);
+        close(sv[1]);
+        return -ENOMEM;
+    }
+    w->ctl_poll->data = w;
+    uv_poll_start(w->ctl_poll, UV_READABLE, on_readable);
+    w->ctl_fd = sv[0];
+    w->ctl_len = 0;
+    *ret_child_fd = sv[1];
+    return 0;
+}
+
+void dl__rec_channel_close(dl__worker_t *w)
+{
+    channel_close(w);
+}
+
+bool dl__rec_recoverable(const dl_agent_t *a, const dl__worker_t *failed)
+{
+    if (!dl__rec_in_job(a) || a->world_size < 2)
+        return false;
+    /* Every worker must speak the protocol: the one that failed (its replacement will) and
+     * every one that lives on. */
+    if (!failed->ctl_hello)
+        return false;
+    for (int i = 0; i < a->nworkers; i++) {
+        const dl__worker_t *w = &a->workers[i];
+        if (w != failed && w->pid > 0 && !w->ctl_hello)
+            return false;
+    }
+    return true;
+}
+
+bool dl__rec_keepable(const dl_agent_t *a)
+{
+    if (!dl__rec_in_job(a) || !a->remote || a->sup.phase != DL_SUP_RUNNING)
+        return false;
+    for (int i = 0; i < a->nworkers; i++) {
+        const dl__worker_t *w = &a->workers[i];
+        if (w->pid > 0 && !w->ctl_hello)
+            return false;
+    }
+    return true;
+}
+
+/* ---- a recovery ------------------------------------------------------------------------------ */
+
+static json_t *recovery_json(dl_agent_t *a, const char *status)
+{
+    if (a->remote) {
+        /* Over several nodes each is a round change: its reason, and what this node replaced. */
+        json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:[]}", "status", status, "attempt",
+                              a->sup.attempt, "recovery", a->sup.recoveries, "round", a->round,
+                              "max_restarts", a->spec->max_restarts, "reason", a->rec_reason,
+                              "replaced");
+        json_t *rep = json_object_get(o, "replaced");
+        for (int i = 0; i < a->nrec_replaced; i++)
+            json_array_append_new(rep, json_integer(a->rec_replaced[i]));
+        return o;
+    }
+    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:[i]}", "status", status, "attempt",
+                          a->sup.attempt, "recovery", a->sup.recoveries, "generation", a->gen,
+                          "max_restarts", a->spec->max_restarts, "replaced", a->rec_rank);
+    json_t *reason = json_pack("{s:i, s:i}", "rank", a->rec_failure.rank, "attempt",
+                               a->rec_failure.attempt);
+    if (a->rec_failure.hung)
+        json_object_set_new(reason, "hung", json_true());
+    if (a->rec_failure.signal > 0)
+        json_object_set_new(reason, "signal", json_string(dl_signal_name(a->rec_failure.signal)));
+    else
+        json_object_set_new(reason, "exit_code", json_integer(a->rec_failure.exit_code));
+    json_object_set_new(o, "reason", reason);
+    return o;
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+    dl_agent_t *a = t->data;
+    char why[128];
+    snprintf(why, sizeof(why), "the workers did not all train again within %d s",
+             RECOVERY_TIMEOUT_MS / 1000);
+    recovery_failed(a, why);
+}
+
+static void recovery_done(dl_agent_t *a)
+{
+    double ms = (mono() - a->rec_started) * 1e3;
+    uv_timer_stop(&a->rec_timer);
+    a->rec_timer_armed = false;
+    a->recovering = false;
+    /* Waiting for the group to form is no hang: everyone's silence starts now. */
+    double now = mono();
+    for (int i = 0; i < a->nworkers; i++)
+        if (a->workers[i].beating)
+            a->workers[i].last_beat = now;
+    if (a->remote)
+        dl__agent_log(a,
+                      "in-job recovery %d: this node's ranks train again at step %lld, %.0f ms "
+                      "after the round changed (the state from the living ranks, rank %d's "
+                      "first; no checkpoint read)",
+                      a->sup.recoveries, a->rec_step, ms, a->rec_source);
+    else
+        dl__agent_log(a,
+                      "in-job recovery %d: training again at step %lld, %.0f ms after rank %d "
+                      "failed (its state from rank %d's replica; no checkpoint read)",
+                      a->sup.recoveries, a->rec_step, ms, a->rec_rank, a->rec_source);
+    json_t *o = recovery_json(a, "done");
+    json_object_set_new(o, "step", json_integer(a->rec_step));
+    /* Steps some rank had completed and does again: at most the one that was in progress. */
+    json_object_set_new(o, "steps_redone",
+                        json_integer(a->rec_was > a->rec_step ? a->rec_was - a->rec_step : 0));
+    json_object_set_new(o, "source", json_string("replica"));
+    json_object_set_new(o, "source_rank", json_integer(a->rec_source));
+    json_object_set_new(o, "duration_ms", json_real(round(ms * 10) / 10));
+    dl_events_emit(a->events, "recovery", dl__now_unix(), o);
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_RECOVERED});
+}
+
+/* Said plainly, then the supervisor stops the attempt and restarts from the last checkpoint. */
+static void recovery_failed(dl_agent_t *a, const char *why)
+{
+    if (!a->recovering)
+        return;
+    if (a->remote) {
+        /* The rendezvous decides: the report says it plainly, every node restarts. */
+        dl__agent_log(a, "in-job recovery %d failed: %s; reporting it: the job restarts from "
+                         "its last checkpoint if a restart is left",
+                      a->sup.recoveries, why);
+        json_t *o = recovery_json(a, "failed");
+        json_object_set_new(o, "error", json_string(why));
+        json_object_set_new(o, "fallback", json_string("restart"));
+        dl_events_emit(a->events, "recovery", dl__now_unix(), o);
+        snprintf(a->report_reason, sizeof(a->report_reason), "in-job recovery failed: %.300s",
+                 why);
+        if (a->nworkers > 0)
+            a->sup.first_failure = (dl_sup_failure_t){.rank = a->workers[0].rank,
+                                                      .attempt = a->sup.attempt,
+                                                      .exit_code = 1, .time = dl__now_unix()};
+        dl__rec_off(a);
+        dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_RECOVERY_FAILED});
+        return;
+    }
+    bool left = dl_sup_restarts_used(&a->sup) < a->spec->max_restarts;
+    dl__agent_log(a, "in-job recovery %d failed: %s; %s", a->sup.recoveries, why,
+                  left ? "falling back to a restart of the job from its last checkpoint"
+                       : "no restart left: the job fails");
+    json_t *o = recovery_json(a, "failed");
+    json_object_set_new(o, "error", json_string(why));
+    json_object_set_new(o, "fallback", json_string(left ? "restart" : "none"));
+    dl_events_emit(a->events, "recovery", dl__now_unix(), o);
+    dl__rec_off(a);
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_RECOVERY_FAILED});
+}
+
+void dl__rec_off(dl_agent_t *a)
+{
+    if (!a->recovering && !a->rec_timer_armed)
+        return;
+    uv_timer_stop(&a->rec_timer);
+    a->rec_timer_armed = false;
+    a->recovering = false;
+    for (int i = 0; i < a->nworkers; i++)
+        tell(&a->workers[i], "stop\n");
+}
+
+/* A second failure while a recovery was under way: the supervisor already falls back. */
+void dl__rec_interrupted(dl_agent_t *a, const dl_sup_failure_t *f)
+{
+    if (!a->recovering)
+        return;
+    char why[200];
+    snprintf(why, sizeof(why), "rank %d %s during it", f->rank,
+             f->hung ? "hung" : f->signal > 0 ? "was killed" : "exited");
+    if (a->remote && a->sup.awaiting)
+        return; /* not yet told anything: the slot is refilled with the others' */
+    bool left = a->remote || dl_sup_restarts_used(&a->sup) < a->spec->max_restarts;
+    dl__agent_log(a, "in-job recovery %d failed: %s; %s", a->sup.recoveries, why,
+                  left ? "falling back to a restart of the job from its last checkpoint"
+                       : "no restart left: the job fails");
+    json_t *o = recovery_json(a, "failed");
+    json_object_set_new(o, "error", json_string(why));
+    json_object_set_new(o, "fallback", json_string(left ? "restart" : "none"));
+    dl_events_emit(a->events, "recovery", dl__now_unix(), o);
+    dl__rec_off(a);
+}
+
+int dl__rec_start(dl_agent_t *a, int rank, int attempt)
+{
+    dl__worker_t *w = NULL;
+    for (int i = 0; i < a->nworkers; i++)
+        if (a->workers[i].rank == rank)
+            w = &a->workers[i];
+    if (w == NULL)
+        return -ENOENT;
+    a->gen++;
+    a->recovering = true;
+    a->rec_rank = rank;
+    a->rec_failure = a->sup.first_failure;
+    a->rec_started = mono();
+    a->rec_step = -1;
+    a->rec_was = -1;
+    a->rec_source = -1;
+    int left = a->spec->max_restarts - dl_sup_restarts_used(&a->sup);
+    char others[256] = "";
+    size_t off = 0;
+    for (int i = 0; i < a->nworkers && off < sizeof(others); i++)
+        if (a->workers[i].pid > 0)
+            off += (size_t)snprintf(others + off, sizeof(others) - off, "%s%d", off ? "," : "",
+                                    a->workers[i].rank);
+    dl__agent_log(a,
+                  "in-job recovery %d (%d restart%s left): a replacement for rank %d joins "
+                  "rank%s %s, which keep training state",
+                  a->sup.recoveries, left, left == 1 ? "" : "s", rank,
+                  strchr(others, ',') ? "s" : "", others);
+    dl_events_emit(a->events, "recovery", dl__now_unix(), recovery_json(a, "started"));
+    /* The others first: they abort the broken group at once, the replacement takes longer. */
+    char reason[200];
+    const dl_sup_failure_t *f = &a->rec_failure;
+    if (f->hung)
+        snprintf(reason, sizeof(reason), "rank %d hung", f->rank);
+    else if (f->signal > 0)
+        snprintf(reason, sizeof(reason), "rank %d was killed by %s", f->rank,
+                 dl_signal_name(f->signal));
+    else
+        snprintf(reason, sizeof(reason), "rank %d exited with code %d", f->rank, f->exit_code);
+    for (int i = 0; i < a->nworkers; i++) {
+        dl__worker_t *o = &a->workers[i];
+        if (o == w || o->pid <= 0)
+            continue;
+        char line[1024];
+        snprintf(line, sizeof(line),
+                 "recover gen=%d rank=%d world=%d local_rank=%d local_world=%d store=%s "
+                 "master_addr=%s master_port=%d replaced=%d reason=%s\n",
+                 a->gen, o->rank, a->world_size, o->local_rank, a->nworkers,
+                 a->store_addr[0] != '\0' ? a->store_addr : "-", a->master_addr, a->master_port,
+                 rank, reason);
+        tell(o, line);
+    }
+    uv_timer_start(&a->rec_timer, on_timeout, RECOVERY_TIMEOUT_MS, 0);
+    a->rec_timer_armed = true;
+    return dl__agent_respawn(a, w, attempt, dl_sup_restarts_used(&a->sup));
+}
+
+void dl__rec_keep(dl_agent_t *a)
+{
+    a->nrec_replaced = 0;
+    /* The workers get the gist: the reason's first words. */
+    snprintf(a->rec_reason_short, sizeof(a->rec_reason_short), "%.200s", a->rec_reason);
+    for (char *p = a->rec_reason_short; *p != '\0'; p++)
+        if (*p == '\n')
+            *p = ' ';
+    a->recovering = true;
+    a->rec_rank = -1;
+    a->rec_started = mono();
+    a->rec_step = -1;
+    a->rec_was = -1;
+    a->rec_source = -1;
+    int alive = 0;
+    for (int i = 0; i < a->nworkers; i++)
+        alive += a->workers[i].pid > 0;
+    dl__agent_log(a, "in-job recovery %d: %d of this node's %d workers stay; joining the next "
+                     "round",
+                  a->sup.recoveries, alive, a->nworkers);
+    dl_events_emit(a->events, "recovery", dl__now_unix(), recovery_json(a, "started"));
+}
+
+void dl__rec_resume(dl_agent_t *a, int attempt)
+{
+    char dir[sizeof(a->attempt_dir)];
+    a->gen = a->round;
+    /* Replacements log into this round's attempt folder; kept workers go on in theirs. */
+    snprintf(dir, sizeof(dir), "%s", a->attempt_dir);
+    snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_%d", a->run_dir_abs, attempt);
+    if (mkdir(a->attempt_dir, 0755) < 0 && errno != EEXIST)
+        dl__agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir,
+                      strerror(errno));
+    json_t *ranks = json_array();
+    for (int i = 0; i < a->nworkers; i++)
+        json_array_append_new(ranks, json_integer(a->workers[i].rank));
+    dl_events_emit(a->events, "rendezvous", dl__now_unix(),
+                   json_pack("{s:i, s:i, s:i, s:i, s:o, s:s, s:i, s:b}", "round", a->round,
+                             "world_size", a->world_size, "node_rank", a->node_rank, "nodes",
+                             a->nnodes, "ranks", ranks, "master_addr", a->master_addr,
+                             "master_port", a->master_port, "kept", true));
+    char replaced[256] = "";
+    size_t off = 0;
+    for (int i = 0; i < a->nworkers; i++) {
+        dl__worker_t *w = &a->workers[i];
+        if (w->pid > 0) {
+            char line[1024];
+            snprintf(line, sizeof(line),
+                     "recover gen=%d rank=%d world=%d local_rank=%d local_world=%d store=%s "
+                     "master_addr=%s master_port=%d reason=%s\n",
+                     a->gen, w->rank, a->world_size, w->local_rank, a->nworkers,
+                     a->store_addr[0] != '\0' ? a->store_addr : "-", a->master_addr,
+                     a->master_port, a->rec_reason_short);
+            tell(w, line);
+            continue;
+        }
+        off += (size_t)snprintf(replaced + off, sizeof(replaced) - off, "%s%d", off ? "," : "",
+                                w->rank);
+        a->rec_rank = w->rank;
+        if (a->nrec_replaced < (int)(sizeof(a->rec_replaced) / sizeof(a->rec_replaced[0])))
+            a->rec_replaced[a->nrec_replaced++] = w->rank;
+        dl__agent_respawn(a, w, attempt, attempt);
+    }
+    dl__agent_log(a, "round %d: ranks %d..%d of %d; %s%s", a->round,
+                  a->nworkers > 0 ? a->workers[0].rank : 0,
+                  a->nworkers > 0 ? a->workers[a->nworkers - 1].rank : -1, a->world_size,
+                  replaced[0] ? "replacements join for ranks " : "every worker of this node kept",
+                  replaced);
+    (void)dir;
+    uv_timer_start(&a->rec_timer, on_timeout, RECOVERY_TIMEOUT_MS, 0);
+    a->rec_timer_armed = true;
+}
+
+void dl__rec_init(dl_agent_t *a)
+{
+    uv_timer_init(&a->loop, &a->rec_timer);
+    a->rec_timer.data = a;
+}
+
+void dl__rec_close(dl_agent_t *a)
+{
+    uv_close((uv_handle_t *)&a->rec_timer, NULL);
+    for (int i = 0; i < a->nworkers; i++)
+        channel_close(&a->workers[i]);
+}

@@ -1,0 +1,358 @@
+"""In-job recovery (docs/recovery.md) with the real dlaunch and the bundled trainer on real images:
+a worker SIGKILLed at a random point of a step (its compute, its gradient exchange, its parameter
+gather) or hung (health timeout) is replaced while the others keep running; the job ends with
+exit 0, no step recomputed beyond the one in progress, no checkpoint read by anyone, and final
+parameters (the whole final checkpoint file) bitwise equal to an uninterrupted run's. A second
+failure during a recovery falls back to a restart from the last checkpoint and still finishes.
+Skipped where Debian's dataset-fashion-mnist is not installed."""
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import tempfile
+import time
+import unittest
+
+import dltest
+import faultlib
+from test_train import FASHION, have_fashion, write_subset  # noqa: F401
+
+SUBSET = None
+STEPS = 600
+FAIL_STEP = 250
+
+
+def setUpModule():
+    global SUBSET
+    if have_fashion():
+        SUBSET = tempfile.mkdtemp(prefix="dl-rec-data-")
+        write_subset(SUBSET)
+
+
+def tearDownModule():
+    if SUBSET:
+        shutil.rmtree(SUBSET, ignore_errors=True)
+
+
+@unittest.skipUnless(have_fashion(), "dataset-fashion-mnist is not installed")
+class OneNode(dltest.Case):
+    # The uninterrupted runs every recovered one is held against, by worker count: made once.
+    straight = {}
+
+    def spec(self, name, workers, settings=None, extra=()):
+        train = {"dataset_dir": SUBSET, "steps": STEPS, "batch_size": 32, "seed": 7,
+                 "checkpoint_dir": f"ck-{name}", "checkpoint_every": 100, "log_every": 10,
+                 "summary_file": f"{name}.json", **(settings or {})}
+        lines = [f"gpus_per_node: {workers}", "max_restarts: 2", "stop_timeout: 2", *extra,
+                 "train:"] + [f"  {k}: {v}" for k, v in train.items()]
+        return self.write(f"{name}.yaml", "\n".join(lines) + "\n")
+
+    def final(self, name):
+        with open(os.path.join(self.dir, f"ck-{name}", f"ckpt-{STEPS:012d}.dlck"), "rb") as f:
+            return f.read()
+
+    def baseline(self, workers):
+        """The final checkpoint of an uninterrupted run (restart mode, as today)."""
+        if workers not in OneNode.straight:
+            name = f"straight{workers}"
+            spec = self.spec(name, workers)
+            self.dlaunch("-q", "--run-id", name, spec, timeout=180, check_code=0)
+            OneNode.straight[workers] = self.final(name)
+        return OneNode.straight[workers]
+
+    def logs(self, run_id):
+        out = ""
+        base = os.path.join(self.dir, "dlaunch_logs", run_id)
+        for attempt in sorted(os.listdir(base)):
+            for f in sorted(os.listdir(os.path.join(base, attempt))):
+                if f.endswith(".out") or f.endswith(".err"):
+                    out += self.read("dlaunch_logs", run_id, attempt, f)
+        return out
+
+    def run_recovered(self, name, workers, settings, extra=(), flags=()):
+        """Runs a job with --recovery in-job and the fault in settings; checks what every
+        recovered run must show and returns (events, completed process)."""
+        straight = self.baseline(workers)
+        spec = self.spec(name, workers, settings, extra=("recovery: in-job", *extra))
+        self.events_path = os.path.join(self.dir, f"{name}.jsonl")
+        p = self.dlaunch("--run-id", name, "--events", self.events_path, *flags, spec,
+                         timeout=240)
+        self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
+        evs = self.events()
+        rec = [e for e in evs if e["event"] == "recovery"]
+        self.assertEqual([e["status"] for e in rec], ["started", "done"], rec)
+        done = rec[-1]
+        # Nothing restarted, nothing read from disk: the state came from a living replica.
+        self.assertEqual([e for e in evs if e["event"] == "restart"], [])
+        self.assertEqual(evs[-1]["event"], "job_end")
+        self.assertEqual(evs[-1]["attempts"], 1)
+        self.assertEqual(done["source"], "replica")
+        logs = self.logs(name)
+        self.assertNotIn("resuming from", logs)
+        self.assertNotIn("resuming from", p.stdout + p.stderr)
+        # The step in progress at most is done again (a rank that had completed it goes back
+        # one step); the fault came in step FAIL_STEP, or a step or two later with its delay.
+        self.assertLessEqual(done["steps_redone"], 1, done)
+        self.assertGreaterEqual(done["step"], FAIL_STEP - 1, done)
+        self.assertLessEqual(done["step"], FAIL_STEP + 3, done)
+        self.assertRegex(p.stdout, r"in-job recovery: ranks? [\d,]+ joined at step \d+ with the "
+                                   r"state of rank \d+")
+        # Bitwise the uninterrupted run: parameters, momentum, step, data position, RNG.
+        self.assertEqual(self.final(name), straight, "the final checkpoint differs")
+        with open(os.path.join(self.dir, f"{name}.json")) as f:
+            self.assertEqual(json.load(f)["steps"], STEPS)
+        return evs, p
+
+    def test_a_worker_killed_anywhere_in_a_step_is_replaced_from_a_replica(self):
+        rng = random.Random(os.environ.get("DLAUNCH_TEST_SEED", "recovery"))
+        cases = [("compute", 2), ("exchange", 2), ("gather", 2), ("exchange", 4),
+                 ("gather", 4)]
+        for phase, workers in cases:
+            rank = rng.randrange(workers)
+            delay = rng.randrange(0, 400)
+            with self.subTest(phase=phase, workers=workers, rank=rank, delay_us=delay):
+                name = f"kill-{phase}-{workers}"
+                evs, p = self.run_recovered(
+                    name, workers, {"fail_at_step": FAIL_STEP, "fail_rank": rank,
+                                    "fail_phase": phase, "fail_delay_us": delay})
+                died = [e for e in evs if e["event"] == "worker_exit" and e.get("exit_code") != 0]
+                self.assertEqual([(e["rank"], e.get("signal")) for e in died],
+                                 [(rank, "SIGKILL")])
+                started = [e for e in evs if e["event"] == "worker_start"]
+                self.assertEqual(len(started), workers + 1)
+                self.assertEqual(started[-1]["rank"], rank)
+                self.assertEqual(started[-1]["generation"], 1)
+                rec = [e for e in evs if e["event"] == "recovery"]
+                self.assertEqual(rec[0]["replaced"], [rank])
+                self.assertEqual(rec[0]["reason"], {"rank": rank, "attempt": 0,
+                                                    "signal": "SIGKILL"})
+                self.assertGreater(rec[-1]["duration_ms"], 0)
+                self.assertIn(f"in-job recovery 1 (1 restart left): a replacement for rank "
+                              f"{rank}", p.stderr)
+
+    def test_a_hung_worker_is_killed_alone_and_replaced(self):
+        evs, p = self.run_recovered("hang", 2, {"hang_at_step": FAIL_STEP, "fail_rank": 1},
+                                    flags=("--health-timeout", "1"))
+        hung = [e for e in evs if e["event"] == "worker_hung"]
+        self.assertEqual([e["rank"] for e in hung], [1])
+        died = [e for e in evs if e["event"] == "worker_exit" and e.get("exit_code") != 0]
+        self.assertEqual([e["rank"] for e in died], [1])
+        rec = [e for e in evs if e["event"] == "recovery"]
+        self.assertTrue(rec[0]["reason"].get("hung"), rec[0])
+
+    def test_the_uninterrupted_runs_of_both_modes_are_bitwise_equal(self):
+        straight = self.baseline(2)
+        spec = self.spec("plain", 2, extra=("recovery: in-job",))
+        self.dlaunch("-q", "--run-id", "plain", spec, timeout=180, check_code=0)
+        self.assertEqual(self.final("plain"), straight)
+
+    def test_a_failure_during_the_recovery_falls_back_to_a_restart(self):
+        straight = self.baseline(2)
+        spec = self.spec("second", 2, {"fail_at_step": FAIL_STEP, "fail_rank": 1,
+                                       "fail_phase": "exchange", "fail_on_join": "true"},
+                         extra=("recovery: in-job",))
+        p = self.dlaunch("--run-id", "second", "--events", self.events_path, spec, timeout=240)
+        self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
+        evs = self.events()
+        rec = [e for e in evs if e["event"] == "recovery"]
+        self.assertEqual([e["status"] for e in rec], ["started", "failed"], rec)
+        self.assertEqual(rec[-1]["fallback"], "restart")
+        self.assertIn("during it", rec[-1]["error"])
+        restarts = [e for e in evs if e["event"] == "restart"]
+        self.assertEqual([e["attempt"] for e in restarts], [1])
+        self.assertEqual(evs[-1]["attempts"], 2)
+        # Said plainly, then the usual restart from the last checkpoint.
+        self.assertRegex(p.stderr, r"in-job recovery 1 failed: rank 1 was killed during it; "
+                                   r"falling back to a restart of the job from its last "
+                                   r"checkpoint")
+        self.assertRegex(p.stdout, r"resuming from ck-second/ckpt-000000000200\.dlck")
+        self.assertEqual(self.final("second"), straight)
+
+    def test_a_recovery_spends_a_restart(self):
+        # No restart left: an in-job recovery is a restart too, so the job fails as it would.
+        spec = self.spec("budget", 2, {"fail_at_step": FAIL_STEP, "fail_rank": 1,
+                                       "fail_phase": "exchange"},
+                         extra=("recovery: in-job",))
+        p = self.dlaunch("--run-id", "budget", "--max-restarts", "0", "--events",
+                         self.events_path, spec, timeout=240)
+        self.assertEqual(p.returncode, 1, p.stdout[-2000:] + p.stderr[-2000:])
+        self.assertEqual([e for e in self.events() if e["event"] == "recovery"], [])
+
+    def test_workers_that_do_not_speak_the_protocol_restart_as_before(self):
+        # A worker that never says hello on DLAUNCH_CONTROL_FD gets a restart, never a recovery.
+        script = ('[ -n "$DLAUNCH_CONTROL_FD" ] && [ "$DLAUNCH_RECOVERY" = in-job ] || exit 9; '
+                  '[ "$TORCHELASTIC_RESTART_COUNT" = 1 ] || [ "$RANK" = 0 ] || exit 3')
+        p = self.dlaunch("-q", "--gpus-per-node", "2", "--recovery", "in-job",
+                         "--max-restarts", "1", "--events", self.events_path, "--",
+                         "sh", "-c", script, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        evs = self.events()
+        self.assertEqual([e for e in evs if e["event"] == "recovery"], [])
+        self.assertEqual(len([e for e in evs if e["event"] == "restart"]), 1)
+
+    def test_the_worker_environment(self):
+        p = self.dlaunch("--dry-run", "--gpus-per-node", "2", "--recovery", "in-job", "--",
+                         "true", check_code=0)
+        self.assertRegex(p.stdout, r"rank 1:.* DLAUNCH_RECOVERY=in-job DLAUNCH_CONTROL_FD=4 "
+                                   r"DLAUNCH_GROUP_GEN=0")
+        p = self.dlaunch("--dry-run", "--gpus-per-node", "2", "--", "true", check_code=0)
+        self.assertIn("DLAUNCH_RECOVERY=restart", p.stdout)
+        self.assertNotIn("DLAUNCH_CONTROL_FD", p.stdout)
+        p = self.dlaunch("--dry-run", "--recovery", "sometimes", "--", "true")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--recovery", p.stderr)
+
+
+# ---- Two nodes on this machine ------------------------------------------------------------------
+
+@unittest.skipUnless(have_fashion(), "dataset-fashion-mnist is not installed")
+class TwoNodes(unittest.TestCase):
+    """2 agents x 2 workers through a rendezvous (faultlib, as bench/faults runs them). Each
+    agent's workers get a host id of their own, so that the ranks of the two nodes meet over TCP
+    as on two machines, and each rank keeps a replica of a block on the other node."""
+    STEPS = 1500
+    straight = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="dl-rec2-")
+        cls.subset = os.path.join(cls.root, "data")
+        os.mkdir(cls.subset)
+        write_subset(cls.subset)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def job(self, train=None, extra=("--recovery", "in-job"), nodes_range=None):
+        job = faultlib.Job(train=train, extra=extra, subset=self.subset, root=self.root,
+                           agent_env=[{"DLAUNCH_COLL_HOST_ID": "node0"},
+                                      {"DLAUNCH_COLL_HOST_ID": "node1"}])
+        if nodes_range:
+            job.common[job.common.index("--nodes") + 1] = nodes_range
+        self.addCleanup(job.close)
+        return job
+
+    def final(self, job):
+        with open(os.path.join(job.dir, "ck", f"ckpt-{self.STEPS:012d}.dlck"), "rb") as f:
+            return f.read()
+
+    def baseline(self):
+        if TwoNodes.straight is None:
+            job = self.job(extra=())
+            job.start()
+            self.assertEqual(job.wait(), [0, 0])
+            TwoNodes.straight = self.final(job)
+        return TwoNodes.straight
+
+    def output(self, job):
+        agents = job.agents + getattr(job, "gone", [])
+        return "".join(l + "\n" for a in agents for _, l in a.out.snapshot() + a.err.snapshot())
+
+    def recovered(self, job, events_of=(0, 1)):
+        """The checks every in-job recovery over two nodes passes; returns the agents' events."""
+        codes = job.wait(timeout=300)
+        text = self.output(job)
+        self.assertEqual(codes, [0] * len(codes), text[-4000:])
+        self.assertNotIn("resuming from", text)
+        evs = {i: job.agents[i].events() for i in events_of}
+        for i, ev in evs.items():
+            rec = [e for e in ev if e["event"] == "recovery"]
+            self.assertTrue(rec and rec[-1]["status"] == "done", (i, rec))
+            self.assertEqual([e for e in ev if e["event"] == "restart"], [], i)
+            self.assertLessEqual(rec[-1]["steps_redone"], 1, rec[-1])
+            self.assertEqual(rec[-1]["source"], "replica")
+        return evs, text
+
+    def test_a_worker_killed_in_a_step_is_replaced_on_its_node(self):
+        straight = self.baseline()
+        rng = random.Random(os.environ.get("DLAUNCH_TEST_SEED", "two-nodes"))
+        for phase, rank in (("exchange", 3), ("gather", 1), ("compute", 2)):
+            with self.subTest(phase=phase, rank=rank):
+                delay = rng.randrange(0, 300)
+                job = self.job(train={"fail_at_step": FAIL_STEP, "fail_rank": rank,
+                                      "fail_phase": phase, "fail_delay_us": delay})
+                job.start()
+                evs, text = self.recovered(job)
+                node = rank // 2
+                started = [e for e in evs[node] if e["event"] == "worker_start"]
+                self.assertEqual([e["rank"] for e in started], [2 * node, 2 * node + 1, rank])
+                self.assertEqual(started[-1]["generation"], 1)
+                done = [e for e in evs[node] if e["event"] == "recovery"][-1]
+                self.assertEqual(done["replaced"], [rank])
+                self.assertIn(f"rank {rank} on ", done["reason"])
+                self.assertGreaterEqual(done["step"], FAIL_STEP - 1)
+                self.assertLessEqual(done["step"], FAIL_STEP + 3)
+                # The other node replaced nobody and kept its workers.
+                other = [e for e in evs[1 - node] if e["event"] == "worker_start"]
+                self.assertEqual(len(other), 2)
+                self.assertEqual(self.final(job), straight)
+
+    def test_a_hung_worker_is_killed_alone_and_replaced(self):
+        straight = self.baseline()
+        job = self.job(train={"hang_at_step": FAIL_STEP, "fail_rank": 2},
+                       extra=("--recovery", "in-job", "--health-timeout", "1"))
+        job.start()
+        evs, text = self.recovered(job)
+        self.assertEqual([e["rank"] for e in evs[1] if e["event"] == "worker_hung"], [2])
+        self.assertEqual([e for e in evs[0] if e["event"] == "worker_hung"], [])
+        self.assertEqual(self.final(job), straight)
+
+    def test_a_failure_during_the_recovery_falls_back_to_a_restart(self):
+        straight = self.baseline()
+        job = self.job(train={"fail_at_step": FAIL_STEP, "fail_rank": 3,
+                              "fail_phase": "exchange", "fail_on_join": "true"})
+        job.start()
+        codes = job.wait(timeout=300)
+        text = self.output(job)
+        self.assertEqual(codes, [0, 0], text[-4000:])
+        self.assertRegex(text, r"resuming from ck/ckpt-000000000200\.dlck")
+        for a in job.agents:
+            ev = a.events()
+            rec = [e for e in ev if e["event"] == "recovery"]
+            self.assertEqual(rec[0]["status"], "started")
+            self.assertIn(rec[-1]["status"], ("failed", "started"), rec)
+            self.assertTrue([e for e in ev if e["event"] == "restart"], a.index)
+        self.assertEqual(self.final(job), straight)
+
+    def test_a_lost_node_shrinks_the_job_and_it_grows_back(self):
+        job = self.job(nodes_range="1:2")
+        job.start()
+        job.wait_step(300)
+        # The whole node: its agent and, through its orphan guard, its workers.
+        os.killpg(job.agents[1].proc.pid, signal.SIGKILL)
+        job.agents[1].proc.wait()
+        # Node 0 goes on alone, from the state its ranks kept (their replicas of node 1's
+        # blocks), no checkpoint read: its progress lines carry on past the step of the loss.
+        t = time.monotonic()
+        while time.monotonic() - t < 60:
+            if re.search(r"the world went from 4 to 2 ranks", self.output(job)):
+                break
+            time.sleep(0.05)
+        step = job.progress()[-1][1]
+        job.wait_step(step + 50)
+        job.restart_agent(1)
+        codes = job.wait(timeout=300)
+        text = self.output(job)
+        self.assertEqual(codes, [0, 0], text[-4000:])
+        self.assertNotIn("resuming from", text)
+        self.assertRegex(text, r"in-job recovery: the world went from 4 to 2 ranks; going on at "
+                               r"step \d+")
+        self.assertRegex(text, r"in-job recovery: the world went from 2 to 4 ranks, new: 2,3; "
+                               r"going on at step \d+")
+        ev = job.agents[0].events()
+        rec = [e for e in ev if e["event"] == "recovery"]
+        self.assertEqual([e["status"] for e in rec], ["started", "done", "started", "done"])
+        self.assertEqual([e for e in ev if e["event"] == "restart"], [])
+        worlds = [e["world_size"] for e in ev if e["event"] == "rendezvous"]
+        self.assertEqual(worlds, [4, 2, 4])
+        # Node 0's workers lived through it all.
+        self.assertEqual(len([e for e in ev if e["event"] == "worker_start"]), 2)
+        with open(os.path.join(job.dir, "summary.json")) as f:
+            self.assertEqual(json.load(f)["steps"], self.STEPS)
+
+
+if __name__ == "__main__":
+    dltest.main()

@@ -18,8 +18,10 @@ json_t *dl_rdzv_enc_join(json_int_t id, const dl_rdzv_join_msg_t *j)
                      (json_int_t)(j->join_timeout * 1000), "dead_after_ms",
                      (json_int_t)(j->dead_after * 1000), "max_restarts", j->max_restarts,
                      "master_addr", j->master_addr, "master_port", j->master_port));
-    if (j->round > 0)
+    if (j->assigned) {
         json_object_set_new(m, "round", json_integer(j->round));
+        json_object_set_new(m, "failures", json_integer(j->failures));
+    }
     return m;
 }
 
@@ -61,6 +63,8 @@ json_t *dl_rdzv_enc_worker_failed(json_int_t id, const dl_rdzv_failure_msg_t *f)
                                 json_integer(f->exit_code >= 0 ? f->exit_code : 127));
     }
     json_object_set_new(m, "reason", json_string(f->reason));
+    if (f->hung)
+        json_object_set_new(m, "hung", json_true());
     json_object_set_new(m, "time", json_real(f->time));
     if (f->log_tail != NULL)
         json_object_set_new(m, "log_tail", json_string(f->log_tail));
@@ -90,10 +94,27 @@ json_t *dl_rdzv_enc_events_follow(json_int_t id)
     return dl_proto_msg_new(DL_PROTO_EVENTS_FOLLOW, id);
 }
 
-void dl_rdzv_dec_round_changed(const json_t *msg, int *ret_round, const char **ret_reason)
+void dl_rdzv_dec_round_changed(const json_t *msg, int *ret_round, const char **ret_reason,
+                               dl_rdzv_culprit_msg_t *c)
 {
+    const json_t *f = json_object_get(msg, "failure"), *v;
     *ret_round = (int)dl_proto_get_int(msg, "round", 0);
     *ret_reason = dl_proto_get_str(msg, "reason");
+    *c = (dl_rdzv_culprit_msg_t){.node_rank = -1, .rank = -1, .exit_code = -1};
+    c->cause = json_string_value(json_object_get(f, "cause"));
+    c->node = json_string_value(json_object_get(f, "node"));
+    c->host = json_string_value(json_object_get(f, "host"));
+    if (json_is_integer(v = json_object_get(f, "node_rank")))
+        c->node_rank = (int)json_integer_value(v);
+    if (json_is_integer(v = json_object_get(f, "rank")))
+        c->rank = (int)json_integer_value(v);
+    if (json_is_integer(v = json_object_get(f, "exit_code")))
+        c->exit_code = (int)json_integer_value(v);
+    if (json_is_integer(v = json_object_get(f, "signal")))
+        c->signal = (int)json_integer_value(v);
+    c->hung = json_is_true(json_object_get(f, "hung"));
+    if (f == NULL)
+        c->cause = json_string_value(json_object_get(msg, "cause"));
 }
 
 void dl_rdzv_dec_shutdown(const json_t *msg, dl_rdzv_shutdown_msg_t *ret)

@@ -21,7 +21,11 @@ typedef struct {
     int node_rank; /* wanted, or -1 */
     int min_nodes, max_nodes, max_restarts;
     double last_call, join_timeout, dead_after; /* seconds */
-    int round; /* the last round taken part in; 0: none (not sent) */
+    /* Once it took part in a round: that round, and the restarts spent as it was told (a
+     * restarted rendezvous, or a successor, goes on counting from the highest it hears). */
+    bool assigned;
+    int round;
+    int failures;
 } dl_rdzv_join_msg_t;
 
 typedef struct {
@@ -39,6 +43,7 @@ typedef struct {
     int local_rank;
     int exit_code; /* when signal is 0 (< 0: 127) */
     int signal;
+    bool hung;     /* killed by the hang watchdog */
     bool excluded; /* a straggler steps out: exit_code 0, no local rank */
     const char *reason;
     double time;
@@ -54,8 +59,22 @@ json_t *dl_rdzv_enc_node_done(json_int_t id, int round);
 json_t *dl_rdzv_enc_leave(json_int_t id, const char *reason);
 json_t *dl_rdzv_enc_events_follow(json_int_t id);
 
-/* round_changed: the new round and why (borrowed from msg). */
-void dl_rdzv_dec_round_changed(const json_t *msg, int *ret_round, const char **ret_reason);
+/* Who ended a round, as round_changed names it: read field by field, as the server's object is
+ * not trusted to hold what it should. Strings borrowed from the message. */
+typedef struct {
+    const char *cause; /* NULL: the message names none */
+    const char *node;
+    const char *host;
+    int node_rank; /* -1: not known */
+    int rank;      /* -1: none */
+    int exit_code; /* -1: none */
+    int signal;    /* 0: none */
+    bool hung;
+} dl_rdzv_culprit_msg_t;
+
+/* round_changed: the new round, why, and who (borrowed from msg). */
+void dl_rdzv_dec_round_changed(const json_t *msg, int *ret_round, const char **ret_reason,
+                               dl_rdzv_culprit_msg_t *ret_culprit);
 
 typedef struct {
     const char *reason;  /* succeeded, stopped, failed... (borrowed) */

@@ -166,7 +166,7 @@ START_TEST(rounds_spend_restarts_on_failures_only)
     json_t *kvs = json_pack("[o, o]", kv(P "state", state_doc("running", 2, 1, 2, 1, 2), 2, 0),
                             kv(P "ev/00000002-1", json_pack("{s:s}", "event", "rendezvous"), 3, 0));
     load(&v, kvs, 3);
-    json_t *t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_WORKER_FAILED, "rank 0 exited", NULL, 0, 0, 1);
+    json_t *t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_WORKER_FAILED, "rank 0 exited", NULL, NULL, 0, 0, 1);
     json_t *s = put_of(t, "state");
     ck_assert_str_eq(json_string_value(json_object_get(s, "state")), "gathering");
     ck_assert_int_eq(json_integer_value(json_object_get(s, "round")), 3);
@@ -178,14 +178,14 @@ START_TEST(rounds_spend_restarts_on_failures_only)
     json_decref(s);
     json_decref(t);
     /* An operator's restart or a newcomer spends none. */
-    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_REQUESTED, "restart requested", NULL, 0, 0, 1);
+    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_REQUESTED, "restart requested", NULL, NULL, 0, 0, 1);
     s = put_of(t, "state");
     ck_assert_int_eq(json_integer_value(json_object_get(s, "restarts")), 1);
     json_decref(s);
     json_decref(t);
     dl_ejob_member_t me = {.node_id = "n", .host = "h", .addr = "h", .store = "h:1", .slots = 1,
                            .node_rank = -1};
-    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_NODE_JOINED, "asked to join", &me, 77, 0, 1);
+    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_NODE_JOINED, "asked to join", NULL, &me, 77, 0, 1);
     json_t *m = put_of(t, "m/n");
     ck_assert_int_eq(json_integer_value(json_object_get(m, "round")), 3);
     json_decref(m);
@@ -197,9 +197,14 @@ START_TEST(rounds_spend_restarts_on_failures_only)
     kvs = json_pack("[o, o]", kv(P "state", state_doc("running", 2, 2, 2, 1, 2), 2, 0),
                     kv(P "ev/00000002-1", json_pack("{s:s}", "event", "rendezvous"), 3, 0));
     load(&v, kvs, 3);
-    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_NODE_LOST, "agent x was lost", NULL, 0, 99, 1);
+    json_t *who = json_pack("{s:s, s:s, s:i}", "node", "x-1", "host", "x", "node_rank", 1);
+    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_NODE_LOST, "agent x was lost", who, NULL, 0, 99, 1);
+    json_decref(who);
     s = put_of(t, "state");
     ck_assert_str_eq(json_string_value(json_object_get(s, "state")), "failed");
+    const json_t *c = json_object_get(s, "culprit");
+    ck_assert_str_eq(json_string_value(json_object_get(c, "cause")), "node_lost");
+    ck_assert_str_eq(json_string_value(json_object_get(c, "node")), "x-1");
     ev = put_of(t, "ev/00000002-2");
     ck_assert_str_eq(json_string_value(json_object_get(ev, "status")), "failed");
     ck_assert_int_eq(json_integer_value(json_object_get(ev, "exit_code")), 1);

@@ -184,6 +184,13 @@ command: [sh, -c, 'echo $RANK of $WORLD_SIZE']
         self.assertEqual(sorted(ranks), [0, 1, 2, 3])
         for rank, words in ranks.items():
             self.assertEqual(words, [str(rank), "restart", "1"])
+        # Every agent's restart event names the culprit, as with our own rendezvous.
+        for n in "ab":
+            restart = [e for e in self.evs(n) if e["event"] == "restart"]
+            self.assertEqual(len(restart), 1, self.evs(n))
+            why = restart[0]["reason"]
+            self.assertEqual((why["cause"], why["rank"], why["exit_code"], why["node_rank"]),
+                             ("worker_failed", 3, 4, 1), why)
 
     def test_restarts_exhausted_fail_every_node(self):
         procs = [self.agent("--max-restarts", "1", "--", "sh", "-c",

@@ -26,12 +26,14 @@ START_TEST(agent_messages)
     dl_rdzv_join_msg_t j = {.node_id = "gpu1-42", .host = "gpu1", .master_addr = "10.0.0.1",
                             .master_port = 29500, .slots = 8, .node_rank = -1, .min_nodes = 1,
                             .max_nodes = 4, .max_restarts = 3, .last_call = 5,
-                            .join_timeout = 600, .dead_after = 30, .round = 2};
+                            .join_timeout = 600, .dead_after = 30, .assigned = true,
+                            .round = 2, .failures = 1};
     json_t *m = dl_rdzv_enc_join(7, &j);
     ck_assert_int_eq(dl_proto_get_int(m, "round", -1), 2);
+    ck_assert_int_eq(dl_proto_get_int(m, "failures", -1), 1);
     ck_assert_int_eq(dl_proto_get_int(m, "dead_after_ms", -1), 30000);
     valid(m, DL_PROTO_JOIN);
-    j.round = 0;
+    j.assigned = false;
     m = dl_rdzv_enc_join(8, &j);
     ck_assert_ptr_null(json_object_get(m, "round"));
     valid(m, DL_PROTO_JOIN);
@@ -52,7 +54,9 @@ START_TEST(agent_messages)
                                .log_tail = "boom\n"};
     valid(dl_rdzv_enc_worker_failed(11, &f), DL_PROTO_WORKER_FAILED);
     f.signal = 9;
+    f.hung = true;
     m = dl_rdzv_enc_worker_failed(12, &f);
+    ck_assert(json_is_true(json_object_get(m, "hung")));
     ck_assert_ptr_null(json_object_get(m, "exit_code"));
     valid(m, DL_PROTO_WORKER_FAILED);
     f.signal = 0;
@@ -94,13 +98,21 @@ END_TEST
 
 START_TEST(readers)
 {
-    json_t *m = json_pack("{s:i, s:s, s:i, s:s}", "v", 1, "type", "round_changed", "round", 4,
-                          "reason", "a node was lost");
+    json_t *m = json_pack("{s:i, s:s, s:i, s:s, s:{s:s, s:s, s:i, s:s}}", "v", 1, "type",
+                          "round_changed", "round", 4, "reason", "a node was lost", "failure",
+                          "cause", "node_lost", "node", "gpu1-42", "node_rank", 1, "rank",
+                          "not a number");
     int round;
     const char *reason;
-    dl_rdzv_dec_round_changed(m, &round, &reason);
+    dl_rdzv_culprit_msg_t c;
+    dl_rdzv_dec_round_changed(m, &round, &reason, &c);
     ck_assert_int_eq(round, 4);
     ck_assert_str_eq(reason, "a node was lost");
+    ck_assert_str_eq(c.cause, "node_lost");
+    ck_assert_str_eq(c.node, "gpu1-42");
+    ck_assert_int_eq(c.node_rank, 1);
+    ck_assert_int_eq(c.rank, -1); /* not an integer: not believed */
+    ck_assert_ptr_null(c.host);
     json_decref(m);
 
     m = json_pack("{s:i, s:s, s:s, s:i, s:{s:s}}", "v", 1, "type", "shutdown", "reason",

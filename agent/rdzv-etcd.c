@@ -61,11 +61,14 @@ struct dl_rdzv_impl_s {
                            * 2 timed out */
     dl_ejob_cause_t linger_cause;
     char linger_reason[1400];
+    json_t *linger_culprit;
     /* What the agent asked for and has not been done yet. */
     bool join_wanted;
     dl_rdzv_join_t join;
     int report_round; /* a failure to report (round), or -1 */
     char report_reason[1400];
+    json_t *report_culprit; /* who: this node and its rank */
+    int node_rank;          /* this node's in the round it was assigned */
     dl_ejob_cause_t report_cause;
     int done_round; /* node done to mark (round), or -1 */
     /* Where this node stands. */
@@ -158,7 +161,7 @@ static void fail(etcd_t *z, int code, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     fprintf(stderr, "dlaunch: %s\n", msg);
-    end(z, code, code == 3 ? "timed_out" : "refused", false, NULL);
+    end(z, code, code == 3 ? "timed_out" : code == 4 ? "refused" : "failed", false, NULL);
 }
 
 /* ---- Trouble with etcd ------------------------------------------------------------------------ */
@@ -378,9 +381,7 @@ static void on_created(void *ctx, const dl_etcd_result_t *res)
     etcd_t *z = ctx;
     char err[512];
     if (res->status != DL_ETCD_OK) {
-        if (lease_gone(res))
-            z->lease = 0, z->phase = PH_LEASE;
-        if (trouble(z, res) || lease_gone(res))
+        if (trouble(z, res))
             retry_later(z);
         return;
     }
@@ -422,6 +423,14 @@ static void on_loaded(void *ctx, const dl_etcd_result_t *res)
     untroubled(z);
     z->phase = PH_RUN;
     start_watch(z);
+    if (!z->ready_said && dl_ejob_over(&z->view)) {
+        /* A job of this run id ended a moment ago; its keys are going (as our rendezvous keeps
+         * a finished job for a while, and refuses to join it). */
+        fail(z, 4, "etcd at %s: join: job '%s' is over (%s); its keys under %s go within %d s, "
+                   "or give another --run-id",
+             res->endpoint, z->conf.run_id, dl_ejob_state_name(&z->view), z->prefix, LINGER_S);
+        return;
+    }
     if (!z->ready_said) {
         /* The store, before this node can join a round: guarded by the agent's token, else by
          * the key the job keeps (drawn by its first agent). */
@@ -576,7 +585,7 @@ static void on_linger(void *ctx, const dl_etcd_result_t *res)
         : z->linger_what == 2 ? dl_ejob_txn_end(&z->view, "timed-out", z->linger_reason, lease,
                                                 now_unix())
                               : dl_ejob_txn_next(&z->view, z->linger_cause, z->linger_reason,
-                                                 NULL, 0, lease, now_unix());
+                                                 z->linger_culprit, NULL, 0, lease, now_unix());
     send_txn(z, body, z->linger_what == 0 ? 0 : 2, z->txn_round);
 }
 
@@ -587,22 +596,25 @@ static void with_linger(etcd_t *z, int what, dl_ejob_cause_t cause, const char *
     snprintf(z->linger_reason, sizeof(z->linger_reason), "%s", reason != NULL ? reason : "");
     z->txn_round = dl_ejob_round(&z->view);
     z->txn_busy = true;
-    if (dl_etcd_call(z->etcd, "/v3/lease/grant", json_pack("{s:s}", "TTL", "10"), on_linger, z,
-                     NULL) < 0)
+    if (dl_etcd_call(z->etcd, "/v3/lease/grant", json_pack("{s:o}", "TTL", dl_etcd_num(LINGER_S)),
+                     on_linger, z, NULL) < 0)
         z->txn_busy = false;
 }
 
 /* Opens the next round (or fails the job, past its restarts). */
-static void next_round(etcd_t *z, dl_ejob_cause_t cause, const char *reason, int kind)
+static void next_round(etcd_t *z, dl_ejob_cause_t cause, const char *reason,
+                       const json_t *culprit, int kind)
 {
     bool failure = cause == DL_EJOB_CAUSE_WORKER_FAILED || cause == DL_EJOB_CAUSE_NODE_LOST;
     const json_t *s = z->view.state;
     if (failure && json_integer_value(json_object_get(s, "restarts")) >=
                        json_integer_value(json_object_get(s, "max_restarts"))) {
+        json_decref(z->linger_culprit);
+        z->linger_culprit = culprit != NULL ? json_deep_copy(culprit) : NULL;
         with_linger(z, 1, cause, reason);
         return;
     }
-    send_txn(z, dl_ejob_txn_next(&z->view, cause, reason, NULL, 0, 0, now_unix()), kind,
+    send_txn(z, dl_ejob_txn_next(&z->view, cause, reason, culprit, NULL, 0, 0, now_unix()), kind,
              dl_ejob_round(&z->view));
 }
 
@@ -779,6 +791,7 @@ static void running(etcd_t *z, int round)
         as.local_world_size = (int)json_integer_value(json_object_get(me, "slots"));
         as.restart_count = round;
         as.max_restarts = (int)json_integer_value(json_object_get(s, "max_restarts"));
+        as.failures = (int)json_integer_value(json_object_get(s, "restarts"));
         as.master_port = (int)json_integer_value(json_object_get(s, "master_port"));
         snprintf(as.master_addr, sizeof(as.master_addr), "%s",
                  json_string_value(json_object_get(s, "master_addr")) ?: "");
@@ -795,6 +808,7 @@ static void running(etcd_t *z, int round)
         }
         z->join_wanted = false;
         z->workers_round = round;
+        z->node_rank = as.node_rank;
         z->cbs.assigned(z->ctx, &as);
         if (z->closing || z->ended)
             return;
@@ -808,7 +822,7 @@ static void running(etcd_t *z, int round)
         dl_ejob_member_t off = my_offer(z);
         snprintf(reason, sizeof(reason), "agent '%s' (%s) asked to join", z->conf.node_id,
                  z->conf.hostname);
-        send_txn(z, dl_ejob_txn_next(&z->view, DL_EJOB_CAUSE_NODE_JOINED, reason, &off,
+        send_txn(z, dl_ejob_txn_next(&z->view, DL_EJOB_CAUSE_NODE_JOINED, reason, NULL, &off,
                                      z->lease, 0, now_unix()),
                  1, round);
         return;
@@ -817,7 +831,7 @@ static void running(etcd_t *z, int round)
         return;
     /* Reports of this node. */
     if (z->report_round == round) {
-        next_round(z, z->report_cause, z->report_reason, 2);
+        next_round(z, z->report_cause, z->report_reason, z->report_culprit, 2);
         return;
     }
     z->report_round = -1;
@@ -846,7 +860,11 @@ static void running(etcd_t *z, int round)
                      "agent '%s' (%s) was lost: its etcd lease ended (no keepalive within %g s, "
                      "or it left)",
                      id, json_string_value(json_object_get(n, "host")), z->spec->dead_after);
-            next_round(z, DL_EJOB_CAUSE_NODE_LOST, reason, 0);
+            json_t *who = json_pack("{s:s, s:s, s:I}", "node", id, "host",
+                                    json_string_value(json_object_get(n, "host")), "node_rank",
+                                    json_integer_value(json_object_get(n, "node_rank")));
+            next_round(z, DL_EJOB_CAUSE_NODE_LOST, reason, who, 0);
+            json_decref(who);
             return;
         }
     }
@@ -899,7 +917,22 @@ static void react(etcd_t *z)
         z->done_round = -1;
         z->report_round = -1;
         const char *reason = json_string_value(json_object_get(v->state, "reason"));
-        z->cbs.round_changed(z->ctx, round, reason != NULL ? reason : "a new round", NULL);
+        const json_t *c = json_object_get(v->state, "culprit"), *x;
+        dl_rdzv_culprit_info_t who = {.node_rank = -1, .rank = -1, .exit_code = -1};
+        who.cause = json_string_value(json_object_get(c, "cause"));
+        who.node = json_string_value(json_object_get(c, "node"));
+        who.host = json_string_value(json_object_get(c, "host"));
+        if (json_is_integer(x = json_object_get(c, "node_rank")))
+            who.node_rank = (int)json_integer_value(x);
+        if (json_is_integer(x = json_object_get(c, "rank")))
+            who.rank = (int)json_integer_value(x);
+        if (json_is_integer(x = json_object_get(c, "exit_code")))
+            who.exit_code = (int)json_integer_value(x);
+        if (json_is_integer(x = json_object_get(c, "signal")))
+            who.signal = (int)json_integer_value(x);
+        who.hung = json_is_true(json_object_get(c, "hung"));
+        z->cbs.round_changed(z->ctx, round, reason != NULL ? reason : "a new round",
+                             who.cause != NULL ? &who : NULL);
         return;
     }
     if (view_behind(z))
@@ -936,6 +969,18 @@ static void etcd_report_failure(etcd_t *z, const dl_rdzv_failure_t *f)
 {
     z->report_round = f->round;
     z->report_cause = f->excluded ? DL_EJOB_CAUSE_EXCLUDED : DL_EJOB_CAUSE_WORKER_FAILED;
+    json_decref(z->report_culprit);
+    z->report_culprit = json_pack("{s:s, s:s, s:i, s:i}", "node", z->conf.node_id, "host",
+                                  z->conf.hostname, "node_rank", z->node_rank, "rank", f->rank);
+    if (z->report_culprit != NULL && !f->excluded) {
+        if (f->hung)
+            json_object_set_new(z->report_culprit, "hung", json_true());
+        else if (f->signal > 0)
+            json_object_set_new(z->report_culprit, "signal", json_integer(f->signal));
+        else
+            json_object_set_new(z->report_culprit, "exit_code",
+                                json_integer(f->exit_code >= 0 ? f->exit_code : 127));
+    }
     snprintf(z->report_reason, sizeof(z->report_reason), "agent '%s' (%s) in round %d: %s",
              z->conf.node_id, z->conf.hostname, f->round, f->reason);
     react(z);
@@ -968,6 +1013,8 @@ static void maybe_free(etcd_t *z)
         return;
     dl_ejob_view_clear(&z->view);
     dl_proto_token_free(z->store_token);
+    json_decref(z->report_culprit);
+    json_decref(z->linger_culprit);
     free(z);
 }
 
@@ -1099,6 +1146,7 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
     z->cbs = *cbs;
     z->ctx = ctx;
     z->workers_round = z->report_round = z->done_round = -1;
+    z->node_rank = -1;
     z->seen_round = -1;
     z->last_call_round = z->join_timer_round = z->close_due_round = -1;
     z->settings = (dl_ejob_settings_t){.min_nodes = conf->nodes_min,

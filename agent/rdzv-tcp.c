@@ -144,7 +144,7 @@ static void follow(tcp_t *z)
     if (z->following)
         return;
     z->following = true;
-    send_or_log(z, dl_proto_msg_new(DL_PROTO_EVENTS_FOLLOW, next_id(z)));
+    send_or_log(z, dl_rdzv_enc_events_follow(next_id(z)));
 }
 
 /* Lost the rendezvous (it declared us dead, or restarted): connect again, and join or follow as
@@ -175,21 +175,22 @@ static void tcp_join(tcp_t *z, const dl_rdzv_join_t *join)
     local_address(z, addr, sizeof(addr));
     snprintf(z->my_addr, sizeof(z->my_addr), "%s", addr);
     z->join_id = next_id(z);
-    json_t *m = dl_proto_msg_new(DL_PROTO_JOIN, z->join_id);
-    json_object_update_new(
-        m, json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:i, s:s, s:i}", "node_id",
-                     z->conf.node_id, "host", z->conf.hostname, "slots", join->slots,
-                     "node_rank", z->conf.want_node_rank, "min_nodes", z->conf.nodes_min,
-                     "max_nodes", z->conf.nodes_max, "last_call_ms",
-                     (json_int_t)(spec->last_call * 1000), "join_timeout_ms",
-                     (json_int_t)(spec->join_timeout * 1000), "dead_after_ms",
-                     (json_int_t)(spec->dead_after * 1000), "max_restarts", spec->max_restarts,
-                     "master_addr", addr, "master_port", z->conf.master_port));
-    if (join->assigned) {
-        json_object_set_new(m, "round", json_integer(join->last_round));
-        json_object_set_new(m, "failures", json_integer(join->failures + z->host_lost));
-    }
-    send_or_log(z, m);
+    dl_rdzv_join_msg_t j = {.node_id = z->conf.node_id,
+                            .host = z->conf.hostname,
+                            .master_addr = addr,
+                            .master_port = z->conf.master_port,
+                            .slots = join->slots,
+                            .node_rank = z->conf.want_node_rank,
+                            .min_nodes = z->conf.nodes_min,
+                            .max_nodes = z->conf.nodes_max,
+                            .max_restarts = spec->max_restarts,
+                            .last_call = spec->last_call,
+                            .join_timeout = spec->join_timeout,
+                            .dead_after = spec->dead_after,
+                            .assigned = join->assigned,
+                            .round = join->last_round,
+                            .failures = join->failures + z->host_lost};
+    send_or_log(z, dl_rdzv_enc_join(z->join_id, &j));
 }
 
 static void tcp_sit_out(tcp_t *z)
@@ -209,38 +210,25 @@ static void tcp_report_failure(tcp_t *z, const dl_rdzv_failure_t *f)
 {
     if (f->excluded && !z->ready)
         return;
-    json_t *m = dl_proto_msg_new(DL_PROTO_WORKER_FAILED, next_id(z));
-    json_object_set_new(m, "round", json_integer(f->round));
-    json_object_set_new(m, "rank", json_integer(f->rank));
-    if (f->excluded) {
-        json_object_set_new(m, "exit_code", json_integer(0));
-        json_object_set_new(m, "excluded", json_true());
-    } else {
-        json_object_set_new(m, "local_rank", json_integer(f->local_rank));
-        if (f->signal > 0)
-            json_object_set_new(m, "signal", json_integer(f->signal));
-        else
-            json_object_set_new(m, "exit_code",
-                                json_integer(f->exit_code >= 0 ? f->exit_code : 127));
-    }
-    json_object_set_new(m, "reason", json_string(f->reason));
-    if (f->hung)
-        json_object_set_new(m, "hung", json_true());
-    json_object_set_new(m, "time", json_real(f->time));
-    /* The end of its stderr (else of its stdout), for the status page. */
-    if (f->log_tail != NULL)
-        json_object_set_new(m, "log_tail", json_string(f->log_tail));
-    /* Where this node's ranks were: the rendezvous makes the job-wide account of it. */
-    if (f->diag != NULL)
-        json_object_set(m, "diag", f->diag);
-    send_or_log(z, m);
+    dl_rdzv_failure_msg_t m = {.round = f->round,
+                               .rank = f->rank,
+                               .local_rank = f->local_rank,
+                               .exit_code = f->exit_code,
+                               .signal = f->signal,
+                               .hung = f->hung,
+                               .excluded = f->excluded,
+                               .reason = f->reason,
+                               .time = f->time,
+                               /* the end of its stderr (else stdout), for the status page */
+                               .log_tail = f->log_tail,
+                               /* where this node's ranks were: the job-wide account of it */
+                               .diag = f->diag};
+    send_or_log(z, dl_rdzv_enc_worker_failed(next_id(z), &m));
 }
 
 static void tcp_node_done(tcp_t *z, int round)
 {
-    json_t *m = dl_proto_msg_new(DL_PROTO_NODE_DONE, next_id(z));
-    json_object_set_new(m, "round", json_integer(round));
-    send_or_log(z, m);
+    send_or_log(z, dl_rdzv_enc_node_done(next_id(z), round));
 }
 
 static void probe_earlier(tcp_t *z);
@@ -269,21 +257,15 @@ static void tcp_heartbeat(tcp_t *z, const dl_rdzv_beat_t *beat)
         z->lost_silently = false;
         return;
     }
-    json_t *m = dl_proto_msg_new(DL_PROTO_HEARTBEAT, next_id(z));
-    json_object_set_new(m, "round", json_integer(beat->round));
-    /* The progress hook: whatever the agent knows of it, the rendezvous gets it with the beat. */
-    if (beat->has_progress) {
-        json_t *p = json_pack("{s:I}", "step", (json_int_t)beat->step);
-        if (p != NULL && !isnan(beat->loss))
-            json_object_set_new(p, "loss", json_real(beat->loss));
-        if (p != NULL && !isnan(beat->samples_per_s))
-            json_object_set_new(p, "samples_per_s", json_real(beat->samples_per_s));
-        json_object_set_new(m, "progress", p);
-    }
-    /* This node's figures and its ranks' last operations: the job-wide view is made of them. */
-    if (beat->diag != NULL)
-        json_object_set(m, "diag", beat->diag);
-    send_or_log(z, m);
+    /* The progress and this node's figures and its ranks' last operations: the job-wide view
+     * is made of them. */
+    dl_rdzv_beat_msg_t m = {.round = beat->round,
+                            .has_progress = beat->has_progress,
+                            .step = beat->step,
+                            .loss = beat->loss,
+                            .samples_per_s = beat->samples_per_s,
+                            .diag = beat->diag};
+    send_or_log(z, dl_rdzv_enc_heartbeat(next_id(z), &m));
 }
 
 static void misbehaved(tcp_t *z, const char *why);
@@ -324,33 +306,25 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
             on_assignment(z, m);
         return;
     case DL_PROTO_ROUND_CHANGED: {
-        /* The culprit, read field by field: the server's object is not trusted to hold what it
-         * should. */
-        const json_t *f = json_object_get(m, "failure");
-        const json_t *v;
-        dl_rdzv_culprit_info_t c = {.node_rank = -1, .rank = -1, .exit_code = -1};
-        c.cause = json_string_value(json_object_get(f, "cause"));
-        c.node = json_string_value(json_object_get(f, "node"));
-        c.host = json_string_value(json_object_get(f, "host"));
-        if (json_is_integer(v = json_object_get(f, "node_rank")))
-            c.node_rank = (int)json_integer_value(v);
-        if (json_is_integer(v = json_object_get(f, "rank")))
-            c.rank = (int)json_integer_value(v);
-        if (json_is_integer(v = json_object_get(f, "exit_code")))
-            c.exit_code = (int)json_integer_value(v);
-        if (json_is_integer(v = json_object_get(f, "signal")))
-            c.signal = (int)json_integer_value(v);
-        c.hung = json_is_true(json_object_get(f, "hung"));
-        if (f == NULL)
-            c.cause = dl_proto_get_str(m, "cause");
-        z->cbs.round_changed(z->ctx, (int)dl_proto_get_int(m, "round", 0),
-                             dl_proto_get_str(m, "reason"), c.cause != NULL ? &c : NULL);
+        int round;
+        const char *reason;
+        dl_rdzv_culprit_msg_t cm;
+        dl_rdzv_dec_round_changed(m, &round, &reason, &cm);
+        dl_rdzv_culprit_info_t c = {.cause = cm.cause,
+                                    .node = cm.node,
+                                    .host = cm.host,
+                                    .node_rank = cm.node_rank,
+                                    .rank = cm.rank,
+                                    .exit_code = cm.exit_code,
+                                    .signal = cm.signal,
+                                    .hung = cm.hung};
+        z->cbs.round_changed(z->ctx, round, reason, c.cause != NULL ? &c : NULL);
         return;
     }
     case DL_PROTO_SHUTDOWN: {
-        const char *reason = dl_proto_get_str(m, "reason");
-        json_t *failure = json_object_get(m, "failure");
-        const char *desc = json_string_value(json_object_get(failure, "description"));
+        dl_rdzv_shutdown_msg_t sd;
+        dl_rdzv_dec_shutdown(m, &sd);
+        const char *reason = sd.reason, *desc = sd.failure;
         char safe_reason[1200], safe_desc[512];
         dl_proto_escape(reason, safe_reason, sizeof(safe_reason));
         if (desc != NULL)
@@ -360,7 +334,7 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
         if (strcmp(reason, "succeeded") != 0)
             say(z, "the rendezvous ended the job: %s%s%s", safe_reason, desc ? ": " : "",
                 desc ? safe_desc : "");
-        int code = (int)dl_proto_get_int(m, "exit_code", 1);
+        int code = sd.exit_code;
         dl_rdzv_end_t e = {.exit_code = code,
                            .stopped = stopped,
                            .status = stopped ? "stopped" : code == 0 ? "succeeded" : "failed",
@@ -388,10 +362,9 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
     }
     case DL_PROTO_EVENT: {
         /* Followed while sitting out: the job ended without this node. */
-        json_t *ev = json_object_get(m, "event");
-        const char *name = json_string_value(json_object_get(ev, "event"));
+        const char *name, *status;
+        dl_rdzv_dec_event(m, &name, &status);
         if (z->sitting_out && name != NULL && strcmp(name, "job_end") == 0) {
-            const char *status = json_string_value(json_object_get(ev, "status"));
             bool failed = status != NULL && strcmp(status, "failed") == 0;
             char safe[64];
             z->sitting_out = false;
@@ -404,7 +377,7 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
     }
     case DL_PROTO_REPLY: {
         /* A heartbeat's answer: the job-wide figures and the stragglers named. */
-        json_t *view = json_object_get(json_object_get(m, "result"), "diag");
+        const json_t *view = dl_rdzv_dec_beat_view(m);
         if (view != NULL)
             z->cbs.view(z->ctx, view);
         return;
@@ -852,9 +825,7 @@ static void tcp_leave(tcp_t *z, const char *reason)
 {
     if (!z->ready)
         return;
-    json_t *m = dl_proto_msg_new(DL_PROTO_LEAVE, next_id(z));
-    json_object_set_new(m, "reason", json_string(reason));
-    send_or_log(z, m);
+    send_or_log(z, dl_rdzv_enc_leave(next_id(z), reason));
 }
 
 const dl_rdzv_backend_ops_t dl__rdzv_backend_tcp = {

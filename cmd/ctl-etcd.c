@@ -240,7 +240,7 @@ static json_t *build_restart(ectl_t *c, int64_t linger, const char **why)
         return NULL;
     }
     return dl_ejob_txn_next(&c->view, DL_EJOB_CAUSE_REQUESTED, "restart requested with dlaunch",
-                            NULL, 0, 0, now_unix());
+                            NULL, NULL, 0, 0, now_unix());
 }
 
 static int transition(ectl_t *c, const char *run_id, build_fn build, bool linger)

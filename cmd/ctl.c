@@ -324,14 +324,8 @@ static int control(const char *cmd, const ctl_opts_t *o)
     dl_proto_type_t type = strcmp(cmd, "status") == 0 ? DL_PROTO_STATUS
                            : strcmp(cmd, "stop") == 0 ? DL_PROTO_STOP
                                                       : DL_PROTO_RESTART;
-    json_t *m = dl_proto_msg_new(type, 0);
-    if (type == DL_PROTO_STATUS && run_id == NULL)
-        json_object_set_new(m, "all", json_true());
-    if (type == DL_PROTO_STATUS && o->ranks)
-        json_object_set_new(m, "ranks", json_true());
-    if (type != DL_PROTO_STATUS)
-        json_object_set_new(m, "reason", json_string("requested with dlaunch"));
-    r = call(c, m, o->timeout, &reply);
+    r = call(c, dl_rdzv_enc_control(type, run_id == NULL, o->ranks, "requested with dlaunch"),
+             o->timeout, &reply);
     dl_rdzv_sync_close(c);
     if (r != 0)
         return r;
@@ -380,7 +374,7 @@ static int events(const ctl_opts_t *o)
                        o->timeout, &c);
     if (r != 0)
         return r;
-    r = call(c, dl_proto_msg_new(DL_PROTO_EVENTS_FOLLOW, 0), o->timeout, &reply);
+    r = call(c, dl_rdzv_enc_events_follow(0), o->timeout, &reply);
     json_decref(reply);
     while (r == 0) {
         json_t *m = NULL;
@@ -399,7 +393,8 @@ static int events(const ctl_opts_t *o)
             fflush(stdout);
             free(line);
         }
-        const char *name = json_string_value(json_object_get(ev, "event"));
+        const char *name, *status;
+        dl_rdzv_dec_event(m, &name, &status);
         bool end = name != NULL && strcmp(name, "job_end") == 0;
         json_decref(m);
         if (end)
@@ -440,54 +435,58 @@ static int kv(const ctl_opts_t *o)
                        DL_PROTO_ROLE_WORKER, run_id, o->token_file, o->timeout, &c);
     if (r != 0)
         return r;
-    json_t *m = dl_proto_msg_new(ops[which].type, 0);
     char **a = o->args + 1;
+    dl_rdzv_kv_req_t req = {.op = ops[which].type, .key = a[0]};
     long delta = 0;
     switch (ops[which].type) {
-    case DL_PROTO_KV_WAIT: {
-        json_t *keys = json_array();
-        for (int i = 0; i < n; i++)
-            json_array_append_new(keys, json_string(a[i]));
-        json_object_set_new(m, "keys", keys);
-        json_object_set_new(m, "timeout_ms", json_integer((json_int_t)(o->timeout * 1000)));
+    case DL_PROTO_KV_WAIT:
+        req.key = NULL;
+        req.keys = (const char *const *)a;
+        req.nkeys = (size_t)n;
+        req.timeout_ms = (long long)(o->timeout * 1000);
         break;
-    }
     case DL_PROTO_KV_ADD:
         if (dl_parse_int(a[1], LONG_MIN, LONG_MAX, &delta) < 0) {
-            json_decref(m);
             dl_rdzv_sync_close(c);
             return usage_error("kv add: '%s' is not a whole number", a[1]);
         }
-        json_object_set_new(m, "key", json_string(a[0]));
-        json_object_set_new(m, "delta", json_integer(delta));
+        req.delta = delta;
         break;
     case DL_PROTO_KV_CAS:
-        json_object_set_new(m, "key", json_string(a[0]));
-        json_object_set_new(m, "expected", *a[1] ? json_string(a[1]) : json_null());
-        json_object_set_new(m, "value", json_string(a[2]));
+        req.expected = *a[1] ? a[1] : NULL;
+        req.value = a[2];
         break;
     default:
-        json_object_set_new(m, "key", json_string(a[0]));
         if (n > 1)
-            json_object_set_new(m, "value", json_string(a[1]));
+            req.value = a[1];
         break;
     }
     json_t *reply = NULL;
+    dl_rdzv_kv_result_t res;
+    dl_proto_errcode_t code;
+    char err[1200], safe[1200];
     /* A wait answers when its keys exist or its own timeout passes: give the call a margin. */
-    r = call(c, m, o->timeout + 5, &reply);
+    r = dl_rdzv_sync_kv(c, &req, o->timeout + 5, &reply, &res, &code, err, sizeof(err));
     dl_rdzv_sync_close(c);
-    if (r != 0)
-        return r;
-    json_t *result = json_object_get(reply, "result"), *v;
-    if ((v = json_object_get(result, "value")) != NULL) {
-        if (json_is_string(v))
-            printf("%s\n", json_string_value(v));
-        else if (json_is_integer(v))
-            printf("%lld\n", (long long)json_integer_value(v));
+    if (r == -EPROTO) {
+        /* A kv wait that timed out was answered: its keys are missing (exit 1), which is no
+         * failure to reach the rendezvous (exit 3). */
+        fprintf(stderr, "dlaunch: %s\n", dl_proto_escape(err, safe, sizeof(safe)));
+        return code == DL_PROTO_E_AUTH_FAILED || code == DL_PROTO_E_FORBIDDEN ? 4
+               : code == DL_PROTO_E_TIMEOUT && req.op != DL_PROTO_KV_WAIT      ? 3
+                                                                              : 1;
     }
-    if (ops[which].type == DL_PROTO_KV_CAS && !json_is_true(json_object_get(result, "swapped")))
+    if (r < 0) {
+        fprintf(stderr, "dlaunch: %s\n", err);
+        return code_of(r);
+    }
+    if (res.value != NULL)
+        printf("%s\n", res.value);
+    else if (res.has_value)
+        printf("%lld\n", res.number);
+    if (req.op == DL_PROTO_KV_CAS && !res.swapped)
         r = 1;
-    if (ops[which].type == DL_PROTO_KV_DEL && !json_is_true(json_object_get(result, "deleted")))
+    if (req.op == DL_PROTO_KV_DEL && !res.deleted)
         r = 1;
     json_decref(reply);
     return r;

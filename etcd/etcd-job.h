@@ -111,12 +111,14 @@ typedef enum {
     DL_EJOB_CAUSE_EXCLUDED, /* a straggler stepped out */
 } dl_ejob_cause_t;
 
-/* Opens round R+1 for reason, or, a failure past max_restarts, ends the job as failed. join
- * (may be NULL) also joins the new round in the same transaction (a newcomer); linger_lease
- * carries the job's keys once it ends (0: none). */
+/* Opens round R+1 for reason, or, a failure past max_restarts, ends the job as failed. culprit
+ * (may be NULL) names who ended the round as our rendezvous does ({node, host, node_rank, rank,
+ * exit_code | signal | hung}; the cause is added); it goes into the state ("culprit") and the
+ * round_changed event ("failure"). join (may be NULL) also joins the new round in the same
+ * transaction (a newcomer); linger_lease carries the job's keys once it ends (0: none). */
 json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const char *reason,
-                         const dl_ejob_member_t *join, int64_t join_lease, int64_t linger_lease,
-                         double now);
+                         const json_t *culprit, const dl_ejob_member_t *join, int64_t join_lease,
+                         int64_t linger_lease, double now);
 /* Ends the job: status succeeded, stopped or timed-out (failed comes from txn_next). Every key
  * but the settings, the state and the events goes now; those stay on linger_lease (0: for
  * good), so that status still answers for a while. */

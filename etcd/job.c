@@ -484,9 +484,10 @@ static void end_ops(const dl_ejob_view_t *v, json_t *ops, json_t *state, json_t 
 }
 
 json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const char *reason,
-                         const dl_ejob_member_t *join, int64_t join_lease, int64_t linger_lease,
-                         double now)
+                         const json_t *culprit, const dl_ejob_member_t *join, int64_t join_lease,
+                         int64_t linger_lease, double now)
 {
+    json_t *who = culprit != NULL ? json_deep_copy(culprit) : json_object();
     bool failure = cause == DL_EJOB_CAUSE_WORKER_FAILED || cause == DL_EJOB_CAUSE_NODE_LOST;
     int round = dl_ejob_round(v);
     json_int_t restarts = sint(v->state, "restarts", 0);
@@ -494,6 +495,8 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
     json_t *state = json_deep_copy(v->state);
     json_t *ops = json_array();
 
+    json_object_set_new(who, "cause", json_string(cause_name(cause)));
+    json_object_set_new(state, "culprit", who);
     if (failure && json_object_get(state, "failure") == NULL)
         json_object_set_new(state, "failure", json_string(reason));
     if (failure && restarts >= max) {
@@ -526,8 +529,8 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
     json_object_del(state, "master_port");
     json_object_del(state, "store_addr");
     json_t *ev = event("round_changed", now);
-    json_object_update_new(ev, json_pack("{s:i, s:s, s:s}", "round", round + 1, "reason",
-                                         reason, "cause", cause_name(cause)));
+    json_object_update_new(ev, json_pack("{s:i, s:s, s:s, s:O}", "round", round + 1, "reason",
+                                         reason, "cause", cause_name(cause), "failure", who));
     json_array_append_new(ops, put(key(v->prefix, "state"), state, 0));
     json_array_append_new(ops, put(event_key(v, round + 1, 0), ev, 0));
     if (join != NULL) {

@@ -141,6 +141,30 @@ class Jobs(EtcdCase):
             self.assertEqual({e["world_size"] for e in rdzv}, {2 * n})
             self.assertEqual(len({(e["master_addr"], e["master_port"]) for e in rdzv}), 1)
 
+    def test_job_spec_and_environment(self):
+        """rdzv_backend and rdzv_endpoint in the YAML job spec, DLAUNCH_* in the environment:
+        like every option."""
+        spec = self.write("job.yaml", f"""nodes: 2
+gpus_per_node: 1
+run_id: yamljob
+rdzv_backend: etcd
+rdzv_endpoint: "{self.cluster.endpoints}"
+heartbeat: 0.2
+command: [sh, -c, 'echo $RANK of $WORLD_SIZE']
+""")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        by_yaml = subprocess.Popen([dltest.DLAUNCH, spec], cwd=self.dir, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env2 = dict(env, DLAUNCH_RDZV_BACKEND="etcd", DLAUNCH_RDZV_ENDPOINT=self.cluster.endpoints,
+                    DLAUNCH_NODES="2", DLAUNCH_RUN_ID="yamljob", DLAUNCH_GPUS_PER_NODE="1")
+        by_env = subprocess.Popen([dltest.DLAUNCH, "--", "sh", "-c", "echo $RANK of $WORLD_SIZE"],
+                                  cwd=self.dir, env=env2, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        self.procs += [by_yaml, by_env]
+        out = [p.communicate(timeout=60)[0] for p in (by_yaml, by_env)]
+        self.assertEqual([by_yaml.returncode, by_env.returncode], [0, 0], "\n".join(out))
+        self.assertEqual(sorted(re.findall(r"\] (\d) of 2", "".join(out))), ["0", "1"])
+
     def test_node_rank_hints_and_deterministic_order(self):
         # --node-rank is honoured, as by our own rendezvous.
         cmd = ["--", "sh", "-c", "echo $GROUP_RANK"]
@@ -160,6 +184,13 @@ class Jobs(EtcdCase):
         self.assertEqual(sorted(ranks), [0, 1, 2, 3])
         for rank, words in ranks.items():
             self.assertEqual(words, [str(rank), "restart", "1"])
+        # Every agent's restart event names the culprit, as with our own rendezvous.
+        for n in "ab":
+            restart = [e for e in self.evs(n) if e["event"] == "restart"]
+            self.assertEqual(len(restart), 1, self.evs(n))
+            why = restart[0]["reason"]
+            self.assertEqual((why["cause"], why["rank"], why["exit_code"], why["node_rank"]),
+                             ("worker_failed", 3, 4, 1), why)
 
     def test_restarts_exhausted_fail_every_node(self):
         procs = [self.agent("--max-restarts", "1", "--", "sh", "-c",
@@ -413,8 +444,16 @@ class Errors(EtcdCase):
         self.assertTrue(set(left) <= {"/site/jobs/j1/job", "/site/jobs/j1/state"} |
                         {k for k in left if k.startswith("/site/jobs/j1/ev/")}, left)
         self.assertEqual(json.loads(left["/site/jobs/j1/state"])["state"], "succeeded")
+        # Meanwhile the run id is the finished job's, as with our own rendezvous.
+        again = self.agent("--rdzv-conf", "prefix=/site/jobs/j1", "--", "true", name="again")
+        self.assertEqual(again.wait(timeout=30), 4, self.log("again"))
+        self.assertIn("join: job 'job' is over (succeeded)", self.log("again"))
         self.wait_for(lambda: self.cluster.get_prefix("/site/jobs/j1/") == {}, timeout=20,
                       what="the job's keys to go")
+        # Then it is free again.
+        fresh = self.agent("--rdzv-conf", "prefix=/site/jobs/j1", "--", "true", name="fresh",
+                           nodes="1")
+        self.assertEqual(fresh.wait(timeout=30), 0, self.log("fresh"))
 
 
 @unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")

@@ -530,9 +530,11 @@ static void finish(dl_agent_t *a, int exit_code)
     if (exit_code == 1 && a->sup.has_failure && !a->remote)
         record_failure(a);
     dl__rdzv_finish(a, exit_code);
-    dl_events_emit(a->events, "job_end", dl__now_unix(),
-                   json_pack("{s:s, s:i, s:i}", "status", status, "exit_code", exit_code,
-                             "attempts", a->sup.attempt + 1));
+    json_t *end = json_pack("{s:s, s:i, s:i}", "status", status, "exit_code", exit_code,
+                            "attempts", dl_sup_attempts(&a->sup));
+    if (dl__rec_in_job(a))
+        json_object_set_new(end, "recoveries", json_integer(a->sup.recoveries));
+    dl_events_emit(a->events, "job_end", dl__now_unix(), end);
     finish_loop(a);
 }
 
@@ -546,13 +548,17 @@ static void print_closing_line(const dl_agent_t *a)
                          : a->exit_code == 4 ? "was refused"
                                              : "was stopped";
     const char *summary = NULL;
-    int attempts = a->sup.attempt + 1;
+    int attempts = dl_sup_attempts(&a->sup);
 
     for (size_t i = 0; a->spec->train != NULL && i < a->spec->train_len; i++)
         if (strncmp(a->spec->train[i], "summary_file=", 13) == 0)
             summary = a->spec->train[i] + 13;
-    fprintf(stderr, "dlaunch: run %s %s after %d attempt%s in %.1f s; logs in %s/%s%s\n",
-            a->run_id, status, attempts, attempts == 1 ? "" : "s",
+    char recovered[64] = "";
+    if (a->sup.recoveries > 0)
+        snprintf(recovered, sizeof(recovered), " and %d in-job recover%s", a->sup.recoveries,
+                 a->sup.recoveries == 1 ? "y" : "ies");
+    fprintf(stderr, "dlaunch: run %s %s after %d attempt%s%s in %.1f s; logs in %s/%s%s\n",
+            a->run_id, status, attempts, attempts == 1 ? "" : "s", recovered,
             dl__now_unix() - a->started_at, a->run_dir,
             summary != NULL ? "; trainer summary in " : "", summary != NULL ? summary : "");
 }

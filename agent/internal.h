@@ -104,6 +104,8 @@ struct dl_agent_s {
     long long rec_was;           /* the newest step one of them had completed before */
     char rec_reason[600];        /* remote: the round change's reason */
     char rec_reason_short[220];
+    long long rec_last_step;     /* the last recovery that finished: where, how long */
+    double rec_last_ms;
     int rec_replaced[64];        /* remote: the ranks this node replaced in this recovery */
     int nrec_replaced;
     int rec_source;
@@ -168,6 +170,8 @@ int dl__rec_channel_open(dl_agent_t *a, dl__worker_t *w, int *ret_child_fd);
 void dl__rec_channel_close(dl__worker_t *w);
 /* Whether the others can go on without this worker while a replacement joins. */
 bool dl__rec_recoverable(const dl_agent_t *a, const dl__worker_t *failed);
+/* Remote: the heartbeat's "recovery" object (docs/recovery.md), or NULL without in-job. */
+json_t *dl__rec_status(const dl_agent_t *a);
 /* Remote: whether the living workers can be kept into the next round. */
 bool dl__rec_keepable(const dl_agent_t *a);
 /* Remote: the round changes with the workers kept (DL_SUP_KEEP): a recovery starts. */

@@ -66,6 +66,7 @@ typedef struct {
     long long step;
     double loss;          /* NaN: not known */
     double samples_per_s; /* NaN: not known */
+    json_t *recovery;     /* in-job recoveries of this node (recovery.c), borrowed, or NULL */
     json_t *diag;         /* the node's report (diag/), borrowed, or NULL */
 } dl_rdzv_beat_t;
 

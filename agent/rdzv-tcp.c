@@ -264,7 +264,8 @@ static void tcp_heartbeat(tcp_t *z, const dl_rdzv_beat_t *beat)
                             .step = beat->step,
                             .loss = beat->loss,
                             .samples_per_s = beat->samples_per_s,
-                            .diag = beat->diag};
+                            .diag = beat->diag,
+                            .recovery = beat->recovery};
     send_or_log(z, dl_rdzv_enc_heartbeat(next_id(z), &m));
 }
 

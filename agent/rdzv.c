@@ -153,11 +153,14 @@ static void on_heartbeat(uv_timer_t *t)
         beat.loss = a->progress.loss;
         beat.samples_per_s = a->progress.samples_per_s;
     }
+    /* In-job recovery: how many, whether one is under way (`dlaunch status`). */
+    beat.recovery = dl__rec_status(a);
     /* This node's figures and its ranks' last operations: the job-wide view is made of them. */
     if (a->sup.phase == DL_SUP_RUNNING)
         beat.diag = dl__diag_report(a);
     z->ops->heartbeat(z->backend, &beat);
     json_decref(beat.diag);
+    json_decref(beat.recovery);
 }
 
 /* ---- What the backend says ------------------------------------------------------------------ */

@@ -209,6 +209,19 @@ bool dl__rec_recoverable(const dl_agent_t *a, const dl__worker_t *failed)
     return true;
 }
 
+json_t *dl__rec_status(const dl_agent_t *a)
+{
+    if (!dl__rec_in_job(a))
+        return NULL;
+    json_t *o = json_pack("{s:i, s:b}", "recoveries", a->sup.recoveries, "recovering",
+                          a->recovering);
+    if (o != NULL && a->rec_last_step >= 0 && a->sup.recoveries > 0) {
+        json_object_set_new(o, "step", json_integer(a->rec_last_step));
+        json_object_set_new(o, "duration_ms", json_real(a->rec_last_ms));
+    }
+    return o;
+}
+
 bool dl__rec_keepable(const dl_agent_t *a)
 {
     if (!dl__rec_in_job(a) || !a->remote || a->sup.phase != DL_SUP_RUNNING)
@@ -263,6 +276,8 @@ static void on_timeout(uv_timer_t *t)
 static void recovery_done(dl_agent_t *a)
 {
     double ms = (mono() - a->rec_started) * 1e3;
+    a->rec_last_step = a->rec_step;
+    a->rec_last_ms = round(ms * 10) / 10;
     uv_timer_stop(&a->rec_timer);
     a->rec_timer_armed = false;
     a->recovering = false;

@@ -24,6 +24,13 @@ int dl_sup_restarts_used(const dl_sup_t *sup)
     return sup->attempt + sup->recoveries;
 }
 
+int dl_sup_attempts(const dl_sup_t *sup)
+{
+    if (sup->in_job && sup->starts > 0)
+        return sup->starts;
+    return sup->attempt + 1;
+}
+
 void dl_sup_init_remote(dl_sup_t *sup, int nworkers)
 {
     dl_sup_init(sup, nworkers, 0);
@@ -32,6 +39,7 @@ void dl_sup_init_remote(dl_sup_t *sup, int nworkers)
 
 static void start_attempt(dl_sup_t *sup, dl_sup_actions_t *act)
 {
+    sup->starts++;
     sup->recovering = false;
     sup->phase = DL_SUP_RUNNING;
     sup->stop = DL_SUP_STOP_NONE;

@@ -112,6 +112,7 @@ typedef struct dl_sup_s {
     /* Remote: the round changed and the living workers were kept; joined again, waiting for
      * the assignment (each such recovery is a round change the rendezvous counts). */
     bool awaiting;
+    int starts; /* attempts started: every worker started afresh (recoveries are none) */
 } dl_sup_t;
 
 /* Local mode: this node alone decides restarts, up to max_restarts. */
@@ -123,6 +124,11 @@ void dl_sup_set_in_job(dl_sup_t *sup, bool on);
 
 /* Restarts spent: attempts after the first, and in-job recoveries. */
 int dl_sup_restarts_used(const dl_sup_t *sup);
+
+/* The attempts to say in the closing line and job_end: with in-job recovery the times every
+ * worker started afresh (over several nodes each recovery is a round, no attempt), else the
+ * attempt number + 1 as ever. */
+int dl_sup_attempts(const dl_sup_t *sup);
 
 /* Remote mode: a rendezvous decides rounds; the supervisor reports failures and success, stops
  * workers when a round changes, and joins again. */

@@ -4,11 +4,16 @@
  *
  *   bench/train [--steps N] [--warmup N] [--runs N] [--workers 1,2] [--json] [--keep-coretype]
  *               [--no-torch] [--dlaunch PATH] [--trainer PATH] [--python PATH] [--script PATH]
- *               [--dataset DIR] [--recorder-ab]
+ *               [--dataset DIR] [--recorder-ab] [--recovery-ab]
  *
  * --recorder-ab adds, for each worker count, a row of ours with the collective's flight recorder
  * off (DLAUNCH_COLL_RECORDER=off), interleaved with the others like any row, and a column with
  * each dlaunch row against its recorder-off twin (the median of the rounds' ratios).
+ *
+ * --recovery-ab adds, for each worker count above 1, a row of ours with in-job recovery on
+ * (--recovery in-job: the state of the last step kept whole while the next is made, the
+ * momentum blocks in shared memory), interleaved like any row, and a column with it against
+ * today's row (restart) of the same count.
  *
  * Each figure is steady-state samples a second over all workers: the trainer's own per-window
  * rate from its progress lines, windows inside the first `warmup` steps left out; PyTorch's is
@@ -37,7 +42,7 @@
 #endif
 
 #define MAX_RUNS 64
-#define MAX_ROWS 12 /* 4 worker counts: ours, ours without the recorder, PyTorch */
+#define MAX_ROWS 16 /* 4 worker counts: ours, without the recorder, in-job, PyTorch */
 
 extern char **environ;
 
@@ -50,10 +55,11 @@ typedef struct {
     char detail[128]; /* overlap mode, or torch version */
     const char *why;  /* set when a run failed */
     bool norec;       /* the flight recorder off */
+    bool in_job;      /* --recovery in-job */
 } row_t;
 
 typedef struct {
-    int steps, warmup, runs, json, keep_coretype, torch, recorder_ab;
+    int steps, warmup, runs, json, keep_coretype, torch, recorder_ab, recovery_ab;
     int workers[4];
     int n_workers;
     char dlaunch[PATH_MAX], trainer[PATH_MAX], script[PATH_MAX];
@@ -178,8 +184,8 @@ static void measure(const opts_t *o, row_t *row, int i)
 
     if (row->why != NULL)
         return;
-    snprintf(out, sizeof(out), "%s/%s%s-%d-%d.out", o->tmp, row->impl, row->norec ? "-norec" : "",
-             row->workers, i);
+    snprintf(out, sizeof(out), "%s/%s%s%s-%d-%d.out", o->tmp, row->impl,
+             row->norec ? "-norec" : "", row->in_job ? "-injob" : "", row->workers, i);
     snprintf(logdir, sizeof(logdir), "%s/logs", o->tmp);
     snprintf(ws, sizeof(ws), "%d", row->workers);
     argv[k++] = (char *)o->dlaunch;
@@ -187,6 +193,10 @@ static void measure(const opts_t *o, row_t *row, int i)
     argv[k++] = ws;
     argv[k++] = "--log-dir";
     argv[k++] = logdir;
+    if (row->in_job) {
+        argv[k++] = "--recovery";
+        argv[k++] = "in-job";
+    }
     argv[k++] = "--";
     if (strcmp(row->impl, "dlaunch") == 0) {
         snprintf(st, sizeof(st), "steps=%d", o->steps);
@@ -285,6 +295,10 @@ static int parse_args(opts_t *o, int argc, char **argv)
             o->torch = 0;
             continue;
         }
+        if (strcmp(a, "--recovery-ab") == 0) {
+            o->recovery_ab = 1;
+            continue;
+        }
         if (strcmp(a, "--recorder-ab") == 0) {
             o->recorder_ab = 1;
             continue;
@@ -337,7 +351,7 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
     const row_t *ours1 = NULL;
     for (int i = 0; i < n; i++)
         if (strcmp(rows[i].impl, "dlaunch") == 0 && rows[i].workers == 1 && rows[i].why == NULL &&
-            !rows[i].norec)
+            !rows[i].norec && !rows[i].in_job)
             ours1 = &rows[i];
 
     if (o->json) {
@@ -348,11 +362,11 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
                        r->workers, r->why);
                 continue;
             }
-            printf("{\"impl\": \"%s\", \"workers\": %d, \"recorder\": %s, "
-                   "\"samples_per_s\": %.0f, \"best_samples_per_s\": %.0f, "
+            printf("{\"impl\": \"%s\", \"workers\": %d, \"recorder\": %s, \"recovery\": "
+                   "\"%s\", \"samples_per_s\": %.0f, \"best_samples_per_s\": %.0f, "
                    "\"blas_kernels\": \"%s\", \"detail\": \"%s\", \"runs\": [",
-                   r->impl, r->workers, r->norec ? "false" : "true", median(r), best(r),
-                   r->kernels, r->detail);
+                   r->impl, r->workers, r->norec ? "false" : "true",
+                   r->in_job ? "in-job" : "restart", median(r), best(r), r->kernels, r->detail);
             for (int j = 0; j < r->n; j++)
                 printf("%s%.0f", j ? ", " : "", r->sps[j]);
             printf("]}\n");
@@ -363,8 +377,8 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
            "ratios the median of each round's; OPENBLAS_CORETYPE %s\n",
            o->steps, o->warmup, o->runs,
            o->keep_coretype ? "as in the environment" : "unset for every row");
-    printf("%-8s %7s %14s %14s %10s %12s %8s  %s\n", "impl", "workers", "samples/s", "best",
-           "vs ours1", "vs pytorch", "rec/off", "kernels, notes");
+    printf("%-8s %7s %14s %14s %10s %12s %8s %10s  %s\n", "impl", "workers", "samples/s",
+           "best", "vs ours1", "vs pytorch", "rec/off", "in-job/off", "kernels, notes");
     for (int i = 0; i < n; i++) {
         const row_t *r = &rows[i];
         if (r->why != NULL) {
@@ -376,21 +390,28 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
             if (strcmp(rows[j].impl, "pytorch") == 0 && rows[j].workers == r->workers &&
                 rows[j].why == NULL)
                 peer = &rows[j];
-        const row_t *twin = NULL;
+        const row_t *twin = NULL, *plain = NULL;
         for (int j = 0; j < n; j++)
-            if (rows[j].norec && !r->norec && rows[j].workers == r->workers &&
+            if (rows[j].norec && !r->norec && !r->in_job && rows[j].workers == r->workers &&
                 strcmp(r->impl, "dlaunch") == 0 && rows[j].why == NULL)
                 twin = &rows[j];
-        char vs1[16] = "-", vsp[16] = "-", vsr[16] = "-";
+        for (int j = 0; j < n && r->in_job; j++)
+            if (!rows[j].norec && !rows[j].in_job && rows[j].workers == r->workers &&
+                strcmp(rows[j].impl, "dlaunch") == 0 && rows[j].why == NULL)
+                plain = &rows[j];
+        char vs1[16] = "-", vsp[16] = "-", vsr[16] = "-", vsj[16] = "-";
+        if (plain != NULL)
+            snprintf(vsj, sizeof(vsj), "%.3fx", paired_ratio(r, plain));
         if (ours1 != NULL)
             snprintf(vs1, sizeof(vs1), "%.2fx", paired_ratio(r, ours1));
         if (peer != NULL && strcmp(r->impl, "dlaunch") == 0)
             snprintf(vsp, sizeof(vsp), "%.2fx", paired_ratio(r, peer));
         if (twin != NULL)
             snprintf(vsr, sizeof(vsr), "%.3fx", paired_ratio(r, twin));
-        printf("%-8s %7d %14.0f %14.0f %10s %12s %8s  %s%s%s%s\n", r->impl, r->workers,
-               median(r), best(r), vs1, vsp, vsr, r->kernels, r->detail[0] ? ", " : "",
-               r->detail, r->norec ? ", flight recorder off" : "");
+        printf("%-8s %7d %14.0f %14.0f %10s %12s %8s %10s  %s%s%s%s%s\n", r->impl, r->workers,
+               median(r), best(r), vs1, vsp, vsr, vsj, r->kernels, r->detail[0] ? ", " : "",
+               r->detail, r->norec ? ", flight recorder off" : "",
+               r->in_job ? ", in-job recovery on" : "");
     }
 }
 
@@ -404,7 +425,8 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: %s [--steps N] [--warmup N] [--runs N] [--workers 1,2] [--json] "
                 "[--keep-coretype] [--no-torch] [--dlaunch PATH] [--trainer PATH] "
-                "[--python PATH] [--script PATH] [--dataset DIR] [--recorder-ab]\n",
+                "[--python PATH] [--script PATH] [--dataset DIR] [--recorder-ab] "
+                "[--recovery-ab]\n",
                 argv[0]);
         return 2;
     }
@@ -414,6 +436,8 @@ int main(int argc, char **argv)
         rows[n++] = (row_t){.impl = "dlaunch", .workers = o.workers[i]};
         if (o.recorder_ab)
             rows[n++] = (row_t){.impl = "dlaunch", .workers = o.workers[i], .norec = true};
+        if (o.recovery_ab && o.workers[i] > 1)
+            rows[n++] = (row_t){.impl = "dlaunch", .workers = o.workers[i], .in_job = true};
     }
     if (o.torch) {
         int ok = have_torch(o.python) && access(o.script, R_OK) == 0;

@@ -200,6 +200,19 @@ static void print_status(const json_t *job)
            (long long)json_integer_value(json_object_get(job, "world_size")));
     if (json_object_get(job, "failure") != NULL)
         printf("  failure: %s\n", field(job, "failure", text, sizeof(text)));
+    /* In-job recovery (docs/recovery.md): each is one of the restarts above. */
+    const json_t *rec = json_object_get(job, "recovery");
+    if (rec != NULL) {
+        printf("  in-job recoveries: %lld", (long long)json_integer_value(json_object_get(rec, "recoveries")));
+        if (json_is_true(json_object_get(rec, "recovering")))
+            printf(", one under way");
+        else if (json_object_get(rec, "step") != NULL)
+            printf("; the last went on at step %lld, %.0f ms after the round changed, with no "
+                   "checkpoint read",
+                   (long long)json_integer_value(json_object_get(rec, "step")),
+                   json_number_value(json_object_get(rec, "duration_ms")));
+        printf("\n");
+    }
     size_t i;
     json_t *n;
     json_array_foreach(json_object_get(job, "nodes"), i, n)

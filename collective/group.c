@@ -514,7 +514,9 @@ int dl__coll_broken(dl_coll_group_t *g, int r)
     /* Aborted on purpose: say so, not what the transport made of it ("another rank failed"). */
     if (__atomic_load_n(&g->aborted, __ATOMIC_ACQUIRE) == 1) {
         g->aborted = 2;
-        if (g->err.code == 0 || g->err.code == -ECONNABORTED) {
+        /* What shut sockets and a raised flag look like from here: our own doing. */
+        if (g->err.code == 0 || g->err.code == -ECONNABORTED || g->err.code == -ECONNRESET ||
+            g->err.code == -EPIPE) {
             g->err.code = -ECANCELED;
             snprintf(g->err.msg, sizeof(g->err.msg), "%s", g->abort_why);
         }

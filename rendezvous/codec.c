@@ -41,6 +41,8 @@ json_t *dl_rdzv_enc_heartbeat(json_int_t id, const dl_rdzv_beat_msg_t *b)
     }
     if (b->diag != NULL)
         json_object_set(m, "diag", b->diag);
+    if (b->recovery != NULL)
+        json_object_set(m, "recovery", b->recovery);
     return m;
 }
 

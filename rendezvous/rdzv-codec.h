@@ -35,6 +35,7 @@ typedef struct {
     double loss;          /* NaN: not sent */
     double samples_per_s; /* NaN: not sent */
     json_t *diag;         /* the node's report, borrowed, or NULL */
+    json_t *recovery;     /* the node's in-job recoveries, borrowed, or NULL */
 } dl_rdzv_beat_msg_t;
 
 typedef struct {

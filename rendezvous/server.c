@@ -459,12 +459,18 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
             o = status_json(&st->jobs[0]);
             json_object_update_new(o, dl__jobview_status(s->view, st->jobs[0].run_id,
                                                          sc->status_ranks, now_s()));
+            json_t *rec = dl__rdzv_stats_recovery_get(&s->stats, st->jobs[0].run_id);
+            if (rec != NULL)
+                json_object_set_new(o, "recovery", rec);
         } else {
             json_t *jobs = json_array();
             for (size_t i = 0; i < st->njobs; i++) {
                 json_t *j = status_json(&st->jobs[i]);
                 json_object_update_new(j, dl__jobview_status(s->view, st->jobs[i].run_id,
                                                              false, now_s()));
+                json_t *rec = dl__rdzv_stats_recovery_get(&s->stats, st->jobs[i].run_id);
+                if (rec != NULL)
+                    json_object_set_new(j, "recovery", rec);
                 json_array_append_new(jobs, j);
             }
             o = json_pack("{s:s, s:i, s:o}", "state", "serving", "round", 0, "jobs", jobs);
@@ -813,6 +819,9 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         json_t *progress = json_object_get(msg, "progress");
         if (progress != NULL)
             dl__rdzv_stats_progress(&s->stats, sc->run_id, progress, unix_now());
+        json_t *recovery = json_object_get(msg, "recovery");
+        if (recovery != NULL)
+            dl__rdzv_stats_recovery(&s->stats, sc->run_id, recovery);
         ev.kind = DL_RDZV_EV_HEARTBEAT;
         run_core(s, &ev);
         json_t *result = json_pack("{s:I}", "round", dl_proto_get_int(msg, "round", 0));

@@ -215,6 +215,38 @@ void dl__rdzv_stats_progress(dl__rdzv_stats_t *st, const char *run_id, const jso
     st->generation++;
 }
 
+void dl__rdzv_stats_recovery(dl__rdzv_stats_t *st, const char *run_id, const json_t *rec)
+{
+    json_t *j = job_entry(st, run_id, false, 0);
+    json_t *n = json_object_get(rec, "recoveries"), *on = json_object_get(rec, "recovering");
+    json_t *step = json_object_get(rec, "step"), *ms = json_object_get(rec, "duration_ms");
+    if (j == NULL || !json_is_integer(n) || json_integer_value(n) < 0 ||
+        json_integer_value(n) > 1000000000 || !json_is_boolean(on))
+        return;
+    json_t *o = json_pack("{s:I, s:b}", "recoveries", json_integer_value(n), "recovering",
+                          json_is_true(on));
+    if (o != NULL && json_is_integer(step) && json_integer_value(step) >= 0)
+        json_object_set_new(o, "step", json_integer(json_integer_value(step)));
+    if (o != NULL && json_is_number(ms) && json_number_value(ms) >= 0 &&
+        json_number_value(ms) < 1e9)
+        json_object_set_new(o, "duration_ms", json_real(json_number_value(ms)));
+    /* Every agent reports; the one that counted most is the newest. */
+    json_t *was = json_object_get(j, "recovery");
+    if (o != NULL && was != NULL &&
+        json_integer_value(json_object_get(was, "recoveries")) > json_integer_value(n)) {
+        json_decref(o);
+        return;
+    }
+    if (o != NULL)
+        json_object_set_new(j, "recovery", o);
+}
+
+json_t *dl__rdzv_stats_recovery_get(dl__rdzv_stats_t *st, const char *run_id)
+{
+    json_t *r = json_object_get(job_entry(st, run_id, false, 0), "recovery");
+    return r != NULL ? json_deep_copy(r) : NULL;
+}
+
 static json_t *counts_json(const uint64_t *v, size_t n, const char *(*name)(int))
 {
     json_t *o = json_object();

@@ -63,6 +63,12 @@ void dl__rdzv_stats_failure(dl__rdzv_stats_t *st, const char *run_id, const json
 void dl__rdzv_stats_progress(dl__rdzv_stats_t *st, const char *run_id, const json_t *progress,
                              double unix_now);
 
+/* A heartbeat's recovery object (borrowed; in-job recovery, docs/recovery.md): {"recoveries",
+ * "recovering", "step", "duration_ms"}, checked and bounded, kept as the job's newest. */
+void dl__rdzv_stats_recovery(dl__rdzv_stats_t *st, const char *run_id, const json_t *rec);
+/* What dl__rdzv_stats_recovery kept of the job, a new reference, or NULL. */
+json_t *dl__rdzv_stats_recovery_get(dl__rdzv_stats_t *st, const char *run_id);
+
 /* The snapshot (docs/operations.md): server counters, histograms, and for each job of status its
  * entry of jobs (the same objects `dlaunch status --json` shows, stolen) with what is kept of it
  * here added. Shares nothing with st, so it may go to another thread. Forgets what is kept of

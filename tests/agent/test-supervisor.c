@@ -1,6 +1,7 @@
 /* The restart policy, driven event by event with made-up times. */
 #include <check.h>
 #include <signal.h>
+#include <stdbool.h>
 
 #include "supervisor.h"
 
@@ -245,6 +246,117 @@ START_TEST(remote_signal_while_waiting)
 }
 END_TEST
 
+/* ---- In-job recovery -------------------------------------------------------------------- */
+
+static dl_sup_actions_t rec_exit(dl_sup_t *s, int rank, int sig, bool recoverable)
+{
+    dl_sup_event_t ev = {.kind = DL_SUP_EV_WORKER_EXIT, .rank = rank, .exit_code = -1,
+                         .signal = sig, .recoverable = recoverable};
+    return dl_sup_step(s, &ev, 1);
+}
+
+START_TEST(in_job_replaces_one_worker_and_spends_a_restart)
+{
+    dl_sup_t s;
+    dl_sup_init(&s, 2, 2);
+    dl_sup_set_in_job(&s, true);
+    simple(&s, DL_SUP_EV_START, 0);
+    dl_sup_actions_t a = rec_exit(&s, 1, SIGKILL, true);
+    ck_assert_uint_eq(a.flags, DL_SUP_RECOVER);
+    ck_assert_int_eq(a.rank, 1);
+    ck_assert_int_eq(a.attempt, 0);
+    ck_assert(s.recovering);
+    ck_assert_int_eq(s.running, 2); /* the survivor and the replacement */
+    ck_assert_int_eq(dl_sup_restarts_used(&s), 1);
+    ck_assert_uint_eq(simple(&s, DL_SUP_EV_RECOVERED, 0).flags, 0);
+    ck_assert(!s.recovering);
+    /* A second one, later: another recovery, the last restart. */
+    a = rec_exit(&s, 0, SIGKILL, true);
+    ck_assert_uint_eq(a.flags, DL_SUP_RECOVER);
+    simple(&s, DL_SUP_EV_RECOVERED, 0);
+    ck_assert_int_eq(dl_sup_restarts_used(&s), 2);
+    /* No restart left: the job fails as it would. */
+    a = rec_exit(&s, 1, SIGKILL, true);
+    ck_assert_uint_eq(a.flags, DL_SUP_KILL | DL_SUP_ARM_TIMER);
+    a = killed_ev(&s, 0, SIGTERM, 2);
+    ck_assert_uint_eq(a.flags & DL_SUP_EXIT, DL_SUP_EXIT);
+    ck_assert_int_eq(a.exit_code, 1);
+    ck_assert_int_eq(dl_sup_attempts(&s), 1);
+}
+END_TEST
+
+START_TEST(in_job_failure_during_a_recovery_restarts)
+{
+    dl_sup_t s;
+    dl_sup_init(&s, 2, 3);
+    dl_sup_set_in_job(&s, true);
+    simple(&s, DL_SUP_EV_START, 0);
+    ck_assert_uint_eq(rec_exit(&s, 1, SIGKILL, true).flags, DL_SUP_RECOVER);
+    /* The replacement dies before every worker recovered: back to a restart. */
+    dl_sup_actions_t a = rec_exit(&s, 1, SIGKILL, true);
+    ck_assert_uint_eq(a.flags, DL_SUP_RECOVERY_OFF | DL_SUP_KILL | DL_SUP_ARM_TIMER);
+    ck_assert(!s.recovering);
+    a = killed_ev(&s, 0, SIGTERM, 2);
+    ck_assert_uint_eq(a.flags, DL_SUP_DISARM_TIMER | DL_SUP_SPAWN);
+    ck_assert_int_eq(a.attempt, 1);
+    ck_assert_int_eq(dl_sup_restarts_used(&s), 2);
+    ck_assert_int_eq(dl_sup_attempts(&s), 2);
+}
+END_TEST
+
+START_TEST(in_job_not_for_workers_without_the_protocol)
+{
+    dl_sup_t s;
+    dl_sup_init(&s, 2, 1);
+    dl_sup_set_in_job(&s, true);
+    simple(&s, DL_SUP_EV_START, 0);
+    ck_assert_uint_eq(rec_exit(&s, 1, SIGKILL, false).flags, DL_SUP_KILL | DL_SUP_ARM_TIMER);
+    /* A recovery that times out restarts too. */
+    dl_sup_init(&s, 2, 2);
+    dl_sup_set_in_job(&s, true);
+    simple(&s, DL_SUP_EV_START, 0);
+    rec_exit(&s, 0, SIGKILL, true);
+    dl_sup_actions_t a = simple(&s, DL_SUP_EV_RECOVERY_FAILED, 0);
+    ck_assert_uint_eq(a.flags, DL_SUP_RECOVERY_OFF | DL_SUP_KILL | DL_SUP_ARM_TIMER);
+}
+END_TEST
+
+START_TEST(in_job_remote_keeps_the_workers_across_rounds)
+{
+    dl_sup_t s;
+    dl_sup_init_remote(&s, 2);
+    dl_sup_set_in_job(&s, true);
+    simple(&s, DL_SUP_EV_START, 0);
+    dl_sup_event_t as = {.kind = DL_SUP_EV_ASSIGNED, .attempt = 0};
+    dl_sup_step(&s, &as, 0);
+    /* A worker dies: reported, the other stays. */
+    dl_sup_actions_t a = rec_exit(&s, 1, SIGKILL, true);
+    ck_assert_uint_eq(a.flags, DL_SUP_REPORT);
+    ck_assert_int_eq(s.phase, DL_SUP_RUNNING);
+    /* The round changes: kept, joined again. */
+    dl_sup_event_t rc = {.kind = DL_SUP_EV_ROUND_CHANGED, .recoverable = true};
+    a = dl_sup_step(&s, &rc, 0);
+    ck_assert_uint_eq(a.flags, DL_SUP_KEEP | DL_SUP_JOIN);
+    ck_assert(s.awaiting && s.recovering);
+    /* Another change before the assignment: join that one. */
+    a = dl_sup_step(&s, &rc, 0);
+    ck_assert_uint_eq(a.flags, DL_SUP_JOIN);
+    as.attempt = 1;
+    a = dl_sup_step(&s, &as, 0);
+    ck_assert_uint_eq(a.flags, DL_SUP_RESUME);
+    ck_assert_int_eq(a.attempt, 1);
+    ck_assert_int_eq(s.running, 2);
+    simple(&s, DL_SUP_EV_RECOVERED, 0);
+    /* A round change while a recovery is under way stops the workers: a restart. */
+    rec_exit(&s, 0, SIGKILL, true);
+    dl_sup_step(&s, &rc, 0);
+    dl_sup_step(&s, &as, 0);
+    a = dl_sup_step(&s, &rc, 0);
+    ck_assert_uint_eq(a.flags, DL_SUP_RECOVERY_OFF | DL_SUP_KILL | DL_SUP_ARM_TIMER);
+    ck_assert_int_eq(dl_sup_attempts(&s), 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("supervisor");
@@ -262,6 +374,10 @@ int main(void)
     tcase_add_test(tc, remote_round_change_stops_healthy_workers);
     tcase_add_test(tc, remote_job_end_while_running);
     tcase_add_test(tc, remote_signal_while_waiting);
+    tcase_add_test(tc, in_job_replaces_one_worker_and_spends_a_restart);
+    tcase_add_test(tc, in_job_failure_during_a_recovery_restarts);
+    tcase_add_test(tc, in_job_not_for_workers_without_the_protocol);
+    tcase_add_test(tc, in_job_remote_keeps_the_workers_across_rounds);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

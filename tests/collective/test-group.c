@@ -891,6 +891,161 @@ START_TEST(peer_gone_fails_within_timeout)
 }
 END_TEST
 
+/* ---- in-job recovery's pieces ----------------------------------------------------------------- */
+
+typedef struct {
+    dl_coll_group_t *g;
+    int after_ms;
+} aborter_t;
+
+static void *aborter(void *p)
+{
+    aborter_t *a = p;
+    struct timespec ts = {0, a->after_ms * 1000000L};
+    nanosleep(&ts, NULL);
+    dl_coll_group_abort(a->g, "told to: the group broke");
+    return NULL;
+}
+
+/* Rank 0 waits in an all-reduce for rank 1, which comes late; another thread aborts rank 0's
+ * group meanwhile: the wait ends at once, with that reason, and rank 1's call fails too. */
+static int body_abort(rank_t *r, void *arg)
+{
+    (void)arg;
+    float x[1024] = {0};
+    int *out = calloc(2, sizeof(int));
+    r->out = out;
+    if (r->rank == 0) {
+        aborter_t a = {r->g, 100};
+        pthread_t t;
+        pthread_create(&t, NULL, aborter, &a);
+        double t0 = now_s();
+        out[0] = dl_coll_allreduce(r->g, x, x, 1024, DL_COLL_FLOAT32, DL_COLL_SUM);
+        out[1] = (int)((now_s() - t0) * 1000);
+        pthread_join(t, NULL);
+        snprintf(r->err, sizeof(r->err), "%s", dl_coll_group_error(r->g));
+    } else {
+        struct timespec ts = {0, 400 * 1000000L};
+        nanosleep(&ts, NULL);
+        out[0] = dl_coll_allreduce(r->g, x, x, 1024, DL_COLL_FLOAT32, DL_COLL_SUM);
+    }
+    return 0;
+}
+
+START_TEST(abort_ends_the_wait_at_once)
+{
+    static const dl_coll_transport_t trs[] = {DL_COLL_TRANSPORT_SHM, DL_COLL_TRANSPORT_TCP};
+    world_t w;
+    world_init(&w, 2, trs[_i], NULL);
+    world_run(&w, body_abort, NULL);
+    int *r0 = w.ranks[0].out, *r1 = w.ranks[1].out;
+    ck_assert_int_eq(w.ranks[0].create_rc, 0);
+    ck_assert_int_eq(r0[0], -ECANCELED);
+    ck_assert_int_lt(r0[1], 2000); /* the timeout is 10 s */
+    ck_assert_str_eq(w.ranks[0].err, "told to: the group broke");
+    ck_assert_int_lt(r1[0], 0);
+    free(r0);
+    free(r1);
+}
+END_TEST
+
+/* Each rank's extra block is the next rank's own, bit for bit. */
+static int body_rs_extra(rank_t *r, void *arg)
+{
+    (void)arg;
+    int n = dl_coll_world_size(r->g), me = r->rank;
+    size_t count = 1003;
+    float *src = malloc(count * (size_t)n * sizeof(float));
+    float *all = calloc(count * (size_t)n, sizeof(float));
+    for (size_t i = 0; i < count * (size_t)n; i++)
+        src[i] = (float)val(me, i, 3) * 0.1f + (float)me * 1e-3f;
+    int extra = (me + 1) % n;
+    int rc = dl_coll_reduce_scatter_extra(r->g, src, all + count * (size_t)me, count,
+                                          DL_COLL_FLOAT32, DL_COLL_SUM, n > 1 ? extra : -1,
+                                          all + count * (size_t)extra);
+    free(src);
+    r->out = all;
+    r->out_bytes = count * (size_t)n * sizeof(float);
+    return rc;
+}
+
+START_TEST(reduce_scatter_extra_has_the_owners_bits)
+{
+    const setup_t *s = &setups[_i];
+    for (int n = 1; n <= 4; n++) {
+        world_t w;
+        world_init(&w, n, s->tr, s->hosts);
+        for (int r = 0; r < n; r++) {
+            w.ranks[r].o.algo = s->algo;
+            w.ranks[r].o.order = s->order;
+        }
+        world_run(&w, body_rs_extra, NULL);
+        size_t count = 1003;
+        for (int r = 0; r < n; r++)
+            ck_assert_msg(w.ranks[r].body_rc == 0, "world %d rank %d: %s", n, r, w.ranks[r].err);
+        for (int r = 0; r < n; r++) {
+            int e = (r + 1) % n;
+            const float *mine = (const float *)w.ranks[r].out + count * (size_t)e;
+            const float *owner = (const float *)w.ranks[e].out + count * (size_t)e;
+            ck_assert_msg(memcmp(mine, owner, count * sizeof(float)) == 0,
+                          "setup %d, world %d: rank %d's copy of block %d differs", _i, n, r, e);
+        }
+        for (int r = 0; r < n; r++)
+            free(w.ranks[r].out);
+    }
+}
+END_TEST
+
+/* A host rank's shared block is readable through mem_peer, also once the group is broken; a
+ * rank on another host is not. */
+static int body_mem_peer(rank_t *r, void *arg)
+{
+    (void)arg;
+    int n = dl_coll_world_size(r->g), me = r->rank;
+    int *out = calloc((size_t)n, sizeof(int));
+    r->out = out;
+    char err[256];
+    int *mine = NULL;
+    int rc = dl_coll_mem_alloc(r->g, 4096, (void **)&mine, err, sizeof(err));
+    if (rc < 0)
+        return rc;
+    mine[0] = 1000 + me;
+    rc = dl_coll_barrier(r->g);
+    if (rc < 0)
+        return rc;
+    if (me == 0)
+        dl_coll_group_abort(r->g, "broken on purpose");
+    struct timespec ts = {0, 100 * 1000000L};
+    nanosleep(&ts, NULL);
+    for (int q = 0; q < n; q++) {
+        const int *p = NULL;
+        size_t len = 0;
+        int e = dl_coll_mem_peer(r->g, mine, q, (const void **)&p, &len);
+        out[q] = e < 0 ? e : len >= 4096 ? p[0] : -1;
+    }
+    return 0;
+}
+
+START_TEST(mem_peer_reads_the_blocks_of_the_host)
+{
+    static const char *const hosts[] = {"a", "a", "b", "b"};
+    world_t w;
+    world_init(&w, 4, DL_COLL_TRANSPORT_AUTO, hosts);
+    world_run(&w, body_mem_peer, NULL);
+    for (int r = 0; r < 4; r++) {
+        ck_assert_msg(w.ranks[r].body_rc == 0, "rank %d: %s", r, w.ranks[r].err);
+        int *out = w.ranks[r].out;
+        for (int q = 0; q < 4; q++) {
+            if (q / 2 == r / 2)
+                ck_assert_int_eq(out[q], 1000 + q);
+            else
+                ck_assert_int_eq(out[q], -EXDEV);
+        }
+        free(out);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("group");
@@ -919,6 +1074,12 @@ static Suite *suite(void)
     tcase_add_test(b, socket_ifname_binds_that_interface);
     tcase_add_loop_test(b, peer_gone_fails_within_timeout, 0, 2);
     suite_add_tcase(s, b);
+    TCase *rec = tcase_create("recovery");
+    tcase_set_timeout(rec, 60);
+    tcase_add_loop_test(rec, abort_ends_the_wait_at_once, 0, 2);
+    tcase_add_loop_test(rec, reduce_scatter_extra_has_the_owners_bits, 0, NSETUPS);
+    tcase_add_test(rec, mem_peer_reads_the_blocks_of_the_host);
+    suite_add_tcase(s, rec);
     return s;
 }
 

@@ -11,6 +11,7 @@ import random
 import re
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 import unittest
@@ -295,6 +296,19 @@ class TwoNodes(unittest.TestCase):
         job = self.job(train={"hang_at_step": FAIL_STEP, "fail_rank": 2},
                        extra=("--recovery", "in-job", "--health-timeout", "1"))
         job.start()
+        # While it runs on, `dlaunch status` says how many recoveries and how the last went.
+        deadline, status = time.monotonic() + 120, ""
+        while time.monotonic() < deadline and "the last went on" not in status:
+            if any(e["event"] == "recovery" and e["status"] == "done"
+                   for e in job.agents[0].events()):
+                p = subprocess.run([dltest.DLAUNCH, "status", "--endpoint",
+                                    f"127.0.0.1:{job.port}", "--token-file",
+                                    os.path.join(job.dir, "token"), "fault"],
+                                   capture_output=True, text=True, timeout=30)
+                status = p.stdout
+            time.sleep(0.1)
+        self.assertRegex(status, r"in-job recoveries: 1; the last went on at step \d+, \d+ ms "
+                                 r"after the round changed, with no checkpoint read")
         evs, text = self.recovered(job)
         self.assertEqual([e["rank"] for e in evs[1] if e["event"] == "worker_hung"], [2])
         self.assertEqual([e for e in evs[0] if e["event"] == "worker_hung"], [])

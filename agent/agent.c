@@ -23,6 +23,7 @@
 #include "events.h"
 #include "gpu.h"
 #include "netif.h"
+#include "opt.h"
 #include "output.h"
 #include "rendezvous.h"
 #include "spawn.h"
@@ -377,12 +378,7 @@ static void on_health_check(uv_timer_t *t)
     dl_agent_t *a = t->data;
     double now = (double)uv_hrtime() / 1e9;
     char buf[4096];
-    bool explained = false;
 
-    /* In-job recovery: only the ranks that hold the others up are killed (the others are
-     * silent because they wait for them), and nothing while a recovery is under way. */
-    bool *culprit = NULL;
-    int nculprits = -1;
     for (int i = 0; i < a->nworkers; i++) {
         dl__worker_t *w = &a->workers[i];
         if (w->pid <= 0 || w->health_rd < 0 || w->hung)
@@ -395,38 +391,10 @@ static void on_health_check(uv_timer_t *t)
         if (got > 0) {
             w->beating = true;
             w->last_beat = now;
-        } else if (a->spec->health_timeout > 0 && w->beating &&
-                   now - w->last_beat >= a->spec->health_timeout &&
-                   a->sup.stop == DL_SUP_STOP_NONE) {
-            if (a->recovering)
-                continue;
-            if (a->sup.in_job && nculprits < 0) {
-                culprit = calloc((size_t)a->nworkers, sizeof(bool));
-                nculprits = culprit != NULL ? dl__diag_culprits(a, culprit) : 0;
-            }
-            if (nculprits > 0 && !culprit[i])
-                continue;
-            /* Over several nodes, a node whose ranks all wait holds nobody up: the one that
-             * does is on another node, whose agent sees it. */
-            if (a->sup.in_job && a->remote && nculprits == 0)
-                continue;
-            /* Where every rank is, read before anything is killed (docs/diagnostics.md). */
-            if (!explained)
-                dl__diag_explain(a, "hang", true);
-            explained = true;
-            w->hung = true;
-            dl__agent_log(a, "rank %d (pid %d) sent no health beat for %.1fs: it is hung; "
-                             "killing it",
-                          w->rank, (int)w->pid, now - w->last_beat);
-            json_t *f = json_pack("{s:i, s:i, s:f}", "rank", w->rank, "pid", (int)w->pid,
-                                  "silent_s", now - w->last_beat);
-            if (dl__diag_text(a)[0] != '\0')
-                json_object_set_new(f, "diagnosis", json_string(dl__diag_text(a)));
-            dl_events_emit(a->events, "worker_hung", dl__now_unix(), f);
-            kill(-w->pid, SIGKILL);
         }
     }
-    free(culprit);
+    if (a->spec->health_timeout > 0 && a->sup.stop == DL_SUP_STOP_NONE)
+        dl__watchdog_check(a, now);
     dl__diag_tick(a, now);
 }
 
@@ -905,9 +873,22 @@ static int place_rendezvous(dl_agent_t *a)
         }
         break;
     case DL_RDZV_ETCD:
-        fprintf(stderr, "dlaunch: --rdzv-backend etcd: not available in this build yet; use "
-                        "c10d (our rendezvous) or static\n");
-        return 2;
+        /* An etcd v3 cluster holds the rendezvous (docs/etcd.md), even for one node. */
+        if (spec->rdzv_endpoint == NULL) {
+            fprintf(stderr, "dlaunch: --rdzv-backend etcd needs --rdzv-endpoint "
+                            "HOST:PORT[,HOST:PORT...], the etcd cluster's client endpoints\n");
+            return 2;
+        }
+        if ((a->endpoint = strdup(spec->rdzv_endpoint)) == NULL) {
+            fprintf(stderr, "dlaunch: out of memory\n");
+            return 2;
+        }
+        if (spec->http != NULL) {
+            fprintf(stderr, "dlaunch: --http: with --rdzv-backend etcd no agent hosts the "
+                            "rendezvous; there is no status page to serve\n");
+            return 2;
+        }
+        break;
     default:
         if (spec->rdzv_endpoint != NULL && (a->endpoint = strdup(spec->rdzv_endpoint)) == NULL) {
             fprintf(stderr, "dlaunch: out of memory\n");
@@ -931,7 +912,16 @@ static int place_rendezvous(dl_agent_t *a)
         fprintf(stderr, "dlaunch: %s: every node of the job needs the same --run-id (or "
                         "--rdzv-id)\n",
                 spec->rdzv_backend == DL_RDZV_STATIC ? "--rdzv-backend static"
+                : spec->rdzv_backend == DL_RDZV_ETCD ? "--rdzv-backend etcd"
                                                      : "--rdzv-endpoint");
+        return 2;
+    }
+    if (a->remote && spec->dead_after <= spec->heartbeat) {
+        char dead[32], beat[32];
+        fprintf(stderr, "dlaunch: --dead-after %s is not above --heartbeat %s: every node would "
+                        "be declared dead between two of its heartbeats\n",
+                dl_opt_num_text(spec->dead_after, dead, sizeof(dead)),
+                dl_opt_num_text(spec->heartbeat, beat, sizeof(beat)));
         return 2;
     }
     if (a->want_node_rank >= a->nodes_max) {
@@ -1071,18 +1061,30 @@ static void print_quoted(const char *s)
 
 static int dry_run(dl_agent_t *a)
 {
-    if (a->remote)
-        printf("run %s: %d to %d nodes through the rendezvous at %s, %d worker%s on this node, "
+    if (a->remote) {
+        char nodes[64];
+        if (a->nodes_min == a->nodes_max)
+            snprintf(nodes, sizeof(nodes), "%d node%s", a->nodes_max,
+                     a->nodes_max == 1 ? "" : "s");
+        else
+            snprintf(nodes, sizeof(nodes), "%d to %d nodes", a->nodes_min, a->nodes_max);
+        printf("run %s: %s through the rendezvous at %s, %d worker%s on this node, "
                "max restarts %d (ranks, world size and MASTER_* come from the rendezvous)\n",
-               a->run_id, a->nodes_min, a->nodes_max, a->endpoint, a->nworkers,
-               a->nworkers == 1 ? "" : "s", a->spec->max_restarts);
-    else
+               a->run_id, nodes, a->endpoint, a->nworkers, a->nworkers == 1 ? "" : "s",
+               a->spec->max_restarts);
+    } else {
         printf("run %s: %d node%s, %d worker%s per node, world size %d, max restarts %d\n",
                a->run_id, a->nnodes, a->nnodes == 1 ? "" : "s", a->nworkers,
                a->nworkers == 1 ? "" : "s", a->world_size, a->spec->max_restarts);
+    }
     /* The store's port is taken when the job starts; say so rather than leave it out. */
     snprintf(a->store_addr, sizeof(a->store_addr), "%s",
              a->remote ? "(node 0's, from the rendezvous)" : "127.0.0.1:(a free port at start)");
+    /* So is the workers' key file, when the job has a token. */
+    const char *token_env = dl_env_get(a->environ_list, "DLAUNCH_TOKEN");
+    if (a->token_path == NULL &&
+        (a->spec->token_file != NULL || (token_env != NULL && *token_env != '\0')))
+        a->token_path = strdup("(made at start: a file of mode 0600 with the worker key)");
     printf("logs: %s/attempt_K/rank_N.{out,err}\ncommand:", a->run_dir);
     for (char **c = a->spec->command; *c != NULL; c++) {
         putchar(' ');

@@ -14,6 +14,7 @@
 #include "collective.h"
 #include "diag.h"
 #include "internal.h"
+#include "opt.h"
 
 #define REPORT_OPS 4
 
@@ -242,6 +243,11 @@ static void snapshot(dl_agent_t *a, dl__worker_t *w, wdiag_t *x, double now, dl_
             .age_s = age < 0 ? -1 : age,
         };
     }
+}
+
+void dl__diag_snapshot(dl_agent_t *a, dl__worker_t *w, double now, dl_diag_rank_t *out)
+{
+    snapshot(a, w, a->diag != NULL ? wdiag(a->diag, w) : NULL, now, out);
 }
 
 /* Every worker of this node; returns how many went into v (nworkers at most). */
@@ -556,13 +562,14 @@ void dl__diag_on_view(dl_agent_t *a, const json_t *view)
                  d->action == ACTION_EXCLUDE && s == worst && can_exclude ? "exclude" : "warn");
         if (!mine)
             continue;
-        char reason[700], line[512];
+        char reason[700], line[512], cooldown[32];
         dl_diag_straggler_text(&x, line, sizeof(line));
+        dl_opt_num_text(a->spec->straggler_cooldown, cooldown, sizeof(cooldown));
         snprintf(reason, sizeof(reason),
-                 "straggler: %s; node %d leaves the job for %g s (--straggler-action exclude)",
-                 line, a->node_rank, a->spec->straggler_cooldown);
-        dl__agent_log(a, "excluding this node from the job for %g s: it is the slowest",
-                      a->spec->straggler_cooldown);
+                 "straggler: %s; node %d leaves the job for %s s (--straggler-action exclude)",
+                 line, a->node_rank, cooldown);
+        dl__agent_log(a, "excluding this node from the job for %s s: it is the slowest",
+                      cooldown);
         d->excluded_until = mono_now() + a->spec->straggler_cooldown;
         dl__rdzv_exclude(a, x.rank, reason);
     }

@@ -144,6 +144,12 @@ void dl__diag_tick(dl_agent_t *a, double now);   /* now: monotonic seconds */
 /* Says where this node's ranks are (log line, `ranks` event); keep: as this attempt's account. */
 void dl__diag_explain(dl_agent_t *a, const char *why, bool keep);
 const char *dl__diag_text(const dl_agent_t *a); /* this attempt's account, or "" */
+/* What the agent sees of worker w now: its silence, process state and newest operations. The
+ * strings point into static tables and the agent's own state. */
+void dl__diag_snapshot(dl_agent_t *a, dl__worker_t *w, double now, dl_diag_rank_t *out);
+/* The hang watchdog (watchdog.c), after the beats were drained: names and kills at most one hung
+ * worker of this node (diag.h's dl_diag_hang_culprit). */
+void dl__watchdog_check(dl_agent_t *a, double now);
 json_t *dl__diag_report(dl_agent_t *a);         /* the node's report, new reference or NULL */
 json_t *dl__diag_failure_report(dl_agent_t *a); /* the one kept by explain, else a fresh one */
 void dl__diag_on_view(dl_agent_t *a, const json_t *view); /* the rendezvous's job-wide view */

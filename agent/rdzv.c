@@ -1,62 +1,41 @@
-/* The agent's side of a job over several nodes: host the rendezvous when this node should,
- * join it, heartbeat, report, and turn what it says into supervisor events. */
-#include <arpa/inet.h>
+/* The agent's side of a job over several nodes, whatever the backend (rdzv-backend.h): picks the
+ * backend, heartbeats through it, holds this node's join while it sits out as a straggler, and
+ * turns what the backend says into supervisor events. One node alone: the store its workers
+ * use. */
 #include <errno.h>
 #include <math.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "http.h"
 #include "internal.h"
+#include "rdzv-backend.h"
 #include "rendezvous.h"
 #include "summary.h"
 #include "workercred.h"
 
-/* Reconnecting to a rendezvous that misbehaves: the first retry after this, doubling up to
- * BACKOFF_MAX_MS; a connection that lasted STABLE_S resets the count. */
-#define BACKOFF_MIN_MS 100
-#define BACKOFF_MAX_MS 5000
-#define STABLE_S 10.0
-
 typedef struct dl__rdzv_s {
     dl_agent_t *agent;
-    dl_rdzv_server_t *server; /* when this agent hosts the rendezvous */
-    dl_http_t *http;          /* --http, when it hosts it */
-    dl_rdzv_client_t *client;
+    const dl_rdzv_backend_ops_t *ops;
+    dl_rdzv_impl_t *backend;
+    dl_rdzv_server_t *server; /* one node alone: its workers' store */
     dl_proto_token_t *token;
     uv_timer_t heartbeat;
     bool heartbeat_open;
-    char host[256]; /* the endpoint's */
-    int port;
+    bool ready;   /* the backend said ready once: the supervisor has been started */
     char node_id[300];
     char hostname[256];
-    json_int_t next_id;
-    json_int_t join_id; /* the join waiting for its assignment, or -1 */
-    bool ready;
-    bool started;       /* the supervisor has been started (first connection) */
-    bool connecting;
     /* Diagnostics (diag.c): the last round change's reason for the restart event, and while
-     * this node sits out as a straggler, the join it holds back and its status polls. */
+     * this node sits out as a straggler, the join it holds back. */
     char last_reason[1024];
+    json_t *last_failure; /* its culprit, as the restart event's reason; NULL when none */
     bool join_held;
-    bool following; /* the job's events come to us: its end, while we sit out */
-    uv_timer_t backoff; /* the next connection, when the last one went wrong */
-    bool backoff_open;
-    int failures;         /* connections in a row that went wrong */
-    double ready_at;      /* monotonic seconds the connection became ready */
-    bool join_wanted;     /* the supervisor asked to join while the backoff ran */
-    double trouble_since; /* monotonic seconds of the first of those failures, or 0 */
+    /* Whether a round was assigned yet, and the restarts it said were spent: joins carry them, so
+     * that a restarted rendezvous goes on counting. */
+    bool assigned;
+    int spent;
 } rdzv_t;
-
-static int connect_client(dl_agent_t *a);
-
-static double mono(void)
-{
-    return (double)uv_hrtime() / 1e9;
-}
 
 static void server_log(void *ctx, dl_rdzv_log_level_t level, const char *run_id, const char *text)
 {
@@ -65,84 +44,28 @@ static void server_log(void *ctx, dl_rdzv_log_level_t level, const char *run_id,
         fprintf(stderr, "[rdzv%s%s] %s\n", run_id ? " " : "", run_id ? run_id : "", text);
 }
 
-static json_int_t next_id(rdzv_t *z)
-{
-    return z->next_id++;
-}
-
-static void send_or_log(rdzv_t *z, json_t *m)
-{
-    if (m == NULL)
-        return;
-    int r = dl_rdzv_client_send(z->client, m);
-    if (r < 0)
-        dl__agent_log(z->agent, "cannot send %s to the rendezvous: %s",
-                      dl_proto_get_str(m, "type"), strerror(-r));
-    json_decref(m);
-}
-
-/* Where the other nodes can reach this one: --local-addr, else the address our rendezvous
- * connection leaves from. */
-static void local_address(rdzv_t *z, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s", z->host);
-    if (z->agent->spec->local_addr != NULL) {
-        snprintf(buf, len, "%s", z->agent->spec->local_addr);
-        return;
-    }
-    if (dl_rdzv_client_local_addr(z->client, buf, len) < 0)
-        snprintf(buf, len, "%s", z->host);
-}
-
 void dl__rdzv_join(dl_agent_t *a)
 {
     rdzv_t *z = a->rdzv;
-    const dl_job_spec_t *spec = a->spec;
-
-    if (!z->ready) {
-        /* Lost the rendezvous (it declared us dead, or restarted): connect again and join as a
-         * new member once the handshake is done; after a failure, only once the backoff ran. */
-        if (z->connecting)
-            return;
-        if (uv_is_active((uv_handle_t *)&z->backoff)) {
-            z->join_wanted = true;
-            return;
-        }
-        if (connect_client(a) < 0)
-            dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END, .exit_code = 3});
-        return;
-    }
-    char addr[sizeof(z->host)];
     double wait;
 
     if (dl__diag_excluded(a, &wait)) {
-        if (!z->join_held)
+        if (!z->join_held) {
             dl__agent_log(a, "this node sits out as a straggler: joining again in %.0f s, unless "
                              "the job ends first",
                           wait);
-        z->join_held = true;
-        /* No longer a member, it would not hear of the job's end: its event stream says. */
-        if (!z->following) {
-            z->following = true;
-            send_or_log(z, dl_proto_msg_new(DL_PROTO_EVENTS_FOLLOW, next_id(z)));
+            /* No longer a member, it would not hear of the job's end: the backend tells it. */
+            z->ops->sit_out(z->backend);
         }
+        z->join_held = true;
         return;
     }
     z->join_held = false;
-    local_address(z, addr, sizeof(addr));
-    z->join_id = next_id(z);
-    json_t *m = dl_proto_msg_new(DL_PROTO_JOIN, z->join_id);
-    json_object_update_new(
-        m, json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:i, s:s, s:i}", "node_id",
-                     z->node_id, "host", z->hostname, "slots", a->nworkers, "node_rank",
-                     a->want_node_rank, "min_nodes", a->nodes_min, "max_nodes", a->nodes_max,
-                     "last_call_ms", (json_int_t)(spec->last_call * 1000), "join_timeout_ms",
-                     (json_int_t)(spec->join_timeout * 1000), "dead_after_ms",
-                     (json_int_t)(spec->dead_after * 1000), "max_restarts", spec->max_restarts,
-                     "master_addr", addr, "master_port", a->master_port));
-    if (a->round > 0)
-        json_object_set_new(m, "round", json_integer(a->round));
-    send_or_log(z, m);
+    dl_rdzv_join_t j = {.slots = a->nworkers,
+                        .last_round = a->round,
+                        .assigned = z->assigned,
+                        .failures = z->spent};
+    z->ops->join(z->backend, &j);
 }
 
 void dl__rdzv_report(dl_agent_t *a)
@@ -166,55 +89,48 @@ void dl__rdzv_report(dl_agent_t *a)
     else
         snprintf(reason, sizeof(reason), "rank %d on %s exited with code %d", f->rank,
                  z->hostname, f->exit_code);
-    json_t *m = dl_proto_msg_new(DL_PROTO_WORKER_FAILED, next_id(z));
-    json_object_set_new(m, "round", json_integer(a->round));
-    json_object_set_new(m, "rank", json_integer(f->rank));
-    json_object_set_new(m, "local_rank", json_integer(local));
-    if (f->signal > 0)
-        json_object_set_new(m, "signal", json_integer(f->signal));
-    else
-        json_object_set_new(m, "exit_code", json_integer(f->exit_code >= 0 ? f->exit_code : 127));
-    json_object_set_new(m, "reason", json_string(reason));
-    json_object_set_new(m, "time", json_real(f->time));
+    dl_rdzv_failure_t rep = {.round = a->round,
+                             .rank = f->rank,
+                             .local_rank = local,
+                             .exit_code = f->exit_code,
+                             .signal = f->signal,
+                             .hung = f->hung,
+                             .reason = reason,
+                             .time = f->time};
     /* The end of its stderr (else of its stdout), for the status page; the agent's summary
      * shows the same lines. */
     char path[sizeof(a->attempt_dir) + 32], tail[4096];
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof(path), "%s/rank_%d.%s", a->attempt_dir, f->rank, i ? "out" : "err");
         if (dl_summary_tail(path, 20, tail, sizeof(tail)) > 0) {
-            json_object_set_new(m, "log_tail", json_string(tail));
+            rep.log_tail = tail;
             break;
         }
     }
     /* Where this node's ranks were: the rendezvous makes the job-wide account of it. */
-    json_t *rep = dl__diag_failure_report(a);
-    if (rep != NULL)
-        json_object_set_new(m, "diag", rep);
-    send_or_log(z, m);
+    rep.diag = dl__diag_failure_report(a);
+    z->ops->report_failure(z->backend, &rep);
+    json_decref(rep.diag);
     a->report_reason[0] = '\0';
 }
 
 void dl__rdzv_exclude(dl_agent_t *a, int rank, const char *reason)
 {
     rdzv_t *z = a->rdzv;
-    if (z == NULL || !z->ready)
+    if (z == NULL || z->backend == NULL)
         return;
-    json_t *m = dl_proto_msg_new(DL_PROTO_WORKER_FAILED, next_id(z));
-    json_object_set_new(m, "round", json_integer(a->round));
-    json_object_set_new(m, "rank", json_integer(rank));
-    json_object_set_new(m, "exit_code", json_integer(0));
-    json_object_set_new(m, "excluded", json_true());
-    json_object_set_new(m, "reason", json_string(reason));
-    json_object_set_new(m, "time", json_real(dl__now_unix()));
-    send_or_log(z, m);
+    dl_rdzv_failure_t rep = {.round = a->round,
+                             .rank = rank,
+                             .excluded = true,
+                             .reason = reason,
+                             .time = dl__now_unix()};
+    z->ops->report_failure(z->backend, &rep);
 }
 
 void dl__rdzv_node_done(dl_agent_t *a)
 {
     rdzv_t *z = a->rdzv;
-    json_t *m = dl_proto_msg_new(DL_PROTO_NODE_DONE, next_id(z));
-    json_object_set_new(m, "round", json_integer(a->round));
-    send_or_log(z, m);
+    z->ops->node_done(z->backend, a->round);
 }
 
 static void on_heartbeat(uv_timer_t *t)
@@ -228,56 +144,87 @@ static void on_heartbeat(uv_timer_t *t)
             dl__rdzv_join(a);
         return;
     }
-    json_t *m = dl_proto_msg_new(DL_PROTO_HEARTBEAT, next_id(z));
-    json_object_set_new(m, "round", json_integer(a->round));
+    dl_rdzv_beat_t beat = {.round = a->round, .loss = NAN, .samples_per_s = NAN};
     /* The progress hook: whatever fills a->progress, the rendezvous gets it with the beat. */
     dl__agent_progress_poll(a);
     if (a->progress_valid) {
-        json_t *p = json_pack("{s:I}", "step", (json_int_t)a->progress.step);
-        if (p != NULL && !isnan(a->progress.loss))
-            json_object_set_new(p, "loss", json_real(a->progress.loss));
-        if (p != NULL && !isnan(a->progress.samples_per_s))
-            json_object_set_new(p, "samples_per_s", json_real(a->progress.samples_per_s));
-        json_object_set_new(m, "progress", p);
+        beat.has_progress = true;
+        beat.step = a->progress.step;
+        beat.loss = a->progress.loss;
+        beat.samples_per_s = a->progress.samples_per_s;
     }
     /* In-job recovery: how many, whether one is under way (`dlaunch status`). */
-    json_t *rec = dl__rec_status(a);
-    if (rec != NULL)
-        json_object_set_new(m, "recovery", rec);
+    beat.recovery = dl__rec_status(a);
     /* This node's figures and its ranks' last operations: the job-wide view is made of them. */
-    if (a->sup.phase == DL_SUP_RUNNING) {
-        json_t *rep = dl__diag_report(a);
-        if (rep != NULL)
-            json_object_set_new(m, "diag", rep);
-    }
-    send_or_log(z, m);
+    if (a->sup.phase == DL_SUP_RUNNING)
+        beat.diag = dl__diag_report(a);
+    z->ops->heartbeat(z->backend, &beat);
+    json_decref(beat.diag);
+    json_decref(beat.recovery);
 }
 
-static void misbehaved(dl_agent_t *a, const char *why);
+/* ---- What the backend says ------------------------------------------------------------------ */
 
-static void on_assignment(dl_agent_t *a, json_t *m)
+static void cb_ready(void *ctx)
 {
+    dl_agent_t *a = ctx;
     rdzv_t *z = a->rdzv;
-    dl_rdzv_assignment_t as;
-    dl_rdzv_assignment_want_t want = {.slots = a->nworkers, .min_nodes = a->nodes_min,
-                                      .max_nodes = a->nodes_max, .min_round = a->round};
-    char err[256], why[300];
-
-    z->join_id = -1;
-    /* Ranks, sizes and addresses go into workers' environments: nothing we did not ask for. */
-    if (dl_rdzv_assignment_read(m, &want, &as, err, sizeof(err)) < 0) {
-        snprintf(why, sizeof(why), "an assignment this node cannot take: %s", err);
-        misbehaved(a, why);
+    if (z->ready)
         return;
-    }
-    int first = as.first_rank, local = as.local_world_size, restarts = as.restart_count;
-    a->round = as.round;
-    a->node_rank = as.node_rank;
-    a->nnodes = as.nodes;
-    a->world_size = as.world_size;
-    a->master_port = as.master_port;
-    snprintf(a->store_addr, sizeof(a->store_addr), "%s", as.store_addr);
-    snprintf(a->master_addr, sizeof(a->master_addr), "%s", as.master_addr);
+    z->ready = true;
+    uint64_t every = (uint64_t)(a->spec->heartbeat * 1000);
+    uv_timer_start(&z->heartbeat, on_heartbeat, every, every);
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_START});
+}
+
+/* The restart event's reason on several nodes, in the one-node event's terms
+ * ({rank, attempt, exit_code | signal | hung}) plus where: the culprit's node, its node rank and
+ * the cause. */
+static json_t *culprit_reason(const json_t *c, int attempt)
+{
+    json_t *o = c != NULL ? json_deep_copy(c) : json_pack("{s:s}", "cause", "requested");
+    if (o != NULL)
+        json_object_set_new(o, "attempt", json_integer(attempt));
+    return o;
+}
+
+static json_t *culprit_json(const dl_rdzv_culprit_info_t *c)
+{
+    json_t *o = json_pack("{s:s}", "cause", c->cause != NULL ? c->cause : "requested");
+    if (o == NULL)
+        return NULL;
+    if (c->node != NULL)
+        json_object_set_new(o, "node", json_string(c->node));
+    if (c->host != NULL)
+        json_object_set_new(o, "host", json_string(c->host));
+    if (c->node_rank >= 0)
+        json_object_set_new(o, "node_rank", json_integer(c->node_rank));
+    if (c->rank >= 0)
+        json_object_set_new(o, "rank", json_integer(c->rank));
+    if (c->hung)
+        json_object_set_new(o, "hung", json_true());
+    else if (c->signal > 0)
+        json_object_set_new(o, "signal", json_string(dl_signal_name(c->signal)));
+    else if (c->exit_code >= 0)
+        json_object_set_new(o, "exit_code", json_integer(c->exit_code));
+    return o;
+}
+
+static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as)
+{
+    dl_agent_t *a = ctx;
+    rdzv_t *z = a->rdzv;
+    int first = as->first_rank, local = as->local_world_size, restarts = as->restart_count;
+
+    a->round = as->round;
+    z->assigned = true;
+    z->spent = as->failures;
+    a->node_rank = as->node_rank;
+    a->nnodes = as->nodes;
+    a->world_size = as->world_size;
+    a->master_port = as->master_port;
+    snprintf(a->store_addr, sizeof(a->store_addr), "%s", as->store_addr);
+    snprintf(a->master_addr, sizeof(a->master_addr), "%s", as->master_addr);
     if (dl__agent_set_ranks(a, first, local) < 0) {
         dl__agent_log(a, "out of memory");
         dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END, .exit_code = 1});
@@ -290,209 +237,89 @@ static void on_assignment(dl_agent_t *a, json_t *m)
                       a->world_size);
     /* Workers kept into this round (in-job recovery): a recovery event says it, not this. */
     if (restarts > 0 && !a->sup.awaiting) {
-        json_t *f = json_pack("{s:i, s:i}", "attempt", restarts, "round", a->round);
-        /* The round change's reason: the failure and, for a hang, where the ranks were. */
+        json_t *f = json_pack("{s:i, s:i, s:o}", "attempt", restarts, "round", a->round,
+                              "reason", culprit_reason(z->last_failure, restarts - 1));
+        /* The round change's text: the failure and, for a hang, where the ranks were. */
         if (z->last_reason[0] != '\0')
-            json_object_set_new(f, "reason", json_string(z->last_reason));
+            json_object_set_new(f, "diagnosis", json_string(z->last_reason));
         dl_events_emit(a->events, "restart", dl__now_unix(), f);
     }
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ASSIGNED, .attempt = restarts});
 }
 
-static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
+static void cb_round_changed(void *ctx, int round, const char *reason,
+                             const dl_rdzv_culprit_info_t *culprit)
 {
     dl_agent_t *a = ctx;
     rdzv_t *z = a->rdzv;
-    json_int_t id = dl_proto_get_int(m, "id", -1);
-    const char *why = NULL;
-
-    switch (type) {
-    case DL_PROTO_ASSIGNMENT:
-        if (id == z->join_id)
-            on_assignment(a, m);
-        return;
-    case DL_PROTO_ROUND_CHANGED: {
-        char reason[1200];
-        snprintf(z->last_reason, sizeof(z->last_reason), "%s", dl_proto_get_str(m, "reason"));
-        bool keep = dl__rec_keepable(a);
-        snprintf(a->rec_reason, sizeof(a->rec_reason), "%s",
-                 dl_proto_escape(dl_proto_get_str(m, "reason"), reason, sizeof(reason)));
-        dl__agent_log(a, "round %lld: %s; %s", (long long)dl_proto_get_int(m, "round", 0),
-                      dl_proto_escape(dl_proto_get_str(m, "reason"), reason, sizeof(reason)),
-                      keep ? "this node's workers stay (in-job recovery)"
-                           : "restarting this node's workers");
-        dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED, .recoverable = keep});
-        return;
-    }
-    case DL_PROTO_SHUTDOWN: {
-        const char *reason = dl_proto_get_str(m, "reason");
-        json_t *failure = json_object_get(m, "failure");
-        const char *desc = json_string_value(json_object_get(failure, "description"));
-        char safe_reason[1200];
-        dl_proto_escape(reason, safe_reason, sizeof(safe_reason));
-        if (desc != NULL)
-            dl_proto_escape(desc, a->failure_text, sizeof(a->failure_text));
-        /* The job's own ending, as the rendezvous says it (a stopped job ends in exit 0 too). */
-        if (strcmp(reason, "stopped") == 0)
-            a->stopped_by_request = true;
-        if (strcmp(reason, "succeeded") != 0)
-            dl__agent_log(a, "the rendezvous ended the job: %s%s%s", safe_reason,
-                          desc ? ": " : "", desc ? a->failure_text : "");
-        dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END,
-                                           .exit_code = (int)dl_proto_get_int(m, "exit_code", 1)});
-        return;
-    }
-    case DL_PROTO_ERROR: {
-        dl_proto_errcode_t code = dl_proto_reply_error(m, &why);
-        if (id == z->join_id) {
-            char safe[1200];
-            z->join_id = -1;
-            fprintf(stderr, "dlaunch: %s\n",
-                    dl_proto_escape(why ? why : "the rendezvous refused to join", safe,
-                                    sizeof(safe)));
-            dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END,
-                                               .exit_code = code == DL_PROTO_E_TIMEOUT ? 3 : 4});
-        } else {
-            char safe[1200];
-            dl__agent_log(a, "the rendezvous answered an error: %s",
-                          dl_proto_escape(why ? why : "?", safe, sizeof(safe)));
-        }
-        return;
-    }
-    case DL_PROTO_EVENT: {
-        /* Followed while sitting out: the job ended without this node. */
-        json_t *ev = json_object_get(m, "event");
-        const char *name = json_string_value(json_object_get(ev, "event"));
-        if (z->join_held && name != NULL && strcmp(name, "job_end") == 0) {
-            const char *status = json_string_value(json_object_get(ev, "status"));
-            dl__agent_log(a, "the job ended (%s) while this node sat out as a straggler",
-                          status ? status : "?");
-            z->join_held = false;
-            dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END,
-                                               .exit_code = status != NULL &&
-                                                                    strcmp(status, "failed") == 0
-                                                                ? 1
-                                                                : 0});
-        }
-        return;
-    }
-    case DL_PROTO_REPLY: {
-        json_t *result = json_object_get(m, "result");
-        /* A heartbeat's answer: the job-wide figures and the stragglers named. */
-        json_t *view = json_object_get(result, "diag");
-        if (view != NULL && a->sup.phase == DL_SUP_RUNNING)
-            dl__diag_on_view(a, view);
-        return;
-    }
-    default:
-        return; /* replies to reports carry nothing we need */
-    }
+    char safe[1200];
+    snprintf(z->last_reason, sizeof(z->last_reason), "%s", reason);
+    json_decref(z->last_failure);
+    z->last_failure = culprit != NULL ? culprit_json(culprit) : NULL;
+    bool keep = dl__rec_keepable(a);
+    dl_proto_escape(reason, safe, sizeof(safe));
+    snprintf(a->rec_reason, sizeof(a->rec_reason), "%.590s", safe);
+    dl__agent_log(a, "round %d: %s; %s", round, safe,
+                  keep ? "this node's workers stay (in-job recovery)"
+                       : "restarting this node's workers");
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED, .recoverable = keep});
 }
 
-static void on_ready(void *ctx, int status, const char *err)
+static void cb_lost(void *ctx, const char *why, const dl_rdzv_culprit_info_t *culprit)
 {
     dl_agent_t *a = ctx;
     rdzv_t *z = a->rdzv;
-    z->connecting = false;
-    if (status < 0) {
-        fprintf(stderr, "dlaunch: %s\n", err);
-        dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END,
-                                           .exit_code = status == -ETIMEDOUT      ? 3
-                                                        : status == -EACCES ||
-                                                                  status == -EPROTO
-                                                            ? 4
-                                                            : 3});
-        return;
-    }
-    z->ready = true;
-    z->ready_at = mono();
-    uint64_t every = (uint64_t)(a->spec->heartbeat * 1000);
-    uv_timer_start(&z->heartbeat, on_heartbeat, every, every);
-    if (z->started) {
-        dl__rdzv_join(a);
-        return;
-    }
-    z->started = true;
-    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_START});
-}
-
-static void on_backoff(uv_timer_t *t)
-{
-    rdzv_t *z = t->data;
-    dl_agent_t *a = z->agent;
-    /* Only if the supervisor asked to join meanwhile (its workers are stopped by then). */
-    if (z->join_wanted && !z->ready && !z->connecting) {
-        z->join_wanted = false;
-        if (connect_client(a) < 0)
-            dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END, .exit_code = 3});
-    }
-}
-
-/* The connection is gone, or we dropped it (misbehaving): stop the workers and join again, at
- * once after a connection that served a while, else after a backoff that doubles each time, and
- * not past the join timeout of trouble in a row. */
-static void drop_connection(dl_agent_t *a, bool misbehaving, const char *what)
-{
-    rdzv_t *z = a->rdzv;
-    double now = mono();
-    bool stable = !misbehaving && z->ready && now - z->ready_at >= STABLE_S;
-
-    z->ready = false;
-    z->join_id = -1;
-    z->following = false;
-    uv_timer_stop(&z->heartbeat);
-    dl_rdzv_client_close(z->client); /* freed once libuv lets go; a new one takes its place */
-    z->client = NULL;
-    if (stable) {
-        z->failures = 0;
-        z->trouble_since = 0;
-    } else {
-        if (z->failures++ == 0)
-            z->trouble_since = now;
-        if (now - z->trouble_since > a->spec->join_timeout) {
-            dl__agent_log(a, "the rendezvous at %s:%d failed %d times in %.0f s (last: %s): "
-                             "giving up",
-                          z->host, z->port, z->failures, now - z->trouble_since, what);
-            dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END, .exit_code = 4});
-            return;
-        }
-        uint64_t ms = BACKOFF_MIN_MS;
-        for (int i = 1; i < z->failures && ms < BACKOFF_MAX_MS; i++)
-            ms *= 2;
-        uv_timer_start(&z->backoff, on_backoff, ms < BACKOFF_MAX_MS ? ms : BACKOFF_MAX_MS, 0);
-    }
-    dl__agent_log(a, "%s the rendezvous at %s:%d (%s): stopping this node's workers and "
-                     "joining again",
-                  misbehaving ? "dropped" : "lost", z->host, z->port, what);
+    /* The next attempt's restart event says why, as a round change would have. */
+    snprintf(z->last_reason, sizeof(z->last_reason), "%s", why);
+    json_decref(z->last_failure);
+    z->last_failure = culprit != NULL ? culprit_json(culprit)
+                                      : json_pack("{s:s}", "cause", "rendezvous_lost");
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED});
 }
 
-static void misbehaved(dl_agent_t *a, const char *why)
-{
-    drop_connection(a, true, why);
-}
-
-static void on_lost(void *ctx, int status)
+static void cb_moved(void *ctx, const char *host, int port, bool hosting, double took_s)
 {
     dl_agent_t *a = ctx;
-    char why[600];
-    const char *text = dl_rdzv_client_error(a->rdzv->client);
-    snprintf(why, sizeof(why), "%s", text[0] != '\0' ? text : uv_strerror(status));
-    drop_connection(a, false, why);
+    dl_events_emit(a->events, "failover", dl__now_unix(),
+                   json_pack("{s:s, s:i, s:b, s:f}", "host", host, "port", port, "hosting",
+                             hosting, "took_s", took_s));
 }
 
-static int connect_client(dl_agent_t *a)
+static void cb_view(void *ctx, const json_t *view)
 {
+    dl_agent_t *a = ctx;
+    if (a->sup.phase == DL_SUP_RUNNING)
+        dl__diag_on_view(a, view);
+}
+
+static void cb_ended(void *ctx, const dl_rdzv_end_t *e)
+{
+    dl_agent_t *a = ctx;
     rdzv_t *z = a->rdzv;
-    dl_rdzv_client_cbs_t cbs = {on_ready, on_message, on_lost};
-    int r = dl_rdzv_client_start(&a->loop, z->host, z->port, DL_PROTO_ROLE_AGENT, a->run_id,
-                                 z->token, a->spec->join_timeout, &cbs, a, &z->client);
-    if (r < 0) {
-        fprintf(stderr, "dlaunch: cannot start the rendezvous client: %s\n", uv_strerror(r));
-        return r;
+    if (z->join_held) {
+        dl__agent_log(a, "the job ended (%s) while this node sat out as a straggler", e->status);
+        z->join_held = false;
     }
-    z->connecting = true;
-    return 0;
+    if (e->failure != NULL)
+        snprintf(a->failure_text, sizeof(a->failure_text), "%s", e->failure);
+    if (e->stopped)
+        a->stopped_by_request = true;
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END, .exit_code = e->exit_code});
+}
+
+static void cb_log(void *ctx, const char *text)
+{
+    dl__agent_log(ctx, "%s", text);
+}
+
+static void cb_store_token(void *ctx, const dl_proto_token_t *token)
+{
+    dl_agent_t *a = ctx;
+    char err[512];
+    if (a->token_path != NULL)
+        return; /* the agent's own token made it already */
+    if (dl__worker_cred_write(token, a->run_id, &a->token_path, err, sizeof(err)) < 0)
+        dl__agent_log(a, "the workers get no key to the store: %s", err);
 }
 
 /* The agent's token: a master, or this job's key. Its workers get the job's worker key in a
@@ -528,150 +355,70 @@ static int load_token(dl_agent_t *a, rdzv_t *z)
     return 0;
 }
 
-/* --http beside the rendezvous this agent hosts. Returns 0, or -errno having said why. */
-static int start_http(dl_agent_t *a, rdzv_t *z)
+static rdzv_t *rdzv_new(dl_agent_t *a)
 {
-    dl_http_opts_t ho;
-    char host[256], err[512], title[300];
-    int port, r;
-
-    if (dl_rdzv_listen_parse(a->spec->http, host, sizeof(host), &port) < 0) {
-        fprintf(stderr, "dlaunch: --http: '%s' is not ADDR:PORT\n", a->spec->http);
-        return -EINVAL;
-    }
-    snprintf(title, sizeof(title), "dlaunch %s", a->run_id);
-    dl_http_opts_init(&ho);
-    ho.host = host;
-    ho.port = port;
-    ho.token = z->token;
-    ho.title = title;
-    r = dl_http_start(&a->loop, z->server, &ho, &z->http, err, sizeof(err));
-    if (r < 0) {
-        fprintf(stderr, "dlaunch: --http: %s\n", err);
-        return r;
-    }
-    dl__agent_log(a, "status page and metrics on http://%s%s%s:%d/", strchr(host, ':') ? "[" : "",
-                  host, strchr(host, ':') ? "]" : "", dl_http_port(z->http));
-    return 0;
-}
-
-/* Host the rendezvous if this node should: --node-rank 0, or (no rank given) the endpoint is one
- * of our addresses and nobody serves it yet. Returns 0 or an exit code. */
-static int maybe_host(dl_agent_t *a, rdzv_t *z)
-{
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
-    char ip[INET6_ADDRSTRLEN], err[512];
-    dl_rdzv_server_opts_t so;
-    int r;
-
-    int rank = a->want_node_rank;
-
-    /* --rdzv-conf is_host decides when given; else node rank 0 hosts, or the first to bind. */
-    if (a->spec->is_host == 0 || (a->spec->is_host < 0 && rank > 0))
-        return 0;
-    if (a->spec->is_host == 1)
-        rank = 0;
-    if (getaddrinfo(z->host, NULL, &hints, &res) != 0) {
-        if (rank == 0) {
-            fprintf(stderr, "dlaunch: --rdzv-endpoint: cannot resolve '%s'\n", z->host);
-            return 2;
-        }
-        return 0;
-    }
-    if (res->ai_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, ip, sizeof(ip));
-    else
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)res->ai_addr)->sin6_addr, ip, sizeof(ip));
-    freeaddrinfo(res);
-
-    dl_rdzv_server_opts_init(&so);
-    so.host = ip;
-    so.port = z->port;
-    so.token = z->token;
-    so.only_run_id = a->run_id;
-    so.heartbeat = a->spec->heartbeat;
-    so.log = server_log;
-    so.log_ctx = a;
-    r = dl_rdzv_server_start(&a->loop, &so, &z->server, err, sizeof(err));
-    if (r == 0) {
-        dl_rdzv_job_opts_t jo;
-        dl_rdzv_job_opts_init(&jo);
-        jo.min_nodes = a->nodes_min;
-        jo.max_nodes = a->nodes_max;
-        jo.last_call = a->spec->last_call;
-        jo.join_timeout = a->spec->join_timeout;
-        jo.dead_after = a->spec->dead_after;
-        jo.max_restarts = a->spec->max_restarts;
-        jo.master_port = a->master_port;
-        r = dl_rdzv_server_add_job(z->server, a->run_id, &jo);
-        if (r < 0 && r != -EEXIST) {
-            fprintf(stderr, "dlaunch: cannot set up the job's rendezvous: %s\n", strerror(-r));
-            return 2;
-        }
-        if (a->spec->http != NULL && start_http(a, z) < 0)
-            return 2;
-        if (a->spec->verbose)
-            dl__agent_log(a, "hosting the rendezvous on %s:%d", ip, z->port);
-        return 0;
-    }
-    /* Someone else serves it already (dlaunchd, or an agent that bound it first), or it is not
-     * our address: join as a client. */
-    if (r == UV_EADDRINUSE || (r == UV_EADDRNOTAVAIL && rank != 0)) {
-        if (a->spec->http != NULL && a->spec->verbose)
-            dl__agent_log(a, "--http: the rendezvous is served elsewhere, so is its status");
-        if (rank == 0)
-            dl__agent_log(a, "%s:%d is already served: joining it as node rank 0", z->host,
-                          z->port);
-        return 0;
-    }
-    fprintf(stderr, "dlaunch: cannot host the rendezvous: %s\n", err);
-    return 2;
+    rdzv_t *z = calloc(1, sizeof(*z));
+    if (z == NULL)
+        return NULL;
+    a->rdzv = z;
+    z->agent = a;
+    if (gethostname(z->hostname, sizeof(z->hostname)) < 0)
+        snprintf(z->hostname, sizeof(z->hostname), "localhost");
+    snprintf(z->node_id, sizeof(z->node_id), "%s-%d", z->hostname, (int)getpid());
+    return z;
 }
 
 int dl__rdzv_start(dl_agent_t *a)
 {
-    rdzv_t *z = calloc(1, sizeof(*z));
-    int r;
+    static const dl_rdzv_backend_cbs_t cbs = {
+        .ready = cb_ready,
+        .assigned = cb_assigned,
+        .round_changed = cb_round_changed,
+        .lost = cb_lost,
+        .moved = cb_moved,
+        .view = cb_view,
+        .ended = cb_ended,
+        .log = cb_log,
+        .store_token = cb_store_token,
+    };
+    rdzv_t *z = rdzv_new(a);
 
     if (z == NULL) {
         fprintf(stderr, "dlaunch: out of memory\n");
         return 1;
     }
-    a->rdzv = z;
-    z->agent = a;
-    z->join_id = -1;
-    if (dl_rdzv_endpoint_parse(a->endpoint, z->host, sizeof(z->host), &z->port) < 0) {
-        fprintf(stderr, "dlaunch: --rdzv-endpoint: '%s' is not HOST:PORT\n", a->endpoint);
-        return 2;
-    }
+    z->ops = a->spec->rdzv_backend == DL_RDZV_ETCD ? &dl__rdzv_backend_etcd
+                                                   : &dl__rdzv_backend_tcp;
     if (load_token(a, z) < 0)
         return 2;
-    if (gethostname(z->hostname, sizeof(z->hostname)) < 0)
-        snprintf(z->hostname, sizeof(z->hostname), "localhost");
-    snprintf(z->node_id, sizeof(z->node_id), "%s-%d", z->hostname, (int)getpid());
-    r = maybe_host(a, z);
-    if (r != 0)
-        return r;
     uv_timer_init(&a->loop, &z->heartbeat);
     z->heartbeat.data = z;
     z->heartbeat_open = true;
-    uv_timer_init(&a->loop, &z->backoff);
-    z->backoff.data = z;
-    z->backoff_open = true;
-    return connect_client(a) < 0 ? 1 : 0;
+    dl_rdzv_backend_conf_t conf = {
+        .loop = &a->loop,
+        .spec = a->spec,
+        .run_id = a->run_id,
+        .endpoint = a->endpoint,
+        .token = z->token,
+        .hostname = z->hostname,
+        .node_id = z->node_id,
+        .nodes_min = a->nodes_min,
+        .nodes_max = a->nodes_max,
+        .want_node_rank = a->want_node_rank,
+        .master_port = a->master_port,
+    };
+    return z->ops->start(&conf, &cbs, a, &z->backend);
 }
 
 int dl__rdzv_local_store(dl_agent_t *a)
 {
-    rdzv_t *z = calloc(1, sizeof(*z));
+    rdzv_t *z = rdzv_new(a);
     dl_rdzv_server_opts_t so;
     char err[256];
     int r;
 
     if (z == NULL)
         return 1;
-    a->rdzv = z;
-    z->agent = a;
     /* The job's token guards its store as it would its rendezvous; without one, the store
      * serves this user only. */
     if (load_token(a, z) < 0)
@@ -679,6 +426,7 @@ int dl__rdzv_local_store(dl_agent_t *a)
     dl_rdzv_server_opts_init(&so);
     so.token = z->token;
     so.only_run_id = a->run_id;
+    so.store_only = true;
     so.log = server_log;
     so.log_ctx = a;
     r = dl_rdzv_server_start(&a->loop, &so, &z->server, err, sizeof(err));
@@ -704,35 +452,21 @@ void dl__rdzv_local_store_reset(dl_agent_t *a)
         dl_rdzv_server_reset_store(a->rdzv->server, a->run_id);
 }
 
-static void server_closed(void *ctx)
-{
-    (void)ctx;
-}
-
 void dl__rdzv_finish(dl_agent_t *a, int exit_code)
 {
     rdzv_t *z = a->rdzv;
     if (z == NULL)
         return;
-    if (z->ready && exit_code >= 128) {
-        json_t *m = dl_proto_msg_new(DL_PROTO_LEAVE, next_id(z));
-        json_object_set_new(m, "reason", json_string(dl_signal_name(exit_code - 128)));
-        send_or_log(z, m);
-    }
+    if (z->backend != NULL && exit_code >= 128)
+        z->ops->leave(z->backend, dl_signal_name(exit_code - 128));
     if (z->heartbeat_open) {
         uv_close((uv_handle_t *)&z->heartbeat, NULL);
         z->heartbeat_open = false;
     }
-    if (z->backoff_open) {
-        uv_close((uv_handle_t *)&z->backoff, NULL);
-        z->backoff_open = false;
-    }
-    dl_rdzv_client_close(z->client);
-    z->client = NULL;
-    z->ready = false;
-    dl_http_close(z->http);
-    z->http = NULL;
-    dl_rdzv_server_close(z->server, server_closed, NULL);
+    if (z->backend != NULL)
+        z->ops->close(z->backend);
+    z->backend = NULL;
+    dl_rdzv_server_close(z->server, NULL, NULL);
     z->server = NULL;
 }
 
@@ -743,6 +477,7 @@ void dl__rdzv_free(dl_agent_t *a)
         return;
     dl__worker_cred_remove(a->token_path);
     dl_proto_token_free(z->token);
+    json_decref(z->last_failure);
     free(z);
     a->rdzv = NULL;
 }

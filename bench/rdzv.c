@@ -4,10 +4,12 @@
  * of all N (hello to auth_ok, with the token's challenge and both proofs under --token-file).
  * With --scrape-ms, dlaunchd also serves --http and a child process GETs /metrics that often for
  * the whole run, as Prometheus would, so that the figures show what watching the daemon costs.
- * --dlaunchd runs another build's daemon, for A/B runs side by side.
+ * --dlaunchd runs another build's daemon, for A/B runs side by side. --etcd adds, for each N,
+ * the etcd row: N agents' real etcd backends through a 3-member etcd cluster started for the
+ * run (rdzv-etcd.c), the same figure beside our own server's.
  *
  *   bench/rdzv [--agents N[,N...]] [--scrape-ms MS] [--token-file FILE] [--dlaunchd PATH]
- *              [--json]      (default 100,1000,10000) */
+ *              [--etcd] [--json]      (default 100,1000,10000; with --etcd 8,64,256) */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -25,6 +27,7 @@
 #include <unistd.h>
 
 #include "proto.h"
+#include "rdzv-etcd-bench.h"
 
 typedef struct {
     int fd;
@@ -381,8 +384,8 @@ out:
 
 int main(int argc, char **argv)
 {
-    int json = 0, scrape_ms = 0;
-    const char *list = "100,1000,10000", *other = NULL;
+    int json = 0, scrape_ms = 0, etcd = 0;
+    const char *list = NULL, *other = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             json = 1;
@@ -395,14 +398,18 @@ int main(int argc, char **argv)
             bench_token_file = argv[++i];
         else if (strcmp(argv[i], "--dlaunchd") == 0 && i + 1 < argc)
             other = argv[++i];
+        else if (strcmp(argv[i], "--etcd") == 0)
+            etcd = 1;
         else {
             fprintf(stderr,
                     "usage: %s [--agents N[,N...]] [--scrape-ms MS] [--token-file FILE] "
-                    "[--dlaunchd PATH] [--json]\n",
+                    "[--dlaunchd PATH] [--etcd] [--json]\n",
                     argv[0]);
             return 2;
         }
     }
+    if (list == NULL)
+        list = etcd ? "8,64,256" : "100,1000,10000";
     if (bench_token_file != NULL) {
         char err[512];
         if (dl_proto_token_from_file(bench_token_file, &bench_token, err, sizeof(err)) < 0) {
@@ -422,6 +429,8 @@ int main(int argc, char **argv)
     snprintf(slash ? slash + 1 : dlaunchd, 64, "../daemon/dlaunchd");
     if (other != NULL)
         snprintf(dlaunchd, sizeof(dlaunchd), "%s", other);
+    if (etcd && dl_bench_etcd_start() == NULL)
+        return 1;
     char *copy = strdup(list), *save = NULL;
     int failed = 0;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -433,8 +442,12 @@ int main(int argc, char **argv)
         }
         if (run(n, dlaunchd, json, scrape_ms) < 0)
             failed = 1;
+        if (etcd && dl_bench_etcd_run(n, json) < 0)
+            failed = 1;
     }
     free(copy);
+    if (etcd)
+        dl_bench_etcd_stop();
     dl_proto_token_free(bench_token);
     return failed;
 }

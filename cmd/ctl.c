@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "ctl-etcd.h"
 #include "ctl.h"
 #include "rendezvous.h"
 
@@ -24,6 +25,8 @@ typedef struct {
     double follow_timeout; /* events: stop after this long without one; < 0 never */
     char **args; /* positional arguments after the subcommand */
     int nargs;
+    bool etcd;             /* --rdzv-backend etcd: the job's keys in etcd */
+    const char *rdzv_conf; /* --rdzv-conf, for etcd */
 } ctl_opts_t;
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -64,6 +67,24 @@ static int parse(int argc, char **argv, ctl_opts_t *o)
             o->ranks = true;
         } else if (strcmp(a, "--worker") == 0) {
             o->worker = true;
+        } else if (strcmp(a, "--rdzv-backend") == 0 || strcmp(a, "--rdzv-conf") == 0 ||
+                   strncmp(a, "--rdzv-backend=", 15) == 0 || strncmp(a, "--rdzv-conf=", 12) == 0) {
+            const char *v = strchr(a, '=');
+            if (v != NULL)
+                v++;
+            else if (i + 1 >= argc)
+                return usage_error("option '%s' needs a value", a);
+            else
+                v = argv[++i];
+            if (a[7] == 'c') {
+                o->rdzv_conf = v;
+            } else if (strcmp(v, "etcd") == 0) {
+                o->etcd = true;
+            } else if (strcmp(v, "c10d") == 0 || strcmp(v, "static") == 0) {
+                o->etcd = false;
+            } else {
+                return usage_error("--rdzv-backend: '%s' is not c10d, static or etcd", v);
+            }
         } else if (strcmp(a, "--endpoint") == 0 || strcmp(a, "--token-file") == 0 ||
                    strcmp(a, "--timeout") == 0) {
             if (i + 1 >= argc)
@@ -271,6 +292,26 @@ static void print_diag(const json_t *job)
     }
 }
 
+/* --rdzv-backend etcd: the endpoints are etcd's (no default: they must be named). */
+static int etcd_opts(const ctl_opts_t *o, const char *run_id, dl_ctl_etcd_opts_t *ret)
+{
+    const char *e = o->endpoint;
+    if (e == NULL || *e == '\0')
+        e = getenv("DLAUNCH_ENDPOINT");
+    if (e == NULL || *e == '\0')
+        return usage_error("--rdzv-backend etcd: give the cluster's --endpoint "
+                           "HOST:PORT[,HOST:PORT...]");
+    if (run_id != NULL && !dl_proto_run_id_valid(run_id))
+        return usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')", run_id);
+    *ret = (dl_ctl_etcd_opts_t){.endpoints = e,
+                                .rdzv_conf = o->rdzv_conf,
+                                .json = o->json,
+                                .timeout = o->timeout,
+                                .follow_timeout = o->follow_timeout,
+                                .print_status = print_status};
+    return 0;
+}
+
 static int control(const char *cmd, const ctl_opts_t *o)
 {
     const char *where;
@@ -284,6 +325,11 @@ static int control(const char *cmd, const ctl_opts_t *o)
         return usage_error("%s takes one RUN_ID", cmd);
     if (run_id == NULL && strcmp(cmd, "status") != 0)
         return usage_error("%s needs the RUN_ID of the job", cmd);
+    if (o->etcd) {
+        dl_ctl_etcd_opts_t eo;
+        r = etcd_opts(o, run_id, &eo);
+        return r != 0 ? r : dl_ctl_etcd_control(cmd, run_id, &eo);
+    }
     r = connect_as(endpoint, where, DL_PROTO_ROLE_CONTROL, run_id ? run_id : "status",
                    o->token_file, o->timeout, &c);
     if (r != 0)
@@ -291,14 +337,8 @@ static int control(const char *cmd, const ctl_opts_t *o)
     dl_proto_type_t type = strcmp(cmd, "status") == 0 ? DL_PROTO_STATUS
                            : strcmp(cmd, "stop") == 0 ? DL_PROTO_STOP
                                                       : DL_PROTO_RESTART;
-    json_t *m = dl_proto_msg_new(type, 0);
-    if (type == DL_PROTO_STATUS && run_id == NULL)
-        json_object_set_new(m, "all", json_true());
-    if (type == DL_PROTO_STATUS && o->ranks)
-        json_object_set_new(m, "ranks", json_true());
-    if (type != DL_PROTO_STATUS)
-        json_object_set_new(m, "reason", json_string("requested with dlaunch"));
-    r = call(c, m, o->timeout, &reply);
+    r = call(c, dl_rdzv_enc_control(type, run_id == NULL, o->ranks, "requested with dlaunch"),
+             o->timeout, &reply);
     dl_rdzv_sync_close(c);
     if (r != 0)
         return r;
@@ -338,11 +378,16 @@ static int events(const ctl_opts_t *o)
 
     if (o->nargs != 1)
         return usage_error("%s needs the RUN_ID of the job", "events");
+    if (o->etcd) {
+        dl_ctl_etcd_opts_t eo;
+        int r = etcd_opts(o, o->args[0], &eo);
+        return r != 0 ? r : dl_ctl_etcd_events(o->args[0], &eo);
+    }
     int r = connect_as(endpoint, where, DL_PROTO_ROLE_CONTROL, o->args[0], o->token_file,
                        o->timeout, &c);
     if (r != 0)
         return r;
-    r = call(c, dl_proto_msg_new(DL_PROTO_EVENTS_FOLLOW, 0), o->timeout, &reply);
+    r = call(c, dl_rdzv_enc_events_follow(0), o->timeout, &reply);
     json_decref(reply);
     while (r == 0) {
         json_t *m = NULL;
@@ -361,7 +406,8 @@ static int events(const ctl_opts_t *o)
             fflush(stdout);
             free(line);
         }
-        const char *name = json_string_value(json_object_get(ev, "event"));
+        const char *name, *status;
+        dl_rdzv_dec_event(m, &name, &status);
         bool end = name != NULL && strcmp(name, "job_end") == 0;
         json_decref(m);
         if (end)
@@ -402,54 +448,58 @@ static int kv(const ctl_opts_t *o)
                        DL_PROTO_ROLE_WORKER, run_id, o->token_file, o->timeout, &c);
     if (r != 0)
         return r;
-    json_t *m = dl_proto_msg_new(ops[which].type, 0);
     char **a = o->args + 1;
+    dl_rdzv_kv_req_t req = {.op = ops[which].type, .key = a[0]};
     long delta = 0;
     switch (ops[which].type) {
-    case DL_PROTO_KV_WAIT: {
-        json_t *keys = json_array();
-        for (int i = 0; i < n; i++)
-            json_array_append_new(keys, json_string(a[i]));
-        json_object_set_new(m, "keys", keys);
-        json_object_set_new(m, "timeout_ms", json_integer((json_int_t)(o->timeout * 1000)));
+    case DL_PROTO_KV_WAIT:
+        req.key = NULL;
+        req.keys = (const char *const *)a;
+        req.nkeys = (size_t)n;
+        req.timeout_ms = (long long)(o->timeout * 1000);
         break;
-    }
     case DL_PROTO_KV_ADD:
         if (dl_parse_int(a[1], LONG_MIN, LONG_MAX, &delta) < 0) {
-            json_decref(m);
             dl_rdzv_sync_close(c);
             return usage_error("kv add: '%s' is not a whole number", a[1]);
         }
-        json_object_set_new(m, "key", json_string(a[0]));
-        json_object_set_new(m, "delta", json_integer(delta));
+        req.delta = delta;
         break;
     case DL_PROTO_KV_CAS:
-        json_object_set_new(m, "key", json_string(a[0]));
-        json_object_set_new(m, "expected", *a[1] ? json_string(a[1]) : json_null());
-        json_object_set_new(m, "value", json_string(a[2]));
+        req.expected = *a[1] ? a[1] : NULL;
+        req.value = a[2];
         break;
     default:
-        json_object_set_new(m, "key", json_string(a[0]));
         if (n > 1)
-            json_object_set_new(m, "value", json_string(a[1]));
+            req.value = a[1];
         break;
     }
     json_t *reply = NULL;
+    dl_rdzv_kv_result_t res;
+    dl_proto_errcode_t code;
+    char err[1200], safe[1200];
     /* A wait answers when its keys exist or its own timeout passes: give the call a margin. */
-    r = call(c, m, o->timeout + 5, &reply);
+    r = dl_rdzv_sync_kv(c, &req, o->timeout + 5, &reply, &res, &code, err, sizeof(err));
     dl_rdzv_sync_close(c);
-    if (r != 0)
-        return r;
-    json_t *result = json_object_get(reply, "result"), *v;
-    if ((v = json_object_get(result, "value")) != NULL) {
-        if (json_is_string(v))
-            printf("%s\n", json_string_value(v));
-        else if (json_is_integer(v))
-            printf("%lld\n", (long long)json_integer_value(v));
+    if (r == -EPROTO) {
+        /* A kv wait that timed out was answered: its keys are missing (exit 1), which is no
+         * failure to reach the rendezvous (exit 3). */
+        fprintf(stderr, "dlaunch: %s\n", dl_proto_escape(err, safe, sizeof(safe)));
+        return code == DL_PROTO_E_AUTH_FAILED || code == DL_PROTO_E_FORBIDDEN ? 4
+               : code == DL_PROTO_E_TIMEOUT && req.op != DL_PROTO_KV_WAIT      ? 3
+                                                                              : 1;
     }
-    if (ops[which].type == DL_PROTO_KV_CAS && !json_is_true(json_object_get(result, "swapped")))
+    if (r < 0) {
+        fprintf(stderr, "dlaunch: %s\n", err);
+        return code_of(r);
+    }
+    if (res.value != NULL)
+        printf("%s\n", res.value);
+    else if (res.has_value)
+        printf("%lld\n", res.number);
+    if (req.op == DL_PROTO_KV_CAS && !res.swapped)
         r = 1;
-    if (ops[which].type == DL_PROTO_KV_DEL && !json_is_true(json_object_get(result, "deleted")))
+    if (req.op == DL_PROTO_KV_DEL && !res.deleted)
         r = 1;
     json_decref(reply);
     return r;

@@ -35,13 +35,22 @@ static void warn_unknown(void *ctx, const char *var, const char *closest)
             closest ? " (did you mean " : "", closest ? closest : "", closest ? "?)" : "");
 }
 
+/* The command runs the bundled trainer itself (`-- dlaunch-train ...`, any path to it). */
+static bool runs_trainer(const dl_job_spec_t *spec)
+{
+    if (spec->command == NULL || spec->command[0] == NULL)
+        return false;
+    const char *slash = strrchr(spec->command[0], '/');
+    return strcmp(slash != NULL ? slash + 1 : spec->command[0], "dlaunch-train") == 0;
+}
+
 int dl_train_command(dl_job_spec_t *spec, char **environ_list, char *err, size_t errlen)
 {
     dl_train_config_t cfg;
     char msg[512], path[4200];
     int r = 0;
 
-    if (spec->train == NULL)
+    if (spec->train == NULL && !runs_trainer(spec))
         return 0;
     dl_train_config_init(&cfg);
     /* The workers inherit DLAUNCH_TRAIN_*: a bad one must stop dlaunch here, before anything
@@ -58,6 +67,12 @@ int dl_train_command(dl_job_spec_t *spec, char **environ_list, char *err, size_t
         if (r < 0)
             snprintf(err, errlen, "%s: train: %s",
                      known ? spec->train_where[i] : spec->train_key_where[i], msg);
+    }
+    /* Without a train: section the command's own --set may complete the settings: only the
+     * variables are dlaunch's to check. */
+    if (spec->train == NULL) {
+        dl_train_config_free(&cfg);
+        return r;
     }
     if (r == 0 && (r = dl_train_config_check(&cfg, msg, sizeof(msg))) < 0)
         snprintf(err, errlen, "%s: train: %s", spec->spec_path ? spec->spec_path : "train", msg);

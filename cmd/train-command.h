@@ -9,6 +9,7 @@
 /* With a train: section: checks every setting, the DLAUNCH_TRAIN_* variables of environ_list
  * included (errors name file:line:column or the variable; unknown variables are warned about on
  * stderr) and, when the spec has no command, makes the command `dlaunch-train --set KEY=VALUE...`.
+ * Without one, when the command is dlaunch-train itself: checks the DLAUNCH_TRAIN_* variables.
  * Returns 0 or -errno with one line in err. */
 int dl_train_command(dl_job_spec_t *spec, char **environ_list, char *err, size_t errlen);
 

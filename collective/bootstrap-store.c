@@ -17,7 +17,7 @@
 
 #include "internal.h"
 #include "proto.h"
-#include "rendezvous.h"
+#include "rdzv-sync.h"
 
 typedef struct {
     dl__coll_boot_t base;
@@ -40,30 +40,33 @@ static void store_close(dl__coll_boot_t *base)
     free(b);
 }
 
-/* Sends one store request; *ret_result (new reference, may be NULL) is the reply's result. */
-static int request(store_boot_t *b, json_t *msg, json_t **ret_result, char *err, size_t errlen)
+/* Sends one store request; *ret_reply (new reference, may be NULL) holds what *ret borrows. */
+static int request(store_boot_t *b, const dl_rdzv_kv_req_t *req, json_t **ret_reply,
+                   dl_rdzv_kv_result_t *ret, char *err, size_t errlen)
 {
     char why[512];
     json_t *reply = NULL;
-    const char *text = NULL;
+    dl_rdzv_kv_result_t res;
+    dl_proto_errcode_t code;
     /* A wait answers by its own timeout_ms: give the call a margin past it. */
-    int r = dl_rdzv_sync_call(b->client, msg, b->timeout_s + 5, &reply, why, sizeof(why));
+    int r = dl_rdzv_sync_kv(b->client, req, b->timeout_s + 5, &reply, &res, &code, why,
+                            sizeof(why));
+    if (r == -EPROTO) {
+        r = code == DL_PROTO_E_TIMEOUT ? -ETIMEDOUT : -EPROTO;
+        snprintf(err, errlen, "bootstrap: store at %s, round %u: %s%s", b->store, b->round, why,
+                 r == -ETIMEDOUT ? " (a rank did not get this far in time)" : "");
+        return r;
+    }
     if (r < 0) {
         snprintf(err, errlen, "bootstrap: store at %s: %s", b->store, why);
         return r;
     }
-    dl_proto_errcode_t code = dl_proto_reply_error(reply, &text);
-    if (code != DL_PROTO_E_NONE) {
-        r = code == DL_PROTO_E_TIMEOUT ? -ETIMEDOUT : -EPROTO;
-        snprintf(err, errlen, "bootstrap: store at %s, round %u: %s%s", b->store, b->round,
-                 text != NULL ? text : dl_proto_errcode_name(code),
-                 r == -ETIMEDOUT ? " (a rank did not get this far in time)" : "");
+    if (ret_reply != NULL) {
+        *ret_reply = reply;
+        *ret = res;
+    } else {
         json_decref(reply);
-        return r;
     }
-    if (ret_result != NULL)
-        *ret_result = json_incref(json_object_get(reply, "result"));
-    json_decref(reply);
     return 0;
 }
 
@@ -96,11 +99,10 @@ static int set_hex(store_boot_t *b, const char *key, const unsigned char *data, 
         hex[2 * i + 1] = digits[data[i] & 15];
     }
     hex[2 * len] = '\0';
-    json_t *m = dl_proto_msg_new(DL_PROTO_KV_SET, 0);
-    json_object_set_new(m, "key", json_string(key));
-    json_object_set_new(m, "value", json_string(hex));
+    dl_rdzv_kv_req_t req = {.op = DL_PROTO_KV_SET, .key = key, .value = hex};
+    int r = request(b, &req, NULL, NULL, err, errlen);
     free(hex);
-    return request(b, m, NULL, err, errlen);
+    return r;
 }
 
 static int unhex(char c)
@@ -112,19 +114,21 @@ static int unhex(char c)
 static int wait_get_hex(store_boot_t *b, const char *key, unsigned char *out, size_t len,
                         char *err, size_t errlen)
 {
-    json_t *m = dl_proto_msg_new(DL_PROTO_KV_WAIT, 0), *keys = json_array(), *result = NULL;
-    json_array_append_new(keys, json_string(key));
-    json_object_set_new(m, "keys", keys);
-    json_object_set_new(m, "timeout_ms", json_integer((json_int_t)(b->timeout_s * 1000)));
-    int r = request(b, m, NULL, err, errlen);
+    const char *keys[] = {key};
+    dl_rdzv_kv_req_t wait = {.op = DL_PROTO_KV_WAIT,
+                             .keys = keys,
+                             .nkeys = 1,
+                             .timeout_ms = (long long)(b->timeout_s * 1000)};
+    dl_rdzv_kv_req_t get = {.op = DL_PROTO_KV_GET, .key = key};
+    dl_rdzv_kv_result_t res;
+    json_t *result = NULL;
+    int r = request(b, &wait, NULL, NULL, err, errlen);
     if (r < 0)
         return r;
-    m = dl_proto_msg_new(DL_PROTO_KV_GET, 0);
-    json_object_set_new(m, "key", json_string(key));
-    r = request(b, m, &result, err, errlen);
+    r = request(b, &get, &result, &res, err, errlen);
     if (r < 0)
         return r;
-    const char *hex = json_string_value(json_object_get(result, "value"));
+    const char *hex = res.value;
     int ok = hex != NULL && strlen(hex) == 2 * len;
     for (size_t i = 0; ok && i < len; i++) {
         int hi = unhex(hex[2 * i]), lo = unhex(hex[2 * i + 1]);

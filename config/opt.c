@@ -113,13 +113,14 @@ void dl_opt_escape(const char *s, char *buf, size_t len)
 
 /* ---- Numbers in messages -------------------------------------------------------------------- */
 
-/* 1000000, not 1e+06; 0.1, not 0.10000000000000001. */
-static void fmt_num(double v, char *buf, size_t len)
+const char *dl_opt_num_text(double v, char *buf, size_t len)
 {
-    if (v == (double)(long long)v && v > -1e15 && v < 1e15)
+    /* Within +-2^63 (exclusive above) a double converts to long long without overflow. */
+    if (v >= -9223372036854775808.0 && v < 9223372036854775808.0 && v == (double)(long long)v)
         snprintf(buf, len, "%lld", (long long)v);
     else
         snprintf(buf, len, "%.6g", v);
+    return buf;
 }
 
 /* ---- Shared types ------------------------------------------------------------------------- */
@@ -286,14 +287,15 @@ int dl_opt_set(const dl_opt_t *o, void *obj, const char *raw, const char *where,
     char reason[256];
     dl_opt_escape(why, reason, sizeof(reason));
     memcpy(why, reason, sizeof(why));
-    if (why[0] != '\0' && *text == '\0') {
+    /* "must not be empty" stands alone; "is not N or MIN:MAX" wants its subject, even ''. */
+    if (why[0] != '\0' && *text == '\0' && strncmp(why, "is ", 3) != 0) {
         snprintf(err, errlen, "%s: %s", where, why);
     } else if (why[0] != '\0') {
         snprintf(err, errlen, "%s: '%s' %s", where, text, why);
     } else if (r == -ERANGE && numeric(o->type)) {
         char lo[32], hi[32];
-        fmt_num(o->min, lo, sizeof(lo));
-        fmt_num(o->max, hi, sizeof(hi));
+        dl_opt_num_text(o->min, lo, sizeof(lo));
+        dl_opt_num_text(o->max, hi, sizeof(hi));
         snprintf(err, errlen, "%s: '%s' is out of range (%s to %s)", where, text, lo, hi);
     } else {
         snprintf(err, errlen, "%s: '%s' is not %s", where, text, o->type->expect);

@@ -128,6 +128,10 @@ void dl_opt_print_help(const dl_opt_table_t *t, void *stream);
  * characters as \n, \t or \xNN, and a backslash doubled. Errors quote user text through it. */
 void dl_opt_escape(const char *s, char *buf, size_t len);
 
+/* A number as a person writes it, for messages: whole ones in full (1000000, not 1e+06; up to
+ * 2^63), others to 6 significant digits (0.1, not 0.10000000000000001). Returns buf. */
+const char *dl_opt_num_text(double v, char *buf, size_t len);
+
 /* The accepted spellings of a boolean, for messages. */
 #define DL_OPT_BOOL_WORDS "true/false, yes/no, on/off or 1/0"
 int dl_opt_parse_bool(const char *s, bool *ret);

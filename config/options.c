@@ -451,10 +451,11 @@ const dl_opt_t dl__options[] = {
 };
 const size_t dl__options_count = sizeof(dl__options) / sizeof(dl__options[0]);
 
-/* DLAUNCH_* variables that are no options here but are read by dlaunch, its workers, the
- * trainer (DLAUNCH_TRAIN_*, its own table) and the collective library. */
+/* DLAUNCH_* variables that are no options here but are read by dlaunch, its control commands
+ * (DLAUNCH_ENDPOINT), its workers, the trainer (DLAUNCH_TRAIN_*, its own table) and the
+ * collective library. */
 static const char *const other_vars[] = {
-    "DLAUNCH_TOKEN", "DLAUNCH_TOKEN_FILE", "DLAUNCH_NO_SLURM", "DLAUNCH_STORE",
+    "DLAUNCH_TOKEN", "DLAUNCH_TOKEN_FILE", "DLAUNCH_ENDPOINT", "DLAUNCH_NO_SLURM", "DLAUNCH_STORE",
     "DLAUNCH_HEALTH_FD", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_VERBOSE", "DLAUNCH_TRAIN_*",
     "DLAUNCH_COLL_*", "DLAUNCH_SOCKET_IFNAME", "DLAUNCH_CONTROL_FD", "DLAUNCH_GROUP_GEN", NULL,
 };

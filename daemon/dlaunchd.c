@@ -6,6 +6,7 @@
  * --endpoint; Prometheus and people at --http. Without a token it serves loopback only.
  * SIGINT/SIGTERM stop it. The options are daemon/options.c's table. */
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,13 @@ int main(int argc, char **argv)
     dl_daemon_args_t args;
     dl_daemon_action_t action;
 
+    /* A frame that arrives in pieces is buffered, up to 1 MiB a connection, and freed when it ends.
+     * glibc raises its mmap threshold after such frees, so later buffers come from the heap and
+     * stay resident once freed; a fixed threshold keeps every large buffer mmapped, handed back to
+     * the kernel the moment its frame is done, so a flood leaves a long-lived daemon no bigger. */
+    if (mallopt(M_MMAP_THRESHOLD, 128 * 1024) != 1)
+        fprintf(stderr, "dlaunchd: warning: mallopt(M_MMAP_THRESHOLD) refused; memory freed after "
+                        "a flood of large frames may stay resident\n");
     dl_daemon_args_init(&args);
     if (dl_daemon_parse(argc, argv, &args, &action, err, sizeof(err)) < 0) {
         fprintf(stderr, "dlaunchd: %s\n", err);

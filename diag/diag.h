@@ -175,6 +175,14 @@ size_t dl_diag_explain(const dl_diag_rank_t *v, size_t n, char *buf, size_t len)
  * known): a job that moves shows fractions of a second, a stuck one grows. */
 double dl_diag_stuck_s(const dl_diag_rank_t *v, size_t n);
 
+/* The hang watchdog's rule: which of a node's ranks, silent in v[0..n) (silent_s from their last
+ * beat), to name as hung once timeout seconds pass. A rank that sleeps inside a collective waits
+ * for a peer, which may be on another node and named by its own agent first, so the one to name is
+ * a rank that is silent outside any collective, or stopped; of several, the first to fall silent.
+ * Ranks that only wait are named after twice the timeout (a collective that never completes
+ * anywhere), with *ret_waiting set. Returns an index into v, or -1 when none is due. */
+int dl_diag_hang_culprit(const dl_diag_rank_t *v, size_t n, double timeout, bool *ret_waiting);
+
 /* "0-2,5,7-9": ranks (sorted here, in place) as ranges. */
 size_t dl_diag_ranks_text(int *ranks, size_t n, char *buf, size_t len);
 

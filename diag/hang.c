@@ -71,10 +71,37 @@ static const dl_diag_op_t *newest(const dl_diag_rank_t *r)
     return r->nops > 0 ? &r->ops[r->nops - 1] : NULL;
 }
 
-/* An operation that has a rank inside it. */
+/* An operation that has a rank inside it. One that failed under it counts: it failed because a
+ * peer went away (or was killed for a hang) while the rank waited there, which is where the
+ * account must leave it. */
 static bool inside(const dl_diag_op_t *op)
 {
-    return op != NULL && (op->state == DL_DIAG_OP_RUNNING || op->state == DL_DIAG_OP_QUEUED);
+    return op != NULL && (op->state == DL_DIAG_OP_RUNNING || op->state == DL_DIAG_OP_QUEUED ||
+                          op->state == DL_DIAG_OP_FAILED);
+}
+
+static bool stopped(const dl_diag_rank_t *r)
+{
+    return r->proc == 'T' || r->proc == 't';
+}
+
+int dl_diag_hang_culprit(const dl_diag_rank_t *v, size_t n, double timeout, bool *ret_waiting)
+{
+    int culprit = -1, waiter = -1;
+    for (size_t i = 0; i < n; i++) {
+        const dl_diag_rank_t *r = &v[i];
+        if (r->silent_s < 0 || r->silent_s < timeout)
+            continue;
+        /* A stopped process is the culprit wherever its last operation left it. */
+        if (inside(newest(r)) && !stopped(r)) {
+            if (r->silent_s >= 2 * timeout && (waiter < 0 || r->silent_s > v[waiter].silent_s))
+                waiter = (int)i;
+        } else if (culprit < 0 || r->silent_s > v[culprit].silent_s) {
+            culprit = (int)i;
+        }
+    }
+    *ret_waiting = culprit < 0 && waiter >= 0;
+    return culprit >= 0 ? culprit : waiter;
 }
 
 static void seconds(out_t *o, double s)

@@ -60,6 +60,7 @@ static const dl__field_t join_fields[] = {
     OPT("node_rank", DL__F_INT, -1, I32),
     OPT("slurm_node_id", DL__F_INT, -1, I32),
     OPT("round", DL__F_INT, 0, I32),
+    OPT("failures", DL__F_INT, 0, I32), /* restarts spent, for a restarted rendezvous */
     /* The job's parameters, from the agent's job spec: the first join of a job sets them on a
      * server that was not started with its own. */
     OPT("min_nodes", DL__F_INT, 1, 1000000),
@@ -86,7 +87,11 @@ static const dl__field_t assignment_fields[] = {
     REQ("master_port", DL__F_INT, 1, 65535),
     REQ("store_addr", DL__F_ADDR, 1, DL_PROTO_NAME_MAX),
     OPT("restart_count", DL__F_INT, 0, I32),
+    OPT("failures", DL__F_INT, 0, I32),
     OPT("max_restarts", DL__F_INT, 0, I32),
+    /* Where the rendezvous is hosted again if its host dies (an agent's embedded one). */
+    OPT("successors", DL__F_STRV, 0, 8),
+    OPT("host_node_rank", DL__F_INT, 0, I32), /* the agent hosting an embedded rendezvous */
     END,
 };
 
@@ -124,6 +129,7 @@ static const dl__field_t worker_failed_fields[] = {
     OPT("log_tail", DL__F_STR, 0, 65536),
     OPT("diag", DL__F_OBJ, 0, 0),
     OPT("excluded", DL__F_BOOL, 0, 0), /* the node steps out as a straggler */
+    OPT("hung", DL__F_BOOL, 0, 0),     /* killed by the hang watchdog */
     END,
 };
 
@@ -138,6 +144,8 @@ static const dl__field_t round_changed_fields[] = {
     OPT("restart_count", DL__F_INT, 0, I32),
     OPT("failed_rank", DL__F_INT, 0, I32),
     OPT("failed_node", DL__F_NAME, 1, DL_PROTO_NAME_MAX),
+    OPT("cause", DL__F_NAME, 1, DL_PROTO_NAME_MAX),
+    OPT("failure", DL__F_OBJ, 0, 0),
     END,
 };
 

@@ -109,8 +109,12 @@ static void on_message(dl__conn_t *conn, json_t *msg, dl_proto_type_t type)
     }
     if (type == DL_PROTO_ERROR) {
         dl_proto_errcode_t code = dl_proto_reply_error(msg, &why);
-        fail(c, code == DL_PROTO_E_AUTH_FAILED ? -EACCES : -EPROTO,
-             "the rendezvous at %s:%d refused us: %s", c->host, c->port, why ? why : "?");
+        /* Forbidden: not this kind of server (a one-node job's store); its words suffice. */
+        if (code == DL_PROTO_E_FORBIDDEN)
+            fail(c, -EPROTO, "%s:%d: %s", c->host, c->port, why ? why : "?");
+        else
+            fail(c, code == DL_PROTO_E_AUTH_FAILED ? -EACCES : -EPROTO,
+                 "the rendezvous at %s:%d refused us: %s", c->host, c->port, why ? why : "?");
         return;
     }
     if (c->state == CL_HELLO && type == DL_PROTO_CHALLENGE) {
@@ -327,46 +331,6 @@ int dl_rdzv_client_local_addr(const dl_rdzv_client_t *c, char *buf, size_t len)
     return uv_ip6_name((struct sockaddr_in6 *)&sa, buf, len) == 0 ? 0 : -ENOTCONN;
 }
 
-int dl_rdzv_check_server(const dl_proto_token_t *token, bool challenged, const char *client_nonce,
-                         const char *server_nonce, const char *run_id, dl_proto_role_t role,
-                         const char *proof, int fd, char *err, size_t errlen)
-{
-    if (token != NULL) {
-        if (!challenged) {
-            snprintf(err, errlen, "it did not ask for the job token, so it cannot prove it "
-                                  "holds it: not the job's rendezvous");
-            return -EACCES;
-        }
-        if (proof == NULL) {
-            snprintf(err, errlen, "it did not prove the job token (an older dlaunch?)");
-            return -EACCES;
-        }
-        int r = dl_proto_auth_check_server(token, client_nonce, server_nonce, run_id, role, proof);
-        if (r < 0) {
-            snprintf(err, errlen, "its proof of the job token is wrong");
-            return -EACCES;
-        }
-        return 0;
-    }
-    /* No token on either side: then it must be our own user's, on this machine. */
-    uid_t uid;
-    int r = fd >= 0 ? dl__peer_uid(fd, &uid) : -EBADF;
-    if (r == -EPERM) {
-        snprintf(err, errlen, "it is not on this machine and we have no job token to check it");
-        return -EACCES;
-    }
-    if (r < 0) {
-        snprintf(err, errlen, "cannot tell who runs it: %s", strerror(-r));
-        return -EACCES;
-    }
-    if (!dl__peer_trusted(uid)) {
-        snprintf(err, errlen, "it runs as uid %u, not as this user (uid %u); without a job token "
-                              "only our own rendezvous is trusted",
-                 (unsigned)uid, (unsigned)geteuid());
-        return -EACCES;
-    }
-    return 0;
-}
 
 int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *want,
                             dl_rdzv_assignment_t *ret, char *err, size_t errlen)
@@ -374,8 +338,6 @@ int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *
     dl_rdzv_assignment_t a;
     dl_proto_type_t type;
     dl_proto_error_t perr;
-    char host[DL_PROTO_NAME_MAX + 1];
-    int port;
 
     if (dl_proto_validate(msg, &type, &perr) < 0 || type != DL_PROTO_ASSIGNMENT) {
         snprintf(err, errlen, "not an assignment: %s", perr.message);
@@ -390,35 +352,74 @@ int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *
     a.first_rank = (int)dl_proto_get_int(msg, "first_rank", 0);
     a.local_world_size = (int)dl_proto_get_int(msg, "local_world_size", 1);
     a.restart_count = (int)dl_proto_get_int(msg, "restart_count", 0);
+    a.failures = (int)dl_proto_get_int(msg, "failures", 0);
+    a.host_node_rank = (int)dl_proto_get_int(msg, "host_node_rank", -1);
     a.max_restarts = (int)dl_proto_get_int(msg, "max_restarts", 0);
     a.master_port = (int)dl_proto_get_int(msg, "master_port", 0);
     snprintf(a.master_addr, sizeof(a.master_addr), "%s", dl_proto_get_str(msg, "master_addr"));
     snprintf(a.store_addr, sizeof(a.store_addr), "%s", dl_proto_get_str(msg, "store_addr"));
+    /* Addresses we may connect to, or bind, one day: nothing but what addresses are made of. */
+    const json_t *succ = json_object_get(msg, "successors");
+    for (size_t i = 0; i < json_array_size(succ); i++) {
+        const char *s = json_string_value(json_array_get(succ, i));
+        size_t len = strlen(s);
+        if (len > DL_PROTO_NAME_MAX ||
+            strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.:-_%[]") !=
+                len) {
+            snprintf(err, errlen, "successor %zu is not an address", i);
+            return -EPROTO;
+        }
+        snprintf(a.successors[a.nsuccessors++], sizeof(a.successors[0]), "%s", s);
+    }
+    int r = dl_rdzv_assignment_check(&a, want, err, errlen);
+    if (r == 0)
+        *ret = a;
+    return r;
+}
+
+int dl_rdzv_assignment_check(const dl_rdzv_assignment_t *a, const dl_rdzv_assignment_want_t *want,
+                             char *err, size_t errlen)
+{
+    char host[DL_PROTO_NAME_MAX + 1];
+    int port;
+
     if (want != NULL) {
-        if (a.local_world_size != want->slots) {
-            snprintf(err, errlen, "%d workers on this node, which offered %d",
-                     a.local_world_size, want->slots);
+        if (a->local_world_size != want->slots) {
+            snprintf(err, errlen, "%d worker%s on this node, which offered %d",
+                     a->local_world_size, a->local_world_size == 1 ? "" : "s", want->slots);
             return -EPROTO;
         }
-        if (a.nodes < want->min_nodes || a.nodes > want->max_nodes) {
-            snprintf(err, errlen, "%d nodes, where the job has %d to %d", a.nodes,
-                     want->min_nodes, want->max_nodes);
+        if (a->nodes < want->min_nodes || a->nodes > want->max_nodes) {
+            snprintf(err, errlen, "%d node%s, where the job has %d to %d", a->nodes,
+                     a->nodes == 1 ? "" : "s", want->min_nodes, want->max_nodes);
             return -EPROTO;
         }
-        if ((long long)a.world_size > (long long)a.nodes * DL_RDZV_MAX_SLOTS) {
-            snprintf(err, errlen, "world size %d for %d nodes", a.world_size, a.nodes);
+        if ((long long)a->world_size > (long long)a->nodes * DL_RDZV_MAX_SLOTS) {
+            snprintf(err, errlen, "world size %d for %d node%s", a->world_size, a->nodes,
+                     a->nodes == 1 ? "" : "s");
             return -EPROTO;
         }
-        if (a.round < want->min_round) {
-            snprintf(err, errlen, "round %d, after round %d", a.round, want->min_round);
+        if (a->round < want->min_round) {
+            snprintf(err, errlen, "round %d, after round %d", a->round, want->min_round);
             return -EPROTO;
         }
     }
-    if (dl_rdzv_endpoint_parse(a.store_addr, host, sizeof(host), &port) < 0) {
-        snprintf(err, errlen, "store address '%s' is not HOST:PORT", a.store_addr);
+    if (a->node_rank < 0 || a->node_rank >= a->nodes || a->first_rank < 0 ||
+        a->local_world_size < 1 ||
+        (long long)a->first_rank + a->local_world_size > (long long)a->world_size) {
+        snprintf(err, errlen, "node rank %d of %d, ranks %d..%d of %d", a->node_rank, a->nodes,
+                 a->first_rank, a->first_rank + a->local_world_size - 1, a->world_size);
         return -EPROTO;
     }
-    *ret = a;
+    if (a->master_port < 1 || a->master_port > 65535 || a->master_addr[0] == '\0') {
+        snprintf(err, errlen, "MASTER_ADDR '%s', MASTER_PORT %d", a->master_addr,
+                 a->master_port);
+        return -EPROTO;
+    }
+    if (dl_rdzv_endpoint_parse(a->store_addr, host, sizeof(host), &port) < 0) {
+        snprintf(err, errlen, "store address '%s' is not HOST:PORT", a->store_addr);
+        return -EPROTO;
+    }
     return 0;
 }
 

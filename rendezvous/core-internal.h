@@ -191,9 +191,12 @@ struct dl__rdzv_job_s {
     int64_t slots_sum;
     size_t nleft;
     int world_size;
+    int host_node_rank; /* of the agent this rendezvous is embedded in, or -1 */
     char master_addr[DL_RDZV_MAX_NAME + 1];
     int master_port;
     char *failure; /* the first failure's description */
+    dl_rdzv_culprit_t first_culprit; /* its strings owned here; text is failure */
+    bool has_culprit;
     dl__rdzv_timer_t last_call;
     dl__rdzv_timer_t join;
     dl__rdzv_timer_t linger;
@@ -203,6 +206,7 @@ struct dl__rdzv_job_s {
 struct dl_rdzv_core_s {
     dl_rdzv_core_opts_t opts;
     char *store_host;
+    char *host_agent_id;
     dl__rdzv_map_t jobs;
     dl__rdzv_job_t *first_job, *last_job;
     size_t njobs;
@@ -234,6 +238,9 @@ void dl__rdzv_error(dl_rdzv_core_t *core, uint64_t conn, uint64_t req_id, const 
                     int code, const char *fmt, ...) DL__RDZV_PRINTF(6, 7);
 void dl__rdzv_log(dl_rdzv_core_t *core, dl_rdzv_log_level_t level, const char *run_id,
                   const char *fmt, ...) DL__RDZV_PRINTF(4, 5);
+/* A copy of c in the step's arena; NULL when memory runs out (the round change then names no
+ * culprit, only its text). */
+dl_rdzv_culprit_t *dl__rdzv_culprit(dl_rdzv_core_t *core, dl_rdzv_culprit_t c);
 /* A string in the step's arena; never NULL (a fixed text stands in when memory runs out). */
 const char *dl__rdzv_printf(dl_rdzv_core_t *core, const char *fmt, ...) DL__RDZV_PRINTF(2, 3);
 

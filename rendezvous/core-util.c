@@ -404,6 +404,14 @@ static const char *vformat(dl_rdzv_core_t *core, const char *fmt, va_list ap)
     return s;
 }
 
+dl_rdzv_culprit_t *dl__rdzv_culprit(dl_rdzv_core_t *core, dl_rdzv_culprit_t c)
+{
+    dl_rdzv_culprit_t *p = dl__rdzv_arena_alloc(&core->arena, sizeof(*p));
+    if (p)
+        *p = c;
+    return p;
+}
+
 const char *dl__rdzv_printf(dl_rdzv_core_t *core, const char *fmt, ...)
 {
     va_list ap;

@@ -345,6 +345,8 @@ static void job_free(dl__rdzv_job_t *job)
     free(job->members);
     free(job->hint_owner);
     free(job->failure);
+    free((char *)job->first_culprit.agent_id);
+    free((char *)job->first_culprit.host);
     free(job);
 }
 
@@ -463,11 +465,26 @@ static void send_assignment(dl_rdzv_core_t *core, dl__rdzv_job_t *job, dl__rdzv_
     /* Every round is an attempt of its own (its log folder, TORCHELASTIC_RESTART_COUNT), while
      * only failures spend the restart budget (job->restarts). */
     msg->assignment.restarts = job->round;
+    msg->assignment.failures = job->restarts;
     msg->assignment.max_restarts = job->opts.max_restarts;
     msg->assignment.master_addr = job->master_addr;
     msg->assignment.master_port = job->master_port;
     msg->assignment.store_host = core->store_host;
     msg->assignment.store_port = core->opts.store_port;
+    msg->assignment.host_node_rank = job->host_node_rank;
+    if (!core->opts.successors)
+        return;
+    /* The members are in node-rank order once the round closed. */
+    size_t n = job->nmembers < DL_RDZV_SUCCESSORS_MAX ? job->nmembers : DL_RDZV_SUCCESSORS_MAX;
+    const char **v = dl__rdzv_arena_alloc(&core->arena, n * sizeof(*v));
+    if (!v)
+        return; /* the agents then know no successor: the job is as before, not wrong */
+    for (size_t i = 0; i < n; i++) {
+        const dl__rdzv_member_t *s = job->members[i];
+        v[i] = dl__rdzv_printf(core, "%s", s->master_addr ? s->master_addr : s->host);
+    }
+    msg->assignment.successors = v;
+    msg->assignment.nsuccessors = n;
 }
 
 static void close_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job)
@@ -481,6 +498,10 @@ static void close_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job)
         first += m->slots;
     }
     job->world_size = first;
+    job->host_node_rank = -1;
+    for (size_t i = 0; core->host_agent_id && i < job->nmembers; i++)
+        if (strcmp(job->members[i]->agent_id, core->host_agent_id) == 0)
+            job->host_node_rank = job->members[i]->node_rank;
     dl__rdzv_member_t *m0 = job->members[0];
     snprintf(job->master_addr, sizeof(job->master_addr), "%s",
              m0->master_addr ? m0->master_addr : m0->host);
@@ -491,8 +512,9 @@ static void close_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job)
     for (size_t i = 0; i < job->nmembers; i++)
         send_assignment(core, job, job->members[i], 0);
     dl__rdzv_log(core, DL_RDZV_LOG_INFO, job->run_id,
-                 "round %d closed: %zu nodes, world size %d, master %s:%d", job->round,
-                 job->nmembers, job->world_size, job->master_addr, job->master_port);
+                 "round %d closed: %zu node%s, world size %d, master %s:%d", job->round,
+                 job->nmembers, job->nmembers == 1 ? "" : "s", job->world_size, job->master_addr,
+                 job->master_port);
 }
 
 static void time_out(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now)
@@ -512,12 +534,45 @@ static void time_out(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now)
  * again; dead's connection is closed. A failure (a worker's, a lost node) spends one of the
  * max_restarts, and past them the job fails instead; an operator's restart or a node joining an
  * elastic job is no failure and spends none, as torchrun counts membership changes. */
+static void keep_first_failure(dl__rdzv_job_t *job, const char *reason,
+                               const dl_rdzv_culprit_t *culprit)
+{
+    if (job->failure)
+        return;
+    job->failure = strdup(reason);
+    if (!culprit || !job->failure)
+        return;
+    dl_rdzv_culprit_t *f = &job->first_culprit;
+    *f = *culprit;
+    f->agent_id = strdup(culprit->agent_id);
+    f->host = strdup(culprit->host);
+    f->text = job->failure;
+    job->has_culprit = f->agent_id && f->host;
+}
+
+/* The culprit of a failure on member m, its strings copied into the step's arena: the round
+ * change frees m before the message is sent. */
+static dl_rdzv_culprit_t culprit_of(dl_rdzv_core_t *core, const dl__rdzv_member_t *m,
+                                    dl_rdzv_cause_t cause)
+{
+    return (dl_rdzv_culprit_t){.cause = cause,
+                               .agent_id = dl__rdzv_printf(core, "%s", m->agent_id),
+                               .host = dl__rdzv_printf(core, "%s", m->host),
+                               .node_rank = m->node_rank,
+                               .rank = -1,
+                               .exit_code = -1};
+}
+
 static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, const char *reason,
-                      dl_rdzv_cause_t cause, dl__rdzv_member_t *dead)
+                      dl_rdzv_cause_t cause, dl__rdzv_member_t *dead, dl_rdzv_culprit_t *culprit)
 {
     bool failure = cause == DL_RDZV_CAUSE_WORKER_FAILED || cause == DL_RDZV_CAUSE_NODE_LOST;
-    if (failure && !job->failure)
-        job->failure = strdup(reason);
+    if (culprit) {
+        culprit->cause = cause;
+        culprit->text = reason;
+    }
+    if (failure)
+        keep_first_failure(job, reason, culprit);
     if (failure && job->restarts >= job->opts.max_restarts) {
         const char *why = job->failure ? job->failure : reason;
         for (size_t i = 0; i < job->nmembers; i++) {
@@ -532,6 +587,7 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
             msg->failed.restarts = job->restarts;
             msg->failed.failure = why;
             msg->failed.cause = cause;
+            msg->failed.culprit = job->has_culprit ? &job->first_culprit : NULL;
         }
         dl__rdzv_log(core, DL_RDZV_LOG_ERROR, job->run_id, "job failed after %d restart%s: %s",
                      job->restarts, job->restarts == 1 ? "" : "s", why);
@@ -552,6 +608,7 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
         msg->round_changed.round = next;
         msg->round_changed.reason = reason;
         msg->round_changed.cause = cause;
+        msg->round_changed.culprit = failure ? culprit : NULL;
     }
     if (failure)
         dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id, "round %d -> %d (restart %d of %d): %s",
@@ -787,15 +844,42 @@ static void add_member(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rdzv_
     dl__rdzv_send(core, ev->conn, DL_RDZV_MSG_JOINED, ev->req_id, job->run_id)->joined.round =
         job->round;
     dl__rdzv_log(core, DL_RDZV_LOG_DEBUG, job->run_id,
-                 "agent '%s' (%s, %d slots) joined round %d: %zu of %d:%d nodes", m->agent_id,
-                 m->host, m->slots, job->round, job->nmembers, job->opts.min_nodes,
-                 job->opts.max_nodes);
+                 "agent '%s' (%s, %d slot%s) joined round %d: %zu of %d:%d nodes", m->agent_id,
+                 m->host, m->slots, m->slots == 1 ? "" : "s", job->round, job->nmembers,
+                 job->opts.min_nodes, job->opts.max_nodes);
     check_round(core, job, now);
     return;
 fail:
     free(m);
     dl__rdzv_conn_gc(core, conn);
     dl__rdzv_error(core, ev->conn, ev->req_id, job->run_id, -ENOMEM, "join: out of memory");
+}
+
+/* A gathering job meets an agent that ran round R of it: this rendezvous restarted (or is a new
+ * host) and its count began again. It goes on from R + 1, so that no attempt is numbered, and no
+ * attempt folder written, twice, and the restart budget stays spent; the highest any agent
+ * brings wins. Agents of this rendezvous's own rounds bring an older round, which changes
+ * nothing. */
+static void adopt_history(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rdzv_event_t *ev)
+{
+    if (ev->join.resume_round >= job->round && ev->join.resume_round < INT_MAX - 1) {
+        dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id,
+                     "agent '%s' (%s) ran round %d of this job: going on from round %d", 
+                     ev->join.agent_id, ev->join.host, ev->join.resume_round,
+                     ev->join.resume_round + 1);
+        job->round = ev->join.resume_round + 1;
+    }
+    if (ev->join.failures > job->restarts) {
+        dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id,
+                     "agent '%s' (%s) says %d restart%s of this job were spent: %d of %d left",
+                     ev->join.agent_id, ev->join.host, ev->join.failures,
+                     ev->join.failures == 1 ? "" : "s",
+                     job->opts.max_restarts > ev->join.failures
+                         ? job->opts.max_restarts - ev->join.failures
+                         : 0,
+                     job->opts.max_restarts);
+        job->restarts = ev->join.failures;
+    }
 }
 
 static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
@@ -829,6 +913,8 @@ static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
         return;
     }
     dl__rdzv_member_t *m = member_find(core, job, ev->join.agent_id);
+    if (!m && job->state == DL_RDZV_JOB_GATHERING)
+        adopt_history(core, job, ev);
     if (m && job->state == DL_RDZV_JOB_GATHERING) {
         if (m->conn && m->conn->id == ev->conn) {
             dl__rdzv_send(core, ev->conn, DL_RDZV_MSG_JOINED, ev->req_id, job->run_id)
@@ -856,7 +942,7 @@ static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
                                 m->host, job->round)
               : dl__rdzv_printf(core, "agent '%s' (%s) asked to join", ev->join.agent_id,
                                 ev->join.host);
-        new_round(core, job, now, reason, DL_RDZV_CAUSE_NODE_JOINED, NULL);
+        new_round(core, job, now, reason, DL_RDZV_CAUSE_NODE_JOINED, NULL, NULL);
         if (is_over(job)) {
             dl__rdzv_error(core, ev->conn, ev->req_id, job->run_id, -ESHUTDOWN,
                            "join: job '%s' is over (%s)", job->run_id,
@@ -935,10 +1021,34 @@ static void on_worker_failed(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, do
     dl__rdzv_job_t *job = m->job;
     const char *what = ev->report.description ? ev->report.description : "a worker failed";
     dl__rdzv_send(core, ev->conn, DL_RDZV_MSG_OK, ev->req_id, job->run_id);
+    /* A member that lost its connection and has not come back most likely died, and the
+     * failure here followed from it (its peers' collectives broke): the dead node is the
+     * culprit, not this collateral failure. */
+    for (size_t i = 0; i < job->nmembers; i++) {
+        dl__rdzv_member_t *gone = job->members[i];
+        if (gone == m || gone->conn || gone->left)
+            continue;
+        dl_rdzv_culprit_t *c = dl__rdzv_culprit(core, culprit_of(core, gone, DL_RDZV_CAUSE_NODE_LOST));
+        new_round(core, job, now,
+                  dl__rdzv_printf(core,
+                                  "agent '%s' (%s) lost its connection in round %d; then agent "
+                                  "'%s' (%s) reported: %.512s",
+                                  gone->agent_id, gone->host, job->round, m->agent_id, m->host,
+                                  what),
+                  DL_RDZV_CAUSE_NODE_LOST, gone, c);
+        return;
+    }
+    dl_rdzv_culprit_t *c = dl__rdzv_culprit(core, culprit_of(core, m, DL_RDZV_CAUSE_WORKER_FAILED));
+    if (c) {
+        c->rank = ev->report.rank;
+        c->exit_code = ev->report.signal > 0 || ev->report.hung ? -1 : ev->report.exit_code;
+        c->signal = ev->report.hung ? 0 : ev->report.signal;
+        c->hung = ev->report.hung;
+    }
     new_round(core, job, now,
               dl__rdzv_printf(core, "agent '%s' (%s) in round %d: %.1024s", m->agent_id, m->host,
                               job->round, what),
-              DL_RDZV_CAUSE_WORKER_FAILED, NULL);
+              DL_RDZV_CAUSE_WORKER_FAILED, NULL, c);
 }
 
 static void on_disconnect(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev)
@@ -991,7 +1101,7 @@ static void on_restart(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double n
         return;
     }
     dl__rdzv_send(core, ev->conn, DL_RDZV_MSG_OK, ev->req_id, job->run_id);
-    new_round(core, job, now, "restart requested", DL_RDZV_CAUSE_REQUESTED, NULL);
+    new_round(core, job, now, "restart requested", DL_RDZV_CAUSE_REQUESTED, NULL, NULL);
 }
 
 static void on_stop(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
@@ -1104,7 +1214,8 @@ static void heartbeat_expired(dl_rdzv_core_t *core, dl__rdzv_member_t *m, double
         gathering_lost(core, job, m, why);
         return;
     }
-    new_round(core, job, now, why, DL_RDZV_CAUSE_NODE_LOST, m);
+    dl_rdzv_culprit_t *c = dl__rdzv_culprit(core, culprit_of(core, m, DL_RDZV_CAUSE_NODE_LOST));
+    new_round(core, job, now, why, DL_RDZV_CAUSE_NODE_LOST, m, c);
 }
 
 /* Runs one due timer. Returns -ENOMEM, leaving it armed to be retried, when the room for what it
@@ -1295,6 +1406,12 @@ int dl_rdzv_core_new(const dl_rdzv_core_opts_t *opts, dl_rdzv_core_t **ret_core)
         return -ENOMEM;
     }
     core->opts.store_host = core->store_host;
+    if (opts->host_agent_id && !(core->host_agent_id = strdup(opts->host_agent_id))) {
+        free(core->store_host);
+        free(core);
+        return -ENOMEM;
+    }
+    core->opts.host_agent_id = core->host_agent_id;
     *ret_core = core;
     return 0;
 }
@@ -1326,5 +1443,6 @@ void dl_rdzv_core_free(dl_rdzv_core_t *core)
     dl__rdzv_arena_free(&core->arena);
     free(core->acts);
     free(core->store_host);
+    free(core->host_agent_id);
     free(core);
 }

@@ -67,7 +67,17 @@ typedef struct {
     const char *store_host; /* echoed in every ASSIGNMENT; copied; NULL: none */
     int store_port;
     dl_rdzv_log_level_t log_level; /* LOG actions below it are not even formatted */
+    /* Whether assignments name the round's first nodes as successors: an agent's embedded
+     * rendezvous dies with its agent, and the others host it again in that order
+     * (docs/rendezvous.md, "Failover"); dlaunchd is restarted where it was instead. */
+    bool successors;
+    /* The agent id of the agent this rendezvous is embedded in (copied), or NULL: assignments
+     * say its node rank, so that when it is lost the others can name it. */
+    const char *host_agent_id;
 } dl_rdzv_core_opts_t;
+
+/* Successors an assignment names at most. */
+#define DL_RDZV_SUCCESSORS_MAX 8
 
 typedef enum {
     DL_RDZV_JOB_GATHERING = 0, /* the current round is open for JOINs */
@@ -91,6 +101,20 @@ typedef struct {
     const void *data;
     size_t len;
 } dl_rdzv_buf_t;
+
+/* Who ended a round: one worker (rank >= 0), or a whole node (rank -1, cause NODE_LOST). A
+ * failure seen on a node because another node died first is put on the dead node. */
+typedef struct {
+    dl_rdzv_cause_t cause;
+    const char *agent_id; /* the culprit's node */
+    const char *host;
+    int node_rank;        /* in the round that ended */
+    int rank;             /* the failed worker's global rank, or -1: the node itself */
+    int exit_code;        /* -1: it did not exit (a signal, a hang, a lost node) */
+    int signal;           /* 0: none */
+    bool hung;            /* killed by the hang watchdog */
+    const char *text;     /* the one-line account, as in the round change's reason */
+} dl_rdzv_culprit_t;
 
 typedef enum {
     DL_RDZV_EV_TICK = 0,      /* only runs expired timers; every event does that first anyway */
@@ -127,6 +151,9 @@ typedef struct {
             const char *master_addr; /* where this node would serve MASTER_ADDR; NULL: host */
             int master_port;         /* its MASTER_PORT; 0: the job's master_port */
             int resume_round;        /* the round this agent still runs workers of, or -1 */
+            /* The job's restarts spent on failures as this agent last heard, or -1: with
+             * resume_round, what a restarted rendezvous adopts (the highest) to go on counting. */
+            int failures;
             const dl_rdzv_job_opts_t *opts; /* creates the job, else its min:max must match */
             /* Who creates the job if this JOIN does (the shell's name for the peer, e.g. a hash
              * of its address), counted against max_jobs_per_creator; 0: nobody in particular. */
@@ -135,6 +162,10 @@ typedef struct {
         struct {
             int round;               /* the round the agent's workers belong to */
             const char *description; /* WORKER_FAILED: what failed, kept for the summary */
+            int rank;                /* WORKER_FAILED: the worker's global rank */
+            int exit_code;           /* WORKER_FAILED: -1 when it did not exit */
+            int signal;              /* WORKER_FAILED: 0 when none */
+            bool hung;               /* WORKER_FAILED: killed by the hang watchdog */
         } report;
         struct {
             int round; /* the namespace: the job's current round, or -1 for whatever is current */
@@ -224,12 +255,18 @@ typedef struct {
             int world_size;
             int first_rank; /* global rank of this node's local rank 0 */
             int local_world_size;
-            int restarts;
+            int restarts;     /* rounds before this one: TORCHELASTIC_RESTART_COUNT */
+            int failures;     /* of them, those that spent the restart budget */
             int max_restarts;
             const char *master_addr;
             int master_port;
             const char *store_host; /* NULL when the core was given none */
             int store_port;
+            /* The addresses of node ranks 0, 1, ... (at most DL_RDZV_SUCCESSORS_MAX), where the
+             * rendezvous is hosted again if its host dies; none unless opts.successors. */
+            const char *const *successors;
+            size_t nsuccessors;
+            int host_node_rank; /* the node rank of the agent hosting us, or -1 */
         } assignment;
         struct {
             int round;
@@ -238,12 +275,14 @@ typedef struct {
             int round;
             const char *reason;
             dl_rdzv_cause_t cause;
+            const dl_rdzv_culprit_t *culprit; /* NULL when no failure ended the round */
         } round_changed;
         struct {
             int round;
             int restarts;
             const char *failure;
-            dl_rdzv_cause_t cause; /* of the round change that was one too many */
+            dl_rdzv_cause_t cause;            /* of the round change that was one too many */
+            const dl_rdzv_culprit_t *culprit; /* the job's first failure */
         } failed;
         struct {
             int round;

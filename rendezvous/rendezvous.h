@@ -1,6 +1,7 @@
 /* The rendezvous over TCP: the server (embedded in node 0's agent, or in dlaunchd) and the
- * clients agents, workers and control commands use. The pure state machine underneath is
- * rdzv-core.h; the wire format is proto.h. */
+ * event-loop client agents use. The pure state machine underneath is rdzv-core.h; the wire
+ * format is proto.h; the blocking client (control commands, dlaunch kv, workers) and the
+ * typed messages are rdzv-sync.h and rdzv-codec.h, which need no libuv. */
 #ifndef DL_RENDEZVOUS_H
 #define DL_RENDEZVOUS_H
 
@@ -9,6 +10,7 @@
 
 #include "proto.h"
 #include "rdzv-core.h"
+#include "rdzv-sync.h"
 
 /* ---- Server ------------------------------------------------------------------------------ */
 
@@ -25,6 +27,10 @@ typedef struct {
     /* NULL: every job. Else the one run id this server serves (an agent's embedded server):
      * a hello for another gets auth_failed. */
     const char *only_run_id;
+    /* A one-node job's key-value store (with only_run_id), not a rendezvous: its workers get
+     * in; an agent or a control command (status, stop, restart, events) is refused, saying
+     * so, for no round runs there to join, report or stop. */
+    bool store_only;
     /* The core's settings and limits (docs/rendezvous.md). Its hash key, when left 0, is drawn
      * at random. */
     dl_rdzv_core_opts_t core;
@@ -126,15 +132,6 @@ void dl_rdzv_client_close(dl_rdzv_client_t *c);
  * client is closed. */
 const char *dl_rdzv_client_error(const dl_rdzv_client_t *c);
 
-/* Whether to believe the server that answered our hello with auth_ok, the last step of every
- * client's handshake. With a token: it must have challenged us (challenged) and proved the same
- * key back (proof, from auth_ok, over client_nonce and server_nonce). Without one: the socket
- * fd must lead to a server of our own user (or root) on this machine. Returns 0, or -EACCES with
- * one line in err. */
-int dl_rdzv_check_server(const dl_proto_token_t *token, bool challenged, const char *client_nonce,
-                         const char *server_nonce, const char *run_id, dl_proto_role_t role,
-                         const char *proof, int fd, char *err, size_t errlen);
-
 /* An assignment, read and checked. */
 typedef struct {
     int round;
@@ -144,10 +141,16 @@ typedef struct {
     int first_rank;
     int local_world_size;
     int restart_count;
+    int failures; /* restarts spent on failures */
     int max_restarts;
     int master_port;
     char master_addr[DL_PROTO_NAME_MAX + 1];
     char store_addr[DL_PROTO_NAME_MAX + 1];
+    /* The addresses of node ranks 0, 1, ..., where an embedded rendezvous is hosted again if
+     * its host dies; nsuccessors 0 when the server names none (dlaunchd). */
+    char successors[8][DL_PROTO_NAME_MAX + 1];
+    int nsuccessors;
+    int host_node_rank; /* the node rank of the agent hosting the rendezvous, or -1 */
 } dl_rdzv_assignment_t;
 
 /* What the agent asked for, which an assignment must agree with. */
@@ -165,39 +168,11 @@ typedef struct {
 int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *want,
                             dl_rdzv_assignment_t *ret, char *err, size_t errlen);
 
-/* ---- Endpoints --------------------------------------------------------------------------- */
-
-/* Parses "HOST:PORT" or "[V6]:PORT" (port 1-65535); host copied into host (hostlen bytes).
- * Returns 0 or -EINVAL. */
-int dl_rdzv_endpoint_parse(const char *text, char *host, size_t hostlen, int *ret_port);
-
-/* The same for where to listen, where port 0 means one the kernel picks. */
-int dl_rdzv_listen_parse(const char *text, char *host, size_t hostlen, int *ret_port);
-
-/* ---- Blocking client: control commands, dlaunch kv, worker programs ------------------------ */
-
-typedef struct dl_rdzv_sync_s dl_rdzv_sync_t;
-
-/* Connects to host:port, says hello as role for run_id and authenticates with token (may be
- * NULL when the server has none). timeout: seconds for the whole handshake, retrying refused
- * connections until then. Returns 0 with *ret (owned; dl_rdzv_sync_close) or -errno with one
- * line in err (-ECONNREFUSED, -ETIMEDOUT, -EACCES for a refused token, -EPROTO). */
-int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const char *run_id,
-                         const dl_proto_token_t *token, double timeout, dl_rdzv_sync_t **ret,
-                         char *err, size_t errlen);
-
-/* Sends a request (its "id" is set here) and waits for its answer, up to timeout seconds
- * (< 0: forever). Notifications that arrive meanwhile are dropped unless on_notify is set with
- * dl_rdzv_sync_set_notify. Returns 0 with *ret_reply (new reference: a reply, a typed answer, or
- * an error message; see dl_proto_reply_error) or -errno with err filled. Steals msg. */
-int dl_rdzv_sync_call(dl_rdzv_sync_t *c, json_t *msg, double timeout, json_t **ret_reply,
-                      char *err, size_t errlen);
-
-/* Waits for the next notification (event, round_changed, shutdown), up to timeout seconds.
- * Returns 0 with *ret_msg, -ETIMEDOUT, or -errno (connection lost). */
-int dl_rdzv_sync_next(dl_rdzv_sync_t *c, double timeout, json_t **ret_msg, char *err,
-                      size_t errlen);
-
-void dl_rdzv_sync_close(dl_rdzv_sync_t *c);
+/* The checks of dl_rdzv_assignment_read on an assignment made otherwise (a backend that reads
+ * it from elsewhere than our protocol: etcd): ranks within the world, what want says (NULL:
+ * nothing more), MASTER_* set, a store address of HOST:PORT. Returns 0, or -EPROTO with one
+ * line in err. */
+int dl_rdzv_assignment_check(const dl_rdzv_assignment_t *a, const dl_rdzv_assignment_want_t *want,
+                             char *err, size_t errlen);
 
 #endif

@@ -83,6 +83,7 @@ struct dl_rdzv_server_s {
     bool replaying;
 
     char only_run_id[DL_PROTO_RUN_ID_MAX + 1]; /* "" when any job is served */
+    bool store_only; /* a one-node job's store: workers only */
     double idle_timeout;
     double frame_timeout;
     double linger; /* for jobs that JOINs create */
@@ -326,6 +327,26 @@ static json_t *status_json(const dl_rdzv_job_status_t *j)
     return o;
 }
 
+/* The culprit as agents read it (docs/protocol.md, round_changed and shutdown's failure). */
+static json_t *culprit_json(const dl_rdzv_culprit_t *c)
+{
+    json_t *o = json_pack("{s:s, s:s, s:s}", "cause", dl_rdzv_cause_name(c->cause), "node",
+                          c->agent_id, "host", c->host);
+    if (c->node_rank >= 0)
+        json_object_set_new(o, "node_rank", json_integer(c->node_rank));
+    if (c->rank >= 0)
+        json_object_set_new(o, "rank", json_integer(c->rank));
+    if (c->hung)
+        json_object_set_new(o, "hung", json_true());
+    else if (c->signal > 0)
+        json_object_set_new(o, "signal", json_integer(c->signal));
+    else if (c->exit_code >= 0)
+        json_object_set_new(o, "exit_code", json_integer(c->exit_code));
+    if (c->text != NULL)
+        json_object_set_new(o, "text", json_string(c->text));
+    return o;
+}
+
 /* Turns a core message into a frame for its connection; NULL when nothing is to be sent. */
 static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t *m)
 {
@@ -358,14 +379,24 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
                  m->assignment.store_host ? m->assignment.store_host : s->store_host,
                  m->assignment.store_host ? m->assignment.store_port : s->port);
         json_object_update_new(
-            o, json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:i, s:i}", "round",
+            o, json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:i, s:i, s:i}", "round",
                          m->assignment.round, "node_rank", m->assignment.node_rank, "nodes",
                          m->assignment.nnodes, "world_size", m->assignment.world_size,
                          "first_rank", m->assignment.first_rank, "local_world_size",
                          m->assignment.local_world_size, "master_addr",
                          m->assignment.master_addr, "master_port", m->assignment.master_port,
                          "store_addr", store, "restart_count", m->assignment.restarts,
-                         "max_restarts", m->assignment.max_restarts));
+                         "failures", m->assignment.failures, "max_restarts",
+                         m->assignment.max_restarts));
+        if (m->assignment.host_node_rank >= 0)
+            json_object_set_new(o, "host_node_rank",
+                                json_integer(m->assignment.host_node_rank));
+        if (m->assignment.nsuccessors > 0) {
+            json_t *v = json_array();
+            for (size_t i = 0; i < m->assignment.nsuccessors; i++)
+                json_array_append_new(v, json_string(m->assignment.successors[i]));
+            json_object_set_new(o, "successors", v);
+        }
         return o;
     case DL_RDZV_MSG_TIMEOUT:
         return dl_proto_error_new(id, DL_PROTO_E_TIMEOUT,
@@ -378,15 +409,25 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
                                                              *m->round_changed.reason
                                                          ? m->round_changed.reason
                                                          : "new round"));
+        json_object_set_new(o, "cause", json_string(dl_rdzv_cause_name(m->round_changed.cause)));
+        if (m->round_changed.culprit != NULL) {
+            const dl_rdzv_culprit_t *c = m->round_changed.culprit;
+            if (c->rank >= 0)
+                json_object_set_new(o, "failed_rank", json_integer(c->rank));
+            json_object_set_new(o, "failed_node", json_string(c->agent_id));
+            json_object_set_new(o, "failure", culprit_json(c));
+        }
         return o;
     case DL_RDZV_MSG_FAILED:
         o = dl_proto_msg_new(DL_PROTO_SHUTDOWN, -1);
         json_object_set_new(o, "reason", json_string("failed"));
         json_object_set_new(o, "exit_code", json_integer(1));
-        json_object_set_new(o, "failure",
-                            json_pack("{s:s, s:i, s:i}", "description",
-                                      m->failed.failure ? m->failed.failure : "unknown",
-                                      "round", m->failed.round, "restarts", m->failed.restarts));
+        json_t *f = m->failed.culprit != NULL ? culprit_json(m->failed.culprit) : json_object();
+        json_object_set_new(f, "description",
+                            json_string(m->failed.failure ? m->failed.failure : "unknown"));
+        json_object_set_new(f, "round", json_integer(m->failed.round));
+        json_object_set_new(f, "restarts", json_integer(m->failed.restarts));
+        json_object_set_new(o, "failure", f);
         return o;
     case DL_RDZV_MSG_STOP:
         o = dl_proto_msg_new(DL_PROTO_SHUTDOWN, -1);
@@ -725,6 +766,7 @@ static void handle_join(sconn_t *sc, json_t *msg, uint64_t req)
     ev.join.master_addr = dl_proto_get_str(msg, "master_addr");
     ev.join.master_port = (int)dl_proto_get_int(msg, "master_port", 0);
     ev.join.resume_round = (int)dl_proto_get_int(msg, "round", -1);
+    ev.join.failures = (int)dl_proto_get_int(msg, "failures", -1);
     ev.join.opts = has_opts ? &opts : NULL;
     ev.join.creator = sc->creator;
     run_core(s, &ev);
@@ -818,6 +860,10 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         ev.kind = DL_RDZV_EV_WORKER_FAILED;
         ev.report.round = (int)dl_proto_get_int(msg, "round", 0);
         ev.report.description = desc;
+        ev.report.rank = (int)dl_proto_get_int(msg, "rank", -1);
+        ev.report.exit_code = (int)code;
+        ev.report.signal = (int)dl_proto_get_int(msg, "signal", 0);
+        ev.report.hung = json_is_true(json_object_get(msg, "hung"));
         char peer[80];
         dl__conn_peer(&sc->c, peer, sizeof(peer));
         dl__rdzv_stats_failure(&s->stats, sc->run_id, msg, peer, unix_now());
@@ -940,6 +986,28 @@ static bool serves(const dl_rdzv_server_t *s, const char *run_id)
     return s->only_run_id[0] == '\0' || strcmp(s->only_run_id, run_id) == 0;
 }
 
+/* A one-node job's store answers its workers only. Told only to a peer that proved itself (or,
+ * without a token, is our own user): the one case where a refusal may say why. Returns true
+ * when sc was refused. */
+static bool refused_by_store(sconn_t *sc, json_int_t id)
+{
+    dl_rdzv_server_t *s = sc->s;
+    char peer[80];
+
+    if (!s->store_only || sc->role == DL_PROTO_ROLE_WORKER)
+        return false;
+    dl__conn_peer(&sc->c, peer, sizeof(peer));
+    slog(s, DL_RDZV_LOG_WARN, sc->run_id,
+         "refused %s from %s: this is a one-node job's store; it takes no control commands",
+         dl_proto_role_name(sc->role), peer);
+    send_error(sc, id, DL_PROTO_E_FORBIDDEN, "%s",
+               "this is a one-node job's key-value store, not a rendezvous: it takes no status, "
+               "stop, restart, events or agents (signal the job's agent, or run the job with "
+               "--rdzv-endpoint)");
+    dl__conn_close(&sc->c, 0);
+    return true;
+}
+
 /* hello. Without a token the peer's uid stands in for it: only our own user (or root) gets in,
  * which the kernel tells us for a loopback peer, and a server without a token serves nothing
  * else. With one, a challenge. */
@@ -983,6 +1051,8 @@ static void on_hello(sconn_t *sc, json_t *msg, json_int_t id)
                    why);
             return;
         }
+        if (refused_by_store(sc, id))
+            return;
         if (!serves(s, sc->run_id)) {
             refuse(sc, id, "wrong job: this rendezvous serves another run id",
                    "a hello for another job");
@@ -1018,6 +1088,8 @@ static void on_auth(sconn_t *sc, json_t *msg, json_int_t id)
                                  sc->role, dl_proto_get_str(msg, "proof"), &level, server_proof);
     /* The same answer for a wrong token and for a job this server does not serve, so that a
      * stranger learns nothing of which jobs exist. */
+    if (r == 0 && refused_by_store(sc, id))
+        return;
     if (r < 0 || !serves(s, sc->run_id)) {
         refuse(sc, id, "wrong job token (or one that does not reach this job in this role)",
                "wrong job token");
@@ -1301,6 +1373,7 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
     s->max_held = opts->max_held > 0 ? opts->max_held : DL_PROTO_LIMIT;
     if (opts->only_run_id != NULL)
         snprintf(s->only_run_id, sizeof(s->only_run_id), "%s", opts->only_run_id);
+    s->store_only = opts->store_only;
     snprintf(s->store_host, sizeof(s->store_host), "%s", opts->host);
     dl__journal_cbs_t jcbs = {send_event, follower_alive};
     dl_rdzv_core_opts_t core_opts = opts->core;

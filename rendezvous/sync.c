@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rendezvous.h"
+#include "rdzv-sync.h"
 
 struct dl_rdzv_sync_s {
     int fd;
@@ -320,8 +320,12 @@ int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const
     if (strcmp(type, "auth_ok") != 0) {
         const char *why = NULL;
         dl_proto_errcode_t code = dl_proto_reply_error(reply, &why);
-        snprintf(err, errlen, "the rendezvous at %s:%d refused us: %s", host, port,
-                 why ? why : type);
+        /* Forbidden: not this kind of server (a one-node job's store); its words suffice. */
+        if (code == DL_PROTO_E_FORBIDDEN)
+            snprintf(err, errlen, "%s:%d: %s", host, port, why ? why : type);
+        else
+            snprintf(err, errlen, "the rendezvous at %s:%d refused us: %s", host, port,
+                     why ? why : type);
         r = code == DL_PROTO_E_AUTH_FAILED ? -EACCES : -EPROTO;
         goto fail;
     }
@@ -339,4 +343,31 @@ fail:
     json_decref(reply);
     dl_rdzv_sync_close(c);
     return r;
+}
+
+int dl_rdzv_sync_kv(dl_rdzv_sync_t *c, const dl_rdzv_kv_req_t *req, double timeout,
+                    json_t **ret_reply, dl_rdzv_kv_result_t *ret, dl_proto_errcode_t *ret_code,
+                    char *err, size_t errlen)
+{
+    const char *why = NULL;
+    json_t *m = dl_rdzv_enc_kv(0, req);
+    *ret_reply = NULL;
+    *ret_code = DL_PROTO_E_NONE;
+    memset(ret, 0, sizeof(*ret));
+    if (m == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    int r = dl_rdzv_sync_call(c, m, timeout, ret_reply, err, errlen);
+    if (r < 0)
+        return r;
+    *ret_code = dl_proto_reply_error(*ret_reply, &why);
+    if (*ret_code != DL_PROTO_E_NONE) {
+        snprintf(err, errlen, "%s", why != NULL ? why : dl_proto_errcode_name(*ret_code));
+        json_decref(*ret_reply);
+        *ret_reply = NULL;
+        return -EPROTO;
+    }
+    dl_rdzv_dec_kv(*ret_reply, ret);
+    return 0;
 }

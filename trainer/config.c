@@ -194,9 +194,12 @@ int dl_train_config_check(const dl_train_config_t *cfg, char *err, size_t errlen
         return dl__train_err(-EINVAL, err, errlen, "epochs and steps are both 0: nothing to do");
     if (cfg->batch_size == 0)
         return dl__train_err(-EINVAL, err, errlen, "batch_size: must be at least 1");
-    if (cfg->schedule == DL_TRAIN_SCHED_COSINE && cfg->lr_min > cfg->lr)
-        return dl__train_err(-EINVAL, err, errlen, "lr_min %g is above lr %g", cfg->lr_min,
-                             cfg->lr);
+    if (cfg->schedule == DL_TRAIN_SCHED_COSINE && cfg->lr_min > cfg->lr) {
+        char lo[32], hi[32];
+        return dl__train_err(-EINVAL, err, errlen, "lr_min %s is above lr %s",
+                             dl_opt_num_text(cfg->lr_min, lo, sizeof(lo)),
+                             dl_opt_num_text(cfg->lr, hi, sizeof(hi)));
+    }
     if (cfg->keep_checkpoints == 0)
         return dl__train_err(-EINVAL, err, errlen, "keep_checkpoints: must be at least 1");
     return 0;

@@ -8,6 +8,10 @@
 
 /* Below this many healthy steps the median says too little to judge by. */
 #define MIN_HISTORY 16
+/* A loss this small a share of where the run started is no divergence, however far above the
+ * median: a model that has learnt its data down to 0.02 sees batches at 0.1 as noise, not as a
+ * climb back towards the 2.3 it began at. */
+#define START_SHARE 0.25
 
 void dl_train_divergence_init(dl_train_divergence_t *d, double factor, uint64_t window)
 {
@@ -45,9 +49,13 @@ dl_train_loss_verdict_t dl_train_divergence_feed(dl_train_divergence_t *d, doubl
     if (!isfinite(loss))
         return DL_TRAIN_LOSS_DIVERGED;
     bool high = false;
+    if (d->fed < MIN_HISTORY) {
+        d->start += loss / MIN_HISTORY;
+        d->fed++;
+    }
     if (d->factor > 0 && d->n >= MIN_HISTORY) {
         d->median = median_of(d);
-        high = loss > d->factor * d->median;
+        high = loss > d->factor * d->median && loss > START_SHARE * d->start;
         /* The window slides over the steps judged: the oldest one leaves as this one enters. */
         size_t slot = (size_t)(d->judged % d->window);
         if (d->judged >= d->window && d->was_high[slot])

@@ -1489,12 +1489,14 @@ int dl_train_run(const dl_train_config_t *cfg, const dl_train_comm_t *comm,
         goto fail;
 
     shape_text(cfg, shape, sizeof(shape));
+    char lr_text[32];
     if (joined)
         goto train;
     say(&r,
-        "world size %d, batch %zu per device, %zu global; learning rate %g (%s, base batch "
+        "world size %d, batch %zu per device, %zu global; learning rate %s (%s, base batch "
         "%zu), %s schedule, %llu warmup steps",
-        comm->world_size, cfg->batch_size, cfg->batch_size * (size_t)comm->world_size, r.sched.lr,
+        comm->world_size, cfg->batch_size, cfg->batch_size * (size_t)comm->world_size,
+        dl_opt_num_text(r.sched.lr, lr_text, sizeof(lr_text)),
         cfg->lr_scaling == DL_TRAIN_SCALE_LINEAR ? "scaled linearly"
         : cfg->lr_scaling == DL_TRAIN_SCALE_SQRT ? "scaled by the square root"
                                                  : "not scaled",

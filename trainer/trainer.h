@@ -216,7 +216,8 @@ typedef enum {
 
 /* Watches the job-wide loss of each step. A non-finite loss is divergence at once. A loss above
  * factor x the median of the last healthy losses (up to DL_TRAIN_DIVERGENCE_HISTORY of them; none
- * are judged before 16) is high; more than half of the last `window` judged steps high is
+ * are judged before 16), and above a quarter of where the run started (the mean of its first 16
+ * losses), is high; more than half of the last `window` judged steps high is
  * divergence. High losses never join the history, so a run that blows up and then settles at
  * chance level is still measured against what it reached while it was well. factor 0: only
  * non-finite losses count. */
@@ -229,6 +230,8 @@ typedef struct dl_train_divergence_s {
     uint64_t high_in_window;
     uint64_t judged;
     double median; /* the healthy median the last loss was held against */
+    double start;  /* the mean of the first losses fed */
+    uint64_t fed;  /* losses fed, counted up to the first 16 */
 } dl_train_divergence_t;
 
 void dl_train_divergence_init(dl_train_divergence_t *d, double factor, uint64_t window);

@@ -147,6 +147,66 @@ START_TEST(a_rank_behind_in_an_older_operation)
 }
 END_TEST
 
+/* The watchdog names the rank that stopped, not those waiting for it in a collective. */
+START_TEST(culprit_is_the_silent_rank_outside_a_collective)
+{
+    dl_diag_rank_t v[3] = {
+        at(0, 0, 41, "all-reduce", DL_DIAG_OP_RUNNING, 1.4),
+        at(1, 0, 41, "all-reduce", DL_DIAG_OP_RUNNING, 1.4),
+        at(2, 0, 40, "all-reduce", DL_DIAG_OP_DONE, 1.5),
+    };
+    bool waiting = true;
+    v[0].silent_s = 1.6; /* fell silent first, but waits for rank 2 */
+    v[1].silent_s = 1.2;
+    v[2].silent_s = 1.5;
+    ck_assert_int_eq(dl_diag_hang_culprit(v, 3, 1.0, &waiting), 2);
+    ck_assert(!waiting);
+    /* Not yet due: nobody. */
+    ck_assert_int_eq(dl_diag_hang_culprit(v, 3, 2.0, &waiting), -1);
+    /* Stopped inside the collective: still the culprit. */
+    v[2] = at(2, 0, 41, "all-reduce", DL_DIAG_OP_RUNNING, 1.5);
+    v[2].silent_s = 1.5;
+    v[2].proc = 'T';
+    ck_assert_int_eq(dl_diag_hang_culprit(v, 3, 1.0, &waiting), 2);
+    /* Its collective failed under it (the culprit's socket closed first): still a waiter. */
+    v[0] = at(0, 0, 41, "all-reduce", DL_DIAG_OP_FAILED, 1.4);
+    v[0].silent_s = 1.6;
+    v[2] = at(2, 0, 40, "all-reduce", DL_DIAG_OP_DONE, 1.5);
+    v[2].silent_s = 1.5;
+    ck_assert_int_eq(dl_diag_hang_culprit(v, 3, 1.0, &waiting), 2);
+    ck_assert_str_eq(explain(v, 3), "rank 2 never entered all-reduce #41 (its last: all-reduce "
+                                    "#40, done 1.5 s ago); ranks 0-1 have waited in it for 1.4 s");
+    /* Without recorders, the first to fall silent. */
+    dl_diag_rank_t plain[2];
+    memset(plain, 0, sizeof(plain));
+    plain[0].silent_s = 1.1;
+    plain[1].silent_s = 3.0;
+    ck_assert_int_eq(dl_diag_hang_culprit(plain, 2, 1.0, &waiting), 1);
+    ck_assert(!waiting);
+}
+END_TEST
+
+/* Ranks that only wait are someone else's victims until twice the timeout. */
+START_TEST(waiting_ranks_are_named_late)
+{
+    dl_diag_rank_t v[2] = {
+        at(0, 0, 41, "all-reduce", DL_DIAG_OP_RUNNING, 1.5),
+        at(1, 0, 41, "all-reduce", DL_DIAG_OP_RUNNING, 1.5),
+    };
+    bool waiting = false;
+    v[0].silent_s = 1.5;
+    v[1].silent_s = 1.7;
+    ck_assert_int_eq(dl_diag_hang_culprit(v, 2, 1.0, &waiting), -1);
+    v[0].silent_s = 2.5;
+    v[1].silent_s = 2.1;
+    ck_assert_int_eq(dl_diag_hang_culprit(v, 2, 1.0, &waiting), 0);
+    ck_assert(waiting);
+    /* Unknown silence is never due. */
+    v[0].silent_s = v[1].silent_s = -1;
+    ck_assert_int_eq(dl_diag_hang_culprit(v, 2, 1.0, &waiting), -1);
+}
+END_TEST
+
 START_TEST(rank_lists)
 {
     int r[] = {7, 0, 2, 1, 9, 8, 5};
@@ -161,6 +221,8 @@ static Suite *suite(void)
     Suite *s = suite_create("hang");
     TCase *t = tcase_create("hang");
     tcase_add_test(t, one_rank_never_came);
+    tcase_add_test(t, culprit_is_the_silent_rank_outside_a_collective);
+    tcase_add_test(t, waiting_ranks_are_named_late);
     tcase_add_test(t, untimed_operations_and_short_waits);
     tcase_add_test(t, several_behind);
     tcase_add_test(t, everyone_inside_or_nobody_inside);

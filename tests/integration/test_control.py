@@ -2,7 +2,9 @@
 worker reaches through its environment, whole numbers over the whole 64-bit range, a wait that
 times out (exit 1, after the documented default), and what a one-node job's store says to
 control commands."""
+import json
 import os
+import subprocess
 import time
 
 import dltest
@@ -45,6 +47,77 @@ class Control(dltest.Case):
         self.assertEqual(rc, "1")
         self.assertGreaterEqual(int(took), 9)
         self.assertLessEqual(int(took), 20)
+
+    def test_control_commands_at_a_one_node_store_say_they_cannot(self):
+        # docs/control.md: a one-node job's store is no rendezvous; status, stop, restart and
+        # events there are refused in one line, exit 4, and the job runs on untouched.
+        token = self.write("job.token", "s3cret\n")
+        os.chmod(token, 0o600)
+        for with_token in (False, True):
+            store = os.path.join(self.dir, "store")
+            release = os.path.join(self.dir, "release")
+            for f in (store, release, self.events_path):
+                if os.path.exists(f):
+                    os.unlink(f)
+            script = (f'echo $DLAUNCH_STORE > {store}.new; mv {store}.new {store}; '
+                      f'while [ ! -e {release} ]; do sleep 0.05; done; echo done')
+            extra = ["--token-file", token] if with_token else []
+            job = self.start("-q", "--run-id", "one", "--events", self.events_path, *extra,
+                             "--", "sh", "-c", script)
+            try:
+                deadline = time.monotonic() + 30
+                while not os.path.exists(store) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                endpoint = self.read("store").strip()
+                env = {"DLAUNCH_TOKEN_FILE": token} if with_token else {}
+                for cmd in (["status", "one"], ["status"], ["stop", "one"], ["restart", "one"],
+                            ["events", "--timeout", "1", "one"]):
+                    p = self.dlaunch(cmd[0], "--endpoint", endpoint, *cmd[1:], env=env)
+                    self.assertEqual(p.returncode, 4, f"{cmd}: {p.stdout}{p.stderr}")
+                    self.assertEqual(p.stdout, "")
+                    self.assertEqual(
+                        p.stderr, f"dlaunch: {endpoint}: this is a one-node job's key-value "
+                        "store, not a rendezvous: it takes no status, stop, restart, events or "
+                        "agents (signal the job's agent, or run the job with --rdzv-endpoint)\n")
+                # The store still serves the job's workers.
+                kv_env = {"DLAUNCH_STORE": endpoint, "TORCHELASTIC_RUN_ID": "one", **env}
+                if with_token:
+                    kv_env["DLAUNCH_TOKEN_FILE"] = self.worker_key(token)
+                self.dlaunch("kv", "set", "k", "v", env=kv_env, check_code=0)
+                self.assertIsNone(job.poll(), "nothing stopped the job")
+            finally:
+                open(release, "w").close()
+                out, err = job.communicate(timeout=60)
+            self.assertEqual(job.returncode, 0, err)
+            end = self.events()[-1]
+            self.assertEqual((end["event"], end["status"], end["attempts"]),
+                             ("job_end", "succeeded", 1))
+
+    def test_a_one_node_job_through_a_rendezvous_answers_control_commands(self):
+        # The way docs/control.md gives: --rdzv-endpoint, one node; its agent hosts it.
+        endpoint = f"127.0.0.1:{dltest.free_port()}"
+        job = self.start("-q", "--rdzv-endpoint", endpoint, "--run-id", "solo", "--events",
+                         self.events_path, "--", "sleep", "60")
+        try:
+            self.wait_events(lambda evs: any(e["event"] == "worker_start" for e in evs), 30)
+            p = self.dlaunch("status", "--json", "--endpoint", endpoint, "solo", check_code=0)
+            st = json.loads(p.stdout)
+            self.assertEqual((st["state"], st["world_size"], len(st["nodes"])), ("running", 1, 1))
+            p = self.dlaunch("stop", "--endpoint", endpoint, "solo", check_code=0)
+            self.assertEqual(p.stdout, "solo: stopping\n")
+            job.communicate(timeout=30)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.communicate()
+        self.assertEqual(job.returncode, 0)
+        self.assertEqual(self.events()[-1]["status"], "stopped")
+
+    def worker_key(self, token):
+        p = self.dlaunch("token", "--worker", "--token-file", token, "one", check_code=0)
+        path = self.write("worker.key", p.stdout)
+        os.chmod(path, 0o600)
+        return path
 
 
 if __name__ == "__main__":

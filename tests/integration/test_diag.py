@@ -162,13 +162,20 @@ class Diag(dltest.Case):
         self.check_hang_account(restart[0]["diagnosis"])
         hung = [e for e in evs if e["event"] == "worker_hung"]
         self.assertTrue(hung and all("never entered" in e["diagnosis"] for e in hung), hung)
+        # Only the stopped rank is named hung: rank 0 waited for it in a collective.
+        self.assertEqual([e["rank"] for e in hung], [1], hung)
+        self.assertTrue(restart[0]["reason"]["hung"], restart)
+        self.assertEqual(restart[0]["reason"]["rank"], 1, restart)
         self.check_hang_account(self.log("a"))
         # The recorder files stay with the attempt's logs, and say the same thing.
         base = os.path.join(self.dir, "dlaunch_logs", "job", "attempt_0")
         r0 = read_recorder(os.path.join(base, "rank_0.rec"))
         r1 = read_recorder(os.path.join(base, "rank_1.rec"))
         seq = 2 * self.HANG_STEP + 1
-        self.assertEqual(r0[-1][:3], (seq, "reduce-scatter", "running"), r0[-3:])
+        # Rank 0 was inside the reduce-scatter when the hang was found; only rank 1 was
+        # stopped, so the collective may have failed under rank 0 as rank 1's socket closed.
+        self.assertEqual(r0[-1][:2], (seq, "reduce-scatter"), r0[-3:])
+        self.assertIn(r0[-1][2], ("running", "failed"), r0[-3:])
         self.assertEqual(r1[-1][:3], (seq - 1, "all-gather", "done"), r1[-3:])
         self.assertEqual(r0[0][1:3], ("broadcast", "done"))
 
@@ -206,7 +213,33 @@ class Diag(dltest.Case):
         for name in ("n0", "n1"):
             restart = [e for e in self.evs(name) if e["event"] == "restart"]
             self.assertEqual(len(restart), 1, self.evs(name))
-            self.check_hang_account(restart[0]["reason"], on_node=1)
+            self.check_hang_account(restart[0]["diagnosis"], on_node=1)
+            # Every node's restart names the culprit alike: rank 1 on node 1, hung.
+            reason = restart[0]["reason"]
+            self.assertEqual((reason["rank"], reason["node_rank"], reason.get("hung"),
+                              reason["cause"]), (1, 1, True, "worker_failed"), restart)
+        # Rank 1's own node names it; rank 0, waiting for it on node 0, is nobody's culprit.
+        hung = {n: [e["rank"] for e in self.evs(n) if e["event"] == "worker_hung"]
+                for n in ("n0", "n1")}
+        self.assertEqual(hung, {"n0": [], "n1": [1]})
+
+    def test_a_killed_node_is_blamed_not_the_failures_it_caused(self):
+        """Node 1's agent SIGKILLed mid-training: node 0's rank fails too (its collective
+        broke), but the round change, node 0's restart event and its log name node 1."""
+        procs = self.two_agents(
+            ["--nodes", "1:2", "--last-call", "0.5", "--dead-after", "2", "--max-restarts", "2"],
+            trainer_cmd(test_train.SUBSET, "steps=300", "log_every=1000"), nodes="1:2")
+        self.first_beat(1)
+        procs[1].kill()
+        procs[1].wait()
+        self.assertEqual(procs[0].wait(timeout=120), 0, self.log("n0"))
+        restart = [e for e in self.evs("n0") if e["event"] == "restart"]
+        self.assertEqual(len(restart), 1, self.evs("n0"))
+        reason = restart[0]["reason"]
+        self.assertEqual((reason["cause"], reason["node_rank"]), ("node_lost", 1), restart)
+        self.assertNotIn("rank", reason, restart)
+        self.assertRegex(self.log("n0"), r"round 1: agent '[^']*' \([^)]*\) (lost its "
+                                         r"connection|sent no heartbeat)")
 
     # ---- stragglers --------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """Bad flags, bad YAML and bad commands: one line naming the place, exit 2, nothing started."""
 import os
+import socket
 
 import dltest
 
@@ -60,6 +61,30 @@ class Errors(dltest.Case):
                                    r"'afile/sub/[^']+': Not a directory\n$")
         self.assertFalse(os.path.exists(os.path.join(self.dir, "started")))
         self.assertNotIn("worker_start", open(self.events_path).read())
+
+    def test_node_rank_outside_the_job_is_exit_2_before_any_connection(self):
+        # docs/exit-codes.md: a usage error, not exit 4 after reaching the rendezvous.
+        with socket.socket() as rdzv:
+            rdzv.bind(("127.0.0.1", 0))
+            rdzv.listen(8)
+            rdzv.settimeout(0.2)
+            port = rdzv.getsockname()[1]
+            self.one_line_exit_2("--nodes", "2", "--node-rank", "2", "--rdzv-endpoint",
+                                 f"127.0.0.1:{port}", "--run-id", "x", "--", "true",
+                                 expect="--node-rank 2: a job of 2 nodes has ranks 0 to 1")
+            self.one_line_exit_2("--nnodes", "2", "--node-rank", "5", "--rdzv-backend",
+                                 "static", "--master-addr", "127.0.0.1", "--master-port",
+                                 str(port), "--run-id", "x", "--", "true",
+                                 expect="--node-rank 5: a job of 2 nodes has ranks 0 to 1")
+            with self.assertRaises(socket.timeout):
+                rdzv.accept()
+
+    def test_dead_after_not_above_the_heartbeat_is_refused(self):
+        # Else every node is declared dead between two heartbeats, round after round.
+        self.one_line_exit_2("--dead-after", "0.1", "--nodes", "2", "--rdzv-endpoint",
+                             "127.0.0.1:9", "--run-id", "x", "--", "true",
+                             expect="--dead-after 0.1 is not above --heartbeat 1: every node "
+                                    "would be declared dead between two of its heartbeats")
 
     def test_yaml_command_runs(self):
         path = self.write("job.yaml", "gpus_per_node: 2\ncommand: [sh, -c, 'echo yaml-$RANK']\n")

@@ -173,7 +173,10 @@ class TwoHosts(dltest.Case):
         codes = [p.poll() for p in bare]
         logs = self.read("bare-a.log") + self.read("bare-b.log")
         self.assertTrue(any(c not in (None, 0) for c in codes), f"{codes}\n{logs}")
-        self.assertRegex(logs, r"connect \[10\.77\.[12]\.1\]:\d+")  # a wrong interface's address
+        # Gloo bound a wrong interface's address: the peer connects there, or finds the
+        # connection it was handed not connected.
+        self.assertRegex(logs, r"connect \[10\.77\.[12]\.1\]:\d+|getpeername: Transport endpoint "
+                               r"is not connected")
         for p in bare:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
@@ -205,6 +208,102 @@ class TwoHosts(dltest.Case):
         for h in "ab":
             ev = self.rendezvous_event(f"train-{h}.events")
             self.assertEqual((ev["interface"], ev["master_addr"]), ("eth1", "10.77.0.11"))
+
+    def events(self, events_file):
+        path = os.path.join(self.dir, events_file)
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def wait_for(self, what, cond, timeout, logs):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cond():
+                return
+            time.sleep(0.05)
+        self.fail(f"timed out waiting for {what}\n" +
+                  "\n".join(f"--- {n}:\n{self.read(n)}" for n in logs))
+
+    @unittest.skipUnless(shutil.which("nft"), "nftables is not installed")
+    def test_a_rendezvous_gone_silent_is_noticed_within_dead_after(self):
+        """Every packet to and from host b dropped, with no FIN or RST, as when the host of the
+        rendezvous loses power: b's agent notices within --dead-after (plus a heartbeat), stops
+        its workers, and the job goes on when the link comes back."""
+        stop = os.path.join(self.dir, "stop")
+        work = ["sh", "-c", f"while [ ! -e {stop} ]; do sleep 0.05; done"]
+        flags = ("--heartbeat", "0.2", "--dead-after", "1", "--max-restarts", "3")
+        procs = [self.agent(h, r, "silent", work, *flags) for r, h in enumerate("ab")]
+        logs = ["silent-a.log", "silent-b.log"]
+
+        def started(h, attempt):
+            return any(e["event"] == "worker_start" and e["attempt"] == attempt
+                       for e in self.events(f"silent-{h}.events"))
+        self.wait_for("both workers", lambda: started("a", 0) and started("b", 0), 60, logs)
+        drop = ("table inet cut {\n"
+                "  chain i { type filter hook input priority 0; policy drop; }\n"
+                "  chain o { type filter hook output priority 0; policy drop; }\n"
+                "}\n")
+        subprocess.run(["ip", "netns", "exec", self.ns["b"], "nft", "-f", "-"], input=drop,
+                       text=True, check=True)
+        t0 = time.monotonic()
+        # Its worker stopped while the link is still cut: before, b went on for as long as
+        # the cut lasted.
+        self.wait_for("b to stop its worker",
+                      lambda: any(e["event"] == "worker_exit"
+                                  for e in self.events("silent-b.events")), 15, logs)
+        took = time.monotonic() - t0
+        self.assertRegex(self.read("silent-b.log"), r"lost the rendezvous at .*no answer for "
+                                                    r"[0-9.]+ s, over --dead-after 1 s")
+        subprocess.run(["ip", "netns", "exec", self.ns["b"], "nft", "delete", "table", "inet",
+                        "cut"], check=True)
+        self.wait_for("both in the next attempt",
+                      lambda: started("a", 1) and started("b", 1), 90, logs)
+        # Cut off, b hosted the rendezvous itself (a was silent); once a answered again, b
+        # handed the job back to it, the first in line, and both went on in one job.
+        self.assertIn(f"hosting the rendezvous on {RIGHT['b']}", self.read("silent-b.log"))
+        self.assertIn(f"the rendezvous at {RIGHT['a']}:{RDZV_PORT} answers again: handing the "
+                      f"job over to it", self.read("silent-b.log"))
+        open(stop, "w").close()
+        self.wait_ok(procs, logs)
+        print(f"silent loss noticed in {took:.2f} s (dead-after 1 s, heartbeat 0.2 s)")
+
+    @unittest.skipUnless(shutil.which("nft"), "nftables is not installed")
+    def test_the_host_gone_silent_a_successor_hosts_at_its_own_address(self):
+        """Host a (node rank 0, hosting the rendezvous) loses power: its packets stop, then it
+        dies without a word. b notices within --dead-after, finds nobody at a's address, hosts
+        the rendezvous at its own address and, with --nodes 1:2, goes on alone."""
+        stop = os.path.join(self.dir, "stop")
+        work = ["sh", "-c", f"while [ ! -e {stop} ]; do sleep 0.05; done"]
+        flags = ("--nodes", "1:2", "--last-call", "0.5", "--heartbeat", "0.2", "--dead-after",
+                 "1", "--max-restarts", "3")
+        procs = [self.agent(h, r, "gone", work, *flags) for r, h in enumerate("ab")]
+        logs = ["gone-a.log", "gone-b.log"]
+
+        def rounds(h):
+            return [e for e in self.events(f"gone-{h}.events") if e["event"] == "rendezvous"]
+        self.wait_for("both nodes in one round",
+                      lambda: rounds("b") and rounds("b")[-1]["world_size"] == 2, 60, logs)
+        cut = ("table inet cut {\n"
+               "  chain i { type filter hook input priority 0; policy drop; }\n"
+               "  chain o { type filter hook output priority 0; policy drop; }\n"
+               "}\n")
+        subprocess.run(["ip", "netns", "exec", self.ns["a"], "nft", "-f", "-"], input=cut,
+                       text=True, check=True)
+        os.killpg(procs[0].pid, signal.SIGKILL)
+        procs[0].wait()
+        t0 = time.monotonic()
+        self.wait_for("b alone in a new round",
+                      lambda: rounds("b")[-1]["world_size"] == 1, 60, logs)
+        took = time.monotonic() - t0
+        failover = [e for e in self.events("gone-b.events") if e["event"] == "failover"]
+        self.assertEqual([(e["host"], e["hosting"]) for e in failover], [(RIGHT["b"], True)],
+                         self.read("gone-b.log"))
+        self.assertIn(f"hosting the rendezvous on {RIGHT['b']}:{RDZV_PORT}",
+                      self.read("gone-b.log"))
+        open(stop, "w").close()
+        self.wait_ok(procs[1:], logs[1:])
+        print(f"the host gone silent: b trains again {took:.2f} s later (dead-after 1 s)")
 
 
 if __name__ == "__main__":

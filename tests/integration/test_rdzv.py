@@ -2,6 +2,7 @@
 dead nodes, dlaunchd and its control commands, tokens."""
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -110,6 +111,40 @@ class Rendezvous(dltest.Case):
         for rank, words in ranks.items():
             self.assertEqual(words, [str(rank), "restart", "1"])
 
+    def test_restart_events_and_the_journal_over_several_nodes(self):
+        # docs/events.md: on several nodes every agent's restart event has the round, the
+        # culprit as its reason and the round change's text as its diagnosis; docs/control.md: the journal's log events cover the
+        # job's story but no plain join, and each round's rendezvous event counts its nodes.
+        d, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
+        self.procs.append(d)
+        self.endpoint = f"127.0.0.1:{self.port}"
+        script = 'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 3 ]; then exit 4; fi'
+        procs = [self.agent("--max-restarts", "1", "--", "sh", "-c", script, name=n)
+                 for n in ("a", "b")]
+        self.assertEqual(self.wait_all(procs), [0, 0], self.log("a") + self.log("b"))
+        for n in "ab":
+            restarts = [e for e in self.evs(n) if e["event"] == "restart"]
+            self.assertEqual(len(restarts), 1, self.evs(n))
+            self.assertEqual((restarts[0]["attempt"], restarts[0]["round"]), (1, 1))
+            self.assertRegex(restarts[0]["diagnosis"],
+                             r"in round 0: rank 3 on \S+ exited with code 4")
+            reason = restarts[0]["reason"]
+            self.assertEqual((reason["cause"], reason["rank"], reason["exit_code"],
+                              reason["node_rank"]), ("worker_failed", 3, 4, 1), reason)
+            self.assertEqual(self.evs(n)[-1]["status"], "succeeded")
+        p = self.dlaunch("events", "--timeout", "5", "--endpoint", self.endpoint, "job",
+                         check_code=0)
+        journal = [json.loads(l) for l in p.stdout.splitlines()]
+        logs = [e["text"] for e in journal if e["event"] == "log"]
+        self.assertTrue(any(t.startswith("job created") for t in logs), logs)
+        self.assertFalse([t for t in logs if " joined " in t], "plain joins are not journaled")
+        self.assertEqual([(e["round"], e["nodes"]) for e in journal if e["event"] == "rendezvous"],
+                         [(0, 2), (1, 2)])
+        changed = [e for e in journal if e["event"] == "round_changed"]
+        self.assertEqual([(e["round"], e["cause"]) for e in changed], [(1, "worker_failed")])
+        self.assertEqual(journal[-1]["event"], "job_end")
+        self.assertEqual(journal[-1]["status"], "succeeded")
+
     def test_restarts_exhausted_fail_every_node(self):
         procs = [self.agent("--max-restarts", "1", "--", "sh", "-c",
                             '[ "$RANK" = 0 ] && exit 6; sleep 5', name=n) for n in ("a", "b")]
@@ -121,6 +156,10 @@ class Rendezvous(dltest.Case):
     def test_join_timeout_exits_3(self):
         p = self.agent("--join-timeout", "1", "--", "true", name="alone")
         self.assertEqual(p.wait(timeout=30), 3, self.log("alone"))
+        # docs/events.md: job_end says timed_out, exit 3.
+        end = self.evs("alone")[-1]
+        self.assertEqual((end["event"], end["status"], end["exit_code"]),
+                         ("job_end", "timed_out", 3))
 
     def test_stopped_node_is_dropped_and_rejoins(self):
         stop = os.path.join(self.dir, "stop")
@@ -171,6 +210,125 @@ class Rendezvous(dltest.Case):
         self.assertEqual(self.wait_all(procs), [0, 0, 0],
                          self.log("a") + self.log("b") + self.log("c"))
 
+    def test_the_host_agent_killed_a_successor_hosts_and_the_job_goes_on(self):
+        """The agent hosting the rendezvous SIGKILLed: the other agent hosts it again at its
+        own address (here the same 127.0.0.1:port) and, with --nodes 1:2, goes on alone from
+        the next round; before, it retried the dead host for --join-timeout and exited 3."""
+        stop = os.path.join(self.dir, "stop")
+        script = f'while [ ! -e {stop} ]; do sleep 0.05; done'
+        flags = ["--last-call", "0.5", "--dead-after", "1", "--max-restarts", "2",
+                 "--join-timeout", "60", "--", "sh", "-c", script]
+        host = self.agent("--node-rank", "0", *flags, name="a", nodes="1:2")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.02)
+        other = self.agent(*flags, name="b", nodes="1:2")
+
+        def rounds(name):
+            return [e for e in self.evs(name) if e["event"] == "rendezvous"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (rounds("a") and rounds("b") and
+                                                   rounds("b")[-1]["world_size"] == 4):
+            time.sleep(0.05)
+        self.assertEqual(rounds("b")[-1]["world_size"], 4, self.log("a") + self.log("b"))
+        host.kill()
+        host.wait()
+        t0 = time.monotonic()
+        deadline = t0 + 30
+        while time.monotonic() < deadline and rounds("b")[-1]["world_size"] != 2:
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+        self.assertEqual(rounds("b")[-1]["world_size"], 2, self.log("b"))
+        self.assertGreater(rounds("b")[-1]["round"], rounds("b")[0]["round"])
+        failover = [e for e in self.evs("b") if e["event"] == "failover"]
+        self.assertEqual(len(failover), 1, self.evs("b"))
+        self.assertTrue(failover[0]["hosting"], failover)
+        restart = [e for e in self.evs("b") if e["event"] == "restart"]
+        # The lost host is named as any lost node: node rank 0 of the last round.
+        self.assertEqual((restart[-1]["reason"]["cause"], restart[-1]["reason"]["node_rank"]),
+                         ("node_lost", 0), restart)
+        self.assertIn("hosting the rendezvous on 127.0.0.1", self.log("b"))
+        open(stop, "w").close()
+        self.assertEqual(other.wait(timeout=60), 0, self.log("b"))
+        # The host's loss spent a restart, as any node's does.
+        self.assertIn("job succeeded in round 1, 1 restart", self.log("b"))
+        print(f"a successor hosts and the job runs again {took:.2f} s after the host died")
+    def wait_listening(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.02)
+        self.fail(f"nobody serves {self.endpoint}")
+
+    def test_who_hosts_the_rendezvous(self):
+        # docs/job-spec.md: the first agent that can bind the endpoint, among those not given a
+        # --node-rank above 0, hosts it; one given --node-rank 0 that finds it served joins it
+        # as a client, says so, and is node rank 0 all the same.
+        cmd = ["--", "sh", "-c", "sleep 0.5"]
+        first = self.agent("--node-rank", "1", *cmd, name="r1")
+        time.sleep(1)
+        self.assertIsNone(first.poll(), self.log("r1"))
+        with self.assertRaises(OSError):
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        second = self.agent("--node-rank", "0", *cmd, name="r0")
+        self.assertEqual(self.wait_all([first, second]), [0, 0], self.log("r1") + self.log("r0"))
+        self.assertIn("[rdzv job] round 0 closed", self.log("r0"))
+        self.assertNotIn("[rdzv job]", self.log("r1"))
+
+        self.port = free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        shutil.rmtree(os.path.join(self.dir, "dlaunch_logs"))
+        host = self.agent(*cmd, name="any")
+        self.wait_listening()
+        zero = self.agent("--node-rank", "0", *cmd, name="zero")
+        self.assertEqual(self.wait_all([host, zero]), [0, 0], self.log("any") + self.log("zero"))
+        self.assertIn(f"{self.endpoint} is already served: joining it as node rank 0",
+                      self.log("zero"))
+        self.assertIn("[rdzv job] round 0 closed", self.log("any"))
+        self.assertEqual([e["node_rank"] for e in self.evs("zero") if e["event"] == "rendezvous"],
+                         [0])
+        self.assertEqual([e["node_rank"] for e in self.evs("any") if e["event"] == "rendezvous"],
+                         [1])
+
+    def test_one_prefix_for_the_life_of_an_elastic_job(self):
+        # docs/job-spec.md: "[nodeK rank N] " for a job of several nodes, for its whole life,
+        # also when an elastic job shrinks to one node.
+        stop = os.path.join(self.dir, "stop")
+        script = (f'echo "attempt $TORCHELASTIC_RESTART_COUNT world $WORLD_SIZE"; '
+                  f'while [ ! -e {stop} ]; do sleep 0.05; done; echo "done $WORLD_SIZE"')
+        common = ["--last-call", "0.5", "--max-restarts", "3", "--stop-timeout", "2", "--",
+                  "sh", "-c", script]
+        a = self.agent("--node-rank", "0", *common, name="a", nodes="1:2", slots="1")
+        self.wait_listening()
+        b = self.agent(*common, name="b", nodes="1:2", slots="1")
+
+        def world(name):
+            r = [e for e in self.evs(name) if e["event"] == "rendezvous"]
+            return r[-1]["world_size"] if r else None
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (world("a") == 2 and world("b") == 2):
+            time.sleep(0.05)
+        self.assertEqual((world("a"), world("b")), (2, 2), self.log("a") + self.log("b"))
+        b.send_signal(signal.SIGTERM)
+        self.assertEqual(b.wait(timeout=30), 128 + signal.SIGTERM, self.log("b"))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and world("a") != 1:
+            time.sleep(0.05)
+        self.assertEqual(world("a"), 1, self.log("a"))
+        open(stop, "w").close()
+        self.assertEqual(a.wait(timeout=30), 0, self.log("a"))
+        said = [l for l in self.log("a").splitlines() if "attempt " in l or "done " in l]
+        self.assertIn("[node0 rank 0] done 1", said)
+        self.assertTrue(all(l.startswith("[node0 rank 0] ") for l in said), said)
+
     def test_wrong_token_is_refused(self):
         good = self.write("good.token", "s3cret\n")
         bad = self.write("bad.token", "guess\n")
@@ -182,6 +340,52 @@ class Rendezvous(dltest.Case):
         self.assertEqual(intruder.wait(timeout=30), 4, self.log("intruder"))
         self.assertIn("wrong job token", self.log("intruder"))
         host.kill()
+
+    def test_a_restarted_dlaunchd_goes_on_counting(self):
+        """dlaunchd SIGKILLed and started again on its port after a failure: the job goes on
+        from the next round, with no attempt folder written twice, TORCHELASTIC_RESTART_COUNT
+        still counting, and the restart spent still spent."""
+        d, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
+        self.procs.append(d)
+        self.endpoint = f"127.0.0.1:{self.port}"
+        stop = os.path.join(self.dir, "stop")
+        script = ('echo restart=$TORCHELASTIC_RESTART_COUNT;'
+                  'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 3 ]; then exit 4; fi;'
+                  f'while [ ! -e {stop} ]; do sleep 0.05; done')
+        procs = [self.agent("--max-restarts", "2", "--", "sh", "-c", script, name=n)
+                 for n in ("a", "b")]
+
+        def started(attempt):
+            return all(sum(e["event"] == "worker_start" and e["attempt"] == attempt
+                           for e in self.evs(n)) == 2 for n in "ab")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not started(1):
+            time.sleep(0.05)
+        self.assertTrue(started(1), self.log("a") + self.log("b"))
+        d.kill()
+        d.wait()
+        # Started again where the agents look for it.
+        d = subprocess.Popen([dltest.DLAUNCHD, "--listen", self.endpoint],
+                             stdout=subprocess.DEVNULL, stderr=self.open_log("d3.log"))
+        self.procs.append(d)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not started(2):
+            time.sleep(0.05)
+        self.assertTrue(started(2), self.log("a") + self.log("b") + self.read("d3.log"))
+        st = self.dlaunch("status", "--json", "--endpoint", self.endpoint, "job", check_code=0)
+        self.assertEqual((json.loads(st.stdout)["round"], json.loads(st.stdout)["restarts"]),
+                         (2, 1), st.stdout)
+        open(stop, "w").close()
+        self.assertEqual(self.wait_all(procs), [0, 0], self.log("a") + self.log("b"))
+        # Each attempt's folder holds its own attempt's words only (a worker stopped early may
+        # have said nothing); the last attempt ran to the end on every rank.
+        for attempt in (0, 1, 2):
+            ranks = self.ranks_from_logs(attempt=attempt)
+            if attempt == 0:
+                self.assertIn(3, ranks)  # it said its word, then failed
+            for words in ranks.values():
+                self.assertEqual(words, [f"restart={attempt}"], attempt)
+        self.assertEqual(sorted(self.ranks_from_logs(attempt=2)), [0, 1, 2, 3])
 
     def test_dlaunchd_status_restart_stop(self):
         d, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))

@@ -82,6 +82,28 @@ class Signals(dltest.Case):
         self.assertGreater(took, 0.4)
         self.assert_gone(pids)
 
+    def test_a_second_ctrl_c_kills_at_once_and_says_so(self):
+        # docs/job-spec.md: "A second one while stopping kills the workers at once, and says
+        # so" - a worker that ignores SIGINT does not hold dlaunch for --stop-timeout.
+        stubborn = ('trap "" INT TERM; echo $$ > pid_$RANK; sleep 300 & echo $! > child_$RANK; '
+                    'while :; do wait; done')
+        p = self.start("--gpus-per-node", "2", "--stop-timeout", "60", "--events",
+                       self.events_path, "--", "sh", "-c", stubborn)
+        self.started(2)
+        pids = self.pids(2)
+        p.send_signal(signal.SIGINT)
+        self.wait_events(lambda evs: any(e["event"] == "signal" for e in evs))
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=20)
+        self.assertLess(time.monotonic() - t0, 5)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn("got SIGINT: stopping the workers (again to kill them at once)", err)
+        self.assertIn("got SIGINT again: killing the workers now (SIGKILL)", err)
+        self.assert_gone(pids)
+        self.assertEqual([e["signal"] for e in self.events() if e["event"] == "signal"],
+                         ["SIGINT", "SIGINT"])
+
     def test_sigkill_of_dlaunch_leaves_no_orphan(self):
         p = self.start("--gpus-per-node", "4", "--events", self.events_path, "--", "sh", "-c",
                        TRAPPING)

@@ -87,6 +87,25 @@ export DLAUNCH_LOG_DIR={logs}
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.check_job(logs, p.stdout + p.stderr)
 
+    def test_dry_run_in_an_allocation_prints_the_srun_line(self):
+        # docs/slurm.md: in an allocation (an sbatch script, no step yet) --dry-run prints the
+        # srun line it would run and starts nothing; not a one-node local plan.
+        script = self.write("dry.sbatch", f"""#!/bin/bash
+cd {self.dir}
+{dltest.DLAUNCH} --dry-run --gpus-per-node 2 -- touch started
+""")
+        p = subprocess.run(["sbatch", "-N2", "--wait", "-o", os.path.join(self.dir, "dry.txt"),
+                            script], capture_output=True, text=True, timeout=300)
+        out = self.read("dry.txt")
+        self.assertEqual(p.returncode, 0, p.stderr + out)
+        self.assertRegex(out, r"in Slurm allocation \d+ \(2 nodes\): would run\n")
+        self.assertRegex(out, r"srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=\d+ "
+                              r"--kill-on-bad-exit=0 --export=ALL \S*dlaunch --dry-run "
+                              r"--gpus-per-node 2 -- touch started\n")
+        self.assertNotIn("world size", out)
+        self.assertNotIn("rank 0:", out)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "started")))
+
     def test_scancel_ends_every_worker(self):
         logs = os.path.join(self.dir, "logs")
         pids_dir = os.path.join(self.dir, "pids")

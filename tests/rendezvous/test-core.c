@@ -533,6 +533,111 @@ START_TEST(restart_request_opens_a_round)
 }
 END_TEST
 
+/* The round change names its culprit: node, node rank, rank, and how it failed (a hang here). */
+START_TEST(the_round_change_names_the_culprit)
+{
+    harness_t h;
+    h_init(&h);
+    dl_rdzv_job_opts_t o = h_opts(2, 2);
+    o.max_restarts = 1;
+    h_join(&h, 1, "job", 1, &o, 0);
+    h_join(&h, 2, "job", 1, &o, 0);
+    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_WORKER_FAILED, .conn = 2, .req_id = 5};
+    ev.report.description = "rank 1 on b hung";
+    ev.report.rank = 1;
+    ev.report.exit_code = -1;
+    ev.report.signal = 9;
+    ev.report.hung = true;
+    h_step(&h, &ev, 5);
+    const dl_rdzv_msg_t *rc = h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED);
+    ck_assert_ptr_nonnull(rc);
+    const dl_rdzv_culprit_t *c = rc->round_changed.culprit;
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(c->cause, DL_RDZV_CAUSE_WORKER_FAILED);
+    ck_assert_str_eq(c->agent_id, "a2");
+    ck_assert_int_eq(c->node_rank, 1);
+    ck_assert_int_eq(c->rank, 1);
+    ck_assert(c->hung);
+    ck_assert_int_eq(c->signal, 0);
+    ck_assert_ptr_nonnull(strstr(c->text, "rank 1 on b hung"));
+    /* The job's end carries the first failure's culprit, not the last. */
+    h_join(&h, 1, "job", 1, &o, 6);
+    h_join(&h, 2, "job", 1, &o, 6);
+    fail_with(&h, 1, 1, "worker 0 exited with code 1", 7);
+    const dl_rdzv_msg_t *f = h_msg(&h, 2, DL_RDZV_MSG_FAILED);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(f->failed.culprit);
+    ck_assert_str_eq(f->failed.culprit->agent_id, "a2");
+    ck_assert(f->failed.culprit->hung);
+    h_fini(&h);
+}
+END_TEST
+
+/* A node whose connection closed, and then a worker failure on another node (its collectives
+ * broke when the first died): the round change blames the dead node. */
+START_TEST(a_failure_after_a_node_vanished_blames_the_node)
+{
+    harness_t h;
+    h_init(&h);
+    dl_rdzv_job_opts_t o = h_opts(2, 2);
+    h_join(&h, 1, "job", 1, &o, 0);
+    h_join(&h, 2, "job", 1, &o, 0);
+    h_conn_event(&h, DL_RDZV_EV_DISCONNECT, 2, 0, 5);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 0);
+    fail_with(&h, 1, 0, "rank 0 on a exited with code 1", 5.01);
+    const dl_rdzv_msg_t *rc = h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED);
+    ck_assert_ptr_nonnull(rc);
+    ck_assert_int_eq(rc->round_changed.cause, DL_RDZV_CAUSE_NODE_LOST);
+    ck_assert_ptr_nonnull(rc->round_changed.culprit);
+    ck_assert_str_eq(rc->round_changed.culprit->agent_id, "a2");
+    ck_assert_int_eq(rc->round_changed.culprit->rank, -1);
+    ck_assert_int_eq(rc->round_changed.culprit->node_rank, 1);
+    const dl_rdzv_job_status_t *js = h_status(&h, "job", 6);
+    ck_assert_ptr_nonnull(strstr(js->failure, "agent 'a2'"));
+    ck_assert_ptr_nonnull(strstr(js->failure, "lost its connection"));
+    h_fini(&h);
+}
+END_TEST
+
+/* A rendezvous that restarted meets agents that ran round 3 with 2 restarts spent: it goes on
+ * from round 4 with 2 spent, so attempt 3 is never written twice and the budget is not reset. */
+START_TEST(a_restarted_rendezvous_adopts_the_agents_history)
+{
+    harness_t h;
+    h_init(&h);
+    dl_rdzv_job_opts_t o = h_opts(2, 2);
+    o.max_restarts = 3;
+    for (uint64_t conn = 1; conn <= 2; conn++) {
+        dl_rdzv_event_t ev = {
+            .kind = DL_RDZV_EV_JOIN, .conn = conn, .req_id = 1000 + conn, .run_id = "job"};
+        ev.join.agent_id = conn == 1 ? "a1" : "a2";
+        ev.join.host = "h";
+        ev.join.slots = 1;
+        ev.join.node_rank = -1;
+        ev.join.slurm_node_id = -1;
+        ev.join.resume_round = conn == 1 ? 3 : 2; /* the higher one wins */
+        ev.join.failures = conn == 1 ? 1 : 2;
+        ev.join.opts = &o;
+        h_step(&h, &ev, 0);
+    }
+    const dl_rdzv_msg_t *as = h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT);
+    ck_assert_ptr_nonnull(as);
+    ck_assert_int_eq(as->assignment.round, 4);
+    ck_assert_int_eq(as->assignment.restarts, 4);
+    ck_assert_int_eq(as->assignment.failures, 2);
+    ck_assert_int_eq(h_status(&h, "job", 1)->restarts, 2);
+    /* One restart is left: the next failure restarts, the one after fails the job. */
+    fail_with(&h, 1, 4, "rank 0 exited with code 1", 2);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 2);
+    h_join(&h, 1, "job", 1, &o, 3);
+    h_join(&h, 2, "job", 1, &o, 3);
+    ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT)->assignment.round, 5);
+    fail_with(&h, 1, 5, "rank 0 exited with code 1", 4);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_FAILED), 2);
+    h_fini(&h);
+}
+END_TEST
+
 START_TEST(restart_request_without_budget_still_restarts)
 {
     harness_t h;
@@ -841,7 +946,7 @@ START_TEST(logs_follow_the_level)
     h_init(&h);
     dl_rdzv_job_opts_t o = h_opts(1, 1);
     h_join(&h, 1, "job", 1, &o, 0);
-    ck_assert_uint_eq(logs(&h, DL_RDZV_LOG_INFO, "round 0 closed: 1 nodes"), 1);
+    ck_assert_uint_eq(logs(&h, DL_RDZV_LOG_INFO, "round 0 closed: 1 node,"), 1);
     ck_assert_uint_eq(logs(&h, DL_RDZV_LOG_DEBUG, "joined"), 0);
     h_fini(&h);
 
@@ -850,7 +955,7 @@ START_TEST(logs_follow_the_level)
     co.log_level = DL_RDZV_LOG_DEBUG;
     h_init_opts(&h, &co);
     h_join(&h, 1, "job", 1, &o, 0);
-    ck_assert_uint_eq(logs(&h, DL_RDZV_LOG_DEBUG, "agent 'a1' (h1, 1 slots) joined round 0"), 1);
+    ck_assert_uint_eq(logs(&h, DL_RDZV_LOG_DEBUG, "agent 'a1' (h1, 1 slot) joined round 0"), 1);
     for (size_t i = 0; i < h.acts.n; i++)
         if (h.acts.v[i].kind == DL_RDZV_ACT_LOG)
             ck_assert_str_eq(h.acts.v[i].log.run_id, "job");
@@ -943,6 +1048,9 @@ int main(void)
     tcase_add_test(tc, stop_ends_the_job_and_it_is_forgotten_later);
     tcase_add_test(tc, restart_request_opens_a_round);
     tcase_add_test(tc, restart_request_without_budget_still_restarts);
+    tcase_add_test(tc, the_round_change_names_the_culprit);
+    tcase_add_test(tc, a_restarted_rendezvous_adopts_the_agents_history);
+    tcase_add_test(tc, a_failure_after_a_node_vanished_blames_the_node);
     tcase_add_test(tc, status_shows_members_and_heartbeat_ages);
     tcase_add_test(tc, every_member_leaving_ok_succeeds);
     tcase_add_test(tc, a_failure_after_a_leave_still_restarts_everyone);

@@ -1,0 +1,1240 @@
+/* The etcd backend (rdzv-backend.h): the job's rendezvous kept in an etcd v3 cluster
+ * (docs/etcd.md), through etcd.h's client on the agent's loop and etcd-job.h's keys and
+ * transactions.
+ *
+ * Every agent holds a lease (TTL --dead-after, kept alive every --heartbeat) and a member key on
+ * it; it keeps a view of the job's keys, loaded once and then followed with one watch on the
+ * prefix (never polled), and after every change decides what the job needs next: join the
+ * round, close it (at max nodes, or when the last call or the join timeout passes), open a new
+ * one when a member's key is gone (its lease expired) or a worker failed, end the job when
+ * every node is done. Each such step is a transaction on the state's revision, so whichever
+ * agent gets there first decides and the others see it through their watch. The node ranked 0
+ * in a round serves its workers' key-value store, as the embedded rendezvous does. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "etcd-job.h"
+#include "etcd.h"
+#include "netif.h"
+#include "rdzv-backend.h"
+#include "rendezvous.h"
+
+/* How long a finished job's settings, state and events stay (dlaunch status answers). */
+#define LINGER_S 10
+/* A request that failed for want of etcd is tried again after this, doubling up to the max. */
+#define RETRY_MIN_MS 200
+#define RETRY_MAX_MS 2000
+
+typedef enum { PH_LEASE, PH_CREATE, PH_LOAD, PH_RUN } phase_t;
+
+struct dl_rdzv_impl_s {
+    dl_rdzv_backend_conf_t conf;
+    const dl_job_spec_t *spec;
+    dl_rdzv_backend_cbs_t cbs;
+    void *ctx;
+    dl_etcd_t *etcd;
+    dl_ejob_view_t view;
+    dl_ejob_settings_t settings;
+    char prefix[DL_EJOB_MAX_PREFIX];
+    phase_t phase;
+    int64_t lease;        /* 0: none (being granted) */
+    bool granting;
+    dl_etcd_req_t *watch;
+    bool watch_wanted;    /* the watch ended: start it again */
+    bool keepalive_busy;
+    bool txn_busy;        /* one transition at a time */
+    int txn_kind;         /* the one in flight: 0 plain, 1 join, 2 report, 3 done */
+    int txn_round;
+    int64_t txn_view_rev; /* the view's revision it was made from */
+    /* No new transition until the view holds what the last one did (its revision), or, when
+     * its comparison failed, until the view changed at all: acting again on a view that is
+     * behind would only send the same transaction again. */
+    int64_t wait_rev;     /* 0: none */
+    bool wait_change;     /* wait_rev is the view's revision to move past */
+    double wait_since;
+    int linger_what;      /* a lease being granted for the job's end: 0 succeeded, 1 failed,
+                           * 2 timed out */
+    dl_ejob_cause_t linger_cause;
+    char linger_reason[1400];
+    json_t *linger_culprit;
+    /* What the agent asked for and has not been done yet. */
+    bool join_wanted;
+    dl_rdzv_join_t join;
+    int report_round; /* a failure to report (round), or -1 */
+    char report_reason[1400];
+    json_t *report_culprit; /* who: this node and its rank */
+    int node_rank;          /* this node's in the round it was assigned */
+    dl_ejob_cause_t report_cause;
+    int done_round; /* node done to mark (round), or -1 */
+    /* Where this node stands. */
+    int workers_round; /* the round this node was assigned (its workers'), or -1 */
+    int seen_round;    /* the highest round seen */
+    bool ready_said;
+    bool ended;
+    /* This node's store for its workers' job, served when it is node 0 of a round, guarded by
+     * the agent's token, else by the key the job keeps (store_token). */
+    dl_rdzv_server_t *store;
+    dl_proto_token_t *store_token;
+    char store_key[80];
+    char addr[256];  /* where other nodes reach this one */
+    char store_addr[320];
+    /* Timers of the gathering round (armed for round *_round), and retries. */
+    uv_timer_t last_call, join_timer, retry;
+    int last_call_round, join_timer_round;
+    int close_due_round; /* the last call or join timeout passed for this round */
+    /* Whose turn it is to make a change every agent sees is due (close a round, open the next
+     * one for a lost node, end the job): the live member that joined first at once, the others
+     * each a little later in join order, should it not have (turn_timer). */
+    uv_timer_t turn_timer;
+    int turn_round, turn_what;
+    bool turn_due;
+    unsigned retry_ms;
+    /* Trouble reaching etcd: since when (monotonic s, 0: none), and whether it was said. */
+    double trouble_since;
+    double last_ok; /* monotonic s of etcd's last good answer */
+    bool trouble_said;
+    dl_etcd_status_t trouble_status; /* the cause last said */
+    bool watch_ok; /* the watch in place was set up (created) */
+    char trouble[1100];
+    int handles;
+    bool closing;
+    bool leaving; /* close() waits for the lease's revocation */
+};
+
+typedef struct dl_rdzv_impl_s etcd_t;
+
+static void react(etcd_t *z);
+static void connect_step(etcd_t *z);
+static void start_store(etcd_t *z);
+
+static double mono(void)
+{
+    return (double)uv_hrtime() / 1e9;
+}
+
+static double now_unix(void)
+{
+    uv_timeval64_t tv;
+    uv_gettimeofday(&tv);
+    return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
+static void say(etcd_t *z, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void say(etcd_t *z, const char *fmt, ...)
+{
+    char msg[1400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (!z->closing)
+        z->cbs.log(z->ctx, msg);
+}
+
+/* The job is over for this node (once). */
+static void end(etcd_t *z, int code, const char *status, bool stopped, const char *failure)
+{
+    if (z->ended || z->closing)
+        return;
+    z->ended = true;
+    dl_rdzv_end_t e = {.exit_code = code, .stopped = stopped, .status = status,
+                       .failure = failure};
+    z->cbs.ended(z->ctx, &e);
+}
+
+/* A fatal error: one line on stderr, then the end (exit 3 or 4). */
+static void fail(etcd_t *z, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void fail(etcd_t *z, int code, const char *fmt, ...)
+{
+    char msg[1400];
+    va_list ap;
+    if (z->ended || z->closing)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "dlaunch: %s\n", msg);
+    end(z, code, code == 3 ? "timed_out" : code == 4 ? "refused" : "failed", false, NULL);
+}
+
+/* ---- Trouble with etcd ------------------------------------------------------------------------ */
+
+static const char *cause_text(dl_etcd_status_t st)
+{
+    switch (st) {
+    case DL_ETCD_UNREACHABLE:
+        return "unreachable";
+    case DL_ETCD_NO_QUORUM:
+        return "lost quorum";
+    case DL_ETCD_AUTH:
+        return "refused";
+    default:
+        return "error";
+    }
+}
+
+/* A request failed for want of etcd. Auth failures end the job at once (exit 4); otherwise the
+ * job goes on while etcd comes back within --join-timeout, and then gives up (exit 3). Returns
+ * true when the caller should try again later. */
+static bool trouble(etcd_t *z, const dl_etcd_result_t *res)
+{
+    if (res->status == DL_ETCD_CANCELLED || z->ended || z->closing)
+        return false;
+    if (res->status == DL_ETCD_AUTH) {
+        fail(z, 4, "%s (%s)", res->error, cause_text(res->status));
+        return false;
+    }
+    double now = mono();
+    snprintf(z->trouble, sizeof(z->trouble), "%s", res->error);
+    /* Trouble counts from etcd's last good answer (a request may take seconds to fail). */
+    if (z->trouble_since == 0)
+        z->trouble_since = z->last_ok > 0 ? z->last_ok : now;
+    if (now - z->trouble_since > z->spec->join_timeout) {
+        fail(z, 3, "%s (%s) for %.0f s, past --join-timeout: giving up", res->error,
+             cause_text(res->status), now - z->trouble_since);
+        return false;
+    }
+    /* Said once, and again when the cause changes (unreachable, then lost quorum). */
+    if (!z->trouble_said || z->trouble_status != res->status) {
+        z->trouble_said = true;
+        z->trouble_status = res->status;
+        if (z->ready_said)
+            say(z, "%s (%s); the job goes on, waiting up to %.0f s (--join-timeout) for etcd",
+                res->error, cause_text(res->status), z->spec->join_timeout);
+        else
+            say(z, "%s (%s); trying again until %.0f s (--join-timeout) have passed", res->error,
+                cause_text(res->status), z->spec->join_timeout);
+    }
+    return true;
+}
+
+static void untroubled(etcd_t *z)
+{
+    z->last_ok = mono();
+    if (z->trouble_since != 0 && z->trouble_said)
+        say(z, "etcd answers again after %.1f s", mono() - z->trouble_since);
+    z->trouble_since = 0;
+    z->trouble_said = false;
+    z->retry_ms = 0;
+}
+
+static void on_retry(uv_timer_t *t)
+{
+    etcd_t *z = t->data;
+    if (z->phase != PH_RUN) {
+        connect_step(z);
+        return;
+    }
+    react(z);
+}
+
+static void retry_later(etcd_t *z)
+{
+    z->retry_ms = z->retry_ms == 0 ? RETRY_MIN_MS : z->retry_ms * 2;
+    if (z->retry_ms > RETRY_MAX_MS)
+        z->retry_ms = RETRY_MAX_MS;
+    if (!uv_is_active((uv_handle_t *)&z->retry))
+        uv_timer_start(&z->retry, on_retry, z->retry_ms, 0);
+}
+
+/* Whether an etcd error says our lease is gone (it expired while we sat out or were cut off). */
+static bool lease_gone(const dl_etcd_result_t *res)
+{
+    return res->error != NULL && strstr(res->error, "lease not found") != NULL;
+}
+
+/* ---- The lease -------------------------------------------------------------------------------- */
+
+static void on_granted(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    z->granting = false;
+    if (res->status != DL_ETCD_OK) {
+        if (trouble(z, res))
+            retry_later(z);
+        return;
+    }
+    z->lease = dl_etcd_int(json_object_get(res->body, "ID"));
+    if (z->lease == 0) {
+        fail(z, 4, "etcd at %s: granted no lease", res->endpoint);
+        return;
+    }
+    untroubled(z);
+    if (z->phase == PH_LEASE) {
+        z->phase = PH_CREATE;
+        connect_step(z);
+    } else {
+        react(z);
+    }
+}
+
+static void grant(etcd_t *z)
+{
+    if (z->granting)
+        return;
+    z->granting = true;
+    long long ttl = (long long)ceil(z->spec->dead_after);
+    if (ttl < 1)
+        ttl = 1;
+    if (dl_etcd_call(z->etcd, "/v3/lease/grant", json_pack("{s:o}", "TTL", dl_etcd_num(ttl)),
+                     on_granted, z, NULL) < 0)
+        z->granting = false;
+}
+
+static void on_keepalive(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    z->keepalive_busy = false;
+    if (res->status != DL_ETCD_OK) {
+        trouble(z, res);
+        return;
+    }
+    const json_t *r = json_object_get(res->body, "result");
+    if (dl_etcd_int(json_object_get(r != NULL ? r : res->body, "TTL")) <= 0) {
+        /* Expired: our member key is gone with it; the others (or we) open a new round. */
+        if (z->lease != 0)
+            say(z, "this node's etcd lease expired (no keepalive within %g s): getting another",
+                z->spec->dead_after);
+        z->lease = 0;
+        grant(z);
+        return;
+    }
+    untroubled(z);
+}
+
+/* ---- The watch -------------------------------------------------------------------------------- */
+
+static void start_watch(etcd_t *z);
+
+static void on_watch_msg(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    const json_t *r = res->body;
+    if (json_is_true(json_object_get(r, "canceled")) &&
+        dl_etcd_int(json_object_get(r, "compact_revision")) == 0) {
+        const char *why = json_string_value(json_object_get(r, "cancel_reason"));
+        fail(z, 4, "etcd at %s: the watch of %s was refused: %s", res->endpoint, z->prefix,
+             why != NULL ? why : "canceled");
+        return;
+    }
+    if (json_is_true(json_object_get(r, "canceled")) ||
+        dl_etcd_int(json_object_get(r, "compact_revision")) > 0) {
+        /* Compacted past our view: load it again. */
+        dl_etcd_cancel(z->watch);
+        z->watch = NULL;
+        z->phase = PH_LOAD;
+        connect_step(z);
+        return;
+    }
+    z->watch_ok = true;
+    int ch = dl_ejob_view_watch(&z->view, r);
+    if (ch < 0) {
+        fail(z, 4, "etcd at %s: a watch message this node cannot read", res->endpoint);
+        return;
+    }
+    if (ch != 0)
+        react(z);
+}
+
+static void on_watch_done(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    bool was_ok = z->watch_ok;
+    z->watch = NULL;
+    z->watch_ok = false;
+    if (z->closing || z->ended)
+        return;
+    /* The member we watched on went away: watch again from where the view is, on the next
+     * endpoint, at once; only a watch that cannot be set up again is trouble. */
+    z->watch_wanted = true;
+    if (was_ok && res->status == DL_ETCD_UNREACHABLE) {
+        start_watch(z);
+        return;
+    }
+    if (trouble(z, res))
+        retry_later(z);
+}
+
+static void start_watch(etcd_t *z)
+{
+    z->watch_wanted = false;
+    json_t *b = json_pack("{s:{s:o, s:o, s:o}}", "create_request", "key",
+                          dl_etcd_b64_str(z->prefix), "range_end", dl_etcd_prefix_end(z->prefix),
+                          "start_revision", dl_etcd_num(z->view.rev + 1));
+    if (dl_etcd_stream(z->etcd, "/v3/watch", b, on_watch_msg, on_watch_done, z, &z->watch) < 0) {
+        z->watch_wanted = true;
+        retry_later(z);
+    }
+}
+
+/* ---- Connecting: lease, the job, its view, the watch ------------------------------------------ */
+
+static void on_created(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    char err[512];
+    if (res->status != DL_ETCD_OK) {
+        if (trouble(z, res))
+            retry_later(z);
+        return;
+    }
+    if (!dl_ejob_txn_ok(res->body)) {
+        /* The job exists: its settings must agree with ours. */
+        const json_t *resp = json_array_get(json_object_get(res->body, "responses"), 0);
+        const json_t *kv =
+            json_array_get(json_object_get(json_object_get(resp, "response_range"), "kvs"), 0);
+        dl_etcd_kv_t k;
+        if (kv != NULL && dl_etcd_kv_read(kv, &k) == 0) {
+            json_t *doc = json_loadb(k.value, k.value_len, 0, NULL);
+            int r = dl_ejob_settings_check(doc, &z->settings, err, sizeof(err));
+            json_decref(doc);
+            dl_etcd_kv_clear(&k);
+            if (r < 0) {
+                fail(z, 4, "etcd at %s: %s (job '%s')", res->endpoint, err, z->conf.run_id);
+                return;
+            }
+        }
+    } else if (z->spec->verbose) {
+        say(z, "created job '%s' in etcd under %s", z->conf.run_id, z->prefix);
+    }
+    z->phase = PH_LOAD;
+    connect_step(z);
+}
+
+static void on_loaded(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    if (res->status != DL_ETCD_OK) {
+        if (trouble(z, res))
+            retry_later(z);
+        return;
+    }
+    if (dl_ejob_view_load(&z->view, res->body) < 0) {
+        fail(z, 4, "etcd at %s: keys under %s this node cannot read", res->endpoint, z->prefix);
+        return;
+    }
+    untroubled(z);
+    z->phase = PH_RUN;
+    start_watch(z);
+    if (!z->ready_said && dl_ejob_over(&z->view)) {
+        /* A job of this run id ended a moment ago; its keys are going (as our rendezvous keeps
+         * a finished job for a while, and refuses to join it). */
+        fail(z, 4, "etcd at %s: join: job '%s' is over (%s); its keys under %s go within %d s, "
+                   "or give another --run-id",
+             res->endpoint, z->conf.run_id, dl_ejob_state_name(&z->view), z->prefix, LINGER_S);
+        return;
+    }
+    if (!z->ready_said) {
+        /* The store, before this node can join a round: guarded by the agent's token, else by
+         * the key the job keeps (drawn by its first agent). */
+        const char *key = json_string_value(json_object_get(z->view.job, "store_key"));
+        char err[512];
+        if (z->conf.token == NULL && key != NULL &&
+            dl_proto_token_from_string(key, "the job's store key in etcd", &z->store_token, err,
+                                       sizeof(err)) < 0) {
+            fail(z, 4, "etcd at %s: %s", res->endpoint, err);
+            return;
+        }
+        start_store(z);
+        if (z->store == NULL) {
+            fail(z, 1, "no key-value store for the workers: a job needs one on its node 0");
+            return;
+        }
+        if (z->store_token != NULL && z->cbs.store_token != NULL)
+            z->cbs.store_token(z->ctx, z->store_token);
+        z->ready_said = true;
+        if (z->spec->verbose)
+            say(z, "etcd at %s: job '%s' under %s, revision %lld", res->endpoint,
+                z->conf.run_id, z->prefix, (long long)z->view.rev);
+        z->cbs.ready(z->ctx);
+        return;
+    }
+    react(z);
+}
+
+static void connect_step(etcd_t *z)
+{
+    int r = 0;
+    if (z->closing || z->ended)
+        return;
+    switch (z->phase) {
+    case PH_LEASE:
+        if (z->lease != 0) {
+            z->phase = PH_CREATE;
+            connect_step(z);
+            return;
+        }
+        grant(z);
+        return;
+    case PH_CREATE:
+        r = dl_etcd_call(z->etcd, "/v3/kv/txn",
+                         dl_ejob_txn_create(z->prefix, &z->settings, now_unix()), on_created, z,
+                         NULL);
+        break;
+    case PH_LOAD:
+        r = dl_etcd_call(z->etcd, "/v3/kv/range",
+                         json_pack("{s:o, s:o}", "key", dl_etcd_b64_str(z->prefix), "range_end",
+                                   dl_etcd_prefix_end(z->prefix)),
+                         on_loaded, z, NULL);
+        break;
+    case PH_RUN:
+        if (z->watch_wanted)
+            start_watch(z);
+        react(z);
+        return;
+    }
+    if (r < 0)
+        retry_later(z);
+}
+
+/* ---- Transitions ------------------------------------------------------------------------------ */
+
+/* After a transaction's answer: decide again once the view holds what it did (or why it
+ * failed); until then the watch will bring it, and react runs then. */
+static void react_after(etcd_t *z, const json_t *answer)
+{
+    int64_t rev = dl_etcd_int(json_object_get(json_object_get(answer, "header"), "revision"));
+    if (dl_ejob_txn_ok(answer)) {
+        z->wait_rev = rev;
+        z->wait_change = false;
+    } else {
+        z->wait_rev = z->txn_view_rev;
+        z->wait_change = true;
+    }
+    z->wait_since = mono();
+    react(z);
+}
+
+/* Whether the view is behind the last transition (see wait_rev). A watch that went quiet does
+ * not hold us for more than a few seconds. */
+static bool view_behind(etcd_t *z)
+{
+    if (z->wait_rev == 0)
+        return false;
+    bool behind = z->wait_change ? z->view.rev <= z->wait_rev : z->view.rev < z->wait_rev;
+    if (!behind || mono() - z->wait_since > 5) {
+        z->wait_rev = 0;
+        return false;
+    }
+    return true;
+}
+
+static void on_txn(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    int kind = z->txn_kind, round = z->txn_round;
+    z->txn_busy = false;
+    if (res->status != DL_ETCD_OK) {
+        if (lease_gone(res)) {
+            z->lease = 0;
+            grant(z);
+            return;
+        }
+        if (trouble(z, res))
+            retry_later(z);
+        return;
+    }
+    untroubled(z);
+    /* Done or not (the state moved first: the watch brings it), this report is over. */
+    if (kind == 2 && z->report_round == round)
+        z->report_round = -1;
+    if (kind == 3 && z->done_round == round)
+        z->done_round = -1;
+    /* A compare that failed: our view is behind; the watch catches up and react runs again. */
+    react_after(z, res->body);
+}
+
+/* Sends a transition (stolen body); at most one is in flight. Returns whether it went. */
+static bool send_txn(etcd_t *z, json_t *body, int kind, int round)
+{
+    if (body == NULL)
+        return false;
+    z->txn_kind = kind;
+    z->txn_round = round;
+    z->txn_view_rev = z->view.rev;
+    z->txn_busy = true;
+    if (dl_etcd_call(z->etcd, "/v3/kv/txn", body, on_txn, z, NULL) < 0) {
+        z->txn_busy = false;
+        return false;
+    }
+    return true;
+}
+
+/* Ending the job keeps its settings, state and events for LINGER_S on a lease of their own:
+ * granted first, then the transition is made from the view as it is then. */
+static void on_linger(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    z->txn_busy = false;
+    if (res->status != DL_ETCD_OK) {
+        if (trouble(z, res))
+            retry_later(z);
+        return;
+    }
+    int64_t lease = dl_etcd_int(json_object_get(res->body, "ID"));
+    json_t *body =
+        z->linger_what == 0   ? dl_ejob_txn_end(&z->view, "succeeded", "succeeded", lease,
+                                                now_unix())
+        : z->linger_what == 2 ? dl_ejob_txn_end(&z->view, "timed-out", z->linger_reason, lease,
+                                                now_unix())
+                              : dl_ejob_txn_next(&z->view, z->linger_cause, z->linger_reason,
+                                                 z->linger_culprit, NULL, 0, lease, now_unix());
+    send_txn(z, body, z->linger_what == 0 ? 0 : 2, z->txn_round);
+}
+
+static void with_linger(etcd_t *z, int what, dl_ejob_cause_t cause, const char *reason)
+{
+    z->linger_what = what;
+    z->linger_cause = cause;
+    snprintf(z->linger_reason, sizeof(z->linger_reason), "%s", reason != NULL ? reason : "");
+    z->txn_round = dl_ejob_round(&z->view);
+    z->txn_busy = true;
+    if (dl_etcd_call(z->etcd, "/v3/lease/grant", json_pack("{s:o}", "TTL", dl_etcd_num(LINGER_S)),
+                     on_linger, z, NULL) < 0)
+        z->txn_busy = false;
+}
+
+/* Opens the next round (or fails the job, past its restarts). */
+static void next_round(etcd_t *z, dl_ejob_cause_t cause, const char *reason,
+                       const json_t *culprit, int kind)
+{
+    bool failure = cause == DL_EJOB_CAUSE_WORKER_FAILED || cause == DL_EJOB_CAUSE_NODE_LOST;
+    const json_t *s = z->view.state;
+    if (failure && json_integer_value(json_object_get(s, "restarts")) >=
+                       json_integer_value(json_object_get(s, "max_restarts"))) {
+        json_decref(z->linger_culprit);
+        z->linger_culprit = culprit != NULL ? json_deep_copy(culprit) : NULL;
+        with_linger(z, 1, cause, reason);
+        return;
+    }
+    send_txn(z, dl_ejob_txn_next(&z->view, cause, reason, culprit, NULL, 0, 0, now_unix()), kind,
+             dl_ejob_round(&z->view));
+}
+
+static dl_ejob_member_t my_offer(etcd_t *z)
+{
+    return (dl_ejob_member_t){.node_id = z->conf.node_id,
+                              .host = z->conf.hostname,
+                              .addr = z->addr,
+                              .store = z->store_addr,
+                              .slots = z->join.slots,
+                              .node_rank = z->conf.want_node_rank,
+                              .master_port = z->conf.master_port};
+}
+
+/* ---- Timers of the gathering round ------------------------------------------------------------ */
+
+/* What an agent may have to do that every agent sees is due. */
+enum { TURN_CLOSE = 1, TURN_LOST, TURN_DONE, TURN_TIMEOUT };
+
+static void on_turn(uv_timer_t *t)
+{
+    etcd_t *z = t->data;
+    z->turn_due = true;
+    react(z);
+}
+
+/* This node's place in line: how many live members joined before it (by their keys' revision);
+ * a node with no member key comes after all of them. */
+static size_t line_position(const etcd_t *z)
+{
+    const json_t *mine = json_object_get(z->view.members, z->conf.node_id);
+    if (mine == NULL)
+        return json_object_size(z->view.members);
+    json_int_t rev = json_integer_value(json_object_get(mine, "rev"));
+    size_t before = 0;
+    const char *id;
+    json_t *m;
+    json_object_foreach(z->view.members, id, m)
+    {
+        json_int_t r = json_integer_value(json_object_get(m, "rev"));
+        if (r < rev || (r == rev && strcmp(id, z->conf.node_id) < 0))
+            before++;
+    }
+    return before;
+}
+
+/* Whether this node should make change `what` of round `round` now: the first in line does at
+ * once; the others wait 2 s, and 100 ms more for each one before them (up to 6 s), so that
+ * hundreds of agents do not all send the same transaction when one suffices (the others see it
+ * done through their watch long before; they act only when the first in line does not). */
+static bool my_turn(etcd_t *z, int round, int what)
+{
+    size_t pos = line_position(z);
+    if (pos == 0)
+        return true;
+    if (z->turn_round == round && z->turn_what == what)
+        return z->turn_due;
+    z->turn_round = round;
+    z->turn_what = what;
+    z->turn_due = false;
+    uv_timer_start(&z->turn_timer, on_turn, 2000 + 100 * (pos < 40 ? pos : 40), 0);
+    return false;
+}
+
+static void on_last_call(uv_timer_t *t)
+{
+    etcd_t *z = t->data;
+    z->close_due_round = z->last_call_round;
+    react(z);
+}
+
+static void on_join_timeout(uv_timer_t *t)
+{
+    etcd_t *z = t->data;
+    int round = z->join_timer_round;
+    if (z->closing || z->ended || dl_ejob_round(&z->view) != round ||
+        strcmp(dl_ejob_state_name(&z->view), "gathering") != 0)
+        return;
+    int n = dl_ejob_count(&z->view, round);
+    if (n >= z->settings.min_nodes) {
+        z->close_due_round = round;
+        react(z);
+        return;
+    }
+    char reason[300];
+    snprintf(reason, sizeof(reason), "round %d timed out: %d of %d nodes joined within %g s",
+             round, n, z->settings.min_nodes, z->spec->join_timeout);
+    if (z->txn_busy || !my_turn(z, round, TURN_TIMEOUT)) {
+        uv_timer_start(&z->join_timer, on_join_timeout, 200, 0);
+        return;
+    }
+    say(z, "%s", reason);
+    with_linger(z, 2, DL_EJOB_CAUSE_REQUESTED, reason);
+}
+
+/* ---- Deciding --------------------------------------------------------------------------------- */
+
+static void reset_store(etcd_t *z)
+{
+    if (z->store != NULL)
+        dl_rdzv_server_reset_store(z->store, z->conf.run_id);
+}
+
+static void gathering(etcd_t *z, int round)
+{
+    const json_t *mine = json_object_get(z->view.members, z->conf.node_id);
+    int n = dl_ejob_count(&z->view, round);
+
+    if (z->join_timer_round != round) {
+        z->join_timer_round = round;
+        uv_timer_start(&z->join_timer, on_join_timeout, (uint64_t)(z->spec->join_timeout * 1000),
+                       0);
+    }
+    if (z->join_wanted && z->lease != 0 &&
+        (mine == NULL || json_integer_value(json_object_get(mine, "round")) != round)) {
+        /* A node rank asked for that another member of the round holds is refused. */
+        const char *id;
+        json_t *m;
+        json_object_foreach(z->view.members, id, m)
+        {
+            if (z->conf.want_node_rank >= 0 && strcmp(id, z->conf.node_id) != 0 &&
+                json_integer_value(json_object_get(m, "round")) == round &&
+                json_integer_value(json_object_get(m, "node_rank")) == z->conf.want_node_rank) {
+                fail(z, 4, "join: node_rank %d is taken by agent '%s' in round %d",
+                     z->conf.want_node_rank, id, round);
+                return;
+            }
+        }
+        if (!z->txn_busy) {
+            dl_ejob_member_t me = my_offer(z);
+            send_txn(z, dl_ejob_txn_join(&z->view, &me, z->lease), 1, round);
+        }
+        return; /* the watch brings our key; then decide on the round */
+    }
+    if (n < z->settings.min_nodes) {
+        if (z->last_call_round == round) {
+            uv_timer_stop(&z->last_call);
+            z->last_call_round = -1;
+        }
+        return;
+    }
+    bool close = n >= z->settings.max_nodes || z->close_due_round == round ||
+                 z->spec->last_call <= 0;
+    if (!close) {
+        if (z->last_call_round != round) {
+            z->last_call_round = round;
+            uv_timer_start(&z->last_call, on_last_call, (uint64_t)(z->spec->last_call * 1000),
+                           0);
+        }
+        return;
+    }
+    if (!z->txn_busy && my_turn(z, round, TURN_CLOSE))
+        send_txn(z, dl_ejob_txn_close(&z->view, now_unix()), 0, round);
+}
+
+static void running(etcd_t *z, int round)
+{
+    const json_t *nodes = json_object_get(z->view.state, "nodes");
+    const json_t *me = dl_ejob_assigned(&z->view, z->conf.node_id);
+    const json_t *mine = json_object_get(z->view.members, z->conf.node_id);
+    char reason[1400], err[300];
+    size_t i;
+    json_t *n;
+
+    if (z->join_wanted && me != NULL && mine != NULL &&
+        json_integer_value(json_object_get(mine, "round")) == round) {
+        dl_rdzv_assignment_t as = {0};
+        const json_t *s = z->view.state;
+        as.round = round;
+        as.node_rank = (int)json_integer_value(json_object_get(me, "node_rank"));
+        as.nodes = (int)json_array_size(nodes);
+        as.world_size = (int)json_integer_value(json_object_get(s, "world_size"));
+        as.first_rank = (int)json_integer_value(json_object_get(me, "first_rank"));
+        as.local_world_size = (int)json_integer_value(json_object_get(me, "slots"));
+        as.restart_count = round;
+        as.max_restarts = (int)json_integer_value(json_object_get(s, "max_restarts"));
+        as.failures = (int)json_integer_value(json_object_get(s, "restarts"));
+        as.master_port = (int)json_integer_value(json_object_get(s, "master_port"));
+        snprintf(as.master_addr, sizeof(as.master_addr), "%s",
+                 json_string_value(json_object_get(s, "master_addr")) ?: "");
+        snprintf(as.store_addr, sizeof(as.store_addr), "%s",
+                 json_string_value(json_object_get(s, "store_addr")) ?: "");
+        dl_rdzv_assignment_want_t want = {.slots = z->join.slots,
+                                          .min_nodes = z->settings.min_nodes,
+                                          .max_nodes = z->settings.max_nodes,
+                                          .min_round = z->join.last_round};
+        if (dl_rdzv_assignment_check(&as, &want, err, sizeof(err)) < 0) {
+            fail(z, 4, "etcd at %s: an assignment this node cannot take: %s",
+                 dl_etcd_endpoints(z->etcd), err);
+            return;
+        }
+        z->join_wanted = false;
+        z->workers_round = round;
+        z->node_rank = as.node_rank;
+        z->cbs.assigned(z->ctx, &as);
+        if (z->closing || z->ended)
+            return;
+    } else if (z->join_wanted && me == NULL && !z->txn_busy && z->lease != 0) {
+        /* A newcomer (or one the round closed without): a new round, with it, if there is room. */
+        if ((int)json_array_size(nodes) >= z->settings.max_nodes) {
+            fail(z, 4, "join: job '%s' runs round %d with the maximum of %d nodes",
+                 z->conf.run_id, round, z->settings.max_nodes);
+            return;
+        }
+        dl_ejob_member_t off = my_offer(z);
+        snprintf(reason, sizeof(reason), "agent '%s' (%s) asked to join", z->conf.node_id,
+                 z->conf.hostname);
+        send_txn(z, dl_ejob_txn_next(&z->view, DL_EJOB_CAUSE_NODE_JOINED, reason, NULL, &off,
+                                     z->lease, 0, now_unix()),
+                 1, round);
+        return;
+    }
+    if (z->txn_busy)
+        return;
+    /* Reports of this node. */
+    if (z->report_round == round) {
+        next_round(z, z->report_cause, z->report_reason, z->report_culprit, 2);
+        return;
+    }
+    z->report_round = -1;
+    if (z->done_round == round) {
+        const json_t *d = json_object_get(z->view.done, z->conf.node_id);
+        if (d == NULL || json_integer_value(d) != round) {
+            send_txn(z, dl_ejob_txn_done(&z->view, z->conf.node_id), 3, round);
+            return;
+        }
+        z->done_round = -1;
+    }
+    /* A member whose key is gone (its lease expired, or it left) and that was not done: lost. */
+    bool all_done = true;
+    json_array_foreach(nodes, i, n)
+    {
+        const char *id = json_string_value(json_object_get(n, "node_id"));
+        const json_t *d = json_object_get(z->view.done, id);
+        const json_t *m = json_object_get(z->view.members, id);
+        if (d != NULL && json_integer_value(d) == round)
+            continue;
+        all_done = false;
+        if (m == NULL || json_integer_value(json_object_get(m, "round")) != round) {
+            if (!my_turn(z, round, TURN_LOST))
+                return;
+            snprintf(reason, sizeof(reason),
+                     "agent '%s' (%s) was lost: its etcd lease ended (no keepalive within %g s, "
+                     "or it left)",
+                     id, json_string_value(json_object_get(n, "host")), z->spec->dead_after);
+            json_t *who = json_pack("{s:s, s:s, s:I}", "node", id, "host",
+                                    json_string_value(json_object_get(n, "host")), "node_rank",
+                                    json_integer_value(json_object_get(n, "node_rank")));
+            next_round(z, DL_EJOB_CAUSE_NODE_LOST, reason, who, 0);
+            json_decref(who);
+            return;
+        }
+    }
+    if (all_done && json_array_size(nodes) > 0 && my_turn(z, round, TURN_DONE))
+        with_linger(z, 0, DL_EJOB_CAUSE_REQUESTED, NULL);
+}
+
+static void react(etcd_t *z)
+{
+    if (z->closing || z->ended || z->phase != PH_RUN)
+        return;
+    if (z->watch_wanted && z->watch == NULL)
+        start_watch(z);
+    if (z->lease == 0 && !z->granting)
+        grant(z);
+    const dl_ejob_view_t *v = &z->view;
+    if (v->state == NULL) {
+        fail(z, 1, "etcd at %s: the job's keys under %s are gone (deleted by hand?)",
+             dl_etcd_endpoints(z->etcd), z->prefix);
+        return;
+    }
+    int round = dl_ejob_round(v);
+    const char *state = dl_ejob_state_name(v);
+    if (dl_ejob_over(v)) {
+        const char *reason = json_string_value(json_object_get(v->state, "reason"));
+        const char *failure = json_string_value(json_object_get(v->state, "failure"));
+        char safe_reason[1200], safe_failure[512];
+        dl_proto_escape(reason ? reason : state, safe_reason, sizeof(safe_reason));
+        if (failure != NULL)
+            dl_proto_escape(failure, safe_failure, sizeof(safe_failure));
+        int code = dl_ejob_exit_code(v);
+        bool stopped = strcmp(state, "stopped") == 0;
+        bool failed = strcmp(state, "failed") == 0;
+        if (strcmp(state, "succeeded") != 0)
+            say(z, "the rendezvous ended the job: %s", safe_reason);
+        if (code == 3)
+            fprintf(stderr, "dlaunch: %s\n", safe_reason);
+        end(z, code, stopped ? "stopped" : failed ? "failed" : code == 3 ? "timed_out" : state,
+            stopped, failed && failure != NULL ? safe_failure : NULL);
+        return;
+    }
+    if (round > z->seen_round) {
+        /* A new round: this node's store starts empty for it (before this node can be in it). */
+        z->seen_round = round;
+        reset_store(z);
+    }
+    if (z->workers_round >= 0 && round > z->workers_round) {
+        /* Our workers belong to a round that is over. */
+        z->workers_round = -1;
+        z->done_round = -1;
+        z->report_round = -1;
+        const char *reason = json_string_value(json_object_get(v->state, "reason"));
+        const json_t *c = json_object_get(v->state, "culprit"), *x;
+        dl_rdzv_culprit_info_t who = {.node_rank = -1, .rank = -1, .exit_code = -1};
+        who.cause = json_string_value(json_object_get(c, "cause"));
+        who.node = json_string_value(json_object_get(c, "node"));
+        who.host = json_string_value(json_object_get(c, "host"));
+        if (json_is_integer(x = json_object_get(c, "node_rank")))
+            who.node_rank = (int)json_integer_value(x);
+        if (json_is_integer(x = json_object_get(c, "rank")))
+            who.rank = (int)json_integer_value(x);
+        if (json_is_integer(x = json_object_get(c, "exit_code")))
+            who.exit_code = (int)json_integer_value(x);
+        if (json_is_integer(x = json_object_get(c, "signal")))
+            who.signal = (int)json_integer_value(x);
+        who.hung = json_is_true(json_object_get(c, "hung"));
+        z->cbs.round_changed(z->ctx, round, reason != NULL ? reason : "a new round",
+                             who.cause != NULL ? &who : NULL);
+        return;
+    }
+    if (view_behind(z))
+        return; /* the watch brings what the last transition did, and react runs again */
+    if (strcmp(state, "gathering") == 0)
+        gathering(z, round);
+    else if (strcmp(state, "running") == 0)
+        running(z, round);
+}
+
+/* ---- The agent's calls ------------------------------------------------------------------------ */
+
+static void etcd_join(etcd_t *z, const dl_rdzv_join_t *join)
+{
+    z->join = *join;
+    z->join_wanted = true;
+    react(z);
+}
+
+static void etcd_heartbeat(etcd_t *z, const dl_rdzv_beat_t *beat)
+{
+    if (z->lease == 0 || z->keepalive_busy || z->closing)
+        return;
+    z->keepalive_busy = true;
+    if (dl_etcd_call(z->etcd, "/v3/lease/keepalive", json_pack("{s:o}", "ID", dl_etcd_num(z->lease)),
+                     on_keepalive, z, NULL) < 0)
+        z->keepalive_busy = false;
+    /* A watch that ended and could not start again: try now. */
+    if (z->watch == NULL && z->phase == PH_RUN)
+        start_watch(z);
+}
+
+static void etcd_report_failure(etcd_t *z, const dl_rdzv_failure_t *f)
+{
+    z->report_round = f->round;
+    z->report_cause = f->excluded ? DL_EJOB_CAUSE_EXCLUDED : DL_EJOB_CAUSE_WORKER_FAILED;
+    json_decref(z->report_culprit);
+    z->report_culprit = json_pack("{s:s, s:s, s:i, s:i}", "node", z->conf.node_id, "host",
+                                  z->conf.hostname, "node_rank", z->node_rank, "rank", f->rank);
+    if (z->report_culprit != NULL && !f->excluded) {
+        if (f->hung)
+            json_object_set_new(z->report_culprit, "hung", json_true());
+        else if (f->signal > 0)
+            json_object_set_new(z->report_culprit, "signal", json_integer(f->signal));
+        else
+            json_object_set_new(z->report_culprit, "exit_code",
+                                json_integer(f->exit_code >= 0 ? f->exit_code : 127));
+    }
+    snprintf(z->report_reason, sizeof(z->report_reason), "agent '%s' (%s) in round %d: %s",
+             z->conf.node_id, z->conf.hostname, f->round, f->reason);
+    react(z);
+}
+
+static void etcd_node_done(etcd_t *z, int round)
+{
+    z->done_round = round;
+    react(z);
+}
+
+static void etcd_sit_out(etcd_t *z)
+{
+    /* The watch tells this node of the job's end whether it is a member or not. */
+    (void)z;
+}
+
+static void etcd_leave(etcd_t *z, const char *reason)
+{
+    /* close() gives the lease back: the member key goes at once, the others go on without us. */
+    if (z->spec->verbose)
+        say(z, "leaving the job (%s): giving back this node's etcd lease", reason);
+}
+
+/* ---- Start and close -------------------------------------------------------------------------- */
+
+static void maybe_free(etcd_t *z)
+{
+    if (z->handles > 0 || z->leaving)
+        return;
+    dl_ejob_view_clear(&z->view);
+    dl_proto_token_free(z->store_token);
+    json_decref(z->report_culprit);
+    json_decref(z->linger_culprit);
+    free(z);
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    etcd_t *z = h->data;
+    z->handles--;
+    maybe_free(z);
+}
+
+static void close_now(etcd_t *z)
+{
+    dl_etcd_close(z->etcd);
+    z->etcd = NULL;
+    z->leaving = false;
+    maybe_free(z);
+}
+
+static void on_revoked(void *ctx, const dl_etcd_result_t *res)
+{
+    close_now(ctx);
+}
+
+static void etcd_close(etcd_t *z)
+{
+    if (z == NULL)
+        return;
+    z->closing = true;
+    dl_etcd_cancel(z->watch);
+    z->watch = NULL;
+    dl_rdzv_server_close(z->store, NULL, NULL);
+    z->store = NULL;
+    uv_handle_t *hs[] = {(uv_handle_t *)&z->last_call, (uv_handle_t *)&z->join_timer,
+                         (uv_handle_t *)&z->retry, (uv_handle_t *)&z->turn_timer};
+    for (size_t i = 0; i < 4; i++)
+        if (!uv_is_closing(hs[i]))
+            uv_close(hs[i], handle_closed);
+    /* Give the lease back (its member key goes with it), then let go of etcd. */
+    if (z->etcd != NULL && z->lease != 0) {
+        z->leaving = true;
+        if (dl_etcd_call(z->etcd, "/v3/lease/revoke", json_pack("{s:o}", "ID", dl_etcd_num(z->lease)),
+                         on_revoked, z, NULL) == 0)
+            return;
+    }
+    close_now(z);
+}
+
+/* Where other nodes reach this one: --local-addr, else the address that reaches the first etcd
+ * endpoint. */
+static void local_address(etcd_t *z)
+{
+    char host[256];
+    const char *ep = z->conf.endpoint;
+    if (z->spec->local_addr != NULL) {
+        snprintf(z->addr, sizeof(z->addr), "%s", z->spec->local_addr);
+        return;
+    }
+    if (strncmp(ep, "http://", 7) == 0)
+        ep += 7;
+    else if (strncmp(ep, "https://", 8) == 0)
+        ep += 8;
+    snprintf(host, sizeof(host), "%.*s", (int)strcspn(ep, ","), ep);
+    char *colon = strrchr(host, ':');
+    if (colon != NULL)
+        *colon = '\0';
+    if (host[0] == '[') {
+        memmove(host, host + 1, strlen(host));
+        host[strcspn(host, "]")] = '\0';
+    }
+    if (dl_netif_source(host, z->addr, sizeof(z->addr)) < 0)
+        snprintf(z->addr, sizeof(z->addr), "127.0.0.1");
+}
+
+static void store_log(void *ctx, dl_rdzv_log_level_t level, const char *run_id, const char *text)
+{
+    etcd_t *z = ctx;
+    if (level >= DL_RDZV_LOG_INFO || z->spec->verbose)
+        fprintf(stderr, "[store%s%s] %s\n", run_id ? " " : "", run_id ? run_id : "", text);
+}
+
+/* The store this node serves its job's workers when it is node 0 of a round. */
+static void start_store(etcd_t *z)
+{
+    dl_rdzv_server_opts_t so;
+    char err[512], host[300];
+    int r;
+
+    snprintf(host, sizeof(host), "%s", z->addr);
+    dl_rdzv_server_opts_init(&so);
+    so.host = host;
+    so.port = 0;
+    so.token = z->conf.token != NULL ? z->conf.token : z->store_token;
+    so.only_run_id = z->conf.run_id;
+    so.log = store_log;
+    so.log_ctx = z;
+    r = dl_rdzv_server_start(z->conf.loop, &so, &z->store, err, sizeof(err));
+    if (r == 0) {
+        dl_rdzv_job_opts_t jo;
+        dl_rdzv_job_opts_init(&jo);
+        jo.max_restarts = z->spec->max_restarts;
+        r = dl_rdzv_server_add_job(z->store, z->conf.run_id, &jo);
+    }
+    if (r < 0) {
+        say(z, "cannot serve the workers' key-value store on %s: %s", host,
+            z->store == NULL ? err : strerror(-r));
+        dl_rdzv_server_close(z->store, NULL, NULL);
+        z->store = NULL;
+        return;
+    }
+    snprintf(z->store_addr, sizeof(z->store_addr), "%s%s%s:%d", strchr(host, ':') ? "[" : "",
+             host, strchr(host, ':') ? "]" : "", dl_rdzv_server_port(z->store));
+}
+
+static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_cbs_t *cbs,
+                      void *ctx, dl_rdzv_impl_t **ret)
+{
+    const dl_job_spec_t *spec = conf->spec;
+    etcd_t *z = calloc(1, sizeof(*z));
+    char err[512], *password = NULL;
+    int r;
+
+    *ret = NULL;
+    if (z == NULL) {
+        fprintf(stderr, "dlaunch: out of memory\n");
+        return 1;
+    }
+    z->conf = *conf;
+    z->spec = spec;
+    z->cbs = *cbs;
+    z->ctx = ctx;
+    z->workers_round = z->report_round = z->done_round = -1;
+    z->node_rank = -1;
+    z->seen_round = -1;
+    z->last_call_round = z->join_timer_round = z->close_due_round = -1;
+    z->settings = (dl_ejob_settings_t){.min_nodes = conf->nodes_min,
+                                       .max_nodes = conf->nodes_max,
+                                       .max_restarts = spec->max_restarts,
+                                       .last_call = spec->last_call,
+                                       .join_timeout = spec->join_timeout,
+                                       .dead_after = spec->dead_after,
+                                       .master_port = conf->master_port};
+    if (dl_ejob_prefix(spec->etcd_prefix, conf->run_id, z->prefix, sizeof(z->prefix)) < 0) {
+        fprintf(stderr, "dlaunch: --rdzv-conf prefix: too long\n");
+        free(z);
+        return 2;
+    }
+    dl_ejob_view_init(&z->view, z->prefix);
+    if ((spec->etcd_user != NULL) != (spec->etcd_password_file != NULL)) {
+        fprintf(stderr, "dlaunch: --rdzv-conf: etcd's user and password_file go together\n");
+        dl_ejob_view_clear(&z->view);
+        free(z);
+        return 2;
+    }
+    if (spec->etcd_password_file != NULL &&
+        dl_etcd_read_password(spec->etcd_password_file, &password, err, sizeof(err)) < 0) {
+        fprintf(stderr, "dlaunch: --rdzv-conf password_file: %s\n", err);
+        dl_ejob_view_clear(&z->view);
+        free(z);
+        return 2;
+    }
+    dl_etcd_opts_t eo = {.endpoints = conf->endpoint,
+                         .protocol = spec->etcd_protocol,
+                         .cacert = spec->etcd_cacert,
+                         .cert = spec->etcd_cert,
+                         .key = spec->etcd_key,
+                         .user = spec->etcd_user,
+                         .password = password,
+                         /* etcd answers a request that cannot reach its leader in about 7 s. */
+                         .timeout = 8};
+    r = dl_etcd_new(conf->loop, &eo, &z->etcd, err, sizeof(err));
+    if (password != NULL) {
+        memset(password, 0, strlen(password));
+        free(password);
+    }
+    if (r < 0) {
+        fprintf(stderr, "dlaunch: --rdzv-endpoint/--rdzv-conf (etcd): %s\n", err);
+        dl_ejob_view_clear(&z->view);
+        free(z);
+        return 2;
+    }
+    uv_timer_init(conf->loop, &z->last_call);
+    uv_timer_init(conf->loop, &z->join_timer);
+    uv_timer_init(conf->loop, &z->retry);
+    z->last_call.data = z->join_timer.data = z->retry.data = z;
+    uv_timer_init(conf->loop, &z->turn_timer);
+    z->turn_timer.data = z;
+    z->turn_round = -1;
+    z->handles = 4;
+    *ret = z;
+    local_address(z);
+    /* Without a token of its own, the job's first agent draws the store's key. */
+    if (conf->token == NULL) {
+        unsigned char rnd[32];
+        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+            fprintf(stderr, "dlaunch: getrandom: %s\n", strerror(errno));
+            etcd_close(z);
+            *ret = NULL;
+            return 1;
+        }
+        for (size_t i = 0; i < sizeof(rnd); i++)
+            snprintf(z->store_key + 2 * i, 3, "%02x", rnd[i]);
+        z->settings.store_key = z->store_key;
+    }
+    if (spec->verbose)
+        say(z, "rendezvous in etcd at %s (%s), job keys under %s, this node at %s",
+            conf->endpoint, spec->etcd_protocol ? spec->etcd_protocol : "http", z->prefix,
+            z->addr);
+    z->phase = PH_LEASE;
+    connect_step(z);
+    return 0;
+}
+
+const dl_rdzv_backend_ops_t dl__rdzv_backend_etcd = {
+    .name = "etcd",
+    .start = etcd_start,
+    .join = etcd_join,
+    .heartbeat = etcd_heartbeat,
+    .report_failure = etcd_report_failure,
+    .node_done = etcd_node_done,
+    .sit_out = etcd_sit_out,
+    .leave = etcd_leave,
+    .close = etcd_close,
+};

@@ -1,0 +1,143 @@
+/* A dlaunch job kept in etcd (docs/etcd.md): its keys under one prefix, the documents they hold,
+ * the view an agent or a control command builds of them, and the transactions that change them.
+ * Pure: no I/O; etcd.h carries the bodies built here.
+ *
+ *   PREFIX job            the job's settings (min/max nodes, timings, max_restarts)
+ *   PREFIX state          the job's state: round, gathering|running|succeeded|failed|stopped|
+ *                         timed-out, restarts spent, why the round opened, the first failure,
+ *                         and once the round closed its assignment (nodes, ranks, addresses)
+ *   PREFIX m/NODE_ID      a member: the round it joined and what it offers; on its agent's lease
+ *   PREFIX done/NODE_ID   the round whose workers all exited 0 on that node
+ *   PREFIX ev/RRRRRRRR-K  the job's events (round_changed, rendezvous, job_end)
+ *
+ * Every change of the state is a transaction that compares the state's mod revision with the
+ * one the view holds, so that two agents can never move the job differently: the second one's
+ * comparison fails, and it sees the first one's change through its watch. */
+#ifndef DL_ETCD_JOB_H
+#define DL_ETCD_JOB_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define DL_EJOB_MAX_PREFIX 512
+
+typedef struct {
+    char prefix[DL_EJOB_MAX_PREFIX]; /* "/dlaunch/RUN_ID/" */
+    json_t *job;       /* the settings, or NULL */
+    json_t *state;     /* the state, or NULL */
+    int64_t state_rev; /* its mod revision (0: none) */
+    json_t *members;   /* node id -> member document (with "lease" and "rev" added) */
+    json_t *done;      /* node id -> round */
+    json_t *events;    /* key -> event */
+    int64_t rev;       /* the view holds every change up to this revision */
+} dl_ejob_view_t;
+
+/* What an update changed. */
+enum {
+    DL_EJOB_CH_JOB = 1 << 0,
+    DL_EJOB_CH_STATE = 1 << 1,
+    DL_EJOB_CH_MEMBERS = 1 << 2,
+    DL_EJOB_CH_DONE = 1 << 3,
+    DL_EJOB_CH_EVENTS = 1 << 4,
+};
+
+/* The prefix: conf_prefix (a trailing '/' added) or "/dlaunch/RUN_ID/". Returns 0, or -EINVAL
+ * when it does not fit. */
+int dl_ejob_prefix(const char *conf_prefix, const char *run_id, char *buf, size_t len);
+
+void dl_ejob_view_init(dl_ejob_view_t *v, const char *prefix);
+void dl_ejob_view_clear(dl_ejob_view_t *v);
+/* Replaces the view with a range answer over the whole prefix. Returns DL_EJOB_CH_* or -EPROTO. */
+int dl_ejob_view_load(dl_ejob_view_t *v, const json_t *range);
+/* Applies a watch message's events. Returns DL_EJOB_CH_* or -EPROTO. */
+int dl_ejob_view_watch(dl_ejob_view_t *v, const json_t *result);
+
+/* The state's fields, with defaults when there is none. */
+int dl_ejob_round(const dl_ejob_view_t *v);
+const char *dl_ejob_state_name(const dl_ejob_view_t *v); /* "" when there is no state */
+bool dl_ejob_over(const dl_ejob_view_t *v);
+/* Members that joined round `round`. */
+int dl_ejob_count(const dl_ejob_view_t *v, int round);
+/* The member of node_id in the state's assignment, or NULL. */
+const json_t *dl_ejob_assigned(const dl_ejob_view_t *v, const char *node_id);
+
+/* ---- Documents -------------------------------------------------------------------------------- */
+
+typedef struct {
+    int min_nodes, max_nodes, max_restarts;
+    double last_call, join_timeout, dead_after; /* seconds */
+    int master_port; /* the job's default MASTER_PORT */
+    const char *store_key; /* the store's key for agents without a token of their own, or NULL */
+} dl_ejob_settings_t;
+
+json_t *dl_ejob_settings_doc(const dl_ejob_settings_t *s);
+/* Whether the job's settings (doc) agree with s: min:max must. Returns 0, or -EINVAL with one
+ * line in err. */
+int dl_ejob_settings_check(const json_t *doc, const dl_ejob_settings_t *s, char *err,
+                           size_t errlen);
+
+/* A member's offer. */
+typedef struct {
+    const char *node_id;
+    const char *host;  /* its host name */
+    const char *addr;  /* where other nodes reach it (MASTER_ADDR if it becomes node 0) */
+    const char *store; /* HOST:PORT of the store it serves for its workers' job */
+    int slots;
+    int node_rank; /* the rank asked for, or -1 */
+    int master_port;
+    int round;
+} dl_ejob_member_t;
+
+json_t *dl_ejob_member_doc(const dl_ejob_member_t *m);
+
+/* ---- Transitions: each returns the body of a /v3/kv/txn (new reference), NULL on ENOMEM ------- */
+
+/* The job's first agent: creates the settings and round 0 unless the job exists; either way the
+ * answer carries both (a range in the failure branch). */
+json_t *dl_ejob_txn_create(const char *prefix, const dl_ejob_settings_t *s, double now);
+/* Joins the round the view holds, on lease. */
+json_t *dl_ejob_txn_join(const dl_ejob_view_t *v, const dl_ejob_member_t *m, int64_t lease);
+/* Closes the gathering round with its members (the first max_nodes to join), ranked by the
+ * rule of docs/rendezvous.md; fails if a member joined since the view. NULL also when no member
+ * is there to close with. */
+json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now);
+
+typedef enum {
+    DL_EJOB_CAUSE_WORKER_FAILED, /* spends a restart */
+    DL_EJOB_CAUSE_NODE_LOST,     /* spends a restart */
+    DL_EJOB_CAUSE_NODE_JOINED,
+    DL_EJOB_CAUSE_REQUESTED,
+    DL_EJOB_CAUSE_EXCLUDED, /* a straggler stepped out */
+} dl_ejob_cause_t;
+
+/* Opens round R+1 for reason, or, a failure past max_restarts, ends the job as failed. culprit
+ * (may be NULL) names who ended the round as our rendezvous does ({node, host, node_rank, rank,
+ * exit_code | signal | hung}; the cause is added); it goes into the state ("culprit") and the
+ * round_changed event ("failure"). join (may be NULL) also joins the new round in the same
+ * transaction (a newcomer); linger_lease carries the job's keys once it ends (0: none). */
+json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const char *reason,
+                         const json_t *culprit, const dl_ejob_member_t *join, int64_t join_lease,
+                         int64_t linger_lease, double now);
+/* Ends the job: status succeeded, stopped or timed-out (failed comes from txn_next). Every key
+ * but the settings, the state and the events goes now; those stay on linger_lease (0: for
+ * good), so that status still answers for a while. */
+json_t *dl_ejob_txn_end(const dl_ejob_view_t *v, const char *status, const char *reason,
+                        int64_t linger_lease, double now);
+/* Marks node_id's workers of the running round done. */
+json_t *dl_ejob_txn_done(const dl_ejob_view_t *v, const char *node_id);
+
+/* Whether a txn answer succeeded. */
+bool dl_ejob_txn_ok(const json_t *answer);
+
+/* ---- Reading ---------------------------------------------------------------------------------- */
+
+/* The job as `dlaunch status --json` shows it (the fields of our own rendezvous' status):
+ * run_id, state, round, restarts, max_restarts, min_nodes, max_nodes, world_size, failure,
+ * nodes. New reference. */
+json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id);
+/* The exit code of an ended job (docs/exit-codes.md): 0 succeeded or stopped, 1 failed, 3 timed
+ * out. */
+int dl_ejob_exit_code(const dl_ejob_view_t *v);
+
+#endif

@@ -1,0 +1,626 @@
+/* A dlaunch job kept in etcd (etcd-job.h): keys, documents, the view, the transactions. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "etcd-job.h"
+#include "etcd.h"
+
+#define DEFAULT_MASTER_PORT 29500
+
+/* ---- Keys ------------------------------------------------------------------------------------- */
+
+int dl_ejob_prefix(const char *conf_prefix, const char *run_id, char *buf, size_t len)
+{
+    int n;
+    if (conf_prefix != NULL && *conf_prefix != '\0') {
+        size_t cl = strlen(conf_prefix);
+        n = snprintf(buf, len, "%s%s", conf_prefix, conf_prefix[cl - 1] == '/' ? "" : "/");
+    } else {
+        n = snprintf(buf, len, "/dlaunch/%s/", run_id);
+    }
+    return n < 0 || (size_t)n >= len ? -EINVAL : 0;
+}
+
+static json_t *key(const char *prefix, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static json_t *key(const char *prefix, const char *fmt, ...)
+{
+    char buf[DL_EJOB_MAX_PREFIX + 600];
+    size_t n = (size_t)snprintf(buf, sizeof(buf), "%s", prefix);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, sizeof(buf) - n, fmt, ap);
+    va_end(ap);
+    return dl_etcd_b64_str(buf);
+}
+
+static json_t *range_end(const char *prefix, const char *sub)
+{
+    char buf[DL_EJOB_MAX_PREFIX + 64];
+    snprintf(buf, sizeof(buf), "%s%s", prefix, sub);
+    return dl_etcd_prefix_end(buf);
+}
+
+/* ---- The view --------------------------------------------------------------------------------- */
+
+void dl_ejob_view_init(dl_ejob_view_t *v, const char *prefix)
+{
+    memset(v, 0, sizeof(*v));
+    snprintf(v->prefix, sizeof(v->prefix), "%s", prefix);
+    v->members = json_object();
+    v->done = json_object();
+    v->events = json_object();
+}
+
+void dl_ejob_view_clear(dl_ejob_view_t *v)
+{
+    json_decref(v->job);
+    json_decref(v->state);
+    json_decref(v->members);
+    json_decref(v->done);
+    json_decref(v->events);
+    v->job = v->state = v->members = v->done = v->events = NULL;
+}
+
+/* One key's change. Returns DL_EJOB_CH_*, 0 for a key of no interest. */
+static int apply(dl_ejob_view_t *v, const dl_etcd_kv_t *kv, bool deleted)
+{
+    size_t pl = strlen(v->prefix);
+    if (strncmp(kv->key, v->prefix, pl) != 0)
+        return 0;
+    const char *k = kv->key + pl;
+    json_t *doc = NULL;
+    if (!deleted) {
+        doc = json_loadb(kv->value, kv->value_len, 0, NULL);
+        if (!json_is_object(doc)) {
+            json_decref(doc);
+            return 0; /* not ours: ignored */
+        }
+    }
+    if (strcmp(k, "job") == 0) {
+        json_decref(v->job);
+        v->job = doc;
+        return DL_EJOB_CH_JOB;
+    }
+    if (strcmp(k, "state") == 0) {
+        json_decref(v->state);
+        v->state = doc;
+        v->state_rev = deleted ? 0 : kv->mod_revision;
+        return DL_EJOB_CH_STATE;
+    }
+    if (strncmp(k, "m/", 2) == 0) {
+        if (deleted) {
+            json_object_del(v->members, k + 2);
+        } else {
+            json_object_set_new(doc, "lease", json_integer(kv->lease));
+            json_object_set_new(doc, "rev", json_integer(kv->mod_revision));
+            json_object_set(v->members, k + 2, doc);
+        }
+        json_decref(doc);
+        return DL_EJOB_CH_MEMBERS;
+    }
+    if (strncmp(k, "done/", 5) == 0) {
+        if (deleted)
+            json_object_del(v->done, k + 5);
+        else
+            json_object_set_new(v->done, k + 5,
+                                json_integer(json_integer_value(json_object_get(doc, "round"))));
+        json_decref(doc);
+        return DL_EJOB_CH_DONE;
+    }
+    if (strncmp(k, "ev/", 3) == 0) {
+        if (deleted)
+            json_object_del(v->events, kv->key);
+        else
+            json_object_set(v->events, kv->key, doc);
+        json_decref(doc);
+        return DL_EJOB_CH_EVENTS;
+    }
+    json_decref(doc);
+    return 0;
+}
+
+int dl_ejob_view_load(dl_ejob_view_t *v, const json_t *range)
+{
+    char prefix[DL_EJOB_MAX_PREFIX];
+    size_t i;
+    json_t *kvj;
+    int ch = DL_EJOB_CH_JOB | DL_EJOB_CH_STATE | DL_EJOB_CH_MEMBERS | DL_EJOB_CH_DONE |
+             DL_EJOB_CH_EVENTS;
+
+    snprintf(prefix, sizeof(prefix), "%s", v->prefix);
+    dl_ejob_view_clear(v);
+    dl_ejob_view_init(v, prefix);
+    v->rev = dl_etcd_int(json_object_get(json_object_get(range, "header"), "revision"));
+    json_array_foreach(json_object_get(range, "kvs"), i, kvj)
+    {
+        dl_etcd_kv_t kv;
+        if (dl_etcd_kv_read(kvj, &kv) < 0)
+            return -EPROTO;
+        apply(v, &kv, false);
+        dl_etcd_kv_clear(&kv);
+    }
+    return ch;
+}
+
+int dl_ejob_view_watch(dl_ejob_view_t *v, const json_t *result)
+{
+    size_t i;
+    json_t *ev;
+    int ch = 0;
+    json_array_foreach(json_object_get(result, "events"), i, ev)
+    {
+        dl_etcd_kv_t kv;
+        if (dl_etcd_kv_read(json_object_get(ev, "kv"), &kv) < 0)
+            return -EPROTO;
+        const char *type = json_string_value(json_object_get(ev, "type"));
+        ch |= apply(v, &kv, type != NULL && strcmp(type, "DELETE") == 0);
+        if (kv.mod_revision > v->rev)
+            v->rev = kv.mod_revision;
+        dl_etcd_kv_clear(&kv);
+    }
+    int64_t rev = dl_etcd_int(json_object_get(json_object_get(result, "header"), "revision"));
+    if (rev > v->rev && json_array_size(json_object_get(result, "events")) > 0)
+        v->rev = rev;
+    return ch;
+}
+
+static json_int_t sint(const json_t *o, const char *name, json_int_t dflt)
+{
+    const json_t *x = json_object_get(o, name);
+    return json_is_integer(x) ? json_integer_value(x) : dflt;
+}
+
+static const char *sstr(const json_t *o, const char *name)
+{
+    const char *s = json_string_value(json_object_get(o, name));
+    return s != NULL ? s : "";
+}
+
+int dl_ejob_round(const dl_ejob_view_t *v)
+{
+    return (int)sint(v->state, "round", 0);
+}
+
+const char *dl_ejob_state_name(const dl_ejob_view_t *v)
+{
+    return sstr(v->state, "state");
+}
+
+bool dl_ejob_over(const dl_ejob_view_t *v)
+{
+    const char *s = dl_ejob_state_name(v);
+    return v->state != NULL && strcmp(s, "gathering") != 0 && strcmp(s, "running") != 0;
+}
+
+int dl_ejob_count(const dl_ejob_view_t *v, int round)
+{
+    const char *id;
+    json_t *m;
+    int n = 0;
+    json_object_foreach(v->members, id, m)
+    {
+        if (sint(m, "round", -1) == round)
+            n++;
+    }
+    return n;
+}
+
+const json_t *dl_ejob_assigned(const dl_ejob_view_t *v, const char *node_id)
+{
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(v->state, "nodes"), i, n)
+    {
+        if (strcmp(sstr(n, "node_id"), node_id) == 0)
+            return n;
+    }
+    return NULL;
+}
+
+/* ---- Documents -------------------------------------------------------------------------------- */
+
+json_t *dl_ejob_settings_doc(const dl_ejob_settings_t *s)
+{
+    json_t *d = json_pack("{s:i, s:i, s:i, s:I, s:I, s:I, s:i}", "min_nodes", s->min_nodes,
+                          "max_nodes", s->max_nodes, "max_restarts", s->max_restarts,
+                          "last_call_ms", (json_int_t)(s->last_call * 1000), "join_timeout_ms",
+                          (json_int_t)(s->join_timeout * 1000), "dead_after_ms",
+                          (json_int_t)(s->dead_after * 1000), "master_port", s->master_port);
+    if (d != NULL && s->store_key != NULL)
+        json_object_set_new(d, "store_key", json_string(s->store_key));
+    return d;
+}
+
+int dl_ejob_settings_check(const json_t *doc, const dl_ejob_settings_t *s, char *err,
+                           size_t errlen)
+{
+    int lo = (int)sint(doc, "min_nodes", -1), hi = (int)sint(doc, "max_nodes", -1);
+    if (lo != s->min_nodes || hi != s->max_nodes) {
+        snprintf(err, errlen, "join: the job has %d:%d nodes, this agent asks for %d:%d", lo, hi,
+                 s->min_nodes, s->max_nodes);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+json_t *dl_ejob_member_doc(const dl_ejob_member_t *m)
+{
+    return json_pack("{s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:i}", "round", m->round, "node_id",
+                     m->node_id, "host", m->host, "addr", m->addr, "store", m->store, "slots",
+                     m->slots, "node_rank", m->node_rank, "master_port", m->master_port);
+}
+
+static char *dumps(const json_t *doc)
+{
+    return json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+}
+
+/* {"request_put": {key, value[, lease]}}; steals doc. */
+static json_t *put(json_t *k, json_t *doc, int64_t lease)
+{
+    char *text = doc != NULL ? dumps(doc) : NULL;
+    json_decref(doc);
+    if (text == NULL) {
+        json_decref(k);
+        return NULL;
+    }
+    json_t *p = json_pack("{s:o, s:o}", "key", k, "value", dl_etcd_b64_str(text));
+    free(text);
+    if (p != NULL && lease != 0)
+        json_object_set_new(p, "lease", dl_etcd_num(lease));
+    return json_pack("{s:o}", "request_put", p);
+}
+
+static json_t *del_range(json_t *k, json_t *end)
+{
+    return json_pack("{s:{s:o, s:o}}", "request_delete_range", "key", k, "range_end", end);
+}
+
+static json_t *cmp_state(const dl_ejob_view_t *v)
+{
+    return json_pack("{s:o, s:s, s:s, s:o}", "key", key(v->prefix, "state"), "target", "MOD",
+                     "result", "EQUAL", "mod_revision", dl_etcd_num(v->state_rev));
+}
+
+static json_t *event_key(const dl_ejob_view_t *v, int round, int kind)
+{
+    return key(v->prefix, "ev/%08d-%d", round, kind);
+}
+
+static json_t *event(const char *name, double now)
+{
+    return json_pack("{s:s, s:f}", "event", name, "time", now);
+}
+
+json_t *dl_ejob_txn_create(const char *prefix, const dl_ejob_settings_t *s, double now)
+{
+    json_t *state = json_pack("{s:i, s:s, s:i, s:i, s:i, s:i, s:s, s:f}", "round", 0, "state",
+                              "gathering", "restarts", 0, "max_restarts", s->max_restarts,
+                              "min_nodes", s->min_nodes, "max_nodes", s->max_nodes, "reason",
+                              "the job started", "time", now);
+    json_t *t = json_pack(
+        "{s:[{s:o, s:s, s:s, s:s}], s:[o, o], s:[{s:{s:o}}, {s:{s:o}}]}", "compare", "key",
+        key(prefix, "job"), "target", "CREATE", "result", "EQUAL", "create_revision", "0",
+        "success", put(key(prefix, "job"), dl_ejob_settings_doc(s), 0),
+        put(key(prefix, "state"), state, 0), "failure", "request_range", "key",
+        key(prefix, "job"), "request_range", "key", key(prefix, "state"));
+    return t;
+}
+
+json_t *dl_ejob_txn_join(const dl_ejob_view_t *v, const dl_ejob_member_t *m, int64_t lease)
+{
+    dl_ejob_member_t mm = *m;
+    mm.round = dl_ejob_round(v);
+    return json_pack("{s:[o], s:[o]}", "compare", cmp_state(v), "success",
+                     put(key(v->prefix, "m/%s", m->node_id), dl_ejob_member_doc(&mm), lease));
+}
+
+typedef struct {
+    const char *id;
+    const json_t *m;
+} cand_t;
+
+static int by_join(const void *a, const void *b)
+{
+    json_int_t x = sint(((const cand_t *)a)->m, "rev", 0), y = sint(((const cand_t *)b)->m, "rev", 0);
+    return x < y ? -1 : x > y;
+}
+
+/* The rank rule (docs/rendezvous.md): hint ascending (none after given), host, node id. */
+static int by_rank(const void *a, const void *b)
+{
+    const cand_t *x = a, *y = b;
+    json_int_t hx = sint(x->m, "node_rank", -1), hy = sint(y->m, "node_rank", -1);
+    if ((hx >= 0) != (hy >= 0))
+        return hx >= 0 ? -1 : 1;
+    if (hx != hy)
+        return hx < hy ? -1 : 1;
+    int c = strcmp(sstr(x->m, "host"), sstr(y->m, "host"));
+    return c != 0 ? c : strcmp(x->id, y->id);
+}
+
+json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
+{
+    int round = dl_ejob_round(v), max = (int)sint(v->state, "max_nodes", 1);
+    size_t n = 0, cap = json_object_size(v->members);
+    cand_t *c = calloc(cap > 0 ? cap : 1, sizeof(*c));
+    const char *id;
+    json_t *m;
+    if (c == NULL)
+        return NULL;
+    json_object_foreach(v->members, id, m)
+    {
+        if (sint(m, "round", -1) == round)
+            c[n++] = (cand_t){id, m};
+    }
+    if (n == 0) {
+        free(c);
+        return NULL;
+    }
+    /* The first max_nodes to join take part; the others find the round closed without them. */
+    qsort(c, n, sizeof(*c), by_join);
+    if (n > (size_t)max)
+        n = (size_t)max;
+    qsort(c, n, sizeof(*c), by_rank);
+    int *rank = malloc(n * sizeof(*rank));
+    bool *taken = calloc(n, sizeof(*taken));
+    if (rank == NULL || taken == NULL) {
+        free(c);
+        free(rank);
+        free(taken);
+        return NULL;
+    }
+    /* A hint below the node count gets exactly that rank (the first to ask, in sorted order);
+     * the others take what is left from 0 up, in sorted order. */
+    for (size_t i = 0; i < n; i++) {
+        json_int_t h = sint(c[i].m, "node_rank", -1);
+        rank[i] = -1;
+        if (h >= 0 && (size_t)h < n && !taken[h]) {
+            rank[i] = (int)h;
+            taken[h] = true;
+        }
+    }
+    size_t next = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (rank[i] >= 0)
+            continue;
+        while (taken[next])
+            next++;
+        rank[i] = (int)next;
+        taken[next] = true;
+    }
+    /* Order by rank, for first ranks and for the document. */
+    cand_t *by = calloc(n, sizeof(*by));
+    if (by == NULL) {
+        free(c);
+        free(rank);
+        free(taken);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        by[rank[i]] = c[i];
+    json_t *nodes = json_array();
+    long long world = 0;
+    for (size_t r = 0; r < n; r++) {
+        const json_t *x = by[r].m;
+        json_array_append_new(
+            nodes, json_pack("{s:s, s:s, s:s, s:s, s:I, s:i, s:I, s:I}", "node_id", by[r].id,
+                             "host", sstr(x, "host"), "addr", sstr(x, "addr"), "store",
+                             sstr(x, "store"), "slots", sint(x, "slots", 1), "node_rank", (int)r,
+                             "first_rank", (json_int_t)world, "master_port",
+                             sint(x, "master_port", 0)));
+        world += sint(x, "slots", 1);
+    }
+    const json_t *zero = by[0].m;
+    json_int_t port = sint(zero, "master_port", 0);
+    if (port <= 0)
+        port = sint(v->job, "master_port", DEFAULT_MASTER_PORT);
+    json_t *state = json_deep_copy(v->state);
+    json_object_set_new(state, "state", json_string("running"));
+    json_object_set_new(state, "nodes", nodes);
+    json_object_set_new(state, "world_size", json_integer(world));
+    json_object_set_new(state, "master_addr", json_string(sstr(zero, "addr")));
+    json_object_set_new(state, "master_port", json_integer(port));
+    json_object_set_new(state, "store_addr", json_string(sstr(zero, "store")));
+    json_object_set_new(state, "time", json_real(now));
+    json_t *ev = event("rendezvous", now);
+    json_object_update_new(ev, json_pack("{s:i, s:i, s:I, s:I, s:s, s:I}", "round", round,
+                                         "nodes", (int)n, "world_size", (json_int_t)world,
+                                         "restarts", sint(v->state, "restarts", 0),
+                                         "master_addr", sstr(zero, "addr"), "master_port", port));
+    free(c);
+    free(rank);
+    free(taken);
+    free(by);
+    /* No member joined since the view: every member key is older than it. */
+    return json_pack("{s:[o, {s:o, s:o, s:s, s:s, s:o}], s:[o, o]}", "compare", cmp_state(v),
+                     "key", key(v->prefix, "m/"), "range_end", range_end(v->prefix, "m/"),
+                     "target", "MOD", "result", "LESS", "mod_revision", dl_etcd_num(v->rev + 1),
+                     "success", put(key(v->prefix, "state"), state, 0),
+                     put(event_key(v, round, 1), ev, 0));
+}
+
+static const char *cause_name(dl_ejob_cause_t c)
+{
+    switch (c) {
+    case DL_EJOB_CAUSE_WORKER_FAILED:
+        return "worker_failed";
+    case DL_EJOB_CAUSE_NODE_LOST:
+        return "node_lost";
+    case DL_EJOB_CAUSE_NODE_JOINED:
+        return "node_joined";
+    case DL_EJOB_CAUSE_REQUESTED:
+        return "requested";
+    case DL_EJOB_CAUSE_EXCLUDED:
+        return "straggler";
+    }
+    return "unknown";
+}
+
+/* The ops that end the job: the state and the job_end event; every other key deleted; the
+ * settings, state and events kept on linger (0: none). Appends to ops. */
+static void end_ops(const dl_ejob_view_t *v, json_t *ops, json_t *state, json_t *ev,
+                    int64_t linger)
+{
+    int round = dl_ejob_round(v);
+    const char *k;
+    json_t *e;
+    json_array_append_new(ops, put(key(v->prefix, "state"), state, linger));
+    if (v->job != NULL)
+        json_array_append_new(ops, put(key(v->prefix, "job"), json_incref(v->job), linger));
+    if (linger != 0)
+        json_object_foreach(v->events, k, e)
+        {
+            json_array_append_new(ops, put(dl_etcd_b64_str(k), json_incref(e), linger));
+        }
+    json_array_append_new(ops, put(event_key(v, round, 2), ev, linger));
+    json_array_append_new(ops, del_range(key(v->prefix, "m/"), range_end(v->prefix, "m/")));
+    json_array_append_new(ops,
+                          del_range(key(v->prefix, "done/"), range_end(v->prefix, "done/")));
+}
+
+json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const char *reason,
+                         const json_t *culprit, const dl_ejob_member_t *join, int64_t join_lease,
+                         int64_t linger_lease, double now)
+{
+    json_t *who = culprit != NULL ? json_deep_copy(culprit) : json_object();
+    bool failure = cause == DL_EJOB_CAUSE_WORKER_FAILED || cause == DL_EJOB_CAUSE_NODE_LOST;
+    int round = dl_ejob_round(v);
+    json_int_t restarts = sint(v->state, "restarts", 0);
+    json_int_t max = sint(v->state, "max_restarts", 0);
+    json_t *state = json_deep_copy(v->state);
+    json_t *ops = json_array();
+
+    json_object_set_new(who, "cause", json_string(cause_name(cause)));
+    json_object_set_new(state, "culprit", who);
+    if (failure && json_object_get(state, "failure") == NULL)
+        json_object_set_new(state, "failure", json_string(reason));
+    if (failure && restarts >= max) {
+        /* No restart left: the job fails with its first failure. */
+        const char *why = sstr(state, "failure");
+        char text[1400];
+        snprintf(text, sizeof(text), "failed after %lld restart%s: %s", (long long)restarts,
+                 restarts == 1 ? "" : "s", why);
+        json_object_set_new(state, "state", json_string("failed"));
+        json_object_set_new(state, "reason", json_string(text));
+        json_object_set_new(state, "cause", json_string(cause_name(cause)));
+        json_object_set_new(state, "time", json_real(now));
+        json_t *ev = event("job_end", now);
+        json_object_update_new(ev, json_pack("{s:s, s:i, s:s}", "status", "failed", "exit_code",
+                                             1, "failure", why));
+        end_ops(v, ops, state, ev, linger_lease);
+        return json_pack("{s:[o], s:o}", "compare", cmp_state(v), "success", ops);
+    }
+    if (failure)
+        restarts++;
+    json_object_set_new(state, "round", json_integer(round + 1));
+    json_object_set_new(state, "state", json_string("gathering"));
+    json_object_set_new(state, "restarts", json_integer(restarts));
+    json_object_set_new(state, "reason", json_string(reason));
+    json_object_set_new(state, "cause", json_string(cause_name(cause)));
+    json_object_set_new(state, "time", json_real(now));
+    json_object_del(state, "nodes");
+    json_object_del(state, "world_size");
+    json_object_del(state, "master_addr");
+    json_object_del(state, "master_port");
+    json_object_del(state, "store_addr");
+    json_t *ev = event("round_changed", now);
+    json_object_update_new(ev, json_pack("{s:i, s:s, s:s, s:O}", "round", round + 1, "reason",
+                                         reason, "cause", cause_name(cause), "failure", who));
+    json_array_append_new(ops, put(key(v->prefix, "state"), state, 0));
+    json_array_append_new(ops, put(event_key(v, round + 1, 0), ev, 0));
+    if (join != NULL) {
+        dl_ejob_member_t mm = *join;
+        mm.round = round + 1;
+        json_array_append_new(ops, put(key(v->prefix, "m/%s", join->node_id),
+                                       dl_ejob_member_doc(&mm), join_lease));
+    }
+    return json_pack("{s:[o], s:o}", "compare", cmp_state(v), "success", ops);
+}
+
+json_t *dl_ejob_txn_end(const dl_ejob_view_t *v, const char *status, const char *reason,
+                        int64_t linger_lease, double now)
+{
+    json_t *state = json_deep_copy(v->state);
+    json_t *ops = json_array();
+    int code = strcmp(status, "timed-out") == 0 ? 3 : strcmp(status, "failed") == 0 ? 1 : 0;
+    json_object_set_new(state, "state", json_string(status));
+    json_object_set_new(state, "reason", json_string(reason));
+    json_object_set_new(state, "time", json_real(now));
+    json_t *ev = event("job_end", now);
+    json_object_update_new(ev, json_pack("{s:s, s:i}", "status",
+                                         strcmp(status, "timed-out") == 0 ? "timed_out" : status,
+                                         "exit_code", code));
+    end_ops(v, ops, state, ev, linger_lease);
+    return json_pack("{s:[o], s:o}", "compare", cmp_state(v), "success", ops);
+}
+
+json_t *dl_ejob_txn_done(const dl_ejob_view_t *v, const char *node_id)
+{
+    return json_pack("{s:[o], s:[o]}", "compare", cmp_state(v), "success",
+                     put(key(v->prefix, "done/%s", node_id),
+                         json_pack("{s:i}", "round", dl_ejob_round(v)), 0));
+}
+
+bool dl_ejob_txn_ok(const json_t *answer)
+{
+    return json_is_true(json_object_get(answer, "succeeded"));
+}
+
+/* ---- Reading ---------------------------------------------------------------------------------- */
+
+json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id)
+{
+    const json_t *s = v->state;
+    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "run_id", run_id, "state",
+                          sstr(s, "state"), "round", sint(s, "round", 0), "restarts",
+                          sint(s, "restarts", 0), "max_restarts", sint(s, "max_restarts", 0),
+                          "min_nodes", sint(s, "min_nodes", 1), "max_nodes",
+                          sint(s, "max_nodes", 1), "world_size", sint(s, "world_size", 0));
+    if (json_object_get(s, "failure") != NULL)
+        json_object_set_new(o, "failure", json_string(sstr(s, "failure")));
+    json_object_set_new(o, "reason", json_string(sstr(s, "reason")));
+    json_t *nodes = json_array();
+    size_t i;
+    json_t *n;
+    int round = dl_ejob_round(v);
+    if (strcmp(sstr(s, "state"), "running") == 0) {
+        json_array_foreach(json_object_get(s, "nodes"), i, n)
+        {
+            const char *id = sstr(n, "node_id");
+            json_t *done = json_object_get(v->done, id);
+            json_array_append_new(
+                nodes, json_pack("{s:I, s:s, s:s, s:I, s:I, s:f, s:b, s:b}", "node_rank",
+                                 sint(n, "node_rank", 0), "node_id", id, "host",
+                                 sstr(n, "host"), "slots", sint(n, "slots", 1), "first_rank",
+                                 sint(n, "first_rank", 0), "heartbeat_age", 0.0, "connected",
+                                 json_object_get(v->members, id) != NULL, "left",
+                                 done != NULL && json_integer_value(done) == round));
+        }
+    } else {
+        /* Gathering: the members so far, without ranks. */
+        const char *id;
+        json_object_foreach(v->members, id, n)
+        {
+            if (sint(n, "round", -1) != round)
+                continue;
+            json_array_append_new(
+                nodes, json_pack("{s:i, s:s, s:s, s:I, s:f, s:b, s:b}", "node_rank", -1,
+                                 "node_id", id, "host", sstr(n, "host"), "slots",
+                                 sint(n, "slots", 1), "heartbeat_age", 0.0, "connected", 1,
+                                 "left", 0));
+        }
+    }
+    json_object_set_new(o, "nodes", nodes);
+    return o;
+}
+
+int dl_ejob_exit_code(const dl_ejob_view_t *v)
+{
+    const char *s = dl_ejob_state_name(v);
+    return strcmp(s, "failed") == 0 ? 1 : strcmp(s, "timed-out") == 0 ? 3 : 0;
+}

@@ -1,0 +1,290 @@
+/* The job's keys and transactions in etcd (etcd/etcd-job.h), without etcd: views made from
+ * answers as the gateway writes them, the transactions read back. The ranks must be those of
+ * our own rendezvous (docs/rendezvous.md, "Rank assignment rule"). */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "etcd-job.h"
+#include "etcd.h"
+
+#define P "/dlaunch/j/"
+
+/* A kv as the gateway answers it. */
+static json_t *kv(const char *key, json_t *doc, int rev, int lease)
+{
+    char *text = json_dumps(doc, JSON_COMPACT);
+    json_t *k = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "key", dl_etcd_b64_str(key),
+                          "value", dl_etcd_b64_str(text), "create_revision", dl_etcd_num(rev),
+                          "mod_revision", dl_etcd_num(rev), "version", dl_etcd_num(1), "lease",
+                          dl_etcd_num(lease));
+    free(text);
+    json_decref(doc);
+    return k;
+}
+
+static json_t *member(const char *id, const char *host, int slots, int hint, int round)
+{
+    dl_ejob_member_t m = {.node_id = id, .host = host, .addr = host, .store = "h:1",
+                          .slots = slots, .node_rank = hint, .master_port = 0, .round = round};
+    return dl_ejob_member_doc(&m);
+}
+
+static void load(dl_ejob_view_t *v, json_t *kvs, int rev)
+{
+    json_t *range = json_pack("{s:{s:o}, s:o}", "header", "revision", dl_etcd_num(rev), "kvs",
+                              kvs);
+    dl_ejob_view_init(v, P);
+    ck_assert_int_ge(dl_ejob_view_load(v, range), 0);
+    json_decref(range);
+}
+
+static json_t *state_doc(const char *state, int round, int restarts, int max_restarts, int lo,
+                         int hi)
+{
+    return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "state", state, "round", round,
+                     "restarts", restarts, "max_restarts", max_restarts, "min_nodes", lo,
+                     "max_nodes", hi);
+}
+
+/* The document a txn's success branch puts at key (suffix), decoded. */
+static json_t *put_of(const json_t *txn, const char *suffix)
+{
+    size_t i;
+    json_t *op;
+    json_array_foreach(json_object_get(txn, "success"), i, op)
+    {
+        json_t *p = json_object_get(op, "request_put");
+        if (p == NULL)
+            continue;
+        char *k = dl_etcd_unb64(json_object_get(p, "key"), NULL);
+        int hit = k != NULL && strcmp(k + strlen(P), suffix) == 0;
+        free(k);
+        if (hit) {
+            char *v = dl_etcd_unb64(json_object_get(p, "value"), NULL);
+            json_t *doc = json_loads(v, 0, NULL);
+            free(v);
+            return doc;
+        }
+    }
+    return NULL;
+}
+
+static const char *id_at(const json_t *state, int rank)
+{
+    return json_string_value(
+        json_object_get(json_array_get(json_object_get(state, "nodes"), (size_t)rank), "node_id"));
+}
+
+START_TEST(prefixes)
+{
+    char buf[DL_EJOB_MAX_PREFIX];
+    ck_assert_int_eq(dl_ejob_prefix(NULL, "exp7", buf, sizeof(buf)), 0);
+    ck_assert_str_eq(buf, "/dlaunch/exp7/");
+    ck_assert_int_eq(dl_ejob_prefix("/site/jobs/a", "exp7", buf, sizeof(buf)), 0);
+    ck_assert_str_eq(buf, "/site/jobs/a/");
+    ck_assert_int_eq(dl_ejob_prefix("/x/", "exp7", buf, sizeof(buf)), 0);
+    ck_assert_str_eq(buf, "/x/");
+    char tiny[8];
+    ck_assert_int_eq(dl_ejob_prefix(NULL, "exp7", tiny, sizeof(tiny)), -EINVAL);
+}
+END_TEST
+
+START_TEST(ranks_follow_the_rule)
+{
+    /* Hints first (b asks for 2), then host name, then node id; slots make first ranks. */
+    dl_ejob_view_t v;
+    json_t *kvs = json_pack("[o, o, o, o, o]", kv(P "state", state_doc("gathering", 0, 0, 3, 1, 4), 2, 0),
+                            kv(P "m/a-1", member("a-1", "hostc", 2, -1, 0), 3, 7),
+                            kv(P "m/b-1", member("b-1", "hostz", 1, 2, 0), 4, 8),
+                            kv(P "m/c-1", member("c-1", "hosta", 4, -1, 0), 5, 9),
+                            kv(P "m/d-1", member("d-1", "hostc", 1, -1, 0), 6, 10));
+    load(&v, kvs, 6);
+    ck_assert_int_eq(dl_ejob_count(&v, 0), 4);
+    json_t *t = dl_ejob_txn_close(&v, 1.0);
+    json_t *s = put_of(t, "state");
+    ck_assert_str_eq(json_string_value(json_object_get(s, "state")), "running");
+    ck_assert_str_eq(id_at(s, 0), "c-1"); /* hosta */
+    ck_assert_str_eq(id_at(s, 1), "a-1"); /* hostc, a before d */
+    ck_assert_str_eq(id_at(s, 2), "b-1"); /* its hint */
+    ck_assert_str_eq(id_at(s, 3), "d-1");
+    ck_assert_int_eq(json_integer_value(json_object_get(s, "world_size")), 8);
+    const json_t *n3 = json_array_get(json_object_get(s, "nodes"), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(n3, "first_rank")), 7);
+    ck_assert_str_eq(json_string_value(json_object_get(s, "master_addr")), "hosta");
+    /* No MASTER_PORT offered: the job's default. */
+    ck_assert_int_eq(json_integer_value(json_object_get(s, "master_port")), 29500);
+    /* The close compares the state's revision and that no member key changed since the view. */
+    ck_assert_int_eq(json_array_size(json_object_get(t, "compare")), 2);
+    json_decref(s);
+    json_decref(t);
+    /* The same members in another order of keys: the same ranks. */
+    dl_ejob_view_t w;
+    kvs = json_pack("[o, o, o, o, o]", kv(P "m/d-1", member("d-1", "hostc", 1, -1, 0), 6, 10),
+                    kv(P "m/c-1", member("c-1", "hosta", 4, -1, 0), 5, 9),
+                    kv(P "state", state_doc("gathering", 0, 0, 3, 1, 4), 2, 0),
+                    kv(P "m/b-1", member("b-1", "hostz", 1, 2, 0), 4, 8),
+                    kv(P "m/a-1", member("a-1", "hostc", 2, -1, 0), 3, 7));
+    load(&w, kvs, 6);
+    t = dl_ejob_txn_close(&w, 1.0);
+    s = put_of(t, "state");
+    ck_assert_str_eq(id_at(s, 0), "c-1");
+    ck_assert_str_eq(id_at(s, 2), "b-1");
+    json_decref(s);
+    json_decref(t);
+    dl_ejob_view_clear(&v);
+    dl_ejob_view_clear(&w);
+}
+END_TEST
+
+START_TEST(the_first_max_nodes_to_join_take_part)
+{
+    dl_ejob_view_t v;
+    json_t *kvs = json_pack("[o, o, o, o, o]", kv(P "state", state_doc("gathering", 1, 0, 3, 1, 2), 2, 0),
+                            kv(P "m/late", member("late", "aaa", 1, -1, 1), 9, 7),
+                            kv(P "m/x", member("x", "zzz", 1, -1, 1), 4, 8),
+                            kv(P "m/y", member("y", "yyy", 1, -1, 1), 5, 9),
+                            /* a member of an older round is not counted */
+                            kv(P "m/old", member("old", "bbb", 1, -1, 0), 3, 10));
+    load(&v, kvs, 9);
+    ck_assert_int_eq(dl_ejob_count(&v, 1), 3);
+    json_t *t = dl_ejob_txn_close(&v, 1.0);
+    json_t *s = put_of(t, "state");
+    ck_assert_int_eq(json_array_size(json_object_get(s, "nodes")), 2);
+    ck_assert_str_eq(id_at(s, 0), "y");
+    ck_assert_str_eq(id_at(s, 1), "x");
+    ck_assert_ptr_null(dl_ejob_assigned(&v, "late"));
+    json_decref(s);
+    json_decref(t);
+    dl_ejob_view_clear(&v);
+}
+END_TEST
+
+START_TEST(rounds_spend_restarts_on_failures_only)
+{
+    dl_ejob_view_t v;
+    json_t *kvs = json_pack("[o, o]", kv(P "state", state_doc("running", 2, 1, 2, 1, 2), 2, 0),
+                            kv(P "ev/00000002-1", json_pack("{s:s}", "event", "rendezvous"), 3, 0));
+    load(&v, kvs, 3);
+    json_t *t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_WORKER_FAILED, "rank 0 exited", NULL, NULL, 0, 0, 1);
+    json_t *s = put_of(t, "state");
+    ck_assert_str_eq(json_string_value(json_object_get(s, "state")), "gathering");
+    ck_assert_int_eq(json_integer_value(json_object_get(s, "round")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(s, "restarts")), 2);
+    ck_assert_str_eq(json_string_value(json_object_get(s, "failure")), "rank 0 exited");
+    json_t *ev = put_of(t, "ev/00000003-0");
+    ck_assert_str_eq(json_string_value(json_object_get(ev, "event")), "round_changed");
+    json_decref(ev);
+    json_decref(s);
+    json_decref(t);
+    /* An operator's restart or a newcomer spends none. */
+    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_REQUESTED, "restart requested", NULL, NULL, 0, 0, 1);
+    s = put_of(t, "state");
+    ck_assert_int_eq(json_integer_value(json_object_get(s, "restarts")), 1);
+    json_decref(s);
+    json_decref(t);
+    dl_ejob_member_t me = {.node_id = "n", .host = "h", .addr = "h", .store = "h:1", .slots = 1,
+                           .node_rank = -1};
+    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_NODE_JOINED, "asked to join", NULL, &me, 77, 0, 1);
+    json_t *m = put_of(t, "m/n");
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "round")), 3);
+    json_decref(m);
+    json_decref(t);
+    dl_ejob_view_clear(&v);
+
+    /* Past max_restarts: the job fails with its first failure; every key but the settings,
+     * the state and the events goes, and those go on the linger lease. */
+    kvs = json_pack("[o, o]", kv(P "state", state_doc("running", 2, 2, 2, 1, 2), 2, 0),
+                    kv(P "ev/00000002-1", json_pack("{s:s}", "event", "rendezvous"), 3, 0));
+    load(&v, kvs, 3);
+    json_t *who = json_pack("{s:s, s:s, s:i}", "node", "x-1", "host", "x", "node_rank", 1);
+    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_NODE_LOST, "agent x was lost", who, NULL, 0, 99, 1);
+    json_decref(who);
+    s = put_of(t, "state");
+    ck_assert_str_eq(json_string_value(json_object_get(s, "state")), "failed");
+    const json_t *c = json_object_get(s, "culprit");
+    ck_assert_str_eq(json_string_value(json_object_get(c, "cause")), "node_lost");
+    ck_assert_str_eq(json_string_value(json_object_get(c, "node")), "x-1");
+    ev = put_of(t, "ev/00000002-2");
+    ck_assert_str_eq(json_string_value(json_object_get(ev, "status")), "failed");
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "exit_code")), 1);
+    size_t i, deletes = 0, leased = 0;
+    json_t *op;
+    json_array_foreach(json_object_get(t, "success"), i, op)
+    {
+        deletes += json_object_get(op, "request_delete_range") != NULL;
+        leased += dl_etcd_int(json_object_get(json_object_get(op, "request_put"), "lease")) == 99;
+    }
+    ck_assert_int_eq(deletes, 2);
+    ck_assert_int_eq(leased, 3); /* the state, the old event, the new one */
+    json_decref(ev);
+    json_decref(s);
+    json_decref(t);
+    dl_ejob_view_clear(&v);
+}
+END_TEST
+
+START_TEST(watch_events_update_the_view)
+{
+    dl_ejob_view_t v;
+    json_t *kvs = json_pack("[o, o]", kv(P "state", state_doc("gathering", 0, 0, 0, 1, 2), 2, 0),
+                            kv(P "m/a", member("a", "h", 1, -1, 0), 3, 5));
+    load(&v, kvs, 3);
+    json_t *put = kv(P "m/b", member("b", "h", 1, -1, 0), 4, 6);
+    json_t *del = json_pack("{s:s, s:{s:o, s:o}}", "type", "DELETE", "kv", "key",
+                            dl_etcd_b64_str(P "m/a"), "mod_revision", dl_etcd_num(5));
+    json_t *msg = json_pack("{s:{s:o}, s:[{s:o}, o]}", "header", "revision", dl_etcd_num(5),
+                            "events", "kv", put, del);
+    int ch = dl_ejob_view_watch(&v, msg);
+    ck_assert(ch & DL_EJOB_CH_MEMBERS);
+    ck_assert_int_eq(v.rev, 5);
+    ck_assert_ptr_null(json_object_get(v.members, "a"));
+    ck_assert_ptr_nonnull(json_object_get(v.members, "b"));
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(v.members, "b"), "lease")),
+                     6);
+    json_decref(msg);
+    dl_ejob_view_clear(&v);
+}
+END_TEST
+
+START_TEST(base64_and_ranges)
+{
+    json_t *b = dl_etcd_b64_str("/dlaunch/j/");
+    ck_assert_str_eq(json_string_value(b), "L2RsYXVuY2gvai8=");
+    size_t n;
+    char *back = dl_etcd_unb64(b, &n);
+    ck_assert_str_eq(back, "/dlaunch/j/");
+    ck_assert_uint_eq(n, 11);
+    free(back);
+    json_decref(b);
+    json_t *end = dl_etcd_prefix_end("/dlaunch/j/");
+    back = dl_etcd_unb64(end, NULL);
+    ck_assert_str_eq(back, "/dlaunch/j0");
+    free(back);
+    json_decref(end);
+    json_t *bad = json_string("not*base64");
+    ck_assert_ptr_null(dl_etcd_unb64(bad, NULL));
+    json_decref(bad);
+    json_t *num = json_string("9007199254740993");
+    ck_assert(dl_etcd_int(num) == 9007199254740993LL);
+    json_decref(num);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("etcd-job");
+    TCase *tc = tcase_create("job");
+    tcase_add_test(tc, prefixes);
+    tcase_add_test(tc, ranks_follow_the_rule);
+    tcase_add_test(tc, the_first_max_nodes_to_join_take_part);
+    tcase_add_test(tc, rounds_spend_restarts_on_failures_only);
+    tcase_add_test(tc, watch_events_update_the_view);
+    tcase_add_test(tc, base64_and_ranges);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

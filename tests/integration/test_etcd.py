@@ -1,0 +1,524 @@
+"""The etcd rendezvous (--rdzv-backend etcd) on a real 3-member etcd cluster on loopback
+(etcdlib.py, one cluster per test): jobs of two and three agents, a dead agent and its return,
+the agent that serves the workers' store killed, etcd members killed (one: nothing happens; two:
+lost quorum, and the job goes on once they return), user/password and TLS, clear errors, the
+job's keys gone at its end, the control commands. Skipped where etcd-server is missing."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+import dltest
+import etcdlib
+
+
+def rounds(evs):
+    return [e for e in evs if e["event"] == "rendezvous"]
+
+
+@unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
+class Fixture(dltest.Case):
+    def test_three_members_survive_one_and_come_back(self):
+        with etcdlib.Cluster() as c:
+            members = c.ctl("member", "list").stdout.splitlines()
+            self.assertEqual(len(members), 3, members)
+            c.ctl("put", "/dl-fixture/k", "v")
+            c.kill(1)
+            # Two of three still make a quorum (once they have a leader): writes go on.
+            c.wait_healthy(members=[0, 2])
+            c.ctl("put", "/dl-fixture/k", "w",
+                  endpoints=f"http://{c.endpoint(0)},http://{c.endpoint(2)}")
+            c.restart(1)
+            self.assertEqual(c.get_prefix("/dl-fixture/"), {"/dl-fixture/k": "w"})
+            folder = c.folder
+        self.assertFalse(os.path.exists(folder))
+        self.assertTrue(all(p.poll() is not None for p in c.procs))
+
+
+class EtcdCase(dltest.Case):
+    """A fresh cluster per test, agents as in test_rdzv, everything gone afterwards."""
+    tls = False
+
+    def setUp(self):
+        super().setUp()
+        self.cluster = etcdlib.Cluster(tls=self.tls, folder=os.path.join(self.dir, "etcd"))
+        self.cluster.start()
+        self.procs = []
+        self.files = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in self.files:
+            f.close()
+        self.cluster.stop()
+        super().tearDown()
+
+    def etcd_args(self):
+        return ["--rdzv-backend", "etcd", "--rdzv-endpoint", self.cluster.endpoints]
+
+    def agent(self, *args, name="a", nodes="2", slots="2", env=None, heartbeat="0.2",
+              run_id="job"):
+        out = open(os.path.join(self.dir, f"{name}.log"), "w")
+        self.files.append(out)
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        full_env.update(env or {})
+        p = subprocess.Popen(
+            [dltest.DLAUNCH, "--nodes", nodes, "--gpus-per-node", slots, *self.etcd_args(),
+             "--run-id", run_id, "--heartbeat", heartbeat, "--join-timeout", "30",
+             "--events", os.path.join(self.dir, f"{name}.events"), *args],
+            cwd=self.dir, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def log(self, name):
+        return self.read(f"{name}.log")
+
+    def logs(self, names):
+        return "\n".join(f"--- {n}\n{self.log(n)}" for n in names)
+
+    def evs(self, name):
+        path = os.path.join(self.dir, f"{name}.events")
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [json.loads(l) for l in f if l.strip()]
+
+    def wait_all(self, procs, timeout=60):
+        return [p.wait(timeout=timeout) for p in procs]
+
+    def wait_for(self, pred, timeout=30, what=""):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred():
+                return time.monotonic()
+            time.sleep(0.05)
+        self.fail(f"timed out waiting for {what}")
+
+    def world(self, name):
+        r = rounds(self.evs(name))
+        return r[-1]["world_size"] if r else None
+
+    def ranks_from_logs(self, attempt=0):
+        ranks = {}
+        base = os.path.join(self.dir, "dlaunch_logs", "job", f"attempt_{attempt}")
+        for f in sorted(os.listdir(base)):
+            if f.endswith(".out"):
+                with open(os.path.join(base, f)) as fh:
+                    text = fh.read().split()
+                if text:
+                    ranks[int(f[5:-4])] = text
+        return ranks
+
+
+@unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
+class Jobs(EtcdCase):
+    def test_two_and_three_agents_form_one_job(self):
+        for n in (2, 3):
+            run = f"job{n}"
+            cmd = ["--", "sh", "-c", "echo $RANK $WORLD_SIZE $GROUP_RANK $LOCAL_RANK"]
+            names = [f"n{n}a{i}" for i in range(n)]
+            procs = [self.agent(*cmd, name=x, nodes=str(n), run_id=run) for x in names]
+            self.assertEqual(self.wait_all(procs), [0] * n, self.logs(names))
+            ranks = {}
+            base = os.path.join(self.dir, "dlaunch_logs", run, "attempt_0")
+            for f in os.listdir(base):
+                if f.endswith(".out"):
+                    ranks[int(f[5:-4])] = self.read(os.path.join(base, f)).split()
+            self.assertEqual(sorted(ranks), list(range(2 * n)))
+            for rank, (r, world, group, local) in ranks.items():
+                self.assertEqual(int(r), rank)
+                self.assertEqual(int(world), 2 * n)
+                self.assertEqual(int(group) * 2 + int(local), rank)
+            rdzv = [e for x in names for e in rounds(self.evs(x))]
+            self.assertEqual(sorted(e["node_rank"] for e in rdzv), list(range(n)))
+            self.assertEqual({e["world_size"] for e in rdzv}, {2 * n})
+            self.assertEqual(len({(e["master_addr"], e["master_port"]) for e in rdzv}), 1)
+
+    def test_job_spec_and_environment(self):
+        """rdzv_backend and rdzv_endpoint in the YAML job spec, DLAUNCH_* in the environment:
+        like every option."""
+        spec = self.write("job.yaml", f"""nodes: 2
+gpus_per_node: 1
+run_id: yamljob
+rdzv_backend: etcd
+rdzv_endpoint: "{self.cluster.endpoints}"
+heartbeat: 0.2
+command: [sh, -c, 'echo $RANK of $WORLD_SIZE']
+""")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        by_yaml = subprocess.Popen([dltest.DLAUNCH, spec], cwd=self.dir, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env2 = dict(env, DLAUNCH_RDZV_BACKEND="etcd", DLAUNCH_RDZV_ENDPOINT=self.cluster.endpoints,
+                    DLAUNCH_NODES="2", DLAUNCH_RUN_ID="yamljob", DLAUNCH_GPUS_PER_NODE="1")
+        by_env = subprocess.Popen([dltest.DLAUNCH, "--", "sh", "-c", "echo $RANK of $WORLD_SIZE"],
+                                  cwd=self.dir, env=env2, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        self.procs += [by_yaml, by_env]
+        out = [p.communicate(timeout=60)[0] for p in (by_yaml, by_env)]
+        self.assertEqual([by_yaml.returncode, by_env.returncode], [0, 0], "\n".join(out))
+        self.assertEqual(sorted(re.findall(r"\] (\d) of 2", "".join(out))), ["0", "1"])
+
+    def test_node_rank_hints_and_deterministic_order(self):
+        # --node-rank is honoured, as by our own rendezvous.
+        cmd = ["--", "sh", "-c", "echo $GROUP_RANK"]
+        procs = [self.agent("--node-rank", "1", *cmd, name="one"),
+                 self.agent("--node-rank", "0", *cmd, name="zero")]
+        self.assertEqual(self.wait_all(procs), [0, 0], self.logs(["one", "zero"]))
+        self.assertEqual(rounds(self.evs("one"))[0]["node_rank"], 1)
+        self.assertEqual(rounds(self.evs("zero"))[0]["node_rank"], 0)
+
+    def test_a_failed_worker_restarts_every_node(self):
+        script = ('if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 3 ]; then exit 4; fi;'
+                  'sleep 0.3; echo $RANK restart $TORCHELASTIC_RESTART_COUNT')
+        procs = [self.agent("--max-restarts", "1", "--", "sh", "-c", script, name=n)
+                 for n in ("a", "b")]
+        self.assertEqual(self.wait_all(procs), [0, 0], self.logs("ab"))
+        ranks = self.ranks_from_logs(attempt=1)
+        self.assertEqual(sorted(ranks), [0, 1, 2, 3])
+        for rank, words in ranks.items():
+            self.assertEqual(words, [str(rank), "restart", "1"])
+        # Every agent's restart event names the culprit, as with our own rendezvous.
+        for n in "ab":
+            restart = [e for e in self.evs(n) if e["event"] == "restart"]
+            self.assertEqual(len(restart), 1, self.evs(n))
+            why = restart[0]["reason"]
+            self.assertEqual((why["cause"], why["rank"], why["exit_code"], why["node_rank"]),
+                             ("worker_failed", 3, 4, 1), why)
+
+    def test_restarts_exhausted_fail_every_node(self):
+        procs = [self.agent("--max-restarts", "1", "--", "sh", "-c",
+                            '[ "$RANK" = 0 ] && exit 6; sleep 5', name=n) for n in ("a", "b")]
+        self.assertEqual(self.wait_all(procs), [1, 1], self.logs("ab"))
+        both = self.log("a") + self.log("b")
+        self.assertIn("rank 0", both)
+        self.assertIn("exited with code 6", both)
+
+    def test_join_timeout_exits_3(self):
+        p = self.agent("--join-timeout", "1", "--", "true", name="alone")
+        # The agent's own --join-timeout 30 comes first in its command line; the later wins.
+        self.assertEqual(p.wait(timeout=30), 3, self.log("alone"))
+        self.assertIn("timed out", self.log("alone"))
+
+    def test_dead_agent_new_round_then_grows_back(self):
+        """--nodes 1:3, one agent SIGKILLed mid-job: the others go on in a new round within
+        dead-after plus one heartbeat; a new agent brings the job back to three nodes."""
+        stop = os.path.join(self.dir, "stop")
+        common = ["--last-call", "0.5", "--dead-after", "1", "--max-restarts", "5",
+                  "--stop-timeout", "2", "--", "sh", "-c",
+                  f'while [ ! -e {stop} ]; do sleep 0.05; done']
+        names = ["a", "b", "c"]
+        procs = [self.agent(*common, name=n, nodes="1:3", slots="1") for n in names]
+        self.wait_for(lambda: all(self.world(n) == 3 for n in names), what="3 nodes",
+                      timeout=30)
+        victim = procs[2]
+        killed_at = time.time()
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        t0 = time.monotonic()
+        t1 = self.wait_for(lambda: all(self.world(n) == 2 for n in "ab"), what="2 nodes")
+        # The round changed (the event the agent that saw it first wrote to etcd) within
+        # dead-after plus one heartbeat, and the half second etcd's lessor may take to revoke
+        # an expired lease; a little more for a loaded machine.
+        changed = [json.loads(v) for k, v in self.cluster.get_prefix("/dlaunch/job/ev/").items()
+                   if json.loads(v)["event"] == "round_changed"]
+        self.assertEqual(len(changed), 1, changed)
+        self.assertLess(changed[0]["time"] - killed_at, 1 + 0.2 + 0.5 + 1.0, changed)
+        print(f"\nround change {changed[0]['time'] - killed_at:.2f} s after the kill, "
+              f"the new round running {t1 - t0:.2f} s after it", file=sys.stderr)
+        # dead-after (1 s, whole seconds of an etcd lease) plus a heartbeat, the lessor's
+        # half-second revocation, the last call (0.5 s) and the workers' stop: generous margin
+        # for a loaded machine.
+        self.assertLess(t1 - t0, 1 + 0.2 + 6, self.logs("ab"))
+        self.assertIn("was lost", self.log("a") + self.log("b"))
+        procs.append(self.agent(*common, name="d", nodes="1:3", slots="1"))
+        self.wait_for(lambda: all(self.world(n) == 3 for n in "abd"), what="3 nodes again")
+        open(stop, "w").close()
+        self.assertEqual(self.wait_all([procs[0], procs[1], procs[3]]), [0, 0, 0],
+                         self.logs("abd"))
+
+    def test_store_server_killed_the_others_go_on(self):
+        """The node 0 agent (which serves its workers' store) SIGKILLed: a new round with
+        another node 0 and a fresh store, well before the join timeout."""
+        stop = os.path.join(self.dir, "stop")
+        # Every worker writes and reads its key through the round's store.
+        script = (f'"{dltest.DLAUNCH}" kv set k$RANK v$TORCHELASTIC_RESTART_COUNT || exit 9; '
+                  f'"{dltest.DLAUNCH}" kv get k$RANK >> {self.dir}/kv.$RANK || exit 9; '
+                  f'echo $DLAUNCH_STORE >> {self.dir}/store.$RANK; '
+                  f'while [ ! -e {stop} ]; do sleep 0.05; done')
+        common = ["--last-call", "0.5", "--dead-after", "1", "--max-restarts", "3",
+                  "--stop-timeout", "2", "--", "sh", "-c", script]
+        names = ["a", "b", "c"]
+        procs = {n: self.agent(*common, name=n, nodes="2:3", slots="1") for n in names}
+
+        def lines(path):
+            return self.read(path).split() if os.path.exists(os.path.join(self.dir, path)) else []
+
+        self.wait_for(lambda: all(self.world(n) == 3 for n in names), what="3 nodes")
+        self.wait_for(lambda: all(len(lines(f"store.{r}")) >= 1 for r in (0, 1, 2)),
+                      what="the first round's workers to use the store")
+        zero = next(n for n in names if rounds(self.evs(n))[-1]["node_rank"] == 0)
+        first_round = rounds(self.evs(zero))[-1]["round"]
+        procs[zero].send_signal(signal.SIGKILL)
+        procs[zero].wait()
+        t0 = time.monotonic()
+        rest = [n for n in names if n != zero]
+        t1 = self.wait_for(lambda: all(self.world(n) == 2 for n in rest), what="2 nodes")
+        self.assertLess(t1 - t0, 10, self.logs(rest))
+        new = [rounds(self.evs(n))[-1] for n in rest]
+        self.assertEqual(sorted(e["node_rank"] for e in new), [0, 1])
+        self.assertGreater(new[0]["round"], first_round)
+        # The new round's store answers (every worker got its key back) and is another one.
+        self.wait_for(lambda: all(len(lines(f"store.{r}")) >= 2 for r in (0, 1)),
+                      what="the second round's workers to use the store")
+        for r in (0, 1):
+            self.assertEqual(lines(f"kv.{r}")[-1], f"v{new[0]['round']}")
+            stores = lines(f"store.{r}")
+            self.assertNotEqual(stores[0], stores[-1])
+        open(stop, "w").close()
+        self.assertEqual(self.wait_all([procs[n] for n in rest]), [0, 0], self.logs(rest))
+
+    def test_store_on_a_non_loopback_address_without_a_token(self):
+        """No --token-file: the store of node 0, on an address other nodes can reach, is
+        guarded by the key the job keeps in etcd; the workers get its worker key."""
+        addr = subprocess.run(["hostname", "-I"], capture_output=True,
+                              text=True).stdout.split()
+        addr = [a for a in addr if "." in a and not a.startswith("127.")]
+        if not addr:
+            self.skipTest("no non-loopback IPv4 address here")
+        script = (f'"{dltest.DLAUNCH}" kv set k$RANK v && "{dltest.DLAUNCH}" kv get k$RANK && '
+                  f'echo $DLAUNCH_STORE && test -n "$DLAUNCH_TOKEN_FILE" && '
+                  f'{{ env -u DLAUNCH_TOKEN_FILE "{dltest.DLAUNCH}" kv get k$RANK; test $? = 4; }}')
+        procs = [self.agent("--local-addr", addr[0], "--", "sh", "-c", script, name=n)
+                 for n in "ab"]
+        self.assertEqual(self.wait_all(procs), [0, 0], self.logs("ab"))
+        out = self.read("dlaunch_logs/job/attempt_0/rank_0.out").split()
+        self.assertEqual(out[0], "v")
+        self.assertTrue(out[1].startswith(addr[0] + ":"), out)
+
+
+@unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
+class Members(EtcdCase):
+    def job(self, names, seconds):
+        script = f'sleep {seconds}; echo done $RANK'
+        return [self.agent("--max-restarts", "0", "--dead-after", "3", "--", "sh", "-c", script,
+                           name=n, heartbeat="0.3") for n in names]
+
+    def test_one_member_killed_the_job_does_not_notice(self):
+        procs = self.job("ab", 6)
+        self.wait_for(lambda: all(self.world(n) == 4 for n in "ab"), what="the job")
+        self.cluster.kill(0)
+        time.sleep(1)
+        self.cluster.kill(0)  # no-op: already gone
+        self.assertEqual(self.wait_all(procs), [0, 0], self.logs("ab"))
+        for n in "ab":
+            self.assertEqual(len(rounds(self.evs(n))), 1, self.log(n))
+            self.assertNotIn("round 1", self.log(n))
+
+    def test_two_members_killed_lost_quorum_then_back(self):
+        procs = self.job("ab", 12)
+        self.wait_for(lambda: all(self.world(n) == 4 for n in "ab"), what="the job")
+        self.cluster.kill(1)
+        self.cluster.kill(2)
+        self.wait_for(lambda: all("lost quorum" in self.log(n) for n in "ab"), timeout=30,
+                      what="the agents to say they lost the quorum")
+        self.cluster.restart(1, wait=False)
+        self.cluster.restart(2, wait=False)
+        self.assertEqual(self.wait_all(procs, timeout=60), [0, 0], self.logs("ab"))
+        both = self.log("a") + self.log("b")
+        self.assertIn("lost quorum", both)
+        self.assertIn("etcd answers again", both)
+        for n in "ab":
+            self.assertEqual(len(rounds(self.evs(n))), 1, self.log(n))
+
+
+@unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
+class Control(EtcdCase):
+    def ctl(self, *args, check_code=None, conf=None):
+        extra = ["--rdzv-conf", conf] if conf else []
+        return self.dlaunch(args[0], "--rdzv-backend", "etcd", "--endpoint",
+                            self.cluster.endpoints, *extra, *args[1:], check_code=check_code,
+                            timeout=60)
+
+    def test_status_restart_events_stop(self):
+        script = 'echo restart=$TORCHELASTIC_RESTART_COUNT; exec sleep 60'
+        # No restart budget: an operator's restart is no failure and spends none.
+        procs = [self.agent("--max-restarts", "0", "--", "sh", "-c", script, name=n)
+                 for n in ("a", "b")]
+        self.wait_for(lambda: all(any(e["event"] == "worker_start" for e in self.evs(n))
+                                  for n in "ab"), what="the workers")
+        st = json.loads(self.ctl("status", "--json", "job", check_code=0).stdout)
+        self.assertEqual(st["state"], "running")
+        self.assertEqual(st["round"], 0)
+        self.assertEqual(st["world_size"], 4)
+        self.assertEqual(sorted(n["node_rank"] for n in st["nodes"]), [0, 1])
+        text = self.ctl("status", "job", check_code=0).stdout
+        self.assertIn("job: running, round 0, restarts 0 of 0, nodes 2..2, world size 4", text)
+        everything = json.loads(self.ctl("status", "--json", check_code=0).stdout)
+        self.assertEqual([j["run_id"] for j in everything["jobs"]], ["job"])
+
+        r = self.ctl("restart", "--json", "job", check_code=0)
+        self.assertEqual(json.loads(r.stdout), {"round": 1})
+        self.wait_for(lambda: all(len(rounds(self.evs(n))) == 2 for n in "ab"),
+                      what="round 1")
+        self.assertIn("restart requested with dlaunch", self.log("a"))
+        st = json.loads(self.ctl("status", "--json", "job", check_code=0).stdout)
+        self.assertEqual((st["round"], st["restarts"]), (1, 0))
+
+        follower = subprocess.Popen(
+            [dltest.DLAUNCH, "events", "--rdzv-backend", "etcd", "--endpoint",
+             self.cluster.endpoints, "job"], cwd=self.dir, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        self.procs.append(follower)
+        time.sleep(0.5)
+        self.assertEqual(self.ctl("stop", "job", check_code=0).stdout.strip(), "job: stopping")
+        self.assertEqual(self.wait_all(procs), [0, 0], self.logs("ab"))
+        out, err = follower.communicate(timeout=30)
+        self.assertEqual(follower.returncode, 0, err)
+        evs = [json.loads(l) for l in out.splitlines()]
+        self.assertEqual([e["event"] for e in evs],
+                         ["rendezvous", "round_changed", "rendezvous", "job_end"])
+        self.assertEqual(evs[-1]["status"], "stopped")
+        for n in "ab":
+            self.assertIn("was stopped on request", self.log(n))
+        # Gone, or going: a stopped job answers for a while, then its keys are deleted.
+        self.ctl("stop", "job", check_code=1)
+
+    def test_unknown_job_and_gathering_restart(self):
+        r = self.ctl("status", "nosuch", check_code=1)
+        self.assertIn("no job 'nosuch'", r.stderr)
+        p = self.agent("--", "true", name="lonely")
+        self.wait_for(lambda: "gathering" in self.ctl("status", "job").stdout, what="gathering")
+        r = self.ctl("restart", "job", check_code=1)
+        self.assertIn("still gathering", r.stderr)
+        p.kill()
+
+
+@unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
+class Errors(EtcdCase):
+    def test_unreachable_cluster_one_line_exit_3(self):
+        self.cluster.stop()
+        p = self.agent("--join-timeout", "2", "--", "true", name="x")
+        self.assertEqual(p.wait(timeout=60), 3, self.log("x"))
+        lines = [l for l in self.log("x").splitlines() if l.startswith("dlaunch: ")
+                 and "warning" not in l and "run job" not in l]
+        self.assertEqual(len(lines), 1, self.log("x"))
+        self.assertRegex(lines[0], r"etcd at 127\.0\.0\.1:\d+: .*\(unreachable\)")
+
+    def test_lost_quorum_past_join_timeout_exit_3(self):
+        p = self.agent("--join-timeout", "3", "--dead-after", "2", "--", "sleep", "60",
+                       name="x", nodes="1")
+        self.wait_for(lambda: self.world("x") == 2, what="the job")
+        self.cluster.kill(1)
+        self.cluster.kill(2)
+        self.assertEqual(p.wait(timeout=60), 3, self.log("x"))
+        self.assertIn("lost quorum", self.log("x"))
+        self.assertRegex(self.log("x"), r"dlaunch: etcd at .*\(lost quorum\) for \d+ s, past "
+                                        r"--join-timeout: giving up")
+
+    def test_bad_endpoint_and_conf_exit_2(self):
+        r = self.dlaunch("--rdzv-backend", "etcd", "--rdzv-endpoint", "nohost", "--run-id",
+                         "j", "--", "true", check_code=2)
+        self.assertIn("'nohost' is not HOST:PORT", r.stderr)
+        r = self.dlaunch("--rdzv-backend", "etcd", "--run-id", "j", "--", "true", check_code=2)
+        self.assertIn("needs --rdzv-endpoint", r.stderr)
+        r = self.dlaunch("--rdzv-backend", "etcd", "--rdzv-endpoint", self.cluster.endpoints,
+                         "--rdzv-conf", "protocol=gopher", "--run-id", "j", "--", "true",
+                         check_code=2)
+        self.assertIn("gopher", r.stderr)
+
+    def test_keys_under_the_prefix_deleted_at_job_end(self):
+        procs = [self.agent("--rdzv-conf", "prefix=/site/jobs/j1", "--", "true", name=n)
+                 for n in "ab"]
+        self.assertEqual(self.wait_all(procs), [0, 0], self.logs("ab"))
+        self.assertEqual(self.cluster.get_prefix("/dlaunch/"), {})
+        left = self.cluster.get_prefix("/site/jobs/j1/")
+        # Right after the end only the settings, the state and the events stay, on a lease
+        # that ends them shortly (dlaunch status answers meanwhile); members and marks are gone.
+        self.assertTrue(set(left) <= {"/site/jobs/j1/job", "/site/jobs/j1/state"} |
+                        {k for k in left if k.startswith("/site/jobs/j1/ev/")}, left)
+        self.assertEqual(json.loads(left["/site/jobs/j1/state"])["state"], "succeeded")
+        # Meanwhile the run id is the finished job's, as with our own rendezvous.
+        again = self.agent("--rdzv-conf", "prefix=/site/jobs/j1", "--", "true", name="again")
+        self.assertEqual(again.wait(timeout=30), 4, self.log("again"))
+        self.assertIn("join: job 'job' is over (succeeded)", self.log("again"))
+        self.wait_for(lambda: self.cluster.get_prefix("/site/jobs/j1/") == {}, timeout=20,
+                      what="the job's keys to go")
+        # Then it is free again.
+        fresh = self.agent("--rdzv-conf", "prefix=/site/jobs/j1", "--", "true", name="fresh",
+                           nodes="1")
+        self.assertEqual(fresh.wait(timeout=30), 0, self.log("fresh"))
+
+
+@unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
+class Auth(EtcdCase):
+    def setUp(self):
+        super().setUp()
+        self.cluster.enable_auth("dl", "s3cret")
+        self.good = self.write("good.pw", "s3cret\n")
+        self.bad = self.write("bad.pw", "guess\n")
+        os.chmod(self.good, 0o600)
+        os.chmod(self.bad, 0o600)
+
+    def test_user_password_and_a_wrong_one(self):
+        conf = f"user=dl,password_file={self.good}"
+        procs = [self.agent("--rdzv-conf", conf, "--", "sh", "-c", "echo $RANK", name=n)
+                 for n in "ab"]
+        self.assertEqual(self.wait_all(procs), [0, 0], self.logs("ab"))
+        p = self.agent("--rdzv-conf", f"user=dl,password_file={self.bad}", "--", "true",
+                       name="intruder", run_id="other")
+        self.assertEqual(p.wait(timeout=60), 4, self.log("intruder"))
+        self.assertRegex(self.log("intruder"),
+                         r"dlaunch: etcd at 127\.0\.0\.1:\d+: .*authentication failed.*\(refused\)")
+        # No credentials at all: refused too.
+        p = self.agent("--", "true", name="anon", run_id="other2")
+        self.assertEqual(p.wait(timeout=60), 4, self.log("anon"))
+        # The control commands take the same --rdzv-conf.
+        r = self.dlaunch("status", "--rdzv-backend", "etcd", "--endpoint",
+                         self.cluster.endpoints, "--rdzv-conf", f"user=dl,password_file={self.bad}",
+                         "job", check_code=4)
+        self.assertIn("authentication failed", r.stderr)
+
+    def test_password_file_readable_by_others_is_refused(self):
+        os.chmod(self.good, 0o644)
+        r = self.dlaunch("--rdzv-backend", "etcd", "--rdzv-endpoint", self.cluster.endpoints,
+                         "--rdzv-conf", f"user=dl,password_file={self.good}", "--run-id", "j",
+                         "--", "true", check_code=2)
+        self.assertIn("chmod 600", r.stderr)
+
+
+@unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
+class Tls(EtcdCase):
+    tls = True
+
+    def conf(self, ca=None):
+        c = self.cluster.certs
+        return (f"protocol=https,cacert={ca or c['ca']},cert={c['client_cert']},"
+                f"key={c['client_key']}")
+
+    def test_tls_with_certificates_made_here(self):
+        procs = [self.agent("--rdzv-conf", self.conf(), "--", "sh", "-c", "echo $RANK", name=n)
+                 for n in "ab"]
+        self.assertEqual(self.wait_all(procs), [0, 0], self.logs("ab"))
+        st = self.dlaunch("status", "--rdzv-backend", "etcd", "--endpoint",
+                          self.cluster.endpoints, "--rdzv-conf", self.conf(), "--json", "job",
+                          check_code=0)
+        self.assertEqual(json.loads(st.stdout)["state"], "succeeded")
+        # A CA that signed nothing of this cluster: refused, exit 4, one line naming TLS.
+        p = self.agent("--rdzv-conf", self.conf(ca=self.cluster.certs["other_ca"]), "--",
+                       "true", name="wrongca", run_id="other")
+        self.assertEqual(p.wait(timeout=60), 4, self.log("wrongca"))
+        self.assertRegex(self.log("wrongca"), r"dlaunch: etcd at 127\.0\.0\.1:\d+: TLS: ")
+        # Plain http to an https cluster: no answer etcd would give.
+        p = self.agent("--join-timeout", "2", "--", "true", name="plain", run_id="other2")
+        self.assertIn(p.wait(timeout=60), (3, 4), self.log("plain"))
+
+
+if __name__ == "__main__":
+    dltest.main()

@@ -38,7 +38,7 @@ bool dl__rec_in_job(const dl_agent_t *a)
     return a->spec->recovery != NULL && strcmp(a->spec->recovery, "in-job") == 0;
 }
 
-/* ---- the channel ------------------------------------------------------------------------------ */
+/* ---- the channel ----------------------------------------------------------------------------- */
 
 static void poll_closed(uv_handle_t *h)
 {

@@ -107,6 +107,8 @@ struct dl_agent_s {
     long long rec_last_step;     /* the last recovery that finished: where, how long */
     double rec_last_ms;
     int rec_replaced[64];        /* remote: the ranks this node replaced in this recovery */
+    uv_timer_t broken_timer;     /* remote: a worker's group broke; report it unless told why */
+    char broken_reason[400];
     int nrec_replaced;
     int rec_source;
     char readbuf[64 * 1024];

@@ -38,7 +38,7 @@ bool dl__rec_in_job(const dl_agent_t *a)
     return a->spec->recovery != NULL && strcmp(a->spec->recovery, "in-job") == 0;
 }
 
-/* ---- the channel ------------------------------------------------------------------------------ */
+/* ---- the channel ----------------------------------------------------------------------------- */
 
 static void poll_closed(uv_handle_t *h)
 {
@@ -70,6 +70,25 @@ static void tell(dl__worker_t *w, const char *line)
 
 static void recovery_done(dl_agent_t *a);
 static void recovery_failed(dl_agent_t *a, const char *why);
+
+/* How long an agent whose workers' group broke waits for the rendezvous to hear why from the
+ * node that knows, before it reports the breakage itself. */
+#define BROKEN_GRACE_MS 150
+
+static void on_broken(uv_timer_t *t)
+{
+    dl_agent_t *a = t->data;
+    if (a->recovering || a->sup.phase != DL_SUP_RUNNING || a->sup.stop != DL_SUP_STOP_NONE)
+        return;
+    dl__agent_log(a, "%s; nobody said why within %d ms: reporting it", a->broken_reason,
+                  BROKEN_GRACE_MS);
+    snprintf(a->report_reason, sizeof(a->report_reason), "%.390s", a->broken_reason);
+    if (a->nworkers > 0)
+        a->sup.first_failure = (dl_sup_failure_t){.rank = a->workers[0].rank,
+                                                  .attempt = a->sup.attempt, .exit_code = 1,
+                                                  .time = dl__now_unix()};
+    dl__rdzv_report(a);
+}
 
 /* The value of key in a "verb k=v k=v" line, into buf; false when absent. */
 static bool field(const char *line, const char *key, char *buf, size_t len)
@@ -108,6 +127,19 @@ static void on_line(dl_agent_t *a, dl__worker_t *w, const char *line)
             if (a->workers[i].pid > 0 && a->workers[i].ctl_gen != a->gen)
                 return;
         recovery_done(a);
+        return;
+    }
+    if (strncmp(line, "broken ", 7) == 0) {
+        /* Over several nodes: a worker's group broke and the rendezvous may not know why yet
+         * (a node died with its agent): tell it after a moment, unless the node that knows
+         * does first (its round change cancels this). */
+        int gen = field(line, "gen", v, sizeof(v)) ? atoi(v) : -1;
+        if (!a->remote || a->recovering || gen != a->gen || a->sup.phase != DL_SUP_RUNNING ||
+            uv_is_active((uv_handle_t *)&a->broken_timer))
+            return;
+        snprintf(a->broken_reason, sizeof(a->broken_reason), "the group of rank %d broke: %.300s",
+                 w->rank, field(line, "reason", v, sizeof(v)) ? v : "?");
+        uv_timer_start(&a->broken_timer, on_broken, BROKEN_GRACE_MS, 0);
         return;
     }
     if (strncmp(line, "failed ", 7) == 0) {
@@ -436,6 +468,7 @@ int dl__rec_start(dl_agent_t *a, int rank, int attempt)
 
 void dl__rec_keep(dl_agent_t *a)
 {
+    uv_timer_stop(&a->broken_timer);
     a->nrec_replaced = 0;
     /* The workers get the gist: the reason's first words. */
     snprintf(a->rec_reason_short, sizeof(a->rec_reason_short), "%.200s", a->rec_reason);
@@ -511,11 +544,14 @@ void dl__rec_init(dl_agent_t *a)
 {
     uv_timer_init(&a->loop, &a->rec_timer);
     a->rec_timer.data = a;
+    uv_timer_init(&a->loop, &a->broken_timer);
+    a->broken_timer.data = a;
 }
 
 void dl__rec_close(dl_agent_t *a)
 {
     uv_close((uv_handle_t *)&a->rec_timer, NULL);
+    uv_close((uv_handle_t *)&a->broken_timer, NULL);
     for (int i = 0; i < a->nworkers; i++)
         channel_close(&a->workers[i]);
 }

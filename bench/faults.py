@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import sys
@@ -298,6 +299,13 @@ def make_job(kw, subset, root, recovery="restart"):
 
 def run(args):
     root = tempfile.mkdtemp(prefix="dl-bench-faults-")
+    try:
+        return run_in(args, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_in(args, root):
     subset = os.path.join(root, "data")
     os.mkdir(subset)
     faultlib.write_subset(subset)

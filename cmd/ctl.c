@@ -203,7 +203,8 @@ static void print_status(const json_t *job)
     /* In-job recovery (docs/recovery.md): each is one of the restarts above. */
     const json_t *rec = json_object_get(job, "recovery");
     if (rec != NULL) {
-        printf("  in-job recoveries: %lld", (long long)json_integer_value(json_object_get(rec, "recoveries")));
+        printf("  in-job recoveries: %lld",
+               (long long)json_integer_value(json_object_get(rec, "recoveries")));
         if (json_is_true(json_object_get(rec, "recovering")))
             printf(", one under way");
         else if (json_object_get(rec, "step") != NULL)

@@ -318,6 +318,19 @@ static int rejoin(void *ctx)
     int r = 0;
 
     wait_all(c);
+    /* The launcher may not know yet (a rank on another node died with its node): say what
+     * broke, unless it is the launcher's own doing. */
+    pthread_mutex_lock(&c->mu);
+    bool told = c->next.gen > c->gen;
+    pthread_mutex_unlock(&c->mu);
+    if (!told && c->group != NULL) {
+        char why[300];
+        snprintf(why, sizeof(why), "%s", dl_coll_group_error(c->group));
+        for (char *p = why; *p != '\0'; p++)
+            if (*p == '\n')
+                *p = ' ';
+        ctl_say(c, "broken gen=%d rank=%d reason=%s", c->gen, dl_coll_rank(c->group), why);
+    }
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += c->opts.timeout_ms / 1000;
     until.tv_nsec += (long)(c->opts.timeout_ms % 1000) * 1000000L;

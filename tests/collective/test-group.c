@@ -891,7 +891,7 @@ START_TEST(peer_gone_fails_within_timeout)
 }
 END_TEST
 
-/* ---- in-job recovery's pieces ----------------------------------------------------------------- */
+/* ---- in-job recovery's pieces ---------------------------------------------------------------- */
 
 typedef struct {
     dl_coll_group_t *g;

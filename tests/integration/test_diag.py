@@ -243,7 +243,7 @@ class Diag(dltest.Case):
 
     # ---- stragglers --------------------------------------------------------------------------
 
-    def duty_cycle(self, pid, seconds, stop_s=0.05, run_s=0.03):
+    def duty_cycle(self, pid, seconds, stop_s=0.1, run_s=0.03):
         """Slows pid down for real: stopped stop_s out of every stop_s + run_s (a stop that
         falls while the rank waits in a collective adds to its wait, not its compute, so the
         compute grows by less than the stopped share)."""
@@ -279,18 +279,22 @@ class Diag(dltest.Case):
             self.assertTrue(s, f"not named within {named_within} s: {self.log(n)}")
             self.assertEqual(s[0]["rank"], 1, s)
             self.assertGreaterEqual(s[0]["steps"], 100)
-            self.assertGreater(s[0]["slower_pct"], 50)
-            self.assertGreater(s[0]["compute_ms"], s[0]["median_ms"] * 1.5)
+            self.assertGreater(s[0]["slower_pct"], self.STRAGGLER_THRESHOLD * 100)
+            self.assertGreater(s[0]["compute_ms"],
+                               s[0]["median_ms"] * (1 + self.STRAGGLER_THRESHOLD))
+            print(f"{slow_name}: rank 1 named at +{s[0]['slower_pct']:.0f}%")
             self.assertGreater(s[0]["cost_samples_per_s"], 0)
             self.assertEqual(s[0]["action"], "warn")
         return took
 
     STRAGGLER_TRAIN = ("steps=1000000", "layers=784-128-10", "log_every=200",
                        "eval_every=1000000")
-    # Two ranks on a shared 2-core machine: a neighbour's load can hold one back by a third for
-    # seconds (a true straggler, for the rule), so the tests name ranks past +50%, and slow theirs
-    # by more than that.
-    STRAGGLER_OPTS = ("--straggler-threshold", "0.5")
+    # Two ranks on a shared 2-core machine: a neighbour's load can hold one back by a half for
+    # seconds (+54% over 129 steps was seen with two busy loops beside: a true straggler, for the
+    # rule), so the tests name ranks only past +150%; the duty cycle slows theirs by +300% and more
+    # (a 100 ms stop lands in one step of the ten or so a 30 ms run makes).
+    STRAGGLER_THRESHOLD = 1.5
+    STRAGGLER_OPTS = ("--straggler-threshold", str(STRAGGLER_THRESHOLD))
 
     def test_a_slowed_rank_is_named_on_one_node_and_nobody_before(self):
         data = test_train.SUBSET

@@ -146,6 +146,99 @@ exec {dltest.DLAUNCH} --nodes 2 --gpus-per-node 2 --log-dir {logs} {job}
         out = self.read("long.txt")
         self.assertIn("stopping the workers", out)
 
+    def agent_pid(self, job_id, node_id):
+        """The pid of the dlaunch agent that srun started on node `node_id` of a job."""
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    if f.read().strip() != "dlaunch":
+                        continue
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            except OSError:
+                continue
+            if (env.get(b"SLURM_JOB_ID") == job_id.encode() and
+                    env.get(b"SLURM_NODEID") == str(node_id).encode() and
+                    b"SLURM_STEP_ID" in env):
+                return int(pid)
+        return None
+
+    def test_the_host_agent_killed_a_node_of_the_allocation_hosts_and_the_job_goes_on(self):
+        """Failover under Slurm (docs/rendezvous.md): node 0 of the allocation hosts the
+        rendezvous; its agent SIGKILLed, the agent on node 1 hosts it at its own address (a host
+        of the allocation, from the last round's successors) and, with --nodes 1:2, finishes the
+        job alone, with no flag but the node range and the timings."""
+        logs = os.path.join(self.dir, "logs")
+        stop = os.path.join(self.dir, "stop")
+        job = self.write("wait.yaml", f"""gpus_per_node: 2
+command: [sh, -c, 'while [ ! -e {stop} ]; do sleep 0.05; done']
+""")
+        script = self.write("failover.sbatch", f"""#!/bin/bash
+cd {self.dir}
+exec {dltest.DLAUNCH} --nodes 1:2 --gpus-per-node 2 --heartbeat 0.2 --dead-after 1 \\
+    --last-call 0.5 --max-restarts 2 --join-timeout 60 --log-dir {logs} {job}
+""")
+        p = subprocess.run(["sbatch", "-N2", "--parsable", "-o",
+                            os.path.join(self.dir, "failover.txt"), script],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        job_id = p.stdout.strip().split(";")[0]
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and \
+                    len(glob.glob(os.path.join(logs, "*", "attempt_0", "rank_*.out"))) < 4:
+                time.sleep(0.1)
+            self.assertEqual(len(glob.glob(os.path.join(logs, "*", "attempt_0", "rank_*.out"))),
+                             4, self.read_or_empty("failover.txt"))
+            second = self.node_addr(job_id, 1)
+            host = self.agent_pid(job_id, 0)
+            self.assertIsNotNone(host, "no agent of node 0 found in /proc")
+            os.kill(host, 9)
+            # The next round: node 1 alone, as node rank 0, ranks 0..1 in a new attempt folder.
+            deadline = time.monotonic() + 30
+            later = []
+            while time.monotonic() < deadline and not later:
+                later = [d for d in glob.glob(os.path.join(logs, "*", "attempt_*", "rank_1.out"))
+                         if not d.endswith(os.path.join("attempt_0", "rank_1.out"))]
+                time.sleep(0.1)
+            self.assertTrue(later, self.read_or_empty("failover.txt"))
+            open(stop, "w").close()
+            deadline = time.monotonic() + 60
+            state = ""
+            while time.monotonic() < deadline:
+                state = subprocess.run(["scontrol", "show", "job", job_id],
+                                       capture_output=True, text=True).stdout
+                if re.search(r"JobState=(COMPLETED|FAILED)", state) or not state:
+                    break
+                time.sleep(0.2)
+        finally:
+            subprocess.run(["scancel", job_id], timeout=30)
+        out = self.read_or_empty("failover.txt")
+        # Node 1's agent hosts the rendezvous at node 1's own address, not node 0's.
+        hosting = re.findall(r"hosting the rendezvous on (\S+?):\d+: its host was lost", out)
+        self.assertEqual(len(hosting), 1, out)
+        self.assertEqual(hosting[0], second, out)
+        self.assertRegex(out, r"job succeeded in round \d+, 1 restart", out)
+
+    def node_addr(self, job_id, index):
+        """The address of node `index` of a job's allocation."""
+        job = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
+                             timeout=20).stdout
+        names = subprocess.run(["scontrol", "show", "hostnames",
+                                re.search(r" NodeList=(\S+)", job).group(1)],
+                               capture_output=True, text=True, timeout=20).stdout.split()
+        node = subprocess.run(["scontrol", "show", "node", names[index]], capture_output=True,
+                              text=True, timeout=20).stdout
+        return re.search(r"NodeAddr=(\S+)", node).group(1)
+
+    def read_or_empty(self, name):
+        try:
+            return self.read(name)
+        except OSError:
+            return ""
+
     @unittest.skipUnless(trainer_distributed(), "the trainer runs on one worker only here")
     def test_requeue_resumes_from_the_checkpoint(self):
         ckpt = os.path.join(self.dir, "ckpt")

@@ -200,6 +200,13 @@ float *dl_train_mlp_swap_params(dl_train_mlp_t *m, float *other)
     return old;
 }
 
+float *dl_train_mlp_swap_grads(dl_train_mlp_t *m, float *other)
+{
+    float *old = m->grads;
+    m->grads = other;
+    return old;
+}
+
 void dl_train_mlp_layer_offsets(const dl_train_mlp_t *m, size_t l, size_t *ret_w, size_t *ret_b)
 {
     *ret_w = m->w_off[l];

@@ -134,6 +134,8 @@ size_t dl_train_mlp_capacity(const dl_train_mlp_t *m);
  * buffer and returns the one it replaces, which the caller then owns: double-buffered updates
  * (in-job recovery keeps the parameters of the step before until a step is complete). */
 float *dl_train_mlp_swap_params(dl_train_mlp_t *m, float *other);
+/* The same for the gradient buffer: backward writes its next gradients into `other`. */
+float *dl_train_mlp_swap_grads(dl_train_mlp_t *m, float *other);
 /* Offsets of layer l's weight and bias in the parameter (and gradient) buffer. */
 void dl_train_mlp_layer_offsets(const dl_train_mlp_t *m, size_t l, size_t *ret_w, size_t *ret_b);
 

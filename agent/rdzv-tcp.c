@@ -37,6 +37,7 @@ struct dl_rdzv_impl_s {
     json_int_t join_id; /* the join waiting for its assignment, or -1 */
     dl_rdzv_join_t join; /* the last join asked for */
     bool ready;
+    bool leaving; /* said leave: the connection the server closes next is no loss */
     bool started;       /* ready was called back once (first connection) */
     bool connecting;
     bool sitting_out;   /* sit_out: no member until the next join */
@@ -541,6 +542,12 @@ static void on_backoff(uv_timer_t *t)
  * not past the join timeout of trouble in a row. */
 static void drop_connection(tcp_t *z, bool misbehaving, const char *what)
 {
+    if (z->leaving) {
+        z->ready = false;
+        dl_rdzv_client_close(z->client);
+        z->client = NULL;
+        return;
+    }
     double now = mono();
     bool stable = !misbehaving && z->ready && now - z->ready_at >= STABLE_S;
 
@@ -827,6 +834,7 @@ static void tcp_leave(tcp_t *z, const char *reason)
     if (!z->ready)
         return;
     send_or_log(z, dl_rdzv_enc_leave(next_id(z), reason));
+    z->leaving = true;
 }
 
 const dl_rdzv_backend_ops_t dl__rdzv_backend_tcp = {

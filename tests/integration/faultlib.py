@@ -91,9 +91,10 @@ class Net:
     def drop(self, i):
         """Every packet in or out of node i vanishes: no FIN, no RST, as a host that lost power
         or a switch that died."""
+        # One block on one line needs ';' between the chains, or nft refuses it.
         script = ("table inet dlfault { chain in { type filter hook input priority 0; "
-                  "iifname \"eth0\" drop; } chain out { type filter hook output priority 0; "
-                  "oifname \"eth0\" drop; } }")
+                  "iifname \"eth0\" drop; }; chain out { type filter hook output priority 0; "
+                  "oifname \"eth0\" drop; }; }")
         self.ns(i, "nft", script)
 
     def undrop(self, i):

@@ -707,8 +707,12 @@ static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status)
     /* A batch system stopping a whole step (scancel) signals every process of it, workers
      * first as often as not: a worker killed by a stop signal we did not send is news only if
      * no signal reaches the agent itself within a moment. */
-    if ((sig == SIGTERM || sig == SIGINT || sig == SIGHUP) && a->sup.stop == DL_SUP_STOP_NONE &&
-        defer_exit(a, w->rank, pid, code, sig) == 0)
+    /* So is a worker that exited as such a signal makes it (128 + n): the bundled trainer
+     * stopped by a peer's stop vote does, when an operator stopped that peer's node; the node's
+     * agent says so to the rendezvous, which stops this node too within the moment. */
+    bool stop_code = code == 128 + SIGTERM || code == 128 + SIGINT || code == 128 + SIGHUP;
+    if ((sig == SIGTERM || sig == SIGINT || sig == SIGHUP || stop_code) &&
+        a->sup.stop == DL_SUP_STOP_NONE && defer_exit(a, w->rank, pid, code, sig) == 0)
         return;
     report_exit(a, w->rank, pid, code, sig, w->hung);
 }
@@ -744,6 +748,7 @@ static void on_signal(uv_signal_t *h, int signum)
                       dl_signal_name(signum));
     dl_events_emit(a->events, "signal", dl__now_unix(),
                    json_pack("{s:s}", "signal", dl_signal_name(signum)));
+    dl__rdzv_quit(a, signum);
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_SIGNAL, .signal = signum});
 }
 

@@ -127,6 +127,9 @@ void dl__rdzv_join(dl_agent_t *a);
 void dl__rdzv_report(dl_agent_t *a);
 void dl__rdzv_node_done(dl_agent_t *a);
 void dl__rdzv_finish(dl_agent_t *a, int exit_code); /* says goodbye and lets go of every handle */
+/* The agent got a stop signal: it leaves the job now, before its workers stop, so that a job
+ * that cannot go on without this node stops on every node rather than restart or wait. */
+void dl__rdzv_quit(dl_agent_t *a, int signum);
 void dl__rdzv_free(dl_agent_t *a);
 /* Tells the rendezvous that this node steps out as a straggler (rank, reason): the job goes on
  * without it; it joins again once dl__diag_excluded says the cool-down is over. */

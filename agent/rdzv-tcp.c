@@ -37,6 +37,7 @@ struct dl_rdzv_impl_s {
     json_int_t join_id; /* the join waiting for its assignment, or -1 */
     dl_rdzv_join_t join; /* the last join asked for */
     bool ready;
+    bool leaving; /* said leave: the connection the server closes next is no loss */
     bool started;       /* ready was called back once (first connection) */
     bool connecting;
     bool sitting_out;   /* sit_out: no member until the next join */
@@ -73,6 +74,7 @@ struct dl_rdzv_impl_s {
     int host_node_rank; /* of the agent hosting the rendezvous in the last round, or -1 */
     dl_rdzv_client_t *probe;
     int probe_index;
+    double probe_since;
 };
 
 typedef struct dl_rdzv_impl_s tcp_t;
@@ -471,11 +473,19 @@ static void probe_lost(void *ctx, int status)
     (void)ctx, (void)status;
 }
 
-/* At each heartbeat while we host as a successor: ask the next earlier candidate. */
+/* At each heartbeat while we host as a successor: ask the next earlier candidate. A probe
+ * unanswered for --dead-after goes: its SYNs into a link that drops them silently back off to
+ * 30 s and more, so once the link heals the candidate would be heard of only that much later
+ * (70 s after a 40 s drop); a fresh one asks at once. */
 static void probe_earlier(tcp_t *z)
 {
-    if (z->server == NULL || z->host_index == 0 || z->probe != NULL)
+    if (z->server == NULL || z->host_index == 0)
         return;
+    if (z->probe != NULL && mono() - z->probe_since < z->spec->dead_after)
+        return;
+    dl_rdzv_client_close(z->probe);
+    z->probe = NULL;
+    z->probe_since = mono();
     z->probe_index = (z->probe_index + 1) % z->host_index;
     dl_rdzv_client_cbs_t cbs = {probe_ready, probe_message, probe_lost};
     if (dl_rdzv_client_start(z->conf.loop, z->cands[z->probe_index], z->port,
@@ -541,6 +551,12 @@ static void on_backoff(uv_timer_t *t)
  * not past the join timeout of trouble in a row. */
 static void drop_connection(tcp_t *z, bool misbehaving, const char *what)
 {
+    if (z->leaving) {
+        z->ready = false;
+        dl_rdzv_client_close(z->client);
+        z->client = NULL;
+        return;
+    }
     double now = mono();
     bool stable = !misbehaving && z->ready && now - z->ready_at >= STABLE_S;
 
@@ -827,6 +843,7 @@ static void tcp_leave(tcp_t *z, const char *reason)
     if (!z->ready)
         return;
     send_or_log(z, dl_rdzv_enc_leave(next_id(z), reason));
+    z->leaving = true;
 }
 
 const dl_rdzv_backend_ops_t dl__rdzv_backend_tcp = {

@@ -23,6 +23,7 @@ typedef struct dl__rdzv_s {
     dl_proto_token_t *token;
     uv_timer_t heartbeat;
     bool heartbeat_open;
+    bool quit; /* said leave at the agent's stop signal */
     bool ready;   /* the backend said ready once: the supervisor has been started */
     char node_id[300];
     char hostname[256];
@@ -452,12 +453,21 @@ void dl__rdzv_local_store_reset(dl_agent_t *a)
         dl_rdzv_server_reset_store(a->rdzv->server, a->run_id);
 }
 
+void dl__rdzv_quit(dl_agent_t *a, int signum)
+{
+    rdzv_t *z = a->rdzv;
+    if (z == NULL || z->backend == NULL || z->quit)
+        return;
+    z->quit = true;
+    z->ops->leave(z->backend, dl_signal_name(signum));
+}
+
 void dl__rdzv_finish(dl_agent_t *a, int exit_code)
 {
     rdzv_t *z = a->rdzv;
     if (z == NULL)
         return;
-    if (z->backend != NULL && exit_code >= 128)
+    if (z->backend != NULL && exit_code >= 128 && !z->quit)
         z->ops->leave(z->backend, dl_signal_name(exit_code - 128));
     if (z->heartbeat_open) {
         uv_close((uv_handle_t *)&z->heartbeat, NULL);

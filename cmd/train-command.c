@@ -52,6 +52,12 @@ int dl_train_command(dl_job_spec_t *spec, char **environ_list, char *err, size_t
 
     if (spec->train == NULL && !runs_trainer(spec))
         return 0;
+    /* The bundled trainer heals from its replicas (docs/recovery.md); a command we do not know
+     * may not implement the control channel, so it keeps restart. */
+    if (spec->recovery == NULL && (spec->recovery = strdup("in-job")) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
     dl_train_config_init(&cfg);
     /* The workers inherit DLAUNCH_TRAIN_*: a bad one must stop dlaunch here, before anything
      * starts, not every worker of every attempt. */

@@ -40,7 +40,8 @@ struct dl_job_spec_s {
     int max_restarts;
     double stop_timeout; /* seconds */
     double health_timeout; /* seconds without a health beat before a beating worker is hung; 0 off */
-    char *recovery;        /* "restart" (NULL means it too) or "in-job" (docs/recovery.md) */
+    char *recovery;        /* "restart" or "in-job" (docs/recovery.md); NULL: restart, but
+                            * dl_train_command makes it in-job for the bundled trainer */
     char *run_id;        /* NULL: the agent makes one up */
     char *log_dir;
     char *events; /* NULL: none; "-": stdout */

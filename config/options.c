@@ -346,11 +346,12 @@ const dl_opt_t dl__options[] = {
      "write one JSON object per line for every state change", 0, 0},
     {"stop-timeout", "shutdown-timeout", 0, DBL, OFF(stop_timeout), 0, 86400, NULL, "10", "SEC",
      "grace between SIGTERM and SIGKILL when stopping workers (default 10)", 0, 0},
-    {"recovery", NULL, 0, &t_word, OFF(recovery), 0, 0, recoveries, "restart", "restart|in-job",
+    {"recovery", NULL, 0, &t_word, OFF(recovery), 0, 0, recoveries, NULL, "restart|in-job",
      "what a failed or hung worker costs: restart stops every worker and restarts the job from "
      "its last checkpoint; in-job keeps the others alive, starts a replacement that takes the "
      "state from a living replica, and falls back to a restart when it cannot "
-     "(docs/recovery.md; default restart)", 0, 0},
+     "(docs/recovery.md; default in-job for the bundled trainer, restart for any other command)",
+     0, 0},
     {"health-timeout", NULL, 0, DBL, OFF(health_timeout), 0, 86400, NULL, "0", "SEC",
      "a worker that beat on DLAUNCH_HEALTH_FD and then fell silent this long is hung: it is "
      "killed and the job restarts (default 0: off)", 0, 0},

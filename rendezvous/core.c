@@ -1013,6 +1013,39 @@ static void on_leave(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now
     finish(core, job, DL_RDZV_JOB_SUCCEEDED, now);
 }
 
+/* An agent that goes away on purpose before the job's end, as an operator's SIGTERM makes it:
+ * when the nodes left are fewer than min_nodes the job cannot go on, and waiting for a round
+ * that cannot close would hold every other node for --join-timeout. It stops on every node, as
+ * `dlaunch stop` stops it, and no restart is spent. With nodes enough left it is lost as any
+ * node is when its connection closes, which follows. */
+static void on_quit(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
+{
+    dl__rdzv_member_t *m = conn_member(core, ev->conn);
+    if (!m || is_over(m->job))
+        return;
+    dl__rdzv_job_t *job = m->job;
+    const char *why = ev->report.description ? ev->report.description : "no reason given";
+    if (job->state == DL_RDZV_JOB_GATHERING) {
+        gathering_lost(core, job, m, dl__rdzv_printf(core, "it left (%s)", why));
+        return;
+    }
+    size_t left = 0;
+    for (size_t i = 0; i < job->nmembers; i++)
+        if (job->members[i] != m && job->members[i]->conn && !job->members[i]->left)
+            left++;
+    if (left >= (size_t)job->opts.min_nodes || prepare(core, job) < 0)
+        return;
+    for (size_t i = 0; i < job->nmembers; i++)
+        if (job->members[i] != m && member_conn(job->members[i]))
+            dl__rdzv_send(core, member_conn(job->members[i]), DL_RDZV_MSG_STOP, 0, job->run_id)
+                ->stop.round = job->round;
+    dl__rdzv_log(core, DL_RDZV_LOG_INFO, job->run_id,
+                 "job stopped in round %d: agent '%s' (%s) left (%s), and %zu node%s cannot go on "
+                 "(at least %d)", job->round, m->agent_id, m->host, why, left,
+                 left == 1 ? "" : "s", job->opts.min_nodes);
+    finish(core, job, DL_RDZV_JOB_STOPPED, now);
+}
+
 static void on_worker_failed(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
 {
     dl__rdzv_member_t *m = report_member(core, ev, "worker_failed");
@@ -1318,6 +1351,9 @@ int dl_rdzv_core_step(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double no
     }
     case DL_RDZV_EV_LEAVE:
         on_leave(core, ev, now);
+        break;
+    case DL_RDZV_EV_QUIT:
+        on_quit(core, ev, now);
         break;
     case DL_RDZV_EV_WORKER_FAILED:
         on_worker_failed(core, ev, now);

@@ -121,6 +121,8 @@ typedef enum {
     DL_RDZV_EV_JOIN,          /* run_id, join */
     DL_RDZV_EV_HEARTBEAT,     /* conn: the member that joined on it is alive; never replied */
     DL_RDZV_EV_LEAVE,         /* conn, round: the agent's workers all exited 0 */
+    DL_RDZV_EV_QUIT,          /* conn, report.description: the agent goes away before the end
+                               * (an operator's signal); never replied */
     DL_RDZV_EV_WORKER_FAILED, /* conn, round, failure */
     DL_RDZV_EV_DISCONNECT,    /* conn is gone; never replied */
     DL_RDZV_EV_RESTART,       /* run_id: control request, start the next round */
@@ -161,7 +163,8 @@ typedef struct {
         } join;
         struct {
             int round;               /* the round the agent's workers belong to */
-            const char *description; /* WORKER_FAILED: what failed, kept for the summary */
+            const char *description; /* WORKER_FAILED: what failed, kept for the summary;
+                                      * QUIT: why the agent goes */
             int rank;                /* WORKER_FAILED: the worker's global rank */
             int exit_code;           /* WORKER_FAILED: -1 when it did not exit */
             int signal;              /* WORKER_FAILED: 0 when none */

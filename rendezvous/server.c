@@ -839,6 +839,12 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         ev.report.round = (int)dl_proto_get_int(msg, "round", 0);
         break;
     case DL_PROTO_LEAVE: {
+        const char *reason = dl_proto_get_str(msg, "reason");
+        if (reason != NULL)
+            snprintf(desc, sizeof(desc), "%s", reason);
+        ev.kind = DL_RDZV_EV_QUIT;
+        ev.report.description = reason != NULL ? desc : NULL;
+        run_core(s, &ev);
         json_auto_t *r = dl_proto_reply_new(id, NULL);
         if (r != NULL)
             ssend(sc, r);

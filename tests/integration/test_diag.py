@@ -142,7 +142,7 @@ class Diag(dltest.Case):
     def test_a_rank_stopped_mid_step_is_named_on_one_node(self):
         data = test_train.SUBSET
         p = self.spawn(["--gpus-per-node", "2", "--health-timeout", "3", "--max-restarts", "1",
-                        "--run-id", "job", "--events", os.path.join(self.dir, "a.events"), "--",
+                        "--recovery", "restart", "--run-id", "job", "--events", os.path.join(self.dir, "a.events"), "--",
                         *trainer_cmd(data, "steps=60", "log_every=1000",
                                      f"hang_at_step={self.HANG_STEP}", "fail_rank=1")], "a")
         self.assertEqual(p.wait(timeout=120), 0, self.log("a"))
@@ -196,7 +196,7 @@ class Diag(dltest.Case):
     def test_a_rank_stopped_mid_step_is_named_on_two_nodes(self):
         data = test_train.SUBSET
         procs = self.two_agents(
-            ["--health-timeout", "6", "--max-restarts", "1"],
+            ["--health-timeout", "6", "--max-restarts", "1", "--recovery", "restart"],
             trainer_cmd(data, "steps=60", "log_every=1000", f"hang_at_step={self.HANG_STEP}",
                         "fail_rank=1"))
         # While the job hangs, `dlaunch status --ranks` shows where.
@@ -227,7 +227,8 @@ class Diag(dltest.Case):
         """Node 1's agent SIGKILLed mid-training: node 0's rank fails too (its collective
         broke), but the round change, node 0's restart event and its log name node 1."""
         procs = self.two_agents(
-            ["--nodes", "1:2", "--last-call", "0.5", "--dead-after", "2", "--max-restarts", "2"],
+            ["--nodes", "1:2", "--last-call", "0.5", "--dead-after", "2", "--max-restarts", "2",
+             "--recovery", "restart"],
             trainer_cmd(test_train.SUBSET, "steps=300", "log_every=1000"), nodes="1:2")
         self.first_beat(1)
         procs[1].kill()
@@ -341,6 +342,7 @@ class Diag(dltest.Case):
         ckpt = os.path.join(self.dir, "ckpt")
         procs = self.two_agents(
             ["--straggler-action", "exclude", "--max-restarts", "1", "--last-call", "1",
+             "--recovery", "restart",
              *self.STRAGGLER_OPTS],
             trainer_cmd(data, "steps=1500", "layers=784-128-10", "log_every=500",
                         "eval_every=1000000", f"checkpoint_dir={ckpt}", "checkpoint_every=50"),

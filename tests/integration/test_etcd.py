@@ -14,6 +14,7 @@ import unittest
 
 import dltest
 import etcdlib
+import test_train
 
 
 def rounds(evs):
@@ -191,6 +192,36 @@ command: [sh, -c, 'echo $RANK of $WORLD_SIZE']
             why = restart[0]["reason"]
             self.assertEqual((why["cause"], why["rank"], why["exit_code"], why["node_rank"]),
                              ("worker_failed", 3, 4, 1), why)
+
+    @unittest.skipUnless(test_train.have_fashion(), "Fashion-MNIST is not installed")
+    def test_the_bundled_trainer_recovers_in_job(self):
+        """In-job recovery, the bundled trainer's default, over etcd as over our own rendezvous:
+        rank 3 (node 1) SIGKILLed in a step; node 0 keeps its workers, node 1 replaces rank 3,
+        nothing restarts and the job finishes on both nodes."""
+        data = os.path.join(self.dir, "data")
+        os.mkdir(data)
+        test_train.write_subset(data)
+        spec = self.write("job.yaml", f"""max_restarts: 2
+train:
+  dataset_dir: {data}
+  steps: 400
+  batch_size: 32
+  log_every: 100
+  fail_at_step: 150
+  fail_rank: 3
+""")
+        procs = [self.agent("--node-rank", str(i), spec, name=n) for i, n in enumerate("ab")]
+        self.assertEqual(self.wait_all(procs, timeout=180), [0, 0], self.logs("ab"))
+        for n in "ab":
+            self.assertEqual([e for e in self.evs(n) if e["event"] == "restart"], [],
+                             self.logs("ab"))
+        started = {n: [e["rank"] for e in self.evs(n) if e["event"] == "worker_start"]
+                   for n in "ab"}
+        self.assertEqual(started, {"a": [0, 1], "b": [2, 3, 3]}, self.logs("ab"))
+        rec = [e for e in self.evs("b") if e["event"] == "recovery"]
+        self.assertEqual([e["status"] for e in rec], ["started", "done"], rec)
+        self.assertEqual(rec[-1]["replaced"], [3], rec)
+        self.assertNotIn("resuming from", self.logs("ab"))
 
     def test_restarts_exhausted_fail_every_node(self):
         procs = [self.agent("--max-restarts", "1", "--", "sh", "-c",

@@ -290,6 +290,7 @@ class StatusPage(Base):
         port = free_port()
         self.write("job.yaml", """gpus_per_node: 1
 max_restarts: 2
+recovery: restart
 train:
   steps: 1000000
   log_every: 20

@@ -111,6 +111,36 @@ class Rendezvous(dltest.Case):
         for rank, words in ranks.items():
             self.assertEqual(words, [str(rank), "restart", "1"])
 
+    def test_sigterm_to_one_agent_stops_the_job_on_every_node(self):
+        """An operator's SIGTERM to one agent of a 2-node job: that node stops (exit 143) and so
+        does the other, at once and with exit 0 as by `dlaunch stop`; no restart is spent.
+        Before, the other node took it for a lost node, restarted, and waited --join-timeout
+        for a round that could not close."""
+        for victim in ("b", "a"):  # b: a node of the job; a: the one hosting the rendezvous
+            with self.subTest(victim=victim):
+                stop = os.path.join(self.dir, f"never-{victim}")
+                work = ["--max-restarts", "2", "--", "sh", "-c",
+                        f"while [ ! -e {stop} ]; do sleep 0.05; done"]
+                procs = {n: self.agent(*work, name=f"{n}{victim}") for n in "ab"}
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not all(
+                        [e for e in self.evs(f"{n}{victim}") if e["event"] == "worker_start"]
+                        for n in "ab"):
+                    time.sleep(0.05)
+                procs[victim].send_signal(signal.SIGTERM)
+                t0 = time.monotonic()
+                other = "a" if victim == "b" else "b"
+                self.assertEqual(procs[victim].wait(timeout=30), 128 + signal.SIGTERM,
+                                 self.log(f"{victim}{victim}"))
+                self.assertEqual(procs[other].wait(timeout=10), 0, self.log(f"{other}{victim}"))
+                took = time.monotonic() - t0
+                for n in "ab":
+                    evs = self.evs(f"{n}{victim}")
+                    self.assertEqual([e for e in evs if e["event"] == "restart"], [], evs)
+                self.assertIn("stopped", [e for e in self.evs(f"{other}{victim}")
+                                          if e["event"] == "job_end"][-1]["status"])
+                print(f"SIGTERM to agent {victim}: the other stopped {took:.2f} s later")
+
     def test_restart_events_and_the_journal_over_several_nodes(self):
         # docs/events.md: on several nodes every agent's restart event has the round, the
         # culprit as its reason and the round change's text as its diagnosis; docs/control.md: the journal's log events cover the

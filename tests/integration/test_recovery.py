@@ -18,7 +18,7 @@ import unittest
 
 import dltest
 import faultlib
-from test_train import FASHION, have_fashion, write_subset  # noqa: F401
+from test_train import FASHION, TRAINER, have_fashion, write_subset  # noqa: F401
 
 SUBSET = None
 STEPS = 600
@@ -58,7 +58,7 @@ class OneNode(dltest.Case):
         """The final checkpoint of an uninterrupted run (restart mode, as today)."""
         if workers not in OneNode.straight:
             name = f"straight{workers}"
-            spec = self.spec(name, workers)
+            spec = self.spec(name, workers, extra=("recovery: restart",))
             self.dlaunch("-q", "--run-id", name, spec, timeout=180, check_code=0)
             OneNode.straight[workers] = self.final(name)
         return OneNode.straight[workers]
@@ -201,6 +201,16 @@ class OneNode(dltest.Case):
         p = self.dlaunch("--dry-run", "--gpus-per-node", "2", "--", "true", check_code=0)
         self.assertIn("DLAUNCH_RECOVERY=restart", p.stdout)
         self.assertNotIn("DLAUNCH_CONTROL_FD", p.stdout)
+        # The bundled trainer's default is in-job (a train: section, or dlaunch-train as the
+        # command); any other command's is restart, as above; --recovery restart still wins.
+        spec = self.spec("default", 2)
+        p = self.dlaunch("--dry-run", spec, check_code=0)
+        self.assertRegex(p.stdout, r"rank 1:.* DLAUNCH_RECOVERY=in-job DLAUNCH_CONTROL_FD=4 ")
+        p = self.dlaunch("--dry-run", "--gpus-per-node", "2", "--", TRAINER, check_code=0)
+        self.assertRegex(p.stdout, r"rank 1:.* DLAUNCH_RECOVERY=in-job DLAUNCH_CONTROL_FD=4 ")
+        p = self.dlaunch("--dry-run", "--recovery", "restart", spec, check_code=0)
+        self.assertIn("DLAUNCH_RECOVERY=restart", p.stdout)
+        self.assertNotIn("DLAUNCH_CONTROL_FD", p.stdout)
         p = self.dlaunch("--dry-run", "--recovery", "sometimes", "--", "true")
         self.assertEqual(p.returncode, 2)
         self.assertIn("--recovery", p.stderr)
@@ -242,7 +252,7 @@ class TwoNodes(unittest.TestCase):
 
     def baseline(self):
         if TwoNodes.straight is None:
-            job = self.job(extra=())
+            job = self.job(extra=("--recovery", "restart"))
             job.start()
             self.assertEqual(job.wait(), [0, 0])
             TwoNodes.straight = self.final(job)

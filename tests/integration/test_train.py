@@ -193,7 +193,8 @@ class Train(dltest.Case):
         spec = self.job("flaky.yaml", 2, {**self.RESUME, "dataset_dir": SUBSET,
                                           "checkpoint_dir": "ck", "summary_file": "flaky.json",
                                           "fail_at_step": 300, "fail_rank": 1})
-        self.dlaunch("-q", "--run-id", "flaky", "--max-restarts", "1", "--events",
+        self.dlaunch("-q", "--run-id", "flaky", "--max-restarts", "1", "--recovery", "restart",
+                     "--events",
                      self.events_path, spec, timeout=180, check_code=0)
         evs = self.events()
         died = [e for e in evs if e["event"] == "worker_exit" and e.get("signal") == "SIGKILL"]

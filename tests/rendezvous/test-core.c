@@ -509,6 +509,35 @@ START_TEST(stop_ends_the_job_and_it_is_forgotten_later)
 }
 END_TEST
 
+START_TEST(an_agent_quitting_stops_a_job_that_cannot_go_on)
+{
+    /* Two nodes of two: one quits (its operator's SIGTERM), the other is stopped at once rather
+     * than left to wait for a round that cannot close; no restart is spent. */
+    harness_t h;
+    h_init(&h);
+    dl_rdzv_job_opts_t o = h_opts(2, 2);
+    h_join(&h, 1, "job", 1, &o, 0);
+    h_join(&h, 2, "job", 1, &o, 0);
+    h_conn_event(&h, DL_RDZV_EV_QUIT, 2, 0, 1);
+    ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_STOP)->stop.round, 0);
+    ck_assert_uint_eq(h_sends_to(&h, 2), 0);
+    const dl_rdzv_job_status_t *js = h_status(&h, "job", 2);
+    ck_assert_int_eq(js->state, DL_RDZV_JOB_STOPPED);
+    ck_assert_int_eq(js->restarts, 0);
+    h_fini(&h);
+
+    /* Elastic, with nodes enough left: nothing yet; the connection's close loses it as any. */
+    h_init(&h);
+    o = h_opts(1, 2);
+    h_join(&h, 1, "job", 1, &o, 0);
+    h_join(&h, 2, "job", 1, &o, 0);
+    h_conn_event(&h, DL_RDZV_EV_QUIT, 2, 0, 1);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_STOP), 0);
+    ck_assert_int_eq(h_status(&h, "job", 2)->state, DL_RDZV_JOB_RUNNING);
+    h_fini(&h);
+}
+END_TEST
+
 START_TEST(restart_request_opens_a_round)
 {
     harness_t h;
@@ -1046,6 +1075,7 @@ int main(void)
     tcase_add_test(tc, restarts_run_out);
     tcase_add_test(tc, zero_restarts_fail_at_the_first_failure);
     tcase_add_test(tc, stop_ends_the_job_and_it_is_forgotten_later);
+    tcase_add_test(tc, an_agent_quitting_stops_a_job_that_cannot_go_on);
     tcase_add_test(tc, restart_request_opens_a_round);
     tcase_add_test(tc, restart_request_without_budget_still_restarts);
     tcase_add_test(tc, the_round_change_names_the_culprit);

@@ -240,9 +240,10 @@ class TwoHosts(dltest.Case):
             return any(e["event"] == "worker_start" and e["attempt"] == attempt
                        for e in self.events(f"silent-{h}.events"))
         self.wait_for("both workers", lambda: started("a", 0) and started("b", 0), 60, logs)
+        # The link only, as a cable pulled: b still reaches itself.
         drop = ("table inet cut {\n"
-                "  chain i { type filter hook input priority 0; policy drop; }\n"
-                "  chain o { type filter hook output priority 0; policy drop; }\n"
+                "  chain i { type filter hook input priority 0; iifname \"eth1\" drop; }\n"
+                "  chain o { type filter hook output priority 0; oifname \"eth1\" drop; }\n"
                 "}\n")
         subprocess.run(["ip", "netns", "exec", self.ns["b"], "nft", "-f", "-"], input=drop,
                        text=True, check=True)
@@ -255,8 +256,18 @@ class TwoHosts(dltest.Case):
         took = time.monotonic() - t0
         self.assertRegex(self.read("silent-b.log"), r"lost the rendezvous at .*no answer for "
                                                     r"[0-9.]+ s, over --dead-after 1 s")
+        # The cut lasts 10 s: b, hosting meanwhile, asks a again at each heartbeat, and must hear
+        # it within moments once the link heals. Before, its first ask's SYNs backed off (1, 2,
+        # 4, 8 s...) and a was heard of only when the next came.
+        time.sleep(max(0.0, 10.0 - (time.monotonic() - t0)))
         subprocess.run(["ip", "netns", "exec", self.ns["b"], "nft", "delete", "table", "inet",
                         "cut"], check=True)
+        healed = time.monotonic()
+        self.wait_for("b to hand the job back to a",
+                      lambda: "answers again: handing the job over" in self.read("silent-b.log"),
+                      30, logs)
+        handed = time.monotonic() - healed
+        self.assertLess(handed, 3.0, self.read("silent-b.log"))
         self.wait_for("both in the next attempt",
                       lambda: started("a", 1) and started("b", 1), 90, logs)
         # Cut off, b hosted the rendezvous itself (a was silent); once a answered again, b
@@ -266,7 +277,8 @@ class TwoHosts(dltest.Case):
                       f"job over to it", self.read("silent-b.log"))
         open(stop, "w").close()
         self.wait_ok(procs, logs)
-        print(f"silent loss noticed in {took:.2f} s (dead-after 1 s, heartbeat 0.2 s)")
+        print(f"silent loss noticed in {took:.2f} s (dead-after 1 s, heartbeat 0.2 s); the "
+              f"job handed back {handed:.2f} s after the link healed")
 
     @unittest.skipUnless(shutil.which("nft"), "nftables is not installed")
     def test_the_host_gone_silent_a_successor_hosts_at_its_own_address(self):

@@ -97,8 +97,10 @@ typedef struct {
 typedef struct {
     /* The backend can take a join now: the first time, the agent starts its supervisor. */
     void (*ready)(void *ctx);
-    /* This node's place in a round, checked against what it offered (dl_rdzv_assignment_check). */
-    void (*assigned)(void *ctx, const dl_rdzv_assignment_t *as);
+    /* This node's place in a round, checked against what it offered (dl_rdzv_assignment_check),
+     * and who ended the round before when a failure did (NULL otherwise, or not said). */
+    void (*assigned)(void *ctx, const dl_rdzv_assignment_t *as,
+                     const dl_rdzv_culprit_info_t *culprit);
     /* A new round opened (round, why, and who was to blame when the rendezvous says: NULL
      * otherwise): stop the workers, then join again. */
     void (*round_changed)(void *ctx, int round, const char *reason,

@@ -809,7 +809,7 @@ static void running(etcd_t *z, int round)
         z->join_wanted = false;
         z->workers_round = round;
         z->node_rank = as.node_rank;
-        z->cbs.assigned(z->ctx, &as);
+        z->cbs.assigned(z->ctx, &as, NULL);
         if (z->closing || z->ended)
             return;
     } else if (z->join_wanted && me == NULL && !z->txn_busy && z->lease != 0) {

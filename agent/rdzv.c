@@ -211,10 +211,19 @@ static json_t *culprit_json(const dl_rdzv_culprit_info_t *c)
     return o;
 }
 
-static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as)
+static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as,
+                        const dl_rdzv_culprit_info_t *culprit)
 {
     dl_agent_t *a = ctx;
     rdzv_t *z = a->rdzv;
+    /* A node cut off from the rendezvous when the round ended heard no round change, only that
+     * it lost the rendezvous: the round's own culprit (the cut-off node itself, as often as
+     * not) is the one its restart event names, as every other node's does. */
+    const char *seen = json_string_value(json_object_get(z->last_failure, "cause"));
+    if (culprit != NULL && (seen == NULL || strcmp(seen, "rendezvous_lost") == 0)) {
+        json_decref(z->last_failure);
+        z->last_failure = culprit_json(culprit);
+    }
     int first = as->first_rank, local = as->local_world_size, restarts = as->restart_count;
 
     a->round = as->round;

@@ -159,9 +159,11 @@ static void cb_ready(void *ctx)
     }
 }
 
-static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as)
+static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as,
+                        const dl_rdzv_culprit_info_t *culprit)
 {
     agent_t *a = ctx;
+    (void)culprit;
     int k = ++a->run->assigned;
     if (k == 1)
         a->run->t_first = mono();

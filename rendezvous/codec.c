@@ -96,12 +96,9 @@ json_t *dl_rdzv_enc_events_follow(json_int_t id)
     return dl_proto_msg_new(DL_PROTO_EVENTS_FOLLOW, id);
 }
 
-void dl_rdzv_dec_round_changed(const json_t *msg, int *ret_round, const char **ret_reason,
-                               dl_rdzv_culprit_msg_t *c)
+void dl_rdzv_dec_failure(const json_t *msg, dl_rdzv_culprit_msg_t *c)
 {
     const json_t *f = json_object_get(msg, "failure"), *v;
-    *ret_round = (int)dl_proto_get_int(msg, "round", 0);
-    *ret_reason = dl_proto_get_str(msg, "reason");
     *c = (dl_rdzv_culprit_msg_t){.node_rank = -1, .rank = -1, .exit_code = -1};
     c->cause = json_string_value(json_object_get(f, "cause"));
     c->node = json_string_value(json_object_get(f, "node"));
@@ -115,7 +112,15 @@ void dl_rdzv_dec_round_changed(const json_t *msg, int *ret_round, const char **r
     if (json_is_integer(v = json_object_get(f, "signal")))
         c->signal = (int)json_integer_value(v);
     c->hung = json_is_true(json_object_get(f, "hung"));
-    if (f == NULL)
+}
+
+void dl_rdzv_dec_round_changed(const json_t *msg, int *ret_round, const char **ret_reason,
+                               dl_rdzv_culprit_msg_t *c)
+{
+    *ret_round = (int)dl_proto_get_int(msg, "round", 0);
+    *ret_reason = dl_proto_get_str(msg, "reason");
+    dl_rdzv_dec_failure(msg, c);
+    if (json_object_get(msg, "failure") == NULL)
         c->cause = json_string_value(json_object_get(msg, "cause"));
 }
 

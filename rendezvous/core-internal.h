@@ -197,6 +197,10 @@ struct dl__rdzv_job_s {
     char *failure; /* the first failure's description */
     dl_rdzv_culprit_t first_culprit; /* its strings owned here; text is failure */
     bool has_culprit;
+    /* Who ended the last round, for the assignments of this one: an agent that was cut off
+     * when it ended heard no round change. Strings owned here. */
+    dl_rdzv_culprit_t round_culprit;
+    bool has_round_culprit;
     dl__rdzv_timer_t last_call;
     dl__rdzv_timer_t join;
     dl__rdzv_timer_t linger;

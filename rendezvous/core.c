@@ -338,6 +338,8 @@ static void job_remove(dl_rdzv_core_t *core, dl__rdzv_job_t *job)
     a->run_id = job->run_id;
 }
 
+static void round_culprit_clear(dl__rdzv_job_t *job);
+
 static void job_free(dl__rdzv_job_t *job)
 {
     dl__rdzv_map_free(&job->by_agent);
@@ -347,6 +349,7 @@ static void job_free(dl__rdzv_job_t *job)
     free(job->failure);
     free((char *)job->first_culprit.agent_id);
     free((char *)job->first_culprit.host);
+    round_culprit_clear(job);
     free(job);
 }
 
@@ -472,6 +475,7 @@ static void send_assignment(dl_rdzv_core_t *core, dl__rdzv_job_t *job, dl__rdzv_
     msg->assignment.store_host = core->store_host;
     msg->assignment.store_port = core->opts.store_port;
     msg->assignment.host_node_rank = job->host_node_rank;
+    msg->assignment.culprit = job->has_round_culprit ? &job->round_culprit : NULL;
     if (!core->opts.successors)
         return;
     /* The members are in node-rank order once the round closed. */
@@ -550,6 +554,27 @@ static void keep_first_failure(dl__rdzv_job_t *job, const char *reason,
     job->has_culprit = f->agent_id && f->host;
 }
 
+static void round_culprit_clear(dl__rdzv_job_t *job)
+{
+    free((char *)job->round_culprit.agent_id);
+    free((char *)job->round_culprit.host);
+    free((char *)job->round_culprit.text);
+    job->round_culprit = (dl_rdzv_culprit_t){0};
+    job->has_round_culprit = false;
+}
+
+static void round_culprit_keep(dl__rdzv_job_t *job, const dl_rdzv_culprit_t *c)
+{
+    round_culprit_clear(job);
+    if (!c)
+        return;
+    job->round_culprit = *c;
+    job->round_culprit.agent_id = strdup(c->agent_id);
+    job->round_culprit.host = strdup(c->host);
+    job->round_culprit.text = c->text ? strdup(c->text) : NULL;
+    job->has_round_culprit = job->round_culprit.agent_id && job->round_culprit.host;
+}
+
 /* The culprit of a failure on member m, its strings copied into the step's arena: the round
  * change frees m before the message is sent. */
 static dl_rdzv_culprit_t culprit_of(dl_rdzv_core_t *core, const dl__rdzv_member_t *m,
@@ -610,6 +635,7 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
         msg->round_changed.cause = cause;
         msg->round_changed.culprit = failure ? culprit : NULL;
     }
+    round_culprit_keep(job, failure ? culprit : NULL);
     if (failure)
         dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id, "round %d -> %d (restart %d of %d): %s",
                      job->round, next, job->restarts, job->opts.max_restarts, reason);

@@ -270,6 +270,8 @@ typedef struct {
             const char *const *successors;
             size_t nsuccessors;
             int host_node_rank; /* the node rank of the agent hosting us, or -1 */
+            /* Who ended the round before this one (a failure), or NULL. */
+            const dl_rdzv_culprit_t *culprit;
         } assignment;
         struct {
             int round;

@@ -397,6 +397,8 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
                 json_array_append_new(v, json_string(m->assignment.successors[i]));
             json_object_set_new(o, "successors", v);
         }
+        if (m->assignment.culprit != NULL)
+            json_object_set_new(o, "failure", culprit_json(m->assignment.culprit));
         return o;
     case DL_RDZV_MSG_TIMEOUT:
         return dl_proto_error_new(id, DL_PROTO_E_TIMEOUT,

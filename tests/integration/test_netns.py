@@ -270,6 +270,12 @@ class TwoHosts(dltest.Case):
         self.assertLess(handed, 3.0, self.read("silent-b.log"))
         self.wait_for("both in the next attempt",
                       lambda: started("a", 1) and started("b", 1), 90, logs)
+        # Both nodes name the cut-off node b (node rank 1) as the culprit: b heard no round
+        # change, only that it lost the rendezvous; its assignment says who ended the round.
+        for h in "ab":
+            restart = [e for e in self.events(f"silent-{h}.events") if e["event"] == "restart"]
+            self.assertEqual([(e["reason"]["cause"], e["reason"].get("node_rank"))
+                              for e in restart], [("node_lost", 1)], restart)
         # Cut off, b hosted the rendezvous itself (a was silent); once a answered again, b
         # handed the job back to it, the first in line, and both went on in one job.
         self.assertIn(f"hosting the rendezvous on {RIGHT['b']}", self.read("silent-b.log"))

@@ -556,6 +556,11 @@ START_TEST(restart_request_opens_a_round)
     const dl_rdzv_job_status_t *js = h_status(&h, "job", 3);
     ck_assert_int_eq(js->restarts, 0);
     ck_assert_ptr_null(js->failure);
+    /* Nor do the next round's assignments name a culprit. */
+    h_join(&h, 1, "job", 1, &o, 3);
+    h_join(&h, 2, "job", 1, &o, 3);
+    ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT));
+    ck_assert_ptr_null(h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT)->assignment.culprit);
     h_control(&h, DL_RDZV_EV_RESTART, 50, "nope", 4);
     ck_assert_int_eq(h_error(&h, 50), -ENOENT);
     h_fini(&h);
@@ -589,9 +594,17 @@ START_TEST(the_round_change_names_the_culprit)
     ck_assert(c->hung);
     ck_assert_int_eq(c->signal, 0);
     ck_assert_ptr_nonnull(strstr(c->text, "rank 1 on b hung"));
-    /* The job's end carries the first failure's culprit, not the last. */
+    /* The next round's assignments name it too: a node cut off when the round changed heard
+     * only that it lost the rendezvous. */
     h_join(&h, 1, "job", 1, &o, 6);
     h_join(&h, 2, "job", 1, &o, 6);
+    const dl_rdzv_msg_t *as = h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT);
+    ck_assert_ptr_nonnull(as);
+    ck_assert_ptr_nonnull(as->assignment.culprit);
+    ck_assert_str_eq(as->assignment.culprit->agent_id, "a2");
+    ck_assert_int_eq(as->assignment.culprit->rank, 1);
+    ck_assert(as->assignment.culprit->hung);
+    /* The job's end carries the first failure's culprit, not the last. */
     fail_with(&h, 1, 1, "worker 0 exited with code 1", 7);
     const dl_rdzv_msg_t *f = h_msg(&h, 2, DL_RDZV_MSG_FAILED);
     ck_assert_ptr_nonnull(f);

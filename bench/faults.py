@@ -174,6 +174,12 @@ def host_silent(job, args):
     t = time.monotonic()
     job.net.drop(0)
     os.killpg(job.agents[0].proc.pid, signal.SIGSTOP)
+    # The host lost power and never comes back: once the survivor is done, it goes for good
+    # (else finish() waited its 300 s for a stopped process, every run).
+    try:
+        job.agents[1].proc.wait(timeout=300)
+    finally:
+        os.killpg(job.agents[0].proc.pid, signal.SIGKILL)
     r = finish(job, args.baseline, [1])
     detect = stderr_times(job, r"lost the rendezvous|round \d+:|no answer", [1])
     detect += event_times(job, lambda e: e["event"] == "worker_exit", [1])

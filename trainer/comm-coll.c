@@ -46,8 +46,14 @@ struct dl_train_coll_s {
     int gen;             /* the generation of the group in use */
     membership_t next;   /* the newest word on the next group; next.gen > gen when news */
     bool stop, eof;
-    char err[512]; /* rejoin's own failures (no group to ask) */
+    bool (*stopped)(void); /* the program's stop signal, or NULL */
+    char err[512];         /* rejoin's own failures (no group to ask) */
 };
+
+void dl_train_coll_set_stop_check(dl_train_coll_t *c, bool (*stopped)(void))
+{
+    c->stopped = stopped;
+}
 
 static int start(void *ctx, size_t bucket, float *buf, size_t n)
 {
@@ -339,16 +345,34 @@ static int rejoin(void *ctx)
         until.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&c->mu);
-    while (c->next.gen <= c->gen && !c->stop && !c->eof && r == 0)
-        r = pthread_cond_timedwait(&c->cv, &c->mu, &until);
+    bool signalled = false;
+    while (c->next.gen <= c->gen && !c->stop && !c->eof && r == 0 && !signalled) {
+        /* In slices: a stop signal (the agent stopping its workers, its rendezvous lost) wakes
+         * no condition variable, and the agent's SIGKILL would come only after its grace. */
+        struct timespec slice;
+        clock_gettime(CLOCK_REALTIME, &slice);
+        slice.tv_nsec += 50 * 1000000L;
+        if (slice.tv_nsec >= 1000000000L) {
+            slice.tv_sec++;
+            slice.tv_nsec -= 1000000000L;
+        }
+        bool last = slice.tv_sec > until.tv_sec ||
+                    (slice.tv_sec == until.tv_sec && slice.tv_nsec >= until.tv_nsec);
+        r = pthread_cond_timedwait(&c->cv, &c->mu, last ? &until : &slice);
+        if (r == ETIMEDOUT && !last)
+            r = 0;
+        signalled = c->stopped != NULL && c->stopped();
+    }
     m = c->next;
     dl_coll_group_t *old = c->group;
-    bool stop = c->stop, eof = c->eof;
+    bool stop = c->stop || signalled, eof = c->eof;
     if (m.gen > c->gen && !stop)
         c->group = NULL; /* nothing left for the reader to abort until the next one is made */
     pthread_mutex_unlock(&c->mu);
     if (stop) {
-        snprintf(c->err, sizeof(c->err), "the launcher stopped the recovery");
+        snprintf(c->err, sizeof(c->err), "%s",
+                 signalled ? "stopped by a signal while waiting for the next group"
+                           : "the launcher stopped the recovery");
         return -ECANCELED;
     }
     if (m.gen <= c->gen) {

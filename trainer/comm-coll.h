@@ -15,6 +15,11 @@ typedef struct dl_train_coll_s dl_train_coll_t;
 int dl_train_coll_open(dl_train_comm_t *comm, size_t grad_bytes, dl_train_coll_t **ret, char *err,
                        size_t errlen);
 
+/* How the program asks whether a stop signal came (read, async-signal-safe, by a waiting rank):
+ * a rank waiting for its next group must end when its launcher stops it, and a signal wakes
+ * no condition variable. NULL: never. */
+void dl_train_coll_set_stop_check(dl_train_coll_t *c, bool (*stopped)(void));
+
 /* "shm", "tcp", "shm+tcp": what the gradients travel over. */
 const char *dl_train_coll_describe(const dl_train_coll_t *c);
 

@@ -37,6 +37,11 @@ static void on_signal(int sig)
     stop_signal = sig;
 }
 
+static bool stop_signalled(void)
+{
+    return stop_signal != 0;
+}
+
 static int should_stop(void *ud, uint64_t step)
 {
     const prog_t *p = ud;
@@ -295,6 +300,8 @@ int main(int argc, char **argv)
             fclose(prog.checksums);
         return 1;
     }
+    if (coll != NULL)
+        dl_train_coll_set_stop_check(coll, stop_signalled);
 
     /* A second failure in the middle of a recovery, for its tests: the group is formed, the
      * state not yet shared. */
@@ -328,6 +335,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "[train rank=%ld] %s\n", rank, err);
         else
             fprintf(stderr, "dlaunch-train: %s\n", err);
+        /* Its group broke and then the launcher stopped it: the stop is what ended it. */
+        if (r < 0 && stop_signal != 0)
+            return 128 + stop_signal;
         return r < 0 ? 1 : 3;
     }
     /* Stopped by a signal, with a checkpoint: exit as the signal would have, so a supervisor

@@ -378,5 +378,27 @@ class TwoNodes(unittest.TestCase):
             self.assertEqual(json.load(f)["steps"], self.STEPS)
 
 
+    def test_the_host_lost_the_waiting_workers_end_at_their_stop(self):
+        """The node hosting the rendezvous lost (no in-job recovery covers it: a restart). The
+        survivor's workers, whose group broke and who wait for word of the next one, end at
+        their agent's SIGTERM; before, they waited on, were killed at the --stop-timeout (2 s
+        here) and the job trained again 2.5 s after the loss instead of 0.6 s."""
+        job = self.job(nodes_range="1:2")
+        job.start()
+        job.wait_step(300)
+        t = time.monotonic()
+        os.killpg(job.agents[0].proc.pid, signal.SIGKILL)
+        job.agents[0].proc.wait()
+        codes = job.wait(timeout=300)
+        text = self.output(job)
+        self.assertEqual(codes[1], 0, text[-1500:])
+        self.assertNotIn("workers still running after", text[-1500:], text[-1500:])
+        ev = job.agents[1].events()
+        exits = [e for e in ev if e["event"] == "worker_exit" and e["attempt"] == 0]
+        self.assertEqual(sorted(e.get("exit_code") for e in exits), [143, 143], exits)
+        started = [e["mono"] for e in ev if e["event"] == "worker_start" and e["attempt"] == 1]
+        self.assertTrue(started, text[-1500:])
+        self.assertLess(started[0] - t, 1.5, text[-1500:])
+
 if __name__ == "__main__":
     dltest.main()

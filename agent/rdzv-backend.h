@@ -18,6 +18,7 @@
 
 #include "config.h"
 #include "proto.h"
+#include "rdzv-codec.h"
 #include "rendezvous.h"
 
 typedef struct dl_rdzv_impl_s dl_rdzv_impl_t; /* each implementation's own state */
@@ -47,17 +48,9 @@ typedef struct {
     int failures;
 } dl_rdzv_join_t;
 
-/* Who ended a round, as the rendezvous names it (docs/events.md, `restart`'s reason). */
-typedef struct {
-    const char *cause; /* worker_failed, node_lost, node_joined, requested, rendezvous_lost */
-    const char *node;  /* the culprit's node id, or NULL */
-    const char *host;  /* its host, or NULL */
-    int node_rank;     /* -1: not known */
-    int rank;          /* -1: none (a node, not a worker) */
-    int exit_code;     /* -1: none */
-    int signal;        /* 0: none */
-    bool hung;
-} dl_rdzv_culprit_info_t;
+/* Who ended a round, as the rendezvous names it (docs/events.md, `restart`'s reason): the
+ * codec's reading of the culprit object, whichever backend it came from. */
+typedef dl_rdzv_culprit_msg_t dl_rdzv_culprit_info_t;
 
 /* A heartbeat: the node is alive, running round `round`. */
 typedef struct {

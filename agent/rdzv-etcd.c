@@ -917,20 +917,8 @@ static void react(etcd_t *z)
         z->done_round = -1;
         z->report_round = -1;
         const char *reason = json_string_value(json_object_get(v->state, "reason"));
-        const json_t *c = json_object_get(v->state, "culprit"), *x;
-        dl_rdzv_culprit_info_t who = {.node_rank = -1, .rank = -1, .exit_code = -1};
-        who.cause = json_string_value(json_object_get(c, "cause"));
-        who.node = json_string_value(json_object_get(c, "node"));
-        who.host = json_string_value(json_object_get(c, "host"));
-        if (json_is_integer(x = json_object_get(c, "node_rank")))
-            who.node_rank = (int)json_integer_value(x);
-        if (json_is_integer(x = json_object_get(c, "rank")))
-            who.rank = (int)json_integer_value(x);
-        if (json_is_integer(x = json_object_get(c, "exit_code")))
-            who.exit_code = (int)json_integer_value(x);
-        if (json_is_integer(x = json_object_get(c, "signal")))
-            who.signal = (int)json_integer_value(x);
-        who.hung = json_is_true(json_object_get(c, "hung"));
+        dl_rdzv_culprit_info_t who;
+        dl_rdzv_dec_culprit(json_object_get(v->state, "culprit"), &who);
         z->cbs.round_changed(z->ctx, round, reason != NULL ? reason : "a new round",
                              who.cause != NULL ? &who : NULL);
         return;

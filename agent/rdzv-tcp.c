@@ -273,18 +273,6 @@ static void tcp_heartbeat(tcp_t *z, const dl_rdzv_beat_t *beat)
 
 static void misbehaved(tcp_t *z, const char *why);
 
-static dl_rdzv_culprit_info_t culprit_info(const dl_rdzv_culprit_msg_t *cm)
-{
-    return (dl_rdzv_culprit_info_t){.cause = cm->cause,
-                                    .node = cm->node,
-                                    .host = cm->host,
-                                    .node_rank = cm->node_rank,
-                                    .rank = cm->rank,
-                                    .exit_code = cm->exit_code,
-                                    .signal = cm->signal,
-                                    .hung = cm->hung};
-}
-
 static void on_assignment(tcp_t *z, json_t *m)
 {
     dl_rdzv_assignment_t as;
@@ -300,9 +288,8 @@ static void on_assignment(tcp_t *z, json_t *m)
         misbehaved(z, why);
         return;
     }
-    dl_rdzv_culprit_msg_t cm;
-    dl_rdzv_dec_failure(m, &cm);
-    dl_rdzv_culprit_info_t c = culprit_info(&cm);
+    dl_rdzv_culprit_info_t c;
+    dl_rdzv_dec_culprit(json_object_get(m, "failure"), &c);
     z->host_lost = false;
     z->host_node_rank = as.host_node_rank;
     z->nsuccessors = as.nsuccessors;
@@ -326,9 +313,8 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
     case DL_PROTO_ROUND_CHANGED: {
         int round;
         const char *reason;
-        dl_rdzv_culprit_msg_t cm;
-        dl_rdzv_dec_round_changed(m, &round, &reason, &cm);
-        dl_rdzv_culprit_info_t c = culprit_info(&cm);
+        dl_rdzv_culprit_info_t c;
+        dl_rdzv_dec_round_changed(m, &round, &reason, &c);
         z->cbs.round_changed(z->ctx, round, reason, c.cause != NULL ? &c : NULL);
         return;
     }

@@ -96,9 +96,9 @@ json_t *dl_rdzv_enc_events_follow(json_int_t id)
     return dl_proto_msg_new(DL_PROTO_EVENTS_FOLLOW, id);
 }
 
-void dl_rdzv_dec_failure(const json_t *msg, dl_rdzv_culprit_msg_t *c)
+void dl_rdzv_dec_culprit(const json_t *f, dl_rdzv_culprit_msg_t *c)
 {
-    const json_t *f = json_object_get(msg, "failure"), *v;
+    const json_t *v;
     *c = (dl_rdzv_culprit_msg_t){.node_rank = -1, .rank = -1, .exit_code = -1};
     c->cause = json_string_value(json_object_get(f, "cause"));
     c->node = json_string_value(json_object_get(f, "node"));
@@ -119,7 +119,7 @@ void dl_rdzv_dec_round_changed(const json_t *msg, int *ret_round, const char **r
 {
     *ret_round = (int)dl_proto_get_int(msg, "round", 0);
     *ret_reason = dl_proto_get_str(msg, "reason");
-    dl_rdzv_dec_failure(msg, c);
+    dl_rdzv_dec_culprit(json_object_get(msg, "failure"), c);
     if (json_object_get(msg, "failure") == NULL)
         c->cause = json_string_value(json_object_get(msg, "cause"));
 }

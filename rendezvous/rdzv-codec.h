@@ -73,9 +73,9 @@ typedef struct {
     bool hung;
 } dl_rdzv_culprit_msg_t;
 
-/* The `failure` object of a round_changed or an assignment (who ended the round before);
- * cause NULL when msg has none. Strings borrowed from msg. */
-void dl_rdzv_dec_failure(const json_t *msg, dl_rdzv_culprit_msg_t *ret_culprit);
+/* A culprit object (round_changed's or an assignment's `failure`, the etcd job state's
+ * `culprit`); cause NULL when obj is NULL or names none. Strings borrowed from obj. */
+void dl_rdzv_dec_culprit(const json_t *obj, dl_rdzv_culprit_msg_t *ret_culprit);
 
 /* round_changed: the new round, why, and who (borrowed from msg). */
 void dl_rdzv_dec_round_changed(const json_t *msg, int *ret_round, const char **ret_reason,

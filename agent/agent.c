@@ -19,6 +19,7 @@
 
 #include "agent.h"
 #include "internal.h"
+#include "cgroup.h"
 #include "errorfile.h"
 #include "events.h"
 #include "gpu.h"
@@ -303,8 +304,10 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart
         dl__agent_log(a, "no health pipe for rank %d: %s", w->rank, strerror(errno));
         health[0] = health[1] = -1;
     }
+    int mem_node;
+    const dl_cpus_t *cpus = dl__place_cpus(a, w->local_rank, &mem_node);
     r = dl_spawn(a->command_path, a->spec->command, envp, child_out, child_err, health[1],
-                 control, &w->pid);
+                 control, cpus, mem_node, &w->pid);
     close(child_out);
     close(child_err);
     if (health[1] >= 0)
@@ -783,13 +786,34 @@ static char *make_run_id(void)
     return strdup(buf);
 }
 
-static int usable_cpus(void)
+/* CPUs the workers may use: the affinity mask (which a cpuset narrows), lowered to the whole
+ * CPUs of the cgroups' CPU quota (docs/agent.md, "Placement"). */
+static int usable_cpus(const dl_agent_t *a)
 {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    int n;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
+        n = CPU_COUNT(&set);
+    } else {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        n = online > 0 ? (int)online : 1;
+    }
+    dl_cpu_quota_t q;
+    char warn[700];
+    int r = dl_cgroup_cpu_quota("", &q, warn, sizeof(warn));
+    if (r < 0) {
+        fprintf(stderr, "dlaunch: warning: cannot read the CPU quota (/proc/self/cgroup or "
+                        "/proc/self/mountinfo: %s); counting the %d CPUs of the affinity mask\n",
+                strerror(-r), n);
+        return n;
+    }
+    if (warn[0] != '\0')
+        fprintf(stderr, "dlaunch: warning: CPU quota: %s; that level is not counted\n", warn);
+    int w = dl_cgroup_cpu_workers(n, &q);
+    if (w < n && a->spec->verbose)
+        fprintf(stderr, "dlaunch: %d of %d CPUs: %s allows %lld us every %lld us\n", w, n, q.file,
+                q.quota_us, q.period_us);
+    return w;
 }
 
 /* How many workers this node runs: --gpus-per-node / --nproc-per-node against what is found.
@@ -797,9 +821,12 @@ static int usable_cpus(void)
 static int count_workers(dl_agent_t *a)
 {
     const dl_job_spec_t *spec = a->spec;
-    int gpus = dl_gpu_count("/proc", dl_env_get(a->environ_list, "CUDA_VISIBLE_DEVICES"));
+    char proc[4200];
+    snprintf(proc, sizeof(proc), "%s/proc", dl__place_hw_root(a));
+    int gpus = dl_gpu_count(proc, dl_env_get(a->environ_list, "CUDA_VISIBLE_DEVICES"));
     bool say = !spec->quiet;
 
+    a->gpus = gpus;
     switch (spec->gpus_per_node) {
     case DL_GPUS_DEFAULT:
         a->nworkers = gpus > 0 ? gpus : 1;
@@ -809,14 +836,14 @@ static int count_workers(dl_agent_t *a)
                             "worker on the CPU\n");
         return 0;
     case DL_GPUS_AUTO:
-        a->nworkers = gpus > 0 ? gpus : usable_cpus();
+        a->nworkers = gpus > 0 ? gpus : usable_cpus(a);
         if (gpus == 0 && say)
             fprintf(stderr, "dlaunch: warning: --nproc-per-node auto: no GPU found; starting %d "
                             "worker%s, one per usable CPU\n",
                     a->nworkers, a->nworkers == 1 ? "" : "s");
         return 0;
     case DL_GPUS_CPU:
-        a->nworkers = usable_cpus();
+        a->nworkers = usable_cpus(a);
         return 0;
     case DL_GPUS_GPU:
         if (gpus == 0) {
@@ -971,6 +998,8 @@ static int plan(dl_agent_t *a)
     r = place_rendezvous(a);
     if (r == 0)
         r = count_workers(a);
+    if (r == 0)
+        r = dl__place_plan(a);
     if (r != 0)
         return r;
     /* Until the rendezvous says otherwise (remote), this node is the whole job. */
@@ -1108,6 +1137,7 @@ static int dry_run(dl_agent_t *a)
         printf("network: %s; GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME stay unset\n", why);
     else
         printf("network: workers bind %s (%s), %s\n", a->ifname, a->if_addr, why);
+    dl__place_print(a);
     snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_0", a->run_dir_abs);
     for (int i = 0; i < a->nworkers; i++) {
         char **envp;
@@ -1183,6 +1213,7 @@ static void agent_free(dl_agent_t *a)
 {
     dl__diag_free(a);
     dl__rdzv_free(a);
+    dl__place_free(a);
     free(a->workers);
     free(a->run_id);
     free(a->run_dir);

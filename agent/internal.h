@@ -56,6 +56,12 @@ struct dl_agent_s {
     int nnodes;
     int world_size;
     dl__worker_t *workers;
+    int gpus;                   /* GPUs found (CUDA_VISIBLE_DEVICES, or the driver's list) */
+    dl_numa_mode_t numa_mode;   /* the binding in force, --numa-binding's or the default */
+    bool numa_by_default;       /* bound unasked: as many workers as GPUs */
+    struct dl_place_s *places;  /* per local rank, NULL when unbound (placement.c) */
+    int nplaces;
+    char unbound_why[700];      /* why unbound, for --dry-run */
     uv_signal_t signals[16]; /* --signals-to-handle, then SIGCHLD */
     int nsignals;
     uv_timer_t stop_timer;
@@ -120,6 +126,14 @@ void dl__agent_log(const dl_agent_t *a, const char *fmt, ...) __attribute__((for
 void dl__agent_feed(dl_agent_t *a, dl_sup_event_t ev);
 /* Sizes the worker table for n local workers whose global ranks start at first_rank. */
 int dl__agent_set_ranks(dl_agent_t *a, int first_rank, int n);
+
+/* placement.c: --numa-binding. */
+const char *dl__place_hw_root(const dl_agent_t *a); /* "" or DLAUNCH_SYSFS_ROOT (tests) */
+int dl__place_plan(dl_agent_t *a); /* after the count; returns 0 or 2, having said why */
+/* Local rank's CPUs (NULL: unbound) and memory node (-1: none) for dl_spawn. */
+const dl_cpus_t *dl__place_cpus(const dl_agent_t *a, int local_rank, int *ret_mem_node);
+void dl__place_print(const dl_agent_t *a); /* --dry-run's lines */
+void dl__place_free(dl_agent_t *a);
 
 /* rdzv.c: the agent's side of the rendezvous (several nodes). */
 int dl__rdzv_start(dl_agent_t *a);           /* returns 0 or an exit code, having said why */

@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <linux/mempolicy.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,7 +30,26 @@ typedef struct {
     int health_fd;
     int control_fd;
     int null_fd;
+    const dl_cpus_t *cpus;  /* NULL: keep the agent's affinity */
+    int mem_node;           /* -1: keep the agent's memory policy */
+    uint64_t node_mask[4];  /* mem_node as the kernel's node mask */
 } child_args_t;
+
+/* Nodes the mask above can name; set_mempolicy counts one bit more than it reads. */
+#define NODE_MASK_BITS 256
+
+/* Says why the child cannot run, on its stderr, with system calls only. */
+static void child_fail(const char *what, const char *path, int err)
+{
+    static const char head[] = "dlaunch: cannot ";
+    const char *msg = strerror(err);
+    if (write(STDERR_FILENO, head, sizeof(head) - 1) < 0 ||
+        write(STDERR_FILENO, what, strlen(what)) < 0 ||
+        write(STDERR_FILENO, path, strlen(path)) < 0 || write(STDERR_FILENO, "': ", 3) < 0 ||
+        write(STDERR_FILENO, msg, strlen(msg)) < 0 || write(STDERR_FILENO, "\n", 1) < 0)
+        _exit(127);
+    _exit(127);
+}
 
 /* Runs in the child, on its own stack, sharing the parent's memory until exec (CLONE_VM): only
  * system calls, no libc state. Every signal is blocked on entry, so no handler of the agent's
@@ -53,30 +74,42 @@ static int child_exec(void *arg)
         (c->health_fd >= 0 && dup2(c->health_fd, DL_SPAWN_HEALTH_FD) < 0) ||
         (c->control_fd >= 0 && dup2(c->control_fd, DL_SPAWN_CONTROL_FD) < 0))
         _exit(127);
+    /* Bound here, not by the worker, so that every thread it ever starts inherits the mask
+     * and no allocation of its startup lands on a far node. libc's wrappers are left alone:
+     * the raw calls touch no state the agent shares with us. */
+    if (c->cpus != NULL &&
+        syscall(SYS_sched_setaffinity, 0, sizeof(c->cpus->bits), c->cpus->bits) < 0)
+        child_fail("bind to its CPUs to run '", c->path, errno);
+    if (c->mem_node >= 0 &&
+        syscall(SYS_set_mempolicy, MPOL_PREFERRED, c->node_mask, NODE_MASK_BITS + 1) < 0)
+        child_fail("prefer its NUMA node's memory to run '", c->path, errno);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     execve(c->path, c->argv, c->envp);
-
-    static const char head[] = "dlaunch: cannot execute '";
-    const char *msg = strerror(errno);
-    if (write(STDERR_FILENO, head, sizeof(head) - 1) < 0 ||
-        write(STDERR_FILENO, c->path, strlen(c->path)) < 0 || write(STDERR_FILENO, "': ", 3) < 0 ||
-        write(STDERR_FILENO, msg, strlen(msg)) < 0 || write(STDERR_FILENO, "\n", 1) < 0)
-        _exit(127);
-    _exit(127);
+    child_fail("execute '", c->path, errno);
+    return 127;
 }
 
 /* The child needs a stack of its own while it shares our memory; exec is all it runs. */
 #define CHILD_STACK_SIZE (64 * 1024)
 
 int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdout_fd,
-             int stderr_fd, int health_fd, int control_fd, pid_t *ret_pid)
+             int stderr_fd, int health_fd, int control_fd, const dl_cpus_t *cpus, int mem_node,
+             pid_t *ret_pid)
 {
     static _Alignas(16) char stack[CHILD_STACK_SIZE];
-    child_args_t c = {getpid(), path, argv, envp, stdout_fd, stderr_fd, health_fd, control_fd, -1};
+    child_args_t c = {getpid(), path,   argv, envp,     stdout_fd, stderr_fd,
+                      health_fd, control_fd, -1, cpus, -1,        {0}};
     sigset_t all, old;
     pid_t pid;
     int e = 0;
+
+    if (mem_node >= NODE_MASK_BITS)
+        return -EINVAL;
+    if (mem_node >= 0) {
+        c.mem_node = mem_node;
+        c.node_mask[mem_node / 64] = UINT64_C(1) << (mem_node % 64);
+    }
 
     /* A descriptor already sitting where the other must go would be overwritten by the first
      * dup2: move it out of the way (the copy closes itself at exec). */

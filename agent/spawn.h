@@ -4,6 +4,8 @@
 
 #include <sys/types.h>
 
+#include "cpulist.h"
+
 /* The descriptor a worker writes its health beats to, when it has one. */
 #define DL_SPAWN_HEALTH_FD 3
 /* The control channel of in-job recovery (docs/recovery.md), when the job has one. */
@@ -12,11 +14,14 @@
 /* Starts path with argv and envp in a new process group of its own (pgid == pid), stdin on
  * /dev/null, stdout and stderr on the given fds, health_fd (or -1) on DL_SPAWN_HEALTH_FD,
  * control_fd (or -1) on DL_SPAWN_CONTROL_FD,
- * default signal dispositions, and a parent-death signal of SIGKILL. Returns 0 with *ret_pid
- * set, or -errno when the process could not be made. An exec failure shows up as exit status
- * 127 with the reason on the worker's stderr. */
+ * default signal dispositions, and a parent-death signal of SIGKILL. With cpus (may be NULL) the
+ * process is bound to those CPUs, and with mem_node >= 0 its memory is preferred on that NUMA
+ * node, both before exec. Returns 0 with *ret_pid set, or -errno when the process could not be
+ * made. An exec or binding failure shows up as exit status 127 with the reason on the
+ * worker's stderr. */
 int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdout_fd,
-             int stderr_fd, int health_fd, int control_fd, pid_t *ret_pid);
+             int stderr_fd, int health_fd, int control_fd, const dl_cpus_t *cpus, int mem_node,
+             pid_t *ret_pid);
 
 /* Resolves name like execvp would: names with a '/' are taken as they are, others are looked
  * up in path_env (PATH; NULL means the default). Returns 0 with a malloc'd path in *ret_path,

@@ -56,9 +56,6 @@ static void warn_ignored(const dl_job_spec_t *spec)
 {
     if (spec->quiet)
         return;
-    if (spec->numa_binding != NULL)
-        fprintf(stderr, "dlaunch: warning: --numa-binding %s: NUMA binding is not implemented "
-                        "yet; workers are not bound\n", spec->numa_binding);
     if (spec->logs_specs != NULL)
         fprintf(stderr, "dlaunch: warning: --logs-specs %s is ignored: dlaunch keeps every rank's "
                         "output in --log-dir (see -r/--redirects, -t/--tee)\n", spec->logs_specs);

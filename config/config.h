@@ -31,6 +31,16 @@ typedef enum {
     DL_START_FORKSERVER,
 } dl_start_method_t;
 
+/* --numa-binding: torchrun's modes, in the order of numa_modes in config/options.c. */
+typedef enum {
+    DL_NUMA_AUTO = 0, /* torchrun's default: node when the workers are as many as the GPUs */
+    DL_NUMA_NONE,     /* never bind */
+    DL_NUMA_NODE,
+    DL_NUMA_SOCKET,
+    DL_NUMA_EXCLUSIVE,
+    DL_NUMA_CORE_COMPLEX,
+} dl_numa_mode_t;
+
 typedef struct dl_job_spec_s dl_job_spec_t;
 
 struct dl_job_spec_s {
@@ -91,7 +101,7 @@ struct dl_job_spec_s {
     char *tee;                /* torchrun's -t, the same form */
     char *local_ranks_filter; /* comma-separated local ranks shown on the console, or NULL */
     char *signals;            /* --signals-to-handle, comma-separated signal names */
-    char *numa_binding;       /* accepted with a warning: not implemented */
+    dl_numa_mode_t numa_binding; /* where workers run (agent/placement.c) */
     char *logs_specs;         /* accepted, warned, ignored */
     char *event_log_handler;  /* accepted, warned, ignored */
     char *http; /* ADDR:PORT where the hosted rendezvous serves /metrics, / and /api; NULL off */

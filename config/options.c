@@ -316,6 +316,8 @@ static const char *const recoveries[] = {"restart", "in-job", NULL};
 
 static const char *const backends[] = {"c10d", "static", "etcd", "etcd-v2", NULL};
 static const char *const start_methods[] = {"spawn", "fork", "forkserver", NULL};
+static const char *const numa_modes[] = {"auto",      "none",         "node", "socket",
+                                         "exclusive", "core-complex", NULL};
 
 /* ---- The table ------------------------------------------------------------------------------ */
 
@@ -440,9 +442,12 @@ const dl_opt_t dl__options[] = {
      "spawn|fork|forkserver",
      "accepted for torchrun's sake: workers are always new processes (fork and exec)",
      DL_OPT_PET, 0},
-    {"numa-binding", NULL, 0, STR, OFF(numa_binding), 0, 0, NULL, NULL, "MODE",
-     "accepted with a warning: NUMA binding is not implemented yet", DL_OPT_PET | DL_OPT_IGNORED,
-     0},
+    {"numa-binding", NULL, 0, &dl_opt_enum, OFF(numa_binding), 0, 0, numa_modes, "auto",
+     "auto|none|node|socket|exclusive|core-complex",
+     "bind each worker near its GPU (local rank i: GPU i): its NUMA node's CPUs (node), its "
+     "socket's (socket), a share of the node's cores (exclusive) or one L3 cache group "
+     "(core-complex), memory preferred on that node; auto binds by node when the workers are "
+     "as many as the GPUs, none never binds", DL_OPT_PET, 0},
     {"logs-specs", NULL, 0, STR, OFF(logs_specs), 0, 0, NULL, NULL, "NAME",
      "accepted and ignored, with a warning (torchrun's logging plug-ins)",
      DL_OPT_PET | DL_OPT_IGNORED, 0},
@@ -458,7 +463,8 @@ const size_t dl__options_count = sizeof(dl__options) / sizeof(dl__options[0]);
 static const char *const other_vars[] = {
     "DLAUNCH_TOKEN", "DLAUNCH_TOKEN_FILE", "DLAUNCH_ENDPOINT", "DLAUNCH_NO_SLURM", "DLAUNCH_STORE",
     "DLAUNCH_HEALTH_FD", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_VERBOSE", "DLAUNCH_TRAIN_*",
-    "DLAUNCH_COLL_*", "DLAUNCH_SOCKET_IFNAME", "DLAUNCH_CONTROL_FD", "DLAUNCH_GROUP_GEN", NULL,
+    "DLAUNCH_COLL_*", "DLAUNCH_SOCKET_IFNAME", "DLAUNCH_CONTROL_FD", "DLAUNCH_GROUP_GEN",
+    "DLAUNCH_SYSFS_ROOT", NULL,
 };
 
 const dl_opt_table_t dl__job_table = {dl__options, sizeof(dl__options) / sizeof(dl__options[0]),

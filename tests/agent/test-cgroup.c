@@ -1,0 +1,253 @@
+/* CPU quotas read from fake cgroup trees: v1 and v2, nested limits, "max", fractions of a CPU,
+ * a container's mount of its own cgroup, and malformed files. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+
+static char base[] = "/tmp/dl-test-cgroup-XXXXXX";
+static char root[256];
+static int case_no;
+
+static void setup(void)
+{
+    ck_assert_ptr_nonnull(mkdtemp(base));
+}
+
+/* Each test gets a fresh fake root. */
+static void new_root(void)
+{
+    snprintf(root, sizeof(root), "%s/%d", base, ++case_no);
+    ck_assert_int_eq(mkdir(root, 0755), 0);
+}
+
+static void put(const char *rel, const char *text)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    for (char *p = path + strlen(root) + 1; *p != '\0'; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        ck_assert(mkdir(path, 0755) == 0 || errno == EEXIST);
+        *p = '/';
+    }
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), t = strlen(tail);
+    ck_assert_msg(n >= t && strcmp(s + n - t, tail) == 0, "'%s' does not end in '%s'", s, tail);
+}
+
+static const char v1_mounts[] =
+    "30 22 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+    "31 30 0:28 / /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:9 - cgroup cgroup "
+    "rw,cpu,cpuacct\n"
+    "33 30 0:30 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset\n";
+
+START_TEST(v1_nested_quotas_smallest_wins)
+{
+    dl_cpu_quota_t q;
+    char warn[256];
+    new_root();
+    put("proc/self/cgroup", "3:cpuset:/\n2:cpu,cpuacct:/slurm/job1/step0\n0::/\n");
+    put("proc/self/mountinfo", v1_mounts);
+    put("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
+    put("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+    put("sys/fs/cgroup/cpu,cpuacct/slurm/cpu.cfs_quota_us", "400000\n");
+    put("sys/fs/cgroup/cpu,cpuacct/slurm/cpu.cfs_period_us", "100000\n");
+    put("sys/fs/cgroup/cpu,cpuacct/slurm/job1/cpu.cfs_quota_us", "75000\n");
+    put("sys/fs/cgroup/cpu,cpuacct/slurm/job1/cpu.cfs_period_us", "50000\n");
+    put("sys/fs/cgroup/cpu,cpuacct/slurm/job1/step0/cpu.cfs_quota_us", "-1\n");
+    put("sys/fs/cgroup/cpu,cpuacct/slurm/job1/step0/cpu.cfs_period_us", "100000\n");
+    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    ck_assert_str_eq(warn, "");
+    ck_assert_int_eq(q.quota_us, 75000);
+    ck_assert_int_eq(q.period_us, 50000);
+    ends_with(q.file, "/sys/fs/cgroup/cpu,cpuacct/slurm/job1/cpu.cfs_quota_us");
+    /* 1.5 CPUs: one worker, whatever the affinity mask allows. */
+    ck_assert_int_eq(dl_cgroup_cpu_workers(2, &q), 1);
+    ck_assert_int_eq(dl_cgroup_cpu_workers(64, &q), 1);
+}
+END_TEST
+
+START_TEST(v1_quota_below_affinity_and_above_it)
+{
+    dl_cpu_quota_t q;
+    char warn[256];
+    new_root();
+    put("proc/self/cgroup", "2:cpu,cpuacct:/job\n");
+    put("proc/self/mountinfo", v1_mounts);
+    put("sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us", "350000\n");
+    put("sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_period_us", "100000\n");
+    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    ck_assert_int_eq(dl_cgroup_cpu_workers(16, &q), 3);
+    /* The affinity mask is the tighter bound here. */
+    ck_assert_int_eq(dl_cgroup_cpu_workers(2, &q), 2);
+}
+END_TEST
+
+START_TEST(v2_max_is_no_limit_and_a_parent_limits)
+{
+    dl_cpu_quota_t q;
+    char warn[256];
+    new_root();
+    put("proc/self/cgroup", "0::/user.slice/job.scope\n");
+    put("proc/self/mountinfo", "25 1 0:22 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n");
+    put("sys/fs/cgroup/user.slice/cpu.max", "200000 100000\n");
+    put("sys/fs/cgroup/user.slice/job.scope/cpu.max", "max 100000\n");
+    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    ck_assert_str_eq(warn, "");
+    ck_assert_int_eq(q.quota_us, 200000);
+    ck_assert_int_eq(q.period_us, 100000);
+    ends_with(q.file, "/sys/fs/cgroup/user.slice/cpu.max");
+    ck_assert_int_eq(dl_cgroup_cpu_workers(8, &q), 2);
+}
+END_TEST
+
+START_TEST(v2_no_quota_anywhere)
+{
+    dl_cpu_quota_t q;
+    char warn[256];
+    new_root();
+    put("proc/self/cgroup", "0::/a/b\n");
+    put("proc/self/mountinfo", "25 1 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+    put("sys/fs/cgroup/a/cpu.max", "max 100000\n");
+    /* b has no cpu controller enabled: no file at all. */
+    put("sys/fs/cgroup/a/b/cgroup.procs", "");
+    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    ck_assert_int_eq(q.quota_us, -1);
+    ck_assert_str_eq(q.file, "");
+    ck_assert_int_eq(dl_cgroup_cpu_workers(8, &q), 8);
+}
+END_TEST
+
+START_TEST(container_sees_its_own_cgroup_as_the_mount_root)
+{
+    dl_cpu_quota_t q;
+    char warn[256];
+    new_root();
+    /* Without a cgroup namespace the path is the host's; the mount shows only our part. */
+    put("proc/self/cgroup", "0::/docker/abc123\n");
+    put("proc/self/mountinfo",
+        "700 690 0:30 /docker/abc123 /sys/fs/cgroup ro,nosuid - cgroup2 cgroup rw\n");
+    put("sys/fs/cgroup/cpu.max", "50000 100000\n");
+    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    ck_assert_int_eq(q.quota_us, 50000);
+    /* Half a CPU still runs one worker. */
+    ck_assert_int_eq(dl_cgroup_cpu_workers(4, &q), 1);
+}
+END_TEST
+
+START_TEST(cgroup_outside_the_mount_is_not_read)
+{
+    dl_cpu_quota_t q;
+    char warn[256];
+    new_root();
+    put("proc/self/cgroup", "0::/other/place\n");
+    put("proc/self/mountinfo", "700 690 0:30 /docker/abc /sys/fs/cgroup rw - cgroup2 c rw\n");
+    put("sys/fs/cgroup/cpu.max", "50000 100000\n");
+    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    ck_assert_int_eq(q.quota_us, -1);
+}
+END_TEST
+
+START_TEST(malformed_files_are_named_and_skipped)
+{
+    dl_cpu_quota_t q;
+    char warn[256];
+    new_root();
+    put("proc/self/cgroup", "0::/a/b\n2:cpu,cpuacct:/x\n");
+    put("proc/self/mountinfo",
+        "25 1 0:22 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
+        "garbage line\n"
+        "31 30 0:28 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n");
+    put("sys/fs/cgroup/unified/a/b/cpu.max", "lots\n");
+    put("sys/fs/cgroup/unified/a/cpu.max", "300000 100000\n");
+    put("sys/fs/cgroup/cpu,cpuacct/x/cpu.cfs_quota_us", "-7\n");
+    put("sys/fs/cgroup/cpu,cpuacct/x/cpu.cfs_period_us", "100000\n");
+    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    ck_assert_ptr_nonnull(strstr(warn, "/sys/fs/cgroup/unified/a/b/cpu.max: is not"));
+    /* The readable level still counts. */
+    ck_assert_int_eq(q.quota_us, 300000);
+    ck_assert_int_eq(dl_cgroup_cpu_workers(8, &q), 3);
+
+    new_root();
+    put("proc/self/cgroup", "2:cpu:/x\n");
+    put("proc/self/mountinfo", "31 30 0:28 / /cg rw - cgroup cgroup rw,cpu\n");
+    put("cg/x/cpu.cfs_quota_us", "100000\n");
+    put("cg/x/cpu.cfs_period_us", "0\n");
+    put("cg/cpu.max", "100 100 100\n"); /* a v2 file in a v1 tree is not read */
+    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    ck_assert_ptr_nonnull(strstr(warn, "/cg/x/cpu.cfs_period_us: is not a count"));
+    ck_assert_int_eq(q.quota_us, -1);
+
+    new_root();
+    put("proc/self/cgroup", "0::/\n");
+    put("proc/self/mountinfo", "25 1 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+    put("sys/fs/cgroup/cpu.max", "150000 abc\n");
+    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    ck_assert_ptr_nonnull(strstr(warn, "cpu.max: is not 'QUOTA PERIOD'"));
+    ck_assert_int_eq(q.quota_us, -1);
+}
+END_TEST
+
+START_TEST(unreadable_proc_is_an_error)
+{
+    dl_cpu_quota_t q = {7, 7, "untouched"};
+    char warn[256];
+    new_root();
+    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), -ENOENT);
+    ck_assert_int_eq(q.quota_us, 7);
+    put("proc/self/cgroup", "0::/\n");
+    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), -ENOENT);
+}
+END_TEST
+
+START_TEST(this_machine_reads_without_error)
+{
+    dl_cpu_quota_t q;
+    char warn[256];
+    ck_assert_int_eq(dl_cgroup_cpu_quota("", &q, warn, sizeof(warn)), 0);
+    ck_assert_int_ge(dl_cgroup_cpu_workers(1, &q), 1);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cgroup");
+    TCase *tc = tcase_create("core");
+    tcase_add_unchecked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, v1_nested_quotas_smallest_wins);
+    tcase_add_test(tc, v1_quota_below_affinity_and_above_it);
+    tcase_add_test(tc, v2_max_is_no_limit_and_a_parent_limits);
+    tcase_add_test(tc, v2_no_quota_anywhere);
+    tcase_add_test(tc, container_sees_its_own_cgroup_as_the_mount_root);
+    tcase_add_test(tc, cgroup_outside_the_mount_is_not_read);
+    tcase_add_test(tc, malformed_files_are_named_and_skipped);
+    tcase_add_test(tc, unreadable_proc_is_an_error);
+    tcase_add_test(tc, this_machine_reads_without_error);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (failed == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
+        if (system(cmd) != 0)
+            return 1;
+    }
+    return failed == 0 ? 0 : 1;
+}

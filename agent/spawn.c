@@ -38,16 +38,22 @@ typedef struct {
 /* Nodes the mask above can name; set_mempolicy counts one bit more than it reads. */
 #define NODE_MASK_BITS 256
 
-/* Says why the child cannot run, on its stderr, with system calls only. */
-static void child_fail(const char *what, const char *path, int err)
+/* Writes "dlaunch: WHAT PATH': REASON" on the child's stderr, with system calls only. */
+static void child_say(const char *what, const char *path, int err)
 {
-    static const char head[] = "dlaunch: cannot ";
+    static const char head[] = "dlaunch: ";
     const char *msg = strerror(err);
     if (write(STDERR_FILENO, head, sizeof(head) - 1) < 0 ||
         write(STDERR_FILENO, what, strlen(what)) < 0 ||
         write(STDERR_FILENO, path, strlen(path)) < 0 || write(STDERR_FILENO, "': ", 3) < 0 ||
         write(STDERR_FILENO, msg, strlen(msg)) < 0 || write(STDERR_FILENO, "\n", 1) < 0)
-        _exit(127);
+        return;
+}
+
+/* Says why the child cannot run, and ends it as a failed exec would. */
+static void child_fail(const char *what, const char *path, int err)
+{
+    child_say(what, path, err);
     _exit(127);
 }
 
@@ -79,14 +85,16 @@ static int child_exec(void *arg)
      * the raw calls touch no state the agent shares with us. */
     if (c->cpus != NULL &&
         syscall(SYS_sched_setaffinity, 0, sizeof(c->cpus->bits), c->cpus->bits) < 0)
-        child_fail("bind to its CPUs to run '", c->path, errno);
+        child_fail("cannot bind to its CPUs to run '", c->path, errno);
+    /* A preference only: the worker runs without it (and says so) rather than not at all. */
     if (c->mem_node >= 0 &&
         syscall(SYS_set_mempolicy, MPOL_PREFERRED, c->node_mask, NODE_MASK_BITS + 1) < 0)
-        child_fail("prefer its NUMA node's memory to run '", c->path, errno);
+        child_say("warning: memory is not preferred on the worker's NUMA node, for '", c->path,
+                  errno);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     execve(c->path, c->argv, c->envp);
-    child_fail("execute '", c->path, errno);
+    child_fail("cannot execute '", c->path, errno);
     return 127;
 }
 

@@ -17,8 +17,8 @@
  * default signal dispositions, and a parent-death signal of SIGKILL. With cpus (may be NULL) the
  * process is bound to those CPUs, and with mem_node >= 0 its memory is preferred on that NUMA
  * node, both before exec. Returns 0 with *ret_pid set, or -errno when the process could not be
- * made. An exec or binding failure shows up as exit status 127 with the reason on the
- * worker's stderr. */
+ * made. An exec or CPU binding failure shows up as exit status 127 with the reason on the
+ * worker's stderr; a memory policy the kernel refuses is a warning there, and it runs. */
 int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdout_fd,
              int stderr_fd, int health_fd, int control_fd, const dl_cpus_t *cpus, int mem_node,
              pid_t *ret_pid);

@@ -45,7 +45,8 @@ int dl_numa_plan(const dl_topo_t *t, dl_numa_mode_t mode, int nworkers, dl_place
  * fake tree): GPUs from root/proc/driver/nvidia/gpus, sorted by PCI address, as
  * CUDA_VISIBLE_DEVICES (cuda_visible, may be NULL: indices or GPU- UUIDs) picks them; each
  * one's node from root/sys/bus/pci/devices/ADDR/numa_node; nodes and CPUs from
- * root/sys/devices/system. allowed is kept as the set every binding is cut down to. Returns 0
+ * root/sys/devices/system (not read when no GPU is visible). allowed is kept as the set every
+ * binding is cut down to. Returns 0
  * with *t filled, or -errno with a one-line reason naming the file in err. */
 int dl_topo_read(const char *root, const char *cuda_visible, dl_numa_mode_t mode,
                  const dl_cpus_t *allowed, dl_topo_t *t, char *err, size_t errlen);

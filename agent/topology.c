@@ -297,6 +297,9 @@ int dl_topo_read(const char *root, const char *cuda_visible, dl_numa_mode_t mode
     if (strlen(root) > ROOT_MAX)
         return fail(err, errlen, -ENAMETOOLONG, "DLAUNCH_SYSFS_ROOT", NULL);
     r = read_gpus(root, cuda_visible, t, err, errlen);
+    /* Without a GPU nothing can be placed, as the plan says; the rest is not worth reading. */
+    if (r == 0 && t->gpu_count == 0)
+        return 0;
     if (r == 0)
         r = read_nodes(root, t, &cpus, err, errlen);
     if (r < 0)

@@ -371,6 +371,18 @@ START_TEST(reader_reads_what_each_mode_needs)
 }
 END_TEST
 
+START_TEST(reader_without_gpus_reads_nothing_more)
+{
+    /* No GPU, no topology: the plan's "no GPU found" is the one error, in every mode. */
+    snprintf(root, sizeof(root), "%s/%d", base, ++case_no);
+    ck_assert_int_eq(mkdir(root, 0755), 0);
+    dl_topo_t *t = read_ok(NULL, DL_NUMA_CORE_COMPLEX);
+    ck_assert_int_eq(t->gpu_count, 0);
+    plan_fails(t, DL_NUMA_CORE_COMPLEX, 1, "no GPU found");
+    free(t);
+}
+END_TEST
+
 START_TEST(reader_names_the_bad_file)
 {
     fake_machine();
@@ -395,6 +407,8 @@ START_TEST(reader_names_the_bad_file)
     /* A machine whose kernel has no NUMA support shows no node folder at all. */
     snprintf(root, sizeof(root), "%s/%d", base, ++case_no);
     ck_assert_int_eq(mkdir(root, 0755), 0);
+    put("proc/driver/nvidia/gpus/0000:3b:00.0/information", "GPU UUID: GPU-1\n");
+    put("sys/bus/pci/devices/0000:3b:00.0/numa_node", "-1\n");
     read_fails(NULL, DL_NUMA_NODE, "sys/devices/system/node: No such file or directory");
 }
 END_TEST
@@ -413,6 +427,7 @@ int main(void)
     tcase_add_test(tc, what_cannot_be_placed_is_an_error);
     tcase_add_test(tc, reader_sorts_gpus_by_bus_and_follows_cuda_visible_devices);
     tcase_add_test(tc, reader_reads_what_each_mode_needs);
+    tcase_add_test(tc, reader_without_gpus_reads_nothing_more);
     tcase_add_test(tc, reader_names_the_bad_file);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -336,7 +336,8 @@ const dl_opt_t dl__options[] = {
      DL_OPT_MARKS, OFF(gpus_set)},
     {"nproc-per-node", NULL, 0, &t_nproc, 0, 1, 4096, NULL, NULL, "N|auto|cpu|gpu",
      "torchrun's count of workers per node: auto = GPUs found, else usable CPUs; cpu = usable "
-     "CPUs; gpu = GPUs found (an error if none)",
+     "CPUs (the affinity mask, lowered to the cgroup's CPU quota rounded down, at least 1); "
+     "gpu = GPUs found (an error if none)",
      DL_OPT_PET | DL_OPT_MARKS, OFF(gpus_set)},
     {"max-restarts", NULL, 0, INT_OPT, OFF(max_restarts), 0, 1e6, NULL, "0", "N",
      "restarts of the whole job after a worker fails (default 0)", DL_OPT_PET, 0},

@@ -240,10 +240,9 @@ class Torchrun(dltest.Case):
         self.assertEqual(self.touched(), set())
 
     def test_flags_accepted_for_torchrun_and_warned_about(self):
-        p = self.run_case("--nproc-per-node=1", "--numa-binding=node", "--logs-specs=x",
+        p = self.run_case("--nproc-per-node=1", "--logs-specs=x",
                           "--event-log-handler=y", "--signals-to-handle=SIGTERM,SIGUSR1",
                           "--no-python", TOUCH_SH, self.touch)
-        self.assertIn("--numa-binding node: NUMA binding is not implemented", p.stderr)
         self.assertIn("--logs-specs x is ignored", p.stderr)
         self.assertIn("--event-log-handler y is ignored", p.stderr)
         self.assert_ranks(1)

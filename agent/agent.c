@@ -802,12 +802,13 @@ static int usable_cpus(const dl_agent_t *a)
     char warn[700];
     int r = dl_cgroup_cpu_quota("", &q, warn, sizeof(warn));
     if (r < 0) {
-        fprintf(stderr, "dlaunch: warning: cannot read the CPU quota (/proc/self/cgroup or "
-                        "/proc/self/mountinfo: %s); counting the %d CPUs of the affinity mask\n",
-                strerror(-r), n);
+        if (!a->spec->quiet)
+            fprintf(stderr, "dlaunch: warning: cannot read the CPU quota (/proc/self/cgroup or "
+                            "/proc/self/mountinfo: %s); counting the %d CPUs of the affinity "
+                            "mask\n", strerror(-r), n);
         return n;
     }
-    if (warn[0] != '\0')
+    if (warn[0] != '\0' && !a->spec->quiet)
         fprintf(stderr, "dlaunch: warning: CPU quota: %s; that level is not counted\n", warn);
     int w = dl_cgroup_cpu_workers(n, &q);
     if (w < n && a->spec->verbose)

@@ -193,8 +193,8 @@ int dl_numa_plan(const dl_topo_t *t, dl_numa_mode_t mode, int nworkers, dl_place
 
     if (t->gpu_count == 0) {
         snprintf(err, errlen, "no GPU found (none in /proc/driver/nvidia/gpus, or "
-                 "CUDA_VISIBLE_DEVICES hides them), and a worker is bound near the GPU of its local "
-                 "rank");
+                 "CUDA_VISIBLE_DEVICES hides them), and a worker is bound near the GPU of its "
+                 "local rank");
         return -EINVAL;
     }
     if (nworkers > t->gpu_count) {

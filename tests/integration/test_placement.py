@@ -238,6 +238,36 @@ class FakeMachine(dltest.Case):
         self.assertEqual([c for c, _ in self.placed("warned").values()], ["1", "1"])
 
 
+    def test_a_cpuset_cgroup_is_honoured(self):
+        cpuset = "/sys/fs/cgroup/cpuset"
+        if os.geteuid() != 0 or not os.path.exists(os.path.join(cpuset, "cpuset.cpus")):
+            self.skipTest(f"needs root and cgroup v1's cpuset controller at {cpuset}")
+        cg = os.path.join(cpuset, f"dl-test-cpuset-{os.getpid()}")
+        os.mkdir(cg)
+        self.addCleanup(os.rmdir, cg)
+        for name, value in (("cpuset.cpus", "1"), ("cpuset.mems", "0")):
+            with open(os.path.join(cg, name), "w") as f:
+                f.write(value)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        env["DLAUNCH_SYSFS_ROOT"] = self.root
+
+        def in_cpuset(*args):
+            return subprocess.run(["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$0" "$@"',
+                                   dltest.DLAUNCH, *args], cwd=self.dir, env=env, timeout=60,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # GPU 1's node keeps its CPU; GPU 0's node has none left to it.
+        p = in_cpuset("--run-id", "gpu1", "--nproc-per-node", "1", "--numa-binding", "socket",
+                      "--", "sh", "-c", WHERE)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--numa-binding socket: NUMA node 0 of GPU 0 (0000:3b:00.0) has no CPU "
+                      "this agent may use (allowed: 1)", p.stderr)
+        env["CUDA_VISIBLE_DEVICES"] = "1"
+        p = in_cpuset("--run-id", "gpu1", "--numa-binding", "socket", "--", "sh", "-c", WHERE)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        # The socket has CPUs 0 and 1; the cpuset leaves 1.
+        self.assertEqual(self.placed("gpu1")[0][0], "1")
+
+
 class ThisMachine(dltest.Case):
     """This machine as it is: no GPU, so torchrun would not bind by default, and refuses to
     bind when asked (it needs a CUDA device per local rank)."""

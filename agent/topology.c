@@ -160,7 +160,7 @@ static int read_gpus(const char *root, const char *cuda_visible, dl_topo_t *t, c
                 r = fail(err, errlen, -E2BIG, dir, "has more GPUs, or longer names, than "
                                                    "placement handles");
             else
-                snprintf(all[n++], sizeof(all[0]), "%s", e->d_name);
+                memcpy(all[n++], e->d_name, strlen(e->d_name) + 1);
         }
         closedir(d);
     } else if (errno != ENOENT) {

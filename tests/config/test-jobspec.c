@@ -286,6 +286,41 @@ START_TEST(straggler_options)
 }
 END_TEST
 
+START_TEST(numa_binding_modes)
+{
+    static const struct {
+        const char *text;
+        dl_numa_mode_t mode;
+    } modes[] = {{"auto", DL_NUMA_AUTO},           {"none", DL_NUMA_NONE},
+                 {"node", DL_NUMA_NODE},           {"socket", DL_NUMA_SOCKET},
+                 {"exclusive", DL_NUMA_EXCLUSIVE}, {"core-complex", DL_NUMA_CORE_COMPLEX}};
+    dl_job_spec_t s;
+    dl_config_action_t act;
+    ck_assert_int_eq(load(&s, NULL, &act, "--", "true", NULL), 0);
+    ck_assert_int_eq(s.numa_binding, DL_NUMA_AUTO);
+    dl_job_spec_free(&s);
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+        ck_assert_int_eq(load(&s, NULL, &act, "--numa-binding", modes[i].text, "--", "true", NULL),
+                         0);
+        ck_assert_int_eq(s.numa_binding, modes[i].mode);
+        dl_job_spec_free(&s);
+    }
+    const char *path = write_spec("numa.yaml", "numa_binding: exclusive\ncommand: [\"true\"]\n");
+    char *env[] = {"PET_NUMA_BINDING=socket", NULL};
+    ck_assert_int_eq(load(&s, NULL, &act, (char *)path, NULL), 0);
+    ck_assert_int_eq(s.numa_binding, DL_NUMA_EXCLUSIVE);
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, env, &act, (char *)path, NULL), 0);
+    ck_assert_int_eq(s.numa_binding, DL_NUMA_SOCKET);
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--numa-binding", "core_complex", "--", "true", NULL),
+                     -EINVAL);
+    ck_assert_str_eq(err, "--numa-binding: 'core_complex' is not one of auto, none, node, socket, "
+                          "exclusive, core-complex");
+    dl_job_spec_free(&s);
+}
+END_TEST
+
 START_TEST(help_and_version_win)
 {
     dl_job_spec_t s;
@@ -408,6 +443,7 @@ int main(void)
                         (int)(sizeof(bad_yaml) / sizeof(bad_yaml[0])));
     tcase_add_test(tc, flag_and_env_errors);
     tcase_add_test(tc, yaml_train_section);
+    tcase_add_test(tc, numa_binding_modes);
     tcase_add_test(tc, help_and_version_win);
     tcase_add_test(tc, straggler_options);
     tcase_add_test(tc, number_parsers);

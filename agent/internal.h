@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "death.h"
 #include "diag.h"
 #include "events.h"
 #include "output.h"
@@ -33,6 +34,7 @@ typedef struct {
     int health_rd;     /* read end of its health pipe, or -1 */
     bool beating;      /* it has sent a beat this attempt */
     bool hung;         /* we killed it for going silent */
+    double killed_at;  /* monotonic seconds of the SIGKILL we sent it, 0 none */
     double last_beat;  /* monotonic seconds of the last beat seen */
     bool output_open;  /* the output of `attempt` has not drained yet */
     dl_diag_beats_t beats; /* what its beats said: step, loss, compute and wait times (diag.h) */
@@ -56,9 +58,14 @@ struct dl_agent_s {
     int nnodes;
     int world_size;
     dl__worker_t *workers;
-    uv_signal_t signals[16]; /* --signals-to-handle, then SIGCHLD */
+    /* --signals-to-handle, then --forward-signals (those not already stopping the job), then
+     * SIGCHLD; forwarded[i] marks the second kind. */
+    uv_signal_t signals[32];
+    bool forwarded[32];
     int nsignals;
     uv_timer_t stop_timer;
+    uv_timer_t reap_timer; /* a worker SIGKILLed long ago and still not reaped is named */
+    dl_memcg_t memcg;      /* the memory cgroups the workers are charged to, for OOM kills */
     uv_timer_t health_timer; /* --health-timeout: looks at the health pipes now and then */
     dl_events_t *events;
     dl_guard_t guard;
@@ -115,6 +122,11 @@ struct dl_agent_s {
 };
 
 double dl__now_unix(void);
+/* Sends SIGKILL to w's process group and watches that it goes (an unreapable worker is named
+ * and given up on). */
+void dl__agent_sigkill(dl_agent_t *a, dl__worker_t *w);
+/* Whether the agent passes sig on to its workers and goes on (--forward-signals). */
+bool dl__agent_forwards(const dl_agent_t *a, int sig);
 void dl__agent_log(const dl_agent_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Feeds the supervisor and carries out what it says. */
 void dl__agent_feed(dl_agent_t *a, dl_sup_event_t ev);

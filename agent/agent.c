@@ -559,6 +559,7 @@ static void finish_loop(dl_agent_t *a)
 {
     for (int i = 0; i < a->nsignals; i++)
         uv_close((uv_handle_t *)&a->signals[i], NULL);
+    dl__forward_close(a);
     uv_close((uv_handle_t *)&a->stop_timer, NULL);
     uv_close((uv_handle_t *)&a->reap_timer, NULL);
     uv_close((uv_handle_t *)&a->health_timer, NULL);
@@ -864,22 +865,6 @@ static void on_reap_timer(uv_timer_t *t)
         uv_timer_start(t, on_reap_timer, (uint64_t)((next - now) * 1000) + 10, 0);
 }
 
-/* A scheduler's warning (sbatch --signal=USR1@90): the workers act on it, typically by writing
- * a checkpoint, and the job goes on; a worker that then exits 0 ends as a success. */
-static void forward_signal(dl_agent_t *a, int signum)
-{
-    int n = 0;
-    for (int i = 0; i < a->nworkers; i++)
-        if (a->workers[i].pid > 0)
-            n++;
-    dl__agent_log(a, "got %s: passed on to %d worker%s; the job goes on", dl_signal_name(signum),
-                  n, n == 1 ? "" : "s");
-    dl_events_emit(a->events, "signal", dl__now_unix(),
-                   json_pack("{s:s, s:b, s:i}", "signal", dl_signal_name(signum), "forwarded", 1,
-                             "workers", n));
-    kill_workers(a, signum);
-}
-
 static void on_signal(uv_signal_t *h, int signum)
 {
     dl_agent_t *a = h->data;
@@ -902,10 +887,6 @@ static void on_signal(uv_signal_t *h, int signum)
                 dl__agent_log(a, "the orphan guard exited unexpectedly");
             }
         }
-        return;
-    }
-    if (dl__agent_forwards(a, signum)) {
-        forward_signal(a, signum);
         return;
     }
     if (a->sup.stop == DL_SUP_STOP_SIGNAL && a->sup.phase == DL_SUP_STOPPING)
@@ -1311,40 +1292,30 @@ static void add_signal(void *ctx, int sig)
         list[++list[0]] = sig;
 }
 
-bool dl__agent_forwards(const dl_agent_t *a, int sig)
-{
-    for (int i = 0; i < a->nsignals; i++)
-        if (a->forwarded[i] && a->signals[i].signum == sig)
-            return true;
-    return false;
-}
-
 static int setup_loop(dl_agent_t *a)
 {
-    int r, list[32] = {0}, nstop;
+    int r, list[32] = {0};
     char bad[64];
 
     r = uv_loop_init(&a->loop);
     if (r < 0)
         return r;
-    /* The signals that stop the job (torchrun's --signals-to-handle), those passed on while it
-     * goes on (a stop signal stays one: Slurm's default forward list gives way), then SIGCHLD. */
+    /* The signals that stop the job (torchrun's --signals-to-handle), then SIGCHLD to reap;
+     * then those passed on while it goes on. */
     dl_signal_list_each(a->spec->signals != NULL ? a->spec->signals : DL_DEFAULT_SIGNALS,
                         add_signal, list, bad, sizeof(bad));
-    nstop = list[0];
-    const char *fwd = dl_forward_signals(a->spec, a->environ_list);
-    if (*fwd != '\0')
-        dl_signal_list_each(fwd, add_signal, list, bad, sizeof(bad));
     list[++list[0]] = SIGCHLD;
     for (int i = 0; i < list[0]; i++) {
         uv_signal_init(&a->loop, &a->signals[i]);
         a->signals[i].data = a;
-        a->forwarded[i] = i >= nstop && list[i + 1] != SIGCHLD;
         a->nsignals = i + 1;
         r = uv_signal_start(&a->signals[i], on_signal, list[i + 1]);
         if (r < 0)
             return r;
     }
+    r = dl__forward_start(a);
+    if (r < 0)
+        return r;
     uv_timer_init(&a->loop, &a->stop_timer);
     a->stop_timer.data = a;
     uv_timer_init(&a->loop, &a->reap_timer);

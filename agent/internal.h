@@ -58,11 +58,14 @@ struct dl_agent_s {
     int nnodes;
     int world_size;
     dl__worker_t *workers;
-    /* --signals-to-handle, then --forward-signals (those not already stopping the job), then
-     * SIGCHLD; forwarded[i] marks the second kind. */
-    uv_signal_t signals[32];
-    bool forwarded[32];
+    uv_signal_t signals[32]; /* --signals-to-handle, then SIGCHLD */
     int nsignals;
+    /* --forward-signals (forward.c): those that do not stop the job, read from a signalfd. */
+    int forward[32];
+    int nforward;
+    int forward_fd;
+    uv_poll_t forward_poll;
+    bool forward_open;
     uv_timer_t stop_timer;
     uv_timer_t reap_timer; /* a worker SIGKILLed long ago and still not reaped is named */
     dl_memcg_t memcg;      /* the memory cgroups the workers are charged to, for OOM kills */
@@ -125,8 +128,11 @@ double dl__now_unix(void);
 /* Sends SIGKILL to w's process group and watches that it goes (an unreapable worker is named
  * and given up on). */
 void dl__agent_sigkill(dl_agent_t *a, dl__worker_t *w);
-/* Whether the agent passes sig on to its workers and goes on (--forward-signals). */
+/* forward.c: whether the agent passes sig on to its workers and goes on (--forward-signals);
+ * starting (after the stop signals are set up) and closing that. */
 bool dl__agent_forwards(const dl_agent_t *a, int sig);
+int dl__forward_start(dl_agent_t *a);
+void dl__forward_close(dl_agent_t *a);
 void dl__agent_log(const dl_agent_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Feeds the supervisor and carries out what it says. */
 void dl__agent_feed(dl_agent_t *a, dl_sup_event_t ev);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -79,15 +80,46 @@ static int mkdir_p(const char *path)
     return 0;
 }
 
+static double mono_now(void)
+{
+    return (double)uv_hrtime() / 1e9;
+}
+
+/* How long a worker may outlive its SIGKILL before it is named unreapable: the stop grace once
+ * more, and a second at least (the kernel frees a large process's memory first). */
+static double reap_bound(const dl_agent_t *a)
+{
+    return a->spec->stop_timeout > 1 ? a->spec->stop_timeout : 1;
+}
+
+static void on_reap_timer(uv_timer_t *t);
+
+void dl__agent_sigkill(dl_agent_t *a, dl__worker_t *w)
+{
+    if (w->pid <= 0)
+        return;
+    if (kill(-w->pid, SIGKILL) < 0 && errno != ESRCH)
+        dl__agent_log(a, "cannot signal rank %d (pid %d): %s", w->rank, (int)w->pid,
+                      strerror(errno));
+    if (w->killed_at == 0) {
+        w->killed_at = mono_now();
+        if (!uv_is_active((uv_handle_t *)&a->reap_timer))
+            uv_timer_start(&a->reap_timer, on_reap_timer,
+                           (uint64_t)(reap_bound(a) * 1000) + 10, 0);
+    }
+}
+
 static void kill_workers(dl_agent_t *a, int sig)
 {
     for (int i = 0; i < a->nworkers; i++) {
         dl__worker_t *w = &a->workers[i];
-        if (w->pid > 0 && kill(-w->pid, sig) < 0 && errno != ESRCH)
+        if (w->pid > 0 && sig == SIGKILL)
+            dl__agent_sigkill(a, w);
+        else if (w->pid > 0 && kill(-w->pid, sig) < 0 && errno != ESRCH)
             dl__agent_log(a, "cannot signal rank %d (pid %d): %s", w->rank, (int)w->pid,
                       strerror(errno));
         /* A stopped worker (SIGSTOP, a debugger let go) takes its signal only once it runs. */
-        else if (w->pid > 0 && sig != SIGKILL && sig != SIGCONT)
+        else if (w->pid > 0 && sig != SIGCONT)
             kill(-w->pid, SIGCONT);
     }
 }
@@ -316,6 +348,7 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart
         close(control);
     w->health_rd = health[0];
     w->beating = w->hung = false;
+    w->killed_at = 0;
     dl_worker_env_free(envp);
     if (r < 0) {
         w->pid = 0;
@@ -359,11 +392,25 @@ static void record_failure(dl_agent_t *a)
     a->history[a->nhistory++] = a->sup.first_failure;
 }
 
+/* An OOM kill in an event: "oom": true and the figures known, in MiB. */
+static void oom_json(json_t *o, long long peak, long long limit)
+{
+    json_object_set_new(o, "oom", json_true());
+    if (peak > 0)
+        json_object_set_new(o, "mem_peak_mib", json_integer(peak >> 20));
+    if (limit > 0)
+        json_object_set_new(o, "mem_limit_mib", json_integer(limit >> 20));
+}
+
 static json_t *failure_json(const dl_sup_failure_t *f)
 {
     json_t *o = json_pack("{s:i, s:i}", "rank", f->rank, "attempt", f->attempt);
     if (f->hung)
         json_object_set_new(o, "hung", json_true());
+    if (f->oom)
+        oom_json(o, f->mem_peak, f->mem_limit);
+    if (f->unreapable)
+        json_object_set_new(o, "unreapable", json_true());
     if (f->spawn_errno > 0)
         json_object_set_new(o, "error", json_string(strerror(f->spawn_errno)));
     else if (f->signal > 0)
@@ -515,10 +562,19 @@ static void finish_loop(dl_agent_t *a)
 {
     for (int i = 0; i < a->nsignals; i++)
         uv_close((uv_handle_t *)&a->signals[i], NULL);
+    dl__forward_close(a);
     uv_close((uv_handle_t *)&a->stop_timer, NULL);
+    uv_close((uv_handle_t *)&a->reap_timer, NULL);
     uv_close((uv_handle_t *)&a->health_timer, NULL);
     dl__rec_close(a);
     dl__diag_close(a);
+}
+
+/* The codes a failure summary goes with: docs/exit-codes.md. */
+static bool failed_code(int exit_code)
+{
+    return exit_code == 1 || exit_code == DL_SUP_EXIT_SAME_FAILURE ||
+           exit_code == DL_SUP_EXIT_UNHEALTHY;
 }
 
 static void finish(dl_agent_t *a, int exit_code)
@@ -528,9 +584,10 @@ static void finish(dl_agent_t *a, int exit_code)
                          : exit_code == 1 ? "failed"
                          : exit_code == 3 ? "timed_out"
                          : exit_code == 4 ? "refused"
-                                          : "stopped";
+                         : failed_code(exit_code) ? "failed"
+                                                  : "stopped";
     a->exit_code = exit_code;
-    if (exit_code == 1 && a->sup.has_failure && !a->remote)
+    if (failed_code(exit_code) && a->sup.has_failure && !a->remote)
         record_failure(a);
     dl__rdzv_finish(a, exit_code);
     json_t *end = json_pack("{s:s, s:i, s:i}", "status", status, "exit_code", exit_code,
@@ -547,6 +604,11 @@ static void print_closing_line(const dl_agent_t *a)
     const char *status = a->stopped_by_request ? "was stopped on request"
                          : a->exit_code == 0   ? "succeeded"
                          : a->exit_code == 1 ? "failed"
+                         : a->exit_code == DL_SUP_EXIT_SAME_FAILURE
+                             ? "failed the same way on every attempt (exit 5: do not requeue)"
+                         : a->exit_code == DL_SUP_EXIT_UNHEALTHY
+                             ? "failed: a worker could not be reaped (exit 6: this node is "
+                               "unhealthy)"
                          : a->exit_code == 3 ? "timed out"
                          : a->exit_code == 4 ? "was refused"
                                              : "was stopped";
@@ -568,7 +630,7 @@ static void print_closing_line(const dl_agent_t *a)
 
 static void print_summary(const dl_agent_t *a)
 {
-    if (a->exit_code != 1)
+    if (!failed_code(a->exit_code))
         return;
     if (a->remote)
         fprintf(stderr, "dlaunch: the job failed: %s\n",
@@ -627,7 +689,18 @@ typedef struct {
     int sig;
 } deferred_exit_t;
 
-static void report_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig, bool hung)
+/* The furthest step a worker of the attempt said it reached, or -1 when none beats. */
+static long long attempt_step(const dl_agent_t *a)
+{
+    long long best = -1;
+    for (int i = 0; i < a->nworkers; i++)
+        if (a->workers[i].beats.figures && (long long)a->workers[i].beats.step > best)
+            best = (long long)a->workers[i].beats.step;
+    return best;
+}
+
+static void report_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig, bool hung,
+                        const dl_oom_t *oom)
 {
     if (hung) {
         /* Already said when it was killed. */
@@ -635,7 +708,13 @@ static void report_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig, b
         /* The attempt's first failure: where the others are, before they are stopped. */
         if (code != 0 && a->sup.stop == DL_SUP_STOP_NONE && dl__diag_text(a)[0] == '\0')
             dl__diag_explain(a, "failure", true);
-        if (sig > 0)
+        if (oom != NULL && oom->killed) {
+            char what[200];
+            dl_oom_text(oom->peak, oom->limit, what, sizeof(what));
+            dl__agent_log(a, "rank %d (pid %d) was killed by the OOM killer (%s)%s%s", rank,
+                          (int)pid, what, oom->cgroup[0] ? "; memory cgroup " : "",
+                          oom->cgroup);
+        } else if (sig > 0)
             dl__agent_log(a, "rank %d (pid %d) was killed by %s", rank, (int)pid,
                           dl_signal_name(sig));
         else
@@ -647,9 +726,13 @@ static void report_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig, b
         dl_sup_failure_t f = {.rank = rank, .signal = sig, .exit_code = code, .hung = hung};
         dl__rec_interrupted(a, &f);
     }
+    bool killed = oom != NULL && oom->killed;
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_WORKER_EXIT, .rank = rank,
                                        .exit_code = code, .signal = sig, .hung = hung,
-                                       .recoverable = recoverable});
+                                       .recoverable = recoverable, .oom = killed,
+                                       .mem_peak = killed ? oom->peak : 0,
+                                       .mem_limit = killed ? oom->limit : 0,
+                                       .step = attempt_step(a)});
 }
 
 static void deferred_closed(uv_handle_t *h)
@@ -660,7 +743,7 @@ static void deferred_closed(uv_handle_t *h)
 static void on_deferred(uv_timer_t *t)
 {
     deferred_exit_t *d = t->data;
-    report_exit(d->agent, d->rank, d->pid, d->code, d->sig, false);
+    report_exit(d->agent, d->rank, d->pid, d->code, d->sig, false, NULL);
     uv_close((uv_handle_t *)t, deferred_closed);
 }
 
@@ -676,11 +759,25 @@ static int defer_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig)
     return 0;
 }
 
-static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status)
+/* A SIGKILL the agent did not send: the kernel's OOM killer, if the workers' memory cgroups
+ * counted a kill since the last look or the kernel log names the process. */
+static void find_oom(dl_agent_t *a, pid_t pid, long long peak, dl_oom_t *oom)
+{
+    if (a->memcg.version == 0 || !dl_memcg_oom_since(&a->memcg, "", oom))
+        dl_kmsg_oom_killed("", pid, oom);
+    oom->peak = peak;
+}
+
+static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status, long long peak)
 {
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     pid_t pid = w->pid;
+    dl_oom_t oom = {0};
+
+    if (sig == SIGKILL && w->killed_at == 0 && !w->hung)
+        find_oom(a, pid, peak, &oom);
+    w->killed_at = 0;
 
     /* What the worker left running in its group goes with it: nothing outlives its worker. */
     if (kill(-pid, SIGKILL) < 0 && errno != ESRCH)
@@ -700,6 +797,8 @@ static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status)
         json_object_set_new(f, "signal", json_string(dl_signal_name(sig)));
     else
         json_object_set_new(f, "exit_code", json_integer(code));
+    if (oom.killed)
+        oom_json(f, oom.peak, oom.limit);
     if (sig > 0 || code != 0) {
         char path[4200], msg[1024], trace[16];
         dl_error_file_path(a->attempt_dir, w->rank, path, sizeof(path));
@@ -717,7 +816,56 @@ static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status)
     if ((sig == SIGTERM || sig == SIGINT || sig == SIGHUP || stop_code) &&
         a->sup.stop == DL_SUP_STOP_NONE && defer_exit(a, w->rank, pid, code, sig) == 0)
         return;
-    report_exit(a, w->rank, pid, code, sig, w->hung);
+    report_exit(a, w->rank, pid, code, sig, w->hung, &oom);
+}
+
+/* A worker still there long after its SIGKILL sleeps where no signal reaches it (a wedged
+ * device or file system): it is named, with where the kernel holds it, and given up on. */
+static void give_up_on(dl_agent_t *a, dl__worker_t *w, double after)
+{
+    char state, wchan[128];
+    int r = dl_proc_wait_state("", w->pid, &state, wchan, sizeof(wchan));
+    if (r == -ESRCH || (r == 0 && state == 'Z'))
+        return; /* dead: its SIGCHLD is on the way */
+    pid_t pid = w->pid;
+    int rank = w->rank;
+    dl__agent_log(a, "rank %d (pid %d) cannot be reaped: %.1fs after SIGKILL it is still in %s "
+                     "(state %c%s%s); giving up on it: this node is unhealthy",
+                  rank, (int)pid, after, dl_proc_state_name(state), state,
+                  wchan[0] ? ", waiting in " : "", wchan);
+    json_t *f = json_pack("{s:i, s:i, s:i, s:s#, s:s, s:f}", "rank", rank, "attempt", w->attempt,
+                          "pid", (int)pid, "state", &state, (size_t)1, "wchan", wchan, "after_s",
+                          after);
+    dl_events_emit(a->events, "worker_unreapable", dl__now_unix(), f);
+    dl_guard_watch(&a->guard, pid, 0);
+    w->pid = 0;
+    w->killed_at = 0;
+    if (w->health_rd >= 0)
+        close(w->health_rd);
+    w->health_rd = -1;
+    dl__rec_channel_close(w);
+    /* It holds its pipes' other ends: what it wrote is kept, no more is waited for. */
+    dl_output_drain(w->output, 0);
+    w->output = NULL;
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_UNREAPABLE, .rank = rank, .step = -1});
+}
+
+static void on_reap_timer(uv_timer_t *t)
+{
+    dl_agent_t *a = t->data;
+    double now = mono_now(), next = 0;
+    for (int i = 0; i < a->nworkers && a->sup.phase != DL_SUP_DONE; i++) {
+        dl__worker_t *w = &a->workers[i];
+        if (w->pid <= 0 || w->killed_at == 0)
+            continue;
+        double due = w->killed_at + reap_bound(a);
+        if (now >= due)
+            give_up_on(a, w, now - w->killed_at);
+        else if (next == 0 || due < next)
+            next = due;
+    }
+    if (next > 0 && a->sup.phase != DL_SUP_DONE)
+        uv_timer_start(t, on_reap_timer, (uint64_t)((next - now) * 1000) + 10, 0);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -727,12 +875,13 @@ static void on_signal(uv_signal_t *h, int signum)
     if (signum == SIGCHLD) {
         for (;;) {
             int status;
-            pid_t pid = waitpid(-1, &status, WNOHANG);
+            struct rusage ru = {0};
+            pid_t pid = wait4(-1, &status, WNOHANG, &ru);
             if (pid <= 0)
                 break;
             for (int i = 0; i < a->nworkers; i++) {
                 if (a->workers[i].pid == pid) {
-                    worker_reaped(a, &a->workers[i], status);
+                    worker_reaped(a, &a->workers[i], status, (long long)ru.ru_maxrss * 1024);
                     break;
                 }
             }
@@ -750,7 +899,7 @@ static void on_signal(uv_signal_t *h, int signum)
         dl__agent_log(a, "got %s: stopping the workers (again to kill them at once)",
                       dl_signal_name(signum));
     dl_events_emit(a->events, "signal", dl__now_unix(),
-                   json_pack("{s:s}", "signal", dl_signal_name(signum)));
+                   json_pack("{s:s, s:b}", "signal", dl_signal_name(signum), "forwarded", 0));
     dl__rdzv_quit(a, signum);
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_SIGNAL, .signal = signum});
 }
@@ -1166,23 +1315,24 @@ static int dry_run(dl_agent_t *a)
 static void add_signal(void *ctx, int sig)
 {
     int *list = ctx;
-    /* list[0] counts; duplicates and overflow are dropped quietly (the list was checked). */
+    /* list[0] counts; duplicates and overflow are dropped quietly (the lists were checked). */
     for (int i = 1; i <= list[0]; i++)
         if (list[i] == sig)
             return;
-    if (list[0] < 15)
+    if (list[0] < 30)
         list[++list[0]] = sig;
 }
 
 static int setup_loop(dl_agent_t *a)
 {
-    int r, list[16] = {0};
+    int r, list[32] = {0};
     char bad[64];
 
     r = uv_loop_init(&a->loop);
     if (r < 0)
         return r;
-    /* The signals to forward (torchrun's --signals-to-handle), then SIGCHLD to reap. */
+    /* The signals that stop the job (torchrun's --signals-to-handle), then SIGCHLD to reap;
+     * then those passed on while it goes on. */
     dl_signal_list_each(a->spec->signals != NULL ? a->spec->signals : DL_DEFAULT_SIGNALS,
                         add_signal, list, bad, sizeof(bad));
     list[++list[0]] = SIGCHLD;
@@ -1194,8 +1344,16 @@ static int setup_loop(dl_agent_t *a)
         if (r < 0)
             return r;
     }
+    r = dl__forward_start(a);
+    if (r < 0)
+        return r;
     uv_timer_init(&a->loop, &a->stop_timer);
     a->stop_timer.data = a;
+    uv_timer_init(&a->loop, &a->reap_timer);
+    a->reap_timer.data = a;
+    /* OOM kills are told apart by the counters of the workers' memory cgroups (the agent's). */
+    if (dl_memcg_open(&a->memcg, "", 0) < 0)
+        a->memcg.version = 0;
     uv_timer_init(&a->loop, &a->health_timer);
     a->health_timer.data = a;
     dl__rec_init(a);
@@ -1281,6 +1439,7 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
     else
         dl_sup_init(&a->sup, a->nworkers, spec->max_restarts);
     dl_sup_set_in_job(&a->sup, dl__rec_in_job(a));
+    dl_sup_set_max_same(&a->sup, spec->max_same_failures);
     json_t *cmd = json_array();
     for (char **c = spec->command; *c != NULL; c++)
         json_array_append_new(cmd, json_string(*c));

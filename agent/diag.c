@@ -83,6 +83,10 @@ int dl__diag_start(dl_agent_t *a)
     if (gethostname(d->host, sizeof(d->host) - 1) < 0)
         snprintf(d->host, sizeof(d->host), "localhost");
     a->diag = d;
+    /* SIGUSR1 passed on to the workers is theirs (a checkpoint before preemption); the report
+     * is then `dlaunch status --ranks`'s alone. */
+    if (dl__agent_forwards(a, SIGUSR1))
+        return 0;
     uv_signal_init(&a->loop, &d->usr1);
     d->usr1.data = a;
     d->usr1_open = true;

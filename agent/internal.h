@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "death.h"
 #include "diag.h"
 #include "events.h"
 #include "output.h"
@@ -33,6 +34,7 @@ typedef struct {
     int health_rd;     /* read end of its health pipe, or -1 */
     bool beating;      /* it has sent a beat this attempt */
     bool hung;         /* we killed it for going silent */
+    double killed_at;  /* monotonic seconds of the SIGKILL we sent it, 0 none */
     double last_beat;  /* monotonic seconds of the last beat seen */
     bool output_open;  /* the output of `attempt` has not drained yet */
     dl_diag_beats_t beats; /* what its beats said: step, loss, compute and wait times (diag.h) */
@@ -62,9 +64,17 @@ struct dl_agent_s {
     struct dl_place_s *places;  /* per local rank, NULL when unbound (placement.c) */
     int nplaces;
     char unbound_why[700];      /* why unbound, for --dry-run */
-    uv_signal_t signals[16]; /* --signals-to-handle, then SIGCHLD */
+    uv_signal_t signals[32]; /* --signals-to-handle, then SIGCHLD */
     int nsignals;
+    /* --forward-signals (forward.c): those that do not stop the job, read from a signalfd. */
+    int forward[32];
+    int nforward;
+    int forward_fd;
+    uv_poll_t forward_poll;
+    bool forward_open;
     uv_timer_t stop_timer;
+    uv_timer_t reap_timer; /* a worker SIGKILLed long ago and still not reaped is named */
+    dl_memcg_t memcg;      /* the memory cgroups the workers are charged to, for OOM kills */
     uv_timer_t health_timer; /* --health-timeout: looks at the health pipes now and then */
     dl_events_t *events;
     dl_guard_t guard;
@@ -121,6 +131,14 @@ struct dl_agent_s {
 };
 
 double dl__now_unix(void);
+/* Sends SIGKILL to w's process group and watches that it goes (an unreapable worker is named
+ * and given up on). */
+void dl__agent_sigkill(dl_agent_t *a, dl__worker_t *w);
+/* forward.c: whether the agent passes sig on to its workers and goes on (--forward-signals);
+ * starting (after the stop signals are set up) and closing that. */
+bool dl__agent_forwards(const dl_agent_t *a, int sig);
+int dl__forward_start(dl_agent_t *a);
+void dl__forward_close(dl_agent_t *a);
 void dl__agent_log(const dl_agent_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Feeds the supervisor and carries out what it says. */
 void dl__agent_feed(dl_agent_t *a, dl_sup_event_t ev);

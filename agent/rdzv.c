@@ -81,7 +81,12 @@ void dl__rdzv_report(dl_agent_t *a)
     else if (f->hung)
         snprintf(reason, sizeof(reason), "rank %d on %s hung (no health beat in time)", f->rank,
                  z->hostname);
-    else if (f->signal > 0)
+    else if (f->oom) {
+        char what[200];
+        dl_oom_text(f->mem_peak, f->mem_limit, what, sizeof(what));
+        snprintf(reason, sizeof(reason), "rank %d on %.90s was killed by the OOM killer (%.200s)",
+                 f->rank, z->hostname, what);
+    } else if (f->signal > 0)
         snprintf(reason, sizeof(reason), "rank %d on %s was killed by %s", f->rank,
                  z->hostname, dl_signal_name(f->signal));
     else if (f->spawn_errno > 0)

@@ -218,12 +218,12 @@ static void guard_main(int fd)
     int32_t rec;
     int null_fd = open("/dev/null", O_RDWR);
 
-    /* Ctrl-C reaches the whole foreground group; the guard must outlive the agent. */
-    signal(SIGINT, SIG_IGN);
-    signal(SIGTERM, SIG_IGN);
-    signal(SIGHUP, SIG_IGN);
-    signal(SIGQUIT, SIG_IGN);
-    signal(SIGPIPE, SIG_IGN);
+    /* Ctrl-C reaches the whole foreground group, and a Slurm step's signals (scancel, a time
+     * limit's --signal=USR1@N) every process of the step: the guard must outlive the agent. */
+    for (int s = 1; s < SIGRTMIN; s++)
+        if (s != SIGKILL && s != SIGSTOP && s != SIGCHLD && s != SIGSEGV && s != SIGBUS &&
+            s != SIGFPE && s != SIGILL && s != SIGABRT && s != SIGTRAP && s != SIGSYS)
+            signal(s, SIG_IGN);
     /* Holding the caller's stdout open would make `out=$(dlaunch ...)` wait for us. */
     if (null_fd >= 0) {
         dup2(null_fd, STDIN_FILENO);

@@ -81,6 +81,16 @@ static void print_last_lines(FILE *f, const char *text, int max_lines)
     }
 }
 
+void dl_oom_text(long long peak, long long limit, char *buf, size_t len)
+{
+    char p[64] = "", l[64] = "";
+    if (peak > 0)
+        snprintf(p, sizeof(p), "its memory peak %lld MiB", peak >> 20);
+    if (limit > 0)
+        snprintf(l, sizeof(l), "the limit %lld MiB", limit >> 20);
+    snprintf(buf, len, "%s%s%s", p, p[0] && l[0] ? ", " : "", p[0] || l[0] ? l : "no figures");
+}
+
 static void describe(FILE *f, const dl_sup_failure_t *x)
 {
     char when[64];
@@ -94,7 +104,13 @@ static void describe(FILE *f, const dl_sup_failure_t *x)
         fprintf(f, "could not be started (%s)", strerror(x->spawn_errno));
     else if (x->hung)
         fprintf(f, "hung (no health beat in time) and was killed");
-    else if (x->signal > 0)
+    else if (x->unreapable)
+        fprintf(f, "could not be reaped (still there after SIGKILL: the node is unhealthy)");
+    else if (x->oom) {
+        char what[200];
+        dl_oom_text(x->mem_peak, x->mem_limit, what, sizeof(what));
+        fprintf(f, "was killed by the OOM killer (%s)", what);
+    } else if (x->signal > 0)
         fprintf(f, "was killed by %s", dl_signal_name(x->signal));
     else
         fprintf(f, "exited with code %d", x->exit_code);

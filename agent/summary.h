@@ -10,6 +10,9 @@
 /* "SIGKILL", or "signal 77" for numbers without a name (static storage, not reentrant). */
 const char *dl_signal_name(int sig);
 
+/* "its memory peak 180 MiB, the limit 192 MiB", leaving out what is not known (0). */
+void dl_oom_text(long long peak, long long limit, char *buf, size_t len);
+
 /* Prints what failed: one line per failed attempt (at most the last few), then for the last
  * one its log path and the last lines of its stderr. */
 void dl_summary_print(FILE *f, const dl_sup_failure_t *history, size_t n, int attempts,

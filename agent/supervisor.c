@@ -19,6 +19,11 @@ void dl_sup_set_in_job(dl_sup_t *sup, bool on)
     sup->in_job = on;
 }
 
+void dl_sup_set_max_same(dl_sup_t *sup, int n)
+{
+    sup->max_same = n;
+}
+
 int dl_sup_restarts_used(const dl_sup_t *sup)
 {
     return sup->attempt + sup->recoveries;
@@ -61,6 +66,12 @@ static void attempt_over(dl_sup_t *sup, dl_sup_actions_t *act)
 {
     if (sup->phase == DL_SUP_STOPPING)
         act->flags |= DL_SUP_DISARM_TIMER;
+    /* A worker that cannot be reaped holds what it held (a device, a mount): nothing more starts
+     * on this node. A stop signal still says how the agent ends. */
+    if (sup->unhealthy && sup->stop != DL_SUP_STOP_SIGNAL) {
+        finish(sup, act, DL_SUP_EXIT_UNHEALTHY);
+        return;
+    }
     switch (sup->stop) {
     case DL_SUP_STOP_NONE:
         if (sup->remote) {
@@ -87,6 +98,9 @@ static void attempt_over(dl_sup_t *sup, dl_sup_actions_t *act)
     case DL_SUP_STOP_FAIL:
         finish(sup, act, 1);
         break;
+    case DL_SUP_STOP_SAME:
+        finish(sup, act, DL_SUP_EXIT_SAME_FAILURE);
+        break;
     case DL_SUP_STOP_SIGNAL:
         finish(sup, act, 128 + sup->signal);
         break;
@@ -105,6 +119,26 @@ static void begin_stop(dl_sup_t *sup, dl_sup_actions_t *act, dl_sup_stop_t why, 
     act->kill_signal = sig;
 }
 
+static bool same_failure(const dl_sup_failure_t *a, const dl_sup_failure_t *b)
+{
+    return a->rank == b->rank && a->exit_code == b->exit_code && a->signal == b->signal &&
+           a->spawn_errno == b->spawn_errno && a->hung == b->hung && a->oom == b->oom;
+}
+
+/* Local mode, a restart's first failure: counts the attempts in a row that failed as the one
+ * before did, without a worker getting further than it. */
+static void count_same(dl_sup_t *sup, const dl_sup_failure_t *prev, bool had,
+                       const dl_sup_event_t *ev)
+{
+    bool no_progress = ev->step < 0 || ev->step <= sup->same_step;
+    if (had && prev->attempt == sup->attempt - 1 && same_failure(prev, &sup->first_failure) &&
+        no_progress)
+        sup->same++;
+    else
+        sup->same = 1;
+    sup->same_step = ev->step;
+}
+
 static void worker_failed(dl_sup_t *sup, const dl_sup_event_t *ev, double now,
                           dl_sup_actions_t *act)
 {
@@ -114,6 +148,8 @@ static void worker_failed(dl_sup_t *sup, const dl_sup_event_t *ev, double now,
             attempt_over(sup, act);
         return;
     }
+    dl_sup_failure_t prev = sup->first_failure;
+    bool had = sup->has_failure;
     sup->has_failure = true;
     sup->first_failure = (dl_sup_failure_t){
         .rank = ev->rank,
@@ -122,6 +158,9 @@ static void worker_failed(dl_sup_t *sup, const dl_sup_event_t *ev, double now,
         .signal = ev->kind == DL_SUP_EV_WORKER_EXIT ? ev->signal : 0,
         .spawn_errno = ev->kind == DL_SUP_EV_SPAWN_FAILED ? ev->spawn_errno : 0,
         .hung = ev->hung,
+        .oom = ev->kind == DL_SUP_EV_WORKER_EXIT && ev->oom,
+        .mem_peak = ev->mem_peak,
+        .mem_limit = ev->mem_limit,
         .time = now,
     };
     if (sup->remote) {
@@ -160,7 +199,11 @@ static void worker_failed(dl_sup_t *sup, const dl_sup_event_t *ev, double now,
         sup->recovering = false;
         act->flags |= DL_SUP_RECOVERY_OFF;
     }
-    begin_stop(sup, act, left ? DL_SUP_STOP_RESTART : DL_SUP_STOP_FAIL, SIGTERM);
+    count_same(sup, &prev, had, ev);
+    if (sup->max_same > 0 && sup->same >= sup->max_same)
+        begin_stop(sup, act, DL_SUP_STOP_SAME, SIGTERM);
+    else
+        begin_stop(sup, act, left ? DL_SUP_STOP_RESTART : DL_SUP_STOP_FAIL, SIGTERM);
 }
 
 /* Remote: the round changed under running workers, or the job ended for every node. */
@@ -306,6 +349,23 @@ dl_sup_actions_t dl_sup_step(dl_sup_t *sup, const dl_sup_event_t *ev, double now
                    dl_sup_restarts_used(sup) < sup->max_restarts ? DL_SUP_STOP_RESTART
                                                                  : DL_SUP_STOP_FAIL,
                    SIGTERM);
+        break;
+
+    case DL_SUP_EV_UNREAPABLE:
+        sup->unhealthy = true;
+        if (sup->phase == DL_SUP_IDLE || sup->running == 0)
+            break;
+        sup->running--;
+        if (sup->stop == DL_SUP_STOP_NONE) {
+            /* Given up on before anything stopped the attempt: it is the attempt's failure. */
+            dl_sup_event_t as_exit = *ev;
+            as_exit.kind = DL_SUP_EV_WORKER_EXIT;
+            as_exit.signal = SIGKILL;
+            worker_failed(sup, &as_exit, now, &act);
+            sup->first_failure.unreapable = true;
+        } else if (sup->running == 0) {
+            attempt_over(sup, &act);
+        }
         break;
 
     case DL_SUP_EV_STOP_TIMEOUT:

@@ -23,6 +23,7 @@ typedef enum {
     DL_SUP_STOP_REPORT,  /* remote: a worker failed; the rendezvous decides what next */
     DL_SUP_STOP_REJOIN,  /* remote: a new round opened; join it once the workers are gone */
     DL_SUP_STOP_END,     /* remote: the job is over (end_code) */
+    DL_SUP_STOP_SAME,    /* a worker failed as on the attempts before: no restart helps */
 } dl_sup_stop_t;
 
 typedef struct {
@@ -32,6 +33,9 @@ typedef struct {
     int signal;     /* > 0 when killed by a signal */
     int spawn_errno; /* > 0 when it could not be started */
     bool hung;       /* killed by the agent for going silent */
+    bool oom;        /* killed by the kernel's OOM killer */
+    bool unreapable; /* still there after SIGKILL: given up on, the node is unhealthy */
+    long long mem_peak, mem_limit; /* oom: its peak and the limit hit, bytes (0 unknown) */
     double time;
 } dl_sup_failure_t;
 
@@ -48,7 +52,14 @@ typedef enum {
     /* in-job recovery (docs/recovery.md) */
     DL_SUP_EV_RECOVERED,       /* every worker trains again after a recovery */
     DL_SUP_EV_RECOVERY_FAILED, /* a recovery cannot finish: fall back to a restart */
+    /* rank's process outlived its SIGKILL (uninterruptible sleep): it counts as gone, and the
+     * node as unhealthy: the job ends here (exit DL_SUP_EXIT_UNHEALTHY), never restarts on it */
+    DL_SUP_EV_UNREAPABLE,
 } dl_sup_event_kind_t;
+
+/* Exit codes of the supervisor's own (docs/exit-codes.md). */
+#define DL_SUP_EXIT_SAME_FAILURE 5 /* every attempt failed the same way: do not requeue */
+#define DL_SUP_EXIT_UNHEALTHY 6    /* a worker could not be reaped: this node is unhealthy */
 
 typedef struct {
     dl_sup_event_kind_t kind;
@@ -58,6 +69,11 @@ typedef struct {
     int spawn_errno;
     int attempt;
     bool hung; /* WORKER_EXIT: the agent killed it for missing its health beats */
+    bool oom;  /* WORKER_EXIT: the kernel's OOM killer killed it */
+    long long mem_peak, mem_limit;
+    /* WORKER_EXIT, SPAWN_FAILED: the furthest step a worker of the attempt reported in its
+     * beats, or -1 when none beats: a failure after no progress may be the same one again. */
+    long long step;
     /* WORKER_EXIT, SPAWN_FAILED: the others can go on without it while a replacement joins
      * (in-job recovery: every worker speaks the protocol; the shell decides). ROUND_CHANGED
      * (remote): the living workers can be kept into the next round. */
@@ -113,6 +129,12 @@ typedef struct dl_sup_s {
      * the assignment (each such recovery is a round change the rendezvous counts). */
     bool awaiting;
     int starts; /* attempts started: every worker started afresh (recoveries are none) */
+    /* The same failure on attempt after attempt (same rank, same cause, no step further): after
+     * max_same of them in a row the job ends (DL_SUP_EXIT_SAME_FAILURE); 0: never. */
+    int max_same;
+    int same;                 /* attempts in a row that failed as the last one did */
+    long long same_step;      /* the furthest step of the last failed attempt */
+    bool unhealthy;           /* a worker could not be reaped */
 } dl_sup_t;
 
 /* Local mode: this node alone decides restarts, up to max_restarts. */
@@ -121,6 +143,9 @@ void dl_sup_init(dl_sup_t *sup, int nworkers, int max_restarts);
 /* In-job recovery on (after init): a recoverable failure replaces one worker while the others
  * run on, until a failure comes during a recovery or no restart is left. */
 void dl_sup_set_in_job(dl_sup_t *sup, bool on);
+
+/* Ends the job after n attempts in a row that failed the same way (local mode; 0 never). */
+void dl_sup_set_max_same(dl_sup_t *sup, int n);
 
 /* Restarts spent: attempts after the first, and in-job recoveries. */
 int dl_sup_restarts_used(const dl_sup_t *sup);

@@ -56,7 +56,7 @@ void dl__watchdog_check(dl_agent_t *a, double now)
     if (f != NULL && dl__diag_text(a)[0] != '\0')
         json_object_set_new(f, "diagnosis", json_string(dl__diag_text(a)));
     dl_events_emit(a->events, "worker_hung", dl__now_unix(), f);
-    kill(-w->pid, SIGKILL);
+    dl__agent_sigkill(a, w);
 out:
     free(v);
     free(index);

@@ -193,6 +193,14 @@ int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_li
         if (r < 0)
             goto out;
     }
+    /* torchrun's agent takes its stop grace from this variable; ours ranks below our own. */
+    const char *grace = dl_env_get(environ_list, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+    if (grace != NULL && *grace != '\0') {
+        r = dl_opt_set(dl_opt_by_flag(&dl__job_table, "stop-timeout", strlen("stop-timeout")),
+                       spec, grace, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", err, errlen);
+        if (r < 0)
+            goto out;
+    }
     r = dl_opt_from_env(&dl__job_table, spec, environ_list, err, errlen);
     for (size_t i = 0; i < nflags && r == 0; i++)
         r = dl_opt_set(flags[i].opt, spec, flags[i].value, flags[i].where, err, errlen);
@@ -200,6 +208,9 @@ int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_li
         r = r == -ERANGE ? -EINVAL : r;
         goto out;
     }
+    r = dl__signals_check(spec, err, errlen);
+    if (r < 0)
+        goto out;
     if (spec->rdzv_backend == DL_RDZV_ETCD_V2) {
         snprintf(err, errlen, "--rdzv-backend etcd-v2: etcd's v2 API was removed in etcd 3.6 "
                               "(and is off by default since 3.4); use --rdzv-backend etcd, which "

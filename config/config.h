@@ -49,6 +49,7 @@ struct dl_job_spec_s {
     int gpus_per_node; /* DL_GPUS_* or >= 1 */
     int max_restarts;
     double stop_timeout; /* seconds */
+    int max_same_failures; /* attempts in a row failing the same way that end the job; 0 never */
     double health_timeout; /* seconds without a health beat before a beating worker is hung; 0 off */
     char *recovery;        /* "restart" or "in-job" (docs/recovery.md); NULL: restart, but
                             * dl_train_command makes it in-job for the bundled trainer */
@@ -102,6 +103,9 @@ struct dl_job_spec_s {
     char *local_ranks_filter; /* comma-separated local ranks shown on the console, or NULL */
     char *signals;            /* --signals-to-handle, comma-separated signal names */
     dl_numa_mode_t numa_binding; /* where workers run (agent/placement.c) */
+    /* --forward-signals: passed on to the workers while the job goes on; NULL means the
+     * default (SIGUSR1,SIGUSR2 under Slurm, none elsewhere: dl_forward_signals), "none" none. */
+    char *forward_signals;
     char *logs_specs;         /* accepted, warned, ignored */
     char *event_log_handler;  /* accepted, warned, ignored */
     char *http; /* ADDR:PORT where the hosted rendezvous serves /metrics, / and /api; NULL off */
@@ -176,6 +180,14 @@ int dl_parse_nodes(const char *s, int *ret_min, int *ret_max);
 
 /* What --signals-to-handle forwards by default, as torchrun. */
 #define DL_DEFAULT_SIGNALS "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+
+/* What --forward-signals passes on under Slurm when it is not given: the signals `sbatch
+ * --signal` sends before a time limit or a preemption. */
+#define DL_SLURM_FORWARD_SIGNALS "SIGUSR1,SIGUSR2"
+
+/* The signals a job passes on to its workers: the spec's --forward-signals, else the default,
+ * which depends on whether envp is a Slurm job's. Never NULL; "" for none. */
+const char *dl_forward_signals(const dl_job_spec_t *spec, char *const *envp);
 
 /* torchrun's std spec (-r/--redirects, -t/--tee): "N" for every local rank, or
  * "LOCAL_RANK:N,..." (unlisted ranks 0), N being 0 none, 1 stdout, 2 stderr, 3 both.

@@ -10,6 +10,10 @@ extern const dl_opt_t dl__options[];
 extern const size_t dl__options_count;
 extern const dl_opt_table_t dl__job_table;
 
+/* A signal both forwarded (an explicit --forward-signals) and stopping the job
+ * (--signals-to-handle) is a usage error: 0, or -EINVAL with err set. */
+int dl__signals_check(const dl_job_spec_t *spec, char *err, size_t errlen);
+
 /* Frees and replaces a NULL-terminated string vector. */
 void dl__strv_free(char **v);
 

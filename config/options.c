@@ -1,6 +1,7 @@
 /* The job spec's option table: every flag of dlaunch (and of torchrun, by its own names), its
  * YAML key, its variables, its type, default and help. The engine (opt.c) does the rest. */
 #include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +132,14 @@ static int parse_signals(const dl_opt_t *o, void *obj, const char *text, char *w
         return -EINVAL;
     }
     return set_string((char **)((char *)obj + o->offset), text);
+}
+
+static int parse_forward_signals(const dl_opt_t *o, void *obj, const char *text, char *why,
+                                 size_t whylen)
+{
+    if (strcmp(text, "none") == 0)
+        return set_string((char **)((char *)obj + o->offset), text);
+    return parse_signals(o, obj, text, why, whylen);
 }
 
 /* --rdzv-conf k=v,...: torchrun's keys, and etcd's. Each is set as it is read, so a flag given
@@ -296,6 +305,8 @@ static const dl_opt_type_t t_std = {"a std spec", parse_std, release_string, fal
 static const dl_opt_type_t t_ranks = {"a list of local ranks", parse_rank_list, release_string,
                                       false};
 static const dl_opt_type_t t_signals = {"a list of signals", parse_signals, release_string, false};
+static const dl_opt_type_t t_forward = {"a list of signals, or none", parse_forward_signals,
+                                        release_string, false};
 static const dl_opt_type_t t_conf = {"KEY=VALUE,...", parse_rdzv_conf, release_conf, false};
 
 /* A word of choices[], kept as the word itself. */
@@ -341,6 +352,10 @@ const dl_opt_t dl__options[] = {
      DL_OPT_PET | DL_OPT_MARKS, OFF(gpus_set)},
     {"max-restarts", NULL, 0, INT_OPT, OFF(max_restarts), 0, 1e6, NULL, "0", "N",
      "restarts of the whole job after a worker fails (default 0)", DL_OPT_PET, 0},
+    {"max-same-failures", NULL, 0, INT_OPT, OFF(max_same_failures), 0, 1e6, NULL, "3", "N",
+     "end the job (exit 5: do not requeue) once this many attempts in a row failed the same way "
+     "(same rank, same exit code or signal) with no worker past the step the last one reached "
+     "(default 3; 0: never)", 0, 0},
     {"run-id", "rdzv-id", 0, &t_run_id, 0, 0, 0, NULL, NULL, "ID",
      "job name, shared by its nodes; names the log folder (default: made up)", DL_OPT_PET, 0},
     {"log-dir", NULL, 0, STR, OFF(log_dir), 0, 0, NULL, NULL, "DIR",
@@ -436,7 +451,13 @@ const dl_opt_t dl__options[] = {
      DL_OPT_PET, 0},
     {"signals-to-handle", NULL, 0, &t_signals, OFF(signals), 0, 0, NULL, DL_DEFAULT_SIGNALS,
      "SIG,...",
-     "signals forwarded to the workers (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)", DL_OPT_PET, 0},
+     "signals that stop the job: sent on to the workers, which are then stopped (default "
+     "SIGTERM,SIGINT,SIGHUP,SIGQUIT)", DL_OPT_PET, 0},
+    {"forward-signals", NULL, 0, &t_forward, OFF(forward_signals), 0, 0, NULL, NULL,
+     "SIG,...|none",
+     "signals passed on to every worker while the job goes on, such as a scheduler's warning "
+     "before a time limit or preemption (default SIGUSR1,SIGUSR2 under Slurm, none elsewhere; "
+     "SIGUSR1's rank report then moves to `dlaunch status --ranks`)", 0, 0},
     {"monitor-interval", NULL, 0, DBL, OFF(monitor_interval), 0, 86400, NULL, "0.1", "SEC",
      "accepted for torchrun's sake: workers are watched by events, not polled", DL_OPT_PET, 0},
     {"start-method", NULL, 0, &dl_opt_enum, OFF(start_method), 0, 0, start_methods, "spawn",
@@ -517,4 +538,56 @@ void dl_job_spec_free(dl_job_spec_t *spec)
     dl__strv_free(spec->train_where);
     dl__strv_free(spec->train_key_where);
     dl_job_spec_init(spec);
+}
+
+const char *dl_forward_signals(const dl_job_spec_t *spec, char *const *envp)
+{
+    const char *no_slurm = dl_env_get(envp, "DLAUNCH_NO_SLURM");
+    bool slurm = dl_env_get(envp, "SLURM_JOB_ID") != NULL || dl_env_get(envp, "SLURM_JOBID");
+
+    if (spec->forward_signals != NULL)
+        return strcmp(spec->forward_signals, "none") == 0 ? "" : spec->forward_signals;
+    return slurm && (no_slurm == NULL || *no_slurm == '\0') ? DL_SLURM_FORWARD_SIGNALS : "";
+}
+
+typedef struct {
+    const char *stop_list;
+    int clash; /* the first signal in both lists, or 0 */
+} clash_t;
+
+static void note_in_stop_list(void *ctx, int sig)
+{
+    clash_t *c = ctx;
+    if (c->clash == sig)
+        c->clash = -sig; /* found: negative until the next one is looked up */
+}
+
+static void look_up_forwarded(void *ctx, int sig)
+{
+    clash_t *c = ctx;
+    char bad[64];
+    if (c->clash < 0)
+        return;
+    c->clash = sig;
+    dl_signal_list_each(c->stop_list, note_in_stop_list, c, bad, sizeof(bad));
+    if (c->clash > 0)
+        c->clash = 0;
+}
+
+int dl__signals_check(const dl_job_spec_t *spec, char *err, size_t errlen)
+{
+    clash_t c = {spec->signals != NULL ? spec->signals : DL_DEFAULT_SIGNALS, 0};
+    char bad[64];
+
+    /* Only an explicit --forward-signals can clash: Slurm's default gives way to the stop list. */
+    if (spec->forward_signals == NULL || strcmp(spec->forward_signals, "none") == 0)
+        return 0;
+    dl_signal_list_each(spec->forward_signals, look_up_forwarded, &c, bad, sizeof(bad));
+    if (c.clash == 0)
+        return 0;
+    const char *name = sigabbrev_np(-c.clash);
+    snprintf(err, errlen, "--forward-signals %s: SIG%s also stops the job (--signals-to-handle "
+                          "%s); name it in one list only",
+             spec->forward_signals, name != NULL ? name : "?", c.stop_list);
+    return -EINVAL;
 }

@@ -357,6 +357,110 @@ START_TEST(in_job_remote_keeps_the_workers_across_rounds)
 }
 END_TEST
 
+/* One worker failing: rank, code, the furthest step of the attempt. */
+static dl_sup_actions_t fail_at(dl_sup_t *s, int rank, int code, long long step, double now)
+{
+    dl_sup_event_t ev = {.kind = DL_SUP_EV_WORKER_EXIT, .rank = rank, .exit_code = code,
+                         .step = step};
+    return dl_sup_step(s, &ev, now);
+}
+
+START_TEST(the_same_failure_three_times_ends_the_job_with_5)
+{
+    dl_sup_t s;
+    dl_sup_init(&s, 1, 10);
+    dl_sup_set_max_same(&s, 3);
+    simple(&s, DL_SUP_EV_START, 0);
+    /* Rank 0 exits 3 at step 40, three attempts in a row: no restart would do better. */
+    ck_assert_uint_eq(fail_at(&s, 0, 3, 40, 1).flags & DL_SUP_SPAWN, DL_SUP_SPAWN);
+    ck_assert_uint_eq(fail_at(&s, 0, 3, 40, 2).flags & DL_SUP_SPAWN, DL_SUP_SPAWN);
+    dl_sup_actions_t a = fail_at(&s, 0, 3, 40, 3);
+    ck_assert_uint_eq(a.flags, DL_SUP_EXIT);
+    ck_assert_int_eq(a.exit_code, DL_SUP_EXIT_SAME_FAILURE);
+    ck_assert_int_eq(dl_sup_restarts_used(&s), 2); /* 8 of the 10 restarts were not spent */
+}
+END_TEST
+
+START_TEST(progress_or_another_cause_is_no_same_failure)
+{
+    dl_sup_t s;
+    dl_sup_init(&s, 2, 10);
+    dl_sup_set_max_same(&s, 3);
+    simple(&s, DL_SUP_EV_START, 0);
+    /* Each attempt gets further: a flaky fault, not a deterministic one. */
+    for (int i = 0; i < 5; i++) {
+        ck_assert_uint_eq(fail_at(&s, 1, 1, 100 * (i + 1), i).flags & DL_SUP_KILL, DL_SUP_KILL);
+        ck_assert_uint_eq(killed_ev(&s, 0, SIGTERM, i + 0.5).flags & DL_SUP_SPAWN,
+                          DL_SUP_SPAWN);
+    }
+    /* No step known (no beats), but the rank or the code differs each time. */
+    int ranks[] = {0, 1, 1}, codes[] = {1, 1, 2};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_uint_eq(fail_at(&s, ranks[i], codes[i], -1, 10 + i).flags & DL_SUP_KILL,
+                          DL_SUP_KILL);
+        ck_assert_uint_eq(killed_ev(&s, 1 - ranks[i], SIGTERM, 10.5 + i).flags & DL_SUP_SPAWN,
+                          DL_SUP_SPAWN);
+    }
+    /* 0 turns the rule off: restarts are spent to the last. */
+    dl_sup_init(&s, 1, 3);
+    dl_sup_set_max_same(&s, 0);
+    simple(&s, DL_SUP_EV_START, 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_uint_eq(fail_at(&s, 0, 3, -1, i).flags & DL_SUP_SPAWN, DL_SUP_SPAWN);
+    dl_sup_actions_t a = fail_at(&s, 0, 3, -1, 4);
+    ck_assert_int_eq(a.exit_code, 1);
+}
+END_TEST
+
+START_TEST(an_unreapable_worker_ends_the_job_with_6)
+{
+    dl_sup_t s;
+    dl_sup_init(&s, 2, 5);
+    simple(&s, DL_SUP_EV_START, 0);
+    /* Rank 1 fails; rank 0 ignores SIGTERM, then SIGKILL, and is given up on. */
+    ck_assert_uint_eq(exit_ev(&s, 1, 1, 1).flags, DL_SUP_KILL | DL_SUP_ARM_TIMER);
+    dl_sup_actions_t a = simple(&s, DL_SUP_EV_STOP_TIMEOUT, 0);
+    ck_assert_int_eq(a.kill_signal, SIGKILL);
+    dl_sup_event_t ev = {.kind = DL_SUP_EV_UNREAPABLE, .rank = 0, .step = -1};
+    a = dl_sup_step(&s, &ev, 3);
+    /* Restarts were left, but nothing starts again on this node. */
+    ck_assert_uint_eq(a.flags, DL_SUP_DISARM_TIMER | DL_SUP_EXIT);
+    ck_assert_int_eq(a.exit_code, DL_SUP_EXIT_UNHEALTHY);
+
+    /* Given up on while the attempt ran (killed for a hang): it is the attempt's failure. */
+    dl_sup_init(&s, 2, 5);
+    simple(&s, DL_SUP_EV_START, 0);
+    a = dl_sup_step(&s, &ev, 1);
+    ck_assert(s.first_failure.unreapable);
+    ck_assert_int_eq(s.first_failure.rank, 0);
+    ck_assert_uint_eq(a.flags, DL_SUP_KILL | DL_SUP_ARM_TIMER);
+    a = killed_ev(&s, 1, SIGTERM, 2);
+    ck_assert_int_eq(a.exit_code, DL_SUP_EXIT_UNHEALTHY);
+
+    /* A stop signal still says how the agent ends. */
+    dl_sup_init(&s, 1, 5);
+    simple(&s, DL_SUP_EV_START, 0);
+    simple(&s, DL_SUP_EV_SIGNAL, SIGTERM);
+    a = dl_sup_step(&s, &ev, 1);
+    ck_assert_int_eq(a.exit_code, 128 + SIGTERM);
+}
+END_TEST
+
+START_TEST(an_oom_kill_is_kept_in_the_failure)
+{
+    dl_sup_t s;
+    dl_sup_init(&s, 1, 1);
+    simple(&s, DL_SUP_EV_START, 0);
+    dl_sup_event_t ev = {.kind = DL_SUP_EV_WORKER_EXIT, .rank = 0, .exit_code = -1,
+                         .signal = SIGKILL, .oom = true, .mem_peak = 190LL << 20,
+                         .mem_limit = 192LL << 20};
+    dl_sup_step(&s, &ev, 1);
+    ck_assert(s.first_failure.oom);
+    ck_assert_int_eq(s.first_failure.mem_peak, 190LL << 20);
+    ck_assert_int_eq(s.first_failure.mem_limit, 192LL << 20);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("supervisor");
@@ -366,6 +470,10 @@ int main(void)
     tcase_add_test(tc, restarts_exhausted);
     tcase_add_test(tc, signal_stops_with_128_plus_n);
     tcase_add_test(tc, stop_timeout_escalates_and_second_signal_kills);
+    tcase_add_test(tc, the_same_failure_three_times_ends_the_job_with_5);
+    tcase_add_test(tc, progress_or_another_cause_is_no_same_failure);
+    tcase_add_test(tc, an_unreapable_worker_ends_the_job_with_6);
+    tcase_add_test(tc, an_oom_kill_is_kept_in_the_failure);
     tcase_add_test(tc, signal_during_restart_wins);
     tcase_add_test(tc, spawn_failure_counts_as_failure);
     tcase_add_test(tc, ten_thousand_workers_one_failure);

@@ -430,6 +430,64 @@ START_TEST(torchrun_spellings_and_pet_variables)
 }
 END_TEST
 
+START_TEST(forwarded_signals_and_stop_grace)
+{
+    dl_job_spec_t s;
+    dl_config_action_t act;
+    char *slurm_env[] = {"SLURM_JOB_ID=42", NULL};
+    char *no_slurm_env[] = {"SLURM_JOB_ID=42", "DLAUNCH_NO_SLURM=1", NULL};
+    char *grace_env[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=25", NULL};
+    char *both_env[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=25", "DLAUNCH_STOP_TIMEOUT=7", NULL};
+
+    /* Outside Slurm nothing is passed on by default; under it the preemption warnings are. */
+    ck_assert_int_eq(load(&s, NULL, &act, "--", "true", NULL), 0);
+    ck_assert_str_eq(dl_forward_signals(&s, NULL), "");
+    ck_assert_str_eq(dl_forward_signals(&s, slurm_env), "SIGUSR1,SIGUSR2");
+    ck_assert_str_eq(dl_forward_signals(&s, no_slurm_env), "");
+    dl_job_spec_free(&s);
+
+    ck_assert_int_eq(load(&s, slurm_env, &act, "--forward-signals", "none", "--", "true", NULL),
+                     0);
+    ck_assert_str_eq(dl_forward_signals(&s, slurm_env), "");
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--forward-signals=USR2,SIGWINCH", "--", "true", NULL),
+                     0);
+    ck_assert_str_eq(dl_forward_signals(&s, NULL), "USR2,SIGWINCH");
+    dl_job_spec_free(&s);
+
+    /* A signal cannot both stop the job and be passed on while it goes on. */
+    ck_assert_int_eq(load(&s, NULL, &act, "--forward-signals", "SIGUSR1,SIGTERM", "--", "true",
+                          NULL),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "SIGTERM also stops the job"));
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--signals-to-handle", "SIGTERM,SIGUSR1",
+                          "--forward-signals", "USR1", "--", "true", NULL),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "SIGUSR1 also stops the job"));
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--forward-signals", "SIGKILL", "--", "true", NULL),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "--forward-signals"));
+    dl_job_spec_free(&s);
+
+    /* torchrun's variable for the stop grace, below our own variable and flag. */
+    ck_assert_int_eq(load(&s, grace_env, &act, "--", "true", NULL), 0);
+    ck_assert(s.stop_timeout == 25.0);
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, both_env, &act, "--", "true", NULL), 0);
+    ck_assert(s.stop_timeout == 7.0);
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, grace_env, &act, "--stop-timeout", "3", "--", "true", NULL), 0);
+    ck_assert(s.stop_timeout == 3.0);
+    dl_job_spec_free(&s);
+    char *bad_env[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon", NULL};
+    ck_assert_int_eq(load(&s, bad_env, &act, "--", "true", NULL), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"));
+    dl_job_spec_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("jobspec");
@@ -449,6 +507,7 @@ int main(void)
     tcase_add_test(tc, number_parsers);
     tcase_add_test(tc, docs_name_every_option);
     tcase_add_test(tc, torchrun_spellings_and_pet_variables);
+    tcase_add_test(tc, forwarded_signals_and_stop_grace);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -240,6 +240,67 @@ exec {dltest.DLAUNCH} --nodes 1:2 --gpus-per-node 2 --heartbeat 0.2 --dead-after
             return ""
 
     @unittest.skipUnless(trainer_distributed(), "the trainer runs on one worker only here")
+    def test_a_time_limit_warning_reaches_the_workers_and_the_requeued_job_resumes(self):
+        # sbatch --signal=USR1@30: Slurm warns the step 30 s (give or take its event loop's
+        # minute) before the time limit; the agents pass it on by default under Slurm, each
+        # worker saves its step and exits 0, the script requeues the job, and the second run
+        # resumes every rank from its checkpoint.
+        worker = self.write("saver.py", f"""import os, signal, sys, time
+rank = os.environ["RANK"]
+ckpt = os.path.join({self.dir!r}, "ckpt_" + rank)
+step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+resumed = step > 0
+def save(sig, frame):
+    open(ckpt, "w").write(str(step))
+    open(os.path.join({self.dir!r}, "preempted"), "w").close()
+    print(f"rank {{rank}} saved step {{step}} on SIGUSR1", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGUSR1, save)
+print(f"rank {{rank}} starts at step {{step}}", flush=True)
+for _ in range(5 if resumed else 10**6):
+    step += 1
+    time.sleep(0.01)
+""")
+        script = self.write("warned.sbatch", f"""#!/bin/bash
+cd {self.dir}
+rm -f preempted
+{dltest.DLAUNCH} --nodes 2 --gpus-per-node 1 --log-dir {self.dir}/logs -- python3 {worker}
+code=$?
+echo "dlaunch exit $code"
+if [ -e preempted ]; then scontrol requeue "$SLURM_JOB_ID"; fi
+exit $code
+""")
+        p = subprocess.run(["sbatch", "-N2", "--requeue", "--time=1", "--signal=USR1@30",
+                            "--parsable", "-o", os.path.join(self.dir, "warned-%j.txt"),
+                            "--open-mode=append", script],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        job_id = p.stdout.strip().split(";")[0]
+        deadline = time.monotonic() + 400
+        state = ""
+        while time.monotonic() < deadline:
+            state = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True,
+                                   text=True).stdout
+            if "Restarts=1" in state and ("JobState=COMPLETED" in state or
+                                           "JobState=FAILED" in state):
+                break
+            time.sleep(0.5)
+        out = self.read(f"warned-{job_id}.txt")
+        self.assertIn("JobState=COMPLETED", state, out)
+        # The first run: Slurm signalled every process of the step, workers included; each
+        # agent went on (the warning is no stop), both ranks saved and exited 0, and nothing
+        # else of dlaunch's died of it.
+        self.assertEqual(len(re.findall(r"got SIGUSR1 from Slurm, which signals the workers "
+                                        r"too \(1 here\); the job goes on", out)), 2, out)
+        self.assertNotIn("orphan guard exited", out)
+        saved = {int(r): int(s) for r, s in re.findall(r"rank (\d) saved step (\d+)", out)}
+        self.assertEqual(sorted(saved), [0, 1], out)
+        self.assertIn("dlaunch exit 0", out)
+        # The requeued run: each rank starts where it saved.
+        for r, s in saved.items():
+            self.assertGreater(s, 0)
+            self.assertIn(f"rank {r} starts at step {s}", out)
+
     def test_requeue_resumes_from_the_checkpoint(self):
         ckpt = os.path.join(self.dir, "ckpt")
         job = self.write("requeue.yaml", f"""gpus_per_node: 1

@@ -1,0 +1,311 @@
+/* Why a worker died, or why it cannot: see death.h. The parsers are pure; the readers below
+ * them open small files under a root folder. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "death.h"
+
+/* ---- parsers -------------------------------------------------------------------------------- */
+
+static bool has_word(const char *list, size_t len, const char *word)
+{
+    size_t wl = strlen(word);
+    const char *p = list, *end = list + len;
+    while (p < end) {
+        size_t n = strcspn(p, ",");
+        if (n > (size_t)(end - p))
+            n = (size_t)(end - p);
+        if (n == wl && memcmp(p, word, wl) == 0)
+            return true;
+        p += n + 1;
+    }
+    return false;
+}
+
+int dl_memcg_parse_proc(const char *text, char *path, size_t len, int *ret_version)
+{
+    const char *v2 = NULL;
+    size_t v2len = 0;
+
+    for (const char *line = text; *line != '\0';) {
+        size_t n = strcspn(line, "\n");
+        const char *c1 = memchr(line, ':', n);
+        const char *c2 = c1 != NULL ? memchr(c1 + 1, ':', n - (size_t)(c1 + 1 - line)) : NULL;
+        if (c2 != NULL) {
+            size_t plen = n - (size_t)(c2 + 1 - line);
+            if (has_word(c1 + 1, (size_t)(c2 - c1 - 1), "memory")) {
+                snprintf(path, len, "%.*s", (int)plen, c2 + 1);
+                *ret_version = 1;
+                return 0;
+            }
+            if (c2 == c1 + 1 && strncmp(line, "0:", 2) == 0) {
+                v2 = c2 + 1;
+                v2len = plen;
+            }
+        }
+        line += n + (line[n] == '\n');
+    }
+    if (v2 == NULL)
+        return -ENOENT;
+    snprintf(path, len, "%.*s", (int)v2len, v2);
+    *ret_version = 2;
+    return 0;
+}
+
+/* The n-th space-separated field of a line (0-based), its length in *flen. */
+static const char *field(const char *line, size_t linelen, int n, size_t *flen)
+{
+    const char *p = line, *end = line + linelen;
+    for (int i = 0; p < end; i++) {
+        size_t len = 0;
+        while (p + len < end && p[len] != ' ')
+            len++;
+        if (i == n) {
+            *flen = len;
+            return p;
+        }
+        p += len + 1;
+    }
+    return NULL;
+}
+
+int dl_memcg_parse_mountinfo(const char *text, int version, char *mount, size_t mlen,
+                             char *mroot, size_t rlen)
+{
+    for (const char *line = text; *line != '\0';) {
+        size_t n = strcspn(line, "\n");
+        /* "ID PARENT MAJ:MIN ROOT MOUNT OPTS [TAGS...] - FSTYPE SOURCE SUPEROPTS" */
+        const char *dash = NULL;
+        for (size_t i = 0; i + 2 < n; i++)
+            if (line[i] == ' ' && line[i + 1] == '-' && line[i + 2] == ' ') {
+                dash = line + i + 3;
+                break;
+            }
+        if (dash != NULL) {
+            size_t tlen = 0, slen = 0, rl = 0, ml = 0;
+            size_t rest = n - (size_t)(dash - line);
+            const char *type = field(dash, rest, 0, &tlen);
+            const char *super = field(dash, rest, 2, &slen);
+            const char *root = field(line, n, 3, &rl);
+            const char *mp = field(line, n, 4, &ml);
+            bool match = type != NULL && root != NULL && mp != NULL &&
+                         ((version == 2 && tlen == 7 && memcmp(type, "cgroup2", 7) == 0) ||
+                          (version == 1 && tlen == 6 && memcmp(type, "cgroup", 6) == 0 &&
+                           super != NULL && has_word(super, slen, "memory")));
+            if (match) {
+                snprintf(mount, mlen, "%.*s", (int)ml, mp);
+                snprintf(mroot, rlen, "%.*s", (int)rl, root);
+                return 0;
+            }
+        }
+        line += n + (line[n] == '\n');
+    }
+    return -ENOENT;
+}
+
+long long dl_memcg_parse_oom_kills(const char *text)
+{
+    for (const char *line = text; *line != '\0';) {
+        size_t n = strcspn(line, "\n");
+        if (n > 9 && strncmp(line, "oom_kill ", 9) == 0) {
+            char *end;
+            errno = 0;
+            long long v = strtoll(line + 9, &end, 10);
+            if (errno == 0 && end != line + 9 && v >= 0)
+                return v;
+            return -EINVAL;
+        }
+        line += n + (line[n] == '\n');
+    }
+    return -ENOENT;
+}
+
+long long dl_memcg_parse_limit(const char *text)
+{
+    char *end;
+    if (strncmp(text, "max", 3) == 0)
+        return 0;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    /* v1 says "no limit" as the largest page-aligned number below 2^63. */
+    if (errno != 0 || end == text || v <= 0 || v >= (1LL << 62))
+        return 0;
+    return v;
+}
+
+/* ---- readers -------------------------------------------------------------------------------- */
+
+/* Reads a small file under root into buf. Returns its length or -errno. O_NONBLOCK: a FIFO put
+ * in a file's place cannot hold the agent. */
+static ssize_t read_small(const char *root, const char *path, char *buf, size_t len)
+{
+    char full[1024];
+    ssize_t n, got = 0;
+    snprintf(full, sizeof(full), "%s%s", root, path);
+    int fd = open(full, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -errno;
+    while ((size_t)got < len - 1 && (n = read(fd, buf + got, len - 1 - (size_t)got)) > 0)
+        got += n;
+    int e = n < 0 ? errno : 0;
+    close(fd);
+    if (got == 0 && e != 0)
+        return -e;
+    buf[got] = '\0';
+    return got;
+}
+
+static long long read_oom_kills(const char *root, const dl_memcg_t *w, int i)
+{
+    char path[600], buf[2048];
+    snprintf(path, sizeof(path), "%s/%s", w->dir[i],
+             w->version == 1 ? "memory.oom_control" : "memory.events");
+    if (read_small(root, path, buf, sizeof(buf)) < 0)
+        return -1;
+    return dl_memcg_parse_oom_kills(buf);
+}
+
+int dl_memcg_open(dl_memcg_t *w, const char *root, pid_t pid)
+{
+    char proc[64], text[8192], cg[512], mount[256], mroot[256];
+    ssize_t r;
+
+    memset(w, 0, sizeof(*w));
+    snprintf(proc, sizeof(proc), "/proc/%d/cgroup", pid > 0 ? (int)pid : (int)getpid());
+    if ((r = read_small(root, proc, text, sizeof(text))) < 0)
+        return (int)r;
+    int version;
+    if (dl_memcg_parse_proc(text, cg, sizeof(cg), &version) < 0)
+        return -ENOENT;
+    snprintf(proc, sizeof(proc), "/proc/%d/mountinfo", pid > 0 ? (int)pid : (int)getpid());
+    static char info[1 << 16];
+    if ((r = read_small(root, proc, info, sizeof(info))) < 0)
+        return (int)r;
+    if (dl_memcg_parse_mountinfo(info, version, mount, sizeof(mount), mroot, sizeof(mroot)) < 0)
+        return -ENOENT;
+    /* The cgroup's path is the hierarchy's; the mount shows it from its own root down. */
+    const char *rel = cg;
+    size_t rl = strlen(mroot);
+    if (strcmp(mroot, "/") != 0 && strncmp(cg, mroot, rl) == 0 && (cg[rl] == '/' || !cg[rl]))
+        rel = cg + rl;
+    char dir[512];
+    if (strlen(mount) + strlen(rel) >= sizeof(dir))
+        return -ENAMETOOLONG;
+    snprintf(dir, sizeof(dir), "%.255s%.255s", mount, strcmp(rel, "/") == 0 ? "" : rel);
+    w->version = version;
+    for (;;) {
+        snprintf(w->dir[w->n], sizeof(w->dir[0]), "%s", dir);
+        w->oom_kills[w->n] = read_oom_kills(root, w, w->n);
+        w->n++;
+        size_t ml = strlen(mount);
+        if (strlen(dir) <= ml || w->n == DL_MEMCG_LEVELS)
+            break;
+        char *slash = strrchr(dir, '/');
+        if (slash == NULL || (size_t)(slash - dir) < ml)
+            break;
+        *slash = '\0';
+    }
+    return 0;
+}
+
+bool dl_memcg_oom_since(dl_memcg_t *w, const char *root, dl_oom_t *what)
+{
+    bool found = false;
+    for (int i = 0; i < w->n; i++) {
+        long long now = read_oom_kills(root, w, i);
+        if (now > w->oom_kills[i] && w->oom_kills[i] >= 0 && !found) {
+            char path[600], buf[64];
+            found = true;
+            what->killed = true;
+            snprintf(path, sizeof(path), "%s/%s", w->dir[i],
+                     w->version == 1 ? "memory.limit_in_bytes" : "memory.max");
+            what->limit = read_small(root, path, buf, sizeof(buf)) > 0
+                              ? dl_memcg_parse_limit(buf)
+                              : 0;
+            snprintf(what->cgroup, sizeof(what->cgroup), "%s", w->dir[i]);
+        }
+        if (now >= 0)
+            w->oom_kills[i] = now;
+    }
+    return found;
+}
+
+int dl_kmsg_oom_killed(const char *root, pid_t pid, dl_oom_t *what)
+{
+    char path[1024], rec[2048], want[64], want2[64];
+    snprintf(path, sizeof(path), "%s/dev/kmsg", root);
+    /* Non-blocking: a read past the newest record says EAGAIN instead of waiting for one. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -errno;
+    snprintf(want, sizeof(want), "Killed process %d ", (int)pid);
+    snprintf(want2, sizeof(want2), ",pid=%d,", (int)pid);
+    int found = 0;
+    for (int records = 0; records < 100000; records++) {
+        ssize_t n = read(fd, rec, sizeof(rec) - 1);
+        if (n < 0 && errno == EPIPE)
+            continue; /* a record was overwritten while we read: go on with the next */
+        if (n <= 0)
+            break;
+        rec[n] = '\0';
+        if (strstr(rec, want) != NULL && strstr(rec, "out of memory") != NULL)
+            found = 1;
+        const char *memcg = strstr(rec, "oom-kill:") != NULL && strstr(rec, want2) != NULL
+                                ? strstr(rec, "oom_memcg=")
+                                : NULL;
+        if (memcg != NULL) {
+            memcg += strlen("oom_memcg=");
+            snprintf(what->cgroup, sizeof(what->cgroup), "%.*s", (int)strcspn(memcg, ",\n"),
+                     memcg);
+        }
+    }
+    close(fd);
+    if (found)
+        what->killed = true;
+    return found;
+}
+
+int dl_proc_wait_state(const char *root, pid_t pid, char *state, char *wchan, size_t len)
+{
+    char path[64], buf[1024];
+    ssize_t r;
+
+    *state = '?';
+    wchan[0] = '\0';
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if ((r = read_small(root, path, buf, sizeof(buf))) < 0)
+        return r == -ENOENT ? -ESRCH : (int)r;
+    /* "PID (COMM) S ...": the command may hold spaces and parentheses; the last ')' ends it. */
+    const char *close_paren = strrchr(buf, ')');
+    if (close_paren == NULL || close_paren[1] != ' ' || close_paren[2] == '\0')
+        return -EINVAL;
+    *state = close_paren[2];
+    snprintf(path, sizeof(path), "/proc/%d/wchan", (int)pid);
+    if (read_small(root, path, buf, sizeof(buf)) > 0 && strcmp(buf, "0") != 0)
+        snprintf(wchan, len, "%.*s", (int)strcspn(buf, "\n"), buf);
+    return 0;
+}
+
+const char *dl_proc_state_name(char state)
+{
+    switch (state) {
+    case 'D':
+        return "uninterruptible sleep";
+    case 'R':
+        return "running";
+    case 'S':
+        return "sleeping";
+    case 'T':
+        return "stopped";
+    case 't':
+        return "stopped by a tracer";
+    case 'Z':
+        return "zombie";
+    default:
+        return "unknown state";
+    }
+}

@@ -1,0 +1,196 @@
+/* Why a worker died: the memory cgroup's OOM counters found from /proc and mountinfo, on
+ * made-up trees of both cgroup versions, and a process's state and wait channel. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "death.h"
+
+static char root[] = "/tmp/dl-test-death-XXXXXX";
+
+static void put(const char *rel, const char *text)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s%s", root, rel);
+    for (char *p = path + strlen(root) + 1; *p != '\0'; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(path, 0755);
+            *p = '/';
+        }
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void setup(void)
+{
+    ck_assert_ptr_nonnull(mkdtemp(root));
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    ck_assert_int_eq(system(cmd), 0);
+    strcpy(root, "/tmp/dl-test-death-XXXXXX");
+}
+
+START_TEST(parsers)
+{
+    char path[256];
+    int v;
+    /* v1: the memory line, wherever it is and whatever it shares a hierarchy with. */
+    ck_assert_int_eq(dl_memcg_parse_proc("9:name=systemd:/\n4:memory:/job/a\n0::/\n", path,
+                                         sizeof(path), &v),
+                     0);
+    ck_assert_str_eq(path, "/job/a");
+    ck_assert_int_eq(v, 1);
+    ck_assert_int_eq(dl_memcg_parse_proc("3:cpu,memory:/x\n", path, sizeof(path), &v), 0);
+    ck_assert_str_eq(path, "/x");
+    /* v2 only. */
+    ck_assert_int_eq(dl_memcg_parse_proc("0::/user.slice/job\n", path, sizeof(path), &v), 0);
+    ck_assert_str_eq(path, "/user.slice/job");
+    ck_assert_int_eq(v, 2);
+    ck_assert_int_eq(dl_memcg_parse_proc("2:cpu:/\ngarbage\n", path, sizeof(path), &v),
+                     -ENOENT);
+    ck_assert_int_eq(dl_memcg_parse_proc("", path, sizeof(path), &v), -ENOENT);
+
+    char mount[128], mroot[128];
+    const char *info = "30 22 0:27 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
+                       "33 30 0:30 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n"
+                       "34 30 0:31 /outer /sys/fs/cgroup/memory rw,relatime shared:7 - cgroup "
+                       "cgroup rw,memory\n"
+                       "40 30 0:33 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n";
+    ck_assert_int_eq(dl_memcg_parse_mountinfo(info, 1, mount, sizeof(mount), mroot,
+                                              sizeof(mroot)),
+                     0);
+    ck_assert_str_eq(mount, "/sys/fs/cgroup/memory");
+    ck_assert_str_eq(mroot, "/outer");
+    ck_assert_int_eq(dl_memcg_parse_mountinfo(info, 2, mount, sizeof(mount), mroot,
+                                              sizeof(mroot)),
+                     0);
+    ck_assert_str_eq(mount, "/sys/fs/cgroup/unified");
+    ck_assert_int_eq(dl_memcg_parse_mountinfo("1 2 3:4 / / rw - ext4 /dev/x rw\n", 1, mount,
+                                              sizeof(mount), mroot, sizeof(mroot)),
+                     -ENOENT);
+
+    ck_assert_int_eq(dl_memcg_parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n"),
+                     7);
+    ck_assert_int_eq(dl_memcg_parse_oom_kills("low 0\nhigh 2\nmax 5\noom 3\noom_kill 2\n"), 2);
+    ck_assert_int_eq(dl_memcg_parse_oom_kills("oom 3\n"), -ENOENT);
+    ck_assert_int_eq(dl_memcg_parse_oom_kills("oom_kill x\n"), -EINVAL);
+    ck_assert_int_eq(dl_memcg_parse_limit("201326592\n"), 201326592);
+    ck_assert_int_eq(dl_memcg_parse_limit("max\n"), 0);
+    ck_assert_int_eq(dl_memcg_parse_limit("9223372036854771712\n"), 0);
+    ck_assert_int_eq(dl_memcg_parse_limit("nonsense"), 0);
+}
+END_TEST
+
+START_TEST(oom_kills_counted_at_any_level_v1)
+{
+    dl_memcg_t w;
+    dl_oom_t what = {0};
+    put("/proc/77/cgroup", "4:memory:/outer/job/step\n");
+    put("/proc/77/mountinfo", "34 30 0:31 /outer /sys/fs/cgroup/memory rw - cgroup cgroup "
+                              "rw,memory\n");
+    put("/sys/fs/cgroup/memory/job/step/memory.oom_control", "oom_kill 0\n");
+    put("/sys/fs/cgroup/memory/job/memory.oom_control", "oom_kill 1\n");
+    put("/sys/fs/cgroup/memory/job/memory.limit_in_bytes", "201326592\n");
+    put("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill 4\n");
+    ck_assert_int_eq(dl_memcg_open(&w, root, 77), 0);
+    ck_assert_int_eq(w.version, 1);
+    ck_assert_int_eq(w.n, 3); /* step, job, the mount's root */
+    ck_assert(!dl_memcg_oom_since(&w, root, &what));
+    /* The job's cgroup ran out: the kill is counted there, not in the step's. */
+    put("/sys/fs/cgroup/memory/job/memory.oom_control", "oom_kill 2\n");
+    ck_assert(dl_memcg_oom_since(&w, root, &what));
+    ck_assert(what.killed);
+    ck_assert_int_eq(what.limit, 201326592);
+    ck_assert_ptr_nonnull(strstr(what.cgroup, "/sys/fs/cgroup/memory/job"));
+    /* Counted once: the next look sees nothing new. */
+    memset(&what, 0, sizeof(what));
+    ck_assert(!dl_memcg_oom_since(&w, root, &what));
+}
+END_TEST
+
+START_TEST(oom_kills_v2_and_no_controller)
+{
+    dl_memcg_t w;
+    dl_oom_t what = {0};
+    put("/proc/5/cgroup", "0::/app\n");
+    put("/proc/5/mountinfo", "40 30 0:33 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+    put("/sys/fs/cgroup/app/memory.events", "low 0\nhigh 0\nmax 9\noom 1\noom_kill 0\n");
+    put("/sys/fs/cgroup/app/memory.max", "max\n");
+    ck_assert_int_eq(dl_memcg_open(&w, root, 5), 0);
+    ck_assert_int_eq(w.version, 2);
+    put("/sys/fs/cgroup/app/memory.events", "low 0\nhigh 0\nmax 9\noom 2\noom_kill 1\n");
+    ck_assert(dl_memcg_oom_since(&w, root, &what));
+    ck_assert_int_eq(what.limit, 0); /* "max": no figure to give */
+    /* No memory controller at all: said, not guessed. */
+    put("/proc/6/cgroup", "2:cpu:/\n");
+    put("/proc/6/mountinfo", "");
+    ck_assert_int_eq(dl_memcg_open(&w, root, 6), -ENOENT);
+    ck_assert_int_eq(dl_memcg_open(&w, root, 99), -ENOENT); /* no such process */
+}
+END_TEST
+
+START_TEST(kernel_log_names_the_pid)
+{
+    dl_oom_t what = {0};
+    put("/dev/kmsg", "6,418,1,-;oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/dlt,"
+                     "task_memcg=/dlt,task=python3,pid=31338,uid=0\n"
+                     "3,419,2,-;Memory cgroup out of memory: Killed process 31338 (python3)\n");
+    ck_assert_int_eq(dl_kmsg_oom_killed(root, 31338, &what), 1);
+    ck_assert(what.killed);
+    ck_assert_str_eq(what.cgroup, "/dlt");
+    memset(&what, 0, sizeof(what));
+    ck_assert_int_eq(dl_kmsg_oom_killed(root, 3133, &what), 0);
+    ck_assert(!what.killed);
+}
+END_TEST
+
+START_TEST(process_state_and_wait_channel)
+{
+    char state, wchan[64];
+    put("/proc/12/stat", "12 (a (b) c) D 1 12 12 0 -1\n");
+    put("/proc/12/wchan", "__refrigerator");
+    ck_assert_int_eq(dl_proc_wait_state(root, 12, &state, wchan, sizeof(wchan)), 0);
+    ck_assert_int_eq(state, 'D');
+    ck_assert_str_eq(wchan, "__refrigerator");
+    ck_assert_str_eq(dl_proc_state_name(state), "uninterruptible sleep");
+    put("/proc/13/stat", "13 (x) S 1\n");
+    put("/proc/13/wchan", "0");
+    ck_assert_int_eq(dl_proc_wait_state(root, 13, &state, wchan, sizeof(wchan)), 0);
+    ck_assert_str_eq(wchan, "");
+    ck_assert_int_eq(dl_proc_wait_state(root, 14, &state, wchan, sizeof(wchan)), -ESRCH);
+    put("/proc/15/stat", "15 (broken");
+    ck_assert_int_eq(dl_proc_wait_state(root, 15, &state, wchan, sizeof(wchan)), -EINVAL);
+    /* The real one: this process is running. */
+    ck_assert_int_eq(dl_proc_wait_state("", getpid(), &state, wchan, sizeof(wchan)), 0);
+    ck_assert_int_eq(state, 'R');
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("death");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, parsers);
+    tcase_add_test(tc, oom_kills_counted_at_any_level_v1);
+    tcase_add_test(tc, oom_kills_v2_and_no_controller);
+    tcase_add_test(tc, kernel_log_names_the_pid);
+    tcase_add_test(tc, process_state_and_wait_channel);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

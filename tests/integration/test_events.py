@@ -4,6 +4,7 @@ in-job recoveries on one node and over two, a failure in-job cannot take), with
 tests/integration/protoworker.py as the worker; then every object the agents wrote is held
 against the doc's table of fields at a glance, field by field, both ways, and what the doc says
 of single fields is checked on the same runs."""
+import glob
 import json
 import os
 import re
@@ -190,6 +191,28 @@ class Events(unittest.TestCase):
                     self.assertEqual(always - keys, set(), f"documented, missing: {where}")
                     self.assertEqual(keys - always - maybe, set(), f"not documented: {where}")
         self.assertEqual(set(table) - seen, NOT_RUN_HERE, "events no scenario brought about")
+
+    def test_the_docs_examples_have_the_documented_fields(self):
+        # The example lines of docs/events.md (and the other docs) are events as a reader
+        # copies them: they carry what the table says, no more, no less.
+        _, table = events_md()
+        found = 0
+        for path in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
+            with open(path) as f:
+                for n, line in enumerate(f, 1):
+                    if not line.startswith('{"event":'):
+                        continue
+                    try:
+                        e = json.loads(line)
+                    except ValueError:
+                        continue  # cut short with "..."
+                    found += 1
+                    where = f"{os.path.basename(path)}:{n}"
+                    always, maybe = table[e["event"]]
+                    keys = set(e) - {"event", "time"}
+                    self.assertEqual(always - keys, set(), f"{where}: missing")
+                    self.assertEqual(keys - always - maybe, set(), f"{where}: not documented")
+        self.assertGreater(found, 5)
 
     def test_an_error_file_reaches_worker_exit_with_its_traceback(self):
         # docs/torchrun.md: the @record error's message and traceback go into the failure

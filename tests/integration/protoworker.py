@@ -17,15 +17,15 @@ import sys
 import time
 
 
-def marker(name):
+def marker(name: str) -> str:
     return os.path.join(os.environ["PROTO_DIR"], name)
 
 
-def everyone_said_hello(world):
+def everyone_said_hello(world: int) -> bool:
     return all(os.path.exists(marker(f"hello-{r}")) for r in range(world))
 
 
-def write_error_file(rank):
+def write_error_file(rank: int) -> None:
     """{"message": {"message": ..., "extraInfo": {"py_callstack": ...}}}, as @record writes it."""
     trace = ("Traceback (most recent call last):\n"
              '  File "train.py", line 12, in <module>\n    main()\n'
@@ -35,7 +35,7 @@ def write_error_file(rank):
                                "extraInfo": {"py_callstack": trace, "timestamp": "0"}}}, f)
 
 
-def main():
+def main() -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     gen = int(os.environ.get("DLAUNCH_GROUP_GEN", "0"))
     ctl = None

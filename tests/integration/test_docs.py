@@ -15,6 +15,7 @@ import tempfile
 import unittest
 
 import dltest
+from eventdoc import table_cells
 
 ROOT = os.environ.get("SOURCE_ROOT") or os.path.join(os.path.dirname(__file__), "..", "..")
 BUILD = os.environ.get("BUILD_ROOT", os.path.join(ROOT, "build"))
@@ -58,27 +59,6 @@ class Docs(dltest.Case):
                                  f"{path}:{line}: exit {p.returncode}\n{text}\nstdout:\n"
                                  f"{p.stdout[-2000:]}\nstderr:\n{p.stderr[-2000:]}")
                 shutil.rmtree(work, ignore_errors=True)
-
-
-def table_cells(line):
-    """The cells of a Markdown table row: '|' inside `code` or escaped as '\\|' is text."""
-    out, cur, code, i = [], "", False, 0
-    s = line.strip()
-    while i < len(s):
-        c = s[i]
-        if c == "\\" and s[i + 1:i + 2] == "|":
-            cur += "|"
-            i += 2
-            continue
-        if c == "`":
-            code = not code
-        if c == "|" and not code:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += c
-        i += 1
-    return out[1:]
 
 
 def tables():

@@ -17,7 +17,7 @@ import time
 import unittest
 
 import dltest
-from test_docs import table_cells
+from eventdoc import events_md, mismatch
 
 ROOT = os.environ.get("SOURCE_ROOT") or os.path.join(os.path.dirname(__file__), "..", "..")
 WORKER = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -26,26 +26,6 @@ WORKER = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)
 # trainers (test_diag), a rendezvous failing over (test_rdzv). Their rows are held to the docs'
 # example lines (diagnostics.md has a straggler's) and to the code by reading, not by this run.
 NOT_RUN_HERE = {"log_write_failed", "straggler", "failover"}
-
-
-def events_md():
-    """docs/events.md's two tables: ({event: its fields cell}, {event: (always, when they
-    apply)}), the main table and the one of fields at a glance."""
-    with open(os.path.join(ROOT, "docs", "events.md")) as f:
-        text = f.read()
-    at = text.index("| event | always | when they apply |")
-    main, rest = text[:at], text[at:].split("\n\n", 1)[0]
-    rows = {}
-    for line in main.splitlines():
-        if line.startswith("| `"):
-            cells = table_cells(line)
-            rows[cells[0].strip().strip("`")] = cells[1]
-    table = {}
-    for line in rest.splitlines()[2:]:
-        cells = table_cells(line)
-        table[cells[0].strip().strip("`")] = (set(re.findall(r"`(\w+)`", cells[1])),
-                                              set(re.findall(r"`(\w+)`", cells[2])))
-    return rows, table
 
 
 class Scenario:
@@ -183,19 +163,13 @@ class Events(unittest.TestCase):
                 continue
             for i, evs in enumerate(s.events()):
                 for e in evs:
-                    where = f"{name}, agent {i}: {e}"
-                    self.assertIn(e["event"], table, f"undocumented event: {where}")
+                    self.assertEqual(mismatch(e), "", f"{name}, agent {i}")
                     seen.add(e["event"])
-                    always, maybe = table[e["event"]]
-                    keys = set(e) - {"event", "time"}
-                    self.assertEqual(always - keys, set(), f"documented, missing: {where}")
-                    self.assertEqual(keys - always - maybe, set(), f"not documented: {where}")
         self.assertEqual(set(table) - seen, NOT_RUN_HERE, "events no scenario brought about")
 
     def test_the_docs_examples_have_the_documented_fields(self):
         # The example lines of docs/events.md (and the other docs) are events as a reader
         # copies them: they carry what the table says, no more, no less.
-        _, table = events_md()
         found = 0
         for path in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
             with open(path) as f:
@@ -207,11 +181,7 @@ class Events(unittest.TestCase):
                     except ValueError:
                         continue  # cut short with "..."
                     found += 1
-                    where = f"{os.path.basename(path)}:{n}"
-                    always, maybe = table[e["event"]]
-                    keys = set(e) - {"event", "time"}
-                    self.assertEqual(always - keys, set(), f"{where}: missing")
-                    self.assertEqual(keys - always - maybe, set(), f"{where}: not documented")
+                    self.assertEqual(mismatch(e), "", f"{os.path.basename(path)}:{n}")
         self.assertGreater(found, 5)
 
     def test_an_error_file_reaches_worker_exit_with_its_traceback(self):

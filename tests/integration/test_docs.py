@@ -369,18 +369,25 @@ class Claims(dltest.Case):
 SOURCES = ("docs/performance.md", "docs/reliability.md")
 NUMBER = r"\d[\d,]*(?:\.\d+)?"
 # A number of milliseconds, GB/s, MB/s or samples/s (with the numbers of a range or list before
-# it: "10.4-11.6 GB/s", "22.7, 31.1 ms"), or a ratio written 1.77x.
+# it: "10.4-11.6 GB/s", "22.7, 31.1 ms"), a ratio written 1.77x, or seconds with a decimal point
+# ("0.65-0.69 s"; whole seconds are settings: "--dead-after 1 s").
 FIGURE = re.compile(rf"(?<![\w.^/])({NUMBER}(?:\s?(?:-|to|and|/|,)\s?{NUMBER})*)\s?"
-                    rf"(ms|GB/s|GiB/s|MB/s|samples/s)(?![\w/])|(?<![\w.^/])(\d+\.\d+)x\b")
+                    rf"(ms|GB/s|GiB/s|MB/s|samples/s)(?![\w/])|(?<![\w.^/])(\d+\.\d+)x\b|"
+                    rf"(?<![\w.^/])(\d+\.\d+(?:\s?(?:-|to)\s?\d+\.\d+)?)\s?s(?![\w/])")
 # Quantities that are settings, limits or arithmetic, not measurements: a figure any test or run
 # would give again. Name one here only with the reason.
 NOT_FIGURES = {
+    "README.md": {"3.2 s"},              # an example of the hang line, not a measurement
     "docs/agent.md": {"300 ms"},         # how long a stop-signal death waits for the agent's own
     "docs/collective.md": {"1.5x", "1.14x",  # H/(H-1) for 3 and 8 hosts: arithmetic
                            "20 ms"},     # how often a wait looks at the abort flag
-    "docs/diagnostics.md": {"50 ms"},    # the test's SIGSTOP/SIGCONT duty cycle
+    "docs/diagnostics.md": {"50 ms",     # the test's SIGSTOP/SIGCONT duty cycle
+                            "0.1 s"},    # how often the trainer writes a progress beat
     "docs/etcd.md": {"50 ms", "500 ms"},  # the test cluster's heartbeat and election settings
-    "docs/operations.md": {"250 ms"},    # the test's Prometheus scrape interval
+    "docs/job-spec.md": {"0.1 s"},       # the trainer's beat, the client's first back-off
+    "docs/operations.md": {"250 ms",     # the test's Prometheus scrape interval
+                           "0.5 s"},     # the age that makes a status snapshot stale
+    "docs/protocol.md": {"0.1 s"},       # the client's first back-off
     "docs/recovery.md": {"150 ms"},      # the agent's wait before it reports a broken group
 }
 
@@ -399,6 +406,8 @@ def quoted_figures(text):
         line = text.count("\n", 0, m.start()) + 1
         if m.group(3):
             yield line, m.group(0), [m.group(3)], "x"
+        elif m.group(4):
+            yield line, m.group(0), re.findall(NUMBER, m.group(4)), "s"
         else:
             yield line, m.group(0), re.findall(NUMBER, m.group(1)), m.group(2)
 
@@ -421,9 +430,9 @@ class Figures(unittest.TestCase):
                 text = f.read()
             numbers |= {plain(n) for n in re.findall(NUMBER, text)}
             for m in FIGURE.finditer(text):
-                unit = m.group(2) or "x"
+                unit = m.group(2) or ("x" if m.group(3) else "s")
                 quantities |= {(plain(n), unit) for n in re.findall(NUMBER, m.group(1) or
-                                                                     m.group(3))}
+                                                                     m.group(3) or m.group(4))}
         return numbers, quantities
 
     def held(self, number, unit, sources):
@@ -457,11 +466,11 @@ class Figures(unittest.TestCase):
 
     def test_the_pattern_finds_what_it_must(self):
         got = [(w, n) for _, w, n, _ in quoted_figures(
-            "a 725 ms loss, 10.4-11.6 GB/s, 75,000 and 136,000 samples/s, 0.974x;\n"
+            "a 725 ms loss, 10.4-11.6 GB/s, 75,000 and 136,000 samples/s, 0.974x, 0.65-0.69 s;\n"
             "`in 29 ms` and 4 x 5 and 10^9 ms are no figures\n```\n3 ms\n```\n")]
         self.assertEqual(got, [("725 ms", ["725"]), ("10.4-11.6 GB/s", ["10.4", "11.6"]),
                                ("75,000 and 136,000 samples/s", ["75,000", "136,000"]),
-                               ("0.974x", ["0.974"])])
+                               ("0.974x", ["0.974"]), ("0.65-0.69 s", ["0.65", "0.69"])])
 
     def test_reliability_names_the_slowest_failure_seen_at_once(self):
         # "training again within 1 s plus the checkpoint load after any single failure that does

@@ -35,6 +35,8 @@
 
 /* How long output may keep arriving after a worker's process group is gone. */
 #define DRAIN_TIMEOUT_MS 1000
+/* The end of a worker's traceback that its worker_exit event carries (docs/events.md). */
+#define EVENT_TRACE_BYTES (64 * 1024)
 
 double dl__now_unix(void)
 {
@@ -722,6 +724,10 @@ static void report_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig, b
     }
     dl__worker_t *w = worker_by_rank(a, rank);
     bool recoverable = w != NULL && code != 0 && dl__rec_recoverable(a, w);
+    if (w != NULL && code != 0 && !recoverable) {
+        dl_sup_failure_t f = {.rank = rank, .signal = sig, .exit_code = code, .hung = hung};
+        dl__rec_unspoken(a, w, &f);
+    }
     if (code != 0 && a->recovering) {
         dl_sup_failure_t f = {.rank = rank, .signal = sig, .exit_code = code, .hung = hung};
         dl__rec_interrupted(a, &f);
@@ -757,6 +763,21 @@ static int defer_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig)
     d->timer.data = d;
     uv_timer_start(&d->timer, on_deferred, OUTSIDE_STOP_GRACE_MS, 0);
     return 0;
+}
+
+/* What the worker said of its own death (PyTorch's @record): its message and traceback. */
+static void add_error_file(dl_agent_t *a, int rank, json_t *f)
+{
+    char path[4200], msg[1024];
+    char *trace = malloc(EVENT_TRACE_BYTES);
+    dl_error_file_path(a->attempt_dir, rank, path, sizeof(path));
+    if (trace != NULL &&
+        dl_error_file_read(path, msg, sizeof(msg), trace, EVENT_TRACE_BYTES) == 1) {
+        json_object_set_new(f, "error", json_string(msg));
+        if (trace[0] != '\0')
+            json_object_set_new(f, "traceback", json_string(trace));
+    }
+    free(trace);
 }
 
 /* A SIGKILL the agent did not send: the kernel's OOM killer, if the workers' memory cgroups
@@ -799,12 +820,8 @@ static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status, long long 
         json_object_set_new(f, "exit_code", json_integer(code));
     if (oom.killed)
         oom_json(f, oom.peak, oom.limit);
-    if (sig > 0 || code != 0) {
-        char path[4200], msg[1024], trace[16];
-        dl_error_file_path(a->attempt_dir, w->rank, path, sizeof(path));
-        if (dl_error_file_read(path, msg, sizeof(msg), trace, sizeof(trace)) == 1)
-            json_object_set_new(f, "error", json_string(msg));
-    }
+    if (sig > 0 || code != 0)
+        add_error_file(a, w->rank, f);
     dl_events_emit(a->events, "worker_exit", dl__now_unix(), f);
     /* A batch system stopping a whole step (scancel) signals every process of it, workers
      * first as often as not: a worker killed by a stop signal we did not send is news only if

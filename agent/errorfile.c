@@ -39,6 +39,13 @@ int dl_error_file_read(const char *path, char *msg, size_t msglen, char *trace, 
     if (text == NULL)
         return -EBADMSG;
     snprintf(msg, msglen, "%s", text);
-    snprintf(trace, tracelen, "%s", tb != NULL ? tb : "");
+    /* A traceback ends with what matters (the innermost frame, the exception): a long one keeps
+     * its end. */
+    tb = tb != NULL ? tb : "";
+    size_t n = strlen(tb);
+    const char *from = n >= tracelen ? tb + (n - (tracelen - 1)) : tb;
+    while (from > tb && ((unsigned char)*from & 0xC0) == 0x80)
+        from++; /* not in the middle of a UTF-8 character */
+    snprintf(trace, tracelen, "%s", from);
     return 1;
 }

@@ -207,6 +207,9 @@ int dl__rec_channel_open(dl_agent_t *a, dl__worker_t *w, int *ret_child_fd);
 void dl__rec_channel_close(dl__worker_t *w);
 /* Whether the others can go on without this worker while a replacement joins. */
 bool dl__rec_recoverable(const dl_agent_t *a, const dl__worker_t *failed);
+/* A failure that in-job recovery cannot take because a worker never said hello: says so (the
+ * log, a "recovery" event with status "failed"); the supervisor restarts as it would anyway. */
+void dl__rec_unspoken(dl_agent_t *a, const dl__worker_t *failed, const dl_sup_failure_t *f);
 /* Remote: the heartbeat's "recovery" object (docs/recovery.md), or NULL without in-job. */
 json_t *dl__rec_status(const dl_agent_t *a);
 /* Remote: whether the living workers can be kept into the next round. */

@@ -501,13 +501,18 @@ void dl__rec_resume(dl_agent_t *a, int attempt)
         dl__agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir,
                       strerror(errno));
     json_t *ranks = json_array();
-    for (int i = 0; i < a->nworkers; i++)
+    bool kept = false;
+    for (int i = 0; i < a->nworkers; i++) {
         json_array_append_new(ranks, json_integer(a->workers[i].rank));
+        kept |= a->workers[i].pid > 0;
+    }
+    /* The same fields as any round's (agent.c, start_attempt); kept: some worker lives on. */
     dl_events_emit(a->events, "rendezvous", dl__now_unix(),
-                   json_pack("{s:i, s:i, s:i, s:i, s:o, s:s, s:i, s:b}", "round", a->round,
+                   json_pack("{s:i, s:i, s:i, s:i, s:o, s:s, s:i, s:s?, s:b}", "round", a->round,
                              "world_size", a->world_size, "node_rank", a->node_rank, "nodes",
                              a->nnodes, "ranks", ranks, "master_addr", a->master_addr,
-                             "master_port", a->master_port, "kept", true));
+                             "master_port", a->master_port, "interface",
+                             a->ifname[0] != '\0' ? a->ifname : NULL, "kept", kept));
     char replaced[256] = "";
     size_t off = 0;
     for (int i = 0; i < a->nworkers; i++) {
@@ -538,6 +543,58 @@ void dl__rec_resume(dl_agent_t *a, int attempt)
     (void)dir;
     uv_timer_start(&a->rec_timer, on_timeout, RECOVERY_TIMEOUT_MS, 0);
     a->rec_timer_armed = true;
+}
+
+void dl__rec_unspoken(dl_agent_t *a, const dl__worker_t *failed, const dl_sup_failure_t *f)
+{
+    /* Only where in-job recovery would otherwise have been tried (dl__rec_recoverable). */
+    if (!dl__rec_in_job(a) || a->world_size < 2 || a->recovering || a->sup.succeeded > 0 ||
+        a->sup.stop != DL_SUP_STOP_NONE || (a->remote && a->sup.awaiting))
+        return;
+    const dl__worker_t *silent = failed->ctl_hello ? NULL : failed;
+    for (int i = 0; i < a->nworkers && silent == NULL; i++)
+        if (a->workers[i].pid > 0 && !a->workers[i].ctl_hello)
+            silent = &a->workers[i];
+    if (silent == NULL)
+        return;
+    char why[200];
+    snprintf(why, sizeof(why), "rank %d never said hello on its control channel (it does not "
+                               "speak the recovery protocol)", silent->rank);
+    bool left = a->remote || dl_sup_restarts_used(&a->sup) < a->spec->max_restarts;
+    dl__agent_log(a, "in-job recovery impossible: %s; %s", why,
+                  left ? "falling back to a restart of the job from its last checkpoint"
+                       : "no restart left: the job fails");
+    /* The event of a recovery that never started: none counted, nobody replaced. */
+    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:[]}", "status", "failed", "attempt",
+                          a->sup.attempt, "recovery", a->sup.recoveries, "max_restarts",
+                          a->spec->max_restarts, "replaced");
+    json_t *reason = json_pack("{s:i, s:i}", "rank", f->rank, "attempt", a->sup.attempt);
+    if (f->hung)
+        json_object_set_new(reason, "hung", json_true());
+    if (f->signal > 0)
+        json_object_set_new(reason, "signal", json_string(dl_signal_name(f->signal)));
+    else
+        json_object_set_new(reason, "exit_code", json_integer(f->exit_code));
+    if (a->remote) {
+        /* No round change yet to quote: the failure in words, as the report will give it. */
+        char text[200];
+        if (f->hung)
+            snprintf(text, sizeof(text), "rank %d hung", f->rank);
+        else if (f->signal > 0)
+            snprintf(text, sizeof(text), "rank %d was killed by %s", f->rank,
+                     dl_signal_name(f->signal));
+        else
+            snprintf(text, sizeof(text), "rank %d exited with code %d", f->rank, f->exit_code);
+        json_decref(reason);
+        reason = json_string(text);
+        json_object_set_new(o, "round", json_integer(a->round));
+    } else {
+        json_object_set_new(o, "generation", json_integer(a->gen));
+    }
+    json_object_set_new(o, "reason", reason);
+    json_object_set_new(o, "error", json_string(why));
+    json_object_set_new(o, "fallback", json_string(left ? "restart" : "none"));
+    dl_events_emit(a->events, "recovery", dl__now_unix(), o);
 }
 
 void dl__rec_init(dl_agent_t *a)

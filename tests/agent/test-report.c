@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "errorfile.h"
 #include "events.h"
 #include "gpu.h"
 #include "summary.h"
@@ -113,6 +114,26 @@ START_TEST(gpu_count)
 }
 END_TEST
 
+/* A traceback longer than the buffer keeps its end (the innermost frame and the exception),
+ * cut at a character, not inside a UTF-8 sequence. */
+START_TEST(error_file_keeps_the_end_of_a_long_traceback)
+{
+    char path[256], msg[64], trace[27]; /* its end: 9 bytes of the 10 of "ééééé", then 17 */
+    snprintf(path, sizeof(path), "%s/rank_0.error.json", tmpdir);
+    write_file(path, "{\"message\": {\"message\": \"ValueError: bad\", \"extraInfo\": "
+                     "{\"py_callstack\": \"Traceback: frame 1\\nframe 2 \u00e9\u00e9\u00e9\u00e9"
+                     "\u00e9\\nValueError: bad\\n\"}}}");
+    ck_assert_int_eq(dl_error_file_read(path, msg, sizeof(msg), trace, sizeof(trace)), 1);
+    ck_assert_str_eq(msg, "ValueError: bad");
+    ck_assert_str_eq(trace, "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\nValueError: bad\n");
+    ck_assert_int_eq(dl_error_file_read(path, msg, sizeof(msg), trace, 8), 1);
+    ck_assert_str_eq(trace, "r: bad\n");
+    write_file(path, "{\"message\": \"plain\"}");
+    ck_assert_int_eq(dl_error_file_read(path, msg, sizeof(msg), trace, sizeof(trace)), 1);
+    ck_assert_str_eq(trace, "");
+}
+END_TEST
+
 START_TEST(signal_names)
 {
     ck_assert_str_eq(dl_signal_name(9), "SIGKILL");
@@ -132,6 +153,7 @@ int main(void)
     tcase_add_test(tc, tail_of_a_big_file_is_bounded);
     tcase_add_test(tc, gpu_count);
     tcase_add_test(tc, signal_names);
+    tcase_add_test(tc, error_file_keeps_the_end_of_a_long_traceback);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -12,6 +12,8 @@ import tempfile
 import time
 import unittest
 
+import eventdoc
+
 DLAUNCH = os.environ.get("DLAUNCH") or os.path.join(
     os.environ.get("BUILD_ROOT", "build"), "cmd", "dlaunch")
 
@@ -34,7 +36,19 @@ class Case(unittest.TestCase):
         self.events_path = os.path.join(self.dir, "events.jsonl")
 
     def tearDown(self):
+        # Whatever event stream a test made is held to docs/events.md's fields too.
+        bad = []
+        if os.path.exists(self.events_path):
+            with open(self.events_path) as f:
+                for line in f:
+                    try:
+                        why = eventdoc.mismatch(json.loads(line))
+                    except ValueError:
+                        continue  # the test's own business (a stream cut short on purpose)
+                    if why:
+                        bad.append(why)
         shutil.rmtree(self.dir, ignore_errors=True)
+        self.assertEqual(bad, [], "events unlike docs/events.md's table of fields")
 
     def dlaunch(self, *args, timeout=60, env=None, check_code=None):
         full_env = dict(os.environ)

@@ -15,6 +15,7 @@ import tempfile
 import unittest
 
 import dltest
+from eventdoc import table_cells
 
 ROOT = os.environ.get("SOURCE_ROOT") or os.path.join(os.path.dirname(__file__), "..", "..")
 BUILD = os.environ.get("BUILD_ROOT", os.path.join(ROOT, "build"))
@@ -58,27 +59,6 @@ class Docs(dltest.Case):
                                  f"{path}:{line}: exit {p.returncode}\n{text}\nstdout:\n"
                                  f"{p.stdout[-2000:]}\nstderr:\n{p.stderr[-2000:]}")
                 shutil.rmtree(work, ignore_errors=True)
-
-
-def table_cells(line):
-    """The cells of a Markdown table row: '|' inside `code` or escaped as '\\|' is text."""
-    out, cur, code, i = [], "", False, 0
-    s = line.strip()
-    while i < len(s):
-        c = s[i]
-        if c == "\\" and s[i + 1:i + 2] == "|":
-            cur += "|"
-            i += 2
-            continue
-        if c == "`":
-            code = not code
-        if c == "|" and not code:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += c
-        i += 1
-    return out[1:]
 
 
 def tables():
@@ -381,6 +361,145 @@ class Claims(dltest.Case):
             self.dlaunch("-q", "--run-id", f"one{steps}", spec, timeout=300, check_code=0)
         first = self.read("dlaunch_logs", "one20", "attempt_0", "rank_0.out").splitlines()[0]
         self.assertIn("(written by 1 rank); to start afresh, remove ck1", first)
+
+
+# ---- Figures: one source each (issue #34) ------------------------------------------------------
+
+# Where measured figures live, each with its command and date: others refer to them.
+SOURCES = ("docs/performance.md", "docs/reliability.md")
+NUMBER = r"\d[\d,]*(?:\.\d+)?"
+# A number of milliseconds, GB/s, MB/s or samples/s (with the numbers of a range or list before
+# it: "10.4-11.6 GB/s", "22.7, 31.1 ms"), a ratio written 1.77x, or seconds with a decimal point
+# ("0.65-0.69 s"; whole seconds are settings: "--dead-after 1 s").
+FIGURE = re.compile(rf"(?<![\w.^/])({NUMBER}(?:\s?(?:-|to|and|/|,)\s?{NUMBER})*)\s?"
+                    rf"(ms|GB/s|GiB/s|MB/s|samples/s)(?![\w/])|(?<![\w.^/])(\d+\.\d+)x\b|"
+                    rf"(?<![\w.^/])(\d+\.\d+(?:\s?(?:-|to)\s?\d+\.\d+)?)\s?s(?![\w/])")
+# Quantities that are settings, limits or arithmetic, not measurements: a figure any test or run
+# would give again. Name one here only with the reason.
+NOT_FIGURES = {
+    "README.md": {"3.2 s"},              # an example of the hang line, not a measurement
+    "docs/agent.md": {"300 ms"},         # how long a stop-signal death waits for the agent's own
+    "docs/collective.md": {"1.5x", "1.14x",  # H/(H-1) for 3 and 8 hosts: arithmetic
+                           "20 ms"},     # how often a wait looks at the abort flag
+    "docs/diagnostics.md": {"50 ms",     # the test's SIGSTOP/SIGCONT duty cycle
+                            "0.1 s"},    # how often the trainer writes a progress beat
+    "docs/etcd.md": {"50 ms", "500 ms"},  # the test cluster's heartbeat and election settings
+    "docs/job-spec.md": {"0.1 s"},       # the trainer's beat, the client's first back-off
+    "docs/operations.md": {"250 ms",     # the test's Prometheus scrape interval
+                           "0.5 s"},     # the age that makes a status snapshot stale
+    "docs/protocol.md": {"0.1 s"},       # the client's first back-off
+    "docs/recovery.md": {"150 ms"},      # the agent's wait before it reports a broken group
+}
+
+
+def prose(text):
+    """text with fenced blocks and `code spans` (example output, commands) blanked out, its
+    lines kept where they were."""
+    text = re.sub(r"^```.*?^```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]*(?:\n[^`\n]+)*`", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+def quoted_figures(text):
+    """(line, quantity as written, [its numbers], unit) of every figure in text's prose."""
+    text = prose(text)
+    for m in FIGURE.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        if m.group(3):
+            yield line, m.group(0), [m.group(3)], "x"
+        elif m.group(4):
+            yield line, m.group(0), re.findall(NUMBER, m.group(4)), "s"
+        else:
+            yield line, m.group(0), re.findall(NUMBER, m.group(1)), m.group(2)
+
+
+def plain(number):
+    return number.replace(",", "")
+
+
+class Figures(unittest.TestCase):
+    """Every figure in the docs is written once, in docs/performance.md or docs/reliability.md,
+    with the command that measures it and the date, and the other docs refer to it there."""
+    maxDiff = None
+
+    def source_numbers(self):
+        """Every number the sources hold (their tables and code blocks name the units in
+        headers), and every quantity they write with its unit."""
+        numbers, quantities = set(), set()
+        for rel in SOURCES:
+            with open(os.path.join(ROOT, rel)) as f:
+                text = f.read()
+            numbers |= {plain(n) for n in re.findall(NUMBER, text)}
+            for m in FIGURE.finditer(text):
+                unit = m.group(2) or ("x" if m.group(3) else "s")
+                quantities |= {(plain(n), unit) for n in re.findall(NUMBER, m.group(1) or
+                                                                     m.group(3) or m.group(4))}
+        return numbers, quantities
+
+    def held(self, number, unit, sources):
+        """A round number ("about 100 ms") is a figure rounded, or a setting: the sources must
+        write it with its unit. Any other must be among their numbers."""
+        numbers, quantities = sources
+        n = plain(number)
+        if re.fullmatch(r"\d*0", n):
+            return (n, unit) in quantities
+        return n in numbers
+
+    def test_every_figure_a_doc_quotes_is_in_its_source(self):
+        held = self.source_numbers()
+        found, misses = 0, []
+        for path in [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs",
+                                                                                      "*.md"))):
+            rel = os.path.relpath(path, ROOT)
+            if rel in SOURCES:
+                continue
+            with open(path) as f:
+                text = f.read()
+            for line, written, numbers, unit in quoted_figures(text):
+                found += 1
+                if re.sub(r"\s+", " ", written) in NOT_FIGURES.get(rel, ()):
+                    continue
+                if not all(self.held(n, unit, held) for n in numbers):
+                    misses.append(f"{rel}:{line}: {written}")
+        self.assertGreater(found, 5, "the figure pattern finds the docs' quantities")
+        self.assertEqual(misses, [], f"figures not in {' or '.join(SOURCES)}: refer to the "
+                                     f"figure there, or measure it and write it there")
+
+    def test_the_pattern_finds_what_it_must(self):
+        got = [(w, n) for _, w, n, _ in quoted_figures(
+            "a 725 ms loss, 10.4-11.6 GB/s, 75,000 and 136,000 samples/s, 0.974x, 0.65-0.69 s;\n"
+            "`in 29 ms` and 4 x 5 and 10^9 ms are no figures\n```\n3 ms\n```\n")]
+        self.assertEqual(got, [("725 ms", ["725"]), ("10.4-11.6 GB/s", ["10.4", "11.6"]),
+                               ("75,000 and 136,000 samples/s", ["75,000", "136,000"]),
+                               ("0.974x", ["0.974"]), ("0.65-0.69 s", ["0.65", "0.69"])])
+
+    def test_reliability_names_the_slowest_failure_seen_at_once(self):
+        # "training again within 1 s plus the checkpoint load after any single failure that does
+        # not take the network away (the most: ...)": the bench/faults table's slowest train_ms
+        # among the rows detected within half a second (not by a timeout, a silence or a cut).
+        with open(os.path.join(ROOT, "docs", "reliability.md")) as f:
+            text = f.read()
+        lines = text.splitlines()
+        at = next(i for i, l in enumerate(lines) if l.startswith("| scenario | recovery |"))
+        cols = [c.strip() for c in table_cells(lines[at])]
+        rows = []
+        for line in lines[at + 2:]:
+            if not line.startswith("|"):
+                break
+            rows.append([c.strip() for c in table_cells(line)])
+
+        def number(cell):
+            return float(cell) if re.fullmatch(r"\d+(\.\d+)?", cell) else None
+
+        seen_at_once = [r for r in rows if number(r[cols.index("detect_ms")]) is not None and
+                        number(r[cols.index("detect_ms")]) < 500 and
+                        number(r[cols.index("train_ms")]) is not None]
+        self.assertGreater(len(seen_at_once), 5)
+        slowest = max(seen_at_once, key=lambda r: number(r[cols.index("train_ms")]))
+        m = re.search(r"\(the most: ([^)]*)\)", re.sub(r"\s+", " ", text))
+        self.assertIsNotNone(m, "reliability.md names the slowest")
+        for name in (slowest[cols.index("scenario")], slowest[cols.index("recovery")]):
+            self.assertRegex(m.group(1), rf"(?<![\w-]){re.escape(name)}(?![\w-])", slowest)
+        self.assertIn(f"{slowest[cols.index('train_ms')]} ms", m.group(1))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import dltest
 import etcdlib
 import test_train
 
+ROOT = os.environ.get("SOURCE_ROOT") or os.path.join(os.path.dirname(__file__), "..", "..")
+
 
 def rounds(evs):
     return [e for e in evs if e["event"] == "rendezvous"]
@@ -359,14 +361,25 @@ class Members(EtcdCase):
         self.cluster.kill(2)
         self.wait_for(lambda: all("lost quorum" in self.log(n) for n in "ab"), timeout=30,
                       what="the agents to say they lost the quorum")
-        self.cluster.restart(1, wait=False)
-        self.cluster.restart(2, wait=False)
+        # Then no member at all: the cause changes, and each agent says so again, once.
+        self.cluster.kill(0)
+        self.wait_for(lambda: all("(unreachable)" in self.log(n) for n in "ab"), timeout=30,
+                      what="the agents to say etcd is unreachable")
+        for i in range(3):
+            self.cluster.restart(i, wait=False)
         self.assertEqual(self.wait_all(procs, timeout=60), [0, 0], self.logs("ab"))
         both = self.log("a") + self.log("b")
         self.assertIn("lost quorum", both)
         self.assertIn("etcd answers again", both)
         for n in "ab":
             self.assertEqual(len(rounds(self.evs(n))), 1, self.log(n))
+            said = re.findall(r"etcd at \S+: .* \((lost quorum|unreachable)\); the job goes on",
+                              self.log(n))
+            self.assertEqual(said, ["lost quorum", "unreachable"], self.log(n))
+        # docs/etcd.md says what the agents do: once, and again when the cause changes.
+        with open(os.path.join(ROOT, "docs", "etcd.md")) as f:
+            row = next(l for l in f if l.startswith("| etcd loses its quorum"))
+        self.assertIn("again when the cause changes", row)
 
 
 @unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")

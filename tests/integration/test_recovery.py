@@ -184,13 +184,17 @@ class OneNode(dltest.Case):
     def test_workers_that_do_not_speak_the_protocol_restart_as_before(self):
         # A worker that never says hello on DLAUNCH_CONTROL_FD gets a restart, never a recovery.
         script = ('[ -n "$DLAUNCH_CONTROL_FD" ] && [ "$DLAUNCH_RECOVERY" = in-job ] || exit 9; '
-                  '[ "$TORCHELASTIC_RESTART_COUNT" = 1 ] || [ "$RANK" = 0 ] || exit 3')
+                  '[ "$TORCHELASTIC_RESTART_COUNT" = 1 ] && exit 0; '
+                  '[ "$RANK" = 0 ] && exec sleep 30; exit 3')
         p = self.dlaunch("-q", "--gpus-per-node", "2", "--recovery", "in-job",
                          "--max-restarts", "1", "--events", self.events_path, "--",
                          "sh", "-c", script, timeout=60)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         evs = self.events()
-        self.assertEqual([e for e in evs if e["event"] == "recovery"], [])
+        # Said so, as docs/recovery.md promises (tests/integration/test_events.py has the rest).
+        self.assertEqual([(e["status"], e["fallback"]) for e in evs if e["event"] == "recovery"],
+                         [("failed", "restart")])
+        self.assertIn("in-job recovery impossible: rank 1 never said hello", p.stderr)
         self.assertEqual(len([e for e in evs if e["event"] == "restart"]), 1)
 
     def test_the_worker_environment(self):

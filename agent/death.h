@@ -25,7 +25,7 @@ typedef struct {
     bool killed;
     long long peak;  /* bytes: the worker's own peak resident set (from wait4), 0 unknown */
     long long limit; /* bytes: the limit of the cgroup that ran out, 0 unknown */
-    char cgroup[256]; /* that cgroup, as /proc/PID/cgroup names it, or "" */
+    char cgroup[512]; /* that cgroup's folder, or the memcg the kernel log names, or "" */
 } dl_oom_t;
 
 /* Pure parsers, over a file's text. */

@@ -11,6 +11,7 @@
 #include "events.h"
 #include "output.h"
 #include "spawn.h"
+#include "summary.h"
 #include "supervisor.h"
 
 typedef struct dl_agent_s dl_agent_t;
@@ -87,6 +88,8 @@ struct dl_agent_s {
     dl__diag_t *diag;          /* diag.c: recorders, stragglers, hang accounts */
     dl_sup_failure_t *history; /* the first failure of every failed attempt */
     size_t nhistory;
+    dl_summary_unwritten_t *unwritten; /* log files that could not be written, for the summary */
+    size_t nunwritten;
     bool report_pending;       /* the failure report waits for the failed rank's output */
     bool stopped_by_request;   /* the rendezvous ended the job on a stop request */
     /* The job's training progress, passed on with each heartbeat while progress_valid. */

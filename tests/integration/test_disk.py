@@ -117,6 +117,16 @@ class FullDisk(dltest.Case):
         self.assertTrue({"rank_0.err", "rank_1.err"} & set(unwritten), unwritten)
         self.assertIn("rank_0.rec", unwritten)
 
+    def test_an_event_stream_on_a_full_disk_is_said_lost_once(self):
+        self.fill()
+        events = os.path.join(self.mnt, "events.jsonl")
+        p = self.dlaunch("--log-dir", self.logs, "--run-id", "disk", "--events", events,
+                         "--nproc-per-node", "2", "--", "sh", "-c", "echo trained", timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("[rank 1] trained", p.stdout)
+        self.assertEqual(len(re.findall(rf"cannot write the event stream '{re.escape(events)}': "
+                                        + ENOSPC, p.stderr)), 1, p.stderr)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -25,6 +25,7 @@ typedef enum { ACTION_WARN = 0, ACTION_EXCLUDE, ACTION_OFF } action_t;
 typedef struct {
     int rank;
     dl_coll_rec_reader_t *rec;
+    bool rec_in_memory; /* rec is the rank's memfd (a full disk): a new group makes a new one */
     char path[4200];
     char transport[16];
     uint64_t seen_seq;
@@ -222,12 +223,20 @@ static void snapshot(dl_agent_t *a, dl__worker_t *w, wdiag_t *x, double now, dl_
     out->step = w->beats.step;
     if (x == NULL)
         return;
-    if (x->rec == NULL && x->path[0] != '\0') {
-        int r = dl_coll_rec_open_pid(x->path, (int)w->pid, &x->rec);
-        if (r < 0)
-            x->rec = NULL;
-        else if (r == 1)
-            ring_in_memory(a, w, x);
+    /* A ring in memory is looked for again at each tick: a group formed again (in-job
+     * recovery) keeps its ring in a memfd of its own, and the old one stays mapped here. Once
+     * the rank is gone, the last one read is kept. */
+    if ((x->rec == NULL || x->rec_in_memory) && x->path[0] != '\0') {
+        dl_coll_rec_reader_t *rec = NULL;
+        int r = dl_coll_rec_open_pid(x->path, (int)w->pid, &rec);
+        if (r >= 0) {
+            bool first = x->rec == NULL;
+            dl_coll_rec_close(x->rec);
+            x->rec = rec;
+            x->rec_in_memory = r == 1;
+            if (r == 1 && first)
+                ring_in_memory(a, w, x);
+        }
     }
     if (x->rec == NULL)
         return;

@@ -191,6 +191,9 @@ void dl__rec_resume(dl_agent_t *a, int attempt);
 int dl__rec_start(dl_agent_t *a, int rank, int attempt);
 /* The recovery under way is over without success: the workers stop waiting for it. */
 void dl__rec_off(dl_agent_t *a);
+/* The job failed: every worker that speaks the protocol drops its group at once (a collective
+ * waiting on a lost node would hold it until the stop timeout's SIGKILL otherwise). */
+void dl__rec_job_failed(dl_agent_t *a);
 /* A worker failed while a recovery was under way (said, then off). */
 void dl__rec_interrupted(dl_agent_t *a, const dl_sup_failure_t *f);
 /* agent.c: starts a replacement in w's slot (same rank, same attempt folder). */

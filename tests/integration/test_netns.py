@@ -391,6 +391,39 @@ class SilentPartition(unittest.TestCase):
     def test_8s_restart(self):
         self.partition(8, "restart")
 
+    def test_a_job_that_fails_of_it_ends_every_agent_at_once(self):
+        """With no restart to spend, the host fails the job when node 1 goes silent; node 1,
+        cut off, hosts the rendezvous itself, hears from its own join that the budget is gone
+        and ends too. Each agent exits within a second of being told (in-job: its workers drop
+        their group at once instead of waiting for the stop timeout's SIGKILL)."""
+        net = faultlib.Net(2)
+        self.addCleanup(net.close)
+        job = faultlib.Job(net=net, steps=self.STEPS, subset=self.subset, root=self.root,
+                           extra=("--recovery", "in-job", "--max-restarts", "0"),
+                           agent_env=[{"DLAUNCH_COLL_HOST_ID": "node0"},
+                                      {"DLAUNCH_COLL_HOST_ID": "node1"}])
+        self.addCleanup(job.close)
+        job.start()
+        job.wait_step(self.FAULT_STEP)
+        for i in (0, 1):
+            net.drop_incoming(i)
+        exited = {}
+        deadline = time.monotonic() + 60
+        while len(exited) < 2 and time.monotonic() < deadline:
+            for a in job.agents:
+                if a.index not in exited and a.proc.poll() is not None:
+                    exited[a.index] = time.monotonic()
+            time.sleep(0.01)
+        for i in (0, 1):
+            net.undrop(i)
+        text = "".join(f"[{a.index}] {l}\n" for a in job.agents for _, l in a.err.snapshot())
+        self.assertEqual(sorted(exited), [0, 1], text[-4000:])
+        self.assertEqual([a.proc.returncode for a in job.agents], [1, 1], text[-4000:])
+        for a in job.agents:
+            told = [t for t, l in a.err.snapshot() if "the rendezvous ended the job: failed" in l]
+            self.assertTrue(told, (a.index, text[-4000:]))
+            self.assertLess(exited[a.index] - told[0], 1.0, (a.index, text[-4000:]))
+
 
 if __name__ == "__main__":
     dltest.main()

@@ -226,10 +226,22 @@ static void on_log_write_failed(void *ctx, const char *path, int err)
     output_owner_t *oo = ctx;
     dl_agent_t *a = oo->agent;
 
-    dl__agent_log(a, "cannot write the log file '%s': %s; rank %d's further output to it is "
-                     "lost%s",
-                  path, strerror(err), oo->rank,
-                  a->spec->quiet ? "" : " (the console still shows it)");
+    /* A full disk fails every file of every rank: the console hears of the first, the events
+     * and the failure summary of each. */
+    if (a->nunwritten == 0)
+        dl__agent_log(a, "cannot write the log file '%s': %s; rank %d's further output to it is "
+                         "lost%s; the job goes on (every such file is named in the "
+                         "log_write_failed events and the failure summary)",
+                      path, strerror(err), oo->rank,
+                      a->spec->quiet ? "" : " (the console still shows it)");
+    dl_summary_unwritten_t *v = realloc(a->unwritten, (a->nunwritten + 1) * sizeof(*v));
+    char *copy = strdup(path);
+    if (v != NULL)
+        a->unwritten = v;
+    if (v != NULL && copy != NULL)
+        a->unwritten[a->nunwritten++] = (dl_summary_unwritten_t){copy, err};
+    else
+        free(copy);
     dl_events_emit(a->events, "log_write_failed", dl__now_unix(),
                    json_pack("{s:i, s:i, s:s, s:s}", "rank", oo->rank, "attempt", oo->attempt,
                              "path", path, "error", strerror(err)));
@@ -638,7 +650,8 @@ static void print_summary(const dl_agent_t *a)
         fprintf(stderr, "dlaunch: the job failed: %s\n",
                 a->failure_text[0] ? a->failure_text : "see the other nodes' logs");
     if (a->nhistory > 0)
-        dl_summary_print(stderr, a->history, a->nhistory, a->sup.attempt + 1, a->run_dir);
+        dl_summary_print(stderr, a->history, a->nhistory, a->sup.attempt + 1, a->run_dir,
+                         a->unwritten, a->nunwritten);
     if (dl__diag_text(a)[0] != '\0')
         fprintf(stderr, "  where the ranks were: %s\n", dl__diag_text(a));
 }
@@ -1396,6 +1409,9 @@ static void agent_free(dl_agent_t *a)
     free(a->run_dir_abs);
     free(a->command_path);
     free(a->history);
+    for (size_t i = 0; i < a->nunwritten; i++)
+        free(a->unwritten[i].path);
+    free(a->unwritten);
     free(a->token_path);
     free(a->endpoint);
     dl_events_close(a->events);

@@ -25,6 +25,7 @@ typedef enum { ACTION_WARN = 0, ACTION_EXCLUDE, ACTION_OFF } action_t;
 typedef struct {
     int rank;
     dl_coll_rec_reader_t *rec;
+    bool rec_in_memory; /* rec is the rank's memfd (a full disk): a new group makes a new one */
     char path[4200];
     char transport[16];
     uint64_t seen_seq;
@@ -47,6 +48,7 @@ struct dl__diag_s {
     int *announced;         /* stragglers named in this attempt */
     size_t nannounced, announced_cap;
     double excluded_until; /* > 0: this node stepped out until then (monotonic seconds) */
+    bool told_ring_in_memory; /* said once that a rank's recorder file could not be written */
 };
 
 static double mono_now(void)
@@ -196,6 +198,23 @@ static dl_diag_op_state_t op_state(dl_coll_rec_state_t s)
     return DL_DIAG_OP_NONE;
 }
 
+/* The rank could not reserve its recorder's file (a full disk) and keeps the ring in memory,
+ * which is what the agent reads: said once on the console, and for every such file as a
+ * log_write_failed event, like a log file that stops taking bytes. */
+static void ring_in_memory(dl_agent_t *a, const dl__worker_t *w, const wdiag_t *x)
+{
+    int err = dl_coll_rec_file_error(x->rec);
+    const char *why = strerror(err > 0 ? err : EIO);
+    if (!a->diag->told_ring_in_memory)
+        dl__agent_log(a, "cannot write the flight recorder '%s': %s; rank %d keeps it in memory "
+                         "(the agent still reads it, but it is not kept after the rank exits)",
+                      x->path, why, w->rank);
+    a->diag->told_ring_in_memory = true;
+    dl_events_emit(a->events, "log_write_failed", dl__now_unix(),
+                   json_pack("{s:i, s:i, s:s, s:s}", "rank", w->rank, "attempt", w->attempt,
+                             "path", x->path, "error", why));
+}
+
 /* What the agent knows of worker w now: out's strings point into static tables and x. */
 static void snapshot(dl_agent_t *a, dl__worker_t *w, wdiag_t *x, double now, dl_diag_rank_t *out)
 {
@@ -208,8 +227,21 @@ static void snapshot(dl_agent_t *a, dl__worker_t *w, wdiag_t *x, double now, dl_
     out->step = w->beats.step;
     if (x == NULL)
         return;
-    if (x->rec == NULL && x->path[0] != '\0' && dl_coll_rec_open(x->path, &x->rec) < 0)
-        x->rec = NULL;
+    /* A ring in memory is looked for again at each tick: a group formed again (in-job
+     * recovery) keeps its ring in a memfd of its own, and the old one stays mapped here. Once
+     * the rank is gone, the last one read is kept. */
+    if ((x->rec == NULL || x->rec_in_memory) && x->path[0] != '\0') {
+        dl_coll_rec_reader_t *rec = NULL;
+        int r = dl_coll_rec_open_pid(x->path, (int)w->pid, &rec);
+        if (r >= 0) {
+            bool first = x->rec == NULL;
+            dl_coll_rec_close(x->rec);
+            x->rec = rec;
+            x->rec_in_memory = r == 1;
+            if (r == 1 && first)
+                ring_in_memory(a, w, x);
+        }
+    }
     if (x->rec == NULL)
         return;
     dl_coll_rec_info_t info;

@@ -1,6 +1,8 @@
 /* Event lines are written whole with one write(2) and flushed at once, so a script tailing the
  * file never sees half an object, even when the agent is killed right after. */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,8 @@
 struct dl_events_s {
     int fd;
     int owned;
+    bool failed; /* a write failed (a full disk): said once on stderr, then lines are dropped */
+    char path[4096];
 };
 
 int dl_events_open(const char *path, dl_events_t **ret)
@@ -18,6 +22,7 @@ int dl_events_open(const char *path, dl_events_t **ret)
     dl_events_t *ev = calloc(1, sizeof(*ev));
     if (ev == NULL)
         return -ENOMEM;
+    snprintf(ev->path, sizeof(ev->path), "%s", strcmp(path, "-") == 0 ? "stdout" : path);
     if (strcmp(path, "-") == 0) {
         ev->fd = STDOUT_FILENO;
     } else {
@@ -70,8 +75,16 @@ int dl_events_emit(dl_events_t *ev, const char *name, double now, json_t *fields
         return -ENOMEM;
     size_t n = strlen(line);
     line[n] = '\n'; /* replaces the terminator; n + 1 bytes go out */
-    int r = write_all(ev->fd, line, n + 1);
+    int r = ev->failed ? -EIO : write_all(ev->fd, line, n + 1);
     free(line);
+    /* A stream that stops taking lines (a full disk) must not stop the job, nor fail quietly;
+     * a line cut short by the error stays, the next ones are dropped whole. */
+    if (r < 0 && !ev->failed) {
+        ev->failed = true;
+        fprintf(stderr, "dlaunch: cannot write the event stream '%s': %s; the events from '%s' "
+                        "on are lost (the job goes on)\n",
+                ev->path, strerror(-r), name);
+    }
     return r;
 }
 

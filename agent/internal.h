@@ -12,6 +12,7 @@
 #include "events.h"
 #include "output.h"
 #include "spawn.h"
+#include "summary.h"
 #include "supervisor.h"
 
 typedef struct dl_agent_s dl_agent_t;
@@ -103,6 +104,8 @@ struct dl_agent_s {
     dl__diag_t *diag;          /* diag.c: recorders, stragglers, hang accounts */
     dl_sup_failure_t *history; /* the first failure of every failed attempt */
     size_t nhistory;
+    dl_summary_unwritten_t *unwritten; /* log files that could not be written, for the summary */
+    size_t nunwritten;
     bool report_pending;       /* the failure report waits for the failed rank's output */
     bool stopped_by_request;   /* the rendezvous ended the job on a stop request */
     /* The job's training progress, passed on with each heartbeat while progress_valid. */
@@ -223,6 +226,9 @@ void dl__rec_resume(dl_agent_t *a, int attempt);
 int dl__rec_start(dl_agent_t *a, int rank, int attempt);
 /* The recovery under way is over without success: the workers stop waiting for it. */
 void dl__rec_off(dl_agent_t *a);
+/* The job failed: every worker that speaks the protocol drops its group at once (a collective
+ * waiting on a lost node would hold it until the stop timeout's SIGKILL otherwise). */
+void dl__rec_job_failed(dl_agent_t *a);
 /* A worker failed while a recovery was under way (said, then off). */
 void dl__rec_interrupted(dl_agent_t *a, const dl_sup_failure_t *f);
 /* agent.c: starts a replacement in w's slot (same rank, same attempt folder). */

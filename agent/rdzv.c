@@ -320,6 +320,9 @@ static void cb_ended(void *ctx, const dl_rdzv_end_t *e)
     if (e->stopped)
         a->stopped_by_request = true;
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_JOB_END, .exit_code = e->exit_code});
+    /* After the supervisor's SIGTERM, so that the workers exit as stopped, not as failed. */
+    if (e->exit_code != 0 && !e->stopped)
+        dl__rec_job_failed(a);
 }
 
 static void cb_log(void *ctx, const char *text)

@@ -388,6 +388,13 @@ void dl__rec_off(dl_agent_t *a)
         tell(&a->workers[i], "stop\n");
 }
 
+void dl__rec_job_failed(dl_agent_t *a)
+{
+    dl__rec_off(a);
+    for (int i = 0; i < a->nworkers; i++)
+        tell(&a->workers[i], "stop\n");
+}
+
 /* A second failure while a recovery was under way: the supervisor already falls back. */
 void dl__rec_interrupted(dl_agent_t *a, const dl_sup_failure_t *f)
 {

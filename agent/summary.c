@@ -118,7 +118,8 @@ static void describe(FILE *f, const dl_sup_failure_t *x)
 }
 
 void dl_summary_print(FILE *f, const dl_sup_failure_t *history, size_t n, int attempts,
-                      const char *run_dir)
+                      const char *run_dir, const dl_summary_unwritten_t *unwritten,
+                      size_t nunwritten)
 {
     char path[4200];
     char tail[4096];
@@ -147,13 +148,21 @@ void dl_summary_print(FILE *f, const dl_sup_failure_t *history, size_t n, int at
     }
     snprintf(path, sizeof(path), "%s/rank_%d.err", dir, last->rank);
     fprintf(f, "  its stderr: %s\n", path);
+    int werr = 0;
+    for (size_t i = 0; i < nunwritten && werr == 0; i++)
+        if (strcmp(unwritten[i].path, path) == 0)
+            werr = unwritten[i].err;
+    if (werr != 0)
+        fprintf(f, "  (it could not be written: %s; what it lacks went to the console only)\n",
+                strerror(werr));
     int r = dl_summary_tail(path, TAIL_LINES, tail, sizeof(tail));
     if (r < 0) {
         fprintf(f, "  (cannot read it: %s)\n", strerror(-r));
     } else if (r == 0) {
-        fprintf(f, "  (it is empty)\n");
+        if (werr == 0)
+            fprintf(f, "  (it is empty)\n");
     } else {
-        fprintf(f, "  last lines:\n");
+        fprintf(f, "  last lines%s:\n", werr != 0 ? " written before that" : "");
         print_last_lines(f, tail, TAIL_LINES);
     }
 }

@@ -20,6 +20,8 @@ the same run, and gives a row (a JSON object, with "recovery") for each:
   culprit_ok  every surviving node's restart event (and the failure summary) named the faulty
               node and rank
   passed      the job ended with exit 0 on every surviving agent (or as the scenario expects)
+  spent       (JSON; silent_drop_3s/8s) restarts plus in-job recoveries spent, the most any
+              agent counts: one fault should cost one, and those scenarios pass only so
 
 Needs root and nftables for the namespace scenarios (skipped otherwise). Prints a table; with
 --json one object per scenario. The figures go to docs/reliability.md."""
@@ -220,6 +222,42 @@ def silent_drop(job, args):
     return link_cut(job, args, seconds=40.0)
 
 
+def recoveries_spent(job):
+    """The most restarts plus in-job recoveries any agent's job_end counts."""
+    spent = [e["attempts"] - 1 + e.get("recoveries", 0) for a in job.agents
+             for e in a.events() if e["event"] == "job_end"]
+    return max(spent) if spent else None
+
+
+def partition(job, args, seconds):
+    """Every packet between the nodes vanishes on arrival, both ways, for `seconds`: nothing is
+    refused, reset or answered with an error, as when a switch drops everything for a moment.
+    The workers of each node are on a host of their own, so that the partition cuts their ring
+    too. Passed: every agent exits 0 with one recovery (or restart) spent on the fault."""
+    job.start()
+    job.wait_step(FAULT_STEP)
+    t = time.monotonic()
+    for i in (0, 1):
+        job.net.drop_incoming(i)
+    time.sleep(seconds)
+    for i in (0, 1):
+        job.net.undrop(i)
+    r = finish(job, args.baseline, [0, 1])
+    r["spent"] = recoveries_spent(job)
+    r["passed"] = r["passed"] and r["spent"] == 1
+    detect = stderr_times(job, r"lost the rendezvous|round \d+:|no heartbeat")
+    r.update(measure(job, t, detect, culprit_node=1))
+    return r
+
+
+def silent_drop_short(job, args):
+    return partition(job, args, 3.0)
+
+
+def silent_drop_mid(job, args):
+    return partition(job, args, 8.0)
+
+
 def checkpoint_crash(job, args):
     # fail_at_step kills rank fail_rank right after the step a checkpoint is written at: the
     # write of the next one is where a crash mid-checkpoint lands most often in practice.
@@ -271,6 +309,8 @@ SCENARIOS = [
     ("dlaunchd_restart", dlaunchd_restart, {"dlaunchd": True}, False),
     ("link_cut_3s", link_cut, {"net": True}, True),
     ("silent_drop_40s", silent_drop, {"net": True}, True),
+    ("silent_drop_3s", silent_drop_short, {"net": True, "hosts": True}, True),
+    ("silent_drop_8s", silent_drop_mid, {"net": True, "hosts": True}, True),
     ("checkpoint_crash", checkpoint_crash,
      {"train": {"fail_at_step": 400, "fail_rank": 1, "checkpoint_every": 100}}, False),
     ("agent_sigterm", agent_term, {}, False),
@@ -285,8 +325,12 @@ def make_job(kw, subset, root, recovery="restart"):
     # done, not up to a window of steps later; the same in both modes.
     train = {"log_every": 1, **(kw.get("train") or {})}
     try:
+        # With "hosts", each node's workers have a host of their own, so that the ranks of the
+        # two nodes meet over TCP (by default they find one host and use shared memory).
+        hosts = ([{"DLAUNCH_COLL_HOST_ID": f"node{i}"} for i in range(2)]
+                 if kw.get("hosts") else None)
         job = faultlib.Job(net=net, dlaunchd=kw.get("dlaunchd", False), extra=extra,
-                           train=train, subset=subset, root=root)
+                           train=train, subset=subset, root=root, agent_env=hosts)
     except Exception:
         if net:
             net.close()
@@ -315,15 +359,22 @@ def run_in(args, root):
     subset = os.path.join(root, "data")
     os.mkdir(subset)
     faultlib.write_subset(subset)
-    # The uninterrupted run every other is compared with (both modes train the same bits).
-    job, _ = make_job({}, subset, root)
-    try:
-        job.start()
-        job.wait(timeout=600)
-        s = job.summary()
-        args.baseline = s["params_crc32"] if s else None
-    finally:
-        job.close()
+    # The uninterrupted run every other is compared with (both modes train the same bits);
+    # ranks on hosts of their own sum over TCP, in another order than shared memory: a second
+    # one for those.
+    baselines = {}
+    for hosts in (False, True):
+        if hosts and not any(kw.get("hosts") for name, _, kw, _ in SCENARIOS
+                             if not args.only or name in args.only):
+            continue
+        job, _ = make_job({"hosts": hosts}, subset, root)
+        try:
+            job.start()
+            job.wait(timeout=600)
+            s = job.summary()
+            baselines[hosts] = s["params_crc32"] if s else None
+        finally:
+            job.close()
     netns = faultlib.can_netns()
     modes = ["restart", "in-job"] if args.recovery == "both" else [args.recovery]
     results = []
@@ -336,6 +387,7 @@ def run_in(args, root):
                                 "skipped": "needs root, ip netns and nft"})
             continue
         runs = {mode: [] for mode in modes}
+        args.baseline = baselines.get(bool(kw.get("hosts")))
         # The modes take turns, so that a burst of load from elsewhere hits both alike.
         for _ in range(args.runs):
             for mode in modes:
@@ -361,7 +413,7 @@ def median(runs, key):
 def summarize(name, runs, args, mode):
     out = {"scenario": name, "recovery": mode, "runs": len(runs),
            "passed": sum(1 for r in runs if r.get("passed"))}
-    for k in ("detect_ms", "recover_ms", "train_ms", "steps_lost"):
+    for k in ("detect_ms", "recover_ms", "train_ms", "steps_lost", "spent"):
         out[k] = median(runs, k)
     pe = [r.get("params_equal") for r in runs if r.get("params_equal") is not None]
     out["params_equal"] = (sum(pe) == len(pe)) if pe else None

@@ -291,6 +291,15 @@ typedef struct dl_coll_rec_reader_s dl_coll_rec_reader_t;
  * another -errno. */
 int dl_coll_rec_open(const char *path, dl_coll_rec_reader_t **ret);
 
+/* The same, and when the file holds no ring because its rank could not reserve the space for it
+ * (a full disk), the ring that rank pid keeps in memory instead (a memfd named after the file,
+ * found among pid's open files). Returns 0 (the file), 1 (pid's memory), or dl_coll_rec_open's
+ * errors. */
+int dl_coll_rec_open_pid(const char *path, int pid, dl_coll_rec_reader_t **ret);
+
+/* 0, or the errno for which the ring's file could not hold it (it is then read from memory). */
+int dl_coll_rec_file_error(const dl_coll_rec_reader_t *r);
+
 /* Copies up to max of the newest entries into v, oldest first, and the header into *ret_info
  * (may be NULL). Entries the writer is changing at that moment are read again; one still
  * changing after a few tries (its writer stopped half way) is left out. Returns how many. */

@@ -434,6 +434,7 @@ int dl_coll_group_create(const dl_coll_options_t *opts, dl_coll_group_t **ret_gr
     g->local_size = 1;
     g->mem.members = 1; /* setup_shm raises it to the host's ranks */
     g->rec.fd = -1;
+    g->rec.mem_fd = -1;
     int r = dl__coll_async_init(g);
     if (r < 0)
         snprintf(err, errlen, "async state: %s", strerror(-r));

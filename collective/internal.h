@@ -239,13 +239,15 @@ typedef struct {
     dl__rec_entry_t *ring;
     size_t len;
     int fd;       /* the file, held with flock so that no other group writes it; or -1 */
+    int mem_fd;   /* the memfd holding the ring when the file could not (a full disk); or -1 */
     uint64_t seq; /* the newest operation issued; the caller's thread only */
     size_t timed; /* operations of this many bytes or more are timed */
 } dl__coll_rec_t;
 
 /* Sets the ring up as o->recorder asks: in the file o->recorder_path (created if need be) or in
- * private memory. A file that cannot be had (another group holds it, no space) falls back to
- * memory: the recorder never makes a group fail. */
+ * private memory. A file that cannot be had (another group holds it) falls back to private
+ * memory; one whose blocks cannot be reserved (a full disk) to a memfd that the agent finds
+ * among this process's files: the recorder never makes a group fail, and never faults. */
 void dl__coll_rec_open(dl__coll_rec_t *rec, const dl_coll_options_t *o, int rank, int world,
                        const char *transport);
 void dl__coll_rec_close(dl__coll_rec_t *rec);

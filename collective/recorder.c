@@ -10,6 +10,8 @@
  * second one of its own. */
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
+#include <linux/magic.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,9 +37,14 @@ static uint64_t clock_ns(clockid_t id)
 
 /* ---- the writer ------------------------------------------------------------------------------ */
 
-/* The file, locked for this group and sized; -1 when it cannot be had. */
-static int open_file(const char *path)
+/* The file, locked for this group, sized, and its blocks reserved: a page of a shared mapping
+ * that the file system cannot back raises SIGBUS at first touch, in this rank and in the agent
+ * that reads it (tmpfs allocates on a read fault too). Returns the fd, or -1 when the file cannot
+ * be had; *ret_error is the errno for which its blocks could not be reserved (the fd is then
+ * returned, locked, and the file left empty so that no reader maps it). */
+static int open_file(const char *path, int *ret_error)
 {
+    *ret_error = 0;
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return -1;
@@ -48,6 +56,36 @@ static int open_file(const char *path)
         close(fd);
         return -1;
     }
+    int e = posix_fallocate(fd, 0, DL__REC_FILE_BYTES);
+    if (e != 0) {
+        *ret_error = e;
+        if (ftruncate(fd, 0) < 0) {
+            close(fd);
+            return -1;
+        }
+    }
+    return fd;
+}
+
+/* Shared memory for the ring when its file cannot hold it, named after the file so that the
+ * agent can find it in /proc/PID/fd; its pages are reserved as the file's would be. -1 when
+ * it cannot be had. */
+static int memory_ring(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    char name[250]; /* memfd_create's limit: longer names are cut, and then never found */
+    base = base != NULL ? base + 1 : path;
+    if (strlen(DL__REC_MEMFD_PREFIX) + strlen(base) >= sizeof(name))
+        return -1;
+    memcpy(name, DL__REC_MEMFD_PREFIX, strlen(DL__REC_MEMFD_PREFIX));
+    strcpy(name + strlen(DL__REC_MEMFD_PREFIX), base);
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (ftruncate(fd, DL__REC_FILE_BYTES) < 0 || posix_fallocate(fd, 0, DL__REC_FILE_BYTES) != 0) {
+        close(fd);
+        return -1;
+    }
     return fd;
 }
 
@@ -55,20 +93,27 @@ void dl__coll_rec_open(dl__coll_rec_t *rec, const dl_coll_options_t *o, int rank
                        const char *transport)
 {
     void *map = MAP_FAILED;
+    int file_error = 0;
     memset(rec, 0, sizeof(*rec));
-    rec->fd = -1;
+    rec->fd = rec->mem_fd = -1;
     if (!o->recorder)
         return;
-    if (o->recorder_path[0] != '\0' && (rec->fd = open_file(o->recorder_path)) >= 0) {
-        map = mmap(NULL, DL__REC_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, rec->fd, 0);
-        if (map == MAP_FAILED) {
+    if (o->recorder_path[0] != '\0')
+        rec->fd = open_file(o->recorder_path, &file_error);
+    if (rec->fd >= 0 && file_error != 0)
+        rec->mem_fd = memory_ring(o->recorder_path);
+    int shared_fd = file_error != 0 ? rec->mem_fd : rec->fd;
+    if (shared_fd >= 0)
+        map = mmap(NULL, DL__REC_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, shared_fd, 0);
+    if (map == MAP_FAILED) {
+        if (rec->mem_fd >= 0)
+            close(rec->mem_fd);
+        if (rec->fd >= 0)
             close(rec->fd);
-            rec->fd = -1;
-        }
-    }
-    if (map == MAP_FAILED)
+        rec->fd = rec->mem_fd = -1;
         map = mmap(NULL, DL__REC_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                    -1, 0);
+    }
     if (map == MAP_FAILED)
         return;
     dl__rec_header_t *h = map;
@@ -92,6 +137,7 @@ void dl__coll_rec_open(dl__coll_rec_t *rec, const dl_coll_options_t *o, int rank
     h->anchor_tick = dl__coll_rec_tick();
     h->anchor_real_ns = clock_ns(CLOCK_REALTIME);
     snprintf(h->transport, sizeof(h->transport), "%s", transport);
+    h->file_error = rec->mem_fd >= 0 ? file_error : 0;
     __atomic_store_n(&h->magic, DL__REC_MAGIC, __ATOMIC_RELEASE);
     rec->hdr = h;
     rec->ring = (dl__rec_entry_t *)((char *)map + DL__REC_HEADER_BYTES);
@@ -105,8 +151,10 @@ void dl__coll_rec_close(dl__coll_rec_t *rec)
         munmap(rec->hdr, rec->len);
     if (rec->fd >= 0)
         close(rec->fd); /* the file stays: it is the post-mortem */
+    if (rec->mem_fd >= 0)
+        close(rec->mem_fd); /* a reader that mapped it keeps its copy */
     memset(rec, 0, sizeof(*rec));
-    rec->fd = -1;
+    rec->fd = rec->mem_fd = -1;
 }
 
 /* ---- the reader ------------------------------------------------------------------------------ */
@@ -116,27 +164,30 @@ struct dl_coll_rec_reader_s {
     const dl__rec_entry_t *ring;
 };
 
-int dl_coll_rec_open(const char *path, dl_coll_rec_reader_t **ret)
+/* Whether every byte of the ring has a page behind it: tmpfs allocates one on a read fault of a
+ * hole and raises SIGBUS when it cannot (a full one); elsewhere a read fault maps zeros. */
+static bool backed(int fd, const struct stat *st)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct statfs fs;
+    if (fstatfs(fd, &fs) < 0 || fs.f_type != TMPFS_MAGIC)
+        return true;
+    return (long long)st->st_blocks * 512 >= DL__REC_FILE_BYTES;
+}
+
+static int map_fd(int fd, dl_coll_rec_reader_t **ret)
+{
     struct stat st;
-    if (fd < 0)
+    if (fstat(fd, &st) < 0)
         return -errno;
-    if (fstat(fd, &st) < 0) {
-        int e = errno;
-        close(fd);
-        return -e;
-    }
-    /* Created but not yet sized: its rank is setting it up right now. */
-    if (st.st_size < DL__REC_FILE_BYTES) {
-        close(fd);
+    /* Created but not yet sized or reserved: its rank is setting it up right now (or could not,
+     * and keeps the ring in memory). */
+    if (st.st_size < DL__REC_FILE_BYTES)
         return st.st_size == 0 ? -ENODATA : -EBADMSG;
-    }
+    if (!backed(fd, &st))
+        return -ENODATA;
     void *map = mmap(NULL, DL__REC_FILE_BYTES, PROT_READ, MAP_SHARED, fd, 0);
-    int e = errno;
-    close(fd);
     if (map == MAP_FAILED)
-        return -e;
+        return -errno;
     const dl__rec_header_t *h = map;
     int r = 0;
     uint64_t magic = __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE);
@@ -157,6 +208,61 @@ int dl_coll_rec_open(const char *path, dl_coll_rec_reader_t **ret)
     rd->ring = (const dl__rec_entry_t *)((const char *)map + DL__REC_HEADER_BYTES);
     *ret = rd;
     return 0;
+}
+
+int dl_coll_rec_open(const char *path, dl_coll_rec_reader_t **ret)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int r = map_fd(fd, ret);
+    close(fd);
+    return r;
+}
+
+/* The fd of pid's memfd that holds the ring of the file named base, opened read-only; -1. */
+static int open_memory_ring(int pid, const char *base)
+{
+    char dir[64], want[300], link[300], path[sizeof(dir) + 256 + 1];
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
+    snprintf(want, sizeof(want), "/memfd:%s%s (deleted)", DL__REC_MEMFD_PREFIX, base);
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return -1;
+    int fd = -1;
+    struct dirent *e;
+    while (fd < 0 && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        ssize_t n = readlink(path, link, sizeof(link) - 1);
+        if (n <= 0)
+            continue;
+        link[n] = '\0';
+        if (strcmp(link, want) == 0)
+            fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
+    closedir(d);
+    return fd;
+}
+
+int dl_coll_rec_open_pid(const char *path, int pid, dl_coll_rec_reader_t **ret)
+{
+    int r = dl_coll_rec_open(path, ret);
+    if (r != -ENODATA || pid <= 0)
+        return r;
+    const char *base = strrchr(path, '/');
+    int fd = open_memory_ring(pid, base != NULL ? base + 1 : path);
+    if (fd < 0)
+        return r;
+    int m = map_fd(fd, ret);
+    close(fd);
+    return m == 0 ? 1 : r;
+}
+
+int dl_coll_rec_file_error(const dl_coll_rec_reader_t *r)
+{
+    return r->hdr->file_error;
 }
 
 void dl_coll_rec_close(dl_coll_rec_reader_t *r)

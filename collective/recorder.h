@@ -12,6 +12,7 @@
 #define DL__REC_HEADER_BYTES 256
 #define DL__REC_ENTRY_BYTES 64
 #define DL__REC_FILE_BYTES (DL__REC_HEADER_BYTES + DL__REC_CAPACITY * DL__REC_ENTRY_BYTES)
+#define DL__REC_MEMFD_PREFIX "dlaunch-rec:"
 
 /* How entries count time. */
 #define DL__REC_TICK_TSC 1 /* the x86 time-stamp counter (constant rate, all cores) */
@@ -33,7 +34,11 @@ typedef struct {
     uint64_t anchor_mono_ns;
     uint64_t anchor_real_ns;
     char transport[16]; /* "self", "shm", "tcp", "shm+tcp" */
-    uint8_t pad[128 - 80];
+    /* 0, or the errno for which the file could not take the ring (a full disk): the rank then
+     * keeps it in a memfd named DL__REC_MEMFD_PREFIX + the file's name, and the file stays
+     * empty. */
+    int32_t file_error;
+    uint8_t pad[128 - 84];
     /* Its own cache line: the caller's thread writes it for every asynchronous operation it
      * queues, while the communication thread writes the entries. */
     uint64_t issued; /* sequence number of the newest operation issued */

@@ -588,6 +588,32 @@ static dl_rdzv_culprit_t culprit_of(dl_rdzv_core_t *core, const dl__rdzv_member_
                                .exit_code = -1};
 }
 
+/* The job fails for why: every member but dead (whose connection is closed) hears it, and so
+ * does the connection also, when it is not a member's. */
+static void fail_job(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, const char *why,
+                     dl_rdzv_cause_t cause, dl__rdzv_member_t *dead, uint64_t also)
+{
+    for (size_t i = 0; i <= job->nmembers; i++) {
+        dl__rdzv_member_t *m = i < job->nmembers ? job->members[i] : NULL;
+        if (m != NULL && m == dead) {
+            dl__rdzv_close(core, member_conn(m));
+            continue;
+        }
+        uint64_t to = m != NULL ? member_conn(m) : also;
+        if (to == DL_RDZV_CONN_NONE)
+            continue;
+        dl_rdzv_msg_t *msg = dl__rdzv_send(core, to, DL_RDZV_MSG_FAILED, 0, job->run_id);
+        msg->failed.round = job->round;
+        msg->failed.restarts = job->restarts;
+        msg->failed.failure = why;
+        msg->failed.cause = cause;
+        msg->failed.culprit = job->has_culprit ? &job->first_culprit : NULL;
+    }
+    dl__rdzv_log(core, DL_RDZV_LOG_ERROR, job->run_id, "job failed after %d restart%s: %s",
+                 job->restarts, job->restarts == 1 ? "" : "s", why);
+    finish(core, job, DL_RDZV_JOB_FAILED, now);
+}
+
 static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, const char *reason,
                       dl_rdzv_cause_t cause, dl__rdzv_member_t *dead, dl_rdzv_culprit_t *culprit)
 {
@@ -599,24 +625,8 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
     if (failure)
         keep_first_failure(job, reason, culprit);
     if (failure && job->restarts >= job->opts.max_restarts) {
-        const char *why = job->failure ? job->failure : reason;
-        for (size_t i = 0; i < job->nmembers; i++) {
-            dl__rdzv_member_t *m = job->members[i];
-            if (m == dead) {
-                dl__rdzv_close(core, member_conn(m));
-                continue;
-            }
-            dl_rdzv_msg_t *msg =
-                dl__rdzv_send(core, member_conn(m), DL_RDZV_MSG_FAILED, 0, job->run_id);
-            msg->failed.round = job->round;
-            msg->failed.restarts = job->restarts;
-            msg->failed.failure = why;
-            msg->failed.cause = cause;
-            msg->failed.culprit = job->has_culprit ? &job->first_culprit : NULL;
-        }
-        dl__rdzv_log(core, DL_RDZV_LOG_ERROR, job->run_id, "job failed after %d restart%s: %s",
-                     job->restarts, job->restarts == 1 ? "" : "s", why);
-        finish(core, job, DL_RDZV_JOB_FAILED, now);
+        fail_job(core, job, now, job->failure ? job->failure : reason, cause, dead,
+                 DL_RDZV_CONN_NONE);
         return;
     }
     int next = job->round + 1;
@@ -941,6 +951,21 @@ static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
     dl__rdzv_member_t *m = member_find(core, job, ev->join.agent_id);
     if (!m && job->state == DL_RDZV_JOB_GATHERING)
         adopt_history(core, job, ev);
+    /* More restarts spent than the budget allows: the rendezvous that counted them failed the
+     * job (or would have, had it lived), and an agent cut off from it when it did never heard.
+     * Ending the job here says so at once, where a new round would wait for nodes that are gone
+     * until the join timeout. */
+    if (job->state == DL_RDZV_JOB_GATHERING && job->restarts > job->opts.max_restarts) {
+        const char *spent = dl__rdzv_printf(
+            core, "the restart budget was spent (agent '%s' (%s) counts %d restart%s, of %d) "
+                  "before this rendezvous took the job over%s%s",
+            ev->join.agent_id, ev->join.host, ev->join.failures,
+            ev->join.failures == 1 ? "" : "s", job->opts.max_restarts,
+            job->failure ? ": " : "", job->failure ? job->failure : "");
+        keep_first_failure(job, spent, NULL);
+        fail_job(core, job, now, spent, DL_RDZV_CAUSE_NODE_LOST, NULL, ev->conn);
+        return;
+    }
     if (m && job->state == DL_RDZV_JOB_GATHERING) {
         if (m->conn && m->conn->id == ev->conn) {
             dl__rdzv_send(core, ev->conn, DL_RDZV_MSG_JOINED, ev->req_id, job->run_id)

@@ -97,6 +97,15 @@ class Net:
                   "oifname \"eth0\" drop; }; }")
         self.ns(i, "nft", script)
 
+    def drop_incoming(self, i):
+        """Every packet that reaches node i vanishes before its stack sees it. On every node at
+        once, a silent partition both ways: the senders' stacks get no error either (a drop in
+        the output hook answers the sender's own send with EPERM), ARP still resolves, and
+        nothing is refused or reset; undrop() lets everything through again."""
+        script = ("table inet dlfault { chain in { type filter hook input priority 0; "
+                  "iifname \"eth0\" drop; }; }")
+        self.ns(i, "nft", script)
+
     def undrop(self, i):
         subprocess.run(self.prefix(i) + ["nft", "delete", "table", "inet", "dlfault"],
                        capture_output=True)

@@ -8,6 +8,7 @@ namespaces and removes them, their links and every process in them, whatever hap
 names and /etc/hosts are private to each process (UTS and mount namespaces)."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import time
 import unittest
 
 import dltest
+import faultlib
 import test_torch
 import test_train
 
@@ -322,6 +324,105 @@ class TwoHosts(dltest.Case):
         open(stop, "w").close()
         self.wait_ok(procs[1:], logs[1:])
         print(f"the host gone silent: b trains again {took:.2f} s later (dead-after 1 s)")
+
+
+@unittest.skipUnless(faultlib.can_netns() and faultlib.have_fashion(),
+                     "needs root, nftables and dataset-fashion-mnist")
+class SilentPartition(unittest.TestCase):
+    """2 agents x 2 workers of the bundled trainer, each agent in a namespace of its own and its
+    workers on a host of their own (so that the ranks of the two nodes meet over TCP); every
+    packet between the nodes vanishes for a few seconds, both ways, then goes through again.
+    Node 1 is declared dead after 1 s; the job recovers once and finishes, in both recovery
+    modes, and every agent exits."""
+    STEPS = 500
+    FAULT_STEP = 200
+
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="dl-silent-")
+        cls.subset = os.path.join(cls.root, "data")
+        os.mkdir(cls.subset)
+        faultlib.write_subset(cls.subset)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def partition(self, seconds, recovery):
+        net = faultlib.Net(2)
+        self.addCleanup(net.close)
+        job = faultlib.Job(net=net, steps=self.STEPS, extra=("--recovery", recovery),
+                           subset=self.subset, root=self.root,
+                           agent_env=[{"DLAUNCH_COLL_HOST_ID": "node0"},
+                                      {"DLAUNCH_COLL_HOST_ID": "node1"}])
+        self.addCleanup(job.close)  # runs before net.close: processes first
+        job.start()
+        job.wait_step(self.FAULT_STEP)
+        for i in (0, 1):
+            net.drop_incoming(i)
+        time.sleep(seconds)
+        for i in (0, 1):
+            net.undrop(i)
+        codes = job.wait(timeout=240)
+        text = "".join(f"[{a.index}] {l}\n" for a in job.agents
+                       for _, l in a.out.snapshot()[-20:] + a.err.snapshot())
+        self.assertEqual(codes, [0, 0], text[-6000:])
+        # One fault, one recovery: the rendezvous moved one round on, and no agent spent more.
+        m = re.search(r"job succeeded in round (\d+), (\d+) restart", text)
+        self.assertIsNotNone(m, text[-6000:])
+        self.assertEqual((m.group(1), m.group(2)), ("1", "1"), text[-6000:])
+        for a in job.agents:
+            end = [e for e in a.events() if e["event"] == "job_end"]
+            self.assertEqual(len(end), 1, a.index)
+            spent = end[0]["attempts"] - 1 + end[0].get("recoveries", 0)
+            self.assertEqual(spent, 1, (a.index, end[0]))
+        self.assertEqual(job.summary()["steps"], self.STEPS)
+        return job
+
+    def test_3s_in_job(self):
+        self.partition(3, "in-job")
+
+    def test_3s_restart(self):
+        self.partition(3, "restart")
+
+    def test_8s_in_job(self):
+        self.partition(8, "in-job")
+
+    def test_8s_restart(self):
+        self.partition(8, "restart")
+
+    def test_a_job_that_fails_of_it_ends_every_agent_at_once(self):
+        """With no restart to spend, the host fails the job when node 1 goes silent; node 1,
+        cut off, hosts the rendezvous itself, hears from its own join that the budget is gone
+        and ends too. Each agent exits within a second of being told (in-job: its workers drop
+        their group at once instead of waiting for the stop timeout's SIGKILL)."""
+        net = faultlib.Net(2)
+        self.addCleanup(net.close)
+        job = faultlib.Job(net=net, steps=self.STEPS, subset=self.subset, root=self.root,
+                           extra=("--recovery", "in-job", "--max-restarts", "0"),
+                           agent_env=[{"DLAUNCH_COLL_HOST_ID": "node0"},
+                                      {"DLAUNCH_COLL_HOST_ID": "node1"}])
+        self.addCleanup(job.close)
+        job.start()
+        job.wait_step(self.FAULT_STEP)
+        for i in (0, 1):
+            net.drop_incoming(i)
+        exited = {}
+        deadline = time.monotonic() + 60
+        while len(exited) < 2 and time.monotonic() < deadline:
+            for a in job.agents:
+                if a.index not in exited and a.proc.poll() is not None:
+                    exited[a.index] = time.monotonic()
+            time.sleep(0.01)
+        for i in (0, 1):
+            net.undrop(i)
+        text = "".join(f"[{a.index}] {l}\n" for a in job.agents for _, l in a.err.snapshot())
+        self.assertEqual(sorted(exited), [0, 1], text[-4000:])
+        self.assertEqual([a.proc.returncode for a in job.agents], [1, 1], text[-4000:])
+        for a in job.agents:
+            told = [t for t, l in a.err.snapshot() if "the rendezvous ended the job: failed" in l]
+            self.assertTrue(told, (a.index, text[-4000:]))
+            self.assertLess(exited[a.index] - told[0], 1.0, (a.index, text[-4000:]))
 
 
 if __name__ == "__main__":

@@ -680,6 +680,36 @@ START_TEST(a_restarted_rendezvous_adopts_the_agents_history)
 }
 END_TEST
 
+/* A node cut off from the host when the host failed the job (its last restart spent) becomes
+ * the host itself and joins with one restart more than the budget: the job ends failed there
+ * and then, the joiner told, instead of a round that waits for the gone node until the join
+ * timeout (its agent stayed for minutes). */
+START_TEST(a_successor_told_of_a_spent_budget_fails_the_job_at_once)
+{
+    harness_t h;
+    h_init(&h);
+    dl_rdzv_job_opts_t o = h_opts(2, 2);
+    o.max_restarts = 1;
+    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_JOIN, .conn = 1, .req_id = 1001, .run_id = "job"};
+    ev.join.agent_id = "a2";
+    ev.join.host = "h";
+    ev.join.slots = 1;
+    ev.join.node_rank = -1;
+    ev.join.slurm_node_id = -1;
+    ev.join.resume_round = 1;
+    ev.join.failures = 2;
+    ev.join.opts = &o;
+    h_step(&h, &ev, 0);
+    const dl_rdzv_msg_t *f = h_msg(&h, 1, DL_RDZV_MSG_FAILED);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(strstr(f->failed.failure, "restart budget was spent"));
+    ck_assert_ptr_nonnull(strstr(f->failed.failure, "counts 2 restarts, of 1"));
+    ck_assert_int_eq(h_status(&h, "job", 1)->state, DL_RDZV_JOB_FAILED);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ASSIGNMENT), 0);
+    h_fini(&h);
+}
+END_TEST
+
 START_TEST(restart_request_without_budget_still_restarts)
 {
     harness_t h;
@@ -1072,6 +1102,7 @@ int main(void)
     Suite *s = suite_create("rdzv-core");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, max_nodes_close_the_round_at_once);
+    tcase_add_test(tc, a_successor_told_of_a_spent_budget_fails_the_job_at_once);
     tcase_add_test(tc, master_defaults_to_node_zero_host_and_job_port);
     tcase_add_test(tc, min_nodes_start_the_last_call);
     tcase_add_test(tc, losing_a_node_below_min_cancels_the_last_call);

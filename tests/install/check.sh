@@ -79,7 +79,8 @@ unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 # The plugins (docs/operations.md): the installed programs load the installed ones, found from
 # their own path under DESTDIR (not the build tree's), and link neither libcurl nor libmicrohttpd.
 for plug in dlaunch-etcd dlaunch-http; do
-    [ -e "$lib/dlaunch/$plug.so" ] && ok "installed ${lib#"$root"}/dlaunch/$plug.so" || bad "missing $plug.so"
+    f="$lib/dlaunch/$plug.so"
+    [ -e "$f" ] && ok "installed ${f#"$root"}" || bad "missing ${f#"$root"}"
 done
 heavy=$(ldd "$bin/dlaunch" "$bin/dlaunchd" | grep -E 'libcurl|libmicrohttpd' || true)
 [ -z "$heavy" ] && ok "dlaunch and dlaunchd link neither libcurl nor libmicrohttpd" || bad "$heavy"
@@ -87,7 +88,8 @@ env -u DLAUNCH_PLUGIN_DIR "$bin/dlaunchd" --listen 127.0.0.1:0 --http 127.0.0.1:
     2>"$root/d.err" &
 dpid=$!
 for _ in $(seq 100); do grep -q 'http://' "$root/d.err" && break; sleep 0.1; done
-if grep -q 'http://' "$root/d.err" && grep -q "$lib/dlaunch/dlaunch-http.so" "/proc/$dpid/maps"; then
+if grep -q 'http://' "$root/d.err" &&
+    grep -q "$lib/dlaunch/dlaunch-http.so" "/proc/$dpid/maps"; then
     ok "the installed dlaunchd --http serves with the installed dlaunch-http.so"
 else
     bad "the installed dlaunchd --http: $(cat "$root/d.err")"

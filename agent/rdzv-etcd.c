@@ -934,11 +934,12 @@ static void gathering(etcd_t *z, int round)
         return;
     }
     /* The join that made the count max_nodes closes at once, the one that made it min_nodes at
-     * the last call; the others only if the round is still gathering a while later. */
-    int64_t pos = n >= z->settings.max_nodes ? n - z->settings.max_nodes
-                                             : n - z->settings.min_nodes;
-    if (n <= 0)
-        pos = 40;
+     * the last call (or the join timeout), the first to join when the join timeout found enough
+     * members; the others only if the round is still gathering a while later. */
+    int64_t pos = n >= z->settings.max_nodes   ? n - z->settings.max_nodes
+                  : n >= z->settings.min_nodes ? n - z->settings.min_nodes
+                  : z->joined_round == round   ? z->joined_count - 1
+                                               : 40;
     if (z->txn_busy || !my_turn(z, round, TURN_CLOSE, pos))
         return;
     if (z->members_round != round) {

@@ -1282,8 +1282,11 @@ static void etcd_heartbeat(etcd_t *z, const dl_rdzv_beat_t *beat)
     /* A watch that ended and could not start again: try now. */
     if (z->watch == NULL && z->phase == PH_RUN)
         start_watch(z);
-    if (z->ring_wanted && z->ring == NULL && z->ring_id[0] != '\0' && z->phase == PH_RUN) {
-        ring_watch(z);
+    /* The ring's watch or check that failed: again now. */
+    if (z->ring_wanted && z->ring_id[0] != '\0' && z->phase == PH_RUN) {
+        z->ring_wanted = false;
+        if (z->ring == NULL)
+            ring_watch(z);
         ring_check(z);
     }
 }

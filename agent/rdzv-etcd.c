@@ -3,13 +3,17 @@
  * transactions.
  *
  * Every agent holds a lease (TTL --dead-after, kept alive every --heartbeat) and a member key on
- * it; it keeps a view of the job's keys, loaded once and then followed with one watch on the
- * prefix (never polled), and after every change decides what the job needs next: join the
- * round, close it (at max nodes, or when the last call or the join timeout passes), open a new
- * one when a member's key is gone (its lease expired) or a worker failed, end the job when
- * every node is done. Each such step is a transaction on the state's revision, so whichever
- * agent gets there first decides and the others see it through their watch. The node ranked 0
- * in a round serves its workers' key-value store, as the embedded rendezvous does. */
+ * it; it keeps a view of the job's settings and state, loaded once and then followed with a
+ * watch on the state key alone (never polled), and after every change decides what the job
+ * needs next. No agent follows the other members' keys, so that a round of N agents costs O(N)
+ * messages, not N^2 (docs/etcd.md): each join is counted in its own transaction (count_only),
+ * and the member that makes the count max_nodes closes the round (reading the members once),
+ * the one that makes it min_nodes keeps the last call; in a running round each node watches the
+ * member key of the node ranked after it (deletions only), and opens a new round when that key
+ * goes (its lease expired) before the node was done; the node whose done makes the count the
+ * round's node count ends the job. Each such step is a transaction on the state's revision, so
+ * whichever agent gets there first decides and the others see it through their watch. The node
+ * ranked 0 in a round serves its workers' key-value store, as the embedded rendezvous does. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -44,11 +48,25 @@ struct dl_rdzv_impl_s {
     phase_t phase;
     int64_t lease;        /* 0: none (being granted) */
     bool granting;
-    dl_etcd_req_t *watch;
+    dl_etcd_req_t *watch; /* on the state key */
     bool watch_wanted;    /* the watch ended: start it again */
+    /* Running: the watch on the member key of the node after this one in the round (ring_id),
+     * deletions only; ring_check asks etcd whether it is gone and whether it was done. */
+    dl_etcd_req_t *ring;
+    char ring_id[256];
+    int ring_round;
+    bool ring_wanted, ring_checking;
+    int lost_round; /* ring_id's node was lost in this round (-1: none) */
+    /* Counts of this node's last join and done transactions (the round's members and done
+     * nodes after them), for the round they were made in (-1: none). */
+    int joined_round, done_count_round;
+    int64_t joined_count, done_count;
+    int members_round; /* every member's key was read for this round (-1: not since) */
+    bool reading;      /* that read, or the join timeout's count, in flight */
+    int64_t linger_lease;
     bool keepalive_busy;
     bool txn_busy;        /* one transition at a time */
-    int txn_kind;         /* the one in flight: 0 plain, 1 join, 2 report, 3 done */
+    int txn_kind;         /* the one in flight: a txn_kind_t */
     int txn_round;
     int64_t txn_view_rev; /* the view's revision it was made from */
     /* No new transition until the view holds what the last one did (its revision), or, when
@@ -107,6 +125,16 @@ struct dl_rdzv_impl_s {
 };
 
 typedef struct dl_rdzv_impl_s etcd_t;
+
+/* The transitions, by what their answer means for this node. */
+typedef enum {
+    TXN_PLAIN,    /* changes the state: wait for the watch to bring it */
+    TXN_JOIN,     /* joins the round, counted; the state stays */
+    TXN_REPORT,   /* a failure of this node: opens the next round */
+    TXN_DONE,     /* this node's workers are done, counted; the state stays */
+    TXN_CLOSE,    /* closes the round from the members just read */
+    TXN_NEWCOMER, /* opens the next round and joins it, counted */
+} txn_kind_t;
 
 static void react(etcd_t *z);
 static void connect_step(etcd_t *z);
@@ -313,6 +341,23 @@ static void on_keepalive(void *ctx, const dl_etcd_result_t *res)
 
 static void start_watch(etcd_t *z);
 
+/* Whether a watch message brings only what the view holds already: a read since the watch
+ * started (the members before a close) loaded a later state. */
+static bool stale(const dl_ejob_view_t *v, const json_t *msg)
+{
+    const json_t *evs = json_object_get(msg, "events");
+    size_t i;
+    json_t *ev;
+    if (json_array_size(evs) == 0)
+        return false;
+    json_array_foreach(evs, i, ev)
+    {
+        if (dl_etcd_int(json_object_get(json_object_get(ev, "kv"), "mod_revision")) > v->rev)
+            return false;
+    }
+    return true;
+}
+
 static void on_watch_msg(void *ctx, const dl_etcd_result_t *res)
 {
     etcd_t *z = ctx;
@@ -320,7 +365,7 @@ static void on_watch_msg(void *ctx, const dl_etcd_result_t *res)
     if (json_is_true(json_object_get(r, "canceled")) &&
         dl_etcd_int(json_object_get(r, "compact_revision")) == 0) {
         const char *why = json_string_value(json_object_get(r, "cancel_reason"));
-        fail(z, 4, "etcd at %s: the watch of %s was refused: %s", res->endpoint, z->prefix,
+        fail(z, 4, "etcd at %s: the watch of %sstate was refused: %s", res->endpoint, z->prefix,
              why != NULL ? why : "canceled");
         return;
     }
@@ -334,6 +379,8 @@ static void on_watch_msg(void *ctx, const dl_etcd_result_t *res)
         return;
     }
     z->watch_ok = true;
+    if (stale(&z->view, r))
+        return;
     int ch = dl_ejob_view_watch(&z->view, r);
     if (ch < 0) {
         fail(z, 4, "etcd at %s: a watch message this node cannot read", res->endpoint);
@@ -365,10 +412,8 @@ static void on_watch_done(void *ctx, const dl_etcd_result_t *res)
 static void start_watch(etcd_t *z)
 {
     z->watch_wanted = false;
-    json_t *b = json_pack("{s:{s:o, s:o, s:o}}", "create_request", "key",
-                          dl_etcd_b64_str(z->prefix), "range_end", dl_etcd_prefix_end(z->prefix),
-                          "start_revision", dl_etcd_num(z->view.rev + 1));
-    if (dl_etcd_stream(z->etcd, "/v3/watch", b, on_watch_msg, on_watch_done, z, &z->watch) < 0) {
+    if (dl_etcd_stream(z->etcd, "/v3/watch", dl_ejob_watch_state(&z->view), on_watch_msg,
+                       on_watch_done, z, &z->watch) < 0) {
         z->watch_wanted = true;
         retry_later(z);
     }
@@ -416,7 +461,10 @@ static void on_loaded(void *ctx, const dl_etcd_result_t *res)
             retry_later(z);
         return;
     }
-    if (dl_ejob_view_load(&z->view, res->body) < 0) {
+    json_t *range = dl_ejob_read_as_range(res->body);
+    int lr = range != NULL ? dl_ejob_view_load(&z->view, range) : -ENOMEM;
+    json_decref(range);
+    if (lr < 0) {
         fail(z, 4, "etcd at %s: keys under %s this node cannot read", res->endpoint, z->prefix);
         return;
     }
@@ -479,9 +527,8 @@ static void connect_step(etcd_t *z)
                          NULL);
         break;
     case PH_LOAD:
-        r = dl_etcd_call(z->etcd, "/v3/kv/range",
-                         json_pack("{s:o, s:o}", "key", dl_etcd_b64_str(z->prefix), "range_end",
-                                   dl_etcd_prefix_end(z->prefix)),
+        /* The settings, the state and this node's own member key: nobody else's. */
+        r = dl_etcd_call(z->etcd, "/v3/kv/txn", dl_ejob_txn_read(z->prefix, z->conf.node_id),
                          on_loaded, z, NULL);
         break;
     case PH_RUN:
@@ -496,8 +543,8 @@ static void connect_step(etcd_t *z)
 
 /* ---- Transitions ------------------------------------------------------------------------------ */
 
-/* After a transaction's answer: decide again once the view holds what it did (or why it
- * failed); until then the watch will bring it, and react runs then. */
+/* After a transaction that changes the state: decide again once the view holds what it did (or
+ * why it failed); until then the watch will bring it, and react runs then. */
 static void react_after(etcd_t *z, const json_t *answer)
 {
     int64_t rev = dl_etcd_int(json_object_get(json_object_get(answer, "header"), "revision"));
@@ -526,11 +573,22 @@ static bool view_behind(etcd_t *z)
     return true;
 }
 
+/* This node's own member document in the view, as its join put it (the view follows no member
+ * keys, so it records its own). */
+static void note_joined(etcd_t *z, int round)
+{
+    json_object_set_new(z->view.members, z->conf.node_id,
+                        json_pack("{s:i, s:i}", "round", round, "node_rank",
+                                  z->conf.want_node_rank));
+}
+
 static void on_txn(void *ctx, const dl_etcd_result_t *res)
 {
     etcd_t *z = ctx;
     int kind = z->txn_kind, round = z->txn_round;
     z->txn_busy = false;
+    if (z->closing)
+        return;
     if (res->status != DL_ETCD_OK) {
         if (lease_gone(res)) {
             z->lease = 0;
@@ -542,17 +600,36 @@ static void on_txn(void *ctx, const dl_etcd_result_t *res)
         return;
     }
     untroubled(z);
+    bool ok = dl_ejob_txn_ok(res->body);
     /* Done or not (the state moved first: the watch brings it), this report is over. */
-    if (kind == 2 && z->report_round == round)
+    if (kind == TXN_REPORT && z->report_round == round)
         z->report_round = -1;
-    if (kind == 3 && z->done_round == round)
+    if (kind == TXN_DONE && z->done_round == round)
         z->done_round = -1;
+    if (ok && (kind == TXN_JOIN || kind == TXN_NEWCOMER)) {
+        int joined = kind == TXN_NEWCOMER ? round + 1 : round;
+        z->joined_round = joined;
+        z->joined_count = dl_ejob_txn_count(res->body);
+        note_joined(z, joined);
+    }
+    if (ok && kind == TXN_DONE) {
+        json_object_set_new(z->view.done, z->conf.node_id, json_integer(round));
+        z->done_count_round = round;
+        z->done_count = dl_ejob_txn_count(res->body);
+    }
+    /* A join or a done leaves the state as it is: nothing to wait for. So does a close that
+     * failed: a member joined since the members were read (read them again), or the state
+     * moved (the read brings it too). */
+    if ((ok && (kind == TXN_JOIN || kind == TXN_DONE)) || (!ok && kind == TXN_CLOSE)) {
+        react(z);
+        return;
+    }
     /* A compare that failed: our view is behind; the watch catches up and react runs again. */
     react_after(z, res->body);
 }
 
 /* Sends a transition (stolen body); at most one is in flight. Returns whether it went. */
-static bool send_txn(etcd_t *z, json_t *body, int kind, int round)
+static bool send_txn(etcd_t *z, json_t *body, txn_kind_t kind, int round)
 {
     if (body == NULL)
         return false;
@@ -568,17 +645,25 @@ static bool send_txn(etcd_t *z, json_t *body, int kind, int round)
 }
 
 /* Ending the job keeps its settings, state and events for LINGER_S on a lease of their own:
- * granted first, then the transition is made from the view as it is then. */
-static void on_linger(void *ctx, const dl_etcd_result_t *res)
+ * granted first, the events read (the view does not follow them), then the transition is made
+ * from the view as it is then. */
+static void on_linger_events(void *ctx, const dl_etcd_result_t *res)
 {
     etcd_t *z = ctx;
     z->txn_busy = false;
+    if (z->closing)
+        return;
     if (res->status != DL_ETCD_OK) {
         if (trouble(z, res))
             retry_later(z);
         return;
     }
-    int64_t lease = dl_etcd_int(json_object_get(res->body, "ID"));
+    if (dl_ejob_view_events(&z->view, res->body) < 0) {
+        fail(z, 4, "etcd at %s: events under %sev/ this node cannot read", res->endpoint,
+             z->prefix);
+        return;
+    }
+    int64_t lease = z->linger_lease;
     json_t *body =
         z->linger_what == 0   ? dl_ejob_txn_end(&z->view, "succeeded", "succeeded", lease,
                                                 now_unix())
@@ -586,7 +671,25 @@ static void on_linger(void *ctx, const dl_etcd_result_t *res)
                                                 now_unix())
                               : dl_ejob_txn_next(&z->view, z->linger_cause, z->linger_reason,
                                                  z->linger_culprit, NULL, 0, lease, now_unix());
-    send_txn(z, body, z->linger_what == 0 ? 0 : 2, z->txn_round);
+    send_txn(z, body, z->linger_what == 0 ? TXN_PLAIN : TXN_REPORT, z->txn_round);
+}
+
+static void on_linger(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    z->txn_busy = false;
+    if (z->closing)
+        return;
+    if (res->status != DL_ETCD_OK) {
+        if (trouble(z, res))
+            retry_later(z);
+        return;
+    }
+    z->linger_lease = dl_etcd_int(json_object_get(res->body, "ID"));
+    z->txn_busy = true;
+    if (dl_etcd_call(z->etcd, "/v3/kv/range", dl_ejob_range_events(&z->view), on_linger_events,
+                     z, NULL) < 0)
+        z->txn_busy = false;
 }
 
 static void with_linger(etcd_t *z, int what, dl_ejob_cause_t cause, const char *reason)
@@ -603,7 +706,7 @@ static void with_linger(etcd_t *z, int what, dl_ejob_cause_t cause, const char *
 
 /* Opens the next round (or fails the job, past its restarts). */
 static void next_round(etcd_t *z, dl_ejob_cause_t cause, const char *reason,
-                       const json_t *culprit, int kind)
+                       const json_t *culprit, txn_kind_t kind)
 {
     bool failure = cause == DL_EJOB_CAUSE_WORKER_FAILED || cause == DL_EJOB_CAUSE_NODE_LOST;
     const json_t *s = z->view.state;
@@ -632,7 +735,7 @@ static dl_ejob_member_t my_offer(etcd_t *z)
 /* ---- Timers of the gathering round ------------------------------------------------------------ */
 
 /* What an agent may have to do that every agent sees is due. */
-enum { TURN_CLOSE = 1, TURN_LOST, TURN_DONE, TURN_TIMEOUT };
+enum { TURN_CLOSE = 1, TURN_TIMEOUT };
 
 static void on_turn(uv_timer_t *t)
 {
@@ -641,41 +744,21 @@ static void on_turn(uv_timer_t *t)
     react(z);
 }
 
-/* This node's place in line: how many live members joined before it (by their keys' revision);
- * a node with no member key comes after all of them. */
-static size_t line_position(const etcd_t *z)
+/* Whether this node should make change `what` of round `round` now, being pos-th in line for it
+ * (0: the one whose join made it due): the first in line does at once; the others wait 2 s,
+ * and 100 ms more for each one before them (up to 6 s), so that hundreds of agents do not all
+ * send the same transaction when one suffices (they see it done through their watch long
+ * before; they act only when the first in line does not). */
+static bool my_turn(etcd_t *z, int round, int what, int64_t pos)
 {
-    const json_t *mine = json_object_get(z->view.members, z->conf.node_id);
-    if (mine == NULL)
-        return json_object_size(z->view.members);
-    json_int_t rev = json_integer_value(json_object_get(mine, "rev"));
-    size_t before = 0;
-    const char *id;
-    json_t *m;
-    json_object_foreach(z->view.members, id, m)
-    {
-        json_int_t r = json_integer_value(json_object_get(m, "rev"));
-        if (r < rev || (r == rev && strcmp(id, z->conf.node_id) < 0))
-            before++;
-    }
-    return before;
-}
-
-/* Whether this node should make change `what` of round `round` now: the first in line does at
- * once; the others wait 2 s, and 100 ms more for each one before them (up to 6 s), so that
- * hundreds of agents do not all send the same transaction when one suffices (the others see it
- * done through their watch long before; they act only when the first in line does not). */
-static bool my_turn(etcd_t *z, int round, int what)
-{
-    size_t pos = line_position(z);
-    if (pos == 0)
+    if (pos <= 0)
         return true;
     if (z->turn_round == round && z->turn_what == what)
         return z->turn_due;
     z->turn_round = round;
     z->turn_what = what;
     z->turn_due = false;
-    uv_timer_start(&z->turn_timer, on_turn, 2000 + 100 * (pos < 40 ? pos : 40), 0);
+    uv_timer_start(&z->turn_timer, on_turn, 2000 + 100 * (uint64_t)(pos < 40 ? pos : 40), 0);
     return false;
 }
 
@@ -686,6 +769,44 @@ static void on_last_call(uv_timer_t *t)
     react(z);
 }
 
+static void on_join_timeout(uv_timer_t *t);
+
+/* The join timeout passed with n members counted in the round. */
+static void join_timeout_with(etcd_t *z, int round, int64_t n)
+{
+    if (n >= z->settings.min_nodes) {
+        z->close_due_round = round;
+        react(z);
+        return;
+    }
+    char reason[300];
+    snprintf(reason, sizeof(reason), "round %d timed out: %lld of %d nodes joined within %g s",
+             round, (long long)n, z->settings.min_nodes, z->spec->join_timeout);
+    int64_t pos = z->joined_round == round ? z->joined_count - 1 : 40;
+    if (z->txn_busy || !my_turn(z, round, TURN_TIMEOUT, pos)) {
+        uv_timer_start(&z->join_timer, on_join_timeout, 200, 0);
+        return;
+    }
+    say(z, "%s", reason);
+    with_linger(z, 2, DL_EJOB_CAUSE_REQUESTED, reason);
+}
+
+static void on_join_count(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    int round = z->join_timer_round;
+    z->reading = false;
+    if (z->closing || z->ended || dl_ejob_round(&z->view) != round ||
+        strcmp(dl_ejob_state_name(&z->view), "gathering") != 0)
+        return;
+    if (res->status != DL_ETCD_OK) {
+        trouble(z, res);
+        uv_timer_start(&z->join_timer, on_join_timeout, 200, 0);
+        return;
+    }
+    join_timeout_with(z, round, dl_etcd_int(json_object_get(res->body, "count")));
+}
+
 static void on_join_timeout(uv_timer_t *t)
 {
     etcd_t *z = t->data;
@@ -693,21 +814,17 @@ static void on_join_timeout(uv_timer_t *t)
     if (z->closing || z->ended || dl_ejob_round(&z->view) != round ||
         strcmp(dl_ejob_state_name(&z->view), "gathering") != 0)
         return;
-    int n = dl_ejob_count(&z->view, round);
-    if (n >= z->settings.min_nodes) {
-        z->close_due_round = round;
-        react(z);
-        return;
-    }
-    char reason[300];
-    snprintf(reason, sizeof(reason), "round %d timed out: %d of %d nodes joined within %g s",
-             round, n, z->settings.min_nodes, z->spec->join_timeout);
-    if (z->txn_busy || !my_turn(z, round, TURN_TIMEOUT)) {
+    if (z->reading) {
         uv_timer_start(&z->join_timer, on_join_timeout, 200, 0);
         return;
     }
-    say(z, "%s", reason);
-    with_linger(z, 2, DL_EJOB_CAUSE_REQUESTED, reason);
+    /* The view counts no members: ask etcd how many joined. */
+    z->reading = true;
+    if (dl_etcd_call(z->etcd, "/v3/kv/range", dl_ejob_range_joined(&z->view, round),
+                     on_join_count, z, NULL) < 0) {
+        z->reading = false;
+        uv_timer_start(&z->join_timer, on_join_timeout, 200, 0);
+    }
 }
 
 /* ---- Deciding --------------------------------------------------------------------------------- */
@@ -718,10 +835,54 @@ static void reset_store(etcd_t *z)
         dl_rdzv_server_reset_store(z->store, z->conf.run_id);
 }
 
+/* Every member's key, with the settings and the state, into the view: before closing a round,
+ * and before asking for a node rank that another member may hold. */
+static void on_members(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    int round = dl_ejob_round(&z->view);
+    z->reading = false;
+    if (z->closing || z->ended)
+        return;
+    if (res->status != DL_ETCD_OK) {
+        if (trouble(z, res))
+            retry_later(z);
+        return;
+    }
+    untroubled(z);
+    json_t *range = dl_ejob_read_as_range(res->body);
+    json_t *keep_done = json_incref(z->view.done);
+    int lr = range != NULL ? dl_ejob_view_load(&z->view, range) : -ENOMEM;
+    json_decref(range);
+    if (lr >= 0) {
+        json_object_update(z->view.done, keep_done);
+        if (dl_ejob_round(&z->view) == round)
+            z->members_round = round;
+    }
+    json_decref(keep_done);
+    if (lr < 0) {
+        fail(z, 4, "etcd at %s: keys under %s this node cannot read", res->endpoint, z->prefix);
+        return;
+    }
+    react(z);
+}
+
+static void read_members(etcd_t *z)
+{
+    if (z->reading)
+        return;
+    z->reading = true;
+    if (dl_etcd_call(z->etcd, "/v3/kv/txn", dl_ejob_txn_read(z->prefix, ""), on_members, z,
+                     NULL) < 0) {
+        z->reading = false;
+        retry_later(z);
+    }
+}
+
 static void gathering(etcd_t *z, int round)
 {
     const json_t *mine = json_object_get(z->view.members, z->conf.node_id);
-    int n = dl_ejob_count(&z->view, round);
+    int64_t n = z->joined_round == round ? z->joined_count : 0;
 
     if (z->join_timer_round != round) {
         z->join_timer_round = round;
@@ -729,8 +890,14 @@ static void gathering(etcd_t *z, int round)
                        0);
     }
     if (z->join_wanted && z->lease != 0 &&
-        (mine == NULL || json_integer_value(json_object_get(mine, "round")) != round)) {
-        /* A node rank asked for that another member of the round holds is refused. */
+        (mine == NULL || json_integer_value(json_object_get(mine, "round")) != round ||
+         z->joined_round != round)) {
+        /* A node rank asked for that another member of the round holds is refused: only then
+         * are the other members read before joining. */
+        if (z->conf.want_node_rank >= 0 && z->members_round != round) {
+            read_members(z);
+            return;
+        }
         const char *id;
         json_t *m;
         json_object_foreach(z->view.members, id, m)
@@ -745,11 +912,11 @@ static void gathering(etcd_t *z, int round)
         }
         if (!z->txn_busy) {
             dl_ejob_member_t me = my_offer(z);
-            send_txn(z, dl_ejob_txn_join(&z->view, &me, z->lease), 1, round);
+            send_txn(z, dl_ejob_txn_join_counted(&z->view, &me, z->lease), TXN_JOIN, round);
         }
-        return; /* the watch brings our key; then decide on the round */
+        return; /* the answer counts the round's members; then decide on the round */
     }
-    if (n < z->settings.min_nodes) {
+    if (n < z->settings.min_nodes && z->close_due_round != round) {
         if (z->last_call_round == round) {
             uv_timer_stop(&z->last_call);
             z->last_call_round = -1;
@@ -766,8 +933,156 @@ static void gathering(etcd_t *z, int round)
         }
         return;
     }
-    if (!z->txn_busy && my_turn(z, round, TURN_CLOSE))
-        send_txn(z, dl_ejob_txn_close(&z->view, now_unix()), 0, round);
+    /* The join that made the count max_nodes closes at once, the one that made it min_nodes at
+     * the last call (or the join timeout), the first to join when the join timeout found enough
+     * members; the others only if the round is still gathering a while later. */
+    int64_t pos = n >= z->settings.max_nodes   ? n - z->settings.max_nodes
+                  : n >= z->settings.min_nodes ? n - z->settings.min_nodes
+                  : z->joined_round == round   ? z->joined_count - 1
+                                               : 40;
+    if (z->txn_busy || !my_turn(z, round, TURN_CLOSE, pos))
+        return;
+    if (z->members_round != round) {
+        read_members(z);
+        return;
+    }
+    z->members_round = -1; /* a close that fails reads them again */
+    json_t *body = dl_ejob_txn_close(&z->view, now_unix());
+    if (body != NULL)
+        send_txn(z, body, TXN_CLOSE, round);
+}
+
+/* ---- The ring: who notices a lost node -------------------------------------------------------- */
+
+static void ring_stop(etcd_t *z)
+{
+    dl_etcd_cancel(z->ring);
+    z->ring = NULL;
+    z->ring_id[0] = '\0';
+    z->ring_round = -1;
+    z->ring_wanted = false;
+}
+
+static void ring_watch(etcd_t *z);
+static void ring_check(etcd_t *z);
+
+/* The node after node_id in the round's ranks (wrapping), or NULL when node_id is the only one. */
+static const char *after(const json_t *nodes, const char *node_id)
+{
+    size_t n = json_array_size(nodes), i;
+    for (i = 0; i < n; i++)
+        if (strcmp(json_string_value(json_object_get(json_array_get(nodes, i), "node_id")) ?: "",
+                   node_id) == 0)
+            break;
+    if (i == n || n < 2)
+        return NULL;
+    return json_string_value(json_object_get(json_array_get(nodes, (i + 1) % n), "node_id"));
+}
+
+/* Watches next_id's member key from the round's start. */
+static void ring_follow(etcd_t *z, int round, const char *next_id)
+{
+    dl_etcd_cancel(z->ring);
+    z->ring = NULL;
+    z->ring_round = round;
+    snprintf(z->ring_id, sizeof(z->ring_id), "%s", next_id);
+    ring_watch(z);
+    ring_check(z); /* it may be gone already */
+}
+
+static void on_ring_check(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    int round = dl_ejob_round(&z->view);
+    z->ring_checking = false;
+    if (z->closing || z->ended || z->ring_round != round)
+        return;
+    if (res->status != DL_ETCD_OK) {
+        trouble(z, res);
+        z->ring_wanted = true; /* checked again with the watch, on the next heartbeat */
+        return;
+    }
+    if (!dl_ejob_txn_ok(res->body))
+        return; /* the state moved on: the watch brings it */
+    const json_t *rs = json_object_get(res->body, "responses");
+    const json_t *member = json_object_get(json_array_get(rs, 0), "response_range");
+    const json_t *done = json_object_get(json_array_get(rs, 1), "response_range");
+    if (json_array_size(json_object_get(member, "kvs")) > 0)
+        return; /* alive */
+    bool was_done = false;
+    dl_etcd_kv_t kv;
+    const json_t *dkv = json_array_get(json_object_get(done, "kvs"), 0);
+    if (dkv != NULL && dl_etcd_kv_read(dkv, &kv) == 0) {
+        json_t *doc = json_loadb(kv.value, kv.value_len, 0, NULL);
+        was_done = json_integer_value(json_object_get(doc, "round")) == round;
+        json_decref(doc);
+        dl_etcd_kv_clear(&kv);
+    }
+    if (!was_done) {
+        z->lost_round = round;
+        react(z);
+        return;
+    }
+    /* It finished and left: count the done nodes; watch the one after it instead. */
+    int64_t count = dl_ejob_txn_count(res->body);
+    if (count > z->done_count || z->done_count_round != round) {
+        z->done_count_round = round;
+        z->done_count = count;
+    }
+    const char *next = after(json_object_get(z->view.state, "nodes"), z->ring_id);
+    if (next == NULL || strcmp(next, z->conf.node_id) == 0) {
+        dl_etcd_cancel(z->ring);
+        z->ring = NULL;
+    } else {
+        char id[256];
+        snprintf(id, sizeof(id), "%s", next);
+        ring_follow(z, round, id);
+    }
+    react(z);
+}
+
+static void ring_check(etcd_t *z)
+{
+    if (z->ring_checking || z->ring_id[0] == '\0')
+        return;
+    z->ring_checking = true;
+    if (dl_etcd_call(z->etcd, "/v3/kv/txn", dl_ejob_txn_check_member(&z->view, z->ring_id),
+                     on_ring_check, z, NULL) < 0) {
+        z->ring_checking = false;
+        z->ring_wanted = true;
+    }
+}
+
+static void on_ring_msg(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    if (json_array_size(json_object_get(res->body, "events")) > 0)
+        ring_check(z);
+    else if (json_is_true(json_object_get(res->body, "canceled"))) {
+        dl_etcd_cancel(z->ring);
+        z->ring = NULL;
+        z->ring_wanted = true;
+    }
+}
+
+static void on_ring_done(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    z->ring = NULL;
+    if (z->closing || z->ended || z->ring_id[0] == '\0')
+        return;
+    /* Watched again (and checked: a deletion may have come in between) at once. */
+    ring_watch(z);
+    ring_check(z);
+}
+
+static void ring_watch(etcd_t *z)
+{
+    z->ring_wanted = false;
+    if (dl_etcd_stream(z->etcd, "/v3/watch",
+                       dl_ejob_watch_gone(&z->view, z->ring_id, z->view.state_rev + 1),
+                       on_ring_msg, on_ring_done, z, &z->ring) < 0)
+        z->ring_wanted = true;
 }
 
 static void running(etcd_t *z, int round)
@@ -776,8 +1091,6 @@ static void running(etcd_t *z, int round)
     const json_t *me = dl_ejob_assigned(&z->view, z->conf.node_id);
     const json_t *mine = json_object_get(z->view.members, z->conf.node_id);
     char reason[1400], err[300];
-    size_t i;
-    json_t *n;
 
     if (z->join_wanted && me != NULL && mine != NULL &&
         json_integer_value(json_object_get(mine, "round")) == round) {
@@ -822,53 +1135,69 @@ static void running(etcd_t *z, int round)
         dl_ejob_member_t off = my_offer(z);
         snprintf(reason, sizeof(reason), "agent '%s' (%s) asked to join", z->conf.node_id,
                  z->conf.hostname);
-        send_txn(z, dl_ejob_txn_next(&z->view, DL_EJOB_CAUSE_NODE_JOINED, reason, NULL, &off,
-                                     z->lease, 0, now_unix()),
-                 1, round);
+        send_txn(z, dl_ejob_txn_next_join_counted(&z->view, DL_EJOB_CAUSE_NODE_JOINED, reason,
+                                                  &off, z->lease, now_unix()),
+                 TXN_NEWCOMER, round);
         return;
+    }
+    /* A member of the round watches the next one's key (see ring_check). */
+    if (me != NULL && z->ring_round != round) {
+        const char *next = after(nodes, z->conf.node_id);
+        if (next != NULL) {
+            char id[256];
+            snprintf(id, sizeof(id), "%s", next);
+            ring_follow(z, round, id);
+        }
+    } else if (z->ring_wanted && z->ring == NULL && z->ring_id[0] != '\0') {
+        ring_watch(z);
+        ring_check(z);
     }
     if (z->txn_busy)
         return;
     /* Reports of this node. */
     if (z->report_round == round) {
-        next_round(z, z->report_cause, z->report_reason, z->report_culprit, 2);
+        next_round(z, z->report_cause, z->report_reason, z->report_culprit, TXN_REPORT);
         return;
     }
     z->report_round = -1;
-    if (z->done_round == round) {
+    if (z->done_round == round && z->lease != 0) {
         const json_t *d = json_object_get(z->view.done, z->conf.node_id);
         if (d == NULL || json_integer_value(d) != round) {
-            send_txn(z, dl_ejob_txn_done(&z->view, z->conf.node_id), 3, round);
+            send_txn(z, dl_ejob_txn_done_counted(&z->view, z->conf.node_id, z->lease), TXN_DONE,
+                     round);
             return;
         }
         z->done_round = -1;
     }
-    /* A member whose key is gone (its lease expired, or it left) and that was not done: lost. */
-    bool all_done = true;
-    json_array_foreach(nodes, i, n)
-    {
-        const char *id = json_string_value(json_object_get(n, "node_id"));
-        const json_t *d = json_object_get(z->view.done, id);
-        const json_t *m = json_object_get(z->view.members, id);
-        if (d != NULL && json_integer_value(d) == round)
-            continue;
-        all_done = false;
-        if (m == NULL || json_integer_value(json_object_get(m, "round")) != round) {
-            if (!my_turn(z, round, TURN_LOST))
-                return;
+    /* The node this one watches lost its key (its lease expired, or it left) before it was
+     * done: lost. */
+    if (z->lost_round == round) {
+        const json_t *n = NULL;
+        size_t i;
+        json_t *x;
+        json_array_foreach(nodes, i, x)
+        {
+            if (strcmp(json_string_value(json_object_get(x, "node_id")) ?: "", z->ring_id) == 0)
+                n = x;
+        }
+        z->lost_round = -1;
+        if (n != NULL) {
             snprintf(reason, sizeof(reason),
                      "agent '%s' (%s) was lost: its etcd lease ended (no keepalive within %g s, "
                      "or it left)",
-                     id, json_string_value(json_object_get(n, "host")), z->spec->dead_after);
-            json_t *who = json_pack("{s:s, s:s, s:I}", "node", id, "host",
+                     z->ring_id, json_string_value(json_object_get(n, "host")),
+                     z->spec->dead_after);
+            json_t *who = json_pack("{s:s, s:s, s:I}", "node", z->ring_id, "host",
                                     json_string_value(json_object_get(n, "host")), "node_rank",
                                     json_integer_value(json_object_get(n, "node_rank")));
-            next_round(z, DL_EJOB_CAUSE_NODE_LOST, reason, who, 0);
+            next_round(z, DL_EJOB_CAUSE_NODE_LOST, reason, who, TXN_PLAIN);
             json_decref(who);
             return;
         }
     }
-    if (all_done && json_array_size(nodes) > 0 && my_turn(z, round, TURN_DONE))
+    /* Every node of the round is done (counted by the last one's transaction): the job ends. */
+    if (z->done_count_round == round && json_array_size(nodes) > 0 &&
+        z->done_count >= (int64_t)json_array_size(nodes))
         with_linger(z, 0, DL_EJOB_CAUSE_REQUESTED, NULL);
 }
 
@@ -888,6 +1217,8 @@ static void react(etcd_t *z)
     }
     int round = dl_ejob_round(v);
     const char *state = dl_ejob_state_name(v);
+    if (z->ring_round >= 0 && (round != z->ring_round || strcmp(state, "running") != 0))
+        ring_stop(z);
     if (dl_ejob_over(v)) {
         const char *reason = json_string_value(json_object_get(v->state, "reason"));
         const char *failure = json_string_value(json_object_get(v->state, "failure"));
@@ -951,6 +1282,13 @@ static void etcd_heartbeat(etcd_t *z, const dl_rdzv_beat_t *beat)
     /* A watch that ended and could not start again: try now. */
     if (z->watch == NULL && z->phase == PH_RUN)
         start_watch(z);
+    /* The ring's watch or check that failed: again now. */
+    if (z->ring_wanted && z->ring_id[0] != '\0' && z->phase == PH_RUN) {
+        z->ring_wanted = false;
+        if (z->ring == NULL)
+            ring_watch(z);
+        ring_check(z);
+    }
 }
 
 static void etcd_report_failure(etcd_t *z, const dl_rdzv_failure_t *f)
@@ -1033,6 +1371,7 @@ static void etcd_close(etcd_t *z)
     z->closing = true;
     dl_etcd_cancel(z->watch);
     z->watch = NULL;
+    ring_stop(z);
     dl_rdzv_server_close(z->store, NULL, NULL);
     z->store = NULL;
     uv_handle_t *hs[] = {(uv_handle_t *)&z->last_call, (uv_handle_t *)&z->join_timer,
@@ -1190,6 +1529,8 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
     uv_timer_init(conf->loop, &z->turn_timer);
     z->turn_timer.data = z;
     z->turn_round = -1;
+    z->ring_round = z->lost_round = -1;
+    z->joined_round = z->done_count_round = z->members_round = -1;
     z->handles = 4;
     *ret = z;
     local_address(z);

@@ -9,7 +9,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
 
 #include "workercred.h"
 
@@ -86,7 +85,7 @@ int dl__worker_cred_write(const dl_proto_token_t *token, const char *run_id, cha
     }
     if (fd >= 0)
         close(fd);
-    OPENSSL_cleanse(text, strlen(text));
+    explicit_bzero(text, strlen(text));
     free(text);
     if (r < 0) {
         free(path);

@@ -3,7 +3,11 @@
  * given torchrun's own command line (flags and a positional Python script) beside torchrun on
  * the same empty script.
  *
- *   bench/launch [--runs N] [--workers N] [--json]
+ *   bench/launch [--runs N] [--workers N] [--baseline PATH] [--no-peers] [--json]
+ *
+ * --baseline adds another build's dlaunch (before a change) as a row; dlaunch, the baseline and
+ * the floor are run in turn, run by run, so that the machine's load weighs on each alike.
+ * --no-peers leaves out Open MPI, MPICH and torchrun.
  *
  * Every tool is started the same way (posix_spawn, output to /dev/null, waitpid), so the figures
  * include each launcher's own start-up. Ratios are against dlaunch in the same run. */
@@ -63,6 +67,40 @@ static double run_once(char **argv)
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? t : -1;
 }
 
+static void summarize(row_t *row, double *t, int runs)
+{
+    qsort(t, (size_t)runs, sizeof(double), cmp_double);
+    row->median_s = runs % 2 ? t[runs / 2] : (t[runs / 2 - 1] + t[runs / 2]) / 2;
+    row->min_s = t[0];
+    row->ok = 1;
+}
+
+/* Rows measured in turn, run by run (each ok row's first run a warm-up). */
+static void measure_in_turn(row_t **rs, size_t n, int runs)
+{
+    double *t = calloc((size_t)runs * n, sizeof(double));
+    for (size_t j = 0; j < n; j++)
+        rs[j]->ok = t != NULL && run_once(rs[j]->argv) >= 0;
+    for (int i = 0; i < runs && t != NULL; i++) {
+        for (size_t j = 0; j < n; j++) {
+            if (!rs[j]->ok)
+                continue;
+            t[j * (size_t)runs + (size_t)i] = run_once(rs[j]->argv);
+            if (t[j * (size_t)runs + (size_t)i] < 0) {
+                rs[j]->ok = 0;
+                rs[j]->why = "a run failed";
+            }
+        }
+    }
+    for (size_t j = 0; j < n; j++) {
+        if (rs[j]->ok)
+            summarize(rs[j], t + j * (size_t)runs, runs);
+        else if (rs[j]->why == NULL)
+            rs[j]->why = "failed to run";
+    }
+    free(t);
+}
+
 static void measure(row_t *row, int runs)
 {
     double *t = calloc((size_t)runs, sizeof(double));
@@ -81,10 +119,7 @@ static void measure(row_t *row, int runs)
             return;
         }
     }
-    qsort(t, (size_t)runs, sizeof(double), cmp_double);
-    row->median_s = runs % 2 ? t[runs / 2] : (t[runs / 2 - 1] + t[runs / 2]) / 2;
-    row->min_s = t[0];
-    row->ok = 1;
+    summarize(row, t, runs);
     free(t);
 }
 
@@ -108,17 +143,25 @@ static const char *bin_dir(const char *argv0)
 
 int main(int argc, char **argv)
 {
-    int runs = 21, json = 0;
+    int runs = 21, json = 0, peers = 1;
+    const char *baseline = NULL;
     char workers[16] = "8";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             json = 1;
         else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc)
             runs = atoi(argv[++i]) > 0 ? atoi(argv[i]) : 21;
+        else if (strcmp(argv[i], "--baseline") == 0 && i + 1 < argc)
+            baseline = argv[++i];
+        else if (strcmp(argv[i], "--no-peers") == 0)
+            peers = 0;
         else if (strcmp(argv[i], "--workers") == 0 && i + 1 < argc)
             snprintf(workers, sizeof(workers), "%d", atoi(argv[++i]) > 0 ? atoi(argv[i]) : 8);
         else {
-            fprintf(stderr, "usage: %s [--runs N] [--workers N] [--json]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--runs N] [--workers N] [--baseline PATH] [--no-peers] "
+                    "[--json]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -149,6 +192,9 @@ int main(int argc, char **argv)
         {.tool = "dlaunch-as-torchrun",
          .argv = {dlaunch, "--standalone", "--nproc_per_node", workers, "--log-dir", logdir,
                   torch_script}},
+        {.tool = "dlaunch-baseline",
+         .argv = {(char *)baseline, "--gpus-per-node", workers, "--log-dir", logdir, "--",
+                  "/bin/true"}},
     };
     size_t nrows = sizeof(rows) / sizeof(rows[0]);
     if (as_root) { /* Open MPI refuses root unless told */
@@ -180,8 +226,17 @@ int main(int argc, char **argv)
         fclose(f);
     }
 
-    for (size_t i = 0; i < nrows; i++) {
+    if (baseline == NULL)
+        rows[6].why = "no --baseline";
+    if (!peers)
+        for (size_t i = 2; i < 6; i++)
+            rows[i].why = "--no-peers";
+    row_t *together[3] = {&rows[0], &rows[1], &rows[6]};
+    measure_in_turn(together, baseline != NULL ? 3 : 2, runs);
+    for (size_t i = 2; i < 6; i++) {
         row_t *r = &rows[i];
+        if (r->why != NULL)
+            continue;
         if (strcmp(r->tool, "openmpi") == 0 && !have("mpirun.openmpi"))
             r->why = "not installed (openmpi-bin)";
         else if (strcmp(r->tool, "mpich") == 0 && !have("mpirun.mpich"))

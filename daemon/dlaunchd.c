@@ -188,7 +188,8 @@ int main(int argc, char **argv)
             uv_run(loop, UV_RUN_DEFAULT);
             uv_loop_close(loop);
             dl_proto_token_free(token);
-            return r == -EPERM || r == -EINVAL ? 2 : 1;
+            /* -ELIBACC: libmicrohttpd or the plugin is missing, a setup error like a bad flag. */
+            return r == -EPERM || r == -EINVAL || r == -ELIBACC ? 2 : 1;
         }
         snprintf(http_at, sizeof(http_at), "; http://%s%s%s:%d/", strchr(http_host, ':') ? "[" : "",
                  http_host, strchr(http_host, ':') ? "]" : "", dl_http_port(d.http));

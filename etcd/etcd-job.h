@@ -140,4 +140,42 @@ json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id);
  * out. */
 int dl_ejob_exit_code(const dl_ejob_view_t *v);
 
+/* ---- Counting: what lets an agent watch the state alone --------------------------------------- */
+
+/* Two more kinds of keys, on their agent's lease, never watched but counted (count_only ranges)
+ * by the transaction that adds one, so that no agent needs every member's key:
+ *
+ *   PREFIX j/ROUND/NODE_ID   NODE_ID joined round ROUND
+ *   PREFIX d/ROUND/NODE_ID   NODE_ID's workers of round ROUND all exited 0
+ *
+ * The answer's last response carries the count after the change (dl_ejob_txn_count): the
+ * member that makes it max_nodes closes the round, the one that makes it min_nodes keeps the last
+ * call, the one that makes the done count the round's node count ends the job. */
+json_t *dl_ejob_txn_join_counted(const dl_ejob_view_t *v, const dl_ejob_member_t *m,
+                                 int64_t lease);
+/* dl_ejob_txn_next for a newcomer (join), which joins and is counted in the new round. */
+json_t *dl_ejob_txn_next_join_counted(const dl_ejob_view_t *v, dl_ejob_cause_t cause,
+                                      const char *reason, const dl_ejob_member_t *join,
+                                      int64_t lease, double now);
+json_t *dl_ejob_txn_done_counted(const dl_ejob_view_t *v, const char *node_id, int64_t lease);
+/* The count in a transaction's last range response, or -1. */
+int64_t dl_ejob_txn_count(const json_t *answer);
+/* A /v3/kv/range body counting round's members. */
+json_t *dl_ejob_range_joined(const dl_ejob_view_t *v, int round);
+/* A read-only transaction of the job's settings and state, with member's key (member a node id)
+ * or every member's (member ""), or neither (NULL); dl_ejob_read_as_range turns its answer into
+ * a range answer for dl_ejob_view_load (new reference). */
+json_t *dl_ejob_txn_read(const char *prefix, const char *member);
+json_t *dl_ejob_read_as_range(const json_t *answer);
+/* While the state is the view's: node_id's member key, its done key, and the count of the
+ * round's done nodes (three responses); else nothing (succeeded false). */
+json_t *dl_ejob_txn_check_member(const dl_ejob_view_t *v, const char *node_id);
+/* Watch bodies: the state key from the view's revision on; node_id's member key's deletions. */
+json_t *dl_ejob_watch_state(const dl_ejob_view_t *v);
+json_t *dl_ejob_watch_gone(const dl_ejob_view_t *v, const char *node_id, int64_t start_rev);
+/* A range body of the job's events, and its answer put into the view (for the end, which keeps
+ * them on the linger lease). Returns 0 or -EPROTO. */
+json_t *dl_ejob_range_events(const dl_ejob_view_t *v);
+int dl_ejob_view_events(dl_ejob_view_t *v, const json_t *range);
+
 #endif

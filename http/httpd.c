@@ -67,14 +67,6 @@ static double unix_time(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-void dl_http_opts_init(dl_http_opts_t *opts)
-{
-    memset(opts, 0, sizeof(*opts));
-    opts->host = "127.0.0.1";
-    opts->interval = 0.5;
-    opts->title = "dlaunch";
-}
-
 /* ---- the loop's side ---- */
 
 static void on_wake(uv_async_t *a)

@@ -18,12 +18,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
 
 #include "internal.h"
+
+/* 0 when the n bytes are equal, in time that does not depend on where they differ (as
+ * CRYPTO_memcmp). */
+static int ct_memcmp(const void *a, const void *b, size_t n)
+{
+    const volatile unsigned char *x = a, *y = b;
+    unsigned char d = 0;
+    for (size_t i = 0; i < n; i++)
+        d |= (unsigned char)(x[i] ^ y[i]);
+    return d;
+}
 
 #define MAC_LEN 32
 
@@ -101,8 +108,8 @@ static int token_parse(const unsigned char *data, size_t len, dl_proto_token_t *
     if (!dl_proto_run_id_valid(text) || hex_decode(colon + 1, key, sizeof(key)) < 0)
         return -EINVAL;
     r = token_new_kind(kind, text, key, sizeof(key), ret_token);
-    OPENSSL_cleanse(key, sizeof(key));
-    OPENSSL_cleanse(text, sizeof(text));
+    explicit_bzero(key, sizeof(key));
+    explicit_bzero(text, sizeof(text));
     return r;
 }
 
@@ -110,7 +117,7 @@ void dl_proto_token_free(dl_proto_token_t *token)
 {
     if (token == NULL)
         return;
-    OPENSSL_cleanse(token->data, token->len);
+    explicit_bzero(token->data, token->len);
     free(token);
 }
 
@@ -213,7 +220,7 @@ static int token_read_fd(int fd, const char *path, const struct stat *st,
                         path);
         }
     }
-    OPENSSL_cleanse(buf, DL_PROTO_TOKEN_MAX + 1);
+    explicit_bzero(buf, DL_PROTO_TOKEN_MAX + 1);
     free(buf);
     return r;
 }
@@ -245,18 +252,18 @@ int dl_proto_hmac_sha256(const void *key, size_t key_len, const void *data, size
                          uint8_t ret_mac[32])
 {
     static const unsigned char empty[1];
-    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned char mac[64]; /* EVP_MAX_MD_SIZE */
     unsigned int mac_len = 0;
 
     if (key_len > INT_MAX)
         return -EINVAL;
     /* OpenSSL treats a NULL key as "reuse the previous one"; an empty key must be non-NULL. */
-    if (HMAC(EVP_sha256(), key_len > 0 ? key : empty, (int)key_len,
-             data_len > 0 ? data : empty, data_len, mac, &mac_len) == NULL ||
-        mac_len != MAC_LEN)
-        return -EIO;
+    int r = dl__proto_hmac_raw(key_len > 0 ? key : empty, (int)key_len,
+                               data_len > 0 ? data : empty, data_len, mac, &mac_len);
+    if (r < 0 || mac_len != MAC_LEN)
+        return r < 0 ? r : -EIO;
     memcpy(ret_mac, mac, MAC_LEN);
-    OPENSSL_cleanse(mac, sizeof(mac));
+    explicit_bzero(mac, sizeof(mac));
     return 0;
 }
 
@@ -311,7 +318,7 @@ int dl_proto_nonce_new(char ret_nonce[DL_PROTO_NONCE_HEX_LEN + 1])
 {
     uint8_t nonce[DL_PROTO_NONCE_BYTES];
 
-    if (RAND_bytes(nonce, sizeof(nonce)) != 1)
+    if (dl_proto_random(nonce, sizeof(nonce)) < 0)
         return -EIO;
     hex_encode(nonce, sizeof(nonce), ret_nonce);
     return 0;
@@ -393,8 +400,8 @@ int dl_proto_token_derive(const dl_proto_token_t *token, dl_proto_token_kind_t k
         r = derive_step(job, MAC_LEN, WORKER_LABEL, run_id, worker);
     if (r == 0)
         r = token_new_kind(kind, run_id, kind == DL_PROTO_TOKEN_JOB ? job : worker, MAC_LEN, ret);
-    OPENSSL_cleanse(job, sizeof(job));
-    OPENSSL_cleanse(worker, sizeof(worker));
+    explicit_bzero(job, sizeof(job));
+    explicit_bzero(worker, sizeof(worker));
     return r;
 }
 
@@ -411,7 +418,7 @@ int dl_proto_token_text(const dl_proto_token_t *token, char **ret_text)
     int n = asprintf(&text, "%s%s:%s",
                      token->kind == DL_PROTO_TOKEN_JOB ? JOB_PREFIX : WORKER_PREFIX,
                      token->run_id, hex);
-    OPENSSL_cleanse(hex, sizeof(hex));
+    explicit_bzero(hex, sizeof(hex));
     if (n < 0)
         return -ENOMEM;
     *ret_text = text;
@@ -423,7 +430,7 @@ bool dl_proto_token_equal(const dl_proto_token_t *a, const dl_proto_token_t *b)
     if (a == NULL || b == NULL)
         return a == b;
     return a->kind == b->kind && strcmp(a->run_id, b->run_id) == 0 && a->len == b->len &&
-           CRYPTO_memcmp(a->data, b->data, a->len) == 0;
+           ct_memcmp(a->data, b->data, a->len) == 0;
 }
 
 int dl_proto_token_random(dl_proto_token_t **ret_token)
@@ -432,13 +439,13 @@ int dl_proto_token_random(dl_proto_token_t **ret_token)
     char hex[2 * MAC_LEN + 1];
     int r;
 
-    if (RAND_bytes(bytes, sizeof(bytes)) != 1)
+    if (dl_proto_random(bytes, sizeof(bytes)) < 0)
         return -EIO;
     hex_encode(bytes, sizeof(bytes), hex);
     r = token_new_kind(DL_PROTO_TOKEN_MASTER, NULL, (const unsigned char *)hex, 2 * MAC_LEN,
                        ret_token);
-    OPENSSL_cleanse(bytes, sizeof(bytes));
-    OPENSSL_cleanse(hex, sizeof(hex));
+    explicit_bzero(bytes, sizeof(bytes));
+    explicit_bzero(hex, sizeof(hex));
     return r;
 }
 
@@ -478,7 +485,7 @@ int dl_proto_auth_proof(const dl_proto_token_t *token, const char *nonce, const 
     if (r < 0)
         return r;
     hex_encode(mac, sizeof(mac), ret_proof);
-    OPENSSL_cleanse(mac, sizeof(mac));
+    explicit_bzero(mac, sizeof(mac));
     return 0;
 }
 
@@ -496,8 +503,8 @@ int dl_proto_auth_verify(const dl_proto_token_t *token, const char *nonce, const
     if (proof == NULL || hex_decode(proof, got, sizeof(got)) < 0)
         r = -EACCES;
     else
-        r = CRYPTO_memcmp(want, got, MAC_LEN) == 0 ? 0 : -EACCES;
-    OPENSSL_cleanse(want, sizeof(want));
+        r = ct_memcmp(want, got, MAC_LEN) == 0 ? 0 : -EACCES;
+    explicit_bzero(want, sizeof(want));
     return r;
 }
 
@@ -570,7 +577,7 @@ int dl_proto_auth_accept(const dl_proto_token_t *server, const char *nonce,
         r = server_mac(key, client_nonce, nonce, run_id, role, mac);
         if (r == 0)
             hex_encode(mac, sizeof(mac), ret_server_proof);
-        OPENSSL_cleanse(mac, sizeof(mac));
+        explicit_bzero(mac, sizeof(mac));
     }
     if (r == 0)
         *ret_level = key->kind;
@@ -595,7 +602,7 @@ int dl_proto_auth_check_server(const dl_proto_token_t *token, const char *client
     if (server_proof == NULL || hex_decode(server_proof, got, sizeof(got)) < 0)
         r = -EACCES;
     else
-        r = CRYPTO_memcmp(want, got, MAC_LEN) == 0 ? 0 : -EACCES;
-    OPENSSL_cleanse(want, sizeof(want));
+        r = ct_memcmp(want, got, MAC_LEN) == 0 ? 0 : -EACCES;
+    explicit_bzero(want, sizeof(want));
     return r;
 }

@@ -54,4 +54,9 @@ int dl__proto_error_set(dl_proto_error_t *err, dl_proto_errcode_t code, const ch
 int dl__proto_check_fields(const char *where, const char *prefix, const json_t *obj,
                            const dl__field_t *fields, dl_proto_error_t *err);
 
+/* HMAC-SHA256 through libcrypto, loaded on first use (hmac.c). Returns 0, -ELIBACC when
+ * libcrypto cannot be loaded, or -EIO. */
+int dl__proto_hmac_raw(const void *key, int key_len, const void *data, size_t data_len,
+                       unsigned char *mac, unsigned int *mac_len);
+
 #endif

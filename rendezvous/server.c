@@ -9,7 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
 
 #include "conn.h"
 #include "jobview.h"
@@ -1395,7 +1394,7 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
         r = dl__jobview_new(&s->view);
     if (r == 0)
         r = dl_rdzv_core_new(&core_opts, &s->core);
-    OPENSSL_cleanse(core_opts.hash_key, sizeof(core_opts.hash_key));
+    explicit_bzero(core_opts.hash_key, sizeof(core_opts.hash_key));
     if (r < 0) {
         snprintf(err, errlen, "bad rendezvous settings: %s", strerror(-r));
         dl__journals_free(s->journals);

@@ -271,6 +271,83 @@ START_TEST(base64_and_ranges)
 }
 END_TEST
 
+/* The counted join: the member's key and its round's mark on the agent's lease, then a count of
+ * that round's marks alone (not the earlier rounds'); the answer's count is read back. */
+START_TEST(joins_and_dones_are_counted_per_round)
+{
+    dl_ejob_view_t v;
+    load(&v, json_pack("[o]", kv(P "state", state_doc("gathering", 3, 0, 1, 2, 4), 7, 0)), 9);
+    dl_ejob_member_t m = {.node_id = "a", .host = "h", .addr = "h", .store = "h:1", .slots = 1,
+                          .node_rank = -1};
+    json_t *t = dl_ejob_txn_join_counted(&v, &m, 42);
+    json_t *ops = json_object_get(t, "success");
+    ck_assert_uint_eq(json_array_size(ops), 3);
+    json_t *doc = put_of(t, "m/a");
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "round")), 3);
+    json_decref(doc);
+    json_t *mark = json_object_get(json_array_get(ops, 1), "request_put");
+    char *k = dl_etcd_unb64(json_object_get(mark, "key"), NULL);
+    ck_assert_str_eq(k, P "j/3/a");
+    free(k);
+    ck_assert_int_eq(dl_etcd_int(json_object_get(mark, "lease")), 42);
+    json_t *range = json_object_get(json_array_get(ops, 2), "request_range");
+    ck_assert(json_is_true(json_object_get(range, "count_only")));
+    k = dl_etcd_unb64(json_object_get(range, "key"), NULL);
+    char *end = dl_etcd_unb64(json_object_get(range, "range_end"), NULL);
+    ck_assert_str_eq(k, P "j/3/");
+    ck_assert_str_eq(end, P "j/30"); /* "j/3/" and nothing after: not j/30/... */
+    free(k);
+    free(end);
+    json_decref(t);
+
+    t = dl_ejob_txn_done_counted(&v, "a", 42);
+    mark = json_object_get(json_array_get(json_object_get(t, "success"), 1), "request_put");
+    k = dl_etcd_unb64(json_object_get(mark, "key"), NULL);
+    ck_assert_str_eq(k, P "d/3/a");
+    free(k);
+    json_decref(t);
+
+    json_t *answer = json_pack("{s:b, s:[{s:{}}, {s:{}}, {s:{s:s}}]}", "succeeded", 1,
+                               "responses", "response_put", "response_put", "response_range",
+                               "count", "4");
+    ck_assert_int_eq(dl_ejob_txn_count(answer), 4);
+    json_decref(answer);
+    answer = json_pack("{s:b, s:[{s:{}}]}", "succeeded", 0, "responses", "response_put");
+    ck_assert_int_eq(dl_ejob_txn_count(answer), -1);
+    json_decref(answer);
+    dl_ejob_view_clear(&v);
+}
+END_TEST
+
+/* A read of the settings, the state and members comes back as one range the view loads. */
+START_TEST(a_read_loads_as_a_range)
+{
+    json_t *answer = json_pack(
+        "{s:{s:s}, s:b, s:[{s:{s:[o]}}, {s:{s:[o]}}, {s:{s:[o, o]}}]}", "header", "revision",
+        "20", "succeeded", 1, "responses", "response_range", "kvs",
+        kv(P "job", json_pack("{s:i}", "max_nodes", 2), 3, 0), "response_range", "kvs",
+        kv(P "state", state_doc("gathering", 0, 0, 1, 2, 2), 5, 0), "response_range", "kvs",
+        kv(P "m/a", member("a", "h1", 1, -1, 0), 8, 1),
+        kv(P "m/b", member("b", "h2", 1, -1, 0), 9, 2));
+    json_t *range = dl_ejob_read_as_range(answer);
+    dl_ejob_view_t v;
+    dl_ejob_view_init(&v, P);
+    ck_assert_int_ge(dl_ejob_view_load(&v, range), 0);
+    ck_assert_int_eq(v.rev, 20);
+    ck_assert_int_eq(v.state_rev, 5);
+    ck_assert_int_eq(dl_ejob_count(&v, 0), 2);
+    json_t *close = dl_ejob_txn_close(&v, 1.0);
+    json_t *st = put_of(close, "state");
+    ck_assert_str_eq(json_string_value(json_object_get(st, "state")), "running");
+    ck_assert_str_eq(id_at(st, 0), "a");
+    json_decref(st);
+    json_decref(close);
+    dl_ejob_view_clear(&v);
+    json_decref(range);
+    json_decref(answer);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("etcd-job");
@@ -281,6 +358,8 @@ int main(void)
     tcase_add_test(tc, rounds_spend_restarts_on_failures_only);
     tcase_add_test(tc, watch_events_update_the_view);
     tcase_add_test(tc, base64_and_ranges);
+    tcase_add_test(tc, joins_and_dones_are_counted_per_round);
+    tcase_add_test(tc, a_read_loads_as_a_range);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

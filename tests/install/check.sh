@@ -76,6 +76,33 @@ else
 fi
 unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 
+# The plugins (docs/operations.md): the installed programs load the installed ones, found from
+# their own path under DESTDIR (not the build tree's), and link neither libcurl nor libmicrohttpd.
+for plug in dlaunch-etcd dlaunch-http; do
+    f="$lib/dlaunch/$plug.so"
+    [ -e "$f" ] && ok "installed ${f#"$root"}" || bad "missing ${f#"$root"}"
+done
+heavy=$(ldd "$bin/dlaunch" "$bin/dlaunchd" | grep -E 'libcurl|libmicrohttpd' || true)
+[ -z "$heavy" ] && ok "dlaunch and dlaunchd link neither libcurl nor libmicrohttpd" || bad "$heavy"
+env -u DLAUNCH_PLUGIN_DIR "$bin/dlaunchd" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
+    2>"$root/d.err" &
+dpid=$!
+for _ in $(seq 100); do grep -q 'http://' "$root/d.err" && break; sleep 0.1; done
+if grep -q 'http://' "$root/d.err" &&
+    grep -q "$lib/dlaunch/dlaunch-http.so" "/proc/$dpid/maps"; then
+    ok "the installed dlaunchd --http serves with the installed dlaunch-http.so"
+else
+    bad "the installed dlaunchd --http: $(cat "$root/d.err")"
+fi
+kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null
+out=$(env -u DLAUNCH_PLUGIN_DIR timeout 60 "$bin/dlaunch" status --rdzv-backend etcd \
+    --endpoint 127.0.0.1:1 job 2>&1)
+if grep -q 'etcd at 127.0.0.1:1' <<<"$out" && ! grep -q 'not available' <<<"$out"; then
+    ok "the installed dlaunch loads dlaunch-etcd.so: $out"
+else
+    bad "the installed dlaunch's etcd client: $out"
+fi
+
 # systemd accepts the unit. verify checks that ExecStart's program exists, so the copy it reads
 # names the one in DESTDIR; everything else is the installed file as is. Its man page is not in
 # the system's man path yet, hence --man=no (man -l checked it above).

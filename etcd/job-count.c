@@ -1,0 +1,186 @@
+/* What lets an agent of a large job watch the job's state alone (etcd-job.h, "Counting"): the
+ * round's members and done nodes as keys of their own, counted by range (count_only) inside the
+ * transaction that adds one, and the reads an agent makes instead of following every key. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "etcd-job.h"
+#include "etcd.h"
+
+static json_t *ckey(const char *prefix, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static json_t *ckey(const char *prefix, const char *fmt, ...)
+{
+    char buf[DL_EJOB_MAX_PREFIX + 600];
+    size_t n = (size_t)snprintf(buf, sizeof(buf), "%s", prefix);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, sizeof(buf) - n, fmt, ap);
+    va_end(ap);
+    return dl_etcd_b64_str(buf);
+}
+
+static json_t *cend(const char *prefix, const char *sub)
+{
+    char buf[DL_EJOB_MAX_PREFIX + 64];
+    snprintf(buf, sizeof(buf), "%s%s", prefix, sub);
+    return dl_etcd_prefix_end(buf);
+}
+
+/* A marker key (value "{}") on lease. */
+static json_t *mark(json_t *k, int64_t lease)
+{
+    json_t *p = json_pack("{s:o, s:o}", "key", k, "value", dl_etcd_b64_str("{}"));
+    if (p != NULL && lease != 0)
+        json_object_set_new(p, "lease", dl_etcd_num(lease));
+    return json_pack("{s:o}", "request_put", p);
+}
+
+/* Counts the keys under PREFIX WHAT/ROUND/ (what: "j" or "d"). */
+static json_t *count_range(const char *prefix, const char *what, int round)
+{
+    char sub[64];
+    snprintf(sub, sizeof(sub), "%s/%d/", what, round);
+    return json_pack("{s:{s:o, s:o, s:b}}", "request_range", "key", ckey(prefix, "%s", sub),
+                     "range_end", cend(prefix, sub), "count_only", 1);
+}
+
+/* Appends ops to a transaction's success branch (body stolen); NULL stays NULL. */
+static json_t *append(json_t *txn, json_t *op1, json_t *op2)
+{
+    json_t *ops = json_object_get(txn, "success");
+    if (txn == NULL || !json_is_array(ops) || op1 == NULL || op2 == NULL) {
+        json_decref(txn);
+        json_decref(op1);
+        json_decref(op2);
+        return NULL;
+    }
+    json_array_append_new(ops, op1);
+    json_array_append_new(ops, op2);
+    return txn;
+}
+
+json_t *dl_ejob_txn_join_counted(const dl_ejob_view_t *v, const dl_ejob_member_t *m,
+                                 int64_t lease)
+{
+    int round = dl_ejob_round(v);
+    return append(dl_ejob_txn_join(v, m, lease),
+                  mark(ckey(v->prefix, "j/%d/%s", round, m->node_id), lease),
+                  count_range(v->prefix, "j", round));
+}
+
+json_t *dl_ejob_txn_next_join_counted(const dl_ejob_view_t *v, dl_ejob_cause_t cause,
+                                      const char *reason, const dl_ejob_member_t *join,
+                                      int64_t lease, double now)
+{
+    int round = dl_ejob_round(v) + 1;
+    return append(dl_ejob_txn_next(v, cause, reason, NULL, join, lease, 0, now),
+                  mark(ckey(v->prefix, "j/%d/%s", round, join->node_id), lease),
+                  count_range(v->prefix, "j", round));
+}
+
+json_t *dl_ejob_txn_done_counted(const dl_ejob_view_t *v, const char *node_id, int64_t lease)
+{
+    int round = dl_ejob_round(v);
+    return append(dl_ejob_txn_done(v, node_id),
+                  mark(ckey(v->prefix, "d/%d/%s", round, node_id), lease),
+                  count_range(v->prefix, "d", round));
+}
+
+int64_t dl_ejob_txn_count(const json_t *answer)
+{
+    const json_t *rs = json_object_get(answer, "responses");
+    for (size_t i = json_array_size(rs); i-- > 0;) {
+        const json_t *r = json_object_get(json_array_get(rs, i), "response_range");
+        if (r != NULL)
+            return dl_etcd_int(json_object_get(r, "count"));
+    }
+    return -1;
+}
+
+json_t *dl_ejob_range_joined(const dl_ejob_view_t *v, int round)
+{
+    json_t *op = count_range(v->prefix, "j", round);
+    json_t *r = json_incref(json_object_get(op, "request_range"));
+    json_decref(op);
+    return r;
+}
+
+json_t *dl_ejob_txn_read(const char *prefix, const char *member)
+{
+    json_t *ops = json_pack("[{s:{s:o}}, {s:{s:o}}]", "request_range", "key",
+                            ckey(prefix, "job"), "request_range", "key", ckey(prefix, "state"));
+    if (ops != NULL && member != NULL && member[0] != '\0')
+        json_array_append_new(ops, json_pack("{s:{s:o}}", "request_range", "key",
+                                             ckey(prefix, "m/%s", member)));
+    else if (ops != NULL && member != NULL)
+        json_array_append_new(ops, json_pack("{s:{s:o, s:o}}", "request_range", "key",
+                                             ckey(prefix, "m/"), "range_end",
+                                             cend(prefix, "m/")));
+    return ops != NULL ? json_pack("{s:o}", "success", ops) : NULL;
+}
+
+json_t *dl_ejob_read_as_range(const json_t *answer)
+{
+    json_t *kvs = json_array();
+    const json_t *r;
+    size_t i, j;
+    json_t *kv;
+    json_array_foreach(json_object_get(answer, "responses"), i, r)
+    {
+        json_array_foreach(json_object_get(json_object_get(r, "response_range"), "kvs"), j, kv)
+        {
+            json_array_append(kvs, kv);
+        }
+    }
+    return json_pack("{s:O, s:o}", "header", json_object_get(answer, "header"), "kvs", kvs);
+}
+
+json_t *dl_ejob_txn_check_member(const dl_ejob_view_t *v, const char *node_id)
+{
+    int round = dl_ejob_round(v);
+    return json_pack("{s:[{s:o, s:s, s:s, s:o}], s:[{s:{s:o}}, {s:{s:o}}, o]}", "compare", "key",
+                     ckey(v->prefix, "state"), "target", "MOD", "result", "EQUAL",
+                     "mod_revision", dl_etcd_num(v->state_rev), "success", "request_range",
+                     "key", ckey(v->prefix, "m/%s", node_id), "request_range", "key",
+                     ckey(v->prefix, "done/%s", node_id), count_range(v->prefix, "d", round));
+}
+
+json_t *dl_ejob_watch_state(const dl_ejob_view_t *v)
+{
+    return json_pack("{s:{s:o, s:o}}", "create_request", "key", ckey(v->prefix, "state"),
+                     "start_revision", dl_etcd_num(v->rev + 1));
+}
+
+json_t *dl_ejob_watch_gone(const dl_ejob_view_t *v, const char *node_id, int64_t start_rev)
+{
+    return json_pack("{s:{s:o, s:o, s:[s]}}", "create_request", "key",
+                     ckey(v->prefix, "m/%s", node_id), "start_revision",
+                     dl_etcd_num(start_rev), "filters", "NOPUT");
+}
+
+json_t *dl_ejob_range_events(const dl_ejob_view_t *v)
+{
+    return json_pack("{s:o, s:o}", "key", ckey(v->prefix, "ev/"), "range_end",
+                     cend(v->prefix, "ev/"));
+}
+
+int dl_ejob_view_events(dl_ejob_view_t *v, const json_t *range)
+{
+    size_t i;
+    json_t *kvj;
+    json_array_foreach(json_object_get(range, "kvs"), i, kvj)
+    {
+        dl_etcd_kv_t kv;
+        if (dl_etcd_kv_read(kvj, &kv) < 0)
+            return -EPROTO;
+        json_t *doc = json_loadb(kv.value, kv.value_len, 0, NULL);
+        if (json_is_object(doc))
+            json_object_set(v->events, kv.key, doc);
+        json_decref(doc);
+        dl_etcd_kv_clear(&kv);
+    }
+    return 0;
+}

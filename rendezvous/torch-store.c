@@ -4,6 +4,7 @@
  * Everything a query does happens in one turn of the loop, so a compare-set or an append made of
  * a get and a set is as atomic as torch's own. Torch clients carry no credential: only loopback
  * and the addresses of the job's joined agents may connect. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -659,7 +660,11 @@ static void on_connection(uv_stream_t *server, int status)
         conn_close(tc);
         return;
     }
-    uv_ip_name((struct sockaddr *)&sa, tc->peer, sizeof(tc->peer));
+    char ip[INET6_ADDRSTRLEN] = "?";
+    uv_ip_name((struct sockaddr *)&sa, ip, sizeof(ip));
+    snprintf(tc->peer, sizeof(tc->peer), "%s:%d", ip,
+             ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
+                                           : ((struct sockaddr_in6 *)&sa)->sin6_port));
     if (!dl__peer_is_loopback((struct sockaddr *)&sa) &&
         !dl__rdzv_server_knows_host(ts->s, (struct sockaddr *)&sa)) {
         conn_fail(tc, "not loopback and not a node of job '%s'", ts->run_id);

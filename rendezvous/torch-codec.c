@@ -124,25 +124,28 @@ int dl_torch_parse(const uint8_t *buf, size_t len, dl_torch_dialect_t *dialect,
 {
     cursor_t c = {buf, len, 1};
     dl_torch_query_t q;
+    dl_torch_dialect_t d = *dialect;
     int r = GOT;
 
     if (len < 1)
         return 0;
     memset(&q, 0, sizeof(q));
-    if (*dialect == DL_TORCH_DIALECT_UNKNOWN) {
+    /* The dialect is the connection's from its first whole query on. */
+    if (d == DL_TORCH_DIALECT_UNKNOWN) {
         /* An old client's first query is not 0 + magic; an old SET (0) is 9 bytes or more. */
         if (buf[0] == 0 && len < 5)
             return 0;
         bool v2 = buf[0] == 0 && le32(buf + 1) == DL_TORCH_VALIDATE_MAGIC;
-        *dialect = v2 ? DL_TORCH_DIALECT_V2 : DL_TORCH_DIALECT_V1;
+        d = v2 ? DL_TORCH_DIALECT_V2 : DL_TORCH_DIALECT_V1;
         if (v2) {
+            *dialect = d;
             memset(ret, 0, sizeof(*ret));
             ret->op = DL_TORCH_Q_VALIDATE;
             ret->nonce = DL_TORCH_VALIDATE_MAGIC;
             return 5;
         }
     }
-    if (*dialect == DL_TORCH_DIALECT_V1) {
+    if (d == DL_TORCH_DIALECT_V1) {
         if (buf[0] >= sizeof(v1_ops) / sizeof(v1_ops[0])) {
             say(err, errlen, "unknown query type %u (torch <= 2.0 numbering)", buf[0]);
             return -EPROTO;
@@ -184,12 +187,12 @@ int dl_torch_parse(const uint8_t *buf, size_t len, dl_torch_dialect_t *dialect,
         r = take_key(&c, lim, &q.key, err, errlen);
         break;
     case DL_TORCH_Q_ADD: {
-        uint64_t d;
+        uint64_t delta;
         r = take_key(&c, lim, &q.key, err, errlen);
-        if (r == GOT && take_u64(&c, &d) == MORE)
+        if (r == GOT && take_u64(&c, &delta) == MORE)
             r = MORE;
         if (r == GOT)
-            q.delta = (int64_t)d;
+            q.delta = (int64_t)delta;
         break;
     }
     case DL_TORCH_Q_CHECK:
@@ -214,6 +217,7 @@ int dl_torch_parse(const uint8_t *buf, size_t len, dl_torch_dialect_t *dialect,
         return 0;
     if (r == BAD)
         return -EMSGSIZE;
+    *dialect = d;
     *ret = q;
     return (int)c.off;
 }

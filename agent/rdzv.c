@@ -446,6 +446,13 @@ int dl__rdzv_local_store(dl_agent_t *a)
     so.log = server_log;
     so.log_ctx = a;
     r = dl_rdzv_server_start(&a->loop, &so, &z->server, err, sizeof(err));
+    if (r < 0 && so.torch_store) {
+        /* MASTER_PORT taken (--master-port names a busy one): the workers keep DLAUNCH_STORE
+         * and rank 0 hosts torch's store, as with store=worker, saying so. */
+        dl__agent_log(a, "torch store not served, rank 0 hosts it: %s", err);
+        so.torch_store = false;
+        r = dl_rdzv_server_start(&a->loop, &so, &z->server, err, sizeof(err));
+    }
     if (r == 0) {
         dl_rdzv_job_opts_t jo;
         dl_rdzv_job_opts_init(&jo);

@@ -200,6 +200,14 @@ static void print_status(const json_t *job)
            (long long)json_integer_value(json_object_get(job, "world_size")));
     if (json_object_get(job, "failure") != NULL)
         printf("  failure: %s\n", field(job, "failure", text, sizeof(text)));
+    printf("  store: %lld keys, %lld bytes, %lld waits",
+           (long long)json_integer_value(json_object_get(job, "keys")),
+           (long long)json_integer_value(json_object_get(job, "store_bytes")),
+           (long long)json_integer_value(json_object_get(job, "store_waits")));
+    if (json_object_get(job, "store_clients") != NULL)
+        printf(", %lld torch clients",
+               (long long)json_integer_value(json_object_get(job, "store_clients")));
+    printf("\n");
     /* In-job recovery (docs/recovery.md): each is one of the restarts above. */
     const json_t *rec = json_object_get(job, "recovery");
     if (rec != NULL) {

@@ -310,7 +310,7 @@ static json_t *buf_string(dl_rdzv_buf_t b)
     return json_stringn(b.data != NULL ? b.data : "", b.len);
 }
 
-static json_t *status_json(const dl_rdzv_job_status_t *j)
+static json_t *status_json(const dl_rdzv_server_t *s, const dl_rdzv_job_status_t *j)
 {
     json_t *members = json_array();
     for (size_t i = 0; i < j->nmembers; i++) {
@@ -328,6 +328,16 @@ static json_t *status_json(const dl_rdzv_job_status_t *j)
                           "keys", (json_int_t)j->nkeys, "nodes", members);
     if (o != NULL && j->failure != NULL)
         json_object_set_new(o, "failure", json_string(j->failure));
+    if (o != NULL) {
+        json_object_set_new(o, "store_bytes", json_integer((json_int_t)j->store_bytes));
+        json_object_set_new(o, "store_waits", json_integer((json_int_t)j->store_waits));
+    }
+    /* Torch clients of the one job whose store this server also serves in torch's protocol. */
+    if (o != NULL && s->torch != NULL && strcmp(j->run_id, s->only_run_id) == 0) {
+        size_t now, peak, bytes;
+        dl__torch_store_clients(s->torch, &now, &peak, &bytes);
+        json_object_set_new(o, "store_clients", json_integer((json_int_t)now));
+    }
     return o;
 }
 
@@ -462,7 +472,7 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
     case DL_RDZV_MSG_STATUS: {
         const dl_rdzv_status_t *st = m->status;
         if (st->njobs == 1) {
-            o = status_json(&st->jobs[0]);
+            o = status_json(s, &st->jobs[0]);
             json_object_update_new(o, dl__jobview_status(s->view, st->jobs[0].run_id,
                                                          sc->status_ranks, now_s()));
             json_t *rec = dl__rdzv_stats_recovery_get(&s->stats, st->jobs[0].run_id);
@@ -471,7 +481,7 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
         } else {
             json_t *jobs = json_array();
             for (size_t i = 0; i < st->njobs; i++) {
-                json_t *j = status_json(&st->jobs[i]);
+                json_t *j = status_json(s, &st->jobs[i]);
                 json_object_update_new(j, dl__jobview_status(s->view, st->jobs[i].run_id,
                                                              false, now_s()));
                 json_t *rec = dl__rdzv_stats_recovery_get(&s->stats, st->jobs[i].run_id);
@@ -642,7 +652,7 @@ static void take_snapshot(dl_rdzv_server_t *s, const dl_rdzv_status_t *st)
 {
     json_t *jobs = json_array();
     for (size_t i = 0; jobs != NULL && i < st->njobs; i++)
-        if (json_array_append_new(jobs, status_json(&st->jobs[i])) < 0) {
+        if (json_array_append_new(jobs, status_json(s, &st->jobs[i])) < 0) {
             json_decref(jobs);
             jobs = NULL;
         }

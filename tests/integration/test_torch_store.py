@@ -1,8 +1,10 @@
 """The workers' torch store lives in the agent (TORCHELASTIC_USE_AGENT_STORE=True, as torchrun
 since 2.4): real PyTorch clients (Debian's python3-torch) against the agent that hosts the
 rendezvous, speaking torch's own TCPStore protocol (docs/store.md)."""
+import json
 import os
 import subprocess
+import time
 import unittest
 
 import dltest
@@ -163,6 +165,24 @@ print("bad queries closed their own connections only", flush=True)
 """
 
 
+# Two ranks hold torch store connections, two keys and one pending wait until told to go.
+HOLD = """
+import os, time
+from datetime import timedelta
+import torch.distributed as dist
+
+s = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False,
+                  timedelta(seconds=120), wait_for_workers=False)
+s.set(f"held{os.environ['RANK']}", "0123456789")
+if os.environ["RANK"] == "0":
+    s.wait(["go"])
+else:
+    while not os.path.exists("go"):
+        time.sleep(0.05)
+    s.set("go", "1")
+"""
+
+
 def have_torch():
     try:
         return subprocess.run([TORCH_PYTHON, "-c", "import torch.distributed"],
@@ -208,6 +228,34 @@ class TorchStore(dltest.Case):
                                    r"\d+: unknown query type 99")
         self.assertRegex(p.stderr, r"torch store: closing the connection from 127\.0\.0\.1:"
                                    r"\d+: key of 1099511627776 bytes is outside 1\.\.4096")
+
+    def test_status_shows_the_store_and_its_torch_clients(self):
+        endpoint = f"127.0.0.1:{dltest.free_port()}"
+        script = self.write("hold.py", HOLD)
+        job = self.start("-q", "--nproc-per-node", "2", "--rdzv-endpoint", endpoint, "--run-id",
+                         "held", "--", TORCH_PYTHON, script)
+        try:
+            deadline, st = time.monotonic() + 120, {}
+            while time.monotonic() < deadline:
+                p = self.dlaunch("status", "--json", "--endpoint", endpoint, "held")
+                st = json.loads(p.stdout) if p.returncode == 0 else {}
+                if st.get("store_waits") == 1 and st.get("keys") == 3:
+                    break
+                time.sleep(0.2)
+            # Keys as torch 1.13's client names them: "/held0", "/held1" with 10 bytes each,
+            # and "/go", held for its wait (counted, as every key a wait holds). Each of torch
+            # 1.13's clients opens two connections (the second for its callbacks).
+            self.assertEqual((st.get("keys"), st.get("store_bytes"), st.get("store_waits"),
+                              st.get("store_clients")), (3, 2 * (6 + 10) + 3, 1, 4), st)
+            p = self.dlaunch("status", "--endpoint", endpoint, "held", check_code=0)
+            self.assertIn("  store: 3 keys, 35 bytes, 1 waits, 4 torch clients\n", p.stdout)
+            self.write("go", "")
+            job.communicate(timeout=120)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.communicate()
+        self.assertEqual(job.returncode, 0)
 
     def test_two_nodes_reach_the_hosting_agents_store(self):
         port = dltest.free_port()

@@ -248,7 +248,7 @@ class TorchStore(dltest.Case):
             self.assertEqual((st.get("keys"), st.get("store_bytes"), st.get("store_waits"),
                               st.get("store_clients")), (3, 2 * (6 + 10) + 3, 1, 4), st)
             p = self.dlaunch("status", "--endpoint", endpoint, "held", check_code=0)
-            self.assertIn("  store: 3 keys, 35 bytes, 1 waits, 4 torch clients\n", p.stdout)
+            self.assertIn("  store: 3 keys, 35 bytes, 1 wait, 4 torch clients\n", p.stdout)
             self.write("go", "")
             job.communicate(timeout=120)
         finally:

@@ -5,9 +5,11 @@
  * WAIT on a barrier key that the client whose ADD reached N sets. For each N it runs our store
  * (the rendezvous server's torch store, as the hosting agent serves it) and, side by side in the
  * same run, PyTorch's own TCPStore server (Debian's python3-torch, is_master=True in its own
- * process), and prints the time from the first connect to the last client released, the
- * server's CPU seconds, and its memory per client (RSS with every client connected and
- * released, less its RSS before the first connect, over N).
+ * process), and prints two times: connecting every client (the kernel's work and the server's
+ * accepts), then from the moment every client is connected to the last one released (the
+ * store's work: N sets, N adds, N waits, the barrier's set and N wake-ups); then the server's CPU
+ * seconds over both, and its memory per client (RSS with every client connected and released,
+ * less its RSS before the first connect, over N).
  *
  *   bench/store [--clients N[,N...]] [--torch-max N] [--python PATH] [--procs P]
  *       (default clients 1000,2000,10000,max; torch up to 2000; max: what the file limit
@@ -217,8 +219,11 @@ static int connect_one(int port, int i)
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         /* A source address chosen, its port left to connect: a bind to port 0 would search
-         * the ports in use at every call, quadratic in the clients. */
+         * the ports in use at every call, quadratic in the clients. Closed with a reset, so no
+         * port stays in TIME_WAIT for the next run. */
         setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+        struct linger lg = {1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
         if ((i < 20000 || bind(fd, (struct sockaddr *)&src, sizeof(src)) == 0) &&
             connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
             return fd;
@@ -228,23 +233,29 @@ static int connect_one(int port, int i)
     return -1;
 }
 
-/* One client process: clients first..first+k-1 of n. Writes 'd' to done once all are released,
- * then holds them until go_away says so. Exits 0 on success. */
-static int run_clients(int port, int first, int k, int n, int done, int go_away)
+/* One client process: clients first..first+k-1 of n. Writes 'c' to done once all are connected,
+ * starts on a byte from start, writes 'd' once all are released, then holds them until go_away
+ * says so. Exits 0 on success. */
+static int run_clients(int port, int first, int k, int n, int done, int start, int go_away)
 {
     client_t *c = calloc((size_t)k, sizeof(*c));
     int ep = epoll_create1(EPOLL_CLOEXEC);
     uint8_t q[256];
+    char b = 'c';
     if (c == NULL || ep < 0)
         return 1;
     for (int i = 0; i < k; i++) {
-        char key[32];
         c[i].fd = connect_one(port, first + i);
         if (c[i].fd < 0) {
             fprintf(stderr, "bench/store: client %d cannot connect: %s\n", first + i,
                     strerror(errno));
             return 1;
         }
+    }
+    if (write(done, &b, 1) != 1 || read(start, &b, 1) != 1)
+        return 1;
+    for (int i = 0; i < k; i++) {
+        char key[32];
         size_t len = 0;
         snprintf(key, sizeof(key), "/c%d", first + i);
         q[len++] = Q_SET;
@@ -303,13 +314,14 @@ static int run_clients(int port, int first, int k, int n, int done, int go_away)
             cl->state = 1;
         }
     }
-    char b = 'd';
+    b = 'd';
     if (write(done, &b, 1) != 1 || read(go_away, &b, 1) < 0)
         return 1;
     return 0;
 }
 
 typedef struct {
+    double connect;
     double seconds;
     double cpu;
     double kib_per_client;
@@ -328,8 +340,8 @@ static result_t run(bool torch, int n, int nprocs)
     usleep(200000);
     long rss0 = rss_kib(server);
     double cpu0 = cpu_seconds(server);
-    int done[2], go[2];
-    if (pipe(done) < 0 || pipe(go) < 0)
+    int done[2], go[2], start[2];
+    if (pipe(done) < 0 || pipe(go) < 0 || pipe(start) < 0)
         return res;
     pid_t *kids = calloc((size_t)nprocs, sizeof(*kids));
     double t0 = mono();
@@ -341,17 +353,28 @@ static result_t run(bool torch, int n, int nprocs)
             raise_fd_limit();
             close(done[0]);
             close(go[1]);
-            _exit(run_clients(port, p * per, k, n, done[1], go[0]));
+            close(start[1]);
+            _exit(run_clients(port, p * per, k, n, done[1], start[0], go[0]));
         }
         started++;
     }
     close(done[1]);
     close(go[0]);
-    int finished = 0;
+    close(start[0]);
+    int connected = 0, finished = 0;
     char b;
+    while (connected < started && read(done[0], &b, 1) == 1)
+        connected++;
+    res.connect = mono() - t0;
+    double t1 = mono();
+    /* Every process starts at once: one byte each. */
+    for (int p = 0; p < started; p++)
+        if (write(start[1], "g", 1) != 1)
+            break;
+    close(start[1]);
     while (finished < started && read(done[0], &b, 1) == 1)
         finished++;
-    res.seconds = mono() - t0;
+    res.seconds = mono() - t1;
     res.cpu = cpu_seconds(server) - cpu0;
     res.kib_per_client = (double)(rss_kib(server) - rss0) / n;
     res.ok = finished == started;
@@ -395,8 +418,8 @@ int main(int argc, char **argv)
     int max = (int)(rl.rlim_cur > 1100 ? rl.rlim_cur - 100 : 1000);
     printf("bench/store: set + add on a shared counter + wait on a barrier, one TCP connection "
            "a client, file limit %llu\n", (unsigned long long)rl.rlim_cur);
-    printf("%8s  %-6s %9s %12s %9s %12s %9s\n", "clients", "server", "seconds", "clients/s",
-           "cpu s", "KiB/client", "torch/us");
+    printf("%8s  %-6s %10s %10s %12s %9s %11s %9s\n", "clients", "server", "connect s",
+           "store s", "clients/s", "cpu s", "KiB/client", "torch/us");
     char *copy = strdup(list), *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
         int n = strcmp(tok, "max") == 0 ? max : atoi(tok);
@@ -407,15 +430,17 @@ int main(int argc, char **argv)
         /* Each client process holds its clients' descriptors: stay well under the limit. */
         int nprocs = nprocs_opt > 0 ? nprocs_opt : (n + 4999) / 5000 + 1;
         result_t ours = run(false, n, nprocs);
-        printf("%8d  %-6s %9.3f %12.0f %9.2f %12.2f %9s%s\n", n, "ours", ours.seconds,
-               n / ours.seconds, ours.cpu, ours.kib_per_client, "", ours.ok ? "" : "  FAILED");
+        printf("%8d  %-6s %10.3f %10.3f %12.0f %9.2f %11.2f %9s%s\n", n, "ours", ours.connect,
+               ours.seconds, n / ours.seconds, ours.cpu, ours.kib_per_client, "",
+               ours.ok ? "" : "  FAILED");
         fflush(stdout);
         if (n <= torch_max) {
             result_t t = run(true, n, nprocs);
             char ratio[32];
             snprintf(ratio, sizeof(ratio), "%.1fx", t.seconds / ours.seconds);
-            printf("%8d  %-6s %9.3f %12.0f %9.2f %12.2f %9s%s\n", n, "torch", t.seconds,
-                   n / t.seconds, t.cpu, t.kib_per_client, ratio, t.ok ? "" : "  FAILED");
+            printf("%8d  %-6s %10.3f %10.3f %12.0f %9.2f %11.2f %9s%s\n", n, "torch", t.connect,
+                   t.seconds, n / t.seconds, t.cpu, t.kib_per_client, ratio,
+                   t.ok ? "" : "  FAILED");
             fflush(stdout);
         }
     }

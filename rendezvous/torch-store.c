@@ -268,6 +268,10 @@ void dl__torch_store_reply(dl__torch_store_t *ts, uint64_t conn, const dl_rdzv_m
         if (msg->kind == DL_RDZV_MSG_WAIT_DONE) {
             uint8_t b = DL_TORCH_WAIT_STOP_WAITING;
             conn_send(tc, &b, 1);
+        } else if (msg->kind == DL_RDZV_MSG_ERROR && msg->error.code == -ESTALE) {
+            /* The round ended under the wait: its workers are being stopped, and every one of
+             * them waiting would be a line. */
+            conn_close(tc);
         } else if (msg->kind == DL_RDZV_MSG_ERROR) {
             conn_fail(tc, "%s", msg->error.message);
         }

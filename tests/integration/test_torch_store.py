@@ -3,6 +3,8 @@ since 2.4): real PyTorch clients (Debian's python3-torch) against the agent that
 rendezvous, speaking torch's own TCPStore protocol (docs/store.md)."""
 import json
 import os
+import socket
+import struct
 import subprocess
 import time
 import unittest
@@ -183,6 +185,28 @@ else:
 """
 
 
+# Tells the test where the store is, then holds the job until told to go.
+PORT_THEN_WAIT = """
+import os, time
+with open("port.tmp", "w") as f:
+    f.write(os.environ["MASTER_PORT"])
+os.rename("port.tmp", "port")
+while not os.path.exists("go"):
+    time.sleep(0.05)
+"""
+
+
+def local_non_loopback_ipv4():
+    """An address of this machine outside 127/8 (the default route's source), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+            addr = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if addr.startswith("127.") else addr
+
+
 def have_torch():
     try:
         return subprocess.run([TORCH_PYTHON, "-c", "import torch.distributed"],
@@ -256,6 +280,44 @@ class TorchStore(dltest.Case):
                 job.kill()
                 job.communicate()
         self.assertEqual(job.returncode, 0)
+
+    def test_only_loopback_and_the_jobs_nodes_may_connect(self):
+        source = local_non_loopback_ipv4()
+        if source is None:
+            self.skipTest("this machine has no address outside 127/8")
+        script = self.write("hold.py", PORT_THEN_WAIT)
+        job = self.start("--nproc-per-node", "1", "--run-id", "fenced", "--", TORCH_PYTHON,
+                         script)
+        try:
+            deadline = time.monotonic() + 120
+            while not os.path.exists(os.path.join(self.dir, "port")):
+                self.assertLess(time.monotonic(), deadline, "the worker never started")
+                time.sleep(0.05)
+            port = int(self.read("port"))
+            hello = b"\x00" + struct.pack("<I", 0x3C85F7CE) + b"\x0d" + struct.pack("<I", 77)
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as ok:
+                ok.sendall(hello)
+                self.assertEqual(ok.recv(4), struct.pack("<I", 77))
+            # The same store, reached from an address of this machine that is neither
+            # loopback nor a node of the job: closed before a byte is read.
+            with socket.socket() as out:
+                out.settimeout(30)
+                out.bind((source, 0))
+                out.connect(("127.0.0.1", port))
+                try:
+                    out.sendall(hello)
+                    self.assertEqual(out.recv(4), b"")
+                except ConnectionResetError:
+                    pass
+            self.write("go", "")
+            _, err = job.communicate(timeout=120)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.communicate()
+        self.assertEqual(job.returncode, 0, err)
+        self.assertRegex(err, rf"torch store: closing the connection from {source}:\d+: not "
+                              r"loopback and not a node of job 'fenced'")
 
     def test_two_nodes_reach_the_hosting_agents_store(self):
         port = dltest.free_port()

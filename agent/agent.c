@@ -177,6 +177,7 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, int rest
         .python_exec = a->spec->python_exec != NULL ? a->command_path : NULL,
         .verbose = a->spec->verbose,
         .ifname = a->ifname[0] != '\0' ? a->ifname : NULL,
+        .agent_store = a->agent_store,
     };
     return dl_worker_env_build(&we, a->environ_list, a->spec->env, ret_envp);
 }

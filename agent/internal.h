@@ -100,6 +100,7 @@ struct dl_agent_s {
     char failure_text[512];    /* the job's failure as the rendezvous described it */
     char report_reason[400];   /* a failure report's text when no worker's exit says it */
     char store_addr[300];      /* DLAUNCH_STORE for the workers, or "" */
+    bool agent_store;          /* an agent serves torch's store at MASTER_ADDR:MASTER_PORT */
     char *token_path;          /* the workers' key file (DLAUNCH_TOKEN_FILE), or NULL */
     dl__diag_t *diag;          /* diag.c: recorders, stragglers, hang accounts */
     dl_sup_failure_t *history; /* the first failure of every failed attempt */

@@ -686,6 +686,8 @@ static int serve(tcp_t *z, const char *ip, char *err, size_t errlen)
     so.heartbeat = z->spec->heartbeat;
     so.core.successors = true;
     so.core.host_agent_id = z->conf.node_id;
+    so.torch_store = !z->spec->store_worker;
+    so.torch_port = z->conf.master_port;
     so.log = server_log;
     so.log_ctx = z;
     int r = dl_rdzv_server_start(z->conf.loop, &so, &z->server, err, errlen);

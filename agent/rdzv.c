@@ -238,6 +238,10 @@ static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as,
     a->nnodes = as->nodes;
     a->world_size = as->world_size;
     a->master_port = as->master_port;
+    /* The agent hosting our rendezvous serves torch's store at MASTER (rdzv-tcp.c); dlaunchd
+     * (no host node) and etcd serve none. */
+    a->agent_store = !a->spec->store_worker && a->spec->rdzv_backend != DL_RDZV_ETCD &&
+                     as->host_node_rank >= 0;
     snprintf(a->store_addr, sizeof(a->store_addr), "%s", as->store_addr);
     snprintf(a->master_addr, sizeof(a->master_addr), "%s", as->master_addr);
     if (dl__agent_set_ranks(a, first, local) < 0) {
@@ -445,9 +449,18 @@ int dl__rdzv_local_store(dl_agent_t *a)
     so.token = z->token;
     so.only_run_id = a->run_id;
     so.store_only = true;
+    so.torch_store = !a->spec->store_worker;
+    so.torch_port = a->master_port;
     so.log = server_log;
     so.log_ctx = a;
     r = dl_rdzv_server_start(&a->loop, &so, &z->server, err, sizeof(err));
+    if (r < 0 && so.torch_store) {
+        /* MASTER_PORT taken (--master-port names a busy one): the workers keep DLAUNCH_STORE
+         * and rank 0 hosts torch's store, as with store=worker, saying so. */
+        dl__agent_log(a, "torch store not served, rank 0 hosts it: %s", err);
+        so.torch_store = false;
+        r = dl_rdzv_server_start(&a->loop, &so, &z->server, err, sizeof(err));
+    }
     if (r == 0) {
         dl_rdzv_job_opts_t jo;
         dl_rdzv_job_opts_init(&jo);
@@ -461,6 +474,7 @@ int dl__rdzv_local_store(dl_agent_t *a)
     }
     snprintf(a->store_addr, sizeof(a->store_addr), "127.0.0.1:%d",
              dl_rdzv_server_port(z->server));
+    a->agent_store = dl_rdzv_server_torch_port(z->server) > 0;
     return 0;
 }
 

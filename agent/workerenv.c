@@ -136,9 +136,10 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
         r = put(&sv, fmt_int("TORCHELASTIC_MAX_RESTARTS", w->max_restarts));
     if (r == 0)
         r = put(&sv, fmt("TORCHELASTIC_RUN_ID", w->run_id));
-    /* No agent-hosted TCPStore: rank 0 of torch.distributed hosts its own at MASTER_PORT. */
+    /* As torchrun since 2.4: the store outlives every worker, rank 0 included, for an agent
+     * serves it at MASTER_ADDR:MASTER_PORT. Else rank 0 of torch.distributed hosts it there. */
     if (r == 0)
-        r = put(&sv, fmt("TORCHELASTIC_USE_AGENT_STORE", "False"));
+        r = put(&sv, fmt("TORCHELASTIC_USE_AGENT_STORE", w->agent_store ? "True" : "False"));
     /* As torchrun: NCCL's asynchronous error handling on, unless the user said otherwise. */
     if (r == 0 && !has(base, "TORCH_NCCL_ASYNC_ERROR_HANDLING") &&
         !has(extra, "TORCH_NCCL_ASYNC_ERROR_HANDLING"))

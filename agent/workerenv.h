@@ -3,6 +3,7 @@
 #ifndef DL_WORKERENV_H
 #define DL_WORKERENV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct {
@@ -32,6 +33,9 @@ typedef struct {
      * (as "=NAME", an exact match), TP_SOCKET_IFNAME and DLAUNCH_SOCKET_IFNAME, each unless
      * base or extra already has it. */
     const char *ifname;
+    /* TORCHELASTIC_USE_AGENT_STORE=True: an agent serves torch's store at MASTER_ADDR:PORT
+     * (docs/store.md); false: the workers' rank 0 hosts it. */
+    bool agent_store;
 } dl_worker_env_t;
 
 /* Returns a NULL-terminated "NAME=value" vector in *ret_envp (caller frees it with

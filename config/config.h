@@ -72,6 +72,7 @@ struct dl_job_spec_s {
     double close_timeout; /* --rdzv-conf close_timeout: accepted, for torchrun's sake */
     double read_timeout;  /* --rdzv-conf read_timeout: a rendezvous reply later than this fails */
     int is_host;          /* --rdzv-conf is_host: -1 decide, 0 never host, 1 host */
+    bool store_worker;    /* --rdzv-conf store=worker: rank 0 hosts torch's store, not the agent */
     double heartbeat;    /* seconds between an agent's heartbeats */
     double dead_after;   /* seconds without a heartbeat before a node is dead */
     char *token_file;

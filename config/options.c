@@ -144,7 +144,7 @@ static int parse_forward_signals(const dl_opt_t *o, void *obj, const char *text,
 
 /* --rdzv-conf k=v,...: torchrun's keys, and etcd's. Each is set as it is read, so a flag given
  * later (--join-timeout) still wins. */
-typedef enum { K_DOUBLE, K_BOOL, K_STRING } conf_kind_t;
+typedef enum { K_DOUBLE, K_BOOL, K_STRING, K_STORE } conf_kind_t;
 
 static const struct {
     const char *key;
@@ -157,6 +157,7 @@ static const struct {
     {"close_timeout", K_DOUBLE, OFF(close_timeout)},
     {"read_timeout", K_DOUBLE, OFF(read_timeout)},
     {"is_host", K_BOOL, OFF(is_host)},
+    {"store", K_STORE, OFF(store_worker)},
     {"user", K_STRING, OFF(etcd_user)},
     {"password_file", K_STRING, OFF(etcd_password_file)},
     {"protocol", K_STRING, OFF(etcd_protocol)},
@@ -195,11 +196,20 @@ static int conf_pair(dl_job_spec_t *tmp, const char *k, const char *v, char *why
                 return -EINVAL;
             }
             return set_string((char **)field, v) < 0 ? -ENOMEM : 0;
+        case K_STORE:
+            /* Where the workers' torch store lives: the agent (as torchrun since 2.4), or the
+             * workers' rank 0 as before (docs/store.md). */
+            if (strcmp(v, "agent") != 0 && strcmp(v, "worker") != 0) {
+                snprintf(why, whylen, "has store=%s: want agent or worker", v);
+                return -EINVAL;
+            }
+            *(bool *)field = strcmp(v, "worker") == 0;
+            return 0;
         }
     }
     snprintf(why, whylen, "has an unknown key '%s' (known: join_timeout, last_call_timeout, "
-                          "close_timeout, timeout, read_timeout, is_host, user, password_file, "
-                          "protocol, cacert, cert, key, prefix)", k);
+                          "close_timeout, timeout, read_timeout, is_host, store, user, "
+                          "password_file, protocol, cacert, cert, key, prefix)", k);
     return -EINVAL;
 }
 
@@ -390,7 +400,8 @@ const dl_opt_t dl__options[] = {
      DL_OPT_PET, 0},
     {"rdzv-conf", NULL, 0, &t_conf, 0, 0, 0, NULL, NULL, "K=V,...",
      "rendezvous settings: join_timeout, last_call_timeout, close_timeout, timeout, "
-     "read_timeout, is_host; for etcd also user, password_file, protocol, cacert, cert, key, "
+     "read_timeout, is_host, store (agent: the agent serves torch's store, the default; worker: "
+     "rank 0 does); for etcd also user, password_file, protocol, cacert, cert, key, "
      "prefix", DL_OPT_PET, 0},
     {"standalone", NULL, 0, BOOL, OFF(standalone), 0, 0, NULL, NULL, NULL,
      "one node with a rendezvous of its own on a free port (the rdzv options are ignored)",

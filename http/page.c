@@ -345,12 +345,13 @@ static void job_section(dl__http_buf_t *b, const json_t *job, double unix_now)
     dl__http_buf_html(b, state);
     dl__http_buf_printf(b, "</span></h2><p>round %lld &#183; restarts %lld of %lld &#183; %zu "
                            "nodes (%lld:%lld) &#183; world size %lld &#183; store: %lld keys, "
-                           "%lld bytes, %lld waits</p>",
+                           "%lld bytes, %lld waits, %lld torch clients</p>",
                         integer(job, "round"), integer(job, "restarts"),
                         integer(job, "max_restarts"), json_array_size(json_object_get(job, "nodes")),
                         integer(job, "min_nodes"), integer(job, "max_nodes"),
                         integer(job, "world_size"), integer(job, "keys"),
-                        integer(job, "store_bytes"), integer(job, "store_waits"));
+                        integer(job, "store_bytes"), integer(job, "store_waits"),
+                        integer(job, "store_clients"));
     progress(b, job);
     nodes_table(b, job, unix_now);
     failure(b, job, unix_now);

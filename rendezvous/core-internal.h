@@ -149,7 +149,8 @@ typedef struct {
     dl__rdzv_map_t keys;
     dl__rdzv_waiter_t *waiters; /* through job_prev/job_next */
     size_t nwaiters;
-    size_t bytes;  /* keys and values held */
+    size_t bytes;    /* keys and values held */
+    size_t npresent; /* keys with a value (the others are only waited on) */
     size_t memory; /* all this store holds, entries and waits included (core->memory's share) */
 } dl__rdzv_store_t;
 

@@ -154,6 +154,15 @@ static dl__rdzv_job_t *job_find(dl_rdzv_core_t *core, const char *run_id)
     return NULL;
 }
 
+int dl_rdzv_core_store_count(dl_rdzv_core_t *core, const char *run_id, size_t *ret_keys)
+{
+    dl__rdzv_job_t *job = job_find(core, run_id);
+    if (job == NULL)
+        return -ENOENT;
+    *ret_keys = job->store.npresent;
+    return 0;
+}
+
 /* How many live jobs a creator made: one map entry while it has any. */
 typedef struct {
     dl__rdzv_hnode_t node;
@@ -506,7 +515,12 @@ static void close_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job)
     for (size_t i = 0; core->host_agent_id && i < job->nmembers; i++)
         if (strcmp(job->members[i]->agent_id, core->host_agent_id) == 0)
             job->host_node_rank = job->members[i]->node_rank;
+    /* MASTER_ADDR:MASTER_PORT is where the workers' torch store is: with the agent that hosts
+     * this rendezvous, which serves it there (docs/store.md); else node rank 0's address. */
     dl__rdzv_member_t *m0 = job->members[0];
+    for (size_t i = 0; core->host_agent_id && i < job->nmembers; i++)
+        if (job->members[i]->node_rank == job->host_node_rank)
+            m0 = job->members[i];
     snprintf(job->master_addr, sizeof(job->master_addr), "%s",
              m0->master_addr ? m0->master_addr : m0->host);
     job->master_port = m0->master_port ? m0->master_port : job->opts.master_port;

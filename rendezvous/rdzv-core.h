@@ -378,6 +378,9 @@ int dl_rdzv_core_add_job(dl_rdzv_core_t *core, const char *run_id, const dl_rdzv
 int dl_rdzv_core_step(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now,
                       dl_rdzv_actions_t *acts);
 
+/* The keys with a value in the job's store (torch's getNumKeys). Returns 0 or -ENOENT. */
+int dl_rdzv_core_store_count(dl_rdzv_core_t *core, const char *run_id, size_t *ret_keys);
+
 /* The earliest pending deadline. Returns 0, or -ENOENT when none is pending. */
 int dl_rdzv_core_next_deadline(const dl_rdzv_core_t *core, double *ret_at);
 

@@ -44,6 +44,13 @@ typedef struct {
     size_t max_held; /* bytes of unfinished frames, every connection together */
     dl_rdzv_log_cb log;   /* may be NULL; texts are one line of printable ASCII */
     void *log_ctx;
+    /* Also serve the job's store (with only_run_id) in PyTorch's TCPStore protocol on
+     * torch_host (NULL: host):torch_port (0: any free port), for torch's env:// and tcp:// with
+     * TORCHELASTIC_USE_AGENT_STORE=True. Torch clients carry no token: only loopback and the
+     * addresses of agents joined to this server get in (docs/store.md). */
+    bool torch_store;
+    const char *torch_host;
+    int torch_port;
 } dl_rdzv_server_opts_t;
 
 /* Defaults: 127.0.0.1, any port, no token, every job, core defaults, heartbeat 1 s, auth timeout
@@ -63,6 +70,9 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
 /* The port it listens on. */
 int dl_rdzv_server_port(const dl_rdzv_server_t *s);
 
+/* The port of its torch store, or -1 when it serves none. */
+int dl_rdzv_server_torch_port(const dl_rdzv_server_t *s);
+
 /* Creates a job before any agent joins (the embedded server knows its job spec). */
 int dl_rdzv_server_add_job(dl_rdzv_server_t *s, const char *run_id,
                            const dl_rdzv_job_opts_t *opts);
@@ -80,6 +90,9 @@ typedef struct {
     size_t connections;
     size_t peak_connections;
     size_t conn_bytes;
+    size_t torch_clients; /* connections to the torch store now */
+    size_t torch_peak;
+    size_t torch_conn_bytes; /* what an idle one costs */
 } dl_rdzv_server_stats_t;
 void dl_rdzv_server_stats(const dl_rdzv_server_t *s, dl_rdzv_server_stats_t *ret);
 

@@ -16,6 +16,8 @@
 #include "peer.h"
 #include "rendezvous.h"
 #include "stats.h"
+#include "torch-codec.h"
+#include "torch-store.h"
 
 #define READBUF_SIZE (64 * 1024)
 /* Events of journals replayed per turn of the loop, all followers together: the slice. */
@@ -94,6 +96,8 @@ struct dl_rdzv_server_s {
     int diag_fd; /* the netlink socket that tells peers' uids, without a token; -1 until used */
     dl__jobview_t *view; /* every job's ranks as their agents report them (jobview.c) */
 
+    dl__torch_store_t *torch; /* the job's store in torch's protocol, or NULL */
+    dl_rdzv_core_opts_t core_opts; /* its limits, for the torch store (no hash key, no names) */
     dl__rdzv_stats_t stats;
     json_t *snapshot; /* what the last STATUS to DL__RDZV_STATS_CONN made */
 
@@ -137,7 +141,7 @@ static uint64_t conn_id(const sconn_t *sc)
 static sconn_t *conn_by_id(dl_rdzv_server_t *s, uint64_t id)
 {
     uint32_t slot = (uint32_t)id, gen = (uint32_t)(id >> 32);
-    if (slot >= s->nslots || s->gens[slot] != gen)
+    if ((id & DL__TORCH_CONN_BIT) || slot >= s->nslots || s->gens[slot] != gen)
         return NULL;
     return s->slots[slot];
 }
@@ -305,7 +309,7 @@ static json_t *buf_string(dl_rdzv_buf_t b)
     return json_stringn(b.data != NULL ? b.data : "", b.len);
 }
 
-static json_t *status_json(const dl_rdzv_job_status_t *j)
+static json_t *status_json(const dl_rdzv_server_t *s, const dl_rdzv_job_status_t *j)
 {
     json_t *members = json_array();
     for (size_t i = 0; i < j->nmembers; i++) {
@@ -323,6 +327,16 @@ static json_t *status_json(const dl_rdzv_job_status_t *j)
                           "keys", (json_int_t)j->nkeys, "nodes", members);
     if (o != NULL && j->failure != NULL)
         json_object_set_new(o, "failure", json_string(j->failure));
+    if (o != NULL) {
+        json_object_set_new(o, "store_bytes", json_integer((json_int_t)j->store_bytes));
+        json_object_set_new(o, "store_waits", json_integer((json_int_t)j->store_waits));
+    }
+    /* Torch clients of the one job whose store this server also serves in torch's protocol. */
+    if (o != NULL && s->torch != NULL && strcmp(j->run_id, s->only_run_id) == 0) {
+        size_t now, peak, bytes;
+        dl__torch_store_clients(s->torch, &now, &peak, &bytes);
+        json_object_set_new(o, "store_clients", json_integer((json_int_t)now));
+    }
     return o;
 }
 
@@ -457,7 +471,7 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
     case DL_RDZV_MSG_STATUS: {
         const dl_rdzv_status_t *st = m->status;
         if (st->njobs == 1) {
-            o = status_json(&st->jobs[0]);
+            o = status_json(s, &st->jobs[0]);
             json_object_update_new(o, dl__jobview_status(s->view, st->jobs[0].run_id,
                                                          sc->status_ranks, now_s()));
             json_t *rec = dl__rdzv_stats_recovery_get(&s->stats, st->jobs[0].run_id);
@@ -466,7 +480,7 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
         } else {
             json_t *jobs = json_array();
             for (size_t i = 0; i < st->njobs; i++) {
-                json_t *j = status_json(&st->jobs[i]);
+                json_t *j = status_json(s, &st->jobs[i]);
                 json_object_update_new(j, dl__jobview_status(s->view, st->jobs[i].run_id,
                                                              false, now_s()));
                 json_t *rec = dl__rdzv_stats_recovery_get(&s->stats, st->jobs[i].run_id);
@@ -637,7 +651,7 @@ static void take_snapshot(dl_rdzv_server_t *s, const dl_rdzv_status_t *st)
 {
     json_t *jobs = json_array();
     for (size_t i = 0; jobs != NULL && i < st->njobs; i++)
-        if (json_array_append_new(jobs, status_json(&st->jobs[i])) < 0) {
+        if (json_array_append_new(jobs, status_json(s, &st->jobs[i])) < 0) {
             json_decref(jobs);
             jobs = NULL;
         }
@@ -657,6 +671,11 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
             if (a->conn == DL__RDZV_STATS_CONN) {
                 if (a->msg.kind == DL_RDZV_MSG_STATUS)
                     take_snapshot(s, a->msg.status);
+                break;
+            }
+            if (a->conn & DL__TORCH_CONN_BIT) {
+                if (s->torch != NULL)
+                    dl__torch_store_reply(s->torch, a->conn, &a->msg);
                 break;
             }
             sc = conn_by_id(s, a->conn);
@@ -680,6 +699,8 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
             break;
         }
         case DL_RDZV_ACT_CLOSE:
+            if ((a->conn & DL__TORCH_CONN_BIT) && s->torch != NULL)
+                dl__torch_store_reply(s->torch, a->conn, NULL);
             sc = conn_by_id(s, a->conn);
             if (sc != NULL)
                 dl__conn_close(&sc->c, 0);
@@ -1384,6 +1405,9 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
     snprintf(s->store_host, sizeof(s->store_host), "%s", opts->host);
     dl__journal_cbs_t jcbs = {send_event, follower_alive};
     dl_rdzv_core_opts_t core_opts = opts->core;
+    s->core_opts = opts->core;
+    s->core_opts.store_host = NULL;
+    s->core_opts.host_agent_id = NULL;
     /* A hash key nobody outside knows, unless the caller chose one (tests). */
     r = dl__journals_new(JOURNAL_MAX, FOLLOWERS_MAX, &jcbs, s, &s->journals);
     if (r == 0 && core_opts.hash_key[0] == 0 && core_opts.hash_key[1] == 0)
@@ -1427,8 +1451,92 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
     uv_tcp_getsockname(&s->listener, (struct sockaddr *)&sa, &len);
     s->port = ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
                                             : ((struct sockaddr_in6 *)&sa)->sin6_port);
+    if (opts->torch_store) {
+        r = s->only_run_id[0] == '\0' ? -EINVAL : 0;
+        if (r < 0)
+            snprintf(err, errlen, "a torch store needs the one run id the server serves");
+        else
+            r = dl__torch_store_start(s, loop, opts->torch_host ? opts->torch_host : opts->host,
+                                      opts->torch_port, s->only_run_id, &s->torch, err, errlen);
+        if (r < 0) {
+            dl_rdzv_server_close(s, NULL, NULL);
+            return r;
+        }
+    }
     *ret_server = s;
     return 0;
+}
+
+int dl_rdzv_server_torch_port(const dl_rdzv_server_t *s)
+{
+    return s->torch != NULL ? dl__torch_store_port(s->torch) : -1;
+}
+
+/* ---- what the torch store borrows (torch-store.h) ---- */
+
+void dl__rdzv_server_feed(dl_rdzv_server_t *s, const dl_rdzv_event_t *ev)
+{
+    run_core(s, ev);
+}
+
+dl_rdzv_core_t *dl__rdzv_server_core(dl_rdzv_server_t *s)
+{
+    return s->core;
+}
+
+const dl_rdzv_core_opts_t *dl__rdzv_server_core_opts(const dl_rdzv_server_t *s)
+{
+    return &s->core_opts;
+}
+
+static bool same_ip(const struct sockaddr *a, const struct sockaddr *b)
+{
+    if (a->sa_family != b->sa_family)
+        return false;
+    if (a->sa_family == AF_INET)
+        return memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+                      &((const struct sockaddr_in *)b)->sin_addr, 4) == 0;
+    return a->sa_family == AF_INET6 && memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                                              &((const struct sockaddr_in6 *)b)->sin6_addr,
+                                              16) == 0;
+}
+
+/* O(connections): asked once per torch connection from another host, never per query. */
+bool dl__rdzv_server_knows_host(dl_rdzv_server_t *s, const struct sockaddr *addr)
+{
+    for (size_t i = 0; i < s->nslots; i++) {
+        sconn_t *sc = s->slots[i];
+        struct sockaddr_storage sa;
+        int n = sizeof(sa);
+        if (sc == NULL || sc->state != SC_READY || !sc->joined ||
+            uv_tcp_getpeername(&sc->c.tcp, (struct sockaddr *)&sa, &n) != 0)
+            continue;
+        if (same_ip((struct sockaddr *)&sa, addr))
+            return true;
+    }
+    return false;
+}
+
+void dl__rdzv_server_hold(dl_rdzv_server_t *s)
+{
+    s->open_handles++;
+}
+
+void dl__rdzv_server_release(dl_rdzv_server_t *s)
+{
+    s->open_handles--;
+    maybe_done(s);
+}
+
+void dl__rdzv_server_log(dl_rdzv_server_t *s, dl_rdzv_log_level_t level, const char *run_id,
+                         const char *fmt, ...)
+{
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    slog(s, level, run_id, "%s", text);
 }
 
 int dl_rdzv_server_port(const dl_rdzv_server_t *s)
@@ -1458,6 +1566,10 @@ void dl_rdzv_server_stats(const dl_rdzv_server_t *s, dl_rdzv_server_stats_t *ret
     ret->connections = s->nconns;
     ret->peak_connections = s->peak;
     ret->conn_bytes = sizeof(sconn_t);
+    ret->torch_clients = ret->torch_peak = ret->torch_conn_bytes = 0;
+    if (s->torch != NULL)
+        dl__torch_store_clients(s->torch, &ret->torch_clients, &ret->torch_peak,
+                                &ret->torch_conn_bytes);
 }
 
 int dl_rdzv_server_snapshot(dl_rdzv_server_t *s, json_t **ret_snapshot)
@@ -1490,6 +1602,8 @@ void dl_rdzv_server_close(dl_rdzv_server_t *s, void (*done)(void *ctx), void *ct
     uv_close((uv_handle_t *)&s->auth_timer, handle_closed);
     uv_close((uv_handle_t *)&s->sweep_timer, handle_closed);
     uv_close((uv_handle_t *)&s->replay_idle, handle_closed);
+    dl__torch_store_close(s->torch);
+    s->torch = NULL;
     for (size_t i = 0; i < s->nslots; i++)
         if (s->slots[i] != NULL)
             dl__conn_close(&s->slots[i]->c, 0);

@@ -90,6 +90,7 @@ static int entry_get(dl_rdzv_core_t *core, dl__rdzv_store_t *store, const dl_rdz
 
 static void entry_free(dl_rdzv_core_t *core, dl__rdzv_store_t *store, dl__rdzv_entry_t *e)
 {
+    store->npresent -= e->present;
     store->bytes -= e->key_len + e->value_len;
     mem_sub(core, store, ENTRY_COST(e->key_len) + e->value_len);
     free(e->value);
@@ -224,6 +225,7 @@ static int set_value(dl_rdzv_core_t *core, dl__rdzv_store_t *store, dl__rdzv_ent
     e->value_len = len;
     if (!e->present) {
         e->present = true;
+        store->npresent++;
         became_present(core, store, e, run_id);
     }
     return 0;
@@ -385,6 +387,7 @@ static void do_delete(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rdzv_e
         e->value = NULL;
         e->value_len = 0;
         e->present = false;
+        store->npresent--;
         became_absent(e);
         entry_gc(core, store, e);
     }

@@ -135,16 +135,17 @@ class Train(dltest.Case):
             self.assertGreater(max(abs(a - b) for a, b in zip(p1, p10)), 50 * worst)
 
     def test_ranks_meet_through_the_store_and_leave_master_port_to_the_worker(self):
-        # Rank 0 takes MASTER_PORT for itself first, as a script's own torch TCPStore would;
-        # the trainer's ranks still find each other, through DLAUNCH_STORE.
+        # Rank 0 takes MASTER_PORT for itself first, as a script's own torch TCPStore would
+        # with store=worker (else the agent serves torch's store there); the trainer's ranks
+        # still find each other, through DLAUNCH_STORE.
         hold = ('import os, socket, time; s = socket.socket(); '
                 's.bind((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))); '
                 's.listen(); open("held", "w").close(); time.sleep(30)')
         script = (f'if [ "$RANK" = 0 ]; then python3 -c \'{hold}\' & '
                   'while [ ! -e held ]; do sleep 0.05; done; fi; '
                   f'exec {TRAINER} --set dataset_dir={SUBSET} --set steps=20')
-        p = self.dlaunch("--gpus-per-node", "2", "--run-id", "store", "--", "sh", "-c", script,
-                         timeout=120)
+        p = self.dlaunch("--gpus-per-node", "2", "--run-id", "store", "--rdzv-conf",
+                         "store=worker", "--", "sh", "-c", script, timeout=120)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("done after 20 steps", p.stdout)
         self.assertIn("world size 2", p.stdout)

@@ -76,6 +76,28 @@ START_TEST(master_defaults_to_node_zero_host_and_job_port)
 }
 END_TEST
 
+START_TEST(master_is_the_hosting_agent_which_serves_the_torch_store)
+{
+    /* The agent hosting the rendezvous serves torch's store at MASTER_ADDR:MASTER_PORT: the
+     * assignment names its address, even when it is not node rank 0. */
+    harness_t h;
+    dl_rdzv_core_opts_t co;
+    dl_rdzv_core_opts_init(&co);
+    co.host_agent_id = "a5";
+    h_init_opts(&h, &co);
+    dl_rdzv_job_opts_t o = h_opts(2, 2);
+    o.master_port = 31000;
+    h_join(&h, 5, "job", 1, &o, 0);
+    h_join(&h, 4, "job", 1, &o, 0);
+    const dl_rdzv_msg_t *m = h_msg(&h, 4, DL_RDZV_MSG_ASSIGNMENT);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(m->assignment.node_rank, 0);
+    ck_assert_int_eq(m->assignment.host_node_rank, 1);
+    ck_assert_str_eq(m->assignment.master_addr, "h5");
+    h_fini(&h);
+}
+END_TEST
+
 START_TEST(min_nodes_start_the_last_call)
 {
     harness_t h;
@@ -1111,6 +1133,7 @@ int main(void)
     tcase_add_test(tc, missed_heartbeats_open_a_new_round);
     tcase_add_test(tc, a_silent_gathering_member_is_dropped);
     tcase_add_test(tc, worker_failure_restarts_the_round);
+    tcase_add_test(tc, master_is_the_hosting_agent_which_serves_the_torch_store);
     tcase_add_test(tc, a_new_node_joins_a_running_job);
     tcase_add_test(tc, rank_rule_is_slurm_then_hint_then_host_then_id);
     tcase_add_test(tc, ranks_do_not_depend_on_join_order);

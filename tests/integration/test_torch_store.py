@@ -1,0 +1,350 @@
+"""The workers' torch store lives in the agent (TORCHELASTIC_USE_AGENT_STORE=True, as torchrun
+since 2.4): real PyTorch clients (Debian's python3-torch) against the agent that hosts the
+rendezvous, speaking torch's own TCPStore protocol (docs/store.md)."""
+import json
+import os
+import socket
+import struct
+import subprocess
+import time
+import unittest
+
+import dltest
+
+TORCH_PYTHON = "/usr/bin/python3"
+
+# An unmodified DDP script whose rank 0 is done right after the first barrier, while the other
+# ranks go on using the job's store for seconds. With the store inside rank 0 they lose it.
+EARLY_EXIT = """
+import os, sys, time
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = DDP(torch.nn.Linear(4, 1))
+model(torch.ones(2, 4)).sum().backward()
+dist.barrier()
+if rank == 0:
+    print("rank 0 returns", flush=True)
+    sys.exit(0)
+store = dist.distributed_c10d._get_default_store()
+n, deadline = 0, time.monotonic() + 3
+while time.monotonic() < deadline:
+    store.set(f"step{rank}", str(n))
+    store.add("steps", 1)
+    assert store.get(f"step{rank}") == str(n).encode()
+    n += 1
+    time.sleep(0.02)
+store.add("done", 1)
+others = dist.get_world_size() - 1
+while int(store.add("done", 0)) < others:
+    time.sleep(0.02)
+print(f"rank {rank} used the store after rank 0 left: {n} steps, agent store "
+      f"{os.environ['TORCHELASTIC_USE_AGENT_STORE']}", flush=True)
+"""
+
+# Attempt 0 leaves keys (through torch's /worker/attempt_0 prefix and raw ones), then a worker
+# is killed; attempt 1 looks for them.
+RESTART = """
+import os, signal, time
+from datetime import timedelta
+import torch.distributed as dist
+
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+store = dist.distributed_c10d._get_default_store()
+raw = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False,
+                    timedelta(seconds=30), wait_for_workers=False)
+if attempt == 0:
+    store.set(f"secret{rank}", "old")
+    raw.set(f"raw{rank}", "old")
+    assert store.get(f"secret{rank}") == b"old"
+    dist.barrier()
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(120)
+old = dist.PrefixStore("/worker/attempt_0", raw)
+seen = [old.delete_key(f"secret{r}") or raw.delete_key(f"raw{r}") for r in range(3)]
+store.set(f"secret{rank}", "new")
+dist.barrier()
+print(f"attempt {attempt} rank {rank} sees old keys: {any(seen)}; "
+      f"new: {store.get(f'secret{rank}').decode()}", flush=True)
+"""
+
+# Every query type torch 1.13's client sends, through torch.distributed.TCPStore with
+# is_master=False, and the newer clients' framing (validation first, the queries numbered one
+# higher, and those 1.13 lacks) written out byte by byte, as torch >= 2.1 sends it.
+QUERIES = r"""
+import os, socket, struct, threading, time
+from datetime import timedelta
+import torch.distributed as dist
+
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+assert os.environ["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+s = dist.TCPStore(addr, port, None, False, timedelta(seconds=10), wait_for_workers=False)
+s.set("a", "1")
+assert s.get("a") == b"1"
+assert s.add("n", 5) == 5 and s.add("n", -2) == 3
+assert s.compare_set("a", "1", "2") == b"2"
+assert s.compare_set("a", "9", "3") == b"2"
+assert s.compare_set("fresh", "", "x") == b"x"
+assert s.compare_set("absent", "e", "x") == b"e"
+before = s.num_keys()
+s.set("b", "")
+assert s.num_keys() == before + 1, (before, s.num_keys())
+assert s.delete_key("b") is True and s.delete_key("b") is False
+assert s.num_keys() == before
+s.wait(["a", "n"])
+def later():
+    time.sleep(0.5)
+    dist.TCPStore(addr, port, None, False, timedelta(seconds=10),
+                  wait_for_workers=False).set("late", "y")
+threading.Thread(target=later).start()
+t0 = time.monotonic()
+s.wait(["late"])
+assert time.monotonic() - t0 >= 0.3
+s.set_timeout(timedelta(seconds=1))
+try:
+    s.wait(["never"])
+    raise SystemExit("wait on a missing key returned")
+except RuntimeError:
+    pass
+print("v1 client: set get add compare_set num_keys delete_key wait ok", flush=True)
+
+def conn():
+    c = socket.create_connection((addr, port))
+    c.sendall(b"\x00" + struct.pack("<I", 0x3C85F7CE))
+    return c
+def recv(c, n):
+    b = b""
+    while len(b) < n:
+        d = c.recv(n - len(b))
+        if not d:
+            raise EOFError(f"closed after {len(b)} of {n} bytes")
+        b += d
+    return b
+def s8(x): return struct.pack("<Q", len(x)) + x
+def vec(c): return recv(c, struct.unpack("<Q", recv(c, 8))[0])
+def i64(c): return struct.unpack("<q", recv(c, 8))[0]
+SET, CAS, GET, ADD, CHECK, WAIT, NUMKEYS, DELETE, APPEND, MGET, MSET, CANCEL, PING = range(1, 14)
+c = conn()
+c.sendall(bytes([SET]) + s8(b"k") + s8(b"v1"))
+c.sendall(bytes([GET]) + s8(b"k")); assert vec(c) == b"v1"
+c.sendall(bytes([ADD]) + s8(b"cnt") + struct.pack("<q", 7)); assert i64(c) == 7
+c.sendall(bytes([CAS]) + s8(b"k") + s8(b"v1") + s8(b"v2")); assert vec(c) == b"v2"
+c.sendall(bytes([APPEND]) + s8(b"k") + s8(b"+x"))
+c.sendall(bytes([GET]) + s8(b"k")); assert vec(c) == b"v2+x"
+c.sendall(bytes([CHECK]) + struct.pack("<Q", 2) + s8(b"k") + s8(b"cnt")); assert recv(c, 1) == b"\0"
+c.sendall(bytes([CHECK]) + struct.pack("<Q", 1) + s8(b"nope")); assert recv(c, 1) == b"\1"
+c.sendall(bytes([MSET]) + struct.pack("<Q", 2) + s8(b"m1") + s8(b"x") + s8(b"m2") + s8(b"yy"))
+c.sendall(bytes([MGET]) + struct.pack("<Q", 2) + s8(b"m2") + s8(b"m1"))
+assert vec(c) == b"yy" and vec(c) == b"x"
+c.sendall(bytes([NUMKEYS])); n = i64(c); assert n >= 4, n
+c.sendall(bytes([DELETE]) + s8(b"m1")); assert i64(c) == 1
+c.sendall(bytes([NUMKEYS])); assert i64(c) == n - 1
+c.sendall(bytes([PING]) + struct.pack("<I", 0xC0FFEE)); assert recv(c, 4) == struct.pack("<I", 0xC0FFEE)
+c.sendall(bytes([WAIT]) + struct.pack("<Q", 1) + s8(b"w"))
+d = conn(); d.sendall(bytes([SET]) + s8(b"w") + s8(b"1"))
+assert recv(c, 1) == b"\0"                      # STOP_WAITING once another client set it
+c.sendall(bytes([WAIT]) + struct.pack("<Q", 1) + s8(b"w2"))
+time.sleep(0.2)
+c.sendall(bytes([CANCEL])); assert recv(c, 1) == b"\1"  # WAIT_CANCELED
+d.sendall(bytes([SET]) + s8(b"w2") + s8(b"1"))
+c.sendall(bytes([PING]) + struct.pack("<I", 5)); assert recv(c, 4) == struct.pack("<I", 5)
+print("v2 client: validate set get add compare_set append check multi_set multi_get num_keys "
+      "delete_key ping wait cancel_wait ok", flush=True)
+
+# Bad input closes that connection alone.
+bad = conn(); bad.sendall(bytes([99]))
+assert bad.recv(1) == b""
+big = conn(); big.sendall(bytes([SET]) + struct.pack("<Q", 1 << 40))
+assert big.recv(1) == b""
+c.sendall(bytes([GET]) + s8(b"k")); assert vec(c) == b"v2+x"
+print("bad queries closed their own connections only", flush=True)
+"""
+
+
+# Two ranks hold torch store connections, two keys and one pending wait until told to go.
+HOLD = """
+import os, time
+from datetime import timedelta
+import torch.distributed as dist
+
+s = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False,
+                  timedelta(seconds=120), wait_for_workers=False)
+s.set(f"held{os.environ['RANK']}", "0123456789")
+if os.environ["RANK"] == "0":
+    s.wait(["go"])
+else:
+    while not os.path.exists("go"):
+        time.sleep(0.05)
+    s.set("go", "1")
+"""
+
+
+# Tells the test where the store is, then holds the job until told to go.
+PORT_THEN_WAIT = """
+import os, time
+with open("port.tmp", "w") as f:
+    f.write(os.environ["MASTER_PORT"])
+os.rename("port.tmp", "port")
+while not os.path.exists("go"):
+    time.sleep(0.05)
+"""
+
+
+def local_non_loopback_ipv4():
+    """An address of this machine outside 127/8 (the default route's source), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+            addr = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if addr.startswith("127.") else addr
+
+
+def have_torch():
+    try:
+        return subprocess.run([TORCH_PYTHON, "-c", "import torch.distributed"],
+                              capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@unittest.skipUnless(have_torch(), "python3-torch is not installed")
+class TorchStore(dltest.Case):
+    def test_rank0_returning_first_leaves_the_store_to_the_others(self):
+        script = self.write("early.py", EARLY_EXIT)
+        p = self.dlaunch("--nproc-per-node", "3", "--max-restarts", "0", "--", TORCH_PYTHON,
+                         script, timeout=300, check_code=0)
+        self.assertIn("rank 0 returns", p.stdout)
+        for rank in (1, 2):
+            self.assertRegex(p.stdout, rf"rank {rank} used the store after rank 0 left: "
+                                       rf"[1-9]\d* steps, agent store True")
+        # The old way, rank 0 hosting the store, is still there when asked for, and this is
+        # what it does to such a script.
+        old = self.dlaunch("--nproc-per-node", "3", "--max-restarts", "0", "--rdzv-conf",
+                           "store=worker", "--", TORCH_PYTHON, script, timeout=300)
+        self.assertNotEqual(old.returncode, 0, old.stdout + old.stderr)
+        self.assertNotIn("used the store after rank 0 left", old.stdout)
+
+    def test_a_restarted_attempt_sees_none_of_the_old_keys(self):
+        script = self.write("restart.py", RESTART)
+        p = self.dlaunch("--nproc-per-node", "3", "--max-restarts", "1", "--", TORCH_PYTHON,
+                         script, timeout=300, check_code=0)
+        for rank in range(3):
+            self.assertIn(f"attempt 1 rank {rank} sees old keys: False; new: new", p.stdout)
+
+    def test_every_query_type_round_trips(self):
+        script = self.write("queries.py", QUERIES)
+        p = self.dlaunch("--nproc-per-node", "1", "--", TORCH_PYTHON, script, timeout=240,
+                         check_code=0)
+        self.assertIn("v1 client: set get add compare_set num_keys delete_key wait ok",
+                      p.stdout)
+        self.assertIn("cancel_wait ok", p.stdout)
+        self.assertIn("bad queries closed their own connections only", p.stdout)
+        # One line each in the agent's log, naming why.
+        self.assertRegex(p.stderr, r"torch store: closing the connection from 127\.0\.0\.1:"
+                                   r"\d+: unknown query type 99")
+        self.assertRegex(p.stderr, r"torch store: closing the connection from 127\.0\.0\.1:"
+                                   r"\d+: key of 1099511627776 bytes is outside 1\.\.4096")
+
+    def test_status_shows_the_store_and_its_torch_clients(self):
+        endpoint = f"127.0.0.1:{dltest.free_port()}"
+        script = self.write("hold.py", HOLD)
+        job = self.start("-q", "--nproc-per-node", "2", "--rdzv-endpoint", endpoint, "--run-id",
+                         "held", "--", TORCH_PYTHON, script)
+        try:
+            deadline, st = time.monotonic() + 120, {}
+            while time.monotonic() < deadline:
+                p = self.dlaunch("status", "--json", "--endpoint", endpoint, "held")
+                st = json.loads(p.stdout) if p.returncode == 0 else {}
+                if st.get("store_waits") == 1 and st.get("keys") == 3:
+                    break
+                time.sleep(0.2)
+            # Keys as torch 1.13's client names them: "/held0", "/held1" with 10 bytes each,
+            # and "/go", held for its wait (counted, as every key a wait holds). Each of torch
+            # 1.13's clients opens two connections (the second for its callbacks).
+            self.assertEqual((st.get("keys"), st.get("store_bytes"), st.get("store_waits"),
+                              st.get("store_clients")), (3, 2 * (6 + 10) + 3, 1, 4), st)
+            p = self.dlaunch("status", "--endpoint", endpoint, "held", check_code=0)
+            self.assertIn("  store: 3 keys, 35 bytes, 1 wait, 4 torch clients\n", p.stdout)
+            self.write("go", "")
+            job.communicate(timeout=120)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.communicate()
+        self.assertEqual(job.returncode, 0)
+
+    def test_only_loopback_and_the_jobs_nodes_may_connect(self):
+        source = local_non_loopback_ipv4()
+        if source is None:
+            self.skipTest("this machine has no address outside 127/8")
+        script = self.write("hold.py", PORT_THEN_WAIT)
+        job = self.start("--nproc-per-node", "1", "--run-id", "fenced", "--", TORCH_PYTHON,
+                         script)
+        try:
+            deadline = time.monotonic() + 120
+            while not os.path.exists(os.path.join(self.dir, "port")):
+                self.assertLess(time.monotonic(), deadline, "the worker never started")
+                time.sleep(0.05)
+            port = int(self.read("port"))
+            hello = b"\x00" + struct.pack("<I", 0x3C85F7CE) + b"\x0d" + struct.pack("<I", 77)
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as ok:
+                ok.sendall(hello)
+                self.assertEqual(ok.recv(4), struct.pack("<I", 77))
+            # The same store, reached from an address of this machine that is neither
+            # loopback nor a node of the job: closed before a byte is read.
+            with socket.socket() as out:
+                out.settimeout(30)
+                out.bind((source, 0))
+                out.connect(("127.0.0.1", port))
+                try:
+                    out.sendall(hello)
+                    self.assertEqual(out.recv(4), b"")
+                except ConnectionResetError:
+                    pass
+            self.write("go", "")
+            _, err = job.communicate(timeout=120)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.communicate()
+        self.assertEqual(job.returncode, 0, err)
+        self.assertRegex(err, rf"torch store: closing the connection from {source}:\d+: not "
+                              r"loopback and not a node of job 'fenced'")
+
+    def test_two_nodes_reach_the_hosting_agents_store(self):
+        port = dltest.free_port()
+        script = self.write("early.py", EARLY_EXIT)
+        common = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint",
+                  f"127.0.0.1:{port}", "--run-id", "two", "--max-restarts", "0",
+                  "--join-timeout", "120", "--", TORCH_PYTHON, script]
+        logs = [open(os.path.join(self.dir, f"node{i}.log"), "w") for i in range(2)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        procs = [subprocess.Popen([dltest.DLAUNCH, "--node-rank", str(i), *common],
+                                  cwd=self.dir, env=env, stdout=logs[i],
+                                  stderr=subprocess.STDOUT) for i in range(2)]
+        try:
+            codes = [p.wait(timeout=300) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            for f in logs:
+                f.close()
+        out = self.read("node0.log") + self.read("node1.log")
+        self.assertEqual(codes, [0, 0], out)
+        # Ranks 2 and 3 run on node 1 and use node 0's agent store after rank 0 is gone.
+        for rank in (1, 2, 3):
+            self.assertRegex(out, rf"rank {rank} used the store after rank 0 left")
+
+
+if __name__ == "__main__":
+    dltest.main()

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "ownfile.h"
 #include "spawn.h"
 #include "summary.h"
 
@@ -493,6 +494,7 @@ void dl__rec_keep(dl_agent_t *a)
 void dl__rec_resume(dl_agent_t *a, int attempt)
 {
     char dir[sizeof(a->attempt_dir)];
+    int r;
     a->gen = a->round;
     /* Replacements log into this round's attempt folder; kept workers go on in theirs. */
     snprintf(dir, sizeof(dir), "%s", a->attempt_dir);
@@ -500,6 +502,9 @@ void dl__rec_resume(dl_agent_t *a, int attempt)
     if (mkdir(a->attempt_dir, 0755) < 0 && errno != EEXIST)
         dl__agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir,
                       strerror(errno));
+    else if ((r = dl_ownfile_check_dir(a->attempt_dir)) < 0)
+        dl__agent_log(a, "the log folder '%s' is not safe to write: %s", a->attempt_dir,
+                      dl_ownfile_strerror(r));
     json_t *ranks = json_array();
     for (int i = 0; i < a->nworkers; i++)
         json_array_append_new(ranks, json_integer(a->workers[i].rank));

@@ -737,5 +737,103 @@ class Smaller(Base):
         self.assertFalse(os.path.exists(os.path.join(sub, "attempt_0")))
 
 
+def as_nobody(*cmd, cwd="/"):
+    """Runs cmd as the other user; returns the CompletedProcess (checked)."""
+    return subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                           "--", *cmd], cwd=cwd, check=True, capture_output=True, text=True,
+                          timeout=30)
+
+
+class SharedStorage(Base):
+    """Issue #32, 5: the log folder on storage other users can write. Its files are never opened
+    through a link, a FIFO never blocks the agent, another user's folder is refused, and what a
+    worker wrote reaches the summary without control characters."""
+
+    def run_job(self, *args, timeout=40):
+        """dlaunch with one worker, no restart; (exit code or None if it had to be killed,
+        stderr)."""
+        p = self.agent("job", "--gpus-per-node", "1", "--max-restarts", "0", "--run-id", "job",
+                       *args)
+        try:
+            code = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            code = None
+        return code, self.read("job.log")
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run the other user as nobody")
+    def test_another_users_log_folder_is_refused(self):
+        os.chmod(self.dir, 0o755)
+        shared = os.path.join(self.dir, "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o1777)
+        victim = self.write("victim", "root's own file\n")
+        before = self.read("victim")
+        # The other user lays out the folder the job will use before it starts.
+        attempt = os.path.join(shared, "logs", "job", "attempt_0")
+        as_nobody("mkdir", "-p", attempt)
+        as_nobody("ln", "-s", victim, os.path.join(attempt, "rank_0.out"))
+        as_nobody("mkfifo", os.path.join(attempt, "rank_0.err"))
+        as_nobody("mkfifo", os.path.join(attempt, "rank_0.error.json"))
+        code, log = self.run_job("--log-dir", os.path.join(shared, "logs"), "--",
+                                 "sh", "-c", "echo SECRET; exit 1")
+        self.assertEqual(self.read("victim"), before)
+        self.assertEqual(code, 2, log)
+        self.assertIn("not safe to write: it belongs to another user", log)
+
+    def test_a_fifo_and_a_link_in_the_log_folder_do_not_block_or_redirect(self):
+        victim = self.write("victim", "the user's own file\n")
+        before = self.read("victim")
+        # The worker (or anyone as its user) leaves a FIFO as its error file and a link in place
+        # of its stderr log: the agent must neither block on the one nor show what the other
+        # points to (a file only the agent's user may read).
+        os.chmod(victim, 0o600)
+        cmd = ('mkfifo "$TORCHELASTIC_ERROR_FILE"; rm "$DLAUNCH_ATTEMPT_DIR/rank_0.err"; '
+               f'ln -s {victim} "$DLAUNCH_ATTEMPT_DIR/rank_0.err"; exit 3')
+        code, log = self.run_job("--", "sh", "-c", cmd)
+        self.assertEqual(code, 1, log)
+        self.assertIn("exited with code 3", log)
+        self.assertNotIn("the user's own file", log)
+        self.assertIn("cannot read it: it is a symbolic link", log)
+        self.assertEqual(self.read("victim"), before)
+
+    def test_what_a_worker_wrote_reaches_the_summary_without_control_characters(self):
+        err = {"message": {"message": "boom\x1b]0;title\x07\x1b[2J\nFAKE: line",
+                           "extraInfo": {"py_callstack": "Traceback\n  \x1b[31mred\x1b[0m\n"}}}
+        errfile = self.write("err.json", json.dumps(err))
+        for cmd in (f'cp {errfile} "$TORCHELASTIC_ERROR_FILE"; exit 1',
+                    "printf 'tail \\033[2J\\033]0;x\\007 end\\n' >&2; exit 1"):
+            code, log = self.run_job("-q", "--", "sh", "-c", cmd)
+            self.assertEqual(code, 1, log)
+            summary = log[log.index("the job failed"):]
+            self.assertNotIn("\x1b", summary)
+            self.assertNotIn("\x07", summary)
+            self.assertFalse([l for l in summary.split("\n") if l.startswith("FAKE")], summary)
+            self.assertTrue("boom" in summary or "tail" in summary, summary)
+
+    def test_the_trainers_checksums_file_is_never_a_link_or_a_fifo(self):
+        import test_train
+        victim = self.write("victim", "keep\n")
+        for kind in ("link", "fifo"):
+            folder = os.path.join(self.dir, kind)
+            os.mkdir(folder)
+            path = os.path.join(folder, "rank_0.checksums")
+            if kind == "link":
+                os.symlink(victim, path)
+            else:
+                os.mkfifo(path)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+            env.update(RANK="0", WORLD_SIZE="1", DLAUNCH_ATTEMPT_DIR=folder)
+            try:
+                p = subprocess.run([test_train.TRAINER], env=env, capture_output=True, text=True,
+                                   timeout=20)
+            except subprocess.TimeoutExpired:
+                self.fail(f"the trainer blocked on a {kind} in place of its checksums file")
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("rank_0.checksums", p.stderr)
+            self.assertEqual(self.read("victim"), "keep\n")
+
+
 if __name__ == "__main__":
     dltest.main()

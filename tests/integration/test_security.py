@@ -689,6 +689,33 @@ class Smaller(Base):
         self.assertFalse([e for e in evs if e["time"] < started - 0.5], evs)
         self.assertEqual([e["event"] for e in evs].count("job_end"), 1)
 
+    def test_a_follow_from_the_largest_since_replays_nothing(self):
+        """Issue #32, 7: since + 1 overflowed at 2^63 - 1 and replayed the whole journal."""
+        d, port = self.daemon()
+        c = self.client(port)
+        self.assertEqual(c.hello("agent", "big")["type"], "auth_ok")
+        r = c.call({"type": "join", "node_id": "n0", "host": "h", "slots": 1, "min_nodes": 1,
+                    "max_nodes": 1, "max_restarts": 0})
+        self.assertEqual(r["type"], "assignment")
+        got = {}
+        for since in (0, 2 ** 63 - 1):
+            f = self.client(port)
+            self.assertEqual(f.hello("control", "big")["type"], "auth_ok")
+            r = f.call({"type": "events_follow", "since": since})
+            self.assertNotIn("error", r)
+            events = []
+            while True:
+                try:
+                    m = f.recv(timeout=1)
+                except socket.timeout:
+                    break
+                if m is None:
+                    break
+                events.append(m)
+            got[since] = events
+        self.assertTrue(got[0])
+        self.assertEqual(got[2 ** 63 - 1], [])
+
     def test_the_largest_id_is_echoed(self):
         d, port = self.daemon()
         c = self.client(port)

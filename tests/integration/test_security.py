@@ -862,5 +862,80 @@ class SharedStorage(Base):
             self.assertEqual(self.read("victim"), "keep\n")
 
 
+class Credentials(Base):
+    """Issue #32, 7: the token file and the folders the agent keeps keys in."""
+
+    def shared(self):
+        """A folder every user may write, as /tmp is."""
+        os.chmod(self.dir, 0o755)
+        path = os.path.join(self.dir, "shared")
+        os.makedirs(path, exist_ok=True)
+        os.chmod(path, 0o1777)
+        return path
+
+    def test_a_fifo_token_file_is_refused_without_blocking(self):
+        fifo = os.path.join(self.dir, "token")
+        os.mkfifo(fifo, 0o600)
+        p = self.run_cmd("--gpus-per-node", "1", "--token-file", fifo, "--", "true", timeout=20)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("not a regular file", p.stderr)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run the other user as nobody")
+    def test_another_users_token_file_is_refused(self):
+        path = os.path.join(self.shared(), "token")
+        as_nobody("sh", "-c", f"umask 077; echo chosen-by-nobody > {path}")
+        p = self.run_cmd("--gpus-per-node", "1", "--token-file", path, "--", "true", timeout=20)
+        self.assertNotEqual(p.returncode, 0, p.stderr)
+        self.assertIn("belongs to uid", p.stderr)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run the other user as nobody")
+    def test_another_users_slurm_token_folder_is_refused(self):
+        submit = self.shared()
+        # The other user lays out the submit folder's .dlaunch with a token it knows.
+        as_nobody("sh", "-c", f"umask 077; mkdir {submit}/.dlaunch && "
+                              f"echo known > {submit}/.dlaunch/job-4343.token")
+        env = {"SLURM_JOB_ID": "4343", "SLURM_STEP_ID": "0", "SLURM_JOB_NUM_NODES": "1",
+               "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "localhost",
+               "SLURM_NODELIST": "localhost", "SLURM_NODEID": "0", "SLURM_PROCID": "0",
+               "SLURM_LOCALID": "0", "SLURM_SUBMIT_DIR": submit}
+        p = self.run_cmd("--gpus-per-node", "1", "--", "true", env=env, timeout=30)
+        self.assertNotEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn(".dlaunch' is not a folder of this user closed to others", p.stderr)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run the other user as nobody")
+    def test_a_key_folder_made_by_another_user_gets_a_fresh_one(self):
+        tmp = self.shared()
+        as_nobody("mkdir", "-m", "700", os.path.join(tmp, f"dlaunch-{os.geteuid()}"))
+        token = self.token("tok", "s3cret-master")
+        out = os.path.join(self.dir, "keyfile")
+        p = self.run_cmd("--gpus-per-node", "1", "--token-file", token, "--",
+                         "sh", "-c", f'echo "$DLAUNCH_TOKEN_FILE" > {out}',
+                         env={"TMPDIR": tmp, "XDG_RUNTIME_DIR": ""}, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("is not a folder of ours closed to others", p.stderr)
+        used = self.read("keyfile").strip()
+        self.assertTrue(used.startswith(os.path.join(tmp, f"dlaunch-{os.geteuid()}.")), used)
+        # The agent's own folder of a random name goes with the job.
+        self.assertFalse(os.path.exists(os.path.dirname(used)))
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run the agent as nobody")
+    def test_a_worker_cannot_read_its_agents_token(self):
+        home = os.path.join(self.shared(), "home")
+        as_nobody("mkdir", home)
+        out = os.path.join(home, "seen")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        env.update(DLAUNCH_TOKEN="the-master-token-123", TMPDIR=home, XDG_RUNTIME_DIR="")
+        cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--",
+               dltest.DLAUNCH, "-q", "--gpus-per-node", "1", "--", "sh", "-c",
+               f"cat /proc/$PPID/environ > {out} 2>&1; grep -a -c . /proc/$PPID/mem >> {out} "
+               f"2>&1; true"]
+        p = subprocess.run(cmd, cwd=home, env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        with open(out, "rb") as f:
+            seen = f.read()
+        self.assertNotIn(b"the-master-token-123", seen)
+        self.assertIn(b"Permission denied", seen)
+
+
 if __name__ == "__main__":
     dltest.main()

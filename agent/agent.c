@@ -70,11 +70,11 @@ static int mkdir_p(const char *path)
         if (*p != '/')
             continue;
         *p = '\0';
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+        if (mkdir(buf, 0750) < 0 && errno != EEXIST)
             return -errno;
         *p = '/';
     }
-    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+    if (mkdir(buf, 0750) < 0 && errno != EEXIST)
         return -errno;
     return 0;
 }

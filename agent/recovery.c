@@ -484,7 +484,7 @@ void dl__rec_resume(dl_agent_t *a, int attempt)
     /* Replacements log into this round's attempt folder; kept workers go on in theirs. */
     snprintf(dir, sizeof(dir), "%s", a->attempt_dir);
     snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_%d", a->run_dir_abs, attempt);
-    if (mkdir(a->attempt_dir, 0755) < 0 && errno != EEXIST)
+    if (mkdir(a->attempt_dir, 0750) < 0 && errno != EEXIST)
         dl__agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir,
                       strerror(errno));
     else if ((r = dl_ownfile_check_dir(a->attempt_dir)) < 0)

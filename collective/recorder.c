@@ -37,7 +37,7 @@ static uint64_t clock_ns(clockid_t id)
 /* The file, locked for this group and sized; -1 when it cannot be had. */
 static int open_file(const char *path)
 {
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
     if (fd < 0)
         return -1;
     /* Another group of this process (or a stray process) writing the same ring would make both

@@ -937,5 +937,36 @@ class Credentials(Base):
         self.assertIn(b"Permission denied", seen)
 
 
+class Modes(Base):
+    """Issue #32, 7: under the default umask (022) logs, events and checkpoints were readable by
+    every local user."""
+
+    def test_logs_and_checkpoints_are_not_world_readable(self):
+        import test_train
+        old = os.umask(0o022)
+        try:
+            # The bundled trainer with its checkpoints where the data set is installed.
+            cmd = ([test_train.TRAINER, "--set", "steps=2", "--set", "checkpoint_every=1",
+                    "--set", "checkpoint_dir=ck", "--set", "batch_size=8"]
+                   if test_train.have_fashion() else ["sh", "-c", "echo trained"])
+            p = self.run_cmd("-q", "--gpus-per-node", "1", "--run-id", "m", "--events",
+                             "ev.jsonl", "--", *cmd, timeout=120)
+        finally:
+            os.umask(old)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        paths = [os.path.join(self.dir, "dlaunch_logs", "m"),
+                 os.path.join(self.dir, "dlaunch_logs", "m", "attempt_0"),
+                 os.path.join(self.dir, "dlaunch_logs", "m", "attempt_0", "rank_0.out"),
+                 os.path.join(self.dir, "dlaunch_logs", "m", "attempt_0", "rank_0.err"),
+                 os.path.join(self.dir, "ev.jsonl")]
+        ck = os.path.join(self.dir, "ck")
+        if os.path.isdir(ck):
+            paths += [ck] + [os.path.join(ck, f) for f in os.listdir(ck)]
+            self.assertTrue(os.listdir(ck))
+        for path in paths:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+            self.assertEqual(mode & 0o007, 0, f"{path}: {mode:04o}")
+
+
 if __name__ == "__main__":
     dltest.main()

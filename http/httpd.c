@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +52,7 @@ struct dl_http_s {
     json_t *current;
     double current_at;
     dl__http_counters_t counters;
+    int nlfd; /* the netlink socket that tells a loopback peer's user */
 };
 
 static double mono(void)
@@ -139,6 +141,38 @@ static json_t *snapshot(dl_http_t *h)
     return h->current;
 }
 
+/* Host names a browser sends for a loopback server: anything else is a page that rebound its
+ * own name to 127.0.0.1 (DNS rebinding) to read us from the browser of our own user. */
+static bool loopback_host(const char *host)
+{
+    char name[300];
+    if (host == NULL || strlen(host) >= sizeof(name))
+        return false;
+    snprintf(name, sizeof(name), "%s", host);
+    char *colon = name[0] == '[' ? strstr(name, "]:") : strrchr(name, ':');
+    if (colon != NULL) {
+        const char *port = colon + (name[0] == '[' ? 2 : 1);
+        if (*port == '\0' || strspn(port, "0123456789") != strlen(port))
+            return false;
+        colon[name[0] == '[' ? 1 : 0] = '\0';
+    }
+    if (strcasecmp(name, "localhost") == 0 || strcmp(name, "[::1]") == 0)
+        return true;
+    struct in_addr a;
+    return inet_pton(AF_INET, name, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+/* Without a token, the server's own user (or root) on loopback may read, as on the rendezvous
+ * port, through a loopback host name. */
+static bool own_user(dl_http_t *h, struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci == NULL || dl_rdzv_peer_trusted(&h->nlfd, ci->connect_fd) != 1)
+        return false;
+    return loopback_host(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST));
+}
+
 /* Whether the request carries the token: the server's own credential, compared in constant
  * time. */
 static bool authorized(dl_http_t *h, struct MHD_Connection *c)
@@ -148,7 +182,7 @@ static bool authorized(dl_http_t *h, struct MHD_Connection *c)
     const char *v;
 
     if (h->token == NULL)
-        return true;
+        return own_user(h, c);
     v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (v == NULL || strncmp(v, "Bearer ", 7) != 0)
         return false;
@@ -244,6 +278,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return respond_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are served\n");
     if (!authorized(h, c)) {
         h->counters.unauthorized++;
+        if (h->token == NULL)
+            return respond_text(c, MHD_HTTP_FORBIDDEN,
+                                "without a token only the server's own user may read it, on "
+                                "loopback, through a loopback host name\n");
         return respond_text(c, MHD_HTTP_UNAUTHORIZED, "a bearer token is required\n");
     }
     bool page = strcmp(url, "/") == 0, metrics = strcmp(url, "/metrics") == 0;
@@ -331,6 +369,8 @@ static int listen_on(const dl_http_opts_t *o, int *ret_fd, int *ret_port, char *
 
 static void free_http(dl_http_t *h)
 {
+    if (h->nlfd >= 0)
+        close(h->nlfd);
     json_decref(h->current);
     json_decref(h->pending);
     pthread_cond_destroy(&h->fresh);
@@ -362,6 +402,7 @@ int dl_http_start(uv_loop_t *loop, dl_rdzv_server_t *server, const dl_http_opts_
     bool ipv6 = r == 1;
     h->loop = loop;
     h->server = server;
+    h->nlfd = -1;
     h->token = opts->token;
     h->interval = opts->interval;
     snprintf(h->title, sizeof(h->title), "%s", opts->title != NULL ? opts->title : "dlaunch");

@@ -175,4 +175,11 @@ int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *
 int dl_rdzv_assignment_check(const dl_rdzv_assignment_t *a, const dl_rdzv_assignment_want_t *want,
                              char *err, size_t errlen);
 
+/* Whether the peer of fd (a connected TCP socket) is on loopback and runs as this process's
+ * user or root: what stands in for a token where there is none (the HTTP side does as the
+ * rendezvous port). *nlfd: a netlink socket kept between calls, -1 at first; the caller closes
+ * it. Returns 1, 0 (another user's, or not on loopback), or -errno when the owner cannot be
+ * told. */
+int dl_rdzv_peer_trusted(int *nlfd, int fd);
+
 #endif

@@ -968,5 +968,42 @@ class Modes(Base):
             self.assertEqual(mode & 0o007, 0, f"{path}: {mode:04o}")
 
 
+class HttpSide(Base):
+    """Issue #32, 1: without a token, the HTTP side is its user's alone, as the rendezvous
+    port is, and a page rebinding its name to 127.0.0.1 cannot read it."""
+
+    def http_daemon(self):
+        import test_http
+        log = os.path.join(self.dir, "dh.log")
+        d, _ = dltest.start_dlaunchd(log, "--http", "127.0.0.1:0")
+        self.procs.append(d)
+        return test_http.http_port(log)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run the other user as nobody")
+    def test_another_user_cannot_read_http_without_a_token(self):
+        port = self.http_daemon()
+        code = ("import sys, urllib.request, urllib.error\n"
+                "try:\n"
+                f"    r = urllib.request.urlopen('http://127.0.0.1:{port}/api/jobs', timeout=10)\n"
+                "    print(r.status)\n"
+                "except urllib.error.HTTPError as e:\n"
+                "    print(e.code)\n")
+        p = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                            "--", "/usr/bin/python3", "-c", code], capture_output=True, text=True,
+                           timeout=30, cwd="/")
+        self.assertEqual(p.stdout.strip(), "403", p.stderr)
+        import test_http
+        self.assertEqual(test_http.get(f"http://127.0.0.1:{port}/api/jobs")[0], 200)
+
+    def test_a_rebound_host_name_is_refused(self):
+        import test_http
+        port = self.http_daemon()
+        url = f"http://127.0.0.1:{port}/api/jobs"
+        self.assertEqual(test_http.get(url, {"Host": "attacker.example"})[0], 403)
+        self.assertEqual(test_http.get(url, {"Host": f"attacker.example:{port}"})[0], 403)
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}", "127.0.0.1", f"[::1]:{port}"):
+            self.assertEqual(test_http.get(url, {"Host": host})[0], 200, host)
+
+
 if __name__ == "__main__":
     dltest.main()

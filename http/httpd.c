@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -141,27 +140,6 @@ static json_t *snapshot(dl_http_t *h)
     return h->current;
 }
 
-/* Host names a browser sends for a loopback server: anything else is a page that rebound its
- * own name to 127.0.0.1 (DNS rebinding) to read us from the browser of our own user. */
-static bool loopback_host(const char *host)
-{
-    char name[300];
-    if (host == NULL || strlen(host) >= sizeof(name))
-        return false;
-    snprintf(name, sizeof(name), "%s", host);
-    char *colon = name[0] == '[' ? strstr(name, "]:") : strrchr(name, ':');
-    if (colon != NULL) {
-        const char *port = colon + (name[0] == '[' ? 2 : 1);
-        if (*port == '\0' || strspn(port, "0123456789") != strlen(port))
-            return false;
-        colon[name[0] == '[' ? 1 : 0] = '\0';
-    }
-    if (strcasecmp(name, "localhost") == 0 || strcmp(name, "[::1]") == 0)
-        return true;
-    struct in_addr a;
-    return inet_pton(AF_INET, name, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
-}
-
 /* Without a token, the server's own user (or root) on loopback may read, as on the rendezvous
  * port, through a loopback host name. */
 static bool own_user(dl_http_t *h, struct MHD_Connection *c)
@@ -170,7 +148,8 @@ static bool own_user(dl_http_t *h, struct MHD_Connection *c)
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci == NULL || dl_rdzv_peer_trusted(&h->nlfd, ci->connect_fd) != 1)
         return false;
-    return loopback_host(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST));
+    return dl__http_host_is_loopback(
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST));
 }
 
 /* Whether the request carries the token: the server's own credential, compared in constant
@@ -274,7 +253,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     dl__http_buf_t b = {0};
     size_t len;
 
-    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+    int route = dl__http_route(method, url);
+    if (route == DL__HTTP_ROUTE_METHOD)
         return respond_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are served\n");
     if (!authorized(h, c)) {
         h->counters.unauthorized++;
@@ -284,13 +264,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                 "loopback, through a loopback host name\n");
         return respond_text(c, MHD_HTTP_UNAUTHORIZED, "a bearer token is required\n");
     }
-    bool page = strcmp(url, "/") == 0, metrics = strcmp(url, "/metrics") == 0;
-    bool api_path = strncmp(url, "/api/jobs", 9) == 0 && (url[9] == '\0' || url[9] == '/');
-    h->counters.requests[page      ? DL__HTTP_PAGE
-                         : metrics ? DL__HTTP_METRICS
-                         : api_path ? DL__HTTP_API
-                                    : DL__HTTP_OTHER]++;
-    if (!page && !metrics && !api_path)
+    bool metrics = route == DL__HTTP_METRICS, api_path = route == DL__HTTP_API;
+    h->counters.requests[route]++;
+    if (route == DL__HTTP_OTHER)
         return respond_text(c, MHD_HTTP_NOT_FOUND,
                             "not found: try /, /metrics, /api/jobs or /api/jobs/RUN_ID\n");
     json_t *snap = snapshot(h);

@@ -28,8 +28,11 @@ static bool update_held(dl__conn_t *c)
     if (c->held_total == NULL)
         return true;
     *c->held_total = *c->held_total - c->held + now;
+    if (c->held_job != NULL)
+        *c->held_job = *c->held_job - c->held + now;
     c->held = now;
-    return now <= before || *c->held_total <= c->held_limit;
+    return now <= before || (*c->held_total <= c->held_limit &&
+                             (c->held_job == NULL || *c->held_job <= c->held_job_limit));
 }
 
 static void on_closed(uv_handle_t *h)
@@ -90,8 +93,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         c->pending_since = uv_now(c->tcp.loop);
     if (!update_held(c) && !c->closing) {
         json_auto_t *m = dl_proto_error_new(-1, DL_PROTO_E_LIMIT_EXCEEDED,
-                                            "the server holds too many unfinished frames; "
-                                            "closing");
+                                            "the server (or this job) holds too many "
+                                            "unfinished frames; closing");
         if (m != NULL)
             dl__conn_send(c, m);
         dl__conn_close(c, UV_ENOBUFS);

@@ -39,6 +39,10 @@ struct dl__conn_s {
     size_t *held_total;
     size_t held;
     size_t held_limit; /* past it, the connection whose frame grew is closed */
+    /* The same for the job the connection authenticated for (NULL before, or not counted), so
+     * that one job's clients cannot take the whole pool from the others. */
+    size_t *held_job;
+    size_t held_job_limit;
     uint64_t last_frame;    /* uv_now() when the last whole frame came in (or the start) */
     uint64_t pending_since; /* uv_now() when the frame in progress began, 0 when none is */
     int close_status;

@@ -41,14 +41,15 @@ typedef struct {
     double idle_timeout;
     double frame_timeout; /* seconds a frame may take to arrive once it began */
     uint32_t max_outstanding; /* requests one connection may have waiting for an answer */
-    size_t max_held; /* bytes of unfinished frames, every connection together */
+    size_t max_held; /* bytes of unfinished frames, every connection together; a job's
+                      * connections together hold a quarter of it at most */
     dl_rdzv_log_cb log;   /* may be NULL; texts are one line of printable ASCII */
     void *log_ctx;
 } dl_rdzv_server_opts_t;
 
 /* Defaults: 127.0.0.1, any port, no token, every job, core defaults, heartbeat 1 s, auth timeout
  * 10 s, idle timeout 300 s, frame timeout 30 s, 1024 requests a connection, 256 MiB of
- * unfinished frames.
+ * unfinished frames (64 MiB a job).
  *
  * Without a token the server serves its own user only: a peer whose socket another uid owns
  * (root excepted) gets auth_failed, and it binds loopback only, where the kernel can tell. */

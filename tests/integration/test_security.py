@@ -548,6 +548,31 @@ class Bounds(Base):
             self.assertLess(max(grown), 50 * 1024, grown)
         self.assertIsNone(d.poll())
 
+    def test_one_jobs_unfinished_frames_leave_room_for_another(self):
+        """Issue #32, 7: every job shared one 256 MiB pool of unfinished frames, so one job's
+        clients holding it made another job's 200 KB kv set fail."""
+        d, port = self.daemon("--frame-timeout", "60", "--idle-timeout", "120")
+        holders, refused = [], 0
+        for _ in range(270):
+            c = self.client(port)
+            try:
+                if (c.hello("control", "hog") or {}).get("type") != "auth_ok":
+                    refused += 1
+                    continue
+                c.sock.sendall(struct.pack(">I", 1 << 20) + b"{" + b" " * ((1 << 20) - 2))
+            except OSError:
+                refused += 1
+            holders.append(c)
+        other = self.client(port)
+        self.assertEqual(other.hello("agent", "other")["type"], "auth_ok")
+        r = other.call({"type": "join", "node_id": "n0", "host": "h", "slots": 1,
+                        "min_nodes": 1, "max_nodes": 1, "max_restarts": 0})
+        self.assertEqual(r["type"], "assignment", r)
+        r = other.call({"type": "kv_set", "key": "k", "value": "v" * 200_000}, timeout=30)
+        self.assertIsNotNone(r)
+        self.assertNotIn("error", r, r)
+        self.assertIsNone(d.poll())
+
     def test_journals_of_unknown_jobs_are_not_kept(self):
         d, port = self.daemon()
         c = self.client(port)

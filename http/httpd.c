@@ -316,10 +316,13 @@ static int listen_on(const dl_http_opts_t *o, int *ret_fd, int *ret_port, char *
         snprintf(err, errlen, "'%s' is not an IP address", o->host);
         return -EINVAL;
     }
-    if (o->token == NULL && !is_loopback((struct sockaddr *)&sa)) {
+    /* Plain HTTP: off loopback the bearer token would cross the network in clear with every
+     * scrape. A TLS reverse proxy on the same host is the supported way to serve others. */
+    if (!is_loopback((struct sockaddr *)&sa)) {
         snprintf(err, errlen,
-                 "refusing to serve HTTP on %s:%d without a token: give a token (requests "
-                 "then need 'Authorization: Bearer TOKEN'), or bind a loopback address",
+                 "refusing to serve HTTP on %s:%d: only loopback is served (plain HTTP would "
+                 "send the token in clear); bind 127.0.0.1 and put a TLS reverse proxy in front "
+                 "for other hosts (docs/operations.md)",
                  o->host, o->port);
         return -EPERM;
     }

@@ -1004,6 +1004,15 @@ class HttpSide(Base):
         self.procs.append(d)
         return test_http.http_port(log)
 
+    def test_no_token_in_clear_off_loopback(self):
+        """Issue #32, 4: the bearer token went in clear to --http 0.0.0.0 with every scrape."""
+        token = self.token("tok", "s3cret-master")
+        p = subprocess.run([dltest.DLAUNCHD, "--listen", "127.0.0.1:0", "--token-file", token,
+                            "--http", "0.0.0.0:0"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("only loopback is served", p.stderr)
+        self.assertIn("TLS reverse proxy", p.stderr)
+
     @unittest.skipUnless(os.geteuid() == 0, "needs root to run the other user as nobody")
     def test_another_user_cannot_read_http_without_a_token(self):
         port = self.http_daemon()

@@ -106,6 +106,8 @@ static void on_written(uv_write_t *req, int status)
     write_req_t *w = (write_req_t *)req;
     dl__conn_t *c = w->conn;
     c->queued -= w->len;
+    if (c->queued_total != NULL)
+        *c->queued_total -= w->len;
     free(w->frame);
     free(w);
     if (status < 0 && status != UV_ECANCELED)
@@ -157,7 +159,10 @@ int dl__conn_send(dl__conn_t *c, const json_t *msg)
             b.len -= (size_t)n;
         }
     }
-    if (c->queued + b.len > c->max_queued) {
+    /* One frame waiting is always allowed (a full store must not cut off every reader); a
+     * backlog beyond it takes from the owner's budget. */
+    if (c->queued + b.len > c->max_queued ||
+        (c->queue_room != NULL && c->queued > 0 && b.len > c->queue_room(c))) {
         free(frame);
         dl__conn_close(c, UV_ENOBUFS);
         return -ENOBUFS;
@@ -178,6 +183,8 @@ int dl__conn_send(dl__conn_t *c, const json_t *msg)
         return r;
     }
     c->queued += w->len;
+    if (c->queued_total != NULL)
+        *c->queued_total += w->len;
     return 0;
 }
 

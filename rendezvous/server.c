@@ -99,6 +99,7 @@ struct dl_rdzv_server_s {
     uint32_t max_outstanding;
     size_t held;         /* bytes of unfinished frames, every connection together */
     size_t max_held;
+    size_t queued; /* bytes of replies written, not yet sent: counted in the core's max_memory */
     job_held_t *held_jobs; /* the same per job with a connection; a quarter of max_held each */
     uv_timer_t sweep_timer; /* closes idle connections and stalled frames */
     bool sweeping;
@@ -1274,6 +1275,13 @@ static uint64_t creator_of(const uv_tcp_t *tcp)
     return h | 1;
 }
 
+/* Replies nobody reads take from the same budget as the stores (--max-memory). */
+static size_t queue_room(const dl__conn_t *c)
+{
+    const dl_rdzv_server_t *s = ((const sconn_t *)c)->s;
+    return s->core != NULL ? dl_rdzv_core_memory_room(s->core) : SIZE_MAX;
+}
+
 static void on_conn_closed(dl__conn_t *c, int status)
 {
     sconn_t *sc = (sconn_t *)c;
@@ -1318,6 +1326,8 @@ static void on_connection(uv_stream_t *server, int status)
     dl__conn_init(s->loop, &sc->c, DL_PROTO_LIMIT_PREAUTH, s->readbuf, sizeof(s->readbuf));
     sc->c.held_total = &s->held;
     sc->c.held_limit = s->max_held;
+    sc->c.queued_total = &s->queued;
+    sc->c.queue_room = queue_room;
     sc->c.on_message = on_message;
     sc->c.on_invalid = on_invalid;
     sc->c.on_closed = on_conn_closed;
@@ -1441,6 +1451,8 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
         r = dl__jobview_new(&s->view);
     if (r == 0)
         r = dl_rdzv_core_new(&core_opts, &s->core);
+    if (r == 0)
+        dl_rdzv_core_count_replies(s->core, &s->queued);
     OPENSSL_cleanse(core_opts.hash_key, sizeof(core_opts.hash_key));
     if (r < 0) {
         snprintf(err, errlen, "bad rendezvous settings: %s", strerror(-r));

@@ -522,9 +522,12 @@ class Bounds(Base):
         for wave in range(2):
             before = rss_kib(d.pid)
             holders = []
-            for _ in range(100):
+            for i in range(100):
                 c = Client(port)
-                self.assertEqual(c.hello("control", "x")["type"], "auth_ok")
+                # Five jobs of 20 MiB each: under a job's share of the pool (64 MiB), so the
+                # frame timeout is what ends them (test_one_jobs_unfinished_frames_... checks
+                # the share).
+                self.assertEqual(c.hello("control", f"x{i % 5}")["type"], "auth_ok")
                 # A 1 MiB frame announced, all of it but the last byte sent, then silence.
                 c.sock.sendall(struct.pack(">I", 1 << 20) + b"{" + b" " * ((1 << 20) - 2))
                 holders.append(c)
@@ -571,6 +574,39 @@ class Bounds(Base):
         r = other.call({"type": "kv_set", "key": "k", "value": "v" * 200_000}, timeout=30)
         self.assertIsNotNone(r)
         self.assertNotIn("error", r, r)
+        self.assertIsNone(d.poll())
+
+    def test_replies_nobody_reads_are_counted_in_max_memory(self):
+        """Issue #32, 2: replies a client never read were capped per connection (64 MiB) but
+        not server-wide, and --max-memory did not count them."""
+        d, port = self.daemon("--max-memory", "64")
+        agent = self.client(port)
+        self.assertEqual(agent.hello("agent", "big")["type"], "auth_ok")
+        r = agent.call({"type": "join", "node_id": "n0", "host": "h", "slots": 1,
+                        "min_nodes": 1, "max_nodes": 1, "max_restarts": 0})
+        self.assertEqual(r["type"], "assignment", r)
+        w = self.client(port)
+        self.assertEqual(w.hello("worker", "big")["type"], "auth_ok")
+        r = w.call({"type": "kv_set", "key": "k", "value": "x" * 1_000_000}, timeout=30)
+        self.assertNotIn("error", r or {"error": "none"}, r)
+        before = rss_kib(d.pid)
+        readers = []
+        for _ in range(8):
+            c = Client(port)
+            c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            self.assertEqual(c.hello("worker", "big")["type"], "auth_ok")
+            c.sock.sendall(b"".join(frame({"v": 1, "type": "kv_get", "id": 10 + i, "key": "k"})
+                                    for i in range(60)))
+            readers.append(c)
+            self.clients.append(c)
+        time.sleep(3)
+        grown = rss_kib(d.pid) - before
+        # 8 connections x 60 MiB was 480 MiB held; the budget is 64 MiB with the store's 1 MB.
+        if not sanitized(d.pid):
+            self.assertLess(grown, 150 * 1024, f"{grown} KiB")
+        # Those over the budget were cut off; the server serves on.
+        probe = self.client(port)
+        self.assertEqual(probe.hello("worker", "big")["type"], "auth_ok")
         self.assertIsNone(d.poll())
 
     def test_journals_of_unknown_jobs_are_not_kept(self):

@@ -24,8 +24,11 @@
 
 #define WAIT_S 1.0        /* how long a request waits for the loop before using what it has */
 #define REFRESH_S 2       /* the status page reloads itself this often */
-#define MAX_CONNECTIONS 64
+#define MAX_CONNECTIONS 256
 #define CONN_TIMEOUT_S 10 /* an idle or slow client is dropped after this */
+/* Connections at once of one local user other than ours (or root): slow clients of one user
+ * (a request trickling in, a byte every few seconds) cannot take every connection. */
+#define MAX_PER_USER 16
 
 struct dl_http_s {
     uv_loop_t *loop;
@@ -52,6 +55,10 @@ struct dl_http_s {
     double current_at;
     dl__http_counters_t counters;
     int nlfd; /* the netlink socket that tells a loopback peer's user */
+    struct {
+        uid_t uid;
+        unsigned n;
+    } users[MAX_CONNECTIONS]; /* connections of users other than ours, by user */
 };
 
 static double mono(void)
@@ -289,6 +296,42 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return respond(c, MHD_HTTP_OK, "text/html; charset=utf-8", html, len);
 }
 
+/* Counts connections by their peer's user; one over MAX_PER_USER (users other than ours and
+ * root) is shut down at once. Its context says which slot it counts in (0: none). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
+                          enum MHD_ConnectionNotificationCode what)
+{
+    dl_http_t *h = cls;
+    uintptr_t slot = (uintptr_t)*ctx;
+    if (what == MHD_CONNECTION_NOTIFY_CLOSED) {
+        if (slot > 0)
+            h->users[slot - 1].n--;
+        return;
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    uid_t uid;
+    if (ci == NULL || dl_rdzv_peer_uid(&h->nlfd, ci->connect_fd, &uid) < 0 ||
+        uid == geteuid() || uid == 0)
+        return;
+    size_t i, free_slot = MAX_CONNECTIONS;
+    for (i = 0; i < MAX_CONNECTIONS; i++) {
+        if (h->users[i].n > 0 && h->users[i].uid == uid)
+            break;
+        if (h->users[i].n == 0 && free_slot == MAX_CONNECTIONS)
+            free_slot = i;
+    }
+    if (i == MAX_CONNECTIONS)
+        i = free_slot;
+    if (i == MAX_CONNECTIONS || h->users[i].n >= MAX_PER_USER) {
+        shutdown(ci->connect_fd, SHUT_RDWR);
+        return;
+    }
+    h->users[i].uid = uid;
+    h->users[i].n++;
+    *ctx = (void *)(i + 1);
+}
+
 /* ---- life cycle ---- */
 
 static bool is_loopback(const struct sockaddr *sa)
@@ -402,7 +445,7 @@ int dl_http_start(uv_loop_t *loop, dl_rdzv_server_t *server, const dl_http_opts_
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | (ipv6 ? MHD_USE_IPv6 : 0), 0, NULL,
         NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_TIMEOUT_S,
-        MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_END);
     if (h->daemon == NULL) {
         r = errno > 0 ? -errno : -EIO;
         snprintf(err, errlen, "libmicrohttpd could not start on %s:%d: %s", opts->host, h->port,

@@ -183,6 +183,11 @@ bool dl__peer_trusted(uid_t uid)
     return uid == geteuid() || uid == 0;
 }
 
+int dl_rdzv_peer_uid(int *nlfd, int fd, uid_t *ret_uid)
+{
+    return dl__peer_uid_with(nlfd, fd, ret_uid);
+}
+
 int dl_rdzv_peer_trusted(int *nlfd, int fd)
 {
     uid_t uid;

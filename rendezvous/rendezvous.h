@@ -183,4 +183,8 @@ int dl_rdzv_assignment_check(const dl_rdzv_assignment_t *a, const dl_rdzv_assign
  * told. */
 int dl_rdzv_peer_trusted(int *nlfd, int fd);
 
+/* The user owning the socket at the other end of fd, a connected TCP socket on loopback
+ * (nlfd as above). Returns 0, -EPERM when the peer is not on loopback, or another -errno. */
+int dl_rdzv_peer_uid(int *nlfd, int fd, uid_t *ret_uid);
+
 #endif

@@ -1065,6 +1065,33 @@ class HttpSide(Base):
         import test_http
         self.assertEqual(test_http.get(f"http://127.0.0.1:{port}/api/jobs")[0], 200)
 
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run the other user as nobody")
+    def test_trickling_connections_of_another_user_leave_metrics_up(self):
+        """Issue #32, 7: 70 connections trickling a request took all of libmicrohttpd's 64."""
+        import test_http
+        port = self.http_daemon()
+        code = ("import socket, sys, time\n"
+                "socks = []\n"
+                "for _ in range(70):\n"
+                "    try:\n"
+                "        s = socket.create_connection(('127.0.0.1', %d))\n"
+                "        s.sendall(b'GET /metrics HTTP/1.1\\r\\n')\n"
+                "        socks.append(s)\n"
+                "    except OSError:\n"
+                "        pass\n"
+                "print('held', flush=True)\n"
+                "time.sleep(30)\n" % port)
+        hog = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                                "--", "/usr/bin/python3", "-c", code], stdout=subprocess.PIPE,
+                               text=True, cwd="/")
+        self.procs.append(hog)
+        self.assertEqual(hog.stdout.readline().strip(), "held")
+        try:
+            status = test_http.get(f"http://127.0.0.1:{port}/metrics", timeout=5)[0]
+        except OSError as e:
+            status = repr(e)
+        self.assertEqual(status, 200)
+
     def test_a_rebound_host_name_is_refused(self):
         import test_http
         port = self.http_daemon()

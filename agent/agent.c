@@ -22,6 +22,7 @@
 #include "internal.h"
 #include "cgroup.h"
 #include "errorfile.h"
+#include "ownfile.h"
 #include "events.h"
 #include "gpu.h"
 #include "netif.h"
@@ -73,11 +74,11 @@ static int mkdir_p(const char *path)
         if (*p != '/')
             continue;
         *p = '\0';
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+        if (mkdir(buf, 0750) < 0 && errno != EEXIST)
             return -errno;
         *p = '/';
     }
-    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+    if (mkdir(buf, 0750) < 0 && errno != EEXIST)
         return -errno;
     return 0;
 }
@@ -503,6 +504,12 @@ static int start_attempt(dl_agent_t *a, int attempt)
     r = mkdir_p(a->attempt_dir);
     if (r < 0) {
         dl__agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir, strerror(-r));
+        return r;
+    }
+    r = dl_ownfile_check_dir(a->attempt_dir);
+    if (r < 0) {
+        dl__agent_log(a, "the log folder '%s' is not safe to write: %s", a->attempt_dir,
+                      dl_ownfile_strerror(r));
         return r;
     }
     /* MASTER_ADDR may move with every round. */
@@ -1152,6 +1159,12 @@ static int check_log_dir(dl_agent_t *a)
 {
     char probe[4200];
     int r = mkdir_p(a->run_dir);
+    /* On shared storage another user may have made it first, to swap the files in it. */
+    if (r == 0 && (r = dl_ownfile_check_dir(a->run_dir)) < 0) {
+        fprintf(stderr, "dlaunch: --log-dir: the log folder '%s' is not safe to write: %s\n",
+                a->run_dir, dl_ownfile_strerror(r));
+        return 2;
+    }
     if (r == 0) {
         snprintf(probe, sizeof(probe), "%s/.dlaunch-probe-%d", a->run_dir, (int)getpid());
         int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

@@ -1,11 +1,14 @@
 /* Reading a worker's error file (errorfile.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "errorfile.h"
+#include "ownfile.h"
 
 /* An error file is a message and a traceback; anything near this is not one. */
 #define MAX_BYTES (1024 * 1024)
@@ -19,12 +22,18 @@ int dl_error_file_read(const char *path, char *msg, size_t msglen, char *trace, 
 {
     struct stat st;
     json_error_t je;
-
-    if (stat(path, &st) < 0)
-        return errno == ENOENT ? 0 : -errno;
-    if (st.st_size > MAX_BYTES)
-        return -EFBIG;
-    json_auto_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    /* The worker wrote it, or someone in its place: a FIFO or a link there must not block or
+     * redirect the agent. */
+    int fd = dl_ownfile_open(path, O_RDONLY, 0);
+    if (fd < 0)
+        return fd == -ENOENT ? 0 : fd;
+    if (fstat(fd, &st) < 0 || st.st_size > MAX_BYTES) {
+        int r = st.st_size > MAX_BYTES ? -EFBIG : -errno;
+        close(fd);
+        return r;
+    }
+    json_auto_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &je);
+    close(fd);
     if (root == NULL)
         return -EBADMSG;
     json_t *m = json_object_get(root, "message");
@@ -47,5 +56,8 @@ int dl_error_file_read(const char *path, char *msg, size_t msglen, char *trace, 
     while (from > tb && ((unsigned char)*from & 0xC0) == 0x80)
         from++; /* not in the middle of a UTF-8 character */
     snprintf(trace, tracelen, "%s", from);
+    /* Both go to a terminal: no escape sequences, and the message stays one line. */
+    dl_ownfile_clean(msg, 0);
+    dl_ownfile_clean(trace, 1);
     return 1;
 }

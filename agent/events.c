@@ -26,7 +26,7 @@ int dl_events_open(const char *path, dl_events_t **ret)
     if (strcmp(path, "-") == 0) {
         ev->fd = STDOUT_FILENO;
     } else {
-        ev->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        ev->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
         if (ev->fd < 0) {
             int e = errno;
             free(ev);

@@ -10,6 +10,7 @@
 
 #include "linebuf.h"
 #include "output.h"
+#include "ownfile.h"
 
 typedef struct {
     dl_output_t *owner;
@@ -151,9 +152,10 @@ void dl_output_drain(dl_output_t *o, uint64_t timeout_ms)
 static int open_log(stream_t *s, const char *dir, int rank, const char *ext)
 {
     snprintf(s->path, sizeof(s->path), "%s/rank_%d.%s", dir, rank, ext);
-    int fd = open(s->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    /* The log folder may be on shared storage: no symbolic link, FIFO or another's file. */
+    int fd = dl_ownfile_open(s->path, O_WRONLY | O_CREAT | O_APPEND, 0640);
     if (fd < 0)
-        return -errno;
+        return fd;
     s->file_fd = fd;
     return 0;
 }

@@ -1085,6 +1085,36 @@ static void ring_watch(etcd_t *z)
         z->ring_wanted = true;
 }
 
+/* The assignment of node `me` in the etcd job state, as the frame our own server would send:
+ * the raw JSON values, unconverted, so that the validator sees what was written. */
+static json_t *assignment_msg(const json_t *state, const json_t *me, int round)
+{
+    static const char *const from_state[][2] = {
+        {"world_size", "world_size"},   {"max_restarts", "max_restarts"},
+        {"failures", "restarts"},       {"master_port", "master_port"},
+        {"master_addr", "master_addr"}, {"store_addr", "store_addr"}};
+    static const char *const from_node[][2] = {
+        {"node_rank", "node_rank"}, {"first_rank", "first_rank"}, {"local_world_size", "slots"}};
+    json_t *msg = dl_proto_msg_new(DL_PROTO_ASSIGNMENT, 0);
+    if (msg == NULL)
+        return NULL;
+    json_object_set_new(msg, "round", json_integer(round));
+    json_object_set_new(msg, "restart_count", json_integer(round));
+    json_object_set_new(msg, "nodes",
+                        json_integer((json_int_t)json_array_size(json_object_get(state, "nodes"))));
+    for (size_t i = 0; i < sizeof(from_state) / sizeof(from_state[0]); i++) {
+        json_t *x = json_object_get(state, from_state[i][1]);
+        if (x != NULL)
+            json_object_set(msg, from_state[i][0], x);
+    }
+    for (size_t i = 0; i < sizeof(from_node) / sizeof(from_node[0]); i++) {
+        json_t *x = json_object_get(me, from_node[i][1]);
+        if (x != NULL)
+            json_object_set(msg, from_node[i][0], x);
+    }
+    return msg;
+}
+
 static void running(etcd_t *z, int round)
 {
     const json_t *nodes = json_object_get(z->view.state, "nodes");
@@ -1094,29 +1124,21 @@ static void running(etcd_t *z, int round)
 
     if (z->join_wanted && me != NULL && mine != NULL &&
         json_integer_value(json_object_get(mine, "round")) == round) {
-        dl_rdzv_assignment_t as = {0};
-        const json_t *s = z->view.state;
-        as.round = round;
-        as.node_rank = (int)json_integer_value(json_object_get(me, "node_rank"));
-        as.nodes = (int)json_array_size(nodes);
-        as.world_size = (int)json_integer_value(json_object_get(s, "world_size"));
-        as.first_rank = (int)json_integer_value(json_object_get(me, "first_rank"));
-        as.local_world_size = (int)json_integer_value(json_object_get(me, "slots"));
-        as.restart_count = round;
-        as.max_restarts = (int)json_integer_value(json_object_get(s, "max_restarts"));
-        as.failures = (int)json_integer_value(json_object_get(s, "restarts"));
-        as.master_port = (int)json_integer_value(json_object_get(s, "master_port"));
-        snprintf(as.master_addr, sizeof(as.master_addr), "%s",
-                 json_string_value(json_object_get(s, "master_addr")) ?: "");
-        snprintf(as.store_addr, sizeof(as.store_addr), "%s",
-                 json_string_value(json_object_get(s, "store_addr")) ?: "");
+        dl_rdzv_assignment_t as;
         dl_rdzv_assignment_want_t want = {.slots = z->join.slots,
                                           .min_nodes = z->settings.min_nodes,
                                           .max_nodes = z->settings.max_nodes,
                                           .min_round = z->join.last_round};
-        if (dl_rdzv_assignment_check(&as, &want, err, sizeof(err)) < 0) {
+        /* Anyone who can write the prefix wrote this: it goes through the same validator as an
+         * assignment frame (addresses of address characters only, every number in range), so
+         * that such a writer can disturb the job but never put text of its own into the
+         * workers' environment. */
+        json_t *msg = assignment_msg(z->view.state, me, round);
+        int r = msg != NULL ? dl_rdzv_assignment_read(msg, &want, &as, err, sizeof(err)) : -ENOMEM;
+        json_decref(msg);
+        if (r < 0) {
             fail(z, 4, "etcd at %s: an assignment this node cannot take: %s",
-                 dl_etcd_endpoints(z->etcd), err);
+                 dl_etcd_endpoints(z->etcd), r == -ENOMEM ? "out of memory" : err);
             return;
         }
         z->join_wanted = false;

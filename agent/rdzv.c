@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -337,11 +338,14 @@ static void cb_log(void *ctx, const char *text)
 static void cb_store_token(void *ctx, const dl_proto_token_t *token)
 {
     dl_agent_t *a = ctx;
-    char err[512];
+    char err[512], note[1100];
     if (a->token_path != NULL)
         return; /* the agent's own token made it already */
-    if (dl__worker_cred_write(token, a->run_id, &a->token_path, err, sizeof(err)) < 0)
+    if (dl__worker_cred_write(token, a->run_id, &a->token_path, note, sizeof(note), err,
+                              sizeof(err)) < 0)
         dl__agent_log(a, "the workers get no key to the store: %s", err);
+    else if (note[0] != '\0')
+        dl__agent_log(a, "%s", note);
 }
 
 /* The agent's token: a master, or this job's key. Its workers get the job's worker key in a
@@ -369,11 +373,21 @@ static int load_token(dl_agent_t *a, rdzv_t *z)
                 where, dl_proto_token_run_id(z->token), a->run_id);
         return -EPERM;
     }
-    r = dl__worker_cred_write(z->token, a->run_id, &a->token_path, err, sizeof(err));
+    char note[1100];
+    r = dl__worker_cred_write(z->token, a->run_id, &a->token_path, note, sizeof(note), err,
+                              sizeof(err));
     if (r < 0) {
         fprintf(stderr, "dlaunch: %s\n", err);
         return r;
     }
+    if (note[0] != '\0')
+        fprintf(stderr, "dlaunch: warning: %s\n", note);
+    /* The token stays in our memory and maybe in our environment: a worker of ours (same
+     * user) must not read it from /proc/PPID/environ or /proc/PPID/mem. Not dumpable makes
+     * those files root's; workers are dumpable again after their execve. */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+        fprintf(stderr, "dlaunch: warning: cannot hide the token from our workers "
+                        "(PR_SET_DUMPABLE): %s\n", strerror(errno));
     return 0;
 }
 

@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "ownfile.h"
+#include "recline.h"
 #include "spawn.h"
 #include "summary.h"
 
@@ -90,66 +92,50 @@ static void on_broken(uv_timer_t *t)
     dl__rdzv_report(a);
 }
 
-/* The value of key in a "verb k=v k=v" line, into buf; false when absent. */
-static bool field(const char *line, const char *key, char *buf, size_t len)
-{
-    size_t k = strlen(key);
-    for (const char *p = strchr(line, ' '); p != NULL; p = strchr(p + 1, ' ')) {
-        if (strncmp(p + 1, key, k) != 0 || p[1 + k] != '=')
-            continue;
-        const char *v = p + 2 + k;
-        size_t n = strcmp(key, "reason") == 0 ? strlen(v) : strcspn(v, " ");
-        snprintf(buf, len, "%.*s", (int)n, v);
-        return true;
-    }
-    return false;
-}
-
 static void on_line(dl_agent_t *a, dl__worker_t *w, const char *line)
 {
-    char v[512];
-    if (strncmp(line, "hello", 5) == 0 && (line[5] == ' ' || line[5] == '\0')) {
+    dl_recline_t m;
+    switch (dl_recline_parse(line, &m)) {
+    case DL_RECLINE_HELLO:
         w->ctl_hello = true;
         return;
-    }
-    if (strncmp(line, "recovered ", 10) == 0) {
-        int gen = field(line, "gen", v, sizeof(v)) ? atoi(v) : -1;
-        if (gen != a->gen || !a->recovering)
+    case DL_RECLINE_RECOVERED:
+        if (m.gen != a->gen || !a->recovering)
             return;
-        w->ctl_gen = gen;
-        if (field(line, "step", v, sizeof(v)))
-            a->rec_step = strtoll(v, NULL, 10);
-        if (field(line, "source", v, sizeof(v)))
-            a->rec_source = atoi(v);
-        if (field(line, "was", v, sizeof(v)) && strtoll(v, NULL, 10) > a->rec_was)
-            a->rec_was = strtoll(v, NULL, 10);
+        w->ctl_gen = m.gen;
+        if (m.has_step)
+            a->rec_step = m.step;
+        if (m.has_source)
+            a->rec_source = m.source;
+        if (m.has_was && m.was > a->rec_was)
+            a->rec_was = m.was;
         for (int i = 0; i < a->nworkers; i++)
             if (a->workers[i].pid > 0 && a->workers[i].ctl_gen != a->gen)
                 return;
         recovery_done(a);
         return;
-    }
-    if (strncmp(line, "broken ", 7) == 0) {
+    case DL_RECLINE_BROKEN:
         /* Over several nodes: a worker's group broke and the rendezvous may not know why yet
          * (a node died with its agent): tell it after a moment, unless the node that knows
          * does first (its round change cancels this). */
-        int gen = field(line, "gen", v, sizeof(v)) ? atoi(v) : -1;
-        if (!a->remote || a->recovering || gen != a->gen || a->sup.phase != DL_SUP_RUNNING ||
+        if (!a->remote || a->recovering || m.gen != a->gen || a->sup.phase != DL_SUP_RUNNING ||
             uv_is_active((uv_handle_t *)&a->broken_timer))
             return;
         snprintf(a->broken_reason, sizeof(a->broken_reason), "the group of rank %d broke: %.300s",
-                 w->rank, field(line, "reason", v, sizeof(v)) ? v : "?");
+                 w->rank, m.has_reason ? m.reason : "?");
         uv_timer_start(&a->broken_timer, on_broken, BROKEN_GRACE_MS, 0);
         return;
-    }
-    if (strncmp(line, "failed ", 7) == 0) {
-        int gen = field(line, "gen", v, sizeof(v)) ? atoi(v) : -1;
-        if (gen != a->gen || !a->recovering)
+    case DL_RECLINE_FAILED: {
+        if (m.gen != a->gen || !a->recovering)
             return;
         char why[600];
         snprintf(why, sizeof(why), "rank %d: %s", w->rank,
-                 field(line, "reason", v, sizeof(v)) ? v : "it could not form the group again");
+                 m.has_reason ? m.reason : "it could not form the group again");
         recovery_failed(a, why);
+        return;
+    }
+    case DL_RECLINE_OTHER:
+        return;
     }
 }
 
@@ -500,13 +486,17 @@ void dl__rec_keep(dl_agent_t *a)
 void dl__rec_resume(dl_agent_t *a, int attempt)
 {
     char dir[sizeof(a->attempt_dir)];
+    int r;
     a->gen = a->round;
     /* Replacements log into this round's attempt folder; kept workers go on in theirs. */
     snprintf(dir, sizeof(dir), "%s", a->attempt_dir);
     snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_%d", a->run_dir_abs, attempt);
-    if (mkdir(a->attempt_dir, 0755) < 0 && errno != EEXIST)
+    if (mkdir(a->attempt_dir, 0750) < 0 && errno != EEXIST)
         dl__agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir,
                       strerror(errno));
+    else if ((r = dl_ownfile_check_dir(a->attempt_dir)) < 0)
+        dl__agent_log(a, "the log folder '%s' is not safe to write: %s", a->attempt_dir,
+                      dl_ownfile_strerror(r));
     json_t *ranks = json_array();
     bool kept = false;
     for (int i = 0; i < a->nworkers; i++) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "errorfile.h"
+#include "ownfile.h"
 #include "summary.h"
 
 #define TAIL_LINES 10
@@ -26,15 +27,15 @@ const char *dl_signal_name(int sig)
 
 int dl_summary_tail(const char *path, int max_lines, char *buf, size_t len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
     ssize_t n;
 
     if (len == 0)
         return -EINVAL;
     buf[0] = '\0';
+    int fd = dl_ownfile_open(path, O_RDONLY, 0);
     if (fd < 0)
-        return -errno;
+        return fd;
     if (fstat(fd, &st) < 0) {
         int e = errno;
         close(fd);
@@ -57,6 +58,7 @@ int dl_summary_tail(const char *path, int max_lines, char *buf, size_t len)
         i--;
     }
     memmove(buf, buf + i, (size_t)(n - i) + 1);
+    dl_ownfile_clean(buf, 1); /* for a terminal and the status page */
     return (int)(n - i);
 }
 
@@ -157,7 +159,7 @@ void dl_summary_print(FILE *f, const dl_sup_failure_t *history, size_t n, int at
                 strerror(werr));
     int r = dl_summary_tail(path, TAIL_LINES, tail, sizeof(tail));
     if (r < 0) {
-        fprintf(f, "  (cannot read it: %s)\n", strerror(-r));
+        fprintf(f, "  (cannot read it: %s)\n", dl_ownfile_strerror(r));
     } else if (r == 0) {
         if (werr == 0)
             fprintf(f, "  (it is empty)\n");

@@ -27,7 +27,8 @@ void dl_summary_print(FILE *f, const dl_sup_failure_t *history, size_t n, int at
                       size_t nunwritten);
 
 /* Copies the last max_lines lines of the file at path into buf (NUL-terminated). Returns the
- * number of bytes, or -errno. */
+ * number of bytes, or -errno (ownfile.h's: a link, FIFO or another user's file is not read).
+ * Control characters but newlines come out as '?'. */
 int dl_summary_tail(const char *path, int max_lines, char *buf, size_t len);
 
 #endif

@@ -12,41 +12,62 @@
 
 #include "workercred.h"
 
-/* A folder only we can enter: $XDG_RUNTIME_DIR/dlaunch, else /tmp/dlaunch-UID. One that exists
- * must be ours, a real folder, and closed to others, or a local user could have made it to read
- * or swap what we put there. */
-static int runtime_dir(char *buf, size_t len, char *err, size_t errlen)
+/* Whether path is a folder of ours closed to others; fills err when not. */
+static int closed_dir(const char *path, char *err, size_t errlen)
 {
-    const char *xdg = getenv("XDG_RUNTIME_DIR");
     struct stat st;
-
-    if (xdg != NULL && xdg[0] == '/' && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode) &&
-        st.st_uid == geteuid())
-        snprintf(buf, len, "%s/dlaunch", xdg);
-    else
-        snprintf(buf, len, "/tmp/dlaunch-%u", (unsigned)geteuid());
-    if (mkdir(buf, 0700) < 0 && errno != EEXIST) {
+    if (lstat(path, &st) < 0) {
         int r = -errno;
-        snprintf(err, errlen, "cannot create '%s' for the workers' key: %s", buf, strerror(-r));
-        return r;
-    }
-    if (lstat(buf, &st) < 0) {
-        int r = -errno;
-        snprintf(err, errlen, "'%s': %s", buf, strerror(-r));
+        snprintf(err, errlen, "'%s': %s", path, strerror(-r));
         return r;
     }
     if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
-        snprintf(err, errlen,
-                 "'%s' is not a folder of ours closed to others (mode %04o, uid %u): refusing "
-                 "to keep the workers' key there",
-                 buf, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+        snprintf(err, errlen, "'%s' is not a folder of ours closed to others (mode %04o, uid %u)",
+                 path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
         return -EACCES;
     }
     return 0;
 }
 
+/* A folder only we can enter: $XDG_RUNTIME_DIR/dlaunch, else $TMPDIR/dlaunch-UID (/tmp by
+ * default). One that exists must be ours, a real folder, and closed to others, or a local user
+ * could have made it to read or swap what we put there; when another user took that name first,
+ * a fresh folder of a random name (mkdtemp makes it ours, mode 0700), said in note. */
+static int runtime_dir(char *buf, size_t len, char *note, size_t notelen, char *err,
+                       size_t errlen)
+{
+    const char *xdg = getenv("XDG_RUNTIME_DIR"), *tmp = getenv("TMPDIR");
+    struct stat st;
+
+    if (tmp == NULL || tmp[0] != '/')
+        tmp = "/tmp";
+    if (xdg != NULL && xdg[0] == '/' && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode) &&
+        st.st_uid == geteuid())
+        snprintf(buf, len, "%s/dlaunch", xdg);
+    else
+        snprintf(buf, len, "%s/dlaunch-%u", tmp, (unsigned)geteuid());
+    if (mkdir(buf, 0700) < 0 && errno != EEXIST) {
+        int r = -errno;
+        snprintf(err, errlen, "cannot create '%s' for the workers' key: %s", buf, strerror(-r));
+        return r;
+    }
+    if (closed_dir(buf, err, errlen) == 0)
+        return 0;
+    char taken[512];
+    snprintf(taken, sizeof(taken), "%s", err);
+    snprintf(buf, len, "%s/dlaunch-%u.XXXXXX", tmp, (unsigned)geteuid());
+    if (mkdtemp(buf) == NULL) {
+        int r = -errno;
+        snprintf(err, errlen, "%s; and no folder of our own in '%s' instead: %s", taken, tmp,
+                 strerror(-r));
+        return r;
+    }
+    snprintf(note, notelen, "%s: the workers' key is kept in '%s' instead", taken, buf);
+    return 0;
+}
+
 int dl__worker_cred_write(const dl_proto_token_t *token, const char *run_id, char **ret_path,
-                          char *err, size_t errlen)
+                          char *note, size_t notelen, char *err, size_t errlen)
 {
     dl_proto_token_t *worker = NULL;
     char dir[4096], *path = NULL, *text = NULL;
@@ -64,7 +85,8 @@ int dl__worker_cred_write(const dl_proto_token_t *token, const char *run_id, cha
         snprintf(err, errlen, "cannot write the workers' key: %s", strerror(-r));
         return r;
     }
-    r = runtime_dir(dir, sizeof(dir), err, errlen);
+    note[0] = '\0';
+    r = runtime_dir(dir, sizeof(dir), note, notelen, err, errlen);
     if (r == 0 && asprintf(&path, "%s/%s.%d.worker-key", dir, run_id, (int)getpid()) < 0) {
         path = NULL;
         r = -ENOMEM;
@@ -97,6 +119,16 @@ int dl__worker_cred_write(const dl_proto_token_t *token, const char *run_id, cha
 
 void dl__worker_cred_remove(const char *path)
 {
-    if (path != NULL)
-        unlink(path);
+    if (path == NULL)
+        return;
+    unlink(path);
+    /* A folder of a random name (runtime_dir's second choice) is this agent's alone. */
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (slash != NULL && (size_t)(slash - path) < sizeof(dir)) {
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+        const char *base = strrchr(dir, '/');
+        if (base != NULL && strncmp(base + 1, "dlaunch-", 8) == 0 && strchr(base, '.') != NULL)
+            rmdir(dir);
+    }
 }

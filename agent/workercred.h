@@ -8,13 +8,15 @@
 #include "proto.h"
 
 /* Derives the worker key of run_id from token (a master or the job's key) and writes it, mode
- * 0600, as $XDG_RUNTIME_DIR/dlaunch/RUN_ID.PID.worker-key (else /tmp/dlaunch-UID/...; the folder
- * must be ours and closed to others). Returns 0 with *ret_path (malloc'd, the caller's), or
- * -errno with one line in err. */
+ * 0600, as $XDG_RUNTIME_DIR/dlaunch/RUN_ID.PID.worker-key (else $TMPDIR/dlaunch-UID/..., /tmp
+ * by default; the folder must be ours and closed to others, and when another user made it first
+ * a fresh folder of a random name is used, said in note, "" otherwise). Returns 0 with
+ * *ret_path (malloc'd, the caller's), or -errno with one line in err. */
 int dl__worker_cred_write(const dl_proto_token_t *token, const char *run_id, char **ret_path,
-                          char *err, size_t errlen);
+                          char *note, size_t notelen, char *err, size_t errlen);
 
-/* Removes the file, when the job is over. Accepts NULL. */
+/* Removes the file (and the folder of a random name it may be in), when the job is over.
+ * Accepts NULL. */
 void dl__worker_cred_remove(const char *path);
 
 #endif

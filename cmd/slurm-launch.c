@@ -28,6 +28,20 @@ static int job_token_file(const dl_slurm_env_t *se, char **ret_path, char *err, 
         snprintf(err, errlen, "cannot create '%s' for the job token: %s", dir, strerror(errno));
         return r;
     }
+    /* The submit folder may be shared: a .dlaunch someone else made holds a token they know. */
+    struct stat st;
+    if (lstat(dir, &st) < 0) {
+        r = -errno;
+        snprintf(err, errlen, "'%s': %s", dir, strerror(errno));
+        return r;
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+        snprintf(err, errlen,
+                 "'%s' is not a folder of this user closed to others (mode %04o, uid %u): "
+                 "refusing to keep or take the job token there",
+                 dir, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+        return -EACCES;
+    }
     if (asprintf(&path, "%s/job-%ld.token", dir, se->job_id) < 0)
         return -ENOMEM;
     if (access(path, F_OK) == 0) {

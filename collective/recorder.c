@@ -45,7 +45,7 @@ static uint64_t clock_ns(clockid_t id)
 static int open_file(const char *path, int *ret_error)
 {
     *ret_error = 0;
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
     if (fd < 0)
         return -1;
     /* Another group of this process (or a stray process) writing the same ring would make both

@@ -100,7 +100,8 @@ json_t *dl_ejob_txn_create(const char *prefix, const dl_ejob_settings_t *s, doub
 json_t *dl_ejob_txn_join(const dl_ejob_view_t *v, const dl_ejob_member_t *m, int64_t lease);
 /* Closes the gathering round with its members (the first max_nodes to join), ranked by the
  * rule of docs/rendezvous.md; fails if a member joined since the view. NULL also when no member
- * is there to close with. */
+ * is there to close with, or the state allows fewer than one node (another etcd client wrote
+ * it). */
 json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now);
 
 typedef enum {

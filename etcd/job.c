@@ -345,11 +345,15 @@ static int by_rank(const void *a, const void *b)
 
 json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
 {
-    int round = dl_ejob_round(v), max = (int)sint(v->state, "max_nodes", 1);
+    int round = dl_ejob_round(v);
+    json_int_t max = sint(v->state, "max_nodes", 1);
     size_t n = 0, cap = json_object_size(v->members);
-    cand_t *c = calloc(cap > 0 ? cap : 1, sizeof(*c));
     const char *id;
     json_t *m;
+    /* Any etcd client may have written the state: a round of no node has nothing to close. */
+    if (max < 1)
+        return NULL;
+    cand_t *c = calloc(cap > 0 ? cap : 1, sizeof(*c));
     if (c == NULL)
         return NULL;
     json_object_foreach(v->members, id, m)
@@ -363,7 +367,7 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
     }
     /* The first max_nodes to join take part; the others find the round closed without them. */
     qsort(c, n, sizeof(*c), by_join);
-    if (n > (size_t)max)
+    if ((json_int_t)n > max)
         n = (size_t)max;
     qsort(c, n, sizeof(*c), by_rank);
     int *rank = malloc(n * sizeof(*rank));

@@ -1,6 +1,6 @@
 /* The boundary between dlaunch and its status-server plugin, dlaunch-http.so (buf.c, httpd.c,
  * metrics.c, page.c on libmicrohttpd): the plugin's one exported function takes the program's
- * functions it calls back (host.c defines rendezvous.h's two for the plugin's code) and returns
+ * functions it calls back (plugin-entry.c defines rendezvous.h's four for the plugin's code) and returns
  * the table that loader.c forwards http.h's functions to. Program and plugin come from one
  * build; the name of the entry point carries the version of the tables. */
 #ifndef DL_HTTP_PLUGIN_H
@@ -14,6 +14,9 @@
 typedef struct {
     int (*server_snapshot)(dl_rdzv_server_t *s, json_t **ret_snapshot);
     uint64_t (*server_generation)(const dl_rdzv_server_t *s);
+    /* Who holds a loopback connection (a token-less server serves its own user alone). */
+    int (*peer_uid)(int *nlfd, int fd, uid_t *ret_uid);
+    int (*peer_trusted)(int *nlfd, int fd);
 } dl_http_host_t;
 
 typedef struct {

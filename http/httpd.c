@@ -24,8 +24,11 @@
 
 #define WAIT_S 1.0        /* how long a request waits for the loop before using what it has */
 #define REFRESH_S 2       /* the status page reloads itself this often */
-#define MAX_CONNECTIONS 64
+#define MAX_CONNECTIONS 256
 #define CONN_TIMEOUT_S 10 /* an idle or slow client is dropped after this */
+/* Connections at once of one local user other than ours (or root): slow clients of one user
+ * (a request trickling in, a byte every few seconds) cannot take every connection. */
+#define MAX_PER_USER 16
 
 struct dl_http_s {
     uv_loop_t *loop;
@@ -51,6 +54,11 @@ struct dl_http_s {
     json_t *current;
     double current_at;
     dl__http_counters_t counters;
+    int nlfd; /* the netlink socket that tells a loopback peer's user */
+    struct {
+        uid_t uid;
+        unsigned n;
+    } users[MAX_CONNECTIONS]; /* connections of users other than ours, by user */
 };
 
 static double mono(void)
@@ -131,6 +139,18 @@ static json_t *snapshot(dl_http_t *h)
     return h->current;
 }
 
+/* Without a token, the server's own user (or root) on loopback may read, as on the rendezvous
+ * port, through a loopback host name. */
+static bool own_user(dl_http_t *h, struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci == NULL || dl_rdzv_peer_trusted(&h->nlfd, ci->connect_fd) != 1)
+        return false;
+    return dl__http_host_is_loopback(
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST));
+}
+
 /* Whether the request carries the token: the server's own credential, compared in constant
  * time. */
 static bool authorized(dl_http_t *h, struct MHD_Connection *c)
@@ -140,7 +160,7 @@ static bool authorized(dl_http_t *h, struct MHD_Connection *c)
     const char *v;
 
     if (h->token == NULL)
-        return true;
+        return own_user(h, c);
     v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (v == NULL || strncmp(v, "Bearer ", 7) != 0)
         return false;
@@ -232,19 +252,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     dl__http_buf_t b = {0};
     size_t len;
 
-    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+    int route = dl__http_route(method, url);
+    if (route == DL__HTTP_ROUTE_METHOD)
         return respond_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are served\n");
     if (!authorized(h, c)) {
         h->counters.unauthorized++;
+        if (h->token == NULL)
+            return respond_text(c, MHD_HTTP_FORBIDDEN,
+                                "without a token only the server's own user may read it, on "
+                                "loopback, through a loopback host name\n");
         return respond_text(c, MHD_HTTP_UNAUTHORIZED, "a bearer token is required\n");
     }
-    bool page = strcmp(url, "/") == 0, metrics = strcmp(url, "/metrics") == 0;
-    bool api_path = strncmp(url, "/api/jobs", 9) == 0 && (url[9] == '\0' || url[9] == '/');
-    h->counters.requests[page      ? DL__HTTP_PAGE
-                         : metrics ? DL__HTTP_METRICS
-                         : api_path ? DL__HTTP_API
-                                    : DL__HTTP_OTHER]++;
-    if (!page && !metrics && !api_path)
+    bool metrics = route == DL__HTTP_METRICS, api_path = route == DL__HTTP_API;
+    h->counters.requests[route]++;
+    if (route == DL__HTTP_OTHER)
         return respond_text(c, MHD_HTTP_NOT_FOUND,
                             "not found: try /, /metrics, /api/jobs or /api/jobs/RUN_ID\n");
     json_t *snap = snapshot(h);
@@ -265,6 +286,42 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     dl__http_page(&b, snap, h->title, now, REFRESH_S);
     char *html = dl__http_buf_take(&b, &len);
     return respond(c, MHD_HTTP_OK, "text/html; charset=utf-8", html, len);
+}
+
+/* Counts connections by their peer's user; one over MAX_PER_USER (users other than ours and
+ * root) is shut down at once. Its context says which slot it counts in (0: none). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
+                          enum MHD_ConnectionNotificationCode what)
+{
+    dl_http_t *h = cls;
+    uintptr_t slot = (uintptr_t)*ctx;
+    if (what == MHD_CONNECTION_NOTIFY_CLOSED) {
+        if (slot > 0)
+            h->users[slot - 1].n--;
+        return;
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    uid_t uid;
+    if (ci == NULL || dl_rdzv_peer_uid(&h->nlfd, ci->connect_fd, &uid) < 0 ||
+        uid == geteuid() || uid == 0)
+        return;
+    size_t i, free_slot = MAX_CONNECTIONS;
+    for (i = 0; i < MAX_CONNECTIONS; i++) {
+        if (h->users[i].n > 0 && h->users[i].uid == uid)
+            break;
+        if (h->users[i].n == 0 && free_slot == MAX_CONNECTIONS)
+            free_slot = i;
+    }
+    if (i == MAX_CONNECTIONS)
+        i = free_slot;
+    if (i == MAX_CONNECTIONS || h->users[i].n >= MAX_PER_USER) {
+        shutdown(ci->connect_fd, SHUT_RDWR);
+        return;
+    }
+    h->users[i].uid = uid;
+    h->users[i].n++;
+    *ctx = (void *)(i + 1);
 }
 
 /* ---- life cycle ---- */
@@ -294,10 +351,13 @@ static int listen_on(const dl_http_opts_t *o, int *ret_fd, int *ret_port, char *
         snprintf(err, errlen, "'%s' is not an IP address", o->host);
         return -EINVAL;
     }
-    if (o->token == NULL && !is_loopback((struct sockaddr *)&sa)) {
+    /* Plain HTTP: off loopback the bearer token would cross the network in clear with every
+     * scrape. A TLS reverse proxy on the same host is the supported way to serve others. */
+    if (!is_loopback((struct sockaddr *)&sa)) {
         snprintf(err, errlen,
-                 "refusing to serve HTTP on %s:%d without a token: give a token (requests "
-                 "then need 'Authorization: Bearer TOKEN'), or bind a loopback address",
+                 "refusing to serve HTTP on %s:%d: only loopback is served (plain HTTP would "
+                 "send the token in clear); bind 127.0.0.1 and put a TLS reverse proxy in front "
+                 "for other hosts (docs/operations.md)",
                  o->host, o->port);
         return -EPERM;
     }
@@ -323,6 +383,8 @@ static int listen_on(const dl_http_opts_t *o, int *ret_fd, int *ret_port, char *
 
 static void free_http(dl_http_t *h)
 {
+    if (h->nlfd >= 0)
+        close(h->nlfd);
     json_decref(h->current);
     json_decref(h->pending);
     pthread_cond_destroy(&h->fresh);
@@ -354,6 +416,7 @@ int dl_http_start(uv_loop_t *loop, dl_rdzv_server_t *server, const dl_http_opts_
     bool ipv6 = r == 1;
     h->loop = loop;
     h->server = server;
+    h->nlfd = -1;
     h->token = opts->token;
     h->interval = opts->interval;
     snprintf(h->title, sizeof(h->title), "%s", opts->title != NULL ? opts->title : "dlaunch");
@@ -374,7 +437,7 @@ int dl_http_start(uv_loop_t *loop, dl_rdzv_server_t *server, const dl_http_opts_
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | (ipv6 ? MHD_USE_IPv6 : 0), 0, NULL,
         NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_TIMEOUT_S,
-        MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_END);
     if (h->daemon == NULL) {
         r = errno > 0 ? -errno : -EIO;
         snprintf(err, errlen, "libmicrohttpd could not start on %s:%d: %s", opts->host, h->port,

@@ -39,6 +39,16 @@ typedef struct {
 } dl__http_counters_t;
 
 enum { DL__HTTP_PAGE = 0, DL__HTTP_METRICS, DL__HTTP_API, DL__HTTP_OTHER };
+#define DL__HTTP_ROUTE_METHOD (-1)
+
+/* What a request of method for url asks for: DL__HTTP_PAGE, _METRICS, _API, _OTHER (not
+ * found), or DL__HTTP_ROUTE_METHOD for a method other than GET and HEAD. */
+int dl__http_route(const char *method, const char *url);
+
+/* Whether a Host header names a loopback server ("localhost", 127.x.x.x or [::1], with or
+ * without a port): anything else to a loopback server is a page that rebound its own name to
+ * 127.0.0.1 (DNS rebinding), to read us from the browser of our own user. */
+bool dl__http_host_is_loopback(const char *host);
 
 /* Prometheus text exposition format 0.0.4 of the snapshot, the HTTP layer's own counters and
  * this process's CPU and memory, read now. */

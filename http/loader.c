@@ -12,6 +12,8 @@ static const dl_http_plugin_t *plugin;
 static const dl_http_host_t host = {
     .server_snapshot = dl_rdzv_server_snapshot,
     .server_generation = dl_rdzv_server_generation,
+    .peer_uid = dl_rdzv_peer_uid,
+    .peer_trusted = dl_rdzv_peer_trusted,
 };
 
 int dl_http_start(uv_loop_t *loop, dl_rdzv_server_t *server, const dl_http_opts_t *opts,

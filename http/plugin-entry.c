@@ -1,4 +1,4 @@
-/* The one symbol dlaunch-http.so exports (http-plugin.h), and the two rendezvous functions the
+/* The one symbol dlaunch-http.so exports (http-plugin.h), and the four rendezvous functions the
  * plugin's code calls, answered by the program that loaded it. */
 #include "http-plugin.h"
 
@@ -12,6 +12,16 @@ int dl_rdzv_server_snapshot(dl_rdzv_server_t *s, json_t **ret_snapshot)
 uint64_t dl_rdzv_server_generation(const dl_rdzv_server_t *s)
 {
     return host->server_generation(s);
+}
+
+int dl_rdzv_peer_trusted(int *nlfd, int fd)
+{
+    return host->peer_trusted(nlfd, fd);
+}
+
+int dl_rdzv_peer_uid(int *nlfd, int fd, uid_t *ret_uid)
+{
+    return host->peer_uid(nlfd, fd, ret_uid);
 }
 
 __attribute__((visibility("default"))) const dl_http_plugin_t *

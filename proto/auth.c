@@ -182,6 +182,12 @@ static int token_read_fd(int fd, const char *path, const struct stat *st,
         set_err(err, errlen, "token file '%s': not a regular file", path);
         return -EINVAL;
     }
+    /* Another user's file holds a secret that user knows (or chose): root could read it. */
+    if (st->st_uid != geteuid()) {
+        set_err(err, errlen, "token file '%s': it belongs to uid %u, not to this user (uid %u)",
+                path, (unsigned)st->st_uid, (unsigned)geteuid());
+        return -EPERM;
+    }
     /* Like ssh with its keys: a secret others can read is no longer a secret, and one others can
      * write lets them pick it. */
     if ((st->st_mode & (S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH)) != 0) {
@@ -232,7 +238,8 @@ int dl_proto_token_from_file(const char *path, dl_proto_token_t **ret_token, cha
     int fd, r;
 
     /* fstat() on the opened file, so the mode checked is the mode of the bytes read. */
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    /* O_NONBLOCK: a FIFO in its place must not block us before the regular-file check. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         r = -errno;
         set_err(err, errlen, "token file '%s': %s", path, strerror(-r));

@@ -308,8 +308,10 @@ typedef enum {
 /* Reads the token from a --token-file: a regular file that neither group nor others may read
  * or write (chmod 600), at most DL_PROTO_TOKEN_MAX bytes, not empty once one trailing newline
  * ("\n" or "\r\n") is stripped. Text of the form of a job or worker key is read as one (a
- * malformed one is refused). Returns 0 with *ret_token owned by the caller, or -errno with a
- * line in err naming the file (-EACCES also for a too-open mode, -EINVAL for empty/too big). */
+ * malformed one is refused). It must be this user's (another user knows, or chose, what is in
+ * it), and a FIFO in its place is refused without blocking. Returns 0 with *ret_token owned by
+ * the caller, or -errno with a line in err naming the file (-EACCES also for a too-open mode,
+ * -EPERM for another user's, -EINVAL for empty/too big or not a regular file). */
 int dl_proto_token_from_file(const char *path, dl_proto_token_t **ret_token, char *err,
                              size_t errlen);
 

@@ -28,8 +28,11 @@ static bool update_held(dl__conn_t *c)
     if (c->held_total == NULL)
         return true;
     *c->held_total = *c->held_total - c->held + now;
+    if (c->held_job != NULL)
+        *c->held_job = *c->held_job - c->held + now;
     c->held = now;
-    return now <= before || *c->held_total <= c->held_limit;
+    return now <= before || (*c->held_total <= c->held_limit &&
+                             (c->held_job == NULL || *c->held_job <= c->held_job_limit));
 }
 
 static void on_closed(uv_handle_t *h)
@@ -90,8 +93,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         c->pending_since = uv_now(c->tcp.loop);
     if (!update_held(c) && !c->closing) {
         json_auto_t *m = dl_proto_error_new(-1, DL_PROTO_E_LIMIT_EXCEEDED,
-                                            "the server holds too many unfinished frames; "
-                                            "closing");
+                                            "the server (or this job) holds too many "
+                                            "unfinished frames; closing");
         if (m != NULL)
             dl__conn_send(c, m);
         dl__conn_close(c, UV_ENOBUFS);
@@ -103,6 +106,8 @@ static void on_written(uv_write_t *req, int status)
     write_req_t *w = (write_req_t *)req;
     dl__conn_t *c = w->conn;
     c->queued -= w->len;
+    if (c->queued_total != NULL)
+        *c->queued_total -= w->len;
     free(w->frame);
     free(w);
     if (status < 0 && status != UV_ECANCELED)
@@ -154,7 +159,10 @@ int dl__conn_send(dl__conn_t *c, const json_t *msg)
             b.len -= (size_t)n;
         }
     }
-    if (c->queued + b.len > c->max_queued) {
+    /* One frame waiting is always allowed (a full store must not cut off every reader); a
+     * backlog beyond it takes from the owner's budget. */
+    if (c->queued + b.len > c->max_queued ||
+        (c->queue_room != NULL && c->queued > 0 && b.len > c->queue_room(c))) {
         free(frame);
         dl__conn_close(c, UV_ENOBUFS);
         return -ENOBUFS;
@@ -175,6 +183,8 @@ int dl__conn_send(dl__conn_t *c, const json_t *msg)
         return r;
     }
     c->queued += w->len;
+    if (c->queued_total != NULL)
+        *c->queued_total += w->len;
     return 0;
 }
 

@@ -34,11 +34,20 @@ struct dl__conn_s {
     size_t readbuf_len;
     size_t queued; /* bytes written but not yet acknowledged by libuv */
     size_t max_queued; /* a peer that reads slower than this much backlog is cut off */
+    /* The owner's count of every connection's queued bytes (NULL: not counted), and how much
+     * more they may queue together (NULL: no bound but max_queued): a peer with a frame waiting
+     * already whose next one does not fit is cut off as one over max_queued is. */
+    size_t *queued_total;
+    size_t (*queue_room)(const dl__conn_t *c);
     /* The owner's count of bytes every connection's decoder holds for frames that arrived in
      * part (NULL: not counted), and this connection's share of it. */
     size_t *held_total;
     size_t held;
     size_t held_limit; /* past it, the connection whose frame grew is closed */
+    /* The same for the job the connection authenticated for (NULL before, or not counted), so
+     * that one job's clients cannot take the whole pool from the others. */
+    size_t *held_job;
+    size_t held_job_limit;
     uint64_t last_frame;    /* uv_now() when the last whole frame came in (or the start) */
     uint64_t pending_since; /* uv_now() when the frame in progress began, 0 when none is */
     int close_status;

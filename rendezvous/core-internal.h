@@ -219,6 +219,7 @@ struct dl_rdzv_core_s {
     dl__rdzv_map_t conns;
     dl__rdzv_map_t creators; /* creator -> live jobs it made */
     size_t memory;           /* every store's memory together, against opts.max_memory */
+    const size_t *replies;   /* the server's replies written but not yet sent (NULL: none) */
     dl__rdzv_heap_t heap;
     dl_rdzv_action_t *acts;
     size_t nacts;

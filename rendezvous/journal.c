@@ -4,6 +4,7 @@
  * once: dl__journals_pump sends a few events per follower per call, so a thousand follows of a
  * thousand-event journal cost the loop a thousand small slices, not one long stall. */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,10 +130,9 @@ int dl__journals_follow(dl__journals_t *js, const char *run_id, uint64_t conn, j
     }
     if (json_array_size(followers) >= js->max_followers)
         return -ENOSPC;
-    json_int_t next = since + 1, first = first_seq(j);
-    if (next < first)
-        next = first;
-    json_int_t last = json_integer_value(json_object_get(j, "seq"));
+    json_int_t first = first_seq(j), last = json_integer_value(json_object_get(j, "seq"));
+    /* since is the client's: any integer, the largest included (since + 1 would overflow). */
+    json_int_t next = since < first ? first : since < LLONG_MAX ? since + 1 : since;
     if (json_array_append_new(followers, json_pack("[I, I]", (json_int_t)conn, next)) < 0)
         return -ENOMEM;
     if (next <= last &&

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "peer.h"
+#include "rendezvous.h"
 
 bool dl__peer_is_loopback(const struct sockaddr *sa)
 {
@@ -180,4 +181,18 @@ int dl__peer_uid(int fd, uid_t *ret_uid)
 bool dl__peer_trusted(uid_t uid)
 {
     return uid == geteuid() || uid == 0;
+}
+
+int dl_rdzv_peer_uid(int *nlfd, int fd, uid_t *ret_uid)
+{
+    return dl__peer_uid_with(nlfd, fd, ret_uid);
+}
+
+int dl_rdzv_peer_trusted(int *nlfd, int fd)
+{
+    uid_t uid;
+    int r = dl__peer_uid_with(nlfd, fd, &uid);
+    if (r == -EPERM)
+        return 0;
+    return r < 0 ? r : dl__peer_trusted(uid);
 }

@@ -362,6 +362,13 @@ int dl_rdzv_job_opts_check(const dl_rdzv_job_opts_t *opts, char *err, size_t err
 /* Creates a core. Returns 0, -EINVAL (bad opts) or -ENOMEM; *ret_core is set only on success. */
 int dl_rdzv_core_new(const dl_rdzv_core_opts_t *opts, dl_rdzv_core_t **ret_core);
 
+/* Counts *bytes (the server's replies queued to clients that have not read them yet, which it
+ * keeps up to date) against max_memory with the stores: one budget for both. NULL: none. */
+void dl_rdzv_core_count_replies(dl_rdzv_core_t *core, const size_t *bytes);
+
+/* What max_memory leaves now, the stores and the replies counted. */
+size_t dl_rdzv_core_memory_room(const dl_rdzv_core_t *core);
+
 /* Frees the core and every job in it. Accepts NULL. */
 void dl_rdzv_core_free(dl_rdzv_core_t *core);
 

@@ -41,7 +41,8 @@ typedef struct {
     double idle_timeout;
     double frame_timeout; /* seconds a frame may take to arrive once it began */
     uint32_t max_outstanding; /* requests one connection may have waiting for an answer */
-    size_t max_held; /* bytes of unfinished frames, every connection together */
+    size_t max_held; /* bytes of unfinished frames, every connection together; a job's
+                      * connections together hold a quarter of it at most */
     dl_rdzv_log_cb log;   /* may be NULL; texts are one line of printable ASCII */
     void *log_ctx;
     /* Also serve the job's store (with only_run_id) in PyTorch's TCPStore protocol on
@@ -55,7 +56,7 @@ typedef struct {
 
 /* Defaults: 127.0.0.1, any port, no token, every job, core defaults, heartbeat 1 s, auth timeout
  * 10 s, idle timeout 300 s, frame timeout 30 s, 1024 requests a connection, 256 MiB of
- * unfinished frames.
+ * unfinished frames (64 MiB a job).
  *
  * Without a token the server serves its own user only: a peer whose socket another uid owns
  * (root excepted) gets auth_failed, and it binds loopback only, where the kernel can tell. */
@@ -187,5 +188,16 @@ int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *
  * line in err. */
 int dl_rdzv_assignment_check(const dl_rdzv_assignment_t *a, const dl_rdzv_assignment_want_t *want,
                              char *err, size_t errlen);
+
+/* Whether the peer of fd (a connected TCP socket) is on loopback and runs as this process's
+ * user or root: what stands in for a token where there is none (the HTTP side does as the
+ * rendezvous port). *nlfd: a netlink socket kept between calls, -1 at first; the caller closes
+ * it. Returns 1, 0 (another user's, or not on loopback), or -errno when the owner cannot be
+ * told. */
+int dl_rdzv_peer_trusted(int *nlfd, int fd);
+
+/* The user owning the socket at the other end of fd, a connected TCP socket on loopback
+ * (nlfd as above). Returns 0, -EPERM when the peer is not on loopback, or another -errno. */
+int dl_rdzv_peer_uid(int *nlfd, int fd, uid_t *ret_uid);
 
 #endif

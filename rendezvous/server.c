@@ -31,6 +31,14 @@ typedef enum {
 
 typedef struct sconn_s sconn_t;
 
+/* One job's bytes of unfinished frames, shared by its authenticated connections. */
+typedef struct job_held_s {
+    struct job_held_s *next;
+    size_t bytes;
+    unsigned users;
+    char run_id[DL_PROTO_RUN_ID_MAX + 1];
+} job_held_t;
+
 struct sconn_s {
     dl__conn_t c; /* first: libuv's handle pointer is the connection's */
     dl_rdzv_server_t *s;
@@ -48,6 +56,7 @@ struct sconn_s {
     bool following;              /* follows its job's events */
     bool has_client_nonce;       /* hello asked us to prove the token back */
     uint64_t creator;            /* its address, as the core counts jobs per creator */
+    job_held_t *held_job; /* its job's count of unfinished frames, once authenticated */
     char run_id[DL_PROTO_RUN_ID_MAX + 1];
     char nonce[DL_PROTO_NONCE_HEX_LEN + 1];
     char client_nonce[DL_PROTO_NONCE_HEX_LEN + 1];
@@ -91,6 +100,8 @@ struct dl_rdzv_server_s {
     uint32_t max_outstanding;
     size_t held;         /* bytes of unfinished frames, every connection together */
     size_t max_held;
+    size_t queued; /* bytes of replies written, not yet sent: counted in the core's max_memory */
+    job_held_t *held_jobs; /* the same per job with a connection; a quarter of max_held each */
     uv_timer_t sweep_timer; /* closes idle connections and stalled frames */
     bool sweeping;
     int diag_fd; /* the netlink socket that tells peers' uids, without a token; -1 until used */
@@ -979,6 +990,40 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
 
 static void sweep_start(dl_rdzv_server_t *s);
 
+/* Counts the connection's unfinished frames for its job too, from now on. Without memory for the
+ * count it is counted in the server's pool only. */
+static void held_job_attach(sconn_t *sc)
+{
+    dl_rdzv_server_t *s = sc->s;
+    job_held_t *e = s->held_jobs;
+    while (e != NULL && strcmp(e->run_id, sc->run_id) != 0)
+        e = e->next;
+    if (e == NULL) {
+        e = calloc(1, sizeof(*e));
+        if (e == NULL)
+            return;
+        snprintf(e->run_id, sizeof(e->run_id), "%s", sc->run_id);
+        e->next = s->held_jobs;
+        s->held_jobs = e;
+    }
+    e->users++;
+    e->bytes += sc->c.held;
+    sc->held_job = e;
+    sc->c.held_job = &e->bytes;
+    sc->c.held_job_limit = s->max_held / 4;
+}
+
+static void held_job_detach(sconn_t *sc)
+{
+    job_held_t *e = sc->held_job, **pp = &sc->s->held_jobs;
+    if (e == NULL || --e->users > 0)
+        return;
+    while (*pp != e)
+        pp = &(*pp)->next;
+    *pp = e->next;
+    free(e);
+}
+
 /* server_proof: our proof of the token over the client's nonce, or NULL when it sent none. */
 static void become_ready(sconn_t *sc, json_int_t id, const char *server_proof)
 {
@@ -989,6 +1034,7 @@ static void become_ready(sconn_t *sc, json_int_t id, const char *server_proof)
     if (server_proof != NULL)
         json_object_set_new(ok, "proof", json_string(server_proof));
     preauth_remove(sc);
+    held_job_attach(sc);
     dl_proto_decoder_set_limit(&sc->c.dec, DL_PROTO_LIMIT);
     dl__conn_send(&sc->c, ok);
     sc->state = SC_READY;
@@ -1249,6 +1295,13 @@ static uint64_t creator_of(const uv_tcp_t *tcp)
     return h | 1;
 }
 
+/* Replies nobody reads take from the same budget as the stores (--max-memory). */
+static size_t queue_room(const dl__conn_t *c)
+{
+    const dl_rdzv_server_t *s = ((const sconn_t *)c)->s;
+    return s->core != NULL ? dl_rdzv_core_memory_room(s->core) : SIZE_MAX;
+}
+
 static void on_conn_closed(dl__conn_t *c, int status)
 {
     sconn_t *sc = (sconn_t *)c;
@@ -1260,6 +1313,7 @@ static void on_conn_closed(dl__conn_t *c, int status)
         run_core(s, &ev);
         dl__jobview_drop_conn(s->view, sc->run_id, conn_id(sc));
     }
+    held_job_detach(sc);
     slot_release(s, sc);
     s->nconns--;
     free(sc);
@@ -1292,6 +1346,8 @@ static void on_connection(uv_stream_t *server, int status)
     dl__conn_init(s->loop, &sc->c, DL_PROTO_LIMIT_PREAUTH, s->readbuf, sizeof(s->readbuf));
     sc->c.held_total = &s->held;
     sc->c.held_limit = s->max_held;
+    sc->c.queued_total = &s->queued;
+    sc->c.queue_room = queue_room;
     sc->c.on_message = on_message;
     sc->c.on_invalid = on_invalid;
     sc->c.on_closed = on_conn_closed;
@@ -1418,6 +1474,8 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
         r = dl__jobview_new(&s->view);
     if (r == 0)
         r = dl_rdzv_core_new(&core_opts, &s->core);
+    if (r == 0)
+        dl_rdzv_core_count_replies(s->core, &s->queued);
     explicit_bzero(core_opts.hash_key, sizeof(core_opts.hash_key));
     if (r < 0) {
         snprintf(err, errlen, "bad rendezvous settings: %s", strerror(-r));

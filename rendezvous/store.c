@@ -27,7 +27,18 @@ void dl__rdzv_store_init(dl__rdzv_store_t *store)
 
 static bool mem_room(const dl_rdzv_core_t *core, size_t n)
 {
-    return n <= core->opts.max_memory - core->memory;
+    return n <= dl_rdzv_core_memory_room(core);
+}
+
+size_t dl_rdzv_core_memory_room(const dl_rdzv_core_t *core)
+{
+    size_t used = core->memory + (core->replies != NULL ? *core->replies : 0);
+    return used < core->opts.max_memory ? core->opts.max_memory - used : 0;
+}
+
+void dl_rdzv_core_count_replies(dl_rdzv_core_t *core, const size_t *bytes)
+{
+    core->replies = bytes;
 }
 
 static void mem_add(dl_rdzv_core_t *core, dl__rdzv_store_t *store, size_t n)

@@ -128,7 +128,7 @@ int dl_train_ckpt_save(const char *dir, const dl_train_ckpt_t *ck, char *ret_pat
 
     if (ck->n_layers == 0 || ck->n_layers > DL_TRAIN_MAX_LAYERS)
         return dl__train_err(-EINVAL, err, errlen, "checkpoint: %zu layers", ck->n_layers);
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+    if (mkdir(dir, 0750) < 0 && errno != EEXIST) {
         r = -errno;
         return dl__train_err(r, err, errlen, "%s: cannot create: %s", dir, strerror(-r));
     }
@@ -136,7 +136,7 @@ int dl_train_ckpt_save(const char *dir, const dl_train_ckpt_t *ck, char *ret_pat
     snprintf(tmp, sizeof(tmp), "%s/.ckpt-%012" PRIu64 ".tmp-%ld", dir, ck->step, (long)getpid());
 
     (void)unlink(tmp);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
     if (fd < 0) {
         r = -errno;
         return dl__train_err(r, err, errlen, "%s: %s", tmp, strerror(-r));

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -128,10 +129,28 @@ static int open_checksums(prog_t *p)
     if (dir == NULL || *dir == '\0' || (verbose != NULL && strcmp(verbose, "1") == 0))
         return 0;
     snprintf(path, sizeof(path), "%s/rank_%ld.checksums", dir, p->rank);
-    p->checksums = fopen(path, "ae");
-    if (p->checksums == NULL) {
-        fprintf(stderr, "[train rank=%ld] %s: %s\n", p->rank, path, strerror(errno));
-        return -errno;
+    /* The log folder may be on shared storage: never through a link, into a FIFO or into a
+     * file of another user. */
+    struct stat st;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0640);
+    int e = 0;
+    if (fd < 0 || fstat(fd, &st) < 0)
+        e = errno;
+    else if (!S_ISREG(st.st_mode))
+        e = EINVAL;
+    else if (st.st_uid != geteuid())
+        e = EPERM;
+    if (e == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0)
+        e = errno;
+    if (e == 0 && (p->checksums = fdopen(fd, "a")) == NULL)
+        e = errno;
+    if (e != 0) {
+        if (fd >= 0)
+            close(fd);
+        fprintf(stderr, "[train rank=%ld] %s: %s\n", p->rank, path,
+                e == EINVAL ? "not a regular file" : e == EPERM ? "another user's file"
+                                                                : strerror(e));
+        return -e;
     }
     return 0;
 }

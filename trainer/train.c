@@ -220,11 +220,11 @@ static int mkdir_parents(const char *path)
         if (*p != '/')
             continue;
         *p = '\0';
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+        if (mkdir(buf, 0750) < 0 && errno != EEXIST)
             return -1;
         *p = '/';
     }
-    return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
+    return mkdir(buf, 0750) < 0 && errno != EEXIST ? -1 : 0;
 }
 
 static int check_outputs(run_t *r)

@@ -160,6 +160,33 @@ START_TEST(the_first_max_nodes_to_join_take_part)
 }
 END_TEST
 
+START_TEST(a_state_of_no_nodes_closes_nothing)
+{
+    /* Another etcd client wrote max_nodes 0 (or a value past int): no round of no node, and no
+     * read past the members. */
+    static const json_int_t bad[] = {0, -3, (json_int_t)1 << 32};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        dl_ejob_view_t v;
+        json_t *st = state_doc("gathering", 0, 0, 3, 1, 2);
+        json_object_set_new(st, "max_nodes", json_integer(bad[i]));
+        json_t *kvs = json_pack("[o, o]", kv(P "state", st, 2, 0),
+                                kv(P "m/a", member("a", "h", 1, -1, 0), 3, 7));
+        load(&v, kvs, 3);
+        if (bad[i] > 0) {
+            /* Past int: as many as there are, not a wrapped 0. */
+            json_t *t = dl_ejob_txn_close(&v, 1.0);
+            json_t *s = put_of(t, "state");
+            ck_assert_int_eq(json_array_size(json_object_get(s, "nodes")), 1);
+            json_decref(s);
+            json_decref(t);
+        } else {
+            ck_assert_ptr_null(dl_ejob_txn_close(&v, 1.0));
+        }
+        dl_ejob_view_clear(&v);
+    }
+}
+END_TEST
+
 START_TEST(rounds_spend_restarts_on_failures_only)
 {
     dl_ejob_view_t v;
@@ -355,6 +382,7 @@ int main(void)
     tcase_add_test(tc, prefixes);
     tcase_add_test(tc, ranks_follow_the_rule);
     tcase_add_test(tc, the_first_max_nodes_to_join_take_part);
+    tcase_add_test(tc, a_state_of_no_nodes_closes_nothing);
     tcase_add_test(tc, rounds_spend_restarts_on_failures_only);
     tcase_add_test(tc, watch_events_update_the_view);
     tcase_add_test(tc, base64_and_ranges);

@@ -588,5 +588,41 @@ class Tls(EtcdCase):
         self.assertIn(p.wait(timeout=60), (3, 4), self.log("plain"))
 
 
+@unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
+class Writers(EtcdCase):
+    """Another client with write access to the job's prefix (issue #32, 6) can disturb the job,
+    never run code in it."""
+
+    def test_an_assignment_written_by_another_client_is_validated(self):
+        seen = os.path.join(self.dir, "seen")
+        p = self.agent("--", "sh", "-c", f'printf %s "$MASTER_ADDR" > {seen}-$RANK', name="a")
+        members = {}
+
+        def joined():
+            members.update({k: v for k, v in self.cluster.get_prefix("/dlaunch/job/m/").items()})
+            return members
+
+        self.wait_for(joined, what="the agent's member key")
+        node_id, doc = next(iter(members.items()))
+        node_id = node_id[len("/dlaunch/job/m/"):]
+        store = json.loads(doc)["store"]
+        state = {"state": "running", "round": 0, "restarts": 0, "max_restarts": 0,
+                 "min_nodes": 2, "max_nodes": 2, "world_size": 4, "master_port": 29500,
+                 "master_addr": "127.0.0.1\nLD_PRELOAD=/tmp/evil.so", "store_addr": store,
+                 "nodes": [{"node_id": node_id, "node_rank": 0, "first_rank": 0, "slots": 2},
+                           {"node_id": "ghost", "node_rank": 1, "first_rank": 2, "slots": 2}]}
+        self.cluster.ctl("put", "/dlaunch/job/state", json.dumps(state))
+        try:
+            rc = p.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            rc = None
+        ran = [f for f in os.listdir(self.dir) if f.startswith("seen-")]
+        self.assertEqual(ran, [], "workers ran with MASTER_ADDR " +
+                         repr([self.read(f) for f in ran]))
+        self.assertEqual(rc, 4, self.log("a"))
+        self.assertIn("an assignment this node cannot take", self.log("a"))
+        self.assertIn("master_addr", self.log("a"))
+
+
 if __name__ == "__main__":
     dltest.main()

@@ -184,7 +184,7 @@ class Endpoints(Base):
         cases = [
             ([dltest.DLAUNCHD, "--http", "nohost"], "dlaunchd: --http: 'nohost' is not ADDR:PORT"),
             ([dltest.DLAUNCHD, "--listen", "127.0.0.1:0", "--http", "0.0.0.0:0"],
-             "dlaunchd: --http: refusing to serve HTTP on 0.0.0.0:0 without a token"),
+             "dlaunchd: --http: refusing to serve HTTP on 0.0.0.0:0: only loopback is served"),
             ([dltest.DLAUNCHD, "--http"], "dlaunchd: option '--http' needs a value (ADDR:PORT)"),
             ([dltest.DLAUNCH, "--http", "127.0.0.1:0", "--", "true"],
              "dlaunch: --http: only the node that hosts a rendezvous serves it"),

@@ -522,9 +522,12 @@ class Bounds(Base):
         for wave in range(2):
             before = rss_kib(d.pid)
             holders = []
-            for _ in range(100):
+            for i in range(100):
                 c = Client(port)
-                self.assertEqual(c.hello("control", "x")["type"], "auth_ok")
+                # Five jobs of 20 MiB each: under a job's share of the pool (64 MiB), so the
+                # frame timeout is what ends them (test_one_jobs_unfinished_frames_... checks
+                # the share).
+                self.assertEqual(c.hello("control", f"x{i % 5}")["type"], "auth_ok")
                 # A 1 MiB frame announced, all of it but the last byte sent, then silence.
                 c.sock.sendall(struct.pack(">I", 1 << 20) + b"{" + b" " * ((1 << 20) - 2))
                 holders.append(c)
@@ -546,6 +549,64 @@ class Bounds(Base):
         # had it been kept, the second wave would add about as much again.
         if not sanitized(d.pid):
             self.assertLess(max(grown), 50 * 1024, grown)
+        self.assertIsNone(d.poll())
+
+    def test_one_jobs_unfinished_frames_leave_room_for_another(self):
+        """Issue #32, 7: every job shared one 256 MiB pool of unfinished frames, so one job's
+        clients holding it made another job's 200 KB kv set fail."""
+        d, port = self.daemon("--frame-timeout", "60", "--idle-timeout", "120")
+        holders, refused = [], 0
+        for _ in range(270):
+            c = self.client(port)
+            try:
+                if (c.hello("control", "hog") or {}).get("type") != "auth_ok":
+                    refused += 1
+                    continue
+                c.sock.sendall(struct.pack(">I", 1 << 20) + b"{" + b" " * ((1 << 20) - 2))
+            except OSError:
+                refused += 1
+            holders.append(c)
+        other = self.client(port)
+        self.assertEqual(other.hello("agent", "other")["type"], "auth_ok")
+        r = other.call({"type": "join", "node_id": "n0", "host": "h", "slots": 1,
+                        "min_nodes": 1, "max_nodes": 1, "max_restarts": 0})
+        self.assertEqual(r["type"], "assignment", r)
+        r = other.call({"type": "kv_set", "key": "k", "value": "v" * 200_000}, timeout=30)
+        self.assertIsNotNone(r)
+        self.assertNotIn("error", r, r)
+        self.assertIsNone(d.poll())
+
+    def test_replies_nobody_reads_are_counted_in_max_memory(self):
+        """Issue #32, 2: replies a client never read were capped per connection (64 MiB) but
+        not server-wide, and --max-memory did not count them."""
+        d, port = self.daemon("--max-memory", "64")
+        agent = self.client(port)
+        self.assertEqual(agent.hello("agent", "big")["type"], "auth_ok")
+        r = agent.call({"type": "join", "node_id": "n0", "host": "h", "slots": 1,
+                        "min_nodes": 1, "max_nodes": 1, "max_restarts": 0})
+        self.assertEqual(r["type"], "assignment", r)
+        w = self.client(port)
+        self.assertEqual(w.hello("worker", "big")["type"], "auth_ok")
+        r = w.call({"type": "kv_set", "key": "k", "value": "x" * 1_000_000}, timeout=30)
+        self.assertNotIn("error", r or {"error": "none"}, r)
+        before = rss_kib(d.pid)
+        readers = []
+        for _ in range(8):
+            c = Client(port)
+            c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            self.assertEqual(c.hello("worker", "big")["type"], "auth_ok")
+            c.sock.sendall(b"".join(frame({"v": 1, "type": "kv_get", "id": 10 + i, "key": "k"})
+                                    for i in range(60)))
+            readers.append(c)
+            self.clients.append(c)
+        time.sleep(3)
+        grown = rss_kib(d.pid) - before
+        # 8 connections x 60 MiB was 480 MiB held; the budget is 64 MiB with the store's 1 MB.
+        if not sanitized(d.pid):
+            self.assertLess(grown, 150 * 1024, f"{grown} KiB")
+        # Those over the budget were cut off; the server serves on.
+        probe = self.client(port)
+        self.assertEqual(probe.hello("worker", "big")["type"], "auth_ok")
         self.assertIsNone(d.poll())
 
     def test_journals_of_unknown_jobs_are_not_kept(self):
@@ -689,6 +750,33 @@ class Smaller(Base):
         self.assertFalse([e for e in evs if e["time"] < started - 0.5], evs)
         self.assertEqual([e["event"] for e in evs].count("job_end"), 1)
 
+    def test_a_follow_from_the_largest_since_replays_nothing(self):
+        """Issue #32, 7: since + 1 overflowed at 2^63 - 1 and replayed the whole journal."""
+        d, port = self.daemon()
+        c = self.client(port)
+        self.assertEqual(c.hello("agent", "big")["type"], "auth_ok")
+        r = c.call({"type": "join", "node_id": "n0", "host": "h", "slots": 1, "min_nodes": 1,
+                    "max_nodes": 1, "max_restarts": 0})
+        self.assertEqual(r["type"], "assignment")
+        got = {}
+        for since in (0, 2 ** 63 - 1):
+            f = self.client(port)
+            self.assertEqual(f.hello("control", "big")["type"], "auth_ok")
+            r = f.call({"type": "events_follow", "since": since})
+            self.assertNotIn("error", r)
+            events = []
+            while True:
+                try:
+                    m = f.recv(timeout=1)
+                except socket.timeout:
+                    break
+                if m is None:
+                    break
+                events.append(m)
+            got[since] = events
+        self.assertTrue(got[0])
+        self.assertEqual(got[2 ** 63 - 1], [])
+
     def test_the_largest_id_is_echoed(self):
         d, port = self.daemon()
         c = self.client(port)
@@ -735,6 +823,283 @@ class Smaller(Base):
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.dir, "attempt_0")))
         self.assertFalse(os.path.exists(os.path.join(sub, "attempt_0")))
+
+
+def as_nobody(*cmd, cwd="/"):
+    """Runs cmd as the other user; returns the CompletedProcess (checked)."""
+    return subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                           "--", *cmd], cwd=cwd, check=True, capture_output=True, text=True,
+                          timeout=30)
+
+
+class SharedStorage(Base):
+    """Issue #32, 5: the log folder on storage other users can write. Its files are never opened
+    through a link, a FIFO never blocks the agent, another user's folder is refused, and what a
+    worker wrote reaches the summary without control characters."""
+
+    def run_job(self, *args, timeout=40):
+        """dlaunch with one worker, no restart; (exit code or None if it had to be killed,
+        stderr)."""
+        p = self.agent("job", "--gpus-per-node", "1", "--max-restarts", "0", "--run-id", "job",
+                       *args)
+        try:
+            code = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            code = None
+        return code, self.read("job.log")
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run the other user as nobody")
+    def test_another_users_log_folder_is_refused(self):
+        os.chmod(self.dir, 0o755)
+        shared = os.path.join(self.dir, "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o1777)
+        victim = self.write("victim", "root's own file\n")
+        before = self.read("victim")
+        # The other user lays out the folder the job will use before it starts.
+        attempt = os.path.join(shared, "logs", "job", "attempt_0")
+        as_nobody("mkdir", "-p", attempt)
+        as_nobody("ln", "-s", victim, os.path.join(attempt, "rank_0.out"))
+        as_nobody("mkfifo", os.path.join(attempt, "rank_0.err"))
+        as_nobody("mkfifo", os.path.join(attempt, "rank_0.error.json"))
+        code, log = self.run_job("--log-dir", os.path.join(shared, "logs"), "--",
+                                 "sh", "-c", "echo SECRET; exit 1")
+        self.assertEqual(self.read("victim"), before)
+        self.assertEqual(code, 2, log)
+        self.assertIn("not safe to write: it belongs to another user", log)
+
+    def test_a_fifo_and_a_link_in_the_log_folder_do_not_block_or_redirect(self):
+        victim = self.write("victim", "the user's own file\n")
+        before = self.read("victim")
+        # The worker (or anyone as its user) leaves a FIFO as its error file and a link in place
+        # of its stderr log: the agent must neither block on the one nor show what the other
+        # points to (a file only the agent's user may read).
+        os.chmod(victim, 0o600)
+        cmd = ('mkfifo "$TORCHELASTIC_ERROR_FILE"; rm "$DLAUNCH_ATTEMPT_DIR/rank_0.err"; '
+               f'ln -s {victim} "$DLAUNCH_ATTEMPT_DIR/rank_0.err"; exit 3')
+        code, log = self.run_job("--", "sh", "-c", cmd)
+        self.assertEqual(code, 1, log)
+        self.assertIn("exited with code 3", log)
+        self.assertNotIn("the user's own file", log)
+        self.assertIn("cannot read it: it is a symbolic link", log)
+        self.assertEqual(self.read("victim"), before)
+
+    def test_what_a_worker_wrote_reaches_the_summary_without_control_characters(self):
+        err = {"message": {"message": "boom\x1b]0;title\x07\x1b[2J\nFAKE: line",
+                           "extraInfo": {"py_callstack": "Traceback\n  \x1b[31mred\x1b[0m\n"}}}
+        errfile = self.write("err.json", json.dumps(err))
+        for cmd in (f'cp {errfile} "$TORCHELASTIC_ERROR_FILE"; exit 1',
+                    "printf 'tail \\033[2J\\033]0;x\\007 end\\n' >&2; exit 1"):
+            code, log = self.run_job("-q", "--", "sh", "-c", cmd)
+            self.assertEqual(code, 1, log)
+            summary = log[log.index("the job failed"):]
+            self.assertNotIn("\x1b", summary)
+            self.assertNotIn("\x07", summary)
+            self.assertFalse([l for l in summary.split("\n") if l.startswith("FAKE")], summary)
+            self.assertTrue("boom" in summary or "tail" in summary, summary)
+
+    def test_the_trainers_checksums_file_is_never_a_link_or_a_fifo(self):
+        import test_train
+        victim = self.write("victim", "keep\n")
+        for kind in ("link", "fifo"):
+            folder = os.path.join(self.dir, kind)
+            os.mkdir(folder)
+            path = os.path.join(folder, "rank_0.checksums")
+            if kind == "link":
+                os.symlink(victim, path)
+            else:
+                os.mkfifo(path)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+            env.update(RANK="0", WORLD_SIZE="1", DLAUNCH_ATTEMPT_DIR=folder)
+            try:
+                p = subprocess.run([test_train.TRAINER], env=env, capture_output=True, text=True,
+                                   timeout=20)
+            except subprocess.TimeoutExpired:
+                self.fail(f"the trainer blocked on a {kind} in place of its checksums file")
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("rank_0.checksums", p.stderr)
+            self.assertEqual(self.read("victim"), "keep\n")
+
+
+class Credentials(Base):
+    """Issue #32, 7: the token file and the folders the agent keeps keys in."""
+
+    def shared(self):
+        """A folder every user may write, as /tmp is."""
+        os.chmod(self.dir, 0o755)
+        path = os.path.join(self.dir, "shared")
+        os.makedirs(path, exist_ok=True)
+        os.chmod(path, 0o1777)
+        return path
+
+    def test_a_fifo_token_file_is_refused_without_blocking(self):
+        fifo = os.path.join(self.dir, "token")
+        os.mkfifo(fifo, 0o600)
+        p = self.run_cmd("--gpus-per-node", "1", "--token-file", fifo, "--", "true", timeout=20)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("not a regular file", p.stderr)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run the other user as nobody")
+    def test_another_users_token_file_is_refused(self):
+        path = os.path.join(self.shared(), "token")
+        as_nobody("sh", "-c", f"umask 077; echo chosen-by-nobody > {path}")
+        p = self.run_cmd("--gpus-per-node", "1", "--token-file", path, "--", "true", timeout=20)
+        self.assertNotEqual(p.returncode, 0, p.stderr)
+        self.assertIn("belongs to uid", p.stderr)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run the other user as nobody")
+    def test_another_users_slurm_token_folder_is_refused(self):
+        submit = self.shared()
+        # The other user lays out the submit folder's .dlaunch with a token it knows.
+        as_nobody("sh", "-c", f"umask 077; mkdir {submit}/.dlaunch && "
+                              f"echo known > {submit}/.dlaunch/job-4343.token")
+        env = {"SLURM_JOB_ID": "4343", "SLURM_STEP_ID": "0", "SLURM_JOB_NUM_NODES": "1",
+               "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "localhost",
+               "SLURM_NODELIST": "localhost", "SLURM_NODEID": "0", "SLURM_PROCID": "0",
+               "SLURM_LOCALID": "0", "SLURM_SUBMIT_DIR": submit}
+        p = self.run_cmd("--gpus-per-node", "1", "--", "true", env=env, timeout=30)
+        self.assertNotEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn(".dlaunch' is not a folder of this user closed to others", p.stderr)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run the other user as nobody")
+    def test_a_key_folder_made_by_another_user_gets_a_fresh_one(self):
+        tmp = self.shared()
+        as_nobody("mkdir", "-m", "700", os.path.join(tmp, f"dlaunch-{os.geteuid()}"))
+        token = self.token("tok", "s3cret-master")
+        out = os.path.join(self.dir, "keyfile")
+        p = self.run_cmd("--gpus-per-node", "1", "--token-file", token, "--",
+                         "sh", "-c", f'echo "$DLAUNCH_TOKEN_FILE" > {out}',
+                         env={"TMPDIR": tmp, "XDG_RUNTIME_DIR": ""}, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("is not a folder of ours closed to others", p.stderr)
+        used = self.read("keyfile").strip()
+        self.assertTrue(used.startswith(os.path.join(tmp, f"dlaunch-{os.geteuid()}.")), used)
+        # The agent's own folder of a random name goes with the job.
+        self.assertFalse(os.path.exists(os.path.dirname(used)))
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run the agent as nobody")
+    def test_a_worker_cannot_read_its_agents_token(self):
+        home = os.path.join(self.shared(), "home")
+        as_nobody("mkdir", home)
+        out = os.path.join(home, "seen")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        env.update(DLAUNCH_TOKEN="the-master-token-123", TMPDIR=home, XDG_RUNTIME_DIR="")
+        cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--",
+               dltest.DLAUNCH, "-q", "--gpus-per-node", "1", "--", "sh", "-c",
+               f"cat /proc/$PPID/environ > {out} 2>&1; grep -a -c . /proc/$PPID/mem >> {out} "
+               f"2>&1; true"]
+        p = subprocess.run(cmd, cwd=home, env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        with open(out, "rb") as f:
+            seen = f.read()
+        self.assertNotIn(b"the-master-token-123", seen)
+        self.assertIn(b"Permission denied", seen)
+
+
+class Modes(Base):
+    """Issue #32, 7: under the default umask (022) logs, events and checkpoints were readable by
+    every local user."""
+
+    def test_logs_and_checkpoints_are_not_world_readable(self):
+        import test_train
+        old = os.umask(0o022)
+        try:
+            # The bundled trainer with its checkpoints where the data set is installed.
+            cmd = ([test_train.TRAINER, "--set", "steps=2", "--set", "checkpoint_every=1",
+                    "--set", "checkpoint_dir=ck", "--set", "batch_size=8"]
+                   if test_train.have_fashion() else ["sh", "-c", "echo trained"])
+            p = self.run_cmd("-q", "--gpus-per-node", "1", "--run-id", "m", "--events",
+                             "ev.jsonl", "--", *cmd, timeout=120)
+        finally:
+            os.umask(old)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        paths = [os.path.join(self.dir, "dlaunch_logs", "m"),
+                 os.path.join(self.dir, "dlaunch_logs", "m", "attempt_0"),
+                 os.path.join(self.dir, "dlaunch_logs", "m", "attempt_0", "rank_0.out"),
+                 os.path.join(self.dir, "dlaunch_logs", "m", "attempt_0", "rank_0.err"),
+                 os.path.join(self.dir, "ev.jsonl")]
+        ck = os.path.join(self.dir, "ck")
+        if os.path.isdir(ck):
+            paths += [ck] + [os.path.join(ck, f) for f in os.listdir(ck)]
+            self.assertTrue(os.listdir(ck))
+        for path in paths:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+            self.assertEqual(mode & 0o007, 0, f"{path}: {mode:04o}")
+
+
+class HttpSide(Base):
+    """Issue #32, 1: without a token, the HTTP side is its user's alone, as the rendezvous
+    port is, and a page rebinding its name to 127.0.0.1 cannot read it."""
+
+    def http_daemon(self):
+        import test_http
+        log = os.path.join(self.dir, "dh.log")
+        d, _ = dltest.start_dlaunchd(log, "--http", "127.0.0.1:0")
+        self.procs.append(d)
+        return test_http.http_port(log)
+
+    def test_no_token_in_clear_off_loopback(self):
+        """Issue #32, 4: the bearer token went in clear to --http 0.0.0.0 with every scrape."""
+        token = self.token("tok", "s3cret-master")
+        p = subprocess.run([dltest.DLAUNCHD, "--listen", "127.0.0.1:0", "--token-file", token,
+                            "--http", "0.0.0.0:0"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("only loopback is served", p.stderr)
+        self.assertIn("TLS reverse proxy", p.stderr)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run the other user as nobody")
+    def test_another_user_cannot_read_http_without_a_token(self):
+        port = self.http_daemon()
+        code = ("import sys, urllib.request, urllib.error\n"
+                "try:\n"
+                f"    r = urllib.request.urlopen('http://127.0.0.1:{port}/api/jobs', timeout=10)\n"
+                "    print(r.status)\n"
+                "except urllib.error.HTTPError as e:\n"
+                "    print(e.code)\n")
+        p = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                            "--", "/usr/bin/python3", "-c", code], capture_output=True, text=True,
+                           timeout=30, cwd="/")
+        self.assertEqual(p.stdout.strip(), "403", p.stderr)
+        import test_http
+        self.assertEqual(test_http.get(f"http://127.0.0.1:{port}/api/jobs")[0], 200)
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root to run the other user as nobody")
+    def test_trickling_connections_of_another_user_leave_metrics_up(self):
+        """Issue #32, 7: 70 connections trickling a request took all of libmicrohttpd's 64."""
+        import test_http
+        port = self.http_daemon()
+        code = ("import socket, sys, time\n"
+                "socks = []\n"
+                "for _ in range(70):\n"
+                "    try:\n"
+                "        s = socket.create_connection(('127.0.0.1', %d))\n"
+                "        s.sendall(b'GET /metrics HTTP/1.1\\r\\n')\n"
+                "        socks.append(s)\n"
+                "    except OSError:\n"
+                "        pass\n"
+                "print('held', flush=True)\n"
+                "time.sleep(30)\n" % port)
+        hog = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                                "--", "/usr/bin/python3", "-c", code], stdout=subprocess.PIPE,
+                               text=True, cwd="/")
+        self.procs.append(hog)
+        self.assertEqual(hog.stdout.readline().strip(), "held")
+        try:
+            status = test_http.get(f"http://127.0.0.1:{port}/metrics", timeout=5)[0]
+        except OSError as e:
+            status = repr(e)
+        self.assertEqual(status, 200)
+
+    def test_a_rebound_host_name_is_refused(self):
+        import test_http
+        port = self.http_daemon()
+        url = f"http://127.0.0.1:{port}/api/jobs"
+        self.assertEqual(test_http.get(url, {"Host": "attacker.example"})[0], 403)
+        self.assertEqual(test_http.get(url, {"Host": f"attacker.example:{port}"})[0], 403)
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}", "127.0.0.1", f"[::1]:{port}"):
+            self.assertEqual(test_http.get(url, {"Host": host})[0], 200, host)
 
 
 if __name__ == "__main__":

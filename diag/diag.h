@@ -59,17 +59,18 @@ int dl_diag_beats_line(dl_diag_beats_t *b, const char *line, size_t len);
 
 /* ---- Stragglers ---------------------------------------------------------------------------- */
 
-/* The rule: every time new figures come, a rank's compute time a step over the steps since its
- * previous figures (once they are window / min_reports steps or more: fewer wait for the next
- * figures) is compared with the job's median (over every rank's latest such figure; with an even
- * number of ranks the lower middle one, so that in a job of two the slow rank is held against the
- * other). Slower than median x (1 + threshold) in min_reports such intervals in a row that cover
- * window steps or more: a straggler. Named once; it is cleared after as many intervals and steps
- * within the threshold. */
+/* The rule: at every evaluation a rank's compute time a step is summed over its latest window
+ * (from its newest snapshot of sums at least window steps and min_reports reports back, to its
+ * latest sums; snapshots are window / 8 steps apart or more) and held against the job's median
+ * of the same (over every rank with a window; with an even number of ranks the lower middle
+ * one, so that in a job of two the slow rank is held against the other). Slower than median x
+ * (1 + threshold) over its window: a straggler, named once. It is cleared by a window that
+ * starts after it was named and is within the threshold. A sum, not a streak, so that intervals
+ * that look normal by chance do not hide a rank that costs the job a steady share of its time. */
 typedef struct {
     double threshold; /* 0.3: 30% slower than the median */
     uint64_t window;  /* steps */
-    int min_reports;  /* reports in a row, whatever the steps */
+    int min_reports;  /* reports a window spans at least, whatever the steps (1 to 7) */
 } dl_diag_straggler_opts_t;
 
 #define DL_DIAG_THRESHOLD_DEFAULT 0.3

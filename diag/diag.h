@@ -64,7 +64,8 @@ int dl_diag_beats_line(dl_diag_beats_t *b, const char *line, size_t len);
  * latest sums; snapshots are window / 8 steps apart or more) and held against the job's median
  * of the same (over every rank with a window; with an even number of ranks the lower middle
  * one, so that in a job of two the slow rank is held against the other). Slower than median x
- * (1 + threshold) over its window: a straggler, named once. It is cleared by a window that
+ * (1 + threshold) over its window and over the window before it (ending where the latest
+ * starts; one window can be a one-off stall): a straggler, named once. It is cleared by a window that
  * starts after it was named and is within the threshold. A sum, not a streak, so that intervals
  * that look normal by chance do not hide a rank that costs the job a steady share of its time. */
 typedef struct {

@@ -8,7 +8,8 @@
  * costs the job a steady share of its time has intervals that look normal by chance (a stall
  * falls between two reports, the scheduler favours it for a second), and a streak breaks on any
  * of them; the window's sum counts what the rank cost, wherever in the window it fell. Load that
- * slows every rank moves the median with it and names nobody.
+ * slows every rank moves the median with it and names nobody. The window before must be slow too:
+ * one window can be a one-off stall that a busy machine dealt a rank once.
  *
  * Cost: feeding a rank is O(log ranks) (the states are kept sorted by rank, one per rank seen,
  * so a report naming rank 2^30 costs one state, not 2^30); an evaluation is O(ranks log ranks).
@@ -25,9 +26,10 @@
 /* A snapshot every window / SLOTS steps at most: the window a rank is judged over spans between
  * window and window x (1 + 1 / SLOTS) steps when reports come often. */
 #define SLOTS 8
-/* Enough for the newest snapshot that is both window steps and min_reports reports back: the
- * ones after it are fewer than SLOTS + 1 by steps or fewer than min_reports by reports. */
-#define SNAPS 16
+/* Enough for two windows back to back: the start of one is the newest snapshot both window steps
+ * and min_reports reports back from its end, and the ones after it are fewer than SLOTS + 1 by
+ * steps or fewer than min_reports by reports. */
+#define SNAPS 32
 
 typedef struct {
     double steps, compute, wait, samples;
@@ -45,6 +47,9 @@ typedef struct {
     /* The latest evaluation's window. */
     bool has_window;
     double w_compute, w_step, w_samples, w_steps; /* a step's means, and the steps */
+    double w_start;                               /* the rank's steps where it starts */
+    bool has_prev;                                /* and the window before it */
+    double p_compute, p_steps;
     bool named;
     double named_at; /* the rank's steps when it was named */
 } rank_state_t;
@@ -71,7 +76,7 @@ void dl_diag_straggler_opts_init(dl_diag_straggler_opts_t *o)
 
 int dl_diag_judge_new(const dl_diag_straggler_opts_t *o, dl_diag_judge_t **ret)
 {
-    if (!(o->threshold > 0) || o->min_reports < 1 || o->min_reports > SNAPS - SLOTS - 1)
+    if (!(o->threshold > 0) || o->min_reports < 1 || o->min_reports > (SNAPS - 2) / 2 - SLOTS)
         return -EINVAL;
     dl_diag_judge_t *j = calloc(1, sizeof(*j));
     if (j == NULL)
@@ -197,24 +202,48 @@ int dl_diag_judge_feed(dl_diag_judge_t *j, const dl_diag_totals_t *v, size_t n)
     return 0;
 }
 
-/* Rank's window: from its newest snapshot at least window steps and min_reports reports back to
- * its latest sums. Sets the window's means; false when it has none yet. */
-static bool window_of(const dl_diag_judge_t *j, rank_state_t *s, double *ret_start)
+static const snap_t *snap_at(const rank_state_t *s, size_t k)
 {
-    for (size_t k = s->nsnap; k-- > 0;) {
-        const snap_t *a = &s->snap[(s->first + k) % SNAPS];
-        double steps = s->now.steps - a->steps;
-        if (steps < (double)j->o.window || steps < 1 ||
-            s->now.report - a->report < (uint64_t)j->o.min_reports)
-            continue;
-        s->w_steps = steps;
-        s->w_compute = (s->now.compute - a->compute) / steps;
-        s->w_step = s->w_compute + (s->now.wait - a->wait) / steps;
-        s->w_samples = (s->now.samples - a->samples) / steps;
-        *ret_start = a->steps;
-        return true;
+    return &s->snap[(s->first + k) % SNAPS];
+}
+
+/* The newest of rank's snapshots [0, below) at least window steps and min_reports reports before
+ * end: where a window that ends at end starts. Returns its index, or -1. */
+static long window_start(const dl_diag_judge_t *j, const rank_state_t *s, const snap_t *end,
+                         size_t below)
+{
+    for (size_t k = below; k-- > 0;) {
+        const snap_t *a = snap_at(s, k);
+        double steps = end->steps - a->steps;
+        if (steps >= (double)j->o.window && steps >= 1 &&
+            end->report - a->report >= (uint64_t)j->o.min_reports)
+            return (long)k;
     }
-    return false;
+    return -1;
+}
+
+/* Rank's latest window (to its latest sums) and the one before it (to where the latest starts):
+ * sets their means; false when it has no window yet. */
+static bool windows_of(const dl_diag_judge_t *j, rank_state_t *s)
+{
+    long k = window_start(j, s, &s->now, s->nsnap);
+    if (k < 0)
+        return false;
+    const snap_t *a = snap_at(s, (size_t)k);
+    double steps = s->now.steps - a->steps;
+    s->w_steps = steps;
+    s->w_compute = (s->now.compute - a->compute) / steps;
+    s->w_step = s->w_compute + (s->now.wait - a->wait) / steps;
+    s->w_samples = (s->now.samples - a->samples) / steps;
+    s->w_start = a->steps;
+    long p = window_start(j, s, a, (size_t)k);
+    s->has_prev = p >= 0;
+    if (s->has_prev) {
+        const snap_t *b = snap_at(s, (size_t)p);
+        s->p_steps = a->steps - b->steps;
+        s->p_compute = (a->compute - b->compute) / s->p_steps;
+    }
+    return true;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -246,7 +275,7 @@ static int add_out(dl_diag_judge_t *j, int rank, const rank_state_t *s, double m
     o->median_ms = median;
     o->step_ms = step;
     o->slower = median > 0 ? s->w_compute / median - 1 : 0;
-    o->steps = (uint64_t)s->w_steps;
+    o->steps = (uint64_t)(s->w_steps + (s->has_prev ? s->p_steps : 0));
     /* The job steps at its slowest rank's pace: were this one at the median, a step would be
      * shorter by the difference (no shorter than the median's own step). */
     double fixed = step - (s->w_compute - median);
@@ -261,20 +290,22 @@ static int add_out(dl_diag_judge_t *j, int rank, const rank_state_t *s, double m
 
 int dl_diag_judge_eval(dl_diag_judge_t *j, dl_diag_view_t *ret)
 {
-    size_t n = 0;
+    size_t n = 0, nprev = 0;
     if (grow((void **)&j->scratch, &j->scratch_cap, j->n * 3 + 1, sizeof(double), false) < 0)
         return -ENOMEM;
-    double *means = j->scratch, *steps = j->scratch + j->n, *starts = j->scratch + 2 * j->n;
+    double *means = j->scratch, *steps = j->scratch + j->n, *prev = j->scratch + 2 * j->n;
     double samples_all = 0, slowest = -1;
     int slowest_rank = -1;
     for (size_t i = 0; i < j->n; i++) {
         rank_state_t *s = &j->r[i];
-        s->has_window = s->known && window_of(j, s, &starts[i]);
+        s->has_window = s->known && windows_of(j, s);
         if (!s->has_window)
             continue;
         means[n] = s->w_compute;
         steps[n] = s->w_step;
         n++;
+        if (s->has_prev)
+            prev[nprev++] = s->p_compute;
         samples_all += s->w_samples;
         if (s->w_compute > slowest) {
             slowest = s->w_compute;
@@ -296,16 +327,18 @@ int dl_diag_judge_eval(dl_diag_judge_t *j, dl_diag_view_t *ret)
         j->view.slowest_ms = slowest;
         j->view.samples_per_s = step > 0 ? samples_all * 1000.0 / step : 0;
         double limit = median * (1.0 + j->o.threshold);
+        /* The window before, against its own median: load that came and went moved both. */
+        double prev_limit = nprev > 0 ? low_median(prev, nprev) * (1.0 + j->o.threshold) : 0;
         for (size_t i = 0; i < j->n; i++) {
             rank_state_t *s = &j->r[i];
             if (!s->has_window)
                 continue;
             bool named_now = false;
-            if (!s->named && s->w_compute > limit) {
+            if (!s->named && s->w_compute > limit && s->has_prev && s->p_compute > prev_limit) {
                 s->named = true;
                 s->named_at = s->now.steps;
                 named_now = true;
-            } else if (s->named && s->w_compute <= limit && starts[i] >= s->named_at) {
+            } else if (s->named && s->w_compute <= limit && s->w_start >= s->named_at) {
                 /* Only a window wholly after the naming clears it: the one that named it
                  * dips under the limit as its slow steps age out, which says nothing yet. */
                 s->named = false;

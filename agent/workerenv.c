@@ -89,6 +89,18 @@ static int has_value(char **v, const char *name)
     return 0;
 }
 
+/* "NAME=dir:what v has", or "NAME=dir" when v has nothing; NULL without memory. */
+static char *prepend_path(char **v, const char *name, const char *dir)
+{
+    size_t n = strlen(name);
+    for (; v != NULL && *v != NULL; v++) {
+        char *s;
+        if (strncmp(*v, name, n) == 0 && (*v)[n] == '=' && (*v)[n + 1] != '\0')
+            return asprintf(&s, "%s=%s:%s", name, dir, *v + n + 1) < 0 ? NULL : s;
+    }
+    return fmt(name, dir);
+}
+
 int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, char ***ret_envp)
 {
     strvec_t sv = {0};
@@ -176,6 +188,9 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
             e = NULL;
         r = put(&sv, e);
     }
+    /* `import dlaunch` finds the agent's own copy first, installed or not (docs/python.md). */
+    if (r == 0 && w->python_path != NULL)
+        r = put(&sv, prepend_path(sv.v, "PYTHONPATH", w->python_path));
     if (r < 0) {
         dl_worker_env_free(sv.v);
         return r;

@@ -32,6 +32,8 @@ typedef struct {
      * (as "=NAME", an exact match), TP_SOCKET_IFNAME and DLAUNCH_SOCKET_IFNAME, each unless
      * base or extra already has it. */
     const char *ifname;
+    /* A folder put first on PYTHONPATH (the dlaunch package's), or NULL. */
+    const char *python_path;
 } dl_worker_env_t;
 
 /* Returns a NULL-terminated "NAME=value" vector in *ret_envp (caller frees it with

@@ -188,6 +188,14 @@ int dl_diag_hang_culprit(const dl_diag_rank_t *v, size_t n, double timeout, bool
 /* "0-2,5,7-9": ranks (sorted here, in place) as ranges. */
 size_t dl_diag_ranks_text(int *ranks, size_t n, char *buf, size_t len);
 
+/* ---- Python stacks ------------------------------------------------------------------------- */
+
+/* The innermost frames (up to frames) of the main thread in the newest of the faulthandler dumps
+ * in text[0..len), as "train.py:42 step < train.py:80 main" (innermost first, file names without
+ * their folders), NUL-terminated in buf (cut to buflen). Returns its length; 0 when text holds no
+ * dump. */
+size_t dl_diag_stack_top(const char *text, size_t len, int frames, char *buf, size_t buflen);
+
 /* ---- On the wire (docs/protocol.md) -------------------------------------------------------- */
 
 /* A node's report: {"node_rank", "host", "ranks": [{"rank", "step", "steps", "compute_ms",

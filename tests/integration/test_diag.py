@@ -275,17 +275,23 @@ class Diag(dltest.Case):
         while time.monotonic() < deadline and not all(self.stragglers(n) for n in names):
             self.duty_cycle(pid, 0.5)
         took = time.monotonic() - start
+        firsts = []
         for n in names:
             s = self.stragglers(n)
             self.assertTrue(s, f"not named within {named_within} s: {self.log(n)}")
             self.assertEqual(s[0]["rank"], 1, s)
             self.assertGreaterEqual(s[0]["steps"], 100)  # two windows
-            self.assertGreater(s[0]["slower_pct"], self.STRAGGLER_THRESHOLD * 100)
-            self.assertGreater(s[0]["compute_ms"],
-                               s[0]["median_ms"] * (1 + self.STRAGGLER_THRESHOLD))
-            print(f"{slow_name}: rank 1 named at +{s[0]['slower_pct']:.0f}%")
+            self.assertGreater(s[0]["compute_ms"], s[0]["median_ms"])
+            print(f"{n}: rank 1 named at +{s[0]['slower_pct']:.0f}%")
             self.assertGreater(s[0]["cost_samples_per_s"], 0)
             self.assertEqual(s[0]["action"], "warn")
+            firsts.append(s[0])
+        # The rule named it past the threshold; an agent that hears of it a report later gives
+        # the figures of its latest window, which may have dipped since.
+        first = min(firsts, key=lambda e: e["time"])
+        self.assertGreater(first["slower_pct"], self.STRAGGLER_THRESHOLD * 100, firsts)
+        self.assertGreater(first["compute_ms"],
+                           first["median_ms"] * (1 + self.STRAGGLER_THRESHOLD))
         return took
 
     STRAGGLER_TRAIN = ("steps=1000000", "layers=784-128-10", "log_every=200",

@@ -23,7 +23,7 @@ TRAINER = test_train.TRAINER
 # the C reader.
 REC_MAGIC = 0x3130434552464C44
 OPS = {1: "all-reduce", 2: "broadcast", 3: "all-gather", 4: "reduce-scatter", 5: "barrier",
-       6: "mem-alloc"}
+       6: "mem-alloc", 7: "send", 8: "recv"}
 STATES = {1: "queued", 2: "running", 3: "done", 4: "failed"}
 
 

@@ -39,6 +39,46 @@ def line_of(text):
     raise AssertionError(f"{text!r} not in {SCRIPT}")
 
 
+class Formats(dltest.Case):
+    """The package's writers against the documented formats, read independently."""
+
+    def test_the_recorder_reads_back_in_the_documented_layout(self):
+        import sys
+        sys.path.insert(0, PACKAGE)
+        from dlaunch.recorder import Recorder, ALL_REDUCE, BROADCAST, SEND
+        path = os.path.join(self.dir, "rank_3.rec")
+        r = Recorder(path, 3, 4, "gloo")
+        for i in range(70):  # past the ring's 64 entries
+            seq = r.start(ALL_REDUCE, 4096)
+            r.end(seq, ok=i != 68)
+        b = r.start(BROADCAST, 8, root=2)
+        s = r.start(SEND, 16)
+        r.end(b)
+        entries = test_diag.read_recorder(path)
+        self.assertEqual(len(entries), 64)
+        self.assertEqual(entries[-3:], [(70, "all-reduce", "done", 4096),
+                                        (71, "broadcast", "done", 8), (72, "send", "running", 16)])
+        self.assertEqual(entries[-4], (69, "all-reduce", "failed", 4096))
+        self.assertEqual(s, 72)
+        with self.assertRaises(OSError):  # one writer a file
+            Recorder(path, 3, 4, "gloo")
+
+    def test_beats_are_lines_the_agent_reads(self):
+        import sys
+        sys.path.insert(0, PACKAGE)
+        from dlaunch.beat import Beats
+        rd, wr = os.pipe()
+        b = Beats(wr)
+        b.add(0.003, 0.001, 32, now=100.0)         # the first line goes at once
+        b.add(0.005, 0.001, 32, now=100.05)        # within 0.1 s: summed into the next
+        b.add(0.007, 0.003, 32, now=100.2)
+        os.close(wr)
+        with os.fdopen(rd) as f:
+            lines = f.read().splitlines()
+        self.assertEqual(lines, ["step=1 steps=1 compute_ms=3.0000 wait_ms=1.0000 samples=32",
+                                 "step=3 steps=2 compute_ms=6.0000 wait_ms=2.0000 samples=32"])
+
+
 @unittest.skipUnless(have_torch(), "python3-torch is not installed")
 class Python(dltest.Case):
     def run_job(self, *args, timeout=240):

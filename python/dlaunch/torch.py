@@ -53,7 +53,8 @@ def _nbytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
 class Watch:
     """What watch() set up for this rank. One a process."""
 
-    def __init__(self, model: Any = None, optimizer: Any = None, group: Any = None) -> None:
+    def __init__(self, model: Any = None, optimizer: Any = None, group: Any = None,
+                 buckets: bool = True) -> None:
         self.group = group
         self.rank = _dist.get_rank(group)
         self.world = _dist.get_world_size(group)
@@ -78,7 +79,7 @@ class Watch:
         except (OSError, RuntimeError, ValueError) as e:
             _warn(f"rank {self.rank}: no stacks on request: {e}")
         if model is not None:
-            self._hook_model(model)
+            self._hook_model(model, buckets)
         if optimizer is not None and hasattr(optimizer, "register_step_post_hook"):
             self._handles.append(optimizer.register_step_post_hook(lambda *a: self._auto_step()))
             self._by_optimizer = True
@@ -129,14 +130,14 @@ class Watch:
         if not self._manual:
             self.step()
 
-    def _hook_model(self, model: Any) -> None:
+    def _hook_model(self, model: Any, buckets: bool) -> None:
         def pre_forward(module: Any, args: tuple[Any, ...]) -> None:
             if args and isinstance(args[0], _torch.Tensor) and args[0].dim() > 0:
                 self._samples = float(args[0].shape[0])
             if not self._by_optimizer:
                 self._auto_step()
         self._handles.append(model.register_forward_pre_hook(pre_forward))
-        if isinstance(model, _torch.nn.parallel.DistributedDataParallel):
+        if buckets and isinstance(model, _torch.nn.parallel.DistributedDataParallel):
             try:
                 model.register_comm_hook(self, _bucket_hook)
             except RuntimeError as e:  # the user's own hook came first
@@ -197,11 +198,15 @@ def _wrap(name: str, op: int, fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def watch(model: Any = None, optimizer: Any = None, group: Any = None) -> Watch | None:
+def watch(model: Any = None, optimizer: Any = None, group: Any = None,
+          buckets: bool = True) -> Watch | None:
     """Starts watching this rank: beats every step, its collectives in the flight recorder, its
     stacks on the agent's request. Call after init_process_group; model is the
     DistributedDataParallel module (or any module whose forward starts a step), optimizer (with
-    PyTorch 2.0 or later) ends a step at its step(). Outside dlaunch, returns None and changes
+    PyTorch 2.0 or later) ends a step at its step(). buckets=False leaves DDP's own C++ all-reduce
+    in place of the recording hook: a Python communication hook, ours or PyTorch's own, costs a
+    small model's steps several percent (docs/performance.md); the buckets' all-reduces are then
+    not in the recorder, nor in the wait time. Outside dlaunch, returns None and changes
     nothing."""
     global _current
     if _current is not None:
@@ -215,7 +220,7 @@ def watch(model: Any = None, optimizer: Any = None, group: Any = None) -> Watch 
         if fn is not None and name not in _originals:
             _originals[name] = fn
             setattr(_dist, name, _wrap(name, op, fn))
-    _current = Watch(model, optimizer, group)
+    _current = Watch(model, optimizer, group, buckets)
     return _current
 
 

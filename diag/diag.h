@@ -104,11 +104,11 @@ typedef struct {
     int rank;
     int node_rank;
     char host[64];
-    double compute_ms; /* its compute time a step, latest report */
+    double compute_ms; /* its compute time a step over its latest window */
     double median_ms;  /* the job's median then */
     double step_ms;    /* the job's step (compute + wait), median over ranks */
     double slower;     /* compute_ms / median_ms - 1 */
-    uint64_t steps;    /* steps it has been slow over */
+    uint64_t steps;    /* the steps of its window and the one before */
     double cost;       /* samples/s the job would gain if it ran at the median */
     bool named;        /* this report named it (else it was named before) */
 } dl_diag_straggler_t;

@@ -90,7 +90,6 @@ class Python(dltest.Case):
         self.script_args = ["100000", f"hang_at={hang_at}"]
         p = self.run_job("--nproc-per-node", "2", "--health-timeout", "5", "--max-restarts", "0")
         out = p.stdout + p.stderr
-        print(out[-3000:])
         self.assertEqual(p.returncode, 1, out)
         # The all_reduce before the loop is #1, step k's one bucket #k+1.
         n = hang_at + 1

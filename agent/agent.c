@@ -154,6 +154,8 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, int rest
     char error_file[4200];
     (void)attempt;
     dl_error_file_path(a->attempt_dir, w->rank, error_file, sizeof(error_file));
+    char python_dir[4096];
+    bool python = dl__python_dir(python_dir, sizeof(python_dir)) == 0;
     dl_worker_env_t we = {
         .rank = w->rank,
         .local_rank = w->local_rank,
@@ -179,6 +181,7 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, int rest
         .verbose = a->spec->verbose,
         .ifname = a->ifname[0] != '\0' ? a->ifname : NULL,
         .agent_store = a->agent_store,
+        .python_path = python ? python_dir : NULL,
     };
     return dl_worker_env_build(&we, a->environ_list, a->spec->env, ret_envp);
 }

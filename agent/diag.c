@@ -157,6 +157,10 @@ void dl__diag_worker_spawning(dl_agent_t *a, dl__worker_t *w)
     /* A run id used before leaves its attempt folders: never show that run's operations. */
     if (unlink(x->path) < 0 && errno != ENOENT && a->spec->verbose)
         dl__agent_log(a, "cannot remove the old flight recorder %s: %s", x->path, strerror(errno));
+    char stacks[4300];
+    snprintf(stacks, sizeof(stacks), "%s/rank_%d.stacks", a->attempt_dir, w->rank);
+    if (unlink(stacks) < 0 && errno != ENOENT && a->spec->verbose)
+        dl__agent_log(a, "cannot remove the old stacks file %s: %s", stacks, strerror(errno));
 }
 
 void dl__diag_beats(dl__worker_t *w, const char *data, size_t len, double now)
@@ -396,8 +400,15 @@ void dl__diag_explain(dl_agent_t *a, const char *why, bool keep)
         d->failure_report = json_incref(rep);
     }
     dl__agent_log(a, "%s%s", a->remote ? "on this node: " : "", line);
-    if (strcmp(why, "request") == 0)
+    if (strcmp(why, "request") == 0) {
         print_ranks(a, v, n);
+        for (int i = 0; i < a->nworkers; i++) {
+            char st[512];
+            if (dl__stacks_read(a, &a->workers[i], 3, st, sizeof(st)) == 0)
+                dl__agent_log(a, "  rank %d's Python stack, innermost first: %s",
+                              a->workers[i].rank, st);
+        }
+    }
     json_t *ranks = json_object_get(rep, "ranks");
     dl_events_emit(a->events, "ranks", dl__now_unix(),
                    json_pack("{s:s, s:s, s:O}", "reason", why, "diagnosis", line, "ranks",
@@ -405,6 +416,14 @@ void dl__diag_explain(dl_agent_t *a, const char *why, bool keep)
     json_decref(rep);
     free(v);
     free(b);
+}
+
+void dl__diag_append(dl_agent_t *a, const char *text)
+{
+    dl__diag_t *d = a->diag;
+    size_t n = d != NULL ? strlen(d->diagnosis) : 0;
+    if (d != NULL && n > 0)
+        snprintf(d->diagnosis + n, sizeof(d->diagnosis) - n, "%s", text);
 }
 
 int dl__diag_culprits(dl_agent_t *a, bool *culprit)

@@ -173,6 +173,16 @@ void dl__rdzv_exclude(dl_agent_t *a, int rank, const char *reason);
 
 /* diag.c: what the agent sees inside its workers (docs/diagnostics.md). */
 bool dl__diag_beats_wanted(const dl_agent_t *a); /* workers get a beat pipe */
+/* The dlaunch Python package's folder for the workers' PYTHONPATH (pythondir.c): 0, or -errno
+ * when there is none to give. */
+int dl__python_dir(char *buf, size_t len);
+
+/* Asks a watched Python rank for its stacks (stacks.c) and writes its main thread's innermost
+ * frames (up to frames) into buf: 0, or -errno (-ENOENT: not a watched Python rank;
+ * -ETIMEDOUT: no dump came, as from a stopped rank). Blocks up to half a second: call it only
+ * where the account of a hang or a request is made. */
+int dl__stacks_read(dl_agent_t *a, const dl__worker_t *w, int frames, char *buf, size_t len);
+
 int dl__diag_start(dl_agent_t *a);               /* after the loop is set up */
 void dl__diag_close(dl_agent_t *a);              /* lets go of its handle */
 void dl__diag_free(dl_agent_t *a);
@@ -182,6 +192,8 @@ void dl__diag_beats(dl__worker_t *w, const char *data, size_t len, double now);
 void dl__diag_tick(dl_agent_t *a, double now);   /* now: monotonic seconds */
 /* Says where this node's ranks are (log line, `ranks` event); keep: as this attempt's account. */
 void dl__diag_explain(dl_agent_t *a, const char *why, bool keep);
+/* Adds text to this attempt's account (the summary's "where the ranks were"). */
+void dl__diag_append(dl_agent_t *a, const char *text);
 const char *dl__diag_text(const dl_agent_t *a); /* this attempt's account, or "" */
 /* What the agent sees of worker w now: its silence, process state and newest operations. The
  * strings point into static tables and the agent's own state. */

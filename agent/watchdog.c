@@ -41,6 +41,13 @@ void dl__watchdog_check(dl_agent_t *a, double now)
     dl__worker_t *w = &a->workers[index[c]];
     /* Where every rank is, read before anything is killed (docs/diagnostics.md). */
     dl__diag_explain(a, "hang", true);
+    /* A watched Python rank says where it is in its own code (docs/python.md). */
+    char st[512], more[600];
+    if (dl__stacks_read(a, w, 3, st, sizeof(st)) == 0) {
+        dl__agent_log(a, "rank %d's Python stack, innermost first: %s", w->rank, st);
+        snprintf(more, sizeof(more), "; rank %d is at %s", w->rank, st);
+        dl__diag_append(a, more);
+    }
     w->hung = true;
     if (waiting)
         dl__agent_log(a, "rank %d (pid %d) sent no health beat for %.1fs, waiting in a "

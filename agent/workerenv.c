@@ -15,7 +15,7 @@ const char *const dl_worker_env_names[] = {
     "PYTHON_EXEC", "OMP_NUM_THREADS", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_STORE", "DLAUNCH_TOKEN_FILE",
     "DLAUNCH_HEALTH_FD", "DLAUNCH_RECOVERY", "DLAUNCH_CONTROL_FD", "DLAUNCH_GROUP_GEN",
     "DLAUNCH_VERBOSE", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
-    "TP_SOCKET_IFNAME", "DLAUNCH_SOCKET_IFNAME", NULL,
+    "TP_SOCKET_IFNAME", "DLAUNCH_SOCKET_IFNAME", "PYTHONPATH", NULL,
 };
 
 typedef struct {
@@ -87,6 +87,18 @@ static int has_value(char **v, const char *name)
         if (strncmp(*v, name, n) == 0 && (*v)[n] == '=' && (*v)[n + 1] != '\0')
             return 1;
     return 0;
+}
+
+/* "NAME=dir:what v has", or "NAME=dir" when v has nothing; NULL without memory. */
+static char *prepend_path(char **v, const char *name, const char *dir)
+{
+    size_t n = strlen(name);
+    for (; v != NULL && *v != NULL; v++) {
+        char *s;
+        if (strncmp(*v, name, n) == 0 && (*v)[n] == '=' && (*v)[n + 1] != '\0')
+            return asprintf(&s, "%s=%s:%s", name, dir, *v + n + 1) < 0 ? NULL : s;
+    }
+    return fmt(name, dir);
 }
 
 int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, char ***ret_envp)
@@ -177,6 +189,9 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
             e = NULL;
         r = put(&sv, e);
     }
+    /* `import dlaunch` finds the agent's own copy first, installed or not (docs/python.md). */
+    if (r == 0 && w->python_path != NULL)
+        r = put(&sv, prepend_path(sv.v, "PYTHONPATH", w->python_path));
     if (r < 0) {
         dl_worker_env_free(sv.v);
         return r;

@@ -36,6 +36,8 @@ typedef struct {
     /* TORCHELASTIC_USE_AGENT_STORE=True: an agent serves torch's store at MASTER_ADDR:PORT
      * (docs/store.md); false: the workers' rank 0 hosts it. */
     bool agent_store;
+    /* A folder put first on PYTHONPATH (the dlaunch package's), or NULL. */
+    const char *python_path;
 } dl_worker_env_t;
 
 /* Returns a NULL-terminated "NAME=value" vector in *ret_envp (caller frees it with

@@ -243,6 +243,8 @@ typedef enum {
     DL_COLL_REC_REDUCE_SCATTER,
     DL_COLL_REC_BARRIER,
     DL_COLL_REC_MEM_ALLOC,
+    DL_COLL_REC_SEND, /* point to point: written by the Python package (docs/python.md) */
+    DL_COLL_REC_RECV,
 } dl_coll_rec_op_t;
 
 typedef enum {

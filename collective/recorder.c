@@ -378,8 +378,9 @@ size_t dl_coll_rec_read(const dl_coll_rec_reader_t *r, dl_coll_rec_info_t *ret_i
 
 const char *dl_coll_rec_op_name(dl_coll_rec_op_t op)
 {
-    static const char *names[] = {"none",           "all-reduce", "broadcast", "all-gather",
-                                  "reduce-scatter", "barrier",    "mem-alloc"};
+    static const char *names[] = {"none",      "all-reduce", "broadcast", "all-gather",
+                                  "reduce-scatter", "barrier",    "mem-alloc", "send",
+                                  "recv"};
     return (unsigned)op < sizeof(names) / sizeof(names[0]) ? names[op] : "?";
 }
 

@@ -435,7 +435,7 @@ const dl_opt_t dl__options[] = {
      "a straggler's compute time a step exceeds the median by this fraction (default 0.3)", 0,
      0},
     {"straggler-window", NULL, 0, INT_OPT, OFF(straggler_window), 1, 1e9, NULL, "100", "STEPS",
-     "... over this many steps, in 3 reports in a row at least (default 100)", 0, 0},
+     "... summed over this many steps, and 3 reports at least (default 100)", 0, 0},
     {"straggler-cooldown", NULL, 0, DBL, OFF(straggler_cooldown), 0, 1e7, NULL, "300", "SEC",
      "an excluded node joins the job again after this long (default 300)", 0, 0},
     {"http", NULL, 0, STR, OFF(http), 0, 0, NULL, NULL, "ADDR:PORT",

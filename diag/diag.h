@@ -59,17 +59,19 @@ int dl_diag_beats_line(dl_diag_beats_t *b, const char *line, size_t len);
 
 /* ---- Stragglers ---------------------------------------------------------------------------- */
 
-/* The rule: every time new figures come, a rank's compute time a step over the steps since its
- * previous figures (once they are window / min_reports steps or more: fewer wait for the next
- * figures) is compared with the job's median (over every rank's latest such figure; with an even
- * number of ranks the lower middle one, so that in a job of two the slow rank is held against the
- * other). Slower than median x (1 + threshold) in min_reports such intervals in a row that cover
- * window steps or more: a straggler. Named once; it is cleared after as many intervals and steps
- * within the threshold. */
+/* The rule: at every evaluation a rank's compute time a step is summed over its latest window
+ * (from its newest snapshot of sums at least window steps and min_reports reports back, to its
+ * latest sums; snapshots are window / 8 steps apart or more) and held against the job's median
+ * of the same (over every rank with a window; with an even number of ranks the lower middle
+ * one, so that in a job of two the slow rank is held against the other). Slower than median x
+ * (1 + threshold) over its window and over the window before it (ending where the latest
+ * starts; one window can be a one-off stall): a straggler, named once. It is cleared by a window that
+ * starts after it was named and is within the threshold. A sum, not a streak, so that intervals
+ * that look normal by chance do not hide a rank that costs the job a steady share of its time. */
 typedef struct {
     double threshold; /* 0.3: 30% slower than the median */
     uint64_t window;  /* steps */
-    int min_reports;  /* reports in a row, whatever the steps */
+    int min_reports;  /* reports a window spans at least, whatever the steps (1 to 7) */
 } dl_diag_straggler_opts_t;
 
 #define DL_DIAG_THRESHOLD_DEFAULT 0.3
@@ -102,11 +104,11 @@ typedef struct {
     int rank;
     int node_rank;
     char host[64];
-    double compute_ms; /* its compute time a step, latest report */
+    double compute_ms; /* its compute time a step over its latest window */
     double median_ms;  /* the job's median then */
     double step_ms;    /* the job's step (compute + wait), median over ranks */
     double slower;     /* compute_ms / median_ms - 1 */
-    uint64_t steps;    /* steps it has been slow over */
+    uint64_t steps;    /* the steps of its window and the one before */
     double cost;       /* samples/s the job would gain if it ran at the median */
     bool named;        /* this report named it (else it was named before) */
 } dl_diag_straggler_t;
@@ -185,6 +187,14 @@ int dl_diag_hang_culprit(const dl_diag_rank_t *v, size_t n, double timeout, bool
 
 /* "0-2,5,7-9": ranks (sorted here, in place) as ranges. */
 size_t dl_diag_ranks_text(int *ranks, size_t n, char *buf, size_t len);
+
+/* ---- Python stacks ------------------------------------------------------------------------- */
+
+/* The innermost frames (up to frames) of the main thread in the newest of the faulthandler dumps
+ * in text[0..len), as "train.py:42 step < train.py:80 main" (innermost first, file names without
+ * their folders), NUL-terminated in buf (cut to buflen). Returns its length; 0 when text holds no
+ * dump. */
+size_t dl_diag_stack_top(const char *text, size_t len, int frames, char *buf, size_t buflen);
 
 /* ---- On the wire (docs/protocol.md) -------------------------------------------------------- */
 

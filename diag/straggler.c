@@ -1,11 +1,20 @@
 /* The straggler rule as a state machine: fed every rank's running sums (steps, compute and wait
- * time, samples), it keeps for each rank its compute time a step over its latest interval, and at
- * each evaluation holds the ranks with a new interval against the median of all. A data-parallel
- * job runs at its slowest rank's pace: the others' compute stays put while their waits grow, so
- * compute time, not step time, tells who holds the job up.
+ * time, samples), it keeps for each rank a few snapshots of those sums, and at each evaluation
+ * holds every rank's compute time a step over its latest window of steps against the median of
+ * all. A data-parallel job runs at its slowest rank's pace: the others' compute stays put while
+ * their waits grow, so compute time, not step time, tells who holds the job up.
+ *
+ * Why a sum over a window and not a streak of slow intervals: on a noisy machine a rank that
+ * costs the job a steady share of its time has intervals that look normal by chance (a stall
+ * falls between two reports, the scheduler favours it for a second), and a streak breaks on any
+ * of them; the window's sum counts what the rank cost, wherever in the window it fell. Load that
+ * slows every rank moves the median with it and names nobody. The window before must be slow too:
+ * one window can be a one-off stall that a busy machine dealt a rank once.
  *
  * Cost: feeding a rank is O(log ranks) (the states are kept sorted by rank, one per rank seen,
- * so a report naming rank 2^30 costs one state, not 2^30); an evaluation is O(ranks log ranks). */
+ * so a report naming rank 2^30 costs one state, not 2^30); an evaluation is O(ranks log ranks).
+ * Memory is SNAPS snapshots a rank whatever the window, as snapshots are at least
+ * window / SLOTS steps apart. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,20 +23,35 @@
 
 #include "diag.h"
 
+/* A snapshot every window / SLOTS steps at most: the window a rank is judged over spans between
+ * window and window x (1 + 1 / SLOTS) steps when reports come often. */
+#define SLOTS 8
+/* Enough for two windows back to back: the start of one is the newest snapshot both window steps
+ * and min_reports reports back from its end, and the ones after it are fewer than SLOTS + 1 by
+ * steps or fewer than min_reports by reports. */
+#define SNAPS 32
+
+typedef struct {
+    double steps, compute, wait, samples;
+    uint64_t report; /* the rank's reports counted when the sums were taken */
+} snap_t;
+
 typedef struct {
     int rank;
-    bool known;    /* has sums */
-    bool fresh;    /* a new interval since the last evaluation */
-    bool has_mean; /* has had an interval */
+    bool known; /* has sums */
     int node_rank;
     char host[64];
-    double last_steps, last_compute, last_wait, last_samples; /* sums at the interval's start */
-    double mean_compute, mean_step, mean_samples;             /* of the latest interval */
-    double interval_steps;
-    /* The rule's count: reports in a row on one side of the threshold and their steps. */
-    int slow_reports, ok_reports;
-    double slow_steps, ok_steps;
+    snap_t now;         /* the latest sums */
+    snap_t snap[SNAPS]; /* a ring, oldest at first */
+    size_t first, nsnap;
+    /* The latest evaluation's window. */
+    bool has_window;
+    double w_compute, w_step, w_samples, w_steps; /* a step's means, and the steps */
+    double w_start;                               /* the rank's steps where it starts */
+    bool has_prev;                                /* and the window before it */
+    double p_compute, p_steps;
     bool named;
+    double named_at; /* the rank's steps when it was named */
 } rank_state_t;
 
 struct dl_diag_judge_s {
@@ -52,7 +76,7 @@ void dl_diag_straggler_opts_init(dl_diag_straggler_opts_t *o)
 
 int dl_diag_judge_new(const dl_diag_straggler_opts_t *o, dl_diag_judge_t **ret)
 {
-    if (o->threshold <= 0 || o->min_reports < 1)
+    if (!(o->threshold > 0) || o->min_reports < 1 || o->min_reports > (SNAPS - 2) / 2 - SLOTS)
         return -EINVAL;
     dl_diag_judge_t *j = calloc(1, sizeof(*j));
     if (j == NULL)
@@ -122,8 +146,26 @@ static rank_state_t *state_of(dl_diag_judge_t *j, int rank)
     return &j->r[lo];
 }
 
+static void push_snap(rank_state_t *s)
+{
+    if (s->nsnap == SNAPS) {
+        s->first = (s->first + 1) % SNAPS;
+        s->nsnap--;
+    }
+    s->snap[(s->first + s->nsnap) % SNAPS] = s->now;
+    s->nsnap++;
+}
+
+static const snap_t *newest_snap(const rank_state_t *s)
+{
+    return &s->snap[(s->first + s->nsnap - 1) % SNAPS];
+}
+
 int dl_diag_judge_feed(dl_diag_judge_t *j, const dl_diag_totals_t *v, size_t n)
 {
+    double spacing = (double)j->o.window / SLOTS;
+    if (spacing < 1)
+        spacing = 1;
     for (size_t i = 0; i < n; i++) {
         const dl_diag_totals_t *t = &v[i];
         if (t->rank < 0)
@@ -133,39 +175,75 @@ int dl_diag_judge_feed(dl_diag_judge_t *j, const dl_diag_totals_t *v, size_t n)
             return -ENOMEM;
         s->node_rank = t->node_rank;
         snprintf(s->host, sizeof(s->host), "%s", t->host != NULL ? t->host : "");
-        if (!s->known || t->steps < s->last_steps || t->compute_ms < s->last_compute) {
-            /* First sums, or a worker that started again: the next interval starts here. */
-            bool named = s->named;
-            memset(s, 0, sizeof(*s));
-            s->rank = t->rank;
-            s->named = named;
+        snap_t now = {.steps = t->steps,
+                      .compute = t->compute_ms,
+                      .wait = t->wait_ms,
+                      .samples = t->samples,
+                      .report = s->now.report + 1};
+        if (!s->known || t->steps < s->now.steps || t->compute_ms < s->now.compute) {
+            /* First sums, or a worker that started again: its history starts here. A rank
+             * named before stays named until a window after this start clears it. */
             s->known = true;
-            s->node_rank = t->node_rank;
-            snprintf(s->host, sizeof(s->host), "%s", t->host != NULL ? t->host : "");
-            s->last_steps = t->steps;
-            s->last_compute = t->compute_ms;
-            s->last_wait = t->wait_ms;
-            s->last_samples = t->samples;
+            s->has_window = false;
+            s->nsnap = 0;
+            s->first = 0;
+            s->named_at = 0;
+            s->now = now;
+            s->now.report = 0;
+            push_snap(s);
             continue;
         }
-        /* An interval covers a third of the window at least (min_reports of them make one):
-         * a few steps between two close reports say more about the scheduler than the rank. */
-        double steps = t->steps - s->last_steps;
-        double least = (double)j->o.window / (double)j->o.min_reports;
-        if (steps < 1 || steps < least)
-            continue;
-        s->mean_compute = (t->compute_ms - s->last_compute) / steps;
-        s->mean_step = s->mean_compute + (t->wait_ms - s->last_wait) / steps;
-        s->mean_samples = (t->samples - s->last_samples) / steps;
-        s->interval_steps = steps;
-        s->has_mean = true;
-        s->fresh = true;
-        s->last_steps = t->steps;
-        s->last_compute = t->compute_ms;
-        s->last_wait = t->wait_ms;
-        s->last_samples = t->samples;
+        if (t->steps == s->now.steps)
+            continue; /* no step since: not a report of anything */
+        s->now = now;
+        if (now.steps - newest_snap(s)->steps >= spacing)
+            push_snap(s);
     }
     return 0;
+}
+
+static const snap_t *snap_at(const rank_state_t *s, size_t k)
+{
+    return &s->snap[(s->first + k) % SNAPS];
+}
+
+/* The newest of rank's snapshots [0, below) at least window steps and min_reports reports before
+ * end: where a window that ends at end starts. Returns its index, or -1. */
+static long window_start(const dl_diag_judge_t *j, const rank_state_t *s, const snap_t *end,
+                         size_t below)
+{
+    for (size_t k = below; k-- > 0;) {
+        const snap_t *a = snap_at(s, k);
+        double steps = end->steps - a->steps;
+        if (steps >= (double)j->o.window && steps >= 1 &&
+            end->report - a->report >= (uint64_t)j->o.min_reports)
+            return (long)k;
+    }
+    return -1;
+}
+
+/* Rank's latest window (to its latest sums) and the one before it (to where the latest starts):
+ * sets their means; false when it has no window yet. */
+static bool windows_of(const dl_diag_judge_t *j, rank_state_t *s)
+{
+    long k = window_start(j, s, &s->now, s->nsnap);
+    if (k < 0)
+        return false;
+    const snap_t *a = snap_at(s, (size_t)k);
+    double steps = s->now.steps - a->steps;
+    s->w_steps = steps;
+    s->w_compute = (s->now.compute - a->compute) / steps;
+    s->w_step = s->w_compute + (s->now.wait - a->wait) / steps;
+    s->w_samples = (s->now.samples - a->samples) / steps;
+    s->w_start = a->steps;
+    long p = window_start(j, s, a, (size_t)k);
+    s->has_prev = p >= 0;
+    if (s->has_prev) {
+        const snap_t *b = snap_at(s, (size_t)p);
+        s->p_steps = a->steps - b->steps;
+        s->p_compute = (a->compute - b->compute) / s->p_steps;
+    }
+    return true;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -193,14 +271,14 @@ static int add_out(dl_diag_judge_t *j, int rank, const rank_state_t *s, double m
     o->rank = rank;
     o->node_rank = s->node_rank;
     snprintf(o->host, sizeof(o->host), "%s", s->host);
-    o->compute_ms = s->mean_compute;
+    o->compute_ms = s->w_compute;
     o->median_ms = median;
     o->step_ms = step;
-    o->slower = median > 0 ? s->mean_compute / median - 1 : 0;
-    o->steps = (uint64_t)s->slow_steps;
+    o->slower = median > 0 ? s->w_compute / median - 1 : 0;
+    o->steps = (uint64_t)(s->w_steps + (s->has_prev ? s->p_steps : 0));
     /* The job steps at its slowest rank's pace: were this one at the median, a step would be
      * shorter by the difference (no shorter than the median's own step). */
-    double fixed = step - (s->mean_compute - median);
+    double fixed = step - (s->w_compute - median);
     if (fixed < median)
         fixed = median;
     o->cost = step > 0 && fixed > 0 && fixed < step
@@ -212,22 +290,25 @@ static int add_out(dl_diag_judge_t *j, int rank, const rank_state_t *s, double m
 
 int dl_diag_judge_eval(dl_diag_judge_t *j, dl_diag_view_t *ret)
 {
-    size_t n = 0;
-    if (grow((void **)&j->scratch, &j->scratch_cap, j->n * 2 + 1, sizeof(double), false) < 0)
+    size_t n = 0, nprev = 0;
+    if (grow((void **)&j->scratch, &j->scratch_cap, j->n * 3 + 1, sizeof(double), false) < 0)
         return -ENOMEM;
-    double *means = j->scratch, *steps = j->scratch + j->n;
+    double *means = j->scratch, *steps = j->scratch + j->n, *prev = j->scratch + 2 * j->n;
     double samples_all = 0, slowest = -1;
     int slowest_rank = -1;
     for (size_t i = 0; i < j->n; i++) {
-        const rank_state_t *s = &j->r[i];
-        if (!s->has_mean)
+        rank_state_t *s = &j->r[i];
+        s->has_window = s->known && windows_of(j, s);
+        if (!s->has_window)
             continue;
-        means[n] = s->mean_compute;
-        steps[n] = s->mean_step;
+        means[n] = s->w_compute;
+        steps[n] = s->w_step;
         n++;
-        samples_all += s->mean_samples;
-        if (s->mean_compute > slowest) {
-            slowest = s->mean_compute;
+        if (s->has_prev)
+            prev[nprev++] = s->p_compute;
+        samples_all += s->w_samples;
+        if (s->w_compute > slowest) {
+            slowest = s->w_compute;
             slowest_rank = s->rank;
         }
     }
@@ -246,31 +327,20 @@ int dl_diag_judge_eval(dl_diag_judge_t *j, dl_diag_view_t *ret)
         j->view.slowest_ms = slowest;
         j->view.samples_per_s = step > 0 ? samples_all * 1000.0 / step : 0;
         double limit = median * (1.0 + j->o.threshold);
+        /* The window before, against its own median: load that came and went moved both. */
+        double prev_limit = nprev > 0 ? low_median(prev, nprev) * (1.0 + j->o.threshold) : 0;
         for (size_t i = 0; i < j->n; i++) {
             rank_state_t *s = &j->r[i];
-            if (!s->has_mean)
+            if (!s->has_window)
                 continue;
-            if (s->fresh) {
-                s->fresh = false;
-                if (s->mean_compute > limit) {
-                    s->slow_reports++;
-                    s->slow_steps += s->interval_steps;
-                    s->ok_reports = 0;
-                    s->ok_steps = 0;
-                } else {
-                    s->ok_reports++;
-                    s->ok_steps += s->interval_steps;
-                    s->slow_reports = 0;
-                    s->slow_steps = 0;
-                }
-            }
             bool named_now = false;
-            if (!s->named && s->slow_reports >= j->o.min_reports &&
-                s->slow_steps >= (double)j->o.window) {
+            if (!s->named && s->w_compute > limit && s->has_prev && s->p_compute > prev_limit) {
                 s->named = true;
+                s->named_at = s->now.steps;
                 named_now = true;
-            } else if (s->named && s->ok_reports >= j->o.min_reports &&
-                       s->ok_steps >= (double)j->o.window) {
+            } else if (s->named && s->w_compute <= limit && s->w_start >= s->named_at) {
+                /* Only a window wholly after the naming clears it: the one that named it
+                 * dips under the limit as its slow steps age out, which says nothing yet. */
                 s->named = false;
                 if (grow((void **)&j->cleared, &j->cleared_cap, j->ncleared + 1,
                          sizeof(*j->cleared), false) < 0)

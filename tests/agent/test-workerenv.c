@@ -115,6 +115,33 @@ START_TEST(interface_for_frameworks)
 }
 END_TEST
 
+START_TEST(the_python_package_goes_first_on_pythonpath)
+{
+    char **env;
+    dl_worker_env_t w = sample();
+    ck_assert_int_eq(dl_worker_env_build(&w, NULL, NULL, &env), 0);
+    ck_assert_ptr_null(get(env, "PYTHONPATH")); /* no package: left alone */
+    dl_worker_env_free(env);
+    w.python_path = "/usr/share/dlaunch/python";
+    ck_assert_int_eq(dl_worker_env_build(&w, NULL, NULL, &env), 0);
+    ck_assert_str_eq(get(env, "PYTHONPATH"), "/usr/share/dlaunch/python");
+    dl_worker_env_free(env);
+    /* The user's path stays, after ours; the spec's env: is the user's too; empty is unset. */
+    char *base[] = {"PYTHONPATH=/home/u/lib", NULL};
+    ck_assert_int_eq(dl_worker_env_build(&w, base, NULL, &env), 0);
+    ck_assert_str_eq(get(env, "PYTHONPATH"), "/usr/share/dlaunch/python:/home/u/lib");
+    dl_worker_env_free(env);
+    char *extra[] = {"PYTHONPATH=/job/src", NULL};
+    ck_assert_int_eq(dl_worker_env_build(&w, base, extra, &env), 0);
+    ck_assert_str_eq(get(env, "PYTHONPATH"), "/usr/share/dlaunch/python:/job/src");
+    dl_worker_env_free(env);
+    char *empty[] = {"PYTHONPATH=", NULL};
+    ck_assert_int_eq(dl_worker_env_build(&w, empty, NULL, &env), 0);
+    ck_assert_str_eq(get(env, "PYTHONPATH"), "/usr/share/dlaunch/python");
+    dl_worker_env_free(env);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("workerenv");
@@ -123,6 +150,7 @@ int main(void)
     tcase_add_test(tc, spec_env_overrides_base_but_not_ours);
     tcase_add_test(tc, single_worker_keeps_threads_free);
     tcase_add_test(tc, interface_for_frameworks);
+    tcase_add_test(tc, the_python_package_goes_first_on_pythonpath);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -23,7 +23,7 @@ TRAINER = test_train.TRAINER
 # the C reader.
 REC_MAGIC = 0x3130434552464C44
 OPS = {1: "all-reduce", 2: "broadcast", 3: "all-gather", 4: "reduce-scatter", 5: "barrier",
-       6: "mem-alloc"}
+       6: "mem-alloc", 7: "send", 8: "recv"}
 STATES = {1: "queued", 2: "running", 3: "done", 4: "failed"}
 
 
@@ -261,10 +261,10 @@ class Diag(dltest.Case):
     def stragglers(self, name):
         return [e for e in self.evs(name) if e["event"] == "straggler"]
 
-    def even_then_slow(self, names, slow_name, even_s=8.0, named_within=40.0):
+    def even_then_slow(self, names, slow_name, even_s=8.0, named_within=60.0):
         """The ranks run evenly for even_s (nobody may be named), then rank 1 is slowed until
-        it is named (within named_within seconds: the rule needs its window of 100 steps and
-        three reports a heartbeat apart)."""
+        it is named (within named_within seconds: the rule needs two windows of 100 steps and
+        three reports a heartbeat apart each)."""
         pid = self.pid_of(slow_name, 1)
         self.first_beat(1)
         time.sleep(even_s)
@@ -275,25 +275,34 @@ class Diag(dltest.Case):
         while time.monotonic() < deadline and not all(self.stragglers(n) for n in names):
             self.duty_cycle(pid, 0.5)
         took = time.monotonic() - start
+        firsts = []
         for n in names:
             s = self.stragglers(n)
             self.assertTrue(s, f"not named within {named_within} s: {self.log(n)}")
             self.assertEqual(s[0]["rank"], 1, s)
-            self.assertGreaterEqual(s[0]["steps"], 100)
-            self.assertGreater(s[0]["slower_pct"], self.STRAGGLER_THRESHOLD * 100)
-            self.assertGreater(s[0]["compute_ms"],
-                               s[0]["median_ms"] * (1 + self.STRAGGLER_THRESHOLD))
-            print(f"{slow_name}: rank 1 named at +{s[0]['slower_pct']:.0f}%")
+            self.assertGreaterEqual(s[0]["steps"], 100)  # two windows
+            self.assertGreater(s[0]["compute_ms"], s[0]["median_ms"])
+            print(f"{n}: rank 1 named at +{s[0]['slower_pct']:.0f}%")
             self.assertGreater(s[0]["cost_samples_per_s"], 0)
             self.assertEqual(s[0]["action"], "warn")
+            firsts.append(s[0])
+        # The rule named it past the threshold; an agent that hears of it a report later gives
+        # the figures of its latest window, which may have dipped since.
+        first = min(firsts, key=lambda e: e["time"])
+        self.assertGreater(first["slower_pct"], self.STRAGGLER_THRESHOLD * 100, firsts)
+        self.assertGreater(first["compute_ms"],
+                           first["median_ms"] * (1 + self.STRAGGLER_THRESHOLD))
         return took
 
     STRAGGLER_TRAIN = ("steps=1000000", "layers=784-128-10", "log_every=200",
                        "eval_every=1000000")
-    # Two ranks on a shared 2-core machine: a neighbour's load can hold one back by a half for
+    # Two ranks on a shared 2-core machine: a neighbour's load can hold one back by +50% over
     # seconds (+54% over 129 steps was seen with two busy loops beside: a true straggler, for the
-    # rule), so the tests name ranks only past +150%; the duty cycle slows theirs by +300% and more
-    # (a 100 ms stop lands in one step of the ten or so a 30 ms run makes).
+    # rule), and by +200% over one window at the start, so the tests name ranks only past +150%;
+    # the duty cycle slows theirs by +90% to +400% a step under the same load (a 100 ms stop
+    # lands in one step of the ten or so a 30 ms run makes, and one that falls while the rank
+    # waits in a collective adds to its wait, not its compute). The rule wants two windows of
+    # 100 steps in a row, and the slowed job makes 10 steps a second or fewer: 60 s to name it.
     STRAGGLER_THRESHOLD = 1.5
     STRAGGLER_OPTS = ("--straggler-threshold", str(STRAGGLER_THRESHOLD))
 

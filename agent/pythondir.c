@@ -1,0 +1,33 @@
+/* Where the dlaunch Python package is for this agent's workers: the source tree's python/ when
+ * this program runs from its build tree (a developer's build, the tests), else the folder
+ * `meson install` put it in. The agent puts it first on the workers' PYTHONPATH, so that
+ * `import dlaunch.torch` finds the copy that speaks this agent's formats, installed or not. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+int dl__python_dir(char *buf, size_t len)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    const char *dir = DL_PYTHON_INSTALL_DIR;
+    if (n > 0) {
+        exe[n] = '\0';
+        size_t root = strlen(DL_BUILD_ROOT);
+        if (strncmp(exe, DL_BUILD_ROOT, root) == 0 && exe[root] == '/')
+            dir = DL_PYTHON_SOURCE_DIR;
+    }
+    char init[PATH_MAX];
+    if (dir[0] == '\0' || snprintf(init, sizeof(init), "%s/dlaunch/__init__.py", dir) >=
+                              (int)sizeof(init))
+        return -ENOENT;
+    if (access(init, R_OK) < 0)
+        return -errno;
+    if (snprintf(buf, len, "%s", dir) >= (int)len)
+        return -ENAMETOOLONG;
+    return 0;
+}

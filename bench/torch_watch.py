@@ -1,0 +1,74 @@
+"""What dlaunch.torch.watch costs a small DDP model, side by side in one job: every rank holds
+three identical DDP models over the same data, one plain, one watched (beats, recorder, the
+wrapped calls; with `buckets` also the recording communication hook) and, for reference, one with
+PyTorch's own Python communication hook (default_hooks.allreduce_hook, what DDP does in C++ by
+default), and trains them in turn in blocks of steps, so load on the machine falls on all alike.
+Rank 0 prints each model's steps a second (the median block) and the ratios to plain. Run it
+under dlaunch (the watched model's beats and recorder need the agent), one benchmark at a time:
+
+    flock /tmp/dlaunch-bench.lock build/cmd/dlaunch --nproc-per-node 2 -- \\
+        /usr/bin/python3 bench/torch_watch.py buckets|nobuckets [BLOCKS] [STEPS] [HIDDEN]
+
+Measures and prints; asserts nothing."""
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+import dlaunch.torch
+
+
+def make(hidden, torch_hook=False):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(256, hidden), torch.nn.ReLU(),
+                              torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                              torch.nn.Linear(hidden, 10))
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    if torch_hook:
+        model.register_comm_hook(None, default_hooks.allreduce_hook)
+    return model, torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+def block(model, opt, x, y, steps):
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return steps / (time.perf_counter() - t0)
+
+
+def main():
+    buckets = sys.argv[1] == "buckets" if len(sys.argv) > 1 else True
+    blocks = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 50
+    hidden = int(sys.argv[4]) if len(sys.argv) > 4 else 256
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    models = {"plain": make(hidden), "watched": make(hidden),
+              "torch's Python hook": make(hidden, torch_hook=True)}
+    w = dlaunch.torch.watch(*models["watched"], buckets=buckets)
+    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+    for m in models.values():
+        block(*m, x, y, steps)  # warm up
+    rates = {k: [] for k in models}
+    for i in range(blocks):
+        names = list(models)
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            rates[name].append(block(*models[name], x, y, steps))
+    if dist.get_rank() == 0:
+        p = statistics.median(rates["plain"])
+        ratios = ", ".join(f"{k} {statistics.median(v) / p:.3f}" for k, v in rates.items())
+        beats = w.beats.step if w is not None and w.beats is not None else 0
+        print(f"hidden {hidden}, {blocks} rounds of {steps}-step blocks, 2 ranks, gloo, "
+              f"buckets {'on' if buckets else 'off'}: plain {p:.1f} steps/s (median block); "
+              f"against plain: {ratios}; beats counted {beats} steps; recorder "
+              f"{'on' if w is not None and w.recorder is not None else 'off'}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Health beats: lines of figures on DLAUNCH_HEALTH_FD, the format of diag/diag.h
+(docs/diagnostics.md), which the agent's hang watchdog and straggler rule read."""
+from __future__ import annotations
+
+import os
+import time
+
+# A line at most this often, covering the steps since the one before: a step a millisecond
+# would otherwise fill the pipe faster than the agent drains it (trainer/beat.c does the same).
+BEAT_EVERY_S = 0.1
+
+
+class Beats:
+    """Sums a rank's steps and writes them as one line now and then. Not thread-safe: call
+    from the training loop's thread."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.step = 0
+        self._steps = 0
+        self._compute_s = 0.0
+        self._wait_s = 0.0
+        self._samples = 0.0
+        self._last = 0.0
+        self.lines = 0
+        os.set_blocking(fd, False)  # a full pipe drops a line (the sums carry over), never blocks
+
+    @classmethod
+    def from_env(cls) -> Beats | None:
+        """The beats of DLAUNCH_HEALTH_FD, or None when dlaunch gave no pipe."""
+        v = os.environ.get("DLAUNCH_HEALTH_FD", "")
+        if not v.isdigit():
+            return None
+        fd = int(v)
+        try:
+            os.fstat(fd)
+        except OSError:
+            return None
+        return cls(fd)
+
+    def add(self, compute_s: float, wait_s: float, samples: float, now: float | None = None,
+            force: bool = False) -> None:
+        """One step done: compute_s outside collectives, wait_s inside them."""
+        self.step += 1
+        self._steps += 1
+        self._compute_s += max(compute_s, 0.0)
+        self._wait_s += max(wait_s, 0.0)
+        self._samples += samples
+        now = time.monotonic() if now is None else now
+        if not force and self.lines > 0 and now - self._last < BEAT_EVERY_S:
+            return
+        k = self._steps
+        line = (f"step={self.step} steps={k} compute_ms={self._compute_s * 1e3 / k:.4f} "
+                f"wait_ms={self._wait_s * 1e3 / k:.4f} samples={self._samples / k:.6g}\n")
+        try:
+            os.write(self.fd, line.encode())  # one write: a line never arrives in two pieces
+        except BlockingIOError:
+            return  # the agent is behind: the next line covers these steps too
+        except OSError:
+            self.fd = -1
+            self.add = _no_beat  # type: ignore[method-assign]  # the watchdog is gone
+            return
+        self.lines += 1
+        self._last = now
+        self._steps = 0
+        self._compute_s = self._wait_s = self._samples = 0.0
+
+
+def _no_beat(*args: object, **kwargs: object) -> None:
+    return None

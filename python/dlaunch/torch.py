@@ -1,0 +1,232 @@
+"""One call for a PyTorch DDP job: `dlaunch.torch.watch(ddp_model)` after init_process_group.
+
+It hooks PyTorch only where PyTorch offers hooks: a DDP communication hook (each gradient
+bucket's all-reduce, recorded as it starts and as its future completes), a forward pre-hook on
+the model (a step starts where a forward starts, and the batch's first dimension is its samples),
+the optimizer's step hook where PyTorch has one (2.0 and later), and the public functions of
+torch.distributed, wrapped where they are looked up (torch.distributed.all_reduce and the
+others; a name imported before watch() keeps the unwrapped function). docs/python.md."""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import torch as _torch
+import torch.distributed as _dist
+
+from . import recorder as _rec
+from .beat import Beats
+from .recorder import Recorder
+from .stacks import Stacks
+
+__all__ = ["watch", "step", "Watch"]
+
+# torch.distributed's public calls and how the recorder names them.
+_WRAPPED = {
+    "all_reduce": _rec.ALL_REDUCE, "broadcast": _rec.BROADCAST, "all_gather": _rec.ALL_GATHER,
+    "all_gather_into_tensor": _rec.ALL_GATHER, "reduce_scatter": _rec.REDUCE_SCATTER,
+    "reduce_scatter_tensor": _rec.REDUCE_SCATTER, "barrier": _rec.BARRIER, "send": _rec.SEND,
+    "recv": _rec.RECV, "isend": _rec.SEND, "irecv": _rec.RECV,
+}
+_ASYNC_ALWAYS = ("isend", "irecv")
+
+_current: Watch | None = None
+_originals: dict[str, Callable[..., Any]] = {}
+
+
+def _warn(msg: str) -> None:
+    print(f"dlaunch: {msg}", file=sys.stderr, flush=True)
+
+
+def _nbytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """This rank's tensor in the call: the first tensor argument (a list is the other side's)."""
+    for a in (*args, kwargs.get("tensor"), kwargs.get("output")):
+        if isinstance(a, _torch.Tensor):
+            return a.numel() * a.element_size()
+    return 0
+
+
+class Watch:
+    """What watch() set up for this rank. One a process."""
+
+    def __init__(self, model: Any = None, optimizer: Any = None, group: Any = None,
+                 buckets: bool = True) -> None:
+        self.group = group
+        self.rank = _dist.get_rank(group)
+        self.world = _dist.get_world_size(group)
+        self._lock = threading.Lock()
+        self._inflight = 0
+        self._wait_from = 0.0
+        self._wait_s = 0.0
+        self._samples = 0.0
+        self._step_from: float | None = None
+        self._manual = False
+        self._handles: list[Any] = []
+        self.beats = Beats.from_env()
+        self.recorder: Recorder | None = None
+        self.stacks: Stacks | None = None
+        try:
+            self.recorder = Recorder.from_env(self.rank, self.world,
+                                              str(_dist.get_backend(group)))
+        except OSError as e:
+            _warn(f"rank {self.rank}: no flight recorder: {e}")
+        try:
+            self.stacks = Stacks.from_env(self.rank)
+        except (OSError, RuntimeError, ValueError) as e:
+            _warn(f"rank {self.rank}: no stacks on request: {e}")
+        if model is not None:
+            self._hook_model(model, buckets)
+        if optimizer is not None and hasattr(optimizer, "register_step_post_hook"):
+            self._handles.append(optimizer.register_step_post_hook(lambda *a: self._auto_step()))
+            self._by_optimizer = True
+        else:
+            self._by_optimizer = False
+
+    # ---- collectives ------------------------------------------------------------------------
+
+    def op_start(self, op: int, nbytes: int, root: int = -1) -> int:
+        now = time.perf_counter()
+        with self._lock:
+            if self._inflight == 0:
+                self._wait_from = now
+            self._inflight += 1
+            return self.recorder.start(op, nbytes, root) if self.recorder else 0
+
+    def op_end(self, seq: int, ok: bool = True) -> None:
+        now = time.perf_counter()
+        with self._lock:
+            if self.recorder is not None and seq:
+                self.recorder.end(seq, ok)
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._wait_s += now - self._wait_from
+
+    # ---- steps ------------------------------------------------------------------------------
+
+    def step(self, samples: float | None = None) -> None:
+        """One step ended (and the next begins)."""
+        now = time.perf_counter()
+        if samples is not None:
+            self._samples = samples
+        if self._step_from is None:
+            self._step_from = now
+            return
+        with self._lock:
+            wait = self._wait_s
+            if self._inflight > 0:  # an operation spans the boundary: split it
+                wait += now - self._wait_from
+                self._wait_from = now
+            self._wait_s = 0.0
+        took = now - self._step_from
+        self._step_from = now
+        if self.beats is not None:
+            self.beats.add(took - min(wait, took), min(wait, took), self._samples)
+
+    def _auto_step(self) -> None:
+        if not self._manual:
+            self.step()
+
+    def _hook_model(self, model: Any, buckets: bool) -> None:
+        def pre_forward(module: Any, args: tuple[Any, ...]) -> None:
+            if args and isinstance(args[0], _torch.Tensor) and args[0].dim() > 0:
+                self._samples = float(args[0].shape[0])
+            if not self._by_optimizer:
+                self._auto_step()
+        self._handles.append(model.register_forward_pre_hook(pre_forward))
+        if buckets and isinstance(model, _torch.nn.parallel.DistributedDataParallel):
+            try:
+                model.register_comm_hook(self, _bucket_hook)
+            except RuntimeError as e:  # the user's own hook came first
+                _warn(f"rank {self.rank}: gradient buckets not recorded: {e}")
+
+    def close(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+
+def _bucket_hook(w, bucket):  # type: ignore[no-untyped-def]
+    """DDP's default (average the bucket over the ranks), with the all-reduce recorded from the
+    moment this rank enters it to the moment its result is there. Without annotations: DDP
+    refuses a hook whose annotations are not its own classes, and this module's are strings."""
+    t = bucket.buffer()
+    t.div_(w.world)
+    seq = w.op_start(_rec.ALL_REDUCE, t.numel() * t.element_size())
+    fut = _originals.get("all_reduce", _dist.all_reduce)(t, group=w.group,
+                                                          async_op=True).get_future()
+
+    def done(f: _torch.futures.Future) -> _torch.Tensor:
+        try:
+            v = f.value()[0]
+        except Exception:
+            w.op_end(seq, False)
+            raise
+        w.op_end(seq, True)
+        return v
+    return fut.then(done)
+
+
+def _wrap(name: str, op: int, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        w = _current
+        if w is None:
+            return fn(*args, **kwargs)
+        root = -1
+        if op == _rec.BROADCAST:
+            root = int(kwargs.get("src", args[1] if len(args) > 1 else -1))
+        seq = w.op_start(op, _nbytes(args, kwargs), root)
+        try:
+            r = fn(*args, **kwargs)
+        except BaseException:
+            w.op_end(seq, False)
+            raise
+        if r is None or not (kwargs.get("async_op") or name in _ASYNC_ALWAYS):
+            w.op_end(seq, True)
+            return r
+        try:
+            fut = r.get_future()
+        except RuntimeError:  # gloo's point-to-point work has no future: issue time only
+            w.op_end(seq, True)
+            return r
+        fut.add_done_callback(lambda f: w.op_end(seq, f.done()))
+        return r
+    return call
+
+
+def watch(model: Any = None, optimizer: Any = None, group: Any = None,
+          buckets: bool = True) -> Watch | None:
+    """Starts watching this rank: beats every step, its collectives in the flight recorder, its
+    stacks on the agent's request. Call after init_process_group; model is the
+    DistributedDataParallel module (or any module whose forward starts a step), optimizer (with
+    PyTorch 2.0 or later) ends a step at its step(). buckets=False leaves DDP's own C++ all-reduce
+    in place of the recording hook: a Python communication hook, ours or PyTorch's own, costs a
+    small model's steps several percent (docs/performance.md); the buckets' all-reduces are then
+    not in the recorder, nor in the wait time. Outside dlaunch, returns None and changes
+    nothing."""
+    global _current
+    if _current is not None:
+        return _current
+    if "DLAUNCH_ATTEMPT_DIR" not in os.environ and "DLAUNCH_HEALTH_FD" not in os.environ:
+        return None
+    if not _dist.is_initialized():
+        raise RuntimeError("dlaunch.torch.watch: call it after init_process_group")
+    for name, op in _WRAPPED.items():
+        fn = getattr(_dist, name, None)
+        if fn is not None and name not in _originals:
+            _originals[name] = fn
+            setattr(_dist, name, _wrap(name, op, fn))
+    _current = Watch(model, optimizer, group, buckets)
+    return _current
+
+
+def step(samples: float | None = None) -> None:
+    """Ends a step by hand (then only these calls count steps)."""
+    w = _current
+    if w is not None:
+        w._manual = True
+        w.step(samples)

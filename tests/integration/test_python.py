@@ -1,0 +1,185 @@
+"""The dlaunch Python package (docs/python.md) with Debian's python3-torch (CPU, gloo), a real DDP
+job and the real dlaunch: a rank asleep before a backward pass is named, with --health-timeout,
+as the rank that never entered its gradient bucket's all-reduce (the right number), with its
+Python stack line; a rank slowed for real is named a straggler and an even run names nobody; the
+beats drive `dlaunch status --ranks`; the recorder file reads back in the documented layout; the
+package imports without an install, and without dlaunch watch() changes nothing. Skipped where
+python3-torch is not installed."""
+import json
+import os
+import re
+import subprocess
+import time
+import unittest
+
+import dltest
+from dltest import free_port
+import test_diag
+
+TORCH_PYTHON = "/usr/bin/python3"
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "torchrun", "ddp_watch.py")
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
+
+
+def have_torch():
+    try:
+        return subprocess.run([TORCH_PYTHON, "-c", "import torch.distributed"],
+                              capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def line_of(text):
+    """The line number of the script's line that holds text."""
+    with open(SCRIPT) as f:
+        for i, line in enumerate(f, 1):
+            if text in line:
+                return i
+    raise AssertionError(f"{text!r} not in {SCRIPT}")
+
+
+class Formats(dltest.Case):
+    """The package's writers against the documented formats, read independently."""
+
+    def test_the_recorder_reads_back_in_the_documented_layout(self):
+        import sys
+        sys.path.insert(0, PACKAGE)
+        from dlaunch.recorder import Recorder, ALL_REDUCE, BROADCAST, SEND
+        path = os.path.join(self.dir, "rank_3.rec")
+        r = Recorder(path, 3, 4, "gloo")
+        for i in range(70):  # past the ring's 64 entries
+            seq = r.start(ALL_REDUCE, 4096)
+            r.end(seq, ok=i != 68)
+        b = r.start(BROADCAST, 8, root=2)
+        s = r.start(SEND, 16)
+        r.end(b)
+        entries = test_diag.read_recorder(path)
+        self.assertEqual(len(entries), 64)
+        self.assertEqual(entries[-3:], [(70, "all-reduce", "done", 4096),
+                                        (71, "broadcast", "done", 8), (72, "send", "running", 16)])
+        self.assertEqual(entries[-4], (69, "all-reduce", "failed", 4096))
+        self.assertEqual(s, 72)
+        with self.assertRaises(OSError):  # one writer a file
+            Recorder(path, 3, 4, "gloo")
+
+    def test_beats_are_lines_the_agent_reads(self):
+        import sys
+        sys.path.insert(0, PACKAGE)
+        from dlaunch.beat import Beats
+        rd, wr = os.pipe()
+        b = Beats(wr)
+        b.add(0.003, 0.001, 32, now=100.0)         # the first line goes at once
+        b.add(0.005, 0.001, 32, now=100.05)        # within 0.1 s: summed into the next
+        b.add(0.007, 0.003, 32, now=100.2)
+        os.close(wr)
+        with os.fdopen(rd) as f:
+            lines = f.read().splitlines()
+        self.assertEqual(lines, ["step=1 steps=1 compute_ms=3.0000 wait_ms=1.0000 samples=32",
+                                 "step=3 steps=2 compute_ms=6.0000 wait_ms=2.0000 samples=32"])
+
+
+@unittest.skipUnless(have_torch(), "python3-torch is not installed")
+class Python(dltest.Case):
+    def run_job(self, *args, timeout=240):
+        return self.dlaunch("--run-id", "job", "--events", self.events_path, *args, "--",
+                            TORCH_PYTHON, SCRIPT, *self.script_args, timeout=timeout)
+
+    def test_a_rank_asleep_before_backward_is_named_with_its_bucket_and_stack(self):
+        hang_at = 12
+        self.script_args = ["100000", f"hang_at={hang_at}"]
+        p = self.run_job("--nproc-per-node", "2", "--health-timeout", "5", "--max-restarts", "0")
+        out = p.stdout + p.stderr
+        self.assertEqual(p.returncode, 1, out)
+        # The all_reduce before the loop is #1, step k's one bucket #k+1.
+        n = hang_at + 1
+        self.assertRegex(out, rf"rank 1 never entered all-reduce #{n} \(its last: all-reduce "
+                              rf"#{n - 1}, done [0-9.]+ s ago.*\); rank 0 has waited in it for "
+                              r"[0-9.]+ s")
+        sleep_line = line_of("time.sleep(3600)")
+        self.assertIn(f"rank 1's Python stack, innermost first: ddp_watch.py:{sleep_line} main",
+                      out)
+        # The summary quotes it too, and the event carries it.
+        self.assertRegex(out, rf"where the ranks were: rank 1 never entered all-reduce #{n}"
+                              rf".*; rank 1 is at ddp_watch.py:{sleep_line} main")
+        hung = [e for e in self.events() if e["event"] == "worker_hung"]
+        self.assertEqual([e["rank"] for e in hung], [1], hung)
+        self.assertIn(f"ddp_watch.py:{sleep_line} main", hung[0]["diagnosis"])
+        # The recorder files read back with the documented layout (test_diag's reader).
+        rec = test_diag.read_recorder(os.path.join(self.dir, "dlaunch_logs", "job",
+                                                   "attempt_0", "rank_0.rec"))
+        self.assertEqual(rec[0][:3], (1, "all-reduce", "done"))
+        # Running when the account was made; failed once rank 1 was killed under it.
+        self.assertIn(rec[-1][:3], [(n, "all-reduce", "running"), (n, "all-reduce", "failed")])
+        self.assertTrue(all(r[2] == "done" for r in rec[:-1]), rec)
+
+    def stragglers(self):
+        return [e for e in self.events() if e["event"] == "straggler"]
+
+    # Left out of the suite until the exit deadlock is fixed (docs/python.md, Limits): a watched
+    # rank whose run ends can hang in gloo's process-group destructor, holding the GIL while a
+    # gloo thread waits for it to run the bucket hook's future callback; this test's 1500-step
+    # runs hit it often enough to hang the suite for the test's 240 s timeout.
+    @unittest.skipUnless(os.environ.get("DLAUNCH_TEST_PY_STRAGGLER"),
+                         "set DLAUNCH_TEST_PY_STRAGGLER=1: a watched run's exit can deadlock")
+    def test_a_slowed_rank_is_named_and_an_even_run_names_nobody(self):
+        # +100%: two ranks on a shared 2-core machine (docs/diagnostics.md); the slow rank does
+        # 40 extra forward passes of 256 samples a step, many times a step's work.
+        opts = ("--nproc-per-node", "2", "--straggler-threshold", "1.0")
+        self.script_args = ["1500"]
+        p = self.run_job(*opts)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("done 1500 steps", p.stdout)
+        self.assertEqual(self.stragglers(), [], p.stderr)
+        os.remove(self.events_path)
+        self.script_args = ["1500", "slow_rank=1"]
+        p = self.run_job(*opts)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        s = self.stragglers()
+        self.assertEqual([e["rank"] for e in s], [1], p.stderr)
+        self.assertGreater(s[0]["slower_pct"], 100)
+        self.assertRegex(p.stderr, r"straggler: rank 1 on node 0 \(.*\) computes [0-9.]+ ms a "
+                                   r"step against the median [0-9.]+ ms")
+
+    def test_beats_drive_status_ranks(self):
+        port = free_port()
+        endpoint = f"127.0.0.1:{port}"
+        procs = []
+        for i in range(2):
+            env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+            procs.append(subprocess.Popen(
+                [dltest.DLAUNCH, "--nodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint",
+                 endpoint, "--run-id", "job", "--heartbeat", "0.3", "--node-rank", str(i),
+                 "--", TORCH_PYTHON, SCRIPT, "100000"],
+                cwd=self.dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        try:
+            deadline = time.monotonic() + 120
+            text = ""
+            while time.monotonic() < deadline:
+                text = subprocess.run([dltest.DLAUNCH, "status", "--ranks", "--endpoint",
+                                       endpoint, "job"], capture_output=True, text=True,
+                                      timeout=30).stdout
+                steps = re.findall(r"rank (\d)\s.*step (\d+) compute ([0-9.]+) ms", text)
+                if len(steps) == 2 and all(int(s) > 50 for _, s, _ in steps):
+                    break
+                time.sleep(0.5)
+            self.assertEqual(sorted(r for r, _, _ in steps), ["0", "1"], text)
+            self.assertTrue(all(int(s) > 50 and float(c) > 0 for _, s, c in steps), text)
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(timeout=60)
+
+    def test_the_package_imports_without_an_install_and_does_nothing_outside_dlaunch(self):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        env["PYTHONPATH"] = PACKAGE
+        p = subprocess.run([TORCH_PYTHON, "-c",
+                            "import torch.distributed as d, dlaunch.torch as t; "
+                            "f = d.all_reduce; print(t.watch(), d.all_reduce is f)"],
+                           env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.stdout.strip(), "None True", p.stderr)
+
+
+if __name__ == "__main__":
+    dltest.main()

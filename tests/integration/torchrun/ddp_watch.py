@@ -1,0 +1,57 @@
+"""A small PyTorch DDP job (gloo, CPU) watched by dlaunch.torch.watch, for test_python.py.
+
+    ddp_watch.py STEPS [hang_at=K] [slow_rank=R] [wrapped_call]
+
+Step k (1, 2, ...) is one forward, backward and optimizer step; the model's gradients make one
+DDP bucket. Before the training loop every rank makes one all_reduce of its own (the recorder's
+#1), so step k's bucket is the recorder's #k+1. hang_at=K: rank 1 sleeps forever before step K's
+backward. slow_rank=R: rank R computes three times what the others do (more forward passes,
+real work, not sleep). Rank 0 prints "done N steps" at the end."""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import dlaunch.torch
+
+
+def main():
+    steps = int(sys.argv[1])
+    opts = dict(a.split("=", 1) for a in sys.argv[2:])
+    hang_at = int(opts.get("hang_at", 0))
+    slow_rank = int(opts.get("slow_rank", -1))
+    dist.init_process_group("gloo", init_method="env://")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    watched = dlaunch.torch.watch(model, opt)
+    print(f"rank {rank}: watched={watched is not None}", flush=True)
+    t = torch.ones(4)
+    dist.all_reduce(t)  # through the wrapped torch.distributed: the recorder's #1
+    x = torch.randn(32, 64)
+    y = torch.randint(0, 10, (32,))
+    for k in range(1, steps + 1):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        if rank == slow_rank:
+            with torch.no_grad():
+                for _ in range(40):
+                    net(torch.randn(256, 64))
+        if rank == 1 and k == hang_at:
+            print(f"rank 1: sleeping before step {k}'s backward", flush=True)
+            while True:
+                time.sleep(3600)
+        loss.backward()
+        opt.step()
+    dist.destroy_process_group()
+    if rank == 0:
+        print(f"done {steps} steps", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -158,11 +158,19 @@ int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_li
         } else {
             const char *eq = strchr(a + 2, '=');
             size_t len = eq != NULL ? (size_t)(eq - (a + 2)) : strlen(a + 2);
-            o = dl_opt_by_flag(&dl__job_table, a + 2, len);
-            if (o == NULL) {
+            char candidates[400];
+            r = dl_opt_by_prefix(&dl__job_table, a + 2, len, &o, candidates,
+                                 sizeof(candidates));
+            if (r == -EINVAL) {
+                snprintf(err, errlen, "ambiguous option '%.*s' could match %s", (int)(len + 2),
+                         a, candidates);
+                goto out;
+            }
+            if (r < 0) {
                 r = unknown_option(a, len + 2, err, errlen);
                 goto out;
             }
+            r = -EINVAL;
             if (eq != NULL) {
                 if (o->flags & DL_OPT_FLAG) {
                     snprintf(err, errlen, "option '--%s' takes no value", o->name);

@@ -239,6 +239,14 @@ class Torchrun(dltest.Case):
             self.assertIn(want, p.stderr, args)
         self.assertEqual(self.touched(), set())
 
+    def test_unambiguous_prefixes_as_argparse_takes_them(self):
+        self.run_case("--nproc=3", "--max_rest", "0", "--stand", "--no_py", TOUCH_SH, self.touch)
+        self.assert_ranks(3)
+        p = self.run_case("--no", "--nproc-per-node=2", TOUCH_SH, self.touch, code=2)
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertIn("ambiguous option '--no' could match --nodes, --node-rank, --no-python",
+                      p.stderr)
+
     def test_flags_accepted_for_torchrun_and_warned_about(self):
         p = self.run_case("--nproc-per-node=1", "--logs-specs=x",
                           "--event-log-handler=y", "--signals-to-handle=SIGTERM,SIGUSR1",

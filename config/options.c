@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "internal.h"
 
@@ -144,7 +145,7 @@ static int parse_forward_signals(const dl_opt_t *o, void *obj, const char *text,
 
 /* --rdzv-conf k=v,...: torchrun's keys, and etcd's. Each is set as it is read, so a flag given
  * later (--join-timeout) still wins. */
-typedef enum { K_DOUBLE, K_BOOL, K_STRING } conf_kind_t;
+typedef enum { K_DOUBLE, K_BOOL, K_STRING, K_ATTEMPTS, K_ACCEPTED, K_STORE } conf_kind_t;
 
 static const struct {
     const char *key;
@@ -157,6 +158,12 @@ static const struct {
     {"close_timeout", K_DOUBLE, OFF(close_timeout)},
     {"read_timeout", K_DOUBLE, OFF(read_timeout)},
     {"is_host", K_BOOL, OFF(is_host)},
+    /* torchrun's c10d keep-alive: a heartbeat each interval, dead after max_attempt missed. */
+    {"keep_alive_interval", K_DOUBLE, OFF(heartbeat)},
+    {"keep_alive_max_attempt", K_ATTEMPTS, OFF(dead_after)},
+    /* torchrun: how long one keep-alive write may take before it is logged as failed. */
+    {"heartbeat_timeout", K_ACCEPTED, 0},
+    {"store_type", K_STORE, 0},
     {"user", K_STRING, OFF(etcd_user)},
     {"password_file", K_STRING, OFF(etcd_password_file)},
     {"protocol", K_STRING, OFF(etcd_protocol)},
@@ -189,6 +196,26 @@ static int conf_pair(dl_job_spec_t *tmp, const char *k, const char *v, char *why
             }
             *(int *)field = b ? 1 : 0;
             return 0;
+        case K_ATTEMPTS:
+            if (dl_parse_double(v, 1, 1000, &d) < 0 || d != (double)(long)d) {
+                snprintf(why, whylen, "has %s=%s: want a whole number (1 to 1000)", k, v);
+                return -EINVAL;
+            }
+            /* Applied once every key is read, with the interval then in force. */
+            *(double *)field = -d;
+            return 0;
+        case K_ACCEPTED:
+            if (dl_parse_double(v, 0.001, 86400 * 7, &d) < 0) {
+                snprintf(why, whylen, "has %s=%s: want seconds (0.001 to 604800)", k, v);
+                return -EINVAL;
+            }
+            return 0;
+        case K_STORE:
+            if (strcasecmp(v, "tcp") == 0)
+                return 0;
+            snprintf(why, whylen, "has %s=%s: dlaunch's rendezvous is always served over TCP "
+                                  "(tcp; torchrun's file store has no equivalent)", k, v);
+            return -EINVAL;
         case K_STRING:
             if (*v == '\0') {
                 snprintf(why, whylen, "has an empty %s", k);
@@ -198,8 +225,9 @@ static int conf_pair(dl_job_spec_t *tmp, const char *k, const char *v, char *why
         }
     }
     snprintf(why, whylen, "has an unknown key '%s' (known: join_timeout, last_call_timeout, "
-                          "close_timeout, timeout, read_timeout, is_host, user, password_file, "
-                          "protocol, cacert, cert, key, prefix)", k);
+                          "close_timeout, timeout, read_timeout, is_host, keep_alive_interval, "
+                          "keep_alive_max_attempt, heartbeat_timeout, store_type, user, "
+                          "password_file, protocol, cacert, cert, key, prefix)", k);
     return -EINVAL;
 }
 
@@ -219,6 +247,8 @@ static int parse_rdzv_conf(const dl_opt_t *o, void *obj, const char *text, char 
 {
     dl_job_spec_t *spec = obj, tmp = *spec;
     size_t n = strlen(text);
+    /* keep_alive_max_attempt comes back as a negative count in dead_after. */
+    tmp.dead_after = 0;
     int r = 0;
 
     /* The string fields are copied as they change, so a failure halfway leaves spec alone. */
@@ -246,6 +276,10 @@ static int parse_rdzv_conf(const dl_opt_t *o, void *obj, const char *text, char 
         r = conf_pair(&tmp, item, eq + 1, why, whylen);
     }
     free(buf);
+    if (r == 0 && tmp.dead_after < 0)
+        tmp.dead_after = -tmp.dead_after * tmp.heartbeat;
+    else if (r == 0)
+        tmp.dead_after = spec->dead_after;
     if (r < 0) {
         conf_release(&tmp);
         return r;
@@ -390,7 +424,8 @@ const dl_opt_t dl__options[] = {
      DL_OPT_PET, 0},
     {"rdzv-conf", NULL, 0, &t_conf, 0, 0, 0, NULL, NULL, "K=V,...",
      "rendezvous settings: join_timeout, last_call_timeout, close_timeout, timeout, "
-     "read_timeout, is_host; for etcd also user, password_file, protocol, cacert, cert, key, "
+     "read_timeout, is_host, keep_alive_interval, keep_alive_max_attempt, heartbeat_timeout, "
+     "store_type; for etcd also user, password_file, protocol, cacert, cert, key, "
      "prefix", DL_OPT_PET, 0},
     {"standalone", NULL, 0, BOOL, OFF(standalone), 0, 0, NULL, NULL, NULL,
      "one node with a rendezvous of its own on a free port (the rdzv options are ignored)",

@@ -247,6 +247,32 @@ class Torchrun(dltest.Case):
         self.assertIn("ambiguous option '--no' could match --nodes, --node-rank, --no-python",
                       p.stderr)
 
+    def test_rdzv_conf_keep_alive_keys_and_a_free_port_endpoint(self):
+        # Two single-node jobs side by side, each on a port of its own (torchrun's HOST:0).
+        conf = ("--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=4,"
+                "heartbeat_timeout=3,store_type=tcp")
+        jobs = [self.start("--nproc-per-node=2", "--rdzv-backend=c10d",
+                                "--rdzv-endpoint=localhost:0", conf, "--", "sh", "-c",
+                                f"echo $MASTER_PORT > {self.touch}/{j}-$RANK; sleep 1",
+                                env=self.env())
+                for j in "ab"]
+        for p in jobs:
+            out, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, err)
+        ports = {}
+        for name in os.listdir(self.touch):
+            with open(os.path.join(self.touch, name)) as f:
+                ports.setdefault(name[0], set()).add(f.read().strip())
+        self.assertEqual(sorted(ports), ["a", "b"])
+        self.assertEqual(len(ports["a"] | ports["b"]), 2, ports)
+        p = self.run_case("--nnodes=2", "--rdzv-id=x", "--rdzv-endpoint=localhost:0",
+                          "--no-python", TOUCH_SH, self.touch, code=2)
+        self.assertIn("port 0 picks a free port that the other nodes cannot know", p.stderr)
+        p = self.run_case("--rdzv-conf=store_type=file", "--no-python", TOUCH_SH, self.touch,
+                          code=2)
+        self.assertIn("store_type=file: dlaunch's rendezvous is always served over TCP",
+                      p.stderr)
+
     def test_flags_accepted_for_torchrun_and_warned_about(self):
         p = self.run_case("--nproc-per-node=1", "--logs-specs=x",
                           "--event-log-handler=y", "--signals-to-handle=SIGTERM,SIGUSR1",

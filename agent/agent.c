@@ -177,6 +177,7 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, int rest
         .python_exec = a->spec->python_exec != NULL ? a->command_path : NULL,
         .verbose = a->spec->verbose,
         .ifname = a->ifname[0] != '\0' ? a->ifname : NULL,
+        .virtual_local_rank = a->spec->virtual_local_rank,
     };
     return dl_worker_env_build(&we, a->environ_list, a->spec->env, ret_envp);
 }
@@ -983,6 +984,24 @@ static int usable_cpus(const dl_agent_t *a)
     return w;
 }
 
+/* --virtual-local-rank gives worker i entry i of CUDA_VISIBLE_DEVICES: as torchrun, a shorter
+ * list is an error. Returns 0, or 2 after saying why. */
+static int virtual_rank_check(dl_agent_t *a)
+{
+    const char *list = dl_env_get(a->environ_list, "CUDA_VISIBLE_DEVICES");
+    if (!a->spec->virtual_local_rank || list == NULL || *list == '\0')
+        return 0;
+    int n = 1;
+    for (const char *p = list; *p != '\0'; p++)
+        n += *p == ',';
+    if (a->nworkers <= n)
+        return 0;
+    fprintf(stderr, "dlaunch: --virtual-local-rank: %d workers, but CUDA_VISIBLE_DEVICES '%s' "
+                    "names %d device%s: each worker needs one of its own\n",
+            a->nworkers, list, n, n == 1 ? "" : "s");
+    return 2;
+}
+
 /* How many workers this node runs: --gpus-per-node / --nproc-per-node against what is found.
  * Returns 0, or 2 after saying why. */
 static int count_workers(dl_agent_t *a)
@@ -1165,6 +1184,8 @@ static int plan(dl_agent_t *a)
     r = place_rendezvous(a);
     if (r == 0)
         r = count_workers(a);
+    if (r == 0)
+        r = virtual_rank_check(a);
     if (r == 0)
         r = dl__place_plan(a);
     if (r != 0)

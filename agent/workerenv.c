@@ -89,6 +89,28 @@ static int has_value(char **v, const char *name)
     return 0;
 }
 
+/* The worker's own device under --virtual-local-rank: entry local_rank of base's
+ * CUDA_VISIBLE_DEVICES, or the local rank when it is unset. -ERANGE: the list is shorter. */
+static int own_device(char **base, int local_rank, char **ret)
+{
+    const char *list = NULL;
+    for (char **e = base; e != NULL && *e != NULL; e++)
+        if (strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) == 0)
+            list = *e + 21;
+    if (list == NULL || *list == '\0') {
+        *ret = fmt_int("CUDA_VISIBLE_DEVICES", local_rank);
+        return *ret == NULL ? -ENOMEM : 0;
+    }
+    for (int i = 0; i < local_rank; i++) {
+        list = strchr(list, ',');
+        if (list == NULL)
+            return -ERANGE;
+        list++;
+    }
+    size_t n = strcspn(list, ",");
+    return asprintf(ret, "CUDA_VISIBLE_DEVICES=%.*s", (int)n, list) < 0 ? -ENOMEM : 0;
+}
+
 int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, char ***ret_envp)
 {
     strvec_t sv = {0};
@@ -111,7 +133,13 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
     if (r == 0)
         r = put(&sv, fmt_int("RANK", w->rank));
     if (r == 0)
-        r = put(&sv, fmt_int("LOCAL_RANK", w->local_rank));
+        r = put(&sv, fmt_int("LOCAL_RANK", w->virtual_local_rank ? 0 : w->local_rank));
+    if (r == 0 && w->virtual_local_rank) {
+        char *dev = NULL;
+        r = own_device(base, w->local_rank, &dev);
+        if (r == 0)
+            r = put(&sv, dev);
+    }
     if (r == 0)
         r = put(&sv, fmt_int("WORLD_SIZE", w->world_size));
     if (r == 0)

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include <stdbool.h>
+
 typedef struct {
     int rank;
     int local_rank;
@@ -32,6 +34,9 @@ typedef struct {
      * (as "=NAME", an exact match), TP_SOCKET_IFNAME and DLAUNCH_SOCKET_IFNAME, each unless
      * base or extra already has it. */
     const char *ifname;
+    /* torchrun's --virtual-local-rank: LOCAL_RANK=0, and CUDA_VISIBLE_DEVICES only the
+     * worker's own device (its entry of base's list, else its local rank). */
+    bool virtual_local_rank;
 } dl_worker_env_t;
 
 /* Returns a NULL-terminated "NAME=value" vector in *ret_envp (caller frees it with

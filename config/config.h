@@ -76,6 +76,7 @@ struct dl_job_spec_s {
     double dead_after;   /* seconds without a heartbeat before a node is dead */
     char *token_file;
     char *rdzv_conf;     /* as given, for --dry-run */
+    bool virtual_local_rank; /* torchrun's: each worker sees LOCAL_RANK=0 and its own device */
     bool standalone;     /* torchrun's --standalone: one node, a rendezvous of its own */
     char *master_addr;   /* --master-addr, or NULL */
     int master_port;     /* --master-port, or -1 */

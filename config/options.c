@@ -427,6 +427,9 @@ const dl_opt_t dl__options[] = {
      "read_timeout, is_host, keep_alive_interval, keep_alive_max_attempt, heartbeat_timeout, "
      "store_type; for etcd also user, password_file, protocol, cacert, cert, key, "
      "prefix", DL_OPT_PET, 0},
+    {"virtual-local-rank", NULL, 0, BOOL, OFF(virtual_local_rank), 0, 0, NULL, NULL, NULL,
+     "every worker sees LOCAL_RANK=0 and, in CUDA_VISIBLE_DEVICES, only its own device",
+     DL_OPT_FLAG | DL_OPT_PET, 0},
     {"standalone", NULL, 0, BOOL, OFF(standalone), 0, 0, NULL, NULL, NULL,
      "one node with a rendezvous of its own on a free port (the rdzv options are ignored)",
      DL_OPT_FLAG | DL_OPT_PET, 0},

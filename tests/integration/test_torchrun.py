@@ -273,7 +273,30 @@ class Torchrun(dltest.Case):
         self.assertIn("store_type=file: dlaunch's rendezvous is always served over TCP",
                       p.stderr)
 
-    def test_flags_accepted_for_torchrun_and_warned_about(self):
+    def test_virtual_local_rank(self):
+        show = f"echo $LOCAL_RANK $CUDA_VISIBLE_DEVICES > {self.touch}/$RANK"
+
+        def seen():
+            out = {}
+            for name in os.listdir(self.touch):
+                with open(os.path.join(self.touch, name)) as f:
+                    out[int(name)] = f.read().split()
+                os.unlink(os.path.join(self.touch, name))
+            return out
+        self.run_case("--nproc-per-node=3", "--virtual-local-rank", "--", "sh", "-c", show,
+                      env={"CUDA_VISIBLE_DEVICES": "4,6,7"})
+        self.assertEqual(seen(), {0: ["0", "4"], 1: ["0", "6"], 2: ["0", "7"]})
+        # Without a list each worker's device is its local rank; PET_ sets the flag too.
+        self.run_case("--nproc-per-node=2", "--", "sh", "-c", show,
+                      env={"PET_VIRTUAL_LOCAL_RANK": "1"})
+        self.assertEqual(seen(), {0: ["0", "0"], 1: ["0", "1"]})
+        p = self.run_case("--nproc-per-node=2", "--virtual-local-rank", "--", "sh", "-c", show,
+                          env={"CUDA_VISIBLE_DEVICES": "5"}, code=2)
+        self.assertIn("--virtual-local-rank: 2 workers, but CUDA_VISIBLE_DEVICES '5' names 1 "
+                      "device", p.stderr)
+        self.assertEqual(seen(), {})
+
+
         p = self.run_case("--nproc-per-node=1", "--logs-specs=x",
                           "--event-log-handler=y", "--signals-to-handle=SIGTERM,SIGUSR1",
                           "--no-python", TOUCH_SH, self.touch)

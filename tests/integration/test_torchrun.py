@@ -296,7 +296,7 @@ class Torchrun(dltest.Case):
                       "device", p.stderr)
         self.assertEqual(seen(), {})
 
-
+    def test_flags_accepted_for_torchrun_and_warned_about(self):
         p = self.run_case("--nproc-per-node=1", "--logs-specs=x",
                           "--event-log-handler=y", "--signals-to-handle=SIGTERM,SIGUSR1",
                           "--no-python", TOUCH_SH, self.touch)

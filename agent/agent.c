@@ -222,6 +222,13 @@ static void on_output_drained(void *ctx)
     free(oo);
 }
 
+static void on_output_line(void *ctx, int stream, const char *prefix, const char *line,
+                           size_t len)
+{
+    output_owner_t *oo = ctx;
+    dl__dup_line(oo->agent, oo->attempt, stream, prefix, line, len);
+}
+
 static void on_log_write_failed(void *ctx, const char *path, int err)
 {
     output_owner_t *oo = ctx;
@@ -290,7 +297,8 @@ static unsigned console_streams(const dl_agent_t *a, const dl__worker_t *w)
  * spent so far. */
 static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count)
 {
-    static const dl_output_cbs_t output_cbs = {on_log_write_failed, on_output_drained};
+    static const dl_output_cbs_t output_cbs = {on_log_write_failed, on_output_drained,
+                                               on_output_line};
     char prefix[256];
     char **envp = NULL;
     int child_out = -1, child_err = -1;
@@ -1419,6 +1427,7 @@ static void agent_free(dl_agent_t *a)
     free(a->history);
     free(a->token_path);
     free(a->endpoint);
+    dl__dup_close(a);
     dl_events_close(a->events);
     free(a);
 }

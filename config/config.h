@@ -76,6 +76,8 @@ struct dl_job_spec_s {
     double dead_after;   /* seconds without a heartbeat before a node is dead */
     char *token_file;
     char *rdzv_conf;     /* as given, for --dry-run */
+    char *duplicate_stdout_filters; /* torchrun's: lines with one of these strings (a, b) */
+    char *duplicate_stderr_filters; /* are copied to attempt_K/filtered_std{out,err}.log */
     bool virtual_local_rank; /* torchrun's: each worker sees LOCAL_RANK=0 and its own device */
     bool standalone;     /* torchrun's --standalone: one node, a rendezvous of its own */
     char *master_addr;   /* --master-addr, or NULL */

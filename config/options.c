@@ -427,6 +427,12 @@ const dl_opt_t dl__options[] = {
      "read_timeout, is_host, keep_alive_interval, keep_alive_max_attempt, heartbeat_timeout, "
      "store_type; for etcd also user, password_file, protocol, cacert, cert, key, "
      "prefix", DL_OPT_PET, 0},
+    {"duplicate-stdout-filters", NULL, 0, STR, OFF(duplicate_stdout_filters), 0, 0, NULL, NULL,
+     "A,B", "copy console stdout lines that contain A or B to attempt_K/filtered_stdout.log",
+     DL_OPT_PET, 0},
+    {"duplicate-stderr-filters", NULL, 0, STR, OFF(duplicate_stderr_filters), 0, 0, NULL, NULL,
+     "A,B", "copy console stderr lines that contain A or B to attempt_K/filtered_stderr.log",
+     DL_OPT_PET, 0},
     {"virtual-local-rank", NULL, 0, BOOL, OFF(virtual_local_rank), 0, 0, NULL, NULL, NULL,
      "every worker sees LOCAL_RANK=0 and, in CUDA_VISIBLE_DEVICES, only its own device",
      DL_OPT_FLAG | DL_OPT_PET, 0},

@@ -296,6 +296,25 @@ class Torchrun(dltest.Case):
                       "device", p.stderr)
         self.assertEqual(seen(), {})
 
+    def test_duplicate_stdout_and_stderr_filters(self):
+        script = ("echo apple $RANK; echo plain $RANK; echo a pear; echo err $RANK >&2; "
+                  "echo other >&2")
+        self.run_case("--nproc-per-node=2", "--rdzv-id=dup", "--log-dir=logs",
+                      "--duplicate-stdout-filters", "apple,pear",
+                      "--", "sh", "-c", script, env={"PET_DUPLICATE_STDERR_FILTERS": "err"})
+        attempt = os.path.join(self.dir, "logs", "dup", "attempt_0")
+
+        def lines(name):
+            with open(os.path.join(attempt, name)) as f:
+                return sorted(f.read().splitlines())
+        self.assertEqual(lines("filtered_stdout.log"),
+                         ["[rank 0] a pear", "[rank 0] apple 0", "[rank 1] a pear",
+                          "[rank 1] apple 1"])
+        self.assertEqual(lines("filtered_stderr.log"), ["[rank 0] err 0", "[rank 1] err 1"])
+        # The ranks' own files keep every line.
+        self.assertEqual(lines("rank_1.out"), ["a pear", "apple 1", "plain 1"])
+        self.assertEqual(lines("rank_1.err"), ["err 1", "other"])
+
     def test_flags_accepted_for_torchrun_and_warned_about(self):
         p = self.run_case("--nproc-per-node=1", "--logs-specs=x",
                           "--event-log-handler=y", "--signals-to-handle=SIGTERM,SIGUSR1",

@@ -1039,6 +1039,15 @@ static int count_workers(dl_agent_t *a)
     case DL_GPUS_CPU:
         a->nworkers = usable_cpus(a);
         return 0;
+    case DL_GPUS_XPU:
+        a->nworkers = dl_xpu_count(dl__place_hw_root(a),
+                                   dl_env_get(a->environ_list, "ZE_AFFINITY_MASK"));
+        if (a->nworkers == 0) {
+            fprintf(stderr, "dlaunch: --nproc-per-node xpu: no Intel GPU found (no card in "
+                            "/sys/class/drm with the i915 or xe driver); give a count or cpu\n");
+            return 2;
+        }
+        return 0;
     case DL_GPUS_GPU:
         if (gpus == 0) {
             fprintf(stderr, "dlaunch: --nproc-per-node gpu: no GPU found (none in /proc/driver/"

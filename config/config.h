@@ -17,6 +17,7 @@
 #define DL_GPUS_AUTO (-2)    /* torchrun's auto: one per GPU found, else one per usable CPU */
 #define DL_GPUS_CPU (-3)     /* one per usable CPU */
 #define DL_GPUS_GPU (-4)     /* one per GPU found; none found is an error */
+#define DL_GPUS_XPU (-5)     /* one per Intel GPU (torch's xpu) found; none is an error */
 
 typedef enum {
     DL_RDZV_C10D = 0, /* our rendezvous: embedded in an agent, or dlaunchd */

@@ -61,8 +61,13 @@ static int parse_nproc(const dl_opt_t *o, void *obj, const char *text, char *why
         n = DL_GPUS_CPU;
     else if (strcmp(text, "gpu") == 0)
         n = DL_GPUS_GPU;
+    else if (strcmp(text, "xpu") == 0)
+        n = DL_GPUS_XPU;
     else if (parse_count(o, text, &n) < 0) {
-        snprintf(why, whylen, "is not a count (1 to 4096), auto, cpu or gpu");
+        /* torchrun also takes the name of a torch plug-in's device (privateuse1): only that
+         * plug-in can count its devices. */
+        snprintf(why, whylen, "is not a count (1 to 4096), auto, cpu, gpu or xpu (for a "
+                              "plug-in's device, give the count)");
         return -EINVAL;
     }
     SPEC(obj)->gpus_per_node = n;
@@ -333,7 +338,7 @@ static void release_conf(const dl_opt_t *o, void *obj)
 
 static const dl_opt_type_t t_nodes = {"N or MIN:MAX", parse_nodes, NULL, false};
 static const dl_opt_type_t t_gpus = {"a count or auto", parse_gpus, NULL, false};
-static const dl_opt_type_t t_nproc = {"a count, auto, cpu or gpu", parse_nproc, NULL, false};
+static const dl_opt_type_t t_nproc = {"a count, auto, cpu, gpu or xpu", parse_nproc, NULL, false};
 static const dl_opt_type_t t_run_id = {"a run id", parse_run_id, release_run_id, false};
 static const dl_opt_type_t t_std = {"a std spec", parse_std, release_string, false};
 static const dl_opt_type_t t_ranks = {"a list of local ranks", parse_rank_list, release_string,

@@ -404,6 +404,11 @@ START_TEST(flag_prefixes_as_argparse)
     ck_assert_str_eq(s.tee, "3");
     dl_job_spec_free(&s);
 
+    ck_assert_msg(load(&s, NULL, &act, "--nproc-per-node", "xpu", "--", "true", NULL) == 0, "%s",
+                  err);
+    ck_assert_int_eq(s.gpus_per_node, DL_GPUS_XPU);
+    dl_job_spec_free(&s);
+
     ck_assert_int_eq(load(&s, NULL, &act, "--no", "--", "true", NULL), -EINVAL);
     ck_assert_str_eq(err, "ambiguous option '--no' could match --nodes, --node-rank, --no-python");
     dl_job_spec_free(&s);

@@ -125,7 +125,35 @@ class Torchrun(dltest.Case):
         self.assert_ranks(usable_cpus())
         p = self.run_case(*common, "--nproc-per-node=unknown", TOUCH_SH, self.touch, code=2)
         self.assertEqual(p.stderr, "dlaunch: --nproc-per-node: 'unknown' is not a count (1 to "
-                                   "4096), auto, cpu or gpu\n")
+                                   "4096), auto, cpu, gpu or xpu (for a plug-in's device, give "
+                                   "the count)\n")
+
+    def test_nproc_per_node_xpu(self):
+        # A fake machine: two Intel cards on i915 and xe, a connector, and another vendor's.
+        root = os.path.join(self.dir, "hw")
+        drm = os.path.join(root, "sys", "class", "drm")
+        for card, vendor, driver in [("card0", "0x8086", "i915"), ("card1", "0x8086", "xe"),
+                                     ("card2", "0x1a03", "ast"), ("card0-DP-1", None, None)]:
+            os.makedirs(os.path.join(drm, card, "device"))
+            if vendor is None:
+                continue
+            with open(os.path.join(drm, card, "device", "vendor"), "w") as f:
+                f.write(vendor + "\n")
+            target = os.path.join(root, "sys", "bus", "pci", "drivers", driver)
+            os.makedirs(target, exist_ok=True)
+            os.symlink(target, os.path.join(drm, card, "device", "driver"))
+        common = ["--nproc-per-node=xpu", "--no-python", TOUCH_SH, self.touch]
+        self.run_case(*common, env={"DLAUNCH_SYSFS_ROOT": root})
+        self.assert_ranks(2)
+        for f in os.listdir(self.touch):
+            os.unlink(os.path.join(self.touch, f))
+        self.run_case(*common, env={"DLAUNCH_SYSFS_ROOT": root, "ZE_AFFINITY_MASK": "1"})
+        self.assert_ranks(1)
+        os.unlink(os.path.join(self.touch, "0"))
+        p = self.run_case(*common, env={"DLAUNCH_SYSFS_ROOT": os.path.join(self.dir, "none")},
+                          code=2)
+        self.assertIn("--nproc-per-node xpu: no Intel GPU found", p.stderr)
+        self.assertEqual(self.touched(), set())
 
     def test_elastic_one_agent_of_one_to_two(self):
         self.run_case("--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d",

@@ -178,6 +178,7 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, int rest
         .verbose = a->spec->verbose,
         .ifname = a->ifname[0] != '\0' ? a->ifname : NULL,
         .virtual_local_rank = a->spec->virtual_local_rank,
+        .signals_to_handle = a->spec->signals != NULL ? a->spec->signals : DL_DEFAULT_SIGNALS,
     };
     return dl_worker_env_build(&we, a->environ_list, a->spec->env, ret_envp);
 }

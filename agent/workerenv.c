@@ -164,6 +164,8 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
         r = put(&sv, fmt_int("TORCHELASTIC_MAX_RESTARTS", w->max_restarts));
     if (r == 0)
         r = put(&sv, fmt("TORCHELASTIC_RUN_ID", w->run_id));
+    if (r == 0 && w->signals_to_handle != NULL)
+        r = put(&sv, fmt("TORCHELASTIC_SIGNALS_TO_HANDLE", w->signals_to_handle));
     /* No agent-hosted TCPStore: rank 0 of torch.distributed hosts its own at MASTER_PORT. */
     if (r == 0)
         r = put(&sv, fmt("TORCHELASTIC_USE_AGENT_STORE", "False"));

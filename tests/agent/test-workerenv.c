@@ -75,6 +75,13 @@ START_TEST(virtual_local_rank)
     dl_worker_env_free(env);
     char *short_list[] = {"CUDA_VISIBLE_DEVICES=3", NULL};
     ck_assert_int_eq(dl_worker_env_build(&w, short_list, NULL, &env), -ERANGE);
+    /* torchrun's agent passes its --signals-to-handle on; a stale value in base is replaced. */
+    char *stale[] = {"TORCHELASTIC_SIGNALS_TO_HANDLE=SIGKILL", NULL};
+    w = sample();
+    w.signals_to_handle = "SIGTERM,SIGUSR1";
+    ck_assert_int_eq(dl_worker_env_build(&w, stale, NULL, &env), 0);
+    ck_assert_str_eq(get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGUSR1");
+    dl_worker_env_free(env);
 }
 END_TEST
 

@@ -351,6 +351,15 @@ class Torchrun(dltest.Case):
         self.assertIn("--event-log-handler y is ignored", p.stderr)
         self.assert_ranks(1)
 
+    def test_signals_to_handle_reach_the_workers(self):
+        # torchrun's agent passes --signals-to-handle on to its workers; so do we.
+        p = self.run_case("--nproc-per-node=1", "--signals-to-handle=SIGTERM,SIGUSR1", "--",
+                          "sh", "-c", "echo got=$TORCHELASTIC_SIGNALS_TO_HANDLE")
+        self.assertIn("got=SIGTERM,SIGUSR1", p.stdout)
+        p = self.run_case("--nproc-per-node=1", "--", "sh", "-c",
+                          "echo got=$TORCHELASTIC_SIGNALS_TO_HANDLE")
+        self.assertIn("got=SIGTERM,SIGINT,SIGHUP,SIGQUIT", p.stdout)
+
 
 if __name__ == "__main__":
     dltest.main()

@@ -182,6 +182,8 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, int rest
         .ifname = a->ifname[0] != '\0' ? a->ifname : NULL,
         .agent_store = a->agent_store,
         .python_path = python ? python_dir : NULL,
+        .virtual_local_rank = a->spec->virtual_local_rank,
+        .signals_to_handle = a->spec->signals != NULL ? a->spec->signals : DL_DEFAULT_SIGNALS,
     };
     return dl_worker_env_build(&we, a->environ_list, a->spec->env, ret_envp);
 }
@@ -224,6 +226,13 @@ static void on_output_drained(void *ctx)
         dl__rdzv_report(a);
     }
     free(oo);
+}
+
+static void on_output_line(void *ctx, int stream, const char *prefix, const char *line,
+                           size_t len)
+{
+    output_owner_t *oo = ctx;
+    dl__dup_line(oo->agent, oo->attempt, stream, prefix, line, len);
 }
 
 static void on_log_write_failed(void *ctx, const char *path, int err)
@@ -306,7 +315,8 @@ static unsigned console_streams(const dl_agent_t *a, const dl__worker_t *w)
  * spent so far. */
 static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count)
 {
-    static const dl_output_cbs_t output_cbs = {on_log_write_failed, on_output_drained};
+    static const dl_output_cbs_t output_cbs = {on_log_write_failed, on_output_drained,
+                                               on_output_line};
     char prefix[256];
     char **envp = NULL;
     int child_out = -1, child_err = -1;
@@ -1007,6 +1017,24 @@ static int usable_cpus(const dl_agent_t *a)
     return w;
 }
 
+/* --virtual-local-rank gives worker i entry i of CUDA_VISIBLE_DEVICES: as torchrun, a shorter
+ * list is an error. Returns 0, or 2 after saying why. */
+static int virtual_rank_check(dl_agent_t *a)
+{
+    const char *list = dl_env_get(a->environ_list, "CUDA_VISIBLE_DEVICES");
+    if (!a->spec->virtual_local_rank || list == NULL || *list == '\0')
+        return 0;
+    int n = 1;
+    for (const char *p = list; *p != '\0'; p++)
+        n += *p == ',';
+    if (a->nworkers <= n)
+        return 0;
+    fprintf(stderr, "dlaunch: --virtual-local-rank: %d workers, but CUDA_VISIBLE_DEVICES '%s' "
+                    "names %d device%s: each worker needs one of its own\n",
+            a->nworkers, list, n, n == 1 ? "" : "s");
+    return 2;
+}
+
 /* How many workers this node runs: --gpus-per-node / --nproc-per-node against what is found.
  * Returns 0, or 2 after saying why. */
 static int count_workers(dl_agent_t *a)
@@ -1035,6 +1063,15 @@ static int count_workers(dl_agent_t *a)
         return 0;
     case DL_GPUS_CPU:
         a->nworkers = usable_cpus(a);
+        return 0;
+    case DL_GPUS_XPU:
+        a->nworkers = dl_xpu_count(dl__place_hw_root(a),
+                                   dl_env_get(a->environ_list, "ZE_AFFINITY_MASK"));
+        if (a->nworkers == 0) {
+            fprintf(stderr, "dlaunch: --nproc-per-node xpu: no Intel GPU found (no card in "
+                            "/sys/class/drm with the i915 or xe driver); give a count or cpu\n");
+            return 2;
+        }
         return 0;
     case DL_GPUS_GPU:
         if (gpus == 0) {
@@ -1195,6 +1232,8 @@ static int plan(dl_agent_t *a)
     r = place_rendezvous(a);
     if (r == 0)
         r = count_workers(a);
+    if (r == 0)
+        r = virtual_rank_check(a);
     if (r == 0)
         r = dl__place_plan(a);
     if (r != 0)
@@ -1431,6 +1470,7 @@ static void agent_free(dl_agent_t *a)
     free(a->unwritten);
     free(a->token_path);
     free(a->endpoint);
+    dl__dup_close(a);
     dl_events_close(a->events);
     free(a);
 }

@@ -49,6 +49,14 @@ typedef struct {
     int ctl_gen;    /* the generation it said it recovered in */
 } dl__worker_t;
 
+/* One file of --duplicate-std{out,err}-filters (dupfilter.c). */
+typedef struct {
+    bool open; /* tried for attempt; fd -1 if that failed */
+    bool failed;
+    int attempt;
+    int fd;
+} dl__dup_t;
+
 struct dl_agent_s {
     uv_loop_t loop;
     const dl_job_spec_t *spec;
@@ -84,6 +92,7 @@ struct dl_agent_s {
     char *run_dir; /* LOGDIR/RUN_ID, as given, for messages */
     char *run_dir_abs; /* the same, absolute, for files and workers */
     char attempt_dir[4096];
+    dl__dup_t dup[2]; /* stdout's and stderr's filtered copies */
     char master_addr[256];
     int master_port;
     char *endpoint;      /* the rendezvous to join (--rdzv-endpoint, or static's master), or NULL */
@@ -143,6 +152,11 @@ void dl__agent_sigkill(dl_agent_t *a, dl__worker_t *w);
 bool dl__agent_forwards(const dl_agent_t *a, int sig);
 int dl__forward_start(dl_agent_t *a);
 void dl__forward_close(dl_agent_t *a);
+/* A console line of a worker's stream (0 stdout, 1 stderr): copied to the attempt's
+ * filtered_std{out,err}.log when it matches the stream's --duplicate-*-filters. */
+void dl__dup_line(dl_agent_t *a, int attempt, int stream, const char *prefix, const char *line,
+                  size_t len);
+void dl__dup_close(dl_agent_t *a);
 void dl__agent_log(const dl_agent_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Feeds the supervisor and carries out what it says. */
 void dl__agent_feed(dl_agent_t *a, dl_sup_event_t ev);

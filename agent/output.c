@@ -70,6 +70,9 @@ static void echo_line(void *ctx, const char *line, size_t len)
     };
     /* A closed console must not stop the job; the files keep everything. */
     (void)write_all(s->console_fd, iov, 3);
+    if (s->owner->cbs.line != NULL)
+        s->owner->cbs.line(s->owner->ctx, s == &s->owner->s[0] ? 0 : 1, s->owner->prefix, line,
+                           len);
 }
 
 static void release(dl_output_t *o)

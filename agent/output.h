@@ -20,6 +20,9 @@ typedef struct {
     /* Both pipes reached EOF (or the drain timeout passed) and the files hold everything that
      * will ever be in them. Called once, after dl_output_drain(), just before the object goes. */
     void (*drained)(void *ctx);
+    /* A line echoed to the console (stream 0: stdout, 1: stderr), just after it was written;
+     * prefix, line (len bytes, no newline) are borrowed for the call. */
+    void (*line)(void *ctx, int stream, const char *prefix, const char *line, size_t len);
 } dl_output_cbs_t;
 
 /* Creates the log files attempt_dir/rank_N.{out,err} and two pipes. *ret_child_out/err are the

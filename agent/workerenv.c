@@ -11,6 +11,7 @@ const char *const dl_worker_env_names[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE",
     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
     "PYTHON_EXEC", "OMP_NUM_THREADS", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_STORE", "DLAUNCH_TOKEN_FILE",
     "DLAUNCH_HEALTH_FD", "DLAUNCH_RECOVERY", "DLAUNCH_CONTROL_FD", "DLAUNCH_GROUP_GEN",
@@ -101,6 +102,28 @@ static char *prepend_path(char **v, const char *name, const char *dir)
     return fmt(name, dir);
 }
 
+/* The worker's own device under --virtual-local-rank: entry local_rank of base's
+ * CUDA_VISIBLE_DEVICES, or the local rank when it is unset. -ERANGE: the list is shorter. */
+static int own_device(char **base, int local_rank, char **ret)
+{
+    const char *list = NULL;
+    for (char **e = base; e != NULL && *e != NULL; e++)
+        if (strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) == 0)
+            list = *e + 21;
+    if (list == NULL || *list == '\0') {
+        *ret = fmt_int("CUDA_VISIBLE_DEVICES", local_rank);
+        return *ret == NULL ? -ENOMEM : 0;
+    }
+    for (int i = 0; i < local_rank; i++) {
+        list = strchr(list, ',');
+        if (list == NULL)
+            return -ERANGE;
+        list++;
+    }
+    size_t n = strcspn(list, ",");
+    return asprintf(ret, "CUDA_VISIBLE_DEVICES=%.*s", (int)n, list) < 0 ? -ENOMEM : 0;
+}
+
 int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, char ***ret_envp)
 {
     strvec_t sv = {0};
@@ -123,7 +146,13 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
     if (r == 0)
         r = put(&sv, fmt_int("RANK", w->rank));
     if (r == 0)
-        r = put(&sv, fmt_int("LOCAL_RANK", w->local_rank));
+        r = put(&sv, fmt_int("LOCAL_RANK", w->virtual_local_rank ? 0 : w->local_rank));
+    if (r == 0 && w->virtual_local_rank) {
+        char *dev = NULL;
+        r = own_device(base, w->local_rank, &dev);
+        if (r == 0)
+            r = put(&sv, dev);
+    }
     if (r == 0)
         r = put(&sv, fmt_int("WORLD_SIZE", w->world_size));
     if (r == 0)
@@ -148,6 +177,8 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
         r = put(&sv, fmt_int("TORCHELASTIC_MAX_RESTARTS", w->max_restarts));
     if (r == 0)
         r = put(&sv, fmt("TORCHELASTIC_RUN_ID", w->run_id));
+    if (r == 0 && w->signals_to_handle != NULL)
+        r = put(&sv, fmt("TORCHELASTIC_SIGNALS_TO_HANDLE", w->signals_to_handle));
     /* As torchrun since 2.4: the store outlives every worker, rank 0 included, for an agent
      * serves it at MASTER_ADDR:MASTER_PORT. Else rank 0 of torch.distributed hosts it there. */
     if (r == 0)

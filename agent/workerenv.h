@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <stdbool.h>
+
 typedef struct {
     int rank;
     int local_rank;
@@ -38,6 +40,12 @@ typedef struct {
     bool agent_store;
     /* A folder put first on PYTHONPATH (the dlaunch package's), or NULL. */
     const char *python_path;
+    /* torchrun's --virtual-local-rank: LOCAL_RANK=0, and CUDA_VISIBLE_DEVICES only the
+     * worker's own device (its entry of base's list, else its local rank). */
+    bool virtual_local_rank;
+    /* TORCHELASTIC_SIGNALS_TO_HANDLE, as torchrun's agent passes --signals-to-handle on (torch's
+     * process contexts read it); NULL: not set. */
+    const char *signals_to_handle;
 } dl_worker_env_t;
 
 /* Returns a NULL-terminated "NAME=value" vector in *ret_envp (caller frees it with

@@ -97,6 +97,26 @@ static bool looks_like_option(const char *s)
     return s[0] == '-' && s[1] == '-';
 }
 
+/* --rdzv-endpoint HOST:0, which torchrun documents for several single-node jobs on one machine:
+ * the rendezvous takes a free port. Only the node that binds it could know that port, so it
+ * means one node, which then hosts a rendezvous of its own as it does without an endpoint. */
+static int free_port_endpoint(dl_job_spec_t *spec, char *err, size_t errlen)
+{
+    const char *ep = spec->rdzv_endpoint, *colon;
+    if (ep == NULL || spec->rdzv_backend != DL_RDZV_C10D || spec->standalone ||
+        (colon = strrchr(ep, ':')) == NULL || strcmp(colon + 1, "0") != 0)
+        return 0;
+    if (spec->nodes_max > 1) {
+        snprintf(err, errlen, "--rdzv-endpoint %s: port 0 picks a free port that the other "
+                              "nodes cannot know; it serves one node (--nnodes 1): give a port "
+                              "for --nnodes %d:%d", ep, spec->nodes_min, spec->nodes_max);
+        return -EINVAL;
+    }
+    free(spec->rdzv_endpoint);
+    spec->rdzv_endpoint = NULL;
+    return 0;
+}
+
 int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_list,
                    dl_config_action_t *ret_action, char *err, size_t errlen)
 {
@@ -158,11 +178,19 @@ int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_li
         } else {
             const char *eq = strchr(a + 2, '=');
             size_t len = eq != NULL ? (size_t)(eq - (a + 2)) : strlen(a + 2);
-            o = dl_opt_by_flag(&dl__job_table, a + 2, len);
-            if (o == NULL) {
+            char candidates[400];
+            r = dl_opt_by_prefix(&dl__job_table, a + 2, len, &o, candidates,
+                                 sizeof(candidates));
+            if (r == -EINVAL) {
+                snprintf(err, errlen, "ambiguous option '%.*s' could match %s", (int)(len + 2),
+                         a, candidates);
+                goto out;
+            }
+            if (r < 0) {
                 r = unknown_option(a, len + 2, err, errlen);
                 goto out;
             }
+            r = -EINVAL;
             if (eq != NULL) {
                 if (o->flags & DL_OPT_FLAG) {
                     snprintf(err, errlen, "option '--%s' takes no value", o->name);
@@ -209,6 +237,9 @@ int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_li
         goto out;
     }
     r = dl__signals_check(spec, err, errlen);
+    if (r < 0)
+        goto out;
+    r = free_port_endpoint(spec, err, errlen);
     if (r < 0)
         goto out;
     if (spec->rdzv_backend == DL_RDZV_ETCD_V2) {

@@ -17,6 +17,7 @@
 #define DL_GPUS_AUTO (-2)    /* torchrun's auto: one per GPU found, else one per usable CPU */
 #define DL_GPUS_CPU (-3)     /* one per usable CPU */
 #define DL_GPUS_GPU (-4)     /* one per GPU found; none found is an error */
+#define DL_GPUS_XPU (-5)     /* one per Intel GPU (torch's xpu) found; none is an error */
 
 typedef enum {
     DL_RDZV_C10D = 0, /* our rendezvous: embedded in an agent, or dlaunchd */
@@ -77,6 +78,9 @@ struct dl_job_spec_s {
     double dead_after;   /* seconds without a heartbeat before a node is dead */
     char *token_file;
     char *rdzv_conf;     /* as given, for --dry-run */
+    char *duplicate_stdout_filters; /* torchrun's: lines with one of these strings (a, b) */
+    char *duplicate_stderr_filters; /* are copied to attempt_K/filtered_std{out,err}.log */
+    bool virtual_local_rank; /* torchrun's: each worker sees LOCAL_RANK=0 and its own device */
     bool standalone;     /* torchrun's --standalone: one node, a rendezvous of its own */
     char *master_addr;   /* --master-addr, or NULL */
     int master_port;     /* --master-port, or -1 */

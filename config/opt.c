@@ -38,6 +38,56 @@ const dl_opt_t *dl_opt_by_flag(const dl_opt_table_t *t, const char *name, size_t
     return NULL;
 }
 
+/* True when name (len bytes, '_' and '-' alike) begins flag. */
+static bool flag_starts(const char *flag, const char *name, size_t len)
+{
+    if (flag == NULL || strlen(flag) < len)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char x = flag[i] == '_' ? '-' : flag[i], y = name[i] == '_' ? '-' : name[i];
+        if (x != y)
+            return false;
+    }
+    return true;
+}
+
+int dl_opt_by_prefix(const dl_opt_table_t *t, const char *name, size_t len,
+                     const dl_opt_t **ret, char *candidates, size_t clen)
+{
+    const dl_opt_t *exact = dl_opt_by_flag(t, name, len), *found = NULL;
+    size_t nfound = 0, used = 0;
+
+    if (exact != NULL) {
+        *ret = exact;
+        return 0;
+    }
+    if (clen > 0)
+        candidates[0] = '\0';
+    if (len == 0)
+        return -ENOENT;
+    for (size_t i = 0; i < t->n; i++) {
+        const dl_opt_t *o = &t->opts[i];
+        const char *shown = flag_starts(o->name, name, len)    ? o->name
+                            : flag_starts(o->alias, name, len) ? o->alias
+                                                               : NULL;
+        if (shown == NULL)
+            continue;
+        found = o;
+        nfound++;
+        if (used < clen) {
+            int n = snprintf(candidates + used, clen - used, "%s--%s", used > 0 ? ", " : "",
+                             shown);
+            used = n < 0 ? clen : used + (size_t)n;
+        }
+    }
+    if (nfound == 0)
+        return -ENOENT;
+    if (nfound > 1)
+        return -EINVAL;
+    *ret = found;
+    return 0;
+}
+
 const dl_opt_t *dl_opt_by_short(const dl_opt_table_t *t, char c)
 {
     for (size_t i = 0; i < t->n; i++)

@@ -81,6 +81,12 @@ typedef struct {
 /* Flag names match with '_' and '-' alike (--nproc_per_node is --nproc-per-node). name need not
  * be NUL-terminated; len is its length. Returns NULL when none matches. */
 const dl_opt_t *dl_opt_by_flag(const dl_opt_table_t *t, const char *name, size_t len);
+/* As Python's argparse (torchrun's parser): a flag that names no option may be the start of one,
+ * --nproc for --nproc-per-node, '_' and '-' alike. Sets *ret and returns 0 for an exact name or
+ * a prefix of exactly one option's spellings; -ENOENT when none begins so; -EINVAL when several
+ * options do, with their flags ("--a, --b") in candidates (clen bytes, truncated). */
+int dl_opt_by_prefix(const dl_opt_table_t *t, const char *name, size_t len,
+                     const dl_opt_t **ret, char *candidates, size_t clen);
 const dl_opt_t *dl_opt_by_short(const dl_opt_table_t *t, char c);
 /* By YAML key ("max_restarts"); options with DL_OPT_CLI_ONLY have none. */
 const dl_opt_t *dl_opt_by_key(const dl_opt_table_t *t, const char *key);

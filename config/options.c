@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "internal.h"
 
@@ -60,8 +61,13 @@ static int parse_nproc(const dl_opt_t *o, void *obj, const char *text, char *why
         n = DL_GPUS_CPU;
     else if (strcmp(text, "gpu") == 0)
         n = DL_GPUS_GPU;
+    else if (strcmp(text, "xpu") == 0)
+        n = DL_GPUS_XPU;
     else if (parse_count(o, text, &n) < 0) {
-        snprintf(why, whylen, "is not a count (1 to 4096), auto, cpu or gpu");
+        /* torchrun also takes the name of a torch plug-in's device (privateuse1): only that
+         * plug-in can count its devices. */
+        snprintf(why, whylen, "is not a count (1 to 4096), auto, cpu, gpu or xpu (for a "
+                              "plug-in's device, give the count)");
         return -EINVAL;
     }
     SPEC(obj)->gpus_per_node = n;
@@ -144,7 +150,7 @@ static int parse_forward_signals(const dl_opt_t *o, void *obj, const char *text,
 
 /* --rdzv-conf k=v,...: torchrun's keys, and etcd's. Each is set as it is read, so a flag given
  * later (--join-timeout) still wins. */
-typedef enum { K_DOUBLE, K_BOOL, K_STRING, K_STORE } conf_kind_t;
+typedef enum { K_DOUBLE, K_BOOL, K_STRING, K_ATTEMPTS, K_ACCEPTED, K_STORE, K_STORE_TYPE } conf_kind_t;
 
 static const struct {
     const char *key;
@@ -158,6 +164,12 @@ static const struct {
     {"read_timeout", K_DOUBLE, OFF(read_timeout)},
     {"is_host", K_BOOL, OFF(is_host)},
     {"store", K_STORE, OFF(store_worker)},
+    /* torchrun's c10d keep-alive: a heartbeat each interval, dead after max_attempt missed. */
+    {"keep_alive_interval", K_DOUBLE, OFF(heartbeat)},
+    {"keep_alive_max_attempt", K_ATTEMPTS, OFF(dead_after)},
+    /* torchrun: how long one keep-alive write may take before it is logged as failed. */
+    {"heartbeat_timeout", K_ACCEPTED, 0},
+    {"store_type", K_STORE_TYPE, 0},
     {"user", K_STRING, OFF(etcd_user)},
     {"password_file", K_STRING, OFF(etcd_password_file)},
     {"protocol", K_STRING, OFF(etcd_protocol)},
@@ -190,6 +202,26 @@ static int conf_pair(dl_job_spec_t *tmp, const char *k, const char *v, char *why
             }
             *(int *)field = b ? 1 : 0;
             return 0;
+        case K_ATTEMPTS:
+            if (dl_parse_double(v, 1, 1000, &d) < 0 || d != (double)(long)d) {
+                snprintf(why, whylen, "has %s=%s: want a whole number (1 to 1000)", k, v);
+                return -EINVAL;
+            }
+            /* Applied once every key is read, with the interval then in force. */
+            *(double *)field = -d;
+            return 0;
+        case K_ACCEPTED:
+            if (dl_parse_double(v, 0.001, 86400 * 7, &d) < 0) {
+                snprintf(why, whylen, "has %s=%s: want seconds (0.001 to 604800)", k, v);
+                return -EINVAL;
+            }
+            return 0;
+        case K_STORE_TYPE:
+            if (strcasecmp(v, "tcp") == 0)
+                return 0;
+            snprintf(why, whylen, "has %s=%s: dlaunch's rendezvous is always served over TCP "
+                                  "(tcp; torchrun's file store has no equivalent)", k, v);
+            return -EINVAL;
         case K_STRING:
             if (*v == '\0') {
                 snprintf(why, whylen, "has an empty %s", k);
@@ -208,7 +240,9 @@ static int conf_pair(dl_job_spec_t *tmp, const char *k, const char *v, char *why
         }
     }
     snprintf(why, whylen, "has an unknown key '%s' (known: join_timeout, last_call_timeout, "
-                          "close_timeout, timeout, read_timeout, is_host, store, user, "
+                          "close_timeout, timeout, read_timeout, is_host, store, "
+                          "keep_alive_interval, keep_alive_max_attempt, heartbeat_timeout, "
+                          "store_type, user, "
                           "password_file, protocol, cacert, cert, key, prefix)", k);
     return -EINVAL;
 }
@@ -229,6 +263,8 @@ static int parse_rdzv_conf(const dl_opt_t *o, void *obj, const char *text, char 
 {
     dl_job_spec_t *spec = obj, tmp = *spec;
     size_t n = strlen(text);
+    /* keep_alive_max_attempt comes back as a negative count in dead_after. */
+    tmp.dead_after = 0;
     int r = 0;
 
     /* The string fields are copied as they change, so a failure halfway leaves spec alone. */
@@ -256,6 +292,10 @@ static int parse_rdzv_conf(const dl_opt_t *o, void *obj, const char *text, char 
         r = conf_pair(&tmp, item, eq + 1, why, whylen);
     }
     free(buf);
+    if (r == 0 && tmp.dead_after < 0)
+        tmp.dead_after = -tmp.dead_after * tmp.heartbeat;
+    else if (r == 0)
+        tmp.dead_after = spec->dead_after;
     if (r < 0) {
         conf_release(&tmp);
         return r;
@@ -309,7 +349,7 @@ static void release_conf(const dl_opt_t *o, void *obj)
 
 static const dl_opt_type_t t_nodes = {"N or MIN:MAX", parse_nodes, NULL, false};
 static const dl_opt_type_t t_gpus = {"a count or auto", parse_gpus, NULL, false};
-static const dl_opt_type_t t_nproc = {"a count, auto, cpu or gpu", parse_nproc, NULL, false};
+static const dl_opt_type_t t_nproc = {"a count, auto, cpu, gpu or xpu", parse_nproc, NULL, false};
 static const dl_opt_type_t t_run_id = {"a run id", parse_run_id, release_run_id, false};
 static const dl_opt_type_t t_std = {"a std spec", parse_std, release_string, false};
 static const dl_opt_type_t t_ranks = {"a list of local ranks", parse_rank_list, release_string,
@@ -401,8 +441,18 @@ const dl_opt_t dl__options[] = {
     {"rdzv-conf", NULL, 0, &t_conf, 0, 0, 0, NULL, NULL, "K=V,...",
      "rendezvous settings: join_timeout, last_call_timeout, close_timeout, timeout, "
      "read_timeout, is_host, store (agent: the agent serves torch's store, the default; worker: "
-     "rank 0 does); for etcd also user, password_file, protocol, cacert, cert, key, "
+     "rank 0 does), keep_alive_interval, keep_alive_max_attempt, heartbeat_timeout, store_type; "
+     "for etcd also user, password_file, protocol, cacert, cert, key, "
      "prefix", DL_OPT_PET, 0},
+    {"duplicate-stdout-filters", NULL, 0, STR, OFF(duplicate_stdout_filters), 0, 0, NULL, NULL,
+     "A,B", "copy console stdout lines that contain A or B to attempt_K/filtered_stdout.log",
+     DL_OPT_PET, 0},
+    {"duplicate-stderr-filters", NULL, 0, STR, OFF(duplicate_stderr_filters), 0, 0, NULL, NULL,
+     "A,B", "copy console stderr lines that contain A or B to attempt_K/filtered_stderr.log",
+     DL_OPT_PET, 0},
+    {"virtual-local-rank", NULL, 0, BOOL, OFF(virtual_local_rank), 0, 0, NULL, NULL, NULL,
+     "every worker sees LOCAL_RANK=0 and, in CUDA_VISIBLE_DEVICES, only its own device",
+     DL_OPT_FLAG | DL_OPT_PET, 0},
     {"standalone", NULL, 0, BOOL, OFF(standalone), 0, 0, NULL, NULL, NULL,
      "one node with a rendezvous of its own on a free port (the rdzv options are ignored)",
      DL_OPT_FLAG | DL_OPT_PET, 0},

@@ -1,5 +1,6 @@
 /* A worker's environment: torchrun's names, our values win, user variables kept. */
 #include <check.h>
+#include <errno.h>
 #include <string.h>
 
 #include "workerenv.h"
@@ -53,6 +54,33 @@ START_TEST(torchrun_names)
     ck_assert_str_eq(get(env, "PATH"), "/bin");
     ck_assert_str_eq(get(env, "HOME"), "/root");
     ck_assert_str_eq(get(env, "OMP_NUM_THREADS"), "1");
+    dl_worker_env_free(env);
+}
+END_TEST
+
+/* torchrun's --virtual-local-rank: LOCAL_RANK 0, and only the worker's own device visible. */
+START_TEST(virtual_local_rank)
+{
+    char *base[] = {"CUDA_VISIBLE_DEVICES=GPU-a,GPU-b,GPU-c", NULL};
+    char **env;
+    dl_worker_env_t w = sample();
+    w.virtual_local_rank = true;
+    ck_assert_int_eq(dl_worker_env_build(&w, base, NULL, &env), 0);
+    ck_assert_str_eq(get(env, "LOCAL_RANK"), "0");
+    ck_assert_str_eq(get(env, "CUDA_VISIBLE_DEVICES"), "GPU-b");
+    ck_assert_str_eq(get(env, "RANK"), "5");
+    dl_worker_env_free(env);
+    ck_assert_int_eq(dl_worker_env_build(&w, NULL, NULL, &env), 0);
+    ck_assert_str_eq(get(env, "CUDA_VISIBLE_DEVICES"), "1");
+    dl_worker_env_free(env);
+    char *short_list[] = {"CUDA_VISIBLE_DEVICES=3", NULL};
+    ck_assert_int_eq(dl_worker_env_build(&w, short_list, NULL, &env), -ERANGE);
+    /* torchrun's agent passes its --signals-to-handle on; a stale value in base is replaced. */
+    char *stale[] = {"TORCHELASTIC_SIGNALS_TO_HANDLE=SIGKILL", NULL};
+    w = sample();
+    w.signals_to_handle = "SIGTERM,SIGUSR1";
+    ck_assert_int_eq(dl_worker_env_build(&w, stale, NULL, &env), 0);
+    ck_assert_str_eq(get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGUSR1");
     dl_worker_env_free(env);
 }
 END_TEST
@@ -147,6 +175,7 @@ int main(void)
     Suite *s = suite_create("workerenv");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, torchrun_names);
+    tcase_add_test(tc, virtual_local_rank);
     tcase_add_test(tc, spec_env_overrides_base_but_not_ours);
     tcase_add_test(tc, single_worker_keeps_threads_free);
     tcase_add_test(tc, interface_for_frameworks);

@@ -383,6 +383,103 @@ START_TEST(docs_name_every_option)
 }
 END_TEST
 
+/* torchrun parses with argparse, which takes any unambiguous start of a long flag. */
+START_TEST(flag_prefixes_as_argparse)
+{
+    dl_job_spec_t s;
+    dl_config_action_t act;
+    ck_assert_msg(load(&s, NULL, &act, "--nproc", "3", "--max_rest=2", "--stand", "--rdzv-i",
+                       "p1", "--dry", "--", "true", NULL) == 0,
+                  "%s", err);
+    ck_assert_int_eq(s.gpus_per_node, 3);
+    ck_assert(s.gpus_from_nproc);
+    ck_assert_int_eq(s.max_restarts, 2);
+    ck_assert(s.standalone);
+    ck_assert(s.dry_run);
+    ck_assert_str_eq(s.run_id, "p1");
+    dl_job_spec_free(&s);
+
+    /* An exact name wins over the longer names it begins (--tee, not a prefix). */
+    ck_assert_msg(load(&s, NULL, &act, "--tee", "3", "--", "true", NULL) == 0, "%s", err);
+    ck_assert_str_eq(s.tee, "3");
+    dl_job_spec_free(&s);
+
+    ck_assert_msg(load(&s, NULL, &act, "--nproc-per-node", "xpu", "--", "true", NULL) == 0, "%s",
+                  err);
+    ck_assert_int_eq(s.gpus_per_node, DL_GPUS_XPU);
+    dl_job_spec_free(&s);
+
+    ck_assert_int_eq(load(&s, NULL, &act, "--no", "--", "true", NULL), -EINVAL);
+    ck_assert_str_eq(err, "ambiguous option '--no' could match --nodes, --node-rank, --no-python");
+    dl_job_spec_free(&s);
+    /* A flag that takes no value still takes none through its prefix. */
+    ck_assert_int_eq(load(&s, NULL, &act, "--stand=1", "--", "true", NULL), -EINVAL);
+    ck_assert_str_eq(err, "option '--standalone' takes no value");
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--nproc-per-nodes", "2", "--", "true", NULL),
+                     -EINVAL);
+    ck_assert_msg(strstr(err, "unknown option '--nproc-per-nodes'") != NULL, "%s", err);
+    dl_job_spec_free(&s);
+}
+END_TEST
+
+/* torchrun's c10d keys: keep_alive_interval is our heartbeat, a node missing
+ * keep_alive_max_attempt of them is dead; store_type tcp is what we serve, file is refused. */
+START_TEST(rdzv_conf_c10d_keep_alive_keys)
+{
+    dl_job_spec_t s;
+    dl_config_action_t act;
+    ck_assert_msg(load(&s, NULL, &act, "--rdzv-conf",
+                       "keep_alive_interval=2,keep_alive_max_attempt=4,heartbeat_timeout=3,"
+                       "store_type=TCP",
+                       "--", "true", NULL) == 0,
+                  "%s", err);
+    ck_assert_double_eq(s.heartbeat, 2);
+    ck_assert_double_eq(s.dead_after, 8);
+    dl_job_spec_free(&s);
+    /* The count goes with the interval in force, and a later --dead-after still wins. */
+    ck_assert_msg(load(&s, NULL, &act, "--heartbeat", "0.5", "--rdzv-conf",
+                       "keep_alive_max_attempt=3", "--", "true", NULL) == 0,
+                  "%s", err);
+    ck_assert_double_eq(s.dead_after, 1.5);
+    dl_job_spec_free(&s);
+    ck_assert_msg(load(&s, NULL, &act, "--rdzv-conf", "keep_alive_max_attempt=3",
+                       "--dead-after", "9", "--", "true", NULL) == 0,
+                  "%s", err);
+    ck_assert_double_eq(s.dead_after, 9);
+    dl_job_spec_free(&s);
+    /* Without the key the default stays. */
+    ck_assert_msg(load(&s, NULL, &act, "--rdzv-conf", "keep_alive_interval=1", "--", "true",
+                       NULL) == 0,
+                  "%s", err);
+    ck_assert_double_eq(s.dead_after, 5);
+    dl_job_spec_free(&s);
+
+    /* HOST:0, a free port: one node hosts it itself; over several nodes it is an error. */
+    ck_assert_msg(load(&s, NULL, &act, "--rdzv-endpoint", "localhost:0", "--", "true", NULL) == 0,
+                  "%s", err);
+    ck_assert_ptr_null(s.rdzv_endpoint);
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--nnodes", "1:2", "--rdzv-endpoint", "h:0", "--",
+                          "true", NULL),
+                     -EINVAL);
+    ck_assert_msg(strstr(err, "--rdzv-endpoint h:0: port 0 picks a free port that the other "
+                              "nodes cannot know"),
+                  "%s", err);
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--rdzv-conf", "store_type=file", "--", "true", NULL),
+                     -EINVAL);
+    ck_assert_msg(strstr(err, "store_type=file: dlaunch's rendezvous is always served over TCP"),
+                  "%s", err);
+    dl_job_spec_free(&s);
+    ck_assert_int_eq(load(&s, NULL, &act, "--rdzv-conf", "keep_alive_max_attempt=2.5", "--",
+                          "true", NULL),
+                     -EINVAL);
+    ck_assert_msg(strstr(err, "keep_alive_max_attempt=2.5: want a whole number"), "%s", err);
+    dl_job_spec_free(&s);
+}
+END_TEST
+
 START_TEST(torchrun_spellings_and_pet_variables)
 {
     dl_job_spec_t s;
@@ -507,6 +604,8 @@ int main(void)
     tcase_add_test(tc, number_parsers);
     tcase_add_test(tc, docs_name_every_option);
     tcase_add_test(tc, torchrun_spellings_and_pet_variables);
+    tcase_add_test(tc, flag_prefixes_as_argparse);
+    tcase_add_test(tc, rdzv_conf_c10d_keep_alive_keys);
     tcase_add_test(tc, forwarded_signals_and_stop_grace);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -125,7 +125,35 @@ class Torchrun(dltest.Case):
         self.assert_ranks(usable_cpus())
         p = self.run_case(*common, "--nproc-per-node=unknown", TOUCH_SH, self.touch, code=2)
         self.assertEqual(p.stderr, "dlaunch: --nproc-per-node: 'unknown' is not a count (1 to "
-                                   "4096), auto, cpu or gpu\n")
+                                   "4096), auto, cpu, gpu or xpu (for a plug-in's device, give "
+                                   "the count)\n")
+
+    def test_nproc_per_node_xpu(self):
+        # A fake machine: two Intel cards on i915 and xe, a connector, and another vendor's.
+        root = os.path.join(self.dir, "hw")
+        drm = os.path.join(root, "sys", "class", "drm")
+        for card, vendor, driver in [("card0", "0x8086", "i915"), ("card1", "0x8086", "xe"),
+                                     ("card2", "0x1a03", "ast"), ("card0-DP-1", None, None)]:
+            os.makedirs(os.path.join(drm, card, "device"))
+            if vendor is None:
+                continue
+            with open(os.path.join(drm, card, "device", "vendor"), "w") as f:
+                f.write(vendor + "\n")
+            target = os.path.join(root, "sys", "bus", "pci", "drivers", driver)
+            os.makedirs(target, exist_ok=True)
+            os.symlink(target, os.path.join(drm, card, "device", "driver"))
+        common = ["--nproc-per-node=xpu", "--no-python", TOUCH_SH, self.touch]
+        self.run_case(*common, env={"DLAUNCH_SYSFS_ROOT": root})
+        self.assert_ranks(2)
+        for f in os.listdir(self.touch):
+            os.unlink(os.path.join(self.touch, f))
+        self.run_case(*common, env={"DLAUNCH_SYSFS_ROOT": root, "ZE_AFFINITY_MASK": "1"})
+        self.assert_ranks(1)
+        os.unlink(os.path.join(self.touch, "0"))
+        p = self.run_case(*common, env={"DLAUNCH_SYSFS_ROOT": os.path.join(self.dir, "none")},
+                          code=2)
+        self.assertIn("--nproc-per-node xpu: no Intel GPU found", p.stderr)
+        self.assertEqual(self.touched(), set())
 
     def test_elastic_one_agent_of_one_to_two(self):
         self.run_case("--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d",
@@ -239,6 +267,82 @@ class Torchrun(dltest.Case):
             self.assertIn(want, p.stderr, args)
         self.assertEqual(self.touched(), set())
 
+    def test_unambiguous_prefixes_as_argparse_takes_them(self):
+        self.run_case("--nproc=3", "--max_rest", "0", "--stand", "--no_py", TOUCH_SH, self.touch)
+        self.assert_ranks(3)
+        p = self.run_case("--no", "--nproc-per-node=2", TOUCH_SH, self.touch, code=2)
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertIn("ambiguous option '--no' could match --nodes, --node-rank, --no-python",
+                      p.stderr)
+
+    def test_rdzv_conf_keep_alive_keys_and_a_free_port_endpoint(self):
+        # Two single-node jobs side by side, each on a port of its own (torchrun's HOST:0).
+        conf = ("--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=4,"
+                "heartbeat_timeout=3,store_type=tcp")
+        jobs = [self.start("--nproc-per-node=2", "--rdzv-backend=c10d",
+                                "--rdzv-endpoint=localhost:0", conf, "--", "sh", "-c",
+                                f"echo $MASTER_PORT > {self.touch}/{j}-$RANK; sleep 1",
+                                env=self.env())
+                for j in "ab"]
+        for p in jobs:
+            out, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, err)
+        ports = {}
+        for name in os.listdir(self.touch):
+            with open(os.path.join(self.touch, name)) as f:
+                ports.setdefault(name[0], set()).add(f.read().strip())
+        self.assertEqual(sorted(ports), ["a", "b"])
+        self.assertEqual(len(ports["a"] | ports["b"]), 2, ports)
+        p = self.run_case("--nnodes=2", "--rdzv-id=x", "--rdzv-endpoint=localhost:0",
+                          "--no-python", TOUCH_SH, self.touch, code=2)
+        self.assertIn("port 0 picks a free port that the other nodes cannot know", p.stderr)
+        p = self.run_case("--rdzv-conf=store_type=file", "--no-python", TOUCH_SH, self.touch,
+                          code=2)
+        self.assertIn("store_type=file: dlaunch's rendezvous is always served over TCP",
+                      p.stderr)
+
+    def test_virtual_local_rank(self):
+        show = f"echo $LOCAL_RANK $CUDA_VISIBLE_DEVICES > {self.touch}/$RANK"
+
+        def seen():
+            out = {}
+            for name in os.listdir(self.touch):
+                with open(os.path.join(self.touch, name)) as f:
+                    out[int(name)] = f.read().split()
+                os.unlink(os.path.join(self.touch, name))
+            return out
+        self.run_case("--nproc-per-node=3", "--virtual-local-rank", "--", "sh", "-c", show,
+                      env={"CUDA_VISIBLE_DEVICES": "4,6,7"})
+        self.assertEqual(seen(), {0: ["0", "4"], 1: ["0", "6"], 2: ["0", "7"]})
+        # Without a list each worker's device is its local rank; PET_ sets the flag too.
+        self.run_case("--nproc-per-node=2", "--", "sh", "-c", show,
+                      env={"PET_VIRTUAL_LOCAL_RANK": "1"})
+        self.assertEqual(seen(), {0: ["0", "0"], 1: ["0", "1"]})
+        p = self.run_case("--nproc-per-node=2", "--virtual-local-rank", "--", "sh", "-c", show,
+                          env={"CUDA_VISIBLE_DEVICES": "5"}, code=2)
+        self.assertIn("--virtual-local-rank: 2 workers, but CUDA_VISIBLE_DEVICES '5' names 1 "
+                      "device", p.stderr)
+        self.assertEqual(seen(), {})
+
+    def test_duplicate_stdout_and_stderr_filters(self):
+        script = ("echo apple $RANK; echo plain $RANK; echo a pear; echo err $RANK >&2; "
+                  "echo other >&2")
+        self.run_case("--nproc-per-node=2", "--rdzv-id=dup", "--log-dir=logs",
+                      "--duplicate-stdout-filters", "apple,pear",
+                      "--", "sh", "-c", script, env={"PET_DUPLICATE_STDERR_FILTERS": "err"})
+        attempt = os.path.join(self.dir, "logs", "dup", "attempt_0")
+
+        def lines(name):
+            with open(os.path.join(attempt, name)) as f:
+                return sorted(f.read().splitlines())
+        self.assertEqual(lines("filtered_stdout.log"),
+                         ["[rank 0] a pear", "[rank 0] apple 0", "[rank 1] a pear",
+                          "[rank 1] apple 1"])
+        self.assertEqual(lines("filtered_stderr.log"), ["[rank 0] err 0", "[rank 1] err 1"])
+        # The ranks' own files keep every line.
+        self.assertEqual(lines("rank_1.out"), ["a pear", "apple 1", "plain 1"])
+        self.assertEqual(lines("rank_1.err"), ["err 1", "other"])
+
     def test_flags_accepted_for_torchrun_and_warned_about(self):
         p = self.run_case("--nproc-per-node=1", "--logs-specs=x",
                           "--event-log-handler=y", "--signals-to-handle=SIGTERM,SIGUSR1",
@@ -246,6 +350,15 @@ class Torchrun(dltest.Case):
         self.assertIn("--logs-specs x is ignored", p.stderr)
         self.assertIn("--event-log-handler y is ignored", p.stderr)
         self.assert_ranks(1)
+
+    def test_signals_to_handle_reach_the_workers(self):
+        # torchrun's agent passes --signals-to-handle on to its workers; so do we.
+        p = self.run_case("--nproc-per-node=1", "--signals-to-handle=SIGTERM,SIGUSR1", "--",
+                          "sh", "-c", "echo got=$TORCHELASTIC_SIGNALS_TO_HANDLE")
+        self.assertIn("got=SIGTERM,SIGUSR1", p.stdout)
+        p = self.run_case("--nproc-per-node=1", "--", "sh", "-c",
+                          "echo got=$TORCHELASTIC_SIGNALS_TO_HANDLE")
+        self.assertIn("got=SIGTERM,SIGINT,SIGHUP,SIGQUIT", p.stdout)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,13 @@ def cases(touch):
                                                "--max_restarts=0", TOUCH_PY, "--fail"], {}
     yield "--standalone", [*base, "--nproc_per_node=4", "--standalone", TOUCH_PY,
                            f"--touch-file-dir={touch}"], {}
+    yield "prefixes: --nproc=2 --max_rest=0 --no_py", [
+        "--nproc=2", "--max_rest=0", "--no_py", TOUCH_SH, touch], {}
+    yield "ambiguous prefix --no", ["--no", "--nproc_per_node=2", TOUCH_SH, touch], {}
+    yield "c10d localhost:0, keep-alive keys", [
+        *base, "--nproc_per_node=2", "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0",
+        "--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=4,heartbeat_timeout=3",
+        "--no_python", TOUCH_SH, touch], {}
     yield "--run_path", ["--run_path", *base, "--nproc_per_node=4", TOUCH_PY,
                          f"--touch-file-dir={touch}"], {}
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cgroup.h"
+#include "sysfile.h"
 #include "config.h"
 
 /* One hierarchy this process is in: where its cgroup lies in the hierarchy, and whether the
@@ -22,26 +23,6 @@ static void set_warn(char *warn, size_t len, const char *file, const char *why)
 {
     if (warn != NULL && len > 0 && warn[0] == '\0')
         snprintf(warn, len, "%s: %s", file, why);
-}
-
-/* Reads a small file whole; returns 0, -errno, or -EFBIG when it does not fit. */
-static int read_small(const char *path, char *buf, size_t len)
-{
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return -errno;
-    size_t n = fread(buf, 1, len - 1, f);
-    int e = ferror(f) ? -EIO : 0;
-    bool more = !feof(f) && fgetc(f) != EOF;
-    fclose(f);
-    if (e < 0)
-        return e;
-    if (more)
-        return -EFBIG;
-    buf[n] = '\0';
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-        buf[--n] = '\0';
-    return 0;
 }
 
 static bool has_word(const char *list, const char *word)
@@ -123,7 +104,7 @@ static bool read_level(const char *dir, bool v2, long long *quota, long long *pe
     if (v2) {
         if (snprintf(path, sizeof(path), "%s/cpu.max", dir) >= (int)sizeof(path))
             return true; /* deeper than any cgroup can be */
-        int r = read_small(path, buf, sizeof(buf));
+        int r = dl_sysfile_read(path, buf, sizeof(buf));
         if (r == -ENOENT)
             return true;
         if (r < 0) {
@@ -150,7 +131,7 @@ static bool read_level(const char *dir, bool v2, long long *quota, long long *pe
         if (snprintf(path, sizeof(path), "%s/cpu.cfs_quota_us", dir) >= (int)sizeof(path) ||
             snprintf(ppath, sizeof(ppath), "%s/cpu.cfs_period_us", dir) >= (int)sizeof(ppath))
             return true;
-        int r = read_small(path, buf, sizeof(buf));
+        int r = dl_sysfile_read(path, buf, sizeof(buf));
         if (r == -ENOENT)
             return true;
         long long q;
@@ -161,7 +142,7 @@ static bool read_level(const char *dir, bool v2, long long *quota, long long *pe
         }
         if (strcmp(buf, "-1") == 0)
             return true;
-        r = read_small(ppath, buf, sizeof(buf));
+        r = dl_sysfile_read(ppath, buf, sizeof(buf));
         long long p;
         if (r < 0 || !parse_ll(buf, 1, &p)) {
             set_warn(warn, warnlen, ppath,

@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "numa.h"
+#include "sysfile.h"
 
 #define TEXT_MAX 32768
 /* Longest root accepted: with it, every path below fits its buffer. */
@@ -26,27 +27,6 @@ __attribute__((format(printf, 3, 4))) static void path_of(char *buf, size_t len,
     va_end(ap);
 }
 
-/* Reads a small text file whole, without its trailing newline. Returns 0 or -errno
- * (-EFBIG when it does not fit). */
-static int slurp(const char *path, char *buf, size_t len)
-{
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return -errno;
-    size_t n = fread(buf, 1, len - 1, f);
-    int e = ferror(f) ? -EIO : 0;
-    bool more = !feof(f) && fgetc(f) != EOF;
-    fclose(f);
-    if (e < 0)
-        return e;
-    if (more)
-        return -EFBIG;
-    buf[n] = '\0';
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-        buf[--n] = '\0';
-    return 0;
-}
-
 static int fail(char *err, size_t errlen, int r, const char *path, const char *why)
 {
     snprintf(err, errlen, "%s: %s", path, why != NULL ? why : strerror(-r));
@@ -56,7 +36,7 @@ static int fail(char *err, size_t errlen, int r, const char *path, const char *w
 static int read_int(const char *path, long lo, long hi, long *ret, char *err, size_t errlen)
 {
     char buf[64];
-    int r = slurp(path, buf, sizeof(buf));
+    int r = dl_sysfile_read(path, buf, sizeof(buf));
     if (r < 0)
         return fail(err, errlen, r, path, NULL);
     if (dl_parse_int(buf, lo, hi, ret) < 0)
@@ -69,7 +49,7 @@ static int read_cpus(const char *path, dl_cpus_t *ret, char *err, size_t errlen)
     char *buf = malloc(TEXT_MAX);
     if (buf == NULL)
         return fail(err, errlen, -ENOMEM, path, NULL);
-    int r = slurp(path, buf, TEXT_MAX);
+    int r = dl_sysfile_read(path, buf, TEXT_MAX);
     if (r == 0 && dl_cpus_parse(buf, ret) < 0)
         r = -EINVAL;
     free(buf);
@@ -236,7 +216,7 @@ static int read_llc(const char *cpu_dir, int *ret, char *err, size_t errlen)
         if (strncmp(e->d_name, "index", 5) != 0 || dl_parse_int(e->d_name + 5, 0, 1000, &k) < 0)
             continue;
         path_of(path, sizeof(path), "%s/%s/type", dir, e->d_name);
-        r = slurp(path, buf, sizeof(buf));
+        r = dl_sysfile_read(path, buf, sizeof(buf));
         if (r < 0) {
             fail(err, errlen, r, path, NULL);
             break;

@@ -179,4 +179,10 @@ json_t *dl_ejob_watch_gone(const dl_ejob_view_t *v, const char *node_id, int64_t
 json_t *dl_ejob_range_events(const dl_ejob_view_t *v);
 int dl_ejob_view_events(dl_ejob_view_t *v, const json_t *range);
 
+/* Between job.c and job-count.c: the base64 key prefix + printf(fmt, ...), and the end of the
+ * range of keys under prefix + sub. */
+json_t *dl__ejob_key(const char *prefix, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+json_t *dl__ejob_range_end(const char *prefix, const char *sub);
+
 #endif

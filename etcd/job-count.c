@@ -9,26 +9,6 @@
 #include "etcd-job.h"
 #include "etcd.h"
 
-static json_t *ckey(const char *prefix, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static json_t *ckey(const char *prefix, const char *fmt, ...)
-{
-    char buf[DL_EJOB_MAX_PREFIX + 600];
-    size_t n = (size_t)snprintf(buf, sizeof(buf), "%s", prefix);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + n, sizeof(buf) - n, fmt, ap);
-    va_end(ap);
-    return dl_etcd_b64_str(buf);
-}
-
-static json_t *cend(const char *prefix, const char *sub)
-{
-    char buf[DL_EJOB_MAX_PREFIX + 64];
-    snprintf(buf, sizeof(buf), "%s%s", prefix, sub);
-    return dl_etcd_prefix_end(buf);
-}
-
 /* A marker key (value "{}") on lease. */
 static json_t *mark(json_t *k, int64_t lease)
 {
@@ -43,8 +23,8 @@ static json_t *count_range(const char *prefix, const char *what, int round)
 {
     char sub[64];
     snprintf(sub, sizeof(sub), "%s/%d/", what, round);
-    return json_pack("{s:{s:o, s:o, s:b}}", "request_range", "key", ckey(prefix, "%s", sub),
-                     "range_end", cend(prefix, sub), "count_only", 1);
+    return json_pack("{s:{s:o, s:o, s:b}}", "request_range", "key", dl__ejob_key(prefix, "%s", sub),
+                     "range_end", dl__ejob_range_end(prefix, sub), "count_only", 1);
 }
 
 /* Appends ops to a transaction's success branch (body stolen); NULL stays NULL. */
@@ -67,7 +47,7 @@ json_t *dl_ejob_txn_join_counted(const dl_ejob_view_t *v, const dl_ejob_member_t
 {
     int round = dl_ejob_round(v);
     return append(dl_ejob_txn_join(v, m, lease),
-                  mark(ckey(v->prefix, "j/%d/%s", round, m->node_id), lease),
+                  mark(dl__ejob_key(v->prefix, "j/%d/%s", round, m->node_id), lease),
                   count_range(v->prefix, "j", round));
 }
 
@@ -77,7 +57,7 @@ json_t *dl_ejob_txn_next_join_counted(const dl_ejob_view_t *v, dl_ejob_cause_t c
 {
     int round = dl_ejob_round(v) + 1;
     return append(dl_ejob_txn_next(v, cause, reason, NULL, join, lease, 0, now),
-                  mark(ckey(v->prefix, "j/%d/%s", round, join->node_id), lease),
+                  mark(dl__ejob_key(v->prefix, "j/%d/%s", round, join->node_id), lease),
                   count_range(v->prefix, "j", round));
 }
 
@@ -85,7 +65,7 @@ json_t *dl_ejob_txn_done_counted(const dl_ejob_view_t *v, const char *node_id, i
 {
     int round = dl_ejob_round(v);
     return append(dl_ejob_txn_done(v, node_id),
-                  mark(ckey(v->prefix, "d/%d/%s", round, node_id), lease),
+                  mark(dl__ejob_key(v->prefix, "d/%d/%s", round, node_id), lease),
                   count_range(v->prefix, "d", round));
 }
 
@@ -110,15 +90,16 @@ json_t *dl_ejob_range_joined(const dl_ejob_view_t *v, int round)
 
 json_t *dl_ejob_txn_read(const char *prefix, const char *member)
 {
-    json_t *ops = json_pack("[{s:{s:o}}, {s:{s:o}}]", "request_range", "key",
-                            ckey(prefix, "job"), "request_range", "key", ckey(prefix, "state"));
+    json_t *ops =
+        json_pack("[{s:{s:o}}, {s:{s:o}}]", "request_range", "key", dl__ejob_key(prefix, "job"),
+                  "request_range", "key", dl__ejob_key(prefix, "state"));
     if (ops != NULL && member != NULL && member[0] != '\0')
         json_array_append_new(ops, json_pack("{s:{s:o}}", "request_range", "key",
-                                             ckey(prefix, "m/%s", member)));
+                                             dl__ejob_key(prefix, "m/%s", member)));
     else if (ops != NULL && member != NULL)
         json_array_append_new(ops, json_pack("{s:{s:o, s:o}}", "request_range", "key",
-                                             ckey(prefix, "m/"), "range_end",
-                                             cend(prefix, "m/")));
+                                             dl__ejob_key(prefix, "m/"), "range_end",
+                                             dl__ejob_range_end(prefix, "m/")));
     return ops != NULL ? json_pack("{s:o}", "success", ops) : NULL;
 }
 
@@ -142,29 +123,30 @@ json_t *dl_ejob_txn_check_member(const dl_ejob_view_t *v, const char *node_id)
 {
     int round = dl_ejob_round(v);
     return json_pack("{s:[{s:o, s:s, s:s, s:o}], s:[{s:{s:o}}, {s:{s:o}}, o]}", "compare", "key",
-                     ckey(v->prefix, "state"), "target", "MOD", "result", "EQUAL",
-                     "mod_revision", dl_etcd_num(v->state_rev), "success", "request_range",
-                     "key", ckey(v->prefix, "m/%s", node_id), "request_range", "key",
-                     ckey(v->prefix, "done/%s", node_id), count_range(v->prefix, "d", round));
+                     dl__ejob_key(v->prefix, "state"), "target", "MOD", "result", "EQUAL",
+                     "mod_revision", dl_etcd_num(v->state_rev), "success", "request_range", "key",
+                     dl__ejob_key(v->prefix, "m/%s", node_id), "request_range", "key",
+                     dl__ejob_key(v->prefix, "done/%s", node_id),
+                     count_range(v->prefix, "d", round));
 }
 
 json_t *dl_ejob_watch_state(const dl_ejob_view_t *v)
 {
-    return json_pack("{s:{s:o, s:o}}", "create_request", "key", ckey(v->prefix, "state"),
+    return json_pack("{s:{s:o, s:o}}", "create_request", "key", dl__ejob_key(v->prefix, "state"),
                      "start_revision", dl_etcd_num(v->rev + 1));
 }
 
 json_t *dl_ejob_watch_gone(const dl_ejob_view_t *v, const char *node_id, int64_t start_rev)
 {
     return json_pack("{s:{s:o, s:o, s:[s]}}", "create_request", "key",
-                     ckey(v->prefix, "m/%s", node_id), "start_revision",
+                     dl__ejob_key(v->prefix, "m/%s", node_id), "start_revision",
                      dl_etcd_num(start_rev), "filters", "NOPUT");
 }
 
 json_t *dl_ejob_range_events(const dl_ejob_view_t *v)
 {
-    return json_pack("{s:o, s:o}", "key", ckey(v->prefix, "ev/"), "range_end",
-                     cend(v->prefix, "ev/"));
+    return json_pack("{s:o, s:o}", "key", dl__ejob_key(v->prefix, "ev/"), "range_end",
+                     dl__ejob_range_end(v->prefix, "ev/"));
 }
 
 int dl_ejob_view_events(dl_ejob_view_t *v, const json_t *range)

@@ -24,9 +24,7 @@ int dl_ejob_prefix(const char *conf_prefix, const char *run_id, char *buf, size_
     return n < 0 || (size_t)n >= len ? -EINVAL : 0;
 }
 
-static json_t *key(const char *prefix, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static json_t *key(const char *prefix, const char *fmt, ...)
+json_t *dl__ejob_key(const char *prefix, const char *fmt, ...)
 {
     char buf[DL_EJOB_MAX_PREFIX + 600];
     size_t n = (size_t)snprintf(buf, sizeof(buf), "%s", prefix);
@@ -37,7 +35,7 @@ static json_t *key(const char *prefix, const char *fmt, ...)
     return dl_etcd_b64_str(buf);
 }
 
-static json_t *range_end(const char *prefix, const char *sub)
+json_t *dl__ejob_range_end(const char *prefix, const char *sub)
 {
     char buf[DL_EJOB_MAX_PREFIX + 64];
     snprintf(buf, sizeof(buf), "%s%s", prefix, sub);
@@ -282,13 +280,13 @@ static json_t *del_range(json_t *k, json_t *end)
 
 static json_t *cmp_state(const dl_ejob_view_t *v)
 {
-    return json_pack("{s:o, s:s, s:s, s:o}", "key", key(v->prefix, "state"), "target", "MOD",
-                     "result", "EQUAL", "mod_revision", dl_etcd_num(v->state_rev));
+    return json_pack("{s:o, s:s, s:s, s:o}", "key", dl__ejob_key(v->prefix, "state"), "target",
+                     "MOD", "result", "EQUAL", "mod_revision", dl_etcd_num(v->state_rev));
 }
 
 static json_t *event_key(const dl_ejob_view_t *v, int round, int kind)
 {
-    return key(v->prefix, "ev/%08d-%d", round, kind);
+    return dl__ejob_key(v->prefix, "ev/%08d-%d", round, kind);
 }
 
 static json_t *event(const char *name, double now)
@@ -304,10 +302,10 @@ json_t *dl_ejob_txn_create(const char *prefix, const dl_ejob_settings_t *s, doub
                               "the job started", "time", now);
     json_t *t = json_pack(
         "{s:[{s:o, s:s, s:s, s:s}], s:[o, o], s:[{s:{s:o}}, {s:{s:o}}]}", "compare", "key",
-        key(prefix, "job"), "target", "CREATE", "result", "EQUAL", "create_revision", "0",
-        "success", put(key(prefix, "job"), dl_ejob_settings_doc(s), 0),
-        put(key(prefix, "state"), state, 0), "failure", "request_range", "key",
-        key(prefix, "job"), "request_range", "key", key(prefix, "state"));
+        dl__ejob_key(prefix, "job"), "target", "CREATE", "result", "EQUAL", "create_revision", "0",
+        "success", put(dl__ejob_key(prefix, "job"), dl_ejob_settings_doc(s), 0),
+        put(dl__ejob_key(prefix, "state"), state, 0), "failure", "request_range", "key",
+        dl__ejob_key(prefix, "job"), "request_range", "key", dl__ejob_key(prefix, "state"));
     return t;
 }
 
@@ -315,8 +313,9 @@ json_t *dl_ejob_txn_join(const dl_ejob_view_t *v, const dl_ejob_member_t *m, int
 {
     dl_ejob_member_t mm = *m;
     mm.round = dl_ejob_round(v);
-    return json_pack("{s:[o], s:[o]}", "compare", cmp_state(v), "success",
-                     put(key(v->prefix, "m/%s", m->node_id), dl_ejob_member_doc(&mm), lease));
+    return json_pack(
+        "{s:[o], s:[o]}", "compare", cmp_state(v), "success",
+        put(dl__ejob_key(v->prefix, "m/%s", m->node_id), dl_ejob_member_doc(&mm), lease));
 }
 
 typedef struct {
@@ -441,11 +440,11 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
     free(taken);
     free(by);
     /* No member joined since the view: every member key is older than it. */
-    return json_pack("{s:[o, {s:o, s:o, s:s, s:s, s:o}], s:[o, o]}", "compare", cmp_state(v),
-                     "key", key(v->prefix, "m/"), "range_end", range_end(v->prefix, "m/"),
-                     "target", "MOD", "result", "LESS", "mod_revision", dl_etcd_num(v->rev + 1),
-                     "success", put(key(v->prefix, "state"), state, 0),
-                     put(event_key(v, round, 1), ev, 0));
+    return json_pack(
+        "{s:[o, {s:o, s:o, s:s, s:s, s:o}], s:[o, o]}", "compare", cmp_state(v), "key",
+        dl__ejob_key(v->prefix, "m/"), "range_end", dl__ejob_range_end(v->prefix, "m/"), "target",
+        "MOD", "result", "LESS", "mod_revision", dl_etcd_num(v->rev + 1), "success",
+        put(dl__ejob_key(v->prefix, "state"), state, 0), put(event_key(v, round, 1), ev, 0));
 }
 
 static const char *cause_name(dl_ejob_cause_t c)
@@ -473,18 +472,20 @@ static void end_ops(const dl_ejob_view_t *v, json_t *ops, json_t *state, json_t 
     int round = dl_ejob_round(v);
     const char *k;
     json_t *e;
-    json_array_append_new(ops, put(key(v->prefix, "state"), state, linger));
+    json_array_append_new(ops, put(dl__ejob_key(v->prefix, "state"), state, linger));
     if (v->job != NULL)
-        json_array_append_new(ops, put(key(v->prefix, "job"), json_incref(v->job), linger));
+        json_array_append_new(ops,
+                              put(dl__ejob_key(v->prefix, "job"), json_incref(v->job), linger));
     if (linger != 0)
         json_object_foreach(v->events, k, e)
         {
             json_array_append_new(ops, put(dl_etcd_b64_str(k), json_incref(e), linger));
         }
     json_array_append_new(ops, put(event_key(v, round, 2), ev, linger));
-    json_array_append_new(ops, del_range(key(v->prefix, "m/"), range_end(v->prefix, "m/")));
-    json_array_append_new(ops,
-                          del_range(key(v->prefix, "done/"), range_end(v->prefix, "done/")));
+    json_array_append_new(
+        ops, del_range(dl__ejob_key(v->prefix, "m/"), dl__ejob_range_end(v->prefix, "m/")));
+    json_array_append_new(
+        ops, del_range(dl__ejob_key(v->prefix, "done/"), dl__ejob_range_end(v->prefix, "done/")));
 }
 
 json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const char *reason,
@@ -535,12 +536,12 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
     json_t *ev = event("round_changed", now);
     json_object_update_new(ev, json_pack("{s:i, s:s, s:s, s:O}", "round", round + 1, "reason",
                                          reason, "cause", cause_name(cause), "failure", who));
-    json_array_append_new(ops, put(key(v->prefix, "state"), state, 0));
+    json_array_append_new(ops, put(dl__ejob_key(v->prefix, "state"), state, 0));
     json_array_append_new(ops, put(event_key(v, round + 1, 0), ev, 0));
     if (join != NULL) {
         dl_ejob_member_t mm = *join;
         mm.round = round + 1;
-        json_array_append_new(ops, put(key(v->prefix, "m/%s", join->node_id),
+        json_array_append_new(ops, put(dl__ejob_key(v->prefix, "m/%s", join->node_id),
                                        dl_ejob_member_doc(&mm), join_lease));
     }
     return json_pack("{s:[o], s:o}", "compare", cmp_state(v), "success", ops);
@@ -566,7 +567,7 @@ json_t *dl_ejob_txn_end(const dl_ejob_view_t *v, const char *status, const char 
 json_t *dl_ejob_txn_done(const dl_ejob_view_t *v, const char *node_id)
 {
     return json_pack("{s:[o], s:[o]}", "compare", cmp_state(v), "success",
-                     put(key(v->prefix, "done/%s", node_id),
+                     put(dl__ejob_key(v->prefix, "done/%s", node_id),
                          json_pack("{s:i}", "round", dl_ejob_round(v)), 0));
 }
 

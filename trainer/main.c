@@ -31,6 +31,8 @@ typedef struct {
     FILE *checksums;       /* where crc_line writes; NULL: stdout */
     bool prefix;           /* own prefix on each line: not under dlaunch, which adds its own */
     uint64_t hang_at_step; /* 0: never */
+    bool killer_pending;   /* the killer thread of fail_delay_us may not have fired yet */
+    pthread_t killer;
 } prog_t;
 
 static void on_signal(int sig)
@@ -80,11 +82,15 @@ static void *killer(void *arg)
 }
 
 /* A crash on purpose inside a step (recovery tests): fail_delay_us after entering the phase,
- * from a thread, so that the rank dies wherever it is by then (inside a collective, say). */
+ * from a thread, so that the rank dies wherever it is by then (inside a collective, say). A
+ * loaded machine can run the thread late: the next phase waits for it, so that the rank never
+ * gets past the step after the one it was told to die in. */
 static void on_phase(void *ud, uint64_t step, int phase)
 {
     prog_t *p = ud;
 
+    if (p->killer_pending)
+        pthread_join(p->killer, NULL); /* does not return: the thread kills the process */
     if (p->fail_at_step == 0 || step != p->fail_at_step || phase != p->fail_phase)
         return;
     printf("%sfail_at_step: killing myself in step %llu, %llu us into its %s\n",
@@ -95,9 +101,9 @@ static void on_phase(void *ud, uint64_t step, int phase)
                                               : "parameter gather");
     if (p->fail_delay_us == 0)
         raise(SIGKILL);
-    pthread_t t;
-    if (pthread_create(&t, NULL, killer, &p->fail_delay_us) != 0)
+    if (pthread_create(&p->killer, NULL, killer, &p->fail_delay_us) != 0)
         raise(SIGKILL);
+    p->killer_pending = true;
     p->fail_at_step = 0;
 }
 

@@ -11,13 +11,6 @@
 #include "sysfile.h"
 #include "config.h"
 
-/* One hierarchy this process is in: where its cgroup lies in the hierarchy, and whether the
- * hierarchy is v2 or a v1 one with the cpu controller. */
-typedef struct {
-    bool v2;
-    char path[4096];
-} membership_t;
-
 /* Names the first malformed or unreadable file only: one warning line is enough. */
 static void set_warn(char *warn, size_t len, const char *file, const char *why)
 {
@@ -157,35 +150,25 @@ static bool read_level(const char *dir, bool v2, long long *quota, long long *pe
     return true;
 }
 
-/* Walks from the cgroup's folder up to the mount point, keeping the smallest quota in *ret. */
-static void walk_up(const char *top, const char *rel, bool v2, dl_cpu_quota_t *ret, char *warn,
-                    size_t warnlen)
+bool dl_cgroup_parent(char *dir, const char *mount)
 {
-    char dir[4600];
-    size_t top_len = strlen(top);
-    snprintf(dir, sizeof(dir), "%s%s", top, strcmp(rel, "/") == 0 ? "" : rel);
-    for (;;) {
-        long long q, p;
-        char file[sizeof(ret->file)];
-        if (read_level(dir, v2, &q, &p, file, sizeof(file), warn, warnlen) && q > 0 &&
-            (ret->quota_us < 0 ||
-             (long double)q * ret->period_us < (long double)ret->quota_us * p)) {
-            ret->quota_us = q;
-            ret->period_us = p;
-            snprintf(ret->file, sizeof(ret->file), "%s", file);
-        }
-        char *slash = strrchr(dir, '/');
-        if (strlen(dir) <= top_len || slash == NULL || (size_t)(slash - dir) < top_len)
-            break;
+    size_t ml = strlen(mount);
+    char *slash = strrchr(dir, '/');
+    if (strcmp(dir, mount) == 0 || strlen(dir) <= ml || slash == NULL)
+        return false;
+    if ((size_t)(slash - dir) < ml) /* only for a hierarchy mounted at / */
+        snprintf(dir, ml + 1, "%s", mount);
+    else
         *slash = '\0';
-    }
+    return true;
 }
 
-/* The hierarchies this process belongs to that can hold a CPU quota. */
-static int read_memberships(const char *root, membership_t *ms, int max, int *ret_n)
+/* The lines of /proc/PID/cgroup for the v2 hierarchy and for the v1 ones holding controller. */
+static int read_memberships(const char *root, const char *proc, const char *controller,
+                            dl_cgroup_place_t *ms, int max, int *ret_n)
 {
     char path[4200], line[4200];
-    snprintf(path, sizeof(path), "%s/proc/self/cgroup", root);
+    snprintf(path, sizeof(path), "%s/proc/%s/cgroup", root, proc);
     FILE *f = fopen(path, "re");
     if (f == NULL)
         return -errno;
@@ -198,10 +181,10 @@ static int read_memberships(const char *root, membership_t *ms, int max, int *re
             continue;
         *c1 = *c2 = '\0';
         bool v2 = strcmp(line, "0") == 0 && c1[1] == '\0';
-        if (!v2 && !has_word(c1 + 1, "cpu"))
+        if (!v2 && !has_word(c1 + 1, controller))
             continue;
         ms[n].v2 = v2;
-        snprintf(ms[n].path, sizeof(ms[n].path), "%s", c2 + 1);
+        snprintf(ms[n].dir, sizeof(ms[n].dir), "%s", c2 + 1);
         n++;
     }
     fclose(f);
@@ -209,42 +192,80 @@ static int read_memberships(const char *root, membership_t *ms, int max, int *re
     return 0;
 }
 
-int dl_cgroup_cpu_quota(const char *root, dl_cpu_quota_t *ret, char *warn, size_t warnlen)
+int dl_cgroup_places(const char *root, pid_t pid, const char *controller,
+                     dl_cgroup_place_t *ret, int max, int *ret_n)
 {
-    membership_t ms[4];
-    char path[4200], line[8192];
-    int n = 0, r;
-    dl_cpu_quota_t q = {-1, 0, ""};
+    dl_cgroup_place_t ms[DL_CGROUP_PLACES];
+    char proc[32], path[4200], line[8192];
+    int n = 0, found = 0;
 
-    if (warn != NULL && warnlen > 0)
-        warn[0] = '\0';
-    r = read_memberships(root, ms, 4, &n);
+    if (pid > 0)
+        snprintf(proc, sizeof(proc), "%d", (int)pid);
+    else
+        snprintf(proc, sizeof(proc), "self");
+    int r = read_memberships(root, proc, controller, ms, DL_CGROUP_PLACES, &n);
     if (r < 0)
         return r;
-    snprintf(path, sizeof(path), "%s/proc/self/mountinfo", root);
+    snprintf(path, sizeof(path), "%s/proc/%s/mountinfo", root, proc);
     FILE *f = fopen(path, "re");
     if (f == NULL)
         return -errno;
-    while (fgets(line, sizeof(line), f) != NULL) {
+    while (fgets(line, sizeof(line), f) != NULL && found < max) {
         char *mroot, *mnt, *fstype, *opts;
         if (!split_mount(line, &mroot, &mnt, &fstype, &opts))
             continue;
         bool v2 = strcmp(fstype, "cgroup2") == 0;
-        if (!v2 && (strcmp(fstype, "cgroup") != 0 || !has_word(opts, "cpu")))
+        if (!v2 && (strcmp(fstype, "cgroup") != 0 || !has_word(opts, controller)))
             continue;
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n && found < max; i++) {
             size_t rl = strcmp(mroot, "/") == 0 ? 0 : strlen(mroot);
             /* A cgroup outside what is mounted (another namespace's) cannot be read here. */
-            if (ms[i].v2 != v2 || strncmp(ms[i].path, mroot, rl) != 0 ||
-                (ms[i].path[rl] != '/' && ms[i].path[rl] != '\0'))
+            if (ms[i].v2 != v2 || strncmp(ms[i].dir, mroot, rl) != 0 ||
+                (ms[i].dir[rl] != '/' && ms[i].dir[rl] != '\0'))
                 continue;
-            char top[4600];
-            snprintf(top, sizeof(top), "%s%s", root, strcmp(mnt, "/") == 0 ? "" : mnt);
-            walk_up(top, ms[i].path[rl] == '\0' ? "/" : ms[i].path + rl, v2, &q, warn,
-                    warnlen);
+            const char *rel = ms[i].dir + rl;
+            dl_cgroup_place_t *p = &ret[found];
+            p->v2 = v2;
+            if (snprintf(p->mount, sizeof(p->mount), "%s", mnt) >= (int)sizeof(p->mount) ||
+                snprintf(p->dir, sizeof(p->dir), "%s%s", strcmp(mnt, "/") == 0 ? "" : mnt,
+                         strcmp(rel, "/") == 0 ? "" : rel) >= (int)sizeof(p->dir))
+                continue; /* deeper than any cgroup can be */
+            if (p->dir[0] == '\0')
+                snprintf(p->dir, sizeof(p->dir), "/");
+            found++;
         }
     }
     fclose(f);
+    *ret_n = found;
+    return 0;
+}
+
+int dl_cgroup_cpu_quota(const char *root, dl_cpu_quota_t *ret, char *warn, size_t warnlen)
+{
+    dl_cgroup_place_t places[DL_CGROUP_PLACES];
+    dl_cpu_quota_t q = {-1, 0, ""};
+    int n = 0;
+
+    if (warn != NULL && warnlen > 0)
+        warn[0] = '\0';
+    int r = dl_cgroup_places(root, 0, "cpu", places, DL_CGROUP_PLACES, &n);
+    if (r < 0)
+        return r;
+    /* The kernel enforces the smallest quota of any level up to the mount's root. */
+    for (int i = 0; i < n; i++) {
+        do {
+            char dir[sizeof(places[i].dir) + 512], file[sizeof(q.file)];
+            long long lq, lp;
+            snprintf(dir, sizeof(dir), "%s%s", root, places[i].dir);
+            if (read_level(dir, places[i].v2, &lq, &lp, file, sizeof(file), warn, warnlen) &&
+                lq > 0 &&
+                (q.quota_us < 0 || (long double)lq * q.period_us < (long double)q.quota_us * lp)) {
+                q.quota_us = lq;
+                q.period_us = lp;
+                snprintf(q.file, sizeof(q.file), "%s", file);
+            }
+        } while (dl_cgroup_parent(places[i].dir, places[i].mount));
+    }
     *ret = q;
     return 0;
 }

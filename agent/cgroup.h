@@ -1,9 +1,34 @@
-/* The CPU quota of the agent's own cgroups (v1 cpu.cfs_quota_us, v2 cpu.max), so that
- * --nproc-per-node cpu|auto counts the CPUs the job may use, not the host's. */
+/* Where a process's cgroups lie, for every reader of a controller's files (the CPU quota
+ * here, the memory cgroup's OOM counters in death.c), and the CPU quota of the agent's own
+ * cgroups (v1 cpu.cfs_quota_us, v2 cpu.max), so that --nproc-per-node cpu|auto counts the CPUs
+ * the job may use, not the host's. Every reader takes the root of the file system it reads
+ * ("" for the real one), so that tests can hand it a made-up tree. */
 #ifndef DL_CGROUP_H
 #define DL_CGROUP_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
+
+#define DL_CGROUP_PLACES 4
+
+/* A process's cgroup in one hierarchy: its folder, and the hierarchy's mount point above which
+ * nothing is the process's. Both are paths of the real tree (the reader prepends root). */
+typedef struct {
+    bool v2;
+    char mount[2048];
+    char dir[4096];
+} dl_cgroup_place_t;
+
+/* pid's cgroup (0: the caller's) in the v2 hierarchy and in each mounted v1 hierarchy that holds
+ * controller ("cpu", "memory"), from root/proc/PID/cgroup and root/proc/PID/mountinfo (whose
+ * \ooo escapes are undone). A cgroup outside its hierarchy's mount (another namespace's) is left
+ * out. Returns 0 with *ret_n places (maybe 0) in ret, or -errno when /proc cannot be read. */
+int dl_cgroup_places(const char *root, pid_t pid, const char *controller,
+                     dl_cgroup_place_t *ret, int max, int *ret_n);
+
+/* Moves dir to its parent folder; false when dir is already place's mount point. */
+bool dl_cgroup_parent(char *dir, const char *mount);
 
 typedef struct {
     long long quota_us;  /* CPU time a period, -1 when no level limits it */

@@ -7,105 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cgroup.h"
 #include "death.h"
 
 /* ---- parsers -------------------------------------------------------------------------------- */
-
-static bool has_word(const char *list, size_t len, const char *word)
-{
-    size_t wl = strlen(word);
-    const char *p = list, *end = list + len;
-    while (p < end) {
-        size_t n = strcspn(p, ",");
-        if (n > (size_t)(end - p))
-            n = (size_t)(end - p);
-        if (n == wl && memcmp(p, word, wl) == 0)
-            return true;
-        p += n + 1;
-    }
-    return false;
-}
-
-int dl_memcg_parse_proc(const char *text, char *path, size_t len, int *ret_version)
-{
-    const char *v2 = NULL;
-    size_t v2len = 0;
-
-    for (const char *line = text; *line != '\0';) {
-        size_t n = strcspn(line, "\n");
-        const char *c1 = memchr(line, ':', n);
-        const char *c2 = c1 != NULL ? memchr(c1 + 1, ':', n - (size_t)(c1 + 1 - line)) : NULL;
-        if (c2 != NULL) {
-            size_t plen = n - (size_t)(c2 + 1 - line);
-            if (has_word(c1 + 1, (size_t)(c2 - c1 - 1), "memory")) {
-                snprintf(path, len, "%.*s", (int)plen, c2 + 1);
-                *ret_version = 1;
-                return 0;
-            }
-            if (c2 == c1 + 1 && strncmp(line, "0:", 2) == 0) {
-                v2 = c2 + 1;
-                v2len = plen;
-            }
-        }
-        line += n + (line[n] == '\n');
-    }
-    if (v2 == NULL)
-        return -ENOENT;
-    snprintf(path, len, "%.*s", (int)v2len, v2);
-    *ret_version = 2;
-    return 0;
-}
-
-/* The n-th space-separated field of a line (0-based), its length in *flen. */
-static const char *field(const char *line, size_t linelen, int n, size_t *flen)
-{
-    const char *p = line, *end = line + linelen;
-    for (int i = 0; p < end; i++) {
-        size_t len = 0;
-        while (p + len < end && p[len] != ' ')
-            len++;
-        if (i == n) {
-            *flen = len;
-            return p;
-        }
-        p += len + 1;
-    }
-    return NULL;
-}
-
-int dl_memcg_parse_mountinfo(const char *text, int version, char *mount, size_t mlen,
-                             char *mroot, size_t rlen)
-{
-    for (const char *line = text; *line != '\0';) {
-        size_t n = strcspn(line, "\n");
-        /* "ID PARENT MAJ:MIN ROOT MOUNT OPTS [TAGS...] - FSTYPE SOURCE SUPEROPTS" */
-        const char *dash = NULL;
-        for (size_t i = 0; i + 2 < n; i++)
-            if (line[i] == ' ' && line[i + 1] == '-' && line[i + 2] == ' ') {
-                dash = line + i + 3;
-                break;
-            }
-        if (dash != NULL) {
-            size_t tlen = 0, slen = 0, rl = 0, ml = 0;
-            size_t rest = n - (size_t)(dash - line);
-            const char *type = field(dash, rest, 0, &tlen);
-            const char *super = field(dash, rest, 2, &slen);
-            const char *root = field(line, n, 3, &rl);
-            const char *mp = field(line, n, 4, &ml);
-            bool match = type != NULL && root != NULL && mp != NULL &&
-                         ((version == 2 && tlen == 7 && memcmp(type, "cgroup2", 7) == 0) ||
-                          (version == 1 && tlen == 6 && memcmp(type, "cgroup", 6) == 0 &&
-                           super != NULL && has_word(super, slen, "memory")));
-            if (match) {
-                snprintf(mount, mlen, "%.*s", (int)ml, mp);
-                snprintf(mroot, rlen, "%.*s", (int)rl, root);
-                return 0;
-            }
-        }
-        line += n + (line[n] == '\n');
-    }
-    return -ENOENT;
-}
 
 long long dl_memcg_parse_oom_kills(const char *text)
 {
@@ -171,44 +76,30 @@ static long long read_oom_kills(const char *root, const dl_memcg_t *w, int i)
 
 int dl_memcg_open(dl_memcg_t *w, const char *root, pid_t pid)
 {
-    char proc[64], text[8192], cg[512], mount[256], mroot[256];
-    ssize_t r;
+    dl_cgroup_place_t places[DL_CGROUP_PLACES];
+    int n = 0;
 
     memset(w, 0, sizeof(*w));
-    snprintf(proc, sizeof(proc), "/proc/%d/cgroup", pid > 0 ? (int)pid : (int)getpid());
-    if ((r = read_small(root, proc, text, sizeof(text))) < 0)
-        return (int)r;
-    int version;
-    if (dl_memcg_parse_proc(text, cg, sizeof(cg), &version) < 0)
+    int r = dl_cgroup_places(root, pid, "memory", places, DL_CGROUP_PLACES, &n);
+    if (r < 0)
+        return r;
+    /* A v1 memory hierarchy is where the kernel charges memory, even beside a v2 one. */
+    const dl_cgroup_place_t *p = NULL;
+    for (int i = 0; i < n; i++)
+        if (p == NULL || (p->v2 && !places[i].v2))
+            p = &places[i];
+    if (p == NULL)
         return -ENOENT;
-    snprintf(proc, sizeof(proc), "/proc/%d/mountinfo", pid > 0 ? (int)pid : (int)getpid());
-    static char info[1 << 16];
-    if ((r = read_small(root, proc, info, sizeof(info))) < 0)
-        return (int)r;
-    if (dl_memcg_parse_mountinfo(info, version, mount, sizeof(mount), mroot, sizeof(mroot)) < 0)
-        return -ENOENT;
-    /* The cgroup's path is the hierarchy's; the mount shows it from its own root down. */
-    const char *rel = cg;
-    size_t rl = strlen(mroot);
-    if (strcmp(mroot, "/") != 0 && strncmp(cg, mroot, rl) == 0 && (cg[rl] == '/' || !cg[rl]))
-        rel = cg + rl;
-    char dir[512];
-    if (strlen(mount) + strlen(rel) >= sizeof(dir))
+    char dir[sizeof(p->dir)];
+    if (strlen(p->dir) >= sizeof(w->dir[0]))
         return -ENAMETOOLONG;
-    snprintf(dir, sizeof(dir), "%.255s%.255s", mount, strcmp(rel, "/") == 0 ? "" : rel);
-    w->version = version;
-    for (;;) {
-        snprintf(w->dir[w->n], sizeof(w->dir[0]), "%s", dir);
+    snprintf(dir, sizeof(dir), "%s", p->dir);
+    w->version = p->v2 ? 2 : 1;
+    do {
+        snprintf(w->dir[w->n], sizeof(w->dir[0]), "%.511s", dir); /* checked above */
         w->oom_kills[w->n] = read_oom_kills(root, w, w->n);
         w->n++;
-        size_t ml = strlen(mount);
-        if (strlen(dir) <= ml || w->n == DL_MEMCG_LEVELS)
-            break;
-        char *slash = strrchr(dir, '/');
-        if (slash == NULL || (size_t)(slash - dir) < ml)
-            break;
-        *slash = '\0';
-    }
+    } while (w->n < DL_MEMCG_LEVELS && dl_cgroup_parent(dir, p->mount));
     return 0;
 }
 

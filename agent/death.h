@@ -29,20 +29,14 @@ typedef struct {
 } dl_oom_t;
 
 /* Pure parsers, over a file's text. */
-/* The memory controller's line of /proc/PID/cgroup ("4:memory:/a/b", v1; "0::/a/b", v2 when
- * no v1 memory line exists): its path in path (len bytes) and its version; -ENOENT if none. */
-int dl_memcg_parse_proc(const char *text, char *path, size_t len, int *ret_version);
-/* Where the hierarchy of that version is mounted, from /proc/PID/mountinfo: the mount point
- * and the mount's own root within the hierarchy. -ENOENT if not mounted. */
-int dl_memcg_parse_mountinfo(const char *text, int version, char *mount, size_t mlen,
-                             char *mroot, size_t rlen);
 /* "oom_kill N" in v1's memory.oom_control or v2's memory.events: N, or -ENOENT. */
 long long dl_memcg_parse_oom_kills(const char *text);
 /* A limit file (v1 memory.limit_in_bytes, v2 memory.max): bytes, 0 for none ("max", or v1's
  * page-rounded 2^63). */
 long long dl_memcg_parse_limit(const char *text);
 
-/* Finds pid's memory cgroups (0: the caller) under root and reads their counts now.
+/* Finds pid's memory cgroups (0: the caller) under root (cgroup.h's places) and reads their
+ * counts now.
  * Returns 0, or -errno (no memory controller: -ENOENT; w->version is then 0). */
 int dl_memcg_open(dl_memcg_t *w, const char *root, pid_t pid);
 /* Whether any of the cgroups counted an OOM kill since the last look (open or this call);

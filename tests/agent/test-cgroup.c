@@ -223,6 +223,50 @@ START_TEST(this_machine_reads_without_error)
 }
 END_TEST
 
+/* The memory controller's places as death.c asks for them: v1 beside v2, a hierarchy shared
+ * with another controller, a mount of a sub-tree, escaped blanks, and another namespace's. */
+START_TEST(places_of_a_controller)
+{
+    dl_cgroup_place_t p[DL_CGROUP_PLACES];
+    int n = -1;
+    new_root();
+    put("proc/42/cgroup", "9:name=systemd:/\n4:cpu,memory:/outer/job a\n0::/u\n");
+    put("proc/42/mountinfo",
+        "30 22 0:27 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
+        "34 30 0:31 /outer /sys/fs/cgroup/mem\\040ory rw shared:7 - cgroup cgroup rw,cpu,memory\n"
+        "40 30 0:33 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n");
+    ck_assert_int_eq(dl_cgroup_places(root, 42, "memory", p, DL_CGROUP_PLACES, &n), 0);
+    ck_assert_int_eq(n, 2);
+    ck_assert(!p[0].v2);
+    ck_assert_str_eq(p[0].mount, "/sys/fs/cgroup/mem ory");
+    ck_assert_str_eq(p[0].dir, "/sys/fs/cgroup/mem ory/job a");
+    ck_assert(p[1].v2);
+    ck_assert_str_eq(p[1].dir, "/sys/fs/cgroup/unified/u");
+    /* Up to the mount point and no further. */
+    ck_assert(dl_cgroup_parent(p[0].dir, p[0].mount));
+    ck_assert_str_eq(p[0].dir, "/sys/fs/cgroup/mem ory");
+    ck_assert(!dl_cgroup_parent(p[0].dir, p[0].mount));
+    /* A hierarchy mounted at / (a container's): its root is the last level. */
+    char dir[64] = "/a/b";
+    ck_assert(dl_cgroup_parent(dir, "/"));
+    ck_assert_str_eq(dir, "/a");
+    ck_assert(dl_cgroup_parent(dir, "/"));
+    ck_assert_str_eq(dir, "/");
+    ck_assert(!dl_cgroup_parent(dir, "/"));
+    /* Another controller: only v2 is a candidate. */
+    ck_assert_int_eq(dl_cgroup_places(root, 42, "pids", p, DL_CGROUP_PLACES, &n), 0);
+    ck_assert_int_eq(n, 1);
+    ck_assert(p[0].v2);
+    /* A cgroup outside the mounted sub-tree is not readable here. */
+    put("proc/43/cgroup", "4:memory:/elsewhere\n");
+    put("proc/43/mountinfo", "34 30 0:31 /outer /sys/fs/cgroup/memory rw - cgroup cgroup "
+                             "rw,memory\n");
+    ck_assert_int_eq(dl_cgroup_places(root, 43, "memory", p, DL_CGROUP_PLACES, &n), 0);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(dl_cgroup_places(root, 44, "memory", p, DL_CGROUP_PLACES, &n), -ENOENT);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cgroup");
@@ -237,6 +281,7 @@ int main(void)
     tcase_add_test(tc, malformed_files_are_named_and_skipped);
     tcase_add_test(tc, unreadable_proc_is_an_error);
     tcase_add_test(tc, this_machine_reads_without_error);
+    tcase_add_test(tc, places_of_a_controller);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -41,45 +41,8 @@ static void teardown(void)
     strcpy(root, "/tmp/dl-test-death-XXXXXX");
 }
 
-START_TEST(parsers)
+START_TEST(counter_and_limit_parsers)
 {
-    char path[256];
-    int v;
-    /* v1: the memory line, wherever it is and whatever it shares a hierarchy with. */
-    ck_assert_int_eq(dl_memcg_parse_proc("9:name=systemd:/\n4:memory:/job/a\n0::/\n", path,
-                                         sizeof(path), &v),
-                     0);
-    ck_assert_str_eq(path, "/job/a");
-    ck_assert_int_eq(v, 1);
-    ck_assert_int_eq(dl_memcg_parse_proc("3:cpu,memory:/x\n", path, sizeof(path), &v), 0);
-    ck_assert_str_eq(path, "/x");
-    /* v2 only. */
-    ck_assert_int_eq(dl_memcg_parse_proc("0::/user.slice/job\n", path, sizeof(path), &v), 0);
-    ck_assert_str_eq(path, "/user.slice/job");
-    ck_assert_int_eq(v, 2);
-    ck_assert_int_eq(dl_memcg_parse_proc("2:cpu:/\ngarbage\n", path, sizeof(path), &v),
-                     -ENOENT);
-    ck_assert_int_eq(dl_memcg_parse_proc("", path, sizeof(path), &v), -ENOENT);
-
-    char mount[128], mroot[128];
-    const char *info = "30 22 0:27 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
-                       "33 30 0:30 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n"
-                       "34 30 0:31 /outer /sys/fs/cgroup/memory rw,relatime shared:7 - cgroup "
-                       "cgroup rw,memory\n"
-                       "40 30 0:33 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n";
-    ck_assert_int_eq(dl_memcg_parse_mountinfo(info, 1, mount, sizeof(mount), mroot,
-                                              sizeof(mroot)),
-                     0);
-    ck_assert_str_eq(mount, "/sys/fs/cgroup/memory");
-    ck_assert_str_eq(mroot, "/outer");
-    ck_assert_int_eq(dl_memcg_parse_mountinfo(info, 2, mount, sizeof(mount), mroot,
-                                              sizeof(mroot)),
-                     0);
-    ck_assert_str_eq(mount, "/sys/fs/cgroup/unified");
-    ck_assert_int_eq(dl_memcg_parse_mountinfo("1 2 3:4 / / rw - ext4 /dev/x rw\n", 1, mount,
-                                              sizeof(mount), mroot, sizeof(mroot)),
-                     -ENOENT);
-
     ck_assert_int_eq(dl_memcg_parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n"),
                      7);
     ck_assert_int_eq(dl_memcg_parse_oom_kills("low 0\nhigh 2\nmax 5\noom 3\noom_kill 2\n"), 2);
@@ -182,7 +145,7 @@ int main(void)
     Suite *s = suite_create("death");
     TCase *tc = tcase_create("core");
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, parsers);
+    tcase_add_test(tc, counter_and_limit_parsers);
     tcase_add_test(tc, oom_kills_counted_at_any_level_v1);
     tcase_add_test(tc, oom_kills_v2_and_no_controller);
     tcase_add_test(tc, kernel_log_names_the_pid);

@@ -725,8 +725,7 @@ typedef struct {
     int sig;
 } deferred_exit_t;
 
-/* The furthest step a worker of the attempt said it reached, or -1 when none beats. */
-static long long attempt_step(const dl_agent_t *a)
+long long dl__agent_attempt_step(const dl_agent_t *a)
 {
     long long best = -1;
     for (int i = 0; i < a->nworkers; i++)
@@ -772,7 +771,7 @@ static void report_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig, b
                                        .recoverable = recoverable, .oom = killed,
                                        .mem_peak = killed ? oom->peak : 0,
                                        .mem_limit = killed ? oom->limit : 0,
-                                       .step = attempt_step(a)});
+                                       .step = dl__agent_attempt_step(a)});
 }
 
 static void deferred_closed(uv_handle_t *h)

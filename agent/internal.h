@@ -265,6 +265,10 @@ int dl__agent_respawn(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_c
  * how many. */
 int dl__diag_culprits(dl_agent_t *a, bool *culprit);
 
+/* The furthest step a worker of the attempt said it reached (health beats), or -1 when none
+ * beats: what tells a failure repeated from one after progress (docs/exit-codes.md, 5). */
+long long dl__agent_attempt_step(const dl_agent_t *a);
+
 /* progress.c: fills a->progress from what this node's workers report, if they do. */
 void dl__agent_progress_poll(dl_agent_t *a);
 

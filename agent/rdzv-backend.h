@@ -71,7 +71,9 @@ typedef struct {
     int exit_code; /* when signal is 0 */
     int signal;    /* > 0: killed by it */
     bool hung;     /* killed by the hang watchdog */
+    bool oom;      /* killed by the kernel's OOM killer */
     bool excluded;
+    long long step; /* the furthest step this node's workers reported in the round; -1 none */
     const char *reason;   /* one line: "rank 3 on gpu1 exited with code 4" */
     double time;          /* Unix time */
     const char *log_tail; /* the end of its output, or NULL */

@@ -708,10 +708,7 @@ static void with_linger(etcd_t *z, int what, dl_ejob_cause_t cause, const char *
 static void next_round(etcd_t *z, dl_ejob_cause_t cause, const char *reason,
                        const json_t *culprit, txn_kind_t kind)
 {
-    bool failure = cause == DL_EJOB_CAUSE_WORKER_FAILED || cause == DL_EJOB_CAUSE_NODE_LOST;
-    const json_t *s = z->view.state;
-    if (failure && json_integer_value(json_object_get(s, "restarts")) >=
-                       json_integer_value(json_object_get(s, "max_restarts"))) {
+    if (dl_ejob_next_fails(&z->view, cause, culprit)) {
         json_decref(z->linger_culprit);
         z->linger_culprit = culprit != NULL ? json_deep_copy(culprit) : NULL;
         with_linger(z, 1, cause, reason);
@@ -1321,6 +1318,11 @@ static void etcd_report_failure(etcd_t *z, const dl_rdzv_failure_t *f)
     z->report_culprit = json_pack("{s:s, s:s, s:i, s:i}", "node", z->conf.node_id, "host",
                                   z->conf.hostname, "node_rank", z->node_rank, "rank", f->rank);
     if (z->report_culprit != NULL && !f->excluded) {
+        /* What tells the same failure again from one after progress (docs/exit-codes.md). */
+        if (f->step >= 0)
+            json_object_set_new(z->report_culprit, "step", json_integer(f->step));
+        if (f->oom)
+            json_object_set_new(z->report_culprit, "oom", json_true());
         if (f->hung)
             json_object_set_new(z->report_culprit, "hung", json_true());
         else if (f->signal > 0)
@@ -1501,6 +1503,7 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
     z->settings = (dl_ejob_settings_t){.min_nodes = conf->nodes_min,
                                        .max_nodes = conf->nodes_max,
                                        .max_restarts = spec->max_restarts,
+                                       .max_same_failures = spec->max_same_failures,
                                        .last_call = spec->last_call,
                                        .join_timeout = spec->join_timeout,
                                        .dead_after = spec->dead_after,

@@ -186,6 +186,7 @@ static void tcp_join(tcp_t *z, const dl_rdzv_join_t *join)
                             .min_nodes = z->conf.nodes_min,
                             .max_nodes = z->conf.nodes_max,
                             .max_restarts = spec->max_restarts,
+                            .max_same_failures = spec->max_same_failures,
                             .last_call = spec->last_call,
                             .join_timeout = spec->join_timeout,
                             .dead_after = spec->dead_after,
@@ -218,7 +219,9 @@ static void tcp_report_failure(tcp_t *z, const dl_rdzv_failure_t *f)
                                .exit_code = f->exit_code,
                                .signal = f->signal,
                                .hung = f->hung,
+                               .oom = f->oom,
                                .excluded = f->excluded,
+                               .step = f->step,
                                .reason = f->reason,
                                .time = f->time,
                                /* the end of its stderr (else stdout), for the status page */
@@ -701,6 +704,7 @@ static int serve(tcp_t *z, const char *ip, char *err, size_t errlen)
     jo.join_timeout = z->spec->join_timeout;
     jo.dead_after = z->spec->dead_after;
     jo.max_restarts = z->spec->max_restarts;
+    jo.max_same_failures = z->spec->max_same_failures;
     jo.master_port = z->conf.master_port;
     r = dl_rdzv_server_add_job(z->server, z->conf.run_id, &jo);
     if (r < 0 && r != -EEXIST) {

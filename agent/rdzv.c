@@ -102,6 +102,8 @@ void dl__rdzv_report(dl_agent_t *a)
                              .exit_code = f->exit_code,
                              .signal = f->signal,
                              .hung = f->hung,
+                             .oom = f->oom,
+                             .step = dl__agent_attempt_step(a),
                              .reason = reason,
                              .time = f->time};
     /* The end of its stderr (else of its stdout), for the status page; the agent's summary
@@ -129,6 +131,7 @@ void dl__rdzv_exclude(dl_agent_t *a, int rank, const char *reason)
     dl_rdzv_failure_t rep = {.round = a->round,
                              .rank = rank,
                              .excluded = true,
+                             .step = -1,
                              .reason = reason,
                              .time = dl__now_unix()};
     z->ops->report_failure(z->backend, &rep);

@@ -66,6 +66,7 @@ const json_t *dl_ejob_assigned(const dl_ejob_view_t *v, const char *node_id);
 
 typedef struct {
     int min_nodes, max_nodes, max_restarts;
+    int max_same_failures; /* rounds in a row ended by the same failure that fail it; 0 never */
     double last_call, join_timeout, dead_after; /* seconds */
     int master_port; /* the job's default MASTER_PORT */
     const char *store_key; /* the store's key for agents without a token of their own, or NULL */
@@ -120,6 +121,14 @@ typedef enum {
 json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const char *reason,
                          const json_t *culprit, const dl_ejob_member_t *join, int64_t join_lease,
                          int64_t linger_lease, double now);
+/* The rounds in a row that the same worker failure will have ended once culprit ends this one
+ * with cause: the state's culprit (the last round's) again, by the rule of docs/exit-codes.md
+ * (same rank, same exit code, signal, hang or OOM kill, and no step further), counts on from the
+ * state's same_failures; any other failure starts at 1, and what is no worker failure at 0. */
+int dl_ejob_same_failures(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const json_t *culprit);
+/* Whether dl_ejob_txn_next with these ends the job (failed): no restart left, or the same
+ * failure max_same_failures times in a row (exit 5). Such a transaction wants a linger lease. */
+bool dl_ejob_next_fails(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const json_t *culprit);
 /* Ends the job: status succeeded, stopped or timed-out (failed comes from txn_next). Every key
  * but the settings, the state and the events goes now; those stay on linger_lease (0: for
  * good), so that status still answers for a while. */
@@ -137,8 +146,8 @@ bool dl_ejob_txn_ok(const json_t *answer);
  * run_id, state, round, restarts, max_restarts, min_nodes, max_nodes, world_size, failure,
  * nodes. New reference. */
 json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id);
-/* The exit code of an ended job (docs/exit-codes.md): 0 succeeded or stopped, 1 failed, 3 timed
- * out. */
+/* The exit code of an ended job (docs/exit-codes.md): 0 succeeded or stopped, 1 failed (5 when
+ * the same failure ended it), 3 timed out. */
 int dl_ejob_exit_code(const dl_ejob_view_t *v);
 
 /* ---- Counting: what lets an agent watch the state alone --------------------------------------- */

@@ -1,5 +1,6 @@
 /* A dlaunch job kept in etcd (etcd-job.h): keys, documents, the view, the transactions. */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,8 +224,9 @@ const json_t *dl_ejob_assigned(const dl_ejob_view_t *v, const char *node_id)
 
 json_t *dl_ejob_settings_doc(const dl_ejob_settings_t *s)
 {
-    json_t *d = json_pack("{s:i, s:i, s:i, s:I, s:I, s:I, s:i}", "min_nodes", s->min_nodes,
+    json_t *d = json_pack("{s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:i}", "min_nodes", s->min_nodes,
                           "max_nodes", s->max_nodes, "max_restarts", s->max_restarts,
+                          "max_same_failures", s->max_same_failures,
                           "last_call_ms", (json_int_t)(s->last_call * 1000), "join_timeout_ms",
                           (json_int_t)(s->join_timeout * 1000), "dead_after_ms",
                           (json_int_t)(s->dead_after * 1000), "master_port", s->master_port);
@@ -296,8 +298,9 @@ static json_t *event(const char *name, double now)
 
 json_t *dl_ejob_txn_create(const char *prefix, const dl_ejob_settings_t *s, double now)
 {
-    json_t *state = json_pack("{s:i, s:s, s:i, s:i, s:i, s:i, s:s, s:f}", "round", 0, "state",
-                              "gathering", "restarts", 0, "max_restarts", s->max_restarts,
+    json_t *state = json_pack("{s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:f}", "round", 0,
+                              "state", "gathering", "restarts", 0, "max_restarts", s->max_restarts,
+                              "max_same_failures", s->max_same_failures,
                               "min_nodes", s->min_nodes, "max_nodes", s->max_nodes, "reason",
                               "the job started", "time", now);
     json_t *t = json_pack(
@@ -488,6 +491,45 @@ static void end_ops(const dl_ejob_view_t *v, json_t *ops, json_t *state, json_t 
         ops, del_range(dl__ejob_key(v->prefix, "done/"), dl__ejob_range_end(v->prefix, "done/")));
 }
 
+/* The culprit's exit cause, as the documents hold it (absent: none). */
+static bool same_cause(const json_t *a, const json_t *b)
+{
+    return sint(a, "exit_code", -1) == sint(b, "exit_code", -1) &&
+           sint(a, "signal", 0) == sint(b, "signal", 0) &&
+           json_is_true(json_object_get(a, "hung")) == json_is_true(json_object_get(b, "hung")) &&
+           json_is_true(json_object_get(a, "oom")) == json_is_true(json_object_get(b, "oom"));
+}
+
+int dl_ejob_same_failures(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const json_t *culprit)
+{
+    json_int_t rank = sint(culprit, "rank", -1);
+    if (cause != DL_EJOB_CAUSE_WORKER_FAILED || rank < 0)
+        return 0;
+    const json_t *prev = json_object_get(v->state, "culprit");
+    json_int_t count = sint(v->state, "same_failures", 0);
+    json_int_t step = sint(culprit, "step", -1);
+    /* A worker that got further than last time may get further again after a restart. */
+    bool same = strcmp(sstr(prev, "cause"), cause_name(cause)) == 0 &&
+                sint(prev, "rank", -1) == rank && same_cause(prev, culprit) &&
+                (step < 0 || step <= sint(prev, "step", -1));
+    return same && count > 0 && count < INT_MAX ? (int)count + 1 : 1;
+}
+
+/* The same failure's verdict: > 0, the rounds in a row it ended, when that fails the job. */
+static int same_verdict(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const json_t *culprit)
+{
+    int same = dl_ejob_same_failures(v, cause, culprit);
+    json_int_t max = sint(v->state, "max_same_failures", 0);
+    return max > 0 && same >= max ? same : 0;
+}
+
+bool dl_ejob_next_fails(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const json_t *culprit)
+{
+    bool failure = cause == DL_EJOB_CAUSE_WORKER_FAILED || cause == DL_EJOB_CAUSE_NODE_LOST;
+    return same_verdict(v, cause, culprit) > 0 ||
+           (failure && sint(v->state, "restarts", 0) >= sint(v->state, "max_restarts", 0));
+}
+
 json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const char *reason,
                          const json_t *culprit, const dl_ejob_member_t *join, int64_t join_lease,
                          int64_t linger_lease, double now)
@@ -499,24 +541,37 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
     json_int_t max = sint(v->state, "max_restarts", 0);
     json_t *state = json_deep_copy(v->state);
     json_t *ops = json_array();
+    int same = same_verdict(v, cause, culprit);
 
+    json_object_set_new(state, "same_failures",
+                        json_integer(dl_ejob_same_failures(v, cause, culprit)));
     json_object_set_new(who, "cause", json_string(cause_name(cause)));
     json_object_set_new(state, "culprit", who);
     if (failure && json_object_get(state, "failure") == NULL)
         json_object_set_new(state, "failure", json_string(reason));
-    if (failure && restarts >= max) {
-        /* No restart left: the job fails with its first failure. */
-        const char *why = sstr(state, "failure");
+    if (same > 0 || (failure && restarts >= max)) {
+        /* No restart left, or another would fail alike: the job fails with its first failure,
+         * or with the one that repeats (exit 5: a scheduler should not requeue it). */
+        const char *why = same > 0 ? reason : sstr(state, "failure");
         char text[1400];
-        snprintf(text, sizeof(text), "failed after %lld restart%s: %s", (long long)restarts,
-                 restarts == 1 ? "" : "s", why);
+        if (same > 0)
+            snprintf(text, sizeof(text),
+                     "the same failure ended %d rounds in a row (the same rank and cause, no "
+                     "step further; restarting will not help): %.1100s",
+                     same, why);
+        else
+            snprintf(text, sizeof(text), "failed after %lld restart%s: %s", (long long)restarts,
+                     restarts == 1 ? "" : "s", why);
         json_object_set_new(state, "state", json_string("failed"));
         json_object_set_new(state, "reason", json_string(text));
         json_object_set_new(state, "cause", json_string(cause_name(cause)));
         json_object_set_new(state, "time", json_real(now));
+        if (same > 0)
+            json_object_set_new(state, "exit_code", json_integer(5));
         json_t *ev = event("job_end", now);
         json_object_update_new(ev, json_pack("{s:s, s:i, s:s}", "status", "failed", "exit_code",
-                                             1, "failure", why));
+                                             same > 0 ? 5 : 1, "failure",
+                                             same > 0 ? text : why));
         end_ops(v, ops, state, ev, linger_lease);
         return json_pack("{s:[o], s:o}", "compare", cmp_state(v), "success", ops);
     }
@@ -627,5 +682,7 @@ json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id)
 int dl_ejob_exit_code(const dl_ejob_view_t *v)
 {
     const char *s = dl_ejob_state_name(v);
-    return strcmp(s, "failed") == 0 ? 1 : strcmp(s, "timed-out") == 0 ? 3 : 0;
+    if (strcmp(s, "failed") == 0)
+        return sint(v->state, "exit_code", 1) == 5 ? 5 : 1;
+    return strcmp(s, "timed-out") == 0 ? 3 : 0;
 }

@@ -66,6 +66,7 @@ static const dl__field_t join_fields[] = {
     OPT("min_nodes", DL__F_INT, 1, 1000000),
     OPT("max_nodes", DL__F_INT, 1, 1000000),
     OPT("max_restarts", DL__F_INT, 0, I32),
+    OPT("max_same_failures", DL__F_INT, 0, 1000000), /* 0: never */
     OPT("last_call_ms", DL__F_INT, 0, JINT_MAX),
     OPT("join_timeout_ms", DL__F_INT, 0, JINT_MAX),
     OPT("dead_after_ms", DL__F_INT, 0, JINT_MAX),
@@ -130,6 +131,9 @@ static const dl__field_t worker_failed_fields[] = {
     OPT("diag", DL__F_OBJ, 0, 0),
     OPT("excluded", DL__F_BOOL, 0, 0), /* the node steps out as a straggler */
     OPT("hung", DL__F_BOOL, 0, 0),     /* killed by the hang watchdog */
+    OPT("oom", DL__F_BOOL, 0, 0),      /* killed by the kernel's OOM killer */
+    /* The furthest training step the node's workers reported in the round (none: unknown). */
+    OPT("step", DL__F_INT, 0, JINT_MAX),
     END,
 };
 

@@ -18,6 +18,7 @@ json_t *dl_rdzv_enc_join(json_int_t id, const dl_rdzv_join_msg_t *j)
                      (json_int_t)(j->join_timeout * 1000), "dead_after_ms",
                      (json_int_t)(j->dead_after * 1000), "max_restarts", j->max_restarts,
                      "master_addr", j->master_addr, "master_port", j->master_port));
+    json_object_set_new(m, "max_same_failures", json_integer(j->max_same_failures));
     if (j->assigned) {
         json_object_set_new(m, "round", json_integer(j->round));
         json_object_set_new(m, "failures", json_integer(j->failures));
@@ -67,6 +68,10 @@ json_t *dl_rdzv_enc_worker_failed(json_int_t id, const dl_rdzv_failure_msg_t *f)
     json_object_set_new(m, "reason", json_string(f->reason));
     if (f->hung)
         json_object_set_new(m, "hung", json_true());
+    if (f->oom)
+        json_object_set_new(m, "oom", json_true());
+    if (f->step >= 0 && !f->excluded)
+        json_object_set_new(m, "step", json_integer(f->step));
     json_object_set_new(m, "time", json_real(f->time));
     if (f->log_tail != NULL)
         json_object_set_new(m, "log_tail", json_string(f->log_tail));

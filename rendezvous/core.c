@@ -125,6 +125,8 @@ int dl_rdzv_job_opts_check(const dl_rdzv_job_opts_t *o, char *err, size_t errlen
         return bad_opt(err, errlen, "dead_after", "is not a duration > 0", o->dead_after);
     if (o->max_restarts < 0)
         return bad_opt(err, errlen, "max_restarts", "is below 0", o->max_restarts);
+    if (o->max_same_failures < 0)
+        return bad_opt(err, errlen, "max_same_failures", "is below 0", o->max_same_failures);
     if (o->master_port < 1 || o->master_port > 65535)
         return bad_opt(err, errlen, "master_port", "is outside 1..65535", o->master_port);
     if (!duration_ok(o->linger, true))
@@ -599,13 +601,16 @@ static dl_rdzv_culprit_t culprit_of(dl_rdzv_core_t *core, const dl__rdzv_member_
                                .host = dl__rdzv_printf(core, "%s", m->host),
                                .node_rank = m->node_rank,
                                .rank = -1,
-                               .exit_code = -1};
+                               .exit_code = -1,
+                               .step = -1};
 }
 
 /* The job fails for why: every member but dead (whose connection is closed) hears it, and so
- * does the connection also, when it is not a member's. */
+ * does the connection also, when it is not a member's. same > 0: the same failure (culprit)
+ * ended that many rounds in a row, which is what the members hear of. */
 static void fail_job(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, const char *why,
-                     dl_rdzv_cause_t cause, dl__rdzv_member_t *dead, uint64_t also)
+                     dl_rdzv_cause_t cause, dl__rdzv_member_t *dead, uint64_t also, int same,
+                     const dl_rdzv_culprit_t *culprit)
 {
     for (size_t i = 0; i <= job->nmembers; i++) {
         dl__rdzv_member_t *m = i < job->nmembers ? job->members[i] : NULL;
@@ -621,11 +626,31 @@ static void fail_job(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, cons
         msg->failed.restarts = job->restarts;
         msg->failed.failure = why;
         msg->failed.cause = cause;
-        msg->failed.culprit = job->has_culprit ? &job->first_culprit : NULL;
+        msg->failed.culprit = same > 0 && culprit ? culprit
+                              : job->has_culprit  ? &job->first_culprit
+                                                  : NULL;
+        msg->failed.same_failures = same;
     }
     dl__rdzv_log(core, DL_RDZV_LOG_ERROR, job->run_id, "job failed after %d restart%s: %s",
                  job->restarts, job->restarts == 1 ? "" : "s", why);
     finish(core, job, DL_RDZV_JOB_FAILED, now);
+}
+
+/* Counts the rounds in a row that the same worker failure ended (c: this round's culprit, NULL
+ * when no failure ended it). Anything else (a lost node, which a requeue elsewhere may well
+ * cure, an operator's restart, a node joining) breaks the row. Returns the count. */
+static int count_same(dl__rdzv_job_t *job, const dl_rdzv_culprit_t *c)
+{
+    bool worker = c && c->cause == DL_RDZV_CAUSE_WORKER_FAILED && c->rank >= 0;
+    if (worker && job->same_failures > 0 && dl__rdzv_same_failure(&job->same_culprit, c))
+        job->same_failures++;
+    else
+        job->same_failures = worker ? 1 : 0;
+    if (worker) {
+        job->same_culprit = *c;
+        job->same_culprit.agent_id = job->same_culprit.host = job->same_culprit.text = NULL;
+    }
+    return job->same_failures;
 }
 
 static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, const char *reason,
@@ -638,9 +663,21 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
     }
     if (failure)
         keep_first_failure(job, reason, culprit);
+    int same = count_same(job, failure ? culprit : NULL);
+    if (job->opts.max_same_failures > 0 && same >= job->opts.max_same_failures) {
+        /* Another restart would fail alike: the budget is not spent on it, and the exit code
+         * (5) tells a scheduler not to requeue the job either. */
+        fail_job(core, job, now,
+                 dl__rdzv_printf(core,
+                                 "the same failure ended %d rounds in a row (the same rank and "
+                                 "cause, no step further; restarting will not help): %.1100s",
+                                 same, reason),
+                 cause, dead, DL_RDZV_CONN_NONE, same, culprit);
+        return;
+    }
     if (failure && job->restarts >= job->opts.max_restarts) {
         fail_job(core, job, now, job->failure ? job->failure : reason, cause, dead,
-                 DL_RDZV_CONN_NONE);
+                 DL_RDZV_CONN_NONE, 0, NULL);
         return;
     }
     int next = job->round + 1;
@@ -977,7 +1014,7 @@ static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
             ev->join.failures == 1 ? "" : "s", job->opts.max_restarts,
             job->failure ? ": " : "", job->failure ? job->failure : "");
         keep_first_failure(job, spent, NULL);
-        fail_job(core, job, now, spent, DL_RDZV_CAUSE_NODE_LOST, NULL, ev->conn);
+        fail_job(core, job, now, spent, DL_RDZV_CAUSE_NODE_LOST, NULL, ev->conn, 0, NULL);
         return;
     }
     if (m && job->state == DL_RDZV_JOB_GATHERING) {
@@ -1142,6 +1179,8 @@ static void on_worker_failed(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, do
         c->exit_code = ev->report.signal > 0 || ev->report.hung ? -1 : ev->report.exit_code;
         c->signal = ev->report.hung ? 0 : ev->report.signal;
         c->hung = ev->report.hung;
+        c->oom = ev->report.oom && !ev->report.hung;
+        c->step = ev->report.step;
     }
     new_round(core, job, now,
               dl__rdzv_printf(core, "agent '%s' (%s) in round %d: %.1024s", m->agent_id, m->host,

@@ -20,6 +20,7 @@ typedef struct {
     int slots;
     int node_rank; /* wanted, or -1 */
     int min_nodes, max_nodes, max_restarts;
+    int max_same_failures; /* 0: never */
     double last_call, join_timeout, dead_after; /* seconds */
     /* Once it took part in a round: that round, and the restarts spent as it was told (a
      * restarted rendezvous, or a successor, goes on counting from the highest it hears). */
@@ -45,7 +46,9 @@ typedef struct {
     int exit_code; /* when signal is 0 (< 0: 127) */
     int signal;
     bool hung;     /* killed by the hang watchdog */
+    bool oom;      /* killed by the kernel's OOM killer */
     bool excluded; /* a straggler steps out: exit_code 0, no local rank */
+    long long step; /* the furthest step the node's workers reported in the round; < 0: none */
     const char *reason;
     double time;
     const char *log_tail; /* or NULL */

@@ -40,6 +40,11 @@ typedef struct {
     double join_timeout; /* seconds from the round's start (round 0: first join) to reach min */
     double dead_after;   /* seconds without a heartbeat before a member is declared dead */
     int max_restarts;    /* round changes allowed after round 0 before the job fails */
+    /* Rounds in a row that a worker failure ends the same way (the same global rank, the same
+     * exit code, signal, hang or OOM kill, and no training step further than the failure
+     * before) after which the job fails as a same failure (exit 5, docs/exit-codes.md) rather
+     * than spend more restarts; 0: never. */
+    int max_same_failures;
     int master_port;     /* MASTER_PORT when node rank 0's JOIN names none */
     double linger;       /* seconds a finished job still answers before it is forgotten */
 } dl_rdzv_job_opts_t;
@@ -113,6 +118,8 @@ typedef struct {
     int exit_code;        /* -1: it did not exit (a signal, a hang, a lost node) */
     int signal;           /* 0: none */
     bool hung;            /* killed by the hang watchdog */
+    bool oom;             /* killed by the kernel's OOM killer */
+    long long step;       /* the furthest step its node's workers reached in the round; -1 */
     const char *text;     /* the one-line account, as in the round change's reason */
 } dl_rdzv_culprit_t;
 
@@ -169,6 +176,10 @@ typedef struct {
             int exit_code;           /* WORKER_FAILED: -1 when it did not exit */
             int signal;              /* WORKER_FAILED: 0 when none */
             bool hung;               /* WORKER_FAILED: killed by the hang watchdog */
+            bool oom;                /* WORKER_FAILED: killed by the OOM killer */
+            /* WORKER_FAILED: the furthest training step the node's workers reported in the
+             * round, or -1 when they report none (then the failure alone is compared). */
+            long long step;
         } report;
         struct {
             int round; /* the namespace: the job's current round, or -1 for whatever is current */
@@ -288,6 +299,9 @@ typedef struct {
             const char *failure;
             dl_rdzv_cause_t cause;            /* of the round change that was one too many */
             const dl_rdzv_culprit_t *culprit; /* the job's first failure */
+            /* > 0: the job failed because the same failure ended this many rounds in a row
+             * (max_same_failures; agents exit 5 and failure says so); 0: restarts ran out. */
+            int same_failures;
         } failed;
         struct {
             int round;
@@ -344,8 +358,8 @@ typedef struct {
     size_t n;
 } dl_rdzv_actions_t;
 
-/* Defaults: nodes 1:1, last call 30 s, join timeout 600 s, dead after 30 s, 3 restarts,
- * master port 29500, linger 60 s. */
+/* Defaults: nodes 1:1, last call 30 s, join timeout 600 s, dead after 30 s, 3 restarts, no
+ * same-failure limit (agents send theirs), master port 29500, linger 60 s. */
 void dl_rdzv_job_opts_init(dl_rdzv_job_opts_t *opts);
 
 /* Defaults: the job defaults above, 4096 jobs, keys up to 4 KiB, values up to 1 MiB, 1,048,576

@@ -351,6 +351,12 @@ static json_t *status_json(const dl_rdzv_server_t *s, const dl_rdzv_job_status_t
     return o;
 }
 
+/* A failed job's exit code (docs/exit-codes.md): 5 when the same failure ended it. */
+static int failed_code(const dl_rdzv_msg_t *m)
+{
+    return m->failed.same_failures > 0 ? 5 : 1;
+}
+
 /* The culprit as agents read it (docs/protocol.md, round_changed and shutdown's failure). */
 static json_t *culprit_json(const dl_rdzv_culprit_t *c)
 {
@@ -447,7 +453,7 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
     case DL_RDZV_MSG_FAILED:
         o = dl_proto_msg_new(DL_PROTO_SHUTDOWN, -1);
         json_object_set_new(o, "reason", json_string("failed"));
-        json_object_set_new(o, "exit_code", json_integer(1));
+        json_object_set_new(o, "exit_code", json_integer(failed_code(m)));
         json_t *f = m->failed.culprit != NULL ? culprit_json(m->failed.culprit) : json_object();
         json_object_set_new(f, "description",
                             json_string(m->failed.failure ? m->failed.failure : "unknown"));
@@ -612,7 +618,7 @@ static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
                               m->kind == DL_RDZV_MSG_FAILED   ? "failed"
                               : m->kind == DL_RDZV_MSG_STOP ? "stopped"
                                                             : "succeeded",
-                              "exit_code", m->kind == DL_RDZV_MSG_FAILED ? 1 : 0);
+                              "exit_code", m->kind == DL_RDZV_MSG_FAILED ? failed_code(m) : 0);
         if (f != NULL && m->kind == DL_RDZV_MSG_FAILED && m->failed.failure != NULL)
             json_object_set_new(f, "failure", json_string(m->failed.failure));
         journal(s, m->run_id, "job_end", f);
@@ -781,6 +787,8 @@ static void handle_join(sconn_t *sc, json_t *msg, uint64_t req)
     opts.join_timeout = ms_field(msg, "join_timeout_ms", opts.join_timeout);
     opts.dead_after = ms_field(msg, "dead_after_ms", opts.dead_after);
     opts.max_restarts = (int)dl_proto_get_int(msg, "max_restarts", opts.max_restarts);
+    opts.max_same_failures =
+        (int)dl_proto_get_int(msg, "max_same_failures", opts.max_same_failures);
     bool has_opts = json_object_get(msg, "min_nodes") != NULL;
     if (has_opts && dl_rdzv_job_opts_check(&opts, err, sizeof(err)) < 0) {
         send_error(sc, (json_int_t)(req - 1), DL_PROTO_E_BAD_FIELD, "join: %s", err);
@@ -903,6 +911,8 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         ev.report.exit_code = (int)code;
         ev.report.signal = (int)dl_proto_get_int(msg, "signal", 0);
         ev.report.hung = json_is_true(json_object_get(msg, "hung"));
+        ev.report.oom = json_is_true(json_object_get(msg, "oom"));
+        ev.report.step = dl_proto_get_int(msg, "step", -1);
         char peer[80];
         dl__conn_peer(&sc->c, peer, sizeof(peer));
         dl__rdzv_stats_failure(&s->stats, sc->run_id, msg, peer, unix_now());

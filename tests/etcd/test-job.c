@@ -375,6 +375,89 @@ START_TEST(a_read_loads_as_a_range)
 }
 END_TEST
 
+/* The same failure round after round (docs/exit-codes.md, 5): the state counts it, and at
+ * max_same_failures the job fails with exit 5 before its restarts are spent. */
+static json_t *worker_culprit(int rank, int code, int step)
+{
+    json_t *c = json_pack("{s:s, s:s, s:i, s:i, s:i}", "node", "b", "host", "hb", "node_rank", 1,
+                          "rank", rank, "exit_code", code);
+    if (step >= 0)
+        json_object_set_new(c, "step", json_integer(step));
+    return c;
+}
+
+static json_int_t state_int(const json_t *txn, const char *field)
+{
+    json_t *s = put_of(txn, "state");
+    json_int_t v = json_integer_value(json_object_get(s, field));
+    json_decref(s);
+    return v;
+}
+
+START_TEST(the_same_failure_in_a_row_fails_the_job_with_5)
+{
+    dl_ejob_view_t v;
+    json_t *st = state_doc("running", 2, 2, 10, 2, 2);
+    json_object_set_new(st, "max_same_failures", json_integer(3));
+    json_object_set_new(st, "same_failures", json_integer(2));
+    json_t *prev = worker_culprit(1, 7, 40);
+    json_object_set_new(prev, "cause", json_string("worker_failed"));
+    json_object_set_new(st, "culprit", prev);
+    load(&v, json_pack("[o]", kv(P "state", st, 2, 0)), 3);
+
+    /* Another rank, another code, or a step further: the row starts again at 1. */
+    static const int other[][3] = {{0, 7, 40}, {1, 8, 40}, {1, 7, 41}};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *c = worker_culprit(other[i][0], other[i][1], other[i][2]);
+        ck_assert_int_eq(dl_ejob_same_failures(&v, DL_EJOB_CAUSE_WORKER_FAILED, c), 1);
+        ck_assert(!dl_ejob_next_fails(&v, DL_EJOB_CAUSE_WORKER_FAILED, c));
+        json_t *t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_WORKER_FAILED, "r", c, NULL, 0, 0, 1);
+        ck_assert_int_eq(state_int(t, "same_failures"), 1);
+        ck_assert_int_eq(state_int(t, "round"), 3);
+        json_decref(t);
+        json_decref(c);
+    }
+    /* A lost node is no same failure; neither is a failure without a rank. */
+    ck_assert_int_eq(dl_ejob_same_failures(&v, DL_EJOB_CAUSE_NODE_LOST, NULL), 0);
+
+    /* The same again (no step known this time, or an earlier one): the third in a row. */
+    json_t *c = worker_culprit(1, 7, -1);
+    ck_assert_int_eq(dl_ejob_same_failures(&v, DL_EJOB_CAUSE_WORKER_FAILED, c), 3);
+    ck_assert(dl_ejob_next_fails(&v, DL_EJOB_CAUSE_WORKER_FAILED, c));
+    json_t *t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_WORKER_FAILED, "rank 1 exited with code 7", c,
+                                 NULL, 0, 99, 1);
+    json_t *s = put_of(t, "state");
+    ck_assert_str_eq(json_string_value(json_object_get(s, "state")), "failed");
+    ck_assert_int_eq(json_integer_value(json_object_get(s, "exit_code")), 5);
+    ck_assert_int_eq(json_integer_value(json_object_get(s, "restarts")), 2);
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(s, "reason")),
+                                 "the same failure ended 3 rounds in a row"));
+    json_t *ev = put_of(t, "ev/00000002-2");
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "exit_code")), 5);
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(ev, "failure")),
+                                 "rank 1 exited with code 7"));
+    json_decref(ev);
+    dl_ejob_view_clear(&v);
+    /* Every agent reads the end from the state: exit 5. */
+    load(&v, json_pack("[o]", kv(P "state", s, 4, 0)), 4);
+    ck_assert_int_eq(dl_ejob_exit_code(&v), 5);
+    dl_ejob_view_clear(&v);
+    json_decref(t);
+
+    /* max_same_failures 0 (or a state without it): never. */
+    st = state_doc("running", 2, 2, 10, 2, 2);
+    json_object_set_new(st, "same_failures", json_integer(9));
+    prev = worker_culprit(1, 7, -1);
+    json_object_set_new(prev, "cause", json_string("worker_failed"));
+    json_object_set_new(st, "culprit", prev);
+    load(&v, json_pack("[o]", kv(P "state", st, 2, 0)), 3);
+    ck_assert_int_eq(dl_ejob_same_failures(&v, DL_EJOB_CAUSE_WORKER_FAILED, c), 10);
+    ck_assert(!dl_ejob_next_fails(&v, DL_EJOB_CAUSE_WORKER_FAILED, c));
+    dl_ejob_view_clear(&v);
+    json_decref(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("etcd-job");
@@ -388,6 +471,7 @@ int main(void)
     tcase_add_test(tc, base64_and_ranges);
     tcase_add_test(tc, joins_and_dones_are_counted_per_round);
     tcase_add_test(tc, a_read_loads_as_a_range);
+    tcase_add_test(tc, the_same_failure_in_a_row_fails_the_job_with_5);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -626,5 +626,36 @@ class Writers(EtcdCase):
         self.assertIn("master_addr", self.log("a"))
 
 
+class SameFailure(EtcdCase):
+    """docs/exit-codes.md, 5, with --rdzv-backend etcd: the job's state counts the same failure
+    round after round and ends the job with 5 on every node, restarts left unspent; a failure
+    that changes spends them all as before."""
+
+    def run_job(self, script, tag, max_restarts):
+        procs = [self.agent("--node-rank", str(i), "--max-restarts", str(max_restarts),
+                            "--stop-timeout", "2", "--", "sh", "-c",
+                            script, name=f"{n}{tag}", slots="1", run_id=f"job{tag}")
+                 for i, n in enumerate("ab")]
+        return self.wait_all(procs), self.logs([f"a{tag}", f"b{tag}"])
+
+    def test_the_same_failure_on_every_round_ends_with_5(self):
+        codes, logs = self.run_job('[ "$RANK" = 1 ] && exit 7; sleep 30', "same", 10)
+        self.assertEqual(codes, [5, 5], logs)
+        for n in "ab":
+            evs = self.evs(f"{n}same")
+            self.assertEqual(len([e for e in evs if e["event"] == "restart"]), 2, evs)
+            self.assertEqual((evs[-1]["status"], evs[-1]["exit_code"]), ("failed", 5))
+            self.assertRegex(self.log(f"{n}same"), r"the rendezvous ended the job: the same "
+                                                   r"failure ended 3 rounds in a row")
+        ends = [json.loads(v) for v in self.cluster.get_prefix("/dlaunch/jobsame/ev/").values()
+                if json.loads(v)["event"] == "job_end"]
+        self.assertEqual([(e["status"], e["exit_code"]) for e in ends], [("failed", 5)], ends)
+        # Another rank each round: every restart is spent, exit 1 as before.
+        codes, logs = self.run_job(
+            '[ "$RANK" = $((TORCHELASTIC_RESTART_COUNT % 2)) ] && exit 7; sleep 30', "other", 3)
+        self.assertEqual(codes, [1, 1], logs)
+        self.assertEqual(len([e for e in self.evs("aother") if e["event"] == "restart"]), 3)
+
+
 if __name__ == "__main__":
     dltest.main()

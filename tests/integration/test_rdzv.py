@@ -183,6 +183,65 @@ class Rendezvous(dltest.Case):
         self.assertIn("rank 0", self.log("a") + self.log("b"))
         self.assertIn("exited with code 6", self.log("a") + self.log("b"))
 
+    # A worker of node 1 that fails on every attempt: rank 1 alone on its node (one slot a
+    # node, node ranks pinned), rank 0 waiting to be stopped.
+    SAME = ["--max-restarts", "10", "--stop-timeout", "2"]
+
+    def test_the_same_failure_on_every_round_ends_every_node_with_5(self):
+        """docs/exit-codes.md, 5: over several nodes the rendezvous decides restarts; the same
+        rank failing with the same code three rounds in a row (--max-same-failures 3, the
+        default) ends the job on every node with exit 5, 7 of the 10 restarts unspent, and
+        dlaunchd's journal ends the job with 5 too."""
+        d, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
+        self.procs.append(d)
+        self.endpoint = f"127.0.0.1:{self.port}"
+        script = '[ "$RANK" = 1 ] && exit 7; sleep 30'
+        procs = [self.agent("--node-rank", str(i), *self.SAME, "--", "sh", "-c", script,
+                            name=n, slots="1") for i, n in enumerate("ab")]
+        self.assertEqual(self.wait_all(procs), [5, 5], self.log("a") + self.log("b"))
+        starts = [e for e in self.evs("b") if e["event"] == "worker_start"]
+        self.assertEqual([e["rank"] for e in starts], [1, 1, 1], starts)
+        for n in "ab":
+            self.assertEqual(len([e for e in self.evs(n) if e["event"] == "restart"]), 2)
+            end = self.evs(n)[-1]
+            self.assertEqual((end["event"], end["status"], end["exit_code"]),
+                             ("job_end", "failed", 5), end)
+            self.assertRegex(self.log(n), r"the rendezvous ended the job: failed: the same "
+                                          r"failure ended 3 rounds in a row .*rank 1 on \S+ "
+                                          r"exited with code 7")
+            self.assertIn("failed the same way on every attempt (exit 5: do not requeue)",
+                          self.log(n))
+        p = self.dlaunch("events", "--timeout", "5", "--endpoint", self.endpoint, "job",
+                         check_code=0)
+        journal = [json.loads(l) for l in p.stdout.splitlines()]
+        self.assertEqual((journal[-1]["event"], journal[-1]["status"], journal[-1]["exit_code"]),
+                         ("job_end", "failed", 5), journal[-1])
+        self.assertIn("the same failure ended 3 rounds in a row", journal[-1]["failure"])
+
+    def test_a_failure_that_changes_spends_every_restart(self):
+        """Another rank failing each round, or the same rank after getting further (its health
+        beats say its step): no same failure; every restart is spent and the nodes exit 1."""
+        scripts = {
+            "rank": '[ "$RANK" = $((TORCHELASTIC_RESTART_COUNT % 2)) ] && exit 7; sleep 30',
+            "progress": ('[ "$RANK" = 1 ] || exec sleep 30; '
+                         'echo "step=$((10 * TORCHELASTIC_RESTART_COUNT + 10))" >&3; '
+                         'sleep 1; exit 7'),
+        }
+        for what, script in scripts.items():
+            with self.subTest(what=what):
+                self.port = free_port()
+                self.endpoint = f"127.0.0.1:{self.port}"
+                flags = ["--max-restarts", "3", *self.SAME[2:]]
+                procs = [self.agent("--node-rank", str(i), *flags, "--", "sh", "-c", script,
+                                    name=f"{n}{what}", slots="1") for i, n in enumerate("ab")]
+                logs = self.log(f"a{what}") + self.log(f"b{what}")
+                self.assertEqual(self.wait_all(procs), [1, 1], logs)
+                for n in "ab":
+                    evs = self.evs(f"{n}{what}")
+                    self.assertEqual(len([e for e in evs if e["event"] == "restart"]), 3, evs)
+                    self.assertEqual(evs[-1]["exit_code"], 1)
+                    self.assertNotIn("same failure", self.log(f"{n}{what}"))
+
     def test_join_timeout_exits_3(self):
         p = self.agent("--join-timeout", "1", "--", "true", name="alone")
         self.assertEqual(p.wait(timeout=30), 3, self.log("alone"))

@@ -2,7 +2,12 @@
  *
  *   allreduce [--worlds 2,4] [--transports shm,tcp,shm-reg] [--min BYTES] [--max BYTES]
  *             [--step K] [--budget BYTES] [--no-mpi] [--order-ab] [--json] [--dlaunch PATH]
- *             [--mpi-worker PATH] [--recorder-ab ROUNDS]
+ *             [--mpi-worker PATH] [--recorder-ab ROUNDS] [--floor]
+ *
+ * --floor: for world 2, beside every size of the shared-memory tables, bench/shm-floor's
+ * zero-copy figure for that size (two processes summing both inputs straight out of one shared
+ * mapping, no library), measured right after our rows of that size's transport, and our busbw
+ * over it: what the issue's "within 0.85x of the zero-copy floor" is read against.
  *
  * --recorder-ab: instead of Open MPI, ours with the flight recorder on (the default) and off
  * (DLAUNCH_COLL_RECORDER=off), ROUNDS times each, the two alternating (on first in even rounds,
@@ -199,8 +204,9 @@ typedef struct {
     char worlds[64], transports[64];
     const char *dlaunch, *mpi_worker, *self;
     char min[32], max[32], step[16], budget[32];
-    int mpi, json, ab;
+    int mpi, json, ab, floor;
     int ab_rounds; /* --recorder-ab */
+    char shm_floor[PATH_MAX + 32];
     char dir[64];
     row_t rows[MAX_ROWS];
     int nrows;
@@ -260,6 +266,27 @@ static const row_t *find(const driver_t *d, const char *impl, const char *tr, in
     return NULL;
 }
 
+/* bench/shm-floor's zero-copy figure for every size, appended to the rows as impl "floor" of
+ * transport tr, world 2 (busbw: with 2 ranks it equals the algorithm bandwidth). */
+static void bench_floor(const driver_t *d, const char *tr, const char *rows, const char *log)
+{
+    double min = strtod(d->min, NULL), max = strtod(d->max, NULL), step = strtod(d->step, NULL);
+    for (double b = min; b <= max && step >= 2; b *= step) {
+        char bytes[32], runs[16], cmd[PATH_MAX + 256];
+        snprintf(bytes, sizeof(bytes), "%.0f", b);
+        /* About as much data as our rows move per batch, at least 10 runs. */
+        double n = strtod(d->budget, NULL) / b / 3;
+        snprintf(runs, sizeof(runs), "%d", n < 10 ? 10 : n > 1000 ? 1000 : (int)n);
+        int len = snprintf(cmd, sizeof(cmd),
+                 "%s --bytes %s --chunk 4096 --runs %s --json 2>>%s | "
+                 "sed -n 's/.*\"zero-copy\", \"bytes\": \\([0-9]*\\), \"gbs\": \\([0-9.]*\\)}/"
+                 "floor %s 2 \\1 0 \\2/p' >>%s",
+                 d->shm_floor, bytes, runs, log, tr, rows);
+        if (len < 0 || (size_t)len >= sizeof(cmd) || system(cmd) != 0)
+            fprintf(stderr, "allreduce: shm-floor --bytes %s failed (see %s)\n", bytes, log);
+    }
+}
+
 static void bench_pair(driver_t *d, int world, const char *tr)
 {
     char n[16], out[128], log[128], env[64];
@@ -296,6 +323,8 @@ static void bench_pair(driver_t *d, int world, const char *tr)
     int rc = run(d, ours, env, NULL, log);
     if (rc != 0)
         fprintf(stderr, "allreduce: dlaunch, %s, world %d: exit %d (see %s)\n", tr, world, rc, log);
+    if (d->floor && world == 2 && strncmp(tr, "shm", 3) == 0)
+        bench_floor(d, tr, out, log);
     if (!d->mpi || strcmp(tr, "hier") == 0)
         return;
     int tcp = strcmp(tr, "tcp") == 0;
@@ -405,10 +434,14 @@ static void recorder_ab(driver_t *d, int world, const char *tr)
 static void print_table(const driver_t *d, int world, const char *tr)
 {
     printf("\n# all-reduce, float32 sum, out of place: %s, world %d\n", tr, world);
-    printf("%12s %12s %10s %10s %12s %10s %8s %8s\n", "bytes", "time_us", "algbw_GB/s",
-           "busbw_GB/s", "mpi_time_us", "mpi_busbw", "time", "busbw");
-    printf("%12s %12s %10s %10s %12s %10s %8s %8s\n", "", "", "", "", "", "", "ours/mpi",
-           "ours/mpi");
+    int floor = 0;
+    for (int i = 0; i < d->nrows && !floor; i++)
+        floor = find(d, "floor", tr, world, d->rows[i].bytes) != NULL;
+    printf("%12s %12s %10s %10s %12s %10s %8s %8s%s\n", "bytes", "time_us", "algbw_GB/s",
+           "busbw_GB/s", "mpi_time_us", "mpi_busbw", "time", "busbw",
+           floor ? "   floor_busbw    busbw" : "");
+    printf("%12s %12s %10s %10s %12s %10s %8s %8s%s\n", "", "", "", "", "", "", "ours/mpi",
+           "ours/mpi", floor ? "    (zero-copy) ours/floor" : "");
     for (int i = 0; i < d->nrows; i++) {
         const row_t *o = &d->rows[i];
         if (strcmp(o->impl, "dlaunch") != 0 || strcmp(o->transport, tr) != 0 || o->world != world)
@@ -417,10 +450,14 @@ static void print_table(const driver_t *d, int world, const char *tr)
         double algbw = (double)o->bytes / o->time_us / 1e3;
         printf("%12zu %12.2f %10.3f %10.3f", o->bytes, o->time_us, algbw, o->busbw);
         if (m != NULL)
-            printf(" %12.2f %10.3f %8.2f %8.2f\n", m->time_us, m->busbw, o->time_us / m->time_us,
+            printf(" %12.2f %10.3f %8.2f %8.2f", m->time_us, m->busbw, o->time_us / m->time_us,
                    o->busbw / m->busbw);
         else
-            printf(" %12s %10s %8s %8s\n", "-", "-", "-", "-");
+            printf(" %12s %10s %8s %8s", "-", "-", "-", "-");
+        const row_t *f = floor ? find(d, "floor", tr, world, o->bytes) : NULL;
+        if (f != NULL)
+            printf(" %13.3f %8.2f", f->busbw, o->busbw / f->busbw);
+        printf("\n");
     }
 }
 
@@ -456,7 +493,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: allreduce [--worlds 2,4] [--transports shm,tcp,shm-reg] [--min BYTES] "
                     "[--max BYTES] [--step K] [--budget BYTES] [--no-mpi] [--order-ab] [--json] "
-                    "[--dlaunch PATH] [--mpi-worker PATH] [--recorder-ab ROUNDS]\n");
+                    "[--dlaunch PATH] [--mpi-worker PATH] [--recorder-ab ROUNDS] [--floor]\n");
     return 2;
 }
 
@@ -481,6 +518,8 @@ int main(int argc, char **argv)
     snprintf(dirbuf, sizeof(dirbuf), "%s", self);
     snprintf(mpi_worker, sizeof(mpi_worker), "%s/allreduce-mpi", dirname(dirbuf));
     d.mpi_worker = mpi_worker;
+    snprintf(dirbuf, sizeof(dirbuf), "%s", self);
+    snprintf(d.shm_floor, sizeof(d.shm_floor), "%s/shm-floor", dirname(dirbuf));
     d.dlaunch = getenv("DLAUNCH") != NULL ? getenv("DLAUNCH") : DL_BENCH_DLAUNCH;
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -490,6 +529,10 @@ int main(int argc, char **argv)
         }
         if (strcmp(k, "--json") == 0) {
             d.json = 1;
+            continue;
+        }
+        if (strcmp(k, "--floor") == 0) {
+            d.floor = 1;
             continue;
         }
         if (strcmp(k, "--order-ab") == 0) {

@@ -724,7 +724,8 @@ static int do_watched_set(tconn_t *tc, dl_torch_bytes_t key, const void *v, size
     bool existed = tc->found;
     uint8_t *old = existed ? tc->value : NULL;
     size_t old_len = existed ? tc->value_len : 0;
-    tc->value = NULL; /* kept until the watchers are told */
+    if (existed)
+        tc->value = NULL; /* kept until the watchers are told */
     int r = do_set(tc, key, v, n);
     if (r == 0)
         notify_watchers(ts, key.data, key.len, existed ? WATCH_KEY_UPDATED : WATCH_KEY_CREATED,
@@ -745,7 +746,8 @@ static int execute_watched(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
     bool existed = tc->found;
     uint8_t *old = existed ? tc->value : NULL;
     size_t old_len = existed ? tc->value_len : 0;
-    tc->value = NULL;
+    if (existed)
+        tc->value = NULL; /* kept until the watchers are told */
     int r = execute_query(tc, q, o);
     if (r == 0 && do_get(tc, q->key) == 0) {
         bool now = tc->found;

@@ -677,6 +677,18 @@ static void take_snapshot(dl_rdzv_server_t *s, const dl_rdzv_status_t *st)
         dl__rdzv_stats_snapshot(&s->stats, st, jobs, unix_now(), s->nconns, s->peak);
 }
 
+/* The torch store's queues and watches live beside the core's keys: they go when a round
+ * of its job opens, as the keys do. */
+static void torch_round(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
+{
+    if (s->torch == NULL || m->run_id == NULL || strcmp(m->run_id, s->only_run_id) != 0)
+        return;
+    if (m->kind == DL_RDZV_MSG_ROUND_CHANGED)
+        dl__torch_store_new_round(s->torch, m->round_changed.round);
+    else if (m->kind == DL_RDZV_MSG_ASSIGNMENT)
+        dl__torch_store_new_round(s->torch, m->assignment.round);
+}
+
 static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
 {
     for (size_t i = 0; i < acts->n; i++) {
@@ -685,6 +697,7 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
         switch (a->kind) {
         case DL_RDZV_ACT_SEND: {
             journal_msg(s, &a->msg);
+            torch_round(s, &a->msg);
             if (a->conn == DL__RDZV_STATS_CONN) {
                 if (a->msg.kind == DL_RDZV_MSG_STATUS)
                     take_snapshot(s, a->msg.status);
@@ -1627,6 +1640,8 @@ void dl_rdzv_server_reset_store(dl_rdzv_server_t *s, const char *run_id)
 {
     dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_STORE_RESET, .run_id = run_id};
     run_core(s, &ev);
+    if (s->torch != NULL && strcmp(run_id, s->only_run_id) == 0)
+        dl__torch_store_new_round(s->torch, -1);
 }
 
 void dl_rdzv_server_stats(const dl_rdzv_server_t *s, dl_rdzv_server_stats_t *ret)

@@ -13,11 +13,24 @@
 
 #include "peer.h"
 #include "torch-codec.h"
+#include "torch-queue.h"
 #include "torch-store.h"
 
 #define READ_SIZE (64 * 1024)
 /* A client that does not read its answers is closed past this many unsent bytes. */
 #define MAX_UNSENT ((size_t)64 << 20)
+/* Torch 1.13's key watches (WATCH_KEY) a store holds; every write to a watched key is
+ * O(watches), and torch's own Python API never sends one. */
+#define MAX_WATCHES 4096
+
+/* What torch 1.13 sends a watcher: registered, and then each change of the key. */
+enum {
+    WATCH_KEY_UPDATED = 0,
+    WATCH_KEY_CREATED = 1,
+    WATCH_KEY_DELETED = 2,
+    WATCH_KEY_CALLBACK_REGISTERED = 3,
+    WATCH_KEY_APPENDED = 4,
+};
 
 typedef struct tconn_s tconn_t;
 
@@ -28,6 +41,13 @@ struct tconn_s {
     dl_torch_dialect_t dialect;
     bool waiting; /* a WAIT is pending in the core */
     bool closing;
+    uint64_t serial; /* this connection's alone, for the watches it holds */
+    /* While waiting: the keys the core waits on (as a WAIT sends them), so that a queue push
+     * can end the wait too; and the store's list of waiting connections. */
+    uint8_t *wkeys;
+    size_t wkeys_len;
+    uint64_t nwkeys;
+    tconn_t *wprev, *wnext;
     uint8_t *in; /* an unfinished query */
     size_t in_len;
     /* The core's answer to the event being fed (in_call). */
@@ -57,6 +77,18 @@ struct dl__torch_store_s {
     bool closing;
     uint8_t readbuf[READ_SIZE];
     bool readbuf_busy;
+    dl__tqueues_t *queues; /* QUEUE_*: the round's queues */
+    int round;             /* the round the queues and watches belong to */
+    tconn_t *waiters;      /* connections with a WAIT pending, oldest first */
+    tconn_t *waiters_tail;
+    struct watch_s {
+        uint32_t slot;
+        uint64_t serial;
+        size_t key_len;
+        uint8_t *key;
+    } *watches;
+    size_t nwatches;
+    uint64_t next_serial;
 };
 
 static uint64_t conn_id(const tconn_t *tc)
@@ -108,10 +140,110 @@ static void next_gen(dl__torch_store_t *ts, uint32_t slot)
         ts->gens[slot] = 1;
 }
 
+/* ---- waits and watches held here, next to the core's ---- */
+
+static void waiter_unlink(tconn_t *tc)
+{
+    dl__torch_store_t *ts = tc->ts;
+    if (!tc->waiting)
+        return;
+    if (tc->wprev != NULL)
+        tc->wprev->wnext = tc->wnext;
+    else
+        ts->waiters = tc->wnext;
+    if (tc->wnext != NULL)
+        tc->wnext->wprev = tc->wprev;
+    else
+        ts->waiters_tail = tc->wprev;
+    tc->wprev = tc->wnext = NULL;
+    tc->waiting = false;
+    free(tc->wkeys);
+    tc->wkeys = NULL;
+    tc->wkeys_len = 0;
+    tc->nwkeys = 0;
+}
+
+static void waiter_link(tconn_t *tc)
+{
+    dl__torch_store_t *ts = tc->ts;
+    tc->waiting = true;
+    tc->wnext = NULL;
+    tc->wprev = ts->waiters_tail;
+    if (ts->waiters_tail != NULL)
+        ts->waiters_tail->wnext = tc;
+    else
+        ts->waiters = tc;
+    ts->waiters_tail = tc;
+}
+
+static tconn_t *watcher(dl__torch_store_t *ts, const struct watch_s *w)
+{
+    tconn_t *tc = w->slot < ts->nslots ? ts->slots[w->slot] : NULL;
+    return tc != NULL && tc->serial == w->serial && !tc->closing ? tc : NULL;
+}
+
+static void watches_clear(dl__torch_store_t *ts)
+{
+    for (size_t i = 0; i < ts->nwatches; i++)
+        free(ts->watches[i].key);
+    free(ts->watches);
+    ts->watches = NULL;
+    ts->nwatches = 0;
+}
+
+static bool watched(const dl__torch_store_t *ts, const uint8_t *key, size_t len)
+{
+    for (size_t i = 0; i < ts->nwatches; i++)
+        if (ts->watches[i].key_len == len && memcmp(ts->watches[i].key, key, len) == 0)
+            return true;
+    return false;
+}
+
+static void conn_send(tconn_t *tc, const uint8_t *p, size_t n);
+
+/* Tells every watcher of key what changed, in torch 1.13's callback framing: the change, the
+ * key, the old and the new value. Watches of connections gone are dropped on the way. */
+static void notify_watchers(dl__torch_store_t *ts, const uint8_t *key, size_t key_len,
+                            uint8_t change, const uint8_t *old, size_t old_len,
+                            const uint8_t *cur, size_t cur_len)
+{
+    size_t n = 1 + DL_TORCH_BYTES_SIZE(key_len) + DL_TORCH_BYTES_SIZE(old_len) +
+               DL_TORCH_BYTES_SIZE(cur_len);
+    uint8_t *msg = NULL;
+    for (size_t i = 0; i < ts->nwatches;) {
+        struct watch_s *w = &ts->watches[i];
+        tconn_t *tc = watcher(ts, w);
+        if (tc == NULL) {
+            free(w->key);
+            *w = ts->watches[--ts->nwatches];
+            continue;
+        }
+        i++;
+        if (w->key_len != key_len || memcmp(w->key, key, key_len) != 0)
+            continue;
+        if (msg == NULL) {
+            size_t len = 0;
+            if ((msg = malloc(n)) == NULL) {
+                dl__rdzv_server_log(ts->s, DL_RDZV_LOG_ERROR, ts->run_id,
+                                    "torch store: out of memory telling watchers of a change");
+                return;
+            }
+            dl_torch_put_u8(msg, n, &len, change);
+            dl_torch_put_bytes(msg, n, &len, key, key_len);
+            dl_torch_put_bytes(msg, n, &len, old, old_len);
+            dl_torch_put_bytes(msg, n, &len, cur, cur_len);
+        }
+        conn_send(tc, msg, n);
+    }
+    free(msg);
+}
+
 static void maybe_free(dl__torch_store_t *ts)
 {
     if (!ts->closing || ts->open > 0)
         return;
+    watches_clear(ts);
+    dl__tqueues_free(ts->queues);
     free(ts->slots);
     free(ts->gens);
     free(ts->free_slots);
@@ -125,6 +257,7 @@ static void on_conn_closed(uv_handle_t *h)
     /* The core forgets the connection's waits. */
     dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_DISCONNECT, .conn = conn_id(tc), .run_id = ts->run_id};
     dl__rdzv_server_feed(ts->s, &ev);
+    waiter_unlink(tc);
     ts->slots[tc->slot] = NULL;
     next_gen(ts, tc->slot);
     ts->free_slots[ts->nfree++] = tc->slot;
@@ -264,7 +397,7 @@ void dl__torch_store_reply(dl__torch_store_t *ts, uint64_t conn, const dl_rdzv_m
     }
     if (!tc->in_call) {
         /* A WAIT's late answer: the keys came, or the round ended under it. */
-        tc->waiting = false;
+        waiter_unlink(tc);
         if (msg->kind == DL_RDZV_MSG_WAIT_DONE) {
             uint8_t b = DL_TORCH_WAIT_STOP_WAITING;
             conn_send(tc, &b, 1);
@@ -397,6 +530,24 @@ static int do_append(tconn_t *tc, const dl_torch_query_t *q)
     return r;
 }
 
+static bool queued(const dl__torch_store_t *ts, dl_torch_bytes_t key)
+{
+    return dl__tqueues_len(ts->queues, key.data, key.len) > 0;
+}
+
+/* The core forgets tc's pending wait; tc goes on under a new id, so that a late answer for the
+ * old wait finds nobody. */
+static void drop_core_wait(tconn_t *tc)
+{
+    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_DISCONNECT, .conn = conn_id(tc),
+                          .run_id = tc->ts->run_id};
+    dl__rdzv_server_feed(tc->ts->s, &ev);
+    next_gen(tc->ts, tc->slot);
+    waiter_unlink(tc);
+}
+
+/* As torch's: a key is there when it holds a value or names a queue with items. The core waits
+ * on the keys no queue answers; the wait also ends when a push makes every one of them there. */
 static int do_wait(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
 {
     if (tc->waiting) {
@@ -404,27 +555,41 @@ static int do_wait(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
         return -1;
     }
     dl_rdzv_buf_t *keys = malloc(q->nitems * sizeof(*keys));
-    if (keys == NULL) {
+    uint8_t *copy = malloc(q->items.len);
+    if (keys == NULL || copy == NULL) {
+        free(keys);
+        free(copy);
         conn_fail(tc, "out of memory for a wait on %llu keys", (unsigned long long)q->nitems);
         return -1;
     }
-    size_t pos = 0, n = 0;
+    size_t pos = 0, n = 0, copied = 0;
     dl_torch_bytes_t k;
-    while (dl_torch_items_next(q, &pos, &k, NULL))
+    while (dl_torch_items_next(q, &pos, &k, NULL)) {
+        if (queued(tc->ts, k))
+            continue;
         keys[n++] = rbuf(k);
-    /* No deadline here: torch's client keeps its own, and a wait ends with its connection or
-     * its round. */
-    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_STORE_WAIT};
-    ev.wait.round = -1;
-    ev.wait.keys = keys;
-    ev.wait.nkeys = n;
-    ev.wait.timeout = -1;
-    int kind = call(tc, &ev);
+        dl_torch_put_bytes(copy, q->items.len, &copied, k.data, k.len);
+    }
+    int kind = DL_RDZV_MSG_WAIT_DONE;
+    if (n > 0) {
+        /* No deadline here: torch's client keeps its own, and a wait ends with its
+         * connection or its round. */
+        dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_STORE_WAIT};
+        ev.wait.round = -1;
+        ev.wait.keys = keys;
+        ev.wait.nkeys = n;
+        ev.wait.timeout = -1;
+        kind = call(tc, &ev);
+    }
     free(keys);
     if (kind == -1) {
-        tc->waiting = true;
+        tc->wkeys = copy;
+        tc->wkeys_len = copied;
+        tc->nwkeys = n;
+        waiter_link(tc);
         return 0;
     }
+    free(copy);
     if (kind != DL_RDZV_MSG_WAIT_DONE)
         return -1;
     return dl_torch_put_u8(o->p, o->cap, &o->len, DL_TORCH_WAIT_STOP_WAITING);
@@ -432,20 +597,193 @@ static int do_wait(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
 
 static int do_cancel_wait(tconn_t *tc, out_t *o)
 {
-    if (tc->waiting) {
-        /* The core drops the connection's waits; the connection goes on under a new id. */
-        dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_DISCONNECT, .conn = conn_id(tc),
-                              .run_id = tc->ts->run_id};
-        dl__rdzv_server_feed(tc->ts->s, &ev);
-        next_gen(tc->ts, tc->slot);
-        tc->waiting = false;
-    }
+    if (tc->waiting)
+        drop_core_wait(tc);
     return dl_torch_put_u8(o->p, o->cap, &o->len, DL_TORCH_WAIT_CANCELED);
+}
+
+/* Whether every key w waits on is there now; asked through tc (the pusher), whose call
+ * captures the answers. -1: tc was closed. */
+static int wait_met(tconn_t *tc, const tconn_t *w)
+{
+    dl_torch_query_t wq = {.op = DL_TORCH_Q_WAIT, .nitems = w->nwkeys,
+                           .items = {w->wkeys, w->wkeys_len}};
+    size_t pos = 0;
+    dl_torch_bytes_t k;
+    while (dl_torch_items_next(&wq, &pos, &k, NULL)) {
+        if (queued(tc->ts, k))
+            continue;
+        if (do_get(tc, k) < 0)
+            return -1;
+        if (!tc->found)
+            return 0;
+    }
+    return 1;
+}
+
+static bool waits_on(const tconn_t *w, dl_torch_bytes_t key)
+{
+    dl_torch_query_t wq = {.op = DL_TORCH_Q_WAIT, .nitems = w->nwkeys,
+                           .items = {w->wkeys, w->wkeys_len}};
+    size_t pos = 0;
+    dl_torch_bytes_t k;
+    while (dl_torch_items_next(&wq, &pos, &k, NULL))
+        if (k.len == key.len && memcmp(k.data, key.data, k.len) == 0)
+            return true;
+    return false;
+}
+
+/* A push wakes one waiter, as torch's does: the oldest that waits on the queue and whose keys
+ * are then all there. O(waiters). */
+static int wake_one(tconn_t *tc, dl_torch_bytes_t key)
+{
+    for (tconn_t *w = tc->ts->waiters; w != NULL; w = w->wnext) {
+        if (w->closing || !waits_on(w, key))
+            continue;
+        int met = wait_met(tc, w);
+        if (met < 0)
+            return -1;
+        if (met == 0)
+            continue;
+        drop_core_wait(w);
+        uint8_t b = DL_TORCH_WAIT_STOP_WAITING;
+        conn_send(w, &b, 1);
+        return 0;
+    }
+    return 0;
+}
+
+static int do_queue_push(tconn_t *tc, const dl_torch_query_t *q)
+{
+    dl__torch_store_t *ts = tc->ts;
+    /* A value and its queue's bookkeeping, under the room every store shares. */
+    if (dl_rdzv_core_memory_room(dl__rdzv_server_core(ts->s)) < q->value.len + q->key.len + 64) {
+        conn_fail(tc, "queue_push: the stores' memory is full");
+        return -1;
+    }
+    int r = dl__tqueues_push(ts->queues, q->key.data, q->key.len, q->value.data, q->value.len);
+    if (r == -ENOSPC) {
+        size_t items, bytes;
+        dl__tqueues_usage(ts->queues, &items, &bytes);
+        conn_fail(tc, "queue_push: the job's queues are full (%zu items, %zu bytes)", items,
+                  bytes);
+        return -1;
+    }
+    if (r < 0) {
+        conn_fail(tc, "out of memory for a queue_push of %zu bytes", q->value.len);
+        return -1;
+    }
+    return wake_one(tc, q->key);
+}
+
+/* Torch's answer: the queue's length before the pop, then the item when there was one. */
+static int do_queue_pop(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
+{
+    dl__torch_store_t *ts = tc->ts;
+    size_t n = dl__tqueues_len(ts->queues, q->key.data, q->key.len);
+    if (dl_torch_put_i64(o->p, o->cap, &o->len, (int64_t)n) < 0)
+        return -1;
+    if (n == 0)
+        return 0;
+    uint8_t *v;
+    size_t len;
+    dl__tqueues_pop(ts->queues, q->key.data, q->key.len, &v, &len);
+    int r = out_bytes(o, v, len);
+    free(v);
+    return r;
+}
+
+static int do_watch(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
+{
+    dl__torch_store_t *ts = tc->ts;
+    if (ts->nwatches == MAX_WATCHES) {
+        conn_fail(tc, "watch_key: %d watches already", MAX_WATCHES);
+        return -1;
+    }
+    if (ts->watches == NULL && (ts->watches = calloc(MAX_WATCHES, sizeof(*ts->watches))) == NULL)
+        return -1;
+    uint8_t *key = malloc(q->key.len);
+    if (key == NULL)
+        return -1;
+    memcpy(key, q->key.data, q->key.len);
+    ts->watches[ts->nwatches++] =
+        (struct watch_s){.slot = tc->slot, .serial = tc->serial, .key_len = q->key.len,
+                         .key = key};
+    return dl_torch_put_u8(o->p, o->cap, &o->len, WATCH_KEY_CALLBACK_REGISTERED);
+}
+
+/* A write of key by tc, with watchers told of it: the old value is read first only when
+ * someone watches the key. */
+static int do_watched_set(tconn_t *tc, dl_torch_bytes_t key, const void *v, size_t n)
+{
+    dl__torch_store_t *ts = tc->ts;
+    if (ts->nwatches == 0 || !watched(ts, key.data, key.len))
+        return do_set(tc, key, v, n);
+    if (do_get(tc, key) < 0)
+        return -1;
+    bool existed = tc->found;
+    uint8_t *old = existed ? tc->value : NULL;
+    size_t old_len = existed ? tc->value_len : 0;
+    if (existed)
+        tc->value = NULL; /* kept until the watchers are told */
+    int r = do_set(tc, key, v, n);
+    if (r == 0)
+        notify_watchers(ts, key.data, key.len, existed ? WATCH_KEY_UPDATED : WATCH_KEY_CREATED,
+                        old, old_len, v, n);
+    free(old);
+    return r;
+}
+
+static int execute_query(tconn_t *tc, const dl_torch_query_t *q, out_t *o);
+
+/* A write of a watched key (torch 1.13's WATCH_KEY): the value before and after it, and the
+ * watchers told what torch 1.13's server would tell them. */
+static int execute_watched(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
+{
+    dl__torch_store_t *ts = tc->ts;
+    if (do_get(tc, q->key) < 0)
+        return -1;
+    bool existed = tc->found;
+    uint8_t *old = existed ? tc->value : NULL;
+    size_t old_len = existed ? tc->value_len : 0;
+    if (existed)
+        tc->value = NULL; /* kept until the watchers are told */
+    int r = execute_query(tc, q, o);
+    if (r == 0 && do_get(tc, q->key) == 0) {
+        bool now = tc->found;
+        const uint8_t *cur = now ? tc->value : NULL;
+        size_t cur_len = now ? tc->value_len : 0;
+        bool same = existed == now && old_len == cur_len &&
+                    (cur_len == 0 || memcmp(old, cur, cur_len) == 0);
+        if (q->op == DL_TORCH_Q_DELETE_KEY && existed)
+            notify_watchers(ts, q->key.data, q->key.len, WATCH_KEY_DELETED, old, old_len,
+                            NULL, 0);
+        else if (q->op == DL_TORCH_Q_APPEND)
+            notify_watchers(ts, q->key.data, q->key.len,
+                            existed ? WATCH_KEY_APPENDED : WATCH_KEY_CREATED, NULL, 0,
+                            q->value.data, q->value.len);
+        else if (q->op != DL_TORCH_Q_DELETE_KEY && now && (!same || q->op == DL_TORCH_Q_ADD))
+            notify_watchers(ts, q->key.data, q->key.len,
+                            existed ? WATCH_KEY_UPDATED : WATCH_KEY_CREATED, old, old_len, cur,
+                            cur_len);
+    }
+    free(old);
+    return r;
 }
 
 /* Carries out one query; its answer (if any) goes into o. Returns 0, or -1 when tc was
  * closed. */
 static int execute(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
+{
+    dl__torch_store_t *ts = tc->ts;
+    bool writes = q->op == DL_TORCH_Q_ADD || q->op == DL_TORCH_Q_COMPARE_SET ||
+                  q->op == DL_TORCH_Q_APPEND || q->op == DL_TORCH_Q_DELETE_KEY;
+    if (writes && ts->nwatches > 0 && watched(ts, q->key.data, q->key.len))
+        return execute_watched(tc, q, o);
+    return execute_query(tc, q, o);
+}
+
+static int execute_query(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
 {
     size_t pos = 0;
     dl_torch_bytes_t k, v;
@@ -455,7 +793,7 @@ static int execute(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
     case DL_TORCH_Q_VALIDATE:
         return 0;
     case DL_TORCH_Q_SET:
-        return do_set(tc, q->key, q->value.data, q->value.len);
+        return do_watched_set(tc, q->key, q->value.data, q->value.len);
     case DL_TORCH_Q_COMPARE_SET:
         return do_compare_set(tc, q, o) < 0 ? -1 : 0;
     case DL_TORCH_Q_GET:
@@ -472,6 +810,8 @@ static int execute(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
     case DL_TORCH_Q_CHECK: {
         bool all = true;
         while (all && dl_torch_items_next(q, &pos, &k, NULL)) {
+            if (queued(tc->ts, k))
+                continue;
             if (do_get(tc, k) < 0)
                 return -1;
             all = tc->found;
@@ -507,17 +847,25 @@ static int execute(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
         return 0;
     case DL_TORCH_Q_MULTI_SET:
         while (dl_torch_items_next(q, &pos, &k, &v))
-            if (do_set(tc, k, v.data, v.len) < 0)
+            if (do_watched_set(tc, k, v.data, v.len) < 0)
                 return -1;
         return 0;
     case DL_TORCH_Q_CANCEL_WAIT:
         return do_cancel_wait(tc, o);
     case DL_TORCH_Q_PING:
         return dl_torch_put_u32(o->p, o->cap, &o->len, q->nonce);
-    default:
-        conn_fail(tc, "%s is not served here (docs/store.md)", dl_torch_op_name(q->op));
-        return -1;
+    case DL_TORCH_Q_QUEUE_PUSH:
+        return do_queue_push(tc, q);
+    case DL_TORCH_Q_QUEUE_POP:
+        return do_queue_pop(tc, q, o) < 0 ? -1 : 0;
+    case DL_TORCH_Q_QUEUE_LEN:
+        return dl_torch_put_i64(
+            o->p, o->cap, &o->len,
+            (int64_t)dl__tqueues_len(tc->ts->queues, q->key.data, q->key.len));
+    case DL_TORCH_Q_WATCH_KEY:
+        return do_watch(tc, q, o) < 0 ? -1 : 0;
     }
+    return 0;
 }
 
 /* Runs every whole query in p[0..n) and answers them in one write; returns the bytes used, or
@@ -648,6 +996,7 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     tc->ts = ts;
+    tc->serial = ++ts->next_serial;
     uv_tcp_init(ts->loop, &tc->tcp);
     ts->open++;
     ts->nconns++;
@@ -712,6 +1061,14 @@ int dl__torch_store_start(dl_rdzv_server_t *s, uv_loop_t *loop, const char *host
     /* A MULTI_SET of many values near the limit would be a query of gigabytes: one query may
      * carry what one value may, and its keys, and a little. */
     ts->lim.max_query_len = co->max_value_len + co->max_wait_keys * (co->max_key_len + 16) + 64;
+    /* The queues get the caps of the keys beside them. */
+    ts->queues = dl__tqueues_new(co->max_keys, co->max_store_bytes);
+    ts->round = -1;
+    if (ts->queues == NULL) {
+        free(ts);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
     uv_tcp_init(loop, &ts->listener);
     ts->listener.data = ts;
     ts->open = 1;
@@ -742,6 +1099,16 @@ void dl__torch_store_close(dl__torch_store_t *ts)
     for (size_t i = 0; i < ts->nslots; i++)
         if (ts->slots[i] != NULL)
             conn_close(ts->slots[i]);
+}
+
+void dl__torch_store_new_round(dl__torch_store_t *ts, int round)
+{
+    if (round >= 0 && round <= ts->round)
+        return;
+    if (round >= 0)
+        ts->round = round;
+    dl__tqueues_clear(ts->queues);
+    watches_clear(ts);
 }
 
 int dl__torch_store_port(const dl__torch_store_t *ts)

@@ -27,6 +27,10 @@ void dl__torch_store_reply(dl__torch_store_t *ts, uint64_t conn, const dl_rdzv_m
 /* Stops listening and closes every connection; frees itself once libuv let go. */
 void dl__torch_store_close(dl__torch_store_t *ts);
 
+/* Round round of the job opened (or, with -1, its store was emptied): the queues and the
+ * watches of the rounds before go, as the keys do in the core. An older round is ignored. */
+void dl__torch_store_new_round(dl__torch_store_t *ts, int round);
+
 int dl__torch_store_port(const dl__torch_store_t *ts);
 
 /* Clients connected now, the most at once, and the bytes a connection costs us when idle. */

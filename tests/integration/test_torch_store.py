@@ -157,6 +157,54 @@ c.sendall(bytes([PING]) + struct.pack("<I", 5)); assert recv(c, 4) == struct.pac
 print("v2 client: validate set get add compare_set append check multi_set multi_get num_keys "
       "delete_key ping wait cancel_wait ok", flush=True)
 
+# The queues of torch's newest (libuv) server. Debian's torch 1.13 has no client for them, so
+# the frames are written here as TCPStore.cpp sends them: QUEUE_PUSH key value (no answer),
+# QUEUE_POP key (the length before the pop, then the item when there was one), QUEUE_LEN key.
+QPUSH, QPOP, QLEN = 14, 15, 16
+def readable(x, t):
+    import select
+    return bool(select.select([x], [], [], t)[0])
+c.sendall(bytes([QLEN]) + s8(b"q")); assert i64(c) == 0
+c.sendall(bytes([QPUSH]) + s8(b"q") + s8(b"first") + bytes([QPUSH]) + s8(b"q") + s8(b""))
+c.sendall(bytes([QLEN]) + s8(b"q")); assert i64(c) == 2
+c.sendall(bytes([CHECK]) + struct.pack("<Q", 1) + s8(b"q")); assert recv(c, 1) == b"\0"
+c.sendall(bytes([WAIT]) + struct.pack("<Q", 1) + s8(b"q")); assert recv(c, 1) == b"\0"
+c.sendall(bytes([QPOP]) + s8(b"q")); assert i64(c) == 2 and vec(c) == b"first"
+c.sendall(bytes([QPOP]) + s8(b"q")); assert i64(c) == 1 and vec(c) == b""
+c.sendall(bytes([QPOP]) + s8(b"q")); assert i64(c) == 0     # empty: no item follows
+c.sendall(bytes([GET]) + s8(b"k")); assert vec(c) == b"v2+x"
+# A blocking pop is a WAIT on the queue's name, then a pop; one push wakes one waiter.
+e = conn()
+c.sendall(bytes([WAIT]) + struct.pack("<Q", 1) + s8(b"jobs"))
+e.sendall(bytes([WAIT]) + struct.pack("<Q", 1) + s8(b"jobs"))
+time.sleep(0.3)
+assert not readable(c, 0) and not readable(e, 0)
+d.sendall(bytes([QPUSH]) + s8(b"jobs") + s8(b"j1"))
+assert recv(c, 1) == b"\0"                      # the older waiter, alone
+assert not readable(e, 0.5)
+c.sendall(bytes([QPOP]) + s8(b"jobs")); assert i64(c) == 1 and vec(c) == b"j1"
+d.sendall(bytes([QPUSH]) + s8(b"jobs") + s8(b"j2"))
+assert recv(e, 1) == b"\0"
+e.sendall(bytes([QPOP]) + s8(b"jobs")); assert i64(e) == 1 and vec(e) == b"j2"
+e.sendall(bytes([QLEN]) + s8(b"jobs")); assert i64(e) == 0
+print("v2 client: queue_push queue_pop queue_len, a push waking one waiter ok", flush=True)
+
+# torch 1.13's WATCH_KEY (its C++ watchKey; its Python API lacks it): a connection in the old
+# numbering registers, and then hears of every change the real 1.13 client makes to the key.
+w = socket.create_connection((addr, port))
+w.sendall(bytes([7]) + s8(b"/wk")); assert recv(w, 1) == b"\3"  # KEY_CALLBACK_REGISTERED
+def change(x):
+    kind = recv(x, 1)[0]
+    return kind, vec(x), vec(x), vec(x)
+s.set("wk", "v1"); assert change(w) == (1, b"/wk", b"", b"v1")        # KEY_CREATED
+s.set("wk", "v2"); assert change(w) == (0, b"/wk", b"v1", b"v2")      # KEY_UPDATED
+assert s.compare_set("wk", "v2", "v3") == b"v3"
+assert change(w) == (0, b"/wk", b"v2", b"v3")
+assert s.delete_key("wk"); assert change(w) == (2, b"/wk", b"v3", b"")  # KEY_DELETED
+assert s.add("wk", 4) == 4; assert change(w) == (1, b"/wk", b"", b"4")
+s.set("other", "x"); assert not readable(w, 0.3)
+print("v1 client: watch_key hears set compare_set delete_key add ok", flush=True)
+
 # Bad input closes that connection alone.
 bad = conn(); bad.sendall(bytes([99]))
 assert bad.recv(1) == b""
@@ -246,6 +294,8 @@ class TorchStore(dltest.Case):
         self.assertIn("v1 client: set get add compare_set num_keys delete_key wait ok",
                       p.stdout)
         self.assertIn("cancel_wait ok", p.stdout)
+        self.assertIn("a push waking one waiter ok", p.stdout)
+        self.assertIn("watch_key hears set compare_set delete_key add ok", p.stdout)
         self.assertIn("bad queries closed their own connections only", p.stdout)
         # One line each in the agent's log, naming why.
         self.assertRegex(p.stderr, r"torch store: closing the connection from 127\.0\.0\.1:"

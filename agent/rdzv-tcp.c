@@ -492,6 +492,30 @@ static void probe_earlier(tcp_t *z)
         z->probe = NULL;
 }
 
+static void on_connect_retry(uv_timer_t *t)
+{
+    tcp_t *z = t->data;
+    if (!z->closed && connect_client(z) < 0)
+        end(z, 1, "refused");
+}
+
+/* The first connection found no address for the rendezvous's name: one that appears once node
+ * 0's pod is up (a Kubernetes headless service) is worth looking up again until --join-timeout. */
+static bool name_not_yet(tcp_t *z, int status)
+{
+    if (status != UV_EAI_NONAME && status != UV_EAI_AGAIN && status != UV_EAI_FAIL &&
+        status != UV_EAI_NODATA)
+        return false;
+    double now = mono();
+    if (z->unresolved_since == 0) {
+        z->unresolved_since = now;
+        say(z, "the rendezvous endpoint '%s' does not resolve yet (%s): trying again until "
+               "--join-timeout %g s",
+            z->host, uv_strerror(status), z->spec->join_timeout);
+    }
+    return now - z->unresolved_since < z->spec->join_timeout;
+}
+
 static void on_ready(void *ctx, int status, const char *err)
 {
     tcp_t *z = ctx;
@@ -499,6 +523,10 @@ static void on_ready(void *ctx, int status, const char *err)
     uv_timer_stop(&z->cand_timer);
     if (status < 0 && z->failing_over && status != -EACCES && status != -EPROTO) {
         failover_next(z, err);
+        return;
+    }
+    if (status < 0 && !z->started && name_not_yet(z, status)) {
+        uv_timer_start(&z->backoff, on_connect_retry, NAME_RETRY_MS, 0);
         return;
     }
     if (status < 0) {

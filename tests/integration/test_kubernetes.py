@@ -52,7 +52,7 @@ class Pods(dltest.Case):
                 p.wait()
         super().tearDown()
 
-    def pod(self, i, hostname, env, log):
+    def pod(self, i, hostname, env, log, work=WORK):
         full = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
         full.update({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "DLAUNCH_TOKEN": "pod-secret-1",
                      "DLAUNCH_JOIN_TIMEOUT": "60"}, **env)
@@ -60,7 +60,7 @@ class Pods(dltest.Case):
         p = subprocess.Popen(
             ["ip", "netns", "exec", self.ns[i], "unshare", "--uts", "--mount", "sh", "-c",
              f'mount --bind {self.hosts} /etc/hosts && hostname {hostname} && exec "$@"', "sh",
-             dltest.DLAUNCH, "--", *WORK],
+             dltest.DLAUNCH, "--", *work],
             cwd=self.dir, env=full, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         self.procs.append(p)
@@ -128,6 +128,45 @@ class Pods(dltest.Case):
                           {**common, **({"TORCHX_RANK0_HOST": "localhost"} if i == 0 else {})},
                           f"tx{i}.log") for i in (0, 1)]
         self.wait_ok(procs, ["tx0.log", "tx1.log"])
+
+    # Not yet: the pod made again joins before node 0's rendezvous has declared the old one dead
+    # (--dead-after), is refused ("runs round 0 with the maximum of 2 nodes") and its agent exits
+    # at once; round 1 then never gathers. The agent should keep joining while the job is full,
+    # until --join-timeout (docs/kubernetes.md).
+    @unittest.skip("known gap: a recreated pod's join is refused while the job is still full")
+    def test_a_pod_recreated_with_the_same_index_rejoins(self):
+        stop = os.path.join(self.dir, "stop")
+        work = ["sh", "-c", f'echo "pod-worker rank=$RANK attempt=$TORCHELASTIC_RESTART_COUNT"; '
+                            f'while [ ! -e {stop} ]; do sleep 0.05; done']
+        common = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "1", "PET_MAX_RESTARTS": "3",
+                  "PET_MASTER_ADDR": "tj-node-0-0.tj", "PET_MASTER_PORT": "29400",
+                  "DLAUNCH_HEARTBEAT": "0.5", "DLAUNCH_DEAD_AFTER": "3"}
+        with open(self.hosts, "a") as f:
+            f.write(f"{ADDR[0]} tj-node-0-0.tj\n{ADDR[1]} tj-node-0-1.tj\n")
+
+        def start(i, log):
+            return self.pod(i, f"tj-node-0-{i}", {**common, "JOB_COMPLETION_INDEX": str(i)},
+                            log, work)
+        node0, first = start(0, "n0.log"), start(1, "n1-first.log")
+        logs = ["n0.log", "n1-first.log"]
+        deadline = time.monotonic() + 60
+        while "rank=1 attempt=0" not in self.read("n1-first.log"):
+            self.assertLess(time.monotonic(), deadline, "\n".join(self.read(n) for n in logs))
+            time.sleep(0.1)
+        # The pod is deleted: everything in it dies at once. Kubernetes makes it again, with
+        # the same index and variables.
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        second = start(1, "n1-second.log")
+        logs.append("n1-second.log")
+        deadline = time.monotonic() + 90
+        while "rank=1 attempt=" not in self.read("n1-second.log"):
+            self.assertLess(time.monotonic(), deadline, "\n".join(self.read(n) for n in logs))
+            time.sleep(0.1)
+        open(stop, "w").close()
+        for p in (node0, second):
+            self.assertEqual(p.wait(timeout=60), 0, "\n".join(self.read(n) for n in logs))
+        self.assertRegex(self.read("n0.log"), r"rank=0 attempt=[1-9]")
 
 
 if __name__ == "__main__":

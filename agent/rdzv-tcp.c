@@ -22,6 +22,9 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 #define STABLE_S 10.0
+/* Node 0 whose own name does not resolve yet (a Kubernetes headless-service name appears once
+ * the pod is up) looks again this often, until --join-timeout. */
+#define NAME_RETRY_MS 250
 
 struct dl_rdzv_impl_s {
     dl_rdzv_backend_conf_t conf;
@@ -75,6 +78,7 @@ struct dl_rdzv_impl_s {
     dl_rdzv_client_t *probe;
     int probe_index;
     double probe_since;
+    double unresolved_since; /* node 0: monotonic seconds its endpoint first failed to resolve */
 };
 
 typedef struct dl_rdzv_impl_s tcp_t;
@@ -491,6 +495,30 @@ static void probe_earlier(tcp_t *z)
         z->probe = NULL;
 }
 
+static void on_connect_retry(uv_timer_t *t)
+{
+    tcp_t *z = t->data;
+    if (!z->closed && connect_client(z) < 0)
+        end(z, 1, "refused");
+}
+
+/* The first connection found no address for the rendezvous's name: one that appears once node
+ * 0's pod is up (a Kubernetes headless service) is worth looking up again until --join-timeout. */
+static bool name_not_yet(tcp_t *z, int status)
+{
+    if (status != UV_EAI_NONAME && status != UV_EAI_AGAIN && status != UV_EAI_FAIL &&
+        status != UV_EAI_NODATA)
+        return false;
+    double now = mono();
+    if (z->unresolved_since == 0) {
+        z->unresolved_since = now;
+        say(z, "the rendezvous endpoint '%s' does not resolve yet (%s): trying again until "
+               "--join-timeout %g s",
+            z->host, uv_strerror(status), z->spec->join_timeout);
+    }
+    return now - z->unresolved_since < z->spec->join_timeout;
+}
+
 static void on_ready(void *ctx, int status, const char *err)
 {
     tcp_t *z = ctx;
@@ -498,6 +526,10 @@ static void on_ready(void *ctx, int status, const char *err)
     uv_timer_stop(&z->cand_timer);
     if (status < 0 && z->failing_over && status != -EACCES && status != -EPROTO) {
         failover_next(z, err);
+        return;
+    }
+    if (status < 0 && !z->started && name_not_yet(z, status)) {
+        uv_timer_start(&z->backoff, on_connect_retry, NAME_RETRY_MS, 0);
         return;
     }
     if (status < 0) {
@@ -731,12 +763,29 @@ static int maybe_host(tcp_t *z)
         return 0;
     if (z->spec->is_host == 1)
         rank = 0;
-    if (getaddrinfo(z->host, NULL, &hints, &res) != 0) {
-        if (rank == 0) {
-            fprintf(stderr, "dlaunch: --rdzv-endpoint: cannot resolve '%s'\n", z->host);
-            return 2;
+    int g = getaddrinfo(z->host, NULL, &hints, &res);
+    if (g != 0) {
+        if (rank != 0)
+            return 0;
+        /* Only what a name not (yet) published gives is worth waiting for. */
+        bool not_yet = g == EAI_NONAME || g == EAI_AGAIN || g == EAI_FAIL
+#ifdef EAI_NODATA
+                       || g == EAI_NODATA
+#endif
+            ;
+        double now = mono();
+        if (z->unresolved_since == 0) {
+            z->unresolved_since = now;
+            if (not_yet)
+                say(z, "the rendezvous endpoint '%s' does not resolve yet (%s): trying again "
+                       "until --join-timeout %g s",
+                    z->host, gai_strerror(g), z->spec->join_timeout);
         }
-        return 0;
+        if (not_yet && now - z->unresolved_since < z->spec->join_timeout)
+            return -EAGAIN;
+        fprintf(stderr, "dlaunch: --rdzv-endpoint: cannot resolve '%s' (%s)%s\n", z->host,
+                gai_strerror(g), not_yet ? ", not within --join-timeout" : "");
+        return 2;
     }
     if (res->ai_family == AF_INET)
         inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, ip, sizeof(ip));
@@ -803,11 +852,36 @@ static void tcp_close(tcp_t *z)
     }
 }
 
+static void on_name_retry(uv_timer_t *t);
+
+/* Hosts the rendezvous if this node should, then connects to it. Returns 0 (also while node 0
+ * waits for its name to resolve) or an exit code. */
+static int host_and_connect(tcp_t *z)
+{
+    int r = maybe_host(z);
+    if (r == -EAGAIN) {
+        uv_timer_start(&z->backoff, on_name_retry, NAME_RETRY_MS, 0);
+        return 0;
+    }
+    if (r != 0)
+        return r;
+    return connect_client(z) < 0 ? 1 : 0;
+}
+
+static void on_name_retry(uv_timer_t *t)
+{
+    tcp_t *z = t->data;
+    if (z->closed)
+        return;
+    int r = host_and_connect(z);
+    if (r != 0)
+        end(z, r, "refused");
+}
+
 static int tcp_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_cbs_t *cbs,
                      void *ctx, dl_rdzv_impl_t **ret)
 {
     tcp_t *z = calloc(1, sizeof(*z));
-    int r;
 
     *ret = NULL;
     if (z == NULL) {
@@ -826,16 +900,13 @@ static int tcp_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_c
         return 2;
     }
     *ret = z;
-    r = maybe_host(z);
-    if (r != 0)
-        return r; /* the agent closes it */
     uv_timer_init(conf->loop, &z->backoff);
     z->backoff.data = z;
     uv_timer_init(conf->loop, &z->cand_timer);
     z->cand_timer.data = z;
     z->backoff_open = true;
     z->open_handles = 2;
-    return connect_client(z) < 0 ? 1 : 0;
+    return host_and_connect(z); /* on failure the agent closes it */
 }
 
 static void tcp_leave(tcp_t *z, const char *reason)

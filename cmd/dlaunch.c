@@ -2,10 +2,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent.h"
 #include "config.h"
 #include "ctl.h"
+#include "kube-launch.h"
 #include "slurm-launch.h"
 #include "train-command.h"
 
@@ -41,6 +43,41 @@ static int with_slurm(dl_job_spec_t *spec, int argc, char **argv)
         fprintf(stderr, "dlaunch: %s\n", err);
         return 2;
     }
+    return 0;
+}
+
+/* In a pod of a Kubernetes operator: fill the spec from its variables. Returns 0 to go on, or an
+ * exit code. */
+static int with_kubernetes(dl_job_spec_t *spec)
+{
+    const char *off = getenv("DLAUNCH_NO_KUBERNETES");
+    char host[256], err[DL_CONFIG_ERRLEN];
+    dl_kube_env_t ke;
+
+    if ((off != NULL && *off != '\0') || getenv("SLURM_STEP_ID") != NULL)
+        return 0;
+    if (gethostname(host, sizeof(host)) < 0)
+        host[0] = '\0';
+    host[sizeof(host) - 1] = '\0';
+    if (dl_kube_env_parse(environ, host, &ke, err, sizeof(err)) < 0 ||
+        dl_kube_apply(spec, &ke, err, sizeof(err)) < 0) {
+        fprintf(stderr, "dlaunch: %s\n", err);
+        return 2;
+    }
+    if (ke.kind == DL_KUBE_NONE)
+        return 0;
+    if ((spec->dry_run || spec->verbose) && !spec->quiet)
+        printf("in a pod of a %s (from %s): node rank %d of %d%s, rendezvous %s, run id %s\n",
+               ke.name, ke.from, spec->node_rank, spec->nodes_max,
+               spec->nodes_min != spec->nodes_max ? " at most" : "",
+               spec->rdzv_endpoint != NULL ? spec->rdzv_endpoint : "(none)", spec->run_id);
+    /* The kubelet sends SIGTERM, then SIGKILL after the grace period: the workers' stop must
+     * end before, with a moment left for the agent to report. */
+    if (spec->stop_timeout + 2 > DL_KUBE_GRACE_S && !spec->quiet)
+        fprintf(stderr, "dlaunch: warning: --stop-timeout %g s does not fit a pod's default "
+                        "termination grace period (%d s): give the pod a "
+                        "terminationGracePeriodSeconds above it (docs/kubernetes.md)\n",
+                spec->stop_timeout, DL_KUBE_GRACE_S);
     return 0;
 }
 
@@ -93,6 +130,8 @@ int main(int argc, char **argv)
     default:
         warn_ignored(&spec);
         code = with_slurm(&spec, argc, argv);
+        if (code == 0)
+            code = with_kubernetes(&spec);
         if (code != 0) {
             code = code < 0 ? 0 : code;
             break;

@@ -544,7 +544,8 @@ const size_t dl__options_count = sizeof(dl__options) / sizeof(dl__options[0]);
  * (DLAUNCH_ENDPOINT), its workers, the trainer (DLAUNCH_TRAIN_*, its own table) and the
  * collective library; DLAUNCH_PLUGIN_DIR by the plugin loader (plugin/plugin.h). */
 static const char *const other_vars[] = {
-    "DLAUNCH_TOKEN", "DLAUNCH_TOKEN_FILE", "DLAUNCH_ENDPOINT", "DLAUNCH_NO_SLURM", "DLAUNCH_STORE",
+    "DLAUNCH_TOKEN", "DLAUNCH_TOKEN_FILE", "DLAUNCH_ENDPOINT", "DLAUNCH_NO_SLURM",
+    "DLAUNCH_NO_KUBERNETES", "DLAUNCH_STORE",
     "DLAUNCH_HEALTH_FD", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_VERBOSE", "DLAUNCH_TRAIN_*",
     "DLAUNCH_COLL_*", "DLAUNCH_SOCKET_IFNAME", "DLAUNCH_CONTROL_FD", "DLAUNCH_GROUP_GEN",
     "DLAUNCH_SYSFS_ROOT", "DLAUNCH_PLUGIN_DIR", NULL,

@@ -59,8 +59,12 @@ static int with_kubernetes(dl_job_spec_t *spec)
     if (gethostname(host, sizeof(host)) < 0)
         host[0] = '\0';
     host[sizeof(host) - 1] = '\0';
-    if (dl_kube_env_parse(environ, host, &ke, err, sizeof(err)) < 0 ||
-        dl_kube_apply(spec, &ke, err, sizeof(err)) < 0) {
+    bool flags_say_all = spec->nodes_set && spec->node_rank >= 0 && spec->rdzv_endpoint != NULL;
+    int r = dl_kube_env_parse(environ, host, &ke, err, sizeof(err));
+    /* The flags win: an environment this cannot read needs no reading when they say it all. */
+    if (r < 0 && flags_say_all)
+        return 0;
+    if (r < 0 || dl_kube_apply(spec, &ke, err, sizeof(err)) < 0) {
         fprintf(stderr, "dlaunch: %s\n", err);
         return 2;
     }

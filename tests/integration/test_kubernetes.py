@@ -18,6 +18,24 @@ ADDR = {0: "10.78.0.1", 1: "10.78.0.2"}
 WORK = ["sh", "-c", 'echo "pod-worker rank=$RANK world=$WORLD_SIZE group=$GROUP_RANK"']
 
 
+class Flags(dltest.Case):
+    """What the flags say, the pod's variables need not: no namespaces needed."""
+    VOLCANO_TWO_TASKS = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "VC_TASK_INDEX": "0",
+                         "VC_MASTER_HOSTS": "vj-master-0.vj", "VC_MASTER_NUM": "1",
+                         "VC_WORKER_HOSTS": "vj-worker-0.vj", "VC_WORKER_NUM": "1",
+                         "DLAUNCH_TOKEN": "pod-secret-1"}
+
+    def test_a_volcano_job_of_two_tasks_runs_with_the_flags_it_asks_for(self):
+        p = self.dlaunch("--dry-run", "--nproc-per-node", "1", "--", "true",
+                         env=self.VOLCANO_TWO_TASKS, check_code=2)
+        line = p.stderr.strip()
+        self.assertEqual(len(line.splitlines()), 1, p.stderr)
+        self.assertIn("--nodes, --node-rank and --rdzv-endpoint", line)
+        self.dlaunch("--dry-run", "--nproc-per-node", "1", "--nodes", "2", "--node-rank", "1",
+                     "--rdzv-endpoint", "127.0.0.1:29400", "--run-id", "vj", "--", "true",
+                     env=self.VOLCANO_TWO_TASKS, check_code=0)
+
+
 @unittest.skipUnless(test_netns.OK, test_netns.WHY)
 class Pods(dltest.Case):
     def setUp(self):

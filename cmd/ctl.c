@@ -20,7 +20,8 @@ typedef struct {
     const char *run_id;
     bool json;
     bool ranks; /* status: every rank's figures and last operations */
-    bool worker; /* token: the worker key rather than the job key */
+    bool worker;    /* token: the worker key rather than the job key */
+    bool read_only; /* token: the HTTP side's read-only credential, for no job */
     double timeout;
     double follow_timeout; /* events: stop after this long without one; < 0 never */
     char **args; /* positional arguments after the subcommand */
@@ -67,6 +68,8 @@ static int parse(int argc, char **argv, ctl_opts_t *o)
             o->ranks = true;
         } else if (strcmp(a, "--worker") == 0) {
             o->worker = true;
+        } else if (strcmp(a, "--read-only") == 0) {
+            o->read_only = true;
         } else if (strcmp(a, "--rdzv-backend") == 0 || strcmp(a, "--rdzv-conf") == 0 ||
                    strncmp(a, "--rdzv-backend=", 15) == 0 || strncmp(a, "--rdzv-conf=", 12) == 0) {
             const char *v = strchr(a, '=');
@@ -523,7 +526,31 @@ static int token(const ctl_opts_t *o)
 {
     dl_proto_token_t *from = NULL, *key = NULL;
     char *text = NULL;
+    int r;
 
+    if (o->read_only) {
+        if (o->nargs != 0 || o->worker)
+            return usage_error("token --read-only takes no RUN_ID and no --worker: it reads "
+                               "every job of the server and acts on none");
+        if (load_token(o->token_file, getenv("DLAUNCH_TOKEN_FILE"), &from) < 0)
+            return 2;
+        if (from == NULL)
+            return usage_error("token: no token to make the credential from (--token-file or "
+                               "DLAUNCH_TOKEN: the server's own)");
+        r = dl_proto_token_scrape(from, &key);
+        if (r == 0)
+            r = dl_proto_token_text(key, &text);
+        if (r < 0)
+            fprintf(stderr, "dlaunch: token: a %s key cannot make the read-only credential; "
+                    "it needs the server's own token\n",
+                    dl_proto_token_kind_name(dl_proto_token_kind(from)));
+        else
+            printf("%s\n", text);
+        free(text);
+        dl_proto_token_free(key);
+        dl_proto_token_free(from);
+        return r < 0 ? 4 : 0;
+    }
     if (o->nargs != 1)
         return usage_error("token needs the RUN_ID of the job");
     if (!dl_proto_run_id_valid(o->args[0]))
@@ -534,8 +561,8 @@ static int token(const ctl_opts_t *o)
     if (from == NULL)
         return usage_error("token: no token to make the key from (--token-file or "
                            "DLAUNCH_TOKEN: the rendezvous' own)");
-    int r = dl_proto_token_derive(from, o->worker ? DL_PROTO_TOKEN_WORKER : DL_PROTO_TOKEN_JOB,
-                                  o->args[0], &key);
+    r = dl_proto_token_derive(from, o->worker ? DL_PROTO_TOKEN_WORKER : DL_PROTO_TOKEN_JOB,
+                              o->args[0], &key);
     if (r == 0)
         r = dl_proto_token_text(key, &text);
     if (r < 0)

@@ -90,6 +90,16 @@ static void check_credential(const char *text)
         dl_proto_token_free(t);
         return;
     }
+    if (kind == DL_PROTO_TOKEN_SCRAPE) {
+        /* Writes back as itself, derives nothing, may act nowhere. */
+        REQUIRE(dl_proto_token_run_id(t) == NULL);
+        REQUIRE(dl_proto_token_text(t, &out) == 0 && strcmp(out, text) == 0);
+        REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, "x", &d) == -EPERM);
+        REQUIRE(!dl_proto_token_may(t, "x", DL_PROTO_ROLE_WORKER));
+        free(out);
+        dl_proto_token_free(t);
+        return;
+    }
     const char *run_id = dl_proto_token_run_id(t);
     REQUIRE(run_id != NULL && dl_proto_run_id_valid(run_id));
     REQUIRE(dl_proto_token_text(t, &out) == 0 && strcmp(out, text) == 0);

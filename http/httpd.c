@@ -151,23 +151,30 @@ static bool own_user(dl_http_t *h, struct MHD_Connection *c)
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST));
 }
 
-/* Whether the request carries the token: the server's own credential, compared in constant
- * time. */
-static bool authorized(dl_http_t *h, struct MHD_Connection *c)
+/* What the request's credential reaches: DL_PROTO_REACH_ALL for the server's own token (or,
+ * without one, its own user), DL_PROTO_REACH_READ for the token's read-only credential, else
+ * -EACCES. Compared in constant time. */
+static int reach(dl_http_t *h, struct MHD_Connection *c)
 {
     char err[128];
     dl_proto_token_t *given = NULL;
     const char *v;
 
     if (h->token == NULL)
-        return own_user(h, c);
+        return own_user(h, c) ? DL_PROTO_REACH_ALL : -EACCES;
     v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (v == NULL || strncmp(v, "Bearer ", 7) != 0)
-        return false;
-    bool ok = dl_proto_token_from_string(v + 7, "Authorization", &given, err, sizeof(err)) == 0 &&
-              dl_proto_token_equal(given, h->token);
+        return -EACCES;
+    int r = dl_proto_token_from_string(v + 7, "Authorization", &given, err, sizeof(err));
+    if (r == 0)
+        r = dl_proto_token_reach(h->token, given);
     dl_proto_token_free(given);
-    return ok;
+    return r < 0 ? -EACCES : r;
+}
+
+static bool authorized(dl_http_t *h, struct MHD_Connection *c)
+{
+    return reach(h, c) > 0;
 }
 
 static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, const char *type,
@@ -253,8 +260,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     size_t len;
 
     int route = dl__http_route(method, url);
-    if (route == DL__HTTP_ROUTE_METHOD)
+    if (route == DL__HTTP_ROUTE_METHOD) {
+        /* Nothing here acts today; a read-only credential is told it never may, so that a
+         * method served some day does not become open to it by accident. */
+        if (reach(h, c) == DL_PROTO_REACH_READ)
+            return respond_text(c, MHD_HTTP_FORBIDDEN,
+                                "a read-only credential may only read (GET, HEAD)\n");
         return respond_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are served\n");
+    }
     if (!authorized(h, c)) {
         h->counters.unauthorized++;
         if (h->token == NULL)

@@ -36,6 +36,8 @@ static int ct_memcmp(const void *a, const void *b, size_t n)
 
 #define JOB_PREFIX "dlaunch-job-v1:"
 #define WORKER_PREFIX "dlaunch-worker-v1:"
+#define SCRAPE_PREFIX "dlaunch-scrape-v1:"
+#define SCRAPE_LABEL "dlaunch scrape key v1\n"
 
 struct dl_proto_token_s {
     dl_proto_token_kind_t kind;
@@ -87,6 +89,21 @@ static int token_parse(const unsigned char *data, size_t len, dl_proto_token_t *
     size_t plen;
     int r;
 
+    if (len >= strlen(SCRAPE_PREFIX) && memcmp(data, SCRAPE_PREFIX, strlen(SCRAPE_PREFIX)) == 0) {
+        /* No run id: it reads every job's figures, and acts on none. */
+        char hex[2 * MAC_LEN + 1];
+        plen = strlen(SCRAPE_PREFIX);
+        if (len - plen != 2 * MAC_LEN)
+            return -EINVAL;
+        memcpy(hex, data + plen, 2 * MAC_LEN);
+        hex[2 * MAC_LEN] = '\0';
+        r = hex_decode(hex, key, sizeof(key)) < 0
+                ? -EINVAL
+                : token_new_kind(DL_PROTO_TOKEN_SCRAPE, NULL, key, sizeof(key), ret_token);
+        explicit_bzero(key, sizeof(key));
+        explicit_bzero(hex, sizeof(hex));
+        return r;
+    }
     if (len >= strlen(JOB_PREFIX) && memcmp(data, JOB_PREFIX, strlen(JOB_PREFIX)) == 0) {
         kind = DL_PROTO_TOKEN_JOB;
         plen = strlen(JOB_PREFIX);
@@ -340,7 +357,8 @@ dl_proto_token_kind_t dl_proto_token_kind(const dl_proto_token_t *token)
 
 const char *dl_proto_token_run_id(const dl_proto_token_t *token)
 {
-    return token->kind == DL_PROTO_TOKEN_MASTER ? NULL : token->run_id;
+    bool none = token->kind == DL_PROTO_TOKEN_MASTER || token->kind == DL_PROTO_TOKEN_SCRAPE;
+    return none ? NULL : token->run_id;
 }
 
 const char *dl_proto_token_kind_name(dl_proto_token_kind_t kind)
@@ -352,13 +370,15 @@ const char *dl_proto_token_kind_name(dl_proto_token_kind_t kind)
         return "job";
     case DL_PROTO_TOKEN_WORKER:
         return "worker";
+    case DL_PROTO_TOKEN_SCRAPE:
+        return "read-only";
     }
     return "unknown";
 }
 
 bool dl_proto_token_may(const dl_proto_token_t *token, const char *run_id, dl_proto_role_t role)
 {
-    if (token == NULL || run_id == NULL)
+    if (token == NULL || run_id == NULL || token->kind == DL_PROTO_TOKEN_SCRAPE)
         return false;
     if (token->kind == DL_PROTO_TOKEN_MASTER)
         return true;
@@ -390,6 +410,9 @@ int dl_proto_token_derive(const dl_proto_token_t *token, dl_proto_token_kind_t k
 
     if (token == NULL || run_id == NULL || !dl_proto_run_id_valid(run_id))
         return -EINVAL;
+    /* A read-only credential is a side branch off the master: nothing derives from it. */
+    if (token->kind == DL_PROTO_TOKEN_SCRAPE || kind == DL_PROTO_TOKEN_SCRAPE)
+        return -EPERM;
     if (token->kind != DL_PROTO_TOKEN_MASTER && strcmp(token->run_id, run_id) != 0)
         return -EPERM;
     if (kind == token->kind && kind != DL_PROTO_TOKEN_MASTER)
@@ -422,6 +445,14 @@ int dl_proto_token_text(const dl_proto_token_t *token, char **ret_text)
     if (token == NULL || token->kind == DL_PROTO_TOKEN_MASTER || token->len != MAC_LEN)
         return -EPERM;
     hex_encode(token->data, MAC_LEN, hex);
+    if (token->kind == DL_PROTO_TOKEN_SCRAPE) {
+        int n = asprintf(&text, "%s%s", SCRAPE_PREFIX, hex);
+        explicit_bzero(hex, sizeof(hex));
+        if (n < 0)
+            return -ENOMEM;
+        *ret_text = text;
+        return 0;
+    }
     int n = asprintf(&text, "%s%s:%s",
                      token->kind == DL_PROTO_TOKEN_JOB ? JOB_PREFIX : WORKER_PREFIX,
                      token->run_id, hex);
@@ -430,6 +461,35 @@ int dl_proto_token_text(const dl_proto_token_t *token, char **ret_text)
         return -ENOMEM;
     *ret_text = text;
     return 0;
+}
+
+int dl_proto_token_scrape(const dl_proto_token_t *master, dl_proto_token_t **ret)
+{
+    uint8_t key[MAC_LEN];
+
+    if (master == NULL || master->kind != DL_PROTO_TOKEN_MASTER)
+        return -EPERM;
+    int r = dl_proto_hmac_sha256(master->data, master->len, SCRAPE_LABEL, strlen(SCRAPE_LABEL),
+                                 key);
+    if (r == 0)
+        r = token_new_kind(DL_PROTO_TOKEN_SCRAPE, NULL, key, sizeof(key), ret);
+    explicit_bzero(key, sizeof(key));
+    return r;
+}
+
+int dl_proto_token_reach(const dl_proto_token_t *server, const dl_proto_token_t *given)
+{
+    dl_proto_token_t *scrape = NULL;
+
+    if (server == NULL || given == NULL)
+        return -EACCES;
+    if (dl_proto_token_equal(given, server))
+        return DL_PROTO_REACH_ALL;
+    if (given->kind != DL_PROTO_TOKEN_SCRAPE || dl_proto_token_scrape(server, &scrape) < 0)
+        return -EACCES;
+    bool ok = dl_proto_token_equal(given, scrape);
+    dl_proto_token_free(scrape);
+    return ok ? DL_PROTO_REACH_READ : -EACCES;
 }
 
 bool dl_proto_token_equal(const dl_proto_token_t *a, const dl_proto_token_t *b)
@@ -545,6 +605,8 @@ int dl_proto_auth_accept(const dl_proto_token_t *server, const char *nonce,
 
     if (server == NULL || run_id == NULL || !dl_proto_run_id_valid(run_id))
         return -EINVAL;
+    if (server->kind == DL_PROTO_TOKEN_SCRAPE)
+        return -EACCES;
     /* A server holding one job's key serves that job only. */
     if (server->kind != DL_PROTO_TOKEN_MASTER && strcmp(server->run_id, run_id) != 0)
         return -EACCES;

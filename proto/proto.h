@@ -303,6 +303,10 @@ typedef enum {
     DL_PROTO_TOKEN_MASTER = 0,
     DL_PROTO_TOKEN_JOB,
     DL_PROTO_TOKEN_WORKER,
+    /* "dlaunch-scrape-v1:HEX" = HMAC-SHA256(master, "dlaunch scrape key v1\n"): the HTTP side
+     * reads with it (/metrics, /api, the page); it acts on nothing and opens no rendezvous
+     * connection. */
+    DL_PROTO_TOKEN_SCRAPE,
 } dl_proto_token_kind_t;
 
 /* Reads the token from a --token-file: a regular file that neither group nor others may read
@@ -334,7 +338,7 @@ void dl_proto_token_free(dl_proto_token_t *token);
 dl_proto_token_kind_t dl_proto_token_kind(const dl_proto_token_t *token);
 /* The run id a job or worker key belongs to; NULL for a master. Valid while token lives. */
 const char *dl_proto_token_run_id(const dl_proto_token_t *token);
-/* "master", "job", "worker". */
+/* "master", "job", "worker", "read-only". */
 const char *dl_proto_token_kind_name(dl_proto_token_kind_t kind);
 
 /* Whether a peer holding token may say hello as role for run_id: a master always; a job key
@@ -354,6 +358,17 @@ int dl_proto_token_derive(const dl_proto_token_t *token, dl_proto_token_kind_t k
  * ("dlaunch-worker-v1:RUN_ID:HEX", no newline), malloc'd, owned by the caller. A master is never
  * written out: -EPERM. Returns 0 or -errno. */
 int dl_proto_token_text(const dl_proto_token_t *token, char **ret_text);
+
+/* The read-only credential of a master (DL_PROTO_TOKEN_SCRAPE). Returns 0 with *ret owned,
+ * -EPERM when master is not one, -EIO or -ENOMEM. */
+int dl_proto_token_scrape(const dl_proto_token_t *master, dl_proto_token_t **ret);
+
+#define DL_PROTO_REACH_READ 1 /* reads only */
+#define DL_PROTO_REACH_ALL 2  /* the server's own token */
+
+/* What a credential given to a server holding server reaches: DL_PROTO_REACH_ALL for the
+ * server's own token, DL_PROTO_REACH_READ for its read-only credential, else -EACCES. */
+int dl_proto_token_reach(const dl_proto_token_t *server, const dl_proto_token_t *given);
 
 /* Whether a and b are the same credential (kind, run id and key), compared in constant time for
  * tokens of one length. NULLs are equal only to each other. */

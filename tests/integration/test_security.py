@@ -26,6 +26,8 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 import dltest
 from dltest import free_port
@@ -1100,6 +1102,74 @@ class HttpSide(Base):
         self.assertEqual(test_http.get(url, {"Host": f"attacker.example:{port}"})[0], 403)
         for host in (f"localhost:{port}", f"127.0.0.1:{port}", "127.0.0.1", f"[::1]:{port}"):
             self.assertEqual(test_http.get(url, {"Host": host})[0], 200, host)
+
+
+class ReadOnlyScrape(Base):
+    """Issue #32, 4: Prometheus needed the master token to scrape (a job key got 401); a
+    read-only credential reads the HTTP side and acts nowhere."""
+
+    def test_a_read_only_credential_reads_and_never_acts(self):
+        import test_http
+        master = self.token("site.token", "site-secret")
+        p = self.run_cmd("token", "--read-only", "--token-file", master)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        scrape = p.stdout.strip()
+        self.assertRegex(scrape, r"^dlaunch-scrape-v1:[0-9a-f]{64}$")
+        self.assertNotIn("site-secret", scrape)
+        log = os.path.join(self.dir, "dh.log")
+        d, port = dltest.start_dlaunchd(log, "--token-file", master, "--http", "127.0.0.1:0")
+        self.procs.append(d)
+        hport = test_http.http_port(log)
+        job = self.agent("a", "-q", "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-id", "jobA",
+                         "--gpus-per-node", "1", "--token-file", master, "--", "sleep", "30")
+        self.wait_started(["a"])
+        bearer = {"Authorization": f"Bearer {scrape}"}
+        base = f"http://127.0.0.1:{hport}"
+        status, _, body = test_http.get(f"{base}/metrics", bearer)
+        self.assertEqual(status, 200, body)
+        self.assertIn("dlaunch_", body)
+        self.assertEqual(test_http.get(f"{base}/api/jobs/jobA", bearer)[0], 200)
+        self.assertEqual(test_http.get(f"{base}/", bearer)[0], 200)
+        # Acting over HTTP: refused, and said why.
+        for method in ("POST", "PUT", "DELETE"):
+            req = urllib.request.Request(f"{base}/api/jobs/jobA/stop", data=b"{}",
+                                         headers=bearer, method=method)
+            try:
+                code = urllib.request.urlopen(req, timeout=10).status
+            except urllib.error.HTTPError as e:
+                code = e.code
+            self.assertEqual(code, 403, method)
+        # A forged or another master's credential reads nothing.
+        forged = "dlaunch-scrape-v1:" + "0" * 64
+        self.assertEqual(test_http.get(f"{base}/metrics",
+                                       {"Authorization": f"Bearer {forged}"})[0], 401)
+        # Over the rendezvous port it cannot act either: not as control through dlaunch ...
+        ep = ["--endpoint", f"127.0.0.1:{port}"]
+        for cmd in (["stop", *ep, "jobA"], ["restart", *ep, "jobA"], ["status", *ep, "jobA"]):
+            p = self.run_cmd(*cmd, env={"DLAUNCH_TOKEN": scrape})
+            self.assertEqual(p.returncode, 4, (cmd, p.stderr))
+        p = self.run_cmd("kv", "set", "k", "v", env={
+            "DLAUNCH_TOKEN": scrape, "DLAUNCH_STORE": f"127.0.0.1:{port}",
+            "TORCHELASTIC_RUN_ID": "jobA"})
+        self.assertNotIn(p.returncode, (0, 2), p.stderr)
+        # ... nor by hand, proving the credential's bytes in any role.
+        for role in ("control", "agent", "worker"):
+            c = self.client(port)
+            key = bytes.fromhex(scrape.split(":")[1])
+            c.send({"v": 1, "type": "hello", "id": 0, "role": role, "run_id": "jobA",
+                    "proto": 1})
+            reply = c.recv()
+            self.assertEqual(reply["type"], "challenge")
+            proof = hmac.new(key, (reply["nonce"] + "jobA" + role).encode(),
+                             hashlib.sha256).hexdigest()
+            c.send({"v": 1, "type": "auth", "id": 1, "proof": proof})
+            reply = c.recv()
+            self.assertEqual(reply["type"], "error", role)
+            self.assertEqual(reply["error"]["code"], "auth_failed", role)
+        self.assertIsNone(job.poll(), self.read("a.log"))
+        p = self.run_cmd("stop", *ep, "--token-file", master, "jobA")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(job.wait(timeout=60), 0, self.read("a.log"))
 
 
 if __name__ == "__main__":

@@ -359,6 +359,24 @@ START_TEST(test_derive_only_down)
     ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "../x", &t), -EINVAL);
     ck_assert_int_eq(dl_proto_token_text(master, &text), -EPERM);
     ck_assert_ptr_null(t);
+    /* The read-only credential: from a master only, reaches reading only, derives nothing. */
+    dl_proto_token_t *scrape = NULL, *back = NULL;
+    ck_assert_int_eq(dl_proto_token_scrape(job, &scrape), -EPERM);
+    ck_assert_int_eq(dl_proto_token_scrape(master, &scrape), 0);
+    ck_assert_int_eq(dl_proto_token_text(scrape, &text), 0);
+    ck_assert_int_eq(strncmp(text, "dlaunch-scrape-v1:", 18), 0);
+    back = token_of(text);
+    free(text);
+    ck_assert_int_eq(dl_proto_token_kind(back), DL_PROTO_TOKEN_SCRAPE);
+    ck_assert_int_eq(dl_proto_token_reach(master, back), DL_PROTO_REACH_READ);
+    ck_assert_int_eq(dl_proto_token_reach(master, master), DL_PROTO_REACH_ALL);
+    ck_assert_int_eq(dl_proto_token_reach(master, job), -EACCES);
+    ck_assert_int_eq(dl_proto_token_reach(job, back), -EACCES);
+    ck_assert(!dl_proto_token_may(back, "a", DL_PROTO_ROLE_WORKER));
+    ck_assert_int_eq(dl_proto_token_derive(back, DL_PROTO_TOKEN_WORKER, "a", &t), -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_SCRAPE, "a", &t), -EPERM);
+    dl_proto_token_free(back);
+    dl_proto_token_free(scrape);
     /* What each may say hello as. */
     ck_assert(dl_proto_token_may(master, "b", DL_PROTO_ROLE_CONTROL));
     ck_assert(dl_proto_token_may(job, "a", DL_PROTO_ROLE_CONTROL));

@@ -184,6 +184,7 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, int rest
         .python_path = python ? python_dir : NULL,
         .virtual_local_rank = a->spec->virtual_local_rank,
         .signals_to_handle = a->spec->signals != NULL ? a->spec->signals : DL_DEFAULT_SIGNALS,
+        .timer_file = dl__ftimer_path(a),
     };
     return dl_worker_env_build(&we, a->environ_list, a->spec->env, ret_envp);
 }
@@ -601,6 +602,7 @@ static void finish_loop(dl_agent_t *a)
     uv_close((uv_handle_t *)&a->stop_timer, NULL);
     uv_close((uv_handle_t *)&a->reap_timer, NULL);
     uv_close((uv_handle_t *)&a->health_timer, NULL);
+    dl__ftimer_close(a);
     dl__rec_close(a);
     dl__diag_close(a);
 }
@@ -1443,6 +1445,9 @@ static int setup_loop(dl_agent_t *a)
     uv_timer_init(&a->loop, &a->health_timer);
     a->health_timer.data = a;
     dl__rec_init(a);
+    r = dl__ftimer_start(a);
+    if (r < 0)
+        return r;
     if (dl__diag_beats_wanted(a)) {
         /* A few times per health timeout; at least once a heartbeat for the straggler rule. */
         uint64_t every = (uint64_t)(a->spec->heartbeat * 1000);

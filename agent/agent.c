@@ -1448,6 +1448,13 @@ static int setup_loop(dl_agent_t *a)
     r = dl__ftimer_start(a);
     if (r < 0)
         return r;
+    /* torchrun's open-source health-check server is a stub that serves nothing; ours neither,
+     * but a user who set the port hears it instead of finding it closed. */
+    const char *hc = getenv("TORCHELASTIC_HEALTH_CHECK_PORT");
+    if (hc != NULL && hc[0] != '\0')
+        dl__agent_log(a, "TORCHELASTIC_HEALTH_CHECK_PORT=%.32s: no health-check server is started "
+                         "(torchrun's is a stub too: docs/torchrun.md); see --http",
+                      hc);
     if (dl__diag_beats_wanted(a)) {
         /* A few times per health timeout; at least once a heartbeat for the straggler rule. */
         uint64_t every = (uint64_t)(a->spec->heartbeat * 1000);

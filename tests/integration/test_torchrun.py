@@ -416,6 +416,16 @@ class Torchrun(dltest.Case):
         self.assertIn("rank 0 done", p.stdout)
         self.assertNotIn("was never killed", p.stdout)
 
+    def test_health_check_port_is_said_to_be_unserved(self):
+        # torchrun's open-source health-check server is a stub; we say so instead of nothing.
+        p = self.run_case("--nproc-per-node=1", "--", "sh", "-c", "echo ran",
+                          env={"TORCHELASTIC_HEALTH_CHECK_PORT": "29555"})
+        self.assertIn("ran", p.stdout)
+        self.assertIn("TORCHELASTIC_HEALTH_CHECK_PORT=29555: no health-check server is started",
+                      p.stderr)
+        p = self.run_case("--nproc-per-node=1", "--", "sh", "-c", "echo ran")
+        self.assertNotIn("HEALTH_CHECK_PORT", p.stderr)
+
 
 if __name__ == "__main__":
     dltest.main()

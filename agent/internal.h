@@ -10,6 +10,7 @@
 #include "death.h"
 #include "diag.h"
 #include "events.h"
+#include "merge.h"
 #include "output.h"
 #include "spawn.h"
 #include "summary.h"
@@ -93,6 +94,9 @@ struct dl_agent_s {
     char *run_dir_abs; /* the same, absolute, for files and workers */
     char attempt_dir[4096];
     dl__dup_t dup[2]; /* stdout's and stderr's filtered copies */
+    dl_merge_t merge;      /* --merge-output's pending lines */
+    uv_timer_t merge_timer; /* prints them when their window passes */
+    bool merge_closed;      /* the timer is closed: lines still draining are printed at once */
     struct dl__ftimer_s *ftimer; /* the file-timer watchdog (filetimer-watch.c), or NULL */
     char master_addr[256];
     int master_port;

@@ -426,6 +426,24 @@ class Torchrun(dltest.Case):
         p = self.run_case("--nproc-per-node=1", "--", "sh", "-c", "echo ran")
         self.assertNotIn("HEALTH_CHECK_PORT", p.stderr)
 
+    def test_merge_output_folds_the_same_line_of_several_ranks(self):
+        script = "echo same line; echo mine $RANK; echo err same >&2"
+        p = self.run_case("--nproc-per-node=4", "--merge-output", "--rdzv-id=merge",
+                          "--log-dir=logs", "--", "sh", "-c", script)
+        out = p.stdout.splitlines()
+        self.assertEqual(out.count("[ranks 0-3] same line"), 1, p.stdout)
+        self.assertFalse([l for l in out if l.endswith("same line") and "ranks 0-3" not in l])
+        self.assertEqual(sorted(l for l in out if "mine" in l),
+                         [f"[rank {r}] mine {r}" for r in range(4)])
+        self.assertIn("[ranks 0-3] err same", p.stderr.splitlines())
+        # The log files keep every rank's lines.
+        for r in range(4):
+            self.assertEqual(self.read("logs", "merge", "attempt_0", f"rank_{r}.out"),
+                             f"same line\nmine {r}\n")
+        # Without the flag every rank's line is shown.
+        p = self.run_case("--nproc-per-node=4", "--", "sh", "-c", script)
+        self.assertEqual(len([l for l in p.stdout.splitlines() if l.endswith("same line")]), 4)
+
 
 if __name__ == "__main__":
     dltest.main()

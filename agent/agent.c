@@ -184,6 +184,7 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, int rest
         .python_path = python ? python_dir : NULL,
         .virtual_local_rank = a->spec->virtual_local_rank,
         .signals_to_handle = a->spec->signals != NULL ? a->spec->signals : DL_DEFAULT_SIGNALS,
+        .timer_file = dl__ftimer_path(a),
     };
     return dl_worker_env_build(&we, a->environ_list, a->spec->env, ret_envp);
 }
@@ -228,11 +229,46 @@ static void on_output_drained(void *ctx)
     free(oo);
 }
 
+/* --merge-output's window: long enough for ranks printing the same step's line to meet, short
+ * enough that a line is not noticeably late. */
+#define MERGE_WINDOW_MS 100
+
+static void print_merged(void *ctx, int stream, const char *ranks, const char *line, size_t len)
+{
+    (void)ctx;
+    FILE *f = stream == 0 ? stdout : stderr;
+    fprintf(f, "[%s] %.*s\n", ranks, (int)len, line);
+    fflush(f);
+}
+
+static void on_merge_timer(uv_timer_t *t)
+{
+    dl_agent_t *a = t->data;
+    dl_merge_due(&a->merge, (double)uv_now(&a->loop) / 1000.0);
+    double next = dl_merge_next(&a->merge);
+    if (next >= 0) {
+        double wait = next * 1000.0 - (double)uv_now(&a->loop);
+        uv_timer_start(t, on_merge_timer, wait > 1 ? (uint64_t)wait : 1, 0);
+    }
+}
+
 static void on_output_line(void *ctx, int stream, const char *prefix, const char *line,
                            size_t len)
 {
     output_owner_t *oo = ctx;
-    dl__dup_line(oo->agent, oo->attempt, stream, prefix, line, len);
+    dl_agent_t *a = oo->agent;
+    dl__dup_line(a, oo->attempt, stream, prefix, line, len);
+    if (!a->spec->merge_output)
+        return;
+    if (a->merge_closed) {
+        char ranks[32];
+        snprintf(ranks, sizeof(ranks), "rank %d", oo->rank);
+        print_merged(a, stream, ranks, line, len);
+        return;
+    }
+    dl_merge_line(&a->merge, stream, oo->rank, line, len, (double)uv_now(&a->loop) / 1000.0);
+    if (!uv_is_active((uv_handle_t *)&a->merge_timer) && dl_merge_next(&a->merge) >= 0)
+        uv_timer_start(&a->merge_timer, on_merge_timer, MERGE_WINDOW_MS, 0);
 }
 
 static void on_log_write_failed(void *ctx, const char *path, int err)
@@ -307,6 +343,8 @@ static unsigned console_streams(const dl_agent_t *a, const dl__worker_t *w)
         echo |= DL_OUTPUT_ECHO_OUT;
     if (!(redirect & 2) || (tee & 2))
         echo |= DL_OUTPUT_ECHO_ERR;
+    if (echo != 0 && spec->merge_output)
+        echo |= DL_OUTPUT_ECHO_VIA_CB;
     return echo;
 }
 
@@ -601,6 +639,10 @@ static void finish_loop(dl_agent_t *a)
     uv_close((uv_handle_t *)&a->stop_timer, NULL);
     uv_close((uv_handle_t *)&a->reap_timer, NULL);
     uv_close((uv_handle_t *)&a->health_timer, NULL);
+    dl__ftimer_close(a);
+    dl_merge_flush(&a->merge);
+    a->merge_closed = true;
+    uv_close((uv_handle_t *)&a->merge_timer, NULL);
     dl__rec_close(a);
     dl__diag_close(a);
 }
@@ -1442,6 +1484,19 @@ static int setup_loop(dl_agent_t *a)
     uv_timer_init(&a->loop, &a->health_timer);
     a->health_timer.data = a;
     dl__rec_init(a);
+    dl_merge_init(&a->merge, MERGE_WINDOW_MS / 1000.0, print_merged, a);
+    uv_timer_init(&a->loop, &a->merge_timer);
+    a->merge_timer.data = a;
+    r = dl__ftimer_start(a);
+    if (r < 0)
+        return r;
+    /* torchrun's open-source health-check server is a stub that serves nothing; ours neither,
+     * but a user who set the port hears it instead of finding it closed. */
+    const char *hc = getenv("TORCHELASTIC_HEALTH_CHECK_PORT");
+    if (hc != NULL && hc[0] != '\0')
+        dl__agent_log(a, "TORCHELASTIC_HEALTH_CHECK_PORT=%.32s: no health-check server is started "
+                         "(torchrun's is a stub too: docs/torchrun.md); see --http",
+                      hc);
     if (dl__diag_beats_wanted(a)) {
         /* A few times per health timeout; at least once a heartbeat for the straggler rule. */
         uint64_t every = (uint64_t)(a->spec->heartbeat * 1000);
@@ -1470,6 +1525,7 @@ static void agent_free(dl_agent_t *a)
     free(a->token_path);
     free(a->endpoint);
     dl__dup_close(a);
+    dl_merge_flush(&a->merge);
     dl_events_close(a->events);
     free(a);
 }

@@ -10,6 +10,7 @@
 #include "death.h"
 #include "diag.h"
 #include "events.h"
+#include "merge.h"
 #include "output.h"
 #include "spawn.h"
 #include "summary.h"
@@ -93,6 +94,10 @@ struct dl_agent_s {
     char *run_dir_abs; /* the same, absolute, for files and workers */
     char attempt_dir[4096];
     dl__dup_t dup[2]; /* stdout's and stderr's filtered copies */
+    dl_merge_t merge;      /* --merge-output's pending lines */
+    uv_timer_t merge_timer; /* prints them when their window passes */
+    bool merge_closed;      /* the timer is closed: lines still draining are printed at once */
+    struct dl__ftimer_s *ftimer; /* the file-timer watchdog (filetimer-watch.c), or NULL */
     char master_addr[256];
     int master_port;
     char *endpoint;      /* the rendezvous to join (--rdzv-endpoint, or static's master), or NULL */
@@ -157,6 +162,14 @@ void dl__forward_close(dl_agent_t *a);
 void dl__dup_line(dl_agent_t *a, int attempt, int stream, const char *prefix, const char *line,
                   size_t len);
 void dl__dup_close(dl_agent_t *a);
+
+/* torch's file-timer watchdog (filetimer-watch.c): started when TORCHELASTIC_ENABLE_FILE_TIMER=1
+ * (0 when not asked; -errno, said, when the pipe cannot be made); closed with the loop's
+ * handles. dl__ftimer_path: TORCHELASTIC_TIMER_FILE for the workers, or NULL. */
+typedef struct dl__ftimer_s dl__ftimer_t;
+int dl__ftimer_start(dl_agent_t *a);
+const char *dl__ftimer_path(const dl_agent_t *a);
+void dl__ftimer_close(dl_agent_t *a);
 void dl__agent_log(const dl_agent_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Feeds the supervisor and carries out what it says. */
 void dl__agent_feed(dl_agent_t *a, dl_sup_event_t ev);

@@ -19,6 +19,7 @@ typedef struct {
     int console_fd;
     bool open;         /* the pipe handle is initialized and not yet closing */
     bool echo;         /* lines go to the console too */
+    bool via_cb;       /* ...through the line callback only */
     bool file_failed;  /* a write to the file failed: said once, then the file is left alone */
     char path[4096];
     dl_linebuf_t lb;
@@ -69,7 +70,8 @@ static void echo_line(void *ctx, const char *line, size_t len)
         {"\n", 1},
     };
     /* A closed console must not stop the job; the files keep everything. */
-    (void)write_all(s->console_fd, iov, 3);
+    if (!s->via_cb)
+        (void)write_all(s->console_fd, iov, 3);
     if (s->owner->cbs.line != NULL)
         s->owner->cbs.line(s->owner->ctx, s == &s->owner->s[0] ? 0 : 1, s->owner->prefix, line,
                            len);
@@ -197,6 +199,7 @@ int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const cha
         s->owner = o;
         s->console_fd = i == 0 ? STDOUT_FILENO : STDERR_FILENO;
         s->echo = (echo & (i == 0 ? DL_OUTPUT_ECHO_OUT : DL_OUTPUT_ECHO_ERR)) != 0;
+        s->via_cb = (echo & DL_OUTPUT_ECHO_VIA_CB) != 0 && cbs != NULL && cbs->line != NULL;
         dl_linebuf_init(&s->lb);
         uv_pipe_init(loop, &s->pipe, 0);
         s->pipe.data = s;

@@ -11,6 +11,9 @@ typedef struct dl_output_s dl_output_t;
 
 /* Which streams dl_output_open echoes to the agent's console. */
 enum { DL_OUTPUT_ECHO_OUT = 1, DL_OUTPUT_ECHO_ERR = 2 };
+/* With the streams' bits: the echoed lines go to the line callback only, which prints them
+ * (--merge-output folds several ranks' lines into one). */
+enum { DL_OUTPUT_ECHO_VIA_CB = 4 };
 
 /* What the owner hears about an output; both optional, ctx is dl_output_open's. */
 typedef struct {

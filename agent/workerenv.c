@@ -11,7 +11,7 @@ const char *const dl_worker_env_names[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_SIGNALS_TO_HANDLE",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCHELASTIC_TIMER_FILE",
     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
     "PYTHON_EXEC", "OMP_NUM_THREADS", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_STORE", "DLAUNCH_TOKEN_FILE",
     "DLAUNCH_HEALTH_FD", "DLAUNCH_RECOVERY", "DLAUNCH_CONTROL_FD", "DLAUNCH_GROUP_GEN",
@@ -179,6 +179,8 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
         r = put(&sv, fmt("TORCHELASTIC_RUN_ID", w->run_id));
     if (r == 0 && w->signals_to_handle != NULL)
         r = put(&sv, fmt("TORCHELASTIC_SIGNALS_TO_HANDLE", w->signals_to_handle));
+    if (r == 0 && w->timer_file != NULL)
+        r = put(&sv, fmt("TORCHELASTIC_TIMER_FILE", w->timer_file));
     /* As torchrun since 2.4: the store outlives every worker, rank 0 included, for an agent
      * serves it at MASTER_ADDR:MASTER_PORT. Else rank 0 of torch.distributed hosts it there. */
     if (r == 0)

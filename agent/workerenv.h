@@ -46,6 +46,8 @@ typedef struct {
     /* TORCHELASTIC_SIGNALS_TO_HANDLE, as torchrun's agent passes --signals-to-handle on (torch's
      * process contexts read it); NULL: not set. */
     const char *signals_to_handle;
+    /* TORCHELASTIC_TIMER_FILE: the file-timer watchdog's pipe; NULL: not set. */
+    const char *timer_file;
 } dl_worker_env_t;
 
 /* Returns a NULL-terminated "NAME=value" vector in *ret_envp (caller frees it with

@@ -450,6 +450,10 @@ const dl_opt_t dl__options[] = {
     {"duplicate-stderr-filters", NULL, 0, STR, OFF(duplicate_stderr_filters), 0, 0, NULL, NULL,
      "A,B", "copy console stderr lines that contain A or B to attempt_K/filtered_stderr.log",
      DL_OPT_PET, 0},
+    {"merge-output", NULL, 0, BOOL, OFF(merge_output), 0, 0, NULL, NULL, NULL,
+     "print a console line that several ranks print within 0.1 s once, with its ranks "
+     "([ranks 0-7] ...); the log files keep every rank's lines",
+     DL_OPT_FLAG, 0},
     {"virtual-local-rank", NULL, 0, BOOL, OFF(virtual_local_rank), 0, 0, NULL, NULL, NULL,
      "every worker sees LOCAL_RANK=0 and, in CUDA_VISIBLE_DEVICES, only its own device",
      DL_OPT_FLAG | DL_OPT_PET, 0},

@@ -18,6 +18,7 @@ TOUCH_PY = os.path.join(HERE, "touch.py")
 TOUCH_SH = os.path.join(HERE, "touch.sh")
 DDP_PY = os.path.join(HERE, "ddp.py")
 SAY_PY = os.path.join(HERE, "say.py")
+FILETIMER_PY = os.path.join(HERE, "filetimer.py")
 TORCH_PYTHON = "/usr/bin/python3"
 
 
@@ -359,6 +360,89 @@ class Torchrun(dltest.Case):
         p = self.run_case("--nproc-per-node=1", "--", "sh", "-c",
                           "echo got=$TORCHELASTIC_SIGNALS_TO_HANDLE")
         self.assertIn("got=SIGTERM,SIGINT,SIGHUP,SIGQUIT", p.stdout)
+
+    @unittest.skipUnless(HAVE_TORCH, "needs Debian's python3-torch (FileTimerClient)")
+    def test_file_timer_kills_the_worker_that_overruns(self):
+        env = {"TORCHELASTIC_ENABLE_FILE_TIMER": "1",
+               "TORCHELASTIC_TIMER_FILE": os.path.join(self.dir, "timer.pipe")}
+        started = time.monotonic()
+        p = self.run_case("--nproc-per-node=2", "--max-restarts=0", "--events",
+                          self.events_path, FILETIMER_PY, "overrun", env=env, code=1)
+        self.assertLess(time.monotonic() - started, 40, "the overrun rank slept its 60 s")
+        self.assertIn("rank 0 done", p.stdout)
+        self.assertNotIn("was never killed", p.stdout)
+        self.assertIn("rank 1 (pid ", p.stderr)
+        self.assertIn("overran its file timer 'slow_step'", p.stderr)
+        fired = [e for e in self.events() if e["event"] == "worker_timer_expired"]
+        self.assertEqual([(e["rank"], e["scope_id"], e["signal"]) for e in fired],
+                         [(1, "slow_step", 9)])
+        # The pipe is the agent's and goes with it.
+        self.assertFalse(os.path.exists(env["TORCHELASTIC_TIMER_FILE"]))
+
+    @unittest.skipUnless(HAVE_TORCH, "needs Debian's python3-torch (FileTimerClient)")
+    def test_file_timer_releases_and_bad_lines(self):
+        pipe = os.path.join(self.dir, "timer.pipe")
+        env = {"TORCHELASTIC_ENABLE_FILE_TIMER": "1", "TORCHELASTIC_TIMER_FILE": pipe}
+        # A released timer never fires; a line that is no request is warned about once.
+        p = self.run_case("--nproc-per-node=2", FILETIMER_PY, env=env)
+        self.assertIn("rank 0 done", p.stdout)
+        self.assertIn("rank 1 done", p.stdout)
+        p = self.run_case("--nproc-per-node=1", "--", "sh", "-c",
+                          'printf "junk\\nmore junk\\n" > "$TORCHELASTIC_TIMER_FILE"; '
+                          "sleep 0.5; echo alive", env=env)
+        self.assertIn("alive", p.stdout)
+        self.assertEqual(p.stderr.count(f"file timer '{pipe}': ignored a line"), 1, p.stderr)
+        # Without the switch nothing is served, and a path given still reaches the workers.
+        p = self.run_case("--nproc-per-node=1", "--", "sh", "-c",
+                          'echo "file=$TORCHELASTIC_TIMER_FILE"; test ! -e "$TORCHELASTIC_TIMER_FILE"',
+                          env={"TORCHELASTIC_TIMER_FILE": pipe})
+        self.assertIn(f"file={pipe}", p.stdout)
+
+    @unittest.skipUnless(HAVE_TORCH, "needs Debian's python3-torch (FileTimerClient)")
+    def test_file_timer_under_torchrun_too(self):
+        # The same worker under torch's own agent: the overrun rank is killed there as well.
+        env = dict(os.environ, TORCHELASTIC_ENABLE_FILE_TIMER="1",
+                   TORCHELASTIC_TIMER_FILE=os.path.join(self.dir, "torch.pipe"))
+        started = time.monotonic()
+        # --redirects 1 --tee 1: Debian's torch 1.13 on Python 3.11 fails on the default
+        # (test_torchrun_compare.py says why).
+        p = subprocess.run([TORCH_PYTHON, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                            "--redirects", "1", "--tee", "1",
+                            "--max_restarts=0", "--master_port", str(free_port()),
+                            FILETIMER_PY, "overrun"], cwd=self.dir, env=env,
+                           capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertLess(time.monotonic() - started, 55)
+        self.assertIn("rank 0 done", p.stdout)
+        self.assertNotIn("was never killed", p.stdout)
+
+    def test_health_check_port_is_said_to_be_unserved(self):
+        # torchrun's open-source health-check server is a stub; we say so instead of nothing.
+        p = self.run_case("--nproc-per-node=1", "--", "sh", "-c", "echo ran",
+                          env={"TORCHELASTIC_HEALTH_CHECK_PORT": "29555"})
+        self.assertIn("ran", p.stdout)
+        self.assertIn("TORCHELASTIC_HEALTH_CHECK_PORT=29555: no health-check server is started",
+                      p.stderr)
+        p = self.run_case("--nproc-per-node=1", "--", "sh", "-c", "echo ran")
+        self.assertNotIn("HEALTH_CHECK_PORT", p.stderr)
+
+    def test_merge_output_folds_the_same_line_of_several_ranks(self):
+        script = "echo same line; echo mine $RANK; echo err same >&2"
+        p = self.run_case("--nproc-per-node=4", "--merge-output", "--rdzv-id=merge",
+                          "--log-dir=logs", "--", "sh", "-c", script)
+        out = p.stdout.splitlines()
+        self.assertEqual(out.count("[ranks 0-3] same line"), 1, p.stdout)
+        self.assertFalse([l for l in out if l.endswith("same line") and "ranks 0-3" not in l])
+        self.assertEqual(sorted(l for l in out if "mine" in l),
+                         [f"[rank {r}] mine {r}" for r in range(4)])
+        self.assertIn("[ranks 0-3] err same", p.stderr.splitlines())
+        # The log files keep every rank's lines.
+        for r in range(4):
+            self.assertEqual(self.read("logs", "merge", "attempt_0", f"rank_{r}.out"),
+                             f"same line\nmine {r}\n")
+        # Without the flag every rank's line is shown.
+        p = self.run_case("--nproc-per-node=4", "--", "sh", "-c", script)
+        self.assertEqual(len([l for l in p.stdout.splitlines() if l.endswith("same line")]), 4)
 
 
 if __name__ == "__main__":

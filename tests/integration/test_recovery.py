@@ -110,6 +110,10 @@ class OneNode(dltest.Case):
         rng = random.Random(os.environ.get("DLAUNCH_TEST_SEED", "recovery"))
         cases = [("compute", 2), ("exchange", 2), ("gather", 2), ("exchange", 4),
                  ("gather", 4)]
+        if os.environ.get("DLAUNCH_TEST_SANITIZER"):
+            # The sanitizer build looks for memory errors: each code path once (a kill in the
+            # exchange with 2 workers, in the gather with 4); the plain build runs every case.
+            cases = [("exchange", 2), ("gather", 4)]
         for phase, workers in cases:
             rank = rng.randrange(workers)
             delay = rng.randrange(0, 400)
@@ -284,7 +288,10 @@ class TwoNodes(unittest.TestCase):
     def test_a_worker_killed_in_a_step_is_replaced_on_its_node(self):
         straight = self.baseline()
         rng = random.Random(os.environ.get("DLAUNCH_TEST_SEED", "two-nodes"))
-        for phase, rank in (("exchange", 3), ("gather", 1), ("compute", 2)):
+        matrix = (("exchange", 3), ("gather", 1), ("compute", 2))
+        if os.environ.get("DLAUNCH_TEST_SANITIZER"):
+            matrix = matrix[:1]  # as above: memory errors, not the timing of every phase
+        for phase, rank in matrix:
             with self.subTest(phase=phase, rank=rank):
                 delay = rng.randrange(0, 300)
                 job = self.job(train={"fail_at_step": FAIL_STEP, "fail_rank": rank,

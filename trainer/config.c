@@ -147,6 +147,14 @@ static const dl_opt_t options[] = {
     {"hang_at_step", NULL, 0, T(u64), OFF(hang_at_step), 0, 1e15, NULL, "0", "N",
      "testing hang reports: rank fail_rank stops itself (SIGSTOP) in this step, before summing "
      "its gradients, first attempt only (0: never)", 0, 0},
+    {"slow_ms_per_step", NULL, 0, T(double), OFF(slow_ms_per_step), 0, 1e6, NULL, "0", "MS",
+     "testing the straggler rule: rank slow_rank sleeps this long in each step's compute, every "
+     "attempt (0: never)", 0, 0},
+    {"slow_rank", NULL, 0, T(int), OFF(slow_rank), 0, 1 << 20, NULL, "0", "N",
+     "testing the straggler rule: the rank slow_ms_per_step slows (none if not in the job)", 0,
+     0},
+    {"slow_after_s", NULL, 0, T(double), OFF(slow_after_s), 0, 1e6, NULL, "0", "SEC",
+     "testing the straggler rule: the slowdown starts this long after the first step", 0, 0},
 };
 
 const dl_opt_table_t dl_train_settings = {options, sizeof(options) / sizeof(options[0]),

@@ -33,6 +33,9 @@ typedef struct {
     uint64_t hang_at_step; /* 0: never */
     bool killer_pending;   /* the killer thread of fail_delay_us may not have fired yet */
     pthread_t killer;
+    double slow_s;         /* 0: not slowed; else slept in each step's compute */
+    double slow_after_s;
+    double first_step_at;  /* monotonic seconds; 0 until the first step */
 } prog_t;
 
 static void on_signal(int sig)
@@ -81,6 +84,35 @@ static void *killer(void *arg)
     return NULL;
 }
 
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A straggler on purpose (straggler rule tests): asleep inside the compute phase, so the time
+ * counts as its compute, as a slow device's would, and the same on a loaded machine as on a
+ * quiet one (a stop from outside lands in a wait as often as in a compute). */
+static void slow_down(prog_t *p, uint64_t step)
+{
+    double t = monotonic_s();
+
+    if (p->first_step_at == 0)
+        p->first_step_at = t;
+    if (t - p->first_step_at < p->slow_after_s)
+        return;
+    if (p->slow_after_s >= 0) {
+        printf("%sslow_ms_per_step: sleeping %.1f ms in each step's compute from step %llu\n",
+               p->prefix ? "[train] " : "", p->slow_s * 1e3, (unsigned long long)step);
+        p->slow_after_s = -1; /* said once */
+    }
+    time_t whole = (time_t)p->slow_s;
+    struct timespec ts = {whole, (long)((p->slow_s - (double)whole) * 1e9)};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR && stop_signal == 0)
+        ;
+}
+
 /* A crash on purpose inside a step (recovery tests): fail_delay_us after entering the phase,
  * from a thread, so that the rank dies wherever it is by then (inside a collective, say). A
  * loaded machine can run the thread late: the next phase waits for it, so that the rank never
@@ -91,6 +123,8 @@ static void on_phase(void *ud, uint64_t step, int phase)
 
     if (p->killer_pending)
         pthread_join(p->killer, NULL); /* does not return: the thread kills the process */
+    if (p->slow_s > 0 && phase == DL_TRAIN_PHASE_COMPUTE)
+        slow_down(p, step);
     if (p->fail_at_step == 0 || step != p->fail_at_step || phase != p->fail_phase)
         return;
     printf("%sfail_at_step: killing myself in step %llu, %llu us into its %s\n",
@@ -311,6 +345,10 @@ int main(int argc, char **argv)
         prog.fail_phase = cfg.fail_phase;
         prog.fail_delay_us = cfg.fail_delay_us;
         prog.hang_at_step = cfg.hang_at_step;
+    }
+    if (rank == cfg.slow_rank && cfg.slow_ms_per_step > 0) {
+        prog.slow_s = cfg.slow_ms_per_step / 1e3;
+        prog.slow_after_s = cfg.slow_after_s;
     }
     dl_train_comm_init_local(&comm);
     size_t grad_floats = DL_TRAIN_SPARE_FLOATS;

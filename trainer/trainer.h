@@ -428,6 +428,12 @@ typedef struct dl_train_config_s {
     /* The same for hang reports: rank fail_rank stops itself (SIGSTOP) in step hang_at_step,
      * after computing its gradients and before summing them, in the first attempt only. */
     uint64_t hang_at_step;
+    /* A straggler for the straggler rule's tests: rank slow_rank sleeps slow_ms_per_step in the
+     * compute phase of every step that starts slow_after_s or more after its first, in every
+     * attempt. 0 ms: never. */
+    double slow_ms_per_step;
+    int slow_rank;
+    double slow_after_s;
 } dl_train_config_t;
 
 void dl_train_config_init(dl_train_config_t *cfg);

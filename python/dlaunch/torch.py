@@ -8,11 +8,13 @@ torch.distributed, wrapped where they are looked up (torch.distributed.all_reduc
 others; a name imported before watch() keeps the unwrapped function). docs/python.md."""
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable
 
 import torch as _torch
@@ -66,6 +68,10 @@ class Watch:
         self._step_from: float | None = None
         self._manual = False
         self._handles: list[Any] = []
+        # Our future callbacks that a gloo thread still holds (see _settle_at_exit), and the
+        # DDP model, kept until they are let go.
+        self._callbacks: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._model = model
         self.beats = Beats.from_env()
         self.recorder: Recorder | None = None
         self.stacks: Stacks | None = None
@@ -148,6 +154,40 @@ class Watch:
             h.remove()
         self._handles.clear()
 
+    def callback(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """fn, to be handed to a future; counted until the thread that ran it lets it go."""
+        self._callbacks.add(fn)
+        return fn
+
+    def settle(self, timeout: float) -> int:
+        """Waits, without the GIL, until no callback of ours is held by a backend thread; the
+        ones still held after timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while len(self._callbacks) > 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return len(self._callbacks)
+
+
+# Why the wait at exit: a Python callback on a collective's future runs on the backend's thread
+# (gloo's worker), which takes the GIL to run it and again to let it go, after the future is
+# already complete. The process group's C++ destructor joins those threads while holding the GIL
+# (it runs when the last reference goes: the DDP model's reducer, at the end of main() or in the
+# interpreter's teardown), so a worker still on its way to the GIL then never gets it and the
+# process never exits. Before any of that, while the interpreter still hands the GIL around, we
+# wait for every callback to be let go, and keep the model (and so its process group) alive
+# until then: it is destroyed in the teardown, with its threads idle.
+SETTLE_AT_EXIT_S = 10.0
+
+
+def _settle_at_exit() -> None:
+    w = _current
+    if w is None:
+        return
+    left = w.settle(SETTLE_AT_EXIT_S)
+    if left:
+        _warn(f"rank {w.rank}: {left} collectives still unfinished at exit after "
+              f"{SETTLE_AT_EXIT_S:.0f} s; exit may hang in the process group's destructor")
+
 
 def _bucket_hook(w, bucket):  # type: ignore[no-untyped-def]
     """DDP's default (average the bucket over the ranks), with the all-reduce recorded from the
@@ -167,7 +207,7 @@ def _bucket_hook(w, bucket):  # type: ignore[no-untyped-def]
             raise
         w.op_end(seq, True)
         return v
-    return fut.then(done)
+    return fut.then(w.callback(done))
 
 
 def _wrap(name: str, op: int, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -193,7 +233,7 @@ def _wrap(name: str, op: int, fn: Callable[..., Any]) -> Callable[..., Any]:
         except RuntimeError:  # gloo's point-to-point work has no future: issue time only
             w.op_end(seq, True)
             return r
-        fut.add_done_callback(lambda f: w.op_end(seq, f.done()))
+        fut.add_done_callback(w.callback(lambda f: w.op_end(seq, f.done())))
         return r
     return call
 
@@ -221,6 +261,7 @@ def watch(model: Any = None, optimizer: Any = None, group: Any = None,
             _originals[name] = fn
             setattr(_dist, name, _wrap(name, op, fn))
     _current = Watch(model, optimizer, group, buckets)
+    atexit.register(_settle_at_exit)
     return _current
 
 

@@ -1,7 +1,7 @@
 """Seeing inside a running job (docs/diagnostics.md), with the real dlaunch and dlaunch-train: a
 rank stopped in the middle of a step is named as the one that never entered the collective the
 others wait in, with the operation and its sequence number, on one node and on two; a rank slowed
-for real (a SIGSTOP/SIGCONT duty cycle from the test) is named a straggler, and nobody is while
+for real (it sleeps in each step's compute: slow_ms_per_step) is named a straggler, and nobody is while
 the ranks run evenly; with --straggler-action exclude the slow node leaves and the job finishes;
 SIGUSR1 and `dlaunch status --ranks` show every rank. Skipped without dataset-fashion-mnist."""
 import json
@@ -244,45 +244,42 @@ class Diag(dltest.Case):
 
     # ---- stragglers --------------------------------------------------------------------------
 
-    def duty_cycle(self, pid, seconds, stop_s=0.1, run_s=0.03):
-        """Slows pid down for real: stopped stop_s out of every stop_s + run_s (a stop that
-        falls while the rank waits in a collective adds to its wait, not its compute, so the
-        compute grows by less than the stopped share)."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-                time.sleep(stop_s)
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                return
-            time.sleep(run_s)
-
     def stragglers(self, name):
         return [e for e in self.evs(name) if e["event"] == "straggler"]
 
-    def even_then_slow(self, names, slow_name, even_s=8.0, named_within=60.0):
-        """The ranks run evenly for even_s (nobody may be named), then rank 1 is slowed until
-        it is named (within named_within seconds: the rule needs two windows of 100 steps and
-        three reports a heartbeat apart each)."""
-        pid = self.pid_of(slow_name, 1)
-        self.first_beat(1)
-        time.sleep(even_s)
+    def slowed_from(self, rank=1, run="job", attempt=0):
+        """Waits for the trainer's line saying its slowdown starts (slow_after_s); the time it
+        was seen, on the clock of the agents' events."""
+        path = os.path.join(self.dir, "dlaunch_logs", run, f"attempt_{attempt}",
+                            f"rank_{rank}.out")
+
+        def said():
+            try:
+                with open(path) as f:
+                    return "slow_ms_per_step: sleeping" in f.read()
+            except OSError:
+                return False
+        self.wait_for(said, self.EVEN_S + 120, f"rank {rank}'s slowdown to start")
+        return time.time()
+
+    def even_then_slow(self, names):
+        """The ranks run evenly for EVEN_S (nobody may be named), then rank 1 sleeps
+        SLOW_MS in each step's compute until it is named (within NAMED_WITHIN seconds: the rule
+        needs two windows of 100 steps and three reports each)."""
+        slowed_at = self.slowed_from()
         for n in names:
-            self.assertEqual(self.stragglers(n), [], f"named in an even run: {self.log(n)}")
-        start = time.monotonic()
-        deadline = start + named_within
-        while time.monotonic() < deadline and not all(self.stragglers(n) for n in names):
-            self.duty_cycle(pid, 0.5)
-        took = time.monotonic() - start
+            early = [e for e in self.stragglers(n) if e["time"] < slowed_at]
+            self.assertEqual(early, [], f"named in an even run: {self.log(n)}")
+        self.wait_for(lambda: all(self.stragglers(n) for n in names), self.NAMED_WITHIN,
+                      f"rank 1 to be named within {self.NAMED_WITHIN} s of its slowdown")
         firsts = []
         for n in names:
             s = self.stragglers(n)
-            self.assertTrue(s, f"not named within {named_within} s: {self.log(n)}")
-            self.assertEqual(s[0]["rank"], 1, s)
+            self.assertEqual([e["rank"] for e in s], [1], s)
             self.assertGreaterEqual(s[0]["steps"], 100)  # two windows
             self.assertGreater(s[0]["compute_ms"], s[0]["median_ms"])
-            print(f"{n}: rank 1 named at +{s[0]['slower_pct']:.0f}%")
+            print(f"{n}: rank 1 named at +{s[0]['slower_pct']:.0f}%, "
+                  f"{s[0]['time'] - slowed_at:.1f} s after its slowdown")
             self.assertGreater(s[0]["cost_samples_per_s"], 0)
             self.assertEqual(s[0]["action"], "warn")
             firsts.append(s[0])
@@ -292,19 +289,22 @@ class Diag(dltest.Case):
         self.assertGreater(first["slower_pct"], self.STRAGGLER_THRESHOLD * 100, firsts)
         self.assertGreater(first["compute_ms"],
                            first["median_ms"] * (1 + self.STRAGGLER_THRESHOLD))
-        return took
 
-    STRAGGLER_TRAIN = ("steps=1000000", "layers=784-128-10", "log_every=200",
-                       "eval_every=1000000")
     # Two ranks on a shared 2-core machine: a neighbour's load can hold one back by +50% over
     # seconds (+54% over 129 steps was seen with two busy loops beside: a true straggler, for the
-    # rule), and by +200% over one window at the start, so the tests name ranks only past +150%;
-    # the duty cycle slows theirs by +90% to +400% a step under the same load (a 100 ms stop
-    # lands in one step of the ten or so a 30 ms run makes, and one that falls while the rank
-    # waits in a collective adds to its wait, not its compute). The rule wants two windows of
-    # 100 steps in a row, and the slowed job makes 10 steps a second or fewer: 60 s to name it.
+    # rule), and by +200% over one window at the start, so the tests name ranks only past +150%.
+    # The slowed rank sleeps 30 ms in each step's compute (slow_ms_per_step), some ten times an
+    # even step's compute on a quiet machine, and a sleep is not slowed by load: under load that
+    # triples every rank's compute it is still well past +150%. At 30 ms a step two windows of
+    # 100 steps take 7 s or more.
     STRAGGLER_THRESHOLD = 1.5
     STRAGGLER_OPTS = ("--straggler-threshold", str(STRAGGLER_THRESHOLD))
+    EVEN_S = 8
+    SLOW_MS = 30
+    NAMED_WITHIN = 60
+    STRAGGLER_TRAIN = ("steps=1000000", "layers=784-128-10", "log_every=200",
+                       "eval_every=1000000", "slow_rank=1", f"slow_ms_per_step={SLOW_MS}",
+                       f"slow_after_s={EVEN_S}")
 
     def test_a_slowed_rank_is_named_on_one_node_and_nobody_before(self):
         data = test_train.SUBSET
@@ -317,7 +317,7 @@ class Diag(dltest.Case):
         p.send_signal(signal.SIGUSR1)
         self.wait_for(lambda: [e for e in self.evs("a") if e["event"] == "ranks"], 20,
                       "the SIGUSR1 report")
-        self.even_then_slow(["a"], "a")
+        self.even_then_slow(["a"])
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=60)
         log = self.log("a")
@@ -336,7 +336,7 @@ class Diag(dltest.Case):
     def test_a_slowed_rank_is_named_on_two_nodes_and_nobody_before(self):
         data = test_train.SUBSET
         procs = self.two_agents(list(self.STRAGGLER_OPTS), trainer_cmd(data, *self.STRAGGLER_TRAIN))
-        self.even_then_slow(["n0", "n1"], "n1")
+        self.even_then_slow(["n0", "n1"])
         # dlaunch status names it too.
         p = subprocess.run([dltest.DLAUNCH, "status", "--endpoint", self.endpoint, "job"],
                            capture_output=True, text=True, timeout=30)
@@ -354,15 +354,11 @@ class Diag(dltest.Case):
              "--recovery", "restart",
              *self.STRAGGLER_OPTS],
             trainer_cmd(data, "steps=1500", "layers=784-128-10", "log_every=500",
-                        "eval_every=1000000", f"checkpoint_dir={ckpt}", "checkpoint_every=50"),
+                        "eval_every=1000000", f"checkpoint_dir={ckpt}", "checkpoint_every=50",
+                        "slow_rank=1", f"slow_ms_per_step={self.SLOW_MS}"),
             nodes="1:2")
-        pid = self.pid_of("n1", 1)
-        self.first_beat(1)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not self.stragglers("n1"):
-            self.duty_cycle(pid, 0.5)
         for p in procs:
-            self.assertEqual(p.wait(timeout=120), 0, self.log("n0") + self.log("n1"))
+            self.assertEqual(p.wait(timeout=180), 0, self.log("n0") + self.log("n1"))
         s = self.stragglers("n1")
         self.assertEqual([(e["rank"], e["node_rank"], e["action"]) for e in s], [(1, 1, "exclude")])
         # Node 0 went on alone in the next round, and finished.

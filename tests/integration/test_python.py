@@ -116,12 +116,8 @@ class Python(dltest.Case):
     def stragglers(self):
         return [e for e in self.events() if e["event"] == "straggler"]
 
-    # Left out of the suite until the exit deadlock is fixed (docs/python.md, Limits): a watched
-    # rank whose run ends can hang in gloo's process-group destructor, holding the GIL while a
-    # gloo thread waits for it to run the bucket hook's future callback; this test's 1500-step
-    # runs hit it often enough to hang the suite for the test's 240 s timeout.
-    @unittest.skipUnless(os.environ.get("DLAUNCH_TEST_PY_STRAGGLER"),
-                         "set DLAUNCH_TEST_PY_STRAGGLER=1: a watched run's exit can deadlock")
+    # Both runs must exit: a watched rank whose run ended could hang in gloo's process-group
+    # destructor (docs/python.md, "Exit"), and these 1500-step runs hit it often.
     def test_a_slowed_rank_is_named_and_an_even_run_names_nobody(self):
         # +100%: two ranks on a shared 2-core machine (docs/diagnostics.md); the slow rank does
         # 40 extra forward passes of 256 samples a step, many times a step's work.

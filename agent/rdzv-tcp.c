@@ -25,6 +25,10 @@
 /* Node 0 whose own name does not resolve yet (a Kubernetes headless-service name appears once
  * the pod is up) looks again this often, until --join-timeout. */
 #define NAME_RETRY_MS 250
+/* A job that has its most nodes may lose one soon (a pod made again while the rendezvous has not
+ * yet declared the old one dead): a join it turns away is tried again this often, as torchrun
+ * keeps surplus nodes waiting, until --join-timeout. */
+#define FULL_RETRY_MS 1000
 
 struct dl_rdzv_impl_s {
     dl_rdzv_backend_conf_t conf;
@@ -70,6 +74,8 @@ struct dl_rdzv_impl_s {
     bool lost_silently; /* while drop_connection runs for a rendezvous gone silent */
     double failover_since;
     uv_timer_t cand_timer; /* a candidate that neither answers nor refuses */
+    uv_timer_t full_timer; /* the next join, after one turned away from a full job */
+    double full_since;     /* monotonic seconds of the first of those, or 0 */
     /* Hosting as a successor: the candidates before ours are asked, one a heartbeat, whether
      * they serve the job again (a partition healed); the first that does gets the job back. */
     int host_index; /* ours among the candidates when we host as a successor, else 0 */
@@ -280,6 +286,29 @@ static void tcp_heartbeat(tcp_t *z, const dl_rdzv_beat_t *beat)
 
 static void misbehaved(tcp_t *z, const char *why);
 
+static void on_full_retry(uv_timer_t *t)
+{
+    tcp_t *z = t->data;
+    if (!z->closed && !z->leaving)
+        tcp_join(z, &z->join);
+}
+
+/* Whether a join turned away from a full job is tried again (false once --join-timeout ran out
+ * since the first refusal). */
+static bool retry_full_job(tcp_t *z, const char *why)
+{
+    double now = mono();
+    if (z->full_since == 0) {
+        z->full_since = now;
+        say(z, "%s: joining again every %d ms until --join-timeout (%.0f s)", why,
+            FULL_RETRY_MS, z->spec->join_timeout);
+    }
+    if (now - z->full_since >= z->spec->join_timeout)
+        return false;
+    uv_timer_start(&z->full_timer, on_full_retry, FULL_RETRY_MS, 0);
+    return true;
+}
+
 static void on_assignment(tcp_t *z, json_t *m)
 {
     dl_rdzv_assignment_t as;
@@ -297,6 +326,7 @@ static void on_assignment(tcp_t *z, json_t *m)
     }
     dl_rdzv_culprit_info_t c;
     dl_rdzv_dec_culprit(json_object_get(m, "failure"), &c);
+    z->full_since = 0;
     z->host_lost = false;
     z->host_node_rank = as.host_node_rank;
     z->nsuccessors = as.nsuccessors;
@@ -351,9 +381,10 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
         char safe[1200];
         if (id == z->join_id) {
             z->join_id = -1;
-            fprintf(stderr, "dlaunch: %s\n",
-                    dl_proto_escape(why ? why : "the rendezvous refused to join", safe,
-                                    sizeof(safe)));
+            dl_proto_escape(why ? why : "the rendezvous refused to join", safe, sizeof(safe));
+            if (code == DL_PROTO_E_JOB_FULL && retry_full_job(z, safe))
+                return;
+            fprintf(stderr, "dlaunch: %s\n", safe);
             if (code == DL_PROTO_E_TIMEOUT)
                 end(z, 3, "timed_out");
             else
@@ -847,6 +878,7 @@ static void tcp_close(tcp_t *z)
     if (z->backoff_open) {
         uv_close((uv_handle_t *)&z->backoff, timer_closed);
         uv_close((uv_handle_t *)&z->cand_timer, timer_closed);
+        uv_close((uv_handle_t *)&z->full_timer, timer_closed);
     } else {
         tcp_free(z);
     }
@@ -904,8 +936,10 @@ static int tcp_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_c
     z->backoff.data = z;
     uv_timer_init(conf->loop, &z->cand_timer);
     z->cand_timer.data = z;
+    uv_timer_init(conf->loop, &z->full_timer);
+    z->full_timer.data = z;
     z->backoff_open = true;
-    z->open_handles = 2;
+    z->open_handles = 3;
     return host_and_connect(z); /* on failure the agent closes it */
 }
 

@@ -30,6 +30,7 @@ static const char *const errcode_names[DL_PROTO_E_COUNT] = {
     [DL_PROTO_E_SHUTTING_DOWN] = "shutting_down",
     [DL_PROTO_E_INTERNAL] = "internal",
     [DL_PROTO_E_LIMIT_EXCEEDED] = "limit_exceeded",
+    [DL_PROTO_E_JOB_FULL] = "job_full",
     [DL_PROTO_E_OTHER] = "other",
 };
 

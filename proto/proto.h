@@ -159,6 +159,7 @@ typedef enum {
     DL_PROTO_E_INTERNAL,            /* "internal": the server failed (out of memory...) */
     DL_PROTO_E_LIMIT_EXCEEDED,      /* "limit_exceeded": a documented bound of the server (store
                                      * size, memory, jobs, outstanding requests) was reached */
+    DL_PROTO_E_JOB_FULL,            /* "job_full": join to a running job that has its most nodes */
     DL_PROTO_E_OTHER,               /* a code this version does not know (from a newer peer) */
     DL_PROTO_E_COUNT
 } dl_proto_errcode_t;

@@ -1034,7 +1034,7 @@ static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
     }
     if (job->state == DL_RDZV_JOB_RUNNING) {
         if (!m && job->nmembers >= (size_t)job->opts.max_nodes) {
-            dl__rdzv_error(core, ev->conn, ev->req_id, job->run_id, -EBUSY,
+            dl__rdzv_error(core, ev->conn, ev->req_id, job->run_id, -EUSERS,
                            "join: job '%s' runs round %d with the maximum of %d nodes", job->run_id,
                            job->round, job->opts.max_nodes);
             return;

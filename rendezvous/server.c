@@ -292,6 +292,8 @@ static dl_proto_errcode_t errcode_of(int code)
     case EADDRINUSE:
     case EBUSY:
         return DL_PROTO_E_CONFLICT;
+    case EUSERS:
+        return DL_PROTO_E_JOB_FULL;
     case ESHUTDOWN:
     case ECANCELED:
         return DL_PROTO_E_SHUTTING_DOWN;

@@ -147,11 +147,9 @@ class Pods(dltest.Case):
                           f"tx{i}.log") for i in (0, 1)]
         self.wait_ok(procs, ["tx0.log", "tx1.log"])
 
-    # Not yet: the pod made again joins before node 0's rendezvous has declared the old one dead
-    # (--dead-after), is refused ("runs round 0 with the maximum of 2 nodes") and its agent exits
-    # at once; round 1 then never gathers. The agent should keep joining while the job is full,
-    # until --join-timeout (docs/kubernetes.md).
-    @unittest.skip("known gap: a recreated pod's join is refused while the job is still full")
+    # The pod made again joins before node 0's rendezvous has declared the old one dead
+    # (--dead-after): the job is full and turns it away; its agent joins again every second
+    # until --join-timeout, and gets in once the old pod is declared lost.
     def test_a_pod_recreated_with_the_same_index_rejoins(self):
         stop = os.path.join(self.dir, "stop")
         work = ["sh", "-c", f'echo "pod-worker rank=$RANK attempt=$TORCHELASTIC_RESTART_COUNT"; '

@@ -307,7 +307,7 @@ START_TEST(a_new_node_joins_a_running_job)
     ck_assert_int_eq(m->assignment.restarts, 1);
     /* Full: a fourth node is turned away instead of restarting everyone. */
     h_join(&h, 4, "job", 1, &o, 15);
-    ck_assert_int_eq(h_error(&h, 4), -EBUSY);
+    ck_assert_int_eq(h_error(&h, 4), -EUSERS);
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 0);
     h_fini(&h);
 }
@@ -874,7 +874,7 @@ START_TEST(a_join_without_resume_restarts_the_round)
     h_join(&h, 2, "job", 1, &o, 0);
     h_conn_event(&h, DL_RDZV_EV_DISCONNECT, 2, 0, 5);
     h_join(&h, 8, "job", 1, &o, 6); /* agent "a8" is new, but the job is full */
-    ck_assert_int_eq(h_error(&h, 8), -EBUSY);
+    ck_assert_int_eq(h_error(&h, 8), -EUSERS);
     h_join_full(&h, 8, "job", (h_node_t){"a2", "h2", 1, -1, -1}, &o, -1, 7);
     ck_assert_int_eq(h_msg(&h, 8, DL_RDZV_MSG_JOINED)->joined.round, 1);
     ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.round, 1);

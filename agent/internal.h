@@ -116,7 +116,7 @@ struct dl_agent_s {
     char store_addr[300];      /* DLAUNCH_STORE for the workers, or "" */
     bool agent_store;          /* an agent serves torch's store at MASTER_ADDR:MASTER_PORT */
     char *token_path;          /* the workers' key file (DLAUNCH_TOKEN_FILE), or NULL */
-    dl__diag_t *diag;          /* diag.c: recorders, stragglers, hang accounts */
+    dl__diag_t *diag;          /* inspect.c: recorders, stragglers, hang accounts */
     dl_sup_failure_t *history; /* the first failure of every failed attempt */
     size_t nhistory;
     dl_summary_unwritten_t *unwritten; /* log files that could not be written, for the summary */
@@ -198,7 +198,7 @@ void dl__rdzv_free(dl_agent_t *a);
  * without it; it joins again once dl__diag_excluded says the cool-down is over. */
 void dl__rdzv_exclude(dl_agent_t *a, int rank, const char *reason);
 
-/* diag.c: what the agent sees inside its workers (docs/diagnostics.md). */
+/* inspect.c: what the agent sees inside its workers (docs/diagnostics.md). */
 bool dl__diag_beats_wanted(const dl_agent_t *a); /* workers get a beat pipe */
 /* The dlaunch Python package's folder for the workers' PYTHONPATH (pythondir.c): 0, or -errno
  * when there is none to give. */
@@ -273,7 +273,7 @@ void dl__rec_job_failed(dl_agent_t *a);
 void dl__rec_interrupted(dl_agent_t *a, const dl_sup_failure_t *f);
 /* agent.c: starts a replacement in w's slot (same rank, same attempt folder). */
 int dl__agent_respawn(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count);
-/* diag.c: in-job recovery's hang rule: which of this node's workers hold the others up (never
+/* inspect.c: in-job recovery's hang rule: which of this node's workers hold the others up (never
  * entered the operation some other rank waits in, or stopped). culprit[i] per worker; returns
  * how many. */
 int dl__diag_culprits(dl_agent_t *a, bool *culprit);

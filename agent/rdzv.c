@@ -28,7 +28,7 @@ typedef struct dl__rdzv_s {
     bool ready;   /* the backend said ready once: the supervisor has been started */
     char node_id[300];
     char hostname[256];
-    /* Diagnostics (diag.c): the last round change's reason for the restart event, and while
+    /* Diagnostics (inspect.c): the last round change's reason for the restart event, and while
      * this node sits out as a straggler, the join it holds back. */
     char last_reason[1024];
     json_t *last_failure; /* its culprit, as the restart event's reason; NULL when none */

@@ -1,6 +1,6 @@
 /* 100,000 simulated nodes through the rendezvous core: join in a shuffled order, run, lose one
  * node to missed heartbeats, join again. Asserts what every agent is told, not how fast (the
- * timing lives in bench/rdzv-core.c). */
+ * timing lives in bench/rdzv-core-bench.c). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>

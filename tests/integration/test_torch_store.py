@@ -9,6 +9,7 @@ import struct
 import subprocess
 import time
 import unittest
+import urllib.request
 
 import dltest
 
@@ -430,7 +431,8 @@ class TorchStoreInDlaunchd(dltest.Case):
 
     def setUp(self):
         super().setUp()
-        self.daemon, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
+        self.daemon, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"),
+                                                       "--http", "127.0.0.1:0")
         self.endpoint = f"127.0.0.1:{self.port}"
 
     def tearDown(self):
@@ -496,6 +498,10 @@ class TorchStoreInDlaunchd(dltest.Case):
                               st.get("store_clients")), (3, 2 * (6 + 10) + 3, 1, 4), st)
             p = self.dlaunch("status", "--endpoint", self.endpoint, "held", check_code=0)
             self.assertIn("  store: 3 keys, 35 bytes, 1 wait, 4 torch clients\n", p.stdout)
+            page = re.search(r"http://(\S+)/", self.read("d.log")).group(1)
+            with urllib.request.urlopen(f"http://{page}/", timeout=60) as r:
+                self.assertIn("store: 3 keys, 35 bytes, 1 waits, 4 torch clients",
+                              r.read().decode())
             self.write("go", "")
             outs = [j.communicate(timeout=120) for j in jobs]
         finally:

@@ -762,8 +762,9 @@ static void torch_job_open(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t
     if (r < 0)
         slog(s, DL_RDZV_LOG_ERROR, m->run_id, "torch store not served, rank 0 hosts it: %s", err);
     else
-        slog(s, DL_RDZV_LOG_INFO, m->run_id, "serving the job's torch store on %s:%d",
-             s->torch_host, dl__torch_store_port(ts));
+        slog(s, DL_RDZV_LOG_INFO, m->run_id,
+             "serving the job's torch store on %s:%d (its workers' MASTER_PORT)", s->torch_host,
+             dl__torch_store_port(ts));
 }
 
 static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)

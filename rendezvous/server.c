@@ -731,7 +731,7 @@ static void take_snapshot(dl_rdzv_server_t *s, const dl_rdzv_status_t *st)
 
 /* The torch store's queues and watches live beside the core's keys: they go when a round
  * of its job opens, as the keys do. A job's own store (serving many) goes with the job; one
- * whose end no agent heard goes in a sweep (sweep_torch_jobs). */
+ * whose end no agent heard goes in a sweep (on_sweep). */
 static void torch_round(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
 {
     dl__torch_store_t *ts = m->run_id != NULL ? torch_of_job(s, m->run_id) : NULL;
@@ -759,12 +759,16 @@ static void torch_job_open(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t
         return;
     int r = dl__torch_jobs_open(s->torch_jobs, s, s->loop, s->torch_host, m->run_id, &ts, err,
                                 sizeof(err));
-    if (r < 0)
+    if (r < 0) {
         slog(s, DL_RDZV_LOG_ERROR, m->run_id, "torch store not served, rank 0 hosts it: %s", err);
-    else
-        slog(s, DL_RDZV_LOG_INFO, m->run_id,
-             "serving the job's torch store on %s:%d (its workers' MASTER_PORT)", s->torch_host,
-             dl__torch_store_port(ts));
+        return;
+    }
+    slog(s, DL_RDZV_LOG_INFO, m->run_id,
+         "serving the job's torch store on %s:%d (its workers' MASTER_PORT)", s->torch_host,
+         dl__torch_store_port(ts));
+    /* The round it opens in is the one it keeps queues and watches for, as torch_round does
+     * for the rounds after. */
+    dl__torch_store_new_round(ts, m->assignment.round);
 }
 
 static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)

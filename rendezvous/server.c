@@ -410,21 +410,33 @@ static json_t *culprit_json(const dl_rdzv_culprit_t *c)
  * job's: the embedded server's is where the core put MASTER already; a job's among many is on
  * its own port, at the address the agent reached this server on (which reaches it from there,
  * whatever address the server listens on). */
+static bool job_torch_master(const dl_rdzv_server_t *s, const sconn_t *sc, const char *run_id,
+                             char ip[INET6_ADDRSTRLEN], int *ret_port)
+{
+    dl__torch_store_t *ts = s->torch == NULL && sc != NULL && sc->wants_torch && run_id != NULL
+                                ? torch_of_job(s, run_id)
+                                : NULL;
+    struct sockaddr_storage sa;
+    int len = sizeof(sa);
+    if (ts == NULL || uv_tcp_getsockname(&sc->c.tcp, (struct sockaddr *)&sa, &len) != 0 ||
+        uv_ip_name((struct sockaddr *)&sa, ip, INET6_ADDRSTRLEN) != 0)
+        return false;
+    *ret_port = dl__torch_store_port(ts);
+    return true;
+}
+
 static void torch_master(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t *m, json_t *o)
 {
+    char ip[INET6_ADDRSTRLEN];
+    int port;
     if (s->torch != NULL) {
         json_object_set_new(o, "torch_store", json_true());
         return;
     }
-    dl__torch_store_t *ts = sc->wants_torch ? torch_of_job(s, m->run_id) : NULL;
-    struct sockaddr_storage sa;
-    int len = sizeof(sa);
-    char ip[INET6_ADDRSTRLEN];
-    if (ts == NULL || uv_tcp_getsockname(&sc->c.tcp, (struct sockaddr *)&sa, &len) != 0 ||
-        uv_ip_name((struct sockaddr *)&sa, ip, sizeof(ip)) != 0)
+    if (!job_torch_master(s, sc, m->run_id, ip, &port))
         return;
     json_object_set_new(o, "master_addr", json_string(ip));
-    json_object_set_new(o, "master_port", json_integer(dl__torch_store_port(ts)));
+    json_object_set_new(o, "master_port", json_integer(port));
     json_object_set_new(o, "torch_store", json_true());
 }
 
@@ -631,7 +643,7 @@ static void journal(dl_rdzv_server_t *s, const char *run_id, const char *name, j
 }
 
 /* Turns what the core tells agents into the job's story, once per round or job. */
-static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
+static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m, const sconn_t *sc)
 {
     json_t *j = m->run_id != NULL ? dl__journals_get(s->journals, m->run_id, true) : NULL;
     if (j == NULL)
@@ -644,11 +656,17 @@ static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
         if (m->assignment.round == assigned)
             return;
         json_object_set_new(j, "assigned", json_integer(m->assignment.round));
+        /* MASTER as the workers have it: a job's torch store here, as its first agent was
+         * told, else the core's. */
+        char ip[INET6_ADDRSTRLEN];
+        int port;
+        bool here = job_torch_master(s, sc, m->run_id, ip, &port);
         journal(s, m->run_id, "rendezvous",
                 json_pack("{s:i, s:i, s:i, s:i, s:s, s:i}", "round", m->assignment.round,
                           "nodes", m->assignment.nnodes, "world_size", m->assignment.world_size,
                           "restarts", m->assignment.restarts, "master_addr",
-                          m->assignment.master_addr, "master_port", m->assignment.master_port));
+                          here ? ip : m->assignment.master_addr, "master_port",
+                          here ? port : m->assignment.master_port));
         return;
     case DL_RDZV_MSG_ROUND_CHANGED:
         if (m->round_changed.round == changed)
@@ -778,7 +796,11 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
         sconn_t *sc;
         switch (a->kind) {
         case DL_RDZV_ACT_SEND: {
-            journal_msg(s, &a->msg);
+            /* A job's torch store opens before its first assignment is journaled or sent. */
+            sc = (a->conn & DL__TORCH_CONN_BIT) ? NULL : conn_by_id(s, a->conn);
+            if (sc != NULL)
+                torch_job_open(s, sc, &a->msg);
+            journal_msg(s, &a->msg, sc);
             torch_round(s, &a->msg);
             if (a->conn == DL__RDZV_STATS_CONN) {
                 if (a->msg.kind == DL_RDZV_MSG_STATUS)
@@ -794,7 +816,6 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
             sc = conn_by_id(s, a->conn);
             if (sc == NULL)
                 break;
-            torch_job_open(s, sc, &a->msg);
             json_t *m = encode_msg(s, sc, &a->msg);
             if (m != NULL) {
                 int r = ssend(sc, m);

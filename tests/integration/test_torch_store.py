@@ -463,6 +463,12 @@ class TorchStoreInDlaunchd(dltest.Case):
         p = self.dlaunch("--nproc-per-node", "1", "--rdzv-endpoint", self.endpoint, "--run-id",
                          "ours", "--", TORCH_PYTHON, script, timeout=120, check_code=0)
         self.assertIn(f"store True 127.0.0.1 {self.served_port('ours')}", p.stdout)
+        # The job's journal names it as the round's MASTER too.
+        evs = self.dlaunch("events", "--endpoint", self.endpoint, "ours", timeout=60,
+                           check_code=0)
+        rdzv = [json.loads(l) for l in evs.stdout.splitlines() if '"rendezvous"' in l]
+        self.assertEqual([(e["master_addr"], e["master_port"]) for e in rdzv],
+                         [("127.0.0.1", self.served_port("ours"))], evs.stdout)
         old = self.dlaunch("--nproc-per-node", "1", "--rdzv-endpoint", self.endpoint,
                            "--run-id", "old", "--rdzv-conf", "store=worker", "--", TORCH_PYTHON,
                            script, timeout=120, check_code=0)

@@ -97,6 +97,7 @@ struct dl_rdzv_impl_s {
     /* This node's store for its workers' job, served when it is node 0 of a round, guarded by
      * the agent's token, else by the key the job keeps (store_token). */
     dl_rdzv_server_t *store;
+    int torch_port; /* its torch store's (MASTER_PORT as node 0), or 0: store=worker */
     dl_proto_token_t *store_token;
     char store_key[80];
     char addr[256];  /* where other nodes reach this one */
@@ -726,7 +727,8 @@ static dl_ejob_member_t my_offer(etcd_t *z)
                               .store = z->store_addr,
                               .slots = z->join.slots,
                               .node_rank = z->conf.want_node_rank,
-                              .master_port = z->conf.master_port};
+                              .master_port =
+                                  z->torch_port > 0 ? z->torch_port : z->conf.master_port};
 }
 
 /* ---- Timers of the gathering round ------------------------------------------------------------ */
@@ -1112,6 +1114,25 @@ static json_t *assignment_msg(const json_t *state, const json_t *me, int round)
     return msg;
 }
 
+/* The round's nodes may reach this node's torch store, should it be node 0's: their
+ * addresses, as they offered them, are the only ones besides loopback let in. */
+static void torch_hosts(etcd_t *z, const json_t *nodes)
+{
+    size_t n = 0, count = json_array_size(nodes);
+    char err[300] = "out of memory";
+    if (z->torch_port <= 0)
+        return;
+    const char **addrs = calloc(count ? count : 1, sizeof(*addrs));
+    for (size_t i = 0; addrs != NULL && i < count; i++) {
+        const char *a = json_string_value(json_object_get(json_array_get(nodes, i), "addr"));
+        if (a != NULL)
+            addrs[n++] = a;
+    }
+    if (addrs == NULL || dl_rdzv_server_set_job_hosts(z->store, addrs, n, err, sizeof(err)) < 0)
+        say(z, "torch store: other nodes' workers may not reach it: %s", err);
+    free(addrs);
+}
+
 static void running(etcd_t *z, int round)
 {
     const json_t *nodes = json_object_get(z->view.state, "nodes");
@@ -1141,6 +1162,10 @@ static void running(etcd_t *z, int round)
         z->join_wanted = false;
         z->workers_round = round;
         z->node_rank = as.node_rank;
+        torch_hosts(z, nodes);
+        /* Node 0's agent serves torch's store at MASTER, as every agent of the job does when
+         * it is node 0 (start_store), unless the job keeps the old way (store=worker). */
+        as.torch_store = z->torch_port > 0;
         z->cbs.assigned(z->ctx, &as, NULL);
         if (z->closing || z->ended)
             return;
@@ -1459,6 +1484,9 @@ static void start_store(etcd_t *z)
     so.port = 0;
     so.token = z->conf.token != NULL ? z->conf.token : z->store_token;
     so.only_run_id = z->conf.run_id;
+    /* torch's store too, on a port of its own: MASTER_PORT when this node is node 0. */
+    so.torch_store = !z->spec->store_worker;
+    so.torch_host = host;
     so.log = store_log;
     so.log_ctx = z;
     r = dl_rdzv_server_start(z->conf.loop, &so, &z->store, err, sizeof(err));
@@ -1475,6 +1503,7 @@ static void start_store(etcd_t *z)
         z->store = NULL;
         return;
     }
+    z->torch_port = so.torch_store ? dl_rdzv_server_torch_port(z->store) : 0;
     snprintf(z->store_addr, sizeof(z->store_addr), "%s%s%s:%d", strchr(host, ':') ? "[" : "",
              host, strchr(host, ':') ? "]" : "", dl_rdzv_server_port(z->store));
 }

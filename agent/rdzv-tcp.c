@@ -202,7 +202,8 @@ static void tcp_join(tcp_t *z, const dl_rdzv_join_t *join)
                             .dead_after = spec->dead_after,
                             .assigned = join->assigned,
                             .round = join->last_round,
-                            .failures = join->failures + z->host_lost};
+                            .failures = join->failures + z->host_lost,
+                            .torch_store = !spec->store_worker};
     send_or_log(z, dl_rdzv_enc_join(z->join_id, &j));
 }
 

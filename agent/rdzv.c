@@ -242,10 +242,13 @@ static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as,
     a->nnodes = as->nodes;
     a->world_size = as->world_size;
     a->master_port = as->master_port;
-    /* The agent hosting our rendezvous serves torch's store at MASTER (rdzv-tcp.c); dlaunchd
-     * (no host node) and etcd serve none. */
-    a->agent_store = !a->spec->store_worker && a->spec->rdzv_backend != DL_RDZV_ETCD &&
-                     as->host_node_rank >= 0;
+    /* The rendezvous serves torch's store at MASTER: the agent hosting it (rdzv-tcp.c), dlaunchd
+     * when it says so, and with etcd node 0's agent (rdzv-etcd.c). */
+    a->agent_store = !a->spec->store_worker && (as->torch_store || as->host_node_rank >= 0);
+    if (!a->spec->store_worker && !a->agent_store && !a->spec->quiet)
+        dl__agent_log(a, "round %d: the rendezvous serves no torch store for this job: the "
+                         "workers' rank 0 hosts it at %s:%d", as->round, as->master_addr,
+                      as->master_port);
     snprintf(a->store_addr, sizeof(a->store_addr), "%s", as->store_addr);
     snprintf(a->master_addr, sizeof(a->master_addr), "%s", as->master_addr);
     if (dl__agent_set_ranks(a, first, local) < 0) {

@@ -167,6 +167,8 @@ int main(int argc, char **argv)
     so.port = port;
     so.token = token;
     so.log = on_log;
+    /* Each job's workers' store in torch's protocol too, on a port of its own (docs/store.md). */
+    so.torch_jobs = true;
     r = dl_rdzv_server_start(loop, &so, &server, err, sizeof(err));
     if (r < 0) {
         fprintf(stderr, "dlaunchd: %s\n", err);

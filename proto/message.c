@@ -74,6 +74,9 @@ static const dl__field_t join_fields[] = {
      * none. */
     OPT("master_addr", DL__F_ADDR, 1, DL_PROTO_NAME_MAX),
     OPT("master_port", DL__F_INT, 0, 65535),
+    /* Asks a server serving many jobs (dlaunchd) to serve the job's store in torch's protocol
+     * (docs/store.md). */
+    OPT("torch_store", DL__F_BOOL, 0, 0),
     END,
 };
 
@@ -93,6 +96,9 @@ static const dl__field_t assignment_fields[] = {
     /* Where the rendezvous is hosted again if its host dies (an agent's embedded one). */
     OPT("successors", DL__F_STRV, 0, 8),
     OPT("host_node_rank", DL__F_INT, 0, I32), /* the agent hosting an embedded rendezvous */
+    /* MASTER_ADDR:MASTER_PORT is the job's store in torch's protocol, served by the rendezvous
+     * (TORCHELASTIC_USE_AGENT_STORE=True); else the workers' rank 0 hosts it there. */
+    OPT("torch_store", DL__F_BOOL, 0, 0),
     END,
 };
 

@@ -354,6 +354,7 @@ int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *
     a.restart_count = (int)dl_proto_get_int(msg, "restart_count", 0);
     a.failures = (int)dl_proto_get_int(msg, "failures", 0);
     a.host_node_rank = (int)dl_proto_get_int(msg, "host_node_rank", -1);
+    a.torch_store = json_is_true(json_object_get(msg, "torch_store"));
     a.max_restarts = (int)dl_proto_get_int(msg, "max_restarts", 0);
     a.master_port = (int)dl_proto_get_int(msg, "master_port", 0);
     snprintf(a.master_addr, sizeof(a.master_addr), "%s", dl_proto_get_str(msg, "master_addr"));

@@ -19,6 +19,8 @@ json_t *dl_rdzv_enc_join(json_int_t id, const dl_rdzv_join_msg_t *j)
                      (json_int_t)(j->dead_after * 1000), "max_restarts", j->max_restarts,
                      "master_addr", j->master_addr, "master_port", j->master_port));
     json_object_set_new(m, "max_same_failures", json_integer(j->max_same_failures));
+    if (j->torch_store)
+        json_object_set_new(m, "torch_store", json_true());
     if (j->assigned) {
         json_object_set_new(m, "round", json_integer(j->round));
         json_object_set_new(m, "failures", json_integer(j->failures));

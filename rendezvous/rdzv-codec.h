@@ -27,6 +27,9 @@ typedef struct {
     bool assigned;
     int round;
     int failures;
+    /* Asks a rendezvous serving many jobs (dlaunchd) to serve the job's store in torch's
+     * protocol at MASTER (docs/store.md); an agent's embedded one serves it unasked. */
+    bool torch_store;
 } dl_rdzv_join_msg_t;
 
 typedef struct {

@@ -52,6 +52,12 @@ typedef struct {
     bool torch_store;
     const char *torch_host;
     int torch_port;
+    /* Serving many jobs (dlaunchd): serve each job whose agents ask (their join's torch_store)
+     * its store in torch's protocol too, on a port of its own on torch_host (NULL: host), opened
+     * at the job's first assignment and closed when the job ends; assignments then name it as
+     * MASTER_ADDR:MASTER_PORT. Who may connect: loopback and that job's joined agents'
+     * addresses. */
+    bool torch_jobs;
 } dl_rdzv_server_opts_t;
 
 /* Defaults: 127.0.0.1, any port, no token, every job, core defaults, heartbeat 1 s, auth timeout
@@ -73,6 +79,13 @@ int dl_rdzv_server_port(const dl_rdzv_server_t *s);
 
 /* The port of its torch store, or -1 when it serves none. */
 int dl_rdzv_server_torch_port(const dl_rdzv_server_t *s);
+
+/* A store-only server (with only_run_id) knows no agent of its job: its backend tells it the
+ * job's nodes' addresses (IP addresses), each round, so that their workers may reach its torch
+ * store; the list replaces the one before. Returns 0, or -EINVAL / -ENOMEM with one line in
+ * err (the list before stays then). */
+int dl_rdzv_server_set_job_hosts(dl_rdzv_server_t *s, const char *const *addrs, size_t n,
+                                 char *err, size_t errlen);
 
 /* Creates a job before any agent joins (the embedded server knows its job spec). */
 int dl_rdzv_server_add_job(dl_rdzv_server_t *s, const char *run_id,
@@ -165,6 +178,7 @@ typedef struct {
     char successors[8][DL_PROTO_NAME_MAX + 1];
     int nsuccessors;
     int host_node_rank; /* the node rank of the agent hosting the rendezvous, or -1 */
+    bool torch_store;   /* MASTER_ADDR:MASTER_PORT is a torch store the rendezvous serves */
 } dl_rdzv_assignment_t;
 
 /* What the agent asked for, which an assignment must agree with. */

@@ -17,6 +17,7 @@
 #include "rendezvous.h"
 #include "stats.h"
 #include "torch-codec.h"
+#include "torch-jobs.h"
 #include "torch-store.h"
 
 #define READBUF_SIZE (64 * 1024)
@@ -55,6 +56,7 @@ struct sconn_s {
     bool joined;                 /* sent a join: the core watches it from then on */
     bool following;              /* follows its job's events */
     bool has_client_nonce;       /* hello asked us to prove the token back */
+    bool wants_torch;            /* its join asked for the job's store in torch's protocol */
     uint64_t creator;            /* its address, as the core counts jobs per creator */
     job_held_t *held_job; /* its job's count of unfinished frames, once authenticated */
     char run_id[DL_PROTO_RUN_ID_MAX + 1];
@@ -108,6 +110,14 @@ struct dl_rdzv_server_s {
     dl__jobview_t *view; /* every job's ranks as their agents report them (jobview.c) */
 
     dl__torch_store_t *torch; /* the job's store in torch's protocol, or NULL */
+    /* Serving many jobs (torch_jobs): each job's torch store, opened at the first assignment
+     * that goes to an agent asking for one; NULL otherwise. */
+    dl__torch_jobs_t *torch_jobs;
+    char torch_host[DL_PROTO_NAME_MAX + 1];
+    /* Node addresses of the one job a store-only server serves, as its backend knows them
+     * (dl_rdzv_server_set_job_hosts): they may reach its torch store. */
+    struct sockaddr_storage *job_hosts;
+    size_t njob_hosts;
     dl_rdzv_core_opts_t core_opts; /* its limits, for the torch store (no hash key, no names) */
     dl__rdzv_stats_t stats;
     json_t *snapshot; /* what the last STATUS to DL__RDZV_STATS_CONN made */
@@ -322,6 +332,22 @@ static json_t *buf_string(dl_rdzv_buf_t b)
     return json_stringn(b.data != NULL ? b.data : "", b.len);
 }
 
+/* The torch store of job run_id: the embedded server's one, or a job's among many. */
+static dl__torch_store_t *torch_of_job(const dl_rdzv_server_t *s, const char *run_id)
+{
+    if (s->torch != NULL)
+        return strcmp(run_id, s->only_run_id) == 0 ? s->torch : NULL;
+    return s->torch_jobs != NULL ? dl__torch_jobs_find(s->torch_jobs, run_id) : NULL;
+}
+
+/* The torch store a torch connection id belongs to. */
+static dl__torch_store_t *torch_of_conn(const dl_rdzv_server_t *s, uint64_t conn)
+{
+    if (DL__TORCH_STORE_INDEX(conn) == 0)
+        return s->torch;
+    return s->torch_jobs != NULL ? dl__torch_jobs_of_conn(s->torch_jobs, conn) : NULL;
+}
+
 static json_t *status_json(const dl_rdzv_server_t *s, const dl_rdzv_job_status_t *j)
 {
     json_t *members = json_array();
@@ -344,10 +370,11 @@ static json_t *status_json(const dl_rdzv_server_t *s, const dl_rdzv_job_status_t
         json_object_set_new(o, "store_bytes", json_integer((json_int_t)j->store_bytes));
         json_object_set_new(o, "store_waits", json_integer((json_int_t)j->store_waits));
     }
-    /* Torch clients of the one job whose store this server also serves in torch's protocol. */
-    if (o != NULL && s->torch != NULL && strcmp(j->run_id, s->only_run_id) == 0) {
+    /* Torch clients of a job whose store this server also serves in torch's protocol. */
+    const dl__torch_store_t *ts = o != NULL ? torch_of_job(s, j->run_id) : NULL;
+    if (ts != NULL) {
         size_t now, peak, bytes;
-        dl__torch_store_clients(s->torch, &now, &peak, &bytes);
+        dl__torch_store_clients(ts, &now, &peak, &bytes);
         json_object_set_new(o, "store_clients", json_integer((json_int_t)now));
     }
     return o;
@@ -377,6 +404,40 @@ static json_t *culprit_json(const dl_rdzv_culprit_t *c)
     if (c->text != NULL)
         json_object_set_new(o, "text", json_string(c->text));
     return o;
+}
+
+/* An assignment names MASTER_ADDR:MASTER_PORT as a torch store when this server serves the
+ * job's: the embedded server's is where the core put MASTER already; a job's among many is on
+ * its own port, at the address the agent reached this server on (which reaches it from there,
+ * whatever address the server listens on). */
+static bool job_torch_master(const dl_rdzv_server_t *s, const sconn_t *sc, const char *run_id,
+                             char ip[INET6_ADDRSTRLEN], int *ret_port)
+{
+    dl__torch_store_t *ts = s->torch == NULL && sc != NULL && sc->wants_torch && run_id != NULL
+                                ? torch_of_job(s, run_id)
+                                : NULL;
+    struct sockaddr_storage sa;
+    int len = sizeof(sa);
+    if (ts == NULL || uv_tcp_getsockname(&sc->c.tcp, (struct sockaddr *)&sa, &len) != 0 ||
+        uv_ip_name((struct sockaddr *)&sa, ip, INET6_ADDRSTRLEN) != 0)
+        return false;
+    *ret_port = dl__torch_store_port(ts);
+    return true;
+}
+
+static void torch_master(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t *m, json_t *o)
+{
+    char ip[INET6_ADDRSTRLEN];
+    int port;
+    if (s->torch != NULL) {
+        json_object_set_new(o, "torch_store", json_true());
+        return;
+    }
+    if (!job_torch_master(s, sc, m->run_id, ip, &port))
+        return;
+    json_object_set_new(o, "master_addr", json_string(ip));
+    json_object_set_new(o, "master_port", json_integer(port));
+    json_object_set_new(o, "torch_store", json_true());
 }
 
 /* Turns a core message into a frame for its connection; NULL when nothing is to be sent. */
@@ -431,6 +492,7 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
         }
         if (m->assignment.culprit != NULL)
             json_object_set_new(o, "failure", culprit_json(m->assignment.culprit));
+        torch_master(s, sc, m, o);
         return o;
     case DL_RDZV_MSG_TIMEOUT:
         return dl_proto_error_new(id, DL_PROTO_E_TIMEOUT,
@@ -581,7 +643,7 @@ static void journal(dl_rdzv_server_t *s, const char *run_id, const char *name, j
 }
 
 /* Turns what the core tells agents into the job's story, once per round or job. */
-static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
+static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m, const sconn_t *sc)
 {
     json_t *j = m->run_id != NULL ? dl__journals_get(s->journals, m->run_id, true) : NULL;
     if (j == NULL)
@@ -594,11 +656,17 @@ static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
         if (m->assignment.round == assigned)
             return;
         json_object_set_new(j, "assigned", json_integer(m->assignment.round));
+        /* MASTER as the workers have it: a job's torch store here, as its first agent was
+         * told, else the core's. */
+        char ip[INET6_ADDRSTRLEN];
+        int port;
+        bool here = job_torch_master(s, sc, m->run_id, ip, &port);
         journal(s, m->run_id, "rendezvous",
                 json_pack("{s:i, s:i, s:i, s:i, s:s, s:i}", "round", m->assignment.round,
                           "nodes", m->assignment.nnodes, "world_size", m->assignment.world_size,
                           "restarts", m->assignment.restarts, "master_addr",
-                          m->assignment.master_addr, "master_port", m->assignment.master_port));
+                          here ? ip : m->assignment.master_addr, "master_port",
+                          here ? port : m->assignment.master_port));
         return;
     case DL_RDZV_MSG_ROUND_CHANGED:
         if (m->round_changed.round == changed)
@@ -680,15 +748,45 @@ static void take_snapshot(dl_rdzv_server_t *s, const dl_rdzv_status_t *st)
 }
 
 /* The torch store's queues and watches live beside the core's keys: they go when a round
- * of its job opens, as the keys do. */
+ * of its job opens, as the keys do. A job's own store (serving many) goes with the job; one
+ * whose end no agent heard goes in a sweep (on_sweep). */
 static void torch_round(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
 {
-    if (s->torch == NULL || m->run_id == NULL || strcmp(m->run_id, s->only_run_id) != 0)
+    dl__torch_store_t *ts = m->run_id != NULL ? torch_of_job(s, m->run_id) : NULL;
+    if (ts == NULL)
         return;
     if (m->kind == DL_RDZV_MSG_ROUND_CHANGED)
-        dl__torch_store_new_round(s->torch, m->round_changed.round);
+        dl__torch_store_new_round(ts, m->round_changed.round);
     else if (m->kind == DL_RDZV_MSG_ASSIGNMENT)
-        dl__torch_store_new_round(s->torch, m->assignment.round);
+        dl__torch_store_new_round(ts, m->assignment.round);
+    else if (s->torch_jobs != NULL &&
+             (m->kind == DL_RDZV_MSG_FAILED || m->kind == DL_RDZV_MSG_STOP ||
+              m->kind == DL_RDZV_MSG_SUCCEEDED))
+        dl__torch_jobs_close(s->torch_jobs, m->run_id);
+}
+
+/* Serving many jobs, the first assignment of a job to an agent that asked for a torch store
+ * opens one. One that cannot be opened is said, and the assignment names node rank 0's
+ * MASTER_PORT as before: its agent tells its workers that rank 0 hosts the store. */
+static void torch_job_open(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t *m)
+{
+    dl__torch_store_t *ts;
+    char err[256];
+    if (s->torch_jobs == NULL || !sc->wants_torch || m->kind != DL_RDZV_MSG_ASSIGNMENT ||
+        m->run_id == NULL || dl__torch_jobs_find(s->torch_jobs, m->run_id) != NULL)
+        return;
+    int r = dl__torch_jobs_open(s->torch_jobs, s, s->loop, s->torch_host, m->run_id, &ts, err,
+                                sizeof(err));
+    if (r < 0) {
+        slog(s, DL_RDZV_LOG_ERROR, m->run_id, "torch store not served, rank 0 hosts it: %s", err);
+        return;
+    }
+    slog(s, DL_RDZV_LOG_INFO, m->run_id,
+         "serving the job's torch store on %s:%d (its workers' MASTER_PORT)", s->torch_host,
+         dl__torch_store_port(ts));
+    /* The round it opens in is the one it keeps queues and watches for, as torch_round does
+     * for the rounds after. */
+    dl__torch_store_new_round(ts, m->assignment.round);
 }
 
 static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
@@ -698,7 +796,11 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
         sconn_t *sc;
         switch (a->kind) {
         case DL_RDZV_ACT_SEND: {
-            journal_msg(s, &a->msg);
+            /* A job's torch store opens before its first assignment is journaled or sent. */
+            sc = (a->conn & DL__TORCH_CONN_BIT) ? NULL : conn_by_id(s, a->conn);
+            if (sc != NULL)
+                torch_job_open(s, sc, &a->msg);
+            journal_msg(s, &a->msg, sc);
             torch_round(s, &a->msg);
             if (a->conn == DL__RDZV_STATS_CONN) {
                 if (a->msg.kind == DL_RDZV_MSG_STATUS)
@@ -706,8 +808,9 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
                 break;
             }
             if (a->conn & DL__TORCH_CONN_BIT) {
-                if (s->torch != NULL)
-                    dl__torch_store_reply(s->torch, a->conn, &a->msg);
+                dl__torch_store_t *ts = torch_of_conn(s, a->conn);
+                if (ts != NULL)
+                    dl__torch_store_reply(ts, a->conn, &a->msg);
                 break;
             }
             sc = conn_by_id(s, a->conn);
@@ -731,8 +834,8 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
             break;
         }
         case DL_RDZV_ACT_CLOSE:
-            if ((a->conn & DL__TORCH_CONN_BIT) && s->torch != NULL)
-                dl__torch_store_reply(s->torch, a->conn, NULL);
+            if ((a->conn & DL__TORCH_CONN_BIT) && torch_of_conn(s, a->conn) != NULL)
+                dl__torch_store_reply(torch_of_conn(s, a->conn), a->conn, NULL);
             sc = conn_by_id(s, a->conn);
             if (sc != NULL)
                 dl__conn_close(&sc->c, 0);
@@ -813,6 +916,7 @@ static void handle_join(sconn_t *sc, json_t *msg, uint64_t req)
                           .run_id = sc->run_id};
     sc->join_id = (json_int_t)(req - 1);
     sc->joined = true;
+    sc->wants_torch = json_is_true(json_object_get(msg, "torch_store"));
     dl__rdzv_stats_join(&s->stats, sc->run_id, now_s());
     ev.join.agent_id = dl_proto_get_str(msg, "node_id");
     ev.join.host = dl_proto_get_str(msg, "host");
@@ -1256,6 +1360,14 @@ static bool busy(const sconn_t *sc)
            (sc->following && dl__journals_get(sc->s->journals, sc->run_id, false) != NULL);
 }
 
+/* A job the core no longer has (it lingered and went): its torch store goes too. */
+static int job_gone(void *ctx, const char *run_id)
+{
+    dl_rdzv_server_t *s = ctx;
+    size_t n;
+    return dl_rdzv_core_store_count(s->core, run_id, &n) == -ENOENT;
+}
+
 /* Closes connections whose frame has been arriving for longer than frame_timeout (a slow sender
  * holding a buffer) and idle ones that are not busy. One pass over the connections per sweep,
  * a few times per timeout: O(connections) now and then, nothing per message. */
@@ -1281,7 +1393,9 @@ static void on_sweep(uv_timer_t *t)
             dl__conn_close(&sc->c, UV_ETIMEDOUT);
         }
     }
-    if (ready == 0) {
+    if (s->torch_jobs != NULL)
+        dl__torch_jobs_close_if(s->torch_jobs, job_gone, s);
+    if (ready == 0 && (s->torch_jobs == NULL || dl__torch_jobs_count(s->torch_jobs) == 0)) {
         uv_timer_stop(&s->sweep_timer);
         s->sweeping = false;
     }
@@ -1540,8 +1654,19 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
             snprintf(err, errlen, "a torch store needs the one run id the server serves");
         else
             r = dl__torch_store_start(s, loop, opts->torch_host ? opts->torch_host : opts->host,
-                                      opts->torch_port, s->only_run_id, &s->torch, err, errlen);
+                                      opts->torch_port, s->only_run_id, 0, &s->torch, err,
+                                      errlen);
         if (r < 0) {
+            dl_rdzv_server_close(s, NULL, NULL);
+            return r;
+        }
+    }
+    if (opts->torch_jobs && s->torch == NULL) {
+        snprintf(s->torch_host, sizeof(s->torch_host), "%s",
+                 opts->torch_host ? opts->torch_host : opts->host);
+        r = dl__torch_jobs_new(&s->torch_jobs);
+        if (r < 0) {
+            snprintf(err, errlen, "cannot keep torch stores: %s", strerror(-r));
             dl_rdzv_server_close(s, NULL, NULL);
             return r;
         }
@@ -1585,19 +1710,45 @@ static bool same_ip(const struct sockaddr *a, const struct sockaddr *b)
 }
 
 /* O(connections): asked once per torch connection from another host, never per query. */
-bool dl__rdzv_server_knows_host(dl_rdzv_server_t *s, const struct sockaddr *addr)
+bool dl__rdzv_server_knows_host(dl_rdzv_server_t *s, const char *run_id,
+                                const struct sockaddr *addr)
 {
+    for (size_t i = 0; i < s->njob_hosts; i++)
+        if (same_ip((const struct sockaddr *)&s->job_hosts[i], addr))
+            return true;
     for (size_t i = 0; i < s->nslots; i++) {
         sconn_t *sc = s->slots[i];
         struct sockaddr_storage sa;
         int n = sizeof(sa);
         if (sc == NULL || sc->state != SC_READY || !sc->joined ||
+            strcmp(sc->run_id, run_id) != 0 ||
             uv_tcp_getpeername(&sc->c.tcp, (struct sockaddr *)&sa, &n) != 0)
             continue;
         if (same_ip((struct sockaddr *)&sa, addr))
             return true;
     }
     return false;
+}
+
+int dl_rdzv_server_set_job_hosts(dl_rdzv_server_t *s, const char *const *addrs, size_t n,
+                                 char *err, size_t errlen)
+{
+    struct sockaddr_storage *v = n > 0 ? calloc(n, sizeof(*v)) : NULL;
+    if (n > 0 && v == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (uv_ip4_addr(addrs[i], 0, (struct sockaddr_in *)&v[i]) != 0 &&
+            uv_ip6_addr(addrs[i], 0, (struct sockaddr_in6 *)&v[i]) != 0) {
+            snprintf(err, errlen, "node address '%.200s' is not an IP address", addrs[i]);
+            free(v);
+            return -EINVAL;
+        }
+    free(s->job_hosts);
+    s->job_hosts = v;
+    s->njob_hosts = n;
+    return 0;
 }
 
 void dl__rdzv_server_hold(dl_rdzv_server_t *s)
@@ -1689,6 +1840,11 @@ void dl_rdzv_server_close(dl_rdzv_server_t *s, void (*done)(void *ctx), void *ct
     uv_close((uv_handle_t *)&s->replay_idle, handle_closed);
     dl__torch_store_close(s->torch);
     s->torch = NULL;
+    dl__torch_jobs_free(s->torch_jobs);
+    s->torch_jobs = NULL;
+    free(s->job_hosts);
+    s->job_hosts = NULL;
+    s->njob_hosts = 0;
     for (size_t i = 0; i < s->nslots; i++)
         if (s->slots[i] != NULL)
             dl__conn_close(&s->slots[i]->c, 0);

@@ -22,6 +22,9 @@
 /* Torch 1.13's key watches (WATCH_KEY) a store holds; every write to a watched key is
  * O(watches), and torch's own Python API never sends one. */
 #define MAX_WATCHES 4096
+/* A connection id's slot and generation (torch-store.h). */
+#define SLOT_MAX ((size_t)1 << 24)
+#define GEN_MASK 0x7fffffu
 
 /* What torch 1.13 sends a watcher: registered, and then each change of the key. */
 enum {
@@ -65,6 +68,7 @@ struct dl__torch_store_s {
     uv_loop_t *loop;
     dl_rdzv_server_t *s;
     uv_tcp_t listener;
+    uint32_t index; /* in its server, carried by its connections' ids */
     char run_id[256];
     dl_torch_limits_t lim;
     int port;
@@ -93,19 +97,23 @@ struct dl__torch_store_s {
 
 static uint64_t conn_id(const tconn_t *tc)
 {
-    return DL__TORCH_CONN_BIT | ((uint64_t)tc->ts->gens[tc->slot] << 32) | tc->slot;
+    return DL__TORCH_CONN_BIT | ((uint64_t)tc->ts->gens[tc->slot] << 40) |
+           ((uint64_t)tc->ts->index << 24) | tc->slot;
 }
 
 static tconn_t *conn_by_id(dl__torch_store_t *ts, uint64_t id)
 {
-    uint32_t slot = (uint32_t)id, gen = (uint32_t)(id >> 32) & 0x7fffffffu;
-    if (!(id & DL__TORCH_CONN_BIT) || slot >= ts->nslots || ts->gens[slot] != gen)
+    uint32_t slot = (uint32_t)id & 0xffffffu, gen = (uint32_t)(id >> 40) & GEN_MASK;
+    if (!(id & DL__TORCH_CONN_BIT) || DL__TORCH_STORE_INDEX(id) != ts->index ||
+        slot >= ts->nslots || ts->gens[slot] != gen)
         return NULL;
     return ts->slots[slot];
 }
 
 static int slot_take(dl__torch_store_t *ts, tconn_t *tc)
 {
+    if (ts->nfree == 0 && ts->nslots == SLOT_MAX)
+        return -EMFILE;
     if (ts->nfree == 0 && ts->nslots == ts->cap) {
         size_t cap = ts->cap ? ts->cap * 2 : 256;
         tconn_t **sl = realloc(ts->slots, cap * sizeof(*sl));
@@ -135,7 +143,7 @@ static int slot_take(dl__torch_store_t *ts, tconn_t *tc)
 /* A later id for the same slot: answers meant for the old one find nobody. */
 static void next_gen(dl__torch_store_t *ts, uint32_t slot)
 {
-    ts->gens[slot] = (ts->gens[slot] + 1) & 0x7fffffffu;
+    ts->gens[slot] = (ts->gens[slot] + 1) & GEN_MASK;
     if (ts->gens[slot] == 0)
         ts->gens[slot] = 1;
 }
@@ -1019,7 +1027,7 @@ static void on_connection(uv_stream_t *server, int status)
              ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
                                            : ((struct sockaddr_in6 *)&sa)->sin6_port));
     if (!dl__peer_is_loopback((struct sockaddr *)&sa) &&
-        !dl__rdzv_server_knows_host(ts->s, (struct sockaddr *)&sa)) {
+        !dl__rdzv_server_knows_host(ts->s, ts->run_id, (struct sockaddr *)&sa)) {
         conn_fail(tc, "not loopback and not a node of job '%s'", ts->run_id);
         return;
     }
@@ -1038,7 +1046,8 @@ static void on_listener_closed(uv_handle_t *h)
 }
 
 int dl__torch_store_start(dl_rdzv_server_t *s, uv_loop_t *loop, const char *host, int port,
-                          const char *run_id, dl__torch_store_t **ret, char *err, size_t errlen)
+                          const char *run_id, uint32_t index, dl__torch_store_t **ret, char *err,
+                          size_t errlen)
 {
     struct sockaddr_storage sa;
     if (uv_ip4_addr(host, port, (struct sockaddr_in *)&sa) != 0 &&
@@ -1054,6 +1063,7 @@ int dl__torch_store_start(dl_rdzv_server_t *s, uv_loop_t *loop, const char *host
     const dl_rdzv_core_opts_t *co = dl__rdzv_server_core_opts(s);
     ts->loop = loop;
     ts->s = s;
+    ts->index = index;
     snprintf(ts->run_id, sizeof(ts->run_id), "%s", run_id);
     ts->lim.max_key_len = co->max_key_len;
     ts->lim.max_value_len = co->max_value_len;
@@ -1109,6 +1119,11 @@ void dl__torch_store_new_round(dl__torch_store_t *ts, int round)
         ts->round = round;
     dl__tqueues_clear(ts->queues);
     watches_clear(ts);
+}
+
+const char *dl__torch_store_run_id(const dl__torch_store_t *ts)
+{
+    return ts->run_id;
 }
 
 int dl__torch_store_port(const dl__torch_store_t *ts)

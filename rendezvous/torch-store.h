@@ -10,16 +10,25 @@
 
 #include "rendezvous.h"
 
-/* Connection ids of torch clients, as the core sees them: this bit set, never an sconn's. */
+/* Connection ids of torch clients, as the core sees them: this bit set, never an sconn's; then
+ * the slot's generation (23 bits), the store's index in its server (16 bits: a server serving
+ * many jobs has a store for each, and the core's connection ids must differ across them), and
+ * the slot (24 bits). */
 #define DL__TORCH_CONN_BIT ((uint64_t)1 << 63)
+#define DL__TORCH_MAX_STORES 65536
+#define DL__TORCH_STORE_INDEX(id) ((uint32_t)((id) >> 24) & 0xffffu)
 
 typedef struct dl__torch_store_s dl__torch_store_t;
 
-/* Binds host:port (0: any) and serves run_id's store in torch's protocol. Returns 0 with *ret,
- * or a libuv code with one line in err. The store holds a handle of s (dl__rdzv_server_hold)
- * for each of its own until they are closed. */
+/* Binds host:port (0: any) and serves run_id's store in torch's protocol, as store number index
+ * of s (below DL__TORCH_MAX_STORES; its connections' ids carry it). Returns 0 with *ret, or a
+ * libuv code with one line in err. The store holds a handle of s (dl__rdzv_server_hold) for
+ * each of its own until they are closed. */
 int dl__torch_store_start(dl_rdzv_server_t *s, uv_loop_t *loop, const char *host, int port,
-                          const char *run_id, dl__torch_store_t **ret, char *err, size_t errlen);
+                          const char *run_id, uint32_t index, dl__torch_store_t **ret, char *err,
+                          size_t errlen);
+
+const char *dl__torch_store_run_id(const dl__torch_store_t *ts);
 
 /* The core's answer to one of our connections (msg NULL: the core closes it). */
 void dl__torch_store_reply(dl__torch_store_t *ts, uint64_t conn, const dl_rdzv_msg_t *msg);
@@ -41,8 +50,10 @@ void dl__torch_store_clients(const dl__torch_store_t *ts, size_t *ret_now, size_
 void dl__rdzv_server_feed(dl_rdzv_server_t *s, const dl_rdzv_event_t *ev);
 dl_rdzv_core_t *dl__rdzv_server_core(dl_rdzv_server_t *s);
 const dl_rdzv_core_opts_t *dl__rdzv_server_core_opts(const dl_rdzv_server_t *s);
-/* Whether addr is the address of an agent joined to this server (a node of the job). */
-bool dl__rdzv_server_knows_host(dl_rdzv_server_t *s, const struct sockaddr *addr);
+/* Whether addr is the address of a node of job run_id: an agent joined to this server for it,
+ * or one the server was told of (dl_rdzv_server_set_job_hosts). */
+bool dl__rdzv_server_knows_host(dl_rdzv_server_t *s, const char *run_id,
+                                const struct sockaddr *addr);
 void dl__rdzv_server_hold(dl_rdzv_server_t *s);
 void dl__rdzv_server_release(dl_rdzv_server_t *s);
 void dl__rdzv_server_log(dl_rdzv_server_t *s, dl_rdzv_log_level_t level, const char *run_id,

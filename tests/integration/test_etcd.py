@@ -7,6 +7,8 @@ import json
 import os
 import re
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -15,6 +17,7 @@ import urllib.request
 
 import dltest
 import etcdlib
+import test_torch_store
 import test_train
 
 ROOT = os.environ.get("SOURCE_ROOT") or os.path.join(os.path.dirname(__file__), "..", "..")
@@ -655,6 +658,102 @@ class SameFailure(EtcdCase):
             '[ "$RANK" = $((TORCHELASTIC_RESTART_COUNT % 2)) ] && exit 7; sleep 30', "other", 3)
         self.assertEqual(codes, [1, 1], logs)
         self.assertEqual(len([e for e in self.evs("aother") if e["event"] == "restart"]), 3)
+
+
+# Rank 0 says where torch's store is; every rank holds the job until told to go.
+WHERE_THEN_WAIT = """
+import os, time
+if os.environ["RANK"] == "0":
+    with open("at.tmp", "w") as f:
+        f.write(os.environ["TORCHELASTIC_USE_AGENT_STORE"] + " " + os.environ["MASTER_ADDR"] +
+                " " + os.environ["MASTER_PORT"])
+    os.rename("at.tmp", "at")
+while not os.path.exists("go"):
+    time.sleep(0.05)
+"""
+
+
+@unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
+@unittest.skipUnless(test_torch_store.have_torch(), "python3-torch is not installed")
+class TorchStore(EtcdCase):
+    """docs/etcd.md, "The workers' store": node 0's agent serves torch's store too, at
+    MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), empty each round."""
+    PY = test_torch_store.TORCH_PYTHON
+
+    def test_rank0_returning_first_leaves_the_store_to_the_others(self):
+        # Two nodes: the ranks of the node that is not node 0 use node 0's agent's store
+        # after rank 0 returned.
+        script = self.write("early.py", test_torch_store.EARLY_EXIT)
+        procs = [self.agent("--max-restarts", "0", "--", self.PY, script, name=n)
+                 for n in ("a", "b")]
+        self.assertEqual(self.wait_all(procs, timeout=300), [0, 0], self.logs("ab"))
+        out = self.log("a") + self.log("b")
+        self.assertIn("rank 0 returns", out)
+        for rank in (1, 2, 3):
+            self.assertRegex(out, rf"rank {rank} used the store after rank 0 left: [1-9]\d* "
+                                  r"steps, agent store True")
+
+    def test_a_restarted_attempt_sees_none_of_the_old_keys(self):
+        script = self.write("restart.py", test_torch_store.RESTART)
+        p = self.agent("--max-restarts", "1", "--", self.PY, script, nodes="1", slots="3")
+        self.assertEqual(self.wait_all([p], timeout=300), [0], self.log("a"))
+        for rank in range(3):
+            self.assertIn(f"attempt 1 rank {rank} sees old keys: False; new: new", self.log("a"))
+
+    def test_store_worker_keeps_the_old_way(self):
+        script = self.write("say.py", test_torch_store.SAY_STORE)
+        p = self.agent("--rdzv-conf", "store=worker", "--", self.PY, script, nodes="1",
+                       slots="1")
+        self.assertEqual(self.wait_all([p], timeout=120), [0], self.log("a"))
+        self.assertRegex(self.log("a"), r"store False 127\.0\.0\.1 \d+")
+
+    def ping_from(self, source, addr, port):
+        hello = b"\x00" + struct.pack("<I", 0x3C85F7CE) + b"\x0d" + struct.pack("<I", 77)
+        with socket.socket() as c:
+            c.settimeout(30)
+            c.bind((source, 0))
+            c.connect((addr, port))
+            try:
+                c.sendall(hello)
+                return c.recv(4)
+            except ConnectionResetError:
+                return b""
+
+    def where(self):
+        self.wait_for(lambda: os.path.exists(os.path.join(self.dir, "at")), timeout=120,
+                      what="rank 0 to start")
+        agent_store, addr, port = self.read("at").split()
+        os.unlink(os.path.join(self.dir, "at"))
+        self.assertEqual(agent_store, "True")
+        return addr, int(port)
+
+    def test_only_loopback_and_the_jobs_nodes_may_connect(self):
+        source = test_torch_store.local_non_loopback_ipv4()
+        if source is None:
+            self.skipTest("this machine has no address outside 127/8")
+        script = self.write("where.py", WHERE_THEN_WAIT)
+        # One node, on loopback: another address of this machine is no node of the job.
+        alone = self.agent("--", self.PY, script, nodes="1", slots="1", name="alone",
+                           run_id="alone")
+        addr, port = self.where()
+        self.assertEqual(self.ping_from("127.0.0.1", addr, port), struct.pack("<I", 77))
+        self.assertEqual(self.ping_from(source, addr, port), b"")
+        self.write("go", "")
+        self.assertEqual(self.wait_all([alone], timeout=120), [0], self.log("alone"))
+        self.assertRegex(self.log("alone"), rf"torch store: closing the connection from "
+                                            rf"{source}:\d+: not loopback and not a node of "
+                                            r"job 'alone'")
+        os.unlink(os.path.join(self.dir, "go"))
+        # Two nodes, one offering that address: now it is a node of the job, let in wherever
+        # node 0 is.
+        procs = [self.agent("--", self.PY, script, nodes="2", slots="1", name="near",
+                            run_id="pair"),
+                 self.agent("--local-addr", source, "--", self.PY, script, nodes="2",
+                            slots="1", name="far", run_id="pair")]
+        addr, port = self.where()
+        self.assertEqual(self.ping_from(source, addr, port), struct.pack("<I", 77))
+        self.write("go", "")
+        self.assertEqual(self.wait_all(procs, timeout=120), [0, 0], self.logs(["near", "far"]))
 
 
 if __name__ == "__main__":

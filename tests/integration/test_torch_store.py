@@ -3,11 +3,13 @@ since 2.4): real PyTorch clients (Debian's python3-torch) against the agent that
 rendezvous, speaking torch's own TCPStore protocol (docs/store.md)."""
 import json
 import os
+import re
 import socket
 import struct
 import subprocess
 import time
 import unittest
+import urllib.request
 
 import dltest
 
@@ -401,6 +403,185 @@ class TorchStore(dltest.Case):
         # Ranks 2 and 3 run on node 1 and use node 0's agent store after rank 0 is gone.
         for rank in (1, 2, 3):
             self.assertRegex(out, rf"rank {rank} used the store after rank 0 left")
+
+
+# Says what the agent told the workers about torch's store, and where it is.
+SAY_STORE = """
+import os
+print("store", os.environ["TORCHELASTIC_USE_AGENT_STORE"], os.environ["MASTER_ADDR"],
+      os.environ["MASTER_PORT"], flush=True)
+"""
+
+# Writes MASTER_PORT to a file named by its argument, then holds the job until that file's
+# name with ".go" appears.
+NAMED_PORT_THEN_WAIT = """
+import os, sys, time
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(os.environ["MASTER_ADDR"] + " " + os.environ["MASTER_PORT"])
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+while not os.path.exists(sys.argv[1] + ".go"):
+    time.sleep(0.05)
+"""
+
+
+@unittest.skipUnless(have_torch(), "python3-torch is not installed")
+class TorchStoreInDlaunchd(dltest.Case):
+    """No agent hosts the rendezvous: dlaunchd serves each job's torch store on a port of its
+    own (docs/store.md, "Where it is")."""
+
+    def setUp(self):
+        super().setUp()
+        self.daemon, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"),
+                                                       "--http", "127.0.0.1:0")
+        self.endpoint = f"127.0.0.1:{self.port}"
+
+    def tearDown(self):
+        self.daemon.terminate()
+        self.daemon.wait(timeout=60)
+        super().tearDown()
+
+    def served_port(self, run_id):
+        m = re.search(rf"\[dlaunchd {run_id}\] serving the job's torch store on \S+:(\d+)",
+                      self.read("d.log"))
+        return int(m.group(1)) if m else None
+
+    def test_rank0_returning_first_leaves_the_store_to_the_others(self):
+        script = self.write("early.py", EARLY_EXIT)
+        p = self.dlaunch("--nproc-per-node", "3", "--max-restarts", "0", "--rdzv-endpoint",
+                         self.endpoint, "--run-id", "early", "--", TORCH_PYTHON, script,
+                         timeout=300, check_code=0)
+        self.assertIn("rank 0 returns", p.stdout)
+        for rank in (1, 2):
+            self.assertRegex(p.stdout, rf"rank {rank} used the store after rank 0 left: "
+                                       rf"[1-9]\d* steps, agent store True")
+        port = self.served_port("early")
+        self.assertIsNotNone(port, self.read("d.log"))
+        self.assertNotEqual(port, self.port)
+
+    def test_workers_are_pointed_at_it_and_store_worker_keeps_the_old_way(self):
+        script = self.write("say.py", SAY_STORE)
+        p = self.dlaunch("--nproc-per-node", "1", "--rdzv-endpoint", self.endpoint, "--run-id",
+                         "ours", "--", TORCH_PYTHON, script, timeout=120, check_code=0)
+        self.assertIn(f"store True 127.0.0.1 {self.served_port('ours')}", p.stdout)
+        # The job's journal names it as the round's MASTER too.
+        evs = self.dlaunch("events", "--endpoint", self.endpoint, "ours", timeout=60,
+                           check_code=0)
+        rdzv = [json.loads(l) for l in evs.stdout.splitlines() if '"rendezvous"' in l]
+        self.assertEqual([(e["master_addr"], e["master_port"]) for e in rdzv],
+                         [("127.0.0.1", self.served_port("ours"))], evs.stdout)
+        old = self.dlaunch("--nproc-per-node", "1", "--rdzv-endpoint", self.endpoint,
+                           "--run-id", "old", "--rdzv-conf", "store=worker", "--", TORCH_PYTHON,
+                           script, timeout=120, check_code=0)
+        m = re.search(r"store False 127\.0\.0\.1 (\d+)", old.stdout)
+        self.assertIsNotNone(m, old.stdout)
+        self.assertIsNone(self.served_port("old"), self.read("d.log"))
+        self.assertNotIn("serves no torch store", old.stderr)
+
+    def test_a_restarted_attempt_sees_none_of_the_old_keys(self):
+        script = self.write("restart.py", RESTART)
+        p = self.dlaunch("--nproc-per-node", "3", "--max-restarts", "1", "--rdzv-endpoint",
+                         self.endpoint, "--run-id", "again", "--", TORCH_PYTHON, script,
+                         timeout=300, check_code=0)
+        for rank in range(3):
+            self.assertIn(f"attempt 1 rank {rank} sees old keys: False; new: new", p.stdout)
+
+    def test_two_nodes_and_status_through_dlaunchd(self):
+        script = self.write("hold.py", HOLD)
+        common = ["-q", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint",
+                  self.endpoint, "--run-id", "held", "--", TORCH_PYTHON, script]
+        jobs = [self.start(*common) for _ in range(2)]
+        try:
+            deadline, st = time.monotonic() + 120, {}
+            while time.monotonic() < deadline:
+                p = self.dlaunch("status", "--json", "--endpoint", self.endpoint, "held")
+                st = json.loads(p.stdout) if p.returncode == 0 else {}
+                if st.get("store_waits") == 1 and st.get("keys") == 3:
+                    break
+                time.sleep(0.2)
+            # One store: the keys torch's clients set are the job's keys dlaunchd counts, and
+            # its torch clients are those of ranks 0 and 1, on two nodes.
+            self.assertEqual((st.get("keys"), st.get("store_bytes"), st.get("store_waits"),
+                              st.get("store_clients")), (3, 2 * (6 + 10) + 3, 1, 4), st)
+            p = self.dlaunch("status", "--endpoint", self.endpoint, "held", check_code=0)
+            self.assertIn("  store: 3 keys, 35 bytes, 1 wait, 4 torch clients\n", p.stdout)
+            page = re.search(r"http://(\S+)/", self.read("d.log")).group(1)
+            with urllib.request.urlopen(f"http://{page}/", timeout=60) as r:
+                self.assertIn("store: 3 keys, 35 bytes, 1 waits, 4 torch clients",
+                              r.read().decode())
+            self.write("go", "")
+            outs = [j.communicate(timeout=120) for j in jobs]
+        finally:
+            for j in jobs:
+                if j.poll() is None:
+                    j.kill()
+                    j.communicate()
+        self.assertEqual([j.returncode for j in jobs], [0, 0], outs)
+        # The job is over: its port is closed.
+        with self.assertRaises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", self.served_port("held")), timeout=30).close()
+
+    def test_only_loopback_and_the_jobs_own_agents_may_connect(self):
+        source = local_non_loopback_ipv4()
+        if source is None:
+            self.skipTest("this machine has no address outside 127/8")
+        # A dlaunchd others can reach needs a token; job "near" joins through loopback, job
+        # "far" through the machine's other address.
+        self.daemon.terminate()
+        self.daemon.wait(timeout=60)
+        token = self.write("token", "s3cret\n")
+        os.chmod(token, 0o600)
+        with open(os.path.join(self.dir, "d.log"), "w") as log:
+            self.daemon = subprocess.Popen([dltest.DLAUNCHD, "--listen", "0.0.0.0:0",
+                                            "--token-file", token],
+                                           stdout=subprocess.DEVNULL, stderr=log)
+        deadline = time.monotonic() + 30
+        while not re.search(r"serving \S+:(\d+)", self.read("d.log")):
+            self.assertLess(time.monotonic(), deadline, self.read("d.log"))
+            time.sleep(0.05)
+        self.port = int(re.search(r"serving \S+:(\d+)", self.read("d.log")).group(1))
+        script = self.write("hold.py", NAMED_PORT_THEN_WAIT)
+        jobs = [self.start("--nproc-per-node", "1", "--token-file", token, "--rdzv-endpoint",
+                           f"{host}:{self.port}", "--run-id", name, "--", TORCH_PYTHON, script,
+                           name) for name, host in (("near", "127.0.0.1"), ("far", source))]
+        try:
+            at = {}
+            for name in ("near", "far"):
+                deadline = time.monotonic() + 120
+                while not os.path.exists(os.path.join(self.dir, name)):
+                    self.assertLess(time.monotonic(), deadline, f"job {name} never started")
+                    time.sleep(0.05)
+                addr, port = self.read(name).split()
+                at[name] = (addr, int(port))
+            # Each job's MASTER_ADDR is the address its agent reached dlaunchd at.
+            self.assertEqual((at["near"][0], at["far"][0]), ("127.0.0.1", source))
+            hello = b"\x00" + struct.pack("<I", 0x3C85F7CE) + b"\x0d" + struct.pack("<I", 77)
+
+            def ping(port):
+                with socket.socket() as c:
+                    c.settimeout(30)
+                    c.bind((source, 0))
+                    c.connect((source, port))
+                    try:
+                        c.sendall(hello)
+                        return c.recv(4)
+                    except ConnectionResetError:
+                        return b""
+            # From the address of job "far"'s agent: its own store answers, the other job's
+            # closes before a byte is read.
+            self.assertEqual(ping(at["far"][1]), struct.pack("<I", 77))
+            self.assertEqual(ping(at["near"][1]), b"")
+            for name in ("near", "far"):
+                self.write(name + ".go", "")
+            outs = [j.communicate(timeout=120) for j in jobs]
+        finally:
+            for j in jobs:
+                if j.poll() is None:
+                    j.kill()
+                    j.communicate()
+        self.assertEqual([j.returncode for j in jobs], [0, 0], outs)
+        self.assertRegex(self.read("d.log"), rf"torch store: closing the connection from "
+                                             rf"{source}:\d+: not loopback and not a node of "
+                                             r"job 'near'")
 
 
 if __name__ == "__main__":

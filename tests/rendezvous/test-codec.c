@@ -37,6 +37,20 @@ START_TEST(agent_messages)
     m = dl_rdzv_enc_join(8, &j);
     ck_assert_ptr_null(json_object_get(m, "round"));
     valid(m, DL_PROTO_JOIN);
+    /* Asking dlaunchd for the job's torch store (docs/store.md): a bool, sent only when asked. */
+    m = dl_rdzv_enc_join(8, &j);
+    ck_assert_ptr_null(json_object_get(m, "torch_store"));
+    json_decref(m);
+    j.torch_store = true;
+    m = dl_rdzv_enc_join(9, &j);
+    ck_assert(json_is_true(json_object_get(m, "torch_store")));
+    valid(m, DL_PROTO_JOIN);
+    m = dl_rdzv_enc_join(9, &j);
+    json_object_set_new(m, "torch_store", json_string("yes"));
+    dl_proto_type_t type;
+    dl_proto_error_t perr;
+    ck_assert_int_ne(dl_proto_validate(m, &type, &perr), 0);
+    json_decref(m);
 
     dl_rdzv_beat_msg_t b = {.round = 1, .loss = NAN, .samples_per_s = NAN};
     valid(dl_rdzv_enc_heartbeat(9, &b), DL_PROTO_HEARTBEAT);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 
@@ -73,7 +74,11 @@ int dl__worker_cred_write(const dl_proto_token_t *token, const char *run_id, cha
     char dir[4096], *path = NULL, *text = NULL;
     int fd = -1, r;
 
-    r = dl_proto_token_derive(token, DL_PROTO_TOKEN_WORKER, run_id, &worker);
+    /* From a master: a key issued now that lasts DL_PROTO_KEY_LIFETIME_S, so that a worker key
+     * read off a node ends, as a job key handed out does. From a job key: the job key's span. */
+    int64_t now = (int64_t)time(NULL);
+    dl_proto_key_life_t life = {now, now + DL_PROTO_KEY_LIFETIME_S};
+    r = dl_proto_token_derive(token, DL_PROTO_TOKEN_WORKER, run_id, &life, &worker);
     if (r < 0) {
         snprintf(err, errlen, "cannot derive the workers' key for job '%s' from a %s key: %s",
                  run_id, dl_proto_token_kind_name(dl_proto_token_kind(token)), strerror(-r));

@@ -52,6 +52,9 @@ typedef struct {
     bool torch_store;
     const char *torch_host;
     int torch_port;
+    /* Where the revocations (`dlaunch revoke`) are kept across restarts: a JSON file this server
+     * reads at start and rewrites at each revocation. NULL: in memory only. */
+    const char *revocations_file;
 } dl_rdzv_server_opts_t;
 
 /* Defaults: 127.0.0.1, any port, no token, every job, core defaults, heartbeat 1 s, auth timeout

@@ -1,6 +1,7 @@
 /* dlaunchd: the standalone rendezvous, serving many jobs at once (each keyed by its run id).
  *
- *   dlaunchd [--listen ADDR:PORT] [--token-file FILE] [--http ADDR:PORT] [limits] [--verbose]
+ *   dlaunchd [--listen ADDR:PORT] [--token-file FILE] [--http ADDR:PORT] [--revocations FILE]
+ *            [limits] [--verbose]
  *
  * Agents point at it with --rdzv-endpoint; control commands (dlaunch status|stop|restart) with
  * --endpoint; Prometheus and people at --http. Without a token it serves loopback only.
@@ -167,6 +168,7 @@ int main(int argc, char **argv)
     so.port = port;
     so.token = token;
     so.log = on_log;
+    so.revocations_file = args.revocations;
     r = dl_rdzv_server_start(loop, &so, &server, err, sizeof(err));
     if (r < 0) {
         fprintf(stderr, "dlaunchd: %s\n", err);

@@ -219,6 +219,11 @@ void dl_proto_token_free(dl_proto_token_t *token)
     free(token);
 }
 
+int dl_proto_token_copy(const dl_proto_token_t *token, dl_proto_token_t **ret)
+{
+    return token_new_kind(token->kind, token->run_id, &token->life, token->data, token->len, ret);
+}
+
 int dl_proto_token_from_string(const char *text, const char *where, dl_proto_token_t **ret_token,
                                char *err, size_t errlen)
 {

@@ -387,6 +387,9 @@ int dl_proto_token_random(dl_proto_token_t **ret_token);
 
 void dl_proto_token_free(dl_proto_token_t *token);
 
+/* A copy of token (any kind), owned by the caller. Returns 0 or -ENOMEM. */
+int dl_proto_token_copy(const dl_proto_token_t *token, dl_proto_token_t **ret);
+
 dl_proto_token_kind_t dl_proto_token_kind(const dl_proto_token_t *token);
 /* The run id a job or worker key belongs to; NULL for a master. Valid while token lives. */
 const char *dl_proto_token_run_id(const dl_proto_token_t *token);

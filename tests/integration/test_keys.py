@@ -180,6 +180,24 @@ class Lifetime(Keys):
         self.assertIn("dlaunch token", p.stderr)
 
 
+class Renewal(Keys):
+    def test_a_job_run_with_the_token_gets_a_fresh_worker_key_at_each_restart(self):
+        # A key made from the token ends (7 days), a job run with the token must not: its
+        # agent makes its workers a new key, issued then, at every restart.
+        script = ('cut -d: -f3,4 "$DLAUNCH_TOKEN_FILE"; "$D" kv set k v || exit 3; '
+                  'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then sleep 1.5; exit 1; fi')
+        a = self.agent("a", "-q", "--run-id", "renew", "--gpus-per-node", "1",
+                       "--max-restarts", "1", "--token-file", self.master, "--",
+                       "sh", "-c", script, env={"D": dltest.DLAUNCH})
+        self.assertEqual(a.wait(timeout=90), 0, self.read("a.log"))
+        spans = [tuple(map(int, self.read("dlaunch_logs", "renew", f"attempt_{k}",
+                                          "rank_0.out").split(":")))
+                 for k in (0, 1)]
+        for issued, expires in spans:
+            self.assertEqual(expires - issued, 7 * DAY)
+        self.assertGreater(spans[1][0], spans[0][0], spans)
+
+
 class Revocation(Keys):
     def test_a_revoked_runs_older_keys_are_refused_and_a_newer_one_works(self):
         self.start()

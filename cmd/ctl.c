@@ -539,9 +539,10 @@ static int token(const ctl_opts_t *o)
     int r;
 
     if (o->read_only) {
-        if (o->nargs != 0 || o->worker)
-            return usage_error("token --read-only takes no RUN_ID and no --worker: it reads "
-                               "every job of the server and acts on none");
+        if (o->nargs != 0 || o->worker || o->expires != NULL)
+            return usage_error("token --read-only takes no RUN_ID, --worker or --expires: it "
+                               "reads every job of the server, acts on none, and ends when the "
+                               "token changes");
         if (load_token(o->token_file, getenv("DLAUNCH_TOKEN_FILE"), &from) < 0)
             return 2;
         if (from == NULL)

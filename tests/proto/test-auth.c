@@ -507,6 +507,16 @@ START_TEST(test_accept_levels)
     ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, NULL, "a", DL_PROTO_ROLE_AGENT, proof,
                                           NULL, &level, &life, NULL),
                      -EACCES);
+    /* A key whose HMAC is wrong (one digit changed) reads as a key, and proves nothing. */
+    char *jtext = NULL;
+    ck_assert_int_eq(dl_proto_token_text(job, &jtext), 0);
+    char *last = jtext + strlen(jtext) - 1;
+    *last = *last == '0' ? '1' : '0';
+    dl_proto_token_t *forged = token_of(jtext);
+    free(jtext);
+    ck_assert_int_eq(handshake(master, forged, "a", DL_PROTO_ROLE_AGENT, &level), -EACCES);
+    ck_assert_int_eq(handshake(master, forged, "a", DL_PROTO_ROLE_CONTROL, &level), -EACCES);
+    dl_proto_token_free(forged);
     /* A server holding the job key answers with its own span, whatever the client claims. */
     ck_assert_int_eq(dl_proto_auth_accept(job, NONCE, NULL, "a", DL_PROTO_ROLE_AGENT, proof,
                                           &shifted, &level, &life, NULL),

@@ -578,10 +578,11 @@ static int token(const ctl_opts_t *o)
         return usage_error("token: no token to make the key from (--token-file or "
                            "DLAUNCH_TOKEN: the rendezvous' own)");
     if (o->expires != NULL && dl_proto_token_kind(from) != DL_PROTO_TOKEN_MASTER) {
+        const char *kind = dl_proto_token_kind_name(dl_proto_token_kind(from));
         dl_proto_token_free(from);
         return usage_error("token --expires: a %s key keeps its own expiry; only the "
                            "rendezvous' token makes keys of a new lifetime",
-                           dl_proto_token_kind_name(dl_proto_token_kind(from)));
+                           kind);
     }
     /* Issued now: a revocation of this run withdraws it with the keys made before it. */
     int64_t now = (int64_t)time(NULL);

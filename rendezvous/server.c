@@ -15,9 +15,9 @@
 #include "journal.h"
 #include "peer.h"
 #include "rendezvous.h"
+#include "revoked.h"
 #include "stats.h"
 #include "torch-codec.h"
-#include "revoked.h"
 #include "torch-store.h"
 
 #define READBUF_SIZE (64 * 1024)

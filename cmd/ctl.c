@@ -620,9 +620,15 @@ static int revoke_keys(const ctl_opts_t *o)
     if (o->etcd)
         return usage_error("revoke: an etcd job's keys are its etcd credentials; withdraw them "
                            "in etcd (docs/etcd.md)");
+    int64_t now = before;
     if (o->before != NULL && (dl_proto_time_parse(o->before, &before) < 0 || before < 1))
         return usage_error("--before: '%s' is not a moment (Unix seconds, or "
                            "YYYY-MM-DDTHH:MM:SSZ)",
+                           o->before);
+    /* A moment ahead would refuse the keys made from now until then too: not a withdrawal. */
+    if (before > now + DL_PROTO_KEY_LEEWAY_S)
+        return usage_error("--before: '%s' is ahead of this machine's clock; revoke withdraws "
+                           "keys already made",
                            o->before);
     int r = connect_as(endpoint, where, DL_PROTO_ROLE_CONTROL, o->args[0], o->token_file,
                        o->timeout, &c);

@@ -241,7 +241,8 @@ class Revocation(Keys):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertNotIn("2020-01-01", p.stdout)
         self.assertEqual(self.ctl("status", old, "jobA").returncode, 4)
-        for bad in ("yesterday", "2026-13-01T00:00:00Z", "-5", "253402300800"):
+        for bad in ("yesterday", "2026-13-01T00:00:00Z", "-5", "253402300800",
+                    "2999-01-01T00:00:00Z"):
             p = self.run_cmd("revoke", "--endpoint", self.endpoint, "--token-file", self.master,
                              "--before", bad, "jobA")
             self.assertEqual(p.returncode, 2, (bad, p.stderr))

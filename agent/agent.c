@@ -598,6 +598,8 @@ static void spawn_all(dl_agent_t *a, int attempt)
         /* Several nodes get a new round, and with it an empty store; one node does it here. */
         dl__rdzv_local_store_reset(a);
     }
+    if (attempt > 0)
+        dl__rdzv_renew_worker_key(a);
     dl__diag_attempt(a);
     /* Over several nodes every new round is a group generation of its own: a node that starts
      * its workers afresh may join others that kept theirs (docs/recovery.md). */

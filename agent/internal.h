@@ -240,6 +240,9 @@ int dl__rdzv_local_store(dl_agent_t *a);                  /* after the loop has 
  * exit code having said why. */
 int dl__rdzv_local_store(dl_agent_t *a);
 void dl__rdzv_local_store_reset(dl_agent_t *a); /* a restart: the workers start with no keys */
+/* A restart: when the workers' key was made from a master, a new one, issued now, in the same
+ * file, so that a job run with the master outlasts the lifetime of the keys it makes. */
+void dl__rdzv_renew_worker_key(dl_agent_t *a);
 
 /* recovery.c: in-job recovery (docs/recovery.md). */
 bool dl__rec_in_job(const dl_agent_t *a);

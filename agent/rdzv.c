@@ -22,6 +22,10 @@ typedef struct dl__rdzv_s {
     dl_rdzv_impl_t *backend;
     dl_rdzv_server_t *server; /* one node alone: its workers' store */
     dl_proto_token_t *token;
+    /* The master the workers' key was made from (the agent's token, or the store key an etcd
+     * job keeps), to make a fresh one at each restart: a key made from a master ends, and a job
+     * run with the master must not. NULL when the agent holds a job key. */
+    dl_proto_token_t *worker_key_from;
     uv_timer_t heartbeat;
     bool heartbeat_open;
     bool quit; /* said leave at the agent's stop signal */
@@ -344,6 +348,7 @@ static void cb_log(void *ctx, const char *text)
 static void cb_store_token(void *ctx, const dl_proto_token_t *token)
 {
     dl_agent_t *a = ctx;
+    rdzv_t *z = a->rdzv;
     char err[512], note[1100];
     if (a->token_path != NULL)
         return; /* the agent's own token made it already */
@@ -352,6 +357,9 @@ static void cb_store_token(void *ctx, const dl_proto_token_t *token)
         dl__agent_log(a, "the workers get no key to the store: %s", err);
     else if (note[0] != '\0')
         dl__agent_log(a, "%s", note);
+    if (a->token_path != NULL && dl_proto_token_kind(token) == DL_PROTO_TOKEN_MASTER &&
+        z->worker_key_from == NULL && dl_proto_token_copy(token, &z->worker_key_from) < 0)
+        dl__agent_log(a, "out of memory: the workers' key is not renewed at restarts");
 }
 
 /* The agent's token: a master, or this job's key. Its workers get the job's worker key in a
@@ -388,6 +396,8 @@ static int load_token(dl_agent_t *a, rdzv_t *z)
     }
     if (note[0] != '\0')
         fprintf(stderr, "dlaunch: warning: %s\n", note);
+    if (dl_proto_token_kind(z->token) == DL_PROTO_TOKEN_MASTER)
+        z->worker_key_from = z->token; /* freed with z->token */
     /* The token stays in our memory and maybe in our environment: a worker of ours (same
      * user) must not read it from /proc/PPID/environ or /proc/PPID/mem. Not dumpable makes
      * those files root's; workers are dumpable again after their execve. */
@@ -498,6 +508,19 @@ int dl__rdzv_local_store(dl_agent_t *a)
     return 0;
 }
 
+void dl__rdzv_renew_worker_key(dl_agent_t *a)
+{
+    rdzv_t *z = a->rdzv;
+    char err[512], note[1100];
+    if (z == NULL || z->worker_key_from == NULL || a->token_path == NULL)
+        return;
+    /* The workers already running keep what they read; those about to start read the new one. */
+    if (dl__worker_cred_write(z->worker_key_from, a->run_id, &a->token_path, note, sizeof(note),
+                              err, sizeof(err)) < 0)
+        dl__agent_log(a, "the workers' key is not renewed (the old one serves until it ends): %s",
+                      err);
+}
+
 void dl__rdzv_local_store_reset(dl_agent_t *a)
 {
     if (a->rdzv != NULL && a->rdzv->server != NULL)
@@ -537,6 +560,8 @@ void dl__rdzv_free(dl_agent_t *a)
     if (z == NULL)
         return;
     dl__worker_cred_remove(a->token_path);
+    if (z->worker_key_from != z->token)
+        dl_proto_token_free(z->worker_key_from);
     dl_proto_token_free(z->token);
     json_decref(z->last_failure);
     free(z);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 
@@ -73,7 +74,11 @@ int dl__worker_cred_write(const dl_proto_token_t *token, const char *run_id, cha
     char dir[4096], *path = NULL, *text = NULL;
     int fd = -1, r;
 
-    r = dl_proto_token_derive(token, DL_PROTO_TOKEN_WORKER, run_id, &worker);
+    /* From a master: a key issued now that lasts DL_PROTO_KEY_LIFETIME_S, so that a worker key
+     * read off a node ends, as a job key handed out does. From a job key: the job key's span. */
+    int64_t now = (int64_t)time(NULL);
+    dl_proto_key_life_t life = {now, now + DL_PROTO_KEY_LIFETIME_S};
+    r = dl_proto_token_derive(token, DL_PROTO_TOKEN_WORKER, run_id, &life, &worker);
     if (r < 0) {
         snprintf(err, errlen, "cannot derive the workers' key for job '%s' from a %s key: %s",
                  run_id, dl_proto_token_kind_name(dl_proto_token_kind(token)), strerror(-r));
@@ -86,29 +91,45 @@ int dl__worker_cred_write(const dl_proto_token_t *token, const char *run_id, cha
         return r;
     }
     note[0] = '\0';
-    r = runtime_dir(dir, sizeof(dir), note, notelen, err, errlen);
-    if (r == 0 && asprintf(&path, "%s/%s.%d.worker-key", dir, run_id, (int)getpid()) < 0) {
-        path = NULL;
-        r = -ENOMEM;
-        snprintf(err, errlen, "out of memory");
+    char tmp[4200];
+    bool renew = *ret_path != NULL; /* a new key in the file the workers were told of */
+    if (!renew) {
+        r = runtime_dir(dir, sizeof(dir), note, notelen, err, errlen);
+        if (r == 0 && asprintf(&path, "%s/%s.%d.worker-key", dir, run_id, (int)getpid()) < 0) {
+            path = NULL;
+            r = -ENOMEM;
+            snprintf(err, errlen, "out of memory");
+        }
+    } else {
+        path = *ret_path;
+    }
+    if (r == 0 && snprintf(tmp, sizeof(tmp), "%s.new", path) >= (int)sizeof(tmp)) {
+        r = -ENAMETOOLONG;
+        snprintf(err, errlen, "cannot write the workers' key: '%s' is too long a name", path);
     }
     if (r == 0) {
-        /* A leftover of an earlier agent with our pid is ours to replace. */
-        unlink(path);
-        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        /* Written aside and renamed over, so that a worker reading the file as it is renewed
+         * reads the old key or the new one, whole. A leftover of an earlier agent with our pid
+         * is ours to replace. */
+        unlink(tmp);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         size_t len = strlen(text);
-        if (fd < 0 || write(fd, text, len) != (ssize_t)len || write(fd, "\n", 1) != 1) {
-            r = -errno;
+        errno = 0;
+        if (fd < 0 || write(fd, text, len) != (ssize_t)len || write(fd, "\n", 1) != 1 ||
+            rename(tmp, path) < 0) {
+            r = errno != 0 ? -errno : -EIO;
             snprintf(err, errlen, "cannot write the workers' key to '%s': %s", path,
-                     strerror(errno));
+                     strerror(-r));
             if (fd >= 0)
-                unlink(path);
+                unlink(tmp);
         }
     }
     if (fd >= 0)
         close(fd);
     explicit_bzero(text, strlen(text));
     free(text);
+    if (renew)
+        return r;
     if (r < 0) {
         free(path);
         return r;

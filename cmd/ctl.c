@@ -1,6 +1,6 @@
 /* The control subcommands of dlaunch: status, stop, restart (against dlaunchd or an embedded
- * rendezvous), kv (the job's key-value store, for shell workers) and token (a job's key, made
- * from the rendezvous' token). Each is one blocking request; exit codes follow
+ * rendezvous), kv (the job's key-value store, for shell workers), token (a job's key, made
+ * from the rendezvous' token) and revoke (withdraw a run's keys issued so far). Each is one blocking request; exit codes follow
  * docs/exit-codes.md. */
 #include <errno.h>
 #include <limits.h>
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "config.h"
 #include "ctl-etcd.h"
@@ -22,6 +23,8 @@ typedef struct {
     bool ranks; /* status: every rank's figures and last operations */
     bool worker;    /* token: the worker key rather than the job key */
     bool read_only; /* token: the HTTP side's read-only credential, for no job */
+    const char *expires; /* token: the key's lifetime (--expires), NULL for the default */
+    const char *before;  /* revoke: keys issued before this moment (--before), NULL for now */
     double timeout;
     double follow_timeout; /* events: stop after this long without one; < 0 never */
     char **args; /* positional arguments after the subcommand */
@@ -88,6 +91,13 @@ static int parse(int argc, char **argv, ctl_opts_t *o)
             } else {
                 return usage_error("--rdzv-backend: '%s' is not c10d, static or etcd", v);
             }
+        } else if (strcmp(a, "--expires") == 0 || strcmp(a, "--before") == 0) {
+            if (i + 1 >= argc)
+                return usage_error("option '%s' needs a value", a);
+            if (a[2] == 'e')
+                o->expires = argv[++i];
+            else
+                o->before = argv[++i];
         } else if (strcmp(a, "--endpoint") == 0 || strcmp(a, "--token-file") == 0 ||
                    strcmp(a, "--timeout") == 0) {
             if (i + 1 >= argc)
@@ -529,9 +539,10 @@ static int token(const ctl_opts_t *o)
     int r;
 
     if (o->read_only) {
-        if (o->nargs != 0 || o->worker)
-            return usage_error("token --read-only takes no RUN_ID and no --worker: it reads "
-                               "every job of the server and acts on none");
+        if (o->nargs != 0 || o->worker || o->expires != NULL)
+            return usage_error("token --read-only takes no RUN_ID, --worker or --expires: it "
+                               "reads every job of the server, acts on none, and ends when the "
+                               "token changes");
         if (load_token(o->token_file, getenv("DLAUNCH_TOKEN_FILE"), &from) < 0)
             return 2;
         if (from == NULL)
@@ -553,6 +564,11 @@ static int token(const ctl_opts_t *o)
     }
     if (o->nargs != 1)
         return usage_error("token needs the RUN_ID of the job");
+    int64_t lifetime = DL_PROTO_KEY_LIFETIME_S;
+    if (o->expires != NULL && dl_proto_lifetime_parse(o->expires, &lifetime) < 0)
+        return usage_error("--expires: '%s' is not a lifetime from 1s to %lldd (N, or N with s, "
+                           "m, h or d)",
+                           o->expires, DL_PROTO_KEY_LIFETIME_MAX_S / 86400);
     if (!dl_proto_run_id_valid(o->args[0]))
         return usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')",
                            o->args[0]);
@@ -561,8 +577,18 @@ static int token(const ctl_opts_t *o)
     if (from == NULL)
         return usage_error("token: no token to make the key from (--token-file or "
                            "DLAUNCH_TOKEN: the rendezvous' own)");
+    if (o->expires != NULL && dl_proto_token_kind(from) != DL_PROTO_TOKEN_MASTER) {
+        const char *kind = dl_proto_token_kind_name(dl_proto_token_kind(from));
+        dl_proto_token_free(from);
+        return usage_error("token --expires: a %s key keeps its own expiry; only the "
+                           "rendezvous' token makes keys of a new lifetime",
+                           kind);
+    }
+    /* Issued now: a revocation of this run withdraws it with the keys made before it. */
+    int64_t now = (int64_t)time(NULL);
+    dl_proto_key_life_t life = {now, now + lifetime};
     r = dl_proto_token_derive(from, o->worker ? DL_PROTO_TOKEN_WORKER : DL_PROTO_TOKEN_JOB,
-                              o->args[0], &key);
+                              o->args[0], &life, &key);
     if (r == 0)
         r = dl_proto_token_text(key, &text);
     if (r < 0)
@@ -577,9 +603,58 @@ static int token(const ctl_opts_t *o)
     return r < 0 ? 4 : 0;
 }
 
+/* Makes the rendezvous refuse every key of RUN_ID issued before --before (now by default), and
+ * close the connections that hold one: the way to withdraw a key handed out, short of its
+ * expiry. Needs the server's own token. */
+static int revoke_keys(const ctl_opts_t *o)
+{
+    const char *where;
+    const char *endpoint = control_endpoint(o, &where);
+    dl_rdzv_sync_t *c;
+    json_t *reply = NULL;
+    int64_t before = (int64_t)time(NULL);
+    char when[32];
+
+    if (o->nargs != 1)
+        return usage_error("revoke needs the RUN_ID whose keys to withdraw");
+    if (o->etcd)
+        return usage_error("revoke: an etcd job's keys are its etcd credentials; withdraw them "
+                           "in etcd (docs/etcd.md)");
+    int64_t now = before;
+    if (o->before != NULL && (dl_proto_time_parse(o->before, &before) < 0 || before < 1))
+        return usage_error("--before: '%s' is not a moment (Unix seconds, or "
+                           "YYYY-MM-DDTHH:MM:SSZ)",
+                           o->before);
+    /* A moment ahead would refuse the keys made from now until then too: not a withdrawal. */
+    if (before > now + DL_PROTO_KEY_LEEWAY_S)
+        return usage_error("--before: '%s' is ahead of this machine's clock; revoke withdraws "
+                           "keys already made",
+                           o->before);
+    int r = connect_as(endpoint, where, DL_PROTO_ROLE_CONTROL, o->args[0], o->token_file,
+                       o->timeout, &c);
+    if (r != 0)
+        return r;
+    json_t *msg = dl_proto_msg_new(DL_PROTO_REVOKE, 0);
+    if (msg != NULL)
+        json_object_set_new(msg, "before", json_integer((json_int_t)before));
+    r = call(c, msg, o->timeout, &reply);
+    dl_rdzv_sync_close(c);
+    if (r != 0)
+        return r;
+    json_t *result = json_object_get(reply, "result");
+    before = json_integer_value(json_object_get(result, "before"));
+    if (o->json)
+        printf("{\"run_id\":\"%s\",\"before\":%lld}\n", o->args[0], (long long)before);
+    else
+        printf("%s: keys issued before %s are refused\n", o->args[0],
+               dl_proto_time_text(before, when, sizeof(when)));
+    json_decref(reply);
+    return 0;
+}
+
 bool dl_ctl_is_command(const char *word)
 {
-    static const char *cmds[] = {"status", "stop", "restart", "events", "kv", "token"};
+    static const char *cmds[] = {"status", "stop", "restart", "events", "kv", "token", "revoke"};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
         if (strcmp(word, cmds[i]) == 0)
             return true;
@@ -598,5 +673,7 @@ int dl_ctl_main(int argc, char **argv)
         return events(&o);
     if (strcmp(argv[1], "token") == 0)
         return token(&o);
+    if (strcmp(argv[1], "revoke") == 0)
+        return revoke_keys(&o);
     return control(argv[1], &o);
 }

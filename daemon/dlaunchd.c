@@ -1,6 +1,7 @@
 /* dlaunchd: the standalone rendezvous, serving many jobs at once (each keyed by its run id).
  *
- *   dlaunchd [--listen ADDR:PORT] [--token-file FILE] [--http ADDR:PORT] [limits] [--verbose]
+ *   dlaunchd [--listen ADDR:PORT] [--token-file FILE] [--http ADDR:PORT] [--revocations FILE]
+ *            [limits] [--verbose]
  *
  * Agents point at it with --rdzv-endpoint; control commands (dlaunch status|stop|restart) with
  * --endpoint; Prometheus and people at --http. Without a token it serves loopback only.
@@ -169,6 +170,7 @@ int main(int argc, char **argv)
     so.log = on_log;
     /* Each job's workers' store in torch's protocol too, on a port of its own (docs/store.md). */
     so.torch_jobs = true;
+    so.revocations_file = args.revocations;
     r = dl_rdzv_server_start(loop, &so, &server, err, sizeof(err));
     if (r < 0) {
         fprintf(stderr, "dlaunchd: %s\n", err);

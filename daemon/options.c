@@ -38,6 +38,10 @@ const dl_daemon_option_t dl_daemon_options[] = {
     {"linger", 0, "SECONDS", OFF(linger),
      "how long a finished job still answers its late agents and `dlaunch status`; then it is "
      "forgotten with its journal, and its run id is free again (default 60)"},
+    {"revocations", 0, "FILE", OFF(revocations),
+     "keep the revocations of `dlaunch revoke` in this file (JSON, rewritten at each one), so "
+     "that a restarted dlaunchd still refuses the keys it refused (default: in memory only; "
+     "they end with the process)"},
     {"verbose", 'v', NULL, OFF(verbose), "log every rendezvous step"},
 };
 const size_t dl_daemon_options_count = sizeof(dl_daemon_options) / sizeof(dl_daemon_options[0]);

@@ -18,6 +18,7 @@ typedef struct {
     const char *idle_timeout;      /* seconds an authenticated connection may do nothing */
     const char *frame_timeout;     /* seconds a frame may take to arrive */
     const char *linger;            /* seconds a finished job still answers */
+    const char *revocations;       /* the file `dlaunch revoke` is kept in; NULL: memory only */
     bool verbose;
 } dl_daemon_args_t;
 

@@ -7,7 +7,8 @@
  *     the larger limit admits;
  *   - every message that decodes re-encodes and decodes to an equal message;
  *   - every error turns into a valid error reply carrying the same code;
- *   - every string of a message, read as a credential (dlaunch-job-v1:RUN:HEX, ...), either is
+ *   - every string of a message, read as a credential (dlaunch-job-v2:RUN:ISSUED:EXPIRES:HEX,
+ *     ...), either is
  *     refused or writes back as itself, and derives only down the chain (master -> job ->
  *     worker), never up or sideways;
  *   - a hello's nonce and an auth_ok's proof go through the server's and the client's proof
@@ -70,6 +71,8 @@ static void check_escape(const char *s)
         REQUIRE(*p >= 0x20 && *p <= 0x7e);
 }
 
+static const dl_proto_key_life_t LIFE = {1700000000, 1700604800};
+
 /* text read as a credential: refused, or a master, or a typed key that writes back as text
  * and reaches only its own job. */
 static void check_credential(const char *text)
@@ -84,7 +87,7 @@ static void check_credential(const char *text)
     dl_proto_token_kind_t kind = dl_proto_token_kind(t);
     if (kind == DL_PROTO_TOKEN_MASTER) {
         REQUIRE(dl_proto_token_text(t, &out) == -EPERM);
-        REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, "job", &d) == 0);
+        REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, "job", &LIFE, &d) == 0);
         REQUIRE(dl_proto_token_may(t, "other", DL_PROTO_ROLE_CONTROL));
         dl_proto_token_free(d);
         dl_proto_token_free(t);
@@ -94,7 +97,7 @@ static void check_credential(const char *text)
         /* Writes back as itself, derives nothing, may act nowhere. */
         REQUIRE(dl_proto_token_run_id(t) == NULL);
         REQUIRE(dl_proto_token_text(t, &out) == 0 && strcmp(out, text) == 0);
-        REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, "x", &d) == -EPERM);
+        REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, "x", &LIFE, &d) == -EPERM);
         REQUIRE(!dl_proto_token_may(t, "x", DL_PROTO_ROLE_WORKER));
         free(out);
         dl_proto_token_free(t);
@@ -105,12 +108,14 @@ static void check_credential(const char *text)
     REQUIRE(dl_proto_token_text(t, &out) == 0 && strcmp(out, text) == 0);
     REQUIRE(dl_proto_token_from_string(out, "fuzz", &back, err, sizeof(err)) == 0);
     REQUIRE(dl_proto_token_equal(back, t));
+    dl_proto_key_life_t life = dl_proto_token_life(t);
+    REQUIRE(dl_proto_key_life_valid(&life));
     /* Never up, never to another job. */
-    REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_MASTER, run_id, &d) == -EPERM);
-    REQUIRE(strcmp(run_id, "x") == 0 || dl_proto_token_derive(t, kind, "x", &d) == -EPERM);
+    REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_MASTER, run_id, &LIFE, &d) == -EPERM);
+    REQUIRE(strcmp(run_id, "x") == 0 || dl_proto_token_derive(t, kind, "x", &LIFE, &d) == -EPERM);
     REQUIRE(!dl_proto_token_may(t, strcmp(run_id, "x") == 0 ? "y" : "x", DL_PROTO_ROLE_WORKER));
     if (kind == DL_PROTO_TOKEN_WORKER) {
-        REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, run_id, &d) == -EPERM);
+        REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, run_id, &LIFE, &d) == -EPERM);
         REQUIRE(!dl_proto_token_may(t, run_id, DL_PROTO_ROLE_CONTROL));
         REQUIRE(!dl_proto_token_may(t, run_id, DL_PROTO_ROLE_AGENT));
     }
@@ -151,6 +156,7 @@ static void check_handshake(const json_t *msg, dl_proto_type_t type)
     const char *run_id = type == DL_PROTO_HELLO ? dl_proto_get_str(msg, "run_id") : "job";
     char proof[DL_PROTO_PROOF_HEX_LEN + 1], sproof[DL_PROTO_PROOF_HEX_LEN + 1];
     dl_proto_token_kind_t level;
+    dl_proto_key_life_t life, claimed = dl_proto_auth_claimed_life(msg);
     dl_proto_token_t *worker = NULL;
 
     if (hex == NULL || run_id == NULL)
@@ -158,22 +164,23 @@ static void check_handshake(const json_t *msg, dl_proto_type_t type)
     if (type == DL_PROTO_AUTH_OK || type == DL_PROTO_AUTH) {
         /* A proof nobody computed: refused by both sides (a collision is beyond the fuzzer). */
         REQUIRE(dl_proto_auth_accept(master(), nonce, NULL, "job", DL_PROTO_ROLE_AGENT, hex,
-                                     &level, NULL) == -EACCES);
+                                     &claimed, &level, &life, NULL) == -EACCES);
         REQUIRE(dl_proto_auth_check_server(master(), nonce, nonce, "job", DL_PROTO_ROLE_AGENT,
                                            hex) == -EACCES);
         return;
     }
     /* hello: the client's nonce, and a worker key made from the server's master. */
-    REQUIRE(dl_proto_token_derive(master(), DL_PROTO_TOKEN_WORKER, run_id, &worker) == 0);
+    REQUIRE(dl_proto_token_derive(master(), DL_PROTO_TOKEN_WORKER, run_id, &LIFE, &worker) == 0);
     REQUIRE(dl_proto_auth_proof(worker, nonce, run_id, DL_PROTO_ROLE_WORKER, proof) == 0);
     REQUIRE(dl_proto_auth_accept(master(), nonce, hex, run_id, DL_PROTO_ROLE_WORKER, proof,
-                                 &level, sproof) == 0);
-    REQUIRE(level == DL_PROTO_TOKEN_WORKER);
+                                 &LIFE, &level, &life, sproof) == 0);
+    REQUIRE(level == DL_PROTO_TOKEN_WORKER && life.issued == LIFE.issued &&
+            life.expires == LIFE.expires);
     REQUIRE(dl_proto_auth_check_server(worker, hex, nonce, run_id, DL_PROTO_ROLE_WORKER,
                                        sproof) == 0);
     /* The same proof is no control's. */
     REQUIRE(dl_proto_auth_accept(master(), nonce, hex, run_id, DL_PROTO_ROLE_CONTROL, proof,
-                                 &level, sproof) == -EACCES);
+                                 &LIFE, &level, &life, sproof) == -EACCES);
     dl_proto_token_free(worker);
 }
 

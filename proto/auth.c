@@ -6,7 +6,9 @@
  * over the client's own nonce, so that a client believes nothing a stranger on its port says.
  *
  * Keys form a chain, master -> job -> worker, each an HMAC of the one before and the run id: a
- * holder can go down the chain but never up it, nor sideways to another job. */
+ * holder can go down the chain but never up it, nor sideways to another job. A job key also
+ * covers the span it is good for (issued, expires), written in its text: the span is public, and
+ * a holder who changes it gets another key, whose proofs fail. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -34,14 +36,20 @@ static int ct_memcmp(const void *a, const void *b, size_t n)
 
 #define MAC_LEN 32
 
-#define JOB_PREFIX "dlaunch-job-v1:"
-#define WORKER_PREFIX "dlaunch-worker-v1:"
+#define JOB_PREFIX "dlaunch-job-v2:"
+#define WORKER_PREFIX "dlaunch-worker-v2:"
+/* Version 1 keys named no span: they never ended, so they are refused, saying so. */
+#define OLD_JOB_PREFIX "dlaunch-job-v1:"
+#define OLD_WORKER_PREFIX "dlaunch-worker-v1:"
+/* Decimal digits of DL_PROTO_KEY_TIME_MAX: a longer time is out of range before it is read. */
+#define TIME_DIGITS_MAX 12
 #define SCRAPE_PREFIX "dlaunch-scrape-v1:"
 #define SCRAPE_LABEL "dlaunch scrape key v1\n"
 
 struct dl_proto_token_s {
     dl_proto_token_kind_t kind;
     char run_id[DL_PROTO_RUN_ID_MAX + 1]; /* job and worker keys: theirs */
+    dl_proto_key_life_t life;             /* job and worker keys: theirs; else {0, 0} */
     size_t len;
     unsigned char data[];                 /* the HMAC key: a master's bytes, or 32 derived */
 };
@@ -59,13 +67,16 @@ __attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errl
 }
 
 static int token_new_kind(dl_proto_token_kind_t kind, const char *run_id,
-                          const unsigned char *data, size_t len, dl_proto_token_t **ret_token)
+                          const dl_proto_key_life_t *life, const unsigned char *data, size_t len,
+                          dl_proto_token_t **ret_token)
 {
     dl_proto_token_t *t = calloc(1, sizeof(*t) + len);
 
     if (t == NULL)
         return -ENOMEM;
     t->kind = kind;
+    if (life != NULL)
+        t->life = *life;
     if (run_id != NULL) {
         size_t n = strnlen(run_id, DL_PROTO_RUN_ID_MAX);
         memcpy(t->run_id, run_id, n);
@@ -79,52 +90,122 @@ static int token_new_kind(dl_proto_token_kind_t kind, const char *run_id,
 
 static int hex_decode(const char *hex, uint8_t *out, size_t len);
 
-/* "dlaunch-job-v1:RUN_ID:HEX" or "dlaunch-worker-v1:RUN_ID:HEX" as a typed key; anything else is
- * a master. Returns 0, or -EINVAL for text that claims to be a typed key but is malformed. */
-static int token_parse(const unsigned char *data, size_t len, dl_proto_token_t **ret_token)
+static bool has_prefix(const unsigned char *data, size_t len, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return len >= n && memcmp(data, prefix, n) == 0;
+}
+
+/* A time of a key: 1 to TIME_DIGITS_MAX decimal digits, no sign, no leading zero, at most
+ * DL_PROTO_KEY_TIME_MAX. */
+static int parse_key_time(const char *text, int64_t *ret)
+{
+    size_t n = strlen(text);
+    int64_t v = 0;
+
+    if (n == 0 || n > TIME_DIGITS_MAX || (n > 1 && text[0] == '0'))
+        return -ERANGE;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] < '0' || text[i] > '9')
+            return -EINVAL;
+        v = v * 10 + (text[i] - '0'); /* 12 digits fit in 40 bits */
+    }
+    if (v > DL_PROTO_KEY_TIME_MAX)
+        return -ERANGE;
+    *ret = v;
+    return 0;
+}
+
+/* Cuts the last ":FIELD" off text; returns FIELD, or NULL when there is no colon. */
+static char *cut_last(char *text)
+{
+    char *colon = strrchr(text, ':');
+    if (colon == NULL)
+        return NULL;
+    *colon = '\0';
+    return colon + 1;
+}
+
+/* "dlaunch-job-v2:RUN_ID:ISSUED:EXPIRES:HEX" or "dlaunch-worker-v2:...", as a typed key;
+ * "dlaunch-scrape-v1:HEX" as the read-only credential; anything else is a master. Returns 0, or
+ * -EINVAL for text that claims to be a typed key but is malformed (a version 1 key among them),
+ * with why in err after "where: ". */
+static int token_parse(const unsigned char *data, size_t len, const char *where,
+                       dl_proto_token_t **ret_token, char *err, size_t errlen)
 {
     dl_proto_token_kind_t kind;
-    char text[sizeof(WORKER_PREFIX) + DL_PROTO_RUN_ID_MAX + 2 * MAC_LEN + 2];
+    char text[sizeof(WORKER_PREFIX) + DL_PROTO_RUN_ID_MAX + 2 * MAC_LEN + 2 * TIME_DIGITS_MAX + 4];
     uint8_t key[MAC_LEN];
+    dl_proto_key_life_t life;
     size_t plen;
     int r;
 
-    if (len >= strlen(SCRAPE_PREFIX) && memcmp(data, SCRAPE_PREFIX, strlen(SCRAPE_PREFIX)) == 0) {
+    if (has_prefix(data, len, SCRAPE_PREFIX)) {
         /* No run id: it reads every job's figures, and acts on none. */
         char hex[2 * MAC_LEN + 1];
         plen = strlen(SCRAPE_PREFIX);
-        if (len - plen != 2 * MAC_LEN)
+        if (len - plen != 2 * MAC_LEN) {
+            set_err(err, errlen, "%s: a malformed dlaunch read-only credential", where);
             return -EINVAL;
+        }
         memcpy(hex, data + plen, 2 * MAC_LEN);
         hex[2 * MAC_LEN] = '\0';
         r = hex_decode(hex, key, sizeof(key)) < 0
                 ? -EINVAL
-                : token_new_kind(DL_PROTO_TOKEN_SCRAPE, NULL, key, sizeof(key), ret_token);
+                : token_new_kind(DL_PROTO_TOKEN_SCRAPE, NULL, NULL, key, sizeof(key), ret_token);
         explicit_bzero(key, sizeof(key));
         explicit_bzero(hex, sizeof(hex));
+        if (r == -EINVAL)
+            set_err(err, errlen, "%s: a malformed dlaunch read-only credential", where);
         return r;
     }
-    if (len >= strlen(JOB_PREFIX) && memcmp(data, JOB_PREFIX, strlen(JOB_PREFIX)) == 0) {
+    if (has_prefix(data, len, OLD_JOB_PREFIX) || has_prefix(data, len, OLD_WORKER_PREFIX)) {
+        set_err(err, errlen,
+                "%s: a version 1 dlaunch key, which never ends, is no longer accepted; make a "
+                "new one with 'dlaunch token RUN_ID' (docs/protocol.md, \"Key lifetime\")",
+                where);
+        return -EINVAL;
+    }
+    if (has_prefix(data, len, JOB_PREFIX)) {
         kind = DL_PROTO_TOKEN_JOB;
         plen = strlen(JOB_PREFIX);
-    } else if (len >= strlen(WORKER_PREFIX) &&
-               memcmp(data, WORKER_PREFIX, strlen(WORKER_PREFIX)) == 0) {
+    } else if (has_prefix(data, len, WORKER_PREFIX)) {
         kind = DL_PROTO_TOKEN_WORKER;
         plen = strlen(WORKER_PREFIX);
     } else {
-        return token_new_kind(DL_PROTO_TOKEN_MASTER, NULL, data, len, ret_token);
+        return token_new_kind(DL_PROTO_TOKEN_MASTER, NULL, NULL, data, len, ret_token);
     }
-    if (len - plen >= sizeof(text))
+    const char *what = kind == DL_PROTO_TOKEN_JOB ? "job" : "worker";
+    if (len - plen >= sizeof(text)) {
+        set_err(err, errlen, "%s: a malformed dlaunch %s key (too long)", where, what);
         return -EINVAL;
+    }
     memcpy(text, data + plen, len - plen);
     text[len - plen] = '\0';
-    char *colon = strrchr(text, ':');
-    if (colon == NULL)
-        return -EINVAL;
-    *colon = '\0';
-    if (!dl_proto_run_id_valid(text) || hex_decode(colon + 1, key, sizeof(key)) < 0)
-        return -EINVAL;
-    r = token_new_kind(kind, text, key, sizeof(key), ret_token);
+    /* From the right: the run id may hold colons, the other fields may not. */
+    char *hex = cut_last(text);
+    char *expires = hex != NULL ? cut_last(text) : NULL;
+    char *issued = expires != NULL ? cut_last(text) : NULL;
+    r = -EINVAL;
+    if (issued == NULL) {
+        set_err(err, errlen, "%s: a malformed dlaunch %s key (not RUN_ID:ISSUED:EXPIRES:HEX)",
+                where, what);
+    } else if (!dl_proto_run_id_valid(text)) {
+        set_err(err, errlen, "%s: a malformed dlaunch %s key (its run id)", where, what);
+    } else if (parse_key_time(issued, &life.issued) < 0 ||
+               parse_key_time(expires, &life.expires) < 0) {
+        set_err(err, errlen,
+                "%s: a malformed dlaunch %s key (its times must be Unix seconds from 0 to %lld)",
+                where, what, (long long)DL_PROTO_KEY_TIME_MAX);
+    } else if (!dl_proto_key_life_valid(&life)) {
+        set_err(err, errlen, "%s: a malformed dlaunch %s key (it expires before it is issued)",
+                where, what);
+    } else if (hex_decode(hex, key, sizeof(key)) < 0) {
+        set_err(err, errlen, "%s: a malformed dlaunch %s key (its key is not %d hex digits)",
+                where, what, 2 * MAC_LEN);
+    } else {
+        r = token_new_kind(kind, text, &life, key, sizeof(key), ret_token);
+    }
     explicit_bzero(key, sizeof(key));
     explicit_bzero(text, sizeof(text));
     return r;
@@ -136,6 +217,11 @@ void dl_proto_token_free(dl_proto_token_t *token)
         return;
     explicit_bzero(token->data, token->len);
     free(token);
+}
+
+int dl_proto_token_copy(const dl_proto_token_t *token, dl_proto_token_t **ret)
+{
+    return token_new_kind(token->kind, token->run_id, &token->life, token->data, token->len, ret);
 }
 
 int dl_proto_token_from_string(const char *text, const char *where, dl_proto_token_t **ret_token,
@@ -151,10 +237,7 @@ int dl_proto_token_from_string(const char *text, const char *where, dl_proto_tok
         set_err(err, errlen, "%s: the token is longer than %d bytes", where, DL_PROTO_TOKEN_MAX);
         return -EINVAL;
     }
-    int r = token_parse((const unsigned char *)text, len, ret_token);
-    if (r == -EINVAL)
-        set_err(err, errlen, "%s: a malformed dlaunch job or worker key", where);
-    return r;
+    return token_parse((const unsigned char *)text, len, where, ret_token, err, errlen);
 }
 
 int dl_proto_token_load(const char *file, const char *env_value, dl_proto_token_t **ret_token,
@@ -237,10 +320,9 @@ static int token_read_fd(int fd, const char *path, const struct stat *st,
             set_err(err, errlen, "token file '%s': the token is empty", path);
             r = -EINVAL;
         } else {
-            r = token_parse(buf, len, ret_token);
-            if (r == -EINVAL)
-                set_err(err, errlen, "token file '%s': a malformed dlaunch job or worker key",
-                        path);
+            char where[300];
+            snprintf(where, sizeof(where), "token file '%s'", path);
+            r = token_parse(buf, len, where, ret_token, err, errlen);
         }
     }
     explicit_bzero(buf, DL_PROTO_TOKEN_MAX + 1);
@@ -361,6 +443,11 @@ const char *dl_proto_token_run_id(const dl_proto_token_t *token)
     return none ? NULL : token->run_id;
 }
 
+dl_proto_key_life_t dl_proto_token_life(const dl_proto_token_t *token)
+{
+    return token->life;
+}
+
 const char *dl_proto_token_kind_name(dl_proto_token_kind_t kind)
 {
     switch (kind) {
@@ -387,23 +474,29 @@ bool dl_proto_token_may(const dl_proto_token_t *token, const char *run_id, dl_pr
     return token->kind == DL_PROTO_TOKEN_JOB || role == DL_PROTO_ROLE_WORKER;
 }
 
-/* key' = HMAC-SHA256(key, label || run_id): one step down the chain. */
+/* key' = HMAC-SHA256(key, label || run_id [|| "\n" || issued || "\n" || expires]): one step
+ * down the chain. A run id holds no newline, and the times are plain decimal, so the message
+ * reads one way only. */
 static int derive_step(const unsigned char *key, size_t key_len, const char *label,
-                       const char *run_id, uint8_t ret_key[MAC_LEN])
+                       const char *run_id, const dl_proto_key_life_t *life,
+                       uint8_t ret_key[MAC_LEN])
 {
-    char msg[64 + DL_PROTO_RUN_ID_MAX];
-    int len = snprintf(msg, sizeof(msg), "%s%s", label, run_id);
+    char msg[64 + DL_PROTO_RUN_ID_MAX + 2 * TIME_DIGITS_MAX + 4];
+    int len = life != NULL ? snprintf(msg, sizeof(msg), "%s%s\n%lld\n%lld", label, run_id,
+                                      (long long)life->issued, (long long)life->expires)
+                           : snprintf(msg, sizeof(msg), "%s%s", label, run_id);
 
     if (len < 0 || (size_t)len >= sizeof(msg))
         return -EINVAL;
     return dl_proto_hmac_sha256(key, key_len, msg, (size_t)len, ret_key);
 }
 
-#define JOB_LABEL "dlaunch job key v1\n"
-#define WORKER_LABEL "dlaunch worker key v1\n"
+#define JOB_LABEL "dlaunch job key v2\n"
+#define WORKER_LABEL "dlaunch worker key v2\n"
 
 int dl_proto_token_derive(const dl_proto_token_t *token, dl_proto_token_kind_t kind,
-                          const char *run_id, dl_proto_token_t **ret)
+                          const char *run_id, const dl_proto_key_life_t *life,
+                          dl_proto_token_t **ret)
 {
     uint8_t job[MAC_LEN], worker[MAC_LEN];
     int r;
@@ -416,20 +509,24 @@ int dl_proto_token_derive(const dl_proto_token_t *token, dl_proto_token_kind_t k
     if (token->kind != DL_PROTO_TOKEN_MASTER && strcmp(token->run_id, run_id) != 0)
         return -EPERM;
     if (kind == token->kind && kind != DL_PROTO_TOKEN_MASTER)
-        return token_new_kind(kind, run_id, token->data, token->len, ret);
+        return token_new_kind(kind, run_id, &token->life, token->data, token->len, ret);
     /* Only down the chain: never to a master, never from a worker to a job key. */
     if (kind == DL_PROTO_TOKEN_MASTER || kind < token->kind)
         return -EPERM;
     if (token->kind == DL_PROTO_TOKEN_MASTER) {
-        r = derive_step(token->data, token->len, JOB_LABEL, run_id, job);
+        if (life == NULL || !dl_proto_key_life_valid(life))
+            return -EINVAL;
+        r = derive_step(token->data, token->len, JOB_LABEL, run_id, life, job);
     } else {
+        life = &token->life; /* a worker key ends with its job key */
         memcpy(job, token->data, MAC_LEN);
         r = 0;
     }
     if (r == 0 && kind == DL_PROTO_TOKEN_WORKER)
-        r = derive_step(job, MAC_LEN, WORKER_LABEL, run_id, worker);
+        r = derive_step(job, MAC_LEN, WORKER_LABEL, run_id, NULL, worker);
     if (r == 0)
-        r = token_new_kind(kind, run_id, kind == DL_PROTO_TOKEN_JOB ? job : worker, MAC_LEN, ret);
+        r = token_new_kind(kind, run_id, life, kind == DL_PROTO_TOKEN_JOB ? job : worker, MAC_LEN,
+                           ret);
     explicit_bzero(job, sizeof(job));
     explicit_bzero(worker, sizeof(worker));
     return r;
@@ -453,9 +550,10 @@ int dl_proto_token_text(const dl_proto_token_t *token, char **ret_text)
         *ret_text = text;
         return 0;
     }
-    int n = asprintf(&text, "%s%s:%s",
+    int n = asprintf(&text, "%s%s:%lld:%lld:%s",
                      token->kind == DL_PROTO_TOKEN_JOB ? JOB_PREFIX : WORKER_PREFIX,
-                     token->run_id, hex);
+                     token->run_id, (long long)token->life.issued,
+                     (long long)token->life.expires, hex);
     explicit_bzero(hex, sizeof(hex));
     if (n < 0)
         return -ENOMEM;
@@ -472,7 +570,7 @@ int dl_proto_token_scrape(const dl_proto_token_t *master, dl_proto_token_t **ret
     int r = dl_proto_hmac_sha256(master->data, master->len, SCRAPE_LABEL, strlen(SCRAPE_LABEL),
                                  key);
     if (r == 0)
-        r = token_new_kind(DL_PROTO_TOKEN_SCRAPE, NULL, key, sizeof(key), ret);
+        r = token_new_kind(DL_PROTO_TOKEN_SCRAPE, NULL, NULL, key, sizeof(key), ret);
     explicit_bzero(key, sizeof(key));
     return r;
 }
@@ -496,8 +594,9 @@ bool dl_proto_token_equal(const dl_proto_token_t *a, const dl_proto_token_t *b)
 {
     if (a == NULL || b == NULL)
         return a == b;
-    return a->kind == b->kind && strcmp(a->run_id, b->run_id) == 0 && a->len == b->len &&
-           ct_memcmp(a->data, b->data, a->len) == 0;
+    return a->kind == b->kind && strcmp(a->run_id, b->run_id) == 0 &&
+           a->life.issued == b->life.issued && a->life.expires == b->life.expires &&
+           a->len == b->len && ct_memcmp(a->data, b->data, a->len) == 0;
 }
 
 int dl_proto_token_random(dl_proto_token_t **ret_token)
@@ -509,7 +608,7 @@ int dl_proto_token_random(dl_proto_token_t **ret_token)
     if (dl_proto_random(bytes, sizeof(bytes)) < 0)
         return -EIO;
     hex_encode(bytes, sizeof(bytes), hex);
-    r = token_new_kind(DL_PROTO_TOKEN_MASTER, NULL, (const unsigned char *)hex, 2 * MAC_LEN,
+    r = token_new_kind(DL_PROTO_TOKEN_MASTER, NULL, NULL, (const unsigned char *)hex, 2 * MAC_LEN,
                        ret_token);
     explicit_bzero(bytes, sizeof(bytes));
     explicit_bzero(hex, sizeof(hex));
@@ -556,6 +655,28 @@ int dl_proto_auth_proof(const dl_proto_token_t *token, const char *nonce, const 
     return 0;
 }
 
+int dl_proto_auth_add_life(json_t *auth, const dl_proto_token_t *token)
+{
+    if (token == NULL || !dl_proto_key_life_valid(&token->life))
+        return 0;
+    if (json_object_set_new(auth, "key_issued", json_integer((json_int_t)token->life.issued)) < 0 ||
+        json_object_set_new(auth, "key_expires", json_integer((json_int_t)token->life.expires)) < 0)
+        return -ENOMEM;
+    return 0;
+}
+
+dl_proto_key_life_t dl_proto_auth_claimed_life(const json_t *auth)
+{
+    json_t *i = json_object_get(auth, "key_issued"), *e = json_object_get(auth, "key_expires");
+    dl_proto_key_life_t life = {0, 0};
+
+    if (json_is_integer(i) && json_is_integer(e)) {
+        life.issued = json_integer_value(i);
+        life.expires = json_integer_value(e);
+    }
+    return life;
+}
+
 int dl_proto_auth_verify(const dl_proto_token_t *token, const char *nonce, const char *run_id,
                          dl_proto_role_t role, const char *proof)
 {
@@ -597,7 +718,8 @@ static int server_mac(const dl_proto_token_t *key, const char *client_nonce, con
 
 int dl_proto_auth_accept(const dl_proto_token_t *server, const char *nonce,
                          const char *client_nonce, const char *run_id, dl_proto_role_t role,
-                         const char *proof, dl_proto_token_kind_t *ret_level,
+                         const char *proof, const dl_proto_key_life_t *claimed,
+                         dl_proto_token_kind_t *ret_level, dl_proto_key_life_t *ret_life,
                          char ret_server_proof[DL_PROTO_PROOF_HEX_LEN + 1])
 {
     dl_proto_token_t *key = NULL, *job = NULL;
@@ -616,12 +738,18 @@ int dl_proto_auth_accept(const dl_proto_token_t *server, const char *nonce,
         dl_proto_token_t *k = NULL;
         if (kind == DL_PROTO_TOKEN_WORKER && role != DL_PROTO_ROLE_WORKER)
             break;
+        /* A client that names no span holds no key below a master's: none to derive. */
+        if (kind == DL_PROTO_TOKEN_JOB && server->kind == DL_PROTO_TOKEN_MASTER &&
+            (claimed == NULL || !dl_proto_key_life_valid(claimed))) {
+            r = -EACCES;
+            break;
+        }
         if (kind == server->kind)
-            r = token_new_kind(kind, dl_proto_token_run_id(server), server->data, server->len,
-                               &k);
+            r = token_new_kind(kind, dl_proto_token_run_id(server), &server->life, server->data,
+                               server->len, &k);
         else
             r = dl_proto_token_derive(kind == DL_PROTO_TOKEN_WORKER && job != NULL ? job : server,
-                                      kind, run_id, &k);
+                                      kind, run_id, claimed, &k);
         if (r < 0)
             break;
         r = dl_proto_auth_verify(k, nonce, run_id, role, proof);
@@ -648,8 +776,10 @@ int dl_proto_auth_accept(const dl_proto_token_t *server, const char *nonce,
             hex_encode(mac, sizeof(mac), ret_server_proof);
         explicit_bzero(mac, sizeof(mac));
     }
-    if (r == 0)
+    if (r == 0) {
         *ret_level = key->kind;
+        *ret_life = key->life;
+    }
     dl_proto_token_free(key);
     return r;
 }

@@ -41,6 +41,15 @@ static const dl__field_t challenge_fields[] = {
 
 static const dl__field_t auth_fields[] = {
     REQ("proof", DL__F_HEX, DL_PROTO_PROOF_HEX_LEN, DL_PROTO_PROOF_HEX_LEN),
+    /* The span of a job or worker key (its text has them): a server holding the master derives
+     * the key from them. */
+    OPT("key_issued", DL__F_INT, 0, DL_PROTO_KEY_TIME_MAX),
+    OPT("key_expires", DL__F_INT, 0, DL_PROTO_KEY_TIME_MAX),
+    END,
+};
+
+static const dl__field_t revoke_fields[] = {
+    REQ("before", DL__F_INT, 1, DL_PROTO_KEY_TIME_MAX),
     END,
 };
 
@@ -355,6 +364,8 @@ const dl__msgdef_t dl__proto_messages[DL_PROTO_TYPE_COUNT] = {
     MSG(DL_PROTO_EVENTS_FOLLOW, "events_follow", DL_PROTO_KIND_REQUEST, CONTROL | AGENT,
         events_follow_fields),
     MSG(DL_PROTO_EVENT, "event", DL_PROTO_KIND_NOTIFY, SERVER, event_fields),
+    [DL_PROTO_REVOKE] = {.name = "revoke", .kind = DL_PROTO_KIND_REQUEST, .senders = CONTROL,
+                         .fields = revoke_fields, .result = revoke_fields},
     MSG(DL_PROTO_REPLY, "reply", DL_PROTO_KIND_REPLY, SERVER, reply_fields),
     MSG(DL_PROTO_ERROR, "error", DL_PROTO_KIND_REPLY, SERVER, error_fields),
 };

@@ -90,6 +90,7 @@ typedef enum {
     DL_PROTO_RESTART,       /* [reason]; result {round} */
     DL_PROTO_EVENTS_FOLLOW, /* [since]; result {}, then event notifications */
     DL_PROTO_EVENT,         /* server notification: seq, event {event, time, ...} */
+    DL_PROTO_REVOKE,        /* before; result {before}: the server's own token only */
     /* generic answers */
     DL_PROTO_REPLY, /* id, result (object) */
     DL_PROTO_ERROR, /* [id], error {code, message} */
@@ -293,11 +294,13 @@ int dl_proto_decoder_feed(dl_proto_decoder_t *dec, const void *data, size_t len,
  * one before (docs/protocol.md, "Credentials"):
  *   MASTER  a secret of any bytes (a token file, DLAUNCH_TOKEN): acts for every job of a server
  *           that holds it, in every role;
- *   JOB     "dlaunch-job-v1:RUN_ID:HEX", derived from a master for one run id: that job's agents
- *           and its control (status, stop, restart, events, store);
- *   WORKER  "dlaunch-worker-v1:RUN_ID:HEX", derived from the job key: that job's store only.
+ *   JOB     "dlaunch-job-v2:RUN_ID:ISSUED:EXPIRES:HEX", derived from a master for one run id and
+ *           a span of time: that job's agents and its control (status, stop, restart, events,
+ *           store);
+ *   WORKER  "dlaunch-worker-v2:RUN_ID:ISSUED:EXPIRES:HEX", derived from the job key (and ending
+ *           with it): that job's store only.
  * A server holding a master recognizes all three for every run id; one holding a job key,
- * that job's job and worker keys. */
+ * that job's job and worker keys. Version 1 keys (no times: they never ended) are refused. */
 typedef struct dl_proto_token_s dl_proto_token_t;
 
 typedef enum {
@@ -309,6 +312,54 @@ typedef enum {
      * connection. */
     DL_PROTO_TOKEN_SCRAPE,
 } dl_proto_token_kind_t;
+
+/* The span a job or worker key is good for, in Unix seconds: issued <= now < expires, give or take
+ * DL_PROTO_KEY_LEEWAY_S of clock skew. {0, 0} for a master, which does not end. */
+typedef struct {
+    int64_t issued;
+    int64_t expires;
+} dl_proto_key_life_t;
+
+/* 9999-12-31T23:59:59Z: the latest time a key may name, far enough from INT64_MAX that adding
+ * the leeway or a lifetime cannot overflow. */
+#define DL_PROTO_KEY_TIME_MAX 253402300799LL
+/* How far the clocks of the server and of whoever made a key may disagree. */
+#define DL_PROTO_KEY_LEEWAY_S 120
+/* What `dlaunch token` gives a key when not told (--expires), and how long the worker key an
+ * agent holding the master makes for its workers lasts. */
+#define DL_PROTO_KEY_LIFETIME_S (7 * 86400)
+
+/* Whether life is a span a key may have: 0 <= issued < expires <= DL_PROTO_KEY_TIME_MAX. */
+bool dl_proto_key_life_valid(const dl_proto_key_life_t *life);
+
+typedef enum {
+    DL_PROTO_KEY_GOOD = 0,
+    DL_PROTO_KEY_EXPIRED,    /* now is past expires (beyond the leeway) */
+    DL_PROTO_KEY_NOT_YET,    /* issued lies ahead of now (beyond the leeway) */
+    DL_PROTO_KEY_REVOKED,    /* issued before revoked_before */
+} dl_proto_key_verdict_t;
+
+/* What the server makes of a proven key's life at now (Unix seconds), for a run whose keys issued
+ * before revoked_before are withdrawn (0: none are). When not good, why gets one line for the
+ * client that says which and what to do (as "the job key of run 'X' expired at
+ * 2026-12-01T10:00:00Z; make a new one with dlaunch token"). Pure. */
+dl_proto_key_verdict_t dl_proto_key_judge(const dl_proto_key_life_t *life, const char *run_id,
+                                          int64_t now, int64_t revoked_before, char *why,
+                                          size_t whylen);
+
+/* The longest span `dlaunch token --expires` gives a key: a year and a day. */
+#define DL_PROTO_KEY_LIFETIME_MAX_S (366LL * 86400)
+
+/* A lifetime: N seconds, or N followed by s, m, h or d (9 digits at most), from 1 s to
+ * DL_PROTO_KEY_LIFETIME_MAX_S. Returns 0, -EINVAL (not of that form) or -ERANGE. */
+int dl_proto_lifetime_parse(const char *text, int64_t *ret_seconds);
+
+/* A moment: Unix seconds, or "2026-12-06T16:00:00Z" (UTC), from 0 to DL_PROTO_KEY_TIME_MAX.
+ * Returns 0, -EINVAL or -ERANGE. */
+int dl_proto_time_parse(const char *text, int64_t *ret);
+
+/* t (Unix seconds) as "2026-12-06T16:00:00Z" in buf (at least 21 bytes). Returns buf. */
+char *dl_proto_time_text(int64_t t, char *buf, size_t len);
 
 /* Reads the token from a --token-file: a regular file that neither group nor others may read
  * or write (chmod 600), at most DL_PROTO_TOKEN_MAX bytes, not empty once one trailing newline
@@ -336,9 +387,14 @@ int dl_proto_token_random(dl_proto_token_t **ret_token);
 
 void dl_proto_token_free(dl_proto_token_t *token);
 
+/* A copy of token (any kind), owned by the caller. Returns 0 or -ENOMEM. */
+int dl_proto_token_copy(const dl_proto_token_t *token, dl_proto_token_t **ret);
+
 dl_proto_token_kind_t dl_proto_token_kind(const dl_proto_token_t *token);
 /* The run id a job or worker key belongs to; NULL for a master. Valid while token lives. */
 const char *dl_proto_token_run_id(const dl_proto_token_t *token);
+/* The span a job or worker key is good for; {0, 0} for a master or the read-only credential. */
+dl_proto_key_life_t dl_proto_token_life(const dl_proto_token_t *token);
 /* "master", "job", "worker", "read-only". */
 const char *dl_proto_token_kind_name(dl_proto_token_kind_t kind);
 
@@ -347,16 +403,19 @@ const char *dl_proto_token_kind_name(dl_proto_token_kind_t kind);
 bool dl_proto_token_may(const dl_proto_token_t *token, const char *run_id, dl_proto_role_t role);
 
 /* The key of the given kind for run_id, derived from token:
- *   job    = HMAC-SHA256(master, "dlaunch job key v1\n" || run_id)
- *   worker = HMAC-SHA256(job,    "dlaunch worker key v1\n" || run_id)
- * A master gives either; a job key its worker key (run_id must be its own); a worker key only a
- * copy of itself. Returns 0 with *ret (owned), -EPERM when token cannot reach that far, -EINVAL
- * for a bad run id, -EIO or -ENOMEM. */
+ *   job    = HMAC-SHA256(master, "dlaunch job key v2\n" || run_id || "\n" || ISSUED || "\n" ||
+ *                                EXPIRES)
+ *   worker = HMAC-SHA256(job,    "dlaunch worker key v2\n" || run_id)
+ * with the times in decimal. A master gives either, for the span life (which must be valid); a
+ * job key its worker key (run_id must be its own), which keeps the job key's span (life is
+ * ignored); a worker key only a copy of itself. Returns 0 with *ret (owned), -EPERM when token
+ * cannot reach that far, -EINVAL for a bad run id or span, -EIO or -ENOMEM. */
 int dl_proto_token_derive(const dl_proto_token_t *token, dl_proto_token_kind_t kind,
-                          const char *run_id, dl_proto_token_t **ret);
+                          const char *run_id, const dl_proto_key_life_t *life,
+                          dl_proto_token_t **ret);
 
 /* The text that dl_proto_token_from_string reads back as this job or worker key
- * ("dlaunch-worker-v1:RUN_ID:HEX", no newline), malloc'd, owned by the caller. A master is never
+ * ("dlaunch-worker-v2:RUN_ID:ISSUED:EXPIRES:HEX", no newline), malloc'd, owned by the caller. A master is never
  * written out: -EPERM. Returns 0 or -errno. */
 int dl_proto_token_text(const dl_proto_token_t *token, char **ret_text);
 
@@ -391,6 +450,13 @@ int dl_proto_nonce_new(char ret_nonce[DL_PROTO_NONCE_HEX_LEN + 1]);
 int dl_proto_auth_proof(const dl_proto_token_t *token, const char *nonce, const char *run_id,
                         dl_proto_role_t role, char ret_proof[DL_PROTO_PROOF_HEX_LEN + 1]);
 
+/* Adds to an auth message the span of the client's key (key_issued, key_expires) when it is a
+ * job or worker key; nothing for a master. Returns 0 or -ENOMEM. */
+int dl_proto_auth_add_life(json_t *auth, const dl_proto_token_t *token);
+
+/* The span an auth message names, {0, 0} when it names none (or half of one). */
+dl_proto_key_life_t dl_proto_auth_claimed_life(const json_t *auth);
+
 /* Recomputes a proof made with this same token and compares in constant time. Returns 0 when
  * proof is right, -EACCES when it is wrong or malformed, -EINVAL for a malformed nonce/run_id/
  * role, -EIO when libcrypto fails. */
@@ -399,7 +465,11 @@ int dl_proto_auth_verify(const dl_proto_token_t *token, const char *nonce, const
 
 /* Server side of the handshake: checks a client's proof against every key server can derive for
  * run_id that may act as role (its master, the job key, the worker key), and on success sets
- * *ret_level to the kind that matched. When client_nonce is not NULL (the client sent one in
+ * *ret_level to the kind that matched and *ret_life to that key's span ({0, 0} for a master).
+ * claimed is the span the client says its key has (auth's key_issued and key_expires; NULL or
+ * not valid when it sent none): a server holding the master derives the job key for that span,
+ * so a claim that is not the key's own makes another key, and the proof fails. A server holding
+ * a job key uses its own span. The span is not judged here (dl_proto_key_judge). When client_nonce is not NULL (the client sent one in
  * hello) it also writes the server's own proof into ret_server_proof:
  *   HMAC-SHA256(the matched key, "dlaunch server proof v1\n" || client_nonce || nonce ||
  *               run_id || "\n" || role name)
@@ -408,7 +478,8 @@ int dl_proto_auth_verify(const dl_proto_token_t *token, const char *nonce, const
  * -EIO. */
 int dl_proto_auth_accept(const dl_proto_token_t *server, const char *nonce,
                          const char *client_nonce, const char *run_id, dl_proto_role_t role,
-                         const char *proof, dl_proto_token_kind_t *ret_level,
+                         const char *proof, const dl_proto_key_life_t *claimed,
+                         dl_proto_token_kind_t *ret_level, dl_proto_key_life_t *ret_life,
                          char ret_server_proof[DL_PROTO_PROOF_HEX_LEN + 1]);
 
 /* Client side: checks the server's proof (from auth_ok) made with the key this client proved.

@@ -140,6 +140,7 @@ static void on_message(dl__conn_t *conn, json_t *msg, dl_proto_type_t type)
         snprintf(c->server_nonce, sizeof(c->server_nonce), "%s", dl_proto_get_str(msg, "nonce"));
         json_auto_t *m = dl_proto_msg_new(DL_PROTO_AUTH, 1);
         json_object_set_new(m, "proof", json_string(proof));
+        dl_proto_auth_add_life(m, c->token);
         c->state = CL_AUTH;
         dl__conn_send(&c->conn, m);
         return;

@@ -58,6 +58,9 @@ typedef struct {
      * MASTER_ADDR:MASTER_PORT. Who may connect: loopback and that job's joined agents'
      * addresses. */
     bool torch_jobs;
+    /* Where the revocations (`dlaunch revoke`) are kept across restarts: a JSON file this server
+     * reads at start and rewrites at each revocation. NULL: in memory only. */
+    const char *revocations_file;
 } dl_rdzv_server_opts_t;
 
 /* Defaults: 127.0.0.1, any port, no token, every job, core defaults, heartbeat 1 s, auth timeout

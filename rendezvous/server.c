@@ -15,6 +15,7 @@
 #include "journal.h"
 #include "peer.h"
 #include "rendezvous.h"
+#include "revoked.h"
 #include "stats.h"
 #include "torch-codec.h"
 #include "torch-jobs.h"
@@ -52,6 +53,7 @@ struct sconn_s {
     json_int_t join_id; /* the join waiting for its assignment (the core answers it later) */
     bool status_ranks;  /* the status request being answered asked for every rank */
     dl_proto_token_kind_t level; /* what its credential reaches (a master without a token) */
+    dl_proto_key_life_t life;    /* the span of its job or worker key; {0, 0} for a master */
     uint32_t outstanding;        /* requests not answered yet */
     bool joined;                 /* sent a join: the core watches it from then on */
     bool following;              /* follows its job's events */
@@ -108,6 +110,7 @@ struct dl_rdzv_server_s {
     bool sweeping;
     int diag_fd; /* the netlink socket that tells peers' uids, without a token; -1 until used */
     dl__jobview_t *view; /* every job's ranks as their agents report them (jobview.c) */
+    dl__revoked_t *revoked; /* runs whose keys issued before some time are refused */
 
     dl__torch_store_t *torch; /* the job's store in torch's protocol, or NULL */
     /* Serving many jobs (torch_jobs): each job's torch store, opened at the first assignment
@@ -947,6 +950,63 @@ static json_t *take_report(sconn_t *sc, const json_t *msg)
     return dl__jobview_view(sc->s->view, sc->run_id);
 }
 
+/* Closes the connections of run_id that hold a key issued before `before`: a revoked key keeps
+ * nothing it opened. */
+static void close_revoked(dl_rdzv_server_t *s, const char *run_id, int64_t before)
+{
+    for (size_t i = 0; i < s->nslots; i++) {
+        sconn_t *sc = s->slots[i];
+        if (sc == NULL || sc->state != SC_READY || sc->c.closing ||
+            sc->level == DL_PROTO_TOKEN_MASTER || strcmp(sc->run_id, run_id) != 0 ||
+            sc->life.issued >= before)
+            continue;
+        char peer[80];
+        dl__conn_peer(&sc->c, peer, sizeof(peer));
+        slog(s, DL_RDZV_LOG_WARN, run_id, "closed the %s connection from %s: its key is revoked",
+             dl_proto_role_name(sc->role), peer);
+        send_error(sc, -1, DL_PROTO_E_AUTH_FAILED,
+                   "the keys of job '%s' issued before this moment are revoked; closing", run_id);
+        dl__conn_close(&sc->c, 0);
+    }
+}
+
+/* revoke: from now on, every key of this run issued before `before` is refused, and the
+ * connections that hold one are closed. Only the server's own token may, as it made the keys. */
+static void handle_revoke(sconn_t *sc, json_t *msg, json_int_t id)
+{
+    dl_rdzv_server_t *s = sc->s;
+    char err[512], when[32];
+    int64_t before = dl_proto_get_int(msg, "before", 0), now_before;
+
+    if (sc->level != DL_PROTO_TOKEN_MASTER) {
+        send_error(sc, id, DL_PROTO_E_FORBIDDEN,
+                   "revoke needs the server's own token; a %s key cannot withdraw keys",
+                   dl_proto_token_kind_name(sc->level));
+        return;
+    }
+    int r = dl__revoked_add(s->revoked, sc->run_id, before, &now_before, err, sizeof(err));
+    if (r == -ENOSPC || r == -ENOMEM) {
+        send_error(sc, id, r == -ENOSPC ? DL_PROTO_E_LIMIT_EXCEEDED : DL_PROTO_E_INTERNAL, "%s",
+                   err);
+        return;
+    }
+    if (r < 0) {
+        /* Kept in memory all the same: it holds until this server restarts. */
+        slog(s, DL_RDZV_LOG_ERROR, sc->run_id, "%s", err);
+        send_error(sc, id, DL_PROTO_E_INTERNAL, "revoked until this server restarts only: %s",
+                   err);
+    }
+    slog(s, DL_RDZV_LOG_INFO, sc->run_id, "keys issued before %s are revoked",
+         dl_proto_time_text(now_before, when, sizeof(when)));
+    close_revoked(s, sc->run_id, now_before);
+    if (r == 0) {
+        json_auto_t *reply =
+            dl_proto_reply_new(id, json_pack("{s:I}", "before", (json_int_t)now_before));
+        if (reply != NULL)
+            ssend(sc, reply);
+    }
+}
+
 static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
 {
     dl_rdzv_server_t *s = sc->s;
@@ -1108,6 +1168,9 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         break;
     case DL_PROTO_EVENTS_FOLLOW:
         follow(sc, id, dl_proto_get_int(msg, "since", 0));
+        return;
+    case DL_PROTO_REVOKE:
+        handle_revoke(sc, msg, id);
         return;
     default:
         send_error(sc, id, DL_PROTO_E_UNEXPECTED, "%s is not served here",
@@ -1286,9 +1349,11 @@ static void on_auth(sconn_t *sc, json_t *msg, json_int_t id)
     dl_rdzv_server_t *s = sc->s;
     char server_proof[DL_PROTO_PROOF_HEX_LEN + 1];
     dl_proto_token_kind_t level;
+    dl_proto_key_life_t claimed = dl_proto_auth_claimed_life(msg), life = {0, 0};
     int r = dl_proto_auth_accept(s->token, sc->nonce,
                                  sc->has_client_nonce ? sc->client_nonce : NULL, sc->run_id,
-                                 sc->role, dl_proto_get_str(msg, "proof"), &level, server_proof);
+                                 sc->role, dl_proto_get_str(msg, "proof"), &claimed, &level,
+                                 &life, server_proof);
     /* The same answer for a wrong token and for a job this server does not serve, so that a
      * stranger learns nothing of which jobs exist. */
     if (r == 0 && refused_by_store(sc, id))
@@ -1298,7 +1363,18 @@ static void on_auth(sconn_t *sc, json_t *msg, json_int_t id)
                "wrong job token");
         return;
     }
+    /* Judged only once proven: a stranger learns nothing of what a server revoked. */
+    if (level != DL_PROTO_TOKEN_MASTER) {
+        char why[400];
+        int64_t now = (int64_t)unix_now();
+        if (dl_proto_key_judge(&life, sc->run_id, now, dl__revoked_before(s->revoked, sc->run_id),
+                               why, sizeof(why)) != DL_PROTO_KEY_GOOD) {
+            refuse(sc, id, why, why);
+            return;
+        }
+    }
     sc->level = level;
+    sc->life = life;
     become_ready(sc, id, sc->has_client_nonce ? server_proof : NULL);
 }
 
@@ -1550,6 +1626,7 @@ static void maybe_done(dl_rdzv_server_t *s)
     json_decref(s->snapshot);
     dl__rdzv_stats_free(&s->stats);
     dl__jobview_free(s->view);
+    dl__revoked_free(s->revoked);
     free(s->slots);
     free(s->gens);
     free(s->free_slots);
@@ -1611,6 +1688,17 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
         r = dl__rdzv_stats_init(&s->stats, unix_now());
     if (r == 0)
         r = dl__jobview_new(&s->view);
+    if (r == 0) {
+        r = dl__revoked_new(opts->revocations_file, &s->revoked, err, errlen);
+        if (r < 0) {
+            dl__journals_free(s->journals);
+            dl__rdzv_stats_free(&s->stats);
+            dl__jobview_free(s->view);
+            explicit_bzero(core_opts.hash_key, sizeof(core_opts.hash_key));
+            free(s);
+            return r;
+        }
+    }
     if (r == 0)
         r = dl_rdzv_core_new(&core_opts, &s->core);
     if (r == 0)
@@ -1621,6 +1709,7 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
         dl__journals_free(s->journals);
         dl__rdzv_stats_free(&s->stats);
         dl__jobview_free(s->view);
+        dl__revoked_free(s->revoked);
         free(s);
         return r;
     }

@@ -312,6 +312,7 @@ int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const
         reply = NULL;
         json_t *auth = dl_proto_msg_new(DL_PROTO_AUTH, 0);
         json_object_set_new(auth, "proof", json_string(proof));
+        dl_proto_auth_add_life(auth, token);
         r = call_until(c, auth, deadline, &reply, err, errlen);
         if (r < 0)
             goto fail;

@@ -328,7 +328,7 @@ class Claims(dltest.Case):
         got = dict(l.split("=", 1) for l in
                    self.read("dlaunch_logs", "one", "attempt_0", "rank_0.out").splitlines())
         self.assertEqual((got["mode"], got["key"], got["token"], got["kv"]),
-                         ("600", "dlaunch-worker-v1", "none", "v"), got)
+                         ("600", "dlaunch-worker-v2", "none", "v"), got)
         self.assertNotEqual(got["file"], token)
         self.assertFalse(os.path.exists(got["file"]), "removed when the agent ended")
         # Without a token there is none, and the store serves the job's user.

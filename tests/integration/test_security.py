@@ -60,8 +60,14 @@ def read_frame(sock, timeout=10):
 
 def key_bytes(text):
     """The HMAC key of a credential: a job or worker key's 32 bytes, else the token's own."""
-    m = re.fullmatch(r"dlaunch-(?:job|worker)-v1:[^:]+:([0-9a-f]{64})", text)
+    m = re.fullmatch(r"dlaunch-(?:job|worker)-v2:.+:\d+:\d+:([0-9a-f]{64})", text)
     return bytes.fromhex(m.group(1)) if m else text.encode()
+
+
+def key_span(text):
+    """What auth says of a job or worker key: its issued and expires times; {} for a token."""
+    m = re.fullmatch(r"dlaunch-(?:job|worker)-v2:.+:(\d+):(\d+):[0-9a-f]{64}", text)
+    return {"key_issued": int(m.group(1)), "key_expires": int(m.group(2))} if m else {}
 
 
 class Client:
@@ -91,7 +97,7 @@ class Client:
             return reply
         proof = hmac.new(key_bytes(token), (reply["nonce"] + run_id + role).encode(),
                          hashlib.sha256).hexdigest()
-        self.send({"v": 1, "type": "auth", "id": 1, "proof": proof})
+        self.send({"v": 1, "type": "auth", "id": 1, "proof": proof, **key_span(token)})
         return self.recv()
 
     def call(self, obj, timeout=10):
@@ -274,7 +280,7 @@ class Authority(Base):
         self.assertEqual(a.wait(timeout=60), 0, self.read("a.log"))
         got = dict(w.split("=", 1) for line in self.read("worker.out").split("\n") if line
                    for w in line.split(" "))
-        self.assertEqual(got["key"], "dlaunch-worker-v1")
+        self.assertEqual(got["key"], "dlaunch-worker-v2")
         self.assertEqual(got["env"], "none")
         for k in ("stop_other", "status_other", "restart_own", "kv_other"):
             self.assertEqual(got[k], "4", f"{k}: {got}")
@@ -292,7 +298,7 @@ class Authority(Base):
         for job in ("jobA", "jobB"):
             p = self.run_cmd("token", "--token-file", master, job)
             self.assertEqual(p.returncode, 0, p.stderr)
-            self.assertTrue(p.stdout.startswith(f"dlaunch-job-v1:{job}:"))
+            self.assertTrue(p.stdout.startswith(f"dlaunch-job-v2:{job}:"))
             keys[job] = self.token(f"{job}.key", p.stdout.strip())
         b = self.agent("b", "-q", "--rdzv-endpoint", endpoint, "--run-id", "jobB",
                        "--gpus-per-node", "1", "--token-file", keys["jobB"], "--", "sleep", "30")

@@ -305,35 +305,58 @@ START_TEST(test_token_string)
 END_TEST
 
 #define CNONCE "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"
-#define JOB7_KEY "870f610f360883d0e257fa536d59c251363098af44f58a4654e45b5074ac1de9"
-#define JOB7_WORKER "88ff9cb848107a39a00a69ae6b8ba7644aac20645fc32e8c7b2d1dc1ad0a335c"
+#define JOB7_KEY "d459e903a64df6982134422783ef364deb3a126515d11c4542a297eb7c53d119"
+#define JOB7_WORKER "2e0accafe67982aea097b9c9468f0345994619f5ecfa8f39e7aade58ef607f6e"
+/* The span the known answers are made for. */
+#define L7 "1700000000:1700604800"
+static const dl_proto_key_life_t LIFE7 = {1700000000, 1700604800};
 
 START_TEST(test_derive_known_answers)
 {
-    /* From Python's hmac: job = HMAC(master, "dlaunch job key v1\n" || run),
-     * worker = HMAC(job, "dlaunch worker key v1\n" || run). */
+    /* From Python's hmac: job = HMAC(master, "dlaunch job key v2\n" || run || "\n" || issued ||
+     * "\n" || expires), worker = HMAC(job, "dlaunch worker key v2\n" || run). */
     dl_proto_token_t *master = token_of(TOKEN), *job = NULL, *worker = NULL, *w2 = NULL;
     char *text = NULL, proof[DL_PROTO_PROOF_HEX_LEN + 1];
 
     ck_assert_int_eq(dl_proto_token_kind(master), DL_PROTO_TOKEN_MASTER);
     ck_assert_ptr_null(dl_proto_token_run_id(master));
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "job7", &job), 0);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "job7", &LIFE7, &job), 0);
     ck_assert_int_eq(dl_proto_token_text(job, &text), 0);
-    ck_assert_str_eq(text, "dlaunch-job-v1:job7:" JOB7_KEY);
+    ck_assert_str_eq(text, "dlaunch-job-v2:job7:" L7 ":" JOB7_KEY);
     free(text);
-    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "job7", &worker), 0);
+    /* The worker key keeps the job key's span, whatever life is asked for. */
+    dl_proto_key_life_t other = {1, 2};
+    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "job7", &other, &worker),
+                     0);
+    ck_assert_int_eq(dl_proto_token_life(worker).issued, LIFE7.issued);
+    ck_assert_int_eq(dl_proto_token_life(worker).expires, LIFE7.expires);
     ck_assert_int_eq(dl_proto_token_text(worker, &text), 0);
-    ck_assert_str_eq(text, "dlaunch-worker-v1:job7:" JOB7_WORKER);
+    ck_assert_str_eq(text, "dlaunch-worker-v2:job7:" L7 ":" JOB7_WORKER);
     /* The text reads back as the same credential; a master derives the same worker key. */
     dl_proto_token_t *back = token_of(text);
     ck_assert(dl_proto_token_equal(back, worker));
     ck_assert_int_eq(dl_proto_token_kind(back), DL_PROTO_TOKEN_WORKER);
     ck_assert_str_eq(dl_proto_token_run_id(back), "job7");
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_WORKER, "job7", &w2), 0);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_WORKER, "job7", &LIFE7, &w2),
+                     0);
     ck_assert(dl_proto_token_equal(w2, worker));
     ck_assert(!dl_proto_token_equal(job, worker));
     ck_assert_int_eq(dl_proto_auth_proof(worker, NONCE, "job7", DL_PROTO_ROLE_WORKER, proof), 0);
-    ck_assert_str_eq(proof, "b2ff0450368d2c3e4a9e7ad865fc6133cd5701bcec350b266e4853c156c2016e");
+    ck_assert_str_eq(proof, "229eadaeda391f02c82067bd26e35326b59fce3767d7caba95d0524a4933dfa7");
+    /* Another span is another key: no span can be stretched by editing the text. */
+    dl_proto_key_life_t longer = {LIFE7.issued, LIFE7.expires + 1};
+    dl_proto_token_free(w2);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_WORKER, "job7", &longer, &w2),
+                     0);
+    ck_assert(!dl_proto_token_equal(w2, worker));
+    /* A master needs a valid span to make a key. */
+    dl_proto_token_t *none = NULL;
+    dl_proto_key_life_t bad = {10, 10};
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "job7", NULL, &none),
+                     -EINVAL);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "job7", &bad, &none),
+                     -EINVAL);
+    ck_assert_ptr_null(none);
     free(text);
     dl_proto_token_free(back);
     dl_proto_token_free(w2);
@@ -348,15 +371,17 @@ START_TEST(test_derive_only_down)
     dl_proto_token_t *master = token_of(TOKEN), *job = NULL, *worker = NULL, *t = NULL;
     char *text = NULL;
 
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "a", &job), 0);
-    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "a", &worker), 0);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "a", &LIFE7, &job), 0);
+    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "a", NULL, &worker), 0);
     /* Never up, never sideways, never to a master; a master is never written out. */
-    ck_assert_int_eq(dl_proto_token_derive(worker, DL_PROTO_TOKEN_JOB, "a", &t), -EPERM);
-    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_JOB, "b", &t), -EPERM);
-    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "b", &t), -EPERM);
-    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_MASTER, "a", &t), -EPERM);
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_MASTER, "a", &t), -EPERM);
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "../x", &t), -EINVAL);
+    ck_assert_int_eq(dl_proto_token_derive(worker, DL_PROTO_TOKEN_JOB, "a", &LIFE7, &t), -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_JOB, "b", &LIFE7, &t), -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "b", &LIFE7, &t), -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_MASTER, "a", &LIFE7, &t), -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_MASTER, "a", &LIFE7, &t),
+                     -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "../x", &LIFE7, &t),
+                     -EINVAL);
     ck_assert_int_eq(dl_proto_token_text(master, &text), -EPERM);
     ck_assert_ptr_null(t);
     /* The read-only credential: from a master only, reaches reading only, derives nothing. */
@@ -373,8 +398,9 @@ START_TEST(test_derive_only_down)
     ck_assert_int_eq(dl_proto_token_reach(master, job), -EACCES);
     ck_assert_int_eq(dl_proto_token_reach(job, back), -EACCES);
     ck_assert(!dl_proto_token_may(back, "a", DL_PROTO_ROLE_WORKER));
-    ck_assert_int_eq(dl_proto_token_derive(back, DL_PROTO_TOKEN_WORKER, "a", &t), -EPERM);
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_SCRAPE, "a", &t), -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(back, DL_PROTO_TOKEN_WORKER, "a", &LIFE7, &t), -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_SCRAPE, "a", &LIFE7, &t),
+                     -EPERM);
     dl_proto_token_free(back);
     dl_proto_token_free(scrape);
     /* What each may say hello as. */
@@ -401,10 +427,19 @@ static int handshake(dl_proto_token_t *server_tok, dl_proto_token_t *client_tok,
                      const char *run_id, dl_proto_role_t role, dl_proto_token_kind_t *level)
 {
     char proof[DL_PROTO_PROOF_HEX_LEN + 1], sproof[DL_PROTO_PROOF_HEX_LEN + 1];
+    /* What the client's auth says of its key, read back as the server reads it. */
+    json_auto_t *auth = json_object();
+    ck_assert_int_eq(dl_proto_auth_add_life(auth, client_tok), 0);
+    dl_proto_key_life_t claimed = dl_proto_auth_claimed_life(auth), life;
 
     if (dl_proto_auth_proof(client_tok, NONCE, run_id, role, proof) < 0)
         return -EPERM;
-    int r = dl_proto_auth_accept(server_tok, NONCE, CNONCE, run_id, role, proof, level, sproof);
+    int r = dl_proto_auth_accept(server_tok, NONCE, CNONCE, run_id, role, proof, &claimed, level,
+                                 &life, sproof);
+    if (r == 0 && *level != DL_PROTO_TOKEN_MASTER) {
+        ck_assert_int_eq(life.issued, dl_proto_token_life(client_tok).issued);
+        ck_assert_int_eq(life.expires, dl_proto_token_life(client_tok).expires);
+    }
     if (r == 0)
         ck_assert_int_eq(
             dl_proto_auth_check_server(client_tok, CNONCE, NONCE, run_id, role, sproof), 0);
@@ -417,9 +452,11 @@ START_TEST(test_accept_levels)
     dl_proto_token_t *stranger = token_of("guess");
     dl_proto_token_kind_t level = (dl_proto_token_kind_t)-1;
 
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "a", &job), 0);
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_WORKER, "a", &worker), 0);
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "b", &other), 0);
+    dl_proto_key_life_t life;
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "a", &LIFE7, &job), 0);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_WORKER, "a", &LIFE7, &worker),
+                     0);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "b", &LIFE7, &other), 0);
     /* A master server knows every level of every job. */
     ck_assert_int_eq(handshake(master, master, "a", DL_PROTO_ROLE_CONTROL, &level), 0);
     ck_assert_int_eq(level, DL_PROTO_TOKEN_MASTER);
@@ -433,15 +470,15 @@ START_TEST(test_accept_levels)
     char proof[DL_PROTO_PROOF_HEX_LEN + 1], sproof[DL_PROTO_PROOF_HEX_LEN + 1];
     ck_assert_int_eq(dl_proto_auth_proof(worker, NONCE, "a", DL_PROTO_ROLE_WORKER, proof), 0);
     ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, NULL, "a", DL_PROTO_ROLE_WORKER, proof,
-                                          &level, NULL),
+                                          &LIFE7, &level, &life, NULL),
                      0);
     ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, NULL, "a", DL_PROTO_ROLE_CONTROL, proof,
-                                          &level, NULL),
+                                          &LIFE7, &level, &life, NULL),
                      -EACCES);
     /* Job b's key opens nothing of job a. */
     ck_assert_int_eq(dl_proto_auth_proof(other, NONCE, "b", DL_PROTO_ROLE_CONTROL, proof), 0);
     ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, NULL, "a", DL_PROTO_ROLE_CONTROL, proof,
-                                          &level, NULL),
+                                          &LIFE7, &level, &life, NULL),
                      -EACCES);
     /* A server holding job a's key serves job a (its agents and workers) and nothing else. */
     ck_assert_int_eq(handshake(job, job, "a", DL_PROTO_ROLE_AGENT, &level), 0);
@@ -451,7 +488,7 @@ START_TEST(test_accept_levels)
     /* A server proof is for one client nonce, one server key. */
     ck_assert_int_eq(dl_proto_auth_proof(job, NONCE, "a", DL_PROTO_ROLE_AGENT, proof), 0);
     ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, CNONCE, "a", DL_PROTO_ROLE_AGENT, proof,
-                                          &level, sproof),
+                                          &LIFE7, &level, &life, sproof),
                      0);
     ck_assert_int_eq(
         dl_proto_auth_check_server(job, NONCE, NONCE, "a", DL_PROTO_ROLE_AGENT, sproof), -EACCES);
@@ -460,12 +497,37 @@ START_TEST(test_accept_levels)
         -EACCES);
     ck_assert_int_eq(
         dl_proto_auth_check_server(job, CNONCE, NONCE, "a", DL_PROTO_ROLE_AGENT, NULL), -EACCES);
+    /* A job key proves nothing under a span other than its own (the client names it), nor
+     * with none. */
+    dl_proto_key_life_t shifted = {LIFE7.issued + 1, LIFE7.expires};
+    ck_assert_int_eq(dl_proto_auth_proof(job, NONCE, "a", DL_PROTO_ROLE_AGENT, proof), 0);
+    ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, NULL, "a", DL_PROTO_ROLE_AGENT, proof,
+                                          &shifted, &level, &life, NULL),
+                     -EACCES);
+    ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, NULL, "a", DL_PROTO_ROLE_AGENT, proof,
+                                          NULL, &level, &life, NULL),
+                     -EACCES);
+    /* A key whose HMAC is wrong (one digit changed) reads as a key, and proves nothing. */
+    char *jtext = NULL;
+    ck_assert_int_eq(dl_proto_token_text(job, &jtext), 0);
+    char *last = jtext + strlen(jtext) - 1;
+    *last = *last == '0' ? '1' : '0';
+    dl_proto_token_t *forged = token_of(jtext);
+    free(jtext);
+    ck_assert_int_eq(handshake(master, forged, "a", DL_PROTO_ROLE_AGENT, &level), -EACCES);
+    ck_assert_int_eq(handshake(master, forged, "a", DL_PROTO_ROLE_CONTROL, &level), -EACCES);
+    dl_proto_token_free(forged);
+    /* A server holding the job key answers with its own span, whatever the client claims. */
+    ck_assert_int_eq(dl_proto_auth_accept(job, NONCE, NULL, "a", DL_PROTO_ROLE_AGENT, proof,
+                                          &shifted, &level, &life, NULL),
+                     0);
+    ck_assert_int_eq(life.issued, LIFE7.issued);
     /* Known answer from Python: HMAC(worker, "dlaunch server proof v1\n" || cnonce || nonce ||
      * run || "\n" || role). */
-    dl_proto_token_t *w7 = token_of("dlaunch-worker-v1:job7:" JOB7_WORKER);
+    dl_proto_token_t *w7 = token_of("dlaunch-worker-v2:job7:" L7 ":" JOB7_WORKER);
     ck_assert_int_eq(dl_proto_auth_check_server(
                          w7, CNONCE, NONCE, "job7", DL_PROTO_ROLE_WORKER,
-                         "e6ce8a9887f09bb09e81d5eaabd09c37df877436209f8a413b64b5c1a43a5bad"),
+                         "bce4393c1330ca0e51adb7a9591454d0e2e49c27a70b9ee74020015cc676ce90"),
                      0);
     dl_proto_token_free(w7);
     dl_proto_token_free(stranger);
@@ -481,20 +543,144 @@ START_TEST(test_typed_text_errors)
     dl_proto_token_t *t = NULL, *r = NULL;
     char err[256] = "";
 
-    ck_assert_int_eq(dl_proto_token_from_string("dlaunch-job-v1:a:1234", "x", &t, err,
-                                                sizeof(err)),
-                     -EINVAL);
-    ck_assert_ptr_nonnull(strstr(err, "malformed"));
-    ck_assert_int_eq(dl_proto_token_from_string("dlaunch-worker-v1:a/b:" JOB7_KEY, "x", &t, err,
-                                                sizeof(err)),
-                     -EINVAL);
-    ck_assert_int_eq(dl_proto_token_from_string("dlaunch-job-v1:" JOB7_KEY, "x", &t, err,
-                                                sizeof(err)),
-                     -EINVAL);
-    ck_assert_ptr_null(t);
+    /* Each malformed key is refused with a line that says what is wrong with it. */
+    static const struct {
+        const char *text, *says;
+    } bad[] = {
+        {"dlaunch-job-v2:a:1234", "not RUN_ID:ISSUED:EXPIRES:HEX"},
+        {"dlaunch-job-v2:a:1:2:1234", "hex digits"},
+        {"dlaunch-job-v2:a:" L7 ":" JOB7_KEY "0", "hex digits"},
+        {"dlaunch-job-v2:a:" L7 ":" JOB7_KEY ":", "Unix seconds"},
+        {"dlaunch-worker-v2:a/b:" L7 ":" JOB7_KEY, "its run id"},
+        {"dlaunch-job-v2::" L7 ":" JOB7_KEY, "its run id"},
+        {"dlaunch-job-v2:" L7 ":" JOB7_KEY, "not RUN_ID:ISSUED:EXPIRES:HEX"},
+        /* Times: digits only, no sign, no leading zero, not past 9999, not out of order. */
+        {"dlaunch-job-v2:a:-1:1700604800:" JOB7_KEY, "Unix seconds"},
+        {"dlaunch-job-v2:a:+1:1700604800:" JOB7_KEY, "Unix seconds"},
+        {"dlaunch-job-v2:a:01:1700604800:" JOB7_KEY, "Unix seconds"},
+        {"dlaunch-job-v2:a::1700604800:" JOB7_KEY, "Unix seconds"},
+        {"dlaunch-job-v2:a:1 :1700604800:" JOB7_KEY, "Unix seconds"},
+        {"dlaunch-job-v2:a:1:253402300800:" JOB7_KEY, "Unix seconds"},
+        {"dlaunch-job-v2:a:1:9223372036854775807:" JOB7_KEY, "Unix seconds"},
+        {"dlaunch-job-v2:a:1:18446744073709551617:" JOB7_KEY, "Unix seconds"},
+        {"dlaunch-job-v2:a:1700604800:1700000000:" JOB7_KEY, "expires before it is issued"},
+        {"dlaunch-job-v2:a:5:5:" JOB7_KEY, "expires before it is issued"},
+        /* Version 1 keys never ended: refused, saying how to get a new one. */
+        {"dlaunch-job-v1:a:" JOB7_KEY, "dlaunch token RUN_ID"},
+        {"dlaunch-worker-v1:a:" JOB7_KEY, "no longer accepted"},
+        {"dlaunch-job-v1:a:1234", "version 1"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        ck_assert_msg(dl_proto_token_from_string(bad[i].text, "x", &t, err, sizeof(err)) ==
+                          -EINVAL,
+                      "%s was taken", bad[i].text);
+        ck_assert_msg(strstr(err, bad[i].says) != NULL && strncmp(err, "x: ", 3) == 0 &&
+                          strchr(err, '\n') == NULL,
+                      "%s: '%s' does not say '%s'", bad[i].text, err, bad[i].says);
+        ck_assert_ptr_null(t);
+    }
+    /* The latest time there is, and a run id with colons, read back as written. */
+    ck_assert_int_eq(dl_proto_token_from_string("dlaunch-job-v2:a:b:0:253402300799:" JOB7_KEY,
+                                                "x", &t, err, sizeof(err)),
+                     0);
+    ck_assert_str_eq(dl_proto_token_run_id(t), "a:b");
+    ck_assert_int_eq(dl_proto_token_life(t).issued, 0);
+    ck_assert_int_eq(dl_proto_token_life(t).expires, DL_PROTO_KEY_TIME_MAX);
+    dl_proto_token_free(t);
+    t = NULL;
     ck_assert_int_eq(dl_proto_token_random(&r), 0);
     ck_assert_int_eq(dl_proto_token_kind(r), DL_PROTO_TOKEN_MASTER);
     dl_proto_token_free(r);
+}
+END_TEST
+
+START_TEST(test_key_judge)
+{
+    char why[400];
+    const int64_t L = DL_PROTO_KEY_LEEWAY_S;
+
+    /* Good from issued to expires, and within the leeway either side. */
+    ck_assert_int_eq(dl_proto_key_judge(&LIFE7, "a", LIFE7.issued, 0, why, sizeof(why)),
+                     DL_PROTO_KEY_GOOD);
+    ck_assert_int_eq(dl_proto_key_judge(&LIFE7, "a", LIFE7.issued - L, 0, why, sizeof(why)),
+                     DL_PROTO_KEY_GOOD);
+    ck_assert_int_eq(dl_proto_key_judge(&LIFE7, "a", LIFE7.expires + L - 1, 0, why, sizeof(why)),
+                     DL_PROTO_KEY_GOOD);
+    /* Expired: the line names the run and the moment, and says what to do. */
+    why[0] = '\0';
+    ck_assert_int_eq(dl_proto_key_judge(&LIFE7, "a", LIFE7.expires + L, 0, why, sizeof(why)),
+                     DL_PROTO_KEY_EXPIRED);
+    ck_assert_ptr_nonnull(strstr(why, "job 'a' expired at 2023-11-21T22:13:20Z"));
+    ck_assert_ptr_nonnull(strstr(why, "dlaunch token"));
+    ck_assert_ptr_null(strchr(why, '\n'));
+    ck_assert_int_eq(dl_proto_key_judge(&LIFE7, "a", DL_PROTO_KEY_TIME_MAX, 0, why, sizeof(why)),
+                     DL_PROTO_KEY_EXPIRED);
+    /* A clock far out of range is taken at the range's end, with no overflow. */
+    ck_assert_int_eq(dl_proto_key_judge(&LIFE7, "a", INT64_MAX, 0, why, sizeof(why)),
+                     DL_PROTO_KEY_EXPIRED);
+    ck_assert_int_eq(dl_proto_key_judge(&LIFE7, "a", INT64_MIN, 0, why, sizeof(why)),
+                     DL_PROTO_KEY_NOT_YET);
+    ck_assert_int_eq(dl_proto_key_judge(&LIFE7, "a", LIFE7.issued - L - 1, 0, why, sizeof(why)),
+                     DL_PROTO_KEY_NOT_YET);
+    ck_assert_ptr_nonnull(strstr(why, "clock"));
+    /* Revoked: issued before the revocation, even if not yet expired; issued at it or after,
+     * good. */
+    ck_assert_int_eq(dl_proto_key_judge(&LIFE7, "a", LIFE7.issued + 10, LIFE7.issued + 1, why,
+                                        sizeof(why)),
+                     DL_PROTO_KEY_REVOKED);
+    ck_assert_ptr_nonnull(strstr(why, "revoked"));
+    ck_assert_ptr_nonnull(strstr(why, "issued at 2023-11-14T22:13:20Z"));
+    ck_assert_int_eq(dl_proto_key_judge(&LIFE7, "a", LIFE7.issued + 10, LIFE7.issued, why,
+                                        sizeof(why)),
+                     DL_PROTO_KEY_GOOD);
+    /* The span itself. */
+    dl_proto_key_life_t l = {0, 1};
+    ck_assert(dl_proto_key_life_valid(&l));
+    l = (dl_proto_key_life_t){-1, 1};
+    ck_assert(!dl_proto_key_life_valid(&l));
+    l = (dl_proto_key_life_t){1, DL_PROTO_KEY_TIME_MAX + 1};
+    ck_assert(!dl_proto_key_life_valid(&l));
+    ck_assert(!dl_proto_key_life_valid(NULL));
+}
+END_TEST
+
+START_TEST(test_lifetime_and_time_parse)
+{
+    int64_t v = 0;
+
+    ck_assert_int_eq(dl_proto_lifetime_parse("3600", &v), 0);
+    ck_assert_int_eq(v, 3600);
+    ck_assert_int_eq(dl_proto_lifetime_parse("7d", &v), 0);
+    ck_assert_int_eq(v, 7 * 86400);
+    ck_assert_int_eq(dl_proto_lifetime_parse("90m", &v), 0);
+    ck_assert_int_eq(v, 5400);
+    ck_assert_int_eq(dl_proto_lifetime_parse("12h", &v), 0);
+    ck_assert_int_eq(v, 43200);
+    ck_assert_int_eq(dl_proto_lifetime_parse("366d", &v), 0);
+    ck_assert_int_eq(dl_proto_lifetime_parse("367d", &v), -ERANGE);
+    ck_assert_int_eq(dl_proto_lifetime_parse("0", &v), -ERANGE);
+    ck_assert_int_eq(dl_proto_lifetime_parse("9999999999d", &v), -ERANGE);
+    ck_assert_int_eq(dl_proto_lifetime_parse("999999999d", &v), -ERANGE);
+    ck_assert_int_eq(dl_proto_lifetime_parse("-5", &v), -EINVAL);
+    ck_assert_int_eq(dl_proto_lifetime_parse("d", &v), -EINVAL);
+    ck_assert_int_eq(dl_proto_lifetime_parse("5w", &v), -EINVAL);
+    ck_assert_int_eq(dl_proto_lifetime_parse("", &v), -EINVAL);
+    ck_assert_int_eq(dl_proto_lifetime_parse("1.5h", &v), -EINVAL);
+
+    ck_assert_int_eq(dl_proto_time_parse("1700000000", &v), 0);
+    ck_assert_int_eq(v, 1700000000);
+    ck_assert_int_eq(dl_proto_time_parse("2023-11-14T22:13:20Z", &v), 0);
+    ck_assert_int_eq(v, 1700000000);
+    ck_assert_int_eq(dl_proto_time_parse("253402300800", &v), -ERANGE);
+    ck_assert_int_eq(dl_proto_time_parse("99999999999999999999999", &v), -ERANGE);
+    ck_assert_int_eq(dl_proto_time_parse("2023-11-14 22:13:20", &v), -EINVAL);
+    ck_assert_int_eq(dl_proto_time_parse("2023-11-14T22:13:20Zjunk", &v), -EINVAL);
+    ck_assert_int_eq(dl_proto_time_parse("-1", &v), -EINVAL);
+    ck_assert_int_eq(dl_proto_time_parse("", &v), -EINVAL);
+    char buf[32];
+    ck_assert_str_eq(dl_proto_time_text(1700000000, buf, sizeof(buf)), "2023-11-14T22:13:20Z");
+    ck_assert_str_eq(dl_proto_time_text(-5, buf, sizeof(buf)), "-5");
 }
 END_TEST
 
@@ -526,6 +712,8 @@ static Suite *auth_suite(void)
     tcase_add_test(tc, test_token_string);
     tcase_add_test(tc, test_derive_known_answers);
     tcase_add_test(tc, test_derive_only_down);
+    tcase_add_test(tc, test_key_judge);
+    tcase_add_test(tc, test_lifetime_and_time_parse);
     tcase_add_test(tc, test_accept_levels);
     tcase_add_test(tc, test_typed_text_errors);
     tcase_add_test(tc, test_escape);

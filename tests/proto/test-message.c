@@ -36,6 +36,7 @@ static const char *const examples[] = {
     "{\"v\":1,\"type\":\"restart\",\"id\":16}",
     "{\"v\":1,\"type\":\"events_follow\",\"id\":17,\"since\":0}",
     "{\"v\":1,\"type\":\"event\",\"seq\":0,\"event\":{\"event\":\"job_start\",\"time\":1.5}}",
+    "{\"v\":1,\"type\":\"revoke\",\"id\":19,\"before\":1700000000}",
     "{\"v\":1,\"type\":\"reply\",\"id\":18,\"result\":{}}",
     "{\"v\":1,\"type\":\"error\",\"error\":{\"code\":\"bad_json\",\"message\":\"x\"}}",
 };
@@ -154,6 +155,18 @@ START_TEST(test_field_types_and_ranges)
     expect_code("{\"v\":1,\"type\":\"auth\",\"id\":2,\"proof\":"
                 "\"FEDCBA9876543210FEDCBA9876543210FEDCBA9876543210FEDCBA9876543210\"}",
                 DL_PROTO_E_BAD_FIELD, "lowercase hex");
+    /* A key's times: Unix seconds up to 9999, never negative or past what an int64 holds. */
+    expect_code("{\"v\":1,\"type\":\"auth\",\"id\":2,\"proof\":"
+                "\"fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210\","
+                "\"key_issued\":-1,\"key_expires\":5}",
+                DL_PROTO_E_BAD_FIELD, "'key_issued'");
+    expect_code("{\"v\":1,\"type\":\"auth\",\"id\":2,\"proof\":"
+                "\"fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210\","
+                "\"key_issued\":1,\"key_expires\":253402300800}",
+                DL_PROTO_E_BAD_FIELD, "'key_expires'");
+    expect_code("{\"v\":1,\"type\":\"revoke\",\"id\":2,\"before\":0}", DL_PROTO_E_BAD_FIELD,
+                "'before'");
+    expect_code("{\"v\":1,\"type\":\"revoke\",\"id\":2}", DL_PROTO_E_MISSING_FIELD, "'before'");
 
     expect_code("{\"v\":1,\"type\":\"kv_wait\",\"id\":1,\"keys\":[],\"timeout_ms\":5}",
                 DL_PROTO_E_BAD_FIELD, "'keys' must hold 1 to 1024 strings, got 0");

@@ -30,13 +30,12 @@
 
 #include "internal.h"
 
-/* Adoptions kept at once; the oldest is forgotten beyond it (its pages stay a memfd mapping of
- * the program, freed with the buffer, but are no longer offered to the peer). */
-#define MAX_ADOPTED 16
+/* Adoptions kept at once, retired ones included; beyond it nothing more is adopted. */
+#define MAX_ADOPTED 64
 /* An adoption that served fewer calls than this before its buffer went away was wasted (a
  * buffer freed and allocated anew every call); after MAX_WASTED of them, adoption stops. */
 #define MIN_USES 3
-#define MAX_WASTED 4
+#define MAX_WASTED 16
 
 typedef struct {
     char *base;
@@ -44,6 +43,9 @@ typedef struct {
     int fd;
     uint32_t serial;
     uint64_t uses;
+    /* 0: retired, its bounds broken (a later adoption over part of it, or the buffer gone): kept
+     * with its fd while any piece of it may still be mapped, for the fork handler. */
+    int active;
 } adopted_t;
 
 /* Process-wide on purpose (see the top): guarded by mu, which fork's handlers hold across it. */
@@ -121,15 +123,72 @@ static void atfork_parent(void)
     pthread_mutex_unlock(&mu);
 }
 
-/* The child's copy of each adoption becomes private: its writes no longer reach the parent. */
+static unsigned long parse_hex(const char **p)
+{
+    unsigned long v = 0;
+    for (;; (*p)++) {
+        char c = **p;
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return v;
+        v = v * 16 + (unsigned long)d;
+    }
+}
+
+/* One line of /proc/self/maps in the child: a piece of an adoption becomes a private mapping of
+ * its memfd at the same offset. No stdio or malloc here. */
+static void privatize_line(const char *line)
+{
+    static const char tag[] = "/memfd:dlaunch-adopt-";
+    const char *name = strstr(line, tag);
+    if (name == NULL)
+        return;
+    const char *p = line;
+    unsigned long lo = parse_hex(&p);
+    p++;
+    unsigned long hi = parse_hex(&p);
+    p = strchr(p, ' ');
+    p = p != NULL ? strchr(p + 1, ' ') : NULL;
+    if (p == NULL)
+        return;
+    p++;
+    unsigned long off = parse_hex(&p);
+    uint32_t serial = 0;
+    for (const char *q = name + sizeof(tag) - 1; *q >= '0' && *q <= '9'; q++)
+        serial = serial * 10 + (uint32_t)(*q - '0');
+    for (size_t i = 0; i < ntab; i++)
+        if (tab[i].serial == serial)
+            (void)mmap((void *)lo, hi - lo, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED,
+                       tab[i].fd, (off_t)off);
+}
+
+/* The child's copies of adopted pages become private: its writes no longer reach the parent. */
 static void atfork_child(void)
 {
-    for (size_t i = 0; i < ntab; i++) {
-        if (still_adopted(&tab[i]))
-            (void)mmap(tab[i].base, tab[i].len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED,
-                       tab[i].fd, 0);
-        close(tab[i].fd);
+    int fd = ntab > 0 ? open("/proc/self/maps", O_RDONLY | O_CLOEXEC) : -1;
+    static char buf[8192];
+    size_t have = 0;
+    for (;;) {
+        ssize_t got = fd >= 0 ? read(fd, buf + have, sizeof(buf) - 1 - have) : 0;
+        if (got <= 0)
+            break;
+        have += (size_t)got;
+        buf[have] = '\0';
+        char *line = buf, *nl;
+        while ((nl = strchr(line, '\n')) != NULL) {
+            *nl = '\0';
+            privatize_line(line);
+            line = nl + 1;
+        }
+        have = (size_t)(buf + have - line);
+        memmove(buf, line, have);
+        if (have == sizeof(buf) - 1)
+            have = 0; /* a line longer than the buffer: no adoption's */
     }
+    if (fd >= 0)
+        close(fd);
+    for (size_t i = 0; i < ntab; i++)
+        close(tab[i].fd);
     ntab = 0;
     pthread_mutex_unlock(&mu);
 }
@@ -139,8 +198,10 @@ static void install_fork_handlers(void)
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
-/* Whether [a, b) is covered by private anonymous writable mappings only, per /proc/self/maps. */
-static int anonymous_private(const char *a, const char *b, char *why, size_t whylen)
+/* Whether [a, b) is covered by private anonymous writable mappings, or by earlier adoptions
+ * (a buffer reusing part of an adopted one's memory), per /proc/self/maps; and which adoptions
+ * still have pages mapped anywhere (live[i] for tab[i]). */
+static int scan_maps(const char *a, const char *b, int *live, char *why, size_t whylen)
 {
     FILE *f = fopen("/proc/self/maps", "re");
     if (f == NULL) {
@@ -151,24 +212,31 @@ static int anonymous_private(const char *a, const char *b, char *why, size_t why
     char line[512];
     uintptr_t want = (uintptr_t)a, end = (uintptr_t)b;
     int ok = 0;
-    while (want < end && fgets(line, sizeof(line), f) != NULL) {
+    while (fgets(line, sizeof(line), f) != NULL) {
         unsigned long lo, hi, off, inode;
         char perms[8] = "", dev[16] = "";
         int name_at = 0;
         if (sscanf(line, "%lx-%lx %7s %lx %15s %lu %n", &lo, &hi, perms, &off, dev, &inode,
                    &name_at) < 6)
             continue;
-        if (hi <= want || lo > want)
-            continue;
         const char *name = line + name_at;
         size_t nl = strcspn(name, "\n");
-        int anon_name = nl == 0 || strncmp(name, "[heap]", nl) == 0 ||
-                        strncmp(name, "[anon:", 6) == 0;
-        if (strcmp(perms, "rw-p") != 0 || inode != 0 || !anon_name) {
+        int ours = strncmp(name, "/memfd:dlaunch-adopt-", 21) == 0;
+        if (ours) {
+            uint32_t serial = (uint32_t)strtoul(name + 21, NULL, 10);
+            for (size_t i = 0; i < ntab; i++)
+                live[i] |= tab[i].serial == serial;
+        }
+        if (ok != 0 || want >= end || hi <= want || lo > want)
+            continue;
+        int anon = (nl == 0 || strncmp(name, "[heap]", nl) == 0 ||
+                    strncmp(name, "[anon:", 6) == 0) &&
+                   strcmp(perms, "rw-p") == 0 && inode == 0;
+        if (!anon && !(ours && strcmp(perms, "rw-s") == 0)) {
             snprintf(why, whylen, "its memory is not private anonymous memory (%.*s %s)",
-                     (int)(nl > 60 ? 60 : nl), nl == 0 ? "" : name, perms);
+                     (int)(nl > 60 ? 60 : nl), name, perms);
             ok = 1;
-            break;
+            continue;
         }
         want = hi;
     }
@@ -214,9 +282,7 @@ static int adopt_new(char *a, size_t len, dl__coll_adoption_t *ret, char *why, s
         close(fd);
         return -e;
     }
-    if (ntab == MAX_ADOPTED)
-        forget(0, 0);
-    tab[ntab++] = (adopted_t){.base = a, .len = len, .fd = fd, .serial = serial};
+    tab[ntab++] = (adopted_t){.base = a, .len = len, .fd = fd, .serial = serial, .active = 1};
     *ret = (dl__coll_adoption_t){.base = a, .len = len, .fd = fd, .serial = serial};
     return 0;
 }
@@ -234,15 +300,15 @@ int dl__coll_adopt(const void *p, size_t bytes, dl__coll_adoption_t *ret, char *
     pthread_once(&once, install_fork_handlers);
     pthread_mutex_lock(&mu);
     int r = 1;
-    for (size_t i = 0; i < ntab;) {
+    for (size_t i = 0; i < ntab; i++) {
         adopted_t *e = &tab[i];
         uintptr_t lo = (uintptr_t)e->base, hi = lo + e->len;
-        if (hi <= a || lo >= b) {
-            i++;
+        if (!e->active || hi <= a || lo >= b)
             continue;
-        }
         if (!still_adopted(e)) {
-            forget(i, 1);
+            e->active = 0;
+            if (e->uses < MIN_USES)
+                wasted++;
             continue;
         }
         if (lo <= a && hi >= b) {
@@ -250,26 +316,33 @@ int dl__coll_adopt(const void *p, size_t bytes, dl__coll_adoption_t *ret, char *
             *ret = (dl__coll_adoption_t){.base = e->base, .len = e->len, .fd = e->fd,
                                          .serial = e->serial};
             r = 0;
-        } else {
-            snprintf(why, whylen, "it overlaps memory adopted for another buffer");
+            goto out;
         }
-        goto out;
+        /* A buffer over part of an adopted one (the heap reused its memory): adopted anew
+         * below, which retires the old one. */
     }
     if (wasted >= MAX_WASTED) {
         snprintf(why, whylen, "%d buffers were freed within %d calls of being adopted (buffers "
                               "allocated anew for every call)", wasted, MIN_USES);
         goto out;
     }
-    /* A new adoption: first forget those whose buffers are gone, which hold their memory. */
-    for (size_t i = 0; i < ntab;) {
-        if (still_adopted(&tab[i]))
-            i++;
-        else
-            forget(i, 1);
+    /* A new adoption: first let go of the retired ones none of whose pages are mapped. */
+    int live[MAX_ADOPTED] = {0};
+    r = scan_maps((char *)a, (char *)b, live, why, whylen);
+    for (size_t i = ntab; i-- > 0;)
+        if (!live[i] && !tab[i].active)
+            forget(i, 0);
+    if (r == 0 && ntab == MAX_ADOPTED) {
+        snprintf(why, whylen, "%d adoptions are mapped already", MAX_ADOPTED);
+        r = 1;
     }
-    r = anonymous_private((char *)a, (char *)b, why, whylen);
     if (r == 0)
         r = adopt_new((char *)a, b - a, ret, why, whylen);
+    for (size_t i = 0; r == 0 && i + 1 < ntab; i++) {
+        uintptr_t lo = (uintptr_t)tab[i].base, hi = lo + tab[i].len;
+        if (tab[i].active && hi > a && lo < b)
+            tab[i].active = 0;
+    }
 out:
     pthread_mutex_unlock(&mu);
     return r;

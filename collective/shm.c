@@ -537,8 +537,9 @@ static int peer_block(dl__coll_shm_t *s, int peer, uint32_t k, int i, size_t byt
     if (serial == 0)
         return 0;
     if (serial & DL__COLL_ADOPTED) {
-        /* An adoption holds the buffer's whole pages: it starts less than a page in. */
-        if (off > 0 || -off >= 4096 * 16 || len == 0 || len > (uint64_t)(-off) + bytes)
+        /* An adoption holds the buffer's whole pages, or more (an earlier buffer's); the
+         * buffer must overlap it. */
+        if (len == 0 || len > ((uint64_t)1 << 62) || off >= (int64_t)len || off <= -(int64_t)bytes)
             return dl__coll_fail(s->err, -EPROTO, "shm: rank %d announced a buffer outside its "
                                                   "adopted block", s->ranks[peer]);
         *ret = map_adopted(s, peer, serial, c->buf_fd[k & 1][i], (size_t)len);

@@ -118,6 +118,11 @@ typedef struct {
      * a generation above 0, a process makes one group of that generation (the store's keys are
      * named by it, not by how many groups the process made before). */
     int generation;
+    /* DLAUNCH_COLL_ADOPT_MIN: two ranks on a host read each other's ordinary (malloc'd) buffers
+     * of at least this many bytes in place, as they do dl_coll_mem_alloc memory, by turning
+     * their whole pages into shared memory on first use (docs/collective.md); 0 ("off"):
+     * never. Default 1 MiB. */
+    size_t adopt_min_bytes;
 } dl_coll_options_t;
 
 typedef struct dl_coll_group_s dl_coll_group_t;

@@ -187,6 +187,25 @@ const dl__coll_region_t *dl__coll_mem_find(const dl__coll_mem_t *m, const void *
 const dl__coll_region_t *dl__coll_mem_by_serial(const dl__coll_mem_t *m, uint32_t serial);
 void dl__coll_mem_release(dl__coll_mem_t *m);
 
+/* ---- ordinary memory adopted on first use (adopt.c) ----------------------------------------- */
+
+/* Serials of adoptions have this bit; dl_coll_mem_alloc's never do. */
+#define DL__COLL_ADOPTED 0x80000000u
+
+/* The whole pages of a buffer, now a memfd mapped over them: the peer maps fd through /proc. */
+typedef struct {
+    char *base;
+    size_t len;
+    int fd;
+    uint32_t serial; /* unique in this process, never reused */
+} dl__coll_adoption_t;
+
+/* Finds or makes the adoption of the whole pages inside [p, p + bytes). Returns 0 and fills
+ * *ret; 1 when this memory cannot be adopted (why says why: not anonymous memory, no whole
+ * page, ...); or a negative errno (why names the step). The fd stays the registry's. */
+int dl__coll_adopt(const void *p, size_t bytes, dl__coll_adoption_t *ret, char *why,
+                   size_t whylen);
+
 /* ---- shared-memory transport (shm.c) --------------------------------------------------------- */
 
 typedef struct dl__coll_shm_s dl__coll_shm_t;
@@ -220,14 +239,18 @@ int dl__coll_shm_allgather(dl__coll_shm_t *s, const void *src, void *dst, size_t
                            int root_only);
 int dl__coll_shm_broadcast(dl__coll_shm_t *s, void *buf, size_t bytes, int root);
 int dl__coll_shm_barrier(dl__coll_shm_t *s);
-/* The two-member all-reduce reads the other's input in place when both send from the same
- * dl_coll_mem_alloc allocation; mem is the group's table, consulted on each call. */
+/* The two-member all-reduce reads the other's input in place when both inputs lie in
+ * dl_coll_mem_alloc blocks or in ordinary memory adopted on first use (adopt.c); mem is the
+ * group's table, consulted on each call. */
 void dl__coll_shm_use_mem(dl__coll_shm_t *s, const dl__coll_mem_t *mem);
 /* This rank's index among the members, and member j's global rank. */
 int dl__coll_shm_member(const dl__coll_shm_t *s);
 int dl__coll_shm_member_rank(const dl__coll_shm_t *s, int j);
 /* How many all-reduces read the other member's input in place (for tests). NULL gives 0. */
 uint64_t dl__coll_shm_in_place_calls(const dl__coll_shm_t *s);
+/* Why all-reduces from ordinary memory went through the segment after all ("" if they never
+ * did for a reason worth saying); said once on stderr too. */
+const char *dl__coll_shm_note(const dl__coll_shm_t *s);
 
 /* ---- the flight recorder (recorder.c) ------------------------------------------------------- */
 

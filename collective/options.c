@@ -21,6 +21,7 @@ extern char **environ;
 #define DEFAULT_TCP_CHUNK (1 << 20)
 #define DEFAULT_SPIN_US 1000
 #define DEFAULT_RECORDER_TIMED (64 << 10)
+#define DEFAULT_ADOPT_MIN (1 << 20)
 #define MAX_CHUNK ((size_t)1 << 30)
 
 void dl_coll_options_init(dl_coll_options_t *o)
@@ -42,6 +43,7 @@ void dl_coll_options_init(dl_coll_options_t *o)
     o->spin_us = DEFAULT_SPIN_US;
     o->recorder = 1;
     o->recorder_timed_bytes = DEFAULT_RECORDER_TIMED;
+    o->adopt_min_bytes = DEFAULT_ADOPT_MIN;
 }
 
 const char *dl__coll_transport_str(dl_coll_transport_t t)
@@ -143,10 +145,23 @@ static int parse_choice(const dl_opt_t *o, void *obj, const char *text, char *wh
     return dl_opt_enum.parse(o, obj, *text == '\0' ? o->choices[0] : text, why, whylen);
 }
 
+/* "off" (0) or a byte count of at least a page. */
+static int parse_adopt(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
+{
+    size_t v = 0;
+    if (strcmp(text, "off") != 0 && parse_bytes_text(text, 4096, (double)(SIZE_MAX >> 1), &v) < 0) {
+        snprintf(why, whylen, "is not %s", o->metavar);
+        return -EINVAL;
+    }
+    *(size_t *)((char *)obj + o->offset) = v;
+    return 0;
+}
+
 static const dl_opt_type_t t_text = {"a name", parse_text, NULL, false};
 static const dl_opt_type_t t_bytes = {"a byte count", parse_bytes, NULL, false};
 static const dl_opt_type_t t_seconds = {"seconds", parse_seconds_ms, NULL, false};
 static const dl_opt_type_t t_choice = {"one of the choices", parse_choice, NULL, false};
+static const dl_opt_type_t t_adopt = {"off or a byte count", parse_adopt, NULL, false};
 
 static const char *const transports[] = {"auto", "tcp", "shm", NULL};
 static const char *const algos[] = {"auto", "latency", "bandwidth", NULL};
@@ -194,6 +209,9 @@ static const dl_opt_t vars[] = {
     {"dlaunch-coll-recorder-timed", NULL, 0, &t_bytes, OFF(recorder_timed_bytes), 0,
      (double)(SIZE_MAX >> 1), NULL, NULL, "a byte count such as 0 or 64K",
      "the flight recorder times operations of this size and above", 0, 0},
+    {"dlaunch-coll-adopt-min", NULL, 0, &t_adopt, OFF(adopt_min_bytes), 0, 0, NULL, NULL,
+     "off or a byte count of at least 4K such as 1M",
+     "two ranks read each other's ordinary buffers of this size in place", 0, 0},
     {"dlaunch-coll-spin-us", NULL, 0, &dl_opt_int, OFF(spin_us), 0, 10000000, NULL, NULL, "US",
      "microseconds to spin before sleeping", 0, 0},
     {"dlaunch-group-gen", NULL, 0, &dl_opt_int, OFF(generation), 0, INT_MAX, NULL, NULL, "N",

@@ -26,6 +26,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,12 +62,30 @@ typedef struct {
     _Atomic uint32_t mid;
     _Atomic uint32_t depart;
     _Atomic uint32_t waiters; /* members sleeping on one of this member's counters */
-    /* Where round k's buffers lie, in [k & 1], written before arrive(k): the allocation's serial
-     * (0: not in dl_coll_mem_alloc memory) and the offset, of the input [0] and the output [1]. */
+    /* Where round k's buffers lie, in [k & 1], written before arrive(k), of the input [0] and the
+     * output [1]: the serial of the dl_coll_mem_alloc allocation or adoption (adopt.c) holding
+     * them (0: neither), the buffer's offset from the block's start (negative when an adoption
+     * starts at the buffer's first whole page), the block's length, and an adoption's memfd,
+     * which the other member maps through /proc. */
     uint32_t buf_serial[2][2];
-    uint64_t buf_off[2][2];
-    char pad[LINE - 64];
+    int32_t buf_fd[2][2];
+    int64_t buf_off[2][2];
+    uint64_t buf_len[2][2];
+    uint32_t verdict[2]; /* round k: which of the other's buffers this member mapped (bit i) */
+    char pad[LINE - 120];
 } ctl_t;
+
+_Static_assert(sizeof(ctl_t) == LINE, "a member's control block is one line pair");
+
+/* The other member's adopted blocks mapped here, by serial: a few, the least recently used
+ * unmapped first (a block whose buffer its owner freed lives on until then). */
+#define PEER_MAPS 8
+typedef struct {
+    uint32_t serial;
+    const char *base;
+    size_t len;
+    uint64_t used;
+} peer_map_t;
 
 struct dl__coll_shm_s {
     int me, n;
@@ -84,6 +103,10 @@ struct dl__coll_shm_s {
     int *pids, *ranks;
     const dl__coll_mem_t *mem; /* the group's dl_coll_mem_alloc blocks, or NULL */
     uint64_t in_place;         /* all-reduces that read the other's input where it lies */
+    size_t adopt_min;          /* adopt ordinary buffers from this size (0: never) */
+    peer_map_t pmap[PEER_MAPS];
+    uint64_t pmap_clock;
+    char note[256]; /* why ordinary buffers were copied after all; said once */
     int timeout_ms;
     int64_t spin_ns;
     int yield_spins;
@@ -394,7 +417,26 @@ static int allreduce_large(dl__coll_shm_t *s, const char *src, char *dst, size_t
     return 0;
 }
 
-/* Says where my input and output for round k lie, for the other member to read in place. */
+/* Says once, on stderr, why ordinary buffers go through the segment after all (a library that
+ * falls back to the slow path must not do it silently), and keeps it for dl__coll_shm_note. */
+static void note(dl__coll_shm_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(dl__coll_shm_t *s, const char *fmt, ...)
+{
+    if (s->note[0] != '\0')
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->note, sizeof(s->note), fmt, ap);
+    va_end(ap);
+    fprintf(stderr,
+            "dlaunch-collective: rank %d: all-reduces from ordinary memory copy through the "
+            "shared segment: %s\n",
+            s->ranks[s->me], s->note);
+}
+
+/* Says where my input and output for round k lie, for the other member to read in place: in a
+ * dl_coll_mem_alloc block, or in ordinary memory adopted now (the input from adopt_min bytes;
+ * the output too when the halves form may use it). */
 static void announce(dl__coll_shm_t *s, uint32_t k, const char *src, const char *dst, size_t bytes)
 {
     const char *bufs[2] = {src, dst};
@@ -404,8 +446,38 @@ static void announce(dl__coll_shm_t *s, uint32_t k, const char *src, const char 
     for (int i = 0; i < 2; i++) {
         const dl__coll_region_t *reg =
             s->mem == NULL || tangled ? NULL : dl__coll_mem_find(s->mem, bufs[i], bytes);
-        c->buf_serial[k & 1][i] = reg != NULL ? reg->serial : 0;
-        c->buf_off[k & 1][i] = reg != NULL ? (uint64_t)(bufs[i] - reg->base) : 0;
+        uint32_t serial = 0;
+        int32_t fd = -1;
+        int64_t off = 0;
+        uint64_t len = 0;
+        if (reg != NULL) {
+            serial = reg->serial;
+            off = bufs[i] - reg->base;
+            len = reg->len;
+        } else if (i == 1 && src == dst) {
+            serial = c->buf_serial[k & 1][0];
+            fd = c->buf_fd[k & 1][0];
+            off = c->buf_off[k & 1][0];
+            len = c->buf_len[k & 1][0];
+        } else if (!tangled && s->adopt_min != 0 && bytes >= s->adopt_min &&
+                   (i == 0 || bytes >= SLICED_BYTES)) {
+            dl__coll_adoption_t ad;
+            char why[200];
+            int r = dl__coll_adopt(bufs[i], bytes, &ad, why, sizeof(why));
+            if (r == 0) {
+                serial = ad.serial;
+                fd = ad.fd;
+                off = (int64_t)((uintptr_t)bufs[i] - (uintptr_t)ad.base);
+                len = ad.len;
+            } else {
+                note(s, "this rank's %s of %zu bytes cannot be shared: %s",
+                     i == 0 ? "input" : "output", bytes, why);
+            }
+        }
+        c->buf_serial[k & 1][i] = serial;
+        c->buf_fd[k & 1][i] = fd;
+        c->buf_off[k & 1][i] = off;
+        c->buf_len[k & 1][i] = len;
     }
 }
 
@@ -417,24 +489,159 @@ static int announced_over(const dl__coll_shm_t *s, int j, uint32_t k)
            c->buf_off[k & 1][0] == c->buf_off[k & 1][1];
 }
 
-/* The other member's buffer i (0 input, 1 output) of round k, mapped here, when both of ours lie
- * in one allocation; else NULL. Both members read both announcements, so both decide alike. */
-static int peer_buffer(dl__coll_shm_t *s, int peer, uint32_t k, int i, size_t bytes,
-                       const char **ret)
+/* The peer's adopted block `serial` (memfd fd in its process, len bytes), mapped here: from the
+ * cache, or now. NULL when it cannot be mapped (said once). */
+static const char *map_adopted(dl__coll_shm_t *s, int peer, uint32_t serial, int fd, size_t len)
 {
-    uint32_t mine = s->ctl[s->me].buf_serial[k & 1][i];
-    uint32_t theirs = s->ctl[peer].buf_serial[k & 1][i];
-    uint64_t off = s->ctl[peer].buf_off[k & 1][i];
+    peer_map_t *slot_to = &s->pmap[0];
+    for (int i = 0; i < PEER_MAPS; i++) {
+        peer_map_t *m = &s->pmap[i];
+        if (m->base != NULL && m->serial == serial && m->len == len) {
+            m->used = ++s->pmap_clock;
+            return m->base;
+        }
+        if (m->base == NULL || (slot_to->base != NULL && m->used < slot_to->used))
+            slot_to = m;
+    }
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", s->pids[peer], fd);
+    int pfd = open(path, O_RDONLY | O_CLOEXEC);
+    if (pfd < 0) {
+        note(s, "opening rank %d's buffer (%s): %s", s->ranks[peer], path, strerror(errno));
+        return NULL;
+    }
+    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, pfd, 0);
+    int e = errno;
+    close(pfd);
+    if (p == MAP_FAILED) {
+        note(s, "mapping rank %d's buffer (%s, %zu bytes): %s", s->ranks[peer], path, len,
+             strerror(e));
+        return NULL;
+    }
+    if (slot_to->base != NULL)
+        munmap((void *)slot_to->base, slot_to->len);
+    *slot_to = (peer_map_t){.serial = serial, .base = p, .len = len, .used = ++s->pmap_clock};
+    return p;
+}
+
+/* The start of the other member's block holding its buffer i (0 input, 1 output) of round k, as
+ * mapped here; NULL when it announced none or it cannot be mapped here. */
+static int peer_block(dl__coll_shm_t *s, int peer, uint32_t k, int i, size_t bytes,
+                      const char **ret)
+{
+    const ctl_t *c = &s->ctl[peer];
+    uint32_t serial = c->buf_serial[k & 1][i];
+    int64_t off = c->buf_off[k & 1][i];
+    uint64_t len = c->buf_len[k & 1][i];
     *ret = NULL;
-    if (mine == 0 || theirs != mine)
+    if (serial == 0)
         return 0;
-    const dl__coll_region_t *reg = dl__coll_mem_by_serial(s->mem, mine);
-    if (reg == NULL || reg->peer_base == NULL || reg->peer_base[peer] == NULL ||
-        off > reg->peer_len[peer] || bytes > reg->peer_len[peer] - off)
+    if (serial & DL__COLL_ADOPTED) {
+        /* An adoption holds the buffer's whole pages, or more (an earlier buffer's); the
+         * buffer must overlap it. */
+        if (len == 0 || len > ((uint64_t)1 << 62) || off >= (int64_t)len || off <= -(int64_t)bytes)
+            return dl__coll_fail(s->err, -EPROTO, "shm: rank %d announced a buffer outside its "
+                                                  "adopted block", s->ranks[peer]);
+        *ret = map_adopted(s, peer, serial, c->buf_fd[k & 1][i], (size_t)len);
+        return 0;
+    }
+    const dl__coll_region_t *reg = s->mem != NULL ? dl__coll_mem_by_serial(s->mem, serial) : NULL;
+    if (reg == NULL || reg->peer_base == NULL || reg->peer_base[peer] == NULL || off < 0 ||
+        (uint64_t)off > reg->peer_len[peer] || bytes > reg->peer_len[peer] - (uint64_t)off)
         return dl__coll_fail(s->err, -EPROTO,
                              "shm: rank %d announced a buffer outside its shared block",
                              s->ranks[peer]);
-    *ret = reg->peer_base[peer] + off;
+    *ret = reg->peer_base[peer];
+    return 0;
+}
+
+/* The elements [lo, hi) of a count-element buffer at off in a block of len bytes that lie in
+ * the block. */
+static void block_range(int64_t off, uint64_t len, size_t count, size_t es, size_t *lo, size_t *hi)
+{
+    uint64_t first = off >= 0 ? 0 : ((uint64_t)(-off) + es - 1) / es;
+    uint64_t end = (uint64_t)((int64_t)len - off) / es; /* off < len always */
+    *lo = (size_t)first;
+    *hi = end < count ? (size_t)end : count;
+}
+
+enum { FORM_COPY, FORM_WHOLE, FORM_HALVES };
+
+/* How round k runs in place, decided by both members alike from both announcements (and, where
+ * an adoption is involved, both verdicts on what each could map): the form, the elements
+ * [lo, hi) read in place (the rest goes through the segment), and the other member's buffers at
+ * lo as mapped here. */
+typedef struct {
+    int form;
+    size_t lo, hi;
+    const char *their_src, *their_dst;
+    uint32_t round; /* the round the in-place form synchronizes on */
+} plan_t;
+
+static int plan_in_place(dl__coll_shm_t *s, int peer, uint32_t k, size_t count, size_t es,
+                         plan_t *p)
+{
+    int me = s->me;
+    size_t bytes = count * es;
+    const char *base[2];
+    memset(p, 0, sizeof(*p));
+    p->round = k;
+    for (int i = 0; i < 2; i++) {
+        int r = peer_block(s, peer, k, i, bytes, &base[i]);
+        if (r < 0)
+            return r;
+    }
+    if (base[0] == NULL)
+        base[1] = NULL; /* the halves form needs both */
+    uint32_t mine = (base[0] != NULL) | (uint32_t)(base[1] != NULL) << 1, theirs = 0;
+    int adopted = 0;
+    for (int j = 0; j < 2; j++)
+        for (int i = 0; i < 2; i++)
+            adopted |= (s->ctl[j].buf_serial[k & 1][i] & DL__COLL_ADOPTED) != 0;
+    if (adopted) {
+        /* Whether the other could map mine is known only to it. */
+        s->ctl[me].verdict[k & 1] = mine;
+        post(s, &s->ctl[me].mid, k);
+        int r = wait_for(s, peer, &s->ctl[peer].mid, k, "verdict");
+        if (r < 0)
+            return r;
+        theirs = s->ctl[peer].verdict[k & 1];
+        p->round = k + 1;
+    } else {
+        /* dl_coll_mem_alloc blocks are mapped by every member of the host. */
+        theirs = (s->ctl[me].buf_serial[k & 1][0] != 0) |
+                 (uint32_t)(s->ctl[me].buf_serial[k & 1][1] != 0) << 1;
+    }
+    uint32_t both = mine & theirs;
+    int over = announced_over(s, me, k) || announced_over(s, peer, k);
+    /* An output over its input needs the halves form; apart, the whole form is faster until the
+     * message is far larger than the caches. */
+    if ((both & 3) == 3 && (over || bytes >= SLICED_BYTES))
+        p->form = FORM_HALVES;
+    else if ((both & 1) && !over)
+        p->form = FORM_WHOLE;
+    else
+        return 0;
+    int used = p->form == FORM_HALVES ? 2 : 1;
+    p->lo = 0;
+    p->hi = count;
+    for (int j = 0; j < 2; j++)
+        for (int i = 0; i < used; i++) {
+            size_t lo, hi;
+            block_range(s->ctl[j].buf_off[k & 1][i], s->ctl[j].buf_len[k & 1][i], count, es,
+                        &lo, &hi);
+            p->lo = lo > p->lo ? lo : p->lo;
+            p->hi = hi < p->hi ? hi : p->hi;
+        }
+    /* What lies outside the blocks (under a page at either end) goes through the segment. */
+    if (p->hi <= p->lo || (p->hi - p->lo) * es < s->chunk) {
+        p->form = FORM_COPY;
+        return 0;
+    }
+    const ctl_t *c = &s->ctl[peer];
+    p->their_src = base[0] + (c->buf_off[k & 1][0] + (int64_t)(p->lo * es));
+    if (p->form == FORM_HALVES)
+        p->their_dst = base[1] + (c->buf_off[k & 1][1] + (int64_t)(p->lo * es));
     return 0;
 }
 
@@ -501,12 +708,46 @@ static int send_chunk(dl__coll_shm_t *s, const char *src, size_t base, size_t co
     return 0;
 }
 
+/* Elements [first, first + n) the small way, a chunk a round: the ends of a buffer that lie
+ * outside the blocks read in place. */
+static int through_segment(dl__coll_shm_t *s, const char *src, char *dst, size_t first, size_t n,
+                           dl_coll_dtype_t dtype, dl_coll_op_t op)
+{
+    size_t es = dl_coll_dtype_size(dtype), per_round = s->chunk / es;
+    for (size_t a = first; a < first + n; a += per_round) {
+        size_t m = first + n - a < per_round ? first + n - a : per_round;
+        int r = allreduce_small(s, src + a * es, dst + a * es, m, dtype, op, 0);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int run_in_place(dl__coll_shm_t *s, int peer, const plan_t *p, const char *src, char *dst,
+                        size_t count, dl_coll_dtype_t dtype, dl_coll_op_t op)
+{
+    size_t es = dl_coll_dtype_size(dtype), m = p->hi - p->lo;
+    const char *in = src + p->lo * es;
+    char *out = dst + p->lo * es;
+    int r = p->form == FORM_HALVES
+                ? reduce_sliced_in_place(s, peer, p->round, in, p->their_src, out, p->their_dst,
+                                         m, dtype, op)
+                : reduce_in_place(s, peer, p->round, in, p->their_src, out, m, dtype, op);
+    if (r == 0 && p->lo > 0)
+        r = through_segment(s, src, dst, 0, p->lo, dtype, op);
+    if (r == 0 && p->hi < count)
+        r = through_segment(s, src, dst, p->hi, count - p->hi, dtype, op);
+    return r;
+}
+
 /* Two members, beyond one chunk: the small all-reduce a chunk a round, pipelined (the next
  * round's copy goes in before waiting for this one's). Each member reduces the whole message,
  * its own input against the other's copy, in rank order: one synchronization a round and no
  * copies out, where slicing needs two and copies the other's half back. A/B at 64 MiB:
  * 6.1-7.5 GB/s against 5.7-6.7 for slicing; never slower from 1 MiB up. The first round's
- * announcements decide whether to read dl_coll_mem_alloc buffers in place instead. */
+ * announcements decide whether to read the buffers in place instead (dl_coll_mem_alloc blocks,
+ * or ordinary memory adopted on first use); a member whose input may go in place sends no data
+ * in that round, and if it does not after all the copying starts a round later. */
 static int allreduce_pair(dl__coll_shm_t *s, const char *src, char *dst, size_t count,
                           dl_coll_dtype_t dtype, dl_coll_op_t op)
 {
@@ -515,28 +756,34 @@ static int allreduce_pair(dl__coll_shm_t *s, const char *src, char *dst, size_t 
     int me = s->me, peer = 1 - me;
     const char **d = s->ptrs;
     uint32_t k = s->round + 1;
-    const char *their_src = NULL, *their_dst = NULL;
     int r = wait_slot_free(s, k);
     if (r < 0)
         return r;
     announce(s, k, src, dst, count * esize);
-    r = send_chunk(s, src, 0, count, esize, k);
+    int shared = s->ctl[me].buf_serial[k & 1][0] != 0;
+    if (shared)
+        post(s, &s->ctl[me].arrive, k);
+    else
+        r = send_chunk(s, src, 0, count, esize, k);
     if (r == 0)
         r = wait_arrive(s, peer, k);
+    plan_t p = {.form = FORM_COPY};
     if (r == 0)
-        r = peer_buffer(s, peer, k, 0, count * esize, &their_src);
-    if (r == 0 && their_src != NULL)
-        r = peer_buffer(s, peer, k, 1, count * esize, &their_dst);
+        r = plan_in_place(s, peer, k, count, esize, &p);
     if (r < 0)
         return r;
-    /* An output over its input (announced alike by both) needs the sliced form; apart, the
-     * whole form is faster until the message is far larger than the caches. */
-    int over = announced_over(s, me, k) || announced_over(s, peer, k);
-    if (their_dst != NULL && (over || count * esize >= SLICED_BYTES))
-        return reduce_sliced_in_place(s, peer, k, src, their_src, dst, their_dst, count, dtype,
-                                      op);
-    if (their_src != NULL && !over)
-        return reduce_in_place(s, peer, k, src, their_src, dst, count, dtype, op);
+    if (p.form != FORM_COPY)
+        return run_in_place(s, peer, &p, src, dst, count, dtype, op);
+    if (shared || s->ctl[peer].buf_serial[k & 1][0] != 0) {
+        /* Round k carried no data from one of us: done with it, nobody reads it. */
+        post(s, &s->ctl[me].depart, k);
+        s->round = k++;
+        r = send_chunk(s, src, 0, count, esize, k);
+        if (r == 0)
+            r = wait_arrive(s, peer, k);
+        if (r < 0)
+            return r;
+    }
     for (size_t base = 0; base < count; base += per_round, k++) {
         size_t len = count - base < per_round ? count - base : per_round;
         s->round = k;
@@ -793,6 +1040,7 @@ int dl__coll_shm_open(void *map, size_t chunk, int me, int n, const int *pids, c
     if (s->small == DL_COLL_SMALL_AUTO)
         s->small = n == 2 ? chunk : 32 << 10;
     s->algo = o->algo;
+    s->adopt_min = o->adopt_min_bytes;
     s->err = err;
     /* With more ranks than cores a spinning waiter only delays the rank it waits for; yield
      * the core instead. */
@@ -845,6 +1093,9 @@ void dl__coll_shm_close(dl__coll_shm_t *s)
                 close(s->pidfd[j]);
     if (s->map != NULL)
         munmap(s->map, s->map_len);
+    for (int i = 0; i < PEER_MAPS; i++)
+        if (s->pmap[i].base != NULL)
+            munmap((void *)s->pmap[i].base, s->pmap[i].len);
     free(s->known_depart);
     free(s->ptrs);
     free(s->piece);
@@ -872,4 +1123,9 @@ int dl__coll_shm_member_rank(const dl__coll_shm_t *s, int j)
 uint64_t dl__coll_shm_in_place_calls(const dl__coll_shm_t *s)
 {
     return s == NULL ? 0 : s->in_place;
+}
+
+const char *dl__coll_shm_note(const dl__coll_shm_t *s)
+{
+    return s == NULL ? "" : s->note;
 }

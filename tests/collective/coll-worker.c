@@ -7,8 +7,8 @@
  *   coll-worker --out DIR [--ops LIST] [--types LIST] [--rops LIST] [--sizes LIST]
  *               [--mem private|shared] [--die-rank R | --stop-rank R] [--fail-after N]
  *
- * --mem shared: send and receive buffers come from dl_coll_mem_alloc, and the file ends with how
- * many all-reduces read another rank's buffers in place. *
+ * --mem shared: send and receive buffers come from dl_coll_mem_alloc (else malloc). The file ends
+ * with how many all-reduces read another rank's buffers in place. *
  * Exit codes: 0 all checks passed, 1 a result was wrong, 2 bad usage or setup, 3 a collective
  * returned an error (OUT/rank-R.err then says which, and after how long). */
 #include <errno.h>
@@ -551,8 +551,7 @@ int main(int argc, char **argv)
         if (listed(w.ops, "barrier"))
             bad += run_barrier(&w, idx++);
     }
-    if (w.shared)
-        fprintf(w.log, "in-place %" PRIu64 "\n", dl__coll_shm_in_place_calls(w.g->shm));
+    fprintf(w.log, "in-place %" PRIu64 "\n", dl__coll_shm_in_place_calls(w.g->shm));
     fprintf(w.log, "%s\n", bad == 0 ? "done" : "WRONG");
     fclose(w.log);
     for (int slot = P_SRC; slot <= P_DST && w.shared; slot++) {

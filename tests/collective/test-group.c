@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -119,6 +121,12 @@ static void world_run(world_t *w, body_fn body, void *arg)
 /* Every rank created its group, ran the body without a wrong result, and left the same bytes. */
 static void world_check(world_t *w)
 {
+    /* Every rank's complaint, not only the first: the first is often an echo of another's. */
+    for (int r = 0; r < w->n; r++)
+        if (w->ranks[r].create_rc != 0 || w->ranks[r].body_rc != 0)
+            fprintf(stderr, "world %d, rank %d: %d: %s\n", w->n, r,
+                    w->ranks[r].create_rc != 0 ? w->ranks[r].create_rc : w->ranks[r].body_rc,
+                    w->ranks[r].err);
     for (int r = 0; r < w->n; r++) {
         ck_assert_msg(w->ranks[r].create_rc == 0, "world %d, rank %d: create: %s", w->n, r,
                       w->ranks[r].err);
@@ -359,8 +367,8 @@ static int body_async(rank_t *r, void *arg)
 }
 
 /* Buffers in dl_coll_mem_alloc memory, or not, in every combination: results must not depend on
- * it, and two ranks on one host read each other's input in place exactly when both send from the
- * same allocation (and, if an output lies over its input, both outputs share one too). */
+ * it, and two ranks on one host read each other's input in place exactly when both send from
+ * shared blocks (and, if an output lies over its input, both outputs lie in them too). */
 enum { REG_COUNT = 4099 };
 
 /* dst NULL: a private output. */
@@ -420,8 +428,8 @@ static int body_registered(rank_t *r, void *arg)
         rc = registered_case(r, off, NULL, pair, 10, &calls, &bad);
     if (rc == 0) /* only rank 0 registered */
         rc = registered_case(r, r->rank == 0 ? pa : priv, NULL, 0, 20, &calls, &bad);
-    if (rc == 0) /* two allocations */
-        rc = registered_case(r, r->rank == 0 ? pa : pb, NULL, 0, 30, &calls, &bad);
+    if (rc == 0) /* two allocations: each maps both, so in place too */
+        rc = registered_case(r, r->rank == 0 ? pa : pb, NULL, pair, 30, &calls, &bad);
     if (rc == 0) /* outputs over inputs, all shared: halves */
         rc = registered_case(r, pa, pa, pair, 40, &calls, &bad);
     if (rc == 0) /* inputs and outputs shared, apart: halves */
@@ -729,6 +737,169 @@ START_TEST(registered_matrix)
         world_run(&w, body_registered, (void *)&s->algo);
         world_check(&w);
     }
+}
+END_TEST
+
+/* ---- ordinary buffers adopted on first use --------------------------------------------------- */
+
+/* One all-reduce of count elements of type t from src into dst (src itself: in place), checked
+ * against the reference; *calls tracks the in-place counter, which must have moved by expect. */
+static int adopted_case(rank_t *r, char *src, char *dst, size_t count, dl_coll_dtype_t t,
+                        dl_coll_op_t op, int expect, int salt, uint64_t *calls, int *bad)
+{
+    int n = dl_coll_world_size(r->g);
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; i++)
+        put(src, i, t, val(r->rank, i, salt));
+    int rc = dl_coll_allreduce(r->g, src, dst, count, t, op);
+    for (size_t i = 0; rc == 0 && i < count; i++)
+        wrong += get(dst, i, t) != reference(n, i, salt, t, op);
+    if (rc < 0)
+        return rc;
+    if (wrong > 0) {
+        snprintf(r->err, sizeof(r->err), "salt %d, %zu %s: %zu wrong elements", salt, count,
+                 dl_coll_dtype_name(t), wrong);
+        (*bad)++;
+    }
+    keep(r, dst, 64);
+    uint64_t now = dl__coll_shm_in_place_calls(r->g->shm);
+    if (now - *calls != (uint64_t)expect) {
+        snprintf(r->err, sizeof(r->err), "salt %d, %zu %s: %llu in-place calls, expected %d", salt,
+                 count, dl_coll_dtype_name(t), (unsigned long long)(now - *calls), expect);
+        (*bad)++;
+    }
+    *calls = now;
+    return 0;
+}
+
+/* Sizes from a few pages to 32 MiB and beyond (the halves form), odd counts, buffers at odd
+ * offsets from their pages, in and out of place, every type; the same buffers again; a buffer
+ * unmapped and mapped anew at the same address (the adoption must be noticed gone, or the peer
+ * would read the old pages); memory that cannot be adopted (shared, so the fallback is taken and
+ * said); and a fork, whose child must not write into the parent's adopted pages. */
+static int body_adopted(rank_t *r, void *arg)
+{
+    const dl_coll_algo_t *algo = arg;
+    int n = dl_coll_world_size(r->g), bad = 0, rc = 0;
+    int pair = r->g->shm != NULL && r->g->nhosts == 1 && n == 2 && *algo != DL_COLL_ALGO_BANDWIDTH;
+    uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+    static const size_t counts[] = {5003, 65537, 300007};
+    int salt = 100;
+    for (size_t c = 0; c < 3 && rc == 0; c++) {
+        size_t count = counts[c], misalign = 8 * (size_t)(r->rank + 1);
+        char *a = malloc(count * 8 + 64), *b = malloc(count * 8 + 64);
+        char *src = a + misalign, *dst = b + 8;
+        for (int t = 0; t < 4 && rc == 0; t++) {
+            dl_coll_op_t op = t & 1 ? DL_COLL_MAX : DL_COLL_SUM;
+            rc = adopted_case(r, src, dst, count, t, op, pair, salt++, &calls, &bad);
+            if (rc == 0) /* in place: the halves form */
+                rc = adopted_case(r, src, src, count, t, DL_COLL_MIN, pair, salt++, &calls, &bad);
+            if (rc == 0) /* the same buffers again: the adoption is found */
+                rc = adopted_case(r, src, dst, count, t, DL_COLL_AVG, pair, salt++, &calls, &bad);
+        }
+        free(a);
+        free(b);
+    }
+    /* Beyond 32 MiB apart: both outputs adopted too, the halves form. */
+    size_t big = (32u << 20) / 4 + 3;
+    char *ba = malloc(big * 4 + 64), *bb = malloc(big * 4 + 64);
+    if (rc == 0 && ba != NULL && bb != NULL)
+        rc = adopted_case(r, ba + 4, bb + 12, big, DL_COLL_FLOAT32, DL_COLL_SUM, pair, salt++,
+                          &calls, &bad);
+    free(ba);
+    free(bb);
+    /* Unmapped and mapped anew: same place, new pages. */
+    size_t mlen = 256 << 10, mcount = (mlen - 64) / 8;
+    char *m1 = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *out = malloc(mlen);
+    if (rc == 0 && m1 != MAP_FAILED)
+        rc = adopted_case(r, m1 + 16, out, mcount, DL_COLL_INT64, DL_COLL_SUM, pair, salt++,
+                          &calls, &bad);
+    if (m1 != MAP_FAILED)
+        munmap(m1, mlen);
+    char *m2 = mmap(m1, mlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (rc == 0 && m2 != MAP_FAILED)
+        rc = adopted_case(r, m2 + 16, out, mcount, DL_COLL_INT64, DL_COLL_SUM, pair, salt++,
+                          &calls, &bad);
+    /* fork: the child's writes stay its own. */
+    if (rc == 0 && m2 != MAP_FAILED && pair) {
+        long long before = ((long long *)(m2 + 16))[1000];
+        pid_t pid = fork();
+        if (pid == 0) {
+            memset(m2, 0x5a, mlen);
+            _exit(0);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        if (((long long *)(m2 + 16))[1000] != before) {
+            snprintf(r->err, sizeof(r->err), "a forked child wrote into the parent's buffer");
+            bad++;
+        }
+    }
+    if (m2 != MAP_FAILED)
+        munmap(m2, mlen);
+    /* Not adoptable on rank 0 (a shared mapping): both copy, and rank 0 says why. */
+    char *sh = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    char *priv = malloc(mlen);
+    if (rc == 0 && sh != MAP_FAILED && priv != NULL)
+        rc = adopted_case(r, r->rank == 0 ? sh : priv, out, mcount, DL_COLL_FLOAT64, DL_COLL_SUM,
+                          0, salt++, &calls, &bad);
+    if (rc == 0 && pair && r->rank == 0 &&
+        strstr(dl__coll_shm_note(r->g->shm), "not private anonymous") == NULL) {
+        snprintf(r->err, sizeof(r->err), "the fallback was not said: '%s'",
+                 dl__coll_shm_note(r->g->shm));
+        bad++;
+    }
+    if (sh != MAP_FAILED)
+        munmap(sh, mlen);
+    free(priv);
+    free(out);
+    return rc < 0 ? rc : bad;
+}
+
+/* With adoption off, the same buffers copy through the segment. */
+static int body_adopt_off(rank_t *r, void *arg)
+{
+    (void)arg;
+    uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+    int bad = 0;
+    size_t count = 300007;
+    char *a = malloc(count * 8 + 64), *b = malloc(count * 8 + 64);
+    int rc = adopted_case(r, a + 8, b, count, DL_COLL_FLOAT64, DL_COLL_SUM, 0, 7, &calls, &bad);
+    if (rc == 0)
+        rc = adopted_case(r, a + 8, a + 8, count, DL_COLL_INT32, DL_COLL_SUM, 0, 8, &calls, &bad);
+    free(a);
+    free(b);
+    return rc < 0 ? rc : bad;
+}
+
+START_TEST(adopted_matrix)
+{
+    /* Shared memory (the pair path at 2), slices forced, and hosts of two ranks. */
+    static const int which[] = {0, 8, 4};
+    const setup_t *s = &setups[which[_i]];
+    for (int n = 1; n <= 4; n++) {
+        world_t w;
+        world_init(&w, n, s->tr, s->hosts);
+        for (int r = 0; r < n; r++) {
+            w.ranks[r].o.algo = s->algo;
+            w.ranks[r].o.order = s->order;
+            w.ranks[r].o.adopt_min_bytes = 16 << 10;
+        }
+        world_run(&w, body_adopted, (void *)&s->algo);
+        world_check(&w);
+    }
+}
+END_TEST
+
+START_TEST(adopt_off_copies)
+{
+    world_t w;
+    world_init(&w, 2, DL_COLL_TRANSPORT_SHM, NULL);
+    for (int r = 0; r < 2; r++)
+        w.ranks[r].o.adopt_min_bytes = 0;
+    world_run(&w, body_adopt_off, NULL);
+    world_check(&w);
 }
 END_TEST
 
@@ -1049,6 +1220,14 @@ END_TEST
 static Suite *suite(void)
 {
     Suite *s = suite_create("group");
+    /* Buffers read in place: dl_coll_mem_alloc's, and ordinary ones adopted on first use. */
+    TCase *ip = tcase_create("inplace");
+    tcase_set_timeout(ip, 120);
+    tcase_add_loop_test(ip, registered_matrix, 0, NSETUPS);
+    tcase_add_loop_test(ip, registered_refused_matrix, 0, NSETUPS);
+    tcase_add_loop_test(ip, adopted_matrix, 0, 3);
+    tcase_add_test(ip, adopt_off_copies);
+    suite_add_tcase(s, ip);
     TCase *m = tcase_create("matrix");
     tcase_set_timeout(m, 120);
     /* one test per setup, over world sizes from 1 */
@@ -1060,8 +1239,6 @@ static Suite *suite(void)
     tcase_add_loop_test(m, broadcast_matrix, 0, NSETUPS);
     tcase_add_loop_test(m, barrier_matrix, 0, NSETUPS);
     tcase_add_loop_test(m, async_matrix, 0, NSETUPS);
-    tcase_add_loop_test(m, registered_matrix, 0, NSETUPS);
-    tcase_add_loop_test(m, registered_refused_matrix, 0, NSETUPS);
     suite_add_tcase(s, m);
     TCase *b = tcase_create("bootstrap");
     tcase_set_timeout(b, 30);

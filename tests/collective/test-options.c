@@ -53,6 +53,7 @@ START_TEST(torchrun_variables_are_read)
                    "DLAUNCH_COLL_SHM_CHUNK=8192",
                    "DLAUNCH_COLL_TCP_CHUNK=64k",
                    "DLAUNCH_COLL_SPIN_US=250",
+                   "DLAUNCH_COLL_ADOPT_MIN=4M",
                    "DLAUNCH_STORE=127.0.0.1:41000",
                    "DLAUNCH_TOKEN_FILE=/run/job.token",
                    "DLAUNCH_TOKEN=s3cret",
@@ -76,6 +77,7 @@ START_TEST(torchrun_variables_are_read)
     ck_assert_uint_eq(o.shm_chunk_bytes, 8192);
     ck_assert_uint_eq(o.tcp_chunk_bytes, 64 << 10);
     ck_assert_int_eq(o.spin_us, 250);
+    ck_assert_uint_eq(o.adopt_min_bytes, 4 << 20);
     ck_assert_str_eq(o.store, "127.0.0.1:41000");
     ck_assert_str_eq(o.token_file, "/run/job.token");
     ck_assert_str_eq(o.token, "s3cret");
@@ -106,6 +108,8 @@ static const struct {
     {"DLAUNCH_COLL_SHM_CHUNK=4T"},
     {"DLAUNCH_COLL_TCP_SMALL=-1"},
     {"DLAUNCH_COLL_SPIN_US=-5"},
+    {"DLAUNCH_COLL_ADOPT_MIN=100"},
+    {"DLAUNCH_COLL_ADOPT_MIN=never"},
     {"DLAUNCH_SOCKET_IFNAME=a-name-longer-than-any-interface-could-have-0123456789abcdefghij"},
 };
 
@@ -124,6 +128,18 @@ START_TEST(bad_values_name_the_variable)
     ck_assert_msg(strstr(err, name) != NULL, "'%s' does not name %s", err, name);
     /* Untouched on failure. */
     ck_assert(memcmp(&o, &before, sizeof(o)) == 0);
+}
+END_TEST
+
+START_TEST(adoption_is_on_from_1m_and_may_be_off)
+{
+    dl_coll_options_t o;
+    char err[256] = "";
+    dl_coll_options_init(&o);
+    ck_assert_uint_eq(o.adopt_min_bytes, 1 << 20);
+    char *env[] = {"DLAUNCH_COLL_ADOPT_MIN=off", NULL};
+    ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
+    ck_assert_uint_eq(o.adopt_min_bytes, 0);
 }
 END_TEST
 
@@ -267,6 +283,7 @@ int main(void)
     tcase_add_test(tc, torchrun_variables_are_read);
     tcase_add_loop_test(tc, bad_values_name_the_variable, 0, sizeof(bad) / sizeof(bad[0]));
     tcase_add_test(tc, rank_must_be_below_world_size);
+    tcase_add_test(tc, adoption_is_on_from_1m_and_may_be_off);
     tcase_add_test(tc, world_of_one_needs_no_master);
     tcase_add_test(tc, world_of_two_needs_a_master);
     tcase_add_test(tc, bad_arguments_are_refused);

@@ -219,8 +219,8 @@ command: [sh, -c, 'echo $RANK of $WORLD_SIZE']
             restart = [e for e in self.evs(n) if e["event"] == "restart"]
             self.assertEqual(len(restart), 1, self.evs(n))
             why = restart[0]["reason"]
-            self.assertEqual((why["cause"], why["rank"], why["exit_code"], why["node_rank"]),
-                             ("worker_failed", 3, 4, 1), why)
+            self.assertEqual(tuple(why.get(k) for k in ("cause", "rank", "exit_code", "node_rank")),
+                             ("worker_failed", 3, 4, 1), (n, why, self.logs("ab")))
 
     @unittest.skipUnless(test_train.have_fashion(), "Fashion-MNIST is not installed")
     def test_the_bundled_trainer_recovers_in_job(self):

@@ -59,6 +59,7 @@ const char *dl_rdzv_cause_name(dl_rdzv_cause_t cause)
         [DL_RDZV_CAUSE_NODE_LOST] = "node_lost",
         [DL_RDZV_CAUSE_NODE_JOINED] = "node_joined",
         [DL_RDZV_CAUSE_REQUESTED] = "requested",
+        [DL_RDZV_CAUSE_NODE_LEFT] = "node_left",
     };
     if ((size_t)cause < DL_RDZV_CAUSE_COUNT)
         return names[cause];
@@ -552,8 +553,9 @@ static void time_out(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now)
 
 /* Ends the running round for reason: every member but dead hears of round R+1 and must JOIN
  * again; dead's connection is closed. A failure (a worker's, a lost node) spends one of the
- * max_restarts, and past them the job fails instead; an operator's restart or a node joining an
- * elastic job is no failure and spends none, as torchrun counts membership changes. */
+ * max_restarts, and past them the job fails instead; an operator's restart, a node joining an
+ * elastic job or one departing from it is no failure and spends none, as torchrun counts only
+ * failures against its budget. */
 static void keep_first_failure(dl__rdzv_job_t *job, const char *reason,
                                const dl_rdzv_culprit_t *culprit)
 {
@@ -657,6 +659,7 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
                       dl_rdzv_cause_t cause, dl__rdzv_member_t *dead, dl_rdzv_culprit_t *culprit)
 {
     bool failure = cause == DL_RDZV_CAUSE_WORKER_FAILED || cause == DL_RDZV_CAUSE_NODE_LOST;
+    bool departure = cause == DL_RDZV_CAUSE_NODE_LEFT;
     if (culprit) {
         culprit->cause = cause;
         culprit->text = reason;
@@ -694,9 +697,9 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
         msg->round_changed.round = next;
         msg->round_changed.reason = reason;
         msg->round_changed.cause = cause;
-        msg->round_changed.culprit = failure ? culprit : NULL;
+        msg->round_changed.culprit = failure || departure ? culprit : NULL;
     }
-    round_culprit_keep(job, failure ? culprit : NULL);
+    round_culprit_keep(job, failure || departure ? culprit : NULL);
     if (failure)
         dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id, "round %d -> %d (restart %d of %d): %s",
                      job->round, next, job->restarts, job->opts.max_restarts, reason);
@@ -1115,11 +1118,12 @@ static void on_leave(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now
     finish(core, job, DL_RDZV_JOB_SUCCEEDED, now);
 }
 
-/* An agent that goes away on purpose before the job's end, as an operator's SIGTERM makes it:
- * when the nodes left are fewer than min_nodes the job cannot go on, and waiting for a round
- * that cannot close would hold every other node for --join-timeout. It stops on every node, as
- * `dlaunch stop` stops it, and no restart is spent. With nodes enough left it is lost as any
- * node is when its connection closes, which follows. */
+/* An agent that goes away on purpose before the job's end, as an operator's SIGTERM makes it: a
+ * departure, never a failure. With min_nodes or more left the others go on at once in a new
+ * round without it, as when a node joins, and no restart is spent; waiting for its connection to
+ * close and then for dead_after would lose it as a failed node. With fewer left the job cannot go
+ * on, and waiting for a round that cannot close would hold every other node for --join-timeout:
+ * it stops on every node, as `dlaunch stop` stops it. */
 static void on_quit(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
 {
     dl__rdzv_member_t *m = conn_member(core, ev->conn);
@@ -1135,15 +1139,25 @@ static void on_quit(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
     for (size_t i = 0; i < job->nmembers; i++)
         if (job->members[i] != m && job->members[i]->conn && !job->members[i]->left)
             left++;
-    if (left >= (size_t)job->opts.min_nodes || prepare(core, job) < 0)
+    if (prepare(core, job) < 0)
         return;
+    if (left >= (size_t)job->opts.min_nodes) {
+        dl_rdzv_culprit_t *c = dl__rdzv_culprit(core, culprit_of(core, m, DL_RDZV_CAUSE_NODE_LEFT));
+        new_round(core, job, now,
+                  dl__rdzv_printf(core, "agent '%s' (%s) departed from round %d (%s); %zu node%s "
+                                        "go on",
+                                  m->agent_id, m->host, job->round, why, left,
+                                  left == 1 ? "" : "s"),
+                  DL_RDZV_CAUSE_NODE_LEFT, m, c);
+        return;
+    }
     for (size_t i = 0; i < job->nmembers; i++)
         if (job->members[i] != m && member_conn(job->members[i]))
             dl__rdzv_send(core, member_conn(job->members[i]), DL_RDZV_MSG_STOP, 0, job->run_id)
                 ->stop.round = job->round;
     dl__rdzv_log(core, DL_RDZV_LOG_INFO, job->run_id,
-                 "job stopped in round %d: agent '%s' (%s) left (%s), and %zu node%s cannot go on "
-                 "(at least %d)", job->round, m->agent_id, m->host, why, left,
+                 "job stopped in round %d: agent '%s' (%s) departed (%s), and %zu node%s cannot "
+                 "go on (at least %d)", job->round, m->agent_id, m->host, why, left,
                  left == 1 ? "" : "s", job->opts.min_nodes);
     finish(core, job, DL_RDZV_JOB_STOPPED, now);
 }

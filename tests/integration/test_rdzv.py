@@ -418,6 +418,52 @@ class Rendezvous(dltest.Case):
         self.assertIn("[node0 rank 0] done 1", said)
         self.assertTrue(all(l.startswith("[node0 rank 0] ") for l in said), said)
 
+    def test_sigterm_to_one_agent_of_an_elastic_job_is_a_departure(self):
+        """docs/rendezvous.md: an operator's SIGTERM to one agent of a 1:2 job leaves MIN nodes:
+        it departs, the other goes on alone at once and no restart is spent, so a job with
+        --max-restarts 0 still finishes; its restart event names the departure (node_left). The
+        agent hosting the rendezvous departs alike: the other hosts it and spends nothing for
+        it. Before, the departed node was a lost one: the job failed, its budget spent."""
+        for victim in ("b", "a"):  # a hosts the rendezvous
+            with self.subTest(victim=victim):
+                self.port = free_port()
+                self.endpoint = f"127.0.0.1:{self.port}"
+                stop = os.path.join(self.dir, f"stop-{victim}")
+                script = f"while [ ! -e {stop} ]; do sleep 0.05; done; echo done $WORLD_SIZE"
+                common = ["--last-call", "0.5", "--max-restarts", "0", "--stop-timeout", "2",
+                          "--", "sh", "-c", script]
+                names = {n: f"{n}{victim}" for n in "ab"}
+                procs = {"a": self.agent("--node-rank", "0", *common, name=names["a"],
+                                         nodes="1:2", slots="1")}
+                self.wait_listening()
+                procs["b"] = self.agent(*common, name=names["b"], nodes="1:2", slots="1")
+                other = "a" if victim == "b" else "b"
+
+                def rounds(n):
+                    return [e for e in self.evs(names[n]) if e["event"] == "rendezvous"]
+
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not all(
+                        rounds(n) and rounds(n)[-1]["world_size"] == 2 for n in "ab"):
+                    time.sleep(0.05)
+                self.assertTrue(all(rounds(n) for n in "ab"),
+                                self.log(names["a"]) + self.log(names["b"]))
+                procs[victim].send_signal(signal.SIGTERM)
+                self.assertEqual(procs[victim].wait(timeout=30), 128 + signal.SIGTERM,
+                                 self.log(names[victim]))
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and rounds(other)[-1]["world_size"] != 1:
+                    time.sleep(0.05)
+                self.assertEqual(rounds(other)[-1]["world_size"], 1, self.log(names[other]))
+                open(stop, "w").close()
+                self.assertEqual(procs[other].wait(timeout=30), 0, self.log(names[other]))
+                evs = self.evs(names[other])
+                restarts = [e for e in evs if e["event"] == "restart"]
+                self.assertEqual(len(restarts), 1, evs)
+                self.assertEqual(restarts[0]["reason"]["cause"], "node_left", restarts)
+                self.assertNotIn("node_lost", self.log(names[other]))
+                self.assertIn("done 1", self.log(names[other]))
+
     def test_wrong_token_is_refused(self):
         good = self.write("good.token", "s3cret\n")
         bad = self.write("bad.token", "guess\n")

@@ -945,14 +945,17 @@ fail:
     dl__rdzv_error(core, ev->conn, ev->req_id, job->run_id, -ENOMEM, "join: out of memory");
 }
 
-/* A gathering job meets an agent that ran round R of it: this rendezvous restarted (or is a new
- * host) and its count began again. It goes on from R + 1, so that no attempt is numbered, and no
- * attempt folder written, twice, and the restart budget stays spent; the highest any agent
- * brings wins. Agents of this rendezvous's own rounds bring an older round, which changes
- * nothing. */
+/* A job meets an agent that ran round R of it: this rendezvous restarted (or is a new host) and
+ * its count began again. It goes on from R + 1, so that no attempt is numbered, and no attempt
+ * folder written, twice, and the restart budget stays spent; the highest any agent brings wins.
+ * Agents of this rendezvous's own rounds bring an older round, which changes nothing. The
+ * restarts spent are adopted in any live state (a running round's members are told if that
+ * ends the job); the round here only while gathering (a running round's next one is numbered
+ * after it by on_join). */
 static void adopt_history(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rdzv_event_t *ev)
 {
-    if (ev->join.resume_round >= job->round && ev->join.resume_round < INT_MAX - 1) {
+    if (job->state == DL_RDZV_JOB_GATHERING && ev->join.resume_round >= job->round &&
+        ev->join.resume_round < INT_MAX - 1) {
         dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id,
                      "agent '%s' (%s) ran round %d of this job: going on from round %d", 
                      ev->join.agent_id, ev->join.host, ev->join.resume_round,
@@ -1003,13 +1006,13 @@ static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
         return;
     }
     dl__rdzv_member_t *m = member_find(core, job, ev->join.agent_id);
-    if (!m && job->state == DL_RDZV_JOB_GATHERING)
+    if (!m)
         adopt_history(core, job, ev);
     /* More restarts spent than the budget allows: the rendezvous that counted them failed the
      * job (or would have, had it lived), and an agent cut off from it when it did never heard.
      * Ending the job here says so at once, where a new round would wait for nodes that are gone
-     * until the join timeout. */
-    if (job->state == DL_RDZV_JOB_GATHERING && job->restarts > job->opts.max_restarts) {
+     * until the join timeout, or a running one would go on until its next failure. */
+    if (job->restarts > job->opts.max_restarts) {
         const char *spent = dl__rdzv_printf(
             core, "the restart budget was spent (agent '%s' (%s) counts %d restart%s, of %d) "
                   "before this rendezvous took the job over%s%s",
@@ -1047,6 +1050,10 @@ static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
                                 m->host, job->round)
               : dl__rdzv_printf(core, "agent '%s' (%s) asked to join", ev->join.agent_id,
                                 ev->join.host);
+        /* A newcomer that ran a later round (this rendezvous restarted meanwhile): the next
+         * round comes after it, so that no attempt is numbered twice. */
+        if (!m && ev->join.resume_round >= job->round && ev->join.resume_round < INT_MAX - 1)
+            job->round = ev->join.resume_round;
         new_round(core, job, now, reason, DL_RDZV_CAUSE_NODE_JOINED, NULL, NULL);
         if (is_over(job)) {
             dl__rdzv_error(core, ev->conn, ev->req_id, job->run_id, -ESHUTDOWN,

@@ -238,6 +238,7 @@ static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as,
     a->round = as->round;
     z->assigned = true;
     z->spent = as->failures;
+    a->restarts_spent = as->failures;
     a->node_rank = as->node_rank;
     a->nnodes = as->nodes;
     a->world_size = as->world_size;

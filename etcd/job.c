@@ -463,6 +463,8 @@ static const char *cause_name(dl_ejob_cause_t c)
         return "requested";
     case DL_EJOB_CAUSE_EXCLUDED:
         return "straggler";
+    case DL_EJOB_CAUSE_NODE_LEFT:
+        return "node_left";
     }
     return "unknown";
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core-internal.h"
+#include "rdzv-policy.h"
 
 static const char *const job_state_names[] = {
     [DL_RDZV_JOB_GATHERING] = "gathering", [DL_RDZV_JOB_RUNNING] = "running",
@@ -658,7 +659,7 @@ static int count_same(dl__rdzv_job_t *job, const dl_rdzv_culprit_t *c)
 static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, const char *reason,
                       dl_rdzv_cause_t cause, dl__rdzv_member_t *dead, dl_rdzv_culprit_t *culprit)
 {
-    bool failure = cause == DL_RDZV_CAUSE_WORKER_FAILED || cause == DL_RDZV_CAUSE_NODE_LOST;
+    bool failure = dl_rdzv_policy_is_failure(cause);
     bool departure = cause == DL_RDZV_CAUSE_NODE_LEFT;
     if (culprit) {
         culprit->cause = cause;
@@ -667,7 +668,9 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
     if (failure)
         keep_first_failure(job, reason, culprit);
     int same = count_same(job, failure ? culprit : NULL);
-    if (job->opts.max_same_failures > 0 && same >= job->opts.max_same_failures) {
+    dl_rdzv_budget_t cost = dl_rdzv_policy_round_end(cause, job->restarts, job->opts.max_restarts,
+                                                     same, job->opts.max_same_failures);
+    if (cost == DL_RDZV_BUDGET_SAME) {
         /* Another restart would fail alike: the budget is not spent on it, and the exit code
          * (5) tells a scheduler not to requeue the job either. */
         fail_job(core, job, now,
@@ -678,13 +681,13 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
                  cause, dead, DL_RDZV_CONN_NONE, same, culprit);
         return;
     }
-    if (failure && job->restarts >= job->opts.max_restarts) {
+    if (cost == DL_RDZV_BUDGET_SPENT) {
         fail_job(core, job, now, job->failure ? job->failure : reason, cause, dead,
                  DL_RDZV_CONN_NONE, 0, NULL);
         return;
     }
     int next = job->round + 1;
-    if (failure)
+    if (cost == DL_RDZV_BUDGET_SPEND)
         job->restarts++;
     for (size_t i = 0; i < job->nmembers; i++) {
         dl__rdzv_member_t *m = job->members[i];
@@ -1012,7 +1015,7 @@ static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
      * job (or would have, had it lived), and an agent cut off from it when it did never heard.
      * Ending the job here says so at once, where a new round would wait for nodes that are gone
      * until the join timeout, or a running one would go on until its next failure. */
-    if (job->restarts > job->opts.max_restarts) {
+    if (dl_rdzv_policy_overspent(job->restarts, job->opts.max_restarts)) {
         const char *spent = dl__rdzv_printf(
             core, "the restart budget was spent (agent '%s' (%s) counts %d restart%s, of %d) "
                   "before this rendezvous took the job over%s%s",

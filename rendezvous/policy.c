@@ -1,0 +1,29 @@
+/* The job's restart budget (rdzv-policy.h). */
+#include "rdzv-policy.h"
+
+bool dl_rdzv_policy_is_failure(dl_rdzv_cause_t cause)
+{
+    return cause == DL_RDZV_CAUSE_WORKER_FAILED || cause == DL_RDZV_CAUSE_NODE_LOST;
+}
+
+bool dl_rdzv_policy_restart_left(int restarts, int max_restarts)
+{
+    return restarts < max_restarts;
+}
+
+bool dl_rdzv_policy_overspent(int restarts, int max_restarts)
+{
+    return restarts > max_restarts;
+}
+
+dl_rdzv_budget_t dl_rdzv_policy_round_end(dl_rdzv_cause_t cause, int restarts, int max_restarts,
+                                          int same, int max_same)
+{
+    if (!dl_rdzv_policy_is_failure(cause))
+        return DL_RDZV_BUDGET_FREE;
+    /* Another restart would fail alike: the budget is not spent on it. */
+    if (max_same > 0 && same >= max_same)
+        return DL_RDZV_BUDGET_SAME;
+    return dl_rdzv_policy_restart_left(restarts, max_restarts) ? DL_RDZV_BUDGET_SPEND
+                                                               : DL_RDZV_BUDGET_SPENT;
+}

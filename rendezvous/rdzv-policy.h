@@ -1,0 +1,38 @@
+/* The job's rules on what a round change costs, apart from any state machine or I/O: the one
+ * place that decides whether a restart is spent, whether the budget is gone and whether the same
+ * failure ends the job. The rendezvous core, the etcd job code and the agent's supervisor all
+ * ask here, so that every backend decides alike (docs/rendezvous.md). */
+#ifndef DL_RDZV_POLICY_H
+#define DL_RDZV_POLICY_H
+
+#include <stdbool.h>
+
+#include "rdzv-core.h"
+
+/* What ending a round costs the job. */
+typedef enum {
+    DL_RDZV_BUDGET_FREE = 0, /* a new round, no restart spent: no failure ended it */
+    DL_RDZV_BUDGET_SPEND,    /* a new round, one restart spent */
+    DL_RDZV_BUDGET_SPENT,    /* a failure with no restart left: the job fails (exit 1) */
+    DL_RDZV_BUDGET_SAME,     /* the same failure ended max_same rounds in a row: the job fails
+                              * with exit 5, restarts left or not */
+} dl_rdzv_budget_t;
+
+/* Whether a round change for cause is a failure, which spends a restart: a worker's failure or
+ * a lost node. A node joining or departing and an operator's restart are none, as torchrun
+ * counts only failures; so is any value that names no cause (a straggler stepping out). */
+bool dl_rdzv_policy_is_failure(dl_rdzv_cause_t cause);
+
+/* The cost of ending a round for cause when `restarts` of max_restarts are spent and the same
+ * worker failure has now ended `same` rounds in a row (max_same: the limit, 0 for none). */
+dl_rdzv_budget_t dl_rdzv_policy_round_end(dl_rdzv_cause_t cause, int restarts, int max_restarts,
+                                          int same, int max_same);
+
+/* Whether one more restart may be spent with `restarts` of max_restarts spent. */
+bool dl_rdzv_policy_restart_left(int restarts, int max_restarts);
+
+/* Whether a count of restarts spent (one a rendezvous adopted from an agent) passes the
+ * budget: the job failed already, or should have; it fails at once. */
+bool dl_rdzv_policy_overspent(int restarts, int max_restarts);
+
+#endif

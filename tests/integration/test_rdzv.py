@@ -470,9 +470,13 @@ class Rendezvous(dltest.Case):
         folder of its own) but no restart, a worker failure one. Before, it was the round."""
         stop = os.path.join(self.dir, "stop")
         mark = os.path.join(self.dir, "failed-once")
+        said = os.path.join(self.dir, "rank0-said")
+        # Rank 1 fails once in the first round of two nodes, after rank 0 has said its words.
         script = ('echo restart=$TORCHELASTIC_RESTART_COUNT world=$WORLD_SIZE; '
+                  f'if [ "$WORLD_SIZE" = 2 ] && [ "$RANK" = 0 ]; then touch {said}; fi; '
                   f'if [ "$WORLD_SIZE" = 2 ] && [ "$RANK" = 1 ] && [ ! -e {mark} ]; then '
-                  f'touch {mark}; exit 4; fi; while [ ! -e {stop} ]; do sleep 0.05; done')
+                  f'while [ ! -e {said} ]; do sleep 0.05; done; touch {mark}; exit 4; fi; '
+                  f'while [ ! -e {stop} ]; do sleep 0.05; done')
         common = ["--last-call", "0.5", "--max-restarts", "1", "--stop-timeout", "2", "--",
                   "sh", "-c", script]
         a = self.agent("--node-rank", "0", *common, name="a", nodes="1:2", slots="1")

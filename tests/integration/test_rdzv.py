@@ -430,7 +430,9 @@ class Rendezvous(dltest.Case):
                 self.endpoint = f"127.0.0.1:{self.port}"
                 stop = os.path.join(self.dir, f"stop-{victim}")
                 script = f"while [ ! -e {stop} ]; do sleep 0.05; done; echo done $WORLD_SIZE"
-                common = ["--last-call", "0.5", "--max-restarts", "0", "--stop-timeout", "2",
+                # A last call longer than the departing host takes to stop its workers and exit:
+                # a round closed on its server before it goes would change again when it does.
+                common = ["--last-call", "2", "--max-restarts", "0", "--stop-timeout", "2",
                           "--", "sh", "-c", script]
                 names = {n: f"{n}{victim}" for n in "ab"}
                 procs = {"a": self.agent("--node-rank", "0", *common, name=names["a"],

@@ -1247,9 +1247,11 @@ static void running(etcd_t *z, int round)
                      "or it left)",
                      z->ring_id, json_string_value(json_object_get(n, "host")),
                      z->spec->dead_after);
-            json_t *who = json_pack("{s:s, s:s, s:I}", "node", z->ring_id, "host",
-                                    json_string_value(json_object_get(n, "host")), "node_rank",
-                                    json_integer_value(json_object_get(n, "node_rank")));
+            dl_rdzv_culprit_msg_t lost = DL_RDZV_CULPRIT_NONE;
+            lost.node = z->ring_id;
+            lost.host = json_string_value(json_object_get(n, "host"));
+            lost.node_rank = (int)json_integer_value(json_object_get(n, "node_rank"));
+            json_t *who = dl_rdzv_enc_culprit(&lost);
             next_round(z, DL_EJOB_CAUSE_NODE_LOST, reason, who, TXN_PLAIN);
             json_decref(who);
             return;
@@ -1292,9 +1294,11 @@ static void depart(etcd_t *z)
         snprintf(reason, sizeof(reason),
                  "agent '%s' (%s) departed from round %d (%s); %d node%s go on", z->conf.node_id,
                  z->conf.hostname, round, z->depart_reason, left, left == 1 ? "" : "s");
-        json_t *who = json_pack("{s:s, s:s, s:I}", "node", z->conf.node_id, "host",
-                                z->conf.hostname, "node_rank",
-                                json_integer_value(json_object_get(me, "node_rank")));
+        dl_rdzv_culprit_msg_t gone = DL_RDZV_CULPRIT_NONE;
+        gone.node = z->conf.node_id;
+        gone.host = z->conf.hostname;
+        gone.node_rank = (int)json_integer_value(json_object_get(me, "node_rank"));
+        json_t *who = dl_rdzv_enc_culprit(&gone);
         send_txn(z, dl_ejob_txn_next(v, DL_EJOB_CAUSE_NODE_LEFT, reason, who, NULL, 0, 0,
                                      now_unix()),
                  TXN_DEPART, round);
@@ -1409,22 +1413,19 @@ static void etcd_report_failure(etcd_t *z, const dl_rdzv_failure_t *f)
     z->report_round = f->round;
     z->report_cause = f->excluded ? DL_EJOB_CAUSE_EXCLUDED : DL_EJOB_CAUSE_WORKER_FAILED;
     json_decref(z->report_culprit);
-    z->report_culprit = json_pack("{s:s, s:s, s:i, s:i}", "node", z->conf.node_id, "host",
-                                  z->conf.hostname, "node_rank", z->node_rank, "rank", f->rank);
-    if (z->report_culprit != NULL && !f->excluded) {
-        /* What tells the same failure again from one after progress (docs/exit-codes.md). */
-        if (f->step >= 0)
-            json_object_set_new(z->report_culprit, "step", json_integer(f->step));
-        if (f->oom)
-            json_object_set_new(z->report_culprit, "oom", json_true());
-        if (f->hung)
-            json_object_set_new(z->report_culprit, "hung", json_true());
-        else if (f->signal > 0)
-            json_object_set_new(z->report_culprit, "signal", json_integer(f->signal));
-        else
-            json_object_set_new(z->report_culprit, "exit_code",
-                                json_integer(f->exit_code >= 0 ? f->exit_code : 127));
+    dl_rdzv_culprit_msg_t who = DL_RDZV_CULPRIT_NONE;
+    who.node = z->conf.node_id;
+    who.host = z->conf.hostname;
+    who.node_rank = z->node_rank;
+    who.rank = f->rank;
+    if (!f->excluded) {
+        who.step = f->step >= 0 ? f->step : -1;
+        who.oom = f->oom;
+        who.hung = f->hung;
+        who.signal = f->hung ? 0 : f->signal;
+        who.exit_code = f->exit_code >= 0 ? f->exit_code : 127;
     }
+    z->report_culprit = dl_rdzv_enc_culprit(&who);
     snprintf(z->report_reason, sizeof(z->report_reason), "agent '%s' (%s) in round %d: %s",
              z->conf.node_id, z->conf.hostname, f->round, f->reason);
     react(z);

@@ -656,9 +656,10 @@ static void drop_connection(tcp_t *z, bool misbehaving, const char *what)
      * it at the successors. */
     bool embedded = !misbehaving && z->server == NULL && z->nsuccessors > 0;
     /* Name the lost host's node, as for any lost node; not when we handed the job over. */
-    dl_rdzv_culprit_info_t c = {.cause = z->host_departed ? "node_left" : "node_lost",
-                                .host = z->host,
-                                .node_rank = z->host_node_rank, .rank = -1, .exit_code = -1};
+    dl_rdzv_culprit_info_t c = DL_RDZV_CULPRIT_NONE;
+    c.cause = z->host_departed ? "node_left" : "node_lost";
+    c.host = z->host;
+    c.node_rank = z->host_node_rank;
     bool blame = embedded && !z->failing_over && !z->handing_over && z->host_node_rank >= 0;
     if (embedded && !z->failing_over)
         failover_begin(z, z->lost_silently);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "etcd-job.h"
+#include "rdzv-codec.h"
 #include "rdzv-policy.h"
 #include "etcd.h"
 
@@ -494,27 +495,30 @@ static void end_ops(const dl_ejob_view_t *v, json_t *ops, json_t *state, json_t 
         ops, del_range(dl__ejob_key(v->prefix, "done/"), dl__ejob_range_end(v->prefix, "done/")));
 }
 
-/* The culprit's exit cause, as the documents hold it (absent: none). */
-static bool same_cause(const json_t *a, const json_t *b)
+/* A culprit object as the policy compares it: read by the one reader (rdzv-codec.h). */
+static dl_rdzv_culprit_t read_culprit(const json_t *obj, const char **ret_cause)
 {
-    return sint(a, "exit_code", -1) == sint(b, "exit_code", -1) &&
-           sint(a, "signal", 0) == sint(b, "signal", 0) &&
-           json_is_true(json_object_get(a, "hung")) == json_is_true(json_object_get(b, "hung")) &&
-           json_is_true(json_object_get(a, "oom")) == json_is_true(json_object_get(b, "oom"));
+    dl_rdzv_culprit_msg_t m;
+    dl_rdzv_dec_culprit(obj, &m);
+    *ret_cause = m.cause != NULL ? m.cause : "";
+    return (dl_rdzv_culprit_t){.rank = m.rank,
+                               .exit_code = m.exit_code,
+                               .signal = m.signal,
+                               .hung = m.hung,
+                               .oom = m.oom,
+                               .step = m.step};
 }
 
 int dl_ejob_same_failures(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const json_t *culprit)
 {
-    json_int_t rank = sint(culprit, "rank", -1);
-    if (cause != DL_EJOB_CAUSE_WORKER_FAILED || rank < 0)
+    const char *prev_cause, *ignored;
+    dl_rdzv_culprit_t next = read_culprit(culprit, &ignored);
+    if (cause != DL_EJOB_CAUSE_WORKER_FAILED || next.rank < 0)
         return 0;
-    const json_t *prev = json_object_get(v->state, "culprit");
+    dl_rdzv_culprit_t prev = read_culprit(json_object_get(v->state, "culprit"), &prev_cause);
     json_int_t count = sint(v->state, "same_failures", 0);
-    json_int_t step = sint(culprit, "step", -1);
-    /* A worker that got further than last time may get further again after a restart. */
-    bool same = strcmp(sstr(prev, "cause"), cause_name(cause)) == 0 &&
-                sint(prev, "rank", -1) == rank && same_cause(prev, culprit) &&
-                (step < 0 || step <= sint(prev, "step", -1));
+    bool same = strcmp(prev_cause, cause_name(cause)) == 0 &&
+                dl_rdzv_policy_same_failure(&prev, &next);
     return same && count > 0 && count < INT_MAX ? (int)count + 1 : 1;
 }
 

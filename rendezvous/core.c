@@ -645,7 +645,7 @@ static void fail_job(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, cons
 static int count_same(dl__rdzv_job_t *job, const dl_rdzv_culprit_t *c)
 {
     bool worker = c && c->cause == DL_RDZV_CAUSE_WORKER_FAILED && c->rank >= 0;
-    if (worker && job->same_failures > 0 && dl__rdzv_same_failure(&job->same_culprit, c))
+    if (worker && job->same_failures > 0 && dl_rdzv_policy_same_failure(&job->same_culprit, c))
         job->same_failures++;
     else
         job->same_failures = worker ? 1 : 0;

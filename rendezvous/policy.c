@@ -6,6 +6,17 @@ bool dl_rdzv_policy_is_failure(dl_rdzv_cause_t cause)
     return cause == DL_RDZV_CAUSE_WORKER_FAILED || cause == DL_RDZV_CAUSE_NODE_LOST;
 }
 
+bool dl_rdzv_policy_same_failure(const dl_rdzv_culprit_t *prev, const dl_rdzv_culprit_t *next)
+{
+    if (prev->rank < 0 || next->rank != prev->rank)
+        return false;
+    if (next->exit_code != prev->exit_code || next->signal != prev->signal ||
+        next->hung != prev->hung || next->oom != prev->oom)
+        return false;
+    /* A worker that got further than last time may get further again after a restart. */
+    return next->step < 0 || next->step <= prev->step;
+}
+
 bool dl_rdzv_policy_restart_left(int restarts, int max_restarts)
 {
     return restarts < max_restarts;

@@ -28,6 +28,12 @@ bool dl_rdzv_policy_is_failure(dl_rdzv_cause_t cause);
 dl_rdzv_budget_t dl_rdzv_policy_round_end(dl_rdzv_cause_t cause, int restarts, int max_restarts,
                                           int same, int max_same);
 
+/* Whether the worker failure next is the one prev was again, as far as restarting can tell:
+ * the same global rank, the same exit code, signal, hang or OOM kill, and no step further
+ * (next's step unknown, or not past prev's). Lost nodes (rank -1) are never the same. Only
+ * the failure's fields count, not who reported it. */
+bool dl_rdzv_policy_same_failure(const dl_rdzv_culprit_t *prev, const dl_rdzv_culprit_t *next);
+
 /* Whether one more restart may be spent with `restarts` of max_restarts spent. */
 bool dl_rdzv_policy_restart_left(int restarts, int max_restarts);
 

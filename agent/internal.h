@@ -275,11 +275,11 @@ void dl__rec_off(dl_agent_t *a);
 void dl__rec_job_failed(dl_agent_t *a);
 /* A worker failed while a recovery was under way (said, then off). */
 void dl__rec_interrupted(dl_agent_t *a, const dl_sup_failure_t *f);
+/* agent.c: the workers' TORCHELASTIC_RESTART_COUNT in attempt: on one node the attempt (every
+ * restart follows a failure), over several nodes the restarts the job spent on failures. */
+int dl__agent_restart_count(const dl_agent_t *a, int attempt);
 /* agent.c: starts a replacement in w's slot (same rank, same attempt folder). */
 int dl__agent_respawn(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count);
-/* The workers' TORCHELASTIC_RESTART_COUNT in attempt: on one node the attempt (every restart
- * follows a failure), over several nodes the restarts the job spent on failures. */
-int dl__agent_restart_count(const dl_agent_t *a, int attempt);
 /* diag.c: in-job recovery's hang rule: which of this node's workers hold the others up (never
  * entered the operation some other rank waits in, or stopped). culprit[i] per worker; returns
  * how many. */

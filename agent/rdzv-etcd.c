@@ -26,6 +26,7 @@
 #include "etcd.h"
 #include "netif.h"
 #include "rdzv-backend.h"
+#include "rdzv-policy.h"
 #include "rendezvous.h"
 
 /* How long a finished job's settings, state and events stay (dlaunch status answers). */
@@ -1290,7 +1291,7 @@ static void depart(etcd_t *z)
             left++;
     }
     char reason[600];
-    if (left >= z->settings.min_nodes) {
+    if (dl_rdzv_policy_departure_goes_on(left, z->settings.min_nodes)) {
         snprintf(reason, sizeof(reason),
                  "agent '%s' (%s) departed from round %d (%s); %d node%s go on", z->conf.node_id,
                  z->conf.hostname, round, z->depart_reason, left, left == 1 ? "" : "s");

@@ -1151,7 +1151,8 @@ static void on_quit(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
             left++;
     if (prepare(core, job) < 0)
         return;
-    if (left >= (size_t)job->opts.min_nodes) {
+    if (dl_rdzv_policy_departure_goes_on(left > INT_MAX ? INT_MAX : (int)left,
+                                         job->opts.min_nodes)) {
         dl_rdzv_culprit_t *c = dl__rdzv_culprit(core, culprit_of(core, m, DL_RDZV_CAUSE_NODE_LEFT));
         new_round(core, job, now,
                   dl__rdzv_printf(core, "agent '%s' (%s) departed from round %d (%s); %zu node%s "

@@ -17,6 +17,11 @@ bool dl_rdzv_policy_same_failure(const dl_rdzv_culprit_t *prev, const dl_rdzv_cu
     return next->step < 0 || next->step <= prev->step;
 }
 
+bool dl_rdzv_policy_departure_goes_on(int left, int min_nodes)
+{
+    return left >= min_nodes;
+}
+
 bool dl_rdzv_policy_restart_left(int restarts, int max_restarts)
 {
     return restarts < max_restarts;

@@ -34,6 +34,11 @@ dl_rdzv_budget_t dl_rdzv_policy_round_end(dl_rdzv_cause_t cause, int restarts, i
  * the failure's fields count, not who reported it. */
 bool dl_rdzv_policy_same_failure(const dl_rdzv_culprit_t *prev, const dl_rdzv_culprit_t *next);
 
+/* Whether a job goes on without a node that departs (its agent's stop signal) from a running
+ * round, `left` of the round's other nodes still working: with min_nodes of them, in a new
+ * round and no restart spent; else it stops on every node, as nothing could close a round. */
+bool dl_rdzv_policy_departure_goes_on(int left, int min_nodes);
+
 /* Whether one more restart may be spent with `restarts` of max_restarts spent. */
 bool dl_rdzv_policy_restart_left(int restarts, int max_restarts);
 

@@ -43,6 +43,15 @@ START_TEST(the_budget_runs_out_only_for_failures)
 }
 END_TEST
 
+START_TEST(a_departure_goes_on_with_min_nodes_left)
+{
+    ck_assert(dl_rdzv_policy_departure_goes_on(1, 1));
+    ck_assert(dl_rdzv_policy_departure_goes_on(3, 2));
+    ck_assert(!dl_rdzv_policy_departure_goes_on(1, 2));
+    ck_assert(!dl_rdzv_policy_departure_goes_on(0, 1));
+}
+END_TEST
+
 START_TEST(the_same_failure_wins_over_the_budget)
 {
     /* At the limit the job fails as a same failure, restarts left or not; below it, or with
@@ -65,6 +74,7 @@ int main(void)
     tcase_add_test(tc, only_failures_spend_a_restart);
     tcase_add_test(tc, the_budget_runs_out_only_for_failures);
     tcase_add_test(tc, the_same_failure_wins_over_the_budget);
+    tcase_add_test(tc, a_departure_goes_on_with_min_nodes_left);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

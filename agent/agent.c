@@ -349,8 +349,8 @@ static unsigned console_streams(const dl_agent_t *a, const dl__worker_t *w)
 }
 
 /* Starts one worker; returns 0 or -errno (then nothing of it is left running). restart_count
- * is its TORCHELASTIC_RESTART_COUNT: the attempt, or for an in-job replacement the restarts
- * spent so far. */
+ * is its TORCHELASTIC_RESTART_COUNT (dl__agent_restart_count), or for an in-job replacement on
+ * one node the restarts spent so far. */
 static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count)
 {
     static const dl_output_cbs_t output_cbs = {on_log_write_failed, on_output_drained,
@@ -437,6 +437,11 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart
     if (a->spec->verbose)
         dl__agent_log(a, "rank %d started (pid %d, attempt %d)", w->rank, (int)w->pid, attempt);
     return 0;
+}
+
+int dl__agent_restart_count(const dl_agent_t *a, int attempt)
+{
+    return a->remote ? a->restarts_spent : attempt;
 }
 
 int dl__agent_respawn(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count)
@@ -608,7 +613,7 @@ static void spawn_all(dl_agent_t *a, int attempt)
     for (int i = 0; i < a->nworkers; i++) {
         dl__worker_t *w = &a->workers[i];
         if (r == 0)
-            r = spawn_worker(a, w, attempt, attempt);
+            r = spawn_worker(a, w, attempt, dl__agent_restart_count(a, attempt));
         if (r < 0 && failed_rank < 0) {
             failed_rank = w->rank;
             failed_err = -r;

@@ -15,6 +15,7 @@
 #include "diag.h"
 #include "internal.h"
 #include "opt.h"
+#include "rdzv-policy.h"
 
 #define REPORT_OPS 4
 
@@ -597,7 +598,8 @@ void dl__diag_on_view(dl_agent_t *a, const json_t *view)
             worst = s;
     }
     bool can_exclude = d->action == ACTION_EXCLUDE && a->nnodes - 1 >= a->spec->nodes_min &&
-                       a->sup.attempt < a->spec->max_restarts && d->excluded_until <= 0 &&
+                       dl_rdzv_policy_restart_left(a->sup.attempt, a->spec->max_restarts) &&
+                       d->excluded_until <= 0 &&
                        a->sup.stop == DL_SUP_STOP_NONE;
     json_array_foreach (list, i, s) {
         dl_diag_straggler_t x = {0};

@@ -111,6 +111,10 @@ struct dl_agent_s {
     bool remote;               /* a rendezvous decides rounds (several nodes) */
     struct dl__rdzv_s *rdzv;   /* rdzv.c's state, when remote */
     int round;                 /* the rendezvous round the workers belong to */
+    /* The job's restarts spent on failures, as the round's assignment said: the workers'
+     * TORCHELASTIC_RESTART_COUNT over several nodes (rounds opened by a join, a departure or
+     * `dlaunch restart` are attempts, not restarts, as torchrun counts them). */
+    int restarts_spent;
     char failure_text[512];    /* the job's failure as the rendezvous described it */
     char report_reason[400];   /* a failure report's text when no worker's exit says it */
     char store_addr[300];      /* DLAUNCH_STORE for the workers, or "" */
@@ -274,6 +278,9 @@ void dl__rec_off(dl_agent_t *a);
 void dl__rec_job_failed(dl_agent_t *a);
 /* A worker failed while a recovery was under way (said, then off). */
 void dl__rec_interrupted(dl_agent_t *a, const dl_sup_failure_t *f);
+/* agent.c: the workers' TORCHELASTIC_RESTART_COUNT in attempt: on one node the attempt (every
+ * restart follows a failure), over several nodes the restarts the job spent on failures. */
+int dl__agent_restart_count(const dl_agent_t *a, int attempt);
 /* agent.c: starts a replacement in w's slot (same rank, same attempt folder). */
 int dl__agent_respawn(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count);
 /* inspect.c: in-job recovery's hang rule: which of this node's workers hold the others up (never

@@ -26,6 +26,7 @@
 #include "etcd.h"
 #include "netif.h"
 #include "rdzv-backend.h"
+#include "rdzv-policy.h"
 #include "rendezvous.h"
 
 /* How long a finished job's settings, state and events stay (dlaunch status answers). */
@@ -76,7 +77,7 @@ struct dl_rdzv_impl_s {
     bool wait_change;     /* wait_rev is the view's revision to move past */
     double wait_since;
     int linger_what;      /* a lease being granted for the job's end: 0 succeeded, 1 failed,
-                           * 2 timed out */
+                           * 2 timed out, 3 stopped (a departure left too few nodes) */
     dl_ejob_cause_t linger_cause;
     char linger_reason[1400];
     json_t *linger_culprit;
@@ -94,6 +95,13 @@ struct dl_rdzv_impl_s {
     int seen_round;    /* the highest round seen */
     bool ready_said;
     bool ended;
+    /* The agent goes before the job's end (its operator's signal): the departure is written to
+     * the job's state before the lease goes, so that the others read no lost node (a new round
+     * without it, no restart spent; or, too few left, the job stopped). Once written, or with
+     * nothing to write, this node makes no transition and hears nothing more. */
+    bool depart_wanted, departed;
+    bool revoke_after_depart; /* close() came while the departure was in flight */
+    char depart_reason[64];
     /* This node's store for its workers' job, served when it is node 0 of a round, guarded by
      * the agent's token, else by the key the job keeps (store_token). */
     dl_rdzv_server_t *store;
@@ -135,10 +143,12 @@ typedef enum {
     TXN_DONE,     /* this node's workers are done, counted; the state stays */
     TXN_CLOSE,    /* closes the round from the members just read */
     TXN_NEWCOMER, /* opens the next round and joins it, counted */
+    TXN_DEPART,   /* this node departs: the next round without it, or the job stopped */
 } txn_kind_t;
 
 static void react(etcd_t *z);
 static void connect_step(etcd_t *z);
+static void revoke_lease(etcd_t *z);
 static void start_store(etcd_t *z);
 
 static double mono(void)
@@ -588,8 +598,11 @@ static void on_txn(void *ctx, const dl_etcd_result_t *res)
     etcd_t *z = ctx;
     int kind = z->txn_kind, round = z->txn_round;
     z->txn_busy = false;
-    if (z->closing)
+    if (z->closing) {
+        if (kind == TXN_DEPART && z->revoke_after_depart)
+            revoke_lease(z);
         return;
+    }
     if (res->status != DL_ETCD_OK) {
         if (lease_gone(res)) {
             z->lease = 0;
@@ -602,6 +615,10 @@ static void on_txn(void *ctx, const dl_etcd_result_t *res)
     }
     untroubled(z);
     bool ok = dl_ejob_txn_ok(res->body);
+    if (ok && kind == TXN_DEPART) {
+        z->departed = true; /* the watch brings the round without us: nothing more for us */
+        return;
+    }
     /* Done or not (the state moved first: the watch brings it), this report is over. */
     if (kind == TXN_REPORT && z->report_round == round)
         z->report_round = -1;
@@ -652,14 +669,22 @@ static void on_linger_events(void *ctx, const dl_etcd_result_t *res)
 {
     etcd_t *z = ctx;
     z->txn_busy = false;
-    if (z->closing)
+    if (z->closing && !z->revoke_after_depart)
         return;
+    if (z->closing && res->status != DL_ETCD_OK) {
+        revoke_lease(z); /* the departure could not be said: the lease goes anyway */
+        return;
+    }
     if (res->status != DL_ETCD_OK) {
         if (trouble(z, res))
             retry_later(z);
         return;
     }
     if (dl_ejob_view_events(&z->view, res->body) < 0) {
+        if (z->closing) {
+            revoke_lease(z);
+            return;
+        }
         fail(z, 4, "etcd at %s: events under %sev/ this node cannot read", res->endpoint,
              z->prefix);
         return;
@@ -670,17 +695,29 @@ static void on_linger_events(void *ctx, const dl_etcd_result_t *res)
                                                 now_unix())
         : z->linger_what == 2 ? dl_ejob_txn_end(&z->view, "timed-out", z->linger_reason, lease,
                                                 now_unix())
+        : z->linger_what == 3 ? dl_ejob_txn_end(&z->view, "stopped", z->linger_reason, lease,
+                                                now_unix())
                               : dl_ejob_txn_next(&z->view, z->linger_cause, z->linger_reason,
                                                  z->linger_culprit, NULL, 0, lease, now_unix());
-    send_txn(z, body, z->linger_what == 0 ? TXN_PLAIN : TXN_REPORT, z->txn_round);
+    if (!send_txn(z, body,
+                  z->linger_what == 0   ? TXN_PLAIN
+                  : z->linger_what == 3 ? TXN_DEPART
+                                        : TXN_REPORT,
+                  z->txn_round) &&
+        z->closing)
+        revoke_lease(z);
 }
 
 static void on_linger(void *ctx, const dl_etcd_result_t *res)
 {
     etcd_t *z = ctx;
     z->txn_busy = false;
-    if (z->closing)
+    if (z->closing && !z->revoke_after_depart)
         return;
+    if (z->closing && res->status != DL_ETCD_OK) {
+        revoke_lease(z);
+        return;
+    }
     if (res->status != DL_ETCD_OK) {
         if (trouble(z, res))
             retry_later(z);
@@ -689,8 +726,11 @@ static void on_linger(void *ctx, const dl_etcd_result_t *res)
     z->linger_lease = dl_etcd_int(json_object_get(res->body, "ID"));
     z->txn_busy = true;
     if (dl_etcd_call(z->etcd, "/v3/kv/range", dl_ejob_range_events(&z->view), on_linger_events,
-                     z, NULL) < 0)
+                     z, NULL) < 0) {
         z->txn_busy = false;
+        if (z->closing)
+            revoke_lease(z);
+    }
 }
 
 static void with_linger(etcd_t *z, int what, dl_ejob_cause_t cause, const char *reason)
@@ -699,6 +739,8 @@ static void with_linger(etcd_t *z, int what, dl_ejob_cause_t cause, const char *
     z->linger_cause = cause;
     snprintf(z->linger_reason, sizeof(z->linger_reason), "%s", reason != NULL ? reason : "");
     z->txn_round = dl_ejob_round(&z->view);
+    /* The transition is the departure's (what 3) from the lease's grant on: close() waits. */
+    z->txn_kind = what == 3 ? TXN_DEPART : TXN_PLAIN;
     z->txn_busy = true;
     if (dl_etcd_call(z->etcd, "/v3/lease/grant", json_pack("{s:o}", "TTL", dl_etcd_num(LINGER_S)),
                      on_linger, z, NULL) < 0)
@@ -1231,9 +1273,11 @@ static void running(etcd_t *z, int round)
                      "or it left)",
                      z->ring_id, json_string_value(json_object_get(n, "host")),
                      z->spec->dead_after);
-            json_t *who = json_pack("{s:s, s:s, s:I}", "node", z->ring_id, "host",
-                                    json_string_value(json_object_get(n, "host")), "node_rank",
-                                    json_integer_value(json_object_get(n, "node_rank")));
+            dl_rdzv_culprit_msg_t lost = DL_RDZV_CULPRIT_NONE;
+            lost.node = z->ring_id;
+            lost.host = json_string_value(json_object_get(n, "host"));
+            lost.node_rank = (int)json_integer_value(json_object_get(n, "node_rank"));
+            json_t *who = dl_rdzv_enc_culprit(&lost);
             next_round(z, DL_EJOB_CAUSE_NODE_LOST, reason, who, TXN_PLAIN);
             json_decref(who);
             return;
@@ -1245,10 +1289,65 @@ static void running(etcd_t *z, int round)
         with_linger(z, 0, DL_EJOB_CAUSE_REQUESTED, NULL);
 }
 
+/* This node departs (etcd_leave): from a running round it is a member of, a new round without it
+ * when min_nodes others are left that are not done, else the job stopped, as our rendezvous
+ * does on QUIT (docs/rendezvous.md); from anywhere else its key going with its lease is all. */
+static void depart(etcd_t *z)
+{
+    const dl_ejob_view_t *v = &z->view;
+    if (z->departed || z->txn_busy)
+        return; /* a transition in flight: its answer runs react again */
+    int round = dl_ejob_round(v);
+    const json_t *me = dl_ejob_assigned(v, z->conf.node_id);
+    if (v->state == NULL || dl_ejob_over(v) || strcmp(dl_ejob_state_name(v), "running") != 0 ||
+        me == NULL || z->workers_round != round) {
+        z->departed = true;
+        return;
+    }
+    int left = 0;
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(v->state, "nodes"), i, n)
+    {
+        const char *id = json_string_value(json_object_get(n, "node_id"));
+        const json_t *done = id != NULL ? json_object_get(v->done, id) : NULL;
+        if (id != NULL && strcmp(id, z->conf.node_id) != 0 &&
+            !(done != NULL && json_integer_value(done) == round))
+            left++;
+    }
+    char reason[600];
+    if (dl_rdzv_policy_departure_goes_on(left, z->settings.min_nodes)) {
+        snprintf(reason, sizeof(reason),
+                 "agent '%s' (%s) departed from round %d (%s); %d node%s go on", z->conf.node_id,
+                 z->conf.hostname, round, z->depart_reason, left, left == 1 ? "" : "s");
+        dl_rdzv_culprit_msg_t gone = DL_RDZV_CULPRIT_NONE;
+        gone.node = z->conf.node_id;
+        gone.host = z->conf.hostname;
+        gone.node_rank = (int)json_integer_value(json_object_get(me, "node_rank"));
+        json_t *who = dl_rdzv_enc_culprit(&gone);
+        send_txn(z, dl_ejob_txn_next(v, DL_EJOB_CAUSE_NODE_LEFT, reason, who, NULL, 0, 0,
+                                     now_unix()),
+                 TXN_DEPART, round);
+        json_decref(who);
+        return;
+    }
+    snprintf(reason, sizeof(reason),
+             "agent '%s' (%s) departed from round %d (%s), and %d node%s cannot go on (at least "
+             "%d)",
+             z->conf.node_id, z->conf.hostname, round, z->depart_reason, left,
+             left == 1 ? "" : "s", z->settings.min_nodes);
+    say(z, "stopping the job: %s", reason);
+    with_linger(z, 3, DL_EJOB_CAUSE_REQUESTED, reason);
+}
+
 static void react(etcd_t *z)
 {
     if (z->closing || z->ended || z->phase != PH_RUN)
         return;
+    if (z->depart_wanted) {
+        depart(z);
+        return;
+    }
     if (z->watch_wanted && z->watch == NULL)
         start_watch(z);
     if (z->lease == 0 && !z->granting)
@@ -1340,22 +1439,19 @@ static void etcd_report_failure(etcd_t *z, const dl_rdzv_failure_t *f)
     z->report_round = f->round;
     z->report_cause = f->excluded ? DL_EJOB_CAUSE_EXCLUDED : DL_EJOB_CAUSE_WORKER_FAILED;
     json_decref(z->report_culprit);
-    z->report_culprit = json_pack("{s:s, s:s, s:i, s:i}", "node", z->conf.node_id, "host",
-                                  z->conf.hostname, "node_rank", z->node_rank, "rank", f->rank);
-    if (z->report_culprit != NULL && !f->excluded) {
-        /* What tells the same failure again from one after progress (docs/exit-codes.md). */
-        if (f->step >= 0)
-            json_object_set_new(z->report_culprit, "step", json_integer(f->step));
-        if (f->oom)
-            json_object_set_new(z->report_culprit, "oom", json_true());
-        if (f->hung)
-            json_object_set_new(z->report_culprit, "hung", json_true());
-        else if (f->signal > 0)
-            json_object_set_new(z->report_culprit, "signal", json_integer(f->signal));
-        else
-            json_object_set_new(z->report_culprit, "exit_code",
-                                json_integer(f->exit_code >= 0 ? f->exit_code : 127));
+    dl_rdzv_culprit_msg_t who = DL_RDZV_CULPRIT_NONE;
+    who.node = z->conf.node_id;
+    who.host = z->conf.hostname;
+    who.node_rank = z->node_rank;
+    who.rank = f->rank;
+    if (!f->excluded) {
+        who.step = f->step >= 0 ? f->step : -1;
+        who.oom = f->oom;
+        who.hung = f->hung;
+        who.signal = f->hung ? 0 : f->signal;
+        who.exit_code = f->exit_code >= 0 ? f->exit_code : 127;
     }
+    z->report_culprit = dl_rdzv_enc_culprit(&who);
     snprintf(z->report_reason, sizeof(z->report_reason), "agent '%s' (%s) in round %d: %s",
              z->conf.node_id, z->conf.hostname, f->round, f->reason);
     react(z);
@@ -1375,9 +1471,12 @@ static void etcd_sit_out(etcd_t *z)
 
 static void etcd_leave(etcd_t *z, const char *reason)
 {
-    /* close() gives the lease back: the member key goes at once, the others go on without us. */
+    /* The departure goes into the job's state now; close() gives the lease back after it. */
     if (z->spec->verbose)
-        say(z, "leaving the job (%s): giving back this node's etcd lease", reason);
+        say(z, "leaving the job (%s): a departure, then this node's etcd lease goes", reason);
+    snprintf(z->depart_reason, sizeof(z->depart_reason), "%s", reason != NULL ? reason : "left");
+    z->depart_wanted = true;
+    react(z);
 }
 
 /* ---- Start and close -------------------------------------------------------------------------- */
@@ -1413,6 +1512,13 @@ static void on_revoked(void *ctx, const dl_etcd_result_t *res)
     close_now(ctx);
 }
 
+static void revoke_lease(etcd_t *z)
+{
+    if (dl_etcd_call(z->etcd, "/v3/lease/revoke", json_pack("{s:o}", "ID", dl_etcd_num(z->lease)),
+                     on_revoked, z, NULL) < 0)
+        close_now(z);
+}
+
 static void etcd_close(etcd_t *z)
 {
     if (z == NULL)
@@ -1428,12 +1534,16 @@ static void etcd_close(etcd_t *z)
     for (size_t i = 0; i < 4; i++)
         if (!uv_is_closing(hs[i]))
             uv_close(hs[i], handle_closed);
-    /* Give the lease back (its member key goes with it), then let go of etcd. */
+    /* Give the lease back (its member key goes with it), then let go of etcd; after the
+     * departure in flight, if any, so that its key's going reads as no lost node. */
     if (z->etcd != NULL && z->lease != 0) {
         z->leaving = true;
-        if (dl_etcd_call(z->etcd, "/v3/lease/revoke", json_pack("{s:o}", "ID", dl_etcd_num(z->lease)),
-                         on_revoked, z, NULL) == 0)
+        if (z->txn_busy && z->txn_kind == TXN_DEPART) {
+            z->revoke_after_depart = true;
             return;
+        }
+        revoke_lease(z);
+        return;
     }
     close_now(z);
 }

@@ -69,8 +69,10 @@ struct dl_rdzv_impl_s {
     int ncands, cand;
     bool failing_over;
     /* The lost host is a failure like any node's: joins count one restart more than the last
-     * assignment said, until the next assignment. */
+     * assignment said, until the next assignment. Not when the host departed (its operator's
+     * signal: the round change said so) or was no member of the round: no node failed. */
     bool host_lost;
+    bool host_departed;
     bool lost_silently; /* while drop_connection runs for a rendezvous gone silent */
     double failover_since;
     uv_timer_t cand_timer; /* a candidate that neither answers nor refuses */
@@ -329,6 +331,7 @@ static void on_assignment(tcp_t *z, json_t *m)
     dl_rdzv_dec_culprit(json_object_get(m, "failure"), &c);
     z->full_since = 0;
     z->host_lost = false;
+    z->host_departed = false;
     z->host_node_rank = as.host_node_rank;
     z->nsuccessors = as.nsuccessors;
     for (int i = 0; i < as.nsuccessors; i++)
@@ -353,6 +356,9 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
         const char *reason;
         dl_rdzv_culprit_info_t c;
         dl_rdzv_dec_round_changed(m, &round, &reason, &c);
+        if (c.cause != NULL && strcmp(c.cause, "node_left") == 0 && z->host_node_rank >= 0 &&
+            c.node_rank == z->host_node_rank)
+            z->host_departed = true;
         z->cbs.round_changed(z->ctx, round, reason, c.cause != NULL ? &c : NULL);
         return;
     }
@@ -442,7 +448,7 @@ static void failover_begin(tcp_t *z, bool silent)
     }
     z->cand = silent && z->ncands > 1 && strcmp(z->cands[0], z->my_addr) != 0 ? 1 : 0;
     z->failing_over = true;
-    z->host_lost = !z->handing_over;
+    z->host_lost = !z->handing_over && !z->host_departed && z->host_node_rank >= 0;
     z->handing_over = false;
     z->failover_since = mono();
 }
@@ -651,8 +657,10 @@ static void drop_connection(tcp_t *z, bool misbehaving, const char *what)
      * it at the successors. */
     bool embedded = !misbehaving && z->server == NULL && z->nsuccessors > 0;
     /* Name the lost host's node, as for any lost node; not when we handed the job over. */
-    dl_rdzv_culprit_info_t c = {.cause = "node_lost", .host = z->host,
-                                .node_rank = z->host_node_rank, .rank = -1, .exit_code = -1};
+    dl_rdzv_culprit_info_t c = DL_RDZV_CULPRIT_NONE;
+    c.cause = z->host_departed ? "node_left" : "node_lost";
+    c.host = z->host;
+    c.node_rank = z->host_node_rank;
     bool blame = embedded && !z->failing_over && !z->handing_over && z->host_node_rank >= 0;
     if (embedded && !z->failing_over)
         failover_begin(z, z->lost_silently);

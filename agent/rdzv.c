@@ -202,25 +202,20 @@ static json_t *culprit_reason(const json_t *c, int attempt)
     return o;
 }
 
+/* The culprit in the restart event's terms (docs/events.md): the one encoder's object, with the
+ * signal named as the one-node event names it, and without the account, step or OOM mark (the
+ * event says those apart). */
 static json_t *culprit_json(const dl_rdzv_culprit_info_t *c)
 {
-    json_t *o = json_pack("{s:s}", "cause", c->cause != NULL ? c->cause : "requested");
-    if (o == NULL)
-        return NULL;
-    if (c->node != NULL)
-        json_object_set_new(o, "node", json_string(c->node));
-    if (c->host != NULL)
-        json_object_set_new(o, "host", json_string(c->host));
-    if (c->node_rank >= 0)
-        json_object_set_new(o, "node_rank", json_integer(c->node_rank));
-    if (c->rank >= 0)
-        json_object_set_new(o, "rank", json_integer(c->rank));
-    if (c->hung)
-        json_object_set_new(o, "hung", json_true());
-    else if (c->signal > 0)
-        json_object_set_new(o, "signal", json_string(dl_signal_name(c->signal)));
-    else if (c->exit_code >= 0)
-        json_object_set_new(o, "exit_code", json_integer(c->exit_code));
+    dl_rdzv_culprit_info_t e = *c;
+    if (e.cause == NULL)
+        e.cause = "requested";
+    e.text = NULL;
+    e.step = -1;
+    e.oom = false;
+    json_t *o = dl_rdzv_enc_culprit(&e);
+    if (o != NULL && !e.hung && e.signal > 0)
+        json_object_set_new(o, "signal", json_string(dl_signal_name(e.signal)));
     return o;
 }
 
@@ -242,6 +237,7 @@ static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as,
     a->round = as->round;
     z->assigned = true;
     z->spent = as->failures;
+    a->restarts_spent = as->failures;
     a->node_rank = as->node_rank;
     a->nnodes = as->nodes;
     a->world_size = as->world_size;

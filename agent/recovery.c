@@ -530,7 +530,7 @@ void dl__rec_resume(dl_agent_t *a, int attempt)
         a->rec_rank = w->rank;
         if (a->nrec_replaced < (int)(sizeof(a->rec_replaced) / sizeof(a->rec_replaced[0])))
             a->rec_replaced[a->nrec_replaced++] = w->rank;
-        dl__agent_respawn(a, w, attempt, attempt);
+        dl__agent_respawn(a, w, attempt, dl__agent_restart_count(a, attempt));
     }
     dl__agent_log(a, "round %d: ranks %d..%d of %d; %s%s", a->round,
                   a->nworkers > 0 ? a->workers[0].rank : 0,

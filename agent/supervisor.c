@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <string.h>
 
+#include "rdzv-policy.h"
 #include "supervisor.h"
 
 void dl_sup_init(dl_sup_t *sup, int nworkers, int max_restarts)
@@ -182,7 +183,7 @@ static void worker_failed(dl_sup_t *sup, const dl_sup_event_t *ev, double now,
         begin_stop(sup, act, DL_SUP_STOP_REPORT, SIGTERM);
         return;
     }
-    bool left = dl_sup_restarts_used(sup) < sup->max_restarts;
+    bool left = dl_rdzv_policy_restart_left(dl_sup_restarts_used(sup), sup->max_restarts);
     /* In-job: the others go on, a replacement joins them (docs/recovery.md). Not while another
      * recovery is under way (that one failed then: back to a restart), nor once a worker of the
      * attempt finished (the job is ending). */
@@ -346,8 +347,9 @@ dl_sup_actions_t dl_sup_step(dl_sup_t *sup, const dl_sup_event_t *ev, double now
             break;
         }
         begin_stop(sup, &act,
-                   dl_sup_restarts_used(sup) < sup->max_restarts ? DL_SUP_STOP_RESTART
-                                                                 : DL_SUP_STOP_FAIL,
+                   dl_rdzv_policy_restart_left(dl_sup_restarts_used(sup), sup->max_restarts)
+                       ? DL_SUP_STOP_RESTART
+                       : DL_SUP_STOP_FAIL,
                    SIGTERM);
         break;
 

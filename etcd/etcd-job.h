@@ -111,6 +111,7 @@ typedef enum {
     DL_EJOB_CAUSE_NODE_JOINED,
     DL_EJOB_CAUSE_REQUESTED,
     DL_EJOB_CAUSE_EXCLUDED, /* a straggler stepped out */
+    DL_EJOB_CAUSE_NODE_LEFT, /* an agent departed on its operator's signal: no failure */
 } dl_ejob_cause_t;
 
 /* Opens round R+1 for reason, or, a failure past max_restarts, ends the job as failed. culprit

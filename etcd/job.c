@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "etcd-job.h"
+#include "rdzv-codec.h"
+#include "rdzv-policy.h"
 #include "etcd.h"
 
 #define DEFAULT_MASTER_PORT 29500
@@ -463,6 +465,8 @@ static const char *cause_name(dl_ejob_cause_t c)
         return "requested";
     case DL_EJOB_CAUSE_EXCLUDED:
         return "straggler";
+    case DL_EJOB_CAUSE_NODE_LEFT:
+        return "node_left";
     }
     return "unknown";
 }
@@ -491,43 +495,74 @@ static void end_ops(const dl_ejob_view_t *v, json_t *ops, json_t *state, json_t 
         ops, del_range(dl__ejob_key(v->prefix, "done/"), dl__ejob_range_end(v->prefix, "done/")));
 }
 
-/* The culprit's exit cause, as the documents hold it (absent: none). */
-static bool same_cause(const json_t *a, const json_t *b)
+/* A culprit object as the policy compares it: read by the one reader (rdzv-codec.h). */
+static dl_rdzv_culprit_t read_culprit(const json_t *obj, const char **ret_cause)
 {
-    return sint(a, "exit_code", -1) == sint(b, "exit_code", -1) &&
-           sint(a, "signal", 0) == sint(b, "signal", 0) &&
-           json_is_true(json_object_get(a, "hung")) == json_is_true(json_object_get(b, "hung")) &&
-           json_is_true(json_object_get(a, "oom")) == json_is_true(json_object_get(b, "oom"));
+    dl_rdzv_culprit_msg_t m;
+    dl_rdzv_dec_culprit(obj, &m);
+    *ret_cause = m.cause != NULL ? m.cause : "";
+    return (dl_rdzv_culprit_t){.rank = m.rank,
+                               .exit_code = m.exit_code,
+                               .signal = m.signal,
+                               .hung = m.hung,
+                               .oom = m.oom,
+                               .step = m.step};
 }
 
 int dl_ejob_same_failures(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const json_t *culprit)
 {
-    json_int_t rank = sint(culprit, "rank", -1);
-    if (cause != DL_EJOB_CAUSE_WORKER_FAILED || rank < 0)
+    const char *prev_cause, *ignored;
+    dl_rdzv_culprit_t next = read_culprit(culprit, &ignored);
+    if (cause != DL_EJOB_CAUSE_WORKER_FAILED || next.rank < 0)
         return 0;
-    const json_t *prev = json_object_get(v->state, "culprit");
+    dl_rdzv_culprit_t prev = read_culprit(json_object_get(v->state, "culprit"), &prev_cause);
     json_int_t count = sint(v->state, "same_failures", 0);
-    json_int_t step = sint(culprit, "step", -1);
-    /* A worker that got further than last time may get further again after a restart. */
-    bool same = strcmp(sstr(prev, "cause"), cause_name(cause)) == 0 &&
-                sint(prev, "rank", -1) == rank && same_cause(prev, culprit) &&
-                (step < 0 || step <= sint(prev, "step", -1));
+    bool same = strcmp(prev_cause, cause_name(cause)) == 0 &&
+                dl_rdzv_policy_same_failure(&prev, &next);
     return same && count > 0 && count < INT_MAX ? (int)count + 1 : 1;
 }
 
-/* The same failure's verdict: > 0, the rounds in a row it ended, when that fails the job. */
-static int same_verdict(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const json_t *culprit)
+/* The cause as the rendezvous core names it, for the policy; a straggler stepping out is no
+ * cause of the core's, and no failure. */
+static dl_rdzv_cause_t core_cause(dl_ejob_cause_t c)
 {
-    int same = dl_ejob_same_failures(v, cause, culprit);
-    json_int_t max = sint(v->state, "max_same_failures", 0);
-    return max > 0 && same >= max ? same : 0;
+    switch (c) {
+    case DL_EJOB_CAUSE_WORKER_FAILED:
+        return DL_RDZV_CAUSE_WORKER_FAILED;
+    case DL_EJOB_CAUSE_NODE_LOST:
+        return DL_RDZV_CAUSE_NODE_LOST;
+    case DL_EJOB_CAUSE_NODE_JOINED:
+        return DL_RDZV_CAUSE_NODE_JOINED;
+    case DL_EJOB_CAUSE_REQUESTED:
+        return DL_RDZV_CAUSE_REQUESTED;
+    case DL_EJOB_CAUSE_NODE_LEFT:
+        return DL_RDZV_CAUSE_NODE_LEFT;
+    case DL_EJOB_CAUSE_EXCLUDED:
+        break;
+    }
+    return DL_RDZV_CAUSE_COUNT;
+}
+
+static int state_int(const dl_ejob_view_t *v, const char *key, json_int_t dflt)
+{
+    json_int_t x = sint(v->state, key, dflt);
+    return x < INT_MIN ? INT_MIN : x > INT_MAX ? INT_MAX : (int)x;
+}
+
+/* What ending the view's round for cause costs, by the one policy (rdzv-policy.h). */
+static dl_rdzv_budget_t round_end_cost(const dl_ejob_view_t *v, dl_ejob_cause_t cause,
+                                       const json_t *culprit)
+{
+    return dl_rdzv_policy_round_end(core_cause(cause), state_int(v, "restarts", 0),
+                                    state_int(v, "max_restarts", 0),
+                                    dl_ejob_same_failures(v, cause, culprit),
+                                    state_int(v, "max_same_failures", 0));
 }
 
 bool dl_ejob_next_fails(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const json_t *culprit)
 {
-    bool failure = cause == DL_EJOB_CAUSE_WORKER_FAILED || cause == DL_EJOB_CAUSE_NODE_LOST;
-    return same_verdict(v, cause, culprit) > 0 ||
-           (failure && sint(v->state, "restarts", 0) >= sint(v->state, "max_restarts", 0));
+    dl_rdzv_budget_t cost = round_end_cost(v, cause, culprit);
+    return cost == DL_RDZV_BUDGET_SPENT || cost == DL_RDZV_BUDGET_SAME;
 }
 
 json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const char *reason,
@@ -535,13 +570,13 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
                          int64_t linger_lease, double now)
 {
     json_t *who = culprit != NULL ? json_deep_copy(culprit) : json_object();
-    bool failure = cause == DL_EJOB_CAUSE_WORKER_FAILED || cause == DL_EJOB_CAUSE_NODE_LOST;
+    bool failure = dl_rdzv_policy_is_failure(core_cause(cause));
+    dl_rdzv_budget_t cost = round_end_cost(v, cause, culprit);
     int round = dl_ejob_round(v);
     json_int_t restarts = sint(v->state, "restarts", 0);
-    json_int_t max = sint(v->state, "max_restarts", 0);
     json_t *state = json_deep_copy(v->state);
     json_t *ops = json_array();
-    int same = same_verdict(v, cause, culprit);
+    int same = cost == DL_RDZV_BUDGET_SAME ? dl_ejob_same_failures(v, cause, culprit) : 0;
 
     json_object_set_new(state, "same_failures",
                         json_integer(dl_ejob_same_failures(v, cause, culprit)));
@@ -549,7 +584,7 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
     json_object_set_new(state, "culprit", who);
     if (failure && json_object_get(state, "failure") == NULL)
         json_object_set_new(state, "failure", json_string(reason));
-    if (same > 0 || (failure && restarts >= max)) {
+    if (cost == DL_RDZV_BUDGET_SAME || cost == DL_RDZV_BUDGET_SPENT) {
         /* No restart left, or another would fail alike: the job fails with its first failure,
          * or with the one that repeats (exit 5: a scheduler should not requeue it). */
         const char *why = same > 0 ? reason : sstr(state, "failure");
@@ -575,7 +610,7 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
         end_ops(v, ops, state, ev, linger_lease);
         return json_pack("{s:[o], s:o}", "compare", cmp_state(v), "success", ops);
     }
-    if (failure)
+    if (cost == DL_RDZV_BUDGET_SPEND)
         restarts++;
     json_object_set_new(state, "round", json_integer(round + 1));
     json_object_set_new(state, "state", json_string("gathering"));

@@ -11,7 +11,8 @@
 
 static const char *const job_states[] = {"gathering", "running",  "succeeded",
                                          "failed",    "stopped",  "timed-out"};
-static const char *const causes[] = {"worker_failed", "node_lost", "node_joined", "requested"};
+static const char *const causes[] = {"worker_failed", "node_lost", "node_joined", "requested",
+                                     "node_left"};
 
 static void family(dl__http_buf_t *b, const char *name, const char *type, const char *help)
 {
@@ -117,7 +118,8 @@ static void jobs_metrics(dl__http_buf_t *b, const json_t *jobs)
     per_job(b, jobs, "dlaunch_job_world_size", "Workers of the running round (0 while gathering).",
             "world_size");
     family(b, "dlaunch_job_restarts_total", "counter",
-           "Restarts of the job by reason: worker_failed, node_lost, node_joined, requested.");
+           "Restarts of the job by reason: worker_failed, node_lost, node_joined, requested, "
+           "node_left.");
     json_array_foreach(jobs, i, j)
     {
         const json_t *by = json_object_get(j, "restarts_by_cause");

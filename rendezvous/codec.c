@@ -103,10 +103,41 @@ json_t *dl_rdzv_enc_events_follow(json_int_t id)
     return dl_proto_msg_new(DL_PROTO_EVENTS_FOLLOW, id);
 }
 
+json_t *dl_rdzv_enc_culprit(const dl_rdzv_culprit_msg_t *c)
+{
+    json_t *o = json_object();
+    if (o == NULL)
+        return NULL;
+    if (c->cause != NULL)
+        json_object_set_new(o, "cause", json_string(c->cause));
+    if (c->node != NULL)
+        json_object_set_new(o, "node", json_string(c->node));
+    if (c->host != NULL)
+        json_object_set_new(o, "host", json_string(c->host));
+    if (c->node_rank >= 0)
+        json_object_set_new(o, "node_rank", json_integer(c->node_rank));
+    if (c->rank >= 0)
+        json_object_set_new(o, "rank", json_integer(c->rank));
+    if (c->hung)
+        json_object_set_new(o, "hung", json_true());
+    else if (c->signal > 0)
+        json_object_set_new(o, "signal", json_integer(c->signal));
+    else if (c->exit_code >= 0)
+        json_object_set_new(o, "exit_code", json_integer(c->exit_code));
+    /* What tells the same failure again from one after progress (docs/exit-codes.md). */
+    if (c->oom)
+        json_object_set_new(o, "oom", json_true());
+    if (c->step >= 0)
+        json_object_set_new(o, "step", json_integer(c->step));
+    if (c->text != NULL)
+        json_object_set_new(o, "text", json_string(c->text));
+    return o;
+}
+
 void dl_rdzv_dec_culprit(const json_t *f, dl_rdzv_culprit_msg_t *c)
 {
     const json_t *v;
-    *c = (dl_rdzv_culprit_msg_t){.node_rank = -1, .rank = -1, .exit_code = -1};
+    *c = DL_RDZV_CULPRIT_NONE;
     c->cause = json_string_value(json_object_get(f, "cause"));
     c->node = json_string_value(json_object_get(f, "node"));
     c->host = json_string_value(json_object_get(f, "host"));
@@ -119,6 +150,10 @@ void dl_rdzv_dec_culprit(const json_t *f, dl_rdzv_culprit_msg_t *c)
     if (json_is_integer(v = json_object_get(f, "signal")))
         c->signal = (int)json_integer_value(v);
     c->hung = json_is_true(json_object_get(f, "hung"));
+    c->oom = json_is_true(json_object_get(f, "oom"));
+    if (json_is_integer(v = json_object_get(f, "step")) && json_integer_value(v) >= 0)
+        c->step = json_integer_value(v);
+    c->text = json_string_value(json_object_get(f, "text"));
 }
 
 void dl_rdzv_dec_round_changed(const json_t *msg, int *ret_round, const char **ret_reason,

@@ -251,10 +251,6 @@ void dl__rdzv_log(dl_rdzv_core_t *core, dl_rdzv_log_level_t level, const char *r
 /* A copy of c in the step's arena; NULL when memory runs out (the round change then names no
  * culprit, only its text). */
 dl_rdzv_culprit_t *dl__rdzv_culprit(dl_rdzv_core_t *core, dl_rdzv_culprit_t c);
-/* Whether the worker failure next is the one prev was again, as far as restarting can tell:
- * the same global rank, the same exit code, signal, hang or OOM kill, and no step further
- * (next's step unknown, or not past prev's). Lost nodes (rank -1) are never the same. */
-bool dl__rdzv_same_failure(const dl_rdzv_culprit_t *prev, const dl_rdzv_culprit_t *next);
 /* A string in the step's arena; never NULL (a fixed text stands in when memory runs out). */
 const char *dl__rdzv_printf(dl_rdzv_core_t *core, const char *fmt, ...) DL__RDZV_PRINTF(2, 3);
 

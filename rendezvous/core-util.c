@@ -412,17 +412,6 @@ dl_rdzv_culprit_t *dl__rdzv_culprit(dl_rdzv_core_t *core, dl_rdzv_culprit_t c)
     return p;
 }
 
-bool dl__rdzv_same_failure(const dl_rdzv_culprit_t *prev, const dl_rdzv_culprit_t *next)
-{
-    if (prev->rank < 0 || next->rank != prev->rank)
-        return false;
-    if (next->exit_code != prev->exit_code || next->signal != prev->signal ||
-        next->hung != prev->hung || next->oom != prev->oom)
-        return false;
-    /* A worker that got further than last time may get further again after a restart. */
-    return next->step < 0 || next->step <= prev->step;
-}
-
 const char *dl__rdzv_printf(dl_rdzv_core_t *core, const char *fmt, ...)
 {
     va_list ap;

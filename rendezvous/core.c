@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core-internal.h"
+#include "rdzv-policy.h"
 
 static const char *const job_state_names[] = {
     [DL_RDZV_JOB_GATHERING] = "gathering", [DL_RDZV_JOB_RUNNING] = "running",
@@ -59,6 +60,7 @@ const char *dl_rdzv_cause_name(dl_rdzv_cause_t cause)
         [DL_RDZV_CAUSE_NODE_LOST] = "node_lost",
         [DL_RDZV_CAUSE_NODE_JOINED] = "node_joined",
         [DL_RDZV_CAUSE_REQUESTED] = "requested",
+        [DL_RDZV_CAUSE_NODE_LEFT] = "node_left",
     };
     if ((size_t)cause < DL_RDZV_CAUSE_COUNT)
         return names[cause];
@@ -552,8 +554,9 @@ static void time_out(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now)
 
 /* Ends the running round for reason: every member but dead hears of round R+1 and must JOIN
  * again; dead's connection is closed. A failure (a worker's, a lost node) spends one of the
- * max_restarts, and past them the job fails instead; an operator's restart or a node joining an
- * elastic job is no failure and spends none, as torchrun counts membership changes. */
+ * max_restarts, and past them the job fails instead; an operator's restart, a node joining an
+ * elastic job or one departing from it is no failure and spends none, as torchrun counts only
+ * failures against its budget. */
 static void keep_first_failure(dl__rdzv_job_t *job, const char *reason,
                                const dl_rdzv_culprit_t *culprit)
 {
@@ -642,7 +645,7 @@ static void fail_job(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, cons
 static int count_same(dl__rdzv_job_t *job, const dl_rdzv_culprit_t *c)
 {
     bool worker = c && c->cause == DL_RDZV_CAUSE_WORKER_FAILED && c->rank >= 0;
-    if (worker && job->same_failures > 0 && dl__rdzv_same_failure(&job->same_culprit, c))
+    if (worker && job->same_failures > 0 && dl_rdzv_policy_same_failure(&job->same_culprit, c))
         job->same_failures++;
     else
         job->same_failures = worker ? 1 : 0;
@@ -656,7 +659,8 @@ static int count_same(dl__rdzv_job_t *job, const dl_rdzv_culprit_t *c)
 static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, const char *reason,
                       dl_rdzv_cause_t cause, dl__rdzv_member_t *dead, dl_rdzv_culprit_t *culprit)
 {
-    bool failure = cause == DL_RDZV_CAUSE_WORKER_FAILED || cause == DL_RDZV_CAUSE_NODE_LOST;
+    bool failure = dl_rdzv_policy_is_failure(cause);
+    bool departure = cause == DL_RDZV_CAUSE_NODE_LEFT;
     if (culprit) {
         culprit->cause = cause;
         culprit->text = reason;
@@ -664,7 +668,9 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
     if (failure)
         keep_first_failure(job, reason, culprit);
     int same = count_same(job, failure ? culprit : NULL);
-    if (job->opts.max_same_failures > 0 && same >= job->opts.max_same_failures) {
+    dl_rdzv_budget_t cost = dl_rdzv_policy_round_end(cause, job->restarts, job->opts.max_restarts,
+                                                     same, job->opts.max_same_failures);
+    if (cost == DL_RDZV_BUDGET_SAME) {
         /* Another restart would fail alike: the budget is not spent on it, and the exit code
          * (5) tells a scheduler not to requeue the job either. */
         fail_job(core, job, now,
@@ -675,13 +681,13 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
                  cause, dead, DL_RDZV_CONN_NONE, same, culprit);
         return;
     }
-    if (failure && job->restarts >= job->opts.max_restarts) {
+    if (cost == DL_RDZV_BUDGET_SPENT) {
         fail_job(core, job, now, job->failure ? job->failure : reason, cause, dead,
                  DL_RDZV_CONN_NONE, 0, NULL);
         return;
     }
     int next = job->round + 1;
-    if (failure)
+    if (cost == DL_RDZV_BUDGET_SPEND)
         job->restarts++;
     for (size_t i = 0; i < job->nmembers; i++) {
         dl__rdzv_member_t *m = job->members[i];
@@ -694,9 +700,9 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
         msg->round_changed.round = next;
         msg->round_changed.reason = reason;
         msg->round_changed.cause = cause;
-        msg->round_changed.culprit = failure ? culprit : NULL;
+        msg->round_changed.culprit = failure || departure ? culprit : NULL;
     }
-    round_culprit_keep(job, failure ? culprit : NULL);
+    round_culprit_keep(job, failure || departure ? culprit : NULL);
     if (failure)
         dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id, "round %d -> %d (restart %d of %d): %s",
                      job->round, next, job->restarts, job->opts.max_restarts, reason);
@@ -942,14 +948,17 @@ fail:
     dl__rdzv_error(core, ev->conn, ev->req_id, job->run_id, -ENOMEM, "join: out of memory");
 }
 
-/* A gathering job meets an agent that ran round R of it: this rendezvous restarted (or is a new
- * host) and its count began again. It goes on from R + 1, so that no attempt is numbered, and no
- * attempt folder written, twice, and the restart budget stays spent; the highest any agent
- * brings wins. Agents of this rendezvous's own rounds bring an older round, which changes
- * nothing. */
+/* A job meets an agent that ran round R of it: this rendezvous restarted (or is a new host) and
+ * its count began again. It goes on from R + 1, so that no attempt is numbered, and no attempt
+ * folder written, twice, and the restart budget stays spent; the highest any agent brings wins.
+ * Agents of this rendezvous's own rounds bring an older round, which changes nothing. The
+ * restarts spent are adopted in any live state (a running round's members are told if that
+ * ends the job); the round here only while gathering (a running round's next one is numbered
+ * after it by on_join). */
 static void adopt_history(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rdzv_event_t *ev)
 {
-    if (ev->join.resume_round >= job->round && ev->join.resume_round < INT_MAX - 1) {
+    if (job->state == DL_RDZV_JOB_GATHERING && ev->join.resume_round >= job->round &&
+        ev->join.resume_round < INT_MAX - 1) {
         dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id,
                      "agent '%s' (%s) ran round %d of this job: going on from round %d", 
                      ev->join.agent_id, ev->join.host, ev->join.resume_round,
@@ -1000,13 +1009,13 @@ static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
         return;
     }
     dl__rdzv_member_t *m = member_find(core, job, ev->join.agent_id);
-    if (!m && job->state == DL_RDZV_JOB_GATHERING)
+    if (!m)
         adopt_history(core, job, ev);
     /* More restarts spent than the budget allows: the rendezvous that counted them failed the
      * job (or would have, had it lived), and an agent cut off from it when it did never heard.
      * Ending the job here says so at once, where a new round would wait for nodes that are gone
-     * until the join timeout. */
-    if (job->state == DL_RDZV_JOB_GATHERING && job->restarts > job->opts.max_restarts) {
+     * until the join timeout, or a running one would go on until its next failure. */
+    if (dl_rdzv_policy_overspent(job->restarts, job->opts.max_restarts)) {
         const char *spent = dl__rdzv_printf(
             core, "the restart budget was spent (agent '%s' (%s) counts %d restart%s, of %d) "
                   "before this rendezvous took the job over%s%s",
@@ -1044,6 +1053,10 @@ static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
                                 m->host, job->round)
               : dl__rdzv_printf(core, "agent '%s' (%s) asked to join", ev->join.agent_id,
                                 ev->join.host);
+        /* A newcomer that ran a later round (this rendezvous restarted meanwhile): the next
+         * round comes after it, so that no attempt is numbered twice. */
+        if (!m && ev->join.resume_round >= job->round && ev->join.resume_round < INT_MAX - 1)
+            job->round = ev->join.resume_round;
         new_round(core, job, now, reason, DL_RDZV_CAUSE_NODE_JOINED, NULL, NULL);
         if (is_over(job)) {
             dl__rdzv_error(core, ev->conn, ev->req_id, job->run_id, -ESHUTDOWN,
@@ -1115,11 +1128,12 @@ static void on_leave(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now
     finish(core, job, DL_RDZV_JOB_SUCCEEDED, now);
 }
 
-/* An agent that goes away on purpose before the job's end, as an operator's SIGTERM makes it:
- * when the nodes left are fewer than min_nodes the job cannot go on, and waiting for a round
- * that cannot close would hold every other node for --join-timeout. It stops on every node, as
- * `dlaunch stop` stops it, and no restart is spent. With nodes enough left it is lost as any
- * node is when its connection closes, which follows. */
+/* An agent that goes away on purpose before the job's end, as an operator's SIGTERM makes it: a
+ * departure, never a failure. With min_nodes or more left the others go on at once in a new
+ * round without it, as when a node joins, and no restart is spent; waiting for its connection to
+ * close and then for dead_after would lose it as a failed node. With fewer left the job cannot go
+ * on, and waiting for a round that cannot close would hold every other node for --join-timeout:
+ * it stops on every node, as `dlaunch stop` stops it. */
 static void on_quit(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
 {
     dl__rdzv_member_t *m = conn_member(core, ev->conn);
@@ -1135,15 +1149,26 @@ static void on_quit(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
     for (size_t i = 0; i < job->nmembers; i++)
         if (job->members[i] != m && job->members[i]->conn && !job->members[i]->left)
             left++;
-    if (left >= (size_t)job->opts.min_nodes || prepare(core, job) < 0)
+    if (prepare(core, job) < 0)
         return;
+    if (dl_rdzv_policy_departure_goes_on(left > INT_MAX ? INT_MAX : (int)left,
+                                         job->opts.min_nodes)) {
+        dl_rdzv_culprit_t *c = dl__rdzv_culprit(core, culprit_of(core, m, DL_RDZV_CAUSE_NODE_LEFT));
+        new_round(core, job, now,
+                  dl__rdzv_printf(core, "agent '%s' (%s) departed from round %d (%s); %zu node%s "
+                                        "go on",
+                                  m->agent_id, m->host, job->round, why, left,
+                                  left == 1 ? "" : "s"),
+                  DL_RDZV_CAUSE_NODE_LEFT, m, c);
+        return;
+    }
     for (size_t i = 0; i < job->nmembers; i++)
         if (job->members[i] != m && member_conn(job->members[i]))
             dl__rdzv_send(core, member_conn(job->members[i]), DL_RDZV_MSG_STOP, 0, job->run_id)
                 ->stop.round = job->round;
     dl__rdzv_log(core, DL_RDZV_LOG_INFO, job->run_id,
-                 "job stopped in round %d: agent '%s' (%s) left (%s), and %zu node%s cannot go on "
-                 "(at least %d)", job->round, m->agent_id, m->host, why, left,
+                 "job stopped in round %d: agent '%s' (%s) departed (%s), and %zu node%s cannot "
+                 "go on (at least %d)", job->round, m->agent_id, m->host, why, left,
                  left == 1 ? "" : "s", job->opts.min_nodes);
     finish(core, job, DL_RDZV_JOB_STOPPED, now);
 }

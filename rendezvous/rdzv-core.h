@@ -99,6 +99,9 @@ typedef enum {
     DL_RDZV_CAUSE_NODE_LOST,         /* a member sent no heartbeat within dead_after */
     DL_RDZV_CAUSE_NODE_JOINED,       /* an agent joined a running round (new, or again) */
     DL_RDZV_CAUSE_REQUESTED,         /* a RESTART control request */
+    /* An agent went away on purpose (its operator's signal: QUIT) and min_nodes are left: a
+     * departure, no failure. Last, so that the numbers of the others stay as they were. */
+    DL_RDZV_CAUSE_NODE_LEFT,
     DL_RDZV_CAUSE_COUNT
 } dl_rdzv_cause_t;
 
@@ -107,8 +110,9 @@ typedef struct {
     size_t len;
 } dl_rdzv_buf_t;
 
-/* Who ended a round: one worker (rank >= 0), or a whole node (rank -1, cause NODE_LOST). A
- * failure seen on a node because another node died first is put on the dead node. */
+/* Who ended a round: one worker (rank >= 0), or a whole node (rank -1, cause NODE_LOST, or
+ * NODE_LEFT for a departure, which is no failure). A failure seen on a node because another
+ * node died first is put on the dead node. */
 typedef struct {
     dl_rdzv_cause_t cause;
     const char *agent_id; /* the culprit's node */
@@ -291,7 +295,9 @@ typedef struct {
             int round;
             const char *reason;
             dl_rdzv_cause_t cause;
-            const dl_rdzv_culprit_t *culprit; /* NULL when no failure ended the round */
+            /* Who ended the round: a failure's culprit, or the node that departed (cause
+             * NODE_LEFT); NULL otherwise. */
+            const dl_rdzv_culprit_t *culprit;
         } round_changed;
         struct {
             int round;
@@ -408,7 +414,8 @@ int dl_rdzv_core_next_deadline(const dl_rdzv_core_t *core, double *ret_at);
 /* Names for logs and the wire: "gathering", "running", ...; "ok", "error", "joined", ... */
 const char *dl_rdzv_job_state_name(dl_rdzv_job_state_t state);
 const char *dl_rdzv_msg_kind_name(dl_rdzv_msg_kind_t kind);
-/* "worker_failed", "node_lost", "node_joined", "requested": stable, they label metrics. */
+/* "worker_failed", "node_lost", "node_joined", "requested", "node_left": stable, they label
+ * metrics. */
 const char *dl_rdzv_cause_name(dl_rdzv_cause_t cause);
 
 #endif

@@ -14,6 +14,7 @@
 #include "jobview.h"
 #include "journal.h"
 #include "peer.h"
+#include "rdzv-codec.h"
 #include "rendezvous.h"
 #include "revoked.h"
 #include "stats.h"
@@ -389,24 +390,22 @@ static int failed_code(const dl_rdzv_msg_t *m)
     return m->failed.same_failures > 0 ? 5 : 1;
 }
 
-/* The culprit as agents read it (docs/protocol.md, round_changed and shutdown's failure). */
+/* The core's culprit as agents read it (docs/protocol.md, round_changed and shutdown's
+ * failure), through the one encoder the etcd backend writes its culprits with too. */
 static json_t *culprit_json(const dl_rdzv_culprit_t *c)
 {
-    json_t *o = json_pack("{s:s, s:s, s:s}", "cause", dl_rdzv_cause_name(c->cause), "node",
-                          c->agent_id, "host", c->host);
-    if (c->node_rank >= 0)
-        json_object_set_new(o, "node_rank", json_integer(c->node_rank));
-    if (c->rank >= 0)
-        json_object_set_new(o, "rank", json_integer(c->rank));
-    if (c->hung)
-        json_object_set_new(o, "hung", json_true());
-    else if (c->signal > 0)
-        json_object_set_new(o, "signal", json_integer(c->signal));
-    else if (c->exit_code >= 0)
-        json_object_set_new(o, "exit_code", json_integer(c->exit_code));
-    if (c->text != NULL)
-        json_object_set_new(o, "text", json_string(c->text));
-    return o;
+    dl_rdzv_culprit_msg_t m = {.cause = dl_rdzv_cause_name(c->cause),
+                               .node = c->agent_id,
+                               .host = c->host,
+                               .node_rank = c->node_rank,
+                               .rank = c->rank,
+                               .exit_code = c->exit_code,
+                               .signal = c->signal,
+                               .hung = c->hung,
+                               .oom = c->oom,
+                               .step = c->step,
+                               .text = c->text};
+    return dl_rdzv_enc_culprit(&m);
 }
 
 /* An assignment names MASTER_ADDR:MASTER_PORT as a torch store when this server serves the

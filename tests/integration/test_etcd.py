@@ -266,6 +266,39 @@ train:
         self.assertEqual(p.wait(timeout=30), 3, self.log("alone"))
         self.assertIn("timed out", self.log("alone"))
 
+    def test_sigterm_to_one_agent_is_a_departure_not_a_lost_node(self):
+        """docs/rendezvous.md, docs/etcd.md: a stop signal to one agent is a departure, as with
+        our rendezvous: with MIN nodes left (1:2) the other goes on alone at once, no restart
+        spent (--max-restarts 0 still finishes) and its restart event says node_left; with
+        fewer (2:2) the other stops with exit 0. Before, its lease's end read to the others as
+        a lost node: a restart spent, and a 2:2 job waited --join-timeout for a round that
+        could not close."""
+        for nodes in ("1:2", "2:2"):
+            with self.subTest(nodes=nodes):
+                tag = nodes.replace(":", "")
+                stop = os.path.join(self.dir, f"stop{tag}")
+                common = ["--last-call", "0.5", "--max-restarts", "0", "--stop-timeout", "2",
+                          "--", "sh", "-c", f"while [ ! -e {stop} ]; do sleep 0.05; done"]
+                names = [f"a{tag}", f"b{tag}"]
+                procs = [self.agent(*common, name=n, nodes=nodes, slots="1", run_id=f"j{tag}")
+                         for n in names]
+                self.wait_for(lambda: all(self.world(n) == 2 for n in names), what="2 nodes")
+                procs[1].send_signal(signal.SIGTERM)
+                self.assertEqual(procs[1].wait(timeout=30), 128 + signal.SIGTERM,
+                                 self.logs(names))
+                if nodes == "2:2":
+                    self.assertEqual(procs[0].wait(timeout=15), 0, self.logs(names))
+                    end = [e for e in self.evs(names[0]) if e["event"] == "job_end"]
+                    self.assertEqual(end[-1]["status"], "stopped", end)
+                else:
+                    self.wait_for(lambda: self.world(names[0]) == 1, what="1 node")
+                    open(stop, "w").close()
+                    self.assertEqual(procs[0].wait(timeout=30), 0, self.logs(names))
+                    restarts = [e for e in self.evs(names[0]) if e["event"] == "restart"]
+                    self.assertEqual([e["reason"]["cause"] for e in restarts], ["node_left"],
+                                     restarts)
+                self.assertNotIn("was lost", self.log(names[0]))
+
     def test_dead_agent_new_round_then_grows_back(self):
         """--nodes 1:3, one agent SIGKILLed mid-job: the others go on in a new round within
         dead-after plus one heartbeat; a new agent brings the job back to three nodes."""

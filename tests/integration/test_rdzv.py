@@ -418,6 +418,94 @@ class Rendezvous(dltest.Case):
         self.assertIn("[node0 rank 0] done 1", said)
         self.assertTrue(all(l.startswith("[node0 rank 0] ") for l in said), said)
 
+    def test_sigterm_to_one_agent_of_an_elastic_job_is_a_departure(self):
+        """docs/rendezvous.md: an operator's SIGTERM to one agent of a 1:2 job leaves MIN nodes:
+        it departs, the other goes on alone at once and no restart is spent, so a job with
+        --max-restarts 0 still finishes; its restart event names the departure (node_left). The
+        agent hosting the rendezvous departs alike: the other hosts it and spends nothing for
+        it. Before, the departed node was a lost one: the job failed, its budget spent."""
+        for victim in ("b", "a"):  # a hosts the rendezvous
+            with self.subTest(victim=victim):
+                self.port = free_port()
+                self.endpoint = f"127.0.0.1:{self.port}"
+                stop = os.path.join(self.dir, f"stop-{victim}")
+                script = f"while [ ! -e {stop} ]; do sleep 0.05; done; echo done $WORLD_SIZE"
+                # A last call longer than the departing host takes to stop its workers and exit:
+                # a round closed on its server before it goes would change again when it does.
+                common = ["--last-call", "2", "--max-restarts", "0", "--stop-timeout", "2",
+                          "--", "sh", "-c", script]
+                names = {n: f"{n}{victim}" for n in "ab"}
+                procs = {"a": self.agent("--node-rank", "0", *common, name=names["a"],
+                                         nodes="1:2", slots="1")}
+                self.wait_listening()
+                procs["b"] = self.agent(*common, name=names["b"], nodes="1:2", slots="1")
+                other = "a" if victim == "b" else "b"
+
+                def rounds(n):
+                    return [e for e in self.evs(names[n]) if e["event"] == "rendezvous"]
+
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not all(
+                        rounds(n) and rounds(n)[-1]["world_size"] == 2 for n in "ab"):
+                    time.sleep(0.05)
+                self.assertTrue(all(rounds(n) for n in "ab"),
+                                self.log(names["a"]) + self.log(names["b"]))
+                procs[victim].send_signal(signal.SIGTERM)
+                self.assertEqual(procs[victim].wait(timeout=30), 128 + signal.SIGTERM,
+                                 self.log(names[victim]))
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and rounds(other)[-1]["world_size"] != 1:
+                    time.sleep(0.05)
+                self.assertEqual(rounds(other)[-1]["world_size"], 1, self.log(names[other]))
+                open(stop, "w").close()
+                self.assertEqual(procs[other].wait(timeout=30), 0, self.log(names[other]))
+                evs = self.evs(names[other])
+                restarts = [e for e in evs if e["event"] == "restart"]
+                self.assertEqual(len(restarts), 1, evs)
+                self.assertEqual(restarts[0]["reason"]["cause"], "node_left", restarts)
+                self.assertNotIn("node_lost", self.log(names[other]))
+                self.assertIn("done 1", self.log(names[other]))
+
+    def test_the_restart_count_counts_failures_not_rounds(self):
+        """docs/torchrun.md: TORCHELASTIC_RESTART_COUNT counts the restarts the job spent on
+        failures, as torchrun's does: a node joining an elastic job opens a round (an attempt
+        folder of its own) but no restart, a worker failure one. Before, it was the round."""
+        stop = os.path.join(self.dir, "stop")
+        mark = os.path.join(self.dir, "failed-once")
+        said = os.path.join(self.dir, "rank0-said")
+        # Rank 1 fails once in the first round of two nodes, after rank 0 has said its words.
+        script = ('echo restart=$TORCHELASTIC_RESTART_COUNT world=$WORLD_SIZE; '
+                  f'if [ "$WORLD_SIZE" = 2 ] && [ "$RANK" = 0 ]; then touch {said}; fi; '
+                  f'if [ "$WORLD_SIZE" = 2 ] && [ "$RANK" = 1 ] && [ ! -e {mark} ]; then '
+                  f'while [ ! -e {said} ]; do sleep 0.05; done; touch {mark}; exit 4; fi; '
+                  f'while [ ! -e {stop} ]; do sleep 0.05; done')
+        common = ["--last-call", "0.5", "--max-restarts", "1", "--stop-timeout", "2", "--",
+                  "sh", "-c", script]
+        a = self.agent("--node-rank", "0", *common, name="a", nodes="1:2", slots="1")
+
+        def started(name, attempt):
+            return any(e["event"] == "worker_start" and e["attempt"] == attempt
+                       for e in self.evs(name))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not started("a", 0):
+            time.sleep(0.05)
+        self.assertTrue(started("a", 0), self.log("a"))
+        b = self.agent(*common, name="b", nodes="1:2", slots="1")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (started("a", 2) and started("b", 2)):
+            time.sleep(0.05)
+        self.assertTrue(started("a", 2) and started("b", 2), self.log("a") + self.log("b"))
+        # The workers of attempt 2 said their words before the stop: wait for them.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(self.ranks_from_logs(attempt=2)) < 2:
+            time.sleep(0.05)
+        open(stop, "w").close()
+        self.assertEqual(self.wait_all([a, b]), [0, 0], self.log("a") + self.log("b"))
+        said = {attempt: self.ranks_from_logs(attempt=attempt) for attempt in (0, 1, 2)}
+        self.assertEqual(said[0], {0: ["restart=0", "world=1"]})
+        self.assertEqual(said[1], {0: ["restart=0", "world=2"], 1: ["restart=0", "world=2"]})
+        self.assertEqual(said[2], {0: ["restart=1", "world=2"], 1: ["restart=1", "world=2"]})
+
     def test_wrong_token_is_refused(self):
         good = self.write("good.token", "s3cret\n")
         bad = self.write("bad.token", "guess\n")
@@ -467,13 +555,14 @@ class Rendezvous(dltest.Case):
         open(stop, "w").close()
         self.assertEqual(self.wait_all(procs), [0, 0], self.log("a") + self.log("b"))
         # Each attempt's folder holds its own attempt's words only (a worker stopped early may
-        # have said nothing); the last attempt ran to the end on every rank.
-        for attempt in (0, 1, 2):
+        # have said nothing); the last attempt ran to the end on every rank. The restart count
+        # is the restarts spent on failures: dlaunchd's own restart spent none.
+        for attempt, count in ((0, 0), (1, 1), (2, 1)):
             ranks = self.ranks_from_logs(attempt=attempt)
             if attempt == 0:
                 self.assertIn(3, ranks)  # it said its word, then failed
             for words in ranks.values():
-                self.assertEqual(words, [f"restart={attempt}"], attempt)
+                self.assertEqual(words, [f"restart={count}"], attempt)
         self.assertEqual(sorted(self.ranks_from_logs(attempt=2)), [0, 1, 2, 3])
 
     def test_dlaunchd_status_restart_stop(self):

@@ -110,6 +110,55 @@ START_TEST(control_and_store_messages)
 }
 END_TEST
 
+/* One culprit object for every backend: what the encoder writes, the reader reads back, and
+ * what is unknown is left out. */
+START_TEST(the_culprit_encoder_and_reader_agree)
+{
+    dl_rdzv_culprit_msg_t c = DL_RDZV_CULPRIT_NONE, back;
+    c.cause = "worker_failed";
+    c.node = "gpu1-42";
+    c.host = "gpu1";
+    c.node_rank = 1;
+    c.rank = 5;
+    c.signal = 9;
+    c.oom = true;
+    c.step = 0;
+    c.text = "rank 5 on gpu1 was killed by the OOM killer";
+    json_t *o = dl_rdzv_enc_culprit(&c);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_ptr_null(json_object_get(o, "exit_code"));
+    dl_rdzv_dec_culprit(o, &back);
+    ck_assert_str_eq(back.cause, "worker_failed");
+    ck_assert_str_eq(back.node, "gpu1-42");
+    ck_assert_str_eq(back.host, "gpu1");
+    ck_assert_int_eq(back.node_rank, 1);
+    ck_assert_int_eq(back.rank, 5);
+    ck_assert_int_eq(back.signal, 9);
+    ck_assert_int_eq(back.exit_code, -1);
+    ck_assert(back.oom && !back.hung);
+    ck_assert_int_eq(back.step, 0);
+    ck_assert_str_eq(back.text, c.text);
+    json_decref(o);
+
+    /* A lost node: no rank, no exit, no step; a hang names no signal. */
+    c = DL_RDZV_CULPRIT_NONE;
+    c.cause = "node_lost";
+    c.node = "gpu2-7";
+    o = dl_rdzv_enc_culprit(&c);
+    ck_assert_uint_eq(json_object_size(o), 2);
+    json_decref(o);
+    c.hung = true;
+    c.signal = 6;
+    o = dl_rdzv_enc_culprit(&c);
+    ck_assert(json_is_true(json_object_get(o, "hung")));
+    ck_assert_ptr_null(json_object_get(o, "signal"));
+    json_decref(o);
+    dl_rdzv_dec_culprit(NULL, &back);
+    ck_assert_ptr_null(back.cause);
+    ck_assert_int_eq(back.step, -1);
+}
+END_TEST
+
 START_TEST(readers)
 {
     json_t *m = json_pack("{s:i, s:s, s:i, s:s, s:{s:s, s:s, s:i, s:s}}", "v", 1, "type",
@@ -169,6 +218,7 @@ int main(void)
     tcase_add_test(tc, agent_messages);
     tcase_add_test(tc, control_and_store_messages);
     tcase_add_test(tc, readers);
+    tcase_add_test(tc, the_culprit_encoder_and_reader_agree);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

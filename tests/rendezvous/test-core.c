@@ -548,14 +548,47 @@ START_TEST(an_agent_quitting_stops_a_job_that_cannot_go_on)
     ck_assert_int_eq(js->restarts, 0);
     h_fini(&h);
 
-    /* Elastic, with nodes enough left: nothing yet; the connection's close loses it as any. */
+}
+END_TEST
+
+/* Elastic, with min_nodes left: the quitter departs, the others go on at once in a new round
+ * without it, and no restart is spent, not even with none left (a departure is no failure):
+ * before, its connection's close lost it as a dead node dead_after later, a restart spent. */
+START_TEST(an_agent_quitting_an_elastic_job_departs_and_spends_no_restart)
+{
+    harness_t h;
     h_init(&h);
-    o = h_opts(1, 2);
+    dl_rdzv_job_opts_t o = h_opts(1, 2);
+    o.max_restarts = 0;
     h_join(&h, 1, "job", 1, &o, 0);
     h_join(&h, 2, "job", 1, &o, 0);
     h_conn_event(&h, DL_RDZV_EV_QUIT, 2, 0, 1);
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_STOP), 0);
-    ck_assert_int_eq(h_status(&h, "job", 2)->state, DL_RDZV_JOB_RUNNING);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_FAILED), 0);
+    ck_assert(h_closed(&h, 2));
+    const dl_rdzv_msg_t *rc = h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED);
+    ck_assert_ptr_nonnull(rc);
+    ck_assert_int_eq(rc->round_changed.round, 1);
+    ck_assert_int_eq(rc->round_changed.cause, DL_RDZV_CAUSE_NODE_LEFT);
+    ck_assert_str_eq(dl_rdzv_cause_name(rc->round_changed.cause), "node_left");
+    ck_assert_ptr_nonnull(strstr(rc->round_changed.reason, "departed"));
+    ck_assert_ptr_nonnull(rc->round_changed.culprit);
+    ck_assert_str_eq(rc->round_changed.culprit->agent_id, "a2");
+    ck_assert_int_eq(rc->round_changed.culprit->cause, DL_RDZV_CAUSE_NODE_LEFT);
+    ck_assert_int_eq(rc->round_changed.culprit->rank, -1);
+    const dl_rdzv_job_status_t *js = h_status(&h, "job", 2);
+    ck_assert_int_eq(js->restarts, 0);
+    ck_assert_ptr_null(js->failure);
+    /* The one left goes on alone after the last call. */
+    h_join(&h, 1, "job", 1, &o, 3);
+    h_tick(&h, 14);
+    const dl_rdzv_msg_t *as = h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT);
+    ck_assert_ptr_nonnull(as);
+    ck_assert_int_eq(as->assignment.nnodes, 1);
+    ck_assert_int_eq(as->assignment.failures, 0);
+    js = h_status(&h, "job", 15);
+    ck_assert_int_eq(js->state, DL_RDZV_JOB_RUNNING);
+    ck_assert_int_eq(js->restarts, 0);
     h_fini(&h);
 }
 END_TEST
@@ -728,6 +761,60 @@ START_TEST(a_successor_told_of_a_spent_budget_fails_the_job_at_once)
     ck_assert_ptr_nonnull(strstr(f->failed.failure, "counts 2 restarts, of 1"));
     ck_assert_int_eq(h_status(&h, "job", 1)->state, DL_RDZV_JOB_FAILED);
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ASSIGNMENT), 0);
+    h_fini(&h);
+}
+END_TEST
+
+/* A late joiner to a running round brings more restarts spent than the budget allows (it was cut
+ * off from a host that failed the job): the job fails at once, its members and the joiner told,
+ * rather than at its next failure. One that brings fewer has them adopted, and its round too. */
+static void join_with_history(harness_t *h, uint64_t conn, const dl_rdzv_job_opts_t *o,
+                              int resume_round, int failures, double now)
+{
+    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_JOIN, .conn = conn, .req_id = 1000 + conn,
+                          .run_id = "job"};
+    ev.join.agent_id = conn == 1 ? "a1" : conn == 2 ? "a2" : "a3";
+    ev.join.host = "h";
+    ev.join.slots = 1;
+    ev.join.node_rank = -1;
+    ev.join.slurm_node_id = -1;
+    ev.join.resume_round = resume_round;
+    ev.join.failures = failures;
+    ev.join.opts = o;
+    h_step(h, &ev, now);
+}
+
+START_TEST(a_late_joiner_told_of_a_spent_budget_fails_a_running_job_at_once)
+{
+    harness_t h;
+    h_init(&h);
+    dl_rdzv_job_opts_t o = h_opts(1, 3);
+    o.max_restarts = 2;
+    join_with_history(&h, 1, &o, -1, -1, 0);
+    h_tick(&h, 11);
+    ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT));
+    join_with_history(&h, 2, &o, 4, 3, 12);
+    const dl_rdzv_msg_t *f = h_msg(&h, 1, DL_RDZV_MSG_FAILED);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(strstr(f->failed.failure, "counts 3 restarts, of 2"));
+    ck_assert_ptr_nonnull(h_msg(&h, 2, DL_RDZV_MSG_FAILED));
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 0);
+    const dl_rdzv_job_status_t *js = h_status(&h, "job", 12);
+    ck_assert_int_eq(js->state, DL_RDZV_JOB_FAILED);
+    ck_assert_int_eq(js->restarts, 3);
+    h_fini(&h);
+
+    /* Within the budget: the round changes for it, and the count and round are adopted. */
+    h_init(&h);
+    join_with_history(&h, 1, &o, -1, -1, 0);
+    h_tick(&h, 11);
+    join_with_history(&h, 2, &o, 4, 2, 12);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_FAILED), 0);
+    ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.round, 5);
+    js = h_status(&h, "job", 12);
+    ck_assert_int_eq(js->state, DL_RDZV_JOB_GATHERING);
+    ck_assert_int_eq(js->round, 5);
+    ck_assert_int_eq(js->restarts, 2);
     h_fini(&h);
 }
 END_TEST
@@ -1143,6 +1230,8 @@ int main(void)
     tcase_add_test(tc, zero_restarts_fail_at_the_first_failure);
     tcase_add_test(tc, stop_ends_the_job_and_it_is_forgotten_later);
     tcase_add_test(tc, an_agent_quitting_stops_a_job_that_cannot_go_on);
+    tcase_add_test(tc, an_agent_quitting_an_elastic_job_departs_and_spends_no_restart);
+    tcase_add_test(tc, a_late_joiner_told_of_a_spent_budget_fails_a_running_job_at_once);
     tcase_add_test(tc, restart_request_opens_a_round);
     tcase_add_test(tc, restart_request_without_budget_still_restarts);
     tcase_add_test(tc, the_round_change_names_the_culprit);

@@ -6,6 +6,7 @@
 
 #include "core-internal.h"
 #include "harness.h"
+#include "rdzv-policy.h"
 
 static dl_rdzv_culprit_t worker(int rank, int exit_code, long long step)
 {
@@ -16,32 +17,32 @@ static dl_rdzv_culprit_t worker(int rank, int exit_code, long long step)
 START_TEST(the_rule_compares_rank_cause_and_progress)
 {
     dl_rdzv_culprit_t prev = worker(1, 7, 40), next = worker(1, 7, 40);
-    ck_assert(dl__rdzv_same_failure(&prev, &next));
+    ck_assert(dl_rdzv_policy_same_failure(&prev, &next));
     next.step = 12; /* failed earlier this time: no progress either */
-    ck_assert(dl__rdzv_same_failure(&prev, &next));
+    ck_assert(dl_rdzv_policy_same_failure(&prev, &next));
     next.step = -1; /* the workers report no steps: the failure alone counts */
-    ck_assert(dl__rdzv_same_failure(&prev, &next));
+    ck_assert(dl_rdzv_policy_same_failure(&prev, &next));
     next.step = 41;
-    ck_assert(!dl__rdzv_same_failure(&prev, &next));
+    ck_assert(!dl_rdzv_policy_same_failure(&prev, &next));
     next = worker(0, 7, 40);
-    ck_assert(!dl__rdzv_same_failure(&prev, &next));
+    ck_assert(!dl_rdzv_policy_same_failure(&prev, &next));
     next = worker(1, 8, 40);
-    ck_assert(!dl__rdzv_same_failure(&prev, &next));
+    ck_assert(!dl_rdzv_policy_same_failure(&prev, &next));
     next = worker(1, -1, 40);
     next.signal = 9;
-    ck_assert(!dl__rdzv_same_failure(&prev, &next));
+    ck_assert(!dl_rdzv_policy_same_failure(&prev, &next));
     prev = next;
-    ck_assert(dl__rdzv_same_failure(&prev, &next));
+    ck_assert(dl_rdzv_policy_same_failure(&prev, &next));
     next.oom = true; /* SIGKILL by the OOM killer is not SIGKILL by an operator */
-    ck_assert(!dl__rdzv_same_failure(&prev, &next));
+    ck_assert(!dl_rdzv_policy_same_failure(&prev, &next));
     next = prev;
     next.signal = 0;
     next.hung = true;
-    ck_assert(!dl__rdzv_same_failure(&prev, &next));
+    ck_assert(!dl_rdzv_policy_same_failure(&prev, &next));
     /* A lost node has no rank: never a same failure, a requeue elsewhere may cure it. */
     prev = worker(-1, -1, -1);
     next = prev;
-    ck_assert(!dl__rdzv_same_failure(&prev, &next));
+    ck_assert(!dl_rdzv_policy_same_failure(&prev, &next));
 }
 END_TEST
 

@@ -1,7 +1,8 @@
-/* The control subcommands of dlaunch: status, stop, restart (against dlaunchd or an embedded
- * rendezvous), kv (the job's key-value store, for shell workers), token (a job's key, made
- * from the rendezvous' token) and revoke (withdraw a run's keys issued so far). Each is one blocking request; exit codes follow
- * docs/exit-codes.md. */
+/* What the control subcommands of dlaunch do: status, stop, restart (against dlaunchd or an
+ * embedded rendezvous), events, kv (the job's key-value store, for shell workers), token (a job's
+ * key, made from the rendezvous' token) and revoke (withdraw a run's keys issued so far). Each is
+ * one blocking request; exit codes follow docs/exit-codes.md. Their options and help are the
+ * table in ctl-commands.c. */
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -12,26 +13,11 @@
 
 #include "config.h"
 #include "ctl-etcd.h"
+#include "ctl-internal.h"
 #include "ctl.h"
 #include "rendezvous.h"
 
-typedef struct {
-    const char *endpoint;
-    const char *token_file;
-    const char *run_id;
-    bool json;
-    bool ranks; /* status: every rank's figures and last operations */
-    bool worker;    /* token: the worker key rather than the job key */
-    bool read_only; /* token: the HTTP side's read-only credential, for no job */
-    const char *expires; /* token: the key's lifetime (--expires), NULL for the default */
-    const char *before;  /* revoke: keys issued before this moment (--before), NULL for now */
-    double timeout;
-    double follow_timeout; /* events: stop after this long without one; < 0 never */
-    char **args; /* positional arguments after the subcommand */
-    int nargs;
-    bool etcd;             /* --rdzv-backend etcd: the job's keys in etcd */
-    const char *rdzv_conf; /* --rdzv-conf, for etcd */
-} ctl_opts_t;
+typedef struct dl_ctl_opts_s ctl_opts_t;
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -54,70 +40,6 @@ static int code_of(int r)
     if (r == -ETIMEDOUT || r == -ECONNREFUSED || r == -EHOSTUNREACH || r == -ENETUNREACH)
         return 3;
     return 1;
-}
-
-static int parse(int argc, char **argv, ctl_opts_t *o)
-{
-    static char *positional[64];
-    memset(o, 0, sizeof(*o));
-    o->timeout = 10;
-    o->follow_timeout = -1;
-    o->args = positional;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--json") == 0) {
-            o->json = true;
-        } else if (strcmp(a, "--ranks") == 0) {
-            o->ranks = true;
-        } else if (strcmp(a, "--worker") == 0) {
-            o->worker = true;
-        } else if (strcmp(a, "--read-only") == 0) {
-            o->read_only = true;
-        } else if (strcmp(a, "--rdzv-backend") == 0 || strcmp(a, "--rdzv-conf") == 0 ||
-                   strncmp(a, "--rdzv-backend=", 15) == 0 || strncmp(a, "--rdzv-conf=", 12) == 0) {
-            const char *v = strchr(a, '=');
-            if (v != NULL)
-                v++;
-            else if (i + 1 >= argc)
-                return usage_error("option '%s' needs a value", a);
-            else
-                v = argv[++i];
-            if (a[7] == 'c') {
-                o->rdzv_conf = v;
-            } else if (strcmp(v, "etcd") == 0) {
-                o->etcd = true;
-            } else if (strcmp(v, "c10d") == 0 || strcmp(v, "static") == 0) {
-                o->etcd = false;
-            } else {
-                return usage_error("--rdzv-backend: '%s' is not c10d, static or etcd", v);
-            }
-        } else if (strcmp(a, "--expires") == 0 || strcmp(a, "--before") == 0) {
-            if (i + 1 >= argc)
-                return usage_error("option '%s' needs a value", a);
-            if (a[2] == 'e')
-                o->expires = argv[++i];
-            else
-                o->before = argv[++i];
-        } else if (strcmp(a, "--endpoint") == 0 || strcmp(a, "--token-file") == 0 ||
-                   strcmp(a, "--timeout") == 0) {
-            if (i + 1 >= argc)
-                return usage_error("option '%s' needs a value", a);
-            const char *v = argv[++i];
-            if (a[2] == 'e')
-                o->endpoint = v;
-            else if (a[2] == 't' && a[3] == 'o')
-                o->token_file = v;
-            else if (dl_parse_double(v, 0, 86400, &o->timeout) < 0)
-                return usage_error("--timeout: '%s' is not a number of seconds", v);
-            else
-                o->follow_timeout = o->timeout;
-        } else if (a[0] == '-' && a[1] != '\0' && !(a[1] >= '0' && a[1] <= '9')) {
-            return usage_error("unknown option '%s' (see dlaunch --help)", a);
-        } else if (o->nargs < 64) {
-            o->args[o->nargs++] = argv[i];
-        }
-    }
-    return 0;
 }
 
 static int load_token(const char *file, const char *file_env, dl_proto_token_t **ret)
@@ -336,7 +258,7 @@ static int etcd_opts(const ctl_opts_t *o, const char *run_id, dl_ctl_etcd_opts_t
     return 0;
 }
 
-static int control(const char *cmd, const ctl_opts_t *o)
+int dl__ctl_control(const char *cmd, const ctl_opts_t *o)
 {
     const char *where;
     const char *endpoint = control_endpoint(o, &where);
@@ -392,7 +314,7 @@ static int control(const char *cmd, const ctl_opts_t *o)
 
 /* Prints the job's events as JSON lines, from the start of the journal, until the job ends
  * (or, with --timeout, until nothing came for that long). */
-static int events(const ctl_opts_t *o)
+int dl__ctl_events(const char *cmd, const ctl_opts_t *o)
 {
     const char *where;
     const char *endpoint = control_endpoint(o, &where);
@@ -401,7 +323,7 @@ static int events(const ctl_opts_t *o)
     char err[512];
 
     if (o->nargs != 1)
-        return usage_error("%s needs the RUN_ID of the job", "events");
+        return usage_error("%s needs the RUN_ID of the job", cmd);
     if (o->etcd) {
         dl_ctl_etcd_opts_t eo;
         int r = etcd_opts(o, o->args[0], &eo);
@@ -441,8 +363,9 @@ static int events(const ctl_opts_t *o)
     return r;
 }
 
-static int kv(const ctl_opts_t *o)
+int dl__ctl_kv(const char *cmd, const ctl_opts_t *o)
 {
+    (void)cmd;
     const char *endpoint = o->endpoint ? o->endpoint : getenv("DLAUNCH_STORE");
     const char *run_id = getenv("TORCHELASTIC_RUN_ID");
     const char *op = o->nargs > 0 ? o->args[0] : "";
@@ -472,13 +395,13 @@ static int kv(const ctl_opts_t *o)
                        DL_PROTO_ROLE_WORKER, run_id, o->token_file, o->timeout, &c);
     if (r != 0)
         return r;
-    char **a = o->args + 1;
+    const char *const *a = o->args + 1;
     dl_rdzv_kv_req_t req = {.op = ops[which].type, .key = a[0]};
     long delta = 0;
     switch (ops[which].type) {
     case DL_PROTO_KV_WAIT:
         req.key = NULL;
-        req.keys = (const char *const *)a;
+        req.keys = a;
         req.nkeys = (size_t)n;
         req.timeout_ms = (long long)(o->timeout * 1000);
         break;
@@ -532,8 +455,9 @@ static int kv(const ctl_opts_t *o)
 /* Prints the key of job RUN_ID (or with --worker its workers' key) made from the token given:
  * what a site gives the user of one job, so that the job's agents, control commands and workers
  * hold nothing that reaches another job. */
-static int token(const ctl_opts_t *o)
+int dl__ctl_token(const char *cmd, const ctl_opts_t *o)
 {
+    (void)cmd;
     dl_proto_token_t *from = NULL, *key = NULL;
     char *text = NULL;
     int r;
@@ -606,8 +530,9 @@ static int token(const ctl_opts_t *o)
 /* Makes the rendezvous refuse every key of RUN_ID issued before --before (now by default), and
  * close the connections that hold one: the way to withdraw a key handed out, short of its
  * expiry. Needs the server's own token. */
-static int revoke_keys(const ctl_opts_t *o)
+int dl__ctl_revoke(const char *cmd, const ctl_opts_t *o)
 {
+    (void)cmd;
     const char *where;
     const char *endpoint = control_endpoint(o, &where);
     dl_rdzv_sync_t *c;
@@ -650,30 +575,4 @@ static int revoke_keys(const ctl_opts_t *o)
                dl_proto_time_text(before, when, sizeof(when)));
     json_decref(reply);
     return 0;
-}
-
-bool dl_ctl_is_command(const char *word)
-{
-    static const char *cmds[] = {"status", "stop", "restart", "events", "kv", "token", "revoke"};
-    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
-        if (strcmp(word, cmds[i]) == 0)
-            return true;
-    return false;
-}
-
-int dl_ctl_main(int argc, char **argv)
-{
-    ctl_opts_t o;
-    int r = parse(argc, argv, &o);
-    if (r != 0)
-        return r;
-    if (strcmp(argv[1], "kv") == 0)
-        return kv(&o);
-    if (strcmp(argv[1], "events") == 0)
-        return events(&o);
-    if (strcmp(argv[1], "token") == 0)
-        return token(&o);
-    if (strcmp(argv[1], "revoke") == 0)
-        return revoke_keys(&o);
-    return control(argv[1], &o);
 }

@@ -125,6 +125,8 @@ int main(int argc, char **argv)
     switch (action) {
     case DL_CONFIG_HELP:
         dl_config_print_help(stdout, "dlaunch");
+        printf("\n");
+        dl_ctl_print_commands(stdout);
         code = 0;
         break;
     case DL_CONFIG_VERSION:

@@ -162,15 +162,9 @@ void dl_job_spec_free(dl_job_spec_t *spec);
 /* Writes --help to the given stream (FILE * kept opaque to spare users stdio.h). */
 void dl_config_print_help(void *stream, const char *progname);
 
-/* Generated documentation from the option table: the man pages' option list (scdoc source),
- * the job spec's keys for dlaunch-jobspec(5), and the words of the shell completion. */
-typedef enum {
-    DL_CONFIG_MAN_FLAGS = 0,   /* scdoc: every flag with its help, variable and YAML key */
-    DL_CONFIG_MAN_KEYS,        /* scdoc: every YAML key with its help, flag and variable */
-    DL_CONFIG_MAN_WORDS,       /* every flag name, space-separated */
-    DL_CONFIG_MAN_VALUE_FLAGS, /* the flags that take a value, space-separated */
-} dl_config_man_t;
-void dl_config_print_man(void *stream, dl_config_man_t what);
+/* The job spec's option table (opt.h's dl_opt_table_t), for the generated documentation: the
+ * man pages' option list, the job spec's keys for dlaunch-jobspec(5), the shell completion. */
+const struct dl_opt_table_s *dl_config_options(void);
 
 /* Checked number parsing: the whole string must be a number within [min, max].
  * Returns 0 or -EINVAL (junk, empty) / -ERANGE. */

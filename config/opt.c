@@ -309,6 +309,17 @@ const dl_opt_type_t dl_opt_path = {"a path", parse_path, release_string, false};
 const dl_opt_type_t dl_opt_bool = {"a boolean (" DL_OPT_BOOL_WORDS ")", parse_bool, NULL, true};
 const dl_opt_type_t dl_opt_enum = {"one of the choices", parse_enum, NULL, false};
 
+static int parse_text(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
+{
+    if (*text == '\0' && o->min >= 1) {
+        snprintf(why, whylen, "must not be empty");
+        return -EINVAL;
+    }
+    *FIELD(o, obj, const char *) = text;
+    return 0;
+}
+const dl_opt_type_t dl_opt_text = {"a text", parse_text, NULL, false};
+
 static bool numeric(const dl_opt_type_t *t)
 {
     return t == &dl_opt_int || t == &dl_opt_uint || t == &dl_opt_u64 || t == &dl_opt_size ||
@@ -525,6 +536,33 @@ void dl_opt_unknown_vars(const dl_opt_table_t *t, char *const *envp,
 
 /* ---- Help ---------------------------------------------------------------------------------- */
 
+void dl_opt_print_item(void *stream, const char *lhs, const char *help)
+{
+    FILE *f = stream;
+    const size_t width = 80 - 33;
+    bool first = true;
+    /* A left side too wide for its column has the help start on the next line. */
+    if (strlen(lhs) > 30) {
+        fprintf(f, "  %s\n", lhs);
+        first = false;
+    }
+    do {
+        size_t take = strlen(help);
+        if (take > width) {
+            take = width;
+            while (take > 0 && help[take] != ' ')
+                take--;
+            if (take == 0)
+                take = width;
+        }
+        fprintf(f, "  %-30s %.*s\n", first ? lhs : "", (int)take, help);
+        first = false;
+        help += take;
+        while (*help == ' ')
+            help++;
+    } while (*help != '\0');
+}
+
 void dl_opt_print_help(const dl_opt_table_t *t, void *stream)
 {
     FILE *f = stream;
@@ -540,7 +578,7 @@ void dl_opt_print_help(const dl_opt_table_t *t, void *stream)
         n += snprintf(lhs + n, sizeof(lhs) - (size_t)n, "--%s", o->name);
         if (o->metavar != NULL)
             snprintf(lhs + n, sizeof(lhs) - (size_t)n, " %s", o->metavar);
-        fprintf(f, "  %-30s %s\n", lhs, o->help);
+        dl_opt_print_item(f, lhs, o->help);
         if (o->flags & DL_OPT_CLI_ONLY)
             continue;
         dl_opt_env_name(t, o, env, sizeof(env));

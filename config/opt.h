@@ -40,6 +40,9 @@ extern const dl_opt_type_t dl_opt_string; /* char *, owned; "" is refused */
 extern const dl_opt_type_t dl_opt_path;   /* char *, owned; "" means none (NULL) */
 extern const dl_opt_type_t dl_opt_bool;   /* bool */
 extern const dl_opt_type_t dl_opt_enum;   /* int: the index into choices */
+/* const char *, borrowed: points at the text given (an argv word, which outlives the settings),
+ * so nothing is copied or freed; min >= 1 refuses "". */
+extern const dl_opt_type_t dl_opt_text;
 
 enum {
     DL_OPT_FLAG = 1 << 0,     /* on the command line it takes no value: present means true */
@@ -48,6 +51,7 @@ enum {
     DL_OPT_HIDDEN = 1 << 3,   /* left out of --help */
     DL_OPT_IGNORED = 1 << 4,  /* accepted for torchrun's sake and warned about; no effect */
     DL_OPT_MARKS = 1 << 5,    /* setting it sets the bool at `mark` (given, as against default) */
+    DL_OPT_STOP = 1 << 6,     /* on the command line it ends the parse (--help, --version) */
 };
 
 struct dl_opt_s {
@@ -65,7 +69,7 @@ struct dl_opt_s {
     size_t mark; /* DL_OPT_MARKS */
 };
 
-typedef struct {
+typedef struct dl_opt_table_s {
     const dl_opt_t *opts;
     size_t n;
     /* "DLAUNCH_", "DLAUNCH_TRAIN_": the variables of this table begin so. */
@@ -126,9 +130,46 @@ void dl_opt_unknown_vars(const dl_opt_table_t *t, char *const *envp,
  * as_key: compare YAML keys, else flag names. */
 const dl_opt_t *dl_opt_closest(const dl_opt_table_t *t, const char *word, bool as_key);
 
-/* Writes the option list for --help to stream (a FILE *): flags, metavar, help, variables and
- * default, in table order. */
+/* Writes the option list for --help to stream (a FILE *): flags, metavar, help (wrapped to 80
+ * columns), variables and default, in table order. */
 void dl_opt_print_help(const dl_opt_table_t *t, void *stream);
+/* One line of such a list: lhs ("--name VALUE", "status RUN_ID") in a column of 30, help
+ * beside it wrapped at 80 columns (below it when lhs is wider). */
+void dl_opt_print_item(void *stream, const char *lhs, const char *help);
+
+/* The option list for a man page (scdoc source) or a shell completion, to stream (a FILE *). */
+typedef enum {
+    DL_OPT_MAN_FLAGS = 0,   /* every flag with its help, and its variable and YAML key if any */
+    DL_OPT_MAN_KEYS,        /* every YAML key with its help, flag and variable */
+    DL_OPT_MAN_SETTINGS,    /* every option by name with its default and help (the trainer's) */
+    DL_OPT_MAN_WORDS,       /* every flag name, space-separated */
+    DL_OPT_MAN_NAMES,       /* every option's name as it is, space-separated (the trainer's keys) */
+    DL_OPT_MAN_VALUE_FLAGS, /* the flags that take a value, space-separated */
+} dl_opt_man_t;
+void dl_opt_print_man(const dl_opt_table_t *t, void *stream, dl_opt_man_t what);
+
+/* ---- Command lines (config/optargv.c) ---- */
+
+typedef struct {
+    /* In: the command as typed, for errors and hints ("dlaunch status", "dlaunchd"); the words
+     * that are no options go to args, max_args at most. */
+    const char *prog;
+    const char **args;
+    size_t max_args;
+    /* Out: how many words went to args; the DL_OPT_STOP option that ended the parse, or NULL. */
+    size_t nargs;
+    const dl_opt_t *stopped_at;
+} dl_opt_argv_t;
+
+/* Reads argv[0..argc) against t, options and arguments in any order: --NAME, --NAME=VALUE,
+ * --NAME VALUE, -C and -C VALUE (names exact, '_' as '-'; DL_OPT_FLAG options take no value).
+ * A word that is "-" or '-' and a digit (a negative number) is an argument, not an option.
+ * Values go through dl_opt_set, so their errors name the flag. Returns 0, or -EINVAL (-ERANGE
+ * for a number out of range) with one line in err, which the caller begins with its program's
+ * name: an unknown option (with the closest as a hint), a value missing or given to a flag, a
+ * bad value, or an argument past max_args (none is dropped). */
+int dl_opt_parse_argv(const dl_opt_table_t *t, void *obj, int argc, char **argv,
+                      dl_opt_argv_t *a, char *err, size_t errlen);
 
 /* Copies s into buf (len bytes) so that it prints on one line, as it would be typed: control
  * characters as \n, \t or \xNN, and a backslash doubled. Errors quote user text through it. */

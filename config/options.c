@@ -555,6 +555,11 @@ static const char *const other_vars[] = {
     "DLAUNCH_SYSFS_ROOT", "DLAUNCH_PLUGIN_DIR", NULL,
 };
 
+const dl_opt_table_t *dl_config_options(void)
+{
+    return &dl__job_table;
+}
+
 const dl_opt_table_t dl__job_table = {dl__options, sizeof(dl__options) / sizeof(dl__options[0]),
                                       "DLAUNCH_", other_vars, true};
 

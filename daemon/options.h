@@ -20,18 +20,12 @@ typedef struct {
     const char *linger;            /* seconds a finished job still answers */
     const char *revocations;       /* the file `dlaunch revoke` is kept in; NULL: memory only */
     bool verbose;
+    bool help, version;
 } dl_daemon_args_t;
 
-typedef struct {
-    const char *name; /* without "--" */
-    char short_name;  /* or 0 */
-    const char *metavar; /* NULL: a flag without a value */
-    size_t offset;       /* into dl_daemon_args_t: a const char * field, or the bool of a flag */
-    const char *help;    /* with the default, where there is one */
-} dl_daemon_option_t;
-
-extern const dl_daemon_option_t dl_daemon_options[];
-extern const size_t dl_daemon_options_count;
+/* The table (config/opt.h): each option's flag, value, help and default; --help, -V/--version
+ * and the man page's list come from it. */
+extern const struct dl_opt_table_s dl_daemon_options;
 
 typedef enum {
     DL_DAEMON_RUN = 0,

@@ -7,6 +7,9 @@
  *   @JOBSPEC_KEYS@         the job spec's YAML keys (scdoc)  @DLAUNCH_VALUE_FLAGS@
  *   @DLAUNCHD_OPTIONS@     dlaunchd's options (scdoc)       @DLAUNCHD_WORDS@  @DLAUNCHD_VALUE_FLAGS@
  *   @TRAIN_SETTINGS@       the trainer's settings (scdoc)   @TRAIN_KEYS@      their keys
+ *   @DLAUNCH_COMMANDS@     the control commands with their options (scdoc)
+ *   @DLAUNCH_COMMAND_SYNOPSIS@  a synopsis line for each (scdoc)
+ *   @DLAUNCH_COMMAND_NAMES@     their names          @DLAUNCH_COMMAND_CASES@  their completion
  *   @VERSION@ */
 #include <errno.h>
 #include <stdio.h>
@@ -14,9 +17,12 @@
 #include <string.h>
 
 #include "config.h"
+#include "ctl.h"
+#include "opt.h"
 #include "options.h"
 #include "trainer.h"
 
+/* scdoc reads '*' and '_' as bold and underline, and '\\' as an escape. */
 static void scd_escaped(FILE *f, const char *s)
 {
     for (; *s != '\0'; s++) {
@@ -26,80 +32,75 @@ static void scd_escaped(FILE *f, const char *s)
     }
 }
 
-static void daemon_options(FILE *f, int mode)
+/* The control commands: a synopsis line each, or each with its help and then its options. */
+static void commands(FILE *f, bool synopsis)
 {
-    for (size_t i = 0; i < dl_daemon_options_count; i++) {
-        const dl_daemon_option_t *o = &dl_daemon_options[i];
-        if (mode == 1) {
-            fprintf(f, "--%s ", o->name);
-            if (o->short_name != 0)
-                fprintf(f, "-%c ", o->short_name);
+    size_t n;
+    const dl_ctl_command_t *c = dl_ctl_commands(&n);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(f, synopsis ? "*dlaunch* *%s* [_OPTIONS_] " : "## dlaunch %s [OPTIONS] ",
+                c[i].name);
+        scd_escaped(f, c[i].usage);
+        fprintf(f, "\n\n");
+        if (synopsis)
             continue;
-        }
-        if (mode == 2) {
-            if (o->metavar != NULL)
-                fprintf(f, "--%s ", o->name);
-            continue;
-        }
-        if (o->short_name != 0)
-            fprintf(f, "*-%c*, ", o->short_name);
-        fprintf(f, "*--");
-        scd_escaped(f, o->name);
-        fprintf(f, "*");
-        if (o->metavar != NULL) {
-            fprintf(f, " _");
-            scd_escaped(f, o->metavar);
-            fprintf(f, "_");
-        }
-        fprintf(f, "\n\t");
-        scd_escaped(f, o->help);
+        scd_escaped(f, c[i].help);
         fprintf(f, ".\n\n");
+        dl_opt_print_man(&c[i].options, f, DL_OPT_MAN_FLAGS);
     }
 }
 
-static void train_settings(FILE *f, bool words)
+/* The completion: the commands' names, and a case of the shell's `case` for each. */
+static void command_names(FILE *f)
 {
-    for (size_t i = 0; i < dl_train_settings.n; i++) {
-        const dl_opt_t *o = &dl_train_settings.opts[i];
-        const char *key = o->name, *def = o->def != NULL ? o->def : "", *help = o->help;
-        if (words) {
-            fprintf(f, "%s ", key);
-            continue;
-        }
-        fprintf(f, "*");
-        scd_escaped(f, key);
-        fprintf(f, "*");
-        if (def[0] != '\0') {
-            fprintf(f, " (default _");
-            scd_escaped(f, def);
-            fprintf(f, "_)");
-        }
-        fprintf(f, "\n\t");
-        scd_escaped(f, help);
-        fprintf(f, ".\n\n");
+    size_t n;
+    const dl_ctl_command_t *c = dl_ctl_commands(&n);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%s%s", i ? " " : "", c[i].name);
+}
+
+static void command_cases(FILE *f)
+{
+    size_t n;
+    const dl_ctl_command_t *c = dl_ctl_commands(&n);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(f, "    %s)\n        _dlaunch_command \"", c[i].name);
+        dl_opt_print_man(&c[i].options, f, DL_OPT_MAN_WORDS);
+        fprintf(f, "\" \"");
+        dl_opt_print_man(&c[i].options, f, DL_OPT_MAN_VALUE_FLAGS);
+        fprintf(f, "\"\n        return\n        ;;\n");
     }
 }
 
 static int expand(FILE *f, const char *name)
 {
-    if (strcmp(name, "DLAUNCH_FLAGS") == 0)
-        dl_config_print_man(f, DL_CONFIG_MAN_FLAGS);
-    else if (strcmp(name, "JOBSPEC_KEYS") == 0)
-        dl_config_print_man(f, DL_CONFIG_MAN_KEYS);
-    else if (strcmp(name, "DLAUNCH_WORDS") == 0)
-        dl_config_print_man(f, DL_CONFIG_MAN_WORDS);
-    else if (strcmp(name, "DLAUNCH_VALUE_FLAGS") == 0)
-        dl_config_print_man(f, DL_CONFIG_MAN_VALUE_FLAGS);
-    else if (strcmp(name, "DLAUNCHD_OPTIONS") == 0)
-        daemon_options(f, 0);
-    else if (strcmp(name, "DLAUNCHD_WORDS") == 0)
-        daemon_options(f, 1);
-    else if (strcmp(name, "DLAUNCHD_VALUE_FLAGS") == 0)
-        daemon_options(f, 2);
-    else if (strcmp(name, "TRAIN_SETTINGS") == 0)
-        train_settings(f, false);
-    else if (strcmp(name, "TRAIN_KEYS") == 0)
-        train_settings(f, true);
+    static const struct {
+        const char *name;
+        dl_opt_man_t what;
+        int table; /* 0 dlaunch, 1 dlaunchd, 2 the trainer */
+    } lists[] = {
+        {"DLAUNCH_FLAGS", DL_OPT_MAN_FLAGS, 0},       {"JOBSPEC_KEYS", DL_OPT_MAN_KEYS, 0},
+        {"DLAUNCH_WORDS", DL_OPT_MAN_WORDS, 0},       {"DLAUNCH_VALUE_FLAGS", DL_OPT_MAN_VALUE_FLAGS, 0},
+        {"DLAUNCHD_OPTIONS", DL_OPT_MAN_FLAGS, 1},    {"DLAUNCHD_WORDS", DL_OPT_MAN_WORDS, 1},
+        {"DLAUNCHD_VALUE_FLAGS", DL_OPT_MAN_VALUE_FLAGS, 1},
+        {"TRAIN_SETTINGS", DL_OPT_MAN_SETTINGS, 2},   {"TRAIN_KEYS", DL_OPT_MAN_NAMES, 2},
+    };
+    const dl_opt_table_t *tables[] = {dl_config_options(), &dl_daemon_options, &dl_train_settings};
+
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+        if (strcmp(name, lists[i].name) == 0) {
+            dl_opt_print_man(tables[lists[i].table], f, lists[i].what);
+            return 0;
+        }
+    }
+    if (strcmp(name, "DLAUNCH_COMMAND_CASES") == 0)
+        command_cases(f);
+    else if (strcmp(name, "DLAUNCH_COMMAND_NAMES") == 0)
+        command_names(f);
+    else if (strcmp(name, "DLAUNCH_COMMANDS") == 0)
+        commands(f, false);
+    else if (strcmp(name, "DLAUNCH_COMMAND_SYNOPSIS") == 0)
+        commands(f, true);
     else if (strcmp(name, "VERSION") == 0)
         fputs(DL_VERSION, f);
     else

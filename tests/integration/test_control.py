@@ -37,6 +37,58 @@ class Control(dltest.Case):
         self.assertIn("overflows", self.read("overflow.err"))
         self.assertTrue(self.read("wait.err").strip(), "a timed-out wait says so")
 
+    def test_an_argument_past_the_limit_is_refused_not_dropped(self):
+        # kv wait takes many keys, up to 64 arguments after `kv`: one more is a usage error
+        # that names the command and the limit, before anything is sent (the store here is a
+        # port nobody listens on: no connection is tried).
+        env = {"DLAUNCH_STORE": f"127.0.0.1:{dltest.free_port()}", "TORCHELASTIC_RUN_ID": "one"}
+        keys = [f"k{i}" for i in range(64)]
+        p = self.dlaunch("kv", "wait", *keys, env=env, check_code=2)
+        self.assertEqual(p.stderr, "dlaunch: too many arguments: dlaunch kv takes at most 64, "
+                                   "and 'k63' is one more\n")
+        self.assertEqual(p.stdout, "")
+        # At the limit every argument goes through: the store is asked (and is not there).
+        p = self.dlaunch("kv", "wait", *keys[:63], env=env)
+        self.assertEqual(p.returncode, 3, p.stderr)
+
+    def test_each_command_has_its_options_help_and_typo_hints(self):
+        # One table gives every control command its options, its --help and `dlaunch help`.
+        listing = self.dlaunch("help", check_code=0).stdout
+        overall = self.dlaunch("--help", check_code=0).stdout
+        self.assertIn(listing, overall)
+        want = {"status": ["--json", "--ranks", "--endpoint", "--timeout", "--rdzv-backend"],
+                "stop": ["--json", "--endpoint", "--token-file"],
+                "restart": ["--endpoint", "--token-file"],
+                "events": ["--endpoint", "--timeout"],
+                "kv": ["--endpoint", "--timeout"],
+                "token": ["--worker", "--read-only", "--expires", "--token-file"],
+                "revoke": ["--before", "--json", "--endpoint"]}
+        for cmd, flags in want.items():
+            self.assertIn(f"\n  {cmd} ", listing)
+            for ask in (["help", cmd], [cmd, "--help"], [cmd, "-h"]):
+                p = self.dlaunch(*ask, check_code=0)
+                self.assertTrue(p.stdout.startswith(f"Usage: dlaunch {cmd} [OPTIONS]"), p.stdout)
+                for flag in flags:
+                    self.assertIn(f"  {flag}", p.stdout, (cmd, flag))
+        self.assertNotIn("--ranks", self.dlaunch("token", "--help", check_code=0).stdout)
+        # A typo gets the closest option of that command; another command's option is refused.
+        p = self.dlaunch("status", "--jsn", "one", check_code=2)
+        self.assertEqual(p.stderr, "dlaunch: unknown option '--jsn' (did you mean --json? see "
+                                   "dlaunch status --help)\n")
+        p = self.dlaunch("token", "--ranks", "one", check_code=2)
+        self.assertEqual(p.stderr, "dlaunch: unknown option '--ranks' (see dlaunch token "
+                                   "--help)\n")
+        p = self.dlaunch("status", "--timeout", check_code=2)
+        self.assertEqual(p.stderr, "dlaunch: option '--timeout' needs a value (SECONDS)\n")
+        p = self.dlaunch("status", "--json=yes", check_code=2)
+        self.assertEqual(p.stderr, "dlaunch: option '--json' takes no value\n")
+        # events took --json (its lines are JSON anyway) and still does, unlisted.
+        self.assertNotIn("--json", self.dlaunch("events", "--help", check_code=0).stdout)
+        p = self.dlaunch("events", "--json", check_code=2)
+        self.assertEqual(p.stderr, "dlaunch: events needs the RUN_ID of the job\n")
+        p = self.dlaunch("help", "statsu", check_code=2)
+        self.assertIn("'statsu' is no control command", p.stderr)
+
     def test_kv_wait_defaults_to_10_seconds(self):
         # The documented default: a wait with no --timeout gives up after 10 s with exit 1.
         script = ('t0=$(date +%s); "$DL" kv wait never 2>/dev/null; rc=$?; '

@@ -186,6 +186,10 @@ class Endpoints(Base):
             ([dltest.DLAUNCHD, "--listen", "127.0.0.1:0", "--http", "0.0.0.0:0"],
              "dlaunchd: --http: refusing to serve HTTP on 0.0.0.0:0: only loopback is served"),
             ([dltest.DLAUNCHD, "--http"], "dlaunchd: option '--http' needs a value (ADDR:PORT)"),
+            ([dltest.DLAUNCHD, "--htpp", "127.0.0.1:0"],
+             "dlaunchd: unknown option '--htpp' (did you mean --http? see dlaunchd --help)"),
+            ([dltest.DLAUNCHD, "--listen="], "dlaunchd: --listen: must not be empty"),
+            ([dltest.DLAUNCHD, "--verbose=yes"], "dlaunchd: option '--verbose' takes no value"),
             ([dltest.DLAUNCH, "--http", "127.0.0.1:0", "--", "true"],
              "dlaunch: --http: only the node that hosts a rendezvous serves it"),
         ]

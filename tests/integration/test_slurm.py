@@ -240,9 +240,9 @@ exec {dltest.DLAUNCH} --nodes 1:2 --gpus-per-node 2 --heartbeat 0.2 --dead-after
             return ""
 
     def release_requeued(self, job_id, state):
-        """Slurm holds a requeued job back (Reason=BeginTime, measured at about two minutes
-        here) so that the last run's nodes can be cleaned; what dlaunch does starts after it,
-        so the tests let the job start at once instead of waiting that out."""
+        """Slurm holds a requeued job back (Reason=BeginTime: 121 s in the test cluster's
+        22.05) for the last run's nodes to be cleaned; nothing of dlaunch's happens in that
+        time, so the tests let the job start at once instead of waiting it out."""
         if "JobState=PENDING" in state and "Reason=BeginTime" in state:
             subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
                            capture_output=True, timeout=30)

@@ -405,9 +405,10 @@ class Torchrun(dltest.Case):
                    TORCHELASTIC_TIMER_FILE=os.path.join(self.dir, "torch.pipe"))
         started = time.monotonic()
         # --redirects 1 --tee 1: Debian's torch 1.13 on Python 3.11 fails on the default
-        # (test_torchrun_compare.py says why).
+        # (test_torchrun_compare.py says why). --monitor_interval 1: torch's agent looks at its
+        # workers every 5 s by default, which here is only waiting to see the killed rank gone.
         p = subprocess.run([TORCH_PYTHON, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                            "--redirects", "1", "--tee", "1",
+                            "--redirects", "1", "--tee", "1", "--monitor_interval", "1",
                             "--max_restarts=0", "--master_port", str(free_port()),
                             FILETIMER_PY, "overrun"], cwd=self.dir, env=env,
                            capture_output=True, text=True, timeout=120)

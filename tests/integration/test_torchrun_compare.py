@@ -55,8 +55,9 @@ def cases(touch):
                                                "--max_restarts=0", TOUCH_PY, "--fail"], {}
     yield "--standalone", [*base, "--nproc_per_node=4", "--standalone", TOUCH_PY,
                            f"--touch-file-dir={touch}"], {}
+    # --monitor_int=1, a prefix too: torchrun's default 5 s poll would be 5 s of nothing here.
     yield "prefixes: --nproc=2 --max_rest=0 --no_py", [
-        "--nproc=2", "--max_rest=0", "--no_py", TOUCH_SH, touch], {}
+        "--nproc=2", "--max_rest=0", "--monitor_int=1", "--no_py", TOUCH_SH, touch], {}
     yield "ambiguous prefix --no", ["--no", "--nproc_per_node=2", TOUCH_SH, touch], {}
     yield "c10d localhost:0, keep-alive keys", [
         *base, "--nproc_per_node=2", "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0",

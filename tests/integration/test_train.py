@@ -162,17 +162,23 @@ class Train(dltest.Case):
 
     # ---- Resume -----------------------------------------------------------------------------
 
-    STEPS = 1500
+    STEPS = 1000
     RESUME = {"steps": STEPS, "seed": 3, "checkpoint_every": 100, "eval_every": 500}
+
+    # The straight run is the same for both resume tests: whichever runs first trains it.
+    straight_run = None
 
     def uninterrupted(self):
         """The final checkpoint of a straight run of the resume tests' job (2 workers)."""
-        spec = self.job("straight.yaml", 2, {**self.RESUME, "dataset_dir": SUBSET,
-                                             "checkpoint_dir": "straight",
-                                             "summary_file": "straight.json"})
-        self.dlaunch("-q", "--run-id", "straight", spec, timeout=180, check_code=0)
-        with open(os.path.join(self.dir, "straight", f"ckpt-{self.STEPS:012d}.dlck"), "rb") as f:
-            return f.read(), self.summary("straight.json")
+        if Train.straight_run is None:
+            spec = self.job("straight.yaml", 2, {**self.RESUME, "dataset_dir": SUBSET,
+                                                 "checkpoint_dir": "straight",
+                                                 "summary_file": "straight.json"})
+            self.dlaunch("-q", "--run-id", "straight", spec, timeout=180, check_code=0)
+            path = os.path.join(self.dir, "straight", f"ckpt-{self.STEPS:012d}.dlck")
+            with open(path, "rb") as f:
+                Train.straight_run = f.read(), self.summary("straight.json")
+        return Train.straight_run
 
     def assert_ends_like(self, ckpt_dir, summary_file, straight):
         final, summary = straight
@@ -216,7 +222,7 @@ class Train(dltest.Case):
         spec = self.job("job.yaml", 2, {**self.RESUME, "dataset_dir": SUBSET,
                                         "checkpoint_dir": "ck", "summary_file": "job.json"})
         # Kill rank 0 from outside once it reports its first checkpoint, as an OOM killer or
-        # an operator would; the 1400 steps left take far longer than this reaction.
+        # an operator would; the 900 steps left take far longer than this reaction.
         p = self.start("--verbose", "--run-id", "first", "--events", self.events_path, spec)
         try:
             for line in p.stdout:

@@ -23,9 +23,10 @@ import torch.distributed as _dist
 from . import recorder as _rec
 from .beat import Beats
 from .recorder import Recorder
+from .recover import Recoverable, RecoveryFailed
 from .stacks import Stacks
 
-__all__ = ["watch", "step", "Watch"]
+__all__ = ["watch", "step", "Watch", "Recoverable", "RecoveryFailed"]
 
 # torch.distributed's public calls and how the recorder names them.
 _WRAPPED = {

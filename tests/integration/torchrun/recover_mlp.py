@@ -1,0 +1,78 @@
+"""A small DDP job (gloo, CPU, one thread, fixed seeds) in dlaunch.torch.Recoverable's loop, for
+test_torch_recovery.py.
+
+    recover_mlp.py OUT_DIR EPOCHS [kill_rank=R] [hang_rank=R] [at_step=K] [ckpt_every=N]
+
+kill_rank=R: rank R SIGKILLs itself in step K's backward pass (before its gradients reach the
+all-reduce), once in the job (a marker file in OUT_DIR). hang_rank=R: rank R sleeps forever
+before step K's backward, once. ckpt_every=N: rank 0 writes a checkpoint every N steps, and a
+rank that starts with no state (job.steps == 0) reads it when there is one, saying so: in-job
+recovery must never get there. Each process leaves OUT_DIR/start-RANK-PID as it starts; at the
+end each rank writes its parameters' bytes to OUT_DIR/params-RANK.bin and says
+"rank R pid P done S steps"."""
+import os
+import signal
+import sys
+import time
+
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import dlaunch.torch
+
+
+def main() -> None:
+    out, epochs = sys.argv[1], int(sys.argv[2])
+    opts = dict(a.split("=", 1) for a in sys.argv[3:])
+    kill_rank = int(opts.get("kill_rank", -1))
+    hang_rank = int(opts.get("hang_rank", -1))
+    at_step = int(opts.get("at_step", 10))
+    ckpt_every = int(opts.get("ckpt_every", 0))
+    torch.set_num_threads(1)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    open(os.path.join(out, f"start-{rank}-{os.getpid()}"), "w").close()
+    data = torch.Generator().manual_seed(1)
+    x = torch.randn(1536, 32, generator=data)
+    y = torch.randint(0, 10, (1536,), generator=data)
+    dataset = TensorDataset(x, y)
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=7)
+    loader = DataLoader(dataset, batch_size=16, sampler=sampler)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    job = dlaunch.torch.Recoverable(net, opt, sampler=sampler)
+    ckpt = os.path.join(out, "checkpoint.pt")
+    if job.steps == 0 and os.path.exists(ckpt):
+        saved = torch.load(ckpt)
+        net.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        print(f"rank {rank}: loaded checkpoint at step {saved['steps']}", flush=True)
+    for xb, yb in job.batches(loader, epochs=epochs):
+        with job.step():
+            once = os.path.join(out, "fault-done")
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(job.model(xb), yb)
+            if job.steps == at_step and not os.path.exists(once):
+                if rank == kill_rank:
+                    open(once, "w").close()
+                    loss.register_hook(lambda g: os.kill(os.getpid(), signal.SIGKILL))
+                elif rank == hang_rank:
+                    open(once, "w").close()
+                    print(f"rank {rank}: hanging before step {at_step}'s backward", flush=True)
+                    while True:
+                        time.sleep(3600)
+            loss.backward()
+            opt.step()
+        if rank == 0 and ckpt_every > 0 and job.steps % ckpt_every == 0:
+            torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(),
+                        "steps": job.steps}, ckpt + ".tmp")
+            os.replace(ckpt + ".tmp", ckpt)
+    with open(os.path.join(out, f"params-{rank}.bin"), "wb") as f:
+        for p in net.parameters():
+            f.write(p.detach().numpy().tobytes())
+    print(f"rank {rank} pid {os.getpid()} done {job.steps} steps, {job.recoveries} recoveries",
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""In-job recovery of a PyTorch DDP job (docs/recovery.md, "PyTorch"), with Debian's python3-torch
+(CPU, gloo), the real dlaunch and dlaunch.torch.Recoverable around a small MLP (fixed seeds, one
+thread a worker, torchrun/recover_mlp.py): one node, three workers, `--recovery in-job`. A rank
+SIGKILLed in a step's backward pass, and a rank hung before it (killed by the agent after
+--health-timeout): the other ranks keep their processes, a replacement takes the state from a
+living replica, nobody reads the checkpoint the job writes, the job exits 0 and the final
+parameters are bitwise those of an uninterrupted run. Skipped where python3-torch is not
+installed."""
+import os
+import re
+import unittest
+
+import dltest
+from test_python import PACKAGE, TORCH_PYTHON, have_torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "torchrun", "recover_mlp.py")
+WORLD = 3
+EPOCHS = "2"  # 64 steps of 16 samples a rank
+
+
+@unittest.skipUnless(have_torch(), "python3-torch is not installed")
+class TorchRecovery(dltest.Case):
+    reference: bytes = b""
+
+    def run_job(self, name, *script_args, opts=()):
+        out = os.path.join(self.dir, name)
+        os.mkdir(out)
+        p = self.dlaunch("--run-id", name, "--events", self.events_path, "--nproc-per-node",
+                         str(WORLD), "--recovery", "in-job", "--max-restarts", "3", *opts, "--",
+                         TORCH_PYTHON, SCRIPT, out, EPOCHS, *script_args, timeout=600,
+                         env={"PYTHONPATH": PACKAGE})
+        return p, out
+
+    def params(self, out, rank=0):
+        with open(os.path.join(out, f"params-{rank}.bin"), "rb") as f:
+            return f.read()
+
+    def uninterrupted(self):
+        """The parameters of the same job with no fault (computed once for the class)."""
+        if not TorchRecovery.reference:
+            p, out = self.run_job("reference")
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            TorchRecovery.reference = self.params(out)
+            os.remove(self.events_path)
+        return TorchRecovery.reference
+
+    def starts(self, out):
+        """rank -> the pids that started as it."""
+        got = {}
+        for name in os.listdir(out):
+            m = re.fullmatch(r"start-(\d+)-(\d+)", name)
+            if m:
+                got.setdefault(int(m.group(1)), []).append(int(m.group(2)))
+        return got
+
+    def assert_recovered(self, p, out, failed_rank):
+        text = p.stdout + p.stderr
+        self.assertEqual(p.returncode, 0, text)
+        # The living ranks are the processes that started the job; the failed one started twice.
+        starts = self.starts(out)
+        self.assertEqual(sorted(starts), list(range(WORLD)), starts)
+        for rank, pids in starts.items():
+            self.assertEqual(len(pids), 2 if rank == failed_rank else 1, starts)
+            if rank != failed_rank:
+                self.assertIn(f"rank {rank} pid {pids[0]} done 64 steps, 1 recoveries", text)
+        # The job writes checkpoints; a recovery in-job never reads one.
+        self.assertTrue(os.path.exists(os.path.join(out, "checkpoint.pt")))
+        self.assertNotIn("loaded checkpoint", text)
+        self.assertRegex(text, r"in-job recovery 1: going on at step 20 in a group of 3 with "
+                               r"rank 0's state .*no checkpoint read")
+        rec = [e for e in self.events() if e["event"] == "recovery"]
+        self.assertEqual([e["status"] for e in rec], ["started", "done"], rec)
+        self.assertEqual((rec[1]["step"], rec[1]["source"], rec[1]["source_rank"],
+                          rec[1]["replaced"]), (20, "replica", 0, [failed_rank]), rec)
+        # Every rank ends with the bits of the run that nothing interrupted.
+        for rank in range(WORLD):
+            self.assertEqual(self.params(out, rank), self.uninterrupted(), f"rank {rank}")
+
+    def test_a_rank_killed_in_its_backward_pass_is_replaced_in_job(self):
+        reference = self.uninterrupted()
+        self.assertTrue(reference)
+        p, out = self.run_job("kill", "kill_rank=1", "at_step=20", "ckpt_every=10")
+        self.assertIn("rank 1 (pid", p.stderr)
+        self.assertRegex(p.stderr, r"rank 1 \(pid \d+\) was killed by SIGKILL")
+        self.assert_recovered(p, out, 1)
+
+    def test_a_hung_rank_is_killed_and_replaced_in_job(self):
+        self.uninterrupted()
+        p, out = self.run_job("hang", "hang_rank=2", "at_step=20", "ckpt_every=10",
+                              opts=("--health-timeout", "4"))
+        self.assertIn("rank 2: hanging before step 20's backward", p.stdout + p.stderr)
+        hung = [e for e in self.events() if e["event"] == "worker_hung"]
+        self.assertEqual([e["rank"] for e in hung], [2], hung)
+        self.assert_recovered(p, out, 2)
+
+
+if __name__ == "__main__":
+    dltest.main()

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Iterator
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DistributedSampler
 
 from . import recorder as _rec
 from .beat import Beats
@@ -382,11 +383,25 @@ class Recoverable:
         if not took and not fresh and world != old_world:
             # A batch is one per rank: with another world, the same samples consumed in all.
             self.batch = (self.batch * old_world + world - 1) // world
-        if self.sampler is not None:
-            for attr, v in (("rank", rank), ("num_replicas", world)):
-                if hasattr(self.sampler, attr):
-                    setattr(self.sampler, attr, v)
+        self._resample(rank, world)
         self.model = self._ddp(pg)
+
+    def _resample(self, rank: int, world: int) -> None:
+        """The sampler's share for this rank of this world."""
+        sm = self.sampler
+        if sm is None or (getattr(sm, "rank", rank), getattr(sm, "num_replicas", world)) == \
+                (rank, world):
+            return
+        if isinstance(sm, DistributedSampler):
+            # Its sizes come from its constructor: made again, the epoch kept.
+            epoch = sm.epoch
+            sm.__init__(sm.dataset, num_replicas=world, rank=rank,  # type: ignore[misc]
+                        shuffle=sm.shuffle, seed=sm.seed, drop_last=sm.drop_last)
+            sm.set_epoch(epoch)
+            return
+        for attr, v in (("rank", rank), ("num_replicas", world)):
+            if hasattr(sm, attr):
+                setattr(sm, attr, v)
 
     def _ddp(self, pg: Any) -> DistributedDataParallel:
         """The DDP wrapper, its gradient buckets laid out the same in every group: DDP lays

@@ -5,12 +5,20 @@ SIGKILLed in a step's backward pass, and a rank hung before it (killed by the ag
 --health-timeout): the other ranks keep their processes, a replacement takes the state from a
 living replica, nobody reads the checkpoint the job writes, the job exits 0 and the final
 parameters are bitwise those of an uninterrupted run. Skipped where python3-torch is not
-installed."""
+installed.
+
+Over two nodes (two agents on 127.0.0.1, two workers each): a rank SIGKILLed, the same bits; a
+node's agent SIGKILLed with --nodes 1:2, the other node's ranks go on alone (world 4 -> 2) with
+their own processes and no checkpoint read."""
 import os
 import re
+import signal
+import subprocess
+import time
 import unittest
 
 import dltest
+from dltest import free_port
 from test_python import PACKAGE, TORCH_PYTHON, have_torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,6 +101,84 @@ class TorchRecovery(dltest.Case):
         hung = [e for e in self.events() if e["event"] == "worker_hung"]
         self.assertEqual([e["rank"] for e in hung], [2], hung)
         self.assert_recovered(p, out, 2)
+
+
+
+@unittest.skipUnless(have_torch(), "python3-torch is not installed")
+class TorchRecoveryTwoNodes(dltest.Case):
+    reference: bytes = b""
+
+    def start_job(self, name, nodes, epochs, *script_args):
+        out = os.path.join(self.dir, name)
+        os.mkdir(out)
+        endpoint = f"127.0.0.1:{free_port()}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+        env["PYTHONPATH"] = PACKAGE
+        procs = []
+        for i in range(2):
+            with open(os.path.join(self.dir, f"{name}.node{i}.log"), "w") as log:
+                procs.append(subprocess.Popen(
+                    [dltest.DLAUNCH, "--nodes", nodes, "--nproc-per-node", "2",
+                     "--rdzv-endpoint", endpoint, "--run-id", name, "--node-rank", str(i),
+                     "--recovery", "in-job", "--max-restarts", "3", "--",
+                     TORCH_PYTHON, SCRIPT, out, epochs, *script_args],
+                    cwd=self.dir, env=env, stdout=log, stderr=subprocess.STDOUT))
+        return procs, out
+
+    def finish(self, name, procs):
+        codes = [p.wait(timeout=600) for p in procs]
+        text = "".join(self.read(f"{name}.node{i}.log") for i in range(2))
+        return codes, text
+
+    def params(self, out, rank=0):
+        with open(os.path.join(out, f"params-{rank}.bin"), "rb") as f:
+            return f.read()
+
+    def starts(self, out):
+        return TorchRecovery.starts(self, out)  # type: ignore[arg-type]
+
+    def test_a_killed_rank_is_replaced_across_nodes_with_the_same_bits(self):
+        procs, ref = self.start_job("reference", "2", EPOCHS)
+        codes, text = self.finish("reference", procs)
+        self.assertEqual(codes, [0, 0], text)
+        procs, out = self.start_job("kill", "2", EPOCHS, "kill_rank=3", "at_step=20",
+                                    "ckpt_every=10")
+        codes, text = self.finish("kill", procs)
+        self.assertEqual(codes, [0, 0], text)
+        starts = self.starts(out)
+        self.assertEqual({r: len(p) for r, p in starts.items()}, {0: 1, 1: 1, 2: 1, 3: 2})
+        for rank in range(3):
+            self.assertIn(f"rank {rank} pid {starts[rank][0]} done 48 steps, 1 recoveries", text)
+        self.assertNotIn("loaded checkpoint", text)
+        self.assertRegex(text, r"in-job recovery 1: going on at step 20 in a group of 4")
+        for rank in range(4):
+            self.assertEqual(self.params(out, rank), self.params(ref), f"rank {rank}")
+
+    def test_a_lost_node_shrinks_the_world_and_the_others_go_on(self):
+        procs, out = self.start_job("lost", "1:2", "6", "ckpt_every=10")
+        try:
+            deadline = time.monotonic() + 300
+            while not os.path.exists(os.path.join(out, "checkpoint.pt")):
+                self.assertLess(time.monotonic(), deadline, "no step 10 in 300 s")
+                self.assertIsNone(procs[0].poll())
+                time.sleep(0.1)
+            procs[1].send_signal(signal.SIGKILL)  # node 1's agent; its workers die with it
+            procs[1].wait(timeout=60)
+        except BaseException:
+            for p in procs:
+                p.kill()
+            raise
+        code = procs[0].wait(timeout=600)
+        text = self.read("lost.node0.log")
+        self.assertEqual(code, 0, text)
+        starts = self.starts(out)
+        self.assertEqual({r: len(p) for r, p in starts.items()}, {0: 1, 1: 1, 2: 1, 3: 1})
+        self.assertRegex(text, r"in-job recovery 1: going on at step \d+ in a group of 2 with "
+                               r"rank 0's state")
+        for rank in range(2):
+            self.assertRegex(text, rf"rank {rank} pid {starts[rank][0]} done \d+ steps, "
+                                   rf"1 recoveries")
+        self.assertNotIn("loaded checkpoint", text)
 
 
 if __name__ == "__main__":

@@ -31,11 +31,11 @@ EPOCHS = "2"  # 64 steps of 16 samples a rank
 class TorchRecovery(dltest.Case):
     reference: bytes = b""
 
-    def run_job(self, name, *script_args, opts=()):
+    def run_job(self, name, *script_args, opts=(), mode="in-job"):
         out = os.path.join(self.dir, name)
         os.mkdir(out)
         p = self.dlaunch("--run-id", name, "--events", self.events_path, "--nproc-per-node",
-                         str(WORLD), "--recovery", "in-job", "--max-restarts", "3", *opts, "--",
+                         str(WORLD), "--recovery", mode, "--max-restarts", "3", *opts, "--",
                          TORCH_PYTHON, SCRIPT, out, EPOCHS, *script_args, timeout=600,
                          env={"PYTHONPATH": PACKAGE})
         return p, out
@@ -101,6 +101,16 @@ class TorchRecovery(dltest.Case):
         hung = [e for e in self.events() if e["event"] == "worker_hung"]
         self.assertEqual([e["rank"] for e in hung], [2], hung)
         self.assert_recovered(p, out, 2)
+
+    def test_the_same_loop_under_restart_mode_restarts_and_reads_its_checkpoint(self):
+        p, out = self.run_job("restart", "kill_rank=1", "at_step=20", "ckpt_every=10",
+                              mode="restart")
+        text = p.stdout + p.stderr
+        self.assertEqual(p.returncode, 0, text)
+        self.assertEqual({r: len(p) for r, p in self.starts(out).items()}, {0: 2, 1: 2, 2: 2})
+        for rank in range(WORLD):
+            self.assertIn(f"rank {rank}: loaded checkpoint at step 20", text)
+        self.assertNotIn("in-job recovery", text)
 
 
 

@@ -227,7 +227,7 @@ class Recoverable:
         self._channel.send(f"hello gen={gen} rank={self.rank} pid={os.getpid()}")
         if gen > 0:  # a replacement: the living ranks wait for it in the group it just formed
             self._channel.send(f"recovered gen={gen} rank={self.rank} step={self.steps} was=-1 "
-                               f"source={self.source} ms=0")
+                               f"source={-1 if self.source is None else self.source} ms=0")
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -355,7 +355,7 @@ class Recoverable:
         self._redo = False
         self.recoveries += 1
         self._channel.send(f"recovered gen={gen} rank={self.rank} step={self.steps} was={was} "
-                           f"source={self.source} ms={ms:.0f}")
+                           f"source={-1 if self.source is None else self.source} ms={ms:.0f}")
         if self.rank == 0:
             _say(f"in-job recovery {self.recoveries}: going on at step {self.steps} in a group "
                  f"of {self.world} with rank {self.source}'s state (model, optimizer, sampler "

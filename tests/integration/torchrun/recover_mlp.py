@@ -2,12 +2,15 @@
 test_torch_recovery.py.
 
     recover_mlp.py OUT_DIR EPOCHS [kill_rank=R] [hang_rank=R] [at_step=K] [ckpt_every=N]
+                   [progress=1]
 
 kill_rank=R: rank R SIGKILLs itself in step K's backward pass (before its gradients reach the
 all-reduce), once in the job (a marker file in OUT_DIR). hang_rank=R: rank R sleeps forever
 before step K's backward, once. ckpt_every=N: rank 0 writes a checkpoint every N steps, and a
 rank that starts with no state (job.steps == 0) reads it when there is one, saying so: in-job
-recovery must never get there. Each process leaves OUT_DIR/start-RANK-PID as it starts; at the
+recovery must never get there (the checkpoint holds the step and the sampler's position too, as a
+real job's would). progress=1: rank 0 says "progress step=S mono=T" after each step (T: its
+CLOCK_MONOTONIC, for bench/faults.py). Each process leaves OUT_DIR/start-RANK-PID as it starts; at the
 end each rank writes its parameters' bytes to OUT_DIR/params-RANK.bin and says
 "rank R pid P done S steps"."""
 import os
@@ -28,6 +31,7 @@ def main() -> None:
     hang_rank = int(opts.get("hang_rank", -1))
     at_step = int(opts.get("at_step", 10))
     ckpt_every = int(opts.get("ckpt_every", 0))
+    progress = opts.get("progress") == "1"
     torch.set_num_threads(1)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     open(os.path.join(out, f"start-{rank}-{os.getpid()}"), "w").close()
@@ -46,6 +50,7 @@ def main() -> None:
         saved = torch.load(ckpt)
         net.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
+        job.steps, job.epoch, job.batch = saved["steps"], saved["epoch"], saved["batch"]
         print(f"rank {rank}: loaded checkpoint at step {saved['steps']}", flush=True)
     for xb, yb in job.batches(loader, epochs=epochs):
         with job.step():
@@ -63,9 +68,12 @@ def main() -> None:
                         time.sleep(3600)
             loss.backward()
             opt.step()
+        if rank == 0 and progress:
+            print(f"progress step={job.steps} mono={time.monotonic():.6f}", flush=True)
         if rank == 0 and ckpt_every > 0 and job.steps % ckpt_every == 0:
             torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(),
-                        "steps": job.steps}, ckpt + ".tmp")
+                        "steps": job.steps, "epoch": job.epoch, "batch": job.batch},
+                       ckpt + ".tmp")
             os.replace(ckpt + ".tmp", ckpt)
     with open(os.path.join(out, f"params-{rank}.bin"), "wb") as f:
         for p in net.parameters():

@@ -7,7 +7,8 @@ living replica, nobody reads the checkpoint the job writes, the job exits 0 and 
 parameters are bitwise those of an uninterrupted run. Skipped where python3-torch is not
 installed.
 
-Over two nodes (two agents on 127.0.0.1, two workers each): a rank SIGKILLed, the same bits; a
+Over two nodes (two agents on 127.0.0.1, two workers each): a rank SIGKILLed and a rank hung, the
+same bits; a
 node's agent SIGKILLed with --nodes 1:2, the other node's ranks go on alone (world 4 -> 2) with
 their own processes and no checkpoint read."""
 import os
@@ -118,7 +119,7 @@ class TorchRecovery(dltest.Case):
 class TorchRecoveryTwoNodes(dltest.Case):
     reference: bytes = b""
 
-    def start_job(self, name, nodes, epochs, *script_args):
+    def start_job(self, name, nodes, epochs, *script_args, opts=()):
         out = os.path.join(self.dir, name)
         os.mkdir(out)
         endpoint = f"127.0.0.1:{free_port()}"
@@ -130,7 +131,7 @@ class TorchRecoveryTwoNodes(dltest.Case):
                 procs.append(subprocess.Popen(
                     [dltest.DLAUNCH, "--nodes", nodes, "--nproc-per-node", "2",
                      "--rdzv-endpoint", endpoint, "--run-id", name, "--node-rank", str(i),
-                     "--recovery", "in-job", "--max-restarts", "3", "--",
+                     "--recovery", "in-job", "--max-restarts", "3", *opts, "--",
                      TORCH_PYTHON, SCRIPT, out, epochs, *script_args],
                     cwd=self.dir, env=env, stdout=log, stderr=subprocess.STDOUT))
         return procs, out
@@ -147,22 +148,45 @@ class TorchRecoveryTwoNodes(dltest.Case):
     def starts(self, out):
         return TorchRecovery.starts(self, out)  # type: ignore[arg-type]
 
+    def reference_params(self):
+        if not TorchRecoveryTwoNodes.reference:
+            procs, ref = self.start_job("reference", "2", EPOCHS)
+            codes, text = self.finish("reference", procs)
+            self.assertEqual(codes, [0, 0], text)
+            TorchRecoveryTwoNodes.reference = self.params(ref)
+        return TorchRecoveryTwoNodes.reference
+
+    def assert_replaced(self, out, text, failed_rank):
+        starts = self.starts(out)
+        self.assertEqual({r: len(p) for r, p in starts.items()},
+                         {r: 2 if r == failed_rank else 1 for r in range(4)})
+        for rank in range(4):
+            if rank != failed_rank:
+                self.assertIn(f"rank {rank} pid {starts[rank][0]} done 48 steps, 1 recoveries",
+                              text)
+        self.assertNotIn("loaded checkpoint", text)
+        self.assertRegex(text, r"in-job recovery 1: going on at step 20 in a group of 4")
+        for rank in range(4):
+            self.assertEqual(self.params(out, rank), self.reference_params(), f"rank {rank}")
+
     def test_a_killed_rank_is_replaced_across_nodes_with_the_same_bits(self):
-        procs, ref = self.start_job("reference", "2", EPOCHS)
-        codes, text = self.finish("reference", procs)
-        self.assertEqual(codes, [0, 0], text)
+        self.reference_params()
         procs, out = self.start_job("kill", "2", EPOCHS, "kill_rank=3", "at_step=20",
                                     "ckpt_every=10")
         codes, text = self.finish("kill", procs)
         self.assertEqual(codes, [0, 0], text)
-        starts = self.starts(out)
-        self.assertEqual({r: len(p) for r, p in starts.items()}, {0: 1, 1: 1, 2: 1, 3: 2})
-        for rank in range(3):
-            self.assertIn(f"rank {rank} pid {starts[rank][0]} done 48 steps, 1 recoveries", text)
-        self.assertNotIn("loaded checkpoint", text)
-        self.assertRegex(text, r"in-job recovery 1: going on at step 20 in a group of 4")
-        for rank in range(4):
-            self.assertEqual(self.params(out, rank), self.params(ref), f"rank {rank}")
+        self.assert_replaced(out, text, 3)
+
+    def test_a_hung_rank_is_killed_and_replaced_across_nodes_with_the_same_bits(self):
+        self.reference_params()
+        procs, out = self.start_job("hang", "2", EPOCHS, "hang_rank=1", "at_step=20",
+                                    "ckpt_every=10", opts=("--health-timeout", "4"))
+        codes, text = self.finish("hang", procs)
+        self.assertEqual(codes, [0, 0], text)
+        self.assertIn("rank 1: hanging before step 20's backward", text)
+        self.assertRegex(text, r"rank 1 \(pid \d+\) sent no health beat for [0-9.]+s: it is "
+                               r"hung; killing it")
+        self.assert_replaced(out, text, 1)
 
     def test_a_lost_node_shrinks_the_world_and_the_others_go_on(self):
         procs, out = self.start_job("lost", "1:2", "6", "ckpt_every=10")

@@ -8,9 +8,8 @@ parameters are bitwise those of an uninterrupted run. Skipped where python3-torc
 installed.
 
 Over two nodes (two agents on 127.0.0.1, two workers each): a rank SIGKILLed and a rank hung, the
-same bits; a
-node's agent SIGKILLed with --nodes 1:2, the other node's ranks go on alone (world 4 -> 2) with
-their own processes and no checkpoint read."""
+same bits; a node's agent SIGKILLed with --nodes 1:2, the other node's ranks go on alone (world
+4 -> 2) with their own processes and no checkpoint read."""
 import os
 import re
 import signal

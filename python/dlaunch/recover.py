@@ -44,9 +44,10 @@ __all__ = ["Recoverable", "RecoveryFailed"]
 # Store keys of generation G live under this prefix (docs/recovery.md: a group's keys of its own).
 STORE_PREFIX = "dlaunch/torch/gen"
 
-# What a gloo operation says when its group broke under it: a peer gone, or our own abort.
-_BROKEN_WORDS = ("Connection closed", "Connection reset", "Broken pipe", "Socket", "gloo",
-                 "connection", "Timed out", "timed out")
+# What a gloo operation says when its group broke under it (a peer gone, or our own abort):
+# gloo's exceptions name its source file ("[../gloo/transport/tcp/pair.cc:589] Read error ...").
+# Anything else raised in a step is the step's own error and goes up as it is.
+_BROKEN_WORDS = ("gloo/", "Connection reset by peer", "Connection closed by peer")
 
 
 class RecoveryFailed(RuntimeError):
@@ -228,6 +229,7 @@ class Recoverable:
         if gen > 0:  # a replacement: the living ranks wait for it in the group it just formed
             self._channel.send(f"recovered gen={gen} rank={self.rank} step={self.steps} was=-1 "
                                f"source={-1 if self.source is None else self.source} ms=0")
+            self._say_going_on(gen, " (this rank's replacement)")
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -356,10 +358,14 @@ class Recoverable:
         self.recoveries += 1
         self._channel.send(f"recovered gen={gen} rank={self.rank} step={self.steps} was={was} "
                            f"source={-1 if self.source is None else self.source} ms={ms:.0f}")
-        if self.rank == 0:
-            _say(f"in-job recovery {self.recoveries}: going on at step {self.steps} in a group "
-                 f"of {self.world} with rank {self.source}'s state (model, optimizer, sampler "
-                 f"position, RNG, step; no checkpoint read), {ms:.0f} ms after the group broke")
+        self._say_going_on(gen, f", {ms:.0f} ms after the group broke")
+
+    def _say_going_on(self, gen: int, after: str) -> None:
+        """Rank 0's line, whether it lived on or is the replacement."""
+        if self.rank == 0 and self.source is not None:
+            _say(f"in-job recovery to generation {gen}: going on at step {self.steps} in a "
+                 f"group of {self.world} with rank {self.source}'s state (model, optimizer, "
+                 f"sampler position, RNG, step; no checkpoint read){after}")
 
     def _form(self, gen: int, rank: int, world: int, addr: str, port: int, fresh: bool) -> None:
         old_world = self.world

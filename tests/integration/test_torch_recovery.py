@@ -62,7 +62,7 @@ class TorchRecovery(dltest.Case):
                 got.setdefault(int(m.group(1)), []).append(int(m.group(2)))
         return got
 
-    def assert_recovered(self, p, out, failed_rank):
+    def assert_recovered(self, p, out, failed_rank, source=0):
         text = p.stdout + p.stderr
         self.assertEqual(p.returncode, 0, text)
         # The living ranks are the processes that started the job; the failed one started twice.
@@ -75,12 +75,12 @@ class TorchRecovery(dltest.Case):
         # The job writes checkpoints; a recovery in-job never reads one.
         self.assertTrue(os.path.exists(os.path.join(out, "checkpoint.pt")))
         self.assertNotIn("loaded checkpoint", text)
-        self.assertRegex(text, r"in-job recovery 1: going on at step 20 in a group of 3 with "
-                               r"rank 0's state .*no checkpoint read")
+        self.assertRegex(text, rf"in-job recovery to generation 1: going on at step 20 in a "
+                               rf"group of 3 with rank {source}'s state .*no checkpoint read")
         rec = [e for e in self.events() if e["event"] == "recovery"]
         self.assertEqual([e["status"] for e in rec], ["started", "done"], rec)
         self.assertEqual((rec[1]["step"], rec[1]["source"], rec[1]["source_rank"],
-                          rec[1]["replaced"]), (20, "replica", 0, [failed_rank]), rec)
+                          rec[1]["replaced"]), (20, "replica", source, [failed_rank]), rec)
         # Every rank ends with the bits of the run that nothing interrupted.
         for rank in range(WORLD):
             self.assertEqual(self.params(out, rank), self.uninterrupted(), f"rank {rank}")
@@ -101,6 +101,16 @@ class TorchRecovery(dltest.Case):
         hung = [e for e in self.events() if e["event"] == "worker_hung"]
         self.assertEqual([e["rank"] for e in hung], [2], hung)
         self.assert_recovered(p, out, 2)
+
+    def test_an_error_of_the_step_s_own_goes_up_and_its_rank_is_replaced(self):
+        # Not the group's breakage: Recoverable lets it through (the traceback, exit 1), and the
+        # agent replaces the rank as it would a killed one.
+        self.uninterrupted()
+        p, out = self.run_job("raise", "raise_rank=0", "at_step=20", "ckpt_every=10")
+        self.assertRegex(p.stdout + p.stderr, r"RuntimeError: rank 0: a bug of the script's own "
+                                              r"in step 20")
+        self.assertRegex(p.stderr, r"rank 0 \(pid \d+\) exited with code 1")
+        self.assert_recovered(p, out, 0, source=1)
 
     def test_the_same_loop_under_restart_mode_restarts_and_reads_its_checkpoint(self):
         p, out = self.run_job("restart", "kill_rank=1", "at_step=20", "ckpt_every=10",
@@ -164,7 +174,8 @@ class TorchRecoveryTwoNodes(dltest.Case):
                 self.assertIn(f"rank {rank} pid {starts[rank][0]} done 48 steps, 1 recoveries",
                               text)
         self.assertNotIn("loaded checkpoint", text)
-        self.assertRegex(text, r"in-job recovery 1: going on at step 20 in a group of 4")
+        self.assertRegex(text, r"in-job recovery to generation 1: going on at step 20 in a "
+                               r"group of 4")
         for rank in range(4):
             self.assertEqual(self.params(out, rank), self.reference_params(), f"rank {rank}")
 
@@ -206,8 +217,8 @@ class TorchRecoveryTwoNodes(dltest.Case):
         self.assertEqual(code, 0, text)
         starts = self.starts(out)
         self.assertEqual({r: len(p) for r, p in starts.items()}, {0: 1, 1: 1, 2: 1, 3: 1})
-        self.assertRegex(text, r"in-job recovery 1: going on at step \d+ in a group of 2 with "
-                               r"rank 0's state")
+        self.assertRegex(text, r"in-job recovery to generation 1: going on at step \d+ in a "
+                               r"group of 2 with rank 0's state")
         for rank in range(2):
             self.assertRegex(text, rf"rank {rank} pid {starts[rank][0]} done \d+ steps, "
                                    rf"1 recoveries")

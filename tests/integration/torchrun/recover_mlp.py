@@ -1,18 +1,19 @@
 """A small DDP job (gloo, CPU, one thread, fixed seeds) in dlaunch.torch.Recoverable's loop, for
 test_torch_recovery.py.
 
-    recover_mlp.py OUT_DIR EPOCHS [kill_rank=R] [hang_rank=R] [at_step=K] [ckpt_every=N]
-                   [progress=1]
+    recover_mlp.py OUT_DIR EPOCHS [kill_rank=R] [hang_rank=R] [raise_rank=R] [at_step=K]
+                   [ckpt_every=N] [progress=1]
 
-kill_rank=R: rank R SIGKILLs itself in step K's backward pass (before its gradients reach the
-all-reduce), once in the job (a marker file in OUT_DIR). hang_rank=R: rank R sleeps forever
-before step K's backward, once. ckpt_every=N: rank 0 writes a checkpoint every N steps, and a
-rank that starts with no state (job.steps == 0) reads it when there is one, saying so: in-job
-recovery must never get there (the checkpoint holds the step and the sampler's position too, as a
-real job's would). progress=1: rank 0 says "progress step=S mono=T" after each step (T: its
-CLOCK_MONOTONIC, for bench/faults.py). Each process leaves OUT_DIR/start-RANK-PID as it starts; at the
-end each rank writes its parameters' bytes to OUT_DIR/params-RANK.bin and says
-"rank R pid P done S steps"."""
+kill_rank=R: rank R SIGKILLs itself in step K's backward pass (before its gradients reach the all-
+reduce), once in the job (a marker file in OUT_DIR). hang_rank=R: rank R sleeps forever before step
+K's backward, once. raise_rank=R: rank R raises a RuntimeError of its own in step K's forward pass,
+once (the process exits 1 with its traceback). ckpt_every=N: rank 0 writes a checkpoint every N
+steps, and a rank that starts with no state (job.steps == 0) reads it when there is one, saying so:
+in-job recovery must never get there (the checkpoint holds the step and the sampler's position too,
+as a real job's would). progress=1: rank 0 says "progress step=S mono=T" after each step (T: its
+CLOCK_MONOTONIC, for bench/faults.py). Each process leaves OUT_DIR/start-RANK-PID as it starts; at
+the end each rank writes its parameters' bytes to OUT_DIR/params-RANK.bin and says "rank R pid P
+done S steps"."""
 import os
 import signal
 import sys
@@ -29,6 +30,7 @@ def main() -> None:
     opts = dict(a.split("=", 1) for a in sys.argv[3:])
     kill_rank = int(opts.get("kill_rank", -1))
     hang_rank = int(opts.get("hang_rank", -1))
+    raise_rank = int(opts.get("raise_rank", -1))
     at_step = int(opts.get("at_step", 10))
     ckpt_every = int(opts.get("ckpt_every", 0))
     progress = opts.get("progress") == "1"
@@ -66,6 +68,9 @@ def main() -> None:
                     print(f"rank {rank}: hanging before step {at_step}'s backward", flush=True)
                     while True:
                         time.sleep(3600)
+                elif rank == raise_rank:
+                    open(once, "w").close()
+                    raise RuntimeError(f"rank {rank}: a bug of the script's own in step {at_step}")
             loss.backward()
             opt.step()
         if rank == 0 and progress:

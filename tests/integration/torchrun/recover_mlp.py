@@ -4,15 +4,15 @@ test_torch_recovery.py.
     recover_mlp.py OUT_DIR EPOCHS [kill_rank=R] [hang_rank=R] [raise_rank=R] [at_step=K]
                    [ckpt_every=N] [progress=1]
 
-kill_rank=R: rank R SIGKILLs itself in step K's backward pass (before its gradients reach the all-
-reduce), once in the job (a marker file in OUT_DIR). hang_rank=R: rank R sleeps forever before step
-K's backward, once. raise_rank=R: rank R raises a RuntimeError of its own in step K's forward pass,
-once (the process exits 1 with its traceback). ckpt_every=N: rank 0 writes a checkpoint every N
-steps, and a rank that starts with no state (job.steps == 0) reads it when there is one, saying so:
-in-job recovery must never get there (the checkpoint holds the step and the sampler's position too,
-as a real job's would). progress=1: rank 0 says "progress step=S mono=T" after each step (T: its
-CLOCK_MONOTONIC, for bench/faults.py). Each process leaves OUT_DIR/start-RANK-PID as it starts; at
-the end each rank writes its parameters' bytes to OUT_DIR/params-RANK.bin and says "rank R pid P
+kill_rank=R: rank R SIGKILLs itself in step K's backward pass (before its gradients reach the
+all-reduce), once in the job (a marker file in OUT_DIR). hang_rank=R: rank R sleeps forever before
+step K's backward, once. raise_rank=R: rank R raises a RuntimeError of its own in step K's forward
+pass, once (the process exits 1 with its traceback). ckpt_every=N: rank 0 writes a checkpoint every
+N steps, and a rank that starts with no state (job.steps == 0) reads it when there is one, saying
+so: in-job recovery must never get there (the checkpoint holds the step and the sampler's position
+too, as a real job's would). progress=1: rank 0 says "progress step=S mono=T" after each step (T:
+its CLOCK_MONOTONIC, for bench/faults.py). Each process leaves OUT_DIR/start-RANK-PID as it starts;
+at the end each rank writes its parameters' bytes to OUT_DIR/params-RANK.bin and says "rank R pid P
 done S steps"."""
 import os
 import signal

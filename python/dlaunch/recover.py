@@ -39,7 +39,7 @@ from . import recorder as _rec
 from .beat import Beats
 from .recorder import Recorder
 
-__all__ = ["Recoverable", "RecoveryFailed"]
+__all__ = ["Recoverable", "RecoveryFailed", "wait_as_spare"]
 
 # Store keys of generation G live under this prefix (docs/recovery.md: a group's keys of its own).
 STORE_PREFIX = "dlaunch/torch/gen"
@@ -69,6 +69,36 @@ def _socket_fds() -> dict[int, str]:
         if link.startswith("socket:"):
             found[int(name)] = link
     return found
+
+
+def wait_as_spare() -> None:
+    """A hot spare (DLAUNCH_SPARE=1, docs/recovery.md): waits, with the program's imports
+    loaded, until the agent gives it a failed rank's place and that rank's environment; exits
+    when the agent stops it instead."""
+    if os.environ.get("DLAUNCH_SPARE") != "1":
+        return
+    ctl = socket.socket(fileno=int(os.environ["DLAUNCH_CONTROL_FD"]))
+    _say(f"spare waiting for a rank's place (pid {os.getpid()}), its imports loaded")
+    buf = b""
+    try:
+        while True:
+            data = ctl.recv(65536)
+            if not data:
+                os._exit(0)  # the agent went, or stopped the attempt: nothing to do
+            buf += data
+            while b"\n" in buf:
+                raw, buf = buf.split(b"\n", 1)
+                line = raw.decode(errors="replace")
+                if line.startswith("env ") and "=" in line:
+                    name, _, value = line[4:].partition("=")
+                    os.environ[name] = value
+                elif line.startswith("assign"):
+                    os.environ.pop("DLAUNCH_SPARE", None)
+                    return
+                elif line == "stop":
+                    os._exit(0)
+    finally:
+        ctl.detach()  # the descriptor stays: Recoverable's channel is the same one
 
 
 class _Group:

@@ -2,10 +2,11 @@
 test_torch_recovery.py.
 
     recover_mlp.py OUT_DIR EPOCHS [kill_rank=R] [hang_rank=R] [raise_rank=R] [at_step=K]
-                   [ckpt_every=N] [progress=1]
+                   [ckpt_every=N] [progress=1] [wait_spare=1]
 
 kill_rank=R: rank R SIGKILLs itself in step K's backward pass (before its gradients reach the
-all-reduce), once in the job (a marker file in OUT_DIR). hang_rank=R: rank R sleeps forever before
+all-reduce), once in the job (a marker file in OUT_DIR); with wait_spare=1, only once its node's spare 0 says in
+its log that it waits. hang_rank=R: rank R sleeps forever before
 step K's backward, once. raise_rank=R: rank R raises a RuntimeError of its own in step K's forward
 pass, once (the process exits 1 with its traceback). ckpt_every=N: rank 0 writes a checkpoint every
 N steps, and a rank that starts with no state (job.steps == 0) reads it when there is one, saying
@@ -23,6 +24,17 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import dlaunch.torch
+
+
+def wait_for_spare() -> None:
+    """Until this node's spare says it waits (its imports loaded), in its log."""
+    path = os.path.join(os.environ["DLAUNCH_ATTEMPT_DIR"], "spare_0.err")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if os.path.exists(path) and "spare waiting" in open(path).read():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"no spare waiting in {path}")
 
 
 def main() -> None:
@@ -62,6 +74,8 @@ def main() -> None:
             if job.steps == at_step and not os.path.exists(once):
                 if rank == kill_rank:
                     open(once, "w").close()
+                    if opts.get("wait_spare") == "1":
+                        wait_for_spare()
                     loss.register_hook(lambda g: os.kill(os.getpid(), signal.SIGKILL))
                 elif rank == hang_rank:
                     open(once, "w").close()

@@ -102,6 +102,31 @@ class TorchRecovery(dltest.Case):
         self.assertEqual([e["rank"] for e in hung], [2], hung)
         self.assert_recovered(p, out, 2)
 
+    def assert_spare_took(self, p, out, rank):
+        """rank's replacement is the process of the spare started before the fault, and
+        another spare started behind it."""
+        text = p.stdout + p.stderr
+        pids = [int(x) for x in re.findall(r"spare 0 started \(pid (\d+)\)", text)]
+        self.assertGreaterEqual(len(pids), 2, text)
+        self.assertRegex(text, rf"rank {rank}'s place goes to spare 0 \(pid {pids[0]}, waiting")
+        self.assertIn(pids[0], self.starts(out)[rank])
+        took = [e for e in self.events() if e["event"] == "worker_start" and e.get("spare")]
+        self.assertEqual([(e["rank"], e["pid"]) for e in took], [(rank, pids[0])], took)
+
+    def test_a_killed_rank_s_place_goes_to_a_waiting_spare(self):
+        self.uninterrupted()
+        p, out = self.run_job("spare-kill", "kill_rank=1", "at_step=20", "ckpt_every=10",
+                              "wait_spare=1", opts=("--spares", "1"))
+        self.assert_recovered(p, out, 1)
+        self.assert_spare_took(p, out, 1)
+
+    def test_a_hung_rank_s_place_goes_to_a_spare(self):
+        self.uninterrupted()
+        p, out = self.run_job("spare-hang", "hang_rank=2", "at_step=20", "ckpt_every=10",
+                              opts=("--health-timeout", "4", "--spares", "1"))
+        self.assert_recovered(p, out, 2)
+        self.assert_spare_took(p, out, 2)
+
     def test_an_error_of_the_step_s_own_goes_up_and_its_rank_is_replaced(self):
         # Not the group's breakage: Recoverable lets it through (the traceback, exit 1), and the
         # agent replaces the rank as it would a killed one.
@@ -187,6 +212,19 @@ class TorchRecoveryTwoNodes(dltest.Case):
         self.assertEqual(codes, [0, 0], text)
         self.assert_replaced(out, text, 3)
 
+    def test_a_killed_rank_s_place_goes_to_its_node_s_spare_across_nodes(self):
+        self.reference_params()
+        procs, out = self.start_job("spare", "2", EPOCHS, "kill_rank=3", "at_step=20",
+                                    "ckpt_every=10", "wait_spare=1", opts=("--spares", "1"))
+        codes, text = self.finish("spare", procs)
+        self.assertEqual(codes, [0, 0], text)
+        self.assert_replaced(out, text, 3)
+        pids = [int(x) for x in re.findall(r"\[agent node=1\] spare 0 started \(pid (\d+)\)",
+                                           text)]
+        self.assertGreaterEqual(len(pids), 2, text)
+        self.assertIn(pids[0], self.starts(out)[3])
+        self.assertRegex(text, rf"rank 3's place goes to spare 0 \(pid {pids[0]}, waiting")
+
     def test_a_hung_rank_is_killed_and_replaced_across_nodes_with_the_same_bits(self):
         self.reference_params()
         procs, out = self.start_job("hang", "2", EPOCHS, "hang_rank=1", "at_step=20",
@@ -199,7 +237,8 @@ class TorchRecoveryTwoNodes(dltest.Case):
         self.assert_replaced(out, text, 1)
 
     def test_a_lost_node_shrinks_the_world_and_the_others_go_on(self):
-        procs, out = self.start_job("lost", "1:2", "6", "ckpt_every=10")
+        # With a spare on each node: node 0's waits through it all and goes at the end.
+        procs, out = self.start_job("lost", "1:2", "6", "ckpt_every=10", opts=("--spares", "1"))
         try:
             deadline = time.monotonic() + 300
             while not os.path.exists(os.path.join(out, "checkpoint.pt")):
@@ -223,6 +262,16 @@ class TorchRecoveryTwoNodes(dltest.Case):
             self.assertRegex(text, rf"rank {rank} pid {starts[rank][0]} done \d+ steps, "
                                    rf"1 recoveries")
         self.assertNotIn("loaded checkpoint", text)
+
+
+
+class SparesNeedInJob(dltest.Case):
+    def test_spares_without_in_job_recovery_are_refused_in_one_line(self):
+        p = self.dlaunch("--spares", "1", "--nproc-per-node", "2", "--", "true")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertEqual(p.stderr.strip().splitlines(),
+                         ["dlaunch: --spares 1 needs --recovery in-job: a spare only takes the "
+                          "place of a rank that failed in a job that goes on"])
 
 
 if __name__ == "__main__":

@@ -357,6 +357,25 @@ static unsigned console_streams(const dl_agent_t *a, const dl__worker_t *w)
     return echo;
 }
 
+/* A spare has no rank until it takes one: a program that does not wait as a spare (only
+ * dlaunch.torch does) finds no RANK and stops at once, instead of joining the job as rank -1. */
+static void drop_rank_vars(char **envp)
+{
+    static const char *const names[] = {"RANK=", "LOCAL_RANK=", "ROLE_RANK=", "GROUP_RANK=",
+                                        NULL};
+    char **out = envp;
+    for (char **e = envp; *e != NULL; e++) {
+        bool drop = false;
+        for (const char *const *n = names; *n != NULL && !drop; n++)
+            drop = strncmp(*e, *n, strlen(*n)) == 0;
+        if (drop)
+            free(*e);
+        else
+            *out++ = *e;
+    }
+    *out = NULL;
+}
+
 /* Starts one worker; returns 0 or -errno (then nothing of it is left running). restart_count
  * is its TORCHELASTIC_RESTART_COUNT: the attempt, or for an in-job replacement the restarts
  * spent so far. */
@@ -379,6 +398,8 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart
     if (r < 0)
         return r;
     r = build_env(a, w, attempt, restart_count, control, &envp);
+    if (r == 0 && w->spare)
+        drop_rank_vars(envp);
     if (r < 0) {
         dl__rec_channel_close(w);
         if (control >= 0)

@@ -266,12 +266,22 @@ class TorchRecoveryTwoNodes(dltest.Case):
 
 
 class SparesNeedInJob(dltest.Case):
+    """--spares where no spare could wait: refused before anything starts."""
+
     def test_spares_without_in_job_recovery_are_refused_in_one_line(self):
         p = self.dlaunch("--spares", "1", "--nproc-per-node", "2", "--", "true")
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertEqual(p.stderr.strip().splitlines(),
                          ["dlaunch: --spares 1 needs --recovery in-job: a spare only takes the "
                           "place of a rank that failed in a job that goes on"])
+
+    def test_spares_for_the_bundled_trainer_are_refused_in_one_line(self):
+        trainer = os.path.join(os.path.dirname(dltest.DLAUNCH), "..", "trainer", "dlaunch-train")
+        p = self.dlaunch("--spares", "1", "--nproc-per-node", "2", "--", trainer)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertEqual(p.stderr.strip().splitlines(),
+                         ["dlaunch: --spares 1: the bundled trainer does not wait as a spare "
+                          "(only PyTorch programs with dlaunch.torch do; docs/recovery.md)"])
 
 
 if __name__ == "__main__":

@@ -114,7 +114,8 @@ void dl__agent_sigkill(dl_agent_t *a, dl__worker_t *w)
 
 static void kill_workers(dl_agent_t *a, int sig)
 {
-    dl__spares_kill(a); /* they hold no state: killed at once, whatever the signal */
+    if (sig != SIGCONT)
+        dl__spares_kill(a); /* they hold no state: killed at once, whatever the stop signal */
     for (int i = 0; i < a->nworkers; i++) {
         dl__worker_t *w = &a->workers[i];
         if (w->pid > 0 && sig == SIGKILL)

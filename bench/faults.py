@@ -369,8 +369,8 @@ def run_in(args, root):
     # one for those.
     baselines = {}
     for hosts in (False, True):
-        if hosts and not any(kw.get("hosts") for name, _, kw, _ in SCENARIOS
-                             if not args.only or name in args.only):
+        if not any(bool(kw.get("hosts")) == hosts for name, _, kw, _ in SCENARIOS
+                   if not args.only or name in args.only):
             continue
         job, _ = make_job({"hosts": hosts}, subset, root)
         try:

@@ -1,6 +1,8 @@
 """bench/faults' PyTorch rows: tests/integration/torchrun/recover_mlp.py (a small DDP MLP in
 dlaunch.torch.Recoverable's loop, gloo, one thread a worker) on 2 agents x 2 workers, rank 3
-SIGKILLed from outside at step FAULT_STEP, under `--recovery restart` and `--recovery in-job`.
+SIGKILLed from outside at step FAULT_STEP, under `--recovery restart`, `--recovery in-job` and
+`--recovery in-job --spares 1` (rows "in-job+spare": the kill waits until node 1's spare
+says it waits).
 Its figures are bench/faults' (train_ms: the kill -> rank 0 completes the step after the one
 training went on from; steps_lost: the last step completed before that minus the one it went on
 from;
@@ -18,7 +20,8 @@ SCRIPT = os.path.join(ROOT, "tests", "integration", "torchrun", "recover_mlp.py"
 PACKAGE = os.path.join(ROOT, "python")
 TORCH_PYTHON = "/usr/bin/python3"
 FAULT_STEP = 40
-EPOCHS = "4"        # 96 steps of 16 samples a rank on 4 ranks
+EPOCHS = "20"       # 480 steps of 16 samples a rank on 4 ranks
+STEP_MS = "10"      # each step stretched, so that a spare is up (seconds) long before the end
 CKPT_EVERY = "25"   # restart mode goes back to step 25
 
 
@@ -32,6 +35,8 @@ def have_torch():
 
 class TorchJob:
     def __init__(self, root, name, mode, port):
+        spares = mode.endswith("+spare")
+        mode = mode.removesuffix("+spare")
         self.dir = os.path.join(root, name)
         self.out = os.path.join(self.dir, "out")
         os.makedirs(self.out)
@@ -45,8 +50,9 @@ class TorchJob:
                     [os.environ["DLAUNCH"], "--nodes", "2", "--nproc-per-node", "2",
                      "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-id", name,
                      "--node-rank", str(i), "--recovery", mode, "--max-restarts", "3",
-                     "--heartbeat", "0.2", "--dead-after", "1", "--",
-                     TORCH_PYTHON, SCRIPT, self.out, EPOCHS, "progress=1",
+                     "--heartbeat", "0.2", "--dead-after", "1",
+                     *(["--spares", "1"] if spares else []), "--",
+                     TORCH_PYTHON, SCRIPT, self.out, EPOCHS, "progress=1", f"step_ms={STEP_MS}",
                      f"ckpt_every={CKPT_EVERY}"],
                     cwd=self.dir, env=env, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True))
@@ -68,6 +74,15 @@ class TorchJob:
                 break
             time.sleep(0.05)
         raise RuntimeError(f"no step {step}: {self.text()[-2000:]}")
+
+    def wait_spare(self, timeout=300):
+        """Until node 1's spare waits, its imports loaded."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if re.search(r"\[node1 spare 0\] dlaunch: spare waiting", self.text()):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"no spare waiting: {self.text()[-2000:]}")
 
     def pid_of(self, rank):
         pids = [int(n.split("-")[2]) for n in os.listdir(self.out)
@@ -92,6 +107,8 @@ def worker_kill(root, name, mode, port, baseline):
     job = TorchJob(root, name, mode, port)
     try:
         job.wait_step(FAULT_STEP)
+        if mode.endswith("+spare"):
+            job.wait_spare()
         t = time.monotonic()
         os.kill(job.pid_of(3), signal.SIGKILL)
         codes = job.wait()
@@ -116,6 +133,8 @@ def rows(args, free_port, summarize):
     """The rows of every mode args.recovery names, medians of args.runs runs, or one row a mode
     saying why none ran."""
     modes = ["restart", "in-job"] if args.recovery == "both" else [args.recovery]
+    if "in-job" in modes:
+        modes.append("in-job+spare")
     name = "torch_worker_sigkill"
     if not have_torch():
         return [{"scenario": name, "recovery": m, "skipped": "needs python3-torch"}

@@ -2,19 +2,19 @@
 test_torch_recovery.py.
 
     recover_mlp.py OUT_DIR EPOCHS [kill_rank=R] [hang_rank=R] [raise_rank=R] [at_step=K]
-                   [ckpt_every=N] [progress=1] [wait_spare=1]
+                   [ckpt_every=N] [progress=1] [wait_spare=1] [step_ms=M]
 
 kill_rank=R: rank R SIGKILLs itself in step K's backward pass (before its gradients reach the
-all-reduce), once in the job (a marker file in OUT_DIR); with wait_spare=1, only once its node's spare 0 says in
-its log that it waits. hang_rank=R: rank R sleeps forever before
-step K's backward, once. raise_rank=R: rank R raises a RuntimeError of its own in step K's forward
-pass, once (the process exits 1 with its traceback). ckpt_every=N: rank 0 writes a checkpoint every
-N steps, and a rank that starts with no state (job.steps == 0) reads it when there is one, saying
-so: in-job recovery must never get there (the checkpoint holds the step and the sampler's position
-too, as a real job's would). progress=1: rank 0 says "progress step=S mono=T" after each step (T:
-its CLOCK_MONOTONIC, for bench/faults.py). Each process leaves OUT_DIR/start-RANK-PID as it starts;
-at the end each rank writes its parameters' bytes to OUT_DIR/params-RANK.bin and says "rank R pid P
-done S steps"."""
+all-reduce), once in the job (a marker file in OUT_DIR); with wait_spare=1, only once its node's
+spare 0 says in its log that it waits. hang_rank=R: rank R sleeps forever before step K's backward,
+once. raise_rank=R: rank R raises a RuntimeError of its own in step K's forward pass, once (the
+process exits 1 with its traceback). ckpt_every=N: rank 0 writes a checkpoint every N steps, and a
+rank that starts with no state (job.steps == 0) reads it when there is one, saying so: in-job
+recovery must never get there (the checkpoint holds the step and the sampler's position too, as a
+real job's would). progress=1: rank 0 says "progress step=S mono=T" after each step (T: its
+CLOCK_MONOTONIC, for bench/faults.py). step_ms=M: every rank sleeps M ms in each step, a longer
+job. Each process leaves OUT_DIR/start-RANK-PID as it starts; at the end each rank writes its
+parameters' bytes to OUT_DIR/params-RANK.bin and says "rank R pid P done S steps"."""
 import os
 import signal
 import sys
@@ -46,6 +46,7 @@ def main() -> None:
     at_step = int(opts.get("at_step", 10))
     ckpt_every = int(opts.get("ckpt_every", 0))
     progress = opts.get("progress") == "1"
+    step_s = float(opts.get("step_ms", 0)) / 1e3
     torch.set_num_threads(1)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     open(os.path.join(out, f"start-{rank}-{os.getpid()}"), "w").close()
@@ -85,6 +86,8 @@ def main() -> None:
                 elif rank == raise_rank:
                     open(once, "w").close()
                     raise RuntimeError(f"rank {rank}: a bug of the script's own in step {at_step}")
+            if step_s > 0:
+                time.sleep(step_s)
             loss.backward()
             opt.step()
         if rank == 0 and progress:

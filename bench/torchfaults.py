@@ -152,7 +152,8 @@ def rows(args, free_port, summarize):
         for i in range(args.runs):
             for m in modes:  # taking turns, as the other scenarios do
                 try:
-                    runs[m].append(worker_kill(root, f"{m}-{i}", m, free_port(), baseline))
+                    runs[m].append(worker_kill(root, f"{m.replace('+', '-')}-{i}", m,
+                                                  free_port(), baseline))
                 except Exception as e:  # a run that breaks is a failed run, not a crash
                     runs[m].append({"passed": False, "error": str(e)[-300:]})
         return [summarize(name, runs[m], args, m) for m in modes]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import gc
 import io
+import itertools
 import os
 import queue
 import random
@@ -271,8 +272,11 @@ class Recoverable:
             if self.sampler is not None and hasattr(self.sampler, "set_epoch"):
                 self.sampler.set_epoch(self.epoch)
             it = iter(loader)
-            for _ in range(self.batch):
-                next(it)
+            if sum(1 for _ in itertools.islice(it, self.batch)) < self.batch:
+                # The position is past this epoch's end (a checkpoint of a smaller world).
+                self.epoch += 1
+                self.batch = 0
+                continue
             restarted = False
             for batch in it:
                 if self._pending():

@@ -65,7 +65,9 @@ def main() -> None:
         saved = torch.load(ckpt)
         net.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
-        job.steps, job.epoch, job.batch = saved["steps"], saved["epoch"], saved["batch"]
+        # Its batches are the saving world's, one per rank: the same samples in this one.
+        job.steps, job.epoch = saved["steps"], saved["epoch"]
+        job.batch = saved["batch"] * saved["world"] // world
         print(f"rank {rank}: loaded checkpoint at step {saved['steps']}", flush=True)
     for xb, yb in job.batches(loader, epochs=epochs):
         with job.step():
@@ -94,7 +96,8 @@ def main() -> None:
             print(f"progress step={job.steps} mono={time.monotonic():.6f}", flush=True)
         if rank == 0 and ckpt_every > 0 and job.steps % ckpt_every == 0:
             torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(),
-                        "steps": job.steps, "epoch": job.epoch, "batch": job.batch},
+                        "steps": job.steps, "epoch": job.epoch, "batch": job.batch,
+                        "world": job.world},
                        ckpt + ".tmp")
             os.replace(ckpt + ".tmp", ckpt)
     with open(os.path.join(out, f"params-{rank}.bin"), "wb") as f:

@@ -114,6 +114,8 @@ void dl__agent_sigkill(dl_agent_t *a, dl__worker_t *w)
 
 static void kill_workers(dl_agent_t *a, int sig)
 {
+    if (sig != SIGCONT)
+        dl__spares_kill(a); /* they hold no state: killed at once, whatever the stop signal */
     for (int i = 0; i < a->nworkers; i++) {
         dl__worker_t *w = &a->workers[i];
         if (w->pid > 0 && sig == SIGKILL)
@@ -175,6 +177,7 @@ static int build_env(dl_agent_t *a, const dl__worker_t *w, int attempt, int rest
         .recovery = dl__rec_in_job(a) ? "in-job" : "restart",
         .control_fd = control_fd >= 0 ? DL_SPAWN_CONTROL_FD : -1,
         .group_gen = a->gen,
+        .spare = w->spare,
         .role = a->spec->role,
         .error_file = error_file,
         .python_exec = a->spec->python_exec != NULL ? a->command_path : NULL,
@@ -302,6 +305,13 @@ static void on_log_write_failed(void *ctx, const char *path, int err)
  * life, even when an elastic job shrinks to one node. */
 static void worker_prefix(const dl_agent_t *a, const dl__worker_t *w, char *buf, size_t len)
 {
+    if (w->spare) {
+        if (a->remote)
+            snprintf(buf, len, "[node%d spare %d] ", a->node_rank, -1 - w->rank);
+        else
+            snprintf(buf, len, "[spare %d] ", -1 - w->rank);
+        return;
+    }
     if (a->prefix_template[0] == '\0') {
         if (a->remote)
             snprintf(buf, len, "[node%d rank %d] ", a->node_rank, w->rank);
@@ -348,6 +358,25 @@ static unsigned console_streams(const dl_agent_t *a, const dl__worker_t *w)
     return echo;
 }
 
+/* A spare has no rank until it takes one: a program that does not wait as a spare (only
+ * dlaunch.torch does) finds no RANK and stops at once, instead of joining the job as rank -1. */
+static void drop_rank_vars(char **envp)
+{
+    static const char *const names[] = {"RANK=", "LOCAL_RANK=", "ROLE_RANK=", "GROUP_RANK=",
+                                        NULL};
+    char **out = envp;
+    for (char **e = envp; *e != NULL; e++) {
+        bool drop = false;
+        for (const char *const *n = names; *n != NULL && !drop; n++)
+            drop = strncmp(*e, *n, strlen(*n)) == 0;
+        if (drop)
+            free(*e);
+        else
+            *out++ = *e;
+    }
+    *out = NULL;
+}
+
 /* Starts one worker; returns 0 or -errno (then nothing of it is left running). restart_count
  * is its TORCHELASTIC_RESTART_COUNT (dl__agent_restart_count), or for an in-job replacement on
  * one node the restarts spent so far. */
@@ -370,6 +399,8 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart
     if (r < 0)
         return r;
     r = build_env(a, w, attempt, restart_count, control, &envp);
+    if (r == 0 && w->spare)
+        drop_rank_vars(envp);
     if (r < 0) {
         dl__rec_channel_close(w);
         if (control >= 0)
@@ -385,6 +416,7 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart
         return -ENOMEM;
     }
     *oo = (output_owner_t){a, w->rank, attempt, w->incarnation};
+    w->output_owner = oo;
     r = dl_output_open(&a->loop, a->attempt_dir, w->rank, prefix, console_streams(a, w),
                        a->readbuf, sizeof(a->readbuf), &output_cbs, oo, &out, &child_out,
                        &child_err);
@@ -398,7 +430,10 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart
     }
     w->output_open = true;
     int health[2] = {-1, -1};
-    dl__diag_worker_spawning(a, w);
+    if (w->spare)
+        dl_diag_beats_init(&w->beats); /* the diagnosis's files are a rank's, not its */
+    else
+        dl__diag_worker_spawning(a, w);
     if (dl__diag_beats_wanted(a) && pipe2(health, O_CLOEXEC | O_NONBLOCK) < 0) {
         dl__agent_log(a, "no health pipe for rank %d: %s", w->rank, strerror(errno));
         health[0] = health[1] = -1;
@@ -429,6 +464,13 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart
     w->output = out;
     if (dl_guard_watch(&a->guard, w->pid, 1) < 0)
         dl__agent_log(a, "the orphan guard is gone: workers may outlive a killed agent");
+    if (w->spare) {
+        w->last_beat = mono_now(); /* its start, for the line that hands it on */
+        dl__agent_log(a, "spare %d started (pid %d): it loads the program and waits for a "
+                         "failed rank's place",
+                      -1 - w->rank, (int)w->pid);
+        return 0;
+    }
     json_t *f = json_pack("{s:i, s:i, s:i, s:i}", "rank", w->rank, "local_rank", w->local_rank,
                           "pid", (int)w->pid, "attempt", attempt);
     if (a->gen > 0)
@@ -444,8 +486,91 @@ int dl__agent_restart_count(const dl_agent_t *a, int attempt)
     return a->remote ? a->restarts_spent : attempt;
 }
 
+int dl__agent_spawn(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count)
+{
+    return spawn_worker(a, w, attempt, restart_count);
+}
+
+/* One line to a spare's channel, whole or not at all: it blocks on nothing. */
+static int tell_spare(int fd, const char *line)
+{
+    size_t n = strlen(line);
+    ssize_t r = send(fd, line, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    return r == (ssize_t)n ? 0 : r < 0 ? -errno : -EAGAIN;
+}
+
+/* Gives rank w's empty slot a waiting spare: the rank's environment goes to it on its control
+ * channel (`env NAME=VALUE` lines, then `assign`), and its process, pipes and channel become
+ * the slot's. -errno when none could take it (then a new process is started). */
+static int take_spare(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count)
+{
+    dl__worker_t *s = dl__spares_ready(a);
+    if (s == NULL)
+        return -ENOENT;
+    char **envp = NULL;
+    char line[8192];
+    /* The rank's old diagnosis files go before the spare can write its own. */
+    dl__diag_worker_spawning(a, w);
+    int r = build_env(a, w, attempt, restart_count, DL_SPAWN_CONTROL_FD, &envp);
+    for (char **e = envp; r == 0 && *e != NULL; e++) {
+        if (strchr(*e, '\n') != NULL || strlen(*e) + 6 > sizeof(line))
+            continue; /* no line carries it; the spare keeps its own value */
+        snprintf(line, sizeof(line), "env %s\n", *e);
+        r = tell_spare(s->ctl_fd, line);
+    }
+    if (r == 0) {
+        snprintf(line, sizeof(line), "assign rank=%d\n", w->rank);
+        r = tell_spare(s->ctl_fd, line);
+    }
+    dl_worker_env_free(envp);
+    if (r < 0) {
+        dl__agent_log(a, "cannot hand rank %d's place to spare %d: %s; starting a new process",
+                      w->rank, -1 - s->rank, strerror(-r));
+        dl__spares_kill(a);
+        return r;
+    }
+    int k = -1 - s->rank;
+    double waited = mono_now() - s->last_beat;
+    w->pid = s->pid;
+    w->attempt = attempt;
+    w->health_rd = s->health_rd;
+    w->beating = w->hung = false;
+    w->killed_at = 0;
+    w->ctl_fd = s->ctl_fd;
+    w->ctl_poll = s->ctl_poll;
+    if (w->ctl_poll != NULL)
+        w->ctl_poll->data = w;
+    memcpy(w->ctl_buf, s->ctl_buf, s->ctl_len);
+    w->ctl_len = s->ctl_len;
+    w->ctl_hello = false;
+    w->ctl_gen = -1;
+    w->incarnation++;
+    w->output = s->output;
+    w->output_open = s->output_open;
+    w->output_owner = s->output_owner;
+    output_owner_t *oo = w->output_owner;
+    if (oo != NULL)
+        *oo = (output_owner_t){a, w->rank, attempt, w->incarnation};
+    char prefix[256];
+    worker_prefix(a, w, prefix, sizeof(prefix));
+    if (w->output != NULL)
+        dl_output_set_prefix(w->output, prefix);
+    dl__spares_handed_on(s);
+    dl__agent_log(a, "rank %d's place goes to spare %d (pid %d, waiting for %.1f s); another "
+                     "spare starts once the group is formed again",
+                  w->rank, k, (int)w->pid, waited);
+    json_t *f = json_pack("{s:i, s:i, s:i, s:i, s:b}", "rank", w->rank, "local_rank",
+                          w->local_rank, "pid", (int)w->pid, "attempt", attempt, "spare", 1);
+    if (a->gen > 0)
+        json_object_set_new(f, "generation", json_integer(a->gen));
+    dl_events_emit(a->events, "worker_start", dl__now_unix(), f);
+    return 0;
+}
+
 int dl__agent_respawn(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count)
 {
+    if (take_spare(a, w, attempt, restart_count) == 0)
+        return 0;
     int r = spawn_worker(a, w, attempt, restart_count);
     if (r < 0) {
         dl__agent_log(a, "cannot start a replacement for rank %d: %s", w->rank, strerror(-r));
@@ -650,6 +775,7 @@ static void finish_loop(dl_agent_t *a)
     dl_merge_flush(&a->merge);
     a->merge_closed = true;
     uv_close((uv_handle_t *)&a->merge_timer, NULL);
+    dl__spares_close(a);
     dl__rec_close(a);
     dl__diag_close(a);
 }
@@ -978,6 +1104,8 @@ static void on_signal(uv_signal_t *h, int signum)
             pid_t pid = wait4(-1, &status, WNOHANG, &ru);
             if (pid <= 0)
                 break;
+            if (dl__spares_reaped(a, pid, status))
+                continue;
             for (int i = 0; i < a->nworkers; i++) {
                 if (a->workers[i].pid == pid) {
                     worker_reaped(a, &a->workers[i], status, (long long)ru.ru_maxrss * 1024);
@@ -1281,6 +1409,8 @@ static int plan(dl_agent_t *a)
     if (r == 0)
         r = count_workers(a);
     if (r == 0)
+        r = dl__spares_plan(a);
+    if (r == 0)
         r = virtual_rank_check(a);
     if (r == 0)
         r = dl__place_plan(a);
@@ -1521,6 +1651,7 @@ static void agent_free(dl_agent_t *a)
     dl__rdzv_free(a);
     dl__place_free(a);
     free(a->workers);
+    free(a->spares);
     free(a->run_id);
     free(a->run_dir);
     free(a->run_dir_abs);

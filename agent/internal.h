@@ -48,6 +48,10 @@ typedef struct {
     size_t ctl_len;
     bool ctl_hello; /* it speaks the protocol */
     int ctl_gen;    /* the generation it said it recovered in */
+    /* Hot spares (spares.c): a spare has no rank yet (rank is -1 - its index); its output's
+     * owner record, renamed when the spare takes a rank. */
+    bool spare;
+    void *output_owner;
 } dl__worker_t;
 
 /* One file of --duplicate-std{out,err}-filters (dupfilter.c). */
@@ -109,6 +113,9 @@ struct dl_agent_s {
     char if_addr[128]; /* its address that reaches MASTER_ADDR */
     int exit_code;
     bool remote;               /* a rendezvous decides rounds (several nodes) */
+    dl__worker_t *spares;      /* --spares' slots (spares.c), nspares of them */
+    int nspares;
+    bool spares_lost;          /* one failed to start or died waiting: none is started again */
     struct dl__rdzv_s *rdzv;   /* rdzv.c's state, when remote */
     int round;                 /* the rendezvous round the workers belong to */
     /* The job's restarts spent on failures, as the round's assignment said: the workers'
@@ -283,6 +290,17 @@ void dl__rec_interrupted(dl_agent_t *a, const dl_sup_failure_t *f);
 int dl__agent_restart_count(const dl_agent_t *a, int attempt);
 /* agent.c: starts a replacement in w's slot (same rank, same attempt folder). */
 int dl__agent_respawn(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count);
+/* Starts w's process (a rank's, or a spare's); 0 or -errno, then nothing of it runs. */
+int dl__agent_spawn(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count);
+
+/* Hot spares (spares.c). */
+int dl__spares_plan(dl_agent_t *a);           /* checks --spares, makes the slots; 0 or exit code */
+void dl__spares_fill(dl_agent_t *a);          /* starts the missing ones once every rank said hello */
+dl__worker_t *dl__spares_ready(dl_agent_t *a); /* a spare that can take a rank, or NULL */
+void dl__spares_handed_on(dl__worker_t *s);   /* its process went to a rank's slot */
+bool dl__spares_reaped(dl_agent_t *a, pid_t pid, int status); /* pid was a spare's */
+void dl__spares_kill(dl_agent_t *a);          /* SIGKILLs them (the attempt stops) */
+void dl__spares_close(dl_agent_t *a);         /* at the end: killed, their handles let go */
 /* inspect.c: in-job recovery's hang rule: which of this node's workers hold the others up (never
  * entered the operation some other rank waits in, or stopped). culprit[i] per worker; returns
  * how many. */

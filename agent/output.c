@@ -156,13 +156,22 @@ void dl_output_drain(dl_output_t *o, uint64_t timeout_ms)
 
 static int open_log(stream_t *s, const char *dir, int rank, const char *ext)
 {
-    snprintf(s->path, sizeof(s->path), "%s/rank_%d.%s", dir, rank, ext);
+    if (rank < 0)
+        snprintf(s->path, sizeof(s->path), "%s/spare_%d.%s", dir, -1 - rank, ext);
+    else
+        snprintf(s->path, sizeof(s->path), "%s/rank_%d.%s", dir, rank, ext);
     /* The log folder may be on shared storage: no symbolic link, FIFO or another's file. */
     int fd = dl_ownfile_open(s->path, O_WRONLY | O_CREAT | O_APPEND, 0640);
     if (fd < 0)
         return fd;
     s->file_fd = fd;
     return 0;
+}
+
+void dl_output_set_prefix(dl_output_t *o, const char *prefix)
+{
+    snprintf(o->prefix, sizeof(o->prefix), "%s", prefix);
+    o->prefix_len = strlen(o->prefix);
 }
 
 int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const char *prefix,

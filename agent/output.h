@@ -28,7 +28,8 @@ typedef struct {
     void (*line)(void *ctx, int stream, const char *prefix, const char *line, size_t len);
 } dl_output_cbs_t;
 
-/* Creates the log files attempt_dir/rank_N.{out,err} and two pipes. *ret_child_out/err are the
+/* Creates the log files attempt_dir/rank_N.{out,err} (a negative rank: spare_K for -1 - K) and
+ * two pipes. *ret_child_out/err are the
  * write ends for the child (the caller closes them after spawning). echo (DL_OUTPUT_ECHO_*): the
  * streams whose lines are copied to the agent's stdout/stderr with prefix. readbuf is a scratch buffer shared by all outputs. cbs
  * (copied; may be NULL) and ctx report to the owner. The files are opened for appending and never
@@ -37,6 +38,9 @@ typedef struct {
 int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const char *prefix,
                    unsigned echo, char *readbuf, size_t readbuf_len, const dl_output_cbs_t *cbs,
                    void *ctx, dl_output_t **ret, int *ret_child_out, int *ret_child_err);
+
+/* The prefix of the lines echoed from now on (a hot spare that took a rank). */
+void dl_output_set_prefix(dl_output_t *o, const char *prefix);
 
 /* The worker has exited: gives up the caller's reference. Whatever is still buffered in the
  * pipes is read for at most timeout_ms (processes outside its group may hold them), then the

@@ -98,6 +98,7 @@ static void on_line(dl_agent_t *a, dl__worker_t *w, const char *line)
     switch (dl_recline_parse(line, &m)) {
     case DL_RECLINE_HELLO:
         w->ctl_hello = true;
+        dl__spares_fill(a);
         return;
     case DL_RECLINE_RECOVERED:
         if (m.gen != a->gen || !a->recovering)
@@ -325,6 +326,7 @@ static void recovery_done(dl_agent_t *a)
     json_object_set_new(o, "duration_ms", json_real(round(ms * 10) / 10));
     dl_events_emit(a->events, "recovery", dl__now_unix(), o);
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_RECOVERED});
+    dl__spares_fill(a); /* behind the one that took a place, if one did */
 }
 
 /* Said plainly, then the supervisor stops the attempt and restarts from the last checkpoint. */

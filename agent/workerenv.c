@@ -15,6 +15,7 @@ const char *const dl_worker_env_names[] = {
     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
     "PYTHON_EXEC", "OMP_NUM_THREADS", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_STORE", "DLAUNCH_TOKEN_FILE",
     "DLAUNCH_HEALTH_FD", "DLAUNCH_RECOVERY", "DLAUNCH_CONTROL_FD", "DLAUNCH_GROUP_GEN",
+    "DLAUNCH_SPARE",
     "DLAUNCH_VERBOSE", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
     "TP_SOCKET_IFNAME", "DLAUNCH_SOCKET_IFNAME", "PYTHONPATH", NULL,
 };
@@ -134,7 +135,8 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
     for (char **e = base; e != NULL && *e != NULL && r == 0; e++)
         /* Nor does an outer launcher's control channel: it names another process's fd. */
         if (strncmp(*e, "DLAUNCH_TOKEN=", 14) != 0 && strncmp(*e, "DLAUNCH_TOKEN_FILE=", 19) != 0 &&
-            strncmp(*e, "DLAUNCH_CONTROL_FD=", 19) != 0 && strncmp(*e, "DLAUNCH_GROUP_GEN=", 18) != 0)
+            strncmp(*e, "DLAUNCH_CONTROL_FD=", 19) != 0 && strncmp(*e, "DLAUNCH_GROUP_GEN=", 18) != 0 &&
+            strncmp(*e, "DLAUNCH_SPARE=", 14) != 0)
             r = put(&sv, strdup(*e));
     for (char **e = extra; e != NULL && *e != NULL && r == 0; e++)
         r = put(&sv, strdup(*e));
@@ -209,6 +211,8 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
         r = put(&sv, fmt_int("DLAUNCH_CONTROL_FD", w->control_fd));
     if (r == 0 && w->control_fd >= 0)
         r = put(&sv, fmt_int("DLAUNCH_GROUP_GEN", w->group_gen));
+    if (r == 0 && w->control_fd >= 0 && w->spare)
+        r = put(&sv, fmt("DLAUNCH_SPARE", "1"));
     /* Left alone, Gloo binds what the host name resolves to and NCCL the first interface that
      * looks usable; either may be one the other nodes cannot reach. A user's own choice stays. */
     static const char *const ifvars[] = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",

@@ -27,6 +27,7 @@ typedef struct {
     const char *recovery;    /* DLAUNCH_RECOVERY: "restart" or "in-job"; NULL: not set */
     int control_fd;          /* DLAUNCH_CONTROL_FD (in-job recovery's channel), or -1 */
     int group_gen;           /* DLAUNCH_GROUP_GEN, with control_fd: the group generation */
+    bool spare;              /* DLAUNCH_SPARE=1, with control_fd: a hot spare (docs/recovery.md) */
     const char *role;        /* ROLE_NAME; NULL: "default" */
     const char *error_file;  /* TORCHELASTIC_ERROR_FILE, or NULL */
     const char *python_exec; /* PYTHON_EXEC, or NULL */

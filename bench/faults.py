@@ -23,6 +23,10 @@ the same run, and gives a row (a JSON object, with "recovery") for each:
   spent       (JSON; silent_drop_3s/8s) restarts plus in-job recoveries spent, the most any
               agent counts: one fault should cost one, and those scenarios pass only so
 
+torch_worker_sigkill (bench/torchfaults.py) is the same for a PyTorch DDP job in
+dlaunch.torch.Recoverable's loop (2 x 2 workers of a small MLP, rank 3 SIGKILLed at step 40,
+checkpoints every 25 steps); it needs python3-torch.
+
 Needs root and nftables for the namespace scenarios (skipped otherwise). Prints a table; with
 --json one object per scenario. The figures go to docs/reliability.md."""
 import argparse
@@ -40,6 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 os.environ.setdefault("DLAUNCH", os.path.join(HERE, "..", "build", "cmd", "dlaunch"))
 import faultlib  # noqa: E402
+import torchfaults  # noqa: E402
 
 FAULT_STEP = 350
 
@@ -364,8 +369,8 @@ def run_in(args, root):
     # one for those.
     baselines = {}
     for hosts in (False, True):
-        if hosts and not any(kw.get("hosts") for name, _, kw, _ in SCENARIOS
-                             if not args.only or name in args.only):
+        if not any(bool(kw.get("hosts")) == hosts for name, _, kw, _ in SCENARIOS
+                   if not args.only or name in args.only):
             continue
         job, _ = make_job({"hosts": hosts}, subset, root)
         try:
@@ -402,6 +407,9 @@ def run_in(args, root):
                         net.close()
         for mode in modes:
             results.append(summarize(name, runs[mode], args, mode))
+    if not args.only or "torch_worker_sigkill" in args.only:
+        args.root = root
+        results += torchfaults.rows(args, faultlib.free_port, summarize)
     return results
 
 

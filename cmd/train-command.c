@@ -58,6 +58,14 @@ int dl_train_command(dl_job_spec_t *spec, char **environ_list, char *err, size_t
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
+    /* A spare waits for a rank in dlaunch.torch's import; the trainer has no such wait and
+     * would start as a rank of its own. */
+    if (spec->spares > 0) {
+        snprintf(err, errlen, "--spares %d: the bundled trainer does not wait as a spare (only "
+                              "PyTorch programs with dlaunch.torch do; docs/recovery.md)",
+                 spec->spares);
+        return -EINVAL;
+    }
     dl_train_config_init(&cfg);
     /* The workers inherit DLAUNCH_TRAIN_*: a bad one must stop dlaunch here, before anything
      * starts, not every worker of every attempt. */

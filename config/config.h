@@ -54,6 +54,7 @@ struct dl_job_spec_s {
     double health_timeout; /* seconds without a health beat before a beating worker is hung; 0 off */
     char *recovery;        /* "restart" or "in-job" (docs/recovery.md); NULL: restart, but
                             * dl_train_command makes it in-job for the bundled trainer */
+    int spares;            /* in-job: workers per node started ahead to take a failed rank's place */
     char *run_id;        /* NULL: the agent makes one up */
     char *log_dir;
     char *events; /* NULL: none; "-": stdout */

@@ -420,6 +420,10 @@ const dl_opt_t dl__options[] = {
      "state from a living replica, and falls back to a restart when it cannot "
      "(docs/recovery.md; default in-job for the bundled trainer, restart for any other command)",
      0, 0},
+    {"spares", NULL, 0, INT_OPT, OFF(spares), 0, 64, NULL, "0", "N",
+     "with --recovery in-job: N extra workers per node, started once every worker said hello, "
+     "that load the program and wait; a failed rank's place goes to one of them at once and "
+     "another is started behind it (docs/recovery.md; default 0)", 0, 0},
     {"health-timeout", NULL, 0, DBL, OFF(health_timeout), 0, 86400, NULL, "0", "SEC",
      "a worker that beat on DLAUNCH_HEALTH_FD and then fell silent this long is hung: it is "
      "killed and the job restarts (default 0: off)", 0, 0},
@@ -552,6 +556,7 @@ static const char *const other_vars[] = {
     "DLAUNCH_NO_KUBERNETES", "DLAUNCH_STORE",
     "DLAUNCH_HEALTH_FD", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_VERBOSE", "DLAUNCH_TRAIN_*",
     "DLAUNCH_COLL_*", "DLAUNCH_SOCKET_IFNAME", "DLAUNCH_CONTROL_FD", "DLAUNCH_GROUP_GEN",
+    "DLAUNCH_SPARE",
     "DLAUNCH_SYSFS_ROOT", "DLAUNCH_PLUGIN_DIR", NULL,
 };
 

@@ -23,9 +23,10 @@ import torch.distributed as _dist
 from . import recorder as _rec
 from .beat import Beats
 from .recorder import Recorder
+from .recover import Recoverable, RecoveryFailed, wait_as_spare
 from .stacks import Stacks
 
-__all__ = ["watch", "step", "Watch"]
+__all__ = ["watch", "step", "Watch", "Recoverable", "RecoveryFailed"]
 
 # torch.distributed's public calls and how the recorder names them.
 _WRAPPED = {
@@ -271,3 +272,8 @@ def step(samples: float | None = None) -> None:
     if w is not None:
         w._manual = True
         w.step(samples)
+
+
+# A hot spare stops here, its imports loaded, until it has a rank (docs/recovery.md): import
+# dlaunch.torch before reading RANK and the rest.
+wait_as_spare()

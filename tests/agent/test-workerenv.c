@@ -143,6 +143,29 @@ START_TEST(interface_for_frameworks)
 }
 END_TEST
 
+START_TEST(a_spare_is_marked_and_an_outer_mark_never_passes)
+{
+    char **env;
+    dl_worker_env_t w = sample();
+    w.recovery = "in-job";
+    w.control_fd = 4;
+    /* An outer dlaunch's spare running this one: its mark is not this job's. */
+    char *base[] = {"DLAUNCH_SPARE=1", NULL};
+    ck_assert_int_eq(dl_worker_env_build(&w, base, NULL, &env), 0);
+    ck_assert_ptr_null(get(env, "DLAUNCH_SPARE"));
+    dl_worker_env_free(env);
+    w.spare = true;
+    ck_assert_int_eq(dl_worker_env_build(&w, base, NULL, &env), 0);
+    ck_assert_str_eq(get(env, "DLAUNCH_SPARE"), "1");
+    ck_assert_str_eq(get(env, "DLAUNCH_CONTROL_FD"), "4");
+    dl_worker_env_free(env);
+    w.control_fd = -1; /* no channel, no spare: nothing could give it a rank */
+    ck_assert_int_eq(dl_worker_env_build(&w, NULL, NULL, &env), 0);
+    ck_assert_ptr_null(get(env, "DLAUNCH_SPARE"));
+    dl_worker_env_free(env);
+}
+END_TEST
+
 START_TEST(the_python_package_goes_first_on_pythonpath)
 {
     char **env;
@@ -180,6 +203,7 @@ int main(void)
     tcase_add_test(tc, single_worker_keeps_threads_free);
     tcase_add_test(tc, interface_for_frameworks);
     tcase_add_test(tc, the_python_package_goes_first_on_pythonpath);
+    tcase_add_test(tc, a_spare_is_marked_and_an_outer_mark_never_passes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -3,8 +3,9 @@ three identical DDP models over the same data, one plain, one watched (beats, re
 wrapped calls; with `buckets` also the recording communication hook) and, for reference, one with
 PyTorch's own Python communication hook (default_hooks.allreduce_hook, what DDP does in C++ by
 default), and trains them in turn in blocks of steps, so load on the machine falls on all alike.
-Rank 0 prints each model's steps a second (the median block) and the ratios to plain. Run it
-under dlaunch (the watched model's beats and recorder need the agent), one benchmark at a time:
+Rank 0 prints the plain model's steps a second (the median block) and each model's ratio to
+plain: the median over rounds of that round's ratio. Run it under dlaunch (the watched model's
+beats and recorder need the agent), one benchmark at a time:
 
     flock /tmp/dlaunch-bench.lock build/cmd/dlaunch --nproc-per-node 2 -- \\
         /usr/bin/python3 bench/torch_watch.py buckets|nobuckets [BLOCKS] [STEPS] [HIDDEN]
@@ -61,7 +62,11 @@ def main():
             rates[name].append(block(*models[name], x, y, steps))
     if dist.get_rank() == 0:
         p = statistics.median(rates["plain"])
-        ratios = ", ".join(f"{k} {statistics.median(v) / p:.3f}" for k, v in rates.items())
+        # Each round's ratio to plain in that round, then their median: the machine's drift
+        # between rounds falls on both sides of a ratio alike.
+        ratios = ", ".join(
+            f"{k} {statistics.median(r / q for r, q in zip(v, rates['plain'])):.3f}"
+            for k, v in rates.items())
         beats = w.beats.step if w is not None and w.beats is not None else 0
         print(f"hidden {hidden}, {blocks} rounds of {steps}-step blocks, 2 ranks, gloo, "
               f"buckets {'on' if buckets else 'off'}: plain {p:.1f} steps/s (median block); "

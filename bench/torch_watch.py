@@ -4,8 +4,9 @@ wrapped calls; with `buckets` also the recording communication hook) and, for re
 PyTorch's own Python communication hook (default_hooks.allreduce_hook, what DDP does in C++ by
 default), and trains them in turn in blocks of steps, so load on the machine falls on all alike.
 Rank 0 prints the plain model's steps a second (the median block) and each model's ratio to
-plain: the median over rounds of that round's ratio. Run it under dlaunch (the watched model's
-beats and recorder need the agent), one benchmark at a time:
+plain, the median over rounds of that round's ratio, for steps a second and for the process's
+CPU time a step. Run it under dlaunch (the watched model's beats and recorder need the agent),
+one benchmark at a time:
 
     flock /tmp/dlaunch-bench.lock build/cmd/dlaunch --nproc-per-node 2 -- \\
         /usr/bin/python3 bench/torch_watch.py buckets|nobuckets [BLOCKS] [STEPS] [HIDDEN]
@@ -34,12 +35,15 @@ def make(hidden, torch_hook=False):
 
 
 def block(model, opt, x, y, steps):
-    t0 = time.perf_counter()
+    """Steps a second, and the process's CPU seconds a step (every thread: Python's, autograd's,
+    gloo's). The CPU time is what the watch adds by construction, and a busy neighbour that
+    steals a core moves it far less than it moves the wall clock."""
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
-    return steps / (time.perf_counter() - t0)
+    return steps / (time.perf_counter() - t0), (time.process_time() - c0) / steps
 
 
 def main():
@@ -56,10 +60,13 @@ def main():
     for m in models.values():
         block(*m, x, y, steps)  # warm up
     rates = {k: [] for k in models}
+    cpu = {k: [] for k in models}
     for i in range(blocks):
         names = list(models)
         for name in names[i % len(names):] + names[:i % len(names)]:
-            rates[name].append(block(*models[name], x, y, steps))
+            rate, cpu_a_step = block(*models[name], x, y, steps)
+            rates[name].append(rate)
+            cpu[name].append(cpu_a_step)
     if dist.get_rank() == 0:
         p = statistics.median(rates["plain"])
         # Each round's ratio to plain in that round, then their median: the machine's drift
@@ -67,6 +74,11 @@ def main():
         ratios = ", ".join(
             f"{k} {statistics.median(r / q for r, q in zip(v, rates['plain'])):.3f}"
             for k, v in rates.items())
+        cpu_ratios = ", ".join(
+            f"{k} {statistics.median(c / q for c, q in zip(v, cpu['plain'])):.3f}"
+            for k, v in cpu.items())
+        ratios += (f"; rank 0's CPU a step {statistics.median(cpu['plain']) * 1e3:.2f} ms plain, "
+                   f"against plain: {cpu_ratios}")
         beats = w.beats.step if w is not None and w.beats is not None else 0
         print(f"hidden {hidden}, {blocks} rounds of {steps}-step blocks, 2 ranks, gloo, "
               f"buckets {'on' if buckets else 'off'}: plain {p:.1f} steps/s (median block); "

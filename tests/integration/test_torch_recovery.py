@@ -236,6 +236,22 @@ class TorchRecoveryTwoNodes(dltest.Case):
                                r"hung; killing it")
         self.assert_replaced(out, text, 1)
 
+    def test_a_hung_rank_s_place_goes_to_its_node_s_spare_across_nodes(self):
+        self.reference_params()
+        procs, out = self.start_job("spare-hang", "2", EPOCHS, "hang_rank=3", "at_step=20",
+                                    "ckpt_every=10",
+                                    opts=("--health-timeout", "4", "--spares", "1"))
+        codes, text = self.finish("spare-hang", procs)
+        self.assertEqual(codes, [0, 0], text)
+        self.assertRegex(text, r"rank 3 \(pid \d+\) sent no health beat for [0-9.]+s: it is "
+                               r"hung; killing it")
+        self.assert_replaced(out, text, 3)
+        pids = [int(x) for x in re.findall(r"\[agent node=1\] spare 0 started \(pid (\d+)\)",
+                                           text)]
+        self.assertGreaterEqual(len(pids), 2, text)
+        self.assertIn(pids[0], self.starts(out)[3])
+        self.assertRegex(text, rf"rank 3's place goes to spare 0 \(pid {pids[0]}, waiting")
+
     def test_a_lost_node_shrinks_the_world_and_the_others_go_on(self):
         # With a spare on each node: node 0's waits through it all and goes at the end.
         procs, out = self.start_job("lost", "1:2", "6", "ckpt_every=10", opts=("--spares", "1"))

@@ -147,6 +147,30 @@ class TorchRecovery(dltest.Case):
             self.assertIn(f"rank {rank}: loaded checkpoint at step 20", text)
         self.assertNotIn("in-job recovery", text)
 
+    def test_a_replacement_dying_while_it_joins_falls_back_to_a_restart(self):
+        # A failure during the recovery itself: the survivors wait to form generation 1 with a
+        # replacement that exits first. The agent gives the recovery up, says so in one line
+        # and in the events, and restarts the job from its checkpoint, which every rank reads.
+        reference = self.uninterrupted()  # first: it runs a job of its own
+        p, out = self.run_job("die-joining", "kill_rank=1", "at_step=20", "ckpt_every=10",
+                              "die_joining=1")
+        text = p.stdout + p.stderr
+        self.assertEqual(p.returncode, 0, text)
+        self.assertIn("rank 1: dying while it joins generation 1", text)
+        self.assertRegex(p.stderr, r"in-job recovery 1 failed: rank 1 exited during it; falling "
+                                   r"back to a restart of the job from its last checkpoint")
+        rec = [e for e in self.events() if e["event"] == "recovery"]
+        self.assertEqual([(e["status"], e.get("fallback")) for e in rec],
+                         [("started", None), ("failed", "restart")], rec)
+        self.assertEqual(len([e for e in self.events() if e["event"] == "restart"]), 1)
+        for rank in range(WORLD):
+            self.assertIn(f"rank {rank}: loaded checkpoint at step 20", text)
+            self.assertRegex(text, rf"rank {rank} pid \d+ done 64 steps, 0 recoveries")
+            # The checkpoint holds the whole state: the restarted job ends as no fault had been.
+            self.assertEqual(self.params(out, rank), reference, f"rank {rank}")
+        self.assertEqual([e["status"] for e in self.events() if e["event"] == "job_end"],
+                         ["succeeded"])
+
 
 
 @unittest.skipUnless(have_torch(), "python3-torch is not installed")

@@ -2,7 +2,7 @@
 test_torch_recovery.py.
 
     recover_mlp.py OUT_DIR EPOCHS [kill_rank=R] [hang_rank=R] [raise_rank=R] [at_step=K]
-                   [ckpt_every=N] [progress=1] [wait_spare=1] [step_ms=M]
+                   [ckpt_every=N] [progress=1] [wait_spare=1] [step_ms=M] [die_joining=1]
 
 kill_rank=R: rank R SIGKILLs itself in step K's backward pass (before its gradients reach the
 all-reduce), once in the job (a marker file in OUT_DIR); with wait_spare=1, only once its node's
@@ -13,7 +13,8 @@ rank that starts with no state (job.steps == 0) reads it when there is one, sayi
 recovery must never get there (the checkpoint holds the step and the sampler's position too, as a
 real job's would). progress=1: rank 0 says "progress step=S mono=T" after each step (T: its
 CLOCK_MONOTONIC, for bench/faults.py). step_ms=M: every rank sleeps M ms in each step, a longer
-job. Each process leaves OUT_DIR/start-RANK-PID as it starts; at the end each rank writes its
+job. die_joining=1: the first replacement (DLAUNCH_GROUP_GEN above 0) exits 3 before it joins,
+while the survivors wait to form the group with it. Each process leaves OUT_DIR/start-RANK-PID as it starts; at the end each rank writes its
 parameters' bytes to OUT_DIR/params-RANK.bin and says "rank R pid P done S steps"."""
 import os
 import signal
@@ -59,6 +60,15 @@ def main() -> None:
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    if opts.get("die_joining") == "1" and int(os.environ.get("DLAUNCH_GROUP_GEN", "0")) > 0:
+        # A replacement that dies while the survivors wait for it to form the new group: the
+        # first time only (a marker file in OUT_DIR).
+        marker = os.path.join(out, "joining-died")
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            print(f"rank {rank}: dying while it joins generation "
+                  f"{os.environ['DLAUNCH_GROUP_GEN']}", flush=True)
+            os._exit(3)
     job = dlaunch.torch.Recoverable(net, opt, sampler=sampler)
     ckpt = os.path.join(out, "checkpoint.pt")
     if job.steps == 0 and os.path.exists(ckpt):

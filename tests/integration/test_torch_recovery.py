@@ -180,19 +180,21 @@ class TorchRecoveryTwoNodes(dltest.Case):
     def start_job(self, name, nodes, epochs, *script_args, opts=()):
         out = os.path.join(self.dir, name)
         os.mkdir(out)
-        endpoint = f"127.0.0.1:{free_port()}"
+        self.endpoint = f"127.0.0.1:{free_port()}"
+        procs = [self.start_agent(name, i, nodes, out, epochs, *script_args, opts=opts)
+                 for i in range(2)]
+        return procs, out
+
+    def start_agent(self, name, i, nodes, out, epochs, *script_args, opts=(), log_name=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
         env["PYTHONPATH"] = PACKAGE
-        procs = []
-        for i in range(2):
-            with open(os.path.join(self.dir, f"{name}.node{i}.log"), "w") as log:
-                procs.append(subprocess.Popen(
-                    [dltest.DLAUNCH, "--nodes", nodes, "--nproc-per-node", "2",
-                     "--rdzv-endpoint", endpoint, "--run-id", name, "--node-rank", str(i),
-                     "--recovery", "in-job", "--max-restarts", "3", *opts, "--",
-                     TORCH_PYTHON, SCRIPT, out, epochs, *script_args],
-                    cwd=self.dir, env=env, stdout=log, stderr=subprocess.STDOUT))
-        return procs, out
+        with open(os.path.join(self.dir, log_name or f"{name}.node{i}.log"), "w") as log:
+            return subprocess.Popen(
+                [dltest.DLAUNCH, "--nodes", nodes, "--nproc-per-node", "2",
+                 "--rdzv-endpoint", self.endpoint, "--run-id", name, "--node-rank", str(i),
+                 "--recovery", "in-job", "--max-restarts", "3", *opts, "--",
+                 TORCH_PYTHON, SCRIPT, out, epochs, *script_args],
+                cwd=self.dir, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def finish(self, name, procs):
         codes = [p.wait(timeout=600) for p in procs]
@@ -302,6 +304,40 @@ class TorchRecoveryTwoNodes(dltest.Case):
             self.assertRegex(text, rf"rank {rank} pid {starts[rank][0]} done \d+ steps, "
                                    rf"1 recoveries")
         self.assertNotIn("loaded checkpoint", text)
+
+    def test_a_lost_node_back_grows_the_world_again(self):
+        procs, out = self.start_job("regrow", "1:2", "12", "ckpt_every=10", "step_ms=20")
+        try:
+            deadline = time.monotonic() + 300
+            while not os.path.exists(os.path.join(out, "checkpoint.pt")):
+                self.assertLess(time.monotonic(), deadline, "no step 10 in 300 s")
+                time.sleep(0.1)
+            procs[1].send_signal(signal.SIGKILL)  # node 1's agent; its workers die with it
+            procs[1].wait(timeout=60)
+            while "group of 2" not in self.read("regrow.node0.log"):
+                self.assertLess(time.monotonic(), deadline, self.read("regrow.node0.log"))
+                time.sleep(0.1)
+            back = self.start_agent("regrow", 1, "1:2", out, "12", "ckpt_every=10", "step_ms=20",
+                                    log_name="regrow.back.log")
+            procs.append(back)
+            codes = [procs[0].wait(timeout=600), back.wait(timeout=600)]
+        except BaseException:
+            for p in procs:
+                p.kill()
+            raise
+        text = self.read("regrow.node0.log") + self.read("regrow.back.log")
+        self.assertEqual(codes, [0, 0], text)
+        starts = self.starts(out)
+        # Ranks 0 and 1 lived through it all; 2 and 3 started again on the node that came back.
+        self.assertEqual({r: len(p) for r, p in starts.items()}, {0: 1, 1: 1, 2: 2, 3: 2})
+        self.assertRegex(text, r"in-job recovery to generation 2: going on at step \d+ in a "
+                               r"group of 4 with rank 0's state")
+        for rank in range(2):
+            self.assertRegex(text, rf"rank {rank} pid {starts[rank][0]} done \d+ steps, "
+                                   rf"2 recoveries")
+        self.assertNotIn("loaded checkpoint", text)
+        for rank in range(1, 4):
+            self.assertEqual(self.params(out, rank), self.params(out, 0), f"rank {rank}")
 
 
 

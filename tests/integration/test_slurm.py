@@ -239,14 +239,6 @@ exec {dltest.DLAUNCH} --nodes 1:2 --gpus-per-node 2 --heartbeat 0.2 --dead-after
         except OSError:
             return ""
 
-    def release_requeued(self, job_id, state):
-        """Slurm holds a requeued job back (Reason=BeginTime: 121 s in the test cluster's
-        22.05) for the last run's nodes to be cleaned; nothing of dlaunch's happens in that
-        time, so the tests let the job start at once instead of waiting it out."""
-        if "JobState=PENDING" in state and "Reason=BeginTime" in state:
-            subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
-                           capture_output=True, timeout=30)
-
     @unittest.skipUnless(trainer_distributed(), "the trainer runs on one worker only here")
     def test_a_time_limit_warning_reaches_the_workers_and_the_requeued_job_resumes(self):
         # sbatch --signal=USR1@30: Slurm warns the step 30 s (give or take its event loop's
@@ -292,7 +284,6 @@ exit $code
             if "Restarts=1" in state and ("JobState=COMPLETED" in state or
                                            "JobState=FAILED" in state):
                 break
-            self.release_requeued(job_id, state)
             time.sleep(0.5)
         out = self.read(f"warned-{job_id}.txt")
         self.assertIn("JobState=COMPLETED", state, out)
@@ -340,7 +331,6 @@ cd {self.dir}
                                    text=True).stdout
             if "JobState=COMPLETED" in state or "JobState=FAILED" in state:
                 break
-            self.release_requeued(job_id, state)
             time.sleep(0.5)
         self.assertIn("JobState=COMPLETED", state)
         with open(os.path.join(self.dir, "summary.json")) as f:

@@ -2,7 +2,6 @@
  * engine, config/opt.h) and help, from which come its parser, `dlaunch COMMAND --help`, the list
  * of `dlaunch help`, and (through man/mangen.c) dlaunch(1) and the completion. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,18 +10,6 @@
 #include "ctl.h"
 #include "opt.h"
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int usage_error(const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "dlaunch: %s\n", msg);
-    return 2;
-}
 
 #define OFF(field) offsetof(struct dl_ctl_opts_s, field)
 #define FLAG(name, field, help)                                                                \
@@ -161,14 +148,14 @@ static int help_command(const char *cmd, const struct dl_ctl_opts_s *o)
 {
     (void)cmd;
     if (o->nargs > 1)
-        return usage_error("help takes one COMMAND");
+        return dl__ctl_usage_error("help takes one COMMAND");
     if (o->nargs == 0) {
         dl_ctl_print_commands(stdout);
         return 0;
     }
     const dl_ctl_command_t *c = find_command(o->args[0]);
     if (c == NULL)
-        return usage_error("help: '%s' is no control command (dlaunch help lists them)",
+        return dl__ctl_usage_error("help: '%s' is no control command (dlaunch help lists them)",
                            o->args[0]);
     print_command_help(c, stdout);
     return 0;
@@ -183,11 +170,11 @@ int dl_ctl_main(int argc, char **argv)
 
     memset(&o, 0, sizeof(o));
     if (dl_opt_defaults(&c->options, &o, err, sizeof(err)) < 0)
-        return usage_error("%s", err);
+        return dl__ctl_usage_error("%s", err);
     snprintf(prog, sizeof(prog), "dlaunch %s", c->name);
     dl_opt_argv_t a = {.prog = prog, .args = args, .max_args = DL_CTL_MAX_ARGS};
     if (dl_opt_parse_argv(&c->options, &o, argc - 2, argv + 2, &a, err, sizeof(err)) < 0)
-        return usage_error("%s", err);
+        return dl__ctl_usage_error("%s", err);
     if (o.help) {
         print_command_help(c, stdout);
         return 0;

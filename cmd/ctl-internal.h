@@ -32,4 +32,7 @@ int dl__ctl_kv(const char *cmd, const struct dl_ctl_opts_s *o);
 int dl__ctl_token(const char *cmd, const struct dl_ctl_opts_s *o);
 int dl__ctl_revoke(const char *cmd, const struct dl_ctl_opts_s *o);
 
+/* "dlaunch: MESSAGE" on stderr; returns 2, the exit code of a bad command line. */
+int dl__ctl_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #endif

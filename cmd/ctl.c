@@ -19,11 +19,9 @@
 
 typedef struct dl_ctl_opts_s ctl_opts_t;
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int usage_error(const char *fmt, ...)
+int dl__ctl_usage_error(const char *fmt, ...)
 {
-    char msg[512];
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -61,9 +59,9 @@ static int connect_as(const char *endpoint, const char *where, dl_proto_role_t r
     dl_proto_token_t *token;
 
     if (dl_rdzv_endpoint_parse(endpoint, host, sizeof(host), &port) < 0)
-        return usage_error("%s is not HOST:PORT", where);
+        return dl__ctl_usage_error("%s is not HOST:PORT", where);
     if (!dl_proto_run_id_valid(run_id))
-        return usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')", run_id);
+        return dl__ctl_usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')", run_id);
     if (load_token(token_file, getenv("DLAUNCH_TOKEN_FILE"), &token) < 0)
         return 2;
     int r = dl_rdzv_sync_connect(host, port, role, run_id, token, timeout, ret, err, sizeof(err));
@@ -245,10 +243,10 @@ static int etcd_opts(const ctl_opts_t *o, const char *run_id, dl_ctl_etcd_opts_t
     if (e == NULL || *e == '\0')
         e = getenv("DLAUNCH_ENDPOINT");
     if (e == NULL || *e == '\0')
-        return usage_error("--rdzv-backend etcd: give the cluster's --endpoint "
+        return dl__ctl_usage_error("--rdzv-backend etcd: give the cluster's --endpoint "
                            "HOST:PORT[,HOST:PORT...]");
     if (run_id != NULL && !dl_proto_run_id_valid(run_id))
-        return usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')", run_id);
+        return dl__ctl_usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')", run_id);
     *ret = (dl_ctl_etcd_opts_t){.endpoints = e,
                                 .rdzv_conf = o->rdzv_conf,
                                 .json = o->json,
@@ -268,9 +266,9 @@ int dl__ctl_control(const char *cmd, const ctl_opts_t *o)
     int r;
 
     if (o->nargs > 1)
-        return usage_error("%s takes one RUN_ID", cmd);
+        return dl__ctl_usage_error("%s takes one RUN_ID", cmd);
     if (run_id == NULL && strcmp(cmd, "status") != 0)
-        return usage_error("%s needs the RUN_ID of the job", cmd);
+        return dl__ctl_usage_error("%s needs the RUN_ID of the job", cmd);
     if (o->etcd) {
         dl_ctl_etcd_opts_t eo;
         r = etcd_opts(o, run_id, &eo);
@@ -323,7 +321,7 @@ int dl__ctl_events(const char *cmd, const ctl_opts_t *o)
     char err[512];
 
     if (o->nargs != 1)
-        return usage_error("%s needs the RUN_ID of the job", cmd);
+        return dl__ctl_usage_error("%s needs the RUN_ID of the job", cmd);
     if (o->etcd) {
         dl_ctl_etcd_opts_t eo;
         int r = etcd_opts(o, o->args[0], &eo);
@@ -381,14 +379,14 @@ int dl__ctl_kv(const char *cmd, const ctl_opts_t *o)
         if (strcmp(op, ops[i].name) == 0)
             which = i;
     if (which < 0)
-        return usage_error("kv: '%s' is not get, set, add, wait, del or cas", op);
+        return dl__ctl_usage_error("kv: '%s' is not get, set, add, wait, del or cas", op);
     int n = o->nargs - 1;
     if ((ops[which].nargs >= 0 && n != ops[which].nargs) || (ops[which].nargs < 0 && n < 1))
-        return usage_error("kv %s: wrong number of arguments (see docs/control.md)", op);
+        return dl__ctl_usage_error("kv %s: wrong number of arguments (see docs/control.md)", op);
     if (endpoint == NULL || *endpoint == '\0')
-        return usage_error("kv: no store: run under dlaunch (DLAUNCH_STORE) or give --endpoint");
+        return dl__ctl_usage_error("kv: no store: run under dlaunch (DLAUNCH_STORE) or give --endpoint");
     if (run_id == NULL || *run_id == '\0')
-        return usage_error("kv: no run id: run under dlaunch (TORCHELASTIC_RUN_ID)");
+        return dl__ctl_usage_error("kv: no run id: run under dlaunch (TORCHELASTIC_RUN_ID)");
 
     dl_rdzv_sync_t *c;
     int r = connect_as(endpoint, o->endpoint ? "--endpoint" : "DLAUNCH_STORE",
@@ -408,7 +406,7 @@ int dl__ctl_kv(const char *cmd, const ctl_opts_t *o)
     case DL_PROTO_KV_ADD:
         if (dl_parse_int(a[1], LONG_MIN, LONG_MAX, &delta) < 0) {
             dl_rdzv_sync_close(c);
-            return usage_error("kv add: '%s' is not a whole number", a[1]);
+            return dl__ctl_usage_error("kv add: '%s' is not a whole number", a[1]);
         }
         req.delta = delta;
         break;
@@ -464,13 +462,13 @@ int dl__ctl_token(const char *cmd, const ctl_opts_t *o)
 
     if (o->read_only) {
         if (o->nargs != 0 || o->worker || o->expires != NULL)
-            return usage_error("token --read-only takes no RUN_ID, --worker or --expires: it "
+            return dl__ctl_usage_error("token --read-only takes no RUN_ID, --worker or --expires: it "
                                "reads every job of the server, acts on none, and ends when the "
                                "token changes");
         if (load_token(o->token_file, getenv("DLAUNCH_TOKEN_FILE"), &from) < 0)
             return 2;
         if (from == NULL)
-            return usage_error("token: no token to make the credential from (--token-file or "
+            return dl__ctl_usage_error("token: no token to make the credential from (--token-file or "
                                "DLAUNCH_TOKEN: the server's own)");
         r = dl_proto_token_scrape(from, &key);
         if (r == 0)
@@ -487,24 +485,24 @@ int dl__ctl_token(const char *cmd, const ctl_opts_t *o)
         return r < 0 ? 4 : 0;
     }
     if (o->nargs != 1)
-        return usage_error("token needs the RUN_ID of the job");
+        return dl__ctl_usage_error("token needs the RUN_ID of the job");
     int64_t lifetime = DL_PROTO_KEY_LIFETIME_S;
     if (o->expires != NULL && dl_proto_lifetime_parse(o->expires, &lifetime) < 0)
-        return usage_error("--expires: '%s' is not a lifetime from 1s to %lldd (N, or N with s, "
+        return dl__ctl_usage_error("--expires: '%s' is not a lifetime from 1s to %lldd (N, or N with s, "
                            "m, h or d)",
                            o->expires, DL_PROTO_KEY_LIFETIME_MAX_S / 86400);
     if (!dl_proto_run_id_valid(o->args[0]))
-        return usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')",
+        return dl__ctl_usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')",
                            o->args[0]);
     if (load_token(o->token_file, getenv("DLAUNCH_TOKEN_FILE"), &from) < 0)
         return 2;
     if (from == NULL)
-        return usage_error("token: no token to make the key from (--token-file or "
+        return dl__ctl_usage_error("token: no token to make the key from (--token-file or "
                            "DLAUNCH_TOKEN: the rendezvous' own)");
     if (o->expires != NULL && dl_proto_token_kind(from) != DL_PROTO_TOKEN_MASTER) {
         const char *kind = dl_proto_token_kind_name(dl_proto_token_kind(from));
         dl_proto_token_free(from);
-        return usage_error("token --expires: a %s key keeps its own expiry; only the "
+        return dl__ctl_usage_error("token --expires: a %s key keeps its own expiry; only the "
                            "rendezvous' token makes keys of a new lifetime",
                            kind);
     }
@@ -541,18 +539,18 @@ int dl__ctl_revoke(const char *cmd, const ctl_opts_t *o)
     char when[32];
 
     if (o->nargs != 1)
-        return usage_error("revoke needs the RUN_ID whose keys to withdraw");
+        return dl__ctl_usage_error("revoke needs the RUN_ID whose keys to withdraw");
     if (o->etcd)
-        return usage_error("revoke: an etcd job's keys are its etcd credentials; withdraw them "
+        return dl__ctl_usage_error("revoke: an etcd job's keys are its etcd credentials; withdraw them "
                            "in etcd (docs/etcd.md)");
     int64_t now = before;
     if (o->before != NULL && (dl_proto_time_parse(o->before, &before) < 0 || before < 1))
-        return usage_error("--before: '%s' is not a moment (Unix seconds, or "
+        return dl__ctl_usage_error("--before: '%s' is not a moment (Unix seconds, or "
                            "YYYY-MM-DDTHH:MM:SSZ)",
                            o->before);
     /* A moment ahead would refuse the keys made from now until then too: not a withdrawal. */
     if (before > now + DL_PROTO_KEY_LEEWAY_S)
-        return usage_error("--before: '%s' is ahead of this machine's clock; revoke withdraws "
+        return dl__ctl_usage_error("--before: '%s' is ahead of this machine's clock; revoke withdraws "
                            "keys already made",
                            o->before);
     int r = connect_as(endpoint, where, DL_PROTO_ROLE_CONTROL, o->args[0], o->token_file,

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,19 +196,56 @@ static int open_checksums(prog_t *p)
     return 0;
 }
 
+/* The command line: --set pairs are kept in order as typed and applied after the environment's
+ * settings, so that each error names the pair's key as the environment's do. */
+typedef struct {
+    const char **pairs;
+    size_t npairs, max_pairs;
+    bool help, version;
+} train_argv_t;
+
+static int keep_pair(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
+{
+    train_argv_t *a = obj;
+    (void)o;
+    (void)why;
+    (void)whylen;
+    if (a->npairs >= a->max_pairs)
+        return -ERANGE; /* cannot happen: max_pairs is argc */
+    a->pairs[a->npairs++] = text;
+    return 0;
+}
+
+static const dl_opt_type_t pair_type = {"KEY=VALUE", keep_pair, NULL, false};
+
+static const dl_opt_t argv_options[] = {
+    {"set", NULL, 0, &pair_type, 0, 0, 0, NULL, NULL, "KEY=VALUE",
+     "set one of the keys below (repeatable; wins over DLAUNCH_TRAIN_<KEY>)", DL_OPT_CLI_ONLY, 0},
+    {"help", NULL, 'h', &dl_opt_bool, offsetof(train_argv_t, help), 0, 0, NULL, NULL, NULL,
+     "show this help and exit", DL_OPT_FLAG | DL_OPT_CLI_ONLY | DL_OPT_STOP, 0},
+    {"version", NULL, 0, &dl_opt_bool, offsetof(train_argv_t, version), 0, 0, NULL, NULL, NULL,
+     "print the version and exit", DL_OPT_FLAG | DL_OPT_CLI_ONLY | DL_OPT_STOP, 0},
+};
+
+static const dl_opt_table_t argv_table = {argv_options,
+                                          sizeof(argv_options) / sizeof(argv_options[0]),
+                                          "DLAUNCH_TRAIN_", NULL, true};
+
 static void usage(FILE *f, const char *prog)
 {
     fprintf(f,
             "Usage: %s [--set KEY=VALUE]...\n"
-            "Trains an MLP on Fashion-MNIST with data parallelism (RANK, WORLD_SIZE).\n"
-            "Each KEY can also come from the variable DLAUNCH_TRAIN_<KEY>; --set wins.\n\n"
-            "Keys:\n",
+            "Trains an MLP on Fashion-MNIST with data parallelism (RANK, WORLD_SIZE).\n\n"
+            "Options:\n",
             prog);
+    dl_opt_print_help(&argv_table, f);
+    fprintf(f, "\nKeys (each also from the variable DLAUNCH_TRAIN_<KEY>; --set wins):\n");
     for (size_t i = 0; i < dl_train_settings.n; i++) {
         const dl_opt_t *o = &dl_train_settings.opts[i];
-        const char *def = o->def != NULL ? o->def : "";
-        fprintf(f, "  %-18s %s%s%s%s\n", o->name, o->help, def[0] ? " [" : "", def,
-                def[0] ? "]" : "");
+        char help[512];
+        snprintf(help, sizeof(help), "%s%s%s%s", o->help, o->def != NULL ? " [" : "",
+                 o->def != NULL ? o->def : "", o->def != NULL ? "]" : "");
+        dl_opt_print_item(f, o->name, help);
     }
 }
 
@@ -298,32 +336,34 @@ int main(int argc, char **argv)
     dl_train_config_init(&cfg);
     if (from_environment(&cfg) < 0)
         goto fail;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+    const char **pairs = calloc((size_t)argc + 1, sizeof(*pairs));
+    if (pairs == NULL) {
+        fprintf(stderr, "dlaunch-train: out of memory\n");
+        goto fail;
+    }
+    train_argv_t cli = {.pairs = pairs, .max_pairs = (size_t)argc};
+    dl_opt_argv_t a = {.prog = "dlaunch-train", .args = NULL, .max_args = 0};
+    if (dl_opt_parse_argv(&argv_table, &cli, argc - 1, argv + 1, &a, err, sizeof(err)) < 0) {
+        fprintf(stderr, "dlaunch-train: %s\n", err);
+        free(pairs);
+        goto fail;
+    }
+    if (cli.help || cli.version) {
+        if (cli.help)
             usage(stdout, argv[0]);
-            dl_train_config_free(&cfg);
-            return 0;
-        }
-        if (strcmp(argv[i], "--version") == 0) {
+        else
             printf("dlaunch-train %s\n", DL_VERSION);
-            dl_train_config_free(&cfg);
-            return 0;
-        }
-        if (strcmp(argv[i], "--set") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "dlaunch-train: --set needs KEY=VALUE\n");
-                goto fail;
-            }
-            if (set_pair(&cfg, argv[++i], "--set") < 0)
-                goto fail;
-        } else if (strncmp(argv[i], "--set=", 6) == 0) {
-            if (set_pair(&cfg, argv[i] + 6, "--set") < 0)
-                goto fail;
-        } else {
-            fprintf(stderr, "dlaunch-train: unknown argument '%s' (try --help)\n", argv[i]);
+        free(pairs);
+        dl_train_config_free(&cfg);
+        return 0;
+    }
+    for (size_t i = 0; i < cli.npairs; i++) {
+        if (set_pair(&cfg, cli.pairs[i], "--set") < 0) {
+            free(pairs);
             goto fail;
         }
     }
+    free(pairs);
     if (env_int("RANK", 0, 1 << 20, 0, &rank) < 0 ||
         env_int("WORLD_SIZE", 1, 1 << 20, 1, &world) < 0 ||
         env_int("TORCHELASTIC_RESTART_COUNT", 0, INT_MAX, 0, &attempt) < 0 || health_fd(&fd) < 0)

@@ -343,7 +343,12 @@ class Train(dltest.Case):
                   "dlaunch-train: DLAUNCH_TRAIN_MOMENTUM: '2' is out of range (0 to 0.999999)"),
                  ([], {"WORLD_SIZE": "2", "RANK": "2"},
                   "dlaunch-train: RANK 2 is not below WORLD_SIZE 2"),
-                 (["--bogus"], {}, "dlaunch-train: unknown argument '--bogus'")]
+                 (["--bogus"], {}, "dlaunch-train: unknown option '--bogus'"),
+                 (["--sett", "lr=1"], {}, "dlaunch-train: unknown option '--sett' (did you "
+                                          "mean --set?"),
+                 (["--set"], {}, "dlaunch-train: option '--set' needs a value (KEY=VALUE)"),
+                 (["steps=5"], {}, "dlaunch-train: unknown argument 'steps=5' (dlaunch-train "
+                                   "takes options only")]
         for args, extra, want in cases:
             p = subprocess.run([TRAINER, *args], env={**env, **extra}, cwd=self.dir,
                                capture_output=True, text=True, timeout=60)

@@ -1,0 +1,461 @@
+"""The conformance suite (issue #30): one set of scenarios, written once and run on each of the
+three rendezvous backends, the embedded one (node 0's agent hosts it), dlaunchd and etcd (a real
+3-member cluster on loopback, etcdlib.py). Two agents of two workers each on 127.0.0.1, as
+faultlib.Job starts them (bench/faults' jobs): a clean run, a worker SIGKILLed once, a worker that
+always fails, a hung worker, an agent SIGKILLed, an agent's departure (SIGTERM), and the control
+commands while a job runs. Each backend must give what the docs promise, and the last class holds
+the backends against each other: the same event kinds with the same fields, the same exit codes,
+the same culprit. Where a backend documents a difference, its check is skipped with a reason that
+names the gap, never bent to pass."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+import dltest
+import etcdlib
+import eventdoc
+import faultlib
+
+# What every scenario saw, by scenario and backend, for the comparison at the end.
+SEEN = {}
+
+# Every worker says who it is, then waits for the test's word (a file) on the job's first
+# attempt; on a later attempt, or with GO set, it ends at once. It beats on its health pipe
+# (descriptor 3, there unless --straggler-action off) while it waits, as a trainer would.
+WORKER = ('echo "rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT world=$WORLD_SIZE"; '
+          'if [ "$TORCHELASTIC_RESTART_COUNT" != 0 ] && [ -z "$WAIT_ALWAYS" ]; then exit 0; fi; '
+          'while [ ! -e "$STOP" ]; do printf . >&3; sleep 0.1; done')
+
+
+class Job(faultlib.Job):
+    """faultlib's job of two agents (bench/faults' jobs), on the backend of the test that made it,
+    running a shell command instead of the bundled trainer unless train is given."""
+
+    def __init__(self, case, command=None, nodes="2", extra=(), train=None, env=None):
+        self.case = case
+        super().__init__(nodes=2, workers=2, heartbeat=0.2, dead_after=1, extra=extra,
+                         train=train, dlaunchd=case.backend == "dlaunchd", root=case.dir,
+                         subset=case.data if train is not None else case.dir)
+        self.run_id = f"{case._testMethodName[5:]}-{case.backend}".replace("_", "-")
+        self.stop_file = os.path.join(self.dir, "stop")
+        self.env = {"STOP": self.stop_file, "CUDA_VISIBLE_DEVICES": "", **(env or {})}
+        common = self.common
+        common[common.index("--run-id") + 1] = self.run_id
+        common[common.index("--nodes") + 1] = nodes
+        if case.backend == "etcd":
+            common[common.index("--rdzv-endpoint") + 1] = case.cluster.endpoints
+            common[0:0] = ["--rdzv-backend", "etcd"]
+        self.endpoint = (case.cluster.endpoints if case.backend == "etcd"
+                         else common[common.index("--rdzv-endpoint") + 1])
+        if command is not None:
+            self.spec = os.path.join(self.dir, "command.yaml")
+            with open(self.spec, "w") as f:
+                f.write("command: " + json.dumps(["sh", "-c", command]) + "\n")
+
+    def start(self):
+        """Node 0's agent first; with the embedded rendezvous the others only once it serves, so
+        that it is the host (Job.start's fixed pause is no promise on a loaded machine)."""
+        self.agents.append(faultlib.Agent(self, 0, [*self.common, "--node-rank", "0",
+                                                    self.spec]))
+        if self.case.backend == "embedded":
+            host, port = self.endpoint.split(":")
+            self.case.wait_for(lambda: _serves(host, int(port)), self, "node 0 to host")
+        for i in range(1, self.nodes):
+            self.agents.append(faultlib.Agent(self, i, [*self.common, self.spec]))
+        return self
+
+    def token(self):
+        return os.path.join(self.dir, "token")
+
+
+def _serves(host, port):
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def events(agent):
+    """An agent's events as it wrote them (faultlib adds a clock of its own)."""
+    return [{k: v for k, v in e.items() if k != "mono"} for e in agent.events()]
+
+
+def of(evs, kind):
+    return [e for e in evs if e["event"] == kind]
+
+
+def shape(evs):
+    """The kinds of an event stream with their fields, and how many of each: what a reader of the
+    stream sees, without the values that differ from run to run."""
+    seen = {}
+    for e in evs:
+        key = (e["event"], tuple(sorted(set(e) - {"time"})))
+        seen[key] = seen.get(key, 0) + 1
+    return sorted(seen.items())
+
+
+def culprit(reason):
+    """A restart's reason without the agent's id (its pid differs from run to run)."""
+    return {k: ("<id>" if k == "node" else v) for k, v in reason.items()}
+
+
+class Scenarios:
+    """The scenarios, run by one subclass per backend. A subclass says which backend it is and
+    starts what the backend needs for all its tests (setUpClass)."""
+    backend = None
+    data = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.data_dir = tempfile.mkdtemp(prefix="dl-conform-data-")
+        if faultlib.have_fashion():
+            cls.data = cls.data_dir
+            faultlib.write_subset(cls.data, n_train=2048, n_test=256)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.data_dir, ignore_errors=True)
+
+    def setUp(self):
+        super().setUp()
+        self.jobs = []
+
+    def tearDown(self):
+        for job in self.jobs:
+            job.close()
+        super().tearDown()
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def job(self, *args, **kw):
+        job = Job(self, *args, **kw)
+        self.jobs.append(job)
+        return job
+
+    def tails(self, job):
+        out = []
+        for a in job.agents + getattr(job, "gone", []):
+            out += [f"[agent {a.index} out] {l}" for _, l in a.out.snapshot()[-20:]]
+            out += [f"[agent {a.index} err] {l}" for _, l in a.err.snapshot()[-30:]]
+            out += [f"[agent {a.index} event] {json.dumps(e)}" for e in events(a)]
+        return "\n".join(out)
+
+    def wait_for(self, pred, job, what, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred():
+                return
+            time.sleep(0.05)
+        self.fail(f"{self.backend}: timed out waiting for {what}\n{self.tails(job)}")
+
+    def wait_codes(self, job, timeout=90):
+        codes = job.wait(timeout=timeout)
+        return codes
+
+    def started(self, job, i, attempt, n=2):
+        return len([e for e in of(events(job.agents[i]), "worker_start")
+                    if e["attempt"] == attempt]) >= n
+
+    def rounds(self, agent):
+        return of(events(agent), "rendezvous")
+
+    def world(self, agent):
+        r = self.rounds(agent)
+        return r[-1]["world_size"] if r else None
+
+    def said(self, job, attempt):
+        """{rank: its first line} from the attempt's log folder."""
+        base = os.path.join(job.dir, "dlaunch_logs", job.run_id, f"attempt_{attempt}")
+        out = {}
+        for f in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+            m = re.fullmatch(r"rank_(\d+)\.out", f)
+            if m:
+                with open(os.path.join(base, f)) as fh:
+                    lines = fh.read().splitlines()
+                if lines:
+                    out[int(m.group(1))] = lines[0]
+        return out
+
+    def worker_pid(self, job, i, rank):
+        pid = job.agents[i].worker_pid(rank)
+        self.assertIsNotNone(pid, self.tails(job))
+        return pid
+
+    def assert_documented(self, job):
+        """Every event every agent wrote has docs/events.md's fields, no more, no less."""
+        bad = [eventdoc.mismatch(e) for a in job.agents + getattr(job, "gone", [])
+               for e in events(a)]
+        self.assertEqual([b for b in bad if b], [], self.tails(job))
+
+    def record(self, scenario, **what):
+        SEEN.setdefault(scenario, {})[self.backend] = what
+
+    def ctl(self, job, cmd, *args):
+        """A control command for the job, pointed at its backend."""
+        where = (["--rdzv-backend", "etcd"] if self.backend == "etcd" else
+                 ["--token-file", job.token()])
+        return self.dlaunch(cmd, *where, "--endpoint", job.endpoint, *args, timeout=60)
+
+    def assert_one_restart(self, job, agents, want):
+        """Each of the agents wrote one restart event, naming the same culprit, with want's
+        values; returns the reasons."""
+        reasons = []
+        for i in agents:
+            restarts = of(events(job.agents[i]), "restart")
+            self.assertEqual(len(restarts), 1, self.tails(job))
+            self.assertEqual((restarts[0]["attempt"], restarts[0].get("round")), (1, 1),
+                             restarts)
+            reason = restarts[0]["reason"]
+            self.assertEqual({k: reason.get(k) for k in want}, want,
+                             f"{self.backend}: agent {i}: {reason}\n{self.tails(job)}")
+            reasons.append(culprit(reason))
+        self.assertEqual([r == reasons[0] for r in reasons], [True] * len(reasons),
+                         f"{self.backend}: the agents name different culprits: {reasons}")
+        return reasons
+
+    # ---- scenarios ------------------------------------------------------------------------
+
+    def test_clean_run(self):
+        """Exit 0 everywhere; job_start, one rendezvous, the workers' starts and exits and a
+        job_end succeeded with docs/events.md's fields; ranks 0..3 once each, restart count 0."""
+        job = self.job(WORKER, env={"STOP": "/"}).start()
+        codes = self.wait_codes(job)
+        self.assertEqual(codes, [0, 0], self.tails(job))
+        self.assert_documented(job)
+        evs = [events(a) for a in job.agents]
+        for i, e in enumerate(evs):
+            self.assertEqual([x["event"] for x in e][:2], ["job_start", "rendezvous"], e)
+            self.assertEqual(e[-1]["event"], "job_end", e)
+            start = e[0]
+            self.assertEqual((start["run_id"], start["nodes"], start["min_nodes"],
+                              start["workers_per_node"], start["world_size"],
+                              start["max_restarts"]), (job.run_id, 2, 2, 2, None, 3), start)
+            rdzv = of(e, "rendezvous")
+            self.assertEqual(len(rdzv), 1, e)
+            self.assertEqual((rdzv[0]["round"], rdzv[0]["world_size"], rdzv[0]["nodes"],
+                              rdzv[0]["node_rank"], rdzv[0]["ranks"]),
+                             (0, 4, 2, i, [2 * i, 2 * i + 1]), rdzv)
+            self.assertEqual(sorted((x["rank"], x["attempt"]) for x in of(e, "worker_start")),
+                             [(2 * i, 0), (2 * i + 1, 0)], e)
+            self.assertEqual(sorted((x["rank"], x.get("exit_code")) for x in
+                                    of(e, "worker_exit")), [(2 * i, 0), (2 * i + 1, 0)], e)
+            self.assertEqual(of(e, "restart"), [], e)
+            self.assertEqual((e[-1]["status"], e[-1]["exit_code"], e[-1]["attempts"]),
+                             ("succeeded", 0, 1), e[-1])
+        masters = {(of(e, "rendezvous")[0]["master_addr"], of(e, "rendezvous")[0]["master_port"])
+                   for e in evs}
+        self.assertEqual(len(masters), 1, masters)
+        self.assertEqual(self.said(job, 0),
+                         {r: f"rank={r} restart=0 world=4" for r in range(4)})
+        self.record("clean_run", codes=codes, shapes=[shape(e) for e in evs])
+
+    def test_worker_killed_once(self):
+        """Rank 3 (node 1) SIGKILLed with --max-restarts 2: one restart on every node naming it
+        (rank, node, signal), in the events and the round change's words; then exit 0, and the
+        workers of attempt 1 have TORCHELASTIC_RESTART_COUNT 1."""
+        job = self.job(WORKER, extra=("--max-restarts", "2")).start()
+        self.wait_for(lambda: all(self.started(job, i, 0) for i in (0, 1)), job,
+                      "attempt 0's workers")
+        os.kill(self.worker_pid(job, 1, 3), signal.SIGKILL)
+        codes = self.wait_codes(job)
+        self.assertEqual(codes, [0, 0], self.tails(job))
+        self.assert_documented(job)
+        reasons = self.assert_one_restart(job, (0, 1), {
+            "cause": "worker_failed", "rank": 3, "node_rank": 1, "attempt": 0,
+            "signal": "SIGKILL"})
+        for a in job.agents:
+            r = of(events(a), "restart")[0]
+            self.assertRegex(r["diagnosis"], r"in round 0: rank 3 on \S+ was killed by SIGKILL",
+                             r)
+            self.assertEqual((events(a)[-1]["status"], events(a)[-1]["attempts"]),
+                             ("succeeded", 2), events(a)[-1])
+        exits = of(events(job.agents[1]), "worker_exit")
+        self.assertIn((3, 0, "SIGKILL"), [(e["rank"], e["attempt"], e.get("signal"))
+                                          for e in exits])
+        self.assertEqual(self.said(job, 1),
+                         {r: f"rank={r} restart=1 world=4" for r in range(4)})
+        self.record("worker_killed_once", codes=codes, culprit=reasons[0],
+                    shapes=[shape(events(a)) for a in job.agents])
+
+    def test_always_fails(self):
+        """Rank 2 (node 1) exits 7 on every attempt, --max-restarts 1: exit 1 on every agent
+        (docs/exit-codes.md), the same culprit in every restart event and every failure summary,
+        job_end failed."""
+        script = ('if [ "$RANK" = 2 ]; then echo "rank 2 fails on every attempt" >&2; exit 7; fi;'
+                  ' exec sleep 60')
+        job = self.job(script, extra=("--max-restarts", "1")).start()
+        codes = self.wait_codes(job)
+        self.assertEqual(codes, [1, 1], self.tails(job))
+        self.assert_documented(job)
+        reasons = self.assert_one_restart(job, (0, 1), {
+            "cause": "worker_failed", "rank": 2, "node_rank": 1, "attempt": 0, "exit_code": 7})
+        for a in job.agents:
+            end = events(a)[-1]
+            self.assertEqual((end["event"], end["status"], end["exit_code"], end["attempts"]),
+                             ("job_end", "failed", 1, 2), end)
+            err = "\n".join(l for _, l in a.err.snapshot())
+            self.assertIn("dlaunch: the job failed", err, self.tails(job))
+            self.assertRegex(err, r"rank 2 on \S+ exited with code 7", self.tails(job))
+        self.record("always_fails", codes=codes, culprit=reasons[0],
+                    shapes=[shape(events(a)) for a in job.agents])
+
+    def test_hung_worker(self):
+        """Rank 3 (node 1) stopped (SIGSTOP) with --health-timeout 3: its agent names it hung
+        (worker_hung) and kills it, every node's restart event names it hung, then exit 0."""
+        job = self.job(WORKER, extra=("--max-restarts", "2", "--health-timeout", "3")).start()
+        self.wait_for(lambda: all(self.started(job, i, 0) for i in (0, 1)), job,
+                      "attempt 0's workers")
+        # Once it beat (a worker that never beat is left alone: docs/job-spec.md).
+        self.wait_for(lambda: os.path.exists(os.path.join(
+            job.dir, "dlaunch_logs", job.run_id, "attempt_0", "rank_3.out")), job, "rank 3")
+        time.sleep(0.5)
+        os.kill(self.worker_pid(job, 1, 3), signal.SIGSTOP)
+        codes = self.wait_codes(job)
+        self.assertEqual(codes, [0, 0], self.tails(job))
+        self.assert_documented(job)
+        hung = of(events(job.agents[1]), "worker_hung")
+        self.assertEqual([e["rank"] for e in hung], [3], self.tails(job))
+        self.assertEqual(of(events(job.agents[0]), "worker_hung"), [])
+        reasons = self.assert_one_restart(job, (0, 1), {
+            "cause": "worker_failed", "rank": 3, "node_rank": 1, "hung": True})
+        self.assertEqual(self.said(job, 1),
+                         {r: f"rank={r} restart=1 world=4" for r in range(4)})
+        self.record("hung_worker", codes=codes, culprit=reasons[0],
+                    shapes=[shape(events(a)) for a in job.agents])
+
+    def elastic_job(self, extra):
+        """--nodes 1:2, both nodes running (world size 4) before the test goes on."""
+        job = self.job(WORKER, nodes="1:2", env={"WAIT_ALWAYS": "1"},
+                       extra=("--last-call", "3", *extra)).start()
+        self.wait_for(lambda: all(self.world(a) == 4 for a in job.agents) and
+                      all(self.started(job, i, self.rounds(job.agents[i])[-1]["round"])
+                          for i in (0, 1)), job, "both nodes' workers")
+        return job
+
+    def test_agent_killed(self):
+        """The agent of node 1 (not the rendezvous' host) SIGKILLed in a 1:2 job: node 0 names
+        node 1 lost (no rank), goes on alone in the next round with one restart spent (its
+        workers' TORCHELASTIC_RESTART_COUNT 1), and ends with exit 0."""
+        job = self.elastic_job(("--max-restarts", "2"))
+        first = self.rounds(job.agents[0])[-1]["round"]
+        job.agents[1].kill(signal.SIGKILL)
+        self.wait_for(lambda: self.world(job.agents[0]) == 2 and
+                      self.started(job, 0, self.rounds(job.agents[0])[-1]["round"]), job,
+                      "node 0 alone")
+        second = self.rounds(job.agents[0])[-1]
+        self.assertGreater(second["round"], first)
+        self.assertEqual((second["node_rank"], second["nodes"], second["ranks"]),
+                         (0, 1, [0, 1]), second)
+        open(job.stop_file, "w").close()
+        self.assertEqual(job.agents[0].proc.wait(timeout=60), 0, self.tails(job))
+        self.assertEqual(job.agents[1].proc.wait(timeout=10), -signal.SIGKILL)
+        self.assert_documented(job)
+        restarts = [e for e in of(events(job.agents[0]), "restart") if e["round"] > first]
+        self.assertEqual(len(restarts), 1, self.tails(job))
+        reason = restarts[0]["reason"]
+        self.assertEqual((reason["cause"], reason["node_rank"], "rank" in reason),
+                         ("node_lost", 1, False), reason)
+        self.assertEqual(self.said(job, second["round"]),
+                         {r: f"rank={r} restart=1 world=2" for r in range(2)})
+        end = events(job.agents[0])[-1]
+        self.assertEqual((end["event"], end["status"], end["exit_code"]),
+                         ("job_end", "succeeded", 0), end)
+        self.record("agent_killed", code=0, culprit=culprit(reason),
+                    shape=shape(events(job.agents[0])))
+
+    def test_departure(self):
+        """SIGTERM to the agent of node 1 in a 1:2 job with --max-restarts 0: it departs (exit
+        143), node 0's restart event says node_left naming node 1, no restart is spent (its
+        workers' TORCHELASTIC_RESTART_COUNT stays 0, and the job still succeeds with none
+        left)."""
+        job = self.elastic_job(("--max-restarts", "0"))
+        first = self.rounds(job.agents[0])[-1]["round"]
+        job.agents[1].kill(signal.SIGTERM)
+        self.assertEqual(job.agents[1].proc.wait(timeout=60), 128 + signal.SIGTERM,
+                         self.tails(job))
+        self.wait_for(lambda: self.world(job.agents[0]) == 2 and
+                      self.started(job, 0, self.rounds(job.agents[0])[-1]["round"]), job,
+                      "node 0 alone")
+        second = self.rounds(job.agents[0])[-1]["round"]
+        open(job.stop_file, "w").close()
+        self.assertEqual(job.agents[0].proc.wait(timeout=60), 0, self.tails(job))
+        self.assert_documented(job)
+        restarts = [e for e in of(events(job.agents[0]), "restart") if e["round"] > first]
+        self.assertEqual(len(restarts), 1, self.tails(job))
+        reason = restarts[0]["reason"]
+        self.assertEqual((reason["cause"], reason["node_rank"]), ("node_left", 1), reason)
+        self.assertEqual(self.said(job, second),
+                         {r: f"rank={r} restart=0 world=2" for r in range(2)})
+        gone = events(job.agents[1])
+        self.assertEqual([(e["signal"], e["forwarded"]) for e in of(gone, "signal")],
+                         [("SIGTERM", False)], gone)
+        self.assertEqual((gone[-1]["event"], gone[-1]["status"], gone[-1]["exit_code"]),
+                         ("job_end", "stopped", 128 + signal.SIGTERM), gone[-1])
+        self.assertEqual(events(job.agents[0])[-1]["status"], "succeeded")
+        self.assertNotIn("was lost", "\n".join(l for _, l in job.agents[0].err.snapshot()))
+        self.record("departure", code=0, culprit=culprit(reason),
+                    shapes=[shape(events(a)) for a in job.agents])
+
+
+class Embedded(Scenarios, dltest.Case):
+    """Node 0's agent hosts the rendezvous (--rdzv-endpoint 127.0.0.1:PORT, nobody serving it)."""
+    backend = "embedded"
+
+
+class Dlaunchd(Scenarios, dltest.Case):
+    """A dlaunchd of each job's own (faultlib.Job starts it); no agent hosts anything."""
+    backend = "dlaunchd"
+
+
+@unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
+class Etcd(Scenarios, dltest.Case):
+    """--rdzv-backend etcd on a 3-member cluster on loopback, one for all of this class's jobs
+    (each has a run id, so a prefix, of its own)."""
+    backend = "etcd"
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.cluster = etcdlib.Cluster().start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+        super().tearDownClass()
+
+
+class SameOnEveryBackend(unittest.TestCase):
+    """What each scenario showed on each backend that ran it, held against each other: the same
+    exit codes, the same event kinds with the same fields as many times, the same culprit."""
+
+    def test_every_scenario_alike(self):
+        compared = 0
+        for scenario, by in sorted(SEEN.items()):
+            names = sorted(by)
+            for other in names[1:]:
+                with self.subTest(scenario=scenario, backends=(names[0], other)):
+                    self.assertEqual(by[other], by[names[0]],
+                                     f"{scenario}: {other} differs from {names[0]}")
+                compared += 1
+        if compared == 0:
+            self.skipTest("fewer than two backends ran any scenario here")
+
+
+def load_tests(loader, standard_tests, pattern):
+    """The backends in turn, then their comparison (which needs what they saw)."""
+    suite = unittest.TestSuite()
+    for cls in (Embedded, Dlaunchd, Etcd, SameOnEveryBackend):
+        suite.addTests(loader.loadTestsFromTestCase(cls))
+    return suite
+
+
+if __name__ == "__main__":
+    dltest.main()

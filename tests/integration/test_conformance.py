@@ -77,10 +77,10 @@ BUGS = {
 # Every worker says who it is, then waits for the test's word (a file) on the job's first
 # attempt; on a later attempt it ends at once, unless WAIT_ALWAYS is set. It beats on its
 # health pipe (descriptor 3, there unless --straggler-action off) while it waits, as a trainer
-# would.
+# would, and leaves a mark once it did.
 WORKER = ('echo "rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT world=$WORLD_SIZE"; '
           'if [ "$TORCHELASTIC_RESTART_COUNT" != 0 ] && [ -z "$WAIT_ALWAYS" ]; then exit 0; fi; '
-          'while [ ! -e "$STOP" ]; do printf . >&3; sleep 0.1; done')
+          'while [ ! -e "$STOP" ]; do printf . >&3; : > "$STOP.beat.$RANK"; sleep 0.1; done')
 
 
 class Job(faultlib.Job):
@@ -238,8 +238,20 @@ class Scenarios:
         self.fail(f"{self.backend}: timed out waiting for {what}\n{self.tails(job)}")
 
     def wait_codes(self, job, timeout=90):
-        codes = job.wait(timeout=timeout)
-        return codes
+        """Every agent's exit code, once what it wrote is read to the end."""
+        deadline = time.monotonic() + timeout
+        return [self.exit_code(a, max(1, deadline - time.monotonic())) for a in job.agents]
+
+    def exit_code(self, agent, timeout=60):
+        """The agent's exit code (None if it runs on past timeout), once the test's readers of
+        its stdout and stderr got all it wrote: its exit comes before they reach the end."""
+        try:
+            code = agent.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        agent.out.join(timeout=30)
+        agent.err.join(timeout=30)
+        return code
 
     def started(self, job, i, attempt, n=2):
         return len([e for e in of(events(job.agents[i]), "worker_start")
@@ -426,6 +438,9 @@ class Scenarios:
         for a in job.agents:
             self.assertEqual((events(a)[-1]["status"], events(a)[-1]["attempts"]),
                              ("succeeded", 2), events(a)[-1])
+            # What the operator reads: the round change, naming the culprit alike.
+            self.assertRegex("\n".join(l for _, l in a.err.snapshot()),
+                             r"round 1: .*in round 0: rank 3 on \S+ was killed by SIGKILL")
         exits = of(events(job.agents[1]), "worker_exit")
         self.assertIn((3, 0, "SIGKILL"), [(e["rank"], e["attempt"], e.get("signal"))
                                           for e in exits])
@@ -471,9 +486,7 @@ class Scenarios:
         self.wait_for(lambda: all(self.started(job, i, 0) for i in (0, 1)), job,
                       "attempt 0's workers")
         # Once it beat (a worker that never beat is left alone: docs/job-spec.md).
-        self.wait_for(lambda: os.path.exists(os.path.join(
-            job.dir, "dlaunch_logs", job.run_id, "attempt_0", "rank_3.out")), job, "rank 3")
-        time.sleep(0.5)
+        self.wait_for(lambda: os.path.exists(job.stop_file + ".beat.3"), job, "rank 3's beat")
         os.kill(self.worker_pid(job, 1, 3), signal.SIGSTOP)
         codes = self.wait_codes(job)
         self.assertEqual(codes, [0, 0], self.tails(job))
@@ -512,8 +525,8 @@ class Scenarios:
         self.assertEqual((second["node_rank"], second["nodes"], second["ranks"]),
                          (0, 1, [0, 1]), second)
         open(job.stop_file, "w").close()
-        self.assertEqual(job.agents[0].proc.wait(timeout=60), 0, self.tails(job))
-        self.assertEqual(job.agents[1].proc.wait(timeout=10), -signal.SIGKILL)
+        self.assertEqual(self.exit_code(job.agents[0]), 0, self.tails(job))
+        self.assertEqual(self.exit_code(job.agents[1]), -signal.SIGKILL)
         self.assert_documented(job)
         restarts = [e for e in of(events(job.agents[0]), "restart") if e["round"] > first]
         self.assertEqual(len(restarts), 1, self.tails(job))
@@ -536,14 +549,14 @@ class Scenarios:
         job = self.elastic_job(("--max-restarts", "0"))
         first = self.rounds(job.agents[0])[-1]["round"]
         job.agents[1].kill(signal.SIGTERM)
-        self.assertEqual(job.agents[1].proc.wait(timeout=60), 128 + signal.SIGTERM,
+        self.assertEqual(self.exit_code(job.agents[1]), 128 + signal.SIGTERM,
                          self.tails(job))
         self.wait_for(lambda: self.world(job.agents[0]) == 2 and
                       self.started(job, 0, self.rounds(job.agents[0])[-1]["round"]), job,
                       "node 0 alone")
         second = self.rounds(job.agents[0])[-1]["round"]
         open(job.stop_file, "w").close()
-        self.assertEqual(job.agents[0].proc.wait(timeout=60), 0, self.tails(job))
+        self.assertEqual(self.exit_code(job.agents[0]), 0, self.tails(job))
         self.assert_documented(job)
         restarts = [e for e in of(events(job.agents[0]), "restart") if e["round"] > first]
         self.assertEqual(len(restarts), 1, self.tails(job))
@@ -560,6 +573,23 @@ class Scenarios:
         self.assertNotIn("was lost", "\n".join(l for _, l in job.agents[0].err.snapshot()))
         self.record("departure", code=0, culprit=culprit(reason),
                     shapes=[shape(events(a)) for a in job.agents])
+
+    def test_stop_signal(self):
+        """SIGTERM to the agent of node 1 in a 2:2 job: fewer than MIN nodes would be left, so
+        the job stops: that agent exits 143, the other 0, both job_end stopped, no restart."""
+        job = self.job(WORKER, extra=("--max-restarts", "2")).start()
+        self.wait_for(lambda: all(self.started(job, i, 0) for i in (0, 1)), job,
+                      "attempt 0's workers")
+        job.agents[1].kill(signal.SIGTERM)
+        codes = self.wait_codes(job)
+        self.assertEqual(codes, [0, 128 + signal.SIGTERM], self.tails(job))
+        self.assert_documented(job)
+        for a, code in zip(job.agents, codes):
+            evs = events(a)
+            self.assertEqual(of(evs, "restart"), [], evs)
+            self.assertEqual((evs[-1]["event"], evs[-1]["status"], evs[-1]["exit_code"]),
+                             ("job_end", "stopped", code), evs[-1])
+        self.record("stop_signal", codes=codes, shapes=[shape(events(a)) for a in job.agents])
 
     def test_status_while_running(self):
         """The bundled trainer running: `dlaunch status` (and --json) says the job, its round,

@@ -645,7 +645,8 @@ class Scenarios:
                              r"the same failure ended 3 rounds in a row")
         self.assertEqual({(r["rank"], r["node_rank"], r["exit_code"]) for r in reasons},
                          {(1, 1, 7)}, reasons)
-        self.record("same_failure", codes=codes, culprit=[r for r in reasons if r["attempt"] == 0][0],
+        self.record("same_failure", codes=codes,
+                    culprit=[r for r in reasons if r["attempt"] == 0][0],
                     shapes=[shape(events(a)) for a in job.agents])
 
     def test_stop_signal(self):

@@ -190,7 +190,7 @@ class Job:
 
     def __init__(self, nodes=2, workers=2, net=None, steps=1500, checkpoint_every=100,
                  heartbeat=0.2, dead_after=1.0, extra=(), train=None, dlaunchd=False,
-                 root=None, subset=None, agent_env=None):
+                 root=None, subset=None, agent_env=None, dlaunchd_args=()):
         self.dir = tempfile.mkdtemp(prefix="dl-fault-", dir=root)
         self.net, self.nodes, self.agents = net, nodes, []
         self.env = {}
@@ -214,7 +214,7 @@ class Job:
         self.daemon = None
         host = net.addrs[0] if net else "127.0.0.1"
         if dlaunchd:
-            self.port = self._start_dlaunchd(host, token)
+            self.port = self._start_dlaunchd(host, token, dlaunchd_args)
         else:
             self.port = free_port()
         self.common = ["--nodes", str(nodes), "--gpus-per-node", str(workers),
@@ -224,13 +224,15 @@ class Job:
                        "--last-call", "0.5", *extra]
         self.t0 = time.monotonic()
 
-    def _start_dlaunchd(self, host, token):
+    def _start_dlaunchd(self, host, token, extra=()):
         log = os.path.join(self.dir, "dlaunchd.log")
         prefix = self.net.prefix(0) if self.net else []
-        self.daemon_args = [*prefix, DLAUNCHD, "--listen", f"{host}:0", "--token-file", token]
+        self.daemon_args = [*prefix, DLAUNCHD, "--listen", f"{host}:0", "--token-file", token,
+                            *extra]
         self.daemon_log = log
-        self.daemon = subprocess.Popen(self.daemon_args, stdout=subprocess.DEVNULL,
-                                       stderr=open(log, "w"), start_new_session=True)
+        with open(log, "w") as f:
+            self.daemon = subprocess.Popen(self.daemon_args, stdout=subprocess.DEVNULL,
+                                           stderr=f, start_new_session=True)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with open(log) as f:
@@ -242,11 +244,12 @@ class Job:
 
     def restart_dlaunchd(self):
         """The same daemon again on the same port, as systemd would restart it."""
-        args = [a if not a.endswith(":0") else a[:-2] + f":{self.port}"
-                for a in self.daemon_args]
-        self.daemon = subprocess.Popen(args, stdout=subprocess.DEVNULL,
-                                       stderr=open(self.daemon_log, "a"),
-                                       start_new_session=True)
+        args = list(self.daemon_args)
+        at = args.index("--listen") + 1
+        args[at] = args[at][:-2] + f":{self.port}"
+        with open(self.daemon_log, "a") as f:
+            self.daemon = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=f,
+                                           start_new_session=True)
 
     def start(self):
         for i in range(self.nodes):

@@ -148,10 +148,35 @@ def start_dlaunchd(log_path, *args, timeout=30):
         raise RuntimeError(f"dlaunchd did not start:\n{f.read()}")
 
 
+class TimedResult(unittest.TextTestResult):
+    """Each case's wall time after its verdict ("ok (12.3 s)"), and the slowest five at the end,
+    so that the suite's log says where its minutes go."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.times = {}
+        self.started = 0.0
+
+    def startTest(self, test):
+        self.started = time.monotonic()
+        super().startTest(test)
+
+    def stopTest(self, test):
+        elapsed = time.monotonic() - self.started
+        self.times[test.id()] = elapsed
+        if self.showAll:
+            self.stream.writeln(f"    {elapsed:.1f} s {test.id().rsplit('.', 1)[-1]}")
+        super().stopTest(test)
+
+
 def main():
     """unittest.main with a closing line the CI log reader understands."""
-    prog = unittest.main(exit=False, verbosity=2)
+    prog = unittest.main(exit=False, verbosity=2,
+                         testRunner=unittest.TextTestRunner(resultclass=TimedResult, verbosity=2))
     r = prog.result
+    slowest = sorted(r.times.items(), key=lambda kv: -kv[1])[:5]
+    print("slowest: " + ", ".join(f"{name.rsplit('.', 2)[-2]}.{name.rsplit('.', 1)[-1]} "
+                                  f"{t:.1f} s" for name, t in slowest))
     failed = len(r.failures) + len(r.errors)
     print(f"{r.testsRun - failed - len(r.skipped)} passed, {failed} failed, "
           f"{len(r.skipped)} skipped")

@@ -8,17 +8,14 @@ root=$PWD
 
 scripts/deps.sh all
 
-setup() { # dir, extra meson options... [-- ninja options...]
+setup() { # dir, extra meson options...
     local dir=$1; shift
-    local opts=() ninja_opts=()
-    while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
-    [ $# -gt 0 ] && shift && ninja_opts=("$@")
     if [ -f "$dir/build.ninja" ]; then
-        meson setup --reconfigure "$dir" "${opts[@]}" >/dev/null
+        meson setup --reconfigure "$dir" "$@" >/dev/null
     else
-        meson setup "$dir" "${opts[@]}" >/dev/null
+        meson setup "$dir" "$@" >/dev/null
     fi
-    ninja -C "$dir" "${ninja_opts[@]}"
+    ninja -C "$dir"
 }
 
 setup build-test -Dbuildtype=debugoptimized -Dtests=true
@@ -60,21 +57,22 @@ else
     echo "test: not root: the Slurm tests will be skipped" >&2
 fi
 pass slurm -C build-test --suite slurm --logbase slurm
-pass test -C build-test --suite unit --suite integration --no-suite slurm \
-    --num-processes $((cores + cores / 2))
 
-# The sanitizer build compiles beside the first two passes, one job per core.
+# The sanitizer build compiles beside the Slurm suite alone: its pass is the longest of the
+# three, so it starts as soon as it can.
 if setup build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Dwerror=true \
-        -Dtests=true -Dbench=false -- -j "$cores"; then
+        -Dtests=true -Dbench=false; then
     # Everything but the slow suites, which exercise the same code paths.
     # DLAUNCH_TEST_SANITIZER: tests with a matrix of timing cases (test_recovery.py) run a
-    # subset there, each code path once; the plain build ran them all.
+    # subset there, each code path once; the plain build runs them all.
     DLAUNCH_TEST_SANITIZER=1 pass asan -C build-asan --suite unit --suite integration \
         --no-suite slow --num-processes "$cores"
 else
     echo "test: the sanitizer build failed" >&2
     status=1
 fi
+pass test -C build-test --suite unit --suite integration --no-suite slurm \
+    --num-processes $((cores + cores / 2))
 for pid in "${pids[@]}"; do
     wait "$pid" || status=1
 done

@@ -29,7 +29,10 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 # workers' start-up), not computing, so one pass's waits are another's CPU time: the plain pass
 # runs 1.5 tests per core, the sanitizer pass one, and the suite takes about half as long as
 # the passes one after the other (10 minutes instead of 19 on a 2-core machine).
+# DLAUNCH_TEST_JOBS and DLAUNCH_TEST_ASAN_JOBS set those two numbers (tests at a time) instead.
 cores=$(nproc)
+plain_jobs=${DLAUNCH_TEST_JOBS:-$((cores + cores / 2))}
+asan_jobs=${DLAUNCH_TEST_ASAN_JOBS:-$cores}
 rm -f build-test/meson-logs/slurm.json build-test/meson-logs/testlog.json \
     build-asan/meson-logs/testlog.json
 pids=()
@@ -66,13 +69,13 @@ if setup build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Dwerror=tr
     # DLAUNCH_TEST_SANITIZER: tests with a matrix of timing cases (test_recovery.py) run a
     # subset there, each code path once; the plain build runs them all.
     DLAUNCH_TEST_SANITIZER=1 pass asan -C build-asan --suite unit --suite integration \
-        --no-suite slow --num-processes "$cores"
+        --no-suite slow --num-processes "$asan_jobs"
 else
     echo "test: the sanitizer build failed" >&2
     status=1
 fi
 pass test -C build-test --suite unit --suite integration --no-suite slurm \
-    --num-processes $((cores + cores / 2))
+    --num-processes "$plain_jobs"
 for pid in "${pids[@]}"; do
     wait "$pid" || status=1
 done
@@ -82,19 +85,25 @@ python3 - "$root/build-test/meson-logs/slurm.json" "$root/build-test/meson-logs/
     "$root/build-asan/meson-logs/testlog.json" <<'PY'
 import json, sys
 ok = bad = skipped = 0
-for path in sys.argv[1:]:
+walls = []
+for name, path in zip(("slurm", "test", "asan"), sys.argv[1:]):
     try:
-        lines = open(path).readlines()
+        records = [json.loads(line) for line in open(path)]
     except FileNotFoundError:  # a pass that never ran (its build failed): counted above
         continue
-    for line in lines:
-        r = json.loads(line)["result"]
-        if r in ("OK", "EXPECTEDFAIL"):
+    for r in records:
+        if r["result"] in ("OK", "EXPECTEDFAIL"):
             ok += 1
-        elif r == "SKIP":
+        elif r["result"] == "SKIP":
             skipped += 1
         else:
             bad += 1
+    if records:
+        start = min(r["starttime"] for r in records)
+        end = max(r["starttime"] + r["duration"] for r in records)
+        walls.append(f"{name} {end - start:.0f} s")
+# Each pass's own wall time, so that a log says which one the suite waited for.
+print("test: passes " + ", ".join(walls))
 print(f"{ok} passed, {bad} failed, {skipped} skipped")
 PY
 exit $status

@@ -27,8 +27,8 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 # prefixed with its name: the Slurm suite, the plain build's tests and the sanitizer build's.
 # Most of the suite's time is waiting (Slurm's scheduler, etcd's elections, failure detection,
 # workers' start-up), not computing, so one pass's waits are another's CPU time: the plain pass
-# runs 1.5 tests per core, the sanitizer pass one, and the suite takes about half as long as
-# the passes one after the other (10 minutes instead of 19 on a 2-core machine).
+# runs 1.5 tests per core, the sanitizer pass one. From the per-suite times of a run one pass
+# after the other (19 minutes on a fresh 2-core machine), the suite takes 8 to 10 minutes so.
 # DLAUNCH_TEST_JOBS and DLAUNCH_TEST_ASAN_JOBS set those two numbers (tests at a time) instead.
 cores=$(nproc)
 plain_jobs=${DLAUNCH_TEST_JOBS:-$((cores + cores / 2))}

@@ -149,8 +149,8 @@ def start_dlaunchd(log_path, *args, timeout=30):
 
 
 class TimedResult(unittest.TextTestResult):
-    """Each case's wall time after its verdict ("ok (12.3 s)"), and the slowest five at the end,
-    so that the suite's log says where its minutes go."""
+    """Each case's wall time after its verdict ("    12.3 s test_name"), and the slowest five at
+    the end, so that a suite's log says where its minutes go."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -168,15 +168,23 @@ class TimedResult(unittest.TextTestResult):
             self.stream.writeln(f"    {elapsed:.1f} s {test.id().rsplit('.', 1)[-1]}")
         super().stopTest(test)
 
+    def stopTestRun(self):
+        super().stopTestRun()
+        slowest = sorted(self.times.items(), key=lambda kv: -kv[1])[:5]
+        if self.showAll and slowest:
+            self.stream.writeln("slowest: " + ", ".join(
+                f"{'.'.join(name.rsplit('.', 2)[-2:])} {t:.1f} s" for name, t in slowest))
+
+
+# Every suite that imports this module times its cases, whether it ends with main() below or
+# with unittest.main() of its own.
+unittest.TextTestRunner.resultclass = TimedResult
+
 
 def main():
     """unittest.main with a closing line the CI log reader understands."""
-    prog = unittest.main(exit=False, verbosity=2,
-                         testRunner=unittest.TextTestRunner(resultclass=TimedResult, verbosity=2))
+    prog = unittest.main(exit=False, verbosity=2)
     r = prog.result
-    slowest = sorted(r.times.items(), key=lambda kv: -kv[1])[:5]
-    print("slowest: " + ", ".join(f"{name.rsplit('.', 2)[-2]}.{name.rsplit('.', 1)[-1]} "
-                                  f"{t:.1f} s" for name, t in slowest))
     failed = len(r.failures) + len(r.errors)
     print(f"{r.testsRun - failed - len(r.skipped)} passed, {failed} failed, "
           f"{len(r.skipped)} skipped")

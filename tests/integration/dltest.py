@@ -148,6 +148,39 @@ def start_dlaunchd(log_path, *args, timeout=30):
         raise RuntimeError(f"dlaunchd did not start:\n{f.read()}")
 
 
+class TimedResult(unittest.TextTestResult):
+    """Each case's wall time after its verdict ("    12.3 s test_name"), and the slowest five at
+    the end, so that a suite's log says where its minutes go."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.times = {}
+        self.started = 0.0
+
+    def startTest(self, test):
+        self.started = time.monotonic()
+        super().startTest(test)
+
+    def stopTest(self, test):
+        elapsed = time.monotonic() - self.started
+        self.times[test.id()] = elapsed
+        if self.showAll:
+            self.stream.writeln(f"    {elapsed:.1f} s {test.id().rsplit('.', 1)[-1]}")
+        super().stopTest(test)
+
+    def stopTestRun(self):
+        super().stopTestRun()
+        slowest = sorted(self.times.items(), key=lambda kv: -kv[1])[:5]
+        if self.showAll and slowest:
+            self.stream.writeln("slowest: " + ", ".join(
+                f"{'.'.join(name.rsplit('.', 2)[-2:])} {t:.1f} s" for name, t in slowest))
+
+
+# Every suite that imports this module times its cases, whether it ends with main() below or
+# with unittest.main() of its own.
+unittest.TextTestRunner.resultclass = TimedResult
+
+
 def main():
     """unittest.main with a closing line the CI log reader understands."""
     prog = unittest.main(exit=False, verbosity=2)

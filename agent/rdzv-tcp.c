@@ -160,8 +160,8 @@ static void send_join(tcp_t *z)
     send_or_log(z, dl_rdzv_enc_join(z->join_id, &j));
 }
 
-/* Not connected (the rendezvous declared us dead, restarted or was lost), the machine connects
- * first and joins (or follows) once the handshake is done. */
+/* Joins now, or, while not connected (the rendezvous declared us dead, restarted or was lost),
+ * once the failover machine has connected again. */
 static void tcp_join(tcp_t *z, const dl_rdzv_join_t *join)
 {
     z->join = *join;

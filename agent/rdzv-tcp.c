@@ -244,7 +244,7 @@ static void on_assignment(tcp_t *z, json_t *m)
         misbehaved(z, why);
         return;
     }
-    dl_rdzv_culprit_info_t c;
+    dl_rdzv_culprit_t c;
     dl_rdzv_dec_culprit(json_object_get(m, "failure"), &c);
     const char *successors[DL_RDZV_SUCCESSORS_MAX];
     int n = 0;
@@ -272,7 +272,7 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
     case DL_PROTO_ROUND_CHANGED: {
         int round;
         const char *reason;
-        dl_rdzv_culprit_info_t c;
+        dl_rdzv_culprit_t c;
         dl_rdzv_dec_round_changed(m, &round, &reason, &c);
         if (c.cause != NULL && strcmp(c.cause, "node_left") == 0)
             step(z, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_NODE_LEFT,
@@ -451,7 +451,7 @@ static int serve_as_successor(tcp_t *z, const char *ip)
 static void lost_rendezvous(tcp_t *z, const dl_rdzv_fo_action_t *a)
 {
     /* Name the lost host's node, as for any lost node. */
-    dl_rdzv_culprit_info_t c = DL_RDZV_CULPRIT_NONE;
+    dl_rdzv_culprit_t c = DL_RDZV_CULPRIT_NONE;
     c.cause = a->cause;
     c.host = a->host;
     c.node_rank = a->node_rank;

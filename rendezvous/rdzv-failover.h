@@ -81,36 +81,36 @@ typedef enum {
 } dl_rdzv_fo_serve_t;
 
 typedef enum {
-    DL_RDZV_FO_EV_START = 0,     /* connect for the first time (after hosting, if we do) */
-    DL_RDZV_FO_EV_HOST_WAIT,     /* node 0's endpoint does not resolve yet: host it later */
-    DL_RDZV_FO_EV_JOIN,          /* the agent asks to join (or to follow: follow) */
-    DL_RDZV_FO_EV_CONNECTED,     /* the handshake is done */
+    DL_RDZV_FO_EV_START = 0,      /* connect for the first time (after hosting, if we do) */
+    DL_RDZV_FO_EV_HOST_WAIT,      /* node 0's endpoint does not resolve yet: host it later */
+    DL_RDZV_FO_EV_JOIN,           /* the agent asks to join (follow: to sit out and follow) */
+    DL_RDZV_FO_EV_CONNECTED,      /* the handshake is done */
     DL_RDZV_FO_EV_CONNECT_FAILED, /* fail, why; name_error: the resolver's words */
-    DL_RDZV_FO_EV_HEARD,         /* any message from the rendezvous */
-    DL_RDZV_FO_EV_TICK,          /* a heartbeat is due */
-    DL_RDZV_FO_EV_LOST,          /* the connection went (why), or we drop it (misbehaving) */
-    DL_RDZV_FO_EV_ASSIGNED,      /* a round closed: its host's node rank, its successors */
-    DL_RDZV_FO_EV_NODE_LEFT,     /* a round change: node_rank departed (its operator's signal) */
-    DL_RDZV_FO_EV_JOIN_FULL,     /* a join turned away from a full job (why) */
-    DL_RDZV_FO_EV_SERVED,        /* our own server: serve, why */
-    DL_RDZV_FO_EV_PROBED,        /* the earlier candidate we asked answered (ok) or not */
-    DL_RDZV_FO_EV_TIMER,         /* timer fired */
-    DL_RDZV_FO_EV_LEAVE,         /* the agent says leave: the connection's end is no loss */
-    DL_RDZV_FO_EV_CLOSE,         /* the backend goes */
+    DL_RDZV_FO_EV_HEARD,          /* any message from the rendezvous */
+    DL_RDZV_FO_EV_TICK,           /* a heartbeat is due */
+    DL_RDZV_FO_EV_LOST,           /* the connection went (why), or we drop it (misbehaving) */
+    DL_RDZV_FO_EV_ASSIGNED,       /* a round closed: its host's node rank, its successors */
+    DL_RDZV_FO_EV_NODE_LEFT,      /* a round change: node_rank departed (its operator's signal) */
+    DL_RDZV_FO_EV_JOIN_FULL,      /* a join turned away from a full job (why) */
+    DL_RDZV_FO_EV_SERVED,         /* our own server: serve, why */
+    DL_RDZV_FO_EV_PROBED,         /* the earlier candidate we asked answered (ok) or not */
+    DL_RDZV_FO_EV_TIMER,          /* timer fired */
+    DL_RDZV_FO_EV_LEAVE,          /* the agent said leave: the connection's end is no loss */
+    DL_RDZV_FO_EV_CLOSE,          /* the backend goes */
 } dl_rdzv_fo_event_kind_t;
 
 typedef struct {
     dl_rdzv_fo_event_kind_t kind;
     double now; /* monotonic seconds */
-    bool follow;       /* JOIN */
-    bool misbehaving;  /* LOST: we drop it for what it said (no failover, backoff at once) */
-    bool ok;           /* PROBED */
-    dl_rdzv_fo_fail_t fail;     /* CONNECT_FAILED */
-    dl_rdzv_fo_serve_t serve;   /* SERVED */
-    dl_rdzv_fo_timer_t timer;   /* TIMER */
-    const char *why;            /* CONNECT_FAILED, LOST, JOIN_FULL, SERVED */
-    const char *name_error;     /* CONNECT_FAILED with NO_NAME */
-    int node_rank;              /* ASSIGNED: the host's, or -1; NODE_LEFT */
+    bool follow;                   /* JOIN */
+    bool misbehaving;              /* LOST: dropped for what it said (no failover, backoff) */
+    bool ok;                       /* PROBED */
+    dl_rdzv_fo_fail_t fail;        /* CONNECT_FAILED */
+    dl_rdzv_fo_serve_t serve;      /* SERVED */
+    dl_rdzv_fo_timer_t timer;      /* TIMER */
+    const char *why;               /* CONNECT_FAILED, LOST, JOIN_FULL, SERVED */
+    const char *name_error;        /* CONNECT_FAILED with NO_NAME */
+    int node_rank;                 /* ASSIGNED: the host's, or -1; NODE_LEFT */
     const char *const *successors; /* ASSIGNED */
     int nsuccessors;
 } dl_rdzv_fo_event_t;
@@ -126,7 +126,7 @@ typedef enum {
     DL_RDZV_FO_TIMER_START,  /* timer, in ms */
     DL_RDZV_FO_TIMER_STOP,   /* timer */
     DL_RDZV_FO_READY_FIRST,  /* the first connection is ready: the agent may join */
-    DL_RDZV_FO_SEND_JOIN,    /* join now (asked while not connected, or a full job's retry) */
+    DL_RDZV_FO_SEND_JOIN,    /* join now (asked now, or while not connected) */
     DL_RDZV_FO_SEND_FOLLOW,  /* follow the job's events now */
     DL_RDZV_FO_JOIN_AGAIN,   /* ask the agent's last join again (a full job turned it away) */
     DL_RDZV_FO_MOVED,        /* the rendezvous was found at host after seconds; hosting: ours */

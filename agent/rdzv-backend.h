@@ -48,9 +48,9 @@ typedef struct {
     int failures;
 } dl_rdzv_join_t;
 
-/* Who ended a round, as the rendezvous names it (docs/events.md, `restart`'s reason): the
- * codec's reading of the culprit object, whichever backend it came from. */
-typedef dl_rdzv_culprit_msg_t dl_rdzv_culprit_info_t;
+/* Who ended a round, as the rendezvous names it (docs/events.md, `restart`'s reason): the one
+ * culprit type (rdzv-core.h), read by the codec's one reader whichever backend it came from. */
+typedef dl_rdzv_culprit_t dl_rdzv_culprit_info_t;
 
 /* A heartbeat: the node is alive, running round `round`. */
 typedef struct {

@@ -205,9 +205,9 @@ static json_t *culprit_reason(const json_t *c, int attempt)
 /* The culprit in the restart event's terms (docs/events.md): the one encoder's object, with the
  * signal named as the one-node event names it, and without the account, step or OOM mark (the
  * event says those apart). */
-static json_t *culprit_json(const dl_rdzv_culprit_info_t *c)
+static json_t *culprit_json(const dl_rdzv_culprit_t *c)
 {
-    dl_rdzv_culprit_info_t e = *c;
+    dl_rdzv_culprit_t e = *c;
     if (e.cause == NULL)
         e.cause = "requested";
     e.text = NULL;
@@ -220,7 +220,7 @@ static json_t *culprit_json(const dl_rdzv_culprit_info_t *c)
 }
 
 static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as,
-                        const dl_rdzv_culprit_info_t *culprit)
+                        const dl_rdzv_culprit_t *culprit)
 {
     dl_agent_t *a = ctx;
     rdzv_t *z = a->rdzv;
@@ -274,7 +274,7 @@ static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as,
 }
 
 static void cb_round_changed(void *ctx, int round, const char *reason,
-                             const dl_rdzv_culprit_info_t *culprit)
+                             const dl_rdzv_culprit_t *culprit)
 {
     dl_agent_t *a = ctx;
     rdzv_t *z = a->rdzv;
@@ -291,7 +291,7 @@ static void cb_round_changed(void *ctx, int round, const char *reason,
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED, .recoverable = keep});
 }
 
-static void cb_lost(void *ctx, const char *why, const dl_rdzv_culprit_info_t *culprit)
+static void cb_lost(void *ctx, const char *why, const dl_rdzv_culprit_t *culprit)
 {
     dl_agent_t *a = ctx;
     rdzv_t *z = a->rdzv;

@@ -19,6 +19,7 @@
 
 #include "internal.h"
 #include "ownfile.h"
+#include "rdzv-policy.h"
 #include "recline.h"
 #include "spawn.h"
 #include "summary.h"
@@ -329,6 +330,14 @@ static void recovery_done(dl_agent_t *a)
     dl__spares_fill(a); /* behind the one that took a place, if one did */
 }
 
+/* What a recovery that fails falls back on: the job's budget (rdzv-policy.h), or the
+ * rendezvous's when it keeps it (remote). */
+static int restarts_left(const dl_agent_t *a, bool rendezvous_decides)
+{
+    return dl_rdzv_policy_recovery_restarts_left(dl_sup_restarts_used(&a->sup),
+                                                 a->spec->max_restarts, rendezvous_decides);
+}
+
 /* Said plainly, then the supervisor stops the attempt and restarts from the last checkpoint. */
 static void recovery_failed(dl_agent_t *a, const char *why)
 {
@@ -353,7 +362,7 @@ static void recovery_failed(dl_agent_t *a, const char *why)
         dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_RECOVERY_FAILED});
         return;
     }
-    bool left = dl_sup_restarts_used(&a->sup) < a->spec->max_restarts;
+    bool left = restarts_left(a, false) > 0;
     dl__agent_log(a, "in-job recovery %d failed: %s; %s", a->sup.recoveries, why,
                   left ? "falling back to a restart of the job from its last checkpoint"
                        : "no restart left: the job fails");
@@ -393,7 +402,7 @@ void dl__rec_interrupted(dl_agent_t *a, const dl_sup_failure_t *f)
              f->hung ? "hung" : f->signal > 0 ? "was killed" : "exited");
     if (a->remote && a->sup.awaiting)
         return; /* not yet told anything: the slot is refilled with the others' */
-    bool left = a->remote || dl_sup_restarts_used(&a->sup) < a->spec->max_restarts;
+    bool left = restarts_left(a, a->remote) > 0;
     dl__agent_log(a, "in-job recovery %d failed: %s; %s", a->sup.recoveries, why,
                   left ? "falling back to a restart of the job from its last checkpoint"
                        : "no restart left: the job fails");
@@ -420,7 +429,7 @@ int dl__rec_start(dl_agent_t *a, int rank, int attempt)
     a->rec_step = -1;
     a->rec_was = -1;
     a->rec_source = -1;
-    int left = a->spec->max_restarts - dl_sup_restarts_used(&a->sup);
+    int left = restarts_left(a, false);
     char others[256] = "";
     size_t off = 0;
     for (int i = 0; i < a->nworkers && off < sizeof(others); i++)
@@ -559,7 +568,7 @@ void dl__rec_unspoken(dl_agent_t *a, const dl__worker_t *failed, const dl_sup_fa
     char why[200];
     snprintf(why, sizeof(why), "rank %d never said hello on its control channel (it does not "
                                "speak the recovery protocol)", silent->rank);
-    bool left = a->remote || dl_sup_restarts_used(&a->sup) < a->spec->max_restarts;
+    bool left = restarts_left(a, a->remote) > 0;
     dl__agent_log(a, "in-job recovery impossible: %s; %s", why,
                   left ? "falling back to a restart of the job from its last checkpoint"
                        : "no restart left: the job fails");

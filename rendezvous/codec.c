@@ -103,7 +103,7 @@ json_t *dl_rdzv_enc_events_follow(json_int_t id)
     return dl_proto_msg_new(DL_PROTO_EVENTS_FOLLOW, id);
 }
 
-json_t *dl_rdzv_enc_culprit(const dl_rdzv_culprit_msg_t *c)
+json_t *dl_rdzv_enc_culprit(const dl_rdzv_culprit_t *c)
 {
     json_t *o = json_object();
     if (o == NULL)
@@ -134,7 +134,7 @@ json_t *dl_rdzv_enc_culprit(const dl_rdzv_culprit_msg_t *c)
     return o;
 }
 
-void dl_rdzv_dec_culprit(const json_t *f, dl_rdzv_culprit_msg_t *c)
+void dl_rdzv_dec_culprit(const json_t *f, dl_rdzv_culprit_t *c)
 {
     const json_t *v;
     *c = DL_RDZV_CULPRIT_NONE;
@@ -157,7 +157,7 @@ void dl_rdzv_dec_culprit(const json_t *f, dl_rdzv_culprit_msg_t *c)
 }
 
 void dl_rdzv_dec_round_changed(const json_t *msg, int *ret_round, const char **ret_reason,
-                               dl_rdzv_culprit_msg_t *c)
+                               dl_rdzv_culprit_t *c)
 {
     *ret_round = (int)dl_proto_get_int(msg, "round", 0);
     *ret_reason = dl_proto_get_str(msg, "reason");

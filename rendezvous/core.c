@@ -360,7 +360,7 @@ static void job_free(dl__rdzv_job_t *job)
     free(job->members);
     free(job->hint_owner);
     free(job->failure);
-    free((char *)job->first_culprit.agent_id);
+    free((char *)job->first_culprit.node);
     free((char *)job->first_culprit.host);
     round_culprit_clear(job);
     free(job);
@@ -567,15 +567,15 @@ static void keep_first_failure(dl__rdzv_job_t *job, const char *reason,
         return;
     dl_rdzv_culprit_t *f = &job->first_culprit;
     *f = *culprit;
-    f->agent_id = strdup(culprit->agent_id);
+    f->node = strdup(culprit->node);
     f->host = strdup(culprit->host);
     f->text = job->failure;
-    job->has_culprit = f->agent_id && f->host;
+    job->has_culprit = f->node && f->host;
 }
 
 static void round_culprit_clear(dl__rdzv_job_t *job)
 {
-    free((char *)job->round_culprit.agent_id);
+    free((char *)job->round_culprit.node);
     free((char *)job->round_culprit.host);
     free((char *)job->round_culprit.text);
     job->round_culprit = (dl_rdzv_culprit_t){0};
@@ -588,10 +588,10 @@ static void round_culprit_keep(dl__rdzv_job_t *job, const dl_rdzv_culprit_t *c)
     if (!c)
         return;
     job->round_culprit = *c;
-    job->round_culprit.agent_id = strdup(c->agent_id);
+    job->round_culprit.node = strdup(c->node);
     job->round_culprit.host = strdup(c->host);
     job->round_culprit.text = c->text ? strdup(c->text) : NULL;
-    job->has_round_culprit = job->round_culprit.agent_id && job->round_culprit.host;
+    job->has_round_culprit = job->round_culprit.node && job->round_culprit.host;
 }
 
 /* The culprit of a failure on member m, its strings copied into the step's arena: the round
@@ -599,8 +599,8 @@ static void round_culprit_keep(dl__rdzv_job_t *job, const dl_rdzv_culprit_t *c)
 static dl_rdzv_culprit_t culprit_of(dl_rdzv_core_t *core, const dl__rdzv_member_t *m,
                                     dl_rdzv_cause_t cause)
 {
-    return (dl_rdzv_culprit_t){.cause = cause,
-                               .agent_id = dl__rdzv_printf(core, "%s", m->agent_id),
+    return (dl_rdzv_culprit_t){.cause = dl_rdzv_cause_name(cause),
+                               .node = dl__rdzv_printf(core, "%s", m->agent_id),
                                .host = dl__rdzv_printf(core, "%s", m->host),
                                .node_rank = m->node_rank,
                                .rank = -1,
@@ -642,16 +642,16 @@ static void fail_job(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, cons
 /* Counts the rounds in a row that the same worker failure ended (c: this round's culprit, NULL
  * when no failure ended it). Anything else (a lost node, which a requeue elsewhere may well
  * cure, an operator's restart, a node joining) breaks the row. Returns the count. */
-static int count_same(dl__rdzv_job_t *job, const dl_rdzv_culprit_t *c)
+static int count_same(dl__rdzv_job_t *job, dl_rdzv_cause_t cause, const dl_rdzv_culprit_t *c)
 {
-    bool worker = c && c->cause == DL_RDZV_CAUSE_WORKER_FAILED && c->rank >= 0;
+    bool worker = c && cause == DL_RDZV_CAUSE_WORKER_FAILED && c->rank >= 0;
     if (worker && job->same_failures > 0 && dl_rdzv_policy_same_failure(&job->same_culprit, c))
         job->same_failures++;
     else
         job->same_failures = worker ? 1 : 0;
     if (worker) {
         job->same_culprit = *c;
-        job->same_culprit.agent_id = job->same_culprit.host = job->same_culprit.text = NULL;
+        job->same_culprit.node = job->same_culprit.host = job->same_culprit.text = NULL;
     }
     return job->same_failures;
 }
@@ -662,12 +662,12 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
     bool failure = dl_rdzv_policy_is_failure(cause);
     bool departure = cause == DL_RDZV_CAUSE_NODE_LEFT;
     if (culprit) {
-        culprit->cause = cause;
+        culprit->cause = dl_rdzv_cause_name(cause);
         culprit->text = reason;
     }
     if (failure)
         keep_first_failure(job, reason, culprit);
-    int same = count_same(job, failure ? culprit : NULL);
+    int same = count_same(job, cause, failure ? culprit : NULL);
     dl_rdzv_budget_t cost = dl_rdzv_policy_round_end(cause, job->restarts, job->opts.max_restarts,
                                                      same, job->opts.max_same_failures);
     if (cost == DL_RDZV_BUDGET_SAME) {

@@ -32,6 +32,13 @@ bool dl_rdzv_policy_overspent(int restarts, int max_restarts)
     return restarts > max_restarts;
 }
 
+int dl_rdzv_policy_recovery_restarts_left(int restarts, int max_restarts,
+                                          bool rendezvous_decides)
+{
+    int left = dl_rdzv_policy_restart_left(restarts, max_restarts) ? max_restarts - restarts : 0;
+    return rendezvous_decides && left < 1 ? 1 : left;
+}
+
 dl_rdzv_budget_t dl_rdzv_policy_round_end(dl_rdzv_cause_t cause, int restarts, int max_restarts,
                                           int same, int max_same)
 {

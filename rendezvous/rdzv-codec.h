@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "proto.h"
+#include "rdzv-core.h"
 
 /* ---- Agents ----------------------------------------------------------------------------------- */
 
@@ -66,37 +67,21 @@ json_t *dl_rdzv_enc_node_done(json_int_t id, int round);
 json_t *dl_rdzv_enc_leave(json_int_t id, const char *reason);
 json_t *dl_rdzv_enc_events_follow(json_int_t id);
 
-/* Who ended a round, on the wire (round_changed's, an assignment's and shutdown's `failure`) and
- * in the etcd job state (`culprit`), one object for every backend: read field by field, as the
- * object is not trusted to hold what it should. Strings borrowed. */
-typedef struct {
-    const char *cause; /* NULL: names none */
-    const char *node;
-    const char *host;
-    int node_rank; /* -1: not known */
-    int rank;      /* -1: none (a whole node) */
-    int exit_code; /* -1: none */
-    int signal;    /* 0: none */
-    bool hung;
-    bool oom;
-    long long step;   /* the furthest step its node's workers reached; -1: not known */
-    const char *text; /* the one-line account; NULL: none */
-} dl_rdzv_culprit_msg_t;
-
-/* A culprit that names nothing yet: every number unknown. */
-#define DL_RDZV_CULPRIT_NONE                                                                      \
-    ((dl_rdzv_culprit_msg_t){.node_rank = -1, .rank = -1, .exit_code = -1, .step = -1})
+/* Who ended a round, on the wire and in the etcd job state: the one culprit type of
+ * rdzv-core.h, read field by field, as the object is not trusted to hold what it should. The
+ * name the etcd backend still spells it with. */
+typedef dl_rdzv_culprit_t dl_rdzv_culprit_msg_t;
 
 /* The culprit object: the one encoder, for the server's messages and the etcd job state. Fields
  * unknown are left out; one of hung, signal (a number) or exit_code. NULL: out of memory. */
-json_t *dl_rdzv_enc_culprit(const dl_rdzv_culprit_msg_t *culprit);
+json_t *dl_rdzv_enc_culprit(const dl_rdzv_culprit_t *culprit);
 
 /* Its one reader; cause NULL when obj is NULL or names none. Strings borrowed from obj. */
-void dl_rdzv_dec_culprit(const json_t *obj, dl_rdzv_culprit_msg_t *ret_culprit);
+void dl_rdzv_dec_culprit(const json_t *obj, dl_rdzv_culprit_t *ret_culprit);
 
 /* round_changed: the new round, why, and who (borrowed from msg). */
 void dl_rdzv_dec_round_changed(const json_t *msg, int *ret_round, const char **ret_reason,
-                               dl_rdzv_culprit_msg_t *ret_culprit);
+                               dl_rdzv_culprit_t *ret_culprit);
 
 typedef struct {
     const char *reason;  /* succeeded, stopped, failed... (borrowed) */

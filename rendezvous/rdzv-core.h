@@ -110,14 +110,16 @@ typedef struct {
     size_t len;
 } dl_rdzv_buf_t;
 
-/* Who ended a round: one worker (rank >= 0), or a whole node (rank -1, cause NODE_LOST, or
- * NODE_LEFT for a departure, which is no failure). A failure seen on a node because another
- * node died first is put on the dead node. */
+/* Who ended a round: one worker (rank >= 0), or a whole node (rank -1, cause node_lost, or
+ * node_left for a departure, which is no failure). A failure seen on a node because another
+ * node died first is put on the dead node. The one culprit type: the core's, the wire's
+ * (round_changed's, an assignment's and shutdown's `failure`, rdzv-codec.h's one encoder and
+ * reader) and the etcd job state's (`culprit`) alike. Strings borrowed. */
 typedef struct {
-    dl_rdzv_cause_t cause;
-    const char *agent_id; /* the culprit's node */
+    const char *cause;    /* dl_rdzv_cause_name() of its cause, as on the wire; NULL: none */
+    const char *node;     /* the culprit's node (its agent id) */
     const char *host;
-    int node_rank;        /* in the round that ended */
+    int node_rank;        /* in the round that ended; -1: not known */
     int rank;             /* the failed worker's global rank, or -1: the node itself */
     int exit_code;        /* -1: it did not exit (a signal, a hang, a lost node) */
     int signal;           /* 0: none */
@@ -126,6 +128,10 @@ typedef struct {
     long long step;       /* the furthest step its node's workers reached in the round; -1 */
     const char *text;     /* the one-line account, as in the round change's reason */
 } dl_rdzv_culprit_t;
+
+/* A culprit that names nothing yet: every number unknown. */
+#define DL_RDZV_CULPRIT_NONE                                                                      \
+    ((dl_rdzv_culprit_t){.node_rank = -1, .rank = -1, .exit_code = -1, .step = -1})
 
 typedef enum {
     DL_RDZV_EV_TICK = 0,      /* only runs expired timers; every event does that first anyway */

@@ -46,4 +46,11 @@ bool dl_rdzv_policy_restart_left(int restarts, int max_restarts);
  * budget: the job failed already, or should have; it fails at once. */
 bool dl_rdzv_policy_overspent(int restarts, int max_restarts);
 
+/* The restarts an in-job recovery that fails (or cannot start) has left to fall back on, with
+ * `restarts` of max_restarts spent: 0, the job fails. When the rendezvous keeps the budget
+ * (rendezvous_decides: an agent of a multi-node job), this node cannot tell and falls back to
+ * a restart, at least 1: the rendezvous fails the job if none is left. */
+int dl_rdzv_policy_recovery_restarts_left(int restarts, int max_restarts,
+                                          bool rendezvous_decides);
+
 #endif

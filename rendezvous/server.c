@@ -390,24 +390,6 @@ static int failed_code(const dl_rdzv_msg_t *m)
     return m->failed.same_failures > 0 ? 5 : 1;
 }
 
-/* The core's culprit as agents read it (docs/protocol.md, round_changed and shutdown's
- * failure), through the one encoder the etcd backend writes its culprits with too. */
-static json_t *culprit_json(const dl_rdzv_culprit_t *c)
-{
-    dl_rdzv_culprit_msg_t m = {.cause = dl_rdzv_cause_name(c->cause),
-                               .node = c->agent_id,
-                               .host = c->host,
-                               .node_rank = c->node_rank,
-                               .rank = c->rank,
-                               .exit_code = c->exit_code,
-                               .signal = c->signal,
-                               .hung = c->hung,
-                               .oom = c->oom,
-                               .step = c->step,
-                               .text = c->text};
-    return dl_rdzv_enc_culprit(&m);
-}
-
 /* An assignment names MASTER_ADDR:MASTER_PORT as a torch store when this server serves the
  * job's: the embedded server's is where the core put MASTER already; a job's among many is on
  * its own port, at the address the agent reached this server on (which reaches it from there,
@@ -493,7 +475,7 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
             json_object_set_new(o, "successors", v);
         }
         if (m->assignment.culprit != NULL)
-            json_object_set_new(o, "failure", culprit_json(m->assignment.culprit));
+            json_object_set_new(o, "failure", dl_rdzv_enc_culprit(m->assignment.culprit));
         torch_master(s, sc, m, o);
         return o;
     case DL_RDZV_MSG_TIMEOUT:
@@ -512,15 +494,15 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
             const dl_rdzv_culprit_t *c = m->round_changed.culprit;
             if (c->rank >= 0)
                 json_object_set_new(o, "failed_rank", json_integer(c->rank));
-            json_object_set_new(o, "failed_node", json_string(c->agent_id));
-            json_object_set_new(o, "failure", culprit_json(c));
+            json_object_set_new(o, "failed_node", json_string(c->node));
+            json_object_set_new(o, "failure", dl_rdzv_enc_culprit(c));
         }
         return o;
     case DL_RDZV_MSG_FAILED:
         o = dl_proto_msg_new(DL_PROTO_SHUTDOWN, -1);
         json_object_set_new(o, "reason", json_string("failed"));
         json_object_set_new(o, "exit_code", json_integer(failed_code(m)));
-        json_t *f = m->failed.culprit != NULL ? culprit_json(m->failed.culprit) : json_object();
+        json_t *f = m->failed.culprit != NULL ? dl_rdzv_enc_culprit(m->failed.culprit) : json_object();
         json_object_set_new(f, "description",
                             json_string(m->failed.failure ? m->failed.failure : "unknown"));
         json_object_set_new(f, "round", json_integer(m->failed.round));

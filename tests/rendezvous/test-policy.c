@@ -67,11 +67,28 @@ START_TEST(the_same_failure_wins_over_the_budget)
 }
 END_TEST
 
+START_TEST(a_failed_recovery_falls_back_on_the_restarts_left)
+{
+    /* 3 restarts, 1 spent: 2 to fall back on; all 3 spent (or more, adopted): none, the job
+     * fails; no budget at all: none. */
+    ck_assert_int_eq(dl_rdzv_policy_recovery_restarts_left(1, 3, false), 2);
+    ck_assert_int_eq(dl_rdzv_policy_recovery_restarts_left(2, 3, false), 1);
+    ck_assert_int_eq(dl_rdzv_policy_recovery_restarts_left(3, 3, false), 0);
+    ck_assert_int_eq(dl_rdzv_policy_recovery_restarts_left(5, 3, false), 0);
+    ck_assert_int_eq(dl_rdzv_policy_recovery_restarts_left(0, 0, false), 0);
+    /* The rendezvous keeps the budget: this node falls back to a restart and lets it decide. */
+    ck_assert_int_eq(dl_rdzv_policy_recovery_restarts_left(3, 3, true), 1);
+    ck_assert_int_eq(dl_rdzv_policy_recovery_restarts_left(0, 0, true), 1);
+    ck_assert_int_eq(dl_rdzv_policy_recovery_restarts_left(1, 3, true), 2);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("rdzv-policy");
     TCase *tc = tcase_create("policy");
     tcase_add_test(tc, only_failures_spend_a_restart);
+    tcase_add_test(tc, a_failed_recovery_falls_back_on_the_restarts_left);
     tcase_add_test(tc, the_budget_runs_out_only_for_failures);
     tcase_add_test(tc, the_same_failure_wins_over_the_budget);
     tcase_add_test(tc, a_departure_goes_on_with_min_nodes_left);

@@ -10,7 +10,7 @@
 
 static dl_rdzv_culprit_t worker(int rank, int exit_code, long long step)
 {
-    return (dl_rdzv_culprit_t){.cause = DL_RDZV_CAUSE_WORKER_FAILED, .node_rank = 1,
+    return (dl_rdzv_culprit_t){.cause = "worker_failed", .node_rank = 1,
                                .rank = rank, .exit_code = exit_code, .step = step};
 }
 
@@ -100,7 +100,7 @@ START_TEST(the_same_failure_three_rounds_in_a_row_fails_the_job_early)
         ck_assert_ptr_nonnull(m->failed.culprit);
         ck_assert_int_eq(m->failed.culprit->rank, 1);
         ck_assert_int_eq(m->failed.culprit->exit_code, 7);
-        ck_assert_str_eq(m->failed.culprit->agent_id, "a2");
+        ck_assert_str_eq(m->failed.culprit->node, "a2");
     }
     ck_assert_int_eq(h_status(&h, "job", 22)->state, DL_RDZV_JOB_FAILED);
     h_fini(&h);

@@ -1,6 +1,5 @@
 /* CPU quotas read from fake cgroup trees: v1 and v2, nested limits, "max", fractions of a CPU,
  * a container's mount of its own cgroup, and malformed files. */
-#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "cgroup.h"
 
 static char base[] = "/tmp/dl-test-cgroup-XXXXXX";
@@ -55,7 +55,7 @@ static const char v1_mounts[] =
     "rw,cpu,cpuacct\n"
     "33 30 0:30 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset\n";
 
-START_TEST(v1_nested_quotas_smallest_wins)
+DL_TEST(v1_nested_quotas_smallest_wins)
 {
     dl_cpu_quota_t q;
     char warn[256];
@@ -79,9 +79,8 @@ START_TEST(v1_nested_quotas_smallest_wins)
     ck_assert_int_eq(dl_cgroup_cpu_workers(2, &q), 1);
     ck_assert_int_eq(dl_cgroup_cpu_workers(64, &q), 1);
 }
-END_TEST
 
-START_TEST(v1_quota_below_affinity_and_above_it)
+DL_TEST(v1_quota_below_affinity_and_above_it)
 {
     dl_cpu_quota_t q;
     char warn[256];
@@ -95,9 +94,8 @@ START_TEST(v1_quota_below_affinity_and_above_it)
     /* The affinity mask is the tighter bound here. */
     ck_assert_int_eq(dl_cgroup_cpu_workers(2, &q), 2);
 }
-END_TEST
 
-START_TEST(v2_max_is_no_limit_and_a_parent_limits)
+DL_TEST(v2_max_is_no_limit_and_a_parent_limits)
 {
     dl_cpu_quota_t q;
     char warn[256];
@@ -113,9 +111,8 @@ START_TEST(v2_max_is_no_limit_and_a_parent_limits)
     ends_with(q.file, "/sys/fs/cgroup/user.slice/cpu.max");
     ck_assert_int_eq(dl_cgroup_cpu_workers(8, &q), 2);
 }
-END_TEST
 
-START_TEST(v2_no_quota_anywhere)
+DL_TEST(v2_no_quota_anywhere)
 {
     dl_cpu_quota_t q;
     char warn[256];
@@ -130,9 +127,8 @@ START_TEST(v2_no_quota_anywhere)
     ck_assert_str_eq(q.file, "");
     ck_assert_int_eq(dl_cgroup_cpu_workers(8, &q), 8);
 }
-END_TEST
 
-START_TEST(container_sees_its_own_cgroup_as_the_mount_root)
+DL_TEST(container_sees_its_own_cgroup_as_the_mount_root)
 {
     dl_cpu_quota_t q;
     char warn[256];
@@ -147,9 +143,8 @@ START_TEST(container_sees_its_own_cgroup_as_the_mount_root)
     /* Half a CPU still runs one worker. */
     ck_assert_int_eq(dl_cgroup_cpu_workers(4, &q), 1);
 }
-END_TEST
 
-START_TEST(cgroup_outside_the_mount_is_not_read)
+DL_TEST(cgroup_outside_the_mount_is_not_read)
 {
     dl_cpu_quota_t q;
     char warn[256];
@@ -160,9 +155,8 @@ START_TEST(cgroup_outside_the_mount_is_not_read)
     ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_int_eq(q.quota_us, -1);
 }
-END_TEST
 
-START_TEST(malformed_files_are_named_and_skipped)
+DL_TEST(malformed_files_are_named_and_skipped)
 {
     dl_cpu_quota_t q;
     char warn[256];
@@ -200,9 +194,8 @@ START_TEST(malformed_files_are_named_and_skipped)
     ck_assert_ptr_nonnull(strstr(warn, "cpu.max: is not 'QUOTA PERIOD'"));
     ck_assert_int_eq(q.quota_us, -1);
 }
-END_TEST
 
-START_TEST(unreadable_proc_is_an_error)
+DL_TEST(unreadable_proc_is_an_error)
 {
     dl_cpu_quota_t q = {7, 7, "untouched"};
     char warn[256];
@@ -212,20 +205,18 @@ START_TEST(unreadable_proc_is_an_error)
     put("proc/self/cgroup", "0::/\n");
     ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), -ENOENT);
 }
-END_TEST
 
-START_TEST(this_machine_reads_without_error)
+DL_TEST(this_machine_reads_without_error)
 {
     dl_cpu_quota_t q;
     char warn[256];
     ck_assert_int_eq(dl_cgroup_cpu_quota("", &q, warn, sizeof(warn)), 0);
     ck_assert_int_ge(dl_cgroup_cpu_workers(1, &q), 1);
 }
-END_TEST
 
 /* The memory controller's places as death.c asks for them: v1 beside v2, a hierarchy shared
  * with another controller, a mount of a sub-tree, escaped blanks, and another namespace's. */
-START_TEST(places_of_a_controller)
+DL_TEST(places_of_a_controller)
 {
     dl_cgroup_place_t p[DL_CGROUP_PLACES];
     int n = -1;
@@ -265,34 +256,5 @@ START_TEST(places_of_a_controller)
     ck_assert_int_eq(n, 0);
     ck_assert_int_eq(dl_cgroup_places(root, 44, "memory", p, DL_CGROUP_PLACES, &n), -ENOENT);
 }
-END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("cgroup");
-    TCase *tc = tcase_create("core");
-    tcase_add_unchecked_fixture(tc, setup, NULL);
-    tcase_add_test(tc, v1_nested_quotas_smallest_wins);
-    tcase_add_test(tc, v1_quota_below_affinity_and_above_it);
-    tcase_add_test(tc, v2_max_is_no_limit_and_a_parent_limits);
-    tcase_add_test(tc, v2_no_quota_anywhere);
-    tcase_add_test(tc, container_sees_its_own_cgroup_as_the_mount_root);
-    tcase_add_test(tc, cgroup_outside_the_mount_is_not_read);
-    tcase_add_test(tc, malformed_files_are_named_and_skipped);
-    tcase_add_test(tc, unreadable_proc_is_an_error);
-    tcase_add_test(tc, this_machine_reads_without_error);
-    tcase_add_test(tc, places_of_a_controller);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (failed == 0) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
-        if (system(cmd) != 0)
-            return 1;
-    }
-    return failed == 0 ? 0 : 1;
-}
+DL_TEST_SUITE(.setup_once = setup, .no_fork = true, .scratch_dir = base);

@@ -1,6 +1,5 @@
 /* Why a worker died: the memory cgroup's OOM counters found from /proc and mountinfo, on
  * made-up trees of both cgroup versions, and a process's state and wait channel. */
-#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "death.h"
 
 static char root[] = "/tmp/dl-test-death-XXXXXX";
@@ -41,7 +41,7 @@ static void teardown(void)
     strcpy(root, "/tmp/dl-test-death-XXXXXX");
 }
 
-START_TEST(counter_and_limit_parsers)
+DL_TEST(counter_and_limit_parsers)
 {
     ck_assert_int_eq(dl_memcg_parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n"),
                      7);
@@ -53,9 +53,8 @@ START_TEST(counter_and_limit_parsers)
     ck_assert_int_eq(dl_memcg_parse_limit("9223372036854771712\n"), 0);
     ck_assert_int_eq(dl_memcg_parse_limit("nonsense"), 0);
 }
-END_TEST
 
-START_TEST(oom_kills_counted_at_any_level_v1)
+DL_TEST(oom_kills_counted_at_any_level_v1)
 {
     dl_memcg_t w;
     dl_oom_t what = {0};
@@ -80,9 +79,8 @@ START_TEST(oom_kills_counted_at_any_level_v1)
     memset(&what, 0, sizeof(what));
     ck_assert(!dl_memcg_oom_since(&w, root, &what));
 }
-END_TEST
 
-START_TEST(oom_kills_v2_and_no_controller)
+DL_TEST(oom_kills_v2_and_no_controller)
 {
     dl_memcg_t w;
     dl_oom_t what = {0};
@@ -101,9 +99,8 @@ START_TEST(oom_kills_v2_and_no_controller)
     ck_assert_int_eq(dl_memcg_open(&w, root, 6), -ENOENT);
     ck_assert_int_eq(dl_memcg_open(&w, root, 99), -ENOENT); /* no such process */
 }
-END_TEST
 
-START_TEST(kernel_log_names_the_pid)
+DL_TEST(kernel_log_names_the_pid)
 {
     dl_oom_t what = {0};
     put("/dev/kmsg", "6,418,1,-;oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/dlt,"
@@ -116,9 +113,8 @@ START_TEST(kernel_log_names_the_pid)
     ck_assert_int_eq(dl_kmsg_oom_killed(root, 3133, &what), 0);
     ck_assert(!what.killed);
 }
-END_TEST
 
-START_TEST(process_state_and_wait_channel)
+DL_TEST(process_state_and_wait_channel)
 {
     char state, wchan[64];
     put("/proc/12/stat", "12 (a (b) c) D 1 12 12 0 -1\n");
@@ -138,22 +134,5 @@ START_TEST(process_state_and_wait_channel)
     ck_assert_int_eq(dl_proc_wait_state("", getpid(), &state, wchan, sizeof(wchan)), 0);
     ck_assert_int_eq(state, 'R');
 }
-END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("death");
-    TCase *tc = tcase_create("core");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, counter_and_limit_parsers);
-    tcase_add_test(tc, oom_kills_counted_at_any_level_v1);
-    tcase_add_test(tc, oom_kills_v2_and_no_controller);
-    tcase_add_test(tc, kernel_log_names_the_pid);
-    tcase_add_test(tc, process_state_and_wait_channel);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+DL_TEST_SUITE(.setup = setup, .teardown = teardown);

@@ -1,11 +1,11 @@
 /* The file-timer watchdog's pure part (filetimer.h): the lines torch's FileTimerClient writes,
  * what a broken client can write, and which worker the agent kills and when. */
-#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "filetimer.h"
 
 static dl_filetimer_req_t req(int pid, const char *scope, double exp, int sig)
@@ -15,7 +15,7 @@ static dl_filetimer_req_t req(int pid, const char *scope, double exp, int sig)
     return r;
 }
 
-START_TEST(torchs_lines_read_their_fields)
+DL_TEST(torchs_lines_read_their_fields)
 {
     /* Byte for byte what FileTimerRequest.to_json() writes for acquire and release. */
     const char *acq = "{\"version\": 1, \"pid\": 4242, \"scope_id\": \"step\", "
@@ -32,9 +32,8 @@ START_TEST(torchs_lines_read_their_fields)
     ck_assert(r.expiration_time < 0);
     ck_assert_int_eq(r.signal, 0);
 }
-END_TEST
 
-START_TEST(bad_lines_are_refused_and_leave_the_output_alone)
+DL_TEST(bad_lines_are_refused_and_leave_the_output_alone)
 {
     static const char *const bad[] = {
         "",
@@ -67,9 +66,8 @@ START_TEST(bad_lines_are_refused_and_leave_the_output_alone)
     dl_filetimer_req_t r;
     ck_assert_int_eq(dl_filetimer_parse(line, strlen(line), &r), -EINVAL);
 }
-END_TEST
 
-START_TEST(an_overrun_worker_is_due_once_its_timer_expires)
+DL_TEST(an_overrun_worker_is_due_once_its_timer_expires)
 {
     dl_filetimer_table_t tab;
     dl_filetimer_init(&tab);
@@ -87,9 +85,8 @@ START_TEST(an_overrun_worker_is_due_once_its_timer_expires)
     ck_assert(dl_filetimer_next(&tab) < 0);
     dl_filetimer_free(&tab);
 }
-END_TEST
 
-START_TEST(a_release_or_a_new_expiry_replaces_the_timer)
+DL_TEST(a_release_or_a_new_expiry_replaces_the_timer)
 {
     dl_filetimer_table_t tab;
     dl_filetimer_init(&tab);
@@ -108,9 +105,8 @@ START_TEST(a_release_or_a_new_expiry_replaces_the_timer)
     ck_assert_int_eq((int)tab.n, 0);
     dl_filetimer_free(&tab);
 }
-END_TEST
 
-START_TEST(the_earliest_expired_timer_with_a_signal_decides)
+DL_TEST(the_earliest_expired_timer_with_a_signal_decides)
 {
     dl_filetimer_table_t tab;
     dl_filetimer_init(&tab);
@@ -133,9 +129,8 @@ START_TEST(the_earliest_expired_timer_with_a_signal_decides)
     ck_assert_int_eq(dl_filetimer_due(&tab, 1e12, &due), 0);
     dl_filetimer_free(&tab);
 }
-END_TEST
 
-START_TEST(the_table_is_bounded)
+DL_TEST(the_table_is_bounded)
 {
     dl_filetimer_table_t tab;
     dl_filetimer_init(&tab);
@@ -152,23 +147,4 @@ START_TEST(the_table_is_bounded)
     ck_assert_int_eq(dl_filetimer_apply(&tab, &r), 0);
     dl_filetimer_free(&tab);
     dl_filetimer_free(NULL);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("filetimer");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, torchs_lines_read_their_fields);
-    tcase_add_test(tc, bad_lines_are_refused_and_leave_the_output_alone);
-    tcase_add_test(tc, an_overrun_worker_is_due_once_its_timer_expires);
-    tcase_add_test(tc, a_release_or_a_new_expiry_replaces_the_timer);
-    tcase_add_test(tc, the_earliest_expired_timer_with_a_signal_decides);
-    tcase_add_test(tc, the_table_is_bounded);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

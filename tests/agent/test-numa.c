@@ -1,7 +1,6 @@
 /* --numa-binding's plan on made-up machines built the way torchrun's tests build theirs
  * (sockets, NUMA nodes, GPUs, L3 caches, cores, hyperthreads), CPU lists, and the sysfs
  * reader on a fake tree. */
-#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "cpulist.h"
 #include "numa.h"
 
@@ -73,7 +73,7 @@ static void plan_fails(const dl_topo_t *t, dl_numa_mode_t mode, int n, const cha
     ck_assert_ptr_null(strchr(err, '\n'));
 }
 
-START_TEST(cpu_lists_parse_and_print)
+DL_TEST(cpu_lists_parse_and_print)
 {
     dl_cpus_t s;
     char buf[64];
@@ -98,9 +98,8 @@ START_TEST(cpu_lists_parse_and_print)
     dl_cpus_format(&s, buf, 6);
     ck_assert_int_le(strlen(buf), 5);
 }
-END_TEST
 
-START_TEST(node_binds_to_the_gpus_node)
+DL_TEST(node_binds_to_the_gpus_node)
 {
     dl_topo_t *t = machine(2, 1, 2, 1, 4, 2);
     dl_place_t p[4];
@@ -117,9 +116,8 @@ START_TEST(node_binds_to_the_gpus_node)
     cpus_are(&p[0], "0-3,8-11");
     free(t);
 }
-END_TEST
 
-START_TEST(node_is_cut_down_to_the_allowed_cpus)
+DL_TEST(node_is_cut_down_to_the_allowed_cpus)
 {
     dl_topo_t *t = machine(2, 1, 1, 1, 4, 1);
     dl_place_t p[2];
@@ -133,9 +131,8 @@ START_TEST(node_is_cut_down_to_the_allowed_cpus)
                                    "may use (allowed: 4-7)");
     free(t);
 }
-END_TEST
 
-START_TEST(socket_takes_every_node_of_the_socket)
+DL_TEST(socket_takes_every_node_of_the_socket)
 {
     dl_topo_t *t = machine(2, 2, 1, 1, 2, 1);
     dl_place_t p[4];
@@ -152,9 +149,8 @@ START_TEST(socket_takes_every_node_of_the_socket)
     cpus_are(&p[0], "0-1");
     free(t);
 }
-END_TEST
 
-START_TEST(exclusive_splits_cores_lowest_gpus_get_the_extra)
+DL_TEST(exclusive_splits_cores_lowest_gpus_get_the_extra)
 {
     /* One node, 8 cores of 2 threads, 3 GPUs: 3, 3 and 2 cores, hyperthreads together. */
     dl_topo_t *t = machine(1, 1, 3, 1, 8, 2);
@@ -185,9 +181,8 @@ START_TEST(exclusive_splits_cores_lowest_gpus_get_the_extra)
                                         "fewer than its 4 GPUs");
     free(t);
 }
-END_TEST
 
-START_TEST(core_complex_one_cache_group_per_gpu)
+DL_TEST(core_complex_one_cache_group_per_gpu)
 {
     dl_topo_t *t = machine(1, 1, 2, 2, 4, 1);
     dl_place_t p[3];
@@ -208,9 +203,8 @@ START_TEST(core_complex_one_cache_group_per_gpu)
     cpus_are(&p[2], "0-1");
     free(t);
 }
-END_TEST
 
-START_TEST(what_cannot_be_placed_is_an_error)
+DL_TEST(what_cannot_be_placed_is_an_error)
 {
     dl_topo_t *t = machine(1, 1, 2, 1, 4, 1);
     plan_fails(t, DL_NUMA_NODE, 3, "local rank 2 has no GPU to be placed near (2 found)");
@@ -226,7 +220,6 @@ START_TEST(what_cannot_be_placed_is_an_error)
     plan_fails(t, DL_NUMA_NODE, 1, "no GPU found");
     free(t);
 }
-END_TEST
 
 /* ---- The reader, on a fake tree ---------------------------------------------------------- */
 
@@ -317,7 +310,7 @@ static void read_fails(const char *cuda_visible, dl_numa_mode_t mode, const char
     free(t);
 }
 
-START_TEST(reader_sorts_gpus_by_bus_and_follows_cuda_visible_devices)
+DL_TEST(reader_sorts_gpus_by_bus_and_follows_cuda_visible_devices)
 {
     fake_machine();
     dl_topo_t *t = read_ok(NULL, DL_NUMA_NODE);
@@ -345,9 +338,8 @@ START_TEST(reader_sorts_gpus_by_bus_and_follows_cuda_visible_devices)
                                   "one of the 3 GPUs in");
     read_fails("MIG-1234", DL_NUMA_NODE, "'MIG-1234' is not the index");
 }
-END_TEST
 
-START_TEST(reader_reads_what_each_mode_needs)
+DL_TEST(reader_reads_what_each_mode_needs)
 {
     fake_machine();
     dl_place_t p[3];
@@ -369,9 +361,8 @@ START_TEST(reader_reads_what_each_mode_needs)
     ck_assert_int_eq(p[2].mem_node, 1);
     free(t);
 }
-END_TEST
 
-START_TEST(reader_without_gpus_reads_nothing_more)
+DL_TEST(reader_without_gpus_reads_nothing_more)
 {
     /* No GPU, no topology: the plan's "no GPU found" is the one error, in every mode. */
     snprintf(root, sizeof(root), "%s/%d", base, ++case_no);
@@ -381,9 +372,8 @@ START_TEST(reader_without_gpus_reads_nothing_more)
     plan_fails(t, DL_NUMA_CORE_COMPLEX, 1, "no GPU found");
     free(t);
 }
-END_TEST
 
-START_TEST(reader_names_the_bad_file)
+DL_TEST(reader_names_the_bad_file)
 {
     fake_machine();
     put("sys/devices/system/cpu/cpu1/topology/thread_siblings_list", "1-\n");
@@ -411,35 +401,5 @@ START_TEST(reader_names_the_bad_file)
     put("sys/bus/pci/devices/0000:3b:00.0/numa_node", "-1\n");
     read_fails(NULL, DL_NUMA_NODE, "sys/devices/system/node: No such file or directory");
 }
-END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("numa");
-    TCase *tc = tcase_create("core");
-    tcase_add_unchecked_fixture(tc, setup, NULL);
-    tcase_add_test(tc, cpu_lists_parse_and_print);
-    tcase_add_test(tc, node_binds_to_the_gpus_node);
-    tcase_add_test(tc, node_is_cut_down_to_the_allowed_cpus);
-    tcase_add_test(tc, socket_takes_every_node_of_the_socket);
-    tcase_add_test(tc, exclusive_splits_cores_lowest_gpus_get_the_extra);
-    tcase_add_test(tc, core_complex_one_cache_group_per_gpu);
-    tcase_add_test(tc, what_cannot_be_placed_is_an_error);
-    tcase_add_test(tc, reader_sorts_gpus_by_bus_and_follows_cuda_visible_devices);
-    tcase_add_test(tc, reader_reads_what_each_mode_needs);
-    tcase_add_test(tc, reader_without_gpus_reads_nothing_more);
-    tcase_add_test(tc, reader_names_the_bad_file);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (failed == 0) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
-        if (system(cmd) != 0)
-            return 1;
-    }
-    return failed == 0 ? 0 : 1;
-}
+DL_TEST_SUITE(.setup_once = setup, .no_fork = true, .scratch_dir = base);

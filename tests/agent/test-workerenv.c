@@ -1,8 +1,8 @@
 /* A worker's environment: torchrun's names, our values win, user variables kept. */
-#include <check.h>
 #include <errno.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "workerenv.h"
 
 static const char *get(char **env, const char *name)
@@ -30,7 +30,7 @@ static dl_worker_env_t sample(void)
     };
 }
 
-START_TEST(torchrun_names)
+DL_TEST(torchrun_names)
 {
     char *base[] = {"PATH=/bin", "RANK=99", "HOME=/root", NULL};
     char **env;
@@ -56,10 +56,9 @@ START_TEST(torchrun_names)
     ck_assert_str_eq(get(env, "OMP_NUM_THREADS"), "1");
     dl_worker_env_free(env);
 }
-END_TEST
 
 /* torchrun's --virtual-local-rank: LOCAL_RANK 0, and only the worker's own device visible. */
-START_TEST(virtual_local_rank)
+DL_TEST(virtual_local_rank)
 {
     char *base[] = {"CUDA_VISIBLE_DEVICES=GPU-a,GPU-b,GPU-c", NULL};
     char **env;
@@ -83,9 +82,8 @@ START_TEST(virtual_local_rank)
     ck_assert_str_eq(get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGUSR1");
     dl_worker_env_free(env);
 }
-END_TEST
 
-START_TEST(spec_env_overrides_base_but_not_ours)
+DL_TEST(spec_env_overrides_base_but_not_ours)
 {
     char *base[] = {"FOO=base", "OMP_NUM_THREADS=8", NULL};
     char *extra[] = {"FOO=spec", "BAR=x=y", "WORLD_SIZE=1", NULL};
@@ -98,9 +96,8 @@ START_TEST(spec_env_overrides_base_but_not_ours)
     ck_assert_str_eq(get(env, "OMP_NUM_THREADS"), "8"); /* the user's choice is kept */
     dl_worker_env_free(env);
 }
-END_TEST
 
-START_TEST(single_worker_keeps_threads_free)
+DL_TEST(single_worker_keeps_threads_free)
 {
     char **env;
     dl_worker_env_t w = sample();
@@ -109,9 +106,8 @@ START_TEST(single_worker_keeps_threads_free)
     ck_assert_ptr_null(get(env, "OMP_NUM_THREADS"));
     dl_worker_env_free(env);
 }
-END_TEST
 
-START_TEST(interface_for_frameworks)
+DL_TEST(interface_for_frameworks)
 {
     char **env;
     dl_worker_env_t w = sample();
@@ -141,9 +137,8 @@ START_TEST(interface_for_frameworks)
     ck_assert_ptr_null(get(env, "DLAUNCH_SOCKET_IFNAME"));
     dl_worker_env_free(env);
 }
-END_TEST
 
-START_TEST(a_spare_is_marked_and_an_outer_mark_never_passes)
+DL_TEST(a_spare_is_marked_and_an_outer_mark_never_passes)
 {
     char **env;
     dl_worker_env_t w = sample();
@@ -164,9 +159,8 @@ START_TEST(a_spare_is_marked_and_an_outer_mark_never_passes)
     ck_assert_ptr_null(get(env, "DLAUNCH_SPARE"));
     dl_worker_env_free(env);
 }
-END_TEST
 
-START_TEST(the_python_package_goes_first_on_pythonpath)
+DL_TEST(the_python_package_goes_first_on_pythonpath)
 {
     char **env;
     dl_worker_env_t w = sample();
@@ -190,24 +184,4 @@ START_TEST(the_python_package_goes_first_on_pythonpath)
     ck_assert_int_eq(dl_worker_env_build(&w, empty, NULL, &env), 0);
     ck_assert_str_eq(get(env, "PYTHONPATH"), "/usr/share/dlaunch/python");
     dl_worker_env_free(env);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("workerenv");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, torchrun_names);
-    tcase_add_test(tc, virtual_local_rank);
-    tcase_add_test(tc, spec_env_overrides_base_but_not_ours);
-    tcase_add_test(tc, single_worker_keeps_threads_free);
-    tcase_add_test(tc, interface_for_frameworks);
-    tcase_add_test(tc, the_python_package_goes_first_on_pythonpath);
-    tcase_add_test(tc, a_spare_is_marked_and_an_outer_mark_never_passes);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

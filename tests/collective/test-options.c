@@ -1,16 +1,16 @@
 /* Group options from the launcher's environment: what is read, the defaults, and a one-line error
  * naming the variable for anything malformed. */
-#include <check.h>
 #include <errno.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "collective.h"
 #include "internal.h" /* dl__coll_iface_pick */
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 
-START_TEST(defaults_are_a_world_of_one)
+DL_TEST(defaults_are_a_world_of_one)
 {
     dl_coll_options_t o;
     char err[256] = "";
@@ -30,9 +30,8 @@ START_TEST(defaults_are_a_world_of_one)
     ck_assert_int_eq(dl_coll_options_from_env(&o, env2, err, sizeof(err)), 0);
     ck_assert_uint_eq(o.shm_small_bytes, DL_COLL_SMALL_AUTO);
 }
-END_TEST
 
-START_TEST(torchrun_variables_are_read)
+DL_TEST(torchrun_variables_are_read)
 {
     dl_coll_options_t o;
     char err[256] = "";
@@ -84,7 +83,6 @@ START_TEST(torchrun_variables_are_read)
     ck_assert_str_eq(o.ifname, "eth1");
     ck_assert_int_eq(o.order, DL_COLL_ORDER_ANY);
 }
-END_TEST
 
 static const struct {
     const char *var;
@@ -113,7 +111,7 @@ static const struct {
     {"DLAUNCH_SOCKET_IFNAME=a-name-longer-than-any-interface-could-have-0123456789abcdefghij"},
 };
 
-START_TEST(bad_values_name_the_variable)
+DL_TEST_LOOP(bad_values_name_the_variable, 0, sizeof(bad) / sizeof(bad[0]))
 {
     dl_coll_options_t o, before;
     char err[256] = "";
@@ -129,9 +127,8 @@ START_TEST(bad_values_name_the_variable)
     /* Untouched on failure. */
     ck_assert(memcmp(&o, &before, sizeof(o)) == 0);
 }
-END_TEST
 
-START_TEST(adoption_is_on_from_1m_and_may_be_off)
+DL_TEST(adoption_is_on_from_1m_and_may_be_off)
 {
     dl_coll_options_t o;
     char err[256] = "";
@@ -141,9 +138,8 @@ START_TEST(adoption_is_on_from_1m_and_may_be_off)
     ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
     ck_assert_uint_eq(o.adopt_min_bytes, 0);
 }
-END_TEST
 
-START_TEST(rank_must_be_below_world_size)
+DL_TEST(rank_must_be_below_world_size)
 {
     dl_coll_options_t o;
     char err[256] = "";
@@ -152,9 +148,8 @@ START_TEST(rank_must_be_below_world_size)
     ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "RANK=4"));
 }
-END_TEST
 
-START_TEST(world_of_one_needs_no_master)
+DL_TEST(world_of_one_needs_no_master)
 {
     dl_coll_options_t o;
     char err[256] = "";
@@ -170,9 +165,8 @@ START_TEST(world_of_one_needs_no_master)
     dl_coll_group_destroy(g);
     dl_coll_group_destroy(NULL);
 }
-END_TEST
 
-START_TEST(world_of_two_needs_a_master)
+DL_TEST(world_of_two_needs_a_master)
 {
     dl_coll_options_t o;
     char err[256] = "";
@@ -183,9 +177,8 @@ START_TEST(world_of_two_needs_a_master)
     ck_assert_ptr_null(g);
     ck_assert_ptr_nonnull(strstr(err, "MASTER_ADDR"));
 }
-END_TEST
 
-START_TEST(bad_arguments_are_refused)
+DL_TEST(bad_arguments_are_refused)
 {
     dl_coll_options_t o;
     char err[256] = "";
@@ -203,7 +196,6 @@ START_TEST(bad_arguments_are_refused)
     ck_assert_str_eq(dl_coll_group_error(g), "");
     dl_coll_group_destroy(g);
 }
-END_TEST
 
 /* ---- which address of DLAUNCH_SOCKET_IFNAME a rank listens on ----------------------------- */
 
@@ -252,7 +244,7 @@ static void pick_is(const struct ifaddrs *list, const char *ifname, const char *
                   "%s toward %s: got %s, want %s", ifname, prefer, buf, want);
 }
 
-START_TEST(socket_ifname_picks_an_address_of_that_interface)
+DL_TEST(socket_ifname_picks_an_address_of_that_interface)
 {
     entry_t e[8];
     int n = 0;
@@ -272,26 +264,4 @@ START_TEST(socket_ifname_picks_an_address_of_that_interface)
     ck_assert_int_eq(dl__coll_iface_pick(list, "eth9", &p, &got), -ENODEV);
     /* Link-local only: nothing another host could connect to. */
     ck_assert_int_eq(dl__coll_iface_pick(list, "ll0", &p, &got), -EADDRNOTAVAIL);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("options");
-    TCase *tc = tcase_create("env");
-    tcase_add_test(tc, defaults_are_a_world_of_one);
-    tcase_add_test(tc, torchrun_variables_are_read);
-    tcase_add_loop_test(tc, bad_values_name_the_variable, 0, sizeof(bad) / sizeof(bad[0]));
-    tcase_add_test(tc, rank_must_be_below_world_size);
-    tcase_add_test(tc, adoption_is_on_from_1m_and_may_be_off);
-    tcase_add_test(tc, world_of_one_needs_no_master);
-    tcase_add_test(tc, world_of_two_needs_a_master);
-    tcase_add_test(tc, bad_arguments_are_refused);
-    tcase_add_test(tc, socket_ifname_picks_an_address_of_that_interface);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

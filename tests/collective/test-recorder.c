@@ -1,6 +1,5 @@
 /* The flight recorder: what a group writes for each operation, what another reader sees while a
  * rank waits, and how the file is found, refused and shared. */
-#include <check.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -10,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "collective.h"
 #include "harness.h"
 
@@ -33,7 +33,7 @@ static size_t read_all(const char *path, dl_coll_rec_info_t *info, dl_coll_rec_e
     return n;
 }
 
-START_TEST(every_operation_is_recorded)
+DL_TEST(every_operation_is_recorded)
 {
     char *dir = harness_tmpdir(), path[512];
     snprintf(path, sizeof(path), "%s/rank_0.rec", dir);
@@ -92,9 +92,8 @@ START_TEST(every_operation_is_recorded)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
-START_TEST(the_ring_keeps_the_newest)
+DL_TEST(the_ring_keeps_the_newest)
 {
     char *dir = harness_tmpdir(), path[512];
     snprintf(path, sizeof(path), "%s/r.rec", dir);
@@ -117,7 +116,6 @@ START_TEST(the_ring_keeps_the_newest)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
 /* Two ranks as threads of this process; rank 1 holds back before its third all-reduce. */
 typedef struct {
@@ -180,7 +178,7 @@ static dl_coll_rec_entry_t newest_when(const char *path, unsigned long long seq,
     return v[0];
 }
 
-START_TEST(a_waiting_rank_is_seen_running_and_the_late_one_behind)
+DL_TEST(a_waiting_rank_is_seen_running_and_the_late_one_behind)
 {
     char *dir = harness_tmpdir();
     pair_rank_t rk[2] = {{.rank = 0}, {.rank = 1, .hold_ms = 600}};
@@ -207,9 +205,8 @@ START_TEST(a_waiting_rank_is_seen_running_and_the_late_one_behind)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
-START_TEST(a_failed_operation_says_so)
+DL_TEST(a_failed_operation_says_so)
 {
     char *dir = harness_tmpdir();
     pair_rank_t rk[2] = {{.rank = 0}, {.rank = 1, .hold_ms = -1}};
@@ -228,9 +225,8 @@ START_TEST(a_failed_operation_says_so)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
-START_TEST(readers_are_told_what_is_wrong)
+DL_TEST(readers_are_told_what_is_wrong)
 {
     char *dir = harness_tmpdir(), path[512];
     dl_coll_rec_reader_t *r = NULL;
@@ -250,9 +246,8 @@ START_TEST(readers_are_told_what_is_wrong)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
-START_TEST(a_second_group_leaves_the_file_to_the_first)
+DL_TEST(a_second_group_leaves_the_file_to_the_first)
 {
     char *dir = harness_tmpdir(), path[512];
     snprintf(path, sizeof(path), "%s/rank_0.rec", dir);
@@ -267,9 +262,8 @@ START_TEST(a_second_group_leaves_the_file_to_the_first)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
-START_TEST(the_environment_places_the_file)
+DL_TEST(the_environment_places_the_file)
 {
     dl_coll_options_t o;
     char err[256] = "";
@@ -297,9 +291,8 @@ START_TEST(the_environment_places_the_file)
     ck_assert_str_eq(err, "DLAUNCH_COLL_RECORDER_TIMED: 'lots' is not a byte count such as 0 "
                           "or 64K");
 }
-END_TEST
 
-START_TEST(off_writes_nothing)
+DL_TEST(off_writes_nothing)
 {
     char *dir = harness_tmpdir(), path[512];
     snprintf(path, sizeof(path), "%s/rank_0.rec", dir);
@@ -316,30 +309,5 @@ START_TEST(off_writes_nothing)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
-static Suite *suite(void)
-{
-    Suite *s = suite_create("recorder");
-    TCase *t = tcase_create("recorder");
-    tcase_set_timeout(t, 60);
-    tcase_add_test(t, every_operation_is_recorded);
-    tcase_add_test(t, the_ring_keeps_the_newest);
-    tcase_add_test(t, a_waiting_rank_is_seen_running_and_the_late_one_behind);
-    tcase_add_test(t, a_failed_operation_says_so);
-    tcase_add_test(t, readers_are_told_what_is_wrong);
-    tcase_add_test(t, a_second_group_leaves_the_file_to_the_first);
-    tcase_add_test(t, the_environment_places_the_file);
-    tcase_add_test(t, off_writes_nothing);
-    suite_add_tcase(s, t);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+DL_TEST_SUITE(.timeout = 60);

@@ -1,6 +1,5 @@
 /* Authentication: HMAC-SHA256 against RFC 4231, the challenge-response proof, and reading the
  * token from a file or a string. */
-#include <check.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -9,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "proto.h"
 
 #define NONCE "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
@@ -29,7 +29,7 @@ static dl_proto_token_t *token_of(const char *text)
     return t;
 }
 
-START_TEST(test_hmac_rfc4231)
+DL_TEST(test_hmac_rfc4231)
 {
     /* Test cases 1, 2 and 6 of RFC 4231 (short key, text key, key longer than a block). */
     uint8_t key1[20], key6[131], mac[32];
@@ -52,9 +52,8 @@ START_TEST(test_hmac_rfc4231)
     to_hex(mac, 32, hex);
     ck_assert_str_eq(hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
 }
-END_TEST
 
-START_TEST(test_proof_formula)
+DL_TEST(test_proof_formula)
 {
     /* Known answers from an independent implementation (Python's hmac module) of the documented
      * formula HMAC-SHA256(token, nonce_hex || run_id || role). */
@@ -67,9 +66,8 @@ START_TEST(test_proof_formula)
     ck_assert_str_eq(proof, "bb0397751ad662b0bebbb5fe2817b410d5008b5bfba721850d58fc9a7816c04d");
     dl_proto_token_free(t);
 }
-END_TEST
 
-START_TEST(test_verify)
+DL_TEST(test_verify)
 {
     dl_proto_token_t *t = token_of(TOKEN);
     dl_proto_token_t *other = token_of(TOKEN "!");
@@ -120,9 +118,8 @@ START_TEST(test_verify)
     dl_proto_token_free(t);
     dl_proto_token_free(other);
 }
-END_TEST
 
-START_TEST(test_nonce)
+DL_TEST(test_nonce)
 {
     char a[DL_PROTO_NONCE_HEX_LEN + 1], b[DL_PROTO_NONCE_HEX_LEN + 1];
 
@@ -132,7 +129,6 @@ START_TEST(test_nonce)
     ck_assert_uint_eq(strspn(a, "0123456789abcdef"), DL_PROTO_NONCE_HEX_LEN);
     ck_assert_str_ne(a, b);
 }
-END_TEST
 
 /* ---- Token files ---- */
 
@@ -189,7 +185,7 @@ static void expect_file_error(const char *path, int want, const char *needle)
     ck_assert_msg(strstr(err, path) != NULL, "path not in '%s'", err);
 }
 
-START_TEST(test_token_file)
+DL_TEST(test_token_file)
 {
     dl_proto_token_t *t = NULL;
     char err[512];
@@ -219,10 +215,9 @@ START_TEST(test_token_file)
     dl_proto_token_free(t);
     remove_tmpdir();
 }
-END_TEST
 
 /* The file wins over the variable; an empty variable is no token; no source is no token. */
-START_TEST(test_token_load)
+DL_TEST(test_token_load)
 {
     dl_proto_token_t *t = (dl_proto_token_t *)&t;
     char err[512];
@@ -247,9 +242,8 @@ START_TEST(test_token_load)
     ck_assert_msg(strstr(err, "/nonexistent/token") != NULL, "%s", err);
     remove_tmpdir();
 }
-END_TEST
 
-START_TEST(test_token_file_mode)
+DL_TEST(test_token_file_mode)
 {
     make_tmpdir();
     expect_file_error(write_file("g", "x\n", 2, 0640), -EACCES, "mode 0640");
@@ -258,9 +252,8 @@ START_TEST(test_token_file_mode)
     expect_file_error(write_file("a", "x\n", 2, 0644), -EACCES, "mode 0644");
     remove_tmpdir();
 }
-END_TEST
 
-START_TEST(test_token_file_errors)
+DL_TEST(test_token_file_errors)
 {
     char *big = calloc(1, DL_PROTO_TOKEN_MAX + 1);
     char path[128];
@@ -287,9 +280,8 @@ START_TEST(test_token_file_errors)
     remove_tmpdir();
     free(big);
 }
-END_TEST
 
-START_TEST(test_token_string)
+DL_TEST(test_token_string)
 {
     dl_proto_token_t *t = (dl_proto_token_t *)&t; /* must stay untouched on failure */
     dl_proto_token_t *before = t;
@@ -302,7 +294,6 @@ START_TEST(test_token_string)
     ck_assert_ptr_nonnull(strstr(err, "empty"));
     dl_proto_token_free(NULL);
 }
-END_TEST
 
 #define CNONCE "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"
 #define JOB7_KEY "d459e903a64df6982134422783ef364deb3a126515d11c4542a297eb7c53d119"
@@ -311,7 +302,7 @@ END_TEST
 #define L7 "1700000000:1700604800"
 static const dl_proto_key_life_t LIFE7 = {1700000000, 1700604800};
 
-START_TEST(test_derive_known_answers)
+DL_TEST(test_derive_known_answers)
 {
     /* From Python's hmac: job = HMAC(master, "dlaunch job key v2\n" || run || "\n" || issued ||
      * "\n" || expires), worker = HMAC(job, "dlaunch worker key v2\n" || run). */
@@ -364,9 +355,8 @@ START_TEST(test_derive_known_answers)
     dl_proto_token_free(job);
     dl_proto_token_free(master);
 }
-END_TEST
 
-START_TEST(test_derive_only_down)
+DL_TEST(test_derive_only_down)
 {
     dl_proto_token_t *master = token_of(TOKEN), *job = NULL, *worker = NULL, *t = NULL;
     char *text = NULL;
@@ -419,7 +409,6 @@ START_TEST(test_derive_only_down)
     dl_proto_token_free(job);
     dl_proto_token_free(master);
 }
-END_TEST
 
 /* Runs the handshake between a server holding server_tok and a client holding client_tok;
  * returns what dl_proto_auth_accept returned, with the level and a checked server proof. */
@@ -446,7 +435,7 @@ static int handshake(dl_proto_token_t *server_tok, dl_proto_token_t *client_tok,
     return r;
 }
 
-START_TEST(test_accept_levels)
+DL_TEST(test_accept_levels)
 {
     dl_proto_token_t *master = token_of(TOKEN), *job = NULL, *worker = NULL, *other = NULL;
     dl_proto_token_t *stranger = token_of("guess");
@@ -536,9 +525,8 @@ START_TEST(test_accept_levels)
     dl_proto_token_free(job);
     dl_proto_token_free(master);
 }
-END_TEST
 
-START_TEST(test_typed_text_errors)
+DL_TEST(test_typed_text_errors)
 {
     dl_proto_token_t *t = NULL, *r = NULL;
     char err[256] = "";
@@ -593,9 +581,8 @@ START_TEST(test_typed_text_errors)
     ck_assert_int_eq(dl_proto_token_kind(r), DL_PROTO_TOKEN_MASTER);
     dl_proto_token_free(r);
 }
-END_TEST
 
-START_TEST(test_key_judge)
+DL_TEST(test_key_judge)
 {
     char why[400];
     const int64_t L = DL_PROTO_KEY_LEEWAY_S;
@@ -643,9 +630,8 @@ START_TEST(test_key_judge)
     ck_assert(!dl_proto_key_life_valid(&l));
     ck_assert(!dl_proto_key_life_valid(NULL));
 }
-END_TEST
 
-START_TEST(test_lifetime_and_time_parse)
+DL_TEST(test_lifetime_and_time_parse)
 {
     int64_t v = 0;
 
@@ -682,9 +668,8 @@ START_TEST(test_lifetime_and_time_parse)
     ck_assert_str_eq(dl_proto_time_text(1700000000, buf, sizeof(buf)), "2023-11-14T22:13:20Z");
     ck_assert_str_eq(dl_proto_time_text(-5, buf, sizeof(buf)), "-5");
 }
-END_TEST
 
-START_TEST(test_escape)
+DL_TEST(test_escape)
 {
     char out[64];
 
@@ -693,41 +678,4 @@ START_TEST(test_escape)
                      "a\\x0ab\\x1b[2J\\x5c");
     ck_assert_str_eq(dl_proto_escape("\xff\xfe", out, 6), "\\xff");
     ck_assert_str_eq(dl_proto_escape(NULL, out, sizeof(out)), "");
-}
-END_TEST
-
-static Suite *auth_suite(void)
-{
-    Suite *s = suite_create("auth");
-    TCase *tc = tcase_create("core");
-
-    tcase_add_test(tc, test_hmac_rfc4231);
-    tcase_add_test(tc, test_proof_formula);
-    tcase_add_test(tc, test_verify);
-    tcase_add_test(tc, test_nonce);
-    tcase_add_test(tc, test_token_file);
-    tcase_add_test(tc, test_token_load);
-    tcase_add_test(tc, test_token_file_mode);
-    tcase_add_test(tc, test_token_file_errors);
-    tcase_add_test(tc, test_token_string);
-    tcase_add_test(tc, test_derive_known_answers);
-    tcase_add_test(tc, test_derive_only_down);
-    tcase_add_test(tc, test_key_judge);
-    tcase_add_test(tc, test_lifetime_and_time_parse);
-    tcase_add_test(tc, test_accept_levels);
-    tcase_add_test(tc, test_typed_text_errors);
-    tcase_add_test(tc, test_escape);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(auth_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

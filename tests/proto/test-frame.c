@@ -1,11 +1,11 @@
 /* Frames: encoding, the incremental decoder fed in every possible way, the limits, and each
  * frame-level error with its code. */
-#include <check.h>
 #include <errno.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "proto.h"
 
 /* A frame around raw bytes, so tests can send what no encoder would produce. */
@@ -85,7 +85,7 @@ static json_t *feed_all(dl_proto_decoder_t *dec, const char *data, size_t len, s
     return out;
 }
 
-START_TEST(test_encode_layout)
+DL_TEST(test_encode_layout)
 {
     json_auto_t *m = sample_join(7);
     char *frame, *text;
@@ -103,9 +103,8 @@ START_TEST(test_encode_layout)
     free(text);
     free(frame);
 }
-END_TEST
 
-START_TEST(test_round_trip)
+DL_TEST(test_round_trip)
 {
     json_auto_t *m = sample_join(7);
     json_auto_t *back = NULL;
@@ -127,7 +126,6 @@ START_TEST(test_round_trip)
     dl_proto_decoder_cleanup(&dec);
     free(frame);
 }
-END_TEST
 
 /* Three frames back to back, the second one large enough to need the buffered path. */
 static char *three_frames(json_t **ret_msgs, size_t *ret_len)
@@ -154,7 +152,7 @@ static char *three_frames(json_t **ret_msgs, size_t *ret_len)
     return stream;
 }
 
-START_TEST(test_split_every_boundary)
+DL_TEST(test_split_every_boundary)
 {
     json_auto_t *msgs = NULL;
     size_t len;
@@ -177,9 +175,8 @@ START_TEST(test_split_every_boundary)
     }
     free(stream);
 }
-END_TEST
 
-START_TEST(test_one_byte_at_a_time)
+DL_TEST(test_one_byte_at_a_time)
 {
     json_auto_t *msgs = NULL;
     json_auto_t *got = NULL;
@@ -193,9 +190,8 @@ START_TEST(test_one_byte_at_a_time)
     dl_proto_decoder_cleanup(&dec);
     free(stream);
 }
-END_TEST
 
-START_TEST(test_pending_after_partial_frame)
+DL_TEST(test_pending_after_partial_frame)
 {
     json_auto_t *msgs = NULL;
     json_auto_t *got = NULL;
@@ -210,7 +206,6 @@ START_TEST(test_pending_after_partial_frame)
     dl_proto_decoder_cleanup(&dec);
     free(stream);
 }
-END_TEST
 
 /* Feeds one frame to a fresh decoder and expects it to be refused but skipped. */
 static void expect_invalid(const char *body, size_t body_len, dl_proto_errcode_t code,
@@ -251,13 +246,12 @@ static void expect_invalid_text(const char *body, dl_proto_errcode_t code, const
     expect_invalid(body, strlen(body), code, needle);
 }
 
-START_TEST(test_empty_frame)
+DL_TEST(test_empty_frame)
 {
     expect_invalid("", 0, DL_PROTO_E_EMPTY_FRAME, "empty frame");
 }
-END_TEST
 
-START_TEST(test_bad_json_position)
+DL_TEST(test_bad_json_position)
 {
     /* The error names where jansson stopped: line 2, and the byte offset. */
     expect_invalid_text("{\"v\":1,\n \"type\" \"hello\"}", DL_PROTO_E_BAD_JSON,
@@ -271,18 +265,16 @@ START_TEST(test_bad_json_position)
                         DL_PROTO_E_BAD_JSON, "duplicate");
     expect_invalid_text("{\"v\":1,\"s\":\"\\u0000\"}", DL_PROTO_E_BAD_JSON, "bad JSON");
 }
-END_TEST
 
-START_TEST(test_not_object)
+DL_TEST(test_not_object)
 {
     expect_invalid_text("[1,2,3]", DL_PROTO_E_NOT_OBJECT, "an array");
     expect_invalid_text("\"hello\"", DL_PROTO_E_NOT_OBJECT, "a string");
     expect_invalid_text("42", DL_PROTO_E_NOT_OBJECT, "an integer");
     expect_invalid_text("null", DL_PROTO_E_NOT_OBJECT, "null");
 }
-END_TEST
 
-START_TEST(test_version)
+DL_TEST(test_version)
 {
     expect_invalid_text("{\"type\":\"status\",\"id\":1}", DL_PROTO_E_BAD_VERSION, "'v'");
     expect_invalid_text("{\"v\":\"1\",\"type\":\"status\",\"id\":1}", DL_PROTO_E_BAD_VERSION,
@@ -294,9 +286,8 @@ START_TEST(test_version)
     expect_invalid_text("{\"v\":0,\"type\":\"status\",\"id\":1}", DL_PROTO_E_UNSUPPORTED_VERSION,
                         "version 0");
 }
-END_TEST
 
-START_TEST(test_type)
+DL_TEST(test_type)
 {
     expect_invalid_text("{\"v\":1,\"id\":1}", DL_PROTO_E_MISSING_FIELD, "'type'");
     expect_invalid_text("{\"v\":1,\"type\":7,\"id\":1}", DL_PROTO_E_BAD_FIELD,
@@ -305,9 +296,8 @@ START_TEST(test_type)
                         "'frobnicate'");
     expect_invalid_text("{\"v\":1,\"type\":\"JOIN\",\"id\":1}", DL_PROTO_E_UNKNOWN_TYPE, "'JOIN'");
 }
-END_TEST
 
-START_TEST(test_invalid_keeps_id)
+DL_TEST(test_invalid_keeps_id)
 {
     dl_proto_decoder_t dec;
     dl_proto_error_t err;
@@ -334,9 +324,8 @@ START_TEST(test_invalid_keeps_id)
     dl_proto_decoder_cleanup(&dec);
     free(frame);
 }
-END_TEST
 
-START_TEST(test_too_large_before_auth)
+DL_TEST(test_too_large_before_auth)
 {
     json_auto_t *m = sample_kv_set(5, 5000);
     dl_proto_decoder_t dec;
@@ -371,9 +360,8 @@ START_TEST(test_too_large_before_auth)
     dl_proto_decoder_cleanup(&dec);
     free(frame);
 }
-END_TEST
 
-START_TEST(test_limit_edges)
+DL_TEST(test_limit_edges)
 {
     dl_proto_decoder_t dec;
     dl_proto_error_t err;
@@ -427,9 +415,8 @@ START_TEST(test_limit_edges)
         dl_proto_decoder_cleanup(&dec);
     }
 }
-END_TEST
 
-START_TEST(test_huge_length_no_allocation)
+DL_TEST(test_huge_length_no_allocation)
 {
     unsigned char hdr[4] = {0xff, 0xff, 0xff, 0xff};
     dl_proto_decoder_t dec;
@@ -459,9 +446,8 @@ START_TEST(test_huge_length_no_allocation)
     ck_assert_uint_eq(dec.buf_cap, 0);
     dl_proto_decoder_cleanup(&dec);
 }
-END_TEST
 
-START_TEST(test_limit_switch_mid_stream)
+DL_TEST(test_limit_switch_mid_stream)
 {
     /* hello and auth under the small limit, then a large kv_set that only fits after the
      * server raised the limit; all three arrive in one read, as a pipelining client sends. */
@@ -506,9 +492,8 @@ START_TEST(test_limit_switch_mid_stream)
     free(f1);
     free(f2);
 }
-END_TEST
 
-START_TEST(test_encode_refuses)
+DL_TEST(test_encode_refuses)
 {
     json_auto_t *bad = json_pack("{s:i, s:s}", "v", 1, "type", "join");
     json_auto_t *huge = sample_kv_set(1, DL_PROTO_LIMIT);
@@ -524,9 +509,8 @@ START_TEST(test_encode_refuses)
     ck_assert_ptr_null(frame);
     ck_assert_uint_eq(len, 0);
 }
-END_TEST
 
-START_TEST(test_error_offsets)
+DL_TEST(test_error_offsets)
 {
     /* A bad frame after a good one is reported at its own stream offset. */
     json_auto_t *m = sample_join(1);
@@ -557,9 +541,8 @@ START_TEST(test_error_offsets)
     free(good);
     free(bad);
 }
-END_TEST
 
-START_TEST(test_partial_frame_costs_what_arrived)
+DL_TEST(test_partial_frame_costs_what_arrived)
 {
     /* A peer announcing a large frame and sending a little of it makes the decoder hold a
      * little: memory follows the bytes received, doubling, never the length announced. */
@@ -598,43 +581,4 @@ START_TEST(test_partial_frame_costs_what_arrived)
     dl_proto_decoder_cleanup(&dec);
     ck_assert_uint_eq(dl_proto_decoder_buffered(&dec), 0);
     free(stream);
-}
-END_TEST
-
-static Suite *frame_suite(void)
-{
-    Suite *s = suite_create("frame");
-    TCase *tc = tcase_create("core");
-
-    tcase_add_test(tc, test_encode_layout);
-    tcase_add_test(tc, test_round_trip);
-    tcase_add_test(tc, test_split_every_boundary);
-    tcase_add_test(tc, test_one_byte_at_a_time);
-    tcase_add_test(tc, test_pending_after_partial_frame);
-    tcase_add_test(tc, test_empty_frame);
-    tcase_add_test(tc, test_bad_json_position);
-    tcase_add_test(tc, test_not_object);
-    tcase_add_test(tc, test_version);
-    tcase_add_test(tc, test_type);
-    tcase_add_test(tc, test_invalid_keeps_id);
-    tcase_add_test(tc, test_too_large_before_auth);
-    tcase_add_test(tc, test_limit_edges);
-    tcase_add_test(tc, test_huge_length_no_allocation);
-    tcase_add_test(tc, test_limit_switch_mid_stream);
-    tcase_add_test(tc, test_encode_refuses);
-    tcase_add_test(tc, test_error_offsets);
-    tcase_add_test(tc, test_partial_frame_costs_what_arrived);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(frame_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

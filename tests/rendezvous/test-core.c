@@ -1,12 +1,12 @@
 /* The rendezvous state machine, driven event by event with an injected clock: rounds, rank
  * assignment, health, restarts and control. */
-#include <check.h>
 #include <errno.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "harness.h"
 
-START_TEST(max_nodes_close_the_round_at_once)
+DL_TEST(max_nodes_close_the_round_at_once)
 {
     harness_t h;
     h_init(&h);
@@ -56,9 +56,8 @@ START_TEST(max_nodes_close_the_round_at_once)
     ck_assert_int_eq(js->world_size, 7);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(master_defaults_to_node_zero_host_and_job_port)
+DL_TEST(master_defaults_to_node_zero_host_and_job_port)
 {
     harness_t h;
     h_init(&h);
@@ -74,9 +73,8 @@ START_TEST(master_defaults_to_node_zero_host_and_job_port)
     ck_assert_int_eq(m->assignment.master_port, 31000);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(master_is_the_hosting_agent_which_serves_the_torch_store)
+DL_TEST(master_is_the_hosting_agent_which_serves_the_torch_store)
 {
     /* The agent hosting the rendezvous serves torch's store at MASTER_ADDR:MASTER_PORT: the
      * assignment names its address, even when it is not node rank 0. */
@@ -96,9 +94,8 @@ START_TEST(master_is_the_hosting_agent_which_serves_the_torch_store)
     ck_assert_str_eq(m->assignment.master_addr, "h5");
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(min_nodes_start_the_last_call)
+DL_TEST(min_nodes_start_the_last_call)
 {
     harness_t h;
     h_init(&h);
@@ -122,9 +119,8 @@ START_TEST(min_nodes_start_the_last_call)
     ck_assert(h_armed(&h) == 20);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(losing_a_node_below_min_cancels_the_last_call)
+DL_TEST(losing_a_node_below_min_cancels_the_last_call)
 {
     harness_t h;
     h_init(&h);
@@ -147,9 +143,8 @@ START_TEST(losing_a_node_below_min_cancels_the_last_call)
     ck_assert_ptr_null(h_msg(&h, 2, DL_RDZV_MSG_ASSIGNMENT));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(join_timeout_fails_the_round)
+DL_TEST(join_timeout_fails_the_round)
 {
     harness_t h;
     h_init(&h);
@@ -168,9 +163,8 @@ START_TEST(join_timeout_fails_the_round)
     ck_assert_int_eq(h_error(&h, 3), -ESHUTDOWN);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(join_timeout_closes_when_min_is_there)
+DL_TEST(join_timeout_closes_when_min_is_there)
 {
     harness_t h;
     h_init(&h);
@@ -185,9 +179,8 @@ START_TEST(join_timeout_closes_when_min_is_there)
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ASSIGNMENT), 2);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(missed_heartbeats_open_a_new_round)
+DL_TEST(missed_heartbeats_open_a_new_round)
 {
     harness_t h;
     h_init(&h);
@@ -228,9 +221,8 @@ START_TEST(missed_heartbeats_open_a_new_round)
     ck_assert_int_eq(m->assignment.restarts, 1);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_silent_gathering_member_is_dropped)
+DL_TEST(a_silent_gathering_member_is_dropped)
 {
     harness_t h;
     h_init(&h);
@@ -246,9 +238,8 @@ START_TEST(a_silent_gathering_member_is_dropped)
     ck_assert_int_eq(js->round, 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(worker_failure_restarts_the_round)
+DL_TEST(worker_failure_restarts_the_round)
 {
     harness_t h;
     h_init(&h);
@@ -279,9 +270,8 @@ START_TEST(worker_failure_restarts_the_round)
     ck_assert_int_eq(h_status(&h, "job", 8)->restarts, 1);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_new_node_joins_a_running_job)
+DL_TEST(a_new_node_joins_a_running_job)
 {
     harness_t h;
     h_init(&h);
@@ -311,14 +301,13 @@ START_TEST(a_new_node_joins_a_running_job)
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 0);
     h_fini(&h);
 }
-END_TEST
 
 static const h_node_t rank_nodes[] = {
     {"a", "h2", 1, -1, -1}, {"b", "h1", 2, -1, -1}, {"c", "h1", 1, -1, 5},
     {"d", "h0", 3, -1, 2},  {"e", "h9", 1, 4, -1},
 };
 
-START_TEST(rank_rule_is_slurm_then_hint_then_host_then_id)
+DL_TEST(rank_rule_is_slurm_then_hint_then_host_then_id)
 {
     /* Every order of the five JOINs gives: d (slurm 2), c (slurm 5), b (h1), a (h2), and e at
      * its hinted rank 4. */
@@ -344,7 +333,6 @@ START_TEST(rank_rule_is_slurm_then_hint_then_host_then_id)
         h_fini(&h);
     }
 }
-END_TEST
 
 static uint64_t lcg(uint64_t *s)
 {
@@ -352,7 +340,7 @@ static uint64_t lcg(uint64_t *s)
     return *s >> 33;
 }
 
-START_TEST(ranks_do_not_depend_on_join_order)
+DL_TEST(ranks_do_not_depend_on_join_order)
 {
     enum { N = 64 };
     static char agents[N][16], hosts[N][16];
@@ -401,9 +389,8 @@ START_TEST(ranks_do_not_depend_on_join_order)
         ck_assert_int_eq(ranks[2][i], ranks[0][i]);
     }
 }
-END_TEST
 
-START_TEST(bad_hints_are_refused)
+DL_TEST(bad_hints_are_refused)
 {
     harness_t h;
     h_init(&h);
@@ -423,9 +410,8 @@ START_TEST(bad_hints_are_refused)
     ck_assert_uint_eq(h_status(&h, "job", 1)->nmembers, 2);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_hint_beyond_the_node_count_falls_back_to_the_order)
+DL_TEST(a_hint_beyond_the_node_count_falls_back_to_the_order)
 {
     harness_t h;
     h_init(&h);
@@ -439,7 +425,6 @@ START_TEST(a_hint_beyond_the_node_count_falls_back_to_the_order)
     ck_assert_int_eq(h_msg(&h, 3, DL_RDZV_MSG_ASSIGNMENT)->assignment.node_rank, 2);
     h_fini(&h);
 }
-END_TEST
 
 static void fail_with(harness_t *h, uint64_t conn, int round, const char *what, double now)
 {
@@ -449,7 +434,7 @@ static void fail_with(harness_t *h, uint64_t conn, int round, const char *what, 
     h_step(h, &ev, now);
 }
 
-START_TEST(restarts_run_out)
+DL_TEST(restarts_run_out)
 {
     harness_t h;
     h_init(&h);
@@ -479,9 +464,8 @@ START_TEST(restarts_run_out)
     ck_assert_int_eq(h_error(&h, 3), -ESHUTDOWN);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(zero_restarts_fail_at_the_first_failure)
+DL_TEST(zero_restarts_fail_at_the_first_failure)
 {
     harness_t h;
     h_init(&h);
@@ -496,9 +480,8 @@ START_TEST(zero_restarts_fail_at_the_first_failure)
     ck_assert_ptr_null(h_msg(&h, 2, DL_RDZV_MSG_FAILED));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(stop_ends_the_job_and_it_is_forgotten_later)
+DL_TEST(stop_ends_the_job_and_it_is_forgotten_later)
 {
     harness_t h;
     h_init(&h);
@@ -529,9 +512,8 @@ START_TEST(stop_ends_the_job_and_it_is_forgotten_later)
     ck_assert_ptr_nonnull(h_msg(&h, 3, DL_RDZV_MSG_JOINED));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(an_agent_quitting_stops_a_job_that_cannot_go_on)
+DL_TEST(an_agent_quitting_stops_a_job_that_cannot_go_on)
 {
     /* Two nodes of two: one quits (its operator's SIGTERM), the other is stopped at once rather
      * than left to wait for a round that cannot close; no restart is spent. */
@@ -549,12 +531,11 @@ START_TEST(an_agent_quitting_stops_a_job_that_cannot_go_on)
     h_fini(&h);
 
 }
-END_TEST
 
 /* Elastic, with min_nodes left: the quitter departs, the others go on at once in a new round
  * without it, and no restart is spent, not even with none left (a departure is no failure):
  * before, its connection's close lost it as a dead node dead_after later, a restart spent. */
-START_TEST(an_agent_quitting_an_elastic_job_departs_and_spends_no_restart)
+DL_TEST(an_agent_quitting_an_elastic_job_departs_and_spends_no_restart)
 {
     harness_t h;
     h_init(&h);
@@ -591,9 +572,8 @@ START_TEST(an_agent_quitting_an_elastic_job_departs_and_spends_no_restart)
     ck_assert_int_eq(js->restarts, 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(restart_request_opens_a_round)
+DL_TEST(restart_request_opens_a_round)
 {
     harness_t h;
     h_init(&h);
@@ -620,10 +600,9 @@ START_TEST(restart_request_opens_a_round)
     ck_assert_int_eq(h_error(&h, 50), -ENOENT);
     h_fini(&h);
 }
-END_TEST
 
 /* The round change names its culprit: node, node rank, rank, and how it failed (a hang here). */
-START_TEST(the_round_change_names_the_culprit)
+DL_TEST(the_round_change_names_the_culprit)
 {
     harness_t h;
     h_init(&h);
@@ -668,11 +647,10 @@ START_TEST(the_round_change_names_the_culprit)
     ck_assert(f->failed.culprit->hung);
     h_fini(&h);
 }
-END_TEST
 
 /* A node whose connection closed, and then a worker failure on another node (its collectives
  * broke when the first died): the round change blames the dead node. */
-START_TEST(a_failure_after_a_node_vanished_blames_the_node)
+DL_TEST(a_failure_after_a_node_vanished_blames_the_node)
 {
     harness_t h;
     h_init(&h);
@@ -694,11 +672,10 @@ START_TEST(a_failure_after_a_node_vanished_blames_the_node)
     ck_assert_ptr_nonnull(strstr(js->failure, "lost its connection"));
     h_fini(&h);
 }
-END_TEST
 
 /* A rendezvous that restarted meets agents that ran round 3 with 2 restarts spent: it goes on
  * from round 4 with 2 spent, so attempt 3 is never written twice and the budget is not reset. */
-START_TEST(a_restarted_rendezvous_adopts_the_agents_history)
+DL_TEST(a_restarted_rendezvous_adopts_the_agents_history)
 {
     harness_t h;
     h_init(&h);
@@ -733,13 +710,12 @@ START_TEST(a_restarted_rendezvous_adopts_the_agents_history)
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_FAILED), 2);
     h_fini(&h);
 }
-END_TEST
 
 /* A node cut off from the host when the host failed the job (its last restart spent) becomes
  * the host itself and joins with one restart more than the budget: the job ends failed there
  * and then, the joiner told, instead of a round that waits for the gone node until the join
  * timeout (its agent stayed for minutes). */
-START_TEST(a_successor_told_of_a_spent_budget_fails_the_job_at_once)
+DL_TEST(a_successor_told_of_a_spent_budget_fails_the_job_at_once)
 {
     harness_t h;
     h_init(&h);
@@ -763,7 +739,6 @@ START_TEST(a_successor_told_of_a_spent_budget_fails_the_job_at_once)
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ASSIGNMENT), 0);
     h_fini(&h);
 }
-END_TEST
 
 /* A late joiner to a running round brings more restarts spent than the budget allows (it was cut
  * off from a host that failed the job): the job fails at once, its members and the joiner told,
@@ -784,7 +759,7 @@ static void join_with_history(harness_t *h, uint64_t conn, const dl_rdzv_job_opt
     h_step(h, &ev, now);
 }
 
-START_TEST(a_late_joiner_told_of_a_spent_budget_fails_a_running_job_at_once)
+DL_TEST(a_late_joiner_told_of_a_spent_budget_fails_a_running_job_at_once)
 {
     harness_t h;
     h_init(&h);
@@ -817,9 +792,8 @@ START_TEST(a_late_joiner_told_of_a_spent_budget_fails_a_running_job_at_once)
     ck_assert_int_eq(js->restarts, 2);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(restart_request_without_budget_still_restarts)
+DL_TEST(restart_request_without_budget_still_restarts)
 {
     harness_t h;
     h_init(&h);
@@ -839,9 +813,8 @@ START_TEST(restart_request_without_budget_still_restarts)
     ck_assert_int_eq(as->assignment.restarts, 1);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(status_shows_members_and_heartbeat_ages)
+DL_TEST(status_shows_members_and_heartbeat_ages)
 {
     harness_t h;
     h_init(&h);
@@ -880,9 +853,8 @@ START_TEST(status_shows_members_and_heartbeat_ages)
     ck_assert_str_eq(m->status->jobs[1].run_id, "other");
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(every_member_leaving_ok_succeeds)
+DL_TEST(every_member_leaving_ok_succeeds)
 {
     harness_t h;
     h_init(&h);
@@ -904,9 +876,8 @@ START_TEST(every_member_leaving_ok_succeeds)
     ck_assert_int_eq(h_status(&h, "job", 33)->state, DL_RDZV_JOB_SUCCEEDED);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_failure_after_a_leave_still_restarts_everyone)
+DL_TEST(a_failure_after_a_leave_still_restarts_everyone)
 {
     harness_t h;
     h_init(&h);
@@ -919,9 +890,8 @@ START_TEST(a_failure_after_a_leave_still_restarts_everyone)
     ck_assert_ptr_nonnull(h_msg(&h, 2, DL_RDZV_MSG_ROUND_CHANGED));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(an_agent_resumes_on_a_new_connection)
+DL_TEST(an_agent_resumes_on_a_new_connection)
 {
     harness_t h;
     h_init(&h);
@@ -950,9 +920,8 @@ START_TEST(an_agent_resumes_on_a_new_connection)
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_join_without_resume_restarts_the_round)
+DL_TEST(a_join_without_resume_restarts_the_round)
 {
     harness_t h;
     h_init(&h);
@@ -967,9 +936,8 @@ START_TEST(a_join_without_resume_restarts_the_round)
     ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.round, 1);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(agent_ids_and_connections_do_not_mix)
+DL_TEST(agent_ids_and_connections_do_not_mix)
 {
     harness_t h;
     h_init(&h);
@@ -986,9 +954,8 @@ START_TEST(agent_ids_and_connections_do_not_mix)
     ck_assert_uint_eq(h_status(&h, "job", 5)->nmembers, 1);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(bad_joins_are_refused)
+DL_TEST(bad_joins_are_refused)
 {
     harness_t h;
     h_init(&h);
@@ -1017,9 +984,8 @@ START_TEST(bad_joins_are_refused)
     ck_assert_int_eq(h_msg(&h, 4, DL_RDZV_MSG_ASSIGNMENT)->assignment.world_size, 2);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(jobs_are_isolated)
+DL_TEST(jobs_are_isolated)
 {
     harness_t h;
     h_init(&h);
@@ -1040,9 +1006,8 @@ START_TEST(jobs_are_isolated)
     ck_assert_int_eq(js->restarts, 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(add_job_ahead_of_joins)
+DL_TEST(add_job_ahead_of_joins)
 {
     harness_t h;
     h_init(&h);
@@ -1058,9 +1023,8 @@ START_TEST(add_job_ahead_of_joins)
     ck_assert(h_armed(&h) == 10); /* min 1 reached: the last call */
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(opts_are_checked)
+DL_TEST(opts_are_checked)
 {
     dl_rdzv_job_opts_t o;
     dl_rdzv_job_opts_init(&o);
@@ -1088,9 +1052,8 @@ START_TEST(opts_are_checked)
     ck_assert_str_eq(dl_rdzv_job_state_name(DL_RDZV_JOB_TIMED_OUT), "timed-out");
     ck_assert_str_eq(dl_rdzv_msg_kind_name(DL_RDZV_MSG_ROUND_CHANGED), "round-changed");
 }
-END_TEST
 
-START_TEST(time_going_back_counts_as_the_last_time)
+DL_TEST(time_going_back_counts_as_the_last_time)
 {
     harness_t h;
     h_init(&h);
@@ -1108,7 +1071,6 @@ START_TEST(time_going_back_counts_as_the_last_time)
     ck_assert_int_eq(h_status(&h, "job", 121)->round, 1);
     h_fini(&h);
 }
-END_TEST
 
 static size_t logs(const harness_t *h, dl_rdzv_log_level_t level, const char *needle)
 {
@@ -1121,7 +1083,7 @@ static size_t logs(const harness_t *h, dl_rdzv_log_level_t level, const char *ne
     return n;
 }
 
-START_TEST(logs_follow_the_level)
+DL_TEST(logs_follow_the_level)
 {
     harness_t h;
     h_init(&h);
@@ -1148,9 +1110,8 @@ START_TEST(logs_follow_the_level)
     ck_assert_uint_eq(logs(&h, DL_RDZV_LOG_INFO, ""), 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(jobs_per_creator_and_timeouts_are_capped)
+DL_TEST(jobs_per_creator_and_timeouts_are_capped)
 {
     harness_t h;
     dl_rdzv_core_opts_t o;
@@ -1203,53 +1164,4 @@ START_TEST(jobs_per_creator_and_timeouts_are_capped)
     h_step(&h, &ev, 151);
     ck_assert_int_eq(h_error(&h, 20), 0);
     h_fini(&h);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("rdzv-core");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, max_nodes_close_the_round_at_once);
-    tcase_add_test(tc, a_successor_told_of_a_spent_budget_fails_the_job_at_once);
-    tcase_add_test(tc, master_defaults_to_node_zero_host_and_job_port);
-    tcase_add_test(tc, min_nodes_start_the_last_call);
-    tcase_add_test(tc, losing_a_node_below_min_cancels_the_last_call);
-    tcase_add_test(tc, join_timeout_fails_the_round);
-    tcase_add_test(tc, join_timeout_closes_when_min_is_there);
-    tcase_add_test(tc, missed_heartbeats_open_a_new_round);
-    tcase_add_test(tc, a_silent_gathering_member_is_dropped);
-    tcase_add_test(tc, worker_failure_restarts_the_round);
-    tcase_add_test(tc, master_is_the_hosting_agent_which_serves_the_torch_store);
-    tcase_add_test(tc, a_new_node_joins_a_running_job);
-    tcase_add_test(tc, rank_rule_is_slurm_then_hint_then_host_then_id);
-    tcase_add_test(tc, ranks_do_not_depend_on_join_order);
-    tcase_add_test(tc, bad_hints_are_refused);
-    tcase_add_test(tc, a_hint_beyond_the_node_count_falls_back_to_the_order);
-    tcase_add_test(tc, restarts_run_out);
-    tcase_add_test(tc, zero_restarts_fail_at_the_first_failure);
-    tcase_add_test(tc, stop_ends_the_job_and_it_is_forgotten_later);
-    tcase_add_test(tc, an_agent_quitting_stops_a_job_that_cannot_go_on);
-    tcase_add_test(tc, an_agent_quitting_an_elastic_job_departs_and_spends_no_restart);
-    tcase_add_test(tc, a_late_joiner_told_of_a_spent_budget_fails_a_running_job_at_once);
-    tcase_add_test(tc, restart_request_opens_a_round);
-    tcase_add_test(tc, restart_request_without_budget_still_restarts);
-    tcase_add_test(tc, the_round_change_names_the_culprit);
-    tcase_add_test(tc, a_restarted_rendezvous_adopts_the_agents_history);
-    tcase_add_test(tc, a_failure_after_a_node_vanished_blames_the_node);
-    tcase_add_test(tc, status_shows_members_and_heartbeat_ages);
-    tcase_add_test(tc, every_member_leaving_ok_succeeds);
-    tcase_add_test(tc, a_failure_after_a_leave_still_restarts_everyone);
-    tcase_add_test(tc, an_agent_resumes_on_a_new_connection);
-    tcase_add_test(tc, a_join_without_resume_restarts_the_round);
-    tcase_add_test(tc, agent_ids_and_connections_do_not_mix);
-    tcase_add_test(tc, bad_joins_are_refused);
-    tcase_add_test(tc, jobs_are_isolated);
-    tcase_add_test(tc, add_job_ahead_of_joins);
-    tcase_add_test(tc, opts_are_checked);
-    tcase_add_test(tc, time_going_back_counts_as_the_last_time);
-    tcase_add_test(tc, logs_follow_the_level);
-    tcase_add_test(tc, jobs_per_creator_and_timeouts_are_capped);
-    suite_add_tcase(s, tc);
-    return h_run_suite(s);
 }

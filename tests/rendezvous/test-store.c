@@ -1,9 +1,9 @@
 /* The per-job key-value store of the rendezvous core: operations, waits, limits and the round
  * scoping, with an injected clock. */
-#include <check.h>
 #include <errno.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "harness.h"
 
 static dl_rdzv_buf_t buf(const char *s)
@@ -74,7 +74,7 @@ static void setup(harness_t *h)
     ck_assert_int_eq(dl_rdzv_core_add_job(h->core, "job", &o), 0);
 }
 
-START_TEST(set_then_get)
+DL_TEST(set_then_get)
 {
     harness_t h;
     setup(&h);
@@ -113,9 +113,8 @@ START_TEST(set_then_get)
     ck_assert_uint_eq(h_status(&h, "job", 0)->store_waits, 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(add_is_an_integer_counter)
+DL_TEST(add_is_an_integer_counter)
 {
     harness_t h;
     setup(&h);
@@ -141,9 +140,8 @@ START_TEST(add_is_an_integer_counter)
     ck_assert_int_eq(h_error(&h, 1), -EINVAL);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(compare_set_swaps_only_on_a_match)
+DL_TEST(compare_set_swaps_only_on_a_match)
 {
     harness_t h;
     setup(&h);
@@ -169,9 +167,8 @@ START_TEST(compare_set_swaps_only_on_a_match)
     ck_assert(!m->cas.found);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(delete_removes_a_key)
+DL_TEST(delete_removes_a_key)
 {
     harness_t h;
     setup(&h);
@@ -185,9 +182,8 @@ START_TEST(delete_removes_a_key)
     ck_assert_uint_eq(h_status(&h, "job", 0)->nkeys, 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_wait_is_completed_by_later_sets)
+DL_TEST(a_wait_is_completed_by_later_sets)
 {
     harness_t h;
     setup(&h);
@@ -209,9 +205,8 @@ START_TEST(a_wait_is_completed_by_later_sets)
     ck_assert_uint_eq(h_sends_to(&h, 5), 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_wait_times_out)
+DL_TEST(a_wait_times_out)
 {
     harness_t h;
     setup(&h);
@@ -234,9 +229,8 @@ START_TEST(a_wait_times_out)
     ck_assert_uint_eq(h_sends_to(&h, 5), 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(present_keys_and_zero_timeouts_answer_at_once)
+DL_TEST(present_keys_and_zero_timeouts_answer_at_once)
 {
     harness_t h;
     setup(&h);
@@ -249,9 +243,8 @@ START_TEST(present_keys_and_zero_timeouts_answer_at_once)
     ck_assert_ptr_nonnull(h_msg(&h, 5, DL_RDZV_MSG_WAIT_DONE));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(many_waiters_on_one_key)
+DL_TEST(many_waiters_on_one_key)
 {
     harness_t h;
     setup(&h);
@@ -267,9 +260,8 @@ START_TEST(many_waiters_on_one_key)
     ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(waits_go_with_their_connection)
+DL_TEST(waits_go_with_their_connection)
 {
     harness_t h;
     setup(&h);
@@ -286,9 +278,8 @@ START_TEST(waits_go_with_their_connection)
     ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_deleted_key_is_missing_again)
+DL_TEST(a_deleted_key_is_missing_again)
 {
     harness_t h;
     setup(&h);
@@ -307,9 +298,8 @@ START_TEST(a_deleted_key_is_missing_again)
     ck_assert_ptr_nonnull(h_msg(&h, 6, DL_RDZV_MSG_WAIT_DONE));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(limits_are_errors)
+DL_TEST(limits_are_errors)
 {
     harness_t h;
     dl_rdzv_core_opts_t o;
@@ -354,9 +344,8 @@ START_TEST(limits_are_errors)
     ck_assert_int_eq(h_error(&h, 7), -ENOSPC); /* two pending waits at most */
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(the_bytes_of_a_store_are_capped)
+DL_TEST(the_bytes_of_a_store_are_capped)
 {
     harness_t h;
     dl_rdzv_core_opts_t o;
@@ -377,9 +366,8 @@ START_TEST(the_bytes_of_a_store_are_capped)
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_OK));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(the_memory_of_all_stores_is_capped)
+DL_TEST(the_memory_of_all_stores_is_capped)
 {
     /* Every job under its own limit, but all of them together under max_memory: two jobs cannot
      * each take their full share when the server has room for less. */
@@ -424,9 +412,8 @@ START_TEST(the_memory_of_all_stores_is_capped)
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_OK));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(waits_of_one_connection_are_capped)
+DL_TEST(waits_of_one_connection_are_capped)
 {
     harness_t h;
     dl_rdzv_core_opts_t o;
@@ -451,7 +438,6 @@ START_TEST(waits_of_one_connection_are_capped)
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_WAIT_DONE));
     h_fini(&h);
 }
-END_TEST
 
 static void start_two_nodes(harness_t *h)
 {
@@ -462,7 +448,7 @@ static void start_two_nodes(harness_t *h)
     ck_assert_uint_eq(h_count(h, DL_RDZV_MSG_ASSIGNMENT), 2);
 }
 
-START_TEST(a_new_round_starts_an_empty_store)
+DL_TEST(a_new_round_starts_an_empty_store)
 {
     harness_t h;
     start_two_nodes(&h);
@@ -482,10 +468,9 @@ START_TEST(a_new_round_starts_an_empty_store)
     ck_assert(value_is(h_msg(&h, 10, DL_RDZV_MSG_VALUE), "new"));
     h_fini(&h);
 }
-END_TEST
 
 /* A one-node job's restart: the agent empties the store, and waits of the last attempt end. */
-START_TEST(a_reset_empties_the_store_and_ends_its_waits)
+DL_TEST(a_reset_empties_the_store_and_ends_its_waits)
 {
     harness_t h;
     setup(&h);
@@ -507,9 +492,8 @@ START_TEST(a_reset_empties_the_store_and_ends_its_waits)
     ck_assert(value_is(h_msg(&h, 1, DL_RDZV_MSG_VALUE), "again"));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(waits_end_with_the_job)
+DL_TEST(waits_end_with_the_job)
 {
     harness_t h;
     start_two_nodes(&h);
@@ -523,9 +507,8 @@ START_TEST(waits_end_with_the_job)
     ck_assert_int_eq(h_error(&h, 10), -ENOENT);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(stores_are_per_job)
+DL_TEST(stores_are_per_job)
 {
     harness_t h;
     setup(&h);
@@ -543,9 +526,8 @@ START_TEST(stores_are_per_job)
     ck_assert(value_is(h_msg(&h, 1, DL_RDZV_MSG_VALUE), "in job"));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_member_connection_keeps_its_membership_after_its_waits)
+DL_TEST(a_member_connection_keeps_its_membership_after_its_waits)
 {
     harness_t h;
     start_two_nodes(&h);
@@ -558,32 +540,4 @@ START_TEST(a_member_connection_keeps_its_membership_after_its_waits)
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_OK));
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 2);
     h_fini(&h);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("rdzv-store");
-    TCase *tc = tcase_create("store");
-    tcase_add_test(tc, set_then_get);
-    tcase_add_test(tc, add_is_an_integer_counter);
-    tcase_add_test(tc, compare_set_swaps_only_on_a_match);
-    tcase_add_test(tc, delete_removes_a_key);
-    tcase_add_test(tc, a_wait_is_completed_by_later_sets);
-    tcase_add_test(tc, a_wait_times_out);
-    tcase_add_test(tc, present_keys_and_zero_timeouts_answer_at_once);
-    tcase_add_test(tc, many_waiters_on_one_key);
-    tcase_add_test(tc, waits_go_with_their_connection);
-    tcase_add_test(tc, a_deleted_key_is_missing_again);
-    tcase_add_test(tc, limits_are_errors);
-    tcase_add_test(tc, the_bytes_of_a_store_are_capped);
-    tcase_add_test(tc, a_new_round_starts_an_empty_store);
-    tcase_add_test(tc, a_reset_empties_the_store_and_ends_its_waits);
-    tcase_add_test(tc, waits_end_with_the_job);
-    tcase_add_test(tc, stores_are_per_job);
-    tcase_add_test(tc, a_member_connection_keeps_its_membership_after_its_waits);
-    tcase_add_test(tc, the_memory_of_all_stores_is_capped);
-    tcase_add_test(tc, waits_of_one_connection_are_capped);
-    suite_add_tcase(s, tc);
-    return h_run_suite(s);
 }

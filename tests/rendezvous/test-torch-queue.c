@@ -1,10 +1,10 @@
 /* The torch store's FIFO queues (torch-queue.h): order, lengths, empty strings, the caps in
  * items and bytes, and a clear that leaves nothing behind. */
-#include <check.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "harness.h"
 #include "torch-queue.h"
 
@@ -21,7 +21,7 @@ static void pop_is(dl__tqueues_t *q, const char *name, const char *want)
     free(v);
 }
 
-START_TEST(items_come_out_in_the_order_they_went_in_per_queue)
+DL_TEST(items_come_out_in_the_order_they_went_in_per_queue)
 {
     dl__tqueues_t *q = dl__tqueues_new(100, 1000);
     ck_assert_ptr_nonnull(q);
@@ -46,9 +46,8 @@ START_TEST(items_come_out_in_the_order_they_went_in_per_queue)
     ck_assert_uint_eq(bytes, 0);
     dl__tqueues_free(q);
 }
-END_TEST
 
-START_TEST(caps_refuse_a_push_and_change_nothing)
+DL_TEST(caps_refuse_a_push_and_change_nothing)
 {
     /* 3 items, 10 bytes: a queue's name counts once, its values each time. */
     dl__tqueues_t *q = dl__tqueues_new(3, 10);
@@ -67,9 +66,8 @@ START_TEST(caps_refuse_a_push_and_change_nothing)
     ck_assert_uint_eq(bytes, 10);
     dl__tqueues_free(q);
 }
-END_TEST
 
-START_TEST(clear_drops_every_queue)
+DL_TEST(clear_drops_every_queue)
 {
     dl__tqueues_t *q = dl__tqueues_new(100000, 1 << 24);
     char name[16];
@@ -87,16 +85,4 @@ START_TEST(clear_drops_every_queue)
     pop_is(q, "q7", "again");
     dl__tqueues_free(q);
     dl__tqueues_free(NULL);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("torch-queue");
-    TCase *tc = tcase_create("queues");
-    tcase_add_test(tc, items_come_out_in_the_order_they_went_in_per_queue);
-    tcase_add_test(tc, caps_refuse_a_push_and_change_nothing);
-    tcase_add_test(tc, clear_drops_every_queue);
-    suite_add_tcase(s, tc);
-    return h_run_suite(s);
 }

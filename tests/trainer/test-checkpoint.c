@@ -1,6 +1,5 @@
 /* Checkpoints: bitwise round trip, every kind of damage detected and skipped in favour of the
  * next newest, writes atomic (a failed write leaves nothing under a checkpoint's name), pruning. */
-#include <check.h>
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -12,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "trainer.h"
 #include "util.h"
 
@@ -103,7 +103,7 @@ static void on_skip(void *ud, const char *why)
     s->count++;
 }
 
-START_TEST(round_trip_is_bitwise)
+DL_TEST(round_trip_is_bitwise)
 {
     char path[4096];
     float p[NP], m[NP];
@@ -124,9 +124,8 @@ START_TEST(round_trip_is_bitwise)
     /* Nothing but the checkpoint is left in the folder. */
     ck_assert_uint_eq(count_entries("."), 2); /* "." and ".." */
 }
-END_TEST
 
-START_TEST(latest_wins_and_damage_is_skipped)
+DL_TEST(latest_wins_and_damage_is_skipped)
 {
     char p1[4096], p2[4096], p3[4096], got[4096];
     float p[NP], m[NP];
@@ -166,9 +165,8 @@ START_TEST(latest_wins_and_damage_is_skipped)
     ck_assert_msg(strstr(skips.lines[1], p2) && strstr(skips.lines[1], "truncated"), "%s",
                   skips.lines[1]);
 }
-END_TEST
 
-START_TEST(damage_leaves_the_model_alone)
+DL_TEST(damage_leaves_the_model_alone)
 {
     char path[4096];
     float p[NP], m[NP];
@@ -190,9 +188,8 @@ START_TEST(damage_leaves_the_model_alone)
     }
     ck_assert_uint_eq(in.step, 0);
 }
-END_TEST
 
-START_TEST(wrong_shape_and_garbage)
+DL_TEST(wrong_shape_and_garbage)
 {
     char path[4096], bad[4096];
     float p[NP], m[NP];
@@ -226,9 +223,8 @@ START_TEST(wrong_shape_and_garbage)
     ck_assert_uint_eq(in.step, 7);
     ck_assert_int_eq(skips.count, 1);
 }
-END_TEST
 
-START_TEST(empty_or_missing_folder)
+DL_TEST(empty_or_missing_folder)
 {
     float p[NP], m[NP];
     char missing[4096];
@@ -238,9 +234,8 @@ START_TEST(empty_or_missing_folder)
     ck_assert_int_eq(dl_train_ckpt_load_latest(missing, &in, NULL, NULL, NULL, 0, err, sizeof(err)),
                      0);
 }
-END_TEST
 
-START_TEST(failed_write_leaves_no_partial_file)
+DL_TEST(failed_write_leaves_no_partial_file)
 {
     char good[4096];
     save(1, 1.0f, good);
@@ -269,9 +264,8 @@ START_TEST(failed_write_leaves_no_partial_file)
     ck_assert_int_eq(dl_train_ckpt_load_latest(dir, &in, NULL, NULL, NULL, 0, err, sizeof(err)), 1);
     ck_assert_uint_eq(in.step, 1);
 }
-END_TEST
 
-START_TEST(leftover_temporary_is_ignored_then_pruned)
+DL_TEST(leftover_temporary_is_ignored_then_pruned)
 {
     char tmp[4096];
     float p[NP], m[NP];
@@ -291,7 +285,6 @@ START_TEST(leftover_temporary_is_ignored_then_pruned)
     ck_assert_uint_eq(count_entries(".ckpt-"), 0);
     ck_assert_uint_eq(count_entries("ckpt-"), 1);
 }
-END_TEST
 
 static bool exists(uint64_t step)
 {
@@ -317,7 +310,7 @@ static void damage(uint64_t step, bool truncate)
 
 /* What a resume after a crash saw: the two newest files damaged (a bad checksum, a truncation).
  * Pruning must keep the valid ones behind them, which are all a resume can use. */
-START_TEST(prune_counts_only_valid_checkpoints)
+DL_TEST(prune_counts_only_valid_checkpoints)
 {
     float p[NP], m[NP];
     for (uint64_t s = 1; s <= 5; s++)
@@ -355,9 +348,8 @@ START_TEST(prune_counts_only_valid_checkpoints)
     ck_assert_int_eq(dl_train_ckpt_prune(dir, 1, &other, NULL, NULL, err, sizeof(err)), 0);
     ck_assert(exists(70) && exists(60));
 }
-END_TEST
 
-START_TEST(prune_keeps_newest)
+DL_TEST(prune_keeps_newest)
 {
     char path[4096];
     for (uint64_t s = 1; s <= 12; s++)
@@ -375,26 +367,5 @@ START_TEST(prune_keeps_newest)
         ck_assert_int_eq(stat(path, &st), 0);
     }
 }
-END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("checkpoint");
-    TCase *tc = tcase_create("core");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, round_trip_is_bitwise);
-    tcase_add_test(tc, latest_wins_and_damage_is_skipped);
-    tcase_add_test(tc, damage_leaves_the_model_alone);
-    tcase_add_test(tc, wrong_shape_and_garbage);
-    tcase_add_test(tc, empty_or_missing_folder);
-    tcase_add_test(tc, failed_write_leaves_no_partial_file);
-    tcase_add_test(tc, leftover_temporary_is_ignored_then_pruned);
-    tcase_add_test(tc, prune_keeps_newest);
-    tcase_add_test(tc, prune_counts_only_valid_checkpoints);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+DL_TEST_SUITE(.setup = setup, .teardown = teardown);

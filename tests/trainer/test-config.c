@@ -1,14 +1,14 @@
 /* The trainer's settings: documented defaults, the key/value setter a YAML loader drives, and
  * errors that name the key. */
-#include <check.h>
 #include <errno.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "trainer.h"
 
 static char err[DL_TRAIN_ERRLEN];
 
-START_TEST(defaults)
+DL_TEST(defaults)
 {
     dl_train_config_t c;
     dl_train_config_init(&c);
@@ -34,9 +34,8 @@ START_TEST(defaults)
     dl_train_config_free(&c);
     dl_train_config_free(NULL);
 }
-END_TEST
 
-START_TEST(set_every_kind)
+DL_TEST(set_every_kind)
 {
     dl_train_config_t c;
     dl_train_config_init(&c);
@@ -72,9 +71,8 @@ START_TEST(set_every_kind)
     ck_assert_int_eq(c.fail_rank, 1);
     dl_train_config_free(&c);
 }
-END_TEST
 
-START_TEST(bad_values_name_the_key_and_change_nothing)
+DL_TEST(bad_values_name_the_key_and_change_nothing)
 {
     static const char *const cases[][3] = {
         {"lr", "fast", "not a number"},
@@ -105,9 +103,8 @@ START_TEST(bad_values_name_the_key_and_change_nothing)
     }
     dl_train_config_free(&c);
 }
-END_TEST
 
-START_TEST(check_catches_contradictions)
+DL_TEST(check_catches_contradictions)
 {
     dl_train_config_t c;
     dl_train_config_init(&c);
@@ -121,9 +118,8 @@ START_TEST(check_catches_contradictions)
     ck_assert_ptr_nonnull(strstr(err, "lr_min"));
     dl_train_config_free(&c);
 }
-END_TEST
 
-START_TEST(key_table_covers_every_key)
+DL_TEST(key_table_covers_every_key)
 {
     size_t n = dl_train_settings.n;
     dl_train_config_t c;
@@ -165,22 +161,4 @@ START_TEST(key_table_covers_every_key)
         ck_assert_msg(found, "no key %s", required[r]);
     }
     dl_train_config_free(&c);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("config");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, defaults);
-    tcase_add_test(tc, set_every_kind);
-    tcase_add_test(tc, bad_values_name_the_key_and_change_nothing);
-    tcase_add_test(tc, check_catches_contradictions);
-    tcase_add_test(tc, key_table_covers_every_key);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

@@ -1,12 +1,12 @@
 /* The MLP: backward matches finite differences of an independent double-precision forward pass,
  * initialization is reproducible, the buffer layout is what bucketing relies on, and the
  * optimizer and schedule compute what they document. */
-#include <check.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "trainer.h"
 
 #define B 6
@@ -125,25 +125,22 @@ static void gradient_check(dl_train_act_t act)
     dl_train_mlp_free(m);
 }
 
-START_TEST(gradient_relu)
+DL_TEST(gradient_relu)
 {
     gradient_check(DL_TRAIN_ACT_RELU);
 }
-END_TEST
 
-START_TEST(gradient_tanh)
+DL_TEST(gradient_tanh)
 {
     gradient_check(DL_TRAIN_ACT_TANH);
 }
-END_TEST
 
-START_TEST(gradient_gelu)
+DL_TEST(gradient_gelu)
 {
     gradient_check(DL_TRAIN_ACT_GELU);
 }
-END_TEST
 
-START_TEST(grad_scale_multiplies)
+DL_TEST(grad_scale_multiplies)
 {
     const size_t sizes[3] = {5, 8, 3};
     dl_train_mlp_t *m;
@@ -165,9 +162,8 @@ START_TEST(grad_scale_multiplies)
     free(a);
     dl_train_mlp_free(m);
 }
-END_TEST
 
-START_TEST(layout_is_backward_order)
+DL_TEST(layout_is_backward_order)
 {
     const size_t sizes[4] = {784, 256, 128, 10};
     dl_train_mlp_t *m;
@@ -185,9 +181,8 @@ START_TEST(layout_is_backward_order)
     ck_assert_uint_eq(wo + 256 * 784, 235146);
     dl_train_mlp_free(m);
 }
-END_TEST
 
-START_TEST(init_is_reproducible)
+DL_TEST(init_is_reproducible)
 {
     const size_t sizes[4] = {784, 256, 128, 10};
     dl_train_mlp_t *a, *b, *c;
@@ -211,9 +206,8 @@ START_TEST(init_is_reproducible)
     dl_train_mlp_free(c);
     dl_train_mlp_free(NULL);
 }
-END_TEST
 
-START_TEST(split_backward_reports_more_often)
+DL_TEST(split_backward_reports_more_often)
 {
     /* Slicing the weight gradients changes when they are reported, not their values. */
     const size_t sizes[4] = {100, 64, 32, 10};
@@ -240,11 +234,10 @@ START_TEST(split_backward_reports_more_often)
     free(whole);
     dl_train_mlp_free(m);
 }
-END_TEST
 
 /* Padding for equal per-rank blocks keeps the model and its gradients as they are, and nothing
  * ever writes the padding. */
-START_TEST(pad_keeps_the_model)
+DL_TEST(pad_keeps_the_model)
 {
     const size_t sizes[3] = {20, 8, 3};
     dl_train_mlp_t *a, *b;
@@ -269,9 +262,8 @@ START_TEST(pad_keeps_the_model)
     dl_train_mlp_free(a);
     dl_train_mlp_free(b);
 }
-END_TEST
 
-START_TEST(evaluate_counts)
+DL_TEST(evaluate_counts)
 {
     /* One layer, weights set by hand: the class is the largest input. */
     const size_t sizes[2] = {3, 3};
@@ -291,9 +283,8 @@ START_TEST(evaluate_counts)
     ck_assert_double_eq_tol(loss, 2 * right + wrong, 1e-5);
     dl_train_mlp_free(m);
 }
-END_TEST
 
-START_TEST(rejects_bad_labels_and_shapes)
+DL_TEST(rejects_bad_labels_and_shapes)
 {
     const size_t sizes[3] = {4, 4, 3}, zero[3] = {4, 0, 3};
     dl_train_mlp_t *m = NULL;
@@ -306,9 +297,8 @@ START_TEST(rejects_bad_labels_and_shapes)
     ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, 5, 1.0f, 0, NULL, NULL, NULL), -EINVAL);
     dl_train_mlp_free(m);
 }
-END_TEST
 
-START_TEST(sgd_matches_torch_formula)
+DL_TEST(sgd_matches_torch_formula)
 {
     float p[2] = {1.0f, -2.0f}, m[2] = {0.0f, 0.0f}, g[2] = {0.5f, 0.25f};
     /* Step 1: d = g + wd p; m = d; p -= lr m. */
@@ -322,9 +312,8 @@ START_TEST(sgd_matches_torch_formula)
     ck_assert_float_eq_tol(m[0], 0.9f * 0.51f + d0, 1e-6f);
     ck_assert_float_eq_tol(p[0], 0.949f - 0.1f * (0.9f * 0.51f + d0), 1e-6f);
 }
-END_TEST
 
-START_TEST(schedules)
+DL_TEST(schedules)
 {
     dl_train_schedule_t s = {DL_TRAIN_SCHED_COSINE, 0.4, 0.0, 0.1, 0, 10, 110};
     ck_assert_double_eq_tol(dl_train_lr_at(&s, 0), 0.04, 1e-12);  /* warmup: 1/10 */
@@ -342,29 +331,4 @@ START_TEST(schedules)
 
     dl_train_schedule_t c = {DL_TRAIN_SCHED_CONSTANT, 0.3, 0.0, 0.1, 0, 0, 1000};
     ck_assert_double_eq(dl_train_lr_at(&c, 999), 0.3);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("mlp");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, gradient_relu);
-    tcase_add_test(tc, gradient_tanh);
-    tcase_add_test(tc, gradient_gelu);
-    tcase_add_test(tc, grad_scale_multiplies);
-    tcase_add_test(tc, layout_is_backward_order);
-    tcase_add_test(tc, init_is_reproducible);
-    tcase_add_test(tc, split_backward_reports_more_often);
-    tcase_add_test(tc, pad_keeps_the_model);
-    tcase_add_test(tc, evaluate_counts);
-    tcase_add_test(tc, rejects_bad_labels_and_shapes);
-    tcase_add_test(tc, sgd_matches_torch_formula);
-    tcase_add_test(tc, schedules);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

@@ -1,10 +1,10 @@
 /* The distributed sampler: shards are disjoint and cover the data, padding and drop_last behave
  * as torch's DistributedSampler, permutations are reproducible, positions survive a restart. */
-#include <check.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "trainer.h"
 
 /* Draws one rank's whole epoch. */
@@ -16,7 +16,7 @@ static size_t draw_epoch(dl_train_sampler_t *s, uint32_t *out)
     return n;
 }
 
-START_TEST(padded_shards_cover_everything)
+DL_TEST(padded_shards_cover_everything)
 {
     const size_t n = 103;
     const int world = 4;
@@ -48,9 +48,8 @@ START_TEST(padded_shards_cover_everything)
     }
     ck_assert_uint_eq(twice, 1);
 }
-END_TEST
 
-START_TEST(drop_last_shards_are_disjoint)
+DL_TEST(drop_last_shards_are_disjoint)
 {
     const size_t n = 103;
     const int world = 4;
@@ -72,9 +71,8 @@ START_TEST(drop_last_shards_are_disjoint)
     }
     ck_assert_uint_eq(distinct, 100);
 }
-END_TEST
 
-START_TEST(rank_takes_every_world_th_entry)
+DL_TEST(rank_takes_every_world_th_entry)
 {
     /* Rank r's k-th sample is entry r + k * world of the epoch's permutation. */
     dl_train_sampler_t s0, s2;
@@ -88,9 +86,8 @@ START_TEST(rank_takes_every_world_th_entry)
     dl_train_sampler_free(&s0);
     dl_train_sampler_free(&s2);
 }
-END_TEST
 
-START_TEST(world_larger_than_data)
+DL_TEST(world_larger_than_data)
 {
     /* 3 samples, 5 ranks: the permutation repeats; every rank still gets one. */
     unsigned seen[3] = {0};
@@ -110,9 +107,8 @@ START_TEST(world_larger_than_data)
     ck_assert_int_eq(dl_train_sampler_init(&s, 3, 5, 5, 1, false), -EINVAL);
     ck_assert_int_eq(dl_train_sampler_init(&s, 0, 0, 1, 1, false), -EINVAL);
 }
-END_TEST
 
-START_TEST(permutation_depends_on_seed_and_epoch_only)
+DL_TEST(permutation_depends_on_seed_and_epoch_only)
 {
     const size_t n = 1000;
     dl_train_sampler_t a, b, c;
@@ -150,9 +146,8 @@ START_TEST(permutation_depends_on_seed_and_epoch_only)
     dl_train_sampler_free(&c);
     dl_train_sampler_free(NULL);
 }
-END_TEST
 
-START_TEST(position_survives_restart)
+DL_TEST(position_survives_restart)
 {
     dl_train_sampler_t s, t;
     uint32_t ref[200], got[200], tmp[64];
@@ -176,9 +171,8 @@ START_TEST(position_survives_restart)
     dl_train_sampler_free(&s);
     dl_train_sampler_free(&t);
 }
-END_TEST
 
-START_TEST(resume_with_another_world_skips_nothing)
+DL_TEST(resume_with_another_world_skips_nothing)
 {
     /* Two ranks consume 2 x 30 samples; three ranks resume. Together the epoch's first 60
      * permutation entries and the rest drawn by the three cover every sample. */
@@ -209,24 +203,4 @@ START_TEST(resume_with_another_world_skips_nothing)
     }
     for (size_t i = 0; i < n; i++)
         ck_assert_uint_eq(seen[i], 1);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("sampler");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, padded_shards_cover_everything);
-    tcase_add_test(tc, drop_last_shards_are_disjoint);
-    tcase_add_test(tc, rank_takes_every_world_th_entry);
-    tcase_add_test(tc, world_larger_than_data);
-    tcase_add_test(tc, permutation_depends_on_seed_and_epoch_only);
-    tcase_add_test(tc, position_survives_restart);
-    tcase_add_test(tc, resume_with_another_world_skips_nothing);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

@@ -29,6 +29,17 @@ void dl_test_register_suite(const dl_test_suite_t *suite)
     the_suite = suite;
 }
 
+const char *dl_test_errno_text(intmax_t result)
+{
+    const char *name;
+
+    if (result >= 0)
+        return "ok";
+    if (result < -4095 || (name = strerrorname_np((int)-result)) == NULL)
+        return "not an errno";
+    return name;
+}
+
 static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
     if (remove(path) != 0) {

@@ -7,9 +7,10 @@
  *     }
  *
  * Assertions are libcheck's ck_assert_*: each failure prints one line with file:line, the
- * expression and the values, and the summary line counts checks, failures and errors. Every
- * test runs in a forked process of its own (unless the suite says no_fork), so a crash fails
- * that test only.
+ * expression and the values, and the summary line counts checks, failures and errors. A result
+ * in the house convention (>= 0, or -errno) is checked with DL_CHECK_ERRNO, which names the
+ * errnos: "'decode(buf) == 0' failed: -22 (EINVAL), expected 0 (ok)". Every test runs in a forked
+ * process of its own (unless the suite says no_fork), so a crash fails that test only.
  *
  * The tests of a file form one case, "core". A file that needs more declares it once:
  *     DL_TEST_SUITE(.timeout = 120, .setup = setup, .teardown = teardown);
@@ -27,6 +28,7 @@
 
 #include <check.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 /* A libcheck test case: tests that share a timeout and fixtures. */
 typedef struct dl_test_case_s {
@@ -66,6 +68,8 @@ typedef struct dl_test_s {
 } dl_test_t;
 
 void dl_test_register(dl_test_t *test);
+/* "EINVAL" for -EINVAL, "ok" for 0 and above; a constant string. */
+const char *dl_test_errno_text(intmax_t result);
 void dl_test_register_suite(const dl_test_suite_t *suite);
 
 #define DL__TEST(tcase_ptr, name, first, end)                                                      \
@@ -85,6 +89,15 @@ void dl_test_register_suite(const dl_test_suite_t *suite);
 /* The same in a case of DL_TEST_CASE's. */
 #define DL_TEST_IN(tcase, name) DL__TEST(&tcase, name, 0, 1)
 #define DL_TEST_LOOP_IN(tcase, name, first, end) DL__TEST(&tcase, name, first, end)
+
+/* expr, a result >= 0 or -errno, equals expected; evaluates each once. */
+#define DL_CHECK_ERRNO(expr, expected)                                                             \
+    do {                                                                                           \
+        intmax_t dl__got = (expr), dl__want = (expected);                                          \
+        ck_assert_msg(dl__got == dl__want, "'%s == %s' failed: %jd (%s), expected %jd (%s)",       \
+                      #expr, #expected, dl__got, dl_test_errno_text(dl__got), dl__want,            \
+                      dl_test_errno_text(dl__want));                                               \
+    } while (0)
 
 /* A case of its own: DL_TEST_CASE(matrix, .timeout = 120); then DL_TEST_IN(matrix, name). */
 #define DL_TEST_CASE(var, ...) static const dl_test_case_t var = {.name = #var, __VA_ARGS__}

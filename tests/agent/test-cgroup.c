@@ -70,7 +70,7 @@ DL_TEST(v1_nested_quotas_smallest_wins)
     put("sys/fs/cgroup/cpu,cpuacct/slurm/job1/cpu.cfs_period_us", "50000\n");
     put("sys/fs/cgroup/cpu,cpuacct/slurm/job1/step0/cpu.cfs_quota_us", "-1\n");
     put("sys/fs/cgroup/cpu,cpuacct/slurm/job1/step0/cpu.cfs_period_us", "100000\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_str_eq(warn, "");
     ck_assert_int_eq(q.quota_us, 75000);
     ck_assert_int_eq(q.period_us, 50000);
@@ -89,7 +89,7 @@ DL_TEST(v1_quota_below_affinity_and_above_it)
     put("proc/self/mountinfo", v1_mounts);
     put("sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us", "350000\n");
     put("sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_period_us", "100000\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_int_eq(dl_cgroup_cpu_workers(16, &q), 3);
     /* The affinity mask is the tighter bound here. */
     ck_assert_int_eq(dl_cgroup_cpu_workers(2, &q), 2);
@@ -104,7 +104,7 @@ DL_TEST(v2_max_is_no_limit_and_a_parent_limits)
     put("proc/self/mountinfo", "25 1 0:22 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n");
     put("sys/fs/cgroup/user.slice/cpu.max", "200000 100000\n");
     put("sys/fs/cgroup/user.slice/job.scope/cpu.max", "max 100000\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_str_eq(warn, "");
     ck_assert_int_eq(q.quota_us, 200000);
     ck_assert_int_eq(q.period_us, 100000);
@@ -122,7 +122,7 @@ DL_TEST(v2_no_quota_anywhere)
     put("sys/fs/cgroup/a/cpu.max", "max 100000\n");
     /* b has no cpu controller enabled: no file at all. */
     put("sys/fs/cgroup/a/b/cgroup.procs", "");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_int_eq(q.quota_us, -1);
     ck_assert_str_eq(q.file, "");
     ck_assert_int_eq(dl_cgroup_cpu_workers(8, &q), 8);
@@ -138,7 +138,7 @@ DL_TEST(container_sees_its_own_cgroup_as_the_mount_root)
     put("proc/self/mountinfo",
         "700 690 0:30 /docker/abc123 /sys/fs/cgroup ro,nosuid - cgroup2 cgroup rw\n");
     put("sys/fs/cgroup/cpu.max", "50000 100000\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_int_eq(q.quota_us, 50000);
     /* Half a CPU still runs one worker. */
     ck_assert_int_eq(dl_cgroup_cpu_workers(4, &q), 1);
@@ -152,7 +152,7 @@ DL_TEST(cgroup_outside_the_mount_is_not_read)
     put("proc/self/cgroup", "0::/other/place\n");
     put("proc/self/mountinfo", "700 690 0:30 /docker/abc /sys/fs/cgroup rw - cgroup2 c rw\n");
     put("sys/fs/cgroup/cpu.max", "50000 100000\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_int_eq(q.quota_us, -1);
 }
 
@@ -170,7 +170,7 @@ DL_TEST(malformed_files_are_named_and_skipped)
     put("sys/fs/cgroup/unified/a/cpu.max", "300000 100000\n");
     put("sys/fs/cgroup/cpu,cpuacct/x/cpu.cfs_quota_us", "-7\n");
     put("sys/fs/cgroup/cpu,cpuacct/x/cpu.cfs_period_us", "100000\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_ptr_nonnull(strstr(warn, "/sys/fs/cgroup/unified/a/b/cpu.max: is not"));
     /* The readable level still counts. */
     ck_assert_int_eq(q.quota_us, 300000);
@@ -182,7 +182,7 @@ DL_TEST(malformed_files_are_named_and_skipped)
     put("cg/x/cpu.cfs_quota_us", "100000\n");
     put("cg/x/cpu.cfs_period_us", "0\n");
     put("cg/cpu.max", "100 100 100\n"); /* a v2 file in a v1 tree is not read */
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_ptr_nonnull(strstr(warn, "/cg/x/cpu.cfs_period_us: is not a count"));
     ck_assert_int_eq(q.quota_us, -1);
 
@@ -190,7 +190,7 @@ DL_TEST(malformed_files_are_named_and_skipped)
     put("proc/self/cgroup", "0::/\n");
     put("proc/self/mountinfo", "25 1 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
     put("sys/fs/cgroup/cpu.max", "150000 abc\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_ptr_nonnull(strstr(warn, "cpu.max: is not 'QUOTA PERIOD'"));
     ck_assert_int_eq(q.quota_us, -1);
 }
@@ -200,17 +200,17 @@ DL_TEST(unreadable_proc_is_an_error)
     dl_cpu_quota_t q = {7, 7, "untouched"};
     char warn[256];
     new_root();
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), -ENOENT);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), -ENOENT);
     ck_assert_int_eq(q.quota_us, 7);
     put("proc/self/cgroup", "0::/\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), -ENOENT);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), -ENOENT);
 }
 
 DL_TEST(this_machine_reads_without_error)
 {
     dl_cpu_quota_t q;
     char warn[256];
-    ck_assert_int_eq(dl_cgroup_cpu_quota("", &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota("", &q, warn, sizeof(warn)), 0);
     ck_assert_int_ge(dl_cgroup_cpu_workers(1, &q), 1);
 }
 
@@ -226,7 +226,7 @@ DL_TEST(places_of_a_controller)
         "30 22 0:27 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
         "34 30 0:31 /outer /sys/fs/cgroup/mem\\040ory rw shared:7 - cgroup cgroup rw,cpu,memory\n"
         "40 30 0:33 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n");
-    ck_assert_int_eq(dl_cgroup_places(root, 42, "memory", p, DL_CGROUP_PLACES, &n), 0);
+    DL_CHECK_ERRNO(dl_cgroup_places(root, 42, "memory", p, DL_CGROUP_PLACES, &n), 0);
     ck_assert_int_eq(n, 2);
     ck_assert(!p[0].v2);
     ck_assert_str_eq(p[0].mount, "/sys/fs/cgroup/mem ory");
@@ -245,16 +245,16 @@ DL_TEST(places_of_a_controller)
     ck_assert_str_eq(dir, "/");
     ck_assert(!dl_cgroup_parent(dir, "/"));
     /* Another controller: only v2 is a candidate. */
-    ck_assert_int_eq(dl_cgroup_places(root, 42, "pids", p, DL_CGROUP_PLACES, &n), 0);
+    DL_CHECK_ERRNO(dl_cgroup_places(root, 42, "pids", p, DL_CGROUP_PLACES, &n), 0);
     ck_assert_int_eq(n, 1);
     ck_assert(p[0].v2);
     /* A cgroup outside the mounted sub-tree is not readable here. */
     put("proc/43/cgroup", "4:memory:/elsewhere\n");
     put("proc/43/mountinfo", "34 30 0:31 /outer /sys/fs/cgroup/memory rw - cgroup cgroup "
                              "rw,memory\n");
-    ck_assert_int_eq(dl_cgroup_places(root, 43, "memory", p, DL_CGROUP_PLACES, &n), 0);
+    DL_CHECK_ERRNO(dl_cgroup_places(root, 43, "memory", p, DL_CGROUP_PLACES, &n), 0);
     ck_assert_int_eq(n, 0);
-    ck_assert_int_eq(dl_cgroup_places(root, 44, "memory", p, DL_CGROUP_PLACES, &n), -ENOENT);
+    DL_CHECK_ERRNO(dl_cgroup_places(root, 44, "memory", p, DL_CGROUP_PLACES, &n), -ENOENT);
 }
 
 DL_TEST_SUITE(.setup_once = setup, .no_fork = true, .scratch_dir = base);

@@ -46,12 +46,12 @@ DL_TEST(counter_and_limit_parsers)
     ck_assert_int_eq(dl_memcg_parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n"),
                      7);
     ck_assert_int_eq(dl_memcg_parse_oom_kills("low 0\nhigh 2\nmax 5\noom 3\noom_kill 2\n"), 2);
-    ck_assert_int_eq(dl_memcg_parse_oom_kills("oom 3\n"), -ENOENT);
-    ck_assert_int_eq(dl_memcg_parse_oom_kills("oom_kill x\n"), -EINVAL);
+    DL_CHECK_ERRNO(dl_memcg_parse_oom_kills("oom 3\n"), -ENOENT);
+    DL_CHECK_ERRNO(dl_memcg_parse_oom_kills("oom_kill x\n"), -EINVAL);
     ck_assert_int_eq(dl_memcg_parse_limit("201326592\n"), 201326592);
-    ck_assert_int_eq(dl_memcg_parse_limit("max\n"), 0);
-    ck_assert_int_eq(dl_memcg_parse_limit("9223372036854771712\n"), 0);
-    ck_assert_int_eq(dl_memcg_parse_limit("nonsense"), 0);
+    DL_CHECK_ERRNO(dl_memcg_parse_limit("max\n"), 0);
+    DL_CHECK_ERRNO(dl_memcg_parse_limit("9223372036854771712\n"), 0);
+    DL_CHECK_ERRNO(dl_memcg_parse_limit("nonsense"), 0);
 }
 
 DL_TEST(oom_kills_counted_at_any_level_v1)
@@ -65,7 +65,7 @@ DL_TEST(oom_kills_counted_at_any_level_v1)
     put("/sys/fs/cgroup/memory/job/memory.oom_control", "oom_kill 1\n");
     put("/sys/fs/cgroup/memory/job/memory.limit_in_bytes", "201326592\n");
     put("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill 4\n");
-    ck_assert_int_eq(dl_memcg_open(&w, root, 77), 0);
+    DL_CHECK_ERRNO(dl_memcg_open(&w, root, 77), 0);
     ck_assert_int_eq(w.version, 1);
     ck_assert_int_eq(w.n, 3); /* step, job, the mount's root */
     ck_assert(!dl_memcg_oom_since(&w, root, &what));
@@ -88,7 +88,7 @@ DL_TEST(oom_kills_v2_and_no_controller)
     put("/proc/5/mountinfo", "40 30 0:33 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
     put("/sys/fs/cgroup/app/memory.events", "low 0\nhigh 0\nmax 9\noom 1\noom_kill 0\n");
     put("/sys/fs/cgroup/app/memory.max", "max\n");
-    ck_assert_int_eq(dl_memcg_open(&w, root, 5), 0);
+    DL_CHECK_ERRNO(dl_memcg_open(&w, root, 5), 0);
     ck_assert_int_eq(w.version, 2);
     put("/sys/fs/cgroup/app/memory.events", "low 0\nhigh 0\nmax 9\noom 2\noom_kill 1\n");
     ck_assert(dl_memcg_oom_since(&w, root, &what));
@@ -96,7 +96,7 @@ DL_TEST(oom_kills_v2_and_no_controller)
     /* No memory controller at all: said, not guessed. */
     put("/proc/6/cgroup", "2:cpu:/\n");
     put("/proc/6/mountinfo", "");
-    ck_assert_int_eq(dl_memcg_open(&w, root, 6), -ENOENT);
+    DL_CHECK_ERRNO(dl_memcg_open(&w, root, 6), -ENOENT);
     ck_assert_int_eq(dl_memcg_open(&w, root, 99), -ENOENT); /* no such process */
 }
 
@@ -110,7 +110,7 @@ DL_TEST(kernel_log_names_the_pid)
     ck_assert(what.killed);
     ck_assert_str_eq(what.cgroup, "/dlt");
     memset(&what, 0, sizeof(what));
-    ck_assert_int_eq(dl_kmsg_oom_killed(root, 3133, &what), 0);
+    DL_CHECK_ERRNO(dl_kmsg_oom_killed(root, 3133, &what), 0);
     ck_assert(!what.killed);
 }
 
@@ -119,19 +119,19 @@ DL_TEST(process_state_and_wait_channel)
     char state, wchan[64];
     put("/proc/12/stat", "12 (a (b) c) D 1 12 12 0 -1\n");
     put("/proc/12/wchan", "__refrigerator");
-    ck_assert_int_eq(dl_proc_wait_state(root, 12, &state, wchan, sizeof(wchan)), 0);
+    DL_CHECK_ERRNO(dl_proc_wait_state(root, 12, &state, wchan, sizeof(wchan)), 0);
     ck_assert_int_eq(state, 'D');
     ck_assert_str_eq(wchan, "__refrigerator");
     ck_assert_str_eq(dl_proc_state_name(state), "uninterruptible sleep");
     put("/proc/13/stat", "13 (x) S 1\n");
     put("/proc/13/wchan", "0");
-    ck_assert_int_eq(dl_proc_wait_state(root, 13, &state, wchan, sizeof(wchan)), 0);
+    DL_CHECK_ERRNO(dl_proc_wait_state(root, 13, &state, wchan, sizeof(wchan)), 0);
     ck_assert_str_eq(wchan, "");
-    ck_assert_int_eq(dl_proc_wait_state(root, 14, &state, wchan, sizeof(wchan)), -ESRCH);
+    DL_CHECK_ERRNO(dl_proc_wait_state(root, 14, &state, wchan, sizeof(wchan)), -ESRCH);
     put("/proc/15/stat", "15 (broken");
-    ck_assert_int_eq(dl_proc_wait_state(root, 15, &state, wchan, sizeof(wchan)), -EINVAL);
+    DL_CHECK_ERRNO(dl_proc_wait_state(root, 15, &state, wchan, sizeof(wchan)), -EINVAL);
     /* The real one: this process is running. */
-    ck_assert_int_eq(dl_proc_wait_state("", getpid(), &state, wchan, sizeof(wchan)), 0);
+    DL_CHECK_ERRNO(dl_proc_wait_state("", getpid(), &state, wchan, sizeof(wchan)), 0);
     ck_assert_int_eq(state, 'R');
 }
 

@@ -30,8 +30,8 @@ DL_TEST(split_at_every_boundary)
         dl_linebuf_t lb;
         memset(&sink, 0, sizeof(sink));
         dl_linebuf_init(&lb);
-        ck_assert_int_eq(dl_linebuf_feed(&lb, text, cut, collect, &sink), 0);
-        ck_assert_int_eq(dl_linebuf_feed(&lb, text + cut, n - cut, collect, &sink), 0);
+        DL_CHECK_ERRNO(dl_linebuf_feed(&lb, text, cut, collect, &sink), 0);
+        DL_CHECK_ERRNO(dl_linebuf_feed(&lb, text + cut, n - cut, collect, &sink), 0);
         sink.out[sink.len] = '\0';
         ck_assert_str_eq(sink.out, "alpha|beta||gamma delta|");
         dl_linebuf_flush(&lb, collect, &sink);

@@ -20,7 +20,7 @@ static void record(void *ctx, int stream, const char *ranks, const char *line, s
 
 static void feed(dl_merge_t *m, int stream, int rank, const char *line, double now)
 {
-    ck_assert_int_eq(dl_merge_line(m, stream, rank, line, strlen(line), now), 0);
+    DL_CHECK_ERRNO(dl_merge_line(m, stream, rank, line, strlen(line), now), 0);
 }
 
 DL_TEST(the_same_line_from_eight_ranks_is_printed_once)

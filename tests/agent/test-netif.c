@@ -87,30 +87,30 @@ DL_TEST(refuses_what_it_cannot_place)
     entry_t e[16];
     machine(e);
     char name[IF_NAMESIZE] = "untouched";
-    ck_assert_int_eq(dl_netif_find(&e[0].ifa, "10.77.0.9", name, sizeof(name)), -ENODEV);
-    ck_assert_int_eq(dl_netif_find(&e[0].ifa, "fd00:77::9", name, sizeof(name)), -ENODEV);
-    ck_assert_int_eq(dl_netif_find(NULL, "10.77.0.2", name, sizeof(name)), -ENODEV);
-    ck_assert_int_eq(dl_netif_find(&e[0].ifa, "node0.example", name, sizeof(name)), -EINVAL);
-    ck_assert_int_eq(dl_netif_find(&e[0].ifa, "10.77.0.2%eth1", name, sizeof(name)), -EINVAL);
-    ck_assert_int_eq(dl_netif_find(&e[0].ifa, "", name, sizeof(name)), -EINVAL);
-    ck_assert_int_eq(dl_netif_find(&e[0].ifa, "10.77.0.2", name, 4), -ENAMETOOLONG);
+    DL_CHECK_ERRNO(dl_netif_find(&e[0].ifa, "10.77.0.9", name, sizeof(name)), -ENODEV);
+    DL_CHECK_ERRNO(dl_netif_find(&e[0].ifa, "fd00:77::9", name, sizeof(name)), -ENODEV);
+    DL_CHECK_ERRNO(dl_netif_find(NULL, "10.77.0.2", name, sizeof(name)), -ENODEV);
+    DL_CHECK_ERRNO(dl_netif_find(&e[0].ifa, "node0.example", name, sizeof(name)), -EINVAL);
+    DL_CHECK_ERRNO(dl_netif_find(&e[0].ifa, "10.77.0.2%eth1", name, sizeof(name)), -EINVAL);
+    DL_CHECK_ERRNO(dl_netif_find(&e[0].ifa, "", name, sizeof(name)), -EINVAL);
+    DL_CHECK_ERRNO(dl_netif_find(&e[0].ifa, "10.77.0.2", name, 4), -ENAMETOOLONG);
     ck_assert_str_eq(name, "untouched");
 }
 
 DL_TEST(this_machine_reaches_itself_over_lo)
 {
     char addr[128], name[IF_NAMESIZE];
-    ck_assert_int_eq(dl_netif_source("127.0.0.1", addr, sizeof(addr)), 0);
+    DL_CHECK_ERRNO(dl_netif_source("127.0.0.1", addr, sizeof(addr)), 0);
     ck_assert_str_eq(addr, "127.0.0.1");
-    ck_assert_int_eq(dl_netif_name(addr, name, sizeof(name)), 0);
+    DL_CHECK_ERRNO(dl_netif_name(addr, name, sizeof(name)), 0);
     ck_assert_str_eq(name, "lo");
-    ck_assert_int_eq(dl_netif_resolve("127.0.0.1", addr, sizeof(addr)), 0);
+    DL_CHECK_ERRNO(dl_netif_resolve("127.0.0.1", addr, sizeof(addr)), 0);
     ck_assert_str_eq(addr, "127.0.0.1");
-    ck_assert_int_eq(dl_netif_resolve("no-such-host.invalid", addr, sizeof(addr)), -ENOENT);
+    DL_CHECK_ERRNO(dl_netif_resolve("no-such-host.invalid", addr, sizeof(addr)), -ENOENT);
     /* IPv6 where the machine has it. */
     if (dl_netif_source("::1", addr, sizeof(addr)) == 0) {
         ck_assert_str_eq(addr, "::1");
-        ck_assert_int_eq(dl_netif_name(addr, name, sizeof(name)), 0);
+        DL_CHECK_ERRNO(dl_netif_name(addr, name, sizeof(name)), 0);
         ck_assert_str_eq(name, "lo");
     }
 }

@@ -68,7 +68,7 @@ static void plan_fails(const dl_topo_t *t, dl_numa_mode_t mode, int n, const cha
 {
     dl_place_t ret[16];
     char err[512] = "";
-    ck_assert_int_eq(dl_numa_plan(t, mode, n, ret, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_numa_plan(t, mode, n, ret, err, sizeof(err)), -EINVAL);
     ck_assert_msg(strstr(err, want) != NULL, "'%s' does not say '%s'", err, want);
     ck_assert_ptr_null(strchr(err, '\n'));
 }
@@ -77,24 +77,24 @@ DL_TEST(cpu_lists_parse_and_print)
 {
     dl_cpus_t s;
     char buf[64];
-    ck_assert_int_eq(dl_cpus_parse("0-3,8,10-11\n", &s), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("0-3,8,10-11\n", &s), 0);
     ck_assert_int_eq(dl_cpus_count(&s), 7);
-    ck_assert_int_eq(dl_cpus_first(&s), 0);
+    DL_CHECK_ERRNO(dl_cpus_first(&s), 0);
     dl_cpus_format(&s, buf, sizeof(buf));
     ck_assert_str_eq(buf, "0-3,8,10-11");
-    ck_assert_int_eq(dl_cpus_parse("", &s), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("", &s), 0);
     ck_assert_int_eq(dl_cpus_first(&s), -1);
     dl_cpus_format(&s, buf, sizeof(buf));
     ck_assert_str_eq(buf, "");
-    ck_assert_int_eq(dl_cpus_parse("4095", &s), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("4095", &s), 0);
     ck_assert(dl_cpus_has(&s, 4095));
     const char *bad[] = {"1-", "a", "3-1", "1,,2", "1,", "-1", "1 2", "0x1", NULL};
     for (int i = 0; bad[i] != NULL; i++)
         ck_assert_msg(dl_cpus_parse(bad[i], &s) == -EINVAL, "'%s' parsed", bad[i]);
-    ck_assert_int_eq(dl_cpus_parse("4096", &s), -ERANGE);
-    ck_assert_int_eq(dl_cpus_parse("0-99999999999999999999", &s), -ERANGE);
+    DL_CHECK_ERRNO(dl_cpus_parse("4096", &s), -ERANGE);
+    DL_CHECK_ERRNO(dl_cpus_parse("0-99999999999999999999", &s), -ERANGE);
     /* A short buffer truncates, never overflows. */
-    ck_assert_int_eq(dl_cpus_parse("0,2,4,6,8,10,12", &s), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("0,2,4,6,8,10,12", &s), 0);
     dl_cpus_format(&s, buf, 6);
     ck_assert_int_le(strlen(buf), 5);
 }
@@ -122,11 +122,11 @@ DL_TEST(node_is_cut_down_to_the_allowed_cpus)
     dl_topo_t *t = machine(2, 1, 1, 1, 4, 1);
     dl_place_t p[2];
     /* A cpuset of 1-2 and 6: node 0 keeps 1-2, node 1 keeps 6. */
-    ck_assert_int_eq(dl_cpus_parse("1-2,6", &t->allowed), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("1-2,6", &t->allowed), 0);
     plan_ok(t, DL_NUMA_NODE, 2, p);
     cpus_are(&p[0], "1-2");
     cpus_are(&p[1], "6");
-    ck_assert_int_eq(dl_cpus_parse("4-7", &t->allowed), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("4-7", &t->allowed), 0);
     plan_fails(t, DL_NUMA_NODE, 2, "NUMA node 0 of GPU 0 (0000:10:00.0) has no CPU this agent "
                                    "may use (allowed: 4-7)");
     free(t);
@@ -144,7 +144,7 @@ DL_TEST(socket_takes_every_node_of_the_socket)
     ck_assert_int_eq(p[1].node, 1);
     ck_assert_int_eq(p[1].mem_node, 1);
     /* A node of the socket with no allowed CPU adds nothing and breaks nothing. */
-    ck_assert_int_eq(dl_cpus_parse("0-1,4-7", &t->allowed), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("0-1,4-7", &t->allowed), 0);
     plan_ok(t, DL_NUMA_SOCKET, 1, p);
     cpus_are(&p[0], "0-1");
     free(t);
@@ -161,7 +161,7 @@ DL_TEST(exclusive_splits_cores_lowest_gpus_get_the_extra)
     cpus_are(&p[2], "6-7,14-15");
     ck_assert_int_eq(p[0].mem_node, -1); /* one node: nothing to prefer */
     /* A half-allowed core still counts as a core, with what is allowed of it. */
-    ck_assert_int_eq(dl_cpus_parse("0-7,9-15", &t->allowed), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("0-7,9-15", &t->allowed), 0);
     plan_ok(t, DL_NUMA_EXCLUSIVE, 3, p);
     cpus_are(&p[0], "0-2,9-10");
     free(t);
@@ -190,7 +190,7 @@ DL_TEST(core_complex_one_cache_group_per_gpu)
     cpus_are(&p[0], "0-3");
     cpus_are(&p[1], "4-7");
     /* The fullest group comes first: with CPU 0 taken away, 4-7 goes to GPU 0. */
-    ck_assert_int_eq(dl_cpus_parse("1-7", &t->allowed), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("1-7", &t->allowed), 0);
     plan_ok(t, DL_NUMA_CORE_COMPLEX, 2, p);
     cpus_are(&p[0], "4-7");
     cpus_are(&p[1], "1-3");
@@ -293,7 +293,7 @@ static dl_topo_t *read_ok(const char *cuda_visible, dl_numa_mode_t mode)
     dl_topo_t *t = malloc(sizeof(*t));
     dl_cpus_t allowed;
     char err[512] = "";
-    ck_assert_int_eq(dl_cpus_parse("0-1", &allowed), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("0-1", &allowed), 0);
     int r = dl_topo_read(root, cuda_visible, mode, &allowed, t, err, sizeof(err));
     ck_assert_msg(r == 0, "read failed: %s", err);
     return t;
@@ -304,7 +304,7 @@ static void read_fails(const char *cuda_visible, dl_numa_mode_t mode, const char
     dl_topo_t *t = malloc(sizeof(*t));
     dl_cpus_t allowed;
     char err[512] = "";
-    ck_assert_int_eq(dl_cpus_parse("0-1", &allowed), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("0-1", &allowed), 0);
     ck_assert_int_lt(dl_topo_read(root, cuda_visible, mode, &allowed, t, err, sizeof(err)), 0);
     ck_assert_msg(strstr(err, want) != NULL, "'%s' does not say '%s'", err, want);
     free(t);

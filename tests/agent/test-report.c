@@ -32,11 +32,11 @@ DL_TEST(events_are_json_lines)
     char path[256];
     dl_events_t *ev;
     snprintf(path, sizeof(path), "%s/events.jsonl", tmpdir);
-    ck_assert_int_eq(dl_events_open(path, &ev), 0);
+    DL_CHECK_ERRNO(dl_events_open(path, &ev), 0);
     ck_assert_int_eq(dl_events_emit(ev, "worker_start", 1700000000.25,
                                     json_pack("{s:i, s:i}", "rank", 3, "pid", 42)),
                      0);
-    ck_assert_int_eq(dl_events_emit(ev, "job_end", 1700000001.5, NULL), 0);
+    DL_CHECK_ERRNO(dl_events_emit(ev, "job_end", 1700000001.5, NULL), 0);
     dl_events_close(ev);
 
     FILE *f = fopen(path, "r");
@@ -90,7 +90,7 @@ DL_TEST(tail_of_a_big_file_is_bounded)
 DL_TEST(gpu_count)
 {
     char dir[512];
-    ck_assert_int_eq(dl_gpu_count(tmpdir, NULL), 0);
+    DL_CHECK_ERRNO(dl_gpu_count(tmpdir, NULL), 0);
     snprintf(dir, sizeof(dir), "%s/driver", tmpdir);
     mkdir(dir, 0755);
     strcat(dir, "/nvidia");
@@ -104,8 +104,8 @@ DL_TEST(gpu_count)
     }
     ck_assert_int_eq(dl_gpu_count(tmpdir, NULL), 3);
     ck_assert_int_eq(dl_gpu_count(tmpdir, "0,1"), 2);
-    ck_assert_int_eq(dl_gpu_count(tmpdir, ""), 0);
-    ck_assert_int_eq(dl_gpu_count(tmpdir, "-1"), 0);
+    DL_CHECK_ERRNO(dl_gpu_count(tmpdir, ""), 0);
+    DL_CHECK_ERRNO(dl_gpu_count(tmpdir, "-1"), 0);
     ck_assert_int_eq(dl_gpu_count(tmpdir, "GPU-5d3c1a2b"), 1);
 }
 

@@ -945,7 +945,7 @@ DL_TEST_IN(bootstrap_tests, missing_rank0_times_out)
     w.n = 2;
     /* Only rank 1 runs. */
     rank_main(&w.ranks[1]);
-    ck_assert_int_eq(w.ranks[1].create_rc, -ETIMEDOUT);
+    DL_CHECK_ERRNO(w.ranks[1].create_rc, -ETIMEDOUT);
     ck_assert_ptr_nonnull(strstr(w.ranks[1].err, "rank 0"));
     ck_assert_double_lt(w.ranks[1].elapsed, 2.0);
 }
@@ -956,7 +956,7 @@ DL_TEST_IN(bootstrap_tests, missing_peer_times_out_at_rank0)
     world_init(&w, 3, DL_COLL_TRANSPORT_AUTO, NULL);
     w.ranks[0].o.timeout_ms = 300;
     rank_main(&w.ranks[0]);
-    ck_assert_int_eq(w.ranks[0].create_rc, -ETIMEDOUT);
+    DL_CHECK_ERRNO(w.ranks[0].create_rc, -ETIMEDOUT);
     ck_assert_ptr_nonnull(strstr(w.ranks[0].err, "1 of 3 ranks connected"));
     ck_assert_double_lt(w.ranks[0].elapsed, 2.0);
 }
@@ -969,7 +969,7 @@ DL_TEST_IN(bootstrap_tests, two_claims_on_one_rank_are_refused)
     for (int r = 0; r < 3; r++)
         w.ranks[r].o.timeout_ms = 2000;
     world_run(&w, NULL, NULL);
-    ck_assert_int_eq(w.ranks[0].create_rc, -EEXIST);
+    DL_CHECK_ERRNO(w.ranks[0].create_rc, -EEXIST);
     ck_assert_ptr_nonnull(strstr(w.ranks[0].err, "two processes claim rank 1"));
     ck_assert_int_lt(w.ranks[1].create_rc, 0);
     ck_assert_int_lt(w.ranks[2].create_rc, 0);
@@ -981,7 +981,7 @@ DL_TEST_IN(bootstrap_tests, shm_only_across_hosts_is_refused)
     world_init(&w, 2, DL_COLL_TRANSPORT_SHM, split2);
     world_run(&w, NULL, NULL);
     for (int r = 0; r < 2; r++) {
-        ck_assert_int_eq(w.ranks[r].create_rc, -EINVAL);
+        DL_CHECK_ERRNO(w.ranks[r].create_rc, -EINVAL);
         ck_assert_ptr_nonnull(strstr(w.ranks[r].err, "on 2 hosts"));
     }
 }
@@ -1098,7 +1098,7 @@ DL_TEST_LOOP_IN(recovery_tests, abort_ends_the_wait_at_once, 0, 2)
     world_run(&w, body_abort, NULL);
     int *r0 = w.ranks[0].out, *r1 = w.ranks[1].out;
     ck_assert_int_eq(w.ranks[0].create_rc, 0);
-    ck_assert_int_eq(r0[0], -ECANCELED);
+    DL_CHECK_ERRNO(r0[0], -ECANCELED);
     ck_assert_int_lt(r0[1], 2000); /* the timeout is 10 s */
     ck_assert_str_eq(w.ranks[0].err, "told to: the group broke");
     ck_assert_int_lt(r1[0], 0);
@@ -1195,7 +1195,7 @@ DL_TEST_IN(recovery_tests, mem_peer_reads_the_blocks_of_the_host)
             if (q / 2 == r / 2)
                 ck_assert_int_eq(out[q], 1000 + q);
             else
-                ck_assert_int_eq(out[q], -EXDEV);
+                DL_CHECK_ERRNO(out[q], -EXDEV);
         }
         free(out);
     }

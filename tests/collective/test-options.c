@@ -16,7 +16,7 @@ DL_TEST(defaults_are_a_world_of_one)
     char err[256] = "";
     dl_coll_options_init(&o);
     char *env[] = {"PATH=/bin", NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
     ck_assert_int_eq(o.rank, 0);
     ck_assert_int_eq(o.world_size, 1);
     ck_assert_int_eq(o.transport, DL_COLL_TRANSPORT_AUTO);
@@ -27,7 +27,7 @@ DL_TEST(defaults_are_a_world_of_one)
     ck_assert_uint_eq(o.shm_small_bytes, DL_COLL_SMALL_AUTO);
     char *env2[] = {"DLAUNCH_COLL_SHM_SMALL=auto", NULL};
     o.shm_small_bytes = 5;
-    ck_assert_int_eq(dl_coll_options_from_env(&o, env2, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, env2, err, sizeof(err)), 0);
     ck_assert_uint_eq(o.shm_small_bytes, DL_COLL_SMALL_AUTO);
 }
 
@@ -59,7 +59,7 @@ DL_TEST(torchrun_variables_are_read)
                    "DLAUNCH_SOCKET_IFNAME=eth1",
                    "DLAUNCH_COLL_ORDER=any",
                    NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
     ck_assert_int_eq(o.rank, 3);
     ck_assert_int_eq(o.world_size, 8);
     ck_assert_int_eq(o.local_rank, 1);
@@ -118,7 +118,7 @@ DL_TEST_LOOP(bad_values_name_the_variable, 0, sizeof(bad) / sizeof(bad[0]))
     dl_coll_options_init(&o);
     before = o;
     char *env[] = {(char *)bad[_i].var, NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, env, err, sizeof(err)), -EINVAL);
     char name[64];
     size_t n = strcspn(bad[_i].var, "=");
     memcpy(name, bad[_i].var, n);
@@ -135,7 +135,7 @@ DL_TEST(adoption_is_on_from_1m_and_may_be_off)
     dl_coll_options_init(&o);
     ck_assert_uint_eq(o.adopt_min_bytes, 1 << 20);
     char *env[] = {"DLAUNCH_COLL_ADOPT_MIN=off", NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
     ck_assert_uint_eq(o.adopt_min_bytes, 0);
 }
 
@@ -145,7 +145,7 @@ DL_TEST(rank_must_be_below_world_size)
     char err[256] = "";
     dl_coll_options_init(&o);
     char *env[] = {"RANK=4", "WORLD_SIZE=4", NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, env, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "RANK=4"));
 }
 
@@ -155,13 +155,13 @@ DL_TEST(world_of_one_needs_no_master)
     char err[256] = "";
     dl_coll_group_t *g = NULL;
     dl_coll_options_init(&o);
-    ck_assert_int_eq(dl_coll_group_create(&o, &g, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_group_create(&o, &g, err, sizeof(err)), 0);
     ck_assert_int_eq(dl_coll_world_size(g), 1);
     ck_assert_str_eq(dl_coll_transport_name(g), "self");
     int x[3] = {1, 2, 3}, y[3] = {0};
-    ck_assert_int_eq(dl_coll_allreduce(g, x, y, 3, DL_COLL_INT32, DL_COLL_AVG), 0);
+    DL_CHECK_ERRNO(dl_coll_allreduce(g, x, y, 3, DL_COLL_INT32, DL_COLL_AVG), 0);
     ck_assert_int_eq(y[2], 3);
-    ck_assert_int_eq(dl_coll_barrier(g), 0);
+    DL_CHECK_ERRNO(dl_coll_barrier(g), 0);
     dl_coll_group_destroy(g);
     dl_coll_group_destroy(NULL);
 }
@@ -173,7 +173,7 @@ DL_TEST(world_of_two_needs_a_master)
     dl_coll_group_t *g = NULL;
     dl_coll_options_init(&o);
     o.world_size = 2;
-    ck_assert_int_eq(dl_coll_group_create(&o, &g, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_group_create(&o, &g, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_null(g);
     ck_assert_ptr_nonnull(strstr(err, "MASTER_ADDR"));
 }
@@ -184,15 +184,15 @@ DL_TEST(bad_arguments_are_refused)
     char err[256] = "";
     dl_coll_group_t *g = NULL;
     dl_coll_options_init(&o);
-    ck_assert_int_eq(dl_coll_group_create(&o, &g, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_group_create(&o, &g, err, sizeof(err)), 0);
     int x = 0;
-    ck_assert_int_eq(dl_coll_allreduce(g, &x, &x, 1, (dl_coll_dtype_t)9, DL_COLL_SUM), -EINVAL);
-    ck_assert_int_eq(dl_coll_allreduce(g, &x, &x, 1, DL_COLL_INT32, (dl_coll_op_t)9), -EINVAL);
-    ck_assert_int_eq(dl_coll_allreduce(g, NULL, &x, 1, DL_COLL_INT32, DL_COLL_SUM), -EINVAL);
-    ck_assert_int_eq(dl_coll_broadcast(g, &x, 1, DL_COLL_INT32, 1), -EINVAL);
-    ck_assert_int_eq(dl_coll_broadcast(g, &x, 1, DL_COLL_INT32, -1), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_allreduce(g, &x, &x, 1, (dl_coll_dtype_t)9, DL_COLL_SUM), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_allreduce(g, &x, &x, 1, DL_COLL_INT32, (dl_coll_op_t)9), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_allreduce(g, NULL, &x, 1, DL_COLL_INT32, DL_COLL_SUM), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_broadcast(g, &x, 1, DL_COLL_INT32, 1), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_broadcast(g, &x, 1, DL_COLL_INT32, -1), -EINVAL);
     /* Zero elements need no buffers. */
-    ck_assert_int_eq(dl_coll_allreduce(g, NULL, NULL, 0, DL_COLL_INT32, DL_COLL_SUM), 0);
+    DL_CHECK_ERRNO(dl_coll_allreduce(g, NULL, NULL, 0, DL_COLL_INT32, DL_COLL_SUM), 0);
     ck_assert_str_eq(dl_coll_group_error(g), "");
     dl_coll_group_destroy(g);
 }
@@ -237,7 +237,7 @@ static void pick_is(const struct ifaddrs *list, const char *ifname, const char *
                     const char *want)
 {
     dl__coll_addr_t p = v4(prefer), got;
-    ck_assert_int_eq(dl__coll_iface_pick(list, ifname, &p, &got), 0);
+    DL_CHECK_ERRNO(dl__coll_iface_pick(list, ifname, &p, &got), 0);
     char buf[128];
     dl__coll_addr_str(&got, buf, sizeof(buf));
     ck_assert_msg(strncmp(buf, want, strlen(want)) == 0 && buf[strlen(want)] == ':',
@@ -261,7 +261,7 @@ DL_TEST(socket_ifname_picks_an_address_of_that_interface)
     pick_is(list, "eth1", "10.77.1.1", "10.77.0.2");
     pick_is(list, "eth0", "10.77.0.2", "10.77.1.1");
     dl__coll_addr_t p = v4("10.77.0.2"), got;
-    ck_assert_int_eq(dl__coll_iface_pick(list, "eth9", &p, &got), -ENODEV);
+    DL_CHECK_ERRNO(dl__coll_iface_pick(list, "eth9", &p, &got), -ENODEV);
     /* Link-local only: nothing another host could connect to. */
-    ck_assert_int_eq(dl__coll_iface_pick(list, "ll0", &p, &got), -EADDRNOTAVAIL);
+    DL_CHECK_ERRNO(dl__coll_iface_pick(list, "ll0", &p, &got), -EADDRNOTAVAIL);
 }

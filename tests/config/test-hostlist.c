@@ -112,7 +112,7 @@ static void check_entry(const entry_t *e)
         return;
     }
     ck_assert_msg(r == 0, "'%s': %s", e->list, err);
-    ck_assert_int_eq(dl_hostlist_count(e->list, &counted, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_hostlist_count(e->list, &counted, err, sizeof(err)), 0);
     ck_assert_uint_eq(counted, n);
     if (e->hashed) {
         ck_assert_msg(n == e->count, "'%s': %zu hosts, scontrol %llu", e->list, n, e->count);
@@ -268,11 +268,11 @@ DL_TEST(small_or_missing_error_buffers)
     char **hosts;
     size_t n;
 
-    ck_assert_int_eq(dl_hostlist_expand("n[5-3]", &hosts, &n, small, sizeof(small)), -EINVAL);
+    DL_CHECK_ERRNO(dl_hostlist_expand("n[5-3]", &hosts, &n, small, sizeof(small)), -EINVAL);
     ck_assert_str_eq(small, "hostlist 'n");
-    ck_assert_int_eq(dl_hostlist_expand("n[5-3]", &hosts, &n, NULL, 0), -EINVAL);
-    ck_assert_int_eq(dl_hostlist_expand(NULL, &hosts, &n, err, sizeof(err)), -EINVAL);
-    ck_assert_int_eq(dl_hostlist_count(NULL, &n, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_hostlist_expand("n[5-3]", &hosts, &n, NULL, 0), -EINVAL);
+    DL_CHECK_ERRNO(dl_hostlist_expand(NULL, &hosts, &n, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_hostlist_count(NULL, &n, err, sizeof(err)), -EINVAL);
     dl_hostlist_free(NULL);
 }
 
@@ -287,11 +287,11 @@ DL_TEST(host_count_limit_over_the_whole_list)
     for (int i = 0; i < 15; i++)
         snprintf(list + strlen(list), sizeof(list) - strlen(list), "%sg%d[0-65535]",
                  i ? "," : "", i);
-    ck_assert_int_eq(dl_hostlist_count(list, &n, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_hostlist_count(list, &n, err, sizeof(err)), 0);
     ck_assert_uint_eq(n, 15 * 65536);
     size_t off = strlen(list) + 1;
     strcat(list, ",z[0-65535]");
-    ck_assert_int_eq(dl_hostlist_count(list, &n, err, sizeof(err)), -E2BIG);
+    DL_CHECK_ERRNO(dl_hostlist_count(list, &n, err, sizeof(err)), -E2BIG);
     char want[64];
     snprintf(want, sizeof(want), "more than 1000000 hosts at offset %zu", off);
     ck_assert_msg(strstr(err, want) != NULL, "%s", err);
@@ -302,7 +302,7 @@ DL_TEST(a_million_hosts_expand)
     char **hosts;
     size_t n;
 
-    ck_assert_int_eq(dl_hostlist_expand("a[0-999]b[0-999]", &hosts, &n, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_hostlist_expand("a[0-999]b[0-999]", &hosts, &n, err, sizeof(err)), 0);
     ck_assert_uint_eq(n, 1000000);
     ck_assert_str_eq(hosts[0], "a0b0");
     ck_assert_str_eq(hosts[1000], "a1b0");
@@ -328,7 +328,7 @@ DL_TEST(name_length_limit)
     /* The longest name of a range counts, not the first. */
     memset(list, 'x', 253);
     strcpy(list + 253, "[1-99]");
-    ck_assert_int_eq(dl_hostlist_count(list, &(size_t){0}, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_hostlist_count(list, &(size_t){0}, err, sizeof(err)), 0);
     strcpy(list + 253, "[1-100]");
     failure(list, -ENAMETOOLONG);
     /* So do leading zeros. */

@@ -167,7 +167,7 @@ DL_TEST_LOOP(yaml_errors_name_line_and_column, 0, (int)(sizeof(bad_yaml) / sizeo
     dl_config_action_t act;
     char expect[1024];
     const char *path = write_spec("bad.yaml", bad_yaml[_i].yaml);
-    ck_assert_int_eq(load(&s, NULL, &act, (char *)path, NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, (char *)path, NULL), -EINVAL);
     snprintf(expect, sizeof(expect), "%s:%s", path, bad_yaml[_i].error);
     if (bad_yaml[_i].error[0] == 't') /* no position for an empty file */
         snprintf(expect, sizeof(expect), "%s: %s", path, bad_yaml[_i].error);
@@ -198,7 +198,7 @@ DL_TEST(yaml_train_section)
     dl_job_spec_free(&s);
 
     path = write_spec("train-bad.yaml", "train: [1]\n");
-    ck_assert_int_eq(load(&s, NULL, &act, (char *)path, NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, (char *)path, NULL), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, ":1:8: train: expected a mapping of settings"));
     dl_job_spec_free(&s);
 }
@@ -209,31 +209,31 @@ DL_TEST(flag_and_env_errors)
     dl_config_action_t act;
     char *bad_env[] = {"DLAUNCH_NODES=two", NULL};
 
-    ck_assert_int_eq(load(&s, NULL, &act, "--nodes", "0", "--", "x", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--nodes", "0", "--", "x", NULL), -EINVAL);
     ck_assert_str_eq(err, "--nodes: '0' is out of range (want N or MIN:MAX, 1 <= MIN <= MAX)");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "--gpus-per-node", "many", "--", "x", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--gpus-per-node", "many", "--", "x", NULL), -EINVAL);
     ck_assert_str_eq(err, "--gpus-per-node: 'many' is not a count (1 to 4096) or 'auto'");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "--bogus", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--bogus", NULL), -EINVAL);
     ck_assert_str_eq(err, "unknown option '--bogus' (see --help)");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "--max-restarts", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--max-restarts", NULL), -EINVAL);
     ck_assert_str_eq(err, "option '--max-restarts' needs a value (N)");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "--quiet=yes", "--", "x", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--quiet=yes", "--", "x", NULL), -EINVAL);
     ck_assert_str_eq(err, "option '--quiet' takes no value");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, bad_env, &act, "--", "x", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, bad_env, &act, "--", "x", NULL), -EINVAL);
     ck_assert_str_eq(err, "DLAUNCH_NODES: 'two' is not N or MIN:MAX");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, NULL), -EINVAL);
     ck_assert_str_eq(err, "nothing to run: give JOB.yaml, a script, or -- COMMAND [ARGS...]");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "--", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--", NULL), -EINVAL);
     ck_assert_str_eq(err, "nothing after '--': give the command to run");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "a.yaml", "b.yaml", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "a.yaml", "b.yaml", NULL), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "unexpected argument 'b.yaml'"));
     dl_job_spec_free(&s);
     ck_assert_int_lt(load(&s, NULL, &act, "/nonexistent/job.yaml", NULL), 0);
@@ -273,7 +273,7 @@ DL_TEST(straggler_options)
     ck_assert_str_eq(err, "--straggler-threshold: '0' is out of range (0.01 to 100)");
     dl_job_spec_free(&s);
     char *bad[] = {"DLAUNCH_STRAGGLER_WINDOW=0", NULL};
-    ck_assert_int_eq(load(&s, bad, &act, "--", "true", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, bad, &act, "--", "true", NULL), -EINVAL);
     ck_assert_str_eq(err, "DLAUNCH_STRAGGLER_WINDOW: '0' is out of range (1 to 1000000000)");
     dl_job_spec_free(&s);
 }
@@ -329,22 +329,22 @@ DL_TEST(number_parsers)
     long l;
     double d;
     int lo, hi;
-    ck_assert_int_eq(dl_parse_int("42", 0, 100, &l), 0);
+    DL_CHECK_ERRNO(dl_parse_int("42", 0, 100, &l), 0);
     ck_assert_int_eq(l, 42);
-    ck_assert_int_eq(dl_parse_int("", 0, 100, &l), -EINVAL);
-    ck_assert_int_eq(dl_parse_int(" 4", 0, 100, &l), -EINVAL);
-    ck_assert_int_eq(dl_parse_int("4x", 0, 100, &l), -EINVAL);
-    ck_assert_int_eq(dl_parse_int("+4", 0, 100, &l), -EINVAL);
-    ck_assert_int_eq(dl_parse_int("101", 0, 100, &l), -ERANGE);
-    ck_assert_int_eq(dl_parse_int("99999999999999999999999", 0, 100, &l), -ERANGE);
-    ck_assert_int_eq(dl_parse_double("0.5", 0, 1, &d), 0);
-    ck_assert_int_eq(dl_parse_double("nan", 0, 1, &d), -EINVAL);
-    ck_assert_int_eq(dl_parse_double("inf", 0, 1, &d), -ERANGE);
-    ck_assert_int_eq(dl_parse_nodes("2:8", &lo, &hi), 0);
+    DL_CHECK_ERRNO(dl_parse_int("", 0, 100, &l), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_int(" 4", 0, 100, &l), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_int("4x", 0, 100, &l), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_int("+4", 0, 100, &l), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_int("101", 0, 100, &l), -ERANGE);
+    DL_CHECK_ERRNO(dl_parse_int("99999999999999999999999", 0, 100, &l), -ERANGE);
+    DL_CHECK_ERRNO(dl_parse_double("0.5", 0, 1, &d), 0);
+    DL_CHECK_ERRNO(dl_parse_double("nan", 0, 1, &d), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_double("inf", 0, 1, &d), -ERANGE);
+    DL_CHECK_ERRNO(dl_parse_nodes("2:8", &lo, &hi), 0);
     ck_assert_int_eq(lo * 10 + hi, 28);
-    ck_assert_int_eq(dl_parse_nodes(":8", &lo, &hi), -EINVAL);
-    ck_assert_int_eq(dl_parse_nodes("2:", &lo, &hi), -EINVAL);
-    ck_assert_int_eq(dl_parse_nodes("2:3:4", &lo, &hi), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_nodes(":8", &lo, &hi), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_nodes("2:", &lo, &hi), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_nodes("2:3:4", &lo, &hi), -EINVAL);
 }
 
 /* docs/job-spec.md's table is written by hand: every flag of the table must be in it. */
@@ -397,11 +397,11 @@ DL_TEST(flag_prefixes_as_argparse)
     ck_assert_int_eq(s.gpus_per_node, DL_GPUS_XPU);
     dl_job_spec_free(&s);
 
-    ck_assert_int_eq(load(&s, NULL, &act, "--no", "--", "true", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--no", "--", "true", NULL), -EINVAL);
     ck_assert_str_eq(err, "ambiguous option '--no' could match --nodes, --node-rank, --no-python");
     dl_job_spec_free(&s);
     /* A flag that takes no value still takes none through its prefix. */
-    ck_assert_int_eq(load(&s, NULL, &act, "--stand=1", "--", "true", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--stand=1", "--", "true", NULL), -EINVAL);
     ck_assert_str_eq(err, "option '--standalone' takes no value");
     dl_job_spec_free(&s);
     ck_assert_int_eq(load(&s, NULL, &act, "--nproc-per-nodes", "2", "--", "true", NULL),
@@ -507,7 +507,7 @@ DL_TEST(torchrun_spellings_and_pet_variables)
     dl_job_spec_free(&s);
 
     char *missing[] = {"dlaunch", "--max-restarts", "--", "true", NULL};
-    ck_assert_int_eq(dl_config_load(&s, 4, missing, NULL, &act, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_config_load(&s, 4, missing, NULL, &act, err, sizeof(err)), -EINVAL);
     ck_assert_str_eq(err, "option '--max-restarts' needs a value (N)");
     dl_job_spec_free(&s);
 }
@@ -564,7 +564,7 @@ DL_TEST(forwarded_signals_and_stop_grace)
     ck_assert(s.stop_timeout == 3.0);
     dl_job_spec_free(&s);
     char *bad_env[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon", NULL};
-    ck_assert_int_eq(load(&s, bad_env, &act, "--", "true", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, bad_env, &act, "--", "true", NULL), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"));
     dl_job_spec_free(&s);
 }

@@ -47,7 +47,7 @@ static int parse(settings_t *s, dl_opt_argv_t *a, char **argv)
     while (argv[argc] != NULL)
         argc++;
     memset(s, 0, sizeof(*s));
-    ck_assert_int_eq(dl_opt_defaults(&table, s, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_opt_defaults(&table, s, err, sizeof(err)), 0);
     *a = (dl_opt_argv_t){.prog = "prog sub", .args = args, .max_args = 3};
     err[0] = '\0';
     return dl_opt_parse_argv(&table, s, argc, argv, a, err, sizeof(err));
@@ -117,7 +117,7 @@ DL_TEST(errors_name_the_word)
     settings_t s;
     char *argv[] = {"stray"};
     dl_opt_argv_t a = {.prog = "prog", .args = NULL, .max_args = 0};
-    ck_assert_int_eq(dl_opt_parse_argv(&table, &s, 1, argv, &a, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_opt_parse_argv(&table, &s, 1, argv, &a, err, sizeof(err)), -EINVAL);
     ck_assert_str_eq(err, "unknown argument 'stray' (prog takes options only; see --help)");
 }
 

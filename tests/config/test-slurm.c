@@ -306,7 +306,7 @@ DL_TEST(long_values_are_shortened)
     value[150] = 'x';
     value[151] = '\0';
     snprintf(var, sizeof(var), "SLURM_NODEID=%s", value);
-    ck_assert_int_eq(dl_slurm_env_parse(env, &e, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_slurm_env_parse(env, &e, err, sizeof(err)), -EINVAL);
     ck_assert_msg(strstr(err, "777...': not a number") != NULL, "%s", err);
     ck_assert_uint_lt(strlen(err), 100);
 }
@@ -355,7 +355,7 @@ DL_TEST(gpu_forms)
         ck_assert_msg(gpus == (r == 0 ? cases[i].gpus : -7), "'%s': %d GPUs", cases[i].text,
                       gpus);
     }
-    ck_assert_int_eq(dl_slurm_parse_gpus(NULL, &(int){0}), -EINVAL);
+    DL_CHECK_ERRNO(dl_slurm_parse_gpus(NULL, &(int){0}), -EINVAL);
 }
 
 /* ---- the rendezvous port */

@@ -191,7 +191,7 @@ DL_TEST(waiting_ranks_are_named_late)
     ck_assert_int_eq(dl_diag_hang_culprit(v, 2, 1.0, &waiting), -1);
     v[0].silent_s = 2.5;
     v[1].silent_s = 2.1;
-    ck_assert_int_eq(dl_diag_hang_culprit(v, 2, 1.0, &waiting), 0);
+    DL_CHECK_ERRNO(dl_diag_hang_culprit(v, 2, 1.0, &waiting), 0);
     ck_assert(waiting);
     /* Unknown silence is never due. */
     v[0].silent_s = v[1].silent_s = -1;

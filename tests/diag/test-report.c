@@ -27,7 +27,7 @@ DL_TEST(a_report_goes_there_and_back)
     json_t *rep = dl_diag_report_new(1, "gpu1", r, beats, 2);
     ck_assert_ptr_nonnull(rep);
     char err[256] = "";
-    ck_assert_int_eq(dl_diag_report_check(rep, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_diag_report_check(rep, err, sizeof(err)), 0);
 
     dl_diag_totals_t t[4];
     dl_diag_rank_t back[4];

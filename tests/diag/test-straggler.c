@@ -21,7 +21,7 @@ static void sim_init(sim_t *s, int n, const dl_diag_straggler_opts_t *o)
     dl_diag_straggler_opts_t d;
     dl_diag_straggler_opts_init(&d);
     memset(s, 0, sizeof(*s));
-    ck_assert_int_eq(dl_diag_judge_new(o ? o : &d, &s->j), 0);
+    DL_CHECK_ERRNO(dl_diag_judge_new(o ? o : &d, &s->j), 0);
     for (int r = 0; r < n; r++)
         s->t[r] = (dl_diag_totals_t){.rank = r, .node_rank = r / 2, .host = r < 2 ? "a" : "b"};
 }
@@ -38,9 +38,9 @@ static dl_diag_view_t report(sim_t *s, int n, double steps, const double *comput
         s->t[r].wait_ms += steps * (slowest - compute[r] + 0.1);
         s->t[r].samples += steps * 64;
     }
-    ck_assert_int_eq(dl_diag_judge_feed(s->j, s->t, (size_t)n), 0);
+    DL_CHECK_ERRNO(dl_diag_judge_feed(s->j, s->t, (size_t)n), 0);
     dl_diag_view_t v;
-    ck_assert_int_eq(dl_diag_judge_eval(s->j, &v), 0);
+    DL_CHECK_ERRNO(dl_diag_judge_eval(s->j, &v), 0);
     return v;
 }
 
@@ -285,9 +285,9 @@ DL_TEST(a_restarted_worker_starts_over)
     report(&s, 2, 50, slow);
     /* Rank 1's worker started again: its sums went down. Its next interval starts there. */
     s.t[1].steps = s.t[1].compute_ms = s.t[1].wait_ms = s.t[1].samples = 0;
-    ck_assert_int_eq(dl_diag_judge_feed(s.j, &s.t[1], 1), 0);
+    DL_CHECK_ERRNO(dl_diag_judge_feed(s.j, &s.t[1], 1), 0);
     dl_diag_view_t v;
-    ck_assert_int_eq(dl_diag_judge_eval(s.j, &v), 0);
+    DL_CHECK_ERRNO(dl_diag_judge_eval(s.j, &v), 0);
     ck_assert_uint_eq(v.nstragglers, 0);
     v = report(&s, 2, 50, slow);
     ck_assert_uint_eq(v.nstragglers, 0);
@@ -306,19 +306,19 @@ DL_TEST(settings_are_checked)
     ck_assert_double_eq_tol(o.threshold, 0.3, 1e-12);
     ck_assert_uint_eq(o.window, 100);
     o.threshold = 0;
-    ck_assert_int_eq(dl_diag_judge_new(&o, &j), -EINVAL);
+    DL_CHECK_ERRNO(dl_diag_judge_new(&o, &j), -EINVAL);
     ck_assert_ptr_null(j);
     dl_diag_straggler_opts_init(&o);
-    ck_assert_int_eq(dl_diag_judge_new(&o, &j), 0);
+    DL_CHECK_ERRNO(dl_diag_judge_new(&o, &j), 0);
     dl_diag_totals_t bad = {.rank = -1};
-    ck_assert_int_eq(dl_diag_judge_feed(j, &bad, 1), -EINVAL);
+    DL_CHECK_ERRNO(dl_diag_judge_feed(j, &bad, 1), -EINVAL);
     dl_diag_judge_free(j);
     j = NULL;
     o.min_reports = 8; /* more than the snapshots a rank keeps can span */
-    ck_assert_int_eq(dl_diag_judge_new(&o, &j), -EINVAL);
+    DL_CHECK_ERRNO(dl_diag_judge_new(&o, &j), -EINVAL);
     o.min_reports = 3;
     o.threshold = NAN;
-    ck_assert_int_eq(dl_diag_judge_new(&o, &j), -EINVAL);
+    DL_CHECK_ERRNO(dl_diag_judge_new(&o, &j), -EINVAL);
     ck_assert_ptr_null(j);
     dl_diag_judge_free(NULL);
 }

@@ -79,14 +79,14 @@ static const char *id_at(const json_t *state, int rank)
 DL_TEST(prefixes)
 {
     char buf[DL_EJOB_MAX_PREFIX];
-    ck_assert_int_eq(dl_ejob_prefix(NULL, "exp7", buf, sizeof(buf)), 0);
+    DL_CHECK_ERRNO(dl_ejob_prefix(NULL, "exp7", buf, sizeof(buf)), 0);
     ck_assert_str_eq(buf, "/dlaunch/exp7/");
-    ck_assert_int_eq(dl_ejob_prefix("/site/jobs/a", "exp7", buf, sizeof(buf)), 0);
+    DL_CHECK_ERRNO(dl_ejob_prefix("/site/jobs/a", "exp7", buf, sizeof(buf)), 0);
     ck_assert_str_eq(buf, "/site/jobs/a/");
-    ck_assert_int_eq(dl_ejob_prefix("/x/", "exp7", buf, sizeof(buf)), 0);
+    DL_CHECK_ERRNO(dl_ejob_prefix("/x/", "exp7", buf, sizeof(buf)), 0);
     ck_assert_str_eq(buf, "/x/");
     char tiny[8];
-    ck_assert_int_eq(dl_ejob_prefix(NULL, "exp7", tiny, sizeof(tiny)), -EINVAL);
+    DL_CHECK_ERRNO(dl_ejob_prefix(NULL, "exp7", tiny, sizeof(tiny)), -EINVAL);
 }
 
 DL_TEST(ranks_follow_the_rule)
@@ -409,7 +409,7 @@ DL_TEST(the_same_failure_in_a_row_fails_the_job_with_5)
         json_decref(c);
     }
     /* A lost node is no same failure; neither is a failure without a rank. */
-    ck_assert_int_eq(dl_ejob_same_failures(&v, DL_EJOB_CAUSE_NODE_LOST, NULL), 0);
+    DL_CHECK_ERRNO(dl_ejob_same_failures(&v, DL_EJOB_CAUSE_NODE_LOST, NULL), 0);
 
     /* The same again (no step known this time, or an earlier one): the third in a row. */
     json_t *c = worker_culprit(1, 7, -1);

@@ -91,7 +91,7 @@ DL_TEST(test_encode_layout)
     char *frame, *text;
     size_t len;
 
-    ck_assert_int_eq(dl_proto_encode(m, &frame, &len, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_encode(m, &frame, &len, NULL), 0);
     text = json_dumps(m, JSON_COMPACT);
     /* Four bytes of big-endian length, then exactly the compact JSON. */
     ck_assert_uint_eq(len, strlen(text) + 4);
@@ -114,7 +114,7 @@ DL_TEST(test_round_trip)
     char *frame;
     size_t len, used;
 
-    ck_assert_int_eq(dl_proto_encode(m, &frame, &len, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_encode(m, &frame, &len, NULL), 0);
     dl_proto_decoder_init(&dec, DL_PROTO_LIMIT_PREAUTH);
     ck_assert_int_eq(dl_proto_decoder_feed(&dec, frame, len, &used, &back, &type, &err),
                      DL_PROTO_MESSAGE);
@@ -141,7 +141,7 @@ static char *three_frames(json_t **ret_msgs, size_t *ret_len)
     for (size_t i = 0; i < json_array_size(msgs); i++) {
         char *frame;
         size_t len;
-        ck_assert_int_eq(dl_proto_encode(json_array_get(msgs, i), &frame, &len, NULL), 0);
+        DL_CHECK_ERRNO(dl_proto_encode(json_array_get(msgs, i), &frame, &len, NULL), 0);
         stream = realloc(stream, total + len);
         memcpy(stream + total, frame, len);
         total += len;
@@ -232,7 +232,7 @@ static void expect_invalid(const char *body, size_t body_len, dl_proto_errcode_t
     ck_assert_msg(strstr(err.message, needle) != NULL, "'%s' not in '%s'", needle, err.message);
     ck_assert_msg(strstr(err.message, "frame at byte 0") != NULL, "%s", err.message);
     /* The stream goes on: a good frame after the bad one still decodes. */
-    ck_assert_int_eq(dl_proto_encode(ok, &good, &good_len, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_encode(ok, &good, &good_len, NULL), 0);
     r = dl_proto_decoder_feed(&dec, good, good_len, &used, &back, &type, &err);
     ck_assert_int_eq(r, DL_PROTO_MESSAGE);
     ck_assert(json_equal(ok, back));
@@ -317,7 +317,7 @@ DL_TEST(test_invalid_keeps_id)
     ck_assert_ptr_nonnull(strstr(err.message, "'node_id'"));
     /* The error reply a server sends back echoes the id and is itself a valid message. */
     reply = dl_proto_error_from(&err);
-    ck_assert_int_eq(dl_proto_validate(reply, &type, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_validate(reply, &type, NULL), 0);
     ck_assert_int_eq(type, DL_PROTO_ERROR);
     ck_assert_int_eq(dl_proto_get_int(reply, "id", -1), 42);
     ck_assert_int_eq(dl_proto_reply_error(reply, NULL), DL_PROTO_E_MISSING_FIELD);
@@ -335,10 +335,10 @@ DL_TEST(test_too_large_before_auth)
     char *frame;
     size_t len, used;
 
-    ck_assert_int_eq(dl_proto_encode(m, &frame, &len, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_encode(m, &frame, &len, NULL), 0);
     dl_proto_decoder_init(&dec, DL_PROTO_LIMIT_PREAUTH);
     /* Refused as soon as the header is in, without waiting for the body. */
-    ck_assert_int_eq(dl_proto_decoder_feed(&dec, frame, 4, &used, &msg, &type, &err), -EMSGSIZE);
+    DL_CHECK_ERRNO(dl_proto_decoder_feed(&dec, frame, 4, &used, &msg, &type, &err), -EMSGSIZE);
     ck_assert_uint_eq(used, 4);
     ck_assert_int_eq(err.code, DL_PROTO_E_FRAME_TOO_LARGE);
     ck_assert_ptr_nonnull(strstr(err.message, "exceeds the limit of 4096 bytes"));
@@ -377,7 +377,7 @@ DL_TEST(test_limit_edges)
         json_auto_t *m = sample_kv_set(1, 0);
         char *small;
         size_t small_len;
-        ck_assert_int_eq(dl_proto_encode(m, &small, &small_len, NULL), 0);
+        DL_CHECK_ERRNO(dl_proto_encode(m, &small, &small_len, NULL), 0);
         /* Pad with spaces after the object: whitespace is valid JSON. */
         memcpy(frame, small, small_len);
         memset(frame + small_len, ' ', body + 4 - small_len);
@@ -394,7 +394,7 @@ DL_TEST(test_limit_edges)
     /* One byte more is refused. */
     frame[2] = (char)((body + 1) >> 8);
     frame[3] = (char)(body + 1);
-    ck_assert_int_eq(dl_proto_decoder_feed(&dec, frame, 4, &used, &msg, &type, &err), -EMSGSIZE);
+    DL_CHECK_ERRNO(dl_proto_decoder_feed(&dec, frame, 4, &used, &msg, &type, &err), -EMSGSIZE);
     dl_proto_decoder_cleanup(&dec);
     free(frame);
 
@@ -436,7 +436,7 @@ DL_TEST(test_huge_length_no_allocation)
         struct mallinfo2 before = mallinfo2();
         int r = dl_proto_decoder_feed(&dec, hdr + 3, 1, &used, &msg, &type, &err);
         struct mallinfo2 after = mallinfo2();
-        ck_assert_int_eq(r, -EMSGSIZE);
+        DL_CHECK_ERRNO(r, -EMSGSIZE);
         ck_assert_uint_eq(after.uordblks, before.uordblks);
         ck_assert_uint_eq(after.hblkhd, before.hblkhd);
     }
@@ -462,8 +462,8 @@ DL_TEST(test_limit_switch_mid_stream)
     char *f1, *f2, *stream;
     size_t l1, l2, used, off = 0;
 
-    ck_assert_int_eq(dl_proto_encode(auth, &f1, &l1, NULL), 0);
-    ck_assert_int_eq(dl_proto_encode(big, &f2, &l2, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_encode(auth, &f1, &l1, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_encode(big, &f2, &l2, NULL), 0);
     stream = malloc(l1 + l2);
     memcpy(stream, f1, l1);
     memcpy(stream + l1, f2, l2);
@@ -501,10 +501,10 @@ DL_TEST(test_encode_refuses)
     char *frame = NULL;
     size_t len = 0;
 
-    ck_assert_int_eq(dl_proto_encode(bad, &frame, &len, &err), -EBADMSG);
+    DL_CHECK_ERRNO(dl_proto_encode(bad, &frame, &len, &err), -EBADMSG);
     ck_assert_int_eq(err.code, DL_PROTO_E_MISSING_FIELD);
     ck_assert_ptr_null(frame);
-    ck_assert_int_eq(dl_proto_encode(huge, &frame, &len, &err), -EMSGSIZE);
+    DL_CHECK_ERRNO(dl_proto_encode(huge, &frame, &len, &err), -EMSGSIZE);
     ck_assert_int_eq(err.code, DL_PROTO_E_FRAME_TOO_LARGE);
     ck_assert_ptr_null(frame);
     ck_assert_uint_eq(len, 0);
@@ -522,7 +522,7 @@ DL_TEST(test_error_offsets)
     size_t gl, bl, used;
     char want[64];
 
-    ck_assert_int_eq(dl_proto_encode(m, &good, &gl, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_encode(m, &good, &gl, NULL), 0);
     bad = text_frame("{]", &bl);
     stream = malloc(gl + bl);
     memcpy(stream, good, gl);

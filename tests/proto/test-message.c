@@ -336,7 +336,7 @@ DL_TEST(test_results)
             ck_assert_ptr_nonnull(strstr(err.message, " reply: "));
     }
     /* A notification is not a request and has no result. */
-    ck_assert_int_eq(dl_proto_validate_result(DL_PROTO_EVENT, NULL, NULL), -EBADMSG);
+    DL_CHECK_ERRNO(dl_proto_validate_result(DL_PROTO_EVENT, NULL, NULL), -EBADMSG);
 }
 
 DL_TEST(test_builders)
@@ -349,16 +349,16 @@ DL_TEST(test_builders)
     dl_proto_type_t type;
     const char *text = NULL;
 
-    ck_assert_int_eq(dl_proto_validate(reply, &type, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_validate(reply, &type, NULL), 0);
     ck_assert_int_eq(type, DL_PROTO_REPLY);
     ck_assert_int_eq(json_object_size(json_object_get(reply, "result")), 0);
-    ck_assert_int_eq(dl_proto_validate(reply2, &type, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_validate(reply2, &type, NULL), 0);
     ck_assert_int_eq(dl_proto_validate_result(DL_PROTO_KV_GET, json_object_get(reply2, "result"),
                                               NULL),
                      0);
     ck_assert_int_eq(dl_proto_reply_error(reply2, NULL), DL_PROTO_E_NONE);
 
-    ck_assert_int_eq(dl_proto_validate(error, &type, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_validate(error, &type, NULL), 0);
     ck_assert_int_eq(type, DL_PROTO_ERROR);
     ck_assert_int_eq(dl_proto_get_int(error, "id", -1), 9);
     ck_assert_int_eq(dl_proto_reply_error(error, &text), DL_PROTO_E_NOT_FOUND);
@@ -366,14 +366,14 @@ DL_TEST(test_builders)
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(error, "error"), "code")),
                      "not_found");
 
-    ck_assert_int_eq(dl_proto_validate(anon, &type, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_validate(anon, &type, NULL), 0);
     ck_assert_ptr_null(json_object_get(anon, "id"));
 
     /* A notification is built without an id, then completed by the caller. */
     ck_assert_ptr_null(json_object_get(msg, "id"));
     json_object_set_new(msg, "round", json_integer(2));
     json_object_set_new(msg, "reason", json_string("node n1 missed heartbeats"));
-    ck_assert_int_eq(dl_proto_validate(msg, &type, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_validate(msg, &type, NULL), 0);
 
     ck_assert_ptr_null(dl_proto_reply_new(-1, NULL));
     ck_assert_ptr_null(dl_proto_reply_new(1, json_array()));
@@ -389,7 +389,7 @@ DL_TEST(test_error_messages_are_one_printable_line)
     dl_proto_type_t type;
     dl_proto_error_t err;
 
-    ck_assert_int_eq(dl_proto_validate(m, &type, &err), -EBADMSG);
+    DL_CHECK_ERRNO(dl_proto_validate(m, &type, &err), -EBADMSG);
     ck_assert_int_eq(err.code, DL_PROTO_E_UNKNOWN_TYPE);
     ck_assert_int_eq(err.id, 5);
     for (const char *p = err.message; *p != '\0'; p++)
@@ -421,10 +421,10 @@ DL_TEST(test_roles_and_run_ids)
     dl_proto_role_t role = DL_PROTO_ROLE_SERVER;
     char long_id[DL_PROTO_RUN_ID_MAX + 2];
 
-    ck_assert_int_eq(dl_proto_role_parse("worker", &role), 0);
+    DL_CHECK_ERRNO(dl_proto_role_parse("worker", &role), 0);
     ck_assert_int_eq(role, DL_PROTO_ROLE_WORKER);
-    ck_assert_int_eq(dl_proto_role_parse("server", &role), -EINVAL);
-    ck_assert_int_eq(dl_proto_role_parse("Agent", &role), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_role_parse("server", &role), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_role_parse("Agent", &role), -EINVAL);
     ck_assert_int_eq(role, DL_PROTO_ROLE_WORKER);
     ck_assert_str_eq(dl_proto_role_name(DL_PROTO_ROLE_CONTROL), "control");
 

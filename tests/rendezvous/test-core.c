@@ -105,7 +105,7 @@ DL_TEST(min_nodes_start_the_last_call)
     h_join(&h, 2, "job", 1, &o, 1);
     ck_assert(h_armed(&h) == 11); /* min reached: last call ends at 1 + 10 */
     double at;
-    ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &at), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_next_deadline(h.core, &at), 0);
     ck_assert(at == 11);
     h_join(&h, 3, "job", 1, &o, 5);
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ASSIGNMENT), 0);
@@ -160,7 +160,7 @@ DL_TEST(join_timeout_fails_the_round)
     ck_assert_ptr_nonnull(h_msg(&h, 2, DL_RDZV_MSG_TIMEOUT));
     ck_assert_int_eq(h_status(&h, "job", 101)->state, DL_RDZV_JOB_TIMED_OUT);
     h_join(&h, 3, "job", 1, &o, 102);
-    ck_assert_int_eq(h_error(&h, 3), -ESHUTDOWN);
+    DL_CHECK_ERRNO(h_error(&h, 3), -ESHUTDOWN);
     h_fini(&h);
 }
 
@@ -260,13 +260,13 @@ DL_TEST(worker_failure_restarts_the_round)
     ck_assert_ptr_nonnull(strstr(js->failure, "a1"));
     /* conn 2 raced the round change: its report is stale, not a second restart. */
     h_conn_event(&h, DL_RDZV_EV_WORKER_FAILED, 2, 0, 6);
-    ck_assert_int_eq(h_error(&h, 2), -ESTALE);
+    DL_CHECK_ERRNO(h_error(&h, 2), -ESTALE);
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 0);
     h_join(&h, 1, "job", 1, &o, 7);
     h_join(&h, 2, "job", 1, &o, 7);
     ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT)->assignment.round, 1);
     h_conn_event(&h, DL_RDZV_EV_WORKER_FAILED, 1, 0, 8);
-    ck_assert_int_eq(h_error(&h, 1), -ESTALE);
+    DL_CHECK_ERRNO(h_error(&h, 1), -ESTALE);
     ck_assert_int_eq(h_status(&h, "job", 8)->restarts, 1);
     h_fini(&h);
 }
@@ -297,7 +297,7 @@ DL_TEST(a_new_node_joins_a_running_job)
     ck_assert_int_eq(m->assignment.restarts, 1);
     /* Full: a fourth node is turned away instead of restarting everyone. */
     h_join(&h, 4, "job", 1, &o, 15);
-    ck_assert_int_eq(h_error(&h, 4), -EUSERS);
+    DL_CHECK_ERRNO(h_error(&h, 4), -EUSERS);
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 0);
     h_fini(&h);
 }
@@ -396,14 +396,14 @@ DL_TEST(bad_hints_are_refused)
     h_init(&h);
     dl_rdzv_job_opts_t o = h_opts(4, 4);
     h_join_full(&h, 1, "job", (h_node_t){"a", "h", 1, 4, -1}, &o, -1, 0);
-    ck_assert_int_eq(h_error(&h, 1), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EINVAL);
     ck_assert_ptr_nonnull(strstr(h_msg(&h, 1, DL_RDZV_MSG_ERROR)->error.message, "out of range"));
     h_join_full(&h, 1, "job", (h_node_t){"a", "h", 1, -2, -1}, &o, -1, 0);
-    ck_assert_int_eq(h_error(&h, 1), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EINVAL);
     h_join_full(&h, 1, "job", (h_node_t){"a", "h", 1, 1, -1}, &o, -1, 0);
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_JOINED));
     h_join_full(&h, 2, "job", (h_node_t){"b", "h", 1, 1, -1}, &o, -1, 0);
-    ck_assert_int_eq(h_error(&h, 2), -EEXIST);
+    DL_CHECK_ERRNO(h_error(&h, 2), -EEXIST);
     ck_assert_ptr_nonnull(strstr(h_msg(&h, 2, DL_RDZV_MSG_ERROR)->error.message, "'a'"));
     h_join_full(&h, 2, "job", (h_node_t){"b", "h", 1, 2, -1}, &o, -1, 0);
     ck_assert_ptr_nonnull(h_msg(&h, 2, DL_RDZV_MSG_JOINED));
@@ -461,7 +461,7 @@ DL_TEST(restarts_run_out)
     ck_assert_int_eq(js->state, DL_RDZV_JOB_FAILED);
     ck_assert_ptr_nonnull(strstr(js->failure, "first"));
     h_join(&h, 3, "job", 1, &o, 7);
-    ck_assert_int_eq(h_error(&h, 3), -ESHUTDOWN);
+    DL_CHECK_ERRNO(h_error(&h, 3), -ESHUTDOWN);
     h_fini(&h);
 }
 
@@ -495,7 +495,7 @@ DL_TEST(stop_ends_the_job_and_it_is_forgotten_later)
     ck_assert(h_armed(&h) == 55); /* heartbeats are off; only the linger is left */
     ck_assert_int_eq(h_status(&h, "job", 6)->state, DL_RDZV_JOB_STOPPED);
     h_control(&h, DL_RDZV_EV_STOP, 50, "job", 7);
-    ck_assert_int_eq(h_error(&h, 50), -ESHUTDOWN);
+    DL_CHECK_ERRNO(h_error(&h, 50), -ESHUTDOWN);
     h_conn_event(&h, DL_RDZV_EV_HEARTBEAT, 1, 0, 8);
     ck_assert_uint_eq(h.acts.n, 0);
     h_tick(&h, 55);
@@ -504,9 +504,9 @@ DL_TEST(stop_ends_the_job_and_it_is_forgotten_later)
         disarmed |= h.acts.v[i].kind == DL_RDZV_ACT_DISARM_TIMER;
     ck_assert(disarmed);
     double at;
-    ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
+    DL_CHECK_ERRNO(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
     h_control(&h, DL_RDZV_EV_STATUS, 50, "job", 56);
-    ck_assert_int_eq(h_error(&h, 50), -ENOENT);
+    DL_CHECK_ERRNO(h_error(&h, 50), -ENOENT);
     /* A fresh job may reuse the run id. */
     h_join(&h, 3, "job", 1, &o, 57);
     ck_assert_ptr_nonnull(h_msg(&h, 3, DL_RDZV_MSG_JOINED));
@@ -580,7 +580,7 @@ DL_TEST(restart_request_opens_a_round)
     dl_rdzv_job_opts_t o = h_opts(2, 2);
     h_join(&h, 1, "job", 1, &o, 0);
     h_control(&h, DL_RDZV_EV_RESTART, 50, "job", 1);
-    ck_assert_int_eq(h_error(&h, 50), -EAGAIN);
+    DL_CHECK_ERRNO(h_error(&h, 50), -EAGAIN);
     h_join(&h, 2, "job", 1, &o, 1);
     h_control(&h, DL_RDZV_EV_RESTART, 50, "job", 2);
     ck_assert_ptr_nonnull(h_msg(&h, 50, DL_RDZV_MSG_OK));
@@ -597,7 +597,7 @@ DL_TEST(restart_request_opens_a_round)
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT));
     ck_assert_ptr_null(h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT)->assignment.culprit);
     h_control(&h, DL_RDZV_EV_RESTART, 50, "nope", 4);
-    ck_assert_int_eq(h_error(&h, 50), -ENOENT);
+    DL_CHECK_ERRNO(h_error(&h, 50), -ENOENT);
     h_fini(&h);
 }
 
@@ -869,7 +869,7 @@ DL_TEST(every_member_leaving_ok_succeeds)
     h_tick(&h, 30);
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 0);
     h_conn_event(&h, DL_RDZV_EV_LEAVE, 2, 4, 31);
-    ck_assert_int_eq(h_error(&h, 2), -ESTALE);
+    DL_CHECK_ERRNO(h_error(&h, 2), -ESTALE);
     h_conn_event(&h, DL_RDZV_EV_LEAVE, 2, 0, 32);
     ck_assert_ptr_nonnull(h_msg(&h, 2, DL_RDZV_MSG_OK));
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_SUCCEEDED), 2);
@@ -930,7 +930,7 @@ DL_TEST(a_join_without_resume_restarts_the_round)
     h_join(&h, 2, "job", 1, &o, 0);
     h_conn_event(&h, DL_RDZV_EV_DISCONNECT, 2, 0, 5);
     h_join(&h, 8, "job", 1, &o, 6); /* agent "a8" is new, but the job is full */
-    ck_assert_int_eq(h_error(&h, 8), -EUSERS);
+    DL_CHECK_ERRNO(h_error(&h, 8), -EUSERS);
     h_join_full(&h, 8, "job", (h_node_t){"a2", "h2", 1, -1, -1}, &o, -1, 7);
     ck_assert_int_eq(h_msg(&h, 8, DL_RDZV_MSG_JOINED)->joined.round, 1);
     ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.round, 1);
@@ -944,13 +944,13 @@ DL_TEST(agent_ids_and_connections_do_not_mix)
     dl_rdzv_job_opts_t o = h_opts(3, 3);
     h_join_full(&h, 1, "job", (h_node_t){"n1", "h", 1, -1, -1}, &o, -1, 0);
     h_join_full(&h, 2, "job", (h_node_t){"n1", "h", 1, -1, -1}, &o, -1, 1);
-    ck_assert_int_eq(h_error(&h, 2), -EEXIST);
+    DL_CHECK_ERRNO(h_error(&h, 2), -EEXIST);
     h_join_full(&h, 1, "job", (h_node_t){"n1", "h", 1, -1, -1}, &o, -1, 2);
     ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_JOINED)->joined.round, 0);
     h_join_full(&h, 1, "job", (h_node_t){"n2", "h", 1, -1, -1}, &o, -1, 3);
-    ck_assert_int_eq(h_error(&h, 1), -EBUSY);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EBUSY);
     h_join_full(&h, 1, "other", (h_node_t){"n1", "h", 1, -1, -1}, NULL, -1, 4);
-    ck_assert_int_eq(h_error(&h, 1), -EBUSY);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EBUSY);
     ck_assert_uint_eq(h_status(&h, "job", 5)->nmembers, 1);
     h_fini(&h);
 }
@@ -962,22 +962,22 @@ DL_TEST(bad_joins_are_refused)
     dl_rdzv_job_opts_t o = h_opts(2, 3);
     h_join(&h, 1, "job", 1, &o, 0);
     h_join_full(&h, 2, "job", (h_node_t){"x", "h", -1, -1, -1}, &o, -1, 0);
-    ck_assert_int_eq(h_error(&h, 2), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 2), -EINVAL);
     h_join_full(&h, 2, "job", (h_node_t){"", "h", 1, -1, -1}, &o, -1, 0);
-    ck_assert_int_eq(h_error(&h, 2), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 2), -EINVAL);
     char host[300];
     memset(host, 'h', sizeof(host) - 1);
     host[sizeof(host) - 1] = 0;
     h_join_full(&h, 2, "job", (h_node_t){"x", host, 1, -1, -1}, &o, -1, 0);
-    ck_assert_int_eq(h_error(&h, 2), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 2), -EINVAL);
     ck_assert_ptr_nonnull(strstr(h_msg(&h, 2, DL_RDZV_MSG_ERROR)->error.message, "host"));
     dl_rdzv_job_opts_t other = h_opts(1, 3);
     h_join(&h, 2, "job", 1, &other, 0);
-    ck_assert_int_eq(h_error(&h, 2), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 2), -EINVAL);
     ck_assert_ptr_nonnull(strstr(h_msg(&h, 2, DL_RDZV_MSG_ERROR)->error.message, "2:3"));
     dl_rdzv_job_opts_t bad = h_opts(0, 3);
     h_join(&h, 3, "new", 1, &bad, 0);
-    ck_assert_int_eq(h_error(&h, 3), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 3), -EINVAL);
     ck_assert_ptr_nonnull(strstr(h_msg(&h, 3, DL_RDZV_MSG_ERROR)->error.message, "min_nodes"));
     /* No opts: the core's defaults, one node, so the round closes at once. */
     h_join(&h, 4, "solo", 2, NULL, 0);
@@ -1012,12 +1012,12 @@ DL_TEST(add_job_ahead_of_joins)
     harness_t h;
     h_init(&h);
     dl_rdzv_job_opts_t o = h_opts(1, 2), bad = h_opts(3, 2);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "j", &o), 0);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "j", &o), -EEXIST);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "k", &bad), -EINVAL);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "", &o), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "j", &o), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "j", &o), -EEXIST);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "k", &bad), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "", &o), -EINVAL);
     double at;
-    ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
+    DL_CHECK_ERRNO(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
     h_join(&h, 1, "j", 1, NULL, 0);
     ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_JOINED)->joined.round, 0);
     ck_assert(h_armed(&h) == 10); /* min 1 reached: the last call */
@@ -1029,25 +1029,25 @@ DL_TEST(opts_are_checked)
     dl_rdzv_job_opts_t o;
     dl_rdzv_job_opts_init(&o);
     char err[128];
-    ck_assert_int_eq(dl_rdzv_job_opts_check(&o, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_rdzv_job_opts_check(&o, err, sizeof(err)), 0);
     o.dead_after = 0;
-    ck_assert_int_eq(dl_rdzv_job_opts_check(&o, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_job_opts_check(&o, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "dead_after"));
     dl_rdzv_job_opts_init(&o);
     o.max_nodes = DL_RDZV_MAX_NODES + 1;
-    ck_assert_int_eq(dl_rdzv_job_opts_check(&o, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_job_opts_check(&o, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "max_nodes"));
     dl_rdzv_core_opts_t co;
     dl_rdzv_core_opts_init(&co);
     co.max_keys = 0;
     dl_rdzv_core_t *core = (dl_rdzv_core_t *)&co;
-    ck_assert_int_eq(dl_rdzv_core_new(&co, &core), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_core_new(&co, &core), -EINVAL);
     ck_assert_ptr_eq(core, (dl_rdzv_core_t *)&co);
     dl_rdzv_core_free(NULL);
     dl_rdzv_event_t ev = {.kind = (dl_rdzv_event_kind_t)99};
-    ck_assert_int_eq(dl_rdzv_core_new(NULL, &core), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_new(NULL, &core), 0);
     dl_rdzv_actions_t acts;
-    ck_assert_int_eq(dl_rdzv_core_step(core, &ev, 0, &acts), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_core_step(core, &ev, 0, &acts), -EINVAL);
     dl_rdzv_core_free(core);
     ck_assert_str_eq(dl_rdzv_job_state_name(DL_RDZV_JOB_TIMED_OUT), "timed-out");
     ck_assert_str_eq(dl_rdzv_msg_kind_name(DL_RDZV_MSG_ROUND_CHANGED), "round-changed");
@@ -1142,13 +1142,13 @@ DL_TEST(jobs_per_creator_and_timeouts_are_capped)
     /* A join timeout over the server's limit is refused, as are last call and dead after. */
     jo.join_timeout = 1e9;
     h_join(&h, 11, "long", 1, &jo, 0);
-    ck_assert_int_eq(h_error(&h, 11), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 11), -EINVAL);
     ck_assert_ptr_nonnull(
         strstr(h_msg(&h, 11, DL_RDZV_MSG_ERROR)->error.message, "join_timeout"));
     jo.join_timeout = 100;
     jo.dead_after = 101;
     h_join(&h, 12, "long", 1, &jo, 0);
-    ck_assert_int_eq(h_error(&h, 12), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 12), -EINVAL);
     /* A squatter's job times out, lingers, is forgotten (the shell hears it), and frees its
      * creator's place. */
     jo.dead_after = 20;

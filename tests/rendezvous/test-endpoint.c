@@ -9,10 +9,10 @@ DL_TEST(host_and_port)
 {
     char host[64];
     int port = 0;
-    ck_assert_int_eq(dl_rdzv_endpoint_parse("node-1.example:29400", host, sizeof(host), &port), 0);
+    DL_CHECK_ERRNO(dl_rdzv_endpoint_parse("node-1.example:29400", host, sizeof(host), &port), 0);
     ck_assert_str_eq(host, "node-1.example");
     ck_assert_int_eq(port, 29400);
-    ck_assert_int_eq(dl_rdzv_endpoint_parse("[::1]:65535", host, sizeof(host), &port), 0);
+    DL_CHECK_ERRNO(dl_rdzv_endpoint_parse("[::1]:65535", host, sizeof(host), &port), 0);
     ck_assert_str_eq(host, "::1");
     ck_assert_int_eq(port, 65535);
 }
@@ -27,16 +27,16 @@ DL_TEST(bad_endpoints)
         ck_assert_msg(dl_rdzv_endpoint_parse(bad[i], host, sizeof(host), &port) == -EINVAL,
                       "'%s' was accepted", bad[i]);
     char tiny[4];
-    ck_assert_int_eq(dl_rdzv_endpoint_parse("longhost:1", tiny, sizeof(tiny), &port), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_endpoint_parse("longhost:1", tiny, sizeof(tiny), &port), -EINVAL);
 }
 
 DL_TEST(listen_takes_port_zero)
 {
     char host[64];
     int port = -1;
-    ck_assert_int_eq(dl_rdzv_listen_parse("127.0.0.1:0", host, sizeof(host), &port), 0);
+    DL_CHECK_ERRNO(dl_rdzv_listen_parse("127.0.0.1:0", host, sizeof(host), &port), 0);
     ck_assert_str_eq(host, "127.0.0.1");
     ck_assert_int_eq(port, 0);
-    ck_assert_int_eq(dl_rdzv_listen_parse("127.0.0.1:65536", host, sizeof(host), &port), -EINVAL);
-    ck_assert_int_eq(dl_rdzv_listen_parse("127.0.0.1", host, sizeof(host), &port), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_listen_parse("127.0.0.1:65536", host, sizeof(host), &port), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_listen_parse("127.0.0.1", host, sizeof(host), &port), -EINVAL);
 }

@@ -177,6 +177,6 @@ DL_TEST(zero_never_stops_early_and_below_zero_is_refused)
 
     char err[128];
     o.max_same_failures = -1;
-    ck_assert_int_eq(dl_rdzv_job_opts_check(&o, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_job_opts_check(&o, err, sizeof(err)), -EINVAL);
     ck_assert_str_eq(err, "max_same_failures: -1 is below 0");
 }

@@ -59,7 +59,7 @@ DL_TEST(histogram_buckets_are_upper_bounds)
 DL_TEST(rounds_restarts_and_endings_are_counted)
 {
     dl__rdzv_stats_t st;
-    ck_assert_int_eq(dl__rdzv_stats_init(&st, 100.0), 0);
+    DL_CHECK_ERRNO(dl__rdzv_stats_init(&st, 100.0), 0);
     dl__rdzv_stats_join(&st, "j", 10.0);
     feed(&st, "j", "rendezvous", "{\"round\": 0}", 10.25);
     feed(&st, "j", "round_changed", "{\"round\": 1, \"reason\": \"rank 1 exited\", "
@@ -107,7 +107,7 @@ DL_TEST(rounds_restarts_and_endings_are_counted)
 DL_TEST(the_last_failure_keeps_the_end_of_the_tail)
 {
     dl__rdzv_stats_t st;
-    ck_assert_int_eq(dl__rdzv_stats_init(&st, 0), 0);
+    DL_CHECK_ERRNO(dl__rdzv_stats_init(&st, 0), 0);
     dl__rdzv_stats_join(&st, "j", 0);
     /* 5000 bytes ending in a two-byte character: the cut at 4096 from the end must not split
      * one. */
@@ -136,7 +136,7 @@ DL_TEST(the_last_failure_keeps_the_end_of_the_tail)
 DL_TEST(progress_is_one_point_a_step_and_bounded)
 {
     dl__rdzv_stats_t st;
-    ck_assert_int_eq(dl__rdzv_stats_init(&st, 0), 0);
+    DL_CHECK_ERRNO(dl__rdzv_stats_init(&st, 0), 0);
     dl__rdzv_stats_join(&st, "j", 0);
     for (int i = 0; i < 1000; i++) {
         json_t *p = json_pack("{s:i, s:f, s:f}", "step", i / 2, "loss", 1.0 / (i + 1),
@@ -156,7 +156,7 @@ DL_TEST(progress_is_one_point_a_step_and_bounded)
 DL_TEST(forgotten_jobs_are_dropped)
 {
     dl__rdzv_stats_t st;
-    ck_assert_int_eq(dl__rdzv_stats_init(&st, 0), 0);
+    DL_CHECK_ERRNO(dl__rdzv_stats_init(&st, 0), 0);
     dl__rdzv_stats_join(&st, "gone", 0);
     dl__rdzv_stats_join(&st, "j", 0);
     json_decref(snapshot_of(&st, "j"));

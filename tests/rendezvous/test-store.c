@@ -71,7 +71,7 @@ static void setup(harness_t *h)
 {
     h_init(h);
     dl_rdzv_job_opts_t o = h_opts(1, 4);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h->core, "job", &o), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h->core, "job", &o), 0);
 }
 
 DL_TEST(set_then_get)
@@ -129,15 +129,15 @@ DL_TEST(add_is_an_integer_counter)
     ev.store.key = buf("s");
     ev.store.delta = 1;
     h_step(&h, &ev, 0);
-    ck_assert_int_eq(h_error(&h, 1), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EINVAL);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "s", "9223372036854775807", 0);
     h_step(&h, &ev, 0);
-    ck_assert_int_eq(h_error(&h, 1), -ERANGE);
+    DL_CHECK_ERRNO(h_error(&h, 1), -ERANGE);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "s", "-9223372036854775808", 0);
     ck_assert_int_eq(add(&h, 1, "s", 1), -9223372036854775807LL);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "s", "99999999999999999999", 0);
     h_step(&h, &ev, 0);
-    ck_assert_int_eq(h_error(&h, 1), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EINVAL);
     h_fini(&h);
 }
 
@@ -200,7 +200,7 @@ DL_TEST(a_wait_is_completed_by_later_sets)
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_OK));
     /* Done means gone: no timeout later, and the timer was dropped. */
     double at;
-    ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
+    DL_CHECK_ERRNO(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
     h_tick(&h, 40);
     ck_assert_uint_eq(h_sends_to(&h, 5), 0);
     h_fini(&h);
@@ -219,7 +219,7 @@ DL_TEST(a_wait_times_out)
     h_tick(&h, 15);
     const dl_rdzv_msg_t *m = h_msg(&h, 5, DL_RDZV_MSG_ERROR);
     ck_assert_ptr_nonnull(m);
-    ck_assert_int_eq(m->error.code, -ETIMEDOUT);
+    DL_CHECK_ERRNO(m->error.code, -ETIMEDOUT);
     ck_assert_uint_eq(m->req_id, 705);
     ck_assert_ptr_nonnull(strstr(m->error.message, "2 of 3"));
     /* Keys only waited on are gone with the wait. */
@@ -237,7 +237,7 @@ DL_TEST(present_keys_and_zero_timeouts_answer_at_once)
     static const char *const keys[] = {"a", "b"};
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "a", "1", 0);
     wait_keys(&h, 5, "job", 0, keys, 2, 0, 0);
-    ck_assert_int_eq(h_error(&h, 5), -ETIMEDOUT);
+    DL_CHECK_ERRNO(h_error(&h, 5), -ETIMEDOUT);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "b", "1", 0);
     wait_keys(&h, 5, "job", 0, keys, 2, 0, 0);
     ck_assert_ptr_nonnull(h_msg(&h, 5, DL_RDZV_MSG_WAIT_DONE));
@@ -257,7 +257,7 @@ DL_TEST(many_waiters_on_one_key)
     for (uint64_t c = 1; c <= N; c++)
         ck_assert_uint_eq(h_msg(&h, 100 + c, DL_RDZV_MSG_WAIT_DONE)->req_id, 700 + 100 + c);
     double at;
-    ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
+    DL_CHECK_ERRNO(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
     h_fini(&h);
 }
 
@@ -275,7 +275,7 @@ DL_TEST(waits_go_with_their_connection)
     ck_assert_uint_eq(h_sends_to(&h, 5), 0);
     ck_assert_ptr_nonnull(h_msg(&h, 6, DL_RDZV_MSG_WAIT_DONE));
     double at;
-    ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
+    DL_CHECK_ERRNO(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
     h_fini(&h);
 }
 
@@ -311,13 +311,13 @@ DL_TEST(limits_are_errors)
     o.max_waits = 2;
     h_init_opts(&h, &o);
     dl_rdzv_job_opts_t jo = h_opts(1, 1);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "123456789", "v", 0);
-    ck_assert_int_eq(h_error(&h, 1), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EINVAL);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "", "v", 0);
-    ck_assert_int_eq(h_error(&h, 1), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EINVAL);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k", "0123456789abcdefg", 0);
-    ck_assert_int_eq(h_error(&h, 1), -EMSGSIZE);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EMSGSIZE);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k1", "0123456789abcdef", 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k2", "0123456789abcdef", 0);
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_OK));
@@ -332,7 +332,7 @@ DL_TEST(limits_are_errors)
     ck_assert_ptr_nonnull(strstr(h_msg(&h, 1, DL_RDZV_MSG_ERROR)->error.message, "limit"));
     static const char *const three[] = {"a", "b", "c"}, *const one[] = {"w"};
     wait_keys(&h, 5, "job", 0, three, 3, 10, 0);
-    ck_assert_int_eq(h_error(&h, 5), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 5), -EINVAL);
     wait_keys(&h, 5, "job", 0, one, 1, 10, 0);
     ck_assert_int_eq(h_error(&h, 5), -ENOSPC); /* a waited-on key needs room too */
     op(&h, DL_RDZV_EV_STORE_DELETE, 1, "job", 0, "k3", NULL, 0);
@@ -353,13 +353,13 @@ DL_TEST(the_bytes_of_a_store_are_capped)
     o.max_store_bytes = 40;
     h_init_opts(&h, &o);
     dl_rdzv_job_opts_t jo = h_opts(1, 1);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k1", "0123456789abcdef", 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k2", "0123456789abcdef", 0);
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_OK));
     /* 36 bytes held: a 2-byte key fits, its 4-byte value does not. */
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k3", "0123", 0);
-    ck_assert_int_eq(h_error(&h, 1), -ENOSPC);
+    DL_CHECK_ERRNO(h_error(&h, 1), -ENOSPC);
     ck_assert_uint_eq(h_status(&h, "job", 0)->nkeys, 2);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k2", "01", 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k3", "0123", 0);
@@ -377,8 +377,8 @@ DL_TEST(the_memory_of_all_stores_is_capped)
     o.max_memory = 64 * 1024;
     h_init_opts(&h, &o);
     dl_rdzv_job_opts_t jo = h_opts(1, 1);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "a", &jo), 0);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "b", &jo), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "a", &jo), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "b", &jo), 0);
     static char value[4097];
     memset(value, 'v', 4096);
     char key[32];
@@ -389,7 +389,7 @@ DL_TEST(the_memory_of_all_stores_is_capped)
         code = h_error(&h, 1);
         stored += code == 0;
     }
-    ck_assert_int_eq(code, -ENOBUFS);
+    DL_CHECK_ERRNO(code, -ENOBUFS);
     ck_assert_int_ge(stored, 10);
     ck_assert_int_le(stored, 16);
     /* Small keys fill what is left... */
@@ -399,11 +399,11 @@ DL_TEST(the_memory_of_all_stores_is_capped)
         op(&h, DL_RDZV_EV_STORE_SET, 1, "a", 0, key, "", 0);
         code = h_error(&h, 1);
     }
-    ck_assert_int_eq(h_error(&h, 1), -ENOBUFS);
+    DL_CHECK_ERRNO(h_error(&h, 1), -ENOBUFS);
     /* ...and then a wait, which needs memory too, finds none; a delete gives it back. */
     static const char *const keys[] = {"nobody-sets-this"};
     wait_keys(&h, 2, "a", -1, keys, 1, 5, 0);
-    ck_assert_int_eq(h_error(&h, 2), -ENOBUFS);
+    DL_CHECK_ERRNO(h_error(&h, 2), -ENOBUFS);
     op(&h, DL_RDZV_EV_STORE_DELETE, 1, "a", 0, "k1", NULL, 0);
     op(&h, DL_RDZV_EV_STORE_DELETE, 1, "b", 0, "k0", NULL, 0);
     wait_keys(&h, 2, "a", -1, keys, 1, 5, 0);
@@ -421,14 +421,14 @@ DL_TEST(waits_of_one_connection_are_capped)
     o.max_waits_per_conn = 3;
     h_init_opts(&h, &o);
     dl_rdzv_job_opts_t jo = h_opts(1, 1);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
     static const char *const keys[] = {"x"};
     for (int i = 0; i < 3; i++) {
         wait_keys(&h, 1, "job", -1, keys, 1, 50, 0);
         ck_assert_int_eq(h_error(&h, 1), 0);
     }
     wait_keys(&h, 1, "job", -1, keys, 1, 50, 0);
-    ck_assert_int_eq(h_error(&h, 1), -ENOSPC);
+    DL_CHECK_ERRNO(h_error(&h, 1), -ENOSPC);
     /* Another connection has its own; one that finishes makes room. */
     wait_keys(&h, 2, "job", -1, keys, 1, 50, 0);
     ck_assert_int_eq(h_error(&h, 2), 0);
@@ -456,11 +456,11 @@ DL_TEST(a_new_round_starts_an_empty_store)
     op(&h, DL_RDZV_EV_STORE_SET, 10, "job", 0, "k", "v", 1);
     wait_keys(&h, 11, "job", 0, keys, 1, 60, 1);
     op(&h, DL_RDZV_EV_STORE_SET, 10, "job", 1, "k", "v", 1);
-    ck_assert_int_eq(h_error(&h, 10), -ESTALE);
+    DL_CHECK_ERRNO(h_error(&h, 10), -ESTALE);
     h_conn_event(&h, DL_RDZV_EV_WORKER_FAILED, 1, 0, 2);
-    ck_assert_int_eq(h_error(&h, 11), -ESTALE);
+    DL_CHECK_ERRNO(h_error(&h, 11), -ESTALE);
     op(&h, DL_RDZV_EV_STORE_GET, 10, "job", 0, "k", NULL, 3);
-    ck_assert_int_eq(h_error(&h, 10), -ESTALE);
+    DL_CHECK_ERRNO(h_error(&h, 10), -ESTALE);
     op(&h, DL_RDZV_EV_STORE_GET, 10, "job", 1, "k", NULL, 3);
     ck_assert(!h_msg(&h, 10, DL_RDZV_MSG_VALUE)->value.found);
     op(&h, DL_RDZV_EV_STORE_SET, 10, "job", -1, "k", "new", 3);
@@ -479,7 +479,7 @@ DL_TEST(a_reset_empties_the_store_and_ends_its_waits)
     wait_keys(&h, 2, "job", -1, keys, 1, 60, 0);
     dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_STORE_RESET, .run_id = "job"};
     h_step(&h, &ev, 1);
-    ck_assert_int_eq(h_error(&h, 2), -ESTALE);
+    DL_CHECK_ERRNO(h_error(&h, 2), -ESTALE);
     op(&h, DL_RDZV_EV_STORE_GET, 1, "job", -1, "k", NULL, 2);
     ck_assert(!h_msg(&h, 1, DL_RDZV_MSG_VALUE)->value.found);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", -1, "k", "again", 2);
@@ -500,11 +500,11 @@ DL_TEST(waits_end_with_the_job)
     static const char *const keys[] = {"x"};
     wait_keys(&h, 11, "job", -1, keys, 1, -1, 1);
     h_control(&h, DL_RDZV_EV_STOP, 50, "job", 2);
-    ck_assert_int_eq(h_error(&h, 11), -ESHUTDOWN);
+    DL_CHECK_ERRNO(h_error(&h, 11), -ESHUTDOWN);
     op(&h, DL_RDZV_EV_STORE_GET, 10, "job", -1, "x", NULL, 3);
-    ck_assert_int_eq(h_error(&h, 10), -ESHUTDOWN);
+    DL_CHECK_ERRNO(h_error(&h, 10), -ESHUTDOWN);
     op(&h, DL_RDZV_EV_STORE_GET, 10, "nope", -1, "x", NULL, 3);
-    ck_assert_int_eq(h_error(&h, 10), -ENOENT);
+    DL_CHECK_ERRNO(h_error(&h, 10), -ENOENT);
     h_fini(&h);
 }
 
@@ -513,7 +513,7 @@ DL_TEST(stores_are_per_job)
     harness_t h;
     setup(&h);
     dl_rdzv_job_opts_t o = h_opts(1, 1);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "other", &o), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "other", &o), 0);
     static const char *const keys[] = {"k"};
     wait_keys(&h, 5, "other", 0, keys, 1, -1, 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k", "in job", 0);

@@ -180,7 +180,7 @@ DL_TEST(damage_leaves_the_model_alone)
     for (size_t i = 0; i < NP; i++)
         p[i] = m[i] = 42.0f;
     dl_train_ckpt_t in = receiver(p, m);
-    ck_assert_int_eq(dl_train_ckpt_load(path, &in, err, sizeof(err)), -EBADMSG);
+    DL_CHECK_ERRNO(dl_train_ckpt_load(path, &in, err, sizeof(err)), -EBADMSG);
     ck_assert_ptr_nonnull(strstr(err, "bad checksum"));
     for (size_t i = 0; i < NP; i++) {
         ck_assert_float_eq(p[i], 42.0f);
@@ -198,22 +198,22 @@ DL_TEST(wrong_shape_and_garbage)
     dl_train_ckpt_t in = receiver(p, m);
     in.sizes[1] = 21;
     in.n_params = 30 * 21 + 21 + 21 * 10 + 10;
-    ck_assert_int_eq(dl_train_ckpt_load(path, &in, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_ckpt_load(path, &in, err, sizeof(err)), -EINVAL);
     ck_assert_msg(strstr(err, "30-20-10 tanh, expected 30-21-10 tanh"), "%s", err);
 
     in = receiver(p, m);
     in.act = DL_TRAIN_ACT_RELU;
-    ck_assert_int_eq(dl_train_ckpt_load(path, &in, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_ckpt_load(path, &in, err, sizeof(err)), -EINVAL);
 
     in = receiver(p, m);
     snprintf(bad, sizeof(bad), "%s/ckpt-000000000999.dlck", dir);
     char junk[120];
     memset(junk, 'j', sizeof(junk));
     tu_write_file(bad, junk, sizeof(junk));
-    ck_assert_int_eq(dl_train_ckpt_load(bad, &in, err, sizeof(err)), -EBADMSG);
+    DL_CHECK_ERRNO(dl_train_ckpt_load(bad, &in, err, sizeof(err)), -EBADMSG);
     ck_assert_msg(strstr(err, bad) && strstr(err, "bad magic"), "%s", err);
     tu_write_file(bad, "DLTR", 4);
-    ck_assert_int_eq(dl_train_ckpt_load(bad, &in, err, sizeof(err)), -EBADMSG);
+    DL_CHECK_ERRNO(dl_train_ckpt_load(bad, &in, err, sizeof(err)), -EBADMSG);
     ck_assert_ptr_nonnull(strstr(err, "truncated header"));
 
     /* The newest is garbage; the valid one behind it is found. */
@@ -229,7 +229,7 @@ DL_TEST(empty_or_missing_folder)
     float p[NP], m[NP];
     char missing[4096];
     dl_train_ckpt_t in = receiver(p, m);
-    ck_assert_int_eq(dl_train_ckpt_load_latest(dir, &in, NULL, NULL, NULL, 0, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_ckpt_load_latest(dir, &in, NULL, NULL, NULL, 0, err, sizeof(err)), 0);
     snprintf(missing, sizeof(missing), "%s/nope", dir);
     ck_assert_int_eq(dl_train_ckpt_load_latest(missing, &in, NULL, NULL, NULL, 0, err, sizeof(err)),
                      0);
@@ -281,7 +281,7 @@ DL_TEST(leftover_temporary_is_ignored_then_pruned)
     ck_assert_uint_eq(in.step, 3);
     ck_assert_int_eq(skips.count, 0);
     dl_train_ckpt_t shape = make(0, 0.0f);
-    ck_assert_int_eq(dl_train_ckpt_prune(dir, 3, &shape, NULL, NULL, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_ckpt_prune(dir, 3, &shape, NULL, NULL, err, sizeof(err)), 0);
     ck_assert_uint_eq(count_entries(".ckpt-"), 0);
     ck_assert_uint_eq(count_entries("ckpt-"), 1);
 }
@@ -319,7 +319,7 @@ DL_TEST(prune_counts_only_valid_checkpoints)
     damage(40, true);
     dl_train_ckpt_t shape = make(0, 0.0f);
     skips_t skips = {0};
-    ck_assert_int_eq(dl_train_ckpt_prune(dir, 3, &shape, on_skip, &skips, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_ckpt_prune(dir, 3, &shape, on_skip, &skips, err, sizeof(err)), 0);
     /* Only three valid ones exist: nothing is surplus, and the damaged ones stay for a look. */
     for (uint64_t s = 1; s <= 5; s++)
         ck_assert_msg(exists(s * 10), "step %llu was deleted", (unsigned long long)s * 10);
@@ -328,7 +328,7 @@ DL_TEST(prune_counts_only_valid_checkpoints)
     ck_assert_msg(strstr(skips.lines[1], "truncated"), "%s", skips.lines[1]);
 
     /* keep 1: the newest valid (30) stays, the damaged newer ones stay, the older go. */
-    ck_assert_int_eq(dl_train_ckpt_prune(dir, 1, &shape, NULL, NULL, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_ckpt_prune(dir, 1, &shape, NULL, NULL, err, sizeof(err)), 0);
     ck_assert(exists(50) && exists(40) && exists(30));
     ck_assert(!exists(20) && !exists(10));
     dl_train_ckpt_t in = receiver(p, m);
@@ -337,7 +337,7 @@ DL_TEST(prune_counts_only_valid_checkpoints)
 
     /* A newer good one arrives: it is the one kept, and everything older goes, damaged or not. */
     save(60, 6.0f, NULL);
-    ck_assert_int_eq(dl_train_ckpt_prune(dir, 1, &shape, NULL, NULL, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_ckpt_prune(dir, 1, &shape, NULL, NULL, err, sizeof(err)), 0);
     ck_assert(exists(60));
     ck_assert(!exists(50) && !exists(40) && !exists(30));
 
@@ -345,7 +345,7 @@ DL_TEST(prune_counts_only_valid_checkpoints)
     save(70, 7.0f, NULL);
     dl_train_ckpt_t other = make(0, 0.0f);
     other.act = DL_TRAIN_ACT_RELU;
-    ck_assert_int_eq(dl_train_ckpt_prune(dir, 1, &other, NULL, NULL, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_ckpt_prune(dir, 1, &other, NULL, NULL, err, sizeof(err)), 0);
     ck_assert(exists(70) && exists(60));
 }
 
@@ -358,7 +358,7 @@ DL_TEST(prune_keeps_newest)
     snprintf(path, sizeof(path), "%s/notes.txt", dir);
     tu_write_file(path, "x", 1);
     dl_train_ckpt_t shape = make(0, 0.0f);
-    ck_assert_int_eq(dl_train_ckpt_prune(dir, 3, &shape, NULL, NULL, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_ckpt_prune(dir, 3, &shape, NULL, NULL, err, sizeof(err)), 0);
     ck_assert_uint_eq(count_entries("ckpt-"), 3);
     ck_assert_uint_eq(count_entries("notes"), 1);
     for (uint64_t s = 10; s <= 12; s++) {

@@ -30,7 +30,7 @@ DL_TEST(defaults)
     ck_assert_int_eq(c.blas_threads, 1);
     ck_assert_int_eq(c.overlap, DL_TRAIN_OVERLAP_AUTO);
     ck_assert_uint_eq(c.fail_at_step, 0); /* no crash on purpose unless asked */
-    ck_assert_int_eq(dl_train_config_check(&c, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_check(&c, err, sizeof(err)), 0);
     dl_train_config_free(&c);
     dl_train_config_free(NULL);
 }
@@ -39,34 +39,34 @@ DL_TEST(set_every_kind)
 {
     dl_train_config_t c;
     dl_train_config_init(&c);
-    ck_assert_int_eq(dl_train_config_set(&c, "layers", "784,512,10", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "layers", "784,512,10", err, sizeof(err)), 0);
     ck_assert_uint_eq(c.n_layers, 2);
     ck_assert_uint_eq(c.sizes[1], 512);
-    ck_assert_int_eq(dl_train_config_set(&c, "activation", "gelu", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "activation", "gelu", err, sizeof(err)), 0);
     ck_assert_int_eq(c.activation, DL_TRAIN_ACT_GELU);
-    ck_assert_int_eq(dl_train_config_set(&c, "lr", "0.125", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "lr", "0.125", err, sizeof(err)), 0);
     ck_assert_double_eq(c.lr, 0.125);
-    ck_assert_int_eq(dl_train_config_set(&c, "steps", "5000", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "steps", "5000", err, sizeof(err)), 0);
     ck_assert_uint_eq(c.steps, 5000);
-    ck_assert_int_eq(dl_train_config_set(&c, "drop_last", "yes", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "drop_last", "yes", err, sizeof(err)), 0);
     ck_assert(c.drop_last);
-    ck_assert_int_eq(dl_train_config_set(&c, "lr_scaling", "linear", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "lr_scaling", "linear", err, sizeof(err)), 0);
     ck_assert_int_eq(c.lr_scaling, DL_TRAIN_SCALE_LINEAR);
-    ck_assert_int_eq(dl_train_config_set(&c, "checkpoint_dir", "/tmp/x", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "checkpoint_dir", "/tmp/x", err, sizeof(err)), 0);
     ck_assert_str_eq(c.checkpoint_dir, "/tmp/x");
-    ck_assert_int_eq(dl_train_config_set(&c, "checkpoint_dir", "", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "checkpoint_dir", "", err, sizeof(err)), 0);
     ck_assert_ptr_null(c.checkpoint_dir);
-    ck_assert_int_eq(dl_train_config_set(&c, "summary_file", "s.json", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "summary_file", "s.json", err, sizeof(err)), 0);
     ck_assert_int_eq(dl_train_config_set(&c, "seed", "18446744073709551615", err, sizeof(err)),
                      -ERANGE);
-    ck_assert_int_eq(dl_train_config_set(&c, "bucket_bytes", "1048576", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "bucket_bytes", "1048576", err, sizeof(err)), 0);
     ck_assert_uint_eq(c.bucket_bytes, 1048576);
-    ck_assert_int_eq(dl_train_config_set(&c, "overlap", "off", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "overlap", "off", err, sizeof(err)), 0);
     ck_assert_int_eq(c.overlap, DL_TRAIN_OVERLAP_OFF);
-    ck_assert_int_eq(dl_train_config_set(&c, "overlap", "on", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "overlap", "on", err, sizeof(err)), 0);
     ck_assert_int_eq(c.overlap, DL_TRAIN_OVERLAP_ON);
-    ck_assert_int_eq(dl_train_config_set(&c, "fail_at_step", "300", err, sizeof(err)), 0);
-    ck_assert_int_eq(dl_train_config_set(&c, "fail_rank", "1", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "fail_at_step", "300", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "fail_rank", "1", err, sizeof(err)), 0);
     ck_assert_uint_eq(c.fail_at_step, 300);
     ck_assert_int_eq(c.fail_rank, 1);
     dl_train_config_free(&c);
@@ -108,13 +108,13 @@ DL_TEST(check_catches_contradictions)
 {
     dl_train_config_t c;
     dl_train_config_init(&c);
-    ck_assert_int_eq(dl_train_config_set(&c, "epochs", "0", err, sizeof(err)), 0);
-    ck_assert_int_eq(dl_train_config_check(&c, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "epochs", "0", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_check(&c, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "nothing to do"));
-    ck_assert_int_eq(dl_train_config_set(&c, "steps", "10", err, sizeof(err)), 0);
-    ck_assert_int_eq(dl_train_config_check(&c, err, sizeof(err)), 0);
-    ck_assert_int_eq(dl_train_config_set(&c, "lr_min", "1", err, sizeof(err)), 0);
-    ck_assert_int_eq(dl_train_config_check(&c, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "steps", "10", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_check(&c, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "lr_min", "1", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_check(&c, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "lr_min"));
     dl_train_config_free(&c);
 }

@@ -59,7 +59,7 @@ DL_TEST(reads_gzip_and_plain)
         uint8_t *data = NULL;
         size_t dims[3];
         write_images(gz, IMG_MAGIC, 60);
-        ck_assert_int_eq(dl_train_idx_read(path, 3, &data, dims, err, sizeof(err)), 0);
+        DL_CHECK_ERRNO(dl_train_idx_read(path, 3, &data, dims, err, sizeof(err)), 0);
         ck_assert_uint_eq(dims[0], 5);
         ck_assert_uint_eq(dims[1], 3);
         ck_assert_uint_eq(dims[2], 4);
@@ -167,7 +167,7 @@ DL_TEST(dataset_count_mismatch)
     tu_write_idx(p, true, LAB_MAGIC, ldims, 1, labels, sizeof(labels));
 
     dl_train_dataset_t ds = {0};
-    ck_assert_int_eq(dl_train_dataset_load(&ds, dir, "train", err, sizeof(err)), -EBADMSG);
+    DL_CHECK_ERRNO(dl_train_dataset_load(&ds, dir, "train", err, sizeof(err)), -EBADMSG);
     ck_assert_ptr_null(ds.pixels);
     ck_assert_msg(strstr(err, "3 labels") && strstr(err, "4 images") && strstr(err, p), "%s", err);
 }
@@ -183,7 +183,7 @@ DL_TEST(dataset_gather_normalizes)
     tu_write_idx(p, true, LAB_MAGIC, ldims, 1, labels, sizeof(labels));
 
     dl_train_dataset_t ds = {0};
-    ck_assert_int_eq(dl_train_dataset_load(&ds, dir, "t10k", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_dataset_load(&ds, dir, "t10k", err, sizeof(err)), 0);
     ck_assert_uint_eq(ds.n, 3);
     ck_assert_uint_eq(ds.dim, 4);
     ck_assert_uint_eq(ds.n_classes, 10);

@@ -77,7 +77,7 @@ static void gradient_check(dl_train_act_t act)
     float x[B * 7];
     uint8_t y[B] = {0, 3, 1, 2, 3, 0};
 
-    ck_assert_int_eq(dl_train_mlp_new(sizes, L, act, B, 1234, &m), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, L, act, B, 1234, &m), 0);
     size_t n = dl_train_mlp_num_params(m);
     ck_assert_uint_eq(n, 9 * 7 + 9 + 5 * 9 + 5 + 4 * 5 + 4);
     float *p = dl_train_mlp_params(m);
@@ -93,7 +93,7 @@ static void gradient_check(dl_train_act_t act)
 
     ready_log_t log = {0, 0, 1};
     double loss;
-    ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, B, 1.0f / B, 0, log_ready, &log, &loss), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(m, x, y, B, 1.0f / B, 0, log_ready, &log, &loss), 0);
     ck_assert_int_eq(log.monotone, 1);
     ck_assert_uint_eq(log.last, n); /* the whole gradient is final at the end */
     ck_assert_uint_eq(log.calls, 2 * L);
@@ -148,13 +148,13 @@ DL_TEST(grad_scale_multiplies)
     uint8_t y[4] = {2, 1, 0, 2};
     for (size_t i = 0; i < 20; i++)
         x[i] = (float)i / 20.0f;
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 3, &m), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 3, &m), 0);
     size_t n = dl_train_mlp_num_params(m);
     float *a = malloc(n * sizeof(float));
     double l1, l2;
-    ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, 4, 0.25f, 0, NULL, NULL, &l1), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(m, x, y, 4, 0.25f, 0, NULL, NULL, &l1), 0);
     memcpy(a, dl_train_mlp_grads(m), n * sizeof(float));
-    ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, 4, 0.125f, 0, NULL, NULL, &l2), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(m, x, y, 4, 0.125f, 0, NULL, NULL, &l2), 0);
     ck_assert_double_eq(l1, l2);
     /* Halving a power of two is exact. */
     for (size_t i = 0; i < n; i++)
@@ -169,7 +169,7 @@ DL_TEST(layout_is_backward_order)
     dl_train_mlp_t *m;
     size_t wo, bo;
 
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 64, 1, &m), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 64, 1, &m), 0);
     ck_assert_uint_eq(dl_train_mlp_num_params(m), 235146);
     dl_train_mlp_layer_offsets(m, 2, &wo, &bo);
     ck_assert_uint_eq(bo, 0);
@@ -186,9 +186,9 @@ DL_TEST(init_is_reproducible)
 {
     const size_t sizes[4] = {784, 256, 128, 10};
     dl_train_mlp_t *a, *b, *c;
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 8, 77, &a), 0);
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 64, 77, &b), 0);
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 8, 78, &c), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 8, 77, &a), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 64, 77, &b), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 8, 78, &c), 0);
     size_t n = dl_train_mlp_num_params(a);
     ck_assert_mem_eq(dl_train_mlp_params(a), dl_train_mlp_params(b), n * sizeof(float));
     ck_assert_int_ne(memcmp(dl_train_mlp_params(a), dl_train_mlp_params(c), n * sizeof(float)), 0);
@@ -218,13 +218,13 @@ DL_TEST(split_backward_reports_more_often)
         x[i] = (float)((i * 7919) % 255) / 255.0f;
     for (size_t i = 0; i < 16; i++)
         y[i] = (uint8_t)(i % 10);
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 16, 5, &m), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 16, 5, &m), 0);
     size_t n = dl_train_mlp_num_params(m);
     float *whole = malloc(n * sizeof(float));
     ready_log_t a = {0, 0, 1}, b = {0, 0, 1};
-    ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, 16, 1.0f / 16, 0, log_ready, &a, NULL), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(m, x, y, 16, 1.0f / 16, 0, log_ready, &a, NULL), 0);
     memcpy(whole, dl_train_mlp_grads(m), n * sizeof(float));
-    ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, 16, 1.0f / 16, 4096, log_ready, &b, NULL), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(m, x, y, 16, 1.0f / 16, 4096, log_ready, &b, NULL), 0);
     ck_assert_uint_eq(a.calls, 6);
     ck_assert_uint_gt(b.calls, 10);
     ck_assert_int_eq(b.monotone, 1);
@@ -245,15 +245,15 @@ DL_TEST(pad_keeps_the_model)
     uint8_t y[4] = {0, 1, 2, 1};
     for (size_t i = 0; i < 80; i++)
         x[i] = (float)(i % 13) / 13.0f;
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 9, &a), 0);
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 9, &b), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 9, &a), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 9, &b), 0);
     size_t n = dl_train_mlp_num_params(a);
     ck_assert_int_eq(dl_train_mlp_pad(b, n + 1), 0); /* no growth needed: the spare float */
-    ck_assert_int_eq(dl_train_mlp_pad(b, n + 37), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_pad(b, n + 37), 0);
     ck_assert_uint_eq(dl_train_mlp_num_params(b), n);
     ck_assert_mem_eq(dl_train_mlp_params(a), dl_train_mlp_params(b), n * sizeof(float));
-    ck_assert_int_eq(dl_train_mlp_train_step(a, x, y, 4, 0.25f, 0, NULL, NULL, NULL), 0);
-    ck_assert_int_eq(dl_train_mlp_train_step(b, x, y, 4, 0.25f, 0, NULL, NULL, NULL), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(a, x, y, 4, 0.25f, 0, NULL, NULL, NULL), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(b, x, y, 4, 0.25f, 0, NULL, NULL, NULL), 0);
     ck_assert_mem_eq(dl_train_mlp_grads(a), dl_train_mlp_grads(b), n * sizeof(float));
     for (size_t i = n; i < n + 37; i++) {
         ck_assert_float_eq(dl_train_mlp_grads(b)[i], 0.0f);
@@ -270,7 +270,7 @@ DL_TEST(evaluate_counts)
     dl_train_mlp_t *m;
     size_t wo, bo, correct;
     double loss;
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 1, DL_TRAIN_ACT_RELU, 2, 1, &m), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 1, DL_TRAIN_ACT_RELU, 2, 1, &m), 0);
     dl_train_mlp_layer_offsets(m, 0, &wo, &bo);
     float *p = dl_train_mlp_params(m);
     memset(p, 0, 12 * sizeof(float));
@@ -290,11 +290,11 @@ DL_TEST(rejects_bad_labels_and_shapes)
     dl_train_mlp_t *m = NULL;
     float x[4] = {0};
     uint8_t y[1] = {3};
-    ck_assert_int_eq(dl_train_mlp_new(zero, 2, DL_TRAIN_ACT_RELU, 4, 1, &m), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_mlp_new(zero, 2, DL_TRAIN_ACT_RELU, 4, 1, &m), -EINVAL);
     ck_assert_ptr_null(m);
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 1, &m), 0);
-    ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, 1, 1.0f, 0, NULL, NULL, NULL), -EINVAL);
-    ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, 5, 1.0f, 0, NULL, NULL, NULL), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 1, &m), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(m, x, y, 1, 1.0f, 0, NULL, NULL, NULL), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(m, x, y, 5, 1.0f, 0, NULL, NULL, NULL), -EINVAL);
     dl_train_mlp_free(m);
 }
 

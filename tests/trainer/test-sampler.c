@@ -26,7 +26,7 @@ DL_TEST(padded_shards_cover_everything)
     for (int r = 0; r < world; r++) {
         dl_train_sampler_t s;
         uint32_t idx[64];
-        ck_assert_int_eq(dl_train_sampler_init(&s, n, r, world, 42, false), 0);
+        DL_CHECK_ERRNO(dl_train_sampler_init(&s, n, r, world, 42, false), 0);
         ck_assert_uint_eq(s.num_samples, 26);
         dl_train_sampler_set_epoch(&s, 3);
         size_t got = draw_epoch(&s, idx);
@@ -58,7 +58,7 @@ DL_TEST(drop_last_shards_are_disjoint)
     for (int r = 0; r < world; r++) {
         dl_train_sampler_t s;
         uint32_t idx[64];
-        ck_assert_int_eq(dl_train_sampler_init(&s, n, r, world, 42, true), 0);
+        DL_CHECK_ERRNO(dl_train_sampler_init(&s, n, r, world, 42, true), 0);
         ck_assert_uint_eq(draw_epoch(&s, idx), 25);
         for (size_t i = 0; i < 25; i++)
             seen[idx[i]]++;
@@ -77,8 +77,8 @@ DL_TEST(rank_takes_every_world_th_entry)
     /* Rank r's k-th sample is entry r + k * world of the epoch's permutation. */
     dl_train_sampler_t s0, s2;
     uint32_t a[48], b[48];
-    ck_assert_int_eq(dl_train_sampler_init(&s0, 40, 0, 1, 9, false), 0);
-    ck_assert_int_eq(dl_train_sampler_init(&s2, 40, 2, 3, 9, false), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&s0, 40, 0, 1, 9, false), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&s2, 40, 2, 3, 9, false), 0);
     ck_assert_uint_eq(draw_epoch(&s0, a), 40);
     ck_assert_uint_eq(draw_epoch(&s2, b), 14);
     for (size_t k = 0; k < 14; k++)
@@ -94,7 +94,7 @@ DL_TEST(world_larger_than_data)
     for (int r = 0; r < 5; r++) {
         dl_train_sampler_t s;
         uint32_t idx[4];
-        ck_assert_int_eq(dl_train_sampler_init(&s, 3, r, 5, 1, false), 0);
+        DL_CHECK_ERRNO(dl_train_sampler_init(&s, 3, r, 5, 1, false), 0);
         ck_assert_uint_eq(draw_epoch(&s, idx), 1);
         seen[idx[0]]++;
         dl_train_sampler_free(&s);
@@ -103,18 +103,18 @@ DL_TEST(world_larger_than_data)
     ck_assert_uint_ge(seen[1], 1);
     ck_assert_uint_ge(seen[2], 1);
     dl_train_sampler_t s;
-    ck_assert_int_eq(dl_train_sampler_init(&s, 3, 0, 5, 1, true), -EINVAL);
-    ck_assert_int_eq(dl_train_sampler_init(&s, 3, 5, 5, 1, false), -EINVAL);
-    ck_assert_int_eq(dl_train_sampler_init(&s, 0, 0, 1, 1, false), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&s, 3, 0, 5, 1, true), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&s, 3, 5, 5, 1, false), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&s, 0, 0, 1, 1, false), -EINVAL);
 }
 
 DL_TEST(permutation_depends_on_seed_and_epoch_only)
 {
     const size_t n = 1000;
     dl_train_sampler_t a, b, c;
-    ck_assert_int_eq(dl_train_sampler_init(&a, n, 0, 2, 7, false), 0);
-    ck_assert_int_eq(dl_train_sampler_init(&b, n, 1, 2, 7, false), 0);
-    ck_assert_int_eq(dl_train_sampler_init(&c, n, 0, 2, 8, false), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&a, n, 0, 2, 7, false), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&b, n, 1, 2, 7, false), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&c, n, 0, 2, 8, false), 0);
 
     dl_train_sampler_set_epoch(&a, 5);
     dl_train_sampler_set_epoch(&b, 5);
@@ -153,7 +153,7 @@ DL_TEST(position_survives_restart)
     uint32_t ref[200], got[200], tmp[64];
     uint64_t epoch, consumed;
 
-    ck_assert_int_eq(dl_train_sampler_init(&s, 500, 1, 3, 11, false), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&s, 500, 1, 3, 11, false), 0);
     dl_train_sampler_set_epoch(&s, 2);
     ck_assert_uint_eq(draw_epoch(&s, ref), 167);
 
@@ -164,8 +164,8 @@ DL_TEST(position_survives_restart)
     ck_assert_uint_eq(consumed, 150);
 
     /* A new process, a new sampler, the saved position. */
-    ck_assert_int_eq(dl_train_sampler_init(&t, 500, 1, 3, 11, false), 0);
-    ck_assert_int_eq(dl_train_sampler_seek(&t, epoch, consumed), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&t, 500, 1, 3, 11, false), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_seek(&t, epoch, consumed), 0);
     ck_assert_uint_eq(draw_epoch(&t, got), 117);
     ck_assert_mem_eq(got, ref + 50, 117 * sizeof(uint32_t));
     dl_train_sampler_free(&s);
@@ -183,7 +183,7 @@ DL_TEST(resume_with_another_world_skips_nothing)
 
     for (int r = 0; r < 2; r++) {
         dl_train_sampler_t s;
-        ck_assert_int_eq(dl_train_sampler_init(&s, n, r, 2, 5, false), 0);
+        DL_CHECK_ERRNO(dl_train_sampler_init(&s, n, r, 2, 5, false), 0);
         ck_assert_uint_eq(dl_train_sampler_next(&s, 30, idx), 30);
         for (size_t i = 0; i < 30; i++)
             seen[idx[i]]++;
@@ -193,8 +193,8 @@ DL_TEST(resume_with_another_world_skips_nothing)
     ck_assert_uint_eq(consumed, 60);
     for (int r = 0; r < 3; r++) {
         dl_train_sampler_t s;
-        ck_assert_int_eq(dl_train_sampler_init(&s, n, r, 3, 5, false), 0);
-        ck_assert_int_eq(dl_train_sampler_seek(&s, epoch, consumed), 0);
+        DL_CHECK_ERRNO(dl_train_sampler_init(&s, n, r, 3, 5, false), 0);
+        DL_CHECK_ERRNO(dl_train_sampler_seek(&s, epoch, consumed), 0);
         size_t k = draw_epoch(&s, idx);
         ck_assert_uint_eq(k, 80);
         for (size_t i = 0; i < k; i++)

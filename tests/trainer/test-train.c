@@ -287,7 +287,7 @@ DL_TEST(bad_inputs_are_one_line_errors)
     small_config(&c, NULL);
     snprintf(missing, sizeof(missing), "%s/none", dir);
     set(&c, "dataset_dir", missing);
-    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -ENOENT);
+    DL_CHECK_ERRNO(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -ENOENT);
     ck_assert_msg(strstr(err, "dataset_dir") && strstr(err, missing) &&
                       strstr(err, "No such file") && strstr(err, "train-images-idx3-ubyte"),
                   "%s", err);
@@ -297,17 +297,17 @@ DL_TEST(bad_inputs_are_one_line_errors)
     set(&c, "dataset_dir", dir);
     snprintf(labels, sizeof(labels), "%s/t10k-labels-idx1-ubyte.gz", dir);
     ck_assert_int_eq(rename(labels, missing), 0);
-    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -ENOENT);
+    DL_CHECK_ERRNO(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -ENOENT);
     ck_assert_msg(strstr(err, labels) && strstr(err, "nor t10k-labels-idx1-ubyte"), "%s", err);
     ck_assert_int_eq(rename(missing, labels), 0);
 
     set(&c, "dataset_dir", dir);
     set(&c, "layers", "784-10");
-    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
     ck_assert_msg(strstr(err, "layers start at 784"), "%s", err);
 
     set(&c, "layers", "64-3");
-    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
     ck_assert_msg(strstr(err, "labels go up to 3"), "%s", err);
 
     /* An unwritable summary is found before training, not after. */
@@ -317,14 +317,14 @@ DL_TEST(bad_inputs_are_one_line_errors)
     set(&c, "summary_file", summary);
     capture_t cap = {0};
     dl_train_hooks_t hooks = {.ud = &cap, .log = capture_log, .health_fd = -1};
-    ck_assert_int_eq(dl_train_run(&c, &comm, &hooks, NULL, err, sizeof(err)), -ENOENT);
+    DL_CHECK_ERRNO(dl_train_run(&c, &comm, &hooks, NULL, err, sizeof(err)), -ENOENT);
     ck_assert_msg(strstr(err, "summary_file") && strstr(err, summary), "%s", err);
     ck_assert_int_eq(cap.lines, 0);
     set(&c, "summary_file", "");
 
     set(&c, "layers", "64-4");
     comm.world_size = 2;
-    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "broadcast"));
     dl_train_config_free(&c);
 }

@@ -28,19 +28,7 @@ static void new_root(void)
 
 static void put(const char *rel, const char *text)
 {
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/%s", root, rel);
-    for (char *p = path + strlen(root) + 1; *p != '\0'; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        ck_assert(mkdir(path, 0755) == 0 || errno == EEXIST);
-        *p = '/';
-    }
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
+    dl_test_put_file(root, rel, text);
 }
 
 static void ends_with(const char *s, const char *tail)

@@ -14,18 +14,7 @@ static char root[] = "/tmp/dl-test-death-XXXXXX";
 
 static void put(const char *rel, const char *text)
 {
-    char path[1024];
-    snprintf(path, sizeof(path), "%s%s", root, rel);
-    for (char *p = path + strlen(root) + 1; *p != '\0'; p++)
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(path, 0755);
-            *p = '/';
-        }
-    FILE *f = fopen(path, "w");
-    ck_assert_msg(f != NULL, "%s", path);
-    fputs(text, f);
-    fclose(f);
+    dl_test_put_file(root, rel, text);
 }
 
 static void setup(void)

@@ -188,16 +188,9 @@ DL_TEST(dlaunch_reports_the_failure)
     free(dir);
 }
 
-/* The worker program comes as the argument, the launcher through DLAUNCH, as meson passes them. */
 static int take_programs(int argc, char **argv)
 {
-    dlaunch = getenv("DLAUNCH");
-    if (argc != 2 || dlaunch == NULL) {
-        fprintf(stderr, "usage: DLAUNCH=path test-failure [-t TEST] COLL-WORKER\n");
-        return 2;
-    }
-    worker = argv[1];
-    return 0;
+    return harness_programs(argc, argv, &worker, &dlaunch);
 }
 
 DL_TEST_SUITE(.timeout = 120, .init = take_programs);

@@ -228,16 +228,9 @@ DL_TEST(same_bits_whatever_the_transport)
     free(first);
 }
 
-/* The worker program comes as the argument, the launcher through DLAUNCH, as meson passes them. */
 static int take_programs(int argc, char **argv)
 {
-    dlaunch = getenv("DLAUNCH");
-    if (argc != 2 || dlaunch == NULL) {
-        fprintf(stderr, "usage: DLAUNCH=path test-launch [-t TEST] COLL-WORKER\n");
-        return 2;
-    }
-    worker = argv[1];
-    return 0;
+    return harness_programs(argc, argv, &worker, &dlaunch);
 }
 
 DL_TEST_SUITE(.timeout = 300, .init = take_programs);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <libgen.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,30 @@ const char *dl_test_errno_text(intmax_t result)
     if (result < -4095 || (name = strerrorname_np((int)-result)) == NULL)
         return "not an errno";
     return name;
+}
+
+void dl_test_put_file(const char *dir, const char *rel, const char *text)
+{
+    char path[4096];
+    FILE *f;
+
+    while (*rel == '/')
+        rel++;
+    ck_assert_msg((size_t)snprintf(path, sizeof(path), "%s/%s", dir, rel) < sizeof(path),
+                  "%s/%s: path too long", dir, rel);
+    for (char *p = path + strlen(dir) + 1; *p != '\0'; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        ck_assert_msg(mkdir(path, 0755) == 0 || errno == EEXIST, "mkdir %s: %s", path,
+                      strerror(errno));
+        *p = '/';
+    }
+    f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    int failed = fputs(text, f) < 0;
+    failed |= fclose(f) != 0;
+    ck_assert_msg(!failed, "%s: write failed: %s", path, strerror(errno));
 }
 
 static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)

@@ -68,6 +68,9 @@ typedef struct dl_test_s {
 } dl_test_t;
 
 void dl_test_register(dl_test_t *test);
+/* Writes text to dir/rel, making the folders on the way; a failure fails the test, naming the
+ * path and errno. For the fake /proc and /sys trees the agent's tests build. */
+void dl_test_put_file(const char *dir, const char *rel, const char *text);
 /* "EINVAL" for -EINVAL, "ok" for 0 and above; a constant string. */
 const char *dl_test_errno_text(intmax_t result);
 void dl_test_register_suite(const dl_test_suite_t *suite);

@@ -67,13 +67,15 @@ typedef struct dl_test_s {
     struct dl_test_s *next;
 } dl_test_t;
 
+/* Called by the constructors DL_TEST and DL_TEST_SUITE define, before main(). */
 void dl_test_register(dl_test_t *test);
+void dl_test_register_suite(const dl_test_suite_t *suite);
+
 /* Writes text to dir/rel, making the folders on the way; a failure fails the test, naming the
  * path and errno. For the fake /proc and /sys trees the agent's tests build. */
 void dl_test_put_file(const char *dir, const char *rel, const char *text);
 /* "EINVAL" for -EINVAL, "ok" for 0 and above; a constant string. */
 const char *dl_test_errno_text(intmax_t result);
-void dl_test_register_suite(const dl_test_suite_t *suite);
 
 #define DL__TEST(tcase_ptr, name, first, end)                                                      \
     static void name##_fn(int _i);                                                                 \

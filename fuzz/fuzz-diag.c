@@ -7,8 +7,8 @@
  *     every sum finite and not negative;
  *   - as a JSON report: when the checker takes it, reading it, the straggler rule over it and the
  *     one-line account never fail, and the account is one NUL-terminated line.
- * A broken rule calls abort(). tests/diag/test-corpus.c runs this entry point over every file in
- * fuzz/corpus/diag/ in the ordinary build.
+ * A broken rule calls abort(). The ordinary build replays every file of fuzz/corpus/diag/ through
+ * this entry point (fuzz/replay.c, the unit test diag-corpus).
  *
  * Build: CC=clang meson setup build-fuzz -Dfuzz=true && ninja -C build-fuzz fuzz/fuzz-diag
  */
@@ -17,23 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "diag.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define REQUIRE(cond)                                                                              \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            abort();                                                                               \
-    } while (0)
 
 static void check_beats(const dl_diag_beats_t *b)
 {
-    REQUIRE(isfinite(b->total_steps) && b->total_steps >= 0);
-    REQUIRE(isfinite(b->total_compute_ms) && b->total_compute_ms >= 0);
-    REQUIRE(isfinite(b->total_wait_ms) && b->total_wait_ms >= 0);
-    REQUIRE(isfinite(b->total_samples) && b->total_samples >= 0);
-    REQUIRE(b->partial_len < sizeof(b->partial));
+    DL_FUZZ_REQUIRE(isfinite(b->total_steps) && b->total_steps >= 0);
+    DL_FUZZ_REQUIRE(isfinite(b->total_compute_ms) && b->total_compute_ms >= 0);
+    DL_FUZZ_REQUIRE(isfinite(b->total_wait_ms) && b->total_wait_ms >= 0);
+    DL_FUZZ_REQUIRE(isfinite(b->total_samples) && b->total_samples >= 0);
+    DL_FUZZ_REQUIRE(b->partial_len < sizeof(b->partial));
 }
 
 static void as_beats(const uint8_t *data, size_t size)
@@ -49,8 +42,8 @@ static void as_beats(const uint8_t *data, size_t size)
     check_beats(&whole);
     check_beats(&pieces);
     /* Bare bytes are counted as they come, so only lines must agree. */
-    REQUIRE(whole.figures == pieces.figures && whole.step == pieces.step);
-    REQUIRE(whole.total_steps == pieces.total_steps);
+    DL_FUZZ_REQUIRE(whole.figures == pieces.figures && whole.step == pieces.step);
+    DL_FUZZ_REQUIRE(whole.total_steps == pieces.total_steps);
 }
 
 static void as_report(const uint8_t *data, size_t size)
@@ -61,32 +54,32 @@ static void as_report(const uint8_t *data, size_t size)
     if (rep == NULL)
         return;
     if (dl_diag_report_check(rep, err, sizeof(err)) < 0) {
-        REQUIRE(err[0] != '\0');
+        DL_FUZZ_REQUIRE(err[0] != '\0');
         json_decref(rep);
         return;
     }
     size_t n = json_array_size(json_object_get(rep, "ranks"));
     dl_diag_totals_t *t = calloc(n + 1, sizeof(*t));
     dl_diag_rank_t *r = calloc(n + 1, sizeof(*r));
-    REQUIRE(t != NULL && r != NULL);
-    REQUIRE(dl_diag_report_read(rep, 0.5, t, r, n) == n);
+    DL_FUZZ_REQUIRE(t != NULL && r != NULL);
+    DL_FUZZ_REQUIRE(dl_diag_report_read(rep, 0.5, t, r, n) == n);
     char line[1024];
     size_t len = dl_diag_explain(r, n, line, sizeof(line));
-    REQUIRE(len == strlen(line) && len < sizeof(line));
-    REQUIRE(strchr(line, '\n') == NULL);
+    DL_FUZZ_REQUIRE(len == strlen(line) && len < sizeof(line));
+    DL_FUZZ_REQUIRE(strchr(line, '\n') == NULL);
     dl_diag_straggler_opts_t o;
     dl_diag_judge_t *j;
     dl_diag_straggler_opts_init(&o);
-    REQUIRE(dl_diag_judge_new(&o, &j) == 0);
+    DL_FUZZ_REQUIRE(dl_diag_judge_new(&o, &j) == 0);
     dl_diag_view_t v;
     for (int round = 0; round < 4; round++) {
-        REQUIRE(dl_diag_judge_feed(j, t, n) == 0); /* the checker refused negative ranks */
-        REQUIRE(dl_diag_judge_eval(j, &v) == 0);
+        DL_FUZZ_REQUIRE(dl_diag_judge_feed(j, t, n) == 0); /* the checker refused negative ranks */
+        DL_FUZZ_REQUIRE(dl_diag_judge_eval(j, &v) == 0);
         for (size_t i = 0; i < n; i++)
             t[i].steps += 10, t[i].compute_ms += 10 * (double)(i + 1);
     }
     json_t *view = dl_diag_view_json(&v);
-    REQUIRE(view != NULL);
+    DL_FUZZ_REQUIRE(view != NULL);
     json_decref(view);
     dl_diag_judge_free(j);
     free(t);

@@ -11,18 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "etcd-job.h"
 #include "etcd.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 #define P "/dlaunch/f/"
-
-#define REQUIRE(cond)                                                                              \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            abort();                                                                               \
-    } while (0)
 
 static json_t *range_of(const json_t *docs)
 {
@@ -73,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                           "request_put");
             char *text = dl_etcd_unb64(json_object_get(put, "value"), NULL);
             json_t *state = text != NULL ? json_loads(text, 0, NULL) : NULL;
-            REQUIRE(json_array_size(json_object_get(state, "nodes")) >= 1);
+            DL_FUZZ_REQUIRE(json_array_size(json_object_get(state, "nodes")) >= 1);
             json_decref(state);
             free(text);
         }

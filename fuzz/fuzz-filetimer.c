@@ -13,26 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "filetimer.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define REQUIRE(cond)                                                                              \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            abort();                                                                               \
-    } while (0)
 
 static void check_table(const dl_filetimer_table_t *tab)
 {
-    REQUIRE(tab->n <= DL_FILETIMER_MAX_TIMERS && tab->n <= tab->cap);
+    DL_FUZZ_REQUIRE(tab->n <= DL_FILETIMER_MAX_TIMERS && tab->n <= tab->cap);
     for (size_t i = 0; i < tab->n; i++) {
         const dl_filetimer_req_t *t = &tab->t[i];
-        REQUIRE(t->pid > 0 && t->signal >= 0 && t->signal <= 64);
-        REQUIRE(isfinite(t->expiration_time) && !(t->expiration_time < 0));
-        REQUIRE(memchr(t->scope_id, '\0', sizeof(t->scope_id)) != NULL);
+        DL_FUZZ_REQUIRE(t->pid > 0 && t->signal >= 0 && t->signal <= 64);
+        DL_FUZZ_REQUIRE(isfinite(t->expiration_time) && !(t->expiration_time < 0));
+        DL_FUZZ_REQUIRE(memchr(t->scope_id, '\0', sizeof(t->scope_id)) != NULL);
         for (size_t j = i + 1; j < tab->n; j++)
-            REQUIRE(tab->t[j].pid != t->pid || strcmp(tab->t[j].scope_id, t->scope_id) != 0);
+            DL_FUZZ_REQUIRE(tab->t[j].pid != t->pid ||
+                            strcmp(tab->t[j].scope_id, t->scope_id) != 0);
     }
 }
 
@@ -44,14 +38,14 @@ static void check_due(const dl_filetimer_table_t *tab, double now)
         const dl_filetimer_req_t *t = &tab->t[i];
         if (t->signal == 0 || t->expiration_time > now)
             continue;
-        REQUIRE(found == 1);
-        REQUIRE(due.expiration_time <= t->expiration_time);
+        DL_FUZZ_REQUIRE(found == 1);
+        DL_FUZZ_REQUIRE(due.expiration_time <= t->expiration_time);
     }
     if (found == 1)
-        REQUIRE(due.signal > 0 && due.expiration_time <= now);
+        DL_FUZZ_REQUIRE(due.signal > 0 && due.expiration_time <= now);
     double next = dl_filetimer_next(tab);
     if (found == 1)
-        REQUIRE(!(next < 0) && next <= due.expiration_time);
+        DL_FUZZ_REQUIRE(!(next < 0) && next <= due.expiration_time);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -66,13 +60,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memset(&req, 0x5a, sizeof(req));
         dl_filetimer_req_t before = req;
         if (dl_filetimer_parse(p, len, &req) == 0) {
-            REQUIRE(req.pid > 0 && req.signal >= 0 && req.signal <= 64);
-            REQUIRE(isfinite(req.expiration_time));
-            REQUIRE(memchr(req.scope_id, '\0', sizeof(req.scope_id)) != NULL);
+            DL_FUZZ_REQUIRE(req.pid > 0 && req.signal >= 0 && req.signal <= 64);
+            DL_FUZZ_REQUIRE(isfinite(req.expiration_time));
+            DL_FUZZ_REQUIRE(memchr(req.scope_id, '\0', sizeof(req.scope_id)) != NULL);
             int rc = dl_filetimer_apply(&tab, &req);
-            REQUIRE(rc == 0 || rc == -E2BIG);
+            DL_FUZZ_REQUIRE(rc == 0 || rc == -E2BIG);
         } else {
-            REQUIRE(memcmp(&req, &before, sizeof(req)) == 0); /* untouched on failure */
+            DL_FUZZ_REQUIRE(memcmp(&req, &before, sizeof(req)) == 0); /* untouched on failure */
         }
         check_table(&tab);
         check_due(&tab, 0);
@@ -84,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int pid = tab.t[0].pid;
         dl_filetimer_forget_pid(&tab, pid);
         for (size_t i = 0; i < tab.n; i++)
-            REQUIRE(tab.t[i].pid != pid);
+            DL_FUZZ_REQUIRE(tab.t[i].pid != pid);
         check_table(&tab);
     }
     dl_filetimer_free(&tab);

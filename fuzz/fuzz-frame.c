@@ -14,8 +14,9 @@
  *   - a hello's nonce and an auth_ok's proof go through the server's and the client's proof
  *     checks, which refuse what they must and accept what a real key made;
  *   - every string escapes into printable ASCII.
- * A broken rule calls abort(). tests/proto/test-corpus.c runs this same entry point over every
- * file in fuzz/corpus/frame/ in the ordinary build.
+ * A broken rule calls abort(). The ordinary build replays every file of fuzz/corpus/frame/
+ * through this entry point (fuzz/replay.c, the unit test frame-replay); tests/proto/test-corpus.c
+ * checks the outcome each seed's name promises.
  *
  * Build: CC=clang meson setup build-fuzz -Dfuzz=true && ninja -C build-fuzz fuzz/fuzz-frame
  */
@@ -24,15 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "proto.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define REQUIRE(cond)                                                                             \
-    do {                                                                                          \
-        if (!(cond))                                                                              \
-            abort();                                                                              \
-    } while (0)
 
 static void check_error(const dl_proto_error_t *err)
 {
@@ -41,15 +35,15 @@ static void check_error(const dl_proto_error_t *err)
     char *frame = NULL;
     size_t len;
 
-    REQUIRE(err->code != DL_PROTO_E_NONE && dl_proto_errcode_name(err->code) != NULL);
-    REQUIRE(err->message[0] != '\0');
+    DL_FUZZ_REQUIRE(err->code != DL_PROTO_E_NONE && dl_proto_errcode_name(err->code) != NULL);
+    DL_FUZZ_REQUIRE(err->message[0] != '\0');
     for (const char *p = err->message; *p != '\0'; p++)
-        REQUIRE(*p >= 0x20 && *p <= 0x7e);
-    REQUIRE(reply != NULL);
-    REQUIRE(dl_proto_validate(reply, &type, NULL) == 0 && type == DL_PROTO_ERROR);
-    REQUIRE(dl_proto_reply_error(reply, NULL) == err->code);
-    REQUIRE(dl_proto_get_int(reply, "id", -1) == err->id);
-    REQUIRE(dl_proto_encode(reply, &frame, &len, NULL) == 0);
+        DL_FUZZ_REQUIRE(*p >= 0x20 && *p <= 0x7e);
+    DL_FUZZ_REQUIRE(reply != NULL);
+    DL_FUZZ_REQUIRE(dl_proto_validate(reply, &type, NULL) == 0 && type == DL_PROTO_ERROR);
+    DL_FUZZ_REQUIRE(dl_proto_reply_error(reply, NULL) == err->code);
+    DL_FUZZ_REQUIRE(dl_proto_get_int(reply, "id", -1) == err->id);
+    DL_FUZZ_REQUIRE(dl_proto_encode(reply, &frame, &len, NULL) == 0);
     free(frame);
 }
 
@@ -59,7 +53,8 @@ static dl_proto_token_t *master(void)
     static dl_proto_token_t *t;
     char err[64];
     if (t == NULL)
-        REQUIRE(dl_proto_token_from_string("fuzz master", "fuzz", &t, err, sizeof(err)) == 0);
+        DL_FUZZ_REQUIRE(dl_proto_token_from_string("fuzz master", "fuzz", &t, err, sizeof(err)) ==
+                        0);
     return t;
 }
 
@@ -68,7 +63,7 @@ static void check_escape(const char *s)
     char out[256];
     dl_proto_escape(s, out, sizeof(out));
     for (const char *p = out; *p != '\0'; p++)
-        REQUIRE(*p >= 0x20 && *p <= 0x7e);
+        DL_FUZZ_REQUIRE(*p >= 0x20 && *p <= 0x7e);
 }
 
 static const dl_proto_key_life_t LIFE = {1700000000, 1700604800};
@@ -81,45 +76,47 @@ static void check_credential(const char *text)
     char err[256], *out = NULL;
     int r = dl_proto_token_from_string(text, "fuzz", &t, err, sizeof(err));
 
-    REQUIRE(r == 0 || r == -EINVAL);
+    DL_FUZZ_REQUIRE(r == 0 || r == -EINVAL);
     if (r < 0)
         return;
     dl_proto_token_kind_t kind = dl_proto_token_kind(t);
     if (kind == DL_PROTO_TOKEN_MASTER) {
-        REQUIRE(dl_proto_token_text(t, &out) == -EPERM);
-        REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, "job", &LIFE, &d) == 0);
-        REQUIRE(dl_proto_token_may(t, "other", DL_PROTO_ROLE_CONTROL));
+        DL_FUZZ_REQUIRE(dl_proto_token_text(t, &out) == -EPERM);
+        DL_FUZZ_REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, "job", &LIFE, &d) == 0);
+        DL_FUZZ_REQUIRE(dl_proto_token_may(t, "other", DL_PROTO_ROLE_CONTROL));
         dl_proto_token_free(d);
         dl_proto_token_free(t);
         return;
     }
     if (kind == DL_PROTO_TOKEN_SCRAPE) {
         /* Writes back as itself, derives nothing, may act nowhere. */
-        REQUIRE(dl_proto_token_run_id(t) == NULL);
-        REQUIRE(dl_proto_token_text(t, &out) == 0 && strcmp(out, text) == 0);
-        REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, "x", &LIFE, &d) == -EPERM);
-        REQUIRE(!dl_proto_token_may(t, "x", DL_PROTO_ROLE_WORKER));
+        DL_FUZZ_REQUIRE(dl_proto_token_run_id(t) == NULL);
+        DL_FUZZ_REQUIRE(dl_proto_token_text(t, &out) == 0 && strcmp(out, text) == 0);
+        DL_FUZZ_REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, "x", &LIFE, &d) == -EPERM);
+        DL_FUZZ_REQUIRE(!dl_proto_token_may(t, "x", DL_PROTO_ROLE_WORKER));
         free(out);
         dl_proto_token_free(t);
         return;
     }
     const char *run_id = dl_proto_token_run_id(t);
-    REQUIRE(run_id != NULL && dl_proto_run_id_valid(run_id));
-    REQUIRE(dl_proto_token_text(t, &out) == 0 && strcmp(out, text) == 0);
-    REQUIRE(dl_proto_token_from_string(out, "fuzz", &back, err, sizeof(err)) == 0);
-    REQUIRE(dl_proto_token_equal(back, t));
+    DL_FUZZ_REQUIRE(run_id != NULL && dl_proto_run_id_valid(run_id));
+    DL_FUZZ_REQUIRE(dl_proto_token_text(t, &out) == 0 && strcmp(out, text) == 0);
+    DL_FUZZ_REQUIRE(dl_proto_token_from_string(out, "fuzz", &back, err, sizeof(err)) == 0);
+    DL_FUZZ_REQUIRE(dl_proto_token_equal(back, t));
     dl_proto_key_life_t life = dl_proto_token_life(t);
-    REQUIRE(dl_proto_key_life_valid(&life));
+    DL_FUZZ_REQUIRE(dl_proto_key_life_valid(&life));
     /* Never up, never to another job. */
-    REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_MASTER, run_id, &LIFE, &d) == -EPERM);
-    REQUIRE(strcmp(run_id, "x") == 0 || dl_proto_token_derive(t, kind, "x", &LIFE, &d) == -EPERM);
-    REQUIRE(!dl_proto_token_may(t, strcmp(run_id, "x") == 0 ? "y" : "x", DL_PROTO_ROLE_WORKER));
+    DL_FUZZ_REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_MASTER, run_id, &LIFE, &d) == -EPERM);
+    DL_FUZZ_REQUIRE(strcmp(run_id, "x") == 0 ||
+                    dl_proto_token_derive(t, kind, "x", &LIFE, &d) == -EPERM);
+    DL_FUZZ_REQUIRE(
+        !dl_proto_token_may(t, strcmp(run_id, "x") == 0 ? "y" : "x", DL_PROTO_ROLE_WORKER));
     if (kind == DL_PROTO_TOKEN_WORKER) {
-        REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, run_id, &LIFE, &d) == -EPERM);
-        REQUIRE(!dl_proto_token_may(t, run_id, DL_PROTO_ROLE_CONTROL));
-        REQUIRE(!dl_proto_token_may(t, run_id, DL_PROTO_ROLE_AGENT));
+        DL_FUZZ_REQUIRE(dl_proto_token_derive(t, DL_PROTO_TOKEN_JOB, run_id, &LIFE, &d) == -EPERM);
+        DL_FUZZ_REQUIRE(!dl_proto_token_may(t, run_id, DL_PROTO_ROLE_CONTROL));
+        DL_FUZZ_REQUIRE(!dl_proto_token_may(t, run_id, DL_PROTO_ROLE_AGENT));
     }
-    REQUIRE(dl_proto_token_may(t, run_id, DL_PROTO_ROLE_WORKER));
+    DL_FUZZ_REQUIRE(dl_proto_token_may(t, run_id, DL_PROTO_ROLE_WORKER));
     free(out);
     dl_proto_token_free(back);
     dl_proto_token_free(t);
@@ -163,23 +160,24 @@ static void check_handshake(const json_t *msg, dl_proto_type_t type)
         return;
     if (type == DL_PROTO_AUTH_OK || type == DL_PROTO_AUTH) {
         /* A proof nobody computed: refused by both sides (a collision is beyond the fuzzer). */
-        REQUIRE(dl_proto_auth_accept(master(), nonce, NULL, "job", DL_PROTO_ROLE_AGENT, hex,
+        DL_FUZZ_REQUIRE(dl_proto_auth_accept(master(), nonce, NULL, "job", DL_PROTO_ROLE_AGENT, hex,
                                      &claimed, &level, &life, NULL) == -EACCES);
-        REQUIRE(dl_proto_auth_check_server(master(), nonce, nonce, "job", DL_PROTO_ROLE_AGENT,
-                                           hex) == -EACCES);
+        DL_FUZZ_REQUIRE(dl_proto_auth_check_server(master(), nonce, nonce, "job",
+                                                   DL_PROTO_ROLE_AGENT, hex) == -EACCES);
         return;
     }
     /* hello: the client's nonce, and a worker key made from the server's master. */
-    REQUIRE(dl_proto_token_derive(master(), DL_PROTO_TOKEN_WORKER, run_id, &LIFE, &worker) == 0);
-    REQUIRE(dl_proto_auth_proof(worker, nonce, run_id, DL_PROTO_ROLE_WORKER, proof) == 0);
-    REQUIRE(dl_proto_auth_accept(master(), nonce, hex, run_id, DL_PROTO_ROLE_WORKER, proof,
+    DL_FUZZ_REQUIRE(
+        dl_proto_token_derive(master(), DL_PROTO_TOKEN_WORKER, run_id, &LIFE, &worker) == 0);
+    DL_FUZZ_REQUIRE(dl_proto_auth_proof(worker, nonce, run_id, DL_PROTO_ROLE_WORKER, proof) == 0);
+    DL_FUZZ_REQUIRE(dl_proto_auth_accept(master(), nonce, hex, run_id, DL_PROTO_ROLE_WORKER, proof,
                                  &LIFE, &level, &life, sproof) == 0);
-    REQUIRE(level == DL_PROTO_TOKEN_WORKER && life.issued == LIFE.issued &&
+    DL_FUZZ_REQUIRE(level == DL_PROTO_TOKEN_WORKER && life.issued == LIFE.issued &&
             life.expires == LIFE.expires);
-    REQUIRE(dl_proto_auth_check_server(worker, hex, nonce, run_id, DL_PROTO_ROLE_WORKER,
+    DL_FUZZ_REQUIRE(dl_proto_auth_check_server(worker, hex, nonce, run_id, DL_PROTO_ROLE_WORKER,
                                        sproof) == 0);
     /* The same proof is no control's. */
-    REQUIRE(dl_proto_auth_accept(master(), nonce, hex, run_id, DL_PROTO_ROLE_CONTROL, proof,
+    DL_FUZZ_REQUIRE(dl_proto_auth_accept(master(), nonce, hex, run_id, DL_PROTO_ROLE_CONTROL, proof,
                                  &LIFE, &level, &life, sproof) == -EACCES);
     dl_proto_token_free(worker);
 }
@@ -192,15 +190,15 @@ static void check_message(const json_t *msg, dl_proto_type_t type)
     size_t len;
     int r;
 
-    REQUIRE(strcmp(dl_proto_type_name(type), dl_proto_get_str(msg, "type")) == 0);
+    DL_FUZZ_REQUIRE(strcmp(dl_proto_type_name(type), dl_proto_get_str(msg, "type")) == 0);
     /* Compact output can be longer than clever input ("1e300"), so only a size refusal is
      * allowed besides success. */
     r = dl_proto_encode(msg, &frame, &len, NULL);
-    REQUIRE(r == 0 || r == -EMSGSIZE);
+    DL_FUZZ_REQUIRE(r == 0 || r == -EMSGSIZE);
     if (r == 0) {
-        REQUIRE(dl_proto_decode(frame + DL_PROTO_HEADER_LEN, len - DL_PROTO_HEADER_LEN, &back,
-                                &back_type, NULL) == 0);
-        REQUIRE(back_type == type && json_equal(back, msg));
+        DL_FUZZ_REQUIRE(dl_proto_decode(frame + DL_PROTO_HEADER_LEN, len - DL_PROTO_HEADER_LEN,
+                                        &back, &back_type, NULL) == 0);
+        DL_FUZZ_REQUIRE(back_type == type && json_equal(back, msg));
         free(frame);
     }
     if (dl_proto_type_kind(type) == DL_PROTO_KIND_REQUEST) {
@@ -208,9 +206,9 @@ static void check_message(const json_t *msg, dl_proto_type_t type)
         json_auto_t *reply = dl_proto_error_new(id, DL_PROTO_E_FORBIDDEN, "%s", "no");
         dl_proto_type_t t;
         /* Whatever a request is, an error echoing its id answers it. */
-        REQUIRE(id >= 0 && reply != NULL);
-        REQUIRE(dl_proto_validate(reply, &t, NULL) == 0 && dl_proto_is_reply_to(type, t));
-        REQUIRE(dl_proto_get_int(reply, "id", -1) == id);
+        DL_FUZZ_REQUIRE(id >= 0 && reply != NULL);
+        DL_FUZZ_REQUIRE(dl_proto_validate(reply, &t, NULL) == 0 && dl_proto_is_reply_to(type, t));
+        DL_FUZZ_REQUIRE(dl_proto_get_int(reply, "id", -1) == id);
     }
     check_strings(msg, 0);
     if (type == DL_PROTO_HELLO || type == DL_PROTO_AUTH_OK || type == DL_PROTO_AUTH)
@@ -233,7 +231,7 @@ static json_t *decode_stream(const uint8_t *data, size_t size, size_t piece, uin
     size_t off = 0;
     bool fatal = false;
 
-    REQUIRE(log != NULL);
+    DL_FUZZ_REQUIRE(log != NULL);
     dl_proto_decoder_init(&dec, limit);
     while (off < size && !fatal) {
         size_t n = piece == 0 || piece > size - off ? size - off : piece;
@@ -243,26 +241,26 @@ static json_t *decode_stream(const uint8_t *data, size_t size, size_t piece, uin
         dl_proto_error_t err;
         int r = dl_proto_decoder_feed(&dec, data + off, n, &used, &msg, &type, &err);
 
-        REQUIRE(used <= n);
+        DL_FUZZ_REQUIRE(used <= n);
         off += used;
         switch (r) {
         case DL_PROTO_NEED_MORE:
-            REQUIRE(used == n && msg == NULL);
+            DL_FUZZ_REQUIRE(used == n && msg == NULL);
             break;
         case DL_PROTO_MESSAGE:
-            REQUIRE(used > 0 && msg != NULL);
+            DL_FUZZ_REQUIRE(used > 0 && msg != NULL);
             check_message(msg, type);
             json_array_append_new(log, msg);
             break;
         case DL_PROTO_INVALID:
-            REQUIRE(used > 0 && msg == NULL);
+            DL_FUZZ_REQUIRE(used > 0 && msg == NULL);
             check_error(&err);
             json_array_append_new(log, json_pack("{s:s, s:I, s:s}", "invalid",
                                                  dl_proto_errcode_name(err.code), "id",
                                                  (json_int_t)err.id, "message", err.message));
             break;
         default:
-            REQUIRE(r == -EMSGSIZE && err.code == DL_PROTO_E_FRAME_TOO_LARGE);
+            DL_FUZZ_REQUIRE(r == -EMSGSIZE && err.code == DL_PROTO_E_FRAME_TOO_LARGE);
             check_error(&err);
             json_array_append_new(log, json_pack("{s:s}", "fatal",
                                                  dl_proto_errcode_name(err.code)));
@@ -286,9 +284,9 @@ static void check_limits_agree(const json_t *small, const json_t *large)
     json_array_foreach(small, i, entry) {
         if (json_object_get(entry, "fatal") != NULL)
             return;
-        REQUIRE(json_equal(entry, json_array_get(large, i)));
+        DL_FUZZ_REQUIRE(json_equal(entry, json_array_get(large, i)));
     }
-    REQUIRE(json_array_size(small) == json_array_size(large));
+    DL_FUZZ_REQUIRE(json_array_size(small) == json_array_size(large));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -299,8 +297,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                         DL_PROTO_LIMIT_PREAUTH);
     json_auto_t *large = decode_stream(data, size, 0, DL_PROTO_LIMIT);
 
-    REQUIRE(json_equal(whole, bytes));
-    REQUIRE(json_equal(whole, pieces));
+    DL_FUZZ_REQUIRE(json_equal(whole, bytes));
+    DL_FUZZ_REQUIRE(json_equal(whole, pieces));
     check_limits_agree(whole, large);
     return 0;
 }

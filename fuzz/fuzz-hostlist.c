@@ -7,15 +7,15 @@
  *         fuzz/fuzz-hostlist.c config/hostlist.c -o /tmp/fuzz-hostlist
  *   /tmp/fuzz-hostlist fuzz/corpus/hostlist
  *
- * tests/config/test-hostlist-replay.c runs this function over the corpus in the ordinary build. */
+ * The ordinary build replays the corpus through this function (fuzz/replay.c, the unit test
+ * hostlist-replay). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "slurm.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* Large expansions are correct but slow; the fuzzer learns more from many small inputs. */
 #define EXPAND_AT_MOST 20000

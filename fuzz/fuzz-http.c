@@ -10,15 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "internal.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define REQUIRE(cond)                                                                              \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            abort();                                                                               \
-    } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -41,7 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     int route = dl__http_route(method, url);
-    REQUIRE(route == DL__HTTP_ROUTE_METHOD || (route >= DL__HTTP_PAGE && route <= DL__HTTP_OTHER));
+    DL_FUZZ_REQUIRE(route == DL__HTTP_ROUTE_METHOD ||
+                    (route >= DL__HTTP_PAGE && route <= DL__HTTP_OTHER));
     (void)dl__http_host_is_loopback(host);
 
     json_t *snap = nl != NULL ? json_loadb((const char *)nl + 1, size - head - 1, 0, NULL) : NULL;
@@ -52,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         dl__http_refresh_ages(snap, 1e9);
         dl__http_metrics(&b, snap, &hc, 1e9);
         char *text = dl__http_buf_take(&b, &len);
-        REQUIRE(text == NULL || len == 0 || text[len - 1] == '\n');
+        DL_FUZZ_REQUIRE(text == NULL || len == 0 || text[len - 1] == '\n');
         free(text);
         dl__http_page(&b, snap, "t<&>", 1e9, 2);
         free(dl__http_buf_take(&b, &len));

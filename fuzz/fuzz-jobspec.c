@@ -7,10 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "config.h"
 #include "trainer.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void one_line(const char *err, const char *prefix)
 {

@@ -10,15 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "recline.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define REQUIRE(cond)                                                                              \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            abort();                                                                               \
-    } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -29,19 +22,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     line[size] = '\0';
     dl_recline_t m;
     dl_recline_verb_t v = dl_recline_parse(line, &m);
-    REQUIRE(v == m.verb);
-    REQUIRE(m.gen >= -1);
+    DL_FUZZ_REQUIRE(v == m.verb);
+    DL_FUZZ_REQUIRE(m.gen >= -1);
     if (m.has_step)
-        REQUIRE(m.step >= 0 && m.step <= (1LL << 62));
+        DL_FUZZ_REQUIRE(m.step >= 0 && m.step <= (1LL << 62));
     if (m.has_was)
-        REQUIRE(m.was >= -1 && m.was <= (1LL << 62));
+        DL_FUZZ_REQUIRE(m.was >= -1 && m.was <= (1LL << 62));
     if (m.has_step && m.has_was)
-        REQUIRE(m.was - m.step <= (1LL << 62) && m.was - m.step >= -(1LL << 62) - 1);
+        DL_FUZZ_REQUIRE(m.was - m.step <= (1LL << 62) && m.was - m.step >= -(1LL << 62) - 1);
     if (m.has_source)
-        REQUIRE(m.source >= 0);
-    REQUIRE(memchr(m.reason, '\0', sizeof(m.reason)) != NULL);
+        DL_FUZZ_REQUIRE(m.source >= 0);
+    DL_FUZZ_REQUIRE(memchr(m.reason, '\0', sizeof(m.reason)) != NULL);
     for (const unsigned char *p = (const unsigned char *)m.reason; *p != '\0'; p++)
-        REQUIRE(*p >= 0x20 && *p != 0x7f);
+        DL_FUZZ_REQUIRE(*p >= 0x20 && *p != 0x7f);
     free(line);
     return 0;
 }

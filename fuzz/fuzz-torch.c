@@ -7,8 +7,8 @@
  *   - every query, written out again from its fields, is exactly the bytes it was read from;
  *   - keys, values and lists within the limits; a list's walk ends exactly at its end;
  *   - a refusal has a one-line reason.
- * A broken rule calls abort(). tests/rendezvous/meson.build replays fuzz/corpus/torch/ through
- * tests/fuzz-replay.c in the ordinary build.
+ * A broken rule calls abort(). The ordinary build replays fuzz/corpus/torch/ through this entry
+ * point (fuzz/replay.c, the unit test torch-replay).
  *
  * Build: CC=clang meson setup build-fuzz -Dfuzz=true && ninja -C build-fuzz fuzz/fuzz-torch
  */
@@ -17,15 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "torch-codec.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define REQUIRE(cond)                                                                             \
-    do {                                                                                          \
-        if (!(cond))                                                                              \
-            abort();                                                                              \
-    } while (0)
 
 #define MAX_QUERIES 4096
 
@@ -46,7 +39,7 @@ typedef struct {
 
 static void put(uint8_t *out, size_t cap, size_t *len, const dl_torch_bytes_t *b)
 {
-    REQUIRE(dl_torch_put_bytes(out, cap, len, b->data, b->len) == 0);
+    DL_FUZZ_REQUIRE(dl_torch_put_bytes(out, cap, len, b->data, b->len) == 0);
 }
 
 static uint8_t type_byte(dl_torch_dialect_t d, dl_torch_op_t op)
@@ -57,7 +50,7 @@ static uint8_t type_byte(dl_torch_dialect_t d, dl_torch_op_t op)
         DL_TORCH_Q_DELETE_KEY, DL_TORCH_Q_APPEND,
     };
     if (d == DL_TORCH_DIALECT_V2) {
-        REQUIRE(op != DL_TORCH_Q_WATCH_KEY);
+        DL_FUZZ_REQUIRE(op != DL_TORCH_Q_WATCH_KEY);
         return (uint8_t)op;
     }
     for (uint8_t i = 0; i < sizeof(v1) / sizeof(v1[0]); i++)
@@ -68,7 +61,7 @@ static uint8_t type_byte(dl_torch_dialect_t d, dl_torch_op_t op)
 
 static void check_key(const dl_torch_bytes_t *k)
 {
-    REQUIRE(k->len >= 1 && k->len <= lim.max_key_len && k->data != NULL);
+    DL_FUZZ_REQUIRE(k->len >= 1 && k->len <= lim.max_key_len && k->data != NULL);
 }
 
 /* Writes q out again, as its client would have, and compares with what it was read from. */
@@ -78,25 +71,25 @@ static void reencode(dl_torch_dialect_t d, const dl_torch_query_t *q, const uint
     static uint8_t out[8192];
     size_t n = 0, cap = sizeof(out);
     if (q->op == DL_TORCH_Q_VALIDATE) {
-        REQUIRE(len == 5 && d == DL_TORCH_DIALECT_V2);
-        REQUIRE(dl_torch_put_u8(out, cap, &n, 0) == 0);
-        REQUIRE(dl_torch_put_u32(out, cap, &n, q->nonce) == 0);
-        REQUIRE(memcmp(out, orig, n) == 0);
+        DL_FUZZ_REQUIRE(len == 5 && d == DL_TORCH_DIALECT_V2);
+        DL_FUZZ_REQUIRE(dl_torch_put_u8(out, cap, &n, 0) == 0);
+        DL_FUZZ_REQUIRE(dl_torch_put_u32(out, cap, &n, q->nonce) == 0);
+        DL_FUZZ_REQUIRE(memcmp(out, orig, n) == 0);
         return;
     }
-    REQUIRE(dl_torch_put_u8(out, cap, &n, type_byte(d, q->op)) == 0);
+    DL_FUZZ_REQUIRE(dl_torch_put_u8(out, cap, &n, type_byte(d, q->op)) == 0);
     switch (q->op) {
     case DL_TORCH_Q_SET:
     case DL_TORCH_Q_APPEND:
     case DL_TORCH_Q_QUEUE_PUSH:
         check_key(&q->key);
-        REQUIRE(q->value.len <= lim.max_value_len);
+        DL_FUZZ_REQUIRE(q->value.len <= lim.max_value_len);
         put(out, cap, &n, &q->key);
         put(out, cap, &n, &q->value);
         break;
     case DL_TORCH_Q_COMPARE_SET:
         check_key(&q->key);
-        REQUIRE(q->value.len <= lim.max_value_len && q->desired.len <= lim.max_value_len);
+        DL_FUZZ_REQUIRE(q->value.len <= lim.max_value_len && q->desired.len <= lim.max_value_len);
         put(out, cap, &n, &q->key);
         put(out, cap, &n, &q->value);
         put(out, cap, &n, &q->desired);
@@ -112,30 +105,30 @@ static void reencode(dl_torch_dialect_t d, const dl_torch_query_t *q, const uint
     case DL_TORCH_Q_ADD:
         check_key(&q->key);
         put(out, cap, &n, &q->key);
-        REQUIRE(dl_torch_put_i64(out, cap, &n, q->delta) == 0);
+        DL_FUZZ_REQUIRE(dl_torch_put_i64(out, cap, &n, q->delta) == 0);
         break;
     case DL_TORCH_Q_CHECK:
     case DL_TORCH_Q_WAIT:
     case DL_TORCH_Q_MULTI_GET:
     case DL_TORCH_Q_MULTI_SET: {
-        REQUIRE(q->nitems >= 1 && q->nitems <= lim.max_keys);
-        REQUIRE(dl_torch_put_i64(out, cap, &n, (int64_t)q->nitems) == 0);
+        DL_FUZZ_REQUIRE(q->nitems >= 1 && q->nitems <= lim.max_keys);
+        DL_FUZZ_REQUIRE(dl_torch_put_i64(out, cap, &n, (int64_t)q->nitems) == 0);
         size_t pos = 0, count = 0;
         dl_torch_bytes_t k, v = {NULL, 0};
         while (dl_torch_items_next(q, &pos, &k, &v)) {
             check_key(&k);
             put(out, cap, &n, &k);
             if (q->op == DL_TORCH_Q_MULTI_SET) {
-                REQUIRE(v.len <= lim.max_value_len);
+                DL_FUZZ_REQUIRE(v.len <= lim.max_value_len);
                 put(out, cap, &n, &v);
             }
             count++;
         }
-        REQUIRE(count == q->nitems && pos == q->items.len);
+        DL_FUZZ_REQUIRE(count == q->nitems && pos == q->items.len);
         break;
     }
     case DL_TORCH_Q_PING:
-        REQUIRE(dl_torch_put_u32(out, cap, &n, q->nonce) == 0);
+        DL_FUZZ_REQUIRE(dl_torch_put_u32(out, cap, &n, q->nonce) == 0);
         break;
     case DL_TORCH_Q_GETNUMKEYS:
     case DL_TORCH_Q_CANCEL_WAIT:
@@ -143,7 +136,7 @@ static void reencode(dl_torch_dialect_t d, const dl_torch_query_t *q, const uint
     default:
         abort();
     }
-    REQUIRE(n == len && memcmp(out, orig, len) == 0);
+    DL_FUZZ_REQUIRE(n == len && memcmp(out, orig, len) == 0);
 }
 
 /* Parses what p[0..len) holds whole; returns the bytes used, or -1 with o->end set. */
@@ -157,17 +150,17 @@ static long parse_all(const uint8_t *p, size_t len, dl_torch_dialect_t *d, outco
         err[0] = '\0';
         int r = dl_torch_parse(p + used, len - used, d, &lim, &q, err, sizeof(err));
         if (r == 0) {
-            REQUIRE(*d == before);
+            DL_FUZZ_REQUIRE(*d == before);
             break;
         }
         if (r < 0) {
-            REQUIRE(r == -EPROTO || r == -EMSGSIZE);
-            REQUIRE(err[0] != '\0' && strchr(err, '\n') == NULL);
+            DL_FUZZ_REQUIRE(r == -EPROTO || r == -EMSGSIZE);
+            DL_FUZZ_REQUIRE(err[0] != '\0' && strchr(err, '\n') == NULL);
             o->end = r;
             return -1;
         }
-        REQUIRE((size_t)r <= len - used && (size_t)r <= lim.max_query_len + 16);
-        REQUIRE(*d != DL_TORCH_DIALECT_UNKNOWN);
+        DL_FUZZ_REQUIRE((size_t)r <= len - used && (size_t)r <= lim.max_query_len + 16);
+        DL_FUZZ_REQUIRE(*d != DL_TORCH_DIALECT_UNKNOWN);
         reencode(*d, &q, p + used, (size_t)r);
         if (o->n < MAX_QUERIES)
             o->q[o->n++] = (seen_t){q.op, (size_t)r};
@@ -197,7 +190,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&pieces, 0, sizeof(pieces));
     d = DL_TORCH_DIALECT_UNKNOWN;
     uint8_t *held = malloc(len ? len : 1);
-    REQUIRE(held != NULL);
+    DL_FUZZ_REQUIRE(held != NULL);
     size_t nheld = 0;
     for (size_t off = 0; off < len && pieces.end == 0;) {
         size_t n = len - off < step ? len - off : step;
@@ -214,10 +207,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pieces.leftover = nheld;
     free(held);
 
-    REQUIRE(whole.end == pieces.end && whole.n == pieces.n);
+    DL_FUZZ_REQUIRE(whole.end == pieces.end && whole.n == pieces.n);
     for (size_t i = 0; i < whole.n; i++)
-        REQUIRE(whole.q[i].op == pieces.q[i].op && whole.q[i].len == pieces.q[i].len);
+        DL_FUZZ_REQUIRE(whole.q[i].op == pieces.q[i].op && whole.q[i].len == pieces.q[i].len);
     if (whole.end == 0)
-        REQUIRE(whole.leftover == pieces.leftover);
+        DL_FUZZ_REQUIRE(whole.leftover == pieces.leftover);
     return 0;
 }

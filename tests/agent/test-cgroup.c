@@ -1,6 +1,5 @@
 /* CPU quotas read from fake cgroup trees: v1 and v2, nested limits, "max", fractions of a CPU,
  * a container's mount of its own cgroup, and malformed files. */
-#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "cgroup.h"
 
 static char base[] = "/tmp/dl-test-cgroup-XXXXXX";
@@ -28,19 +28,7 @@ static void new_root(void)
 
 static void put(const char *rel, const char *text)
 {
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/%s", root, rel);
-    for (char *p = path + strlen(root) + 1; *p != '\0'; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        ck_assert(mkdir(path, 0755) == 0 || errno == EEXIST);
-        *p = '/';
-    }
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
+    dl_test_put_file(root, rel, text);
 }
 
 static void ends_with(const char *s, const char *tail)
@@ -55,7 +43,7 @@ static const char v1_mounts[] =
     "rw,cpu,cpuacct\n"
     "33 30 0:30 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset\n";
 
-START_TEST(v1_nested_quotas_smallest_wins)
+DL_TEST(v1_nested_quotas_smallest_wins)
 {
     dl_cpu_quota_t q;
     char warn[256];
@@ -70,7 +58,7 @@ START_TEST(v1_nested_quotas_smallest_wins)
     put("sys/fs/cgroup/cpu,cpuacct/slurm/job1/cpu.cfs_period_us", "50000\n");
     put("sys/fs/cgroup/cpu,cpuacct/slurm/job1/step0/cpu.cfs_quota_us", "-1\n");
     put("sys/fs/cgroup/cpu,cpuacct/slurm/job1/step0/cpu.cfs_period_us", "100000\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_str_eq(warn, "");
     ck_assert_int_eq(q.quota_us, 75000);
     ck_assert_int_eq(q.period_us, 50000);
@@ -79,9 +67,8 @@ START_TEST(v1_nested_quotas_smallest_wins)
     ck_assert_int_eq(dl_cgroup_cpu_workers(2, &q), 1);
     ck_assert_int_eq(dl_cgroup_cpu_workers(64, &q), 1);
 }
-END_TEST
 
-START_TEST(v1_quota_below_affinity_and_above_it)
+DL_TEST(v1_quota_below_affinity_and_above_it)
 {
     dl_cpu_quota_t q;
     char warn[256];
@@ -90,14 +77,13 @@ START_TEST(v1_quota_below_affinity_and_above_it)
     put("proc/self/mountinfo", v1_mounts);
     put("sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us", "350000\n");
     put("sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_period_us", "100000\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_int_eq(dl_cgroup_cpu_workers(16, &q), 3);
     /* The affinity mask is the tighter bound here. */
     ck_assert_int_eq(dl_cgroup_cpu_workers(2, &q), 2);
 }
-END_TEST
 
-START_TEST(v2_max_is_no_limit_and_a_parent_limits)
+DL_TEST(v2_max_is_no_limit_and_a_parent_limits)
 {
     dl_cpu_quota_t q;
     char warn[256];
@@ -106,16 +92,15 @@ START_TEST(v2_max_is_no_limit_and_a_parent_limits)
     put("proc/self/mountinfo", "25 1 0:22 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n");
     put("sys/fs/cgroup/user.slice/cpu.max", "200000 100000\n");
     put("sys/fs/cgroup/user.slice/job.scope/cpu.max", "max 100000\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_str_eq(warn, "");
     ck_assert_int_eq(q.quota_us, 200000);
     ck_assert_int_eq(q.period_us, 100000);
     ends_with(q.file, "/sys/fs/cgroup/user.slice/cpu.max");
     ck_assert_int_eq(dl_cgroup_cpu_workers(8, &q), 2);
 }
-END_TEST
 
-START_TEST(v2_no_quota_anywhere)
+DL_TEST(v2_no_quota_anywhere)
 {
     dl_cpu_quota_t q;
     char warn[256];
@@ -125,14 +110,13 @@ START_TEST(v2_no_quota_anywhere)
     put("sys/fs/cgroup/a/cpu.max", "max 100000\n");
     /* b has no cpu controller enabled: no file at all. */
     put("sys/fs/cgroup/a/b/cgroup.procs", "");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_int_eq(q.quota_us, -1);
     ck_assert_str_eq(q.file, "");
     ck_assert_int_eq(dl_cgroup_cpu_workers(8, &q), 8);
 }
-END_TEST
 
-START_TEST(container_sees_its_own_cgroup_as_the_mount_root)
+DL_TEST(container_sees_its_own_cgroup_as_the_mount_root)
 {
     dl_cpu_quota_t q;
     char warn[256];
@@ -142,14 +126,13 @@ START_TEST(container_sees_its_own_cgroup_as_the_mount_root)
     put("proc/self/mountinfo",
         "700 690 0:30 /docker/abc123 /sys/fs/cgroup ro,nosuid - cgroup2 cgroup rw\n");
     put("sys/fs/cgroup/cpu.max", "50000 100000\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_int_eq(q.quota_us, 50000);
     /* Half a CPU still runs one worker. */
     ck_assert_int_eq(dl_cgroup_cpu_workers(4, &q), 1);
 }
-END_TEST
 
-START_TEST(cgroup_outside_the_mount_is_not_read)
+DL_TEST(cgroup_outside_the_mount_is_not_read)
 {
     dl_cpu_quota_t q;
     char warn[256];
@@ -157,12 +140,11 @@ START_TEST(cgroup_outside_the_mount_is_not_read)
     put("proc/self/cgroup", "0::/other/place\n");
     put("proc/self/mountinfo", "700 690 0:30 /docker/abc /sys/fs/cgroup rw - cgroup2 c rw\n");
     put("sys/fs/cgroup/cpu.max", "50000 100000\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_int_eq(q.quota_us, -1);
 }
-END_TEST
 
-START_TEST(malformed_files_are_named_and_skipped)
+DL_TEST(malformed_files_are_named_and_skipped)
 {
     dl_cpu_quota_t q;
     char warn[256];
@@ -176,7 +158,7 @@ START_TEST(malformed_files_are_named_and_skipped)
     put("sys/fs/cgroup/unified/a/cpu.max", "300000 100000\n");
     put("sys/fs/cgroup/cpu,cpuacct/x/cpu.cfs_quota_us", "-7\n");
     put("sys/fs/cgroup/cpu,cpuacct/x/cpu.cfs_period_us", "100000\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_ptr_nonnull(strstr(warn, "/sys/fs/cgroup/unified/a/b/cpu.max: is not"));
     /* The readable level still counts. */
     ck_assert_int_eq(q.quota_us, 300000);
@@ -188,7 +170,7 @@ START_TEST(malformed_files_are_named_and_skipped)
     put("cg/x/cpu.cfs_quota_us", "100000\n");
     put("cg/x/cpu.cfs_period_us", "0\n");
     put("cg/cpu.max", "100 100 100\n"); /* a v2 file in a v1 tree is not read */
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_ptr_nonnull(strstr(warn, "/cg/x/cpu.cfs_period_us: is not a count"));
     ck_assert_int_eq(q.quota_us, -1);
 
@@ -196,36 +178,33 @@ START_TEST(malformed_files_are_named_and_skipped)
     put("proc/self/cgroup", "0::/\n");
     put("proc/self/mountinfo", "25 1 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
     put("sys/fs/cgroup/cpu.max", "150000 abc\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), 0);
     ck_assert_ptr_nonnull(strstr(warn, "cpu.max: is not 'QUOTA PERIOD'"));
     ck_assert_int_eq(q.quota_us, -1);
 }
-END_TEST
 
-START_TEST(unreadable_proc_is_an_error)
+DL_TEST(unreadable_proc_is_an_error)
 {
     dl_cpu_quota_t q = {7, 7, "untouched"};
     char warn[256];
     new_root();
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), -ENOENT);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), -ENOENT);
     ck_assert_int_eq(q.quota_us, 7);
     put("proc/self/cgroup", "0::/\n");
-    ck_assert_int_eq(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), -ENOENT);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota(root, &q, warn, sizeof(warn)), -ENOENT);
 }
-END_TEST
 
-START_TEST(this_machine_reads_without_error)
+DL_TEST(this_machine_reads_without_error)
 {
     dl_cpu_quota_t q;
     char warn[256];
-    ck_assert_int_eq(dl_cgroup_cpu_quota("", &q, warn, sizeof(warn)), 0);
+    DL_CHECK_ERRNO(dl_cgroup_cpu_quota("", &q, warn, sizeof(warn)), 0);
     ck_assert_int_ge(dl_cgroup_cpu_workers(1, &q), 1);
 }
-END_TEST
 
 /* The memory controller's places as death.c asks for them: v1 beside v2, a hierarchy shared
  * with another controller, a mount of a sub-tree, escaped blanks, and another namespace's. */
-START_TEST(places_of_a_controller)
+DL_TEST(places_of_a_controller)
 {
     dl_cgroup_place_t p[DL_CGROUP_PLACES];
     int n = -1;
@@ -235,7 +214,7 @@ START_TEST(places_of_a_controller)
         "30 22 0:27 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
         "34 30 0:31 /outer /sys/fs/cgroup/mem\\040ory rw shared:7 - cgroup cgroup rw,cpu,memory\n"
         "40 30 0:33 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n");
-    ck_assert_int_eq(dl_cgroup_places(root, 42, "memory", p, DL_CGROUP_PLACES, &n), 0);
+    DL_CHECK_ERRNO(dl_cgroup_places(root, 42, "memory", p, DL_CGROUP_PLACES, &n), 0);
     ck_assert_int_eq(n, 2);
     ck_assert(!p[0].v2);
     ck_assert_str_eq(p[0].mount, "/sys/fs/cgroup/mem ory");
@@ -254,45 +233,16 @@ START_TEST(places_of_a_controller)
     ck_assert_str_eq(dir, "/");
     ck_assert(!dl_cgroup_parent(dir, "/"));
     /* Another controller: only v2 is a candidate. */
-    ck_assert_int_eq(dl_cgroup_places(root, 42, "pids", p, DL_CGROUP_PLACES, &n), 0);
+    DL_CHECK_ERRNO(dl_cgroup_places(root, 42, "pids", p, DL_CGROUP_PLACES, &n), 0);
     ck_assert_int_eq(n, 1);
     ck_assert(p[0].v2);
     /* A cgroup outside the mounted sub-tree is not readable here. */
     put("proc/43/cgroup", "4:memory:/elsewhere\n");
     put("proc/43/mountinfo", "34 30 0:31 /outer /sys/fs/cgroup/memory rw - cgroup cgroup "
                              "rw,memory\n");
-    ck_assert_int_eq(dl_cgroup_places(root, 43, "memory", p, DL_CGROUP_PLACES, &n), 0);
+    DL_CHECK_ERRNO(dl_cgroup_places(root, 43, "memory", p, DL_CGROUP_PLACES, &n), 0);
     ck_assert_int_eq(n, 0);
-    ck_assert_int_eq(dl_cgroup_places(root, 44, "memory", p, DL_CGROUP_PLACES, &n), -ENOENT);
+    DL_CHECK_ERRNO(dl_cgroup_places(root, 44, "memory", p, DL_CGROUP_PLACES, &n), -ENOENT);
 }
-END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("cgroup");
-    TCase *tc = tcase_create("core");
-    tcase_add_unchecked_fixture(tc, setup, NULL);
-    tcase_add_test(tc, v1_nested_quotas_smallest_wins);
-    tcase_add_test(tc, v1_quota_below_affinity_and_above_it);
-    tcase_add_test(tc, v2_max_is_no_limit_and_a_parent_limits);
-    tcase_add_test(tc, v2_no_quota_anywhere);
-    tcase_add_test(tc, container_sees_its_own_cgroup_as_the_mount_root);
-    tcase_add_test(tc, cgroup_outside_the_mount_is_not_read);
-    tcase_add_test(tc, malformed_files_are_named_and_skipped);
-    tcase_add_test(tc, unreadable_proc_is_an_error);
-    tcase_add_test(tc, this_machine_reads_without_error);
-    tcase_add_test(tc, places_of_a_controller);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (failed == 0) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
-        if (system(cmd) != 0)
-            return 1;
-    }
-    return failed == 0 ? 0 : 1;
-}
+DL_TEST_SUITE(.setup_once = setup, .no_fork = true, .scratch_dir = base);

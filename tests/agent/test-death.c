@@ -1,6 +1,5 @@
 /* Why a worker died: the memory cgroup's OOM counters found from /proc and mountinfo, on
  * made-up trees of both cgroup versions, and a process's state and wait channel. */
-#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,24 +7,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "death.h"
 
 static char root[] = "/tmp/dl-test-death-XXXXXX";
 
 static void put(const char *rel, const char *text)
 {
-    char path[1024];
-    snprintf(path, sizeof(path), "%s%s", root, rel);
-    for (char *p = path + strlen(root) + 1; *p != '\0'; p++)
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(path, 0755);
-            *p = '/';
-        }
-    FILE *f = fopen(path, "w");
-    ck_assert_msg(f != NULL, "%s", path);
-    fputs(text, f);
-    fclose(f);
+    dl_test_put_file(root, rel, text);
 }
 
 static void setup(void)
@@ -41,21 +30,20 @@ static void teardown(void)
     strcpy(root, "/tmp/dl-test-death-XXXXXX");
 }
 
-START_TEST(counter_and_limit_parsers)
+DL_TEST(counter_and_limit_parsers)
 {
     ck_assert_int_eq(dl_memcg_parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n"),
                      7);
     ck_assert_int_eq(dl_memcg_parse_oom_kills("low 0\nhigh 2\nmax 5\noom 3\noom_kill 2\n"), 2);
-    ck_assert_int_eq(dl_memcg_parse_oom_kills("oom 3\n"), -ENOENT);
-    ck_assert_int_eq(dl_memcg_parse_oom_kills("oom_kill x\n"), -EINVAL);
+    DL_CHECK_ERRNO(dl_memcg_parse_oom_kills("oom 3\n"), -ENOENT);
+    DL_CHECK_ERRNO(dl_memcg_parse_oom_kills("oom_kill x\n"), -EINVAL);
     ck_assert_int_eq(dl_memcg_parse_limit("201326592\n"), 201326592);
-    ck_assert_int_eq(dl_memcg_parse_limit("max\n"), 0);
-    ck_assert_int_eq(dl_memcg_parse_limit("9223372036854771712\n"), 0);
-    ck_assert_int_eq(dl_memcg_parse_limit("nonsense"), 0);
+    DL_CHECK_ERRNO(dl_memcg_parse_limit("max\n"), 0);
+    DL_CHECK_ERRNO(dl_memcg_parse_limit("9223372036854771712\n"), 0);
+    DL_CHECK_ERRNO(dl_memcg_parse_limit("nonsense"), 0);
 }
-END_TEST
 
-START_TEST(oom_kills_counted_at_any_level_v1)
+DL_TEST(oom_kills_counted_at_any_level_v1)
 {
     dl_memcg_t w;
     dl_oom_t what = {0};
@@ -66,7 +54,7 @@ START_TEST(oom_kills_counted_at_any_level_v1)
     put("/sys/fs/cgroup/memory/job/memory.oom_control", "oom_kill 1\n");
     put("/sys/fs/cgroup/memory/job/memory.limit_in_bytes", "201326592\n");
     put("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill 4\n");
-    ck_assert_int_eq(dl_memcg_open(&w, root, 77), 0);
+    DL_CHECK_ERRNO(dl_memcg_open(&w, root, 77), 0);
     ck_assert_int_eq(w.version, 1);
     ck_assert_int_eq(w.n, 3); /* step, job, the mount's root */
     ck_assert(!dl_memcg_oom_since(&w, root, &what));
@@ -80,9 +68,8 @@ START_TEST(oom_kills_counted_at_any_level_v1)
     memset(&what, 0, sizeof(what));
     ck_assert(!dl_memcg_oom_since(&w, root, &what));
 }
-END_TEST
 
-START_TEST(oom_kills_v2_and_no_controller)
+DL_TEST(oom_kills_v2_and_no_controller)
 {
     dl_memcg_t w;
     dl_oom_t what = {0};
@@ -90,7 +77,7 @@ START_TEST(oom_kills_v2_and_no_controller)
     put("/proc/5/mountinfo", "40 30 0:33 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
     put("/sys/fs/cgroup/app/memory.events", "low 0\nhigh 0\nmax 9\noom 1\noom_kill 0\n");
     put("/sys/fs/cgroup/app/memory.max", "max\n");
-    ck_assert_int_eq(dl_memcg_open(&w, root, 5), 0);
+    DL_CHECK_ERRNO(dl_memcg_open(&w, root, 5), 0);
     ck_assert_int_eq(w.version, 2);
     put("/sys/fs/cgroup/app/memory.events", "low 0\nhigh 0\nmax 9\noom 2\noom_kill 1\n");
     ck_assert(dl_memcg_oom_since(&w, root, &what));
@@ -98,12 +85,11 @@ START_TEST(oom_kills_v2_and_no_controller)
     /* No memory controller at all: said, not guessed. */
     put("/proc/6/cgroup", "2:cpu:/\n");
     put("/proc/6/mountinfo", "");
-    ck_assert_int_eq(dl_memcg_open(&w, root, 6), -ENOENT);
+    DL_CHECK_ERRNO(dl_memcg_open(&w, root, 6), -ENOENT);
     ck_assert_int_eq(dl_memcg_open(&w, root, 99), -ENOENT); /* no such process */
 }
-END_TEST
 
-START_TEST(kernel_log_names_the_pid)
+DL_TEST(kernel_log_names_the_pid)
 {
     dl_oom_t what = {0};
     put("/dev/kmsg", "6,418,1,-;oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/dlt,"
@@ -113,47 +99,29 @@ START_TEST(kernel_log_names_the_pid)
     ck_assert(what.killed);
     ck_assert_str_eq(what.cgroup, "/dlt");
     memset(&what, 0, sizeof(what));
-    ck_assert_int_eq(dl_kmsg_oom_killed(root, 3133, &what), 0);
+    DL_CHECK_ERRNO(dl_kmsg_oom_killed(root, 3133, &what), 0);
     ck_assert(!what.killed);
 }
-END_TEST
 
-START_TEST(process_state_and_wait_channel)
+DL_TEST(process_state_and_wait_channel)
 {
     char state, wchan[64];
     put("/proc/12/stat", "12 (a (b) c) D 1 12 12 0 -1\n");
     put("/proc/12/wchan", "__refrigerator");
-    ck_assert_int_eq(dl_proc_wait_state(root, 12, &state, wchan, sizeof(wchan)), 0);
+    DL_CHECK_ERRNO(dl_proc_wait_state(root, 12, &state, wchan, sizeof(wchan)), 0);
     ck_assert_int_eq(state, 'D');
     ck_assert_str_eq(wchan, "__refrigerator");
     ck_assert_str_eq(dl_proc_state_name(state), "uninterruptible sleep");
     put("/proc/13/stat", "13 (x) S 1\n");
     put("/proc/13/wchan", "0");
-    ck_assert_int_eq(dl_proc_wait_state(root, 13, &state, wchan, sizeof(wchan)), 0);
+    DL_CHECK_ERRNO(dl_proc_wait_state(root, 13, &state, wchan, sizeof(wchan)), 0);
     ck_assert_str_eq(wchan, "");
-    ck_assert_int_eq(dl_proc_wait_state(root, 14, &state, wchan, sizeof(wchan)), -ESRCH);
+    DL_CHECK_ERRNO(dl_proc_wait_state(root, 14, &state, wchan, sizeof(wchan)), -ESRCH);
     put("/proc/15/stat", "15 (broken");
-    ck_assert_int_eq(dl_proc_wait_state(root, 15, &state, wchan, sizeof(wchan)), -EINVAL);
+    DL_CHECK_ERRNO(dl_proc_wait_state(root, 15, &state, wchan, sizeof(wchan)), -EINVAL);
     /* The real one: this process is running. */
-    ck_assert_int_eq(dl_proc_wait_state("", getpid(), &state, wchan, sizeof(wchan)), 0);
+    DL_CHECK_ERRNO(dl_proc_wait_state("", getpid(), &state, wchan, sizeof(wchan)), 0);
     ck_assert_int_eq(state, 'R');
 }
-END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("death");
-    TCase *tc = tcase_create("core");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, counter_and_limit_parsers);
-    tcase_add_test(tc, oom_kills_counted_at_any_level_v1);
-    tcase_add_test(tc, oom_kills_v2_and_no_controller);
-    tcase_add_test(tc, kernel_log_names_the_pid);
-    tcase_add_test(tc, process_state_and_wait_channel);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+DL_TEST_SUITE(.setup = setup, .teardown = teardown);

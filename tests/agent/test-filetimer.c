@@ -1,11 +1,11 @@
 /* The file-timer watchdog's pure part (filetimer.h): the lines torch's FileTimerClient writes,
  * what a broken client can write, and which worker the agent kills and when. */
-#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "filetimer.h"
 
 static dl_filetimer_req_t req(int pid, const char *scope, double exp, int sig)
@@ -15,7 +15,7 @@ static dl_filetimer_req_t req(int pid, const char *scope, double exp, int sig)
     return r;
 }
 
-START_TEST(torchs_lines_read_their_fields)
+DL_TEST(torchs_lines_read_their_fields)
 {
     /* Byte for byte what FileTimerRequest.to_json() writes for acquire and release. */
     const char *acq = "{\"version\": 1, \"pid\": 4242, \"scope_id\": \"step\", "
@@ -23,18 +23,17 @@ START_TEST(torchs_lines_read_their_fields)
     const char *rel = "{\"version\": 1, \"pid\": 4242, \"scope_id\": \"step\", "
                       "\"expiration_time\": -1, \"signal\": 0}";
     dl_filetimer_req_t r;
-    ck_assert_int_eq(dl_filetimer_parse(acq, strlen(acq), &r), 0);
+    DL_CHECK_ERRNO(dl_filetimer_parse(acq, strlen(acq), &r), 0);
     ck_assert_int_eq(r.pid, 4242);
     ck_assert_str_eq(r.scope_id, "step");
     ck_assert(r.expiration_time == 1733340000.25);
     ck_assert_int_eq(r.signal, 9);
-    ck_assert_int_eq(dl_filetimer_parse(rel, strlen(rel), &r), 0);
+    DL_CHECK_ERRNO(dl_filetimer_parse(rel, strlen(rel), &r), 0);
     ck_assert(r.expiration_time < 0);
     ck_assert_int_eq(r.signal, 0);
 }
-END_TEST
 
-START_TEST(bad_lines_are_refused_and_leave_the_output_alone)
+DL_TEST(bad_lines_are_refused_and_leave_the_output_alone)
 {
     static const char *const bad[] = {
         "",
@@ -65,31 +64,29 @@ START_TEST(bad_lines_are_refused_and_leave_the_output_alone)
     snprintf(line, sizeof(line),
              "{\"pid\": 1, \"scope_id\": \"%s\", \"expiration_time\": 1, \"signal\": 9}", big);
     dl_filetimer_req_t r;
-    ck_assert_int_eq(dl_filetimer_parse(line, strlen(line), &r), -EINVAL);
+    DL_CHECK_ERRNO(dl_filetimer_parse(line, strlen(line), &r), -EINVAL);
 }
-END_TEST
 
-START_TEST(an_overrun_worker_is_due_once_its_timer_expires)
+DL_TEST(an_overrun_worker_is_due_once_its_timer_expires)
 {
     dl_filetimer_table_t tab;
     dl_filetimer_init(&tab);
     dl_filetimer_req_t a = req(10, "step", 100.0, 9);
-    ck_assert_int_eq(dl_filetimer_apply(&tab, &a), 0);
+    DL_CHECK_ERRNO(dl_filetimer_apply(&tab, &a), 0);
     ck_assert(dl_filetimer_next(&tab) == 100.0);
     dl_filetimer_req_t due;
-    ck_assert_int_eq(dl_filetimer_due(&tab, 99.9, &due), 0);
+    DL_CHECK_ERRNO(dl_filetimer_due(&tab, 99.9, &due), 0);
     ck_assert_int_eq(dl_filetimer_due(&tab, 100.0, &due), 1);
     ck_assert_int_eq(due.pid, 10);
     ck_assert_str_eq(due.scope_id, "step");
     ck_assert_int_eq(due.signal, 9);
     dl_filetimer_forget_pid(&tab, 10);
-    ck_assert_int_eq(dl_filetimer_due(&tab, 1e12, &due), 0);
+    DL_CHECK_ERRNO(dl_filetimer_due(&tab, 1e12, &due), 0);
     ck_assert(dl_filetimer_next(&tab) < 0);
     dl_filetimer_free(&tab);
 }
-END_TEST
 
-START_TEST(a_release_or_a_new_expiry_replaces_the_timer)
+DL_TEST(a_release_or_a_new_expiry_replaces_the_timer)
 {
     dl_filetimer_table_t tab;
     dl_filetimer_init(&tab);
@@ -98,29 +95,28 @@ START_TEST(a_release_or_a_new_expiry_replaces_the_timer)
     r.expiration_time = 200.0;
     dl_filetimer_apply(&tab, &r);
     dl_filetimer_req_t due;
-    ck_assert_int_eq(dl_filetimer_due(&tab, 150, &due), 0);
+    DL_CHECK_ERRNO(dl_filetimer_due(&tab, 150, &due), 0);
     r.expiration_time = -1;
     r.signal = 0;
-    ck_assert_int_eq(dl_filetimer_apply(&tab, &r), 0);
-    ck_assert_int_eq(dl_filetimer_due(&tab, 1e12, &due), 0);
+    DL_CHECK_ERRNO(dl_filetimer_apply(&tab, &r), 0);
+    DL_CHECK_ERRNO(dl_filetimer_due(&tab, 1e12, &due), 0);
     /* Releasing what was never set is fine, as in torch. */
-    ck_assert_int_eq(dl_filetimer_apply(&tab, &r), 0);
+    DL_CHECK_ERRNO(dl_filetimer_apply(&tab, &r), 0);
     ck_assert_int_eq((int)tab.n, 0);
     dl_filetimer_free(&tab);
 }
-END_TEST
 
-START_TEST(the_earliest_expired_timer_with_a_signal_decides)
+DL_TEST(the_earliest_expired_timer_with_a_signal_decides)
 {
     dl_filetimer_table_t tab;
     dl_filetimer_init(&tab);
     dl_filetimer_req_t rs[] = {req(10, "a", 50, 0), req(10, "b", 60, 15), req(11, "a", 55, 9),
                                req(12, "a", 40, 0)};
     for (size_t i = 0; i < 4; i++)
-        ck_assert_int_eq(dl_filetimer_apply(&tab, &rs[i]), 0);
+        DL_CHECK_ERRNO(dl_filetimer_apply(&tab, &rs[i]), 0);
     dl_filetimer_req_t due;
     /* pid 12 expired first but asked for no signal: never reaped, its timer stays. */
-    ck_assert_int_eq(dl_filetimer_due(&tab, 54, &due), 0);
+    DL_CHECK_ERRNO(dl_filetimer_due(&tab, 54, &due), 0);
     ck_assert_int_eq(dl_filetimer_due(&tab, 100, &due), 1);
     ck_assert_int_eq(due.pid, 11);
     dl_filetimer_forget_pid(&tab, 11);
@@ -130,12 +126,11 @@ START_TEST(the_earliest_expired_timer_with_a_signal_decides)
     ck_assert_int_eq(due.signal, 15);
     dl_filetimer_forget_pid(&tab, 10);
     ck_assert_int_eq((int)tab.n, 1);
-    ck_assert_int_eq(dl_filetimer_due(&tab, 1e12, &due), 0);
+    DL_CHECK_ERRNO(dl_filetimer_due(&tab, 1e12, &due), 0);
     dl_filetimer_free(&tab);
 }
-END_TEST
 
-START_TEST(the_table_is_bounded)
+DL_TEST(the_table_is_bounded)
 {
     dl_filetimer_table_t tab;
     dl_filetimer_init(&tab);
@@ -143,32 +138,13 @@ START_TEST(the_table_is_bounded)
     for (int i = 0; i < DL_FILETIMER_MAX_TIMERS; i++) {
         snprintf(scope, sizeof(scope), "s%d", i);
         dl_filetimer_req_t r = req(1, scope, 10, 9);
-        ck_assert_int_eq(dl_filetimer_apply(&tab, &r), 0);
+        DL_CHECK_ERRNO(dl_filetimer_apply(&tab, &r), 0);
     }
     dl_filetimer_req_t r = req(1, "one too many", 10, 9);
-    ck_assert_int_eq(dl_filetimer_apply(&tab, &r), -E2BIG);
+    DL_CHECK_ERRNO(dl_filetimer_apply(&tab, &r), -E2BIG);
     /* Replacing a live one still works when full. */
     r = req(1, "s0", 20, 9);
-    ck_assert_int_eq(dl_filetimer_apply(&tab, &r), 0);
+    DL_CHECK_ERRNO(dl_filetimer_apply(&tab, &r), 0);
     dl_filetimer_free(&tab);
     dl_filetimer_free(NULL);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("filetimer");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, torchs_lines_read_their_fields);
-    tcase_add_test(tc, bad_lines_are_refused_and_leave_the_output_alone);
-    tcase_add_test(tc, an_overrun_worker_is_due_once_its_timer_expires);
-    tcase_add_test(tc, a_release_or_a_new_expiry_replaces_the_timer);
-    tcase_add_test(tc, the_earliest_expired_timer_with_a_signal_decides);
-    tcase_add_test(tc, the_table_is_bounded);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -1,8 +1,8 @@
 /* Whole lines out of arbitrary reads. */
-#include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "linebuf.h"
 
 typedef struct {
@@ -22,7 +22,7 @@ static void collect(void *ctx, const char *line, size_t len)
 
 static sink_t sink;
 
-START_TEST(split_at_every_boundary)
+DL_TEST(split_at_every_boundary)
 {
     const char *text = "alpha\nbeta\n\ngamma delta\nlast";
     size_t n = strlen(text);
@@ -30,8 +30,8 @@ START_TEST(split_at_every_boundary)
         dl_linebuf_t lb;
         memset(&sink, 0, sizeof(sink));
         dl_linebuf_init(&lb);
-        ck_assert_int_eq(dl_linebuf_feed(&lb, text, cut, collect, &sink), 0);
-        ck_assert_int_eq(dl_linebuf_feed(&lb, text + cut, n - cut, collect, &sink), 0);
+        DL_CHECK_ERRNO(dl_linebuf_feed(&lb, text, cut, collect, &sink), 0);
+        DL_CHECK_ERRNO(dl_linebuf_feed(&lb, text + cut, n - cut, collect, &sink), 0);
         sink.out[sink.len] = '\0';
         ck_assert_str_eq(sink.out, "alpha|beta||gamma delta|");
         dl_linebuf_flush(&lb, collect, &sink);
@@ -40,9 +40,8 @@ START_TEST(split_at_every_boundary)
         dl_linebuf_free(&lb);
     }
 }
-END_TEST
 
-START_TEST(byte_at_a_time)
+DL_TEST(byte_at_a_time)
 {
     const char *text = "one\ntwo\nthree\n";
     dl_linebuf_t lb;
@@ -56,9 +55,8 @@ START_TEST(byte_at_a_time)
     ck_assert_int_eq(sink.lines, 3);
     dl_linebuf_free(&lb);
 }
-END_TEST
 
-START_TEST(overlong_line_is_cut_not_lost)
+DL_TEST(overlong_line_is_cut_not_lost)
 {
     size_t n = DL_LINEBUF_MAX_LINE * 2 + 100;
     char *big = malloc(n + 1);
@@ -74,20 +72,4 @@ START_TEST(overlong_line_is_cut_not_lost)
     ck_assert_uint_le(lb.cap, DL_LINEBUF_MAX_LINE * 2);
     dl_linebuf_free(&lb);
     free(big);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("linebuf");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, split_at_every_boundary);
-    tcase_add_test(tc, byte_at_a_time);
-    tcase_add_test(tc, overlong_line_is_cut_not_lost);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

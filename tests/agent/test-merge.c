@@ -1,9 +1,9 @@
 /* --merge-output's core (merge.h): what the terminal shows for lines of several ranks. */
-#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "merge.h"
 
 static char out[64][300];
@@ -20,10 +20,10 @@ static void record(void *ctx, int stream, const char *ranks, const char *line, s
 
 static void feed(dl_merge_t *m, int stream, int rank, const char *line, double now)
 {
-    ck_assert_int_eq(dl_merge_line(m, stream, rank, line, strlen(line), now), 0);
+    DL_CHECK_ERRNO(dl_merge_line(m, stream, rank, line, strlen(line), now), 0);
 }
 
-START_TEST(the_same_line_from_eight_ranks_is_printed_once)
+DL_TEST(the_same_line_from_eight_ranks_is_printed_once)
 {
     dl_merge_t m;
     nout = 0;
@@ -39,9 +39,8 @@ START_TEST(the_same_line_from_eight_ranks_is_printed_once)
     ck_assert_str_eq(out[0], "0 [ranks 0-7] epoch 1 loss 0.25");
     ck_assert(dl_merge_next(&m) < 0);
 }
-END_TEST
 
-START_TEST(different_lines_streams_and_late_ranks_stay_apart)
+DL_TEST(different_lines_streams_and_late_ranks_stay_apart)
 {
     dl_merge_t m;
     nout = 0;
@@ -60,9 +59,8 @@ START_TEST(different_lines_streams_and_late_ranks_stay_apart)
     ck_assert_str_eq(out[2], "0 [rank 1] rank one only");
     ck_assert_str_eq(out[3], "0 [rank 6] hello");
 }
-END_TEST
 
-START_TEST(a_ranks_own_repeated_line_is_never_folded)
+DL_TEST(a_ranks_own_repeated_line_is_never_folded)
 {
     dl_merge_t m;
     nout = 0;
@@ -76,9 +74,8 @@ START_TEST(a_ranks_own_repeated_line_is_never_folded)
     ck_assert_int_eq(nout, 2);
     ck_assert_str_eq(out[1], "0 [rank 0] tick");
 }
-END_TEST
 
-START_TEST(a_flood_of_distinct_lines_is_bounded_and_loses_nothing)
+DL_TEST(a_flood_of_distinct_lines_is_bounded_and_loses_nothing)
 {
     dl_merge_t m;
     nout = 0;
@@ -96,21 +93,4 @@ START_TEST(a_flood_of_distinct_lines_is_bounded_and_loses_nothing)
     dl_merge_flush(&m);
     ck_assert_int_eq(printed + nout, DL_MERGE_MAX_PENDING + 40);
     ck_assert_uint_eq(m.n, 0);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("merge");
-    TCase *tc = tcase_create("merge");
-    tcase_add_test(tc, the_same_line_from_eight_ranks_is_printed_once);
-    tcase_add_test(tc, different_lines_streams_and_late_ranks_stay_apart);
-    tcase_add_test(tc, a_ranks_own_repeated_line_is_never_folded);
-    tcase_add_test(tc, a_flood_of_distinct_lines_is_bounded_and_loses_nothing);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

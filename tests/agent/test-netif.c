@@ -1,12 +1,12 @@
 /* Which interface carries an address: over made-up interface lists (IPv4, IPv6, mapped, zoned),
  * then over this machine's own loopback. */
 #include <arpa/inet.h>
-#include <check.h>
 #include <errno.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "netif.h"
 
 typedef struct {
@@ -55,7 +55,7 @@ static int machine(entry_t *e)
     return n;
 }
 
-START_TEST(finds_the_interface_of_an_address)
+DL_TEST(finds_the_interface_of_an_address)
 {
     entry_t e[16];
     machine(e);
@@ -81,54 +81,36 @@ START_TEST(finds_the_interface_of_an_address)
         ck_assert_str_eq(name, cases[i].ifname);
     }
 }
-END_TEST
 
-START_TEST(refuses_what_it_cannot_place)
+DL_TEST(refuses_what_it_cannot_place)
 {
     entry_t e[16];
     machine(e);
     char name[IF_NAMESIZE] = "untouched";
-    ck_assert_int_eq(dl_netif_find(&e[0].ifa, "10.77.0.9", name, sizeof(name)), -ENODEV);
-    ck_assert_int_eq(dl_netif_find(&e[0].ifa, "fd00:77::9", name, sizeof(name)), -ENODEV);
-    ck_assert_int_eq(dl_netif_find(NULL, "10.77.0.2", name, sizeof(name)), -ENODEV);
-    ck_assert_int_eq(dl_netif_find(&e[0].ifa, "node0.example", name, sizeof(name)), -EINVAL);
-    ck_assert_int_eq(dl_netif_find(&e[0].ifa, "10.77.0.2%eth1", name, sizeof(name)), -EINVAL);
-    ck_assert_int_eq(dl_netif_find(&e[0].ifa, "", name, sizeof(name)), -EINVAL);
-    ck_assert_int_eq(dl_netif_find(&e[0].ifa, "10.77.0.2", name, 4), -ENAMETOOLONG);
+    DL_CHECK_ERRNO(dl_netif_find(&e[0].ifa, "10.77.0.9", name, sizeof(name)), -ENODEV);
+    DL_CHECK_ERRNO(dl_netif_find(&e[0].ifa, "fd00:77::9", name, sizeof(name)), -ENODEV);
+    DL_CHECK_ERRNO(dl_netif_find(NULL, "10.77.0.2", name, sizeof(name)), -ENODEV);
+    DL_CHECK_ERRNO(dl_netif_find(&e[0].ifa, "node0.example", name, sizeof(name)), -EINVAL);
+    DL_CHECK_ERRNO(dl_netif_find(&e[0].ifa, "10.77.0.2%eth1", name, sizeof(name)), -EINVAL);
+    DL_CHECK_ERRNO(dl_netif_find(&e[0].ifa, "", name, sizeof(name)), -EINVAL);
+    DL_CHECK_ERRNO(dl_netif_find(&e[0].ifa, "10.77.0.2", name, 4), -ENAMETOOLONG);
     ck_assert_str_eq(name, "untouched");
 }
-END_TEST
 
-START_TEST(this_machine_reaches_itself_over_lo)
+DL_TEST(this_machine_reaches_itself_over_lo)
 {
     char addr[128], name[IF_NAMESIZE];
-    ck_assert_int_eq(dl_netif_source("127.0.0.1", addr, sizeof(addr)), 0);
+    DL_CHECK_ERRNO(dl_netif_source("127.0.0.1", addr, sizeof(addr)), 0);
     ck_assert_str_eq(addr, "127.0.0.1");
-    ck_assert_int_eq(dl_netif_name(addr, name, sizeof(name)), 0);
+    DL_CHECK_ERRNO(dl_netif_name(addr, name, sizeof(name)), 0);
     ck_assert_str_eq(name, "lo");
-    ck_assert_int_eq(dl_netif_resolve("127.0.0.1", addr, sizeof(addr)), 0);
+    DL_CHECK_ERRNO(dl_netif_resolve("127.0.0.1", addr, sizeof(addr)), 0);
     ck_assert_str_eq(addr, "127.0.0.1");
-    ck_assert_int_eq(dl_netif_resolve("no-such-host.invalid", addr, sizeof(addr)), -ENOENT);
+    DL_CHECK_ERRNO(dl_netif_resolve("no-such-host.invalid", addr, sizeof(addr)), -ENOENT);
     /* IPv6 where the machine has it. */
     if (dl_netif_source("::1", addr, sizeof(addr)) == 0) {
         ck_assert_str_eq(addr, "::1");
-        ck_assert_int_eq(dl_netif_name(addr, name, sizeof(name)), 0);
+        DL_CHECK_ERRNO(dl_netif_name(addr, name, sizeof(name)), 0);
         ck_assert_str_eq(name, "lo");
     }
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("netif");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, finds_the_interface_of_an_address);
-    tcase_add_test(tc, refuses_what_it_cannot_place);
-    tcase_add_test(tc, this_machine_reaches_itself_over_lo);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

@@ -1,7 +1,6 @@
 /* --numa-binding's plan on made-up machines built the way torchrun's tests build theirs
  * (sockets, NUMA nodes, GPUs, L3 caches, cores, hyperthreads), CPU lists, and the sysfs
  * reader on a fake tree. */
-#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "cpulist.h"
 #include "numa.h"
 
@@ -68,39 +68,38 @@ static void plan_fails(const dl_topo_t *t, dl_numa_mode_t mode, int n, const cha
 {
     dl_place_t ret[16];
     char err[512] = "";
-    ck_assert_int_eq(dl_numa_plan(t, mode, n, ret, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_numa_plan(t, mode, n, ret, err, sizeof(err)), -EINVAL);
     ck_assert_msg(strstr(err, want) != NULL, "'%s' does not say '%s'", err, want);
     ck_assert_ptr_null(strchr(err, '\n'));
 }
 
-START_TEST(cpu_lists_parse_and_print)
+DL_TEST(cpu_lists_parse_and_print)
 {
     dl_cpus_t s;
     char buf[64];
-    ck_assert_int_eq(dl_cpus_parse("0-3,8,10-11\n", &s), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("0-3,8,10-11\n", &s), 0);
     ck_assert_int_eq(dl_cpus_count(&s), 7);
-    ck_assert_int_eq(dl_cpus_first(&s), 0);
+    DL_CHECK_ERRNO(dl_cpus_first(&s), 0);
     dl_cpus_format(&s, buf, sizeof(buf));
     ck_assert_str_eq(buf, "0-3,8,10-11");
-    ck_assert_int_eq(dl_cpus_parse("", &s), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("", &s), 0);
     ck_assert_int_eq(dl_cpus_first(&s), -1);
     dl_cpus_format(&s, buf, sizeof(buf));
     ck_assert_str_eq(buf, "");
-    ck_assert_int_eq(dl_cpus_parse("4095", &s), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("4095", &s), 0);
     ck_assert(dl_cpus_has(&s, 4095));
     const char *bad[] = {"1-", "a", "3-1", "1,,2", "1,", "-1", "1 2", "0x1", NULL};
     for (int i = 0; bad[i] != NULL; i++)
         ck_assert_msg(dl_cpus_parse(bad[i], &s) == -EINVAL, "'%s' parsed", bad[i]);
-    ck_assert_int_eq(dl_cpus_parse("4096", &s), -ERANGE);
-    ck_assert_int_eq(dl_cpus_parse("0-99999999999999999999", &s), -ERANGE);
+    DL_CHECK_ERRNO(dl_cpus_parse("4096", &s), -ERANGE);
+    DL_CHECK_ERRNO(dl_cpus_parse("0-99999999999999999999", &s), -ERANGE);
     /* A short buffer truncates, never overflows. */
-    ck_assert_int_eq(dl_cpus_parse("0,2,4,6,8,10,12", &s), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("0,2,4,6,8,10,12", &s), 0);
     dl_cpus_format(&s, buf, 6);
     ck_assert_int_le(strlen(buf), 5);
 }
-END_TEST
 
-START_TEST(node_binds_to_the_gpus_node)
+DL_TEST(node_binds_to_the_gpus_node)
 {
     dl_topo_t *t = machine(2, 1, 2, 1, 4, 2);
     dl_place_t p[4];
@@ -117,25 +116,23 @@ START_TEST(node_binds_to_the_gpus_node)
     cpus_are(&p[0], "0-3,8-11");
     free(t);
 }
-END_TEST
 
-START_TEST(node_is_cut_down_to_the_allowed_cpus)
+DL_TEST(node_is_cut_down_to_the_allowed_cpus)
 {
     dl_topo_t *t = machine(2, 1, 1, 1, 4, 1);
     dl_place_t p[2];
     /* A cpuset of 1-2 and 6: node 0 keeps 1-2, node 1 keeps 6. */
-    ck_assert_int_eq(dl_cpus_parse("1-2,6", &t->allowed), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("1-2,6", &t->allowed), 0);
     plan_ok(t, DL_NUMA_NODE, 2, p);
     cpus_are(&p[0], "1-2");
     cpus_are(&p[1], "6");
-    ck_assert_int_eq(dl_cpus_parse("4-7", &t->allowed), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("4-7", &t->allowed), 0);
     plan_fails(t, DL_NUMA_NODE, 2, "NUMA node 0 of GPU 0 (0000:10:00.0) has no CPU this agent "
                                    "may use (allowed: 4-7)");
     free(t);
 }
-END_TEST
 
-START_TEST(socket_takes_every_node_of_the_socket)
+DL_TEST(socket_takes_every_node_of_the_socket)
 {
     dl_topo_t *t = machine(2, 2, 1, 1, 2, 1);
     dl_place_t p[4];
@@ -147,14 +144,13 @@ START_TEST(socket_takes_every_node_of_the_socket)
     ck_assert_int_eq(p[1].node, 1);
     ck_assert_int_eq(p[1].mem_node, 1);
     /* A node of the socket with no allowed CPU adds nothing and breaks nothing. */
-    ck_assert_int_eq(dl_cpus_parse("0-1,4-7", &t->allowed), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("0-1,4-7", &t->allowed), 0);
     plan_ok(t, DL_NUMA_SOCKET, 1, p);
     cpus_are(&p[0], "0-1");
     free(t);
 }
-END_TEST
 
-START_TEST(exclusive_splits_cores_lowest_gpus_get_the_extra)
+DL_TEST(exclusive_splits_cores_lowest_gpus_get_the_extra)
 {
     /* One node, 8 cores of 2 threads, 3 GPUs: 3, 3 and 2 cores, hyperthreads together. */
     dl_topo_t *t = machine(1, 1, 3, 1, 8, 2);
@@ -165,7 +161,7 @@ START_TEST(exclusive_splits_cores_lowest_gpus_get_the_extra)
     cpus_are(&p[2], "6-7,14-15");
     ck_assert_int_eq(p[0].mem_node, -1); /* one node: nothing to prefer */
     /* A half-allowed core still counts as a core, with what is allowed of it. */
-    ck_assert_int_eq(dl_cpus_parse("0-7,9-15", &t->allowed), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("0-7,9-15", &t->allowed), 0);
     plan_ok(t, DL_NUMA_EXCLUSIVE, 3, p);
     cpus_are(&p[0], "0-2,9-10");
     free(t);
@@ -185,9 +181,8 @@ START_TEST(exclusive_splits_cores_lowest_gpus_get_the_extra)
                                         "fewer than its 4 GPUs");
     free(t);
 }
-END_TEST
 
-START_TEST(core_complex_one_cache_group_per_gpu)
+DL_TEST(core_complex_one_cache_group_per_gpu)
 {
     dl_topo_t *t = machine(1, 1, 2, 2, 4, 1);
     dl_place_t p[3];
@@ -195,7 +190,7 @@ START_TEST(core_complex_one_cache_group_per_gpu)
     cpus_are(&p[0], "0-3");
     cpus_are(&p[1], "4-7");
     /* The fullest group comes first: with CPU 0 taken away, 4-7 goes to GPU 0. */
-    ck_assert_int_eq(dl_cpus_parse("1-7", &t->allowed), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("1-7", &t->allowed), 0);
     plan_ok(t, DL_NUMA_CORE_COMPLEX, 2, p);
     cpus_are(&p[0], "4-7");
     cpus_are(&p[1], "1-3");
@@ -208,9 +203,8 @@ START_TEST(core_complex_one_cache_group_per_gpu)
     cpus_are(&p[2], "0-1");
     free(t);
 }
-END_TEST
 
-START_TEST(what_cannot_be_placed_is_an_error)
+DL_TEST(what_cannot_be_placed_is_an_error)
 {
     dl_topo_t *t = machine(1, 1, 2, 1, 4, 1);
     plan_fails(t, DL_NUMA_NODE, 3, "local rank 2 has no GPU to be placed near (2 found)");
@@ -226,7 +220,6 @@ START_TEST(what_cannot_be_placed_is_an_error)
     plan_fails(t, DL_NUMA_NODE, 1, "no GPU found");
     free(t);
 }
-END_TEST
 
 /* ---- The reader, on a fake tree ---------------------------------------------------------- */
 
@@ -235,19 +228,7 @@ static int case_no;
 
 static void put(const char *rel, const char *text)
 {
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/%s", root, rel);
-    for (char *p = path + strlen(root) + 1; *p != '\0'; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        ck_assert(mkdir(path, 0755) == 0 || errno == EEXIST);
-        *p = '/';
-    }
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
+    dl_test_put_file(root, rel, text);
 }
 
 /* Two nodes (CPU 0 on node 0, CPU 1 on node 1, one socket), three GPUs: two on node 0 (one
@@ -300,7 +281,7 @@ static dl_topo_t *read_ok(const char *cuda_visible, dl_numa_mode_t mode)
     dl_topo_t *t = malloc(sizeof(*t));
     dl_cpus_t allowed;
     char err[512] = "";
-    ck_assert_int_eq(dl_cpus_parse("0-1", &allowed), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("0-1", &allowed), 0);
     int r = dl_topo_read(root, cuda_visible, mode, &allowed, t, err, sizeof(err));
     ck_assert_msg(r == 0, "read failed: %s", err);
     return t;
@@ -311,13 +292,13 @@ static void read_fails(const char *cuda_visible, dl_numa_mode_t mode, const char
     dl_topo_t *t = malloc(sizeof(*t));
     dl_cpus_t allowed;
     char err[512] = "";
-    ck_assert_int_eq(dl_cpus_parse("0-1", &allowed), 0);
+    DL_CHECK_ERRNO(dl_cpus_parse("0-1", &allowed), 0);
     ck_assert_int_lt(dl_topo_read(root, cuda_visible, mode, &allowed, t, err, sizeof(err)), 0);
     ck_assert_msg(strstr(err, want) != NULL, "'%s' does not say '%s'", err, want);
     free(t);
 }
 
-START_TEST(reader_sorts_gpus_by_bus_and_follows_cuda_visible_devices)
+DL_TEST(reader_sorts_gpus_by_bus_and_follows_cuda_visible_devices)
 {
     fake_machine();
     dl_topo_t *t = read_ok(NULL, DL_NUMA_NODE);
@@ -345,9 +326,8 @@ START_TEST(reader_sorts_gpus_by_bus_and_follows_cuda_visible_devices)
                                   "one of the 3 GPUs in");
     read_fails("MIG-1234", DL_NUMA_NODE, "'MIG-1234' is not the index");
 }
-END_TEST
 
-START_TEST(reader_reads_what_each_mode_needs)
+DL_TEST(reader_reads_what_each_mode_needs)
 {
     fake_machine();
     dl_place_t p[3];
@@ -369,9 +349,8 @@ START_TEST(reader_reads_what_each_mode_needs)
     ck_assert_int_eq(p[2].mem_node, 1);
     free(t);
 }
-END_TEST
 
-START_TEST(reader_without_gpus_reads_nothing_more)
+DL_TEST(reader_without_gpus_reads_nothing_more)
 {
     /* No GPU, no topology: the plan's "no GPU found" is the one error, in every mode. */
     snprintf(root, sizeof(root), "%s/%d", base, ++case_no);
@@ -381,9 +360,8 @@ START_TEST(reader_without_gpus_reads_nothing_more)
     plan_fails(t, DL_NUMA_CORE_COMPLEX, 1, "no GPU found");
     free(t);
 }
-END_TEST
 
-START_TEST(reader_names_the_bad_file)
+DL_TEST(reader_names_the_bad_file)
 {
     fake_machine();
     put("sys/devices/system/cpu/cpu1/topology/thread_siblings_list", "1-\n");
@@ -411,35 +389,5 @@ START_TEST(reader_names_the_bad_file)
     put("sys/bus/pci/devices/0000:3b:00.0/numa_node", "-1\n");
     read_fails(NULL, DL_NUMA_NODE, "sys/devices/system/node: No such file or directory");
 }
-END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("numa");
-    TCase *tc = tcase_create("core");
-    tcase_add_unchecked_fixture(tc, setup, NULL);
-    tcase_add_test(tc, cpu_lists_parse_and_print);
-    tcase_add_test(tc, node_binds_to_the_gpus_node);
-    tcase_add_test(tc, node_is_cut_down_to_the_allowed_cpus);
-    tcase_add_test(tc, socket_takes_every_node_of_the_socket);
-    tcase_add_test(tc, exclusive_splits_cores_lowest_gpus_get_the_extra);
-    tcase_add_test(tc, core_complex_one_cache_group_per_gpu);
-    tcase_add_test(tc, what_cannot_be_placed_is_an_error);
-    tcase_add_test(tc, reader_sorts_gpus_by_bus_and_follows_cuda_visible_devices);
-    tcase_add_test(tc, reader_reads_what_each_mode_needs);
-    tcase_add_test(tc, reader_without_gpus_reads_nothing_more);
-    tcase_add_test(tc, reader_names_the_bad_file);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (failed == 0) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
-        if (system(cmd) != 0)
-            return 1;
-    }
-    return failed == 0 ? 0 : 1;
-}
+DL_TEST_SUITE(.setup_once = setup, .no_fork = true, .scratch_dir = base);

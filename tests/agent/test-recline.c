@@ -1,12 +1,12 @@
 /* The worker's lines on the control channel (recline.h): what a hostile or broken worker can
  * write must come out as fields in range, or as missing. */
-#include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "recline.h"
 
-START_TEST(a_recovered_line_reads_its_fields)
+DL_TEST(a_recovered_line_reads_its_fields)
 {
     dl_recline_t m;
     ck_assert_int_eq(dl_recline_parse("recovered gen=3 rank=1 step=120 was=121 source=0 ms=40",
@@ -22,9 +22,8 @@ START_TEST(a_recovered_line_reads_its_fields)
     ck_assert_int_eq(dl_recline_parse("hellothere", &m), DL_RECLINE_OTHER);
     ck_assert_int_eq(dl_recline_parse("", &m), DL_RECLINE_OTHER);
 }
-END_TEST
 
-START_TEST(numbers_out_of_range_are_missing)
+DL_TEST(numbers_out_of_range_are_missing)
 {
     /* step near -2^63 made the agent's "steps redone" (was - step) overflow. */
     static const char *const bad[] = {
@@ -45,9 +44,8 @@ START_TEST(numbers_out_of_range_are_missing)
     ck_assert_int_eq(m.gen, -1);
     ck_assert(!m.has_source);
 }
-END_TEST
 
-START_TEST(a_reason_reaches_no_terminal_raw)
+DL_TEST(a_reason_reaches_no_terminal_raw)
 {
     dl_recline_t m;
     ck_assert_int_eq(dl_recline_parse("failed gen=2 reason=peer gone \x1b[2J\x1b]0;t\x07 \x7f", &m),
@@ -60,20 +58,4 @@ START_TEST(a_reason_reaches_no_terminal_raw)
     line[1999] = '\0';
     dl_recline_parse(line, &m);
     ck_assert_uint_eq(strlen(m.reason), sizeof(m.reason) - 1);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("recline");
-    TCase *tc = tcase_create("recline");
-    tcase_add_test(tc, a_recovered_line_reads_its_fields);
-    tcase_add_test(tc, numbers_out_of_range_are_missing);
-    tcase_add_test(tc, a_reason_reaches_no_terminal_raw);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

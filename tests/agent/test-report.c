@@ -1,5 +1,4 @@
 /* The event stream's lines, the failure summary's log tail, and GPU counting. */
-#include <check.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "errorfile.h"
 #include "events.h"
 #include "gpu.h"
@@ -27,16 +27,16 @@ static void write_file(const char *path, const char *text)
     fclose(f);
 }
 
-START_TEST(events_are_json_lines)
+DL_TEST(events_are_json_lines)
 {
     char path[256];
     dl_events_t *ev;
     snprintf(path, sizeof(path), "%s/events.jsonl", tmpdir);
-    ck_assert_int_eq(dl_events_open(path, &ev), 0);
+    DL_CHECK_ERRNO(dl_events_open(path, &ev), 0);
     ck_assert_int_eq(dl_events_emit(ev, "worker_start", 1700000000.25,
                                     json_pack("{s:i, s:i}", "rank", 3, "pid", 42)),
                      0);
-    ck_assert_int_eq(dl_events_emit(ev, "job_end", 1700000001.5, NULL), 0);
+    DL_CHECK_ERRNO(dl_events_emit(ev, "job_end", 1700000001.5, NULL), 0);
     dl_events_close(ev);
 
     FILE *f = fopen(path, "r");
@@ -54,17 +54,15 @@ START_TEST(events_are_json_lines)
     ck_assert_ptr_null(fgets(line, sizeof(line), f));
     fclose(f);
 }
-END_TEST
 
-START_TEST(events_to_missing_folder_fail_with_errno)
+DL_TEST(events_to_missing_folder_fail_with_errno)
 {
     dl_events_t *ev = NULL;
     ck_assert_int_eq(dl_events_open("/nonexistent-dir/x/events", &ev), -2 /* ENOENT */);
     ck_assert_ptr_null(ev);
 }
-END_TEST
 
-START_TEST(tail_takes_last_lines)
+DL_TEST(tail_takes_last_lines)
 {
     char path[256], buf[4096];
     snprintf(path, sizeof(path), "%s/rank_0.err", tmpdir);
@@ -76,9 +74,8 @@ START_TEST(tail_takes_last_lines)
     ck_assert_str_eq(buf, "no newline at the end");
     ck_assert_int_lt(dl_summary_tail("/nonexistent", 2, buf, sizeof(buf)), 0);
 }
-END_TEST
 
-START_TEST(tail_of_a_big_file_is_bounded)
+DL_TEST(tail_of_a_big_file_is_bounded)
 {
     char path[256], buf[64];
     snprintf(path, sizeof(path), "%s/big.err", tmpdir);
@@ -89,12 +86,11 @@ START_TEST(tail_of_a_big_file_is_bounded)
     ck_assert_int_gt(dl_summary_tail(path, 3, buf, sizeof(buf)), 0);
     ck_assert_str_eq(buf, "line 9997\nline 9998\nline 9999\n");
 }
-END_TEST
 
-START_TEST(gpu_count)
+DL_TEST(gpu_count)
 {
     char dir[512];
-    ck_assert_int_eq(dl_gpu_count(tmpdir, NULL), 0);
+    DL_CHECK_ERRNO(dl_gpu_count(tmpdir, NULL), 0);
     snprintf(dir, sizeof(dir), "%s/driver", tmpdir);
     mkdir(dir, 0755);
     strcat(dir, "/nvidia");
@@ -108,15 +104,14 @@ START_TEST(gpu_count)
     }
     ck_assert_int_eq(dl_gpu_count(tmpdir, NULL), 3);
     ck_assert_int_eq(dl_gpu_count(tmpdir, "0,1"), 2);
-    ck_assert_int_eq(dl_gpu_count(tmpdir, ""), 0);
-    ck_assert_int_eq(dl_gpu_count(tmpdir, "-1"), 0);
+    DL_CHECK_ERRNO(dl_gpu_count(tmpdir, ""), 0);
+    DL_CHECK_ERRNO(dl_gpu_count(tmpdir, "-1"), 0);
     ck_assert_int_eq(dl_gpu_count(tmpdir, "GPU-5d3c1a2b"), 1);
 }
-END_TEST
 
 /* A traceback longer than the buffer keeps its end (the innermost frame and the exception),
  * cut at a character, not inside a UTF-8 sequence. */
-START_TEST(error_file_keeps_the_end_of_a_long_traceback)
+DL_TEST(error_file_keeps_the_end_of_a_long_traceback)
 {
     char path[256], msg[64], trace[27]; /* its end: 9 bytes of the 10 of "ééééé", then 17 */
     snprintf(path, sizeof(path), "%s/rank_0.error.json", tmpdir);
@@ -132,38 +127,12 @@ START_TEST(error_file_keeps_the_end_of_a_long_traceback)
     ck_assert_int_eq(dl_error_file_read(path, msg, sizeof(msg), trace, sizeof(trace)), 1);
     ck_assert_str_eq(trace, "");
 }
-END_TEST
 
-START_TEST(signal_names)
+DL_TEST(signal_names)
 {
     ck_assert_str_eq(dl_signal_name(9), "SIGKILL");
     ck_assert_str_eq(dl_signal_name(15), "SIGTERM");
     ck_assert_str_eq(dl_signal_name(200), "signal 200");
 }
-END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("report");
-    TCase *tc = tcase_create("core");
-    tcase_add_unchecked_fixture(tc, setup, NULL);
-    tcase_add_test(tc, events_are_json_lines);
-    tcase_add_test(tc, events_to_missing_folder_fail_with_errno);
-    tcase_add_test(tc, tail_takes_last_lines);
-    tcase_add_test(tc, tail_of_a_big_file_is_bounded);
-    tcase_add_test(tc, gpu_count);
-    tcase_add_test(tc, signal_names);
-    tcase_add_test(tc, error_file_keeps_the_end_of_a_long_traceback);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    if (failed == 0) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
-        if (system(cmd) != 0)
-            return 1;
-    }
-    return failed == 0 ? 0 : 1;
-}
+DL_TEST_SUITE(.setup_once = setup, .scratch_dir = tmpdir);

@@ -1,8 +1,8 @@
 /* The restart policy, driven event by event with made-up times. */
-#include <check.h>
 #include <signal.h>
 #include <stdbool.h>
 
+#include "dl-test.h"
 #include "supervisor.h"
 
 static dl_sup_actions_t exit_ev(dl_sup_t *s, int rank, int code, double now)
@@ -24,7 +24,7 @@ static dl_sup_actions_t simple(dl_sup_t *s, dl_sup_event_kind_t kind, int sig)
     return dl_sup_step(s, &ev, 0);
 }
 
-START_TEST(all_succeed)
+DL_TEST(all_succeed)
 {
     dl_sup_t s;
     dl_sup_init(&s, 3, 0);
@@ -40,9 +40,8 @@ START_TEST(all_succeed)
     /* Nothing moves a finished job. */
     ck_assert_uint_eq(simple(&s, DL_SUP_EV_SIGNAL, SIGTERM).flags, 0);
 }
-END_TEST
 
-START_TEST(failure_restarts_then_succeeds)
+DL_TEST(failure_restarts_then_succeeds)
 {
     dl_sup_t s;
     dl_sup_init(&s, 2, 1);
@@ -64,9 +63,8 @@ START_TEST(failure_restarts_then_succeeds)
     ck_assert_uint_eq(a.flags, DL_SUP_EXIT);
     ck_assert_int_eq(a.exit_code, 0);
 }
-END_TEST
 
-START_TEST(restarts_exhausted)
+DL_TEST(restarts_exhausted)
 {
     dl_sup_t s;
     dl_sup_init(&s, 1, 2);
@@ -82,9 +80,8 @@ START_TEST(restarts_exhausted)
     ck_assert_int_eq(s.first_failure.attempt, 2);
     ck_assert_int_eq(s.first_failure.exit_code, 7);
 }
-END_TEST
 
-START_TEST(signal_stops_with_128_plus_n)
+DL_TEST(signal_stops_with_128_plus_n)
 {
     dl_sup_t s;
     dl_sup_init(&s, 2, 5);
@@ -98,9 +95,8 @@ START_TEST(signal_stops_with_128_plus_n)
     ck_assert_uint_eq(a.flags, DL_SUP_DISARM_TIMER | DL_SUP_EXIT);
     ck_assert_int_eq(a.exit_code, 128 + SIGINT);
 }
-END_TEST
 
-START_TEST(stop_timeout_escalates_and_second_signal_kills)
+DL_TEST(stop_timeout_escalates_and_second_signal_kills)
 {
     dl_sup_t s;
     dl_sup_init(&s, 2, 0);
@@ -113,9 +109,8 @@ START_TEST(stop_timeout_escalates_and_second_signal_kills)
     ck_assert_uint_eq(a.flags, DL_SUP_KILL);
     ck_assert_int_eq(a.kill_signal, SIGKILL);
 }
-END_TEST
 
-START_TEST(signal_during_restart_wins)
+DL_TEST(signal_during_restart_wins)
 {
     dl_sup_t s;
     dl_sup_init(&s, 2, 3);
@@ -128,9 +123,8 @@ START_TEST(signal_during_restart_wins)
     ck_assert_uint_eq(a.flags, DL_SUP_DISARM_TIMER | DL_SUP_EXIT);
     ck_assert_int_eq(a.exit_code, 128 + SIGHUP);
 }
-END_TEST
 
-START_TEST(spawn_failure_counts_as_failure)
+DL_TEST(spawn_failure_counts_as_failure)
 {
     dl_sup_t s;
     dl_sup_init(&s, 2, 0);
@@ -143,9 +137,8 @@ START_TEST(spawn_failure_counts_as_failure)
     ck_assert_uint_eq(a.flags, DL_SUP_DISARM_TIMER | DL_SUP_EXIT);
     ck_assert_int_eq(a.exit_code, 1);
 }
-END_TEST
 
-START_TEST(ten_thousand_workers_one_failure)
+DL_TEST(ten_thousand_workers_one_failure)
 {
     dl_sup_t s;
     const int n = 10000;
@@ -161,7 +154,6 @@ START_TEST(ten_thousand_workers_one_failure)
     ck_assert_int_eq(s.first_failure.rank, 4242);
     ck_assert_int_eq(s.first_failure.signal, SIGKILL);
 }
-END_TEST
 
 static dl_sup_actions_t remote_ev(dl_sup_t *s, dl_sup_event_kind_t kind, int value)
 {
@@ -169,7 +161,7 @@ static dl_sup_actions_t remote_ev(dl_sup_t *s, dl_sup_event_kind_t kind, int val
     return dl_sup_step(s, &ev, 0);
 }
 
-START_TEST(remote_join_run_done)
+DL_TEST(remote_join_run_done)
 {
     dl_sup_t s;
     dl_sup_init_remote(&s, 2);
@@ -185,9 +177,8 @@ START_TEST(remote_join_run_done)
     ck_assert_uint_eq(a.flags, DL_SUP_EXIT);
     ck_assert_int_eq(a.exit_code, 0);
 }
-END_TEST
 
-START_TEST(remote_failure_is_reported_not_restarted)
+DL_TEST(remote_failure_is_reported_not_restarted)
 {
     dl_sup_t s;
     dl_sup_init_remote(&s, 2);
@@ -204,9 +195,8 @@ START_TEST(remote_failure_is_reported_not_restarted)
     ck_assert_uint_eq(a.flags, DL_SUP_SPAWN);
     ck_assert_int_eq(a.attempt, 1);
 }
-END_TEST
 
-START_TEST(remote_round_change_stops_healthy_workers)
+DL_TEST(remote_round_change_stops_healthy_workers)
 {
     dl_sup_t s;
     dl_sup_init_remote(&s, 2);
@@ -219,9 +209,8 @@ START_TEST(remote_round_change_stops_healthy_workers)
     ck_assert_uint_eq(a.flags, DL_SUP_DISARM_TIMER | DL_SUP_JOIN);
     ck_assert(!s.has_failure); /* dying of our SIGTERM is no failure */
 }
-END_TEST
 
-START_TEST(remote_job_end_while_running)
+DL_TEST(remote_job_end_while_running)
 {
     dl_sup_t s;
     dl_sup_init_remote(&s, 1);
@@ -233,9 +222,8 @@ START_TEST(remote_job_end_while_running)
     ck_assert_uint_eq(a.flags, DL_SUP_DISARM_TIMER | DL_SUP_EXIT);
     ck_assert_int_eq(a.exit_code, 1);
 }
-END_TEST
 
-START_TEST(remote_signal_while_waiting)
+DL_TEST(remote_signal_while_waiting)
 {
     dl_sup_t s;
     dl_sup_init_remote(&s, 1);
@@ -244,7 +232,6 @@ START_TEST(remote_signal_while_waiting)
     ck_assert_uint_eq(a.flags, DL_SUP_EXIT);
     ck_assert_int_eq(a.exit_code, 143);
 }
-END_TEST
 
 /* ---- In-job recovery -------------------------------------------------------------------- */
 
@@ -255,7 +242,7 @@ static dl_sup_actions_t rec_exit(dl_sup_t *s, int rank, int sig, bool recoverabl
     return dl_sup_step(s, &ev, 1);
 }
 
-START_TEST(in_job_replaces_one_worker_and_spends_a_restart)
+DL_TEST(in_job_replaces_one_worker_and_spends_a_restart)
 {
     dl_sup_t s;
     dl_sup_init(&s, 2, 2);
@@ -283,9 +270,8 @@ START_TEST(in_job_replaces_one_worker_and_spends_a_restart)
     ck_assert_int_eq(a.exit_code, 1);
     ck_assert_int_eq(dl_sup_attempts(&s), 1);
 }
-END_TEST
 
-START_TEST(in_job_failure_during_a_recovery_restarts)
+DL_TEST(in_job_failure_during_a_recovery_restarts)
 {
     dl_sup_t s;
     dl_sup_init(&s, 2, 3);
@@ -302,9 +288,8 @@ START_TEST(in_job_failure_during_a_recovery_restarts)
     ck_assert_int_eq(dl_sup_restarts_used(&s), 2);
     ck_assert_int_eq(dl_sup_attempts(&s), 2);
 }
-END_TEST
 
-START_TEST(in_job_not_for_workers_without_the_protocol)
+DL_TEST(in_job_not_for_workers_without_the_protocol)
 {
     dl_sup_t s;
     dl_sup_init(&s, 2, 1);
@@ -319,9 +304,8 @@ START_TEST(in_job_not_for_workers_without_the_protocol)
     dl_sup_actions_t a = simple(&s, DL_SUP_EV_RECOVERY_FAILED, 0);
     ck_assert_uint_eq(a.flags, DL_SUP_RECOVERY_OFF | DL_SUP_KILL | DL_SUP_ARM_TIMER);
 }
-END_TEST
 
-START_TEST(in_job_remote_keeps_the_workers_across_rounds)
+DL_TEST(in_job_remote_keeps_the_workers_across_rounds)
 {
     dl_sup_t s;
     dl_sup_init_remote(&s, 2);
@@ -355,7 +339,6 @@ START_TEST(in_job_remote_keeps_the_workers_across_rounds)
     ck_assert_uint_eq(a.flags, DL_SUP_RECOVERY_OFF | DL_SUP_KILL | DL_SUP_ARM_TIMER);
     ck_assert_int_eq(dl_sup_attempts(&s), 1);
 }
-END_TEST
 
 /* One worker failing: rank, code, the furthest step of the attempt. */
 static dl_sup_actions_t fail_at(dl_sup_t *s, int rank, int code, long long step, double now)
@@ -365,7 +348,7 @@ static dl_sup_actions_t fail_at(dl_sup_t *s, int rank, int code, long long step,
     return dl_sup_step(s, &ev, now);
 }
 
-START_TEST(the_same_failure_three_times_ends_the_job_with_5)
+DL_TEST(the_same_failure_three_times_ends_the_job_with_5)
 {
     dl_sup_t s;
     dl_sup_init(&s, 1, 10);
@@ -379,9 +362,8 @@ START_TEST(the_same_failure_three_times_ends_the_job_with_5)
     ck_assert_int_eq(a.exit_code, DL_SUP_EXIT_SAME_FAILURE);
     ck_assert_int_eq(dl_sup_restarts_used(&s), 2); /* 8 of the 10 restarts were not spent */
 }
-END_TEST
 
-START_TEST(progress_or_another_cause_is_no_same_failure)
+DL_TEST(progress_or_another_cause_is_no_same_failure)
 {
     dl_sup_t s;
     dl_sup_init(&s, 2, 10);
@@ -410,9 +392,8 @@ START_TEST(progress_or_another_cause_is_no_same_failure)
     dl_sup_actions_t a = fail_at(&s, 0, 3, -1, 4);
     ck_assert_int_eq(a.exit_code, 1);
 }
-END_TEST
 
-START_TEST(an_unreapable_worker_ends_the_job_with_6)
+DL_TEST(an_unreapable_worker_ends_the_job_with_6)
 {
     dl_sup_t s;
     dl_sup_init(&s, 2, 5);
@@ -444,9 +425,8 @@ START_TEST(an_unreapable_worker_ends_the_job_with_6)
     a = dl_sup_step(&s, &ev, 1);
     ck_assert_int_eq(a.exit_code, 128 + SIGTERM);
 }
-END_TEST
 
-START_TEST(an_oom_kill_is_kept_in_the_failure)
+DL_TEST(an_oom_kill_is_kept_in_the_failure)
 {
     dl_sup_t s;
     dl_sup_init(&s, 1, 1);
@@ -458,38 +438,4 @@ START_TEST(an_oom_kill_is_kept_in_the_failure)
     ck_assert(s.first_failure.oom);
     ck_assert_int_eq(s.first_failure.mem_peak, 190LL << 20);
     ck_assert_int_eq(s.first_failure.mem_limit, 192LL << 20);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("supervisor");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, all_succeed);
-    tcase_add_test(tc, failure_restarts_then_succeeds);
-    tcase_add_test(tc, restarts_exhausted);
-    tcase_add_test(tc, signal_stops_with_128_plus_n);
-    tcase_add_test(tc, stop_timeout_escalates_and_second_signal_kills);
-    tcase_add_test(tc, the_same_failure_three_times_ends_the_job_with_5);
-    tcase_add_test(tc, progress_or_another_cause_is_no_same_failure);
-    tcase_add_test(tc, an_unreapable_worker_ends_the_job_with_6);
-    tcase_add_test(tc, an_oom_kill_is_kept_in_the_failure);
-    tcase_add_test(tc, signal_during_restart_wins);
-    tcase_add_test(tc, spawn_failure_counts_as_failure);
-    tcase_add_test(tc, ten_thousand_workers_one_failure);
-    tcase_add_test(tc, remote_join_run_done);
-    tcase_add_test(tc, remote_failure_is_reported_not_restarted);
-    tcase_add_test(tc, remote_round_change_stops_healthy_workers);
-    tcase_add_test(tc, remote_job_end_while_running);
-    tcase_add_test(tc, remote_signal_while_waiting);
-    tcase_add_test(tc, in_job_replaces_one_worker_and_spends_a_restart);
-    tcase_add_test(tc, in_job_failure_during_a_recovery_restarts);
-    tcase_add_test(tc, in_job_not_for_workers_without_the_protocol);
-    tcase_add_test(tc, in_job_remote_keeps_the_workers_across_rounds);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

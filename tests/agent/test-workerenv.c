@@ -1,8 +1,8 @@
 /* A worker's environment: torchrun's names, our values win, user variables kept. */
-#include <check.h>
 #include <errno.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "workerenv.h"
 
 static const char *get(char **env, const char *name)
@@ -30,12 +30,12 @@ static dl_worker_env_t sample(void)
     };
 }
 
-START_TEST(torchrun_names)
+DL_TEST(torchrun_names)
 {
     char *base[] = {"PATH=/bin", "RANK=99", "HOME=/root", NULL};
     char **env;
     dl_worker_env_t w = sample();
-    ck_assert_int_eq(dl_worker_env_build(&w, base, NULL, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, base, NULL, &env), 0);
     ck_assert_str_eq(get(env, "RANK"), "5");
     ck_assert_str_eq(get(env, "LOCAL_RANK"), "1");
     ck_assert_str_eq(get(env, "WORLD_SIZE"), "8");
@@ -56,67 +56,63 @@ START_TEST(torchrun_names)
     ck_assert_str_eq(get(env, "OMP_NUM_THREADS"), "1");
     dl_worker_env_free(env);
 }
-END_TEST
 
 /* torchrun's --virtual-local-rank: LOCAL_RANK 0, and only the worker's own device visible. */
-START_TEST(virtual_local_rank)
+DL_TEST(virtual_local_rank)
 {
     char *base[] = {"CUDA_VISIBLE_DEVICES=GPU-a,GPU-b,GPU-c", NULL};
     char **env;
     dl_worker_env_t w = sample();
     w.virtual_local_rank = true;
-    ck_assert_int_eq(dl_worker_env_build(&w, base, NULL, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, base, NULL, &env), 0);
     ck_assert_str_eq(get(env, "LOCAL_RANK"), "0");
     ck_assert_str_eq(get(env, "CUDA_VISIBLE_DEVICES"), "GPU-b");
     ck_assert_str_eq(get(env, "RANK"), "5");
     dl_worker_env_free(env);
-    ck_assert_int_eq(dl_worker_env_build(&w, NULL, NULL, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, NULL, NULL, &env), 0);
     ck_assert_str_eq(get(env, "CUDA_VISIBLE_DEVICES"), "1");
     dl_worker_env_free(env);
     char *short_list[] = {"CUDA_VISIBLE_DEVICES=3", NULL};
-    ck_assert_int_eq(dl_worker_env_build(&w, short_list, NULL, &env), -ERANGE);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, short_list, NULL, &env), -ERANGE);
     /* torchrun's agent passes its --signals-to-handle on; a stale value in base is replaced. */
     char *stale[] = {"TORCHELASTIC_SIGNALS_TO_HANDLE=SIGKILL", NULL};
     w = sample();
     w.signals_to_handle = "SIGTERM,SIGUSR1";
-    ck_assert_int_eq(dl_worker_env_build(&w, stale, NULL, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, stale, NULL, &env), 0);
     ck_assert_str_eq(get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGUSR1");
     dl_worker_env_free(env);
 }
-END_TEST
 
-START_TEST(spec_env_overrides_base_but_not_ours)
+DL_TEST(spec_env_overrides_base_but_not_ours)
 {
     char *base[] = {"FOO=base", "OMP_NUM_THREADS=8", NULL};
     char *extra[] = {"FOO=spec", "BAR=x=y", "WORLD_SIZE=1", NULL};
     char **env;
     dl_worker_env_t w = sample();
-    ck_assert_int_eq(dl_worker_env_build(&w, base, extra, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, base, extra, &env), 0);
     ck_assert_str_eq(get(env, "FOO"), "spec");
     ck_assert_str_eq(get(env, "BAR"), "x=y");
     ck_assert_str_eq(get(env, "WORLD_SIZE"), "8");
     ck_assert_str_eq(get(env, "OMP_NUM_THREADS"), "8"); /* the user's choice is kept */
     dl_worker_env_free(env);
 }
-END_TEST
 
-START_TEST(single_worker_keeps_threads_free)
+DL_TEST(single_worker_keeps_threads_free)
 {
     char **env;
     dl_worker_env_t w = sample();
     w.local_world_size = 1;
-    ck_assert_int_eq(dl_worker_env_build(&w, NULL, NULL, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, NULL, NULL, &env), 0);
     ck_assert_ptr_null(get(env, "OMP_NUM_THREADS"));
     dl_worker_env_free(env);
 }
-END_TEST
 
-START_TEST(interface_for_frameworks)
+DL_TEST(interface_for_frameworks)
 {
     char **env;
     dl_worker_env_t w = sample();
     w.ifname = "eth1";
-    ck_assert_int_eq(dl_worker_env_build(&w, NULL, NULL, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, NULL, NULL, &env), 0);
     ck_assert_str_eq(get(env, "GLOO_SOCKET_IFNAME"), "eth1");
     ck_assert_str_eq(get(env, "NCCL_SOCKET_IFNAME"), "=eth1"); /* exact, not a prefix */
     ck_assert_str_eq(get(env, "TP_SOCKET_IFNAME"), "eth1");
@@ -127,7 +123,7 @@ START_TEST(interface_for_frameworks)
      * counts as unset. */
     char *base[] = {"GLOO_SOCKET_IFNAME=ib0", "NCCL_SOCKET_IFNAME=", NULL};
     char *extra[] = {"DLAUNCH_SOCKET_IFNAME=bond0", NULL};
-    ck_assert_int_eq(dl_worker_env_build(&w, base, extra, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, base, extra, &env), 0);
     ck_assert_str_eq(get(env, "GLOO_SOCKET_IFNAME"), "ib0");
     ck_assert_str_eq(get(env, "NCCL_SOCKET_IFNAME"), "=eth1");
     ck_assert_str_eq(get(env, "DLAUNCH_SOCKET_IFNAME"), "bond0");
@@ -135,15 +131,14 @@ START_TEST(interface_for_frameworks)
 
     /* Unknown: nothing is set, the frameworks choose as they would. */
     w.ifname = NULL;
-    ck_assert_int_eq(dl_worker_env_build(&w, NULL, NULL, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, NULL, NULL, &env), 0);
     ck_assert_ptr_null(get(env, "GLOO_SOCKET_IFNAME"));
     ck_assert_ptr_null(get(env, "NCCL_SOCKET_IFNAME"));
     ck_assert_ptr_null(get(env, "DLAUNCH_SOCKET_IFNAME"));
     dl_worker_env_free(env);
 }
-END_TEST
 
-START_TEST(a_spare_is_marked_and_an_outer_mark_never_passes)
+DL_TEST(a_spare_is_marked_and_an_outer_mark_never_passes)
 {
     char **env;
     dl_worker_env_t w = sample();
@@ -151,63 +146,42 @@ START_TEST(a_spare_is_marked_and_an_outer_mark_never_passes)
     w.control_fd = 4;
     /* An outer dlaunch's spare running this one: its mark is not this job's. */
     char *base[] = {"DLAUNCH_SPARE=1", NULL};
-    ck_assert_int_eq(dl_worker_env_build(&w, base, NULL, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, base, NULL, &env), 0);
     ck_assert_ptr_null(get(env, "DLAUNCH_SPARE"));
     dl_worker_env_free(env);
     w.spare = true;
-    ck_assert_int_eq(dl_worker_env_build(&w, base, NULL, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, base, NULL, &env), 0);
     ck_assert_str_eq(get(env, "DLAUNCH_SPARE"), "1");
     ck_assert_str_eq(get(env, "DLAUNCH_CONTROL_FD"), "4");
     dl_worker_env_free(env);
     w.control_fd = -1; /* no channel, no spare: nothing could give it a rank */
-    ck_assert_int_eq(dl_worker_env_build(&w, NULL, NULL, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, NULL, NULL, &env), 0);
     ck_assert_ptr_null(get(env, "DLAUNCH_SPARE"));
     dl_worker_env_free(env);
 }
-END_TEST
 
-START_TEST(the_python_package_goes_first_on_pythonpath)
+DL_TEST(the_python_package_goes_first_on_pythonpath)
 {
     char **env;
     dl_worker_env_t w = sample();
-    ck_assert_int_eq(dl_worker_env_build(&w, NULL, NULL, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, NULL, NULL, &env), 0);
     ck_assert_ptr_null(get(env, "PYTHONPATH")); /* no package: left alone */
     dl_worker_env_free(env);
     w.python_path = "/usr/share/dlaunch/python";
-    ck_assert_int_eq(dl_worker_env_build(&w, NULL, NULL, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, NULL, NULL, &env), 0);
     ck_assert_str_eq(get(env, "PYTHONPATH"), "/usr/share/dlaunch/python");
     dl_worker_env_free(env);
     /* The user's path stays, after ours; the spec's env: is the user's too; empty is unset. */
     char *base[] = {"PYTHONPATH=/home/u/lib", NULL};
-    ck_assert_int_eq(dl_worker_env_build(&w, base, NULL, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, base, NULL, &env), 0);
     ck_assert_str_eq(get(env, "PYTHONPATH"), "/usr/share/dlaunch/python:/home/u/lib");
     dl_worker_env_free(env);
     char *extra[] = {"PYTHONPATH=/job/src", NULL};
-    ck_assert_int_eq(dl_worker_env_build(&w, base, extra, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, base, extra, &env), 0);
     ck_assert_str_eq(get(env, "PYTHONPATH"), "/usr/share/dlaunch/python:/job/src");
     dl_worker_env_free(env);
     char *empty[] = {"PYTHONPATH=", NULL};
-    ck_assert_int_eq(dl_worker_env_build(&w, empty, NULL, &env), 0);
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, empty, NULL, &env), 0);
     ck_assert_str_eq(get(env, "PYTHONPATH"), "/usr/share/dlaunch/python");
     dl_worker_env_free(env);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("workerenv");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, torchrun_names);
-    tcase_add_test(tc, virtual_local_rank);
-    tcase_add_test(tc, spec_env_overrides_base_but_not_ours);
-    tcase_add_test(tc, single_worker_keeps_threads_free);
-    tcase_add_test(tc, interface_for_frameworks);
-    tcase_add_test(tc, the_python_package_goes_first_on_pythonpath);
-    tcase_add_test(tc, a_spare_is_marked_and_an_outer_mark_never_passes);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

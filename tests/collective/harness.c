@@ -16,6 +16,19 @@
 #include <time.h>
 #include <unistd.h>
 
+int harness_programs(int argc, char **argv, const char **ret_worker, const char **ret_dlaunch)
+{
+    const char *dlaunch = getenv("DLAUNCH");
+
+    if (argc != 2 || dlaunch == NULL) {
+        fprintf(stderr, "usage: DLAUNCH=path %s [-t TEST] COLL-WORKER\n", argv[0]);
+        return 2;
+    }
+    *ret_worker = argv[1];
+    *ret_dlaunch = dlaunch;
+    return 0;
+}
+
 double harness_now(void)
 {
     struct timespec ts;

@@ -12,6 +12,10 @@ typedef struct {
     double exited_s; /* seconds from start to exit */
 } proc_t;
 
+/* The programs the tests start, as meson passes them: the worker as the one argument, the
+ * launcher in DLAUNCH. Returns 0, or 2 after a usage line naming prog. */
+int harness_programs(int argc, char **argv, const char **ret_worker, const char **ret_dlaunch);
+
 /* A fresh folder under /tmp; the caller removes it with harness_rmdir. */
 char *harness_tmpdir(void);
 void harness_rmdir(const char *dir);

@@ -4,13 +4,13 @@
  * Nothing may be left behind in /dev/shm.
  *
  *   test-failure COLL-WORKER      (DLAUNCH names the launcher) */
-#include <check.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "harness.h"
 
 #define MAX_N 8
@@ -58,7 +58,7 @@ static int err_code(const char *dir, int rank, char *msg, size_t msglen)
     return code;
 }
 
-START_TEST(survivors_fail_in_bounded_time)
+DL_TEST_LOOP(survivors_fail_in_bounded_time, 0, sizeof(drills) / sizeof(drills[0]))
 {
     const drill_t *d = &drills[_i];
     char *dir = harness_tmpdir();
@@ -141,10 +141,9 @@ START_TEST(survivors_fail_in_bounded_time)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
 /* Through the launcher: a rank dies, the others fail, dlaunch reports the job failed. */
-START_TEST(dlaunch_reports_the_failure)
+DL_TEST(dlaunch_reports_the_failure)
 {
     char *dir = harness_tmpdir();
     char logs[512], log[512];
@@ -188,25 +187,10 @@ START_TEST(dlaunch_reports_the_failure)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
-int main(int argc, char **argv)
+static int take_programs(int argc, char **argv)
 {
-    dlaunch = getenv("DLAUNCH");
-    if (argc != 2 || dlaunch == NULL) {
-        fprintf(stderr, "usage: DLAUNCH=path test-failure COLL-WORKER\n");
-        return 2;
-    }
-    worker = argv[1];
-    Suite *s = suite_create("collective-failure");
-    TCase *tc = tcase_create("drills");
-    tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, survivors_fail_in_bounded_time, 0, sizeof(drills) / sizeof(drills[0]));
-    tcase_add_test(tc, dlaunch_reports_the_failure);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return harness_programs(argc, argv, &worker, &dlaunch);
 }
+
+DL_TEST_SUITE(.timeout = 120, .init = take_programs);

@@ -2,7 +2,6 @@
  * (shared memory, TCP, and both with made-up hosts), checked against a serial reference and
  * against each other bit for bit; the bootstrap's waiting and refusals; failures that must end
  * in an error instead of a hang. Small chunks make a few thousand elements take many rounds. */
-#include <check.h>
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "collective.h"
+#include "dl-test.h"
 #include "harness.h"
 #include "internal.h" /* dl__coll_shm_in_place_calls: whether the in-place path ran */
 
@@ -655,23 +655,28 @@ static void matrix(int i, int max_n, body_fn body)
     }
 }
 
-START_TEST(allreduce_matrix)
+/* Buffers read in place (dl_coll_mem_alloc's, and ordinary ones adopted on first use), the
+ * matrix of one test per setup over world sizes from 1, the bootstrap, and recovery. */
+DL_TEST_CASE(inplace_tests, .timeout = 120);
+DL_TEST_CASE(matrix_tests, .timeout = 120);
+DL_TEST_CASE(bootstrap_tests, .timeout = 30);
+DL_TEST_CASE(recovery_tests, .timeout = 60);
+
+DL_TEST_LOOP_IN(matrix_tests, allreduce_matrix, 0, NSETUPS)
 {
     matrix(_i, 5, body_allreduce);
 }
-END_TEST
 
 /* The promise of docs/collective.md: whatever the transport, algorithm and layout, bits equal to
  * a loop over the ranks. */
-START_TEST(rank_order_matrix)
+DL_TEST_LOOP_IN(matrix_tests, rank_order_matrix, 0, NSETUPS)
 {
     if (setups[_i].order == DL_COLL_ORDER_RANK)
         matrix(_i, 5, body_rank_order);
 }
-END_TEST
 
 /* The values do tell orders apart: across hosts, any order gives other bits than the loop's. */
-START_TEST(any_order_is_not_rank_order_across_hosts)
+DL_TEST_LOOP_IN(matrix_tests, any_order_is_not_rank_order_across_hosts, 0, 2)
 {
     static const setup_t any[] = {
         {DL_COLL_TRANSPORT_TCP, NULL, DL_COLL_ALGO_AUTO, DL_COLL_ORDER_ANY},
@@ -686,45 +691,38 @@ START_TEST(any_order_is_not_rank_order_across_hosts)
     world_check(&w);
     ck_assert_msg(differ > 0, "order any gave the loop's bits everywhere");
 }
-END_TEST
 
-START_TEST(reduce_scatter_matrix)
+DL_TEST_LOOP_IN(matrix_tests, reduce_scatter_matrix, 0, NSETUPS)
 {
     matrix(_i, 4, body_reduce_scatter);
 }
-END_TEST
 
-START_TEST(allgather_matrix)
+DL_TEST_LOOP_IN(matrix_tests, allgather_matrix, 0, NSETUPS)
 {
     matrix(_i, 4, body_allgather);
 }
-END_TEST
 
-START_TEST(broadcast_matrix)
+DL_TEST_LOOP_IN(matrix_tests, broadcast_matrix, 0, NSETUPS)
 {
     matrix(_i, 3, body_broadcast);
 }
-END_TEST
 
-START_TEST(barrier_matrix)
+DL_TEST_LOOP_IN(matrix_tests, barrier_matrix, 0, NSETUPS)
 {
     matrix(_i, 3, body_barrier);
 }
-END_TEST
 
-START_TEST(async_matrix)
+DL_TEST_LOOP_IN(matrix_tests, async_matrix, 0, NSETUPS)
 {
     matrix(_i, 3, body_async);
 }
-END_TEST
 
-START_TEST(registered_refused_matrix)
+DL_TEST_LOOP_IN(inplace_tests, registered_refused_matrix, 0, NSETUPS)
 {
     matrix(_i, 3, body_registered_refused);
 }
-END_TEST
 
-START_TEST(registered_matrix)
+DL_TEST_LOOP_IN(inplace_tests, registered_matrix, 0, NSETUPS)
 {
     const setup_t *s = &setups[_i];
     for (int n = 1; n <= 4; n++) {
@@ -738,7 +736,6 @@ START_TEST(registered_matrix)
         world_check(&w);
     }
 }
-END_TEST
 
 /* ---- ordinary buffers adopted on first use --------------------------------------------------- */
 
@@ -873,7 +870,7 @@ static int body_adopt_off(rank_t *r, void *arg)
     return rc < 0 ? rc : bad;
 }
 
-START_TEST(adopted_matrix)
+DL_TEST_LOOP_IN(inplace_tests, adopted_matrix, 0, 3)
 {
     /* Shared memory (the pair path at 2), slices forced, and hosts of two ranks. */
     static const int which[] = {0, 8, 4};
@@ -890,9 +887,8 @@ START_TEST(adopted_matrix)
         world_check(&w);
     }
 }
-END_TEST
 
-START_TEST(adopt_off_copies)
+DL_TEST_IN(inplace_tests, adopt_off_copies)
 {
     world_t w;
     world_init(&w, 2, DL_COLL_TRANSPORT_SHM, NULL);
@@ -901,7 +897,6 @@ START_TEST(adopt_off_copies)
     world_run(&w, body_adopt_off, NULL);
     world_check(&w);
 }
-END_TEST
 
 /* ---- the bootstrap --------------------------------------------------------------------------- */
 
@@ -915,7 +910,7 @@ static int body_info(rank_t *r, void *arg)
     return 0;
 }
 
-START_TEST(hosts_and_local_ranks)
+DL_TEST_IN(bootstrap_tests, hosts_and_local_ranks)
 {
     world_t w;
     world_init(&w, 6, DL_COLL_TRANSPORT_AUTO, split3);
@@ -932,9 +927,8 @@ START_TEST(hosts_and_local_ranks)
         free(info);
     }
 }
-END_TEST
 
-START_TEST(rank0_may_start_last)
+DL_TEST_IN(bootstrap_tests, rank0_may_start_last)
 {
     world_t w;
     world_init(&w, 3, DL_COLL_TRANSPORT_AUTO, NULL);
@@ -942,9 +936,8 @@ START_TEST(rank0_may_start_last)
     world_run(&w, body_allreduce, NULL);
     world_check(&w);
 }
-END_TEST
 
-START_TEST(missing_rank0_times_out)
+DL_TEST_IN(bootstrap_tests, missing_rank0_times_out)
 {
     world_t w;
     world_init(&w, 2, DL_COLL_TRANSPORT_AUTO, NULL);
@@ -952,25 +945,23 @@ START_TEST(missing_rank0_times_out)
     w.n = 2;
     /* Only rank 1 runs. */
     rank_main(&w.ranks[1]);
-    ck_assert_int_eq(w.ranks[1].create_rc, -ETIMEDOUT);
+    DL_CHECK_ERRNO(w.ranks[1].create_rc, -ETIMEDOUT);
     ck_assert_ptr_nonnull(strstr(w.ranks[1].err, "rank 0"));
     ck_assert_double_lt(w.ranks[1].elapsed, 2.0);
 }
-END_TEST
 
-START_TEST(missing_peer_times_out_at_rank0)
+DL_TEST_IN(bootstrap_tests, missing_peer_times_out_at_rank0)
 {
     world_t w;
     world_init(&w, 3, DL_COLL_TRANSPORT_AUTO, NULL);
     w.ranks[0].o.timeout_ms = 300;
     rank_main(&w.ranks[0]);
-    ck_assert_int_eq(w.ranks[0].create_rc, -ETIMEDOUT);
+    DL_CHECK_ERRNO(w.ranks[0].create_rc, -ETIMEDOUT);
     ck_assert_ptr_nonnull(strstr(w.ranks[0].err, "1 of 3 ranks connected"));
     ck_assert_double_lt(w.ranks[0].elapsed, 2.0);
 }
-END_TEST
 
-START_TEST(two_claims_on_one_rank_are_refused)
+DL_TEST_IN(bootstrap_tests, two_claims_on_one_rank_are_refused)
 {
     world_t w;
     world_init(&w, 3, DL_COLL_TRANSPORT_AUTO, NULL);
@@ -978,28 +969,26 @@ START_TEST(two_claims_on_one_rank_are_refused)
     for (int r = 0; r < 3; r++)
         w.ranks[r].o.timeout_ms = 2000;
     world_run(&w, NULL, NULL);
-    ck_assert_int_eq(w.ranks[0].create_rc, -EEXIST);
+    DL_CHECK_ERRNO(w.ranks[0].create_rc, -EEXIST);
     ck_assert_ptr_nonnull(strstr(w.ranks[0].err, "two processes claim rank 1"));
     ck_assert_int_lt(w.ranks[1].create_rc, 0);
     ck_assert_int_lt(w.ranks[2].create_rc, 0);
 }
-END_TEST
 
-START_TEST(shm_only_across_hosts_is_refused)
+DL_TEST_IN(bootstrap_tests, shm_only_across_hosts_is_refused)
 {
     world_t w;
     world_init(&w, 2, DL_COLL_TRANSPORT_SHM, split2);
     world_run(&w, NULL, NULL);
     for (int r = 0; r < 2; r++) {
-        ck_assert_int_eq(w.ranks[r].create_rc, -EINVAL);
+        DL_CHECK_ERRNO(w.ranks[r].create_rc, -EINVAL);
         ck_assert_ptr_nonnull(strstr(w.ranks[r].err, "on 2 hosts"));
     }
 }
-END_TEST
 
 /* DLAUNCH_SOCKET_IFNAME: ranks listen on that interface's address; one that does not exist is
  * an error naming it, on every rank. */
-START_TEST(socket_ifname_binds_that_interface)
+DL_TEST_IN(bootstrap_tests, socket_ifname_binds_that_interface)
 {
     world_t w;
     world_init(&w, 3, DL_COLL_TRANSPORT_TCP, NULL);
@@ -1020,7 +1009,6 @@ START_TEST(socket_ifname_binds_that_interface)
                                  "DLAUNCH_SOCKET_IFNAME=nosuchif0: no such interface") != NULL,
                       "rank %d: %d %s", r, w.ranks[r].create_rc, w.ranks[r].err);
 }
-END_TEST
 
 /* ---- failures -------------------------------------------------------------------------------- */
 
@@ -1042,7 +1030,7 @@ static int body_leave_early(rank_t *r, void *arg)
     return 0;
 }
 
-START_TEST(peer_gone_fails_within_timeout)
+DL_TEST_LOOP_IN(bootstrap_tests, peer_gone_fails_within_timeout, 0, 2)
 {
     /* shm: the peer's process lives on (it is this one), so only the timeout can tell. */
     static const dl_coll_transport_t trs[] = {DL_COLL_TRANSPORT_SHM, DL_COLL_TRANSPORT_TCP};
@@ -1060,7 +1048,6 @@ START_TEST(peer_gone_fails_within_timeout)
     ck_assert_double_lt(w.ranks[0].elapsed, 3.0);
     free(rc);
 }
-END_TEST
 
 /* ---- in-job recovery's pieces ---------------------------------------------------------------- */
 
@@ -1103,7 +1090,7 @@ static int body_abort(rank_t *r, void *arg)
     return 0;
 }
 
-START_TEST(abort_ends_the_wait_at_once)
+DL_TEST_LOOP_IN(recovery_tests, abort_ends_the_wait_at_once, 0, 2)
 {
     static const dl_coll_transport_t trs[] = {DL_COLL_TRANSPORT_SHM, DL_COLL_TRANSPORT_TCP};
     world_t w;
@@ -1111,14 +1098,13 @@ START_TEST(abort_ends_the_wait_at_once)
     world_run(&w, body_abort, NULL);
     int *r0 = w.ranks[0].out, *r1 = w.ranks[1].out;
     ck_assert_int_eq(w.ranks[0].create_rc, 0);
-    ck_assert_int_eq(r0[0], -ECANCELED);
+    DL_CHECK_ERRNO(r0[0], -ECANCELED);
     ck_assert_int_lt(r0[1], 2000); /* the timeout is 10 s */
     ck_assert_str_eq(w.ranks[0].err, "told to: the group broke");
     ck_assert_int_lt(r1[0], 0);
     free(r0);
     free(r1);
 }
-END_TEST
 
 /* Each rank's extra block is the next rank's own, bit for bit. */
 static int body_rs_extra(rank_t *r, void *arg)
@@ -1140,7 +1126,7 @@ static int body_rs_extra(rank_t *r, void *arg)
     return rc;
 }
 
-START_TEST(reduce_scatter_extra_has_the_owners_bits)
+DL_TEST_LOOP_IN(recovery_tests, reduce_scatter_extra_has_the_owners_bits, 0, NSETUPS)
 {
     const setup_t *s = &setups[_i];
     for (int n = 1; n <= 4; n++) {
@@ -1165,7 +1151,6 @@ START_TEST(reduce_scatter_extra_has_the_owners_bits)
             free(w.ranks[r].out);
     }
 }
-END_TEST
 
 /* A host rank's shared block is readable through mem_peer, also once the group is broken; a
  * rank on another host is not. */
@@ -1197,7 +1182,7 @@ static int body_mem_peer(rank_t *r, void *arg)
     return 0;
 }
 
-START_TEST(mem_peer_reads_the_blocks_of_the_host)
+DL_TEST_IN(recovery_tests, mem_peer_reads_the_blocks_of_the_host)
 {
     static const char *const hosts[] = {"a", "a", "b", "b"};
     world_t w;
@@ -1210,61 +1195,8 @@ START_TEST(mem_peer_reads_the_blocks_of_the_host)
             if (q / 2 == r / 2)
                 ck_assert_int_eq(out[q], 1000 + q);
             else
-                ck_assert_int_eq(out[q], -EXDEV);
+                DL_CHECK_ERRNO(out[q], -EXDEV);
         }
         free(out);
     }
-}
-END_TEST
-
-static Suite *suite(void)
-{
-    Suite *s = suite_create("group");
-    /* Buffers read in place: dl_coll_mem_alloc's, and ordinary ones adopted on first use. */
-    TCase *ip = tcase_create("inplace");
-    tcase_set_timeout(ip, 120);
-    tcase_add_loop_test(ip, registered_matrix, 0, NSETUPS);
-    tcase_add_loop_test(ip, registered_refused_matrix, 0, NSETUPS);
-    tcase_add_loop_test(ip, adopted_matrix, 0, 3);
-    tcase_add_test(ip, adopt_off_copies);
-    suite_add_tcase(s, ip);
-    TCase *m = tcase_create("matrix");
-    tcase_set_timeout(m, 120);
-    /* one test per setup, over world sizes from 1 */
-    tcase_add_loop_test(m, allreduce_matrix, 0, NSETUPS);
-    tcase_add_loop_test(m, rank_order_matrix, 0, NSETUPS);
-    tcase_add_loop_test(m, any_order_is_not_rank_order_across_hosts, 0, 2);
-    tcase_add_loop_test(m, reduce_scatter_matrix, 0, NSETUPS);
-    tcase_add_loop_test(m, allgather_matrix, 0, NSETUPS);
-    tcase_add_loop_test(m, broadcast_matrix, 0, NSETUPS);
-    tcase_add_loop_test(m, barrier_matrix, 0, NSETUPS);
-    tcase_add_loop_test(m, async_matrix, 0, NSETUPS);
-    suite_add_tcase(s, m);
-    TCase *b = tcase_create("bootstrap");
-    tcase_set_timeout(b, 30);
-    tcase_add_test(b, hosts_and_local_ranks);
-    tcase_add_test(b, rank0_may_start_last);
-    tcase_add_test(b, missing_rank0_times_out);
-    tcase_add_test(b, missing_peer_times_out_at_rank0);
-    tcase_add_test(b, two_claims_on_one_rank_are_refused);
-    tcase_add_test(b, shm_only_across_hosts_is_refused);
-    tcase_add_test(b, socket_ifname_binds_that_interface);
-    tcase_add_loop_test(b, peer_gone_fails_within_timeout, 0, 2);
-    suite_add_tcase(s, b);
-    TCase *rec = tcase_create("recovery");
-    tcase_set_timeout(rec, 60);
-    tcase_add_loop_test(rec, abort_ends_the_wait_at_once, 0, 2);
-    tcase_add_loop_test(rec, reduce_scatter_extra_has_the_owners_bits, 0, NSETUPS);
-    tcase_add_test(rec, mem_peer_reads_the_blocks_of_the_host);
-    suite_add_tcase(s, rec);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

@@ -6,11 +6,11 @@
  * hashes in their files match line by line).
  *
  *   test-launch COLL-WORKER      (DLAUNCH names the launcher) */
-#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "harness.h"
 
 static const char *worker;
@@ -154,7 +154,7 @@ static void launch(const case_t *c, const char *order, const char *dir, int idx)
     }
 }
 
-START_TEST(worlds_transports_sizes)
+DL_TEST_LOOP(worlds_transports_sizes, 0, sizeof(cases) / sizeof(cases[0]))
 {
     const case_t *c = &cases[_i];
     char *dir = harness_tmpdir();
@@ -175,13 +175,12 @@ START_TEST(worlds_transports_sizes)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
 /* docs/collective.md's promise, in real processes under dlaunch: four ranks on one host, on
  * four hosts, on two hosts of two consecutive ranks and on two of interleaved ones hold the same
  * bits for every float all-reduce and reduce-scatter (the inputs are uniform in [-1, 1), whose
  * sums change with the order of addition); with DLAUNCH_COLL_ORDER=any over TCP they do not. */
-START_TEST(same_bits_whatever_the_transport)
+DL_TEST(same_bits_whatever_the_transport)
 {
     static const char args[] = "--ops allreduce,reduce_scatter --types f32,f64 "
                                "--rops sum,avg,min,max --sizes 1,13,1031,65537,300007";
@@ -228,25 +227,10 @@ START_TEST(same_bits_whatever_the_transport)
     }
     free(first);
 }
-END_TEST
 
-int main(int argc, char **argv)
+static int take_programs(int argc, char **argv)
 {
-    dlaunch = getenv("DLAUNCH");
-    if (argc != 2 || dlaunch == NULL) {
-        fprintf(stderr, "usage: DLAUNCH=path test-launch COLL-WORKER\n");
-        return 2;
-    }
-    worker = argv[1];
-    Suite *s = suite_create("collective-launch");
-    TCase *tc = tcase_create("dlaunch");
-    tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, worlds_transports_sizes, 0, sizeof(cases) / sizeof(cases[0]));
-    tcase_add_test(tc, same_bits_whatever_the_transport);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return harness_programs(argc, argv, &worker, &dlaunch);
 }
+
+DL_TEST_SUITE(.timeout = 300, .init = take_programs);

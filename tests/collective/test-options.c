@@ -1,22 +1,22 @@
 /* Group options from the launcher's environment: what is read, the defaults, and a one-line error
  * naming the variable for anything malformed. */
-#include <check.h>
 #include <errno.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "collective.h"
 #include "internal.h" /* dl__coll_iface_pick */
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 
-START_TEST(defaults_are_a_world_of_one)
+DL_TEST(defaults_are_a_world_of_one)
 {
     dl_coll_options_t o;
     char err[256] = "";
     dl_coll_options_init(&o);
     char *env[] = {"PATH=/bin", NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
     ck_assert_int_eq(o.rank, 0);
     ck_assert_int_eq(o.world_size, 1);
     ck_assert_int_eq(o.transport, DL_COLL_TRANSPORT_AUTO);
@@ -27,12 +27,11 @@ START_TEST(defaults_are_a_world_of_one)
     ck_assert_uint_eq(o.shm_small_bytes, DL_COLL_SMALL_AUTO);
     char *env2[] = {"DLAUNCH_COLL_SHM_SMALL=auto", NULL};
     o.shm_small_bytes = 5;
-    ck_assert_int_eq(dl_coll_options_from_env(&o, env2, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, env2, err, sizeof(err)), 0);
     ck_assert_uint_eq(o.shm_small_bytes, DL_COLL_SMALL_AUTO);
 }
-END_TEST
 
-START_TEST(torchrun_variables_are_read)
+DL_TEST(torchrun_variables_are_read)
 {
     dl_coll_options_t o;
     char err[256] = "";
@@ -60,7 +59,7 @@ START_TEST(torchrun_variables_are_read)
                    "DLAUNCH_SOCKET_IFNAME=eth1",
                    "DLAUNCH_COLL_ORDER=any",
                    NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
     ck_assert_int_eq(o.rank, 3);
     ck_assert_int_eq(o.world_size, 8);
     ck_assert_int_eq(o.local_rank, 1);
@@ -84,7 +83,6 @@ START_TEST(torchrun_variables_are_read)
     ck_assert_str_eq(o.ifname, "eth1");
     ck_assert_int_eq(o.order, DL_COLL_ORDER_ANY);
 }
-END_TEST
 
 static const struct {
     const char *var;
@@ -113,14 +111,14 @@ static const struct {
     {"DLAUNCH_SOCKET_IFNAME=a-name-longer-than-any-interface-could-have-0123456789abcdefghij"},
 };
 
-START_TEST(bad_values_name_the_variable)
+DL_TEST_LOOP(bad_values_name_the_variable, 0, sizeof(bad) / sizeof(bad[0]))
 {
     dl_coll_options_t o, before;
     char err[256] = "";
     dl_coll_options_init(&o);
     before = o;
     char *env[] = {(char *)bad[_i].var, NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, env, err, sizeof(err)), -EINVAL);
     char name[64];
     size_t n = strcspn(bad[_i].var, "=");
     memcpy(name, bad[_i].var, n);
@@ -129,81 +127,75 @@ START_TEST(bad_values_name_the_variable)
     /* Untouched on failure. */
     ck_assert(memcmp(&o, &before, sizeof(o)) == 0);
 }
-END_TEST
 
-START_TEST(adoption_is_on_from_1m_and_may_be_off)
+DL_TEST(adoption_is_on_from_1m_and_may_be_off)
 {
     dl_coll_options_t o;
     char err[256] = "";
     dl_coll_options_init(&o);
     ck_assert_uint_eq(o.adopt_min_bytes, 1 << 20);
     char *env[] = {"DLAUNCH_COLL_ADOPT_MIN=off", NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
     ck_assert_uint_eq(o.adopt_min_bytes, 0);
 }
-END_TEST
 
-START_TEST(rank_must_be_below_world_size)
+DL_TEST(rank_must_be_below_world_size)
 {
     dl_coll_options_t o;
     char err[256] = "";
     dl_coll_options_init(&o);
     char *env[] = {"RANK=4", "WORLD_SIZE=4", NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, env, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, env, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "RANK=4"));
 }
-END_TEST
 
-START_TEST(world_of_one_needs_no_master)
+DL_TEST(world_of_one_needs_no_master)
 {
     dl_coll_options_t o;
     char err[256] = "";
     dl_coll_group_t *g = NULL;
     dl_coll_options_init(&o);
-    ck_assert_int_eq(dl_coll_group_create(&o, &g, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_group_create(&o, &g, err, sizeof(err)), 0);
     ck_assert_int_eq(dl_coll_world_size(g), 1);
     ck_assert_str_eq(dl_coll_transport_name(g), "self");
     int x[3] = {1, 2, 3}, y[3] = {0};
-    ck_assert_int_eq(dl_coll_allreduce(g, x, y, 3, DL_COLL_INT32, DL_COLL_AVG), 0);
+    DL_CHECK_ERRNO(dl_coll_allreduce(g, x, y, 3, DL_COLL_INT32, DL_COLL_AVG), 0);
     ck_assert_int_eq(y[2], 3);
-    ck_assert_int_eq(dl_coll_barrier(g), 0);
+    DL_CHECK_ERRNO(dl_coll_barrier(g), 0);
     dl_coll_group_destroy(g);
     dl_coll_group_destroy(NULL);
 }
-END_TEST
 
-START_TEST(world_of_two_needs_a_master)
+DL_TEST(world_of_two_needs_a_master)
 {
     dl_coll_options_t o;
     char err[256] = "";
     dl_coll_group_t *g = NULL;
     dl_coll_options_init(&o);
     o.world_size = 2;
-    ck_assert_int_eq(dl_coll_group_create(&o, &g, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_group_create(&o, &g, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_null(g);
     ck_assert_ptr_nonnull(strstr(err, "MASTER_ADDR"));
 }
-END_TEST
 
-START_TEST(bad_arguments_are_refused)
+DL_TEST(bad_arguments_are_refused)
 {
     dl_coll_options_t o;
     char err[256] = "";
     dl_coll_group_t *g = NULL;
     dl_coll_options_init(&o);
-    ck_assert_int_eq(dl_coll_group_create(&o, &g, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_group_create(&o, &g, err, sizeof(err)), 0);
     int x = 0;
-    ck_assert_int_eq(dl_coll_allreduce(g, &x, &x, 1, (dl_coll_dtype_t)9, DL_COLL_SUM), -EINVAL);
-    ck_assert_int_eq(dl_coll_allreduce(g, &x, &x, 1, DL_COLL_INT32, (dl_coll_op_t)9), -EINVAL);
-    ck_assert_int_eq(dl_coll_allreduce(g, NULL, &x, 1, DL_COLL_INT32, DL_COLL_SUM), -EINVAL);
-    ck_assert_int_eq(dl_coll_broadcast(g, &x, 1, DL_COLL_INT32, 1), -EINVAL);
-    ck_assert_int_eq(dl_coll_broadcast(g, &x, 1, DL_COLL_INT32, -1), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_allreduce(g, &x, &x, 1, (dl_coll_dtype_t)9, DL_COLL_SUM), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_allreduce(g, &x, &x, 1, DL_COLL_INT32, (dl_coll_op_t)9), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_allreduce(g, NULL, &x, 1, DL_COLL_INT32, DL_COLL_SUM), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_broadcast(g, &x, 1, DL_COLL_INT32, 1), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_broadcast(g, &x, 1, DL_COLL_INT32, -1), -EINVAL);
     /* Zero elements need no buffers. */
-    ck_assert_int_eq(dl_coll_allreduce(g, NULL, NULL, 0, DL_COLL_INT32, DL_COLL_SUM), 0);
+    DL_CHECK_ERRNO(dl_coll_allreduce(g, NULL, NULL, 0, DL_COLL_INT32, DL_COLL_SUM), 0);
     ck_assert_str_eq(dl_coll_group_error(g), "");
     dl_coll_group_destroy(g);
 }
-END_TEST
 
 /* ---- which address of DLAUNCH_SOCKET_IFNAME a rank listens on ----------------------------- */
 
@@ -245,14 +237,14 @@ static void pick_is(const struct ifaddrs *list, const char *ifname, const char *
                     const char *want)
 {
     dl__coll_addr_t p = v4(prefer), got;
-    ck_assert_int_eq(dl__coll_iface_pick(list, ifname, &p, &got), 0);
+    DL_CHECK_ERRNO(dl__coll_iface_pick(list, ifname, &p, &got), 0);
     char buf[128];
     dl__coll_addr_str(&got, buf, sizeof(buf));
     ck_assert_msg(strncmp(buf, want, strlen(want)) == 0 && buf[strlen(want)] == ':',
                   "%s toward %s: got %s, want %s", ifname, prefer, buf, want);
 }
 
-START_TEST(socket_ifname_picks_an_address_of_that_interface)
+DL_TEST(socket_ifname_picks_an_address_of_that_interface)
 {
     entry_t e[8];
     int n = 0;
@@ -269,29 +261,7 @@ START_TEST(socket_ifname_picks_an_address_of_that_interface)
     pick_is(list, "eth1", "10.77.1.1", "10.77.0.2");
     pick_is(list, "eth0", "10.77.0.2", "10.77.1.1");
     dl__coll_addr_t p = v4("10.77.0.2"), got;
-    ck_assert_int_eq(dl__coll_iface_pick(list, "eth9", &p, &got), -ENODEV);
+    DL_CHECK_ERRNO(dl__coll_iface_pick(list, "eth9", &p, &got), -ENODEV);
     /* Link-local only: nothing another host could connect to. */
-    ck_assert_int_eq(dl__coll_iface_pick(list, "ll0", &p, &got), -EADDRNOTAVAIL);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("options");
-    TCase *tc = tcase_create("env");
-    tcase_add_test(tc, defaults_are_a_world_of_one);
-    tcase_add_test(tc, torchrun_variables_are_read);
-    tcase_add_loop_test(tc, bad_values_name_the_variable, 0, sizeof(bad) / sizeof(bad[0]));
-    tcase_add_test(tc, rank_must_be_below_world_size);
-    tcase_add_test(tc, adoption_is_on_from_1m_and_may_be_off);
-    tcase_add_test(tc, world_of_one_needs_no_master);
-    tcase_add_test(tc, world_of_two_needs_a_master);
-    tcase_add_test(tc, bad_arguments_are_refused);
-    tcase_add_test(tc, socket_ifname_picks_an_address_of_that_interface);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    DL_CHECK_ERRNO(dl__coll_iface_pick(list, "ll0", &p, &got), -EADDRNOTAVAIL);
 }

@@ -1,6 +1,5 @@
 /* The flight recorder: what a group writes for each operation, what another reader sees while a
  * rank waits, and how the file is found, refused and shared. */
-#include <check.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -10,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "collective.h"
 #include "harness.h"
 
@@ -20,36 +20,36 @@ static dl_coll_group_t *solo(const char *path)
     char err[256];
     dl_coll_options_init(&o);
     snprintf(o.recorder_path, sizeof(o.recorder_path), "%s", path);
-    ck_assert_int_eq(dl_coll_group_create(&o, &g, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_group_create(&o, &g, err, sizeof(err)), 0);
     return g;
 }
 
 static size_t read_all(const char *path, dl_coll_rec_info_t *info, dl_coll_rec_entry_t *v)
 {
     dl_coll_rec_reader_t *r = NULL;
-    ck_assert_int_eq(dl_coll_rec_open(path, &r), 0);
+    DL_CHECK_ERRNO(dl_coll_rec_open(path, &r), 0);
     size_t n = dl_coll_rec_read(r, info, v, DL_COLL_REC_CAPACITY);
     dl_coll_rec_close(r);
     return n;
 }
 
-START_TEST(every_operation_is_recorded)
+DL_TEST(every_operation_is_recorded)
 {
     char *dir = harness_tmpdir(), path[512];
     snprintf(path, sizeof(path), "%s/rank_0.rec", dir);
     dl_coll_group_t *g = solo(path);
     static float a[1 << 16], b[1 << 16];
-    ck_assert_int_eq(dl_coll_allreduce(g, a, b, 16, DL_COLL_FLOAT32, DL_COLL_SUM), 0);
-    ck_assert_int_eq(dl_coll_allreduce(g, a, b, 1 << 16, DL_COLL_FLOAT32, DL_COLL_SUM), 0);
-    ck_assert_int_eq(dl_coll_broadcast(g, a, 8, DL_COLL_INT64, 0), 0);
-    ck_assert_int_eq(dl_coll_allgather(g, a, b, 4, DL_COLL_FLOAT32), 0);
-    ck_assert_int_eq(dl_coll_reduce_scatter(g, a, b, 4, DL_COLL_FLOAT32, DL_COLL_MAX), 0);
-    ck_assert_int_eq(dl_coll_barrier(g), 0);
+    DL_CHECK_ERRNO(dl_coll_allreduce(g, a, b, 16, DL_COLL_FLOAT32, DL_COLL_SUM), 0);
+    DL_CHECK_ERRNO(dl_coll_allreduce(g, a, b, 1 << 16, DL_COLL_FLOAT32, DL_COLL_SUM), 0);
+    DL_CHECK_ERRNO(dl_coll_broadcast(g, a, 8, DL_COLL_INT64, 0), 0);
+    DL_CHECK_ERRNO(dl_coll_allgather(g, a, b, 4, DL_COLL_FLOAT32), 0);
+    DL_CHECK_ERRNO(dl_coll_reduce_scatter(g, a, b, 4, DL_COLL_FLOAT32, DL_COLL_MAX), 0);
+    DL_CHECK_ERRNO(dl_coll_barrier(g), 0);
     dl_coll_request_t *req;
-    ck_assert_int_eq(dl_coll_allreduce_async(g, a, a, 32, DL_COLL_INT32, DL_COLL_SUM, &req), 0);
-    ck_assert_int_eq(dl_coll_wait(req), 0);
+    DL_CHECK_ERRNO(dl_coll_allreduce_async(g, a, a, 32, DL_COLL_INT32, DL_COLL_SUM, &req), 0);
+    DL_CHECK_ERRNO(dl_coll_wait(req), 0);
     /* Refused arguments are no operation. */
-    ck_assert_int_eq(dl_coll_allreduce(g, NULL, b, 4, DL_COLL_FLOAT32, DL_COLL_SUM), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_allreduce(g, NULL, b, 4, DL_COLL_FLOAT32, DL_COLL_SUM), -EINVAL);
 
     dl_coll_rec_info_t info;
     dl_coll_rec_entry_t v[DL_COLL_REC_CAPACITY];
@@ -92,15 +92,14 @@ START_TEST(every_operation_is_recorded)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
-START_TEST(the_ring_keeps_the_newest)
+DL_TEST(the_ring_keeps_the_newest)
 {
     char *dir = harness_tmpdir(), path[512];
     snprintf(path, sizeof(path), "%s/r.rec", dir);
     dl_coll_group_t *g = solo(path);
     for (int i = 0; i < 100; i++)
-        ck_assert_int_eq(dl_coll_barrier(g), 0);
+        DL_CHECK_ERRNO(dl_coll_barrier(g), 0);
     dl_coll_rec_entry_t v[DL_COLL_REC_CAPACITY];
     size_t n = read_all(path, NULL, v);
     ck_assert_uint_eq(n, DL_COLL_REC_CAPACITY);
@@ -108,7 +107,7 @@ START_TEST(the_ring_keeps_the_newest)
         ck_assert_uint_eq(v[i].seq, 100 - DL_COLL_REC_CAPACITY + 1 + i);
     /* A reader may ask for fewer: the newest ones. */
     dl_coll_rec_reader_t *r;
-    ck_assert_int_eq(dl_coll_rec_open(path, &r), 0);
+    DL_CHECK_ERRNO(dl_coll_rec_open(path, &r), 0);
     ck_assert_uint_eq(dl_coll_rec_read(r, NULL, v, 3), 3);
     ck_assert_uint_eq(v[0].seq, 98);
     ck_assert_uint_eq(v[2].seq, 100);
@@ -117,7 +116,6 @@ START_TEST(the_ring_keeps_the_newest)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
 /* Two ranks as threads of this process; rank 1 holds back before its third all-reduce. */
 typedef struct {
@@ -180,7 +178,7 @@ static dl_coll_rec_entry_t newest_when(const char *path, unsigned long long seq,
     return v[0];
 }
 
-START_TEST(a_waiting_rank_is_seen_running_and_the_late_one_behind)
+DL_TEST(a_waiting_rank_is_seen_running_and_the_late_one_behind)
 {
     char *dir = harness_tmpdir();
     pair_rank_t rk[2] = {{.rank = 0}, {.rank = 1, .hold_ms = 600}};
@@ -207,9 +205,8 @@ START_TEST(a_waiting_rank_is_seen_running_and_the_late_one_behind)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
-START_TEST(a_failed_operation_says_so)
+DL_TEST(a_failed_operation_says_so)
 {
     char *dir = harness_tmpdir();
     pair_rank_t rk[2] = {{.rank = 0}, {.rank = 1, .hold_ms = -1}};
@@ -228,38 +225,36 @@ START_TEST(a_failed_operation_says_so)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
-START_TEST(readers_are_told_what_is_wrong)
+DL_TEST(readers_are_told_what_is_wrong)
 {
     char *dir = harness_tmpdir(), path[512];
     dl_coll_rec_reader_t *r = NULL;
     snprintf(path, sizeof(path), "%s/none.rec", dir);
-    ck_assert_int_eq(dl_coll_rec_open(path, &r), -ENOENT);
+    DL_CHECK_ERRNO(dl_coll_rec_open(path, &r), -ENOENT);
     snprintf(path, sizeof(path), "%s/empty.rec", dir);
     close(open(path, O_CREAT | O_WRONLY, 0644));
-    ck_assert_int_eq(dl_coll_rec_open(path, &r), -ENODATA);
+    DL_CHECK_ERRNO(dl_coll_rec_open(path, &r), -ENODATA);
     snprintf(path, sizeof(path), "%s/junk.rec", dir);
     FILE *f = fopen(path, "w");
     for (int i = 0; i < 10000; i++)
         fputc('x', f);
     fclose(f);
-    ck_assert_int_eq(dl_coll_rec_open(path, &r), -EBADMSG);
+    DL_CHECK_ERRNO(dl_coll_rec_open(path, &r), -EBADMSG);
     ck_assert_ptr_null(r);
     dl_coll_rec_close(NULL);
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
-START_TEST(a_second_group_leaves_the_file_to_the_first)
+DL_TEST(a_second_group_leaves_the_file_to_the_first)
 {
     char *dir = harness_tmpdir(), path[512];
     snprintf(path, sizeof(path), "%s/rank_0.rec", dir);
     dl_coll_group_t *g1 = solo(path), *g2 = solo(path);
     for (int i = 0; i < 5; i++)
-        ck_assert_int_eq(dl_coll_barrier(g2), 0);
-    ck_assert_int_eq(dl_coll_barrier(g1), 0);
+        DL_CHECK_ERRNO(dl_coll_barrier(g2), 0);
+    DL_CHECK_ERRNO(dl_coll_barrier(g1), 0);
     dl_coll_rec_entry_t v[DL_COLL_REC_CAPACITY];
     ck_assert_uint_eq(read_all(path, NULL, v), 1);
     dl_coll_group_destroy(g2);
@@ -267,39 +262,37 @@ START_TEST(a_second_group_leaves_the_file_to_the_first)
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
-START_TEST(the_environment_places_the_file)
+DL_TEST(the_environment_places_the_file)
 {
     dl_coll_options_t o;
     char err[256] = "";
     dl_coll_options_init(&o);
     char *auto_env[] = {"RANK=3", "WORLD_SIZE=4", "DLAUNCH_ATTEMPT_DIR=/logs/j/attempt_2", NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, auto_env, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, auto_env, err, sizeof(err)), 0);
     ck_assert_int_eq(o.recorder, 1);
     ck_assert_str_eq(o.recorder_path, "/logs/j/attempt_2/rank_3.rec");
     ck_assert_uint_eq(o.recorder_timed_bytes, 64 << 10);
     char *mem_env[] = {"RANK=3", "WORLD_SIZE=4", NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, mem_env, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, mem_env, err, sizeof(err)), 0);
     ck_assert_int_eq(o.recorder, 1);
     ck_assert_str_eq(o.recorder_path, "");
     char *off_env[] = {"DLAUNCH_COLL_RECORDER=off", "DLAUNCH_ATTEMPT_DIR=/x", NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, off_env, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, off_env, err, sizeof(err)), 0);
     ck_assert_int_eq(o.recorder, 0);
     char *path_env[] = {"DLAUNCH_COLL_RECORDER=/tmp/mine.rec", "DLAUNCH_COLL_RECORDER_TIMED=0",
                         NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, path_env, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, path_env, err, sizeof(err)), 0);
     ck_assert_int_eq(o.recorder, 1);
     ck_assert_str_eq(o.recorder_path, "/tmp/mine.rec");
     ck_assert_uint_eq(o.recorder_timed_bytes, 0);
     char *bad_env[] = {"DLAUNCH_COLL_RECORDER_TIMED=lots", NULL};
-    ck_assert_int_eq(dl_coll_options_from_env(&o, bad_env, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_coll_options_from_env(&o, bad_env, err, sizeof(err)), -EINVAL);
     ck_assert_str_eq(err, "DLAUNCH_COLL_RECORDER_TIMED: 'lots' is not a byte count such as 0 "
                           "or 64K");
 }
-END_TEST
 
-START_TEST(off_writes_nothing)
+DL_TEST(off_writes_nothing)
 {
     char *dir = harness_tmpdir(), path[512];
     snprintf(path, sizeof(path), "%s/rank_0.rec", dir);
@@ -309,37 +302,12 @@ START_TEST(off_writes_nothing)
     dl_coll_options_init(&o);
     o.recorder = 0;
     snprintf(o.recorder_path, sizeof(o.recorder_path), "%s", path);
-    ck_assert_int_eq(dl_coll_group_create(&o, &g, err, sizeof(err)), 0);
-    ck_assert_int_eq(dl_coll_barrier(g), 0);
+    DL_CHECK_ERRNO(dl_coll_group_create(&o, &g, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_coll_barrier(g), 0);
     ck_assert_int_eq(access(path, F_OK), -1);
     dl_coll_group_destroy(g);
     harness_rmdir(dir);
     free(dir);
 }
-END_TEST
 
-static Suite *suite(void)
-{
-    Suite *s = suite_create("recorder");
-    TCase *t = tcase_create("recorder");
-    tcase_set_timeout(t, 60);
-    tcase_add_test(t, every_operation_is_recorded);
-    tcase_add_test(t, the_ring_keeps_the_newest);
-    tcase_add_test(t, a_waiting_rank_is_seen_running_and_the_late_one_behind);
-    tcase_add_test(t, a_failed_operation_says_so);
-    tcase_add_test(t, readers_are_told_what_is_wrong);
-    tcase_add_test(t, a_second_group_leaves_the_file_to_the_first);
-    tcase_add_test(t, the_environment_places_the_file);
-    tcase_add_test(t, off_writes_nothing);
-    suite_add_tcase(s, t);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+DL_TEST_SUITE(.timeout = 60);

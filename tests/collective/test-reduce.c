@@ -1,12 +1,12 @@
 /* The reduction kernels against a scalar loop: every type and operator, every aliasing shape,
  * lengths around the vector widths and odd alignments; the operand order rules for NaN and
  * signed zeros; integer wrap-around; the AVG division. */
-#include <check.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "internal.h"
 
 static uint64_t rnd(uint64_t *s)
@@ -77,7 +77,7 @@ static void ref(void *out, const void *a, const void *b, size_t i, dl_coll_dtype
 }
 
 /* _i: type * 4 + op */
-START_TEST(matches_scalar_in_every_shape)
+DL_TEST_LOOP(matches_scalar_in_every_shape, 0, 16)
 {
     dl_coll_dtype_t t = (dl_coll_dtype_t)(_i / 4);
     dl_coll_op_t op = (dl_coll_op_t)(_i % 4);
@@ -119,9 +119,8 @@ START_TEST(matches_scalar_in_every_shape)
     free(out);
     free(want);
 }
-END_TEST
 
-START_TEST(float_min_max_keep_operand_order)
+DL_TEST(float_min_max_keep_operand_order)
 {
     /* The first operand wins ties and loses to nothing unordered: same bits on every rank as
      * long as every rank passes the lower rank's data first. */
@@ -137,9 +136,8 @@ START_TEST(float_min_max_keep_operand_order)
     ck_assert_float_eq(out[2], 1.0f);
     ck_assert(isnan(out[3]));
 }
-END_TEST
 
-START_TEST(integer_sums_wrap)
+DL_TEST(integer_sums_wrap)
 {
     int32_t a[2] = {INT32_MAX, INT32_MIN}, b[2] = {1, -1}, out[2];
     dl__coll_reduce(out, a, b, 2, DL_COLL_INT32, DL_COLL_SUM);
@@ -149,9 +147,8 @@ START_TEST(integer_sums_wrap)
     dl__coll_reduce(o64, c, d, 1, DL_COLL_INT64, DL_COLL_SUM);
     ck_assert(o64[0] == INT64_MIN);
 }
-END_TEST
 
-START_TEST(avg_reduces_as_sum_then_divides)
+DL_TEST(avg_reduces_as_sum_then_divides)
 {
     float f[3] = {3.0f, 1.0f, -7.0f}, g[3] = {3.0f, 1.0f, 0.0f};
     dl__coll_reduce(f, f, g, 3, DL_COLL_FLOAT32, DL_COLL_AVG);
@@ -171,9 +168,8 @@ START_TEST(avg_reduces_as_sum_then_divides)
     dl__coll_scale(d, 1, DL_COLL_FLOAT64, 3);
     ck_assert(d[0] == 1.0 / 3.0);
 }
-END_TEST
 
-START_TEST(large_buffer)
+DL_TEST(large_buffer)
 {
     size_t n = (1 << 20) + 3;
     float *a = malloc(n * 4), *b = malloc(n * 4), *o = malloc(n * 4);
@@ -186,22 +182,4 @@ START_TEST(large_buffer)
     free(a);
     free(b);
     free(o);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("reduce");
-    TCase *tc = tcase_create("kernels");
-    tcase_add_loop_test(tc, matches_scalar_in_every_shape, 0, 16);
-    tcase_add_test(tc, float_min_max_keep_operand_order);
-    tcase_add_test(tc, integer_sums_wrap);
-    tcase_add_test(tc, avg_reduces_as_sum_then_divides);
-    tcase_add_test(tc, large_buffer);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

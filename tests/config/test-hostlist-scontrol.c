@@ -1,7 +1,6 @@
 /* Hostlist expansion against the real `scontrol show hostnames`, run live on every form of
  * hostlist-forms.txt. Skipped (exit 77) where scontrol is not installed (apt-get install -y
  * slurm-client); test-hostlist covers the same forms from the checked-in corpus everywhere. */
-#include <check.h>
 #include <errno.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -10,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "slurm.h"
 
 extern char **environ;
@@ -123,7 +123,7 @@ static void compare(const char *list, int strict)
     free(want);
 }
 
-START_TEST(live_scontrol_agrees)
+DL_TEST(live_scontrol_agrees)
 {
     const char *root = getenv("SOURCE_ROOT");
     char path[4096], line[8192];
@@ -153,41 +153,41 @@ START_TEST(live_scontrol_agrees)
     fclose(f);
     ck_assert_int_ge(forms, 80);
 }
-END_TEST
 
-int main(void)
+/* scontrol wants a slurm.conf, though `show hostnames` never talks to a controller. */
+static int write_slurm_conf(int argc, char **argv)
 {
-    Suite *s = suite_create("hostlist-scontrol");
-    TCase *tc = tcase_create("live");
-    SRunner *sr;
     FILE *f;
-    int failed;
 
     if (!have_scontrol()) {
         printf("scontrol not installed (apt-get install -y slurm-client): skipped\n");
         return 77;
     }
-    /* scontrol wants a slurm.conf, though `show hostnames` never talks to a controller. */
-    if (mkdtemp(conf_dir) == NULL)
+    if (mkdtemp(conf_dir) == NULL) {
+        fprintf(stderr, "test-hostlist-scontrol: mkdtemp %s: %s\n", conf_dir, strerror(errno));
         return EXIT_FAILURE;
+    }
     snprintf(conf_path, sizeof(conf_path), "%s/slurm.conf", conf_dir);
     f = fopen(conf_path, "w");
-    if (f == NULL)
+    if (f == NULL) {
+        fprintf(stderr, "test-hostlist-scontrol: %s: %s\n", conf_path, strerror(errno));
+        rmdir(conf_dir);
         return EXIT_FAILURE;
+    }
     fputs("ClusterName=dltest\nSlurmctldHost=localhost\nNodeName=n1 CPUs=1\n"
           "PartitionName=p Nodes=n1\n",
           f);
     fclose(f);
     setenv("SLURM_CONF", conf_path, 1);
+    return 0;
+}
 
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, live_scontrol_agrees);
-    suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+/* Whatever the outcome: the file only served scontrol. */
+static int remove_slurm_conf(int failed)
+{
     unlink(conf_path);
     rmdir(conf_dir);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return 0;
 }
+
+DL_TEST_SUITE(.timeout = 60, .init = write_slurm_conf, .fini = remove_slurm_conf);

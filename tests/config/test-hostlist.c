@@ -1,12 +1,12 @@
 /* Hostlist expansion: against what the real `scontrol show hostnames` printed for a corpus of
  * forms (hostlist-corpus.txt), and the errors and limits that Slurm does not share. */
-#include <check.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "slurm.h"
 
 static char err[512];
@@ -112,7 +112,7 @@ static void check_entry(const entry_t *e)
         return;
     }
     ck_assert_msg(r == 0, "'%s': %s", e->list, err);
-    ck_assert_int_eq(dl_hostlist_count(e->list, &counted, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_hostlist_count(e->list, &counted, err, sizeof(err)), 0);
     ck_assert_uint_eq(counted, n);
     if (e->hashed) {
         ck_assert_msg(n == e->count, "'%s': %zu hosts, scontrol %llu", e->list, n, e->count);
@@ -129,7 +129,7 @@ static void check_entry(const entry_t *e)
     dl_hostlist_free(hosts);
 }
 
-START_TEST(corpus_matches_scontrol)
+DL_TEST(corpus_matches_scontrol)
 {
     const char *root = getenv("SOURCE_ROOT");
     char path[4096], line[8192];
@@ -173,11 +173,10 @@ START_TEST(corpus_matches_scontrol)
     ck_assert_int_ge(entries, 80);
     ck_assert_int_ge(expanded, 45);
 }
-END_TEST
 
 /* ---- the forms the issue names, spelt out */
 
-START_TEST(basic_forms)
+DL_TEST(basic_forms)
 {
     ck_assert_str_eq(joined("node[01-04,07]"), "node01 node02 node03 node04 node07");
     ck_assert_str_eq(joined("n1,n[3-5],x"), "n1 n3 n4 n5 x");
@@ -186,9 +185,8 @@ START_TEST(basic_forms)
     ck_assert_str_eq(joined(""), "");
     ck_assert_str_eq(joined(" , ,"), "");
 }
-END_TEST
 
-START_TEST(padding_is_the_width_of_the_lower_bound)
+DL_TEST(padding_is_the_width_of_the_lower_bound)
 {
     ck_assert_str_eq(joined("n[9-11]"), "n9 n10 n11");
     ck_assert_str_eq(joined("n[09-11]"), "n09 n10 n11");
@@ -196,9 +194,8 @@ START_TEST(padding_is_the_width_of_the_lower_bound)
     ck_assert_str_eq(joined("n[098-101]"), "n098 n099 n100 n101");
     ck_assert_str_eq(joined("n[1,01,001]"), "n1 n01 n001");
 }
-END_TEST
 
-START_TEST(several_groups_in_slurm_order)
+DL_TEST(several_groups_in_slurm_order)
 {
     ck_assert_str_eq(joined("a[1-2]b[3-4]"), "a1b3 a1b4 a2b3 a2b4");
     /* Slurm loops the second-to-last group slowest, then leftwards, the last group fastest. */
@@ -206,20 +203,18 @@ START_TEST(several_groups_in_slurm_order)
                      "a1b3c5 a1b3c6 a2b3c5 a2b3c6 a1b4c5 a1b4c6 a2b4c5 a2b4c6");
     ck_assert_str_eq(joined("n[1-2][7]"), "n17 n27");
 }
-END_TEST
 
-START_TEST(separators_outside_brackets_only)
+DL_TEST(separators_outside_brackets_only)
 {
     ck_assert_str_eq(joined("a b\tc\nd,e"), "a b c d e");
     ck_assert_str_eq(joined("n[1,3],m[2]"), "n1 n3 m2");
     ck_assert_str_eq(joined("a;b"), "a;b");
     ck_assert_str_eq(joined("n[1-2],n1"), "n1 n2 n1");
 }
-END_TEST
 
 /* ---- errors */
 
-START_TEST(errors_name_the_list_and_the_offset)
+DL_TEST(errors_name_the_list_and_the_offset)
 {
     static const struct {
         const char *list;
@@ -254,9 +249,8 @@ START_TEST(errors_name_the_list_and_the_offset)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         ck_assert_str_eq(failure(cases[i].list, cases[i].code), cases[i].message);
 }
-END_TEST
 
-START_TEST(long_lists_are_shortened_in_messages)
+DL_TEST(long_lists_are_shortened_in_messages)
 {
     char list[300];
 
@@ -267,26 +261,24 @@ START_TEST(long_lists_are_shortened_in_messages)
                   "%s", m);
     ck_assert_uint_lt(strlen(m), 160);
 }
-END_TEST
 
-START_TEST(small_or_missing_error_buffers)
+DL_TEST(small_or_missing_error_buffers)
 {
     char small[12];
     char **hosts;
     size_t n;
 
-    ck_assert_int_eq(dl_hostlist_expand("n[5-3]", &hosts, &n, small, sizeof(small)), -EINVAL);
+    DL_CHECK_ERRNO(dl_hostlist_expand("n[5-3]", &hosts, &n, small, sizeof(small)), -EINVAL);
     ck_assert_str_eq(small, "hostlist 'n");
-    ck_assert_int_eq(dl_hostlist_expand("n[5-3]", &hosts, &n, NULL, 0), -EINVAL);
-    ck_assert_int_eq(dl_hostlist_expand(NULL, &hosts, &n, err, sizeof(err)), -EINVAL);
-    ck_assert_int_eq(dl_hostlist_count(NULL, &n, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_hostlist_expand("n[5-3]", &hosts, &n, NULL, 0), -EINVAL);
+    DL_CHECK_ERRNO(dl_hostlist_expand(NULL, &hosts, &n, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_hostlist_count(NULL, &n, err, sizeof(err)), -EINVAL);
     dl_hostlist_free(NULL);
 }
-END_TEST
 
 /* ---- limits */
 
-START_TEST(host_count_limit_over_the_whole_list)
+DL_TEST(host_count_limit_over_the_whole_list)
 {
     char list[512] = "";
     size_t n;
@@ -295,23 +287,22 @@ START_TEST(host_count_limit_over_the_whole_list)
     for (int i = 0; i < 15; i++)
         snprintf(list + strlen(list), sizeof(list) - strlen(list), "%sg%d[0-65535]",
                  i ? "," : "", i);
-    ck_assert_int_eq(dl_hostlist_count(list, &n, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_hostlist_count(list, &n, err, sizeof(err)), 0);
     ck_assert_uint_eq(n, 15 * 65536);
     size_t off = strlen(list) + 1;
     strcat(list, ",z[0-65535]");
-    ck_assert_int_eq(dl_hostlist_count(list, &n, err, sizeof(err)), -E2BIG);
+    DL_CHECK_ERRNO(dl_hostlist_count(list, &n, err, sizeof(err)), -E2BIG);
     char want[64];
     snprintf(want, sizeof(want), "more than 1000000 hosts at offset %zu", off);
     ck_assert_msg(strstr(err, want) != NULL, "%s", err);
 }
-END_TEST
 
-START_TEST(a_million_hosts_expand)
+DL_TEST(a_million_hosts_expand)
 {
     char **hosts;
     size_t n;
 
-    ck_assert_int_eq(dl_hostlist_expand("a[0-999]b[0-999]", &hosts, &n, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_hostlist_expand("a[0-999]b[0-999]", &hosts, &n, err, sizeof(err)), 0);
     ck_assert_uint_eq(n, 1000000);
     ck_assert_str_eq(hosts[0], "a0b0");
     ck_assert_str_eq(hosts[1000], "a1b0");
@@ -319,9 +310,8 @@ START_TEST(a_million_hosts_expand)
     ck_assert_ptr_null(hosts[n]);
     dl_hostlist_free(hosts);
 }
-END_TEST
 
-START_TEST(name_length_limit)
+DL_TEST(name_length_limit)
 {
     char list[400];
 
@@ -338,16 +328,15 @@ START_TEST(name_length_limit)
     /* The longest name of a range counts, not the first. */
     memset(list, 'x', 253);
     strcpy(list + 253, "[1-99]");
-    ck_assert_int_eq(dl_hostlist_count(list, &(size_t){0}, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_hostlist_count(list, &(size_t){0}, err, sizeof(err)), 0);
     strcpy(list + 253, "[1-100]");
     failure(list, -ENAMETOOLONG);
     /* So do leading zeros. */
     strcpy(list + 253, "[001]");
     failure(list, -ENAMETOOLONG);
 }
-END_TEST
 
-START_TEST(byte_limit)
+DL_TEST(byte_limit)
 {
     char list[200];
 
@@ -358,9 +347,8 @@ START_TEST(byte_limit)
     ck_assert_msg(strstr(m, "more than 67108864 bytes of host names at offset 0") != NULL, "%s",
                   m);
 }
-END_TEST
 
-START_TEST(largest_numbers)
+DL_TEST(largest_numbers)
 {
     ck_assert_str_eq(joined("n[18446744073709551614-18446744073709551615]"),
                      "n18446744073709551614 n18446744073709551615");
@@ -368,38 +356,5 @@ START_TEST(largest_numbers)
                      "n9999999999999999999 n10000000000000000000");
     failure("n[18446744073709551616]", -ERANGE);
 }
-END_TEST
 
-static Suite *hostlist_suite(void)
-{
-    Suite *s = suite_create("hostlist");
-    TCase *tc = tcase_create("expand");
-
-    tcase_set_timeout(tc, 30);
-    tcase_add_test(tc, corpus_matches_scontrol);
-    tcase_add_test(tc, basic_forms);
-    tcase_add_test(tc, padding_is_the_width_of_the_lower_bound);
-    tcase_add_test(tc, several_groups_in_slurm_order);
-    tcase_add_test(tc, separators_outside_brackets_only);
-    tcase_add_test(tc, errors_name_the_list_and_the_offset);
-    tcase_add_test(tc, long_lists_are_shortened_in_messages);
-    tcase_add_test(tc, small_or_missing_error_buffers);
-    tcase_add_test(tc, host_count_limit_over_the_whole_list);
-    tcase_add_test(tc, a_million_hosts_expand);
-    tcase_add_test(tc, name_length_limit);
-    tcase_add_test(tc, byte_limit);
-    tcase_add_test(tc, largest_numbers);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(hostlist_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+DL_TEST_SUITE(.timeout = 30);

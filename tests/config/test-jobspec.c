@@ -1,5 +1,4 @@
 /* The job spec from flags, DLAUNCH_* variables and YAML, and the errors a user sees. */
-#include <check.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "config.h"
 #include "internal.h"
 
@@ -46,7 +46,7 @@ static int load(dl_job_spec_t *spec, char **env, dl_config_action_t *action, ...
     return dl_config_load(spec, argc, argv, env, action, err, sizeof(err));
 }
 
-START_TEST(defaults_and_command)
+DL_TEST(defaults_and_command)
 {
     dl_job_spec_t s;
     dl_config_action_t act;
@@ -62,9 +62,8 @@ START_TEST(defaults_and_command)
     ck_assert_ptr_null(s.command[3]);
     dl_job_spec_free(&s);
 }
-END_TEST
 
-START_TEST(flags_forms)
+DL_TEST(flags_forms)
 {
     dl_job_spec_t s;
     dl_config_action_t act;
@@ -82,9 +81,8 @@ START_TEST(flags_forms)
     ck_assert_str_eq(s.run_id, "r1");
     dl_job_spec_free(&s);
 }
-END_TEST
 
-START_TEST(precedence_flag_env_yaml_default)
+DL_TEST(precedence_flag_env_yaml_default)
 {
     const char *path = write_spec("prec.yaml", "max_restarts: 1\n"
                                                "gpus_per_node: 2\n"
@@ -101,9 +99,8 @@ START_TEST(precedence_flag_env_yaml_default)
     ck_assert_str_eq(s.command[0], "true");
     dl_job_spec_free(&s);
 }
-END_TEST
 
-START_TEST(yaml_everything)
+DL_TEST(yaml_everything)
 {
     const char *path = write_spec("all.yaml", "# a full spec\n"
                                               "nodes: 1:3\n"
@@ -135,7 +132,6 @@ START_TEST(yaml_everything)
     ck_assert_str_eq(s.spec_path, path);
     dl_job_spec_free(&s);
 }
-END_TEST
 
 /* Each bad spec and the start of the one-line error it must give. */
 static const struct {
@@ -165,13 +161,13 @@ static const struct {
     {"", "the job spec is empty"},
 };
 
-START_TEST(yaml_errors_name_line_and_column)
+DL_TEST_LOOP(yaml_errors_name_line_and_column, 0, (int)(sizeof(bad_yaml) / sizeof(bad_yaml[0])))
 {
     dl_job_spec_t s;
     dl_config_action_t act;
     char expect[1024];
     const char *path = write_spec("bad.yaml", bad_yaml[_i].yaml);
-    ck_assert_int_eq(load(&s, NULL, &act, (char *)path, NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, (char *)path, NULL), -EINVAL);
     snprintf(expect, sizeof(expect), "%s:%s", path, bad_yaml[_i].error);
     if (bad_yaml[_i].error[0] == 't') /* no position for an empty file */
         snprintf(expect, sizeof(expect), "%s: %s", path, bad_yaml[_i].error);
@@ -180,9 +176,8 @@ START_TEST(yaml_errors_name_line_and_column)
     ck_assert_ptr_null(strchr(err, '\n'));
     dl_job_spec_free(&s);
 }
-END_TEST
 
-START_TEST(yaml_train_section)
+DL_TEST(yaml_train_section)
 {
     const char *path = write_spec("train.yaml", "gpus_per_node: 2\n"
                                                 "train:\n"
@@ -203,43 +198,42 @@ START_TEST(yaml_train_section)
     dl_job_spec_free(&s);
 
     path = write_spec("train-bad.yaml", "train: [1]\n");
-    ck_assert_int_eq(load(&s, NULL, &act, (char *)path, NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, (char *)path, NULL), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, ":1:8: train: expected a mapping of settings"));
     dl_job_spec_free(&s);
 }
-END_TEST
 
-START_TEST(flag_and_env_errors)
+DL_TEST(flag_and_env_errors)
 {
     dl_job_spec_t s;
     dl_config_action_t act;
     char *bad_env[] = {"DLAUNCH_NODES=two", NULL};
 
-    ck_assert_int_eq(load(&s, NULL, &act, "--nodes", "0", "--", "x", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--nodes", "0", "--", "x", NULL), -EINVAL);
     ck_assert_str_eq(err, "--nodes: '0' is out of range (want N or MIN:MAX, 1 <= MIN <= MAX)");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "--gpus-per-node", "many", "--", "x", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--gpus-per-node", "many", "--", "x", NULL), -EINVAL);
     ck_assert_str_eq(err, "--gpus-per-node: 'many' is not a count (1 to 4096) or 'auto'");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "--bogus", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--bogus", NULL), -EINVAL);
     ck_assert_str_eq(err, "unknown option '--bogus' (see --help)");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "--max-restarts", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--max-restarts", NULL), -EINVAL);
     ck_assert_str_eq(err, "option '--max-restarts' needs a value (N)");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "--quiet=yes", "--", "x", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--quiet=yes", "--", "x", NULL), -EINVAL);
     ck_assert_str_eq(err, "option '--quiet' takes no value");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, bad_env, &act, "--", "x", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, bad_env, &act, "--", "x", NULL), -EINVAL);
     ck_assert_str_eq(err, "DLAUNCH_NODES: 'two' is not N or MIN:MAX");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, NULL), -EINVAL);
     ck_assert_str_eq(err, "nothing to run: give JOB.yaml, a script, or -- COMMAND [ARGS...]");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "--", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--", NULL), -EINVAL);
     ck_assert_str_eq(err, "nothing after '--': give the command to run");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "a.yaml", "b.yaml", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "a.yaml", "b.yaml", NULL), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "unexpected argument 'b.yaml'"));
     dl_job_spec_free(&s);
     ck_assert_int_lt(load(&s, NULL, &act, "/nonexistent/job.yaml", NULL), 0);
@@ -247,9 +241,8 @@ START_TEST(flag_and_env_errors)
                           "No such file or directory");
     dl_job_spec_free(&s);
 }
-END_TEST
 
-START_TEST(straggler_options)
+DL_TEST(straggler_options)
 {
     dl_job_spec_t s;
     dl_config_action_t act;
@@ -280,13 +273,12 @@ START_TEST(straggler_options)
     ck_assert_str_eq(err, "--straggler-threshold: '0' is out of range (0.01 to 100)");
     dl_job_spec_free(&s);
     char *bad[] = {"DLAUNCH_STRAGGLER_WINDOW=0", NULL};
-    ck_assert_int_eq(load(&s, bad, &act, "--", "true", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, bad, &act, "--", "true", NULL), -EINVAL);
     ck_assert_str_eq(err, "DLAUNCH_STRAGGLER_WINDOW: '0' is out of range (1 to 1000000000)");
     dl_job_spec_free(&s);
 }
-END_TEST
 
-START_TEST(numa_binding_modes)
+DL_TEST(numa_binding_modes)
 {
     static const struct {
         const char *text;
@@ -319,9 +311,8 @@ START_TEST(numa_binding_modes)
                           "exclusive, core-complex");
     dl_job_spec_free(&s);
 }
-END_TEST
 
-START_TEST(help_and_version_win)
+DL_TEST(help_and_version_win)
 {
     dl_job_spec_t s;
     dl_config_action_t act;
@@ -332,34 +323,32 @@ START_TEST(help_and_version_win)
     ck_assert_int_eq(act, DL_CONFIG_VERSION);
     dl_job_spec_free(&s);
 }
-END_TEST
 
-START_TEST(number_parsers)
+DL_TEST(number_parsers)
 {
     long l;
     double d;
     int lo, hi;
-    ck_assert_int_eq(dl_parse_int("42", 0, 100, &l), 0);
+    DL_CHECK_ERRNO(dl_parse_int("42", 0, 100, &l), 0);
     ck_assert_int_eq(l, 42);
-    ck_assert_int_eq(dl_parse_int("", 0, 100, &l), -EINVAL);
-    ck_assert_int_eq(dl_parse_int(" 4", 0, 100, &l), -EINVAL);
-    ck_assert_int_eq(dl_parse_int("4x", 0, 100, &l), -EINVAL);
-    ck_assert_int_eq(dl_parse_int("+4", 0, 100, &l), -EINVAL);
-    ck_assert_int_eq(dl_parse_int("101", 0, 100, &l), -ERANGE);
-    ck_assert_int_eq(dl_parse_int("99999999999999999999999", 0, 100, &l), -ERANGE);
-    ck_assert_int_eq(dl_parse_double("0.5", 0, 1, &d), 0);
-    ck_assert_int_eq(dl_parse_double("nan", 0, 1, &d), -EINVAL);
-    ck_assert_int_eq(dl_parse_double("inf", 0, 1, &d), -ERANGE);
-    ck_assert_int_eq(dl_parse_nodes("2:8", &lo, &hi), 0);
+    DL_CHECK_ERRNO(dl_parse_int("", 0, 100, &l), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_int(" 4", 0, 100, &l), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_int("4x", 0, 100, &l), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_int("+4", 0, 100, &l), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_int("101", 0, 100, &l), -ERANGE);
+    DL_CHECK_ERRNO(dl_parse_int("99999999999999999999999", 0, 100, &l), -ERANGE);
+    DL_CHECK_ERRNO(dl_parse_double("0.5", 0, 1, &d), 0);
+    DL_CHECK_ERRNO(dl_parse_double("nan", 0, 1, &d), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_double("inf", 0, 1, &d), -ERANGE);
+    DL_CHECK_ERRNO(dl_parse_nodes("2:8", &lo, &hi), 0);
     ck_assert_int_eq(lo * 10 + hi, 28);
-    ck_assert_int_eq(dl_parse_nodes(":8", &lo, &hi), -EINVAL);
-    ck_assert_int_eq(dl_parse_nodes("2:", &lo, &hi), -EINVAL);
-    ck_assert_int_eq(dl_parse_nodes("2:3:4", &lo, &hi), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_nodes(":8", &lo, &hi), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_nodes("2:", &lo, &hi), -EINVAL);
+    DL_CHECK_ERRNO(dl_parse_nodes("2:3:4", &lo, &hi), -EINVAL);
 }
-END_TEST
 
 /* docs/job-spec.md's table is written by hand: every flag of the table must be in it. */
-START_TEST(docs_name_every_option)
+DL_TEST(docs_name_every_option)
 {
     const char *root = getenv("SOURCE_ROOT");
     char path[4096], flag[128];
@@ -381,10 +370,9 @@ START_TEST(docs_name_every_option)
         }
     }
 }
-END_TEST
 
 /* torchrun parses with argparse, which takes any unambiguous start of a long flag. */
-START_TEST(flag_prefixes_as_argparse)
+DL_TEST(flag_prefixes_as_argparse)
 {
     dl_job_spec_t s;
     dl_config_action_t act;
@@ -409,11 +397,11 @@ START_TEST(flag_prefixes_as_argparse)
     ck_assert_int_eq(s.gpus_per_node, DL_GPUS_XPU);
     dl_job_spec_free(&s);
 
-    ck_assert_int_eq(load(&s, NULL, &act, "--no", "--", "true", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--no", "--", "true", NULL), -EINVAL);
     ck_assert_str_eq(err, "ambiguous option '--no' could match --nodes, --node-rank, --no-python");
     dl_job_spec_free(&s);
     /* A flag that takes no value still takes none through its prefix. */
-    ck_assert_int_eq(load(&s, NULL, &act, "--stand=1", "--", "true", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, NULL, &act, "--stand=1", "--", "true", NULL), -EINVAL);
     ck_assert_str_eq(err, "option '--standalone' takes no value");
     dl_job_spec_free(&s);
     ck_assert_int_eq(load(&s, NULL, &act, "--nproc-per-nodes", "2", "--", "true", NULL),
@@ -421,11 +409,10 @@ START_TEST(flag_prefixes_as_argparse)
     ck_assert_msg(strstr(err, "unknown option '--nproc-per-nodes'") != NULL, "%s", err);
     dl_job_spec_free(&s);
 }
-END_TEST
 
 /* torchrun's c10d keys: keep_alive_interval is our heartbeat, a node missing
  * keep_alive_max_attempt of them is dead; store_type tcp is what we serve, file is refused. */
-START_TEST(rdzv_conf_c10d_keep_alive_keys)
+DL_TEST(rdzv_conf_c10d_keep_alive_keys)
 {
     dl_job_spec_t s;
     dl_config_action_t act;
@@ -478,9 +465,8 @@ START_TEST(rdzv_conf_c10d_keep_alive_keys)
     ck_assert_msg(strstr(err, "keep_alive_max_attempt=2.5: want a whole number"), "%s", err);
     dl_job_spec_free(&s);
 }
-END_TEST
 
-START_TEST(torchrun_spellings_and_pet_variables)
+DL_TEST(torchrun_spellings_and_pet_variables)
 {
     dl_job_spec_t s;
     dl_config_action_t act;
@@ -521,13 +507,12 @@ START_TEST(torchrun_spellings_and_pet_variables)
     dl_job_spec_free(&s);
 
     char *missing[] = {"dlaunch", "--max-restarts", "--", "true", NULL};
-    ck_assert_int_eq(dl_config_load(&s, 4, missing, NULL, &act, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_config_load(&s, 4, missing, NULL, &act, err, sizeof(err)), -EINVAL);
     ck_assert_str_eq(err, "option '--max-restarts' needs a value (N)");
     dl_job_spec_free(&s);
 }
-END_TEST
 
-START_TEST(forwarded_signals_and_stop_grace)
+DL_TEST(forwarded_signals_and_stop_grace)
 {
     dl_job_spec_t s;
     dl_config_action_t act;
@@ -579,38 +564,9 @@ START_TEST(forwarded_signals_and_stop_grace)
     ck_assert(s.stop_timeout == 3.0);
     dl_job_spec_free(&s);
     char *bad_env[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon", NULL};
-    ck_assert_int_eq(load(&s, bad_env, &act, "--", "true", NULL), -EINVAL);
+    DL_CHECK_ERRNO(load(&s, bad_env, &act, "--", "true", NULL), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"));
     dl_job_spec_free(&s);
 }
-END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("jobspec");
-    TCase *tc = tcase_create("core");
-    tcase_add_unchecked_fixture(tc, setup, NULL);
-    tcase_add_test(tc, defaults_and_command);
-    tcase_add_test(tc, flags_forms);
-    tcase_add_test(tc, precedence_flag_env_yaml_default);
-    tcase_add_test(tc, yaml_everything);
-    tcase_add_loop_test(tc, yaml_errors_name_line_and_column, 0,
-                        (int)(sizeof(bad_yaml) / sizeof(bad_yaml[0])));
-    tcase_add_test(tc, flag_and_env_errors);
-    tcase_add_test(tc, yaml_train_section);
-    tcase_add_test(tc, numa_binding_modes);
-    tcase_add_test(tc, help_and_version_win);
-    tcase_add_test(tc, straggler_options);
-    tcase_add_test(tc, number_parsers);
-    tcase_add_test(tc, docs_name_every_option);
-    tcase_add_test(tc, torchrun_spellings_and_pet_variables);
-    tcase_add_test(tc, flag_prefixes_as_argparse);
-    tcase_add_test(tc, rdzv_conf_c10d_keep_alive_keys);
-    tcase_add_test(tc, forwarded_signals_and_stop_grace);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+DL_TEST_SUITE(.setup_once = setup);

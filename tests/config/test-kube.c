@@ -1,10 +1,10 @@
 /* The pod environment of each Kubernetes operator (config/kube.c): the variables each sets, as
  * read in their sources (training-operator, kubeflow/trainer, volcano, torchx), then errors. */
-#include <check.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "kube.h"
 
 static char err[512];
@@ -17,7 +17,7 @@ static dl_kube_env_t parsed(char **envp, const char *host)
     return e;
 }
 
-START_TEST(pytorchjob_worker)
+DL_TEST(pytorchjob_worker)
 {
     char *env[] = {"KUBERNETES_SERVICE_HOST=10.96.0.1", "MASTER_ADDR=pj-master-0",
                    "MASTER_PORT=23456", "WORLD_SIZE=8", "RANK=2", "PET_NPROC_PER_NODE=2",
@@ -30,9 +30,8 @@ START_TEST(pytorchjob_worker)
     ck_assert_int_eq(e.rdzv_port, 23456);
     ck_assert_str_eq(e.run_id, "pj-master-0");
 }
-END_TEST
 
-START_TEST(pytorchjob_old_operator_and_workers_are_not_pods)
+DL_TEST(pytorchjob_old_operator_and_workers_are_not_pods)
 {
     char *old[] = {"KUBERNETES_SERVICE_HOST=10.96.0.1", "MASTER_ADDR=pj-master-0",
                    "MASTER_PORT=23456", "WORLD_SIZE=3", "RANK=1", NULL};
@@ -46,9 +45,8 @@ START_TEST(pytorchjob_old_operator_and_workers_are_not_pods)
     char *none[] = {"HOME=/root", NULL};
     ck_assert_int_eq(parsed(none, NULL).kind, DL_KUBE_NONE);
 }
-END_TEST
 
-START_TEST(trainer_jobset)
+DL_TEST(trainer_jobset)
 {
     char *env[] = {"JOB_COMPLETION_INDEX=1", "PET_NNODES=2", "PET_NPROC_PER_NODE=auto",
                    "PET_NODE_RANK=1", "PET_MASTER_ADDR=tj-node-0-0.tj", "PET_MASTER_PORT=29400",
@@ -60,9 +58,8 @@ START_TEST(trainer_jobset)
     ck_assert_str_eq(e.rdzv_host, "tj-node-0-0.tj");
     ck_assert_int_eq(e.rdzv_port, 29400);
 }
-END_TEST
 
-START_TEST(volcano_one_task)
+DL_TEST(volcano_one_task)
 {
     char *env[] = {"VC_TASK_INDEX=1", "VK_TASK_INDEX=1", "VC_WORKER_HOSTS=vj-worker-0.vj,"
                    "vj-worker-1.vj,vj-worker-2.vj", "VC_WORKER_NUM=3", NULL};
@@ -73,9 +70,8 @@ START_TEST(volcano_one_task)
     ck_assert_str_eq(e.rdzv_host, "vj-worker-0.vj");
     ck_assert_int_eq(e.rdzv_port, DL_KUBE_RDZV_PORT);
 }
-END_TEST
 
-START_TEST(volcano_pytorch_plugin)
+DL_TEST(volcano_pytorch_plugin)
 {
     char *env[] = {"VC_TASK_INDEX=0", "VC_MASTER_HOSTS=vj-master-0.vj", "VC_MASTER_NUM=1",
                    "VC_WORKER_HOSTS=vj-worker-0.vj,vj-worker-1.vj", "VC_WORKER_NUM=2",
@@ -87,9 +83,8 @@ START_TEST(volcano_pytorch_plugin)
     ck_assert_str_eq(e.rdzv_host, "vj-master-0.vj");
     ck_assert_int_eq(e.rdzv_port, 23456);
 }
-END_TEST
 
-START_TEST(torchx_one_task_a_replica)
+DL_TEST(torchx_one_task_a_replica)
 {
     char *env[] = {"VC_TASK_INDEX=0", "VC_TRAINER_1_HOSTS=app-trainer-1-0.app",
                    "VC_TRAINER_1_NUM=1", "VC_TRAINER_0_HOSTS=app-trainer-0-0.app",
@@ -103,9 +98,8 @@ START_TEST(torchx_one_task_a_replica)
     e = parsed(env, "app-trainer-0-0");
     ck_assert_int_eq(e.node_rank, 0);
 }
-END_TEST
 
-START_TEST(errors_name_the_variable)
+DL_TEST(errors_name_the_variable)
 {
     static const struct {
         const char *env[10];
@@ -141,24 +135,4 @@ START_TEST(errors_name_the_variable)
         ck_assert_msg(strstr(err, cases[i].msg) != NULL, "case %zu: '%s'", i, err);
         ck_assert_int_eq(e.nnodes, 77); /* untouched on failure */
     }
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("kube");
-    TCase *tc = tcase_create("env");
-    tcase_add_test(tc, pytorchjob_worker);
-    tcase_add_test(tc, pytorchjob_old_operator_and_workers_are_not_pods);
-    tcase_add_test(tc, trainer_jobset);
-    tcase_add_test(tc, volcano_one_task);
-    tcase_add_test(tc, volcano_pytorch_plugin);
-    tcase_add_test(tc, torchx_one_task_a_replica);
-    tcase_add_test(tc, errors_name_the_variable);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -1,13 +1,13 @@
 /* The option engine's command line (config/optargv.c) and the printers every table shares:
  * options and arguments in any order, values that stay in argv, the errors each way a word can
  * be wrong, and no argument past the limit dropped. */
-#include <check.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "opt.h"
 
 typedef struct {
@@ -47,13 +47,13 @@ static int parse(settings_t *s, dl_opt_argv_t *a, char **argv)
     while (argv[argc] != NULL)
         argc++;
     memset(s, 0, sizeof(*s));
-    ck_assert_int_eq(dl_opt_defaults(&table, s, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_opt_defaults(&table, s, err, sizeof(err)), 0);
     *a = (dl_opt_argv_t){.prog = "prog sub", .args = args, .max_args = 3};
     err[0] = '\0';
     return dl_opt_parse_argv(&table, s, argc, argv, a, err, sizeof(err));
 }
 
-START_TEST(options_and_arguments_in_any_order)
+DL_TEST(options_and_arguments_in_any_order)
 {
     settings_t s;
     dl_opt_argv_t a;
@@ -77,9 +77,8 @@ START_TEST(options_and_arguments_in_any_order)
     ck_assert(s.timeout == 10 && !s.timeout_given && !s.json);
     ck_assert_ptr_null(s.endpoint);
 }
-END_TEST
 
-START_TEST(help_stops_the_parse)
+DL_TEST(help_stops_the_parse)
 {
     settings_t s;
     dl_opt_argv_t a;
@@ -88,9 +87,8 @@ START_TEST(help_stops_the_parse)
     ck_assert(s.help);
     ck_assert_str_eq(a.stopped_at->name, "help");
 }
-END_TEST
 
-START_TEST(errors_name_the_word)
+DL_TEST(errors_name_the_word)
 {
     static const struct {
         char *argv[6];
@@ -119,10 +117,9 @@ START_TEST(errors_name_the_word)
     settings_t s;
     char *argv[] = {"stray"};
     dl_opt_argv_t a = {.prog = "prog", .args = NULL, .max_args = 0};
-    ck_assert_int_eq(dl_opt_parse_argv(&table, &s, 1, argv, &a, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_opt_parse_argv(&table, &s, 1, argv, &a, err, sizeof(err)), -EINVAL);
     ck_assert_str_eq(err, "unknown argument 'stray' (prog takes options only; see --help)");
 }
-END_TEST
 
 static char *printed(void (*print)(FILE *f))
 {
@@ -147,7 +144,7 @@ static void man(FILE *f)
     dl_opt_print_man(&table, f, DL_OPT_MAN_VALUE_FLAGS);
 }
 
-START_TEST(printers)
+DL_TEST(printers)
 {
     char *h = printed(help);
     ck_assert_ptr_nonnull(strstr(h, "  -n, --name NAME                a name, not empty\n"));
@@ -163,21 +160,4 @@ START_TEST(printers)
     char *m = printed(man);
     ck_assert_str_eq(m, "--endpoint --name --timeout --rdzv-backend ");
     free(m);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("optargv");
-    TCase *tc = tcase_create("argv");
-    tcase_add_test(tc, options_and_arguments_in_any_order);
-    tcase_add_test(tc, help_stops_the_parse);
-    tcase_add_test(tc, errors_name_the_word);
-    tcase_add_test(tc, printers);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -1,11 +1,11 @@
 /* The Slurm environment: environments captured from real srun, sbatch and salloc runs on the test
  * cluster (tests/config/slurm-env/), then precedence, errors and the port formula. */
-#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "slurm.h"
 
 static char err[512];
@@ -57,7 +57,7 @@ static dl_slurm_env_t parsed(char **envp)
     return e;
 }
 
-START_TEST(srun_task)
+DL_TEST(srun_task)
 {
     envfile_t f;
     /* srun -N2 --ntasks-per-node=2, the task with SLURM_PROCID=3 */
@@ -86,9 +86,8 @@ START_TEST(srun_task)
     dl_slurm_env_free(&e);
     unload(&f);
 }
-END_TEST
 
-START_TEST(sbatch_script)
+DL_TEST(sbatch_script)
 {
     envfile_t f;
     dl_slurm_env_t e = parsed(load(&f, "sbatch-n2.env"));
@@ -106,9 +105,8 @@ START_TEST(sbatch_script)
     dl_slurm_env_free(&e);
     unload(&f);
 }
-END_TEST
 
-START_TEST(step_smaller_than_the_job)
+DL_TEST(step_smaller_than_the_job)
 {
     envfile_t f;
     /* srun -N1 inside sbatch -N2: SLURM_NODELIST and SLURM_JOB_* describe the job's two nodes,
@@ -124,9 +122,8 @@ START_TEST(step_smaller_than_the_job)
     dl_slurm_env_free(&e);
     unload(&f);
 }
-END_TEST
 
-START_TEST(gpus_from_real_runs)
+DL_TEST(gpus_from_real_runs)
 {
     envfile_t f;
     dl_slurm_env_t e = parsed(load(&f, "sbatch-n2-gpus.env")); /* --gpus-per-node=fake:2 */
@@ -152,11 +149,10 @@ START_TEST(gpus_from_real_runs)
     dl_slurm_env_free(&e);
     unload(&f);
 }
-END_TEST
 
 /* ---- precedence */
 
-START_TEST(outside_slurm)
+DL_TEST(outside_slurm)
 {
     char *none[] = {NULL};
     char *other[] = {"PATH=/bin", "SLURM_NNODES=4", "SLURM_NODEID=junk", NULL};
@@ -181,9 +177,8 @@ START_TEST(outside_slurm)
     ck_assert(!e.in_allocation);
     dl_slurm_env_free(&e);
 }
-END_TEST
 
-START_TEST(older_names_and_first_occurrence)
+DL_TEST(older_names_and_first_occurrence)
 {
     char *env[] = {"SLURM_JOBID=12001", "SLURM_STEPID=7", "SLURM_NODELIST=c[1-3]",
                    "SLURM_NODEID=2",    "SLURM_NPROCS=3", "SLURM_NODEID=0",
@@ -200,9 +195,8 @@ START_TEST(older_names_and_first_occurrence)
     ck_assert_int_eq(e.ntasks, 3);
     dl_slurm_env_free(&e);
 }
-END_TEST
 
-START_TEST(step_list_only_inside_a_step)
+DL_TEST(step_list_only_inside_a_step)
 {
     /* A stale SLURM_STEP_NODELIST without a step (exported into a batch script, say) is ignored. */
     char *batch[] = {"SLURM_JOB_ID=9", "SLURM_JOB_NODELIST=a[1-4]", "SLURM_JOB_NUM_NODES=4",
@@ -223,9 +217,8 @@ START_TEST(step_list_only_inside_a_step)
     ck_assert_int_eq(e.node_id, 1);
     dl_slurm_env_free(&e);
 }
-END_TEST
 
-START_TEST(gpus_on_node_wins)
+DL_TEST(gpus_on_node_wins)
 {
     char *env[] = {"SLURM_JOB_ID=1", "SLURM_JOB_NODELIST=g1", "SLURM_GPUS_PER_NODE=a100:8",
                    "SLURM_GPUS_ON_NODE=4", "SLURM_RESTART_COUNT=3", NULL};
@@ -235,11 +228,10 @@ START_TEST(gpus_on_node_wins)
     ck_assert_int_eq(e.restart_count, 3);
     dl_slurm_env_free(&e);
 }
-END_TEST
 
 /* ---- errors */
 
-START_TEST(errors_name_the_variable)
+DL_TEST(errors_name_the_variable)
 {
     static const struct {
         const char *env[8];
@@ -303,9 +295,8 @@ START_TEST(errors_name_the_variable)
         ck_assert_msg(memcmp(&e, &before, sizeof(e)) == 0, "case %zu: ret was touched", i);
     }
 }
-END_TEST
 
-START_TEST(long_values_are_shortened)
+DL_TEST(long_values_are_shortened)
 {
     char value[200], var[220];
     char *env[] = {"SLURM_JOB_ID=5", "SLURM_JOB_NODELIST=n1", var, NULL};
@@ -315,15 +306,14 @@ START_TEST(long_values_are_shortened)
     value[150] = 'x';
     value[151] = '\0';
     snprintf(var, sizeof(var), "SLURM_NODEID=%s", value);
-    ck_assert_int_eq(dl_slurm_env_parse(env, &e, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_slurm_env_parse(env, &e, err, sizeof(err)), -EINVAL);
     ck_assert_msg(strstr(err, "777...': not a number") != NULL, "%s", err);
     ck_assert_uint_lt(strlen(err), 100);
 }
-END_TEST
 
 /* ---- GPU counts */
 
-START_TEST(gpu_forms)
+DL_TEST(gpu_forms)
 {
     static const struct {
         const char *text;
@@ -365,13 +355,12 @@ START_TEST(gpu_forms)
         ck_assert_msg(gpus == (r == 0 ? cases[i].gpus : -7), "'%s': %d GPUs", cases[i].text,
                       gpus);
     }
-    ck_assert_int_eq(dl_slurm_parse_gpus(NULL, &(int){0}), -EINVAL);
+    DL_CHECK_ERRNO(dl_slurm_parse_gpus(NULL, &(int){0}), -EINVAL);
 }
-END_TEST
 
 /* ---- the rendezvous port */
 
-START_TEST(port_formula)
+DL_TEST(port_formula)
 {
     ck_assert_int_eq(dl_slurm_rdzv_port(0), 20000);
     ck_assert_int_eq(dl_slurm_rdzv_port(1), 20001);
@@ -385,9 +374,8 @@ START_TEST(port_formula)
         ck_assert_int_lt(port, 32768);
     }
 }
-END_TEST
 
-START_TEST(free_is_safe_twice_and_on_null)
+DL_TEST(free_is_safe_twice_and_on_null)
 {
     char *env[] = {"SLURM_JOB_ID=1", "SLURM_JOB_NODELIST=n[1-3]", "SLURM_SUBMIT_DIR=/x", NULL};
     dl_slurm_env_t e = parsed(env);
@@ -397,38 +385,4 @@ START_TEST(free_is_safe_twice_and_on_null)
     ck_assert_ptr_null(e.submit_dir);
     dl_slurm_env_free(&e);
     dl_slurm_env_free(NULL);
-}
-END_TEST
-
-static Suite *slurm_suite(void)
-{
-    Suite *s = suite_create("slurm");
-    TCase *tc = tcase_create("env");
-
-    tcase_add_test(tc, srun_task);
-    tcase_add_test(tc, sbatch_script);
-    tcase_add_test(tc, step_smaller_than_the_job);
-    tcase_add_test(tc, gpus_from_real_runs);
-    tcase_add_test(tc, outside_slurm);
-    tcase_add_test(tc, older_names_and_first_occurrence);
-    tcase_add_test(tc, step_list_only_inside_a_step);
-    tcase_add_test(tc, gpus_on_node_wins);
-    tcase_add_test(tc, errors_name_the_variable);
-    tcase_add_test(tc, long_values_are_shortened);
-    tcase_add_test(tc, gpu_forms);
-    tcase_add_test(tc, port_formula);
-    tcase_add_test(tc, free_is_safe_twice_and_on_null);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(slurm_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

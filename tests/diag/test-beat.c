@@ -1,9 +1,9 @@
 /* Health beats: bare bytes, lines with figures, lines in pieces, junk, and the sums the straggler
  * rule reads. */
-#include <check.h>
 #include <math.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "diag.h"
 
 static int feed(dl_diag_beats_t *b, const char *s, double now)
@@ -11,7 +11,7 @@ static int feed(dl_diag_beats_t *b, const char *s, double now)
     return dl_diag_beats_feed(b, s, strlen(s), now);
 }
 
-START_TEST(bare_bytes_are_beats)
+DL_TEST(bare_bytes_are_beats)
 {
     dl_diag_beats_t b;
     dl_diag_beats_init(&b);
@@ -30,9 +30,8 @@ START_TEST(bare_bytes_are_beats)
     ck_assert_uint_lt(b.partial_len, sizeof(b.partial));
     ck_assert(!b.figures);
 }
-END_TEST
 
-START_TEST(a_line_carries_figures)
+DL_TEST(a_line_carries_figures)
 {
     dl_diag_beats_t b;
     dl_diag_beats_init(&b);
@@ -56,9 +55,8 @@ START_TEST(a_line_carries_figures)
     ck_assert_double_eq_tol(b.total_samples, 256 + 40 * 64, 1e-9);
     ck_assert_uint_eq(b.beats, 2);
 }
-END_TEST
 
-START_TEST(lines_may_come_in_pieces)
+DL_TEST(lines_may_come_in_pieces)
 {
     dl_diag_beats_t b;
     dl_diag_beats_init(&b);
@@ -73,9 +71,8 @@ START_TEST(lines_may_come_in_pieces)
     ck_assert_int_eq(feed(&b, "p=4 compute_ms=1\n", 4), 1);
     ck_assert_uint_eq(b.step, 4);
 }
-END_TEST
 
-START_TEST(junk_is_a_beat_and_nothing_more)
+DL_TEST(junk_is_a_beat_and_nothing_more)
 {
     dl_diag_beats_t b;
     dl_diag_beats_init(&b);
@@ -97,26 +94,4 @@ START_TEST(junk_is_a_beat_and_nothing_more)
     ck_assert_int_eq(feed(&b, big, 2), 0);
     ck_assert_int_eq(feed(&b, "\nstep=10 compute_ms=1\n", 3), 1);
     ck_assert_uint_eq(b.step, 10);
-}
-END_TEST
-
-static Suite *suite(void)
-{
-    Suite *s = suite_create("beat");
-    TCase *t = tcase_create("beat");
-    tcase_add_test(t, bare_bytes_are_beats);
-    tcase_add_test(t, a_line_carries_figures);
-    tcase_add_test(t, lines_may_come_in_pieces);
-    tcase_add_test(t, junk_is_a_beat_and_nothing_more);
-    suite_add_tcase(s, t);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

@@ -1,7 +1,7 @@
 /* The one-line account of a stuck job, for the shapes a hang takes. */
-#include <check.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "diag.h"
 
 static dl_diag_rank_t at(int rank, int node, uint64_t seq, const char *op, dl_diag_op_state_t state,
@@ -29,7 +29,7 @@ static const char *explain(const dl_diag_rank_t *v, size_t n)
     return line;
 }
 
-START_TEST(one_rank_never_came)
+DL_TEST(one_rank_never_came)
 {
     dl_diag_rank_t v[4] = {
         at(0, 0, 812, "reduce-scatter", DL_DIAG_OP_RUNNING, 31.2),
@@ -48,9 +48,8 @@ START_TEST(one_rank_never_came)
                                     "(its last: all-gather #811, done 31 s ago; its process is "
                                     "stopped); ranks 0-2 have waited in it for 31 s");
 }
-END_TEST
 
-START_TEST(untimed_operations_and_short_waits)
+DL_TEST(untimed_operations_and_short_waits)
 {
     dl_diag_rank_t v[2] = {
         at(0, 0, 5, "all-reduce", DL_DIAG_OP_RUNNING, 2.25),
@@ -62,9 +61,8 @@ START_TEST(untimed_operations_and_short_waits)
     ck_assert_str_eq(explain(v, 2), "rank 1 never entered all-reduce #5 (its last: all-gather "
                                     "#4, done); rank 0 has waited in it");
 }
-END_TEST
 
-START_TEST(several_behind)
+DL_TEST(several_behind)
 {
     dl_diag_rank_t v[5] = {
         at(0, 0, 9, "all-reduce", DL_DIAG_OP_RUNNING, 12),
@@ -77,9 +75,8 @@ START_TEST(several_behind)
     ck_assert_str_eq(explain(v, 5), "ranks 1-2 never entered all-reduce #9; ranks 0,3-4 have "
                                     "waited in it for 12 s; stopped: rank 2");
 }
-END_TEST
 
-START_TEST(everyone_inside_or_nobody_inside)
+DL_TEST(everyone_inside_or_nobody_inside)
 {
     dl_diag_rank_t v[2] = {
         at(0, 0, 7, "barrier", DL_DIAG_OP_RUNNING, 40),
@@ -94,9 +91,8 @@ START_TEST(everyone_inside_or_nobody_inside)
     ck_assert_str_eq(explain(v, 2), "rank 1 is behind the others, who finished operation #7; no "
                                     "rank is inside a collective; stopped: rank 1");
 }
-END_TEST
 
-START_TEST(mismatched_operations)
+DL_TEST(mismatched_operations)
 {
     dl_diag_rank_t v[3] = {
         at(0, 0, 3, "all-reduce", DL_DIAG_OP_RUNNING, 5),
@@ -106,9 +102,8 @@ START_TEST(mismatched_operations)
     ck_assert_str_eq(explain(v, 3), "the ranks disagree on operation #3: rank 0 is in all-reduce, "
                                     "rank 1 in broadcast; rank 2 never got there");
 }
-END_TEST
 
-START_TEST(ranks_without_a_recorder)
+DL_TEST(ranks_without_a_recorder)
 {
     dl_diag_rank_t v[3] = {
         at(0, 0, 3, "all-reduce", DL_DIAG_OP_RUNNING, 5),
@@ -131,9 +126,8 @@ START_TEST(ranks_without_a_recorder)
     ck_assert_uint_eq(n, strlen(small));
     ck_assert_uint_lt(n, sizeof(small));
 }
-END_TEST
 
-START_TEST(a_rank_behind_in_an_older_operation)
+DL_TEST(a_rank_behind_in_an_older_operation)
 {
     dl_diag_rank_t v[2] = {
         at(0, 0, 9, "all-reduce", DL_DIAG_OP_RUNNING, 4),
@@ -145,10 +139,9 @@ START_TEST(a_rank_behind_in_an_older_operation)
     v[1].recorder = false;
     ck_assert(dl_diag_stuck_s(v, 2) == 4);
 }
-END_TEST
 
 /* The watchdog names the rank that stopped, not those waiting for it in a collective. */
-START_TEST(culprit_is_the_silent_rank_outside_a_collective)
+DL_TEST(culprit_is_the_silent_rank_outside_a_collective)
 {
     dl_diag_rank_t v[3] = {
         at(0, 0, 41, "all-reduce", DL_DIAG_OP_RUNNING, 1.4),
@@ -184,10 +177,9 @@ START_TEST(culprit_is_the_silent_rank_outside_a_collective)
     ck_assert_int_eq(dl_diag_hang_culprit(plain, 2, 1.0, &waiting), 1);
     ck_assert(!waiting);
 }
-END_TEST
 
 /* Ranks that only wait are someone else's victims until twice the timeout. */
-START_TEST(waiting_ranks_are_named_late)
+DL_TEST(waiting_ranks_are_named_late)
 {
     dl_diag_rank_t v[2] = {
         at(0, 0, 41, "all-reduce", DL_DIAG_OP_RUNNING, 1.5),
@@ -199,46 +191,17 @@ START_TEST(waiting_ranks_are_named_late)
     ck_assert_int_eq(dl_diag_hang_culprit(v, 2, 1.0, &waiting), -1);
     v[0].silent_s = 2.5;
     v[1].silent_s = 2.1;
-    ck_assert_int_eq(dl_diag_hang_culprit(v, 2, 1.0, &waiting), 0);
+    DL_CHECK_ERRNO(dl_diag_hang_culprit(v, 2, 1.0, &waiting), 0);
     ck_assert(waiting);
     /* Unknown silence is never due. */
     v[0].silent_s = v[1].silent_s = -1;
     ck_assert_int_eq(dl_diag_hang_culprit(v, 2, 1.0, &waiting), -1);
 }
-END_TEST
 
-START_TEST(rank_lists)
+DL_TEST(rank_lists)
 {
     int r[] = {7, 0, 2, 1, 9, 8, 5};
     char buf[64];
     dl_diag_ranks_text(r, 7, buf, sizeof(buf));
     ck_assert_str_eq(buf, "0-2,5,7-9");
-}
-END_TEST
-
-static Suite *suite(void)
-{
-    Suite *s = suite_create("hang");
-    TCase *t = tcase_create("hang");
-    tcase_add_test(t, one_rank_never_came);
-    tcase_add_test(t, culprit_is_the_silent_rank_outside_a_collective);
-    tcase_add_test(t, waiting_ranks_are_named_late);
-    tcase_add_test(t, untimed_operations_and_short_waits);
-    tcase_add_test(t, several_behind);
-    tcase_add_test(t, everyone_inside_or_nobody_inside);
-    tcase_add_test(t, mismatched_operations);
-    tcase_add_test(t, ranks_without_a_recorder);
-    tcase_add_test(t, a_rank_behind_in_an_older_operation);
-    tcase_add_test(t, rank_lists);
-    suite_add_tcase(s, t);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

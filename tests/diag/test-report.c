@@ -1,11 +1,11 @@
 /* A node's report on the wire: built, checked, read back with its age added; refused shapes;
  * the job-wide view. */
-#include <check.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "diag.h"
 
-START_TEST(a_report_goes_there_and_back)
+DL_TEST(a_report_goes_there_and_back)
 {
     dl_diag_beats_t b0, b1;
     dl_diag_beats_init(&b0);
@@ -27,7 +27,7 @@ START_TEST(a_report_goes_there_and_back)
     json_t *rep = dl_diag_report_new(1, "gpu1", r, beats, 2);
     ck_assert_ptr_nonnull(rep);
     char err[256] = "";
-    ck_assert_int_eq(dl_diag_report_check(rep, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_diag_report_check(rep, err, sizeof(err)), 0);
 
     dl_diag_totals_t t[4];
     dl_diag_rank_t back[4];
@@ -57,7 +57,6 @@ START_TEST(a_report_goes_there_and_back)
     ck_assert_double_eq_tol(t[1].steps, 0, 1e-9);
     json_decref(rep);
 }
-END_TEST
 
 static void refused(const char *text, const char *want)
 {
@@ -70,7 +69,7 @@ static void refused(const char *text, const char *want)
     json_decref(j);
 }
 
-START_TEST(bad_reports_are_refused)
+DL_TEST(bad_reports_are_refused)
 {
     refused("[]", "must be an object");
     refused("{\"ranks\":3}", "'ranks' must be an array");
@@ -87,9 +86,8 @@ START_TEST(bad_reports_are_refused)
             "\"age_s\":-1}]}]}",
             "field 'age_s'");
 }
-END_TEST
 
-START_TEST(the_view_as_json)
+DL_TEST(the_view_as_json)
 {
     dl_diag_straggler_t s = {.rank = 3,
                              .node_rank = 1,
@@ -116,25 +114,4 @@ START_TEST(the_view_as_json)
                            "\"slower_pct\":50.0,\"steps\":120}]}");
     free(text);
     json_decref(j);
-}
-END_TEST
-
-static Suite *suite(void)
-{
-    Suite *s = suite_create("report");
-    TCase *t = tcase_create("report");
-    tcase_add_test(t, a_report_goes_there_and_back);
-    tcase_add_test(t, bad_reports_are_refused);
-    tcase_add_test(t, the_view_as_json);
-    suite_add_tcase(s, t);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

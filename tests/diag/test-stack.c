@@ -1,7 +1,7 @@
 /* Python stacks as faulthandler writes them: the newest dump's main thread, innermost first. */
-#include <check.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "diag.h"
 
 /* Two dumps, as a stacks file holds them after two requests: a helper thread, then the main
@@ -24,7 +24,7 @@ static const char DUMPS[] =
     "  File \"/work/job/train.py\", line 10 in <module>\n"
     "\n";
 
-START_TEST(the_newest_dumps_main_thread_innermost_first)
+DL_TEST(the_newest_dumps_main_thread_innermost_first)
 {
     char buf[256];
     size_t n = dl_diag_stack_top(DUMPS, strlen(DUMPS), 2, buf, sizeof(buf));
@@ -38,9 +38,8 @@ START_TEST(the_newest_dumps_main_thread_innermost_first)
     ck_assert_uint_lt(strlen(small), sizeof(small));
     ck_assert(strncmp(small, "train.py:6", 10) == 0);
 }
-END_TEST
 
-START_TEST(no_dump_or_a_torn_one)
+DL_TEST(no_dump_or_a_torn_one)
 {
     char buf[64];
     const char *header = "dlaunch-stacks 1 signal=40 pid=1\n";
@@ -55,24 +54,4 @@ START_TEST(no_dump_or_a_torn_one)
     const char *junk = "Thread 0x1 (most recent call first):\n  <no Python frame>\n";
     ck_assert_uint_eq(dl_diag_stack_top(junk, strlen(junk), 3, buf, sizeof(buf)), 0);
     ck_assert_uint_eq(dl_diag_stack_top(junk, strlen(junk), 3, buf, 0), 0);
-}
-END_TEST
-
-static Suite *suite(void)
-{
-    Suite *s = suite_create("stack");
-    TCase *t = tcase_create("stack");
-    tcase_add_test(t, the_newest_dumps_main_thread_innermost_first);
-    tcase_add_test(t, no_dump_or_a_torn_one);
-    suite_add_tcase(s, t);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

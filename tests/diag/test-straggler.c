@@ -1,12 +1,12 @@
 /* The straggler rule: a slow rank named after the window, steady or in bursts of the same cost
  * alike, even when some of its intervals look normal; an even job never, nor noise on every rank
  * or load that slows them all; recovery, restarts, the figures and the cost. */
-#include <check.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "diag.h"
 
 #define N 8
@@ -21,7 +21,7 @@ static void sim_init(sim_t *s, int n, const dl_diag_straggler_opts_t *o)
     dl_diag_straggler_opts_t d;
     dl_diag_straggler_opts_init(&d);
     memset(s, 0, sizeof(*s));
-    ck_assert_int_eq(dl_diag_judge_new(o ? o : &d, &s->j), 0);
+    DL_CHECK_ERRNO(dl_diag_judge_new(o ? o : &d, &s->j), 0);
     for (int r = 0; r < n; r++)
         s->t[r] = (dl_diag_totals_t){.rank = r, .node_rank = r / 2, .host = r < 2 ? "a" : "b"};
 }
@@ -38,13 +38,13 @@ static dl_diag_view_t report(sim_t *s, int n, double steps, const double *comput
         s->t[r].wait_ms += steps * (slowest - compute[r] + 0.1);
         s->t[r].samples += steps * 64;
     }
-    ck_assert_int_eq(dl_diag_judge_feed(s->j, s->t, (size_t)n), 0);
+    DL_CHECK_ERRNO(dl_diag_judge_feed(s->j, s->t, (size_t)n), 0);
     dl_diag_view_t v;
-    ck_assert_int_eq(dl_diag_judge_eval(s->j, &v), 0);
+    DL_CHECK_ERRNO(dl_diag_judge_eval(s->j, &v), 0);
     return v;
 }
 
-START_TEST(a_slow_rank_is_named_after_the_window)
+DL_TEST(a_slow_rank_is_named_after_the_window)
 {
     sim_t s;
     sim_init(&s, 4, NULL);
@@ -92,9 +92,8 @@ START_TEST(a_slow_rank_is_named_after_the_window)
     ck_assert(!v.stragglers[0].named);
     dl_diag_judge_free(s.j);
 }
-END_TEST
 
-START_TEST(few_steps_or_few_reports_are_not_enough)
+DL_TEST(few_steps_or_few_reports_are_not_enough)
 {
     sim_t s;
     sim_init(&s, 2, NULL);
@@ -128,7 +127,6 @@ START_TEST(few_steps_or_few_reports_are_not_enough)
     ck_assert_uint_eq(report(&s, 2, 10000, slow).nstragglers, 1);
     dl_diag_judge_free(s.j);
 }
-END_TEST
 
 /* Reports of 20 steps until rank 3 is named, its compute in report i being pattern[i % len] (the
  * others at 2 ms). Returns the report that named it (0: none within max), and its figures. */
@@ -151,7 +149,7 @@ static int named_at(const double *pattern, int len, int max, dl_diag_straggler_t
     return at;
 }
 
-START_TEST(steady_and_bursty_slowdowns_of_the_same_cost_are_named_alike)
+DL_TEST(steady_and_bursty_slowdowns_of_the_same_cost_are_named_alike)
 {
     /* Both cost the job a half of a step over any five reports (100 steps, a window): one
      * steadily, the other in one stall of 5 ms more every fifth report, the four between at the
@@ -167,9 +165,8 @@ START_TEST(steady_and_bursty_slowdowns_of_the_same_cost_are_named_alike)
     ck_assert_double_eq_tol(a.cost, b.cost, 1e-6);
     ck_assert_uint_eq(a.steps, 200);
 }
-END_TEST
 
-START_TEST(intervals_that_look_normal_do_not_hide_a_slow_rank)
+DL_TEST(intervals_that_look_normal_do_not_hide_a_slow_rank)
 {
     /* +75% in three reports of five and normal in the two between: no three in a row are slow,
      * yet over any window it costs the job +45%; named with the second window, as a steady one. */
@@ -192,7 +189,6 @@ START_TEST(intervals_that_look_normal_do_not_hide_a_slow_rank)
     double spiky[] = {2, 2, 4, 2, 2};
     ck_assert_int_eq(named_at(spiky, 5, 200, &x), 0);
 }
-END_TEST
 
 /* A deterministic generator, [0, 1). */
 static double lcg(uint64_t *state)
@@ -223,7 +219,7 @@ static int noisy_run(const dl_diag_straggler_opts_t *o, double lo, double hi, ui
     return named;
 }
 
-START_TEST(noise_on_every_rank_or_load_on_all_names_nobody)
+DL_TEST(noise_on_every_rank_or_load_on_all_names_nobody)
 {
     dl_diag_straggler_opts_t o;
     dl_diag_straggler_opts_init(&o);
@@ -238,9 +234,8 @@ START_TEST(noise_on_every_rank_or_load_on_all_names_nobody)
     for (uint64_t seed = 1; seed <= 10; seed++)
         ck_assert_int_eq(noisy_run(&o, -0.2, 0.4, seed), 0);
 }
-END_TEST
 
-START_TEST(an_even_or_noisy_job_names_nobody)
+DL_TEST(an_even_or_noisy_job_names_nobody)
 {
     sim_t s;
     sim_init(&s, 4, NULL);
@@ -256,9 +251,8 @@ START_TEST(an_even_or_noisy_job_names_nobody)
     }
     dl_diag_judge_free(s.j);
 }
-END_TEST
 
-START_TEST(a_rank_that_recovers_is_cleared)
+DL_TEST(a_rank_that_recovers_is_cleared)
 {
     sim_t s;
     sim_init(&s, 2, NULL);
@@ -280,9 +274,8 @@ START_TEST(a_rank_that_recovers_is_cleared)
     ck_assert_int_eq(v.cleared[0], 1);
     dl_diag_judge_free(s.j);
 }
-END_TEST
 
-START_TEST(a_restarted_worker_starts_over)
+DL_TEST(a_restarted_worker_starts_over)
 {
     sim_t s;
     sim_init(&s, 2, NULL);
@@ -292,9 +285,9 @@ START_TEST(a_restarted_worker_starts_over)
     report(&s, 2, 50, slow);
     /* Rank 1's worker started again: its sums went down. Its next interval starts there. */
     s.t[1].steps = s.t[1].compute_ms = s.t[1].wait_ms = s.t[1].samples = 0;
-    ck_assert_int_eq(dl_diag_judge_feed(s.j, &s.t[1], 1), 0);
+    DL_CHECK_ERRNO(dl_diag_judge_feed(s.j, &s.t[1], 1), 0);
     dl_diag_view_t v;
-    ck_assert_int_eq(dl_diag_judge_eval(s.j, &v), 0);
+    DL_CHECK_ERRNO(dl_diag_judge_eval(s.j, &v), 0);
     ck_assert_uint_eq(v.nstragglers, 0);
     v = report(&s, 2, 50, slow);
     ck_assert_uint_eq(v.nstragglers, 0);
@@ -304,9 +297,8 @@ START_TEST(a_restarted_worker_starts_over)
     ck_assert_int_eq(v.slowest_rank, -1);
     dl_diag_judge_free(s.j);
 }
-END_TEST
 
-START_TEST(settings_are_checked)
+DL_TEST(settings_are_checked)
 {
     dl_diag_straggler_opts_t o;
     dl_diag_judge_t *j = NULL;
@@ -314,46 +306,19 @@ START_TEST(settings_are_checked)
     ck_assert_double_eq_tol(o.threshold, 0.3, 1e-12);
     ck_assert_uint_eq(o.window, 100);
     o.threshold = 0;
-    ck_assert_int_eq(dl_diag_judge_new(&o, &j), -EINVAL);
+    DL_CHECK_ERRNO(dl_diag_judge_new(&o, &j), -EINVAL);
     ck_assert_ptr_null(j);
     dl_diag_straggler_opts_init(&o);
-    ck_assert_int_eq(dl_diag_judge_new(&o, &j), 0);
+    DL_CHECK_ERRNO(dl_diag_judge_new(&o, &j), 0);
     dl_diag_totals_t bad = {.rank = -1};
-    ck_assert_int_eq(dl_diag_judge_feed(j, &bad, 1), -EINVAL);
+    DL_CHECK_ERRNO(dl_diag_judge_feed(j, &bad, 1), -EINVAL);
     dl_diag_judge_free(j);
     j = NULL;
     o.min_reports = 8; /* more than the snapshots a rank keeps can span */
-    ck_assert_int_eq(dl_diag_judge_new(&o, &j), -EINVAL);
+    DL_CHECK_ERRNO(dl_diag_judge_new(&o, &j), -EINVAL);
     o.min_reports = 3;
     o.threshold = NAN;
-    ck_assert_int_eq(dl_diag_judge_new(&o, &j), -EINVAL);
+    DL_CHECK_ERRNO(dl_diag_judge_new(&o, &j), -EINVAL);
     ck_assert_ptr_null(j);
     dl_diag_judge_free(NULL);
-}
-END_TEST
-
-static Suite *suite(void)
-{
-    Suite *s = suite_create("straggler");
-    TCase *t = tcase_create("straggler");
-    tcase_add_test(t, a_slow_rank_is_named_after_the_window);
-    tcase_add_test(t, few_steps_or_few_reports_are_not_enough);
-    tcase_add_test(t, steady_and_bursty_slowdowns_of_the_same_cost_are_named_alike);
-    tcase_add_test(t, intervals_that_look_normal_do_not_hide_a_slow_rank);
-    tcase_add_test(t, noise_on_every_rank_or_load_on_all_names_nobody);
-    tcase_add_test(t, an_even_or_noisy_job_names_nobody);
-    tcase_add_test(t, a_rank_that_recovers_is_cleared);
-    tcase_add_test(t, a_restarted_worker_starts_over);
-    tcase_add_test(t, settings_are_checked);
-    suite_add_tcase(s, t);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

@@ -1,10 +1,10 @@
 /* The job's keys and transactions in etcd (etcd/etcd-job.h), without etcd: views made from
  * answers as the gateway writes them, the transactions read back. The ranks must be those of
  * our own rendezvous (docs/rendezvous.md, "Rank assignment rule"). */
-#include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "etcd-job.h"
 #include "etcd.h"
 
@@ -76,21 +76,20 @@ static const char *id_at(const json_t *state, int rank)
         json_object_get(json_array_get(json_object_get(state, "nodes"), (size_t)rank), "node_id"));
 }
 
-START_TEST(prefixes)
+DL_TEST(prefixes)
 {
     char buf[DL_EJOB_MAX_PREFIX];
-    ck_assert_int_eq(dl_ejob_prefix(NULL, "exp7", buf, sizeof(buf)), 0);
+    DL_CHECK_ERRNO(dl_ejob_prefix(NULL, "exp7", buf, sizeof(buf)), 0);
     ck_assert_str_eq(buf, "/dlaunch/exp7/");
-    ck_assert_int_eq(dl_ejob_prefix("/site/jobs/a", "exp7", buf, sizeof(buf)), 0);
+    DL_CHECK_ERRNO(dl_ejob_prefix("/site/jobs/a", "exp7", buf, sizeof(buf)), 0);
     ck_assert_str_eq(buf, "/site/jobs/a/");
-    ck_assert_int_eq(dl_ejob_prefix("/x/", "exp7", buf, sizeof(buf)), 0);
+    DL_CHECK_ERRNO(dl_ejob_prefix("/x/", "exp7", buf, sizeof(buf)), 0);
     ck_assert_str_eq(buf, "/x/");
     char tiny[8];
-    ck_assert_int_eq(dl_ejob_prefix(NULL, "exp7", tiny, sizeof(tiny)), -EINVAL);
+    DL_CHECK_ERRNO(dl_ejob_prefix(NULL, "exp7", tiny, sizeof(tiny)), -EINVAL);
 }
-END_TEST
 
-START_TEST(ranks_follow_the_rule)
+DL_TEST(ranks_follow_the_rule)
 {
     /* Hints first (b asks for 2), then host name, then node id; slots make first ranks. */
     dl_ejob_view_t v;
@@ -135,9 +134,8 @@ START_TEST(ranks_follow_the_rule)
     dl_ejob_view_clear(&v);
     dl_ejob_view_clear(&w);
 }
-END_TEST
 
-START_TEST(the_first_max_nodes_to_join_take_part)
+DL_TEST(the_first_max_nodes_to_join_take_part)
 {
     dl_ejob_view_t v;
     json_t *kvs = json_pack("[o, o, o, o, o]", kv(P "state", state_doc("gathering", 1, 0, 3, 1, 2), 2, 0),
@@ -158,9 +156,8 @@ START_TEST(the_first_max_nodes_to_join_take_part)
     json_decref(t);
     dl_ejob_view_clear(&v);
 }
-END_TEST
 
-START_TEST(a_state_of_no_nodes_closes_nothing)
+DL_TEST(a_state_of_no_nodes_closes_nothing)
 {
     /* Another etcd client wrote max_nodes 0 (or a value past int): no round of no node, and no
      * read past the members. */
@@ -185,9 +182,8 @@ START_TEST(a_state_of_no_nodes_closes_nothing)
         dl_ejob_view_clear(&v);
     }
 }
-END_TEST
 
-START_TEST(rounds_spend_restarts_on_failures_only)
+DL_TEST(rounds_spend_restarts_on_failures_only)
 {
     dl_ejob_view_t v;
     json_t *kvs = json_pack("[o, o]", kv(P "state", state_doc("running", 2, 1, 2, 1, 2), 2, 0),
@@ -249,9 +245,8 @@ START_TEST(rounds_spend_restarts_on_failures_only)
     json_decref(t);
     dl_ejob_view_clear(&v);
 }
-END_TEST
 
-START_TEST(watch_events_update_the_view)
+DL_TEST(watch_events_update_the_view)
 {
     dl_ejob_view_t v;
     json_t *kvs = json_pack("[o, o]", kv(P "state", state_doc("gathering", 0, 0, 0, 1, 2), 2, 0),
@@ -272,9 +267,8 @@ START_TEST(watch_events_update_the_view)
     json_decref(msg);
     dl_ejob_view_clear(&v);
 }
-END_TEST
 
-START_TEST(base64_and_ranges)
+DL_TEST(base64_and_ranges)
 {
     json_t *b = dl_etcd_b64_str("/dlaunch/j/");
     ck_assert_str_eq(json_string_value(b), "L2RsYXVuY2gvai8=");
@@ -296,11 +290,10 @@ START_TEST(base64_and_ranges)
     ck_assert(dl_etcd_int(num) == 9007199254740993LL);
     json_decref(num);
 }
-END_TEST
 
 /* The counted join: the member's key and its round's mark on the agent's lease, then a count of
  * that round's marks alone (not the earlier rounds'); the answer's count is read back. */
-START_TEST(joins_and_dones_are_counted_per_round)
+DL_TEST(joins_and_dones_are_counted_per_round)
 {
     dl_ejob_view_t v;
     load(&v, json_pack("[o]", kv(P "state", state_doc("gathering", 3, 0, 1, 2, 4), 7, 0)), 9);
@@ -344,10 +337,9 @@ START_TEST(joins_and_dones_are_counted_per_round)
     json_decref(answer);
     dl_ejob_view_clear(&v);
 }
-END_TEST
 
 /* A read of the settings, the state and members comes back as one range the view loads. */
-START_TEST(a_read_loads_as_a_range)
+DL_TEST(a_read_loads_as_a_range)
 {
     json_t *answer = json_pack(
         "{s:{s:s}, s:b, s:[{s:{s:[o]}}, {s:{s:[o]}}, {s:{s:[o, o]}}]}", "header", "revision",
@@ -373,7 +365,6 @@ START_TEST(a_read_loads_as_a_range)
     json_decref(range);
     json_decref(answer);
 }
-END_TEST
 
 /* The same failure round after round (docs/exit-codes.md, 5): the state counts it, and at
  * max_same_failures the job fails with exit 5 before its restarts are spent. */
@@ -394,7 +385,7 @@ static json_int_t state_int(const json_t *txn, const char *field)
     return v;
 }
 
-START_TEST(the_same_failure_in_a_row_fails_the_job_with_5)
+DL_TEST(the_same_failure_in_a_row_fails_the_job_with_5)
 {
     dl_ejob_view_t v;
     json_t *st = state_doc("running", 2, 2, 10, 2, 2);
@@ -418,7 +409,7 @@ START_TEST(the_same_failure_in_a_row_fails_the_job_with_5)
         json_decref(c);
     }
     /* A lost node is no same failure; neither is a failure without a rank. */
-    ck_assert_int_eq(dl_ejob_same_failures(&v, DL_EJOB_CAUSE_NODE_LOST, NULL), 0);
+    DL_CHECK_ERRNO(dl_ejob_same_failures(&v, DL_EJOB_CAUSE_NODE_LOST, NULL), 0);
 
     /* The same again (no step known this time, or an earlier one): the third in a row. */
     json_t *c = worker_culprit(1, 7, -1);
@@ -455,27 +446,4 @@ START_TEST(the_same_failure_in_a_row_fails_the_job_with_5)
     ck_assert(!dl_ejob_next_fails(&v, DL_EJOB_CAUSE_WORKER_FAILED, c));
     dl_ejob_view_clear(&v);
     json_decref(c);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("etcd-job");
-    TCase *tc = tcase_create("job");
-    tcase_add_test(tc, prefixes);
-    tcase_add_test(tc, ranks_follow_the_rule);
-    tcase_add_test(tc, the_first_max_nodes_to_join_take_part);
-    tcase_add_test(tc, a_state_of_no_nodes_closes_nothing);
-    tcase_add_test(tc, rounds_spend_restarts_on_failures_only);
-    tcase_add_test(tc, watch_events_update_the_view);
-    tcase_add_test(tc, base64_and_ranges);
-    tcase_add_test(tc, joins_and_dones_are_counted_per_round);
-    tcase_add_test(tc, a_read_loads_as_a_range);
-    tcase_add_test(tc, the_same_failure_in_a_row_fails_the_job_with_5);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -1,6 +1,5 @@
 /* Authentication: HMAC-SHA256 against RFC 4231, the challenge-response proof, and reading the
  * token from a file or a string. */
-#include <check.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -9,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "proto.h"
 
 #define NONCE "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
@@ -25,22 +25,22 @@ static dl_proto_token_t *token_of(const char *text)
     dl_proto_token_t *t = NULL;
     char err[256];
 
-    ck_assert_int_eq(dl_proto_token_from_string(text, "test", &t, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_proto_token_from_string(text, "test", &t, err, sizeof(err)), 0);
     return t;
 }
 
-START_TEST(test_hmac_rfc4231)
+DL_TEST(test_hmac_rfc4231)
 {
     /* Test cases 1, 2 and 6 of RFC 4231 (short key, text key, key longer than a block). */
     uint8_t key1[20], key6[131], mac[32];
     char hex[65];
 
     memset(key1, 0x0b, sizeof(key1));
-    ck_assert_int_eq(dl_proto_hmac_sha256(key1, sizeof(key1), "Hi There", 8, mac), 0);
+    DL_CHECK_ERRNO(dl_proto_hmac_sha256(key1, sizeof(key1), "Hi There", 8, mac), 0);
     to_hex(mac, 32, hex);
     ck_assert_str_eq(hex, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
 
-    ck_assert_int_eq(dl_proto_hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, mac), 0);
+    DL_CHECK_ERRNO(dl_proto_hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, mac), 0);
     to_hex(mac, 32, hex);
     ck_assert_str_eq(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
 
@@ -52,47 +52,45 @@ START_TEST(test_hmac_rfc4231)
     to_hex(mac, 32, hex);
     ck_assert_str_eq(hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
 }
-END_TEST
 
-START_TEST(test_proof_formula)
+DL_TEST(test_proof_formula)
 {
     /* Known answers from an independent implementation (Python's hmac module) of the documented
      * formula HMAC-SHA256(token, nonce_hex || run_id || role). */
     dl_proto_token_t *t = token_of(TOKEN);
     char proof[DL_PROTO_PROOF_HEX_LEN + 1];
 
-    ck_assert_int_eq(dl_proto_auth_proof(t, NONCE, "job-42", DL_PROTO_ROLE_AGENT, proof), 0);
+    DL_CHECK_ERRNO(dl_proto_auth_proof(t, NONCE, "job-42", DL_PROTO_ROLE_AGENT, proof), 0);
     ck_assert_str_eq(proof, "f69bd8c328e71a1b33894f86384a860e38d90ebad521eb7a459f336759bd0699");
-    ck_assert_int_eq(dl_proto_auth_proof(t, NONCE, "job-42", DL_PROTO_ROLE_WORKER, proof), 0);
+    DL_CHECK_ERRNO(dl_proto_auth_proof(t, NONCE, "job-42", DL_PROTO_ROLE_WORKER, proof), 0);
     ck_assert_str_eq(proof, "bb0397751ad662b0bebbb5fe2817b410d5008b5bfba721850d58fc9a7816c04d");
     dl_proto_token_free(t);
 }
-END_TEST
 
-START_TEST(test_verify)
+DL_TEST(test_verify)
 {
     dl_proto_token_t *t = token_of(TOKEN);
     dl_proto_token_t *other = token_of(TOKEN "!");
     char nonce[DL_PROTO_NONCE_HEX_LEN + 1], nonce2[DL_PROTO_NONCE_HEX_LEN + 1];
     char proof[DL_PROTO_PROOF_HEX_LEN + 1], bad[DL_PROTO_PROOF_HEX_LEN + 1];
 
-    ck_assert_int_eq(dl_proto_nonce_new(nonce), 0);
-    ck_assert_int_eq(dl_proto_nonce_new(nonce2), 0);
-    ck_assert_int_eq(dl_proto_auth_proof(t, nonce, "run1", DL_PROTO_ROLE_AGENT, proof), 0);
-    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, proof), 0);
+    DL_CHECK_ERRNO(dl_proto_nonce_new(nonce), 0);
+    DL_CHECK_ERRNO(dl_proto_nonce_new(nonce2), 0);
+    DL_CHECK_ERRNO(dl_proto_auth_proof(t, nonce, "run1", DL_PROTO_ROLE_AGENT, proof), 0);
+    DL_CHECK_ERRNO(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, proof), 0);
 
     /* Each input is bound into the proof. */
     ck_assert_int_eq(dl_proto_auth_verify(other, nonce, "run1", DL_PROTO_ROLE_AGENT, proof),
                      -EACCES);
-    ck_assert_int_eq(dl_proto_auth_verify(t, nonce2, "run1", DL_PROTO_ROLE_AGENT, proof), -EACCES);
-    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run2", DL_PROTO_ROLE_AGENT, proof), -EACCES);
+    DL_CHECK_ERRNO(dl_proto_auth_verify(t, nonce2, "run1", DL_PROTO_ROLE_AGENT, proof), -EACCES);
+    DL_CHECK_ERRNO(dl_proto_auth_verify(t, nonce, "run2", DL_PROTO_ROLE_AGENT, proof), -EACCES);
     ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_CONTROL, proof),
                      -EACCES);
 
     /* A proof that is off by one digit, the wrong case, the wrong length or not hex is refused. */
     strcpy(bad, proof);
     bad[63] = bad[63] == '0' ? '1' : '0';
-    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, bad), -EACCES);
+    DL_CHECK_ERRNO(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, bad), -EACCES);
     strcpy(bad, proof);
     for (char *p = bad; *p != '\0'; p++)
         if (*p >= 'a' && *p <= 'f')
@@ -102,9 +100,9 @@ START_TEST(test_verify)
                          -EACCES);
     strcpy(bad, proof);
     bad[62] = '\0';
-    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, bad), -EACCES);
-    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, ""), -EACCES);
-    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, NULL), -EACCES);
+    DL_CHECK_ERRNO(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, bad), -EACCES);
+    DL_CHECK_ERRNO(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, ""), -EACCES);
+    DL_CHECK_ERRNO(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, NULL), -EACCES);
     {
         char longer[DL_PROTO_PROOF_HEX_LEN + 3];
         snprintf(longer, sizeof(longer), "%s00", proof);
@@ -113,26 +111,24 @@ START_TEST(test_verify)
     }
 
     /* Malformed inputs from the caller are its bug, not a failed login. */
-    ck_assert_int_eq(dl_proto_auth_verify(t, "abc", "run1", DL_PROTO_ROLE_AGENT, proof), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_auth_verify(t, "abc", "run1", DL_PROTO_ROLE_AGENT, proof), -EINVAL);
     ck_assert_int_eq(dl_proto_auth_proof(t, nonce, "bad run", DL_PROTO_ROLE_AGENT, proof),
                      -EINVAL);
-    ck_assert_int_eq(dl_proto_auth_proof(t, nonce, "run1", DL_PROTO_ROLE_SERVER, proof), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_auth_proof(t, nonce, "run1", DL_PROTO_ROLE_SERVER, proof), -EINVAL);
     dl_proto_token_free(t);
     dl_proto_token_free(other);
 }
-END_TEST
 
-START_TEST(test_nonce)
+DL_TEST(test_nonce)
 {
     char a[DL_PROTO_NONCE_HEX_LEN + 1], b[DL_PROTO_NONCE_HEX_LEN + 1];
 
-    ck_assert_int_eq(dl_proto_nonce_new(a), 0);
-    ck_assert_int_eq(dl_proto_nonce_new(b), 0);
+    DL_CHECK_ERRNO(dl_proto_nonce_new(a), 0);
+    DL_CHECK_ERRNO(dl_proto_nonce_new(b), 0);
     ck_assert_uint_eq(strlen(a), DL_PROTO_NONCE_HEX_LEN);
     ck_assert_uint_eq(strspn(a, "0123456789abcdef"), DL_PROTO_NONCE_HEX_LEN);
     ck_assert_str_ne(a, b);
 }
-END_TEST
 
 /* ---- Token files ---- */
 
@@ -172,8 +168,8 @@ static void assert_same_token(dl_proto_token_t *a, const char *text)
     dl_proto_token_t *b = token_of(text);
     char pa[DL_PROTO_PROOF_HEX_LEN + 1], pb[DL_PROTO_PROOF_HEX_LEN + 1];
 
-    ck_assert_int_eq(dl_proto_auth_proof(a, NONCE, "r", DL_PROTO_ROLE_AGENT, pa), 0);
-    ck_assert_int_eq(dl_proto_auth_proof(b, NONCE, "r", DL_PROTO_ROLE_AGENT, pb), 0);
+    DL_CHECK_ERRNO(dl_proto_auth_proof(a, NONCE, "r", DL_PROTO_ROLE_AGENT, pa), 0);
+    DL_CHECK_ERRNO(dl_proto_auth_proof(b, NONCE, "r", DL_PROTO_ROLE_AGENT, pb), 0);
     ck_assert_str_eq(pa, pb);
     dl_proto_token_free(b);
 }
@@ -189,7 +185,7 @@ static void expect_file_error(const char *path, int want, const char *needle)
     ck_assert_msg(strstr(err, path) != NULL, "path not in '%s'", err);
 }
 
-START_TEST(test_token_file)
+DL_TEST(test_token_file)
 {
     dl_proto_token_t *t = NULL;
     char err[512];
@@ -219,26 +215,25 @@ START_TEST(test_token_file)
     dl_proto_token_free(t);
     remove_tmpdir();
 }
-END_TEST
 
 /* The file wins over the variable; an empty variable is no token; no source is no token. */
-START_TEST(test_token_load)
+DL_TEST(test_token_load)
 {
     dl_proto_token_t *t = (dl_proto_token_t *)&t;
     char err[512];
 
     make_tmpdir();
     const char *file = write_file("t1", "from-file\n", 10, 0600);
-    ck_assert_int_eq(dl_proto_token_load(file, "from-env", &t, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_proto_token_load(file, "from-env", &t, err, sizeof(err)), 0);
     assert_same_token(t, "from-file");
     dl_proto_token_free(t);
-    ck_assert_int_eq(dl_proto_token_load(NULL, "from-env", &t, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_proto_token_load(NULL, "from-env", &t, err, sizeof(err)), 0);
     assert_same_token(t, "from-env");
     dl_proto_token_free(t);
-    ck_assert_int_eq(dl_proto_token_load(NULL, "", &t, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_proto_token_load(NULL, "", &t, err, sizeof(err)), 0);
     ck_assert_ptr_null(t);
     t = (dl_proto_token_t *)&t;
-    ck_assert_int_eq(dl_proto_token_load(NULL, NULL, &t, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_proto_token_load(NULL, NULL, &t, err, sizeof(err)), 0);
     ck_assert_ptr_null(t);
     /* A named file that is not there is an error, not a fall back to the variable. */
     ck_assert_int_eq(dl_proto_token_load("/nonexistent/token", "from-env", &t, err, sizeof(err)),
@@ -247,9 +242,8 @@ START_TEST(test_token_load)
     ck_assert_msg(strstr(err, "/nonexistent/token") != NULL, "%s", err);
     remove_tmpdir();
 }
-END_TEST
 
-START_TEST(test_token_file_mode)
+DL_TEST(test_token_file_mode)
 {
     make_tmpdir();
     expect_file_error(write_file("g", "x\n", 2, 0640), -EACCES, "mode 0640");
@@ -258,9 +252,8 @@ START_TEST(test_token_file_mode)
     expect_file_error(write_file("a", "x\n", 2, 0644), -EACCES, "mode 0644");
     remove_tmpdir();
 }
-END_TEST
 
-START_TEST(test_token_file_errors)
+DL_TEST(test_token_file_errors)
 {
     char *big = calloc(1, DL_PROTO_TOKEN_MAX + 1);
     char path[128];
@@ -287,9 +280,8 @@ START_TEST(test_token_file_errors)
     remove_tmpdir();
     free(big);
 }
-END_TEST
 
-START_TEST(test_token_string)
+DL_TEST(test_token_string)
 {
     dl_proto_token_t *t = (dl_proto_token_t *)&t; /* must stay untouched on failure */
     dl_proto_token_t *before = t;
@@ -302,7 +294,6 @@ START_TEST(test_token_string)
     ck_assert_ptr_nonnull(strstr(err, "empty"));
     dl_proto_token_free(NULL);
 }
-END_TEST
 
 #define CNONCE "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"
 #define JOB7_KEY "d459e903a64df6982134422783ef364deb3a126515d11c4542a297eb7c53d119"
@@ -311,7 +302,7 @@ END_TEST
 #define L7 "1700000000:1700604800"
 static const dl_proto_key_life_t LIFE7 = {1700000000, 1700604800};
 
-START_TEST(test_derive_known_answers)
+DL_TEST(test_derive_known_answers)
 {
     /* From Python's hmac: job = HMAC(master, "dlaunch job key v2\n" || run || "\n" || issued ||
      * "\n" || expires), worker = HMAC(job, "dlaunch worker key v2\n" || run). */
@@ -320,8 +311,8 @@ START_TEST(test_derive_known_answers)
 
     ck_assert_int_eq(dl_proto_token_kind(master), DL_PROTO_TOKEN_MASTER);
     ck_assert_ptr_null(dl_proto_token_run_id(master));
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "job7", &LIFE7, &job), 0);
-    ck_assert_int_eq(dl_proto_token_text(job, &text), 0);
+    DL_CHECK_ERRNO(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "job7", &LIFE7, &job), 0);
+    DL_CHECK_ERRNO(dl_proto_token_text(job, &text), 0);
     ck_assert_str_eq(text, "dlaunch-job-v2:job7:" L7 ":" JOB7_KEY);
     free(text);
     /* The worker key keeps the job key's span, whatever life is asked for. */
@@ -330,7 +321,7 @@ START_TEST(test_derive_known_answers)
                      0);
     ck_assert_int_eq(dl_proto_token_life(worker).issued, LIFE7.issued);
     ck_assert_int_eq(dl_proto_token_life(worker).expires, LIFE7.expires);
-    ck_assert_int_eq(dl_proto_token_text(worker, &text), 0);
+    DL_CHECK_ERRNO(dl_proto_token_text(worker, &text), 0);
     ck_assert_str_eq(text, "dlaunch-worker-v2:job7:" L7 ":" JOB7_WORKER);
     /* The text reads back as the same credential; a master derives the same worker key. */
     dl_proto_token_t *back = token_of(text);
@@ -341,7 +332,7 @@ START_TEST(test_derive_known_answers)
                      0);
     ck_assert(dl_proto_token_equal(w2, worker));
     ck_assert(!dl_proto_token_equal(job, worker));
-    ck_assert_int_eq(dl_proto_auth_proof(worker, NONCE, "job7", DL_PROTO_ROLE_WORKER, proof), 0);
+    DL_CHECK_ERRNO(dl_proto_auth_proof(worker, NONCE, "job7", DL_PROTO_ROLE_WORKER, proof), 0);
     ck_assert_str_eq(proof, "229eadaeda391f02c82067bd26e35326b59fce3767d7caba95d0524a4933dfa7");
     /* Another span is another key: no span can be stretched by editing the text. */
     dl_proto_key_life_t longer = {LIFE7.issued, LIFE7.expires + 1};
@@ -364,41 +355,40 @@ START_TEST(test_derive_known_answers)
     dl_proto_token_free(job);
     dl_proto_token_free(master);
 }
-END_TEST
 
-START_TEST(test_derive_only_down)
+DL_TEST(test_derive_only_down)
 {
     dl_proto_token_t *master = token_of(TOKEN), *job = NULL, *worker = NULL, *t = NULL;
     char *text = NULL;
 
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "a", &LIFE7, &job), 0);
-    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "a", NULL, &worker), 0);
+    DL_CHECK_ERRNO(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "a", &LIFE7, &job), 0);
+    DL_CHECK_ERRNO(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "a", NULL, &worker), 0);
     /* Never up, never sideways, never to a master; a master is never written out. */
-    ck_assert_int_eq(dl_proto_token_derive(worker, DL_PROTO_TOKEN_JOB, "a", &LIFE7, &t), -EPERM);
-    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_JOB, "b", &LIFE7, &t), -EPERM);
-    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "b", &LIFE7, &t), -EPERM);
-    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_MASTER, "a", &LIFE7, &t), -EPERM);
+    DL_CHECK_ERRNO(dl_proto_token_derive(worker, DL_PROTO_TOKEN_JOB, "a", &LIFE7, &t), -EPERM);
+    DL_CHECK_ERRNO(dl_proto_token_derive(job, DL_PROTO_TOKEN_JOB, "b", &LIFE7, &t), -EPERM);
+    DL_CHECK_ERRNO(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "b", &LIFE7, &t), -EPERM);
+    DL_CHECK_ERRNO(dl_proto_token_derive(job, DL_PROTO_TOKEN_MASTER, "a", &LIFE7, &t), -EPERM);
     ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_MASTER, "a", &LIFE7, &t),
                      -EPERM);
     ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "../x", &LIFE7, &t),
                      -EINVAL);
-    ck_assert_int_eq(dl_proto_token_text(master, &text), -EPERM);
+    DL_CHECK_ERRNO(dl_proto_token_text(master, &text), -EPERM);
     ck_assert_ptr_null(t);
     /* The read-only credential: from a master only, reaches reading only, derives nothing. */
     dl_proto_token_t *scrape = NULL, *back = NULL;
-    ck_assert_int_eq(dl_proto_token_scrape(job, &scrape), -EPERM);
-    ck_assert_int_eq(dl_proto_token_scrape(master, &scrape), 0);
-    ck_assert_int_eq(dl_proto_token_text(scrape, &text), 0);
+    DL_CHECK_ERRNO(dl_proto_token_scrape(job, &scrape), -EPERM);
+    DL_CHECK_ERRNO(dl_proto_token_scrape(master, &scrape), 0);
+    DL_CHECK_ERRNO(dl_proto_token_text(scrape, &text), 0);
     ck_assert_int_eq(strncmp(text, "dlaunch-scrape-v1:", 18), 0);
     back = token_of(text);
     free(text);
     ck_assert_int_eq(dl_proto_token_kind(back), DL_PROTO_TOKEN_SCRAPE);
     ck_assert_int_eq(dl_proto_token_reach(master, back), DL_PROTO_REACH_READ);
     ck_assert_int_eq(dl_proto_token_reach(master, master), DL_PROTO_REACH_ALL);
-    ck_assert_int_eq(dl_proto_token_reach(master, job), -EACCES);
-    ck_assert_int_eq(dl_proto_token_reach(job, back), -EACCES);
+    DL_CHECK_ERRNO(dl_proto_token_reach(master, job), -EACCES);
+    DL_CHECK_ERRNO(dl_proto_token_reach(job, back), -EACCES);
     ck_assert(!dl_proto_token_may(back, "a", DL_PROTO_ROLE_WORKER));
-    ck_assert_int_eq(dl_proto_token_derive(back, DL_PROTO_TOKEN_WORKER, "a", &LIFE7, &t), -EPERM);
+    DL_CHECK_ERRNO(dl_proto_token_derive(back, DL_PROTO_TOKEN_WORKER, "a", &LIFE7, &t), -EPERM);
     ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_SCRAPE, "a", &LIFE7, &t),
                      -EPERM);
     dl_proto_token_free(back);
@@ -414,12 +404,11 @@ START_TEST(test_derive_only_down)
     char proof[DL_PROTO_PROOF_HEX_LEN + 1];
     ck_assert_int_eq(dl_proto_auth_proof(worker, NONCE, "a", DL_PROTO_ROLE_CONTROL, proof),
                      -EPERM);
-    ck_assert_int_eq(dl_proto_auth_proof(job, NONCE, "b", DL_PROTO_ROLE_AGENT, proof), -EPERM);
+    DL_CHECK_ERRNO(dl_proto_auth_proof(job, NONCE, "b", DL_PROTO_ROLE_AGENT, proof), -EPERM);
     dl_proto_token_free(worker);
     dl_proto_token_free(job);
     dl_proto_token_free(master);
 }
-END_TEST
 
 /* Runs the handshake between a server holding server_tok and a client holding client_tok;
  * returns what dl_proto_auth_accept returned, with the level and a checked server proof. */
@@ -429,7 +418,7 @@ static int handshake(dl_proto_token_t *server_tok, dl_proto_token_t *client_tok,
     char proof[DL_PROTO_PROOF_HEX_LEN + 1], sproof[DL_PROTO_PROOF_HEX_LEN + 1];
     /* What the client's auth says of its key, read back as the server reads it. */
     json_auto_t *auth = json_object();
-    ck_assert_int_eq(dl_proto_auth_add_life(auth, client_tok), 0);
+    DL_CHECK_ERRNO(dl_proto_auth_add_life(auth, client_tok), 0);
     dl_proto_key_life_t claimed = dl_proto_auth_claimed_life(auth), life;
 
     if (dl_proto_auth_proof(client_tok, NONCE, run_id, role, proof) < 0)
@@ -446,17 +435,17 @@ static int handshake(dl_proto_token_t *server_tok, dl_proto_token_t *client_tok,
     return r;
 }
 
-START_TEST(test_accept_levels)
+DL_TEST(test_accept_levels)
 {
     dl_proto_token_t *master = token_of(TOKEN), *job = NULL, *worker = NULL, *other = NULL;
     dl_proto_token_t *stranger = token_of("guess");
     dl_proto_token_kind_t level = (dl_proto_token_kind_t)-1;
 
     dl_proto_key_life_t life;
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "a", &LIFE7, &job), 0);
+    DL_CHECK_ERRNO(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "a", &LIFE7, &job), 0);
     ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_WORKER, "a", &LIFE7, &worker),
                      0);
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "b", &LIFE7, &other), 0);
+    DL_CHECK_ERRNO(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "b", &LIFE7, &other), 0);
     /* A master server knows every level of every job. */
     ck_assert_int_eq(handshake(master, master, "a", DL_PROTO_ROLE_CONTROL, &level), 0);
     ck_assert_int_eq(level, DL_PROTO_TOKEN_MASTER);
@@ -464,11 +453,11 @@ START_TEST(test_accept_levels)
     ck_assert_int_eq(level, DL_PROTO_TOKEN_JOB);
     ck_assert_int_eq(handshake(master, worker, "a", DL_PROTO_ROLE_WORKER, &level), 0);
     ck_assert_int_eq(level, DL_PROTO_TOKEN_WORKER);
-    ck_assert_int_eq(handshake(master, stranger, "a", DL_PROTO_ROLE_WORKER, &level), -EACCES);
+    DL_CHECK_ERRNO(handshake(master, stranger, "a", DL_PROTO_ROLE_WORKER, &level), -EACCES);
     /* A worker's key proves nothing as control, even if the client tries (proof made by hand
      * with the worker key). */
     char proof[DL_PROTO_PROOF_HEX_LEN + 1], sproof[DL_PROTO_PROOF_HEX_LEN + 1];
-    ck_assert_int_eq(dl_proto_auth_proof(worker, NONCE, "a", DL_PROTO_ROLE_WORKER, proof), 0);
+    DL_CHECK_ERRNO(dl_proto_auth_proof(worker, NONCE, "a", DL_PROTO_ROLE_WORKER, proof), 0);
     ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, NULL, "a", DL_PROTO_ROLE_WORKER, proof,
                                           &LIFE7, &level, &life, NULL),
                      0);
@@ -476,17 +465,17 @@ START_TEST(test_accept_levels)
                                           &LIFE7, &level, &life, NULL),
                      -EACCES);
     /* Job b's key opens nothing of job a. */
-    ck_assert_int_eq(dl_proto_auth_proof(other, NONCE, "b", DL_PROTO_ROLE_CONTROL, proof), 0);
+    DL_CHECK_ERRNO(dl_proto_auth_proof(other, NONCE, "b", DL_PROTO_ROLE_CONTROL, proof), 0);
     ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, NULL, "a", DL_PROTO_ROLE_CONTROL, proof,
                                           &LIFE7, &level, &life, NULL),
                      -EACCES);
     /* A server holding job a's key serves job a (its agents and workers) and nothing else. */
     ck_assert_int_eq(handshake(job, job, "a", DL_PROTO_ROLE_AGENT, &level), 0);
     ck_assert_int_eq(handshake(job, worker, "a", DL_PROTO_ROLE_WORKER, &level), 0);
-    ck_assert_int_eq(handshake(job, master, "b", DL_PROTO_ROLE_AGENT, &level), -EACCES);
-    ck_assert_int_eq(handshake(job, master, "a", DL_PROTO_ROLE_AGENT, &level), -EACCES);
+    DL_CHECK_ERRNO(handshake(job, master, "b", DL_PROTO_ROLE_AGENT, &level), -EACCES);
+    DL_CHECK_ERRNO(handshake(job, master, "a", DL_PROTO_ROLE_AGENT, &level), -EACCES);
     /* A server proof is for one client nonce, one server key. */
-    ck_assert_int_eq(dl_proto_auth_proof(job, NONCE, "a", DL_PROTO_ROLE_AGENT, proof), 0);
+    DL_CHECK_ERRNO(dl_proto_auth_proof(job, NONCE, "a", DL_PROTO_ROLE_AGENT, proof), 0);
     ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, CNONCE, "a", DL_PROTO_ROLE_AGENT, proof,
                                           &LIFE7, &level, &life, sproof),
                      0);
@@ -500,7 +489,7 @@ START_TEST(test_accept_levels)
     /* A job key proves nothing under a span other than its own (the client names it), nor
      * with none. */
     dl_proto_key_life_t shifted = {LIFE7.issued + 1, LIFE7.expires};
-    ck_assert_int_eq(dl_proto_auth_proof(job, NONCE, "a", DL_PROTO_ROLE_AGENT, proof), 0);
+    DL_CHECK_ERRNO(dl_proto_auth_proof(job, NONCE, "a", DL_PROTO_ROLE_AGENT, proof), 0);
     ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, NULL, "a", DL_PROTO_ROLE_AGENT, proof,
                                           &shifted, &level, &life, NULL),
                      -EACCES);
@@ -509,13 +498,13 @@ START_TEST(test_accept_levels)
                      -EACCES);
     /* A key whose HMAC is wrong (one digit changed) reads as a key, and proves nothing. */
     char *jtext = NULL;
-    ck_assert_int_eq(dl_proto_token_text(job, &jtext), 0);
+    DL_CHECK_ERRNO(dl_proto_token_text(job, &jtext), 0);
     char *last = jtext + strlen(jtext) - 1;
     *last = *last == '0' ? '1' : '0';
     dl_proto_token_t *forged = token_of(jtext);
     free(jtext);
-    ck_assert_int_eq(handshake(master, forged, "a", DL_PROTO_ROLE_AGENT, &level), -EACCES);
-    ck_assert_int_eq(handshake(master, forged, "a", DL_PROTO_ROLE_CONTROL, &level), -EACCES);
+    DL_CHECK_ERRNO(handshake(master, forged, "a", DL_PROTO_ROLE_AGENT, &level), -EACCES);
+    DL_CHECK_ERRNO(handshake(master, forged, "a", DL_PROTO_ROLE_CONTROL, &level), -EACCES);
     dl_proto_token_free(forged);
     /* A server holding the job key answers with its own span, whatever the client claims. */
     ck_assert_int_eq(dl_proto_auth_accept(job, NONCE, NULL, "a", DL_PROTO_ROLE_AGENT, proof,
@@ -536,9 +525,8 @@ START_TEST(test_accept_levels)
     dl_proto_token_free(job);
     dl_proto_token_free(master);
 }
-END_TEST
 
-START_TEST(test_typed_text_errors)
+DL_TEST(test_typed_text_errors)
 {
     dl_proto_token_t *t = NULL, *r = NULL;
     char err[256] = "";
@@ -589,13 +577,12 @@ START_TEST(test_typed_text_errors)
     ck_assert_int_eq(dl_proto_token_life(t).expires, DL_PROTO_KEY_TIME_MAX);
     dl_proto_token_free(t);
     t = NULL;
-    ck_assert_int_eq(dl_proto_token_random(&r), 0);
+    DL_CHECK_ERRNO(dl_proto_token_random(&r), 0);
     ck_assert_int_eq(dl_proto_token_kind(r), DL_PROTO_TOKEN_MASTER);
     dl_proto_token_free(r);
 }
-END_TEST
 
-START_TEST(test_key_judge)
+DL_TEST(test_key_judge)
 {
     char why[400];
     const int64_t L = DL_PROTO_KEY_LEEWAY_S;
@@ -643,48 +630,46 @@ START_TEST(test_key_judge)
     ck_assert(!dl_proto_key_life_valid(&l));
     ck_assert(!dl_proto_key_life_valid(NULL));
 }
-END_TEST
 
-START_TEST(test_lifetime_and_time_parse)
+DL_TEST(test_lifetime_and_time_parse)
 {
     int64_t v = 0;
 
-    ck_assert_int_eq(dl_proto_lifetime_parse("3600", &v), 0);
+    DL_CHECK_ERRNO(dl_proto_lifetime_parse("3600", &v), 0);
     ck_assert_int_eq(v, 3600);
-    ck_assert_int_eq(dl_proto_lifetime_parse("7d", &v), 0);
+    DL_CHECK_ERRNO(dl_proto_lifetime_parse("7d", &v), 0);
     ck_assert_int_eq(v, 7 * 86400);
-    ck_assert_int_eq(dl_proto_lifetime_parse("90m", &v), 0);
+    DL_CHECK_ERRNO(dl_proto_lifetime_parse("90m", &v), 0);
     ck_assert_int_eq(v, 5400);
-    ck_assert_int_eq(dl_proto_lifetime_parse("12h", &v), 0);
+    DL_CHECK_ERRNO(dl_proto_lifetime_parse("12h", &v), 0);
     ck_assert_int_eq(v, 43200);
-    ck_assert_int_eq(dl_proto_lifetime_parse("366d", &v), 0);
-    ck_assert_int_eq(dl_proto_lifetime_parse("367d", &v), -ERANGE);
-    ck_assert_int_eq(dl_proto_lifetime_parse("0", &v), -ERANGE);
-    ck_assert_int_eq(dl_proto_lifetime_parse("9999999999d", &v), -ERANGE);
-    ck_assert_int_eq(dl_proto_lifetime_parse("999999999d", &v), -ERANGE);
-    ck_assert_int_eq(dl_proto_lifetime_parse("-5", &v), -EINVAL);
-    ck_assert_int_eq(dl_proto_lifetime_parse("d", &v), -EINVAL);
-    ck_assert_int_eq(dl_proto_lifetime_parse("5w", &v), -EINVAL);
-    ck_assert_int_eq(dl_proto_lifetime_parse("", &v), -EINVAL);
-    ck_assert_int_eq(dl_proto_lifetime_parse("1.5h", &v), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_lifetime_parse("366d", &v), 0);
+    DL_CHECK_ERRNO(dl_proto_lifetime_parse("367d", &v), -ERANGE);
+    DL_CHECK_ERRNO(dl_proto_lifetime_parse("0", &v), -ERANGE);
+    DL_CHECK_ERRNO(dl_proto_lifetime_parse("9999999999d", &v), -ERANGE);
+    DL_CHECK_ERRNO(dl_proto_lifetime_parse("999999999d", &v), -ERANGE);
+    DL_CHECK_ERRNO(dl_proto_lifetime_parse("-5", &v), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_lifetime_parse("d", &v), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_lifetime_parse("5w", &v), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_lifetime_parse("", &v), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_lifetime_parse("1.5h", &v), -EINVAL);
 
-    ck_assert_int_eq(dl_proto_time_parse("1700000000", &v), 0);
+    DL_CHECK_ERRNO(dl_proto_time_parse("1700000000", &v), 0);
     ck_assert_int_eq(v, 1700000000);
-    ck_assert_int_eq(dl_proto_time_parse("2023-11-14T22:13:20Z", &v), 0);
+    DL_CHECK_ERRNO(dl_proto_time_parse("2023-11-14T22:13:20Z", &v), 0);
     ck_assert_int_eq(v, 1700000000);
-    ck_assert_int_eq(dl_proto_time_parse("253402300800", &v), -ERANGE);
-    ck_assert_int_eq(dl_proto_time_parse("99999999999999999999999", &v), -ERANGE);
-    ck_assert_int_eq(dl_proto_time_parse("2023-11-14 22:13:20", &v), -EINVAL);
-    ck_assert_int_eq(dl_proto_time_parse("2023-11-14T22:13:20Zjunk", &v), -EINVAL);
-    ck_assert_int_eq(dl_proto_time_parse("-1", &v), -EINVAL);
-    ck_assert_int_eq(dl_proto_time_parse("", &v), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_time_parse("253402300800", &v), -ERANGE);
+    DL_CHECK_ERRNO(dl_proto_time_parse("99999999999999999999999", &v), -ERANGE);
+    DL_CHECK_ERRNO(dl_proto_time_parse("2023-11-14 22:13:20", &v), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_time_parse("2023-11-14T22:13:20Zjunk", &v), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_time_parse("-1", &v), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_time_parse("", &v), -EINVAL);
     char buf[32];
     ck_assert_str_eq(dl_proto_time_text(1700000000, buf, sizeof(buf)), "2023-11-14T22:13:20Z");
     ck_assert_str_eq(dl_proto_time_text(-5, buf, sizeof(buf)), "-5");
 }
-END_TEST
 
-START_TEST(test_escape)
+DL_TEST(test_escape)
 {
     char out[64];
 
@@ -693,41 +678,4 @@ START_TEST(test_escape)
                      "a\\x0ab\\x1b[2J\\x5c");
     ck_assert_str_eq(dl_proto_escape("\xff\xfe", out, 6), "\\xff");
     ck_assert_str_eq(dl_proto_escape(NULL, out, sizeof(out)), "");
-}
-END_TEST
-
-static Suite *auth_suite(void)
-{
-    Suite *s = suite_create("auth");
-    TCase *tc = tcase_create("core");
-
-    tcase_add_test(tc, test_hmac_rfc4231);
-    tcase_add_test(tc, test_proof_formula);
-    tcase_add_test(tc, test_verify);
-    tcase_add_test(tc, test_nonce);
-    tcase_add_test(tc, test_token_file);
-    tcase_add_test(tc, test_token_load);
-    tcase_add_test(tc, test_token_file_mode);
-    tcase_add_test(tc, test_token_file_errors);
-    tcase_add_test(tc, test_token_string);
-    tcase_add_test(tc, test_derive_known_answers);
-    tcase_add_test(tc, test_derive_only_down);
-    tcase_add_test(tc, test_key_judge);
-    tcase_add_test(tc, test_lifetime_and_time_parse);
-    tcase_add_test(tc, test_accept_levels);
-    tcase_add_test(tc, test_typed_text_errors);
-    tcase_add_test(tc, test_escape);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(auth_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -1,11 +1,11 @@
 /* Frames: encoding, the incremental decoder fed in every possible way, the limits, and each
  * frame-level error with its code. */
-#include <check.h>
 #include <errno.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "proto.h"
 
 /* A frame around raw bytes, so tests can send what no encoder would produce. */
@@ -85,13 +85,13 @@ static json_t *feed_all(dl_proto_decoder_t *dec, const char *data, size_t len, s
     return out;
 }
 
-START_TEST(test_encode_layout)
+DL_TEST(test_encode_layout)
 {
     json_auto_t *m = sample_join(7);
     char *frame, *text;
     size_t len;
 
-    ck_assert_int_eq(dl_proto_encode(m, &frame, &len, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_encode(m, &frame, &len, NULL), 0);
     text = json_dumps(m, JSON_COMPACT);
     /* Four bytes of big-endian length, then exactly the compact JSON. */
     ck_assert_uint_eq(len, strlen(text) + 4);
@@ -103,9 +103,8 @@ START_TEST(test_encode_layout)
     free(text);
     free(frame);
 }
-END_TEST
 
-START_TEST(test_round_trip)
+DL_TEST(test_round_trip)
 {
     json_auto_t *m = sample_join(7);
     json_auto_t *back = NULL;
@@ -115,7 +114,7 @@ START_TEST(test_round_trip)
     char *frame;
     size_t len, used;
 
-    ck_assert_int_eq(dl_proto_encode(m, &frame, &len, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_encode(m, &frame, &len, NULL), 0);
     dl_proto_decoder_init(&dec, DL_PROTO_LIMIT_PREAUTH);
     ck_assert_int_eq(dl_proto_decoder_feed(&dec, frame, len, &used, &back, &type, &err),
                      DL_PROTO_MESSAGE);
@@ -127,7 +126,6 @@ START_TEST(test_round_trip)
     dl_proto_decoder_cleanup(&dec);
     free(frame);
 }
-END_TEST
 
 /* Three frames back to back, the second one large enough to need the buffered path. */
 static char *three_frames(json_t **ret_msgs, size_t *ret_len)
@@ -143,7 +141,7 @@ static char *three_frames(json_t **ret_msgs, size_t *ret_len)
     for (size_t i = 0; i < json_array_size(msgs); i++) {
         char *frame;
         size_t len;
-        ck_assert_int_eq(dl_proto_encode(json_array_get(msgs, i), &frame, &len, NULL), 0);
+        DL_CHECK_ERRNO(dl_proto_encode(json_array_get(msgs, i), &frame, &len, NULL), 0);
         stream = realloc(stream, total + len);
         memcpy(stream + total, frame, len);
         total += len;
@@ -154,7 +152,7 @@ static char *three_frames(json_t **ret_msgs, size_t *ret_len)
     return stream;
 }
 
-START_TEST(test_split_every_boundary)
+DL_TEST(test_split_every_boundary)
 {
     json_auto_t *msgs = NULL;
     size_t len;
@@ -177,9 +175,8 @@ START_TEST(test_split_every_boundary)
     }
     free(stream);
 }
-END_TEST
 
-START_TEST(test_one_byte_at_a_time)
+DL_TEST(test_one_byte_at_a_time)
 {
     json_auto_t *msgs = NULL;
     json_auto_t *got = NULL;
@@ -193,9 +190,8 @@ START_TEST(test_one_byte_at_a_time)
     dl_proto_decoder_cleanup(&dec);
     free(stream);
 }
-END_TEST
 
-START_TEST(test_pending_after_partial_frame)
+DL_TEST(test_pending_after_partial_frame)
 {
     json_auto_t *msgs = NULL;
     json_auto_t *got = NULL;
@@ -210,7 +206,6 @@ START_TEST(test_pending_after_partial_frame)
     dl_proto_decoder_cleanup(&dec);
     free(stream);
 }
-END_TEST
 
 /* Feeds one frame to a fresh decoder and expects it to be refused but skipped. */
 static void expect_invalid(const char *body, size_t body_len, dl_proto_errcode_t code,
@@ -237,7 +232,7 @@ static void expect_invalid(const char *body, size_t body_len, dl_proto_errcode_t
     ck_assert_msg(strstr(err.message, needle) != NULL, "'%s' not in '%s'", needle, err.message);
     ck_assert_msg(strstr(err.message, "frame at byte 0") != NULL, "%s", err.message);
     /* The stream goes on: a good frame after the bad one still decodes. */
-    ck_assert_int_eq(dl_proto_encode(ok, &good, &good_len, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_encode(ok, &good, &good_len, NULL), 0);
     r = dl_proto_decoder_feed(&dec, good, good_len, &used, &back, &type, &err);
     ck_assert_int_eq(r, DL_PROTO_MESSAGE);
     ck_assert(json_equal(ok, back));
@@ -251,13 +246,12 @@ static void expect_invalid_text(const char *body, dl_proto_errcode_t code, const
     expect_invalid(body, strlen(body), code, needle);
 }
 
-START_TEST(test_empty_frame)
+DL_TEST(test_empty_frame)
 {
     expect_invalid("", 0, DL_PROTO_E_EMPTY_FRAME, "empty frame");
 }
-END_TEST
 
-START_TEST(test_bad_json_position)
+DL_TEST(test_bad_json_position)
 {
     /* The error names where jansson stopped: line 2, and the byte offset. */
     expect_invalid_text("{\"v\":1,\n \"type\" \"hello\"}", DL_PROTO_E_BAD_JSON,
@@ -271,18 +265,16 @@ START_TEST(test_bad_json_position)
                         DL_PROTO_E_BAD_JSON, "duplicate");
     expect_invalid_text("{\"v\":1,\"s\":\"\\u0000\"}", DL_PROTO_E_BAD_JSON, "bad JSON");
 }
-END_TEST
 
-START_TEST(test_not_object)
+DL_TEST(test_not_object)
 {
     expect_invalid_text("[1,2,3]", DL_PROTO_E_NOT_OBJECT, "an array");
     expect_invalid_text("\"hello\"", DL_PROTO_E_NOT_OBJECT, "a string");
     expect_invalid_text("42", DL_PROTO_E_NOT_OBJECT, "an integer");
     expect_invalid_text("null", DL_PROTO_E_NOT_OBJECT, "null");
 }
-END_TEST
 
-START_TEST(test_version)
+DL_TEST(test_version)
 {
     expect_invalid_text("{\"type\":\"status\",\"id\":1}", DL_PROTO_E_BAD_VERSION, "'v'");
     expect_invalid_text("{\"v\":\"1\",\"type\":\"status\",\"id\":1}", DL_PROTO_E_BAD_VERSION,
@@ -294,9 +286,8 @@ START_TEST(test_version)
     expect_invalid_text("{\"v\":0,\"type\":\"status\",\"id\":1}", DL_PROTO_E_UNSUPPORTED_VERSION,
                         "version 0");
 }
-END_TEST
 
-START_TEST(test_type)
+DL_TEST(test_type)
 {
     expect_invalid_text("{\"v\":1,\"id\":1}", DL_PROTO_E_MISSING_FIELD, "'type'");
     expect_invalid_text("{\"v\":1,\"type\":7,\"id\":1}", DL_PROTO_E_BAD_FIELD,
@@ -305,9 +296,8 @@ START_TEST(test_type)
                         "'frobnicate'");
     expect_invalid_text("{\"v\":1,\"type\":\"JOIN\",\"id\":1}", DL_PROTO_E_UNKNOWN_TYPE, "'JOIN'");
 }
-END_TEST
 
-START_TEST(test_invalid_keeps_id)
+DL_TEST(test_invalid_keeps_id)
 {
     dl_proto_decoder_t dec;
     dl_proto_error_t err;
@@ -327,16 +317,15 @@ START_TEST(test_invalid_keeps_id)
     ck_assert_ptr_nonnull(strstr(err.message, "'node_id'"));
     /* The error reply a server sends back echoes the id and is itself a valid message. */
     reply = dl_proto_error_from(&err);
-    ck_assert_int_eq(dl_proto_validate(reply, &type, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_validate(reply, &type, NULL), 0);
     ck_assert_int_eq(type, DL_PROTO_ERROR);
     ck_assert_int_eq(dl_proto_get_int(reply, "id", -1), 42);
     ck_assert_int_eq(dl_proto_reply_error(reply, NULL), DL_PROTO_E_MISSING_FIELD);
     dl_proto_decoder_cleanup(&dec);
     free(frame);
 }
-END_TEST
 
-START_TEST(test_too_large_before_auth)
+DL_TEST(test_too_large_before_auth)
 {
     json_auto_t *m = sample_kv_set(5, 5000);
     dl_proto_decoder_t dec;
@@ -346,10 +335,10 @@ START_TEST(test_too_large_before_auth)
     char *frame;
     size_t len, used;
 
-    ck_assert_int_eq(dl_proto_encode(m, &frame, &len, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_encode(m, &frame, &len, NULL), 0);
     dl_proto_decoder_init(&dec, DL_PROTO_LIMIT_PREAUTH);
     /* Refused as soon as the header is in, without waiting for the body. */
-    ck_assert_int_eq(dl_proto_decoder_feed(&dec, frame, 4, &used, &msg, &type, &err), -EMSGSIZE);
+    DL_CHECK_ERRNO(dl_proto_decoder_feed(&dec, frame, 4, &used, &msg, &type, &err), -EMSGSIZE);
     ck_assert_uint_eq(used, 4);
     ck_assert_int_eq(err.code, DL_PROTO_E_FRAME_TOO_LARGE);
     ck_assert_ptr_nonnull(strstr(err.message, "exceeds the limit of 4096 bytes"));
@@ -371,9 +360,8 @@ START_TEST(test_too_large_before_auth)
     dl_proto_decoder_cleanup(&dec);
     free(frame);
 }
-END_TEST
 
-START_TEST(test_limit_edges)
+DL_TEST(test_limit_edges)
 {
     dl_proto_decoder_t dec;
     dl_proto_error_t err;
@@ -389,7 +377,7 @@ START_TEST(test_limit_edges)
         json_auto_t *m = sample_kv_set(1, 0);
         char *small;
         size_t small_len;
-        ck_assert_int_eq(dl_proto_encode(m, &small, &small_len, NULL), 0);
+        DL_CHECK_ERRNO(dl_proto_encode(m, &small, &small_len, NULL), 0);
         /* Pad with spaces after the object: whitespace is valid JSON. */
         memcpy(frame, small, small_len);
         memset(frame + small_len, ' ', body + 4 - small_len);
@@ -406,7 +394,7 @@ START_TEST(test_limit_edges)
     /* One byte more is refused. */
     frame[2] = (char)((body + 1) >> 8);
     frame[3] = (char)(body + 1);
-    ck_assert_int_eq(dl_proto_decoder_feed(&dec, frame, 4, &used, &msg, &type, &err), -EMSGSIZE);
+    DL_CHECK_ERRNO(dl_proto_decoder_feed(&dec, frame, 4, &used, &msg, &type, &err), -EMSGSIZE);
     dl_proto_decoder_cleanup(&dec);
     free(frame);
 
@@ -427,9 +415,8 @@ START_TEST(test_limit_edges)
         dl_proto_decoder_cleanup(&dec);
     }
 }
-END_TEST
 
-START_TEST(test_huge_length_no_allocation)
+DL_TEST(test_huge_length_no_allocation)
 {
     unsigned char hdr[4] = {0xff, 0xff, 0xff, 0xff};
     dl_proto_decoder_t dec;
@@ -449,7 +436,7 @@ START_TEST(test_huge_length_no_allocation)
         struct mallinfo2 before = mallinfo2();
         int r = dl_proto_decoder_feed(&dec, hdr + 3, 1, &used, &msg, &type, &err);
         struct mallinfo2 after = mallinfo2();
-        ck_assert_int_eq(r, -EMSGSIZE);
+        DL_CHECK_ERRNO(r, -EMSGSIZE);
         ck_assert_uint_eq(after.uordblks, before.uordblks);
         ck_assert_uint_eq(after.hblkhd, before.hblkhd);
     }
@@ -459,9 +446,8 @@ START_TEST(test_huge_length_no_allocation)
     ck_assert_uint_eq(dec.buf_cap, 0);
     dl_proto_decoder_cleanup(&dec);
 }
-END_TEST
 
-START_TEST(test_limit_switch_mid_stream)
+DL_TEST(test_limit_switch_mid_stream)
 {
     /* hello and auth under the small limit, then a large kv_set that only fits after the
      * server raised the limit; all three arrive in one read, as a pipelining client sends. */
@@ -476,8 +462,8 @@ START_TEST(test_limit_switch_mid_stream)
     char *f1, *f2, *stream;
     size_t l1, l2, used, off = 0;
 
-    ck_assert_int_eq(dl_proto_encode(auth, &f1, &l1, NULL), 0);
-    ck_assert_int_eq(dl_proto_encode(big, &f2, &l2, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_encode(auth, &f1, &l1, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_encode(big, &f2, &l2, NULL), 0);
     stream = malloc(l1 + l2);
     memcpy(stream, f1, l1);
     memcpy(stream + l1, f2, l2);
@@ -506,9 +492,8 @@ START_TEST(test_limit_switch_mid_stream)
     free(f1);
     free(f2);
 }
-END_TEST
 
-START_TEST(test_encode_refuses)
+DL_TEST(test_encode_refuses)
 {
     json_auto_t *bad = json_pack("{s:i, s:s}", "v", 1, "type", "join");
     json_auto_t *huge = sample_kv_set(1, DL_PROTO_LIMIT);
@@ -516,17 +501,16 @@ START_TEST(test_encode_refuses)
     char *frame = NULL;
     size_t len = 0;
 
-    ck_assert_int_eq(dl_proto_encode(bad, &frame, &len, &err), -EBADMSG);
+    DL_CHECK_ERRNO(dl_proto_encode(bad, &frame, &len, &err), -EBADMSG);
     ck_assert_int_eq(err.code, DL_PROTO_E_MISSING_FIELD);
     ck_assert_ptr_null(frame);
-    ck_assert_int_eq(dl_proto_encode(huge, &frame, &len, &err), -EMSGSIZE);
+    DL_CHECK_ERRNO(dl_proto_encode(huge, &frame, &len, &err), -EMSGSIZE);
     ck_assert_int_eq(err.code, DL_PROTO_E_FRAME_TOO_LARGE);
     ck_assert_ptr_null(frame);
     ck_assert_uint_eq(len, 0);
 }
-END_TEST
 
-START_TEST(test_error_offsets)
+DL_TEST(test_error_offsets)
 {
     /* A bad frame after a good one is reported at its own stream offset. */
     json_auto_t *m = sample_join(1);
@@ -538,7 +522,7 @@ START_TEST(test_error_offsets)
     size_t gl, bl, used;
     char want[64];
 
-    ck_assert_int_eq(dl_proto_encode(m, &good, &gl, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_encode(m, &good, &gl, NULL), 0);
     bad = text_frame("{]", &bl);
     stream = malloc(gl + bl);
     memcpy(stream, good, gl);
@@ -557,9 +541,8 @@ START_TEST(test_error_offsets)
     free(good);
     free(bad);
 }
-END_TEST
 
-START_TEST(test_partial_frame_costs_what_arrived)
+DL_TEST(test_partial_frame_costs_what_arrived)
 {
     /* A peer announcing a large frame and sending a little of it makes the decoder hold a
      * little: memory follows the bytes received, doubling, never the length announced. */
@@ -598,43 +581,4 @@ START_TEST(test_partial_frame_costs_what_arrived)
     dl_proto_decoder_cleanup(&dec);
     ck_assert_uint_eq(dl_proto_decoder_buffered(&dec), 0);
     free(stream);
-}
-END_TEST
-
-static Suite *frame_suite(void)
-{
-    Suite *s = suite_create("frame");
-    TCase *tc = tcase_create("core");
-
-    tcase_add_test(tc, test_encode_layout);
-    tcase_add_test(tc, test_round_trip);
-    tcase_add_test(tc, test_split_every_boundary);
-    tcase_add_test(tc, test_one_byte_at_a_time);
-    tcase_add_test(tc, test_pending_after_partial_frame);
-    tcase_add_test(tc, test_empty_frame);
-    tcase_add_test(tc, test_bad_json_position);
-    tcase_add_test(tc, test_not_object);
-    tcase_add_test(tc, test_version);
-    tcase_add_test(tc, test_type);
-    tcase_add_test(tc, test_invalid_keeps_id);
-    tcase_add_test(tc, test_too_large_before_auth);
-    tcase_add_test(tc, test_limit_edges);
-    tcase_add_test(tc, test_huge_length_no_allocation);
-    tcase_add_test(tc, test_limit_switch_mid_stream);
-    tcase_add_test(tc, test_encode_refuses);
-    tcase_add_test(tc, test_error_offsets);
-    tcase_add_test(tc, test_partial_frame_costs_what_arrived);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(frame_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

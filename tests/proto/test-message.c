@@ -1,10 +1,10 @@
 /* Messages: the table of types and fields, validation errors with their codes, who may send
  * what, and the reply and error builders. */
-#include <check.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "proto.h"
 
 /* One valid example of every type, written as a peer would send it. */
@@ -69,7 +69,7 @@ static void expect_code(const char *text, dl_proto_errcode_t code, const char *n
     ck_assert_int_eq(type, DL_PROTO_TYPE_NONE);
 }
 
-START_TEST(test_every_type_has_a_valid_example)
+DL_TEST(test_every_type_has_a_valid_example)
 {
     ck_assert_uint_eq(sizeof(examples) / sizeof(examples[0]), DL_PROTO_TYPE_COUNT);
     for (size_t i = 0; i < DL_PROTO_TYPE_COUNT; i++) {
@@ -81,9 +81,8 @@ START_TEST(test_every_type_has_a_valid_example)
         ck_assert_int_eq(dl_proto_type_parse(dl_proto_type_name(type)), type);
     }
 }
-END_TEST
 
-START_TEST(test_each_required_field)
+DL_TEST(test_each_required_field)
 {
     /* Dropping any one field of the examples above gives missing_field naming it, except for
      * the two optional fields they show and the version (bad_version, tested with frames). */
@@ -112,9 +111,8 @@ START_TEST(test_each_required_field)
         }
     }
 }
-END_TEST
 
-START_TEST(test_field_types_and_ranges)
+DL_TEST(test_field_types_and_ranges)
 {
     const char *join = "{\"v\":1,\"type\":\"join\",\"id\":3,\"node_id\":\"n0\",\"host\":\"h0\",";
     char buf[512];
@@ -216,9 +214,8 @@ START_TEST(test_field_types_and_ranges)
     expect_code("{\"v\":1,\"type\":\"heartbeat\",\"id\":4,\"round\":0,\"progress\":[1]}",
                 DL_PROTO_E_BAD_FIELD, "'progress' must be an object");
 }
-END_TEST
 
-START_TEST(test_ids)
+DL_TEST(test_ids)
 {
     expect_code("{\"v\":1,\"type\":\"status\"}", DL_PROTO_E_MISSING_FIELD,
                 "status: missing field 'id'");
@@ -232,9 +229,8 @@ START_TEST(test_ids)
     expect_code("{\"v\":1,\"type\":\"shutdown\",\"id\":4,\"reason\":\"r\",\"exit_code\":1}",
                 DL_PROTO_E_NONE, "");
 }
-END_TEST
 
-START_TEST(test_cross_field_rules)
+DL_TEST(test_cross_field_rules)
 {
     expect_code("{\"v\":1,\"type\":\"worker_failed\",\"id\":1,\"round\":0,\"rank\":0,\"signal\":9}",
                 DL_PROTO_E_NONE, "");
@@ -265,9 +261,8 @@ START_TEST(test_cross_field_rules)
                 DL_PROTO_E_BAD_FIELD, "'master_port' must be in [1, 65535]");
 #undef ASSIGN
 }
-END_TEST
 
-START_TEST(test_senders)
+DL_TEST(test_senders)
 {
     ck_assert(dl_proto_may_send(DL_PROTO_JOIN, DL_PROTO_ROLE_AGENT));
     ck_assert(!dl_proto_may_send(DL_PROTO_JOIN, DL_PROTO_ROLE_WORKER));
@@ -291,9 +286,8 @@ START_TEST(test_senders)
         ck_assert_int_eq(client, dl_proto_type_kind((dl_proto_type_t)t) == DL_PROTO_KIND_REQUEST);
     }
 }
-END_TEST
 
-START_TEST(test_replies_match_requests)
+DL_TEST(test_replies_match_requests)
 {
     ck_assert(dl_proto_is_reply_to(DL_PROTO_HELLO, DL_PROTO_CHALLENGE));
     ck_assert(dl_proto_is_reply_to(DL_PROTO_HELLO, DL_PROTO_AUTH_OK));
@@ -309,9 +303,8 @@ START_TEST(test_replies_match_requests)
         ck_assert_int_eq(dl_proto_is_reply_to((dl_proto_type_t)t, DL_PROTO_ERROR), request);
     }
 }
-END_TEST
 
-START_TEST(test_results)
+DL_TEST(test_results)
 {
     static const struct {
         dl_proto_type_t request;
@@ -343,11 +336,10 @@ START_TEST(test_results)
             ck_assert_ptr_nonnull(strstr(err.message, " reply: "));
     }
     /* A notification is not a request and has no result. */
-    ck_assert_int_eq(dl_proto_validate_result(DL_PROTO_EVENT, NULL, NULL), -EBADMSG);
+    DL_CHECK_ERRNO(dl_proto_validate_result(DL_PROTO_EVENT, NULL, NULL), -EBADMSG);
 }
-END_TEST
 
-START_TEST(test_builders)
+DL_TEST(test_builders)
 {
     json_auto_t *reply = dl_proto_reply_new(7, NULL);
     json_auto_t *reply2 = dl_proto_reply_new(8, json_pack("{s:s}", "value", "v"));
@@ -357,16 +349,16 @@ START_TEST(test_builders)
     dl_proto_type_t type;
     const char *text = NULL;
 
-    ck_assert_int_eq(dl_proto_validate(reply, &type, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_validate(reply, &type, NULL), 0);
     ck_assert_int_eq(type, DL_PROTO_REPLY);
     ck_assert_int_eq(json_object_size(json_object_get(reply, "result")), 0);
-    ck_assert_int_eq(dl_proto_validate(reply2, &type, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_validate(reply2, &type, NULL), 0);
     ck_assert_int_eq(dl_proto_validate_result(DL_PROTO_KV_GET, json_object_get(reply2, "result"),
                                               NULL),
                      0);
     ck_assert_int_eq(dl_proto_reply_error(reply2, NULL), DL_PROTO_E_NONE);
 
-    ck_assert_int_eq(dl_proto_validate(error, &type, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_validate(error, &type, NULL), 0);
     ck_assert_int_eq(type, DL_PROTO_ERROR);
     ck_assert_int_eq(dl_proto_get_int(error, "id", -1), 9);
     ck_assert_int_eq(dl_proto_reply_error(error, &text), DL_PROTO_E_NOT_FOUND);
@@ -374,23 +366,22 @@ START_TEST(test_builders)
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(error, "error"), "code")),
                      "not_found");
 
-    ck_assert_int_eq(dl_proto_validate(anon, &type, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_validate(anon, &type, NULL), 0);
     ck_assert_ptr_null(json_object_get(anon, "id"));
 
     /* A notification is built without an id, then completed by the caller. */
     ck_assert_ptr_null(json_object_get(msg, "id"));
     json_object_set_new(msg, "round", json_integer(2));
     json_object_set_new(msg, "reason", json_string("node n1 missed heartbeats"));
-    ck_assert_int_eq(dl_proto_validate(msg, &type, NULL), 0);
+    DL_CHECK_ERRNO(dl_proto_validate(msg, &type, NULL), 0);
 
     ck_assert_ptr_null(dl_proto_reply_new(-1, NULL));
     ck_assert_ptr_null(dl_proto_reply_new(1, json_array()));
     ck_assert_ptr_null(dl_proto_msg_new(DL_PROTO_TYPE_COUNT, 1));
     ck_assert_ptr_null(dl_proto_error_new(1, DL_PROTO_E_NONE, "no"));
 }
-END_TEST
 
-START_TEST(test_error_messages_are_one_printable_line)
+DL_TEST(test_error_messages_are_one_printable_line)
 {
     /* The peer's bytes end up in the message; they must not break the line or the UTF-8. */
     json_auto_t *m = json_pack("{s:i, s:s, s:i}", "v", 1, "type", "bad\ntype\xc3\xa9", "id", 5);
@@ -398,7 +389,7 @@ START_TEST(test_error_messages_are_one_printable_line)
     dl_proto_type_t type;
     dl_proto_error_t err;
 
-    ck_assert_int_eq(dl_proto_validate(m, &type, &err), -EBADMSG);
+    DL_CHECK_ERRNO(dl_proto_validate(m, &type, &err), -EBADMSG);
     ck_assert_int_eq(err.code, DL_PROTO_E_UNKNOWN_TYPE);
     ck_assert_int_eq(err.id, 5);
     for (const char *p = err.message; *p != '\0'; p++)
@@ -407,9 +398,8 @@ START_TEST(test_error_messages_are_one_printable_line)
     reply = dl_proto_error_from(&err);
     ck_assert_ptr_nonnull(reply);
 }
-END_TEST
 
-START_TEST(test_errcode_names)
+DL_TEST(test_errcode_names)
 {
     for (int c = DL_PROTO_E_NONE + 1; c < DL_PROTO_E_OTHER; c++) {
         const char *name = dl_proto_errcode_name((dl_proto_errcode_t)c);
@@ -425,17 +415,16 @@ START_TEST(test_errcode_names)
     ck_assert_int_eq(dl_proto_errcode_parse("none"), DL_PROTO_E_OTHER);
     ck_assert_ptr_null(dl_proto_errcode_name(DL_PROTO_E_COUNT));
 }
-END_TEST
 
-START_TEST(test_roles_and_run_ids)
+DL_TEST(test_roles_and_run_ids)
 {
     dl_proto_role_t role = DL_PROTO_ROLE_SERVER;
     char long_id[DL_PROTO_RUN_ID_MAX + 2];
 
-    ck_assert_int_eq(dl_proto_role_parse("worker", &role), 0);
+    DL_CHECK_ERRNO(dl_proto_role_parse("worker", &role), 0);
     ck_assert_int_eq(role, DL_PROTO_ROLE_WORKER);
-    ck_assert_int_eq(dl_proto_role_parse("server", &role), -EINVAL);
-    ck_assert_int_eq(dl_proto_role_parse("Agent", &role), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_role_parse("server", &role), -EINVAL);
+    DL_CHECK_ERRNO(dl_proto_role_parse("Agent", &role), -EINVAL);
     ck_assert_int_eq(role, DL_PROTO_ROLE_WORKER);
     ck_assert_str_eq(dl_proto_role_name(DL_PROTO_ROLE_CONTROL), "control");
 
@@ -451,9 +440,8 @@ START_TEST(test_roles_and_run_ids)
     long_id[DL_PROTO_RUN_ID_MAX + 1] = '\0';
     ck_assert(!dl_proto_run_id_valid(long_id));
 }
-END_TEST
 
-START_TEST(test_getters)
+DL_TEST(test_getters)
 {
     json_auto_t *m = parse(examples[DL_PROTO_JOIN]);
 
@@ -464,9 +452,8 @@ START_TEST(test_getters)
     ck_assert_int_eq(dl_proto_get_int(m, "node_rank", -1), -1);
     ck_assert_int_eq(dl_proto_get_int(m, "host", -7), -7);
 }
-END_TEST
 
-START_TEST(test_names_and_addresses)
+DL_TEST(test_names_and_addresses)
 {
     /* Names and addresses reach logs, terminals and environments: no line breaks, escapes or
      * spaces (docs/protocol.md). */
@@ -499,39 +486,4 @@ START_TEST(test_names_and_addresses)
                 DL_PROTO_E_NONE, NULL);
     expect_code("{\"v\":1,\"type\":\"auth_ok\",\"id\":2,\"proof\":\"FF\"}", DL_PROTO_E_BAD_FIELD,
                 "proof");
-}
-END_TEST
-
-static Suite *message_suite(void)
-{
-    Suite *s = suite_create("message");
-    TCase *tc = tcase_create("core");
-
-    tcase_add_test(tc, test_every_type_has_a_valid_example);
-    tcase_add_test(tc, test_each_required_field);
-    tcase_add_test(tc, test_field_types_and_ranges);
-    tcase_add_test(tc, test_ids);
-    tcase_add_test(tc, test_cross_field_rules);
-    tcase_add_test(tc, test_senders);
-    tcase_add_test(tc, test_replies_match_requests);
-    tcase_add_test(tc, test_results);
-    tcase_add_test(tc, test_builders);
-    tcase_add_test(tc, test_error_messages_are_one_printable_line);
-    tcase_add_test(tc, test_errcode_names);
-    tcase_add_test(tc, test_roles_and_run_ids);
-    tcase_add_test(tc, test_getters);
-    tcase_add_test(tc, test_names_and_addresses);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-int main(void)
-{
-    SRunner *sr = srunner_create(message_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -187,13 +187,4 @@ static inline const dl_rdzv_member_status_t *h_member(const dl_rdzv_job_status_t
     return NULL;
 }
 
-static inline int h_run_suite(Suite *s)
-{
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
-
 #endif

@@ -1,11 +1,11 @@
 /* The typed messages (rdzv-codec.h): everything they build passes the protocol's own checks
  * (dl_proto_validate, the table docs/protocol.md describes), and the readers read what the
  * server sends. */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "rdzv-codec.h"
 
 static void valid(json_t *m, dl_proto_type_t want)
@@ -21,7 +21,7 @@ static void valid(json_t *m, dl_proto_type_t want)
     json_decref(m);
 }
 
-START_TEST(agent_messages)
+DL_TEST(agent_messages)
 {
     dl_rdzv_join_msg_t j = {.node_id = "gpu1-42", .host = "gpu1", .master_addr = "10.0.0.1",
                             .master_port = 29500, .slots = 8, .node_rank = -1, .min_nodes = 1,
@@ -88,9 +88,8 @@ START_TEST(agent_messages)
     valid(dl_rdzv_enc_leave(16, "SIGTERM"), DL_PROTO_LEAVE);
     valid(dl_rdzv_enc_events_follow(17), DL_PROTO_EVENTS_FOLLOW);
 }
-END_TEST
 
-START_TEST(control_and_store_messages)
+DL_TEST(control_and_store_messages)
 {
     valid(dl_rdzv_enc_control(DL_PROTO_STATUS, true, true, NULL), DL_PROTO_STATUS);
     valid(dl_rdzv_enc_control(DL_PROTO_STOP, false, false, "requested"), DL_PROTO_STOP);
@@ -108,11 +107,10 @@ START_TEST(control_and_store_messages)
     for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++)
         valid(dl_rdzv_enc_kv((json_int_t)i, &reqs[i]), reqs[i].op);
 }
-END_TEST
 
 /* One culprit object for every backend: what the encoder writes, the reader reads back, and
  * what is unknown is left out. */
-START_TEST(the_culprit_encoder_and_reader_agree)
+DL_TEST(the_culprit_encoder_and_reader_agree)
 {
     dl_rdzv_culprit_msg_t c = DL_RDZV_CULPRIT_NONE, back;
     c.cause = "worker_failed";
@@ -157,9 +155,8 @@ START_TEST(the_culprit_encoder_and_reader_agree)
     ck_assert_ptr_null(back.cause);
     ck_assert_int_eq(back.step, -1);
 }
-END_TEST
 
-START_TEST(readers)
+DL_TEST(readers)
 {
     json_t *m = json_pack("{s:i, s:s, s:i, s:s, s:{s:s, s:s, s:i, s:s}}", "v", 1, "type",
                           "round_changed", "round", 4, "reason", "a node was lost", "failure",
@@ -208,21 +205,4 @@ START_TEST(readers)
     dl_rdzv_dec_kv(m, &r);
     ck_assert(!r.has_value && !r.swapped);
     json_decref(m);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("rdzv-codec");
-    TCase *tc = tcase_create("codec");
-    tcase_add_test(tc, agent_messages);
-    tcase_add_test(tc, control_and_store_messages);
-    tcase_add_test(tc, readers);
-    tcase_add_test(tc, the_culprit_encoder_and_reader_agree);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -1,12 +1,12 @@
 /* The rendezvous state machine, driven event by event with an injected clock: rounds, rank
  * assignment, health, restarts and control. */
-#include <check.h>
 #include <errno.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "harness.h"
 
-START_TEST(max_nodes_close_the_round_at_once)
+DL_TEST(max_nodes_close_the_round_at_once)
 {
     harness_t h;
     h_init(&h);
@@ -56,9 +56,8 @@ START_TEST(max_nodes_close_the_round_at_once)
     ck_assert_int_eq(js->world_size, 7);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(master_defaults_to_node_zero_host_and_job_port)
+DL_TEST(master_defaults_to_node_zero_host_and_job_port)
 {
     harness_t h;
     h_init(&h);
@@ -74,9 +73,8 @@ START_TEST(master_defaults_to_node_zero_host_and_job_port)
     ck_assert_int_eq(m->assignment.master_port, 31000);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(master_is_the_hosting_agent_which_serves_the_torch_store)
+DL_TEST(master_is_the_hosting_agent_which_serves_the_torch_store)
 {
     /* The agent hosting the rendezvous serves torch's store at MASTER_ADDR:MASTER_PORT: the
      * assignment names its address, even when it is not node rank 0. */
@@ -96,9 +94,8 @@ START_TEST(master_is_the_hosting_agent_which_serves_the_torch_store)
     ck_assert_str_eq(m->assignment.master_addr, "h5");
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(min_nodes_start_the_last_call)
+DL_TEST(min_nodes_start_the_last_call)
 {
     harness_t h;
     h_init(&h);
@@ -108,7 +105,7 @@ START_TEST(min_nodes_start_the_last_call)
     h_join(&h, 2, "job", 1, &o, 1);
     ck_assert(h_armed(&h) == 11); /* min reached: last call ends at 1 + 10 */
     double at;
-    ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &at), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_next_deadline(h.core, &at), 0);
     ck_assert(at == 11);
     h_join(&h, 3, "job", 1, &o, 5);
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ASSIGNMENT), 0);
@@ -122,9 +119,8 @@ START_TEST(min_nodes_start_the_last_call)
     ck_assert(h_armed(&h) == 20);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(losing_a_node_below_min_cancels_the_last_call)
+DL_TEST(losing_a_node_below_min_cancels_the_last_call)
 {
     harness_t h;
     h_init(&h);
@@ -147,9 +143,8 @@ START_TEST(losing_a_node_below_min_cancels_the_last_call)
     ck_assert_ptr_null(h_msg(&h, 2, DL_RDZV_MSG_ASSIGNMENT));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(join_timeout_fails_the_round)
+DL_TEST(join_timeout_fails_the_round)
 {
     harness_t h;
     h_init(&h);
@@ -165,12 +160,11 @@ START_TEST(join_timeout_fails_the_round)
     ck_assert_ptr_nonnull(h_msg(&h, 2, DL_RDZV_MSG_TIMEOUT));
     ck_assert_int_eq(h_status(&h, "job", 101)->state, DL_RDZV_JOB_TIMED_OUT);
     h_join(&h, 3, "job", 1, &o, 102);
-    ck_assert_int_eq(h_error(&h, 3), -ESHUTDOWN);
+    DL_CHECK_ERRNO(h_error(&h, 3), -ESHUTDOWN);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(join_timeout_closes_when_min_is_there)
+DL_TEST(join_timeout_closes_when_min_is_there)
 {
     harness_t h;
     h_init(&h);
@@ -185,9 +179,8 @@ START_TEST(join_timeout_closes_when_min_is_there)
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ASSIGNMENT), 2);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(missed_heartbeats_open_a_new_round)
+DL_TEST(missed_heartbeats_open_a_new_round)
 {
     harness_t h;
     h_init(&h);
@@ -228,9 +221,8 @@ START_TEST(missed_heartbeats_open_a_new_round)
     ck_assert_int_eq(m->assignment.restarts, 1);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_silent_gathering_member_is_dropped)
+DL_TEST(a_silent_gathering_member_is_dropped)
 {
     harness_t h;
     h_init(&h);
@@ -246,9 +238,8 @@ START_TEST(a_silent_gathering_member_is_dropped)
     ck_assert_int_eq(js->round, 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(worker_failure_restarts_the_round)
+DL_TEST(worker_failure_restarts_the_round)
 {
     harness_t h;
     h_init(&h);
@@ -269,19 +260,18 @@ START_TEST(worker_failure_restarts_the_round)
     ck_assert_ptr_nonnull(strstr(js->failure, "a1"));
     /* conn 2 raced the round change: its report is stale, not a second restart. */
     h_conn_event(&h, DL_RDZV_EV_WORKER_FAILED, 2, 0, 6);
-    ck_assert_int_eq(h_error(&h, 2), -ESTALE);
+    DL_CHECK_ERRNO(h_error(&h, 2), -ESTALE);
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 0);
     h_join(&h, 1, "job", 1, &o, 7);
     h_join(&h, 2, "job", 1, &o, 7);
     ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT)->assignment.round, 1);
     h_conn_event(&h, DL_RDZV_EV_WORKER_FAILED, 1, 0, 8);
-    ck_assert_int_eq(h_error(&h, 1), -ESTALE);
+    DL_CHECK_ERRNO(h_error(&h, 1), -ESTALE);
     ck_assert_int_eq(h_status(&h, "job", 8)->restarts, 1);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_new_node_joins_a_running_job)
+DL_TEST(a_new_node_joins_a_running_job)
 {
     harness_t h;
     h_init(&h);
@@ -307,18 +297,17 @@ START_TEST(a_new_node_joins_a_running_job)
     ck_assert_int_eq(m->assignment.restarts, 1);
     /* Full: a fourth node is turned away instead of restarting everyone. */
     h_join(&h, 4, "job", 1, &o, 15);
-    ck_assert_int_eq(h_error(&h, 4), -EUSERS);
+    DL_CHECK_ERRNO(h_error(&h, 4), -EUSERS);
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 0);
     h_fini(&h);
 }
-END_TEST
 
 static const h_node_t rank_nodes[] = {
     {"a", "h2", 1, -1, -1}, {"b", "h1", 2, -1, -1}, {"c", "h1", 1, -1, 5},
     {"d", "h0", 3, -1, 2},  {"e", "h9", 1, 4, -1},
 };
 
-START_TEST(rank_rule_is_slurm_then_hint_then_host_then_id)
+DL_TEST(rank_rule_is_slurm_then_hint_then_host_then_id)
 {
     /* Every order of the five JOINs gives: d (slurm 2), c (slurm 5), b (h1), a (h2), and e at
      * its hinted rank 4. */
@@ -344,7 +333,6 @@ START_TEST(rank_rule_is_slurm_then_hint_then_host_then_id)
         h_fini(&h);
     }
 }
-END_TEST
 
 static uint64_t lcg(uint64_t *s)
 {
@@ -352,7 +340,7 @@ static uint64_t lcg(uint64_t *s)
     return *s >> 33;
 }
 
-START_TEST(ranks_do_not_depend_on_join_order)
+DL_TEST(ranks_do_not_depend_on_join_order)
 {
     enum { N = 64 };
     static char agents[N][16], hosts[N][16];
@@ -401,31 +389,29 @@ START_TEST(ranks_do_not_depend_on_join_order)
         ck_assert_int_eq(ranks[2][i], ranks[0][i]);
     }
 }
-END_TEST
 
-START_TEST(bad_hints_are_refused)
+DL_TEST(bad_hints_are_refused)
 {
     harness_t h;
     h_init(&h);
     dl_rdzv_job_opts_t o = h_opts(4, 4);
     h_join_full(&h, 1, "job", (h_node_t){"a", "h", 1, 4, -1}, &o, -1, 0);
-    ck_assert_int_eq(h_error(&h, 1), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EINVAL);
     ck_assert_ptr_nonnull(strstr(h_msg(&h, 1, DL_RDZV_MSG_ERROR)->error.message, "out of range"));
     h_join_full(&h, 1, "job", (h_node_t){"a", "h", 1, -2, -1}, &o, -1, 0);
-    ck_assert_int_eq(h_error(&h, 1), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EINVAL);
     h_join_full(&h, 1, "job", (h_node_t){"a", "h", 1, 1, -1}, &o, -1, 0);
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_JOINED));
     h_join_full(&h, 2, "job", (h_node_t){"b", "h", 1, 1, -1}, &o, -1, 0);
-    ck_assert_int_eq(h_error(&h, 2), -EEXIST);
+    DL_CHECK_ERRNO(h_error(&h, 2), -EEXIST);
     ck_assert_ptr_nonnull(strstr(h_msg(&h, 2, DL_RDZV_MSG_ERROR)->error.message, "'a'"));
     h_join_full(&h, 2, "job", (h_node_t){"b", "h", 1, 2, -1}, &o, -1, 0);
     ck_assert_ptr_nonnull(h_msg(&h, 2, DL_RDZV_MSG_JOINED));
     ck_assert_uint_eq(h_status(&h, "job", 1)->nmembers, 2);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_hint_beyond_the_node_count_falls_back_to_the_order)
+DL_TEST(a_hint_beyond_the_node_count_falls_back_to_the_order)
 {
     harness_t h;
     h_init(&h);
@@ -439,7 +425,6 @@ START_TEST(a_hint_beyond_the_node_count_falls_back_to_the_order)
     ck_assert_int_eq(h_msg(&h, 3, DL_RDZV_MSG_ASSIGNMENT)->assignment.node_rank, 2);
     h_fini(&h);
 }
-END_TEST
 
 static void fail_with(harness_t *h, uint64_t conn, int round, const char *what, double now)
 {
@@ -449,7 +434,7 @@ static void fail_with(harness_t *h, uint64_t conn, int round, const char *what, 
     h_step(h, &ev, now);
 }
 
-START_TEST(restarts_run_out)
+DL_TEST(restarts_run_out)
 {
     harness_t h;
     h_init(&h);
@@ -476,12 +461,11 @@ START_TEST(restarts_run_out)
     ck_assert_int_eq(js->state, DL_RDZV_JOB_FAILED);
     ck_assert_ptr_nonnull(strstr(js->failure, "first"));
     h_join(&h, 3, "job", 1, &o, 7);
-    ck_assert_int_eq(h_error(&h, 3), -ESHUTDOWN);
+    DL_CHECK_ERRNO(h_error(&h, 3), -ESHUTDOWN);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(zero_restarts_fail_at_the_first_failure)
+DL_TEST(zero_restarts_fail_at_the_first_failure)
 {
     harness_t h;
     h_init(&h);
@@ -496,9 +480,8 @@ START_TEST(zero_restarts_fail_at_the_first_failure)
     ck_assert_ptr_null(h_msg(&h, 2, DL_RDZV_MSG_FAILED));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(stop_ends_the_job_and_it_is_forgotten_later)
+DL_TEST(stop_ends_the_job_and_it_is_forgotten_later)
 {
     harness_t h;
     h_init(&h);
@@ -512,7 +495,7 @@ START_TEST(stop_ends_the_job_and_it_is_forgotten_later)
     ck_assert(h_armed(&h) == 55); /* heartbeats are off; only the linger is left */
     ck_assert_int_eq(h_status(&h, "job", 6)->state, DL_RDZV_JOB_STOPPED);
     h_control(&h, DL_RDZV_EV_STOP, 50, "job", 7);
-    ck_assert_int_eq(h_error(&h, 50), -ESHUTDOWN);
+    DL_CHECK_ERRNO(h_error(&h, 50), -ESHUTDOWN);
     h_conn_event(&h, DL_RDZV_EV_HEARTBEAT, 1, 0, 8);
     ck_assert_uint_eq(h.acts.n, 0);
     h_tick(&h, 55);
@@ -521,17 +504,16 @@ START_TEST(stop_ends_the_job_and_it_is_forgotten_later)
         disarmed |= h.acts.v[i].kind == DL_RDZV_ACT_DISARM_TIMER;
     ck_assert(disarmed);
     double at;
-    ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
+    DL_CHECK_ERRNO(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
     h_control(&h, DL_RDZV_EV_STATUS, 50, "job", 56);
-    ck_assert_int_eq(h_error(&h, 50), -ENOENT);
+    DL_CHECK_ERRNO(h_error(&h, 50), -ENOENT);
     /* A fresh job may reuse the run id. */
     h_join(&h, 3, "job", 1, &o, 57);
     ck_assert_ptr_nonnull(h_msg(&h, 3, DL_RDZV_MSG_JOINED));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(an_agent_quitting_stops_a_job_that_cannot_go_on)
+DL_TEST(an_agent_quitting_stops_a_job_that_cannot_go_on)
 {
     /* Two nodes of two: one quits (its operator's SIGTERM), the other is stopped at once rather
      * than left to wait for a round that cannot close; no restart is spent. */
@@ -549,12 +531,11 @@ START_TEST(an_agent_quitting_stops_a_job_that_cannot_go_on)
     h_fini(&h);
 
 }
-END_TEST
 
 /* Elastic, with min_nodes left: the quitter departs, the others go on at once in a new round
  * without it, and no restart is spent, not even with none left (a departure is no failure):
  * before, its connection's close lost it as a dead node dead_after later, a restart spent. */
-START_TEST(an_agent_quitting_an_elastic_job_departs_and_spends_no_restart)
+DL_TEST(an_agent_quitting_an_elastic_job_departs_and_spends_no_restart)
 {
     harness_t h;
     h_init(&h);
@@ -591,16 +572,15 @@ START_TEST(an_agent_quitting_an_elastic_job_departs_and_spends_no_restart)
     ck_assert_int_eq(js->restarts, 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(restart_request_opens_a_round)
+DL_TEST(restart_request_opens_a_round)
 {
     harness_t h;
     h_init(&h);
     dl_rdzv_job_opts_t o = h_opts(2, 2);
     h_join(&h, 1, "job", 1, &o, 0);
     h_control(&h, DL_RDZV_EV_RESTART, 50, "job", 1);
-    ck_assert_int_eq(h_error(&h, 50), -EAGAIN);
+    DL_CHECK_ERRNO(h_error(&h, 50), -EAGAIN);
     h_join(&h, 2, "job", 1, &o, 1);
     h_control(&h, DL_RDZV_EV_RESTART, 50, "job", 2);
     ck_assert_ptr_nonnull(h_msg(&h, 50, DL_RDZV_MSG_OK));
@@ -617,13 +597,12 @@ START_TEST(restart_request_opens_a_round)
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT));
     ck_assert_ptr_null(h_msg(&h, 1, DL_RDZV_MSG_ASSIGNMENT)->assignment.culprit);
     h_control(&h, DL_RDZV_EV_RESTART, 50, "nope", 4);
-    ck_assert_int_eq(h_error(&h, 50), -ENOENT);
+    DL_CHECK_ERRNO(h_error(&h, 50), -ENOENT);
     h_fini(&h);
 }
-END_TEST
 
 /* The round change names its culprit: node, node rank, rank, and how it failed (a hang here). */
-START_TEST(the_round_change_names_the_culprit)
+DL_TEST(the_round_change_names_the_culprit)
 {
     harness_t h;
     h_init(&h);
@@ -668,11 +647,10 @@ START_TEST(the_round_change_names_the_culprit)
     ck_assert(f->failed.culprit->hung);
     h_fini(&h);
 }
-END_TEST
 
 /* A node whose connection closed, and then a worker failure on another node (its collectives
  * broke when the first died): the round change blames the dead node. */
-START_TEST(a_failure_after_a_node_vanished_blames_the_node)
+DL_TEST(a_failure_after_a_node_vanished_blames_the_node)
 {
     harness_t h;
     h_init(&h);
@@ -694,11 +672,10 @@ START_TEST(a_failure_after_a_node_vanished_blames_the_node)
     ck_assert_ptr_nonnull(strstr(js->failure, "lost its connection"));
     h_fini(&h);
 }
-END_TEST
 
 /* A rendezvous that restarted meets agents that ran round 3 with 2 restarts spent: it goes on
  * from round 4 with 2 spent, so attempt 3 is never written twice and the budget is not reset. */
-START_TEST(a_restarted_rendezvous_adopts_the_agents_history)
+DL_TEST(a_restarted_rendezvous_adopts_the_agents_history)
 {
     harness_t h;
     h_init(&h);
@@ -733,13 +710,12 @@ START_TEST(a_restarted_rendezvous_adopts_the_agents_history)
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_FAILED), 2);
     h_fini(&h);
 }
-END_TEST
 
 /* A node cut off from the host when the host failed the job (its last restart spent) becomes
  * the host itself and joins with one restart more than the budget: the job ends failed there
  * and then, the joiner told, instead of a round that waits for the gone node until the join
  * timeout (its agent stayed for minutes). */
-START_TEST(a_successor_told_of_a_spent_budget_fails_the_job_at_once)
+DL_TEST(a_successor_told_of_a_spent_budget_fails_the_job_at_once)
 {
     harness_t h;
     h_init(&h);
@@ -763,7 +739,6 @@ START_TEST(a_successor_told_of_a_spent_budget_fails_the_job_at_once)
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ASSIGNMENT), 0);
     h_fini(&h);
 }
-END_TEST
 
 /* A late joiner to a running round brings more restarts spent than the budget allows (it was cut
  * off from a host that failed the job): the job fails at once, its members and the joiner told,
@@ -784,7 +759,7 @@ static void join_with_history(harness_t *h, uint64_t conn, const dl_rdzv_job_opt
     h_step(h, &ev, now);
 }
 
-START_TEST(a_late_joiner_told_of_a_spent_budget_fails_a_running_job_at_once)
+DL_TEST(a_late_joiner_told_of_a_spent_budget_fails_a_running_job_at_once)
 {
     harness_t h;
     h_init(&h);
@@ -817,9 +792,8 @@ START_TEST(a_late_joiner_told_of_a_spent_budget_fails_a_running_job_at_once)
     ck_assert_int_eq(js->restarts, 2);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(restart_request_without_budget_still_restarts)
+DL_TEST(restart_request_without_budget_still_restarts)
 {
     harness_t h;
     h_init(&h);
@@ -839,9 +813,8 @@ START_TEST(restart_request_without_budget_still_restarts)
     ck_assert_int_eq(as->assignment.restarts, 1);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(status_shows_members_and_heartbeat_ages)
+DL_TEST(status_shows_members_and_heartbeat_ages)
 {
     harness_t h;
     h_init(&h);
@@ -880,9 +853,8 @@ START_TEST(status_shows_members_and_heartbeat_ages)
     ck_assert_str_eq(m->status->jobs[1].run_id, "other");
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(every_member_leaving_ok_succeeds)
+DL_TEST(every_member_leaving_ok_succeeds)
 {
     harness_t h;
     h_init(&h);
@@ -897,16 +869,15 @@ START_TEST(every_member_leaving_ok_succeeds)
     h_tick(&h, 30);
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 0);
     h_conn_event(&h, DL_RDZV_EV_LEAVE, 2, 4, 31);
-    ck_assert_int_eq(h_error(&h, 2), -ESTALE);
+    DL_CHECK_ERRNO(h_error(&h, 2), -ESTALE);
     h_conn_event(&h, DL_RDZV_EV_LEAVE, 2, 0, 32);
     ck_assert_ptr_nonnull(h_msg(&h, 2, DL_RDZV_MSG_OK));
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_SUCCEEDED), 2);
     ck_assert_int_eq(h_status(&h, "job", 33)->state, DL_RDZV_JOB_SUCCEEDED);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_failure_after_a_leave_still_restarts_everyone)
+DL_TEST(a_failure_after_a_leave_still_restarts_everyone)
 {
     harness_t h;
     h_init(&h);
@@ -919,9 +890,8 @@ START_TEST(a_failure_after_a_leave_still_restarts_everyone)
     ck_assert_ptr_nonnull(h_msg(&h, 2, DL_RDZV_MSG_ROUND_CHANGED));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(an_agent_resumes_on_a_new_connection)
+DL_TEST(an_agent_resumes_on_a_new_connection)
 {
     harness_t h;
     h_init(&h);
@@ -950,9 +920,8 @@ START_TEST(an_agent_resumes_on_a_new_connection)
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_join_without_resume_restarts_the_round)
+DL_TEST(a_join_without_resume_restarts_the_round)
 {
     harness_t h;
     h_init(&h);
@@ -961,65 +930,62 @@ START_TEST(a_join_without_resume_restarts_the_round)
     h_join(&h, 2, "job", 1, &o, 0);
     h_conn_event(&h, DL_RDZV_EV_DISCONNECT, 2, 0, 5);
     h_join(&h, 8, "job", 1, &o, 6); /* agent "a8" is new, but the job is full */
-    ck_assert_int_eq(h_error(&h, 8), -EUSERS);
+    DL_CHECK_ERRNO(h_error(&h, 8), -EUSERS);
     h_join_full(&h, 8, "job", (h_node_t){"a2", "h2", 1, -1, -1}, &o, -1, 7);
     ck_assert_int_eq(h_msg(&h, 8, DL_RDZV_MSG_JOINED)->joined.round, 1);
     ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.round, 1);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(agent_ids_and_connections_do_not_mix)
+DL_TEST(agent_ids_and_connections_do_not_mix)
 {
     harness_t h;
     h_init(&h);
     dl_rdzv_job_opts_t o = h_opts(3, 3);
     h_join_full(&h, 1, "job", (h_node_t){"n1", "h", 1, -1, -1}, &o, -1, 0);
     h_join_full(&h, 2, "job", (h_node_t){"n1", "h", 1, -1, -1}, &o, -1, 1);
-    ck_assert_int_eq(h_error(&h, 2), -EEXIST);
+    DL_CHECK_ERRNO(h_error(&h, 2), -EEXIST);
     h_join_full(&h, 1, "job", (h_node_t){"n1", "h", 1, -1, -1}, &o, -1, 2);
     ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_JOINED)->joined.round, 0);
     h_join_full(&h, 1, "job", (h_node_t){"n2", "h", 1, -1, -1}, &o, -1, 3);
-    ck_assert_int_eq(h_error(&h, 1), -EBUSY);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EBUSY);
     h_join_full(&h, 1, "other", (h_node_t){"n1", "h", 1, -1, -1}, NULL, -1, 4);
-    ck_assert_int_eq(h_error(&h, 1), -EBUSY);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EBUSY);
     ck_assert_uint_eq(h_status(&h, "job", 5)->nmembers, 1);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(bad_joins_are_refused)
+DL_TEST(bad_joins_are_refused)
 {
     harness_t h;
     h_init(&h);
     dl_rdzv_job_opts_t o = h_opts(2, 3);
     h_join(&h, 1, "job", 1, &o, 0);
     h_join_full(&h, 2, "job", (h_node_t){"x", "h", -1, -1, -1}, &o, -1, 0);
-    ck_assert_int_eq(h_error(&h, 2), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 2), -EINVAL);
     h_join_full(&h, 2, "job", (h_node_t){"", "h", 1, -1, -1}, &o, -1, 0);
-    ck_assert_int_eq(h_error(&h, 2), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 2), -EINVAL);
     char host[300];
     memset(host, 'h', sizeof(host) - 1);
     host[sizeof(host) - 1] = 0;
     h_join_full(&h, 2, "job", (h_node_t){"x", host, 1, -1, -1}, &o, -1, 0);
-    ck_assert_int_eq(h_error(&h, 2), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 2), -EINVAL);
     ck_assert_ptr_nonnull(strstr(h_msg(&h, 2, DL_RDZV_MSG_ERROR)->error.message, "host"));
     dl_rdzv_job_opts_t other = h_opts(1, 3);
     h_join(&h, 2, "job", 1, &other, 0);
-    ck_assert_int_eq(h_error(&h, 2), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 2), -EINVAL);
     ck_assert_ptr_nonnull(strstr(h_msg(&h, 2, DL_RDZV_MSG_ERROR)->error.message, "2:3"));
     dl_rdzv_job_opts_t bad = h_opts(0, 3);
     h_join(&h, 3, "new", 1, &bad, 0);
-    ck_assert_int_eq(h_error(&h, 3), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 3), -EINVAL);
     ck_assert_ptr_nonnull(strstr(h_msg(&h, 3, DL_RDZV_MSG_ERROR)->error.message, "min_nodes"));
     /* No opts: the core's defaults, one node, so the round closes at once. */
     h_join(&h, 4, "solo", 2, NULL, 0);
     ck_assert_int_eq(h_msg(&h, 4, DL_RDZV_MSG_ASSIGNMENT)->assignment.world_size, 2);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(jobs_are_isolated)
+DL_TEST(jobs_are_isolated)
 {
     harness_t h;
     h_init(&h);
@@ -1040,57 +1006,54 @@ START_TEST(jobs_are_isolated)
     ck_assert_int_eq(js->restarts, 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(add_job_ahead_of_joins)
+DL_TEST(add_job_ahead_of_joins)
 {
     harness_t h;
     h_init(&h);
     dl_rdzv_job_opts_t o = h_opts(1, 2), bad = h_opts(3, 2);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "j", &o), 0);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "j", &o), -EEXIST);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "k", &bad), -EINVAL);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "", &o), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "j", &o), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "j", &o), -EEXIST);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "k", &bad), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "", &o), -EINVAL);
     double at;
-    ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
+    DL_CHECK_ERRNO(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
     h_join(&h, 1, "j", 1, NULL, 0);
     ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_JOINED)->joined.round, 0);
     ck_assert(h_armed(&h) == 10); /* min 1 reached: the last call */
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(opts_are_checked)
+DL_TEST(opts_are_checked)
 {
     dl_rdzv_job_opts_t o;
     dl_rdzv_job_opts_init(&o);
     char err[128];
-    ck_assert_int_eq(dl_rdzv_job_opts_check(&o, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_rdzv_job_opts_check(&o, err, sizeof(err)), 0);
     o.dead_after = 0;
-    ck_assert_int_eq(dl_rdzv_job_opts_check(&o, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_job_opts_check(&o, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "dead_after"));
     dl_rdzv_job_opts_init(&o);
     o.max_nodes = DL_RDZV_MAX_NODES + 1;
-    ck_assert_int_eq(dl_rdzv_job_opts_check(&o, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_job_opts_check(&o, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "max_nodes"));
     dl_rdzv_core_opts_t co;
     dl_rdzv_core_opts_init(&co);
     co.max_keys = 0;
     dl_rdzv_core_t *core = (dl_rdzv_core_t *)&co;
-    ck_assert_int_eq(dl_rdzv_core_new(&co, &core), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_core_new(&co, &core), -EINVAL);
     ck_assert_ptr_eq(core, (dl_rdzv_core_t *)&co);
     dl_rdzv_core_free(NULL);
     dl_rdzv_event_t ev = {.kind = (dl_rdzv_event_kind_t)99};
-    ck_assert_int_eq(dl_rdzv_core_new(NULL, &core), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_new(NULL, &core), 0);
     dl_rdzv_actions_t acts;
-    ck_assert_int_eq(dl_rdzv_core_step(core, &ev, 0, &acts), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_core_step(core, &ev, 0, &acts), -EINVAL);
     dl_rdzv_core_free(core);
     ck_assert_str_eq(dl_rdzv_job_state_name(DL_RDZV_JOB_TIMED_OUT), "timed-out");
     ck_assert_str_eq(dl_rdzv_msg_kind_name(DL_RDZV_MSG_ROUND_CHANGED), "round-changed");
 }
-END_TEST
 
-START_TEST(time_going_back_counts_as_the_last_time)
+DL_TEST(time_going_back_counts_as_the_last_time)
 {
     harness_t h;
     h_init(&h);
@@ -1108,7 +1071,6 @@ START_TEST(time_going_back_counts_as_the_last_time)
     ck_assert_int_eq(h_status(&h, "job", 121)->round, 1);
     h_fini(&h);
 }
-END_TEST
 
 static size_t logs(const harness_t *h, dl_rdzv_log_level_t level, const char *needle)
 {
@@ -1121,7 +1083,7 @@ static size_t logs(const harness_t *h, dl_rdzv_log_level_t level, const char *ne
     return n;
 }
 
-START_TEST(logs_follow_the_level)
+DL_TEST(logs_follow_the_level)
 {
     harness_t h;
     h_init(&h);
@@ -1148,9 +1110,8 @@ START_TEST(logs_follow_the_level)
     ck_assert_uint_eq(logs(&h, DL_RDZV_LOG_INFO, ""), 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(jobs_per_creator_and_timeouts_are_capped)
+DL_TEST(jobs_per_creator_and_timeouts_are_capped)
 {
     harness_t h;
     dl_rdzv_core_opts_t o;
@@ -1181,13 +1142,13 @@ START_TEST(jobs_per_creator_and_timeouts_are_capped)
     /* A join timeout over the server's limit is refused, as are last call and dead after. */
     jo.join_timeout = 1e9;
     h_join(&h, 11, "long", 1, &jo, 0);
-    ck_assert_int_eq(h_error(&h, 11), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 11), -EINVAL);
     ck_assert_ptr_nonnull(
         strstr(h_msg(&h, 11, DL_RDZV_MSG_ERROR)->error.message, "join_timeout"));
     jo.join_timeout = 100;
     jo.dead_after = 101;
     h_join(&h, 12, "long", 1, &jo, 0);
-    ck_assert_int_eq(h_error(&h, 12), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 12), -EINVAL);
     /* A squatter's job times out, lingers, is forgotten (the shell hears it), and frees its
      * creator's place. */
     jo.dead_after = 20;
@@ -1203,53 +1164,4 @@ START_TEST(jobs_per_creator_and_timeouts_are_capped)
     h_step(&h, &ev, 151);
     ck_assert_int_eq(h_error(&h, 20), 0);
     h_fini(&h);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("rdzv-core");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, max_nodes_close_the_round_at_once);
-    tcase_add_test(tc, a_successor_told_of_a_spent_budget_fails_the_job_at_once);
-    tcase_add_test(tc, master_defaults_to_node_zero_host_and_job_port);
-    tcase_add_test(tc, min_nodes_start_the_last_call);
-    tcase_add_test(tc, losing_a_node_below_min_cancels_the_last_call);
-    tcase_add_test(tc, join_timeout_fails_the_round);
-    tcase_add_test(tc, join_timeout_closes_when_min_is_there);
-    tcase_add_test(tc, missed_heartbeats_open_a_new_round);
-    tcase_add_test(tc, a_silent_gathering_member_is_dropped);
-    tcase_add_test(tc, worker_failure_restarts_the_round);
-    tcase_add_test(tc, master_is_the_hosting_agent_which_serves_the_torch_store);
-    tcase_add_test(tc, a_new_node_joins_a_running_job);
-    tcase_add_test(tc, rank_rule_is_slurm_then_hint_then_host_then_id);
-    tcase_add_test(tc, ranks_do_not_depend_on_join_order);
-    tcase_add_test(tc, bad_hints_are_refused);
-    tcase_add_test(tc, a_hint_beyond_the_node_count_falls_back_to_the_order);
-    tcase_add_test(tc, restarts_run_out);
-    tcase_add_test(tc, zero_restarts_fail_at_the_first_failure);
-    tcase_add_test(tc, stop_ends_the_job_and_it_is_forgotten_later);
-    tcase_add_test(tc, an_agent_quitting_stops_a_job_that_cannot_go_on);
-    tcase_add_test(tc, an_agent_quitting_an_elastic_job_departs_and_spends_no_restart);
-    tcase_add_test(tc, a_late_joiner_told_of_a_spent_budget_fails_a_running_job_at_once);
-    tcase_add_test(tc, restart_request_opens_a_round);
-    tcase_add_test(tc, restart_request_without_budget_still_restarts);
-    tcase_add_test(tc, the_round_change_names_the_culprit);
-    tcase_add_test(tc, a_restarted_rendezvous_adopts_the_agents_history);
-    tcase_add_test(tc, a_failure_after_a_node_vanished_blames_the_node);
-    tcase_add_test(tc, status_shows_members_and_heartbeat_ages);
-    tcase_add_test(tc, every_member_leaving_ok_succeeds);
-    tcase_add_test(tc, a_failure_after_a_leave_still_restarts_everyone);
-    tcase_add_test(tc, an_agent_resumes_on_a_new_connection);
-    tcase_add_test(tc, a_join_without_resume_restarts_the_round);
-    tcase_add_test(tc, agent_ids_and_connections_do_not_mix);
-    tcase_add_test(tc, bad_joins_are_refused);
-    tcase_add_test(tc, jobs_are_isolated);
-    tcase_add_test(tc, add_job_ahead_of_joins);
-    tcase_add_test(tc, opts_are_checked);
-    tcase_add_test(tc, time_going_back_counts_as_the_last_time);
-    tcase_add_test(tc, logs_follow_the_level);
-    tcase_add_test(tc, jobs_per_creator_and_timeouts_are_capped);
-    suite_add_tcase(s, tc);
-    return h_run_suite(s);
 }

@@ -1,24 +1,23 @@
 /* Parsing HOST:PORT: what --rdzv-endpoint, --endpoint and dlaunchd --listen accept. */
-#include <check.h>
 #include <errno.h>
 #include <stdlib.h>
 
+#include "dl-test.h"
 #include "rendezvous.h"
 
-START_TEST(host_and_port)
+DL_TEST(host_and_port)
 {
     char host[64];
     int port = 0;
-    ck_assert_int_eq(dl_rdzv_endpoint_parse("node-1.example:29400", host, sizeof(host), &port), 0);
+    DL_CHECK_ERRNO(dl_rdzv_endpoint_parse("node-1.example:29400", host, sizeof(host), &port), 0);
     ck_assert_str_eq(host, "node-1.example");
     ck_assert_int_eq(port, 29400);
-    ck_assert_int_eq(dl_rdzv_endpoint_parse("[::1]:65535", host, sizeof(host), &port), 0);
+    DL_CHECK_ERRNO(dl_rdzv_endpoint_parse("[::1]:65535", host, sizeof(host), &port), 0);
     ck_assert_str_eq(host, "::1");
     ck_assert_int_eq(port, 65535);
 }
-END_TEST
 
-START_TEST(bad_endpoints)
+DL_TEST(bad_endpoints)
 {
     static const char *const bad[] = {"", "host", "host:", ":29400", "host:0", "host:65536",
                                       "host:12x", "host:-1", "[::1]29400", "[::1:29400"};
@@ -28,33 +27,16 @@ START_TEST(bad_endpoints)
         ck_assert_msg(dl_rdzv_endpoint_parse(bad[i], host, sizeof(host), &port) == -EINVAL,
                       "'%s' was accepted", bad[i]);
     char tiny[4];
-    ck_assert_int_eq(dl_rdzv_endpoint_parse("longhost:1", tiny, sizeof(tiny), &port), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_endpoint_parse("longhost:1", tiny, sizeof(tiny), &port), -EINVAL);
 }
-END_TEST
 
-START_TEST(listen_takes_port_zero)
+DL_TEST(listen_takes_port_zero)
 {
     char host[64];
     int port = -1;
-    ck_assert_int_eq(dl_rdzv_listen_parse("127.0.0.1:0", host, sizeof(host), &port), 0);
+    DL_CHECK_ERRNO(dl_rdzv_listen_parse("127.0.0.1:0", host, sizeof(host), &port), 0);
     ck_assert_str_eq(host, "127.0.0.1");
     ck_assert_int_eq(port, 0);
-    ck_assert_int_eq(dl_rdzv_listen_parse("127.0.0.1:65536", host, sizeof(host), &port), -EINVAL);
-    ck_assert_int_eq(dl_rdzv_listen_parse("127.0.0.1", host, sizeof(host), &port), -EINVAL);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("rdzv-endpoint");
-    TCase *tc = tcase_create("endpoint");
-    tcase_add_test(tc, host_and_port);
-    tcase_add_test(tc, bad_endpoints);
-    tcase_add_test(tc, listen_takes_port_zero);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    DL_CHECK_ERRNO(dl_rdzv_listen_parse("127.0.0.1:65536", host, sizeof(host), &port), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_listen_parse("127.0.0.1", host, sizeof(host), &port), -EINVAL);
 }

@@ -1,10 +1,10 @@
 /* The agent's failover machine (rdzv-failover.h): fed events at made-up times, its actions read
  * back. The job: the rendezvous embedded in node 0 (10.0.0.1), successors node 1 (10.0.0.2)
  * and us, node 2 (10.0.0.3); join timeout 100 s, dead after 20 s, heartbeat every 5 s. */
-#include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "rdzv-failover.h"
 
 static const char *const SUCCESSORS[] = {"10.0.0.1", "10.0.0.2", "10.0.0.3"};
@@ -88,7 +88,7 @@ static void fire(fx_t *f, dl_rdzv_fo_timer_t t, double now)
     step(f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_TIMER, .timer = t}, now);
 }
 
-START_TEST(a_lost_host_is_looked_for_at_its_successors_then_hosted_here)
+DL_TEST(a_lost_host_is_looked_for_at_its_successors_then_hosted_here)
 {
     fx_t f;
     fx_running(&f, true);
@@ -140,9 +140,8 @@ START_TEST(a_lost_host_is_looked_for_at_its_successors_then_hosted_here)
          121);
     ck_assert_int_eq(dl_rdzv_failover_extra_failures(&f.fo), 0);
 }
-END_TEST
 
-START_TEST(a_successor_that_may_not_host_goes_on_to_the_next)
+DL_TEST(a_successor_that_may_not_host_goes_on_to_the_next)
 {
     fx_t f;
     fx_running(&f, false); /* is_host=0: never hosts, not even as a successor */
@@ -153,9 +152,8 @@ START_TEST(a_successor_that_may_not_host_goes_on_to_the_next)
     ck_assert_ptr_null(find(&f, DL_RDZV_FO_SERVE));
     ck_assert_str_eq(must(&f, DL_RDZV_FO_CONNECT)->host, "10.0.0.3");
 }
-END_TEST
 
-START_TEST(a_silent_host_is_not_waited_for_where_it_was)
+DL_TEST(a_silent_host_is_not_waited_for_where_it_was)
 {
     fx_t f;
     fx_running(&f, true);
@@ -174,9 +172,8 @@ START_TEST(a_silent_host_is_not_waited_for_where_it_was)
     join(&f, t);
     ck_assert_str_eq(must(&f, DL_RDZV_FO_CONNECT)->host, "10.0.0.2");
 }
-END_TEST
 
-START_TEST(a_closed_connection_asks_where_it_was_first)
+DL_TEST(a_closed_connection_asks_where_it_was_first)
 {
     fx_t f;
     fx_running(&f, true);
@@ -184,9 +181,8 @@ START_TEST(a_closed_connection_asks_where_it_was_first)
     join(&f, 50);
     ck_assert_str_eq(must(&f, DL_RDZV_FO_CONNECT)->host, "10.0.0.1");
 }
-END_TEST
 
-START_TEST(a_held_up_loop_gives_the_rendezvous_a_fair_period)
+DL_TEST(a_held_up_loop_gives_the_rendezvous_a_fair_period)
 {
     fx_t f;
     fx_running(&f, true);
@@ -198,9 +194,8 @@ START_TEST(a_held_up_loop_gives_the_rendezvous_a_fair_period)
     ck_assert_ptr_null(find(&f, DL_RDZV_FO_LOST));
     ck_assert(dl_rdzv_failover_ready(&f.fo));
 }
-END_TEST
 
-START_TEST(a_misbehaving_rendezvous_is_dropped_not_failed_over)
+DL_TEST(a_misbehaving_rendezvous_is_dropped_not_failed_over)
 {
     fx_t f;
     fx_running(&f, true);
@@ -222,9 +217,8 @@ START_TEST(a_misbehaving_rendezvous_is_dropped_not_failed_over)
     ck_assert_str_eq(c->host, "10.0.0.1");
     ck_assert(c->timeout == 100);
 }
-END_TEST
 
-START_TEST(reconnects_back_off_doubling_to_five_seconds)
+DL_TEST(reconnects_back_off_doubling_to_five_seconds)
 {
     fx_t f;
     fx_running(&f, true);
@@ -241,9 +235,8 @@ START_TEST(reconnects_back_off_doubling_to_five_seconds)
         must(&f, DL_RDZV_FO_SEND_JOIN);
     }
 }
-END_TEST
 
-START_TEST(a_stable_connection_resets_the_backoff)
+DL_TEST(a_stable_connection_resets_the_backoff)
 {
     fx_t f;
     fx_running(&f, true);
@@ -274,9 +267,8 @@ START_TEST(a_stable_connection_resets_the_backoff)
          34);
     ck_assert_uint_eq(must(&f, DL_RDZV_FO_TIMER_START)->ms, 100);
 }
-END_TEST
 
-START_TEST(join_timeout_of_trouble_in_a_row_gives_up)
+DL_TEST(join_timeout_of_trouble_in_a_row_gives_up)
 {
     fx_t f;
     fx_running(&f, true);
@@ -299,9 +291,8 @@ START_TEST(join_timeout_of_trouble_in_a_row_gives_up)
     ck_assert_str_eq(e->status, "refused");
     ck_assert_ptr_null(find(&f, DL_RDZV_FO_LOST));
 }
-END_TEST
 
-START_TEST(no_successor_serving_within_join_timeout_gives_up)
+DL_TEST(no_successor_serving_within_join_timeout_gives_up)
 {
     fx_t f;
     fx_running(&f, false);
@@ -324,9 +315,8 @@ START_TEST(no_successor_serving_within_join_timeout_gives_up)
     refused(&f, 200.5);
     must(&f, DL_RDZV_FO_END);
 }
-END_TEST
 
-START_TEST(a_full_job_is_joined_again_until_join_timeout)
+DL_TEST(a_full_job_is_joined_again_until_join_timeout)
 {
     fx_t f;
     fx_running(&f, true);
@@ -343,9 +333,8 @@ START_TEST(a_full_job_is_joined_again_until_join_timeout)
     ck_assert(said(&f, DL_RDZV_FO_ERROR, "the job is full"));
     ck_assert_int_eq(must(&f, DL_RDZV_FO_END)->code, 4);
 }
-END_TEST
 
-START_TEST(a_departed_host_is_named_but_costs_no_restart)
+DL_TEST(a_departed_host_is_named_but_costs_no_restart)
 {
     fx_t f;
     fx_running(&f, true);
@@ -366,7 +355,6 @@ START_TEST(a_departed_host_is_named_but_costs_no_restart)
     ck_assert_str_eq(must(&f, DL_RDZV_FO_LOST)->cause, "node_lost");
     ck_assert_int_eq(dl_rdzv_failover_extra_failures(&f.fo), 1);
 }
-END_TEST
 
 /* We host as the successor at 10.0.0.3 (the first two refused). */
 static void fx_hosting(fx_t *f)
@@ -383,7 +371,7 @@ static void fx_hosting(fx_t *f)
          101);
 }
 
-START_TEST(the_job_is_handed_back_to_an_earlier_candidate)
+DL_TEST(the_job_is_handed_back_to_an_earlier_candidate)
 {
     fx_t f;
     fx_hosting(&f);
@@ -410,9 +398,8 @@ START_TEST(the_job_is_handed_back_to_an_earlier_candidate)
     step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_CONNECTED}, 116.3);
     ck_assert(!must(&f, DL_RDZV_FO_MOVED)->hosting);
 }
-END_TEST
 
-START_TEST(an_unanswered_probe_is_replaced_after_dead_after)
+DL_TEST(an_unanswered_probe_is_replaced_after_dead_after)
 {
     fx_t f;
     fx_hosting(&f);
@@ -427,9 +414,8 @@ START_TEST(an_unanswered_probe_is_replaced_after_dead_after)
     step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_TICK}, 125);
     ck_assert_str_eq(must(&f, DL_RDZV_FO_PROBE)->host, "10.0.0.1");
 }
-END_TEST
 
-START_TEST(an_endpoint_name_not_yet_published_is_looked_up_again)
+DL_TEST(an_endpoint_name_not_yet_published_is_looked_up_again)
 {
     fx_t f;
     dl_rdzv_fo_opts_t o = {.host = "rdzv.svc", .port = 29400, .join_timeout = 100,
@@ -450,9 +436,8 @@ START_TEST(an_endpoint_name_not_yet_published_is_looked_up_again)
     ck_assert(said(&f, DL_RDZV_FO_ERROR, "cannot resolve"));
     ck_assert_int_eq(must(&f, DL_RDZV_FO_END)->code, 3);
 }
-END_TEST
 
-START_TEST(after_leave_a_closed_connection_is_no_loss)
+DL_TEST(after_leave_a_closed_connection_is_no_loss)
 {
     fx_t f;
     fx_running(&f, true);
@@ -463,33 +448,4 @@ START_TEST(after_leave_a_closed_connection_is_no_loss)
     step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_CLOSE}, 51);
     join(&f, 52);
     ck_assert_int_eq(f.acts.n, 0); /* closed: nothing more */
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("rdzv-failover");
-    TCase *tc = tcase_create("failover");
-    tcase_add_test(tc, a_lost_host_is_looked_for_at_its_successors_then_hosted_here);
-    tcase_add_test(tc, a_successor_that_may_not_host_goes_on_to_the_next);
-    tcase_add_test(tc, a_silent_host_is_not_waited_for_where_it_was);
-    tcase_add_test(tc, a_closed_connection_asks_where_it_was_first);
-    tcase_add_test(tc, a_held_up_loop_gives_the_rendezvous_a_fair_period);
-    tcase_add_test(tc, a_misbehaving_rendezvous_is_dropped_not_failed_over);
-    tcase_add_test(tc, reconnects_back_off_doubling_to_five_seconds);
-    tcase_add_test(tc, a_stable_connection_resets_the_backoff);
-    tcase_add_test(tc, join_timeout_of_trouble_in_a_row_gives_up);
-    tcase_add_test(tc, no_successor_serving_within_join_timeout_gives_up);
-    tcase_add_test(tc, a_full_job_is_joined_again_until_join_timeout);
-    tcase_add_test(tc, a_departed_host_is_named_but_costs_no_restart);
-    tcase_add_test(tc, the_job_is_handed_back_to_an_earlier_candidate);
-    tcase_add_test(tc, an_unanswered_probe_is_replaced_after_dead_after);
-    tcase_add_test(tc, an_endpoint_name_not_yet_published_is_looked_up_again);
-    tcase_add_test(tc, after_leave_a_closed_connection_is_no_loss);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -1,11 +1,11 @@
 /* The restart budget's one policy (rdzv-policy.h): what ending a round costs, for every cause,
  * at the edges of the budget and of the same-failure limit. */
-#include <check.h>
 #include <stdlib.h>
 
+#include "dl-test.h"
 #include "rdzv-policy.h"
 
-START_TEST(only_failures_spend_a_restart)
+DL_TEST(only_failures_spend_a_restart)
 {
     ck_assert(dl_rdzv_policy_is_failure(DL_RDZV_CAUSE_WORKER_FAILED));
     ck_assert(dl_rdzv_policy_is_failure(DL_RDZV_CAUSE_NODE_LOST));
@@ -20,9 +20,8 @@ START_TEST(only_failures_spend_a_restart)
         ck_assert_int_eq(dl_rdzv_policy_round_end((dl_rdzv_cause_t)c, 0, 3, 0, 3), want);
     }
 }
-END_TEST
 
-START_TEST(the_budget_runs_out_only_for_failures)
+DL_TEST(the_budget_runs_out_only_for_failures)
 {
     /* 3 restarts: the 3rd failure still restarts, the 4th fails the job. */
     ck_assert_int_eq(dl_rdzv_policy_round_end(DL_RDZV_CAUSE_NODE_LOST, 2, 3, 0, 0),
@@ -41,18 +40,16 @@ START_TEST(the_budget_runs_out_only_for_failures)
     ck_assert(!dl_rdzv_policy_overspent(3, 3));
     ck_assert(dl_rdzv_policy_overspent(4, 3));
 }
-END_TEST
 
-START_TEST(a_departure_goes_on_with_min_nodes_left)
+DL_TEST(a_departure_goes_on_with_min_nodes_left)
 {
     ck_assert(dl_rdzv_policy_departure_goes_on(1, 1));
     ck_assert(dl_rdzv_policy_departure_goes_on(3, 2));
     ck_assert(!dl_rdzv_policy_departure_goes_on(1, 2));
     ck_assert(!dl_rdzv_policy_departure_goes_on(0, 1));
 }
-END_TEST
 
-START_TEST(the_same_failure_wins_over_the_budget)
+DL_TEST(the_same_failure_wins_over_the_budget)
 {
     /* At the limit the job fails as a same failure, restarts left or not; below it, or with
      * no limit, the budget decides. */
@@ -65,9 +62,8 @@ START_TEST(the_same_failure_wins_over_the_budget)
     ck_assert_int_eq(dl_rdzv_policy_round_end(DL_RDZV_CAUSE_WORKER_FAILED, 0, 10, 50, 0),
                      DL_RDZV_BUDGET_SPEND);
 }
-END_TEST
 
-START_TEST(a_failed_recovery_falls_back_on_the_restarts_left)
+DL_TEST(a_failed_recovery_falls_back_on_the_restarts_left)
 {
     /* 3 restarts, 1 spent: 2 to fall back on; all 3 spent (or more, adopted): none, the job
      * fails; no budget at all: none. */
@@ -80,22 +76,4 @@ START_TEST(a_failed_recovery_falls_back_on_the_restarts_left)
     ck_assert_int_eq(dl_rdzv_policy_recovery_restarts_left(3, 3, true), 1);
     ck_assert_int_eq(dl_rdzv_policy_recovery_restarts_left(0, 0, true), 1);
     ck_assert_int_eq(dl_rdzv_policy_recovery_restarts_left(1, 3, true), 2);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("rdzv-policy");
-    TCase *tc = tcase_create("policy");
-    tcase_add_test(tc, only_failures_spend_a_restart);
-    tcase_add_test(tc, a_failed_recovery_falls_back_on_the_restarts_left);
-    tcase_add_test(tc, the_budget_runs_out_only_for_failures);
-    tcase_add_test(tc, the_same_failure_wins_over_the_budget);
-    tcase_add_test(tc, a_departure_goes_on_with_min_nodes_left);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

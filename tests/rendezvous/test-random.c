@@ -3,10 +3,10 @@
  * this finds use-after-free and leaks; everywhere it checks what agents would rely on: every
  * round hands out each node rank once, with consistent first ranks, and no deadline is left
  * behind in the past. */
-#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "dl-test.h"
 #include "harness.h"
 
 enum { NCONN = 40, NJOBS = 3, STEPS = 20000 };
@@ -146,17 +146,7 @@ static void storm(uint64_t seed)
     h_fini(&h);
 }
 
-START_TEST(random_storms_keep_the_promises)
+DL_TEST_LOOP(random_storms_keep_the_promises, 0, 4)
 {
     storm(1 + (uint64_t)_i * 7919);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("rdzv-random");
-    TCase *tc = tcase_create("random");
-    tcase_add_loop_test(tc, random_storms_keep_the_promises, 0, 4);
-    suite_add_tcase(s, tc);
-    return h_run_suite(s);
 }

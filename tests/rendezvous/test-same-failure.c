@@ -1,9 +1,9 @@
 /* The same failure round after round (max_same_failures): the rule that tells one failure from
  * the next, and the core ending the job with it before the restart budget is spent. */
-#include <check.h>
 #include <errno.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "core-internal.h"
 #include "harness.h"
 #include "rdzv-policy.h"
@@ -14,7 +14,7 @@ static dl_rdzv_culprit_t worker(int rank, int exit_code, long long step)
                                .rank = rank, .exit_code = exit_code, .step = step};
 }
 
-START_TEST(the_rule_compares_rank_cause_and_progress)
+DL_TEST(the_rule_compares_rank_cause_and_progress)
 {
     dl_rdzv_culprit_t prev = worker(1, 7, 40), next = worker(1, 7, 40);
     ck_assert(dl_rdzv_policy_same_failure(&prev, &next));
@@ -44,7 +44,6 @@ START_TEST(the_rule_compares_rank_cause_and_progress)
     next = prev;
     ck_assert(!dl_rdzv_policy_same_failure(&prev, &next));
 }
-END_TEST
 
 static dl_rdzv_job_opts_t opts(int max_restarts, int max_same)
 {
@@ -76,7 +75,7 @@ static void fail_rank(harness_t *h, uint64_t conn, int round, int rank, int code
     h_step(h, &ev, now);
 }
 
-START_TEST(the_same_failure_three_rounds_in_a_row_fails_the_job_early)
+DL_TEST(the_same_failure_three_rounds_in_a_row_fails_the_job_early)
 {
     harness_t h;
     h_init(&h);
@@ -105,11 +104,10 @@ START_TEST(the_same_failure_three_rounds_in_a_row_fails_the_job_early)
     ck_assert_int_eq(h_status(&h, "job", 22)->state, DL_RDZV_JOB_FAILED);
     h_fini(&h);
 }
-END_TEST
 
 /* Another rank, another code, or a step further: the row starts again, and the restarts are
  * spent as ever (the job fails as restarts exhausted, not as a same failure). */
-START_TEST(a_failure_that_changes_spends_the_budget)
+DL_TEST(a_failure_that_changes_spends_the_budget)
 {
     static const struct {
         int rank, code;
@@ -132,10 +130,9 @@ START_TEST(a_failure_that_changes_spends_the_budget)
     ck_assert_ptr_null(strstr(m->failed.failure, "same failure"));
     h_fini(&h);
 }
-END_TEST
 
 /* An operator's restart between two alike failures, or a lost node, breaks the row. */
-START_TEST(a_round_change_of_another_kind_breaks_the_row)
+DL_TEST(a_round_change_of_another_kind_breaks_the_row)
 {
     harness_t h;
     h_init(&h);
@@ -162,9 +159,8 @@ START_TEST(a_round_change_of_another_kind_breaks_the_row)
     ck_assert_int_eq(m->failed.same_failures, 2);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(zero_never_stops_early_and_below_zero_is_refused)
+DL_TEST(zero_never_stops_early_and_below_zero_is_refused)
 {
     harness_t h;
     h_init(&h);
@@ -181,20 +177,6 @@ START_TEST(zero_never_stops_early_and_below_zero_is_refused)
 
     char err[128];
     o.max_same_failures = -1;
-    ck_assert_int_eq(dl_rdzv_job_opts_check(&o, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_job_opts_check(&o, err, sizeof(err)), -EINVAL);
     ck_assert_str_eq(err, "max_same_failures: -1 is below 0");
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("rdzv-same-failure");
-    TCase *tc = tcase_create("same-failure");
-    tcase_add_test(tc, the_rule_compares_rank_cause_and_progress);
-    tcase_add_test(tc, the_same_failure_three_rounds_in_a_row_fails_the_job_early);
-    tcase_add_test(tc, a_failure_that_changes_spends_the_budget);
-    tcase_add_test(tc, a_round_change_of_another_kind_breaks_the_row);
-    tcase_add_test(tc, zero_never_stops_early_and_below_zero_is_refused);
-    suite_add_tcase(s, tc);
-    return h_run_suite(s);
 }

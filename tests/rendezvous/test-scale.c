@@ -1,10 +1,10 @@
 /* 100,000 simulated nodes through the rendezvous core: join in a shuffled order, run, lose one
  * node to missed heartbeats, join again. Asserts what every agent is told, not how fast (the
  * timing lives in bench/rdzv-core-bench.c). */
-#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "dl-test.h"
 #include "harness.h"
 
 enum { N = 100000, SLOTS = 8, VICTIM = 31337 };
@@ -58,7 +58,7 @@ static void join_node(harness_t *h, int i, double now, size_t *bad)
     step(h, &ev, now, bad);
 }
 
-START_TEST(hundred_thousand_nodes_join_and_survive_a_failure)
+DL_TEST(hundred_thousand_nodes_join_and_survive_a_failure)
 {
     harness_t h;
     dl_rdzv_core_opts_t o;
@@ -117,14 +117,5 @@ START_TEST(hundred_thousand_nodes_join_and_survive_a_failure)
     free(order);
     h_fini(&h);
 }
-END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("rdzv-scale");
-    TCase *tc = tcase_create("scale");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, hundred_thousand_nodes_join_and_survive_a_failure);
-    suite_add_tcase(s, tc);
-    return h_run_suite(s);
-}
+DL_TEST_SUITE(.timeout = 120);

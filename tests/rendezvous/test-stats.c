@@ -1,10 +1,10 @@
 /* The rendezvous server's statistics (rendezvous/stats.c): histograms, restarts by cause, the
  * last failure, the progress ring, and snapshots that share nothing with the server. */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "stats.h"
 
 static json_t *ev(const char *name, const char *fields)
@@ -43,7 +43,7 @@ static json_t *snapshot_of(dl__rdzv_stats_t *st, const char *run_id)
     return dl__rdzv_stats_snapshot(st, &status, jobs, 5000.0, 3, 7);
 }
 
-START_TEST(histogram_buckets_are_upper_bounds)
+DL_TEST(histogram_buckets_are_upper_bounds)
 {
     dl__rdzv_hist_t h = {0};
     dl__rdzv_hist_add(&h, 0.001);  /* on a bound: that bucket */
@@ -55,12 +55,11 @@ START_TEST(histogram_buckets_are_upper_bounds)
     ck_assert_uint_eq(h.n, 3);
     ck_assert(fabs(h.sum - (0.0021 + 1e9)) < 1e-3);
 }
-END_TEST
 
-START_TEST(rounds_restarts_and_endings_are_counted)
+DL_TEST(rounds_restarts_and_endings_are_counted)
 {
     dl__rdzv_stats_t st;
-    ck_assert_int_eq(dl__rdzv_stats_init(&st, 100.0), 0);
+    DL_CHECK_ERRNO(dl__rdzv_stats_init(&st, 100.0), 0);
     dl__rdzv_stats_join(&st, "j", 10.0);
     feed(&st, "j", "rendezvous", "{\"round\": 0}", 10.25);
     feed(&st, "j", "round_changed", "{\"round\": 1, \"reason\": \"rank 1 exited\", "
@@ -104,12 +103,11 @@ START_TEST(rounds_restarts_and_endings_are_counted)
     json_decref(snap);
     dl__rdzv_stats_free(&st);
 }
-END_TEST
 
-START_TEST(the_last_failure_keeps_the_end_of_the_tail)
+DL_TEST(the_last_failure_keeps_the_end_of_the_tail)
 {
     dl__rdzv_stats_t st;
-    ck_assert_int_eq(dl__rdzv_stats_init(&st, 0), 0);
+    DL_CHECK_ERRNO(dl__rdzv_stats_init(&st, 0), 0);
     dl__rdzv_stats_join(&st, "j", 0);
     /* 5000 bytes ending in a two-byte character: the cut at 4096 from the end must not split
      * one. */
@@ -134,12 +132,11 @@ START_TEST(the_last_failure_keeps_the_end_of_the_tail)
     ck_assert_ptr_null(json_object_get(st.jobs, "unknown"));
     dl__rdzv_stats_free(&st);
 }
-END_TEST
 
-START_TEST(progress_is_one_point_a_step_and_bounded)
+DL_TEST(progress_is_one_point_a_step_and_bounded)
 {
     dl__rdzv_stats_t st;
-    ck_assert_int_eq(dl__rdzv_stats_init(&st, 0), 0);
+    DL_CHECK_ERRNO(dl__rdzv_stats_init(&st, 0), 0);
     dl__rdzv_stats_join(&st, "j", 0);
     for (int i = 0; i < 1000; i++) {
         json_t *p = json_pack("{s:i, s:f, s:f}", "step", i / 2, "loss", 1.0 / (i + 1),
@@ -155,12 +152,11 @@ START_TEST(progress_is_one_point_a_step_and_bounded)
     ck_assert_int_eq(json_integer_value(json_object_get(first, "step")), 260);
     dl__rdzv_stats_free(&st);
 }
-END_TEST
 
-START_TEST(forgotten_jobs_are_dropped)
+DL_TEST(forgotten_jobs_are_dropped)
 {
     dl__rdzv_stats_t st;
-    ck_assert_int_eq(dl__rdzv_stats_init(&st, 0), 0);
+    DL_CHECK_ERRNO(dl__rdzv_stats_init(&st, 0), 0);
     dl__rdzv_stats_join(&st, "gone", 0);
     dl__rdzv_stats_join(&st, "j", 0);
     json_decref(snapshot_of(&st, "j"));
@@ -172,22 +168,4 @@ START_TEST(forgotten_jobs_are_dropped)
     ck_assert_ptr_null(json_object_get(st.jobs, "j"));
     ck_assert_ptr_nonnull(json_object_get(st.jobs, "next"));
     dl__rdzv_stats_free(&st);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("rdzv-stats");
-    TCase *tc = tcase_create("stats");
-    tcase_add_test(tc, histogram_buckets_are_upper_bounds);
-    tcase_add_test(tc, rounds_restarts_and_endings_are_counted);
-    tcase_add_test(tc, the_last_failure_keeps_the_end_of_the_tail);
-    tcase_add_test(tc, progress_is_one_point_a_step_and_bounded);
-    tcase_add_test(tc, forgotten_jobs_are_dropped);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -1,9 +1,9 @@
 /* The per-job key-value store of the rendezvous core: operations, waits, limits and the round
  * scoping, with an injected clock. */
-#include <check.h>
 #include <errno.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "harness.h"
 
 static dl_rdzv_buf_t buf(const char *s)
@@ -71,10 +71,10 @@ static void setup(harness_t *h)
 {
     h_init(h);
     dl_rdzv_job_opts_t o = h_opts(1, 4);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h->core, "job", &o), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h->core, "job", &o), 0);
 }
 
-START_TEST(set_then_get)
+DL_TEST(set_then_get)
 {
     harness_t h;
     setup(&h);
@@ -113,9 +113,8 @@ START_TEST(set_then_get)
     ck_assert_uint_eq(h_status(&h, "job", 0)->store_waits, 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(add_is_an_integer_counter)
+DL_TEST(add_is_an_integer_counter)
 {
     harness_t h;
     setup(&h);
@@ -130,20 +129,19 @@ START_TEST(add_is_an_integer_counter)
     ev.store.key = buf("s");
     ev.store.delta = 1;
     h_step(&h, &ev, 0);
-    ck_assert_int_eq(h_error(&h, 1), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EINVAL);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "s", "9223372036854775807", 0);
     h_step(&h, &ev, 0);
-    ck_assert_int_eq(h_error(&h, 1), -ERANGE);
+    DL_CHECK_ERRNO(h_error(&h, 1), -ERANGE);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "s", "-9223372036854775808", 0);
     ck_assert_int_eq(add(&h, 1, "s", 1), -9223372036854775807LL);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "s", "99999999999999999999", 0);
     h_step(&h, &ev, 0);
-    ck_assert_int_eq(h_error(&h, 1), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EINVAL);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(compare_set_swaps_only_on_a_match)
+DL_TEST(compare_set_swaps_only_on_a_match)
 {
     harness_t h;
     setup(&h);
@@ -169,9 +167,8 @@ START_TEST(compare_set_swaps_only_on_a_match)
     ck_assert(!m->cas.found);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(delete_removes_a_key)
+DL_TEST(delete_removes_a_key)
 {
     harness_t h;
     setup(&h);
@@ -185,9 +182,8 @@ START_TEST(delete_removes_a_key)
     ck_assert_uint_eq(h_status(&h, "job", 0)->nkeys, 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_wait_is_completed_by_later_sets)
+DL_TEST(a_wait_is_completed_by_later_sets)
 {
     harness_t h;
     setup(&h);
@@ -204,14 +200,13 @@ START_TEST(a_wait_is_completed_by_later_sets)
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_OK));
     /* Done means gone: no timeout later, and the timer was dropped. */
     double at;
-    ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
+    DL_CHECK_ERRNO(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
     h_tick(&h, 40);
     ck_assert_uint_eq(h_sends_to(&h, 5), 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_wait_times_out)
+DL_TEST(a_wait_times_out)
 {
     harness_t h;
     setup(&h);
@@ -224,7 +219,7 @@ START_TEST(a_wait_times_out)
     h_tick(&h, 15);
     const dl_rdzv_msg_t *m = h_msg(&h, 5, DL_RDZV_MSG_ERROR);
     ck_assert_ptr_nonnull(m);
-    ck_assert_int_eq(m->error.code, -ETIMEDOUT);
+    DL_CHECK_ERRNO(m->error.code, -ETIMEDOUT);
     ck_assert_uint_eq(m->req_id, 705);
     ck_assert_ptr_nonnull(strstr(m->error.message, "2 of 3"));
     /* Keys only waited on are gone with the wait. */
@@ -234,24 +229,22 @@ START_TEST(a_wait_times_out)
     ck_assert_uint_eq(h_sends_to(&h, 5), 0);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(present_keys_and_zero_timeouts_answer_at_once)
+DL_TEST(present_keys_and_zero_timeouts_answer_at_once)
 {
     harness_t h;
     setup(&h);
     static const char *const keys[] = {"a", "b"};
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "a", "1", 0);
     wait_keys(&h, 5, "job", 0, keys, 2, 0, 0);
-    ck_assert_int_eq(h_error(&h, 5), -ETIMEDOUT);
+    DL_CHECK_ERRNO(h_error(&h, 5), -ETIMEDOUT);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "b", "1", 0);
     wait_keys(&h, 5, "job", 0, keys, 2, 0, 0);
     ck_assert_ptr_nonnull(h_msg(&h, 5, DL_RDZV_MSG_WAIT_DONE));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(many_waiters_on_one_key)
+DL_TEST(many_waiters_on_one_key)
 {
     harness_t h;
     setup(&h);
@@ -264,12 +257,11 @@ START_TEST(many_waiters_on_one_key)
     for (uint64_t c = 1; c <= N; c++)
         ck_assert_uint_eq(h_msg(&h, 100 + c, DL_RDZV_MSG_WAIT_DONE)->req_id, 700 + 100 + c);
     double at;
-    ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
+    DL_CHECK_ERRNO(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(waits_go_with_their_connection)
+DL_TEST(waits_go_with_their_connection)
 {
     harness_t h;
     setup(&h);
@@ -283,12 +275,11 @@ START_TEST(waits_go_with_their_connection)
     ck_assert_uint_eq(h_sends_to(&h, 5), 0);
     ck_assert_ptr_nonnull(h_msg(&h, 6, DL_RDZV_MSG_WAIT_DONE));
     double at;
-    ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
+    DL_CHECK_ERRNO(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_deleted_key_is_missing_again)
+DL_TEST(a_deleted_key_is_missing_again)
 {
     harness_t h;
     setup(&h);
@@ -307,9 +298,8 @@ START_TEST(a_deleted_key_is_missing_again)
     ck_assert_ptr_nonnull(h_msg(&h, 6, DL_RDZV_MSG_WAIT_DONE));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(limits_are_errors)
+DL_TEST(limits_are_errors)
 {
     harness_t h;
     dl_rdzv_core_opts_t o;
@@ -321,13 +311,13 @@ START_TEST(limits_are_errors)
     o.max_waits = 2;
     h_init_opts(&h, &o);
     dl_rdzv_job_opts_t jo = h_opts(1, 1);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "123456789", "v", 0);
-    ck_assert_int_eq(h_error(&h, 1), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EINVAL);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "", "v", 0);
-    ck_assert_int_eq(h_error(&h, 1), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EINVAL);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k", "0123456789abcdefg", 0);
-    ck_assert_int_eq(h_error(&h, 1), -EMSGSIZE);
+    DL_CHECK_ERRNO(h_error(&h, 1), -EMSGSIZE);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k1", "0123456789abcdef", 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k2", "0123456789abcdef", 0);
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_OK));
@@ -342,7 +332,7 @@ START_TEST(limits_are_errors)
     ck_assert_ptr_nonnull(strstr(h_msg(&h, 1, DL_RDZV_MSG_ERROR)->error.message, "limit"));
     static const char *const three[] = {"a", "b", "c"}, *const one[] = {"w"};
     wait_keys(&h, 5, "job", 0, three, 3, 10, 0);
-    ck_assert_int_eq(h_error(&h, 5), -EINVAL);
+    DL_CHECK_ERRNO(h_error(&h, 5), -EINVAL);
     wait_keys(&h, 5, "job", 0, one, 1, 10, 0);
     ck_assert_int_eq(h_error(&h, 5), -ENOSPC); /* a waited-on key needs room too */
     op(&h, DL_RDZV_EV_STORE_DELETE, 1, "job", 0, "k3", NULL, 0);
@@ -354,9 +344,8 @@ START_TEST(limits_are_errors)
     ck_assert_int_eq(h_error(&h, 7), -ENOSPC); /* two pending waits at most */
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(the_bytes_of_a_store_are_capped)
+DL_TEST(the_bytes_of_a_store_are_capped)
 {
     harness_t h;
     dl_rdzv_core_opts_t o;
@@ -364,22 +353,21 @@ START_TEST(the_bytes_of_a_store_are_capped)
     o.max_store_bytes = 40;
     h_init_opts(&h, &o);
     dl_rdzv_job_opts_t jo = h_opts(1, 1);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k1", "0123456789abcdef", 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k2", "0123456789abcdef", 0);
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_OK));
     /* 36 bytes held: a 2-byte key fits, its 4-byte value does not. */
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k3", "0123", 0);
-    ck_assert_int_eq(h_error(&h, 1), -ENOSPC);
+    DL_CHECK_ERRNO(h_error(&h, 1), -ENOSPC);
     ck_assert_uint_eq(h_status(&h, "job", 0)->nkeys, 2);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k2", "01", 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k3", "0123", 0);
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_OK));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(the_memory_of_all_stores_is_capped)
+DL_TEST(the_memory_of_all_stores_is_capped)
 {
     /* Every job under its own limit, but all of them together under max_memory: two jobs cannot
      * each take their full share when the server has room for less. */
@@ -389,8 +377,8 @@ START_TEST(the_memory_of_all_stores_is_capped)
     o.max_memory = 64 * 1024;
     h_init_opts(&h, &o);
     dl_rdzv_job_opts_t jo = h_opts(1, 1);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "a", &jo), 0);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "b", &jo), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "a", &jo), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "b", &jo), 0);
     static char value[4097];
     memset(value, 'v', 4096);
     char key[32];
@@ -401,7 +389,7 @@ START_TEST(the_memory_of_all_stores_is_capped)
         code = h_error(&h, 1);
         stored += code == 0;
     }
-    ck_assert_int_eq(code, -ENOBUFS);
+    DL_CHECK_ERRNO(code, -ENOBUFS);
     ck_assert_int_ge(stored, 10);
     ck_assert_int_le(stored, 16);
     /* Small keys fill what is left... */
@@ -411,11 +399,11 @@ START_TEST(the_memory_of_all_stores_is_capped)
         op(&h, DL_RDZV_EV_STORE_SET, 1, "a", 0, key, "", 0);
         code = h_error(&h, 1);
     }
-    ck_assert_int_eq(h_error(&h, 1), -ENOBUFS);
+    DL_CHECK_ERRNO(h_error(&h, 1), -ENOBUFS);
     /* ...and then a wait, which needs memory too, finds none; a delete gives it back. */
     static const char *const keys[] = {"nobody-sets-this"};
     wait_keys(&h, 2, "a", -1, keys, 1, 5, 0);
-    ck_assert_int_eq(h_error(&h, 2), -ENOBUFS);
+    DL_CHECK_ERRNO(h_error(&h, 2), -ENOBUFS);
     op(&h, DL_RDZV_EV_STORE_DELETE, 1, "a", 0, "k1", NULL, 0);
     op(&h, DL_RDZV_EV_STORE_DELETE, 1, "b", 0, "k0", NULL, 0);
     wait_keys(&h, 2, "a", -1, keys, 1, 5, 0);
@@ -424,9 +412,8 @@ START_TEST(the_memory_of_all_stores_is_capped)
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_OK));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(waits_of_one_connection_are_capped)
+DL_TEST(waits_of_one_connection_are_capped)
 {
     harness_t h;
     dl_rdzv_core_opts_t o;
@@ -434,14 +421,14 @@ START_TEST(waits_of_one_connection_are_capped)
     o.max_waits_per_conn = 3;
     h_init_opts(&h, &o);
     dl_rdzv_job_opts_t jo = h_opts(1, 1);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
     static const char *const keys[] = {"x"};
     for (int i = 0; i < 3; i++) {
         wait_keys(&h, 1, "job", -1, keys, 1, 50, 0);
         ck_assert_int_eq(h_error(&h, 1), 0);
     }
     wait_keys(&h, 1, "job", -1, keys, 1, 50, 0);
-    ck_assert_int_eq(h_error(&h, 1), -ENOSPC);
+    DL_CHECK_ERRNO(h_error(&h, 1), -ENOSPC);
     /* Another connection has its own; one that finishes makes room. */
     wait_keys(&h, 2, "job", -1, keys, 1, 50, 0);
     ck_assert_int_eq(h_error(&h, 2), 0);
@@ -451,7 +438,6 @@ START_TEST(waits_of_one_connection_are_capped)
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_WAIT_DONE));
     h_fini(&h);
 }
-END_TEST
 
 static void start_two_nodes(harness_t *h)
 {
@@ -462,7 +448,7 @@ static void start_two_nodes(harness_t *h)
     ck_assert_uint_eq(h_count(h, DL_RDZV_MSG_ASSIGNMENT), 2);
 }
 
-START_TEST(a_new_round_starts_an_empty_store)
+DL_TEST(a_new_round_starts_an_empty_store)
 {
     harness_t h;
     start_two_nodes(&h);
@@ -470,11 +456,11 @@ START_TEST(a_new_round_starts_an_empty_store)
     op(&h, DL_RDZV_EV_STORE_SET, 10, "job", 0, "k", "v", 1);
     wait_keys(&h, 11, "job", 0, keys, 1, 60, 1);
     op(&h, DL_RDZV_EV_STORE_SET, 10, "job", 1, "k", "v", 1);
-    ck_assert_int_eq(h_error(&h, 10), -ESTALE);
+    DL_CHECK_ERRNO(h_error(&h, 10), -ESTALE);
     h_conn_event(&h, DL_RDZV_EV_WORKER_FAILED, 1, 0, 2);
-    ck_assert_int_eq(h_error(&h, 11), -ESTALE);
+    DL_CHECK_ERRNO(h_error(&h, 11), -ESTALE);
     op(&h, DL_RDZV_EV_STORE_GET, 10, "job", 0, "k", NULL, 3);
-    ck_assert_int_eq(h_error(&h, 10), -ESTALE);
+    DL_CHECK_ERRNO(h_error(&h, 10), -ESTALE);
     op(&h, DL_RDZV_EV_STORE_GET, 10, "job", 1, "k", NULL, 3);
     ck_assert(!h_msg(&h, 10, DL_RDZV_MSG_VALUE)->value.found);
     op(&h, DL_RDZV_EV_STORE_SET, 10, "job", -1, "k", "new", 3);
@@ -482,10 +468,9 @@ START_TEST(a_new_round_starts_an_empty_store)
     ck_assert(value_is(h_msg(&h, 10, DL_RDZV_MSG_VALUE), "new"));
     h_fini(&h);
 }
-END_TEST
 
 /* A one-node job's restart: the agent empties the store, and waits of the last attempt end. */
-START_TEST(a_reset_empties_the_store_and_ends_its_waits)
+DL_TEST(a_reset_empties_the_store_and_ends_its_waits)
 {
     harness_t h;
     setup(&h);
@@ -494,7 +479,7 @@ START_TEST(a_reset_empties_the_store_and_ends_its_waits)
     wait_keys(&h, 2, "job", -1, keys, 1, 60, 0);
     dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_STORE_RESET, .run_id = "job"};
     h_step(&h, &ev, 1);
-    ck_assert_int_eq(h_error(&h, 2), -ESTALE);
+    DL_CHECK_ERRNO(h_error(&h, 2), -ESTALE);
     op(&h, DL_RDZV_EV_STORE_GET, 1, "job", -1, "k", NULL, 2);
     ck_assert(!h_msg(&h, 1, DL_RDZV_MSG_VALUE)->value.found);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", -1, "k", "again", 2);
@@ -507,30 +492,28 @@ START_TEST(a_reset_empties_the_store_and_ends_its_waits)
     ck_assert(value_is(h_msg(&h, 1, DL_RDZV_MSG_VALUE), "again"));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(waits_end_with_the_job)
+DL_TEST(waits_end_with_the_job)
 {
     harness_t h;
     start_two_nodes(&h);
     static const char *const keys[] = {"x"};
     wait_keys(&h, 11, "job", -1, keys, 1, -1, 1);
     h_control(&h, DL_RDZV_EV_STOP, 50, "job", 2);
-    ck_assert_int_eq(h_error(&h, 11), -ESHUTDOWN);
+    DL_CHECK_ERRNO(h_error(&h, 11), -ESHUTDOWN);
     op(&h, DL_RDZV_EV_STORE_GET, 10, "job", -1, "x", NULL, 3);
-    ck_assert_int_eq(h_error(&h, 10), -ESHUTDOWN);
+    DL_CHECK_ERRNO(h_error(&h, 10), -ESHUTDOWN);
     op(&h, DL_RDZV_EV_STORE_GET, 10, "nope", -1, "x", NULL, 3);
-    ck_assert_int_eq(h_error(&h, 10), -ENOENT);
+    DL_CHECK_ERRNO(h_error(&h, 10), -ENOENT);
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(stores_are_per_job)
+DL_TEST(stores_are_per_job)
 {
     harness_t h;
     setup(&h);
     dl_rdzv_job_opts_t o = h_opts(1, 1);
-    ck_assert_int_eq(dl_rdzv_core_add_job(h.core, "other", &o), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "other", &o), 0);
     static const char *const keys[] = {"k"};
     wait_keys(&h, 5, "other", 0, keys, 1, -1, 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k", "in job", 0);
@@ -543,9 +526,8 @@ START_TEST(stores_are_per_job)
     ck_assert(value_is(h_msg(&h, 1, DL_RDZV_MSG_VALUE), "in job"));
     h_fini(&h);
 }
-END_TEST
 
-START_TEST(a_member_connection_keeps_its_membership_after_its_waits)
+DL_TEST(a_member_connection_keeps_its_membership_after_its_waits)
 {
     harness_t h;
     start_two_nodes(&h);
@@ -558,32 +540,4 @@ START_TEST(a_member_connection_keeps_its_membership_after_its_waits)
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_OK));
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 2);
     h_fini(&h);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("rdzv-store");
-    TCase *tc = tcase_create("store");
-    tcase_add_test(tc, set_then_get);
-    tcase_add_test(tc, add_is_an_integer_counter);
-    tcase_add_test(tc, compare_set_swaps_only_on_a_match);
-    tcase_add_test(tc, delete_removes_a_key);
-    tcase_add_test(tc, a_wait_is_completed_by_later_sets);
-    tcase_add_test(tc, a_wait_times_out);
-    tcase_add_test(tc, present_keys_and_zero_timeouts_answer_at_once);
-    tcase_add_test(tc, many_waiters_on_one_key);
-    tcase_add_test(tc, waits_go_with_their_connection);
-    tcase_add_test(tc, a_deleted_key_is_missing_again);
-    tcase_add_test(tc, limits_are_errors);
-    tcase_add_test(tc, the_bytes_of_a_store_are_capped);
-    tcase_add_test(tc, a_new_round_starts_an_empty_store);
-    tcase_add_test(tc, a_reset_empties_the_store_and_ends_its_waits);
-    tcase_add_test(tc, waits_end_with_the_job);
-    tcase_add_test(tc, stores_are_per_job);
-    tcase_add_test(tc, a_member_connection_keeps_its_membership_after_its_waits);
-    tcase_add_test(tc, the_memory_of_all_stores_is_capped);
-    tcase_add_test(tc, waits_of_one_connection_are_capped);
-    suite_add_tcase(s, tc);
-    return h_run_suite(s);
 }

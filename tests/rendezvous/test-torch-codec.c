@@ -1,11 +1,11 @@
 /* PyTorch's TCPStore framing (torch-codec.h): the bytes torch 1.13's client sends (captured from
  * Debian's python3-torch), the validated dialect of newer clients, cut at every byte, and what
  * must be refused. */
-#include <check.h>
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "harness.h"
 #include "torch-codec.h"
 
@@ -27,12 +27,12 @@ static void whole_only(const uint8_t *q, size_t n, dl_torch_dialect_t d, dl_torc
     char err[128];
     for (size_t cut = 0; cut < n; cut++) {
         dl_torch_dialect_t dd = d;
-        ck_assert_int_eq(dl_torch_parse(q, cut, &dd, &lim, ret, err, sizeof(err)), 0);
+        DL_CHECK_ERRNO(dl_torch_parse(q, cut, &dd, &lim, ret, err, sizeof(err)), 0);
     }
     ck_assert_int_eq(dl_torch_parse(q, n, &d, &lim, ret, err, sizeof(err)), (int)n);
 }
 
-START_TEST(torch_113_set_and_add_as_captured)
+DL_TEST(torch_113_set_and_add_as_captured)
 {
     /* What torch 1.13's TCPStore sent for set("ab", "xyz") and add("c", 5): it puts "/" in
      * front of every key and sends no handshake. */
@@ -56,9 +56,8 @@ START_TEST(torch_113_set_and_add_as_captured)
     ck_assert_int_eq(q.delta, 5);
     whole_only(wire, 23, DL_TORCH_DIALECT_UNKNOWN, &q);
 }
-END_TEST
 
-START_TEST(v1_numbering)
+DL_TEST(v1_numbering)
 {
     static const struct {
         uint8_t type;
@@ -106,9 +105,8 @@ START_TEST(v1_numbering)
     ck_assert_int_eq(dl_torch_parse((const uint8_t *)"\x06", 1, &d, &lim, &got, NULL, 0), 1);
     ck_assert_int_eq(got.op, DL_TORCH_Q_GETNUMKEYS);
 }
-END_TEST
 
-START_TEST(v2_validates_first_then_numbers_one_higher)
+DL_TEST(v2_validates_first_then_numbers_one_higher)
 {
     uint8_t q[256] = {0, 0xCE, 0xF7, 0x85, 0x3C};
     dl_torch_dialect_t d = DL_TORCH_DIALECT_UNKNOWN;
@@ -116,7 +114,7 @@ START_TEST(v2_validates_first_then_numbers_one_higher)
     char err[128];
     for (size_t cut = 0; cut < 5; cut++) {
         dl_torch_dialect_t dd = d;
-        ck_assert_int_eq(dl_torch_parse(q, cut, &dd, &lim, &got, err, sizeof(err)), 0);
+        DL_CHECK_ERRNO(dl_torch_parse(q, cut, &dd, &lim, &got, err, sizeof(err)), 0);
     }
     ck_assert_int_eq(dl_torch_parse(q, 5, &d, &lim, &got, err, sizeof(err)), 5);
     ck_assert_int_eq(d, DL_TORCH_DIALECT_V2);
@@ -127,7 +125,7 @@ START_TEST(v2_validates_first_then_numbers_one_higher)
     whole_only(q, n, d, &got);
     ck_assert_int_eq(got.op, DL_TORCH_Q_SET);
     static const uint8_t again[] = {0, 0xCE, 0xF7, 0x85, 0x3C};
-    ck_assert_int_eq(dl_torch_parse(again, 5, &d, &lim, &got, err, sizeof(err)), -EPROTO);
+    DL_CHECK_ERRNO(dl_torch_parse(again, 5, &d, &lim, &got, err, sizeof(err)), -EPROTO);
     ck_assert_str_eq(err, "validation repeated after the first query");
     /* MULTI_SET: pairs. */
     q[0] = 11;
@@ -148,9 +146,8 @@ START_TEST(v2_validates_first_then_numbers_one_higher)
     ck_assert_uint_eq(got.nonce, 0x04030201u);
     ck_assert_str_eq(dl_torch_op_name(DL_TORCH_Q_CANCEL_WAIT), "cancel_wait");
 }
-END_TEST
 
-START_TEST(bad_queries_are_refused_before_their_bytes_arrive)
+DL_TEST(bad_queries_are_refused_before_their_bytes_arrive)
 {
     dl_torch_dialect_t d = DL_TORCH_DIALECT_V1;
     dl_torch_query_t got;
@@ -159,64 +156,49 @@ START_TEST(bad_queries_are_refused_before_their_bytes_arrive)
     /* A key longer than the limit: refused at its length, the 16 bytes never needed. */
     q[0] = 2;
     q[1] = 17;
-    ck_assert_int_eq(dl_torch_parse(q, 9, &d, &lim, &got, err, sizeof(err)), -EMSGSIZE);
+    DL_CHECK_ERRNO(dl_torch_parse(q, 9, &d, &lim, &got, err, sizeof(err)), -EMSGSIZE);
     ck_assert_str_eq(err, "key of 17 bytes is outside 1..16");
     q[1] = 0;
-    ck_assert_int_eq(dl_torch_parse(q, 9, &d, &lim, &got, err, sizeof(err)), -EMSGSIZE);
+    DL_CHECK_ERRNO(dl_torch_parse(q, 9, &d, &lim, &got, err, sizeof(err)), -EMSGSIZE);
     /* A value over the limit, a list too long or empty. */
     q[0] = 0;
     size_t n = str(q, 1, "k", 1);
     q[n] = 33;
-    ck_assert_int_eq(dl_torch_parse(q, n + 8, &d, &lim, &got, err, sizeof(err)), -EMSGSIZE);
+    DL_CHECK_ERRNO(dl_torch_parse(q, n + 8, &d, &lim, &got, err, sizeof(err)), -EMSGSIZE);
     ck_assert_str_eq(err, "value of 33 bytes is outside 0..32");
     memset(q, 0, sizeof(q));
     q[0] = 5;
     q[1] = 5;
-    ck_assert_int_eq(dl_torch_parse(q, 9, &d, &lim, &got, err, sizeof(err)), -EMSGSIZE);
+    DL_CHECK_ERRNO(dl_torch_parse(q, 9, &d, &lim, &got, err, sizeof(err)), -EMSGSIZE);
     q[1] = 0;
-    ck_assert_int_eq(dl_torch_parse(q, 9, &d, &lim, &got, err, sizeof(err)), -EMSGSIZE);
+    DL_CHECK_ERRNO(dl_torch_parse(q, 9, &d, &lim, &got, err, sizeof(err)), -EMSGSIZE);
     /* Types neither dialect has. */
     q[0] = 10;
-    ck_assert_int_eq(dl_torch_parse(q, 1, &d, &lim, &got, err, sizeof(err)), -EPROTO);
+    DL_CHECK_ERRNO(dl_torch_parse(q, 1, &d, &lim, &got, err, sizeof(err)), -EPROTO);
     ck_assert_str_eq(err, "unknown query type 10 (torch <= 2.0 numbering)");
     d = DL_TORCH_DIALECT_V2;
     q[0] = 17;
-    ck_assert_int_eq(dl_torch_parse(q, 1, &d, &lim, &got, err, sizeof(err)), -EPROTO);
+    DL_CHECK_ERRNO(dl_torch_parse(q, 1, &d, &lim, &got, err, sizeof(err)), -EPROTO);
     q[0] = 0;
     q[1] = 1;
-    ck_assert_int_eq(dl_torch_parse(q, 5, &d, &lim, &got, err, sizeof(err)), -EPROTO);
+    DL_CHECK_ERRNO(dl_torch_parse(q, 5, &d, &lim, &got, err, sizeof(err)), -EPROTO);
     ck_assert_str_eq(err, "validation with a wrong magic after the first query");
 }
-END_TEST
 
-START_TEST(encoders_write_little_endian_and_refuse_overflow)
+DL_TEST(encoders_write_little_endian_and_refuse_overflow)
 {
     uint8_t out[20];
     size_t len = 0;
-    ck_assert_int_eq(dl_torch_put_u8(out, sizeof(out), &len, 1), 0);
-    ck_assert_int_eq(dl_torch_put_i64(out, sizeof(out), &len, -2), 0);
-    ck_assert_int_eq(dl_torch_put_u32(out, sizeof(out), &len, 0x01020304), 0);
+    DL_CHECK_ERRNO(dl_torch_put_u8(out, sizeof(out), &len, 1), 0);
+    DL_CHECK_ERRNO(dl_torch_put_i64(out, sizeof(out), &len, -2), 0);
+    DL_CHECK_ERRNO(dl_torch_put_u32(out, sizeof(out), &len, 0x01020304), 0);
     ck_assert_uint_eq(len, 13);
     static const uint8_t want[] = {1, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 4, 3, 2, 1};
     ck_assert(memcmp(out, want, sizeof(want)) == 0);
-    ck_assert_int_eq(dl_torch_put_bytes(out, sizeof(out), &len, "ab", 2), -ENOBUFS);
+    DL_CHECK_ERRNO(dl_torch_put_bytes(out, sizeof(out), &len, "ab", 2), -ENOBUFS);
     ck_assert_uint_eq(len, 13);
     len = 0;
-    ck_assert_int_eq(dl_torch_put_bytes(out, sizeof(out), &len, "ab", 2), 0);
+    DL_CHECK_ERRNO(dl_torch_put_bytes(out, sizeof(out), &len, "ab", 2), 0);
     ck_assert_uint_eq(len, DL_TORCH_BYTES_SIZE(2));
     ck_assert(out[0] == 2 && out[8] == 'a' && out[9] == 'b');
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("torch-codec");
-    TCase *tc = tcase_create("framing");
-    tcase_add_test(tc, torch_113_set_and_add_as_captured);
-    tcase_add_test(tc, v1_numbering);
-    tcase_add_test(tc, v2_validates_first_then_numbers_one_higher);
-    tcase_add_test(tc, bad_queries_are_refused_before_their_bytes_arrive);
-    tcase_add_test(tc, encoders_write_little_endian_and_refuse_overflow);
-    suite_add_tcase(s, tc);
-    return h_run_suite(s);
 }

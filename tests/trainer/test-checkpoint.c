@@ -1,6 +1,5 @@
 /* Checkpoints: bitwise round trip, every kind of damage detected and skipped in favour of the
  * next newest, writes atomic (a failed write leaves nothing under a checkpoint's name), pruning. */
-#include <check.h>
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -12,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dl-test.h"
 #include "trainer.h"
 #include "util.h"
 
@@ -103,7 +103,7 @@ static void on_skip(void *ud, const char *why)
     s->count++;
 }
 
-START_TEST(round_trip_is_bitwise)
+DL_TEST(round_trip_is_bitwise)
 {
     char path[4096];
     float p[NP], m[NP];
@@ -124,9 +124,8 @@ START_TEST(round_trip_is_bitwise)
     /* Nothing but the checkpoint is left in the folder. */
     ck_assert_uint_eq(count_entries("."), 2); /* "." and ".." */
 }
-END_TEST
 
-START_TEST(latest_wins_and_damage_is_skipped)
+DL_TEST(latest_wins_and_damage_is_skipped)
 {
     char p1[4096], p2[4096], p3[4096], got[4096];
     float p[NP], m[NP];
@@ -166,9 +165,8 @@ START_TEST(latest_wins_and_damage_is_skipped)
     ck_assert_msg(strstr(skips.lines[1], p2) && strstr(skips.lines[1], "truncated"), "%s",
                   skips.lines[1]);
 }
-END_TEST
 
-START_TEST(damage_leaves_the_model_alone)
+DL_TEST(damage_leaves_the_model_alone)
 {
     char path[4096];
     float p[NP], m[NP];
@@ -182,7 +180,7 @@ START_TEST(damage_leaves_the_model_alone)
     for (size_t i = 0; i < NP; i++)
         p[i] = m[i] = 42.0f;
     dl_train_ckpt_t in = receiver(p, m);
-    ck_assert_int_eq(dl_train_ckpt_load(path, &in, err, sizeof(err)), -EBADMSG);
+    DL_CHECK_ERRNO(dl_train_ckpt_load(path, &in, err, sizeof(err)), -EBADMSG);
     ck_assert_ptr_nonnull(strstr(err, "bad checksum"));
     for (size_t i = 0; i < NP; i++) {
         ck_assert_float_eq(p[i], 42.0f);
@@ -190,9 +188,8 @@ START_TEST(damage_leaves_the_model_alone)
     }
     ck_assert_uint_eq(in.step, 0);
 }
-END_TEST
 
-START_TEST(wrong_shape_and_garbage)
+DL_TEST(wrong_shape_and_garbage)
 {
     char path[4096], bad[4096];
     float p[NP], m[NP];
@@ -201,22 +198,22 @@ START_TEST(wrong_shape_and_garbage)
     dl_train_ckpt_t in = receiver(p, m);
     in.sizes[1] = 21;
     in.n_params = 30 * 21 + 21 + 21 * 10 + 10;
-    ck_assert_int_eq(dl_train_ckpt_load(path, &in, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_ckpt_load(path, &in, err, sizeof(err)), -EINVAL);
     ck_assert_msg(strstr(err, "30-20-10 tanh, expected 30-21-10 tanh"), "%s", err);
 
     in = receiver(p, m);
     in.act = DL_TRAIN_ACT_RELU;
-    ck_assert_int_eq(dl_train_ckpt_load(path, &in, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_ckpt_load(path, &in, err, sizeof(err)), -EINVAL);
 
     in = receiver(p, m);
     snprintf(bad, sizeof(bad), "%s/ckpt-000000000999.dlck", dir);
     char junk[120];
     memset(junk, 'j', sizeof(junk));
     tu_write_file(bad, junk, sizeof(junk));
-    ck_assert_int_eq(dl_train_ckpt_load(bad, &in, err, sizeof(err)), -EBADMSG);
+    DL_CHECK_ERRNO(dl_train_ckpt_load(bad, &in, err, sizeof(err)), -EBADMSG);
     ck_assert_msg(strstr(err, bad) && strstr(err, "bad magic"), "%s", err);
     tu_write_file(bad, "DLTR", 4);
-    ck_assert_int_eq(dl_train_ckpt_load(bad, &in, err, sizeof(err)), -EBADMSG);
+    DL_CHECK_ERRNO(dl_train_ckpt_load(bad, &in, err, sizeof(err)), -EBADMSG);
     ck_assert_ptr_nonnull(strstr(err, "truncated header"));
 
     /* The newest is garbage; the valid one behind it is found. */
@@ -226,21 +223,19 @@ START_TEST(wrong_shape_and_garbage)
     ck_assert_uint_eq(in.step, 7);
     ck_assert_int_eq(skips.count, 1);
 }
-END_TEST
 
-START_TEST(empty_or_missing_folder)
+DL_TEST(empty_or_missing_folder)
 {
     float p[NP], m[NP];
     char missing[4096];
     dl_train_ckpt_t in = receiver(p, m);
-    ck_assert_int_eq(dl_train_ckpt_load_latest(dir, &in, NULL, NULL, NULL, 0, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_ckpt_load_latest(dir, &in, NULL, NULL, NULL, 0, err, sizeof(err)), 0);
     snprintf(missing, sizeof(missing), "%s/nope", dir);
     ck_assert_int_eq(dl_train_ckpt_load_latest(missing, &in, NULL, NULL, NULL, 0, err, sizeof(err)),
                      0);
 }
-END_TEST
 
-START_TEST(failed_write_leaves_no_partial_file)
+DL_TEST(failed_write_leaves_no_partial_file)
 {
     char good[4096];
     save(1, 1.0f, good);
@@ -269,9 +264,8 @@ START_TEST(failed_write_leaves_no_partial_file)
     ck_assert_int_eq(dl_train_ckpt_load_latest(dir, &in, NULL, NULL, NULL, 0, err, sizeof(err)), 1);
     ck_assert_uint_eq(in.step, 1);
 }
-END_TEST
 
-START_TEST(leftover_temporary_is_ignored_then_pruned)
+DL_TEST(leftover_temporary_is_ignored_then_pruned)
 {
     char tmp[4096];
     float p[NP], m[NP];
@@ -287,11 +281,10 @@ START_TEST(leftover_temporary_is_ignored_then_pruned)
     ck_assert_uint_eq(in.step, 3);
     ck_assert_int_eq(skips.count, 0);
     dl_train_ckpt_t shape = make(0, 0.0f);
-    ck_assert_int_eq(dl_train_ckpt_prune(dir, 3, &shape, NULL, NULL, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_ckpt_prune(dir, 3, &shape, NULL, NULL, err, sizeof(err)), 0);
     ck_assert_uint_eq(count_entries(".ckpt-"), 0);
     ck_assert_uint_eq(count_entries("ckpt-"), 1);
 }
-END_TEST
 
 static bool exists(uint64_t step)
 {
@@ -317,7 +310,7 @@ static void damage(uint64_t step, bool truncate)
 
 /* What a resume after a crash saw: the two newest files damaged (a bad checksum, a truncation).
  * Pruning must keep the valid ones behind them, which are all a resume can use. */
-START_TEST(prune_counts_only_valid_checkpoints)
+DL_TEST(prune_counts_only_valid_checkpoints)
 {
     float p[NP], m[NP];
     for (uint64_t s = 1; s <= 5; s++)
@@ -326,7 +319,7 @@ START_TEST(prune_counts_only_valid_checkpoints)
     damage(40, true);
     dl_train_ckpt_t shape = make(0, 0.0f);
     skips_t skips = {0};
-    ck_assert_int_eq(dl_train_ckpt_prune(dir, 3, &shape, on_skip, &skips, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_ckpt_prune(dir, 3, &shape, on_skip, &skips, err, sizeof(err)), 0);
     /* Only three valid ones exist: nothing is surplus, and the damaged ones stay for a look. */
     for (uint64_t s = 1; s <= 5; s++)
         ck_assert_msg(exists(s * 10), "step %llu was deleted", (unsigned long long)s * 10);
@@ -335,7 +328,7 @@ START_TEST(prune_counts_only_valid_checkpoints)
     ck_assert_msg(strstr(skips.lines[1], "truncated"), "%s", skips.lines[1]);
 
     /* keep 1: the newest valid (30) stays, the damaged newer ones stay, the older go. */
-    ck_assert_int_eq(dl_train_ckpt_prune(dir, 1, &shape, NULL, NULL, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_ckpt_prune(dir, 1, &shape, NULL, NULL, err, sizeof(err)), 0);
     ck_assert(exists(50) && exists(40) && exists(30));
     ck_assert(!exists(20) && !exists(10));
     dl_train_ckpt_t in = receiver(p, m);
@@ -344,7 +337,7 @@ START_TEST(prune_counts_only_valid_checkpoints)
 
     /* A newer good one arrives: it is the one kept, and everything older goes, damaged or not. */
     save(60, 6.0f, NULL);
-    ck_assert_int_eq(dl_train_ckpt_prune(dir, 1, &shape, NULL, NULL, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_ckpt_prune(dir, 1, &shape, NULL, NULL, err, sizeof(err)), 0);
     ck_assert(exists(60));
     ck_assert(!exists(50) && !exists(40) && !exists(30));
 
@@ -352,12 +345,11 @@ START_TEST(prune_counts_only_valid_checkpoints)
     save(70, 7.0f, NULL);
     dl_train_ckpt_t other = make(0, 0.0f);
     other.act = DL_TRAIN_ACT_RELU;
-    ck_assert_int_eq(dl_train_ckpt_prune(dir, 1, &other, NULL, NULL, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_ckpt_prune(dir, 1, &other, NULL, NULL, err, sizeof(err)), 0);
     ck_assert(exists(70) && exists(60));
 }
-END_TEST
 
-START_TEST(prune_keeps_newest)
+DL_TEST(prune_keeps_newest)
 {
     char path[4096];
     for (uint64_t s = 1; s <= 12; s++)
@@ -366,7 +358,7 @@ START_TEST(prune_keeps_newest)
     snprintf(path, sizeof(path), "%s/notes.txt", dir);
     tu_write_file(path, "x", 1);
     dl_train_ckpt_t shape = make(0, 0.0f);
-    ck_assert_int_eq(dl_train_ckpt_prune(dir, 3, &shape, NULL, NULL, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_ckpt_prune(dir, 3, &shape, NULL, NULL, err, sizeof(err)), 0);
     ck_assert_uint_eq(count_entries("ckpt-"), 3);
     ck_assert_uint_eq(count_entries("notes"), 1);
     for (uint64_t s = 10; s <= 12; s++) {
@@ -375,26 +367,5 @@ START_TEST(prune_keeps_newest)
         ck_assert_int_eq(stat(path, &st), 0);
     }
 }
-END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("checkpoint");
-    TCase *tc = tcase_create("core");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, round_trip_is_bitwise);
-    tcase_add_test(tc, latest_wins_and_damage_is_skipped);
-    tcase_add_test(tc, damage_leaves_the_model_alone);
-    tcase_add_test(tc, wrong_shape_and_garbage);
-    tcase_add_test(tc, empty_or_missing_folder);
-    tcase_add_test(tc, failed_write_leaves_no_partial_file);
-    tcase_add_test(tc, leftover_temporary_is_ignored_then_pruned);
-    tcase_add_test(tc, prune_keeps_newest);
-    tcase_add_test(tc, prune_counts_only_valid_checkpoints);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+DL_TEST_SUITE(.setup = setup, .teardown = teardown);

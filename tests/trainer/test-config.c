@@ -1,14 +1,14 @@
 /* The trainer's settings: documented defaults, the key/value setter a YAML loader drives, and
  * errors that name the key. */
-#include <check.h>
 #include <errno.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "trainer.h"
 
 static char err[DL_TRAIN_ERRLEN];
 
-START_TEST(defaults)
+DL_TEST(defaults)
 {
     dl_train_config_t c;
     dl_train_config_init(&c);
@@ -30,51 +30,49 @@ START_TEST(defaults)
     ck_assert_int_eq(c.blas_threads, 1);
     ck_assert_int_eq(c.overlap, DL_TRAIN_OVERLAP_AUTO);
     ck_assert_uint_eq(c.fail_at_step, 0); /* no crash on purpose unless asked */
-    ck_assert_int_eq(dl_train_config_check(&c, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_check(&c, err, sizeof(err)), 0);
     dl_train_config_free(&c);
     dl_train_config_free(NULL);
 }
-END_TEST
 
-START_TEST(set_every_kind)
+DL_TEST(set_every_kind)
 {
     dl_train_config_t c;
     dl_train_config_init(&c);
-    ck_assert_int_eq(dl_train_config_set(&c, "layers", "784,512,10", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "layers", "784,512,10", err, sizeof(err)), 0);
     ck_assert_uint_eq(c.n_layers, 2);
     ck_assert_uint_eq(c.sizes[1], 512);
-    ck_assert_int_eq(dl_train_config_set(&c, "activation", "gelu", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "activation", "gelu", err, sizeof(err)), 0);
     ck_assert_int_eq(c.activation, DL_TRAIN_ACT_GELU);
-    ck_assert_int_eq(dl_train_config_set(&c, "lr", "0.125", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "lr", "0.125", err, sizeof(err)), 0);
     ck_assert_double_eq(c.lr, 0.125);
-    ck_assert_int_eq(dl_train_config_set(&c, "steps", "5000", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "steps", "5000", err, sizeof(err)), 0);
     ck_assert_uint_eq(c.steps, 5000);
-    ck_assert_int_eq(dl_train_config_set(&c, "drop_last", "yes", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "drop_last", "yes", err, sizeof(err)), 0);
     ck_assert(c.drop_last);
-    ck_assert_int_eq(dl_train_config_set(&c, "lr_scaling", "linear", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "lr_scaling", "linear", err, sizeof(err)), 0);
     ck_assert_int_eq(c.lr_scaling, DL_TRAIN_SCALE_LINEAR);
-    ck_assert_int_eq(dl_train_config_set(&c, "checkpoint_dir", "/tmp/x", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "checkpoint_dir", "/tmp/x", err, sizeof(err)), 0);
     ck_assert_str_eq(c.checkpoint_dir, "/tmp/x");
-    ck_assert_int_eq(dl_train_config_set(&c, "checkpoint_dir", "", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "checkpoint_dir", "", err, sizeof(err)), 0);
     ck_assert_ptr_null(c.checkpoint_dir);
-    ck_assert_int_eq(dl_train_config_set(&c, "summary_file", "s.json", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "summary_file", "s.json", err, sizeof(err)), 0);
     ck_assert_int_eq(dl_train_config_set(&c, "seed", "18446744073709551615", err, sizeof(err)),
                      -ERANGE);
-    ck_assert_int_eq(dl_train_config_set(&c, "bucket_bytes", "1048576", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "bucket_bytes", "1048576", err, sizeof(err)), 0);
     ck_assert_uint_eq(c.bucket_bytes, 1048576);
-    ck_assert_int_eq(dl_train_config_set(&c, "overlap", "off", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "overlap", "off", err, sizeof(err)), 0);
     ck_assert_int_eq(c.overlap, DL_TRAIN_OVERLAP_OFF);
-    ck_assert_int_eq(dl_train_config_set(&c, "overlap", "on", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "overlap", "on", err, sizeof(err)), 0);
     ck_assert_int_eq(c.overlap, DL_TRAIN_OVERLAP_ON);
-    ck_assert_int_eq(dl_train_config_set(&c, "fail_at_step", "300", err, sizeof(err)), 0);
-    ck_assert_int_eq(dl_train_config_set(&c, "fail_rank", "1", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "fail_at_step", "300", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "fail_rank", "1", err, sizeof(err)), 0);
     ck_assert_uint_eq(c.fail_at_step, 300);
     ck_assert_int_eq(c.fail_rank, 1);
     dl_train_config_free(&c);
 }
-END_TEST
 
-START_TEST(bad_values_name_the_key_and_change_nothing)
+DL_TEST(bad_values_name_the_key_and_change_nothing)
 {
     static const char *const cases[][3] = {
         {"lr", "fast", "not a number"},
@@ -105,25 +103,23 @@ START_TEST(bad_values_name_the_key_and_change_nothing)
     }
     dl_train_config_free(&c);
 }
-END_TEST
 
-START_TEST(check_catches_contradictions)
+DL_TEST(check_catches_contradictions)
 {
     dl_train_config_t c;
     dl_train_config_init(&c);
-    ck_assert_int_eq(dl_train_config_set(&c, "epochs", "0", err, sizeof(err)), 0);
-    ck_assert_int_eq(dl_train_config_check(&c, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "epochs", "0", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_check(&c, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "nothing to do"));
-    ck_assert_int_eq(dl_train_config_set(&c, "steps", "10", err, sizeof(err)), 0);
-    ck_assert_int_eq(dl_train_config_check(&c, err, sizeof(err)), 0);
-    ck_assert_int_eq(dl_train_config_set(&c, "lr_min", "1", err, sizeof(err)), 0);
-    ck_assert_int_eq(dl_train_config_check(&c, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "steps", "10", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_check(&c, err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_set(&c, "lr_min", "1", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_config_check(&c, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "lr_min"));
     dl_train_config_free(&c);
 }
-END_TEST
 
-START_TEST(key_table_covers_every_key)
+DL_TEST(key_table_covers_every_key)
 {
     size_t n = dl_train_settings.n;
     dl_train_config_t c;
@@ -165,22 +161,4 @@ START_TEST(key_table_covers_every_key)
         ck_assert_msg(found, "no key %s", required[r]);
     }
     dl_train_config_free(&c);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("config");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, defaults);
-    tcase_add_test(tc, set_every_kind);
-    tcase_add_test(tc, bad_values_name_the_key_and_change_nothing);
-    tcase_add_test(tc, check_catches_contradictions);
-    tcase_add_test(tc, key_table_covers_every_key);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

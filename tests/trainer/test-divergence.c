@@ -2,9 +2,9 @@
  * than half of the window; noise, a falling loss and spikes shorter than half the window are left
  * alone; the median stays the healthy one while the loss is high or oscillates; factor 0 watches
  * only for non-finite losses. */
-#include <check.h>
 #include <math.h>
 
+#include "dl-test.h"
 #include "trainer.h"
 
 /* A healthy run: the loss falls from 2.3 towards 0.3 with +-20% noise. */
@@ -14,16 +14,15 @@ static double healthy(int step)
     return base * (1.0 + 0.2 * sin(step * 1.7));
 }
 
-START_TEST(healthy_noisy_falling_loss_never_diverges)
+DL_TEST(healthy_noisy_falling_loss_never_diverges)
 {
     dl_train_divergence_t d;
     dl_train_divergence_init(&d, 3.0, 20);
     for (int s = 0; s < 5000; s++)
         ck_assert_int_eq(dl_train_divergence_feed(&d, healthy(s)), DL_TRAIN_LOSS_OK);
 }
-END_TEST
 
-START_TEST(non_finite_loss_diverges_at_once)
+DL_TEST(non_finite_loss_diverges_at_once)
 {
     dl_train_divergence_t d;
     dl_train_divergence_init(&d, 3.0, 20);
@@ -32,9 +31,8 @@ START_TEST(non_finite_loss_diverges_at_once)
     ck_assert_int_eq(dl_train_divergence_feed(&d, 1.0), DL_TRAIN_LOSS_OK);
     ck_assert_int_eq(dl_train_divergence_feed(&d, INFINITY), DL_TRAIN_LOSS_DIVERGED);
 }
-END_TEST
 
-START_TEST(loss_far_above_median_for_the_window_diverges)
+DL_TEST(loss_far_above_median_for_the_window_diverges)
 {
     dl_train_divergence_t d;
     dl_train_divergence_init(&d, 3.0, 20);
@@ -47,9 +45,8 @@ START_TEST(loss_far_above_median_for_the_window_diverges)
     ck_assert_double_eq_tol(d.median, 0.5, 1e-12);
     ck_assert_int_eq(dl_train_divergence_feed(&d, 2.3), DL_TRAIN_LOSS_DIVERGED);
 }
-END_TEST
 
-START_TEST(spikes_of_half_the_window_are_forgiven)
+DL_TEST(spikes_of_half_the_window_are_forgiven)
 {
     dl_train_divergence_t d;
     dl_train_divergence_init(&d, 3.0, 20);
@@ -62,9 +59,8 @@ START_TEST(spikes_of_half_the_window_are_forgiven)
             ck_assert_int_eq(dl_train_divergence_feed(&d, 0.6), DL_TRAIN_LOSS_OK);
     }
 }
-END_TEST
 
-START_TEST(oscillating_blow_up_diverges)
+DL_TEST(oscillating_blow_up_diverges)
 {
     dl_train_divergence_t d;
     dl_train_divergence_init(&d, 3.0, 20);
@@ -82,11 +78,10 @@ START_TEST(oscillating_blow_up_diverges)
     ck_assert_int_eq(dl_train_divergence_feed(&d, 2.3), DL_TRAIN_LOSS_HIGH);
     ck_assert_double_eq_tol(d.median, 0.5, 0.2);
 }
-END_TEST
 
 /* Seen in a straggler test: a model that memorised a small subset sat at a median of 0.026 and
  * had batches at 0.09 (3.5x) in 11 of 20 steps; it started from 2.3 and was not diverging. */
-START_TEST(noise_of_a_memorised_subset_is_no_divergence)
+DL_TEST(noise_of_a_memorised_subset_is_no_divergence)
 {
     dl_train_divergence_t d;
     dl_train_divergence_init(&d, 3.0, 20);
@@ -102,9 +97,8 @@ START_TEST(noise_of_a_memorised_subset_is_no_divergence)
         v = dl_train_divergence_feed(&d, 2.0);
     ck_assert_int_eq(v, DL_TRAIN_LOSS_DIVERGED);
 }
-END_TEST
 
-START_TEST(no_verdict_before_enough_history)
+DL_TEST(no_verdict_before_enough_history)
 {
     dl_train_divergence_t d;
     dl_train_divergence_init(&d, 3.0, 2);
@@ -112,24 +106,4 @@ START_TEST(no_verdict_before_enough_history)
     ck_assert_int_eq(dl_train_divergence_feed(&d, 0.1), DL_TRAIN_LOSS_OK);
     for (int s = 0; s < 14; s++)
         ck_assert_int_eq(dl_train_divergence_feed(&d, 100.0), DL_TRAIN_LOSS_OK);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("divergence");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, healthy_noisy_falling_loss_never_diverges);
-    tcase_add_test(tc, non_finite_loss_diverges_at_once);
-    tcase_add_test(tc, loss_far_above_median_for_the_window_diverges);
-    tcase_add_test(tc, spikes_of_half_the_window_are_forgiven);
-    tcase_add_test(tc, oscillating_blow_up_diverges);
-    tcase_add_test(tc, noise_of_a_memorised_subset_is_no_divergence);
-    tcase_add_test(tc, no_verdict_before_enough_history);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

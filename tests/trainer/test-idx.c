@@ -1,11 +1,11 @@
 /* IDX files through zlib: good files read back exactly, every kind of broken file is one clear
  * error that names the file. */
-#include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "trainer.h"
 #include "util.h"
 
@@ -53,13 +53,13 @@ static void expect_error(int rc, const char *what)
     ck_assert_ptr_null(strchr(err, '\n'));
 }
 
-START_TEST(reads_gzip_and_plain)
+DL_TEST(reads_gzip_and_plain)
 {
     for (int gz = 0; gz < 2; gz++) {
         uint8_t *data = NULL;
         size_t dims[3];
         write_images(gz, IMG_MAGIC, 60);
-        ck_assert_int_eq(dl_train_idx_read(path, 3, &data, dims, err, sizeof(err)), 0);
+        DL_CHECK_ERRNO(dl_train_idx_read(path, 3, &data, dims, err, sizeof(err)), 0);
         ck_assert_uint_eq(dims[0], 5);
         ck_assert_uint_eq(dims[1], 3);
         ck_assert_uint_eq(dims[2], 4);
@@ -68,77 +68,67 @@ START_TEST(reads_gzip_and_plain)
         free(data);
     }
 }
-END_TEST
 
-START_TEST(missing_file)
+DL_TEST(missing_file)
 {
     snprintf(path, sizeof(path), "%s/absent-idx3-ubyte.gz", dir);
     expect_error(-ENOENT, "No such file");
 }
-END_TEST
 
-START_TEST(bad_magic)
+DL_TEST(bad_magic)
 {
     static const uint8_t magic[4] = {0x1f, 0x00, 8, 3};
     write_images(true, magic, 60);
     expect_error(-EBADMSG, "bad magic");
 }
-END_TEST
 
-START_TEST(wrong_element_type)
+DL_TEST(wrong_element_type)
 {
     static const uint8_t magic[4] = {0, 0, 0x0d, 3}; /* float */
     write_images(true, magic, 60);
     expect_error(-EBADMSG, "element type");
 }
-END_TEST
 
-START_TEST(wrong_dimension_count)
+DL_TEST(wrong_dimension_count)
 {
     write_images(true, LAB_MAGIC, 60); /* says 1 dimension, images need 3 */
     expect_error(-EBADMSG, "1 dimensions, expected 3");
 }
-END_TEST
 
-START_TEST(zero_dimension)
+DL_TEST(zero_dimension)
 {
     uint32_t dims[3] = {5, 0, 4};
     tu_write_idx(path, true, IMG_MAGIC, dims, 3, NULL, 0);
     expect_error(-EBADMSG, "dimension 1 is zero");
 }
-END_TEST
 
-START_TEST(huge_dimensions)
+DL_TEST(huge_dimensions)
 {
     uint32_t dims[3] = {0xffffffffu, 0xffffffffu, 2};
     tu_write_idx(path, true, IMG_MAGIC, dims, 3, NULL, 0);
     expect_error(-EBADMSG, "too large");
 }
-END_TEST
 
-START_TEST(short_data)
+DL_TEST(short_data)
 {
     write_images(true, IMG_MAGIC, 59);
     expect_error(-EBADMSG, "truncated: 59 bytes of data, the header promises 60");
 }
-END_TEST
 
-START_TEST(short_header)
+DL_TEST(short_header)
 {
     static const uint8_t two[2] = {0, 0};
     tu_write_file(path, two, 2);
     expect_error(-EBADMSG, "truncated");
 }
-END_TEST
 
-START_TEST(trailing_data)
+DL_TEST(trailing_data)
 {
     write_images(true, IMG_MAGIC, 61);
     expect_error(-EBADMSG, "trailing bytes");
 }
-END_TEST
 
-START_TEST(truncated_gzip_stream)
+DL_TEST(truncated_gzip_stream)
 {
     write_images(true, IMG_MAGIC, 60);
     size_t len;
@@ -147,9 +137,8 @@ START_TEST(truncated_gzip_stream)
     free(raw);
     expect_error(-EBADMSG, "truncated gzip stream");
 }
-END_TEST
 
-START_TEST(corrupted_gzip_stream)
+DL_TEST(corrupted_gzip_stream)
 {
     /* Damage inside the compressed data: zlib must report it (bad data or a CRC mismatch in the
      * trailer), never hand back wrong pixels. */
@@ -166,9 +155,8 @@ START_TEST(corrupted_gzip_stream)
     free(raw);
     expect_error(-EBADMSG, "bad gzip stream");
 }
-END_TEST
 
-START_TEST(dataset_count_mismatch)
+DL_TEST(dataset_count_mismatch)
 {
     uint8_t px[4 * 9] = {0}, labels[3] = {0, 1, 2};
     uint32_t idims[3] = {4, 3, 3}, ldims[1] = {3};
@@ -179,13 +167,12 @@ START_TEST(dataset_count_mismatch)
     tu_write_idx(p, true, LAB_MAGIC, ldims, 1, labels, sizeof(labels));
 
     dl_train_dataset_t ds = {0};
-    ck_assert_int_eq(dl_train_dataset_load(&ds, dir, "train", err, sizeof(err)), -EBADMSG);
+    DL_CHECK_ERRNO(dl_train_dataset_load(&ds, dir, "train", err, sizeof(err)), -EBADMSG);
     ck_assert_ptr_null(ds.pixels);
     ck_assert_msg(strstr(err, "3 labels") && strstr(err, "4 images") && strstr(err, p), "%s", err);
 }
-END_TEST
 
-START_TEST(dataset_gather_normalizes)
+DL_TEST(dataset_gather_normalizes)
 {
     uint8_t px[3 * 4] = {0, 255, 51, 102, 1, 2, 3, 4, 255, 0, 0, 255}, labels[3] = {7, 2, 9};
     uint32_t idims[3] = {3, 2, 2}, ldims[1] = {3};
@@ -196,7 +183,7 @@ START_TEST(dataset_gather_normalizes)
     tu_write_idx(p, true, LAB_MAGIC, ldims, 1, labels, sizeof(labels));
 
     dl_train_dataset_t ds = {0};
-    ck_assert_int_eq(dl_train_dataset_load(&ds, dir, "t10k", err, sizeof(err)), 0);
+    DL_CHECK_ERRNO(dl_train_dataset_load(&ds, dir, "t10k", err, sizeof(err)), 0);
     ck_assert_uint_eq(ds.n, 3);
     ck_assert_uint_eq(ds.dim, 4);
     ck_assert_uint_eq(ds.n_classes, 10);
@@ -215,31 +202,5 @@ START_TEST(dataset_gather_normalizes)
     dl_train_dataset_free(&ds);
     dl_train_dataset_free(NULL);
 }
-END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("idx");
-    TCase *tc = tcase_create("core");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, reads_gzip_and_plain);
-    tcase_add_test(tc, missing_file);
-    tcase_add_test(tc, bad_magic);
-    tcase_add_test(tc, wrong_element_type);
-    tcase_add_test(tc, wrong_dimension_count);
-    tcase_add_test(tc, zero_dimension);
-    tcase_add_test(tc, huge_dimensions);
-    tcase_add_test(tc, short_data);
-    tcase_add_test(tc, short_header);
-    tcase_add_test(tc, trailing_data);
-    tcase_add_test(tc, truncated_gzip_stream);
-    tcase_add_test(tc, corrupted_gzip_stream);
-    tcase_add_test(tc, dataset_count_mismatch);
-    tcase_add_test(tc, dataset_gather_normalizes);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+DL_TEST_SUITE(.setup = setup, .teardown = teardown);

@@ -1,12 +1,12 @@
 /* The MLP: backward matches finite differences of an independent double-precision forward pass,
  * initialization is reproducible, the buffer layout is what bucketing relies on, and the
  * optimizer and schedule compute what they document. */
-#include <check.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "trainer.h"
 
 #define B 6
@@ -77,7 +77,7 @@ static void gradient_check(dl_train_act_t act)
     float x[B * 7];
     uint8_t y[B] = {0, 3, 1, 2, 3, 0};
 
-    ck_assert_int_eq(dl_train_mlp_new(sizes, L, act, B, 1234, &m), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, L, act, B, 1234, &m), 0);
     size_t n = dl_train_mlp_num_params(m);
     ck_assert_uint_eq(n, 9 * 7 + 9 + 5 * 9 + 5 + 4 * 5 + 4);
     float *p = dl_train_mlp_params(m);
@@ -93,7 +93,7 @@ static void gradient_check(dl_train_act_t act)
 
     ready_log_t log = {0, 0, 1};
     double loss;
-    ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, B, 1.0f / B, 0, log_ready, &log, &loss), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(m, x, y, B, 1.0f / B, 0, log_ready, &log, &loss), 0);
     ck_assert_int_eq(log.monotone, 1);
     ck_assert_uint_eq(log.last, n); /* the whole gradient is final at the end */
     ck_assert_uint_eq(log.calls, 2 * L);
@@ -125,25 +125,22 @@ static void gradient_check(dl_train_act_t act)
     dl_train_mlp_free(m);
 }
 
-START_TEST(gradient_relu)
+DL_TEST(gradient_relu)
 {
     gradient_check(DL_TRAIN_ACT_RELU);
 }
-END_TEST
 
-START_TEST(gradient_tanh)
+DL_TEST(gradient_tanh)
 {
     gradient_check(DL_TRAIN_ACT_TANH);
 }
-END_TEST
 
-START_TEST(gradient_gelu)
+DL_TEST(gradient_gelu)
 {
     gradient_check(DL_TRAIN_ACT_GELU);
 }
-END_TEST
 
-START_TEST(grad_scale_multiplies)
+DL_TEST(grad_scale_multiplies)
 {
     const size_t sizes[3] = {5, 8, 3};
     dl_train_mlp_t *m;
@@ -151,13 +148,13 @@ START_TEST(grad_scale_multiplies)
     uint8_t y[4] = {2, 1, 0, 2};
     for (size_t i = 0; i < 20; i++)
         x[i] = (float)i / 20.0f;
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 3, &m), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 3, &m), 0);
     size_t n = dl_train_mlp_num_params(m);
     float *a = malloc(n * sizeof(float));
     double l1, l2;
-    ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, 4, 0.25f, 0, NULL, NULL, &l1), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(m, x, y, 4, 0.25f, 0, NULL, NULL, &l1), 0);
     memcpy(a, dl_train_mlp_grads(m), n * sizeof(float));
-    ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, 4, 0.125f, 0, NULL, NULL, &l2), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(m, x, y, 4, 0.125f, 0, NULL, NULL, &l2), 0);
     ck_assert_double_eq(l1, l2);
     /* Halving a power of two is exact. */
     for (size_t i = 0; i < n; i++)
@@ -165,15 +162,14 @@ START_TEST(grad_scale_multiplies)
     free(a);
     dl_train_mlp_free(m);
 }
-END_TEST
 
-START_TEST(layout_is_backward_order)
+DL_TEST(layout_is_backward_order)
 {
     const size_t sizes[4] = {784, 256, 128, 10};
     dl_train_mlp_t *m;
     size_t wo, bo;
 
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 64, 1, &m), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 64, 1, &m), 0);
     ck_assert_uint_eq(dl_train_mlp_num_params(m), 235146);
     dl_train_mlp_layer_offsets(m, 2, &wo, &bo);
     ck_assert_uint_eq(bo, 0);
@@ -185,15 +181,14 @@ START_TEST(layout_is_backward_order)
     ck_assert_uint_eq(wo + 256 * 784, 235146);
     dl_train_mlp_free(m);
 }
-END_TEST
 
-START_TEST(init_is_reproducible)
+DL_TEST(init_is_reproducible)
 {
     const size_t sizes[4] = {784, 256, 128, 10};
     dl_train_mlp_t *a, *b, *c;
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 8, 77, &a), 0);
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 64, 77, &b), 0);
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 8, 78, &c), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 8, 77, &a), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 64, 77, &b), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 8, 78, &c), 0);
     size_t n = dl_train_mlp_num_params(a);
     ck_assert_mem_eq(dl_train_mlp_params(a), dl_train_mlp_params(b), n * sizeof(float));
     ck_assert_int_ne(memcmp(dl_train_mlp_params(a), dl_train_mlp_params(c), n * sizeof(float)), 0);
@@ -211,9 +206,8 @@ START_TEST(init_is_reproducible)
     dl_train_mlp_free(c);
     dl_train_mlp_free(NULL);
 }
-END_TEST
 
-START_TEST(split_backward_reports_more_often)
+DL_TEST(split_backward_reports_more_often)
 {
     /* Slicing the weight gradients changes when they are reported, not their values. */
     const size_t sizes[4] = {100, 64, 32, 10};
@@ -224,13 +218,13 @@ START_TEST(split_backward_reports_more_often)
         x[i] = (float)((i * 7919) % 255) / 255.0f;
     for (size_t i = 0; i < 16; i++)
         y[i] = (uint8_t)(i % 10);
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 16, 5, &m), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 3, DL_TRAIN_ACT_RELU, 16, 5, &m), 0);
     size_t n = dl_train_mlp_num_params(m);
     float *whole = malloc(n * sizeof(float));
     ready_log_t a = {0, 0, 1}, b = {0, 0, 1};
-    ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, 16, 1.0f / 16, 0, log_ready, &a, NULL), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(m, x, y, 16, 1.0f / 16, 0, log_ready, &a, NULL), 0);
     memcpy(whole, dl_train_mlp_grads(m), n * sizeof(float));
-    ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, 16, 1.0f / 16, 4096, log_ready, &b, NULL), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(m, x, y, 16, 1.0f / 16, 4096, log_ready, &b, NULL), 0);
     ck_assert_uint_eq(a.calls, 6);
     ck_assert_uint_gt(b.calls, 10);
     ck_assert_int_eq(b.monotone, 1);
@@ -240,11 +234,10 @@ START_TEST(split_backward_reports_more_often)
     free(whole);
     dl_train_mlp_free(m);
 }
-END_TEST
 
 /* Padding for equal per-rank blocks keeps the model and its gradients as they are, and nothing
  * ever writes the padding. */
-START_TEST(pad_keeps_the_model)
+DL_TEST(pad_keeps_the_model)
 {
     const size_t sizes[3] = {20, 8, 3};
     dl_train_mlp_t *a, *b;
@@ -252,15 +245,15 @@ START_TEST(pad_keeps_the_model)
     uint8_t y[4] = {0, 1, 2, 1};
     for (size_t i = 0; i < 80; i++)
         x[i] = (float)(i % 13) / 13.0f;
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 9, &a), 0);
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 9, &b), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 9, &a), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 9, &b), 0);
     size_t n = dl_train_mlp_num_params(a);
     ck_assert_int_eq(dl_train_mlp_pad(b, n + 1), 0); /* no growth needed: the spare float */
-    ck_assert_int_eq(dl_train_mlp_pad(b, n + 37), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_pad(b, n + 37), 0);
     ck_assert_uint_eq(dl_train_mlp_num_params(b), n);
     ck_assert_mem_eq(dl_train_mlp_params(a), dl_train_mlp_params(b), n * sizeof(float));
-    ck_assert_int_eq(dl_train_mlp_train_step(a, x, y, 4, 0.25f, 0, NULL, NULL, NULL), 0);
-    ck_assert_int_eq(dl_train_mlp_train_step(b, x, y, 4, 0.25f, 0, NULL, NULL, NULL), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(a, x, y, 4, 0.25f, 0, NULL, NULL, NULL), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(b, x, y, 4, 0.25f, 0, NULL, NULL, NULL), 0);
     ck_assert_mem_eq(dl_train_mlp_grads(a), dl_train_mlp_grads(b), n * sizeof(float));
     for (size_t i = n; i < n + 37; i++) {
         ck_assert_float_eq(dl_train_mlp_grads(b)[i], 0.0f);
@@ -269,16 +262,15 @@ START_TEST(pad_keeps_the_model)
     dl_train_mlp_free(a);
     dl_train_mlp_free(b);
 }
-END_TEST
 
-START_TEST(evaluate_counts)
+DL_TEST(evaluate_counts)
 {
     /* One layer, weights set by hand: the class is the largest input. */
     const size_t sizes[2] = {3, 3};
     dl_train_mlp_t *m;
     size_t wo, bo, correct;
     double loss;
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 1, DL_TRAIN_ACT_RELU, 2, 1, &m), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 1, DL_TRAIN_ACT_RELU, 2, 1, &m), 0);
     dl_train_mlp_layer_offsets(m, 0, &wo, &bo);
     float *p = dl_train_mlp_params(m);
     memset(p, 0, 12 * sizeof(float));
@@ -291,24 +283,22 @@ START_TEST(evaluate_counts)
     ck_assert_double_eq_tol(loss, 2 * right + wrong, 1e-5);
     dl_train_mlp_free(m);
 }
-END_TEST
 
-START_TEST(rejects_bad_labels_and_shapes)
+DL_TEST(rejects_bad_labels_and_shapes)
 {
     const size_t sizes[3] = {4, 4, 3}, zero[3] = {4, 0, 3};
     dl_train_mlp_t *m = NULL;
     float x[4] = {0};
     uint8_t y[1] = {3};
-    ck_assert_int_eq(dl_train_mlp_new(zero, 2, DL_TRAIN_ACT_RELU, 4, 1, &m), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_mlp_new(zero, 2, DL_TRAIN_ACT_RELU, 4, 1, &m), -EINVAL);
     ck_assert_ptr_null(m);
-    ck_assert_int_eq(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 1, &m), 0);
-    ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, 1, 1.0f, 0, NULL, NULL, NULL), -EINVAL);
-    ck_assert_int_eq(dl_train_mlp_train_step(m, x, y, 5, 1.0f, 0, NULL, NULL, NULL), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_mlp_new(sizes, 2, DL_TRAIN_ACT_RELU, 4, 1, &m), 0);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(m, x, y, 1, 1.0f, 0, NULL, NULL, NULL), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_mlp_train_step(m, x, y, 5, 1.0f, 0, NULL, NULL, NULL), -EINVAL);
     dl_train_mlp_free(m);
 }
-END_TEST
 
-START_TEST(sgd_matches_torch_formula)
+DL_TEST(sgd_matches_torch_formula)
 {
     float p[2] = {1.0f, -2.0f}, m[2] = {0.0f, 0.0f}, g[2] = {0.5f, 0.25f};
     /* Step 1: d = g + wd p; m = d; p -= lr m. */
@@ -322,9 +312,8 @@ START_TEST(sgd_matches_torch_formula)
     ck_assert_float_eq_tol(m[0], 0.9f * 0.51f + d0, 1e-6f);
     ck_assert_float_eq_tol(p[0], 0.949f - 0.1f * (0.9f * 0.51f + d0), 1e-6f);
 }
-END_TEST
 
-START_TEST(schedules)
+DL_TEST(schedules)
 {
     dl_train_schedule_t s = {DL_TRAIN_SCHED_COSINE, 0.4, 0.0, 0.1, 0, 10, 110};
     ck_assert_double_eq_tol(dl_train_lr_at(&s, 0), 0.04, 1e-12);  /* warmup: 1/10 */
@@ -342,29 +331,4 @@ START_TEST(schedules)
 
     dl_train_schedule_t c = {DL_TRAIN_SCHED_CONSTANT, 0.3, 0.0, 0.1, 0, 0, 1000};
     ck_assert_double_eq(dl_train_lr_at(&c, 999), 0.3);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("mlp");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, gradient_relu);
-    tcase_add_test(tc, gradient_tanh);
-    tcase_add_test(tc, gradient_gelu);
-    tcase_add_test(tc, grad_scale_multiplies);
-    tcase_add_test(tc, layout_is_backward_order);
-    tcase_add_test(tc, init_is_reproducible);
-    tcase_add_test(tc, split_backward_reports_more_often);
-    tcase_add_test(tc, pad_keeps_the_model);
-    tcase_add_test(tc, evaluate_counts);
-    tcase_add_test(tc, rejects_bad_labels_and_shapes);
-    tcase_add_test(tc, sgd_matches_torch_formula);
-    tcase_add_test(tc, schedules);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

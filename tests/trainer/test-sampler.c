@@ -1,10 +1,10 @@
 /* The distributed sampler: shards are disjoint and cover the data, padding and drop_last behave
  * as torch's DistributedSampler, permutations are reproducible, positions survive a restart. */
-#include <check.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dl-test.h"
 #include "trainer.h"
 
 /* Draws one rank's whole epoch. */
@@ -16,7 +16,7 @@ static size_t draw_epoch(dl_train_sampler_t *s, uint32_t *out)
     return n;
 }
 
-START_TEST(padded_shards_cover_everything)
+DL_TEST(padded_shards_cover_everything)
 {
     const size_t n = 103;
     const int world = 4;
@@ -26,7 +26,7 @@ START_TEST(padded_shards_cover_everything)
     for (int r = 0; r < world; r++) {
         dl_train_sampler_t s;
         uint32_t idx[64];
-        ck_assert_int_eq(dl_train_sampler_init(&s, n, r, world, 42, false), 0);
+        DL_CHECK_ERRNO(dl_train_sampler_init(&s, n, r, world, 42, false), 0);
         ck_assert_uint_eq(s.num_samples, 26);
         dl_train_sampler_set_epoch(&s, 3);
         size_t got = draw_epoch(&s, idx);
@@ -48,9 +48,8 @@ START_TEST(padded_shards_cover_everything)
     }
     ck_assert_uint_eq(twice, 1);
 }
-END_TEST
 
-START_TEST(drop_last_shards_are_disjoint)
+DL_TEST(drop_last_shards_are_disjoint)
 {
     const size_t n = 103;
     const int world = 4;
@@ -59,7 +58,7 @@ START_TEST(drop_last_shards_are_disjoint)
     for (int r = 0; r < world; r++) {
         dl_train_sampler_t s;
         uint32_t idx[64];
-        ck_assert_int_eq(dl_train_sampler_init(&s, n, r, world, 42, true), 0);
+        DL_CHECK_ERRNO(dl_train_sampler_init(&s, n, r, world, 42, true), 0);
         ck_assert_uint_eq(draw_epoch(&s, idx), 25);
         for (size_t i = 0; i < 25; i++)
             seen[idx[i]]++;
@@ -72,15 +71,14 @@ START_TEST(drop_last_shards_are_disjoint)
     }
     ck_assert_uint_eq(distinct, 100);
 }
-END_TEST
 
-START_TEST(rank_takes_every_world_th_entry)
+DL_TEST(rank_takes_every_world_th_entry)
 {
     /* Rank r's k-th sample is entry r + k * world of the epoch's permutation. */
     dl_train_sampler_t s0, s2;
     uint32_t a[48], b[48];
-    ck_assert_int_eq(dl_train_sampler_init(&s0, 40, 0, 1, 9, false), 0);
-    ck_assert_int_eq(dl_train_sampler_init(&s2, 40, 2, 3, 9, false), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&s0, 40, 0, 1, 9, false), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&s2, 40, 2, 3, 9, false), 0);
     ck_assert_uint_eq(draw_epoch(&s0, a), 40);
     ck_assert_uint_eq(draw_epoch(&s2, b), 14);
     for (size_t k = 0; k < 14; k++)
@@ -88,16 +86,15 @@ START_TEST(rank_takes_every_world_th_entry)
     dl_train_sampler_free(&s0);
     dl_train_sampler_free(&s2);
 }
-END_TEST
 
-START_TEST(world_larger_than_data)
+DL_TEST(world_larger_than_data)
 {
     /* 3 samples, 5 ranks: the permutation repeats; every rank still gets one. */
     unsigned seen[3] = {0};
     for (int r = 0; r < 5; r++) {
         dl_train_sampler_t s;
         uint32_t idx[4];
-        ck_assert_int_eq(dl_train_sampler_init(&s, 3, r, 5, 1, false), 0);
+        DL_CHECK_ERRNO(dl_train_sampler_init(&s, 3, r, 5, 1, false), 0);
         ck_assert_uint_eq(draw_epoch(&s, idx), 1);
         seen[idx[0]]++;
         dl_train_sampler_free(&s);
@@ -106,19 +103,18 @@ START_TEST(world_larger_than_data)
     ck_assert_uint_ge(seen[1], 1);
     ck_assert_uint_ge(seen[2], 1);
     dl_train_sampler_t s;
-    ck_assert_int_eq(dl_train_sampler_init(&s, 3, 0, 5, 1, true), -EINVAL);
-    ck_assert_int_eq(dl_train_sampler_init(&s, 3, 5, 5, 1, false), -EINVAL);
-    ck_assert_int_eq(dl_train_sampler_init(&s, 0, 0, 1, 1, false), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&s, 3, 0, 5, 1, true), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&s, 3, 5, 5, 1, false), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&s, 0, 0, 1, 1, false), -EINVAL);
 }
-END_TEST
 
-START_TEST(permutation_depends_on_seed_and_epoch_only)
+DL_TEST(permutation_depends_on_seed_and_epoch_only)
 {
     const size_t n = 1000;
     dl_train_sampler_t a, b, c;
-    ck_assert_int_eq(dl_train_sampler_init(&a, n, 0, 2, 7, false), 0);
-    ck_assert_int_eq(dl_train_sampler_init(&b, n, 1, 2, 7, false), 0);
-    ck_assert_int_eq(dl_train_sampler_init(&c, n, 0, 2, 8, false), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&a, n, 0, 2, 7, false), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&b, n, 1, 2, 7, false), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&c, n, 0, 2, 8, false), 0);
 
     dl_train_sampler_set_epoch(&a, 5);
     dl_train_sampler_set_epoch(&b, 5);
@@ -150,15 +146,14 @@ START_TEST(permutation_depends_on_seed_and_epoch_only)
     dl_train_sampler_free(&c);
     dl_train_sampler_free(NULL);
 }
-END_TEST
 
-START_TEST(position_survives_restart)
+DL_TEST(position_survives_restart)
 {
     dl_train_sampler_t s, t;
     uint32_t ref[200], got[200], tmp[64];
     uint64_t epoch, consumed;
 
-    ck_assert_int_eq(dl_train_sampler_init(&s, 500, 1, 3, 11, false), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&s, 500, 1, 3, 11, false), 0);
     dl_train_sampler_set_epoch(&s, 2);
     ck_assert_uint_eq(draw_epoch(&s, ref), 167);
 
@@ -169,16 +164,15 @@ START_TEST(position_survives_restart)
     ck_assert_uint_eq(consumed, 150);
 
     /* A new process, a new sampler, the saved position. */
-    ck_assert_int_eq(dl_train_sampler_init(&t, 500, 1, 3, 11, false), 0);
-    ck_assert_int_eq(dl_train_sampler_seek(&t, epoch, consumed), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_init(&t, 500, 1, 3, 11, false), 0);
+    DL_CHECK_ERRNO(dl_train_sampler_seek(&t, epoch, consumed), 0);
     ck_assert_uint_eq(draw_epoch(&t, got), 117);
     ck_assert_mem_eq(got, ref + 50, 117 * sizeof(uint32_t));
     dl_train_sampler_free(&s);
     dl_train_sampler_free(&t);
 }
-END_TEST
 
-START_TEST(resume_with_another_world_skips_nothing)
+DL_TEST(resume_with_another_world_skips_nothing)
 {
     /* Two ranks consume 2 x 30 samples; three ranks resume. Together the epoch's first 60
      * permutation entries and the rest drawn by the three cover every sample. */
@@ -189,7 +183,7 @@ START_TEST(resume_with_another_world_skips_nothing)
 
     for (int r = 0; r < 2; r++) {
         dl_train_sampler_t s;
-        ck_assert_int_eq(dl_train_sampler_init(&s, n, r, 2, 5, false), 0);
+        DL_CHECK_ERRNO(dl_train_sampler_init(&s, n, r, 2, 5, false), 0);
         ck_assert_uint_eq(dl_train_sampler_next(&s, 30, idx), 30);
         for (size_t i = 0; i < 30; i++)
             seen[idx[i]]++;
@@ -199,8 +193,8 @@ START_TEST(resume_with_another_world_skips_nothing)
     ck_assert_uint_eq(consumed, 60);
     for (int r = 0; r < 3; r++) {
         dl_train_sampler_t s;
-        ck_assert_int_eq(dl_train_sampler_init(&s, n, r, 3, 5, false), 0);
-        ck_assert_int_eq(dl_train_sampler_seek(&s, epoch, consumed), 0);
+        DL_CHECK_ERRNO(dl_train_sampler_init(&s, n, r, 3, 5, false), 0);
+        DL_CHECK_ERRNO(dl_train_sampler_seek(&s, epoch, consumed), 0);
         size_t k = draw_epoch(&s, idx);
         ck_assert_uint_eq(k, 80);
         for (size_t i = 0; i < k; i++)
@@ -209,24 +203,4 @@ START_TEST(resume_with_another_world_skips_nothing)
     }
     for (size_t i = 0; i < n; i++)
         ck_assert_uint_eq(seen[i], 1);
-}
-END_TEST
-
-int main(void)
-{
-    Suite *s = suite_create("sampler");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, padded_shards_cover_everything);
-    tcase_add_test(tc, drop_last_shards_are_disjoint);
-    tcase_add_test(tc, rank_takes_every_world_th_entry);
-    tcase_add_test(tc, world_larger_than_data);
-    tcase_add_test(tc, permutation_depends_on_seed_and_epoch_only);
-    tcase_add_test(tc, position_survives_restart);
-    tcase_add_test(tc, resume_with_another_world_skips_nothing);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
 }

@@ -1,7 +1,6 @@
 /* The training loop end to end on a small generated data set: the loss falls, a stopped and
  * resumed run ends bitwise where an uninterrupted one does, checkpoints and evaluations do not
  * perturb training, two ranks stay identical replicas and stop together. */
-#include <check.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +13,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "dl-test.h"
 #include "trainer.h"
 #include "util.h"
 
@@ -124,7 +124,7 @@ static void load_step(const char *ckpt_dir, uint64_t step, float *p, float *m)
     ck_assert_uint_eq(ck.step, step);
 }
 
-START_TEST(loss_falls_and_summary_is_written)
+DL_TEST(loss_falls_and_summary_is_written)
 {
     dl_train_config_t c;
     dl_train_comm_t comm;
@@ -193,9 +193,8 @@ START_TEST(loss_falls_and_summary_is_written)
     close(fds[1]);
     dl_train_config_free(&c);
 }
-END_TEST
 
-START_TEST(resume_is_bitwise_equal)
+DL_TEST(resume_is_bitwise_equal)
 {
     const uint64_t K = 45; /* mid-epoch: an epoch is 38 steps */
     char da[4096], db[4096], junk[8192];
@@ -253,9 +252,8 @@ START_TEST(resume_is_bitwise_equal)
     load_step(db, 70, pb, mb);
     load_step(db, 80, pb, mb);
 }
-END_TEST
 
-START_TEST(finished_run_resumes_to_nothing)
+DL_TEST(finished_run_resumes_to_nothing)
 {
     char d[4096];
     dl_train_config_t c;
@@ -278,9 +276,8 @@ START_TEST(finished_run_resumes_to_nothing)
     ck_assert_uint_eq(res.resumed_from, 0);
     dl_train_config_free(&c);
 }
-END_TEST
 
-START_TEST(bad_inputs_are_one_line_errors)
+DL_TEST(bad_inputs_are_one_line_errors)
 {
     dl_train_config_t c;
     dl_train_comm_t comm;
@@ -290,7 +287,7 @@ START_TEST(bad_inputs_are_one_line_errors)
     small_config(&c, NULL);
     snprintf(missing, sizeof(missing), "%s/none", dir);
     set(&c, "dataset_dir", missing);
-    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -ENOENT);
+    DL_CHECK_ERRNO(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -ENOENT);
     ck_assert_msg(strstr(err, "dataset_dir") && strstr(err, missing) &&
                       strstr(err, "No such file") && strstr(err, "train-images-idx3-ubyte"),
                   "%s", err);
@@ -300,17 +297,17 @@ START_TEST(bad_inputs_are_one_line_errors)
     set(&c, "dataset_dir", dir);
     snprintf(labels, sizeof(labels), "%s/t10k-labels-idx1-ubyte.gz", dir);
     ck_assert_int_eq(rename(labels, missing), 0);
-    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -ENOENT);
+    DL_CHECK_ERRNO(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -ENOENT);
     ck_assert_msg(strstr(err, labels) && strstr(err, "nor t10k-labels-idx1-ubyte"), "%s", err);
     ck_assert_int_eq(rename(missing, labels), 0);
 
     set(&c, "dataset_dir", dir);
     set(&c, "layers", "784-10");
-    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
     ck_assert_msg(strstr(err, "layers start at 784"), "%s", err);
 
     set(&c, "layers", "64-3");
-    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
     ck_assert_msg(strstr(err, "labels go up to 3"), "%s", err);
 
     /* An unwritable summary is found before training, not after. */
@@ -320,18 +317,17 @@ START_TEST(bad_inputs_are_one_line_errors)
     set(&c, "summary_file", summary);
     capture_t cap = {0};
     dl_train_hooks_t hooks = {.ud = &cap, .log = capture_log, .health_fd = -1};
-    ck_assert_int_eq(dl_train_run(&c, &comm, &hooks, NULL, err, sizeof(err)), -ENOENT);
+    DL_CHECK_ERRNO(dl_train_run(&c, &comm, &hooks, NULL, err, sizeof(err)), -ENOENT);
     ck_assert_msg(strstr(err, "summary_file") && strstr(err, summary), "%s", err);
     ck_assert_int_eq(cap.lines, 0);
     set(&c, "summary_file", "");
 
     set(&c, "layers", "64-4");
     comm.world_size = 2;
-    ck_assert_int_eq(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
+    DL_CHECK_ERRNO(dl_train_run(&c, &comm, NULL, NULL, err, sizeof(err)), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "broadcast"));
     dl_train_config_free(&c);
 }
-END_TEST
 
 /* ---- Two ranks as threads, summing through shared memory ------------------------------- */
 
@@ -527,7 +523,7 @@ static void run_two(worker_t w[2], const char *batch, uint64_t steps, uint64_t s
     pthread_barrier_destroy(&sh.bar);
 }
 
-START_TEST(two_ranks_are_replicas_of_one)
+DL_TEST(two_ranks_are_replicas_of_one)
 {
     worker_t w[2];
     static float p0[NPARAMS], m0[NPARAMS], ps[NPARAMS], ms[NPARAMS];
@@ -578,12 +574,11 @@ START_TEST(two_ranks_are_replicas_of_one)
     ck_assert_msg(worst < 1e-4, "largest difference %g", worst);
     dl_train_config_free(&c);
 }
-END_TEST
 
 /* Without overlap: one blocking sum of the whole gradient (and the stop vote) after backward
  * each step, or one bucket through start and wait when the backend has no blocking call; the
  * model is the overlapped one up to rounding. "auto" follows the backend's advice. */
-START_TEST(without_overlap_one_sum_after_backward)
+DL_TEST(without_overlap_one_sum_after_backward)
 {
     worker_t w[2];
     static float pon[NPARAMS], poff[NPARAMS], m[NPARAMS];
@@ -628,12 +623,11 @@ START_TEST(without_overlap_one_sum_after_backward)
     load_step(d, 30, pon, m);
     ck_assert_mem_eq(pon, poff, sizeof(pon));
 }
-END_TEST
 
 /* The sharded update: each rank sums and updates half, then the halves are gathered. The same
  * sums and the same optimizer arithmetic, so the same bits as the unsharded step, momentum
  * included (gathered for the checkpoints). */
-START_TEST(sharded_update_matches_the_full_one)
+DL_TEST(sharded_update_matches_the_full_one)
 {
     worker_t w[2];
     static float pfull[NPARAMS], mfull[NPARAMS], pshard[NPARAMS], mshard[NPARAMS];
@@ -676,9 +670,8 @@ START_TEST(sharded_update_matches_the_full_one)
         dl_train_config_free(&w[r].cfg);
     }
 }
-END_TEST
 
-START_TEST(one_rank_stopping_stops_both)
+DL_TEST(one_rank_stopping_stops_both)
 {
     worker_t w[2];
     run_two(w, "8", 50, 12, "on", false, false);
@@ -689,26 +682,5 @@ START_TEST(one_rank_stopping_stops_both)
         dl_train_config_free(&w[r].cfg);
     }
 }
-END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("train");
-    TCase *tc = tcase_create("core");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, loss_falls_and_summary_is_written);
-    tcase_add_test(tc, resume_is_bitwise_equal);
-    tcase_add_test(tc, finished_run_resumes_to_nothing);
-    tcase_add_test(tc, bad_inputs_are_one_line_errors);
-    tcase_add_test(tc, two_ranks_are_replicas_of_one);
-    tcase_add_test(tc, without_overlap_one_sum_after_backward);
-    tcase_add_test(tc, sharded_update_matches_the_full_one);
-    tcase_add_test(tc, one_rank_stopping_stops_both);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+DL_TEST_SUITE(.timeout = 60, .setup = setup, .teardown = teardown);

@@ -1451,6 +1451,14 @@ static void arm_shell_timer(dl_rdzv_core_t *core, bool tick)
     core->armed_at = t->at;
 }
 
+void dl_rdzv_core_held_up(dl_rdzv_core_t *core, double now)
+{
+    for (dl__rdzv_job_t *job = core->first_job; job; job = job->next)
+        for (size_t i = 0; i < job->nmembers; i++)
+            if (job->members[i]->last_seen < now)
+                job->members[i]->last_seen = now;
+}
+
 int dl_rdzv_core_step(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now,
                       dl_rdzv_actions_t *acts)
 {

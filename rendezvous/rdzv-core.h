@@ -417,6 +417,13 @@ int dl_rdzv_core_store_count(dl_rdzv_core_t *core, const char *run_id, size_t *r
 /* The earliest pending deadline. Returns 0, or -ENOENT when none is pending. */
 int dl_rdzv_core_next_deadline(const dl_rdzv_core_t *core, double *ret_at);
 
+/* The loop that steps this core was held up (stopped, or starved of the CPU) well past its next
+ * deadline, and heard nobody meanwhile: every member gets a fair period from now, as if heard
+ * at now, as the agents' failover machine gives their rendezvous (rdzv-failover.h). Silence the
+ * core could not hear is nobody's fault, least of all that of the agent an embedded rendezvous
+ * stops with. Call it before the late step; a member really gone is lost --dead-after later. */
+void dl_rdzv_core_held_up(dl_rdzv_core_t *core, double now);
+
 /* Names for logs and the wire: "gathering", "running", ...; "ok", "error", "joined", ... */
 const char *dl_rdzv_job_state_name(dl_rdzv_job_state_t state);
 const char *dl_rdzv_msg_kind_name(dl_rdzv_msg_kind_t kind);

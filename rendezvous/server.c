@@ -25,6 +25,8 @@
 #define READBUF_SIZE (64 * 1024)
 /* Events of journals replayed per turn of the loop, all followers together: the slice. */
 #define REPLAY_BUDGET 256
+/* A step this long after the core's deadline means the loop was held up, not merely busy. */
+#define HELD_UP_S 0.5
 
 typedef enum {
     SC_HELLO = 0, /* waiting for hello */
@@ -854,7 +856,11 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
 static void run_core(dl_rdzv_server_t *s, const dl_rdzv_event_t *ev)
 {
     dl_rdzv_actions_t acts = {0};
-    double t0 = now_s();
+    double t0 = now_s(), due;
+    /* The core's timer was due long before this step (a busy loop is late by milliseconds): the
+     * loop was held up, and the heartbeats it could not read are nobody's fault. */
+    if (dl_rdzv_core_next_deadline(s->core, &due) == 0 && t0 - due > HELD_UP_S)
+        dl_rdzv_core_held_up(s->core, t0);
     int r = dl_rdzv_core_step(s->core, ev, t0, &acts);
     apply_actions(s, &acts);
     if (r < 0)

@@ -1165,3 +1165,31 @@ DL_TEST(jobs_per_creator_and_timeouts_are_capped)
     ck_assert_int_eq(h_error(&h, 20), 0);
     h_fini(&h);
 }
+
+DL_TEST(a_held_up_loop_blames_nobody_for_the_silence_it_could_not_hear)
+{
+    /* The loop that runs an embedded rendezvous stops with its agent (SIGSTOP, a starved CPU):
+     * back 5 s after the heartbeat deadline, the shell says so before the late step, and
+     * neither a1 (that agent itself) nor a2, whose heartbeat waits unread in its socket, is
+     * lost; a1 is once silent for --dead-after (20 s) from then. */
+    harness_t h;
+    h_init(&h);
+    dl_rdzv_job_opts_t o = h_opts(2, 2);
+    h_join(&h, 1, "job", 1, &o, 0);
+    h_join(&h, 2, "job", 1, &o, 1);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ASSIGNMENT), 2);
+    double due;
+    ck_assert_int_eq(dl_rdzv_core_next_deadline(h.core, &due), 0);
+    ck_assert(due == 20);
+    dl_rdzv_core_held_up(h.core, 25);
+    h_conn_event(&h, DL_RDZV_EV_HEARTBEAT, 2, 0, 25);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 0);
+    h_conn_event(&h, DL_RDZV_EV_HEARTBEAT, 2, 0, 40);
+    h_tick(&h, 44.9);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 0);
+    h_tick(&h, 45);
+    ck_assert_ptr_nonnull(h_msg(&h, 2, DL_RDZV_MSG_ROUND_CHANGED));
+    ck_assert_ptr_nonnull(strstr(h_msg(&h, 2, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.reason,
+                                 "a1"));
+    h_fini(&h);
+}

@@ -647,8 +647,10 @@ class Writers(EtcdCase):
         state = {"state": "running", "round": 0, "restarts": 0, "max_restarts": 0,
                  "min_nodes": 2, "max_nodes": 2, "world_size": 4, "master_port": 29500,
                  "master_addr": "127.0.0.1\nLD_PRELOAD=/tmp/evil.so", "store_addr": store,
-                 "nodes": [{"node_id": node_id, "node_rank": 0, "first_rank": 0, "slots": 2},
-                           {"node_id": "ghost", "node_rank": 1, "first_rank": 2, "slots": 2}]}
+                 "assignment": 1, "node_count": 2, "node0": node_id}
+        self.cluster.ctl("put", f"/dlaunch/job/a/0/1/{node_id}",
+                         json.dumps({"node_id": node_id, "node_rank": 0, "first_rank": 0,
+                                     "slots": 2, "next": "ghost"}))
         self.cluster.ctl("put", "/dlaunch/job/state", json.dumps(state))
         try:
             rc = p.wait(timeout=40)

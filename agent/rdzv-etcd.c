@@ -65,6 +65,7 @@ struct dl_rdzv_impl_s {
     int assign_round;
     int64_t assign_rev;
     bool assign_reading;
+    bool assign_linear; /* the next read of it is linearizable (a serializable one missed it) */
     /* Counts of this node's last join and done transactions (the round's members and done
      * nodes after them), for the round they were made in (-1: none). */
     int joined_round, done_count_round;
@@ -1213,6 +1214,16 @@ static void on_assignment(void *ctx, const dl_etcd_result_t *res)
         return;
     }
     untroubled(z);
+    int64_t applied =
+        dl_etcd_int(json_object_get(json_object_get(res->body, "header"), "revision"));
+    if (!z->assign_linear && applied < z->view.state_rev) {
+        /* The member asked has not applied the round's close yet (another endpoint than the
+         * watch's): ask the leader. */
+        z->assign_linear = true;
+        react(z);
+        return;
+    }
+    z->assign_linear = false;
     if (dl_ejob_view_merge(&z->view, res->body) < 0) {
         fail(z, 4, "etcd at %s: an assignment under %sa/ this node cannot read", res->endpoint,
              z->prefix);
@@ -1235,7 +1246,8 @@ static void read_assignment(etcd_t *z, int round, int64_t rev)
     z->txn_round_read = round;
     z->assign_rev_read = rev;
     if (dl_etcd_call(z->etcd, "/v3/kv/range",
-                     dl_ejob_range_assignment(&z->view, all ? NULL : z->conf.node_id),
+                     dl_ejob_range_assignment(&z->view, all ? NULL : z->conf.node_id,
+                                              !z->assign_linear),
                      on_assignment, z, NULL) < 0) {
         z->assign_reading = false;
         retry_later(z);

@@ -206,8 +206,12 @@ json_t *dl_ejob_watch_gone(const dl_ejob_view_t *v, const char *node_id, int64_t
  * them on the linger lease). Returns 0 or -EPROTO. */
 json_t *dl_ejob_range_events(const dl_ejob_view_t *v);
 /* A range body of node_id's assignment in the running round, or of every node's (node_id
- * NULL); dl_ejob_view_merge puts a range answer's keys into the view (0 or -EPROTO). */
-json_t *dl_ejob_range_assignment(const dl_ejob_view_t *v, const char *node_id);
+ * NULL); serializable: answered by the member asked from what it has applied, without a round
+ * trip to the leader (good when the answer's revision is the state's or later: the keys went
+ * in before the state). dl_ejob_view_merge puts a range answer's keys into the view (0 or
+ * -EPROTO). */
+json_t *dl_ejob_range_assignment(const dl_ejob_view_t *v, const char *node_id,
+                                 bool serializable);
 int dl_ejob_view_merge(dl_ejob_view_t *v, const json_t *range);
 /* The document of the first key of a transaction answer's response i, decoded, or NULL. */
 json_t *dl_ejob_txn_doc(const json_t *answer, size_t i);

@@ -170,14 +170,17 @@ int dl_ejob_view_events(dl_ejob_view_t *v, const json_t *range)
     return 0;
 }
 
-json_t *dl_ejob_range_assignment(const dl_ejob_view_t *v, const char *node_id)
+json_t *dl_ejob_range_assignment(const dl_ejob_view_t *v, const char *node_id, bool serializable)
 {
     char sub[64];
     snprintf(sub, sizeof(sub), "a/%d/%lld/", dl_ejob_round(v), (long long)dl_ejob_assignment(v));
-    if (node_id != NULL)
-        return json_pack("{s:o}", "key", dl__ejob_key(v->prefix, "%s%s", sub, node_id));
-    return json_pack("{s:o, s:o}", "key", dl__ejob_key(v->prefix, "%s", sub), "range_end",
-                     dl__ejob_range_end(v->prefix, sub));
+    json_t *r = node_id != NULL
+                    ? json_pack("{s:o}", "key", dl__ejob_key(v->prefix, "%s%s", sub, node_id))
+                    : json_pack("{s:o, s:o}", "key", dl__ejob_key(v->prefix, "%s", sub),
+                                "range_end", dl__ejob_range_end(v->prefix, sub));
+    if (r != NULL && serializable)
+        json_object_set_new(r, "serializable", json_true());
+    return r;
 }
 
 int dl_ejob_view_merge(dl_ejob_view_t *v, const json_t *range)

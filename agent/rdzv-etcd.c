@@ -1294,7 +1294,11 @@ static void running(etcd_t *z, int round)
         /* Node 0's agent serves torch's store at MASTER, as every agent of the job does when
          * it is node 0 (start_store), unless the job keeps the old way (store=worker). */
         as.torch_store = z->torch_port > 0;
-        z->cbs.assigned(z->ctx, &as, NULL);
+        /* Who ended the last round, for a node that took no part in it (its workers' round
+         * ended before it read its assignment): its restart event names the culprit too. */
+        dl_rdzv_culprit_info_t who;
+        dl_rdzv_dec_culprit(json_object_get(z->view.state, "culprit"), &who);
+        z->cbs.assigned(z->ctx, &as, who.cause != NULL ? &who : NULL);
         if (z->closing || z->ended)
             return;
     } else if (z->join_wanted && me == NULL && !z->txn_busy && z->lease != 0) {

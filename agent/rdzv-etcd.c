@@ -65,7 +65,7 @@ struct dl_rdzv_impl_s {
     int assign_round;
     int64_t assign_rev;
     bool assign_reading;
-    bool assign_linear; /* the next read of it is linearizable (a serializable one missed it) */
+    bool assign_linear; /* the next read of it is linearizable (the member asked was behind) */
     /* Counts of this node's last join and done transactions (the round's members and done
      * nodes after them), for the round they were made in (-1: none). */
     int joined_round, done_count_round;

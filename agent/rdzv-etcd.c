@@ -58,6 +58,14 @@ struct dl_rdzv_impl_s {
     int ring_round;
     bool ring_wanted, ring_checking;
     int lost_round; /* ring_id's node was lost in this round (-1: none) */
+    char lost_host[256];
+    int lost_rank;
+    /* This node's assignment (a/ROUND/REV/NODE_ID, or every node's for node 0) was read for
+     * round assign_round, REV assign_rev (0: not yet), or is being read. */
+    int assign_round;
+    int64_t assign_rev;
+    bool assign_reading;
+    bool assign_linear; /* the next read of it is linearizable (the member asked was behind) */
     /* Counts of this node's last join and done transactions (the round's members and done
      * nodes after them), for the round they were made in (-1: none). */
     int joined_round, done_count_round;
@@ -69,6 +77,12 @@ struct dl_rdzv_impl_s {
     bool txn_busy;        /* one transition at a time */
     int txn_kind;         /* the one in flight: a txn_kind_t */
     int txn_round;
+    /* A close in flight: its transactions (the assignments in batches, then the state) and the
+     * next one to send. */
+    json_t *close_txns;
+    size_t close_next;
+    int txn_round_read;      /* the round and assignment of the read in flight */
+    int64_t assign_rev_read;
     int64_t txn_view_rev; /* the view's revision it was made from */
     /* No new transition until the view holds what the last one did (its revision), or, when
      * its comparison failed, until the view changed at all: acting again on a view that is
@@ -150,6 +164,7 @@ static void react(etcd_t *z);
 static void connect_step(etcd_t *z);
 static void revoke_lease(etcd_t *z);
 static void start_store(etcd_t *z);
+static bool send_txn(etcd_t *z, json_t *body, txn_kind_t kind, int round);
 
 static double mono(void)
 {
@@ -635,6 +650,17 @@ static void on_txn(void *ctx, const dl_etcd_result_t *res)
         z->done_count_round = round;
         z->done_count = dl_ejob_txn_count(res->body);
     }
+    if (kind == TXN_CLOSE && ok && z->close_next < json_array_size(z->close_txns)) {
+        /* A batch of assignments went in: the next one, or the state that closes the round. */
+        json_t *next = json_incref(json_array_get(z->close_txns, z->close_next++));
+        if (send_txn(z, next, TXN_CLOSE, round))
+            return;
+        retry_later(z);
+    }
+    if (kind == TXN_CLOSE) {
+        json_decref(z->close_txns);
+        z->close_txns = NULL;
+    }
     /* A join or a done leaves the state as it is: nothing to wait for. So does a close that
      * failed: a member joined since the members were read (read them again), or the state
      * moved (the read brings it too). */
@@ -988,9 +1014,14 @@ static void gathering(etcd_t *z, int round)
         return;
     }
     z->members_round = -1; /* a close that fails reads them again */
-    json_t *body = dl_ejob_txn_close(&z->view, now_unix());
-    if (body != NULL)
-        send_txn(z, body, TXN_CLOSE, round);
+    json_decref(z->close_txns);
+    z->close_txns = dl_ejob_txn_close(&z->view, now_unix());
+    z->close_next = 1;
+    if (z->close_txns != NULL &&
+        !send_txn(z, json_incref(json_array_get(z->close_txns, 0)), TXN_CLOSE, round)) {
+        json_decref(z->close_txns);
+        z->close_txns = NULL;
+    }
 }
 
 /* ---- The ring: who notices a lost node -------------------------------------------------------- */
@@ -1006,19 +1037,6 @@ static void ring_stop(etcd_t *z)
 
 static void ring_watch(etcd_t *z);
 static void ring_check(etcd_t *z);
-
-/* The node after node_id in the round's ranks (wrapping), or NULL when node_id is the only one. */
-static const char *after(const json_t *nodes, const char *node_id)
-{
-    size_t n = json_array_size(nodes), i;
-    for (i = 0; i < n; i++)
-        if (strcmp(json_string_value(json_object_get(json_array_get(nodes, i), "node_id")) ?: "",
-                   node_id) == 0)
-            break;
-    if (i == n || n < 2)
-        return NULL;
-    return json_string_value(json_object_get(json_array_get(nodes, (i + 1) % n), "node_id"));
-}
 
 /* Watches next_id's member key from the round's start. */
 static void ring_follow(etcd_t *z, int round, const char *next_id)
@@ -1050,6 +1068,11 @@ static void on_ring_check(void *ctx, const dl_etcd_result_t *res)
     const json_t *done = json_object_get(json_array_get(rs, 1), "response_range");
     if (json_array_size(json_object_get(member, "kvs")) > 0)
         return; /* alive */
+    /* Its assignment: its host and rank (for the culprit), and who comes after it. */
+    json_t *its = dl_ejob_txn_doc(res->body, 2);
+    snprintf(z->lost_host, sizeof(z->lost_host), "%s",
+             json_string_value(json_object_get(its, "host")) ?: "");
+    z->lost_rank = (int)json_integer_value(json_object_get(its, "node_rank"));
     bool was_done = false;
     dl_etcd_kv_t kv;
     const json_t *dkv = json_array_get(json_object_get(done, "kvs"), 0);
@@ -1060,6 +1083,7 @@ static void on_ring_check(void *ctx, const dl_etcd_result_t *res)
         dl_etcd_kv_clear(&kv);
     }
     if (!was_done) {
+        json_decref(its);
         z->lost_round = round;
         react(z);
         return;
@@ -1070,7 +1094,7 @@ static void on_ring_check(void *ctx, const dl_etcd_result_t *res)
         z->done_count_round = round;
         z->done_count = count;
     }
-    const char *next = after(json_object_get(z->view.state, "nodes"), z->ring_id);
+    const char *next = json_string_value(json_object_get(its, "next"));
     if (next == NULL || strcmp(next, z->conf.node_id) == 0) {
         dl_etcd_cancel(z->ring);
         z->ring = NULL;
@@ -1079,6 +1103,7 @@ static void on_ring_check(void *ctx, const dl_etcd_result_t *res)
         snprintf(id, sizeof(id), "%s", next);
         ring_follow(z, round, id);
     }
+    json_decref(its);
     react(z);
 }
 
@@ -1128,7 +1153,7 @@ static void ring_watch(etcd_t *z)
 
 /* The assignment of node `me` in the etcd job state, as the frame our own server would send:
  * the raw JSON values, unconverted, so that the validator sees what was written. */
-static json_t *assignment_msg(const json_t *state, const json_t *me, int round)
+static json_t *assignment_msg(const json_t *state, const json_t *me, int round, int nodes)
 {
     static const char *const from_state[][2] = {
         {"world_size", "world_size"},   {"max_restarts", "max_restarts"},
@@ -1141,8 +1166,7 @@ static json_t *assignment_msg(const json_t *state, const json_t *me, int round)
         return NULL;
     json_object_set_new(msg, "round", json_integer(round));
     json_object_set_new(msg, "restart_count", json_integer(round));
-    json_object_set_new(msg, "nodes",
-                        json_integer((json_int_t)json_array_size(json_object_get(state, "nodes"))));
+    json_object_set_new(msg, "nodes", json_integer(nodes));
     for (size_t i = 0; i < sizeof(from_state) / sizeof(from_state[0]); i++) {
         json_t *x = json_object_get(state, from_state[i][1]);
         if (x != NULL)
@@ -1156,14 +1180,16 @@ static json_t *assignment_msg(const json_t *state, const json_t *me, int round)
     return msg;
 }
 
-/* The round's nodes may reach this node's torch store, should it be node 0's: their
- * addresses, as they offered them, are the only ones besides loopback let in. */
-static void torch_hosts(etcd_t *z, const json_t *nodes)
+/* The round's nodes may reach this node's torch store when it is node 0's: their addresses,
+ * as they offered them (every node's assignment, which node 0's agent reads), are the only ones
+ * besides loopback let in; any other node's lets in loopback alone. */
+static void torch_hosts(etcd_t *z, bool node0)
 {
-    size_t n = 0, count = json_array_size(nodes);
     char err[300] = "out of memory";
     if (z->torch_port <= 0)
         return;
+    json_t *nodes = node0 ? dl_ejob_assigned_nodes(&z->view) : json_array();
+    size_t n = 0, count = json_array_size(nodes);
     const char **addrs = calloc(count ? count : 1, sizeof(*addrs));
     for (size_t i = 0; addrs != NULL && i < count; i++) {
         const char *a = json_string_value(json_object_get(json_array_get(nodes, i), "addr"));
@@ -1173,14 +1199,74 @@ static void torch_hosts(etcd_t *z, const json_t *nodes)
     if (addrs == NULL || dl_rdzv_server_set_job_hosts(z->store, addrs, n, err, sizeof(err)) < 0)
         say(z, "torch store: other nodes' workers may not reach it: %s", err);
     free(addrs);
+    json_decref(nodes);
+}
+
+static void on_assignment(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    z->assign_reading = false;
+    if (z->closing || z->ended)
+        return;
+    if (res->status != DL_ETCD_OK) {
+        if (trouble(z, res))
+            retry_later(z);
+        return;
+    }
+    untroubled(z);
+    int64_t applied =
+        dl_etcd_int(json_object_get(json_object_get(res->body, "header"), "revision"));
+    if (!z->assign_linear && applied < z->view.state_rev) {
+        /* The member asked has not applied the round's close yet (another endpoint than the
+         * watch's): ask the leader. */
+        z->assign_linear = true;
+        react(z);
+        return;
+    }
+    z->assign_linear = false;
+    if (dl_ejob_view_merge(&z->view, res->body) < 0) {
+        fail(z, 4, "etcd at %s: an assignment under %sa/ this node cannot read", res->endpoint,
+             z->prefix);
+        return;
+    }
+    z->assign_round = z->txn_round_read;
+    z->assign_rev = z->assign_rev_read;
+    react(z);
+}
+
+/* Reads this node's assignment in the running round; node 0's agent reads every node's (the
+ * addresses its torch store lets in). */
+static void read_assignment(etcd_t *z, int round, int64_t rev)
+{
+    if (z->assign_reading)
+        return;
+    const char *zero = json_string_value(json_object_get(z->view.state, "node0"));
+    bool all = z->torch_port > 0 && zero != NULL && strcmp(zero, z->conf.node_id) == 0;
+    z->assign_reading = true;
+    z->txn_round_read = round;
+    z->assign_rev_read = rev;
+    if (dl_etcd_call(z->etcd, "/v3/kv/range",
+                     dl_ejob_range_assignment(&z->view, all ? NULL : z->conf.node_id,
+                                              !z->assign_linear),
+                     on_assignment, z, NULL) < 0) {
+        z->assign_reading = false;
+        retry_later(z);
+    }
 }
 
 static void running(etcd_t *z, int round)
 {
-    const json_t *nodes = json_object_get(z->view.state, "nodes");
     const json_t *me = dl_ejob_assigned(&z->view, z->conf.node_id);
     const json_t *mine = json_object_get(z->view.members, z->conf.node_id);
+    int node_count = dl_ejob_node_count(&z->view);
+    int64_t assignment = dl_ejob_assignment(&z->view);
     char reason[1400], err[300];
+
+    if (z->join_wanted && me == NULL && assignment > 0 &&
+        (z->assign_round != round || z->assign_rev != assignment)) {
+        read_assignment(z, round, assignment);
+        return;
+    }
 
     if (z->join_wanted && me != NULL && mine != NULL &&
         json_integer_value(json_object_get(mine, "round")) == round) {
@@ -1193,7 +1279,7 @@ static void running(etcd_t *z, int round)
          * assignment frame (addresses of address characters only, every number in range), so
          * that such a writer can disturb the job but never put text of its own into the
          * workers' environment. */
-        json_t *msg = assignment_msg(z->view.state, me, round);
+        json_t *msg = assignment_msg(z->view.state, me, round, node_count);
         int r = msg != NULL ? dl_rdzv_assignment_read(msg, &want, &as, err, sizeof(err)) : -ENOMEM;
         json_decref(msg);
         if (r < 0) {
@@ -1204,16 +1290,20 @@ static void running(etcd_t *z, int round)
         z->join_wanted = false;
         z->workers_round = round;
         z->node_rank = as.node_rank;
-        torch_hosts(z, nodes);
+        torch_hosts(z, as.node_rank == 0);
         /* Node 0's agent serves torch's store at MASTER, as every agent of the job does when
          * it is node 0 (start_store), unless the job keeps the old way (store=worker). */
         as.torch_store = z->torch_port > 0;
-        z->cbs.assigned(z->ctx, &as, NULL);
+        /* Who ended the last round, for a node that took no part in it (its workers' round
+         * ended before it read its assignment): its restart event names the culprit too. */
+        dl_rdzv_culprit_info_t who;
+        dl_rdzv_dec_culprit(json_object_get(z->view.state, "culprit"), &who);
+        z->cbs.assigned(z->ctx, &as, who.cause != NULL ? &who : NULL);
         if (z->closing || z->ended)
             return;
     } else if (z->join_wanted && me == NULL && !z->txn_busy && z->lease != 0) {
         /* A newcomer (or one the round closed without): a new round, with it, if there is room. */
-        if ((int)json_array_size(nodes) >= z->settings.max_nodes) {
+        if (node_count >= z->settings.max_nodes) {
             fail(z, 4, "join: job '%s' runs round %d with the maximum of %d nodes",
                  z->conf.run_id, round, z->settings.max_nodes);
             return;
@@ -1228,8 +1318,8 @@ static void running(etcd_t *z, int round)
     }
     /* A member of the round watches the next one's key (see ring_check). */
     if (me != NULL && z->ring_round != round) {
-        const char *next = after(nodes, z->conf.node_id);
-        if (next != NULL) {
+        const char *next = json_string_value(json_object_get(me, "next"));
+        if (next != NULL && strcmp(next, z->conf.node_id) != 0) {
             char id[256];
             snprintf(id, sizeof(id), "%s", next);
             ring_follow(z, round, id);
@@ -1258,25 +1348,16 @@ static void running(etcd_t *z, int round)
     /* The node this one watches lost its key (its lease expired, or it left) before it was
      * done: lost. */
     if (z->lost_round == round) {
-        const json_t *n = NULL;
-        size_t i;
-        json_t *x;
-        json_array_foreach(nodes, i, x)
-        {
-            if (strcmp(json_string_value(json_object_get(x, "node_id")) ?: "", z->ring_id) == 0)
-                n = x;
-        }
         z->lost_round = -1;
-        if (n != NULL) {
+        if (z->ring_id[0] != '\0') {
             snprintf(reason, sizeof(reason),
                      "agent '%s' (%s) was lost: its etcd lease ended (no keepalive within %g s, "
                      "or it left)",
-                     z->ring_id, json_string_value(json_object_get(n, "host")),
-                     z->spec->dead_after);
+                     z->ring_id, z->lost_host, z->spec->dead_after);
             dl_rdzv_culprit_msg_t lost = DL_RDZV_CULPRIT_NONE;
             lost.node = z->ring_id;
-            lost.host = json_string_value(json_object_get(n, "host"));
-            lost.node_rank = (int)json_integer_value(json_object_get(n, "node_rank"));
+            lost.host = z->lost_host;
+            lost.node_rank = z->lost_rank;
             json_t *who = dl_rdzv_enc_culprit(&lost);
             next_round(z, DL_EJOB_CAUSE_NODE_LOST, reason, who, TXN_PLAIN);
             json_decref(who);
@@ -1284,8 +1365,7 @@ static void running(etcd_t *z, int round)
         }
     }
     /* Every node of the round is done (counted by the last one's transaction): the job ends. */
-    if (z->done_count_round == round && json_array_size(nodes) > 0 &&
-        z->done_count >= (int64_t)json_array_size(nodes))
+    if (z->done_count_round == round && node_count > 0 && z->done_count >= node_count)
         with_linger(z, 0, DL_EJOB_CAUSE_REQUESTED, NULL);
 }
 
@@ -1298,23 +1378,19 @@ static void depart(etcd_t *z)
     if (z->departed || z->txn_busy)
         return; /* a transition in flight: its answer runs react again */
     int round = dl_ejob_round(v);
-    const json_t *me = dl_ejob_assigned(v, z->conf.node_id);
     if (v->state == NULL || dl_ejob_over(v) || strcmp(dl_ejob_state_name(v), "running") != 0 ||
-        me == NULL || z->workers_round != round) {
+        z->workers_round != round) {
         z->departed = true;
         return;
     }
-    int left = 0;
-    size_t i;
-    json_t *n;
-    json_array_foreach(json_object_get(v->state, "nodes"), i, n)
-    {
-        const char *id = json_string_value(json_object_get(n, "node_id"));
-        const json_t *done = id != NULL ? json_object_get(v->done, id) : NULL;
-        if (id != NULL && strcmp(id, z->conf.node_id) != 0 &&
-            !(done != NULL && json_integer_value(done) == round))
-            left++;
-    }
+    /* The others of the round, less those this node knows are done (the last done count). */
+    int left = dl_ejob_node_count(v) - 1;
+    const json_t *self_done = json_object_get(v->done, z->conf.node_id);
+    if (z->done_count_round == round && z->done_count > 0)
+        left -= (int)(z->done_count - (self_done != NULL && json_integer_value(self_done) == round
+                                           ? 1 : 0));
+    if (left < 0)
+        left = 0;
     char reason[600];
     if (dl_rdzv_policy_departure_goes_on(left, z->settings.min_nodes)) {
         snprintf(reason, sizeof(reason),
@@ -1323,7 +1399,7 @@ static void depart(etcd_t *z)
         dl_rdzv_culprit_msg_t gone = DL_RDZV_CULPRIT_NONE;
         gone.node = z->conf.node_id;
         gone.host = z->conf.hostname;
-        gone.node_rank = (int)json_integer_value(json_object_get(me, "node_rank"));
+        gone.node_rank = z->node_rank;
         json_t *who = dl_rdzv_enc_culprit(&gone);
         send_txn(z, dl_ejob_txn_next(v, DL_EJOB_CAUSE_NODE_LEFT, reason, who, NULL, 0, 0,
                                      now_unix()),
@@ -1489,6 +1565,7 @@ static void maybe_free(etcd_t *z)
     dl_proto_token_free(z->store_token);
     json_decref(z->report_culprit);
     json_decref(z->linger_culprit);
+    json_decref(z->close_txns);
     free(z);
 }
 
@@ -1693,7 +1770,7 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
     uv_timer_init(conf->loop, &z->turn_timer);
     z->turn_timer.data = z;
     z->turn_round = -1;
-    z->ring_round = z->lost_round = -1;
+    z->ring_round = z->lost_round = z->assign_round = -1;
     z->joined_round = z->done_count_round = z->members_round = -1;
     z->handles = 4;
     *ret = z;

@@ -8,6 +8,7 @@
  *                         and once the round closed its assignment (nodes, ranks, addresses)
  *   PREFIX m/NODE_ID      a member: the round it joined and what it offers; on its agent's lease
  *   PREFIX done/NODE_ID   the round whose workers all exited 0 on that node
+ *   PREFIX a/ROUND/REV/NODE_ID  that node's assignment in the running round ROUND
  *   PREFIX ev/RRRRRRRR-K  the job's events (round_changed, rendezvous, job_end)
  *
  * Every change of the state is a transaction that compares the state's mod revision with the
@@ -30,6 +31,7 @@ typedef struct {
     json_t *members;   /* node id -> member document (with "lease" and "rev" added) */
     json_t *done;      /* node id -> round */
     json_t *events;    /* key -> event */
+    json_t *assign;    /* "ROUND/REV/NODE_ID" -> that node's assignment (a/ keys read) */
     int64_t rev;       /* the view holds every change up to this revision */
 } dl_ejob_view_t;
 
@@ -40,6 +42,7 @@ enum {
     DL_EJOB_CH_MEMBERS = 1 << 2,
     DL_EJOB_CH_DONE = 1 << 3,
     DL_EJOB_CH_EVENTS = 1 << 4,
+    DL_EJOB_CH_ASSIGN = 1 << 5,
 };
 
 /* The prefix: conf_prefix (a trailing '/' added) or "/dlaunch/RUN_ID/". Returns 0, or -EINVAL
@@ -59,8 +62,16 @@ const char *dl_ejob_state_name(const dl_ejob_view_t *v); /* "" when there is no 
 bool dl_ejob_over(const dl_ejob_view_t *v);
 /* Members that joined round `round`. */
 int dl_ejob_count(const dl_ejob_view_t *v, int round);
-/* The member of node_id in the state's assignment, or NULL. */
+/* A running round's assignment: the revision that names its keys (a/ROUND/REV/NODE_ID; 0: none)
+ * and its node count, from the state. */
+int64_t dl_ejob_assignment(const dl_ejob_view_t *v);
+int dl_ejob_node_count(const dl_ejob_view_t *v);
+/* node_id's assignment in the running round ({node_id, host, addr, store, slots, node_rank,
+ * first_rank, master_port, next: the node ranked after it, wrapping}), if the view read it
+ * (dl_ejob_range_assignment), else NULL. */
 const json_t *dl_ejob_assigned(const dl_ejob_view_t *v, const char *node_id);
+/* Every assignment of the running round the view read, in rank order (new reference). */
+json_t *dl_ejob_assigned_nodes(const dl_ejob_view_t *v);
 
 /* ---- Documents -------------------------------------------------------------------------------- */
 
@@ -99,10 +110,17 @@ json_t *dl_ejob_member_doc(const dl_ejob_member_t *m);
 json_t *dl_ejob_txn_create(const char *prefix, const dl_ejob_settings_t *s, double now);
 /* Joins the round the view holds, on lease. */
 json_t *dl_ejob_txn_join(const dl_ejob_view_t *v, const dl_ejob_member_t *m, int64_t lease);
+/* etcd's default limit of operations in one transaction (--max-txn-ops). */
+#define DL_EJOB_MAX_TXN_OPS 128
+
 /* Closes the gathering round with its members (the first max_nodes to join), ranked by the
- * rule of docs/rendezvous.md; fails if a member joined since the view. NULL also when no member
- * is there to close with, or the state allows fewer than one node (another etcd client wrote
- * it). */
+ * rule of docs/rendezvous.md: an array of transactions to make in order, each only while the
+ * state is the view's. Every node's assignment is a key of its own, PREFIX a/ROUND/REV/NODE_ID
+ * (REV: the view's revision), put in batches of at most DL_EJOB_MAX_TXN_OPS before the last
+ * transaction, which puts the state (the round's summary: assignment REV, node_count, node0,
+ * world_size, MASTER_ADDR/PORT, the store) and fails if a member joined since the view; with
+ * few nodes it is the only one. NULL when no member is there to close with, or the state allows
+ * fewer than one node (another etcd client wrote it). */
 json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now);
 
 typedef enum {
@@ -178,8 +196,8 @@ json_t *dl_ejob_range_joined(const dl_ejob_view_t *v, int round);
  * a range answer for dl_ejob_view_load (new reference). */
 json_t *dl_ejob_txn_read(const char *prefix, const char *member);
 json_t *dl_ejob_read_as_range(const json_t *answer);
-/* While the state is the view's: node_id's member key, its done key, and the count of the
- * round's done nodes (three responses); else nothing (succeeded false). */
+/* While the state is the view's: node_id's member key, its done key, its assignment, and the
+ * count of the round's done nodes (four responses); else nothing (succeeded false). */
 json_t *dl_ejob_txn_check_member(const dl_ejob_view_t *v, const char *node_id);
 /* Watch bodies: the state key from the view's revision on; node_id's member key's deletions. */
 json_t *dl_ejob_watch_state(const dl_ejob_view_t *v);
@@ -187,6 +205,16 @@ json_t *dl_ejob_watch_gone(const dl_ejob_view_t *v, const char *node_id, int64_t
 /* A range body of the job's events, and its answer put into the view (for the end, which keeps
  * them on the linger lease). Returns 0 or -EPROTO. */
 json_t *dl_ejob_range_events(const dl_ejob_view_t *v);
+/* A range body of node_id's assignment in the running round, or of every node's (node_id
+ * NULL); serializable: answered by the member asked from what it has applied, without a round
+ * trip to the leader (good when the answer's revision is the state's or later: the keys went
+ * in before the state). dl_ejob_view_merge puts a range answer's keys into the view (0 or
+ * -EPROTO). */
+json_t *dl_ejob_range_assignment(const dl_ejob_view_t *v, const char *node_id,
+                                 bool serializable);
+int dl_ejob_view_merge(dl_ejob_view_t *v, const json_t *range);
+/* The document of the first key of a transaction answer's response i, decoded, or NULL. */
+json_t *dl_ejob_txn_doc(const json_t *answer, size_t i);
 int dl_ejob_view_events(dl_ejob_view_t *v, const json_t *range);
 
 /* Between job.c and job-count.c: the base64 key prefix + printf(fmt, ...), and the end of the

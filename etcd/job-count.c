@@ -122,11 +122,14 @@ json_t *dl_ejob_read_as_range(const json_t *answer)
 json_t *dl_ejob_txn_check_member(const dl_ejob_view_t *v, const char *node_id)
 {
     int round = dl_ejob_round(v);
-    return json_pack("{s:[{s:o, s:s, s:s, s:o}], s:[{s:{s:o}}, {s:{s:o}}, o]}", "compare", "key",
-                     dl__ejob_key(v->prefix, "state"), "target", "MOD", "result", "EQUAL",
-                     "mod_revision", dl_etcd_num(v->state_rev), "success", "request_range", "key",
-                     dl__ejob_key(v->prefix, "m/%s", node_id), "request_range", "key",
-                     dl__ejob_key(v->prefix, "done/%s", node_id),
+    return json_pack("{s:[{s:o, s:s, s:s, s:o}], s:[{s:{s:o}}, {s:{s:o}}, {s:{s:o}}, o]}",
+                     "compare", "key", dl__ejob_key(v->prefix, "state"), "target", "MOD",
+                     "result", "EQUAL", "mod_revision", dl_etcd_num(v->state_rev), "success",
+                     "request_range", "key", dl__ejob_key(v->prefix, "m/%s", node_id),
+                     "request_range", "key", dl__ejob_key(v->prefix, "done/%s", node_id),
+                     "request_range", "key",
+                     dl__ejob_key(v->prefix, "a/%d/%lld/%s", round,
+                                  (long long)dl_ejob_assignment(v), node_id),
                      count_range(v->prefix, "d", round));
 }
 
@@ -165,4 +168,52 @@ int dl_ejob_view_events(dl_ejob_view_t *v, const json_t *range)
         dl_etcd_kv_clear(&kv);
     }
     return 0;
+}
+
+json_t *dl_ejob_range_assignment(const dl_ejob_view_t *v, const char *node_id, bool serializable)
+{
+    char sub[64];
+    snprintf(sub, sizeof(sub), "a/%d/%lld/", dl_ejob_round(v), (long long)dl_ejob_assignment(v));
+    json_t *r = node_id != NULL
+                    ? json_pack("{s:o}", "key", dl__ejob_key(v->prefix, "%s%s", sub, node_id))
+                    : json_pack("{s:o, s:o}", "key", dl__ejob_key(v->prefix, "%s", sub),
+                                "range_end", dl__ejob_range_end(v->prefix, sub));
+    if (r != NULL && serializable)
+        json_object_set_new(r, "serializable", json_true());
+    return r;
+}
+
+int dl_ejob_view_merge(dl_ejob_view_t *v, const json_t *range)
+{
+    /* The view's own apply, through a copy of the answer as a watch message would carry it. */
+    json_t *evs = json_array();
+    size_t i;
+    json_t *kv;
+    json_array_foreach(json_object_get(range, "kvs"), i, kv)
+    {
+        json_array_append_new(evs, json_pack("{s:s, s:O}", "type", "PUT", "kv", kv));
+    }
+    int64_t rev = v->rev;
+    json_t *msg = json_pack("{s:o}", "events", evs);
+    int r = msg != NULL ? dl_ejob_view_watch(v, msg) : -ENOMEM;
+    json_decref(msg);
+    v->rev = rev; /* what the watch has brought is unchanged */
+    return r < 0 ? -EPROTO : 0;
+}
+
+json_t *dl_ejob_txn_doc(const json_t *answer, size_t i)
+{
+    const json_t *r = json_object_get(json_array_get(json_object_get(answer, "responses"), i),
+                                      "response_range");
+    const json_t *kvj = json_array_get(json_object_get(r, "kvs"), 0);
+    dl_etcd_kv_t kv;
+    if (kvj == NULL || dl_etcd_kv_read(kvj, &kv) < 0)
+        return NULL;
+    json_t *doc = json_loadb(kv.value, kv.value_len, 0, NULL);
+    dl_etcd_kv_clear(&kv);
+    if (!json_is_object(doc)) {
+        json_decref(doc);
+        return NULL;
+    }
+    return doc;
 }

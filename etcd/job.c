@@ -54,6 +54,7 @@ void dl_ejob_view_init(dl_ejob_view_t *v, const char *prefix)
     v->members = json_object();
     v->done = json_object();
     v->events = json_object();
+    v->assign = json_object();
 }
 
 void dl_ejob_view_clear(dl_ejob_view_t *v)
@@ -63,7 +64,8 @@ void dl_ejob_view_clear(dl_ejob_view_t *v)
     json_decref(v->members);
     json_decref(v->done);
     json_decref(v->events);
-    v->job = v->state = v->members = v->done = v->events = NULL;
+    json_decref(v->assign);
+    v->job = v->state = v->members = v->done = v->events = v->assign = NULL;
 }
 
 /* One key's change. Returns DL_EJOB_CH_*, 0 for a key of no interest. */
@@ -112,6 +114,14 @@ static int apply(dl_ejob_view_t *v, const dl_etcd_kv_t *kv, bool deleted)
         json_decref(doc);
         return DL_EJOB_CH_DONE;
     }
+    if (strncmp(k, "a/", 2) == 0) {
+        if (deleted)
+            json_object_del(v->assign, k + 2);
+        else
+            json_object_set(v->assign, k + 2, doc);
+        json_decref(doc);
+        return DL_EJOB_CH_ASSIGN;
+    }
     if (strncmp(k, "ev/", 3) == 0) {
         if (deleted)
             json_object_del(v->events, kv->key);
@@ -130,7 +140,7 @@ int dl_ejob_view_load(dl_ejob_view_t *v, const json_t *range)
     size_t i;
     json_t *kvj;
     int ch = DL_EJOB_CH_JOB | DL_EJOB_CH_STATE | DL_EJOB_CH_MEMBERS | DL_EJOB_CH_DONE |
-             DL_EJOB_CH_EVENTS;
+             DL_EJOB_CH_EVENTS | DL_EJOB_CH_ASSIGN;
 
     snprintf(prefix, sizeof(prefix), "%s", v->prefix);
     dl_ejob_view_clear(v);
@@ -210,16 +220,66 @@ int dl_ejob_count(const dl_ejob_view_t *v, int round)
     return n;
 }
 
+int64_t dl_ejob_assignment(const dl_ejob_view_t *v)
+{
+    json_int_t tag = sint(v->state, "assignment", 0);
+    return tag > 0 ? (int64_t)tag : 0;
+}
+
+int dl_ejob_node_count(const dl_ejob_view_t *v)
+{
+    json_int_t n = sint(v->state, "node_count", 0);
+    return n < 0 ? 0 : n > INT_MAX ? INT_MAX : (int)n;
+}
+
 const json_t *dl_ejob_assigned(const dl_ejob_view_t *v, const char *node_id)
 {
-    size_t i;
-    json_t *n;
-    json_array_foreach(json_object_get(v->state, "nodes"), i, n)
+    char key[600];
+    int64_t tag = dl_ejob_assignment(v);
+    if (tag == 0 || strcmp(dl_ejob_state_name(v), "running") != 0)
+        return NULL;
+    int n = snprintf(key, sizeof(key), "%d/%lld/%s", dl_ejob_round(v), (long long)tag, node_id);
+    if (n < 0 || (size_t)n >= sizeof(key))
+        return NULL;
+    return json_object_get(v->assign, key);
+}
+
+static int by_node_rank(const void *a, const void *b)
+{
+    json_int_t x = sint(*(json_t *const *)a, "node_rank", 0);
+    json_int_t y = sint(*(json_t *const *)b, "node_rank", 0);
+    return x < y ? -1 : x > y;
+}
+
+json_t *dl_ejob_assigned_nodes(const dl_ejob_view_t *v)
+{
+    char tag[64];
+    json_t *out = json_array();
+    int64_t rev = dl_ejob_assignment(v);
+    const char *k;
+    json_t *doc;
+    if (out == NULL || rev == 0 || strcmp(dl_ejob_state_name(v), "running") != 0)
+        return out;
+    size_t tl = (size_t)snprintf(tag, sizeof(tag), "%d/%lld/", dl_ejob_round(v), (long long)rev);
+    json_object_foreach(v->assign, k, doc)
     {
-        if (strcmp(sstr(n, "node_id"), node_id) == 0)
-            return n;
+        if (strncmp(k, tag, tl) == 0)
+            json_array_append(out, doc);
     }
-    return NULL;
+    size_t n = json_array_size(out);
+    json_t **sorted = calloc(n > 0 ? n : 1, sizeof(*sorted));
+    if (sorted == NULL) {
+        json_decref(out);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = json_incref(json_array_get(out, i));
+    qsort(sorted, n, sizeof(*sorted), by_node_rank);
+    json_array_clear(out);
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(out, sorted[i]);
+    free(sorted);
+    return out;
 }
 
 /* ---- Documents -------------------------------------------------------------------------------- */
@@ -355,7 +415,7 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
     const char *id;
     json_t *m;
     /* Any etcd client may have written the state: a round of no node has nothing to close. */
-    if (max < 1)
+    if (max < 1 || !json_is_object(v->state))
         return NULL;
     cand_t *c = calloc(cap > 0 ? cap : 1, sizeof(*c));
     if (c == NULL)
@@ -411,25 +471,38 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
     }
     for (size_t i = 0; i < n; i++)
         by[rank[i]] = c[i];
-    json_t *nodes = json_array();
-    long long world = 0;
-    for (size_t r = 0; r < n; r++) {
-        const json_t *x = by[r].m;
-        json_array_append_new(
-            nodes, json_pack("{s:s, s:s, s:s, s:s, s:I, s:i, s:I, s:I}", "node_id", by[r].id,
-                             "host", sstr(x, "host"), "addr", sstr(x, "addr"), "store",
-                             sstr(x, "store"), "slots", sint(x, "slots", 1), "node_rank", (int)r,
-                             "first_rank", (json_int_t)world, "master_port",
-                             sint(x, "master_port", 0)));
-        world += sint(x, "slots", 1);
-    }
+    /* Every node's assignment is a key of its own, a/ROUND/REV/NODE_ID (REV: the revision of
+     * the members it was made from, so that a close that lost the race leaves keys no state
+     * names); the state carries only the round's summary, so that the watch brings every agent
+     * a small document and each reads its own entry: O(N) bytes for the round, not N^2. */
     const json_t *zero = by[0].m;
     json_int_t port = sint(zero, "master_port", 0);
     if (port <= 0)
         port = sint(v->job, "master_port", DEFAULT_MASTER_PORT);
+    json_t *puts = json_array();
+    bool complete = puts != NULL; /* every operation made (else ENOMEM) */
+    long long world = 0;
+    for (size_t r = 0; r < n; r++) {
+        const json_t *x = by[r].m;
+        json_t *doc = json_pack("{s:s, s:s, s:s, s:s, s:I, s:i, s:I, s:I}", "node_id", by[r].id,
+                                "host", sstr(x, "host"), "addr", sstr(x, "addr"), "store",
+                                sstr(x, "store"), "slots", sint(x, "slots", 1), "node_rank",
+                                (int)r, "first_rank", (json_int_t)world, "master_port",
+                                sint(x, "master_port", 0));
+        if (doc != NULL && n > 1)
+            json_object_set_new(doc, "next", json_string(by[(r + 1) % n].id));
+        if (json_array_append_new(puts, put(dl__ejob_key(v->prefix, "a/%d/%lld/%s", round,
+                                                         (long long)v->rev, by[r].id),
+                                            doc, 0)) < 0)
+            complete = false;
+        world += sint(x, "slots", 1);
+    }
     json_t *state = json_deep_copy(v->state);
+    json_object_del(state, "nodes"); /* written by a dlaunch before assignment keys */
     json_object_set_new(state, "state", json_string("running"));
-    json_object_set_new(state, "nodes", nodes);
+    json_object_set_new(state, "assignment", json_integer(v->rev));
+    json_object_set_new(state, "node_count", json_integer((json_int_t)n));
+    json_object_set_new(state, "node0", json_string(by[0].id));
     json_object_set_new(state, "world_size", json_integer(world));
     json_object_set_new(state, "master_addr", json_string(sstr(zero, "addr")));
     json_object_set_new(state, "master_port", json_integer(port));
@@ -444,12 +517,41 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
     free(rank);
     free(taken);
     free(by);
-    /* No member joined since the view: every member key is older than it. */
-    return json_pack(
-        "{s:[o, {s:o, s:o, s:s, s:s, s:o}], s:[o, o]}", "compare", cmp_state(v), "key",
-        dl__ejob_key(v->prefix, "m/"), "range_end", dl__ejob_range_end(v->prefix, "m/"), "target",
-        "MOD", "result", "LESS", "mod_revision", dl_etcd_num(v->rev + 1), "success",
-        put(dl__ejob_key(v->prefix, "state"), state, 0), put(event_key(v, round, 1), ev, 0));
+    /* The last transaction closes: no member joined since the view (every member key is older
+     * than it). The assignments go before it in batches within etcd's limit of operations in a
+     * transaction, each only while the round is still the view's; with few nodes, all in one. */
+    json_t *txns = json_array();
+    json_t *last_ops = json_array();
+    if (json_array_append_new(last_ops, put(dl__ejob_key(v->prefix, "state"), state, 0)) < 0 ||
+        json_array_append_new(last_ops, put(event_key(v, round, 1), ev, 0)) < 0)
+        complete = false;
+    size_t total = json_array_size(puts);
+    if (total + 2 <= DL_EJOB_MAX_TXN_OPS) {
+        if (json_array_extend(last_ops, puts) < 0)
+            complete = false;
+    } else {
+        for (size_t i = 0; i < total; i += DL_EJOB_MAX_TXN_OPS) {
+            json_t *ops = json_array();
+            for (size_t j = i; j < total && j < i + DL_EJOB_MAX_TXN_OPS; j++)
+                if (json_array_append(ops, json_array_get(puts, j)) < 0)
+                    complete = false;
+            if (json_array_append_new(txns, json_pack("{s:[o], s:o}", "compare", cmp_state(v),
+                                                      "success", ops)) < 0)
+                complete = false;
+        }
+    }
+    json_decref(puts);
+    if (json_array_append_new(
+            txns, json_pack("{s:[o, {s:o, s:o, s:s, s:s, s:o}], s:o}", "compare", cmp_state(v),
+                            "key", dl__ejob_key(v->prefix, "m/"), "range_end",
+                            dl__ejob_range_end(v->prefix, "m/"), "target", "MOD", "result",
+                            "LESS", "mod_revision", dl_etcd_num(v->rev + 1), "success",
+                            last_ops)) < 0 ||
+        !complete) {
+        json_decref(txns);
+        return NULL;
+    }
+    return txns;
 }
 
 static const char *cause_name(dl_ejob_cause_t c)
@@ -493,6 +595,8 @@ static void end_ops(const dl_ejob_view_t *v, json_t *ops, json_t *state, json_t 
         ops, del_range(dl__ejob_key(v->prefix, "m/"), dl__ejob_range_end(v->prefix, "m/")));
     json_array_append_new(
         ops, del_range(dl__ejob_key(v->prefix, "done/"), dl__ejob_range_end(v->prefix, "done/")));
+    json_array_append_new(
+        ops, del_range(dl__ejob_key(v->prefix, "a/"), dl__ejob_range_end(v->prefix, "a/")));
 }
 
 /* A culprit object as the policy compares it: read by the one reader (rdzv-codec.h). */
@@ -619,6 +723,9 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
     json_object_set_new(state, "cause", json_string(cause_name(cause)));
     json_object_set_new(state, "time", json_real(now));
     json_object_del(state, "nodes");
+    json_object_del(state, "assignment");
+    json_object_del(state, "node_count");
+    json_object_del(state, "node0");
     json_object_del(state, "world_size");
     json_object_del(state, "master_addr");
     json_object_del(state, "master_port");
@@ -628,6 +735,8 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
                                          reason, "cause", cause_name(cause), "failure", who));
     json_array_append_new(ops, put(dl__ejob_key(v->prefix, "state"), state, 0));
     json_array_append_new(ops, put(event_key(v, round + 1, 0), ev, 0));
+    json_array_append_new(
+        ops, del_range(dl__ejob_key(v->prefix, "a/"), dl__ejob_range_end(v->prefix, "a/")));
     if (join != NULL) {
         dl_ejob_member_t mm = *join;
         mm.round = round + 1;
@@ -684,7 +793,8 @@ json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id)
     json_t *n;
     int round = dl_ejob_round(v);
     if (strcmp(sstr(s, "state"), "running") == 0) {
-        json_array_foreach(json_object_get(s, "nodes"), i, n)
+        json_t *assigned = dl_ejob_assigned_nodes(v);
+        json_array_foreach(assigned, i, n)
         {
             const char *id = sstr(n, "node_id");
             json_t *done = json_object_get(v->done, id);
@@ -696,6 +806,7 @@ json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id)
                                  json_object_get(v->members, id) != NULL, "left",
                                  done != NULL && json_integer_value(done) == round));
         }
+        json_decref(assigned);
     } else {
         /* Gathering: the members so far, without ranks. */
         const char *id;

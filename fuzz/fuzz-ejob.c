@@ -61,12 +61,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_decref(dl_ejob_status(&v, "f"));
         json_t *close = dl_ejob_txn_close(&v, 1.0);
         if (close != NULL) {
-            /* The state it puts names the nodes of the round: at least one. */
-            json_t *put = json_object_get(json_array_get(json_object_get(close, "success"), 0),
+            /* The state its last transaction puts counts the nodes of the round: at least one,
+             * and no transaction holds more operations than etcd takes. */
+            size_t i;
+            json_t *txn;
+            json_array_foreach(close, i, txn)
+            {
+                DL_FUZZ_REQUIRE(json_array_size(json_object_get(txn, "success")) <= DL_EJOB_MAX_TXN_OPS);
+            }
+            json_t *last = json_array_get(close, json_array_size(close) - 1);
+            json_t *put = json_object_get(json_array_get(json_object_get(last, "success"), 0),
                                           "request_put");
             char *text = dl_etcd_unb64(json_object_get(put, "value"), NULL);
             json_t *state = text != NULL ? json_loads(text, 0, NULL) : NULL;
-            DL_FUZZ_REQUIRE(json_array_size(json_object_get(state, "nodes")) >= 1);
+            DL_FUZZ_REQUIRE(json_integer_value(json_object_get(state, "node_count")) >= 1);
             json_decref(state);
             free(text);
         }

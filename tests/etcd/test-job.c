@@ -70,10 +70,50 @@ static json_t *put_of(const json_t *txn, const char *suffix)
     return NULL;
 }
 
-static const char *id_at(const json_t *state, int rank)
+/* A close's transactions: the last one puts the state. */
+static json_t *close_state(const json_t *txns)
 {
-    return json_string_value(
-        json_object_get(json_array_get(json_object_get(state, "nodes"), (size_t)rank), "node_id"));
+    return put_of(json_array_get(txns, json_array_size(txns) - 1), "state");
+}
+
+/* The assignment a close puts for rank (under a/ROUND/REV/), decoded, and how many it puts. */
+static json_t *assigned_at(const json_t *txns, int rank, size_t *count)
+{
+    size_t i, j, n = 0;
+    json_t *t, *op, *found = NULL;
+    json_array_foreach(txns, i, t)
+    {
+        json_array_foreach(json_object_get(t, "success"), j, op)
+        {
+            json_t *p = json_object_get(op, "request_put");
+            char *k = p != NULL ? dl_etcd_unb64(json_object_get(p, "key"), NULL) : NULL;
+            if (k != NULL && strncmp(k + strlen(P), "a/", 2) == 0) {
+                char *v = dl_etcd_unb64(json_object_get(p, "value"), NULL);
+                json_t *doc = json_loads(v, 0, NULL);
+                free(v);
+                n++;
+                if (found == NULL && json_integer_value(json_object_get(doc, "node_rank")) == rank)
+                    found = doc;
+                else
+                    json_decref(doc);
+            }
+            free(k);
+        }
+    }
+    if (count != NULL)
+        *count = n;
+    return found;
+}
+
+static char id_buf[8][64];
+
+static const char *id_at(const json_t *txns, int rank)
+{
+    json_t *doc = assigned_at(txns, rank, NULL);
+    snprintf(id_buf[rank % 8], sizeof(id_buf[0]), "%s",
+             json_string_value(json_object_get(doc, "node_id")) ?: "(none)");
+    json_decref(doc);
+    return id_buf[rank % 8];
 }
 
 DL_TEST(prefixes)
@@ -101,20 +141,29 @@ DL_TEST(ranks_follow_the_rule)
     load(&v, kvs, 6);
     ck_assert_int_eq(dl_ejob_count(&v, 0), 4);
     json_t *t = dl_ejob_txn_close(&v, 1.0);
-    json_t *s = put_of(t, "state");
+    json_t *s = close_state(t);
     ck_assert_str_eq(json_string_value(json_object_get(s, "state")), "running");
-    ck_assert_str_eq(id_at(s, 0), "c-1"); /* hosta */
-    ck_assert_str_eq(id_at(s, 1), "a-1"); /* hostc, a before d */
-    ck_assert_str_eq(id_at(s, 2), "b-1"); /* its hint */
-    ck_assert_str_eq(id_at(s, 3), "d-1");
+    ck_assert_str_eq(id_at(t, 0), "c-1"); /* hosta */
+    ck_assert_str_eq(id_at(t, 1), "a-1"); /* hostc, a before d */
+    ck_assert_str_eq(id_at(t, 2), "b-1"); /* its hint */
+    ck_assert_str_eq(id_at(t, 3), "d-1");
     ck_assert_int_eq(json_integer_value(json_object_get(s, "world_size")), 8);
-    const json_t *n3 = json_array_get(json_object_get(s, "nodes"), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(s, "node_count")), 4);
+    ck_assert_str_eq(json_string_value(json_object_get(s, "node0")), "c-1");
+    /* The state names the assignment (the view's revision), and lists no node. */
+    ck_assert_int_eq(json_integer_value(json_object_get(s, "assignment")), 6);
+    ck_assert_ptr_null(json_object_get(s, "nodes"));
+    json_t *n3 = assigned_at(t, 3, NULL);
     ck_assert_int_eq(json_integer_value(json_object_get(n3, "first_rank")), 7);
+    /* The ring: each node names the one ranked after it, the last the first. */
+    ck_assert_str_eq(json_string_value(json_object_get(n3, "next")), "c-1");
+    json_decref(n3);
     ck_assert_str_eq(json_string_value(json_object_get(s, "master_addr")), "hosta");
     /* No MASTER_PORT offered: the job's default. */
     ck_assert_int_eq(json_integer_value(json_object_get(s, "master_port")), 29500);
     /* The close compares the state's revision and that no member key changed since the view. */
-    ck_assert_int_eq(json_array_size(json_object_get(t, "compare")), 2);
+    ck_assert_int_eq(json_array_size(t), 1);
+    ck_assert_int_eq(json_array_size(json_object_get(json_array_get(t, 0), "compare")), 2);
     json_decref(s);
     json_decref(t);
     /* The same members in another order of keys: the same ranks. */
@@ -126,9 +175,9 @@ DL_TEST(ranks_follow_the_rule)
                     kv(P "m/a-1", member("a-1", "hostc", 2, -1, 0), 3, 7));
     load(&w, kvs, 6);
     t = dl_ejob_txn_close(&w, 1.0);
-    s = put_of(t, "state");
-    ck_assert_str_eq(id_at(s, 0), "c-1");
-    ck_assert_str_eq(id_at(s, 2), "b-1");
+    s = close_state(t);
+    ck_assert_str_eq(id_at(t, 0), "c-1");
+    ck_assert_str_eq(id_at(t, 2), "b-1");
     json_decref(s);
     json_decref(t);
     dl_ejob_view_clear(&v);
@@ -147,14 +196,108 @@ DL_TEST(the_first_max_nodes_to_join_take_part)
     load(&v, kvs, 9);
     ck_assert_int_eq(dl_ejob_count(&v, 1), 3);
     json_t *t = dl_ejob_txn_close(&v, 1.0);
-    json_t *s = put_of(t, "state");
-    ck_assert_int_eq(json_array_size(json_object_get(s, "nodes")), 2);
-    ck_assert_str_eq(id_at(s, 0), "y");
-    ck_assert_str_eq(id_at(s, 1), "x");
+    json_t *s = close_state(t);
+    size_t count;
+    json_decref(assigned_at(t, 0, &count));
+    ck_assert_int_eq(count, 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(s, "node_count")), 2);
+    ck_assert_str_eq(id_at(t, 0), "y");
+    ck_assert_str_eq(id_at(t, 1), "x");
     ck_assert_ptr_null(dl_ejob_assigned(&v, "late"));
     json_decref(s);
     json_decref(t);
     dl_ejob_view_clear(&v);
+}
+
+/* A round of many nodes (issue #27): the state the watch brings every agent stays small, each
+ * node's assignment is a key of its own, and the close fits etcd's limit of operations in a
+ * transaction (batches first, each only while the round is the view's; the state last). */
+DL_TEST(a_large_round_puts_one_assignment_key_per_node_in_batches)
+{
+    enum { N = 300 };
+    dl_ejob_view_t v;
+    json_t *kvs = json_array();
+    json_array_append_new(kvs, kv(P "state", state_doc("gathering", 4, 0, 3, N, N), 2, 0));
+    for (int i = 0; i < N; i++) {
+        char id[32], key[64];
+        snprintf(id, sizeof(id), "n%03d", i);
+        snprintf(key, sizeof(key), P "m/%s", id);
+        json_array_append_new(kvs, kv(key, member(id, "h", 1, -1, 4), 10 + i, 7));
+    }
+    load(&v, kvs, 10 + N);
+    json_t *t = dl_ejob_txn_close(&v, 1.0);
+    ck_assert_int_eq(json_array_size(t), 4); /* 128 + 128 + 44 assignments, then the state */
+    size_t i;
+    json_t *txn;
+    json_t *puts = json_array(); /* every key put, as etcd would hold them after the close */
+    json_array_foreach(t, i, txn)
+    {
+        const json_t *ops = json_object_get(txn, "success");
+        ck_assert_int_le(json_array_size(ops), DL_EJOB_MAX_TXN_OPS);
+        const json_t *cmp = json_array_get(json_object_get(txn, "compare"), 0);
+        ck_assert_str_eq(json_string_value(json_object_get(cmp, "result")), "EQUAL");
+        size_t j;
+        json_t *op;
+        json_array_foreach(ops, j, op)
+        {
+            json_t *p = json_object_get(op, "request_put");
+            json_array_append_new(puts, json_pack("{s:O, s:O, s:o, s:o}", "key",
+                                                  json_object_get(p, "key"), "value",
+                                                  json_object_get(p, "value"), "mod_revision",
+                                                  dl_etcd_num(400 + (int)i), "lease",
+                                                  dl_etcd_num(0)));
+        }
+    }
+    /* The last one closes, and fails if a member joined since the view. */
+    ck_assert_int_eq(json_array_size(json_object_get(json_array_get(t, 3), "compare")), 2);
+    json_t *s = close_state(t);
+    char *text = json_dumps(s, JSON_COMPACT);
+    ck_assert_int_lt(strlen(text), 600);
+    free(text);
+    ck_assert_int_eq(json_integer_value(json_object_get(s, "node_count")), N);
+    ck_assert_int_eq(json_integer_value(json_object_get(s, "world_size")), N);
+    size_t count;
+    json_t *last = assigned_at(t, N - 1, &count);
+    ck_assert_int_eq(count, N);
+    ck_assert_str_eq(json_string_value(json_object_get(last, "node_id")), "n299");
+    ck_assert_int_eq(json_integer_value(json_object_get(last, "first_rank")), N - 1);
+    ck_assert_str_eq(json_string_value(json_object_get(last, "next")), "n000");
+    json_decref(last);
+    json_decref(s);
+    /* What etcd then holds reads back: each node finds its own, status lists all in order. */
+    dl_ejob_view_t w;
+    load(&w, puts, 500);
+    ck_assert_int_eq(dl_ejob_node_count(&w), N);
+    const json_t *me = dl_ejob_assigned(&w, "n123");
+    ck_assert_ptr_nonnull(me);
+    ck_assert_int_eq(json_integer_value(json_object_get(me, "node_rank")), 123);
+    ck_assert_ptr_null(dl_ejob_assigned(&w, "n300"));
+    json_t *st = dl_ejob_status(&w, "j");
+    const json_t *nodes = json_object_get(st, "nodes");
+    ck_assert_int_eq(json_array_size(nodes), N);
+    for (int r = 0; r < N; r += 37)
+        ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(nodes, r),
+                                                            "node_rank")), r);
+    json_decref(st);
+    /* The next round takes the assignment keys away, and the state names none. */
+    json_t *next = dl_ejob_txn_next(&w, DL_EJOB_CAUSE_REQUESTED, "asked", NULL, NULL, 0, 0, 2.0);
+    json_t *ns = put_of(next, "state");
+    ck_assert_ptr_null(json_object_get(ns, "assignment"));
+    ck_assert_ptr_null(json_object_get(ns, "node_count"));
+    int deletes_a = 0;
+    json_array_foreach(json_object_get(next, "success"), i, txn)
+    {
+        json_t *d = json_object_get(txn, "request_delete_range");
+        char *k = d != NULL ? dl_etcd_unb64(json_object_get(d, "key"), NULL) : NULL;
+        deletes_a += k != NULL && strcmp(k, P "a/") == 0;
+        free(k);
+    }
+    ck_assert_int_eq(deletes_a, 1);
+    json_decref(ns);
+    json_decref(next);
+    json_decref(t);
+    dl_ejob_view_clear(&v);
+    dl_ejob_view_clear(&w);
 }
 
 DL_TEST(a_state_of_no_nodes_closes_nothing)
@@ -172,8 +315,8 @@ DL_TEST(a_state_of_no_nodes_closes_nothing)
         if (bad[i] > 0) {
             /* Past int: as many as there are, not a wrapped 0. */
             json_t *t = dl_ejob_txn_close(&v, 1.0);
-            json_t *s = put_of(t, "state");
-            ck_assert_int_eq(json_array_size(json_object_get(s, "nodes")), 1);
+            json_t *s = close_state(t);
+            ck_assert_int_eq(json_integer_value(json_object_get(s, "node_count")), 1);
             json_decref(s);
             json_decref(t);
         } else {
@@ -238,7 +381,7 @@ DL_TEST(rounds_spend_restarts_on_failures_only)
         deletes += json_object_get(op, "request_delete_range") != NULL;
         leased += dl_etcd_int(json_object_get(json_object_get(op, "request_put"), "lease")) == 99;
     }
-    ck_assert_int_eq(deletes, 2);
+    ck_assert_int_eq(deletes, 3); /* the members, the done marks, the assignments */
     ck_assert_int_eq(leased, 3); /* the state, the old event, the new one */
     json_decref(ev);
     json_decref(s);
@@ -356,9 +499,9 @@ DL_TEST(a_read_loads_as_a_range)
     ck_assert_int_eq(v.state_rev, 5);
     ck_assert_int_eq(dl_ejob_count(&v, 0), 2);
     json_t *close = dl_ejob_txn_close(&v, 1.0);
-    json_t *st = put_of(close, "state");
+    json_t *st = close_state(close);
     ck_assert_str_eq(json_string_value(json_object_get(st, "state")), "running");
-    ck_assert_str_eq(id_at(st, 0), "a");
+    ck_assert_str_eq(id_at(close, 0), "a");
     json_decref(st);
     json_decref(close);
     dl_ejob_view_clear(&v);

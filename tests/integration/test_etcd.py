@@ -171,6 +171,32 @@ class Jobs(EtcdCase):
         events = sent() - before
         self.assertLessEqual(events, 6 * n, f"{events} watch events for {n} agents")
 
+    def test_the_state_every_agent_watches_does_not_grow_with_the_nodes(self):
+        """The state document that closes a round, which every agent's watch brings, is the
+        round's summary however many nodes run; each node's assignment is a key of its own
+        that only it reads. A round of N agents is O(N) bytes, not N copies of a list of N
+        nodes (issue #27: 160 MB of JSON for 1,024 agents)."""
+        n = 12
+        names = [f"s{i}" for i in range(n)]
+        procs = [self.agent("--", "sleep", "60", name=x, nodes=str(n), slots="1")
+                 for x in names]
+        self.wait_for(lambda: all(rounds(self.evs(x)) for x in names), timeout=90,
+                      what=f"{n} assignments\n" + self.logs(names))
+        keys = self.cluster.get_prefix("/dlaunch/job/")
+        state = json.loads(keys["/dlaunch/job/state"])
+        self.assertEqual(state["state"], "running")
+        self.assertLess(len(keys["/dlaunch/job/state"]), 1024, keys["/dlaunch/job/state"])
+        self.assertNotIn("nodes", state)
+        mine = {k: json.loads(v) for k, v in keys.items()
+                if k.startswith(f"/dlaunch/job/a/0/{state['assignment']}/")}
+        self.assertEqual(sorted(a["node_rank"] for a in mine.values()), list(range(n)))
+        # Every agent took the rank its key names, and they all agree on the rest.
+        rdzv = [rounds(self.evs(x))[0] for x in names]
+        self.assertEqual(sorted(e["node_rank"] for e in rdzv), list(range(n)))
+        self.assertEqual({e["world_size"] for e in rdzv}, {n})
+        for p in procs:
+            p.kill()
+
     def test_job_spec_and_environment(self):
         """rdzv_backend and rdzv_endpoint in the YAML job spec, DLAUNCH_* in the environment:
         like every option."""
@@ -647,8 +673,10 @@ class Writers(EtcdCase):
         state = {"state": "running", "round": 0, "restarts": 0, "max_restarts": 0,
                  "min_nodes": 2, "max_nodes": 2, "world_size": 4, "master_port": 29500,
                  "master_addr": "127.0.0.1\nLD_PRELOAD=/tmp/evil.so", "store_addr": store,
-                 "nodes": [{"node_id": node_id, "node_rank": 0, "first_rank": 0, "slots": 2},
-                           {"node_id": "ghost", "node_rank": 1, "first_rank": 2, "slots": 2}]}
+                 "assignment": 1, "node_count": 2, "node0": node_id}
+        self.cluster.ctl("put", f"/dlaunch/job/a/0/1/{node_id}",
+                         json.dumps({"node_id": node_id, "node_rank": 0, "first_rank": 0,
+                                     "slots": 2, "next": "ghost"}))
         self.cluster.ctl("put", "/dlaunch/job/state", json.dumps(state))
         try:
             rc = p.wait(timeout=40)

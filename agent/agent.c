@@ -63,12 +63,20 @@ void dl__agent_feed(dl_agent_t *a, dl_sup_event_t ev)
     apply(a, dl_sup_step(&a->sup, &ev, dl__now_unix()));
 }
 
+/* Returns 1 when it made the last folder of path, 0 when that was there, or -errno. The last
+ * folder is tried first: its parents are there but on a job's first start. */
 static int mkdir_p(const char *path)
 {
     char buf[4096];
     size_t n = strlen(path);
     if (n == 0 || n >= sizeof(buf))
         return -ENAMETOOLONG;
+    if (mkdir(path, 0750) == 0)
+        return 1;
+    if (errno == EEXIST)
+        return 0;
+    if (errno != ENOENT)
+        return -errno;
     memcpy(buf, path, n + 1);
     for (char *p = buf + 1; *p != '\0'; p++) {
         if (*p != '/')
@@ -78,9 +86,9 @@ static int mkdir_p(const char *path)
             return -errno;
         *p = '/';
     }
-    if (mkdir(buf, 0750) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
+    if (mkdir(buf, 0750) == 0)
+        return 1;
+    return errno == EEXIST ? 0 : -errno;
 }
 
 static double mono_now(void)
@@ -1375,13 +1383,16 @@ static int check_log_dir(dl_agent_t *a)
 {
     char probe[4200];
     int r = mkdir_p(a->run_dir);
+    bool made = r == 1;
     /* On shared storage another user may have made it first, to swap the files in it. */
-    if (r == 0 && (r = dl_ownfile_check_dir(a->run_dir)) < 0) {
+    if (r >= 0 && (r = dl_ownfile_check_dir(a->run_dir)) < 0) {
         fprintf(stderr, "dlaunch: --log-dir: the log folder '%s' is not safe to write: %s\n",
                 a->run_dir, dl_ownfile_strerror(r));
         return 2;
     }
-    if (r == 0) {
+    /* One made just now is ours with mode 0750, and as writable as a file made in it would
+     * prove: only one that was there (a --run-id used before, a read-only mount) needs it. */
+    if (r == 0 && !made) {
         snprintf(probe, sizeof(probe), "%s/.dlaunch-probe-%d", a->run_dir, (int)getpid());
         int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd < 0) {

@@ -211,8 +211,8 @@ void dl__rdzv_exclude(dl_agent_t *a, int rank, const char *reason);
 
 /* inspect.c: what the agent sees inside its workers (docs/diagnostics.md). */
 bool dl__diag_beats_wanted(const dl_agent_t *a); /* workers get a beat pipe */
-/* The dlaunch Python package's folder for the workers' PYTHONPATH (pythondir.c): 0, or -errno
- * when there is none to give. */
+/* The dlaunch Python package's folder for the workers' PYTHONPATH (pythondir.c, looked up once
+ * per process): 0, or -errno when there is none to give. */
 int dl__python_dir(char *buf, size_t len);
 
 /* Asks a watched Python rank for its stacks (stacks.c) and writes its main thread's innermost

@@ -269,6 +269,7 @@ int dl_guard_start(dl_guard_t *g)
 
     g->fd = -1;
     g->pid = 0;
+    g->watching = 0;
     if (pipe2(fds, O_CLOEXEC) < 0)
         return -errno;
     pid = fork();
@@ -295,8 +296,10 @@ int dl_guard_watch(dl_guard_t *g, pid_t pgid, int add)
         return -EBADF;
     for (;;) {
         ssize_t w = write(g->fd, &rec, sizeof(rec));
-        if (w == (ssize_t)sizeof(rec))
+        if (w == (ssize_t)sizeof(rec)) {
+            g->watching += add ? 1 : -1;
             return 0;
+        }
         if (w < 0 && errno == EINTR)
             continue;
         return w < 0 ? -errno : -EIO;
@@ -309,9 +312,9 @@ void dl_guard_stop(dl_guard_t *g)
         close(g->fd);
         g->fd = -1;
     }
-    if (g->pid > 0) {
+    if (g->pid > 0 && g->watching > 0) {
         while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR)
             ;
-        g->pid = 0;
     }
+    g->pid = 0;
 }

@@ -118,6 +118,32 @@ START_TEST(this_machine_reaches_itself_over_lo)
 }
 END_TEST
 
+/* The machine's own answer for each of its IPv4 addresses (one SIOCGIFCONF) is the one its
+ * getifaddrs list gives. */
+START_TEST(ipv4_lookup_agrees_with_getifaddrs)
+{
+    struct ifaddrs *list = NULL;
+    int checked = 0;
+    ck_assert_int_eq(getifaddrs(&list), 0);
+    for (struct ifaddrs *i = list; i != NULL; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET)
+            continue;
+        char addr[INET_ADDRSTRLEN], want[IF_NAMESIZE], got[IF_NAMESIZE];
+        ck_assert_ptr_nonnull(inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr,
+                                        addr, sizeof(addr)));
+        ck_assert_int_eq(dl_netif_find(list, addr, want, sizeof(want)), 0);
+        ck_assert_int_eq(dl_netif_name(addr, got, sizeof(got)), 0);
+        ck_assert_str_eq(got, want);
+        checked++;
+    }
+    freeifaddrs(list);
+    ck_assert_int_ge(checked, 1); /* lo's 127.0.0.1 at least */
+    char name[IF_NAMESIZE];
+    ck_assert_int_eq(dl_netif_name("::ffff:127.0.0.1", name, sizeof(name)), 0);
+    ck_assert_str_eq(name, "lo");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("netif");
@@ -125,6 +151,7 @@ int main(void)
     tcase_add_test(tc, finds_the_interface_of_an_address);
     tcase_add_test(tc, refuses_what_it_cannot_place);
     tcase_add_test(tc, this_machine_reaches_itself_over_lo);
+    tcase_add_test(tc, ipv4_lookup_agrees_with_getifaddrs);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -695,6 +695,9 @@ static int start_attempt(dl_agent_t *a, int attempt)
         dl__agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir, strerror(-r));
         return r;
     }
+    a->attempt_serial++;
+    free(a->made_dir);
+    a->made_dir = r == 1 ? strdup(a->attempt_dir) : NULL; /* none: nothing is taken for new */
     r = dl_ownfile_check_dir(a->attempt_dir);
     if (r < 0) {
         dl__agent_log(a, "the log folder '%s' is not safe to write: %s", a->attempt_dir,
@@ -1666,6 +1669,7 @@ static void agent_free(dl_agent_t *a)
     free(a->run_id);
     free(a->run_dir);
     free(a->run_dir_abs);
+    free(a->made_dir);
     free(a->command_path);
     free(a->history);
     for (size_t i = 0; i < a->nunwritten; i++)

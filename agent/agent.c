@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -63,12 +64,20 @@ void dl__agent_feed(dl_agent_t *a, dl_sup_event_t ev)
     apply(a, dl_sup_step(&a->sup, &ev, dl__now_unix()));
 }
 
+/* Returns 1 when it made the last folder of path, 0 when that was there, or -errno. The last
+ * folder is tried first: its parents are there but on a job's first start. */
 static int mkdir_p(const char *path)
 {
     char buf[4096];
     size_t n = strlen(path);
     if (n == 0 || n >= sizeof(buf))
         return -ENAMETOOLONG;
+    if (mkdir(path, 0750) == 0)
+        return 1;
+    if (errno == EEXIST)
+        return 0;
+    if (errno != ENOENT)
+        return -errno;
     memcpy(buf, path, n + 1);
     for (char *p = buf + 1; *p != '\0'; p++) {
         if (*p != '/')
@@ -78,9 +87,9 @@ static int mkdir_p(const char *path)
             return -errno;
         *p = '/';
     }
-    if (mkdir(buf, 0750) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
+    if (mkdir(buf, 0750) == 0)
+        return 1;
+    return errno == EEXIST ? 0 : -errno;
 }
 
 static double mono_now(void)
@@ -687,6 +696,9 @@ static int start_attempt(dl_agent_t *a, int attempt)
         dl__agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir, strerror(-r));
         return r;
     }
+    a->attempt_serial++;
+    free(a->made_dir);
+    a->made_dir = r == 1 ? strdup(a->attempt_dir) : NULL; /* none: nothing is taken for new */
     r = dl_ownfile_check_dir(a->attempt_dir);
     if (r < 0) {
         dl__agent_log(a, "the log folder '%s' is not safe to write: %s", a->attempt_dir,
@@ -1375,13 +1387,16 @@ static int check_log_dir(dl_agent_t *a)
 {
     char probe[4200];
     int r = mkdir_p(a->run_dir);
+    bool made = r == 1;
     /* On shared storage another user may have made it first, to swap the files in it. */
-    if (r == 0 && (r = dl_ownfile_check_dir(a->run_dir)) < 0) {
+    if (r >= 0 && (r = dl_ownfile_check_dir(a->run_dir)) < 0) {
         fprintf(stderr, "dlaunch: --log-dir: the log folder '%s' is not safe to write: %s\n",
                 a->run_dir, dl_ownfile_strerror(r));
         return 2;
     }
-    if (r == 0) {
+    /* One made just now is ours with mode 0750, and as writable as a file made in it would
+     * prove: only one that was there (a --run-id used before, a read-only mount) needs it. */
+    if (r == 0 && !made) {
         snprintf(probe, sizeof(probe), "%s/.dlaunch-probe-%d", a->run_dir, (int)getpid());
         int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd < 0) {
@@ -1655,6 +1670,7 @@ static void agent_free(dl_agent_t *a)
     free(a->run_id);
     free(a->run_dir);
     free(a->run_dir_abs);
+    free(a->made_dir);
     free(a->command_path);
     free(a->history);
     for (size_t i = 0; i < a->nunwritten; i++)
@@ -1665,12 +1681,22 @@ static void agent_free(dl_agent_t *a)
     dl__dup_close(a);
     dl_merge_flush(&a->merge);
     dl_events_close(a->events);
-    free(a);
+    munmap(a, sizeof(*a));
+}
+
+/* The agent is 90 KB, most of it the output read buffer: mapped rather than calloc'd, a page
+ * costs nothing until first used (calloc would clear them all, and the orphan guard's fork
+ * would then have every one of them copied on the agent's next write to it). */
+static dl_agent_t *agent_alloc(void)
+{
+    void *p = mmap(NULL, sizeof(dl_agent_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    return p != MAP_FAILED ? p : NULL;
 }
 
 int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
 {
-    dl_agent_t *a = calloc(1, sizeof(*a));
+    dl_agent_t *a = agent_alloc();
     int r, code;
 
     if (a == NULL) {

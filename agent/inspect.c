@@ -155,7 +155,13 @@ void dl__diag_worker_spawning(dl_agent_t *a, dl__worker_t *w)
     memset(x, 0, sizeof(*x));
     x->rank = w->rank;
     snprintf(x->path, sizeof(x->path), "%s/rank_%d.rec", a->attempt_dir, w->rank);
-    /* A run id used before leaves its attempt folders: never show that run's operations. */
+    /* A run id used before leaves its attempt folders: never show that run's operations. A
+     * folder made for this attempt has none, nor this rank's from an earlier start in it. */
+    bool first_here = a->made_dir != NULL && strcmp(a->made_dir, a->attempt_dir) == 0 &&
+                      w->dir_serial != a->attempt_serial;
+    w->dir_serial = a->attempt_serial;
+    if (first_here)
+        return;
     if (unlink(x->path) < 0 && errno != ENOENT && a->spec->verbose)
         dl__agent_log(a, "cannot remove the old flight recorder %s: %s", x->path, strerror(errno));
     char stacks[4300];

@@ -41,6 +41,7 @@ typedef struct {
     bool output_open;  /* the output of `attempt` has not drained yet */
     dl_diag_beats_t beats; /* what its beats said: step, loss, compute and wait times (diag.h) */
     unsigned incarnation;  /* processes started in this slot: tells a replacement's output apart */
+    unsigned dir_serial;   /* the attempt folder it last started in (attempt_serial) */
     /* In-job recovery's control channel (recovery.c): the agent's end, what came on it. */
     int ctl_fd;
     uv_poll_t *ctl_poll;
@@ -97,6 +98,8 @@ struct dl_agent_s {
     char *run_dir; /* LOGDIR/RUN_ID, as given, for messages */
     char *run_dir_abs; /* the same, absolute, for files and workers */
     char attempt_dir[4096];
+    unsigned attempt_serial; /* counts start_attempt's folders: a worker's dir_serial names one */
+    char *made_dir; /* the last of them when this agent made it, so it holds only what it started */
     dl__dup_t dup[2]; /* stdout's and stderr's filtered copies */
     dl_merge_t merge;      /* --merge-output's pending lines */
     uv_timer_t merge_timer; /* prints them when their window passes */
@@ -211,8 +214,8 @@ void dl__rdzv_exclude(dl_agent_t *a, int rank, const char *reason);
 
 /* inspect.c: what the agent sees inside its workers (docs/diagnostics.md). */
 bool dl__diag_beats_wanted(const dl_agent_t *a); /* workers get a beat pipe */
-/* The dlaunch Python package's folder for the workers' PYTHONPATH (pythondir.c): 0, or -errno
- * when there is none to give. */
+/* The dlaunch Python package's folder for the workers' PYTHONPATH (pythondir.c, looked up once
+ * per process): 0, or -errno when there is none to give. */
 int dl__python_dir(char *buf, size_t len);
 
 /* Asks a watched Python rank for its stacks (stacks.c) and writes its main thread's innermost

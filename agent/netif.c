@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -82,8 +83,43 @@ int dl_netif_find(const struct ifaddrs *list, const char *addr, char *ifname, si
     return 0;
 }
 
+/* The IPv4 interfaces from one SIOCGIFCONF, in getifaddrs' form, searched as dl_netif_find
+ * does: getifaddrs dumps every link with its statistics as well, several times the work, at
+ * every attempt's start. -EAGAIN when the list may not be whole or the address is not there:
+ * getifaddrs then decides, as before. */
+#define IFCONF_MAX 64
+static int ipv4_name(const char *addr, char *ifname, size_t len)
+{
+    struct ifreq reqs[IFCONF_MAX];
+    struct ifaddrs nodes[IFCONF_MAX];
+    struct ifconf ifc = {.ifc_len = (int)sizeof(reqs), .ifc_req = reqs};
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -EAGAIN;
+    int r = ioctl(fd, SIOCGIFCONF, &ifc);
+    close(fd);
+    if (r < 0 || ifc.ifc_len < 0 || (size_t)ifc.ifc_len >= sizeof(reqs))
+        return -EAGAIN;
+    size_t n = (size_t)ifc.ifc_len / sizeof(reqs[0]);
+    memset(nodes, 0, sizeof(nodes));
+    for (size_t i = 0; i < n; i++) {
+        reqs[i].ifr_name[IFNAMSIZ - 1] = '\0';
+        nodes[i].ifa_name = reqs[i].ifr_name;
+        nodes[i].ifa_addr = &reqs[i].ifr_addr;
+        nodes[i].ifa_next = i + 1 < n ? &nodes[i + 1] : NULL;
+    }
+    r = dl_netif_find(n > 0 ? nodes : NULL, addr, ifname, len);
+    return r == -ENODEV ? -EAGAIN : r;
+}
+
 int dl_netif_name(const char *addr, char *ifname, size_t len)
 {
+    addr_t a;
+    if (parse(addr, &a) == 0 && a.family == AF_INET) {
+        int r = ipv4_name(addr, ifname, len);
+        if (r != -EAGAIN)
+            return r;
+    }
     struct ifaddrs *list = NULL;
     if (getifaddrs(&list) < 0)
         return -errno;

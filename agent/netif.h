@@ -5,7 +5,8 @@
  * to 127.0.1.1, that is often one the other nodes cannot reach. The agent knows better: the
  * address it reaches MASTER_ADDR from. These helpers turn that address into the interface name
  * that GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME want. The search over an interface list is pure;
- * the wrappers read the machine's list (getifaddrs) or ask the kernel for a route. */
+ * the wrappers read the machine's list (SIOCGIFCONF for an IPv4 address, else getifaddrs) or ask
+ * the kernel for a route. */
 #ifndef DL_NETIF_H
 #define DL_NETIF_H
 

@@ -10,7 +10,12 @@
 
 #include "internal.h"
 
-int dl__python_dir(char *buf, size_t len)
+/* Looked up once: where this program runs from and what is installed beside it do not change
+ * while it runs, and every worker of every attempt asks. */
+static int found = 1; /* 1: not looked up yet; else 0 or -errno */
+static char found_dir[PATH_MAX];
+
+static int look_up(void)
 {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -27,7 +32,18 @@ int dl__python_dir(char *buf, size_t len)
         return -ENOENT;
     if (access(init, R_OK) < 0)
         return -errno;
-    if (snprintf(buf, len, "%s", dir) >= (int)len)
+    if (snprintf(found_dir, sizeof(found_dir), "%s", dir) >= (int)sizeof(found_dir))
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+int dl__python_dir(char *buf, size_t len)
+{
+    if (found == 1)
+        found = look_up();
+    if (found < 0)
+        return found;
+    if (snprintf(buf, len, "%s", found_dir) >= (int)len)
         return -ENAMETOOLONG;
     return 0;
 }

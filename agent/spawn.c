@@ -1,7 +1,7 @@
 /* Process creation. libuv's uv_spawn cannot run code between fork and exec, and the
  * parent-death signal has to be set there, so workers are started here and reaped by the
- * agent's SIGCHLD handler. The one static below is the child's stack, which is only ever in use
- * while the agent's single thread waits in clone(). */
+ * agent's SIGCHLD handler. The statics below are the child's stack, which is only ever in use
+ * while the agent's single thread waits in clone(), and /dev/null, open for the process's life. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -133,13 +133,15 @@ int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdou
             return -errno;
         c.health_fd = moved;
     }
-    c.null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (c.null_fd < 0) {
+    /* Every worker's stdin, opened once: it is the same file for all. */
+    static int null_fd = -1;
+    if (null_fd < 0 && (null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
         e = errno;
         if (moved >= 0)
             close(moved);
         return -e;
     }
+    c.null_fd = null_fd;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     /* Like posix_spawn: CLONE_VFORK suspends us until the child has exec'd, so there is no
@@ -148,7 +150,6 @@ int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdou
     if (pid < 0)
         e = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    close(c.null_fd);
     if (moved >= 0)
         close(moved);
     if (pid < 0)
@@ -269,6 +270,7 @@ int dl_guard_start(dl_guard_t *g)
 
     g->fd = -1;
     g->pid = 0;
+    g->watching = 0;
     if (pipe2(fds, O_CLOEXEC) < 0)
         return -errno;
     pid = fork();
@@ -295,8 +297,10 @@ int dl_guard_watch(dl_guard_t *g, pid_t pgid, int add)
         return -EBADF;
     for (;;) {
         ssize_t w = write(g->fd, &rec, sizeof(rec));
-        if (w == (ssize_t)sizeof(rec))
+        if (w == (ssize_t)sizeof(rec)) {
+            g->watching += add ? 1 : -1;
             return 0;
+        }
         if (w < 0 && errno == EINTR)
             continue;
         return w < 0 ? -errno : -EIO;
@@ -309,9 +313,9 @@ void dl_guard_stop(dl_guard_t *g)
         close(g->fd);
         g->fd = -1;
     }
-    if (g->pid > 0) {
+    if (g->pid > 0 && g->watching > 0) {
         while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR)
             ;
-        g->pid = 0;
     }
+    g->pid = 0;
 }

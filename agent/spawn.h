@@ -34,12 +34,15 @@ int dl_resolve_command(const char *name, const char *path_env, char **ret_path);
 typedef struct {
     int fd; /* write end, -1 when no guard */
     pid_t pid;
+    int watching; /* groups told and not yet told gone */
 } dl_guard_t;
 
 int dl_guard_start(dl_guard_t *g);
 /* Tells the guard about a new group (add) or one that is gone. Returns 0 or -errno. */
 int dl_guard_watch(dl_guard_t *g, pid_t pgid, int add);
-/* Closes the pipe and reaps the guard (it exits at once, having nothing left to kill). */
+/* Closes the pipe. While groups are left for the guard to kill, waits for it, so that they are
+ * gone when this returns; with none it exits by itself and is left to whoever adopts it, since
+ * waiting for its exit would add a process's teardown to every launch. */
 void dl_guard_stop(dl_guard_t *g);
 
 #endif

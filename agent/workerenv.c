@@ -22,6 +22,7 @@ const char *const dl_worker_env_names[] = {
 
 typedef struct {
     char **v;
+    size_t *name_len; /* of each v[i]: put compares every entry with every other */
     size_t len;
     size_t cap;
 } strvec_t;
@@ -39,7 +40,7 @@ static int put(strvec_t *sv, char *entry)
         return -ENOMEM;
     size_t n = name_len(entry);
     for (size_t i = 0; i < sv->len; i++) {
-        if (name_len(sv->v[i]) == n && strncmp(sv->v[i], entry, n) == 0) {
+        if (sv->name_len[i] == n && memcmp(sv->v[i], entry, n) == 0) {
             free(sv->v[i]);
             sv->v[i] = entry;
             return 0;
@@ -48,13 +49,17 @@ static int put(strvec_t *sv, char *entry)
     if (sv->len + 2 > sv->cap) {
         size_t cap = sv->cap ? sv->cap * 2 : 64;
         char **p = realloc(sv->v, cap * sizeof(char *));
-        if (p == NULL) {
+        if (p != NULL)
+            sv->v = p;
+        size_t *l = p != NULL ? realloc(sv->name_len, cap * sizeof(size_t)) : NULL;
+        if (l == NULL) {
             free(entry);
             return -ENOMEM;
         }
-        sv->v = p;
+        sv->name_len = l;
         sv->cap = cap;
     }
+    sv->name_len[sv->len] = n;
     sv->v[sv->len++] = entry;
     sv->v[sv->len] = NULL;
     return 0;
@@ -229,12 +234,13 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
     /* `import dlaunch` finds the agent's own copy first, installed or not (docs/python.md). */
     if (r == 0 && w->python_path != NULL)
         r = put(&sv, prepend_path(sv.v, "PYTHONPATH", w->python_path));
+    if (r == 0 && sv.v == NULL)
+        r = put(&sv, strdup("DLAUNCH=1"));
+    free(sv.name_len);
     if (r < 0) {
         dl_worker_env_free(sv.v);
         return r;
     }
-    if (sv.v == NULL && put(&sv, strdup("DLAUNCH=1")) < 0)
-        return -ENOMEM;
     *ret_envp = sv.v;
     return 0;
 }

@@ -393,12 +393,26 @@ void dl_opt_release(const dl_opt_table_t *t, void *obj)
             t->opts[i].type->release(&t->opts[i], obj);
 }
 
+/* Whether any variable's name starts with prefix. */
+static bool env_has_prefix(char *const *envp, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    for (; envp != NULL && *envp != NULL; envp++)
+        if (strncmp(*envp, prefix, n) == 0)
+            return true;
+    return false;
+}
+
 int dl_opt_from_env(const dl_opt_table_t *t, void *obj, char *const *envp, char *err,
                     size_t errlen)
 {
     char name[160];
 
     for (int pass = 0; pass < 2; pass++) {
+        /* Every name of a pass has its prefix: without a variable that starts so, the pass
+         * would look up each option's name in vain (a table's worth of scans at every start). */
+        if (!env_has_prefix(envp, pass == 0 ? "PET_" : t->env_prefix))
+            continue;
         for (size_t i = 0; i < t->n; i++) {
             const dl_opt_t *o = &t->opts[i];
             if (o->flags & DL_OPT_CLI_ONLY)

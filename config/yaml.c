@@ -5,15 +5,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <yaml.h>
-
 #include "internal.h"
+#include "yaml-lib.h"
 
 /* A job spec is a few lines; anything near this is a mistake (a dataset named by accident). */
 #define DL_SPEC_MAX_BYTES (1024 * 1024)
 
 typedef struct {
     dl_job_spec_t *spec;
+    const dl_yaml_lib_t *y;
     yaml_document_t *doc;
     const char *name;
     char *err;
@@ -68,7 +68,7 @@ static int load_command(loader_t *ld, const yaml_node_t *val)
     if (v == NULL)
         return fail_at(ld, val, "command: out of memory");
     for (size_t i = 0; i < n; i++) {
-        yaml_node_t *item = yaml_document_get_node(ld->doc, val->data.sequence.items.start[i]);
+        yaml_node_t *item = ld->y->document_get_node(ld->doc, val->data.sequence.items.start[i]);
         if (item == NULL || item->type != YAML_SCALAR_NODE) {
             dl__strv_free(v);
             return fail_at(ld, item != NULL ? item : val,
@@ -109,8 +109,8 @@ static int load_env(loader_t *ld, const yaml_node_t *val)
         return fail_at(ld, val, "env: out of memory");
     for (size_t i = 0; i < n; i++) {
         yaml_node_pair_t *p = &val->data.mapping.pairs.start[i];
-        yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
-        yaml_node_t *x = yaml_document_get_node(ld->doc, p->value);
+        yaml_node_t *k = ld->y->document_get_node(ld->doc, p->key);
+        yaml_node_t *x = ld->y->document_get_node(ld->doc, p->value);
         int r;
         if (k->type != YAML_SCALAR_NODE || !valid_env_name(scalar(k)))
             r = fail_at(ld, k, "env: '%s' is not a variable name%s",
@@ -144,7 +144,7 @@ static int train_value(loader_t *ld, const char *key, const yaml_node_t *v, char
         return fail_at(ld, v, "train: %s: expected a value or a list, got %s", key, kind_name(v));
     size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start), len = 0;
     for (size_t i = 0; i < n; i++) {
-        yaml_node_t *item = yaml_document_get_node(ld->doc, v->data.sequence.items.start[i]);
+        yaml_node_t *item = ld->y->document_get_node(ld->doc, v->data.sequence.items.start[i]);
         if (item->type != YAML_SCALAR_NODE)
             return fail_at(ld, item, "train: %s: list items must be values, got %s", key,
                            kind_name(item));
@@ -154,7 +154,7 @@ static int train_value(loader_t *ld, const char *key, const yaml_node_t *v, char
     if (out == NULL)
         return fail_at(ld, v, "train: out of memory");
     for (size_t i = 0; i < n; i++) {
-        yaml_node_t *item = yaml_document_get_node(ld->doc, v->data.sequence.items.start[i]);
+        yaml_node_t *item = ld->y->document_get_node(ld->doc, v->data.sequence.items.start[i]);
         if (i > 0)
             strcat(out, ",");
         strcat(out, scalar(item));
@@ -181,8 +181,8 @@ static int load_train(loader_t *ld, const yaml_node_t *val)
     }
     for (size_t i = 0; i < n && r == 0; i++) {
         yaml_node_pair_t *p = &val->data.mapping.pairs.start[i];
-        yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
-        yaml_node_t *x = yaml_document_get_node(ld->doc, p->value);
+        yaml_node_t *k = ld->y->document_get_node(ld->doc, p->key);
+        yaml_node_t *x = ld->y->document_get_node(ld->doc, p->value);
         char *value = NULL;
         if (k->type != YAML_SCALAR_NODE) {
             r = fail_at(ld, k, "train: keys must be names, got %s", kind_name(k));
@@ -251,15 +251,15 @@ static int load_root(loader_t *ld, yaml_node_t *root)
     yaml_node_pair_t *start = root->data.mapping.pairs.start;
     yaml_node_pair_t *top = root->data.mapping.pairs.top;
     for (yaml_node_pair_t *p = start; p < top; p++) {
-        yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
-        yaml_node_t *v = yaml_document_get_node(ld->doc, p->value);
+        yaml_node_t *k = ld->y->document_get_node(ld->doc, p->key);
+        yaml_node_t *v = ld->y->document_get_node(ld->doc, p->value);
         const dl_opt_t *opt;
         int r;
 
         if (k->type != YAML_SCALAR_NODE)
             return fail_at(ld, k, "keys must be names, got %s", kind_name(k));
         for (yaml_node_pair_t *q = start; q < p; q++) {
-            yaml_node_t *prev = yaml_document_get_node(ld->doc, q->key);
+            yaml_node_t *prev = ld->y->document_get_node(ld->doc, q->key);
             if (prev->type == YAML_SCALAR_NODE && strcmp(scalar(prev), scalar(k)) == 0)
                 return fail_at(ld, k, "duplicate key '%s'", scalar(k));
         }
@@ -284,30 +284,36 @@ int dl_config_load_yaml_string(dl_job_spec_t *spec, const char *name, const char
 {
     yaml_parser_t parser;
     yaml_document_t doc;
-    loader_t ld = {spec, &doc, name, err, errlen};
+    char why[512];
+    const dl_yaml_lib_t *y = dl_yaml_lib(why, sizeof(why));
+    loader_t ld = {spec, y, &doc, name, err, errlen};
     int r;
 
-    if (!yaml_parser_initialize(&parser)) {
+    if (y == NULL) {
+        snprintf(err, errlen, "%s: the YAML parser (libyaml) is not available: %s", name, why);
+        return -ELIBACC;
+    }
+    if (!y->parser_initialize(&parser)) {
         snprintf(err, errlen, "%s: out of memory", name);
         return -ENOMEM;
     }
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    if (!yaml_parser_load(&parser, &doc)) {
+    y->parser_set_input_string(&parser, (const unsigned char *)text, len);
+    if (!y->parser_load(&parser, &doc)) {
         snprintf(err, errlen, "%s:%zu:%zu: %s%s%s", name, parser.problem_mark.line + 1,
                  parser.problem_mark.column + 1, parser.problem ? parser.problem : "bad YAML",
                  parser.context ? " " : "", parser.context ? parser.context : "");
-        yaml_parser_delete(&parser);
+        y->parser_delete(&parser);
         return -EINVAL;
     }
-    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    yaml_node_t *root = y->document_get_root_node(&doc);
     if (root == NULL) {
         snprintf(err, errlen, "%s: the job spec is empty", name);
         r = -EINVAL;
     } else {
         r = load_root(&ld, root);
     }
-    yaml_document_delete(&doc);
-    yaml_parser_delete(&parser);
+    y->document_delete(&doc);
+    y->parser_delete(&parser);
     return r;
 }
 

@@ -114,3 +114,28 @@ DL_TEST(this_machine_reaches_itself_over_lo)
         ck_assert_str_eq(name, "lo");
     }
 }
+
+/* The machine's own answer for each of its IPv4 addresses (one SIOCGIFCONF) is the one its
+ * getifaddrs list gives. */
+DL_TEST(ipv4_lookup_agrees_with_getifaddrs)
+{
+    struct ifaddrs *list = NULL;
+    int checked = 0;
+    ck_assert_int_eq(getifaddrs(&list), 0);
+    for (struct ifaddrs *i = list; i != NULL; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET)
+            continue;
+        char addr[INET_ADDRSTRLEN], want[IF_NAMESIZE], got[IF_NAMESIZE];
+        ck_assert_ptr_nonnull(inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr,
+                                        addr, sizeof(addr)));
+        ck_assert_int_eq(dl_netif_find(list, addr, want, sizeof(want)), 0);
+        ck_assert_int_eq(dl_netif_name(addr, got, sizeof(got)), 0);
+        ck_assert_str_eq(got, want);
+        checked++;
+    }
+    freeifaddrs(list);
+    ck_assert_int_ge(checked, 1); /* lo's 127.0.0.1 at least */
+    char name[IF_NAMESIZE];
+    ck_assert_int_eq(dl_netif_name("::ffff:127.0.0.1", name, sizeof(name)), 0);
+    ck_assert_str_eq(name, "lo");
+}

@@ -1,5 +1,5 @@
 """etcd (libcurl) and the status server (libmicrohttpd) are plugins that dlaunch loads only when
-a job asks for them: a plain launch maps neither library, and asking for one that cannot be
+a job asks for them, and libyaml is opened for a job spec only: a plain launch maps none of them, and asking for one that cannot be
 loaded (the plugin missing, or a library it needs missing) gets one line naming what is missing
 and exit 2, never a crash. That each feature works when loaded is what test_etcd.py and
 test_http.py show; they run through the same plugins."""
@@ -16,7 +16,7 @@ PLUGINS = {"etcd": ("libcurl.so.4", b"libcurl.so.4\0", b"libcurX.so.4\0"),
            "http": ("libmicrohttpd.so.12", b"libmicrohttpd.so.12\0", b"libmicrohttpX.so.12\0")}
 # What libcurl brings along (TLS, Kerberos, LDAP, SSH, compression), and libcrypto (opened for
 # the first HMAC, proto/hmac.c): none is for a plain launch.
-HEAVY = ["libcurl", "libmicrohttpd", "libcrypto", "libssl", "libgnutls", "libgssapi", "libldap", "libssh",
+HEAVY = ["libcurl", "libmicrohttpd", "libcrypto", "libyaml", "libssl", "libgnutls", "libgssapi", "libldap", "libssh",
          "libz.", "libnghttp2", "libidn2", "libzstd", "libbrotli"]
 
 
@@ -83,8 +83,38 @@ class Plugins(dltest.Case):
         maps = open(os.path.join(self.dir, "logs", os.listdir(os.path.join(self.dir, "logs"))[0],
                                  "attempt_0", "rank_0.out")).read()
         self.assertIn("libuv", maps, p.stderr)
-        for lib in ["libcurl", "libmicrohttpd", "libcrypto", "dlaunch-etcd", "dlaunch-http"]:
+        for lib in ["libcurl", "libmicrohttpd", "libcrypto", "libyaml", "dlaunch-etcd",
+                    "dlaunch-http"]:
             self.assertNotIn(lib, maps)
+
+    def write_spec(self):
+        spec = os.path.join(self.dir, "job.yaml")
+        with open(spec, "w") as f:
+            f.write('nproc_per_node: 1\ncommand: [sh, -c, "cat /proc/$PPID/maps"]\n')
+        return spec
+
+    def test_a_job_spec_opens_libyaml(self):
+        self.dlaunch("--log-dir", "logs", self.write_spec(), check_code=0)
+        run = os.listdir(os.path.join(self.dir, "logs"))[0]
+        maps = open(os.path.join(self.dir, "logs", run, "attempt_0", "rank_0.out")).read()
+        self.assertIn("libyaml", maps)
+
+    def test_a_job_spec_without_libyaml(self):
+        # dlaunch with the library's name changed to one that does not exist: what a machine
+        # without libyaml gives. A launch without a job spec still runs.
+        with open(dltest.DLAUNCH, "rb") as f:
+            data = f.read()
+        self.assertEqual(data.count(b"libyaml-0.so.2\0"), 1)
+        copy = os.path.join(self.dir, "dlaunch")
+        with open(copy, "wb") as f:
+            f.write(data.replace(b"libyaml-0.so.2\0", b"libyamX-0.so.2\0"))
+        os.chmod(copy, 0o755)
+        p = self.run_cmd([copy, "--log-dir", "logs", self.write_spec()])
+        self.assert_one_line(p, f"dlaunch: {self.dir}/job.yaml: the YAML parser (libyaml) is not "
+                             "available: libyamX-0.so.2: cannot open shared object file")
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "logs")))
+        p = self.run_cmd([copy, "--log-dir", "logs", "--", "true"])
+        self.assertEqual(p.returncode, 0, p.stderr)
 
     def test_etcd_without_its_plugin_or_libcurl(self):
         for plugins, want in [(self.empty_dir(), "dlaunch-etcd.so: cannot open shared object"),

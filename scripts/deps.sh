@@ -6,7 +6,7 @@ set -euo pipefail
 build_pkgs=(gcc pkg-config meson ninja-build libuv1-dev libyaml-dev libjansson-dev check libmicrohttpd-dev scdoc
             zlib1g-dev libssl-dev libopenblas-dev dataset-fashion-mnist python3 libcurl4-openssl-dev)
 test_pkgs=(openmpi-bin libopenmpi-dev mpich python3-torch procps iproute2 clang libclang-rt-14-dev
-           prometheus chromium fonts-dejavu-core man-db systemd bash-completion
+           clang-format prometheus chromium fonts-dejavu-core man-db systemd bash-completion
            nftables slurm-wlm slurm-client munge etcd-server etcd-client openssl)
 
 want=("${build_pkgs[@]}")

@@ -1,18 +1,18 @@
 /* The agent's libuv shell around the supervisor state machine: it spawns, reaps, signals and
  * reports, and asks dl_sup_step() what to do after every event. One loop, one thread. */
 #include <arpa/inet.h>
-#include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -20,15 +20,15 @@
 #include <uv.h>
 
 #include "agent.h"
-#include "internal.h"
 #include "cgroup.h"
 #include "errorfile.h"
-#include "ownfile.h"
 #include "events.h"
 #include "gpu.h"
+#include "internal.h"
 #include "netif.h"
 #include "opt.h"
 #include "output.h"
+#include "ownfile.h"
 #include "rendezvous.h"
 #include "spawn.h"
 #include "summary.h"
@@ -116,8 +116,7 @@ void dl__agent_sigkill(dl_agent_t *a, dl__worker_t *w)
     if (w->killed_at == 0) {
         w->killed_at = mono_now();
         if (!uv_is_active((uv_handle_t *)&a->reap_timer))
-            uv_timer_start(&a->reap_timer, on_reap_timer,
-                           (uint64_t)(reap_bound(a) * 1000) + 10, 0);
+            uv_timer_start(&a->reap_timer, on_reap_timer, (uint64_t)(reap_bound(a) * 1000) + 10, 0);
     }
 }
 
@@ -131,7 +130,7 @@ static void kill_workers(dl_agent_t *a, int sig)
             dl__agent_sigkill(a, w);
         else if (w->pid > 0 && kill(-w->pid, sig) < 0 && errno != ESRCH)
             dl__agent_log(a, "cannot signal rank %d (pid %d): %s", w->rank, (int)w->pid,
-                      strerror(errno));
+                          strerror(errno));
         /* A stopped worker (SIGSTOP, a debugger let go) takes its signal only once it runs. */
         else if (w->pid > 0 && sig != SIGCONT)
             kill(-w->pid, SIGCONT);
@@ -264,8 +263,7 @@ static void on_merge_timer(uv_timer_t *t)
     }
 }
 
-static void on_output_line(void *ctx, int stream, const char *prefix, const char *line,
-                           size_t len)
+static void on_output_line(void *ctx, int stream, const char *prefix, const char *line, size_t len)
 {
     output_owner_t *oo = ctx;
     dl_agent_t *a = oo->agent;
@@ -291,9 +289,10 @@ static void on_log_write_failed(void *ctx, const char *path, int err)
     /* A full disk fails every file of every rank: the console hears of the first, the events
      * and the failure summary of each. */
     if (a->nunwritten == 0)
-        dl__agent_log(a, "cannot write the log file '%s': %s; rank %d's further output to it is "
-                         "lost%s; the job goes on (every such file is named in the "
-                         "log_write_failed events and the failure summary)",
+        dl__agent_log(a,
+                      "cannot write the log file '%s': %s; rank %d's further output to it is "
+                      "lost%s; the job goes on (every such file is named in the "
+                      "log_write_failed events and the failure summary)",
                       path, strerror(err), oo->rank,
                       a->spec->quiet ? "" : " (the console still shows it)");
     dl_summary_unwritten_t *v = realloc(a->unwritten, (a->nunwritten + 1) * sizeof(*v));
@@ -371,8 +370,7 @@ static unsigned console_streams(const dl_agent_t *a, const dl__worker_t *w)
  * dlaunch.torch does) finds no RANK and stops at once, instead of joining the job as rank -1. */
 static void drop_rank_vars(char **envp)
 {
-    static const char *const names[] = {"RANK=", "LOCAL_RANK=", "ROLE_RANK=", "GROUP_RANK=",
-                                        NULL};
+    static const char *const names[] = {"RANK=", "LOCAL_RANK=", "ROLE_RANK=", "GROUP_RANK=", NULL};
     char **out = envp;
     for (char **e = envp; *e != NULL; e++) {
         bool drop = false;
@@ -426,9 +424,8 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart
     }
     *oo = (output_owner_t){a, w->rank, attempt, w->incarnation};
     w->output_owner = oo;
-    r = dl_output_open(&a->loop, a->attempt_dir, w->rank, prefix, console_streams(a, w),
-                       a->readbuf, sizeof(a->readbuf), &output_cbs, oo, &out, &child_out,
-                       &child_err);
+    r = dl_output_open(&a->loop, a->attempt_dir, w->rank, prefix, console_streams(a, w), a->readbuf,
+                       sizeof(a->readbuf), &output_cbs, oo, &out, &child_out, &child_err);
     if (r < 0) {
         free(oo);
         dl_worker_env_free(envp);
@@ -449,8 +446,8 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart
     }
     int mem_node;
     const dl_cpus_t *cpus = dl__place_cpus(a, w->local_rank, &mem_node);
-    r = dl_spawn(a->command_path, a->spec->command, envp, child_out, child_err, health[1],
-                 control, cpus, mem_node, &w->pid);
+    r = dl_spawn(a->command_path, a->spec->command, envp, child_out, child_err, health[1], control,
+                 cpus, mem_node, &w->pid);
     close(child_out);
     close(child_err);
     if (health[1] >= 0)
@@ -475,8 +472,9 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart
         dl__agent_log(a, "the orphan guard is gone: workers may outlive a killed agent");
     if (w->spare) {
         w->last_beat = mono_now(); /* its start, for the line that hands it on */
-        dl__agent_log(a, "spare %d started (pid %d): it loads the program and waits for a "
-                         "failed rank's place",
+        dl__agent_log(a,
+                      "spare %d started (pid %d): it loads the program and waits for a "
+                      "failed rank's place",
                       -1 - w->rank, (int)w->pid);
         return 0;
     }
@@ -565,11 +563,12 @@ static int take_spare(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_c
     if (w->output != NULL)
         dl_output_set_prefix(w->output, prefix);
     dl__spares_handed_on(s);
-    dl__agent_log(a, "rank %d's place goes to spare %d (pid %d, waiting for %.1f s); another "
-                     "spare starts once the group is formed again",
+    dl__agent_log(a,
+                  "rank %d's place goes to spare %d (pid %d, waiting for %.1f s); another "
+                  "spare starts once the group is formed again",
                   w->rank, k, (int)w->pid, waited);
-    json_t *f = json_pack("{s:i, s:i, s:i, s:i, s:b}", "rank", w->rank, "local_rank",
-                          w->local_rank, "pid", (int)w->pid, "attempt", attempt, "spare", 1);
+    json_t *f = json_pack("{s:i, s:i, s:i, s:i, s:b}", "rank", w->rank, "local_rank", w->local_rank,
+                          "pid", (int)w->pid, "attempt", attempt, "spare", 1);
     if (a->gen > 0)
         json_object_set_new(f, "generation", json_integer(a->gen));
     dl_events_emit(a->events, "worker_start", dl__now_unix(), f);
@@ -583,8 +582,8 @@ int dl__agent_respawn(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_c
     int r = spawn_worker(a, w, attempt, restart_count);
     if (r < 0) {
         dl__agent_log(a, "cannot start a replacement for rank %d: %s", w->rank, strerror(-r));
-        dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_SPAWN_FAILED, .rank = w->rank,
-                                           .spawn_errno = -r});
+        dl__agent_feed(a, (dl_sup_event_t){
+                              .kind = DL_SUP_EV_SPAWN_FAILED, .rank = w->rank, .spawn_errno = -r});
     }
     return r;
 }
@@ -681,7 +680,8 @@ static int pick_interface(dl_agent_t *a, const char *what, const char *toward, c
         return r;
     }
     snprintf(note, notelen, "the interface that reaches %s %s%s%s", what, toward,
-             local != NULL ? " (--local-addr " : "", local != NULL ? "is not an address here)" : "");
+             local != NULL ? " (--local-addr " : "",
+             local != NULL ? "is not an address here)" : "");
     return 0;
 }
 
@@ -736,7 +736,7 @@ static void spawn_all(dl_agent_t *a, int attempt)
             json_object_set_new(f, "diagnosis", json_string(dl__diag_text(a)));
         dl_events_emit(a->events, "restart", dl__now_unix(), f);
         dl__agent_log(a, "restarting the job (attempt %d of %d)", attempt,
-                  a->spec->max_restarts + 1);
+                      a->spec->max_restarts + 1);
         /* Several nodes get a new round, and with it an empty store; one node does it here. */
         dl__rdzv_local_store_reset(a);
     }
@@ -761,9 +761,10 @@ static void spawn_all(dl_agent_t *a, int attempt)
     for (int i = 0; i < a->nworkers; i++) {
         dl__worker_t *w = &a->workers[i];
         if (w->pid == 0)
-            dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_SPAWN_FAILED,
-                                     .rank = w->rank,
-                                     .spawn_errno = w->rank == failed_rank ? failed_err : EAGAIN});
+            dl__agent_feed(
+                a, (dl_sup_event_t){.kind = DL_SUP_EV_SPAWN_FAILED,
+                                    .rank = w->rank,
+                                    .spawn_errno = w->rank == failed_rank ? failed_err : EAGAIN});
     }
 }
 
@@ -801,19 +802,19 @@ static bool failed_code(int exit_code)
 
 static void finish(dl_agent_t *a, int exit_code)
 {
-    const char *status = a->stopped_by_request ? "stopped"
-                         : exit_code == 0   ? "succeeded"
-                         : exit_code == 1 ? "failed"
-                         : exit_code == 3 ? "timed_out"
-                         : exit_code == 4 ? "refused"
+    const char *status = a->stopped_by_request    ? "stopped"
+                         : exit_code == 0         ? "succeeded"
+                         : exit_code == 1         ? "failed"
+                         : exit_code == 3         ? "timed_out"
+                         : exit_code == 4         ? "refused"
                          : failed_code(exit_code) ? "failed"
                                                   : "stopped";
     a->exit_code = exit_code;
     if (failed_code(exit_code) && a->sup.has_failure && !a->remote)
         record_failure(a);
     dl__rdzv_finish(a, exit_code);
-    json_t *end = json_pack("{s:s, s:i, s:i}", "status", status, "exit_code", exit_code,
-                            "attempts", dl_sup_attempts(&a->sup));
+    json_t *end = json_pack("{s:s, s:i, s:i}", "status", status, "exit_code", exit_code, "attempts",
+                            dl_sup_attempts(&a->sup));
     if (dl__rec_in_job(a))
         json_object_set_new(end, "recoveries", json_integer(a->sup.recoveries));
     dl_events_emit(a->events, "job_end", dl__now_unix(), end);
@@ -825,7 +826,7 @@ static void print_closing_line(const dl_agent_t *a)
 {
     const char *status = a->stopped_by_request ? "was stopped on request"
                          : a->exit_code == 0   ? "succeeded"
-                         : a->exit_code == 1 ? "failed"
+                         : a->exit_code == 1   ? "failed"
                          : a->exit_code == DL_SUP_EXIT_SAME_FAILURE
                              ? "failed the same way on every attempt (exit 5: do not requeue)"
                          : a->exit_code == DL_SUP_EXIT_UNHEALTHY
@@ -934,8 +935,7 @@ static void report_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig, b
             char what[200];
             dl_oom_text(oom->peak, oom->limit, what, sizeof(what));
             dl__agent_log(a, "rank %d (pid %d) was killed by the OOM killer (%s)%s%s", rank,
-                          (int)pid, what, oom->cgroup[0] ? "; memory cgroup " : "",
-                          oom->cgroup);
+                          (int)pid, what, oom->cgroup[0] ? "; memory cgroup " : "", oom->cgroup);
         } else if (sig > 0)
             dl__agent_log(a, "rank %d (pid %d) was killed by %s", rank, (int)pid,
                           dl_signal_name(sig));
@@ -953,9 +953,13 @@ static void report_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig, b
         dl__rec_interrupted(a, &f);
     }
     bool killed = oom != NULL && oom->killed;
-    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_WORKER_EXIT, .rank = rank,
-                                       .exit_code = code, .signal = sig, .hung = hung,
-                                       .recoverable = recoverable, .oom = killed,
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_WORKER_EXIT,
+                                       .rank = rank,
+                                       .exit_code = code,
+                                       .signal = sig,
+                                       .hung = hung,
+                                       .recoverable = recoverable,
+                                       .oom = killed,
                                        .mem_peak = killed ? oom->peak : 0,
                                        .mem_limit = killed ? oom->limit : 0,
                                        .step = dl__agent_attempt_step(a)});
@@ -1032,8 +1036,8 @@ static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status, long long 
     dl_output_drain(w->output, DRAIN_TIMEOUT_MS);
     w->output = NULL;
 
-    json_t *f = json_pack("{s:i, s:i, s:i}", "rank", w->rank, "attempt", w->attempt, "pid",
-                          (int)pid);
+    json_t *f =
+        json_pack("{s:i, s:i, s:i}", "rank", w->rank, "attempt", w->attempt, "pid", (int)pid);
     if (sig > 0)
         json_object_set_new(f, "signal", json_string(dl_signal_name(sig)));
     else
@@ -1066,13 +1070,14 @@ static void give_up_on(dl_agent_t *a, dl__worker_t *w, double after)
         return; /* dead: its SIGCHLD is on the way */
     pid_t pid = w->pid;
     int rank = w->rank;
-    dl__agent_log(a, "rank %d (pid %d) cannot be reaped: %.1fs after SIGKILL it is still in %s "
-                     "(state %c%s%s); giving up on it: this node is unhealthy",
+    dl__agent_log(a,
+                  "rank %d (pid %d) cannot be reaped: %.1fs after SIGKILL it is still in %s "
+                  "(state %c%s%s); giving up on it: this node is unhealthy",
                   rank, (int)pid, after, dl_proc_state_name(state), state,
                   wchan[0] ? ", waiting in " : "", wchan);
-    json_t *f = json_pack("{s:i, s:i, s:i, s:s#, s:s, s:f}", "rank", rank, "attempt", w->attempt,
-                          "pid", (int)pid, "state", &state, (size_t)1, "wchan", wchan, "after_s",
-                          after);
+    json_t *f =
+        json_pack("{s:i, s:i, s:i, s:s#, s:s, s:f}", "rank", rank, "attempt", w->attempt, "pid",
+                  (int)pid, "state", &state, (size_t)1, "wchan", wchan, "after_s", after);
     dl_events_emit(a->events, "worker_unreapable", dl__now_unix(), f);
     dl_guard_watch(&a->guard, pid, 0);
     w->pid = 0;
@@ -1132,8 +1137,7 @@ static void on_signal(uv_signal_t *h, int signum)
         return;
     }
     if (a->sup.stop == DL_SUP_STOP_SIGNAL && a->sup.phase == DL_SUP_STOPPING)
-        dl__agent_log(a, "got %s again: killing the workers now (SIGKILL)",
-                      dl_signal_name(signum));
+        dl__agent_log(a, "got %s again: killing the workers now (SIGKILL)", dl_signal_name(signum));
     else
         dl__agent_log(a, "got %s: stopping the workers (again to kill them at once)",
                       dl_signal_name(signum));
@@ -1191,9 +1195,11 @@ static int usable_cpus(const dl_agent_t *a)
     int r = dl_cgroup_cpu_quota("", &q, warn, sizeof(warn));
     if (r < 0) {
         if (!a->spec->quiet)
-            fprintf(stderr, "dlaunch: warning: cannot read the CPU quota (/proc/self/cgroup or "
-                            "/proc/self/mountinfo: %s); counting the %d CPUs of the affinity "
-                            "mask\n", strerror(-r), n);
+            fprintf(stderr,
+                    "dlaunch: warning: cannot read the CPU quota (/proc/self/cgroup or "
+                    "/proc/self/mountinfo: %s); counting the %d CPUs of the affinity "
+                    "mask\n",
+                    strerror(-r), n);
         return n;
     }
     if (warn[0] != '\0' && !a->spec->quiet)
@@ -1217,8 +1223,9 @@ static int virtual_rank_check(dl_agent_t *a)
         n += *p == ',';
     if (a->nworkers <= n)
         return 0;
-    fprintf(stderr, "dlaunch: --virtual-local-rank: %d workers, but CUDA_VISIBLE_DEVICES '%s' "
-                    "names %d device%s: each worker needs one of its own\n",
+    fprintf(stderr,
+            "dlaunch: --virtual-local-rank: %d workers, but CUDA_VISIBLE_DEVICES '%s' "
+            "names %d device%s: each worker needs one of its own\n",
             a->nworkers, list, n, n == 1 ? "" : "s");
     return 2;
 }
@@ -1245,16 +1252,15 @@ static int count_workers(dl_agent_t *a)
     case DL_GPUS_AUTO:
         a->nworkers = gpus > 0 ? gpus : usable_cpus(a);
         if (gpus == 0 && say)
-            fprintf(stderr, "dlaunch: warning: --nproc-per-node auto: no GPU found; starting %d "
-                            "worker%s, one per usable CPU\n",
+            fprintf(stderr,
+                    "dlaunch: warning: --nproc-per-node auto: no GPU found; starting %d "
+                    "worker%s, one per usable CPU\n",
                     a->nworkers, a->nworkers == 1 ? "" : "s");
         return 0;
-    case DL_GPUS_CPU:
-        a->nworkers = usable_cpus(a);
-        return 0;
+    case DL_GPUS_CPU: a->nworkers = usable_cpus(a); return 0;
     case DL_GPUS_XPU:
-        a->nworkers = dl_xpu_count(dl__place_hw_root(a),
-                                   dl_env_get(a->environ_list, "ZE_AFFINITY_MASK"));
+        a->nworkers =
+            dl_xpu_count(dl__place_hw_root(a), dl_env_get(a->environ_list, "ZE_AFFINITY_MASK"));
         if (a->nworkers == 0) {
             fprintf(stderr, "dlaunch: --nproc-per-node xpu: no Intel GPU found (no card in "
                             "/sys/class/drm with the i915 or xe driver); give a count or cpu\n");
@@ -1273,11 +1279,11 @@ static int count_workers(dl_agent_t *a)
         a->nworkers = spec->gpus_per_node;
         /* A process count (--nproc-per-node) says nothing of GPUs; a GPU count does. */
         if (!spec->gpus_from_nproc && a->nworkers > gpus && say)
-            fprintf(stderr, "dlaunch: warning: --gpus-per-node %d: %d GPU%s found; starting %d "
-                            "worker%s%s\n",
+            fprintf(stderr,
+                    "dlaunch: warning: --gpus-per-node %d: %d GPU%s found; starting %d "
+                    "worker%s%s\n",
                     a->nworkers, gpus, gpus == 1 ? "" : "s", a->nworkers,
-                    a->nworkers == 1 ? "" : "s",
-                    gpus > 0 ? ", some sharing a GPU" : " on the CPU");
+                    a->nworkers == 1 ? "" : "s", gpus > 0 ? ", some sharing a GPU" : " on the CPU");
         return 0;
     }
 }
@@ -1304,8 +1310,9 @@ static int place_rendezvous(dl_agent_t *a)
         /* torchrun's static rendezvous: node 0's address and port, every node's rank given. */
         if (spec->nodes_max > 1) {
             if (spec->nodes_min != spec->nodes_max) {
-                fprintf(stderr, "dlaunch: --rdzv-backend static: --nnodes %d:%d is elastic; "
-                                "static takes a fixed count (use c10d for a range)\n",
+                fprintf(stderr,
+                        "dlaunch: --rdzv-backend static: --nnodes %d:%d is elastic; "
+                        "static takes a fixed count (use c10d for a range)\n",
                         spec->nodes_min, spec->nodes_max);
                 return 2;
             }
@@ -1343,8 +1350,9 @@ static int place_rendezvous(dl_agent_t *a)
             return 2;
         }
         if (spec->nodes_max > 1 && a->endpoint == NULL) {
-            fprintf(stderr, "dlaunch: --nodes %d:%d: a job over several nodes needs "
-                            "--rdzv-endpoint HOST:PORT\n",
+            fprintf(stderr,
+                    "dlaunch: --nodes %d:%d: a job over several nodes needs "
+                    "--rdzv-endpoint HOST:PORT\n",
                     spec->nodes_min, spec->nodes_max);
             return 2;
         }
@@ -1357,8 +1365,9 @@ static int place_rendezvous(dl_agent_t *a)
         return 2;
     }
     if (a->remote && spec->run_id == NULL) {
-        fprintf(stderr, "dlaunch: %s: every node of the job needs the same --run-id (or "
-                        "--rdzv-id)\n",
+        fprintf(stderr,
+                "dlaunch: %s: every node of the job needs the same --run-id (or "
+                "--rdzv-id)\n",
                 spec->rdzv_backend == DL_RDZV_STATIC ? "--rdzv-backend static"
                 : spec->rdzv_backend == DL_RDZV_ETCD ? "--rdzv-backend etcd"
                                                      : "--rdzv-endpoint");
@@ -1366,16 +1375,16 @@ static int place_rendezvous(dl_agent_t *a)
     }
     if (a->remote && spec->dead_after <= spec->heartbeat) {
         char dead[32], beat[32];
-        fprintf(stderr, "dlaunch: --dead-after %s is not above --heartbeat %s: every node would "
-                        "be declared dead between two of its heartbeats\n",
+        fprintf(stderr,
+                "dlaunch: --dead-after %s is not above --heartbeat %s: every node would "
+                "be declared dead between two of its heartbeats\n",
                 dl_opt_num_text(spec->dead_after, dead, sizeof(dead)),
                 dl_opt_num_text(spec->heartbeat, beat, sizeof(beat)));
         return 2;
     }
     if (a->want_node_rank >= a->nodes_max) {
         fprintf(stderr, "dlaunch: --node-rank %d: a job of %d node%s has ranks 0 to %d\n",
-                a->want_node_rank, a->nodes_max, a->nodes_max == 1 ? "" : "s",
-                a->nodes_max - 1);
+                a->want_node_rank, a->nodes_max, a->nodes_max == 1 ? "" : "s", a->nodes_max - 1);
         return 2;
     }
     return 0;
@@ -1436,17 +1445,16 @@ static int plan(dl_agent_t *a)
     a->node_rank = 0;
     a->world_size = a->nworkers * a->nnodes;
 
-    r = dl_resolve_command(spec->command[0], dl_env_get(a->environ_list, "PATH"),
-                           &a->command_path);
+    r = dl_resolve_command(spec->command[0], dl_env_get(a->environ_list, "PATH"), &a->command_path);
     if (r < 0) {
         fprintf(stderr, "dlaunch: cannot run '%s': %s\n", spec->command[0],
                 r == -ENOENT ? "command not found" : strerror(-r));
         return 2;
     }
     a->run_id = spec->run_id != NULL ? strdup(spec->run_id) : make_run_id();
-    if (a->run_id == NULL || asprintf(&a->run_dir, "%s/%s",
-                                      spec->log_dir != NULL ? spec->log_dir : "dlaunch_logs",
-                                      a->run_id) < 0) {
+    if (a->run_id == NULL ||
+        asprintf(&a->run_dir, "%s/%s", spec->log_dir != NULL ? spec->log_dir : "dlaunch_logs",
+                 a->run_id) < 0) {
         a->run_dir = NULL;
         fprintf(stderr, "dlaunch: out of memory\n");
         return 2;
@@ -1455,8 +1463,8 @@ static int plan(dl_agent_t *a)
     char cwd[4096];
     if (a->run_dir[0] == '/')
         a->run_dir_abs = strdup(a->run_dir);
-    else if (getcwd(cwd, sizeof(cwd)) == NULL || asprintf(&a->run_dir_abs, "%s/%s", cwd,
-                                                          a->run_dir) < 0)
+    else if (getcwd(cwd, sizeof(cwd)) == NULL ||
+             asprintf(&a->run_dir_abs, "%s/%s", cwd, a->run_dir) < 0)
         a->run_dir_abs = NULL;
     if (a->run_dir_abs == NULL) {
         fprintf(stderr, "dlaunch: cannot tell the log folder's absolute path: %s\n",
@@ -1527,8 +1535,7 @@ static int dry_run(dl_agent_t *a)
     if (a->remote) {
         char nodes[64];
         if (a->nodes_min == a->nodes_max)
-            snprintf(nodes, sizeof(nodes), "%d node%s", a->nodes_max,
-                     a->nodes_max == 1 ? "" : "s");
+            snprintf(nodes, sizeof(nodes), "%d node%s", a->nodes_max, a->nodes_max == 1 ? "" : "s");
         else
             snprintf(nodes, sizeof(nodes), "%d to %d nodes", a->nodes_min, a->nodes_max);
         printf("run %s: %s through the rendezvous at %s, %d worker%s on this node, "
@@ -1561,8 +1568,8 @@ static int dry_run(dl_agent_t *a)
     if (a->endpoint == NULL ||
         dl_rdzv_endpoint_parse(a->endpoint, toward, sizeof(toward), &port) < 0)
         snprintf(toward, sizeof(toward), "%s", a->master_addr);
-    if (pick_interface(a, port > 0 ? "the rendezvous" : "MASTER_ADDR", toward, why,
-                       sizeof(why)) < 0)
+    if (pick_interface(a, port > 0 ? "the rendezvous" : "MASTER_ADDR", toward, why, sizeof(why)) <
+        0)
         printf("network: %s; GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME stay unset\n", why);
     else
         printf("network: workers bind %s (%s), %s\n", a->ifname, a->if_addr, why);
@@ -1579,8 +1586,7 @@ static int dry_run(dl_agent_t *a)
         json_t *o = worker_env_json(a, envp);
         const char *k;
         json_t *v;
-        json_object_foreach(o, k, v)
-        {
+        json_object_foreach (o, k, v) {
             printf(" %s=", k);
             print_quoted(json_string_value(v));
         }
@@ -1646,8 +1652,9 @@ static int setup_loop(dl_agent_t *a)
      * but a user who set the port hears it instead of finding it closed. */
     const char *hc = getenv("TORCHELASTIC_HEALTH_CHECK_PORT");
     if (hc != NULL && hc[0] != '\0')
-        dl__agent_log(a, "TORCHELASTIC_HEALTH_CHECK_PORT=%.32s: no health-check server is started "
-                         "(torchrun's is a stub too: docs/torchrun.md); see --http",
+        dl__agent_log(a,
+                      "TORCHELASTIC_HEALTH_CHECK_PORT=%.32s: no health-check server is started "
+                      "(torchrun's is a stub too: docs/torchrun.md); see --http",
                       hc);
     if (dl__diag_beats_wanted(a)) {
         /* A few times per health timeout; at least once a heartbeat for the straggler rule. */
@@ -1689,8 +1696,8 @@ static void agent_free(dl_agent_t *a)
  * would then have every one of them copied on the agent's next write to it). */
 static dl_agent_t *agent_alloc(void)
 {
-    void *p = mmap(NULL, sizeof(dl_agent_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+    void *p =
+        mmap(NULL, sizeof(dl_agent_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p != MAP_FAILED ? p : NULL;
 }
 
@@ -1754,13 +1761,12 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
         json_array_append_new(cmd, json_string(*c));
     /* Over several nodes the shape is the rendezvous's to decide: the job's range now, the
      * world size with each round's `rendezvous` event. */
-    json_t *start = json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:o}", "run_id", a->run_id,
-                              "nodes", a->remote ? a->nodes_max : a->nnodes, "min_nodes",
-                              a->remote ? a->nodes_min : a->nnodes, "workers_per_node",
-                              a->nworkers, "max_restarts", spec->max_restarts, "log_dir",
-                              a->run_dir, "command", cmd);
-    json_object_set_new(start, "world_size",
-                        a->remote ? json_null() : json_integer(a->world_size));
+    json_t *start =
+        json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:o}", "run_id", a->run_id, "nodes",
+                  a->remote ? a->nodes_max : a->nnodes, "min_nodes",
+                  a->remote ? a->nodes_min : a->nnodes, "workers_per_node", a->nworkers,
+                  "max_restarts", spec->max_restarts, "log_dir", a->run_dir, "command", cmd);
+    json_object_set_new(start, "world_size", a->remote ? json_null() : json_integer(a->world_size));
     dl_events_emit(a->events, "job_start", dl__now_unix(), start);
     /* Several nodes: the supervisor starts once the rendezvous answers (dl__rdzv_start's
      * ready). One: the store for the workers, then the supervisor at once. */

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "cgroup.h"
-#include "sysfile.h"
 #include "config.h"
+#include "sysfile.h"
 
 /* Names the first malformed or unreadable file only: one warning line is enough. */
 static void set_warn(char *warn, size_t len, const char *file, const char *why)
@@ -88,8 +88,8 @@ static bool parse_ll(const char *text, long long lo, long long *ret)
 
 /* Reads one level's quota into *q, -1 for none. Returns false when its file is malformed
  * (named in warn); a missing file is no limit. */
-static bool read_level(const char *dir, bool v2, long long *quota, long long *period,
-                       char *file, size_t flen, char *warn, size_t warnlen)
+static bool read_level(const char *dir, bool v2, long long *quota, long long *period, char *file,
+                       size_t flen, char *warn, size_t warnlen)
 {
     char buf[128], path[4600];
     *quota = -1;
@@ -111,8 +111,7 @@ static bool read_level(const char *dir, bool v2, long long *quota, long long *pe
         }
         *sp = '\0';
         long long p;
-        if (!parse_ll(sp + 1, 1, &p) ||
-            (strcmp(buf, "max") != 0 && !parse_ll(buf, 1, quota))) {
+        if (!parse_ll(sp + 1, 1, &p) || (strcmp(buf, "max") != 0 && !parse_ll(buf, 1, quota))) {
             *quota = -1;
             set_warn(warn, warnlen, path, "is not 'QUOTA PERIOD' or 'max PERIOD'");
             return false;
@@ -138,8 +137,7 @@ static bool read_level(const char *dir, bool v2, long long *quota, long long *pe
         r = dl_sysfile_read(ppath, buf, sizeof(buf));
         long long p;
         if (r < 0 || !parse_ll(buf, 1, &p)) {
-            set_warn(warn, warnlen, ppath,
-                     r < 0 ? strerror(-r) : "is not a count of microseconds");
+            set_warn(warn, warnlen, ppath, r < 0 ? strerror(-r) : "is not a count of microseconds");
             return false;
         }
         *quota = q;
@@ -192,8 +190,8 @@ static int read_memberships(const char *root, const char *proc, const char *cont
     return 0;
 }
 
-int dl_cgroup_places(const char *root, pid_t pid, const char *controller,
-                     dl_cgroup_place_t *ret, int max, int *ret_n)
+int dl_cgroup_places(const char *root, pid_t pid, const char *controller, dl_cgroup_place_t *ret,
+                     int max, int *ret_n)
 {
     dl_cgroup_place_t ms[DL_CGROUP_PLACES];
     char proc[32], path[4200], line[8192];

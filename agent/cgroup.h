@@ -24,8 +24,8 @@ typedef struct {
  * controller ("cpu", "memory"), from root/proc/PID/cgroup and root/proc/PID/mountinfo (whose
  * \ooo escapes are undone). A cgroup outside its hierarchy's mount (another namespace's) is left
  * out. Returns 0 with *ret_n places (maybe 0) in ret, or -errno when /proc cannot be read. */
-int dl_cgroup_places(const char *root, pid_t pid, const char *controller,
-                     dl_cgroup_place_t *ret, int max, int *ret_n);
+int dl_cgroup_places(const char *root, pid_t pid, const char *controller, dl_cgroup_place_t *ret,
+                     int max, int *ret_n);
 
 /* Moves dir to its parent folder; false when dir is already place's mount point. */
 bool dl_cgroup_parent(char *dir, const char *mount);

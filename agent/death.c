@@ -114,9 +114,8 @@ bool dl_memcg_oom_since(dl_memcg_t *w, const char *root, dl_oom_t *what)
             what->killed = true;
             snprintf(path, sizeof(path), "%s/%s", w->dir[i],
                      w->version == 1 ? "memory.limit_in_bytes" : "memory.max");
-            what->limit = read_small(root, path, buf, sizeof(buf)) > 0
-                              ? dl_memcg_parse_limit(buf)
-                              : 0;
+            what->limit =
+                read_small(root, path, buf, sizeof(buf)) > 0 ? dl_memcg_parse_limit(buf) : 0;
             snprintf(what->cgroup, sizeof(what->cgroup), "%s", w->dir[i]);
         }
         if (now >= 0)
@@ -150,8 +149,7 @@ int dl_kmsg_oom_killed(const char *root, pid_t pid, dl_oom_t *what)
                                 : NULL;
         if (memcg != NULL) {
             memcg += strlen("oom_memcg=");
-            snprintf(what->cgroup, sizeof(what->cgroup), "%.*s", (int)strcspn(memcg, ",\n"),
-                     memcg);
+            snprintf(what->cgroup, sizeof(what->cgroup), "%.*s", (int)strcspn(memcg, ",\n"), memcg);
         }
     }
     close(fd);
@@ -184,19 +182,12 @@ int dl_proc_wait_state(const char *root, pid_t pid, char *state, char *wchan, si
 const char *dl_proc_state_name(char state)
 {
     switch (state) {
-    case 'D':
-        return "uninterruptible sleep";
-    case 'R':
-        return "running";
-    case 'S':
-        return "sleeping";
-    case 'T':
-        return "stopped";
-    case 't':
-        return "stopped by a tracer";
-    case 'Z':
-        return "zombie";
-    default:
-        return "unknown state";
+    case 'D': return "uninterruptible sleep";
+    case 'R': return "running";
+    case 'S': return "sleeping";
+    case 'T': return "stopped";
+    case 't': return "stopped by a tracer";
+    case 'Z': return "zombie";
+    default: return "unknown state";
     }
 }

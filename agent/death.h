@@ -23,8 +23,8 @@ typedef struct {
 /* What the OOM killer did, when it did. */
 typedef struct {
     bool killed;
-    long long peak;  /* bytes: the worker's own peak resident set (from wait4), 0 unknown */
-    long long limit; /* bytes: the limit of the cgroup that ran out, 0 unknown */
+    long long peak;   /* bytes: the worker's own peak resident set (from wait4), 0 unknown */
+    long long limit;  /* bytes: the limit of the cgroup that ran out, 0 unknown */
     char cgroup[512]; /* that cgroup's folder, or the memcg the kernel log names, or "" */
 } dl_oom_t;
 

@@ -48,8 +48,8 @@ static int file_for(dl_agent_t *a, int stream, int attempt)
 void dl__dup_line(dl_agent_t *a, int attempt, int stream, const char *prefix, const char *line,
                   size_t len)
 {
-    const char *filters = stream == 0 ? a->spec->duplicate_stdout_filters
-                                      : a->spec->duplicate_stderr_filters;
+    const char *filters =
+        stream == 0 ? a->spec->duplicate_stdout_filters : a->spec->duplicate_stderr_filters;
     if (filters == NULL || !matches(filters, line, len))
         return;
     int fd = file_for(a, stream, attempt);

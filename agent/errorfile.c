@@ -42,8 +42,7 @@ int dl_error_file_read(const char *path, char *msg, size_t msglen, char *trace, 
         text = json_string_value(m);
     } else if (json_is_object(m)) {
         text = json_string_value(json_object_get(m, "message"));
-        tb = json_string_value(
-            json_object_get(json_object_get(m, "extraInfo"), "py_callstack"));
+        tb = json_string_value(json_object_get(json_object_get(m, "extraInfo"), "py_callstack"));
     }
     if (text == NULL)
         return -EBADMSG;

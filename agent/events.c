@@ -1,9 +1,9 @@
 /* Event lines are written whole with one write(2) and flushed at once, so a script tailing the
  * file never sees half an object, even when the agent is killed right after. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -81,8 +81,9 @@ int dl_events_emit(dl_events_t *ev, const char *name, double now, json_t *fields
      * a line cut short by the error stays, the next ones are dropped whole. */
     if (r < 0 && !ev->failed) {
         ev->failed = true;
-        fprintf(stderr, "dlaunch: cannot write the event stream '%s': %s; the events from '%s' "
-                        "on are lost (the job goes on)\n",
+        fprintf(stderr,
+                "dlaunch: cannot write the event stream '%s': %s; the events from '%s' "
+                "on are lost (the job goes on)\n",
                 ev->path, strerror(-r), name);
     }
     return r;

@@ -20,8 +20,8 @@ struct dl__ftimer_s {
     dl_agent_t *agent;
     uv_pipe_t pipe;
     uv_timer_t check;
-    int keep_wr; /* a write end held open, so the pipe never reads EOF between clients */
-    int handles; /* handles whose close callback has not run */
+    int keep_wr;   /* a write end held open, so the pipe never reads EOF between clients */
+    int handles;   /* handles whose close callback has not run */
     bool bad_said; /* one warning for bad lines, not one per line */
     char path[4096];
     dl_linebuf_t lb;
@@ -82,21 +82,23 @@ static void on_check(uv_timer_t *t)
         dl__worker_t *w = worker_by_pid(a, due.pid);
         /* Only this agent's workers: a pipe line must not be a way to kill anything else. */
         if (w == NULL) {
-            dl__agent_log(a, "file timer '%s': timer '%s' of pid %d expired, but pid %d is not a "
-                             "worker of this node; not killed",
+            dl__agent_log(a,
+                          "file timer '%s': timer '%s' of pid %d expired, but pid %d is not a "
+                          "worker of this node; not killed",
                           ft->path, due.scope_id, due.pid, due.pid);
             continue;
         }
-        dl__agent_log(a, "rank %d (pid %d) overran its file timer '%s' by %.1fs: killing it "
-                         "with signal %d",
+        dl__agent_log(a,
+                      "rank %d (pid %d) overran its file timer '%s' by %.1fs: killing it "
+                      "with signal %d",
                       w->rank, due.pid, due.scope_id, now - due.expiration_time, due.signal);
-        json_t *f = json_pack("{s:i, s:i, s:s, s:i, s:f}", "rank", w->rank, "pid", due.pid,
-                              "scope_id", due.scope_id, "signal", due.signal, "overrun_s",
-                              now - due.expiration_time);
+        json_t *f =
+            json_pack("{s:i, s:i, s:s, s:i, s:f}", "rank", w->rank, "pid", due.pid, "scope_id",
+                      due.scope_id, "signal", due.signal, "overrun_s", now - due.expiration_time);
         dl_events_emit(a->events, "worker_timer_expired", now, f);
         if (kill(due.pid, due.signal) < 0 && errno != ESRCH)
-            dl__agent_log(a, "cannot send signal %d to rank %d (pid %d): %s", due.signal,
-                          w->rank, due.pid, strerror(errno));
+            dl__agent_log(a, "cannot send signal %d to rank %d (pid %d): %s", due.signal, w->rank,
+                          due.pid, strerror(errno));
     }
 }
 
@@ -146,8 +148,7 @@ int dl__ftimer_start(dl_agent_t *a)
     if (path != NULL && path[0] != '\0')
         snprintf(ft->path, sizeof(ft->path), "%s", path);
     else
-        snprintf(ft->path, sizeof(ft->path), "/tmp/watchdog_timer_%s_%d", a->run_id,
-                 (int)getpid());
+        snprintf(ft->path, sizeof(ft->path), "/tmp/watchdog_timer_%s_%d", a->run_id, (int)getpid());
     dl_linebuf_init(&ft->lb);
     dl_filetimer_init(&ft->tab);
     int r = make_fifo(ft->path);
@@ -157,8 +158,9 @@ int dl__ftimer_start(dl_agent_t *a)
     if (r == 0 && (ft->keep_wr = open(ft->path, O_WRONLY | O_NONBLOCK | O_CLOEXEC)) < 0)
         r = -errno;
     if (r < 0) {
-        dl__agent_log(a, "cannot serve the file timer at '%s' (TORCHELASTIC_ENABLE_FILE_TIMER=1): "
-                         "%s",
+        dl__agent_log(a,
+                      "cannot serve the file timer at '%s' (TORCHELASTIC_ENABLE_FILE_TIMER=1): "
+                      "%s",
                       ft->path, strerror(-r));
         if (rd >= 0)
             close(rd);

@@ -35,9 +35,8 @@ bool dl__agent_forwards(const dl_agent_t *a, int sig)
 static bool in_slurm_step(const dl_agent_t *a)
 {
     const char *off = dl_env_get(a->environ_list, "DLAUNCH_NO_SLURM");
-    return (off == NULL || *off == '\0') &&
-           (dl_env_get(a->environ_list, "SLURM_STEP_ID") != NULL ||
-            dl_env_get(a->environ_list, "SLURM_STEPID") != NULL);
+    return (off == NULL || *off == '\0') && (dl_env_get(a->environ_list, "SLURM_STEP_ID") != NULL ||
+                                             dl_env_get(a->environ_list, "SLURM_STEPID") != NULL);
 }
 
 static void pass_on(dl_agent_t *a, int sig, pid_t sender)
@@ -49,15 +48,16 @@ static void pass_on(dl_agent_t *a, int sig, pid_t sender)
     /* Slurm's step signal reached every process of the step already. */
     bool slurm_did = in_slurm_step(a) && sender == getppid();
     if (slurm_did)
-        dl__agent_log(a, "got %s from Slurm, which signals the workers too (%d here); the job "
-                         "goes on",
+        dl__agent_log(a,
+                      "got %s from Slurm, which signals the workers too (%d here); the job "
+                      "goes on",
                       dl_signal_name(sig), n);
     else
-        dl__agent_log(a, "got %s: passed on to %d worker%s; the job goes on",
-                      dl_signal_name(sig), n, n == 1 ? "" : "s");
-    dl_events_emit(a->events, "signal", dl__now_unix(),
-                   json_pack("{s:s, s:b, s:i}", "signal", dl_signal_name(sig), "forwarded", 1,
-                             "workers", n));
+        dl__agent_log(a, "got %s: passed on to %d worker%s; the job goes on", dl_signal_name(sig),
+                      n, n == 1 ? "" : "s");
+    dl_events_emit(
+        a->events, "signal", dl__now_unix(),
+        json_pack("{s:s, s:b, s:i}", "signal", dl_signal_name(sig), "forwarded", 1, "workers", n));
     for (int i = 0; i < a->nworkers && !slurm_did; i++) {
         dl__worker_t *w = &a->workers[i];
         if (w->pid <= 0)

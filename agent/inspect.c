@@ -48,7 +48,7 @@ struct dl__diag_s {
     json_t *failure_report; /* the node's report when the account was made */
     int *announced;         /* stragglers named in this attempt */
     size_t nannounced, announced_cap;
-    double excluded_until; /* > 0: this node stepped out until then (monotonic seconds) */
+    double excluded_until;    /* > 0: this node stepped out until then (monotonic seconds) */
     bool told_ring_in_memory; /* said once that a rank's recorder file could not be written */
 };
 
@@ -197,14 +197,10 @@ static char proc_state(pid_t pid)
 static dl_diag_op_state_t op_state(dl_coll_rec_state_t s)
 {
     switch (s) {
-    case DL_COLL_REC_QUEUED:
-        return DL_DIAG_OP_QUEUED;
-    case DL_COLL_REC_RUNNING:
-        return DL_DIAG_OP_RUNNING;
-    case DL_COLL_REC_DONE:
-        return DL_DIAG_OP_DONE;
-    case DL_COLL_REC_FAILED:
-        return DL_DIAG_OP_FAILED;
+    case DL_COLL_REC_QUEUED: return DL_DIAG_OP_QUEUED;
+    case DL_COLL_REC_RUNNING: return DL_DIAG_OP_RUNNING;
+    case DL_COLL_REC_DONE: return DL_DIAG_OP_DONE;
+    case DL_COLL_REC_FAILED: return DL_DIAG_OP_FAILED;
     }
     return DL_DIAG_OP_NONE;
 }
@@ -217,13 +213,14 @@ static void ring_in_memory(dl_agent_t *a, const dl__worker_t *w, const wdiag_t *
     int err = dl_coll_rec_file_error(x->rec);
     const char *why = strerror(err > 0 ? err : EIO);
     if (!a->diag->told_ring_in_memory)
-        dl__agent_log(a, "cannot write the flight recorder '%s': %s; rank %d keeps it in memory "
-                         "(the agent still reads it, but it is not kept after the rank exits)",
+        dl__agent_log(a,
+                      "cannot write the flight recorder '%s': %s; rank %d keeps it in memory "
+                      "(the agent still reads it, but it is not kept after the rank exits)",
                       x->path, why, w->rank);
     a->diag->told_ring_in_memory = true;
     dl_events_emit(a->events, "log_write_failed", dl__now_unix(),
-                   json_pack("{s:i, s:i, s:s, s:s}", "rank", w->rank, "attempt", w->attempt,
-                             "path", x->path, "error", why));
+                   json_pack("{s:i, s:i, s:s, s:s}", "rank", w->rank, "attempt", w->attempt, "path",
+                             x->path, "error", why));
 }
 
 /* What the agent knows of worker w now: out's strings point into static tables and x. */
@@ -605,8 +602,7 @@ void dl__diag_on_view(dl_agent_t *a, const json_t *view)
     }
     bool can_exclude = d->action == ACTION_EXCLUDE && a->nnodes - 1 >= a->spec->nodes_min &&
                        dl_rdzv_policy_restart_left(a->sup.attempt, a->spec->max_restarts) &&
-                       d->excluded_until <= 0 &&
-                       a->sup.stop == DL_SUP_STOP_NONE;
+                       d->excluded_until <= 0 && a->sup.stop == DL_SUP_STOP_NONE;
     json_array_foreach (list, i, s) {
         dl_diag_straggler_t x = {0};
         x.rank = (int)json_integer_value(json_object_get(s, "rank"));
@@ -631,8 +627,7 @@ void dl__diag_on_view(dl_agent_t *a, const json_t *view)
         snprintf(reason, sizeof(reason),
                  "straggler: %s; node %d leaves the job for %s s (--straggler-action exclude)",
                  line, a->node_rank, cooldown);
-        dl__agent_log(a, "excluding this node from the job for %s s: it is the slowest",
-                      cooldown);
+        dl__agent_log(a, "excluding this node from the job for %s s: it is the slowest", cooldown);
         d->excluded_until = mono_now() + a->spec->straggler_cooldown;
         dl__rdzv_exclude(a, x.rank, reason);
     }

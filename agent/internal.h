@@ -30,15 +30,15 @@ typedef struct {
     dl_agent_t *agent;
     int rank;
     int local_rank;
-    pid_t pid;    /* 0 when not running */
-    int attempt;  /* of the running process */
+    pid_t pid;   /* 0 when not running */
+    int attempt; /* of the running process */
     dl_output_t *output;
-    int health_rd;     /* read end of its health pipe, or -1 */
-    bool beating;      /* it has sent a beat this attempt */
-    bool hung;         /* we killed it for going silent */
-    double killed_at;  /* monotonic seconds of the SIGKILL we sent it, 0 none */
-    double last_beat;  /* monotonic seconds of the last beat seen */
-    bool output_open;  /* the output of `attempt` has not drained yet */
+    int health_rd;         /* read end of its health pipe, or -1 */
+    bool beating;          /* it has sent a beat this attempt */
+    bool hung;             /* we killed it for going silent */
+    double killed_at;      /* monotonic seconds of the SIGKILL we sent it, 0 none */
+    double last_beat;      /* monotonic seconds of the last beat seen */
+    bool output_open;      /* the output of `attempt` has not drained yet */
     dl_diag_beats_t beats; /* what its beats said: step, loss, compute and wait times (diag.h) */
     unsigned incarnation;  /* processes started in this slot: tells a replacement's output apart */
     unsigned dir_serial;   /* the attempt folder it last started in (attempt_serial) */
@@ -73,12 +73,12 @@ struct dl_agent_s {
     int nnodes;
     int world_size;
     dl__worker_t *workers;
-    int gpus;                   /* GPUs found (CUDA_VISIBLE_DEVICES, or the driver's list) */
-    dl_numa_mode_t numa_mode;   /* the binding in force, --numa-binding's or the default */
-    bool numa_by_default;       /* bound unasked: as many workers as GPUs */
-    struct dl_place_s *places;  /* per local rank, NULL when unbound (placement.c) */
+    int gpus;                  /* GPUs found (CUDA_VISIBLE_DEVICES, or the driver's list) */
+    dl_numa_mode_t numa_mode;  /* the binding in force, --numa-binding's or the default */
+    bool numa_by_default;      /* bound unasked: as many workers as GPUs */
+    struct dl_place_s *places; /* per local rank, NULL when unbound (placement.c) */
     int nplaces;
-    char unbound_why[700];      /* why unbound, for --dry-run */
+    char unbound_why[700];   /* why unbound, for --dry-run */
     uv_signal_t signals[32]; /* --signals-to-handle, then SIGCHLD */
     int nsignals;
     /* --forward-signals (forward.c): those that do not stop the job, read from a signalfd. */
@@ -88,39 +88,39 @@ struct dl_agent_s {
     uv_poll_t forward_poll;
     bool forward_open;
     uv_timer_t stop_timer;
-    uv_timer_t reap_timer; /* a worker SIGKILLed long ago and still not reaped is named */
-    dl_memcg_t memcg;      /* the memory cgroups the workers are charged to, for OOM kills */
+    uv_timer_t reap_timer;   /* a worker SIGKILLed long ago and still not reaped is named */
+    dl_memcg_t memcg;        /* the memory cgroups the workers are charged to, for OOM kills */
     uv_timer_t health_timer; /* --health-timeout: looks at the health pipes now and then */
     dl_events_t *events;
     dl_guard_t guard;
     char *run_id;
     char *command_path;
-    char *run_dir; /* LOGDIR/RUN_ID, as given, for messages */
+    char *run_dir;     /* LOGDIR/RUN_ID, as given, for messages */
     char *run_dir_abs; /* the same, absolute, for files and workers */
     char attempt_dir[4096];
     unsigned attempt_serial; /* counts start_attempt's folders: a worker's dir_serial names one */
     char *made_dir; /* the last of them when this agent made it, so it holds only what it started */
-    dl__dup_t dup[2]; /* stdout's and stderr's filtered copies */
-    dl_merge_t merge;      /* --merge-output's pending lines */
-    uv_timer_t merge_timer; /* prints them when their window passes */
-    bool merge_closed;      /* the timer is closed: lines still draining are printed at once */
+    dl__dup_t dup[2];            /* stdout's and stderr's filtered copies */
+    dl_merge_t merge;            /* --merge-output's pending lines */
+    uv_timer_t merge_timer;      /* prints them when their window passes */
+    bool merge_closed;           /* the timer is closed: lines still draining are printed at once */
     struct dl__ftimer_s *ftimer; /* the file-timer watchdog (filetimer-watch.c), or NULL */
     char master_addr[256];
     int master_port;
-    char *endpoint;      /* the rendezvous to join (--rdzv-endpoint, or static's master), or NULL */
-    int want_node_rank;  /* the node rank asked for (static: --node-rank, default 0), or -1 */
+    char *endpoint;     /* the rendezvous to join (--rdzv-endpoint, or static's master), or NULL */
+    int want_node_rank; /* the node rank asked for (static: --node-rank, default 0), or -1 */
     int nodes_min, nodes_max;
-    double started_at;   /* wall clock at start, for the closing line */
+    double started_at;         /* wall clock at start, for the closing line */
     char prefix_template[256]; /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, or "" */
-    char ifname[64];  /* the interface the workers bind (GLOO_SOCKET_IFNAME...), or "" */
-    char if_addr[128]; /* its address that reaches MASTER_ADDR */
+    char ifname[64];           /* the interface the workers bind (GLOO_SOCKET_IFNAME...), or "" */
+    char if_addr[128];         /* its address that reaches MASTER_ADDR */
     int exit_code;
-    bool remote;               /* a rendezvous decides rounds (several nodes) */
-    dl__worker_t *spares;      /* --spares' slots (spares.c), nspares of them */
+    bool remote;          /* a rendezvous decides rounds (several nodes) */
+    dl__worker_t *spares; /* --spares' slots (spares.c), nspares of them */
     int nspares;
-    bool spares_lost;          /* one failed to start or died waiting: none is started again */
-    struct dl__rdzv_s *rdzv;   /* rdzv.c's state, when remote */
-    int round;                 /* the rendezvous round the workers belong to */
+    bool spares_lost;        /* one failed to start or died waiting: none is started again */
+    struct dl__rdzv_s *rdzv; /* rdzv.c's state, when remote */
+    int round;               /* the rendezvous round the workers belong to */
     /* The job's restarts spent on failures, as the round's assignment said: the workers'
      * TORCHELASTIC_RESTART_COUNT over several nodes (rounds opened by a join, a departure or
      * `dlaunch restart` are attempts, not restarts, as torchrun counts them). */
@@ -135,27 +135,27 @@ struct dl_agent_s {
     size_t nhistory;
     dl_summary_unwritten_t *unwritten; /* log files that could not be written, for the summary */
     size_t nunwritten;
-    bool report_pending;       /* the failure report waits for the failed rank's output */
-    bool stopped_by_request;   /* the rendezvous ended the job on a stop request */
+    bool report_pending;     /* the failure report waits for the failed rank's output */
+    bool stopped_by_request; /* the rendezvous ended the job on a stop request */
     /* The job's training progress, passed on with each heartbeat while progress_valid. */
     dl_agent_progress_t progress;
     bool progress_valid;
     /* In-job recovery (recovery.c, docs/recovery.md). */
-    int gen;                     /* the workers' group generation: 0 each attempt, +1 a recovery */
-    bool recovering;             /* a recovery is under way */
-    uv_timer_t rec_timer;        /* gives up on it */
+    int gen;              /* the workers' group generation: 0 each attempt, +1 a recovery */
+    bool recovering;      /* a recovery is under way */
+    uv_timer_t rec_timer; /* gives up on it */
     bool rec_timer_armed;
-    int rec_rank;                /* the rank being replaced */
+    int rec_rank; /* the rank being replaced */
     dl_sup_failure_t rec_failure;
-    double rec_started;          /* monotonic seconds */
-    long long rec_step;          /* where the workers said they went on */
-    long long rec_was;           /* the newest step one of them had completed before */
-    char rec_reason[600];        /* remote: the round change's reason */
+    double rec_started;   /* monotonic seconds */
+    long long rec_step;   /* where the workers said they went on */
+    long long rec_was;    /* the newest step one of them had completed before */
+    char rec_reason[600]; /* remote: the round change's reason */
     char rec_reason_short[220];
-    long long rec_last_step;     /* the last recovery that finished: where, how long */
+    long long rec_last_step; /* the last recovery that finished: where, how long */
     double rec_last_ms;
-    int rec_replaced[64];        /* remote: the ranks this node replaced in this recovery */
-    uv_timer_t broken_timer;     /* remote: a worker's group broke; report it unless told why */
+    int rec_replaced[64];    /* remote: the ranks this node replaced in this recovery */
+    uv_timer_t broken_timer; /* remote: a worker's group broke; report it unless told why */
     char broken_reason[400];
     int nrec_replaced;
     int rec_source;
@@ -199,7 +199,7 @@ void dl__place_print(const dl_agent_t *a); /* --dry-run's lines */
 void dl__place_free(dl_agent_t *a);
 
 /* rdzv.c: the agent's side of the rendezvous (several nodes). */
-int dl__rdzv_start(dl_agent_t *a);           /* returns 0 or an exit code, having said why */
+int dl__rdzv_start(dl_agent_t *a); /* returns 0 or an exit code, having said why */
 void dl__rdzv_join(dl_agent_t *a);
 void dl__rdzv_report(dl_agent_t *a);
 void dl__rdzv_node_done(dl_agent_t *a);
@@ -224,13 +224,13 @@ int dl__python_dir(char *buf, size_t len);
  * where the account of a hang or a request is made. */
 int dl__stacks_read(dl_agent_t *a, const dl__worker_t *w, int frames, char *buf, size_t len);
 
-int dl__diag_start(dl_agent_t *a);               /* after the loop is set up */
-void dl__diag_close(dl_agent_t *a);              /* lets go of its handle */
+int dl__diag_start(dl_agent_t *a);  /* after the loop is set up */
+void dl__diag_close(dl_agent_t *a); /* lets go of its handle */
 void dl__diag_free(dl_agent_t *a);
-void dl__diag_attempt(dl_agent_t *a);            /* a new attempt: forget the last one's */
+void dl__diag_attempt(dl_agent_t *a); /* a new attempt: forget the last one's */
 void dl__diag_worker_spawning(dl_agent_t *a, dl__worker_t *w);
 void dl__diag_beats(dl__worker_t *w, const char *data, size_t len, double now);
-void dl__diag_tick(dl_agent_t *a, double now);   /* now: monotonic seconds */
+void dl__diag_tick(dl_agent_t *a, double now); /* now: monotonic seconds */
 /* Says where this node's ranks are (log line, `ranks` event); keep: as this attempt's account. */
 void dl__diag_explain(dl_agent_t *a, const char *why, bool keep);
 /* Adds text to this attempt's account (the summary's "where the ranks were"). */
@@ -245,10 +245,10 @@ void dl__watchdog_check(dl_agent_t *a, double now);
 json_t *dl__diag_report(dl_agent_t *a);         /* the node's report, new reference or NULL */
 json_t *dl__diag_failure_report(dl_agent_t *a); /* the one kept by explain, else a fresh one */
 void dl__diag_on_view(dl_agent_t *a, const json_t *view); /* the rendezvous's job-wide view */
-bool dl__diag_excluded(dl_agent_t *a, double *ret_wait); /* stepped out; seconds left */
+bool dl__diag_excluded(dl_agent_t *a, double *ret_wait);  /* stepped out; seconds left */
 
 /* One node alone: serve the job's key-value store on loopback for its workers. */
-int dl__rdzv_local_store(dl_agent_t *a);                  /* after the loop has ended */
+int dl__rdzv_local_store(dl_agent_t *a); /* after the loop has ended */
 /* One node alone: serve the job's key-value store on loopback for its workers, guarded by the
  * job's token when there is one. Returns 0 (a store that cannot start is only logged), or an
  * exit code having said why. */
@@ -260,8 +260,8 @@ void dl__rdzv_renew_worker_key(dl_agent_t *a);
 
 /* recovery.c: in-job recovery (docs/recovery.md). */
 bool dl__rec_in_job(const dl_agent_t *a);
-void dl__rec_init(dl_agent_t *a);                 /* after the loop is set up */
-void dl__rec_close(dl_agent_t *a);                /* lets go of its handles */
+void dl__rec_init(dl_agent_t *a);  /* after the loop is set up */
+void dl__rec_close(dl_agent_t *a); /* lets go of its handles */
 /* A worker's control channel: *ret_child_fd (the worker's end, or -1 without in-job recovery). */
 int dl__rec_channel_open(dl_agent_t *a, dl__worker_t *w, int *ret_child_fd);
 void dl__rec_channel_close(dl__worker_t *w);
@@ -297,13 +297,13 @@ int dl__agent_respawn(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_c
 int dl__agent_spawn(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_count);
 
 /* Hot spares (spares.c). */
-int dl__spares_plan(dl_agent_t *a);           /* checks --spares, makes the slots; 0 or exit code */
-void dl__spares_fill(dl_agent_t *a);          /* starts the missing ones once every rank said hello */
+int dl__spares_plan(dl_agent_t *a);  /* checks --spares, makes the slots; 0 or exit code */
+void dl__spares_fill(dl_agent_t *a); /* starts the missing ones once every rank said hello */
 dl__worker_t *dl__spares_ready(dl_agent_t *a); /* a spare that can take a rank, or NULL */
-void dl__spares_handed_on(dl__worker_t *s);   /* its process went to a rank's slot */
+void dl__spares_handed_on(dl__worker_t *s);    /* its process went to a rank's slot */
 bool dl__spares_reaped(dl_agent_t *a, pid_t pid, int status); /* pid was a spare's */
-void dl__spares_kill(dl_agent_t *a);          /* SIGKILLs them (the attempt stops) */
-void dl__spares_close(dl_agent_t *a);         /* at the end: killed, their handles let go */
+void dl__spares_kill(dl_agent_t *a);  /* SIGKILLs them (the attempt stops) */
+void dl__spares_close(dl_agent_t *a); /* at the end: killed, their handles let go */
 /* inspect.c: in-job recovery's hang rule: which of this node's workers hold the others up (never
  * entered the operation some other rank waits in, or stopped). culprit[i] per worker; returns
  * how many. */

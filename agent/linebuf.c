@@ -36,8 +36,7 @@ static int append(dl_linebuf_t *lb, const char *data, size_t n)
     return 0;
 }
 
-int dl_linebuf_feed(dl_linebuf_t *lb, const char *data, size_t n, dl_linebuf_line_cb cb,
-                    void *ctx)
+int dl_linebuf_feed(dl_linebuf_t *lb, const char *data, size_t n, dl_linebuf_line_cb cb, void *ctx)
 {
     while (n > 0) {
         const char *nl = memchr(data, '\n', n);

@@ -22,8 +22,7 @@ void dl_linebuf_free(dl_linebuf_t *lb);
 
 /* Feeds n bytes; calls cb for every completed line. Returns 0 or -ENOMEM (the bytes of that
  * call that could not be buffered are passed to cb as a line first, so nothing is lost). */
-int dl_linebuf_feed(dl_linebuf_t *lb, const char *data, size_t n, dl_linebuf_line_cb cb,
-                    void *ctx);
+int dl_linebuf_feed(dl_linebuf_t *lb, const char *data, size_t n, dl_linebuf_line_cb cb, void *ctx);
 
 /* Emits the partial last line, if any (at end of stream). */
 void dl_linebuf_flush(dl_linebuf_t *lb, dl_linebuf_line_cb cb, void *ctx);

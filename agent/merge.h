@@ -18,8 +18,8 @@ typedef void (*dl_merge_emit_cb)(void *ctx, int stream, const char *ranks, const
 typedef struct dl_merge_entry_s dl_merge_entry_t;
 
 typedef struct {
-    double window;            /* seconds a line waits for the same line from other ranks */
-    dl_merge_entry_t *head;   /* pending lines, oldest first; owned */
+    double window;          /* seconds a line waits for the same line from other ranks */
+    dl_merge_entry_t *head; /* pending lines, oldest first; owned */
     dl_merge_entry_t *tail;
     size_t n;
     dl_merge_emit_cb emit;

@@ -11,18 +11,12 @@
 const char *dl_numa_mode_name(dl_numa_mode_t mode)
 {
     switch (mode) {
-    case DL_NUMA_AUTO:
-        return "auto";
-    case DL_NUMA_NONE:
-        return "none";
-    case DL_NUMA_NODE:
-        return "node";
-    case DL_NUMA_SOCKET:
-        return "socket";
-    case DL_NUMA_EXCLUSIVE:
-        return "exclusive";
-    case DL_NUMA_CORE_COMPLEX:
-        return "core-complex";
+    case DL_NUMA_AUTO: return "auto";
+    case DL_NUMA_NONE: return "none";
+    case DL_NUMA_NODE: return "node";
+    case DL_NUMA_SOCKET: return "socket";
+    case DL_NUMA_EXCLUSIVE: return "exclusive";
+    case DL_NUMA_CORE_COMPLEX: return "core-complex";
     }
     return "?";
 }
@@ -62,8 +56,8 @@ static int by_size_then_key(const void *a, const void *b)
 
 /* Fills groups (room for one per allowed CPU) from the node's allowed CPUs; returns their count, or
  * -1 with the CPU whose key is missing in *ret_cpu. */
-static int group_cpus(const dl_topo_t *t, const dl_cpus_t *cpus, const int *field,
-                      group_t *groups, int *ret_cpu)
+static int group_cpus(const dl_topo_t *t, const dl_cpus_t *cpus, const int *field, group_t *groups,
+                      int *ret_cpu)
 {
     int n = 0;
     for (int c = 0; c < DL_CPUS_MAX; c++) {
@@ -116,14 +110,15 @@ static int place_one(const dl_topo_t *t, dl_numa_mode_t mode, int gpu, group_t *
     node_allowed(t, node, &mine);
     if (dl_cpus_first(&mine) < 0) {
         dl_cpus_format(&t->allowed, allowed, sizeof(allowed));
-        snprintf(err, errlen, "NUMA node %d of GPU %d (%s) has no CPU this agent may use "
-                 "(allowed: %s)", node, gpu, t->gpu_addr[gpu], allowed);
+        snprintf(err, errlen,
+                 "NUMA node %d of GPU %d (%s) has no CPU this agent may use "
+                 "(allowed: %s)",
+                 node, gpu, t->gpu_addr[gpu], allowed);
         return -EINVAL;
     }
     rank_on_node(t, gpu, &pos, &count);
     switch (mode) {
-    case DL_NUMA_NODE:
-        break;
+    case DL_NUMA_NODE: break;
     case DL_NUMA_SOCKET: {
         /* A node's socket is that of its lowest allowed CPU; nodes with no allowed CPU (memory
          * only, or outside the cpuset) belong to no socket here. */
@@ -148,8 +143,10 @@ static int place_one(const dl_topo_t *t, dl_numa_mode_t mode, int gpu, group_t *
             return -EINVAL;
         }
         if (cores < count) {
-            snprintf(err, errlen, "NUMA node %d has %d physical core%s this agent may use, "
-                     "fewer than its %d GPUs", node, cores, cores == 1 ? "" : "s", count);
+            snprintf(err, errlen,
+                     "NUMA node %d has %d physical core%s this agent may use, "
+                     "fewer than its %d GPUs",
+                     node, cores, cores == 1 ? "" : "s", count);
             return -EINVAL;
         }
         qsort(groups, (size_t)cores, sizeof(groups[0]), by_key);
@@ -185,21 +182,24 @@ static int place_one(const dl_topo_t *t, dl_numa_mode_t mode, int gpu, group_t *
     return 0;
 }
 
-int dl_numa_plan(const dl_topo_t *t, dl_numa_mode_t mode, int nworkers, dl_place_t *ret,
-                 char *err, size_t errlen)
+int dl_numa_plan(const dl_topo_t *t, dl_numa_mode_t mode, int nworkers, dl_place_t *ret, char *err,
+                 size_t errlen)
 {
     group_t *groups;
     int r = 0;
 
     if (t->gpu_count == 0) {
-        snprintf(err, errlen, "no GPU found (none in /proc/driver/nvidia/gpus, or "
+        snprintf(err, errlen,
+                 "no GPU found (none in /proc/driver/nvidia/gpus, or "
                  "CUDA_VISIBLE_DEVICES hides them), and a worker is bound near the GPU of its "
                  "local rank");
         return -EINVAL;
     }
     if (nworkers > t->gpu_count) {
-        snprintf(err, errlen, "local rank %d has no GPU to be placed near (%d found); a worker "
-                 "is bound near the GPU of its local rank", t->gpu_count, t->gpu_count);
+        snprintf(err, errlen,
+                 "local rank %d has no GPU to be placed near (%d found); a worker "
+                 "is bound near the GPU of its local rank",
+                 t->gpu_count, t->gpu_count);
         return -EINVAL;
     }
     groups = malloc(sizeof(*groups) * (size_t)(dl_cpus_count(&t->allowed) + 1));

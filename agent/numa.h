@@ -13,11 +13,11 @@
 #define DL_NUMA_GPUS_MAX 64
 
 typedef struct {
-    int cpu_count;             /* entries of core, package and llc: CPUs 0..cpu_count-1 */
-    int core[DL_CPUS_MAX];     /* lowest CPU of the physical core (hyperthreads share it) */
-    int package[DL_CPUS_MAX];  /* the socket (physical_package_id) */
-    int llc[DL_CPUS_MAX];      /* lowest CPU sharing its last-level data/unified cache */
-    int node_count;            /* entries of node_cpus: nodes 0..node_count-1 */
+    int cpu_count;            /* entries of core, package and llc: CPUs 0..cpu_count-1 */
+    int core[DL_CPUS_MAX];    /* lowest CPU of the physical core (hyperthreads share it) */
+    int package[DL_CPUS_MAX]; /* the socket (physical_package_id) */
+    int llc[DL_CPUS_MAX];     /* lowest CPU sharing its last-level data/unified cache */
+    int node_count;           /* entries of node_cpus: nodes 0..node_count-1 */
     dl_cpus_t node_cpus[DL_NUMA_NODES_MAX]; /* all CPUs of each node, allowed or not */
     int gpu_count;                          /* the GPUs the workers see, in CUDA's order */
     int gpu_node[DL_NUMA_GPUS_MAX];         /* each GPU's NUMA node (sysfs -1 read as 0) */
@@ -27,10 +27,10 @@ typedef struct {
 
 /* Where one worker runs. */
 typedef struct dl_place_s {
-    dl_cpus_t cpus; /* its CPU affinity */
-    int node;       /* its GPU's NUMA node */
+    dl_cpus_t cpus;    /* its CPU affinity */
+    int node;          /* its GPU's NUMA node */
     char gpu_addr[32]; /* its GPU's PCI address */
-    int mem_node;   /* the node its memory is preferred on, -1 to leave the policy alone (a
+    int mem_node;      /* the node its memory is preferred on, -1 to leave the policy alone (a
                      * machine of one node) */
 } dl_place_t;
 
@@ -38,8 +38,8 @@ typedef struct dl_place_s {
  * its own, not DL_NUMA_AUTO or DL_NUMA_NONE). Returns 0 with ret[0..nworkers-1] filled, or
  * -EINVAL with a one-line reason in err (a worker without a GPU, a node with no allowed CPU,
  * fewer cores than GPUs, a CPU whose topology was not read). */
-int dl_numa_plan(const dl_topo_t *t, dl_numa_mode_t mode, int nworkers, dl_place_t *ret,
-                 char *err, size_t errlen);
+int dl_numa_plan(const dl_topo_t *t, dl_numa_mode_t mode, int nworkers, dl_place_t *ret, char *err,
+                 size_t errlen);
 
 /* Reads the topology that mode needs under root ("" is the real system; a test points it at a
  * fake tree): GPUs from root/proc/driver/nvidia/gpus, sorted by PCI address, as

@@ -17,10 +17,10 @@ typedef struct {
     uv_pipe_t pipe;
     int file_fd;
     int console_fd;
-    bool open;         /* the pipe handle is initialized and not yet closing */
-    bool echo;         /* lines go to the console too */
-    bool via_cb;       /* ...through the line callback only */
-    bool file_failed;  /* a write to the file failed: said once, then the file is left alone */
+    bool open;        /* the pipe handle is initialized and not yet closing */
+    bool echo;        /* lines go to the console too */
+    bool via_cb;      /* ...through the line callback only */
+    bool file_failed; /* a write to the file failed: said once, then the file is left alone */
     char path[4096];
     dl_linebuf_t lb;
 } stream_t;
@@ -28,7 +28,7 @@ typedef struct {
 struct dl_output_s {
     stream_t s[2];
     uv_timer_t drain;
-    int refs; /* the owner's, plus one per handle whose close callback has not run */
+    int refs;           /* the owner's, plus one per handle whose close callback has not run */
     bool drain_started; /* the owner let go: the drained callback is due when the last ref goes */
     dl_output_cbs_t cbs;
     void *ctx;

@@ -47,18 +47,12 @@ int dl_ownfile_check_dir(const char *path)
 const char *dl_ownfile_strerror(int err)
 {
     switch (err) {
-    case -ELOOP:
-        return "it is a symbolic link";
-    case -EINVAL:
-        return "it is not a regular file";
-    case -ENOTDIR:
-        return "it is not a folder (a symbolic link?)";
-    case -EPERM:
-        return "it belongs to another user";
-    case -EACCES:
-        return "users other than its owner may write it";
-    default:
-        return strerror(-err);
+    case -ELOOP: return "it is a symbolic link";
+    case -EINVAL: return "it is not a regular file";
+    case -ENOTDIR: return "it is not a folder (a symbolic link?)";
+    case -EPERM: return "it belongs to another user";
+    case -EACCES: return "users other than its owner may write it";
+    default: return strerror(-err);
     }
 }
 

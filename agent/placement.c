@@ -1,8 +1,8 @@
 /* Which CPUs and which NUMA node each of this node's workers gets (--numa-binding): torchrun's
  * default rule, the topology, and the plan that dl_spawn carries out between clone and exec. */
 #include <errno.h>
-#include <stdbool.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,16 +85,17 @@ fail:
     free(t);
     free(places);
     if (!a->numa_by_default) {
-        fprintf(stderr, "dlaunch: --numa-binding %s: %s\n", dl_numa_mode_name(a->numa_mode),
-                err);
+        fprintf(stderr, "dlaunch: --numa-binding %s: %s\n", dl_numa_mode_name(a->numa_mode), err);
         return 2;
     }
     /* Unasked, a binding that cannot be made is not worth failing the job over (torchrun's
      * default falls back too), but it is said. */
     if (!a->spec->quiet)
-        fprintf(stderr, "dlaunch: warning: workers are not bound near their GPUs (torchrun's "
-                        "default when the workers are as many as the GPUs): %s; "
-                        "--numa-binding none says not to try\n", err);
+        fprintf(stderr,
+                "dlaunch: warning: workers are not bound near their GPUs (torchrun's "
+                "default when the workers are as many as the GPUs): %s; "
+                "--numa-binding none says not to try\n",
+                err);
     snprintf(a->unbound_why, sizeof(a->unbound_why), "the default binding failed: %s", err);
     a->numa_by_default = false;
     return 0;
@@ -122,8 +123,8 @@ void dl__place_print(const dl_agent_t *a)
     for (int i = 0; i < a->nplaces; i++) {
         const dl_place_t *p = &a->places[i];
         dl_cpus_format(&p->cpus, cpus, sizeof(cpus));
-        printf("placement: local rank %d (GPU %d at %s, NUMA node %d): CPUs %s, memory %s\n", i,
-               i, p->gpu_addr, p->node, cpus,
+        printf("placement: local rank %d (GPU %d at %s, NUMA node %d): CPUs %s, memory %s\n", i, i,
+               p->gpu_addr, p->node, cpus,
                p->mem_node >= 0 ? "preferred on its node" : "as is (one NUMA node)");
     }
 }

@@ -27,8 +27,8 @@ static int look_up(void)
             dir = DL_PYTHON_SOURCE_DIR;
     }
     char init[PATH_MAX];
-    if (dir[0] == '\0' || snprintf(init, sizeof(init), "%s/dlaunch/__init__.py", dir) >=
-                              (int)sizeof(init))
+    if (dir[0] == '\0' ||
+        snprintf(init, sizeof(init), "%s/dlaunch/__init__.py", dir) >= (int)sizeof(init))
         return -ENOENT;
     if (access(init, R_OK) < 0)
         return -errno;

@@ -29,19 +29,19 @@ typedef struct {
     uv_loop_t *loop;
     const dl_job_spec_t *spec; /* timings, --http, --local-addr, --rdzv-conf, --verbose */
     const char *run_id;
-    const char *endpoint;            /* --rdzv-endpoint (static: node 0's address) */
-    const dl_proto_token_t *token;   /* the agent's token or job key, or NULL */
-    const char *hostname;            /* this machine's name */
-    const char *node_id;             /* unique in the job: host-pid */
+    const char *endpoint;          /* --rdzv-endpoint (static: node 0's address) */
+    const dl_proto_token_t *token; /* the agent's token or job key, or NULL */
+    const char *hostname;          /* this machine's name */
+    const char *node_id;           /* unique in the job: host-pid */
     int nodes_min, nodes_max;
-    int want_node_rank;              /* the node rank asked for, or -1 */
-    int master_port;                 /* MASTER_PORT this node offers as node 0 */
+    int want_node_rank; /* the node rank asked for, or -1 */
+    int master_port;    /* MASTER_PORT this node offers as node 0 */
 } dl_rdzv_backend_conf_t;
 
 /* A join: this node's offer for the current round. */
 typedef struct {
-    int slots;       /* workers on this node */
-    int last_round;  /* the last round this node took part in (0 before any) */
+    int slots;      /* workers on this node */
+    int last_round; /* the last round this node took part in (0 before any) */
     /* Whether it took part in one, and the restarts spent as its assignment said: a rendezvous
      * that restarted (or a successor) goes on counting from the highest it hears. */
     bool assigned;
@@ -73,7 +73,7 @@ typedef struct {
     bool hung;     /* killed by the hang watchdog */
     bool oom;      /* killed by the kernel's OOM killer */
     bool excluded;
-    long long step; /* the furthest step this node's workers reported in the round; -1 none */
+    long long step;       /* the furthest step this node's workers reported in the round; -1 none */
     const char *reason;   /* one line: "rank 3 on gpu1 exited with code 4" */
     double time;          /* Unix time */
     const char *log_tail; /* the end of its output, or NULL */
@@ -122,8 +122,8 @@ typedef struct {
     const char *name;
     /* Starts on conf->loop: hosts what this node should host, connects. Returns 0 with *ret
      * (ready comes later), or an exit code (2: usage, 1: setup) having said why on stderr. */
-    int (*start)(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_cbs_t *cbs,
-                 void *ctx, dl_rdzv_impl_t **ret);
+    int (*start)(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_cbs_t *cbs, void *ctx,
+                 dl_rdzv_impl_t **ret);
     /* Joins the current round; assigned (or ended) answers. */
     void (*join)(dl_rdzv_impl_t *b, const dl_rdzv_join_t *join);
     /* Called every --heartbeat once ready. */

@@ -47,7 +47,7 @@ struct dl_rdzv_impl_s {
     dl_ejob_settings_t settings;
     char prefix[DL_EJOB_MAX_PREFIX];
     phase_t phase;
-    int64_t lease;        /* 0: none (being granted) */
+    int64_t lease; /* 0: none (being granted) */
     bool granting;
     dl_etcd_req_t *watch; /* on the state key */
     bool watch_wanted;    /* the watch ended: start it again */
@@ -74,23 +74,23 @@ struct dl_rdzv_impl_s {
     bool reading;      /* that read, or the join timeout's count, in flight */
     int64_t linger_lease;
     bool keepalive_busy;
-    bool txn_busy;        /* one transition at a time */
-    int txn_kind;         /* the one in flight: a txn_kind_t */
+    bool txn_busy; /* one transition at a time */
+    int txn_kind;  /* the one in flight: a txn_kind_t */
     int txn_round;
     /* A close in flight: its transactions (the assignments in batches, then the state) and the
      * next one to send. */
     json_t *close_txns;
     size_t close_next;
-    int txn_round_read;      /* the round and assignment of the read in flight */
+    int txn_round_read; /* the round and assignment of the read in flight */
     int64_t assign_rev_read;
     int64_t txn_view_rev; /* the view's revision it was made from */
     /* No new transition until the view holds what the last one did (its revision), or, when
      * its comparison failed, until the view changed at all: acting again on a view that is
      * behind would only send the same transaction again. */
-    int64_t wait_rev;     /* 0: none */
-    bool wait_change;     /* wait_rev is the view's revision to move past */
+    int64_t wait_rev; /* 0: none */
+    bool wait_change; /* wait_rev is the view's revision to move past */
     double wait_since;
-    int linger_what;      /* a lease being granted for the job's end: 0 succeeded, 1 failed,
+    int linger_what; /* a lease being granted for the job's end: 0 succeeded, 1 failed,
                            * 2 timed out, 3 stopped (a departure left too few nodes) */
     dl_ejob_cause_t linger_cause;
     char linger_reason[1400];
@@ -122,7 +122,7 @@ struct dl_rdzv_impl_s {
     int torch_port; /* its torch store's (MASTER_PORT as node 0), or 0: store=worker */
     dl_proto_token_t *store_token;
     char store_key[80];
-    char addr[256];  /* where other nodes reach this one */
+    char addr[256]; /* where other nodes reach this one */
     char store_addr[320];
     /* Timers of the gathering round (armed for round *_round), and retries. */
     uv_timer_t last_call, join_timer, retry;
@@ -140,7 +140,7 @@ struct dl_rdzv_impl_s {
     double last_ok; /* monotonic s of etcd's last good answer */
     bool trouble_said;
     dl_etcd_status_t trouble_status; /* the cause last said */
-    bool watch_ok; /* the watch in place was set up (created) */
+    bool watch_ok;                   /* the watch in place was set up (created) */
     char trouble[1100];
     int handles;
     bool closing;
@@ -197,8 +197,7 @@ static void end(etcd_t *z, int code, const char *status, bool stopped, const cha
     if (z->ended || z->closing)
         return;
     z->ended = true;
-    dl_rdzv_end_t e = {.exit_code = code, .stopped = stopped, .status = status,
-                       .failure = failure};
+    dl_rdzv_end_t e = {.exit_code = code, .stopped = stopped, .status = status, .failure = failure};
     z->cbs.ended(z->ctx, &e);
 }
 
@@ -223,14 +222,10 @@ static void fail(etcd_t *z, int code, const char *fmt, ...)
 static const char *cause_text(dl_etcd_status_t st)
 {
     switch (st) {
-    case DL_ETCD_UNREACHABLE:
-        return "unreachable";
-    case DL_ETCD_NO_QUORUM:
-        return "lost quorum";
-    case DL_ETCD_AUTH:
-        return "refused";
-    default:
-        return "error";
+    case DL_ETCD_UNREACHABLE: return "unreachable";
+    case DL_ETCD_NO_QUORUM: return "lost quorum";
+    case DL_ETCD_AUTH: return "refused";
+    default: return "error";
     }
 }
 
@@ -376,8 +371,7 @@ static bool stale(const dl_ejob_view_t *v, const json_t *msg)
     json_t *ev;
     if (json_array_size(evs) == 0)
         return false;
-    json_array_foreach(evs, i, ev)
-    {
+    json_array_foreach (evs, i, ev) {
         if (dl_etcd_int(json_object_get(json_object_get(ev, "kv"), "mod_revision")) > v->rev)
             return false;
     }
@@ -500,8 +494,9 @@ static void on_loaded(void *ctx, const dl_etcd_result_t *res)
     if (!z->ready_said && dl_ejob_over(&z->view)) {
         /* A job of this run id ended a moment ago; its keys are going (as our rendezvous keeps
          * a finished job for a while, and refuses to join it). */
-        fail(z, 4, "etcd at %s: join: job '%s' is over (%s); its keys under %s go within %d s, "
-                   "or give another --run-id",
+        fail(z, 4,
+             "etcd at %s: join: job '%s' is over (%s); its keys under %s go within %d s, "
+             "or give another --run-id",
              res->endpoint, z->conf.run_id, dl_ejob_state_name(&z->view), z->prefix, LINGER_S);
         return;
     }
@@ -525,8 +520,8 @@ static void on_loaded(void *ctx, const dl_etcd_result_t *res)
             z->cbs.store_token(z->ctx, z->store_token);
         z->ready_said = true;
         if (z->spec->verbose)
-            say(z, "etcd at %s: job '%s' under %s, revision %lld", res->endpoint,
-                z->conf.run_id, z->prefix, (long long)z->view.rev);
+            say(z, "etcd at %s: job '%s' under %s, revision %lld", res->endpoint, z->conf.run_id,
+                z->prefix, (long long)z->view.rev);
         z->cbs.ready(z->ctx);
         return;
     }
@@ -603,9 +598,9 @@ static bool view_behind(etcd_t *z)
  * keys, so it records its own). */
 static void note_joined(etcd_t *z, int round)
 {
-    json_object_set_new(z->view.members, z->conf.node_id,
-                        json_pack("{s:i, s:i}", "round", round, "node_rank",
-                                  z->conf.want_node_rank));
+    json_object_set_new(
+        z->view.members, z->conf.node_id,
+        json_pack("{s:i, s:i}", "round", round, "node_rank", z->conf.want_node_rank));
 }
 
 static void on_txn(void *ctx, const dl_etcd_result_t *res)
@@ -716,15 +711,14 @@ static void on_linger_events(void *ctx, const dl_etcd_result_t *res)
         return;
     }
     int64_t lease = z->linger_lease;
-    json_t *body =
-        z->linger_what == 0   ? dl_ejob_txn_end(&z->view, "succeeded", "succeeded", lease,
-                                                now_unix())
-        : z->linger_what == 2 ? dl_ejob_txn_end(&z->view, "timed-out", z->linger_reason, lease,
-                                                now_unix())
-        : z->linger_what == 3 ? dl_ejob_txn_end(&z->view, "stopped", z->linger_reason, lease,
-                                                now_unix())
-                              : dl_ejob_txn_next(&z->view, z->linger_cause, z->linger_reason,
-                                                 z->linger_culprit, NULL, 0, lease, now_unix());
+    json_t *body = z->linger_what == 0
+                       ? dl_ejob_txn_end(&z->view, "succeeded", "succeeded", lease, now_unix())
+                   : z->linger_what == 2
+                       ? dl_ejob_txn_end(&z->view, "timed-out", z->linger_reason, lease, now_unix())
+                   : z->linger_what == 3
+                       ? dl_ejob_txn_end(&z->view, "stopped", z->linger_reason, lease, now_unix())
+                       : dl_ejob_txn_next(&z->view, z->linger_cause, z->linger_reason,
+                                          z->linger_culprit, NULL, 0, lease, now_unix());
     if (!send_txn(z, body,
                   z->linger_what == 0   ? TXN_PLAIN
                   : z->linger_what == 3 ? TXN_DEPART
@@ -751,8 +745,8 @@ static void on_linger(void *ctx, const dl_etcd_result_t *res)
     }
     z->linger_lease = dl_etcd_int(json_object_get(res->body, "ID"));
     z->txn_busy = true;
-    if (dl_etcd_call(z->etcd, "/v3/kv/range", dl_ejob_range_events(&z->view), on_linger_events,
-                     z, NULL) < 0) {
+    if (dl_etcd_call(z->etcd, "/v3/kv/range", dl_ejob_range_events(&z->view), on_linger_events, z,
+                     NULL) < 0) {
         z->txn_busy = false;
         if (z->closing)
             revoke_lease(z);
@@ -774,8 +768,8 @@ static void with_linger(etcd_t *z, int what, dl_ejob_cause_t cause, const char *
 }
 
 /* Opens the next round (or fails the job, past its restarts). */
-static void next_round(etcd_t *z, dl_ejob_cause_t cause, const char *reason,
-                       const json_t *culprit, txn_kind_t kind)
+static void next_round(etcd_t *z, dl_ejob_cause_t cause, const char *reason, const json_t *culprit,
+                       txn_kind_t kind)
 {
     if (dl_ejob_next_fails(&z->view, cause, culprit)) {
         json_decref(z->linger_culprit);
@@ -887,8 +881,8 @@ static void on_join_timeout(uv_timer_t *t)
     }
     /* The view counts no members: ask etcd how many joined. */
     z->reading = true;
-    if (dl_etcd_call(z->etcd, "/v3/kv/range", dl_ejob_range_joined(&z->view, round),
-                     on_join_count, z, NULL) < 0) {
+    if (dl_etcd_call(z->etcd, "/v3/kv/range", dl_ejob_range_joined(&z->view, round), on_join_count,
+                     z, NULL) < 0) {
         z->reading = false;
         uv_timer_start(&z->join_timer, on_join_timeout, 200, 0);
     }
@@ -939,8 +933,8 @@ static void read_members(etcd_t *z)
     if (z->reading)
         return;
     z->reading = true;
-    if (dl_etcd_call(z->etcd, "/v3/kv/txn", dl_ejob_txn_read(z->prefix, ""), on_members, z,
-                     NULL) < 0) {
+    if (dl_etcd_call(z->etcd, "/v3/kv/txn", dl_ejob_txn_read(z->prefix, ""), on_members, z, NULL) <
+        0) {
         z->reading = false;
         retry_later(z);
     }
@@ -967,8 +961,7 @@ static void gathering(etcd_t *z, int round)
         }
         const char *id;
         json_t *m;
-        json_object_foreach(z->view.members, id, m)
-        {
+        json_object_foreach (z->view.members, id, m) {
             if (z->conf.want_node_rank >= 0 && strcmp(id, z->conf.node_id) != 0 &&
                 json_integer_value(json_object_get(m, "round")) == round &&
                 json_integer_value(json_object_get(m, "node_rank")) == z->conf.want_node_rank) {
@@ -990,13 +983,12 @@ static void gathering(etcd_t *z, int round)
         }
         return;
     }
-    bool close = n >= z->settings.max_nodes || z->close_due_round == round ||
-                 z->spec->last_call <= 0;
+    bool close =
+        n >= z->settings.max_nodes || z->close_due_round == round || z->spec->last_call <= 0;
     if (!close) {
         if (z->last_call_round != round) {
             z->last_call_round = round;
-            uv_timer_start(&z->last_call, on_last_call, (uint64_t)(z->spec->last_call * 1000),
-                           0);
+            uv_timer_start(&z->last_call, on_last_call, (uint64_t)(z->spec->last_call * 1000), 0);
         }
         return;
     }
@@ -1146,8 +1138,8 @@ static void ring_watch(etcd_t *z)
 {
     z->ring_wanted = false;
     if (dl_etcd_stream(z->etcd, "/v3/watch",
-                       dl_ejob_watch_gone(&z->view, z->ring_id, z->view.state_rev + 1),
-                       on_ring_msg, on_ring_done, z, &z->ring) < 0)
+                       dl_ejob_watch_gone(&z->view, z->ring_id, z->view.state_rev + 1), on_ring_msg,
+                       on_ring_done, z, &z->ring) < 0)
         z->ring_wanted = true;
 }
 
@@ -1245,10 +1237,10 @@ static void read_assignment(etcd_t *z, int round, int64_t rev)
     z->assign_reading = true;
     z->txn_round_read = round;
     z->assign_rev_read = rev;
-    if (dl_etcd_call(z->etcd, "/v3/kv/range",
-                     dl_ejob_range_assignment(&z->view, all ? NULL : z->conf.node_id,
-                                              !z->assign_linear),
-                     on_assignment, z, NULL) < 0) {
+    if (dl_etcd_call(
+            z->etcd, "/v3/kv/range",
+            dl_ejob_range_assignment(&z->view, all ? NULL : z->conf.node_id, !z->assign_linear),
+            on_assignment, z, NULL) < 0) {
         z->assign_reading = false;
         retry_later(z);
     }
@@ -1304,15 +1296,16 @@ static void running(etcd_t *z, int round)
     } else if (z->join_wanted && me == NULL && !z->txn_busy && z->lease != 0) {
         /* A newcomer (or one the round closed without): a new round, with it, if there is room. */
         if (node_count >= z->settings.max_nodes) {
-            fail(z, 4, "join: job '%s' runs round %d with the maximum of %d nodes",
-                 z->conf.run_id, round, z->settings.max_nodes);
+            fail(z, 4, "join: job '%s' runs round %d with the maximum of %d nodes", z->conf.run_id,
+                 round, z->settings.max_nodes);
             return;
         }
         dl_ejob_member_t off = my_offer(z);
         snprintf(reason, sizeof(reason), "agent '%s' (%s) asked to join", z->conf.node_id,
                  z->conf.hostname);
-        send_txn(z, dl_ejob_txn_next_join_counted(&z->view, DL_EJOB_CAUSE_NODE_JOINED, reason,
-                                                  &off, z->lease, now_unix()),
+        send_txn(z,
+                 dl_ejob_txn_next_join_counted(&z->view, DL_EJOB_CAUSE_NODE_JOINED, reason, &off,
+                                               z->lease, now_unix()),
                  TXN_NEWCOMER, round);
         return;
     }
@@ -1387,8 +1380,8 @@ static void depart(etcd_t *z)
     int left = dl_ejob_node_count(v) - 1;
     const json_t *self_done = json_object_get(v->done, z->conf.node_id);
     if (z->done_count_round == round && z->done_count > 0)
-        left -= (int)(z->done_count - (self_done != NULL && json_integer_value(self_done) == round
-                                           ? 1 : 0));
+        left -= (int)(z->done_count -
+                      (self_done != NULL && json_integer_value(self_done) == round ? 1 : 0));
     if (left < 0)
         left = 0;
     char reason[600];
@@ -1401,8 +1394,8 @@ static void depart(etcd_t *z)
         gone.host = z->conf.hostname;
         gone.node_rank = z->node_rank;
         json_t *who = dl_rdzv_enc_culprit(&gone);
-        send_txn(z, dl_ejob_txn_next(v, DL_EJOB_CAUSE_NODE_LEFT, reason, who, NULL, 0, 0,
-                                     now_unix()),
+        send_txn(z,
+                 dl_ejob_txn_next(v, DL_EJOB_CAUSE_NODE_LEFT, reason, who, NULL, 0, 0, now_unix()),
                  TXN_DEPART, round);
         json_decref(who);
         return;
@@ -1410,8 +1403,8 @@ static void depart(etcd_t *z)
     snprintf(reason, sizeof(reason),
              "agent '%s' (%s) departed from round %d (%s), and %d node%s cannot go on (at least "
              "%d)",
-             z->conf.node_id, z->conf.hostname, round, z->depart_reason, left,
-             left == 1 ? "" : "s", z->settings.min_nodes);
+             z->conf.node_id, z->conf.hostname, round, z->depart_reason, left, left == 1 ? "" : "s",
+             z->settings.min_nodes);
     say(z, "stopping the job: %s", reason);
     with_linger(z, 3, DL_EJOB_CAUSE_REQUESTED, reason);
 }
@@ -1452,7 +1445,11 @@ static void react(etcd_t *z)
             say(z, "the rendezvous ended the job: %s", safe_reason);
         if (code == 3)
             fprintf(stderr, "dlaunch: %s\n", safe_reason);
-        end(z, code, stopped ? "stopped" : failed ? "failed" : code == 3 ? "timed_out" : state,
+        end(z, code,
+            stopped     ? "stopped"
+            : failed    ? "failed"
+            : code == 3 ? "timed_out"
+                        : state,
             stopped, failed && failure != NULL ? safe_failure : NULL);
         return;
     }
@@ -1495,8 +1492,8 @@ static void etcd_heartbeat(etcd_t *z, const dl_rdzv_beat_t *beat)
     if (z->lease == 0 || z->keepalive_busy || z->closing)
         return;
     z->keepalive_busy = true;
-    if (dl_etcd_call(z->etcd, "/v3/lease/keepalive", json_pack("{s:o}", "ID", dl_etcd_num(z->lease)),
-                     on_keepalive, z, NULL) < 0)
+    if (dl_etcd_call(z->etcd, "/v3/lease/keepalive",
+                     json_pack("{s:o}", "ID", dl_etcd_num(z->lease)), on_keepalive, z, NULL) < 0)
         z->keepalive_busy = false;
     /* A watch that ended and could not start again: try now. */
     if (z->watch == NULL && z->phase == PH_RUN)
@@ -1691,8 +1688,8 @@ static void start_store(etcd_t *z)
         return;
     }
     z->torch_port = so.torch_store ? dl_rdzv_server_torch_port(z->store) : 0;
-    snprintf(z->store_addr, sizeof(z->store_addr), "%s%s%s:%d", strchr(host, ':') ? "[" : "",
-             host, strchr(host, ':') ? "]" : "", dl_rdzv_server_port(z->store));
+    snprintf(z->store_addr, sizeof(z->store_addr), "%s%s%s:%d", strchr(host, ':') ? "[" : "", host,
+             strchr(host, ':') ? "]" : "", dl_rdzv_server_port(z->store));
 }
 
 static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_cbs_t *cbs,
@@ -1789,9 +1786,8 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
         z->settings.store_key = z->store_key;
     }
     if (spec->verbose)
-        say(z, "rendezvous in etcd at %s (%s), job keys under %s, this node at %s",
-            conf->endpoint, spec->etcd_protocol ? spec->etcd_protocol : "http", z->prefix,
-            z->addr);
+        say(z, "rendezvous in etcd at %s (%s), job keys under %s, this node at %s", conf->endpoint,
+            spec->etcd_protocol ? spec->etcd_protocol : "http", z->prefix, z->addr);
     z->phase = PH_LEASE;
     connect_step(z);
     return 0;

@@ -31,14 +31,14 @@ struct dl_rdzv_impl_s {
     dl_rdzv_failover_t fo; /* where the rendezvous is, and what to do when it goes */
     int port;
     json_int_t next_id;
-    json_int_t join_id; /* the join waiting for its assignment, or -1 */
+    json_int_t join_id;  /* the join waiting for its assignment, or -1 */
     dl_rdzv_join_t join; /* the last join asked for */
-    bool sitting_out;   /* sit_out: no member until the next join */
-    bool following;     /* the job's events come to us: its end, while we sit out */
+    bool sitting_out;    /* sit_out: no member until the next join */
+    bool following;      /* the job's events come to us: its end, while we sit out */
     uv_timer_t timers[DL_RDZV_FO_TIMER_COUNT];
     bool timers_open;
-    bool closed;      /* close() ran: no more callbacks */
-    int open_handles; /* timers still to close before the struct goes */
+    bool closed;             /* close() ran: no more callbacks */
+    int open_handles;        /* timers still to close before the struct goes */
     dl_rdzv_client_t *probe; /* asks an earlier candidate whether it serves the job again */
 };
 
@@ -154,8 +154,7 @@ static void send_join(tcp_t *z)
                             .dead_after = spec->dead_after,
                             .assigned = join->assigned,
                             .round = join->last_round,
-                            .failures = join->failures +
-                                        dl_rdzv_failover_extra_failures(&z->fo),
+                            .failures = join->failures + dl_rdzv_failover_extra_failures(&z->fo),
                             .torch_store = !spec->store_worker};
     send_or_log(z, dl_rdzv_enc_join(z->join_id, &j));
 }
@@ -232,7 +231,8 @@ static void misbehaved(tcp_t *z, const char *why)
 static void on_assignment(tcp_t *z, json_t *m)
 {
     dl_rdzv_assignment_t as;
-    dl_rdzv_assignment_want_t want = {.slots = z->join.slots, .min_nodes = z->conf.nodes_min,
+    dl_rdzv_assignment_want_t want = {.slots = z->join.slots,
+                                      .min_nodes = z->conf.nodes_min,
                                       .max_nodes = z->conf.nodes_max,
                                       .min_round = z->join.last_round};
     char err[256], why[300];
@@ -275,8 +275,8 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
         dl_rdzv_culprit_t c;
         dl_rdzv_dec_round_changed(m, &round, &reason, &c);
         if (c.cause != NULL && strcmp(c.cause, "node_left") == 0)
-            step(z, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_NODE_LEFT,
-                                         .node_rank = c.node_rank});
+            step(z,
+                 (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_NODE_LEFT, .node_rank = c.node_rank});
         z->cbs.round_changed(z->ctx, round, reason, c.cause != NULL ? &c : NULL);
         return;
     }
@@ -296,7 +296,9 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
         int code = sd.exit_code;
         dl_rdzv_end_t e = {.exit_code = code,
                            .stopped = stopped,
-                           .status = stopped ? "stopped" : code == 0 ? "succeeded" : "failed",
+                           .status = stopped     ? "stopped"
+                                     : code == 0 ? "succeeded"
+                                                 : "failed",
                            .failure = desc != NULL ? safe_desc : NULL};
         z->cbs.ended(z->ctx, &e);
         return;
@@ -332,8 +334,8 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
             char safe[64];
             z->sitting_out = false;
             dl_rdzv_end_t e = {.exit_code = failed ? 1 : 0,
-                               .status = dl_proto_escape(status ? status : "?", safe,
-                                                         sizeof(safe))};
+                               .status =
+                                   dl_proto_escape(status ? status : "?", safe, sizeof(safe))};
             z->cbs.ended(z->ctx, &e);
         }
         return;
@@ -345,8 +347,7 @@ static void on_message(void *ctx, json_t *m, dl_proto_type_t type)
             z->cbs.view(z->ctx, view);
         return;
     }
-    default:
-        return; /* replies to reports carry nothing we need */
+    default: return; /* replies to reports carry nothing we need */
     }
 }
 
@@ -442,7 +443,7 @@ static int serve_as_successor(tcp_t *z, const char *ip)
 {
     char err[256] = "";
     int r = serve(z, ip, err, sizeof(err));
-    dl_rdzv_fo_serve_t how = r == 0                ? DL_RDZV_FO_SERVED
+    dl_rdzv_fo_serve_t how = r == 0               ? DL_RDZV_FO_SERVED
                              : r == UV_EADDRINUSE ? DL_RDZV_FO_SERVE_IN_USE
                                                   : DL_RDZV_FO_SERVE_FAILED;
     return step(z, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_SERVED, .serve = how, .why = err});
@@ -466,19 +467,13 @@ static int run(tcp_t *z, const dl_rdzv_fo_actions_t *acts)
     for (int i = 0; i < acts->n; i++) {
         const dl_rdzv_fo_action_t *a = &acts->v[i];
         switch (a->kind) {
-        case DL_RDZV_FO_SAY:
-            say(z, "%s", a->text);
-            break;
-        case DL_RDZV_FO_ERROR:
-            fprintf(stderr, "dlaunch: %s\n", a->text);
-            break;
+        case DL_RDZV_FO_SAY: say(z, "%s", a->text); break;
+        case DL_RDZV_FO_ERROR: fprintf(stderr, "dlaunch: %s\n", a->text); break;
         case DL_RDZV_FO_CONNECT:
             if (connect_client(z, a) < 0)
                 ret = -1;
             break;
-        case DL_RDZV_FO_SERVE:
-            ret = serve_as_successor(z, a->host);
-            break;
+        case DL_RDZV_FO_SERVE: ret = serve_as_successor(z, a->host); break;
         case DL_RDZV_FO_DROP:
             z->join_id = -1;
             z->following = false;
@@ -490,31 +485,17 @@ static int run(tcp_t *z, const dl_rdzv_fo_actions_t *acts)
         case DL_RDZV_FO_TIMER_START:
             uv_timer_start(&z->timers[a->timer], on_timer, a->ms, 0);
             break;
-        case DL_RDZV_FO_TIMER_STOP:
-            uv_timer_stop(&z->timers[a->timer]);
-            break;
-        case DL_RDZV_FO_READY_FIRST:
-            z->cbs.ready(z->ctx);
-            break;
-        case DL_RDZV_FO_SEND_JOIN:
-            send_join(z);
-            break;
-        case DL_RDZV_FO_SEND_FOLLOW:
-            follow(z);
-            break;
-        case DL_RDZV_FO_JOIN_AGAIN:
-            tcp_join(z, &z->join);
-            break;
+        case DL_RDZV_FO_TIMER_STOP: uv_timer_stop(&z->timers[a->timer]); break;
+        case DL_RDZV_FO_READY_FIRST: z->cbs.ready(z->ctx); break;
+        case DL_RDZV_FO_SEND_JOIN: send_join(z); break;
+        case DL_RDZV_FO_SEND_FOLLOW: follow(z); break;
+        case DL_RDZV_FO_JOIN_AGAIN: tcp_join(z, &z->join); break;
         case DL_RDZV_FO_MOVED:
             if (z->cbs.moved != NULL)
                 z->cbs.moved(z->ctx, a->host, z->port, a->hosting, a->seconds);
             break;
-        case DL_RDZV_FO_LOST:
-            lost_rendezvous(z, a);
-            break;
-        case DL_RDZV_FO_PROBE:
-            start_probe(z, a->host);
-            break;
+        case DL_RDZV_FO_LOST: lost_rendezvous(z, a); break;
+        case DL_RDZV_FO_PROBE: start_probe(z, a->host); break;
         case DL_RDZV_FO_HAND_OVER:
             /* Our server goes, our members (ourselves included) lose it and look again. */
             dl_http_close(z->http);
@@ -528,9 +509,7 @@ static int run(tcp_t *z, const dl_rdzv_fo_actions_t *acts)
                 end(z, r, "refused");
             break;
         }
-        case DL_RDZV_FO_END:
-            end(z, a->code, a->status);
-            break;
+        case DL_RDZV_FO_END: end(z, a->code, a->status); break;
         }
     }
     return ret;
@@ -633,8 +612,9 @@ static int maybe_host(tcp_t *z)
         bool first;
         bool wait = dl_rdzv_failover_name_wait(&z->fo, mono(), &first);
         if (first && not_yet)
-            say(z, "the rendezvous endpoint '%s' does not resolve yet (%s): trying again "
-                   "until --join-timeout %g s",
+            say(z,
+                "the rendezvous endpoint '%s' does not resolve yet (%s): trying again "
+                "until --join-timeout %g s",
                 endpoint, gai_strerror(g), z->spec->join_timeout);
         if (not_yet && wait)
             return -EAGAIN;

@@ -28,8 +28,8 @@ typedef struct dl__rdzv_s {
     dl_proto_token_t *worker_key_from;
     uv_timer_t heartbeat;
     bool heartbeat_open;
-    bool quit; /* said leave at the agent's stop signal */
-    bool ready;   /* the backend said ready once: the supervisor has been started */
+    bool quit;  /* said leave at the agent's stop signal */
+    bool ready; /* the backend said ready once: the supervisor has been started */
     char node_id[300];
     char hostname[256];
     /* Diagnostics (inspect.c): the last round change's reason for the restart event, and while
@@ -57,8 +57,9 @@ void dl__rdzv_join(dl_agent_t *a)
 
     if (dl__diag_excluded(a, &wait)) {
         if (!z->join_held) {
-            dl__agent_log(a, "this node sits out as a straggler: joining again in %.0f s, unless "
-                             "the job ends first",
+            dl__agent_log(a,
+                          "this node sits out as a straggler: joining again in %.0f s, unless "
+                          "the job ends first",
                           wait);
             /* No longer a member, it would not hear of the job's end: the backend tells it. */
             z->ops->sit_out(z->backend);
@@ -92,14 +93,14 @@ void dl__rdzv_report(dl_agent_t *a)
         snprintf(reason, sizeof(reason), "rank %d on %.90s was killed by the OOM killer (%.200s)",
                  f->rank, z->hostname, what);
     } else if (f->signal > 0)
-        snprintf(reason, sizeof(reason), "rank %d on %s was killed by %s", f->rank,
-                 z->hostname, dl_signal_name(f->signal));
+        snprintf(reason, sizeof(reason), "rank %d on %s was killed by %s", f->rank, z->hostname,
+                 dl_signal_name(f->signal));
     else if (f->spawn_errno > 0)
         snprintf(reason, sizeof(reason), "rank %d on %s could not be started: %s", f->rank,
                  z->hostname, strerror(f->spawn_errno));
     else
-        snprintf(reason, sizeof(reason), "rank %d on %s exited with code %d", f->rank,
-                 z->hostname, f->exit_code);
+        snprintf(reason, sizeof(reason), "rank %d on %s exited with code %d", f->rank, z->hostname,
+                 f->exit_code);
     dl_rdzv_failure_t rep = {.round = a->round,
                              .rank = f->rank,
                              .local_rank = local,
@@ -219,8 +220,7 @@ static json_t *culprit_json(const dl_rdzv_culprit_t *c)
     return o;
 }
 
-static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as,
-                        const dl_rdzv_culprit_t *culprit)
+static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as, const dl_rdzv_culprit_t *culprit)
 {
     dl_agent_t *a = ctx;
     rdzv_t *z = a->rdzv;
@@ -246,9 +246,10 @@ static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as,
      * when it says so, and with etcd node 0's agent (rdzv-etcd.c). */
     a->agent_store = !a->spec->store_worker && (as->torch_store || as->host_node_rank >= 0);
     if (!a->spec->store_worker && !a->agent_store && !a->spec->quiet)
-        dl__agent_log(a, "round %d: the rendezvous serves no torch store for this job: the "
-                         "workers' rank 0 hosts it at %s:%d", as->round, as->master_addr,
-                      as->master_port);
+        dl__agent_log(a,
+                      "round %d: the rendezvous serves no torch store for this job: the "
+                      "workers' rank 0 hosts it at %s:%d",
+                      as->round, as->master_addr, as->master_port);
     snprintf(a->store_addr, sizeof(a->store_addr), "%s", as->store_addr);
     snprintf(a->master_addr, sizeof(a->master_addr), "%s", as->master_addr);
     if (dl__agent_set_ranks(a, first, local) < 0) {
@@ -263,8 +264,8 @@ static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as,
                       a->world_size);
     /* Workers kept into this round (in-job recovery): a recovery event says it, not this. */
     if (restarts > 0 && !a->sup.awaiting) {
-        json_t *f = json_pack("{s:i, s:i, s:o}", "attempt", restarts, "round", a->round,
-                              "reason", culprit_reason(z->last_failure, restarts - 1));
+        json_t *f = json_pack("{s:i, s:i, s:o}", "attempt", restarts, "round", a->round, "reason",
+                              culprit_reason(z->last_failure, restarts - 1));
         /* The round change's text: the failure and, for a hang, where the ranks were. */
         if (z->last_reason[0] != '\0')
             json_object_set_new(f, "diagnosis", json_string(z->last_reason));
@@ -298,8 +299,8 @@ static void cb_lost(void *ctx, const char *why, const dl_rdzv_culprit_t *culprit
     /* The next attempt's restart event says why, as a round change would have. */
     snprintf(z->last_reason, sizeof(z->last_reason), "%s", why);
     json_decref(z->last_failure);
-    z->last_failure = culprit != NULL ? culprit_json(culprit)
-                                      : json_pack("{s:s}", "cause", "rendezvous_lost");
+    z->last_failure =
+        culprit != NULL ? culprit_json(culprit) : json_pack("{s:s}", "cause", "rendezvous_lost");
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED});
 }
 
@@ -307,8 +308,8 @@ static void cb_moved(void *ctx, const char *host, int port, bool hosting, double
 {
     dl_agent_t *a = ctx;
     dl_events_emit(a->events, "failover", dl__now_unix(),
-                   json_pack("{s:s, s:i, s:b, s:f}", "host", host, "port", port, "hosting",
-                             hosting, "took_s", took_s));
+                   json_pack("{s:s, s:i, s:b, s:f}", "host", host, "port", port, "hosting", hosting,
+                             "took_s", took_s));
 }
 
 static void cb_view(void *ctx, const json_t *view)
@@ -373,14 +374,15 @@ static int load_token(dl_agent_t *a, rdzv_t *z)
         return 0;
     const char *where = a->spec->token_file != NULL ? a->spec->token_file : "DLAUNCH_TOKEN";
     if (dl_proto_token_kind(z->token) == DL_PROTO_TOKEN_WORKER) {
-        fprintf(stderr, "dlaunch: %s: a worker key reaches a job's store only; an agent needs "
-                        "the job's key or the rendezvous' token\n",
+        fprintf(stderr,
+                "dlaunch: %s: a worker key reaches a job's store only; an agent needs "
+                "the job's key or the rendezvous' token\n",
                 where);
         return -EPERM;
     }
     if (!dl_proto_token_may(z->token, a->run_id, DL_PROTO_ROLE_AGENT)) {
-        fprintf(stderr, "dlaunch: %s: the key of job '%s' cannot run job '%s' (--run-id)\n",
-                where, dl_proto_token_run_id(z->token), a->run_id);
+        fprintf(stderr, "dlaunch: %s: the key of job '%s' cannot run job '%s' (--run-id)\n", where,
+                dl_proto_token_run_id(z->token), a->run_id);
         return -EPERM;
     }
     char note[1100];
@@ -398,8 +400,10 @@ static int load_token(dl_agent_t *a, rdzv_t *z)
      * user) must not read it from /proc/PPID/environ or /proc/PPID/mem. Not dumpable makes
      * those files root's; workers are dumpable again after their execve. */
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
-        fprintf(stderr, "dlaunch: warning: cannot hide the token from our workers "
-                        "(PR_SET_DUMPABLE): %s\n", strerror(errno));
+        fprintf(stderr,
+                "dlaunch: warning: cannot hide the token from our workers "
+                "(PR_SET_DUMPABLE): %s\n",
+                strerror(errno));
     return 0;
 }
 
@@ -435,8 +439,7 @@ int dl__rdzv_start(dl_agent_t *a)
         fprintf(stderr, "dlaunch: out of memory\n");
         return 1;
     }
-    z->ops = a->spec->rdzv_backend == DL_RDZV_ETCD ? &dl__rdzv_backend_etcd
-                                                   : &dl__rdzv_backend_tcp;
+    z->ops = a->spec->rdzv_backend == DL_RDZV_ETCD ? &dl__rdzv_backend_etcd : &dl__rdzv_backend_tcp;
     if (load_token(a, z) < 0)
         return 2;
     uv_timer_init(&a->loop, &z->heartbeat);
@@ -498,8 +501,7 @@ int dl__rdzv_local_store(dl_agent_t *a)
                       z->server == NULL ? err : strerror(-r));
         return 0;
     }
-    snprintf(a->store_addr, sizeof(a->store_addr), "127.0.0.1:%d",
-             dl_rdzv_server_port(z->server));
+    snprintf(a->store_addr, sizeof(a->store_addr), "127.0.0.1:%d", dl_rdzv_server_port(z->server));
     a->agent_store = dl_rdzv_server_torch_port(z->server) > 0;
     return 0;
 }

@@ -26,8 +26,7 @@ static bool field(const char *line, const char *key, char *buf, size_t len)
 }
 
 /* A plain decimal within lo..hi (an optional '-', digits, nothing else). */
-static bool number(const char *line, const char *key, long long lo, long long hi,
-                   long long *ret)
+static bool number(const char *line, const char *key, long long lo, long long hi, long long *ret)
 {
     char v[32], *end;
     if (!field(line, key, v, sizeof(v)) || v[0] == '\0' || v[0] == '+' || v[0] == ' ')

@@ -19,7 +19,7 @@ typedef enum {
  * its control characters replaced by '?'. */
 typedef struct {
     dl_recline_verb_t verb;
-    int gen;              /* -1 when missing */
+    int gen; /* -1 when missing */
     bool has_step, has_was, has_source, has_reason;
     long long step, was;
     int source;

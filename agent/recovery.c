@@ -88,7 +88,8 @@ static void on_broken(uv_timer_t *t)
     snprintf(a->report_reason, sizeof(a->report_reason), "%.390s", a->broken_reason);
     if (a->nworkers > 0)
         a->sup.first_failure = (dl_sup_failure_t){.rank = a->workers[0].rank,
-                                                  .attempt = a->sup.attempt, .exit_code = 1,
+                                                  .attempt = a->sup.attempt,
+                                                  .exit_code = 1,
                                                   .time = dl__now_unix()};
     dl__rdzv_report(a);
 }
@@ -136,8 +137,7 @@ static void on_line(dl_agent_t *a, dl__worker_t *w, const char *line)
         recovery_failed(a, why);
         return;
     }
-    case DL_RECLINE_OTHER:
-        return;
+    case DL_RECLINE_OTHER: return;
     }
 }
 
@@ -233,8 +233,8 @@ json_t *dl__rec_status(const dl_agent_t *a)
 {
     if (!dl__rec_in_job(a))
         return NULL;
-    json_t *o = json_pack("{s:i, s:b}", "recoveries", a->sup.recoveries, "recovering",
-                          a->recovering);
+    json_t *o =
+        json_pack("{s:i, s:b}", "recoveries", a->sup.recoveries, "recovering", a->recovering);
     if (o != NULL && a->rec_last_step >= 0 && a->sup.recoveries > 0) {
         json_object_set_new(o, "step", json_integer(a->rec_last_step));
         json_object_set_new(o, "duration_ms", json_real(a->rec_last_ms));
@@ -260,10 +260,10 @@ static json_t *recovery_json(dl_agent_t *a, const char *status)
 {
     if (a->remote) {
         /* Over several nodes each is a round change: its reason, and what this node replaced. */
-        json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:[]}", "status", status, "attempt",
-                              a->sup.attempt, "recovery", a->sup.recoveries, "round", a->round,
-                              "max_restarts", a->spec->max_restarts, "reason", a->rec_reason,
-                              "replaced");
+        json_t *o =
+            json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:[]}", "status", status, "attempt",
+                      a->sup.attempt, "recovery", a->sup.recoveries, "round", a->round,
+                      "max_restarts", a->spec->max_restarts, "reason", a->rec_reason, "replaced");
         json_t *rep = json_object_get(o, "replaced");
         for (int i = 0; i < a->nrec_replaced; i++)
             json_array_append_new(rep, json_integer(a->rec_replaced[i]));
@@ -272,8 +272,8 @@ static json_t *recovery_json(dl_agent_t *a, const char *status)
     json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:[i]}", "status", status, "attempt",
                           a->sup.attempt, "recovery", a->sup.recoveries, "generation", a->gen,
                           "max_restarts", a->spec->max_restarts, "replaced", a->rec_rank);
-    json_t *reason = json_pack("{s:i, s:i}", "rank", a->rec_failure.rank, "attempt",
-                               a->rec_failure.attempt);
+    json_t *reason =
+        json_pack("{s:i, s:i}", "rank", a->rec_failure.rank, "attempt", a->rec_failure.attempt);
     if (a->rec_failure.hung)
         json_object_set_new(reason, "hung", json_true());
     if (a->rec_failure.signal > 0)
@@ -345,19 +345,20 @@ static void recovery_failed(dl_agent_t *a, const char *why)
         return;
     if (a->remote) {
         /* The rendezvous decides: the report says it plainly, every node restarts. */
-        dl__agent_log(a, "in-job recovery %d failed: %s; reporting it: the job restarts from "
-                         "its last checkpoint if a restart is left",
+        dl__agent_log(a,
+                      "in-job recovery %d failed: %s; reporting it: the job restarts from "
+                      "its last checkpoint if a restart is left",
                       a->sup.recoveries, why);
         json_t *o = recovery_json(a, "failed");
         json_object_set_new(o, "error", json_string(why));
         json_object_set_new(o, "fallback", json_string("restart"));
         dl_events_emit(a->events, "recovery", dl__now_unix(), o);
-        snprintf(a->report_reason, sizeof(a->report_reason), "in-job recovery failed: %.300s",
-                 why);
+        snprintf(a->report_reason, sizeof(a->report_reason), "in-job recovery failed: %.300s", why);
         if (a->nworkers > 0)
             a->sup.first_failure = (dl_sup_failure_t){.rank = a->workers[0].rank,
                                                       .attempt = a->sup.attempt,
-                                                      .exit_code = 1, .time = dl__now_unix()};
+                                                      .exit_code = 1,
+                                                      .time = dl__now_unix()};
         dl__rec_off(a);
         dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_RECOVERY_FAILED});
         return;
@@ -399,7 +400,9 @@ void dl__rec_interrupted(dl_agent_t *a, const dl_sup_failure_t *f)
         return;
     char why[200];
     snprintf(why, sizeof(why), "rank %d %s during it", f->rank,
-             f->hung ? "hung" : f->signal > 0 ? "was killed" : "exited");
+             f->hung         ? "hung"
+             : f->signal > 0 ? "was killed"
+                             : "exited");
     if (a->remote && a->sup.awaiting)
         return; /* not yet told anything: the slot is refilled with the others' */
     bool left = restarts_left(a, a->remote) > 0;
@@ -488,8 +491,9 @@ void dl__rec_keep(dl_agent_t *a)
     int alive = 0;
     for (int i = 0; i < a->nworkers; i++)
         alive += a->workers[i].pid > 0;
-    dl__agent_log(a, "in-job recovery %d: %d of this node's %d workers stay; joining the next "
-                     "round",
+    dl__agent_log(a,
+                  "in-job recovery %d: %d of this node's %d workers stay; joining the next "
+                  "round",
                   a->sup.recoveries, alive, a->nworkers);
     dl_events_emit(a->events, "recovery", dl__now_unix(), recovery_json(a, "started"));
 }
@@ -503,8 +507,7 @@ void dl__rec_resume(dl_agent_t *a, int attempt)
     snprintf(dir, sizeof(dir), "%s", a->attempt_dir);
     snprintf(a->attempt_dir, sizeof(a->attempt_dir), "%s/attempt_%d", a->run_dir_abs, attempt);
     if (mkdir(a->attempt_dir, 0750) < 0 && errno != EEXIST)
-        dl__agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir,
-                      strerror(errno));
+        dl__agent_log(a, "cannot create the log folder '%s': %s", a->attempt_dir, strerror(errno));
     else if ((r = dl_ownfile_check_dir(a->attempt_dir)) < 0)
         dl__agent_log(a, "the log folder '%s' is not safe to write: %s", a->attempt_dir,
                       dl_ownfile_strerror(r));
@@ -531,8 +534,8 @@ void dl__rec_resume(dl_agent_t *a, int attempt)
                      "recover gen=%d rank=%d world=%d local_rank=%d local_world=%d store=%s "
                      "master_addr=%s master_port=%d reason=%s\n",
                      a->gen, w->rank, a->world_size, w->local_rank, a->nworkers,
-                     a->store_addr[0] != '\0' ? a->store_addr : "-", a->master_addr,
-                     a->master_port, a->rec_reason_short);
+                     a->store_addr[0] != '\0' ? a->store_addr : "-", a->master_addr, a->master_port,
+                     a->rec_reason_short);
             tell(w, line);
             continue;
         }
@@ -543,11 +546,10 @@ void dl__rec_resume(dl_agent_t *a, int attempt)
             a->rec_replaced[a->nrec_replaced++] = w->rank;
         dl__agent_respawn(a, w, attempt, dl__agent_restart_count(a, attempt));
     }
-    dl__agent_log(a, "round %d: ranks %d..%d of %d; %s%s", a->round,
-                  a->nworkers > 0 ? a->workers[0].rank : 0,
-                  a->nworkers > 0 ? a->workers[a->nworkers - 1].rank : -1, a->world_size,
-                  replaced[0] ? "replacements join for ranks " : "every worker of this node kept",
-                  replaced);
+    dl__agent_log(
+        a, "round %d: ranks %d..%d of %d; %s%s", a->round, a->nworkers > 0 ? a->workers[0].rank : 0,
+        a->nworkers > 0 ? a->workers[a->nworkers - 1].rank : -1, a->world_size,
+        replaced[0] ? "replacements join for ranks " : "every worker of this node kept", replaced);
     (void)dir;
     uv_timer_start(&a->rec_timer, on_timeout, RECOVERY_TIMEOUT_MS, 0);
     a->rec_timer_armed = true;
@@ -566,16 +568,18 @@ void dl__rec_unspoken(dl_agent_t *a, const dl__worker_t *failed, const dl_sup_fa
     if (silent == NULL)
         return;
     char why[200];
-    snprintf(why, sizeof(why), "rank %d never said hello on its control channel (it does not "
-                               "speak the recovery protocol)", silent->rank);
+    snprintf(why, sizeof(why),
+             "rank %d never said hello on its control channel (it does not "
+             "speak the recovery protocol)",
+             silent->rank);
     bool left = restarts_left(a, a->remote) > 0;
     dl__agent_log(a, "in-job recovery impossible: %s; %s", why,
                   left ? "falling back to a restart of the job from its last checkpoint"
                        : "no restart left: the job fails");
     /* The event of a recovery that never started: none counted, nobody replaced. */
-    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:[]}", "status", "failed", "attempt",
-                          a->sup.attempt, "recovery", a->sup.recoveries, "max_restarts",
-                          a->spec->max_restarts, "replaced");
+    json_t *o =
+        json_pack("{s:s, s:i, s:i, s:i, s:[]}", "status", "failed", "attempt", a->sup.attempt,
+                  "recovery", a->sup.recoveries, "max_restarts", a->spec->max_restarts, "replaced");
     json_t *reason = json_pack("{s:i, s:i}", "rank", f->rank, "attempt", a->sup.attempt);
     if (f->hung)
         json_object_set_new(reason, "hung", json_true());

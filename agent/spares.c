@@ -20,8 +20,9 @@ int dl__spares_plan(dl_agent_t *a)
     if (n <= 0)
         return 0;
     if (!dl__rec_in_job(a)) {
-        fprintf(stderr, "dlaunch: --spares %d needs --recovery in-job: a spare only takes the "
-                        "place of a rank that failed in a job that goes on\n",
+        fprintf(stderr,
+                "dlaunch: --spares %d needs --recovery in-job: a spare only takes the "
+                "place of a rank that failed in a job that goes on\n",
                 n);
         return 2;
     }
@@ -115,12 +116,14 @@ bool dl__spares_reaped(dl_agent_t *a, pid_t pid, int status)
             /* It died waiting: started again it would likely die again, every attempt. */
             a->spares_lost = true;
             if (WIFSIGNALED(status))
-                dl__agent_log(a, "spare %d (pid %d) was killed by %s while it waited; no spare "
-                                 "is started again: a failed rank gets a new process",
+                dl__agent_log(a,
+                              "spare %d (pid %d) was killed by %s while it waited; no spare "
+                              "is started again: a failed rank gets a new process",
                               k, (int)pid, dl_signal_name(WTERMSIG(status)));
             else
-                dl__agent_log(a, "spare %d (pid %d) exited with code %d while it waited; no "
-                                 "spare is started again: a failed rank gets a new process",
+                dl__agent_log(a,
+                              "spare %d (pid %d) exited with code %d while it waited; no "
+                              "spare is started again: a failed rank gets a new process",
                               k, (int)pid, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         }
         return true;
@@ -135,8 +138,7 @@ void dl__spares_kill(dl_agent_t *a)
         if (s->pid <= 0 || s->killed_at != 0)
             continue;
         if (kill(-s->pid, SIGKILL) < 0 && errno != ESRCH)
-            dl__agent_log(a, "cannot stop spare %d (pid %d): %s", k, (int)s->pid,
-                          strerror(errno));
+            dl__agent_log(a, "cannot stop spare %d (pid %d): %s", k, (int)s->pid, strerror(errno));
         s->killed_at = 1; /* ours: not a spare that died by itself */
     }
 }

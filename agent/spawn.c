@@ -3,16 +3,16 @@
  * agent's SIGCHLD handler. The statics below are the child's stack, which is only ever in use
  * while the agent's single thread waits in clone(), and /dev/null, open for the process's life. */
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/mempolicy.h>
 #include <pthread.h>
 #include <sched.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <linux/mempolicy.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -30,9 +30,9 @@ typedef struct {
     int health_fd;
     int control_fd;
     int null_fd;
-    const dl_cpus_t *cpus;  /* NULL: keep the agent's affinity */
-    int mem_node;           /* -1: keep the agent's memory policy */
-    uint64_t node_mask[4];  /* mem_node as the kernel's node mask */
+    const dl_cpus_t *cpus; /* NULL: keep the agent's affinity */
+    int mem_node;          /* -1: keep the agent's memory policy */
+    uint64_t node_mask[4]; /* mem_node as the kernel's node mask */
 } child_args_t;
 
 /* Nodes the mask above can name; set_mempolicy counts one bit more than it reads. */
@@ -101,13 +101,12 @@ static int child_exec(void *arg)
 /* The child needs a stack of its own while it shares our memory; exec is all it runs. */
 #define CHILD_STACK_SIZE (64 * 1024)
 
-int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdout_fd,
-             int stderr_fd, int health_fd, int control_fd, const dl_cpus_t *cpus, int mem_node,
-             pid_t *ret_pid)
+int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdout_fd, int stderr_fd,
+             int health_fd, int control_fd, const dl_cpus_t *cpus, int mem_node, pid_t *ret_pid)
 {
     static _Alignas(16) char stack[CHILD_STACK_SIZE];
-    child_args_t c = {getpid(), path,   argv, envp,     stdout_fd, stderr_fd,
-                      health_fd, control_fd, -1, cpus, -1,        {0}};
+    child_args_t c = {getpid(),  path,       argv, envp, stdout_fd, stderr_fd,
+                      health_fd, control_fd, -1,   cpus, -1,        {0}};
     sigset_t all, old;
     pid_t pid;
     int e = 0;

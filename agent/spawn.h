@@ -19,9 +19,8 @@
  * node, both before exec. Returns 0 with *ret_pid set, or -errno when the process could not be
  * made. An exec or CPU binding failure shows up as exit status 127 with the reason on the
  * worker's stderr; a memory policy the kernel refuses is a warning there, and it runs. */
-int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdout_fd,
-             int stderr_fd, int health_fd, int control_fd, const dl_cpus_t *cpus, int mem_node,
-             pid_t *ret_pid);
+int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdout_fd, int stderr_fd,
+             int health_fd, int control_fd, const dl_cpus_t *cpus, int mem_node, pid_t *ret_pid);
 
 /* Resolves name like execvp would: names with a '/' are taken as they are, others are looked
  * up in path_env (PATH; NULL means the default). Returns 0 with a malloc'd path in *ret_path,

@@ -82,29 +82,19 @@ static void attempt_over(dl_sup_t *sup, dl_sup_actions_t *act)
             finish(sup, act, sup->succeeded == sup->nworkers ? 0 : 1);
         }
         break;
-    case DL_SUP_STOP_REPORT:
-        sup->phase = DL_SUP_WAITING;
-        break;
+    case DL_SUP_STOP_REPORT: sup->phase = DL_SUP_WAITING; break;
     case DL_SUP_STOP_REJOIN:
         sup->phase = DL_SUP_WAITING;
         act->flags |= DL_SUP_JOIN;
         break;
-    case DL_SUP_STOP_END:
-        finish(sup, act, sup->end_code);
-        break;
+    case DL_SUP_STOP_END: finish(sup, act, sup->end_code); break;
     case DL_SUP_STOP_RESTART:
         sup->attempt++;
         start_attempt(sup, act);
         break;
-    case DL_SUP_STOP_FAIL:
-        finish(sup, act, 1);
-        break;
-    case DL_SUP_STOP_SAME:
-        finish(sup, act, DL_SUP_EXIT_SAME_FAILURE);
-        break;
-    case DL_SUP_STOP_SIGNAL:
-        finish(sup, act, 128 + sup->signal);
-        break;
+    case DL_SUP_STOP_FAIL: finish(sup, act, 1); break;
+    case DL_SUP_STOP_SAME: finish(sup, act, DL_SUP_EXIT_SAME_FAILURE); break;
+    case DL_SUP_STOP_SIGNAL: finish(sup, act, 128 + sup->signal); break;
     }
 }
 
@@ -211,9 +201,7 @@ static void worker_failed(dl_sup_t *sup, const dl_sup_event_t *ev, double now,
 static void remote_stop(dl_sup_t *sup, dl_sup_actions_t *act, dl_sup_stop_t why)
 {
     switch (sup->phase) {
-    case DL_SUP_RUNNING:
-        begin_stop(sup, act, why, SIGTERM);
-        break;
+    case DL_SUP_RUNNING: begin_stop(sup, act, why, SIGTERM); break;
     case DL_SUP_STOPPING:
         /* A signal already decides how this ends; otherwise the newer news wins. */
         if (sup->stop != DL_SUP_STOP_SIGNAL && sup->stop != DL_SUP_STOP_END)
@@ -329,9 +317,7 @@ dl_sup_actions_t dl_sup_step(dl_sup_t *sup, const dl_sup_event_t *ev, double now
         }
         break;
 
-    case DL_SUP_EV_RECOVERED:
-        sup->recovering = false;
-        break;
+    case DL_SUP_EV_RECOVERED: sup->recovering = false; break;
 
     case DL_SUP_EV_RECOVERY_FAILED:
         /* The recovery's failure is the attempt's: back to a restart from the last checkpoint,

@@ -29,8 +29,8 @@ typedef enum {
 typedef struct {
     int rank;
     int attempt;
-    int exit_code;  /* >= 0 when it exited */
-    int signal;     /* > 0 when killed by a signal */
+    int exit_code;   /* >= 0 when it exited */
+    int signal;      /* > 0 when killed by a signal */
     int spawn_errno; /* > 0 when it could not be started */
     bool hung;       /* killed by the agent for going silent */
     bool oom;        /* killed by the kernel's OOM killer */
@@ -41,9 +41,9 @@ typedef struct {
 
 typedef enum {
     DL_SUP_EV_START,
-    DL_SUP_EV_WORKER_EXIT,   /* rank, exit_code or signal */
-    DL_SUP_EV_SPAWN_FAILED,  /* rank, spawn_errno */
-    DL_SUP_EV_SIGNAL,        /* signal */
+    DL_SUP_EV_WORKER_EXIT,  /* rank, exit_code or signal */
+    DL_SUP_EV_SPAWN_FAILED, /* rank, spawn_errno */
+    DL_SUP_EV_SIGNAL,       /* signal */
     DL_SUP_EV_STOP_TIMEOUT,
     /* remote mode only: what the rendezvous said */
     DL_SUP_EV_ASSIGNED,      /* attempt: the round's restart count; start the workers */
@@ -92,7 +92,7 @@ enum {
     DL_SUP_NODE_DONE = 1 << 6, /* tell the rendezvous every local worker exited 0 */
     DL_SUP_JOIN = 1 << 7,      /* join the rendezvous's current round */
     /* in-job recovery */
-    DL_SUP_RECOVER = 1 << 8,   /* start a replacement for rank and tell the others */
+    DL_SUP_RECOVER = 1 << 8,      /* start a replacement for rank and tell the others */
     DL_SUP_RECOVERY_OFF = 1 << 9, /* the recovery under way failed: the workers stop waiting */
     /* remote in-job recovery */
     DL_SUP_KEEP = 1 << 10,   /* the round changes, the living workers stay (a recovery starts) */
@@ -132,9 +132,9 @@ typedef struct dl_sup_s {
     /* The same failure on attempt after attempt (same rank, same cause, no step further): after
      * max_same of them in a row the job ends (DL_SUP_EXIT_SAME_FAILURE); 0: never. */
     int max_same;
-    int same;                 /* attempts in a row that failed as the last one did */
-    long long same_step;      /* the furthest step of the last failed attempt */
-    bool unhealthy;           /* a worker could not be reaped */
+    int same;            /* attempts in a row that failed as the last one did */
+    long long same_step; /* the furthest step of the last failed attempt */
+    bool unhealthy;      /* a worker could not be reaped */
 } dl_sup_t;
 
 /* Local mode: this node alone decides restarts, up to max_restarts. */

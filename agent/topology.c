@@ -18,8 +18,8 @@
 #define ROOT_MAX 1024
 
 /* snprintf for paths whose parts are bounded (ROOT_MAX, a file name): never truncates. */
-__attribute__((format(printf, 3, 4))) static void path_of(char *buf, size_t len,
-                                                           const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void path_of(char *buf, size_t len, const char *fmt,
+                                                          ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -107,13 +107,14 @@ static int pick_visible(const char *dir, char (*all)[32], int n_all, const char 
             idx = -1;
         }
         if (idx < 0) {
-            snprintf(err, errlen, "CUDA_VISIBLE_DEVICES: '%s' is not the index or GPU- UUID "
-                     "of one of the %d GPUs in %s", e, n_all, dir);
+            snprintf(err, errlen,
+                     "CUDA_VISIBLE_DEVICES: '%s' is not the index or GPU- UUID "
+                     "of one of the %d GPUs in %s",
+                     e, n_all, dir);
             return -EINVAL;
         }
         if (t->gpu_count == DL_NUMA_GPUS_MAX) {
-            snprintf(err, errlen, "CUDA_VISIBLE_DEVICES names more than %d GPUs",
-                     DL_NUMA_GPUS_MAX);
+            snprintf(err, errlen, "CUDA_VISIBLE_DEVICES names more than %d GPUs", DL_NUMA_GPUS_MAX);
             return -E2BIG;
         }
         snprintf(t->gpu_addr[t->gpu_count++], sizeof(t->gpu_addr[0]), "%s", all[idx]);
@@ -137,8 +138,9 @@ static int read_gpus(const char *root, const char *cuda_visible, dl_topo_t *t, c
             if (e->d_name[0] == '.')
                 continue;
             if (n == DL_NUMA_GPUS_MAX || strlen(e->d_name) >= sizeof(all[0]))
-                r = fail(err, errlen, -E2BIG, dir, "has more GPUs, or longer names, than "
-                                                   "placement handles");
+                r = fail(err, errlen, -E2BIG, dir,
+                         "has more GPUs, or longer names, than "
+                         "placement handles");
             else
                 memcpy(all[n++], e->d_name, strlen(e->d_name) + 1);
         }
@@ -156,8 +158,7 @@ static int read_gpus(const char *root, const char *cuda_visible, dl_topo_t *t, c
     free(all);
     for (int g = 0; g < t->gpu_count && r == 0; g++) {
         long node;
-        path_of(path, sizeof(path), "%s/sys/bus/pci/devices/%s/numa_node", root,
-                 t->gpu_addr[g]);
+        path_of(path, sizeof(path), "%s/sys/bus/pci/devices/%s/numa_node", root, t->gpu_addr[g]);
         r = read_int(path, -1, DL_NUMA_NODES_MAX - 1, &node, err, errlen);
         /* -1: the firmware gave no node, which is what a machine of one node says. */
         t->gpu_node[g] = node < 0 ? 0 : (int)node;
@@ -165,8 +166,7 @@ static int read_gpus(const char *root, const char *cuda_visible, dl_topo_t *t, c
     return r;
 }
 
-static int read_nodes(const char *root, dl_topo_t *t, dl_cpus_t *all_cpus, char *err,
-                      size_t errlen)
+static int read_nodes(const char *root, dl_topo_t *t, dl_cpus_t *all_cpus, char *err, size_t errlen)
 {
     char dir[4200], path[4400];
     path_of(dir, sizeof(dir), "%s/sys/devices/system/node", root);

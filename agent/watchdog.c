@@ -18,8 +18,9 @@ void dl__watchdog_check(dl_agent_t *a, double now)
     int *index = calloc((size_t)a->nworkers, sizeof(*index));
     size_t n = 0;
     if (v == NULL || index == NULL) {
-        dl__agent_log(a, "the hang watchdog is out of memory for %d workers; it looks again "
-                         "at its next check",
+        dl__agent_log(a,
+                      "the hang watchdog is out of memory for %d workers; it looks again "
+                      "at its next check",
                       a->nworkers);
         goto out;
     }
@@ -50,8 +51,9 @@ void dl__watchdog_check(dl_agent_t *a, double now)
     }
     w->hung = true;
     if (waiting)
-        dl__agent_log(a, "rank %d (pid %d) sent no health beat for %.1fs, waiting in a "
-                         "collective that no rank completes: it is hung; killing it",
+        dl__agent_log(a,
+                      "rank %d (pid %d) sent no health beat for %.1fs, waiting in a "
+                      "collective that no rank completes: it is hung; killing it",
                       w->rank, (int)w->pid, v[c].silent_s);
     else
         dl__agent_log(a, "rank %d (pid %d) sent no health beat for %.1fs: it is hung; killing it",

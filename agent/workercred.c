@@ -10,7 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 #include "workercred.h"
 
 /* Whether path is a folder of ours closed to others; fills err when not. */
@@ -34,8 +33,7 @@ static int closed_dir(const char *path, char *err, size_t errlen)
  * default). One that exists must be ours, a real folder, and closed to others, or a local user
  * could have made it to read or swap what we put there; when another user took that name first,
  * a fresh folder of a random name (mkdtemp makes it ours, mode 0700), said in note. */
-static int runtime_dir(char *buf, size_t len, char *note, size_t notelen, char *err,
-                       size_t errlen)
+static int runtime_dir(char *buf, size_t len, char *note, size_t notelen, char *err, size_t errlen)
 {
     const char *xdg = getenv("XDG_RUNTIME_DIR"), *tmp = getenv("TMPDIR");
     struct stat st;
@@ -118,8 +116,7 @@ int dl__worker_cred_write(const dl_proto_token_t *token, const char *run_id, cha
         if (fd < 0 || write(fd, text, len) != (ssize_t)len || write(fd, "\n", 1) != 1 ||
             rename(tmp, path) < 0) {
             r = errno != 0 ? -errno : -EIO;
-            snprintf(err, errlen, "cannot write the workers' key to '%s': %s", path,
-                     strerror(-r));
+            snprintf(err, errlen, "cannot write the workers' key to '%s': %s", path, strerror(-r));
             if (fd >= 0)
                 unlink(tmp);
         }

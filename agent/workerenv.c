@@ -8,16 +8,42 @@
 #include "workerenv.h"
 
 const char *const dl_worker_env_names[] = {
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-    "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_SIGNALS_TO_HANDLE", "TORCHELASTIC_TIMER_FILE",
-    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-    "PYTHON_EXEC", "OMP_NUM_THREADS", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_STORE", "DLAUNCH_TOKEN_FILE",
-    "DLAUNCH_HEALTH_FD", "DLAUNCH_RECOVERY", "DLAUNCH_CONTROL_FD", "DLAUNCH_GROUP_GEN",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE",
+    "TORCHELASTIC_TIMER_FILE",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_ERROR_FILE",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "PYTHON_EXEC",
+    "OMP_NUM_THREADS",
+    "DLAUNCH_ATTEMPT_DIR",
+    "DLAUNCH_STORE",
+    "DLAUNCH_TOKEN_FILE",
+    "DLAUNCH_HEALTH_FD",
+    "DLAUNCH_RECOVERY",
+    "DLAUNCH_CONTROL_FD",
+    "DLAUNCH_GROUP_GEN",
     "DLAUNCH_SPARE",
-    "DLAUNCH_VERBOSE", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
-    "TP_SOCKET_IFNAME", "DLAUNCH_SOCKET_IFNAME", "PYTHONPATH", NULL,
+    "DLAUNCH_VERBOSE",
+    "GLOO_SOCKET_IFNAME",
+    "NCCL_SOCKET_IFNAME",
+    "TP_SOCKET_IFNAME",
+    "DLAUNCH_SOCKET_IFNAME",
+    "PYTHONPATH",
+    NULL,
 };
 
 typedef struct {
@@ -140,8 +166,8 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
     for (char **e = base; e != NULL && *e != NULL && r == 0; e++)
         /* Nor does an outer launcher's control channel: it names another process's fd. */
         if (strncmp(*e, "DLAUNCH_TOKEN=", 14) != 0 && strncmp(*e, "DLAUNCH_TOKEN_FILE=", 19) != 0 &&
-            strncmp(*e, "DLAUNCH_CONTROL_FD=", 19) != 0 && strncmp(*e, "DLAUNCH_GROUP_GEN=", 18) != 0 &&
-            strncmp(*e, "DLAUNCH_SPARE=", 14) != 0)
+            strncmp(*e, "DLAUNCH_CONTROL_FD=", 19) != 0 &&
+            strncmp(*e, "DLAUNCH_GROUP_GEN=", 18) != 0 && strncmp(*e, "DLAUNCH_SPARE=", 14) != 0)
             r = put(&sv, strdup(*e));
     for (char **e = extra; e != NULL && *e != NULL && r == 0; e++)
         r = put(&sv, strdup(*e));

@@ -277,11 +277,12 @@ static void bench_floor(const driver_t *d, const char *tr, const char *rows, con
         /* About as much data as our rows move per batch, at least 10 runs. */
         double n = strtod(d->budget, NULL) / b / 3;
         snprintf(runs, sizeof(runs), "%d", n < 10 ? 10 : n > 1000 ? 1000 : (int)n);
-        int len = snprintf(cmd, sizeof(cmd),
-                 "%s --bytes %s --chunk 4096 --runs %s --json 2>>%s | "
-                 "sed -n 's/.*\"zero-copy\", \"bytes\": \\([0-9]*\\), \"gbs\": \\([0-9.]*\\)}/"
-                 "floor %s 2 \\1 0 \\2/p' >>%s",
-                 d->shm_floor, bytes, runs, log, tr, rows);
+        int len =
+            snprintf(cmd, sizeof(cmd),
+                     "%s --bytes %s --chunk 4096 --runs %s --json 2>>%s | "
+                     "sed -n 's/.*\"zero-copy\", \"bytes\": \\([0-9]*\\), \"gbs\": \\([0-9.]*\\)}/"
+                     "floor %s 2 \\1 0 \\2/p' >>%s",
+                     d->shm_floor, bytes, runs, log, tr, rows);
         if (len < 0 || (size_t)len >= sizeof(cmd) || system(cmd) != 0)
             fprintf(stderr, "allreduce: shm-floor --bytes %s failed (see %s)\n", bytes, log);
     }
@@ -294,7 +295,9 @@ static void bench_pair(driver_t *d, int world, const char *tr)
     snprintf(out, sizeof(out), "%s/rows.txt", d->dir);
     snprintf(log, sizeof(log), "%s/log.txt", d->dir);
     snprintf(env, sizeof(env), "DLAUNCH_COLL_TRANSPORT=%s",
-             strcmp(tr, "shm-reg") == 0 ? "shm" : strcmp(tr, "hier") == 0 ? "auto" : tr);
+             strcmp(tr, "shm-reg") == 0 ? "shm"
+             : strcmp(tr, "hier") == 0  ? "auto"
+                                        : tr);
     char *ours[] = {(char *)d->dlaunch,
                     "-q",
                     "--log-dir",
@@ -380,17 +383,38 @@ static void recorder_ab(driver_t *d, int world, const char *tr)
     int nsizes = 0, rounds = d->ab_rounds > MAXR ? MAXR : d->ab_rounds;
     snprintf(n, sizeof(n), "%d", world);
     snprintf(log, sizeof(log), "%s/log.txt", d->dir);
-    snprintf(env, sizeof(env), "DLAUNCH_COLL_TRANSPORT=%s", strcmp(tr, "shm-reg") == 0 ? "shm" : tr);
+    snprintf(env, sizeof(env), "DLAUNCH_COLL_TRANSPORT=%s",
+             strcmp(tr, "shm-reg") == 0 ? "shm" : tr);
     static const char *rec_env[2] = {"DLAUNCH_COLL_RECORDER=auto", "DLAUNCH_COLL_RECORDER=off"};
     int ok = 1;
     for (int r = 0; r < rounds && ok; r++) {
         for (int k = 0; k < 2 && ok; k++) {
             int v = (r + k) % 2; /* on first in even rounds, off first in odd ones */
             snprintf(out[v], sizeof(out[v]), "%s/ab-%s-%d-%d-%d.txt", d->dir, tr, world, r, v);
-            char *argv[] = {(char *)d->dlaunch, "-q", "--log-dir", d->dir, "--gpus-per-node", n,
-                            "--", (char *)d->self, "--worker", "--out", out[v], "--impl",
-                            "dlaunch", "--transport", (char *)tr, "--min", d->min, "--max",
-                            d->max, "--step", d->step, "--budget", d->budget, NULL};
+            char *argv[] = {(char *)d->dlaunch,
+                            "-q",
+                            "--log-dir",
+                            d->dir,
+                            "--gpus-per-node",
+                            n,
+                            "--",
+                            (char *)d->self,
+                            "--worker",
+                            "--out",
+                            out[v],
+                            "--impl",
+                            "dlaunch",
+                            "--transport",
+                            (char *)tr,
+                            "--min",
+                            d->min,
+                            "--max",
+                            d->max,
+                            "--step",
+                            d->step,
+                            "--budget",
+                            d->budget,
+                            NULL};
             int rc = run(d, argv, env, rec_env[v], log);
             if (rc != 0) {
                 fprintf(stderr, "allreduce: recorder %s, %s, world %d: exit %d (see %s)\n",
@@ -416,7 +440,8 @@ static void recorder_ab(driver_t *d, int world, const char *tr)
     if (!ok)
         return;
     printf("\n# all-reduce with the flight recorder on and off: %s, world %d, %d rounds "
-           "alternating\n", tr, world, rounds);
+           "alternating\n",
+           tr, world, rounds);
     printf("%12s %14s %14s %12s %22s\n", "bytes", "on_us_median", "off_us_median", "on/off",
            "on/off range (rounds)");
     for (int i = 0; i < nsizes; i++) {

@@ -188,7 +188,7 @@ int main(int argc, char **argv)
         {.tool = "mpich", .argv = {"mpirun.mpich", "-n", workers, "/bin/true"}},
         {.tool = "torchrun",
          .argv = {"/usr/bin/python3", torch_wrapper, "--standalone", "--nproc_per_node", workers,
-                      torch_script}},
+                  torch_script}},
         {.tool = "dlaunch-as-torchrun",
          .argv = {dlaunch, "--standalone", "--nproc_per_node", workers, "--log-dir", logdir,
                   torch_script}},
@@ -248,7 +248,6 @@ int main(int argc, char **argv)
             continue;
         /* torchrun takes seconds a run: fewer runs keep the benchmark short. */
         measure(r, strcmp(r->tool, "torchrun") == 0 && runs > 5 ? 5 : runs);
-
     }
 
     double base = rows[0].ok ? rows[0].median_s : 0;
@@ -261,8 +260,7 @@ int main(int argc, char **argv)
             if (r->ok)
                 printf("{\"tool\": \"%s\", \"workers\": %s, \"median_s\": %.6f, \"min_s\": %.6f, "
                        "\"ratio_to_dlaunch\": %.3f}\n",
-                       r->tool, workers, r->median_s, r->min_s,
-                       base > 0 ? r->median_s / base : 0);
+                       r->tool, workers, r->median_s, r->min_s, base > 0 ? r->median_s / base : 0);
             else
                 printf("{\"tool\": \"%s\", \"workers\": %s, \"median_s\": null, \"skipped\": "
                        "\"%s\"}\n",

@@ -114,8 +114,8 @@ const char *dl_bench_etcd_start(void)
         while (!ok && mono() < deadline) {
             json_t *ans = NULL;
             ok = dl_etcd_call_sync(e, "/v3/kv/range",
-                                   json_pack("{s:o}", "key", dl_etcd_b64_str("/health")), &ans,
-                                   err, sizeof(err)) == DL_ETCD_OK;
+                                   json_pack("{s:o}", "key", dl_etcd_b64_str("/health")), &ans, err,
+                                   sizeof(err)) == DL_ETCD_OK;
             json_decref(ans);
             if (!ok)
                 usleep(100000);
@@ -214,7 +214,7 @@ int dl_bench_etcd_run(int n, int json)
     char run_id[64], ids[64];
     run_t r = {.n = n};
     agent_t *agents = calloc((size_t)n, sizeof(*agents));
-    char (*node_ids)[32] = calloc((size_t)n, 32);
+    char(*node_ids)[32] = calloc((size_t)n, 32);
     int rc = -1;
 
     r.b = calloc((size_t)n, sizeof(*r.b));
@@ -283,8 +283,8 @@ close:
         snprintf(prefix, sizeof(prefix), "/dlaunch/%s/", run_id);
         if (dl_etcd_new(&l2, &o, &e, err, sizeof(err)) == 0) {
             dl_etcd_call_sync(e, "/v3/kv/deleterange",
-                              json_pack("{s:o, s:o}", "key", dl_etcd_b64_str(prefix),
-                                        "range_end", dl_etcd_prefix_end(prefix)),
+                              json_pack("{s:o, s:o}", "key", dl_etcd_b64_str(prefix), "range_end",
+                                        dl_etcd_prefix_end(prefix)),
                               &ans, err, sizeof(err));
             json_decref(ans);
             dl_etcd_close(e);

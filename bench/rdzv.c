@@ -74,8 +74,8 @@ static double cpu_seconds(pid_t pid)
     buf[n] = '\0';
     char *p = strrchr(buf, ')');
     unsigned long ut = 0, st = 0;
-    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
-                            &st) != 2)
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
         return -1;
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
@@ -164,7 +164,8 @@ static pid_t start_scraper(int http_port, int ms)
     pid_t pid = fork();
     if (pid != 0)
         return pid;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)http_port),
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)http_port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     static const char req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
     char buf[65536];
@@ -197,8 +198,8 @@ static int drain(agent_t *a, dl_proto_type_t want)
             dl_proto_type_t type;
             dl_proto_error_t err;
             size_t used = 0;
-            int r = dl_proto_decoder_feed(&a->dec, buf + off, (size_t)n - off, &used, &msg,
-                                          &type, &err);
+            int r = dl_proto_decoder_feed(&a->dec, buf + off, (size_t)n - off, &used, &msg, &type,
+                                          &err);
             off += used;
             if (r == DL_PROTO_MESSAGE) {
                 if (type == DL_PROTO_CHALLENGE && bench_token != NULL) {
@@ -225,8 +226,8 @@ static int drain(agent_t *a, dl_proto_type_t want)
 }
 
 /* Waits until count agents reached state target (advancing via on_event). */
-static int pump(int ep, agent_t *agents, int n, dl_proto_type_t want, int next_state,
-                int *count, double deadline)
+static int pump(int ep, agent_t *agents, int n, dl_proto_type_t want, int next_state, int *count,
+                double deadline)
 {
     struct epoll_event evs[1024];
     while (*count < n) {
@@ -260,7 +261,8 @@ static int run(int n, const char *dlaunchd, int json, int scrape_ms)
         scraper = start_scraper(http_port, scrape_ms);
     agent_t *agents = calloc((size_t)n, sizeof(*agents));
     int ep = epoll_create1(0), ready = 0, r = -1;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     long base = -1;
     char **frames = NULL;
@@ -299,8 +301,8 @@ static int run(int n, const char *dlaunchd, int json, int scrape_ms)
             goto out;
         a->state = 1;
         /* Keep the accept backlog from overflowing: let handshakes complete as we go. */
-        if (i % 512 == 511 && pump(ep, agents, i + 1 - 256, DL_PROTO_AUTH_OK, 2, &ready,
-                                   deadline) < 0)
+        if (i % 512 == 511 &&
+            pump(ep, agents, i + 1 - 256, DL_PROTO_AUTH_OK, 2, &ready, deadline) < 0)
             goto out;
     }
     if (pump(ep, agents, n, DL_PROTO_AUTH_OK, 2, &ready, deadline) < 0) {
@@ -315,11 +317,11 @@ static int run(int n, const char *dlaunchd, int json, int scrape_ms)
         char id[32];
         snprintf(id, sizeof(id), "agent-%06d", i);
         json_t *m = dl_proto_msg_new(DL_PROTO_JOIN, 1);
-        json_object_update_new(
-            m, json_pack("{s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:I}", "node_id", id, "host",
-                         "bench-host", "slots", 1, "min_nodes", n, "max_nodes", n,
-                         "last_call_ms", (json_int_t)60000, "join_timeout_ms", (json_int_t)600000,
-                         "dead_after_ms", (json_int_t)600000));
+        json_object_update_new(m, json_pack("{s:s, s:s, s:i, s:i, s:i, s:I, s:I, s:I}", "node_id",
+                                            id, "host", "bench-host", "slots", 1, "min_nodes", n,
+                                            "max_nodes", n, "last_call_ms", (json_int_t)60000,
+                                            "join_timeout_ms", (json_int_t)600000, "dead_after_ms",
+                                            (json_int_t)600000));
         int e = dl_proto_encode(m, &frames[i], &lens[i], NULL);
         json_decref(m);
         if (e < 0)
@@ -355,9 +357,8 @@ static int run(int n, const char *dlaunchd, int json, int scrape_ms)
         printf("%8d agents%s%s: first join -> last assignment %8.1f ms (server CPU %.0f ms; "
                "sending the joins took %.1f ms); handshakes %.1f ms (server CPU %.0f ms); server "
                "peak RSS %ld KiB (%ld bytes an agent over its %ld KiB at rest)\n",
-               n, scrape_ms > 0 ? ", /metrics scraped" : "",
-               bench_token != NULL ? ", token" : "", secs * 1e3, cpu * 1e3, sent * 1e3,
-               hs_secs * 1e3, hs_cpu * 1e3, peak, per, base);
+               n, scrape_ms > 0 ? ", /metrics scraped" : "", bench_token != NULL ? ", token" : "",
+               secs * 1e3, cpu * 1e3, sent * 1e3, hs_secs * 1e3, hs_cpu * 1e3, peak, per, base);
     fflush(stdout);
     r = 0;
 out:

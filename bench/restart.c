@@ -34,7 +34,7 @@ typedef struct {
     int starts[2];        /* worker_start events per attempt */
     double last_start[2]; /* time of the last one */
     pid_t victim;
-    double noticed;       /* worker_exit of the victim */
+    double noticed; /* worker_exit of the victim */
     int ended;
 } seen_t;
 
@@ -84,9 +84,21 @@ static int trial(const char *dlaunch, const char *dir, int workers, double *ret_
     snprintf(events, sizeof(events), "%s/events.jsonl", dir);
     snprintf(nworkers, sizeof(nworkers), "%d", workers);
     unlink(events);
-    char *argv[] = {(char *)dlaunch, "-q", "--gpus-per-node", nworkers, "--max-restarts", "3",
-                    "--log-dir", (char *)dir, "--events", events, "--", "sh", "-c",
-                    "[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && exec sleep 60; exit 0", NULL};
+    char *argv[] = {(char *)dlaunch,
+                    "-q",
+                    "--gpus-per-node",
+                    nworkers,
+                    "--max-restarts",
+                    "3",
+                    "--log-dir",
+                    (char *)dir,
+                    "--events",
+                    events,
+                    "--",
+                    "sh",
+                    "-c",
+                    "[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && exec sleep 60; exit 0",
+                    NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
@@ -118,8 +130,8 @@ static int trial(const char *dlaunch, const char *dir, int workers, double *ret_
         ;
     scan(events, victim_rank, &s);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || s.starts[1] != workers) {
-        fprintf(stderr, "restart: the job did not restart cleanly (status %d, %d starts)\n",
-                status, s.starts[1]);
+        fprintf(stderr, "restart: the job did not restart cleanly (status %d, %d starts)\n", status,
+                s.starts[1]);
         return -1;
     }
     *ret_restart = s.last_start[1] - killed;
@@ -145,8 +157,8 @@ int main(int argc, char **argv)
     char dlaunch[4200], dir[] = "/tmp/dl-bench-restart-XXXXXX";
     snprintf(dlaunch, sizeof(dlaunch), "%s", argv[0]);
     char *slash = strrchr(dlaunch, '/');
-    snprintf(slash != NULL ? slash : dlaunch, sizeof(dlaunch) - (size_t)(slash - dlaunch),
-             "%s", slash != NULL ? "/../cmd/dlaunch" : "../cmd/dlaunch");
+    snprintf(slash != NULL ? slash : dlaunch, sizeof(dlaunch) - (size_t)(slash - dlaunch), "%s",
+             slash != NULL ? "/../cmd/dlaunch" : "../cmd/dlaunch");
     if (mkdtemp(dir) == NULL) {
         perror("mkdtemp");
         return 1;

@@ -88,7 +88,7 @@ KERNEL __attribute__((noinline)) static uint64_t xor_words(const uint64_t *a, si
 }
 
 KERNEL static void add_floats(float *restrict out, const float *restrict a, const float *restrict b,
-                       size_t n)
+                              size_t n)
 {
     for (size_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];

@@ -72,8 +72,8 @@ static double cpu_seconds(pid_t pid)
     buf[n] = '\0';
     char *p = strrchr(buf, ')');
     unsigned long ut = 0, st = 0;
-    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
-                            &st) != 2)
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
         return -1;
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
@@ -405,8 +405,10 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--procs") == 0 && i + 1 < argc)
             nprocs_opt = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--clients N[,N...]] [--torch-max N] [--python PATH] "
-                            "[--procs P]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--clients N[,N...]] [--torch-max N] [--python PATH] "
+                    "[--procs P]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -417,9 +419,10 @@ int main(int argc, char **argv)
     /* The server needs one descriptor a client and a few of its own. */
     int max = (int)(rl.rlim_cur > 1100 ? rl.rlim_cur - 100 : 1000);
     printf("bench/store: set + add on a shared counter + wait on a barrier, one TCP connection "
-           "a client, file limit %llu\n", (unsigned long long)rl.rlim_cur);
-    printf("%8s  %-6s %10s %10s %12s %9s %11s %9s\n", "clients", "server", "connect s",
-           "store s", "clients/s", "cpu s", "KiB/client", "torch/us");
+           "a client, file limit %llu\n",
+           (unsigned long long)rl.rlim_cur);
+    printf("%8s  %-6s %10s %10s %12s %9s %11s %9s\n", "clients", "server", "connect s", "store s",
+           "clients/s", "cpu s", "KiB/client", "torch/us");
     char *copy = strdup(list), *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
         int n = strcmp(tok, "max") == 0 ? max : atoi(tok);

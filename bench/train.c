@@ -184,8 +184,8 @@ static void measure(const opts_t *o, row_t *row, int i)
 
     if (row->why != NULL)
         return;
-    snprintf(out, sizeof(out), "%s/%s%s%s-%d-%d.out", o->tmp, row->impl,
-             row->norec ? "-norec" : "", row->in_job ? "-injob" : "", row->workers, i);
+    snprintf(out, sizeof(out), "%s/%s%s%s-%d-%d.out", o->tmp, row->impl, row->norec ? "-norec" : "",
+             row->in_job ? "-injob" : "", row->workers, i);
     snprintf(logdir, sizeof(logdir), "%s/logs", o->tmp);
     snprintf(ws, sizeof(ws), "%d", row->workers);
     argv[k++] = (char *)o->dlaunch;
@@ -274,8 +274,13 @@ static void beside_me(char *buf, size_t len, const char *rel)
 
 static int parse_args(opts_t *o, int argc, char **argv)
 {
-    *o = (opts_t){.steps = 2000, .warmup = 200, .runs = 3, .torch = 1, .workers = {1, 2},
-                  .n_workers = 2, .python = "/usr/bin/python3",
+    *o = (opts_t){.steps = 2000,
+                  .warmup = 200,
+                  .runs = 3,
+                  .torch = 1,
+                  .workers = {1, 2},
+                  .n_workers = 2,
+                  .python = "/usr/bin/python3",
                   .dataset = "/usr/share/datasets/fashion-mnist"};
     beside_me(o->dlaunch, sizeof(o->dlaunch), "../cmd/dlaunch");
     beside_me(o->trainer, sizeof(o->trainer), "../trainer/dlaunch-train");
@@ -377,8 +382,8 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
            "ratios the median of each round's; OPENBLAS_CORETYPE %s\n",
            o->steps, o->warmup, o->runs,
            o->keep_coretype ? "as in the environment" : "unset for every row");
-    printf("%-8s %7s %14s %14s %10s %12s %8s %10s  %s\n", "impl", "workers", "samples/s",
-           "best", "vs ours1", "vs pytorch", "rec/off", "in-job/off", "kernels, notes");
+    printf("%-8s %7s %14s %14s %10s %12s %8s %10s  %s\n", "impl", "workers", "samples/s", "best",
+           "vs ours1", "vs pytorch", "rec/off", "in-job/off", "kernels, notes");
     for (int i = 0; i < n; i++) {
         const row_t *r = &rows[i];
         if (r->why != NULL) {

@@ -10,59 +10,78 @@
 #include "ctl.h"
 #include "opt.h"
 
-
 #define OFF(field) offsetof(struct dl_ctl_opts_s, field)
-#define FLAG(name, field, help)                                                                \
-    {name, NULL, 0, &dl_opt_bool, OFF(field), 0, 0, NULL, NULL, NULL, help,                    \
-     DL_OPT_FLAG | DL_OPT_CLI_ONLY, 0}
-#define TEXT(name, meta, field, help)                                                          \
-    {name, NULL, 0, &dl_opt_text, OFF(field), 0, 0, NULL, NULL, meta, help, DL_OPT_CLI_ONLY, 0}
-#define SECONDS(help)                                                                          \
-    {"timeout", NULL, 0, &dl_opt_double, OFF(timeout), 0, 86400, NULL, "10", "SECONDS", help,  \
-     DL_OPT_CLI_ONLY | DL_OPT_MARKS, OFF(timeout_given)}
+#define FLAG(name, field, help)                                                                    \
+    {                                                                                              \
+        name, NULL, 0, &dl_opt_bool, OFF(field), 0, 0, NULL, NULL, NULL, help,                     \
+            DL_OPT_FLAG | DL_OPT_CLI_ONLY, 0                                                       \
+    }
+#define TEXT(name, meta, field, help)                                                              \
+    {                                                                                              \
+        name, NULL, 0, &dl_opt_text, OFF(field), 0, 0, NULL, NULL, meta, help, DL_OPT_CLI_ONLY, 0  \
+    }
+#define SECONDS(help)                                                                              \
+    {                                                                                              \
+        "timeout", NULL, 0, &dl_opt_double, OFF(timeout), 0, 86400, NULL, "10", "SECONDS", help,   \
+            DL_OPT_CLI_ONLY | DL_OPT_MARKS, OFF(timeout_given)                                     \
+    }
 
 static const char *const backends[] = {"c10d", "static", "etcd", NULL};
 
 #define O_JSON FLAG("json", json, "print the server's answer as JSON")
-#define O_ENDPOINT                                                                             \
-    TEXT("endpoint", "HOST:PORT", endpoint,                                                    \
-         "the rendezvous or dlaunchd (else DLAUNCH_ENDPOINT, else 127.0.0.1:29400); with "      \
+#define O_ENDPOINT                                                                                 \
+    TEXT("endpoint", "HOST:PORT", endpoint,                                                        \
+         "the rendezvous or dlaunchd (else DLAUNCH_ENDPOINT, else 127.0.0.1:29400); with "         \
          "--rdzv-backend etcd, the etcd cluster's HOST:PORT[,HOST:PORT...]")
-#define O_TOKEN_FILE                                                                           \
-    TEXT("token-file", "FILE", token_file,                                                     \
+#define O_TOKEN_FILE                                                                               \
+    TEXT("token-file", "FILE", token_file,                                                         \
          "the token or key to prove (else DLAUNCH_TOKEN_FILE, else DLAUNCH_TOKEN)")
 #define O_TIMEOUT SECONDS("how long to wait for the answer (default 10)")
-#define O_BACKEND                                                                              \
-    {"rdzv-backend", NULL, 0, &dl_opt_enum, OFF(backend), 0, 0, backends, "c10d",              \
-     "c10d|static|etcd", "etcd: read and write the job's keys in etcd (docs/etcd.md)",         \
-     DL_OPT_CLI_ONLY, 0}
-#define O_CONF                                                                                 \
-    TEXT("rdzv-conf", "K=V,...", rdzv_conf,                                                    \
+#define O_BACKEND                                                                                  \
+    {                                                                                              \
+        "rdzv-backend", NULL, 0, &dl_opt_enum, OFF(backend), 0, 0, backends, "c10d",               \
+            "c10d|static|etcd", "etcd: read and write the job's keys in etcd (docs/etcd.md)",      \
+            DL_OPT_CLI_ONLY, 0                                                                     \
+    }
+#define O_CONF                                                                                     \
+    TEXT("rdzv-conf", "K=V,...", rdzv_conf,                                                        \
          "for etcd: user, password_file and TLS settings (docs/etcd.md)")
-#define O_HELP                                                                                 \
-    {"help", NULL, 'h', &dl_opt_bool, OFF(help), 0, 0, NULL, NULL, NULL,                       \
-     "show this command's help and exit", DL_OPT_FLAG | DL_OPT_CLI_ONLY | DL_OPT_STOP, 0}
+#define O_HELP                                                                                     \
+    {                                                                                              \
+        "help", NULL, 'h', &dl_opt_bool, OFF(help), 0, 0, NULL, NULL, NULL,                        \
+            "show this command's help and exit", DL_OPT_FLAG | DL_OPT_CLI_ONLY | DL_OPT_STOP, 0    \
+    }
 
-#define TABLE(opts) {opts, sizeof(opts) / sizeof(opts[0]), "DLAUNCH_", NULL, true}
+#define TABLE(opts)                                                                                \
+    {                                                                                              \
+        opts, sizeof(opts) / sizeof(opts[0]), "DLAUNCH_", NULL, true                               \
+    }
 
 static const dl_opt_t status_opts[] = {
     O_JSON,
     FLAG("ranks", ranks,
          "also every rank's figures and last collective operations, and where a stuck job is "
          "stuck (docs/diagnostics.md)"),
-    O_ENDPOINT, O_TOKEN_FILE, O_TIMEOUT, O_BACKEND, O_CONF, O_HELP};
-static const dl_opt_t stop_opts[] = {O_JSON, O_ENDPOINT, O_TOKEN_FILE, O_TIMEOUT,
-                                     O_BACKEND, O_CONF, O_HELP};
+    O_ENDPOINT,
+    O_TOKEN_FILE,
+    O_TIMEOUT,
+    O_BACKEND,
+    O_CONF,
+    O_HELP};
+static const dl_opt_t stop_opts[] = {O_JSON,    O_ENDPOINT, O_TOKEN_FILE, O_TIMEOUT,
+                                     O_BACKEND, O_CONF,     O_HELP};
 static const dl_opt_t events_opts[] = {
     /* Taken before each command had its own options; the events are JSON lines anyway. */
     {"json", NULL, 0, &dl_opt_bool, OFF(json), 0, 0, NULL, NULL, NULL, "no effect",
      DL_OPT_FLAG | DL_OPT_CLI_ONLY | DL_OPT_HIDDEN, 0},
-    O_ENDPOINT, O_TOKEN_FILE,
-    SECONDS("stop after this long without an event (default: follow until the job ends)"),
-    O_BACKEND, O_CONF, O_HELP};
-static const dl_opt_t kv_opts[] = {
-    TEXT("endpoint", "HOST:PORT", endpoint, "the job's store (else DLAUNCH_STORE)"),
+    O_ENDPOINT,
     O_TOKEN_FILE,
+    SECONDS("stop after this long without an event (default: follow until the job ends)"),
+    O_BACKEND,
+    O_CONF,
+    O_HELP};
+static const dl_opt_t kv_opts[] = {
+    TEXT("endpoint", "HOST:PORT", endpoint, "the job's store (else DLAUNCH_STORE)"), O_TOKEN_FILE,
     SECONDS("how long to wait for the answer; for wait, how long to wait for the keys "
             "(default 10)"),
     O_HELP};
@@ -80,7 +99,13 @@ static const dl_opt_t revoke_opts[] = {
     TEXT("before", "TIME", before,
          "withdraw the keys issued before TIME (Unix seconds or YYYY-MM-DDTHH:MM:SSZ, not "
          "ahead of this machine's clock; default now)"),
-    O_JSON, O_ENDPOINT, O_TOKEN_FILE, O_TIMEOUT, O_BACKEND, O_CONF, O_HELP};
+    O_JSON,
+    O_ENDPOINT,
+    O_TOKEN_FILE,
+    O_TIMEOUT,
+    O_BACKEND,
+    O_CONF,
+    O_HELP};
 static const dl_opt_t help_opts[] = {O_HELP};
 
 static int help_command(const char *cmd, const struct dl_ctl_opts_s *o);
@@ -137,8 +162,7 @@ void dl_ctl_print_commands(void *stream)
 
 static void print_command_help(const dl_ctl_command_t *c, FILE *f)
 {
-    fprintf(f, "Usage: dlaunch %s [OPTIONS] %s\n\n%s.\n\nOptions:\n", c->name, c->usage,
-            c->help);
+    fprintf(f, "Usage: dlaunch %s [OPTIONS] %s\n\n%s.\n\nOptions:\n", c->name, c->usage, c->help);
     dl_opt_print_help(&c->options, f);
     fprintf(f, "\nExit codes (docs/control.md): 0 success, 1 no such job or key, or the answer\n"
                "was no; 2 usage error; 3 unreachable or timed out; 4 credentials refused.\n");
@@ -156,7 +180,7 @@ static int help_command(const char *cmd, const struct dl_ctl_opts_s *o)
     const dl_ctl_command_t *c = find_command(o->args[0]);
     if (c == NULL)
         return dl__ctl_usage_error("help: '%s' is no control command (dlaunch help lists them)",
-                           o->args[0]);
+                                   o->args[0]);
     print_command_help(c, stdout);
     return 0;
 }

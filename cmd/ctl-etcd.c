@@ -48,8 +48,13 @@ static int open_etcd(ectl_t *c, const dl_ctl_etcd_opts_t *o, const char *run_id)
     dl_job_spec_t spec;
     dl_config_action_t action;
     char err[1024], *password = NULL;
-    char *argv[] = {"dlaunch", "--rdzv-backend", "etcd", "--rdzv-conf",
-                    (char *)(o->rdzv_conf != NULL ? o->rdzv_conf : "timeout=600"), "--", "true",
+    char *argv[] = {"dlaunch",
+                    "--rdzv-backend",
+                    "etcd",
+                    "--rdzv-conf",
+                    (char *)(o->rdzv_conf != NULL ? o->rdzv_conf : "timeout=600"),
+                    "--",
+                    "true",
                     NULL};
     char *envp[] = {NULL};
     int r;
@@ -170,8 +175,7 @@ static int status_all(ectl_t *c)
     json_t *jobs = json_array();
     size_t i;
     json_t *kvj;
-    json_array_foreach(json_object_get(ans, "kvs"), i, kvj)
-    {
+    json_array_foreach (json_object_get(ans, "kvs"), i, kvj) {
         dl_etcd_kv_t kv;
         if (dl_etcd_kv_read(kvj, &kv) < 0)
             continue;
@@ -183,12 +187,10 @@ static int status_all(ectl_t *c)
             dl_ejob_view_t v;
             dl_ejob_view_init(&v, prefix);
             /* The view of this job from the same answer. */
-            json_t *sub = json_pack("{s:O, s:[]}", "header", json_object_get(ans, "header"),
-                                    "kvs");
+            json_t *sub = json_pack("{s:O, s:[]}", "header", json_object_get(ans, "header"), "kvs");
             size_t k;
             json_t *x;
-            json_array_foreach(json_object_get(ans, "kvs"), k, x)
-            {
+            json_array_foreach (json_object_get(ans, "kvs"), k, x) {
                 dl_etcd_kv_t kk;
                 if (dl_etcd_kv_read(x, &kk) == 0) {
                     if (strncmp(kk.key, prefix, strlen(prefix)) == 0)
@@ -210,7 +212,8 @@ static int status_all(ectl_t *c)
     else if (json_array_size(jobs) == 0)
         printf("no jobs\n");
     else
-        json_array_foreach(jobs, i, kvj) c->o->print_status(kvj);
+        json_array_foreach (jobs, i, kvj)
+            c->o->print_status(kvj);
     json_decref(result);
     return 0;
 }
@@ -329,8 +332,7 @@ static void print_events(follow_t *f, const json_t *kvs, bool events_form)
     json_t *sorted = json_object();
     size_t i;
     json_t *x;
-    json_array_foreach(kvs, i, x)
-    {
+    json_array_foreach (kvs, i, x) {
         const json_t *kvj = events_form ? json_object_get(x, "kv") : x;
         const char *type = events_form ? json_string_value(json_object_get(x, "type")) : NULL;
         dl_etcd_kv_t kv;
@@ -354,7 +356,8 @@ static void print_events(follow_t *f, const json_t *kvs, bool events_form)
     /* jansson keeps insertion order; sort the keys by hand. */
     size_t n = json_object_size(sorted), m = 0;
     const char **keys = calloc(n > 0 ? n : 1, sizeof(*keys));
-    json_object_foreach(sorted, k, ev) keys[m++] = k;
+    json_object_foreach (sorted, k, ev)
+        keys[m++] = k;
     for (size_t a = 1; a < m; a++)
         for (size_t b = a; b > 0 && strcmp(keys[b - 1], keys[b]) > 0; b--) {
             const char *t = keys[b];
@@ -441,11 +444,9 @@ int dl_ctl_etcd_events(const char *run_id, const dl_ctl_etcd_opts_t *o)
             uv_timer_start(&f.idle, on_idle, ms, ms);
         }
         json_t *b = json_pack("{s:{s:o, s:o, s:o}}", "create_request", "key",
-                              dl_etcd_b64_str(evprefix), "range_end",
-                              dl_etcd_prefix_end(evprefix), "start_revision",
-                              dl_etcd_num(rev + 1));
-        if (dl_etcd_stream(c.etcd, "/v3/watch", b, on_event_msg, on_event_done, &f, &f.watch) <
-            0) {
+                              dl_etcd_b64_str(evprefix), "range_end", dl_etcd_prefix_end(evprefix),
+                              "start_revision", dl_etcd_num(rev + 1));
+        if (dl_etcd_stream(c.etcd, "/v3/watch", b, on_event_msg, on_event_done, &f, &f.watch) < 0) {
             fprintf(stderr, "dlaunch: out of memory\n");
             f.code = 1;
         } else {

@@ -61,7 +61,8 @@ static int connect_as(const char *endpoint, const char *where, dl_proto_role_t r
     if (dl_rdzv_endpoint_parse(endpoint, host, sizeof(host), &port) < 0)
         return dl__ctl_usage_error("%s is not HOST:PORT", where);
     if (!dl_proto_run_id_valid(run_id))
-        return dl__ctl_usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')", run_id);
+        return dl__ctl_usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')",
+                                   run_id);
     if (load_token(token_file, getenv("DLAUNCH_TOKEN_FILE"), &token) < 0)
         return 2;
     int r = dl_rdzv_sync_connect(host, port, role, run_id, token, timeout, ret, err, sizeof(err));
@@ -159,8 +160,7 @@ static void print_status(const json_t *job)
     }
     size_t i;
     json_t *n;
-    json_array_foreach(json_object_get(job, "nodes"), i, n)
-    {
+    json_array_foreach (json_object_get(job, "nodes"), i, n) {
         printf("  node %lld  %-20s %-16s slots %lld  heartbeat %.1fs ago%s%s\n",
                (long long)json_integer_value(json_object_get(n, "node_rank")),
                field(n, "node_id", node_id, sizeof(node_id)), field(n, "host", host, sizeof(host)),
@@ -179,15 +179,15 @@ static void print_diag(const json_t *job)
     size_t i;
     if (d != NULL) {
         const json_t *slow = json_object_get(d, "slowest");
-        printf("  compute a step: median %.3f ms", json_number_value(json_object_get(d, "median_compute_ms")));
+        printf("  compute a step: median %.3f ms",
+               json_number_value(json_object_get(d, "median_compute_ms")));
         if (slow != NULL)
             printf(", slowest rank %lld %.3f ms",
                    (long long)json_integer_value(json_object_get(slow, "rank")),
                    json_number_value(json_object_get(slow, "compute_ms")));
         printf("; step %.3f ms, %.0f samples/s\n", json_number_value(json_object_get(d, "step_ms")),
                json_number_value(json_object_get(d, "samples_per_s")));
-        json_array_foreach(json_object_get(d, "stragglers"), i, x)
-        {
+        json_array_foreach (json_object_get(d, "stragglers"), i, x) {
             printf("  straggler: rank %lld on node %lld (%s): %.3f ms a step against the median "
                    "%.3f ms (+%.0f%%) for %lld steps; costs about %.0f samples/s\n",
                    (long long)json_integer_value(json_object_get(x, "rank")),
@@ -203,10 +203,10 @@ static void print_diag(const json_t *job)
     const char *where = json_string_value(json_object_get(job, "where"));
     if (where != NULL)
         printf("  where: %s\n", where);
-    json_array_foreach(json_object_get(job, "ranks"), i, x)
-    {
+    json_array_foreach (json_object_get(job, "ranks"), i, x) {
         double steps = json_number_value(json_object_get(x, "steps"));
-        printf("  rank %lld  node %lld %-12s", (long long)json_integer_value(json_object_get(x, "rank")),
+        printf("  rank %lld  node %lld %-12s",
+               (long long)json_integer_value(json_object_get(x, "rank")),
                (long long)json_integer_value(json_object_get(x, "node_rank")),
                json_string_value(json_object_get(x, "host")));
         if (json_object_get(x, "step") != NULL)
@@ -244,9 +244,10 @@ static int etcd_opts(const ctl_opts_t *o, const char *run_id, dl_ctl_etcd_opts_t
         e = getenv("DLAUNCH_ENDPOINT");
     if (e == NULL || *e == '\0')
         return dl__ctl_usage_error("--rdzv-backend etcd: give the cluster's --endpoint "
-                           "HOST:PORT[,HOST:PORT...]");
+                                   "HOST:PORT[,HOST:PORT...]");
     if (run_id != NULL && !dl_proto_run_id_valid(run_id))
-        return dl__ctl_usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')", run_id);
+        return dl__ctl_usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')",
+                                   run_id);
     *ret = (dl_ctl_etcd_opts_t){.endpoints = e,
                                 .rdzv_conf = o->rdzv_conf,
                                 .json = o->json,
@@ -299,8 +300,7 @@ int dl__ctl_control(const char *cmd, const ctl_opts_t *o)
             print_status(result);
         else if (json_array_size(jobs) == 0)
             printf("no jobs\n");
-        json_array_foreach(jobs, i, j)
-        {
+        json_array_foreach (jobs, i, j) {
             print_status(j);
         }
     } else {
@@ -371,9 +371,9 @@ int dl__ctl_kv(const char *cmd, const ctl_opts_t *o)
         const char *name;
         int nargs; /* after the op; -1: one or more */
         dl_proto_type_t type;
-    } ops[] = {{"get", 1, DL_PROTO_KV_GET},  {"set", 2, DL_PROTO_KV_SET},
-               {"add", 2, DL_PROTO_KV_ADD},  {"wait", -1, DL_PROTO_KV_WAIT},
-               {"del", 1, DL_PROTO_KV_DEL},  {"cas", 3, DL_PROTO_KV_CAS}};
+    } ops[] = {{"get", 1, DL_PROTO_KV_GET}, {"set", 2, DL_PROTO_KV_SET},
+               {"add", 2, DL_PROTO_KV_ADD}, {"wait", -1, DL_PROTO_KV_WAIT},
+               {"del", 1, DL_PROTO_KV_DEL}, {"cas", 3, DL_PROTO_KV_CAS}};
     int which = -1;
     for (int i = 0; i < 6; i++)
         if (strcmp(op, ops[i].name) == 0)
@@ -384,13 +384,14 @@ int dl__ctl_kv(const char *cmd, const ctl_opts_t *o)
     if ((ops[which].nargs >= 0 && n != ops[which].nargs) || (ops[which].nargs < 0 && n < 1))
         return dl__ctl_usage_error("kv %s: wrong number of arguments (see docs/control.md)", op);
     if (endpoint == NULL || *endpoint == '\0')
-        return dl__ctl_usage_error("kv: no store: run under dlaunch (DLAUNCH_STORE) or give --endpoint");
+        return dl__ctl_usage_error(
+            "kv: no store: run under dlaunch (DLAUNCH_STORE) or give --endpoint");
     if (run_id == NULL || *run_id == '\0')
         return dl__ctl_usage_error("kv: no run id: run under dlaunch (TORCHELASTIC_RUN_ID)");
 
     dl_rdzv_sync_t *c;
-    int r = connect_as(endpoint, o->endpoint ? "--endpoint" : "DLAUNCH_STORE",
-                       DL_PROTO_ROLE_WORKER, run_id, o->token_file, o->timeout, &c);
+    int r = connect_as(endpoint, o->endpoint ? "--endpoint" : "DLAUNCH_STORE", DL_PROTO_ROLE_WORKER,
+                       run_id, o->token_file, o->timeout, &c);
     if (r != 0)
         return r;
     const char *const *a = o->args + 1;
@@ -431,7 +432,7 @@ int dl__ctl_kv(const char *cmd, const ctl_opts_t *o)
          * failure to reach the rendezvous (exit 3). */
         fprintf(stderr, "dlaunch: %s\n", dl_proto_escape(err, safe, sizeof(safe)));
         return code == DL_PROTO_E_AUTH_FAILED || code == DL_PROTO_E_FORBIDDEN ? 4
-               : code == DL_PROTO_E_TIMEOUT && req.op != DL_PROTO_KV_WAIT      ? 3
+               : code == DL_PROTO_E_TIMEOUT && req.op != DL_PROTO_KV_WAIT     ? 3
                                                                               : 1;
     }
     if (r < 0) {
@@ -462,19 +463,22 @@ int dl__ctl_token(const char *cmd, const ctl_opts_t *o)
 
     if (o->read_only) {
         if (o->nargs != 0 || o->worker || o->expires != NULL)
-            return dl__ctl_usage_error("token --read-only takes no RUN_ID, --worker or --expires: it "
-                               "reads every job of the server, acts on none, and ends when the "
-                               "token changes");
+            return dl__ctl_usage_error(
+                "token --read-only takes no RUN_ID, --worker or --expires: it "
+                "reads every job of the server, acts on none, and ends when the "
+                "token changes");
         if (load_token(o->token_file, getenv("DLAUNCH_TOKEN_FILE"), &from) < 0)
             return 2;
         if (from == NULL)
-            return dl__ctl_usage_error("token: no token to make the credential from (--token-file or "
-                               "DLAUNCH_TOKEN: the server's own)");
+            return dl__ctl_usage_error(
+                "token: no token to make the credential from (--token-file or "
+                "DLAUNCH_TOKEN: the server's own)");
         r = dl_proto_token_scrape(from, &key);
         if (r == 0)
             r = dl_proto_token_text(key, &text);
         if (r < 0)
-            fprintf(stderr, "dlaunch: token: a %s key cannot make the read-only credential; "
+            fprintf(stderr,
+                    "dlaunch: token: a %s key cannot make the read-only credential; "
                     "it needs the server's own token\n",
                     dl_proto_token_kind_name(dl_proto_token_kind(from)));
         else
@@ -488,23 +492,24 @@ int dl__ctl_token(const char *cmd, const ctl_opts_t *o)
         return dl__ctl_usage_error("token needs the RUN_ID of the job");
     int64_t lifetime = DL_PROTO_KEY_LIFETIME_S;
     if (o->expires != NULL && dl_proto_lifetime_parse(o->expires, &lifetime) < 0)
-        return dl__ctl_usage_error("--expires: '%s' is not a lifetime from 1s to %lldd (N, or N with s, "
-                           "m, h or d)",
-                           o->expires, DL_PROTO_KEY_LIFETIME_MAX_S / 86400);
+        return dl__ctl_usage_error(
+            "--expires: '%s' is not a lifetime from 1s to %lldd (N, or N with s, "
+            "m, h or d)",
+            o->expires, DL_PROTO_KEY_LIFETIME_MAX_S / 86400);
     if (!dl_proto_run_id_valid(o->args[0]))
         return dl__ctl_usage_error("'%s' is not a run id (letters, digits, '.', '_', ':', '-')",
-                           o->args[0]);
+                                   o->args[0]);
     if (load_token(o->token_file, getenv("DLAUNCH_TOKEN_FILE"), &from) < 0)
         return 2;
     if (from == NULL)
         return dl__ctl_usage_error("token: no token to make the key from (--token-file or "
-                           "DLAUNCH_TOKEN: the rendezvous' own)");
+                                   "DLAUNCH_TOKEN: the rendezvous' own)");
     if (o->expires != NULL && dl_proto_token_kind(from) != DL_PROTO_TOKEN_MASTER) {
         const char *kind = dl_proto_token_kind_name(dl_proto_token_kind(from));
         dl_proto_token_free(from);
         return dl__ctl_usage_error("token --expires: a %s key keeps its own expiry; only the "
-                           "rendezvous' token makes keys of a new lifetime",
-                           kind);
+                                   "rendezvous' token makes keys of a new lifetime",
+                                   kind);
     }
     /* Issued now: a revocation of this run withdraws it with the keys made before it. */
     int64_t now = (int64_t)time(NULL);
@@ -541,18 +546,20 @@ int dl__ctl_revoke(const char *cmd, const ctl_opts_t *o)
     if (o->nargs != 1)
         return dl__ctl_usage_error("revoke needs the RUN_ID whose keys to withdraw");
     if (o->etcd)
-        return dl__ctl_usage_error("revoke: an etcd job's keys are its etcd credentials; withdraw them "
-                           "in etcd (docs/etcd.md)");
+        return dl__ctl_usage_error(
+            "revoke: an etcd job's keys are its etcd credentials; withdraw them "
+            "in etcd (docs/etcd.md)");
     int64_t now = before;
     if (o->before != NULL && (dl_proto_time_parse(o->before, &before) < 0 || before < 1))
         return dl__ctl_usage_error("--before: '%s' is not a moment (Unix seconds, or "
-                           "YYYY-MM-DDTHH:MM:SSZ)",
-                           o->before);
+                                   "YYYY-MM-DDTHH:MM:SSZ)",
+                                   o->before);
     /* A moment ahead would refuse the keys made from now until then too: not a withdrawal. */
     if (before > now + DL_PROTO_KEY_LEEWAY_S)
-        return dl__ctl_usage_error("--before: '%s' is ahead of this machine's clock; revoke withdraws "
-                           "keys already made",
-                           o->before);
+        return dl__ctl_usage_error(
+            "--before: '%s' is ahead of this machine's clock; revoke withdraws "
+            "keys already made",
+            o->before);
     int r = connect_as(endpoint, where, DL_PROTO_ROLE_CONTROL, o->args[0], o->token_file,
                        o->timeout, &c);
     if (r != 0)

@@ -78,9 +78,10 @@ static int with_kubernetes(dl_job_spec_t *spec)
     /* The kubelet sends SIGTERM, then SIGKILL after the grace period: the workers' stop must
      * end before, with a moment left for the agent to report. */
     if (spec->stop_timeout + 2 > DL_KUBE_GRACE_S && !spec->quiet)
-        fprintf(stderr, "dlaunch: warning: --stop-timeout %g s does not fit a pod's default "
-                        "termination grace period (%d s): give the pod a "
-                        "terminationGracePeriodSeconds above it (docs/kubernetes.md)\n",
+        fprintf(stderr,
+                "dlaunch: warning: --stop-timeout %g s does not fit a pod's default "
+                "termination grace period (%d s): give the pod a "
+                "terminationGracePeriodSeconds above it (docs/kubernetes.md)\n",
                 spec->stop_timeout, DL_KUBE_GRACE_S);
     return 0;
 }
@@ -98,11 +99,15 @@ static void warn_ignored(const dl_job_spec_t *spec)
     if (spec->quiet)
         return;
     if (spec->logs_specs != NULL)
-        fprintf(stderr, "dlaunch: warning: --logs-specs %s is ignored: dlaunch keeps every rank's "
-                        "output in --log-dir (see -r/--redirects, -t/--tee)\n", spec->logs_specs);
+        fprintf(stderr,
+                "dlaunch: warning: --logs-specs %s is ignored: dlaunch keeps every rank's "
+                "output in --log-dir (see -r/--redirects, -t/--tee)\n",
+                spec->logs_specs);
     if (spec->event_log_handler != NULL && strcmp(spec->event_log_handler, "null") != 0)
-        fprintf(stderr, "dlaunch: warning: --event-log-handler %s is ignored: see --events for "
-                        "dlaunch's event stream\n", spec->event_log_handler);
+        fprintf(stderr,
+                "dlaunch: warning: --event-log-handler %s is ignored: see --events for "
+                "dlaunch's event stream\n",
+                spec->event_log_handler);
 }
 
 int main(int argc, char **argv)

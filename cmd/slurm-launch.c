@@ -116,8 +116,8 @@ int dl_slurm_apply(dl_job_spec_t *spec, const dl_slurm_env_t *se, char *err, siz
     return 0;
 }
 
-int dl_slurm_self_launch(const dl_job_spec_t *spec, const dl_slurm_env_t *se, int argc,
-                         char **argv, char *err, size_t errlen)
+int dl_slurm_self_launch(const dl_job_spec_t *spec, const dl_slurm_env_t *se, int argc, char **argv,
+                         char *err, size_t errlen)
 {
     char nodes[32], ntasks[32], cpus[32], self[4096];
     char nonce[DL_PROTO_NONCE_HEX_LEN + 1];

@@ -15,7 +15,7 @@ int dl_slurm_apply(dl_job_spec_t *spec, const dl_slurm_env_t *se, char *err, siz
 /* Inside an allocation but outside a step: replaces this process with
  * `srun --nodes N --ntasks-per-node 1 ... dlaunch ARGS`. Returns only on failure, or with 0
  * after printing that srun line when spec->dry_run (then nothing else is to run). */
-int dl_slurm_self_launch(const dl_job_spec_t *spec, const dl_slurm_env_t *se, int argc,
-                         char **argv, char *err, size_t errlen);
+int dl_slurm_self_launch(const dl_job_spec_t *spec, const dl_slurm_env_t *se, int argc, char **argv,
+                         char *err, size_t errlen);
 
 #endif

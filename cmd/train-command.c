@@ -61,8 +61,9 @@ int dl_train_command(dl_job_spec_t *spec, char **environ_list, char *err, size_t
     /* A spare waits for a rank in dlaunch.torch's import; the trainer has no such wait and
      * would start as a rank of its own. */
     if (spec->spares > 0) {
-        snprintf(err, errlen, "--spares %d: the bundled trainer does not wait as a spare (only "
-                              "PyTorch programs with dlaunch.torch do; docs/recovery.md)",
+        snprintf(err, errlen,
+                 "--spares %d: the bundled trainer does not wait as a spare (only "
+                 "PyTorch programs with dlaunch.torch do; docs/recovery.md)",
                  spec->spares);
         return -EINVAL;
     }

@@ -229,9 +229,9 @@ static int scan_maps(const char *a, const char *b, int *live, char *why, size_t 
         }
         if (ok != 0 || want >= end || hi <= want || lo > want)
             continue;
-        int anon = (nl == 0 || strncmp(name, "[heap]", nl) == 0 ||
-                    strncmp(name, "[anon:", 6) == 0) &&
-                   strcmp(perms, "rw-p") == 0 && inode == 0;
+        int anon =
+            (nl == 0 || strncmp(name, "[heap]", nl) == 0 || strncmp(name, "[anon:", 6) == 0) &&
+            strcmp(perms, "rw-p") == 0 && inode == 0;
         if (!anon && !(ours && strcmp(perms, "rw-s") == 0)) {
             snprintf(why, whylen, "its memory is not private anonymous memory (%.*s %s)",
                      (int)(nl > 60 ? 60 : nl), name, perms);
@@ -287,8 +287,7 @@ static int adopt_new(char *a, size_t len, dl__coll_adoption_t *ret, char *why, s
     return 0;
 }
 
-int dl__coll_adopt(const void *p, size_t bytes, dl__coll_adoption_t *ret, char *why,
-                   size_t whylen)
+int dl__coll_adopt(const void *p, size_t bytes, dl__coll_adoption_t *ret, char *why, size_t whylen)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = ((uintptr_t)p + page - 1) / page * page;
@@ -313,8 +312,8 @@ int dl__coll_adopt(const void *p, size_t bytes, dl__coll_adoption_t *ret, char *
         }
         if (lo <= a && hi >= b) {
             e->uses++;
-            *ret = (dl__coll_adoption_t){.base = e->base, .len = e->len, .fd = e->fd,
-                                         .serial = e->serial};
+            *ret = (dl__coll_adoption_t){
+                .base = e->base, .len = e->len, .fd = e->fd, .serial = e->serial};
             r = 0;
             goto out;
         }
@@ -322,8 +321,10 @@ int dl__coll_adopt(const void *p, size_t bytes, dl__coll_adoption_t *ret, char *
          * below, which retires the old one. */
     }
     if (wasted >= MAX_WASTED) {
-        snprintf(why, whylen, "%d buffers were freed within %d calls of being adopted (buffers "
-                              "allocated anew for every call)", wasted, MIN_USES);
+        snprintf(why, whylen,
+                 "%d buffers were freed within %d calls of being adopted (buffers "
+                 "allocated anew for every call)",
+                 wasted, MIN_USES);
         goto out;
     }
     /* A new adoption: first let go of the retired ones none of whose pages are mapped. */

@@ -49,8 +49,8 @@ static int request(store_boot_t *b, const dl_rdzv_kv_req_t *req, json_t **ret_re
     dl_rdzv_kv_result_t res;
     dl_proto_errcode_t code;
     /* A wait answers by its own timeout_ms: give the call a margin past it. */
-    int r = dl_rdzv_sync_kv(b->client, req, b->timeout_s + 5, &reply, &res, &code, why,
-                            sizeof(why));
+    int r =
+        dl_rdzv_sync_kv(b->client, req, b->timeout_s + 5, &reply, &res, &code, why, sizeof(why));
     if (r == -EPROTO) {
         r = code == DL_PROTO_E_TIMEOUT ? -ETIMEDOUT : -EPROTO;
         snprintf(err, errlen, "bootstrap: store at %s, round %u: %s%s", b->store, b->round, why,
@@ -111,8 +111,8 @@ static int unhex(char c)
 }
 
 /* Waits for key, then reads exactly len bytes of hex from it into out. */
-static int wait_get_hex(store_boot_t *b, const char *key, unsigned char *out, size_t len,
-                        char *err, size_t errlen)
+static int wait_get_hex(store_boot_t *b, const char *key, unsigned char *out, size_t len, char *err,
+                        size_t errlen)
 {
     const char *keys[] = {key};
     dl_rdzv_kv_req_t wait = {.op = DL_PROTO_KV_WAIT,
@@ -137,8 +137,8 @@ static int wait_get_hex(store_boot_t *b, const char *key, unsigned char *out, si
     }
     json_decref(result);
     if (!ok) {
-        snprintf(err, errlen, "bootstrap: store at %s: %s is not %zu bytes of hex", b->store,
-                 key, len);
+        snprintf(err, errlen, "bootstrap: store at %s: %s is not %zu bytes of hex", b->store, key,
+                 len);
         return -EPROTO;
     }
     return 0;
@@ -197,8 +197,8 @@ int dl__coll_boot_store_open(const dl_coll_options_t *o, dl__coll_boot_t **ret_b
     b->group = group;
     b->generation = o->generation;
     snprintf(b->store, sizeof(b->store), "%s", o->store);
-    r = dl_proto_token_load(o->token_file[0] != '\0' ? o->token_file : NULL, o->token, &token,
-                            why, sizeof(why));
+    r = dl_proto_token_load(o->token_file[0] != '\0' ? o->token_file : NULL, o->token, &token, why,
+                            sizeof(why));
     if (r == 0)
         r = dl_rdzv_sync_connect(host, port, DL_PROTO_ROLE_WORKER, o->run_id, token, b->timeout_s,
                                  &b->client, why, sizeof(why));

@@ -260,11 +260,11 @@ typedef enum {
 } dl_coll_rec_state_t;
 
 typedef enum {
-    DL_COLL_REC_ALGO_NONE = 0, /* the operation has one way on its transport */
-    DL_COLL_REC_ALGO_LOCAL,    /* nothing to exchange: one rank, or nothing to send */
-    DL_COLL_REC_ALGO_SHM_SMALL, /* shared memory: every rank reduces the whole message */
-    DL_COLL_REC_ALGO_SHM_PAIR,  /* shared memory, two ranks: each reads the other's input */
-    DL_COLL_REC_ALGO_SHM_SLICE, /* shared memory: each rank reduces one slice */
+    DL_COLL_REC_ALGO_NONE = 0,     /* the operation has one way on its transport */
+    DL_COLL_REC_ALGO_LOCAL,        /* nothing to exchange: one rank, or nothing to send */
+    DL_COLL_REC_ALGO_SHM_SMALL,    /* shared memory: every rank reduces the whole message */
+    DL_COLL_REC_ALGO_SHM_PAIR,     /* shared memory, two ranks: each reads the other's input */
+    DL_COLL_REC_ALGO_SHM_SLICE,    /* shared memory: each rank reduces one slice */
     DL_COLL_REC_ALGO_TCP_DOUBLING, /* TCP: recursive doubling */
     DL_COLL_REC_ALGO_TCP_RING,     /* TCP: pipelined ring */
     DL_COLL_REC_ALGO_HIER,         /* within the host, across hosts' leaders, within the host */
@@ -286,9 +286,9 @@ typedef struct {
 
 typedef struct {
     int rank, world_size, pid;
-    char transport[16];            /* "self", "shm", "tcp", "shm+tcp" */
-    unsigned long long issued;     /* newest operation issued, queued ones included */
-    double created;                /* Unix seconds when the group set the recorder up */
+    char transport[16];        /* "self", "shm", "tcp", "shm+tcp" */
+    unsigned long long issued; /* newest operation issued, queued ones included */
+    double created;            /* Unix seconds when the group set the recorder up */
 } dl_coll_rec_info_t;
 
 typedef struct dl_coll_rec_reader_s dl_coll_rec_reader_t;

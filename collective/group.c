@@ -275,8 +275,8 @@ static int setup_shm(dl_coll_group_t *g, dl__coll_boot_t *boot, const blob_t *bl
     char name[96];
     /* Port and leader pid keep concurrent jobs apart; the host hash keeps fake hosts (tests) on
      * one machine apart. */
-    snprintf(name, sizeof(name), "/dlcoll-%d-%d-%08" PRIx32 "-%d", g->opts.master_port,
-             lead->pid, (uint32_t)lead->host_a, g->opts.generation);
+    snprintf(name, sizeof(name), "/dlcoll-%d-%d-%08" PRIx32 "-%d", g->opts.master_port, lead->pid,
+             (uint32_t)lead->host_a, g->opts.generation);
     void *map = NULL;
     int r = 0;
     if (ln > 1 && g->local_rank == 0)
@@ -374,8 +374,8 @@ static int setup(dl_coll_group_t *g, dl__coll_boot_t *boot, char *err, size_t er
     unsigned char raw[BLOB_BYTES], *table = NULL;
     blob_t *blobs = NULL;
     char key[DL_COLL_RUN_ID_MAX + 64];
-    int klen = snprintf(key, sizeof(key), "%s|%d|%d|%d", o->run_id, o->world_size,
-                        o->master_port, o->generation);
+    int klen = snprintf(key, sizeof(key), "%s|%d|%d|%d", o->run_id, o->world_size, o->master_port,
+                        o->generation);
     uint64_t job_key = dl__coll_hash64(key, (size_t)klen, 7);
 
     host_identity(o, &mine.host_a, &mine.host_b, &mine.machine);
@@ -497,8 +497,7 @@ void dl_coll_group_abort(dl_coll_group_t *g, const char *why)
         goto raise;
     snprintf(g->abort_why, sizeof(g->abort_why), "%s",
              why != NULL && why[0] != '\0' ? why : "the group was aborted");
-    __atomic_compare_exchange_n(&g->aborted, &expected, 1, 0, __ATOMIC_RELEASE,
-                                __ATOMIC_RELAXED);
+    __atomic_compare_exchange_n(&g->aborted, &expected, 1, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 raise:
     dl__coll_shm_abort(g->shm);
     dl__coll_tcp_abort(g->tcp);
@@ -635,10 +634,9 @@ int dl_coll_broadcast(dl_coll_group_t *g, void *buf, size_t count, dl_coll_dtype
         return -EINVAL;
     dl__coll_drain(g);
     size_t bytes = count * dl_coll_dtype_size(dtype);
-    uint64_t seq = dl__coll_rec_begin(&g->rec, DL_COLL_REC_BROADCAST, bytes,
-                                      g->size == 1 || bytes == 0 ? DL_COLL_REC_ALGO_LOCAL
-                                                                 : DL_COLL_REC_ALGO_NONE,
-                                      dtype, root);
+    uint64_t seq = dl__coll_rec_begin(
+        &g->rec, DL_COLL_REC_BROADCAST, bytes,
+        g->size == 1 || bytes == 0 ? DL_COLL_REC_ALGO_LOCAL : DL_COLL_REC_ALGO_NONE, dtype, root);
     int r = broadcast(g, buf, bytes, root);
     dl__coll_rec_end(&g->rec, seq, r);
     return r;
@@ -727,12 +725,12 @@ int dl_coll_allgather(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, si
         return -EINVAL;
     dl__coll_drain(g);
     size_t bytes = count * dl_coll_dtype_size(dtype);
-    uint64_t seq = dl__coll_rec_begin(&g->rec, DL_COLL_REC_ALLGATHER, bytes,
-                                      g->size == 1 || bytes == 0 ? DL_COLL_REC_ALGO_LOCAL
-                                      : g->nhosts > 1 && g->nhosts < g->size
-                                          ? DL_COLL_REC_ALGO_HIER
-                                          : DL_COLL_REC_ALGO_NONE,
-                                      dtype, -1);
+    uint64_t seq =
+        dl__coll_rec_begin(&g->rec, DL_COLL_REC_ALLGATHER, bytes,
+                           g->size == 1 || bytes == 0             ? DL_COLL_REC_ALGO_LOCAL
+                           : g->nhosts > 1 && g->nhosts < g->size ? DL_COLL_REC_ALGO_HIER
+                                                                  : DL_COLL_REC_ALGO_NONE,
+                           dtype, -1);
     int r = allgather(g, sendbuf, recvbuf, count, dtype);
     dl__coll_rec_end(&g->rec, seq, r);
     return r;
@@ -745,9 +743,8 @@ int dl_coll_host_of(const dl_coll_group_t *g, int rank)
     return g->host_of != NULL ? g->host_of[rank] : 0;
 }
 
-static int reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf,
-                          size_t recvcount, dl_coll_dtype_t dtype, dl_coll_op_t op,
-                          int extra_block, void *extra_recv)
+static int reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbuf, size_t recvcount,
+                          dl_coll_dtype_t dtype, dl_coll_op_t op, int extra_block, void *extra_recv)
 {
     if (g->err.code != 0)
         return g->err.code;
@@ -803,12 +800,12 @@ int dl_coll_reduce_scatter(dl_coll_group_t *g, const void *sendbuf, void *recvbu
         return -EINVAL;
     dl__coll_drain(g);
     size_t bytes = recvcount * dl_coll_dtype_size(dtype) * (size_t)g->size;
-    uint64_t seq = dl__coll_rec_begin(&g->rec, DL_COLL_REC_REDUCE_SCATTER, bytes,
-                                      g->size == 1 || bytes == 0 ? DL_COLL_REC_ALGO_LOCAL
-                                      : g->nhosts > 1 && g->nhosts < g->size
-                                          ? DL_COLL_REC_ALGO_HIER
-                                          : DL_COLL_REC_ALGO_NONE,
-                                      dtype, -1);
+    uint64_t seq =
+        dl__coll_rec_begin(&g->rec, DL_COLL_REC_REDUCE_SCATTER, bytes,
+                           g->size == 1 || bytes == 0             ? DL_COLL_REC_ALGO_LOCAL
+                           : g->nhosts > 1 && g->nhosts < g->size ? DL_COLL_REC_ALGO_HIER
+                                                                  : DL_COLL_REC_ALGO_NONE,
+                           dtype, -1);
     int r = reduce_scatter(g, sendbuf, recvbuf, recvcount, dtype, op, -1, NULL);
     dl__coll_rec_end(&g->rec, seq, r);
     return r;
@@ -823,12 +820,12 @@ int dl_coll_reduce_scatter_extra(dl_coll_group_t *g, const void *sendbuf, void *
         return -EINVAL;
     dl__coll_drain(g);
     size_t bytes = recvcount * dl_coll_dtype_size(dtype) * (size_t)g->size;
-    uint64_t seq = dl__coll_rec_begin(&g->rec, DL_COLL_REC_REDUCE_SCATTER, bytes,
-                                      g->size == 1 || bytes == 0 ? DL_COLL_REC_ALGO_LOCAL
-                                      : g->nhosts > 1 && g->nhosts < g->size
-                                          ? DL_COLL_REC_ALGO_HIER
-                                          : DL_COLL_REC_ALGO_NONE,
-                                      dtype, -1);
+    uint64_t seq =
+        dl__coll_rec_begin(&g->rec, DL_COLL_REC_REDUCE_SCATTER, bytes,
+                           g->size == 1 || bytes == 0             ? DL_COLL_REC_ALGO_LOCAL
+                           : g->nhosts > 1 && g->nhosts < g->size ? DL_COLL_REC_ALGO_HIER
+                                                                  : DL_COLL_REC_ALGO_NONE,
+                           dtype, -1);
     int r = reduce_scatter(g, sendbuf, recvbuf, recvcount, dtype, op, extra_block, extra_recv);
     dl__coll_rec_end(&g->rec, seq, r);
     return r;

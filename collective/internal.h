@@ -203,8 +203,7 @@ typedef struct {
 /* Finds or makes the adoption of the whole pages inside [p, p + bytes). Returns 0 and fills
  * *ret; 1 when this memory cannot be adopted (why says why: not anonymous memory, no whole
  * page, ...); or a negative errno (why names the step). The fd stays the registry's. */
-int dl__coll_adopt(const void *p, size_t bytes, dl__coll_adoption_t *ret, char *why,
-                   size_t whylen);
+int dl__coll_adopt(const void *p, size_t bytes, dl__coll_adoption_t *ret, char *why, size_t whylen);
 
 /* ---- shared-memory transport (shm.c) --------------------------------------------------------- */
 
@@ -228,7 +227,8 @@ void dl__coll_shm_close(dl__coll_shm_t *s);
 void dl__coll_shm_abort(dl__coll_shm_t *s);
 
 /* Which algorithm dl__coll_shm_allreduce takes (for the flight recorder, and itself). */
-dl_coll_rec_algo_t dl__coll_shm_allreduce_algo(const dl__coll_shm_t *s, size_t bytes, int root_only);
+dl_coll_rec_algo_t dl__coll_shm_allreduce_algo(const dl__coll_shm_t *s, size_t bytes,
+                                               int root_only);
 /* root_only: only member 0 gets the result (the first half of a hierarchical all-reduce). */
 int dl__coll_shm_allreduce(dl__coll_shm_t *s, const void *src, void *dst, size_t count,
                            dl_coll_dtype_t dtype, dl_coll_op_t op, int root_only);
@@ -275,7 +275,6 @@ void dl__coll_rec_open(dl__coll_rec_t *rec, const dl_coll_options_t *o, int rank
                        const char *transport);
 void dl__coll_rec_close(dl__coll_rec_t *rec);
 
-
 static inline uint64_t dl__coll_rec_tick(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -316,8 +315,8 @@ static inline uint64_t dl__coll_rec_issue(dl__coll_rec_t *rec)
 }
 
 static inline void dl__coll_rec_start(dl__coll_rec_t *rec, uint64_t seq, dl_coll_rec_op_t op,
-                                      size_t bytes, dl_coll_rec_algo_t algo,
-                                      dl_coll_dtype_t dtype, int root)
+                                      size_t bytes, dl_coll_rec_algo_t algo, dl_coll_dtype_t dtype,
+                                      int root)
 {
     if (seq == 0)
         return;
@@ -392,7 +391,7 @@ struct dl_coll_group_s {
     dl__coll_err_t err;
     dl__coll_mem_t mem; /* dl_coll_mem_alloc's blocks */
     dl__coll_rec_t rec; /* the flight recorder */
-    char *scratch; /* hierarchical all-gather and reduce-scatter; grown, never shrunk */
+    char *scratch;      /* hierarchical all-gather and reduce-scatter; grown, never shrunk */
     size_t scratch_cap;
     int hosts_in_rank_order; /* every host's ranks consecutive, hosts in rank order */
     char *order_buf;         /* order.c's gathered inputs; grown, never shrunk */

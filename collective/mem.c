@@ -117,8 +117,7 @@ static int map_peer(dl__coll_region_t *r, int j, const block_desc_t *d, int rank
 
 /* Swaps descriptors with the host's members and maps theirs; returns 0 only when every member
  * mapped every block. */
-static int share_block(dl_coll_group_t *g, dl__coll_region_t *r, int made, char *err,
-                       size_t errlen)
+static int share_block(dl_coll_group_t *g, dl__coll_region_t *r, int made, char *err, size_t errlen)
 {
     dl__coll_shm_t *s = g->shm;
     int n = g->mem.members, me = dl__coll_shm_member(s);
@@ -180,10 +179,9 @@ int dl_coll_mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *er
     }
     dl__coll_drain(g);
     /* Collective too: a rank that never comes leaves the others waiting here. */
-    uint64_t seq = dl__coll_rec_begin(&g->rec, DL_COLL_REC_MEM_ALLOC, bytes,
-                                      g->shm != NULL ? DL_COLL_REC_ALGO_NONE
-                                                     : DL_COLL_REC_ALGO_LOCAL,
-                                      DL_COLL_INT32, -1);
+    uint64_t seq = dl__coll_rec_begin(
+        &g->rec, DL_COLL_REC_MEM_ALLOC, bytes,
+        g->shm != NULL ? DL_COLL_REC_ALGO_NONE : DL_COLL_REC_ALGO_LOCAL, DL_COLL_INT32, -1);
     int r = mem_alloc(g, bytes, ret_ptr, err, errlen);
     dl__coll_rec_end(&g->rec, seq, r);
     return r;

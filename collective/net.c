@@ -147,9 +147,9 @@ int dl__coll_iface_pick(const struct ifaddrs *list, const char *ifname,
         found = 1;
         if (!usable(i->ifa_addr))
             continue;
-        int k = prefer != NULL && same_host(i->ifa_addr, prefer)                    ? 3
+        int k = prefer != NULL && same_host(i->ifa_addr, prefer)                   ? 3
                 : prefer != NULL && i->ifa_addr->sa_family == prefer->ss.ss_family ? 2
-                                                                                     : 1;
+                                                                                   : 1;
         if (k > rank) {
             rank = k;
             best = i->ifa_addr;

@@ -2,9 +2,9 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <stddef.h>
 #include <string.h>
 
 #include "config.h"
@@ -49,24 +49,18 @@ void dl_coll_options_init(dl_coll_options_t *o)
 const char *dl__coll_transport_str(dl_coll_transport_t t)
 {
     switch (t) {
-    case DL_COLL_TRANSPORT_TCP:
-        return "tcp";
-    case DL_COLL_TRANSPORT_SHM:
-        return "shm";
-    default:
-        return "auto";
+    case DL_COLL_TRANSPORT_TCP: return "tcp";
+    case DL_COLL_TRANSPORT_SHM: return "shm";
+    default: return "auto";
     }
 }
 
 const char *dl__coll_algo_str(dl_coll_algo_t a)
 {
     switch (a) {
-    case DL_COLL_ALGO_LATENCY:
-        return "latency";
-    case DL_COLL_ALGO_BANDWIDTH:
-        return "bandwidth";
-    default:
-        return "auto";
+    case DL_COLL_ALGO_LATENCY: return "latency";
+    case DL_COLL_ALGO_BANDWIDTH: return "bandwidth";
+    default: return "auto";
     }
 }
 
@@ -178,14 +172,14 @@ static const dl_opt_t vars[] = {
     {"rank", NULL, 0, &dl_opt_int, OFF(rank), 0, INT_MAX, NULL, NULL, "N", "this rank", 0, 0},
     {"local-rank", NULL, 0, &dl_opt_int, OFF(local_rank), 0, INT_MAX, NULL, NULL, "N",
      "this rank on its host", 0, 0},
-    {"local-world-size", NULL, 0, &dl_opt_int, OFF(local_world_size), 1, INT_MAX, NULL, NULL,
-     "N", "ranks on this host", 0, 0},
+    {"local-world-size", NULL, 0, &dl_opt_int, OFF(local_world_size), 1, INT_MAX, NULL, NULL, "N",
+     "ranks on this host", 0, 0},
     {"master-addr", NULL, 0, &t_text, OFF(master_addr), 0, CAP(master_addr), NULL, NULL,
      "a host name or address", "where rank 0 hosts the bootstrap", 0, 0},
     {"master-port", NULL, 0, &dl_opt_int, OFF(master_port), 1, 65535, NULL, NULL, "PORT",
      "its port", 0, 0},
-    {"torchelastic-run-id", NULL, 0, &t_text, OFF(run_id), 0, CAP(run_id), NULL, NULL,
-     "a run id", "keeps jobs apart", 0, 0},
+    {"torchelastic-run-id", NULL, 0, &t_text, OFF(run_id), 0, CAP(run_id), NULL, NULL, "a run id",
+     "keeps jobs apart", 0, 0},
     {"dlaunch-store", NULL, 0, &t_text, OFF(store), 0, CAP(store), NULL, NULL, "HOST:PORT",
      "the job's key-value store, where ranks meet", 0, 0},
     {"dlaunch-token-file", NULL, 0, &t_text, OFF(token_file), 0, CAP(token_file), NULL, NULL,
@@ -197,15 +191,13 @@ static const dl_opt_t vars[] = {
     {"dlaunch-coll-timeout", NULL, 0, &t_seconds, OFF(timeout_ms), 0, 0, NULL, NULL, "SEC",
      "how long an operation waits for a peer", 0, 0},
     {"dlaunch-coll-shm-small", NULL, 0, &t_bytes, OFF(shm_small_bytes), 0, MAX_CHUNK, with_auto,
-     NULL, "auto or a byte count such as 65536 or 64K", "latency algorithm up to this size", 0,
-     0},
+     NULL, "auto or a byte count such as 65536 or 64K", "latency algorithm up to this size", 0, 0},
     {"dlaunch-coll-tcp-small", NULL, 0, &t_bytes, OFF(tcp_small_bytes), 0, (double)(SIZE_MAX >> 1),
-     NULL, NULL, "a byte count such as 65536 or 64K", "latency algorithm up to this size", 0,
-     0},
-    {"dlaunch-coll-shm-chunk", NULL, 0, &t_bytes, OFF(shm_chunk_bytes), 4096, MAX_CHUNK, NULL,
-     NULL, "a byte count from 4K to 1G", "bytes per shared-memory round", 0, 0},
-    {"dlaunch-coll-tcp-chunk", NULL, 0, &t_bytes, OFF(tcp_chunk_bytes), 4096, MAX_CHUNK, NULL,
-     NULL, "a byte count from 4K to 1G", "receive and reduce granularity", 0, 0},
+     NULL, NULL, "a byte count such as 65536 or 64K", "latency algorithm up to this size", 0, 0},
+    {"dlaunch-coll-shm-chunk", NULL, 0, &t_bytes, OFF(shm_chunk_bytes), 4096, MAX_CHUNK, NULL, NULL,
+     "a byte count from 4K to 1G", "bytes per shared-memory round", 0, 0},
+    {"dlaunch-coll-tcp-chunk", NULL, 0, &t_bytes, OFF(tcp_chunk_bytes), 4096, MAX_CHUNK, NULL, NULL,
+     "a byte count from 4K to 1G", "receive and reduce granularity", 0, 0},
     {"dlaunch-coll-recorder-timed", NULL, 0, &t_bytes, OFF(recorder_timed_bytes), 0,
      (double)(SIZE_MAX >> 1), NULL, NULL, "a byte count such as 0 or 64K",
      "the flight recorder times operations of this size and above", 0, 0},
@@ -245,8 +237,10 @@ int dl_coll_options_from_env(dl_coll_options_t *opts, char **envp, char *err, si
     o.recorder_path[0] = '\0';
     if (v != NULL && *v != '\0' && strcmp(v, "auto") != 0 && strcmp(v, "off") != 0) {
         if (strlen(v) >= sizeof(o.recorder_path)) {
-            snprintf(err, errlen, "DLAUNCH_COLL_RECORDER: not auto, off or a file name of at "
-                                  "most %zu bytes", sizeof(o.recorder_path) - 1);
+            snprintf(err, errlen,
+                     "DLAUNCH_COLL_RECORDER: not auto, off or a file name of at "
+                     "most %zu bytes",
+                     sizeof(o.recorder_path) - 1);
             return -EINVAL;
         }
         snprintf(o.recorder_path, sizeof(o.recorder_path), "%s", v);

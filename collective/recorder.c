@@ -8,9 +8,9 @@
  * by a sequence lock so that a reader never takes half an update for a whole one.
  * The reader converts ticks to CLOCK_MONOTONIC through the anchor the writer took at setup and a
  * second one of its own. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <dirent.h>
 #include <linux/magic.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -378,9 +378,9 @@ size_t dl_coll_rec_read(const dl_coll_rec_reader_t *r, dl_coll_rec_info_t *ret_i
 
 const char *dl_coll_rec_op_name(dl_coll_rec_op_t op)
 {
-    static const char *names[] = {"none",      "all-reduce", "broadcast", "all-gather",
-                                  "reduce-scatter", "barrier",    "mem-alloc", "send",
-                                  "recv"};
+    static const char *names[] = {"none",       "all-reduce",     "broadcast",
+                                  "all-gather", "reduce-scatter", "barrier",
+                                  "mem-alloc",  "send",           "recv"};
     return (unsigned)op < sizeof(names) / sizeof(names[0]) ? names[op] : "?";
 }
 

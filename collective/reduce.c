@@ -147,17 +147,9 @@ void dl__coll_scale(void *buf, size_t count, dl_coll_dtype_t dtype, int divisor)
     if (divisor == 1 || count == 0)
         return;
     switch (dtype) {
-    case DL_COLL_FLOAT32:
-        f32_div(buf, (float)divisor, count);
-        break;
-    case DL_COLL_FLOAT64:
-        f64_div(buf, (double)divisor, count);
-        break;
-    case DL_COLL_INT32:
-        i32_div(buf, divisor, count);
-        break;
-    case DL_COLL_INT64:
-        i64_div(buf, divisor, count);
-        break;
+    case DL_COLL_FLOAT32: f32_div(buf, (float)divisor, count); break;
+    case DL_COLL_FLOAT64: f64_div(buf, (double)divisor, count); break;
+    case DL_COLL_INT32: i32_div(buf, divisor, count); break;
+    case DL_COLL_INT64: i64_div(buf, divisor, count); break;
     }
 }

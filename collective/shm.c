@@ -42,7 +42,7 @@
 #define SEG_MAGIC 0x444c434d53484d31ull /* "DLCMSHM1" */
 #define LINE 128                        /* a cache line pair: the prefetcher pulls two */
 #define HDR_BYTES 4096
-#define SLICE_MS 20 /* futex sleep between liveness checks */
+#define SLICE_MS 20            /* futex sleep between liveness checks */
 #define PIECE_BYTES (64 << 10) /* the large all-reduce's private reduce buffer: fits L2 */
 /* Both buffers shared on both members: from here each reduces half (A/B, 2 members, 16 MiB:
  * 11.0-13.3 GB/s against 11.7-14.8 for the whole; 32 to 256 MiB: better in 12 of 16 pairs). */
@@ -540,8 +540,10 @@ static int peer_block(dl__coll_shm_t *s, int peer, uint32_t k, int i, size_t byt
         /* An adoption holds the buffer's whole pages, or more (an earlier buffer's); the
          * buffer must overlap it. */
         if (len == 0 || len > ((uint64_t)1 << 62) || off >= (int64_t)len || off <= -(int64_t)bytes)
-            return dl__coll_fail(s->err, -EPROTO, "shm: rank %d announced a buffer outside its "
-                                                  "adopted block", s->ranks[peer]);
+            return dl__coll_fail(s->err, -EPROTO,
+                                 "shm: rank %d announced a buffer outside its "
+                                 "adopted block",
+                                 s->ranks[peer]);
         *ret = map_adopted(s, peer, serial, c->buf_fd[k & 1][i], (size_t)len);
         return 0;
     }
@@ -628,8 +630,8 @@ static int plan_in_place(dl__coll_shm_t *s, int peer, uint32_t k, size_t count, 
     for (int j = 0; j < 2; j++)
         for (int i = 0; i < used; i++) {
             size_t lo, hi;
-            block_range(s->ctl[j].buf_off[k & 1][i], s->ctl[j].buf_len[k & 1][i], count, es,
-                        &lo, &hi);
+            block_range(s->ctl[j].buf_off[k & 1][i], s->ctl[j].buf_len[k & 1][i], count, es, &lo,
+                        &hi);
             p->lo = lo > p->lo ? lo : p->lo;
             p->hi = hi < p->hi ? hi : p->hi;
         }
@@ -730,8 +732,8 @@ static int run_in_place(dl__coll_shm_t *s, int peer, const plan_t *p, const char
     const char *in = src + p->lo * es;
     char *out = dst + p->lo * es;
     int r = p->form == FORM_HALVES
-                ? reduce_sliced_in_place(s, peer, p->round, in, p->their_src, out, p->their_dst,
-                                         m, dtype, op)
+                ? reduce_sliced_in_place(s, peer, p->round, in, p->their_src, out, p->their_dst, m,
+                                         dtype, op)
                 : reduce_in_place(s, peer, p->round, in, p->their_src, out, m, dtype, op);
     if (r == 0 && p->lo > 0)
         r = through_segment(s, src, dst, 0, p->lo, dtype, op);
@@ -815,10 +817,8 @@ int dl__coll_shm_allreduce(dl__coll_shm_t *s, const void *src, void *dst, size_t
     switch (dl__coll_shm_allreduce_algo(s, bytes, root_only)) {
     case DL_COLL_REC_ALGO_SHM_SMALL:
         return allreduce_small(s, src, dst, count, dtype, op, root_only);
-    case DL_COLL_REC_ALGO_SHM_PAIR:
-        return allreduce_pair(s, src, dst, count, dtype, op);
-    default:
-        return allreduce_large(s, src, dst, count, dtype, op, root_only);
+    case DL_COLL_REC_ALGO_SHM_PAIR: return allreduce_pair(s, src, dst, count, dtype, op);
+    default: return allreduce_large(s, src, dst, count, dtype, op, root_only);
     }
 }
 

@@ -185,8 +185,7 @@ static int wait_sides(dl__coll_tcp_t *t, int want_send, int sp, int want_recv, i
         }
     }
     if (deadline - dl__coll_now_ms() <= 0)
-        return link_fail(t, want_recv ? rp : sp, want_recv ? "recv from" : "send to",
-                         -ETIMEDOUT);
+        return link_fail(t, want_recv ? rp : sp, want_recv ? "recv from" : "send to", -ETIMEDOUT);
     int k = wait_events(t, p, np, deadline);
     if (k < 0 && errno != EINTR)
         return dl__coll_fail(t->err, -errno, "tcp poll: %s", strerror(errno));
@@ -386,8 +385,8 @@ static int ring_run(dl__coll_tcp_t *t, const ring_t *g)
         }
         if (st >= steps && rt >= steps)
             break;
-        int r = wait_sides(t, st < steps && so < ready, next, rt < steps, prev, deadline,
-                           &sblocked, &rblocked);
+        int r = wait_sides(t, st < steps && so < ready, next, rt < steps, prev, deadline, &sblocked,
+                           &rblocked);
         if (r < 0)
             return r;
     }
@@ -459,8 +458,8 @@ static int vfirst(int n, int v)
     return v < rem ? 2 * v : v + rem;
 }
 
-int dl__coll_tcp_allgatherv_rd(dl__coll_tcp_t *t, const void *src, void *dst_v,
-                               const size_t *offs, const size_t *bytes)
+int dl__coll_tcp_allgatherv_rd(dl__coll_tcp_t *t, const void *src, void *dst_v, const size_t *offs,
+                               const size_t *bytes)
 {
     char *dst = dst_v;
     int n = t->n, me = t->me, p = pow2_floor(n), rem = n - p, r = 0;
@@ -482,8 +481,8 @@ int dl__coll_tcp_allgatherv_rd(dl__coll_tcp_t *t, const void *src, void *dst_v,
          * so each sends one contiguous range and receives one. */
         int mine = v & ~(mask - 1), theirs = (v ^ mask) & ~(mask - 1);
         int peer = rank_of_vrank(n, v ^ mask);
-        size_t mlo = offs[vfirst(n, mine)], mhi = mine + mask < p ? offs[vfirst(n, mine + mask)]
-                                                                  : total;
+        size_t mlo = offs[vfirst(n, mine)],
+               mhi = mine + mask < p ? offs[vfirst(n, mine + mask)] : total;
         size_t tlo = offs[vfirst(n, theirs)],
                thi = theirs + mask < p ? offs[vfirst(n, theirs + mask)] : total;
         r = xfer(t, peer, dst + mlo, mhi - mlo, peer, dst + tlo, thi - tlo, 0);

@@ -51,12 +51,13 @@ nomem:
 
 /* torchrun runs a script as `python -u SCRIPT ARGS`, a module as `python -u -m MODULE ARGS`, and
  * with --no-python the script itself. */
-static int script_command(dl_job_spec_t *spec, char **environ_list, char *const *script,
-                          size_t n, char *err, size_t errlen)
+static int script_command(dl_job_spec_t *spec, char **environ_list, char *const *script, size_t n,
+                          char *err, size_t errlen)
 {
     if (spec->module && spec->no_python && !spec->run_path) {
-        snprintf(err, errlen, "--no-python and -m/--module do not go together: a module needs "
-                              "the Python interpreter");
+        snprintf(err, errlen,
+                 "--no-python and -m/--module do not go together: a module needs "
+                 "the Python interpreter");
         return -EINVAL;
     }
     if (spec->no_python && !spec->run_path)
@@ -107,9 +108,11 @@ static int free_port_endpoint(dl_job_spec_t *spec, char *err, size_t errlen)
         (colon = strrchr(ep, ':')) == NULL || strcmp(colon + 1, "0") != 0)
         return 0;
     if (spec->nodes_max > 1) {
-        snprintf(err, errlen, "--rdzv-endpoint %s: port 0 picks a free port that the other "
-                              "nodes cannot know; it serves one node (--nnodes 1): give a port "
-                              "for --nnodes %d:%d", ep, spec->nodes_min, spec->nodes_max);
+        snprintf(err, errlen,
+                 "--rdzv-endpoint %s: port 0 picks a free port that the other "
+                 "nodes cannot know; it serves one node (--nnodes 1): give a port "
+                 "for --nnodes %d:%d",
+                 ep, spec->nodes_min, spec->nodes_max);
         return -EINVAL;
     }
     free(spec->rdzv_endpoint);
@@ -158,8 +161,10 @@ int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_li
                 break;
             }
             if (yaml_path != NULL) {
-                snprintf(err, errlen, "unexpected argument '%s' (one JOB.yaml at most; put a "
-                                      "command after --)", a);
+                snprintf(err, errlen,
+                         "unexpected argument '%s' (one JOB.yaml at most; put a "
+                         "command after --)",
+                         a);
                 goto out;
             }
             yaml_path = a;
@@ -179,11 +184,10 @@ int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_li
             const char *eq = strchr(a + 2, '=');
             size_t len = eq != NULL ? (size_t)(eq - (a + 2)) : strlen(a + 2);
             char candidates[400];
-            r = dl_opt_by_prefix(&dl__job_table, a + 2, len, &o, candidates,
-                                 sizeof(candidates));
+            r = dl_opt_by_prefix(&dl__job_table, a + 2, len, &o, candidates, sizeof(candidates));
             if (r == -EINVAL) {
-                snprintf(err, errlen, "ambiguous option '%.*s' could match %s", (int)(len + 2),
-                         a, candidates);
+                snprintf(err, errlen, "ambiguous option '%.*s' could match %s", (int)(len + 2), a,
+                         candidates);
                 goto out;
             }
             if (r < 0) {
@@ -224,8 +228,8 @@ int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_li
     /* torchrun's agent takes its stop grace from this variable; ours ranks below our own. */
     const char *grace = dl_env_get(environ_list, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
     if (grace != NULL && *grace != '\0') {
-        r = dl_opt_set(dl_opt_by_flag(&dl__job_table, "stop-timeout", strlen("stop-timeout")),
-                       spec, grace, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", err, errlen);
+        r = dl_opt_set(dl_opt_by_flag(&dl__job_table, "stop-timeout", strlen("stop-timeout")), spec,
+                       grace, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", err, errlen);
         if (r < 0)
             goto out;
     }
@@ -243,9 +247,10 @@ int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_li
     if (r < 0)
         goto out;
     if (spec->rdzv_backend == DL_RDZV_ETCD_V2) {
-        snprintf(err, errlen, "--rdzv-backend etcd-v2: etcd's v2 API was removed in etcd 3.6 "
-                              "(and is off by default since 3.4); use --rdzv-backend etcd, which "
-                              "speaks the v3 API");
+        snprintf(err, errlen,
+                 "--rdzv-backend etcd-v2: etcd's v2 API was removed in etcd 3.6 "
+                 "(and is off by default since 3.4); use --rdzv-backend etcd, which "
+                 "speaks the v3 API");
         r = -EINVAL;
         goto out;
     }
@@ -260,8 +265,10 @@ int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_li
                       (size_t)(argc - command_at), err, errlen);
     } else if (script_at >= 0) {
         if (yaml_path != NULL) {
-            snprintf(err, errlen, "'%s': a job spec and a script at once (put the script in the "
-                                  "spec's command:, or drop the spec)", argv[script_at]);
+            snprintf(err, errlen,
+                     "'%s': a job spec and a script at once (put the script in the "
+                     "spec's command:, or drop the spec)",
+                     argv[script_at]);
             r = -EINVAL;
             goto out;
         }
@@ -269,19 +276,23 @@ int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_li
                            errlen);
     } else if ((spec->module || spec->no_python || spec->run_path) && spec->command == NULL) {
         snprintf(err, errlen, "%s needs a script to run",
-                 spec->module ? "-m/--module" : spec->no_python ? "--no-python" : "--run-path");
+                 spec->module      ? "-m/--module"
+                 : spec->no_python ? "--no-python"
+                                   : "--run-path");
         r = -EINVAL;
     }
     if (r < 0)
         goto out;
     if (spec->command == NULL && spec->train == NULL) {
         if (yaml_path != NULL)
-            snprintf(err, errlen, "%s: no 'command:' or 'train:' in the job spec, and no command "
-                                  "after '--'",
+            snprintf(err, errlen,
+                     "%s: no 'command:' or 'train:' in the job spec, and no command "
+                     "after '--'",
                      yaml_path);
         else
-            snprintf(err, errlen, "nothing to run: give JOB.yaml, a script, or -- COMMAND "
-                                  "[ARGS...]");
+            snprintf(err, errlen,
+                     "nothing to run: give JOB.yaml, a script, or -- COMMAND "
+                     "[ARGS...]");
         r = -EINVAL;
         goto out;
     }
@@ -308,8 +319,8 @@ void dl_config_print_help(void *stream, const char *progname)
             "the YAML file):\n",
             progname, progname, progname);
     dl_opt_print_help(&dl__job_table, f);
-    fprintf(f, "  %-30s %s\n  %-30s %s\n", "-h, --help", "show this help and exit",
-            "-V, --version", "print the version and exit");
+    fprintf(f, "  %-30s %s\n  %-30s %s\n", "-h, --help", "show this help and exit", "-V, --version",
+            "print the version and exit");
     fprintf(f, "\nExit codes: 0 success, 1 workers failed, 2 usage or job-spec error,\n"
                "3 rendezvous timeout, 4 auth or protocol error, 128+n killed by signal n.\n");
 }

@@ -49,13 +49,14 @@ struct dl_job_spec_s {
     int nodes_max;
     int gpus_per_node; /* DL_GPUS_* or >= 1 */
     int max_restarts;
-    double stop_timeout; /* seconds */
+    double stop_timeout;   /* seconds */
     int max_same_failures; /* attempts in a row failing the same way that end the job; 0 never */
-    double health_timeout; /* seconds without a health beat before a beating worker is hung; 0 off */
-    char *recovery;        /* "restart" or "in-job" (docs/recovery.md); NULL: restart, but
+    double
+        health_timeout; /* seconds without a health beat before a beating worker is hung; 0 off */
+    char *recovery;     /* "restart" or "in-job" (docs/recovery.md); NULL: restart, but
                             * dl_train_command makes it in-job for the bundled trainer */
-    int spares;            /* in-job: workers per node started ahead to take a failed rank's place */
-    char *run_id;        /* NULL: the agent makes one up */
+    int spares;         /* in-job: workers per node started ahead to take a failed rank's place */
+    char *run_id;       /* NULL: the agent makes one up */
     char *log_dir;
     char *events; /* NULL: none; "-": stdout */
     bool dry_run;
@@ -67,26 +68,26 @@ struct dl_job_spec_s {
 
     /* Several nodes: the rendezvous. */
     dl_rdzv_backend_t rdzv_backend;
-    char *rdzv_endpoint; /* HOST:PORT; NULL: none (one node on its own) */
-    int node_rank;       /* -1: let the rendezvous choose */
-    double join_timeout; /* seconds for the job to gather its nodes */
-    double last_call;    /* seconds to wait for more nodes once MIN joined */
+    char *rdzv_endpoint;  /* HOST:PORT; NULL: none (one node on its own) */
+    int node_rank;        /* -1: let the rendezvous choose */
+    double join_timeout;  /* seconds for the job to gather its nodes */
+    double last_call;     /* seconds to wait for more nodes once MIN joined */
     double close_timeout; /* --rdzv-conf close_timeout: accepted, for torchrun's sake */
     double read_timeout;  /* --rdzv-conf read_timeout: a rendezvous reply later than this fails */
     int is_host;          /* --rdzv-conf is_host: -1 decide, 0 never host, 1 host */
     bool store_worker;    /* --rdzv-conf store=worker: rank 0 hosts torch's store, not the agent */
-    double heartbeat;    /* seconds between an agent's heartbeats */
-    double dead_after;   /* seconds without a heartbeat before a node is dead */
+    double heartbeat;     /* seconds between an agent's heartbeats */
+    double dead_after;    /* seconds without a heartbeat before a node is dead */
     char *token_file;
-    char *rdzv_conf;     /* as given, for --dry-run */
+    char *rdzv_conf;                /* as given, for --dry-run */
     char *duplicate_stdout_filters; /* torchrun's: lines with one of these strings (a, b) */
     char *duplicate_stderr_filters; /* are copied to attempt_K/filtered_std{out,err}.log */
-    bool merge_output; /* ours: identical console lines of several ranks printed once */
+    bool merge_output;       /* ours: identical console lines of several ranks printed once */
     bool virtual_local_rank; /* torchrun's: each worker sees LOCAL_RANK=0 and its own device */
-    bool standalone;     /* torchrun's --standalone: one node, a rendezvous of its own */
-    char *master_addr;   /* --master-addr, or NULL */
-    int master_port;     /* --master-port, or -1 */
-    char *local_addr;    /* --local-addr: the address this node advertises, or NULL */
+    bool standalone;         /* torchrun's --standalone: one node, a rendezvous of its own */
+    char *master_addr;       /* --master-addr, or NULL */
+    int master_port;         /* --master-port, or -1 */
+    char *local_addr;        /* --local-addr: the address this node advertises, or NULL */
     /* etcd (--rdzv-conf user=..., password_file=..., protocol=..., cacert=..., cert=..., key=...,
      * prefix=...), all NULL when not given. */
     char *etcd_user;
@@ -98,23 +99,23 @@ struct dl_job_spec_s {
     char *etcd_prefix;
 
     /* What runs. */
-    char *role;               /* ROLE_NAME, "default" */
-    bool module;              /* -m: the script is a Python module */
-    bool no_python;           /* run the script itself, not python3 script */
-    bool run_path;            /* --run-path: python3 runs the script by path (as runpy) */
-    char *python_exec;        /* the interpreter of a script command (PYTHON_EXEC), or NULL */
-    double monitor_interval;  /* accepted; workers are watched by events, not polled */
+    char *role;              /* ROLE_NAME, "default" */
+    bool module;             /* -m: the script is a Python module */
+    bool no_python;          /* run the script itself, not python3 script */
+    bool run_path;           /* --run-path: python3 runs the script by path (as runpy) */
+    char *python_exec;       /* the interpreter of a script command (PYTHON_EXEC), or NULL */
+    double monitor_interval; /* accepted; workers are watched by events, not polled */
     dl_start_method_t start_method;
-    char *redirects;          /* torchrun's -r: 0-3, or LOCAL_RANK:N,... ("0": none) */
-    char *tee;                /* torchrun's -t, the same form */
-    char *local_ranks_filter; /* comma-separated local ranks shown on the console, or NULL */
-    char *signals;            /* --signals-to-handle, comma-separated signal names */
+    char *redirects;             /* torchrun's -r: 0-3, or LOCAL_RANK:N,... ("0": none) */
+    char *tee;                   /* torchrun's -t, the same form */
+    char *local_ranks_filter;    /* comma-separated local ranks shown on the console, or NULL */
+    char *signals;               /* --signals-to-handle, comma-separated signal names */
     dl_numa_mode_t numa_binding; /* where workers run (agent/placement.c) */
     /* --forward-signals: passed on to the workers while the job goes on; NULL means the
      * default (SIGUSR1,SIGUSR2 under Slurm, none elsewhere: dl_forward_signals), "none" none. */
     char *forward_signals;
-    char *logs_specs;         /* accepted, warned, ignored */
-    char *event_log_handler;  /* accepted, warned, ignored */
+    char *logs_specs;        /* accepted, warned, ignored */
+    char *event_log_handler; /* accepted, warned, ignored */
     char *http; /* ADDR:PORT where the hosted rendezvous serves /metrics, / and /api; NULL off */
 
     /* Diagnostics (docs/diagnostics.md). */
@@ -154,8 +155,8 @@ int dl_config_load(dl_job_spec_t *spec, int argc, char **argv, char **environ_li
 int dl_config_load_yaml(dl_job_spec_t *spec, const char *path, char *err, size_t errlen);
 
 /* Same, from a buffer; name is used in messages in place of a path. */
-int dl_config_load_yaml_string(dl_job_spec_t *spec, const char *name, const char *text,
-                               size_t len, char *err, size_t errlen);
+int dl_config_load_yaml_string(dl_job_spec_t *spec, const char *name, const char *text, size_t len,
+                               char *err, size_t errlen);
 
 void dl_job_spec_init(dl_job_spec_t *spec);
 void dl_job_spec_free(dl_job_spec_t *spec);

@@ -225,8 +225,8 @@ static int parse_group(parser_t *p, group_t *g, size_t *pos)
         if (p->list[i] == '-') {
             i++;
             if (p->list[i] == ',' || p->list[i] == ']')
-                return fail(p, -EINVAL, start, "range '%.*s' has no upper bound",
-                            (int)(i - start), p->list + start);
+                return fail(p, -EINVAL, start, "range '%.*s' has no upper bound", (int)(i - start),
+                            p->list + start);
             r = parse_bound(p, &i, g->off, &rg.hi);
             if (r < 0)
                 return r;
@@ -453,8 +453,7 @@ int dl_hostlist_count(const char *list, size_t *ret_n, char *err, size_t errlen)
     return 0;
 }
 
-int dl_hostlist_expand(const char *list, char ***ret_hosts, size_t *ret_n, char *err,
-                       size_t errlen)
+int dl_hostlist_expand(const char *list, char ***ret_hosts, size_t *ret_n, char *err, size_t errlen)
 {
     parser_t p = {.list = list, .err = err, .errlen = errlen};
     size_t n, bytes, i = 0;

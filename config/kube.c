@@ -213,8 +213,8 @@ static int parse_volcano(ctx_t *c, const char *hostname, dl_kube_env_t *e)
 {
     task_t tasks[MAX_TASKS];
     int order[MAX_TASKS], n = 0, r, index;
-    const char *index_var = dl_env_get(c->envp, "VC_TASK_INDEX") ? "VC_TASK_INDEX"
-                                                                  : "VK_TASK_INDEX";
+    const char *index_var =
+        dl_env_get(c->envp, "VC_TASK_INDEX") ? "VC_TASK_INDEX" : "VK_TASK_INDEX";
     size_t len;
     const char *h;
 
@@ -225,8 +225,9 @@ static int parse_volcano(ctx_t *c, const char *hostname, dl_kube_env_t *e)
     if (r < 0)
         return r;
     if (n == 0)
-        return bad(c, -ENOENT, index_var, "set, but no VC_<TASK>_HOSTS names the job's pods "
-                                          "(the job needs Volcano's svc plugin)");
+        return bad(c, -ENOENT, index_var,
+                   "set, but no VC_<TASK>_HOSTS names the job's pods "
+                   "(the job needs Volcano's svc plugin)");
     for (int i = 0; i < n; i++)
         order[i] = -1;
 
@@ -241,8 +242,9 @@ static int parse_volcano(ctx_t *c, const char *hostname, dl_kube_env_t *e)
         char first[160];
         snprintf(first, sizeof(first), "VC_%s_HOSTS", tasks[order[0]].key);
         if (e->node_rank < 0)
-            return bad(c, -EINVAL, first, "neither it nor its %d sibling%s names this pod's "
-                                          "host name '%.64s'",
+            return bad(c, -EINVAL, first,
+                       "neither it nor its %d sibling%s names this pod's "
+                       "host name '%.64s'",
                        n - 1, n == 2 ? "" : "s", hostname != NULL ? hostname : "");
         h = host_at(tasks[order[0]].hosts, 0, &len);
         if ((r = set_host(c, e, first, h, len)) < 0)
@@ -264,8 +266,10 @@ static int parse_volcano(ctx_t *c, const char *hostname, dl_kube_env_t *e)
                           "MASTER_ADDR (Volcano's pytorch plugin) is")) < 0)
             return r;
         if (e->node_rank >= e->nnodes)
-            return bad(c, -ERANGE, "RANK", "out of range 0..%d (the VC_<TASK>_HOSTS lists name "
-                                           "%d pods)", e->nnodes - 1, e->nnodes);
+            return bad(c, -ERANGE, "RANK",
+                       "out of range 0..%d (the VC_<TASK>_HOSTS lists name "
+                       "%d pods)",
+                       e->nnodes - 1, e->nnodes);
         r = count(c, "WORLD_SIZE", 1, MAX_PODS, &world);
         if (r < 0 && r != -ENOENT)
             return r;
@@ -282,10 +286,11 @@ static int parse_volcano(ctx_t *c, const char *hostname, dl_kube_env_t *e)
         for (int i = 0; i < n && strlen(names) < 120; i++)
             snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
                      i > 0 ? ", " : "", tasks[i].key);
-        return bad(c, -EINVAL, index_var, "the Volcano job has %d tasks (%s) and no MASTER_ADDR "
-                                          "(its pytorch plugin) to order their pods; give "
-                                          "--nodes, --node-rank and --rdzv-endpoint, or set "
-                                          "DLAUNCH_NO_KUBERNETES=1",
+        return bad(c, -EINVAL, index_var,
+                   "the Volcano job has %d tasks (%s) and no MASTER_ADDR "
+                   "(its pytorch plugin) to order their pods; give "
+                   "--nodes, --node-rank and --rdzv-endpoint, or set "
+                   "DLAUNCH_NO_KUBERNETES=1",
                    n, names);
     }
     char var[160];
@@ -293,8 +298,8 @@ static int parse_volcano(ctx_t *c, const char *hostname, dl_kube_env_t *e)
     e->nnodes = tasks[0].nhosts;
     e->node_rank = index;
     if (index >= e->nnodes)
-        return bad(c, -ERANGE, index_var, "out of range 0..%d (%s names %d pods)",
-                   e->nnodes - 1, var, e->nnodes);
+        return bad(c, -ERANGE, index_var, "out of range 0..%d (%s names %d pods)", e->nnodes - 1,
+                   var, e->nnodes);
     h = host_at(tasks[0].hosts, 0, &len);
     if ((r = set_host(c, e, var, h, len)) < 0)
         return r;
@@ -327,8 +332,9 @@ static int parse_trainer(ctx_t *c, dl_kube_env_t *e)
                    e->nnodes - 1, e->nnodes);
     if ((r = set_host(c, e, "PET_MASTER_ADDR", m, strlen(m))) < 0)
         return r;
-    snprintf(e->from, sizeof(e->from), "PET_NNODES, JOB_COMPLETION_INDEX, PET_MASTER_ADDR, "
-                                       "PET_MASTER_PORT");
+    snprintf(e->from, sizeof(e->from),
+             "PET_NNODES, JOB_COMPLETION_INDEX, PET_MASTER_ADDR, "
+             "PET_MASTER_PORT");
     return port(c, "PET_MASTER_PORT", DL_KUBE_RDZV_PORT, &e->rdzv_port);
 }
 
@@ -374,8 +380,9 @@ static int parse_pytorchjob(ctx_t *c, dl_kube_env_t *e)
             return r;
         r = count(c, "PET_NPROC_PER_NODE", 1, 1024, &nproc);
         if (r == 0 && world != e->nnodes * nproc)
-            return bad(c, -EINVAL, "WORLD_SIZE", "is not PET_NNODES x PET_NPROC_PER_NODE = %d "
-                                                 "x %d, as the PyTorchJob sets it",
+            return bad(c, -EINVAL, "WORLD_SIZE",
+                       "is not PET_NNODES x PET_NPROC_PER_NODE = %d "
+                       "x %d, as the PyTorchJob sets it",
                        e->nnodes, nproc);
     }
     if (e->nnodes > 0 && pod >= e->nnodes)

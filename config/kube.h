@@ -32,8 +32,8 @@ typedef struct dl_kube_env_s {
     int node_rank;       /* this pod's index */
     char rdzv_host[254]; /* node 0's name (a service or headless-service DNS name) */
     int rdzv_port;
-    char run_id[129];    /* made of rdzv_host: the same on every pod of the job */
-    char from[200];      /* the variables the values came from, for messages */
+    char run_id[129]; /* made of rdzv_host: the same on every pod of the job */
+    char from[200];   /* the variables the values came from, for messages */
 } dl_kube_env_t;
 
 /* Reads an operator's variables from envp (a NULL-terminated "NAME=value" list; the first of

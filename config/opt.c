@@ -51,8 +51,8 @@ static bool flag_starts(const char *flag, const char *name, size_t len)
     return true;
 }
 
-int dl_opt_by_prefix(const dl_opt_table_t *t, const char *name, size_t len,
-                     const dl_opt_t **ret, char *candidates, size_t clen)
+int dl_opt_by_prefix(const dl_opt_table_t *t, const char *name, size_t len, const dl_opt_t **ret,
+                     char *candidates, size_t clen)
 {
     const dl_opt_t *exact = dl_opt_by_flag(t, name, len), *found = NULL;
     size_t nfound = 0, used = 0;
@@ -75,8 +75,7 @@ int dl_opt_by_prefix(const dl_opt_table_t *t, const char *name, size_t len,
         found = o;
         nfound++;
         if (used < clen) {
-            int n = snprintf(candidates + used, clen - used, "%s--%s", used > 0 ? ", " : "",
-                             shown);
+            int n = snprintf(candidates + used, clen - used, "%s--%s", used > 0 ? ", " : "", shown);
             used = n < 0 ? clen : used + (size_t)n;
         }
     }
@@ -217,8 +216,7 @@ static int parse_size(const dl_opt_t *o, void *obj, const char *text, char *why,
     return r;
 }
 
-static int parse_double(const dl_opt_t *o, void *obj, const char *text, char *why,
-                        size_t whylen)
+static int parse_double(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
 {
     double v;
     int r = dl_parse_double(text, o->min, o->max, &v);
@@ -227,8 +225,7 @@ static int parse_double(const dl_opt_t *o, void *obj, const char *text, char *wh
     return r;
 }
 
-static int parse_string(const dl_opt_t *o, void *obj, const char *text, char *why,
-                        size_t whylen)
+static int parse_string(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
 {
     if (*text == '\0') {
         snprintf(why, whylen, "must not be empty");
@@ -403,8 +400,7 @@ static bool env_has_prefix(char *const *envp, const char *prefix)
     return false;
 }
 
-int dl_opt_from_env(const dl_opt_table_t *t, void *obj, char *const *envp, char *err,
-                    size_t errlen)
+int dl_opt_from_env(const dl_opt_table_t *t, void *obj, char *const *envp, char *err, size_t errlen)
 {
     char name[160];
 
@@ -450,8 +446,8 @@ static size_t edit_distance(const char *a, const char *b)
         row[0] = i;
         for (size_t j = 1; j <= lb; j++) {
             size_t up = row[j];
-            size_t cost = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]) ? 0
-                                                                                              : 1;
+            size_t cost =
+                tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]) ? 0 : 1;
             size_t best = diag + cost;
             if (up + 1 < best)
                 best = up + 1;
@@ -512,8 +508,7 @@ static bool known_other(const dl_opt_table_t *t, const char *var, size_t len)
 }
 
 void dl_opt_unknown_vars(const dl_opt_table_t *t, char *const *envp,
-                         void (*warn)(void *ctx, const char *var, const char *closest),
-                         void *ctx)
+                         void (*warn)(void *ctx, const char *var, const char *closest), void *ctx)
 {
     size_t plen = strlen(t->env_prefix);
     char var[160], name[160], key[128];

@@ -89,8 +89,8 @@ const dl_opt_t *dl_opt_by_flag(const dl_opt_table_t *t, const char *name, size_t
  * --nproc for --nproc-per-node, '_' and '-' alike. Sets *ret and returns 0 for an exact name or
  * a prefix of exactly one option's spellings; -ENOENT when none begins so; -EINVAL when several
  * options do, with their flags ("--a, --b") in candidates (clen bytes, truncated). */
-int dl_opt_by_prefix(const dl_opt_table_t *t, const char *name, size_t len,
-                     const dl_opt_t **ret, char *candidates, size_t clen);
+int dl_opt_by_prefix(const dl_opt_table_t *t, const char *name, size_t len, const dl_opt_t **ret,
+                     char *candidates, size_t clen);
 const dl_opt_t *dl_opt_by_short(const dl_opt_table_t *t, char c);
 /* By YAML key ("max_restarts"); options with DL_OPT_CLI_ONLY have none. */
 const dl_opt_t *dl_opt_by_key(const dl_opt_table_t *t, const char *key);
@@ -123,8 +123,7 @@ int dl_opt_from_env(const dl_opt_table_t *t, void *obj, char *const *envp, char 
 /* Calls warn for each variable in envp that begins with the table's prefix but is neither an
  * option nor one of other_vars, with the closest known name (or NULL). */
 void dl_opt_unknown_vars(const dl_opt_table_t *t, char *const *envp,
-                         void (*warn)(void *ctx, const char *var, const char *closest),
-                         void *ctx);
+                         void (*warn)(void *ctx, const char *var, const char *closest), void *ctx);
 
 /* The option or key closest to word by edit distance, if close enough to be a typo, else NULL.
  * as_key: compare YAML keys, else flag names. */
@@ -168,8 +167,8 @@ typedef struct {
  * for a number out of range) with one line in err, which the caller begins with its program's
  * name: an unknown option (with the closest as a hint), a value missing or given to a flag, a
  * bad value, or an argument past max_args (none is dropped). */
-int dl_opt_parse_argv(const dl_opt_table_t *t, void *obj, int argc, char **argv,
-                      dl_opt_argv_t *a, char *err, size_t errlen);
+int dl_opt_parse_argv(const dl_opt_table_t *t, void *obj, int argc, char **argv, dl_opt_argv_t *a,
+                      char *err, size_t errlen);
 
 /* Copies s into buf (len bytes) so that it prints on one line, as it would be typed: control
  * characters as \n, \t or \xNN, and a backslash doubled. Errors quote user text through it. */

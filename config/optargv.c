@@ -12,8 +12,8 @@ static bool is_option(const char *w)
     return w[0] == '-' && w[1] != '\0' && !(w[1] >= '0' && w[1] <= '9');
 }
 
-static int unknown(const dl_opt_table_t *t, const dl_opt_argv_t *a, const char *word,
-                   size_t len, char *err, size_t errlen)
+static int unknown(const dl_opt_table_t *t, const dl_opt_argv_t *a, const char *word, size_t len,
+                   char *err, size_t errlen)
 {
     char raw[256], shown[256], name[128];
     snprintf(raw, sizeof(raw), "%.*s", (int)len, word);
@@ -37,16 +37,18 @@ static int argument(dl_opt_argv_t *a, const char *word, char *err, size_t errlen
             snprintf(err, errlen, "unknown argument '%s' (%s takes options only; see --help)",
                      shown, a->prog);
         else
-            snprintf(err, errlen, "too many arguments: %s takes at most %zu, and '%s' is one "
-                                  "more", a->prog, a->max_args, shown);
+            snprintf(err, errlen,
+                     "too many arguments: %s takes at most %zu, and '%s' is one "
+                     "more",
+                     a->prog, a->max_args, shown);
         return -EINVAL;
     }
     a->args[a->nargs++] = word;
     return 0;
 }
 
-int dl_opt_parse_argv(const dl_opt_table_t *t, void *obj, int argc, char **argv,
-                      dl_opt_argv_t *a, char *err, size_t errlen)
+int dl_opt_parse_argv(const dl_opt_table_t *t, void *obj, int argc, char **argv, dl_opt_argv_t *a,
+                      char *err, size_t errlen)
 {
     char where[140];
 

@@ -66,8 +66,9 @@ static int parse_nproc(const dl_opt_t *o, void *obj, const char *text, char *why
     else if (parse_count(o, text, &n) < 0) {
         /* torchrun also takes the name of a torch plug-in's device (privateuse1): only that
          * plug-in can count its devices. */
-        snprintf(why, whylen, "is not a count (1 to 4096), auto, cpu, gpu or xpu (for a "
-                              "plug-in's device, give the count)");
+        snprintf(why, whylen,
+                 "is not a count (1 to 4096), auto, cpu, gpu or xpu (for a "
+                 "plug-in's device, give the count)");
         return -EINVAL;
     }
     SPEC(obj)->gpus_per_node = n;
@@ -96,8 +97,9 @@ static int parse_run_id(const dl_opt_t *o, void *obj, const char *text, char *wh
     if (n > 128 ||
         strspn(text, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") != n ||
         strcmp(text, ".") == 0 || strcmp(text, "..") == 0) {
-        snprintf(why, whylen, "is not a run id (1 to 128 letters, digits, '.', '_', ':', '-'; "
-                              "not '.' or '..')");
+        snprintf(why, whylen,
+                 "is not a run id (1 to 128 letters, digits, '.', '_', ':', '-'; "
+                 "not '.' or '..')");
         return -EINVAL;
     }
     return set_string(&SPEC(obj)->run_id, text);
@@ -106,15 +108,15 @@ static int parse_run_id(const dl_opt_t *o, void *obj, const char *text, char *wh
 static int parse_std(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
 {
     if (dl_std_spec_for(text, 0) < 0) {
-        snprintf(why, whylen, "is not 0-3 or LOCAL_RANK:N,... (N: 0 none, 1 stdout, 2 stderr, "
-                              "3 both)");
+        snprintf(why, whylen,
+                 "is not 0-3 or LOCAL_RANK:N,... (N: 0 none, 1 stdout, 2 stderr, "
+                 "3 both)");
         return -EINVAL;
     }
     return set_string((char **)((char *)obj + o->offset), text);
 }
 
-static int parse_rank_list(const dl_opt_t *o, void *obj, const char *text, char *why,
-                           size_t whylen)
+static int parse_rank_list(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
 {
     if (*text == '\0' || dl_int_list_has(text, 0) < 0) {
         snprintf(why, whylen, "is not a comma-separated list of local ranks (0,3)");
@@ -129,8 +131,7 @@ static void no_signal(void *ctx, int sig)
     (void)sig;
 }
 
-static int parse_signals(const dl_opt_t *o, void *obj, const char *text, char *why,
-                         size_t whylen)
+static int parse_signals(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
 {
     char bad[64];
     if (dl_signal_list_each(text, no_signal, NULL, bad, sizeof(bad)) < 0) {
@@ -150,7 +151,15 @@ static int parse_forward_signals(const dl_opt_t *o, void *obj, const char *text,
 
 /* --rdzv-conf k=v,...: torchrun's keys, and etcd's. Each is set as it is read, so a flag given
  * later (--join-timeout) still wins. */
-typedef enum { K_DOUBLE, K_BOOL, K_STRING, K_ATTEMPTS, K_ACCEPTED, K_STORE, K_STORE_TYPE } conf_kind_t;
+typedef enum {
+    K_DOUBLE,
+    K_BOOL,
+    K_STRING,
+    K_ATTEMPTS,
+    K_ACCEPTED,
+    K_STORE,
+    K_STORE_TYPE
+} conf_kind_t;
 
 static const struct {
     const char *key;
@@ -219,8 +228,10 @@ static int conf_pair(dl_job_spec_t *tmp, const char *k, const char *v, char *why
         case K_STORE_TYPE:
             if (strcasecmp(v, "tcp") == 0)
                 return 0;
-            snprintf(why, whylen, "has %s=%s: dlaunch's rendezvous is always served over TCP "
-                                  "(tcp; torchrun's file store has no equivalent)", k, v);
+            snprintf(why, whylen,
+                     "has %s=%s: dlaunch's rendezvous is always served over TCP "
+                     "(tcp; torchrun's file store has no equivalent)",
+                     k, v);
             return -EINVAL;
         case K_STRING:
             if (*v == '\0') {
@@ -239,11 +250,13 @@ static int conf_pair(dl_job_spec_t *tmp, const char *k, const char *v, char *why
             return 0;
         }
     }
-    snprintf(why, whylen, "has an unknown key '%s' (known: join_timeout, last_call_timeout, "
-                          "close_timeout, timeout, read_timeout, is_host, store, "
-                          "keep_alive_interval, keep_alive_max_attempt, heartbeat_timeout, "
-                          "store_type, user, "
-                          "password_file, protocol, cacert, cert, key, prefix)", k);
+    snprintf(why, whylen,
+             "has an unknown key '%s' (known: join_timeout, last_call_timeout, "
+             "close_timeout, timeout, read_timeout, is_host, store, "
+             "keep_alive_interval, keep_alive_max_attempt, heartbeat_timeout, "
+             "store_type, user, "
+             "password_file, protocol, cacert, cert, key, prefix)",
+             k);
     return -EINVAL;
 }
 
@@ -258,8 +271,7 @@ static void conf_release(dl_job_spec_t *s)
     free(s->etcd_prefix);
 }
 
-static int parse_rdzv_conf(const dl_opt_t *o, void *obj, const char *text, char *why,
-                           size_t whylen)
+static int parse_rdzv_conf(const dl_opt_t *o, void *obj, const char *text, char *why, size_t whylen)
 {
     dl_job_spec_t *spec = obj, tmp = *spec;
     size_t n = strlen(text);
@@ -301,13 +313,13 @@ static int parse_rdzv_conf(const dl_opt_t *o, void *obj, const char *text, char 
         return r;
     }
     /* Keep the strings not set here. */
-#define TAKE(f)                                                                                   \
-    do {                                                                                          \
-        if (tmp.f != NULL) {                                                                      \
-            free(spec->f);                                                                        \
-            spec->f = tmp.f;                                                                      \
-        }                                                                                         \
-        tmp.f = spec->f;                                                                          \
+#define TAKE(f)                                                                                    \
+    do {                                                                                           \
+        if (tmp.f != NULL) {                                                                       \
+            free(spec->f);                                                                         \
+            spec->f = tmp.f;                                                                       \
+        }                                                                                          \
+        tmp.f = spec->f;                                                                           \
     } while (0)
     TAKE(etcd_user);
     TAKE(etcd_password_file);
@@ -390,11 +402,10 @@ static const char *const numa_modes[] = {"auto",      "none",         "node", "s
 const dl_opt_t dl__options[] = {
     /* What and how many. */
     {"nodes", "nnodes", 0, &t_nodes, 0, 1, 1e6, NULL, "1", "N|MIN:MAX",
-     "number of nodes, or an elastic range (default 1)", DL_OPT_PET | DL_OPT_MARKS,
-     OFF(nodes_set)},
+     "number of nodes, or an elastic range (default 1)", DL_OPT_PET | DL_OPT_MARKS, OFF(nodes_set)},
     {"gpus-per-node", NULL, 0, &t_gpus, 0, 1, 4096, NULL, "auto", "N|auto",
-     "workers per node, one per GPU; auto = one per GPU found, else 1 (default auto)",
-     DL_OPT_MARKS, OFF(gpus_set)},
+     "workers per node, one per GPU; auto = one per GPU found, else 1 (default auto)", DL_OPT_MARKS,
+     OFF(gpus_set)},
     {"nproc-per-node", NULL, 0, &t_nproc, 0, 1, 4096, NULL, NULL, "N|auto|cpu|gpu",
      "torchrun's count of workers per node: auto = GPUs found, else usable CPUs; cpu = usable "
      "CPUs (the affinity mask, lowered to the cgroup's CPU quota rounded down, at least 1); "
@@ -405,7 +416,8 @@ const dl_opt_t dl__options[] = {
     {"max-same-failures", NULL, 0, INT_OPT, OFF(max_same_failures), 0, 1e6, NULL, "3", "N",
      "end the job (exit 5: do not requeue) once this many attempts in a row failed the same way "
      "(same rank, same exit code or signal) with no worker past the step the last one reached "
-     "(default 3; 0: never)", 0, 0},
+     "(default 3; 0: never)",
+     0, 0},
     {"run-id", "rdzv-id", 0, &t_run_id, 0, 0, 0, NULL, NULL, "ID",
      "job name, shared by its nodes; names the log folder (default: made up)", DL_OPT_PET, 0},
     {"log-dir", NULL, 0, STR, OFF(log_dir), 0, 0, NULL, NULL, "DIR",
@@ -423,10 +435,12 @@ const dl_opt_t dl__options[] = {
     {"spares", NULL, 0, INT_OPT, OFF(spares), 0, 64, NULL, "0", "N",
      "with --recovery in-job: N extra workers per node, started once every worker said hello, "
      "that load the program and wait; a failed rank's place goes to one of them at once and "
-     "another is started behind it (docs/recovery.md; default 0)", 0, 0},
+     "another is started behind it (docs/recovery.md; default 0)",
+     0, 0},
     {"health-timeout", NULL, 0, DBL, OFF(health_timeout), 0, 86400, NULL, "0", "SEC",
      "a worker that beat on DLAUNCH_HEALTH_FD and then fell silent this long is hung: it is "
-     "killed and the job restarts (default 0: off)", 0, 0},
+     "killed and the job restarts (default 0: off)",
+     0, 0},
     {"dry-run", NULL, 0, BOOL, OFF(dry_run), 0, 0, NULL, NULL, NULL,
      "print the plan (ranks, environment, commands) and exit", DL_OPT_FLAG, 0},
     {"quiet", NULL, 'q', BOOL, OFF(quiet), 0, 0, NULL, NULL, NULL,
@@ -438,16 +452,18 @@ const dl_opt_t dl__options[] = {
     {"rdzv-backend", NULL, 0, &dl_opt_enum, OFF(rdzv_backend), 0, 0, backends, "c10d",
      "c10d|static|etcd",
      "c10d: our rendezvous at --rdzv-endpoint; static: --master-addr/--master-port with a fixed "
-     "--node-rank; etcd: an etcd v3 cluster (default c10d)", DL_OPT_PET, 0},
-    {"rdzv-endpoint", NULL, 0, STR, OFF(rdzv_endpoint), 0, 0, NULL, NULL, "HOST:PORT",
-     "the rendezvous of a job over several nodes; the agent that can bind it hosts it",
+     "--node-rank; etcd: an etcd v3 cluster (default c10d)",
      DL_OPT_PET, 0},
+    {"rdzv-endpoint", NULL, 0, STR, OFF(rdzv_endpoint), 0, 0, NULL, NULL, "HOST:PORT",
+     "the rendezvous of a job over several nodes; the agent that can bind it hosts it", DL_OPT_PET,
+     0},
     {"rdzv-conf", NULL, 0, &t_conf, 0, 0, 0, NULL, NULL, "K=V,...",
      "rendezvous settings: join_timeout, last_call_timeout, close_timeout, timeout, "
      "read_timeout, is_host, store (agent: the agent serves torch's store, the default; worker: "
      "rank 0 does), keep_alive_interval, keep_alive_max_attempt, heartbeat_timeout, store_type; "
      "for etcd also user, password_file, protocol, cacert, cert, key, "
-     "prefix", DL_OPT_PET, 0},
+     "prefix",
+     DL_OPT_PET, 0},
     {"duplicate-stdout-filters", NULL, 0, STR, OFF(duplicate_stdout_filters), 0, 0, NULL, NULL,
      "A,B", "copy console stdout lines that contain A or B to attempt_K/filtered_stdout.log",
      DL_OPT_PET, 0},
@@ -465,8 +481,7 @@ const dl_opt_t dl__options[] = {
      "one node with a rendezvous of its own on a free port (the rdzv options are ignored)",
      DL_OPT_FLAG | DL_OPT_PET, 0},
     {"node-rank", NULL, 0, INT_OPT, OFF(node_rank), 0, 1e6, NULL, NULL, "N",
-     "this node's rank (default: the rendezvous decides; 0 hosts the rendezvous)", DL_OPT_PET,
-     0},
+     "this node's rank (default: the rendezvous decides; 0 hosts the rendezvous)", DL_OPT_PET, 0},
     {"master-addr", NULL, 0, STR, OFF(master_addr), 0, 0, NULL, NULL, "ADDR",
      "static backend: node 0's address (default 127.0.0.1)", DL_OPT_PET, 0},
     {"master-port", NULL, 0, INT_OPT, OFF(master_port), 1, 65535, NULL, NULL, "PORT",
@@ -474,7 +489,8 @@ const dl_opt_t dl__options[] = {
      DL_OPT_PET, 0},
     {"local-addr", NULL, 0, STR, OFF(local_addr), 0, 0, NULL, NULL, "ADDR",
      "the address this node advertises to the others, and whose interface its workers bind "
-     "(default: the one that reaches the rendezvous)", DL_OPT_PET, 0},
+     "(default: the one that reaches the rendezvous)",
+     DL_OPT_PET, 0},
     {"join-timeout", NULL, 0, DBL, OFF(join_timeout), 0.1, 86400, NULL, "600", "SEC",
      "give up (exit 3) when the nodes have not gathered by then (default 600)", 0, 0},
     {"last-call", NULL, 0, DBL, OFF(last_call), 0, 86400, NULL, "5", "SEC",
@@ -485,20 +501,21 @@ const dl_opt_t dl__options[] = {
      "a node silent this long is dead and the job restarts without it (default 5)", 0, 0},
     {"token-file", NULL, 0, STR, OFF(token_file), 0, 0, NULL, NULL, "FILE",
      "the job token (mode 0600) proving agents and workers belong to the job", 0, 0},
-    {"straggler-action", NULL, 0, &t_word, OFF(straggler_action), 0, 0, straggler_actions,
-     "warn", "warn|exclude|off",
+    {"straggler-action", NULL, 0, &t_word, OFF(straggler_action), 0, 0, straggler_actions, "warn",
+     "warn|exclude|off",
      "what to do about a rank slower than the others: name it (warn), or with --nodes MIN:MAX "
-     "also drop its node from the job for --straggler-cooldown (exclude) (default warn)", 0, 0},
+     "also drop its node from the job for --straggler-cooldown (exclude) (default warn)",
+     0, 0},
     {"straggler-threshold", NULL, 0, DBL, OFF(straggler_threshold), 0.01, 100, NULL, "0.3", "F",
-     "a straggler's compute time a step exceeds the median by this fraction (default 0.3)", 0,
-     0},
+     "a straggler's compute time a step exceeds the median by this fraction (default 0.3)", 0, 0},
     {"straggler-window", NULL, 0, INT_OPT, OFF(straggler_window), 1, 1e9, NULL, "100", "STEPS",
      "... summed over this many steps, and 3 reports at least (default 100)", 0, 0},
     {"straggler-cooldown", NULL, 0, DBL, OFF(straggler_cooldown), 0, 1e7, NULL, "300", "SEC",
      "an excluded node joins the job again after this long (default 300)", 0, 0},
     {"http", NULL, 0, STR, OFF(http), 0, 0, NULL, NULL, "ADDR:PORT",
      "the node that hosts the rendezvous serves metrics, a status page and JSON there "
-     "(docs/operations.md); not loopback: requests need the job token", 0, 0},
+     "(docs/operations.md); not loopback: requests need the job token",
+     0, 0},
 
     /* What runs, as torchrun says it. */
     {"role", NULL, 0, STR, OFF(role), 0, 0, NULL, "default", "NAME",
@@ -508,43 +525,45 @@ const dl_opt_t dl__options[] = {
     {"no-python", NULL, 0, BOOL, OFF(no_python), 0, 0, NULL, NULL, NULL,
      "run the script as a program, not through python3", DL_OPT_FLAG | DL_OPT_PET, 0},
     {"run-path", NULL, 0, BOOL, OFF(run_path), 0, 0, NULL, NULL, NULL,
-     "run the script by its path with python3 (wins over --no-python)",
-     DL_OPT_FLAG | DL_OPT_PET, 0},
+     "run the script by its path with python3 (wins over --no-python)", DL_OPT_FLAG | DL_OPT_PET,
+     0},
     {"redirects", NULL, 'r', &t_std, OFF(redirects), 0, 0, NULL, NULL, "0-3|R:N,...",
      "streams kept from the console (1 stdout, 2 stderr, 3 both; per local rank as 0:1,1:2); "
-     "the log files keep everything", DL_OPT_PET, 0},
+     "the log files keep everything",
+     DL_OPT_PET, 0},
     {"tee", NULL, 't', &t_std, OFF(tee), 0, 0, NULL, NULL, "0-3|R:N,...",
      "streams shown on the console even when redirected (same form)", DL_OPT_PET, 0},
-    {"local-ranks-filter", NULL, 0, &t_ranks, OFF(local_ranks_filter), 0, 0, NULL, NULL,
-     "R,...", "show only these local ranks on the console (the log files keep every rank)",
-     DL_OPT_PET, 0},
+    {"local-ranks-filter", NULL, 0, &t_ranks, OFF(local_ranks_filter), 0, 0, NULL, NULL, "R,...",
+     "show only these local ranks on the console (the log files keep every rank)", DL_OPT_PET, 0},
     {"signals-to-handle", NULL, 0, &t_signals, OFF(signals), 0, 0, NULL, DL_DEFAULT_SIGNALS,
      "SIG,...",
      "signals that stop the job: sent on to the workers, which are then stopped (default "
-     "SIGTERM,SIGINT,SIGHUP,SIGQUIT)", DL_OPT_PET, 0},
-    {"forward-signals", NULL, 0, &t_forward, OFF(forward_signals), 0, 0, NULL, NULL,
-     "SIG,...|none",
+     "SIGTERM,SIGINT,SIGHUP,SIGQUIT)",
+     DL_OPT_PET, 0},
+    {"forward-signals", NULL, 0, &t_forward, OFF(forward_signals), 0, 0, NULL, NULL, "SIG,...|none",
      "signals passed on to every worker while the job goes on, such as a scheduler's warning "
      "before a time limit or preemption (default SIGUSR1,SIGUSR2 under Slurm, none elsewhere; "
-     "SIGUSR1's rank report then moves to `dlaunch status --ranks`)", 0, 0},
+     "SIGUSR1's rank report then moves to `dlaunch status --ranks`)",
+     0, 0},
     {"monitor-interval", NULL, 0, DBL, OFF(monitor_interval), 0, 86400, NULL, "0.1", "SEC",
      "accepted for torchrun's sake: workers are watched by events, not polled", DL_OPT_PET, 0},
     {"start-method", NULL, 0, &dl_opt_enum, OFF(start_method), 0, 0, start_methods, "spawn",
      "spawn|fork|forkserver",
-     "accepted for torchrun's sake: workers are always new processes (fork and exec)",
-     DL_OPT_PET, 0},
+     "accepted for torchrun's sake: workers are always new processes (fork and exec)", DL_OPT_PET,
+     0},
     {"numa-binding", NULL, 0, &dl_opt_enum, OFF(numa_binding), 0, 0, numa_modes, "auto",
      "auto|none|node|socket|exclusive|core-complex",
      "bind each worker near its GPU (local rank i: GPU i): its NUMA node's CPUs (node), its "
      "socket's (socket), a share of the node's cores (exclusive) or one L3 cache group "
      "(core-complex), memory preferred on that node; auto binds by node when the workers are "
-     "as many as the GPUs, none never binds", DL_OPT_PET, 0},
+     "as many as the GPUs, none never binds",
+     DL_OPT_PET, 0},
     {"logs-specs", NULL, 0, STR, OFF(logs_specs), 0, 0, NULL, NULL, "NAME",
      "accepted and ignored, with a warning (torchrun's logging plug-ins)",
      DL_OPT_PET | DL_OPT_IGNORED, 0},
     {"event-log-handler", NULL, 0, STR, OFF(event_log_handler), 0, 0, NULL, NULL, "NAME",
-     "accepted and ignored, with a warning (see --events for ours)",
-     DL_OPT_PET | DL_OPT_IGNORED, 0},
+     "accepted and ignored, with a warning (see --events for ours)", DL_OPT_PET | DL_OPT_IGNORED,
+     0},
 };
 const size_t dl__options_count = sizeof(dl__options) / sizeof(dl__options[0]);
 
@@ -552,12 +571,12 @@ const size_t dl__options_count = sizeof(dl__options) / sizeof(dl__options[0]);
  * (DLAUNCH_ENDPOINT), its workers, the trainer (DLAUNCH_TRAIN_*, its own table) and the
  * collective library; DLAUNCH_PLUGIN_DIR by the plugin loader (plugin/plugin.h). */
 static const char *const other_vars[] = {
-    "DLAUNCH_TOKEN", "DLAUNCH_TOKEN_FILE", "DLAUNCH_ENDPOINT", "DLAUNCH_NO_SLURM",
-    "DLAUNCH_NO_KUBERNETES", "DLAUNCH_STORE",
-    "DLAUNCH_HEALTH_FD", "DLAUNCH_ATTEMPT_DIR", "DLAUNCH_VERBOSE", "DLAUNCH_TRAIN_*",
-    "DLAUNCH_COLL_*", "DLAUNCH_SOCKET_IFNAME", "DLAUNCH_CONTROL_FD", "DLAUNCH_GROUP_GEN",
-    "DLAUNCH_SPARE",
-    "DLAUNCH_SYSFS_ROOT", "DLAUNCH_PLUGIN_DIR", NULL,
+    "DLAUNCH_TOKEN",      "DLAUNCH_TOKEN_FILE",    "DLAUNCH_ENDPOINT",
+    "DLAUNCH_NO_SLURM",   "DLAUNCH_NO_KUBERNETES", "DLAUNCH_STORE",
+    "DLAUNCH_HEALTH_FD",  "DLAUNCH_ATTEMPT_DIR",   "DLAUNCH_VERBOSE",
+    "DLAUNCH_TRAIN_*",    "DLAUNCH_COLL_*",        "DLAUNCH_SOCKET_IFNAME",
+    "DLAUNCH_CONTROL_FD", "DLAUNCH_GROUP_GEN",     "DLAUNCH_SPARE",
+    "DLAUNCH_SYSFS_ROOT", "DLAUNCH_PLUGIN_DIR",    NULL,
 };
 
 const dl_opt_table_t *dl_config_options(void)
@@ -662,8 +681,9 @@ int dl__signals_check(const dl_job_spec_t *spec, char *err, size_t errlen)
     if (c.clash == 0)
         return 0;
     const char *name = sigabbrev_np(-c.clash);
-    snprintf(err, errlen, "--forward-signals %s: SIG%s also stops the job (--signals-to-handle "
-                          "%s); name it in one list only",
+    snprintf(err, errlen,
+             "--forward-signals %s: SIG%s also stops the job (--signals-to-handle "
+             "%s); name it in one list only",
              spec->forward_signals, name != NULL ? name : "?", c.stop_list);
     return -EINVAL;
 }

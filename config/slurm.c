@@ -48,8 +48,7 @@ static void show(const char *value, char *buf, size_t len)
 __attribute__((format(printf, 6, 7)))
 #endif
 static int
-bad(char *err, size_t errlen, int code, const char *name, const char *value, const char *fmt,
-    ...)
+bad(char *err, size_t errlen, int code, const char *name, const char *value, const char *fmt, ...)
 {
     char what[160], shown[72];
     va_list ap;
@@ -214,8 +213,8 @@ static int parse_nodes(char *const *envp, dl_slurm_env_t *e, char *err, size_t e
     int r;
 
     if (e->in_step)
-        list = env_first(envp, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
-                         &name);
+        list =
+            env_first(envp, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST", &name);
     else
         list = env_first(envp, "SLURM_JOB_NODELIST", "SLURM_NODELIST", NULL, &name);
     if (list == NULL)
@@ -327,8 +326,7 @@ int dl_slurm_env_parse(char *const *envp, dl_slurm_env_t *ret, char *err, size_t
     if (r >= 0)
         r = parse_gpus_var(envp, &e.gpus_per_node, err, errlen);
     if (r >= 0)
-        r = parse_optional(envp, "SLURM_CPUS_ON_NODE", 1, MAX_COUNT, &e.cpus_on_node, err,
-                           errlen);
+        r = parse_optional(envp, "SLURM_CPUS_ON_NODE", 1, MAX_COUNT, &e.cpus_on_node, err, errlen);
     if (r >= 0)
         r = parse_optional(envp, "SLURM_RESTART_COUNT", 0, MAX_COUNT, &e.restart_count, err,
                            errlen);

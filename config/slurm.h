@@ -53,16 +53,16 @@ typedef struct dl_slurm_env_s {
     char **hosts; /* NULL-terminated, expanded; NULL outside an allocation */
     size_t nhosts;
     const char *nodelist_var; /* the variable hosts came from, for messages */
-    int node_id;              /* index of this node in hosts; -1 where Slurm does not say (salloc) */
-    const char *rdzv_host;    /* hosts[0]: node 0 hosts the rendezvous; points into hosts */
-    int rdzv_port;            /* dl_slurm_rdzv_port(job_id); 0 outside an allocation */
-    int gpus_per_node;        /* -1 when Slurm allocated none or does not say */
-    int cpus_on_node;         /* -1 when not set */
-    int restart_count;        /* SLURM_RESTART_COUNT: times the job was requeued */
-    int proc_id;              /* SLURM_PROCID, -1 when not set */
-    int local_id;             /* SLURM_LOCALID, -1 when not set */
-    int ntasks;               /* SLURM_NTASKS (or SLURM_NPROCS), -1 when not set */
-    char *submit_dir;         /* SLURM_SUBMIT_DIR or NULL */
+    int node_id;           /* index of this node in hosts; -1 where Slurm does not say (salloc) */
+    const char *rdzv_host; /* hosts[0]: node 0 hosts the rendezvous; points into hosts */
+    int rdzv_port;         /* dl_slurm_rdzv_port(job_id); 0 outside an allocation */
+    int gpus_per_node;     /* -1 when Slurm allocated none or does not say */
+    int cpus_on_node;      /* -1 when not set */
+    int restart_count;     /* SLURM_RESTART_COUNT: times the job was requeued */
+    int proc_id;           /* SLURM_PROCID, -1 when not set */
+    int local_id;          /* SLURM_LOCALID, -1 when not set */
+    int ntasks;            /* SLURM_NTASKS (or SLURM_NPROCS), -1 when not set */
+    char *submit_dir;      /* SLURM_SUBMIT_DIR or NULL */
 } dl_slurm_env_t;
 
 /* Reads the Slurm variables from envp, a NULL-terminated "NAME=value" list such as environ (the

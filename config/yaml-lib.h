@@ -11,8 +11,7 @@
 /* The functions the job-spec loader calls, with libyaml's own signatures. */
 typedef struct {
     int (*parser_initialize)(yaml_parser_t *parser);
-    void (*parser_set_input_string)(yaml_parser_t *parser, const unsigned char *input,
-                                    size_t size);
+    void (*parser_set_input_string)(yaml_parser_t *parser, const unsigned char *input, size_t size);
     int (*parser_load)(yaml_parser_t *parser, yaml_document_t *document);
     void (*parser_delete)(yaml_parser_t *parser);
     yaml_node_t *(*document_get_root_node)(yaml_document_t *document);

@@ -1,12 +1,12 @@
 /* The YAML job spec: a mapping of option keys plus command: and env:. Every error names
  * file:line:column, counted from 1 as editors do. */
+#include "internal.h"
+#include "yaml-lib.h"
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "internal.h"
-#include "yaml-lib.h"
 
 /* A job spec is a few lines; anything near this is a mistake (a dataset named by accident). */
 #define DL_SPEC_MAX_BYTES (1024 * 1024)
@@ -45,14 +45,10 @@ static const char *scalar(const yaml_node_t *n)
 static const char *kind_name(const yaml_node_t *n)
 {
     switch (n->type) {
-    case YAML_SCALAR_NODE:
-        return "a scalar";
-    case YAML_SEQUENCE_NODE:
-        return "a list";
-    case YAML_MAPPING_NODE:
-        return "a mapping";
-    default:
-        return "nothing";
+    case YAML_SCALAR_NODE: return "a scalar";
+    case YAML_SEQUENCE_NODE: return "a list";
+    case YAML_MAPPING_NODE: return "a mapping";
+    default: return "nothing";
     }
 }
 
@@ -101,8 +97,7 @@ static int valid_env_name(const char *s)
 static int load_env(loader_t *ld, const yaml_node_t *val)
 {
     if (val->type != YAML_MAPPING_NODE)
-        return fail_at(ld, val, "env: expected a mapping of NAME: value, got %s",
-                       kind_name(val));
+        return fail_at(ld, val, "env: expected a mapping of NAME: value, got %s", kind_name(val));
     size_t n = (size_t)(val->data.mapping.pairs.top - val->data.mapping.pairs.start);
     char **v = calloc(n + 1, sizeof(char *));
     if (v == NULL)
@@ -213,8 +208,7 @@ static int load_train(loader_t *ld, const yaml_node_t *val)
     return 0;
 }
 
-static int load_option(loader_t *ld, const dl_opt_t *opt, const char *key,
-                       const yaml_node_t *val)
+static int load_option(loader_t *ld, const dl_opt_t *opt, const char *key, const yaml_node_t *val)
 {
     char where[DL_CONFIG_ERRLEN];
 
@@ -246,8 +240,7 @@ static int unknown_key(loader_t *ld, const yaml_node_t *k)
 static int load_root(loader_t *ld, yaml_node_t *root)
 {
     if (root->type != YAML_MAPPING_NODE)
-        return fail_at(ld, root, "the job spec must be a mapping of keys, got %s",
-                       kind_name(root));
+        return fail_at(ld, root, "the job spec must be a mapping of keys, got %s", kind_name(root));
     yaml_node_pair_t *start = root->data.mapping.pairs.start;
     yaml_node_pair_t *top = root->data.mapping.pairs.top;
     for (yaml_node_pair_t *p = start; p < top; p++) {
@@ -279,8 +272,8 @@ static int load_root(loader_t *ld, yaml_node_t *root)
     return 0;
 }
 
-int dl_config_load_yaml_string(dl_job_spec_t *spec, const char *name, const char *text,
-                               size_t len, char *err, size_t errlen)
+int dl_config_load_yaml_string(dl_job_spec_t *spec, const char *name, const char *text, size_t len,
+                               char *err, size_t errlen)
 {
     yaml_parser_t parser;
     yaml_document_t doc;

@@ -153,8 +153,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "dlaunchd: --http: '%s' is not ADDR:PORT\n", args.http);
         return 2;
     }
-    int r = dl_proto_token_load(args.token_file, getenv("DLAUNCH_TOKEN"), &token, err,
-                                sizeof(err));
+    int r = dl_proto_token_load(args.token_file, getenv("DLAUNCH_TOKEN"), &token, err, sizeof(err));
     if (r < 0) {
         fprintf(stderr, "dlaunchd: %s\n", err);
         return 2;

@@ -9,11 +9,15 @@
 
 #define OFF(field) offsetof(dl_daemon_args_t, field)
 /* A value kept as typed, checked where it is used (dlaunchd.c); "" is refused here. */
-#define TEXT(name, meta, field, help)                                                          \
-    {name, NULL, 0, &dl_opt_text, OFF(field), 1, 0, NULL, NULL, meta, help, DL_OPT_CLI_ONLY, 0}
-#define FLAG(name, short_name, field, flags, help)                                             \
-    {name, NULL, short_name, &dl_opt_bool, OFF(field), 0, 0, NULL, NULL, NULL, help,           \
-     DL_OPT_FLAG | DL_OPT_CLI_ONLY | (flags), 0}
+#define TEXT(name, meta, field, help)                                                              \
+    {                                                                                              \
+        name, NULL, 0, &dl_opt_text, OFF(field), 1, 0, NULL, NULL, meta, help, DL_OPT_CLI_ONLY, 0  \
+    }
+#define FLAG(name, short_name, field, flags, help)                                                 \
+    {                                                                                              \
+        name, NULL, short_name, &dl_opt_bool, OFF(field), 0, 0, NULL, NULL, NULL, help,            \
+            DL_OPT_FLAG | DL_OPT_CLI_ONLY | (flags), 0                                             \
+    }
 
 static const dl_opt_t options[] = {
     TEXT("listen", "ADDR:PORT", listen,

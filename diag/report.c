@@ -96,18 +96,10 @@ static int field(const json_t *o, const char *where, size_t idx, const char *f, 
     case 'i':
         ok = json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= INT32_MAX;
         break;
-    case 'I':
-        ok = json_is_integer(v) && json_integer_value(v) >= 0;
-        break;
-    case 'n':
-        ok = json_is_number(v) && json_number_value(v) >= 0;
-        break;
-    case 'f':
-        ok = json_is_number(v);
-        break;
-    case 'b':
-        ok = json_is_boolean(v);
-        break;
+    case 'I': ok = json_is_integer(v) && json_integer_value(v) >= 0; break;
+    case 'n': ok = json_is_number(v) && json_number_value(v) >= 0; break;
+    case 'f': ok = json_is_number(v); break;
+    case 'b': ok = json_is_boolean(v); break;
     default: /* 's' */
         ok = json_is_string(v) && json_string_length(v) <= NAME_MAX_BYTES &&
              strlen(json_string_value(v)) == json_string_length(v);

@@ -157,8 +157,10 @@ int dl_etcd_read_password(const char *path, char **ret, char *err, size_t errlen
         return r;
     }
     if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077) != 0) {
-        snprintf(err, errlen, "'%s' must be a regular file that neither group nor others may "
-                              "read or write (chmod 600 %s)", path, path);
+        snprintf(err, errlen,
+                 "'%s' must be a regular file that neither group nor others may "
+                 "read or write (chmod 600 %s)",
+                 path, path);
         fclose(f);
         return -EPERM;
     }

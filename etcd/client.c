@@ -29,20 +29,20 @@ struct dl_etcd_req_s {
     dl_etcd_t *e;
     struct dl_etcd_req_s *prev, *next; /* every live request of the client */
     char *path;
-    char *body; /* serialized */
+    char *body;      /* serialized */
     dl_etcd_cb cb;   /* a call's answer; a stream's messages */
     dl_etcd_cb done; /* a stream's end */
     void *ctx;
     bool stream;
-    bool is_auth;     /* the authenticate request itself */
+    bool is_auth;      /* the authenticate request itself */
     bool auth_retried; /* it was sent again once with a fresh token */
-    bool waiting;     /* queued until the client has a token */
-    bool running;     /* its easy handle is in the multi */
-    bool finished;    /* its transfer ended: finish() will deliver */
+    bool waiting;      /* queued until the client has a token */
+    bool running;      /* its easy handle is in the multi */
+    bool finished;     /* its transfer ended: finish() will deliver */
     bool cancelled;
-    bool delivered;   /* a stream delivered at least one message */
+    bool delivered;          /* a stream delivered at least one message */
     dl_etcd_status_t forced; /* not OK: deliver this (the authentication failed) */
-    int refs;         /* callbacks running for it */
+    int refs;                /* callbacks running for it */
     CURL *easy;
     struct curl_slist *headers;
     size_t ep;    /* the endpoint in use */
@@ -69,9 +69,9 @@ struct dl_etcd_s {
     bool https;
     char *cacert, *cert, *key, *user, *password;
     double timeout;
-    char *token;     /* etcd's auth token, once authenticated */
+    char *token; /* etcd's auth token, once authenticated */
     bool authenticating;
-    dl_etcd_req_t *reqs; /* every live request */
+    dl_etcd_req_t *reqs;  /* every live request */
     struct sock_s *socks; /* every poll handle not yet closing */
     bool closing;
     int refs; /* dispatches running */
@@ -252,8 +252,9 @@ static dl_etcd_status_t classify(int code, const char *msg)
         strstr(msg, "invalid auth token") != NULL || strstr(msg, "auth: ") != NULL)
         return DL_ETCD_AUTH;
     if (code == 14 || code == 4 || strstr(msg, "no leader") != NULL ||
-        strstr(msg, "timed out") != NULL || strstr(msg, "deadline exceeded") != NULL || strstr(msg, "leader changed") != NULL ||
-        strstr(msg, "not capable") != NULL || strstr(msg, "too many requests") != NULL)
+        strstr(msg, "timed out") != NULL || strstr(msg, "deadline exceeded") != NULL ||
+        strstr(msg, "leader changed") != NULL || strstr(msg, "not capable") != NULL ||
+        strstr(msg, "too many requests") != NULL)
         return DL_ETCD_NO_QUORUM;
     return DL_ETCD_ERROR;
 }
@@ -269,10 +270,8 @@ static bool transport_error(CURLcode c)
     case CURLE_GOT_NOTHING:
     case CURLE_PARTIAL_FILE:
     case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-        return true;
-    default:
-        return false;
+    case CURLE_HTTP2_STREAM: return true;
+    default: return false;
     }
 }
 
@@ -289,10 +288,8 @@ static bool tls_error(CURLcode c)
     case CURLE_SSL_ENGINE_INITFAILED:
     case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
     case CURLE_SSL_INVALIDCERTSTATUS:
-    case CURLE_USE_SSL_FAILED:
-        return true;
-    default:
-        return false;
+    case CURLE_USE_SSL_FAILED: return true;
+    default: return false;
     }
 }
 
@@ -663,8 +660,9 @@ static void on_authenticated(void *ctx, const dl_etcd_result_t *res)
         e->token = strdup(token);
     }
     if (res->status == DL_ETCD_OK && token == NULL)
-        snprintf(err, sizeof(err), "etcd at %s: authentication is not enabled there, but a user "
-                                   "was given",
+        snprintf(err, sizeof(err),
+                 "etcd at %s: authentication is not enabled there, but a user "
+                 "was given",
                  res->endpoint);
     else
         snprintf(err, sizeof(err), "%s", res->error);
@@ -759,8 +757,8 @@ int dl_etcd_call(dl_etcd_t *e, const char *path, json_t *body, dl_etcd_cb cb, vo
     return submit(e, path, body, cb, NULL, ctx, false, ret);
 }
 
-int dl_etcd_stream(dl_etcd_t *e, const char *path, json_t *body, dl_etcd_cb on_msg,
-                   dl_etcd_cb done, void *ctx, dl_etcd_req_t **ret)
+int dl_etcd_stream(dl_etcd_t *e, const char *path, json_t *body, dl_etcd_cb on_msg, dl_etcd_cb done,
+                   void *ctx, dl_etcd_req_t **ret)
 {
     return submit(e, path, body, on_msg, done, ctx, true, ret);
 }
@@ -954,8 +952,8 @@ static void on_sync(void *ctx, const dl_etcd_result_t *res)
         snprintf(s->error, sizeof(s->error), "%s", res->error);
 }
 
-dl_etcd_status_t dl_etcd_call_sync(dl_etcd_t *e, const char *path, json_t *body,
-                                   json_t **ret_body, char *err, size_t errlen)
+dl_etcd_status_t dl_etcd_call_sync(dl_etcd_t *e, const char *path, json_t *body, json_t **ret_body,
+                                   char *err, size_t errlen)
 {
     sync_t s = {0};
     *ret_body = NULL;

@@ -25,14 +25,14 @@
 
 typedef struct {
     char prefix[DL_EJOB_MAX_PREFIX]; /* "/dlaunch/RUN_ID/" */
-    json_t *job;       /* the settings, or NULL */
-    json_t *state;     /* the state, or NULL */
-    int64_t state_rev; /* its mod revision (0: none) */
-    json_t *members;   /* node id -> member document (with "lease" and "rev" added) */
-    json_t *done;      /* node id -> round */
-    json_t *events;    /* key -> event */
-    json_t *assign;    /* "ROUND/REV/NODE_ID" -> that node's assignment (a/ keys read) */
-    int64_t rev;       /* the view holds every change up to this revision */
+    json_t *job;                     /* the settings, or NULL */
+    json_t *state;                   /* the state, or NULL */
+    int64_t state_rev;               /* its mod revision (0: none) */
+    json_t *members;                 /* node id -> member document (with "lease" and "rev" added) */
+    json_t *done;                    /* node id -> round */
+    json_t *events;                  /* key -> event */
+    json_t *assign; /* "ROUND/REV/NODE_ID" -> that node's assignment (a/ keys read) */
+    int64_t rev;    /* the view holds every change up to this revision */
 } dl_ejob_view_t;
 
 /* What an update changed. */
@@ -79,7 +79,7 @@ typedef struct {
     int min_nodes, max_nodes, max_restarts;
     int max_same_failures; /* rounds in a row ended by the same failure that fail it; 0 never */
     double last_call, join_timeout, dead_after; /* seconds */
-    int master_port; /* the job's default MASTER_PORT */
+    int master_port;                            /* the job's default MASTER_PORT */
     const char *store_key; /* the store's key for agents without a token of their own, or NULL */
 } dl_ejob_settings_t;
 
@@ -128,7 +128,7 @@ typedef enum {
     DL_EJOB_CAUSE_NODE_LOST,     /* spends a restart */
     DL_EJOB_CAUSE_NODE_JOINED,
     DL_EJOB_CAUSE_REQUESTED,
-    DL_EJOB_CAUSE_EXCLUDED, /* a straggler stepped out */
+    DL_EJOB_CAUSE_EXCLUDED,  /* a straggler stepped out */
     DL_EJOB_CAUSE_NODE_LEFT, /* an agent departed on its operator's signal: no failure */
 } dl_ejob_cause_t;
 
@@ -180,8 +180,7 @@ int dl_ejob_exit_code(const dl_ejob_view_t *v);
  * The answer's last response carries the count after the change (dl_ejob_txn_count): the
  * member that makes it max_nodes closes the round, the one that makes it min_nodes keeps the last
  * call, the one that makes the done count the round's node count ends the job. */
-json_t *dl_ejob_txn_join_counted(const dl_ejob_view_t *v, const dl_ejob_member_t *m,
-                                 int64_t lease);
+json_t *dl_ejob_txn_join_counted(const dl_ejob_view_t *v, const dl_ejob_member_t *m, int64_t lease);
 /* dl_ejob_txn_next for a newcomer (join), which joins and is counted in the new round. */
 json_t *dl_ejob_txn_next_join_counted(const dl_ejob_view_t *v, dl_ejob_cause_t cause,
                                       const char *reason, const dl_ejob_member_t *join,
@@ -210,8 +209,7 @@ json_t *dl_ejob_range_events(const dl_ejob_view_t *v);
  * trip to the leader (good when the answer's revision is the state's or later: the keys went
  * in before the state). dl_ejob_view_merge puts a range answer's keys into the view (0 or
  * -EPROTO). */
-json_t *dl_ejob_range_assignment(const dl_ejob_view_t *v, const char *node_id,
-                                 bool serializable);
+json_t *dl_ejob_range_assignment(const dl_ejob_view_t *v, const char *node_id, bool serializable);
 int dl_ejob_view_merge(dl_ejob_view_t *v, const json_t *range);
 /* The document of the first key of a transaction answer's response i, decoded, or NULL. */
 json_t *dl_ejob_txn_doc(const json_t *answer, size_t i);

@@ -16,11 +16,11 @@ typedef struct {
     const char *(*endpoints)(const dl_etcd_t *e);
     int (*call)(dl_etcd_t *e, const char *path, json_t *body, dl_etcd_cb cb, void *ctx,
                 dl_etcd_req_t **ret);
-    int (*stream)(dl_etcd_t *e, const char *path, json_t *body, dl_etcd_cb on_msg,
-                  dl_etcd_cb done, void *ctx, dl_etcd_req_t **ret);
+    int (*stream)(dl_etcd_t *e, const char *path, json_t *body, dl_etcd_cb on_msg, dl_etcd_cb done,
+                  void *ctx, dl_etcd_req_t **ret);
     void (*cancel)(dl_etcd_req_t *r);
-    dl_etcd_status_t (*call_sync)(dl_etcd_t *e, const char *path, json_t *body,
-                                  json_t **ret_body, char *err, size_t errlen);
+    dl_etcd_status_t (*call_sync)(dl_etcd_t *e, const char *path, json_t *body, json_t **ret_body,
+                                  char *err, size_t errlen);
 } dl_etcd_plugin_t;
 
 typedef const dl_etcd_plugin_t *(*dl_etcd_plugin_fn)(void);

@@ -74,16 +74,16 @@ int dl_etcd_call(dl_etcd_t *e, const char *path, json_t *body, dl_etcd_cb cb, vo
 /* A watch: POST /v3/watch with body (stolen), streamed: on_msg gets every message's "result"
  * (status OK), then done gets how the stream ended (never OK: the server closed it, the endpoint
  * died, cancelled is not reported). Returns 0 with *ret, or -ENOMEM. */
-int dl_etcd_stream(dl_etcd_t *e, const char *path, json_t *body, dl_etcd_cb on_msg,
-                   dl_etcd_cb done, void *ctx, dl_etcd_req_t **ret);
+int dl_etcd_stream(dl_etcd_t *e, const char *path, json_t *body, dl_etcd_cb on_msg, dl_etcd_cb done,
+                   void *ctx, dl_etcd_req_t **ret);
 
 /* Cancels a request or a stream: no callback runs for it after this. Accepts NULL. */
 void dl_etcd_cancel(dl_etcd_req_t *r);
 
 /* Blocking: runs the request on a loop of its own, for control commands. *ret_body gets the
  * answer (new reference) when the status is OK. err gets the error line otherwise. */
-dl_etcd_status_t dl_etcd_call_sync(dl_etcd_t *e, const char *path, json_t *body,
-                                   json_t **ret_body, char *err, size_t errlen);
+dl_etcd_status_t dl_etcd_call_sync(dl_etcd_t *e, const char *path, json_t *body, json_t **ret_body,
+                                   char *err, size_t errlen);
 
 /* Reads a password file as token files are read: a regular file that neither group nor others
  * may read or write, one trailing newline dropped, not empty. Returns 0 with *ret (malloc'd), or

@@ -42,8 +42,7 @@ static json_t *append(json_t *txn, json_t *op1, json_t *op2)
     return txn;
 }
 
-json_t *dl_ejob_txn_join_counted(const dl_ejob_view_t *v, const dl_ejob_member_t *m,
-                                 int64_t lease)
+json_t *dl_ejob_txn_join_counted(const dl_ejob_view_t *v, const dl_ejob_member_t *m, int64_t lease)
 {
     int round = dl_ejob_round(v);
     return append(dl_ejob_txn_join(v, m, lease),
@@ -109,10 +108,8 @@ json_t *dl_ejob_read_as_range(const json_t *answer)
     const json_t *r;
     size_t i, j;
     json_t *kv;
-    json_array_foreach(json_object_get(answer, "responses"), i, r)
-    {
-        json_array_foreach(json_object_get(json_object_get(r, "response_range"), "kvs"), j, kv)
-        {
+    json_array_foreach (json_object_get(answer, "responses"), i, r) {
+        json_array_foreach (json_object_get(json_object_get(r, "response_range"), "kvs"), j, kv) {
             json_array_append(kvs, kv);
         }
     }
@@ -122,15 +119,14 @@ json_t *dl_ejob_read_as_range(const json_t *answer)
 json_t *dl_ejob_txn_check_member(const dl_ejob_view_t *v, const char *node_id)
 {
     int round = dl_ejob_round(v);
-    return json_pack("{s:[{s:o, s:s, s:s, s:o}], s:[{s:{s:o}}, {s:{s:o}}, {s:{s:o}}, o]}",
-                     "compare", "key", dl__ejob_key(v->prefix, "state"), "target", "MOD",
-                     "result", "EQUAL", "mod_revision", dl_etcd_num(v->state_rev), "success",
-                     "request_range", "key", dl__ejob_key(v->prefix, "m/%s", node_id),
-                     "request_range", "key", dl__ejob_key(v->prefix, "done/%s", node_id),
-                     "request_range", "key",
-                     dl__ejob_key(v->prefix, "a/%d/%lld/%s", round,
-                                  (long long)dl_ejob_assignment(v), node_id),
-                     count_range(v->prefix, "d", round));
+    return json_pack(
+        "{s:[{s:o, s:s, s:s, s:o}], s:[{s:{s:o}}, {s:{s:o}}, {s:{s:o}}, o]}", "compare", "key",
+        dl__ejob_key(v->prefix, "state"), "target", "MOD", "result", "EQUAL", "mod_revision",
+        dl_etcd_num(v->state_rev), "success", "request_range", "key",
+        dl__ejob_key(v->prefix, "m/%s", node_id), "request_range", "key",
+        dl__ejob_key(v->prefix, "done/%s", node_id), "request_range", "key",
+        dl__ejob_key(v->prefix, "a/%d/%lld/%s", round, (long long)dl_ejob_assignment(v), node_id),
+        count_range(v->prefix, "d", round));
 }
 
 json_t *dl_ejob_watch_state(const dl_ejob_view_t *v)
@@ -156,8 +152,7 @@ int dl_ejob_view_events(dl_ejob_view_t *v, const json_t *range)
 {
     size_t i;
     json_t *kvj;
-    json_array_foreach(json_object_get(range, "kvs"), i, kvj)
-    {
+    json_array_foreach (json_object_get(range, "kvs"), i, kvj) {
         dl_etcd_kv_t kv;
         if (dl_etcd_kv_read(kvj, &kv) < 0)
             return -EPROTO;
@@ -189,8 +184,7 @@ int dl_ejob_view_merge(dl_ejob_view_t *v, const json_t *range)
     json_t *evs = json_array();
     size_t i;
     json_t *kv;
-    json_array_foreach(json_object_get(range, "kvs"), i, kv)
-    {
+    json_array_foreach (json_object_get(range, "kvs"), i, kv) {
         json_array_append_new(evs, json_pack("{s:s, s:O}", "type", "PUT", "kv", kv));
     }
     int64_t rev = v->rev;
@@ -203,8 +197,8 @@ int dl_ejob_view_merge(dl_ejob_view_t *v, const json_t *range)
 
 json_t *dl_ejob_txn_doc(const json_t *answer, size_t i)
 {
-    const json_t *r = json_object_get(json_array_get(json_object_get(answer, "responses"), i),
-                                      "response_range");
+    const json_t *r =
+        json_object_get(json_array_get(json_object_get(answer, "responses"), i), "response_range");
     const json_t *kvj = json_array_get(json_object_get(r, "kvs"), 0);
     dl_etcd_kv_t kv;
     if (kvj == NULL || dl_etcd_kv_read(kvj, &kv) < 0)

@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "etcd-job.h"
+#include "etcd.h"
 #include "rdzv-codec.h"
 #include "rdzv-policy.h"
-#include "etcd.h"
 
 #define DEFAULT_MASTER_PORT 29500
 
@@ -146,8 +146,7 @@ int dl_ejob_view_load(dl_ejob_view_t *v, const json_t *range)
     dl_ejob_view_clear(v);
     dl_ejob_view_init(v, prefix);
     v->rev = dl_etcd_int(json_object_get(json_object_get(range, "header"), "revision"));
-    json_array_foreach(json_object_get(range, "kvs"), i, kvj)
-    {
+    json_array_foreach (json_object_get(range, "kvs"), i, kvj) {
         dl_etcd_kv_t kv;
         if (dl_etcd_kv_read(kvj, &kv) < 0)
             return -EPROTO;
@@ -162,8 +161,7 @@ int dl_ejob_view_watch(dl_ejob_view_t *v, const json_t *result)
     size_t i;
     json_t *ev;
     int ch = 0;
-    json_array_foreach(json_object_get(result, "events"), i, ev)
-    {
+    json_array_foreach (json_object_get(result, "events"), i, ev) {
         dl_etcd_kv_t kv;
         if (dl_etcd_kv_read(json_object_get(ev, "kv"), &kv) < 0)
             return -EPROTO;
@@ -212,8 +210,7 @@ int dl_ejob_count(const dl_ejob_view_t *v, int round)
     const char *id;
     json_t *m;
     int n = 0;
-    json_object_foreach(v->members, id, m)
-    {
+    json_object_foreach (v->members, id, m) {
         if (sint(m, "round", -1) == round)
             n++;
     }
@@ -261,8 +258,7 @@ json_t *dl_ejob_assigned_nodes(const dl_ejob_view_t *v)
     if (out == NULL || rev == 0 || strcmp(dl_ejob_state_name(v), "running") != 0)
         return out;
     size_t tl = (size_t)snprintf(tag, sizeof(tag), "%d/%lld/", dl_ejob_round(v), (long long)rev);
-    json_object_foreach(v->assign, k, doc)
-    {
+    json_object_foreach (v->assign, k, doc) {
         if (strncmp(k, tag, tl) == 0)
             json_array_append(out, doc);
     }
@@ -286,19 +282,18 @@ json_t *dl_ejob_assigned_nodes(const dl_ejob_view_t *v)
 
 json_t *dl_ejob_settings_doc(const dl_ejob_settings_t *s)
 {
-    json_t *d = json_pack("{s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:i}", "min_nodes", s->min_nodes,
-                          "max_nodes", s->max_nodes, "max_restarts", s->max_restarts,
-                          "max_same_failures", s->max_same_failures,
-                          "last_call_ms", (json_int_t)(s->last_call * 1000), "join_timeout_ms",
-                          (json_int_t)(s->join_timeout * 1000), "dead_after_ms",
-                          (json_int_t)(s->dead_after * 1000), "master_port", s->master_port);
+    json_t *d =
+        json_pack("{s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:i}", "min_nodes", s->min_nodes,
+                  "max_nodes", s->max_nodes, "max_restarts", s->max_restarts, "max_same_failures",
+                  s->max_same_failures, "last_call_ms", (json_int_t)(s->last_call * 1000),
+                  "join_timeout_ms", (json_int_t)(s->join_timeout * 1000), "dead_after_ms",
+                  (json_int_t)(s->dead_after * 1000), "master_port", s->master_port);
     if (d != NULL && s->store_key != NULL)
         json_object_set_new(d, "store_key", json_string(s->store_key));
     return d;
 }
 
-int dl_ejob_settings_check(const json_t *doc, const dl_ejob_settings_t *s, char *err,
-                           size_t errlen)
+int dl_ejob_settings_check(const json_t *doc, const dl_ejob_settings_t *s, char *err, size_t errlen)
 {
     int lo = (int)sint(doc, "min_nodes", -1), hi = (int)sint(doc, "max_nodes", -1);
     if (lo != s->min_nodes || hi != s->max_nodes) {
@@ -360,11 +355,10 @@ static json_t *event(const char *name, double now)
 
 json_t *dl_ejob_txn_create(const char *prefix, const dl_ejob_settings_t *s, double now)
 {
-    json_t *state = json_pack("{s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:f}", "round", 0,
-                              "state", "gathering", "restarts", 0, "max_restarts", s->max_restarts,
-                              "max_same_failures", s->max_same_failures,
-                              "min_nodes", s->min_nodes, "max_nodes", s->max_nodes, "reason",
-                              "the job started", "time", now);
+    json_t *state = json_pack("{s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:f}", "round", 0, "state",
+                              "gathering", "restarts", 0, "max_restarts", s->max_restarts,
+                              "max_same_failures", s->max_same_failures, "min_nodes", s->min_nodes,
+                              "max_nodes", s->max_nodes, "reason", "the job started", "time", now);
     json_t *t = json_pack(
         "{s:[{s:o, s:s, s:s, s:s}], s:[o, o], s:[{s:{s:o}}, {s:{s:o}}]}", "compare", "key",
         dl__ejob_key(prefix, "job"), "target", "CREATE", "result", "EQUAL", "create_revision", "0",
@@ -390,7 +384,8 @@ typedef struct {
 
 static int by_join(const void *a, const void *b)
 {
-    json_int_t x = sint(((const cand_t *)a)->m, "rev", 0), y = sint(((const cand_t *)b)->m, "rev", 0);
+    json_int_t x = sint(((const cand_t *)a)->m, "rev", 0),
+               y = sint(((const cand_t *)b)->m, "rev", 0);
     return x < y ? -1 : x > y;
 }
 
@@ -420,8 +415,7 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
     cand_t *c = calloc(cap > 0 ? cap : 1, sizeof(*c));
     if (c == NULL)
         return NULL;
-    json_object_foreach(v->members, id, m)
-    {
+    json_object_foreach (v->members, id, m) {
         if (sint(m, "round", -1) == round)
             c[n++] = (cand_t){id, m};
     }
@@ -484,11 +478,11 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
     long long world = 0;
     for (size_t r = 0; r < n; r++) {
         const json_t *x = by[r].m;
-        json_t *doc = json_pack("{s:s, s:s, s:s, s:s, s:I, s:i, s:I, s:I}", "node_id", by[r].id,
-                                "host", sstr(x, "host"), "addr", sstr(x, "addr"), "store",
-                                sstr(x, "store"), "slots", sint(x, "slots", 1), "node_rank",
-                                (int)r, "first_rank", (json_int_t)world, "master_port",
-                                sint(x, "master_port", 0));
+        json_t *doc =
+            json_pack("{s:s, s:s, s:s, s:s, s:I, s:i, s:I, s:I}", "node_id", by[r].id, "host",
+                      sstr(x, "host"), "addr", sstr(x, "addr"), "store", sstr(x, "store"), "slots",
+                      sint(x, "slots", 1), "node_rank", (int)r, "first_rank", (json_int_t)world,
+                      "master_port", sint(x, "master_port", 0));
         if (doc != NULL && n > 1)
             json_object_set_new(doc, "next", json_string(by[(r + 1) % n].id));
         if (json_array_append_new(puts, put(dl__ejob_key(v->prefix, "a/%d/%lld/%s", round,
@@ -509,10 +503,10 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
     json_object_set_new(state, "store_addr", json_string(sstr(zero, "store")));
     json_object_set_new(state, "time", json_real(now));
     json_t *ev = event("rendezvous", now);
-    json_object_update_new(ev, json_pack("{s:i, s:i, s:I, s:I, s:s, s:I}", "round", round,
-                                         "nodes", (int)n, "world_size", (json_int_t)world,
-                                         "restarts", sint(v->state, "restarts", 0),
-                                         "master_addr", sstr(zero, "addr"), "master_port", port));
+    json_object_update_new(ev, json_pack("{s:i, s:i, s:I, s:I, s:s, s:I}", "round", round, "nodes",
+                                         (int)n, "world_size", (json_int_t)world, "restarts",
+                                         sint(v->state, "restarts", 0), "master_addr",
+                                         sstr(zero, "addr"), "master_port", port));
     free(c);
     free(rank);
     free(taken);
@@ -535,18 +529,17 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
             for (size_t j = i; j < total && j < i + DL_EJOB_MAX_TXN_OPS; j++)
                 if (json_array_append(ops, json_array_get(puts, j)) < 0)
                     complete = false;
-            if (json_array_append_new(txns, json_pack("{s:[o], s:o}", "compare", cmp_state(v),
-                                                      "success", ops)) < 0)
+            if (json_array_append_new(
+                    txns, json_pack("{s:[o], s:o}", "compare", cmp_state(v), "success", ops)) < 0)
                 complete = false;
         }
     }
     json_decref(puts);
-    if (json_array_append_new(
-            txns, json_pack("{s:[o, {s:o, s:o, s:s, s:s, s:o}], s:o}", "compare", cmp_state(v),
-                            "key", dl__ejob_key(v->prefix, "m/"), "range_end",
-                            dl__ejob_range_end(v->prefix, "m/"), "target", "MOD", "result",
-                            "LESS", "mod_revision", dl_etcd_num(v->rev + 1), "success",
-                            last_ops)) < 0 ||
+    if (json_array_append_new(txns, json_pack("{s:[o, {s:o, s:o, s:s, s:s, s:o}], s:o}", "compare",
+                                              cmp_state(v), "key", dl__ejob_key(v->prefix, "m/"),
+                                              "range_end", dl__ejob_range_end(v->prefix, "m/"),
+                                              "target", "MOD", "result", "LESS", "mod_revision",
+                                              dl_etcd_num(v->rev + 1), "success", last_ops)) < 0 ||
         !complete) {
         json_decref(txns);
         return NULL;
@@ -557,26 +550,19 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
 static const char *cause_name(dl_ejob_cause_t c)
 {
     switch (c) {
-    case DL_EJOB_CAUSE_WORKER_FAILED:
-        return "worker_failed";
-    case DL_EJOB_CAUSE_NODE_LOST:
-        return "node_lost";
-    case DL_EJOB_CAUSE_NODE_JOINED:
-        return "node_joined";
-    case DL_EJOB_CAUSE_REQUESTED:
-        return "requested";
-    case DL_EJOB_CAUSE_EXCLUDED:
-        return "straggler";
-    case DL_EJOB_CAUSE_NODE_LEFT:
-        return "node_left";
+    case DL_EJOB_CAUSE_WORKER_FAILED: return "worker_failed";
+    case DL_EJOB_CAUSE_NODE_LOST: return "node_lost";
+    case DL_EJOB_CAUSE_NODE_JOINED: return "node_joined";
+    case DL_EJOB_CAUSE_REQUESTED: return "requested";
+    case DL_EJOB_CAUSE_EXCLUDED: return "straggler";
+    case DL_EJOB_CAUSE_NODE_LEFT: return "node_left";
     }
     return "unknown";
 }
 
 /* The ops that end the job: the state and the job_end event; every other key deleted; the
  * settings, state and events kept on linger (0: none). Appends to ops. */
-static void end_ops(const dl_ejob_view_t *v, json_t *ops, json_t *state, json_t *ev,
-                    int64_t linger)
+static void end_ops(const dl_ejob_view_t *v, json_t *ops, json_t *state, json_t *ev, int64_t linger)
 {
     int round = dl_ejob_round(v);
     const char *k;
@@ -586,8 +572,7 @@ static void end_ops(const dl_ejob_view_t *v, json_t *ops, json_t *state, json_t 
         json_array_append_new(ops,
                               put(dl__ejob_key(v->prefix, "job"), json_incref(v->job), linger));
     if (linger != 0)
-        json_object_foreach(v->events, k, e)
-        {
+        json_object_foreach (v->events, k, e) {
             json_array_append_new(ops, put(dl_etcd_b64_str(k), json_incref(e), linger));
         }
     json_array_append_new(ops, put(event_key(v, round, 2), ev, linger));
@@ -621,8 +606,8 @@ int dl_ejob_same_failures(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const 
         return 0;
     dl_rdzv_culprit_t prev = read_culprit(json_object_get(v->state, "culprit"), &prev_cause);
     json_int_t count = sint(v->state, "same_failures", 0);
-    bool same = strcmp(prev_cause, cause_name(cause)) == 0 &&
-                dl_rdzv_policy_same_failure(&prev, &next);
+    bool same =
+        strcmp(prev_cause, cause_name(cause)) == 0 && dl_rdzv_policy_same_failure(&prev, &next);
     return same && count > 0 && count < INT_MAX ? (int)count + 1 : 1;
 }
 
@@ -631,18 +616,12 @@ int dl_ejob_same_failures(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const 
 static dl_rdzv_cause_t core_cause(dl_ejob_cause_t c)
 {
     switch (c) {
-    case DL_EJOB_CAUSE_WORKER_FAILED:
-        return DL_RDZV_CAUSE_WORKER_FAILED;
-    case DL_EJOB_CAUSE_NODE_LOST:
-        return DL_RDZV_CAUSE_NODE_LOST;
-    case DL_EJOB_CAUSE_NODE_JOINED:
-        return DL_RDZV_CAUSE_NODE_JOINED;
-    case DL_EJOB_CAUSE_REQUESTED:
-        return DL_RDZV_CAUSE_REQUESTED;
-    case DL_EJOB_CAUSE_NODE_LEFT:
-        return DL_RDZV_CAUSE_NODE_LEFT;
-    case DL_EJOB_CAUSE_EXCLUDED:
-        break;
+    case DL_EJOB_CAUSE_WORKER_FAILED: return DL_RDZV_CAUSE_WORKER_FAILED;
+    case DL_EJOB_CAUSE_NODE_LOST: return DL_RDZV_CAUSE_NODE_LOST;
+    case DL_EJOB_CAUSE_NODE_JOINED: return DL_RDZV_CAUSE_NODE_JOINED;
+    case DL_EJOB_CAUSE_REQUESTED: return DL_RDZV_CAUSE_REQUESTED;
+    case DL_EJOB_CAUSE_NODE_LEFT: return DL_RDZV_CAUSE_NODE_LEFT;
+    case DL_EJOB_CAUSE_EXCLUDED: break;
     }
     return DL_RDZV_CAUSE_COUNT;
 }
@@ -657,10 +636,9 @@ static int state_int(const dl_ejob_view_t *v, const char *key, json_int_t dflt)
 static dl_rdzv_budget_t round_end_cost(const dl_ejob_view_t *v, dl_ejob_cause_t cause,
                                        const json_t *culprit)
 {
-    return dl_rdzv_policy_round_end(core_cause(cause), state_int(v, "restarts", 0),
-                                    state_int(v, "max_restarts", 0),
-                                    dl_ejob_same_failures(v, cause, culprit),
-                                    state_int(v, "max_same_failures", 0));
+    return dl_rdzv_policy_round_end(
+        core_cause(cause), state_int(v, "restarts", 0), state_int(v, "max_restarts", 0),
+        dl_ejob_same_failures(v, cause, culprit), state_int(v, "max_same_failures", 0));
 }
 
 bool dl_ejob_next_fails(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const json_t *culprit)
@@ -709,8 +687,7 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
             json_object_set_new(state, "exit_code", json_integer(5));
         json_t *ev = event("job_end", now);
         json_object_update_new(ev, json_pack("{s:s, s:i, s:s}", "status", "failed", "exit_code",
-                                             same > 0 ? 5 : 1, "failure",
-                                             same > 0 ? text : why));
+                                             same > 0 ? 5 : 1, "failure", same > 0 ? text : why));
         end_ops(v, ops, state, ev, linger_lease);
         return json_pack("{s:[o], s:o}", "compare", cmp_state(v), "success", ops);
     }
@@ -794,14 +771,13 @@ json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id)
     int round = dl_ejob_round(v);
     if (strcmp(sstr(s, "state"), "running") == 0) {
         json_t *assigned = dl_ejob_assigned_nodes(v);
-        json_array_foreach(assigned, i, n)
-        {
+        json_array_foreach (assigned, i, n) {
             const char *id = sstr(n, "node_id");
             json_t *done = json_object_get(v->done, id);
             json_array_append_new(
                 nodes, json_pack("{s:I, s:s, s:s, s:I, s:I, s:f, s:b, s:b}", "node_rank",
-                                 sint(n, "node_rank", 0), "node_id", id, "host",
-                                 sstr(n, "host"), "slots", sint(n, "slots", 1), "first_rank",
+                                 sint(n, "node_rank", 0), "node_id", id, "host", sstr(n, "host"),
+                                 "slots", sint(n, "slots", 1), "first_rank",
                                  sint(n, "first_rank", 0), "heartbeat_age", 0.0, "connected",
                                  json_object_get(v->members, id) != NULL, "left",
                                  done != NULL && json_integer_value(done) == round));
@@ -810,15 +786,13 @@ json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id)
     } else {
         /* Gathering: the members so far, without ranks. */
         const char *id;
-        json_object_foreach(v->members, id, n)
-        {
+        json_object_foreach (v->members, id, n) {
             if (sint(n, "round", -1) != round)
                 continue;
             json_array_append_new(
-                nodes, json_pack("{s:i, s:s, s:s, s:I, s:f, s:b, s:b}", "node_rank", -1,
-                                 "node_id", id, "host", sstr(n, "host"), "slots",
-                                 sint(n, "slots", 1), "heartbeat_age", 0.0, "connected", 1,
-                                 "left", 0));
+                nodes, json_pack("{s:i, s:s, s:s, s:I, s:f, s:b, s:b}", "node_rank", -1, "node_id",
+                                 id, "host", sstr(n, "host"), "slots", sint(n, "slots", 1),
+                                 "heartbeat_age", 0.0, "connected", 1, "left", 0));
         }
     }
     json_object_set_new(o, "nodes", nodes);

@@ -42,8 +42,8 @@ int dl_etcd_call(dl_etcd_t *e, const char *path, json_t *body, dl_etcd_cb cb, vo
     return plugin->call(e, path, body, cb, ctx, ret);
 }
 
-int dl_etcd_stream(dl_etcd_t *e, const char *path, json_t *body, dl_etcd_cb on_msg,
-                   dl_etcd_cb done, void *ctx, dl_etcd_req_t **ret)
+int dl_etcd_stream(dl_etcd_t *e, const char *path, json_t *body, dl_etcd_cb on_msg, dl_etcd_cb done,
+                   void *ctx, dl_etcd_req_t **ret)
 {
     return plugin->stream(e, path, body, on_msg, done, ctx, ret);
 }
@@ -54,8 +54,8 @@ void dl_etcd_cancel(dl_etcd_req_t *r)
         plugin->cancel(r);
 }
 
-dl_etcd_status_t dl_etcd_call_sync(dl_etcd_t *e, const char *path, json_t *body,
-                                   json_t **ret_body, char *err, size_t errlen)
+dl_etcd_status_t dl_etcd_call_sync(dl_etcd_t *e, const char *path, json_t *body, json_t **ret_body,
+                                   char *err, size_t errlen)
 {
     return plugin->call_sync(e, path, body, ret_body, err, errlen);
 }

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuzz.h"
 #include "diag.h"
+#include "fuzz.h"
 
 static void check_beats(const dl_diag_beats_t *b)
 {

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuzz.h"
 #include "etcd-job.h"
 #include "etcd.h"
+#include "fuzz.h"
 
 #define P "/dlaunch/f/"
 
@@ -23,17 +23,15 @@ static json_t *range_of(const json_t *docs)
     const char *k;
     json_t *v;
     int rev = 2;
-    json_object_foreach((json_t *)docs, k, v)
-    {
+    json_object_foreach ((json_t *)docs, k, v) {
         char key[600];
         snprintf(key, sizeof(key), P "%s", k);
         char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
         if (text == NULL)
             continue;
         json_array_append_new(kvs, json_pack("{s:o, s:o, s:o, s:o, s:o}", "key",
-                                             dl_etcd_b64_str(key), "value",
-                                             dl_etcd_b64_str(text), "mod_revision",
-                                             dl_etcd_num(rev), "create_revision",
+                                             dl_etcd_b64_str(key), "value", dl_etcd_b64_str(text),
+                                             "mod_revision", dl_etcd_num(rev), "create_revision",
                                              dl_etcd_num(rev), "lease", dl_etcd_num(rev * 7)));
         free(text);
         rev++;
@@ -65,13 +63,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
              * and no transaction holds more operations than etcd takes. */
             size_t i;
             json_t *txn;
-            json_array_foreach(close, i, txn)
-            {
-                DL_FUZZ_REQUIRE(json_array_size(json_object_get(txn, "success")) <= DL_EJOB_MAX_TXN_OPS);
+            json_array_foreach (close, i, txn) {
+                DL_FUZZ_REQUIRE(json_array_size(json_object_get(txn, "success")) <=
+                                DL_EJOB_MAX_TXN_OPS);
             }
             json_t *last = json_array_get(close, json_array_size(close) - 1);
-            json_t *put = json_object_get(json_array_get(json_object_get(last, "success"), 0),
-                                          "request_put");
+            json_t *put =
+                json_object_get(json_array_get(json_object_get(last, "success"), 0), "request_put");
             char *text = dl_etcd_unb64(json_object_get(put, "value"), NULL);
             json_t *state = text != NULL ? json_loads(text, 0, NULL) : NULL;
             DL_FUZZ_REQUIRE(json_integer_value(json_object_get(state, "node_count")) >= 1);
@@ -79,14 +77,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free(text);
         }
         json_decref(close);
-        dl_ejob_member_t m = {.node_id = "z", .host = "h", .addr = "h", .store = "h:1",
-                              .slots = 1, .node_rank = -1, .round = round};
+        dl_ejob_member_t m = {.node_id = "z",
+                              .host = "h",
+                              .addr = "h",
+                              .store = "h:1",
+                              .slots = 1,
+                              .node_rank = -1,
+                              .round = round};
         json_t *culprit = json_object_get(docs, "culprit");
         for (int c = DL_EJOB_CAUSE_WORKER_FAILED; c <= DL_EJOB_CAUSE_EXCLUDED; c++)
-            json_decref(dl_ejob_txn_next(&v, (dl_ejob_cause_t)c, "r", json_is_object(culprit)
-                                                                          ? culprit : NULL,
-                                         c == DL_EJOB_CAUSE_NODE_JOINED ? &m : NULL, 5, 9,
-                                         1.0));
+            json_decref(dl_ejob_txn_next(&v, (dl_ejob_cause_t)c, "r",
+                                         json_is_object(culprit) ? culprit : NULL,
+                                         c == DL_EJOB_CAUSE_NODE_JOINED ? &m : NULL, 5, 9, 1.0));
         json_decref(dl_ejob_txn_end(&v, "failed", "r", 9, 1.0));
         json_decref(dl_ejob_txn_join(&v, &m, 5));
         json_decref(dl_ejob_txn_done(&v, "a"));

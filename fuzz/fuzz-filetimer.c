@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuzz.h"
 #include "filetimer.h"
+#include "fuzz.h"
 
 static void check_table(const dl_filetimer_table_t *tab)
 {

@@ -135,12 +135,13 @@ static void check_strings(const json_t *v, int depth)
         check_escape(json_string_value(v));
         check_credential(json_string_value(v));
     } else if (json_is_object(v)) {
-        json_object_foreach((json_t *)v, k, item) {
+        json_object_foreach ((json_t *)v, k, item) {
             check_escape(k);
             check_strings(item, depth + 1);
         }
     } else if (json_is_array(v)) {
-        json_array_foreach(v, i, item) check_strings(item, depth + 1);
+        json_array_foreach (v, i, item)
+            check_strings(item, depth + 1);
     }
 }
 
@@ -161,7 +162,7 @@ static void check_handshake(const json_t *msg, dl_proto_type_t type)
     if (type == DL_PROTO_AUTH_OK || type == DL_PROTO_AUTH) {
         /* A proof nobody computed: refused by both sides (a collision is beyond the fuzzer). */
         DL_FUZZ_REQUIRE(dl_proto_auth_accept(master(), nonce, NULL, "job", DL_PROTO_ROLE_AGENT, hex,
-                                     &claimed, &level, &life, NULL) == -EACCES);
+                                             &claimed, &level, &life, NULL) == -EACCES);
         DL_FUZZ_REQUIRE(dl_proto_auth_check_server(master(), nonce, nonce, "job",
                                                    DL_PROTO_ROLE_AGENT, hex) == -EACCES);
         return;
@@ -171,14 +172,14 @@ static void check_handshake(const json_t *msg, dl_proto_type_t type)
         dl_proto_token_derive(master(), DL_PROTO_TOKEN_WORKER, run_id, &LIFE, &worker) == 0);
     DL_FUZZ_REQUIRE(dl_proto_auth_proof(worker, nonce, run_id, DL_PROTO_ROLE_WORKER, proof) == 0);
     DL_FUZZ_REQUIRE(dl_proto_auth_accept(master(), nonce, hex, run_id, DL_PROTO_ROLE_WORKER, proof,
-                                 &LIFE, &level, &life, sproof) == 0);
+                                         &LIFE, &level, &life, sproof) == 0);
     DL_FUZZ_REQUIRE(level == DL_PROTO_TOKEN_WORKER && life.issued == LIFE.issued &&
-            life.expires == LIFE.expires);
-    DL_FUZZ_REQUIRE(dl_proto_auth_check_server(worker, hex, nonce, run_id, DL_PROTO_ROLE_WORKER,
-                                       sproof) == 0);
+                    life.expires == LIFE.expires);
+    DL_FUZZ_REQUIRE(
+        dl_proto_auth_check_server(worker, hex, nonce, run_id, DL_PROTO_ROLE_WORKER, sproof) == 0);
     /* The same proof is no control's. */
     DL_FUZZ_REQUIRE(dl_proto_auth_accept(master(), nonce, hex, run_id, DL_PROTO_ROLE_CONTROL, proof,
-                                 &LIFE, &level, &life, sproof) == -EACCES);
+                                         &LIFE, &level, &life, sproof) == -EACCES);
     dl_proto_token_free(worker);
 }
 
@@ -244,9 +245,7 @@ static json_t *decode_stream(const uint8_t *data, size_t size, size_t piece, uin
         DL_FUZZ_REQUIRE(used <= n);
         off += used;
         switch (r) {
-        case DL_PROTO_NEED_MORE:
-            DL_FUZZ_REQUIRE(used == n && msg == NULL);
-            break;
+        case DL_PROTO_NEED_MORE: DL_FUZZ_REQUIRE(used == n && msg == NULL); break;
         case DL_PROTO_MESSAGE:
             DL_FUZZ_REQUIRE(used > 0 && msg != NULL);
             check_message(msg, type);
@@ -262,8 +261,8 @@ static json_t *decode_stream(const uint8_t *data, size_t size, size_t piece, uin
         default:
             DL_FUZZ_REQUIRE(r == -EMSGSIZE && err.code == DL_PROTO_E_FRAME_TOO_LARGE);
             check_error(&err);
-            json_array_append_new(log, json_pack("{s:s}", "fatal",
-                                                 dl_proto_errcode_name(err.code)));
+            json_array_append_new(log,
+                                  json_pack("{s:s}", "fatal", dl_proto_errcode_name(err.code)));
             fatal = true;
             break;
         }
@@ -281,7 +280,7 @@ static void check_limits_agree(const json_t *small, const json_t *large)
     size_t i;
     const json_t *entry;
 
-    json_array_foreach(small, i, entry) {
+    json_array_foreach (small, i, entry) {
         if (json_object_get(entry, "fatal") != NULL)
             return;
         DL_FUZZ_REQUIRE(json_equal(entry, json_array_get(large, i)));
@@ -293,8 +292,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     json_auto_t *whole = decode_stream(data, size, 0, DL_PROTO_LIMIT_PREAUTH);
     json_auto_t *bytes = decode_stream(data, size, 1, DL_PROTO_LIMIT_PREAUTH);
-    json_auto_t *pieces = decode_stream(data, size, size > 0 ? 1 + data[size - 1] % 61 : 1,
-                                        DL_PROTO_LIMIT_PREAUTH);
+    json_auto_t *pieces =
+        decode_stream(data, size, size > 0 ? 1 + data[size - 1] % 61 : 1, DL_PROTO_LIMIT_PREAUTH);
     json_auto_t *large = decode_stream(data, size, 0, DL_PROTO_LIMIT);
 
     DL_FUZZ_REQUIRE(json_equal(whole, bytes));

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuzz.h"
 #include "config.h"
+#include "fuzz.h"
 #include "trainer.h"
 
 static void one_line(const char *err, const char *prefix)
@@ -25,8 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[DL_CONFIG_ERRLEN] = "";
 
     dl_job_spec_init(&spec);
-    int r = dl_config_load_yaml_string(&spec, "fuzz.yaml", (const char *)data, size, err,
-                                       sizeof(err));
+    int r =
+        dl_config_load_yaml_string(&spec, "fuzz.yaml", (const char *)data, size, err, sizeof(err));
     if (r < 0) {
         one_line(err, "fuzz.yaml");
     } else if (spec.train != NULL) {

@@ -22,8 +22,8 @@
 
 #define MAX_QUERIES 4096
 
-static const dl_torch_limits_t lim = {.max_key_len = 64, .max_value_len = 256, .max_keys = 8,
-                                      .max_query_len = 4096};
+static const dl_torch_limits_t lim = {
+    .max_key_len = 64, .max_value_len = 256, .max_keys = 8, .max_query_len = 4096};
 
 typedef struct {
     dl_torch_op_t op;
@@ -45,8 +45,8 @@ static void put(uint8_t *out, size_t cap, size_t *len, const dl_torch_bytes_t *b
 static uint8_t type_byte(dl_torch_dialect_t d, dl_torch_op_t op)
 {
     static const dl_torch_op_t v1[] = {
-        DL_TORCH_Q_SET,   DL_TORCH_Q_COMPARE_SET, DL_TORCH_Q_GET,        DL_TORCH_Q_ADD,
-        DL_TORCH_Q_CHECK, DL_TORCH_Q_WAIT,        DL_TORCH_Q_GETNUMKEYS, DL_TORCH_Q_WATCH_KEY,
+        DL_TORCH_Q_SET,        DL_TORCH_Q_COMPARE_SET, DL_TORCH_Q_GET,        DL_TORCH_Q_ADD,
+        DL_TORCH_Q_CHECK,      DL_TORCH_Q_WAIT,        DL_TORCH_Q_GETNUMKEYS, DL_TORCH_Q_WATCH_KEY,
         DL_TORCH_Q_DELETE_KEY, DL_TORCH_Q_APPEND,
     };
     if (d == DL_TORCH_DIALECT_V2) {
@@ -127,14 +127,10 @@ static void reencode(dl_torch_dialect_t d, const dl_torch_query_t *q, const uint
         DL_FUZZ_REQUIRE(count == q->nitems && pos == q->items.len);
         break;
     }
-    case DL_TORCH_Q_PING:
-        DL_FUZZ_REQUIRE(dl_torch_put_u32(out, cap, &n, q->nonce) == 0);
-        break;
+    case DL_TORCH_Q_PING: DL_FUZZ_REQUIRE(dl_torch_put_u32(out, cap, &n, q->nonce) == 0); break;
     case DL_TORCH_Q_GETNUMKEYS:
-    case DL_TORCH_Q_CANCEL_WAIT:
-        break;
-    default:
-        abort();
+    case DL_TORCH_Q_CANCEL_WAIT: break;
+    default: abort();
     }
     DL_FUZZ_REQUIRE(n == len && memcmp(out, orig, len) == 0);
 }

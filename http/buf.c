@@ -66,23 +66,12 @@ void dl__http_buf_html(dl__http_buf_t *b, const char *s)
 {
     for (const char *p = s ? s : ""; *p != '\0'; p++) {
         switch (*p) {
-        case '&':
-            dl__http_buf_puts(b, "&amp;");
-            break;
-        case '<':
-            dl__http_buf_puts(b, "&lt;");
-            break;
-        case '>':
-            dl__http_buf_puts(b, "&gt;");
-            break;
-        case '"':
-            dl__http_buf_puts(b, "&quot;");
-            break;
-        case '\'':
-            dl__http_buf_puts(b, "&#39;");
-            break;
-        default:
-            dl__http_buf_put(b, p, 1);
+        case '&': dl__http_buf_puts(b, "&amp;"); break;
+        case '<': dl__http_buf_puts(b, "&lt;"); break;
+        case '>': dl__http_buf_puts(b, "&gt;"); break;
+        case '"': dl__http_buf_puts(b, "&quot;"); break;
+        case '\'': dl__http_buf_puts(b, "&#39;"); break;
+        default: dl__http_buf_put(b, p, 1);
         }
     }
 }

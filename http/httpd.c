@@ -22,8 +22,8 @@
 #include "http.h"
 #include "internal.h"
 
-#define WAIT_S 1.0        /* how long a request waits for the loop before using what it has */
-#define REFRESH_S 2       /* the status page reloads itself this often */
+#define WAIT_S 1.0  /* how long a request waits for the loop before using what it has */
+#define REFRESH_S 2 /* the status page reloads itself this often */
 #define MAX_CONNECTIONS 256
 #define CONN_TIMEOUT_S 10 /* an idle or slow client is dropped after this */
 /* Connections at once of one local user other than ours (or root): slow clients of one user
@@ -185,8 +185,7 @@ static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, const 
 
     if (body == NULL) {
         static const char oom[] = "out of memory\n";
-        r = MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom,
-                                            MHD_RESPMEM_PERSISTENT);
+        r = MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
         status = MHD_HTTP_INTERNAL_SERVER_ERROR;
         type = "text/plain; charset=utf-8";
     } else {
@@ -240,20 +239,18 @@ static enum MHD_Result api(struct MHD_Connection *c, const char *path, const jso
         return respond_json(c, MHD_HTTP_OK,
                             json_pack("{s:f, s:O}", "time", now, "jobs", (json_t *)jobs));
     const char *id = path + strlen("/api/jobs/");
-    json_array_foreach(jobs, i, j)
-    {
+    json_array_foreach (jobs, i, j) {
         if (strcmp(json_string_value(json_object_get(j, "run_id")), id) == 0)
             return respond_json(c, MHD_HTTP_OK, json_incref(j));
     }
-    return respond_json(c, MHD_HTTP_NOT_FOUND,
-                        json_pack("{s:{s:s, s:s}}", "error", "code", "not_found", "message",
-                                  "no such job"));
+    return respond_json(
+        c, MHD_HTTP_NOT_FOUND,
+        json_pack("{s:{s:s, s:s}}", "error", "code", "not_found", "message", "no such job"));
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **req_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
 {
     dl_http_t *h = cls;
     dl__http_buf_t b = {0};
@@ -316,8 +313,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     uid_t uid;
-    if (ci == NULL || dl_rdzv_peer_uid(&h->nlfd, ci->connect_fd, &uid) < 0 ||
-        uid == geteuid() || uid == 0)
+    if (ci == NULL || dl_rdzv_peer_uid(&h->nlfd, ci->connect_fd, &uid) < 0 || uid == geteuid() ||
+        uid == 0)
         return;
     size_t i, free_slot = MAX_CONNECTIONS;
     for (i = 0; i < MAX_CONNECTIONS; i++) {
@@ -349,8 +346,7 @@ static bool is_loopback(const struct sockaddr *sa)
 
 /* The listening socket is ours, not libmicrohttpd's, so that a failure says which call failed
  * and why, and port 0 can be read back. */
-static int listen_on(const dl_http_opts_t *o, int *ret_fd, int *ret_port, char *err,
-                     size_t errlen)
+static int listen_on(const dl_http_opts_t *o, int *ret_fd, int *ret_port, char *err, size_t errlen)
 {
     struct sockaddr_storage sa;
     socklen_t salen;
@@ -447,8 +443,8 @@ int dl_http_start(uv_loop_t *loop, dl_rdzv_server_t *server, const dl_http_opts_
     }
     h->wake.data = h;
     h->daemon = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | (ipv6 ? MHD_USE_IPv6 : 0), 0, NULL,
-        NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | (ipv6 ? MHD_USE_IPv6 : 0), 0, NULL, NULL,
+        on_request, h, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_TIMEOUT_S,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_END);
     if (h->daemon == NULL) {

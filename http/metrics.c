@@ -9,8 +9,8 @@
 
 #include "internal.h"
 
-static const char *const job_states[] = {"gathering", "running",  "succeeded",
-                                         "failed",    "stopped",  "timed-out"};
+static const char *const job_states[] = {"gathering", "running", "succeeded",
+                                         "failed",    "stopped", "timed-out"};
 static const char *const causes[] = {"worker_failed", "node_lost", "node_joined", "requested",
                                      "node_left"};
 
@@ -52,20 +52,18 @@ static void per_job(dl__http_buf_t *b, const json_t *jobs, const char *name, con
     size_t i;
     json_t *j;
     family(b, name, "gauge", help);
-    json_array_foreach(jobs, i, j)
-    {
+    json_array_foreach (jobs, i, j) {
         job_sample(b, name, str(j, "run_id"), NULL, NULL, num(j, field));
     }
 }
 
-static void counters_by(dl__http_buf_t *b, const char *name, const char *help,
-                        const char *label, const json_t *counts)
+static void counters_by(dl__http_buf_t *b, const char *name, const char *help, const char *label,
+                        const json_t *counts)
 {
     const char *key;
     json_t *v;
     family(b, name, "counter", help);
-    json_object_foreach((json_t *)counts, key, v)
-    {
+    json_object_foreach ((json_t *)counts, key, v) {
         dl__http_buf_printf(b, "%s{%s=\"", name, label);
         dl__http_buf_label(b, key);
         dl__http_buf_printf(b, "\"} %lld\n", (long long)json_integer_value(v));
@@ -78,11 +76,11 @@ static void histogram(dl__http_buf_t *b, const char *name, const char *help, con
     size_t i;
     json_t *bound;
     family(b, name, "histogram", help);
-    json_array_foreach(bounds, i, bound)
-    {
+    json_array_foreach (bounds, i, bound) {
         dl__http_buf_printf(b, "%s_bucket{le=\"", name);
         dl__http_buf_float(b, json_number_value(bound));
-        dl__http_buf_printf(b, "\"} %lld\n", (long long)json_integer_value(json_array_get(counts, i)));
+        dl__http_buf_printf(b, "\"} %lld\n",
+                            (long long)json_integer_value(json_array_get(counts, i)));
     }
     dl__http_buf_printf(b, "%s_bucket{le=\"+Inf\"} %lld\n%s_sum ", name,
                         (long long)json_integer_value(json_object_get(h, "count")), name);
@@ -99,15 +97,13 @@ static void jobs_metrics(dl__http_buf_t *b, const json_t *jobs)
     family(b, "dlaunch_jobs", "gauge", "Jobs the rendezvous knows, by state.");
     for (size_t s = 0; s < sizeof(job_states) / sizeof(job_states[0]); s++) {
         int n = 0;
-        json_array_foreach(jobs, i, j)
-        {
+        json_array_foreach (jobs, i, j) {
             n += strcmp(str(j, "state"), job_states[s]) == 0;
         }
         dl__http_buf_printf(b, "dlaunch_jobs{state=\"%s\"} %d\n", job_states[s], n);
     }
     family(b, "dlaunch_job_state", "gauge", "1 for the state each job is in.");
-    json_array_foreach(jobs, i, j)
-    {
+    json_array_foreach (jobs, i, j) {
         job_sample(b, "dlaunch_job_state", str(j, "run_id"), "state", str(j, "state"), 1);
     }
     per_job(b, jobs, "dlaunch_job_round", "The job's current rendezvous round.", "round");
@@ -120,23 +116,20 @@ static void jobs_metrics(dl__http_buf_t *b, const json_t *jobs)
     family(b, "dlaunch_job_restarts_total", "counter",
            "Restarts of the job by reason: worker_failed, node_lost, node_joined, requested, "
            "node_left.");
-    json_array_foreach(jobs, i, j)
-    {
+    json_array_foreach (jobs, i, j) {
         const json_t *by = json_object_get(j, "restarts_by_cause");
         for (size_t c = 0; c < sizeof(causes) / sizeof(causes[0]); c++)
             job_sample(b, "dlaunch_job_restarts_total", str(j, "run_id"), "reason", causes[c],
                        (double)json_integer_value(json_object_get(by, causes[c])));
     }
     family(b, "dlaunch_job_nodes", "gauge", "Nodes in the job's current round.");
-    json_array_foreach(jobs, i, j)
-    {
+    json_array_foreach (jobs, i, j) {
         job_sample(b, "dlaunch_job_nodes", str(j, "run_id"), NULL, NULL,
                    (double)json_array_size(json_object_get(j, "nodes")));
     }
     family(b, "dlaunch_job_last_failure_timestamp_seconds", "gauge",
            "Unix time of the job's last worker failure.");
-    json_array_foreach(jobs, i, j)
-    {
+    json_array_foreach (jobs, i, j) {
         const json_t *f = json_object_get(j, "last_failure");
         if (f != NULL)
             job_sample(b, "dlaunch_job_last_failure_timestamp_seconds", str(j, "run_id"), NULL,
@@ -154,14 +147,12 @@ static void jobs_metrics(dl__http_buf_t *b, const json_t *jobs)
     };
     for (size_t p = 0; p < sizeof(progress) / sizeof(progress[0]); p++) {
         family(b, progress[p].name, "gauge", progress[p].help);
-        json_array_foreach(jobs, i, j)
-        {
+        json_array_foreach (jobs, i, j) {
             const json_t *ring = json_object_get(j, "progress");
             const json_t *last = json_array_get(ring, json_array_size(ring) - 1);
             const json_t *v = json_object_get(last, progress[p].field);
             if (json_is_number(v))
-                job_sample(b, progress[p].name, str(j, "run_id"), NULL, NULL,
-                           json_number_value(v));
+                job_sample(b, progress[p].name, str(j, "run_id"), NULL, NULL, json_number_value(v));
         }
     }
 
@@ -172,10 +163,8 @@ static void jobs_metrics(dl__http_buf_t *b, const json_t *jobs)
 
     family(b, "dlaunch_node_heartbeat_age_seconds", "gauge",
            "Seconds since each node's last heartbeat (or its join).");
-    json_array_foreach(jobs, i, j)
-    {
-        json_array_foreach(json_object_get(j, "nodes"), k, node)
-        {
+    json_array_foreach (jobs, i, j) {
+        json_array_foreach (json_object_get(j, "nodes"), k, node) {
             dl__http_buf_puts(b, "dlaunch_node_heartbeat_age_seconds{run_id=\"");
             dl__http_buf_label(b, str(j, "run_id"));
             dl__http_buf_puts(b, "\",node=\"");
@@ -189,10 +178,8 @@ static void jobs_metrics(dl__http_buf_t *b, const json_t *jobs)
     }
     family(b, "dlaunch_node_up", "gauge",
            "1 for a node connected and still running its workers, else 0.");
-    json_array_foreach(jobs, i, j)
-    {
-        json_array_foreach(json_object_get(j, "nodes"), k, node)
-        {
+    json_array_foreach (jobs, i, j) {
+        json_array_foreach (json_object_get(j, "nodes"), k, node) {
             bool up = json_is_true(json_object_get(node, "connected")) &&
                       !json_is_true(json_object_get(node, "left"));
             dl__http_buf_puts(b, "dlaunch_node_up{run_id=\"");
@@ -212,9 +199,8 @@ static void server_metrics(dl__http_buf_t *b, const json_t *srv)
     dl__http_buf_puts(b, "dlaunch_start_time_seconds ");
     dl__http_buf_float(b, num(srv, "started"));
     dl__http_buf_puts(b, "\n");
-    counters_by(b, "dlaunch_restarts_total",
-                "Restarts of every job served since start, by reason.", "reason",
-                json_object_get(srv, "restarts"));
+    counters_by(b, "dlaunch_restarts_total", "Restarts of every job served since start, by reason.",
+                "reason", json_object_get(srv, "restarts"));
     family(b, "dlaunch_rounds_total", "counter", "Rendezvous rounds closed with an assignment.");
     dl__http_buf_printf(b, "dlaunch_rounds_total %lld\n",
                         (long long)json_integer_value(json_object_get(srv, "rounds")));

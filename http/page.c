@@ -99,8 +99,7 @@ static void chart(dl__http_buf_t *b, const json_t *points, const char *xfield, c
     size_t i, n = 0;
     json_t *p;
 
-    json_array_foreach(points, i, p)
-    {
+    json_array_foreach (points, i, p) {
         json_t *x = json_object_get(p, xfield), *y = json_object_get(p, yfield);
         if (!json_is_number(x) || !json_is_number(y))
             continue;
@@ -120,14 +119,15 @@ static void chart(dl__http_buf_t *b, const json_t *points, const char *xfield, c
         ymax += fabs(ymax) * 0.05 + 0.5;
         ymin -= fabs(ymin) * 0.05 + 0.5;
     }
-    dl__http_buf_printf(b, "<figure class=\"%s\"><svg width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-                           "role=\"img\"><rect width=\"%d\" height=\"%d\" fill=\"#fbfcfe\"/>",
-                        cls, W, H, W, H, W, H);
+    dl__http_buf_printf(
+        b,
+        "<figure class=\"%s\"><svg width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+        "role=\"img\"><rect width=\"%d\" height=\"%d\" fill=\"#fbfcfe\"/>",
+        cls, W, H, W, H, W, H);
     /* A restart from an earlier step starts a new line instead of drawing one back. */
     double prev = -INFINITY;
     bool open = false;
-    json_array_foreach(points, i, p)
-    {
+    json_array_foreach (points, i, p) {
         json_t *x = json_object_get(p, xfield), *y = json_object_get(p, yfield);
         if (!json_is_number(x) || !json_is_number(y))
             continue;
@@ -146,10 +146,12 @@ static void chart(dl__http_buf_t *b, const json_t *points, const char *xfield, c
     }
     dl__http_buf_puts(b, "\"/><text x=\"4\" y=\"12\" font-size=\"10\" fill=\"#6b7280\">");
     shortnum(b, ymax);
-    dl__http_buf_printf(b, "</text><text x=\"4\" y=\"%d\" font-size=\"10\" fill=\"#6b7280\">", H - 4);
+    dl__http_buf_printf(b, "</text><text x=\"4\" y=\"%d\" font-size=\"10\" fill=\"#6b7280\">",
+                        H - 4);
     shortnum(b, ymin);
-    dl__http_buf_printf(b, "</text><text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#6b7280\" "
-                           "text-anchor=\"end\">",
+    dl__http_buf_printf(b,
+                        "</text><text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#6b7280\" "
+                        "text-anchor=\"end\">",
                         W - 4, H - 4);
     if (strcmp(xfield, "time") == 0) {
         dl__http_buf_puts(b, "last ");
@@ -169,8 +171,7 @@ static long long first_rank(const json_t *nodes, long long node_rank)
     long long first = 0;
     size_t i;
     json_t *n;
-    json_array_foreach(nodes, i, n)
-    {
+    json_array_foreach (nodes, i, n) {
         long long r = integer(n, "node_rank");
         if (r >= 0 && r < node_rank)
             first += integer(n, "slots");
@@ -190,11 +191,11 @@ static void nodes_table(dl__http_buf_t *b, const json_t *job, double unix_now)
     }
     dl__http_buf_puts(b, "<table class=\"nodes\"><tr><th>node</th><th>host</th><th>node rank</th>"
                          "<th>ranks</th><th>heartbeat</th><th>state</th></tr>");
-    json_array_foreach(nodes, i, n)
-    {
+    json_array_foreach (nodes, i, n) {
         if (i == NODES_SHOWN) {
-            dl__http_buf_printf(b, "<tr><td colspan=\"6\" class=\"muted\">and %zu more: see "
-                                   "<a href=\"/api/jobs/",
+            dl__http_buf_printf(b,
+                                "<tr><td colspan=\"6\" class=\"muted\">and %zu more: see "
+                                "<a href=\"/api/jobs/",
                                 json_array_size(nodes) - NODES_SHOWN);
             dl__http_buf_html(b, str(job, "run_id"));
             dl__http_buf_puts(b, "\">the API</a></td></tr>");
@@ -220,8 +221,12 @@ static void nodes_table(dl__http_buf_t *b, const json_t *job, double unix_now)
         dl__http_buf_puts(b, "</td><td class=\"n\">");
         duration(b, unix_now - json_number_value(json_object_get(n, "last_heartbeat")));
         dl__http_buf_printf(b, " ago</td><td class=\"%s\">%s</td></tr>",
-                            left ? "muted" : connected ? "up" : "down",
-                            left ? "done" : connected ? "up" : "disconnected");
+                            left        ? "muted"
+                            : connected ? "up"
+                                        : "down",
+                            left        ? "done"
+                            : connected ? "up"
+                                        : "disconnected");
     }
     dl__http_buf_puts(b, "</table>");
 }
@@ -271,11 +276,11 @@ static void history(dl__http_buf_t *b, const json_t *job)
     json_t *e;
 
     if (json_array_size(h) > 0) {
-        dl__http_buf_printf(b, "<details><summary>Restarts (%zu shown)</summary><table><tr>"
-                               "<th>time</th><th>round</th><th>reason</th><th>what</th></tr>",
+        dl__http_buf_printf(b,
+                            "<details><summary>Restarts (%zu shown)</summary><table><tr>"
+                            "<th>time</th><th>round</th><th>reason</th><th>what</th></tr>",
                             json_array_size(h));
-        json_array_foreach(h, i, e)
-        {
+        json_array_foreach (h, i, e) {
             dl__http_buf_puts(b, "<tr><td>");
             clock_time(b, json_number_value(json_object_get(e, "time")));
             dl__http_buf_printf(b, "</td><td class=\"n\">%lld</td><td>", integer(e, "round"));
@@ -288,8 +293,7 @@ static void history(dl__http_buf_t *b, const json_t *job)
     }
     if (json_array_size(log) > 0) {
         dl__http_buf_puts(b, "<details><summary>Rendezvous log</summary><pre>");
-        json_array_foreach(log, i, e)
-        {
+        json_array_foreach (log, i, e) {
             clock_time(b, json_number_value(json_object_get(e, "time")));
             dl__http_buf_puts(b, " ");
             dl__http_buf_html(b, str(e, "level"));
@@ -343,15 +347,15 @@ static void job_section(dl__http_buf_t *b, const json_t *job, double unix_now)
     dl__http_buf_html(b, state);
     dl__http_buf_puts(b, "\">");
     dl__http_buf_html(b, state);
-    dl__http_buf_printf(b, "</span></h2><p>round %lld &#183; restarts %lld of %lld &#183; %zu "
-                           "nodes (%lld:%lld) &#183; world size %lld &#183; store: %lld keys, "
-                           "%lld bytes, %lld waits, %lld torch clients</p>",
-                        integer(job, "round"), integer(job, "restarts"),
-                        integer(job, "max_restarts"), json_array_size(json_object_get(job, "nodes")),
-                        integer(job, "min_nodes"), integer(job, "max_nodes"),
-                        integer(job, "world_size"), integer(job, "keys"),
-                        integer(job, "store_bytes"), integer(job, "store_waits"),
-                        integer(job, "store_clients"));
+    dl__http_buf_printf(
+        b,
+        "</span></h2><p>round %lld &#183; restarts %lld of %lld &#183; %zu "
+        "nodes (%lld:%lld) &#183; world size %lld &#183; store: %lld keys, "
+        "%lld bytes, %lld waits, %lld torch clients</p>",
+        integer(job, "round"), integer(job, "restarts"), integer(job, "max_restarts"),
+        json_array_size(json_object_get(job, "nodes")), integer(job, "min_nodes"),
+        integer(job, "max_nodes"), integer(job, "world_size"), integer(job, "keys"),
+        integer(job, "store_bytes"), integer(job, "store_waits"), integer(job, "store_clients"));
     progress(b, job);
     nodes_table(b, job, unix_now);
     failure(b, job, unix_now);
@@ -367,8 +371,7 @@ static void summary(dl__http_buf_t *b, const json_t *jobs)
     dl__http_buf_puts(b, "<table class=\"jobs\"><tr><th>job</th><th>state</th><th>round</th>"
                          "<th>restarts</th><th>nodes</th><th>world</th><th>step</th>"
                          "<th>loss</th><th>samples/s</th></tr>");
-    json_array_foreach(jobs, i, j)
-    {
+    json_array_foreach (jobs, i, j) {
         const json_t *last = last_point(j);
         dl__http_buf_puts(b, "<tr><td><a href=\"#job-");
         dl__http_buf_html(b, str(j, "run_id"));
@@ -378,8 +381,9 @@ static void summary(dl__http_buf_t *b, const json_t *jobs)
         dl__http_buf_html(b, str(j, "state"));
         dl__http_buf_puts(b, "\">");
         dl__http_buf_html(b, str(j, "state"));
-        dl__http_buf_printf(b, "</span></td><td class=\"n\">%lld</td><td class=\"n\">%lld/%lld</td>"
-                               "<td class=\"n\">%zu</td><td class=\"n\">%lld</td><td class=\"n\">",
+        dl__http_buf_printf(b,
+                            "</span></td><td class=\"n\">%lld</td><td class=\"n\">%lld/%lld</td>"
+                            "<td class=\"n\">%zu</td><td class=\"n\">%lld</td><td class=\"n\">",
                             integer(j, "round"), integer(j, "restarts"), integer(j, "max_restarts"),
                             json_array_size(json_object_get(j, "nodes")), integer(j, "world_size"));
         if (last != NULL)
@@ -403,9 +407,10 @@ void dl__http_page(dl__http_buf_t *b, const json_t *snap, const char *title, dou
     size_t i;
     json_t *j;
 
-    dl__http_buf_printf(b, "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-                           "<meta http-equiv=\"refresh\" content=\"%d\"><meta name=\"viewport\" "
-                           "content=\"width=device-width\"><title>",
+    dl__http_buf_printf(b,
+                        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+                        "<meta http-equiv=\"refresh\" content=\"%d\"><meta name=\"viewport\" "
+                        "content=\"width=device-width\"><title>",
                         refresh);
     dl__http_buf_html(b, title);
     dl__http_buf_printf(b, " &#8212; %zu jobs</title><style>%s</style></head><body><header><h1>",
@@ -428,12 +433,12 @@ void dl__http_page(dl__http_buf_t *b, const json_t *snap, const char *title, dou
         dl__http_buf_puts(b, "<p class=\"muted\">No jobs.</p>");
     else
         summary(b, jobs);
-    json_array_foreach(jobs, i, j)
-    {
+    json_array_foreach (jobs, i, j) {
         job_section(b, j, unix_now);
     }
-    dl__http_buf_printf(b, "</main><footer>Reloads every %d s &#183; <a href=\"/api/jobs\">JSON</a> "
-                           "&#183; <a href=\"/metrics\">metrics</a></footer></body></html>\n",
+    dl__http_buf_printf(b,
+                        "</main><footer>Reloads every %d s &#183; <a href=\"/api/jobs\">JSON</a> "
+                        "&#183; <a href=\"/metrics\">metrics</a></footer></body></html>\n",
                         refresh);
 }
 
@@ -441,10 +446,8 @@ void dl__http_refresh_ages(json_t *snap, double unix_now)
 {
     size_t i, k;
     json_t *j, *n;
-    json_array_foreach(json_object_get(snap, "jobs"), i, j)
-    {
-        json_array_foreach(json_object_get(j, "nodes"), k, n)
-        {
+    json_array_foreach (json_object_get(snap, "jobs"), i, j) {
+        json_array_foreach (json_object_get(j, "nodes"), k, n) {
             json_t *seen = json_object_get(n, "last_heartbeat");
             if (json_is_number(seen))
                 json_object_set_new(n, "heartbeat_age",

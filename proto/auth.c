@@ -20,7 +20,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 #include "internal.h"
 
 /* 0 when the n bytes are equal, in time that does not depend on where they differ (as
@@ -51,11 +50,11 @@ struct dl_proto_token_s {
     char run_id[DL_PROTO_RUN_ID_MAX + 1]; /* job and worker keys: theirs */
     dl_proto_key_life_t life;             /* job and worker keys: theirs; else {0, 0} */
     size_t len;
-    unsigned char data[];                 /* the HMAC key: a master's bytes, or 32 derived */
+    unsigned char data[]; /* the HMAC key: a master's bytes, or 32 derived */
 };
 
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen,
-                                                          const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen, const char *fmt,
+                                                          ...)
 {
     va_list ap;
 
@@ -201,8 +200,8 @@ static int token_parse(const unsigned char *data, size_t len, const char *where,
         set_err(err, errlen, "%s: a malformed dlaunch %s key (it expires before it is issued)",
                 where, what);
     } else if (hex_decode(hex, key, sizeof(key)) < 0) {
-        set_err(err, errlen, "%s: a malformed dlaunch %s key (its key is not %d hex digits)",
-                where, what, 2 * MAC_LEN);
+        set_err(err, errlen, "%s: a malformed dlaunch %s key (its key is not %d hex digits)", where,
+                what, 2 * MAC_LEN);
     } else {
         r = token_new_kind(kind, text, &life, key, sizeof(key), ret_token);
     }
@@ -364,8 +363,8 @@ int dl_proto_hmac_sha256(const void *key, size_t key_len, const void *data, size
     if (key_len > INT_MAX)
         return -EINVAL;
     /* OpenSSL treats a NULL key as "reuse the previous one"; an empty key must be non-NULL. */
-    int r = dl__proto_hmac_raw(key_len > 0 ? key : empty, (int)key_len,
-                               data_len > 0 ? data : empty, data_len, mac, &mac_len);
+    int r = dl__proto_hmac_raw(key_len > 0 ? key : empty, (int)key_len, data_len > 0 ? data : empty,
+                               data_len, mac, &mac_len);
     if (r < 0 || mac_len != MAC_LEN)
         return r < 0 ? r : -EIO;
     memcpy(ret_mac, mac, MAC_LEN);
@@ -451,14 +450,10 @@ dl_proto_key_life_t dl_proto_token_life(const dl_proto_token_t *token)
 const char *dl_proto_token_kind_name(dl_proto_token_kind_t kind)
 {
     switch (kind) {
-    case DL_PROTO_TOKEN_MASTER:
-        return "master";
-    case DL_PROTO_TOKEN_JOB:
-        return "job";
-    case DL_PROTO_TOKEN_WORKER:
-        return "worker";
-    case DL_PROTO_TOKEN_SCRAPE:
-        return "read-only";
+    case DL_PROTO_TOKEN_MASTER: return "master";
+    case DL_PROTO_TOKEN_JOB: return "job";
+    case DL_PROTO_TOKEN_WORKER: return "worker";
+    case DL_PROTO_TOKEN_SCRAPE: return "read-only";
     }
     return "unknown";
 }
@@ -551,9 +546,8 @@ int dl_proto_token_text(const dl_proto_token_t *token, char **ret_text)
         return 0;
     }
     int n = asprintf(&text, "%s%s:%lld:%lld:%s",
-                     token->kind == DL_PROTO_TOKEN_JOB ? JOB_PREFIX : WORKER_PREFIX,
-                     token->run_id, (long long)token->life.issued,
-                     (long long)token->life.expires, hex);
+                     token->kind == DL_PROTO_TOKEN_JOB ? JOB_PREFIX : WORKER_PREFIX, token->run_id,
+                     (long long)token->life.issued, (long long)token->life.expires, hex);
     explicit_bzero(hex, sizeof(hex));
     if (n < 0)
         return -ENOMEM;
@@ -567,8 +561,8 @@ int dl_proto_token_scrape(const dl_proto_token_t *master, dl_proto_token_t **ret
 
     if (master == NULL || master->kind != DL_PROTO_TOKEN_MASTER)
         return -EPERM;
-    int r = dl_proto_hmac_sha256(master->data, master->len, SCRAPE_LABEL, strlen(SCRAPE_LABEL),
-                                 key);
+    int r =
+        dl_proto_hmac_sha256(master->data, master->len, SCRAPE_LABEL, strlen(SCRAPE_LABEL), key);
     if (r == 0)
         r = token_new_kind(DL_PROTO_TOKEN_SCRAPE, NULL, NULL, key, sizeof(key), ret);
     explicit_bzero(key, sizeof(key));
@@ -709,8 +703,8 @@ static int server_mac(const dl_proto_token_t *key, const char *client_nonce, con
         hex_decode(client_nonce, scratch, sizeof(scratch)) < 0 ||
         hex_decode(nonce, scratch, sizeof(scratch)) < 0 || !dl_proto_run_id_valid(run_id))
         return -EINVAL;
-    int len = snprintf(msg, sizeof(msg), "%s%s%s%s\n%s", SERVER_LABEL, client_nonce, nonce,
-                       run_id, role_name);
+    int len = snprintf(msg, sizeof(msg), "%s%s%s%s\n%s", SERVER_LABEL, client_nonce, nonce, run_id,
+                       role_name);
     if (len < 0 || (size_t)len >= sizeof(msg))
         return -EINVAL;
     return dl_proto_hmac_sha256(key->data, key->len, msg, (size_t)len, ret_mac);

@@ -97,8 +97,8 @@ static json_t *error_build(json_int_t id, dl_proto_errcode_t code, const char *m
     msg = dl_proto_msg_new(DL_PROTO_ERROR, id);
     if (msg == NULL)
         return NULL;
-    if (json_object_set_new(msg, "error", json_pack("{s:s, s:s}", "code", name, "message",
-                                                    message)) < 0) {
+    if (json_object_set_new(msg, "error",
+                            json_pack("{s:s, s:s}", "code", name, "message", message)) < 0) {
         json_decref(msg);
         return NULL;
     }
@@ -147,8 +147,8 @@ char *dl_proto_escape(const char *src, char *dst, size_t dstlen)
     static const char digits[] = "0123456789abcdef";
     size_t o = 0;
 
-    for (const unsigned char *p = (const unsigned char *)(src != NULL ? src : "");
-         *p != '\0'; p++) {
+    for (const unsigned char *p = (const unsigned char *)(src != NULL ? src : ""); *p != '\0';
+         p++) {
         bool plain = *p >= 0x20 && *p <= 0x7e && *p != '\\';
         size_t need = plain ? 1 : 4;
         if (o + need >= dstlen)

@@ -14,9 +14,18 @@
 #define JINT_MIN LLONG_MIN
 #define JINT_MAX LLONG_MAX
 
-#define REQ(n, k, lo, hi) {.name = (n), .kind = (k), .required = true, .min = (lo), .max = (hi)}
-#define OPT(n, k, lo, hi) {.name = (n), .kind = (k), .required = false, .min = (lo), .max = (hi)}
-#define END {.name = NULL}
+#define REQ(n, k, lo, hi)                                                                          \
+    {                                                                                              \
+        .name = (n), .kind = (k), .required = true, .min = (lo), .max = (hi)                       \
+    }
+#define OPT(n, k, lo, hi)                                                                          \
+    {                                                                                              \
+        .name = (n), .kind = (k), .required = false, .min = (lo), .max = (hi)                      \
+    }
+#define END                                                                                        \
+    {                                                                                              \
+        .name = NULL                                                                               \
+    }
 
 #define AGENT DL_PROTO_ROLE_AGENT
 #define WORKER DL_PROTO_ROLE_WORKER
@@ -319,8 +328,8 @@ static int check_assignment(const json_t *msg, dl_proto_error_t *err)
     if (first + local > world)
         return dl__proto_error_set(err, DL_PROTO_E_BAD_FIELD,
                                    "assignment: ranks %" JSON_INTEGER_FORMAT
-                                   "..%" JSON_INTEGER_FORMAT " run past world_size %"
-                                   JSON_INTEGER_FORMAT,
+                                   "..%" JSON_INTEGER_FORMAT
+                                   " run past world_size %" JSON_INTEGER_FORMAT,
                                    first, first + local - 1, world);
     return 0;
 }
@@ -333,39 +342,68 @@ const dl__msgdef_t dl__proto_messages[DL_PROTO_TYPE_COUNT] = {
     MSG(DL_PROTO_AUTH, "auth", DL_PROTO_KIND_REQUEST, CLIENTS, auth_fields),
     MSG(DL_PROTO_AUTH_OK, "auth_ok", DL_PROTO_KIND_REPLY, SERVER, auth_ok_fields),
     MSG(DL_PROTO_JOIN, "join", DL_PROTO_KIND_REQUEST, AGENT, join_fields),
-    [DL_PROTO_ASSIGNMENT] = {.name = "assignment", .kind = DL_PROTO_KIND_REPLY, .senders = SERVER,
-                             .fields = assignment_fields, .check = check_assignment},
-    [DL_PROTO_HEARTBEAT] = {.name = "heartbeat", .kind = DL_PROTO_KIND_REQUEST, .senders = AGENT,
-                            .fields = heartbeat_fields, .result = heartbeat_result},
+    [DL_PROTO_ASSIGNMENT] = {.name = "assignment",
+                             .kind = DL_PROTO_KIND_REPLY,
+                             .senders = SERVER,
+                             .fields = assignment_fields,
+                             .check = check_assignment},
+    [DL_PROTO_HEARTBEAT] = {.name = "heartbeat",
+                            .kind = DL_PROTO_KIND_REQUEST,
+                            .senders = AGENT,
+                            .fields = heartbeat_fields,
+                            .result = heartbeat_result},
     MSG(DL_PROTO_LEAVE, "leave", DL_PROTO_KIND_REQUEST, AGENT, reason_fields),
-    [DL_PROTO_WORKER_FAILED] = {.name = "worker_failed", .kind = DL_PROTO_KIND_REQUEST,
-                                .senders = AGENT, .fields = worker_failed_fields,
+    [DL_PROTO_WORKER_FAILED] = {.name = "worker_failed",
+                                .kind = DL_PROTO_KIND_REQUEST,
+                                .senders = AGENT,
+                                .fields = worker_failed_fields,
                                 .check = check_worker_failed},
     MSG(DL_PROTO_NODE_DONE, "node_done", DL_PROTO_KIND_REQUEST, AGENT, node_done_fields),
     MSG(DL_PROTO_ROUND_CHANGED, "round_changed", DL_PROTO_KIND_NOTIFY, SERVER,
         round_changed_fields),
     MSG(DL_PROTO_SHUTDOWN, "shutdown", DL_PROTO_KIND_NOTIFY, SERVER, shutdown_fields),
     MSG(DL_PROTO_KV_SET, "kv_set", DL_PROTO_KIND_REQUEST, CLIENTS, kv_set_fields),
-    [DL_PROTO_KV_GET] = {.name = "kv_get", .kind = DL_PROTO_KIND_REQUEST, .senders = CLIENTS,
-                         .fields = kv_key_fields, .result = kv_get_result},
-    [DL_PROTO_KV_ADD] = {.name = "kv_add", .kind = DL_PROTO_KIND_REQUEST, .senders = CLIENTS,
-                         .fields = kv_add_fields, .result = kv_add_result},
+    [DL_PROTO_KV_GET] = {.name = "kv_get",
+                         .kind = DL_PROTO_KIND_REQUEST,
+                         .senders = CLIENTS,
+                         .fields = kv_key_fields,
+                         .result = kv_get_result},
+    [DL_PROTO_KV_ADD] = {.name = "kv_add",
+                         .kind = DL_PROTO_KIND_REQUEST,
+                         .senders = CLIENTS,
+                         .fields = kv_add_fields,
+                         .result = kv_add_result},
     MSG(DL_PROTO_KV_WAIT, "kv_wait", DL_PROTO_KIND_REQUEST, CLIENTS, kv_wait_fields),
-    [DL_PROTO_KV_CAS] = {.name = "kv_cas", .kind = DL_PROTO_KIND_REQUEST, .senders = CLIENTS,
-                         .fields = kv_cas_fields, .result = kv_cas_result},
-    [DL_PROTO_KV_DEL] = {.name = "kv_del", .kind = DL_PROTO_KIND_REQUEST, .senders = CLIENTS,
-                         .fields = kv_key_fields, .result = kv_del_result},
-    [DL_PROTO_STATUS] = {.name = "status", .kind = DL_PROTO_KIND_REQUEST, .senders = CONTROL,
-                         .fields = status_fields, .result = status_result},
+    [DL_PROTO_KV_CAS] = {.name = "kv_cas",
+                         .kind = DL_PROTO_KIND_REQUEST,
+                         .senders = CLIENTS,
+                         .fields = kv_cas_fields,
+                         .result = kv_cas_result},
+    [DL_PROTO_KV_DEL] = {.name = "kv_del",
+                         .kind = DL_PROTO_KIND_REQUEST,
+                         .senders = CLIENTS,
+                         .fields = kv_key_fields,
+                         .result = kv_del_result},
+    [DL_PROTO_STATUS] = {.name = "status",
+                         .kind = DL_PROTO_KIND_REQUEST,
+                         .senders = CONTROL,
+                         .fields = status_fields,
+                         .result = status_result},
     MSG(DL_PROTO_STOP, "stop", DL_PROTO_KIND_REQUEST, CONTROL, reason_fields),
-    [DL_PROTO_RESTART] = {.name = "restart", .kind = DL_PROTO_KIND_REQUEST, .senders = CONTROL,
-                          .fields = reason_fields, .result = round_result},
+    [DL_PROTO_RESTART] = {.name = "restart",
+                          .kind = DL_PROTO_KIND_REQUEST,
+                          .senders = CONTROL,
+                          .fields = reason_fields,
+                          .result = round_result},
     /* Agents too: one that sits out as a straggler hears of the job's end this way. */
     MSG(DL_PROTO_EVENTS_FOLLOW, "events_follow", DL_PROTO_KIND_REQUEST, CONTROL | AGENT,
         events_follow_fields),
     MSG(DL_PROTO_EVENT, "event", DL_PROTO_KIND_NOTIFY, SERVER, event_fields),
-    [DL_PROTO_REVOKE] = {.name = "revoke", .kind = DL_PROTO_KIND_REQUEST, .senders = CONTROL,
-                         .fields = revoke_fields, .result = revoke_fields},
+    [DL_PROTO_REVOKE] = {.name = "revoke",
+                         .kind = DL_PROTO_KIND_REQUEST,
+                         .senders = CONTROL,
+                         .fields = revoke_fields,
+                         .result = revoke_fields},
     MSG(DL_PROTO_REPLY, "reply", DL_PROTO_KIND_REPLY, SERVER, reply_fields),
     MSG(DL_PROTO_ERROR, "error", DL_PROTO_KIND_REPLY, SERVER, error_fields),
 };
@@ -410,26 +448,19 @@ bool dl_proto_is_reply_to(dl_proto_type_t request, dl_proto_type_t reply)
     case DL_PROTO_HELLO:
         /* A server without a token skips the challenge. */
         return reply == DL_PROTO_CHALLENGE || reply == DL_PROTO_AUTH_OK;
-    case DL_PROTO_AUTH:
-        return reply == DL_PROTO_AUTH_OK;
-    case DL_PROTO_JOIN:
-        return reply == DL_PROTO_ASSIGNMENT;
-    default:
-        return reply == DL_PROTO_REPLY;
+    case DL_PROTO_AUTH: return reply == DL_PROTO_AUTH_OK;
+    case DL_PROTO_JOIN: return reply == DL_PROTO_ASSIGNMENT;
+    default: return reply == DL_PROTO_REPLY;
     }
 }
 
 const char *dl_proto_role_name(dl_proto_role_t role)
 {
     switch (role) {
-    case DL_PROTO_ROLE_AGENT:
-        return "agent";
-    case DL_PROTO_ROLE_WORKER:
-        return "worker";
-    case DL_PROTO_ROLE_CONTROL:
-        return "control";
-    case DL_PROTO_ROLE_SERVER:
-        return "server";
+    case DL_PROTO_ROLE_AGENT: return "agent";
+    case DL_PROTO_ROLE_WORKER: return "worker";
+    case DL_PROTO_ROLE_CONTROL: return "control";
+    case DL_PROTO_ROLE_SERVER: return "server";
     }
     return NULL;
 }
@@ -467,21 +498,14 @@ bool dl_proto_run_id_valid(const char *run_id)
 static const char *json_type_word(const json_t *v)
 {
     switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a real number";
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
     case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    case JSON_NULL:
-        return "null";
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
     }
     return "something else";
 }
@@ -503,8 +527,8 @@ static int bad_type(const char *where, const char *path, const dl__field_t *f, c
                                where, path, f->name, want, json_type_word(v));
 }
 
-static int check_string(const char *where, const char *path, const dl__field_t *f,
-                        const json_t *v, dl_proto_error_t *err)
+static int check_string(const char *where, const char *path, const dl__field_t *f, const json_t *v,
+                        dl_proto_error_t *err)
 {
     size_t len = json_string_length(v);
 
@@ -529,13 +553,12 @@ static bool name_char(char c)
 
 static bool addr_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == ':' || c == '%' || c == '-' || c == '[' || c == ']';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '%' || c == '-' || c == '[' || c == ']';
 }
 
-static int check_chars(const char *where, const char *path, const dl__field_t *f,
-                       const json_t *v, bool (*ok)(char), const char *what,
-                       dl_proto_error_t *err)
+static int check_chars(const char *where, const char *path, const dl__field_t *f, const json_t *v,
+                       bool (*ok)(char), const char *what, dl_proto_error_t *err)
 {
     const char *s = json_string_value(v);
     size_t len = json_string_length(v);
@@ -548,8 +571,8 @@ static int check_chars(const char *where, const char *path, const dl__field_t *f
     return 0;
 }
 
-static int check_field(const char *where, const char *path, const dl__field_t *f,
-                       const json_t *v, dl_proto_error_t *err)
+static int check_field(const char *where, const char *path, const dl__field_t *f, const json_t *v,
+                       dl_proto_error_t *err)
 {
     switch (f->kind) {
     case DL__F_NAME:
@@ -560,8 +583,8 @@ static int check_field(const char *where, const char *path, const dl__field_t *f
         if (r < 0)
             return r;
         return f->kind == DL__F_NAME
-                   ? check_chars(where, path, f, v, name_char,
-                                 "printable ASCII without spaces", err)
+                   ? check_chars(where, path, f, v, name_char, "printable ASCII without spaces",
+                                 err)
                    : check_chars(where, path, f, v, addr_char,
                                  "a host name or address ([A-Za-z0-9._:%-], brackets)", err);
     }
@@ -587,8 +610,7 @@ static int check_field(const char *where, const char *path, const dl__field_t *f
                                        where, path, f->name, f->min, f->max, n);
         return 0;
     }
-    case DL__F_NUM:
-        return json_is_number(v) ? 0 : bad_type(where, path, f, "a number", v, err);
+    case DL__F_NUM: return json_is_number(v) ? 0 : bad_type(where, path, f, "a number", v, err);
     case DL__F_BOOL:
         return json_is_boolean(v) ? 0 : bad_type(where, path, f, "true or false", v, err);
     case DL__F_OBJ: {
@@ -610,7 +632,7 @@ static int check_field(const char *where, const char *path, const dl__field_t *f
                                        "%s: field '%s%s' must hold %" JSON_INTEGER_FORMAT
                                        " to %" JSON_INTEGER_FORMAT " strings, got %zu",
                                        where, path, f->name, f->min, f->max, n);
-        json_array_foreach(v, i, item) {
+        json_array_foreach (v, i, item) {
             size_t len = json_string_length(item);
             if (!json_is_string(item))
                 return dl__proto_error_set(err, DL_PROTO_E_BAD_FIELD,
@@ -656,8 +678,8 @@ static int check_field(const char *where, const char *path, const dl__field_t *f
                                        where, path, f->name, DL_PROTO_RUN_ID_MAX);
         return 0;
     }
-    return dl__proto_error_set(err, DL_PROTO_E_INTERNAL, "%s: field '%s%s' has no checker",
-                               where, path, f->name);
+    return dl__proto_error_set(err, DL_PROTO_E_INTERNAL, "%s: field '%s%s' has no checker", where,
+                               path, f->name);
 }
 
 int dl__proto_check_fields(const char *where, const char *prefix, const json_t *obj,
@@ -769,15 +791,14 @@ int dl_proto_validate(const json_t *msg, dl_proto_type_t *ret_type, dl_proto_err
     return 0;
 }
 
-int dl_proto_validate_result(dl_proto_type_t request, const json_t *result,
-                             dl_proto_error_t *err)
+int dl_proto_validate_result(dl_proto_type_t request, const json_t *result, dl_proto_error_t *err)
 {
     char where[64];
 
     dl__proto_error_reset(err);
     if (!type_valid(request) || dl__proto_messages[request].kind != DL_PROTO_KIND_REQUEST)
-        return dl__proto_error_set(err, DL_PROTO_E_INTERNAL,
-                                   "type %d is not a request", (int)request);
+        return dl__proto_error_set(err, DL_PROTO_E_INTERNAL, "type %d is not a request",
+                                   (int)request);
     snprintf(where, sizeof(where), "%s reply", dl__proto_messages[request].name);
     if (!json_is_object(result))
         return dl__proto_error_set(err, DL_PROTO_E_BAD_FIELD,

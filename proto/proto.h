@@ -216,8 +216,7 @@ int dl_proto_validate(const json_t *msg, dl_proto_type_t *ret_type, dl_proto_err
 
 /* Checks the "result" of a generic reply against what a request of type request returns
  * (kv_get: {value: string}, ...). Returns 0 or -EBADMSG with err filled. */
-int dl_proto_validate_result(dl_proto_type_t request, const json_t *result,
-                             dl_proto_error_t *err);
+int dl_proto_validate_result(dl_proto_type_t request, const json_t *result, dl_proto_error_t *err);
 
 /* Validates msg and serializes it as a frame: 4-byte big-endian length, then compact JSON.
  * *ret_frame is malloc'd, owned by the caller (free()), *ret_len counts the header.
@@ -242,15 +241,15 @@ enum {
 
 /* One per connection; embed it in the connection's struct. Fields are private. */
 typedef struct dl_proto_decoder_s {
-    uint32_t limit;     /* largest body accepted */
-    uint32_t body_len;  /* length of the frame in progress, once the header is complete */
+    uint32_t limit;    /* largest body accepted */
+    uint32_t body_len; /* length of the frame in progress, once the header is complete */
     uint8_t header[DL_PROTO_HEADER_LEN];
     uint8_t header_have;
-    int failed;         /* sticky fatal error (-errno) */
+    int failed; /* sticky fatal error (-errno) */
     dl_proto_errcode_t failed_code;
-    char *buf;          /* body of a frame that arrived in pieces */
+    char *buf; /* body of a frame that arrived in pieces */
     size_t buf_cap, buf_have;
-    uint64_t offset;    /* stream offset of the frame in progress, for messages */
+    uint64_t offset; /* stream offset of the frame in progress, for messages */
 } dl_proto_decoder_t;
 
 /* Allocates nothing. limit: DL_PROTO_LIMIT_PREAUTH until the peer authenticates. */
@@ -334,9 +333,9 @@ bool dl_proto_key_life_valid(const dl_proto_key_life_t *life);
 
 typedef enum {
     DL_PROTO_KEY_GOOD = 0,
-    DL_PROTO_KEY_EXPIRED,    /* now is past expires (beyond the leeway) */
-    DL_PROTO_KEY_NOT_YET,    /* issued lies ahead of now (beyond the leeway) */
-    DL_PROTO_KEY_REVOKED,    /* issued before revoked_before */
+    DL_PROTO_KEY_EXPIRED, /* now is past expires (beyond the leeway) */
+    DL_PROTO_KEY_NOT_YET, /* issued lies ahead of now (beyond the leeway) */
+    DL_PROTO_KEY_REVOKED, /* issued before revoked_before */
 } dl_proto_key_verdict_t;
 
 /* What the server makes of a proven key's life at now (Unix seconds), for a run whose keys issued

@@ -120,15 +120,18 @@ static void on_message(dl__conn_t *conn, json_t *msg, dl_proto_type_t type)
     if (c->state == CL_HELLO && type == DL_PROTO_CHALLENGE) {
         char proof[DL_PROTO_PROOF_HEX_LEN + 1];
         if (c->token == NULL) {
-            fail(c, -EACCES, "the rendezvous at %s:%d wants a job token (--token-file or "
-                             "DLAUNCH_TOKEN)", c->host, c->port);
+            fail(c, -EACCES,
+                 "the rendezvous at %s:%d wants a job token (--token-file or "
+                 "DLAUNCH_TOKEN)",
+                 c->host, c->port);
             return;
         }
-        int r = dl_proto_auth_proof(c->token, dl_proto_get_str(msg, "nonce"), c->run_id,
-                                    c->role, proof);
+        int r = dl_proto_auth_proof(c->token, dl_proto_get_str(msg, "nonce"), c->run_id, c->role,
+                                    proof);
         if (r == -EPERM) {
-            fail(c, -EACCES, "the job token is a %s key for job '%s': it cannot act as %s for "
-                             "job '%s'",
+            fail(c, -EACCES,
+                 "the job token is a %s key for job '%s': it cannot act as %s for "
+                 "job '%s'",
                  dl_proto_token_kind_name(dl_proto_token_kind(c->token)),
                  dl_proto_token_run_id(c->token), dl_proto_role_name(c->role), c->run_id);
             return;
@@ -230,8 +233,7 @@ static void try_connect(dl_rdzv_client_t *c)
     c->pending++; /* the connection's close callback */
     c->state = CL_CONNECTING;
     c->connect.data = c;
-    int r = uv_tcp_connect(&c->connect, &c->conn.tcp, (struct sockaddr *)&c->addr,
-                           on_connected);
+    int r = uv_tcp_connect(&c->connect, &c->conn.tcp, (struct sockaddr *)&c->addr, on_connected);
     if (r < 0) {
         fail(c, r, "cannot connect to %s:%d: %s", c->host, c->port, uv_strerror(r));
         return;
@@ -332,7 +334,6 @@ int dl_rdzv_client_local_addr(const dl_rdzv_client_t *c, char *buf, size_t len)
     return uv_ip6_name((struct sockaddr_in6 *)&sa, buf, len) == 0 ? 0 : -ENOTCONN;
 }
 
-
 int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *want,
                             dl_rdzv_assignment_t *ret, char *err, size_t errlen)
 {
@@ -387,8 +388,8 @@ int dl_rdzv_assignment_check(const dl_rdzv_assignment_t *a, const dl_rdzv_assign
 
     if (want != NULL) {
         if (a->local_world_size != want->slots) {
-            snprintf(err, errlen, "%d worker%s on this node, which offered %d",
-                     a->local_world_size, a->local_world_size == 1 ? "" : "s", want->slots);
+            snprintf(err, errlen, "%d worker%s on this node, which offered %d", a->local_world_size,
+                     a->local_world_size == 1 ? "" : "s", want->slots);
             return -EPROTO;
         }
         if (a->nodes < want->min_nodes || a->nodes > want->max_nodes) {
@@ -414,8 +415,7 @@ int dl_rdzv_assignment_check(const dl_rdzv_assignment_t *a, const dl_rdzv_assign
         return -EPROTO;
     }
     if (a->master_port < 1 || a->master_port > 65535 || a->master_addr[0] == '\0') {
-        snprintf(err, errlen, "MASTER_ADDR '%s', MASTER_PORT %d", a->master_addr,
-                 a->master_port);
+        snprintf(err, errlen, "MASTER_ADDR '%s', MASTER_PORT %d", a->master_addr, a->master_port);
         return -EPROTO;
     }
     if (dl_rdzv_endpoint_parse(a->store_addr, host, sizeof(host), &port) < 0) {

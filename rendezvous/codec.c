@@ -228,9 +228,7 @@ json_t *dl_rdzv_enc_kv(json_int_t id, const dl_rdzv_kv_req_t *req)
         json_object_set_new(m, "key", json_string(req->key));
         json_object_set_new(m, "value", json_string(req->value));
         break;
-    default: /* GET, DEL */
-        json_object_set_new(m, "key", json_string(req->key));
-        break;
+    default: /* GET, DEL */ json_object_set_new(m, "key", json_string(req->key)); break;
     }
     return m;
 }

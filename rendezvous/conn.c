@@ -114,8 +114,7 @@ static void on_written(uv_write_t *req, int status)
         dl__conn_close(c, status);
 }
 
-int dl__conn_init(uv_loop_t *loop, dl__conn_t *c, uint32_t limit, char *readbuf,
-                  size_t readbuf_len)
+int dl__conn_init(uv_loop_t *loop, dl__conn_t *c, uint32_t limit, char *readbuf, size_t readbuf_len)
 {
     memset(c, 0, sizeof(*c));
     c->readbuf = readbuf;

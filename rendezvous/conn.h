@@ -32,7 +32,7 @@ struct dl__conn_s {
     uint64_t id;
     char *readbuf; /* the owner's, shared by all its connections on this thread */
     size_t readbuf_len;
-    size_t queued; /* bytes written but not yet acknowledged by libuv */
+    size_t queued;     /* bytes written but not yet acknowledged by libuv */
     size_t max_queued; /* a peer that reads slower than this much backlog is cut off */
     /* The owner's count of every connection's queued bytes (NULL: not counted), and how much
      * more they may queue together (NULL: no bound but max_queued): a peer with a frame waiting

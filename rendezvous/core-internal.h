@@ -151,7 +151,7 @@ typedef struct {
     size_t nwaiters;
     size_t bytes;    /* keys and values held */
     size_t npresent; /* keys with a value (the others are only waited on) */
-    size_t memory; /* all this store holds, entries and waits included (core->memory's share) */
+    size_t memory;   /* all this store holds, entries and waits included (core->memory's share) */
 } dl__rdzv_store_t;
 
 struct dl__rdzv_member_s {
@@ -195,7 +195,7 @@ struct dl__rdzv_job_s {
     int host_node_rank; /* of the agent this rendezvous is embedded in, or -1 */
     char master_addr[DL_RDZV_MAX_NAME + 1];
     int master_port;
-    char *failure; /* the first failure's description */
+    char *failure;                   /* the first failure's description */
     dl_rdzv_culprit_t first_culprit; /* its strings owned here; text is failure */
     bool has_culprit;
     /* Who ended the last round, for the assignments of this one: an agent that was cut off

@@ -56,10 +56,8 @@ const char *dl_rdzv_msg_kind_name(dl_rdzv_msg_kind_t kind)
 const char *dl_rdzv_cause_name(dl_rdzv_cause_t cause)
 {
     static const char *const names[DL_RDZV_CAUSE_COUNT] = {
-        [DL_RDZV_CAUSE_WORKER_FAILED] = "worker_failed",
-        [DL_RDZV_CAUSE_NODE_LOST] = "node_lost",
-        [DL_RDZV_CAUSE_NODE_JOINED] = "node_joined",
-        [DL_RDZV_CAUSE_REQUESTED] = "requested",
+        [DL_RDZV_CAUSE_WORKER_FAILED] = "worker_failed", [DL_RDZV_CAUSE_NODE_LOST] = "node_lost",
+        [DL_RDZV_CAUSE_NODE_JOINED] = "node_joined",     [DL_RDZV_CAUSE_REQUESTED] = "requested",
         [DL_RDZV_CAUSE_NODE_LEFT] = "node_left",
     };
     if ((size_t)cause < DL_RDZV_CAUSE_COUNT)
@@ -960,20 +958,19 @@ static void adopt_history(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rd
     if (job->state == DL_RDZV_JOB_GATHERING && ev->join.resume_round >= job->round &&
         ev->join.resume_round < INT_MAX - 1) {
         dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id,
-                     "agent '%s' (%s) ran round %d of this job: going on from round %d", 
+                     "agent '%s' (%s) ran round %d of this job: going on from round %d",
                      ev->join.agent_id, ev->join.host, ev->join.resume_round,
                      ev->join.resume_round + 1);
         job->round = ev->join.resume_round + 1;
     }
     if (ev->join.failures > job->restarts) {
-        dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id,
-                     "agent '%s' (%s) says %d restart%s of this job were spent: %d of %d left",
-                     ev->join.agent_id, ev->join.host, ev->join.failures,
-                     ev->join.failures == 1 ? "" : "s",
-                     job->opts.max_restarts > ev->join.failures
-                         ? job->opts.max_restarts - ev->join.failures
-                         : 0,
-                     job->opts.max_restarts);
+        dl__rdzv_log(
+            core, DL_RDZV_LOG_WARN, job->run_id,
+            "agent '%s' (%s) says %d restart%s of this job were spent: %d of %d left",
+            ev->join.agent_id, ev->join.host, ev->join.failures, ev->join.failures == 1 ? "" : "s",
+            job->opts.max_restarts > ev->join.failures ? job->opts.max_restarts - ev->join.failures
+                                                       : 0,
+            job->opts.max_restarts);
         job->restarts = ev->join.failures;
     }
 }
@@ -1017,11 +1014,11 @@ static void on_join(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
      * until the join timeout, or a running one would go on until its next failure. */
     if (dl_rdzv_policy_overspent(job->restarts, job->opts.max_restarts)) {
         const char *spent = dl__rdzv_printf(
-            core, "the restart budget was spent (agent '%s' (%s) counts %d restart%s, of %d) "
-                  "before this rendezvous took the job over%s%s",
-            ev->join.agent_id, ev->join.host, ev->join.failures,
-            ev->join.failures == 1 ? "" : "s", job->opts.max_restarts,
-            job->failure ? ": " : "", job->failure ? job->failure : "");
+            core,
+            "the restart budget was spent (agent '%s' (%s) counts %d restart%s, of %d) "
+            "before this rendezvous took the job over%s%s",
+            ev->join.agent_id, ev->join.host, ev->join.failures, ev->join.failures == 1 ? "" : "s",
+            job->opts.max_restarts, job->failure ? ": " : "", job->failure ? job->failure : "");
         keep_first_failure(job, spent, NULL);
         fail_job(core, job, now, spent, DL_RDZV_CAUSE_NODE_LOST, NULL, ev->conn, 0, NULL);
         return;
@@ -1155,8 +1152,9 @@ static void on_quit(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
                                          job->opts.min_nodes)) {
         dl_rdzv_culprit_t *c = dl__rdzv_culprit(core, culprit_of(core, m, DL_RDZV_CAUSE_NODE_LEFT));
         new_round(core, job, now,
-                  dl__rdzv_printf(core, "agent '%s' (%s) departed from round %d (%s); %zu node%s "
-                                        "go on",
+                  dl__rdzv_printf(core,
+                                  "agent '%s' (%s) departed from round %d (%s); %zu node%s "
+                                  "go on",
                                   m->agent_id, m->host, job->round, why, left,
                                   left == 1 ? "" : "s"),
                   DL_RDZV_CAUSE_NODE_LEFT, m, c);
@@ -1168,8 +1166,9 @@ static void on_quit(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
                 ->stop.round = job->round;
     dl__rdzv_log(core, DL_RDZV_LOG_INFO, job->run_id,
                  "job stopped in round %d: agent '%s' (%s) departed (%s), and %zu node%s cannot "
-                 "go on (at least %d)", job->round, m->agent_id, m->host, why, left,
-                 left == 1 ? "" : "s", job->opts.min_nodes);
+                 "go on (at least %d)",
+                 job->round, m->agent_id, m->host, why, left, left == 1 ? "" : "s",
+                 job->opts.min_nodes);
     finish(core, job, DL_RDZV_JOB_STOPPED, now);
 }
 
@@ -1188,7 +1187,8 @@ static void on_worker_failed(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, do
         dl__rdzv_member_t *gone = job->members[i];
         if (gone == m || gone->conn || gone->left)
             continue;
-        dl_rdzv_culprit_t *c = dl__rdzv_culprit(core, culprit_of(core, gone, DL_RDZV_CAUSE_NODE_LOST));
+        dl_rdzv_culprit_t *c =
+            dl__rdzv_culprit(core, culprit_of(core, gone, DL_RDZV_CAUSE_NODE_LOST));
         new_round(core, job, now,
                   dl__rdzv_printf(core,
                                   "agent '%s' (%s) lost its connection in round %d; then agent "
@@ -1475,38 +1475,21 @@ int dl_rdzv_core_step(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double no
     int r = run_timers(core, now);
     int bad = 0;
     switch (ev->kind) {
-    case DL_RDZV_EV_TICK:
-        break;
-    case DL_RDZV_EV_JOIN:
-        on_join(core, ev, now);
-        break;
+    case DL_RDZV_EV_TICK: break;
+    case DL_RDZV_EV_JOIN: on_join(core, ev, now); break;
     case DL_RDZV_EV_HEARTBEAT: {
         dl__rdzv_member_t *m = conn_member(core, ev->conn);
         if (m && !is_over(m->job))
             m->last_seen = now;
         break;
     }
-    case DL_RDZV_EV_LEAVE:
-        on_leave(core, ev, now);
-        break;
-    case DL_RDZV_EV_QUIT:
-        on_quit(core, ev, now);
-        break;
-    case DL_RDZV_EV_WORKER_FAILED:
-        on_worker_failed(core, ev, now);
-        break;
-    case DL_RDZV_EV_DISCONNECT:
-        on_disconnect(core, ev);
-        break;
-    case DL_RDZV_EV_RESTART:
-        on_restart(core, ev, now);
-        break;
-    case DL_RDZV_EV_STOP:
-        on_stop(core, ev, now);
-        break;
-    case DL_RDZV_EV_STATUS:
-        on_status(core, ev, now);
-        break;
+    case DL_RDZV_EV_LEAVE: on_leave(core, ev, now); break;
+    case DL_RDZV_EV_QUIT: on_quit(core, ev, now); break;
+    case DL_RDZV_EV_WORKER_FAILED: on_worker_failed(core, ev, now); break;
+    case DL_RDZV_EV_DISCONNECT: on_disconnect(core, ev); break;
+    case DL_RDZV_EV_RESTART: on_restart(core, ev, now); break;
+    case DL_RDZV_EV_STOP: on_stop(core, ev, now); break;
+    case DL_RDZV_EV_STATUS: on_status(core, ev, now); break;
     case DL_RDZV_EV_STORE_RESET: {
         dl__rdzv_job_t *job = ev->run_id ? job_find(core, ev->run_id) : NULL;
         if (job)
@@ -1518,12 +1501,8 @@ int dl_rdzv_core_step(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double no
     case DL_RDZV_EV_STORE_ADD:
     case DL_RDZV_EV_STORE_CAS:
     case DL_RDZV_EV_STORE_DELETE:
-    case DL_RDZV_EV_STORE_WAIT:
-        on_store(core, ev, now);
-        break;
-    default:
-        bad = -EINVAL;
-        break;
+    case DL_RDZV_EV_STORE_WAIT: on_store(core, ev, now); break;
+    default: bad = -EINVAL; break;
     }
     arm_shell_timer(core, ev->kind == DL_RDZV_EV_TICK);
     acts->v = core->acts;
@@ -1567,8 +1546,8 @@ int dl_rdzv_core_new(const dl_rdzv_core_opts_t *opts, dl_rdzv_core_t **ret_core)
         opts->max_key_len < 1 || opts->max_keys < 1 || opts->max_wait_keys < 1 ||
         opts->max_waits < 1 || opts->max_memory < 1 || opts->max_waits_per_conn < 1 ||
         opts->max_jobs_per_creator < 1 || !(opts->max_timeout > 0) ||
-        (opts->store_host && !name_ok(opts->store_host)) ||
-        opts->store_port < 0 || opts->store_port > 65535)
+        (opts->store_host && !name_ok(opts->store_host)) || opts->store_port < 0 ||
+        opts->store_port > 65535)
         return -EINVAL;
     dl_rdzv_core_t *core = calloc(1, sizeof(*core));
     if (!core)

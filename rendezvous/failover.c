@@ -206,8 +206,9 @@ static void connected(dl_rdzv_failover_t *fo, double now, dl_rdzv_fo_actions_t *
     fo->ready_at = fo->heard_at = fo->ticked_at = now;
     if (fo->failing_over) {
         fo->failing_over = false;
-        text(out, DL_RDZV_FO_SAY, "the rendezvous is at %s:%d now, found %.2f s after the last "
-                                  "was lost",
+        text(out, DL_RDZV_FO_SAY,
+             "the rendezvous is at %s:%d now, found %.2f s after the last "
+             "was lost",
              fo->host, fo->o.port, now - fo->failover_since);
         dl_rdzv_fo_action_t *a = act(out, DL_RDZV_FO_MOVED);
         copy(a->host, fo->host);
@@ -270,8 +271,8 @@ static void lost(dl_rdzv_failover_t *fo, double now, bool misbehaving, bool sile
         act(out, DL_RDZV_FO_CLOSE_CLIENT);
         return;
     }
-    bool stable = !misbehaving && fo->conn == DL_RDZV_FO_READY &&
-                  now - fo->ready_at >= DL_RDZV_FO_STABLE_S;
+    bool stable =
+        !misbehaving && fo->conn == DL_RDZV_FO_READY && now - fo->ready_at >= DL_RDZV_FO_STABLE_S;
     fo->conn = DL_RDZV_FO_IDLE;
     act(out, DL_RDZV_FO_DROP);
     if (stable) {
@@ -412,8 +413,7 @@ static void timer_fired(dl_rdzv_failover_t *fo, const dl_rdzv_fo_event_t *ev,
         if (!fo->leaving)
             act(out, DL_RDZV_FO_JOIN_AGAIN);
         return;
-    case DL_RDZV_FO_TIMER_COUNT:
-        return;
+    case DL_RDZV_FO_TIMER_COUNT: return;
     }
 }
 
@@ -424,9 +424,7 @@ void dl_rdzv_failover_step(dl_rdzv_failover_t *fo, const dl_rdzv_fo_event_t *ev,
     if (fo->conn == DL_RDZV_FO_CLOSED)
         return;
     switch (ev->kind) {
-    case DL_RDZV_FO_EV_START:
-        connect_to(fo, out, 0, "refused");
-        return;
+    case DL_RDZV_FO_EV_START: connect_to(fo, out, 0, "refused"); return;
     case DL_RDZV_FO_EV_HOST_WAIT:
         fo->retry = DL_RDZV_FO_RETRY_HOST;
         timer_start(fo, out, DL_RDZV_FO_TIMER_RETRY, DL_RDZV_FO_NAME_RETRY_MS);
@@ -449,18 +447,12 @@ void dl_rdzv_failover_step(dl_rdzv_failover_t *fo, const dl_rdzv_fo_event_t *ev,
             timer_stop(fo, out, DL_RDZV_FO_TIMER_CANDIDATE);
         connect_failed(fo, ev, out);
         return;
-    case DL_RDZV_FO_EV_HEARD:
-        fo->heard_at = ev->now;
-        return;
-    case DL_RDZV_FO_EV_TICK:
-        tick(fo, ev->now, out);
-        return;
+    case DL_RDZV_FO_EV_HEARD: fo->heard_at = ev->now; return;
+    case DL_RDZV_FO_EV_TICK: tick(fo, ev->now, out); return;
     case DL_RDZV_FO_EV_LOST:
         lost(fo, ev->now, ev->misbehaving, false, ev->why != NULL ? ev->why : "?", out);
         return;
-    case DL_RDZV_FO_EV_ASSIGNED:
-        assigned(fo, ev);
-        return;
+    case DL_RDZV_FO_EV_ASSIGNED: assigned(fo, ev); return;
     case DL_RDZV_FO_EV_NODE_LEFT:
         if (fo->host_node_rank >= 0 && ev->node_rank == fo->host_node_rank)
             fo->host_departed = true;
@@ -468,12 +460,8 @@ void dl_rdzv_failover_step(dl_rdzv_failover_t *fo, const dl_rdzv_fo_event_t *ev,
     case DL_RDZV_FO_EV_JOIN_FULL:
         join_full(fo, ev->now, ev->why != NULL ? ev->why : "the job is full", out);
         return;
-    case DL_RDZV_FO_EV_SERVED:
-        served(fo, ev, out);
-        return;
-    case DL_RDZV_FO_EV_PROBED:
-        probed(fo, ev->ok, out);
-        return;
+    case DL_RDZV_FO_EV_SERVED: served(fo, ev, out); return;
+    case DL_RDZV_FO_EV_PROBED: probed(fo, ev->ok, out); return;
     case DL_RDZV_FO_EV_TIMER:
         if (ev->timer >= 0 && ev->timer < DL_RDZV_FO_TIMER_COUNT)
             timer_fired(fo, ev, out);
@@ -482,8 +470,6 @@ void dl_rdzv_failover_step(dl_rdzv_failover_t *fo, const dl_rdzv_fo_event_t *ev,
         if (fo->conn == DL_RDZV_FO_READY)
             fo->leaving = true;
         return;
-    case DL_RDZV_FO_EV_CLOSE:
-        fo->conn = DL_RDZV_FO_CLOSED;
-        return;
+    case DL_RDZV_FO_EV_CLOSE: fo->conn = DL_RDZV_FO_CLOSED; return;
     }
 }

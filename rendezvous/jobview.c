@@ -14,7 +14,8 @@
 #include "jobview.h"
 
 #define EXPLAIN_RANKS_MAX 65536
-#define STUCK_S 1.0 /* status shows where the ranks are once one is inside an operation this long  \
+#define STUCK_S                                                                                    \
+    1.0 /* status shows where the ranks are once one is inside an operation this long  \
                      */
 
 typedef struct {

@@ -148,8 +148,7 @@ static json_t *follower_of(json_t *j, uint64_t conn)
 {
     size_t i;
     json_t *f;
-    json_array_foreach(json_object_get(j, "followers"), i, f)
-    {
+    json_array_foreach (json_object_get(j, "followers"), i, f) {
         if ((uint64_t)json_integer_value(json_array_get(f, 0)) == conn)
             return f;
     }

@@ -32,8 +32,7 @@ bool dl_rdzv_policy_overspent(int restarts, int max_restarts)
     return restarts > max_restarts;
 }
 
-int dl_rdzv_policy_recovery_restarts_left(int restarts, int max_restarts,
-                                          bool rendezvous_decides)
+int dl_rdzv_policy_recovery_restarts_left(int restarts, int max_restarts, bool rendezvous_decides)
 {
     int left = dl_rdzv_policy_restart_left(restarts, max_restarts) ? max_restarts - restarts : 0;
     return rendezvous_decides && left < 1 ? 1 : left;

@@ -21,7 +21,7 @@ typedef struct {
     int slots;
     int node_rank; /* wanted, or -1 */
     int min_nodes, max_nodes, max_restarts;
-    int max_same_failures; /* 0: never */
+    int max_same_failures;                      /* 0: never */
     double last_call, join_timeout, dead_after; /* seconds */
     /* Once it took part in a round: that round, and the restarts spent as it was told (a
      * restarted rendezvous, or a successor, goes on counting from the highest it hears). */
@@ -49,9 +49,9 @@ typedef struct {
     int local_rank;
     int exit_code; /* when signal is 0 (< 0: 127) */
     int signal;
-    bool hung;     /* killed by the hang watchdog */
-    bool oom;      /* killed by the kernel's OOM killer */
-    bool excluded; /* a straggler steps out: exit_code 0, no local rank */
+    bool hung;      /* killed by the hang watchdog */
+    bool oom;       /* killed by the kernel's OOM killer */
+    bool excluded;  /* a straggler steps out: exit_code 0, no local rank */
     long long step; /* the furthest step the node's workers reported in the round; < 0: none */
     const char *reason;
     double time;
@@ -84,7 +84,7 @@ void dl_rdzv_dec_round_changed(const json_t *msg, int *ret_round, const char **r
                                dl_rdzv_culprit_t *ret_culprit);
 
 typedef struct {
-    const char *reason;  /* succeeded, stopped, failed... (borrowed) */
+    const char *reason; /* succeeded, stopped, failed... (borrowed) */
     int exit_code;
     const char *failure; /* the job's first failure, or NULL (borrowed) */
 } dl_rdzv_shutdown_msg_t;
@@ -104,22 +104,22 @@ json_t *dl_rdzv_enc_control(dl_proto_type_t type, bool all, bool ranks, const ch
 /* ---- The key-value store ---------------------------------------------------------------------- */
 
 typedef struct {
-    dl_proto_type_t op;   /* DL_PROTO_KV_SET, _GET, _ADD, _WAIT, _CAS, _DEL */
-    const char *key;      /* all but WAIT */
-    const char *value;    /* SET, CAS */
-    long long delta;      /* ADD */
-    const char *expected; /* CAS: NULL for "absent" */
+    dl_proto_type_t op;      /* DL_PROTO_KV_SET, _GET, _ADD, _WAIT, _CAS, _DEL */
+    const char *key;         /* all but WAIT */
+    const char *value;       /* SET, CAS */
+    long long delta;         /* ADD */
+    const char *expected;    /* CAS: NULL for "absent" */
     const char *const *keys; /* WAIT */
     size_t nkeys;
     long long timeout_ms; /* WAIT */
 } dl_rdzv_kv_req_t;
 
 typedef struct {
-    bool has_value;     /* GET, ADD, CAS: a value came back */
-    const char *value;  /* its text when a string (borrowed from the reply), else NULL */
-    long long number;   /* ADD: the counter */
-    bool swapped;       /* CAS */
-    bool deleted;       /* DEL */
+    bool has_value;    /* GET, ADD, CAS: a value came back */
+    const char *value; /* its text when a string (borrowed from the reply), else NULL */
+    long long number;  /* ADD: the counter */
+    bool swapped;      /* CAS */
+    bool deleted;      /* DEL */
 } dl_rdzv_kv_result_t;
 
 json_t *dl_rdzv_enc_kv(json_int_t id, const dl_rdzv_kv_req_t *req);

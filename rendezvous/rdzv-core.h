@@ -45,8 +45,8 @@ typedef struct {
      * before) after which the job fails as a same failure (exit 5, docs/exit-codes.md) rather
      * than spend more restarts; 0: never. */
     int max_same_failures;
-    int master_port;     /* MASTER_PORT when node rank 0's JOIN names none */
-    double linger;       /* seconds a finished job still answers before it is forgotten */
+    int master_port; /* MASTER_PORT when node rank 0's JOIN names none */
+    double linger;   /* seconds a finished job still answers before it is forgotten */
 } dl_rdzv_job_opts_t;
 
 typedef struct {
@@ -116,21 +116,21 @@ typedef struct {
  * (round_changed's, an assignment's and shutdown's `failure`, rdzv-codec.h's one encoder and
  * reader) and the etcd job state's (`culprit`) alike. Strings borrowed. */
 typedef struct {
-    const char *cause;    /* dl_rdzv_cause_name() of its cause, as on the wire; NULL: none */
-    const char *node;     /* the culprit's node (its agent id) */
+    const char *cause; /* dl_rdzv_cause_name() of its cause, as on the wire; NULL: none */
+    const char *node;  /* the culprit's node (its agent id) */
     const char *host;
-    int node_rank;        /* in the round that ended; -1: not known */
-    int rank;             /* the failed worker's global rank, or -1: the node itself */
-    int exit_code;        /* -1: it did not exit (a signal, a hang, a lost node) */
-    int signal;           /* 0: none */
-    bool hung;            /* killed by the hang watchdog */
-    bool oom;             /* killed by the kernel's OOM killer */
-    long long step;       /* the furthest step its node's workers reached in the round; -1 */
-    const char *text;     /* the one-line account, as in the round change's reason */
+    int node_rank;    /* in the round that ended; -1: not known */
+    int rank;         /* the failed worker's global rank, or -1: the node itself */
+    int exit_code;    /* -1: it did not exit (a signal, a hang, a lost node) */
+    int signal;       /* 0: none */
+    bool hung;        /* killed by the hang watchdog */
+    bool oom;         /* killed by the kernel's OOM killer */
+    long long step;   /* the furthest step its node's workers reached in the round; -1 */
+    const char *text; /* the one-line account, as in the round change's reason */
 } dl_rdzv_culprit_t;
 
 /* A culprit that names nothing yet: every number unknown. */
-#define DL_RDZV_CULPRIT_NONE                                                                      \
+#define DL_RDZV_CULPRIT_NONE                                                                       \
     ((dl_rdzv_culprit_t){.node_rank = -1, .rank = -1, .exit_code = -1, .step = -1})
 
 typedef enum {
@@ -248,9 +248,9 @@ typedef struct {
     const char *failure; /* the first failure, or NULL */
     const dl_rdzv_member_status_t *members;
     size_t nmembers;
-    size_t nkeys;        /* in the store of the current round */
-    size_t store_bytes;  /* its keys and values together */
-    size_t store_waits;  /* WAITs pending on it */
+    size_t nkeys;       /* in the store of the current round */
+    size_t store_bytes; /* its keys and values together */
+    size_t store_waits; /* WAITs pending on it */
 } dl_rdzv_job_status_t;
 
 typedef struct {
@@ -279,8 +279,8 @@ typedef struct {
             int world_size;
             int first_rank; /* global rank of this node's local rank 0 */
             int local_world_size;
-            int restarts;     /* rounds before this one: TORCHELASTIC_RESTART_COUNT */
-            int failures;     /* of them, those that spent the restart budget */
+            int restarts; /* rounds before this one: TORCHELASTIC_RESTART_COUNT */
+            int failures; /* of them, those that spent the restart budget */
             int max_restarts;
             const char *master_addr;
             int master_port;

@@ -101,7 +101,7 @@ typedef enum {
 
 typedef struct {
     dl_rdzv_fo_event_kind_t kind;
-    double now; /* monotonic seconds */
+    double now;                    /* monotonic seconds */
     bool follow;                   /* JOIN */
     bool misbehaving;              /* LOST: dropped for what it said (no failover, backoff) */
     bool ok;                       /* PROBED */
@@ -166,13 +166,13 @@ typedef struct {
     dl_rdzv_fo_opts_t o;
     dl_rdzv_fo_conn_t conn;
     dl_rdzv_fo_want_t want;
-    bool started;  /* the first connection was ready once */
-    bool leaving;  /* said leave: the connection's end is no loss */
-    bool hosting;  /* our own server runs */
+    bool started;                   /* the first connection was ready once */
+    bool leaving;                   /* said leave: the connection's end is no loss */
+    bool hosting;                   /* our own server runs */
     char host[DL_RDZV_FO_ADDR_MAX]; /* where the rendezvous is, or is looked for */
     bool timer_armed[DL_RDZV_FO_TIMER_COUNT];
     dl_rdzv_fo_retry_t retry; /* what the retry timer is for */
-    int connect_code; /* the exit code if the next connection cannot start */
+    int connect_code;         /* the exit code if the next connection cannot start */
     const char *connect_status;
     /* The connection's health: failures in a row since trouble_since, and its times. */
     int failures;

@@ -50,7 +50,6 @@ bool dl_rdzv_policy_overspent(int restarts, int max_restarts);
  * `restarts` of max_restarts spent: 0, the job fails. When the rendezvous keeps the budget
  * (rendezvous_decides: an agent of a multi-node job), this node cannot tell and falls back to
  * a restart, at least 1: the rendezvous fails the job if none is left. */
-int dl_rdzv_policy_recovery_restarts_left(int restarts, int max_restarts,
-                                          bool rendezvous_decides);
+int dl_rdzv_policy_recovery_restarts_left(int restarts, int max_restarts, bool rendezvous_decides);
 
 #endif

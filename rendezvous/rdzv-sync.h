@@ -45,8 +45,8 @@ int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const
  * (< 0: forever). Notifications that arrive meanwhile are dropped unless on_notify is set with
  * dl_rdzv_sync_set_notify. Returns 0 with *ret_reply (new reference: a reply, a typed answer, or
  * an error message; see dl_proto_reply_error) or -errno with err filled. Steals msg. */
-int dl_rdzv_sync_call(dl_rdzv_sync_t *c, json_t *msg, double timeout, json_t **ret_reply,
-                      char *err, size_t errlen);
+int dl_rdzv_sync_call(dl_rdzv_sync_t *c, json_t *msg, double timeout, json_t **ret_reply, char *err,
+                      size_t errlen);
 
 /* Waits for the next notification (event, round_changed, shutdown), up to timeout seconds.
  * Returns 0 with *ret_msg, -ETIMEDOUT, or -errno (connection lost). */

@@ -34,16 +34,16 @@ typedef struct {
     /* The core's settings and limits (docs/rendezvous.md). Its hash key, when left 0, is drawn
      * at random. */
     dl_rdzv_core_opts_t core;
-    double heartbeat;     /* seconds, advertised to agents */
-    double auth_timeout;  /* seconds a new connection has to authenticate */
+    double heartbeat;    /* seconds, advertised to agents */
+    double auth_timeout; /* seconds a new connection has to authenticate */
     /* seconds an authenticated connection may stay silent with nothing pending (no answer due,
      * no follow, not a joined agent) before it is closed */
     double idle_timeout;
-    double frame_timeout; /* seconds a frame may take to arrive once it began */
+    double frame_timeout;     /* seconds a frame may take to arrive once it began */
     uint32_t max_outstanding; /* requests one connection may have waiting for an answer */
-    size_t max_held; /* bytes of unfinished frames, every connection together; a job's
+    size_t max_held;          /* bytes of unfinished frames, every connection together; a job's
                       * connections together hold a quarter of it at most */
-    dl_rdzv_log_cb log;   /* may be NULL; texts are one line of printable ASCII */
+    dl_rdzv_log_cb log;       /* may be NULL; texts are one line of printable ASCII */
     void *log_ctx;
     /* Also serve the job's store (with only_run_id) in PyTorch's TCPStore protocol on
      * torch_host (NULL: host):torch_port (0: any free port), for torch's env:// and tcp:// with
@@ -87,12 +87,11 @@ int dl_rdzv_server_torch_port(const dl_rdzv_server_t *s);
  * job's nodes' addresses (IP addresses), each round, so that their workers may reach its torch
  * store; the list replaces the one before. Returns 0, or -EINVAL / -ENOMEM with one line in
  * err (the list before stays then). */
-int dl_rdzv_server_set_job_hosts(dl_rdzv_server_t *s, const char *const *addrs, size_t n,
-                                 char *err, size_t errlen);
+int dl_rdzv_server_set_job_hosts(dl_rdzv_server_t *s, const char *const *addrs, size_t n, char *err,
+                                 size_t errlen);
 
 /* Creates a job before any agent joins (the embedded server knows its job spec). */
-int dl_rdzv_server_add_job(dl_rdzv_server_t *s, const char *run_id,
-                           const dl_rdzv_job_opts_t *opts);
+int dl_rdzv_server_add_job(dl_rdzv_server_t *s, const char *run_id, const dl_rdzv_job_opts_t *opts);
 
 /* Empties the job's store and fails its pending waits, as a new round does: for the one-node
  * job, whose agent restarts its workers without rounds, so every attempt starts clean. */

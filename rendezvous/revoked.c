@@ -36,12 +36,10 @@ static int check_loaded(const json_t *runs, const char *path, char *err, size_t 
         return -EINVAL;
     }
     if (json_object_size(runs) > DL__REVOKED_MAX) {
-        snprintf(err, errlen, "revocations file '%s': more than %d run ids", path,
-                 DL__REVOKED_MAX);
+        snprintf(err, errlen, "revocations file '%s': more than %d run ids", path, DL__REVOKED_MAX);
         return -EINVAL;
     }
-    json_object_foreach((json_t *)runs, run_id, v)
-    {
+    json_object_foreach ((json_t *)runs, run_id, v) {
         char safe[DL_PROTO_RUN_ID_MAX * 4 + 1];
         if (!dl_proto_run_id_valid(run_id)) {
             snprintf(err, errlen, "revocations file '%s': '%s' is not a run id", path,
@@ -122,8 +120,7 @@ static int save(const dl__revoked_t *t, char *err, size_t errlen)
     if (fd < 0 || write(fd, text, len) != (ssize_t)len || write(fd, "\n", 1) != 1 ||
         fsync(fd) < 0 || rename(tmp, t->path) < 0) {
         r = errno != 0 ? -errno : -EIO;
-        snprintf(err, errlen, "revocations file '%s': cannot write it: %s", t->path,
-                 strerror(-r));
+        snprintf(err, errlen, "revocations file '%s': cannot write it: %s", t->path, strerror(-r));
         if (fd >= 0)
             unlink(tmp);
     }

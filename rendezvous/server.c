@@ -9,7 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 
-
 #include "conn.h"
 #include "jobview.h"
 #include "journal.h"
@@ -50,8 +49,8 @@ struct sconn_s {
     uint32_t slot;
     sconn_state_t state;
     dl_proto_role_t role;
-    double accepted;         /* for the authentication deadline */
-    sconn_t *prev, *next;    /* in the list of unauthenticated connections, oldest first */
+    double accepted;      /* for the authentication deadline */
+    sconn_t *prev, *next; /* in the list of unauthenticated connections, oldest first */
     bool in_preauth;
     json_int_t join_id; /* the join waiting for its assignment (the core answers it later) */
     bool status_ranks;  /* the status request being answered asked for every rank */
@@ -63,7 +62,7 @@ struct sconn_s {
     bool has_client_nonce;       /* hello asked us to prove the token back */
     bool wants_torch;            /* its join asked for the job's store in torch's protocol */
     uint64_t creator;            /* its address, as the core counts jobs per creator */
-    job_held_t *held_job; /* its job's count of unfinished frames, once authenticated */
+    job_held_t *held_job;        /* its job's count of unfinished frames, once authenticated */
     char run_id[DL_PROTO_RUN_ID_MAX + 1];
     char nonce[DL_PROTO_NONCE_HEX_LEN + 1];
     char client_nonce[DL_PROTO_NONCE_HEX_LEN + 1];
@@ -100,19 +99,19 @@ struct dl_rdzv_server_s {
     bool replaying;
 
     char only_run_id[DL_PROTO_RUN_ID_MAX + 1]; /* "" when any job is served */
-    bool store_only; /* a one-node job's store: workers only */
+    bool store_only;                           /* a one-node job's store: workers only */
     double idle_timeout;
     double frame_timeout;
     double linger; /* for jobs that JOINs create */
     uint32_t max_outstanding;
-    size_t held;         /* bytes of unfinished frames, every connection together */
+    size_t held; /* bytes of unfinished frames, every connection together */
     size_t max_held;
     size_t queued; /* bytes of replies written, not yet sent: counted in the core's max_memory */
-    job_held_t *held_jobs; /* the same per job with a connection; a quarter of max_held each */
+    job_held_t *held_jobs;  /* the same per job with a connection; a quarter of max_held each */
     uv_timer_t sweep_timer; /* closes idle connections and stalled frames */
     bool sweeping;
     int diag_fd; /* the netlink socket that tells peers' uids, without a token; -1 until used */
-    dl__jobview_t *view; /* every job's ranks as their agents report them (jobview.c) */
+    dl__jobview_t *view;    /* every job's ranks as their agents report them (jobview.c) */
     dl__revoked_t *revoked; /* runs whose keys issued before some time are refused */
 
     dl__torch_store_t *torch; /* the job's store in torch's protocol, or NULL */
@@ -277,8 +276,8 @@ static void on_auth_timer(uv_timer_t *t)
         sconn_t *sc = s->preauth_head;
         preauth_remove(sc);
         s->stats.auth_timeouts++;
-        send_error(sc, -1, DL_PROTO_E_NOT_AUTHENTICATED,
-                   "no hello and auth within %g s; closing", s->auth_timeout);
+        send_error(sc, -1, DL_PROTO_E_NOT_AUTHENTICATED, "no hello and auth within %g s; closing",
+                   s->auth_timeout);
         dl__conn_close(&sc->c, UV_ETIMEDOUT);
     }
     preauth_arm(s);
@@ -298,38 +297,27 @@ static void on_core_timer(uv_timer_t *t)
 static dl_proto_errcode_t errcode_of(int code)
 {
     switch (-code) {
-    case ENOENT:
-        return DL_PROTO_E_NOT_FOUND;
-    case ETIMEDOUT:
-        return DL_PROTO_E_TIMEOUT;
-    case ESTALE:
-        return DL_PROTO_E_STALE_ROUND;
+    case ENOENT: return DL_PROTO_E_NOT_FOUND;
+    case ETIMEDOUT: return DL_PROTO_E_TIMEOUT;
+    case ESTALE: return DL_PROTO_E_STALE_ROUND;
     case EEXIST:
     case EADDRINUSE:
-    case EBUSY:
-        return DL_PROTO_E_CONFLICT;
-    case EUSERS:
-        return DL_PROTO_E_JOB_FULL;
+    case EBUSY: return DL_PROTO_E_CONFLICT;
+    case EUSERS: return DL_PROTO_E_JOB_FULL;
     case ESHUTDOWN:
-    case ECANCELED:
-        return DL_PROTO_E_SHUTTING_DOWN;
+    case ECANCELED: return DL_PROTO_E_SHUTTING_DOWN;
     case EINVAL:
     case ERANGE:
     case E2BIG:
-    case ENAMETOOLONG:
-        return DL_PROTO_E_BAD_FIELD;
+    case ENAMETOOLONG: return DL_PROTO_E_BAD_FIELD;
     case EOVERFLOW:
-    case EBADMSG:
-        return DL_PROTO_E_BAD_VALUE;
+    case EBADMSG: return DL_PROTO_E_BAD_VALUE;
     case ENOSPC:
     case ENOBUFS:
     case EMSGSIZE:
-    case EDQUOT:
-        return DL_PROTO_E_LIMIT_EXCEEDED;
-    case EAGAIN:
-        return DL_PROTO_E_UNEXPECTED;
-    default:
-        return DL_PROTO_E_INTERNAL;
+    case EDQUOT: return DL_PROTO_E_LIMIT_EXCEEDED;
+    case EAGAIN: return DL_PROTO_E_UNEXPECTED;
+    default: return DL_PROTO_E_INTERNAL;
     }
 }
 
@@ -359,17 +347,17 @@ static json_t *status_json(const dl_rdzv_server_t *s, const dl_rdzv_job_status_t
     json_t *members = json_array();
     for (size_t i = 0; i < j->nmembers; i++) {
         const dl_rdzv_member_status_t *m = &j->members[i];
-        json_array_append_new(
-            members, json_pack("{s:s, s:s, s:i, s:i, s:f, s:b, s:b}", "node_id", m->agent_id,
-                               "host", m->host, "slots", m->slots, "node_rank", m->node_rank,
-                               "heartbeat_age", m->heartbeat_age, "connected", m->connected,
-                               "left", m->left));
+        json_array_append_new(members, json_pack("{s:s, s:s, s:i, s:i, s:f, s:b, s:b}", "node_id",
+                                                 m->agent_id, "host", m->host, "slots", m->slots,
+                                                 "node_rank", m->node_rank, "heartbeat_age",
+                                                 m->heartbeat_age, "connected", m->connected,
+                                                 "left", m->left));
     }
-    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:o}", "run_id",
-                          j->run_id, "state", dl_rdzv_job_state_name(j->state), "round", j->round,
-                          "restarts", j->restarts, "max_restarts", j->max_restarts, "min_nodes",
-                          j->min_nodes, "max_nodes", j->max_nodes, "world_size", j->world_size,
-                          "keys", (json_int_t)j->nkeys, "nodes", members);
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:o}", "run_id", j->run_id,
+                          "state", dl_rdzv_job_state_name(j->state), "round", j->round, "restarts",
+                          j->restarts, "max_restarts", j->max_restarts, "min_nodes", j->min_nodes,
+                          "max_nodes", j->max_nodes, "world_size", j->world_size, "keys",
+                          (json_int_t)j->nkeys, "nodes", members);
     if (o != NULL && j->failure != NULL)
         json_object_set_new(o, "failure", json_string(j->failure));
     if (o != NULL) {
@@ -445,8 +433,7 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
     char store[DL_PROTO_NAME_MAX + 16];
 
     switch (m->kind) {
-    case DL_RDZV_MSG_OK:
-        return id >= 0 ? dl_proto_reply_new(id, NULL) : NULL;
+    case DL_RDZV_MSG_OK: return id >= 0 ? dl_proto_reply_new(id, NULL) : NULL;
     case DL_RDZV_MSG_ERROR:
         return dl_proto_error_new(id, errcode_of(m->error.code), "%s",
                                   m->error.message ? m->error.message : strerror(-m->error.code));
@@ -460,16 +447,14 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
         json_object_update_new(
             o, json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:i, s:i, s:i}", "round",
                          m->assignment.round, "node_rank", m->assignment.node_rank, "nodes",
-                         m->assignment.nnodes, "world_size", m->assignment.world_size,
-                         "first_rank", m->assignment.first_rank, "local_world_size",
-                         m->assignment.local_world_size, "master_addr",
-                         m->assignment.master_addr, "master_port", m->assignment.master_port,
-                         "store_addr", store, "restart_count", m->assignment.restarts,
-                         "failures", m->assignment.failures, "max_restarts",
-                         m->assignment.max_restarts));
+                         m->assignment.nnodes, "world_size", m->assignment.world_size, "first_rank",
+                         m->assignment.first_rank, "local_world_size",
+                         m->assignment.local_world_size, "master_addr", m->assignment.master_addr,
+                         "master_port", m->assignment.master_port, "store_addr", store,
+                         "restart_count", m->assignment.restarts, "failures",
+                         m->assignment.failures, "max_restarts", m->assignment.max_restarts));
         if (m->assignment.host_node_rank >= 0)
-            json_object_set_new(o, "host_node_rank",
-                                json_integer(m->assignment.host_node_rank));
+            json_object_set_new(o, "host_node_rank", json_integer(m->assignment.host_node_rank));
         if (m->assignment.nsuccessors > 0) {
             json_t *v = json_array();
             for (size_t i = 0; i < m->assignment.nsuccessors; i++)
@@ -487,10 +472,10 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
     case DL_RDZV_MSG_ROUND_CHANGED:
         o = dl_proto_msg_new(DL_PROTO_ROUND_CHANGED, -1);
         json_object_set_new(o, "round", json_integer(m->round_changed.round));
-        json_object_set_new(o, "reason", json_string(m->round_changed.reason != NULL &&
-                                                             *m->round_changed.reason
-                                                         ? m->round_changed.reason
-                                                         : "new round"));
+        json_object_set_new(o, "reason",
+                            json_string(m->round_changed.reason != NULL && *m->round_changed.reason
+                                            ? m->round_changed.reason
+                                            : "new round"));
         json_object_set_new(o, "cause", json_string(dl_rdzv_cause_name(m->round_changed.cause)));
         if (m->round_changed.culprit != NULL) {
             const dl_rdzv_culprit_t *c = m->round_changed.culprit;
@@ -504,7 +489,8 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
         o = dl_proto_msg_new(DL_PROTO_SHUTDOWN, -1);
         json_object_set_new(o, "reason", json_string("failed"));
         json_object_set_new(o, "exit_code", json_integer(failed_code(m)));
-        json_t *f = m->failed.culprit != NULL ? dl_rdzv_enc_culprit(m->failed.culprit) : json_object();
+        json_t *f =
+            m->failed.culprit != NULL ? dl_rdzv_enc_culprit(m->failed.culprit) : json_object();
         json_object_set_new(f, "description",
                             json_string(m->failed.failure ? m->failed.failure : "unknown"));
         json_object_set_new(f, "round", json_integer(m->failed.round));
@@ -528,19 +514,18 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
     case DL_RDZV_MSG_COUNTER:
         return dl_proto_reply_new(id, json_pack("{s:I}", "value", (json_int_t)m->counter.value));
     case DL_RDZV_MSG_CAS:
-        return dl_proto_reply_new(id, json_pack("{s:b, s:o}", "swapped", m->cas.swapped, "value",
-                                                m->cas.found ? buf_string(m->cas.value)
-                                                             : json_null()));
+        return dl_proto_reply_new(id,
+                                  json_pack("{s:b, s:o}", "swapped", m->cas.swapped, "value",
+                                            m->cas.found ? buf_string(m->cas.value) : json_null()));
     case DL_RDZV_MSG_DELETED:
         return dl_proto_reply_new(id, json_pack("{s:b}", "deleted", m->deleted.deleted));
-    case DL_RDZV_MSG_WAIT_DONE:
-        return dl_proto_reply_new(id, NULL);
+    case DL_RDZV_MSG_WAIT_DONE: return dl_proto_reply_new(id, NULL);
     case DL_RDZV_MSG_STATUS: {
         const dl_rdzv_status_t *st = m->status;
         if (st->njobs == 1) {
             o = status_json(s, &st->jobs[0]);
-            json_object_update_new(o, dl__jobview_status(s->view, st->jobs[0].run_id,
-                                                         sc->status_ranks, now_s()));
+            json_object_update_new(
+                o, dl__jobview_status(s->view, st->jobs[0].run_id, sc->status_ranks, now_s()));
             json_t *rec = dl__rdzv_stats_recovery_get(&s->stats, st->jobs[0].run_id);
             if (rec != NULL)
                 json_object_set_new(o, "recovery", rec);
@@ -548,8 +533,8 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
             json_t *jobs = json_array();
             for (size_t i = 0; i < st->njobs; i++) {
                 json_t *j = status_json(s, &st->jobs[i]);
-                json_object_update_new(j, dl__jobview_status(s->view, st->jobs[i].run_id,
-                                                             false, now_s()));
+                json_object_update_new(
+                    j, dl__jobview_status(s->view, st->jobs[i].run_id, false, now_s()));
                 json_t *rec = dl__rdzv_stats_recovery_get(&s->stats, st->jobs[i].run_id);
                 if (rec != NULL)
                     json_object_set_new(j, "recovery", rec);
@@ -614,8 +599,7 @@ static void replay_start(dl_rdzv_server_t *s)
  * fields. */
 static void journal(dl_rdzv_server_t *s, const char *run_id, const char *name, json_t *fields)
 {
-    json_t *ev = run_id != NULL ? json_pack("{s:s, s:f}", "event", name, "time", unix_now())
-                                : NULL;
+    json_t *ev = run_id != NULL ? json_pack("{s:s, s:f}", "event", name, "time", unix_now()) : NULL;
     if (ev == NULL) {
         json_decref(fields);
         return;
@@ -648,9 +632,9 @@ static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m, const sconn
         int port;
         bool here = job_torch_master(s, sc, m->run_id, ip, &port);
         journal(s, m->run_id, "rendezvous",
-                json_pack("{s:i, s:i, s:i, s:i, s:s, s:i}", "round", m->assignment.round,
-                          "nodes", m->assignment.nnodes, "world_size", m->assignment.world_size,
-                          "restarts", m->assignment.restarts, "master_addr",
+                json_pack("{s:i, s:i, s:i, s:i, s:s, s:i}", "round", m->assignment.round, "nodes",
+                          m->assignment.nnodes, "world_size", m->assignment.world_size, "restarts",
+                          m->assignment.restarts, "master_addr",
                           here ? ip : m->assignment.master_addr, "master_port",
                           here ? port : m->assignment.master_port));
         return;
@@ -671,7 +655,7 @@ static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m, const sconn
         json_object_set_new(j, "ended", json_true());
         dl__jobview_forget(s->view, m->run_id);
         json_t *f = json_pack("{s:s, s:i}", "status",
-                              m->kind == DL_RDZV_MSG_FAILED   ? "failed"
+                              m->kind == DL_RDZV_MSG_FAILED ? "failed"
                               : m->kind == DL_RDZV_MSG_STOP ? "stopped"
                                                             : "succeeded",
                               "exit_code", m->kind == DL_RDZV_MSG_FAILED ? failed_code(m) : 0);
@@ -680,8 +664,7 @@ static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m, const sconn
         journal(s, m->run_id, "job_end", f);
         return;
     }
-    default:
-        return;
+    default: return;
     }
 }
 
@@ -729,8 +712,7 @@ static void take_snapshot(dl_rdzv_server_t *s, const dl_rdzv_status_t *st)
             jobs = NULL;
         }
     json_decref(s->snapshot);
-    s->snapshot =
-        dl__rdzv_stats_snapshot(&s->stats, st, jobs, unix_now(), s->nconns, s->peak);
+    s->snapshot = dl__rdzv_stats_snapshot(&s->stats, st, jobs, unix_now(), s->nconns, s->peak);
 }
 
 /* The torch store's queues and watches live beside the core's keys: they go when a round
@@ -833,12 +815,8 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
                                wait > 0 ? (uint64_t)(wait * 1000) + 1 : 0, 0);
             break;
         }
-        case DL_RDZV_ACT_DISARM_TIMER:
-            uv_timer_stop(&s->core_timer);
-            break;
-        case DL_RDZV_ACT_FORGET:
-            dl__journals_forget(s->journals, a->run_id);
-            break;
+        case DL_RDZV_ACT_DISARM_TIMER: uv_timer_stop(&s->core_timer); break;
+        case DL_RDZV_ACT_FORGET: dl__journals_forget(s->journals, a->run_id); break;
         case DL_RDZV_ACT_LOG:
             slog(s, a->log.level, a->log.run_id, "%s", a->log.text);
             if (a->log.run_id != NULL && a->log.level >= DL_RDZV_LOG_INFO)
@@ -902,8 +880,8 @@ static void handle_join(sconn_t *sc, json_t *msg, uint64_t req)
         send_error(sc, (json_int_t)(req - 1), DL_PROTO_E_BAD_FIELD, "join: %s", err);
         return;
     }
-    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_JOIN, .conn = conn_id(sc), .req_id = req,
-                          .run_id = sc->run_id};
+    dl_rdzv_event_t ev = {
+        .kind = DL_RDZV_EV_JOIN, .conn = conn_id(sc), .req_id = req, .run_id = sc->run_id};
     sc->join_id = (json_int_t)(req - 1);
     sc->joined = true;
     sc->wants_torch = json_is_true(json_object_get(msg, "torch_store"));
@@ -980,8 +958,7 @@ static void handle_revoke(sconn_t *sc, json_t *msg, json_int_t id)
     if (r < 0) {
         /* Kept in memory all the same: it holds until this server restarts. */
         slog(s, DL_RDZV_LOG_ERROR, sc->run_id, "%s", err);
-        send_error(sc, id, DL_PROTO_E_INTERNAL, "revoked until this server restarts only: %s",
-                   err);
+        send_error(sc, id, DL_PROTO_E_INTERNAL, "revoked until this server restarts only: %s", err);
     }
     slog(s, DL_RDZV_LOG_INFO, sc->run_id, "keys issued before %s are revoked",
          dl_proto_time_text(now_before, when, sizeof(when)));
@@ -1019,9 +996,7 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
     }
     s->stats.messages[type]++;
     switch (type) {
-    case DL_PROTO_JOIN:
-        handle_join(sc, msg, req);
-        return;
+    case DL_PROTO_JOIN: handle_join(sc, msg, req); return;
     case DL_PROTO_HEARTBEAT: {
         json_t *progress = json_object_get(msg, "progress");
         if (progress != NULL)
@@ -1121,8 +1096,7 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
     case DL_PROTO_KV_WAIT: {
         json_t *arr = json_object_get(msg, "keys"), *k;
         size_t i;
-        json_array_foreach(arr, i, k)
-        {
+        json_array_foreach (arr, i, k) {
             keys[i] = (dl_rdzv_buf_t){json_string_value(k), json_string_length(k)};
         }
         ev.kind = DL_RDZV_EV_STORE_WAIT;
@@ -1147,18 +1121,10 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
             ev.run_id = NULL;
         }
         break;
-    case DL_PROTO_STOP:
-        ev.kind = DL_RDZV_EV_STOP;
-        break;
-    case DL_PROTO_RESTART:
-        ev.kind = DL_RDZV_EV_RESTART;
-        break;
-    case DL_PROTO_EVENTS_FOLLOW:
-        follow(sc, id, dl_proto_get_int(msg, "since", 0));
-        return;
-    case DL_PROTO_REVOKE:
-        handle_revoke(sc, msg, id);
-        return;
+    case DL_PROTO_STOP: ev.kind = DL_RDZV_EV_STOP; break;
+    case DL_PROTO_RESTART: ev.kind = DL_RDZV_EV_RESTART; break;
+    case DL_PROTO_EVENTS_FOLLOW: follow(sc, id, dl_proto_get_int(msg, "since", 0)); return;
+    case DL_PROTO_REVOKE: handle_revoke(sc, msg, id); return;
     default:
         send_error(sc, id, DL_PROTO_E_UNEXPECTED, "%s is not served here",
                    dl_proto_type_name(type));
@@ -1337,10 +1303,9 @@ static void on_auth(sconn_t *sc, json_t *msg, json_int_t id)
     char server_proof[DL_PROTO_PROOF_HEX_LEN + 1];
     dl_proto_token_kind_t level;
     dl_proto_key_life_t claimed = dl_proto_auth_claimed_life(msg), life = {0, 0};
-    int r = dl_proto_auth_accept(s->token, sc->nonce,
-                                 sc->has_client_nonce ? sc->client_nonce : NULL, sc->run_id,
-                                 sc->role, dl_proto_get_str(msg, "proof"), &claimed, &level,
-                                 &life, server_proof);
+    int r = dl_proto_auth_accept(
+        s->token, sc->nonce, sc->has_client_nonce ? sc->client_nonce : NULL, sc->run_id, sc->role,
+        dl_proto_get_str(msg, "proof"), &claimed, &level, &life, server_proof);
     /* The same answer for a wrong token and for a job this server does not serve, so that a
      * stranger learns nothing of which jobs exist. */
     if (r == 0 && refused_by_store(sc, id))
@@ -1438,7 +1403,8 @@ static void on_sweep(uv_timer_t *t)
 {
     dl_rdzv_server_t *s = t->data;
     uint64_t now = uv_now(s->loop);
-    uint64_t frame_ms = (uint64_t)(s->frame_timeout * 1000), idle_ms = (uint64_t)(s->idle_timeout * 1000);
+    uint64_t frame_ms = (uint64_t)(s->frame_timeout * 1000),
+             idle_ms = (uint64_t)(s->idle_timeout * 1000);
     size_t ready = 0;
 
     for (size_t i = 0; i < s->nslots; i++) {
@@ -1510,8 +1476,8 @@ static void on_conn_closed(dl__conn_t *c, int status)
     dl_rdzv_server_t *s = sc->s;
     preauth_remove(sc);
     if (sc->state == SC_READY && s->core != NULL) {
-        dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_DISCONNECT, .conn = conn_id(sc),
-                              .run_id = sc->run_id};
+        dl_rdzv_event_t ev = {
+            .kind = DL_RDZV_EV_DISCONNECT, .conn = conn_id(sc), .run_id = sc->run_id};
         run_core(s, &ev);
         dl__jobview_drop_conn(s->view, sc->run_id, conn_id(sc));
     }
@@ -1715,8 +1681,7 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
     if (r == 0)
         r = uv_listen((uv_stream_t *)&s->listener, 4096, on_connection);
     if (r < 0) {
-        snprintf(err, errlen, "cannot listen on %s:%d: %s", opts->host, opts->port,
-                 uv_strerror(r));
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", opts->host, opts->port, uv_strerror(r));
         dl_rdzv_server_close(s, NULL, NULL);
         return r;
     }
@@ -1730,8 +1695,7 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
             snprintf(err, errlen, "a torch store needs the one run id the server serves");
         else
             r = dl__torch_store_start(s, loop, opts->torch_host ? opts->torch_host : opts->host,
-                                      opts->torch_port, s->only_run_id, 0, &s->torch, err,
-                                      errlen);
+                                      opts->torch_port, s->only_run_id, 0, &s->torch, err, errlen);
         if (r < 0) {
             dl_rdzv_server_close(s, NULL, NULL);
             return r;
@@ -1780,9 +1744,9 @@ static bool same_ip(const struct sockaddr *a, const struct sockaddr *b)
     if (a->sa_family == AF_INET)
         return memcmp(&((const struct sockaddr_in *)a)->sin_addr,
                       &((const struct sockaddr_in *)b)->sin_addr, 4) == 0;
-    return a->sa_family == AF_INET6 && memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-                                              &((const struct sockaddr_in6 *)b)->sin6_addr,
-                                              16) == 0;
+    return a->sa_family == AF_INET6 &&
+           memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
 }
 
 /* O(connections): asked once per torch connection from another host, never per query. */
@@ -1796,8 +1760,7 @@ bool dl__rdzv_server_knows_host(dl_rdzv_server_t *s, const char *run_id,
         sconn_t *sc = s->slots[i];
         struct sockaddr_storage sa;
         int n = sizeof(sa);
-        if (sc == NULL || sc->state != SC_READY || !sc->joined ||
-            strcmp(sc->run_id, run_id) != 0 ||
+        if (sc == NULL || sc->state != SC_READY || !sc->joined || strcmp(sc->run_id, run_id) != 0 ||
             uv_tcp_getpeername(&sc->c.tcp, (struct sockaddr *)&sa, &n) != 0)
             continue;
         if (same_ip((struct sockaddr *)&sa, addr))
@@ -1806,8 +1769,8 @@ bool dl__rdzv_server_knows_host(dl_rdzv_server_t *s, const char *run_id,
     return false;
 }
 
-int dl_rdzv_server_set_job_hosts(dl_rdzv_server_t *s, const char *const *addrs, size_t n,
-                                 char *err, size_t errlen)
+int dl_rdzv_server_set_job_hosts(dl_rdzv_server_t *s, const char *const *addrs, size_t n, char *err,
+                                 size_t errlen)
 {
     struct sockaddr_storage *v = n > 0 ? calloc(n, sizeof(*v)) : NULL;
     if (n > 0 && v == NULL) {
@@ -1854,8 +1817,7 @@ int dl_rdzv_server_port(const dl_rdzv_server_t *s)
     return s->port;
 }
 
-int dl_rdzv_server_add_job(dl_rdzv_server_t *s, const char *run_id,
-                           const dl_rdzv_job_opts_t *opts)
+int dl_rdzv_server_add_job(dl_rdzv_server_t *s, const char *run_id, const dl_rdzv_job_opts_t *opts)
 {
     int r = dl_rdzv_core_add_job(s->core, run_id, opts);
     /* Its journal exists from now, so that `dlaunch events` can follow it before anything

@@ -26,8 +26,7 @@
 #define ENDED_KEEP 3600.0
 
 const double dl__rdzv_hist_bounds[DL__RDZV_HIST_BUCKETS] = {
-    0.00001, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1,
-    0.5,     1,      2.5,    5,     10,    30,   60,   300,
+    0.00001, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
 };
 
 int dl__rdzv_stats_init(dl__rdzv_stats_t *st, double unix_now)
@@ -80,8 +79,7 @@ static bool room_for_a_job(dl__rdzv_stats_t *st, double mono)
     const char *key;
     json_t *v;
     void *tmp;
-    json_object_foreach_safe(st->jobs, tmp, key, v)
-    {
+    json_object_foreach_safe (st->jobs, tmp, key, v) {
         json_t *ended = json_object_get(v, "ended");
         if (ended != NULL && mono - json_real_value(ended) > ENDED_KEEP)
             json_object_del(st->jobs, key);
@@ -94,8 +92,8 @@ static json_t *job_entry(dl__rdzv_stats_t *st, const char *run_id, bool create, 
     json_t *j = run_id != NULL ? json_object_get(st->jobs, run_id) : NULL;
     if (j != NULL || !create || run_id == NULL || !room_for_a_job(st, mono))
         return j;
-    j = json_pack("{s:f, s:{}, s:[], s:[], s:[]}", "opened", mono, "restarts_by_cause",
-                  "history", "progress", "log");
+    j = json_pack("{s:f, s:{}, s:[], s:[], s:[]}", "opened", mono, "restarts_by_cause", "history",
+                  "progress", "log");
     if (j == NULL || json_object_set_new(st->jobs, run_id, j) < 0)
         return NULL;
     return j;
@@ -160,7 +158,7 @@ void dl__rdzv_stats_event(dl__rdzv_stats_t *st, const char *run_id, const json_t
 void dl__rdzv_stats_failure(dl__rdzv_stats_t *st, const char *run_id, const json_t *msg,
                             const char *peer, double unix_now)
 {
-    static const char *const copied[] = {"round", "rank",   "local_rank", "exit_code",
+    static const char *const copied[] = {"round",  "rank",   "local_rank", "exit_code",
                                          "signal", "reason", "time"};
     json_t *j = job_entry(st, run_id, false, 0);
     json_t *f = json_pack("{s:f, s:s}", "time", unix_now, "peer", peer);
@@ -201,8 +199,8 @@ void dl__rdzv_stats_progress(dl__rdzv_stats_t *st, const char *run_id, const jso
     if (ring == NULL || !json_is_integer(step))
         return;
     /* Every agent may report, and each reports every heartbeat: one point per step is enough. */
-    if (last != NULL && json_integer_value(json_object_get(last, "step")) ==
-                            json_integer_value(step))
+    if (last != NULL &&
+        json_integer_value(json_object_get(last, "step")) == json_integer_value(step))
         return;
     json_t *p = json_pack("{s:f, s:O}", "time", unix_now, "step", step);
     json_t *loss = json_object_get(progress, "loss");
@@ -291,32 +289,30 @@ static json_t *server_json(dl__rdzv_stats_t *st, size_t connections, size_t peak
     json_t *restarts = json_object();
     for (int c = 0; restarts != NULL && c < DL_RDZV_CAUSE_COUNT; c++)
         json_object_set_new(restarts, cause_name(c), json_integer((json_int_t)st->restarts[c]));
-    return json_pack("{s:f, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:I, s:o, s:{s:o, s:o}}",
-                     "started", st->started, "connections", (json_int_t)connections,
-                     "peak_connections", (json_int_t)peak, "accepted",
-                     (json_int_t)st->accepted, "auth_failures", (json_int_t)st->auth_failures,
-                     "auth_timeouts", (json_int_t)st->auth_timeouts, "rejected",
-                     counts_json(st->rejected, DL_PROTO_E_COUNT, errcode_name), "messages",
-                     counts_json(st->messages, DL_PROTO_TYPE_COUNT, type_name), "restarts",
-                     restarts, "rounds", (json_int_t)st->rounds, "ended", json_deep_copy(st->ended),
-                     "histograms", "round_seconds", hist_json(&st->round_seconds),
-                     "step_seconds", hist_json(&st->step_seconds));
+    return json_pack(
+        "{s:f, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:I, s:o, s:{s:o, s:o}}", "started",
+        st->started, "connections", (json_int_t)connections, "peak_connections", (json_int_t)peak,
+        "accepted", (json_int_t)st->accepted, "auth_failures", (json_int_t)st->auth_failures,
+        "auth_timeouts", (json_int_t)st->auth_timeouts, "rejected",
+        counts_json(st->rejected, DL_PROTO_E_COUNT, errcode_name), "messages",
+        counts_json(st->messages, DL_PROTO_TYPE_COUNT, type_name), "restarts", restarts, "rounds",
+        (json_int_t)st->rounds, "ended", json_deep_copy(st->ended), "histograms", "round_seconds",
+        hist_json(&st->round_seconds), "step_seconds", hist_json(&st->step_seconds));
 }
 
 /* Adds to the job's status object what is kept of it here, as deep copies. */
 static int add_extras(json_t *o, const dl_rdzv_job_status_t *js, const json_t *kept,
                       double unix_now)
 {
-    static const char *const lists[] = {"restarts_by_cause", "history", "last_failure",
-                                        "progress", "log"};
+    static const char *const lists[] = {"restarts_by_cause", "history", "last_failure", "progress",
+                                        "log"};
     int r = 0;
     r |= json_object_set_new(o, "store_bytes", json_integer((json_int_t)js->store_bytes));
     r |= json_object_set_new(o, "store_waits", json_integer((json_int_t)js->store_waits));
     /* Ages go stale as soon as the snapshot is made; a time does not. */
     size_t i;
     json_t *node;
-    json_array_foreach(json_object_get(o, "nodes"), i, node)
-    {
+    json_array_foreach (json_object_get(o, "nodes"), i, node) {
         double age = json_number_value(json_object_get(node, "heartbeat_age"));
         r |= json_object_set_new(node, "last_heartbeat", json_real(unix_now - age));
     }
@@ -328,17 +324,16 @@ static int add_extras(json_t *o, const dl_rdzv_job_status_t *js, const json_t *k
     return r < 0 ? -ENOMEM : 0;
 }
 
-json_t *dl__rdzv_stats_snapshot(dl__rdzv_stats_t *st, const dl_rdzv_status_t *status,
-                                json_t *jobs, double unix_now, size_t connections,
-                                size_t peak_connections)
+json_t *dl__rdzv_stats_snapshot(dl__rdzv_stats_t *st, const dl_rdzv_status_t *status, json_t *jobs,
+                                double unix_now, size_t connections, size_t peak_connections)
 {
     json_t *snap = NULL, *live = json_object();
     int r = jobs != NULL && live != NULL && json_array_size(jobs) == status->njobs ? 0 : -ENOMEM;
 
     for (size_t i = 0; r == 0 && i < status->njobs; i++) {
         const char *run_id = status->jobs[i].run_id;
-        r = add_extras(json_array_get(jobs, i), &status->jobs[i],
-                       json_object_get(st->jobs, run_id), unix_now);
+        r = add_extras(json_array_get(jobs, i), &status->jobs[i], json_object_get(st->jobs, run_id),
+                       unix_now);
         if (r == 0)
             r = json_object_set(live, run_id, json_true());
     }
@@ -346,13 +341,12 @@ json_t *dl__rdzv_stats_snapshot(dl__rdzv_stats_t *st, const dl_rdzv_status_t *st
         const char *key;
         json_t *v;
         void *tmp;
-        json_object_foreach_safe(st->jobs, tmp, key, v)
-        {
+        json_object_foreach_safe (st->jobs, tmp, key, v) {
             if (json_object_get(live, key) == NULL)
                 json_object_del(st->jobs, key);
         }
-        snap = json_pack("{s:s, s:f, s:o, s:O}", "version", DL_VERSION, "time", unix_now,
-                         "server", server_json(st, connections, peak_connections), "jobs", jobs);
+        snap = json_pack("{s:s, s:f, s:o, s:O}", "version", DL_VERSION, "time", unix_now, "server",
+                         server_json(st, connections, peak_connections), "jobs", jobs);
     }
     json_decref(live);
     json_decref(jobs);

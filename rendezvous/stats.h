@@ -30,8 +30,8 @@ typedef struct {
     uint64_t generation; /* changes with everything a snapshot would show */
     double started;      /* Unix time the server started */
     uint64_t accepted;
-    uint64_t auth_failures; /* a wrong job token */
-    uint64_t auth_timeouts; /* no hello and auth within the deadline */
+    uint64_t auth_failures;                 /* a wrong job token */
+    uint64_t auth_timeouts;                 /* no hello and auth within the deadline */
     uint64_t rejected[DL_PROTO_E_COUNT];    /* frames and messages refused, by error code */
     uint64_t messages[DL_PROTO_TYPE_COUNT]; /* accepted after the handshake, by type */
     uint64_t restarts[DL_RDZV_CAUSE_COUNT];
@@ -73,8 +73,7 @@ json_t *dl__rdzv_stats_recovery_get(dl__rdzv_stats_t *st, const char *run_id);
  * entry of jobs (the same objects `dlaunch status --json` shows, stolen) with what is kept of it
  * here added. Shares nothing with st, so it may go to another thread. Forgets what is kept of
  * jobs the core no longer has. Returns a new reference, or NULL when out of memory. */
-json_t *dl__rdzv_stats_snapshot(dl__rdzv_stats_t *st, const dl_rdzv_status_t *status,
-                                json_t *jobs, double unix_now, size_t connections,
-                                size_t peak_connections);
+json_t *dl__rdzv_stats_snapshot(dl__rdzv_stats_t *st, const dl_rdzv_status_t *status, json_t *jobs,
+                                double unix_now, size_t connections, size_t peak_connections);
 
 #endif

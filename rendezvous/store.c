@@ -245,18 +245,12 @@ static int set_value(dl_rdzv_core_t *core, dl__rdzv_store_t *store, dl__rdzv_ent
 static const char *op_name(dl_rdzv_event_kind_t kind)
 {
     switch (kind) {
-    case DL_RDZV_EV_STORE_SET:
-        return "store set";
-    case DL_RDZV_EV_STORE_GET:
-        return "store get";
-    case DL_RDZV_EV_STORE_ADD:
-        return "store add";
-    case DL_RDZV_EV_STORE_CAS:
-        return "store compare_set";
-    case DL_RDZV_EV_STORE_DELETE:
-        return "store delete";
-    default:
-        return "store wait";
+    case DL_RDZV_EV_STORE_SET: return "store set";
+    case DL_RDZV_EV_STORE_GET: return "store get";
+    case DL_RDZV_EV_STORE_ADD: return "store add";
+    case DL_RDZV_EV_STORE_CAS: return "store compare_set";
+    case DL_RDZV_EV_STORE_DELETE: return "store delete";
+    default: return "store wait";
     }
 }
 
@@ -565,15 +559,9 @@ void dl__rdzv_store_request(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_
             m->value.value = (dl_rdzv_buf_t){e->value, e->value_len};
         break;
     }
-    case DL_RDZV_EV_STORE_ADD:
-        do_add(core, job, ev);
-        break;
-    case DL_RDZV_EV_STORE_CAS:
-        do_cas(core, job, ev);
-        break;
-    default:
-        do_delete(core, job, ev);
-        break;
+    case DL_RDZV_EV_STORE_ADD: do_add(core, job, ev); break;
+    case DL_RDZV_EV_STORE_CAS: do_cas(core, job, ev); break;
+    default: do_delete(core, job, ev); break;
     }
 }
 

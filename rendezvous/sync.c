@@ -110,8 +110,8 @@ static int recv_msg(dl_rdzv_sync_t *c, double deadline, json_t **ret, char *err,
             dl_proto_type_t type;
             dl_proto_error_t perr;
             size_t used = 0;
-            int r = dl_proto_decoder_feed(&c->dec, c->buf + c->off, c->have - c->off, &used,
-                                          &msg, &type, &perr);
+            int r = dl_proto_decoder_feed(&c->dec, c->buf + c->off, c->have - c->off, &used, &msg,
+                                          &type, &perr);
             c->off += used;
             if (r == DL_PROTO_MESSAGE) {
                 *ret = msg;
@@ -180,14 +180,13 @@ static int call_until(dl_rdzv_sync_t *c, json_t *msg, double deadline, json_t **
     }
 }
 
-int dl_rdzv_sync_call(dl_rdzv_sync_t *c, json_t *msg, double timeout, json_t **ret_reply,
-                      char *err, size_t errlen)
+int dl_rdzv_sync_call(dl_rdzv_sync_t *c, json_t *msg, double timeout, json_t **ret_reply, char *err,
+                      size_t errlen)
 {
     return call_until(c, msg, timeout < 0 ? -1 : mono() + timeout, ret_reply, err, errlen);
 }
 
-int dl_rdzv_sync_next(dl_rdzv_sync_t *c, double timeout, json_t **ret_msg, char *err,
-                      size_t errlen)
+int dl_rdzv_sync_next(dl_rdzv_sync_t *c, double timeout, json_t **ret_msg, char *err, size_t errlen)
 {
     if (json_array_size(c->queue) > 0) {
         *ret_msg = json_incref(json_array_get(c->queue, 0));
@@ -288,8 +287,10 @@ int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const
     if (strcmp(type, "challenge") == 0) {
         char proof[DL_PROTO_PROOF_HEX_LEN + 1];
         if (token == NULL) {
-            snprintf(err, errlen, "the rendezvous at %s:%d wants a job token (--token-file or "
-                                  "DLAUNCH_TOKEN)", host, port);
+            snprintf(err, errlen,
+                     "the rendezvous at %s:%d wants a job token (--token-file or "
+                     "DLAUNCH_TOKEN)",
+                     host, port);
             r = -EACCES;
             goto fail;
         }
@@ -297,8 +298,9 @@ int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const
         challenged = true;
         r = dl_proto_auth_proof(token, server_nonce, run_id, role, proof);
         if (r == -EPERM) {
-            snprintf(err, errlen, "the token is a %s key for job '%s': it cannot act as %s for "
-                                  "job '%s'",
+            snprintf(err, errlen,
+                     "the token is a %s key for job '%s': it cannot act as %s for "
+                     "job '%s'",
                      dl_proto_token_kind_name(dl_proto_token_kind(token)),
                      dl_proto_token_run_id(token), dl_proto_role_name(role), run_id);
             r = -EACCES;

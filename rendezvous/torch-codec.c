@@ -59,8 +59,8 @@ static int take_bytes(cursor_t *c, size_t min, size_t max, const char *what, dl_
     if (take_u64(c, &n) == MORE)
         return MORE;
     if (n > max || n < min) {
-        say(err, errlen, "%s of %llu bytes is outside %zu..%zu", what, (unsigned long long)n,
-            min, max);
+        say(err, errlen, "%s of %llu bytes is outside %zu..%zu", what, (unsigned long long)n, min,
+            max);
         return BAD;
     }
     if (c->len - c->off < n)
@@ -114,8 +114,8 @@ static int take_items(cursor_t *c, const dl_torch_limits_t *lim, bool pairs, dl_
 
 /* The v1 numbering, mapped onto ours (which is v2's). */
 static const int v1_ops[] = {
-    DL_TORCH_Q_SET,   DL_TORCH_Q_COMPARE_SET, DL_TORCH_Q_GET,        DL_TORCH_Q_ADD,
-    DL_TORCH_Q_CHECK, DL_TORCH_Q_WAIT,        DL_TORCH_Q_GETNUMKEYS, DL_TORCH_Q_WATCH_KEY,
+    DL_TORCH_Q_SET,        DL_TORCH_Q_COMPARE_SET, DL_TORCH_Q_GET,        DL_TORCH_Q_ADD,
+    DL_TORCH_Q_CHECK,      DL_TORCH_Q_WAIT,        DL_TORCH_Q_GETNUMKEYS, DL_TORCH_Q_WATCH_KEY,
     DL_TORCH_Q_DELETE_KEY, DL_TORCH_Q_APPEND,
 };
 
@@ -183,9 +183,7 @@ int dl_torch_parse(const uint8_t *buf, size_t len, dl_torch_dialect_t *dialect,
     case DL_TORCH_Q_DELETE_KEY:
     case DL_TORCH_Q_QUEUE_POP:
     case DL_TORCH_Q_QUEUE_LEN:
-    case DL_TORCH_Q_WATCH_KEY:
-        r = take_key(&c, lim, &q.key, err, errlen);
-        break;
+    case DL_TORCH_Q_WATCH_KEY: r = take_key(&c, lim, &q.key, err, errlen); break;
     case DL_TORCH_Q_ADD: {
         uint64_t delta;
         r = take_key(&c, lim, &q.key, err, errlen);
@@ -197,12 +195,8 @@ int dl_torch_parse(const uint8_t *buf, size_t len, dl_torch_dialect_t *dialect,
     }
     case DL_TORCH_Q_CHECK:
     case DL_TORCH_Q_WAIT:
-    case DL_TORCH_Q_MULTI_GET:
-        r = take_items(&c, lim, false, &q, err, errlen);
-        break;
-    case DL_TORCH_Q_MULTI_SET:
-        r = take_items(&c, lim, true, &q, err, errlen);
-        break;
+    case DL_TORCH_Q_MULTI_GET: r = take_items(&c, lim, false, &q, err, errlen); break;
+    case DL_TORCH_Q_MULTI_SET: r = take_items(&c, lim, true, &q, err, errlen); break;
     case DL_TORCH_Q_PING:
         if (len - c.off < 4)
             return 0;
@@ -210,8 +204,7 @@ int dl_torch_parse(const uint8_t *buf, size_t len, dl_torch_dialect_t *dialect,
         c.off += 4;
         break;
     case DL_TORCH_Q_GETNUMKEYS:
-    case DL_TORCH_Q_CANCEL_WAIT:
-        break;
+    case DL_TORCH_Q_CANCEL_WAIT: break;
     }
     if (r == MORE)
         return 0;
@@ -246,10 +239,9 @@ bool dl_torch_items_next(const dl_torch_query_t *q, size_t *pos, dl_torch_bytes_
 const char *dl_torch_op_name(dl_torch_op_t op)
 {
     static const char *const names[] = {
-        "validate", "set",        "compare_set", "get",         "add",
-        "check",    "wait",       "getnumkeys",  "delete_key",  "append",
-        "multi_get", "multi_set", "cancel_wait", "ping",        "queue_push",
-        "queue_pop", "queue_len", "watch_key",
+        "validate",    "set",        "compare_set", "get",       "add",       "check",
+        "wait",        "getnumkeys", "delete_key",  "append",    "multi_get", "multi_set",
+        "cancel_wait", "ping",       "queue_push",  "queue_pop", "queue_len", "watch_key",
     };
     return (unsigned)op < sizeof(names) / sizeof(names[0]) ? names[op] : "unknown";
 }

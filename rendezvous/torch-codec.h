@@ -65,13 +65,13 @@ typedef struct {
 /* One query. Pointers point into the buffer given to dl_torch_parse. */
 typedef struct {
     dl_torch_op_t op;
-    dl_torch_bytes_t key;      /* SET, COMPARE_SET, GET, ADD, DELETE_KEY, APPEND, QUEUE_*, WATCH */
-    dl_torch_bytes_t value;    /* SET, APPEND, QUEUE_PUSH; COMPARE_SET: the expected value */
-    dl_torch_bytes_t desired;  /* COMPARE_SET */
-    int64_t delta;             /* ADD */
-    uint32_t nonce;            /* VALIDATE: the magic; PING: echoed */
-    uint64_t nitems;           /* CHECK, WAIT, MULTI_GET: keys; MULTI_SET: key-value pairs */
-    dl_torch_bytes_t items;    /* those items as sent: read them with dl_torch_items_next */
+    dl_torch_bytes_t key;     /* SET, COMPARE_SET, GET, ADD, DELETE_KEY, APPEND, QUEUE_*, WATCH */
+    dl_torch_bytes_t value;   /* SET, APPEND, QUEUE_PUSH; COMPARE_SET: the expected value */
+    dl_torch_bytes_t desired; /* COMPARE_SET */
+    int64_t delta;            /* ADD */
+    uint32_t nonce;           /* VALIDATE: the magic; PING: echoed */
+    uint64_t nitems;          /* CHECK, WAIT, MULTI_GET: keys; MULTI_SET: key-value pairs */
+    dl_torch_bytes_t items;   /* those items as sent: read them with dl_torch_items_next */
 } dl_torch_query_t;
 
 /* Decodes the query at the start of buf[0..len). *dialect is the connection's (set here by its
@@ -80,8 +80,7 @@ typedef struct {
  * send (an unknown query type, a VALIDATE with another magic, a VALIDATE after the first query,
  * an empty key). On error err gets one line. Never reads past buf + len. */
 int dl_torch_parse(const uint8_t *buf, size_t len, dl_torch_dialect_t *dialect,
-                   const dl_torch_limits_t *lim, dl_torch_query_t *ret, char *err,
-                   size_t errlen);
+                   const dl_torch_limits_t *lim, dl_torch_query_t *ret, char *err, size_t errlen);
 
 /* Walks q->items: the next key (and, for MULTI_SET, its value; value may be NULL otherwise).
  * *pos starts at 0. Returns true while there is one. Only for queries dl_torch_parse returned. */

@@ -95,9 +95,8 @@ static int take_index(dl__torch_jobs_t *t, uint32_t *ret)
     return 0;
 }
 
-int dl__torch_jobs_open(dl__torch_jobs_t *t, dl_rdzv_server_t *s, uv_loop_t *loop,
-                        const char *host, const char *run_id, dl__torch_store_t **ret, char *err,
-                        size_t errlen)
+int dl__torch_jobs_open(dl__torch_jobs_t *t, dl_rdzv_server_t *s, uv_loop_t *loop, const char *host,
+                        const char *run_id, dl__torch_store_t **ret, char *err, size_t errlen)
 {
     uint32_t index = 0;
     entry_t *e = calloc(1, sizeof(*e));
@@ -106,8 +105,8 @@ int dl__torch_jobs_open(dl__torch_jobs_t *t, dl_rdzv_server_t *s, uv_loop_t *loo
         r = take_index(t, &index);
     if (r < 0) {
         free(e);
-        snprintf(err, errlen, "%s", r == -ENOSPC ? "every torch store port of this server is open"
-                                                 : "out of memory");
+        snprintf(err, errlen, "%s",
+                 r == -ENOSPC ? "every torch store port of this server is open" : "out of memory");
         return r;
     }
     r = dl__torch_store_start(s, loop, host, 0, run_id, index, &e->ts, err, errlen);

@@ -23,9 +23,8 @@ dl__torch_store_t *dl__torch_jobs_of_conn(const dl__torch_jobs_t *t, uint64_t co
 
 /* Opens run_id's store on host, on any free port. Returns 0 with *ret, -ENOSPC when
  * DL__TORCH_MAX_STORES - 1 are open, or what dl__torch_store_start returns; err gets one line. */
-int dl__torch_jobs_open(dl__torch_jobs_t *t, dl_rdzv_server_t *s, uv_loop_t *loop,
-                        const char *host, const char *run_id, dl__torch_store_t **ret, char *err,
-                        size_t errlen);
+int dl__torch_jobs_open(dl__torch_jobs_t *t, dl_rdzv_server_t *s, uv_loop_t *loop, const char *host,
+                        const char *run_id, dl__torch_store_t **ret, char *err, size_t errlen);
 
 /* Closes run_id's store, if it has one. */
 void dl__torch_jobs_close(dl__torch_jobs_t *t, const char *run_id);

@@ -90,7 +90,7 @@ struct dl__torch_store_s {
         uint64_t serial;
         size_t key_len;
         uint8_t *key;
-    } *watches;
+    } * watches;
     size_t nwatches;
     uint64_t next_serial;
 };
@@ -212,8 +212,8 @@ static void conn_send(tconn_t *tc, const uint8_t *p, size_t n);
 /* Tells every watcher of key what changed, in torch 1.13's callback framing: the change, the
  * key, the old and the new value. Watches of connections gone are dropped on the way. */
 static void notify_watchers(dl__torch_store_t *ts, const uint8_t *key, size_t key_len,
-                            uint8_t change, const uint8_t *old, size_t old_len,
-                            const uint8_t *cur, size_t cur_len)
+                            uint8_t change, const uint8_t *old, size_t old_len, const uint8_t *cur,
+                            size_t cur_len)
 {
     size_t n = 1 + DL_TORCH_BYTES_SIZE(key_len) + DL_TORCH_BYTES_SIZE(old_len) +
                DL_TORCH_BYTES_SIZE(cur_len);
@@ -443,14 +443,9 @@ void dl__torch_store_reply(dl__torch_store_t *ts, uint64_t conn, const dl_rdzv_m
             tc->value_len = msg->value.value.len;
         }
         break;
-    case DL_RDZV_MSG_COUNTER:
-        tc->counter = msg->counter.value;
-        break;
-    case DL_RDZV_MSG_DELETED:
-        tc->deleted = msg->deleted.deleted;
-        break;
-    default:
-        break;
+    case DL_RDZV_MSG_COUNTER: tc->counter = msg->counter.value; break;
+    case DL_RDZV_MSG_DELETED: tc->deleted = msg->deleted.deleted; break;
+    default: break;
     }
 }
 
@@ -467,8 +462,8 @@ static int call(tconn_t *tc, dl_rdzv_event_t *ev)
     if (!tc->got)
         return -1;
     if (tc->kind == DL_RDZV_MSG_ERROR) {
-        conn_fail(tc, "%s", tc->code == -ENOMEM && tc->value == NULL ? "out of memory"
-                                                                      : (char *)tc->value);
+        conn_fail(tc, "%s",
+                  tc->code == -ENOMEM && tc->value == NULL ? "out of memory" : (char *)tc->value);
         return DL_RDZV_MSG_ERROR;
     }
     return (int)tc->kind;
@@ -503,10 +498,10 @@ static int do_compare_set(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
 {
     if (do_get(tc, q->key) < 0)
         return -1;
-    bool match = tc->found ? tc->value_len == q->value.len &&
-                                 (q->value.len == 0 ||
-                                  memcmp(tc->value, q->value.data, q->value.len) == 0)
-                           : q->value.len == 0;
+    bool match =
+        tc->found ? tc->value_len == q->value.len &&
+                        (q->value.len == 0 || memcmp(tc->value, q->value.data, q->value.len) == 0)
+                  : q->value.len == 0;
     if (match) {
         if (do_set(tc, q->key, q->desired.data, q->desired.len) < 0)
             return -1;
@@ -547,8 +542,8 @@ static bool queued(const dl__torch_store_t *ts, dl_torch_bytes_t key)
  * old wait finds nobody. */
 static void drop_core_wait(tconn_t *tc)
 {
-    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_DISCONNECT, .conn = conn_id(tc),
-                          .run_id = tc->ts->run_id};
+    dl_rdzv_event_t ev = {
+        .kind = DL_RDZV_EV_DISCONNECT, .conn = conn_id(tc), .run_id = tc->ts->run_id};
     dl__rdzv_server_feed(tc->ts->s, &ev);
     next_gen(tc->ts, tc->slot);
     waiter_unlink(tc);
@@ -614,8 +609,8 @@ static int do_cancel_wait(tconn_t *tc, out_t *o)
  * captures the answers. -1: tc was closed. */
 static int wait_met(tconn_t *tc, const tconn_t *w)
 {
-    dl_torch_query_t wq = {.op = DL_TORCH_Q_WAIT, .nitems = w->nwkeys,
-                           .items = {w->wkeys, w->wkeys_len}};
+    dl_torch_query_t wq = {
+        .op = DL_TORCH_Q_WAIT, .nitems = w->nwkeys, .items = {w->wkeys, w->wkeys_len}};
     size_t pos = 0;
     dl_torch_bytes_t k;
     while (dl_torch_items_next(&wq, &pos, &k, NULL)) {
@@ -631,8 +626,8 @@ static int wait_met(tconn_t *tc, const tconn_t *w)
 
 static bool waits_on(const tconn_t *w, dl_torch_bytes_t key)
 {
-    dl_torch_query_t wq = {.op = DL_TORCH_Q_WAIT, .nitems = w->nwkeys,
-                           .items = {w->wkeys, w->wkeys_len}};
+    dl_torch_query_t wq = {
+        .op = DL_TORCH_Q_WAIT, .nitems = w->nwkeys, .items = {w->wkeys, w->wkeys_len}};
     size_t pos = 0;
     dl_torch_bytes_t k;
     while (dl_torch_items_next(&wq, &pos, &k, NULL))
@@ -673,8 +668,7 @@ static int do_queue_push(tconn_t *tc, const dl_torch_query_t *q)
     if (r == -ENOSPC) {
         size_t items, bytes;
         dl__tqueues_usage(ts->queues, &items, &bytes);
-        conn_fail(tc, "queue_push: the job's queues are full (%zu items, %zu bytes)", items,
-                  bytes);
+        conn_fail(tc, "queue_push: the job's queues are full (%zu items, %zu bytes)", items, bytes);
         return -1;
     }
     if (r < 0) {
@@ -715,8 +709,7 @@ static int do_watch(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
         return -1;
     memcpy(key, q->key.data, q->key.len);
     ts->watches[ts->nwatches++] =
-        (struct watch_s){.slot = tc->slot, .serial = tc->serial, .key_len = q->key.len,
-                         .key = key};
+        (struct watch_s){.slot = tc->slot, .serial = tc->serial, .key_len = q->key.len, .key = key};
     return dl_torch_put_u8(o->p, o->cap, &o->len, WATCH_KEY_CALLBACK_REGISTERED);
 }
 
@@ -736,8 +729,8 @@ static int do_watched_set(tconn_t *tc, dl_torch_bytes_t key, const void *v, size
         tc->value = NULL; /* kept until the watchers are told */
     int r = do_set(tc, key, v, n);
     if (r == 0)
-        notify_watchers(ts, key.data, key.len, existed ? WATCH_KEY_UPDATED : WATCH_KEY_CREATED,
-                        old, old_len, v, n);
+        notify_watchers(ts, key.data, key.len, existed ? WATCH_KEY_UPDATED : WATCH_KEY_CREATED, old,
+                        old_len, v, n);
     free(old);
     return r;
 }
@@ -764,8 +757,7 @@ static int execute_watched(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
         bool same = existed == now && old_len == cur_len &&
                     (cur_len == 0 || memcmp(old, cur, cur_len) == 0);
         if (q->op == DL_TORCH_Q_DELETE_KEY && existed)
-            notify_watchers(ts, q->key.data, q->key.len, WATCH_KEY_DELETED, old, old_len,
-                            NULL, 0);
+            notify_watchers(ts, q->key.data, q->key.len, WATCH_KEY_DELETED, old, old_len, NULL, 0);
         else if (q->op == DL_TORCH_Q_APPEND)
             notify_watchers(ts, q->key.data, q->key.len,
                             existed ? WATCH_KEY_APPENDED : WATCH_KEY_CREATED, NULL, 0,
@@ -798,12 +790,9 @@ static int execute_query(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
     dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_STORE_ADD};
 
     switch (q->op) {
-    case DL_TORCH_Q_VALIDATE:
-        return 0;
-    case DL_TORCH_Q_SET:
-        return do_watched_set(tc, q->key, q->value.data, q->value.len);
-    case DL_TORCH_Q_COMPARE_SET:
-        return do_compare_set(tc, q, o) < 0 ? -1 : 0;
+    case DL_TORCH_Q_VALIDATE: return 0;
+    case DL_TORCH_Q_SET: return do_watched_set(tc, q->key, q->value.data, q->value.len);
+    case DL_TORCH_Q_COMPARE_SET: return do_compare_set(tc, q, o) < 0 ? -1 : 0;
     case DL_TORCH_Q_GET:
         if (do_get(tc, q->key) < 0)
             return -1;
@@ -827,8 +816,7 @@ static int execute_query(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
         return dl_torch_put_u8(o->p, o->cap, &o->len,
                                all ? DL_TORCH_CHECK_READY : DL_TORCH_CHECK_NOT_READY);
     }
-    case DL_TORCH_Q_WAIT:
-        return do_wait(tc, q, o) < 0 ? -1 : 0;
+    case DL_TORCH_Q_WAIT: return do_wait(tc, q, o) < 0 ? -1 : 0;
     case DL_TORCH_Q_GETNUMKEYS: {
         size_t n = 0;
         dl_rdzv_core_store_count(dl__rdzv_server_core(tc->ts->s), tc->ts->run_id, &n);
@@ -841,8 +829,7 @@ static int execute_query(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
         if (call(tc, &ev) != DL_RDZV_MSG_DELETED)
             return -1;
         return dl_torch_put_i64(o->p, o->cap, &o->len, tc->deleted ? 1 : 0);
-    case DL_TORCH_Q_APPEND:
-        return do_append(tc, q);
+    case DL_TORCH_Q_APPEND: return do_append(tc, q);
     case DL_TORCH_Q_MULTI_GET:
         while (dl_torch_items_next(q, &pos, &k, NULL)) {
             if (do_get(tc, k) < 0)
@@ -858,20 +845,14 @@ static int execute_query(tconn_t *tc, const dl_torch_query_t *q, out_t *o)
             if (do_watched_set(tc, k, v.data, v.len) < 0)
                 return -1;
         return 0;
-    case DL_TORCH_Q_CANCEL_WAIT:
-        return do_cancel_wait(tc, o);
-    case DL_TORCH_Q_PING:
-        return dl_torch_put_u32(o->p, o->cap, &o->len, q->nonce);
-    case DL_TORCH_Q_QUEUE_PUSH:
-        return do_queue_push(tc, q);
-    case DL_TORCH_Q_QUEUE_POP:
-        return do_queue_pop(tc, q, o) < 0 ? -1 : 0;
+    case DL_TORCH_Q_CANCEL_WAIT: return do_cancel_wait(tc, o);
+    case DL_TORCH_Q_PING: return dl_torch_put_u32(o->p, o->cap, &o->len, q->nonce);
+    case DL_TORCH_Q_QUEUE_PUSH: return do_queue_push(tc, q);
+    case DL_TORCH_Q_QUEUE_POP: return do_queue_pop(tc, q, o) < 0 ? -1 : 0;
     case DL_TORCH_Q_QUEUE_LEN:
-        return dl_torch_put_i64(
-            o->p, o->cap, &o->len,
-            (int64_t)dl__tqueues_len(tc->ts->queues, q->key.data, q->key.len));
-    case DL_TORCH_Q_WATCH_KEY:
-        return do_watch(tc, q, o) < 0 ? -1 : 0;
+        return dl_torch_put_i64(o->p, o->cap, &o->len,
+                                (int64_t)dl__tqueues_len(tc->ts->queues, q->key.data, q->key.len));
+    case DL_TORCH_Q_WATCH_KEY: return do_watch(tc, q, o) < 0 ? -1 : 0;
     }
     return 0;
 }
@@ -886,8 +867,8 @@ static long run_queries(tconn_t *tc, const uint8_t *p, size_t n)
     out_init(&o);
     while (used < n && !tc->closing) {
         dl_torch_query_t q;
-        int r = dl_torch_parse(p + used, n - used, &tc->dialect, &tc->ts->lim, &q, err,
-                               sizeof(err));
+        int r =
+            dl_torch_parse(p + used, n - used, &tc->dialect, &tc->ts->lim, &q, err, sizeof(err));
         if (r == 0)
             break;
         if (r < 0) {

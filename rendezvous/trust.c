@@ -14,8 +14,9 @@ int dl_rdzv_check_server(const dl_proto_token_t *token, bool challenged, const c
 {
     if (token != NULL) {
         if (!challenged) {
-            snprintf(err, errlen, "it did not ask for the job token, so it cannot prove it "
-                                  "holds it: not the job's rendezvous");
+            snprintf(err, errlen,
+                     "it did not ask for the job token, so it cannot prove it "
+                     "holds it: not the job's rendezvous");
             return -EACCES;
         }
         if (proof == NULL) {
@@ -41,8 +42,9 @@ int dl_rdzv_check_server(const dl_proto_token_t *token, bool challenged, const c
         return -EACCES;
     }
     if (!dl__peer_trusted(uid)) {
-        snprintf(err, errlen, "it runs as uid %u, not as this user (uid %u); without a job token "
-                              "only our own rendezvous is trusted",
+        snprintf(err, errlen,
+                 "it runs as uid %u, not as this user (uid %u); without a job token "
+                 "only our own rendezvous is trusted",
                  (unsigned)uid, (unsigned)geteuid());
         return -EACCES;
     }

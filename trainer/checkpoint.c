@@ -239,8 +239,7 @@ static int check_header(const char *path, const unsigned char *h, size_t hlen, o
 /* Reads and checks the file at path against ck's shape. With out (2 * n_params floats) the
  * parameters and momentum land there and the header's fields in ck; without it the file is only
  * checked, through a small buffer. Either way ck's own buffers are never touched. */
-static int read_checked(const char *path, dl_train_ckpt_t *ck, float *out, char *err,
-                        size_t errlen)
+static int read_checked(const char *path, dl_train_ckpt_t *ck, float *out, char *err, size_t errlen)
 {
     unsigned char h[CKPT_HEADER_MAX], trailer[4], chunk[64 * 1024];
     struct stat st;

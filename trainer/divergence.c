@@ -17,9 +17,9 @@ void dl_train_divergence_init(dl_train_divergence_t *d, double factor, uint64_t 
 {
     memset(d, 0, sizeof(*d));
     d->factor = factor;
-    d->window = window < 1 ? 1 : window > DL_TRAIN_DIVERGENCE_WINDOW_MAX
-                                     ? DL_TRAIN_DIVERGENCE_WINDOW_MAX
-                                     : window;
+    d->window = window < 1                                ? 1
+                : window > DL_TRAIN_DIVERGENCE_WINDOW_MAX ? DL_TRAIN_DIVERGENCE_WINDOW_MAX
+                                                          : window;
 }
 
 void dl_train_divergence_forgive(dl_train_divergence_t *d)

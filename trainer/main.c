@@ -18,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "comm-coll.h"
+#include "config.h"
 #include "trainer.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -34,9 +34,9 @@ typedef struct {
     uint64_t hang_at_step; /* 0: never */
     bool killer_pending;   /* the killer thread of fail_delay_us may not have fired yet */
     pthread_t killer;
-    double slow_s;         /* 0: not slowed; else slept in each step's compute */
+    double slow_s; /* 0: not slowed; else slept in each step's compute */
     double slow_after_s;
-    double first_step_at;  /* monotonic seconds; 0 until the first step */
+    double first_step_at; /* monotonic seconds; 0 until the first step */
 } prog_t;
 
 static void on_signal(int sig)
@@ -131,7 +131,7 @@ static void on_phase(void *ud, uint64_t step, int phase)
     printf("%sfail_at_step: killing myself in step %llu, %llu us into its %s\n",
            p->prefix ? "[train] " : "", (unsigned long long)step,
            (unsigned long long)p->fail_delay_us,
-           phase == DL_TRAIN_PHASE_COMPUTE ? "compute"
+           phase == DL_TRAIN_PHASE_COMPUTE    ? "compute"
            : phase == DL_TRAIN_PHASE_EXCHANGE ? "gradient exchange"
                                               : "parameter gather");
     if (p->fail_delay_us == 0)
@@ -189,8 +189,9 @@ static int open_checksums(prog_t *p)
         if (fd >= 0)
             close(fd);
         fprintf(stderr, "[train rank=%ld] %s: %s\n", p->rank, path,
-                e == EINVAL ? "not a regular file" : e == EPERM ? "another user's file"
-                                                                : strerror(e));
+                e == EINVAL  ? "not a regular file"
+                : e == EPERM ? "another user's file"
+                             : strerror(e));
         return -e;
     }
     return 0;
@@ -227,9 +228,8 @@ static const dl_opt_t argv_options[] = {
      "print the version and exit", DL_OPT_FLAG | DL_OPT_CLI_ONLY | DL_OPT_STOP, 0},
 };
 
-static const dl_opt_table_t argv_table = {argv_options,
-                                          sizeof(argv_options) / sizeof(argv_options[0]),
-                                          "DLAUNCH_TRAIN_", NULL, true};
+static const dl_opt_table_t argv_table = {
+    argv_options, sizeof(argv_options) / sizeof(argv_options[0]), "DLAUNCH_TRAIN_", NULL, true};
 
 static void usage(FILE *f, const char *prog)
 {

@@ -60,8 +60,7 @@ double dl_train_lr_at(const dl_train_schedule_t *s, uint64_t step)
         return s->lr_min + (s->lr - s->lr_min) * 0.5 * (1.0 + cos(M_PI * t));
     }
     case DL_TRAIN_SCHED_CONSTANT:
-    default:
-        return s->lr;
+    default: return s->lr;
     }
 }
 
@@ -72,8 +71,7 @@ void dl_train_scaled_lr(const dl_train_config_t *cfg, int world, uint64_t total_
     double lr = cfg->lr, warmup = (double)cfg->warmup_steps;
 
     switch (cfg->lr_scaling) {
-    case DL_TRAIN_SCALE_NONE:
-        break;
+    case DL_TRAIN_SCALE_NONE: break;
     case DL_TRAIN_SCALE_LINEAR:
         /* Goyal et al. (2017): a k times larger rate is safe only if reached gradually, so the
          * ramp is k times longer too, but never more than half the run, which must still have
@@ -87,9 +85,7 @@ void dl_train_scaled_lr(const dl_train_config_t *cfg, int world, uint64_t total_
                 warmup = (double)cfg->warmup_steps;
         }
         break;
-    case DL_TRAIN_SCALE_SQRT:
-        lr *= sqrt(k);
-        break;
+    case DL_TRAIN_SCALE_SQRT: lr *= sqrt(k); break;
     }
     *ret_lr = lr;
     *ret_warmup = (uint64_t)warmup;

@@ -64,16 +64,16 @@ static const dl_opt_type_t t_layers = {"a list of widths", parse_layers, NULL, f
 /* Each key once: type, field, range, choices, default, help. The trainer's keys are YAML keys
  * (with '_'); they have no flags of their own but --set KEY=VALUE. */
 static const dl_opt_t options[] = {
-    {"dataset_dir", NULL, 0, T(path), OFF(dataset_dir), 0, 0, NULL, DL_TRAIN_DEFAULT_DATASET,
-     "DIR", "folder with the IDX files (train-*-ubyte, t10k-*-ubyte, gzip or plain)", 0, 0},
+    {"dataset_dir", NULL, 0, T(path), OFF(dataset_dir), 0, 0, NULL, DL_TRAIN_DEFAULT_DATASET, "DIR",
+     "folder with the IDX files (train-*-ubyte, t10k-*-ubyte, gzip or plain)", 0, 0},
     {"layers", NULL, 0, &t_layers, 0, 0, 0, NULL, "784-256-128-10", "W-W-...",
      "layer widths, input first, classes last (784-256-128-10 or 784,256,128,10)", 0, 0},
     {"activation", NULL, 0, T(enum), OFF(activation), 0, 0, act_names, "relu", "NAME",
      "hidden activation: relu, tanh or gelu", 0, 0},
     {"batch_size", NULL, 0, T(size), OFF(batch_size), 1, 1 << 20, NULL, "64", "N",
      "samples a step on each device (the global batch is this times the world size)", 0, 0},
-    {"epochs", NULL, 0, T(u64), OFF(epochs), 0, 1e9, NULL, "10", "N", "passes over the training set",
-     0, 0},
+    {"epochs", NULL, 0, T(u64), OFF(epochs), 0, 1e9, NULL, "10", "N",
+     "passes over the training set", 0, 0},
     {"steps", NULL, 0, T(u64), OFF(steps), 0, 1e15, NULL, "0", "N",
      "optimizer steps to train; > 0 overrides epochs", 0, 0},
     {"drop_last", NULL, 0, T(bool), OFF(drop_last), 0, 0, NULL, "false", "BOOL",
@@ -86,7 +86,8 @@ static const dl_opt_t options[] = {
      "L2 penalty", 0, 0},
     {"lr_scaling", NULL, 0, T(enum), OFF(lr_scaling), 0, 0, scaling_names, "none", "RULE",
      "none; linear: lr * k, with warmup_steps * k steps of warmup; sqrt: lr * sqrt(k) "
-     "(k = global batch / base_batch)", 0, 0},
+     "(k = global batch / base_batch)",
+     0, 0},
     {"base_batch", NULL, 0, T(size), OFF(base_batch), 1, 1 << 30, NULL, "64", "N",
      "the global batch lr is tuned for (for lr_scaling)", 0, 0},
     {"schedule", NULL, 0, T(enum), OFF(schedule), 0, 0, sched_names, "cosine", "NAME",
@@ -102,10 +103,12 @@ static const dl_opt_t options[] = {
     {"on_divergence", NULL, 0, T(enum), OFF(on_divergence), 0, 0, divergence_names, "stop",
      "ACTION",
      "when the loss diverges: stop (exit 3), or rollback to the last checkpoint with half the "
-     "learning rate (at most 3 times)", 0, 0},
+     "learning rate (at most 3 times)",
+     0, 0},
     {"divergence_factor", NULL, 0, T(double), OFF(divergence_factor), 0, 1e12, NULL, "3", "F",
      "a job-wide loss above this times the median of the recent healthy losses is high; 0: only "
-     "a non-finite loss is divergence", 0, 0},
+     "a non-finite loss is divergence",
+     0, 0},
     {"divergence_window", NULL, 0, T(u64), OFF(divergence_window), 1, 4096, NULL, "20", "N",
      "divergence: more than half of the last this many steps were high", 0, 0},
     {"seed", NULL, 0, T(u64), OFF(seed), 0, 9.2e18, NULL, "1", "N",
@@ -114,7 +117,8 @@ static const dl_opt_t options[] = {
      "gradient all-reduce bucket size in bytes (0: one bucket)", 0, 0},
     {"overlap", NULL, 0, T(enum), OFF(overlap), 0, 0, overlap_names, "auto", "MODE",
      "sum gradient buckets during backward: on, off, or auto (on when the host has more CPUs "
-     "than workers)", 0, 0},
+     "than workers)",
+     0, 0},
     {"checkpoint_dir", NULL, 0, T(path), OFF(checkpoint_dir), 0, 0, NULL, NULL, "DIR",
      "where rank 0 writes checkpoints (empty: none)", 0, 0},
     {"checkpoint_every", NULL, 0, T(u64), OFF(checkpoint_every), 0, 1e15, NULL, "0", "N",
@@ -133,26 +137,30 @@ static const dl_opt_t options[] = {
      "OpenBLAS threads a worker (0: leave OpenBLAS's own choice)", 0, 0},
     {"fail_at_step", NULL, 0, T(u64), OFF(fail_at_step), 0, 1e15, NULL, "0", "N",
      "testing restarts: rank fail_rank kills itself after this many steps, first attempt only "
-     "(0: never)", 0, 0},
+     "(0: never)",
+     0, 0},
     {"fail_rank", NULL, 0, T(int), OFF(fail_rank), 0, 1 << 20, NULL, "0", "N",
      "testing restarts: the rank that fail_at_step kills (and hang_at_step stops)", 0, 0},
     {"fail_phase", NULL, 0, T(enum), OFF(fail_phase), 0, 0, phase_names, "after", "PHASE",
      "testing recovery: where fail_at_step kills: after the step (after), or inside it: in its "
-     "compute, its gradient exchange or its parameter gather (sharded), fail_delay_us in", 0, 0},
+     "compute, its gradient exchange or its parameter gather (sharded), fail_delay_us in",
+     0, 0},
     {"fail_delay_us", NULL, 0, T(u64), OFF(fail_delay_us), 0, 1e9, NULL, "0", "US",
      "testing recovery: how long after entering fail_phase the kill comes", 0, 0},
     {"fail_on_join", NULL, 0, T(bool), OFF(fail_on_join), 0, 0, NULL, "false", "BOOL",
      "testing recovery: a replacement joining a running job (DLAUNCH_GROUP_GEN 1) kills itself "
-     "as soon as it is in the group, a second failure during the recovery", 0, 0},
+     "as soon as it is in the group, a second failure during the recovery",
+     0, 0},
     {"hang_at_step", NULL, 0, T(u64), OFF(hang_at_step), 0, 1e15, NULL, "0", "N",
      "testing hang reports: rank fail_rank stops itself (SIGSTOP) in this step, before summing "
-     "its gradients, first attempt only (0: never)", 0, 0},
+     "its gradients, first attempt only (0: never)",
+     0, 0},
     {"slow_ms_per_step", NULL, 0, T(double), OFF(slow_ms_per_step), 0, 1e6, NULL, "0", "MS",
      "testing the straggler rule: rank slow_rank sleeps this long in each step's compute, every "
-     "attempt (0: never)", 0, 0},
+     "attempt (0: never)",
+     0, 0},
     {"slow_rank", NULL, 0, T(int), OFF(slow_rank), 0, 1 << 20, NULL, "0", "N",
-     "testing the straggler rule: the rank slow_ms_per_step slows (none if not in the job)", 0,
-     0},
+     "testing the straggler rule: the rank slow_ms_per_step slows (none if not in the job)", 0, 0},
     {"slow_after_s", NULL, 0, T(double), OFF(slow_after_s), 0, 1e6, NULL, "0", "SEC",
      "testing the straggler rule: the slowdown starts this long after the first step", 0, 0},
 };
@@ -212,4 +220,3 @@ int dl_train_config_check(const dl_train_config_t *cfg, char *err, size_t errlen
         return dl__train_err(-EINVAL, err, errlen, "keep_checkpoints: must be at least 1");
     return 0;
 }
-

@@ -53,10 +53,10 @@ typedef struct {
     uint64_t log_every;
     uint64_t resumed_from;
     dl__train_beat_t beat;
-    double wait_time; /* this step's time inside collective calls */
+    double wait_time;   /* this step's time inside collective calls */
     double win_compute; /* the progress window's time outside them */
     float *figs;        /* world x 2: each rank's compute and step ms, for the progress line */
-    bool overlap; /* gradient buckets summed during backward */
+    bool overlap;       /* gradient buckets summed during backward */
     /* Sharded update: this rank's block [shard_lo, shard_lo + shard_len) of the padded buffers
      * (world x shard_len floats) gets its summed gradient in shard_grad and is updated here. */
     bool sharded;
@@ -78,22 +78,22 @@ typedef struct {
     /* In-job recovery (docs/recovery.md): the state after the last complete step stays whole
      * while the next step is made, so that the group can go on from it whatever broke when. */
     bool rec;
-    bool comm_failed;   /* a hook failed: the group is broken */
-    bool state_valid;   /* this rank holds a whole state (false until the start state is in) */
-    int world;          /* the world the shards were cut for */
-    float *p_alt;       /* the step before the last complete one (rec_step_back); unsharded, the
+    bool comm_failed; /* a hook failed: the group is broken */
+    bool state_valid; /* this rank holds a whole state (false until the start state is in) */
+    int world;        /* the world the shards were cut for */
+    float *p_alt;     /* the step before the last complete one (rec_step_back); unsharded, the
                          * next step is made in it */
-    float *mbuf[2];     /* momentum: the whole (unsharded) or this rank's block (sharded) */
-    float *mpriv;       /* unsharded: the allocation of both buffers */
-    uint64_t *mstep;    /* mstep[b]: the step whose momentum mbuf[b] holds; REC_NONE: being made */
+    float *mbuf[2];   /* momentum: the whole (unsharded) or this rank's block (sharded) */
+    float *mpriv;     /* unsharded: the allocation of both buffers */
+    uint64_t *mstep;  /* mstep[b]: the step whose momentum mbuf[b] holds; REC_NONE: being made */
     uint64_t mstep_priv[2];
-    void *mshared;      /* sharded: the block the host's ranks can read: header, mbuf[0], [1] */
-    int cur;            /* mbuf[cur] holds the momentum of the last complete step */
+    void *mshared; /* sharded: the block the host's ranks can read: header, mbuf[0], [1] */
+    int cur;       /* mbuf[cur] holds the momentum of the last complete step */
     struct snap_s {
         uint64_t step, epoch;
         size_t pos;
         dl_train_divergence_t watch;
-    } snap[2];          /* snap[cur]: sampler and loss watch after the last complete step */
+    } snap[2];           /* snap[cur]: sampler and loss watch after the last complete step */
     float *momentum_own; /* r->momentum when this run allocated it (not one of mpriv's) */
     /* Across hosts (sharded): the momentum of the buddy rank's block, kept like the own one:
      * rmbuf[0..len) and [len..2 len) ping-pong with cur, then its summed gradient. */
@@ -107,12 +107,12 @@ typedef struct {
         int block;
         uint64_t mstep[2];
         float *buf; /* 2 x len */
-    } *rescued;
+    } * rescued;
     size_t nrescued;
-    int old_rank;   /* this rank's place in the layout the state was kept in, -1: none */
-    size_t old_len; /* that layout's block length */
-    float *xfer;        /* shard_len floats: a block broadcast for another rank */
-    double failed_at;   /* when this rank saw the group break */
+    int old_rank;     /* this rank's place in the layout the state was kept in, -1: none */
+    size_t old_len;   /* that layout's block length */
+    float *xfer;      /* shard_len floats: a block broadcast for another rank */
+    double failed_at; /* when this rank saw the group break */
     unsigned recoveries;
 } run_t;
 
@@ -269,8 +269,7 @@ static int layout(run_t *r)
     int rc;
 
     dl_train_sampler_free(&r->sampler);
-    rc = dl_train_sampler_init(&r->sampler, r->train.n, c->rank, world, cfg->seed,
-                               cfg->drop_last);
+    rc = dl_train_sampler_init(&r->sampler, r->train.n, c->rank, world, cfg->seed, cfg->drop_last);
     if (rc < 0)
         return dl__train_err(rc, r->err, r->errlen,
                              "sampler: %zu training samples cannot be shared by %d ranks",
@@ -402,8 +401,8 @@ static int setup(run_t *r)
 
     r->overlap = world > 1 && (cfg->overlap == DL_TRAIN_OVERLAP_ON ||
                                (cfg->overlap == DL_TRAIN_OVERLAP_AUTO && r->comm->overlap_pays));
-    r->sharded = world > 1 && !r->overlap && r->comm->reduce_scatter != NULL &&
-                 r->comm->allgather != NULL;
+    r->sharded =
+        world > 1 && !r->overlap && r->comm->reduce_scatter != NULL && r->comm->allgather != NULL;
     r->rec = world > 1 && r->comm->rejoin != NULL && r->comm->allgather_bytes != NULL;
     r->old_rank = -1;
     rc = layout(r);
@@ -422,8 +421,7 @@ static int setup(run_t *r)
     if (r->x == NULL || r->y == NULL || r->idx == NULL)
         return dl__train_err(-ENOMEM, r->err, r->errlen, "out of memory for the batch buffers");
     rc = dl__train_reducer_init(&r->reducer, r->comm, dl_train_mlp_grads(r->mlp),
-                                r->n_params + DL_TRAIN_SPARE_FLOATS, cfg->bucket_bytes,
-                                r->overlap);
+                                r->n_params + DL_TRAIN_SPARE_FLOATS, cfg->bucket_bytes, r->overlap);
     if (rc < 0)
         return dl__train_err(rc, r->err, r->errlen, "buckets: %s", strerror(-rc));
     dl_train_divergence_init(&r->watch, cfg->divergence_factor, cfg->divergence_window);
@@ -593,8 +591,7 @@ static int restore(run_t *r, bool load)
                 path, (unsigned long long)ck.step, (unsigned long long)ck.epoch + 1,
                 (unsigned long long)ck.consumed, ck.world_size, ck.world_size == 1 ? "" : "s",
                 fresh_start ? "; to start afresh, remove " : "",
-                fresh_start ? cfg->checkpoint_dir : "",
-                fresh_start ? " or set resume: false" : "");
+                fresh_start ? cfg->checkpoint_dir : "", fresh_start ? " or set resume: false" : "");
             if (ck.seed != cfg->seed)
                 say(r, "note: the checkpoint was written with seed %llu, this run uses %llu",
                     (unsigned long long)ck.seed, (unsigned long long)cfg->seed);
@@ -659,8 +656,7 @@ static int checkpoint(run_t *r)
     }
     if (is_root(r)) {
         fill_ckpt(r, &ck);
-        rc = dl_train_ckpt_save(r->cfg->checkpoint_dir, &ck, path, sizeof(path), r->err,
-                                r->errlen);
+        rc = dl_train_ckpt_save(r->cfg->checkpoint_dir, &ck, path, sizeof(path), r->err, r->errlen);
         if (rc == 0)
             rc = dl_train_ckpt_prune(r->cfg->checkpoint_dir, r->cfg->keep_checkpoints, &ck,
                                      damaged_cb, r, r->err, r->errlen);
@@ -704,7 +700,7 @@ static void job_figures(run_t *r, char *buf, size_t len)
     r->figs[2 * c->rank] = (float)(r->win_compute * 1e3 / (double)r->win_steps);
     r->figs[2 * c->rank + 1] = (float)(r->win_time * 1e3 / (double)r->win_steps);
     if (c->allgather(c->ctx, r->figs, 2) < 0)
-        return; /* the next step's sum fails too, and says why */
+        return;                                  /* the next step's sum fails too, and says why */
     float *sorted = r->figs + 2 * (size_t)world; /* world more floats */
     int slowest = 0;
     for (int i = 0; i < world; i++) {
@@ -801,11 +797,11 @@ static int sharded_update_kept(run_t *r, float lr, float *ret_vote, float *ret_l
     int nxt = 1 - r->cur;
 
     double t = now();
-    int rc = hook_failed(r, r->buddy >= 0
-                                ? c->reduce_scatter_extra(c->ctx, dl_train_mlp_grads(r->mlp),
-                                                          r->shard_grad, len, r->buddy, r->rgrad)
-                                : c->reduce_scatter(c->ctx, dl_train_mlp_grads(r->mlp),
-                                                    r->shard_grad, len));
+    int rc = hook_failed(
+        r, r->buddy >= 0
+               ? c->reduce_scatter_extra(c->ctx, dl_train_mlp_grads(r->mlp), r->shard_grad, len,
+                                         r->buddy, r->rgrad)
+               : c->reduce_scatter(c->ctx, dl_train_mlp_grads(r->mlp), r->shard_grad, len));
     r->wait_time += now() - t;
     if (rc < 0)
         return rc;
@@ -858,10 +854,10 @@ static int train_step(run_t *r, bool stop_vote, bool *ret_epoch_done, double *re
     dl_train_dataset_gather(&r->train, r->idx, k, r->x, r->y);
 
     grads[VOTE_AT(r)] = stop_vote ? 1.0f : 0.0f;
-    int rc = dl_train_mlp_train_step(r->mlp, r->x, r->y, k, 1.0f / (float)(k * (size_t)world),
-                                     r->overlap ? cfg->bucket_bytes : 0,
-                                     r->overlap ? dl__train_reducer_ready : NULL, &r->reducer,
-                                     &loss);
+    int rc =
+        dl_train_mlp_train_step(r->mlp, r->x, r->y, k, 1.0f / (float)(k * (size_t)world),
+                                r->overlap ? cfg->bucket_bytes : 0,
+                                r->overlap ? dl__train_reducer_ready : NULL, &r->reducer, &loss);
     /* The spares sit in the last bucket, which starts only after backward: the loss is known. */
     grads[LOSS_AT(r)] = (float)(loss / world);
     if (rc == 0 && h != NULL && h->mid_step != NULL)
@@ -940,16 +936,16 @@ static int write_summary(run_t *r, const dl_train_result_t *res, bool diverged)
         "s:s, s:b, s:b, s:b, s:i, s:I}",
         "model", shape, "activation", acts[cfg->activation], "world_size", r->comm->world_size,
         "batch_size", (json_int_t)cfg->batch_size, "global_batch",
-        (json_int_t)(cfg->batch_size * (size_t)r->comm->world_size), "lr", number(res->lr),
-        "steps", (json_int_t)res->steps, "epochs_done",
+        (json_int_t)(cfg->batch_size * (size_t)r->comm->world_size), "lr", number(res->lr), "steps",
+        (json_int_t)res->steps, "epochs_done",
         (json_int_t)(res->steps / (r->steps_per_epoch ? r->steps_per_epoch : 1)), "resumed_from",
         (json_int_t)res->resumed_from, "stopped", res->stopped, "test_accuracy",
         number(res->test_accuracy), "test_loss", number(res->test_loss), "train_loss",
         number(res->train_loss), "train_seconds", number(res->train_seconds), "wall_seconds",
-        number(res->wall_seconds), "samples_per_sec", number(res->samples_per_sec),
-        "params_crc32", crc, "blas_kernels", openblas_get_corename(), "overlap", res->overlapped,
-        "sharded_update", res->sharded, "diverged", diverged, "rollbacks", (int)res->rollbacks,
-        "warmup_steps", (json_int_t)r->sched.warmup_steps);
+        number(res->wall_seconds), "samples_per_sec", number(res->samples_per_sec), "params_crc32",
+        crc, "blas_kernels", openblas_get_corename(), "overlap", res->overlapped, "sharded_update",
+        res->sharded, "diverged", diverged, "rollbacks", (int)res->rollbacks, "warmup_steps",
+        (json_int_t)r->sched.warmup_steps);
     if (j == NULL)
         return dl__train_err(-ENOMEM, r->err, r->errlen, "%s: cannot build the summary",
                              cfg->summary_file);
@@ -983,14 +979,14 @@ static int diverged(run_t *r, double loss)
         snprintf(what, sizeof(what),
                  "loss %.4g; above %g x the healthy median %.4g in %llu of the last %llu steps",
                  loss, cfg->divergence_factor, r->watch.median,
-                 (unsigned long long)r->watch.high_in_window,
-                 (unsigned long long)r->watch.window);
+                 (unsigned long long)r->watch.high_in_window, (unsigned long long)r->watch.window);
     else
         snprintf(what, sizeof(what), "the loss became %s", isnan(loss) ? "NaN" : "infinite");
     if (cfg->on_divergence == DL_TRAIN_ON_DIVERGENCE_ROLLBACK && cfg->checkpoint_dir != NULL &&
         r->rollbacks < MAX_ROLLBACKS) {
-        say(r, "diverged at step %llu (%s, learning rate %.4g): rolling back to the newest "
-               "checkpoint with the peak learning rate halved to %.4g (rollback %u of %d)",
+        say(r,
+            "diverged at step %llu (%s, learning rate %.4g): rolling back to the newest "
+            "checkpoint with the peak learning rate halved to %.4g (rollback %u of %d)",
             (unsigned long long)r->step, what, lr, r->sched.lr * 0.5, r->rollbacks + 1,
             MAX_ROLLBACKS);
         int rc = restore(r, true);
@@ -1007,7 +1003,7 @@ static int diverged(run_t *r, double loss)
         }
     }
     const char *why = cfg->on_divergence != DL_TRAIN_ON_DIVERGENCE_ROLLBACK ? ""
-                      : cfg->checkpoint_dir == NULL ? " (no checkpoint_dir to roll back to)"
+                      : cfg->checkpoint_dir == NULL   ? " (no checkpoint_dir to roll back to)"
                       : r->rollbacks >= MAX_ROLLBACKS ? " (rolled back too often already)"
                                                       : " (no checkpoint to roll back to yet)";
     return dl__train_err(DL_TRAIN_DIVERGED, r->err, r->errlen,
@@ -1115,8 +1111,7 @@ typedef struct {
 static int rec_fail(run_t *r, int rc, const char *what)
 {
     hook_failed(r, rc);
-    return dl__train_err(rc, r->err, r->errlen, "in-job recovery: %s: %s", what,
-                         comm_error(r, rc));
+    return dl__train_err(rc, r->err, r->errlen, "in-job recovery: %s: %s", what, comm_error(r, rc));
 }
 
 /* Every rank of the new group, replacements included, comes here in the same order: they agree
@@ -1413,12 +1408,11 @@ static int loop(run_t *r, bool *ret_stopped)
         /* A checkpoint of a run whose loss is high may already be past saving: the next due
          * step with a healthy loss writes it, so a rollback lands before the trouble. */
         if (verdict == DL_TRAIN_LOSS_HIGH)
-            ckpt_due = ckpt_due || (cfg->checkpoint_every > 0
-                                        ? r->step % cfg->checkpoint_every == 0
-                                        : epoch_done);
+            ckpt_due = ckpt_due || (cfg->checkpoint_every > 0 ? r->step % cfg->checkpoint_every == 0
+                                                              : epoch_done);
         else if (!last && !stop &&
-                 (ckpt_due ||
-                  (cfg->checkpoint_every > 0 ? r->step % cfg->checkpoint_every == 0 : epoch_done))) {
+                 (ckpt_due || (cfg->checkpoint_every > 0 ? r->step % cfg->checkpoint_every == 0
+                                                         : epoch_done))) {
             ckpt_due = false;
             rc = checkpoint(r);
             if (rc < 0)

@@ -304,8 +304,7 @@ typedef struct dl_train_comm_s {
     int (*mem_alloc)(void *ctx, size_t bytes, void **ret_ptr);
     /* Rank `rank`'s block of the allocation that holds mine, when it is on this host (also
      * after it died, until rejoin): 0 with *ret_ptr and *ret_len, or -EXDEV. */
-    int (*mem_peer)(void *ctx, const void *mine, int rank, const void **ret_ptr,
-                    size_t *ret_len);
+    int (*mem_peer)(void *ctx, const void *mine, int rank, const void **ret_ptr, size_t *ret_len);
     /* The host rank `rank` is on (the same number for ranks that share one); optional. */
     int (*host_of)(void *ctx, int rank);
     /* reduce_scatter, and extra_recv (count floats) also gets block extra_block's sum, in the
@@ -406,8 +405,8 @@ typedef struct dl_train_config_s {
     uint64_t seed;
     size_t bucket_bytes;
     dl_train_overlap_t overlap; /* sum gradient buckets during backward */
-    char *checkpoint_dir;      /* owned, NULL: no checkpoints */
-    uint64_t checkpoint_every; /* steps; 0: at each epoch's end (and always at the end or stop) */
+    char *checkpoint_dir;       /* owned, NULL: no checkpoints */
+    uint64_t checkpoint_every;  /* steps; 0: at each epoch's end (and always at the end or stop) */
     unsigned keep_checkpoints;
     bool resume;
     uint64_t eval_every; /* steps; 0: at each epoch's end */

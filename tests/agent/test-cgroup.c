@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dl-test.h"
 #include "cgroup.h"
+#include "dl-test.h"
 
 static char base[] = "/tmp/dl-test-cgroup-XXXXXX";
 static char root[256];

@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dl-test.h"
 #include "death.h"
+#include "dl-test.h"
 
 static char root[] = "/tmp/dl-test-death-XXXXXX";
 
@@ -32,8 +32,7 @@ static void teardown(void)
 
 DL_TEST(counter_and_limit_parsers)
 {
-    ck_assert_int_eq(dl_memcg_parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n"),
-                     7);
+    ck_assert_int_eq(dl_memcg_parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n"), 7);
     ck_assert_int_eq(dl_memcg_parse_oom_kills("low 0\nhigh 2\nmax 5\noom 3\noom_kill 2\n"), 2);
     DL_CHECK_ERRNO(dl_memcg_parse_oom_kills("oom 3\n"), -ENOENT);
     DL_CHECK_ERRNO(dl_memcg_parse_oom_kills("oom_kill x\n"), -EINVAL);

@@ -126,8 +126,8 @@ DL_TEST(ipv4_lookup_agrees_with_getifaddrs)
         if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET)
             continue;
         char addr[INET_ADDRSTRLEN], want[IF_NAMESIZE], got[IF_NAMESIZE];
-        ck_assert_ptr_nonnull(inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr,
-                                        addr, sizeof(addr)));
+        ck_assert_ptr_nonnull(
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, addr, sizeof(addr)));
         ck_assert_int_eq(dl_netif_find(list, addr, want, sizeof(want)), 0);
         ck_assert_int_eq(dl_netif_name(addr, got, sizeof(got)), 0);
         ck_assert_str_eq(got, want);

@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dl-test.h"
 #include "cpulist.h"
+#include "dl-test.h"
 #include "numa.h"
 
 static char base[] = "/tmp/dl-test-numa-XXXXXX";
@@ -21,8 +21,8 @@ static void setup(void)
 
 /* Linux numbers a core's second hyperthread after every first one: core c is CPUs c and
  * c + cores. Nodes, caches and sockets take consecutive cores; GPUs go node by node. */
-static dl_topo_t *machine(int sockets, int nodes_per_socket, int gpus_per_node,
-                          int l3_per_node, int cores_per_l3, int threads)
+static dl_topo_t *machine(int sockets, int nodes_per_socket, int gpus_per_node, int l3_per_node,
+                          int cores_per_l3, int threads)
 {
     dl_topo_t *t = calloc(1, sizeof(*t));
     int cores_per_node = l3_per_node * cores_per_l3;
@@ -127,8 +127,9 @@ DL_TEST(node_is_cut_down_to_the_allowed_cpus)
     cpus_are(&p[0], "1-2");
     cpus_are(&p[1], "6");
     DL_CHECK_ERRNO(dl_cpus_parse("4-7", &t->allowed), 0);
-    plan_fails(t, DL_NUMA_NODE, 2, "NUMA node 0 of GPU 0 (0000:10:00.0) has no CPU this agent "
-                                   "may use (allowed: 4-7)");
+    plan_fails(t, DL_NUMA_NODE, 2,
+               "NUMA node 0 of GPU 0 (0000:10:00.0) has no CPU this agent "
+               "may use (allowed: 4-7)");
     free(t);
 }
 
@@ -177,8 +178,9 @@ DL_TEST(exclusive_splits_cores_lowest_gpus_get_the_extra)
     free(t);
 
     t = machine(1, 1, 4, 1, 3, 2);
-    plan_fails(t, DL_NUMA_EXCLUSIVE, 4, "NUMA node 0 has 3 physical cores this agent may use, "
-                                        "fewer than its 4 GPUs");
+    plan_fails(t, DL_NUMA_EXCLUSIVE, 4,
+               "NUMA node 0 has 3 physical cores this agent may use, "
+               "fewer than its 4 GPUs");
     free(t);
 }
 
@@ -256,11 +258,9 @@ static void fake_machine(void)
     for (int c = 0; c < 2; c++) {
         char rel[256], text[16];
         snprintf(text, sizeof(text), "%d\n", c);
-        snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/topology/thread_siblings_list",
-                 c);
+        snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", c);
         put(rel, text);
-        snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/topology/physical_package_id",
-                 c);
+        snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
         put(rel, "0\n");
         snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/cache/index0/level", c);
         put(rel, "1\n");
@@ -270,8 +270,7 @@ static void fake_machine(void)
         put(rel, "3\n");
         snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/cache/index3/type", c);
         put(rel, "Unified\n");
-        snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/cache/index3/shared_cpu_list",
-                 c);
+        snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/cache/index3/shared_cpu_list", c);
         put(rel, text);
     }
 }
@@ -322,8 +321,9 @@ DL_TEST(reader_sorts_gpus_by_bus_and_follows_cuda_visible_devices)
     t = read_ok("", DL_NUMA_NODE);
     ck_assert_int_eq(t->gpu_count, 0);
     free(t);
-    read_fails("3", DL_NUMA_NODE, "CUDA_VISIBLE_DEVICES: '3' is not the index or GPU- UUID of "
-                                  "one of the 3 GPUs in");
+    read_fails("3", DL_NUMA_NODE,
+               "CUDA_VISIBLE_DEVICES: '3' is not the index or GPU- UUID of "
+               "one of the 3 GPUs in");
     read_fails("MIG-1234", DL_NUMA_NODE, "'MIG-1234' is not the index");
 }
 
@@ -333,8 +333,9 @@ DL_TEST(reader_reads_what_each_mode_needs)
     dl_place_t p[3];
     dl_topo_t *t = read_ok(NULL, DL_NUMA_EXCLUSIVE);
     ck_assert_int_eq(t->core[1], 1);
-    plan_fails(t, DL_NUMA_EXCLUSIVE, 3, "NUMA node 0 has 1 physical core this agent may use, "
-                                        "fewer than its 2 GPUs");
+    plan_fails(t, DL_NUMA_EXCLUSIVE, 3,
+               "NUMA node 0 has 1 physical core this agent may use, "
+               "fewer than its 2 GPUs");
     free(t);
     t = read_ok(NULL, DL_NUMA_CORE_COMPLEX);
     ck_assert_int_eq(t->llc[1], 1);

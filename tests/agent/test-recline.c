@@ -9,8 +9,7 @@
 DL_TEST(a_recovered_line_reads_its_fields)
 {
     dl_recline_t m;
-    ck_assert_int_eq(dl_recline_parse("recovered gen=3 rank=1 step=120 was=121 source=0 ms=40",
-                                      &m),
+    ck_assert_int_eq(dl_recline_parse("recovered gen=3 rank=1 step=120 was=121 source=0 ms=40", &m),
                      DL_RECLINE_RECOVERED);
     ck_assert_int_eq(m.gen, 3);
     ck_assert(m.has_step && m.step == 120);

@@ -13,8 +13,8 @@ static dl_sup_actions_t exit_ev(dl_sup_t *s, int rank, int code, double now)
 
 static dl_sup_actions_t killed_ev(dl_sup_t *s, int rank, int sig, double now)
 {
-    dl_sup_event_t ev = {.kind = DL_SUP_EV_WORKER_EXIT, .rank = rank, .exit_code = -1,
-                         .signal = sig};
+    dl_sup_event_t ev = {
+        .kind = DL_SUP_EV_WORKER_EXIT, .rank = rank, .exit_code = -1, .signal = sig};
     return dl_sup_step(s, &ev, now);
 }
 
@@ -237,8 +237,11 @@ DL_TEST(remote_signal_while_waiting)
 
 static dl_sup_actions_t rec_exit(dl_sup_t *s, int rank, int sig, bool recoverable)
 {
-    dl_sup_event_t ev = {.kind = DL_SUP_EV_WORKER_EXIT, .rank = rank, .exit_code = -1,
-                         .signal = sig, .recoverable = recoverable};
+    dl_sup_event_t ev = {.kind = DL_SUP_EV_WORKER_EXIT,
+                         .rank = rank,
+                         .exit_code = -1,
+                         .signal = sig,
+                         .recoverable = recoverable};
     return dl_sup_step(s, &ev, 1);
 }
 
@@ -343,8 +346,8 @@ DL_TEST(in_job_remote_keeps_the_workers_across_rounds)
 /* One worker failing: rank, code, the furthest step of the attempt. */
 static dl_sup_actions_t fail_at(dl_sup_t *s, int rank, int code, long long step, double now)
 {
-    dl_sup_event_t ev = {.kind = DL_SUP_EV_WORKER_EXIT, .rank = rank, .exit_code = code,
-                         .step = step};
+    dl_sup_event_t ev = {
+        .kind = DL_SUP_EV_WORKER_EXIT, .rank = rank, .exit_code = code, .step = step};
     return dl_sup_step(s, &ev, now);
 }
 
@@ -372,8 +375,7 @@ DL_TEST(progress_or_another_cause_is_no_same_failure)
     /* Each attempt gets further: a flaky fault, not a deterministic one. */
     for (int i = 0; i < 5; i++) {
         ck_assert_uint_eq(fail_at(&s, 1, 1, 100 * (i + 1), i).flags & DL_SUP_KILL, DL_SUP_KILL);
-        ck_assert_uint_eq(killed_ev(&s, 0, SIGTERM, i + 0.5).flags & DL_SUP_SPAWN,
-                          DL_SUP_SPAWN);
+        ck_assert_uint_eq(killed_ev(&s, 0, SIGTERM, i + 0.5).flags & DL_SUP_SPAWN, DL_SUP_SPAWN);
     }
     /* No step known (no beats), but the rank or the code differs each time. */
     int ranks[] = {0, 1, 1}, codes[] = {1, 1, 2};
@@ -431,8 +433,12 @@ DL_TEST(an_oom_kill_is_kept_in_the_failure)
     dl_sup_t s;
     dl_sup_init(&s, 1, 1);
     simple(&s, DL_SUP_EV_START, 0);
-    dl_sup_event_t ev = {.kind = DL_SUP_EV_WORKER_EXIT, .rank = 0, .exit_code = -1,
-                         .signal = SIGKILL, .oom = true, .mem_peak = 190LL << 20,
+    dl_sup_event_t ev = {.kind = DL_SUP_EV_WORKER_EXIT,
+                         .rank = 0,
+                         .exit_code = -1,
+                         .signal = SIGKILL,
+                         .oom = true,
+                         .mem_peak = 190LL << 20,
                          .mem_limit = 192LL << 20};
     dl_sup_step(&s, &ev, 1);
     ck_assert(s.first_failure.oom);

@@ -23,10 +23,19 @@ static const char *get(char **env, const char *name)
 static dl_worker_env_t sample(void)
 {
     return (dl_worker_env_t){
-        .rank = 5, .local_rank = 1, .world_size = 8, .local_world_size = 4,
-        .group_rank = 1, .group_world_size = 2, .restart_count = 2, .max_restarts = 3,
-        .run_id = "job7", .master_addr = "10.0.0.1", .master_port = 29500,
-        .attempt_dir = "/tmp/logs/job7/attempt_2", .health_fd = -1,
+        .rank = 5,
+        .local_rank = 1,
+        .world_size = 8,
+        .local_world_size = 4,
+        .group_rank = 1,
+        .group_world_size = 2,
+        .restart_count = 2,
+        .max_restarts = 3,
+        .run_id = "job7",
+        .master_addr = "10.0.0.1",
+        .master_port = 29500,
+        .attempt_dir = "/tmp/logs/job7/attempt_2",
+        .health_fd = -1,
     };
 }
 

@@ -80,18 +80,10 @@ static void fill_at(void *buf, size_t count, dl_coll_dtype_t t, int rank, uint64
         if ((h & 15) == 0)
             f = (h & 16) ? 0.0 : -0.0;
         switch (t) {
-        case DL_COLL_FLOAT32:
-            ((float *)buf)[i] = (float)f;
-            break;
-        case DL_COLL_FLOAT64:
-            ((double *)buf)[i] = f;
-            break;
-        case DL_COLL_INT32:
-            ((int32_t *)buf)[i] = (int32_t)(uint32_t)h;
-            break;
-        case DL_COLL_INT64:
-            ((int64_t *)buf)[i] = (int64_t)h;
-            break;
+        case DL_COLL_FLOAT32: ((float *)buf)[i] = (float)f; break;
+        case DL_COLL_FLOAT64: ((double *)buf)[i] = f; break;
+        case DL_COLL_INT32: ((int32_t *)buf)[i] = (int32_t)(uint32_t)h; break;
+        case DL_COLL_INT64: ((int64_t *)buf)[i] = (int64_t)h; break;
         }
     }
 }

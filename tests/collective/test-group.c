@@ -154,32 +154,20 @@ static long long val(int rank, size_t i, int salt)
 static void put(void *buf, size_t i, dl_coll_dtype_t t, long long v)
 {
     switch (t) {
-    case DL_COLL_FLOAT32:
-        ((float *)buf)[i] = (float)v;
-        break;
-    case DL_COLL_FLOAT64:
-        ((double *)buf)[i] = (double)v;
-        break;
-    case DL_COLL_INT32:
-        ((int32_t *)buf)[i] = (int32_t)v;
-        break;
-    case DL_COLL_INT64:
-        ((int64_t *)buf)[i] = v;
-        break;
+    case DL_COLL_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case DL_COLL_FLOAT64: ((double *)buf)[i] = (double)v; break;
+    case DL_COLL_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case DL_COLL_INT64: ((int64_t *)buf)[i] = v; break;
     }
 }
 
 static double get(const void *buf, size_t i, dl_coll_dtype_t t)
 {
     switch (t) {
-    case DL_COLL_FLOAT32:
-        return ((const float *)buf)[i];
-    case DL_COLL_FLOAT64:
-        return ((const double *)buf)[i];
-    case DL_COLL_INT32:
-        return ((const int32_t *)buf)[i];
-    default:
-        return (double)((const int64_t *)buf)[i];
+    case DL_COLL_FLOAT32: return ((const float *)buf)[i];
+    case DL_COLL_FLOAT64: return ((const double *)buf)[i];
+    case DL_COLL_INT32: return ((const int32_t *)buf)[i];
+    default: return (double)((const int64_t *)buf)[i];
     }
 }
 
@@ -527,8 +515,8 @@ static const setup_t setups[] = {
  * or the other by position. */
 static double order_val(int rank, size_t i, int salt, dl_coll_op_t op)
 {
-    uint64_t h = (uint64_t)rank * 0x9e3779b97f4a7c15ull ^ (uint64_t)(i + 1) * 0xbf58476d1ce4e5b9ull ^
-                 (uint64_t)salt * 0x94d049bb133111ebull;
+    uint64_t h = (uint64_t)rank * 0x9e3779b97f4a7c15ull ^
+                 (uint64_t)(i + 1) * 0xbf58476d1ce4e5b9ull ^ (uint64_t)salt * 0x94d049bb133111ebull;
     h ^= h >> 31;
     h *= 0xd6e8feb86659fd39ull;
     h ^= h >> 29;
@@ -547,7 +535,7 @@ static void order_reference(int n, size_t count, int salt, dl_coll_dtype_t t, dl
             float acc = (float)order_val(0, i, salt, op);
             for (int r = 1; r < n; r++) {
                 float v = (float)order_val(r, i, salt, op);
-                acc = op == DL_COLL_MIN ? (acc < v ? acc : v)
+                acc = op == DL_COLL_MIN   ? (acc < v ? acc : v)
                       : op == DL_COLL_MAX ? (acc > v ? acc : v)
                                           : acc + v;
             }
@@ -556,7 +544,7 @@ static void order_reference(int n, size_t count, int salt, dl_coll_dtype_t t, dl
             double acc = order_val(0, i, salt, op);
             for (int r = 1; r < n; r++) {
                 double v = order_val(r, i, salt, op);
-                acc = op == DL_COLL_MIN ? (acc < v ? acc : v)
+                acc = op == DL_COLL_MIN   ? (acc < v ? acc : v)
                       : op == DL_COLL_MAX ? (acc > v ? acc : v)
                                           : acc + v;
             }
@@ -593,8 +581,8 @@ static int body_rank_order(rank_t *r, void *arg)
                 }
                 order_reference(n, count * (size_t)n, salt, t, op, want);
                 int in_place = salt & 1;
-                int rc = dl_coll_allreduce(r->g, src, in_place ? src : dst, count * (size_t)n, t,
-                                           op);
+                int rc =
+                    dl_coll_allreduce(r->g, src, in_place ? src : dst, count * (size_t)n, t, op);
                 const char *res = in_place ? src : dst;
                 long d = 0;
                 for (size_t i = 0; rc == 0 && i < count * (size_t)n; i++)
@@ -810,14 +798,14 @@ static int body_adopted(rank_t *r, void *arg)
     char *m1 = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     char *out = malloc(mlen);
     if (rc == 0 && m1 != MAP_FAILED)
-        rc = adopted_case(r, m1 + 16, out, mcount, DL_COLL_INT64, DL_COLL_SUM, pair, salt++,
-                          &calls, &bad);
+        rc = adopted_case(r, m1 + 16, out, mcount, DL_COLL_INT64, DL_COLL_SUM, pair, salt++, &calls,
+                          &bad);
     if (m1 != MAP_FAILED)
         munmap(m1, mlen);
     char *m2 = mmap(m1, mlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (rc == 0 && m2 != MAP_FAILED)
-        rc = adopted_case(r, m2 + 16, out, mcount, DL_COLL_INT64, DL_COLL_SUM, pair, salt++,
-                          &calls, &bad);
+        rc = adopted_case(r, m2 + 16, out, mcount, DL_COLL_INT64, DL_COLL_SUM, pair, salt++, &calls,
+                          &bad);
     /* fork: the child's writes stay its own. */
     if (rc == 0 && m2 != MAP_FAILED && pair) {
         long long before = ((long long *)(m2 + 16))[1000];
@@ -839,8 +827,8 @@ static int body_adopted(rank_t *r, void *arg)
     char *sh = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     char *priv = malloc(mlen);
     if (rc == 0 && sh != MAP_FAILED && priv != NULL)
-        rc = adopted_case(r, r->rank == 0 ? sh : priv, out, mcount, DL_COLL_FLOAT64, DL_COLL_SUM,
-                          0, salt++, &calls, &bad);
+        rc = adopted_case(r, r->rank == 0 ? sh : priv, out, mcount, DL_COLL_FLOAT64, DL_COLL_SUM, 0,
+                          salt++, &calls, &bad);
     if (rc == 0 && pair && r->rank == 0 &&
         strstr(dl__coll_shm_note(r->g->shm), "not private anonymous") == NULL) {
         snprintf(r->err, sizeof(r->err), "the fallback was not said: '%s'",
@@ -1117,9 +1105,9 @@ static int body_rs_extra(rank_t *r, void *arg)
     for (size_t i = 0; i < count * (size_t)n; i++)
         src[i] = (float)val(me, i, 3) * 0.1f + (float)me * 1e-3f;
     int extra = (me + 1) % n;
-    int rc = dl_coll_reduce_scatter_extra(r->g, src, all + count * (size_t)me, count,
-                                          DL_COLL_FLOAT32, DL_COLL_SUM, n > 1 ? extra : -1,
-                                          all + count * (size_t)extra);
+    int rc =
+        dl_coll_reduce_scatter_extra(r->g, src, all + count * (size_t)me, count, DL_COLL_FLOAT32,
+                                     DL_COLL_SUM, n > 1 ? extra : -1, all + count * (size_t)extra);
     free(src);
     r->out = all;
     r->out_bytes = count * (size_t)n * sizeof(float);

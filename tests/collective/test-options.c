@@ -3,8 +3,8 @@
 #include <errno.h>
 #include <string.h>
 
-#include "dl-test.h"
 #include "collective.h"
+#include "dl-test.h"
 #include "internal.h" /* dl__coll_iface_pick */
 
 #include <arpa/inet.h>

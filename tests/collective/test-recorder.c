@@ -9,8 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dl-test.h"
 #include "collective.h"
+#include "dl-test.h"
 #include "harness.h"
 
 static dl_coll_group_t *solo(const char *path)

@@ -24,18 +24,10 @@ static void fill(void *buf, size_t n, dl_coll_dtype_t t, uint64_t seed)
         uint64_t r = rnd(&s);
         double f = (double)(r >> 11) / 9007199254740992.0 * 200.0 - 100.0;
         switch (t) {
-        case DL_COLL_FLOAT32:
-            ((float *)buf)[i] = (float)f;
-            break;
-        case DL_COLL_FLOAT64:
-            ((double *)buf)[i] = f;
-            break;
-        case DL_COLL_INT32:
-            ((int32_t *)buf)[i] = (int32_t)(uint32_t)r;
-            break;
-        case DL_COLL_INT64:
-            ((int64_t *)buf)[i] = (int64_t)r;
-            break;
+        case DL_COLL_FLOAT32: ((float *)buf)[i] = (float)f; break;
+        case DL_COLL_FLOAT64: ((double *)buf)[i] = f; break;
+        case DL_COLL_INT32: ((int32_t *)buf)[i] = (int32_t)(uint32_t)r; break;
+        case DL_COLL_INT64: ((int64_t *)buf)[i] = (int64_t)r; break;
         }
     }
 }

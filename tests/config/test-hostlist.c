@@ -116,8 +116,7 @@ static void check_entry(const entry_t *e)
     ck_assert_uint_eq(counted, n);
     if (e->hashed) {
         ck_assert_msg(n == e->count, "'%s': %zu hosts, scontrol %llu", e->list, n, e->count);
-        ck_assert_msg(fnv1a64(hosts, n) == e->hash, "'%s': names differ from scontrol's",
-                      e->list);
+        ck_assert_msg(fnv1a64(hosts, n) == e->hash, "'%s': names differ from scontrol's", e->list);
     } else {
         ck_assert_msg(n == e->nhosts, "'%s': %zu hosts, scontrol %zu", e->list, n, e->nhosts);
         for (size_t i = 0; i < n; i++)
@@ -257,8 +256,8 @@ DL_TEST(long_lists_are_shortened_in_messages)
     memset(list, 'a', 200);
     strcpy(list + 200, "[1-]");
     const char *m = failure(list, -EINVAL);
-    ck_assert_msg(strstr(m, "aaaa...': range '1-' has no upper bound at offset 201") != NULL,
-                  "%s", m);
+    ck_assert_msg(strstr(m, "aaaa...': range '1-' has no upper bound at offset 201") != NULL, "%s",
+                  m);
     ck_assert_uint_lt(strlen(m), 160);
 }
 
@@ -285,8 +284,8 @@ DL_TEST(host_count_limit_over_the_whole_list)
 
     /* 15 full ranges are 983,040 hosts: allowed; the 16th goes past 1,000,000. */
     for (int i = 0; i < 15; i++)
-        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%sg%d[0-65535]",
-                 i ? "," : "", i);
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%sg%d[0-65535]", i ? "," : "",
+                 i);
     DL_CHECK_ERRNO(dl_hostlist_count(list, &n, err, sizeof(err)), 0);
     ck_assert_uint_eq(n, 15 * 65536);
     size_t off = strlen(list) + 1;
@@ -344,8 +343,7 @@ DL_TEST(byte_limit)
     memset(list, 'x', 100);
     strcpy(list + 100, "[0-999]y[0-999]");
     const char *m = failure(list, -E2BIG);
-    ck_assert_msg(strstr(m, "more than 67108864 bytes of host names at offset 0") != NULL, "%s",
-                  m);
+    ck_assert_msg(strstr(m, "more than 67108864 bytes of host names at offset 0") != NULL, "%s", m);
 }
 
 DL_TEST(largest_numbers)

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dl-test.h"
 #include "config.h"
+#include "dl-test.h"
 #include "internal.h"
 
 static char err[DL_CONFIG_ERRLEN];
@@ -142,7 +142,8 @@ static const struct {
     {"command: [x]\nmax-restarts: 1\n", "2:1: unknown key 'max-restarts' (keys use '_', not '-')"},
     {"command: [x]\nmax_restarts: -1\n", "2:15: max_restarts: '-1' is out of range"},
     {"command: [x]\nmax_restarts: lots\n", "2:15: max_restarts: 'lots' is not a whole number"},
-    {"command: [x]\nmax_restarts: '3'\n", "2:15: max_restarts: expected a whole number, got a quoted"},
+    {"command: [x]\nmax_restarts: '3'\n",
+     "2:15: max_restarts: expected a whole number, got a quoted"},
     {"command: [x]\nnodes: 3:1\n", "2:8: nodes: '3:1' is out of range"},
     {"command: [x]\nnodes: [1, 2]\n", "2:8: nodes: expected a single value, got a list"},
     {"command: x\n", "1:10: command: expected a list of strings (argv), got a scalar"},
@@ -171,8 +172,7 @@ DL_TEST_LOOP(yaml_errors_name_line_and_column, 0, (int)(sizeof(bad_yaml) / sizeo
     snprintf(expect, sizeof(expect), "%s:%s", path, bad_yaml[_i].error);
     if (bad_yaml[_i].error[0] == 't') /* no position for an empty file */
         snprintf(expect, sizeof(expect), "%s: %s", path, bad_yaml[_i].error);
-    ck_assert_msg(strncmp(err, expect, strlen(expect)) == 0, "got '%s', want '%s...'", err,
-                  expect);
+    ck_assert_msg(strncmp(err, expect, strlen(expect)) == 0, "got '%s', want '%s...'", err, expect);
     ck_assert_ptr_null(strchr(err, '\n'));
     dl_job_spec_free(&s);
 }
@@ -376,8 +376,8 @@ DL_TEST(flag_prefixes_as_argparse)
 {
     dl_job_spec_t s;
     dl_config_action_t act;
-    ck_assert_msg(load(&s, NULL, &act, "--nproc", "3", "--max_rest=2", "--stand", "--rdzv-i",
-                       "p1", "--dry", "--", "true", NULL) == 0,
+    ck_assert_msg(load(&s, NULL, &act, "--nproc", "3", "--max_rest=2", "--stand", "--rdzv-i", "p1",
+                       "--dry", "--", "true", NULL) == 0,
                   "%s", err);
     ck_assert_int_eq(s.gpus_per_node, 3);
     ck_assert(s.gpus_from_nproc);
@@ -404,8 +404,7 @@ DL_TEST(flag_prefixes_as_argparse)
     DL_CHECK_ERRNO(load(&s, NULL, &act, "--stand=1", "--", "true", NULL), -EINVAL);
     ck_assert_str_eq(err, "option '--standalone' takes no value");
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "--nproc-per-nodes", "2", "--", "true", NULL),
-                     -EINVAL);
+    ck_assert_int_eq(load(&s, NULL, &act, "--nproc-per-nodes", "2", "--", "true", NULL), -EINVAL);
     ck_assert_msg(strstr(err, "unknown option '--nproc-per-nodes'") != NULL, "%s", err);
     dl_job_spec_free(&s);
 }
@@ -430,15 +429,15 @@ DL_TEST(rdzv_conf_c10d_keep_alive_keys)
                   "%s", err);
     ck_assert_double_eq(s.dead_after, 1.5);
     dl_job_spec_free(&s);
-    ck_assert_msg(load(&s, NULL, &act, "--rdzv-conf", "keep_alive_max_attempt=3",
-                       "--dead-after", "9", "--", "true", NULL) == 0,
+    ck_assert_msg(load(&s, NULL, &act, "--rdzv-conf", "keep_alive_max_attempt=3", "--dead-after",
+                       "9", "--", "true", NULL) == 0,
                   "%s", err);
     ck_assert_double_eq(s.dead_after, 9);
     dl_job_spec_free(&s);
     /* Without the key the default stays. */
-    ck_assert_msg(load(&s, NULL, &act, "--rdzv-conf", "keep_alive_interval=1", "--", "true",
-                       NULL) == 0,
-                  "%s", err);
+    ck_assert_msg(
+        load(&s, NULL, &act, "--rdzv-conf", "keep_alive_interval=1", "--", "true", NULL) == 0, "%s",
+        err);
     ck_assert_double_eq(s.dead_after, 5);
     dl_job_spec_free(&s);
 
@@ -447,9 +446,9 @@ DL_TEST(rdzv_conf_c10d_keep_alive_keys)
                   "%s", err);
     ck_assert_ptr_null(s.rdzv_endpoint);
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "--nnodes", "1:2", "--rdzv-endpoint", "h:0", "--",
-                          "true", NULL),
-                     -EINVAL);
+    ck_assert_int_eq(
+        load(&s, NULL, &act, "--nnodes", "1:2", "--rdzv-endpoint", "h:0", "--", "true", NULL),
+        -EINVAL);
     ck_assert_msg(strstr(err, "--rdzv-endpoint h:0: port 0 picks a free port that the other "
                               "nodes cannot know"),
                   "%s", err);
@@ -459,9 +458,9 @@ DL_TEST(rdzv_conf_c10d_keep_alive_keys)
     ck_assert_msg(strstr(err, "store_type=file: dlaunch's rendezvous is always served over TCP"),
                   "%s", err);
     dl_job_spec_free(&s);
-    ck_assert_int_eq(load(&s, NULL, &act, "--rdzv-conf", "keep_alive_max_attempt=2.5", "--",
-                          "true", NULL),
-                     -EINVAL);
+    ck_assert_int_eq(
+        load(&s, NULL, &act, "--rdzv-conf", "keep_alive_max_attempt=2.5", "--", "true", NULL),
+        -EINVAL);
     ck_assert_msg(strstr(err, "keep_alive_max_attempt=2.5: want a whole number"), "%s", err);
     dl_job_spec_free(&s);
 }
@@ -470,8 +469,8 @@ DL_TEST(torchrun_spellings_and_pet_variables)
 {
     dl_job_spec_t s;
     dl_config_action_t act;
-    char *argv[] = {"dlaunch", "--nproc_per_node", "3", "--max_restarts=2", "--rdzv-id", "x",
-                    "-r3", "--no-python", "prog", "--nproc-per-node", "9", NULL};
+    char *argv[] = {"dlaunch", "--nproc_per_node", "3",    "--max_restarts=2", "--rdzv-id", "x",
+                    "-r3",     "--no-python",      "prog", "--nproc-per-node", "9",         NULL};
     char *env[] = {"PET_NNODES=1:4", "PET_MAX_RESTARTS=7", "DLAUNCH_MAX_RESTARTS=", NULL};
     dl_job_spec_init(&s);
     ck_assert_msg(dl_config_load(&s, 11, argv, env, &act, err, sizeof(err)) == 0, "%s", err);
@@ -499,7 +498,7 @@ DL_TEST(torchrun_spellings_and_pet_variables)
     dl_job_spec_free(&s);
 
     char *conf[] = {"dlaunch", "--rdzv-conf", "'join_timeout=5,last_call_timeout=1,is_host=0'",
-                    "--", "true", NULL};
+                    "--",      "true",        NULL};
     ck_assert_msg(dl_config_load(&s, 5, conf, NULL, &act, err, sizeof(err)) == 0, "%s", err);
     ck_assert_double_eq(s.join_timeout, 5);
     ck_assert_double_eq(s.last_call, 1);
@@ -528,8 +527,7 @@ DL_TEST(forwarded_signals_and_stop_grace)
     ck_assert_str_eq(dl_forward_signals(&s, no_slurm_env), "");
     dl_job_spec_free(&s);
 
-    ck_assert_int_eq(load(&s, slurm_env, &act, "--forward-signals", "none", "--", "true", NULL),
-                     0);
+    ck_assert_int_eq(load(&s, slurm_env, &act, "--forward-signals", "none", "--", "true", NULL), 0);
     ck_assert_str_eq(dl_forward_signals(&s, slurm_env), "");
     dl_job_spec_free(&s);
     ck_assert_int_eq(load(&s, NULL, &act, "--forward-signals=USR2,SIGWINCH", "--", "true", NULL),
@@ -538,9 +536,8 @@ DL_TEST(forwarded_signals_and_stop_grace)
     dl_job_spec_free(&s);
 
     /* A signal cannot both stop the job and be passed on while it goes on. */
-    ck_assert_int_eq(load(&s, NULL, &act, "--forward-signals", "SIGUSR1,SIGTERM", "--", "true",
-                          NULL),
-                     -EINVAL);
+    ck_assert_int_eq(
+        load(&s, NULL, &act, "--forward-signals", "SIGUSR1,SIGTERM", "--", "true", NULL), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "SIGTERM also stops the job"));
     dl_job_spec_free(&s);
     ck_assert_int_eq(load(&s, NULL, &act, "--signals-to-handle", "SIGTERM,SIGUSR1",

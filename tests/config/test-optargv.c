@@ -30,8 +30,8 @@ static const dl_opt_t options[] = {
      "print JSON", DL_OPT_FLAG | DL_OPT_CLI_ONLY, 0},
     {"timeout", NULL, 0, &dl_opt_double, offsetof(settings_t, timeout), 0, 60, NULL, "10",
      "SECONDS", "how long", DL_OPT_CLI_ONLY | DL_OPT_MARKS, offsetof(settings_t, timeout_given)},
-    {"rdzv-backend", NULL, 0, &dl_opt_enum, offsetof(settings_t, backend), 0, 0, backends,
-     "c10d", "c10d|static|etcd", "which store", DL_OPT_CLI_ONLY, 0},
+    {"rdzv-backend", NULL, 0, &dl_opt_enum, offsetof(settings_t, backend), 0, 0, backends, "c10d",
+     "c10d|static|etcd", "which store", DL_OPT_CLI_ONLY, 0},
     {"help", NULL, 'h', &dl_opt_bool, offsetof(settings_t, help), 0, 0, NULL, NULL, NULL,
      "show this help and exit", DL_OPT_FLAG | DL_OPT_CLI_ONLY | DL_OPT_STOP, 0},
 };
@@ -57,8 +57,8 @@ DL_TEST(options_and_arguments_in_any_order)
 {
     settings_t s;
     dl_opt_argv_t a;
-    char *argv[] = {"one", "--json", "--endpoint", "h:1", "-5", "--timeout=2.5",
-                    "--rdzv_backend", "etcd", "-n", "x", "-", NULL};
+    char *argv[] = {"one",  "--json", "--endpoint", "h:1", "-5", "--timeout=2.5", "--rdzv_backend",
+                    "etcd", "-n",     "x",          "-",   NULL};
     ck_assert_int_eq(parse(&s, &a, argv), 0);
     ck_assert(s.json);
     ck_assert_ptr_eq(s.endpoint, argv[3]); /* borrowed, not copied */

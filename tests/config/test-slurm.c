@@ -180,8 +180,12 @@ DL_TEST(outside_slurm)
 
 DL_TEST(older_names_and_first_occurrence)
 {
-    char *env[] = {"SLURM_JOBID=12001", "SLURM_STEPID=7", "SLURM_NODELIST=c[1-3]",
-                   "SLURM_NODEID=2",    "SLURM_NPROCS=3", "SLURM_NODEID=0",
+    char *env[] = {"SLURM_JOBID=12001",
+                   "SLURM_STEPID=7",
+                   "SLURM_NODELIST=c[1-3]",
+                   "SLURM_NODEID=2",
+                   "SLURM_NPROCS=3",
+                   "SLURM_NODEID=0",
                    NULL};
     dl_slurm_env_t e = parsed(env);
 
@@ -200,7 +204,7 @@ DL_TEST(step_list_only_inside_a_step)
 {
     /* A stale SLURM_STEP_NODELIST without a step (exported into a batch script, say) is ignored. */
     char *batch[] = {"SLURM_JOB_ID=9", "SLURM_JOB_NODELIST=a[1-4]", "SLURM_JOB_NUM_NODES=4",
-                     "SLURM_NNODES=4", "SLURM_STEP_NODELIST=a1", NULL};
+                     "SLURM_NNODES=4", "SLURM_STEP_NODELIST=a1",    NULL};
     char *step[] = {"SLURM_JOB_ID=9",         "SLURM_STEP_ID=1", "SLURM_JOB_NODELIST=a[1-4]",
                     "SLURM_JOB_NUM_NODES=4",  "SLURM_NNODES=2",  "SLURM_STEP_NODELIST=a[3-4]",
                     "SLURM_STEP_NUM_NODES=2", "SLURM_NODEID=1",  NULL};
@@ -220,7 +224,7 @@ DL_TEST(step_list_only_inside_a_step)
 
 DL_TEST(gpus_on_node_wins)
 {
-    char *env[] = {"SLURM_JOB_ID=1", "SLURM_JOB_NODELIST=g1", "SLURM_GPUS_PER_NODE=a100:8",
+    char *env[] = {"SLURM_JOB_ID=1",       "SLURM_JOB_NODELIST=g1", "SLURM_GPUS_PER_NODE=a100:8",
                    "SLURM_GPUS_ON_NODE=4", "SLURM_RESTART_COUNT=3", NULL};
     dl_slurm_env_t e = parsed(env);
 
@@ -245,7 +249,9 @@ DL_TEST(errors_name_the_variable)
         {{"SLURM_JOB_ID=5", "SLURM_JOB_NODELIST=n[5-3]"},
          -EINVAL,
          "SLURM_JOB_NODELIST: hostlist 'n[5-3]': range '5-3' runs backwards at offset 2"},
-        {{"SLURM_JOB_ID=5", "SLURM_JOB_NODELIST="}, -EINVAL, "SLURM_JOB_NODELIST='': names no host"},
+        {{"SLURM_JOB_ID=5", "SLURM_JOB_NODELIST="},
+         -EINVAL,
+         "SLURM_JOB_NODELIST='': names no host"},
         {{"SLURM_JOB_ID=5", "SLURM_JOB_NODELIST=n[1-2]", "SLURM_NNODES=3"},
          -EINVAL,
          "SLURM_NNODES='3': does not match SLURM_JOB_NODELIST (2 hosts)"},
@@ -289,8 +295,8 @@ DL_TEST(errors_name_the_variable)
         before = e;
         err[0] = '\0';
         int r = dl_slurm_env_parse((char *const *)cases[i].env, &e, err, sizeof(err));
-        ck_assert_msg(r == cases[i].code, "case %zu: expected %d, got %d (%s)", i, cases[i].code,
-                      r, err);
+        ck_assert_msg(r == cases[i].code, "case %zu: expected %d, got %d (%s)", i, cases[i].code, r,
+                      err);
         ck_assert_str_eq(err, cases[i].message);
         ck_assert_msg(memcmp(&e, &before, sizeof(e)) == 0, "case %zu: ret was touched", i);
     }
@@ -350,10 +356,9 @@ DL_TEST(gpu_forms)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int gpus = -7;
         int r = dl_slurm_parse_gpus(cases[i].text, &gpus);
-        ck_assert_msg(r == cases[i].code, "'%s': expected %d, got %d", cases[i].text,
-                      cases[i].code, r);
-        ck_assert_msg(gpus == (r == 0 ? cases[i].gpus : -7), "'%s': %d GPUs", cases[i].text,
-                      gpus);
+        ck_assert_msg(r == cases[i].code, "'%s': expected %d, got %d", cases[i].text, cases[i].code,
+                      r);
+        ck_assert_msg(gpus == (r == 0 ? cases[i].gpus : -7), "'%s': %d GPUs", cases[i].text, gpus);
     }
     DL_CHECK_ERRNO(dl_slurm_parse_gpus(NULL, &(int){0}), -EINVAL);
 }

@@ -3,8 +3,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "dl-test.h"
 #include "diag.h"
+#include "dl-test.h"
 
 static int feed(dl_diag_beats_t *b, const char *s, double now)
 {

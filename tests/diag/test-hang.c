@@ -1,8 +1,8 @@
 /* The one-line account of a stuck job, for the shapes a hang takes. */
 #include <string.h>
 
-#include "dl-test.h"
 #include "diag.h"
+#include "dl-test.h"
 
 static dl_diag_rank_t at(int rank, int node, uint64_t seq, const char *op, dl_diag_op_state_t state,
                          double age)

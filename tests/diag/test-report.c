@@ -2,8 +2,8 @@
  * the job-wide view. */
 #include <string.h>
 
-#include "dl-test.h"
 #include "diag.h"
+#include "dl-test.h"
 
 DL_TEST(a_report_goes_there_and_back)
 {

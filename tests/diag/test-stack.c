@@ -1,28 +1,27 @@
 /* Python stacks as faulthandler writes them: the newest dump's main thread, innermost first. */
 #include <string.h>
 
-#include "dl-test.h"
 #include "diag.h"
+#include "dl-test.h"
 
 /* Two dumps, as a stacks file holds them after two requests: a helper thread, then the main
  * thread (faulthandler lists threads newest first). */
-static const char DUMPS[] =
-    "dlaunch-stacks 1 signal=40 pid=12345\n"
-    "Thread 0x00007fd00e49d6c0 (most recent call first):\n"
-    "  File \"/tmp/fh.py\", line 3 in worker\n"
-    "  File \"/usr/lib/python3.11/threading.py\", line 982 in run\n"
-    "\n"
-    "Current thread 0x00007fd00f1fab80 (most recent call first):\n"
-    "  File \"/tmp/old.py\", line 1 in before\n"
-    "\n"
-    "Thread 0x00007fd00e49d6c0 (most recent call first):\n"
-    "  File \"/tmp/fh.py\", line 3 in worker\n"
-    "\n"
-    "Current thread 0x00007fd00f1fab80 (most recent call first):\n"
-    "  File \"/work/job/train.py\", line 6 in inner\n"
-    "  File \"/work/job/train.py\", line 8 in outer\n"
-    "  File \"/work/job/train.py\", line 10 in <module>\n"
-    "\n";
+static const char DUMPS[] = "dlaunch-stacks 1 signal=40 pid=12345\n"
+                            "Thread 0x00007fd00e49d6c0 (most recent call first):\n"
+                            "  File \"/tmp/fh.py\", line 3 in worker\n"
+                            "  File \"/usr/lib/python3.11/threading.py\", line 982 in run\n"
+                            "\n"
+                            "Current thread 0x00007fd00f1fab80 (most recent call first):\n"
+                            "  File \"/tmp/old.py\", line 1 in before\n"
+                            "\n"
+                            "Thread 0x00007fd00e49d6c0 (most recent call first):\n"
+                            "  File \"/tmp/fh.py\", line 3 in worker\n"
+                            "\n"
+                            "Current thread 0x00007fd00f1fab80 (most recent call first):\n"
+                            "  File \"/work/job/train.py\", line 6 in inner\n"
+                            "  File \"/work/job/train.py\", line 8 in outer\n"
+                            "  File \"/work/job/train.py\", line 10 in <module>\n"
+                            "\n";
 
 DL_TEST(the_newest_dumps_main_thread_innermost_first)
 {

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dl-test.h"
 #include "diag.h"
+#include "dl-test.h"
 
 #define N 8
 

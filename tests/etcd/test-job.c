@@ -14,10 +14,10 @@
 static json_t *kv(const char *key, json_t *doc, int rev, int lease)
 {
     char *text = json_dumps(doc, JSON_COMPACT);
-    json_t *k = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "key", dl_etcd_b64_str(key),
-                          "value", dl_etcd_b64_str(text), "create_revision", dl_etcd_num(rev),
-                          "mod_revision", dl_etcd_num(rev), "version", dl_etcd_num(1), "lease",
-                          dl_etcd_num(lease));
+    json_t *k =
+        json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "key", dl_etcd_b64_str(key), "value",
+                  dl_etcd_b64_str(text), "create_revision", dl_etcd_num(rev), "mod_revision",
+                  dl_etcd_num(rev), "version", dl_etcd_num(1), "lease", dl_etcd_num(lease));
     free(text);
     json_decref(doc);
     return k;
@@ -25,15 +25,20 @@ static json_t *kv(const char *key, json_t *doc, int rev, int lease)
 
 static json_t *member(const char *id, const char *host, int slots, int hint, int round)
 {
-    dl_ejob_member_t m = {.node_id = id, .host = host, .addr = host, .store = "h:1",
-                          .slots = slots, .node_rank = hint, .master_port = 0, .round = round};
+    dl_ejob_member_t m = {.node_id = id,
+                          .host = host,
+                          .addr = host,
+                          .store = "h:1",
+                          .slots = slots,
+                          .node_rank = hint,
+                          .master_port = 0,
+                          .round = round};
     return dl_ejob_member_doc(&m);
 }
 
 static void load(dl_ejob_view_t *v, json_t *kvs, int rev)
 {
-    json_t *range = json_pack("{s:{s:o}, s:o}", "header", "revision", dl_etcd_num(rev), "kvs",
-                              kvs);
+    json_t *range = json_pack("{s:{s:o}, s:o}", "header", "revision", dl_etcd_num(rev), "kvs", kvs);
     dl_ejob_view_init(v, P);
     ck_assert_int_ge(dl_ejob_view_load(v, range), 0);
     json_decref(range);
@@ -42,9 +47,8 @@ static void load(dl_ejob_view_t *v, json_t *kvs, int rev)
 static json_t *state_doc(const char *state, int round, int restarts, int max_restarts, int lo,
                          int hi)
 {
-    return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "state", state, "round", round,
-                     "restarts", restarts, "max_restarts", max_restarts, "min_nodes", lo,
-                     "max_nodes", hi);
+    return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "state", state, "round", round, "restarts",
+                     restarts, "max_restarts", max_restarts, "min_nodes", lo, "max_nodes", hi);
 }
 
 /* The document a txn's success branch puts at key (suffix), decoded. */
@@ -52,8 +56,7 @@ static json_t *put_of(const json_t *txn, const char *suffix)
 {
     size_t i;
     json_t *op;
-    json_array_foreach(json_object_get(txn, "success"), i, op)
-    {
+    json_array_foreach (json_object_get(txn, "success"), i, op) {
         json_t *p = json_object_get(op, "request_put");
         if (p == NULL)
             continue;
@@ -81,10 +84,8 @@ static json_t *assigned_at(const json_t *txns, int rank, size_t *count)
 {
     size_t i, j, n = 0;
     json_t *t, *op, *found = NULL;
-    json_array_foreach(txns, i, t)
-    {
-        json_array_foreach(json_object_get(t, "success"), j, op)
-        {
+    json_array_foreach (txns, i, t) {
+        json_array_foreach (json_object_get(t, "success"), j, op) {
             json_t *p = json_object_get(op, "request_put");
             char *k = p != NULL ? dl_etcd_unb64(json_object_get(p, "key"), NULL) : NULL;
             if (k != NULL && strncmp(k + strlen(P), "a/", 2) == 0) {
@@ -133,11 +134,12 @@ DL_TEST(ranks_follow_the_rule)
 {
     /* Hints first (b asks for 2), then host name, then node id; slots make first ranks. */
     dl_ejob_view_t v;
-    json_t *kvs = json_pack("[o, o, o, o, o]", kv(P "state", state_doc("gathering", 0, 0, 3, 1, 4), 2, 0),
-                            kv(P "m/a-1", member("a-1", "hostc", 2, -1, 0), 3, 7),
-                            kv(P "m/b-1", member("b-1", "hostz", 1, 2, 0), 4, 8),
-                            kv(P "m/c-1", member("c-1", "hosta", 4, -1, 0), 5, 9),
-                            kv(P "m/d-1", member("d-1", "hostc", 1, -1, 0), 6, 10));
+    json_t *kvs =
+        json_pack("[o, o, o, o, o]", kv(P "state", state_doc("gathering", 0, 0, 3, 1, 4), 2, 0),
+                  kv(P "m/a-1", member("a-1", "hostc", 2, -1, 0), 3, 7),
+                  kv(P "m/b-1", member("b-1", "hostz", 1, 2, 0), 4, 8),
+                  kv(P "m/c-1", member("c-1", "hosta", 4, -1, 0), 5, 9),
+                  kv(P "m/d-1", member("d-1", "hostc", 1, -1, 0), 6, 10));
     load(&v, kvs, 6);
     ck_assert_int_eq(dl_ejob_count(&v, 0), 4);
     json_t *t = dl_ejob_txn_close(&v, 1.0);
@@ -187,12 +189,13 @@ DL_TEST(ranks_follow_the_rule)
 DL_TEST(the_first_max_nodes_to_join_take_part)
 {
     dl_ejob_view_t v;
-    json_t *kvs = json_pack("[o, o, o, o, o]", kv(P "state", state_doc("gathering", 1, 0, 3, 1, 2), 2, 0),
-                            kv(P "m/late", member("late", "aaa", 1, -1, 1), 9, 7),
-                            kv(P "m/x", member("x", "zzz", 1, -1, 1), 4, 8),
-                            kv(P "m/y", member("y", "yyy", 1, -1, 1), 5, 9),
-                            /* a member of an older round is not counted */
-                            kv(P "m/old", member("old", "bbb", 1, -1, 0), 3, 10));
+    json_t *kvs =
+        json_pack("[o, o, o, o, o]", kv(P "state", state_doc("gathering", 1, 0, 3, 1, 2), 2, 0),
+                  kv(P "m/late", member("late", "aaa", 1, -1, 1), 9, 7),
+                  kv(P "m/x", member("x", "zzz", 1, -1, 1), 4, 8),
+                  kv(P "m/y", member("y", "yyy", 1, -1, 1), 5, 9),
+                  /* a member of an older round is not counted */
+                  kv(P "m/old", member("old", "bbb", 1, -1, 0), 3, 10));
     load(&v, kvs, 9);
     ck_assert_int_eq(dl_ejob_count(&v, 1), 3);
     json_t *t = dl_ejob_txn_close(&v, 1.0);
@@ -230,22 +233,19 @@ DL_TEST(a_large_round_puts_one_assignment_key_per_node_in_batches)
     size_t i;
     json_t *txn;
     json_t *puts = json_array(); /* every key put, as etcd would hold them after the close */
-    json_array_foreach(t, i, txn)
-    {
+    json_array_foreach (t, i, txn) {
         const json_t *ops = json_object_get(txn, "success");
         ck_assert_int_le(json_array_size(ops), DL_EJOB_MAX_TXN_OPS);
         const json_t *cmp = json_array_get(json_object_get(txn, "compare"), 0);
         ck_assert_str_eq(json_string_value(json_object_get(cmp, "result")), "EQUAL");
         size_t j;
         json_t *op;
-        json_array_foreach(ops, j, op)
-        {
+        json_array_foreach (ops, j, op) {
             json_t *p = json_object_get(op, "request_put");
-            json_array_append_new(puts, json_pack("{s:O, s:O, s:o, s:o}", "key",
-                                                  json_object_get(p, "key"), "value",
-                                                  json_object_get(p, "value"), "mod_revision",
-                                                  dl_etcd_num(400 + (int)i), "lease",
-                                                  dl_etcd_num(0)));
+            json_array_append_new(
+                puts, json_pack("{s:O, s:O, s:o, s:o}", "key", json_object_get(p, "key"), "value",
+                                json_object_get(p, "value"), "mod_revision",
+                                dl_etcd_num(400 + (int)i), "lease", dl_etcd_num(0)));
         }
     }
     /* The last one closes, and fails if a member joined since the view. */
@@ -276,8 +276,8 @@ DL_TEST(a_large_round_puts_one_assignment_key_per_node_in_batches)
     const json_t *nodes = json_object_get(st, "nodes");
     ck_assert_int_eq(json_array_size(nodes), N);
     for (int r = 0; r < N; r += 37)
-        ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(nodes, r),
-                                                            "node_rank")), r);
+        ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(nodes, r), "node_rank")),
+                         r);
     json_decref(st);
     /* The next round takes the assignment keys away, and the state names none. */
     json_t *next = dl_ejob_txn_next(&w, DL_EJOB_CAUSE_REQUESTED, "asked", NULL, NULL, 0, 0, 2.0);
@@ -285,8 +285,7 @@ DL_TEST(a_large_round_puts_one_assignment_key_per_node_in_batches)
     ck_assert_ptr_null(json_object_get(ns, "assignment"));
     ck_assert_ptr_null(json_object_get(ns, "node_count"));
     int deletes_a = 0;
-    json_array_foreach(json_object_get(next, "success"), i, txn)
-    {
+    json_array_foreach (json_object_get(next, "success"), i, txn) {
         json_t *d = json_object_get(txn, "request_delete_range");
         char *k = d != NULL ? dl_etcd_unb64(json_object_get(d, "key"), NULL) : NULL;
         deletes_a += k != NULL && strcmp(k, P "a/") == 0;
@@ -332,7 +331,8 @@ DL_TEST(rounds_spend_restarts_on_failures_only)
     json_t *kvs = json_pack("[o, o]", kv(P "state", state_doc("running", 2, 1, 2, 1, 2), 2, 0),
                             kv(P "ev/00000002-1", json_pack("{s:s}", "event", "rendezvous"), 3, 0));
     load(&v, kvs, 3);
-    json_t *t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_WORKER_FAILED, "rank 0 exited", NULL, NULL, 0, 0, 1);
+    json_t *t =
+        dl_ejob_txn_next(&v, DL_EJOB_CAUSE_WORKER_FAILED, "rank 0 exited", NULL, NULL, 0, 0, 1);
     json_t *s = put_of(t, "state");
     ck_assert_str_eq(json_string_value(json_object_get(s, "state")), "gathering");
     ck_assert_int_eq(json_integer_value(json_object_get(s, "round")), 3);
@@ -349,8 +349,8 @@ DL_TEST(rounds_spend_restarts_on_failures_only)
     ck_assert_int_eq(json_integer_value(json_object_get(s, "restarts")), 1);
     json_decref(s);
     json_decref(t);
-    dl_ejob_member_t me = {.node_id = "n", .host = "h", .addr = "h", .store = "h:1", .slots = 1,
-                           .node_rank = -1};
+    dl_ejob_member_t me = {
+        .node_id = "n", .host = "h", .addr = "h", .store = "h:1", .slots = 1, .node_rank = -1};
     t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_NODE_JOINED, "asked to join", NULL, &me, 77, 0, 1);
     json_t *m = put_of(t, "m/n");
     ck_assert_int_eq(json_integer_value(json_object_get(m, "round")), 3);
@@ -376,13 +376,12 @@ DL_TEST(rounds_spend_restarts_on_failures_only)
     ck_assert_int_eq(json_integer_value(json_object_get(ev, "exit_code")), 1);
     size_t i, deletes = 0, leased = 0;
     json_t *op;
-    json_array_foreach(json_object_get(t, "success"), i, op)
-    {
+    json_array_foreach (json_object_get(t, "success"), i, op) {
         deletes += json_object_get(op, "request_delete_range") != NULL;
         leased += dl_etcd_int(json_object_get(json_object_get(op, "request_put"), "lease")) == 99;
     }
     ck_assert_int_eq(deletes, 3); /* the members, the done marks, the assignments */
-    ck_assert_int_eq(leased, 3); /* the state, the old event, the new one */
+    ck_assert_int_eq(leased, 3);  /* the state, the old event, the new one */
     json_decref(ev);
     json_decref(s);
     json_decref(t);
@@ -440,8 +439,8 @@ DL_TEST(joins_and_dones_are_counted_per_round)
 {
     dl_ejob_view_t v;
     load(&v, json_pack("[o]", kv(P "state", state_doc("gathering", 3, 0, 1, 2, 4), 7, 0)), 9);
-    dl_ejob_member_t m = {.node_id = "a", .host = "h", .addr = "h", .store = "h:1", .slots = 1,
-                          .node_rank = -1};
+    dl_ejob_member_t m = {
+        .node_id = "a", .host = "h", .addr = "h", .store = "h:1", .slots = 1, .node_rank = -1};
     json_t *t = dl_ejob_txn_join_counted(&v, &m, 42);
     json_t *ops = json_object_get(t, "success");
     ck_assert_uint_eq(json_array_size(ops), 3);
@@ -470,9 +469,8 @@ DL_TEST(joins_and_dones_are_counted_per_round)
     free(k);
     json_decref(t);
 
-    json_t *answer = json_pack("{s:b, s:[{s:{}}, {s:{}}, {s:{s:s}}]}", "succeeded", 1,
-                               "responses", "response_put", "response_put", "response_range",
-                               "count", "4");
+    json_t *answer = json_pack("{s:b, s:[{s:{}}, {s:{}}, {s:{s:s}}]}", "succeeded", 1, "responses",
+                               "response_put", "response_put", "response_range", "count", "4");
     ck_assert_int_eq(dl_ejob_txn_count(answer), 4);
     json_decref(answer);
     answer = json_pack("{s:b, s:[{s:{}}]}", "succeeded", 0, "responses", "response_put");
@@ -484,13 +482,13 @@ DL_TEST(joins_and_dones_are_counted_per_round)
 /* A read of the settings, the state and members comes back as one range the view loads. */
 DL_TEST(a_read_loads_as_a_range)
 {
-    json_t *answer = json_pack(
-        "{s:{s:s}, s:b, s:[{s:{s:[o]}}, {s:{s:[o]}}, {s:{s:[o, o]}}]}", "header", "revision",
-        "20", "succeeded", 1, "responses", "response_range", "kvs",
-        kv(P "job", json_pack("{s:i}", "max_nodes", 2), 3, 0), "response_range", "kvs",
-        kv(P "state", state_doc("gathering", 0, 0, 1, 2, 2), 5, 0), "response_range", "kvs",
-        kv(P "m/a", member("a", "h1", 1, -1, 0), 8, 1),
-        kv(P "m/b", member("b", "h2", 1, -1, 0), 9, 2));
+    json_t *answer =
+        json_pack("{s:{s:s}, s:b, s:[{s:{s:[o]}}, {s:{s:[o]}}, {s:{s:[o, o]}}]}", "header",
+                  "revision", "20", "succeeded", 1, "responses", "response_range", "kvs",
+                  kv(P "job", json_pack("{s:i}", "max_nodes", 2), 3, 0), "response_range", "kvs",
+                  kv(P "state", state_doc("gathering", 0, 0, 1, 2, 2), 5, 0), "response_range",
+                  "kvs", kv(P "m/a", member("a", "h1", 1, -1, 0), 8, 1),
+                  kv(P "m/b", member("b", "h2", 1, -1, 0), 9, 2));
     json_t *range = dl_ejob_read_as_range(answer);
     dl_ejob_view_t v;
     dl_ejob_view_init(&v, P);
@@ -568,8 +566,8 @@ DL_TEST(the_same_failure_in_a_row_fails_the_job_with_5)
                                  "the same failure ended 3 rounds in a row"));
     json_t *ev = put_of(t, "ev/00000002-2");
     ck_assert_int_eq(json_integer_value(json_object_get(ev, "exit_code")), 5);
-    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(ev, "failure")),
-                                 "rank 1 exited with code 7"));
+    ck_assert_ptr_nonnull(
+        strstr(json_string_value(json_object_get(ev, "failure")), "rank 1 exited with code 7"));
     json_decref(ev);
     dl_ejob_view_clear(&v);
     /* Every agent reads the end from the state: exit 5. */

@@ -5,10 +5,10 @@
 #include <errno.h>
 #include <ftw.h>
 #include <libgen.h>
-#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Filled by constructors before main(); a test program is the one place this kit runs. */
 static dl_test_t *tests_head, **tests_tail = &tests_head;

@@ -84,8 +84,7 @@ DL_TEST(test_verify)
                      -EACCES);
     DL_CHECK_ERRNO(dl_proto_auth_verify(t, nonce2, "run1", DL_PROTO_ROLE_AGENT, proof), -EACCES);
     DL_CHECK_ERRNO(dl_proto_auth_verify(t, nonce, "run2", DL_PROTO_ROLE_AGENT, proof), -EACCES);
-    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_CONTROL, proof),
-                     -EACCES);
+    ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_CONTROL, proof), -EACCES);
 
     /* A proof that is off by one digit, the wrong case, the wrong length or not hex is refused. */
     strcpy(bad, proof);
@@ -96,8 +95,7 @@ DL_TEST(test_verify)
         if (*p >= 'a' && *p <= 'f')
             *p = (char)(*p - 'a' + 'A');
     if (strcmp(bad, proof) != 0)
-        ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, bad),
-                         -EACCES);
+        ck_assert_int_eq(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, bad), -EACCES);
     strcpy(bad, proof);
     bad[62] = '\0';
     DL_CHECK_ERRNO(dl_proto_auth_verify(t, nonce, "run1", DL_PROTO_ROLE_AGENT, bad), -EACCES);
@@ -112,8 +110,7 @@ DL_TEST(test_verify)
 
     /* Malformed inputs from the caller are its bug, not a failed login. */
     DL_CHECK_ERRNO(dl_proto_auth_verify(t, "abc", "run1", DL_PROTO_ROLE_AGENT, proof), -EINVAL);
-    ck_assert_int_eq(dl_proto_auth_proof(t, nonce, "bad run", DL_PROTO_ROLE_AGENT, proof),
-                     -EINVAL);
+    ck_assert_int_eq(dl_proto_auth_proof(t, nonce, "bad run", DL_PROTO_ROLE_AGENT, proof), -EINVAL);
     DL_CHECK_ERRNO(dl_proto_auth_proof(t, nonce, "run1", DL_PROTO_ROLE_SERVER, proof), -EINVAL);
     dl_proto_token_free(t);
     dl_proto_token_free(other);
@@ -191,26 +188,22 @@ DL_TEST(test_token_file)
     char err[512];
 
     make_tmpdir();
-    ck_assert_int_eq(dl_proto_token_from_file(write_file("t1", "s3cret\n", 7, 0600), &t, err,
-                                              sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        dl_proto_token_from_file(write_file("t1", "s3cret\n", 7, 0600), &t, err, sizeof(err)), 0);
     assert_same_token(t, "s3cret");
     dl_proto_token_free(t);
 
     /* No newline, a CRLF, and only one newline stripped. */
-    ck_assert_int_eq(dl_proto_token_from_file(write_file("t2", "s3cret", 6, 0400), &t, err,
-                                              sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        dl_proto_token_from_file(write_file("t2", "s3cret", 6, 0400), &t, err, sizeof(err)), 0);
     assert_same_token(t, "s3cret");
     dl_proto_token_free(t);
-    ck_assert_int_eq(dl_proto_token_from_file(write_file("t3", "s3cret\r\n", 8, 0600), &t, err,
-                                              sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        dl_proto_token_from_file(write_file("t3", "s3cret\r\n", 8, 0600), &t, err, sizeof(err)), 0);
     assert_same_token(t, "s3cret");
     dl_proto_token_free(t);
-    ck_assert_int_eq(dl_proto_token_from_file(write_file("t4", "s3cret\n\n", 8, 0600), &t, err,
-                                              sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        dl_proto_token_from_file(write_file("t4", "s3cret\n\n", 8, 0600), &t, err, sizeof(err)), 0);
     assert_same_token(t, "s3cret\n");
     dl_proto_token_free(t);
     remove_tmpdir();
@@ -317,8 +310,7 @@ DL_TEST(test_derive_known_answers)
     free(text);
     /* The worker key keeps the job key's span, whatever life is asked for. */
     dl_proto_key_life_t other = {1, 2};
-    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "job7", &other, &worker),
-                     0);
+    ck_assert_int_eq(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "job7", &other, &worker), 0);
     ck_assert_int_eq(dl_proto_token_life(worker).issued, LIFE7.issued);
     ck_assert_int_eq(dl_proto_token_life(worker).expires, LIFE7.expires);
     DL_CHECK_ERRNO(dl_proto_token_text(worker, &text), 0);
@@ -328,8 +320,7 @@ DL_TEST(test_derive_known_answers)
     ck_assert(dl_proto_token_equal(back, worker));
     ck_assert_int_eq(dl_proto_token_kind(back), DL_PROTO_TOKEN_WORKER);
     ck_assert_str_eq(dl_proto_token_run_id(back), "job7");
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_WORKER, "job7", &LIFE7, &w2),
-                     0);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_WORKER, "job7", &LIFE7, &w2), 0);
     ck_assert(dl_proto_token_equal(w2, worker));
     ck_assert(!dl_proto_token_equal(job, worker));
     DL_CHECK_ERRNO(dl_proto_auth_proof(worker, NONCE, "job7", DL_PROTO_ROLE_WORKER, proof), 0);
@@ -337,8 +328,7 @@ DL_TEST(test_derive_known_answers)
     /* Another span is another key: no span can be stretched by editing the text. */
     dl_proto_key_life_t longer = {LIFE7.issued, LIFE7.expires + 1};
     dl_proto_token_free(w2);
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_WORKER, "job7", &longer, &w2),
-                     0);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_WORKER, "job7", &longer, &w2), 0);
     ck_assert(!dl_proto_token_equal(w2, worker));
     /* A master needs a valid span to make a key. */
     dl_proto_token_t *none = NULL;
@@ -368,8 +358,7 @@ DL_TEST(test_derive_only_down)
     DL_CHECK_ERRNO(dl_proto_token_derive(job, DL_PROTO_TOKEN_JOB, "b", &LIFE7, &t), -EPERM);
     DL_CHECK_ERRNO(dl_proto_token_derive(job, DL_PROTO_TOKEN_WORKER, "b", &LIFE7, &t), -EPERM);
     DL_CHECK_ERRNO(dl_proto_token_derive(job, DL_PROTO_TOKEN_MASTER, "a", &LIFE7, &t), -EPERM);
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_MASTER, "a", &LIFE7, &t),
-                     -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_MASTER, "a", &LIFE7, &t), -EPERM);
     ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "../x", &LIFE7, &t),
                      -EINVAL);
     DL_CHECK_ERRNO(dl_proto_token_text(master, &text), -EPERM);
@@ -389,8 +378,7 @@ DL_TEST(test_derive_only_down)
     DL_CHECK_ERRNO(dl_proto_token_reach(job, back), -EACCES);
     ck_assert(!dl_proto_token_may(back, "a", DL_PROTO_ROLE_WORKER));
     DL_CHECK_ERRNO(dl_proto_token_derive(back, DL_PROTO_TOKEN_WORKER, "a", &LIFE7, &t), -EPERM);
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_SCRAPE, "a", &LIFE7, &t),
-                     -EPERM);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_SCRAPE, "a", &LIFE7, &t), -EPERM);
     dl_proto_token_free(back);
     dl_proto_token_free(scrape);
     /* What each may say hello as. */
@@ -402,8 +390,7 @@ DL_TEST(test_derive_only_down)
     ck_assert(!dl_proto_token_may(worker, "a", DL_PROTO_ROLE_CONTROL));
     ck_assert(!dl_proto_token_may(worker, "a", DL_PROTO_ROLE_AGENT));
     char proof[DL_PROTO_PROOF_HEX_LEN + 1];
-    ck_assert_int_eq(dl_proto_auth_proof(worker, NONCE, "a", DL_PROTO_ROLE_CONTROL, proof),
-                     -EPERM);
+    ck_assert_int_eq(dl_proto_auth_proof(worker, NONCE, "a", DL_PROTO_ROLE_CONTROL, proof), -EPERM);
     DL_CHECK_ERRNO(dl_proto_auth_proof(job, NONCE, "b", DL_PROTO_ROLE_AGENT, proof), -EPERM);
     dl_proto_token_free(worker);
     dl_proto_token_free(job);
@@ -412,8 +399,8 @@ DL_TEST(test_derive_only_down)
 
 /* Runs the handshake between a server holding server_tok and a client holding client_tok;
  * returns what dl_proto_auth_accept returned, with the level and a checked server proof. */
-static int handshake(dl_proto_token_t *server_tok, dl_proto_token_t *client_tok,
-                     const char *run_id, dl_proto_role_t role, dl_proto_token_kind_t *level)
+static int handshake(dl_proto_token_t *server_tok, dl_proto_token_t *client_tok, const char *run_id,
+                     dl_proto_role_t role, dl_proto_token_kind_t *level)
 {
     char proof[DL_PROTO_PROOF_HEX_LEN + 1], sproof[DL_PROTO_PROOF_HEX_LEN + 1];
     /* What the client's auth says of its key, read back as the server reads it. */
@@ -443,8 +430,7 @@ DL_TEST(test_accept_levels)
 
     dl_proto_key_life_t life;
     DL_CHECK_ERRNO(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "a", &LIFE7, &job), 0);
-    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_WORKER, "a", &LIFE7, &worker),
-                     0);
+    ck_assert_int_eq(dl_proto_token_derive(master, DL_PROTO_TOKEN_WORKER, "a", &LIFE7, &worker), 0);
     DL_CHECK_ERRNO(dl_proto_token_derive(master, DL_PROTO_TOKEN_JOB, "b", &LIFE7, &other), 0);
     /* A master server knows every level of every job. */
     ck_assert_int_eq(handshake(master, master, "a", DL_PROTO_ROLE_CONTROL, &level), 0);
@@ -484,8 +470,8 @@ DL_TEST(test_accept_levels)
     ck_assert_int_eq(
         dl_proto_auth_check_server(other, CNONCE, NONCE, "b", DL_PROTO_ROLE_AGENT, sproof),
         -EACCES);
-    ck_assert_int_eq(
-        dl_proto_auth_check_server(job, CNONCE, NONCE, "a", DL_PROTO_ROLE_AGENT, NULL), -EACCES);
+    ck_assert_int_eq(dl_proto_auth_check_server(job, CNONCE, NONCE, "a", DL_PROTO_ROLE_AGENT, NULL),
+                     -EACCES);
     /* A job key proves nothing under a span other than its own (the client names it), nor
      * with none. */
     dl_proto_key_life_t shifted = {LIFE7.issued + 1, LIFE7.expires};
@@ -560,8 +546,7 @@ DL_TEST(test_typed_text_errors)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         err[0] = '\0';
-        ck_assert_msg(dl_proto_token_from_string(bad[i].text, "x", &t, err, sizeof(err)) ==
-                          -EINVAL,
+        ck_assert_msg(dl_proto_token_from_string(bad[i].text, "x", &t, err, sizeof(err)) == -EINVAL,
                       "%s was taken", bad[i].text);
         ck_assert_msg(strstr(err, bad[i].says) != NULL && strncmp(err, "x: ", 3) == 0 &&
                           strchr(err, '\n') == NULL,
@@ -569,8 +554,8 @@ DL_TEST(test_typed_text_errors)
         ck_assert_ptr_null(t);
     }
     /* The latest time there is, and a run id with colons, read back as written. */
-    ck_assert_int_eq(dl_proto_token_from_string("dlaunch-job-v2:a:b:0:253402300799:" JOB7_KEY,
-                                                "x", &t, err, sizeof(err)),
+    ck_assert_int_eq(dl_proto_token_from_string("dlaunch-job-v2:a:b:0:253402300799:" JOB7_KEY, "x",
+                                                &t, err, sizeof(err)),
                      0);
     ck_assert_str_eq(dl_proto_token_run_id(t), "a:b");
     ck_assert_int_eq(dl_proto_token_life(t).issued, 0);
@@ -613,14 +598,14 @@ DL_TEST(test_key_judge)
     ck_assert_ptr_nonnull(strstr(why, "clock"));
     /* Revoked: issued before the revocation, even if not yet expired; issued at it or after,
      * good. */
-    ck_assert_int_eq(dl_proto_key_judge(&LIFE7, "a", LIFE7.issued + 10, LIFE7.issued + 1, why,
-                                        sizeof(why)),
-                     DL_PROTO_KEY_REVOKED);
+    ck_assert_int_eq(
+        dl_proto_key_judge(&LIFE7, "a", LIFE7.issued + 10, LIFE7.issued + 1, why, sizeof(why)),
+        DL_PROTO_KEY_REVOKED);
     ck_assert_ptr_nonnull(strstr(why, "revoked"));
     ck_assert_ptr_nonnull(strstr(why, "issued at 2023-11-14T22:13:20Z"));
-    ck_assert_int_eq(dl_proto_key_judge(&LIFE7, "a", LIFE7.issued + 10, LIFE7.issued, why,
-                                        sizeof(why)),
-                     DL_PROTO_KEY_GOOD);
+    ck_assert_int_eq(
+        dl_proto_key_judge(&LIFE7, "a", LIFE7.issued + 10, LIFE7.issued, why, sizeof(why)),
+        DL_PROTO_KEY_GOOD);
     /* The span itself. */
     dl_proto_key_life_t l = {0, 1};
     ck_assert(dl_proto_key_life_valid(&l));
@@ -674,8 +659,7 @@ DL_TEST(test_escape)
     char out[64];
 
     ck_assert_str_eq(dl_proto_escape("node-1", out, sizeof(out)), "node-1");
-    ck_assert_str_eq(dl_proto_escape("a\nb\x1b[2J\\", out, sizeof(out)),
-                     "a\\x0ab\\x1b[2J\\x5c");
+    ck_assert_str_eq(dl_proto_escape("a\nb\x1b[2J\\", out, sizeof(out)), "a\\x0ab\\x1b[2J\\x5c");
     ck_assert_str_eq(dl_proto_escape("\xff\xfe", out, 6), "\\xff");
     ck_assert_str_eq(dl_proto_escape(NULL, out, sizeof(out)), "");
 }

@@ -136,8 +136,8 @@ static char *three_frames(json_t **ret_msgs, size_t *ret_len)
 
     json_array_append_new(msgs, sample_join(1));
     json_array_append_new(msgs, sample_kv_set(2, 300));
-    json_array_append_new(msgs, json_pack("{s:i, s:s, s:i, s:i}", "v", 1, "type", "heartbeat",
-                                          "id", 3, "round", 0));
+    json_array_append_new(
+        msgs, json_pack("{s:i, s:s, s:i, s:i}", "v", 1, "type", "heartbeat", "id", 3, "round", 0));
     for (size_t i = 0; i < json_array_size(msgs); i++) {
         char *frame;
         size_t len;
@@ -452,9 +452,9 @@ DL_TEST(test_limit_switch_mid_stream)
     /* hello and auth under the small limit, then a large kv_set that only fits after the
      * server raised the limit; all three arrive in one read, as a pipelining client sends. */
     json_auto_t *big = sample_kv_set(3, 200000);
-    json_auto_t *auth = json_pack("{s:i, s:s, s:i, s:s}", "v", 1, "type", "auth", "id", 2,
-                                  "proof", "00112233445566778899aabbccddeeff"
-                                           "00112233445566778899aabbccddeeff");
+    json_auto_t *auth = json_pack("{s:i, s:s, s:i, s:s}", "v", 1, "type", "auth", "id", 2, "proof",
+                                  "00112233445566778899aabbccddeeff"
+                                  "00112233445566778899aabbccddeeff");
     dl_proto_decoder_t dec;
     dl_proto_error_t err;
     json_t *msg = NULL;
@@ -531,9 +531,9 @@ DL_TEST(test_error_offsets)
     ck_assert_int_eq(dl_proto_decoder_feed(&dec, stream, gl + bl, &used, &msg, &type, &err),
                      DL_PROTO_MESSAGE);
     json_decref(msg);
-    ck_assert_int_eq(dl_proto_decoder_feed(&dec, stream + used, gl + bl - used, &used, &msg,
-                                           &type, &err),
-                     DL_PROTO_INVALID);
+    ck_assert_int_eq(
+        dl_proto_decoder_feed(&dec, stream + used, gl + bl - used, &used, &msg, &type, &err),
+        DL_PROTO_INVALID);
     snprintf(want, sizeof(want), "frame at byte %zu:", gl);
     ck_assert_msg(strstr(err.message, want) != NULL, "%s", err.message);
     dl_proto_decoder_cleanup(&dec);
@@ -573,9 +573,9 @@ DL_TEST(test_partial_frame_costs_what_arrived)
     ck_assert_int_eq(dl_proto_decoder_feed(&dec, stream + 14, 50000, &used, &m, &type, &err),
                      DL_PROTO_NEED_MORE);
     ck_assert_uint_le(dl_proto_decoder_buffered(&dec), 2 * 50010);
-    ck_assert_int_eq(dl_proto_decoder_feed(&dec, stream + 50014, body - 50010, &used, &m, &type,
-                                           &err),
-                     DL_PROTO_MESSAGE);
+    ck_assert_int_eq(
+        dl_proto_decoder_feed(&dec, stream + 50014, body - 50010, &used, &m, &type, &err),
+        DL_PROTO_MESSAGE);
     ck_assert_int_eq(type, DL_PROTO_STATUS);
     json_decref(m);
     dl_proto_decoder_cleanup(&dec);

@@ -92,7 +92,7 @@ DL_TEST(test_each_required_field)
         const char *key;
         json_t *value;
         void *tmp;
-        json_object_foreach_safe(m, tmp, key, value) {
+        json_object_foreach_safe (m, tmp, key, value) {
             json_auto_t *copy = json_deep_copy(m);
             dl_proto_type_t type;
             dl_proto_error_t err;
@@ -133,8 +133,7 @@ DL_TEST(test_field_types_and_ranges)
     expect_code(JOIN("\"slots\":8,\"min_nodes\":0"), DL_PROTO_E_BAD_FIELD, "'min_nodes'");
     expect_code(JOIN("\"slots\":8,\"master_port\":65536"), DL_PROTO_E_BAD_FIELD,
                 "'master_port' must be in [0, 65535]");
-    expect_code(JOIN("\"slots\":8,\"dead_after_ms\":-5"), DL_PROTO_E_BAD_FIELD,
-                "'dead_after_ms'");
+    expect_code(JOIN("\"slots\":8,\"dead_after_ms\":-5"), DL_PROTO_E_BAD_FIELD, "'dead_after_ms'");
 #undef JOIN
     expect_code("{\"v\":1,\"type\":\"join\",\"id\":3,\"node_id\":\"\",\"host\":\"h\",\"slots\":1}",
                 DL_PROTO_E_BAD_FIELD, "'node_id' must be 1 to 255 bytes long, got 0");
@@ -353,9 +352,8 @@ DL_TEST(test_builders)
     ck_assert_int_eq(type, DL_PROTO_REPLY);
     ck_assert_int_eq(json_object_size(json_object_get(reply, "result")), 0);
     DL_CHECK_ERRNO(dl_proto_validate(reply2, &type, NULL), 0);
-    ck_assert_int_eq(dl_proto_validate_result(DL_PROTO_KV_GET, json_object_get(reply2, "result"),
-                                              NULL),
-                     0);
+    ck_assert_int_eq(
+        dl_proto_validate_result(DL_PROTO_KV_GET, json_object_get(reply2, "result"), NULL), 0);
     ck_assert_int_eq(dl_proto_reply_error(reply2, NULL), DL_PROTO_E_NONE);
 
     DL_CHECK_ERRNO(dl_proto_validate(error, &type, NULL), 0);
@@ -478,9 +476,10 @@ DL_TEST(test_names_and_addresses)
                 "\"h\",\"master_port\":29500,\"store_addr\":\"h:1 x\"}",
                 DL_PROTO_E_BAD_FIELD, "store_addr");
     /* The handshake's nonces and proofs. */
-    expect_code("{\"v\":1,\"type\":\"hello\",\"id\":1,\"role\":\"agent\",\"run_id\":\"j\",\"proto\":1,"
-                "\"nonce\":\"00\"}",
-                DL_PROTO_E_BAD_FIELD, "nonce");
+    expect_code(
+        "{\"v\":1,\"type\":\"hello\",\"id\":1,\"role\":\"agent\",\"run_id\":\"j\",\"proto\":1,"
+        "\"nonce\":\"00\"}",
+        DL_PROTO_E_BAD_FIELD, "nonce");
     expect_code("{\"v\":1,\"type\":\"auth_ok\",\"id\":2,\"proof\":"
                 "\"fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210\"}",
                 DL_PROTO_E_NONE, NULL);

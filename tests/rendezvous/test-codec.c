@@ -23,11 +23,21 @@ static void valid(json_t *m, dl_proto_type_t want)
 
 DL_TEST(agent_messages)
 {
-    dl_rdzv_join_msg_t j = {.node_id = "gpu1-42", .host = "gpu1", .master_addr = "10.0.0.1",
-                            .master_port = 29500, .slots = 8, .node_rank = -1, .min_nodes = 1,
-                            .max_nodes = 4, .max_restarts = 3, .last_call = 5,
-                            .join_timeout = 600, .dead_after = 30, .assigned = true,
-                            .round = 2, .failures = 1};
+    dl_rdzv_join_msg_t j = {.node_id = "gpu1-42",
+                            .host = "gpu1",
+                            .master_addr = "10.0.0.1",
+                            .master_port = 29500,
+                            .slots = 8,
+                            .node_rank = -1,
+                            .min_nodes = 1,
+                            .max_nodes = 4,
+                            .max_restarts = 3,
+                            .last_call = 5,
+                            .join_timeout = 600,
+                            .dead_after = 30,
+                            .assigned = true,
+                            .round = 2,
+                            .failures = 1};
     json_t *m = dl_rdzv_enc_join(7, &j);
     ck_assert_int_eq(dl_proto_get_int(m, "round", -1), 2);
     ck_assert_int_eq(dl_proto_get_int(m, "failures", -1), 1);
@@ -63,8 +73,12 @@ DL_TEST(agent_messages)
     ck_assert_ptr_null(json_object_get(json_object_get(m, "progress"), "samples_per_s"));
     valid(m, DL_PROTO_HEARTBEAT);
 
-    dl_rdzv_failure_msg_t f = {.round = 1, .rank = 3, .local_rank = 1, .exit_code = 4,
-                               .reason = "rank 3 on gpu1 exited with code 4", .time = 1.5,
+    dl_rdzv_failure_msg_t f = {.round = 1,
+                               .rank = 3,
+                               .local_rank = 1,
+                               .exit_code = 4,
+                               .reason = "rank 3 on gpu1 exited with code 4",
+                               .time = 1.5,
                                .log_tail = "boom\n"};
     valid(dl_rdzv_enc_worker_failed(11, &f), DL_PROTO_WORKER_FAILED);
     f.signal = 9;
@@ -78,8 +92,8 @@ DL_TEST(agent_messages)
     m = dl_rdzv_enc_worker_failed(13, &f);
     ck_assert_int_eq(dl_proto_get_int(m, "exit_code", 0), 127);
     valid(m, DL_PROTO_WORKER_FAILED);
-    dl_rdzv_failure_msg_t x = {.round = 1, .rank = 2, .excluded = true, .reason = "slow",
-                               .time = 2};
+    dl_rdzv_failure_msg_t x = {
+        .round = 1, .rank = 2, .excluded = true, .reason = "slow", .time = 2};
     m = dl_rdzv_enc_worker_failed(14, &x);
     ck_assert(json_is_true(json_object_get(m, "excluded")));
     valid(m, DL_PROTO_WORKER_FAILED);
@@ -158,10 +172,10 @@ DL_TEST(the_culprit_encoder_and_reader_agree)
 
 DL_TEST(readers)
 {
-    json_t *m = json_pack("{s:i, s:s, s:i, s:s, s:{s:s, s:s, s:i, s:s}}", "v", 1, "type",
-                          "round_changed", "round", 4, "reason", "a node was lost", "failure",
-                          "cause", "node_lost", "node", "gpu1-42", "node_rank", 1, "rank",
-                          "not a number");
+    json_t *m =
+        json_pack("{s:i, s:s, s:i, s:s, s:{s:s, s:s, s:i, s:s}}", "v", 1, "type", "round_changed",
+                  "round", 4, "reason", "a node was lost", "failure", "cause", "node_lost", "node",
+                  "gpu1-42", "node_rank", 1, "rank", "not a number");
     int round;
     const char *reason;
     dl_rdzv_culprit_msg_t c;
@@ -175,8 +189,8 @@ DL_TEST(readers)
     ck_assert_ptr_null(c.host);
     json_decref(m);
 
-    m = json_pack("{s:i, s:s, s:s, s:i, s:{s:s}}", "v", 1, "type", "shutdown", "reason",
-                  "failed", "exit_code", 1, "failure", "description", "rank 0 exited");
+    m = json_pack("{s:i, s:s, s:s, s:i, s:{s:s}}", "v", 1, "type", "shutdown", "reason", "failed",
+                  "exit_code", 1, "failure", "description", "rank 0 exited");
     dl_rdzv_shutdown_msg_t sd;
     dl_rdzv_dec_shutdown(m, &sd);
     ck_assert_str_eq(sd.reason, "failed");

@@ -529,7 +529,6 @@ DL_TEST(an_agent_quitting_stops_a_job_that_cannot_go_on)
     ck_assert_int_eq(js->state, DL_RDZV_JOB_STOPPED);
     ck_assert_int_eq(js->restarts, 0);
     h_fini(&h);
-
 }
 
 /* Elastic, with min_nodes left: the quitter departs, the others go on at once in a new round
@@ -746,8 +745,8 @@ DL_TEST(a_successor_told_of_a_spent_budget_fails_the_job_at_once)
 static void join_with_history(harness_t *h, uint64_t conn, const dl_rdzv_job_opts_t *o,
                               int resume_round, int failures, double now)
 {
-    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_JOIN, .conn = conn, .req_id = 1000 + conn,
-                          .run_id = "job"};
+    dl_rdzv_event_t ev = {
+        .kind = DL_RDZV_EV_JOIN, .conn = conn, .req_id = 1000 + conn, .run_id = "job"};
     ev.join.agent_id = conn == 1 ? "a1" : conn == 2 ? "a2" : "a3";
     ev.join.host = "h";
     ev.join.slots = 1;
@@ -1143,8 +1142,7 @@ DL_TEST(jobs_per_creator_and_timeouts_are_capped)
     jo.join_timeout = 1e9;
     h_join(&h, 11, "long", 1, &jo, 0);
     DL_CHECK_ERRNO(h_error(&h, 11), -EINVAL);
-    ck_assert_ptr_nonnull(
-        strstr(h_msg(&h, 11, DL_RDZV_MSG_ERROR)->error.message, "join_timeout"));
+    ck_assert_ptr_nonnull(strstr(h_msg(&h, 11, DL_RDZV_MSG_ERROR)->error.message, "join_timeout"));
     jo.join_timeout = 100;
     jo.dead_after = 101;
     h_join(&h, 12, "long", 1, &jo, 0);
@@ -1156,8 +1154,8 @@ DL_TEST(jobs_per_creator_and_timeouts_are_capped)
     h_tick(&h, 100 + 50);
     bool forgot = false;
     for (size_t i = 0; i < h.acts.n; i++)
-        forgot |= h.acts.v[i].kind == DL_RDZV_ACT_FORGET &&
-                  strcmp(h.acts.v[i].run_id, "squat1") == 0;
+        forgot |=
+            h.acts.v[i].kind == DL_RDZV_ACT_FORGET && strcmp(h.acts.v[i].run_id, "squat1") == 0;
     ck_assert(forgot);
     snprintf(run, sizeof(run), "squat9");
     ev.conn = ev.req_id = 20;
@@ -1189,7 +1187,7 @@ DL_TEST(a_held_up_loop_blames_nobody_for_the_silence_it_could_not_hear)
     ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ROUND_CHANGED), 0);
     h_tick(&h, 45);
     ck_assert_ptr_nonnull(h_msg(&h, 2, DL_RDZV_MSG_ROUND_CHANGED));
-    ck_assert_ptr_nonnull(strstr(h_msg(&h, 2, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.reason,
-                                 "a1"));
+    ck_assert_ptr_nonnull(
+        strstr(h_msg(&h, 2, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.reason, "a1"));
     h_fini(&h);
 }

@@ -19,8 +19,9 @@ DL_TEST(host_and_port)
 
 DL_TEST(bad_endpoints)
 {
-    static const char *const bad[] = {"", "host", "host:", ":29400", "host:0", "host:65536",
-                                      "host:12x", "host:-1", "[::1]29400", "[::1:29400"};
+    static const char *const bad[] = {"",           "host",       "host:",    ":29400",
+                                      "host:0",     "host:65536", "host:12x", "host:-1",
+                                      "[::1]29400", "[::1:29400"};
     char host[64];
     int port;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)

@@ -47,8 +47,12 @@ static bool said(const fx_t *f, dl_rdzv_fo_action_kind_t kind, const char *part)
 /* Connected at t=1, assigned a place with node 0 hosting; our address as the join said. */
 static void fx_running(fx_t *f, bool may_host)
 {
-    dl_rdzv_fo_opts_t o = {.host = "10.0.0.1", .port = 29400, .join_timeout = 100,
-                           .dead_after = 20, .heartbeat = 5, .may_host = may_host};
+    dl_rdzv_fo_opts_t o = {.host = "10.0.0.1",
+                           .port = 29400,
+                           .join_timeout = 100,
+                           .dead_after = 20,
+                           .heartbeat = 5,
+                           .may_host = may_host};
     dl_rdzv_failover_init(&f->fo, &o);
     step(f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_START}, 0);
     const dl_rdzv_fo_action_t *c = must(f, DL_RDZV_FO_CONNECT);
@@ -60,8 +64,11 @@ static void fx_running(fx_t *f, bool may_host)
     step(f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_JOIN}, 1);
     must(f, DL_RDZV_FO_SEND_JOIN);
     dl_rdzv_failover_set_my_addr(&f->fo, "10.0.0.3");
-    step(f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_ASSIGNED, .node_rank = 0,
-                                 .successors = SUCCESSORS, .nsuccessors = 3},
+    step(f,
+         (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_ASSIGNED,
+                              .node_rank = 0,
+                              .successors = SUCCESSORS,
+                              .nsuccessors = 3},
          2);
     ck_assert_int_eq(f->acts.n, 0);
 }
@@ -78,8 +85,10 @@ static void join(fx_t *f, double now)
 
 static void refused(fx_t *f, double now)
 {
-    step(f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_CONNECT_FAILED,
-                                 .fail = DL_RDZV_FO_FAIL_OTHER, .why = "connection refused"},
+    step(f,
+         (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_CONNECT_FAILED,
+                              .fail = DL_RDZV_FO_FAIL_OTHER,
+                              .why = "connection refused"},
          now);
 }
 
@@ -120,8 +129,7 @@ DL_TEST(a_lost_host_is_looked_for_at_its_successors_then_hosted_here)
     must(&f, DL_RDZV_FO_CLOSE_CLIENT);
     ck_assert_str_eq(must(&f, DL_RDZV_FO_SERVE)->host, "10.0.0.3");
     ck_assert_ptr_null(find(&f, DL_RDZV_FO_CONNECT));
-    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_SERVED, .serve = DL_RDZV_FO_SERVED},
-         120.2);
+    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_SERVED, .serve = DL_RDZV_FO_SERVED}, 120.2);
     ck_assert(said(&f, DL_RDZV_FO_SAY, "hosting the rendezvous on 10.0.0.3:29400"));
     c = must(&f, DL_RDZV_FO_CONNECT);
     ck_assert_str_eq(c->host, "10.0.0.3");
@@ -135,8 +143,11 @@ DL_TEST(a_lost_host_is_looked_for_at_its_successors_then_hosted_here)
     must(&f, DL_RDZV_FO_SEND_JOIN); /* the join asked while it was looked for */
     ck_assert_str_eq(dl_rdzv_failover_host(&f.fo), "10.0.0.3");
     /* The next assignment has counted the loss: no longer ours to add. */
-    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_ASSIGNED, .node_rank = 2,
-                                  .successors = SUCCESSORS + 1, .nsuccessors = 2},
+    step(&f,
+         (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_ASSIGNED,
+                              .node_rank = 2,
+                              .successors = SUCCESSORS + 1,
+                              .nsuccessors = 2},
          121);
     ck_assert_int_eq(dl_rdzv_failover_extra_failures(&f.fo), 0);
 }
@@ -199,8 +210,10 @@ DL_TEST(a_misbehaving_rendezvous_is_dropped_not_failed_over)
 {
     fx_t f;
     fx_running(&f, true);
-    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_LOST, .misbehaving = true,
-                                  .why = "an assignment this node cannot take"},
+    step(&f,
+         (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_LOST,
+                              .misbehaving = true,
+                              .why = "an assignment this node cannot take"},
          50);
     const dl_rdzv_fo_action_t *l = must(&f, DL_RDZV_FO_LOST);
     ck_assert(strncmp(l->text, "dropped the rendezvous at 10.0.0.1:29400", 40) == 0);
@@ -225,8 +238,9 @@ DL_TEST(reconnects_back_off_doubling_to_five_seconds)
     const unsigned want[] = {100, 200, 400, 800, 1600, 3200, 5000, 5000};
     double t = 10;
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++, t += 1) {
-        step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_LOST, .misbehaving = true,
-                                      .why = "bad frame"},
+        step(&f,
+             (dl_rdzv_fo_event_t){
+                 .kind = DL_RDZV_FO_EV_LOST, .misbehaving = true, .why = "bad frame"},
              t);
         ck_assert_uint_eq(must(&f, DL_RDZV_FO_TIMER_START)->ms, want[i]);
         join(&f, t);
@@ -241,16 +255,17 @@ DL_TEST(a_stable_connection_resets_the_backoff)
     fx_t f;
     fx_running(&f, true);
     for (int i = 0; i < 3; i++) {
-        step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_LOST, .misbehaving = true,
-                                      .why = "bad frame"},
+        step(&f,
+             (dl_rdzv_fo_event_t){
+                 .kind = DL_RDZV_FO_EV_LOST, .misbehaving = true, .why = "bad frame"},
              10 + i);
         join(&f, 10 + i);
         fire(&f, DL_RDZV_FO_TIMER_RETRY, 10.5 + i);
         step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_CONNECTED}, 10.6 + i);
     }
     /* Connected for 10 s, but dropped for what it said: never a stable connection. */
-    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_LOST, .misbehaving = true,
-                                  .why = "bad frame"},
+    step(&f,
+         (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_LOST, .misbehaving = true, .why = "bad frame"},
          22.6);
     ck_assert_uint_eq(must(&f, DL_RDZV_FO_TIMER_START)->ms, 800);
     join(&f, 22.5);
@@ -262,8 +277,8 @@ DL_TEST(a_stable_connection_resets_the_backoff)
     join(&f, 33.4);
     must(&f, DL_RDZV_FO_CONNECT);
     step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_CONNECTED}, 33.5);
-    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_LOST, .misbehaving = true,
-                                  .why = "bad frame"},
+    step(&f,
+         (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_LOST, .misbehaving = true, .why = "bad frame"},
          34);
     ck_assert_uint_eq(must(&f, DL_RDZV_FO_TIMER_START)->ms, 100);
 }
@@ -274,16 +289,17 @@ DL_TEST(join_timeout_of_trouble_in_a_row_gives_up)
     fx_running(&f, true);
     double t = 10;
     for (; t <= 110; t += 10) {
-        step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_LOST, .misbehaving = true,
-                                      .why = "bad frame"},
+        step(&f,
+             (dl_rdzv_fo_event_t){
+                 .kind = DL_RDZV_FO_EV_LOST, .misbehaving = true, .why = "bad frame"},
              t);
         ck_assert_ptr_null(find(&f, DL_RDZV_FO_END));
         join(&f, t);
         fire(&f, DL_RDZV_FO_TIMER_RETRY, t + 1);
         step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_CONNECTED}, t + 2);
     }
-    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_LOST, .misbehaving = true,
-                                  .why = "bad frame"},
+    step(&f,
+         (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_LOST, .misbehaving = true, .why = "bad frame"},
          t);
     ck_assert(said(&f, DL_RDZV_FO_SAY, "failed 12 times in 110 s (last: bad frame): giving up"));
     const dl_rdzv_fo_action_t *e = must(&f, DL_RDZV_FO_END);
@@ -328,8 +344,7 @@ DL_TEST(a_full_job_is_joined_again_until_join_timeout)
     step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_JOIN_FULL, .why = "the job is full"}, 60);
     ck_assert(!said(&f, DL_RDZV_FO_SAY, "joining again")); /* said once */
     must(&f, DL_RDZV_FO_TIMER_START);
-    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_JOIN_FULL, .why = "the job is full"},
-         110);
+    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_JOIN_FULL, .why = "the job is full"}, 110);
     ck_assert(said(&f, DL_RDZV_FO_ERROR, "the job is full"));
     ck_assert_int_eq(must(&f, DL_RDZV_FO_END)->code, 4);
 }
@@ -366,8 +381,11 @@ static void fx_hosting(fx_t *f)
     refused(f, 100);
     step(f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_SERVED, .serve = DL_RDZV_FO_SERVED}, 100);
     step(f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_CONNECTED}, 100);
-    step(f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_ASSIGNED, .node_rank = 2,
-                                 .successors = SUCCESSORS + 1, .nsuccessors = 2},
+    step(f,
+         (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_ASSIGNED,
+                              .node_rank = 2,
+                              .successors = SUCCESSORS + 1,
+                              .nsuccessors = 2},
          101);
 }
 
@@ -418,12 +436,18 @@ DL_TEST(an_unanswered_probe_is_replaced_after_dead_after)
 DL_TEST(an_endpoint_name_not_yet_published_is_looked_up_again)
 {
     fx_t f;
-    dl_rdzv_fo_opts_t o = {.host = "rdzv.svc", .port = 29400, .join_timeout = 100,
-                           .dead_after = 20, .heartbeat = 5, .may_host = true};
+    dl_rdzv_fo_opts_t o = {.host = "rdzv.svc",
+                           .port = 29400,
+                           .join_timeout = 100,
+                           .dead_after = 20,
+                           .heartbeat = 5,
+                           .may_host = true};
     dl_rdzv_failover_init(&f.fo, &o);
     step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_START}, 1000);
-    dl_rdzv_fo_event_t nx = {.kind = DL_RDZV_FO_EV_CONNECT_FAILED, .fail = DL_RDZV_FO_FAIL_NO_NAME,
-                             .why = "cannot resolve", .name_error = "unknown node"};
+    dl_rdzv_fo_event_t nx = {.kind = DL_RDZV_FO_EV_CONNECT_FAILED,
+                             .fail = DL_RDZV_FO_FAIL_NO_NAME,
+                             .why = "cannot resolve",
+                             .name_error = "unknown node"};
     step(&f, nx, 1000);
     ck_assert(said(&f, DL_RDZV_FO_SAY, "'rdzv.svc' does not resolve yet (unknown node)"));
     ck_assert_uint_eq(must(&f, DL_RDZV_FO_TIMER_START)->ms, DL_RDZV_FO_NAME_RETRY_MS);

@@ -14,9 +14,8 @@ DL_TEST(only_failures_spend_a_restart)
     ck_assert(!dl_rdzv_policy_is_failure(DL_RDZV_CAUSE_NODE_LEFT));
     ck_assert(!dl_rdzv_policy_is_failure(DL_RDZV_CAUSE_COUNT)); /* no cause: a straggler */
     for (int c = 0; c <= DL_RDZV_CAUSE_COUNT; c++) {
-        dl_rdzv_budget_t want = dl_rdzv_policy_is_failure((dl_rdzv_cause_t)c)
-                                    ? DL_RDZV_BUDGET_SPEND
-                                    : DL_RDZV_BUDGET_FREE;
+        dl_rdzv_budget_t want = dl_rdzv_policy_is_failure((dl_rdzv_cause_t)c) ? DL_RDZV_BUDGET_SPEND
+                                                                              : DL_RDZV_BUDGET_FREE;
         ck_assert_int_eq(dl_rdzv_policy_round_end((dl_rdzv_cause_t)c, 0, 3, 0, 3), want);
     }
 }

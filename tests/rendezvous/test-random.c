@@ -98,12 +98,8 @@ static void storm(uint64_t seed)
             break;
         case 3:
         case 4:
-        case 5:
-            ev.kind = DL_RDZV_EV_HEARTBEAT;
-            break;
-        case 6:
-            ev.kind = DL_RDZV_EV_DISCONNECT;
-            break;
+        case 5: ev.kind = DL_RDZV_EV_HEARTBEAT; break;
+        case 6: ev.kind = DL_RDZV_EV_DISCONNECT; break;
         case 7:
             ev.kind = lcg(&s) % 4 ? DL_RDZV_EV_LEAVE : DL_RDZV_EV_WORKER_FAILED;
             ev.report.round = round;
@@ -132,9 +128,7 @@ static void storm(uint64_t seed)
             ev.store.expect_absent = lcg(&s) % 2;
             ev.store.delta = 1;
             break;
-        default:
-            ev.kind = DL_RDZV_EV_TICK;
-            break;
+        default: ev.kind = DL_RDZV_EV_TICK; break;
         }
         fails += dl_rdzv_core_step(h.core, &ev, now, &h.acts) != 0;
         bad += check_step(&h, now);

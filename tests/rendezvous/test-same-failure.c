@@ -3,15 +3,18 @@
 #include <errno.h>
 #include <string.h>
 
-#include "dl-test.h"
 #include "core-internal.h"
+#include "dl-test.h"
 #include "harness.h"
 #include "rdzv-policy.h"
 
 static dl_rdzv_culprit_t worker(int rank, int exit_code, long long step)
 {
-    return (dl_rdzv_culprit_t){.cause = "worker_failed", .node_rank = 1,
-                               .rank = rank, .exit_code = exit_code, .step = step};
+    return (dl_rdzv_culprit_t){.cause = "worker_failed",
+                               .node_rank = 1,
+                               .rank = rank,
+                               .exit_code = exit_code,
+                               .step = step};
 }
 
 DL_TEST(the_rule_compares_rank_cause_and_progress)
@@ -83,8 +86,7 @@ DL_TEST(the_same_failure_three_rounds_in_a_row_fails_the_job_early)
     for (int round = 0; round < 2; round++) {
         gather(&h, &o, 10 * round);
         fail_rank(&h, 2, round, 1, 7, -1, 10 * round + 1);
-        ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.round,
-                         round + 1);
+        ck_assert_int_eq(h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED)->round_changed.round, round + 1);
     }
     gather(&h, &o, 20);
     fail_rank(&h, 2, 2, 1, 7, -1, 21);
@@ -118,8 +120,7 @@ DL_TEST(a_failure_that_changes_spends_the_budget)
     dl_rdzv_job_opts_t o = opts(5, 3);
     for (int round = 0; round < 6; round++) {
         gather(&h, &o, 10 * round);
-        fail_rank(&h, 2, round, seq[round].rank, seq[round].code, seq[round].step,
-                  10 * round + 1);
+        fail_rank(&h, 2, round, seq[round].rank, seq[round].code, seq[round].step, 10 * round + 1);
         if (round < 5)
             ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_ROUND_CHANGED));
     }

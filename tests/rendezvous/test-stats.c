@@ -29,17 +29,29 @@ static void feed(dl__rdzv_stats_t *st, const char *run_id, const char *name, con
 static json_t *snapshot_of(dl__rdzv_stats_t *st, const char *run_id)
 {
     static const dl_rdzv_member_status_t members[] = {
-        {.agent_id = "n0", .host = "h", .slots = 1, .node_rank = 0, .heartbeat_age = 0.5,
+        {.agent_id = "n0",
+         .host = "h",
+         .slots = 1,
+         .node_rank = 0,
+         .heartbeat_age = 0.5,
          .connected = true},
-        {.agent_id = "n1", .host = "h", .slots = 1, .node_rank = 1, .heartbeat_age = 2.0,
+        {.agent_id = "n1",
+         .host = "h",
+         .slots = 1,
+         .node_rank = 1,
+         .heartbeat_age = 2.0,
          .connected = true},
     };
-    dl_rdzv_job_status_t js = {.run_id = run_id, .state = DL_RDZV_JOB_RUNNING, .members = members,
-                               .nmembers = 2, .store_bytes = 42, .store_waits = 1};
+    dl_rdzv_job_status_t js = {.run_id = run_id,
+                               .state = DL_RDZV_JOB_RUNNING,
+                               .members = members,
+                               .nmembers = 2,
+                               .store_bytes = 42,
+                               .store_waits = 1};
     dl_rdzv_status_t status = {.jobs = &js, .njobs = 1};
-    json_t *jobs = json_pack("[{s:s, s:[{s:s, s:f}, {s:s, s:f}]}]", "run_id", run_id, "nodes",
-                             "node_id", "n0", "heartbeat_age", 0.5, "node_id", "n1",
-                             "heartbeat_age", 2.0);
+    json_t *jobs =
+        json_pack("[{s:s, s:[{s:s, s:f}, {s:s, s:f}]}]", "run_id", run_id, "nodes", "node_id", "n0",
+                  "heartbeat_age", 0.5, "node_id", "n1", "heartbeat_age", 2.0);
     return dl__rdzv_stats_snapshot(st, &status, jobs, 5000.0, 3, 7);
 }
 
@@ -62,8 +74,10 @@ DL_TEST(rounds_restarts_and_endings_are_counted)
     DL_CHECK_ERRNO(dl__rdzv_stats_init(&st, 100.0), 0);
     dl__rdzv_stats_join(&st, "j", 10.0);
     feed(&st, "j", "rendezvous", "{\"round\": 0}", 10.25);
-    feed(&st, "j", "round_changed", "{\"round\": 1, \"reason\": \"rank 1 exited\", "
-                                    "\"cause\": \"worker_failed\"}", 20.0);
+    feed(&st, "j", "round_changed",
+         "{\"round\": 1, \"reason\": \"rank 1 exited\", "
+         "\"cause\": \"worker_failed\"}",
+         20.0);
     feed(&st, "j", "rendezvous", "{\"round\": 1}", 22.0);
     feed(&st, "j", "log", "{\"level\": \"warning\", \"text\": \"round 0 -> 1\"}", 20.0);
     feed(&st, "j", "job_end", "{\"status\": \"succeeded\"}", 30.0);
@@ -75,8 +89,8 @@ DL_TEST(rounds_restarts_and_endings_are_counted)
     json_t *snap = snapshot_of(&st, "j");
     ck_assert_ptr_nonnull(snap);
     json_t *job = json_array_get(json_object_get(snap, "jobs"), 0);
-    ck_assert_int_eq(json_integer_value(json_object_get(
-                         json_object_get(job, "restarts_by_cause"), "worker_failed")),
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(job, "restarts_by_cause"),
+                                                        "worker_failed")),
                      1);
     json_t *h0 = json_array_get(json_object_get(job, "history"), 0);
     ck_assert_str_eq(json_string_value(json_object_get(h0, "cause")), "worker_failed");
@@ -88,9 +102,8 @@ DL_TEST(rounds_restarts_and_endings_are_counted)
     ck_assert(fabs(json_real_value(json_object_get(n1, "last_heartbeat")) - 4998.0) < 1e-9);
     json_t *srv = json_object_get(snap, "server");
     ck_assert_int_eq(json_integer_value(json_object_get(srv, "connections")), 3);
-    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(srv, "ended"),
-                                                        "succeeded")),
-                     1);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(srv, "ended"), "succeeded")), 1);
     json_t *rs = json_object_get(json_object_get(srv, "histograms"), "round_seconds");
     ck_assert_int_eq(json_integer_value(json_object_get(rs, "count")), 2);
     ck_assert_int_eq(json_array_size(json_object_get(rs, "counts")), DL__RDZV_HIST_BUCKETS + 1);

@@ -9,8 +9,8 @@
 #include "harness.h"
 #include "torch-codec.h"
 
-static const dl_torch_limits_t lim = {.max_key_len = 16, .max_value_len = 32, .max_keys = 4,
-                                      .max_query_len = 1024};
+static const dl_torch_limits_t lim = {
+    .max_key_len = 16, .max_value_len = 32, .max_keys = 4, .max_query_len = 1024};
 
 /* Appends a u64 little-endian length and the bytes. */
 static size_t str(uint8_t *p, size_t at, const char *s, size_t n)
@@ -36,9 +36,9 @@ DL_TEST(torch_113_set_and_add_as_captured)
 {
     /* What torch 1.13's TCPStore sent for set("ab", "xyz") and add("c", 5): it puts "/" in
      * front of every key and sends no handshake. */
-    static const uint8_t wire[] = {0x00, 3, 0, 0, 0, 0, 0, 0, 0, '/', 'a', 'b', 3, 0, 0, 0,
-                                   0,    0, 0, 0, 'x', 'y', 'z', 0x03, 2, 0, 0, 0, 0, 0, 0, 0,
-                                   '/',  'c', 5, 0, 0, 0, 0, 0, 0, 0};
+    static const uint8_t wire[] = {0x00, 3, 0, 0, 0,   0,   0,   0,   0,   '/',  'a', 'b', 3, 0,
+                                   0,    0, 0, 0, 0,   0,   'x', 'y', 'z', 0x03, 2,   0,   0, 0,
+                                   0,    0, 0, 0, '/', 'c', 5,   0,   0,   0,    0,   0,   0, 0};
     dl_torch_dialect_t d = DL_TORCH_DIALECT_UNKNOWN;
     dl_torch_query_t q;
     char err[128];
@@ -62,29 +62,23 @@ DL_TEST(v1_numbering)
     static const struct {
         uint8_t type;
         dl_torch_op_t op;
-    } table[] = {{1, DL_TORCH_Q_COMPARE_SET}, {2, DL_TORCH_Q_GET},       {4, DL_TORCH_Q_CHECK},
+    } table[] = {{1, DL_TORCH_Q_COMPARE_SET}, {2, DL_TORCH_Q_GET},        {4, DL_TORCH_Q_CHECK},
                  {5, DL_TORCH_Q_WAIT},        {6, DL_TORCH_Q_GETNUMKEYS}, {7, DL_TORCH_Q_WATCH_KEY},
                  {8, DL_TORCH_Q_DELETE_KEY},  {9, DL_TORCH_Q_APPEND}};
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
         uint8_t q[128] = {table[i].type};
         size_t n = 1;
         switch (table[i].op) {
-        case DL_TORCH_Q_COMPARE_SET:
-            n = str(q, str(q, str(q, 1, "k", 1), "a", 1), "b", 1);
-            break;
+        case DL_TORCH_Q_COMPARE_SET: n = str(q, str(q, str(q, 1, "k", 1), "a", 1), "b", 1); break;
         case DL_TORCH_Q_CHECK:
         case DL_TORCH_Q_WAIT:
             q[1] = 2;
             memset(q + 2, 0, 7);
             n = str(q, str(q, 9, "k1", 2), "k2", 2);
             break;
-        case DL_TORCH_Q_APPEND:
-            n = str(q, str(q, 1, "k", 1), "v", 1);
-            break;
-        case DL_TORCH_Q_GETNUMKEYS:
-            break;
-        default:
-            n = str(q, 1, "k", 1);
+        case DL_TORCH_Q_APPEND: n = str(q, str(q, 1, "k", 1), "v", 1); break;
+        case DL_TORCH_Q_GETNUMKEYS: break;
+        default: n = str(q, 1, "k", 1);
         }
         dl_torch_query_t got;
         whole_only(q, n, DL_TORCH_DIALECT_V1, &got);

@@ -51,7 +51,7 @@ DL_TEST(caps_refuse_a_push_and_change_nothing)
 {
     /* 3 items, 10 bytes: a queue's name counts once, its values each time. */
     dl__tqueues_t *q = dl__tqueues_new(3, 10);
-    ck_assert_int_eq(dl__tqueues_push(q, "qq", 2, "abcd", 4), 0);  /* 6 bytes */
+    ck_assert_int_eq(dl__tqueues_push(q, "qq", 2, "abcd", 4), 0); /* 6 bytes */
     DL_CHECK_ERRNO(dl__tqueues_push(q, "qq", 2, "abcde", 5), -ENOSPC);
     ck_assert_int_eq(dl__tqueues_push(q, "qq", 2, "abcd", 4), 0);  /* 10 bytes */
     ck_assert_int_eq(dl__tqueues_push(q, "r", 1, "", 0), -ENOSPC); /* its name: 11 */

@@ -133,27 +133,12 @@ DL_TEST(key_table_covers_every_key)
                           err);
     }
     ck_assert_uint_ge(n, 20);
-    const char *required[] = {"dataset_dir",
-                              "layers",
-                              "activation",
-                              "batch_size",
-                              "epochs",
-                              "steps",
-                              "lr",
-                              "momentum",
-                              "weight_decay",
-                              "lr_scaling",
-                              "warmup_steps",
-                              "schedule",
-                              "seed",
-                              "bucket_bytes",
-                              "overlap",
-                              "fail_at_step",
-                              "fail_rank",
-                              "checkpoint_dir",
-                              "checkpoint_every",
-                              "eval_every",
-                              "summary_file"};
+    const char *required[] = {
+        "dataset_dir",  "layers",    "activation",     "batch_size",       "epochs",
+        "steps",        "lr",        "momentum",       "weight_decay",     "lr_scaling",
+        "warmup_steps", "schedule",  "seed",           "bucket_bytes",     "overlap",
+        "fail_at_step", "fail_rank", "checkpoint_dir", "checkpoint_every", "eval_every",
+        "summary_file"};
     for (size_t r = 0; r < sizeof(required) / sizeof(required[0]); r++) {
         bool found = false;
         for (size_t i = 0; i < n; i++)

@@ -166,8 +166,9 @@ DL_TEST(loss_falls_and_summary_is_written)
     unsigned long long step = 0, steps = 0, covered = 0;
     double compute = -1, wait = -1, loss = -1, samples = -1;
     for (char *line = strtok(beats, "\n"); line != NULL; line = strtok(NULL, "\n")) {
-        ck_assert_msg(sscanf(line, "step=%llu steps=%llu compute_ms=%lf wait_ms=%lf loss=%lf "
-                                   "samples=%lf",
+        ck_assert_msg(sscanf(line,
+                             "step=%llu steps=%llu compute_ms=%lf wait_ms=%lf loss=%lf "
+                             "samples=%lf",
                              &step, &steps, &compute, &wait, &loss, &samples) == 6,
                       "%s", line);
         covered += steps;

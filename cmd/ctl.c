@@ -134,16 +134,20 @@ static void print_status(const json_t *job)
            (long long)json_integer_value(json_object_get(job, "world_size")));
     if (json_object_get(job, "failure") != NULL)
         printf("  failure: %s\n", field(job, "failure", text, sizeof(text)));
-    long long keys = json_integer_value(json_object_get(job, "keys"));
-    long long bytes = json_integer_value(json_object_get(job, "store_bytes"));
-    long long waits = json_integer_value(json_object_get(job, "store_waits"));
-    printf("  store: %lld key%s, %lld byte%s, %lld wait%s", keys, keys == 1 ? "" : "s", bytes,
-           bytes == 1 ? "" : "s", waits, waits == 1 ? "" : "s");
-    if (json_object_get(job, "store_clients") != NULL) {
-        long long clients = json_integer_value(json_object_get(job, "store_clients"));
-        printf(", %lld torch client%s", clients, clients == 1 ? "" : "s");
+    /* An etcd job's store is in node 0's agent, and its answer has no figures: no line of
+     * zeros that would read as an empty store. */
+    if (json_object_get(job, "keys") != NULL) {
+        long long keys = json_integer_value(json_object_get(job, "keys"));
+        long long bytes = json_integer_value(json_object_get(job, "store_bytes"));
+        long long waits = json_integer_value(json_object_get(job, "store_waits"));
+        printf("  store: %lld key%s, %lld byte%s, %lld wait%s", keys, keys == 1 ? "" : "s", bytes,
+               bytes == 1 ? "" : "s", waits, waits == 1 ? "" : "s");
+        if (json_object_get(job, "store_clients") != NULL) {
+            long long clients = json_integer_value(json_object_get(job, "store_clients"));
+            printf(", %lld torch client%s", clients, clients == 1 ? "" : "s");
+        }
+        printf("\n");
     }
-    printf("\n");
     /* In-job recovery (docs/recovery.md): each is one of the restarts above. */
     const json_t *rec = json_object_get(job, "recovery");
     if (rec != NULL) {

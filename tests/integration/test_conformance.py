@@ -62,10 +62,6 @@ BUGS = {
     ("etcd", "journal round_changed fields"):
         "etcd: `dlaunch events`' round_changed carries `failure` (not in docs/control.md), "
         "which names a signal by its number (9) where every other place says \"SIGKILL\"",
-    ("etcd", "status shows no store figures"):
-        "etcd: `dlaunch status` prints 'store: 0 keys, 0 bytes, 0 waits' where docs/etcd.md "
-        "says it shows no store figures (cmd/ctl.c print_status prints the line whether or "
-        "not the answer has them)",
     ("etcd", "status in-job recoveries"):
         "etcd: `dlaunch status` has no `recovery` (no 'in-job recoveries' line) for a job "
         "with --recovery in-job (docs/recovery.md: dlaunch status shows the recoveries)",
@@ -95,8 +91,8 @@ class Job(faultlib.Job):
     def __init__(self, case, command=None, nodes="2", extra=(), train=None, env=None,
                  http=False):
         self.case, self.http = case, http and case.backend == "embedded"
-        # --dead-after 3, not bench/faults' 1: a rendezvous whose process stalls that long (a
-        # busy machine) takes its members for dead, its own agent too (reported on issue #30).
+        # --dead-after 3, not bench/faults' 1: a rendezvous whose process a busy machine stalls
+        # for longer than --dead-after is lost to the other agents, as a dead one would be.
         super().__init__(nodes=2, workers=2, heartbeat=0.2, dead_after=3, extra=extra,
                          train=train, dlaunchd=case.backend == "dlaunchd", root=case.dir,
                          subset=case.data if train is not None else case.dir,

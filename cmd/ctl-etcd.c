@@ -346,6 +346,10 @@ static void print_events(follow_t *f, const json_t *kvs, bool events_form)
         snprintf(evprefix, sizeof(evprefix), "%sev/", f->c->prefix);
         if (strncmp(kv.key, evprefix, strlen(evprefix)) == 0) {
             json_t *ev = json_loadb(kv.value, kv.value_len, 0, NULL);
+            /* seq (docs/control.md): the revision that made the event, which every reader sees
+             * alike and which grows in the events' order. */
+            if (json_is_object(ev))
+                json_object_set_new(ev, "seq", json_integer(kv.create_revision));
             if (ev != NULL)
                 json_object_set_new(sorted, kv.key, ev);
         }

@@ -708,8 +708,10 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
     json_object_del(state, "master_port");
     json_object_del(state, "store_addr");
     json_t *ev = event("round_changed", now);
-    json_object_update_new(ev, json_pack("{s:i, s:s, s:s, s:O}", "round", round + 1, "reason",
-                                         reason, "cause", cause_name(cause), "failure", who));
+    /* The journal's fields as every backend writes them (docs/control.md); the culprit is the
+     * state's, where the agents read it. */
+    json_object_update_new(ev, json_pack("{s:i, s:s, s:s}", "round", round + 1, "reason", reason,
+                                         "cause", cause_name(cause)));
     json_array_append_new(ops, put(dl__ejob_key(v->prefix, "state"), state, 0));
     json_array_append_new(ops, put(event_key(v, round + 1, 0), ev, 0));
     json_array_append_new(

@@ -340,6 +340,8 @@ DL_TEST(rounds_spend_restarts_on_failures_only)
     ck_assert_str_eq(json_string_value(json_object_get(s, "failure")), "rank 0 exited");
     json_t *ev = put_of(t, "ev/00000003-0");
     ck_assert_str_eq(json_string_value(json_object_get(ev, "event")), "round_changed");
+    ck_assert_str_eq(json_string_value(json_object_get(ev, "cause")), "worker_failed");
+    ck_assert_ptr_null(json_object_get(ev, "failure")); /* the journal's fields alone */
     json_decref(ev);
     json_decref(s);
     json_decref(t);

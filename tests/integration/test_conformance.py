@@ -57,11 +57,6 @@ BUGS = {
         "etcd: the round change's text (the restart event's diagnosis, the failure summary) "
         "ends at the culprit; the failing agent's '; where the ranks were' part is dropped "
         "(docs/events.md: it ends with where the ranks were)",
-    ("etcd", "journal seq"):
-        "etcd: `dlaunch events` prints no `seq` (docs/control.md: every event has one)",
-    ("etcd", "journal round_changed fields"):
-        "etcd: `dlaunch events`' round_changed carries `failure` (not in docs/control.md), "
-        "which names a signal by its number (9) where every other place says \"SIGKILL\"",
     ("etcd", "status in-job recoveries"):
         "etcd: `dlaunch status` has no `recovery` (no 'in-job recoveries' line) for a job "
         "with --recovery in-job (docs/recovery.md: dlaunch status shows the recoveries)",
@@ -71,8 +66,6 @@ BUGS = {
     ("etcd", "status_node_fields"):
         "etcd: `dlaunch status --json`'s nodes have `first_rank`, the other backends' not "
         "(docs/control.md)",
-    ("etcd", "journal"):
-        "etcd: `dlaunch events` has no `seq`, and `failure` in round_changed (above)",
 }
 
 # Every worker says who it is, then waits for the test's word (a file) on the job's first

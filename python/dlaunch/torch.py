@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch as _torch
 import torch.distributed as _dist
 
+from . import buckets as _buckets
 from . import recorder as _rec
 from .beat import Beats
 from .recorder import Recorder
@@ -145,8 +146,10 @@ class Watch:
                 self._auto_step()
         self._handles.append(model.register_forward_pre_hook(pre_forward))
         if buckets and isinstance(model, _torch.nn.parallel.DistributedDataParallel):
+            state = _buckets.Buckets(getattr(model, "process_group", self.group), self.op_start,
+                                     self.op_end, _originals.get("all_reduce", _dist.all_reduce))
             try:
-                model.register_comm_hook(self, _bucket_hook)
+                model.register_comm_hook(state, _buckets.hook)
             except RuntimeError as e:  # the user's own hook came first
                 _warn(f"rank {self.rank}: gradient buckets not recorded: {e}")
 
@@ -188,27 +191,6 @@ def _settle_at_exit() -> None:
     if left:
         _warn(f"rank {w.rank}: {left} collectives still unfinished at exit after "
               f"{SETTLE_AT_EXIT_S:.0f} s; exit may hang in the process group's destructor")
-
-
-def _bucket_hook(w, bucket):  # type: ignore[no-untyped-def]
-    """DDP's default (average the bucket over the ranks), with the all-reduce recorded from the
-    moment this rank enters it to the moment its result is there. Without annotations: DDP
-    refuses a hook whose annotations are not its own classes, and this module's are strings."""
-    t = bucket.buffer()
-    t.div_(w.world)
-    seq = w.op_start(_rec.ALL_REDUCE, t.numel() * t.element_size())
-    fut = _originals.get("all_reduce", _dist.all_reduce)(t, group=w.group,
-                                                          async_op=True).get_future()
-
-    def done(f: _torch.futures.Future) -> _torch.Tensor:
-        try:
-            v = f.value()[0]
-        except Exception:
-            w.op_end(seq, False)
-            raise
-        w.op_end(seq, True)
-        return v
-    return fut.then(w.callback(done))
 
 
 def _wrap(name: str, op: int, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -32,15 +32,13 @@ class Buckets:
     op_start and op_end are the watch's (recorder and wait time)."""
 
     def __init__(self, group: Any, op_start: Callable[[int, int], int],
-                 op_end: Callable[[int, bool], None],
-                 all_reduce: Callable[..., Any] = _dist.all_reduce) -> None:
-        self.group = group
+                 op_end: Callable[[int, bool], None]) -> None:
+        self.group = group  # the ProcessGroup object itself (DDP's process_group)
         # DDP's default multiplies each gradient by 1/world as it copies it into the bucket; the
         # same product here keeps the result bitwise DDP's own.
         self.scale = 1.0 / _dist.get_world_size(group)
         self.op_start = op_start
         self.op_end = op_end
-        self.all_reduce = all_reduce
         self.pending: list[_Pending] = []
 
     def collect(self, done_only: bool) -> None:
@@ -79,7 +77,9 @@ def hook(state, bucket):  # type: ignore[no-untyped-def]
     t = bucket.buffer()
     t.mul_(b.scale)
     seq = b.op_start(_rec.ALL_REDUCE, t.numel() * t.element_size())
-    work = b.all_reduce(t, group=b.group, async_op=True)
+    # The group's own allreduce (a sum, as DDP's), without torch.distributed's checks in Python:
+    # they cost more than the rest of the hook, and DDP has made them when it took the group.
+    work = b.group.allreduce([t])
     fut: _torch.futures.Future[Any] = _torch.futures.Future()
     b.pending.append(_Pending(seq, work, fut, t))
     # Every bucket's all-reduce is started before the last one's hook, and the reducer waits

@@ -146,8 +146,7 @@ class Watch:
                 self._auto_step()
         self._handles.append(model.register_forward_pre_hook(pre_forward))
         if buckets and isinstance(model, _torch.nn.parallel.DistributedDataParallel):
-            state = _buckets.Buckets(getattr(model, "process_group", self.group), self.op_start,
-                                     self.op_end, _originals.get("all_reduce", _dist.all_reduce))
+            state = _buckets.Buckets(model.process_group, self.op_start, self.op_end)
             try:
                 model.register_comm_hook(state, _buckets.hook)
             except RuntimeError as e:  # the user's own hook came first

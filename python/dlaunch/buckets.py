@@ -79,7 +79,11 @@ def hook(state, bucket):  # type: ignore[no-untyped-def]
     seq = b.op_start(_rec.ALL_REDUCE, t.numel() * t.element_size())
     # The group's own allreduce (a sum, as DDP's), without torch.distributed's checks in Python:
     # they cost more than the rest of the hook, and DDP has made them when it took the group.
-    work = b.group.allreduce([t])
+    try:
+        work = b.group.allreduce([t])
+    except Exception:
+        b.op_end(seq, False)
+        raise
     fut: _torch.futures.Future[Any] = _torch.futures.Future()
     b.pending.append(_Pending(seq, work, fut, t))
     # Every bucket's all-reduce is started before the last one's hook, and the reducer waits

@@ -1,8 +1,9 @@
 """One call for a PyTorch DDP job: `dlaunch.torch.watch(ddp_model)` after init_process_group.
 
 It hooks PyTorch only where PyTorch offers hooks: a DDP communication hook (each gradient
-bucket's all-reduce, recorded as it starts and as its future completes), a forward pre-hook on
-the model (a step starts where a forward starts, and the batch's first dimension is its samples),
+bucket's all-reduce, recorded as it starts and when this rank sees it done: buckets.py), a
+forward pre-hook on the model (a step starts where a forward starts, and the batch's first
+dimension is its samples),
 the optimizer's step hook where PyTorch has one (2.0 and later), and the public functions of
 torch.distributed, wrapped where they are looked up (torch.distributed.all_reduce and the
 others; a name imported before watch() keeps the unwrapped function). docs/python.md."""
@@ -226,10 +227,10 @@ def watch(model: Any = None, optimizer: Any = None, group: Any = None,
     stacks on the agent's request. Call after init_process_group; model is the
     DistributedDataParallel module (or any module whose forward starts a step), optimizer (with
     PyTorch 2.0 or later) ends a step at its step(). buckets=False leaves DDP's own C++ all-reduce
-    in place of the recording hook: a Python communication hook, ours or PyTorch's own, costs a
-    small model's steps several percent (docs/performance.md); the buckets' all-reduces are then
-    not in the recorder, nor in the wait time. Outside dlaunch, returns None and changes
-    nothing."""
+    in place of the recording hook (which costs a small model about 2% of its CPU a step, any
+    Python communication hook's price in PyTorch 1.13: docs/performance.md); the buckets'
+    all-reduces are then not in the recorder, nor in the wait time. Outside dlaunch, returns None
+    and changes nothing."""
     global _current
     if _current is not None:
         return _current

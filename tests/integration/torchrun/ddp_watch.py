@@ -6,10 +6,10 @@ Step k (1, 2, ...) is one forward, backward and optimizer step; the model's grad
 DDP bucket. Before the training loop every rank makes one all_reduce of its own (the recorder's
 #1), so step k's bucket is the recorder's #k+1. hang_at=K: rank 1 sleeps forever before step K's
 backward. slow_rank=R: rank R computes three times what the others do (more forward passes,
-real work, not sleep). bucket_kb=KB: DDP buckets of KB kilobytes, the first one too (several a
-step from step 2, when DDP rebuilds its buckets; rank 0 prints how many), and a twin of the model with DDP's own C++ all-reduce trained
-beside it on the same data; rank 0 prints whether the two end with the same bits. Rank 0 prints
-"done N steps" at the end."""
+real work, not sleep). bucket_kb=KB: DDP buckets of KB kilobytes, the first one too (several
+a step from step 2, when DDP rebuilds its buckets; rank 0 prints how many), and a twin of the
+model with DDP's own C++ all-reduce trained beside it on the same data; rank 0 prints whether
+the two end with the same bits. Rank 0 prints "done N steps" at the end."""
 import copy
 import sys
 import time

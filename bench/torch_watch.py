@@ -1,8 +1,10 @@
 """What dlaunch.torch.watch costs a small DDP model, side by side in one job: every rank holds
-three identical DDP models over the same data, one plain, one watched (beats, recorder, the
+four identical DDP models over the same data, one plain, one watched (beats, recorder, the
 wrapped calls; with `buckets` also the recording communication hook) and, for reference, one with
-PyTorch's own Python communication hook (default_hooks.allreduce_hook, what DDP does in C++ by
-default), and trains them in turn in blocks of steps, so load on the machine falls on all alike.
+DDP's builtin C++ ALLREDUCE communication hook (the floor of any hook: DDP's default done as a
+hook) and one with PyTorch's own Python communication hook (default_hooks.allreduce_hook, the
+same in Python, with its `fut.then` callback), and trains them in turn in blocks of steps, so load
+on the machine falls on all alike.
 Rank 0 prints the plain model's steps a second (the median block) and each model's ratio to
 plain, the median over rounds of that round's ratio, for steps a second and for the process's
 CPU time a step. Run it under dlaunch (the watched model's beats and recorder need the agent),
@@ -23,13 +25,15 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 import dlaunch.torch
 
 
-def make(hidden, torch_hook=False):
+def make(hidden, hook=None):
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(256, hidden), torch.nn.ReLU(),
                               torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
                               torch.nn.Linear(hidden, 10))
     model = torch.nn.parallel.DistributedDataParallel(net)
-    if torch_hook:
+    if hook == "builtin":
+        model._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
+    elif hook == "python":
         model.register_comm_hook(None, default_hooks.allreduce_hook)
     return model, torch.optim.SGD(model.parameters(), lr=0.01)
 
@@ -54,7 +58,8 @@ def main():
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     models = {"plain": make(hidden), "watched": make(hidden),
-              "torch's Python hook": make(hidden, torch_hook=True)}
+              "DDP's C++ hook": make(hidden, "builtin"),
+              "torch's Python hook": make(hidden, "python")}
     w = dlaunch.torch.watch(*models["watched"], buckets=buckets)
     x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
     for m in models.values():

@@ -30,11 +30,14 @@ RUNNING, DONE, FAILED = 2, 3, 4
 _HEAD = struct.Struct("<IBBBB")           # ver, op, state, algo, dtype
 _BODY = struct.Struct("<QQQQii")          # seq, bytes, t_start, t_end, error, root
 _HEADER = struct.Struct("<IIIIiiiIQQQ16s")  # after the magic
+_VERSION = struct.Struct("<I")
+_ISSUED = struct.Struct("<Q")
 
 
 class Recorder:
-    """Writes operations as they start and end. Safe from several threads under the GIL (the
-    training loop starts them, PyTorch's completion threads end them)."""
+    """Writes operations as they start and end. One thread at a time: the training loop starts
+    them and PyTorch's completion threads may end them, so a caller on several threads holds a
+    lock around each call (dlaunch.torch's Watch does)."""
 
     def __init__(self, path: str, rank: int, world_size: int, transport: str) -> None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -58,20 +61,24 @@ class Recorder:
         struct.pack_into("<Q", m, 0, MAGIC)
         self.seq = 0
         self.path = path
+        # What this writer last wrote in each slot (the file is ours alone: flock), so that
+        # writing an entry reads nothing back from the page.
+        self._versions = [0] * CAPACITY
+        self._open: list[tuple[int, int, int, int, int]] = [(0, 0, 0, 0, 0)] * CAPACITY
 
     def start(self, op: int, nbytes: int, root: int = -1) -> int:
         """Records operation op as entered now; returns its sequence number."""
         self.seq += 1
         seq = self.seq
-        self._write(seq, op, RUNNING, nbytes, time.monotonic_ns(), 0, 0, root)
-        struct.pack_into("<Q", self._map, ISSUED_AT, seq)
+        t_start = time.monotonic_ns()
+        self._open[seq % CAPACITY] = (seq, op, nbytes, t_start, root)
+        self._write(seq, op, RUNNING, nbytes, t_start, 0, 0, root)
+        _ISSUED.pack_into(self._map, ISSUED_AT, seq)
         return seq
 
     def end(self, seq: int, ok: bool = True) -> None:
         """Records operation seq as done (or failed) now, unless the ring has moved past it."""
-        off = HEADER_BYTES + (seq % CAPACITY) * ENTRY_BYTES
-        ver, op, _, algo, dtype = _HEAD.unpack_from(self._map, off)
-        got, nbytes, t_start, _, _, root = _BODY.unpack_from(self._map, off + 8)
+        got, op, nbytes, t_start, root = self._open[seq % CAPACITY]
         if got != seq:
             return
         self._write(seq, op, DONE if ok else FAILED, nbytes, t_start, time.monotonic_ns(),
@@ -80,12 +87,13 @@ class Recorder:
     def _write(self, seq: int, op: int, state: int, nbytes: int, t_start: int, t_end: int,
                error: int, root: int) -> None:
         m = self._map
-        off = HEADER_BYTES + (seq % CAPACITY) * ENTRY_BYTES
-        ver = struct.unpack_from("<I", m, off)[0]
-        ver = ver + 1 if ver % 2 == 0 else ver  # odd: being changed
-        struct.pack_into("<I", m, off, ver)
+        slot = seq % CAPACITY
+        off = HEADER_BYTES + slot * ENTRY_BYTES
+        ver = self._versions[slot] + 2
+        self._versions[slot] = ver
+        _VERSION.pack_into(m, off, ver - 1)  # odd: being changed
         _BODY.pack_into(m, off + 8, seq, nbytes, t_start, t_end, error, root)
-        _HEAD.pack_into(m, off, ver + 1, op, state, 0, 0)  # even again, with what changed
+        _HEAD.pack_into(m, off, ver, op, state, 0, 0)  # even again, with what changed
 
     @classmethod
     def from_env(cls, rank: int, world_size: int, transport: str) -> Recorder | None:

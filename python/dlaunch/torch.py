@@ -1,8 +1,9 @@
 """One call for a PyTorch DDP job: `dlaunch.torch.watch(ddp_model)` after init_process_group.
 
 It hooks PyTorch only where PyTorch offers hooks: a DDP communication hook (each gradient
-bucket's all-reduce, recorded as it starts and as its future completes), a forward pre-hook on
-the model (a step starts where a forward starts, and the batch's first dimension is its samples),
+bucket's all-reduce, recorded as it starts and when this rank sees it done: buckets.py), a
+forward pre-hook on the model (a step starts where a forward starts, and the batch's first
+dimension is its samples),
 the optimizer's step hook where PyTorch has one (2.0 and later), and the public functions of
 torch.distributed, wrapped where they are looked up (torch.distributed.all_reduce and the
 others; a name imported before watch() keeps the unwrapped function). docs/python.md."""
@@ -20,6 +21,7 @@ from typing import Any, Callable
 import torch as _torch
 import torch.distributed as _dist
 
+from . import buckets as _buckets
 from . import recorder as _rec
 from .beat import Beats
 from .recorder import Recorder
@@ -145,8 +147,9 @@ class Watch:
                 self._auto_step()
         self._handles.append(model.register_forward_pre_hook(pre_forward))
         if buckets and isinstance(model, _torch.nn.parallel.DistributedDataParallel):
+            state = _buckets.Buckets(model.process_group, self.op_start, self.op_end)
             try:
-                model.register_comm_hook(self, _bucket_hook)
+                model.register_comm_hook(state, _buckets.hook)
             except RuntimeError as e:  # the user's own hook came first
                 _warn(f"rank {self.rank}: gradient buckets not recorded: {e}")
 
@@ -190,27 +193,6 @@ def _settle_at_exit() -> None:
               f"{SETTLE_AT_EXIT_S:.0f} s; exit may hang in the process group's destructor")
 
 
-def _bucket_hook(w, bucket):  # type: ignore[no-untyped-def]
-    """DDP's default (average the bucket over the ranks), with the all-reduce recorded from the
-    moment this rank enters it to the moment its result is there. Without annotations: DDP
-    refuses a hook whose annotations are not its own classes, and this module's are strings."""
-    t = bucket.buffer()
-    t.div_(w.world)
-    seq = w.op_start(_rec.ALL_REDUCE, t.numel() * t.element_size())
-    fut = _originals.get("all_reduce", _dist.all_reduce)(t, group=w.group,
-                                                          async_op=True).get_future()
-
-    def done(f: _torch.futures.Future) -> _torch.Tensor:
-        try:
-            v = f.value()[0]
-        except Exception:
-            w.op_end(seq, False)
-            raise
-        w.op_end(seq, True)
-        return v
-    return fut.then(w.callback(done))
-
-
 def _wrap(name: str, op: int, fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -245,10 +227,10 @@ def watch(model: Any = None, optimizer: Any = None, group: Any = None,
     stacks on the agent's request. Call after init_process_group; model is the
     DistributedDataParallel module (or any module whose forward starts a step), optimizer (with
     PyTorch 2.0 or later) ends a step at its step(). buckets=False leaves DDP's own C++ all-reduce
-    in place of the recording hook: a Python communication hook, ours or PyTorch's own, costs a
-    small model's steps several percent (docs/performance.md); the buckets' all-reduces are then
-    not in the recorder, nor in the wait time. Outside dlaunch, returns None and changes
-    nothing."""
+    in place of the recording hook (which costs a small model about 2% of its CPU a step, any
+    Python communication hook's price in PyTorch 1.13: docs/performance.md); the buckets'
+    all-reduces are then not in the recorder, nor in the wait time. Outside dlaunch, returns None
+    and changes nothing."""
     global _current
     if _current is not None:
         return _current

@@ -113,6 +113,23 @@ class Python(dltest.Case):
         self.assertIn(rec[-1][:3], [(n, "all-reduce", "running"), (n, "all-reduce", "failed")])
         self.assertTrue(all(r[2] == "done" for r in rec[:-1]), rec)
 
+    def test_several_buckets_a_step_are_recorded_done_with_ddps_own_bits(self):
+        # 2 KB buckets: the 38 KB model makes several a step once DDP rebuilds them (step 2);
+        # the hook's futures of all but the last bucket are completed by the last one's hook.
+        steps = 20
+        self.script_args = [str(steps), "bucket_kb=2"]
+        p = self.run_job("--nproc-per-node", "2")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("same bits as DDP's own all-reduce: True", p.stdout)
+        attempt = os.path.join(self.dir, "dlaunch_logs", "job", "attempt_0")
+        recs = [test_diag.read_recorder(os.path.join(attempt, f"rank_{r}.rec")) for r in (0, 1)]
+        self.assertEqual([e[:3] for e in recs[0]], [e[:3] for e in recs[1]])
+        self.assertGreaterEqual(int(re.search(r"buckets a step: (\d+)", p.stdout).group(1)), 2)
+        # #1 is the all_reduce before the loop; then step 1's bucket(s) and the later steps'.
+        self.assertGreater(recs[0][-1][0], 1 + 1 + 2 * (steps - 1) - 1, recs[0])
+        # Every bucket is recorded done once its step is over, not left running.
+        self.assertTrue(all(e[1:3] == ("all-reduce", "done") for e in recs[0]), recs[0])
+
     def stragglers(self):
         return [e for e in self.events() if e["event"] == "straggler"]
 

@@ -1,13 +1,16 @@
 """A small PyTorch DDP job (gloo, CPU) watched by dlaunch.torch.watch, for test_python.py.
 
-    ddp_watch.py STEPS [hang_at=K] [slow_rank=R] [wrapped_call]
+    ddp_watch.py STEPS [hang_at=K] [slow_rank=R] [bucket_kb=KB]
 
 Step k (1, 2, ...) is one forward, backward and optimizer step; the model's gradients make one
 DDP bucket. Before the training loop every rank makes one all_reduce of its own (the recorder's
 #1), so step k's bucket is the recorder's #k+1. hang_at=K: rank 1 sleeps forever before step K's
 backward. slow_rank=R: rank R computes three times what the others do (more forward passes,
-real work, not sleep). Rank 0 prints "done N steps" at the end."""
-import os
+real work, not sleep). bucket_kb=KB: DDP buckets of KB kilobytes, the first one too (several
+a step from step 2, when DDP rebuilds its buckets; rank 0 prints how many), and a twin of the
+model with DDP's own C++ all-reduce trained beside it on the same data; rank 0 prints whether
+the two end with the same bits. Rank 0 prints "done N steps" at the end."""
+import copy
 import sys
 import time
 
@@ -22,12 +25,22 @@ def main():
     opts = dict(a.split("=", 1) for a in sys.argv[2:])
     hang_at = int(opts.get("hang_at", 0))
     slow_rank = int(opts.get("slow_rank", -1))
+    bucket_kb = float(opts.get("bucket_kb", 0))
     dist.init_process_group("gloo", init_method="env://")
     rank = dist.get_rank()
     torch.manual_seed(0)
     torch.set_num_threads(1)
     net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
-    model = torch.nn.parallel.DistributedDataParallel(net)
+    ddp = torch.nn.parallel.DistributedDataParallel
+    twin = None
+    if bucket_kb:
+        twin_net = copy.deepcopy(net)
+        dist._DEFAULT_FIRST_BUCKET_BYTES = int(bucket_kb * 1024)  # 1 MB: the model's all
+        model = ddp(net, bucket_cap_mb=bucket_kb / 1024)
+        twin = ddp(twin_net, bucket_cap_mb=bucket_kb / 1024)
+        twin_opt = torch.optim.SGD(twin.parameters(), lr=0.01)
+    else:
+        model = ddp(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     watched = dlaunch.torch.watch(model, opt)
     print(f"rank {rank}: watched={watched is not None}", flush=True)
@@ -48,6 +61,14 @@ def main():
                 time.sleep(3600)
         loss.backward()
         opt.step()
+        if twin is not None:
+            twin_opt.zero_grad()
+            torch.nn.functional.cross_entropy(twin(x), y).backward()
+            twin_opt.step()
+    if twin is not None and rank == 0:
+        same = all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))
+        print(f"same bits as DDP's own all-reduce: {same}", flush=True)
+        print(f"buckets a step: {len(model.reducer._get_zeros_like_grad_buckets())}", flush=True)
     dist.destroy_process_group()
     if rank == 0:
         print(f"done {steps} steps", flush=True)

@@ -225,11 +225,6 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-# A step credential lives 20 s instead of 120: a requeued job waits out this lifetime (+1 s)
-# before it may start again (slurmd refuses the old job id's credentials until then), and the
-# requeue tests waited two minutes each for it. 20 s is still far more than a step launch takes
-# on a loaded machine.
-AuthInfo=cred_expire=20
 MpiDefault=none
 # No cgroups: tasks are tracked by process tree, and nothing needs /sys/fs/cgroup.
 ProctrackType=proctrack/linuxproc

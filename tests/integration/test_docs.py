@@ -150,7 +150,8 @@ class Claims(dltest.Case):
         # A flag missing its value is named as such, not taken for an unknown argument or a
         # job spec; an empty value is quoted as what it is.
         p = self.run_trainer("--set")
-        self.assertEqual((p.returncode, p.stderr), (2, "dlaunch-train: --set needs KEY=VALUE\n"))
+        self.assertEqual((p.returncode, p.stderr),
+                         (2, "dlaunch-train: option '--set' needs a value (KEY=VALUE)\n"))
         p = self.dlaunch("--max-restarts", "--", "true", check_code=2)
         self.assertEqual(p.stderr, "dlaunch: option '--max-restarts' needs a value (N)\n")
         p = self.dlaunch("--nodes=", "--", "true", check_code=2)

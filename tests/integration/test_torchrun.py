@@ -428,7 +428,11 @@ class Torchrun(dltest.Case):
         self.assertNotIn("HEALTH_CHECK_PORT", p.stderr)
 
     def test_merge_output_folds_the_same_line_of_several_ranks(self):
-        script = "echo same line; echo mine $RANK; echo err same >&2"
+        # The fold takes lines that come within 0.1 s of each other: the ranks wait for each
+        # other first, so that a busy machine starting one of them late does not split them.
+        script = ("touch merge-started.$RANK; "
+                  "while [ $(ls merge-started.* | wc -l) -lt 4 ]; do sleep 0.01; done; "
+                  "echo same line; echo mine $RANK; echo err same >&2")
         p = self.run_case("--nproc-per-node=4", "--merge-output", "--rdzv-id=merge",
                           "--log-dir=logs", "--", "sh", "-c", script)
         out = p.stdout.splitlines()

@@ -66,6 +66,8 @@ struct dl_rdzv_impl_s {
     int64_t assign_rev;
     bool assign_reading;
     bool assign_linear; /* the next read of it is linearizable (the member asked was behind) */
+    /* The read found no key of ours: checked once more against the state (assign_check). */
+    bool assign_checked;
     /* Counts of this node's last join and done transactions (the round's members and done
      * nodes after them), for the round they were made in (-1: none). */
     int joined_round, done_count_round;
@@ -161,6 +163,7 @@ typedef enum {
 } txn_kind_t;
 
 static void react(etcd_t *z);
+static void assign_check(etcd_t *z);
 static void connect_step(etcd_t *z);
 static void revoke_lease(etcd_t *z);
 static void start_store(etcd_t *z);
@@ -1221,9 +1224,53 @@ static void on_assignment(void *ctx, const dl_etcd_result_t *res)
              z->prefix);
         return;
     }
+    if (dl_ejob_assigned(&z->view, z->conf.node_id) == NULL && !z->assign_checked) {
+        assign_check(z);
+        return;
+    }
     z->assign_round = z->txn_round_read;
     z->assign_rev = z->assign_rev_read;
     react(z);
+}
+
+static void on_assign_check(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    z->assign_reading = false;
+    if (z->closing || z->ended)
+        return;
+    if (res->status != DL_ETCD_OK) {
+        if (trouble(z, res))
+            retry_later(z);
+        return;
+    }
+    untroubled(z);
+    const json_t *range = dl_ejob_txn_range(res->body);
+    if (range == NULL || dl_ejob_view_merge(&z->view, range) < 0) {
+        fail(z, 4, "etcd at %s: an answer about this node's assignment it cannot read",
+             res->endpoint);
+        return;
+    }
+    z->assign_checked = true;
+    if (dl_ejob_txn_ok(res->body)) {
+        /* The round is still the view's: no key of ours is the round's word (a newcomer). */
+        z->assign_round = z->txn_round_read;
+        z->assign_rev = z->assign_rev_read;
+    }
+    react(z);
+}
+
+/* A read found no assignment of ours: before this node takes itself for a newcomer to a full
+ * job, ask again in one transaction whether the state is still the one read (a failure that
+ * ends the round at once deletes its keys, and the watch may not have brought that yet). */
+static void assign_check(etcd_t *z)
+{
+    z->assign_reading = true;
+    if (dl_etcd_call(z->etcd, "/v3/kv/txn", dl_ejob_txn_assignment_check(&z->view, z->conf.node_id),
+                     on_assign_check, z, NULL) < 0) {
+        z->assign_reading = false;
+        retry_later(z);
+    }
 }
 
 /* Reads this node's assignment in the running round; node 0's agent reads every node's (the
@@ -1235,6 +1282,8 @@ static void read_assignment(etcd_t *z, int round, int64_t rev)
     const char *zero = json_string_value(json_object_get(z->view.state, "node0"));
     bool all = z->torch_port > 0 && zero != NULL && strcmp(zero, z->conf.node_id) == 0;
     z->assign_reading = true;
+    if (z->txn_round_read != round || z->assign_rev_read != rev)
+        z->assign_checked = false;
     z->txn_round_read = round;
     z->assign_rev_read = rev;
     if (dl_etcd_call(

@@ -211,6 +211,12 @@ json_t *dl_ejob_range_events(const dl_ejob_view_t *v);
  * -EPROTO). */
 json_t *dl_ejob_range_assignment(const dl_ejob_view_t *v, const char *node_id, bool serializable);
 int dl_ejob_view_merge(dl_ejob_view_t *v, const json_t *range);
+/* This node's assignment read again when a read found none: a transaction that gives the key
+ * while the state is the view's (then its absence is the round's word), else the state that
+ * changed meanwhile (a round change took the round's keys away before the watch said so). */
+json_t *dl_ejob_txn_assignment_check(const dl_ejob_view_t *v, const char *node_id);
+/* The range answer of a transaction answer's first response (either branch), or NULL. */
+const json_t *dl_ejob_txn_range(const json_t *answer);
 /* The document of the first key of a transaction answer's response i, decoded, or NULL. */
 json_t *dl_ejob_txn_doc(const json_t *answer, size_t i);
 int dl_ejob_view_events(dl_ejob_view_t *v, const json_t *range);

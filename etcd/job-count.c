@@ -178,6 +178,23 @@ json_t *dl_ejob_range_assignment(const dl_ejob_view_t *v, const char *node_id, b
     return r;
 }
 
+json_t *dl_ejob_txn_assignment_check(const dl_ejob_view_t *v, const char *node_id)
+{
+    json_t *mine = dl_ejob_range_assignment(v, node_id, false);
+    if (mine == NULL)
+        return NULL;
+    return json_pack("{s:[{s:o, s:s, s:s, s:o}], s:[{s:o}], s:[{s:{s:o}}]}", "compare", "key",
+                     dl__ejob_key(v->prefix, "state"), "target", "MOD", "result", "EQUAL",
+                     "mod_revision", dl_etcd_num(v->state_rev), "success", "request_range", mine,
+                     "failure", "request_range", "key", dl__ejob_key(v->prefix, "state"));
+}
+
+const json_t *dl_ejob_txn_range(const json_t *answer)
+{
+    return json_object_get(json_array_get(json_object_get(answer, "responses"), 0),
+                           "response_range");
+}
+
 int dl_ejob_view_merge(dl_ejob_view_t *v, const json_t *range)
 {
     /* The view's own apply, through a copy of the answer as a watch message would carry it. */

@@ -27,14 +27,13 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 # prefixed with its name: the Slurm suite, the plain build's tests and the sanitizer build's.
 # Most of the suite's time is waiting (Slurm's scheduler, etcd's elections, failure detection,
 # workers' start-up), not computing, so one pass's waits are another's CPU time: the plain pass
-# runs one test per core, the sanitizer pass one per two cores. More at once (1.5 and 1 per
-# core: 8 to 10 minutes by a simulation of the last run's suite times) failed timing-bound tests
-# on a loaded 2-core machine (a load average of 30), so the default keeps the machine's load
-# near what the tests are shown to take with two busy loops beside them.
+# runs one test per core, and so does the sanitizer pass (its tests take about twice as long, and
+# one at a time it ran alone for ten minutes after the plain pass ended). More at once (1.5 per
+# core in the plain pass) failed timing-bound tests on a loaded 2-core machine.
 # DLAUNCH_TEST_JOBS and DLAUNCH_TEST_ASAN_JOBS set those two numbers (tests at a time) instead.
 cores=$(nproc)
 plain_jobs=${DLAUNCH_TEST_JOBS:-$cores}
-asan_jobs=${DLAUNCH_TEST_ASAN_JOBS:-$(((cores + 1) / 2))}
+asan_jobs=${DLAUNCH_TEST_ASAN_JOBS:-$cores}
 rm -f build-test/meson-logs/slurm.json build-test/meson-logs/testlog.json \
     build-asan/meson-logs/testlog.json
 pids=()

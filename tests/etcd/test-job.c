@@ -590,3 +590,40 @@ DL_TEST(the_same_failure_in_a_row_fails_the_job_with_5)
     dl_ejob_view_clear(&v);
     json_decref(c);
 }
+
+/* A node whose read found no assignment asks again in one transaction: its key while the state
+ * is the one it read, else the state (a round change deleted the round's keys before the watch
+ * brought it), so that it never takes itself for a newcomer to a full job by mistake. */
+DL_TEST(a_missing_assignment_is_checked_against_the_state)
+{
+    dl_ejob_view_t v;
+    load(&v, json_pack("[o]", kv(P "state", state_doc("running", 2, 0, 3, 2, 2), 7, 0)), 9);
+    json_t *t = dl_ejob_txn_assignment_check(&v, "n1");
+    ck_assert_ptr_nonnull(t);
+    const json_t *cmp = json_array_get(json_object_get(t, "compare"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(cmp, "target")), "MOD");
+    ck_assert_str_eq(json_string_value(json_object_get(cmp, "mod_revision")), "7");
+    char *key = dl_etcd_unb64(json_object_get(cmp, "key"), NULL);
+    ck_assert_str_eq(key, P "state");
+    free(key);
+    const json_t *mine =
+        json_object_get(json_array_get(json_object_get(t, "success"), 0), "request_range");
+    key = dl_etcd_unb64(json_object_get(mine, "key"), NULL);
+    ck_assert_ptr_nonnull(strstr(key, "a/2/"));
+    ck_assert_ptr_nonnull(strstr(key, "/n1"));
+    free(key);
+    ck_assert_ptr_null(json_object_get(mine, "serializable")); /* from the leader */
+    const json_t *other =
+        json_object_get(json_array_get(json_object_get(t, "failure"), 0), "request_range");
+    key = dl_etcd_unb64(json_object_get(other, "key"), NULL);
+    ck_assert_str_eq(key, P "state");
+    free(key);
+    /* Either branch's answer reads as a range. */
+    json_t *answer =
+        json_pack("{s:b, s:[{s:{s:[]}}]}", "succeeded", 0, "responses", "response_range", "kvs");
+    ck_assert_ptr_nonnull(dl_ejob_txn_range(answer));
+    ck_assert_ptr_nonnull(json_object_get(dl_ejob_txn_range(answer), "kvs"));
+    json_decref(answer);
+    json_decref(t);
+    dl_ejob_view_clear(&v);
+}

@@ -1197,18 +1197,27 @@ static void torch_hosts(etcd_t *z, bool node0)
     json_decref(nodes);
 }
 
-static void on_assignment(void *ctx, const dl_etcd_result_t *res)
+/* The end of an assignment read or check: false when there is nothing more to do with its answer
+ * (the agent is going, or etcd failed and the read is tried again later). */
+static bool assign_answered(etcd_t *z, const dl_etcd_result_t *res)
 {
-    etcd_t *z = ctx;
     z->assign_reading = false;
     if (z->closing || z->ended)
-        return;
+        return false;
     if (res->status != DL_ETCD_OK) {
         if (trouble(z, res))
             retry_later(z);
-        return;
+        return false;
     }
     untroubled(z);
+    return true;
+}
+
+static void on_assignment(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    if (!assign_answered(z, res))
+        return;
     int64_t applied =
         dl_etcd_int(json_object_get(json_object_get(res->body, "header"), "revision"));
     if (!z->assign_linear && applied < z->view.state_rev) {
@@ -1236,15 +1245,8 @@ static void on_assignment(void *ctx, const dl_etcd_result_t *res)
 static void on_assign_check(void *ctx, const dl_etcd_result_t *res)
 {
     etcd_t *z = ctx;
-    z->assign_reading = false;
-    if (z->closing || z->ended)
+    if (!assign_answered(z, res))
         return;
-    if (res->status != DL_ETCD_OK) {
-        if (trouble(z, res))
-            retry_later(z);
-        return;
-    }
-    untroubled(z);
     const json_t *range = dl_ejob_txn_range(res->body);
     if (range == NULL || dl_ejob_view_merge(&z->view, range) < 0) {
         fail(z, 4, "etcd at %s: an answer about this node's assignment it cannot read",

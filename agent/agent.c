@@ -1338,11 +1338,7 @@ static int place_rendezvous(dl_agent_t *a)
             fprintf(stderr, "dlaunch: out of memory\n");
             return 2;
         }
-        if (spec->http != NULL) {
-            fprintf(stderr, "dlaunch: --http: with --rdzv-backend etcd no agent hosts the "
-                            "rendezvous; there is no status page to serve\n");
-            return 2;
-        }
+        /* --http: the agent serves the job's status page as etcd holds it (rdzv-etcd.c). */
         break;
     default:
         if (spec->rdzv_endpoint != NULL && (a->endpoint = strdup(spec->rdzv_endpoint)) == NULL) {

@@ -22,8 +22,10 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "diag.h"
 #include "etcd-job.h"
 #include "etcd.h"
+#include "http.h"
 #include "netif.h"
 #include "rdzv-backend.h"
 #include "rdzv-policy.h"
@@ -31,6 +33,11 @@
 
 /* How long a finished job's settings, state and events stay (dlaunch status answers). */
 #define LINGER_S 10
+/* How often an agent puts its report (n/NODE_ID) at most, and an agent serving --http reads the
+ * job's keys at most, in seconds (or every --heartbeat when that is longer). */
+#define REPORT_S 2.0
+#define REPORT_NODES_S 250.0
+#define PAGE_S 2.0
 /* A request that failed for want of etcd is tried again after this, doubling up to the max. */
 #define RETRY_MIN_MS 200
 #define RETRY_MAX_MS 2000
@@ -144,6 +151,17 @@ struct dl_rdzv_impl_s {
     dl_etcd_status_t trouble_status; /* the cause last said */
     bool watch_ok;                   /* the watch in place was set up (created) */
     char trouble[1100];
+    /* What this node would tell a rendezvous server with its heartbeats, put at n/NODE_ID on
+     * its lease every REPORT_S at most (docs/etcd.md, "Control"). */
+    bool report_busy, report_cut_said;
+    double report_last; /* monotonic s of the last put (0: none) */
+    /* --http: the status page, served from the store's server with the job as a read of every
+     * key under the prefix (page) every PAGE_S shows it, as `dlaunch status` does. */
+    dl_http_t *http;
+    dl_ejob_view_t page;
+    bool page_busy;
+    double page_last;
+    bool raw_snapshot; /* the store's own figures are being read: no overlay */
     int handles;
     bool closing;
     bool leaving; /* close() waits for the lease's revocation */
@@ -168,6 +186,9 @@ static void connect_step(etcd_t *z);
 static void revoke_lease(etcd_t *z);
 static void start_store(etcd_t *z);
 static bool send_txn(etcd_t *z, json_t *body, txn_kind_t kind, int round);
+static int start_http(etcd_t *z);
+static void put_report(etcd_t *z, const dl_rdzv_beat_t *beat);
+static void read_page(etcd_t *z);
 
 static double mono(void)
 {
@@ -519,6 +540,8 @@ static void on_loaded(void *ctx, const dl_etcd_result_t *res)
             fail(z, 1, "no key-value store for the workers: a job needs one on its node 0");
             return;
         }
+        if (z->spec->http != NULL && start_http(z) < 0)
+            return;
         if (z->store_token != NULL && z->cbs.store_token != NULL)
             z->cbs.store_token(z->ctx, z->store_token);
         z->ready_said = true;
@@ -1540,7 +1563,12 @@ static void etcd_join(etcd_t *z, const dl_rdzv_join_t *join)
 
 static void etcd_heartbeat(etcd_t *z, const dl_rdzv_beat_t *beat)
 {
-    if (z->lease == 0 || z->keepalive_busy || z->closing)
+    if (z->closing)
+        return;
+    /* Apart from the keepalive: one slower than --heartbeat must not hold them back. */
+    put_report(z, beat);
+    read_page(z);
+    if (z->lease == 0 || z->keepalive_busy)
         return;
     z->keepalive_busy = true;
     if (dl_etcd_call(z->etcd, "/v3/lease/keepalive",
@@ -1556,6 +1584,147 @@ static void etcd_heartbeat(etcd_t *z, const dl_rdzv_beat_t *beat)
             ring_watch(z);
         ring_check(z);
     }
+}
+
+/* Where the ranks of a node's report (diag/) were, in one line; its length, 0 when the report
+ * has none. */
+static size_t where_text(const json_t *report, char *buf, size_t len)
+{
+    char err[256];
+    size_t n = json_array_size(json_object_get(report, "ranks")), w = 0;
+    if (report == NULL || n == 0 || dl_diag_report_check(report, err, sizeof(err)) < 0)
+        return 0;
+    dl_diag_rank_t *ranks = calloc(n, sizeof(*ranks));
+    if (ranks == NULL)
+        return 0;
+    n = dl_diag_report_read(report, 0, NULL, ranks, n);
+    if (n > 0)
+        w = dl_diag_explain(ranks, n, buf, len);
+    free(ranks);
+    return w;
+}
+
+static void on_report_put(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    z->report_busy = false;
+    /* A put that failed is made again with the next report; trouble says etcd's state. */
+    if (res->status != DL_ETCD_OK && !z->closing)
+        trouble(z, res);
+}
+
+/* Node 0's store figures as its server counts them ({keys, store_bytes, store_waits,
+ * store_clients}), new reference, or NULL when this node serves no round's store. */
+static json_t *store_figures(etcd_t *z)
+{
+    static const char *const names[] = {"keys", "store_bytes", "store_waits", "store_clients"};
+    json_t *snap = NULL;
+    if (z->store == NULL || z->node_rank != 0 || z->workers_round < 0)
+        return NULL;
+    z->raw_snapshot = true;
+    int r = dl_rdzv_server_snapshot(z->store, &snap);
+    z->raw_snapshot = false;
+    if (r < 0)
+        return NULL;
+    json_t *job = json_array_get(json_object_get(snap, "jobs"), 0), *o = json_object();
+    for (size_t i = 0; o != NULL && i < sizeof(names) / sizeof(names[0]); i++)
+        if (json_object_get(job, names[i]) != NULL)
+            json_object_set(o, names[i], json_object_get(job, names[i]));
+    json_decref(snap);
+    return o;
+}
+
+/* The heartbeat a server would get, put at n/NODE_ID on this node's lease: what `dlaunch status`
+ * and the status page read of this node (its ranks, progress, recoveries, the store). At most
+ * every REPORT_S; a report over DL_EJOB_REPORT_MAX goes without its ranks' operations. */
+static void put_report(etcd_t *z, const dl_rdzv_beat_t *beat)
+{
+    /* A job of N nodes puts at most REPORT_NODES_S of them a second. */
+    double now = mono(), every = z->spec->heartbeat > REPORT_S ? z->spec->heartbeat : REPORT_S;
+    double share = (double)dl_ejob_node_count(&z->view) / REPORT_NODES_S;
+    if (share > every)
+        every = share;
+    if (z->report_busy || z->lease == 0 || z->phase != PH_RUN || z->workers_round < 0 || z->ended ||
+        z->departed || z->depart_wanted || (z->report_last > 0 && now - z->report_last < every))
+        return;
+    dl_rdzv_beat_msg_t m = {.round = z->workers_round,
+                            .has_progress = beat->has_progress,
+                            .step = beat->step,
+                            .loss = beat->loss,
+                            .samples_per_s = beat->samples_per_s,
+                            .diag = beat->diag,
+                            .recovery = beat->recovery};
+    json_t *msg = dl_rdzv_enc_heartbeat(-1, &m), *store = store_figures(z), *body = NULL;
+    int r = msg != NULL ? dl_ejob_put_report(&z->view, z->conf.node_id, msg, store, now_unix(),
+                                             z->lease, &body)
+                        : -ENOMEM;
+    if (r == -EMSGSIZE) {
+        if (!z->report_cut_said)
+            say(z,
+                "this node's diagnostics report is over %d bytes: etcd gets it without its "
+                "ranks' figures (dlaunch status --ranks lists none of them)",
+                DL_EJOB_REPORT_MAX);
+        z->report_cut_said = true;
+        json_object_del(msg, "diag");
+        r = dl_ejob_put_report(&z->view, z->conf.node_id, msg, store, now_unix(), z->lease, &body);
+    }
+    json_decref(msg);
+    json_decref(store);
+    if (r < 0)
+        return;
+    z->report_last = now;
+    z->report_busy = true;
+    if (dl_etcd_call(z->etcd, "/v3/kv/put", body, on_report_put, z, NULL) < 0)
+        z->report_busy = false;
+}
+
+static void on_page_read(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    z->page_busy = false;
+    if (res->status != DL_ETCD_OK || z->closing)
+        return;
+    if (dl_ejob_view_load(&z->page, res->body) < 0)
+        return;
+    /* The chart's points: the furthest step any node of the round reports. */
+    const char *id;
+    json_t *rep, *best = NULL;
+    json_object_foreach (z->page.reports, id, rep) {
+        json_t *p = json_object_get(rep, "progress");
+        if (json_integer_value(json_object_get(rep, "round")) == dl_ejob_round(&z->page) &&
+            p != NULL &&
+            (best == NULL || json_integer_value(json_object_get(p, "step")) >
+                                 json_integer_value(json_object_get(best, "step"))))
+            best = p;
+    }
+    if (best != NULL && z->store != NULL)
+        dl_rdzv_server_progress(z->store, z->conf.run_id, best);
+}
+
+/* --http: every key of the job, as `dlaunch status` reads them, at most every PAGE_S. */
+static void read_page(etcd_t *z)
+{
+    double now = mono();
+    if (z->http == NULL || z->page_busy || (z->page_last > 0 && now - z->page_last < PAGE_S))
+        return;
+    z->page_last = now;
+    z->page_busy = true;
+    if (dl_etcd_call(z->etcd, "/v3/kv/range",
+                     json_pack("{s:o, s:o}", "key", dl_etcd_b64_str(z->prefix), "range_end",
+                               dl_etcd_prefix_end(z->prefix)),
+                     on_page_read, z, NULL) < 0)
+        z->page_busy = false;
+}
+
+/* The status page's job: what `dlaunch status` shows of it (etcd-job.h), over what the store's
+ * server knows (its figures, when this node serves the round's store). */
+static json_t *page_status(void *ctx, const char *run_id, const json_t *own)
+{
+    etcd_t *z = ctx;
+    (void)own;
+    if (z->raw_snapshot || z->page.state == NULL)
+        return NULL;
+    return dl_ejob_status_full(&z->page, run_id, true, now_unix());
 }
 
 static void etcd_report_failure(etcd_t *z, const dl_rdzv_failure_t *f)
@@ -1576,8 +1745,13 @@ static void etcd_report_failure(etcd_t *z, const dl_rdzv_failure_t *f)
         who.exit_code = f->exit_code >= 0 ? f->exit_code : 127;
     }
     z->report_culprit = dl_rdzv_enc_culprit(&who);
-    snprintf(z->report_reason, sizeof(z->report_reason), "agent '%s' (%s) in round %d: %s",
-             z->conf.node_id, z->conf.hostname, f->round, f->reason);
+    int n = snprintf(z->report_reason, sizeof(z->report_reason), "agent '%s' (%s) in round %d: %s",
+                     z->conf.node_id, z->conf.hostname, f->round, f->reason);
+    /* The round change's text ends with where the ranks were, as the server's does
+     * (rendezvous/server.c): here this node's ranks, the ones its report knows. */
+    if (!f->excluded && n > 0 && (size_t)n + 32 < sizeof(z->report_reason) &&
+        where_text(f->diag, z->report_reason + n + 2, sizeof(z->report_reason) - (size_t)n - 2) > 0)
+        memcpy(z->report_reason + n, "; ", 2);
     react(z);
 }
 
@@ -1610,6 +1784,7 @@ static void maybe_free(etcd_t *z)
     if (z->handles > 0 || z->leaving)
         return;
     dl_ejob_view_clear(&z->view);
+    dl_ejob_view_clear(&z->page);
     dl_proto_token_free(z->store_token);
     json_decref(z->report_culprit);
     json_decref(z->linger_culprit);
@@ -1652,6 +1827,8 @@ static void etcd_close(etcd_t *z)
     dl_etcd_cancel(z->watch);
     z->watch = NULL;
     ring_stop(z);
+    dl_http_close(z->http);
+    z->http = NULL;
     dl_rdzv_server_close(z->store, NULL, NULL);
     z->store = NULL;
     uv_handle_t *hs[] = {(uv_handle_t *)&z->last_call, (uv_handle_t *)&z->join_timer,
@@ -1743,6 +1920,36 @@ static void start_store(etcd_t *z)
              strchr(host, ':') ? "]" : "", dl_rdzv_server_port(z->store));
 }
 
+/* --http: the status page and /metrics of the job as `dlaunch status` shows it, served by this
+ * agent beside its store (docs/etcd.md, "Control"). Returns 0, or -errno having ended the job
+ * (exit 2) with one line. */
+static int start_http(etcd_t *z)
+{
+    dl_http_opts_t ho;
+    char host[256], err[512], title[300];
+    int port, r;
+
+    if (dl_rdzv_listen_parse(z->spec->http, host, sizeof(host), &port) < 0) {
+        fail(z, 2, "--http: '%s' is not ADDR:PORT", z->spec->http);
+        return -EINVAL;
+    }
+    snprintf(title, sizeof(title), "dlaunch %s", z->conf.run_id);
+    dl_http_opts_init(&ho);
+    ho.host = host;
+    ho.port = port;
+    ho.token = z->conf.token;
+    ho.title = title;
+    dl_rdzv_server_set_status(z->store, page_status, z);
+    r = dl_http_start(z->conf.loop, z->store, &ho, &z->http, err, sizeof(err));
+    if (r < 0) {
+        fail(z, 2, "--http: %s", err);
+        return r;
+    }
+    say(z, "status page and metrics on http://%s%s%s:%d/ (the job as etcd holds it)",
+        strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", dl_http_port(z->http));
+    return 0;
+}
+
 static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_cbs_t *cbs,
                       void *ctx, dl_rdzv_impl_t **ret)
 {
@@ -1778,9 +1985,11 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
         return 2;
     }
     dl_ejob_view_init(&z->view, z->prefix);
+    dl_ejob_view_init(&z->page, z->prefix);
     if ((spec->etcd_user != NULL) != (spec->etcd_password_file != NULL)) {
         fprintf(stderr, "dlaunch: --rdzv-conf: etcd's user and password_file go together\n");
         dl_ejob_view_clear(&z->view);
+        dl_ejob_view_clear(&z->page);
         free(z);
         return 2;
     }
@@ -1788,6 +1997,7 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
         dl_etcd_read_password(spec->etcd_password_file, &password, err, sizeof(err)) < 0) {
         fprintf(stderr, "dlaunch: --rdzv-conf password_file: %s\n", err);
         dl_ejob_view_clear(&z->view);
+        dl_ejob_view_clear(&z->page);
         free(z);
         return 2;
     }
@@ -1808,6 +2018,7 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
     if (r < 0) {
         fprintf(stderr, "dlaunch: --rdzv-endpoint/--rdzv-conf (etcd): %s\n", err);
         dl_ejob_view_clear(&z->view);
+        dl_ejob_view_clear(&z->page);
         free(z);
         return 2;
     }

@@ -200,7 +200,7 @@ static int status_all(ectl_t *c)
             }
             dl_ejob_view_load(&v, sub);
             json_decref(sub);
-            json_array_append_new(jobs, dl_ejob_status(&v, run_id));
+            json_array_append_new(jobs, dl_ejob_status_full(&v, run_id, false, now_unix()));
             dl_ejob_view_clear(&v);
         }
         dl_etcd_kv_clear(&kv);
@@ -292,7 +292,7 @@ int dl_ctl_etcd_control(const char *cmd, const char *run_id, const dl_ctl_etcd_o
     }
     r = load(&c, run_id);
     if (r == 0 && strcmp(cmd, "status") == 0) {
-        json_t *st = dl_ejob_status(&c.view, run_id);
+        json_t *st = dl_ejob_status_full(&c.view, run_id, o->ranks, now_unix());
         if (o->json)
             print_result(&c, st);
         else

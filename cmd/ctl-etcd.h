@@ -10,6 +10,7 @@ typedef struct {
     const char *rdzv_conf; /* --rdzv-conf as the agents had it (user, password_file, protocol,
                             * cacert, cert, key, prefix), or NULL */
     bool json;
+    bool ranks;            /* status --ranks: every rank's figures */
     double timeout;        /* seconds a request may take on one endpoint */
     double follow_timeout; /* events: stop after this long without one; < 0 never */
     void (*print_status)(const json_t *job);

@@ -255,6 +255,7 @@ static int etcd_opts(const ctl_opts_t *o, const char *run_id, dl_ctl_etcd_opts_t
     *ret = (dl_ctl_etcd_opts_t){.endpoints = e,
                                 .rdzv_conf = o->rdzv_conf,
                                 .json = o->json,
+                                .ranks = o->ranks,
                                 .timeout = o->timeout,
                                 .follow_timeout = o->follow_timeout,
                                 .print_status = print_status};

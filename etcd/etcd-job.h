@@ -10,6 +10,9 @@
  *   PREFIX done/NODE_ID   the round whose workers all exited 0 on that node
  *   PREFIX a/ROUND/REV/NODE_ID  that node's assignment in the running round ROUND
  *   PREFIX ev/RRRRRRRR-K  the job's events (round_changed, rendezvous, job_end)
+ *   PREFIX n/NODE_ID      what that node's agent would tell a rendezvous server with its
+ *                         heartbeats (its ranks' diagnostics, progress, in-job recoveries; node
+ *                         0's store figures), on its agent's lease: `dlaunch status` reads them
  *
  * Every change of the state is a transaction that compares the state's mod revision with the
  * one the view holds, so that two agents can never move the job differently: the second one's
@@ -31,8 +34,9 @@ typedef struct {
     json_t *members;                 /* node id -> member document (with "lease" and "rev" added) */
     json_t *done;                    /* node id -> round */
     json_t *events;                  /* key -> event */
-    json_t *assign; /* "ROUND/REV/NODE_ID" -> that node's assignment (a/ keys read) */
-    int64_t rev;    /* the view holds every change up to this revision */
+    json_t *assign;  /* "ROUND/REV/NODE_ID" -> that node's assignment (a/ keys read) */
+    json_t *reports; /* node id -> its agent's report (n/ keys), with "rev" added */
+    int64_t rev;     /* the view holds every change up to this revision */
 } dl_ejob_view_t;
 
 /* What an update changed. */
@@ -43,6 +47,7 @@ enum {
     DL_EJOB_CH_DONE = 1 << 3,
     DL_EJOB_CH_EVENTS = 1 << 4,
     DL_EJOB_CH_ASSIGN = 1 << 5,
+    DL_EJOB_CH_REPORTS = 1 << 6,
 };
 
 /* The prefix: conf_prefix (a trailing '/' added) or "/dlaunch/RUN_ID/". Returns 0, or -EINVAL
@@ -165,6 +170,27 @@ bool dl_ejob_txn_ok(const json_t *answer);
  * run_id, state, round, restarts, max_restarts, min_nodes, max_nodes, world_size, failure,
  * nodes. New reference. */
 json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id);
+/* The job as `dlaunch status --json` shows it with what the nodes' reports (n/ keys) add, as our
+ * own rendezvous' status has it: the store's figures (keys, store_bytes, store_waits,
+ * store_clients: node 0's report), in-job recoveries (recovery), the job-wide diagnostics
+ * (diag) and, with ranks, where the ranks are and every rank's figures (where, ranks); reports
+ * of an older round than the state's are left out. now: this clock's Unix time, against the
+ * reports' own. New reference (job-status.c). */
+json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ranks, double now);
+
+/* A node's report (n/NODE_ID): its heartbeat message as rdzv-codec.h encodes it (borrowed) and
+ * the time it was made, with node 0's store figures when store is not NULL ({keys, store_bytes,
+ * store_waits, store_clients}, borrowed). Reports larger than DL_EJOB_REPORT_MAX are refused
+ * (-EMSGSIZE: the caller leaves out the ranks' diagnostics). Returns 0 with *ret, the body of a
+ * /v3/kv/put on lease (new reference), or a negative errno. */
+#define DL_EJOB_REPORT_MAX (64 * 1024)
+int dl_ejob_put_report(const dl_ejob_view_t *v, const char *node_id, const json_t *beat,
+                       const json_t *store, double now, int64_t lease, json_t **ret);
+/* A range body of every node's report. */
+json_t *dl_ejob_range_reports(const dl_ejob_view_t *v);
+/* Replaces the view's reports with those of a range answer of them. Returns 0 or -EPROTO. */
+int dl_ejob_view_reports(dl_ejob_view_t *v, const json_t *range);
+
 /* The exit code of an ended job (docs/exit-codes.md): 0 succeeded or stopped, 1 failed (5 when
  * the same failure ended it), 3 timed out. */
 int dl_ejob_exit_code(const dl_ejob_view_t *v);

@@ -55,6 +55,7 @@ void dl_ejob_view_init(dl_ejob_view_t *v, const char *prefix)
     v->done = json_object();
     v->events = json_object();
     v->assign = json_object();
+    v->reports = json_object();
 }
 
 void dl_ejob_view_clear(dl_ejob_view_t *v)
@@ -65,7 +66,8 @@ void dl_ejob_view_clear(dl_ejob_view_t *v)
     json_decref(v->done);
     json_decref(v->events);
     json_decref(v->assign);
-    v->job = v->state = v->members = v->done = v->events = v->assign = NULL;
+    json_decref(v->reports);
+    v->job = v->state = v->members = v->done = v->events = v->assign = v->reports = NULL;
 }
 
 /* One key's change. Returns DL_EJOB_CH_*, 0 for a key of no interest. */
@@ -121,6 +123,16 @@ static int apply(dl_ejob_view_t *v, const dl_etcd_kv_t *kv, bool deleted)
             json_object_set(v->assign, k + 2, doc);
         json_decref(doc);
         return DL_EJOB_CH_ASSIGN;
+    }
+    if (strncmp(k, "n/", 2) == 0) {
+        if (deleted) {
+            json_object_del(v->reports, k + 2);
+        } else {
+            json_object_set_new(doc, "rev", json_integer(kv->mod_revision));
+            json_object_set(v->reports, k + 2, doc);
+        }
+        json_decref(doc);
+        return DL_EJOB_CH_REPORTS;
     }
     if (strncmp(k, "ev/", 3) == 0) {
         if (deleted)
@@ -766,7 +778,6 @@ json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id)
                           sint(s, "max_nodes", 1), "world_size", sint(s, "world_size", 0));
     if (json_object_get(s, "failure") != NULL)
         json_object_set_new(o, "failure", json_string(sstr(s, "failure")));
-    json_object_set_new(o, "reason", json_string(sstr(s, "reason")));
     json_t *nodes = json_array();
     size_t i;
     json_t *n;
@@ -777,10 +788,9 @@ json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id)
             const char *id = sstr(n, "node_id");
             json_t *done = json_object_get(v->done, id);
             json_array_append_new(
-                nodes, json_pack("{s:I, s:s, s:s, s:I, s:I, s:f, s:b, s:b}", "node_rank",
+                nodes, json_pack("{s:I, s:s, s:s, s:I, s:f, s:b, s:b}", "node_rank",
                                  sint(n, "node_rank", 0), "node_id", id, "host", sstr(n, "host"),
-                                 "slots", sint(n, "slots", 1), "first_rank",
-                                 sint(n, "first_rank", 0), "heartbeat_age", 0.0, "connected",
+                                 "slots", sint(n, "slots", 1), "heartbeat_age", 0.0, "connected",
                                  json_object_get(v->members, id) != NULL, "left",
                                  done != NULL && json_integer_value(done) == round));
         }

@@ -123,6 +123,25 @@ int dl_rdzv_server_snapshot(dl_rdzv_server_t *s, json_t **ret_snapshot);
 /* Changes whenever something a snapshot shows may have changed: lets a publisher skip work. */
 uint64_t dl_rdzv_server_generation(const dl_rdzv_server_t *s);
 
+/* A store-only server whose job's rendezvous is kept elsewhere (etcd: docs/etcd.md, "Control")
+ * shows its owner's account of the job in snapshots (the status page): fn gets the job's status
+ * as the server has it (own: its store's figures; borrowed) and returns the fields to put over
+ * it (a new reference, or NULL for none). Called on the loop's thread. */
+typedef json_t *(*dl_rdzv_status_fn)(void *ctx, const char *run_id, const json_t *own);
+void dl_rdzv_server_set_status(dl_rdzv_server_t *s, dl_rdzv_status_fn fn, void *ctx);
+
+/* The job's training progress heard by the owner of such a server (a heartbeat's "progress"
+ * object, borrowed): a point of the status page's chart when the step moved. */
+void dl_rdzv_server_progress(dl_rdzv_server_t *s, const char *run_id, const json_t *progress);
+
+/* What a status shows of the job's ranks, made from each node's latest heartbeat message (as
+ * rdzv-codec.h encodes it) rather than from a server's connections: for a rendezvous kept
+ * elsewhere (etcd), by the same rules as the server's own status. beats: an array of {"beat":
+ * message, "age_s": seconds since it was sent}. Returns {"diag", with ranks also "where" and
+ * "ranks", and "recovery" (the node that counted most)}, a new reference; NULL when out of
+ * memory. */
+json_t *dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks);
+
 /* ---- Event-loop client: the agent ---------------------------------------------------------- */
 
 typedef struct dl_rdzv_client_s dl_rdzv_client_t;

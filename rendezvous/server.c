@@ -125,7 +125,9 @@ struct dl_rdzv_server_s {
     size_t njob_hosts;
     dl_rdzv_core_opts_t core_opts; /* its limits, for the torch store (no hash key, no names) */
     dl__rdzv_stats_t stats;
-    json_t *snapshot; /* what the last STATUS to DL__RDZV_STATS_CONN made */
+    json_t *snapshot;            /* what the last STATUS to DL__RDZV_STATS_CONN made */
+    dl_rdzv_status_fn status_fn; /* a job's status kept elsewhere (etcd), or NULL */
+    void *status_ctx;
 
     bool closing;
     int open_handles;
@@ -706,11 +708,16 @@ static void follow(sconn_t *sc, json_int_t id, json_int_t since)
 static void take_snapshot(dl_rdzv_server_t *s, const dl_rdzv_status_t *st)
 {
     json_t *jobs = json_array();
-    for (size_t i = 0; jobs != NULL && i < st->njobs; i++)
-        if (json_array_append_new(jobs, status_json(s, &st->jobs[i])) < 0) {
+    for (size_t i = 0; jobs != NULL && i < st->njobs; i++) {
+        json_t *j = status_json(s, &st->jobs[i]);
+        /* A store-only server whose job's rendezvous is kept elsewhere: its owner's account. */
+        if (j != NULL && s->status_fn != NULL)
+            json_object_update_new(j, s->status_fn(s->status_ctx, st->jobs[i].run_id, j));
+        if (json_array_append_new(jobs, j) < 0) {
             json_decref(jobs);
             jobs = NULL;
         }
+    }
     json_decref(s->snapshot);
     s->snapshot = dl__rdzv_stats_snapshot(&s->stats, st, jobs, unix_now(), s->nconns, s->peak);
 }
@@ -1857,6 +1864,18 @@ int dl_rdzv_server_snapshot(dl_rdzv_server_t *s, json_t **ret_snapshot)
     *ret_snapshot = s->snapshot;
     s->snapshot = NULL;
     return 0;
+}
+
+void dl_rdzv_server_set_status(dl_rdzv_server_t *s, dl_rdzv_status_fn fn, void *ctx)
+{
+    s->status_fn = fn;
+    s->status_ctx = ctx;
+}
+
+void dl_rdzv_server_progress(dl_rdzv_server_t *s, const char *run_id, const json_t *progress)
+{
+    dl__rdzv_stats_join(&s->stats, run_id, now_s());
+    dl__rdzv_stats_progress(&s->stats, run_id, progress, unix_now());
 }
 
 uint64_t dl_rdzv_server_generation(const dl_rdzv_server_t *s)

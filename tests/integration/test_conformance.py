@@ -35,15 +35,6 @@ SEEN = {}
 
 # Where a backend differs and its doc says so: the check is skipped on it, with the doc's words.
 GAPS = {
-    ("etcd", "status --ranks"):
-        "etcd: no job-wide diagnostics view, so `dlaunch status --ranks` lists no ranks "
-        "(docs/etcd.md, 'Control'; issue #30)",
-    ("etcd", "status page and progress"):
-        "etcd: no status page and no training progress (--http with etcd is exit 2, heartbeats "
-        "carry no progress: docs/etcd.md, 'What differs'; issue #30)",
-    ("etcd", "store figures"):
-        "etcd: `dlaunch status` shows no store figures, the store being in node 0's agent "
-        "(docs/etcd.md, 'The workers' store')",
     ("etcd", "journal log events"):
         "etcd: the job's journal holds round_changed, rendezvous and job_end only, no log "
         "events (docs/etcd.md, 'Keys': ev/)",
@@ -52,21 +43,7 @@ GAPS = {
 # Where a backend differs and no doc says why: bugs, reported on issue #30 and left to the
 # engineers who own that backend. A check that meets one is skipped with these words; once the
 # backend behaves, the check fails instead ("now behaves"), so that this list stays true.
-BUGS = {
-    ("etcd", "restart diagnosis says where the ranks were"):
-        "etcd: the round change's text (the restart event's diagnosis, the failure summary) "
-        "ends at the culprit; the failing agent's '; where the ranks were' part is dropped "
-        "(docs/events.md: it ends with where the ranks were)",
-    ("etcd", "status in-job recoveries"):
-        "etcd: `dlaunch status` has no `recovery` (no 'in-job recoveries' line) for a job "
-        "with --recovery in-job (docs/recovery.md: dlaunch status shows the recoveries)",
-    ("etcd", "status_fields"):
-        "etcd: `dlaunch status --json` has `reason` and no `recovery` beside the other "
-        "backends' fields (docs/control.md)",
-    ("etcd", "status_node_fields"):
-        "etcd: `dlaunch status --json`'s nodes have `first_rank`, the other backends' not "
-        "(docs/control.md)",
-}
+BUGS = {}
 
 # Every worker says who it is, then waits for the test's word (a file) on the job's first
 # attempt; on a later attempt it ends at once, unless WAIT_ALWAYS is set. It beats on its
@@ -83,7 +60,9 @@ class Job(faultlib.Job):
 
     def __init__(self, case, command=None, nodes="2", extra=(), train=None, env=None,
                  http=False):
-        self.case, self.http = case, http and case.backend == "embedded"
+        # The status page: node 0's agent serves it (embedded: beside the rendezvous; etcd: the
+        # job as etcd holds it, docs/etcd.md), else dlaunchd.
+        self.case, self.http = case, http and case.backend in ("embedded", "etcd")
         # --dead-after 3, not bench/faults' 1: a rendezvous whose process a busy machine stalls
         # for longer than --dead-after is lost to the other agents, as a dead one would be.
         super().__init__(nodes=2, workers=2, heartbeat=0.2, dead_after=3, extra=extra,
@@ -688,9 +667,6 @@ class Scenarios:
         self.check("store figures", lambda: (
             self.assertLessEqual({"keys", "store_bytes", "store_waits"}, set(status), status),
             self.assertRegex(text, r"(?m)^  store: \d+ keys?, ")))
-        if self.backend == "etcd":
-            self.check("status shows no store figures", lambda: self.assertNotIn(
-                "  store: ", text))
         self.check("status in-job recoveries", lambda: (
             self.assertEqual(status.get("recovery", {}).get("recoveries"), 0, status),
             self.assertIn("\n  in-job recoveries: 0\n", text)))

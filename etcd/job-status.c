@@ -1,0 +1,87 @@
+/* What the nodes of an etcd job report beside the rendezvous (PREFIX n/NODE_ID: etcd-job.h),
+ * and the status made of it with the state: the same fields as our own rendezvous' status, by
+ * the same rules (rendezvous.h, dl_rdzv_beats_status), for `dlaunch status` and an agent's
+ * status page alike (docs/etcd.md, "Control"). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "etcd-job.h"
+#include "etcd.h"
+#include "rendezvous.h"
+
+static const char *const store_fields[] = {"keys", "store_bytes", "store_waits", "store_clients"};
+
+int dl_ejob_put_report(const dl_ejob_view_t *v, const char *node_id, const json_t *beat,
+                       const json_t *store, double now, int64_t lease, json_t **ret)
+{
+    json_t *doc = json_deep_copy(beat);
+    if (doc == NULL)
+        return -ENOMEM;
+    json_object_set_new(doc, "time", json_real(now));
+    if (store != NULL)
+        json_object_set(doc, "store", (json_t *)store);
+    char *text = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    if (text == NULL)
+        return -ENOMEM;
+    size_t len = strlen(text);
+    if (len > DL_EJOB_REPORT_MAX) {
+        free(text);
+        return -EMSGSIZE;
+    }
+    json_t *body = json_pack("{s:o, s:o, s:o}", "key", dl__ejob_key(v->prefix, "n/%s", node_id),
+                             "value", dl_etcd_b64(text, len), "lease", dl_etcd_num(lease));
+    free(text);
+    if (body == NULL)
+        return -ENOMEM;
+    *ret = body;
+    return 0;
+}
+
+json_t *dl_ejob_range_reports(const dl_ejob_view_t *v)
+{
+    return json_pack("{s:o, s:o}", "key", dl__ejob_key(v->prefix, "n/"), "range_end",
+                     dl__ejob_range_end(v->prefix, "n/"));
+}
+
+int dl_ejob_view_reports(dl_ejob_view_t *v, const json_t *range)
+{
+    json_object_clear(v->reports);
+    return dl_ejob_view_merge(v, range);
+}
+
+json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ranks, double now)
+{
+    json_t *o = dl_ejob_status(v, run_id);
+    json_t *beats = json_array();
+    int round = dl_ejob_round(v);
+    const char *id;
+    json_t *rep;
+
+    if (o == NULL || beats == NULL) {
+        json_decref(beats);
+        return o;
+    }
+    /* The running round's nodes' reports; node 0's carries the store's figures. */
+    json_object_foreach (v->reports, id, rep) {
+        if (json_integer_value(json_object_get(rep, "round")) != round)
+            continue;
+        double age = now - json_number_value(json_object_get(rep, "time"));
+        json_array_append_new(beats,
+                              json_pack("{s:O, s:f}", "beat", rep, "age_s", age > 0 ? age : 0.0));
+        const json_t *a = dl_ejob_assigned(v, id);
+        const json_t *store = json_object_get(rep, "store");
+        if (a != NULL && json_integer_value(json_object_get(a, "node_rank")) == 0 &&
+            json_is_object(store))
+            for (size_t i = 0; i < sizeof(store_fields) / sizeof(store_fields[0]); i++) {
+                json_t *x = json_object_get(store, store_fields[i]);
+                if (json_is_integer(x))
+                    json_object_set(o, store_fields[i], x);
+            }
+    }
+    json_object_update_new(o, dl_rdzv_beats_status(run_id, beats, ranks));
+    json_decref(beats);
+    return o;
+}

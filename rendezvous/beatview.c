@@ -1,0 +1,52 @@
+/* A status's account of a job's ranks made from its nodes' latest heartbeats (rendezvous.h,
+ * dl_rdzv_beats_status): for a rendezvous kept elsewhere (etcd), where each agent publishes the
+ * heartbeat it would have sent a server. The server's own pieces do the work (jobview.c for the
+ * diagnostics, stats.c for the in-job recoveries), so that both backends say the same. */
+#include <errno.h>
+#include <stdio.h>
+
+#include "jobview.h"
+#include "rendezvous.h"
+#include "stats.h"
+
+json_t *dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks)
+{
+    dl__jobview_t *view = NULL;
+    dl__rdzv_stats_t st;
+    char err[256];
+    size_t i;
+    const json_t *e;
+
+    if (dl__jobview_new(&view) < 0)
+        return NULL;
+    if (dl__rdzv_stats_init(&st, 0) < 0) {
+        dl__jobview_free(view);
+        return NULL;
+    }
+    dl__rdzv_stats_join(&st, run_id, 0);
+    /* Time is the reports' ages: each was made age_s before "now", 0. */
+    json_array_foreach (beats, i, e) {
+        const json_t *beat = json_object_get(e, "beat"), *rep = json_object_get(beat, "diag");
+        double age = json_number_value(json_object_get(e, "age_s"));
+        json_int_t round = json_integer_value(json_object_get(beat, "round"));
+        /* A report of an older round than one fed before is stale (-ESTALE), as with a server;
+         * a bad one is its sender's problem: either way the others still count. */
+        if (rep != NULL)
+            (void)dl__jobview_report(view, run_id, (int)round, (uint64_t)i + 1, rep,
+                                     age > 0 ? -age : 0, err, sizeof(err));
+        const json_t *rec = json_object_get(beat, "recovery");
+        if (rec != NULL)
+            dl__rdzv_stats_recovery(&st, run_id, rec);
+    }
+    json_t *o = dl__jobview_status(view, run_id, ranks, 0);
+    if (o == NULL)
+        o = json_object();
+    json_t *rec = dl__rdzv_stats_recovery_get(&st, run_id);
+    if (o != NULL && rec != NULL)
+        json_object_set_new(o, "recovery", rec);
+    else
+        json_decref(rec);
+    dl__rdzv_stats_free(&st);
+    dl__jobview_free(view);
+    return o;
+}

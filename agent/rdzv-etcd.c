@@ -1704,8 +1704,11 @@ static void on_page_read(void *ctx, const dl_etcd_result_t *res)
 /* --http: every key of the job, as `dlaunch status` reads them, at most every PAGE_S. */
 static void read_page(etcd_t *z)
 {
-    double now = mono();
-    if (z->http == NULL || z->page_busy || (z->page_last > 0 && now - z->page_last < PAGE_S))
+    /* The reports of a big job are many: as seldom as they are put. */
+    double now = mono(), every = (double)dl_ejob_node_count(&z->view) / REPORT_NODES_S;
+    if (every < PAGE_S)
+        every = PAGE_S;
+    if (z->http == NULL || z->page_busy || (z->page_last > 0 && now - z->page_last < every))
         return;
     z->page_last = now;
     z->page_busy = true;
@@ -1721,10 +1724,26 @@ static void read_page(etcd_t *z)
 static json_t *page_status(void *ctx, const char *run_id, const json_t *own)
 {
     etcd_t *z = ctx;
+    double now = now_unix();
     (void)own;
     if (z->raw_snapshot || z->page.state == NULL)
         return NULL;
-    return dl_ejob_status_full(&z->page, run_id, true, now_unix());
+    json_t *o = dl_ejob_status_full(&z->page, run_id, true, now);
+    size_t i;
+    json_t *n;
+    /* What a server's snapshot adds (rendezvous/stats.c): the nodes' last heartbeats as times,
+     * the last failure. */
+    json_array_foreach (json_object_get(o, "nodes"), i, n) {
+        json_object_set_new(
+            n, "last_heartbeat",
+            json_real(now - json_number_value(json_object_get(n, "heartbeat_age"))));
+    }
+    json_t *f = dl_ejob_last_failure(&z->page);
+    if (o != NULL && f != NULL)
+        json_object_set_new(o, "last_failure", f);
+    else
+        json_decref(f);
+    return o;
 }
 
 static void etcd_report_failure(etcd_t *z, const dl_rdzv_failure_t *f)

@@ -178,6 +178,11 @@ json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id);
  * reports' own. New reference (job-status.c). */
 json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ranks, double now);
 
+/* For the status page: the failure that ended the last round, from the state's culprit, as a
+ * server keeps it ({time, round, rank, exit_code | signal, reason, peer: the host}); NULL when a
+ * worker's failure did not end it. New reference. */
+json_t *dl_ejob_last_failure(const dl_ejob_view_t *v);
+
 /* A node's report (n/NODE_ID): its heartbeat message as rdzv-codec.h encodes it (borrowed) and
  * the time it was made, with node 0's store figures when store is not NULL ({keys, store_bytes,
  * store_waits, store_clients}, borrowed). Reports larger than DL_EJOB_REPORT_MAX are refused

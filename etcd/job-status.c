@@ -83,5 +83,42 @@ json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ra
     }
     json_object_update_new(o, dl_rdzv_beats_status(run_id, beats, ranks));
     json_decref(beats);
+    /* A node's heartbeat is its report: its age by the reader's clock against the writer's
+     * (never below 0), as a server's is the time since the node's last message. */
+    size_t i;
+    json_t *n;
+    json_array_foreach (json_object_get(o, "nodes"), i, n) {
+        rep = json_object_get(v->reports, json_string_value(json_object_get(n, "node_id")));
+        if (rep == NULL || json_integer_value(json_object_get(rep, "round")) != round)
+            continue;
+        double age = now - json_number_value(json_object_get(rep, "time"));
+        json_object_set_new(n, "heartbeat_age", json_real(age > 0 ? age : 0));
+    }
+    return o;
+}
+
+json_t *dl_ejob_last_failure(const dl_ejob_view_t *v)
+{
+    const json_t *c = json_object_get(v->state, "culprit");
+    const char *cause = json_string_value(json_object_get(c, "cause"));
+    if (cause == NULL || strcmp(cause, "worker_failed") != 0 ||
+        !json_is_integer(json_object_get(c, "rank")))
+        return NULL;
+    const json_t *reason = json_object_get(v->state, "reason"),
+                 *time = json_object_get(v->state, "time"), *host = json_object_get(c, "host");
+    json_t *o = json_pack("{s:O, s:i}", "rank", json_object_get(c, "rank"), "round",
+                          dl_ejob_round(v) > 0 ? dl_ejob_round(v) - 1 : 0);
+    if (o == NULL)
+        return NULL;
+    json_object_set_new(o, "time", json_real(json_number_value(time)));
+    if (json_is_string(host))
+        json_object_set(o, "peer", (json_t *)host);
+    if (json_is_string(reason))
+        json_object_set(o, "reason", (json_t *)reason);
+    if (json_object_get(c, "signal") != NULL)
+        json_object_set(o, "signal", json_object_get(c, "signal"));
+    else
+        json_object_set_new(o, "exit_code",
+                            json_integer(json_integer_value(json_object_get(c, "exit_code"))));
     return o;
 }

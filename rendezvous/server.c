@@ -708,16 +708,11 @@ static void follow(sconn_t *sc, json_int_t id, json_int_t since)
 static void take_snapshot(dl_rdzv_server_t *s, const dl_rdzv_status_t *st)
 {
     json_t *jobs = json_array();
-    for (size_t i = 0; jobs != NULL && i < st->njobs; i++) {
-        json_t *j = status_json(s, &st->jobs[i]);
-        /* A store-only server whose job's rendezvous is kept elsewhere: its owner's account. */
-        if (j != NULL && s->status_fn != NULL)
-            json_object_update_new(j, s->status_fn(s->status_ctx, st->jobs[i].run_id, j));
-        if (json_array_append_new(jobs, j) < 0) {
+    for (size_t i = 0; jobs != NULL && i < st->njobs; i++)
+        if (json_array_append_new(jobs, status_json(s, &st->jobs[i])) < 0) {
             json_decref(jobs);
             jobs = NULL;
         }
-    }
     json_decref(s->snapshot);
     s->snapshot = dl__rdzv_stats_snapshot(&s->stats, st, jobs, unix_now(), s->nconns, s->peak);
 }
@@ -1861,6 +1856,15 @@ int dl_rdzv_server_snapshot(dl_rdzv_server_t *s, json_t **ret_snapshot)
     run_core(s, &ev);
     if (s->snapshot == NULL)
         return -ENOMEM;
+    /* A store-only server whose job's rendezvous is kept elsewhere: its owner's account, over
+     * everything the server added. */
+    size_t i;
+    json_t *j;
+    json_array_foreach (s->status_fn != NULL ? json_object_get(s->snapshot, "jobs") : NULL, i, j) {
+        const char *run_id = json_string_value(json_object_get(j, "run_id"));
+        if (run_id != NULL)
+            json_object_update_new(j, s->status_fn(s->status_ctx, run_id, j));
+    }
     *ret_snapshot = s->snapshot;
     s->snapshot = NULL;
     return 0;

@@ -15,6 +15,7 @@ import urllib.parse
 import urllib.request
 
 import dltest
+import etcdlib
 from dltest import free_port
 
 PROMETHEUS = shutil.which("prometheus")
@@ -291,7 +292,22 @@ class StatusPage(Base):
             capture_output=True, text=True, timeout=timeout)
 
     def test_page_in_chromium_during_a_training_job(self):
+        """Node 0's agent hosts the rendezvous and serves the page beside it."""
         port = free_port()
+        self.page_in_chromium(f"127.0.0.1:{port}", (), "status-page.png")
+
+    @unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed")
+    def test_page_in_chromium_during_an_etcd_job(self):
+        """--rdzv-backend etcd: node 0's agent serves the page of the job as etcd holds it
+        (docs/etcd.md, "Control"), with the same sections, charts and failure."""
+        with etcdlib.Cluster() as cluster:
+            self.page_in_chromium(cluster.endpoints, ("--rdzv-backend", "etcd"),
+                                  "status-page-etcd.png")
+
+    def page_in_chromium(self, endpoint, backend, shot_name):
+        """A training job of two nodes whose rank 1 fails at step 200 once, node 0's agent with
+        --http: the page Chromium renders shows the job, its nodes, the progress with its charts
+        and the failure; its screenshot goes to the build's test-artifacts as shot_name."""
         self.write("job.yaml", """gpus_per_node: 1
 max_restarts: 2
 recovery: restart
@@ -303,10 +319,10 @@ train:
   fail_at_step: 200
   fail_rank: 1
 """)
-        endpoint = f"127.0.0.1:{port}"
-        a0 = self.agent("a0", endpoint, "--node-rank", "0", "--http", "127.0.0.1:0", "job.yaml",
+        a0 = self.agent("a0", endpoint, *backend, "--node-rank", "0", "--http", "127.0.0.1:0",
+                        "job.yaml", run_id="fashion-mnist")
+        a1 = self.agent("a1", endpoint, *backend, "--node-rank", "1", "job.yaml",
                         run_id="fashion-mnist")
-        a1 = self.agent("a1", endpoint, "--node-rank", "1", "job.yaml", run_id="fashion-mnist")
         deadline = time.monotonic() + 60
         while not re.search(r"http://127\.0\.0\.1:(\d+)/", self.log("a0")):
             self.assertIsNone(a0.poll(), self.log("a0"))
@@ -333,7 +349,7 @@ train:
         self.assertIn("Last failure", html)
 
         os.makedirs(ARTIFACTS, exist_ok=True)
-        shot = os.path.join(ARTIFACTS, "status-page.png")
+        shot = os.path.join(ARTIFACTS, shot_name)
         if os.path.exists(shot):
             os.unlink(shot)
         s = self.chromium("--window-size=1100,900", "--hide-scrollbars",

@@ -2,9 +2,6 @@
  * dl_rdzv_beats_status): for a rendezvous kept elsewhere (etcd), where each agent publishes the
  * heartbeat it would have sent a server. The server's own pieces do the work (jobview.c for the
  * diagnostics, stats.c for the in-job recoveries), so that both backends say the same. */
-#include <errno.h>
-#include <stdio.h>
-
 #include "jobview.h"
 #include "rendezvous.h"
 #include "stats.h"

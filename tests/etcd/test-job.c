@@ -1,6 +1,8 @@
 /* The job's keys and transactions in etcd (etcd/etcd-job.h), without etcd: views made from
  * answers as the gateway writes them, the transactions read back. The ranks must be those of
  * our own rendezvous (docs/rendezvous.md, "Rank assignment rule"). */
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -625,5 +627,94 @@ DL_TEST(a_missing_assignment_is_checked_against_the_state)
     ck_assert_ptr_nonnull(json_object_get(dl_ejob_txn_range(answer), "kvs"));
     json_decref(answer);
     json_decref(t);
+    dl_ejob_view_clear(&v);
+}
+
+/* A node's report as an agent puts it (n/NODE_ID): a heartbeat message with its time. */
+static json_t *report_doc(int round, int node_rank, double time, int recoveries, bool store)
+{
+    json_t *doc =
+        json_pack("{s:s, s:s, s:i, s:f, s:{s:i, s:b}, s:{s:i, s:s, s:[{s:i, s:I}, {s:i, s:I}]}}",
+                  "v", "1", "type", "heartbeat", "round", round, "time", time, "recovery",
+                  "recoveries", recoveries, "recovering", 0, "diag", "node_rank", node_rank, "host",
+                  node_rank ? "h1" : "h0", "ranks", "rank", 2 * node_rank, "step", (json_int_t)5,
+                  "rank", 2 * node_rank + 1, "step", (json_int_t)5);
+    if (store)
+        json_object_set_new(
+            doc, "store",
+            json_pack("{s:i, s:i, s:i}", "keys", 3, "store_bytes", 30, "store_waits", 1));
+    return doc;
+}
+
+static json_t *assignment_doc(const char *id, int node_rank)
+{
+    return json_pack("{s:s, s:s, s:i, s:i, s:i}", "node_id", id, "host", node_rank ? "h1" : "h0",
+                     "node_rank", node_rank, "first_rank", 2 * node_rank, "slots", 2);
+}
+
+DL_TEST(status_shows_what_the_running_rounds_reports_say)
+{
+    dl_ejob_view_t v;
+    json_t *state = state_doc("running", 1, 1, 3, 2, 2);
+    json_object_set_new(state, "assignment", json_integer(5));
+    json_object_set_new(state, "reason", json_string("a worker failed"));
+    load(&v,
+         json_pack("[o, o, o, o, o, o, o]", kv(P "state", state, 7, 0),
+                   kv(P "a/1/5/n0", assignment_doc("n0", 0), 6, 0),
+                   kv(P "a/1/5/n1", assignment_doc("n1", 1), 6, 0),
+                   kv(P "m/n0", member("n0", "h0", 2, -1, 1), 4, 11),
+                   kv(P "m/n1", member("n1", "h1", 2, -1, 1), 4, 12),
+                   /* node 0 of round 1, with the store; node 1's report is of round 0 */
+                   kv(P "n/n0", report_doc(1, 0, 100.0, 2, true), 8, 11),
+                   kv(P "n/n1", report_doc(0, 1, 90.0, 9, true), 8, 12)),
+         9);
+    json_t *st = dl_ejob_status_full(&v, "j", true, 101.5);
+    ck_assert_ptr_nonnull(st);
+    /* The fields of our rendezvous' status, no more: no reason, no first_rank. */
+    ck_assert_ptr_null(json_object_get(st, "reason"));
+    const json_t *nodes = json_object_get(st, "nodes");
+    ck_assert_int_eq(json_array_size(nodes), 2);
+    ck_assert_ptr_null(json_object_get(json_array_get(nodes, 0), "first_rank"));
+    /* Node 0's store figures; the recoveries and ranks of round 1's reports only. */
+    ck_assert_int_eq(json_integer_value(json_object_get(st, "keys")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(st, "store_bytes")), 30);
+    ck_assert_int_eq(json_integer_value(json_object_get(st, "store_waits")), 1);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(st, "recovery"), "recoveries")), 2);
+    const json_t *ranks = json_object_get(st, "ranks");
+    ck_assert_int_eq(json_array_size(ranks), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(ranks, 0), "node_rank")), 0);
+    /* A node's heartbeat is its report's age; none for a node whose report is older. */
+    ck_assert(fabs(json_real_value(json_object_get(json_array_get(nodes, 0), "heartbeat_age")) -
+                   1.5) < 1e-6);
+    ck_assert(json_real_value(json_object_get(json_array_get(nodes, 1), "heartbeat_age")) == 0);
+    json_decref(st);
+    /* Without --ranks, no rank list. */
+    st = dl_ejob_status_full(&v, "j", false, 101.5);
+    ck_assert_ptr_null(json_object_get(st, "ranks"));
+    json_decref(st);
+    dl_ejob_view_clear(&v);
+}
+
+DL_TEST(a_report_is_put_on_the_lease_within_its_bound)
+{
+    dl_ejob_view_t v;
+    load(&v, json_pack("[o]", kv(P "state", state_doc("running", 1, 0, 3, 2, 2), 7, 0)), 9);
+    json_t *beat = report_doc(1, 0, 0, 0, false), *body = NULL;
+    ck_assert_int_eq(dl_ejob_put_report(&v, "n0", beat, NULL, 12.5, 77, &body), 0);
+    char *key = dl_etcd_unb64(json_object_get(body, "key"), NULL);
+    ck_assert_str_eq(key, P "n/n0");
+    free(key);
+    ck_assert_str_eq(json_string_value(json_object_get(body, "lease")), "77");
+    json_decref(body);
+    /* Past DL_EJOB_REPORT_MAX: refused, for the agent to leave the ranks' figures out. */
+    json_t *big = json_array();
+    for (int i = 0; i < DL_EJOB_REPORT_MAX / 16; i++)
+        json_array_append_new(big, json_string("0123456789abcdef"));
+    json_object_set_new(beat, "diag", big);
+    body = NULL;
+    ck_assert_int_eq(dl_ejob_put_report(&v, "n0", beat, NULL, 12.5, 77, &body), -EMSGSIZE);
+    ck_assert_ptr_null(body);
+    json_decref(beat);
     dl_ejob_view_clear(&v);
 }

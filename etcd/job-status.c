@@ -104,8 +104,12 @@ json_t *dl_ejob_last_failure(const dl_ejob_view_t *v)
     if (cause == NULL || strcmp(cause, "worker_failed") != 0 ||
         !json_is_integer(json_object_get(c, "rank")))
         return NULL;
-    const json_t *reason = json_object_get(v->state, "reason"),
-                 *time = json_object_get(v->state, "time"), *host = json_object_get(c, "host");
+    /* When: the round change's event (the state's time is its last change, a close maybe). */
+    char key[DL_EJOB_MAX_PREFIX + 32];
+    snprintf(key, sizeof(key), "%sev/%08d-0", v->prefix, dl_ejob_round(v));
+    const json_t *changed = json_object_get(v->events, key);
+    const json_t *reason = json_object_get(v->state, "reason"), *host = json_object_get(c, "host"),
+                 *time = json_object_get(changed != NULL ? changed : v->state, "time");
     json_t *o = json_pack("{s:O, s:i}", "rank", json_object_get(c, "rank"), "round",
                           dl_ejob_round(v) > 0 ? dl_ejob_round(v) - 1 : 0);
     if (o == NULL)

@@ -718,3 +718,37 @@ DL_TEST(a_report_is_put_on_the_lease_within_its_bound)
     json_decref(beat);
     dl_ejob_view_clear(&v);
 }
+
+DL_TEST(the_last_failure_is_the_states_culprit_at_its_round_change)
+{
+    dl_ejob_view_t v;
+    json_t *state = state_doc("running", 1, 1, 3, 2, 2);
+    json_object_set_new(state, "time", json_real(120.0)); /* the close, after the change */
+    json_object_set_new(state, "reason", json_string("rank 3 on h1 exited with code 7"));
+    json_object_set_new(state, "culprit",
+                        json_pack("{s:s, s:s, s:i, s:i}", "cause", "worker_failed", "host", "h1",
+                                  "rank", 3, "exit_code", 7));
+    load(&v,
+         json_pack(
+             "[o, o]", kv(P "state", state, 7, 0),
+             kv(P "ev/00000001-0",
+                json_pack("{s:s, s:f, s:i}", "event", "round_changed", "time", 99.0, "round", 1), 6,
+                0)),
+         9);
+    json_t *f = dl_ejob_last_failure(&v);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(json_integer_value(json_object_get(f, "round")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(f, "rank")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(f, "exit_code")), 7);
+    ck_assert_str_eq(json_string_value(json_object_get(f, "peer")), "h1");
+    ck_assert(json_real_value(json_object_get(f, "time")) == 99.0);
+    json_decref(f);
+    dl_ejob_view_clear(&v);
+    /* A round a node's loss ended names no failed worker. */
+    state = state_doc("running", 1, 1, 3, 2, 2);
+    json_object_set_new(state, "culprit",
+                        json_pack("{s:s, s:s}", "cause", "node_lost", "host", "h1"));
+    load(&v, json_pack("[o]", kv(P "state", state, 7, 0)), 9);
+    ck_assert_ptr_null(dl_ejob_last_failure(&v));
+    dl_ejob_view_clear(&v);
+}

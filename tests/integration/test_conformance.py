@@ -37,7 +37,8 @@ SEEN = {}
 GAPS = {
     ("etcd", "journal log events"):
         "etcd: the job's journal holds round_changed, rendezvous and job_end only, no log "
-        "events (docs/etcd.md, 'Keys': ev/)",
+        "events (docs/etcd.md, 'What differs'; an event's seq is the revision that made it, "
+        "which a log put in the same transaction would share)",
 }
 
 # Where a backend differs and no doc says why: bugs, reported on issue #30 and left to the

@@ -647,6 +647,13 @@ static void on_health_check(uv_timer_t *t)
             w->beating = true;
             w->last_beat = now;
         }
+        /* The worker closed its end: it says it will beat no more (dlaunch.torch does as its
+         * interpreter begins to exit, which under load can outlast --health-timeout), so its
+         * silence from here on is no hang. */
+        if (n == 0) {
+            close(w->health_rd);
+            w->health_rd = -1;
+        }
     }
     if (a->spec->health_timeout > 0 && a->sup.stop == DL_SUP_STOP_NONE)
         dl__watchdog_check(a, now);

@@ -2,12 +2,27 @@
 (docs/diagnostics.md), which the agent's hang watchdog and straggler rule read."""
 from __future__ import annotations
 
+import atexit
 import os
 import time
 
 # A line at most this often, covering the steps since the one before: a step a millisecond
 # would otherwise fill the pipe faster than the agent drains it (trainer/beat.c does the same).
 BEAT_EVERY_S = 0.1
+
+# The pipes closed at exit, once each however many Beats share one. Closing tells the agent
+# this rank will beat no more: an interpreter that takes longer than --health-timeout to exit
+# (torch's teardown on a loaded machine) is then not killed as hung (docs/python.md).
+_closing: set[int] = set()
+_closed: set[int] = set()
+
+
+def _close_at_exit(fd: int) -> None:
+    _closed.add(fd)
+    try:
+        os.close(fd)
+    except OSError:  # the program closed it itself: the agent has its end of file already
+        pass
 
 
 class Beats:
@@ -24,6 +39,9 @@ class Beats:
         self._last = 0.0
         self.lines = 0
         os.set_blocking(fd, False)  # a full pipe drops a line (the sums carry over), never blocks
+        if fd not in _closing:
+            _closing.add(fd)
+            atexit.register(_close_at_exit, fd)
 
     @classmethod
     def from_env(cls) -> Beats | None:
@@ -48,6 +66,9 @@ class Beats:
         self._samples += samples
         now = time.monotonic() if now is None else now
         if not force and self.lines > 0 and now - self._last < BEAT_EVERY_S:
+            return
+        if self.fd in _closed:  # past exit's close: the number may be another file's now
+            self.add = _no_beat  # type: ignore[method-assign]
             return
         k = self._steps
         line = (f"step={self.step} steps={k} compute_ms={self._compute_s * 1e3 / k:.4f} "

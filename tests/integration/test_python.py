@@ -79,6 +79,44 @@ class Formats(dltest.Case):
                                  "step=3 steps=2 compute_ms=6.0000 wait_ms=2.0000 samples=32"])
 
 
+# A rank that beats for half a second, then takes three to exit, as torch's teardown can on a
+# loaded machine: the atexit hook registered before the import runs after the package's own.
+SLOW_EXIT = """
+import atexit, sys, time
+atexit.register(time.sleep, 3)
+sys.path.insert(0, sys.argv[1])
+from dlaunch.beat import Beats
+b = Beats.from_env()
+for _ in range(10):
+    b.add(0.05, 0.0, 1, force=True)
+    time.sleep(0.05)
+print("done", flush=True)
+"""
+
+
+class SlowExit(dltest.Case):
+    """A rank that has said it will beat no more (its pipe closed) is not hung while it exits,
+    however long that takes; until then its silence counts (docs/diagnostics.md)."""
+
+    def run_slow_exit(self, *worker):
+        return self.dlaunch("--run-id", "job", "--events", self.events_path, "--nproc-per-node",
+                            "1", "--health-timeout", "1", "--max-restarts", "0", "--", *worker,
+                            timeout=60)
+
+    def test_a_python_rank_slow_to_exit_after_its_last_beat_is_not_killed(self):
+        p = self.run_slow_exit(TORCH_PYTHON, "-c", SLOW_EXIT, PACKAGE)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertNotIn("worker_hung", [e["event"] for e in self.events()])
+
+    def test_a_rank_that_closed_its_pipe_is_not_watched_but_one_silent_is(self):
+        beat_then = 'for i in 1 2 3 4 5; do printf "step=$i\\n" >&3; sleep 0.1; done; '
+        p = self.run_slow_exit("sh", "-c", beat_then + "exec 3>&-; sleep 3")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        p = self.run_slow_exit("sh", "-c", beat_then + "sleep 3")
+        self.assertNotEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("worker_hung", [e["event"] for e in self.events()])
+
+
 @unittest.skipUnless(have_torch(), "python3-torch is not installed")
 class Python(dltest.Case):
     def run_job(self, *args, timeout=240):

@@ -310,13 +310,17 @@ static void cb_lost(void *ctx, const char *why, const dl_rdzv_culprit_t *culprit
     dl_proto_escape(why, safe, sizeof(safe));
     if (culprit != NULL)
         snprintf(a->rec_reason, sizeof(a->rec_reason),
-                 "node rank %d (%.200s), the rendezvous's host, was lost: %.300s",
-                 culprit->node_rank, culprit->host != NULL ? culprit->host : "?", safe);
+                 "node rank %d (%.200s), the rendezvous's host, %s: %.300s", culprit->node_rank,
+                 culprit->host != NULL ? culprit->host : "?",
+                 culprit->cause != NULL && strcmp(culprit->cause, "node_left") == 0 ? "departed"
+                                                                                    : "was lost",
+                 safe);
     else
         snprintf(a->rec_reason, sizeof(a->rec_reason), "%.590s", safe);
-    dl__agent_log(a, "%s",
-                  keep ? "this node's workers stay (in-job recovery)"
-                       : "restarting this node's workers");
+    if (a->sup.phase == DL_SUP_RUNNING)
+        dl__agent_log(a, "%s",
+                      keep ? "this node's workers stay (in-job recovery)"
+                           : "restarting this node's workers");
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED, .recoverable = keep});
 }
 

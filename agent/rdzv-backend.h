@@ -100,8 +100,10 @@ typedef struct {
      * otherwise): stop the workers, then join again. */
     void (*round_changed)(void *ctx, int round, const char *reason,
                           const dl_rdzv_culprit_info_t *culprit);
-    /* The backend lost its place in the job (it has said why, in one line): stop the workers,
-     * join again. */
+    /* The backend lost its place in the job (it has said why, in one line): join again. With a
+     * culprit, the rendezvous was lost with its node and goes on at a successor: the next round
+     * is that node's loss, which in-job recovery takes with the workers kept; without, the
+     * workers stop. */
     void (*lost)(void *ctx, const char *why, const dl_rdzv_culprit_info_t *culprit);
     /* The rendezvous was lost and found again elsewhere (docs/rendezvous.md, "Failover"), at
      * host:port, hosted here or not, took_s after its loss. May be left NULL by a backend. */

@@ -301,7 +301,27 @@ static void cb_lost(void *ctx, const char *why, const dl_rdzv_culprit_t *culprit
     json_decref(z->last_failure);
     z->last_failure =
         culprit != NULL ? culprit_json(culprit) : json_pack("{s:s}", "cause", "rendezvous_lost");
-    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED});
+    /* A rendezvous lost with its node (named) is a lost node: the next round, at a successor
+     * that adopts the job's round and restarts, is a round change like any other, and the
+     * living workers stay through it in-job (docs/recovery.md). Any other loss (a handover, a
+     * rendezvous that misbehaved, dlaunchd) restarts them. */
+    bool keep = culprit != NULL && dl__rec_keepable(a);
+    char safe[1200];
+    dl_proto_escape(why, safe, sizeof(safe));
+    if (culprit != NULL)
+        snprintf(a->rec_reason, sizeof(a->rec_reason),
+                 "node rank %d (%.200s), the rendezvous's host, %s: %.300s", culprit->node_rank,
+                 culprit->host != NULL ? culprit->host : "?",
+                 culprit->cause != NULL && strcmp(culprit->cause, "node_left") == 0 ? "departed"
+                                                                                    : "was lost",
+                 safe);
+    else
+        snprintf(a->rec_reason, sizeof(a->rec_reason), "%.590s", safe);
+    if (a->sup.phase == DL_SUP_RUNNING)
+        dl__agent_log(a, "%s",
+                      keep ? "this node's workers stay (in-job recovery)"
+                           : "restarting this node's workers");
+    dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ROUND_CHANGED, .recoverable = keep});
 }
 
 static void cb_moved(void *ctx, const char *host, int port, bool hosting, double took_s)

@@ -298,7 +298,7 @@ static void lost(dl_rdzv_failover_t *fo, double now, bool misbehaving, bool sile
     char line[900];
     snprintf(line, sizeof(line), "%s the rendezvous at %s:%d (%s)",
              misbehaving ? "dropped" : "lost", fo->host, fo->o.port, what);
-    text(out, DL_RDZV_FO_SAY, "%s: stopping this node's workers and joining again", line);
+    text(out, DL_RDZV_FO_SAY, "%s: joining again", line);
     /* An embedded rendezvous (the one that names successors) is lost with its node: look for
      * it at the successors, and name the lost host's node as for any lost node; not when we
      * handed the job over. */

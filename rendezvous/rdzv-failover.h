@@ -131,7 +131,8 @@ typedef enum {
     DL_RDZV_FO_JOIN_AGAIN,   /* ask the agent's last join again (a full job turned it away) */
     DL_RDZV_FO_MOVED,        /* the rendezvous was found at host after seconds; hosting: ours */
     DL_RDZV_FO_LOST,         /* text: the rendezvous is lost; blame: its node (cause, host,
-                              * node_rank) is the culprit */
+                              * node_rank) is the culprit, and the next round, at a successor,
+                              * is that node's loss (in-job, the workers stay) */
     DL_RDZV_FO_PROBE,        /* ask host (dropping any earlier probe) whether it serves the job */
     DL_RDZV_FO_HAND_OVER,    /* close our server: host serves the job again */
     DL_RDZV_FO_HOST_AGAIN,   /* try hosting and connecting again (node 0's name resolves?) */

@@ -174,35 +174,43 @@ static void shape_text(const dl_train_config_t *cfg, char *buf, size_t len)
         off += (size_t)snprintf(buf + off, len - off, "%s%zu", l ? "-" : "", cfg->sizes[l]);
 }
 
-static int load_data(run_t *r)
+/* A set's images and labels must fit the layers. */
+static int check_set(run_t *r, const char *dir, const dl_train_dataset_t *d, const char *name)
 {
     const dl_train_config_t *cfg = r->cfg;
-    const char *dir = cfg->dataset_dir != NULL ? cfg->dataset_dir : DL_TRAIN_DEFAULT_DATASET;
-    int rc = dl_train_dataset_load(&r->train, dir, "train", r->err, r->errlen);
-
-    if (rc < 0)
-        return rc;
-    if (is_root(r)) {
-        rc = dl_train_dataset_load(&r->test, dir, "t10k", r->err, r->errlen);
-        if (rc < 0)
-            return rc;
-    }
-    const dl_train_dataset_t *sets[2] = {&r->train, &r->test};
-    for (int i = 0; i < 2; i++) {
-        const dl_train_dataset_t *d = sets[i];
-        if (d->n == 0)
-            continue;
-        if (d->dim != cfg->sizes[0])
-            return dl__train_err(-EINVAL, r->err, r->errlen,
-                                 "%s: %s images are %zux%zu = %zu values, layers start at %zu", dir,
-                                 i == 0 ? "train" : "t10k", d->rows, d->cols, d->dim,
-                                 cfg->sizes[0]);
-        if (d->n_classes > cfg->sizes[cfg->n_layers])
-            return dl__train_err(
-                -EINVAL, r->err, r->errlen, "%s: %s labels go up to %zu, layers end at %zu classes",
-                dir, i == 0 ? "train" : "t10k", d->n_classes - 1, cfg->sizes[cfg->n_layers]);
-    }
+    if (d->n == 0)
+        return 0;
+    if (d->dim != cfg->sizes[0])
+        return dl__train_err(-EINVAL, r->err, r->errlen,
+                             "%s: %s images are %zux%zu = %zu values, layers start at %zu", dir,
+                             name, d->rows, d->cols, d->dim, cfg->sizes[0]);
+    if (d->n_classes > cfg->sizes[cfg->n_layers])
+        return dl__train_err(-EINVAL, r->err, r->errlen,
+                             "%s: %s labels go up to %zu, layers end at %zu classes", dir, name,
+                             d->n_classes - 1, cfg->sizes[cfg->n_layers]);
     return 0;
+}
+
+static const char *dataset_dir(const run_t *r)
+{
+    return r->cfg->dataset_dir != NULL ? r->cfg->dataset_dir : DL_TRAIN_DEFAULT_DATASET;
+}
+
+/* Rank 0 evaluates: only it loads the test set. */
+static int load_test(run_t *r)
+{
+    int rc = dl_train_dataset_load(&r->test, dataset_dir(r), "t10k", r->err, r->errlen);
+    return rc < 0 ? rc : check_set(r, dataset_dir(r), &r->test, "t10k");
+}
+
+static int load_data(run_t *r)
+{
+    int rc = dl_train_dataset_load(&r->train, dataset_dir(r), "train", r->err, r->errlen);
+    if (rc == 0)
+        rc = check_set(r, dataset_dir(r), &r->train, "train");
+    if (rc == 0 && is_root(r))
+        rc = load_test(r);
+    return rc;
 }
 
 /* Finds unwritable output places before training rather than after it. */
@@ -1359,6 +1367,14 @@ static int recover(run_t *r)
     if (rc == 1)
         rc = dl__train_err(-ENODATA, r->err, r->errlen,
                            "in-job recovery: no rank of the group holds the training state");
+    /* Rank 0 of the new group and not before (the old one was lost with its node, the
+     * rendezvous's host say): it takes on rank 0's part, the outputs it writes and the test set
+     * it evaluates on. */
+    if (rc == 0 && is_root(r) && r->test.n == 0) {
+        rc = check_outputs(r);
+        if (rc == 0)
+            rc = load_test(r);
+    }
     return rc;
 }
 

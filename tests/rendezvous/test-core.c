@@ -710,6 +710,49 @@ DL_TEST(a_restarted_rendezvous_adopts_the_agents_history)
     h_fini(&h);
 }
 
+/* The host of a 1:2 job was lost with its node: node 1 hosts the rendezvous as the successor
+ * and is its only member. Its first round is the round after the last one it ran, with the lost
+ * host's restart spent, node 1 as node rank 0 of 1 (its hint 1 is beyond a round of one) and
+ * itself as master: the round change of a lost node, which its workers, kept in-job, take as
+ * generation 4 after their 3 (docs/recovery.md). */
+DL_TEST(a_successors_first_round_goes_on_from_the_lost_hosts)
+{
+    harness_t h;
+    dl_rdzv_core_opts_t co;
+    dl_rdzv_core_opts_init(&co);
+    co.host_agent_id = "a2";
+    co.successors = true;
+    h_init_opts(&h, &co);
+    dl_rdzv_job_opts_t o = h_opts(1, 2);
+    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_JOIN, .conn = 2, .req_id = 1002, .run_id = "job"};
+    ev.join.agent_id = "a2";
+    ev.join.host = "h2";
+    ev.join.master_addr = "10.0.0.2";
+    ev.join.slots = 2;
+    ev.join.node_rank = 1;
+    ev.join.slurm_node_id = -1;
+    ev.join.resume_round = 3;
+    ev.join.failures = 2; /* one before, one for the lost host */
+    ev.join.opts = &o;
+    h_step(&h, &ev, 0);
+    ck_assert_uint_eq(h_count(&h, DL_RDZV_MSG_ASSIGNMENT), 0); /* the last call for node 0 */
+    h_tick(&h, 10);
+    const dl_rdzv_msg_t *m = h_msg(&h, 2, DL_RDZV_MSG_ASSIGNMENT);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(m->assignment.round, 4);
+    ck_assert_int_eq(m->assignment.restarts, 4);
+    ck_assert_int_eq(m->assignment.failures, 2);
+    ck_assert_int_eq(m->assignment.node_rank, 0);
+    ck_assert_int_eq(m->assignment.nnodes, 1);
+    ck_assert_int_eq(m->assignment.world_size, 2);
+    ck_assert_int_eq(m->assignment.first_rank, 0);
+    ck_assert_int_eq(m->assignment.host_node_rank, 0);
+    ck_assert_str_eq(m->assignment.master_addr, "10.0.0.2");
+    ck_assert_int_eq(m->assignment.nsuccessors, 1);
+    ck_assert_str_eq(m->assignment.successors[0], "10.0.0.2");
+    h_fini(&h);
+}
+
 /* A node cut off from the host when the host failed the job (its last restart spent) becomes
  * the host itself and joins with one restart more than the budget: the job ends failed there
  * and then, the joiner told, instead of a round that waits for the gone node until the join

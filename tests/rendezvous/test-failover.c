@@ -108,6 +108,10 @@ DL_TEST(a_lost_host_is_looked_for_at_its_successors_then_hosted_here)
     ck_assert_str_eq(l->cause, "node_lost");
     ck_assert_str_eq(l->host, "10.0.0.1");
     ck_assert_int_eq(l->node_rank, 0);
+    /* A lost node's round change: whether the workers stay is the agent's to say (in-job they
+     * do), not the machine's. */
+    ck_assert(said(&f, DL_RDZV_FO_SAY, "lost the rendezvous at 10.0.0.1:29400"));
+    ck_assert(!said(&f, DL_RDZV_FO_SAY, "workers"));
     ck_assert_ptr_null(find(&f, DL_RDZV_FO_TIMER_START)); /* a stable connection: at once */
     /* The lost host counts as a failure in the next join, as any lost node would. */
     ck_assert_int_eq(dl_rdzv_failover_extra_failures(&f.fo), 1);

@@ -629,6 +629,18 @@ static void note_joined(etcd_t *z, int round)
         json_pack("{s:i, s:i}", "round", round, "node_rank", z->conf.want_node_rank));
 }
 
+static void on_done_log(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    if (z->closing)
+        return;
+    /* A line that did not go in is only a line: the job goes on without it (trouble says
+     * etcd's state). */
+    if (res->status != DL_ETCD_OK)
+        trouble(z, res);
+    react(z);
+}
+
 static void on_txn(void *ctx, const dl_etcd_result_t *res)
 {
     etcd_t *z = ctx;
@@ -670,6 +682,13 @@ static void on_txn(void *ctx, const dl_etcd_result_t *res)
         json_object_set_new(z->view.done, z->conf.node_id, json_integer(round));
         z->done_count_round = round;
         z->done_count = dl_ejob_txn_count(res->body);
+        /* The journal's line for it (our rendezvous' "finished: K of N done"), before this
+         * node can end the job: react runs on its answer. */
+        if (dl_etcd_call(z->etcd, "/v3/kv/put",
+                         dl_ejob_put_done_log(&z->view, z->conf.node_id, z->conf.hostname,
+                                              z->done_count, z->lease, now_unix()),
+                         on_done_log, z, NULL) == 0)
+            return;
     }
     if (kind == TXN_CLOSE && ok && z->close_next < json_array_size(z->close_txns)) {
         /* A batch of assignments went in: the next one, or the state that closes the round. */

@@ -9,7 +9,8 @@
  *   PREFIX m/NODE_ID      a member: the round it joined and what it offers; on its agent's lease
  *   PREFIX done/NODE_ID   the round whose workers all exited 0 on that node
  *   PREFIX a/ROUND/REV/NODE_ID  that node's assignment in the running round ROUND
- *   PREFIX ev/RRRRRRRR-K  the job's events (round_changed, rendezvous, job_end)
+ *   PREFIX ev/RRRRRRRR-K  the job's events (round_changed, rendezvous, job_end), and after
+ *                         each at ev/RRRRRRRR-K-1 the log line our rendezvous writes then
  *   PREFIX n/NODE_ID      what that node's agent would tell a rendezvous server with its
  *                         heartbeats (its ranks' diagnostics, progress, in-job recoveries; node
  *                         0's store figures), on its agent's lease: `dlaunch status` reads them
@@ -160,6 +161,19 @@ json_t *dl_ejob_txn_end(const dl_ejob_view_t *v, const char *status, const char 
                         int64_t linger_lease, double now);
 /* Marks node_id's workers of the running round done. */
 json_t *dl_ejob_txn_done(const dl_ejob_view_t *v, const char *node_id);
+
+/* An event's seq (docs/control.md), which every reader computes alike from the key and its
+ * create revision: the revision times DL_EJOB_SEQ_SLOTS, plus S for a key ev/RRRRRRRR-K-S (the
+ * log line put with the event ev/RRRRRRRR-K, in the same transaction), so that every event has
+ * a seq of its own, increasing in the order they happened. */
+#define DL_EJOB_SEQ_SLOTS 16
+int64_t dl_ejob_event_seq(const char *prefix, const char *key, int64_t create_revision);
+/* The log line our rendezvous writes as a node's workers are all done (done: the round's done
+ * count that node's dl_ejob_txn_done_counted answered), put on its own (a seq of its own) on
+ * the agent's lease: the job's end puts it on the linger lease with the other events. The body
+ * of a /v3/kv/put. */
+json_t *dl_ejob_put_done_log(const dl_ejob_view_t *v, const char *node_id, const char *host,
+                             int64_t done, int64_t lease, double now);
 
 /* Whether a txn answer succeeded. */
 bool dl_ejob_txn_ok(const json_t *answer);

@@ -385,11 +385,94 @@ DL_TEST(rounds_spend_restarts_on_failures_only)
         leased += dl_etcd_int(json_object_get(json_object_get(op, "request_put"), "lease")) == 99;
     }
     ck_assert_int_eq(deletes, 3); /* the members, the done marks, the assignments */
-    ck_assert_int_eq(leased, 3);  /* the state, the old event, the new one */
+    ck_assert_int_eq(leased, 4);  /* the state, the old event, the new one and its log line */
     json_decref(ev);
     json_decref(s);
     json_decref(t);
     dl_ejob_view_clear(&v);
+}
+
+/* The log line a transaction puts at key, as "LEVEL: TEXT" (static buffer), or "" when none. */
+static const char *log_of(const json_t *txn, const char *key)
+{
+    static char buf[2000];
+    json_t *ev = put_of(txn, key);
+    if (ev == NULL || strcmp(json_string_value(json_object_get(ev, "event")), "log") != 0) {
+        json_decref(ev);
+        return "";
+    }
+    snprintf(buf, sizeof(buf), "%s: %s", json_string_value(json_object_get(ev, "level")),
+             json_string_value(json_object_get(ev, "text")));
+    json_decref(ev);
+    return buf;
+}
+
+DL_TEST(the_journal_has_our_rendezvous_log_lines_each_with_a_seq_of_its_own)
+{
+    /* Where our rendezvous journals a log line, the transaction that does the same puts it
+     * next to its event (ev/RRRRRRRR-K-1), with the same text. */
+    dl_ejob_settings_t set = {.min_nodes = 1, .max_nodes = 2, .max_restarts = 2};
+    json_t *t = dl_ejob_txn_create(P, &set, 1);
+    ck_assert_str_eq(log_of(t, "ev/00000000-0-1"),
+                     "info: job created: nodes 1:2, at most 2 restarts after failures");
+    json_decref(t);
+
+    dl_ejob_view_t v;
+    json_t *kvs = json_pack("[o, o, o]", kv(P "state", state_doc("gathering", 1, 0, 3, 1, 2), 2, 0),
+                            kv(P "m/x", member("x", "hx", 2, -1, 1), 4, 8),
+                            kv(P "m/y", member("y", "hy", 1, -1, 1), 5, 9));
+    load(&v, kvs, 5);
+    t = dl_ejob_txn_close(&v, 1);
+    ck_assert_str_eq(log_of(json_array_get(t, 0), "ev/00000001-1-1"),
+                     "info: round 1 closed: 2 nodes, world size 3, master hx:29500");
+    json_decref(t);
+    dl_ejob_view_clear(&v);
+
+    kvs = json_pack("[o]", kv(P "state", state_doc("running", 2, 1, 2, 1, 2), 2, 0));
+    load(&v, kvs, 3);
+    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_WORKER_FAILED, "rank 0 exited", NULL, NULL, 0, 0, 1);
+    ck_assert_str_eq(log_of(t, "ev/00000003-0-1"),
+                     "warning: round 2 -> 3 (restart 2 of 2): rank 0 exited");
+    json_decref(t);
+    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_REQUESTED, "restart requested", NULL, NULL, 0, 0, 1);
+    ck_assert_str_eq(
+        log_of(t, "ev/00000003-0-1"),
+        "info: round 2 -> 3 (no failure: the restart budget stays 1 of 2): restart requested");
+    json_decref(t);
+    t = dl_ejob_txn_end(&v, "succeeded", "succeeded", 99, 1);
+    ck_assert_str_eq(log_of(t, "ev/00000002-2-1"), "info: job succeeded in round 2, 1 restart");
+    json_decref(t);
+    t = dl_ejob_txn_end(&v, "timed-out", "round 2 timed out: 0 of 1 nodes joined within 5 s", 99,
+                        1);
+    ck_assert_str_eq(log_of(t, "ev/00000002-2-1"),
+                     "error: round 2 timed out: 0 of 1 nodes joined within 5 s");
+    json_decref(t);
+    dl_ejob_view_clear(&v);
+    kvs = json_pack("[o]", kv(P "state", state_doc("running", 2, 2, 2, 1, 2), 2, 0));
+    load(&v, kvs, 3);
+    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_WORKER_FAILED, "rank 1 exited", NULL, NULL, 0, 99, 1);
+    ck_assert_str_eq(log_of(t, "ev/00000002-2-1"),
+                     "error: job failed after 2 restarts: rank 1 exited");
+    json_decref(t);
+    /* A node's workers all done: its own put, on its lease, the round's count in the text. */
+    json_t *p = dl_ejob_put_done_log(&v, "x", "hx", 1, 42, 1);
+    ck_assert_int_eq(dl_etcd_int(json_object_get(p, "lease")), 42);
+    char *k = dl_etcd_unb64(json_object_get(p, "key"), NULL);
+    ck_assert_str_eq(k, P "ev/00000002-1-d-x");
+    free(k);
+    json_decref(p);
+    dl_ejob_view_clear(&v);
+
+    /* Every event its own seq, in the order they happened: a transaction's log line after its
+     * event, the next revision after both, a line put on its own by its revision alone. */
+    int64_t changed = dl_ejob_event_seq(P, P "ev/00000003-0", 10),
+            line = dl_ejob_event_seq(P, P "ev/00000003-0-1", 10),
+            closed = dl_ejob_event_seq(P, P "ev/00000003-1", 11),
+            done = dl_ejob_event_seq(P, P "ev/00000003-1-d-x-1", 12);
+    ck_assert_int_lt(changed, line);
+    ck_assert_int_lt(line, closed);
+    ck_assert_int_lt(closed, done);
+    ck_assert_int_eq(done, 12 * DL_EJOB_SEQ_SLOTS);
 }
 
 DL_TEST(watch_events_update_the_view)

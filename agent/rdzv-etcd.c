@@ -112,6 +112,11 @@ struct dl_rdzv_impl_s {
     json_t *report_culprit; /* who: this node and its rank */
     int node_rank;          /* this node's in the round it was assigned */
     dl_ejob_cause_t report_cause;
+    /* A failure waiting for the others' reports (n/ keys) before it is reported: its round
+     * (-1: none), this node's report (diag/), and the text's end so far. */
+    int explain_round;
+    json_t *explain_diag;
+    size_t explain_at;
     int done_round; /* node done to mark (round), or -1 */
     /* Where this node stands. */
     int workers_round; /* the round this node was assigned (its workers'), or -1 */
@@ -1765,6 +1770,41 @@ static json_t *page_status(void *ctx, const char *run_id, const json_t *own)
     return o;
 }
 
+/* The failure of round waits no more for the others' reports: its text ends with where the
+ * ranks were (every node's when read, else this node's alone), and it is reported. */
+static void explained(etcd_t *z, int round, bool read)
+{
+    if (z->explain_round != round)
+        return; /* a later failure took its place */
+    size_t n = z->explain_at, room = sizeof(z->report_reason) - n - 2;
+    char *at = z->report_reason + n + 2;
+    size_t w = read ? dl_ejob_explain(&z->view, z->conf.run_id, z->conf.node_id, round,
+                                      z->explain_diag, now_unix(), at, room)
+                    : where_text(z->explain_diag, at, room);
+    if (w > 0)
+        memcpy(z->report_reason + n, "; ", 2);
+    else
+        z->report_reason[n] = '\0';
+    json_decref(z->explain_diag);
+    z->explain_diag = NULL;
+    z->explain_round = -1;
+    z->report_round = round;
+    react(z);
+}
+
+static void on_explained(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    if (z->closing)
+        return;
+    int round = z->explain_round;
+    /* Unread (etcd in trouble: it says so), the failure still goes, with this node's ranks. */
+    bool read = res->status == DL_ETCD_OK && dl_ejob_view_reports(&z->view, res->body) == 0;
+    if (res->status != DL_ETCD_OK)
+        trouble(z, res);
+    explained(z, round, read);
+}
+
 static void etcd_report_failure(etcd_t *z, const dl_rdzv_failure_t *f)
 {
     z->report_round = f->round;
@@ -1786,10 +1826,20 @@ static void etcd_report_failure(etcd_t *z, const dl_rdzv_failure_t *f)
     int n = snprintf(z->report_reason, sizeof(z->report_reason), "agent '%s' (%s) in round %d: %s",
                      z->conf.node_id, z->conf.hostname, f->round, f->reason);
     /* The round change's text ends with where the ranks were, as the server's does
-     * (rendezvous/server.c): here this node's ranks, the ones its report knows. */
-    if (!f->excluded && n > 0 && (size_t)n + 32 < sizeof(z->report_reason) &&
-        where_text(f->diag, z->report_reason + n + 2, sizeof(z->report_reason) - (size_t)n - 2) > 0)
-        memcpy(z->report_reason + n, "; ", 2);
+     * (rendezvous/server.c): every node's, from this node's report and the others' latest
+     * (their n/ keys, read now); the failure is reported once they are read. */
+    if (!f->excluded && n > 0 && (size_t)n + 32 < sizeof(z->report_reason)) {
+        json_decref(z->explain_diag);
+        z->explain_diag = f->diag != NULL ? json_deep_copy(f->diag) : NULL;
+        z->explain_at = (size_t)n;
+        z->explain_round = f->round;
+        z->report_round = -1;
+        if (dl_etcd_call(z->etcd, "/v3/kv/range", dl_ejob_range_reports(&z->view), on_explained, z,
+                         NULL) == 0)
+            return;
+        explained(z, f->round, false); /* out of memory: this node's report alone */
+        return;
+    }
     react(z);
 }
 
@@ -1825,6 +1875,7 @@ static void maybe_free(etcd_t *z)
     dl_ejob_view_clear(&z->page);
     dl_proto_token_free(z->store_token);
     json_decref(z->report_culprit);
+    json_decref(z->explain_diag);
     json_decref(z->linger_culprit);
     json_decref(z->close_txns);
     free(z);
@@ -2005,7 +2056,7 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
     z->spec = spec;
     z->cbs = *cbs;
     z->ctx = ctx;
-    z->workers_round = z->report_round = z->done_round = -1;
+    z->workers_round = z->report_round = z->done_round = z->explain_round = -1;
     z->node_rank = -1;
     z->seen_round = -1;
     z->last_call_round = z->join_timer_round = z->close_due_round = -1;

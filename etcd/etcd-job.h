@@ -192,6 +192,13 @@ json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id);
  * reports' own. New reference (job-status.c). */
 json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ranks, double now);
 
+/* Where every rank of the job was when node_id's worker failed in round, in the one line our
+ * server adds to the round change's text: node_id's report diag (borrowed, may be NULL) and the
+ * other nodes' latest reports of that round in the view (dl_ejob_view_reports). now: this
+ * clock's Unix time. Returns its length, 0 when the reports say nothing. */
+size_t dl_ejob_explain(const dl_ejob_view_t *v, const char *run_id, const char *node_id, int round,
+                       const json_t *diag, double now, char *buf, size_t len);
+
 /* For the status page: the failure that ended the last round, from the state's culprit, as a
  * server keeps it ({time, round, rank, exit_code | signal, reason, peer: the host}); NULL when a
  * worker's failure did not end it. New reference. */

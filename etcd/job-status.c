@@ -126,3 +126,30 @@ json_t *dl_ejob_last_failure(const dl_ejob_view_t *v)
                             json_integer(json_integer_value(json_object_get(c, "exit_code"))));
     return o;
 }
+
+size_t dl_ejob_explain(const dl_ejob_view_t *v, const char *run_id, const char *node_id, int round,
+                       const json_t *diag, double now, char *buf, size_t len)
+{
+    json_t *beats = json_array();
+    const char *id;
+    json_t *rep;
+    if (len > 0)
+        buf[0] = '\0';
+    if (beats == NULL)
+        return 0;
+    /* The failing node's report as its failure brings it, the others' latest, as our server
+     * has them when a failure comes. */
+    if (diag != NULL)
+        json_array_append_new(beats, json_pack("{s:{s:i, s:O}, s:f}", "beat", "round", round,
+                                               "diag", diag, "age_s", 0.0));
+    json_object_foreach (v->reports, id, rep) {
+        if (strcmp(id, node_id) == 0 || json_integer_value(json_object_get(rep, "round")) != round)
+            continue;
+        double age = now - json_number_value(json_object_get(rep, "time"));
+        json_array_append_new(beats,
+                              json_pack("{s:O, s:f}", "beat", rep, "age_s", age > 0 ? age : 0.0));
+    }
+    size_t w = dl_rdzv_beats_explain(run_id, beats, buf, len);
+    json_decref(beats);
+    return w;
+}

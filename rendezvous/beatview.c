@@ -6,11 +6,42 @@
 #include "rendezvous.h"
 #include "stats.h"
 
+/* Feeds the beats' reports to view (time: their ages before 0). */
+static void feed(dl__jobview_t *view, const char *run_id, const json_t *beats)
+{
+    char err[256];
+    size_t i;
+    const json_t *e;
+    json_array_foreach (beats, i, e) {
+        const json_t *beat = json_object_get(e, "beat"), *rep = json_object_get(beat, "diag");
+        double age = json_number_value(json_object_get(e, "age_s"));
+        json_int_t round = json_integer_value(json_object_get(beat, "round"));
+        /* A report of an older round than one fed before is stale (-ESTALE), as with a server;
+         * a bad one is its sender's problem: either way the others still count. */
+        if (rep != NULL)
+            (void)dl__jobview_report(view, run_id, (int)round, (uint64_t)i + 1, rep,
+                                     age > 0 ? -age : 0, err, sizeof(err));
+    }
+}
+
+size_t dl_rdzv_beats_explain(const char *run_id, const json_t *beats, char *buf, size_t len)
+{
+    dl__jobview_t *view = NULL;
+    if (len > 0)
+        buf[0] = '\0';
+    if (dl__jobview_new(&view) < 0)
+        return 0;
+    feed(view, run_id, beats);
+    /* As the server explains a failure: whatever the ranks' stuck time (min_stuck 0). */
+    size_t w = dl__jobview_explain(view, run_id, 0, 0, buf, len);
+    dl__jobview_free(view);
+    return w;
+}
+
 json_t *dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks)
 {
     dl__jobview_t *view = NULL;
     dl__rdzv_stats_t st;
-    char err[256];
     size_t i;
     const json_t *e;
 
@@ -22,16 +53,9 @@ json_t *dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks
     }
     dl__rdzv_stats_join(&st, run_id, 0);
     /* Time is the reports' ages: each was made age_s before "now", 0. */
+    feed(view, run_id, beats);
     json_array_foreach (beats, i, e) {
-        const json_t *beat = json_object_get(e, "beat"), *rep = json_object_get(beat, "diag");
-        double age = json_number_value(json_object_get(e, "age_s"));
-        json_int_t round = json_integer_value(json_object_get(beat, "round"));
-        /* A report of an older round than one fed before is stale (-ESTALE), as with a server;
-         * a bad one is its sender's problem: either way the others still count. */
-        if (rep != NULL)
-            (void)dl__jobview_report(view, run_id, (int)round, (uint64_t)i + 1, rep,
-                                     age > 0 ? -age : 0, err, sizeof(err));
-        const json_t *rec = json_object_get(beat, "recovery");
+        const json_t *rec = json_object_get(json_object_get(e, "beat"), "recovery");
         if (rec != NULL)
             dl__rdzv_stats_recovery(&st, run_id, rec);
     }

@@ -141,6 +141,10 @@ void dl_rdzv_server_progress(dl_rdzv_server_t *s, const char *run_id, const json
  * "ranks", and "recovery" (the node that counted most)}, a new reference; NULL when out of
  * memory. */
 json_t *dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks);
+/* Where every rank of the job was, from the same beats, in the one line our server adds to a
+ * round change's text (a worker's failure: every node's latest report, the failing node's
+ * with it). Returns its length, 0 when the reports say nothing (buf ""). */
+size_t dl_rdzv_beats_explain(const char *run_id, const json_t *beats, char *buf, size_t len);
 
 /* ---- Event-loop client: the agent ---------------------------------------------------------- */
 

@@ -779,6 +779,47 @@ DL_TEST(status_shows_what_the_running_rounds_reports_say)
     dl_ejob_view_clear(&v);
 }
 
+/* A node's report whose ranks keep flight recorders: rank 2*node_rank in all-reduce #seq (for
+ * 30 s), the other one's last all-reduce #last, done 30 s ago. */
+static json_t *recorder_report(int round, int node_rank, double time, int seq, int last)
+{
+    json_t *doc = report_doc(round, node_rank, time, 0, false);
+    json_t *ranks = json_object_get(json_object_get(doc, "diag"), "ranks");
+    for (int k = 0; k < 2; k++) {
+        json_t *r = json_array_get(ranks, (size_t)k);
+        json_object_set_new(r, "recorder", json_true());
+        json_object_set_new(r, "ops",
+                            json_pack("[{s:i, s:s, s:s, s:f}]", "seq", k ? last : seq, "op",
+                                      "all-reduce", "state", k ? "done" : "running", "age_s",
+                                      30.0));
+    }
+    return doc;
+}
+
+DL_TEST(a_failures_text_says_where_every_nodes_ranks_were)
+{
+    /* Node n1's worker failed in round 1: its report (as the failure brings it) and n0's latest
+     * of round 1 say where the ranks were, as our server's text does: rank 1, on n0, is the one
+     * behind. */
+    dl_ejob_view_t v;
+    load(&v,
+         json_pack("[o, o, o]", kv(P "state", state_doc("running", 1, 0, 3, 2, 2), 7, 0),
+                   kv(P "n/n0", recorder_report(1, 0, 100.0, 5, 4), 8, 11),
+                   kv(P "n/n1", recorder_report(1, 1, 90.0, 1, 1), 8, 12)),
+         9);
+    json_t *mine = recorder_report(1, 1, 101.0, 5, 5);
+    const json_t *own = json_object_get(mine, "diag");
+    char all[1024], alone[1024];
+    ck_assert_uint_gt(dl_ejob_explain(&v, "j", "n1", 1, own, 101.5, all, sizeof(all)), 0);
+    ck_assert_ptr_nonnull(strstr(all, "rank 1 "));
+    /* n0's report of an older round is not where its ranks are now. */
+    json_object_set_new(json_object_get(v.reports, "n0"), "round", json_integer(0));
+    ck_assert_uint_gt(dl_ejob_explain(&v, "j", "n1", 1, own, 101.5, alone, sizeof(alone)), 0);
+    ck_assert_ptr_null(strstr(alone, "rank 1 "));
+    json_decref(mine);
+    dl_ejob_view_clear(&v);
+}
+
 DL_TEST(a_report_is_put_on_the_lease_within_its_bound)
 {
     dl_ejob_view_t v;

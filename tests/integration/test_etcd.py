@@ -17,6 +17,7 @@ import urllib.request
 
 import dltest
 import etcdlib
+import test_diag
 import test_torch_store
 import test_train
 
@@ -122,6 +123,40 @@ class EtcdCase(dltest.Case):
                 if text:
                     ranks[int(f[5:-4])] = text
         return ranks
+
+
+@unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
+class Diagnosis(EtcdCase):
+    """test_diag's accounts across two nodes, over etcd: what our server makes of every node's
+    heartbeats, the agents make of every node's report (n/NODE_ID)."""
+    HANG_STEP = test_diag.Diag.HANG_STEP
+
+    def two_agents(self, extra, *sets):
+        data = os.path.join(self.dir, "data")
+        os.mkdir(data)
+        test_train.write_subset(data)
+        trainer = test_diag.trainer_cmd(data, *sets)
+        return [self.agent("--node-rank", str(i), "--heartbeat", "0.3", *extra, "--", *trainer,
+                           name=f"n{i}", slots="1",
+                           env={"DLAUNCH_COLL_HOST_ID": f"node{i}"})  # TCP between the "nodes"
+                for i in range(2)]
+
+    @unittest.skipUnless(test_train.have_fashion(), "Fashion-MNIST is not installed")
+    def test_a_rank_stopped_mid_step_is_named_on_two_nodes(self):
+        """Rank 1 (node 1) stops in step 20: every node's restart says, as with our server,
+        that rank 1 on node 1 never entered the reduce-scatter and that rank 0, on node 0 (its
+        report, not the failing node's), has waited in it."""
+        procs = self.two_agents(
+            ["--health-timeout", "6", "--max-restarts", "1", "--recovery", "restart"],
+            "steps=60", "log_every=1000", f"hang_at_step={self.HANG_STEP}", "fail_rank=1")
+        self.assertEqual(self.wait_all(procs, timeout=180), [0, 0], self.logs(["n0", "n1"]))
+        for name in ("n0", "n1"):
+            restart = [e for e in self.evs(name) if e["event"] == "restart"]
+            self.assertEqual(len(restart), 1, self.evs(name))
+            test_diag.Diag.check_hang_account(self, restart[0]["diagnosis"], on_node=1)
+            reason = restart[0]["reason"]
+            self.assertEqual((reason["rank"], reason["node_rank"], reason.get("hung"),
+                              reason["cause"]), (1, 1, True, "worker_failed"), restart)
 
 
 @unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")

@@ -11,6 +11,7 @@
  *   PREFIX a/ROUND/REV/NODE_ID  that node's assignment in the running round ROUND
  *   PREFIX ev/RRRRRRRR-K  the job's events (round_changed, rendezvous, job_end), and after
  *                         each at ev/RRRRRRRR-K-1 the log line our rendezvous writes then
+ *   PREFIX verdict        the straggler rule's verdict over the reports (node 0's)
  *   PREFIX n/NODE_ID      what that node's agent would tell a rendezvous server with its
  *                         heartbeats (its ranks' diagnostics, progress, in-job recoveries; node
  *                         0's store figures), on its agent's lease: `dlaunch status` reads them
@@ -37,6 +38,7 @@ typedef struct {
     json_t *events;                  /* key -> event */
     json_t *assign;  /* "ROUND/REV/NODE_ID" -> that node's assignment (a/ keys read) */
     json_t *reports; /* node id -> its agent's report (n/ keys), with "rev" added */
+    json_t *verdict; /* the straggler rule's verdict ({round, view}), or NULL */
     int64_t rev;     /* the view holds every change up to this revision */
 } dl_ejob_view_t;
 
@@ -212,6 +214,19 @@ json_t *dl_ejob_last_failure(const dl_ejob_view_t *v);
 #define DL_EJOB_REPORT_MAX (64 * 1024)
 int dl_ejob_put_report(const dl_ejob_view_t *v, const char *node_id, const json_t *beat,
                        const json_t *store, double now, int64_t lease, json_t **ret);
+/* The job-wide straggler rule's verdict (PREFIX verdict): the view our server answers each
+ * heartbeat with, made by the running round's node 0 from every node's report
+ * (dl_rdzv_judge_t) and read by every node with its report's put.
+ *
+ * A report's put (dl_ejob_put_report's body, stolen) made a transaction that also reads the
+ * verdict. */
+json_t *dl_ejob_txn_report(const dl_ejob_view_t *v, json_t *put);
+/* The verdict such a transaction's answer read, when it is round's ({stragglers, ...}, new
+ * reference), else NULL. */
+json_t *dl_ejob_verdict_of(const json_t *answer, int round);
+/* The body of a /v3/kv/put of round's verdict (view, borrowed) on lease. */
+json_t *dl_ejob_put_verdict(const dl_ejob_view_t *v, int round, const json_t *view, int64_t lease);
+
 /* A range body of every node's report. */
 json_t *dl_ejob_range_reports(const dl_ejob_view_t *v);
 /* Replaces the view's reports with those of a range answer of them. Returns 0 or -EPROTO. */

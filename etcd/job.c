@@ -67,7 +67,9 @@ void dl_ejob_view_clear(dl_ejob_view_t *v)
     json_decref(v->events);
     json_decref(v->assign);
     json_decref(v->reports);
+    json_decref(v->verdict);
     v->job = v->state = v->members = v->done = v->events = v->assign = v->reports = NULL;
+    v->verdict = NULL;
 }
 
 /* One key's change. Returns DL_EJOB_CH_*, 0 for a key of no interest. */
@@ -95,6 +97,11 @@ static int apply(dl_ejob_view_t *v, const dl_etcd_kv_t *kv, bool deleted)
         v->state = doc;
         v->state_rev = deleted ? 0 : kv->mod_revision;
         return DL_EJOB_CH_STATE;
+    }
+    if (strcmp(k, "verdict") == 0) {
+        json_decref(v->verdict);
+        v->verdict = doc;
+        return DL_EJOB_CH_REPORTS;
     }
     if (strncmp(k, "m/", 2) == 0) {
         if (deleted) {

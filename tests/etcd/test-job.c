@@ -820,6 +820,49 @@ DL_TEST(a_failures_text_says_where_every_nodes_ranks_were)
     dl_ejob_view_clear(&v);
 }
 
+DL_TEST(the_straggler_rules_verdict_reaches_every_node_and_the_status)
+{
+    dl_ejob_view_t v;
+    json_t *state = state_doc("running", 1, 0, 3, 2, 2);
+    json_object_set_new(state, "assignment", json_integer(5));
+    json_t *view = json_pack("{s:[{s:i, s:i, s:f}]}", "stragglers", "rank", 1, "node_rank", 1,
+                             "compute_ms", 40.0);
+    load(&v,
+         json_pack("[o, o, o]", kv(P "state", state, 7, 0),
+                   kv(P "n/n0", recorder_report(1, 0, 100.0, 5, 4), 8, 11),
+                   kv(P "verdict", json_pack("{s:i, s:O}", "round", 1, "view", view), 9, 11)),
+         9);
+    /* Node 0 puts it on its lease; each node's report put reads it in the same transaction. */
+    json_t *put = dl_ejob_put_verdict(&v, 1, view, 11);
+    ck_assert_int_eq(dl_etcd_int(json_object_get(put, "lease")), 11);
+    char *k = dl_etcd_unb64(json_object_get(put, "key"), NULL);
+    ck_assert_str_eq(k, P "verdict");
+    free(k);
+    json_t *answer =
+        json_pack("{s:b, s:[{s:{}}, {s:{s:[o]}}]}", "succeeded", 1, "responses", "response_put",
+                  "response_range", "kvs",
+                  kv(P "verdict", json_pack("{s:i, s:O}", "round", 1, "view", view), 9, 11));
+    json_t *got = dl_ejob_verdict_of(answer, 1);
+    ck_assert(json_equal(got, view));
+    json_decref(got);
+    ck_assert_ptr_null(dl_ejob_verdict_of(answer, 2)); /* another round's: not this one's */
+    json_decref(answer);
+    json_decref(put);
+    json_t *t = dl_ejob_txn_report(&v, json_pack("{s:s}", "key", "x"));
+    ck_assert_int_eq(json_array_size(json_object_get(t, "success")), 2);
+    json_decref(t);
+    /* `dlaunch status` shows the rule's verdict over the round, not one reading's. */
+    json_t *st = dl_ejob_status_full(&v, "j", false, 101.0);
+    ck_assert(json_equal(json_object_get(st, "diag"), view));
+    json_decref(st);
+    json_object_set_new(v.verdict, "round", json_integer(0));
+    st = dl_ejob_status_full(&v, "j", false, 101.0);
+    ck_assert(!json_equal(json_object_get(st, "diag"), view));
+    json_decref(st);
+    json_decref(view);
+    dl_ejob_view_clear(&v);
+}
+
 DL_TEST(a_report_is_put_on_the_lease_within_its_bound)
 {
     dl_ejob_view_t v;

@@ -130,6 +130,15 @@ class Diagnosis(EtcdCase):
     """test_diag's accounts across two nodes, over etcd: what our server makes of every node's
     heartbeats, the agents make of every node's report (n/NODE_ID)."""
     HANG_STEP = test_diag.Diag.HANG_STEP
+    # test_diag's straggler figures and checks: an even run names nobody, then rank 1 is.
+    STRAGGLER_THRESHOLD = test_diag.Diag.STRAGGLER_THRESHOLD
+    STRAGGLER_OPTS = test_diag.Diag.STRAGGLER_OPTS
+    STRAGGLER_TRAIN = test_diag.Diag.STRAGGLER_TRAIN
+    EVEN_S = test_diag.Diag.EVEN_S
+    NAMED_WITHIN = test_diag.Diag.NAMED_WITHIN
+    stragglers = test_diag.Diag.stragglers
+    slowed_from = test_diag.Diag.slowed_from
+    even_then_slow = test_diag.Diag.even_then_slow
 
     def two_agents(self, extra, *sets):
         data = os.path.join(self.dir, "data")
@@ -156,7 +165,24 @@ class Diagnosis(EtcdCase):
             test_diag.Diag.check_hang_account(self, restart[0]["diagnosis"], on_node=1)
             reason = restart[0]["reason"]
             self.assertEqual((reason["rank"], reason["node_rank"], reason.get("hung"),
-                              reason["cause"]), (1, 1, True, "worker_failed"), restart)
+                              reason["cause"]), (1, 1, True, "worker_failed"),
+                             (restart, self.logs(["n0", "n1"])))
+
+    @unittest.skipUnless(test_train.have_fashion(), "Fashion-MNIST is not installed")
+    def test_a_slowed_rank_is_named_on_two_nodes_and_nobody_before(self):
+        """The job-wide straggler rule over etcd: node 0's agent runs it over every node's
+        report and puts its verdict, which every agent reads with its own report's put; rank 1
+        (node 1), slowed, is named on both nodes and by `dlaunch status`, nobody before."""
+        procs = self.two_agents(list(self.STRAGGLER_OPTS), *self.STRAGGLER_TRAIN)
+        self.even_then_slow(["n0", "n1"])
+        p = subprocess.run([dltest.DLAUNCH, "status", "--rdzv-backend", "etcd", "--endpoint",
+                            self.cluster.endpoints, "job"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertRegex(p.stdout, r"straggler: rank 1 on node 1 \(.*\): [0-9.]+ ms a step")
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=60)
 
 
 @unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
@@ -549,9 +575,14 @@ class Control(EtcdCase):
         out, err = follower.communicate(timeout=30)
         self.assertEqual(follower.returncode, 0, err)
         evs = [json.loads(l) for l in out.splitlines()]
-        self.assertEqual([e["event"] for e in evs],
+        self.assertEqual([e["event"] for e in evs if e["event"] != "log"],
                          ["rendezvous", "round_changed", "rendezvous", "job_end"])
         self.assertEqual(evs[-1]["status"], "stopped")
+        # Our rendezvous' log lines with them, each with a seq of its own, in order.
+        self.assertEqual([e["text"].split(":")[0] for e in evs if e["event"] == "log"],
+                         ["job created", "round 0 closed", "round 0 -> 1 (no failure",
+                          "round 1 closed"], evs)
+        self.assertEqual([e["seq"] for e in evs], sorted({e["seq"] for e in evs}), evs)
         for n in "ab":
             self.assertIn("was stopped on request", self.log(n))
         # Gone, or going: a stopped job answers for a while, then its keys are deleted.

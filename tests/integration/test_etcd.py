@@ -140,13 +140,13 @@ class Diagnosis(EtcdCase):
     slowed_from = test_diag.Diag.slowed_from
     even_then_slow = test_diag.Diag.even_then_slow
 
-    def two_agents(self, extra, *sets):
+    def two_agents(self, extra, *sets, nodes="2"):
         data = os.path.join(self.dir, "data")
         os.mkdir(data)
         test_train.write_subset(data)
         trainer = test_diag.trainer_cmd(data, *sets)
         return [self.agent("--node-rank", str(i), "--heartbeat", "0.3", *extra, "--", *trainer,
-                           name=f"n{i}", slots="1",
+                           name=f"n{i}", slots="1", nodes=nodes,
                            env={"DLAUNCH_COLL_HOST_ID": f"node{i}"})  # TCP between the "nodes"
                 for i in range(2)]
 
@@ -183,6 +183,31 @@ class Diagnosis(EtcdCase):
             p.send_signal(signal.SIGTERM)
         for p in procs:
             p.wait(timeout=60)
+
+    @unittest.skipUnless(test_train.have_fashion(), "Fashion-MNIST is not installed")
+    def test_exclude_drops_the_slow_node_and_the_job_finishes(self):
+        """test_diag's, over etcd: the slow node, named by node 0's rule, steps out (a new
+        round without it, no restart spent) and node 0 finishes alone."""
+        ckpt = os.path.join(self.dir, "ckpt")
+        procs = self.two_agents(
+            ["--straggler-action", "exclude", "--max-restarts", "1", "--last-call", "1",
+             "--recovery", "restart", *self.STRAGGLER_OPTS],
+            "steps=1500", "layers=784-128-10", "log_every=500", "eval_every=1000000",
+            f"checkpoint_dir={ckpt}", "checkpoint_every=50", "slow_rank=1",
+            f"slow_ms_per_step={test_diag.Diag.SLOW_MS}", nodes="1:2")
+        for p in procs:
+            self.assertEqual(p.wait(timeout=180), 0, self.logs(["n0", "n1"]))
+        s = self.stragglers("n1")
+        self.assertEqual([(e["rank"], e["node_rank"], e["action"]) for e in s],
+                         [(1, 1, "exclude")])
+        rdzv = [(e["round"], e["nodes"]) for e in self.evs("n0") if e["event"] == "rendezvous"]
+        self.assertEqual(rdzv, [(0, 2), (1, 1)])
+        end0 = [e for e in self.evs("n0") if e["event"] == "job_end"]
+        self.assertEqual(end0[0]["status"], "succeeded")
+        self.assertIn("straggler: rank 1 on node 1", self.log("n0"))
+        self.assertIn("sat out as a straggler", self.log("n1"))
+        self.assertRegex(self.read("dlaunch_logs", "job", "attempt_1", "rank_0.out"),
+                         r"done after 1500 steps")
 
 
 @unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")

@@ -112,6 +112,11 @@ struct dl_rdzv_impl_s {
     json_t *report_culprit; /* who: this node and its rank */
     int node_rank;          /* this node's in the round it was assigned */
     dl_ejob_cause_t report_cause;
+    /* A failure waiting for the others' reports (n/ keys) before it is reported: its round
+     * (-1: none), this node's report (diag/), and the text's end so far. */
+    int explain_round;
+    json_t *explain_diag;
+    size_t explain_at;
     int done_round; /* node done to mark (round), or -1 */
     /* Where this node stands. */
     int workers_round; /* the round this node was assigned (its workers'), or -1 */
@@ -155,6 +160,13 @@ struct dl_rdzv_impl_s {
      * its lease every REPORT_S at most (docs/etcd.md, "Control"). */
     bool report_busy, report_cut_said;
     double report_last; /* monotonic s of the last put (0: none) */
+    /* The job-wide straggler rule, run by the round's node 0 over every node's report (read as
+     * often as this node puts its own), its verdict put at PREFIX verdict when it changes. */
+    dl_rdzv_judge_t *judge;
+    json_t *judged; /* node id -> the revision of its report last fed */
+    char *verdict;  /* the verdict last put, as text */
+    int verdict_round;
+    bool judge_busy;
     /* --http: the status page, served from the store's server with the job as a read of every
      * key under the prefix (page) every PAGE_S shows it, as `dlaunch status` does. */
     dl_http_t *http;
@@ -629,6 +641,18 @@ static void note_joined(etcd_t *z, int round)
         json_pack("{s:i, s:i}", "round", round, "node_rank", z->conf.want_node_rank));
 }
 
+static void on_done_log(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    if (z->closing)
+        return;
+    /* A line that did not go in is only a line: the job goes on without it (trouble says
+     * etcd's state). */
+    if (res->status != DL_ETCD_OK)
+        trouble(z, res);
+    react(z);
+}
+
 static void on_txn(void *ctx, const dl_etcd_result_t *res)
 {
     etcd_t *z = ctx;
@@ -670,6 +694,13 @@ static void on_txn(void *ctx, const dl_etcd_result_t *res)
         json_object_set_new(z->view.done, z->conf.node_id, json_integer(round));
         z->done_count_round = round;
         z->done_count = dl_ejob_txn_count(res->body);
+        /* The journal's line for it (our rendezvous' "finished: K of N done"), before this
+         * node can end the job: react runs on its answer. */
+        if (dl_etcd_call(z->etcd, "/v3/kv/put",
+                         dl_ejob_put_done_log(&z->view, z->conf.node_id, z->conf.hostname,
+                                              z->done_count, z->lease, now_unix()),
+                         on_done_log, z, NULL) == 0)
+            return;
     }
     if (kind == TXN_CLOSE && ok && z->close_next < json_array_size(z->close_txns)) {
         /* A batch of assignments went in: the next one, or the state that closes the round. */
@@ -1608,9 +1639,85 @@ static void on_report_put(void *ctx, const dl_etcd_result_t *res)
 {
     etcd_t *z = ctx;
     z->report_busy = false;
+    if (z->closing)
+        return;
     /* A put that failed is made again with the next report; trouble says etcd's state. */
-    if (res->status != DL_ETCD_OK && !z->closing)
+    if (res->status != DL_ETCD_OK) {
         trouble(z, res);
+        return;
+    }
+    /* The straggler rule's verdict comes with it, as our server's with a heartbeat's answer. */
+    json_t *view = dl_ejob_verdict_of(res->body, z->workers_round);
+    if (view != NULL && z->cbs.view != NULL)
+        z->cbs.view(z->ctx, view);
+    json_decref(view);
+}
+
+static void on_verdict_put(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    if (res->status != DL_ETCD_OK && !z->closing) {
+        trouble(z, res);
+        free(z->verdict); /* put again with the next reading */
+        z->verdict = NULL;
+    }
+}
+
+/* Node 0: the reports read, every one new since the last reading is fed to the rule; its
+ * verdict is put when it changed. */
+static void on_judge_read(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    z->judge_busy = false;
+    if (z->closing || res->status != DL_ETCD_OK || dl_ejob_view_reports(&z->view, res->body) < 0)
+        return;
+    if (z->judge == NULL && dl_rdzv_judge_new(z->conf.run_id, &z->judge) < 0)
+        return;
+    if (z->judged == NULL && (z->judged = json_object()) == NULL)
+        return;
+    const char *id;
+    json_t *rep;
+    double now = now_unix();
+    json_object_foreach (z->view.reports, id, rep) {
+        json_int_t rev = json_integer_value(json_object_get(rep, "rev"));
+        if (json_integer_value(json_object_get(rep, "round")) != z->workers_round ||
+            json_integer_value(json_object_get(z->judged, id)) == rev)
+            continue;
+        char err[256];
+        /* A report the rule cannot read is its sender's to say; the others still count. */
+        (void)dl_rdzv_judge_feed(z->judge, id, rep,
+                                 now - json_number_value(json_object_get(rep, "time")), err,
+                                 sizeof(err));
+        json_object_set_new(z->judged, id, json_integer(rev));
+    }
+    if (z->verdict_round != z->workers_round) {
+        free(z->verdict);
+        z->verdict = NULL;
+        z->verdict_round = z->workers_round;
+    }
+    json_t *view = dl_rdzv_judge_view(z->judge);
+    char *text = view != NULL ? json_dumps(view, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    if (text != NULL && (z->verdict == NULL || strcmp(text, z->verdict) != 0)) {
+        json_t *body = dl_ejob_put_verdict(&z->view, z->workers_round, view, z->lease);
+        if (body != NULL &&
+            dl_etcd_call(z->etcd, "/v3/kv/put", body, on_verdict_put, z, NULL) == 0) {
+            free(z->verdict);
+            z->verdict = text;
+            text = NULL;
+        }
+    }
+    free(text);
+    json_decref(view);
+}
+
+static void judge_read(etcd_t *z)
+{
+    if (z->node_rank != 0 || z->judge_busy)
+        return;
+    z->judge_busy = true;
+    if (dl_etcd_call(z->etcd, "/v3/kv/range", dl_ejob_range_reports(&z->view), on_judge_read, z,
+                     NULL) < 0)
+        z->judge_busy = false;
 }
 
 /* Node 0's store figures as its server counts them ({keys, store_bytes, store_waits,
@@ -1674,8 +1781,10 @@ static void put_report(etcd_t *z, const dl_rdzv_beat_t *beat)
         return;
     z->report_last = now;
     z->report_busy = true;
-    if (dl_etcd_call(z->etcd, "/v3/kv/put", body, on_report_put, z, NULL) < 0)
+    if (dl_etcd_call(z->etcd, "/v3/kv/txn", dl_ejob_txn_report(&z->view, body), on_report_put, z,
+                     NULL) < 0)
         z->report_busy = false;
+    judge_read(z);
 }
 
 static void on_page_read(void *ctx, const dl_etcd_result_t *res)
@@ -1746,6 +1855,41 @@ static json_t *page_status(void *ctx, const char *run_id, const json_t *own)
     return o;
 }
 
+/* The failure of round waits no more for the others' reports: its text ends with where the
+ * ranks were (every node's when read, else this node's alone), and it is reported. */
+static void explained(etcd_t *z, int round, bool read)
+{
+    if (z->explain_round != round)
+        return; /* a later failure took its place */
+    size_t n = z->explain_at, room = sizeof(z->report_reason) - n - 2;
+    char *at = z->report_reason + n + 2;
+    size_t w = read ? dl_ejob_explain(&z->view, z->conf.run_id, z->conf.node_id, round,
+                                      z->explain_diag, now_unix(), at, room)
+                    : where_text(z->explain_diag, at, room);
+    if (w > 0)
+        memcpy(z->report_reason + n, "; ", 2);
+    else
+        z->report_reason[n] = '\0';
+    json_decref(z->explain_diag);
+    z->explain_diag = NULL;
+    z->explain_round = -1;
+    z->report_round = round;
+    react(z);
+}
+
+static void on_explained(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    if (z->closing)
+        return;
+    int round = z->explain_round;
+    /* Unread (etcd in trouble: it says so), the failure still goes, with this node's ranks. */
+    bool read = res->status == DL_ETCD_OK && dl_ejob_view_reports(&z->view, res->body) == 0;
+    if (res->status != DL_ETCD_OK)
+        trouble(z, res);
+    explained(z, round, read);
+}
+
 static void etcd_report_failure(etcd_t *z, const dl_rdzv_failure_t *f)
 {
     z->report_round = f->round;
@@ -1767,10 +1911,24 @@ static void etcd_report_failure(etcd_t *z, const dl_rdzv_failure_t *f)
     int n = snprintf(z->report_reason, sizeof(z->report_reason), "agent '%s' (%s) in round %d: %s",
                      z->conf.node_id, z->conf.hostname, f->round, f->reason);
     /* The round change's text ends with where the ranks were, as the server's does
-     * (rendezvous/server.c): here this node's ranks, the ones its report knows. */
-    if (!f->excluded && n > 0 && (size_t)n + 32 < sizeof(z->report_reason) &&
-        where_text(f->diag, z->report_reason + n + 2, sizeof(z->report_reason) - (size_t)n - 2) > 0)
-        memcpy(z->report_reason + n, "; ", 2);
+     * (rendezvous/server.c): every node's, from this node's report and the others' latest
+     * (their n/ keys, read now); the failure is reported once they are read. */
+    if (!f->excluded && n > 0 && (size_t)n + 32 < sizeof(z->report_reason)) {
+        json_decref(z->explain_diag);
+        z->explain_diag = f->diag != NULL ? json_deep_copy(f->diag) : NULL;
+        z->explain_at = (size_t)n;
+        z->explain_round = f->round;
+        z->report_round = -1;
+        /* Serializable: the member asked answers from what it has (the reports are up to 2 s
+         * old anyway), without a round trip to the leader before the failure goes in. */
+        json_t *body = dl_ejob_range_reports(&z->view);
+        if (body != NULL)
+            json_object_set_new(body, "serializable", json_true());
+        if (dl_etcd_call(z->etcd, "/v3/kv/range", body, on_explained, z, NULL) == 0)
+            return;
+        explained(z, f->round, false); /* out of memory: this node's report alone */
+        return;
+    }
     react(z);
 }
 
@@ -1806,6 +1964,10 @@ static void maybe_free(etcd_t *z)
     dl_ejob_view_clear(&z->page);
     dl_proto_token_free(z->store_token);
     json_decref(z->report_culprit);
+    json_decref(z->explain_diag);
+    dl_rdzv_judge_free(z->judge);
+    json_decref(z->judged);
+    free(z->verdict);
     json_decref(z->linger_culprit);
     json_decref(z->close_txns);
     free(z);
@@ -1986,7 +2148,7 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
     z->spec = spec;
     z->cbs = *cbs;
     z->ctx = ctx;
-    z->workers_round = z->report_round = z->done_round = -1;
+    z->workers_round = z->report_round = z->done_round = z->explain_round = -1;
     z->node_rank = -1;
     z->seen_round = -1;
     z->last_call_round = z->join_timer_round = z->close_due_round = -1;

@@ -325,7 +325,12 @@ typedef struct {
     dl_etcd_req_t *watch;
 } follow_t;
 
-/* Prints the events of a range or a watch answer, in key order (which is their order); stops at
+static json_int_t seq_of(const json_t *events, const char *key)
+{
+    return json_integer_value(json_object_get(json_object_get(events, key), "seq"));
+}
+
+/* Prints the events of a range or a watch answer, in seq order (which is their order); stops at
  * job_end. */
 static void print_events(follow_t *f, const json_t *kvs, bool events_form)
 {
@@ -346,10 +351,12 @@ static void print_events(follow_t *f, const json_t *kvs, bool events_form)
         snprintf(evprefix, sizeof(evprefix), "%sev/", f->c->prefix);
         if (strncmp(kv.key, evprefix, strlen(evprefix)) == 0) {
             json_t *ev = json_loadb(kv.value, kv.value_len, 0, NULL);
-            /* seq (docs/control.md): the revision that made the event, which every reader sees
-             * alike and which grows in the events' order. */
+            /* seq (docs/control.md): from the revision that made the event, which every reader
+             * sees alike and which grows in the events' order (etcd-job.h). */
             if (json_is_object(ev))
-                json_object_set_new(ev, "seq", json_integer(kv.create_revision));
+                json_object_set_new(
+                    ev, "seq",
+                    json_integer(dl_ejob_event_seq(f->c->prefix, kv.key, kv.create_revision)));
             if (ev != NULL)
                 json_object_set_new(sorted, kv.key, ev);
         }
@@ -357,13 +364,14 @@ static void print_events(follow_t *f, const json_t *kvs, bool events_form)
     }
     const char *k;
     json_t *ev;
-    /* jansson keeps insertion order; sort the keys by hand. */
+    /* jansson keeps insertion order; sort by seq by hand (a node's log line put on its own
+     * has a key out of the revisions' order). */
     size_t n = json_object_size(sorted), m = 0;
     const char **keys = calloc(n > 0 ? n : 1, sizeof(*keys));
     json_object_foreach (sorted, k, ev)
         keys[m++] = k;
     for (size_t a = 1; a < m; a++)
-        for (size_t b = a; b > 0 && strcmp(keys[b - 1], keys[b]) > 0; b--) {
+        for (size_t b = a; b > 0 && seq_of(sorted, keys[b - 1]) > seq_of(sorted, keys[b]); b--) {
             const char *t = keys[b];
             keys[b] = keys[b - 1];
             keys[b - 1] = t;

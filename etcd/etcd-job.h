@@ -9,7 +9,9 @@
  *   PREFIX m/NODE_ID      a member: the round it joined and what it offers; on its agent's lease
  *   PREFIX done/NODE_ID   the round whose workers all exited 0 on that node
  *   PREFIX a/ROUND/REV/NODE_ID  that node's assignment in the running round ROUND
- *   PREFIX ev/RRRRRRRR-K  the job's events (round_changed, rendezvous, job_end)
+ *   PREFIX ev/RRRRRRRR-K  the job's events (round_changed, rendezvous, job_end), and after
+ *                         each at ev/RRRRRRRR-K-1 the log line our rendezvous writes then
+ *   PREFIX verdict        the straggler rule's verdict over the reports (node 0's)
  *   PREFIX n/NODE_ID      what that node's agent would tell a rendezvous server with its
  *                         heartbeats (its ranks' diagnostics, progress, in-job recoveries; node
  *                         0's store figures), on its agent's lease: `dlaunch status` reads them
@@ -36,6 +38,7 @@ typedef struct {
     json_t *events;                  /* key -> event */
     json_t *assign;  /* "ROUND/REV/NODE_ID" -> that node's assignment (a/ keys read) */
     json_t *reports; /* node id -> its agent's report (n/ keys), with "rev" added */
+    json_t *verdict; /* the straggler rule's verdict ({round, view}), or NULL */
     int64_t rev;     /* the view holds every change up to this revision */
 } dl_ejob_view_t;
 
@@ -161,6 +164,19 @@ json_t *dl_ejob_txn_end(const dl_ejob_view_t *v, const char *status, const char 
 /* Marks node_id's workers of the running round done. */
 json_t *dl_ejob_txn_done(const dl_ejob_view_t *v, const char *node_id);
 
+/* An event's seq (docs/control.md), which every reader computes alike from the key and its
+ * create revision: the revision times DL_EJOB_SEQ_SLOTS, plus S for a key ev/RRRRRRRR-K-S (the
+ * log line put with the event ev/RRRRRRRR-K, in the same transaction), so that every event has
+ * a seq of its own, increasing in the order they happened. */
+#define DL_EJOB_SEQ_SLOTS 16
+int64_t dl_ejob_event_seq(const char *prefix, const char *key, int64_t create_revision);
+/* The log line our rendezvous writes as a node's workers are all done (done: the round's done
+ * count that node's dl_ejob_txn_done_counted answered), put on its own (a seq of its own) on
+ * the agent's lease: the job's end puts it on the linger lease with the other events. The body
+ * of a /v3/kv/put. */
+json_t *dl_ejob_put_done_log(const dl_ejob_view_t *v, const char *node_id, const char *host,
+                             int64_t done, int64_t lease, double now);
+
 /* Whether a txn answer succeeded. */
 bool dl_ejob_txn_ok(const json_t *answer);
 
@@ -178,6 +194,13 @@ json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id);
  * reports' own. New reference (job-status.c). */
 json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ranks, double now);
 
+/* Where every rank of the job was when node_id's worker failed in round, in the one line our
+ * server adds to the round change's text: node_id's report diag (borrowed, may be NULL) and the
+ * other nodes' latest reports of that round in the view (dl_ejob_view_reports). now: this
+ * clock's Unix time. Returns its length, 0 when the reports say nothing. */
+size_t dl_ejob_explain(const dl_ejob_view_t *v, const char *run_id, const char *node_id, int round,
+                       const json_t *diag, double now, char *buf, size_t len);
+
 /* For the status page: the failure that ended the last round, from the state's culprit, as a
  * server keeps it ({time, round, rank, exit_code | signal, reason, peer: the host}); NULL when a
  * worker's failure did not end it. New reference. */
@@ -191,6 +214,19 @@ json_t *dl_ejob_last_failure(const dl_ejob_view_t *v);
 #define DL_EJOB_REPORT_MAX (64 * 1024)
 int dl_ejob_put_report(const dl_ejob_view_t *v, const char *node_id, const json_t *beat,
                        const json_t *store, double now, int64_t lease, json_t **ret);
+/* The job-wide straggler rule's verdict (PREFIX verdict): the view our server answers each
+ * heartbeat with, made by the running round's node 0 from every node's report
+ * (dl_rdzv_judge_t) and read by every node with its report's put.
+ *
+ * A report's put (dl_ejob_put_report's body, stolen) made a transaction that also reads the
+ * verdict. */
+json_t *dl_ejob_txn_report(const dl_ejob_view_t *v, json_t *put);
+/* The verdict such a transaction's answer read, when it is round's ({stragglers, ...}, new
+ * reference), else NULL. */
+json_t *dl_ejob_verdict_of(const json_t *answer, int round);
+/* The body of a /v3/kv/put of round's verdict (view, borrowed) on lease. */
+json_t *dl_ejob_put_verdict(const dl_ejob_view_t *v, int round, const json_t *view, int64_t lease);
+
 /* A range body of every node's report. */
 json_t *dl_ejob_range_reports(const dl_ejob_view_t *v);
 /* Replaces the view's reports with those of a range answer of them. Returns 0 or -EPROTO. */

@@ -40,6 +40,40 @@ int dl_ejob_put_report(const dl_ejob_view_t *v, const char *node_id, const json_
     return 0;
 }
 
+json_t *dl_ejob_txn_report(const dl_ejob_view_t *v, json_t *put)
+{
+    if (put == NULL)
+        return NULL;
+    return json_pack("{s:[{s:o}, {s:{s:o}}]}", "success", "request_put", put, "request_range",
+                     "key", dl__ejob_key(v->prefix, "verdict"));
+}
+
+json_t *dl_ejob_verdict_of(const json_t *answer, int round)
+{
+    json_t *doc = dl_ejob_txn_doc(answer, 1);
+    json_t *view = json_object_get(doc, "view");
+    if (json_integer_value(json_object_get(doc, "round")) != round || !json_is_object(view)) {
+        json_decref(doc);
+        return NULL;
+    }
+    json_incref(view);
+    json_decref(doc);
+    return view;
+}
+
+json_t *dl_ejob_put_verdict(const dl_ejob_view_t *v, int round, const json_t *view, int64_t lease)
+{
+    json_t *doc = json_pack("{s:i, s:O}", "round", round, "view", view);
+    char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    if (text == NULL)
+        return NULL;
+    json_t *body = json_pack("{s:o, s:o, s:o}", "key", dl__ejob_key(v->prefix, "verdict"), "value",
+                             dl_etcd_b64_str(text), "lease", dl_etcd_num(lease));
+    free(text);
+    return body;
+}
+
 json_t *dl_ejob_range_reports(const dl_ejob_view_t *v)
 {
     return json_pack("{s:o, s:o}", "key", dl__ejob_key(v->prefix, "n/"), "range_end",
@@ -83,6 +117,12 @@ json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ra
     }
     json_object_update_new(o, dl_rdzv_beats_status(run_id, beats, ranks));
     json_decref(beats);
+    /* The job-wide figures and stragglers as the rule has them over the round (node 0's
+     * verdict), where one reading of the reports has no windows to weigh. */
+    const json_t *verdict = json_object_get(v->verdict, "view");
+    if (json_integer_value(json_object_get(v->verdict, "round")) == round &&
+        json_is_object(verdict))
+        json_object_set(o, "diag", (json_t *)verdict);
     /* A node's heartbeat is its report: its age by the reader's clock against the writer's
      * (never below 0), as a server's is the time since the node's last message. */
     size_t i;
@@ -125,4 +165,31 @@ json_t *dl_ejob_last_failure(const dl_ejob_view_t *v)
         json_object_set_new(o, "exit_code",
                             json_integer(json_integer_value(json_object_get(c, "exit_code"))));
     return o;
+}
+
+size_t dl_ejob_explain(const dl_ejob_view_t *v, const char *run_id, const char *node_id, int round,
+                       const json_t *diag, double now, char *buf, size_t len)
+{
+    json_t *beats = json_array();
+    const char *id;
+    json_t *rep;
+    if (len > 0)
+        buf[0] = '\0';
+    if (beats == NULL)
+        return 0;
+    /* The failing node's report as its failure brings it, the others' latest, as our server
+     * has them when a failure comes. */
+    if (diag != NULL)
+        json_array_append_new(beats, json_pack("{s:{s:i, s:O}, s:f}", "beat", "round", round,
+                                               "diag", diag, "age_s", 0.0));
+    json_object_foreach (v->reports, id, rep) {
+        if (strcmp(id, node_id) == 0 || json_integer_value(json_object_get(rep, "round")) != round)
+            continue;
+        double age = now - json_number_value(json_object_get(rep, "time"));
+        json_array_append_new(beats,
+                              json_pack("{s:O, s:f}", "beat", rep, "age_s", age > 0 ? age : 0.0));
+    }
+    size_t w = dl_rdzv_beats_explain(run_id, beats, buf, len);
+    json_decref(beats);
+    return w;
 }

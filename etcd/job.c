@@ -67,7 +67,9 @@ void dl_ejob_view_clear(dl_ejob_view_t *v)
     json_decref(v->events);
     json_decref(v->assign);
     json_decref(v->reports);
+    json_decref(v->verdict);
     v->job = v->state = v->members = v->done = v->events = v->assign = v->reports = NULL;
+    v->verdict = NULL;
 }
 
 /* One key's change. Returns DL_EJOB_CH_*, 0 for a key of no interest. */
@@ -95,6 +97,11 @@ static int apply(dl_ejob_view_t *v, const dl_etcd_kv_t *kv, bool deleted)
         v->state = doc;
         v->state_rev = deleted ? 0 : kv->mod_revision;
         return DL_EJOB_CH_STATE;
+    }
+    if (strcmp(k, "verdict") == 0) {
+        json_decref(v->verdict);
+        v->verdict = doc;
+        return DL_EJOB_CH_REPORTS;
     }
     if (strncmp(k, "m/", 2) == 0) {
         if (deleted) {
@@ -365,18 +372,65 @@ static json_t *event(const char *name, double now)
     return json_pack("{s:s, s:f}", "event", name, "time", now);
 }
 
+/* The log event our rendezvous journals where the same thing happens (docs/control.md: level,
+ * text), put by the transaction that puts the event of kind K of round R, at ev/RRRRRRRR-K-1:
+ * its seq (dl_ejob_event_seq) is that event's plus one, a seq of its own. */
+static json_t *log_put(const char *prefix, int round, int kind, const char *level, const char *text,
+                       double now, int64_t lease)
+{
+    json_t *ev = event("log", now);
+    if (ev != NULL)
+        json_object_update_new(ev, json_pack("{s:s, s:s}", "level", level, "text", text));
+    return put(dl__ejob_key(prefix, "ev/%08d-%d-1", round, kind), ev, lease);
+}
+
+int64_t dl_ejob_event_seq(const char *prefix, const char *key, int64_t create_revision)
+{
+    size_t n = strlen(prefix);
+    int64_t slot = 0;
+    /* PREFIX ev/RRRRRRRR-K[-S]: S, one digit, orders the events one transaction puts. */
+    if (strncmp(key, prefix, n) == 0 && strncmp(key + n, "ev/", 3) == 0 &&
+        strlen(key + n) > 3 + 10) {
+        const char *rest = key + n + 3 + 10;
+        if (rest[0] == '-' && rest[1] >= '1' && rest[1] <= '9' && rest[2] == '\0')
+            slot = rest[1] - '0';
+    }
+    return create_revision * DL_EJOB_SEQ_SLOTS + slot;
+}
+
+json_t *dl_ejob_put_done_log(const dl_ejob_view_t *v, const char *node_id, const char *host,
+                             int64_t done, int64_t lease, double now)
+{
+    int n = dl_ejob_node_count(v);
+    char text[600];
+    snprintf(text, sizeof(text), "agent '%s' (%s) finished: %lld of %d done", node_id, host,
+             (long long)done, n);
+    json_t *ev = event("log", now);
+    if (ev != NULL)
+        json_object_update_new(ev, json_pack("{s:s, s:s}", "level", "info", "text", text));
+    json_t *p =
+        put(dl__ejob_key(v->prefix, "ev/%08d-1-d-%s", dl_ejob_round(v), node_id), ev, lease);
+    json_t *body = json_incref(json_object_get(p, "request_put"));
+    json_decref(p);
+    return body;
+}
+
 json_t *dl_ejob_txn_create(const char *prefix, const dl_ejob_settings_t *s, double now)
 {
     json_t *state = json_pack("{s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:f}", "round", 0, "state",
                               "gathering", "restarts", 0, "max_restarts", s->max_restarts,
                               "max_same_failures", s->max_same_failures, "min_nodes", s->min_nodes,
                               "max_nodes", s->max_nodes, "reason", "the job started", "time", now);
+    char text[200];
+    snprintf(text, sizeof(text), "job created: nodes %d:%d, at most %d restart%s after failures",
+             s->min_nodes, s->max_nodes, s->max_restarts, s->max_restarts == 1 ? "" : "s");
     json_t *t = json_pack(
-        "{s:[{s:o, s:s, s:s, s:s}], s:[o, o], s:[{s:{s:o}}, {s:{s:o}}]}", "compare", "key",
+        "{s:[{s:o, s:s, s:s, s:s}], s:[o, o, o], s:[{s:{s:o}}, {s:{s:o}}]}", "compare", "key",
         dl__ejob_key(prefix, "job"), "target", "CREATE", "result", "EQUAL", "create_revision", "0",
         "success", put(dl__ejob_key(prefix, "job"), dl_ejob_settings_doc(s), 0),
-        put(dl__ejob_key(prefix, "state"), state, 0), "failure", "request_range", "key",
-        dl__ejob_key(prefix, "job"), "request_range", "key", dl__ejob_key(prefix, "state"));
+        put(dl__ejob_key(prefix, "state"), state, 0), log_put(prefix, 0, 0, "info", text, now, 0),
+        "failure", "request_range", "key", dl__ejob_key(prefix, "job"), "request_range", "key",
+        dl__ejob_key(prefix, "state"));
     return t;
 }
 
@@ -519,6 +573,9 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
                                          (int)n, "world_size", (json_int_t)world, "restarts",
                                          sint(v->state, "restarts", 0), "master_addr",
                                          sstr(zero, "addr"), "master_port", port));
+    char closed[700];
+    snprintf(closed, sizeof(closed), "round %d closed: %zu node%s, world size %lld, master %s:%lld",
+             round, n, n == 1 ? "" : "s", world, sstr(zero, "addr"), (long long)port);
     free(c);
     free(rank);
     free(taken);
@@ -529,10 +586,11 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
     json_t *txns = json_array();
     json_t *last_ops = json_array();
     if (json_array_append_new(last_ops, put(dl__ejob_key(v->prefix, "state"), state, 0)) < 0 ||
-        json_array_append_new(last_ops, put(event_key(v, round, 1), ev, 0)) < 0)
+        json_array_append_new(last_ops, put(event_key(v, round, 1), ev, 0)) < 0 ||
+        json_array_append_new(last_ops, log_put(v->prefix, round, 1, "info", closed, now, 0)) < 0)
         complete = false;
     size_t total = json_array_size(puts);
-    if (total + 2 <= DL_EJOB_MAX_TXN_OPS) {
+    if (total + 3 <= DL_EJOB_MAX_TXN_OPS) {
         if (json_array_extend(last_ops, puts) < 0)
             complete = false;
     } else {
@@ -574,7 +632,8 @@ static const char *cause_name(dl_ejob_cause_t c)
 
 /* The ops that end the job: the state and the job_end event; every other key deleted; the
  * settings, state and events kept on linger (0: none). Appends to ops. */
-static void end_ops(const dl_ejob_view_t *v, json_t *ops, json_t *state, json_t *ev, int64_t linger)
+static void end_ops(const dl_ejob_view_t *v, json_t *ops, json_t *state, json_t *ev,
+                    const char *level, const char *text, int64_t linger, double now)
 {
     int round = dl_ejob_round(v);
     const char *k;
@@ -588,6 +647,7 @@ static void end_ops(const dl_ejob_view_t *v, json_t *ops, json_t *state, json_t 
             json_array_append_new(ops, put(dl_etcd_b64_str(k), json_incref(e), linger));
         }
     json_array_append_new(ops, put(event_key(v, round, 2), ev, linger));
+    json_array_append_new(ops, log_put(v->prefix, round, 2, level, text, now, linger));
     json_array_append_new(
         ops, del_range(dl__ejob_key(v->prefix, "m/"), dl__ejob_range_end(v->prefix, "m/")));
     json_array_append_new(
@@ -700,11 +760,26 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
         json_t *ev = event("job_end", now);
         json_object_update_new(ev, json_pack("{s:s, s:i, s:s}", "status", "failed", "exit_code",
                                              same > 0 ? 5 : 1, "failure", same > 0 ? text : why));
-        end_ops(v, ops, state, ev, linger_lease);
+        char line[1500];
+        if (same > 0)
+            snprintf(line, sizeof(line), "job failed after %lld restart%s: %s", (long long)restarts,
+                     restarts == 1 ? "" : "s", text);
+        else
+            snprintf(line, sizeof(line), "job failed after %s", text + strlen("failed after "));
+        end_ops(v, ops, state, ev, "error", line, linger_lease, now);
         return json_pack("{s:[o], s:o}", "compare", cmp_state(v), "success", ops);
     }
     if (cost == DL_RDZV_BUDGET_SPEND)
         restarts++;
+    char line[1500];
+    if (failure)
+        snprintf(line, sizeof(line), "round %d -> %d (restart %lld of %lld): %s", round, round + 1,
+                 (long long)restarts, (long long)sint(v->state, "max_restarts", 0), reason);
+    else
+        snprintf(line, sizeof(line),
+                 "round %d -> %d (no failure: the restart budget stays %lld of %lld): %s", round,
+                 round + 1, (long long)restarts, (long long)sint(v->state, "max_restarts", 0),
+                 reason);
     json_object_set_new(state, "round", json_integer(round + 1));
     json_object_set_new(state, "state", json_string("gathering"));
     json_object_set_new(state, "restarts", json_integer(restarts));
@@ -726,6 +801,8 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
                                          "cause", cause_name(cause)));
     json_array_append_new(ops, put(dl__ejob_key(v->prefix, "state"), state, 0));
     json_array_append_new(ops, put(event_key(v, round + 1, 0), ev, 0));
+    json_array_append_new(
+        ops, log_put(v->prefix, round + 1, 0, failure ? "warning" : "info", line, now, 0));
     json_array_append_new(
         ops, del_range(dl__ejob_key(v->prefix, "a/"), dl__ejob_range_end(v->prefix, "a/")));
     if (join != NULL) {
@@ -750,7 +827,18 @@ json_t *dl_ejob_txn_end(const dl_ejob_view_t *v, const char *status, const char 
     json_object_update_new(ev, json_pack("{s:s, s:i}", "status",
                                          strcmp(status, "timed-out") == 0 ? "timed_out" : status,
                                          "exit_code", code));
-    end_ops(v, ops, state, ev, linger_lease);
+    /* The line our rendezvous logs as the job ends this way. */
+    int round = dl_ejob_round(v);
+    json_int_t restarts = sint(v->state, "restarts", 0);
+    char line[1500];
+    if (code == 0 && strcmp(status, "succeeded") == 0)
+        snprintf(line, sizeof(line), "job succeeded in round %d, %lld restart%s", round,
+                 (long long)restarts, restarts == 1 ? "" : "s");
+    else if (code == 3)
+        snprintf(line, sizeof(line), "%s", reason);
+    else
+        snprintf(line, sizeof(line), "job %s in round %d: %s", status, round, reason);
+    end_ops(v, ops, state, ev, code == 0 ? "info" : "error", line, linger_lease, now);
     return json_pack("{s:[o], s:o}", "compare", cmp_state(v), "success", ops);
 }
 

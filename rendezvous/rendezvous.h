@@ -141,6 +141,25 @@ void dl_rdzv_server_progress(dl_rdzv_server_t *s, const char *run_id, const json
  * "ranks", and "recovery" (the node that counted most)}, a new reference; NULL when out of
  * memory. */
 json_t *dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks);
+/* Where every rank of the job was, from the same beats, in the one line our server adds to a
+ * round change's text (a worker's failure: every node's latest report, the failing node's
+ * with it). Returns its length, 0 when the reports say nothing (buf ""). */
+size_t dl_rdzv_beats_explain(const char *run_id, const json_t *beats, char *buf, size_t len);
+
+/* The job-wide straggler rule over nodes' heartbeats fed as they come, as our server runs it
+ * over the heartbeats it gets (rendezvous/jobview.c): for a rendezvous kept elsewhere (etcd),
+ * where one agent feeds every node's published heartbeat. */
+typedef struct dl_rdzv_judge_s dl_rdzv_judge_t;
+int dl_rdzv_judge_new(const char *run_id, dl_rdzv_judge_t **ret); /* 0 or -ENOMEM */
+void dl_rdzv_judge_free(dl_rdzv_judge_t *j);                      /* accepts NULL */
+/* Feeds node_id's heartbeat message (borrowed; its "round" and "diag"), made age_s ago. A
+ * heartbeat of an older round than one fed before is -ESTALE; a newer round starts the rule
+ * over. Returns 0 or a negative errno (a bad report: -EBADMSG, with one line in err). */
+int dl_rdzv_judge_feed(dl_rdzv_judge_t *j, const char *node_id, const json_t *beat, double age_s,
+                       char *err, size_t errlen);
+/* The view our server answers a heartbeat with (the job-wide figures, the stragglers named),
+ * new reference, or NULL when there is none yet. */
+json_t *dl_rdzv_judge_view(dl_rdzv_judge_t *j);
 
 /* ---- Event-loop client: the agent ---------------------------------------------------------- */
 

@@ -385,11 +385,94 @@ DL_TEST(rounds_spend_restarts_on_failures_only)
         leased += dl_etcd_int(json_object_get(json_object_get(op, "request_put"), "lease")) == 99;
     }
     ck_assert_int_eq(deletes, 3); /* the members, the done marks, the assignments */
-    ck_assert_int_eq(leased, 3);  /* the state, the old event, the new one */
+    ck_assert_int_eq(leased, 4);  /* the state, the old event, the new one and its log line */
     json_decref(ev);
     json_decref(s);
     json_decref(t);
     dl_ejob_view_clear(&v);
+}
+
+/* The log line a transaction puts at key, as "LEVEL: TEXT" (static buffer), or "" when none. */
+static const char *log_of(const json_t *txn, const char *key)
+{
+    static char buf[2000];
+    json_t *ev = put_of(txn, key);
+    if (ev == NULL || strcmp(json_string_value(json_object_get(ev, "event")), "log") != 0) {
+        json_decref(ev);
+        return "";
+    }
+    snprintf(buf, sizeof(buf), "%s: %s", json_string_value(json_object_get(ev, "level")),
+             json_string_value(json_object_get(ev, "text")));
+    json_decref(ev);
+    return buf;
+}
+
+DL_TEST(the_journal_has_our_rendezvous_log_lines_each_with_a_seq_of_its_own)
+{
+    /* Where our rendezvous journals a log line, the transaction that does the same puts it
+     * next to its event (ev/RRRRRRRR-K-1), with the same text. */
+    dl_ejob_settings_t set = {.min_nodes = 1, .max_nodes = 2, .max_restarts = 2};
+    json_t *t = dl_ejob_txn_create(P, &set, 1);
+    ck_assert_str_eq(log_of(t, "ev/00000000-0-1"),
+                     "info: job created: nodes 1:2, at most 2 restarts after failures");
+    json_decref(t);
+
+    dl_ejob_view_t v;
+    json_t *kvs = json_pack("[o, o, o]", kv(P "state", state_doc("gathering", 1, 0, 3, 1, 2), 2, 0),
+                            kv(P "m/x", member("x", "hx", 2, -1, 1), 4, 8),
+                            kv(P "m/y", member("y", "hy", 1, -1, 1), 5, 9));
+    load(&v, kvs, 5);
+    t = dl_ejob_txn_close(&v, 1);
+    ck_assert_str_eq(log_of(json_array_get(t, 0), "ev/00000001-1-1"),
+                     "info: round 1 closed: 2 nodes, world size 3, master hx:29500");
+    json_decref(t);
+    dl_ejob_view_clear(&v);
+
+    kvs = json_pack("[o]", kv(P "state", state_doc("running", 2, 1, 2, 1, 2), 2, 0));
+    load(&v, kvs, 3);
+    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_WORKER_FAILED, "rank 0 exited", NULL, NULL, 0, 0, 1);
+    ck_assert_str_eq(log_of(t, "ev/00000003-0-1"),
+                     "warning: round 2 -> 3 (restart 2 of 2): rank 0 exited");
+    json_decref(t);
+    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_REQUESTED, "restart requested", NULL, NULL, 0, 0, 1);
+    ck_assert_str_eq(
+        log_of(t, "ev/00000003-0-1"),
+        "info: round 2 -> 3 (no failure: the restart budget stays 1 of 2): restart requested");
+    json_decref(t);
+    t = dl_ejob_txn_end(&v, "succeeded", "succeeded", 99, 1);
+    ck_assert_str_eq(log_of(t, "ev/00000002-2-1"), "info: job succeeded in round 2, 1 restart");
+    json_decref(t);
+    t = dl_ejob_txn_end(&v, "timed-out", "round 2 timed out: 0 of 1 nodes joined within 5 s", 99,
+                        1);
+    ck_assert_str_eq(log_of(t, "ev/00000002-2-1"),
+                     "error: round 2 timed out: 0 of 1 nodes joined within 5 s");
+    json_decref(t);
+    dl_ejob_view_clear(&v);
+    kvs = json_pack("[o]", kv(P "state", state_doc("running", 2, 2, 2, 1, 2), 2, 0));
+    load(&v, kvs, 3);
+    t = dl_ejob_txn_next(&v, DL_EJOB_CAUSE_WORKER_FAILED, "rank 1 exited", NULL, NULL, 0, 99, 1);
+    ck_assert_str_eq(log_of(t, "ev/00000002-2-1"),
+                     "error: job failed after 2 restarts: rank 1 exited");
+    json_decref(t);
+    /* A node's workers all done: its own put, on its lease, the round's count in the text. */
+    json_t *p = dl_ejob_put_done_log(&v, "x", "hx", 1, 42, 1);
+    ck_assert_int_eq(dl_etcd_int(json_object_get(p, "lease")), 42);
+    char *k = dl_etcd_unb64(json_object_get(p, "key"), NULL);
+    ck_assert_str_eq(k, P "ev/00000002-1-d-x");
+    free(k);
+    json_decref(p);
+    dl_ejob_view_clear(&v);
+
+    /* Every event its own seq, in the order they happened: a transaction's log line after its
+     * event, the next revision after both, a line put on its own by its revision alone. */
+    int64_t changed = dl_ejob_event_seq(P, P "ev/00000003-0", 10),
+            line = dl_ejob_event_seq(P, P "ev/00000003-0-1", 10),
+            closed = dl_ejob_event_seq(P, P "ev/00000003-1", 11),
+            done = dl_ejob_event_seq(P, P "ev/00000003-1-d-x-1", 12);
+    ck_assert_int_lt(changed, line);
+    ck_assert_int_lt(line, closed);
+    ck_assert_int_lt(closed, done);
+    ck_assert_int_eq(done, 12 * DL_EJOB_SEQ_SLOTS);
 }
 
 DL_TEST(watch_events_update_the_view)
@@ -693,6 +776,90 @@ DL_TEST(status_shows_what_the_running_rounds_reports_say)
     st = dl_ejob_status_full(&v, "j", false, 101.5);
     ck_assert_ptr_null(json_object_get(st, "ranks"));
     json_decref(st);
+    dl_ejob_view_clear(&v);
+}
+
+/* A node's report whose ranks keep flight recorders: rank 2*node_rank in all-reduce #seq (for
+ * 30 s), the other one's last all-reduce #last, done 30 s ago. */
+static json_t *recorder_report(int round, int node_rank, double time, int seq, int last)
+{
+    json_t *doc = report_doc(round, node_rank, time, 0, false);
+    json_t *ranks = json_object_get(json_object_get(doc, "diag"), "ranks");
+    for (int k = 0; k < 2; k++) {
+        json_t *r = json_array_get(ranks, (size_t)k);
+        json_object_set_new(r, "recorder", json_true());
+        json_object_set_new(r, "ops",
+                            json_pack("[{s:i, s:s, s:s, s:f}]", "seq", k ? last : seq, "op",
+                                      "all-reduce", "state", k ? "done" : "running", "age_s",
+                                      30.0));
+    }
+    return doc;
+}
+
+DL_TEST(a_failures_text_says_where_every_nodes_ranks_were)
+{
+    /* Node n1's worker failed in round 1: its report (as the failure brings it) and n0's latest
+     * of round 1 say where the ranks were, as our server's text does: rank 1, on n0, is the one
+     * behind. */
+    dl_ejob_view_t v;
+    load(&v,
+         json_pack("[o, o, o]", kv(P "state", state_doc("running", 1, 0, 3, 2, 2), 7, 0),
+                   kv(P "n/n0", recorder_report(1, 0, 100.0, 5, 4), 8, 11),
+                   kv(P "n/n1", recorder_report(1, 1, 90.0, 1, 1), 8, 12)),
+         9);
+    json_t *mine = recorder_report(1, 1, 101.0, 5, 5);
+    const json_t *own = json_object_get(mine, "diag");
+    char all[1024], alone[1024];
+    ck_assert_uint_gt(dl_ejob_explain(&v, "j", "n1", 1, own, 101.5, all, sizeof(all)), 0);
+    ck_assert_ptr_nonnull(strstr(all, "rank 1 "));
+    /* n0's report of an older round is not where its ranks are now. */
+    json_object_set_new(json_object_get(v.reports, "n0"), "round", json_integer(0));
+    ck_assert_uint_gt(dl_ejob_explain(&v, "j", "n1", 1, own, 101.5, alone, sizeof(alone)), 0);
+    ck_assert_ptr_null(strstr(alone, "rank 1 "));
+    json_decref(mine);
+    dl_ejob_view_clear(&v);
+}
+
+DL_TEST(the_straggler_rules_verdict_reaches_every_node_and_the_status)
+{
+    dl_ejob_view_t v;
+    json_t *state = state_doc("running", 1, 0, 3, 2, 2);
+    json_object_set_new(state, "assignment", json_integer(5));
+    json_t *view = json_pack("{s:[{s:i, s:i, s:f}]}", "stragglers", "rank", 1, "node_rank", 1,
+                             "compute_ms", 40.0);
+    load(&v,
+         json_pack("[o, o, o]", kv(P "state", state, 7, 0),
+                   kv(P "n/n0", recorder_report(1, 0, 100.0, 5, 4), 8, 11),
+                   kv(P "verdict", json_pack("{s:i, s:O}", "round", 1, "view", view), 9, 11)),
+         9);
+    /* Node 0 puts it on its lease; each node's report put reads it in the same transaction. */
+    json_t *put = dl_ejob_put_verdict(&v, 1, view, 11);
+    ck_assert_int_eq(dl_etcd_int(json_object_get(put, "lease")), 11);
+    char *k = dl_etcd_unb64(json_object_get(put, "key"), NULL);
+    ck_assert_str_eq(k, P "verdict");
+    free(k);
+    json_t *answer =
+        json_pack("{s:b, s:[{s:{}}, {s:{s:[o]}}]}", "succeeded", 1, "responses", "response_put",
+                  "response_range", "kvs",
+                  kv(P "verdict", json_pack("{s:i, s:O}", "round", 1, "view", view), 9, 11));
+    json_t *got = dl_ejob_verdict_of(answer, 1);
+    ck_assert(json_equal(got, view));
+    json_decref(got);
+    ck_assert_ptr_null(dl_ejob_verdict_of(answer, 2)); /* another round's: not this one's */
+    json_decref(answer);
+    json_decref(put);
+    json_t *t = dl_ejob_txn_report(&v, json_pack("{s:s}", "key", "x"));
+    ck_assert_int_eq(json_array_size(json_object_get(t, "success")), 2);
+    json_decref(t);
+    /* `dlaunch status` shows the rule's verdict over the round, not one reading's. */
+    json_t *st = dl_ejob_status_full(&v, "j", false, 101.0);
+    ck_assert(json_equal(json_object_get(st, "diag"), view));
+    json_decref(st);
+    json_object_set_new(v.verdict, "round", json_integer(0));
+    st = dl_ejob_status_full(&v, "j", false, 101.0);
+    ck_assert(!json_equal(json_object_get(st, "diag"), view));
+    json_decref(st);
+    json_decref(view);
     dl_ejob_view_clear(&v);
 }
 

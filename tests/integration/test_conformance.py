@@ -34,17 +34,17 @@ import faultlib
 SEEN = {}
 
 # Where a backend differs and its doc says so: the check is skipped on it, with the doc's words.
-GAPS = {
-    ("etcd", "journal log events"):
-        "etcd: the job's journal holds round_changed, rendezvous and job_end only, no log "
-        "events (docs/etcd.md, 'What differs'; an event's seq is the revision that made it, "
-        "which a log put in the same transaction would share)",
-}
+GAPS = {}
 
 # Where a backend differs and no doc says why: bugs, reported on issue #30 and left to the
 # engineers who own that backend. A check that meets one is skipped with these words; once the
 # backend behaves, the check fails instead ("now behaves"), so that this list stays true.
-BUGS = {}
+BUGS = {
+    ("embedded", "journal log lines"):
+        "embedded: the journal lacks the core's 'job created: ...' line that dlaunchd's and "
+        "etcd's have (dl_rdzv_server_add_job adds the job to the core without journaling what "
+        "the core logs)",
+}
 
 # Every worker says who it is, then waits for the test's word (a file) on the job's first
 # attempt; on a later attempt it ends at once, unless WAIT_ALWAYS is set. It beats on its
@@ -53,6 +53,36 @@ BUGS = {}
 WORKER = ('echo "rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT world=$WORLD_SIZE"; '
           'if [ "$TORCHELASTIC_RESTART_COUNT" != 0 ] && [ -z "$WAIT_ALWAYS" ]; then exit 0; fi; '
           'while [ ! -e "$STOP" ]; do printf . >&3; : > "$STOP.beat.$RANK"; sleep 0.1; done')
+
+
+def log_lines(journal):
+    """The journal's log lines, "LEVEL: TEXT", the agents' names left out ("agent finished:")."""
+    return [f'{e["level"]}: ' + re.sub(r"^agent '[^']*' \([^)]*\) ", "agent ", e["text"])
+            for e in journal if e["event"] == "log"]
+
+
+def expected_lines(story, changes):
+    """How the log lines (log_lines) our rendezvous journals for the story begin: the job
+    created, each round's close and change, and each node's end of a job that succeeded (the
+    journal ends at job_end, before the lines that follow it)."""
+    lines, nodes = ["info: job created: "], 0
+    for e in story:
+        if e["event"] == "rendezvous":
+            lines.append(f'info: round {e["round"]} closed: ')
+            nodes = e["nodes"]
+        elif e["event"] == "round_changed":
+            r = e["round"]
+            lines.append(f"warning: round {r - 1} -> {r} (restart "
+                         if e["cause"] in ("worker_failed", "node_lost") else
+                         f"info: round {r - 1} -> {r} (no failure: ")
+        elif e["event"] == "job_end" and e["status"] == "succeeded":
+            lines += ["info: agent finished: "] * nodes
+    return lines
+
+
+def begin_alike(lines, starts):
+    """lines, each cut to the length of the start it should have (for an assertEqual)."""
+    return [line[:len(start)] for line, start in zip(lines, starts)] + lines[len(starts):]
 
 
 class Job(faultlib.Job):
@@ -325,6 +355,9 @@ class Scenarios:
         self.check("journal log events", lambda: self.assertTrue(
             [e for e in journal if e["event"] == "log"], journal))
         rounds = of(story, "rendezvous")
+        want = expected_lines(story, changes)
+        self.check("journal log lines", lambda: self.assertEqual(
+            begin_alike(log_lines(journal), want), want, journal))
         self.assertEqual([e["round"] for e in rounds], list(range(len(changes) + 1)), journal)
         masters = {(e["master_addr"], e["master_port"]) for a in job.agents
                    for e in of(events(a), "rendezvous")}

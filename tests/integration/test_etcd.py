@@ -17,6 +17,7 @@ import urllib.request
 
 import dltest
 import etcdlib
+import test_diag
 import test_torch_store
 import test_train
 
@@ -122,6 +123,91 @@ class EtcdCase(dltest.Case):
                 if text:
                     ranks[int(f[5:-4])] = text
         return ranks
+
+
+@unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
+class Diagnosis(EtcdCase):
+    """test_diag's accounts across two nodes, over etcd: what our server makes of every node's
+    heartbeats, the agents make of every node's report (n/NODE_ID)."""
+    HANG_STEP = test_diag.Diag.HANG_STEP
+    # test_diag's straggler figures and checks: an even run names nobody, then rank 1 is.
+    STRAGGLER_THRESHOLD = test_diag.Diag.STRAGGLER_THRESHOLD
+    STRAGGLER_OPTS = test_diag.Diag.STRAGGLER_OPTS
+    STRAGGLER_TRAIN = test_diag.Diag.STRAGGLER_TRAIN
+    EVEN_S = test_diag.Diag.EVEN_S
+    NAMED_WITHIN = test_diag.Diag.NAMED_WITHIN
+    stragglers = test_diag.Diag.stragglers
+    slowed_from = test_diag.Diag.slowed_from
+    even_then_slow = test_diag.Diag.even_then_slow
+
+    def two_agents(self, extra, *sets, nodes="2"):
+        data = os.path.join(self.dir, "data")
+        os.mkdir(data)
+        test_train.write_subset(data)
+        trainer = test_diag.trainer_cmd(data, *sets)
+        return [self.agent("--node-rank", str(i), "--heartbeat", "0.3", *extra, "--", *trainer,
+                           name=f"n{i}", slots="1", nodes=nodes,
+                           env={"DLAUNCH_COLL_HOST_ID": f"node{i}"})  # TCP between the "nodes"
+                for i in range(2)]
+
+    @unittest.skipUnless(test_train.have_fashion(), "Fashion-MNIST is not installed")
+    def test_a_rank_stopped_mid_step_is_named_on_two_nodes(self):
+        """Rank 1 (node 1) stops in step 20: every node's restart says, as with our server,
+        that rank 1 on node 1 never entered the reduce-scatter and that rank 0, on node 0 (its
+        report, not the failing node's), has waited in it."""
+        procs = self.two_agents(
+            ["--health-timeout", "6", "--max-restarts", "1", "--recovery", "restart"],
+            "steps=60", "log_every=1000", f"hang_at_step={self.HANG_STEP}", "fail_rank=1")
+        self.assertEqual(self.wait_all(procs, timeout=180), [0, 0], self.logs(["n0", "n1"]))
+        for name in ("n0", "n1"):
+            restart = [e for e in self.evs(name) if e["event"] == "restart"]
+            self.assertEqual(len(restart), 1, self.evs(name))
+            test_diag.Diag.check_hang_account(self, restart[0]["diagnosis"], on_node=1)
+            reason = restart[0]["reason"]
+            self.assertEqual((reason["rank"], reason["node_rank"], reason.get("hung"),
+                              reason["cause"]), (1, 1, True, "worker_failed"),
+                             (restart, self.logs(["n0", "n1"])))
+
+    @unittest.skipUnless(test_train.have_fashion(), "Fashion-MNIST is not installed")
+    def test_a_slowed_rank_is_named_on_two_nodes_and_nobody_before(self):
+        """The job-wide straggler rule over etcd: node 0's agent runs it over every node's
+        report and puts its verdict, which every agent reads with its own report's put; rank 1
+        (node 1), slowed, is named on both nodes and by `dlaunch status`, nobody before."""
+        procs = self.two_agents(list(self.STRAGGLER_OPTS), *self.STRAGGLER_TRAIN)
+        self.even_then_slow(["n0", "n1"])
+        p = subprocess.run([dltest.DLAUNCH, "status", "--rdzv-backend", "etcd", "--endpoint",
+                            self.cluster.endpoints, "job"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertRegex(p.stdout, r"straggler: rank 1 on node 1 \(.*\): [0-9.]+ ms a step")
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=60)
+
+    @unittest.skipUnless(test_train.have_fashion(), "Fashion-MNIST is not installed")
+    def test_exclude_drops_the_slow_node_and_the_job_finishes(self):
+        """test_diag's, over etcd: the slow node, named by node 0's rule, steps out (a new
+        round without it, no restart spent) and node 0 finishes alone."""
+        ckpt = os.path.join(self.dir, "ckpt")
+        procs = self.two_agents(
+            ["--straggler-action", "exclude", "--max-restarts", "1", "--last-call", "1",
+             "--recovery", "restart", *self.STRAGGLER_OPTS],
+            "steps=1500", "layers=784-128-10", "log_every=500", "eval_every=1000000",
+            f"checkpoint_dir={ckpt}", "checkpoint_every=50", "slow_rank=1",
+            f"slow_ms_per_step={test_diag.Diag.SLOW_MS}", nodes="1:2")
+        for p in procs:
+            self.assertEqual(p.wait(timeout=180), 0, self.logs(["n0", "n1"]))
+        s = self.stragglers("n1")
+        self.assertEqual([(e["rank"], e["node_rank"], e["action"]) for e in s],
+                         [(1, 1, "exclude")])
+        rdzv = [(e["round"], e["nodes"]) for e in self.evs("n0") if e["event"] == "rendezvous"]
+        self.assertEqual(rdzv, [(0, 2), (1, 1)])
+        end0 = [e for e in self.evs("n0") if e["event"] == "job_end"]
+        self.assertEqual(end0[0]["status"], "succeeded")
+        self.assertIn("straggler: rank 1 on node 1", self.log("n0"))
+        self.assertIn("sat out as a straggler", self.log("n1"))
+        self.assertRegex(self.read("dlaunch_logs", "job", "attempt_1", "rank_0.out"),
+                         r"done after 1500 steps")
 
 
 @unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
@@ -514,9 +600,14 @@ class Control(EtcdCase):
         out, err = follower.communicate(timeout=30)
         self.assertEqual(follower.returncode, 0, err)
         evs = [json.loads(l) for l in out.splitlines()]
-        self.assertEqual([e["event"] for e in evs],
+        self.assertEqual([e["event"] for e in evs if e["event"] != "log"],
                          ["rendezvous", "round_changed", "rendezvous", "job_end"])
         self.assertEqual(evs[-1]["status"], "stopped")
+        # Our rendezvous' log lines with them, each with a seq of its own, in order.
+        self.assertEqual([e["text"].split(":")[0] for e in evs if e["event"] == "log"],
+                         ["job created", "round 0 closed", "round 0 -> 1 (no failure",
+                          "round 1 closed"], evs)
+        self.assertEqual([e["seq"] for e in evs], sorted({e["seq"] for e in evs}), evs)
         for n in "ab":
             self.assertIn("was stopped on request", self.log(n))
         # Gone, or going: a stopped job answers for a while, then its keys are deleted.

@@ -212,6 +212,16 @@ static void creator_release(dl_rdzv_core_t *core, uint64_t creator)
     free(c);
 }
 
+/* The journal's first line, however the job came to be (a JOIN, or the embedded server's
+ * dl_rdzv_core_add_job). */
+static void log_created(dl_rdzv_core_t *core, const dl__rdzv_job_t *job)
+{
+    const dl_rdzv_job_opts_t *o = &job->opts;
+    dl__rdzv_log(core, DL_RDZV_LOG_INFO, job->run_id,
+                 "job created: nodes %d:%d, at most %d restart%s after failures", o->min_nodes,
+                 o->max_nodes, o->max_restarts, o->max_restarts == 1 ? "" : "s");
+}
+
 static int job_new(dl_rdzv_core_t *core, const char *run_id, const dl_rdzv_job_opts_t *opts,
                    uint64_t creator, dl__rdzv_job_t **ret_job)
 {
@@ -858,9 +868,7 @@ static dl__rdzv_job_t *join_job(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev,
      * forever. */
     if (dl__rdzv_heap_reserve(&core->heap, 1) == 0)
         dl__rdzv_timer_arm(&core->heap, &job->join, now + job->opts.join_timeout);
-    dl__rdzv_log(core, DL_RDZV_LOG_INFO, job->run_id,
-                 "job created: nodes %d:%d, at most %d restart%s after failures", o->min_nodes,
-                 o->max_nodes, o->max_restarts, o->max_restarts == 1 ? "" : "s");
+    log_created(core, job);
     return job;
 }
 
@@ -1521,18 +1529,30 @@ int dl_rdzv_core_next_deadline(const dl_rdzv_core_t *core, double *ret_at)
     return 0;
 }
 
-int dl_rdzv_core_add_job(dl_rdzv_core_t *core, const char *run_id, const dl_rdzv_job_opts_t *opts)
+int dl_rdzv_core_add_job(dl_rdzv_core_t *core, const char *run_id, const dl_rdzv_job_opts_t *opts,
+                         dl_rdzv_actions_t *acts)
 {
-    if (!name_ok(run_id))
-        return -EINVAL;
+    /* A step of its own: what creating the job does (its log line, its join timer) is handed
+     * out as a step's actions are. */
+    core->nacts = 0;
+    core->oom = false;
+    dl__rdzv_arena_reset(&core->arena);
+    int r;
+    dl__rdzv_job_t *job;
     if (!opts)
         opts = &core->opts.job_defaults;
-    if (dl_rdzv_job_opts_check(opts, NULL, 0) < 0)
-        return -EINVAL;
-    if (job_find(core, run_id))
-        return -EEXIST;
-    dl__rdzv_job_t *job;
-    return job_new(core, run_id, opts, 0, &job);
+    if (!name_ok(run_id) || dl_rdzv_job_opts_check(opts, NULL, 0) < 0)
+        r = -EINVAL;
+    else if (job_find(core, run_id))
+        r = -EEXIST;
+    else if ((r = job_new(core, run_id, opts, 0, &job)) == 0)
+        log_created(core, job);
+    arm_shell_timer(core, false);
+    if (acts != NULL) {
+        acts->v = core->acts;
+        acts->n = core->nacts;
+    }
+    return r;
 }
 
 int dl_rdzv_core_new(const dl_rdzv_core_opts_t *opts, dl_rdzv_core_t **ret_core)

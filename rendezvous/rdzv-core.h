@@ -398,9 +398,12 @@ size_t dl_rdzv_core_memory_room(const dl_rdzv_core_t *core);
 /* Frees the core and every job in it. Accepts NULL. */
 void dl_rdzv_core_free(dl_rdzv_core_t *core);
 
-/* Creates a job ahead of its first JOIN (the embedded server knows its job spec). Returns 0,
- * -EEXIST, -EINVAL (bad run id or opts), -ENOSPC (max_jobs) or -ENOMEM. */
-int dl_rdzv_core_add_job(dl_rdzv_core_t *core, const char *run_id, const dl_rdzv_job_opts_t *opts);
+/* Creates a job ahead of its first JOIN (the embedded server knows its job spec) and fills
+ * *acts (may be NULL: dropped) with what that does, as dl_rdzv_core_step does: its "job created"
+ * log line, its join timer. Returns 0, -EEXIST, -EINVAL (bad run id or opts), -ENOSPC
+ * (max_jobs) or -ENOMEM. */
+int dl_rdzv_core_add_job(dl_rdzv_core_t *core, const char *run_id, const dl_rdzv_job_opts_t *opts,
+                         dl_rdzv_actions_t *acts);
 
 /* Feeds one event that happened at time now (seconds >= 0 on a monotonic clock; a time
  * earlier than the last one counts as the last one) and fills *acts with what to do. Timers due by

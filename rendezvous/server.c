@@ -1821,11 +1821,16 @@ int dl_rdzv_server_port(const dl_rdzv_server_t *s)
 
 int dl_rdzv_server_add_job(dl_rdzv_server_t *s, const char *run_id, const dl_rdzv_job_opts_t *opts)
 {
-    int r = dl_rdzv_core_add_job(s->core, run_id, opts);
     /* Its journal exists from now, so that `dlaunch events` can follow it before anything
-     * happened. */
-    if (r == 0 && dl__journals_get(s->journals, run_id, true) == NULL)
-        r = -ENOMEM;
+     * happened, and holds the core's "job created" line as dlaunchd's journals do. */
+    bool had_journal = dl__journals_get(s->journals, run_id, false) != NULL;
+    if (!had_journal && dl__journals_get(s->journals, run_id, true) == NULL)
+        return -ENOMEM;
+    dl_rdzv_actions_t acts = {0};
+    int r = dl_rdzv_core_add_job(s->core, run_id, opts, &acts);
+    apply_actions(s, &acts);
+    if (r < 0 && !had_journal)
+        dl__journals_forget(s->journals, run_id);
     return r;
 }
 

@@ -39,12 +39,7 @@ GAPS = {}
 # Where a backend differs and no doc says why: bugs, reported on issue #30 and left to the
 # engineers who own that backend. A check that meets one is skipped with these words; once the
 # backend behaves, the check fails instead ("now behaves"), so that this list stays true.
-BUGS = {
-    ("embedded", "journal log lines"):
-        "embedded: the journal lacks the core's 'job created: ...' line that dlaunchd's and "
-        "etcd's have (dl_rdzv_server_add_job adds the job to the core without journaling what "
-        "the core logs)",
-}
+BUGS = {}
 
 # Every worker says who it is, then waits for the test's word (a file) on the job's first
 # attempt; on a later attempt it ends at once, unless WAIT_ALWAYS is set. It beats on its

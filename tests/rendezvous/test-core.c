@@ -1054,10 +1054,18 @@ DL_TEST(add_job_ahead_of_joins)
     harness_t h;
     h_init(&h);
     dl_rdzv_job_opts_t o = h_opts(1, 2), bad = h_opts(3, 2);
-    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "j", &o), 0);
-    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "j", &o), -EEXIST);
-    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "k", &bad), -EINVAL);
-    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "", &o), -EINVAL);
+    dl_rdzv_actions_t acts;
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "j", &o, &acts), 0);
+    /* Its creation is logged as a JOIN's is (the embedded server's journal holds the line). */
+    size_t logged = 0;
+    for (size_t i = 0; i < acts.n; i++)
+        if (acts.v[i].kind == DL_RDZV_ACT_LOG && strcmp(acts.v[i].log.run_id, "j") == 0 &&
+            strncmp(acts.v[i].log.text, "job created: nodes 1:2", 22) == 0)
+            logged++;
+    ck_assert_uint_eq(logged, 1);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "j", &o, NULL), -EEXIST);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "k", &bad, NULL), -EINVAL);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "", &o, NULL), -EINVAL);
     double at;
     DL_CHECK_ERRNO(dl_rdzv_core_next_deadline(h.core, &at), -ENOENT);
     h_join(&h, 1, "j", 1, NULL, 0);

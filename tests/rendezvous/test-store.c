@@ -71,7 +71,7 @@ static void setup(harness_t *h)
 {
     h_init(h);
     dl_rdzv_job_opts_t o = h_opts(1, 4);
-    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h->core, "job", &o), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h->core, "job", &o, NULL), 0);
 }
 
 DL_TEST(set_then_get)
@@ -311,7 +311,7 @@ DL_TEST(limits_are_errors)
     o.max_waits = 2;
     h_init_opts(&h, &o);
     dl_rdzv_job_opts_t jo = h_opts(1, 1);
-    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "job", &jo, NULL), 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "123456789", "v", 0);
     DL_CHECK_ERRNO(h_error(&h, 1), -EINVAL);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "", "v", 0);
@@ -353,7 +353,7 @@ DL_TEST(the_bytes_of_a_store_are_capped)
     o.max_store_bytes = 40;
     h_init_opts(&h, &o);
     dl_rdzv_job_opts_t jo = h_opts(1, 1);
-    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "job", &jo, NULL), 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k1", "0123456789abcdef", 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k2", "0123456789abcdef", 0);
     ck_assert_ptr_nonnull(h_msg(&h, 1, DL_RDZV_MSG_OK));
@@ -377,8 +377,8 @@ DL_TEST(the_memory_of_all_stores_is_capped)
     o.max_memory = 64 * 1024;
     h_init_opts(&h, &o);
     dl_rdzv_job_opts_t jo = h_opts(1, 1);
-    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "a", &jo), 0);
-    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "b", &jo), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "a", &jo, NULL), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "b", &jo, NULL), 0);
     static char value[4097];
     memset(value, 'v', 4096);
     char key[32];
@@ -421,7 +421,7 @@ DL_TEST(waits_of_one_connection_are_capped)
     o.max_waits_per_conn = 3;
     h_init_opts(&h, &o);
     dl_rdzv_job_opts_t jo = h_opts(1, 1);
-    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "job", &jo), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "job", &jo, NULL), 0);
     static const char *const keys[] = {"x"};
     for (int i = 0; i < 3; i++) {
         wait_keys(&h, 1, "job", -1, keys, 1, 50, 0);
@@ -513,7 +513,7 @@ DL_TEST(stores_are_per_job)
     harness_t h;
     setup(&h);
     dl_rdzv_job_opts_t o = h_opts(1, 1);
-    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "other", &o), 0);
+    DL_CHECK_ERRNO(dl_rdzv_core_add_job(h.core, "other", &o, NULL), 0);
     static const char *const keys[] = {"k"};
     wait_keys(&h, 5, "other", 0, keys, 1, -1, 0);
     op(&h, DL_RDZV_EV_STORE_SET, 1, "job", 0, "k", "in job", 0);

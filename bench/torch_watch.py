@@ -3,8 +3,8 @@ four identical DDP models over the same data, one plain, one watched (beats, rec
 wrapped calls; with `buckets` also the recording communication hook) and, for reference, one with
 DDP's builtin C++ ALLREDUCE communication hook (the floor of any hook: DDP's default done as a
 hook) and one with PyTorch's own Python communication hook (default_hooks.allreduce_hook, the
-same in Python, with its `fut.then` callback), and trains them in turn in blocks of steps, so load
-on the machine falls on all alike.
+same in Python, with its `fut.then` callback), and trains them in turn in blocks of steps, in
+a new random order each round, so load on the machine falls on all alike.
 Rank 0 prints the plain model's steps a second (the median block) and each model's ratio to
 plain and to DDP's C++ hook: each round's ratio, their median and quartiles over the rounds, for
 steps a second and for the job's CPU time a step (both ranks' processes, every thread), with the
@@ -16,6 +16,7 @@ need the agent), one benchmark at a time (defaults: 60 rounds of 20-step blocks,
 
 Measures and prints; asserts nothing."""
 import os
+import random
 import statistics
 import sys
 import time
@@ -77,7 +78,12 @@ def main():
     cpu = {k: [] for k in models}
     load = [os.getloadavg()[0]]
     for i in range(blocks):
-        for name in names[i % len(names):] + names[:i % len(names)]:
+        # A fresh order each round, the same on every rank (their blocks are collective): in a
+        # fixed rotation each model follows the same one every round and inherits what it leaves
+        # (its garbage for the collector, the last callbacks of a `fut.then` hook).
+        order = names[:]
+        random.Random(i).shuffle(order)
+        for name in order:
             rate, cpu_a_step = block(*models[name], x, y, steps)
             rates[name].append(rate)
             cpu[name].append(cpu_a_step)

@@ -3,17 +3,20 @@ four identical DDP models over the same data, one plain, one watched (beats, rec
 wrapped calls; with `buckets` also the recording communication hook) and, for reference, one with
 DDP's builtin C++ ALLREDUCE communication hook (the floor of any hook: DDP's default done as a
 hook) and one with PyTorch's own Python communication hook (default_hooks.allreduce_hook, the
-same in Python, with its `fut.then` callback), and trains them in turn in blocks of steps, so load
-on the machine falls on all alike.
+same in Python, with its `fut.then` callback), and trains them in turn in blocks of steps, in
+a new random order each round, so load on the machine falls on all alike.
 Rank 0 prints the plain model's steps a second (the median block) and each model's ratio to
-plain, the median over rounds of that round's ratio, for steps a second and for the process's
-CPU time a step. Run it under dlaunch (the watched model's beats and recorder need the agent),
-one benchmark at a time:
+plain and to DDP's C++ hook: each round's ratio, their median and quartiles over the rounds, for
+steps a second and for the job's CPU time a step (both ranks' processes, every thread), with the
+median difference in microseconds. Run it under dlaunch (the watched model's beats and recorder
+need the agent), one benchmark at a time (defaults: 60 rounds of 20-step blocks, hidden 256):
 
-    flock /tmp/dlaunch-bench.lock build/cmd/dlaunch --nproc-per-node 2 -- \\
+    flock /tmp/bench.lock build/cmd/dlaunch --nproc-per-node 2 -- \\
         /usr/bin/python3 bench/torch_watch.py buckets|nobuckets [BLOCKS] [STEPS] [HIDDEN]
 
 Measures and prints; asserts nothing."""
+import os
+import random
 import statistics
 import sys
 import time
@@ -50,10 +53,16 @@ def block(model, opt, x, y, steps):
     return steps / (time.perf_counter() - t0), (time.process_time() - c0) / steps
 
 
+def spread(xs):
+    """Median and quartiles of xs, as 'median (q1..q3)'."""
+    q1, q2, q3 = statistics.quantiles(xs, n=4)
+    return f"{q2:.3f} ({q1:.3f}..{q3:.3f})"
+
+
 def main():
     buckets = sys.argv[1] == "buckets" if len(sys.argv) > 1 else True
-    blocks = int(sys.argv[2]) if len(sys.argv) > 2 else 20
-    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 50
+    blocks = int(sys.argv[2]) if len(sys.argv) > 2 else 60
+    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 20
     hidden = int(sys.argv[4]) if len(sys.argv) > 4 else 256
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
@@ -63,32 +72,45 @@ def main():
     w = dlaunch.torch.watch(*models["watched"], buckets=buckets)
     x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
     for m in models.values():
-        block(*m, x, y, steps)  # warm up
+        block(*m, x, y, steps)  # warm up (DDP rebuilds its buckets after the first step)
+    names = list(models)
     rates = {k: [] for k in models}
     cpu = {k: [] for k in models}
+    load = [os.getloadavg()[0]]
     for i in range(blocks):
-        names = list(models)
-        for name in names[i % len(names):] + names[:i % len(names)]:
+        # A fresh order each round, the same on every rank (their blocks are collective): in a
+        # fixed rotation each model follows the same one every round and inherits what it leaves
+        # (its garbage for the collector, the last callbacks of a `fut.then` hook).
+        order = names[:]
+        random.Random(i).shuffle(order)
+        for name in order:
             rate, cpu_a_step = block(*models[name], x, y, steps)
             rates[name].append(rate)
             cpu[name].append(cpu_a_step)
+    load.append(os.getloadavg()[0])
+    # The job's CPU a step: every rank's process, block by block (the ranks run each block
+    # together, so block i of one rank is block i of the other).
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, cpu)
+    job = {k: [sum(r[k][i] for r in every) for i in range(blocks)] for k in models}
     if dist.get_rank() == 0:
-        p = statistics.median(rates["plain"])
-        # Each round's ratio to plain in that round, then their median: the machine's drift
-        # between rounds falls on both sides of a ratio alike.
-        ratios = ", ".join(
-            f"{k} {statistics.median(r / q for r, q in zip(v, rates['plain'])):.3f}"
-            for k, v in rates.items())
-        cpu_ratios = ", ".join(
-            f"{k} {statistics.median(c / q for c, q in zip(v, cpu['plain'])):.3f}"
-            for k, v in cpu.items())
-        ratios += (f"; rank 0's CPU a step {statistics.median(cpu['plain']) * 1e3:.2f} ms plain, "
-                   f"against plain: {cpu_ratios}")
-        beats = w.beats.step if w is not None and w.beats is not None else 0
-        print(f"hidden {hidden}, {blocks} rounds of {steps}-step blocks, 2 ranks, gloo, "
-              f"buckets {'on' if buckets else 'off'}: plain {p:.1f} steps/s (median block); "
-              f"against plain: {ratios}; beats counted {beats} steps; recorder "
-              f"{'on' if w is not None and w.recorder is not None else 'off'}", flush=True)
+        print(f"hidden {hidden}, {blocks} rounds of {steps}-step blocks, "
+              f"{dist.get_world_size()} ranks, gloo, buckets {'on' if buckets else 'off'}, "
+              f"load average {load[0]:.1f} -> {load[1]:.1f}; plain "
+              f"{statistics.median(rates['plain']):.1f} steps/s (median block), job CPU "
+              f"{statistics.median(job['plain']) * 1e3:.3f} ms a step; recorder "
+              f"{'on' if w is not None and w.recorder is not None else 'off'}, beats counted "
+              f"{w.beats.step if w is not None and w.beats is not None else 0} steps")
+        print("each round's ratio, median (quartiles) over the rounds:")
+        for base in ("plain", "DDP's C++ hook"):
+            for k in names:
+                if k == base:
+                    continue
+                r = [a / b for a, b in zip(rates[k], rates[base])]
+                c = [a / b for a, b in zip(job[k], job[base])]
+                us = statistics.median((a - b) * 1e6 for a, b in zip(job[k], job[base]))
+                print(f"  {k:>20} / {base:<15} steps/s {spread(r)}; job CPU a step "
+                      f"{spread(c)}, {us:+.1f} us", flush=True)
     dist.destroy_process_group()
 
 

@@ -27,11 +27,12 @@ ALL_REDUCE, BROADCAST, ALL_GATHER, REDUCE_SCATTER, BARRIER = 1, 2, 3, 4, 5
 SEND, RECV = 7, 8
 RUNNING, DONE, FAILED = 2, 3, 4
 
-_HEAD = struct.Struct("<IBBBB")           # ver, op, state, algo, dtype
-_BODY = struct.Struct("<QQQQii")          # seq, bytes, t_start, t_end, error, root
+# An entry's words: the head (ver, op, state, algo, dtype: one word, as the C writer stores
+# it), seq, bytes, t_start, t_end, error and root (32 bits each), two reserved.
 _HEADER = struct.Struct("<IIIIiiiIQQQ16s")  # after the magic
-_VERSION = struct.Struct("<I")
-_ISSUED = struct.Struct("<Q")
+_ENTRY_WORD = HEADER_BYTES // 8
+_ENTRY_WORDS = ENTRY_BYTES // 8
+_ISSUED_WORD = ISSUED_AT // 8
 
 
 class Recorder:
@@ -61,39 +62,57 @@ class Recorder:
         struct.pack_into("<Q", m, 0, MAGIC)
         self.seq = 0
         self.path = path
+        # The page as 64-bit words in native order, the C writer's: every field of an entry is
+        # a word (or two 32-bit halves of one), so writing one is a single store, far cheaper
+        # from Python than a struct.pack_into. Kept for the recorder's life (the map cannot be
+        # closed while it is exported).
+        self._words = memoryview(m).cast("Q")
         # What this writer last wrote in each slot (the file is ours alone: flock), so that
-        # writing an entry reads nothing back from the page.
+        # writing an entry reads nothing back from the page: its version, and of the operation
+        # in it the sequence number, the op's bits of the head word and the root's half word.
         self._versions = [0] * CAPACITY
-        self._open: list[tuple[int, int, int, int, int]] = [(0, 0, 0, 0, 0)] * CAPACITY
+        self._open: list[tuple[int, int, int]] = [(0, 0, 0)] * CAPACITY
 
-    def start(self, op: int, nbytes: int, root: int = -1) -> int:
-        """Records operation op as entered now; returns its sequence number."""
-        self.seq += 1
-        seq = self.seq
-        t_start = time.monotonic_ns()
-        self._open[seq % CAPACITY] = (seq, op, nbytes, t_start, root)
-        self._write(seq, op, RUNNING, nbytes, t_start, 0, 0, root)
-        _ISSUED.pack_into(self._map, ISSUED_AT, seq)
-        return seq
-
-    def end(self, seq: int, ok: bool = True) -> None:
-        """Records operation seq as done (or failed) now, unless the ring has moved past it."""
-        got, op, nbytes, t_start, root = self._open[seq % CAPACITY]
-        if got != seq:
-            return
-        self._write(seq, op, DONE if ok else FAILED, nbytes, t_start, time.monotonic_ns(),
-                    0 if ok else -5, root)
-
-    def _write(self, seq: int, op: int, state: int, nbytes: int, t_start: int, t_end: int,
-               error: int, root: int) -> None:
-        m = self._map
+    def start(self, op: int, nbytes: int, root: int = -1, now_ns: int = 0) -> int:
+        """Records operation op as entered at now_ns (CLOCK_MONOTONIC; 0: now); returns its
+        sequence number."""
+        self.seq = seq = self.seq + 1
         slot = seq % CAPACITY
-        off = HEADER_BYTES + slot * ENTRY_BYTES
+        w = self._words
+        i = _ENTRY_WORD + slot * _ENTRY_WORDS
         ver = self._versions[slot] + 2
         self._versions[slot] = ver
-        _VERSION.pack_into(m, off, ver - 1)  # odd: being changed
-        _BODY.pack_into(m, off + 8, seq, nbytes, t_start, t_end, error, root)
-        _HEAD.pack_into(m, off, ver, op, state, 0, 0)  # even again, with what changed
+        head = op << 32
+        root_bits = (root & 0xFFFFFFFF) << 32
+        self._open[slot] = (seq, head, root_bits)
+        head |= RUNNING << 40
+        w[i] = head | (ver - 1)  # odd: being changed
+        w[i + 1] = seq
+        w[i + 2] = nbytes
+        w[i + 3] = now_ns or time.monotonic_ns()
+        w[i + 4] = 0
+        w[i + 5] = root_bits  # error 0
+        w[i] = head | ver  # even again, with what changed
+        w[_ISSUED_WORD] = seq
+        return seq
+
+    def end(self, seq: int, ok: bool = True, now_ns: int = 0) -> None:
+        """Records operation seq as done (or failed) at now_ns (0: now), unless the ring has
+        moved past it."""
+        slot = seq % CAPACITY
+        got, head, root_bits = self._open[slot]
+        if got != seq:
+            return
+        w = self._words
+        i = _ENTRY_WORD + slot * _ENTRY_WORDS
+        ver = self._versions[slot] + 2
+        self._versions[slot] = ver
+        head |= (DONE if ok else FAILED) << 40
+        w[i] = head | (ver - 1)
+        w[i + 4] = now_ns or time.monotonic_ns()
+        if not ok:
+            w[i + 5] = root_bits | (-5 & 0xFFFFFFFF)  # -EIO
+        w[i] = head | ver
 
     @classmethod
     def from_env(cls, rank: int, world_size: int, transport: str) -> Recorder | None:

@@ -25,7 +25,8 @@ the same run, and gives a row (a JSON object, with "recovery") for each:
 
 torch_worker_sigkill (bench/torchfaults.py) is the same for a PyTorch DDP job in
 dlaunch.torch.Recoverable's loop (2 x 2 workers of a small MLP, rank 3 SIGKILLed at step 40,
-checkpoints every 25 steps); it needs python3-torch.
+checkpoints every 25 steps), and torch_host_agent_sigkill for node 0 lost whole with the
+rendezvous it hosts (--nodes 1:2); they need python3-torch.
 
 Needs root and nftables for the namespace scenarios (skipped otherwise). Prints a table; with
 --json one object per scenario. The figures go to docs/reliability.md."""
@@ -407,7 +408,7 @@ def run_in(args, root):
                         net.close()
         for mode in modes:
             results.append(summarize(name, runs[mode], args, mode))
-    if not args.only or "torch_worker_sigkill" in args.only:
+    if not args.only or any(name.startswith("torch_") for name in args.only):
         args.root = root
         results += torchfaults.rows(args, faultlib.free_port, summarize)
     return results

@@ -1,12 +1,15 @@
 """bench/faults' PyTorch rows: tests/integration/torchrun/recover_mlp.py (a small DDP MLP in
-dlaunch.torch.Recoverable's loop, gloo, one thread a worker) on 2 agents x 2 workers, rank 3
-SIGKILLed from outside at step FAULT_STEP, under `--recovery restart`, `--recovery in-job` and
-`--recovery in-job --spares 1` (rows "in-job+spare": the kill waits until node 1's spare
-says it waits).
+dlaunch.torch.Recoverable's loop, gloo, one thread a worker) on 2 agents x 2 workers.
+torch_worker_sigkill: rank 3 SIGKILLed from outside at step FAULT_STEP, under `--recovery
+restart`, `--recovery in-job` and `--recovery in-job --spares 1` (rows "in-job+spare": the kill
+waits until node 1's spare says it waits). torch_host_agent_sigkill: `--nodes 1:2`, node 0's
+agent (the host of the embedded rendezvous) and its workers SIGKILLed at step FAULT_STEP, under
+`--recovery restart` and `--recovery in-job`: node 1 hosts the rendezvous and goes on alone.
 Its figures are bench/faults' (train_ms: the kill -> rank 0 completes the step after the one
 training went on from; steps_lost: the last step completed before that minus the one it went on
 from;
-params_equal: the final parameters against an uninterrupted run's, bitwise)."""
+params_equal: the final parameters against an uninterrupted run's, bitwise; a job that shrank
+sums in another order and cannot be)."""
 import os
 import re
 import shutil
@@ -34,7 +37,7 @@ def have_torch():
 
 
 class TorchJob:
-    def __init__(self, root, name, mode, port):
+    def __init__(self, root, name, mode, port, nodes="2"):
         spares = mode.endswith("+spare")
         mode = mode.removesuffix("+spare")
         self.dir = os.path.join(root, name)
@@ -47,10 +50,10 @@ class TorchJob:
         for i in range(2):
             with open(self.logs[i], "w") as log:
                 self.procs.append(subprocess.Popen(
-                    [os.environ["DLAUNCH"], "--nodes", "2", "--nproc-per-node", "2",
+                    [os.environ["DLAUNCH"], "--nodes", nodes, "--nproc-per-node", "2",
                      "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-id", name,
                      "--node-rank", str(i), "--recovery", mode, "--max-restarts", "3",
-                     "--heartbeat", "0.2", "--dead-after", "1",
+                     "--heartbeat", "0.2", "--dead-after", "1", "--last-call", "0.5",
                      *(["--spares", "1"] if spares else []), "--",
                      TORCH_PYTHON, SCRIPT, self.out, EPOCHS, "progress=1", f"step_ms={STEP_MS}",
                      f"ckpt_every={CKPT_EVERY}"],
@@ -112,33 +115,58 @@ def worker_kill(root, name, mode, port, baseline):
         t = time.monotonic()
         os.kill(job.pid_of(3), signal.SIGKILL)
         codes = job.wait()
-        text = job.text()
-        m = re.search(r"going on at step (\d+)|loaded checkpoint at step (\d+)", text)
-        resumed = int(m.group(1) or m.group(2)) if m else None
-        # Training again: the step after the one it went on from, done after the kill (a
-        # step in flight at the kill can still complete before anyone notices).
-        prog = job.progress()
-        again = next(((tt, s) for tt, s in prog if tt > t and resumed is not None and
-                      s == resumed + 1), None)
-        done = [s for tt, s in prog if again is None or tt < again[0]]
-        return {"passed": codes == [0, 0], "exit_codes": codes,
-                "train_ms": (again[0] - t) * 1e3 if again else None,
-                "steps_lost": max(done) - resumed if done and resumed is not None else None,
-                "params_equal": bool(baseline) and job.params() == baseline}
+        return measure(job, t, codes, codes == [0, 0], baseline)
     finally:
         job.close()
 
 
+def host_kill(root, name, mode, port, baseline):
+    """Node 0 lost whole: its agent, which hosts the rendezvous, and its workers."""
+    job = TorchJob(root, name, mode, port, nodes="1:2")
+    try:
+        job.wait_step(FAULT_STEP)
+        t = time.monotonic()
+        os.killpg(job.procs[0].pid, signal.SIGKILL)
+        job.procs[0].wait()
+        code = job.procs[1].wait(timeout=600)
+        return measure(job, t, [job.procs[0].returncode, code], code == 0, baseline)
+    finally:
+        job.close()
+
+
+def measure(job, t, codes, passed, baseline):
+    text = job.text()
+    m = re.search(r"going on at step (\d+)|loaded checkpoint at step (\d+)", text)
+    resumed = int(m.group(1) or m.group(2)) if m else None
+    # Training again: the step after the one it went on from, done after the fault (a step in
+    # flight at the fault can still complete before anyone notices).
+    prog = job.progress()
+    again = next(((tt, s) for tt, s in prog if tt > t and resumed is not None and
+                  s == resumed + 1), None)
+    done = [s for tt, s in prog if again is None or tt < again[0]]
+    return {"passed": passed, "exit_codes": codes,
+            "train_ms": (again[0] - t) * 1e3 if again else None,
+            "steps_lost": max(done) - resumed if done and resumed is not None else None,
+            "params_equal": bool(baseline) and job.params() == baseline}
+
+
+# name, the run's function, whether it has an in-job+spare row
+SCENARIOS = [("torch_worker_sigkill", worker_kill, True),
+             ("torch_host_agent_sigkill", host_kill, False)]
+
+
 def rows(args, free_port, summarize):
-    """The rows of every mode args.recovery names, medians of args.runs runs, or one row a mode
-    saying why none ran."""
-    modes = ["restart", "in-job"] if args.recovery == "both" else [args.recovery]
-    if "in-job" in modes:
-        modes.append("in-job+spare")
-    name = "torch_worker_sigkill"
+    """The rows of every scenario args.only names (all without it) in every mode args.recovery
+    names, medians of args.runs runs, or one row a mode saying why none ran."""
+    scenarios = [s for s in SCENARIOS if not args.only or s[0] in args.only]
+    base = ["restart", "in-job"] if args.recovery == "both" else [args.recovery]
+    modes = {name: base + (["in-job+spare"] if spare and "in-job" in base else [])
+             for name, _, spare in scenarios}
     if not have_torch():
         return [{"scenario": name, "recovery": m, "skipped": "needs python3-torch"}
-                for m in modes]
+                for name, _, _ in scenarios for m in modes[name]]
+    if not scenarios:
+        return []
     root = os.path.join(args.root, "torch")
     os.makedirs(root)
     try:
@@ -148,14 +176,17 @@ def rows(args, free_port, summarize):
             baseline = ref.params()
         finally:
             ref.close()
-        runs = {m: [] for m in modes}
-        for i in range(args.runs):
-            for m in modes:  # taking turns, as the other scenarios do
-                try:
-                    runs[m].append(worker_kill(root, f"{m.replace('+', '-')}-{i}", m,
-                                                  free_port(), baseline))
-                except Exception as e:  # a run that breaks is a failed run, not a crash
-                    runs[m].append({"passed": False, "error": str(e)[-300:]})
-        return [summarize(name, runs[m], args, m) for m in modes]
+        out = []
+        for name, fn, _ in scenarios:
+            runs = {m: [] for m in modes[name]}
+            for i in range(args.runs):
+                for m in modes[name]:  # taking turns, as the other scenarios do
+                    try:
+                        runs[m].append(fn(root, f"{name}-{m.replace('+', '-')}-{i}", m,
+                                          free_port(), baseline))
+                    except Exception as e:  # a run that breaks is a failed run, not a crash
+                        runs[m].append({"passed": False, "error": str(e)[-300:]})
+            out += [summarize(name, runs[m], args, m) for m in modes[name]]
+        return out
     finally:
         shutil.rmtree(root, ignore_errors=True)

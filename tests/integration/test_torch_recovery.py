@@ -9,7 +9,8 @@ installed.
 
 Over two nodes (two agents on 127.0.0.1, two workers each): a rank SIGKILLed and a rank hung, the
 same bits; a node's agent SIGKILLed with --nodes 1:2, the other node's ranks go on alone (world
-4 -> 2) with their own processes and no checkpoint read."""
+4 -> 2) with their own processes and no checkpoint read, also when the lost node's agent hosted
+the rendezvous (the other takes it over)."""
 import os
 import re
 import signal
@@ -278,21 +279,26 @@ class TorchRecoveryTwoNodes(dltest.Case):
         self.assertIn(pids[0], self.starts(out)[3])
         self.assertRegex(text, rf"rank 3's place goes to spare 0 \(pid {pids[0]}, waiting")
 
-    def test_a_lost_node_shrinks_the_world_and_the_others_go_on(self):
-        # With a spare on each node: node 0's waits through it all and goes at the end.
-        procs, out = self.start_job("lost", "1:2", "6", "ckpt_every=10", opts=("--spares", "1"))
+    def kill_node_after_step_10(self, procs, out, node):
+        """SIGKILLs node's agent once rank 0 wrote its step-10 checkpoint; its workers die with
+        it (their orphan guard). Every agent must be alive until then."""
         try:
             deadline = time.monotonic() + 300
             while not os.path.exists(os.path.join(out, "checkpoint.pt")):
                 self.assertLess(time.monotonic(), deadline, "no step 10 in 300 s")
-                self.assertIsNone(procs[0].poll())
+                self.assertEqual([p.poll() for p in procs], [None] * len(procs))
                 time.sleep(0.1)
-            procs[1].send_signal(signal.SIGKILL)  # node 1's agent; its workers die with it
-            procs[1].wait(timeout=60)
+            procs[node].send_signal(signal.SIGKILL)
+            procs[node].wait(timeout=60)
         except BaseException:
             for p in procs:
                 p.kill()
             raise
+
+    def test_a_lost_node_shrinks_the_world_and_the_others_go_on(self):
+        # With a spare on each node: node 0's waits through it all and goes at the end.
+        procs, out = self.start_job("lost", "1:2", "6", "ckpt_every=10", opts=("--spares", "1"))
+        self.kill_node_after_step_10(procs, out, 1)
         code = procs[0].wait(timeout=600)
         text = self.read("lost.node0.log")
         self.assertEqual(code, 0, text)
@@ -305,15 +311,44 @@ class TorchRecoveryTwoNodes(dltest.Case):
                                    rf"1 recoveries")
         self.assertNotIn("loaded checkpoint", text)
 
+    def test_the_rendezvous_host_lost_the_other_node_goes_on_with_its_workers(self):
+        # Node 0's agent hosts the embedded rendezvous: node 1's agent takes it over as the
+        # successor, and its round is an in-job recovery like any lost node's (docs/recovery.md,
+        # "Several nodes"). Ranks 2 and 3 keep their processes and their state.
+        procs, out = self.start_job("host", "1:2", "6", "ckpt_every=10", "progress=1")
+        self.kill_node_after_step_10(procs, out, 0)
+        code = procs[1].wait(timeout=600)
+        text = self.read("host.node1.log")
+        self.assertEqual(code, 0, text)
+        starts = self.starts(out)
+        self.assertEqual({r: len(p) for r, p in starts.items()}, {0: 1, 1: 1, 2: 1, 3: 1})
+        self.assertNotIn("loaded checkpoint", text)
+        # On from the last step lost rank 0 said it had done (or the one after it): only the
+        # step in progress is done again.
+        last = [int(s) for s in re.findall(r"progress step=(\d+)", self.read("host.node0.log"))]
+        self.assertGreaterEqual(last[-1], 10, last)
+        m = re.search(r"in-job recovery to generation 1: going on at step (\d+) in a group of 2 "
+                      r"with rank \d+'s state", text)
+        self.assertIsNotNone(m, text)
+        went_on = int(m.group(1))
+        self.assertGreaterEqual(went_on, last[-1], text)
+        # And no sample skipped or seen twice: the epoch's rest in batches of the world of 2
+        # (24 steps an epoch in 4 ranks, 48 in 2), then the other epochs.
+        epoch, batch = divmod(went_on, 24)
+        steps = went_on + (48 - 2 * batch) + (5 - epoch) * 48
+        for rank in (2, 3):
+            self.assertIn(f"rank {rank} pid {starts[rank][0]} done {steps} steps, 1 recoveries",
+                          text)
+        self.assertRegex(text, r"\[agent node=1\] hosting the rendezvous on [^ ]+: its host was "
+                               r"lost")
+        self.assertIn("in-job recovery 1: 2 of this node's 2 workers stay", text)
+        self.assertEqual(self.params(out, 2), self.params(out, 3))
+
     def test_a_lost_node_back_grows_the_world_again(self):
         procs, out = self.start_job("regrow", "1:2", "12", "ckpt_every=10", "step_ms=20")
+        self.kill_node_after_step_10(procs, out, 1)
         try:
             deadline = time.monotonic() + 300
-            while not os.path.exists(os.path.join(out, "checkpoint.pt")):
-                self.assertLess(time.monotonic(), deadline, "no step 10 in 300 s")
-                time.sleep(0.1)
-            procs[1].send_signal(signal.SIGKILL)  # node 1's agent; its workers die with it
-            procs[1].wait(timeout=60)
             while "group of 2" not in self.read("regrow.node0.log"):
                 self.assertLess(time.monotonic(), deadline, self.read("regrow.node0.log"))
                 time.sleep(0.1)

@@ -8,10 +8,10 @@ kill_rank=R: rank R SIGKILLs itself in step K's backward pass (before its gradie
 all-reduce), once in the job (a marker file in OUT_DIR); with wait_spare=1, only once its node's
 spare 0 says in its log that it waits. hang_rank=R: rank R sleeps forever before step K's backward,
 once. raise_rank=R: rank R raises a RuntimeError of its own in step K's forward pass, once (the
-process exits 1 with its traceback). ckpt_every=N: rank 0 writes a checkpoint every N steps, and a
+process exits 1 with its traceback). ckpt_every=N: rank 0 (of the group as it is then) writes a checkpoint every N steps, and a
 rank that starts with no state (job.steps == 0) reads it when there is one, saying so: in-job
 recovery must never get there (the checkpoint holds the step and the sampler's position too, as a
-real job's would). progress=1: rank 0 says "progress step=S mono=T" after each step (T: its
+real job's would). progress=1: rank 0 (the same) says "progress step=S mono=T" after each step (T: its
 CLOCK_MONOTONIC, for bench/faults.py). step_ms=M: every rank sleeps M ms in each step, a longer
 job. die_joining=1: the first replacement (DLAUNCH_GROUP_GEN above 0) exits 3 before it joins,
 while the survivors wait to form the group with it. Each process leaves OUT_DIR/start-RANK-PID as it starts; at the end each rank writes its
@@ -102,9 +102,10 @@ def main() -> None:
                 time.sleep(step_s)
             loss.backward()
             opt.step()
-        if rank == 0 and progress:
+        # Rank 0 of the group as it is now: after the loss of node 0, a rank of node 1.
+        if job.rank == 0 and progress:
             print(f"progress step={job.steps} mono={time.monotonic():.6f}", flush=True)
-        if rank == 0 and ckpt_every > 0 and job.steps % ckpt_every == 0:
+        if job.rank == 0 and ckpt_every > 0 and job.steps % ckpt_every == 0:
             torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(),
                         "steps": job.steps, "epoch": job.epoch, "batch": job.batch,
                         "world": job.world},

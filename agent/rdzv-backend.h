@@ -63,6 +63,19 @@ typedef struct {
     json_t *diag;         /* the node's report (diag/), borrowed, or NULL */
 } dl_rdzv_beat_t;
 
+/* What a heartbeat carries on the wire (our rendezvous) or in the node's report (etcd), for
+ * round `round`. */
+static inline dl_rdzv_beat_msg_t dl__rdzv_beat_msg(const dl_rdzv_beat_t *beat, int round)
+{
+    return (dl_rdzv_beat_msg_t){.round = round,
+                                .has_progress = beat->has_progress,
+                                .step = beat->step,
+                                .loss = beat->loss,
+                                .samples_per_s = beat->samples_per_s,
+                                .diag = beat->diag,
+                                .recovery = beat->recovery};
+}
+
 /* A worker failed in round `round` (or, excluded, the node steps out as a straggler). */
 typedef struct {
     int round;

@@ -1754,13 +1754,7 @@ static void put_report(etcd_t *z, const dl_rdzv_beat_t *beat)
     if (z->report_busy || z->lease == 0 || z->phase != PH_RUN || z->workers_round < 0 || z->ended ||
         z->departed || z->depart_wanted || (z->report_last > 0 && now - z->report_last < every))
         return;
-    dl_rdzv_beat_msg_t m = {.round = z->workers_round,
-                            .has_progress = beat->has_progress,
-                            .step = beat->step,
-                            .loss = beat->loss,
-                            .samples_per_s = beat->samples_per_s,
-                            .diag = beat->diag,
-                            .recovery = beat->recovery};
+    dl_rdzv_beat_msg_t m = dl__rdzv_beat_msg(beat, z->workers_round);
     json_t *msg = dl_rdzv_enc_heartbeat(-1, &m), *store = store_figures(z), *body = NULL;
     int r = msg != NULL ? dl_ejob_put_report(&z->view, z->conf.node_id, msg, store, now_unix(),
                                              z->lease, &body)

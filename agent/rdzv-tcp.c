@@ -213,13 +213,7 @@ static void tcp_heartbeat(tcp_t *z, const dl_rdzv_beat_t *beat)
         return;
     /* The progress and this node's figures and its ranks' last operations: the job-wide view
      * is made of them. */
-    dl_rdzv_beat_msg_t m = {.round = beat->round,
-                            .has_progress = beat->has_progress,
-                            .step = beat->step,
-                            .loss = beat->loss,
-                            .samples_per_s = beat->samples_per_s,
-                            .diag = beat->diag,
-                            .recovery = beat->recovery};
+    dl_rdzv_beat_msg_t m = dl__rdzv_beat_msg(beat, beat->round);
     send_or_log(z, dl_rdzv_enc_heartbeat(next_id(z), &m));
 }
 

@@ -972,13 +972,14 @@ static void adopt_history(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rd
         job->round = ev->join.resume_round + 1;
     }
     if (ev->join.failures > job->restarts) {
-        dl__rdzv_log(
-            core, DL_RDZV_LOG_WARN, job->run_id,
-            "agent '%s' (%s) says %d restart%s of this job were spent: %d of %d left",
-            ev->join.agent_id, ev->join.host, ev->join.failures, ev->join.failures == 1 ? "" : "s",
-            job->opts.max_restarts > ev->join.failures ? job->opts.max_restarts - ev->join.failures
-                                                       : 0,
-            job->opts.max_restarts);
+        dl__rdzv_log(core, DL_RDZV_LOG_WARN, job->run_id,
+                     "agent '%s' (%s) says %d restart%s of this job %s spent: %d of %d left",
+                     ev->join.agent_id, ev->join.host, ev->join.failures,
+                     ev->join.failures == 1 ? "" : "s", ev->join.failures == 1 ? "was" : "were",
+                     job->opts.max_restarts > ev->join.failures
+                         ? job->opts.max_restarts - ev->join.failures
+                         : 0,
+                     job->opts.max_restarts);
         job->restarts = ev->join.failures;
     }
 }

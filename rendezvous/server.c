@@ -130,6 +130,9 @@ struct dl_rdzv_server_s {
     void *status_ctx;
 
     bool closing;
+    /* Within dl_rdzv_server_add_job: its owner made the job, so the core's lines about that go
+     * to the journal only, not back to the owner's log (a one-node job would print them). */
+    bool adding_job;
     int open_handles;
     void (*done)(void *ctx);
     void *done_ctx;
@@ -820,7 +823,8 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
         case DL_RDZV_ACT_DISARM_TIMER: uv_timer_stop(&s->core_timer); break;
         case DL_RDZV_ACT_FORGET: dl__journals_forget(s->journals, a->run_id); break;
         case DL_RDZV_ACT_LOG:
-            slog(s, a->log.level, a->log.run_id, "%s", a->log.text);
+            if (!s->adding_job)
+                slog(s, a->log.level, a->log.run_id, "%s", a->log.text);
             if (a->log.run_id != NULL && a->log.level >= DL_RDZV_LOG_INFO)
                 journal(s, a->log.run_id, "log",
                         json_pack("{s:s, s:s}", "level",
@@ -1828,7 +1832,9 @@ int dl_rdzv_server_add_job(dl_rdzv_server_t *s, const char *run_id, const dl_rdz
         return -ENOMEM;
     dl_rdzv_actions_t acts = {0};
     int r = dl_rdzv_core_add_job(s->core, run_id, opts, &acts);
+    s->adding_job = true;
     apply_actions(s, &acts);
+    s->adding_job = false;
     if (r < 0 && !had_journal)
         dl__journals_forget(s->journals, run_id);
     return r;

@@ -228,6 +228,14 @@ class Claims(dltest.Case):
         self.assertEqual(warnings("--nproc-per-node", "2", "--", "true")[0], [])
         self.assertEqual(warnings("-q", "--gpus-per-node", "2", "--", "true")[0], [])
 
+    def test_a_one_node_job_that_succeeds_says_only_that(self):
+        # Its rendezvous is the agent's own: the job's creation is in the journal, not on stderr.
+        p = self.dlaunch("--run-id", "one", "--nproc-per-node", "2", "--", "true",
+                         env={"CUDA_VISIBLE_DEVICES": ""}, check_code=0)
+        self.assertEqual(p.stdout, "")
+        self.assertRegex(p.stderr, r"\Adlaunch: run one succeeded after 1 attempt in [0-9.]+ s; "
+                                   r"logs in dlaunch_logs/one/\n\Z")
+
     def test_one_is_singular_everywhere(self):
         none = {"CUDA_VISIBLE_DEVICES": ""}
         said = []

@@ -11,6 +11,7 @@ set up with certificates made here by openssl.
 Run as a program it starts a cluster, prints its endpoints and waits for a signal, for trying
 dlaunch by hand: python3 tests/integration/etcdlib.py [--tls] [--auth]"""
 import os
+import ctypes
 import random
 import shutil
 import signal
@@ -22,6 +23,16 @@ import time
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_the_test():
+    """In a member before exec: a test killed by its time limit (SIGKILL, no teardown) takes
+    its members with it, where they would otherwise beat for the rest of the suite."""
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def have_etcd():
@@ -139,7 +150,8 @@ class Cluster:
     def _spawn(self, i, new):
         log = open(self.logs[i], "a")
         self.procs[i] = subprocess.Popen(self._cmd(i, new), stdout=log, stderr=log,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=_die_with_the_test)
         log.close()
 
     def start(self, timeout=30):

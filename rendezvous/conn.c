@@ -66,6 +66,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         dl__conn_close(c, (int)nread);
         return;
     }
+    bool completed = false;
     while (left > 0 && !c->closing) {
         json_t *msg = NULL;
         dl_proto_type_t type;
@@ -74,8 +75,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         int r = dl_proto_decoder_feed(&c->dec, p, left, &used, &msg, &type, &err);
         p += used;
         left -= used;
-        if (r != DL_PROTO_NEED_MORE)
+        if (r != DL_PROTO_NEED_MORE) {
             c->last_frame = uv_now(c->tcp.loop);
+            completed = true;
+        }
         if (r == DL_PROTO_MESSAGE) {
             c->on_message(c, msg, type);
             json_decref(msg);
@@ -86,10 +89,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             dl__conn_close(c, UV_EPROTO);
         }
     }
+    /* A frame left unfinished began in this read if one finished in it: a client that streams
+     * frames back to back, every read ending inside the next one, is no slow sender. */
     bool pending = dl_proto_decoder_pending(&c->dec);
     if (!pending)
         c->pending_since = 0;
-    else if (c->pending_since == 0)
+    else if (completed || c->pending_since == 0)
         c->pending_since = uv_now(c->tcp.loop);
     if (!update_held(c) && !c->closing) {
         json_auto_t *m = dl_proto_error_new(-1, DL_PROTO_E_LIMIT_EXCEEDED,

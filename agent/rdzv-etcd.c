@@ -1033,16 +1033,20 @@ static void gathering(etcd_t *z, int round)
         }
         return; /* the answer counts the round's members; then decide on the round */
     }
-    if (n < z->settings.min_nodes && z->close_due_round != round) {
+    /* The rule is the policy's (rdzv-policy.h); n counts the members as this node joined, so
+     * one whose last call came due closes the round even where it counted fewer. */
+    bool due = z->close_due_round == round;
+    dl_rdzv_round_step_t step =
+        dl_rdzv_policy_round_step(n > 0 ? (size_t)n : 0, z->settings.min_nodes,
+                                  z->settings.max_nodes, z->spec->last_call, due);
+    if (step == DL_RDZV_ROUND_GATHER && !due) {
         if (z->last_call_round == round) {
             uv_timer_stop(&z->last_call);
             z->last_call_round = -1;
         }
         return;
     }
-    bool close =
-        n >= z->settings.max_nodes || z->close_due_round == round || z->spec->last_call <= 0;
-    if (!close) {
+    if (step == DL_RDZV_ROUND_LAST_CALL) {
         if (z->last_call_round != round) {
             z->last_call_round = round;
             uv_timer_start(&z->last_call, on_last_call, (uint64_t)(z->spec->last_call * 1000), 0);

@@ -455,19 +455,6 @@ static int by_join(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The rank rule (docs/rendezvous.md): hint ascending (none after given), host, node id. */
-static int by_rank(const void *a, const void *b)
-{
-    const cand_t *x = a, *y = b;
-    json_int_t hx = sint(x->m, "node_rank", -1), hy = sint(y->m, "node_rank", -1);
-    if ((hx >= 0) != (hy >= 0))
-        return hx >= 0 ? -1 : 1;
-    if (hx != hy)
-        return hx < hy ? -1 : 1;
-    int c = strcmp(sstr(x->m, "host"), sstr(y->m, "host"));
-    return c != 0 ? c : strcmp(x->id, y->id);
-}
-
 json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
 {
     int round = dl_ejob_round(v);
@@ -493,44 +480,34 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
     qsort(c, n, sizeof(*c), by_join);
     if ((json_int_t)n > max)
         n = (size_t)max;
-    qsort(c, n, sizeof(*c), by_rank);
-    int *rank = malloc(n * sizeof(*rank));
+    /* The node-rank rule is the policy's (rdzv-policy.h), as our rendezvous's: etcd knows no
+     * Slurm node ids. */
+    dl_rdzv_policy_node_t *nodes = calloc(n, sizeof(*nodes));
+    dl_rdzv_policy_node_t **order = calloc(n, sizeof(*order));
     bool *taken = calloc(n, sizeof(*taken));
-    if (rank == NULL || taken == NULL) {
-        free(c);
-        free(rank);
-        free(taken);
-        return NULL;
-    }
-    /* A hint below the node count gets exactly that rank (the first to ask, in sorted order);
-     * the others take what is left from 0 up, in sorted order. */
-    for (size_t i = 0; i < n; i++) {
-        json_int_t h = sint(c[i].m, "node_rank", -1);
-        rank[i] = -1;
-        if (h >= 0 && (size_t)h < n && !taken[h]) {
-            rank[i] = (int)h;
-            taken[h] = true;
-        }
-    }
-    size_t next = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (rank[i] >= 0)
-            continue;
-        while (taken[next])
-            next++;
-        rank[i] = (int)next;
-        taken[next] = true;
-    }
-    /* Order by rank, for first ranks and for the document. */
     cand_t *by = calloc(n, sizeof(*by));
-    if (by == NULL) {
+    if (nodes == NULL || order == NULL || taken == NULL || by == NULL) {
         free(c);
-        free(rank);
+        free(nodes);
+        free(order);
         free(taken);
+        free(by);
         return NULL;
     }
-    for (size_t i = 0; i < n; i++)
-        by[rank[i]] = c[i];
+    for (size_t i = 0; i < n; i++) {
+        nodes[i] = (dl_rdzv_policy_node_t){.slurm_node_id = -1,
+                                           .hint = (int)sint(c[i].m, "node_rank", -1),
+                                           .host = sstr(c[i].m, "host"),
+                                           .id = c[i].id,
+                                           .ctx = &c[i]};
+        order[i] = &nodes[i];
+    }
+    dl_rdzv_policy_node_ranks(order, n, taken);
+    for (size_t r = 0; r < n; r++)
+        by[r] = *(const cand_t *)order[r]->ctx;
+    free(nodes);
+    free(order);
+    free(taken);
     /* Every node's assignment is a key of its own, a/ROUND/REV/NODE_ID (REV: the revision of
      * the members it was made from, so that a close that lost the race leaves keys no state
      * names); the state carries only the round's summary, so that the watch brings every agent
@@ -577,8 +554,6 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
     snprintf(closed, sizeof(closed), "round %d closed: %zu node%s, world size %lld, master %s:%lld",
              round, n, n == 1 ? "" : "s", world, sstr(zero, "addr"), (long long)port);
     free(c);
-    free(rank);
-    free(taken);
     free(by);
     /* The last transaction closes: no member joined since the view (every member key is older
      * than it). The assignments go before it in batches within etcd's limit of operations in a

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "rdzv-core.h"
+#include "rdzv-policy.h"
 
 #define dl__rdzv_container_of(ptr, type, field) ((type *)((char *)(ptr)-offsetof(type, field)))
 
@@ -187,6 +188,11 @@ struct dl__rdzv_job_s {
     dl__rdzv_member_t **members; /* of the current round */
     size_t nmembers;
     size_t members_cap;
+    /* The node-rank rule's room (rdzv-policy.h), members_cap of each, grown with members so
+     * that closing a round needs no memory. */
+    dl_rdzv_policy_node_t *rank_nodes;
+    dl_rdzv_policy_node_t **rank_order;
+    bool *rank_taken;
     dl__rdzv_member_t **hint_owner; /* max_nodes slots, allocated at the first hint */
     size_t nhints;
     int64_t slots_sum;

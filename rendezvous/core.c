@@ -366,6 +366,9 @@ static void job_free(dl__rdzv_job_t *job)
     dl__rdzv_map_free(&job->by_agent);
     dl__rdzv_map_free(&job->store.keys);
     free(job->members);
+    free(job->rank_nodes);
+    free(job->rank_order);
+    free(job->rank_taken);
     free(job->hint_owner);
     free(job->failure);
     free((char *)job->first_culprit.node);
@@ -411,65 +414,24 @@ static void finish(dl_rdzv_core_t *core, dl__rdzv_job_t *job, dl_rdzv_job_state_
         job_remove(core, job);
 }
 
-/* Slurm node id, then the node-rank hint, where known (unknown sorts last); then host, agent id.
- * A total order on distinct agent ids, so the result does not depend on the order of JOINs. */
-static int cmp_known(int a, int b)
-{
-    if (a == b)
-        return 0;
-    if (a < 0)
-        return 1;
-    if (b < 0)
-        return -1;
-    return a < b ? -1 : 1;
-}
-
-static int member_cmp(const void *pa, const void *pb)
-{
-    const dl__rdzv_member_t *a = *(dl__rdzv_member_t *const *)pa;
-    const dl__rdzv_member_t *b = *(dl__rdzv_member_t *const *)pb;
-    int c = cmp_known(a->slurm_node_id, b->slurm_node_id);
-    if (c)
-        return c;
-    c = cmp_known(a->hint, b->hint);
-    if (c)
-        return c;
-    c = strcmp(a->host, b->host);
-    if (c)
-        return c;
-    return strcmp(a->agent_id, b->agent_id);
-}
-
-/* Puts job->members in node-rank order. A hint below the round's node count is the node's rank;
- * the others take the free ranks in sorted order. */
+/* Puts job->members in node-rank order, by the policy's rule (rdzv-policy.h). */
 static void assign_node_ranks(dl__rdzv_job_t *job)
 {
     size_t n = job->nmembers;
-    dl__rdzv_member_t **v = job->members;
-    qsort(v, n, sizeof(*v), member_cmp);
-    if (job->nhints == 0) {
-        for (size_t i = 0; i < n; i++)
-            v[i]->node_rank = (int)i;
-        return;
-    }
-    for (size_t i = 0; i < n; i++)
-        v[i]->node_rank = v[i]->hint >= 0 && (size_t)v[i]->hint < n ? v[i]->hint : -1;
-    size_t r = 0;
     for (size_t i = 0; i < n; i++) {
-        if (v[i]->node_rank >= 0)
-            continue;
-        while (r < n && job->hint_owner[r])
-            r++;
-        v[i]->node_rank = (int)r++;
+        dl__rdzv_member_t *m = job->members[i];
+        job->rank_nodes[i] = (dl_rdzv_policy_node_t){.slurm_node_id = m->slurm_node_id,
+                                                     .hint = m->hint,
+                                                     .host = m->host,
+                                                     .id = m->agent_id,
+                                                     .ctx = m};
+        job->rank_order[i] = &job->rank_nodes[i];
     }
-    /* The ranks are a permutation of 0..n-1: cycle each member to its slot. */
+    dl_rdzv_policy_node_ranks(job->rank_order, n, job->rank_taken);
     for (size_t i = 0; i < n; i++) {
-        while ((size_t)v[i]->node_rank != i) {
-            size_t j = (size_t)v[i]->node_rank;
-            dl__rdzv_member_t *t = v[j];
-            v[j] = v[i];
-            v[i] = t;
-        }
+        dl__rdzv_member_t *m = job->rank_order[i]->ctx;
+        m->node_rank = (int)i;
+        job->members[i] = m;
     }
 }
 
@@ -729,16 +691,15 @@ static void new_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, con
 /* After a JOIN: close at max_nodes, or start the last call at min_nodes. */
 static void check_round(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now)
 {
-    if (job->nmembers >= (size_t)job->opts.max_nodes) {
-        close_round(core, job);
-        return;
+    switch (dl_rdzv_policy_round_step(job->nmembers, job->opts.min_nodes, job->opts.max_nodes,
+                                      job->opts.last_call, false)) {
+    case DL_RDZV_ROUND_CLOSE: close_round(core, job); break;
+    case DL_RDZV_ROUND_LAST_CALL:
+        if (!dl__rdzv_timer_armed(&job->last_call))
+            dl__rdzv_timer_arm(&core->heap, &job->last_call, now + job->opts.last_call);
+        break;
+    case DL_RDZV_ROUND_GATHER: break;
     }
-    if (job->nmembers < (size_t)job->opts.min_nodes || dl__rdzv_timer_armed(&job->last_call))
-        return;
-    if (job->opts.last_call <= 0)
-        close_round(core, job);
-    else
-        dl__rdzv_timer_arm(&core->heap, &job->last_call, now + job->opts.last_call);
 }
 
 /* A member left a gathering round: the last call waits for min_nodes again. */
@@ -920,9 +881,19 @@ static void add_member(dl_rdzv_core_t *core, dl__rdzv_job_t *job, const dl_rdzv_
     if (job->nmembers == job->members_cap) {
         size_t cap = job->members_cap ? 2 * job->members_cap : 8;
         dl__rdzv_member_t **v = realloc(job->members, cap * sizeof(*v));
-        if (!v)
-            goto fail;
-        job->members = v;
+        if (v)
+            job->members = v;
+        dl_rdzv_policy_node_t *nodes = v ? realloc(job->rank_nodes, cap * sizeof(*nodes)) : NULL;
+        if (nodes)
+            job->rank_nodes = nodes;
+        dl_rdzv_policy_node_t **order =
+            nodes ? realloc(job->rank_order, cap * sizeof(*order)) : NULL;
+        if (order)
+            job->rank_order = order;
+        bool *taken = order ? realloc(job->rank_taken, cap * sizeof(*taken)) : NULL;
+        if (!taken)
+            goto fail; /* what did grow is kept, for the next join */
+        job->rank_taken = taken;
         job->members_cap = cap;
     }
     m->job = job;
@@ -1424,7 +1395,9 @@ static int fire(dl_rdzv_core_t *core, dl__rdzv_timer_t *t, double now)
     }
     if (job->state != DL_RDZV_JOB_GATHERING)
         return 0;
-    if (job->nmembers >= (size_t)job->opts.min_nodes)
+    /* The last call is over, or the join timeout came first. */
+    if (dl_rdzv_policy_round_step(job->nmembers, job->opts.min_nodes, job->opts.max_nodes,
+                                  job->opts.last_call, true) == DL_RDZV_ROUND_CLOSE)
         close_round(core, job);
     else if (t->kind == DL__RDZV_T_JOIN)
         time_out(core, job, now);

@@ -1,4 +1,7 @@
-/* The job's restart budget (rdzv-policy.h). */
+/* The job's rules (rdzv-policy.h). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "rdzv-policy.h"
 
 bool dl_rdzv_policy_is_failure(dl_rdzv_cause_t cause)
@@ -48,4 +51,70 @@ dl_rdzv_budget_t dl_rdzv_policy_round_end(dl_rdzv_cause_t cause, int restarts, i
         return DL_RDZV_BUDGET_SAME;
     return dl_rdzv_policy_restart_left(restarts, max_restarts) ? DL_RDZV_BUDGET_SPEND
                                                                : DL_RDZV_BUDGET_SPENT;
+}
+
+dl_rdzv_round_step_t dl_rdzv_policy_round_step(size_t joined, int min_nodes, int max_nodes,
+                                               double last_call, bool last_call_over)
+{
+    if (joined >= (size_t)max_nodes)
+        return DL_RDZV_ROUND_CLOSE;
+    if (joined < (size_t)min_nodes)
+        return DL_RDZV_ROUND_GATHER;
+    return last_call <= 0 || last_call_over ? DL_RDZV_ROUND_CLOSE : DL_RDZV_ROUND_LAST_CALL;
+}
+
+/* Known before unknown (< 0), then ascending. */
+static int cmp_known(int a, int b)
+{
+    if (a == b)
+        return 0;
+    if (a < 0)
+        return 1;
+    if (b < 0)
+        return -1;
+    return a < b ? -1 : 1;
+}
+
+static int node_cmp(const void *pa, const void *pb)
+{
+    const dl_rdzv_policy_node_t *a = *(dl_rdzv_policy_node_t *const *)pa;
+    const dl_rdzv_policy_node_t *b = *(dl_rdzv_policy_node_t *const *)pb;
+    int c = cmp_known(a->slurm_node_id, b->slurm_node_id);
+    if (c == 0)
+        c = cmp_known(a->hint, b->hint);
+    if (c == 0)
+        c = strcmp(a->host, b->host);
+    return c != 0 ? c : strcmp(a->id, b->id);
+}
+
+void dl_rdzv_policy_node_ranks(dl_rdzv_policy_node_t **v, size_t n, bool *taken)
+{
+    qsort(v, n, sizeof(*v), node_cmp);
+    memset(taken, 0, n * sizeof(*taken));
+    for (size_t i = 0; i < n; i++) {
+        int h = v[i]->hint;
+        v[i]->node_rank = -1;
+        if (h >= 0 && (size_t)h < n && !taken[h]) {
+            v[i]->node_rank = h;
+            taken[h] = true;
+        }
+    }
+    size_t next = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i]->node_rank >= 0)
+            continue;
+        while (taken[next])
+            next++;
+        v[i]->node_rank = (int)next;
+        taken[next] = true;
+    }
+    /* The ranks are a permutation of 0..n-1: cycle each node to its slot. */
+    for (size_t i = 0; i < n; i++) {
+        while ((size_t)v[i]->node_rank != i) {
+            size_t j = (size_t)v[i]->node_rank;
+            dl_rdzv_policy_node_t *t = v[j];
+            v[j] = v[i];
+            v[i] = t;
+        }
+    }
 }

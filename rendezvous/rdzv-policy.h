@@ -1,11 +1,12 @@
-/* The job's rules on what a round change costs, apart from any state machine or I/O: the one
- * place that decides whether a restart is spent, whether the budget is gone and whether the same
- * failure ends the job. The rendezvous core, the etcd job code and the agent's supervisor all
- * ask here, so that every backend decides alike (docs/rendezvous.md). */
+/* The job's rules, apart from any state machine or I/O: when a gathering round closes, which
+ * node gets which node rank, whether a round change spends a restart, whether the budget is gone
+ * and whether the same failure ends the job. The rendezvous core, the etcd job code and the
+ * agent's supervisor all ask here, so that every backend decides alike (docs/rendezvous.md). */
 #ifndef DL_RDZV_POLICY_H
 #define DL_RDZV_POLICY_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "rdzv-core.h"
 
@@ -51,5 +52,34 @@ bool dl_rdzv_policy_overspent(int restarts, int max_restarts);
  * (rendezvous_decides: an agent of a multi-node job), this node cannot tell and falls back to
  * a restart, at least 1: the rendezvous fails the job if none is left. */
 int dl_rdzv_policy_recovery_restarts_left(int restarts, int max_restarts, bool rendezvous_decides);
+
+/* What a gathering round of `joined` nodes does now. */
+typedef enum {
+    DL_RDZV_ROUND_GATHER = 0, /* fewer than min_nodes: wait for joins (no last call running) */
+    DL_RDZV_ROUND_LAST_CALL,  /* min_nodes are in: the last call runs, more may join */
+    DL_RDZV_ROUND_CLOSE,      /* close it now */
+} dl_rdzv_round_step_t;
+
+/* A round closes when max_nodes have joined, or when min_nodes have and the last call is over
+ * (last_call_over: its time passed, or the join timeout found enough nodes) or there is none
+ * (last_call <= 0). */
+dl_rdzv_round_step_t dl_rdzv_policy_round_step(size_t joined, int min_nodes, int max_nodes,
+                                               double last_call, bool last_call_over);
+
+/* A node of a closing round, as the node-rank rule sees it. */
+typedef struct {
+    int slurm_node_id; /* -1: not known */
+    int hint;          /* the node rank it asked for; -1: none */
+    const char *host;
+    const char *id; /* the agent's id: unique within the round */
+    void *ctx;      /* the caller's */
+    int node_rank;  /* out */
+} dl_rdzv_policy_node_t;
+
+/* The node-rank rule: sorts v[0..n) by Slurm node id, then hint, then host, then id (an unknown
+ * id or hint after the known ones), a total order whatever the order of joins; a hint below n
+ * is the rank of the first node in that order that asks for it, the others take the free ranks
+ * in that order. Leaves v in node-rank order. taken: n entries of scratch. */
+void dl_rdzv_policy_node_ranks(dl_rdzv_policy_node_t **v, size_t n, bool *taken);
 
 #endif

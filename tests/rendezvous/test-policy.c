@@ -1,5 +1,7 @@
-/* The restart budget's one policy (rdzv-policy.h): what ending a round costs, for every cause,
- * at the edges of the budget and of the same-failure limit. */
+/* The job's one policy (rdzv-policy.h): what ending a round costs, for every cause, at the
+ * edges of the budget and of the same-failure limit; when a round closes; who gets which node
+ * rank. */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "dl-test.h"
@@ -75,4 +77,57 @@ DL_TEST(a_failed_recovery_falls_back_on_the_restarts_left)
     ck_assert_int_eq(dl_rdzv_policy_recovery_restarts_left(3, 3, true), 1);
     ck_assert_int_eq(dl_rdzv_policy_recovery_restarts_left(0, 0, true), 1);
     ck_assert_int_eq(dl_rdzv_policy_recovery_restarts_left(1, 3, true), 2);
+}
+
+DL_TEST(a_round_closes_at_max_or_at_min_after_the_last_call)
+{
+    ck_assert_int_eq(dl_rdzv_policy_round_step(1, 2, 4, 5.0, false), DL_RDZV_ROUND_GATHER);
+    ck_assert_int_eq(dl_rdzv_policy_round_step(1, 2, 4, 5.0, true), DL_RDZV_ROUND_GATHER);
+    ck_assert_int_eq(dl_rdzv_policy_round_step(2, 2, 4, 5.0, false), DL_RDZV_ROUND_LAST_CALL);
+    ck_assert_int_eq(dl_rdzv_policy_round_step(3, 2, 4, 5.0, true), DL_RDZV_ROUND_CLOSE);
+    ck_assert_int_eq(dl_rdzv_policy_round_step(2, 2, 4, 0.0, false), DL_RDZV_ROUND_CLOSE);
+    ck_assert_int_eq(dl_rdzv_policy_round_step(4, 2, 4, 5.0, false), DL_RDZV_ROUND_CLOSE);
+}
+
+/* Ranks of nodes given as (slurm id, hint, host, id), in the order given. */
+static void ranks_of(const dl_rdzv_policy_node_t *in, size_t n, int *ret)
+{
+    dl_rdzv_policy_node_t nodes[8], *v[8];
+    bool taken[8];
+    for (size_t i = 0; i < n; i++) {
+        nodes[i] = in[i];
+        nodes[i].ctx = (void *)(uintptr_t)i;
+        v[i] = &nodes[i];
+    }
+    dl_rdzv_policy_node_ranks(v, n, taken);
+    for (size_t r = 0; r < n; r++) {
+        ck_assert_int_eq(v[r]->node_rank, (int)r); /* left in node-rank order */
+        ret[(uintptr_t)v[r]->ctx] = (int)r;
+    }
+}
+
+DL_TEST(node_ranks_follow_slurm_ids_then_hints_then_host_and_id)
+{
+    int r[8];
+    /* No ids or hints: host, then id; whatever the order of joins. */
+    dl_rdzv_policy_node_t plain[] = {
+        {-1, -1, "b", "x", NULL, 0}, {-1, -1, "a", "z", NULL, 0}, {-1, -1, "a", "y", NULL, 0}};
+    ranks_of(plain, 3, r);
+    ck_assert(r[0] == 2 && r[1] == 1 && r[2] == 0);
+    /* A hint below the count is that node's rank; the others fill the free ranks in order. */
+    dl_rdzv_policy_node_t hinted[] = {{-1, -1, "a", "a", NULL, 0},
+                                      {-1, 0, "z", "z", NULL, 0},
+                                      {-1, 7, "b", "b", NULL, 0},
+                                      {-1, -1, "c", "c", NULL, 0}};
+    ranks_of(hinted, 4, r);
+    ck_assert(r[1] == 0 && r[2] == 1 && r[0] == 2 && r[3] == 3);
+    /* The same hint twice: the first in the rule's order has it. */
+    dl_rdzv_policy_node_t twice[] = {{-1, 1, "b", "b", NULL, 0}, {-1, 1, "a", "a", NULL, 0}};
+    ranks_of(twice, 2, r);
+    ck_assert(r[1] == 1 && r[0] == 0);
+    /* Slurm node ids come first, known before unknown. */
+    dl_rdzv_policy_node_t slurm[] = {
+        {-1, -1, "a", "a", NULL, 0}, {5, -1, "z", "z", NULL, 0}, {2, -1, "y", "y", NULL, 0}};
+    ranks_of(slurm, 3, r);
+    ck_assert(r[2] == 0 && r[1] == 1 && r[0] == 2);
 }

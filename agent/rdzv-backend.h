@@ -22,6 +22,7 @@
 #include "rendezvous.h"
 
 typedef struct dl_rdzv_impl_s dl_rdzv_impl_t; /* each implementation's own state */
+struct dl_http_s;                             /* http.h: --http, when this agent serves it */
 
 /* What the agent tells a backend once, at start. Everything is borrowed for the backend's
  * life. */
@@ -156,6 +157,14 @@ typedef struct {
     /* Lets go of every handle and frees once libuv has; no callback after. Accepts NULL. */
     void (*close)(dl_rdzv_impl_t *b);
 } dl_rdzv_backend_ops_t;
+
+/* Serves --http (conf->spec->http, ADDR:PORT) for `server`, the page titled with the job's id,
+ * for whichever backend holds the job's state here. Returns 0 with *http (owned) and url
+ * ("http://ADDR:PORT/", the port bound) filled, or a negative errno with one line in err
+ * (starting "--http: "). */
+int dl__rdzv_http_start(const dl_rdzv_backend_conf_t *conf, dl_rdzv_server_t *server,
+                        struct dl_http_s **http, char *url, size_t url_len, char *err,
+                        size_t err_len);
 
 extern const dl_rdzv_backend_ops_t dl__rdzv_backend_tcp;
 extern const dl_rdzv_backend_ops_t dl__rdzv_backend_etcd;

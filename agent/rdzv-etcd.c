@@ -2104,28 +2104,14 @@ static void start_store(etcd_t *z)
  * (exit 2) with one line. */
 static int start_http(etcd_t *z)
 {
-    dl_http_opts_t ho;
-    char host[256], err[512], title[300];
-    int port, r;
-
-    if (dl_rdzv_listen_parse(z->spec->http, host, sizeof(host), &port) < 0) {
-        fail(z, 2, "--http: '%s' is not ADDR:PORT", z->spec->http);
-        return -EINVAL;
-    }
-    snprintf(title, sizeof(title), "dlaunch %s", z->conf.run_id);
-    dl_http_opts_init(&ho);
-    ho.host = host;
-    ho.port = port;
-    ho.token = z->conf.token;
-    ho.title = title;
+    char url[300], err[600];
     dl_rdzv_server_set_status(z->store, page_status, z);
-    r = dl_http_start(z->conf.loop, z->store, &ho, &z->http, err, sizeof(err));
+    int r = dl__rdzv_http_start(&z->conf, z->store, &z->http, url, sizeof(url), err, sizeof(err));
     if (r < 0) {
-        fail(z, 2, "--http: %s", err);
+        fail(z, 2, "%s", err);
         return r;
     }
-    say(z, "status page and metrics on http://%s%s%s:%d/ (the job as etcd holds it)",
-        strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", dl_http_port(z->http));
+    say(z, "status page and metrics on %s (the job as etcd holds it)", url);
     return 0;
 }
 

@@ -512,27 +512,13 @@ static int run(tcp_t *z, const dl_rdzv_fo_actions_t *acts)
 /* --http beside the rendezvous this agent hosts. Returns 0, or -errno having said why. */
 static int start_http(tcp_t *z)
 {
-    dl_http_opts_t ho;
-    char host[256], err[512], title[300];
-    int port, r;
-
-    if (dl_rdzv_listen_parse(z->spec->http, host, sizeof(host), &port) < 0) {
-        fprintf(stderr, "dlaunch: --http: '%s' is not ADDR:PORT\n", z->spec->http);
-        return -EINVAL;
-    }
-    snprintf(title, sizeof(title), "dlaunch %s", z->conf.run_id);
-    dl_http_opts_init(&ho);
-    ho.host = host;
-    ho.port = port;
-    ho.token = z->conf.token;
-    ho.title = title;
-    r = dl_http_start(z->conf.loop, z->server, &ho, &z->http, err, sizeof(err));
+    char url[300], err[600];
+    int r = dl__rdzv_http_start(&z->conf, z->server, &z->http, url, sizeof(url), err, sizeof(err));
     if (r < 0) {
-        fprintf(stderr, "dlaunch: --http: %s\n", err);
+        fprintf(stderr, "dlaunch: %s\n", err);
         return r;
     }
-    say(z, "status page and metrics on http://%s%s%s:%d/", strchr(host, ':') ? "[" : "", host,
-        strchr(host, ':') ? "]" : "", dl_http_port(z->http));
+    say(z, "status page and metrics on %s", url);
     return 0;
 }
 

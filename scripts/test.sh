@@ -87,6 +87,7 @@ python3 - "$root/build-test/meson-logs/slurm.json" "$root/build-test/meson-logs/
 import json, sys
 ok = bad = skipped = 0
 walls = []
+failed = []
 for name, path in zip(("slurm", "test", "asan"), sys.argv[1:]):
     try:
         records = [json.loads(line) for line in open(path)]
@@ -99,10 +100,26 @@ for name, path in zip(("slurm", "test", "asan"), sys.argv[1:]):
             skipped += 1
         else:
             bad += 1
+            failed.append((name, r))
     if records:
         start = min(r["starttime"] for r in records)
         end = max(r["starttime"] + r["duration"] for r in records)
         walls.append(f"{name} {end - start:.0f} s")
+# Why each failure failed, once more at the end: a CI log is often read from its tail, and the
+# errors meson printed as the tests ended are far above it. Python's unittest failures are the
+# blocks from "FAIL:"/"ERROR:" on; anything else shows its last lines.
+for name, r in failed:
+    text = (r.get("stdout") or "") + (r.get("stderr") or "")
+    lines = text.splitlines()
+    starts = [i for i, l in enumerate(lines) if l.startswith(("FAIL: ", "ERROR: "))]
+    shown = []
+    for i in starts[:3]:
+        shown += lines[i:i + 30] + ["..."]
+    if not shown:
+        shown = lines[-40:]
+    print(f"test: [{name}] {r['name']} {r['result']}, why:")
+    for l in shown[:100]:
+        print(f"test:   {l[:300]}")
 # Each pass's own wall time, so that a log says which one the suite waited for.
 print("test: passes " + ", ".join(walls))
 print(f"{ok} passed, {bad} failed, {skipped} skipped")

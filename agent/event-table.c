@@ -59,27 +59,10 @@
      .has_off = HOFF_##k##_##p(S, n),                                                              \
      .count_off = COFF_##k(S, n)},
 
-#define FIELDS(name, LIST) static const dl_event_field_t name##_fields[] = {LIST(name##_ROW)};
+#define FIELDS(name, LIST)                                                                         \
+    static const dl_event_field_t name##_fields[] = {LIST(ROW, dl_ev_##name##_t)};
 #define DESC(name, LIST)                                                                           \
     [DL_EV_ID_##name] = {#name, name##_fields, sizeof(name##_fields) / sizeof(name##_fields[0])},
-
-/* Each event's rows, with its struct bound in: X(k, p, n) -> ROW(dl_ev_NAME_t, k, p, n). */
-#define job_start_ROW(k, p, n) ROW(dl_ev_job_start_t, k, p, n)
-#define rendezvous_ROW(k, p, n) ROW(dl_ev_rendezvous_t, k, p, n)
-#define worker_start_ROW(k, p, n) ROW(dl_ev_worker_start_t, k, p, n)
-#define worker_exit_ROW(k, p, n) ROW(dl_ev_worker_exit_t, k, p, n)
-#define worker_unreapable_ROW(k, p, n) ROW(dl_ev_worker_unreapable_t, k, p, n)
-#define log_write_failed_ROW(k, p, n) ROW(dl_ev_log_write_failed_t, k, p, n)
-#define worker_hung_ROW(k, p, n) ROW(dl_ev_worker_hung_t, k, p, n)
-#define worker_timer_expired_ROW(k, p, n) ROW(dl_ev_worker_timer_expired_t, k, p, n)
-#define ranks_ROW(k, p, n) ROW(dl_ev_ranks_t, k, p, n)
-#define straggler_ROW(k, p, n) ROW(dl_ev_straggler_t, k, p, n)
-#define restart_ROW(k, p, n) ROW(dl_ev_restart_t, k, p, n)
-#define recovery_ROW(k, p, n) ROW(dl_ev_recovery_t, k, p, n)
-#define signal_ROW(k, p, n) ROW(dl_ev_signal_t, k, p, n)
-#define failover_ROW(k, p, n) ROW(dl_ev_failover_t, k, p, n)
-#define job_end_ROW(k, p, n) ROW(dl_ev_job_end_t, k, p, n)
-#define failure_ROW(k, p, n) ROW(dl_ev_failure_t, k, p, n)
 
 DL_EVENTS(FIELDS)
 FIELDS(failure, DL_EV_FAILURE)

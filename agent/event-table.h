@@ -1,9 +1,10 @@
 /* The event stream's events, declared once as data (docs/events.md, issue #31): each event is a
- * list of rows X(KIND, PRESENCE, name) in the order its fields are written. The rows make the
- * event's C struct (dl_ev_NAME_t), its table (dl_event_table) and its typed emitter
- * (dl_ev_NAME()); the one encoder in event-table.c writes any of them, and the unit test
- * agent-eventtable holds docs/events.md to the same table. Adding a field is one row here and
- * its words in docs/events.md.
+ * list of rows X(S, KIND, PRESENCE, name) in the order its fields are written (S is the struct,
+ * bound in where a row needs it). The rows make the event's C struct (dl_ev_NAME_t), its table
+ * (dl_event_table) and its typed emitter (dl_ev_NAME()); the one encoder in event-table.c writes
+ * any of them, and the unit test agent-eventtable holds docs/events.md to the same table.
+ * Adding a field is one row here and its words in docs/events.md; an event, its list, its line in
+ * DL_EVENTS and its rows in docs/events.md.
  *
  * KIND, its C type and the type docs/events.md gives it:
  *   INT int "int"; I64 long long "int"; REAL double "float"; STR const char * "string";
@@ -26,144 +27,144 @@
 
 #include "events.h"
 
-#define DL_EV_JOB_START(X)                                                                         \
-    X(STR, REQ, run_id)                                                                            \
-    X(INT, REQ, nodes)                                                                             \
-    X(INT, REQ, min_nodes)                                                                         \
-    X(INT, REQ, workers_per_node)                                                                  \
-    X(INT, REQ, max_restarts)                                                                      \
-    X(STR, REQ, log_dir)                                                                           \
-    X(STRV, REQ, command)                                                                          \
-    X(INT, NULLABLE, world_size)
+#define DL_EV_JOB_START(X, S)                                                                      \
+    X(S, STR, REQ, run_id)                                                                         \
+    X(S, INT, REQ, nodes)                                                                          \
+    X(S, INT, REQ, min_nodes)                                                                      \
+    X(S, INT, REQ, workers_per_node)                                                               \
+    X(S, INT, REQ, max_restarts)                                                                   \
+    X(S, STR, REQ, log_dir)                                                                        \
+    X(S, STRV, REQ, command)                                                                       \
+    X(S, INT, NULLABLE, world_size)
 
-#define DL_EV_RENDEZVOUS(X)                                                                        \
-    X(INT, REQ, round)                                                                             \
-    X(INT, REQ, world_size)                                                                        \
-    X(INT, REQ, node_rank)                                                                         \
-    X(INT, REQ, nodes)                                                                             \
-    X(INTS, REQ, ranks)                                                                            \
-    X(STR, REQ, master_addr)                                                                       \
-    X(INT, REQ, master_port)                                                                       \
-    X(STR, NULLABLE, interface)                                                                    \
-    X(BOOL, OPT, kept)
+#define DL_EV_RENDEZVOUS(X, S)                                                                     \
+    X(S, INT, REQ, round)                                                                          \
+    X(S, INT, REQ, world_size)                                                                     \
+    X(S, INT, REQ, node_rank)                                                                      \
+    X(S, INT, REQ, nodes)                                                                          \
+    X(S, INTS, REQ, ranks)                                                                         \
+    X(S, STR, REQ, master_addr)                                                                    \
+    X(S, INT, REQ, master_port)                                                                    \
+    X(S, STR, NULLABLE, interface)                                                                 \
+    X(S, BOOL, OPT, kept)
 
-#define DL_EV_WORKER_START(X)                                                                      \
-    X(INT, REQ, rank)                                                                              \
-    X(INT, REQ, local_rank)                                                                        \
-    X(INT, REQ, pid)                                                                               \
-    X(INT, REQ, attempt)                                                                           \
-    X(TRUE, SET, spare)                                                                            \
-    X(INT, OPT, generation)
+#define DL_EV_WORKER_START(X, S)                                                                   \
+    X(S, INT, REQ, rank)                                                                           \
+    X(S, INT, REQ, local_rank)                                                                     \
+    X(S, INT, REQ, pid)                                                                            \
+    X(S, INT, REQ, attempt)                                                                        \
+    X(S, TRUE, SET, spare)                                                                         \
+    X(S, INT, OPT, generation)
 
-#define DL_EV_WORKER_EXIT(X)                                                                       \
-    X(INT, REQ, rank)                                                                              \
-    X(INT, REQ, attempt)                                                                           \
-    X(INT, REQ, pid)                                                                               \
-    X(STR, SET, signal)                                                                            \
-    X(INT, OPT, exit_code)                                                                         \
-    X(TRUE, SET, oom)                                                                              \
-    X(I64, OPT, mem_peak_mib)                                                                      \
-    X(I64, OPT, mem_limit_mib)                                                                     \
-    X(STR, SET, error)                                                                             \
-    X(STR, SET, traceback)
+#define DL_EV_WORKER_EXIT(X, S)                                                                    \
+    X(S, INT, REQ, rank)                                                                           \
+    X(S, INT, REQ, attempt)                                                                        \
+    X(S, INT, REQ, pid)                                                                            \
+    X(S, STR, SET, signal)                                                                         \
+    X(S, INT, OPT, exit_code)                                                                      \
+    X(S, TRUE, SET, oom)                                                                           \
+    X(S, I64, OPT, mem_peak_mib)                                                                   \
+    X(S, I64, OPT, mem_limit_mib)                                                                  \
+    X(S, STR, SET, error)                                                                          \
+    X(S, STR, SET, traceback)
 
-#define DL_EV_WORKER_UNREAPABLE(X)                                                                 \
-    X(INT, REQ, rank)                                                                              \
-    X(INT, REQ, attempt)                                                                           \
-    X(INT, REQ, pid)                                                                               \
-    X(STR, REQ, state)                                                                             \
-    X(STR, REQ, wchan)                                                                             \
-    X(REAL, REQ, after_s)
+#define DL_EV_WORKER_UNREAPABLE(X, S)                                                              \
+    X(S, INT, REQ, rank)                                                                           \
+    X(S, INT, REQ, attempt)                                                                        \
+    X(S, INT, REQ, pid)                                                                            \
+    X(S, STR, REQ, state)                                                                          \
+    X(S, STR, REQ, wchan)                                                                          \
+    X(S, REAL, REQ, after_s)
 
-#define DL_EV_LOG_WRITE_FAILED(X)                                                                  \
-    X(INT, REQ, rank)                                                                              \
-    X(INT, REQ, attempt)                                                                           \
-    X(STR, REQ, path)                                                                              \
-    X(STR, REQ, error)
+#define DL_EV_LOG_WRITE_FAILED(X, S)                                                               \
+    X(S, INT, REQ, rank)                                                                           \
+    X(S, INT, REQ, attempt)                                                                        \
+    X(S, STR, REQ, path)                                                                           \
+    X(S, STR, REQ, error)
 
-#define DL_EV_WORKER_HUNG(X)                                                                       \
-    X(INT, REQ, rank)                                                                              \
-    X(INT, REQ, pid)                                                                               \
-    X(REAL, REQ, silent_s)                                                                         \
-    X(TRUE, SET, waiting)                                                                          \
-    X(STR, SET, diagnosis)
+#define DL_EV_WORKER_HUNG(X, S)                                                                    \
+    X(S, INT, REQ, rank)                                                                           \
+    X(S, INT, REQ, pid)                                                                            \
+    X(S, REAL, REQ, silent_s)                                                                      \
+    X(S, TRUE, SET, waiting)                                                                       \
+    X(S, STR, SET, diagnosis)
 
-#define DL_EV_WORKER_TIMER_EXPIRED(X)                                                              \
-    X(INT, REQ, rank)                                                                              \
-    X(INT, REQ, pid)                                                                               \
-    X(STR, REQ, scope_id)                                                                          \
-    X(INT, REQ, signal)                                                                            \
-    X(REAL, REQ, overrun_s)
+#define DL_EV_WORKER_TIMER_EXPIRED(X, S)                                                           \
+    X(S, INT, REQ, rank)                                                                           \
+    X(S, INT, REQ, pid)                                                                            \
+    X(S, STR, REQ, scope_id)                                                                       \
+    X(S, INT, REQ, signal)                                                                         \
+    X(S, REAL, REQ, overrun_s)
 
-#define DL_EV_RANKS(X)                                                                             \
-    X(STR, REQ, reason)                                                                            \
-    X(STR, REQ, diagnosis)                                                                         \
-    X(OBJS, NULLABLE, ranks)
+#define DL_EV_RANKS(X, S)                                                                          \
+    X(S, STR, REQ, reason)                                                                         \
+    X(S, STR, REQ, diagnosis)                                                                      \
+    X(S, OBJS, NULLABLE, ranks)
 
-#define DL_EV_STRAGGLER(X)                                                                         \
-    X(INT, REQ, rank)                                                                              \
-    X(INT, REQ, node_rank)                                                                         \
-    X(STR, REQ, host)                                                                              \
-    X(REAL, REQ, compute_ms)                                                                       \
-    X(REAL, REQ, median_ms)                                                                        \
-    X(REAL, REQ, slower_pct)                                                                       \
-    X(I64, REQ, steps)                                                                             \
-    X(REAL, REQ, cost_samples_per_s)                                                               \
-    X(STR, REQ, action)
+#define DL_EV_STRAGGLER(X, S)                                                                      \
+    X(S, INT, REQ, rank)                                                                           \
+    X(S, INT, REQ, node_rank)                                                                      \
+    X(S, STR, REQ, host)                                                                           \
+    X(S, REAL, REQ, compute_ms)                                                                    \
+    X(S, REAL, REQ, median_ms)                                                                     \
+    X(S, REAL, REQ, slower_pct)                                                                    \
+    X(S, I64, REQ, steps)                                                                          \
+    X(S, REAL, REQ, cost_samples_per_s)                                                            \
+    X(S, STR, REQ, action)
 
-#define DL_EV_RESTART(X)                                                                           \
-    X(INT, REQ, attempt)                                                                           \
-    X(INT, OPT, round)                                                                             \
-    X(OBJ, REQ, reason)                                                                            \
-    X(STR, SET, diagnosis)
+#define DL_EV_RESTART(X, S)                                                                        \
+    X(S, INT, REQ, attempt)                                                                        \
+    X(S, INT, OPT, round)                                                                          \
+    X(S, OBJ, REQ, reason)                                                                         \
+    X(S, STR, SET, diagnosis)
 
-#define DL_EV_RECOVERY(X)                                                                          \
-    X(STR, REQ, status)                                                                            \
-    X(INT, REQ, attempt)                                                                           \
-    X(INT, REQ, recovery)                                                                          \
-    X(INT, OPT, generation)                                                                        \
-    X(INT, OPT, round)                                                                             \
-    X(INT, REQ, max_restarts)                                                                      \
-    X(INTS, REQ, replaced)                                                                         \
-    X(OBJ_OR_STR, REQ, reason)                                                                     \
-    X(I64, OPT, step)                                                                              \
-    X(I64, OPT, steps_redone)                                                                      \
-    X(STR, SET, source)                                                                            \
-    X(INT, OPT, source_rank)                                                                       \
-    X(REAL, OPT, duration_ms)                                                                      \
-    X(STR, SET, error)                                                                             \
-    X(STR, SET, fallback)
+#define DL_EV_RECOVERY(X, S)                                                                       \
+    X(S, STR, REQ, status)                                                                         \
+    X(S, INT, REQ, attempt)                                                                        \
+    X(S, INT, REQ, recovery)                                                                       \
+    X(S, INT, OPT, generation)                                                                     \
+    X(S, INT, OPT, round)                                                                          \
+    X(S, INT, REQ, max_restarts)                                                                   \
+    X(S, INTS, REQ, replaced)                                                                      \
+    X(S, OBJ_OR_STR, REQ, reason)                                                                  \
+    X(S, I64, OPT, step)                                                                           \
+    X(S, I64, OPT, steps_redone)                                                                   \
+    X(S, STR, SET, source)                                                                         \
+    X(S, INT, OPT, source_rank)                                                                    \
+    X(S, REAL, OPT, duration_ms)                                                                   \
+    X(S, STR, SET, error)                                                                          \
+    X(S, STR, SET, fallback)
 
-#define DL_EV_SIGNAL(X)                                                                            \
-    X(STR, REQ, signal)                                                                            \
-    X(BOOL, REQ, forwarded)                                                                        \
-    X(INT, OPT, workers)
+#define DL_EV_SIGNAL(X, S)                                                                         \
+    X(S, STR, REQ, signal)                                                                         \
+    X(S, BOOL, REQ, forwarded)                                                                     \
+    X(S, INT, OPT, workers)
 
-#define DL_EV_FAILOVER(X)                                                                          \
-    X(STR, REQ, host)                                                                              \
-    X(INT, REQ, port)                                                                              \
-    X(BOOL, REQ, hosting)                                                                          \
-    X(REAL, REQ, took_s)
+#define DL_EV_FAILOVER(X, S)                                                                       \
+    X(S, STR, REQ, host)                                                                           \
+    X(S, INT, REQ, port)                                                                           \
+    X(S, BOOL, REQ, hosting)                                                                       \
+    X(S, REAL, REQ, took_s)
 
-#define DL_EV_JOB_END(X)                                                                           \
-    X(STR, REQ, status)                                                                            \
-    X(INT, REQ, exit_code)                                                                         \
-    X(INT, REQ, attempts)                                                                          \
-    X(INT, OPT, recoveries)
+#define DL_EV_JOB_END(X, S)                                                                        \
+    X(S, STR, REQ, status)                                                                         \
+    X(S, INT, REQ, exit_code)                                                                      \
+    X(S, INT, REQ, attempts)                                                                       \
+    X(S, INT, OPT, recoveries)
 
 /* Not an event: a worker's failure as the one-node restart and recovery events give it in
  * "reason" ({rank, attempt, exit_code | signal | error, hung, ...}). */
-#define DL_EV_FAILURE(X)                                                                           \
-    X(INT, REQ, rank)                                                                              \
-    X(INT, REQ, attempt)                                                                           \
-    X(TRUE, SET, hung)                                                                             \
-    X(TRUE, SET, oom)                                                                              \
-    X(I64, OPT, mem_peak_mib)                                                                      \
-    X(I64, OPT, mem_limit_mib)                                                                     \
-    X(TRUE, SET, unreapable)                                                                       \
-    X(STR, SET, error)                                                                             \
-    X(STR, SET, signal)                                                                            \
-    X(INT, OPT, exit_code)
+#define DL_EV_FAILURE(X, S)                                                                        \
+    X(S, INT, REQ, rank)                                                                           \
+    X(S, INT, REQ, attempt)                                                                        \
+    X(S, TRUE, SET, hung)                                                                          \
+    X(S, TRUE, SET, oom)                                                                           \
+    X(S, I64, OPT, mem_peak_mib)                                                                   \
+    X(S, I64, OPT, mem_limit_mib)                                                                  \
+    X(S, TRUE, SET, unreapable)                                                                    \
+    X(S, STR, SET, error)                                                                          \
+    X(S, STR, SET, signal)                                                                         \
+    X(S, INT, OPT, exit_code)
 
 /* Every event, in docs/events.md's order: E(name, LIST). */
 #define DL_EVENTS(E)                                                                               \
@@ -261,11 +262,11 @@ typedef struct {
 #define DL_EV_HAS_OBJ_OR_STR_SET(n)
 #define DL_EV_HAS_OBJ_OR_STR_NULLABLE(n)
 #define DL_EV_HAS_TRUE_SET(n)
-#define DL_EV_MEMBER(k, p, n) DL_EV_CT_##k(n) DL_EV_HAS_##k##_##p(n)
+#define DL_EV_MEMBER(S, k, p, n) DL_EV_CT_##k(n) DL_EV_HAS_##k##_##p(n)
 
 #define DL_EV_STRUCT(name, LIST)                                                                   \
     typedef struct {                                                                               \
-        LIST(DL_EV_MEMBER)                                                                         \
+        LIST(DL_EV_MEMBER, _)                                                                      \
     } dl_ev_##name##_t;
 DL_EVENTS(DL_EV_STRUCT)
 DL_EV_STRUCT(failure, DL_EV_FAILURE)

@@ -22,7 +22,7 @@
 #include "agent.h"
 #include "cgroup.h"
 #include "errorfile.h"
-#include "events.h"
+#include "event-table.h"
 #include "gpu.h"
 #include "internal.h"
 #include "netif.h"
@@ -303,9 +303,10 @@ static void on_log_write_failed(void *ctx, const char *path, int err)
         a->unwritten[a->nunwritten++] = (dl_summary_unwritten_t){copy, err};
     else
         free(copy);
-    dl_events_emit(a->events, "log_write_failed", dl__now_unix(),
-                   json_pack("{s:i, s:i, s:s, s:s}", "rank", oo->rank, "attempt", oo->attempt,
-                             "path", path, "error", strerror(err)));
+    dl_ev_log_write_failed(
+        a->events, dl__now_unix(),
+        &(dl_ev_log_write_failed_t){
+            .rank = oo->rank, .attempt = oo->attempt, .path = path, .error = strerror(err)});
 }
 
 /* The console prefix: torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE when set, else ours,
@@ -478,11 +479,13 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart
                       -1 - w->rank, (int)w->pid);
         return 0;
     }
-    json_t *f = json_pack("{s:i, s:i, s:i, s:i}", "rank", w->rank, "local_rank", w->local_rank,
-                          "pid", (int)w->pid, "attempt", attempt);
-    if (a->gen > 0)
-        json_object_set_new(f, "generation", json_integer(a->gen));
-    dl_events_emit(a->events, "worker_start", dl__now_unix(), f);
+    dl_ev_worker_start(a->events, dl__now_unix(),
+                       &(dl_ev_worker_start_t){.rank = w->rank,
+                                               .local_rank = w->local_rank,
+                                               .pid = (int)w->pid,
+                                               .attempt = attempt,
+                                               .generation = a->gen,
+                                               .has_generation = a->gen > 0});
     if (a->spec->verbose)
         dl__agent_log(a, "rank %d started (pid %d, attempt %d)", w->rank, (int)w->pid, attempt);
     return 0;
@@ -567,11 +570,14 @@ static int take_spare(dl_agent_t *a, dl__worker_t *w, int attempt, int restart_c
                   "rank %d's place goes to spare %d (pid %d, waiting for %.1f s); another "
                   "spare starts once the group is formed again",
                   w->rank, k, (int)w->pid, waited);
-    json_t *f = json_pack("{s:i, s:i, s:i, s:i, s:b}", "rank", w->rank, "local_rank", w->local_rank,
-                          "pid", (int)w->pid, "attempt", attempt, "spare", 1);
-    if (a->gen > 0)
-        json_object_set_new(f, "generation", json_integer(a->gen));
-    dl_events_emit(a->events, "worker_start", dl__now_unix(), f);
+    dl_ev_worker_start(a->events, dl__now_unix(),
+                       &(dl_ev_worker_start_t){.rank = w->rank,
+                                               .local_rank = w->local_rank,
+                                               .pid = (int)w->pid,
+                                               .attempt = attempt,
+                                               .spare = true,
+                                               .generation = a->gen,
+                                               .has_generation = a->gen > 0});
     return 0;
 }
 
@@ -597,32 +603,24 @@ static void record_failure(dl_agent_t *a)
     a->history[a->nhistory++] = a->sup.first_failure;
 }
 
-/* An OOM kill in an event: "oom": true and the figures known, in MiB. */
-static void oom_json(json_t *o, long long peak, long long limit)
-{
-    json_object_set_new(o, "oom", json_true());
-    if (peak > 0)
-        json_object_set_new(o, "mem_peak_mib", json_integer(peak >> 20));
-    if (limit > 0)
-        json_object_set_new(o, "mem_limit_mib", json_integer(limit >> 20));
-}
-
+/* The first failure as the restart event's reason. An OOM kill: "oom": true and the figures
+ * known, in MiB. */
 static json_t *failure_json(const dl_sup_failure_t *f)
 {
-    json_t *o = json_pack("{s:i, s:i}", "rank", f->rank, "attempt", f->attempt);
-    if (f->hung)
-        json_object_set_new(o, "hung", json_true());
-    if (f->oom)
-        oom_json(o, f->mem_peak, f->mem_limit);
-    if (f->unreapable)
-        json_object_set_new(o, "unreapable", json_true());
-    if (f->spawn_errno > 0)
-        json_object_set_new(o, "error", json_string(strerror(f->spawn_errno)));
-    else if (f->signal > 0)
-        json_object_set_new(o, "signal", json_string(dl_signal_name(f->signal)));
-    else
-        json_object_set_new(o, "exit_code", json_integer(f->exit_code));
-    return o;
+    return dl_ev_failure_json(&(dl_ev_failure_t){
+        .rank = f->rank,
+        .attempt = f->attempt,
+        .hung = f->hung,
+        .oom = f->oom,
+        .mem_peak_mib = f->mem_peak >> 20,
+        .has_mem_peak_mib = f->oom && f->mem_peak > 0,
+        .mem_limit_mib = f->mem_limit >> 20,
+        .has_mem_limit_mib = f->oom && f->mem_limit > 0,
+        .unreapable = f->unreapable,
+        .error = f->spawn_errno > 0 ? strerror(f->spawn_errno) : NULL,
+        .signal = f->spawn_errno <= 0 && f->signal > 0 ? dl_signal_name(f->signal) : NULL,
+        .exit_code = f->exit_code,
+        .has_exit_code = f->spawn_errno <= 0 && f->signal <= 0});
 }
 
 /* The health watchdog. Beats are drained now and then rather than read as they come: a
@@ -692,6 +690,26 @@ static int pick_interface(dl_agent_t *a, const char *what, const char *toward, c
     return 0;
 }
 
+void dl__agent_rendezvous_event(dl_agent_t *a, int round, bool has_kept, bool kept)
+{
+    int *ranks = malloc(((size_t)a->nworkers + 1) * sizeof(*ranks));
+    for (int i = 0; ranks != NULL && i < a->nworkers; i++)
+        ranks[i] = a->workers[i].rank;
+    dl_ev_rendezvous(a->events, dl__now_unix(),
+                     &(dl_ev_rendezvous_t){.round = round,
+                                           .world_size = a->world_size,
+                                           .node_rank = a->node_rank,
+                                           .nodes = a->nnodes,
+                                           .ranks = ranks,
+                                           .ranks_count = ranks != NULL ? a->nworkers : 0,
+                                           .master_addr = a->master_addr,
+                                           .master_port = a->master_port,
+                                           .interface = a->ifname[0] != '\0' ? a->ifname : NULL,
+                                           .kept = kept,
+                                           .has_kept = has_kept});
+    free(ranks);
+}
+
 static int start_attempt(dl_agent_t *a, int attempt)
 {
     char why[512];
@@ -719,15 +737,7 @@ static int start_attempt(dl_agent_t *a, int attempt)
     } else if (a->spec->verbose) {
         dl__agent_log(a, "workers bind %s (%s), %s", a->ifname, a->if_addr, why);
     }
-    json_t *ranks = json_array();
-    for (int i = 0; i < a->nworkers; i++)
-        json_array_append_new(ranks, json_integer(a->workers[i].rank));
-    dl_events_emit(a->events, "rendezvous", dl__now_unix(),
-                   json_pack("{s:i, s:i, s:i, s:i, s:o, s:s, s:i, s:s?}", "round", attempt,
-                             "world_size", a->world_size, "node_rank", a->node_rank, "nodes",
-                             a->nnodes, "ranks", ranks, "master_addr", a->master_addr,
-                             "master_port", a->master_port, "interface",
-                             a->ifname[0] != '\0' ? a->ifname : NULL));
+    dl__agent_rendezvous_event(a, attempt, false, false);
     return 0;
 }
 
@@ -737,11 +747,11 @@ static void spawn_all(dl_agent_t *a, int attempt)
 
     if (attempt > 0 && !a->remote) {
         record_failure(a);
-        json_t *f = json_pack("{s:i, s:o}", "attempt", attempt, "reason",
-                              failure_json(&a->sup.first_failure));
-        if (dl__diag_text(a)[0] != '\0')
-            json_object_set_new(f, "diagnosis", json_string(dl__diag_text(a)));
-        dl_events_emit(a->events, "restart", dl__now_unix(), f);
+        const char *diag = dl__diag_text(a);
+        dl_ev_restart(a->events, dl__now_unix(),
+                      &(dl_ev_restart_t){.attempt = attempt,
+                                         .reason = failure_json(&a->sup.first_failure),
+                                         .diagnosis = diag[0] != '\0' ? diag : NULL});
         dl__agent_log(a, "restarting the job (attempt %d of %d)", attempt,
                       a->spec->max_restarts + 1);
         /* Several nodes get a new round, and with it an empty store; one node does it here. */
@@ -820,11 +830,12 @@ static void finish(dl_agent_t *a, int exit_code)
     if (failed_code(exit_code) && a->sup.has_failure && !a->remote)
         record_failure(a);
     dl__rdzv_finish(a, exit_code);
-    json_t *end = json_pack("{s:s, s:i, s:i}", "status", status, "exit_code", exit_code, "attempts",
-                            dl_sup_attempts(&a->sup));
-    if (dl__rec_in_job(a))
-        json_object_set_new(end, "recoveries", json_integer(a->sup.recoveries));
-    dl_events_emit(a->events, "job_end", dl__now_unix(), end);
+    dl_ev_job_end(a->events, dl__now_unix(),
+                  &(dl_ev_job_end_t){.status = status,
+                                     .exit_code = exit_code,
+                                     .attempts = dl_sup_attempts(&a->sup),
+                                     .recoveries = a->sup.recoveries,
+                                     .has_recoveries = dl__rec_in_job(a)});
     finish_loop(a);
 }
 
@@ -996,19 +1007,14 @@ static int defer_exit(dl_agent_t *a, int rank, pid_t pid, int code, int sig)
     return 0;
 }
 
-/* What the worker said of its own death (PyTorch's @record): its message and traceback. */
-static void add_error_file(dl_agent_t *a, int rank, json_t *f)
+/* What the worker said of its own death (PyTorch's @record): its message into msg and its
+ * traceback into *trace (malloc'd, "" when it wrote none). False when it left no error file. */
+static bool read_error_file(dl_agent_t *a, int rank, char *msg, size_t len, char **trace)
 {
-    char path[4200], msg[1024];
-    char *trace = malloc(EVENT_TRACE_BYTES);
+    char path[4200];
+    *trace = malloc(EVENT_TRACE_BYTES);
     dl_error_file_path(a->attempt_dir, rank, path, sizeof(path));
-    if (trace != NULL &&
-        dl_error_file_read(path, msg, sizeof(msg), trace, EVENT_TRACE_BYTES) == 1) {
-        json_object_set_new(f, "error", json_string(msg));
-        if (trace[0] != '\0')
-            json_object_set_new(f, "traceback", json_string(trace));
-    }
-    free(trace);
+    return *trace != NULL && dl_error_file_read(path, msg, len, *trace, EVENT_TRACE_BYTES) == 1;
 }
 
 /* A SIGKILL the agent did not send: the kernel's OOM killer, if the workers' memory cgroups
@@ -1043,17 +1049,24 @@ static void worker_reaped(dl_agent_t *a, dl__worker_t *w, int status, long long 
     dl_output_drain(w->output, DRAIN_TIMEOUT_MS);
     w->output = NULL;
 
-    json_t *f =
-        json_pack("{s:i, s:i, s:i}", "rank", w->rank, "attempt", w->attempt, "pid", (int)pid);
-    if (sig > 0)
-        json_object_set_new(f, "signal", json_string(dl_signal_name(sig)));
-    else
-        json_object_set_new(f, "exit_code", json_integer(code));
-    if (oom.killed)
-        oom_json(f, oom.peak, oom.limit);
-    if (sig > 0 || code != 0)
-        add_error_file(a, w->rank, f);
-    dl_events_emit(a->events, "worker_exit", dl__now_unix(), f);
+    char msg[1024];
+    char *trace = NULL;
+    bool said = (sig > 0 || code != 0) && read_error_file(a, w->rank, msg, sizeof(msg), &trace);
+    dl_ev_worker_exit(a->events, dl__now_unix(),
+                      &(dl_ev_worker_exit_t){.rank = w->rank,
+                                             .attempt = w->attempt,
+                                             .pid = (int)pid,
+                                             .signal = sig > 0 ? dl_signal_name(sig) : NULL,
+                                             .exit_code = code,
+                                             .has_exit_code = sig <= 0,
+                                             .oom = oom.killed,
+                                             .mem_peak_mib = oom.peak >> 20,
+                                             .has_mem_peak_mib = oom.killed && oom.peak > 0,
+                                             .mem_limit_mib = oom.limit >> 20,
+                                             .has_mem_limit_mib = oom.killed && oom.limit > 0,
+                                             .error = said ? msg : NULL,
+                                             .traceback = said && trace[0] != '\0' ? trace : NULL});
+    free(trace);
     /* A batch system stopping a whole step (scancel) signals every process of it, workers
      * first as often as not: a worker killed by a stop signal we did not send is news only if
      * no signal reaches the agent itself within a moment. */
@@ -1082,10 +1095,13 @@ static void give_up_on(dl_agent_t *a, dl__worker_t *w, double after)
                   "(state %c%s%s); giving up on it: this node is unhealthy",
                   rank, (int)pid, after, dl_proc_state_name(state), state,
                   wchan[0] ? ", waiting in " : "", wchan);
-    json_t *f =
-        json_pack("{s:i, s:i, s:i, s:s#, s:s, s:f}", "rank", rank, "attempt", w->attempt, "pid",
-                  (int)pid, "state", &state, (size_t)1, "wchan", wchan, "after_s", after);
-    dl_events_emit(a->events, "worker_unreapable", dl__now_unix(), f);
+    dl_ev_worker_unreapable(a->events, dl__now_unix(),
+                            &(dl_ev_worker_unreapable_t){.rank = rank,
+                                                         .attempt = w->attempt,
+                                                         .pid = (int)pid,
+                                                         .state = (char[]){state, '\0'},
+                                                         .wchan = wchan,
+                                                         .after_s = after});
     dl_guard_watch(&a->guard, pid, 0);
     w->pid = 0;
     w->killed_at = 0;
@@ -1148,8 +1164,8 @@ static void on_signal(uv_signal_t *h, int signum)
     else
         dl__agent_log(a, "got %s: stopping the workers (again to kill them at once)",
                       dl_signal_name(signum));
-    dl_events_emit(a->events, "signal", dl__now_unix(),
-                   json_pack("{s:s, s:b}", "signal", dl_signal_name(signum), "forwarded", 0));
+    dl_ev_signal(a->events, dl__now_unix(),
+                 &(dl_ev_signal_t){.signal = dl_signal_name(signum), .forwarded = false});
     dl__rdzv_quit(a, signum);
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_SIGNAL, .signal = signum});
 }
@@ -1759,26 +1775,25 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
         dl_sup_init(&a->sup, a->nworkers, spec->max_restarts);
     dl_sup_set_in_job(&a->sup, dl__rec_in_job(a));
     dl_sup_set_max_same(&a->sup, spec->max_same_failures);
-    json_t *cmd = json_array();
-    for (char **c = spec->command; *c != NULL; c++)
-        json_array_append_new(cmd, json_string(*c));
     /* Over several nodes the shape is the rendezvous's to decide: the job's range now, the
      * world size with each round's `rendezvous` event. */
-    json_t *start =
-        json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:o}", "run_id", a->run_id, "nodes",
-                  a->remote ? a->nodes_max : a->nnodes, "min_nodes",
-                  a->remote ? a->nodes_min : a->nnodes, "workers_per_node", a->nworkers,
-                  "max_restarts", spec->max_restarts, "log_dir", a->run_dir, "command", cmd);
-    json_object_set_new(start, "world_size", a->remote ? json_null() : json_integer(a->world_size));
-    dl_events_emit(a->events, "job_start", dl__now_unix(), start);
+    dl_ev_job_start(a->events, dl__now_unix(),
+                    &(dl_ev_job_start_t){.run_id = a->run_id,
+                                         .nodes = a->remote ? a->nodes_max : a->nnodes,
+                                         .min_nodes = a->remote ? a->nodes_min : a->nnodes,
+                                         .workers_per_node = a->nworkers,
+                                         .max_restarts = spec->max_restarts,
+                                         .log_dir = a->run_dir,
+                                         .command = spec->command,
+                                         .world_size = a->world_size,
+                                         .has_world_size = !a->remote});
     /* Several nodes: the supervisor starts once the rendezvous answers (dl__rdzv_start's
      * ready). One: the store for the workers, then the supervisor at once. */
     code = a->remote ? dl__rdzv_start(a) : dl__rdzv_local_store(a);
     if (code != 0) {
         {
-            dl_events_emit(a->events, "job_end", dl__now_unix(),
-                           json_pack("{s:s, s:i, s:i}", "status", "refused", "exit_code", code,
-                                     "attempts", 0));
+            dl_ev_job_end(a->events, dl__now_unix(),
+                          &(dl_ev_job_end_t){.status = "refused", .exit_code = code});
             dl__rdzv_finish(a, code);
             finish_loop(a);
             uv_run(&a->loop, UV_RUN_DEFAULT);

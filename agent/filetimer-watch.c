@@ -92,10 +92,13 @@ static void on_check(uv_timer_t *t)
                       "rank %d (pid %d) overran its file timer '%s' by %.1fs: killing it "
                       "with signal %d",
                       w->rank, due.pid, due.scope_id, now - due.expiration_time, due.signal);
-        json_t *f =
-            json_pack("{s:i, s:i, s:s, s:i, s:f}", "rank", w->rank, "pid", due.pid, "scope_id",
-                      due.scope_id, "signal", due.signal, "overrun_s", now - due.expiration_time);
-        dl_events_emit(a->events, "worker_timer_expired", now, f);
+        dl_ev_worker_timer_expired(
+            a->events, now,
+            &(dl_ev_worker_timer_expired_t){.rank = w->rank,
+                                            .pid = due.pid,
+                                            .scope_id = due.scope_id,
+                                            .signal = due.signal,
+                                            .overrun_s = now - due.expiration_time});
         if (kill(due.pid, due.signal) < 0 && errno != ESRCH)
             dl__agent_log(a, "cannot send signal %d to rank %d (pid %d): %s", due.signal, w->rank,
                           due.pid, strerror(errno));

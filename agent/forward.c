@@ -55,9 +55,10 @@ static void pass_on(dl_agent_t *a, int sig, pid_t sender)
     else
         dl__agent_log(a, "got %s: passed on to %d worker%s; the job goes on", dl_signal_name(sig),
                       n, n == 1 ? "" : "s");
-    dl_events_emit(
-        a->events, "signal", dl__now_unix(),
-        json_pack("{s:s, s:b, s:i}", "signal", dl_signal_name(sig), "forwarded", 1, "workers", n));
+    dl_ev_signal(
+        a->events, dl__now_unix(),
+        &(dl_ev_signal_t){
+            .signal = dl_signal_name(sig), .forwarded = true, .workers = n, .has_workers = true});
     for (int i = 0; i < a->nworkers && !slurm_did; i++) {
         dl__worker_t *w = &a->workers[i];
         if (w->pid <= 0)

@@ -218,9 +218,10 @@ static void ring_in_memory(dl_agent_t *a, const dl__worker_t *w, const wdiag_t *
                       "(the agent still reads it, but it is not kept after the rank exits)",
                       x->path, why, w->rank);
     a->diag->told_ring_in_memory = true;
-    dl_events_emit(a->events, "log_write_failed", dl__now_unix(),
-                   json_pack("{s:i, s:i, s:s, s:s}", "rank", w->rank, "attempt", w->attempt, "path",
-                             x->path, "error", why));
+    dl_ev_log_write_failed(
+        a->events, dl__now_unix(),
+        &(dl_ev_log_write_failed_t){
+            .rank = w->rank, .attempt = w->attempt, .path = x->path, .error = why});
 }
 
 /* What the agent knows of worker w now: out's strings point into static tables and x. */
@@ -413,10 +414,10 @@ void dl__diag_explain(dl_agent_t *a, const char *why, bool keep)
                               a->workers[i].rank, st);
         }
     }
-    json_t *ranks = json_object_get(rep, "ranks");
-    dl_events_emit(a->events, "ranks", dl__now_unix(),
-                   json_pack("{s:s, s:s, s:O}", "reason", why, "diagnosis", line, "ranks",
-                             ranks != NULL ? ranks : json_null()));
+    dl_ev_ranks(a->events, dl__now_unix(),
+                &(dl_ev_ranks_t){.reason = why,
+                                 .diagnosis = line,
+                                 .ranks = json_incref(json_object_get(rep, "ranks"))});
     json_decref(rep);
     free(v);
     free(b);
@@ -513,12 +514,16 @@ static void announce(dl_agent_t *a, const dl_diag_straggler_t *s, const char *ac
     char line[512];
     dl_diag_straggler_text(s, line, sizeof(line));
     dl__agent_log(a, "straggler: %s", line);
-    dl_events_emit(a->events, "straggler", dl__now_unix(),
-                   json_pack("{s:i, s:i, s:s, s:f, s:f, s:f, s:I, s:f, s:s}", "rank", s->rank,
-                             "node_rank", s->node_rank, "host", s->host, "compute_ms",
-                             s->compute_ms, "median_ms", s->median_ms, "slower_pct",
-                             round(s->slower * 1000) / 10, "steps", (json_int_t)s->steps,
-                             "cost_samples_per_s", round(s->cost), "action", action));
+    dl_ev_straggler(a->events, dl__now_unix(),
+                    &(dl_ev_straggler_t){.rank = s->rank,
+                                         .node_rank = s->node_rank,
+                                         .host = s->host,
+                                         .compute_ms = s->compute_ms,
+                                         .median_ms = s->median_ms,
+                                         .slower_pct = round(s->slower * 1000) / 10,
+                                         .steps = (long long)s->steps,
+                                         .cost_samples_per_s = round(s->cost),
+                                         .action = action});
 }
 
 static void forget(dl__diag_t *d, int rank)

@@ -9,7 +9,7 @@
 #include "config.h"
 #include "death.h"
 #include "diag.h"
-#include "events.h"
+#include "event-table.h"
 #include "merge.h"
 #include "output.h"
 #include "spawn.h"
@@ -187,6 +187,9 @@ void dl__ftimer_close(dl_agent_t *a);
 void dl__agent_log(const dl_agent_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Feeds the supervisor and carries out what it says. */
 void dl__agent_feed(dl_agent_t *a, dl_sup_event_t ev);
+/* The rendezvous event of a round (docs/events.md); kept only where has_kept (in-job
+ * recovery's rounds). */
+void dl__agent_rendezvous_event(dl_agent_t *a, int round, bool has_kept, bool kept);
 /* Sizes the worker table for n local workers whose global ranks start at first_rank. */
 int dl__agent_set_ranks(dl_agent_t *a, int first_rank, int n);
 

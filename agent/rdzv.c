@@ -264,12 +264,14 @@ static void cb_assigned(void *ctx, const dl_rdzv_assignment_t *as, const dl_rdzv
                       a->world_size);
     /* Workers kept into this round (in-job recovery): a recovery event says it, not this. */
     if (restarts > 0 && !a->sup.awaiting) {
-        json_t *f = json_pack("{s:i, s:i, s:o}", "attempt", restarts, "round", a->round, "reason",
-                              culprit_reason(z->last_failure, restarts - 1));
         /* The round change's text: the failure and, for a hang, where the ranks were. */
-        if (z->last_reason[0] != '\0')
-            json_object_set_new(f, "diagnosis", json_string(z->last_reason));
-        dl_events_emit(a->events, "restart", dl__now_unix(), f);
+        dl_ev_restart(
+            a->events, dl__now_unix(),
+            &(dl_ev_restart_t){.attempt = restarts,
+                               .round = a->round,
+                               .has_round = true,
+                               .reason = culprit_reason(z->last_failure, restarts - 1),
+                               .diagnosis = z->last_reason[0] != '\0' ? z->last_reason : NULL});
     }
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_ASSIGNED, .attempt = restarts});
 }
@@ -327,9 +329,9 @@ static void cb_lost(void *ctx, const char *why, const dl_rdzv_culprit_t *culprit
 static void cb_moved(void *ctx, const char *host, int port, bool hosting, double took_s)
 {
     dl_agent_t *a = ctx;
-    dl_events_emit(a->events, "failover", dl__now_unix(),
-                   json_pack("{s:s, s:i, s:b, s:f}", "host", host, "port", port, "hosting", hosting,
-                             "took_s", took_s));
+    dl_ev_failover(
+        a->events, dl__now_unix(),
+        &(dl_ev_failover_t){.host = host, .port = port, .hosting = hosting, .took_s = took_s});
 }
 
 static void cb_view(void *ctx, const json_t *view)

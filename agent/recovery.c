@@ -256,32 +256,49 @@ bool dl__rec_keepable(const dl_agent_t *a)
 
 /* ---- a recovery ------------------------------------------------------------------------------ */
 
-static json_t *recovery_json(dl_agent_t *a, const char *status)
+/* A failure in the recovery event's terms: {rank, attempt, hung, exit_code | signal}. */
+static json_t *failure_reason(const dl_sup_failure_t *f, int attempt)
 {
+    return dl_ev_failure_json(
+        &(dl_ev_failure_t){.rank = f->rank,
+                           .attempt = attempt,
+                           .hung = f->hung,
+                           .signal = f->signal > 0 ? dl_signal_name(f->signal) : NULL,
+                           .exit_code = f->exit_code,
+                           .has_exit_code = f->signal <= 0});
+}
+
+/* The recovery event's fields every status has. */
+static dl_ev_recovery_t recovery_event(dl_agent_t *a, const char *status)
+{
+    dl_ev_recovery_t e = {.status = status,
+                          .attempt = a->sup.attempt,
+                          .recovery = a->sup.recoveries,
+                          .max_restarts = a->spec->max_restarts};
     if (a->remote) {
         /* Over several nodes each is a round change: its reason, and what this node replaced. */
-        json_t *o =
-            json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:[]}", "status", status, "attempt",
-                      a->sup.attempt, "recovery", a->sup.recoveries, "round", a->round,
-                      "max_restarts", a->spec->max_restarts, "reason", a->rec_reason, "replaced");
-        json_t *rep = json_object_get(o, "replaced");
-        for (int i = 0; i < a->nrec_replaced; i++)
-            json_array_append_new(rep, json_integer(a->rec_replaced[i]));
-        return o;
+        e.round = a->round;
+        e.has_round = true;
+        e.reason = json_string(a->rec_reason);
+        e.replaced = a->rec_replaced;
+        e.replaced_count = a->nrec_replaced;
+        return e;
     }
-    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:[i]}", "status", status, "attempt",
-                          a->sup.attempt, "recovery", a->sup.recoveries, "generation", a->gen,
-                          "max_restarts", a->spec->max_restarts, "replaced", a->rec_rank);
-    json_t *reason =
-        json_pack("{s:i, s:i}", "rank", a->rec_failure.rank, "attempt", a->rec_failure.attempt);
-    if (a->rec_failure.hung)
-        json_object_set_new(reason, "hung", json_true());
-    if (a->rec_failure.signal > 0)
-        json_object_set_new(reason, "signal", json_string(dl_signal_name(a->rec_failure.signal)));
-    else
-        json_object_set_new(reason, "exit_code", json_integer(a->rec_failure.exit_code));
-    json_object_set_new(o, "reason", reason);
-    return o;
+    e.generation = a->gen;
+    e.has_generation = true;
+    e.replaced = &a->rec_rank;
+    e.replaced_count = 1;
+    e.reason = failure_reason(&a->rec_failure, a->rec_failure.attempt);
+    return e;
+}
+
+/* A recovery that failed: why, and what the job falls back on. */
+static void emit_failed(dl_agent_t *a, const char *why, const char *fallback)
+{
+    dl_ev_recovery_t e = recovery_event(a, "failed");
+    e.error = why;
+    e.fallback = fallback;
+    dl_ev_recovery(a->events, dl__now_unix(), &e);
 }
 
 static void on_timeout(uv_timer_t *t)
@@ -317,15 +334,18 @@ static void recovery_done(dl_agent_t *a)
                       "in-job recovery %d: training again at step %lld, %.0f ms after rank %d "
                       "failed (its state from rank %d's replica; no checkpoint read)",
                       a->sup.recoveries, a->rec_step, ms, a->rec_rank, a->rec_source);
-    json_t *o = recovery_json(a, "done");
-    json_object_set_new(o, "step", json_integer(a->rec_step));
+    dl_ev_recovery_t e = recovery_event(a, "done");
+    e.step = a->rec_step;
+    e.has_step = true;
     /* Steps some rank had completed and does again: at most the one that was in progress. */
-    json_object_set_new(o, "steps_redone",
-                        json_integer(a->rec_was > a->rec_step ? a->rec_was - a->rec_step : 0));
-    json_object_set_new(o, "source", json_string("replica"));
-    json_object_set_new(o, "source_rank", json_integer(a->rec_source));
-    json_object_set_new(o, "duration_ms", json_real(round(ms * 10) / 10));
-    dl_events_emit(a->events, "recovery", dl__now_unix(), o);
+    e.steps_redone = a->rec_was > a->rec_step ? a->rec_was - a->rec_step : 0;
+    e.has_steps_redone = true;
+    e.source = "replica";
+    e.source_rank = a->rec_source;
+    e.has_source_rank = true;
+    e.duration_ms = round(ms * 10) / 10;
+    e.has_duration_ms = true;
+    dl_ev_recovery(a->events, dl__now_unix(), &e);
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_RECOVERED});
     dl__spares_fill(a); /* behind the one that took a place, if one did */
 }
@@ -349,10 +369,7 @@ static void recovery_failed(dl_agent_t *a, const char *why)
                       "in-job recovery %d failed: %s; reporting it: the job restarts from "
                       "its last checkpoint if a restart is left",
                       a->sup.recoveries, why);
-        json_t *o = recovery_json(a, "failed");
-        json_object_set_new(o, "error", json_string(why));
-        json_object_set_new(o, "fallback", json_string("restart"));
-        dl_events_emit(a->events, "recovery", dl__now_unix(), o);
+        emit_failed(a, why, "restart");
         snprintf(a->report_reason, sizeof(a->report_reason), "in-job recovery failed: %.300s", why);
         if (a->nworkers > 0)
             a->sup.first_failure = (dl_sup_failure_t){.rank = a->workers[0].rank,
@@ -367,10 +384,7 @@ static void recovery_failed(dl_agent_t *a, const char *why)
     dl__agent_log(a, "in-job recovery %d failed: %s; %s", a->sup.recoveries, why,
                   left ? "falling back to a restart of the job from its last checkpoint"
                        : "no restart left: the job fails");
-    json_t *o = recovery_json(a, "failed");
-    json_object_set_new(o, "error", json_string(why));
-    json_object_set_new(o, "fallback", json_string(left ? "restart" : "none"));
-    dl_events_emit(a->events, "recovery", dl__now_unix(), o);
+    emit_failed(a, why, left ? "restart" : "none");
     dl__rec_off(a);
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_RECOVERY_FAILED});
 }
@@ -409,10 +423,7 @@ void dl__rec_interrupted(dl_agent_t *a, const dl_sup_failure_t *f)
     dl__agent_log(a, "in-job recovery %d failed: %s; %s", a->sup.recoveries, why,
                   left ? "falling back to a restart of the job from its last checkpoint"
                        : "no restart left: the job fails");
-    json_t *o = recovery_json(a, "failed");
-    json_object_set_new(o, "error", json_string(why));
-    json_object_set_new(o, "fallback", json_string(left ? "restart" : "none"));
-    dl_events_emit(a->events, "recovery", dl__now_unix(), o);
+    emit_failed(a, why, left ? "restart" : "none");
     dl__rec_off(a);
 }
 
@@ -444,7 +455,8 @@ int dl__rec_start(dl_agent_t *a, int rank, int attempt)
                   "rank%s %s, which keep training state",
                   a->sup.recoveries, left, left == 1 ? "" : "s", rank,
                   strchr(others, ',') ? "s" : "", others);
-    dl_events_emit(a->events, "recovery", dl__now_unix(), recovery_json(a, "started"));
+    dl_ev_recovery_t started = recovery_event(a, "started");
+    dl_ev_recovery(a->events, dl__now_unix(), &started);
     /* The others first: they abort the broken group at once, the replacement takes longer. */
     char reason[200];
     const dl_sup_failure_t *f = &a->rec_failure;
@@ -495,7 +507,8 @@ void dl__rec_keep(dl_agent_t *a)
                   "in-job recovery %d: %d of this node's %d workers stay; joining the next "
                   "round",
                   a->sup.recoveries, alive, a->nworkers);
-    dl_events_emit(a->events, "recovery", dl__now_unix(), recovery_json(a, "started"));
+    dl_ev_recovery_t started = recovery_event(a, "started");
+    dl_ev_recovery(a->events, dl__now_unix(), &started);
 }
 
 void dl__rec_resume(dl_agent_t *a, int attempt)
@@ -511,19 +524,11 @@ void dl__rec_resume(dl_agent_t *a, int attempt)
     else if ((r = dl_ownfile_check_dir(a->attempt_dir)) < 0)
         dl__agent_log(a, "the log folder '%s' is not safe to write: %s", a->attempt_dir,
                       dl_ownfile_strerror(r));
-    json_t *ranks = json_array();
     bool kept = false;
-    for (int i = 0; i < a->nworkers; i++) {
-        json_array_append_new(ranks, json_integer(a->workers[i].rank));
+    for (int i = 0; i < a->nworkers; i++)
         kept |= a->workers[i].pid > 0;
-    }
     /* The same fields as any round's (agent.c, start_attempt); kept: some worker lives on. */
-    dl_events_emit(a->events, "rendezvous", dl__now_unix(),
-                   json_pack("{s:i, s:i, s:i, s:i, s:o, s:s, s:i, s:s?, s:b}", "round", a->round,
-                             "world_size", a->world_size, "node_rank", a->node_rank, "nodes",
-                             a->nnodes, "ranks", ranks, "master_addr", a->master_addr,
-                             "master_port", a->master_port, "interface",
-                             a->ifname[0] != '\0' ? a->ifname : NULL, "kept", kept));
+    dl__agent_rendezvous_event(a, a->round, true, kept);
     char replaced[256] = "";
     size_t off = 0;
     for (int i = 0; i < a->nworkers; i++) {
@@ -577,16 +582,12 @@ void dl__rec_unspoken(dl_agent_t *a, const dl__worker_t *failed, const dl_sup_fa
                   left ? "falling back to a restart of the job from its last checkpoint"
                        : "no restart left: the job fails");
     /* The event of a recovery that never started: none counted, nobody replaced. */
-    json_t *o =
-        json_pack("{s:s, s:i, s:i, s:i, s:[]}", "status", "failed", "attempt", a->sup.attempt,
-                  "recovery", a->sup.recoveries, "max_restarts", a->spec->max_restarts, "replaced");
-    json_t *reason = json_pack("{s:i, s:i}", "rank", f->rank, "attempt", a->sup.attempt);
-    if (f->hung)
-        json_object_set_new(reason, "hung", json_true());
-    if (f->signal > 0)
-        json_object_set_new(reason, "signal", json_string(dl_signal_name(f->signal)));
-    else
-        json_object_set_new(reason, "exit_code", json_integer(f->exit_code));
+    dl_ev_recovery_t e = {.status = "failed",
+                          .attempt = a->sup.attempt,
+                          .recovery = a->sup.recoveries,
+                          .max_restarts = a->spec->max_restarts,
+                          .error = why,
+                          .fallback = left ? "restart" : "none"};
     if (a->remote) {
         /* No round change yet to quote: the failure in words, as the report will give it. */
         char text[200];
@@ -597,16 +598,15 @@ void dl__rec_unspoken(dl_agent_t *a, const dl__worker_t *failed, const dl_sup_fa
                      dl_signal_name(f->signal));
         else
             snprintf(text, sizeof(text), "rank %d exited with code %d", f->rank, f->exit_code);
-        json_decref(reason);
-        reason = json_string(text);
-        json_object_set_new(o, "round", json_integer(a->round));
+        e.reason = json_string(text);
+        e.round = a->round;
+        e.has_round = true;
     } else {
-        json_object_set_new(o, "generation", json_integer(a->gen));
+        e.reason = failure_reason(f, a->sup.attempt);
+        e.generation = a->gen;
+        e.has_generation = true;
     }
-    json_object_set_new(o, "reason", reason);
-    json_object_set_new(o, "error", json_string(why));
-    json_object_set_new(o, "fallback", json_string(left ? "restart" : "none"));
-    dl_events_emit(a->events, "recovery", dl__now_unix(), o);
+    dl_ev_recovery(a->events, dl__now_unix(), &e);
 }
 
 void dl__rec_init(dl_agent_t *a)

@@ -58,13 +58,13 @@ void dl__watchdog_check(dl_agent_t *a, double now)
     else
         dl__agent_log(a, "rank %d (pid %d) sent no health beat for %.1fs: it is hung; killing it",
                       w->rank, (int)w->pid, v[c].silent_s);
-    json_t *f = json_pack("{s:i, s:i, s:f}", "rank", w->rank, "pid", (int)w->pid, "silent_s",
-                          v[c].silent_s);
-    if (f != NULL && waiting)
-        json_object_set_new(f, "waiting", json_true());
-    if (f != NULL && dl__diag_text(a)[0] != '\0')
-        json_object_set_new(f, "diagnosis", json_string(dl__diag_text(a)));
-    dl_events_emit(a->events, "worker_hung", dl__now_unix(), f);
+    const char *diag = dl__diag_text(a);
+    dl_ev_worker_hung(a->events, dl__now_unix(),
+                      &(dl_ev_worker_hung_t){.rank = w->rank,
+                                             .pid = (int)w->pid,
+                                             .silent_s = v[c].silent_s,
+                                             .waiting = waiting,
+                                             .diagnosis = diag[0] != '\0' ? diag : NULL});
     dl__agent_sigkill(a, w);
 out:
     free(v);

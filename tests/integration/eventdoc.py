@@ -1,11 +1,13 @@
 """docs/events.md as data: its table of each event's fields at a glance, read once, and the check
-that an event object carries what the table lists, no more, no less (issue #34). Used by
+that an event object carries what the table lists, no more, no less, each of the type it gives
+(issues #34, #31; the unit test agent-eventtable holds the table to the agent's own). Used by
 test_events.py's scenarios and by every dltest.Case that wrote an event stream."""
 import os
 import re
 
 ROOT = os.environ.get("SOURCE_ROOT") or os.path.join(os.path.dirname(__file__), "..", "..")
 _TABLES = None
+_TYPES = {}
 
 
 def table_cells(line: str) -> list:
@@ -46,10 +48,27 @@ def events_md() -> tuple:
         table = {}
         for line in rest.splitlines()[2:]:
             cells = table_cells(line)
-            table[cells[0].strip().strip("`")] = (set(re.findall(r"`(\w+)`", cells[1])),
-                                                  set(re.findall(r"`(\w+)`", cells[2])))
+            event = cells[0].strip().strip("`")
+            table[event] = (set(re.findall(r"`(\w+)`", cells[1])),
+                            set(re.findall(r"`(\w+)`", cells[2])))
+            # "`rank` int, `interface` string or null": each field's type after its name.
+            _TYPES[event] = {name: kind.strip(" ,") for cell in cells[1:3]
+                             for name, kind in re.findall(r"`(\w+)`([^`]*)", cell)}
         _TABLES = rows, table
     return _TABLES
+
+
+def of_type(kind: str, value) -> bool:
+    """Whether value is of the glance table's type kind ("int", "string or null", "int[]")."""
+    if " or " in kind:
+        return any(of_type(k, value) for k in kind.split(" or "))
+    if kind.endswith("[]"):
+        return isinstance(value, list) and all(of_type(kind[:-2], v) for v in value)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return {"null": value is None, "float": isinstance(value, float),
+            "string": isinstance(value, str), "bool": isinstance(value, bool),
+            "true": value is True, "object": isinstance(value, dict)}.get(kind, False)
 
 
 def mismatch(event: dict) -> str:
@@ -63,4 +82,8 @@ def mismatch(event: dict) -> str:
         return f"missing {sorted(always - keys)} (docs/events.md): {event}"
     if keys - always - maybe:
         return f"not in docs/events.md: {sorted(keys - always - maybe)}: {event}"
+    types = _TYPES[event["event"]]
+    wrong = [f"{k} is not {types[k]}" for k in sorted(keys) if not of_type(types[k], event[k])]
+    if wrong:
+        return f"{', '.join(wrong)} (docs/events.md): {event}"
     return ""

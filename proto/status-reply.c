@@ -10,8 +10,9 @@
 #include "status-reply.h"
 
 /* Rows of the table of struct T (defined before each table), a field named as its member.
- * REQ: the reply is malformed without it. OPT: may be absent (then zero, or NULL). HAS: may be
- * absent, its presence in has_<member>. LIST, VEC, COUNTS: the length in n<member>; LIST_HAS and
+ * REQ: the reply is malformed without it: the names a reader goes by. OPT: may be absent, then
+ * zero or NULL, as the readers always took a missing figure. HAS: may be absent, its presence in
+ * has_<member>. A field of the wrong type is malformed whatever its row. LIST, VEC, COUNTS: the length in n<member>; LIST_HAS and
  * COUNTS_HAS are optional as HAS is. */
 #define REQ(k, m)                                                                                  \
     {                                                                                              \
@@ -31,12 +32,11 @@
     }
 #define VEC(k, m)                                                                                  \
     {                                                                                              \
-        .name = #m, .kind = (k), .required = true, .offset = offsetof(T, m),                       \
-        .count = offsetof(T, n##m)                                                                 \
+        .name = #m, .kind = (k), .offset = offsetof(T, m), .count = offsetof(T, n##m)              \
     }
 #define LIST(m, t)                                                                                 \
     {                                                                                              \
-        .name = #m, .kind = DL_PROTO_REC_LIST, .required = true, .offset = offsetof(T, m),         \
+        .name = #m, .kind = DL_PROTO_REC_LIST, .offset = offsetof(T, m),                           \
         .count = offsetof(T, n##m), .sub = &(t)                                                    \
     }
 #define LIST_HAS(m, t)                                                                             \
@@ -62,12 +62,12 @@
 #define T dl_proto_status_node_t
 static const dl_proto_rec_field_t node_fields[] = {
     REQ(DL_PROTO_REC_STR, node_id),
-    REQ(DL_PROTO_REC_STR, host),
-    REQ(DL_PROTO_REC_INT, slots),
-    REQ(DL_PROTO_REC_INT, node_rank),
-    REQ(DL_PROTO_REC_REAL, heartbeat_age),
-    REQ(DL_PROTO_REC_BOOL, connected),
-    REQ(DL_PROTO_REC_BOOL, left),
+    OPT(DL_PROTO_REC_STR, host),
+    OPT(DL_PROTO_REC_INT, slots),
+    OPT(DL_PROTO_REC_INT, node_rank),
+    OPT(DL_PROTO_REC_REAL, heartbeat_age),
+    OPT(DL_PROTO_REC_BOOL, connected),
+    OPT(DL_PROTO_REC_BOOL, left),
     HAS(DL_PROTO_REC_REAL, last_heartbeat),
     END,
 };
@@ -76,8 +76,8 @@ static const dl_proto_rec_type_t node_type = {sizeof(dl_proto_status_node_t), no
 
 #define T dl_proto_status_recovery_t
 static const dl_proto_rec_field_t recovery_fields[] = {
-    REQ(DL_PROTO_REC_INT, recoveries),
-    REQ(DL_PROTO_REC_BOOL, recovering),
+    OPT(DL_PROTO_REC_INT, recoveries),
+    OPT(DL_PROTO_REC_BOOL, recovering),
     HAS(DL_PROTO_REC_INT, step),
     HAS(DL_PROTO_REC_REAL, duration_ms),
     END,
@@ -88,8 +88,8 @@ static const dl_proto_rec_type_t recovery_type = {sizeof(dl_proto_status_recover
 
 #define T dl_proto_status_slowest_t
 static const dl_proto_rec_field_t slowest_fields[] = {
-    REQ(DL_PROTO_REC_INT, rank),
-    REQ(DL_PROTO_REC_REAL, compute_ms),
+    OPT(DL_PROTO_REC_INT, rank),
+    OPT(DL_PROTO_REC_REAL, compute_ms),
     END,
 };
 #undef T
@@ -97,14 +97,14 @@ static const dl_proto_rec_type_t slowest_type = {sizeof(dl_proto_status_slowest_
 
 #define T dl_proto_status_straggler_t
 static const dl_proto_rec_field_t straggler_fields[] = {
-    REQ(DL_PROTO_REC_INT, rank),
-    REQ(DL_PROTO_REC_INT, node_rank),
+    OPT(DL_PROTO_REC_INT, rank),
+    OPT(DL_PROTO_REC_INT, node_rank),
     OPT(DL_PROTO_REC_STR, host),
-    REQ(DL_PROTO_REC_REAL, compute_ms),
-    REQ(DL_PROTO_REC_REAL, median_ms),
-    REQ(DL_PROTO_REC_REAL, slower_pct),
-    REQ(DL_PROTO_REC_INT, steps),
-    REQ(DL_PROTO_REC_REAL, cost_samples_per_s),
+    OPT(DL_PROTO_REC_REAL, compute_ms),
+    OPT(DL_PROTO_REC_REAL, median_ms),
+    OPT(DL_PROTO_REC_REAL, slower_pct),
+    OPT(DL_PROTO_REC_INT, steps),
+    OPT(DL_PROTO_REC_REAL, cost_samples_per_s),
     END,
 };
 #undef T
@@ -113,10 +113,10 @@ static const dl_proto_rec_type_t straggler_type = {sizeof(dl_proto_status_stragg
 
 #define T dl_proto_status_diag_t
 static const dl_proto_rec_field_t diag_fields[] = {
-    REQ(DL_PROTO_REC_INT, ranks),
-    REQ(DL_PROTO_REC_REAL, median_compute_ms),
-    REQ(DL_PROTO_REC_REAL, step_ms),
-    REQ(DL_PROTO_REC_REAL, samples_per_s),
+    OPT(DL_PROTO_REC_INT, ranks),
+    OPT(DL_PROTO_REC_REAL, median_compute_ms),
+    OPT(DL_PROTO_REC_REAL, step_ms),
+    OPT(DL_PROTO_REC_REAL, samples_per_s),
     LIST(stragglers, straggler_type),
     OBJ(slowest, slowest_type),
     END,
@@ -126,18 +126,22 @@ static const dl_proto_rec_type_t diag_type = {sizeof(dl_proto_status_diag_t), di
 
 #define T dl_proto_status_op_t
 static const dl_proto_rec_field_t op_fields[] = {
-    REQ(DL_PROTO_REC_INT, seq),    REQ(DL_PROTO_REC_STR, op),
-    REQ(DL_PROTO_REC_STR, state),  OPT(DL_PROTO_REC_INT, bytes),
-    OPT(DL_PROTO_REC_STR, algo),   OPT(DL_PROTO_REC_STR, transport),
-    HAS(DL_PROTO_REC_REAL, age_s), END,
+    OPT(DL_PROTO_REC_INT, seq), /* the rank's count of collective operations */
+    OPT(DL_PROTO_REC_STR, op),
+    OPT(DL_PROTO_REC_STR, state),
+    OPT(DL_PROTO_REC_INT, bytes),
+    OPT(DL_PROTO_REC_STR, algo),
+    OPT(DL_PROTO_REC_STR, transport),
+    HAS(DL_PROTO_REC_REAL, age_s),
+    END,
 };
 #undef T
 static const dl_proto_rec_type_t op_type = {sizeof(dl_proto_status_op_t), op_fields};
 
 #define T dl_proto_status_rank_t
 static const dl_proto_rec_field_t rank_fields[] = {
-    REQ(DL_PROTO_REC_INT, rank),
-    REQ(DL_PROTO_REC_BOOL, recorder),
+    OPT(DL_PROTO_REC_INT, rank),
+    OPT(DL_PROTO_REC_BOOL, recorder),
     HAS(DL_PROTO_REC_INT, step),
     HAS(DL_PROTO_REC_REAL, steps),
     HAS(DL_PROTO_REC_REAL, compute_ms),
@@ -157,9 +161,9 @@ static const dl_proto_rec_type_t rank_type = {sizeof(dl_proto_status_rank_t), ra
 
 #define T dl_proto_status_restart_t
 static const dl_proto_rec_field_t restart_fields[] = {
-    REQ(DL_PROTO_REC_REAL, time),
-    REQ(DL_PROTO_REC_INT, round),
-    REQ(DL_PROTO_REC_STR, cause),
+    OPT(DL_PROTO_REC_REAL, time),
+    OPT(DL_PROTO_REC_INT, round),
+    OPT(DL_PROTO_REC_STR, cause),
     OPT(DL_PROTO_REC_STR, reason),
     END,
 };
@@ -168,19 +172,24 @@ static const dl_proto_rec_type_t restart_type = {sizeof(dl_proto_status_restart_
 
 #define T dl_proto_status_failure_t
 static const dl_proto_rec_field_t failure_fields[] = {
-    REQ(DL_PROTO_REC_REAL, time),      OPT(DL_PROTO_REC_STR, peer),
-    HAS(DL_PROTO_REC_INT, round),      HAS(DL_PROTO_REC_INT, rank),
-    HAS(DL_PROTO_REC_INT, local_rank), HAS(DL_PROTO_REC_INT, exit_code),
-    HAS(DL_PROTO_REC_INT, signal),     OPT(DL_PROTO_REC_STR, reason),
-    OPT(DL_PROTO_REC_STR, log_tail),   END,
+    OPT(DL_PROTO_REC_REAL, time),
+    OPT(DL_PROTO_REC_STR, peer), /* the reporting agent's address */
+    HAS(DL_PROTO_REC_INT, round),
+    HAS(DL_PROTO_REC_INT, rank),
+    HAS(DL_PROTO_REC_INT, local_rank),
+    HAS(DL_PROTO_REC_INT, exit_code),
+    HAS(DL_PROTO_REC_INT, signal),
+    OPT(DL_PROTO_REC_STR, reason),
+    OPT(DL_PROTO_REC_STR, log_tail),
+    END,
 };
 #undef T
 static const dl_proto_rec_type_t failure_type = {sizeof(dl_proto_status_failure_t), failure_fields};
 
 #define T dl_proto_status_point_t
 static const dl_proto_rec_field_t point_fields[] = {
-    REQ(DL_PROTO_REC_REAL, time),
-    REQ(DL_PROTO_REC_INT, step),
+    OPT(DL_PROTO_REC_REAL, time),
+    OPT(DL_PROTO_REC_INT, step),
     HAS(DL_PROTO_REC_REAL, loss),
     HAS(DL_PROTO_REC_REAL, samples_per_s),
     END,
@@ -190,7 +199,7 @@ static const dl_proto_rec_type_t point_type = {sizeof(dl_proto_status_point_t), 
 
 #define T dl_proto_status_log_t
 static const dl_proto_rec_field_t log_fields[] = {
-    REQ(DL_PROTO_REC_REAL, time),
+    OPT(DL_PROTO_REC_REAL, time),
     OPT(DL_PROTO_REC_STR, level),
     OPT(DL_PROTO_REC_STR, text),
     END,
@@ -202,12 +211,12 @@ static const dl_proto_rec_type_t log_type = {sizeof(dl_proto_status_log_t), log_
 static const dl_proto_rec_field_t job_fields[] = {
     REQ(DL_PROTO_REC_STR, run_id),
     REQ(DL_PROTO_REC_STR, state),
-    REQ(DL_PROTO_REC_INT, round),
-    REQ(DL_PROTO_REC_INT, restarts),
-    REQ(DL_PROTO_REC_INT, max_restarts),
-    REQ(DL_PROTO_REC_INT, min_nodes),
-    REQ(DL_PROTO_REC_INT, max_nodes),
-    REQ(DL_PROTO_REC_INT, world_size),
+    OPT(DL_PROTO_REC_INT, round),
+    OPT(DL_PROTO_REC_INT, restarts),
+    OPT(DL_PROTO_REC_INT, max_restarts),
+    OPT(DL_PROTO_REC_INT, min_nodes),
+    OPT(DL_PROTO_REC_INT, max_nodes),
+    OPT(DL_PROTO_REC_INT, world_size),
     HAS(DL_PROTO_REC_INT, keys),
     LIST(nodes, node_type),
     OPT(DL_PROTO_REC_STR, failure),
@@ -231,7 +240,7 @@ const dl_proto_rec_type_t dl_proto_status_job_type = {sizeof(dl_proto_status_job
 #define T dl_proto_status_list_t
 static const dl_proto_rec_field_t list_fields[] = {
     REQ(DL_PROTO_REC_STR, state),
-    REQ(DL_PROTO_REC_INT, round),
+    OPT(DL_PROTO_REC_INT, round),
     LIST(jobs, dl_proto_status_job_type),
     END,
 };
@@ -242,8 +251,8 @@ const dl_proto_rec_type_t dl_proto_status_list_type = {sizeof(dl_proto_status_li
 static const dl_proto_rec_field_t hist_fields[] = {
     VEC(DL_PROTO_REC_REALV, bounds),
     VEC(DL_PROTO_REC_INTV, counts),
-    REQ(DL_PROTO_REC_REAL, sum),
-    REQ(DL_PROTO_REC_INT, count),
+    OPT(DL_PROTO_REC_REAL, sum),
+    OPT(DL_PROTO_REC_INT, count),
     END,
 };
 #undef T
@@ -260,28 +269,29 @@ static const dl_proto_rec_type_t hists_type = {sizeof(dl_proto_status_hists_t), 
 
 #define T dl_proto_status_server_t
 static const dl_proto_rec_field_t server_fields[] = {
-    REQ(DL_PROTO_REC_REAL, started),
-    REQ(DL_PROTO_REC_INT, connections),
-    REQ(DL_PROTO_REC_INT, peak_connections),
-    REQ(DL_PROTO_REC_INT, accepted),
-    REQ(DL_PROTO_REC_INT, auth_failures),
-    REQ(DL_PROTO_REC_INT, auth_timeouts),
+    OPT(DL_PROTO_REC_REAL, started),
+    OPT(DL_PROTO_REC_INT, connections),
+    OPT(DL_PROTO_REC_INT, peak_connections),
+    OPT(DL_PROTO_REC_INT, accepted),
+    OPT(DL_PROTO_REC_INT, auth_failures),
+    OPT(DL_PROTO_REC_INT, auth_timeouts),
     COUNTS(rejected),
     COUNTS(messages),
     COUNTS(restarts),
-    REQ(DL_PROTO_REC_INT, rounds),
+    OPT(DL_PROTO_REC_INT, rounds),
     COUNTS(ended),
     OBJ(histograms, hists_type),
     END,
 };
 #undef T
-static const dl_proto_rec_type_t server_type = {sizeof(dl_proto_status_server_t), server_fields};
+const dl_proto_rec_type_t dl_proto_status_server_type = {sizeof(dl_proto_status_server_t),
+                                                         server_fields};
 
 #define T dl_proto_status_snapshot_t
 static const dl_proto_rec_field_t snapshot_fields[] = {
     OPT(DL_PROTO_REC_STR, version),
-    REQ(DL_PROTO_REC_REAL, time),
-    OBJ(server, server_type),
+    OPT(DL_PROTO_REC_REAL, time),
+    OBJ(server, dl_proto_status_server_type),
     LIST(jobs, dl_proto_status_job_type),
     END,
 };

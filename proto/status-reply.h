@@ -211,6 +211,7 @@ typedef struct {
 
 extern const dl_proto_rec_type_t dl_proto_status_job_type;
 extern const dl_proto_rec_type_t dl_proto_status_list_type;
+extern const dl_proto_rec_type_t dl_proto_status_server_type;
 extern const dl_proto_rec_type_t dl_proto_status_snapshot_type;
 
 /* A status reply's result, one job or every job: *ret_list gets the jobs either way (one job's

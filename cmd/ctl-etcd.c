@@ -213,9 +213,10 @@ static int status_all(ectl_t *c)
         printf("no jobs\n");
     else
         json_array_foreach (jobs, i, kvj)
-            c->o->print_status(kvj);
+            if (c->o->print_status(kvj) != 0)
+                r = 1;
     json_decref(result);
-    return 0;
+    return r;
 }
 
 /* Sends a transition made from the view, again from a fresh view while another change got
@@ -296,7 +297,7 @@ int dl_ctl_etcd_control(const char *cmd, const char *run_id, const dl_ctl_etcd_o
         if (o->json)
             print_result(&c, st);
         else
-            o->print_status(st);
+            r = o->print_status(st);
         json_decref(st);
     } else if (r == 0 && strcmp(cmd, "stop") == 0) {
         r = transition(&c, run_id, build_stop, true);

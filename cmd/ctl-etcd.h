@@ -13,7 +13,8 @@ typedef struct {
     bool ranks;            /* status --ranks: every rank's figures */
     double timeout;        /* seconds a request may take on one endpoint */
     double follow_timeout; /* events: stop after this long without one; < 0 never */
-    void (*print_status)(const json_t *job);
+    /* Decodes one job's status and prints it; 1 (said on stderr) when it is malformed. */
+    int (*print_status)(const json_t *job);
 } dl_ctl_etcd_opts_t;
 
 /* status (run_id NULL: every job under /dlaunch/), stop, restart. Returns the exit code. */

@@ -16,6 +16,7 @@
 #include "ctl-internal.h"
 #include "ctl.h"
 #include "rendezvous.h"
+#include "status-reply.h"
 
 typedef struct dl_ctl_opts_s ctl_opts_t;
 
@@ -114,130 +115,127 @@ static const char *control_endpoint(const ctl_opts_t *o, const char **where)
     return e;
 }
 
-static void print_diag(const json_t *job);
-/* A field of the server's answer, made safe for a terminal: names and failures come from peers. */
-static const char *field(const json_t *o, const char *name, char *buf, size_t len)
+static void print_diag(const dl_proto_status_job_t *job);
+/* A name, host or failure from the server, made safe for a terminal: they come from peers. */
+static const char *safe(const char *s, char *buf, size_t len)
 {
-    return dl_proto_escape(json_string_value(json_object_get(o, name)), buf, len);
+    return dl_proto_escape(s, buf, len);
 }
 
-static void print_status(const json_t *job)
+static void print_job(const dl_proto_status_job_t *job)
 {
     char run_id[600], state[600], text[4200], node_id[1100], host[1100];
     printf("%s: %s, round %lld, restarts %lld of %lld, nodes %lld..%lld, world size %lld\n",
-           field(job, "run_id", run_id, sizeof(run_id)), field(job, "state", state, sizeof(state)),
-           (long long)json_integer_value(json_object_get(job, "round")),
-           (long long)json_integer_value(json_object_get(job, "restarts")),
-           (long long)json_integer_value(json_object_get(job, "max_restarts")),
-           (long long)json_integer_value(json_object_get(job, "min_nodes")),
-           (long long)json_integer_value(json_object_get(job, "max_nodes")),
-           (long long)json_integer_value(json_object_get(job, "world_size")));
-    if (json_object_get(job, "failure") != NULL)
-        printf("  failure: %s\n", field(job, "failure", text, sizeof(text)));
+           safe(job->run_id, run_id, sizeof(run_id)), safe(job->state, state, sizeof(state)),
+           job->round, job->restarts, job->max_restarts, job->min_nodes, job->max_nodes,
+           job->world_size);
+    if (job->failure != NULL)
+        printf("  failure: %s\n", safe(job->failure, text, sizeof(text)));
     /* An etcd job's store is in node 0's agent, and its answer has no figures: no line of
      * zeros that would read as an empty store. */
-    if (json_object_get(job, "keys") != NULL) {
-        long long keys = json_integer_value(json_object_get(job, "keys"));
-        long long bytes = json_integer_value(json_object_get(job, "store_bytes"));
-        long long waits = json_integer_value(json_object_get(job, "store_waits"));
+    if (job->has_keys) {
+        long long keys = job->keys, bytes = job->store_bytes, waits = job->store_waits;
         printf("  store: %lld key%s, %lld byte%s, %lld wait%s", keys, keys == 1 ? "" : "s", bytes,
                bytes == 1 ? "" : "s", waits, waits == 1 ? "" : "s");
-        if (json_object_get(job, "store_clients") != NULL) {
-            long long clients = json_integer_value(json_object_get(job, "store_clients"));
-            printf(", %lld torch client%s", clients, clients == 1 ? "" : "s");
-        }
+        if (job->has_store_clients)
+            printf(", %lld torch client%s", job->store_clients, job->store_clients == 1 ? "" : "s");
         printf("\n");
     }
     /* In-job recovery (docs/recovery.md): each is one of the restarts above. */
-    const json_t *rec = json_object_get(job, "recovery");
+    const dl_proto_status_recovery_t *rec = job->recovery;
     if (rec != NULL) {
-        printf("  in-job recoveries: %lld",
-               (long long)json_integer_value(json_object_get(rec, "recoveries")));
-        if (json_is_true(json_object_get(rec, "recovering")))
+        printf("  in-job recoveries: %lld", rec->recoveries);
+        if (rec->recovering)
             printf(", one under way");
-        else if (json_object_get(rec, "step") != NULL)
+        else if (rec->has_step)
             printf("; the last went on at step %lld, %.0f ms after the round changed, with no "
                    "checkpoint read",
-                   (long long)json_integer_value(json_object_get(rec, "step")),
-                   json_number_value(json_object_get(rec, "duration_ms")));
+                   rec->step, rec->duration_ms);
         printf("\n");
     }
-    size_t i;
-    json_t *n;
-    json_array_foreach (json_object_get(job, "nodes"), i, n) {
-        printf("  node %lld  %-20s %-16s slots %lld  heartbeat %.1fs ago%s%s\n",
-               (long long)json_integer_value(json_object_get(n, "node_rank")),
-               field(n, "node_id", node_id, sizeof(node_id)), field(n, "host", host, sizeof(host)),
-               (long long)json_integer_value(json_object_get(n, "slots")),
-               json_real_value(json_object_get(n, "heartbeat_age")),
-               json_is_true(json_object_get(n, "connected")) ? "" : "  (disconnected)",
-               json_is_true(json_object_get(n, "left")) ? "  (done)" : "");
+    for (size_t i = 0; i < job->nnodes; i++) {
+        const dl_proto_status_node_t *n = &job->nodes[i];
+        printf("  node %lld  %-20s %-16s slots %lld  heartbeat %.1fs ago%s%s\n", n->node_rank,
+               safe(n->node_id, node_id, sizeof(node_id)), safe(n->host, host, sizeof(host)),
+               n->slots, n->heartbeat_age, n->connected ? "" : "  (disconnected)",
+               n->left ? "  (done)" : "");
     }
     print_diag(job);
 }
 
 /* The job-wide figures, the stragglers and (status --ranks) every rank: docs/diagnostics.md. */
-static void print_diag(const json_t *job)
+static void print_diag(const dl_proto_status_job_t *job)
 {
-    const json_t *d = json_object_get(job, "diag"), *x;
-    size_t i;
+    const dl_proto_status_diag_t *d = job->diag;
     if (d != NULL) {
-        const json_t *slow = json_object_get(d, "slowest");
-        printf("  compute a step: median %.3f ms",
-               json_number_value(json_object_get(d, "median_compute_ms")));
-        if (slow != NULL)
-            printf(", slowest rank %lld %.3f ms",
-                   (long long)json_integer_value(json_object_get(slow, "rank")),
-                   json_number_value(json_object_get(slow, "compute_ms")));
-        printf("; step %.3f ms, %.0f samples/s\n", json_number_value(json_object_get(d, "step_ms")),
-               json_number_value(json_object_get(d, "samples_per_s")));
-        json_array_foreach (json_object_get(d, "stragglers"), i, x) {
+        printf("  compute a step: median %.3f ms", d->median_compute_ms);
+        if (d->slowest != NULL)
+            printf(", slowest rank %lld %.3f ms", d->slowest->rank, d->slowest->compute_ms);
+        printf("; step %.3f ms, %.0f samples/s\n", d->step_ms, d->samples_per_s);
+        for (size_t i = 0; i < d->nstragglers; i++) {
+            const dl_proto_status_straggler_t *x = &d->stragglers[i];
             printf("  straggler: rank %lld on node %lld (%s): %.3f ms a step against the median "
                    "%.3f ms (+%.0f%%) for %lld steps; costs about %.0f samples/s\n",
-                   (long long)json_integer_value(json_object_get(x, "rank")),
-                   (long long)json_integer_value(json_object_get(x, "node_rank")),
-                   json_string_value(json_object_get(x, "host")),
-                   json_number_value(json_object_get(x, "compute_ms")),
-                   json_number_value(json_object_get(x, "median_ms")),
-                   json_number_value(json_object_get(x, "slower_pct")),
-                   (long long)json_integer_value(json_object_get(x, "steps")),
-                   json_number_value(json_object_get(x, "cost_samples_per_s")));
+                   x->rank, x->node_rank, x->host, x->compute_ms, x->median_ms, x->slower_pct,
+                   x->steps, x->cost_samples_per_s);
         }
     }
-    const char *where = json_string_value(json_object_get(job, "where"));
-    if (where != NULL)
-        printf("  where: %s\n", where);
-    json_array_foreach (json_object_get(job, "ranks"), i, x) {
-        double steps = json_number_value(json_object_get(x, "steps"));
-        printf("  rank %lld  node %lld %-12s",
-               (long long)json_integer_value(json_object_get(x, "rank")),
-               (long long)json_integer_value(json_object_get(x, "node_rank")),
-               json_string_value(json_object_get(x, "host")));
-        if (json_object_get(x, "step") != NULL)
-            printf(" step %lld", (long long)json_integer_value(json_object_get(x, "step")));
-        if (steps > 0)
-            printf(" compute %.3f ms wait %.3f ms",
-                   json_number_value(json_object_get(x, "compute_ms")) / steps,
-                   json_number_value(json_object_get(x, "wait_ms")) / steps);
-        if (json_object_get(x, "silent_s") != NULL)
-            printf(" last beat %.1f s ago", json_number_value(json_object_get(x, "silent_s")));
-        if (json_string_value(json_object_get(x, "proc")) != NULL)
-            printf(" process %s", json_string_value(json_object_get(x, "proc")));
-        const json_t *ops = json_object_get(x, "ops"), *op;
-        size_t k = json_array_size(ops);
-        if (!json_is_true(json_object_get(x, "recorder")))
+    if (job->where != NULL)
+        printf("  where: %s\n", job->where);
+    for (size_t i = 0; i < job->nranks; i++) {
+        const dl_proto_status_rank_t *x = &job->ranks[i];
+        printf("  rank %lld  node %lld %-12s", x->rank, x->node_rank, x->host);
+        if (x->has_step)
+            printf(" step %lld", x->step);
+        if (x->steps > 0)
+            printf(" compute %.3f ms wait %.3f ms", x->compute_ms / x->steps,
+                   x->wait_ms / x->steps);
+        if (x->has_silent_s)
+            printf(" last beat %.1f s ago", x->silent_s);
+        if (x->proc != NULL)
+            printf(" process %s", x->proc);
+        if (!x->recorder)
             printf(" (no flight recorder)");
-        while (k-- > 0) {
-            op = json_array_get(ops, k);
-            printf("%s %s #%lld %s", k + 1 == json_array_size(ops) ? " |" : ";",
-                   json_string_value(json_object_get(op, "op")),
-                   (long long)json_integer_value(json_object_get(op, "seq")),
-                   json_string_value(json_object_get(op, "state")));
-            if (json_object_get(op, "age_s") != NULL)
-                printf(" %.1f s", json_number_value(json_object_get(op, "age_s")));
+        for (size_t k = x->nops; k-- > 0;) {
+            const dl_proto_status_op_t *op = &x->ops[k];
+            printf("%s %s #%lld %s", k + 1 == x->nops ? " |" : ";", op->op, op->seq, op->state);
+            if (op->has_age_s)
+                printf(" %.1f s", op->age_s);
         }
         printf("\n");
     }
+}
+
+/* Decodes a status reply's result (one job or every job) once, and prints it; a reply that is
+ * not what the protocol says is one line naming its field (exit 1). */
+static int print_status_reply(const json_t *result)
+{
+    dl_proto_status_list_t list;
+    char err[512];
+    if (dl_proto_status_decode_reply(result, &list, err, sizeof(err)) < 0) {
+        fprintf(stderr, "dlaunch: %s\n", err);
+        return 1;
+    }
+    if (list.state != NULL && list.njobs == 0)
+        printf("no jobs\n");
+    for (size_t i = 0; i < list.njobs; i++)
+        print_job(&list.jobs[i]);
+    dl_proto_rec_free(&dl_proto_status_list_type, &list);
+    return 0;
+}
+
+/* One job's status as the etcd commands read it (ctl-etcd.c). */
+static int print_status(const json_t *job)
+{
+    dl_proto_status_job_t j;
+    char err[512];
+    if (dl_proto_rec_decode(&dl_proto_status_job_type, job, &j, "status", err, sizeof(err)) < 0) {
+        fprintf(stderr, "dlaunch: %s\n", err);
+        return 1;
+    }
+    print_job(&j);
+    dl_proto_rec_free(&dl_proto_status_job_type, &j);
+    return 0;
 }
 
 /* --rdzv-backend etcd: the endpoints are etcd's (no default: they must be named). */
@@ -298,21 +296,12 @@ int dl__ctl_control(const char *cmd, const ctl_opts_t *o)
         printf("%s\n", s ? s : "{}");
         free(s);
     } else if (type == DL_PROTO_STATUS) {
-        json_t *jobs = json_object_get(result, "jobs");
-        size_t i;
-        json_t *j;
-        if (jobs == NULL)
-            print_status(result);
-        else if (json_array_size(jobs) == 0)
-            printf("no jobs\n");
-        json_array_foreach (jobs, i, j) {
-            print_status(j);
-        }
+        r = print_status_reply(result);
     } else {
         printf("%s: %s\n", run_id, type == DL_PROTO_STOP ? "stopping" : "restarting");
     }
     json_decref(reply);
-    return 0;
+    return r;
 }
 
 /* Prints the job's events as JSON lines, from the start of the journal, until the job ends

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "status-reply.h"
 
 /* Past this many nodes a job's table stops; the whole list is in /api/jobs/RUN_ID. */
 #define NODES_SHOWN 64
@@ -38,15 +39,12 @@ static const char style[] =
     "font-size:12px;white-space:pre-wrap}"
     "footer{padding:10px 20px;color:#6b7280}a{color:#1d4ed8}";
 
-static const char *str(const json_t *o, const char *key)
-{
-    const char *s = json_string_value(json_object_get(o, key));
-    return s != NULL ? s : "";
-}
+typedef dl_proto_status_job_t job_t;
+typedef dl_proto_status_point_t point_t;
 
-static long long integer(const json_t *o, const char *key)
+static const char *str(const char *s)
 {
-    return (long long)json_integer_value(json_object_get(o, key));
+    return s != NULL ? s : "";
 }
 
 static void clock_time(dl__http_buf_t *b, double unix_time)
@@ -89,21 +87,34 @@ static void shortnum(dl__http_buf_t *b, double v)
         dl__http_buf_printf(b, "%.0f", v);
 }
 
-/* A line chart of the progress points' yfield against xfield ("time" or "step"), as an inline
- * SVG with its range written at the corners. Points without the field are skipped. */
-static void chart(dl__http_buf_t *b, const json_t *points, const char *xfield, const char *yfield,
-                  const char *caption, const char *cls)
+/* What a chart plots of a progress point; false where the point has none. */
+typedef enum { TIME, STEP, LOSS, RATE } axis_t;
+static const char *const axis_names[] = {"time", "step", "loss", "samples_per_s"};
+
+static bool value(const point_t *p, axis_t a, double *v)
+{
+    switch (a) {
+    case TIME: *v = p->time; return true;
+    case STEP: *v = (double)p->step; return true;
+    case LOSS: *v = p->loss; return p->has_loss;
+    case RATE: *v = p->samples_per_s; return p->has_samples_per_s;
+    }
+    return false;
+}
+
+/* A line chart of the progress points' y against x (TIME or STEP), as an inline SVG with its
+ * range written at the corners. Points without the field are skipped. */
+static void chart(dl__http_buf_t *b, const job_t *job, axis_t xa, axis_t ya, const char *caption,
+                  const char *cls)
 {
     enum { W = 300, H = 110, L = 6, R = 6, T = 16, B = 16 };
     double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY, last = NAN;
     size_t i, n = 0;
-    json_t *p;
+    double xv, yv;
 
-    json_array_foreach (points, i, p) {
-        json_t *x = json_object_get(p, xfield), *y = json_object_get(p, yfield);
-        if (!json_is_number(x) || !json_is_number(y))
+    for (i = 0; i < job->nprogress; i++) {
+        if (!value(&job->progress[i], xa, &xv) || !value(&job->progress[i], ya, &yv))
             continue;
-        double xv = json_number_value(x), yv = json_number_value(y);
         xmin = fmin(xmin, xv);
         xmax = fmax(xmax, xv);
         ymin = fmin(ymin, yv);
@@ -127,11 +138,10 @@ static void chart(dl__http_buf_t *b, const json_t *points, const char *xfield, c
     /* A restart from an earlier step starts a new line instead of drawing one back. */
     double prev = -INFINITY;
     bool open = false;
-    json_array_foreach (points, i, p) {
-        json_t *x = json_object_get(p, xfield), *y = json_object_get(p, yfield);
-        if (!json_is_number(x) || !json_is_number(y))
+    for (i = 0; i < job->nprogress; i++) {
+        if (!value(&job->progress[i], xa, &xv) || !value(&job->progress[i], ya, &yv))
             continue;
-        if (json_number_value(x) < prev && open) {
+        if (xv < prev && open) {
             dl__http_buf_puts(b, "\"/>");
             open = false;
         }
@@ -139,9 +149,9 @@ static void chart(dl__http_buf_t *b, const json_t *points, const char *xfield, c
             dl__http_buf_puts(b, "<polyline fill=\"none\" stroke=\"#2563eb\" "
                                  "stroke-width=\"1.5\" points=\"");
         open = true;
-        prev = json_number_value(x);
-        double px = L + (json_number_value(x) - xmin) / (xmax - xmin) * (W - L - R);
-        double py = T + (ymax - json_number_value(y)) / (ymax - ymin) * (H - T - B);
+        prev = xv;
+        double px = L + (xv - xmin) / (xmax - xmin) * (W - L - R);
+        double py = T + (ymax - yv) / (ymax - ymin) * (H - T - B);
         dl__http_buf_printf(b, "%.1f,%.1f ", px, py);
     }
     dl__http_buf_puts(b, "\"/><text x=\"4\" y=\"12\" font-size=\"10\" fill=\"#6b7280\">");
@@ -153,11 +163,11 @@ static void chart(dl__http_buf_t *b, const json_t *points, const char *xfield, c
                         "</text><text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#6b7280\" "
                         "text-anchor=\"end\">",
                         W - 4, H - 4);
-    if (strcmp(xfield, "time") == 0) {
+    if (xa == TIME) {
         dl__http_buf_puts(b, "last ");
         duration(b, xmax - xmin);
     } else {
-        dl__http_buf_printf(b, "%s %.0f&#8211;%.0f", xfield, xmin, xmax);
+        dl__http_buf_printf(b, "%s %.0f&#8211;%.0f", axis_names[xa], xmin, xmax);
     }
     dl__http_buf_printf(b, "</text></svg><figcaption>%s: <b>", caption);
     shortnum(b, last);
@@ -166,50 +176,43 @@ static void chart(dl__http_buf_t *b, const json_t *points, const char *xfield, c
 
 /* The first global rank of each node follows from the node ranks: nodes take consecutive blocks
  * of ranks in node-rank order, each as many as its slots. */
-static long long first_rank(const json_t *nodes, long long node_rank)
+static long long first_rank(const job_t *job, long long node_rank)
 {
     long long first = 0;
-    size_t i;
-    json_t *n;
-    json_array_foreach (nodes, i, n) {
-        long long r = integer(n, "node_rank");
+    for (size_t i = 0; i < job->nnodes; i++) {
+        long long r = job->nodes[i].node_rank;
         if (r >= 0 && r < node_rank)
-            first += integer(n, "slots");
+            first += job->nodes[i].slots;
     }
     return first;
 }
 
-static void nodes_table(dl__http_buf_t *b, const json_t *job, double unix_now)
+static void nodes_table(dl__http_buf_t *b, const job_t *job, double unix_now)
 {
-    const json_t *nodes = json_object_get(job, "nodes");
-    size_t i;
-    json_t *n;
-
-    if (json_array_size(nodes) == 0) {
+    if (job->nnodes == 0) {
         dl__http_buf_puts(b, "<p class=\"muted\">No node has joined this round yet.</p>");
         return;
     }
     dl__http_buf_puts(b, "<table class=\"nodes\"><tr><th>node</th><th>host</th><th>node rank</th>"
                          "<th>ranks</th><th>heartbeat</th><th>state</th></tr>");
-    json_array_foreach (nodes, i, n) {
+    for (size_t i = 0; i < job->nnodes; i++) {
+        const dl_proto_status_node_t *n = &job->nodes[i];
         if (i == NODES_SHOWN) {
             dl__http_buf_printf(b,
                                 "<tr><td colspan=\"6\" class=\"muted\">and %zu more: see "
                                 "<a href=\"/api/jobs/",
-                                json_array_size(nodes) - NODES_SHOWN);
-            dl__http_buf_html(b, str(job, "run_id"));
+                                job->nnodes - NODES_SHOWN);
+            dl__http_buf_html(b, job->run_id);
             dl__http_buf_puts(b, "\">the API</a></td></tr>");
             break;
         }
-        long long rank = integer(n, "node_rank"), slots = integer(n, "slots");
-        bool connected = json_is_true(json_object_get(n, "connected"));
-        bool left = json_is_true(json_object_get(n, "left"));
+        long long rank = n->node_rank, slots = n->slots;
         dl__http_buf_puts(b, "<tr class=\"node\"><td>");
-        dl__http_buf_html(b, str(n, "node_id"));
+        dl__http_buf_html(b, n->node_id);
         dl__http_buf_puts(b, "</td><td>");
-        dl__http_buf_html(b, str(n, "host"));
+        dl__http_buf_html(b, n->host);
         if (rank >= 0) {
-            long long first = first_rank(nodes, rank);
+            long long first = first_rank(job, rank);
             dl__http_buf_printf(b, "</td><td class=\"n\">%lld</td><td class=\"n\">%lld", rank,
                                 first);
             if (slots > 1)
@@ -219,143 +222,133 @@ static void nodes_table(dl__http_buf_t *b, const json_t *job, double unix_now)
                                 slots);
         }
         dl__http_buf_puts(b, "</td><td class=\"n\">");
-        duration(b, unix_now - json_number_value(json_object_get(n, "last_heartbeat")));
+        duration(b, unix_now - n->last_heartbeat);
         dl__http_buf_printf(b, " ago</td><td class=\"%s\">%s</td></tr>",
-                            left        ? "muted"
-                            : connected ? "up"
-                                        : "down",
-                            left        ? "done"
-                            : connected ? "up"
-                                        : "disconnected");
+                            n->left        ? "muted"
+                            : n->connected ? "up"
+                                           : "down",
+                            n->left        ? "done"
+                            : n->connected ? "up"
+                                           : "disconnected");
     }
     dl__http_buf_puts(b, "</table>");
 }
 
-static void failure(dl__http_buf_t *b, const json_t *job, double unix_now)
+static void failure(dl__http_buf_t *b, const job_t *job, double unix_now)
 {
-    const json_t *f = json_object_get(job, "last_failure");
+    const dl_proto_status_failure_t *f = job->last_failure;
     if (f == NULL) {
-        if (*str(job, "failure") != '\0') {
+        if (*str(job->failure) != '\0') {
             dl__http_buf_puts(b, "<div class=\"failure\"><h3>First failure</h3><p>");
-            dl__http_buf_html(b, str(job, "failure"));
+            dl__http_buf_html(b, job->failure);
             dl__http_buf_puts(b, "</p></div>");
         }
         return;
     }
     dl__http_buf_puts(b, "<div class=\"failure\"><h3>Last failure</h3><p>");
-    clock_time(b, json_number_value(json_object_get(f, "time")));
+    clock_time(b, f->time);
     dl__http_buf_puts(b, " (");
-    duration(b, unix_now - json_number_value(json_object_get(f, "time")));
-    dl__http_buf_printf(b, " ago), round %lld: <b>rank %lld</b>", integer(f, "round"),
-                        integer(f, "rank"));
-    if (json_object_get(f, "local_rank") != NULL)
-        dl__http_buf_printf(b, " (local rank %lld)", integer(f, "local_rank"));
+    duration(b, unix_now - f->time);
+    dl__http_buf_printf(b, " ago), round %lld: <b>rank %lld</b>", f->round, f->rank);
+    if (f->has_local_rank)
+        dl__http_buf_printf(b, " (local rank %lld)", f->local_rank);
     dl__http_buf_puts(b, " on the node at ");
-    dl__http_buf_html(b, str(f, "peer"));
-    if (json_object_get(f, "signal") != NULL)
-        dl__http_buf_printf(b, ", killed by signal %lld", integer(f, "signal"));
+    dl__http_buf_html(b, f->peer);
+    if (f->has_signal)
+        dl__http_buf_printf(b, ", killed by signal %lld", f->signal);
     else
-        dl__http_buf_printf(b, ", exit code %lld", integer(f, "exit_code"));
-    if (*str(f, "reason") != '\0') {
+        dl__http_buf_printf(b, ", exit code %lld", f->exit_code);
+    if (*str(f->reason) != '\0') {
         dl__http_buf_puts(b, ": ");
-        dl__http_buf_html(b, str(f, "reason"));
+        dl__http_buf_html(b, f->reason);
     }
     dl__http_buf_puts(b, "</p>");
-    if (*str(f, "log_tail") != '\0') {
+    if (*str(f->log_tail) != '\0') {
         dl__http_buf_puts(b, "<pre class=\"tail\">");
-        dl__http_buf_html(b, str(f, "log_tail"));
+        dl__http_buf_html(b, f->log_tail);
         dl__http_buf_puts(b, "</pre>");
     }
     dl__http_buf_puts(b, "</div>");
 }
 
-static void history(dl__http_buf_t *b, const json_t *job)
+static void history(dl__http_buf_t *b, const job_t *job)
 {
-    const json_t *h = json_object_get(job, "history"), *log = json_object_get(job, "log");
-    size_t i;
-    json_t *e;
-
-    if (json_array_size(h) > 0) {
+    if (job->nhistory > 0) {
         dl__http_buf_printf(b,
                             "<details><summary>Restarts (%zu shown)</summary><table><tr>"
                             "<th>time</th><th>round</th><th>reason</th><th>what</th></tr>",
-                            json_array_size(h));
-        json_array_foreach (h, i, e) {
+                            job->nhistory);
+        for (size_t i = 0; i < job->nhistory; i++) {
+            const dl_proto_status_restart_t *e = &job->history[i];
             dl__http_buf_puts(b, "<tr><td>");
-            clock_time(b, json_number_value(json_object_get(e, "time")));
-            dl__http_buf_printf(b, "</td><td class=\"n\">%lld</td><td>", integer(e, "round"));
-            dl__http_buf_html(b, str(e, "cause"));
+            clock_time(b, e->time);
+            dl__http_buf_printf(b, "</td><td class=\"n\">%lld</td><td>", e->round);
+            dl__http_buf_html(b, e->cause);
             dl__http_buf_puts(b, "</td><td>");
-            dl__http_buf_html(b, str(e, "reason"));
+            dl__http_buf_html(b, e->reason);
             dl__http_buf_puts(b, "</td></tr>");
         }
         dl__http_buf_puts(b, "</table></details>");
     }
-    if (json_array_size(log) > 0) {
+    if (job->nlog > 0) {
         dl__http_buf_puts(b, "<details><summary>Rendezvous log</summary><pre>");
-        json_array_foreach (log, i, e) {
-            clock_time(b, json_number_value(json_object_get(e, "time")));
+        for (size_t i = 0; i < job->nlog; i++) {
+            clock_time(b, job->log[i].time);
             dl__http_buf_puts(b, " ");
-            dl__http_buf_html(b, str(e, "level"));
+            dl__http_buf_html(b, job->log[i].level);
             dl__http_buf_puts(b, ": ");
-            dl__http_buf_html(b, str(e, "text"));
+            dl__http_buf_html(b, job->log[i].text);
             dl__http_buf_puts(b, "\n");
         }
         dl__http_buf_puts(b, "</pre></details>");
     }
 }
 
-static const json_t *last_point(const json_t *job)
+static const point_t *last_point(const job_t *job)
 {
-    const json_t *ring = json_object_get(job, "progress");
-    return json_array_get(ring, json_array_size(ring) - 1);
+    return job->nprogress > 0 ? &job->progress[job->nprogress - 1] : NULL;
 }
 
-static void progress(dl__http_buf_t *b, const json_t *job)
+static void progress(dl__http_buf_t *b, const job_t *job)
 {
-    const json_t *points = json_object_get(job, "progress"), *last = last_point(job);
+    const point_t *last = last_point(job);
     if (last == NULL)
         return;
-    dl__http_buf_printf(b, "<p class=\"progress\">Training: step <b>%lld</b>",
-                        integer(last, "step"));
-    if (json_is_number(json_object_get(last, "loss"))) {
+    dl__http_buf_printf(b, "<p class=\"progress\">Training: step <b>%lld</b>", last->step);
+    if (last->has_loss) {
         dl__http_buf_puts(b, ", loss <b>");
-        shortnum(b, json_number_value(json_object_get(last, "loss")));
+        shortnum(b, last->loss);
         dl__http_buf_puts(b, "</b>");
     }
-    if (json_is_number(json_object_get(last, "samples_per_s"))) {
+    if (last->has_samples_per_s) {
         dl__http_buf_puts(b, ", <b>");
-        shortnum(b, json_number_value(json_object_get(last, "samples_per_s")));
+        shortnum(b, last->samples_per_s);
         dl__http_buf_puts(b, "</b> samples/s");
     }
     dl__http_buf_puts(b, "</p><div class=\"charts\">");
-    chart(b, points, "step", "loss", "loss by step", "loss");
-    chart(b, points, "time", "samples_per_s", "samples/s", "rate");
-    chart(b, points, "time", "step", "step", "steps");
+    chart(b, job, STEP, LOSS, "loss by step", "loss");
+    chart(b, job, TIME, RATE, "samples/s", "rate");
+    chart(b, job, TIME, STEP, "step", "steps");
     dl__http_buf_puts(b, "</div>");
 }
 
-static void job_section(dl__http_buf_t *b, const json_t *job, double unix_now)
+static void job_section(dl__http_buf_t *b, const job_t *job, double unix_now)
 {
-    const char *id = str(job, "run_id"), *state = str(job, "state");
-
     dl__http_buf_puts(b, "<section class=\"job\" id=\"job-");
-    dl__http_buf_html(b, id);
+    dl__http_buf_html(b, job->run_id);
     dl__http_buf_puts(b, "\"><h2>");
-    dl__http_buf_html(b, id);
+    dl__http_buf_html(b, job->run_id);
     dl__http_buf_puts(b, " <span class=\"state ");
-    dl__http_buf_html(b, state);
+    dl__http_buf_html(b, job->state);
     dl__http_buf_puts(b, "\">");
-    dl__http_buf_html(b, state);
-    dl__http_buf_printf(
-        b,
-        "</span></h2><p>round %lld &#183; restarts %lld of %lld &#183; %zu "
-        "nodes (%lld:%lld) &#183; world size %lld &#183; store: %lld keys, "
-        "%lld bytes, %lld waits, %lld torch clients</p>",
-        integer(job, "round"), integer(job, "restarts"), integer(job, "max_restarts"),
-        json_array_size(json_object_get(job, "nodes")), integer(job, "min_nodes"),
-        integer(job, "max_nodes"), integer(job, "world_size"), integer(job, "keys"),
-        integer(job, "store_bytes"), integer(job, "store_waits"), integer(job, "store_clients"));
+    dl__http_buf_html(b, job->state);
+    dl__http_buf_printf(b,
+                        "</span></h2><p>round %lld &#183; restarts %lld of %lld &#183; %zu "
+                        "nodes (%lld:%lld) &#183; world size %lld &#183; store: %lld keys, "
+                        "%lld bytes, %lld waits, %lld torch clients</p>",
+                        job->round, job->restarts, job->max_restarts, job->nnodes, job->min_nodes,
+                        job->max_nodes, job->world_size, job->keys, job->store_bytes,
+                        job->store_waits, job->store_clients);
     progress(b, job);
     nodes_table(b, job, unix_now);
     failure(b, job, unix_now);
@@ -363,37 +356,34 @@ static void job_section(dl__http_buf_t *b, const json_t *job, double unix_now)
     dl__http_buf_puts(b, "</section>");
 }
 
-static void summary(dl__http_buf_t *b, const json_t *jobs)
+static void summary(dl__http_buf_t *b, const dl_proto_status_snapshot_t *s)
 {
-    size_t i;
-    json_t *j;
-
     dl__http_buf_puts(b, "<table class=\"jobs\"><tr><th>job</th><th>state</th><th>round</th>"
                          "<th>restarts</th><th>nodes</th><th>world</th><th>step</th>"
                          "<th>loss</th><th>samples/s</th></tr>");
-    json_array_foreach (jobs, i, j) {
-        const json_t *last = last_point(j);
+    for (size_t i = 0; i < s->njobs; i++) {
+        const job_t *j = &s->jobs[i];
+        const point_t *last = last_point(j);
         dl__http_buf_puts(b, "<tr><td><a href=\"#job-");
-        dl__http_buf_html(b, str(j, "run_id"));
+        dl__http_buf_html(b, j->run_id);
         dl__http_buf_puts(b, "\">");
-        dl__http_buf_html(b, str(j, "run_id"));
+        dl__http_buf_html(b, j->run_id);
         dl__http_buf_puts(b, "</a></td><td><span class=\"state ");
-        dl__http_buf_html(b, str(j, "state"));
+        dl__http_buf_html(b, j->state);
         dl__http_buf_puts(b, "\">");
-        dl__http_buf_html(b, str(j, "state"));
+        dl__http_buf_html(b, j->state);
         dl__http_buf_printf(b,
                             "</span></td><td class=\"n\">%lld</td><td class=\"n\">%lld/%lld</td>"
                             "<td class=\"n\">%zu</td><td class=\"n\">%lld</td><td class=\"n\">",
-                            integer(j, "round"), integer(j, "restarts"), integer(j, "max_restarts"),
-                            json_array_size(json_object_get(j, "nodes")), integer(j, "world_size"));
+                            j->round, j->restarts, j->max_restarts, j->nnodes, j->world_size);
         if (last != NULL)
-            dl__http_buf_printf(b, "%lld", integer(last, "step"));
+            dl__http_buf_printf(b, "%lld", last->step);
         dl__http_buf_puts(b, "</td><td class=\"n\">");
-        if (json_is_number(json_object_get(last, "loss")))
-            shortnum(b, json_number_value(json_object_get(last, "loss")));
+        if (last != NULL && last->has_loss)
+            shortnum(b, last->loss);
         dl__http_buf_puts(b, "</td><td class=\"n\">");
-        if (json_is_number(json_object_get(last, "samples_per_s")))
-            shortnum(b, json_number_value(json_object_get(last, "samples_per_s")));
+        if (last != NULL && last->has_samples_per_s)
+            shortnum(b, last->samples_per_s);
         dl__http_buf_puts(b, "</td></tr>");
     }
     dl__http_buf_puts(b, "</table>");
@@ -402,10 +392,11 @@ static void summary(dl__http_buf_t *b, const json_t *jobs)
 void dl__http_page(dl__http_buf_t *b, const json_t *snap, const char *title, double unix_now,
                    int refresh)
 {
-    const json_t *jobs = json_object_get(snap, "jobs");
-    const json_t *srv = json_object_get(snap, "server");
-    size_t i;
-    json_t *j;
+    dl_proto_status_snapshot_t s = {0};
+    char err[512];
+    int bad = snap != NULL ? dl_proto_rec_decode(&dl_proto_status_snapshot_type, snap, &s,
+                                                 "snapshot", err, sizeof(err))
+                           : 0;
 
     dl__http_buf_printf(b,
                         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -414,32 +405,36 @@ void dl__http_page(dl__http_buf_t *b, const json_t *snap, const char *title, dou
                         refresh);
     dl__http_buf_html(b, title);
     dl__http_buf_printf(b, " &#8212; %zu jobs</title><style>%s</style></head><body><header><h1>",
-                        json_array_size(jobs), style);
+                        s.njobs, style);
     dl__http_buf_html(b, title);
     dl__http_buf_puts(b, "</h1><span>dlaunch ");
-    dl__http_buf_html(b, json_string_value(json_object_get(snap, "version")));
-    if (srv != NULL) {
+    dl__http_buf_html(b, s.version);
+    if (s.server != NULL) {
         dl__http_buf_puts(b, " &#183; up ");
-        duration(b, unix_now - json_number_value(json_object_get(srv, "started")));
-        dl__http_buf_printf(b, " &#183; %lld connections",
-                            (long long)json_integer_value(json_object_get(srv, "connections")));
+        duration(b, unix_now - s.server->started);
+        dl__http_buf_printf(b, " &#183; %lld connections", s.server->connections);
     }
     dl__http_buf_puts(b, " &#183; as of ");
     clock_time(b, unix_now);
     dl__http_buf_puts(b, "</span></header><main>");
-    if (snap == NULL)
+    if (snap == NULL) {
         dl__http_buf_puts(b, "<p>The rendezvous has not answered yet.</p>");
-    else if (json_array_size(jobs) == 0)
+    } else if (bad < 0) {
+        dl__http_buf_puts(b, "<p class=\"failure\">");
+        dl__http_buf_html(b, err);
+        dl__http_buf_puts(b, "</p>");
+    } else if (s.njobs == 0) {
         dl__http_buf_puts(b, "<p class=\"muted\">No jobs.</p>");
-    else
-        summary(b, jobs);
-    json_array_foreach (jobs, i, j) {
-        job_section(b, j, unix_now);
+    } else {
+        summary(b, &s);
     }
+    for (size_t i = 0; i < s.njobs; i++)
+        job_section(b, &s.jobs[i], unix_now);
     dl__http_buf_printf(b,
                         "</main><footer>Reloads every %d s &#183; <a href=\"/api/jobs\">JSON</a> "
                         "&#183; <a href=\"/metrics\">metrics</a></footer></body></html>\n",
                         refresh);
+    dl_proto_rec_free(&dl_proto_status_snapshot_type, &s);
 }
 
 void dl__http_refresh_ages(json_t *snap, double unix_now)

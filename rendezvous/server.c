@@ -17,6 +17,7 @@
 #include "rendezvous.h"
 #include "revoked.h"
 #include "stats.h"
+#include "status-reply.h"
 #include "torch-codec.h"
 #include "torch-jobs.h"
 #include "torch-store.h"
@@ -347,35 +348,50 @@ static dl__torch_store_t *torch_of_conn(const dl_rdzv_server_t *s, uint64_t conn
     return s->torch_jobs != NULL ? dl__torch_jobs_of_conn(s->torch_jobs, conn) : NULL;
 }
 
+/* The job's status reply (proto/status-reply.h), filled and written by its one encoder. Its
+ * strings are the core's, borrowed for the call: the record is never freed as a whole. */
 static json_t *status_json(const dl_rdzv_server_t *s, const dl_rdzv_job_status_t *j)
 {
-    json_t *members = json_array();
+    dl_proto_status_node_t *nodes = calloc(j->nmembers + 1, sizeof(*nodes));
+    if (nodes == NULL)
+        return NULL;
     for (size_t i = 0; i < j->nmembers; i++) {
         const dl_rdzv_member_status_t *m = &j->members[i];
-        json_array_append_new(members, json_pack("{s:s, s:s, s:i, s:i, s:f, s:b, s:b}", "node_id",
-                                                 m->agent_id, "host", m->host, "slots", m->slots,
-                                                 "node_rank", m->node_rank, "heartbeat_age",
-                                                 m->heartbeat_age, "connected", m->connected,
-                                                 "left", m->left));
+        nodes[i] = (dl_proto_status_node_t){.node_id = (char *)m->agent_id,
+                                            .host = (char *)m->host,
+                                            .slots = m->slots,
+                                            .node_rank = m->node_rank,
+                                            .heartbeat_age = m->heartbeat_age,
+                                            .connected = m->connected,
+                                            .left = m->left};
     }
-    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:o}", "run_id", j->run_id,
-                          "state", dl_rdzv_job_state_name(j->state), "round", j->round, "restarts",
-                          j->restarts, "max_restarts", j->max_restarts, "min_nodes", j->min_nodes,
-                          "max_nodes", j->max_nodes, "world_size", j->world_size, "keys",
-                          (json_int_t)j->nkeys, "nodes", members);
-    if (o != NULL && j->failure != NULL)
-        json_object_set_new(o, "failure", json_string(j->failure));
-    if (o != NULL) {
-        json_object_set_new(o, "store_bytes", json_integer((json_int_t)j->store_bytes));
-        json_object_set_new(o, "store_waits", json_integer((json_int_t)j->store_waits));
-    }
+    dl_proto_status_job_t st = {.run_id = (char *)j->run_id,
+                                .state = (char *)dl_rdzv_job_state_name(j->state),
+                                .round = j->round,
+                                .restarts = j->restarts,
+                                .max_restarts = j->max_restarts,
+                                .min_nodes = j->min_nodes,
+                                .max_nodes = j->max_nodes,
+                                .world_size = j->world_size,
+                                .keys = (long long)j->nkeys,
+                                .has_keys = true,
+                                .nodes = nodes,
+                                .nnodes = j->nmembers,
+                                .failure = (char *)j->failure,
+                                .store_bytes = (long long)j->store_bytes,
+                                .has_store_bytes = true,
+                                .store_waits = (long long)j->store_waits,
+                                .has_store_waits = true};
     /* Torch clients of a job whose store this server also serves in torch's protocol. */
-    const dl__torch_store_t *ts = o != NULL ? torch_of_job(s, j->run_id) : NULL;
+    const dl__torch_store_t *ts = torch_of_job(s, j->run_id);
     if (ts != NULL) {
         size_t now, peak, bytes;
         dl__torch_store_clients(ts, &now, &peak, &bytes);
-        json_object_set_new(o, "store_clients", json_integer((json_int_t)now));
+        st.store_clients = (long long)now;
+        st.has_store_clients = true;
     }
+    json_t *o = dl_proto_rec_encode(&dl_proto_status_job_type, &st);
+    free(nodes);
     return o;
 }
 

@@ -12,9 +12,11 @@
  * Every list is bounded, and so is the number of jobs kept (JOBS_MAX): the memory a client can
  * make the server hold here is small and fixed per job. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "stats.h"
+#include "status-reply.h"
 
 #define HISTORY_MAX 10
 #define PROGRESS_MAX 240 /* four minutes of one point a second */
@@ -245,13 +247,16 @@ json_t *dl__rdzv_stats_recovery_get(dl__rdzv_stats_t *st, const char *run_id)
     return r != NULL ? json_deep_copy(r) : NULL;
 }
 
-static json_t *counts_json(const uint64_t *v, size_t n, const char *(*name)(int))
+/* The counters v[0..n) by name into out: every one (all), or only those above 0. Names are
+ * static strings, borrowed for the encoder. */
+static size_t counts_of(const uint64_t *v, size_t n, const char *(*name)(int), bool all,
+                        dl_proto_rec_count_t *out)
 {
-    json_t *o = json_object();
-    for (size_t i = 0; o != NULL && i < n; i++)
-        if (v[i] > 0)
-            json_object_set_new(o, name((int)i), json_integer((json_int_t)v[i]));
-    return o;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (all || v[i] > 0)
+            out[k++] = (dl_proto_rec_count_t){(char *)name((int)i), (long long)v[i]};
+    return k;
 }
 
 static const char *errcode_name(int i)
@@ -269,35 +274,63 @@ static const char *cause_name(int i)
     return dl_rdzv_cause_name((dl_rdzv_cause_t)i);
 }
 
-/* {"bounds": [...], "counts": [cumulative, one per bound, then +Inf], "sum", "count"} */
-static json_t *hist_json(const dl__rdzv_hist_t *h)
+/* A histogram as the snapshot has it: counts cumulative, one per bound, then +Inf. */
+static void hist_of(const dl__rdzv_hist_t *h, long long counts[DL__RDZV_HIST_BUCKETS + 1],
+                    dl_proto_status_hist_t *out)
 {
-    json_t *bounds = json_array(), *counts = json_array();
     uint64_t cum = 0;
-    for (size_t i = 0; i <= DL__RDZV_HIST_BUCKETS; i++) {
-        cum += h->count[i];
-        if (i < DL__RDZV_HIST_BUCKETS)
-            json_array_append_new(bounds, json_real(dl__rdzv_hist_bounds[i]));
-        json_array_append_new(counts, json_integer((json_int_t)cum));
-    }
-    return json_pack("{s:o, s:o, s:f, s:I}", "bounds", bounds, "counts", counts, "sum", h->sum,
-                     "count", (json_int_t)h->n);
+    for (size_t i = 0; i <= DL__RDZV_HIST_BUCKETS; i++)
+        counts[i] = (long long)(cum += h->count[i]);
+    *out = (dl_proto_status_hist_t){.bounds = (double *)dl__rdzv_hist_bounds,
+                                    .nbounds = DL__RDZV_HIST_BUCKETS,
+                                    .counts = counts,
+                                    .ncounts = DL__RDZV_HIST_BUCKETS + 1,
+                                    .sum = h->sum,
+                                    .count = (long long)h->n};
 }
 
+/* The server's figures, filled into the status reply's struct and written by its encoder; every
+ * array here is borrowed for the call. */
 static json_t *server_json(dl__rdzv_stats_t *st, size_t connections, size_t peak)
 {
-    json_t *restarts = json_object();
-    for (int c = 0; restarts != NULL && c < DL_RDZV_CAUSE_COUNT; c++)
-        json_object_set_new(restarts, cause_name(c), json_integer((json_int_t)st->restarts[c]));
-    return json_pack(
-        "{s:f, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:I, s:o, s:{s:o, s:o}}", "started",
-        st->started, "connections", (json_int_t)connections, "peak_connections", (json_int_t)peak,
-        "accepted", (json_int_t)st->accepted, "auth_failures", (json_int_t)st->auth_failures,
-        "auth_timeouts", (json_int_t)st->auth_timeouts, "rejected",
-        counts_json(st->rejected, DL_PROTO_E_COUNT, errcode_name), "messages",
-        counts_json(st->messages, DL_PROTO_TYPE_COUNT, type_name), "restarts", restarts, "rounds",
-        (json_int_t)st->rounds, "ended", json_deep_copy(st->ended), "histograms", "round_seconds",
-        hist_json(&st->round_seconds), "step_seconds", hist_json(&st->step_seconds));
+    dl_proto_rec_count_t rejected[DL_PROTO_E_COUNT], messages[DL_PROTO_TYPE_COUNT],
+        restarts[DL_RDZV_CAUSE_COUNT];
+    dl_proto_rec_count_t *ended = calloc(json_object_size(st->ended) + 1, sizeof(*ended));
+    long long round_counts[DL__RDZV_HIST_BUCKETS + 1], step_counts[DL__RDZV_HIST_BUCKETS + 1];
+    dl_proto_status_hist_t round_h, step_h;
+    dl_proto_status_hists_t hists = {&round_h, &step_h};
+    size_t nended = 0;
+    const char *key;
+    json_t *v;
+
+    if (ended == NULL)
+        return NULL;
+    json_object_foreach (st->ended, key, v) {
+        ended[nended++] = (dl_proto_rec_count_t){(char *)key, (long long)json_integer_value(v)};
+    }
+    hist_of(&st->round_seconds, round_counts, &round_h);
+    hist_of(&st->step_seconds, step_counts, &step_h);
+    dl_proto_status_server_t srv = {
+        .started = st->started,
+        .connections = (long long)connections,
+        .peak_connections = (long long)peak,
+        .accepted = (long long)st->accepted,
+        .auth_failures = (long long)st->auth_failures,
+        .auth_timeouts = (long long)st->auth_timeouts,
+        .rounds = (long long)st->rounds,
+        .rejected = rejected,
+        .nrejected = counts_of(st->rejected, DL_PROTO_E_COUNT, errcode_name, false, rejected),
+        .messages = messages,
+        .nmessages = counts_of(st->messages, DL_PROTO_TYPE_COUNT, type_name, false, messages),
+        .restarts = restarts,
+        .nrestarts = counts_of(st->restarts, DL_RDZV_CAUSE_COUNT, cause_name, true, restarts),
+        .ended = ended,
+        .nended = nended,
+        .histograms = &hists,
+    };
+    json_t *o = dl_proto_rec_encode(&dl_proto_status_server_type, &srv);
+    free(ended);
+    return o;
 }
 
 /* Adds to the job's status object what is kept of it here, as deep copies. */

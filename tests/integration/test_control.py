@@ -4,7 +4,10 @@ times out (exit 1, after the documented default), and what a one-node job's stor
 control commands."""
 import json
 import os
+import socket
+import struct
 import subprocess
+import threading
 import time
 
 import dltest
@@ -27,6 +30,45 @@ kv del a || exit 21
 kv del a; [ $? = 1 ] || exit 22
 echo kv-ok
 '''
+
+# `dlaunch status --json` of one job, keys in the order docs/control.md shows them (the server
+# writes them through the status reply's one table, proto/status-reply.c).
+JOB_KEYS = ["run_id", "state", "round", "restarts", "max_restarts", "min_nodes", "max_nodes",
+            "world_size", "keys", "nodes", "store_bytes", "store_waits"]
+NODE_KEYS = ["node_id", "host", "slots", "node_rank", "heartbeat_age", "connected", "left"]
+
+
+def frame(obj):
+    body = json.dumps(obj).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def read_frame(sock):
+    def exactly(n):
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return data
+    (n,) = struct.unpack(">I", exactly(4))
+    return json.loads(exactly(n))
+
+
+def serve_one_status(listener, result):
+    """A server without a token that answers one control connection's status with result."""
+    conn, _ = listener.accept()
+    with conn:
+        conn.settimeout(30)
+        hello = read_frame(conn)
+        conn.sendall(frame({"v": 1, "type": "auth_ok", "id": hello["id"]}))
+        status = read_frame(conn)
+        conn.sendall(frame({"v": 1, "type": "reply", "id": status["id"], "result": result}))
+        try:
+            read_frame(conn)
+        except (EOFError, OSError):
+            pass
 
 
 class Control(dltest.Case):
@@ -155,6 +197,13 @@ class Control(dltest.Case):
             p = self.dlaunch("status", "--json", "--endpoint", endpoint, "solo", check_code=0)
             st = json.loads(p.stdout)
             self.assertEqual((st["state"], st["world_size"], len(st["nodes"])), ("running", 1, 1))
+            self.assertEqual([k for k in st if k in JOB_KEYS], JOB_KEYS)
+            self.assertEqual(list(st["nodes"][0]), NODE_KEYS)
+            p = self.dlaunch("status", "--endpoint", endpoint, "solo", check_code=0)
+            self.assertTrue(p.stdout.startswith(
+                "solo: running, round 0, restarts 0 of 0, nodes 1..1, world size 1\n"
+                "  store: "), p.stdout)
+            self.assertRegex(p.stdout, r"\n  node 0  \S+ +\S+ +slots 1  heartbeat \d+\.\ds ago\n")
             p = self.dlaunch("stop", "--endpoint", endpoint, "solo", check_code=0)
             self.assertEqual(p.stdout, "solo: stopping\n")
             job.communicate(timeout=30)
@@ -164,6 +213,26 @@ class Control(dltest.Case):
                 job.communicate()
         self.assertEqual(job.returncode, 0)
         self.assertEqual(self.events()[-1]["status"], "stopped")
+
+    def test_a_malformed_status_reply_is_one_line_naming_the_field(self):
+        # A server whose reply passes the protocol's checks (state, round) but whose node has
+        # slots as a string: no figures made up from it, the field named, exit 1.
+        listener = socket.create_server(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        result = {"run_id": "bad", "state": "running", "round": 0, "restarts": 0,
+                  "max_restarts": 0, "min_nodes": 1, "max_nodes": 1, "world_size": 1, "keys": 0,
+                  "nodes": [{"node_id": "n0", "host": "h", "slots": "two", "node_rank": 0,
+                             "heartbeat_age": 0.1, "connected": True, "left": False}]}
+        server = threading.Thread(target=serve_one_status, args=(listener, result), daemon=True)
+        server.start()
+        try:
+            p = self.dlaunch("status", "--endpoint", f"127.0.0.1:{port}", "bad", check_code=1)
+        finally:
+            server.join(30)
+            listener.close()
+        self.assertEqual(p.stdout, "")
+        self.assertEqual(p.stderr, "dlaunch: status reply: field 'nodes[0].slots' must be an "
+                                   "integer, got a string\n")
 
     def worker_key(self, token):
         p = self.dlaunch("token", "--worker", "--token-file", token, "one", check_code=0)

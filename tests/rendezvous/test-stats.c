@@ -6,6 +6,7 @@
 
 #include "dl-test.h"
 #include "stats.h"
+#include "status-reply.h"
 
 static json_t *ev(const char *name, const char *fields)
 {
@@ -49,9 +50,15 @@ static json_t *snapshot_of(dl__rdzv_stats_t *st, const char *run_id)
                                .store_bytes = 42,
                                .store_waits = 1};
     dl_rdzv_status_t status = {.jobs = &js, .njobs = 1};
-    json_t *jobs =
-        json_pack("[{s:s, s:[{s:s, s:f}, {s:s, s:f}]}]", "run_id", run_id, "nodes", "node_id", "n0",
-                  "heartbeat_age", 0.5, "node_id", "n1", "heartbeat_age", 2.0);
+    /* The job's status as the server writes it (server.c), which the snapshot adds to. */
+    json_t *jobs = json_pack(
+        "[{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:[{s:s, s:s, s:i, s:i, s:f, s:b, s:b}, "
+        "{s:s, s:s, s:i, s:i, s:f, s:b, s:b}], s:i, s:i}]",
+        "run_id", run_id, "state", "running", "round", 1, "restarts", 1, "max_restarts", 3,
+        "min_nodes", 2, "max_nodes", 2, "world_size", 2, "keys", 0, "nodes", "node_id", "n0",
+        "host", "h", "slots", 1, "node_rank", 0, "heartbeat_age", 0.5, "connected", 1, "left", 0,
+        "node_id", "n1", "host", "h", "slots", 1, "node_rank", 1, "heartbeat_age", 2.0, "connected",
+        1, "left", 0, "store_bytes", 42, "store_waits", 1);
     return dl__rdzv_stats_snapshot(st, &status, jobs, 5000.0, 3, 7);
 }
 
@@ -107,6 +114,21 @@ DL_TEST(rounds_restarts_and_endings_are_counted)
     json_t *rs = json_object_get(json_object_get(srv, "histograms"), "round_seconds");
     ck_assert_int_eq(json_integer_value(json_object_get(rs, "count")), 2);
     ck_assert_int_eq(json_array_size(json_object_get(rs, "counts")), DL__RDZV_HIST_BUCKETS + 1);
+    /* The snapshot is what the status reply's table says (proto/status-reply.h): read by its
+     * one decoder and written again, the same text, key for key in the same order. */
+    dl_proto_status_snapshot_t typed;
+    char err[256];
+    int r = dl_proto_rec_decode(&dl_proto_status_snapshot_type, snap, &typed, "snapshot", err,
+                                sizeof(err));
+    ck_assert_msg(r == 0, "%s", err);
+    json_t *again = dl_proto_rec_encode(&dl_proto_status_snapshot_type, &typed);
+    char *was = json_dumps(snap, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *now = json_dumps(again, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    ck_assert_str_eq(now, was);
+    free(was);
+    free(now);
+    json_decref(again);
+    dl_proto_rec_free(&dl_proto_status_snapshot_type, &typed);
     /* Nothing is shared: the server's state can change under a snapshot held elsewhere. */
     ck_assert_int_eq(json_object_get(snap, "server")->refcount, 1);
     ck_assert_int_eq(json_object_get(job, "history")->refcount, 1);

@@ -126,4 +126,97 @@ json_t *dl_rdzv_enc_kv(json_int_t id, const dl_rdzv_kv_req_t *req);
 /* Reads a store reply's result (a reply that is not an error). */
 void dl_rdzv_dec_kv(const json_t *reply, dl_rdzv_kv_result_t *ret);
 
+/* ---- The server's half (codec-server.c, in the server's library: it needs the core's names) -- */
+
+/* Requests, read into typed structs. Each message has passed dl_proto_validate, so a field is of
+ * its table's type or absent; strings are borrowed from msg. */
+
+typedef struct {
+    const char *role; /* its name, for dl_proto_role_parse */
+    const char *run_id;
+    long long proto;   /* the protocol version it speaks; 0: none said */
+    const char *nonce; /* the client's, asking the server to prove the key back; or NULL */
+} dl_rdzv_hello_msg_t;
+void dl_rdzv_dec_hello(const json_t *msg, dl_rdzv_hello_msg_t *ret);
+
+/* join into the core's JOIN event (ev->join; kind and ids are the caller's). The job's parameters
+ * go over what opts holds where the message has them, and ev->join.opts is opts when it carries
+ * them (min_nodes), else NULL. *ret_torch: it asks for the job's store in torch's protocol. */
+void dl_rdzv_dec_join(const json_t *msg, dl_rdzv_job_opts_t *opts, dl_rdzv_event_t *ev,
+                      bool *ret_torch);
+
+/* heartbeat, the fields dl_rdzv_enc_heartbeat writes (has_progress: it had a step; loss and
+ * samples_per_s NaN when absent; diag and recovery borrowed, NULL when absent). */
+void dl_rdzv_dec_heartbeat(const json_t *msg, dl_rdzv_beat_msg_t *ret);
+/* A heartbeat's "progress" object alone into ret's progress fields (for an owner that hears it
+ * elsewhere, rendezvous.h's dl_rdzv_server_progress). */
+void dl_rdzv_dec_progress(const json_t *progress, dl_rdzv_beat_msg_t *ret);
+
+/* worker_failed, the fields dl_rdzv_enc_worker_failed writes; what is absent is -1 (local_rank,
+ * exit_code, step), 0 (signal), NaN (time) or NULL (reason, log_tail, diag). */
+void dl_rdzv_dec_worker_failed(const json_t *msg, dl_rdzv_failure_msg_t *ret);
+
+/* The store's requests (kv_set, _get, _add, _cas, _del, _wait) into the core's event: its kind,
+ * store or wait (keys: room for DL_PROTO_WAIT_KEYS_MAX, what ev->wait.keys points to). */
+void dl_rdzv_dec_kv_req(const json_t *msg, dl_proto_type_t type, dl_rdzv_event_t *ev,
+                        dl_rdzv_buf_t *keys);
+
+/* The control requests dl_rdzv_enc_control writes (status: all, ranks; stop, restart: reason),
+ * events_follow (since) and revoke (before), node_done (round) and leave (reason). */
+typedef struct {
+    bool all, ranks;
+    const char *reason; /* or NULL */
+    long long since;    /* events_follow: 0 from the start */
+    long long before;   /* revoke */
+    int round;          /* node_done */
+} dl_rdzv_control_msg_t;
+void dl_rdzv_dec_control(const json_t *msg, dl_rdzv_control_msg_t *ret);
+
+/* auth: the proof, and the key span it claims (dl_proto_auth_claimed_life). */
+typedef struct {
+    const char *proof;
+    dl_proto_key_life_t claimed;
+} dl_rdzv_auth_msg_t;
+void dl_rdzv_dec_auth(const json_t *msg, dl_rdzv_auth_msg_t *ret);
+
+/* Replies and notifications; each returns a new message, NULL when out of memory. */
+
+json_t *dl_rdzv_enc_challenge(json_int_t id, const char *nonce);
+/* auth_ok: the heartbeat period (seconds) and the server's proof, when hello asked for one. */
+json_t *dl_rdzv_enc_auth_ok(json_int_t id, double heartbeat, const char *proof);
+/* A heartbeat's reply: its round and the job-wide diagnostics view (stolen; NULL: none). */
+json_t *dl_rdzv_enc_beat_reply(json_int_t id, int round, json_t *view);
+json_t *dl_rdzv_enc_revoke_reply(json_int_t id, long long before);
+/* One journaled event (borrowed) to a follower, its sequence number beside it. */
+json_t *dl_rdzv_enc_event(json_int_t seq, const json_t *event);
+
+/* The wire error code of a core's -errno. */
+dl_proto_errcode_t dl_rdzv_errcode_of(int code);
+/* A failed job's exit code (docs/exit-codes.md): 5 when the same failure ended it, else 1. */
+int dl_rdzv_failed_exit_code(const dl_rdzv_msg_t *m);
+
+/* Where the server is, for what it tells agents of it: the store's address when the core was
+ * given none, and the job's torch store (docs/store.md): torch_embedded, the embedded server's,
+ * at MASTER already; else torch_addr:torch_port, a job's own among many, or torch_addr NULL. */
+typedef struct {
+    const char *store_host;
+    int store_port;
+    bool torch_embedded;
+    const char *torch_addr;
+    int torch_port;
+} dl_rdzv_server_where_t;
+
+/* A core message (rdzv-core.h) as the frame for its connection, id the request it answers (-1:
+ * none); NULL when nothing is sent (JOINED, an OK nobody asked for) or out of memory. STATUS is
+ * the caller's (proto/status-reply.h): NULL here. */
+json_t *dl_rdzv_enc_core_msg(json_int_t id, const dl_rdzv_msg_t *m,
+                             const dl_rdzv_server_where_t *where);
+
+/* The job's story as `dlaunch events` tells it (docs/events.md): {"event": name, "time", ...}.
+ * A core message's event (ASSIGNMENT: "rendezvous", with MASTER as the workers have it;
+ * ROUND_CHANGED; FAILED, STOP, SUCCEEDED: "job_end"), NULL for other kinds; and a log line's. */
+json_t *dl_rdzv_enc_journal_msg(const dl_rdzv_msg_t *m, double time, const char *master_addr,
+                                int master_port);
+json_t *dl_rdzv_enc_journal_log(double time, dl_rdzv_log_level_t level, const char *text);
+
 #endif

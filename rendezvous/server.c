@@ -300,38 +300,6 @@ static void on_core_timer(uv_timer_t *t)
     run_core(s, &ev);
 }
 
-static dl_proto_errcode_t errcode_of(int code)
-{
-    switch (-code) {
-    case ENOENT: return DL_PROTO_E_NOT_FOUND;
-    case ETIMEDOUT: return DL_PROTO_E_TIMEOUT;
-    case ESTALE: return DL_PROTO_E_STALE_ROUND;
-    case EEXIST:
-    case EADDRINUSE:
-    case EBUSY: return DL_PROTO_E_CONFLICT;
-    case EUSERS: return DL_PROTO_E_JOB_FULL;
-    case ESHUTDOWN:
-    case ECANCELED: return DL_PROTO_E_SHUTTING_DOWN;
-    case EINVAL:
-    case ERANGE:
-    case E2BIG:
-    case ENAMETOOLONG: return DL_PROTO_E_BAD_FIELD;
-    case EOVERFLOW:
-    case EBADMSG: return DL_PROTO_E_BAD_VALUE;
-    case ENOSPC:
-    case ENOBUFS:
-    case EMSGSIZE:
-    case EDQUOT: return DL_PROTO_E_LIMIT_EXCEEDED;
-    case EAGAIN: return DL_PROTO_E_UNEXPECTED;
-    default: return DL_PROTO_E_INTERNAL;
-    }
-}
-
-static json_t *buf_string(dl_rdzv_buf_t b)
-{
-    return json_stringn(b.data != NULL ? b.data : "", b.len);
-}
-
 /* The torch store of job run_id: the embedded server's one, or a job's among many. */
 static dl__torch_store_t *torch_of_job(const dl_rdzv_server_t *s, const char *run_id)
 {
@@ -395,10 +363,32 @@ static json_t *status_json(const dl_rdzv_server_t *s, const dl_rdzv_job_status_t
     return o;
 }
 
-/* A failed job's exit code (docs/exit-codes.md): 5 when the same failure ended it. */
-static int failed_code(const dl_rdzv_msg_t *m)
+/* status: one job's, with its ranks' account and in-job recoveries, or every job's. */
+static json_t *status_reply(dl_rdzv_server_t *s, sconn_t *sc, json_int_t id,
+                            const dl_rdzv_status_t *st)
 {
-    return m->failed.same_failures > 0 ? 5 : 1;
+    json_t *o;
+    if (st->njobs == 1) {
+        o = status_json(s, &st->jobs[0]);
+        json_object_update_new(
+            o, dl__jobview_status(s->view, st->jobs[0].run_id, sc->status_ranks, now_s()));
+        json_t *rec = dl__rdzv_stats_recovery_get(&s->stats, st->jobs[0].run_id);
+        if (rec != NULL)
+            json_object_set_new(o, "recovery", rec);
+    } else {
+        json_t *jobs = json_array();
+        for (size_t i = 0; i < st->njobs; i++) {
+            json_t *j = status_json(s, &st->jobs[i]);
+            json_object_update_new(j,
+                                   dl__jobview_status(s->view, st->jobs[i].run_id, false, now_s()));
+            json_t *rec = dl__rdzv_stats_recovery_get(&s->stats, st->jobs[i].run_id);
+            if (rec != NULL)
+                json_object_set_new(j, "recovery", rec);
+            json_array_append_new(jobs, j);
+        }
+        o = json_pack("{s:s, s:i, s:o}", "state", "serving", "round", 0, "jobs", jobs);
+    }
+    return dl_proto_reply_new(id, o);
 }
 
 /* An assignment names MASTER_ADDR:MASTER_PORT as a torch store when this server serves the
@@ -420,20 +410,8 @@ static bool job_torch_master(const dl_rdzv_server_t *s, const sconn_t *sc, const
     return true;
 }
 
-static void torch_master(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t *m, json_t *o)
-{
-    char ip[INET6_ADDRSTRLEN];
-    int port;
-    if (s->torch != NULL) {
-        json_object_set_new(o, "torch_store", json_true());
-        return;
-    }
-    if (!job_torch_master(s, sc, m->run_id, ip, &port))
-        return;
-    json_object_set_new(o, "master_addr", json_string(ip));
-    json_object_set_new(o, "master_port", json_integer(port));
-    json_object_set_new(o, "torch_store", json_true());
-}
+static json_t *status_reply(dl_rdzv_server_t *s, sconn_t *sc, json_int_t id,
+                            const dl_rdzv_status_t *st);
 
 /* Turns a core message into a frame for its connection; NULL when nothing is to be sent. */
 static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t *m)
@@ -450,123 +428,15 @@ static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t 
         if (id < 0)
             return NULL;
     }
-    json_t *o = NULL;
-    char store[DL_PROTO_NAME_MAX + 16];
-
-    switch (m->kind) {
-    case DL_RDZV_MSG_OK: return id >= 0 ? dl_proto_reply_new(id, NULL) : NULL;
-    case DL_RDZV_MSG_ERROR:
-        return dl_proto_error_new(id, errcode_of(m->error.code), "%s",
-                                  m->error.message ? m->error.message : strerror(-m->error.code));
-    case DL_RDZV_MSG_JOINED:
-        return NULL; /* the join's answer is the assignment, once the round closes */
-    case DL_RDZV_MSG_ASSIGNMENT:
-        o = dl_proto_msg_new(DL_PROTO_ASSIGNMENT, id);
-        snprintf(store, sizeof(store), "%s:%d",
-                 m->assignment.store_host ? m->assignment.store_host : s->store_host,
-                 m->assignment.store_host ? m->assignment.store_port : s->port);
-        json_object_update_new(
-            o, json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:i, s:i, s:i}", "round",
-                         m->assignment.round, "node_rank", m->assignment.node_rank, "nodes",
-                         m->assignment.nnodes, "world_size", m->assignment.world_size, "first_rank",
-                         m->assignment.first_rank, "local_world_size",
-                         m->assignment.local_world_size, "master_addr", m->assignment.master_addr,
-                         "master_port", m->assignment.master_port, "store_addr", store,
-                         "restart_count", m->assignment.restarts, "failures",
-                         m->assignment.failures, "max_restarts", m->assignment.max_restarts));
-        if (m->assignment.host_node_rank >= 0)
-            json_object_set_new(o, "host_node_rank", json_integer(m->assignment.host_node_rank));
-        if (m->assignment.nsuccessors > 0) {
-            json_t *v = json_array();
-            for (size_t i = 0; i < m->assignment.nsuccessors; i++)
-                json_array_append_new(v, json_string(m->assignment.successors[i]));
-            json_object_set_new(o, "successors", v);
-        }
-        if (m->assignment.culprit != NULL)
-            json_object_set_new(o, "failure", dl_rdzv_enc_culprit(m->assignment.culprit));
-        torch_master(s, sc, m, o);
-        return o;
-    case DL_RDZV_MSG_TIMEOUT:
-        return dl_proto_error_new(id, DL_PROTO_E_TIMEOUT,
-                                  "rendezvous timed out: round %d did not gather enough nodes",
-                                  m->timeout.round);
-    case DL_RDZV_MSG_ROUND_CHANGED:
-        o = dl_proto_msg_new(DL_PROTO_ROUND_CHANGED, -1);
-        json_object_set_new(o, "round", json_integer(m->round_changed.round));
-        json_object_set_new(o, "reason",
-                            json_string(m->round_changed.reason != NULL && *m->round_changed.reason
-                                            ? m->round_changed.reason
-                                            : "new round"));
-        json_object_set_new(o, "cause", json_string(dl_rdzv_cause_name(m->round_changed.cause)));
-        if (m->round_changed.culprit != NULL) {
-            const dl_rdzv_culprit_t *c = m->round_changed.culprit;
-            if (c->rank >= 0)
-                json_object_set_new(o, "failed_rank", json_integer(c->rank));
-            json_object_set_new(o, "failed_node", json_string(c->node));
-            json_object_set_new(o, "failure", dl_rdzv_enc_culprit(c));
-        }
-        return o;
-    case DL_RDZV_MSG_FAILED:
-        o = dl_proto_msg_new(DL_PROTO_SHUTDOWN, -1);
-        json_object_set_new(o, "reason", json_string("failed"));
-        json_object_set_new(o, "exit_code", json_integer(failed_code(m)));
-        json_t *f =
-            m->failed.culprit != NULL ? dl_rdzv_enc_culprit(m->failed.culprit) : json_object();
-        json_object_set_new(f, "description",
-                            json_string(m->failed.failure ? m->failed.failure : "unknown"));
-        json_object_set_new(f, "round", json_integer(m->failed.round));
-        json_object_set_new(f, "restarts", json_integer(m->failed.restarts));
-        json_object_set_new(o, "failure", f);
-        return o;
-    case DL_RDZV_MSG_STOP:
-        o = dl_proto_msg_new(DL_PROTO_SHUTDOWN, -1);
-        json_object_set_new(o, "reason", json_string("stopped"));
-        json_object_set_new(o, "exit_code", json_integer(0));
-        return o;
-    case DL_RDZV_MSG_SUCCEEDED:
-        o = dl_proto_msg_new(DL_PROTO_SHUTDOWN, -1);
-        json_object_set_new(o, "reason", json_string("succeeded"));
-        json_object_set_new(o, "exit_code", json_integer(0));
-        return o;
-    case DL_RDZV_MSG_VALUE:
-        if (!m->value.found)
-            return dl_proto_error_new(id, DL_PROTO_E_NOT_FOUND, "no such key");
-        return dl_proto_reply_new(id, json_pack("{s:o}", "value", buf_string(m->value.value)));
-    case DL_RDZV_MSG_COUNTER:
-        return dl_proto_reply_new(id, json_pack("{s:I}", "value", (json_int_t)m->counter.value));
-    case DL_RDZV_MSG_CAS:
-        return dl_proto_reply_new(id,
-                                  json_pack("{s:b, s:o}", "swapped", m->cas.swapped, "value",
-                                            m->cas.found ? buf_string(m->cas.value) : json_null()));
-    case DL_RDZV_MSG_DELETED:
-        return dl_proto_reply_new(id, json_pack("{s:b}", "deleted", m->deleted.deleted));
-    case DL_RDZV_MSG_WAIT_DONE: return dl_proto_reply_new(id, NULL);
-    case DL_RDZV_MSG_STATUS: {
-        const dl_rdzv_status_t *st = m->status;
-        if (st->njobs == 1) {
-            o = status_json(s, &st->jobs[0]);
-            json_object_update_new(
-                o, dl__jobview_status(s->view, st->jobs[0].run_id, sc->status_ranks, now_s()));
-            json_t *rec = dl__rdzv_stats_recovery_get(&s->stats, st->jobs[0].run_id);
-            if (rec != NULL)
-                json_object_set_new(o, "recovery", rec);
-        } else {
-            json_t *jobs = json_array();
-            for (size_t i = 0; i < st->njobs; i++) {
-                json_t *j = status_json(s, &st->jobs[i]);
-                json_object_update_new(
-                    j, dl__jobview_status(s->view, st->jobs[i].run_id, false, now_s()));
-                json_t *rec = dl__rdzv_stats_recovery_get(&s->stats, st->jobs[i].run_id);
-                if (rec != NULL)
-                    json_object_set_new(j, "recovery", rec);
-                json_array_append_new(jobs, j);
-            }
-            o = json_pack("{s:s, s:i, s:o}", "state", "serving", "round", 0, "jobs", jobs);
-        }
-        return dl_proto_reply_new(id, o);
-    }
-    }
-    return NULL;
+    if (m->kind == DL_RDZV_MSG_STATUS)
+        return status_reply(s, sc, id, m->status);
+    char ip[INET6_ADDRSTRLEN];
+    dl_rdzv_server_where_t w = {
+        .store_host = s->store_host, .store_port = s->port, .torch_embedded = s->torch != NULL};
+    if (m->kind == DL_RDZV_MSG_ASSIGNMENT && !w.torch_embedded &&
+        job_torch_master(s, sc, m->run_id, ip, &w.torch_port))
+        w.torch_addr = ip;
+    return dl_rdzv_enc_core_msg(id, m, &w);
 }
 
 #define JOURNAL_MAX 1000
@@ -584,12 +454,9 @@ static double unix_now(void)
 static void send_event(void *ctx, uint64_t conn, json_int_t seq, const json_t *event)
 {
     sconn_t *sc = conn_by_id(ctx, conn);
-    json_auto_t *m = dl_proto_msg_new(DL_PROTO_EVENT, -1);
-    if (sc == NULL || m == NULL)
-        return;
-    json_object_set_new(m, "seq", json_integer(seq));
-    json_object_set(m, "event", (json_t *)event);
-    ssend(sc, m);
+    json_auto_t *m = sc != NULL ? dl_rdzv_enc_event(seq, event) : NULL;
+    if (m != NULL)
+        ssend(sc, m);
 }
 
 static bool follower_alive(void *ctx, uint64_t conn)
@@ -616,17 +483,14 @@ static void replay_start(dl_rdzv_server_t *s)
     uv_idle_start(&s->replay_idle, on_replay);
 }
 
-/* Appends {event: name, time, ...fields} to the job's journal and tells its followers. Steals
- * fields. */
-static void journal(dl_rdzv_server_t *s, const char *run_id, const char *name, json_t *fields)
+/* Appends an event (stolen; rdzv-codec.h's dl_rdzv_enc_journal_*) to the job's journal and
+ * tells its followers. */
+static void journal(dl_rdzv_server_t *s, const char *run_id, json_t *ev)
 {
-    json_t *ev = run_id != NULL ? json_pack("{s:s, s:f}", "event", name, "time", unix_now()) : NULL;
-    if (ev == NULL) {
-        json_decref(fields);
+    if (run_id == NULL || ev == NULL) {
+        json_decref(ev);
         return;
     }
-    if (fields != NULL)
-        json_object_update_new(ev, fields);
     json_incref(ev);
     if (dl__journals_append(s->journals, run_id, ev) > 0)
         dl__rdzv_stats_event(&s->stats, run_id, ev, now_s());
@@ -652,21 +516,15 @@ static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m, const sconn
         char ip[INET6_ADDRSTRLEN];
         int port;
         bool here = job_torch_master(s, sc, m->run_id, ip, &port);
-        journal(s, m->run_id, "rendezvous",
-                json_pack("{s:i, s:i, s:i, s:i, s:s, s:i}", "round", m->assignment.round, "nodes",
-                          m->assignment.nnodes, "world_size", m->assignment.world_size, "restarts",
-                          m->assignment.restarts, "master_addr",
-                          here ? ip : m->assignment.master_addr, "master_port",
-                          here ? port : m->assignment.master_port));
+        journal(s, m->run_id,
+                dl_rdzv_enc_journal_msg(m, unix_now(), here ? ip : m->assignment.master_addr,
+                                        here ? port : m->assignment.master_port));
         return;
     case DL_RDZV_MSG_ROUND_CHANGED:
         if (m->round_changed.round == changed)
             return;
         json_object_set_new(j, "changed", json_integer(m->round_changed.round));
-        journal(s, m->run_id, "round_changed",
-                json_pack("{s:i, s:s, s:s}", "round", m->round_changed.round, "reason",
-                          m->round_changed.reason ? m->round_changed.reason : "", "cause",
-                          dl_rdzv_cause_name(m->round_changed.cause)));
+        journal(s, m->run_id, dl_rdzv_enc_journal_msg(m, unix_now(), NULL, 0));
         return;
     case DL_RDZV_MSG_FAILED:
     case DL_RDZV_MSG_STOP:
@@ -675,14 +533,7 @@ static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m, const sconn
             return;
         json_object_set_new(j, "ended", json_true());
         dl__jobview_forget(s->view, m->run_id);
-        json_t *f = json_pack("{s:s, s:i}", "status",
-                              m->kind == DL_RDZV_MSG_FAILED ? "failed"
-                              : m->kind == DL_RDZV_MSG_STOP ? "stopped"
-                                                            : "succeeded",
-                              "exit_code", m->kind == DL_RDZV_MSG_FAILED ? failed_code(m) : 0);
-        if (f != NULL && m->kind == DL_RDZV_MSG_FAILED && m->failed.failure != NULL)
-            json_object_set_new(f, "failure", json_string(m->failed.failure));
-        journal(s, m->run_id, "job_end", f);
+        journal(s, m->run_id, dl_rdzv_enc_journal_msg(m, unix_now(), NULL, 0));
         return;
     }
     default: return;
@@ -842,12 +693,8 @@ static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
             if (!s->adding_job)
                 slog(s, a->log.level, a->log.run_id, "%s", a->log.text);
             if (a->log.run_id != NULL && a->log.level >= DL_RDZV_LOG_INFO)
-                journal(s, a->log.run_id, "log",
-                        json_pack("{s:s, s:s}", "level",
-                                  a->log.level >= DL_RDZV_LOG_ERROR  ? "error"
-                                  : a->log.level >= DL_RDZV_LOG_WARN ? "warning"
-                                                                     : "info",
-                                  "text", a->log.text));
+                journal(s, a->log.run_id,
+                        dl_rdzv_enc_journal_log(unix_now(), a->log.level, a->log.text));
             break;
         }
     }
@@ -874,64 +721,39 @@ static void run_core(dl_rdzv_server_t *s, const dl_rdzv_event_t *ev)
 
 /* ---- requests ---- */
 
-static double ms_field(const json_t *msg, const char *name, double dflt)
-{
-    json_int_t v = dl_proto_get_int(msg, name, -1);
-    return v >= 0 ? (double)v / 1000.0 : dflt;
-}
-
 static void handle_join(sconn_t *sc, json_t *msg, uint64_t req)
 {
     dl_rdzv_server_t *s = sc->s;
     dl_rdzv_job_opts_t opts;
     char err[256];
+    dl_rdzv_event_t ev = {
+        .kind = DL_RDZV_EV_JOIN, .conn = conn_id(sc), .req_id = req, .run_id = sc->run_id};
 
     dl_rdzv_job_opts_init(&opts);
     /* How long a finished job lingers is the server's to say, not the agent's. */
     opts.linger = s->linger;
-    opts.min_nodes = (int)dl_proto_get_int(msg, "min_nodes", opts.min_nodes);
-    opts.max_nodes = (int)dl_proto_get_int(msg, "max_nodes", opts.max_nodes);
-    opts.last_call = ms_field(msg, "last_call_ms", opts.last_call);
-    opts.join_timeout = ms_field(msg, "join_timeout_ms", opts.join_timeout);
-    opts.dead_after = ms_field(msg, "dead_after_ms", opts.dead_after);
-    opts.max_restarts = (int)dl_proto_get_int(msg, "max_restarts", opts.max_restarts);
-    opts.max_same_failures =
-        (int)dl_proto_get_int(msg, "max_same_failures", opts.max_same_failures);
-    bool has_opts = json_object_get(msg, "min_nodes") != NULL;
-    if (has_opts && dl_rdzv_job_opts_check(&opts, err, sizeof(err)) < 0) {
+    dl_rdzv_dec_join(msg, &opts, &ev, &sc->wants_torch);
+    if (ev.join.opts != NULL && dl_rdzv_job_opts_check(&opts, err, sizeof(err)) < 0) {
         send_error(sc, (json_int_t)(req - 1), DL_PROTO_E_BAD_FIELD, "join: %s", err);
         return;
     }
-    dl_rdzv_event_t ev = {
-        .kind = DL_RDZV_EV_JOIN, .conn = conn_id(sc), .req_id = req, .run_id = sc->run_id};
     sc->join_id = (json_int_t)(req - 1);
     sc->joined = true;
-    sc->wants_torch = json_is_true(json_object_get(msg, "torch_store"));
     dl__rdzv_stats_join(&s->stats, sc->run_id, now_s());
-    ev.join.agent_id = dl_proto_get_str(msg, "node_id");
-    ev.join.host = dl_proto_get_str(msg, "host");
-    ev.join.slots = (int)dl_proto_get_int(msg, "slots", 1);
-    ev.join.node_rank = (int)dl_proto_get_int(msg, "node_rank", -1);
-    ev.join.slurm_node_id = (int)dl_proto_get_int(msg, "slurm_node_id", -1);
-    ev.join.master_addr = dl_proto_get_str(msg, "master_addr");
-    ev.join.master_port = (int)dl_proto_get_int(msg, "master_port", 0);
-    ev.join.resume_round = (int)dl_proto_get_int(msg, "round", -1);
-    ev.join.failures = (int)dl_proto_get_int(msg, "failures", -1);
-    ev.join.opts = has_opts ? &opts : NULL;
     ev.join.creator = sc->creator;
     run_core(s, &ev);
 }
 
-/* Keeps the "diag" report a heartbeat or failure report carries; returns the job-wide view
- * (new reference) or NULL. A bad report is the sender's problem, not the heartbeat's. */
-static json_t *take_report(sconn_t *sc, const json_t *msg)
+/* Keeps the "diag" report a heartbeat or failure report carries (rep, of round); returns the
+ * job-wide view (new reference) or NULL. A bad report is the sender's problem, not the
+ * heartbeat's. */
+static json_t *take_report(sconn_t *sc, int round, const json_t *rep)
 {
-    const json_t *rep = json_object_get(msg, "diag");
     char err[256];
     if (rep == NULL)
         return NULL;
-    int r = dl__jobview_report(sc->s->view, sc->run_id, (int)dl_proto_get_int(msg, "round", 0),
-                               conn_id(sc), rep, now_s(), err, sizeof(err));
+    int r = dl__jobview_report(sc->s->view, sc->run_id, round, conn_id(sc), rep, now_s(), err,
+                               sizeof(err));
     if (r == -EBADMSG)
         slog(sc->s, DL_RDZV_LOG_WARN, sc->run_id, "ignoring a node report: %s", err);
     return dl__jobview_view(sc->s->view, sc->run_id);
@@ -959,11 +781,11 @@ static void close_revoked(dl_rdzv_server_t *s, const char *run_id, int64_t befor
 
 /* revoke: from now on, every key of this run issued before `before` is refused, and the
  * connections that hold one are closed. Only the server's own token may, as it made the keys. */
-static void handle_revoke(sconn_t *sc, json_t *msg, json_int_t id)
+static void handle_revoke(sconn_t *sc, int64_t before, json_int_t id)
 {
     dl_rdzv_server_t *s = sc->s;
     char err[512], when[32];
-    int64_t before = dl_proto_get_int(msg, "before", 0), now_before;
+    int64_t now_before;
 
     if (sc->level != DL_PROTO_TOKEN_MASTER) {
         send_error(sc, id, DL_PROTO_E_FORBIDDEN,
@@ -986,11 +808,63 @@ static void handle_revoke(sconn_t *sc, json_t *msg, json_int_t id)
          dl_proto_time_text(now_before, when, sizeof(when)));
     close_revoked(s, sc->run_id, now_before);
     if (r == 0) {
-        json_auto_t *reply =
-            dl_proto_reply_new(id, json_pack("{s:I}", "before", (json_int_t)now_before));
+        json_auto_t *reply = dl_rdzv_enc_revoke_reply(id, now_before);
         if (reply != NULL)
             ssend(sc, reply);
     }
+}
+
+/* worker_failed: the job's last failure, every rank's whereabouts, the core's event. */
+static void handle_failure(sconn_t *sc, const json_t *msg, dl_rdzv_event_t *ev, char *desc,
+                           size_t room)
+{
+    dl_rdzv_server_t *s = sc->s;
+    dl_rdzv_failure_msg_t f;
+    char peer[80];
+
+    dl_rdzv_dec_worker_failed(msg, &f);
+    if (f.reason != NULL)
+        snprintf(desc, room, "%s", f.reason);
+    else if (f.exit_code >= 0)
+        snprintf(desc, room, "rank %d exited with code %d", f.rank, f.exit_code);
+    else
+        snprintf(desc, room, "rank %d was killed by signal %d", f.rank, f.signal);
+    ev->kind = DL_RDZV_EV_WORKER_FAILED;
+    ev->report.round = f.round;
+    ev->report.description = desc;
+    ev->report.rank = f.rank;
+    ev->report.exit_code = f.exit_code;
+    ev->report.signal = f.signal;
+    ev->report.hung = f.hung;
+    ev->report.oom = f.oom;
+    ev->report.step = f.step;
+    dl__conn_peer(&sc->c, peer, sizeof(peer));
+    dl__rdzv_stats_failure(&s->stats, sc->run_id, &f, peer, unix_now());
+    /* Where every rank of the job is, from this report and the others' latest. */
+    json_decref(take_report(sc, f.round, f.diag));
+    if (!f.excluded) {
+        size_t l = strlen(desc);
+        if (l + 32 < room &&
+            dl__jobview_explain(s->view, sc->run_id, now_s(), 0, desc + l + 2, room - l - 2) > 0)
+            memcpy(desc + l, "; ", 2);
+    }
+}
+
+static void handle_heartbeat(sconn_t *sc, const json_t *msg, dl_rdzv_event_t *ev, json_int_t id)
+{
+    dl_rdzv_server_t *s = sc->s;
+    dl_rdzv_beat_msg_t b;
+    dl_rdzv_dec_heartbeat(msg, &b);
+    if (b.has_progress)
+        dl__rdzv_stats_progress(&s->stats, sc->run_id, &b, unix_now());
+    if (b.recovery != NULL)
+        dl__rdzv_stats_recovery(&s->stats, sc->run_id, b.recovery);
+    ev->kind = DL_RDZV_EV_HEARTBEAT;
+    run_core(s, ev);
+    /* The node's report in, the job-wide view out (docs/diagnostics.md). */
+    json_auto_t *r = dl_rdzv_enc_beat_reply(id, b.round, take_report(sc, b.round, b.diag));
+    if (r != NULL)
+        ssend(sc, r);
 }
 
 static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
@@ -1000,8 +874,8 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
     uint64_t req = (uint64_t)id + 1; /* the core's 0 means "nobody asked" */
     dl_rdzv_event_t ev = {.conn = conn_id(sc), .req_id = req, .run_id = sc->run_id};
     dl_rdzv_buf_t keys[DL_PROTO_WAIT_KEYS_MAX];
+    dl_rdzv_control_msg_t ctl;
     char desc[900]; /* a round change's reason is 1024 bytes at most, with the agent named */
-    const char *key;
 
     if (!dl_proto_may_send(type, sc->role)) {
         /* A reply or notification from a client answers nothing: no id to echo. */
@@ -1017,37 +891,19 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         return;
     }
     s->stats.messages[type]++;
+    dl_rdzv_dec_control(msg, &ctl);
     switch (type) {
     case DL_PROTO_JOIN: handle_join(sc, msg, req); return;
-    case DL_PROTO_HEARTBEAT: {
-        json_t *progress = json_object_get(msg, "progress");
-        if (progress != NULL)
-            dl__rdzv_stats_progress(&s->stats, sc->run_id, progress, unix_now());
-        json_t *recovery = json_object_get(msg, "recovery");
-        if (recovery != NULL)
-            dl__rdzv_stats_recovery(&s->stats, sc->run_id, recovery);
-        ev.kind = DL_RDZV_EV_HEARTBEAT;
-        run_core(s, &ev);
-        json_t *result = json_pack("{s:I}", "round", dl_proto_get_int(msg, "round", 0));
-        /* The node's report in, the job-wide view out (docs/diagnostics.md). */
-        json_t *diag = take_report(sc, msg);
-        if (diag != NULL && result != NULL)
-            json_object_set_new(result, "diag", diag);
-        json_auto_t *r = dl_proto_reply_new(id, result);
-        if (r != NULL)
-            ssend(sc, r);
-        return;
-    }
+    case DL_PROTO_HEARTBEAT: handle_heartbeat(sc, msg, &ev, id); return;
     case DL_PROTO_NODE_DONE:
         ev.kind = DL_RDZV_EV_LEAVE;
-        ev.report.round = (int)dl_proto_get_int(msg, "round", 0);
+        ev.report.round = ctl.round;
         break;
     case DL_PROTO_LEAVE: {
-        const char *reason = dl_proto_get_str(msg, "reason");
-        if (reason != NULL)
-            snprintf(desc, sizeof(desc), "%s", reason);
+        if (ctl.reason != NULL)
+            snprintf(desc, sizeof(desc), "%s", ctl.reason);
         ev.kind = DL_RDZV_EV_QUIT;
-        ev.report.description = reason != NULL ? desc : NULL;
+        ev.report.description = ctl.reason != NULL ? desc : NULL;
         run_core(s, &ev);
         json_auto_t *r = dl_proto_reply_new(id, NULL);
         if (r != NULL)
@@ -1055,83 +911,17 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         dl__conn_close(&sc->c, 0);
         return;
     }
-    case DL_PROTO_WORKER_FAILED: {
-        json_int_t code = dl_proto_get_int(msg, "exit_code", -1);
-        const char *reason = dl_proto_get_str(msg, "reason");
-        if (reason != NULL)
-            snprintf(desc, sizeof(desc), "%s", reason);
-        else if (code >= 0)
-            snprintf(desc, sizeof(desc), "rank %lld exited with code %lld",
-                     (long long)dl_proto_get_int(msg, "rank", -1), (long long)code);
-        else
-            snprintf(desc, sizeof(desc), "rank %lld was killed by signal %lld",
-                     (long long)dl_proto_get_int(msg, "rank", -1),
-                     (long long)dl_proto_get_int(msg, "signal", 0));
-        ev.kind = DL_RDZV_EV_WORKER_FAILED;
-        ev.report.round = (int)dl_proto_get_int(msg, "round", 0);
-        ev.report.description = desc;
-        ev.report.rank = (int)dl_proto_get_int(msg, "rank", -1);
-        ev.report.exit_code = (int)code;
-        ev.report.signal = (int)dl_proto_get_int(msg, "signal", 0);
-        ev.report.hung = json_is_true(json_object_get(msg, "hung"));
-        ev.report.oom = json_is_true(json_object_get(msg, "oom"));
-        ev.report.step = dl_proto_get_int(msg, "step", -1);
-        char peer[80];
-        dl__conn_peer(&sc->c, peer, sizeof(peer));
-        dl__rdzv_stats_failure(&s->stats, sc->run_id, msg, peer, unix_now());
-        /* Where every rank of the job is, from this report and the others' latest. */
-        json_decref(take_report(sc, msg));
-        if (!json_is_true(json_object_get(msg, "excluded"))) {
-            size_t l = strlen(desc);
-            if (l + 32 < sizeof(desc) &&
-                dl__jobview_explain(s->view, sc->run_id, now_s(), 0, desc + l + 2,
-                                    sizeof(desc) - l - 2) > 0)
-                memcpy(desc + l, "; ", 2);
-        }
-        break;
-    }
+    case DL_PROTO_WORKER_FAILED: handle_failure(sc, msg, &ev, desc, sizeof(desc)); break;
     case DL_PROTO_KV_SET:
     case DL_PROTO_KV_GET:
     case DL_PROTO_KV_ADD:
     case DL_PROTO_KV_CAS:
-    case DL_PROTO_KV_DEL: {
-        json_t *v;
-        key = dl_proto_get_str(msg, "key");
-        ev.store.round = -1;
-        ev.store.key = (dl_rdzv_buf_t){key, strlen(key)};
-        if ((v = json_object_get(msg, "value")) != NULL && json_is_string(v))
-            ev.store.value = (dl_rdzv_buf_t){json_string_value(v), json_string_length(v)};
-        ev.kind = type == DL_PROTO_KV_SET   ? DL_RDZV_EV_STORE_SET
-                  : type == DL_PROTO_KV_GET ? DL_RDZV_EV_STORE_GET
-                  : type == DL_PROTO_KV_ADD ? DL_RDZV_EV_STORE_ADD
-                  : type == DL_PROTO_KV_CAS ? DL_RDZV_EV_STORE_CAS
-                                            : DL_RDZV_EV_STORE_DELETE;
-        ev.store.delta = (int64_t)dl_proto_get_int(msg, "delta", 0);
-        if (type == DL_PROTO_KV_CAS) {
-            v = json_object_get(msg, "expected");
-            ev.store.expect_absent = json_is_null(v);
-            if (json_is_string(v))
-                ev.store.expected = (dl_rdzv_buf_t){json_string_value(v), json_string_length(v)};
-        }
-        break;
-    }
-    case DL_PROTO_KV_WAIT: {
-        json_t *arr = json_object_get(msg, "keys"), *k;
-        size_t i;
-        json_array_foreach (arr, i, k) {
-            keys[i] = (dl_rdzv_buf_t){json_string_value(k), json_string_length(k)};
-        }
-        ev.kind = DL_RDZV_EV_STORE_WAIT;
-        ev.wait.round = -1;
-        ev.wait.keys = keys;
-        ev.wait.nkeys = json_array_size(arr);
-        ev.wait.timeout = (double)dl_proto_get_int(msg, "timeout_ms", 0) / 1000.0;
-        break;
-    }
+    case DL_PROTO_KV_DEL:
+    case DL_PROTO_KV_WAIT: dl_rdzv_dec_kv_req(msg, type, &ev, keys); break;
     case DL_PROTO_STATUS:
-        sc->status_ranks = json_is_true(json_object_get(msg, "ranks"));
+        sc->status_ranks = ctl.ranks;
         ev.kind = DL_RDZV_EV_STATUS;
-        if (json_is_true(json_object_get(msg, "all"))) {
+        if (ctl.all) {
             /* Every job's names, hosts and failures: for whoever holds the server's secret. */
             if (sc->level != DL_PROTO_TOKEN_MASTER) {
                 send_error(sc, id, DL_PROTO_E_FORBIDDEN,
@@ -1145,8 +935,8 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         break;
     case DL_PROTO_STOP: ev.kind = DL_RDZV_EV_STOP; break;
     case DL_PROTO_RESTART: ev.kind = DL_RDZV_EV_RESTART; break;
-    case DL_PROTO_EVENTS_FOLLOW: follow(sc, id, dl_proto_get_int(msg, "since", 0)); return;
-    case DL_PROTO_REVOKE: handle_revoke(sc, msg, id); return;
+    case DL_PROTO_EVENTS_FOLLOW: follow(sc, id, ctl.since); return;
+    case DL_PROTO_REVOKE: handle_revoke(sc, ctl.before, id); return;
     default:
         send_error(sc, id, DL_PROTO_E_UNEXPECTED, "%s is not served here",
                    dl_proto_type_name(type));
@@ -1194,12 +984,9 @@ static void held_job_detach(sconn_t *sc)
 /* server_proof: our proof of the token over the client's nonce, or NULL when it sent none. */
 static void become_ready(sconn_t *sc, json_int_t id, const char *server_proof)
 {
-    json_auto_t *ok = dl_proto_msg_new(DL_PROTO_AUTH_OK, id);
+    json_auto_t *ok = dl_rdzv_enc_auth_ok(id, sc->s->heartbeat, server_proof);
     if (ok == NULL)
         return;
-    json_object_set_new(ok, "heartbeat_ms", json_integer((json_int_t)(sc->s->heartbeat * 1000)));
-    if (server_proof != NULL)
-        json_object_set_new(ok, "proof", json_string(server_proof));
     preauth_remove(sc);
     held_job_attach(sc);
     dl_proto_decoder_set_limit(&sc->c.dec, DL_PROTO_LIMIT);
@@ -1255,22 +1042,23 @@ static bool refused_by_store(sconn_t *sc, json_int_t id)
 static void on_hello(sconn_t *sc, json_t *msg, json_int_t id)
 {
     dl_rdzv_server_t *s = sc->s;
-    const char *client_nonce = dl_proto_get_str(msg, "nonce");
+    dl_rdzv_hello_msg_t h;
 
-    if (dl_proto_role_parse(dl_proto_get_str(msg, "role"), &sc->role) < 0) {
+    dl_rdzv_dec_hello(msg, &h);
+    if (dl_proto_role_parse(h.role, &sc->role) < 0) {
         send_error(sc, id, DL_PROTO_E_BAD_FIELD, "hello: unknown role");
         dl__conn_close(&sc->c, 0);
         return;
     }
-    if (dl_proto_get_int(msg, "proto", 0) != DL_PROTO_VERSION) {
+    if (h.proto != DL_PROTO_VERSION) {
         send_error(sc, id, DL_PROTO_E_UNSUPPORTED_VERSION, "this server speaks protocol %d",
                    DL_PROTO_VERSION);
         dl__conn_close(&sc->c, 0);
         return;
     }
-    snprintf(sc->run_id, sizeof(sc->run_id), "%s", dl_proto_get_str(msg, "run_id"));
-    if (client_nonce != NULL) {
-        snprintf(sc->client_nonce, sizeof(sc->client_nonce), "%s", client_nonce);
+    snprintf(sc->run_id, sizeof(sc->run_id), "%s", h.run_id);
+    if (h.nonce != NULL) {
+        snprintf(sc->client_nonce, sizeof(sc->client_nonce), "%s", h.nonce);
         sc->has_client_nonce = true;
     }
     if (s->token == NULL) {
@@ -1308,8 +1096,8 @@ static void on_hello(sconn_t *sc, json_t *msg, json_int_t id)
         dl__conn_close(&sc->c, 0);
         return;
     }
-    json_auto_t *ch = dl_proto_msg_new(DL_PROTO_CHALLENGE, id);
-    if (ch == NULL || json_object_set_new(ch, "nonce", json_string(sc->nonce)) < 0) {
+    json_auto_t *ch = dl_rdzv_enc_challenge(id, sc->nonce);
+    if (ch == NULL) {
         dl__conn_close(&sc->c, UV_ENOMEM);
         return;
     }
@@ -1324,10 +1112,12 @@ static void on_auth(sconn_t *sc, json_t *msg, json_int_t id)
     dl_rdzv_server_t *s = sc->s;
     char server_proof[DL_PROTO_PROOF_HEX_LEN + 1];
     dl_proto_token_kind_t level;
-    dl_proto_key_life_t claimed = dl_proto_auth_claimed_life(msg), life = {0, 0};
-    int r = dl_proto_auth_accept(
-        s->token, sc->nonce, sc->has_client_nonce ? sc->client_nonce : NULL, sc->run_id, sc->role,
-        dl_proto_get_str(msg, "proof"), &claimed, &level, &life, server_proof);
+    dl_proto_key_life_t life = {0, 0};
+    dl_rdzv_auth_msg_t a;
+    dl_rdzv_dec_auth(msg, &a);
+    int r = dl_proto_auth_accept(s->token, sc->nonce,
+                                 sc->has_client_nonce ? sc->client_nonce : NULL, sc->run_id,
+                                 sc->role, a.proof, &a.claimed, &level, &life, server_proof);
     /* The same answer for a wrong token and for a job this server does not serve, so that a
      * stranger learns nothing of which jobs exist. */
     if (r == 0 && refused_by_store(sc, id))
@@ -1905,8 +1695,10 @@ void dl_rdzv_server_set_status(dl_rdzv_server_t *s, dl_rdzv_status_fn fn, void *
 
 void dl_rdzv_server_progress(dl_rdzv_server_t *s, const char *run_id, const json_t *progress)
 {
+    dl_rdzv_beat_msg_t b;
+    dl_rdzv_dec_progress(progress, &b);
     dl__rdzv_stats_join(&s->stats, run_id, now_s());
-    dl__rdzv_stats_progress(&s->stats, run_id, progress, unix_now());
+    dl__rdzv_stats_progress(&s->stats, run_id, &b, unix_now());
 }
 
 uint64_t dl_rdzv_server_generation(const dl_rdzv_server_t *s)

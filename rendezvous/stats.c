@@ -12,6 +12,7 @@
  * Every list is bounded, and so is the number of jobs kept (JOBS_MAX): the memory a client can
  * make the server hold here is small and fixed per job. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,60 +158,57 @@ void dl__rdzv_stats_event(dl__rdzv_stats_t *st, const char *run_id, const json_t
     }
 }
 
-void dl__rdzv_stats_failure(dl__rdzv_stats_t *st, const char *run_id, const json_t *msg,
-                            const char *peer, double unix_now)
+void dl__rdzv_stats_failure(dl__rdzv_stats_t *st, const char *run_id,
+                            const dl_rdzv_failure_msg_t *m, const char *peer, double unix_now)
 {
-    static const char *const copied[] = {"round",  "rank",   "local_rank", "exit_code",
-                                         "signal", "reason", "time"};
     json_t *j = job_entry(st, run_id, false, 0);
-    json_t *f = json_pack("{s:f, s:s}", "time", unix_now, "peer", peer);
+    json_t *f = json_pack("{s:f, s:s, s:i, s:i}", "time", isnan(m->time) ? unix_now : m->time,
+                          "peer", peer, "round", m->round, "rank", m->rank);
 
     st->generation++;
     if (j == NULL || f == NULL) {
         json_decref(f);
         return;
     }
-    for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++) {
-        json_t *v = json_object_get(msg, copied[i]);
-        if (v != NULL)
-            json_object_set(f, copied[i], v);
-    }
+    if (m->local_rank >= 0)
+        json_object_set_new(f, "local_rank", json_integer(m->local_rank));
+    if (m->exit_code >= 0)
+        json_object_set_new(f, "exit_code", json_integer(m->exit_code));
+    if (m->signal > 0)
+        json_object_set_new(f, "signal", json_integer(m->signal));
+    if (m->reason != NULL)
+        json_object_set_new(f, "reason", json_string(m->reason));
     /* The protocol allows 64 KiB of tail; the page shows the end of it. */
-    json_t *tail = json_object_get(msg, "log_tail");
-    if (json_is_string(tail)) {
-        size_t len = json_string_length(tail);
+    if (m->log_tail != NULL) {
+        size_t len = strlen(m->log_tail);
         size_t from = len > LOG_TAIL_MAX ? len - LOG_TAIL_MAX : 0;
         json_t *cut = NULL;
         /* A cut inside a UTF-8 sequence is not a string: start at the next whole character. */
         for (size_t skip = 0; cut == NULL && skip < 4 && from + skip <= len; skip++)
-            cut = json_stringn(json_string_value(tail) + from + skip, len - from - skip);
+            cut = json_stringn(m->log_tail + from + skip, len - from - skip);
         if (cut != NULL)
             json_object_set_new(f, "log_tail", cut);
     }
     json_object_set_new(j, "last_failure", f);
 }
 
-void dl__rdzv_stats_progress(dl__rdzv_stats_t *st, const char *run_id, const json_t *progress,
+void dl__rdzv_stats_progress(dl__rdzv_stats_t *st, const char *run_id, const dl_rdzv_beat_msg_t *b,
                              double unix_now)
 {
     json_t *j = job_entry(st, run_id, false, 0);
     json_t *ring = json_object_get(j, "progress");
     json_t *last = json_array_get(ring, json_array_size(ring) - 1);
-    json_t *step = json_object_get(progress, "step");
 
-    if (ring == NULL || !json_is_integer(step))
+    if (ring == NULL || !b->has_progress)
         return;
     /* Every agent may report, and each reports every heartbeat: one point per step is enough. */
-    if (last != NULL &&
-        json_integer_value(json_object_get(last, "step")) == json_integer_value(step))
+    if (last != NULL && json_integer_value(json_object_get(last, "step")) == b->step)
         return;
-    json_t *p = json_pack("{s:f, s:O}", "time", unix_now, "step", step);
-    json_t *loss = json_object_get(progress, "loss");
-    json_t *rate = json_object_get(progress, "samples_per_s");
-    if (p != NULL && json_is_number(loss))
-        json_object_set_new(p, "loss", json_real(json_number_value(loss)));
-    if (p != NULL && json_is_number(rate))
-        json_object_set_new(p, "samples_per_s", json_real(json_number_value(rate)));
+    json_t *p = json_pack("{s:f, s:I}", "time", unix_now, "step", (json_int_t)b->step);
+    if (p != NULL && !isnan(b->loss))
+        json_object_set_new(p, "loss", json_real(b->loss));
+    if (p != NULL && !isnan(b->samples_per_s))
+        json_object_set_new(p, "samples_per_s", json_real(b->samples_per_s));
     bounded_append(ring, p, PROGRESS_MAX);
     st->generation++;
 }

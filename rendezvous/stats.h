@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "proto.h"
+#include "rdzv-codec.h"
 #include "rdzv-core.h"
 
 /* The connection id of the server's own STATUS requests: generation 0, which no real connection
@@ -55,12 +56,13 @@ void dl__rdzv_stats_join(dl__rdzv_stats_t *st, const char *run_id, double mono);
  * "job_end" | "log", ...}; borrowed): counts rounds, restarts by cause and endings. */
 void dl__rdzv_stats_event(dl__rdzv_stats_t *st, const char *run_id, const json_t *ev, double mono);
 
-/* A worker_failed message (borrowed) from the agent at peer: the job's last failure. */
-void dl__rdzv_stats_failure(dl__rdzv_stats_t *st, const char *run_id, const json_t *msg,
-                            const char *peer, double unix_now);
+/* A worker_failed message (as rdzv-codec.h reads it) from the agent at peer: the job's last
+ * failure, at its own time or else unix_now. */
+void dl__rdzv_stats_failure(dl__rdzv_stats_t *st, const char *run_id,
+                            const dl_rdzv_failure_msg_t *f, const char *peer, double unix_now);
 
-/* A heartbeat's progress object (borrowed): a new point when the step moved. */
-void dl__rdzv_stats_progress(dl__rdzv_stats_t *st, const char *run_id, const json_t *progress,
+/* A heartbeat's progress (b->has_progress; rdzv-codec.h): a new point when the step moved. */
+void dl__rdzv_stats_progress(dl__rdzv_stats_t *st, const char *run_id, const dl_rdzv_beat_msg_t *b,
                              double unix_now);
 
 /* A heartbeat's recovery object (borrowed; in-job recovery, docs/recovery.md): {"recoveries",

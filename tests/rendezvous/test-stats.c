@@ -156,8 +156,10 @@ DL_TEST(the_last_failure_keeps_the_end_of_the_tail)
     json_t *msg = json_pack("{s:i, s:i, s:i, s:s, s:s}", "round", 0, "rank", 3, "exit_code", 1,
                             "reason", "rank 3 exited with code 1", "log_tail", tail);
     ck_assert_ptr_nonnull(msg);
-    dl__rdzv_stats_failure(&st, "j", msg, "10.0.0.7:4242", 77.0);
-    dl__rdzv_stats_failure(&st, "unknown", msg, "10.0.0.7:4242", 77.0); /* no entry: ignored */
+    dl_rdzv_failure_msg_t fm;
+    dl_rdzv_dec_worker_failed(msg, &fm);
+    dl__rdzv_stats_failure(&st, "j", &fm, "10.0.0.7:4242", 77.0);
+    dl__rdzv_stats_failure(&st, "unknown", &fm, "10.0.0.7:4242", 77.0); /* no entry: ignored */
     json_decref(msg);
     json_t *f = json_object_get(json_object_get(st.jobs, "j"), "last_failure");
     ck_assert_int_eq(json_integer_value(json_object_get(f, "rank")), 3);
@@ -176,7 +178,9 @@ DL_TEST(progress_is_one_point_a_step_and_bounded)
     for (int i = 0; i < 1000; i++) {
         json_t *p = json_pack("{s:i, s:f, s:f}", "step", i / 2, "loss", 1.0 / (i + 1),
                               "samples_per_s", 100.0);
-        dl__rdzv_stats_progress(&st, "j", p, (double)i);
+        dl_rdzv_beat_msg_t b;
+        dl_rdzv_dec_progress(p, &b);
+        dl__rdzv_stats_progress(&st, "j", &b, (double)i);
         json_decref(p);
     }
     json_t *ring = json_object_get(json_object_get(st.jobs, "j"), "progress");

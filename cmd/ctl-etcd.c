@@ -165,24 +165,31 @@ static void print_result(const ectl_t *c, const json_t *result)
     }
 }
 
-/* Every job under /dlaunch/ (the default prefix): their status side by side. */
+/* Every job under /dlaunch/ (the default prefix): their status side by side, written by the
+ * status reply's one encoder (proto/status-reply.h) as a list with neither state nor round. */
 static int status_all(ectl_t *c)
 {
     json_t *ans = NULL;
     int r = call(c, "/v3/kv/range", range_body("/dlaunch/"), &ans);
     if (r != 0)
         return r;
-    json_t *jobs = json_array();
-    size_t i;
+    dl_proto_status_list_t all = {0};
+    size_t i, n = json_array_size(json_object_get(ans, "kvs"));
     json_t *kvj;
+    char err[256];
+    if ((all.jobs = calloc(n + 1, sizeof(*all.jobs))) == NULL) {
+        json_decref(ans);
+        fprintf(stderr, "dlaunch: status: out of memory\n");
+        return 1;
+    }
     json_array_foreach (json_object_get(ans, "kvs"), i, kvj) {
         dl_etcd_kv_t kv;
         if (dl_etcd_kv_read(kvj, &kv) < 0)
             continue;
-        size_t n = strlen(kv.key);
-        if (n > 15 && strcmp(kv.key + n - 6, "/state") == 0) {
+        size_t len = strlen(kv.key);
+        if (len > 15 && strcmp(kv.key + len - 6, "/state") == 0) {
             char run_id[300], prefix[DL_EJOB_MAX_PREFIX];
-            snprintf(run_id, sizeof(run_id), "%.*s", (int)(n - 6 - 9), kv.key + 9);
+            snprintf(run_id, sizeof(run_id), "%.*s", (int)(len - 6 - 9), kv.key + 9);
             snprintf(prefix, sizeof(prefix), "/dlaunch/%s/", run_id);
             dl_ejob_view_t v;
             dl_ejob_view_init(&v, prefix);
@@ -200,19 +207,28 @@ static int status_all(ectl_t *c)
             }
             dl_ejob_view_load(&v, sub);
             json_decref(sub);
-            json_array_append_new(jobs, dl_ejob_status_full(&v, run_id, false, now_unix()));
+            dl_proto_status_job_t *job = &all.jobs[all.njobs];
+            if (dl_ejob_status_rec(&v, run_id, false, now_unix(), job, err, sizeof(err)) == 0)
+                all.njobs++;
+            else
+                dl_proto_rec_free(&dl_proto_status_job_type, job);
             dl_ejob_view_clear(&v);
         }
         dl_etcd_kv_clear(&kv);
     }
     json_decref(ans);
-    json_t *result = json_pack("{s:o}", "jobs", jobs);
+    json_t *result = dl_proto_rec_encode(&dl_proto_status_list_type, &all);
+    dl_proto_rec_free(&dl_proto_status_list_type, &all);
+    if (result == NULL) {
+        fprintf(stderr, "dlaunch: status: out of memory\n");
+        return 1;
+    }
     if (c->o->json)
         print_result(c, result);
-    else if (json_array_size(jobs) == 0)
+    else if (json_array_size(json_object_get(result, "jobs")) == 0)
         printf("no jobs\n");
     else
-        json_array_foreach (jobs, i, kvj)
+        json_array_foreach (json_object_get(result, "jobs"), i, kvj)
             if (c->o->print_status(kvj) != 0)
                 r = 1;
     json_decref(result);

@@ -26,6 +26,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "status-reply.h"
+
 #define DL_EJOB_MAX_PREFIX 512
 
 typedef struct {
@@ -193,6 +195,11 @@ json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id);
  * of an older round than the state's are left out. now: this clock's Unix time, against the
  * reports' own. New reference (job-status.c). */
 json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ranks, double now);
+/* The same as the status reply's struct (proto/status-reply.h), all its own: free it with
+ * dl_proto_rec_free(&dl_proto_status_job_type, st). Returns 0, -EBADMSG (the state's status is
+ * not one, err says why) or -ENOMEM. */
+int dl_ejob_status_rec(const dl_ejob_view_t *v, const char *run_id, bool ranks, double now,
+                       dl_proto_status_job_t *st, char *err, size_t errlen);
 
 /* Where every rank of the job was when node_id's worker failed in round, in the one line our
  * server adds to the round change's text: node_id's report diag (borrowed, may be NULL) and the

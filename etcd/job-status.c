@@ -11,8 +11,6 @@
 #include "etcd.h"
 #include "rendezvous.h"
 
-static const char *const store_fields[] = {"keys", "store_bytes", "store_waits", "store_clients"};
-
 int dl_ejob_put_report(const dl_ejob_view_t *v, const char *node_id, const json_t *beat,
                        const json_t *store, double now, int64_t lease, json_t **ret)
 {
@@ -86,18 +84,33 @@ int dl_ejob_view_reports(dl_ejob_view_t *v, const json_t *range)
     return dl_ejob_view_merge(v, range);
 }
 
-json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ranks, double now)
+/* One of the store's figures node 0 reports (store borrowed), when it is there. */
+static void store_figure(const json_t *store, const char *name, long long *v, bool *has)
 {
-    json_t *o = dl_ejob_status(v, run_id);
+    const json_t *x = json_object_get(store, name);
+    if (json_is_integer(x)) {
+        *v = (long long)json_integer_value(x);
+        *has = true;
+    }
+}
+
+int dl_ejob_status_rec(const dl_ejob_view_t *v, const char *run_id, bool ranks, double now,
+                       dl_proto_status_job_t *st, char *err, size_t errlen)
+{
+    memset(st, 0, sizeof(*st));
+    json_t *base = dl_ejob_status(v, run_id);
+    int r = base != NULL ? dl_proto_rec_decode(&dl_proto_status_job_type, base, st,
+                                               "etcd job status", err, errlen)
+                         : -ENOMEM;
+    json_decref(base);
+    if (r < 0)
+        return r;
     json_t *beats = json_array();
     int round = dl_ejob_round(v);
     const char *id;
     json_t *rep;
-
-    if (o == NULL || beats == NULL) {
-        json_decref(beats);
-        return o;
-    }
+    if (beats == NULL)
+        return -ENOMEM;
     /* The running round's nodes' reports; node 0's carries the store's figures. */
     json_object_foreach (v->reports, id, rep) {
         if (json_integer_value(json_object_get(rep, "round")) != round)
@@ -107,33 +120,51 @@ json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ra
                               json_pack("{s:O, s:f}", "beat", rep, "age_s", age > 0 ? age : 0.0));
         const json_t *a = dl_ejob_assigned(v, id);
         const json_t *store = json_object_get(rep, "store");
-        if (a != NULL && json_integer_value(json_object_get(a, "node_rank")) == 0 &&
-            json_is_object(store))
-            for (size_t i = 0; i < sizeof(store_fields) / sizeof(store_fields[0]); i++) {
-                json_t *x = json_object_get(store, store_fields[i]);
-                if (json_is_integer(x))
-                    json_object_set(o, store_fields[i], x);
-            }
+        if (a == NULL || json_integer_value(json_object_get(a, "node_rank")) != 0 ||
+            !json_is_object(store))
+            continue;
+        store_figure(store, "keys", &st->keys, &st->has_keys);
+        store_figure(store, "store_bytes", &st->store_bytes, &st->has_store_bytes);
+        store_figure(store, "store_waits", &st->store_waits, &st->has_store_waits);
+        store_figure(store, "store_clients", &st->store_clients, &st->has_store_clients);
     }
-    json_object_update_new(o, dl_rdzv_beats_status(run_id, beats, ranks));
+    r = dl_rdzv_beats_status(run_id, beats, ranks, st);
     json_decref(beats);
     /* The job-wide figures and stragglers as the rule has them over the round (node 0's
-     * verdict), where one reading of the reports has no windows to weigh. */
+     * verdict), where one reading of the reports has no windows to weigh. One that is not
+     * such a view is left out. */
     const json_t *verdict = json_object_get(v->verdict, "view");
-    if (json_integer_value(json_object_get(v->verdict, "round")) == round &&
-        json_is_object(verdict))
-        json_object_set(o, "diag", (json_t *)verdict);
+    dl_proto_status_diag_t *diag = calloc(1, sizeof(*diag));
+    if (r == 0 && json_integer_value(json_object_get(v->verdict, "round")) == round &&
+        json_is_object(verdict) && diag != NULL &&
+        dl_proto_rec_decode(&dl_proto_status_diag_type, verdict, diag, "verdict", err, errlen) ==
+            0) {
+        dl_proto_rec_free(&dl_proto_status_diag_type, st->diag);
+        free(st->diag);
+        st->diag = diag;
+        diag = NULL;
+    }
+    free(diag);
     /* A node's heartbeat is its report: its age by the reader's clock against the writer's
      * (never below 0), as a server's is the time since the node's last message. */
-    size_t i;
-    json_t *n;
-    json_array_foreach (json_object_get(o, "nodes"), i, n) {
-        rep = json_object_get(v->reports, json_string_value(json_object_get(n, "node_id")));
+    for (size_t i = 0; i < st->nnodes; i++) {
+        rep = json_object_get(v->reports, st->nodes[i].node_id);
         if (rep == NULL || json_integer_value(json_object_get(rep, "round")) != round)
             continue;
         double age = now - json_number_value(json_object_get(rep, "time"));
-        json_object_set_new(n, "heartbeat_age", json_real(age > 0 ? age : 0));
+        st->nodes[i].heartbeat_age = age > 0 ? age : 0;
     }
+    return r;
+}
+
+json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ranks, double now)
+{
+    dl_proto_status_job_t st;
+    char err[256];
+    json_t *o = NULL;
+    if (dl_ejob_status_rec(v, run_id, ranks, now, &st, err, sizeof(err)) == 0)
+        o = dl_proto_rec_encode(&dl_proto_status_job_type, &st);
+    dl_proto_rec_free(&dl_proto_status_job_type, &st);
     return o;
 }
 

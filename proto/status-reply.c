@@ -83,8 +83,8 @@ static const dl_proto_rec_field_t recovery_fields[] = {
     END,
 };
 #undef T
-static const dl_proto_rec_type_t recovery_type = {sizeof(dl_proto_status_recovery_t),
-                                                  recovery_fields};
+const dl_proto_rec_type_t dl_proto_status_recovery_type = {sizeof(dl_proto_status_recovery_t),
+                                                           recovery_fields};
 
 #define T dl_proto_status_slowest_t
 static const dl_proto_rec_field_t slowest_fields[] = {
@@ -122,7 +122,7 @@ static const dl_proto_rec_field_t diag_fields[] = {
     END,
 };
 #undef T
-static const dl_proto_rec_type_t diag_type = {sizeof(dl_proto_status_diag_t), diag_fields};
+const dl_proto_rec_type_t dl_proto_status_diag_type = {sizeof(dl_proto_status_diag_t), diag_fields};
 
 #define T dl_proto_status_op_t
 static const dl_proto_rec_field_t op_fields[] = {
@@ -141,7 +141,7 @@ static const dl_proto_rec_type_t op_type = {sizeof(dl_proto_status_op_t), op_fie
 #define T dl_proto_status_rank_t
 static const dl_proto_rec_field_t rank_fields[] = {
     OPT(DL_PROTO_REC_INT, rank),
-    OPT(DL_PROTO_REC_BOOL, recorder),
+    HAS(DL_PROTO_REC_BOOL, recorder),
     HAS(DL_PROTO_REC_INT, step),
     HAS(DL_PROTO_REC_REAL, steps),
     HAS(DL_PROTO_REC_REAL, compute_ms),
@@ -157,7 +157,7 @@ static const dl_proto_rec_field_t rank_fields[] = {
     END,
 };
 #undef T
-static const dl_proto_rec_type_t rank_type = {sizeof(dl_proto_status_rank_t), rank_fields};
+const dl_proto_rec_type_t dl_proto_status_rank_type = {sizeof(dl_proto_status_rank_t), rank_fields};
 
 #define T dl_proto_status_restart_t
 static const dl_proto_rec_field_t restart_fields[] = {
@@ -223,10 +223,10 @@ static const dl_proto_rec_field_t job_fields[] = {
     HAS(DL_PROTO_REC_INT, store_bytes),
     HAS(DL_PROTO_REC_INT, store_waits),
     HAS(DL_PROTO_REC_INT, store_clients),
-    OBJ(diag, diag_type),
+    OBJ(diag, dl_proto_status_diag_type),
     OPT(DL_PROTO_REC_STR, where),
-    LIST_HAS(ranks, rank_type),
-    OBJ(recovery, recovery_type),
+    LIST_HAS(ranks, dl_proto_status_rank_type),
+    OBJ(recovery, dl_proto_status_recovery_type),
     COUNTS_HAS(restarts_by_cause),
     LIST_HAS(history, restart_type),
     OBJ(last_failure, failure_type),
@@ -240,7 +240,7 @@ const dl_proto_rec_type_t dl_proto_status_job_type = {sizeof(dl_proto_status_job
 #define T dl_proto_status_list_t
 static const dl_proto_rec_field_t list_fields[] = {
     REQ(DL_PROTO_REC_STR, state),
-    OPT(DL_PROTO_REC_INT, round),
+    HAS(DL_PROTO_REC_INT, round),
     LIST(jobs, dl_proto_status_job_type),
     END,
 };

@@ -75,7 +75,8 @@ typedef struct {
 
 typedef struct {
     long long rank;
-    bool recorder;
+    bool recorder; /* it keeps a flight recorder (its agent always says) */
+    bool has_recorder;
     long long step;
     bool has_step;
     double steps, compute_ms, wait_ms, samples; /* totals */
@@ -170,10 +171,12 @@ typedef struct {
     bool has_log;
 } dl_proto_status_job_t;
 
-/* status without a RUN_ID: every job the server has. */
+/* status without a RUN_ID: every job the server has (state "serving", round 0); an etcd
+ * backend's, every job under /dlaunch/, has neither. */
 typedef struct {
     char *state; /* "serving" */
     long long round;
+    bool has_round;
     dl_proto_status_job_t *jobs;
     size_t njobs;
 } dl_proto_status_list_t;
@@ -210,6 +213,10 @@ typedef struct {
 } dl_proto_status_snapshot_t;
 
 extern const dl_proto_rec_type_t dl_proto_status_job_type;
+/* A job's parts its producers fill apart (rendezvous/jobview.c, rendezvous/stats.c). */
+extern const dl_proto_rec_type_t dl_proto_status_diag_type;
+extern const dl_proto_rec_type_t dl_proto_status_rank_type;
+extern const dl_proto_rec_type_t dl_proto_status_recovery_type;
 extern const dl_proto_rec_type_t dl_proto_status_list_type;
 extern const dl_proto_rec_type_t dl_proto_status_server_type;
 extern const dl_proto_rec_type_t dl_proto_status_snapshot_type;

@@ -42,38 +42,40 @@ size_t dl_rdzv_beats_explain(const char *run_id, const json_t *beats, char *buf,
     return w;
 }
 
-json_t *dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks)
+int dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks,
+                         dl_proto_status_job_t *st)
 {
     dl__jobview_t *view = NULL;
-    dl__rdzv_stats_t st;
+    dl__rdzv_stats_t stats;
+    dl_proto_status_recovery_t rec;
     size_t i;
     const json_t *e;
 
     if (dl__jobview_new(&view) < 0)
-        return NULL;
-    if (dl__rdzv_stats_init(&st, 0) < 0) {
+        return -ENOMEM;
+    if (dl__rdzv_stats_init(&stats, 0) < 0) {
         dl__jobview_free(view);
-        return NULL;
+        return -ENOMEM;
     }
-    dl__rdzv_stats_join(&st, run_id, 0);
+    dl__rdzv_stats_join(&stats, run_id, 0);
     /* Time is the reports' ages: each was made age_s before "now", 0. */
     feed(view, run_id, beats);
     json_array_foreach (beats, i, e) {
-        const json_t *rec = json_object_get(json_object_get(e, "beat"), "recovery");
-        if (rec != NULL)
-            dl__rdzv_stats_recovery(&st, run_id, rec);
+        const json_t *r = json_object_get(json_object_get(e, "beat"), "recovery");
+        if (r != NULL)
+            dl__rdzv_stats_recovery(&stats, run_id, r);
     }
-    json_t *o = dl__jobview_status(view, run_id, ranks, 0);
-    if (o == NULL)
-        o = json_object();
-    json_t *rec = dl__rdzv_stats_recovery_get(&st, run_id);
-    if (o != NULL && rec != NULL)
-        json_object_set_new(o, "recovery", rec);
-    else
-        json_decref(rec);
-    dl__rdzv_stats_free(&st);
+    int r = dl__jobview_status(view, run_id, ranks, 0, st);
+    if (r == 0 && dl__rdzv_stats_recovery_get(&stats, run_id, &rec)) {
+        st->recovery = malloc(sizeof(*st->recovery));
+        if (st->recovery != NULL)
+            *st->recovery = rec;
+        else
+            r = -ENOMEM;
+    }
+    dl__rdzv_stats_free(&stats);
     dl__jobview_free(view);
-    return o;
+    return r;
 }
 
 struct dl_rdzv_judge_s {

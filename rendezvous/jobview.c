@@ -217,40 +217,78 @@ size_t dl__jobview_explain(dl__jobview_t *v, const char *run_id, double now, dou
     return w;
 }
 
-json_t *dl__jobview_status(dl__jobview_t *v, const char *run_id, bool ranks, double now)
+/* The report's ranks (rep borrowed) into out (room for them all) as a status shows them, each with
+ * its node and the report's age; returns how many. A rank that cannot be read is left out. */
+static size_t ranks_of(const json_t *rep, double age, dl_proto_status_rank_t *out)
+{
+    const json_t *node_rank = json_object_get(rep, "node_rank"), *r;
+    const char *host = json_string_value(json_object_get(rep, "host"));
+    char err[160];
+    size_t i, n = 0;
+    json_array_foreach (json_object_get(rep, "ranks"), i, r) {
+        dl_proto_status_rank_t *x = &out[n];
+        /* diag.h checked the report: what is read here is of the table's types. */
+        if (dl_proto_rec_decode(&dl_proto_status_rank_type, r, x, "report", err, sizeof(err)) < 0)
+            continue;
+        x->node_rank = (long long)json_integer_value(node_rank);
+        x->has_node_rank = json_is_integer(node_rank);
+        free(x->host);
+        x->host = host != NULL ? strdup(host) : NULL;
+        x->report_age_s = age > 0 ? age : 0;
+        x->has_report_age_s = true;
+        n++;
+    }
+    return n;
+}
+
+int dl__jobview_status(dl__jobview_t *v, const char *run_id, bool ranks, double now,
+                       dl_proto_status_job_t *st)
 {
     job_t *j = job_of(v, run_id);
+    char err[160];
+    int r = 0;
     if (j == NULL)
-        return NULL;
-    json_t *o = json_object();
-    if (o == NULL)
-        return NULL;
-    if (j->view != NULL)
-        json_object_set(o, "diag", j->view);
-    if (!ranks)
-        return o;
+        return 0;
+    if (j->view != NULL && (st->diag = calloc(1, sizeof(*st->diag))) == NULL)
+        return -ENOMEM;
+    if (st->diag != NULL)
+        r = dl_proto_rec_decode(&dl_proto_status_diag_type, j->view, st->diag, "view", err,
+                                sizeof(err));
+    if (r < 0 || !ranks)
+        return r;
     char where[1024];
-    if (dl__jobview_explain(v, run_id, now, STUCK_S, where, sizeof(where)) > 0)
-        json_object_set_new(o, "where", json_string(where));
-    json_t *list = json_array();
+    if (dl__jobview_explain(v, run_id, now, STUCK_S, where, sizeof(where)) > 0 &&
+        (st->where = strdup(where)) == NULL)
+        return -ENOMEM;
+    size_t total = 0;
     const char *k;
-    json_t *e, *r;
-    size_t i;
+    json_t *e;
     json_object_foreach (j->reports, k, e) {
-        const json_t *rep = json_object_get(e, "report");
-        double age = now - json_number_value(json_object_get(e, "at"));
-        json_array_foreach (json_object_get(rep, "ranks"), i, r) {
-            json_t *c = json_deep_copy(r);
-            if (c == NULL)
-                continue;
-            json_object_set(c, "node_rank", json_object_get(rep, "node_rank"));
-            json_object_set(c, "host", json_object_get(rep, "host"));
-            json_object_set_new(c, "report_age_s", json_real(age > 0 ? age : 0));
-            json_array_append_new(list, c);
-        }
+        total += json_array_size(json_object_get(json_object_get(e, "report"), "ranks"));
     }
-    json_object_set_new(o, "ranks", list);
-    return o;
+    if ((st->ranks = calloc(total + 1, sizeof(*st->ranks))) == NULL)
+        return -ENOMEM;
+    st->has_ranks = true;
+    json_object_foreach (j->reports, k, e) {
+        double age = now - json_number_value(json_object_get(e, "at"));
+        st->nranks += ranks_of(json_object_get(e, "report"), age, st->ranks + st->nranks);
+    }
+    return 0;
+}
+
+void dl__jobview_status_clear(dl_proto_status_job_t *st)
+{
+    dl_proto_rec_free(&dl_proto_status_diag_type, st->diag);
+    free(st->diag);
+    free(st->where);
+    for (size_t i = 0; st->ranks != NULL && i < st->nranks; i++)
+        dl_proto_rec_free(&dl_proto_status_rank_type, &st->ranks[i]);
+    free(st->ranks);
+    st->diag = NULL;
+    st->where = NULL;
+    st->ranks = NULL;
+    st->nranks = 0;
+    st->has_ranks = false;
 }
 
 void dl__jobview_drop_conn(dl__jobview_t *v, const char *run_id, uint64_t conn)

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "status-reply.h"
+
 typedef struct dl__jobview_s dl__jobview_t;
 
 int dl__jobview_new(dl__jobview_t **ret);
@@ -32,9 +34,13 @@ json_t *dl__jobview_view(dl__jobview_t *v, const char *run_id);
 size_t dl__jobview_explain(dl__jobview_t *v, const char *run_id, double now, double min_stuck,
                            char *buf, size_t len);
 
-/* For a status reply: {"diag": view, and with ranks also "where": the account, "ranks": every
- * rank's figures and last operations with "node_rank", "host" and "report_age_s"}, or NULL. */
-json_t *dl__jobview_status(dl__jobview_t *v, const char *run_id, bool ranks, double now);
+/* For a status reply (proto/status-reply.h), into st: diag, the view, and with ranks also where,
+ * the account, and ranks, every rank's figures and last operations with its node_rank, host and
+ * report_age_s. What it sets is st's own (dl__jobview_status_clear frees it, and no more);
+ * nothing when the view has no such job. Returns 0 or -ENOMEM (st then holds what was made). */
+int dl__jobview_status(dl__jobview_t *v, const char *run_id, bool ranks, double now,
+                       dl_proto_status_job_t *st);
+void dl__jobview_status_clear(dl_proto_status_job_t *st);
 
 /* The connection closed: its report goes. */
 void dl__jobview_drop_conn(dl__jobview_t *v, const char *run_id, uint64_t conn);

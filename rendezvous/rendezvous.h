@@ -11,6 +11,7 @@
 #include "proto.h"
 #include "rdzv-core.h"
 #include "rdzv-sync.h"
+#include "status-reply.h"
 
 /* ---- Server ------------------------------------------------------------------------------ */
 
@@ -137,10 +138,11 @@ void dl_rdzv_server_progress(dl_rdzv_server_t *s, const char *run_id, const json
 /* What a status shows of the job's ranks, made from each node's latest heartbeat message (as
  * rdzv-codec.h encodes it) rather than from a server's connections: for a rendezvous kept
  * elsewhere (etcd), by the same rules as the server's own status. beats: an array of {"beat":
- * message, "age_s": seconds since it was sent}. Returns {"diag", with ranks also "where" and
- * "ranks", and "recovery" (the node that counted most)}, a new reference; NULL when out of
- * memory. */
-json_t *dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks);
+ * message, "age_s": seconds since it was sent}. Fills st's diag, with ranks also where and
+ * ranks, and recovery (the node that counted most; proto/status-reply.h), each st's own, as
+ * dl_proto_rec_free of the job frees them. Returns 0 or -ENOMEM. */
+int dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks,
+                         dl_proto_status_job_t *st);
 /* Where every rank of the job was, from the same beats, in the one line our server adds to a
  * round change's text (a worker's failure: every node's latest report, the failing node's
  * with it). Returns its length, 0 when the reports say nothing (buf ""). */

@@ -316,13 +316,16 @@ static dl__torch_store_t *torch_of_conn(const dl_rdzv_server_t *s, uint64_t conn
     return s->torch_jobs != NULL ? dl__torch_jobs_of_conn(s->torch_jobs, conn) : NULL;
 }
 
-/* The job's status reply (proto/status-reply.h), filled and written by its one encoder. Its
- * strings are the core's, borrowed for the call: the record is never freed as a whole. */
-static json_t *status_json(const dl_rdzv_server_t *s, const dl_rdzv_job_status_t *j)
+/* The job's status (proto/status-reply.h) as the core has it, into st. Its strings are the
+ * core's, borrowed for the call; what st owns (its nodes, what the job view adds) goes with
+ * job_status_clear. Returns 0 or -ENOMEM. */
+static int job_status(const dl_rdzv_server_t *s, const dl_rdzv_job_status_t *j,
+                      dl_proto_status_job_t *st)
 {
     dl_proto_status_node_t *nodes = calloc(j->nmembers + 1, sizeof(*nodes));
+    memset(st, 0, sizeof(*st));
     if (nodes == NULL)
-        return NULL;
+        return -ENOMEM;
     for (size_t i = 0; i < j->nmembers; i++) {
         const dl_rdzv_member_status_t *m = &j->members[i];
         nodes[i] = (dl_proto_status_node_t){.node_id = (char *)m->agent_id,
@@ -333,61 +336,72 @@ static json_t *status_json(const dl_rdzv_server_t *s, const dl_rdzv_job_status_t
                                             .connected = m->connected,
                                             .left = m->left};
     }
-    dl_proto_status_job_t st = {.run_id = (char *)j->run_id,
-                                .state = (char *)dl_rdzv_job_state_name(j->state),
-                                .round = j->round,
-                                .restarts = j->restarts,
-                                .max_restarts = j->max_restarts,
-                                .min_nodes = j->min_nodes,
-                                .max_nodes = j->max_nodes,
-                                .world_size = j->world_size,
-                                .keys = (long long)j->nkeys,
-                                .has_keys = true,
-                                .nodes = nodes,
-                                .nnodes = j->nmembers,
-                                .failure = (char *)j->failure,
-                                .store_bytes = (long long)j->store_bytes,
-                                .has_store_bytes = true,
-                                .store_waits = (long long)j->store_waits,
-                                .has_store_waits = true};
+    *st = (dl_proto_status_job_t){.run_id = (char *)j->run_id,
+                                  .state = (char *)dl_rdzv_job_state_name(j->state),
+                                  .round = j->round,
+                                  .restarts = j->restarts,
+                                  .max_restarts = j->max_restarts,
+                                  .min_nodes = j->min_nodes,
+                                  .max_nodes = j->max_nodes,
+                                  .world_size = j->world_size,
+                                  .keys = (long long)j->nkeys,
+                                  .has_keys = true,
+                                  .nodes = nodes,
+                                  .nnodes = j->nmembers,
+                                  .failure = (char *)j->failure,
+                                  .store_bytes = (long long)j->store_bytes,
+                                  .has_store_bytes = true,
+                                  .store_waits = (long long)j->store_waits,
+                                  .has_store_waits = true};
     /* Torch clients of a job whose store this server also serves in torch's protocol. */
     const dl__torch_store_t *ts = torch_of_job(s, j->run_id);
     if (ts != NULL) {
         size_t now, peak, bytes;
         dl__torch_store_clients(ts, &now, &peak, &bytes);
-        st.store_clients = (long long)now;
-        st.has_store_clients = true;
+        st->store_clients = (long long)now;
+        st->has_store_clients = true;
     }
-    json_t *o = dl_proto_rec_encode(&dl_proto_status_job_type, &st);
-    free(nodes);
-    return o;
+    return 0;
 }
 
-/* status: one job's, with its ranks' account and in-job recoveries, or every job's. */
+static void job_status_clear(dl_proto_status_job_t *st)
+{
+    free(st->nodes);
+    st->nodes = NULL;
+    dl__jobview_status_clear(st);
+}
+
+/* status: one job's, with its ranks' account and in-job recoveries, or every job's; written by
+ * the status reply's one encoder. */
 static json_t *status_reply(dl_rdzv_server_t *s, sconn_t *sc, json_int_t id,
                             const dl_rdzv_status_t *st)
 {
-    json_t *o;
-    if (st->njobs == 1) {
-        o = status_json(s, &st->jobs[0]);
-        json_object_update_new(
-            o, dl__jobview_status(s->view, st->jobs[0].run_id, sc->status_ranks, now_s()));
-        json_t *rec = dl__rdzv_stats_recovery_get(&s->stats, st->jobs[0].run_id);
-        if (rec != NULL)
-            json_object_set_new(o, "recovery", rec);
-    } else {
-        json_t *jobs = json_array();
-        for (size_t i = 0; i < st->njobs; i++) {
-            json_t *j = status_json(s, &st->jobs[i]);
-            json_object_update_new(j,
-                                   dl__jobview_status(s->view, st->jobs[i].run_id, false, now_s()));
-            json_t *rec = dl__rdzv_stats_recovery_get(&s->stats, st->jobs[i].run_id);
-            if (rec != NULL)
-                json_object_set_new(j, "recovery", rec);
-            json_array_append_new(jobs, j);
-        }
-        o = json_pack("{s:s, s:i, s:o}", "state", "serving", "round", 0, "jobs", jobs);
+    size_t n = st->njobs;
+    dl_proto_status_job_t *jobs = calloc(n + 1, sizeof(*jobs));
+    dl_proto_status_recovery_t *recs = calloc(n + 1, sizeof(*recs));
+    int r = jobs != NULL && recs != NULL ? 0 : -ENOMEM;
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        const char *run_id = st->jobs[i].run_id;
+        r = job_status(s, &st->jobs[i], &jobs[i]);
+        if (r == 0)
+            r = dl__jobview_status(s->view, run_id, n == 1 && sc->status_ranks, now_s(), &jobs[i]);
+        if (dl__rdzv_stats_recovery_get(&s->stats, run_id, &recs[i]))
+            jobs[i].recovery = &recs[i];
     }
+    json_t *o = NULL;
+    if (r == 0 && n == 1) {
+        o = dl_proto_rec_encode(&dl_proto_status_job_type, &jobs[0]);
+    } else if (r == 0) {
+        dl_proto_status_list_t all = {
+            .state = "serving", .has_round = true, .jobs = jobs, .njobs = n};
+        o = dl_proto_rec_encode(&dl_proto_status_list_type, &all);
+    }
+    for (size_t i = 0; jobs != NULL && i < n; i++)
+        job_status_clear(&jobs[i]);
+    free(jobs);
+    free(recs);
+    if (o == NULL)
+        return dl_proto_error_new(id, DL_PROTO_E_INTERNAL, "status: out of memory");
     return dl_proto_reply_new(id, o);
 }
 
@@ -409,9 +423,6 @@ static bool job_torch_master(const dl_rdzv_server_t *s, const sconn_t *sc, const
     *ret_port = dl__torch_store_port(ts);
     return true;
 }
-
-static json_t *status_reply(dl_rdzv_server_t *s, sconn_t *sc, json_int_t id,
-                            const dl_rdzv_status_t *st);
 
 /* Turns a core message into a frame for its connection; NULL when nothing is to be sent. */
 static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t *m)
@@ -578,11 +589,17 @@ static void follow(sconn_t *sc, json_int_t id, json_int_t since)
 static void take_snapshot(dl_rdzv_server_t *s, const dl_rdzv_status_t *st)
 {
     json_t *jobs = json_array();
-    for (size_t i = 0; jobs != NULL && i < st->njobs; i++)
-        if (json_array_append_new(jobs, status_json(s, &st->jobs[i])) < 0) {
+    for (size_t i = 0; jobs != NULL && i < st->njobs; i++) {
+        dl_proto_status_job_t js;
+        json_t *o = job_status(s, &st->jobs[i], &js) == 0
+                        ? dl_proto_rec_encode(&dl_proto_status_job_type, &js)
+                        : NULL;
+        job_status_clear(&js);
+        if (json_array_append_new(jobs, o) < 0) {
             json_decref(jobs);
             jobs = NULL;
         }
+    }
     json_decref(s->snapshot);
     s->snapshot = dl__rdzv_stats_snapshot(&s->stats, st, jobs, unix_now(), s->nconns, s->peak);
 }

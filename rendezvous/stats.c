@@ -239,10 +239,21 @@ void dl__rdzv_stats_recovery(dl__rdzv_stats_t *st, const char *run_id, const jso
         json_object_set_new(j, "recovery", o);
 }
 
-json_t *dl__rdzv_stats_recovery_get(dl__rdzv_stats_t *st, const char *run_id)
+bool dl__rdzv_stats_recovery_get(dl__rdzv_stats_t *st, const char *run_id,
+                                 dl_proto_status_recovery_t *ret)
 {
-    json_t *r = json_object_get(job_entry(st, run_id, false, 0), "recovery");
-    return r != NULL ? json_deep_copy(r) : NULL;
+    const json_t *r = json_object_get(job_entry(st, run_id, false, 0), "recovery");
+    const json_t *step = json_object_get(r, "step"), *ms = json_object_get(r, "duration_ms");
+    if (r == NULL)
+        return false;
+    *ret = (dl_proto_status_recovery_t){
+        .recoveries = (long long)json_integer_value(json_object_get(r, "recoveries")),
+        .recovering = json_is_true(json_object_get(r, "recovering")),
+        .step = (long long)json_integer_value(step),
+        .has_step = step != NULL,
+        .duration_ms = json_real_value(ms),
+        .has_duration_ms = ms != NULL};
+    return true;
 }
 
 /* The counters v[0..n) by name into out: every one (all), or only those above 0. Names are

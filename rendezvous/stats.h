@@ -6,12 +6,14 @@
 #define DL_RDZV_STATS_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "proto.h"
 #include "rdzv-codec.h"
 #include "rdzv-core.h"
+#include "status-reply.h"
 
 /* The connection id of the server's own STATUS requests: generation 0, which no real connection
  * ever has, so replies to it can be told apart and never reach a socket. */
@@ -68,8 +70,9 @@ void dl__rdzv_stats_progress(dl__rdzv_stats_t *st, const char *run_id, const dl_
 /* A heartbeat's recovery object (borrowed; in-job recovery, docs/recovery.md): {"recoveries",
  * "recovering", "step", "duration_ms"}, checked and bounded, kept as the job's newest. */
 void dl__rdzv_stats_recovery(dl__rdzv_stats_t *st, const char *run_id, const json_t *rec);
-/* What dl__rdzv_stats_recovery kept of the job, a new reference, or NULL. */
-json_t *dl__rdzv_stats_recovery_get(dl__rdzv_stats_t *st, const char *run_id);
+/* What dl__rdzv_stats_recovery kept of the job into ret; false when nothing. */
+bool dl__rdzv_stats_recovery_get(dl__rdzv_stats_t *st, const char *run_id,
+                                 dl_proto_status_recovery_t *ret);
 
 /* The snapshot (docs/operations.md): server counters, histograms, and for each job of status its
  * entry of jobs (the same objects `dlaunch status --json` shows, stolen) with what is kept of it

@@ -825,8 +825,12 @@ DL_TEST(the_straggler_rules_verdict_reaches_every_node_and_the_status)
     dl_ejob_view_t v;
     json_t *state = state_doc("running", 1, 0, 3, 2, 2);
     json_object_set_new(state, "assignment", json_integer(5));
-    json_t *view = json_pack("{s:[{s:i, s:i, s:f}]}", "stragglers", "rank", 1, "node_rank", 1,
-                             "compute_ms", 40.0);
+    /* A whole view, as the rule writes it (diag/report.c): status shows it field for field. */
+    json_t *view = json_pack(
+        "{s:i, s:f, s:f, s:f, s:[{s:i, s:i, s:s, s:f, s:f, s:f, s:i, s:f}], s:{s:i, s:f}}", "ranks",
+        4, "median_compute_ms", 20.0, "step_ms", 25.0, "samples_per_s", 640.0, "stragglers", "rank",
+        1, "node_rank", 1, "host", "h1", "compute_ms", 40.0, "median_ms", 20.0, "slower_pct", 100.0,
+        "steps", 12, "cost_samples_per_s", 160.0, "slowest", "rank", 1, "compute_ms", 40.0);
     load(&v,
          json_pack("[o, o, o]", kv(P "state", state, 7, 0),
                    kv(P "n/n0", recorder_report(1, 0, 100.0, 5, 4), 8, 11),

@@ -588,20 +588,17 @@ static void follow(sconn_t *sc, json_int_t id, json_int_t since)
 
 static void take_snapshot(dl_rdzv_server_t *s, const dl_rdzv_status_t *st)
 {
-    json_t *jobs = json_array();
-    for (size_t i = 0; jobs != NULL && i < st->njobs; i++) {
-        dl_proto_status_job_t js;
-        json_t *o = job_status(s, &st->jobs[i], &js) == 0
-                        ? dl_proto_rec_encode(&dl_proto_status_job_type, &js)
-                        : NULL;
-        job_status_clear(&js);
-        if (json_array_append_new(jobs, o) < 0) {
-            json_decref(jobs);
-            jobs = NULL;
-        }
-    }
+    dl_proto_status_job_t *jobs = calloc(st->njobs + 1, sizeof(*jobs));
+    int r = jobs != NULL ? 0 : -ENOMEM;
+    for (size_t i = 0; r == 0 && i < st->njobs; i++)
+        r = job_status(s, &st->jobs[i], &jobs[i]);
     json_decref(s->snapshot);
-    s->snapshot = dl__rdzv_stats_snapshot(&s->stats, st, jobs, unix_now(), s->nconns, s->peak);
+    s->snapshot = r == 0
+                      ? dl__rdzv_stats_snapshot(&s->stats, st, jobs, unix_now(), s->nconns, s->peak)
+                      : NULL;
+    for (size_t i = 0; jobs != NULL && i < st->njobs; i++)
+        job_status_clear(&jobs[i]);
+    free(jobs);
 }
 
 /* The torch store's queues and watches live beside the core's keys: they go when a round

@@ -1,18 +1,21 @@
 /* The server's statistics and the snapshot built from them and the core's status. What is kept
- * per job is a JSON object, since all of it ends up as JSON anyway:
+ * per job (kept_t) is the status reply's own structs (proto/status-reply.h), so that the snapshot
+ * borrows them for its one encoder:
  *
- *   {"opened": mono seconds the current round opened, or -1 once it closed,
- *    "ended": mono seconds the job ended (absent while it runs),
- *    "restarts_by_cause": {"worker_failed": n, ...},
- *    "history": [{"time", "round", "cause", "reason"}, ...]       the last HISTORY_MAX restarts
- *    "last_failure": {"time", "round", "rank", ..., "log_tail"}   the last worker_failed
- *    "progress": [{"time", "step", "loss", "samples_per_s"}, ...] the last PROGRESS_MAX points
- *    "log": [{"time", "level", "text"}, ...]}                     the last LOG_MAX log lines
+ *   opened             mono seconds the current round opened, or -1 once it closed
+ *   ended              mono seconds the job ended (has_ended while it runs: false)
+ *   restarts_by_cause  {"worker_failed": n, ...} in the order the causes came
+ *   history            the last HISTORY_MAX restarts {time, round, cause, reason}
+ *   last_failure       the last worker_failed {time, peer, round, rank, ..., log_tail}
+ *   progress           the last PROGRESS_MAX points {time, step, loss, samples_per_s}
+ *   log                the last LOG_MAX log lines {time, level, text}
+ *   recovery           the in-job recoveries of the agent that counted most
  *
  * Every list is bounded, and so is the number of jobs kept (JOBS_MAX): the memory a client can
  * make the server hold here is small and fixed per job. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +31,26 @@
  * snapshot saw it go: a daemon nobody watches must not grow. */
 #define ENDED_KEEP 3600.0
 
+typedef struct {
+    double opened;
+    double ended;
+    bool has_ended;
+    uint64_t seen; /* the last snapshot that had the job */
+    /* Names are static (dl_rdzv_cause_name, or "unknown"): one count each at most. */
+    dl_proto_rec_count_t by_cause[DL_RDZV_CAUSE_COUNT + 1];
+    size_t nby_cause;
+    dl_proto_status_restart_t history[HISTORY_MAX]; /* oldest first; reason is ours */
+    size_t nhistory;
+    dl_proto_status_failure_t last_failure; /* peer, reason and log_tail are ours */
+    bool has_last_failure;
+    dl_proto_status_point_t *progress; /* oldest first, grown up to PROGRESS_MAX */
+    size_t nprogress, progress_cap;
+    dl_proto_status_log_t log[LOG_MAX]; /* oldest first; level is static, text ours */
+    size_t nlog;
+    dl_proto_status_recovery_t recovery;
+    bool has_recovery;
+} kept_t;
+
 const double dl__rdzv_hist_bounds[DL__RDZV_HIST_BUCKETS] = {
     0.00001, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
 };
@@ -41,10 +64,48 @@ int dl__rdzv_stats_init(dl__rdzv_stats_t *st, double unix_now)
     return st->ended != NULL && st->jobs != NULL ? 0 : -ENOMEM;
 }
 
+static kept_t *kept_of(const json_t *v)
+{
+    return (kept_t *)(uintptr_t)json_integer_value(v);
+}
+
+static void failure_clear(dl_proto_status_failure_t *f)
+{
+    free(f->peer);
+    free(f->reason);
+    free(f->log_tail);
+    memset(f, 0, sizeof(*f));
+}
+
+static void kept_free(kept_t *k)
+{
+    if (k == NULL)
+        return;
+    for (size_t i = 0; i < k->nhistory; i++)
+        free(k->history[i].reason);
+    failure_clear(&k->last_failure);
+    free(k->progress);
+    for (size_t i = 0; i < k->nlog; i++)
+        free(k->log[i].text);
+    free(k);
+}
+
+/* Drops the job's entry (its kept_t goes with it). */
+static void forget(dl__rdzv_stats_t *st, const char *run_id)
+{
+    kept_free(kept_of(json_object_get(st->jobs, run_id)));
+    json_object_del(st->jobs, run_id);
+}
+
 void dl__rdzv_stats_free(dl__rdzv_stats_t *st)
 {
+    const char *key;
+    json_t *v;
     if (st == NULL)
         return;
+    json_object_foreach (st->jobs, key, v) {
+        kept_free(kept_of(v));
+    }
     json_decref(st->ended);
     json_decref(st->jobs);
     st->ended = st->jobs = NULL;
@@ -65,16 +126,6 @@ static void count_in(json_t *obj, const char *key)
     json_object_set_new(obj, key, json_integer(json_integer_value(json_object_get(obj, key)) + 1));
 }
 
-/* Appends item (stolen) to the array, dropping the oldest beyond max. */
-static void bounded_append(json_t *arr, json_t *item, size_t max)
-{
-    if (item == NULL)
-        return;
-    while (json_array_size(arr) >= max)
-        json_array_remove(arr, 0);
-    json_array_append_new(arr, item);
-}
-
 /* Ended jobs long gone make room for new ones; past JOBS_MAX even a running job's entry is not
  * made (its counters still count, only the per-job detail is missing). */
 static bool room_for_a_job(dl__rdzv_stats_t *st, double mono)
@@ -83,23 +134,26 @@ static bool room_for_a_job(dl__rdzv_stats_t *st, double mono)
     json_t *v;
     void *tmp;
     json_object_foreach_safe (st->jobs, tmp, key, v) {
-        json_t *ended = json_object_get(v, "ended");
-        if (ended != NULL && mono - json_real_value(ended) > ENDED_KEEP)
-            json_object_del(st->jobs, key);
+        const kept_t *k = kept_of(v);
+        if (k->has_ended && mono - k->ended > ENDED_KEEP)
+            forget(st, key);
     }
     return json_object_size(st->jobs) < JOBS_MAX;
 }
 
-static json_t *job_entry(dl__rdzv_stats_t *st, const char *run_id, bool create, double mono)
+static kept_t *job_entry(dl__rdzv_stats_t *st, const char *run_id, bool create, double mono)
 {
-    json_t *j = run_id != NULL ? json_object_get(st->jobs, run_id) : NULL;
-    if (j != NULL || !create || run_id == NULL || !room_for_a_job(st, mono))
-        return j;
-    j = json_pack("{s:f, s:{}, s:[], s:[], s:[]}", "opened", mono, "restarts_by_cause", "history",
-                  "progress", "log");
-    if (j == NULL || json_object_set_new(st->jobs, run_id, j) < 0)
+    kept_t *k = run_id != NULL ? kept_of(json_object_get(st->jobs, run_id)) : NULL;
+    if (k != NULL || !create || run_id == NULL || !room_for_a_job(st, mono))
+        return k;
+    if ((k = calloc(1, sizeof(*k))) == NULL)
         return NULL;
-    return j;
+    k->opened = mono;
+    if (json_object_set_new(st->jobs, run_id, json_integer((json_int_t)(uintptr_t)k)) < 0) {
+        kept_free(k);
+        return NULL;
+    }
+    return k;
 }
 
 void dl__rdzv_stats_join(dl__rdzv_stats_t *st, const char *run_id, double mono)
@@ -115,144 +169,199 @@ static int cause_of(const char *name)
     return -1;
 }
 
+static void count_cause(kept_t *k, const char *name)
+{
+    size_t i = 0;
+    while (i < k->nby_cause && strcmp(k->by_cause[i].name, name) != 0)
+        i++;
+    if (i == k->nby_cause) {
+        if (i == sizeof(k->by_cause) / sizeof(k->by_cause[0]))
+            return;
+        k->by_cause[k->nby_cause++] = (dl_proto_rec_count_t){(char *)name, 0};
+    }
+    k->by_cause[i].n++;
+}
+
+/* A restart as the history keeps it; its reason copied. An event without its time, round and
+ * reason is not one the server journals: left out. */
+static void add_history(kept_t *k, const json_t *ev, const char *cause)
+{
+    const json_t *time = json_object_get(ev, "time"), *round = json_object_get(ev, "round");
+    const char *reason = json_string_value(json_object_get(ev, "reason"));
+    char *copy = reason != NULL ? strdup(reason) : NULL;
+    if (!json_is_number(time) || !json_is_integer(round) || copy == NULL) {
+        free(copy);
+        return;
+    }
+    if (k->nhistory == HISTORY_MAX) {
+        free(k->history[0].reason);
+        memmove(k->history, k->history + 1, (HISTORY_MAX - 1) * sizeof(k->history[0]));
+        k->nhistory--;
+    }
+    k->history[k->nhistory++] = (dl_proto_status_restart_t){
+        json_number_value(time), (long long)json_integer_value(round), (char *)cause, copy};
+}
+
+/* A log line as the job keeps it; the level one of the journal's three, static. */
+static void add_log(kept_t *k, const json_t *ev)
+{
+    static const char *const levels[] = {"error", "warning", "info"};
+    const json_t *time = json_object_get(ev, "time");
+    const char *level = json_string_value(json_object_get(ev, "level"));
+    const char *text = json_string_value(json_object_get(ev, "text"));
+    const char *known = NULL;
+    for (size_t i = 0; level != NULL && i < sizeof(levels) / sizeof(levels[0]); i++)
+        if (strcmp(level, levels[i]) == 0)
+            known = levels[i];
+    char *copy = text != NULL ? strdup(text) : NULL;
+    if (!json_is_number(time) || known == NULL || copy == NULL) {
+        free(copy);
+        return;
+    }
+    if (k->nlog == LOG_MAX) {
+        free(k->log[0].text);
+        memmove(k->log, k->log + 1, (LOG_MAX - 1) * sizeof(k->log[0]));
+        k->nlog--;
+    }
+    k->log[k->nlog++] = (dl_proto_status_log_t){json_number_value(time), (char *)known, copy};
+}
+
 void dl__rdzv_stats_event(dl__rdzv_stats_t *st, const char *run_id, const json_t *ev, double mono)
 {
     const char *name = json_string_value(json_object_get(ev, "event"));
-    json_t *j = job_entry(st, run_id, true, mono);
-    json_t *time = json_object_get(ev, "time");
+    kept_t *k = job_entry(st, run_id, true, mono);
 
     st->generation++;
     if (name == NULL)
         return;
     if (strcmp(name, "rendezvous") == 0) {
         st->rounds++;
-        double opened = json_real_value(json_object_get(j, "opened"));
-        if (j != NULL && opened >= 0) {
-            dl__rdzv_hist_add(&st->round_seconds, mono - opened);
-            json_object_set_new(j, "opened", json_real(-1));
+        if (k != NULL && k->opened >= 0) {
+            dl__rdzv_hist_add(&st->round_seconds, mono - k->opened);
+            k->opened = -1;
         }
     } else if (strcmp(name, "round_changed") == 0) {
-        const char *cause = json_string_value(json_object_get(ev, "cause"));
-        int c = cause_of(cause);
+        int c = cause_of(json_string_value(json_object_get(ev, "cause")));
+        const char *cause = c >= 0 ? dl_rdzv_cause_name((dl_rdzv_cause_t)c) : "unknown";
         if (c >= 0)
             st->restarts[c]++;
-        if (j == NULL)
+        if (k == NULL)
             return;
-        json_object_set_new(j, "opened", json_real(mono));
-        count_in(json_object_get(j, "restarts_by_cause"), c >= 0 ? cause : "unknown");
-        bounded_append(json_object_get(j, "history"),
-                       json_pack("{s:O, s:O, s:s, s:O}", "time", time, "round",
-                                 json_object_get(ev, "round"), "cause", c >= 0 ? cause : "unknown",
-                                 "reason", json_object_get(ev, "reason")),
-                       HISTORY_MAX);
+        k->opened = mono;
+        count_cause(k, cause);
+        add_history(k, ev, cause);
     } else if (strcmp(name, "job_end") == 0) {
         const char *status = json_string_value(json_object_get(ev, "status"));
         count_in(st->ended, status != NULL ? status : "unknown");
-        if (j != NULL)
-            json_object_set_new(j, "ended", json_real(mono));
-    } else if (strcmp(name, "log") == 0 && j != NULL) {
-        bounded_append(json_object_get(j, "log"),
-                       json_pack("{s:O, s:O, s:O}", "time", time, "level",
-                                 json_object_get(ev, "level"), "text", json_object_get(ev, "text")),
-                       LOG_MAX);
+        if (k != NULL) {
+            k->ended = mono;
+            k->has_ended = true;
+        }
+    } else if (strcmp(name, "log") == 0 && k != NULL) {
+        add_log(k, ev);
     }
 }
 
 void dl__rdzv_stats_failure(dl__rdzv_stats_t *st, const char *run_id,
                             const dl_rdzv_failure_msg_t *m, const char *peer, double unix_now)
 {
-    json_t *j = job_entry(st, run_id, false, 0);
-    json_t *f = json_pack("{s:f, s:s, s:i, s:i}", "time", isnan(m->time) ? unix_now : m->time,
-                          "peer", peer, "round", m->round, "rank", m->rank);
+    kept_t *k = job_entry(st, run_id, false, 0);
+    dl_proto_status_failure_t f = {.time = isnan(m->time) ? unix_now : m->time,
+                                   .round = m->round,
+                                   .has_round = true,
+                                   .rank = m->rank,
+                                   .has_rank = true,
+                                   .local_rank = m->local_rank,
+                                   .has_local_rank = m->local_rank >= 0,
+                                   .exit_code = m->exit_code,
+                                   .has_exit_code = m->exit_code >= 0,
+                                   .signal = m->signal,
+                                   .has_signal = m->signal > 0};
 
     st->generation++;
-    if (j == NULL || f == NULL) {
-        json_decref(f);
+    if (k == NULL || (f.peer = strdup(peer)) == NULL)
+        return;
+    if (m->reason != NULL && (f.reason = strdup(m->reason)) == NULL) {
+        failure_clear(&f);
         return;
     }
-    if (m->local_rank >= 0)
-        json_object_set_new(f, "local_rank", json_integer(m->local_rank));
-    if (m->exit_code >= 0)
-        json_object_set_new(f, "exit_code", json_integer(m->exit_code));
-    if (m->signal > 0)
-        json_object_set_new(f, "signal", json_integer(m->signal));
-    if (m->reason != NULL)
-        json_object_set_new(f, "reason", json_string(m->reason));
-    /* The protocol allows 64 KiB of tail; the page shows the end of it. */
+    /* The protocol allows 64 KiB of tail; the page shows the end of it. A cut inside a UTF-8
+     * sequence is not a string: it starts at the next whole character. */
     if (m->log_tail != NULL) {
-        size_t len = strlen(m->log_tail);
-        size_t from = len > LOG_TAIL_MAX ? len - LOG_TAIL_MAX : 0;
-        json_t *cut = NULL;
-        /* A cut inside a UTF-8 sequence is not a string: start at the next whole character. */
-        for (size_t skip = 0; cut == NULL && skip < 4 && from + skip <= len; skip++)
-            cut = json_stringn(m->log_tail + from + skip, len - from - skip);
-        if (cut != NULL)
-            json_object_set_new(f, "log_tail", cut);
+        size_t len = strlen(m->log_tail), from = len > LOG_TAIL_MAX ? len - LOG_TAIL_MAX : 0;
+        while (from < len && ((unsigned char)m->log_tail[from] & 0xc0) == 0x80)
+            from++;
+        if ((f.log_tail = strdup(m->log_tail + from)) == NULL) {
+            failure_clear(&f);
+            return;
+        }
     }
-    json_object_set_new(j, "last_failure", f);
+    failure_clear(&k->last_failure);
+    k->last_failure = f;
+    k->has_last_failure = true;
 }
 
 void dl__rdzv_stats_progress(dl__rdzv_stats_t *st, const char *run_id, const dl_rdzv_beat_msg_t *b,
                              double unix_now)
 {
-    json_t *j = job_entry(st, run_id, false, 0);
-    json_t *ring = json_object_get(j, "progress");
-    json_t *last = json_array_get(ring, json_array_size(ring) - 1);
+    kept_t *k = job_entry(st, run_id, false, 0);
 
-    if (ring == NULL || !b->has_progress)
+    if (k == NULL || !b->has_progress)
         return;
     /* Every agent may report, and each reports every heartbeat: one point per step is enough. */
-    if (last != NULL && json_integer_value(json_object_get(last, "step")) == b->step)
+    if (k->nprogress > 0 && k->progress[k->nprogress - 1].step == b->step)
         return;
-    json_t *p = json_pack("{s:f, s:I}", "time", unix_now, "step", (json_int_t)b->step);
-    if (p != NULL && !isnan(b->loss))
-        json_object_set_new(p, "loss", json_real(b->loss));
-    if (p != NULL && !isnan(b->samples_per_s))
-        json_object_set_new(p, "samples_per_s", json_real(b->samples_per_s));
-    bounded_append(ring, p, PROGRESS_MAX);
+    if (k->nprogress == PROGRESS_MAX) {
+        memmove(k->progress, k->progress + 1, (PROGRESS_MAX - 1) * sizeof(k->progress[0]));
+        k->nprogress--;
+    } else if (k->nprogress == k->progress_cap) {
+        size_t cap = k->progress_cap ? k->progress_cap * 2 : 16;
+        cap = cap > PROGRESS_MAX ? PROGRESS_MAX : cap;
+        dl_proto_status_point_t *p = realloc(k->progress, cap * sizeof(*p));
+        if (p == NULL)
+            return;
+        k->progress = p;
+        k->progress_cap = cap;
+    }
+    k->progress[k->nprogress++] =
+        (dl_proto_status_point_t){.time = unix_now,
+                                  .step = b->step,
+                                  .loss = b->loss,
+                                  .has_loss = !isnan(b->loss),
+                                  .samples_per_s = b->samples_per_s,
+                                  .has_samples_per_s = !isnan(b->samples_per_s)};
     st->generation++;
 }
 
 void dl__rdzv_stats_recovery(dl__rdzv_stats_t *st, const char *run_id, const json_t *rec)
 {
-    json_t *j = job_entry(st, run_id, false, 0);
+    kept_t *k = job_entry(st, run_id, false, 0);
     json_t *n = json_object_get(rec, "recoveries"), *on = json_object_get(rec, "recovering");
     json_t *step = json_object_get(rec, "step"), *ms = json_object_get(rec, "duration_ms");
-    if (j == NULL || !json_is_integer(n) || json_integer_value(n) < 0 ||
+    if (k == NULL || !json_is_integer(n) || json_integer_value(n) < 0 ||
         json_integer_value(n) > 1000000000 || !json_is_boolean(on))
         return;
-    json_t *o = json_pack("{s:I, s:b}", "recoveries", json_integer_value(n), "recovering",
-                          json_is_true(on));
-    if (o != NULL && json_is_integer(step) && json_integer_value(step) >= 0)
-        json_object_set_new(o, "step", json_integer(json_integer_value(step)));
-    if (o != NULL && json_is_number(ms) && json_number_value(ms) >= 0 &&
-        json_number_value(ms) < 1e9)
-        json_object_set_new(o, "duration_ms", json_real(json_number_value(ms)));
     /* Every agent reports; the one that counted most is the newest. */
-    json_t *was = json_object_get(j, "recovery");
-    if (o != NULL && was != NULL &&
-        json_integer_value(json_object_get(was, "recoveries")) > json_integer_value(n)) {
-        json_decref(o);
+    if (k->has_recovery && k->recovery.recoveries > (long long)json_integer_value(n))
         return;
-    }
-    if (o != NULL)
-        json_object_set_new(j, "recovery", o);
+    k->recovery = (dl_proto_status_recovery_t){
+        .recoveries = (long long)json_integer_value(n),
+        .recovering = json_is_true(on),
+        .step = (long long)json_integer_value(step),
+        .has_step = json_is_integer(step) && json_integer_value(step) >= 0,
+        .duration_ms = json_number_value(ms),
+        .has_duration_ms =
+            json_is_number(ms) && json_number_value(ms) >= 0 && json_number_value(ms) < 1e9};
+    k->has_recovery = true;
 }
 
 bool dl__rdzv_stats_recovery_get(dl__rdzv_stats_t *st, const char *run_id,
                                  dl_proto_status_recovery_t *ret)
 {
-    const json_t *r = json_object_get(job_entry(st, run_id, false, 0), "recovery");
-    const json_t *step = json_object_get(r, "step"), *ms = json_object_get(r, "duration_ms");
-    if (r == NULL)
+    const kept_t *k = job_entry(st, run_id, false, 0);
+    if (k == NULL || !k->has_recovery)
         return false;
-    *ret = (dl_proto_status_recovery_t){
-        .recoveries = (long long)json_integer_value(json_object_get(r, "recoveries")),
-        .recovering = json_is_true(json_object_get(r, "recovering")),
-        .step = (long long)json_integer_value(step),
-        .has_step = step != NULL,
-        .duration_ms = json_real_value(ms),
-        .has_duration_ms = ms != NULL};
+    *ret = k->recovery;
     return true;
 }
 
@@ -298,28 +407,33 @@ static void hist_of(const dl__rdzv_hist_t *h, long long counts[DL__RDZV_HIST_BUC
                                     .count = (long long)h->n};
 }
 
-/* The server's figures, filled into the status reply's struct and written by its encoder; every
- * array here is borrowed for the call. */
-static json_t *server_json(dl__rdzv_stats_t *st, size_t connections, size_t peak)
-{
+/* The server's figures in the status reply's struct, its arrays in figs (names borrowed). */
+typedef struct {
     dl_proto_rec_count_t rejected[DL_PROTO_E_COUNT], messages[DL_PROTO_TYPE_COUNT],
         restarts[DL_RDZV_CAUSE_COUNT];
-    dl_proto_rec_count_t *ended = calloc(json_object_size(st->ended) + 1, sizeof(*ended));
+    dl_proto_rec_count_t *ended;
     long long round_counts[DL__RDZV_HIST_BUCKETS + 1], step_counts[DL__RDZV_HIST_BUCKETS + 1];
     dl_proto_status_hist_t round_h, step_h;
-    dl_proto_status_hists_t hists = {&round_h, &step_h};
+    dl_proto_status_hists_t hists;
+} server_figs_t;
+
+static int server_of(dl__rdzv_stats_t *st, size_t connections, size_t peak, server_figs_t *figs,
+                     dl_proto_status_server_t *srv)
+{
     size_t nended = 0;
     const char *key;
     json_t *v;
 
-    if (ended == NULL)
-        return NULL;
+    if ((figs->ended = calloc(json_object_size(st->ended) + 1, sizeof(*figs->ended))) == NULL)
+        return -ENOMEM;
     json_object_foreach (st->ended, key, v) {
-        ended[nended++] = (dl_proto_rec_count_t){(char *)key, (long long)json_integer_value(v)};
+        figs->ended[nended++] =
+            (dl_proto_rec_count_t){(char *)key, (long long)json_integer_value(v)};
     }
-    hist_of(&st->round_seconds, round_counts, &round_h);
-    hist_of(&st->step_seconds, step_counts, &step_h);
-    dl_proto_status_server_t srv = {
+    hist_of(&st->round_seconds, figs->round_counts, &figs->round_h);
+    hist_of(&st->step_seconds, figs->step_counts, &figs->step_h);
+    figs->hists = (dl_proto_status_hists_t){&figs->round_h, &figs->step_h};
+    *srv = (dl_proto_status_server_t){
         .started = st->started,
         .connections = (long long)connections,
         .peak_connections = (long long)peak,
@@ -327,70 +441,77 @@ static json_t *server_json(dl__rdzv_stats_t *st, size_t connections, size_t peak
         .auth_failures = (long long)st->auth_failures,
         .auth_timeouts = (long long)st->auth_timeouts,
         .rounds = (long long)st->rounds,
-        .rejected = rejected,
-        .nrejected = counts_of(st->rejected, DL_PROTO_E_COUNT, errcode_name, false, rejected),
-        .messages = messages,
-        .nmessages = counts_of(st->messages, DL_PROTO_TYPE_COUNT, type_name, false, messages),
-        .restarts = restarts,
-        .nrestarts = counts_of(st->restarts, DL_RDZV_CAUSE_COUNT, cause_name, true, restarts),
-        .ended = ended,
+        .rejected = figs->rejected,
+        .nrejected = counts_of(st->rejected, DL_PROTO_E_COUNT, errcode_name, false, figs->rejected),
+        .messages = figs->messages,
+        .nmessages = counts_of(st->messages, DL_PROTO_TYPE_COUNT, type_name, false, figs->messages),
+        .restarts = figs->restarts,
+        .nrestarts = counts_of(st->restarts, DL_RDZV_CAUSE_COUNT, cause_name, true, figs->restarts),
+        .ended = figs->ended,
         .nended = nended,
-        .histograms = &hists,
+        .histograms = &figs->hists,
     };
-    json_t *o = dl_proto_rec_encode(&dl_proto_status_server_type, &srv);
-    free(ended);
-    return o;
+    return 0;
 }
 
-/* Adds to the job's status object what is kept of it here, as deep copies. */
-static int add_extras(json_t *o, const dl_rdzv_job_status_t *js, const json_t *kept,
-                      double unix_now)
+/* Puts on the job's status what is kept of it here (k, or NULL: nothing), borrowed. */
+static void add_extras(dl_proto_status_job_t *o, const dl_rdzv_job_status_t *js, kept_t *k,
+                       double unix_now)
 {
-    static const char *const lists[] = {"restarts_by_cause", "history", "last_failure", "progress",
-                                        "log"};
-    int r = 0;
-    r |= json_object_set_new(o, "store_bytes", json_integer((json_int_t)js->store_bytes));
-    r |= json_object_set_new(o, "store_waits", json_integer((json_int_t)js->store_waits));
+    o->store_bytes = (long long)js->store_bytes;
+    o->has_store_bytes = true;
+    o->store_waits = (long long)js->store_waits;
+    o->has_store_waits = true;
     /* Ages go stale as soon as the snapshot is made; a time does not. */
-    size_t i;
-    json_t *node;
-    json_array_foreach (json_object_get(o, "nodes"), i, node) {
-        double age = json_number_value(json_object_get(node, "heartbeat_age"));
-        r |= json_object_set_new(node, "last_heartbeat", json_real(unix_now - age));
+    for (size_t i = 0; i < o->nnodes; i++) {
+        o->nodes[i].last_heartbeat = unix_now - o->nodes[i].heartbeat_age;
+        o->nodes[i].has_last_heartbeat = true;
     }
-    for (size_t k = 0; k < sizeof(lists) / sizeof(lists[0]); k++) {
-        json_t *v = json_object_get(kept, lists[k]);
-        if (v != NULL)
-            r |= json_object_set_new(o, lists[k], json_deep_copy(v));
-    }
-    return r < 0 ? -ENOMEM : 0;
+    if (k == NULL)
+        return;
+    o->restarts_by_cause = k->by_cause;
+    o->nrestarts_by_cause = k->nby_cause;
+    o->has_restarts_by_cause = true;
+    o->history = k->history;
+    o->nhistory = k->nhistory;
+    o->has_history = true;
+    o->last_failure = k->has_last_failure ? &k->last_failure : NULL;
+    o->progress = k->progress;
+    o->nprogress = k->nprogress;
+    o->has_progress = true;
+    o->log = k->log;
+    o->nlog = k->nlog;
+    o->has_log = true;
 }
 
-json_t *dl__rdzv_stats_snapshot(dl__rdzv_stats_t *st, const dl_rdzv_status_t *status, json_t *jobs,
-                                double unix_now, size_t connections, size_t peak_connections)
+json_t *dl__rdzv_stats_snapshot(dl__rdzv_stats_t *st, const dl_rdzv_status_t *status,
+                                dl_proto_status_job_t *jobs, double unix_now, size_t connections,
+                                size_t peak_connections)
 {
-    json_t *snap = NULL, *live = json_object();
-    int r = jobs != NULL && live != NULL && json_array_size(jobs) == status->njobs ? 0 : -ENOMEM;
-
-    for (size_t i = 0; r == 0 && i < status->njobs; i++) {
-        const char *run_id = status->jobs[i].run_id;
-        r = add_extras(json_array_get(jobs, i), &status->jobs[i], json_object_get(st->jobs, run_id),
-                       unix_now);
-        if (r == 0)
-            r = json_object_set(live, run_id, json_true());
+    uint64_t mark = ++st->snapshots;
+    for (size_t i = 0; i < status->njobs; i++) {
+        kept_t *k = job_entry(st, status->jobs[i].run_id, false, 0);
+        add_extras(&jobs[i], &status->jobs[i], k, unix_now);
+        if (k != NULL)
+            k->seen = mark;
     }
-    if (r == 0) {
-        const char *key;
-        json_t *v;
-        void *tmp;
-        json_object_foreach_safe (st->jobs, tmp, key, v) {
-            if (json_object_get(live, key) == NULL)
-                json_object_del(st->jobs, key);
-        }
-        snap = json_pack("{s:s, s:f, s:o, s:O}", "version", DL_VERSION, "time", unix_now, "server",
-                         server_json(st, connections, peak_connections), "jobs", jobs);
+    const char *key;
+    json_t *v;
+    void *tmp;
+    json_object_foreach_safe (st->jobs, tmp, key, v) {
+        if (kept_of(v)->seen != mark)
+            forget(st, key);
     }
-    json_decref(live);
-    json_decref(jobs);
-    return snap;
+    server_figs_t figs;
+    dl_proto_status_server_t srv;
+    if (server_of(st, connections, peak_connections, &figs, &srv) < 0)
+        return NULL;
+    dl_proto_status_snapshot_t snap = {.version = (char *)DL_VERSION,
+                                       .time = unix_now,
+                                       .server = &srv,
+                                       .jobs = jobs,
+                                       .njobs = status->njobs};
+    json_t *o = dl_proto_rec_encode(&dl_proto_status_snapshot_type, &snap);
+    free(figs.ended);
+    return o;
 }

@@ -42,7 +42,8 @@ typedef struct {
     dl__rdzv_hist_t round_seconds; /* a round's opening (its first join) -> its assignment */
     dl__rdzv_hist_t step_seconds;  /* one event through the core and its actions */
     json_t *ended;                 /* {"succeeded": n, "failed": n, ...} */
-    json_t *jobs;                  /* run id -> what is kept of the job (stats.c) */
+    json_t *jobs;                  /* run id -> the address of what is kept of it (stats.c) */
+    uint64_t snapshots;            /* made so far */
 } dl__rdzv_stats_t;
 
 /* Returns 0 or -ENOMEM; dl__rdzv_stats_free undoes either. */
@@ -74,11 +75,13 @@ void dl__rdzv_stats_recovery(dl__rdzv_stats_t *st, const char *run_id, const jso
 bool dl__rdzv_stats_recovery_get(dl__rdzv_stats_t *st, const char *run_id,
                                  dl_proto_status_recovery_t *ret);
 
-/* The snapshot (docs/operations.md): server counters, histograms, and for each job of status its
- * entry of jobs (the same objects `dlaunch status --json` shows, stolen) with what is kept of it
- * here added. Shares nothing with st, so it may go to another thread. Forgets what is kept of
- * jobs the core no longer has. Returns a new reference, or NULL when out of memory. */
-json_t *dl__rdzv_stats_snapshot(dl__rdzv_stats_t *st, const dl_rdzv_status_t *status, json_t *jobs,
-                                double unix_now, size_t connections, size_t peak_connections);
+/* The snapshot (docs/operations.md): server counters, histograms, and the jobs of status, jobs[i]
+ * the status reply's struct of status->jobs[i] (as the server fills it), to which what is kept
+ * of it here is put (borrowed: the caller's jobs hold it until st changes); written by the status
+ * reply's one encoder, so it shares nothing with st and may go to another thread. Forgets what is
+ * kept of jobs the core no longer has. Returns a new reference, or NULL when out of memory. */
+json_t *dl__rdzv_stats_snapshot(dl__rdzv_stats_t *st, const dl_rdzv_status_t *status,
+                                dl_proto_status_job_t *jobs, double unix_now, size_t connections,
+                                size_t peak_connections);
 
 #endif

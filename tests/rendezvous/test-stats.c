@@ -50,16 +50,43 @@ static json_t *snapshot_of(dl__rdzv_stats_t *st, const char *run_id)
                                .store_bytes = 42,
                                .store_waits = 1};
     dl_rdzv_status_t status = {.jobs = &js, .njobs = 1};
-    /* The job's status as the server writes it (server.c), which the snapshot adds to. */
-    json_t *jobs = json_pack(
-        "[{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:[{s:s, s:s, s:i, s:i, s:f, s:b, s:b}, "
-        "{s:s, s:s, s:i, s:i, s:f, s:b, s:b}], s:i, s:i}]",
-        "run_id", run_id, "state", "running", "round", 1, "restarts", 1, "max_restarts", 3,
-        "min_nodes", 2, "max_nodes", 2, "world_size", 2, "keys", 0, "nodes", "node_id", "n0",
-        "host", "h", "slots", 1, "node_rank", 0, "heartbeat_age", 0.5, "connected", 1, "left", 0,
-        "node_id", "n1", "host", "h", "slots", 1, "node_rank", 1, "heartbeat_age", 2.0, "connected",
-        1, "left", 0, "store_bytes", 42, "store_waits", 1);
-    return dl__rdzv_stats_snapshot(st, &status, jobs, 5000.0, 3, 7);
+    /* The job's status as the server fills it (server.c), which the snapshot adds to. */
+    dl_proto_status_node_t nodes[] = {
+        {.node_id = "n0",
+         .host = "h",
+         .slots = 1,
+         .node_rank = 0,
+         .heartbeat_age = 0.5,
+         .connected = true},
+        {.node_id = "n1",
+         .host = "h",
+         .slots = 1,
+         .node_rank = 1,
+         .heartbeat_age = 2.0,
+         .connected = true},
+    };
+    dl_proto_status_job_t job = {.run_id = (char *)run_id,
+                                 .state = "running",
+                                 .round = 1,
+                                 .restarts = 1,
+                                 .max_restarts = 3,
+                                 .min_nodes = 2,
+                                 .max_nodes = 2,
+                                 .world_size = 2,
+                                 .has_keys = true,
+                                 .nodes = nodes,
+                                 .nnodes = 2};
+    return dl__rdzv_stats_snapshot(st, &status, &job, 5000.0, 3, 7);
+}
+
+/* What the snapshot shows of job "j" (the one job of snapshot_of): a new reference. */
+static json_t *job_in_snapshot(dl__rdzv_stats_t *st)
+{
+    json_t *snap = snapshot_of(st, "j");
+    ck_assert_ptr_nonnull(snap);
+    json_t *job = json_incref(json_array_get(json_object_get(snap, "jobs"), 0));
+    json_decref(snap);
+    return job;
 }
 
 DL_TEST(histogram_buckets_are_upper_bounds)
@@ -161,12 +188,19 @@ DL_TEST(the_last_failure_keeps_the_end_of_the_tail)
     dl__rdzv_stats_failure(&st, "j", &fm, "10.0.0.7:4242", 77.0);
     dl__rdzv_stats_failure(&st, "unknown", &fm, "10.0.0.7:4242", 77.0); /* no entry: ignored */
     json_decref(msg);
-    json_t *f = json_object_get(json_object_get(st.jobs, "j"), "last_failure");
-    ck_assert_int_eq(json_integer_value(json_object_get(f, "rank")), 3);
-    ck_assert_str_eq(json_string_value(json_object_get(f, "peer")), "10.0.0.7:4242");
-    size_t len = json_string_length(json_object_get(f, "log_tail"));
-    ck_assert(len >= 4092 && len <= 4096);
     ck_assert_ptr_null(json_object_get(st.jobs, "unknown"));
+    json_t *job = job_in_snapshot(&st);
+    json_t *f = json_object_get(job, "last_failure");
+    ck_assert_int_eq(json_integer_value(json_object_get(f, "rank")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(f, "exit_code")), 1);
+    ck_assert_ptr_null(json_object_get(f, "signal"));
+    ck_assert(json_real_value(json_object_get(f, "time")) == 77.0); /* no time of its own */
+    ck_assert_str_eq(json_string_value(json_object_get(f, "peer")), "10.0.0.7:4242");
+    const char *kept = json_string_value(json_object_get(f, "log_tail"));
+    size_t len = strlen(kept);
+    ck_assert(len >= 4092 && len <= 4096);
+    ck_assert_int_eq(memcmp(kept, "\xc3\xa9", 2), 0); /* a whole character first */
+    json_decref(job);
     dl__rdzv_stats_free(&st);
 }
 
@@ -183,12 +217,16 @@ DL_TEST(progress_is_one_point_a_step_and_bounded)
         dl__rdzv_stats_progress(&st, "j", &b, (double)i);
         json_decref(p);
     }
-    json_t *ring = json_object_get(json_object_get(st.jobs, "j"), "progress");
+    json_t *job = job_in_snapshot(&st);
+    json_t *ring = json_object_get(job, "progress");
     ck_assert_uint_eq(json_array_size(ring), 240);
     json_t *last = json_array_get(ring, 239);
     ck_assert_int_eq(json_integer_value(json_object_get(last, "step")), 499);
+    ck_assert(json_real_value(json_object_get(last, "time")) == 998.0);
+    ck_assert(json_real_value(json_object_get(last, "samples_per_s")) == 100.0);
     json_t *first = json_array_get(ring, 0);
     ck_assert_int_eq(json_integer_value(json_object_get(first, "step")), 260);
+    json_decref(job);
     dl__rdzv_stats_free(&st);
 }
 

@@ -62,6 +62,14 @@ json_t *dl__journals_get(dl__journals_t *js, const char *run_id, bool create)
     return j;
 }
 
+bool dl__journals_mark(dl__journals_t *js, const char *run_id, const char *mark, json_int_t value)
+{
+    json_t *j = json_object_get(js->jobs, run_id), *was = json_object_get(j, mark);
+    if (j == NULL || (json_is_integer(was) && json_integer_value(was) == value))
+        return false;
+    return json_object_set_new(j, mark, json_integer(value)) == 0;
+}
+
 void dl__journals_forget(dl__journals_t *js, const char *run_id)
 {
     /* Queued replays of this job find no record and are dropped at their turn. */

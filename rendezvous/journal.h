@@ -28,6 +28,11 @@ void dl__journals_free(dl__journals_t *js);
  * round it journaled), created empty when create is set. NULL when absent, or out of memory. */
 json_t *dl__journals_get(dl__journals_t *js, const char *run_id, bool create);
 
+/* One of the server's marks in the job's journal record (its own names, say the last round it
+ * journaled): set to value. Returns false when it was value already, or the job has no journal;
+ * true when it changed. */
+bool dl__journals_mark(dl__journals_t *js, const char *run_id, const char *mark, json_int_t value);
+
 /* Drops the job's journal and its followers: the job is forgotten, and a later job of the same
  * run id starts its own story. */
 void dl__journals_forget(dl__journals_t *js, const char *run_id);

@@ -93,7 +93,7 @@ struct dl_rdzv_server_s {
     size_t nconns, peak;
 
     /* Per job: the events `dlaunch events RUN_ID` replays and follows, with our marks
-     * {"assigned": r, "changed": r, "ended": b}: the last journaled assignment and round
+     * (dl__journals_mark) "assigned" and "changed": the last journaled assignment and round
      * change. */
     dl__journals_t *journals;
     uv_idle_t replay_idle; /* runs while some journal replay has events to send */
@@ -511,17 +511,14 @@ static void journal(dl_rdzv_server_t *s, const char *run_id, json_t *ev)
 /* Turns what the core tells agents into the job's story, once per round or job. */
 static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m, const sconn_t *sc)
 {
-    json_t *j = m->run_id != NULL ? dl__journals_get(s->journals, m->run_id, true) : NULL;
-    if (j == NULL)
+    /* Any message of a job makes its journal, which `dlaunch events` follows from then on. */
+    if (m->run_id == NULL || dl__journals_get(s->journals, m->run_id, true) == NULL)
         return;
     /* Every agent gets the message; the journal tells each round's story once. */
-    json_int_t assigned = dl_proto_get_int(j, "assigned", -1);
-    json_int_t changed = dl_proto_get_int(j, "changed", -1);
     switch (m->kind) {
     case DL_RDZV_MSG_ASSIGNMENT:
-        if (m->assignment.round == assigned)
+        if (!dl__journals_mark(s->journals, m->run_id, "assigned", m->assignment.round))
             return;
-        json_object_set_new(j, "assigned", json_integer(m->assignment.round));
         /* MASTER as the workers have it: a job's torch store here, as its first agent was
          * told, else the core's. */
         char ip[INET6_ADDRSTRLEN];
@@ -532,21 +529,17 @@ static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m, const sconn
                                         here ? port : m->assignment.master_port));
         return;
     case DL_RDZV_MSG_ROUND_CHANGED:
-        if (m->round_changed.round == changed)
-            return;
-        json_object_set_new(j, "changed", json_integer(m->round_changed.round));
-        journal(s, m->run_id, dl_rdzv_enc_journal_msg(m, unix_now(), NULL, 0));
+        if (dl__journals_mark(s->journals, m->run_id, "changed", m->round_changed.round))
+            journal(s, m->run_id, dl_rdzv_enc_journal_msg(m, unix_now(), NULL, 0));
         return;
     case DL_RDZV_MSG_FAILED:
     case DL_RDZV_MSG_STOP:
-    case DL_RDZV_MSG_SUCCEEDED: {
-        if (json_is_true(json_object_get(j, "ended")))
+    case DL_RDZV_MSG_SUCCEEDED:
+        if (!dl__journals_mark(s->journals, m->run_id, "ended", 1))
             return;
-        json_object_set_new(j, "ended", json_true());
         dl__jobview_forget(s->view, m->run_id);
         journal(s, m->run_id, dl_rdzv_enc_journal_msg(m, unix_now(), NULL, 0));
         return;
-    }
     default: return;
     }
 }

@@ -898,7 +898,10 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         return;
     }
     s->stats.messages[type]++;
-    dl_rdzv_dec_control(msg, &ctl);
+    /* The store's requests, the most frequent, are read into the core's event alone. */
+    if (type == DL_PROTO_NODE_DONE || type == DL_PROTO_LEAVE || type == DL_PROTO_STATUS ||
+        type == DL_PROTO_EVENTS_FOLLOW || type == DL_PROTO_REVOKE)
+        dl_rdzv_dec_control(msg, &ctl);
     switch (type) {
     case DL_PROTO_JOIN: handle_join(sc, msg, req); return;
     case DL_PROTO_HEARTBEAT: handle_heartbeat(sc, msg, &ev, id); return;

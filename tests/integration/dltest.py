@@ -6,6 +6,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -121,6 +122,32 @@ def free_port():
             except OSError:
                 continue
     raise RuntimeError("no free port in 20000-32000")
+
+
+def frame(obj):
+    """One frame of our protocol (docs/protocol.md): a 4-byte big-endian length, then JSON."""
+    body = json.dumps(obj).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def read_frame(sock, timeout=10):
+    """The next frame's JSON from sock, or None once the peer closed the connection; a frame
+    that does not come within timeout (seconds, per read) raises socket.timeout."""
+    sock.settimeout(timeout)
+    head = b""
+    while len(head) < 4:
+        chunk = sock.recv(4 - len(head))
+        if not chunk:
+            return None
+        head += chunk
+    (n,) = struct.unpack(">I", head)
+    body = b""
+    while len(body) < n:
+        chunk = sock.recv(min(n - len(body), 1 << 20))
+        if not chunk:
+            return None
+        body += chunk
+    return json.loads(body)
 
 
 DLAUNCHD = os.path.join(os.path.dirname(DLAUNCH), "..", "daemon", "dlaunchd")

@@ -73,10 +73,11 @@ class Case(unittest.TestCase):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def events(self):
-        if not os.path.exists(self.events_path):
-            return []
-        with open(self.events_path) as f:
-            return [json.loads(line) for line in f]
+        return read_events(self.events_path)
+
+    def evs(self, name):
+        """The events of the agent whose --events file is DIR/name.events."""
+        return read_events(os.path.join(self.dir, f"{name}.events"))
 
     def wait_events(self, pred, timeout=20):
         """Waits until pred(events) is true; returns the events."""
@@ -122,6 +123,16 @@ def free_port():
             except OSError:
                 continue
     raise RuntimeError("no free port in 20000-32000")
+
+
+def read_events(path):
+    """An --events file's events so far: every complete line (the agent may be writing the
+    next one), none when it does not exist yet."""
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.endswith("\n") and line.strip()]
+    except FileNotFoundError:
+        return []
 
 
 def frame(obj):

@@ -165,13 +165,6 @@ class Base(dltest.Case):
         self.procs.append(p)
         return p
 
-    def evs(self, name):
-        path = os.path.join(self.dir, f"{name}.events")
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return [json.loads(l) for l in f if l.strip()]
-
     def wait_started(self, names, timeout=60):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

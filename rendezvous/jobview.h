@@ -32,6 +32,13 @@ json_t *dl__jobview_view(dl__jobview_t *v, const char *run_id);
 size_t dl__jobview_explain(dl__jobview_t *v, const char *run_id, double now, double min_stuck,
                            char *buf, size_t len);
 
+/* Every rank of run_id as the first-failure rule reads it (rdzv-policy.h), from every node's
+ * latest report: a new array in *ret (free()) and its length, 0 (*ret NULL) when nothing is
+ * known or out of memory. */
+struct dl_rdzv_policy_rank_s;
+size_t dl__jobview_policy_ranks(dl__jobview_t *v, const char *run_id, double now,
+                                struct dl_rdzv_policy_rank_s **ret);
+
 /* For a status reply: {"diag": view, and with ranks also "where": the account, "ranks": every
  * rank's figures and last operations with "node_rank", "host" and "report_age_s"}, or NULL. */
 json_t *dl__jobview_status(dl__jobview_t *v, const char *run_id, bool ranks, double now);

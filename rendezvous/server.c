@@ -14,6 +14,7 @@
 #include "journal.h"
 #include "peer.h"
 #include "rdzv-codec.h"
+#include "rdzv-policy.h"
 #include "rendezvous.h"
 #include "revoked.h"
 #include "stats.h"
@@ -1002,6 +1003,7 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
     dl_rdzv_buf_t keys[DL_PROTO_WAIT_KEYS_MAX];
     char desc[900]; /* a round change's reason is 1024 bytes at most, with the agent named */
     const char *key;
+    dl_rdzv_policy_rank_t *ranks = NULL; /* WORKER_FAILED: for the first-failure rule */
 
     if (!dl_proto_may_send(type, sc->role)) {
         /* A reply or notification from a client answers nothing: no id to echo. */
@@ -1081,6 +1083,8 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         dl__rdzv_stats_failure(&s->stats, sc->run_id, msg, peer, unix_now());
         /* Where every rank of the job is, from this report and the others' latest. */
         json_decref(take_report(sc, msg));
+        ev.report.nranks = dl__jobview_policy_ranks(s->view, sc->run_id, now_s(), &ranks);
+        ev.report.ranks = ranks;
         if (!json_is_true(json_object_get(msg, "excluded"))) {
             size_t l = strlen(desc);
             if (l + 32 < sizeof(desc) &&
@@ -1153,6 +1157,7 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         return;
     }
     run_core(s, &ev);
+    free(ranks);
 }
 
 static void sweep_start(dl_rdzv_server_t *s);

@@ -91,13 +91,6 @@ class EtcdCase(dltest.Case):
     def logs(self, names):
         return "\n".join(f"--- {n}\n{self.log(n)}" for n in names)
 
-    def evs(self, name):
-        path = os.path.join(self.dir, f"{name}.events")
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return [json.loads(l) for l in f if l.strip()]
-
     def wait_all(self, procs, timeout=60):
         return [p.wait(timeout=timeout) for p in procs]
 

@@ -151,6 +151,9 @@ struct dl_rdzv_impl_s {
     int turn_round, turn_what;
     bool turn_due;
     unsigned retry_ms;
+    /* Since when (monotonic s, 0: not) the job has had its maximum of nodes, none of them this
+     * one: it waits for a place until --join-timeout, as with our rendezvous's job_full. */
+    double full_since;
     /* Trouble reaching etcd: since when (monotonic s, 0: none), and whether it was said. */
     double trouble_since;
     double last_ok; /* monotonic s of etcd's last good answer */
@@ -1357,6 +1360,30 @@ static void read_assignment(etcd_t *z, int round, int64_t rev)
     }
 }
 
+/* The job has its maximum of nodes: a node made again to replace a lost one (a pod with the
+ * same index) gets in once the lost one's lease runs out and the round changes (the watch
+ * brings that); until then, and at least every second, it looks again, up to --join-timeout. */
+static void wait_for_a_place(etcd_t *z, int round)
+{
+    double now = mono();
+    if (z->full_since == 0) {
+        z->full_since = now;
+        say(z,
+            "job '%s' runs round %d with the maximum of %d nodes: waiting for a place (a lost "
+            "node's) until --join-timeout (%.0f s)",
+            z->conf.run_id, round, z->settings.max_nodes, z->spec->join_timeout);
+    }
+    if (now - z->full_since >= z->spec->join_timeout) {
+        fail(z, 4,
+             "join: job '%s' runs round %d with the maximum of %d nodes, not one free within "
+             "--join-timeout %g s",
+             z->conf.run_id, round, z->settings.max_nodes, z->spec->join_timeout);
+        return;
+    }
+    if (!uv_is_active((uv_handle_t *)&z->retry))
+        uv_timer_start(&z->retry, on_retry, 1000, 0);
+}
+
 static void running(etcd_t *z, int round)
 {
     const json_t *me = dl_ejob_assigned(&z->view, z->conf.node_id);
@@ -1407,10 +1434,10 @@ static void running(etcd_t *z, int round)
     } else if (z->join_wanted && me == NULL && !z->txn_busy && z->lease != 0) {
         /* A newcomer (or one the round closed without): a new round, with it, if there is room. */
         if (node_count >= z->settings.max_nodes) {
-            fail(z, 4, "join: job '%s' runs round %d with the maximum of %d nodes", z->conf.run_id,
-                 round, z->settings.max_nodes);
+            wait_for_a_place(z, round);
             return;
         }
+        z->full_since = 0;
         dl_ejob_member_t off = my_offer(z);
         snprintf(reason, sizeof(reason), "agent '%s' (%s) asked to join", z->conf.node_id,
                  z->conf.hostname);

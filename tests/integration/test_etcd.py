@@ -550,6 +550,39 @@ class Members(EtcdCase):
             row = next(l for l in f if l.startswith("| etcd loses its quorum"))
         self.assertIn("again when the cause changes", row)
 
+    def held_job(self, names, stop, *extra):
+        """Agents of a 2-node job whose workers run until the file stop exists."""
+        script = f'echo "worker rank=$RANK"; while [ ! -e {stop} ]; do sleep 0.05; done'
+        return [self.agent("--max-restarts", "3", "--dead-after", "3", *extra, "--", "sh", "-c",
+                           script, name=n, heartbeat="0.3") for n in names]
+
+    def test_a_node_made_again_waits_for_the_lost_ones_place(self):
+        # As a pod made again with the same index: it comes while the job still has its two
+        # nodes (the lost one's lease has not run out), waits, and takes the place once it has
+        # (our rendezvous's job_full, test_kubernetes).
+        stop = os.path.join(self.dir, "stop")
+        a, b = self.held_job("ab", stop)
+        self.wait_for(lambda: all(self.world(n) == 4 for n in "ab"), what="the job")
+        b.kill()
+        b.wait()
+        c = self.held_job("c", stop)[0]
+        self.wait_for(lambda: self.world("c") == 4, timeout=60, what="c's place in the job")
+        self.assertRegex(self.log("c"), r"runs round \d+ with the maximum of 2 nodes: waiting "
+                                        r"for a place")
+        open(stop, "w").close()
+        self.assertEqual(self.wait_all([a, c]), [0, 0], self.logs("ac"))
+
+    def test_a_newcomer_to_a_full_job_is_refused_at_the_join_timeout(self):
+        stop = os.path.join(self.dir, "stop")
+        procs = self.held_job("ab", stop)
+        self.wait_for(lambda: all(self.world(n) == 4 for n in "ab"), what="the job")
+        c = self.held_job("c", stop, "--join-timeout", "2")[0]
+        self.assertEqual(c.wait(timeout=60), 4, self.log("c"))
+        self.assertRegex(self.log("c"), r"with the maximum of 2 nodes, not one free within "
+                                        r"--join-timeout 2 s")
+        open(stop, "w").close()
+        self.assertEqual(self.wait_all(procs), [0, 0], self.logs("ab"))
+
 
 @unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")
 class Control(EtcdCase):

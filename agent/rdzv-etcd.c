@@ -117,6 +117,8 @@ struct dl_rdzv_impl_s {
     int explain_round;
     json_t *explain_diag;
     size_t explain_at;
+    int explain_rank; /* the failed worker's, and whether its watchdog named it hung */
+    bool explain_hung;
     int done_round; /* node done to mark (round), or -1 */
     /* Where this node stands. */
     int workers_round; /* the round this node was assigned (its workers'), or -1 */
@@ -149,6 +151,9 @@ struct dl_rdzv_impl_s {
     int turn_round, turn_what;
     bool turn_due;
     unsigned retry_ms;
+    /* Since when (monotonic s, 0: not) the job has had its maximum of nodes, none of them this
+     * one: it waits for a place until --join-timeout, as with our rendezvous's job_full. */
+    double full_since;
     /* Trouble reaching etcd: since when (monotonic s, 0: none), and whether it was said. */
     double trouble_since;
     double last_ok; /* monotonic s of etcd's last good answer */
@@ -1355,6 +1360,30 @@ static void read_assignment(etcd_t *z, int round, int64_t rev)
     }
 }
 
+/* The job has its maximum of nodes: a node made again to replace a lost one (a pod with the
+ * same index) gets in once the lost one's lease runs out and the round changes (the watch
+ * brings that); until then, and at least every second, it looks again, up to --join-timeout. */
+static void wait_for_a_place(etcd_t *z, int round)
+{
+    double now = mono();
+    if (z->full_since == 0) {
+        z->full_since = now;
+        say(z,
+            "job '%s' runs round %d with the maximum of %d nodes: waiting for a place (a lost "
+            "node's) until --join-timeout (%.0f s)",
+            z->conf.run_id, round, z->settings.max_nodes, z->spec->join_timeout);
+    }
+    if (now - z->full_since >= z->spec->join_timeout) {
+        fail(z, 4,
+             "join: job '%s' runs round %d with the maximum of %d nodes, not one free within "
+             "--join-timeout %g s",
+             z->conf.run_id, round, z->settings.max_nodes, z->spec->join_timeout);
+        return;
+    }
+    if (!uv_is_active((uv_handle_t *)&z->retry))
+        uv_timer_start(&z->retry, on_retry, 1000, 0);
+}
+
 static void running(etcd_t *z, int round)
 {
     const json_t *me = dl_ejob_assigned(&z->view, z->conf.node_id);
@@ -1405,10 +1434,10 @@ static void running(etcd_t *z, int round)
     } else if (z->join_wanted && me == NULL && !z->txn_busy && z->lease != 0) {
         /* A newcomer (or one the round closed without): a new round, with it, if there is room. */
         if (node_count >= z->settings.max_nodes) {
-            fail(z, 4, "join: job '%s' runs round %d with the maximum of %d nodes", z->conf.run_id,
-                 round, z->settings.max_nodes);
+            wait_for_a_place(z, round);
             return;
         }
+        z->full_since = 0;
         dl_ejob_member_t off = my_offer(z);
         snprintf(reason, sizeof(reason), "agent '%s' (%s) asked to join", z->conf.node_id,
                  z->conf.hostname);
@@ -1853,6 +1882,33 @@ static json_t *page_status(void *ctx, const char *run_id, const json_t *own)
     return o;
 }
 
+/* A victim's failure (its rank gave up waiting in a collective) is put on the rank it waited
+ * for, as our rendezvous puts it (rdzv-policy.h's first-failure rule over the same reports):
+ * whichever node's failure reaches etcd first, the same culprit. */
+static void blame_waited_for(etcd_t *z, int round)
+{
+    dl_ejob_waited_t w;
+    if (dl_ejob_waited_for(&z->view, z->conf.run_id, z->conf.node_id, round, z->explain_diag,
+                           now_unix(), z->explain_rank, z->explain_hung, &w) < 0)
+        return;
+    dl_rdzv_culprit_msg_t who = DL_RDZV_CULPRIT_NONE;
+    who.node = w.node;
+    who.host = w.host != NULL ? w.host : "";
+    who.node_rank = w.node_rank;
+    who.rank = w.rank;
+    who.hung = true; /* it held the others up: the watchdog's word for it */
+    who.step = w.step;
+    json_t *c = dl_rdzv_enc_culprit(&who);
+    if (c == NULL)
+        return;
+    json_decref(z->report_culprit);
+    z->report_culprit = c;
+    char text[sizeof(z->report_reason)];
+    snprintf(text, sizeof(text), "rank %d on node %d held up rank %d in a collective; %.1300s",
+             w.rank, w.node_rank, z->explain_rank, z->report_reason);
+    memcpy(z->report_reason, text, sizeof(text));
+}
+
 /* The failure of round waits no more for the others' reports: its text ends with where the
  * ranks were (every node's when read, else this node's alone), and it is reported. */
 static void explained(etcd_t *z, int round, bool read)
@@ -1868,6 +1924,8 @@ static void explained(etcd_t *z, int round, bool read)
         memcpy(z->report_reason + n, "; ", 2);
     else
         z->report_reason[n] = '\0';
+    if (read)
+        blame_waited_for(z, round);
     json_decref(z->explain_diag);
     z->explain_diag = NULL;
     z->explain_round = -1;
@@ -1916,6 +1974,8 @@ static void etcd_report_failure(etcd_t *z, const dl_rdzv_failure_t *f)
         z->explain_diag = f->diag != NULL ? json_deep_copy(f->diag) : NULL;
         z->explain_at = (size_t)n;
         z->explain_round = f->round;
+        z->explain_rank = f->rank;
+        z->explain_hung = f->hung;
         z->report_round = -1;
         /* Serializable: the member asked answers from what it has (the reports are up to 2 s
          * old anyway), without a round trip to the leader before the failure goes in. */

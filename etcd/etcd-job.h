@@ -201,6 +201,21 @@ json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ra
 int dl_ejob_status_rec(const dl_ejob_view_t *v, const char *run_id, bool ranks, double now,
                        dl_proto_status_job_t *st, char *err, size_t errlen);
 
+/* The rank a failure of failed_rank on node_id (hung: its watchdog named it) waited for, by the
+ * first-failure rule (rdzv-policy.h) over the same reports as dl_ejob_explain's: 0 with it in
+ * *out (node and host borrowed from the view, or node_id), or -ENOENT when the failure is the
+ * failed rank's own. */
+typedef struct {
+    const char *node;
+    const char *host;
+    int node_rank;
+    int rank;
+    long long step;
+} dl_ejob_waited_t;
+int dl_ejob_waited_for(const dl_ejob_view_t *v, const char *run_id, const char *node_id, int round,
+                       const json_t *diag, double now, int failed_rank, bool hung,
+                       dl_ejob_waited_t *out);
+
 /* Where every rank of the job was when node_id's worker failed in round, in the one line our
  * server adds to the round change's text: node_id's report diag (borrowed, may be NULL) and the
  * other nodes' latest reports of that round in the view (dl_ejob_view_reports). now: this

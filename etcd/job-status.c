@@ -9,6 +9,7 @@
 
 #include "etcd-job.h"
 #include "etcd.h"
+#include "rdzv-policy.h"
 #include "rendezvous.h"
 
 int dl_ejob_put_report(const dl_ejob_view_t *v, const char *node_id, const json_t *beat,
@@ -198,18 +199,16 @@ json_t *dl_ejob_last_failure(const dl_ejob_view_t *v)
     return o;
 }
 
-size_t dl_ejob_explain(const dl_ejob_view_t *v, const char *run_id, const char *node_id, int round,
-                       const json_t *diag, double now, char *buf, size_t len)
+/* The failing node's report as its failure brings it, the others' latest of that round, as
+ * our server has them when a failure comes: {"beat", "age_s"} each. */
+static json_t *failure_beats(const dl_ejob_view_t *v, const char *node_id, int round,
+                             const json_t *diag, double now)
 {
     json_t *beats = json_array();
     const char *id;
     json_t *rep;
-    if (len > 0)
-        buf[0] = '\0';
     if (beats == NULL)
-        return 0;
-    /* The failing node's report as its failure brings it, the others' latest, as our server
-     * has them when a failure comes. */
+        return NULL;
     if (diag != NULL)
         json_array_append_new(beats, json_pack("{s:{s:i, s:O}, s:f}", "beat", "round", round,
                                                "diag", diag, "age_s", 0.0));
@@ -220,7 +219,61 @@ size_t dl_ejob_explain(const dl_ejob_view_t *v, const char *run_id, const char *
         json_array_append_new(beats,
                               json_pack("{s:O, s:f}", "beat", rep, "age_s", age > 0 ? age : 0.0));
     }
+    return beats;
+}
+
+size_t dl_ejob_explain(const dl_ejob_view_t *v, const char *run_id, const char *node_id, int round,
+                       const json_t *diag, double now, char *buf, size_t len)
+{
+    if (len > 0)
+        buf[0] = '\0';
+    json_t *beats = failure_beats(v, node_id, round, diag, now);
+    if (beats == NULL)
+        return 0;
     size_t w = dl_rdzv_beats_explain(run_id, beats, buf, len);
     json_decref(beats);
     return w;
+}
+
+static int report_node_rank(const json_t *diag)
+{
+    const json_t *nr = json_object_get(diag, "node_rank");
+    return json_is_integer(nr) ? (int)json_integer_value(nr) : -1;
+}
+
+int dl_ejob_waited_for(const dl_ejob_view_t *v, const char *run_id, const char *node_id, int round,
+                       const json_t *diag, double now, int failed_rank, bool hung,
+                       dl_ejob_waited_t *out)
+{
+    json_t *beats = failure_beats(v, node_id, round, diag, now);
+    dl_rdzv_policy_rank_t *ranks = NULL;
+    size_t n = beats != NULL ? dl_rdzv_beats_policy_ranks(run_id, beats, &ranks) : 0;
+    json_decref(beats);
+    int w = dl_rdzv_policy_waited_for(ranks, n, failed_rank, hung);
+    if (w < 0) {
+        free(ranks);
+        return -ENOENT;
+    }
+    *out = (dl_ejob_waited_t){
+        .node_rank = ranks[w].node_rank, .rank = ranks[w].rank, .step = ranks[w].step};
+    free(ranks);
+    /* Its node: this one, or the one whose report of the round has its node rank. */
+    if (report_node_rank(diag) == out->node_rank) {
+        out->node = node_id;
+        out->host = json_string_value(json_object_get(diag, "host"));
+        return 0;
+    }
+    const char *id;
+    json_t *rep;
+    json_object_foreach (v->reports, id, rep) {
+        const json_t *d = json_object_get(rep, "diag");
+        if (strcmp(id, node_id) == 0 ||
+            json_integer_value(json_object_get(rep, "round")) != round ||
+            report_node_rank(d) != out->node_rank)
+            continue;
+        out->node = id;
+        out->host = json_string_value(json_object_get(d, "host"));
+        return 0;
+    }
+    return -ENOENT;
 }

@@ -42,6 +42,19 @@ size_t dl_rdzv_beats_explain(const char *run_id, const json_t *beats, char *buf,
     return w;
 }
 
+size_t dl_rdzv_beats_policy_ranks(const char *run_id, const json_t *beats,
+                                  struct dl_rdzv_policy_rank_s **ret)
+{
+    dl__jobview_t *view = NULL;
+    *ret = NULL;
+    if (dl__jobview_new(&view) < 0)
+        return 0;
+    feed(view, run_id, beats);
+    size_t n = dl__jobview_policy_ranks(view, run_id, 0, ret);
+    dl__jobview_free(view);
+    return n;
+}
+
 int dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks,
                          dl_proto_status_job_t *st)
 {

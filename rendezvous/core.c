@@ -1152,6 +1152,15 @@ static void on_quit(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
     finish(core, job, DL_RDZV_JOB_STOPPED, now);
 }
 
+/* The running member with that node rank, or NULL. */
+static const dl__rdzv_member_t *member_of_node(const dl__rdzv_job_t *job, int node_rank)
+{
+    for (size_t i = 0; node_rank >= 0 && i < job->nmembers; i++)
+        if (job->members[i]->node_rank == node_rank && !job->members[i]->left)
+            return job->members[i];
+    return NULL;
+}
+
 static void on_worker_failed(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
 {
     dl__rdzv_member_t *m = report_member(core, ev, "worker_failed");
@@ -1178,8 +1187,20 @@ static void on_worker_failed(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, do
                   DL_RDZV_CAUSE_NODE_LOST, gone, c);
         return;
     }
-    dl_rdzv_culprit_t *c = dl__rdzv_culprit(core, culprit_of(core, m, DL_RDZV_CAUSE_WORKER_FAILED));
-    if (c) {
+    /* A victim's report (its rank gave up waiting in a collective) names the rank it waited
+     * for, as that rank's own node would have: whichever node reports first, the same culprit
+     * (the policy's first-failure rule, which the etcd backend applies too). */
+    int w = dl_rdzv_policy_waited_for(ev->report.ranks, ev->report.nranks, ev->report.rank,
+                                      ev->report.hung);
+    const dl__rdzv_member_t *held =
+        w >= 0 ? member_of_node(job, ev->report.ranks[w].node_rank) : NULL;
+    dl_rdzv_culprit_t *c =
+        dl__rdzv_culprit(core, culprit_of(core, held ? held : m, DL_RDZV_CAUSE_WORKER_FAILED));
+    if (c && held) {
+        c->rank = ev->report.ranks[w].rank;
+        c->hung = true; /* it held the others up: the watchdog's word for it */
+        c->step = ev->report.ranks[w].step;
+    } else if (c) {
         c->rank = ev->report.rank;
         c->exit_code = ev->report.signal > 0 || ev->report.hung ? -1 : ev->report.exit_code;
         c->signal = ev->report.hung ? 0 : ev->report.signal;
@@ -1187,10 +1208,15 @@ static void on_worker_failed(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, do
         c->oom = ev->report.oom && !ev->report.hung;
         c->step = ev->report.step;
     }
-    new_round(core, job, now,
-              dl__rdzv_printf(core, "agent '%s' (%s) in round %d: %.1024s", m->agent_id, m->host,
-                              job->round, what),
-              DL_RDZV_CAUSE_WORKER_FAILED, NULL, c);
+    const char *why =
+        held ? dl__rdzv_printf(core,
+                               "rank %d on node %d held up rank %d in a collective; agent '%s' "
+                               "(%s) in round %d: %.1024s",
+                               ev->report.ranks[w].rank, held->node_rank, ev->report.rank,
+                               m->agent_id, m->host, job->round, what)
+             : dl__rdzv_printf(core, "agent '%s' (%s) in round %d: %.1024s", m->agent_id, m->host,
+                               job->round, what);
+    new_round(core, job, now, why, DL_RDZV_CAUSE_WORKER_FAILED, NULL, c);
 }
 
 static void on_disconnect(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev)

@@ -137,6 +137,7 @@ static void served(dl_rdzv_failover_t *fo, const dl_rdzv_fo_event_t *ev, dl_rdzv
         fo->hosting = true;
     if (fo->conn != DL_RDZV_FO_SERVING)
         return; /* the first host's own server, before its first connection */
+    fo->serve_in_use = ev->serve == DL_RDZV_FO_SERVE_IN_USE && fo->failing_over;
     if (ev->serve == DL_RDZV_FO_SERVED) {
         fo->host_index = fo->cand;
         text(out, DL_RDZV_FO_SAY, "hosting the rendezvous on %s:%d: its host was lost", fo->host,
@@ -179,6 +180,7 @@ static void failover_begin(dl_rdzv_failover_t *fo, double now, bool silent)
     fo->host_lost = !fo->handing_over && !fo->host_departed && fo->host_node_rank >= 0;
     fo->handing_over = false;
     fo->failover_since = now;
+    fo->serve_in_use = fo->serve_retried = false;
 }
 
 static void failover_next(dl_rdzv_failover_t *fo, double now, const char *why,
@@ -186,7 +188,25 @@ static void failover_next(dl_rdzv_failover_t *fo, double now, const char *why,
 {
     act(out, DL_RDZV_FO_CLOSE_CLIENT);
     fo->conn = DL_RDZV_FO_IDLE;
-    if (++fo->cand < fo->ncands && now - fo->failover_since < fo->o.join_timeout) {
+    bool in_time = now - fo->failover_since < fo->o.join_timeout;
+    /* Our turn, and our address was in use, yet nobody serves there: the lost host shares our
+     * address (agents on one machine) and its server was not gone yet, frozen or still dying.
+     * The turn stays ours: serve again once it lets go. */
+    if (fo->serve_in_use && in_time) {
+        fo->serve_in_use = false;
+        if (!fo->serve_retried)
+            text(out, DL_RDZV_FO_SAY,
+                 "no rendezvous at %s:%d (%s), though the address is in use here: the lost "
+                 "host's server may not be gone yet; hosting it again every %d ms until "
+                 "--join-timeout",
+                 fo->host, fo->o.port, why, DL_RDZV_FO_SERVE_RETRY_MS);
+        fo->serve_retried = true;
+        fo->retry = DL_RDZV_FO_RETRY_SERVE;
+        timer_start(fo, out, DL_RDZV_FO_TIMER_RETRY, DL_RDZV_FO_SERVE_RETRY_MS);
+        return;
+    }
+    fo->serve_in_use = false;
+    if (++fo->cand < fo->ncands && in_time) {
         text(out, DL_RDZV_FO_SAY, "no rendezvous at %s:%d (%s): trying %s, the next successor",
              fo->host, fo->o.port, why, fo->cands[fo->cand]);
         connect_to(fo, out, 3, "timed_out");
@@ -397,6 +417,9 @@ static void timer_fired(dl_rdzv_failover_t *fo, const dl_rdzv_fo_event_t *ev,
             act(out, DL_RDZV_FO_HOST_AGAIN);
         } else if (fo->retry == DL_RDZV_FO_RETRY_NAME) {
             connect_to(fo, out, 1, "refused");
+        } else if (fo->retry == DL_RDZV_FO_RETRY_SERVE) {
+            if (fo->failing_over && fo->conn == DL_RDZV_FO_IDLE)
+                connect_to(fo, out, 3, "timed_out");
         } else if (fo->want != DL_RDZV_FO_WANT_NONE && fo->conn == DL_RDZV_FO_IDLE) {
             /* Only once the agent asked to join or follow (its workers are stopped by then). */
             connect_to(fo, out, 3, "timed_out");

@@ -12,6 +12,7 @@
 
 #include "diag.h"
 #include "jobview.h"
+#include "rdzv-policy.h"
 
 #define EXPLAIN_RANKS_MAX 65536
 #define STUCK_S                                                                                    \
@@ -215,6 +216,33 @@ size_t dl__jobview_explain(dl__jobview_t *v, const char *run_id, double now, dou
         w = dl_diag_explain(ranks, n, buf, len);
     free(ranks);
     return w;
+}
+
+size_t dl__jobview_policy_ranks(dl__jobview_t *v, const char *run_id, double now,
+                                dl_rdzv_policy_rank_t **ret)
+{
+    job_t *j = job_of(v, run_id);
+    dl_diag_rank_t *ranks = NULL;
+    size_t n = j != NULL ? all_ranks(j, now, &ranks) : 0;
+    dl_rdzv_policy_rank_t *out = n > 0 ? calloc(n, sizeof(*out)) : NULL;
+    *ret = out;
+    for (size_t i = 0; out != NULL && i < n; i++) {
+        const dl_diag_rank_t *r = &ranks[i];
+        const dl_diag_op_t *last = r->nops > 0 ? &r->ops[r->nops - 1] : NULL;
+        out[i] = (dl_rdzv_policy_rank_t){
+            .rank = r->rank,
+            .node_rank = r->node_rank,
+            .step = r->step > 0 ? (long long)r->step : -1,
+            .known = r->recorder && last != NULL,
+            .seq = last != NULL ? last->seq : 0,
+            .inside = last != NULL &&
+                      (last->state == DL_DIAG_OP_RUNNING || last->state == DL_DIAG_OP_QUEUED),
+            .failed = last != NULL && last->state == DL_DIAG_OP_FAILED,
+            .stopped = r->proc == 'T' || r->proc == 't',
+        };
+    }
+    free(ranks);
+    return out != NULL ? n : 0;
 }
 
 /* The report's ranks (rep borrowed) into out (room for them all) as a status shows them, each with

@@ -34,6 +34,13 @@ json_t *dl__jobview_view(dl__jobview_t *v, const char *run_id);
 size_t dl__jobview_explain(dl__jobview_t *v, const char *run_id, double now, double min_stuck,
                            char *buf, size_t len);
 
+/* Every rank of run_id as the first-failure rule reads it (rdzv-policy.h), from every node's
+ * latest report: a new array in *ret (free()) and its length, 0 (*ret NULL) when nothing is
+ * known or out of memory. */
+struct dl_rdzv_policy_rank_s;
+size_t dl__jobview_policy_ranks(dl__jobview_t *v, const char *run_id, double now,
+                                struct dl_rdzv_policy_rank_s **ret);
+
 /* For a status reply (proto/status-reply.h), into st: diag, the view, and with ranks also where,
  * the account, and ranks, every rank's figures and last operations with its node_rank, host and
  * report_age_s. What it sets is st's own (dl__jobview_status_clear frees it, and no more);

@@ -20,6 +20,37 @@ bool dl_rdzv_policy_same_failure(const dl_rdzv_culprit_t *prev, const dl_rdzv_cu
     return next->step < 0 || next->step <= prev->step;
 }
 
+/* Whether a is a better culprit than b: stopped first, then furthest behind, then lowest. */
+static bool rather(const dl_rdzv_policy_rank_t *a, const dl_rdzv_policy_rank_t *b)
+{
+    if (a->stopped != b->stopped)
+        return a->stopped;
+    if (a->seq != b->seq)
+        return a->seq < b->seq;
+    return a->rank < b->rank;
+}
+
+int dl_rdzv_policy_waited_for(const dl_rdzv_policy_rank_t *v, size_t n, int failed_rank, bool hung)
+{
+    const dl_rdzv_policy_rank_t *f = NULL;
+    for (size_t i = 0; i < n && f == NULL; i++)
+        if (v[i].rank == failed_rank)
+            f = &v[i];
+    /* A rank that crashed inside a collective (its operation still running, no hang named)
+     * failed of its own. */
+    if (f == NULL || !f->known || f->stopped || !(f->failed || (hung && f->inside)))
+        return -1;
+    int best = -1;
+    for (size_t i = 0; i < n; i++) {
+        const dl_rdzv_policy_rank_t *r = &v[i];
+        if (r == f || !r->known || !(r->seq < f->seq || r->stopped))
+            continue;
+        if (best < 0 || rather(r, &v[best]))
+            best = (int)i;
+    }
+    return best;
+}
+
 bool dl_rdzv_policy_departure_goes_on(int left, int min_nodes)
 {
     return left >= min_nodes;

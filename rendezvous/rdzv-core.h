@@ -190,6 +190,11 @@ typedef struct {
             /* WORKER_FAILED: the furthest training step the node's workers reported in the
              * round, or -1 when they report none (then the failure alone is compared). */
             long long step;
+            /* WORKER_FAILED: every rank of the job as the nodes' latest reports have them (the
+             * failing node's with this failure), for the first-failure rule (rdzv-policy.h);
+             * none: the failure is put on its own rank. */
+            const struct dl_rdzv_policy_rank_s *ranks;
+            size_t nranks;
         } report;
         struct {
             int round; /* the namespace: the job's current round, or -1 for whatever is current */

@@ -23,6 +23,9 @@
 #define DL_RDZV_FO_STABLE_S 10.0
 /* A join a full job turns away is tried again this often, until --join-timeout. */
 #define DL_RDZV_FO_FULL_RETRY_MS 1000
+/* Hosting as a successor at an address the lost host's server still holds (it shares our
+ * address and is not gone yet): tried again this often, until --join-timeout. */
+#define DL_RDZV_FO_SERVE_RETRY_MS 250
 #define DL_RDZV_FO_ACTIONS_MAX 8
 #define DL_RDZV_FO_TEXT_MAX 1200
 
@@ -64,6 +67,7 @@ typedef enum {
     DL_RDZV_FO_RETRY_BACKOFF = 0, /* the next connection after one went wrong, once wanted */
     DL_RDZV_FO_RETRY_NAME,        /* the first connection again: its name did not resolve */
     DL_RDZV_FO_RETRY_HOST,        /* node 0 hosts and connects again: its name did not resolve */
+    DL_RDZV_FO_RETRY_SERVE,       /* host as a successor again: our address was in use */
 } dl_rdzv_fo_retry_t;
 
 /* What a failed connection attempt says of the rendezvous. */
@@ -199,6 +203,10 @@ typedef struct {
     bool handing_over;
     /* Hosting as a successor: ours among the candidates (else 0), and the earlier one asked. */
     int host_index;
+    /* Our turn found our address in use: whoever holds it is asked first, then we serve again
+     * (said once a failover). */
+    bool serve_in_use;
+    bool serve_retried;
     bool probing;
     int probe_index;
     double probe_since;

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "rdzv-core.h"
 
@@ -34,6 +35,29 @@ dl_rdzv_budget_t dl_rdzv_policy_round_end(dl_rdzv_cause_t cause, int restarts, i
  * (next's step unknown, or not past prev's). Lost nodes (rank -1) are never the same. Only
  * the failure's fields count, not who reported it. */
 bool dl_rdzv_policy_same_failure(const dl_rdzv_culprit_t *prev, const dl_rdzv_culprit_t *next);
+
+/* A rank as the culprit rule reads it: its newest collective operation, from its node's latest
+ * report (diag.h's flight recorder; docs/diagnostics.md). */
+typedef struct dl_rdzv_policy_rank_s {
+    int rank;
+    int node_rank;
+    long long step; /* the furthest step it reported, -1 unknown: carried for the culprit */
+    bool known;     /* it keeps a recorder and has begun an operation */
+    uint64_t seq;   /* that operation's number: every rank numbers its operations alike */
+    bool inside;    /* still inside it (queued or running) */
+    bool failed;    /* it failed under it: a peer went away, or the wait timed out */
+    bool stopped;   /* its process is stopped */
+} dl_rdzv_policy_rank_t;
+
+/* The first-failure rule: who a worker failure of failed_rank (hung: its watchdog named it) is
+ * put on, over every node's latest report v[0..n). A rank whose collective failed under it, or
+ * that was named hung while inside one, is a victim when another rank never entered that
+ * collective (its newest operation is an earlier one) or is stopped: the failure is put on that
+ * rank, the one it waited for; of several, a stopped one, then the furthest behind, then the
+ * lowest rank. Returns its index in v, or -1: the failure is the failed rank's own (it crashed,
+ * or its own report says nothing of a wait). Every backend asks here, whichever node's report
+ * comes first, so the same rank is named. */
+int dl_rdzv_policy_waited_for(const dl_rdzv_policy_rank_t *v, size_t n, int failed_rank, bool hung);
 
 /* Whether a job goes on without a node that departs (its agent's stop signal) from a running
  * round, `left` of the round's other nodes still working: with min_nodes of them, in a new

@@ -147,6 +147,12 @@ int dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks,
  * round change's text (a worker's failure: every node's latest report, the failing node's
  * with it). Returns its length, 0 when the reports say nothing (buf ""). */
 size_t dl_rdzv_beats_explain(const char *run_id, const json_t *beats, char *buf, size_t len);
+/* Every rank in the same beats as the first-failure rule reads them (rdzv-policy.h,
+ * dl_rdzv_policy_waited_for), as our server reads its own reports when a failure comes: a new
+ * array in *ret (free()) and its length; 0 (*ret NULL) when none or out of memory. */
+struct dl_rdzv_policy_rank_s;
+size_t dl_rdzv_beats_policy_ranks(const char *run_id, const json_t *beats,
+                                  struct dl_rdzv_policy_rank_s **ret);
 
 /* The job-wide straggler rule over nodes' heartbeats fed as they come, as our server runs it
  * over the heartbeats it gets (rendezvous/jobview.c): for a rendezvous kept elsewhere (etcd),

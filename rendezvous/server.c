@@ -14,6 +14,7 @@
 #include "journal.h"
 #include "peer.h"
 #include "rdzv-codec.h"
+#include "rdzv-policy.h"
 #include "rendezvous.h"
 #include "revoked.h"
 #include "stats.h"
@@ -823,7 +824,7 @@ static void handle_revoke(sconn_t *sc, int64_t before, json_int_t id)
 
 /* worker_failed: the job's last failure, every rank's whereabouts, the core's event. */
 static void handle_failure(sconn_t *sc, const json_t *msg, dl_rdzv_event_t *ev, char *desc,
-                           size_t room)
+                           size_t room, dl_rdzv_policy_rank_t **ranks)
 {
     dl_rdzv_server_t *s = sc->s;
     dl_rdzv_failure_msg_t f;
@@ -849,6 +850,8 @@ static void handle_failure(sconn_t *sc, const json_t *msg, dl_rdzv_event_t *ev, 
     dl__rdzv_stats_failure(&s->stats, sc->run_id, &f, peer, unix_now());
     /* Where every rank of the job is, from this report and the others' latest. */
     json_decref(take_report(sc, f.round, f.diag));
+    ev->report.nranks = dl__jobview_policy_ranks(s->view, sc->run_id, now_s(), ranks);
+    ev->report.ranks = *ranks;
     if (!f.excluded) {
         size_t l = strlen(desc);
         if (l + 32 < room &&
@@ -883,6 +886,7 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
     dl_rdzv_buf_t keys[DL_PROTO_WAIT_KEYS_MAX];
     dl_rdzv_control_msg_t ctl;
     char desc[900]; /* a round change's reason is 1024 bytes at most, with the agent named */
+    dl_rdzv_policy_rank_t *ranks = NULL; /* WORKER_FAILED: for the first-failure rule */
 
     if (!dl_proto_may_send(type, sc->role)) {
         /* A reply or notification from a client answers nothing: no id to echo. */
@@ -921,7 +925,7 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         dl__conn_close(&sc->c, 0);
         return;
     }
-    case DL_PROTO_WORKER_FAILED: handle_failure(sc, msg, &ev, desc, sizeof(desc)); break;
+    case DL_PROTO_WORKER_FAILED: handle_failure(sc, msg, &ev, desc, sizeof(desc), &ranks); break;
     case DL_PROTO_KV_SET:
     case DL_PROTO_KV_GET:
     case DL_PROTO_KV_ADD:
@@ -953,6 +957,7 @@ static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
         return;
     }
     run_core(s, &ev);
+    free(ranks);
 }
 
 static void sweep_start(dl_rdzv_server_t *s);

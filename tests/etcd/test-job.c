@@ -820,6 +820,39 @@ DL_TEST(a_failures_text_says_where_every_nodes_ranks_were)
     dl_ejob_view_clear(&v);
 }
 
+DL_TEST(a_victims_failure_is_put_on_the_rank_it_waited_for_as_our_server_puts_it)
+{
+    /* n1's rank 2 gave up in all-reduce #5 (it failed under it); n0's latest report has rank 1
+     * still at #4: the failure is put on rank 1, on n0, whichever node writes first. */
+    dl_ejob_view_t v;
+    load(&v,
+         json_pack("[o, o, o]", kv(P "state", state_doc("running", 1, 0, 3, 2, 2), 7, 0),
+                   kv(P "n/n0", recorder_report(1, 0, 100.0, 5, 4), 8, 11),
+                   kv(P "n/n1", recorder_report(1, 1, 90.0, 1, 1), 8, 12)),
+         9);
+    json_t *mine = recorder_report(1, 1, 101.0, 5, 5);
+    json_t *own = json_object_get(mine, "diag");
+    json_t *op =
+        json_array_get(json_object_get(json_array_get(json_object_get(own, "ranks"), 0), "ops"), 0);
+    json_object_set_new(op, "state", json_string("failed"));
+    dl_ejob_waited_t w;
+    ck_assert_int_eq(dl_ejob_waited_for(&v, "j", "n1", 1, own, 101.5, 2, false, &w), 0);
+    ck_assert_int_eq(w.rank, 1);
+    ck_assert_int_eq(w.node_rank, 0);
+    ck_assert_str_eq(w.node, "n0");
+    /* A crash inside it (still running, no hang named) is rank 2's own. */
+    json_object_set_new(op, "state", json_string("running"));
+    ck_assert_int_eq(dl_ejob_waited_for(&v, "j", "n1", 1, own, 101.5, 2, false, &w), -ENOENT);
+    /* Named hung while it waited there: rank 1 again. */
+    ck_assert_int_eq(dl_ejob_waited_for(&v, "j", "n1", 1, own, 101.5, 2, true, &w), 0);
+    ck_assert_int_eq(w.rank, 1);
+    /* n0's report of an older round says nothing of this one. */
+    json_object_set_new(json_object_get(v.reports, "n0"), "round", json_integer(0));
+    ck_assert_int_eq(dl_ejob_waited_for(&v, "j", "n1", 1, own, 101.5, 2, true, &w), -ENOENT);
+    json_decref(mine);
+    dl_ejob_view_clear(&v);
+}
+
 DL_TEST(the_straggler_rules_verdict_reaches_every_node_and_the_status)
 {
     dl_ejob_view_t v;

@@ -6,6 +6,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -72,10 +73,11 @@ class Case(unittest.TestCase):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def events(self):
-        if not os.path.exists(self.events_path):
-            return []
-        with open(self.events_path) as f:
-            return [json.loads(line) for line in f]
+        return read_events(self.events_path)
+
+    def evs(self, name):
+        """The events of the agent whose --events file is DIR/name.events."""
+        return read_events(os.path.join(self.dir, f"{name}.events"))
 
     def wait_events(self, pred, timeout=20):
         """Waits until pred(events) is true; returns the events."""
@@ -121,6 +123,42 @@ def free_port():
             except OSError:
                 continue
     raise RuntimeError("no free port in 20000-32000")
+
+
+def read_events(path):
+    """An --events file's events so far: every complete line (the agent may be writing the
+    next one), none when it does not exist yet."""
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.endswith("\n") and line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def frame(obj):
+    """One frame of our protocol (docs/protocol.md): a 4-byte big-endian length, then JSON."""
+    body = json.dumps(obj).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def read_frame(sock, timeout=10):
+    """The next frame's JSON from sock, or None once the peer closed the connection; a frame
+    that does not come within timeout (seconds, per read) raises socket.timeout."""
+    sock.settimeout(timeout)
+    head = b""
+    while len(head) < 4:
+        chunk = sock.recv(4 - len(head))
+        if not chunk:
+            return None
+        head += chunk
+    (n,) = struct.unpack(">I", head)
+    body = b""
+    while len(body) < n:
+        chunk = sock.recv(min(n - len(body), 1 << 20))
+        if not chunk:
+            return None
+        body += chunk
+    return json.loads(body)
 
 
 DLAUNCHD = os.path.join(os.path.dirname(DLAUNCH), "..", "daemon", "dlaunchd")

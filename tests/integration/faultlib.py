@@ -15,6 +15,8 @@ import tempfile
 import threading
 import time
 
+import dltest
+
 DLAUNCH = os.environ.get("DLAUNCH") or os.path.join(
     os.environ.get("BUILD_ROOT", "build"), "cmd", "dlaunch")
 DLAUNCHD = os.path.join(os.path.dirname(DLAUNCH), "..", "daemon", "dlaunchd")
@@ -160,18 +162,10 @@ class Agent:
 
     def events(self):
         """Events with their monotonic time (the stream's Unix times, shifted)."""
-        if not os.path.exists(self.events_path):
-            return []
         shift = time.time() - time.monotonic()
-        out = []
-        with open(self.events_path) as f:
-            for line in f:
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue
-                e["mono"] = e["time"] - shift
-                out.append(e)
+        out = dltest.read_events(self.events_path)
+        for e in out:
+            e["mono"] = e["time"] - shift
         return out
 
     def worker_pid(self, rank):

@@ -3,9 +3,9 @@ three rendezvous backends, each by a class of its own that only says which: the 
 (node 0's agent hosts it), dlaunchd, and etcd (a real 3-member cluster on loopback, etcdlib.py).
 Two agents of two workers each on 127.0.0.1, started as bench/faults starts its jobs
 (faultlib.Job): a clean run, a worker SIGKILLed once, a worker that always fails, the same
-failure three times (exit 5), a hung worker, an agent SIGKILLed, an agent's departure and an
-agent's stop signal, `dlaunch restart`, and the control commands, the journal and the status
-page while a job runs. Each backend must do what the docs promise, and the last class holds the
+failure three times (exit 5), a hung worker, a stopped worker whose victims fail first, an agent
+SIGKILLed, an agent's departure and an agent's stop signal, `dlaunch restart`, and the control
+commands, the journal and the status page while a job runs. Each backend must do what the docs promise, and the last class holds the
 backends against each other: the same exit codes, event kinds with the same fields, culprits
 and journals.
 
@@ -520,6 +520,27 @@ class Scenarios:
                          {r: f"rank={r} restart=1 world=4" for r in range(4)})
         self.record("hung_worker", codes=codes, culprit=reasons[0],
                     shapes=[shape(events(a)) for a in job.agents])
+
+    def test_victims_fail_first(self):
+        """Rank 3 (node 1, the bundled trainer) stops itself in step 5 and the others give up
+        waiting for it in the gradient sum (DLAUNCH_COLL_TIMEOUT 3) long before a watchdog
+        could name it (--health-timeout 60): every failure reported is a victim's, whichever
+        node's comes first. Every node's restart names rank 3 on node 1, the rank they waited
+        for (the first-failure rule, docs/rendezvous.md), hung; then exit 0."""
+        if self.data is None:
+            self.skipTest("Fashion-MNIST is not installed")
+        job = self.job(train={"steps": 30, "log_every": 10, "hang_at_step": 5, "fail_rank": 3},
+                       env={"DLAUNCH_COLL_TIMEOUT": "3"},
+                       extra=("--max-restarts", "1", "--health-timeout", "60", "--recovery",
+                              "restart")).start()
+        codes = self.wait_codes(job, timeout=180)
+        self.assertEqual(codes, [0, 0], self.tails(job))
+        self.assert_documented(job)
+        self.assertEqual([of(events(a), "worker_hung") for a in job.agents], [[], []])
+        reasons = self.assert_one_restart(job, (0, 1), {
+            "cause": "worker_failed", "rank": 3, "node_rank": 1, "hung": True})
+        self.record("victims_fail_first", codes=codes,
+                    culprit={k: v for k, v in reasons[0].items() if k != "step"})
 
     def elastic_job(self, extra):
         """--nodes 1:2, both nodes running (world size 4) before the test goes on. The last

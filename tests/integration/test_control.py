@@ -5,12 +5,12 @@ control commands."""
 import json
 import os
 import socket
-import struct
 import subprocess
 import threading
 import time
 
 import dltest
+from dltest import frame, read_frame
 
 SCRIPT = r'''
 set -u
@@ -38,36 +38,18 @@ JOB_KEYS = ["run_id", "state", "round", "restarts", "max_restarts", "min_nodes",
 NODE_KEYS = ["node_id", "host", "slots", "node_rank", "heartbeat_age", "connected", "left"]
 
 
-def frame(obj):
-    body = json.dumps(obj).encode()
-    return struct.pack(">I", len(body)) + body
-
-
-def read_frame(sock):
-    def exactly(n):
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise EOFError
-            data += chunk
-        return data
-    (n,) = struct.unpack(">I", exactly(4))
-    return json.loads(exactly(n))
-
-
 def serve_one_status(listener, result):
     """A server without a token that answers one control connection's status with result."""
     conn, _ = listener.accept()
     with conn:
         conn.settimeout(30)
-        hello = read_frame(conn)
+        hello = read_frame(conn, 30)
         conn.sendall(frame({"v": 1, "type": "auth_ok", "id": hello["id"]}))
-        status = read_frame(conn)
+        status = read_frame(conn, 30)
         conn.sendall(frame({"v": 1, "type": "reply", "id": status["id"], "result": result}))
         try:
-            read_frame(conn)
-        except (EOFError, OSError):
+            read_frame(conn, 30)
+        except OSError:
             pass
 
 

@@ -4,7 +4,6 @@ others wait in, with the operation and its sequence number, on one node and on t
 for real (it sleeps in each step's compute: slow_ms_per_step) is named a straggler, and nobody is while
 the ranks run evenly; with --straggler-action exclude the slow node leaves and the job finishes;
 SIGUSR1 and `dlaunch status --ranks` show every rank. Skipped without dataset-fashion-mnist."""
-import json
 import os
 import re
 import signal
@@ -85,13 +84,6 @@ class Diag(dltest.Case):
 
     def log(self, name):
         return self.read(f"{name}.log")
-
-    def evs(self, name):
-        path = os.path.join(self.dir, f"{name}.events")
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
 
     def wait_for(self, pred, timeout, what):
         deadline = time.monotonic() + timeout

@@ -398,6 +398,7 @@ NOT_FIGURES = {
                            "0.5 s"},     # the age that makes a status snapshot stale
     "docs/protocol.md": {"0.1 s"},       # the client's first back-off
     "docs/recovery.md": {"150 ms"},      # the agent's wait before it reports a broken group
+    "docs/rendezvous.md": {"250 ms"},    # how often a successor tries a held address again
 }
 
 

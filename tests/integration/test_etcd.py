@@ -91,13 +91,6 @@ class EtcdCase(dltest.Case):
     def logs(self, names):
         return "\n".join(f"--- {n}\n{self.log(n)}" for n in names)
 
-    def evs(self, name):
-        path = os.path.join(self.dir, f"{name}.events")
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return [json.loads(l) for l in f if l.strip()]
-
     def wait_all(self, procs, timeout=60):
         return [p.wait(timeout=timeout) for p in procs]
 
@@ -164,13 +157,11 @@ class Diagnosis(EtcdCase):
             self.assertEqual(len(restart), 1, self.evs(name))
             test_diag.Diag.check_hang_account(self, restart[0]["diagnosis"], on_node=1)
             reason = restart[0]["reason"]
-            # The culprit is the first failure to reach etcd: rank 0 giving up on the stopped
-            # rank 1 can get there first (docs/etcd.md, "What differs"), where our rendezvous
-            # names rank 1 still; the account above names rank 1 either way.
-            self.assertIn((reason["rank"], reason["node_rank"], reason.get("hung"),
-                           reason["cause"]), {(1, 1, True, "worker_failed"),
-                                              (0, 0, None, "worker_failed")},
-                          (restart, self.logs(["n0", "n1"])))
+            # Rank 1, whichever node's failure reaches etcd first: rank 0 giving up on the
+            # stopped rank 1 is its victim (the first-failure rule, docs/rendezvous.md).
+            self.assertEqual((reason["rank"], reason["node_rank"], reason.get("hung"),
+                              reason["cause"]), (1, 1, True, "worker_failed"),
+                             (restart, self.logs(["n0", "n1"])))
 
     @unittest.skipUnless(test_train.have_fashion(), "Fashion-MNIST is not installed")
     def test_a_slowed_rank_is_named_on_two_nodes_and_nobody_before(self):
@@ -558,6 +549,39 @@ class Members(EtcdCase):
         with open(os.path.join(ROOT, "docs", "etcd.md")) as f:
             row = next(l for l in f if l.startswith("| etcd loses its quorum"))
         self.assertIn("again when the cause changes", row)
+
+    def held_job(self, names, stop, *extra):
+        """Agents of a 2-node job whose workers run until the file stop exists."""
+        script = f'echo "worker rank=$RANK"; while [ ! -e {stop} ]; do sleep 0.05; done'
+        return [self.agent("--max-restarts", "3", "--dead-after", "3", *extra, "--", "sh", "-c",
+                           script, name=n, heartbeat="0.3") for n in names]
+
+    def test_a_node_made_again_waits_for_the_lost_ones_place(self):
+        # As a pod made again with the same index: it comes while the job still has its two
+        # nodes (the lost one's lease has not run out), waits, and takes the place once it has
+        # (our rendezvous's job_full, test_kubernetes).
+        stop = os.path.join(self.dir, "stop")
+        a, b = self.held_job("ab", stop)
+        self.wait_for(lambda: all(self.world(n) == 4 for n in "ab"), what="the job")
+        b.kill()
+        b.wait()
+        c = self.held_job("c", stop)[0]
+        self.wait_for(lambda: self.world("c") == 4, timeout=60, what="c's place in the job")
+        self.assertRegex(self.log("c"), r"runs round \d+ with the maximum of 2 nodes: waiting "
+                                        r"for a place")
+        open(stop, "w").close()
+        self.assertEqual(self.wait_all([a, c]), [0, 0], self.logs("ac"))
+
+    def test_a_newcomer_to_a_full_job_is_refused_at_the_join_timeout(self):
+        stop = os.path.join(self.dir, "stop")
+        procs = self.held_job("ab", stop)
+        self.wait_for(lambda: all(self.world(n) == 4 for n in "ab"), what="the job")
+        c = self.held_job("c", stop, "--join-timeout", "2")[0]
+        self.assertEqual(c.wait(timeout=60), 4, self.log("c"))
+        self.assertRegex(self.log("c"), r"with the maximum of 2 nodes, not one free within "
+                                        r"--join-timeout 2 s")
+        open(stop, "w").close()
+        self.assertEqual(self.wait_all(procs), [0, 0], self.logs("ab"))
 
 
 @unittest.skipUnless(etcdlib.have_etcd(), "etcd-server is not installed (scripts/deps.sh test)")

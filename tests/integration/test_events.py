@@ -61,11 +61,7 @@ class Scenario:
     def events(self):
         out = []
         for path in self.paths:
-            evs = []
-            if os.path.exists(path):
-                with open(path) as f:
-                    evs = [json.loads(l) for l in f if l.endswith("\n")]
-            out.append(evs)
+            out.append(dltest.read_events(path))
         return out
 
     def step(self):

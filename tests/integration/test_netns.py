@@ -6,7 +6,6 @@ trainer, run across them with no variable set by hand, because the agent tells t
 which interface reaches MASTER_ADDR. Needs root (skipped otherwise); each test builds its own
 namespaces and removes them, their links and every process in them, whatever happens; host
 names and /etc/hosts are private to each process (UTS and mount namespaces)."""
-import json
 import os
 import re
 import shutil
@@ -145,8 +144,7 @@ class TwoHosts(dltest.Case):
             self.assertEqual(code, 0, "\n".join(f"--- {n}:\n{self.read(n)}" for n in names))
 
     def rendezvous_event(self, events_file):
-        with open(os.path.join(self.dir, events_file)) as f:
-            evs = [json.loads(line) for line in f if line.strip()]
+        evs = dltest.read_events(os.path.join(self.dir, events_file))
         return [e for e in evs if e["event"] == "rendezvous"][0]
 
     def test_dry_run_names_the_interface_that_reaches_the_rendezvous(self):
@@ -212,11 +210,7 @@ class TwoHosts(dltest.Case):
             self.assertEqual((ev["interface"], ev["master_addr"]), ("eth1", "10.77.0.11"))
 
     def events(self, events_file):
-        path = os.path.join(self.dir, events_file)
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
+        return dltest.read_events(os.path.join(self.dir, events_file))
 
     def wait_for(self, what, cond, timeout, logs):
         deadline = time.monotonic() + timeout

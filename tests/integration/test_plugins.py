@@ -5,7 +5,6 @@ and exit 2, never a crash. That each feature works when loaded is what test_etcd
 test_http.py show; they run through the same plugins."""
 import os
 import shutil
-import socket
 import subprocess
 
 import dltest
@@ -18,12 +17,6 @@ PLUGINS = {"etcd": ("libcurl.so.4", b"libcurl.so.4\0", b"libcurX.so.4\0"),
 # the first HMAC, proto/hmac.c): none is for a plain launch.
 HEAVY = ["libcurl", "libmicrohttpd", "libcrypto", "libyaml", "libssl", "libgnutls", "libgssapi", "libldap", "libssh",
          "libz.", "libnghttp2", "libidn2", "libzstd", "libbrotli"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def libraries(path):
@@ -138,7 +131,7 @@ class Plugins(dltest.Case):
                                  "available", want)
             # An agent hosting the rendezvous with --http.
             p = self.run_cmd([dltest.DLAUNCH, "--nodes", "1", "--node-rank", "0",
-                              "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--run-id", "j",
+                              "--rdzv-endpoint", f"127.0.0.1:{dltest.free_port()}", "--run-id", "j",
                               "--http", "127.0.0.1:0", "--", "true"], env)
             self.assert_one_line(p, "dlaunch: --http: the status server (libmicrohttpd) is not "
                                  "available", want)

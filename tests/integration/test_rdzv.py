@@ -49,13 +49,6 @@ class Rendezvous(dltest.Case):
     def log(self, name):
         return self.read(f"{name}.log")
 
-    def evs(self, name):
-        path = os.path.join(self.dir, f"{name}.events")
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return [json.loads(l) for l in f if l.strip()]
-
     def wait_all(self, procs, timeout=60):
         codes = []
         for p in procs:

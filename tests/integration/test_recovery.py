@@ -398,11 +398,6 @@ class TwoNodes(unittest.TestCase):
         successor, and the round there is an in-job recovery like any lost node's. Node 1's
         workers live on (the same processes), the world shrinks to them, they take ranks 0..1
         and train on from the step of the loss: no checkpoint read, no restart."""
-        if os.environ.get("DLAUNCH_TEST_SANITIZER"):
-            # A bug left open (issue #30): in the sanitizer build at a load average of 13 node 1
-            # did not host, "none of its 1 successor serves it", and the job timed out (exit 3).
-            # The plain build runs it until that is understood.
-            self.skipTest("the sanitizer build's failure of this case is not understood yet")
         job = self.job(nodes_range="1:2")
         job.start()
         job.wait_step(300)
@@ -442,6 +437,34 @@ class TwoNodes(unittest.TestCase):
         self.assertEqual(summary["steps"], self.STEPS)
         # The new rank 0 (node 1's first worker) evaluates, as the lost one did.
         self.assertGreater(summary["test_accuracy"] or 0, 0.5, summary)
+
+    def test_a_host_frozen_then_killed_is_outwaited_by_its_successor(self):
+        """The host's node frozen (SIGSTOP), then killed once node 1 found it silent: node 1
+        shares its address (one machine), so its own server cannot bind while the frozen one
+        holds the port, and nobody answers there. Node 1 serves again until the port is free,
+        then hosts, and the job goes on in-job. Before, it gave up at once ("none of its 1
+        successor serves it", exit 3), as the sanitizer build did when the SIGKILLed host took a
+        while to die under load (issue #30)."""
+        job = self.job(nodes_range="1:2")
+        job.start()
+        job.wait_step(300)
+        os.killpg(job.agents[0].proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 120
+        while "may not be gone yet" not in self.output(job) and time.monotonic() < deadline:
+            if job.agents[1].proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        os.killpg(job.agents[0].proc.pid, signal.SIGKILL)
+        job.agents[0].proc.wait()
+        codes = job.wait(timeout=300)
+        text = self.output(job)
+        self.assertEqual(codes[1], 0, text[-4000:])
+        self.assertIn("the lost host's server may not be gone yet", text)
+        self.assertRegex(text, r"hosting the rendezvous on [^ ]+: its host was lost")
+        self.assertRegex(text, r"in-job recovery: the world went from 4 to 2 ranks")
+        ev = job.agents[1].events()
+        self.assertEqual([e for e in ev if e["event"] == "restart"], [])
+        self.assertEqual([e["world_size"] for e in ev if e["event"] == "rendezvous"], [4, 2])
 
     def test_the_host_lost_and_no_successor_the_waiting_workers_end_at_their_stop(self):
         """The node hosting the rendezvous lost, and node 1 may not host it (is_host=0): the job

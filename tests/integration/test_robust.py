@@ -9,29 +9,7 @@ import subprocess
 import time
 
 import dltest
-
-
-def frame(obj):
-    body = json.dumps(obj).encode()
-    return struct.pack(">I", len(body)) + body
-
-
-def read_frame(sock, timeout=5):
-    sock.settimeout(timeout)
-    head = b""
-    while len(head) < 4:
-        chunk = sock.recv(4 - len(head))
-        if not chunk:
-            return None
-        head += chunk
-    (n,) = struct.unpack(">I", head)
-    body = b""
-    while len(body) < n:
-        chunk = sock.recv(n - len(body))
-        if not chunk:
-            return None
-        body += chunk
-    return json.loads(body)
+from dltest import frame, read_frame
 
 
 def closed_by_peer(sock, timeout=5):

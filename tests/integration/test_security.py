@@ -30,14 +30,11 @@ import urllib.error
 import urllib.request
 
 import dltest
+from dltest import frame, read_frame
 from dltest import free_port
 
 NOBODY = "nobody"
 
-
-def frame(obj):
-    body = json.dumps(obj).encode()
-    return struct.pack(">I", len(body)) + body
 
 
 def send_in_pieces(sock, data):
@@ -47,24 +44,6 @@ def send_in_pieces(sock, data):
     view = memoryview(data)
     while view:
         view = view[sock.send(view[:1 << 16]):]
-
-
-def read_frame(sock, timeout=10):
-    sock.settimeout(timeout)
-    head = b""
-    while len(head) < 4:
-        chunk = sock.recv(4 - len(head))
-        if not chunk:
-            return None
-        head += chunk
-    (n,) = struct.unpack(">I", head)
-    body = b""
-    while len(body) < n:
-        chunk = sock.recv(min(n - len(body), 1 << 20))
-        if not chunk:
-            return None
-        body += chunk
-    return json.loads(body)
 
 
 def key_bytes(text):
@@ -185,13 +164,6 @@ class Base(dltest.Case):
                              stderr=subprocess.STDOUT)
         self.procs.append(p)
         return p
-
-    def evs(self, name):
-        path = os.path.join(self.dir, f"{name}.events")
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return [json.loads(l) for l in f if l.strip()]
 
     def wait_started(self, names, timeout=60):
         deadline = time.monotonic() + timeout

@@ -5,7 +5,6 @@ Where Debian's python3-torch is installed the Python workers import torch, as Py
 scripts do (is_torchelastic_launched(), @record, gloo through env:// and tcp://)."""
 import os
 import re
-import socket
 import subprocess
 import time
 import unittest
@@ -31,12 +30,6 @@ def have_torch():
 
 
 HAVE_TORCH = have_torch()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def usable_cpus():
@@ -77,7 +70,7 @@ class Torchrun(dltest.Case):
         self.assert_ranks(4)
 
     def test_static_backend_with_master_address_port_and_node_rank(self):
-        port = free_port()
+        port = dltest.free_port()
         self.run_case("--nnodes=1", "--nproc_per_node=4", "--monitor_interval=1",
                       "--start_method=spawn", "--master_addr=localhost", f"--master_port={port}",
                       "--node_rank=0", TOUCH_PY, f"--touch-file-dir={self.touch}")
@@ -158,7 +151,7 @@ class Torchrun(dltest.Case):
 
     def test_elastic_one_agent_of_one_to_two(self):
         self.run_case("--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d",
-                      f"--rdzv-endpoint=localhost:{free_port()}",
+                      f"--rdzv-endpoint=localhost:{dltest.free_port()}",
                       "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'",
                       f"--rdzv-id={uuid.uuid4().int}", "--monitor-interval=1",
                       "--start-method=spawn", TOUCH_PY, f"--touch-file-dir={self.touch}")
@@ -166,7 +159,7 @@ class Torchrun(dltest.Case):
 
     def test_elastic_two_agents_on_one_machine(self):
         args = ["--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint=localhost:{free_port()}", "--rdzv_conf=timeout=20",
+                f"--rdzv-endpoint=localhost:{dltest.free_port()}", "--rdzv_conf=timeout=20",
                 f"--rdzv-id={uuid.uuid4().int}", "--monitor-interval=1", "--start-method=spawn",
                 TOUCH_PY, f"--touch-file-dir={self.touch}"]
         procs = [self.start(*args, env={**os.environ, **self.env()}) for _ in range(2)]
@@ -183,7 +176,7 @@ class Torchrun(dltest.Case):
 
     def test_failing_worker_with_max_restarts_0(self):
         p = self.run_case("--nnodes=1:2", "--nproc-per-node=2", "--rdzv-backend=c10d",
-                          f"--rdzv-endpoint=localhost:{free_port()}",
+                          f"--rdzv-endpoint=localhost:{dltest.free_port()}",
                           "--rdzv-conf='join_timeout=5,last_call_timeout=1,timeout=5'",
                           f"--rdzv-id={uuid.uuid4().int}", "--monitor-interval=1",
                           "--max-restarts=0", "--start-method=spawn", "--events",
@@ -409,7 +402,7 @@ class Torchrun(dltest.Case):
         # workers every 5 s by default, which here is only waiting to see the killed rank gone.
         p = subprocess.run([TORCH_PYTHON, "-m", "torch.distributed.run", "--nproc_per_node=2",
                             "--redirects", "1", "--tee", "1", "--monitor_interval", "1",
-                            "--max_restarts=0", "--master_port", str(free_port()),
+                            "--max_restarts=0", "--master_port", str(dltest.free_port()),
                             FILETIMER_PY, "overrun"], cwd=self.dir, env=env,
                            capture_output=True, text=True, timeout=120)
         self.assertNotEqual(p.returncode, 0)

@@ -6,7 +6,6 @@ workaround `--redirects 1 --tee 1` (stdout filed and shown, stderr shown: what 0
 a file); 1.13 also knows only the underscore spellings, which dlaunch takes too."""
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import unittest
@@ -20,19 +19,13 @@ TOUCH_SH = os.path.join(HERE, "touch.sh")
 TORCHRUN = shutil.which("torchrun", path="/usr/bin")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def cases(touch):
     rid = str(uuid.uuid4().int)
     base = ["--nnodes=1", "--monitor_interval=1", "--start_method=spawn"]
     yield "python script, 4 workers", [*base, "--nproc_per_node=4", f"--rdzv_id={rid}",
                                        TOUCH_PY, f"--touch-file-dir={touch}"], {}
     yield "static: master addr, port, node rank", [
-        *base, "--nproc_per_node=4", "--master_addr=localhost", f"--master_port={free_port()}",
+        *base, "--nproc_per_node=4", "--master_addr=localhost", f"--master_port={dltest.free_port()}",
         "--node_rank=0", TOUCH_PY, f"--touch-file-dir={touch}"], {}
     yield "--no-python shell script", [*base, "--nproc_per_node=4", "--no_python", TOUCH_SH,
                                        touch], {}
@@ -48,7 +41,7 @@ def cases(touch):
                                        TOUCH_SH, touch], {}
     yield "elastic 1:2, c10d, one agent", [
         "--nnodes=1:2", "--nproc_per_node=4", "--rdzv_backend=c10d",
-        f"--rdzv_endpoint=localhost:{free_port()}",
+        f"--rdzv_endpoint=localhost:{dltest.free_port()}",
         "--rdzv_conf=join_timeout=5,last_call_timeout=1", f"--rdzv_id={rid}",
         "--monitor_interval=1", TOUCH_PY, f"--touch-file-dir={touch}"], {}
     yield "failing worker, --max_restarts=0", [*base, "--nproc_per_node=2",

@@ -5,6 +5,7 @@
 
 #include "dl-test.h"
 #include "harness.h"
+#include "rdzv-policy.h"
 
 DL_TEST(max_nodes_close_the_round_at_once)
 {
@@ -644,6 +645,55 @@ DL_TEST(the_round_change_names_the_culprit)
     ck_assert_ptr_nonnull(f->failed.culprit);
     ck_assert_str_eq(f->failed.culprit->node, "a2");
     ck_assert(f->failed.culprit->hung);
+    h_fini(&h);
+}
+
+/* Rank 1 (node 1, agent a2) stopped; rank 0's collective failed when it was killed, and node 0's
+ * report came first: the round change names rank 1, as node 1's own report would have
+ * (rdzv-policy.h's first-failure rule, which the etcd backend applies too). */
+DL_TEST(a_victims_report_names_the_rank_it_waited_for)
+{
+    harness_t h;
+    h_init(&h);
+    dl_rdzv_job_opts_t o = h_opts(2, 2);
+    h_join(&h, 1, "job", 1, &o, 0);
+    h_join(&h, 2, "job", 1, &o, 0);
+    dl_rdzv_policy_rank_t ranks[] = {
+        {.rank = 0, .node_rank = 0, .step = 20, .known = true, .seq = 41, .failed = true},
+        {.rank = 1, .node_rank = 1, .step = 19, .known = true, .seq = 40, .stopped = true}};
+    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_WORKER_FAILED, .conn = 1, .req_id = 5};
+    ev.report.description = "rank 0 on a exited with code 1";
+    ev.report.rank = 0;
+    ev.report.exit_code = 1;
+    ev.report.step = 20;
+    ev.report.ranks = ranks;
+    ev.report.nranks = 2;
+    h_step(&h, &ev, 5);
+    const dl_rdzv_msg_t *rc = h_msg(&h, 2, DL_RDZV_MSG_ROUND_CHANGED);
+    ck_assert_ptr_nonnull(rc);
+    const dl_rdzv_culprit_t *c = rc->round_changed.culprit;
+    ck_assert_ptr_nonnull(c);
+    ck_assert_str_eq(c->cause, "worker_failed");
+    ck_assert_str_eq(c->node, "a2");
+    ck_assert_int_eq(c->node_rank, 1);
+    ck_assert_int_eq(c->rank, 1);
+    ck_assert(c->hung);
+    ck_assert_int_eq(c->exit_code, -1);
+    ck_assert_int_eq(c->step, 19);
+    ck_assert_ptr_nonnull(strstr(c->text, "rank 1 on node 1 held up rank 0 in a collective"));
+    ck_assert_ptr_nonnull(strstr(c->text, "rank 0 on a exited with code 1"));
+    /* Its own failure, with the same reports, is its own. */
+    h_join(&h, 1, "job", 1, &o, 6);
+    h_join(&h, 2, "job", 1, &o, 6);
+    ranks[0].failed = false;
+    ev.req_id = 6;
+    ev.report.round = 1;
+    h_step(&h, &ev, 7);
+    rc = h_msg(&h, 2, DL_RDZV_MSG_ROUND_CHANGED);
+    ck_assert_ptr_nonnull(rc);
+    ck_assert_str_eq(rc->round_changed.culprit->node, "a1");
+    ck_assert_int_eq(rc->round_changed.culprit->rank, 0);
+    ck_assert_int_eq(rc->round_changed.culprit->exit_code, 1);
     h_fini(&h);
 }
 

@@ -336,6 +336,83 @@ DL_TEST(no_successor_serving_within_join_timeout_gives_up)
     must(&f, DL_RDZV_FO_END);
 }
 
+/* Two agents on one machine: the lost host's address is ours, and its server may hold it a
+ * while after the loss (frozen, or a large process still dying when its peers see it gone). */
+static const char *const ONE_MACHINE[] = {"127.0.0.1", "127.0.0.1"};
+
+static void fx_one_machine(fx_t *f)
+{
+    dl_rdzv_fo_opts_t o = {.host = "127.0.0.1",
+                           .port = 29400,
+                           .join_timeout = 100,
+                           .dead_after = 1,
+                           .heartbeat = 0.2,
+                           .may_host = true};
+    dl_rdzv_failover_init(&f->fo, &o);
+    step(f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_START}, 0);
+    step(f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_CONNECTED}, 1);
+    join(f, 1);
+    dl_rdzv_failover_set_my_addr(&f->fo, "127.0.0.1");
+    step(f,
+         (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_ASSIGNED,
+                              .node_rank = 0,
+                              .successors = ONE_MACHINE,
+                              .nsuccessors = 2},
+         2);
+    lose(f, 50, "no answer for 1.0 s");
+    join(f, 50);
+    ck_assert_str_eq(must(f, DL_RDZV_FO_SERVE)->host, "127.0.0.1");
+}
+
+DL_TEST(a_lost_host_still_holding_our_address_is_outwaited_not_given_up_on)
+{
+    fx_t f;
+    fx_one_machine(&f);
+    /* The lost host's server still listens: ours cannot, so it is asked there first. */
+    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_SERVED, .serve = DL_RDZV_FO_SERVE_IN_USE},
+         50);
+    ck_assert_str_eq(must(&f, DL_RDZV_FO_CONNECT)->host, "127.0.0.1");
+    /* It never answers (frozen), or resets (dying): our turn again shortly, not the end. */
+    fire(&f, DL_RDZV_FO_TIMER_CANDIDATE, 51);
+    ck_assert_ptr_null(find(&f, DL_RDZV_FO_END));
+    ck_assert(said(&f, DL_RDZV_FO_SAY, "the lost host's server may not be gone yet"));
+    const dl_rdzv_fo_action_t *t = must(&f, DL_RDZV_FO_TIMER_START);
+    ck_assert_int_eq(t->timer, DL_RDZV_FO_TIMER_RETRY);
+    ck_assert_uint_eq(t->ms, DL_RDZV_FO_SERVE_RETRY_MS);
+    fire(&f, DL_RDZV_FO_TIMER_RETRY, 51.25);
+    ck_assert_str_eq(must(&f, DL_RDZV_FO_SERVE)->host, "127.0.0.1");
+    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_SERVED, .serve = DL_RDZV_FO_SERVE_IN_USE},
+         51.25);
+    refused(&f, 51.3);
+    ck_assert_ptr_null(find(&f, DL_RDZV_FO_END));
+    ck_assert(!said(&f, DL_RDZV_FO_SAY, "may not be gone yet")); /* said once */
+    fire(&f, DL_RDZV_FO_TIMER_RETRY, 51.55);
+    /* Gone now: we host, and the job is found here. */
+    must(&f, DL_RDZV_FO_SERVE);
+    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_SERVED, .serve = DL_RDZV_FO_SERVED}, 51.55);
+    ck_assert(said(&f, DL_RDZV_FO_SAY, "hosting the rendezvous on 127.0.0.1:29400"));
+    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_CONNECTED}, 51.6);
+    ck_assert(must(&f, DL_RDZV_FO_MOVED)->hosting);
+    must(&f, DL_RDZV_FO_SEND_JOIN);
+}
+
+DL_TEST(a_held_address_is_outwaited_only_until_join_timeout)
+{
+    fx_t f;
+    fx_one_machine(&f);
+    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_SERVED, .serve = DL_RDZV_FO_SERVE_IN_USE},
+         50);
+    refused(&f, 150.5);
+    ck_assert(said(&f, DL_RDZV_FO_ERROR, "the rendezvous is lost, and none of its"));
+    ck_assert_int_eq(must(&f, DL_RDZV_FO_END)->code, 3);
+    /* Someone else on this machine serves it (another successor was quicker): joined there. */
+    fx_one_machine(&f);
+    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_SERVED, .serve = DL_RDZV_FO_SERVE_IN_USE},
+         50);
+    step(&f, (dl_rdzv_fo_event_t){.kind = DL_RDZV_FO_EV_CONNECTED}, 50.1);
+    ck_assert(!must(&f, DL_RDZV_FO_MOVED)->hosting);
+}
+
 DL_TEST(a_full_job_is_joined_again_until_join_timeout)
 {
     fx_t f;

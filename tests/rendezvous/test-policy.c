@@ -131,3 +131,70 @@ DL_TEST(node_ranks_follow_slurm_ids_then_hints_then_host_and_id)
     ranks_of(slurm, 3, r);
     ck_assert(r[2] == 0 && r[1] == 1 && r[0] == 2);
 }
+
+/* Ranks of a two-node job, as their nodes' reports have them. */
+static dl_rdzv_policy_rank_t at(int rank, int node_rank, uint64_t seq, bool inside, bool failed)
+{
+    return (dl_rdzv_policy_rank_t){.rank = rank,
+                                   .node_rank = node_rank,
+                                   .step = 20,
+                                   .known = true,
+                                   .seq = seq,
+                                   .inside = inside,
+                                   .failed = failed};
+}
+
+DL_TEST(a_victims_failure_is_put_on_the_rank_it_waited_for)
+{
+    /* Rank 1 (node 1) stopped after all-gather #40; rank 0's reduce-scatter #41 failed when
+     * rank 1 was killed: whichever node reports first, rank 1 is named. */
+    dl_rdzv_policy_rank_t v[] = {at(0, 0, 41, false, true), at(1, 1, 40, false, false)};
+    v[1].stopped = true;
+    ck_assert_int_eq(dl_rdzv_policy_waited_for(v, 2, 0, false), 1);
+    /* Rank 1's own failure (its node's report) is its own. */
+    ck_assert_int_eq(dl_rdzv_policy_waited_for(v, 2, 1, true), -1);
+    /* Not stopped, only behind: the one waited for all the same. */
+    v[1].stopped = false;
+    ck_assert_int_eq(dl_rdzv_policy_waited_for(v, 2, 0, false), 1);
+    /* Named hung while it waited inside (the watchdog's last resort): the same. */
+    v[0] = at(0, 0, 41, true, false);
+    ck_assert_int_eq(dl_rdzv_policy_waited_for(v, 2, 0, true), 1);
+}
+
+DL_TEST(a_failure_of_its_own_stays_with_the_failed_rank)
+{
+    /* Crashed inside a collective (running, no hang named): its own. */
+    dl_rdzv_policy_rank_t v[] = {at(0, 0, 41, true, false), at(1, 1, 40, false, false)};
+    ck_assert_int_eq(dl_rdzv_policy_waited_for(v, 2, 0, false), -1);
+    /* Failed between collectives (its newest one done): its own. */
+    v[0] = at(0, 0, 41, false, false);
+    ck_assert_int_eq(dl_rdzv_policy_waited_for(v, 2, 0, false), -1);
+    /* Its collective failed, but every other rank entered it too: nobody to blame but it. */
+    dl_rdzv_policy_rank_t all[] = {at(0, 0, 41, false, true), at(1, 1, 41, true, false),
+                                   at(2, 1, 42, false, false)};
+    ck_assert_int_eq(dl_rdzv_policy_waited_for(all, 3, 0, false), -1);
+    /* Ranks whose reports say nothing (no recorder) are blamed for nothing. */
+    all[1] = at(1, 1, 3, false, false);
+    all[1].known = false;
+    ck_assert_int_eq(dl_rdzv_policy_waited_for(all, 3, 0, false), -1);
+    /* A failed rank not in the reports, or with no recorder, is its own culprit. */
+    ck_assert_int_eq(dl_rdzv_policy_waited_for(all, 3, 7, false), -1);
+    all[0].known = false;
+    ck_assert_int_eq(dl_rdzv_policy_waited_for(all, 3, 0, false), -1);
+    ck_assert_int_eq(dl_rdzv_policy_waited_for(NULL, 0, 0, false), -1);
+}
+
+DL_TEST(of_several_waited_for_a_stopped_one_then_the_furthest_behind)
+{
+    dl_rdzv_policy_rank_t v[] = {at(0, 0, 41, false, true), at(1, 0, 40, false, false),
+                                 at(2, 1, 39, false, false), at(3, 1, 40, false, false)};
+    ck_assert_int_eq(dl_rdzv_policy_waited_for(v, 4, 0, false), 2);
+    /* Stopped inside the collective still holds it up; stopped goes first. */
+    v[3] = at(3, 1, 41, true, false);
+    v[3].stopped = true;
+    ck_assert_int_eq(dl_rdzv_policy_waited_for(v, 4, 0, false), 3);
+    /* The same seq: the lowest rank. */
+    dl_rdzv_policy_rank_t tie[] = {at(5, 1, 9, false, true), at(4, 1, 8, false, false),
+                                   at(2, 0, 8, false, false)};
+    ck_assert_int_eq(dl_rdzv_policy_waited_for(tie, 3, 5, false), 2);
+}

@@ -134,12 +134,14 @@ static wdiag_t *wdiag(dl__diag_t *d, const dl__worker_t *w)
     if (i < 0)
         return NULL;
     if ((size_t)i >= d->nw) {
-        wdiag_t *v = realloc(d->w, ((size_t)i + 1) * sizeof(*v));
+        /* All of the node's workers at once: growing by one copied the array per worker. */
+        size_t n = (size_t)(i < d->agent->nworkers ? d->agent->nworkers : i + 1);
+        wdiag_t *v = realloc(d->w, n * sizeof(*v));
         if (v == NULL)
             return NULL;
-        memset(v + d->nw, 0, ((size_t)i + 1 - d->nw) * sizeof(*v));
+        memset(v + d->nw, 0, (n - d->nw) * sizeof(*v));
         d->w = v;
-        d->nw = (size_t)i + 1;
+        d->nw = n;
     }
     return &d->w[i];
 }

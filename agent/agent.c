@@ -425,14 +425,8 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart
     }
     *oo = (output_owner_t){a, w->rank, attempt, w->incarnation};
     w->output_owner = oo;
-    /* Opened ahead by the attempt's file thread, or here (a respawn, a spare). */
-    int files[2];
-    bool ahead = a->logfiles != NULL && w >= a->workers && w < a->workers + a->nworkers;
-    r = ahead ? dl_logfiles_take(a->logfiles, (int)(w - a->workers), files) : 0;
-    if (r == 0)
-        r = dl_output_open(&a->loop, a->attempt_dir, w->rank, ahead ? files : NULL, prefix,
-                           console_streams(a, w), a->readbuf, sizeof(a->readbuf), &output_cbs, oo,
-                           &out, &child_out, &child_err);
+    r = dl_output_open(&a->loop, a->attempt_dir, w->rank, prefix, console_streams(a, w), a->readbuf,
+                       sizeof(a->readbuf), &output_cbs, oo, &out, &child_out, &child_err);
     if (r < 0) {
         free(oo);
         dl_worker_env_free(envp);
@@ -716,19 +710,6 @@ void dl__agent_rendezvous_event(dl_agent_t *a, int round, bool has_kept, bool ke
     free(ranks);
 }
 
-/* The workers' log files, opened on a thread while the agent starts them (logfiles.h). */
-static dl_logfiles_t *start_log_files(dl_agent_t *a)
-{
-    int *ranks = malloc((size_t)(a->nworkers > 0 ? a->nworkers : 1) * sizeof(int));
-    if (ranks == NULL)
-        return NULL; /* each is opened with its worker, as a respawn's */
-    for (int i = 0; i < a->nworkers; i++)
-        ranks[i] = a->workers[i].rank;
-    dl_logfiles_t *lf = dl_logfiles_start(a->attempt_dir, ranks, a->nworkers);
-    free(ranks);
-    return lf;
-}
-
 static int start_attempt(dl_agent_t *a, int attempt)
 {
     char why[512];
@@ -749,7 +730,6 @@ static int start_attempt(dl_agent_t *a, int attempt)
                       dl_ownfile_strerror(r));
         return r;
     }
-    a->logfiles = start_log_files(a);
     /* MASTER_ADDR may move with every round. */
     if (pick_interface(a, "MASTER_ADDR", a->master_addr, why, sizeof(why)) < 0) {
         if (!a->spec->quiet)
@@ -794,8 +774,6 @@ static void spawn_all(dl_agent_t *a, int attempt)
             dl__agent_log(a, "cannot start rank %d: %s", w->rank, strerror(-r));
         }
     }
-    dl_logfiles_free(a->logfiles);
-    a->logfiles = NULL;
     /* Every rank that did not start counts as exited, so the supervisor's books balance. */
     for (int i = 0; i < a->nworkers; i++) {
         dl__worker_t *w = &a->workers[i];

@@ -10,7 +10,6 @@
 #include "death.h"
 #include "diag.h"
 #include "event-table.h"
-#include "logfiles.h"
 #include "merge.h"
 #include "output.h"
 #include "spawn.h"
@@ -99,7 +98,6 @@ struct dl_agent_s {
     char *run_dir;     /* LOGDIR/RUN_ID, as given, for messages */
     char *run_dir_abs; /* the same, absolute, for files and workers */
     char attempt_dir[4096];
-    dl_logfiles_t *logfiles; /* while spawn_all starts an attempt: its workers' log files */
     unsigned attempt_serial; /* counts start_attempt's folders: a worker's dir_serial names one */
     char *made_dir; /* the last of them when this agent made it, so it holds only what it started */
     dl__dup_t dup[2];            /* stdout's and stderr's filtered copies */

@@ -154,21 +154,18 @@ void dl_output_drain(dl_output_t *o, uint64_t timeout_ms)
     release(o);
 }
 
-static void log_path(char *buf, size_t len, const char *dir, int rank, int stream)
+static int open_log(stream_t *s, const char *dir, int rank, const char *ext)
 {
-    const char *ext = stream == 0 ? "out" : "err";
     if (rank < 0)
-        snprintf(buf, len, "%s/spare_%d.%s", dir, -1 - rank, ext);
+        snprintf(s->path, sizeof(s->path), "%s/spare_%d.%s", dir, -1 - rank, ext);
     else
-        snprintf(buf, len, "%s/rank_%d.%s", dir, rank, ext);
-}
-
-int dl_output_open_log(const char *attempt_dir, int rank, int stream)
-{
-    char path[4096];
-    log_path(path, sizeof(path), attempt_dir, rank, stream);
+        snprintf(s->path, sizeof(s->path), "%s/rank_%d.%s", dir, rank, ext);
     /* The log folder may be on shared storage: no symbolic link, FIFO or another's file. */
-    return dl_ownfile_open(path, O_WRONLY | O_CREAT | O_APPEND, 0640);
+    int fd = dl_ownfile_open(s->path, O_WRONLY | O_CREAT | O_APPEND, 0640);
+    if (fd < 0)
+        return fd;
+    s->file_fd = fd;
+    return 0;
 }
 
 void dl_output_set_prefix(dl_output_t *o, const char *prefix)
@@ -177,28 +174,20 @@ void dl_output_set_prefix(dl_output_t *o, const char *prefix)
     o->prefix_len = strlen(o->prefix);
 }
 
-int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const int *files,
-                   const char *prefix, unsigned echo, char *readbuf, size_t readbuf_len,
-                   const dl_output_cbs_t *cbs, void *ctx, dl_output_t **ret, int *ret_child_out,
-                   int *ret_child_err)
+int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const char *prefix,
+                   unsigned echo, char *readbuf, size_t readbuf_len, const dl_output_cbs_t *cbs,
+                   void *ctx, dl_output_t **ret, int *ret_child_out, int *ret_child_err)
 {
     dl_output_t *o = calloc(1, sizeof(*o));
     int fds[2][2] = {{-1, -1}, {-1, -1}};
-    int r = 0;
+    int r;
 
-    if (o == NULL) {
-        for (int i = 0; files != NULL && i < 2; i++)
-            close(files[i]);
+    if (o == NULL)
         return -ENOMEM;
-    }
-    for (int i = 0; i < 2; i++) {
-        log_path(o->s[i].path, sizeof(o->s[i].path), attempt_dir, rank, i);
-        o->s[i].file_fd = files != NULL ? files[i] : -1;
-        if (files == NULL && r == 0 && (r = dl_output_open_log(attempt_dir, rank, i)) >= 0) {
-            o->s[i].file_fd = r;
-            r = 0;
-        }
-    }
+    o->s[0].file_fd = o->s[1].file_fd = -1;
+    r = open_log(&o->s[0], attempt_dir, rank, "out");
+    if (r == 0)
+        r = open_log(&o->s[1], attempt_dir, rank, "err");
     if (r == 0 && pipe2(fds[0], O_CLOEXEC) < 0)
         r = -errno;
     if (r == 0 && pipe2(fds[1], O_CLOEXEC) < 0)

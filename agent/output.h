@@ -28,23 +28,16 @@ typedef struct {
     void (*line)(void *ctx, int stream, const char *prefix, const char *line, size_t len);
 } dl_output_cbs_t;
 
-/* Creates the log files attempt_dir/rank_N.{out,err} (a negative rank: spare_K for -1 - K),
- * unless files holds them already opened (dl_output_open_log; taken over, closed on failure
- * too), and two pipes. *ret_child_out/err are the
+/* Creates the log files attempt_dir/rank_N.{out,err} (a negative rank: spare_K for -1 - K) and
+ * two pipes. *ret_child_out/err are the
  * write ends for the child (the caller closes them after spawning). echo (DL_OUTPUT_ECHO_*): the
  * streams whose lines are copied to the agent's stdout/stderr with prefix. readbuf is a scratch buffer shared by all outputs. cbs
  * (copied; may be NULL) and ctx report to the owner. The files are opened for appending and never
  * truncated: a log folder is never reused, and what is in a file stays. Returns 0 or -errno; on
  * failure nothing is left open and no callback runs. */
-int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const int *files,
-                   const char *prefix, unsigned echo, char *readbuf, size_t readbuf_len,
-                   const dl_output_cbs_t *cbs, void *ctx, dl_output_t **ret, int *ret_child_out,
-                   int *ret_child_err);
-
-/* Opens (creating it) the log file of rank's stream (0: stdout, 1: stderr) in attempt_dir for
- * appending: never through a symbolic link, nor a FIFO or another user's file (ownfile.h).
- * Returns the fd or -errno. Touches no state: safe on any thread. */
-int dl_output_open_log(const char *attempt_dir, int rank, int stream);
+int dl_output_open(uv_loop_t *loop, const char *attempt_dir, int rank, const char *prefix,
+                   unsigned echo, char *readbuf, size_t readbuf_len, const dl_output_cbs_t *cbs,
+                   void *ctx, dl_output_t **ret, int *ret_child_out, int *ret_child_err);
 
 /* The prefix of the lines echoed from now on (a hot spare that took a rank). */
 void dl_output_set_prefix(dl_output_t *o, const char *prefix);

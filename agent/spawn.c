@@ -173,8 +173,8 @@ int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdou
         close(moved);
     if (pid < 0)
         return -e;
-    /* Also set here so that a signal sent to the group right after we return finds it. */
-    setpgid(pid, pid);
+    /* No setpgid(pid, pid) here: clone returns once the child has exec'd, so its own
+     * setpgid(0, 0) came first (ours would fail with EACCES). */
     *ret_pid = pid;
     return 0;
 }

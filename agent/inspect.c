@@ -521,9 +521,9 @@ static void announce(dl_agent_t *a, const dl_diag_straggler_t *s, const char *ac
                                          .host = s->host,
                                          .compute_ms = s->compute_ms,
                                          .median_ms = s->median_ms,
-                                         .slower_pct = dl_round(s->slower * 1000) / 10,
+                                         .slower_pct = dl_diag_round(s->slower * 1000) / 10,
                                          .steps = (long long)s->steps,
-                                         .cost_samples_per_s = dl_round(s->cost),
+                                         .cost_samples_per_s = dl_diag_round(s->cost),
                                          .action = action});
 }
 

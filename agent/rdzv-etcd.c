@@ -364,7 +364,7 @@ static void grant(etcd_t *z)
     if (z->granting)
         return;
     z->granting = true;
-    long long ttl = (long long)dl_ceil(z->spec->dead_after);
+    long long ttl = (long long)dl_diag_ceil(z->spec->dead_after);
     if (ttl < 1)
         ttl = 1;
     if (dl_etcd_call(z->etcd, "/v3/lease/grant", json_pack("{s:o}", "TTL", dl_etcd_num(ttl)),

@@ -231,7 +231,7 @@ dl_diag_op_state_t dl_diag_op_state_parse(const char *name);
 /* round() and ceil() without libm: they were all dlaunch used of it, and the loader mapping and
  * relocating libm cost every start about 0.1 ms. The same results for every double, signed zeros
  * included: past 2^52 a double has no fraction, and NaN or infinity stays as it is. */
-static inline double dl_round(double x)
+static inline double dl_diag_round(double x)
 {
     if (!(x > -4503599627370496.0 && x < 4503599627370496.0))
         return x;
@@ -241,7 +241,7 @@ static inline double dl_round(double x)
     return __builtin_copysign(t, x);
 }
 
-static inline double dl_ceil(double x)
+static inline double dl_diag_ceil(double x)
 {
     if (!(x > -4503599627370496.0 && x < 4503599627370496.0))
         return x;

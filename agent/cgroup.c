@@ -194,7 +194,7 @@ int dl_cgroup_places(const char *root, pid_t pid, const char *controller, dl_cgr
                      int max, int *ret_n)
 {
     dl_cgroup_place_t ms[DL_CGROUP_PLACES];
-    char proc[32], path[4200], line[8192];
+    char proc[32], path[4200], line[8192], vbuf[16384];
     int n = 0, found = 0;
 
     if (pid > 0)
@@ -208,6 +208,9 @@ int dl_cgroup_places(const char *root, pid_t pid, const char *controller, dl_cgr
     FILE *f = fopen(path, "re");
     if (f == NULL)
         return -errno;
+    /* stdio reads /proc files 1 KB at a time (their st_blksize), and the kernel walks the mount
+     * table again from its start for every read: a host's hundreds of mounts cost many walks. */
+    setvbuf(f, vbuf, _IOFBF, sizeof(vbuf));
     while (fgets(line, sizeof(line), f) != NULL && found < max) {
         char *mroot, *mnt, *fstype, *opts;
         if (!split_mount(line, &mroot, &mnt, &fstype, &opts))

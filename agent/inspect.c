@@ -5,7 +5,6 @@
  * (diag/); this file reads files and /proc and talks to the log and the event stream. */
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,12 +133,14 @@ static wdiag_t *wdiag(dl__diag_t *d, const dl__worker_t *w)
     if (i < 0)
         return NULL;
     if ((size_t)i >= d->nw) {
-        wdiag_t *v = realloc(d->w, ((size_t)i + 1) * sizeof(*v));
+        /* All of the node's workers at once: growing by one copied the array per worker. */
+        size_t n = (size_t)(i < d->agent->nworkers ? d->agent->nworkers : i + 1);
+        wdiag_t *v = realloc(d->w, n * sizeof(*v));
         if (v == NULL)
             return NULL;
-        memset(v + d->nw, 0, ((size_t)i + 1 - d->nw) * sizeof(*v));
+        memset(v + d->nw, 0, (n - d->nw) * sizeof(*v));
         d->w = v;
-        d->nw = (size_t)i + 1;
+        d->nw = n;
     }
     return &d->w[i];
 }
@@ -520,9 +521,9 @@ static void announce(dl_agent_t *a, const dl_diag_straggler_t *s, const char *ac
                                          .host = s->host,
                                          .compute_ms = s->compute_ms,
                                          .median_ms = s->median_ms,
-                                         .slower_pct = round(s->slower * 1000) / 10,
+                                         .slower_pct = dl_diag_round(s->slower * 1000) / 10,
                                          .steps = (long long)s->steps,
-                                         .cost_samples_per_s = round(s->cost),
+                                         .cost_samples_per_s = dl_diag_round(s->cost),
                                          .action = action});
 }
 

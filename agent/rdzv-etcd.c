@@ -15,7 +15,6 @@
  * whichever agent gets there first decides and the others see it through their watch. The node
  * ranked 0 in a round serves its workers' key-value store, as the embedded rendezvous does. */
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -370,7 +369,7 @@ static void grant(etcd_t *z)
     if (z->granting)
         return;
     z->granting = true;
-    long long ttl = (long long)ceil(z->spec->dead_after);
+    long long ttl = (long long)dl_diag_ceil(z->spec->dead_after);
     if (ttl < 1)
         ttl = 1;
     if (dl_etcd_call(z->etcd, "/v3/lease/grant", json_pack("{s:o}", "TTL", dl_etcd_num(ttl)),

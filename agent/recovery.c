@@ -8,7 +8,6 @@
  * its last checkpoint: every worker gets `stop` and the supervisor's usual stop. */
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,7 +313,7 @@ static void recovery_done(dl_agent_t *a)
 {
     double ms = (mono() - a->rec_started) * 1e3;
     a->rec_last_step = a->rec_step;
-    a->rec_last_ms = round(ms * 10) / 10;
+    a->rec_last_ms = dl_diag_round(ms * 10) / 10;
     uv_timer_stop(&a->rec_timer);
     a->rec_timer_armed = false;
     a->recovering = false;
@@ -343,7 +342,7 @@ static void recovery_done(dl_agent_t *a)
     e.source = "replica";
     e.source_rank = a->rec_source;
     e.has_source_rank = true;
-    e.duration_ms = round(ms * 10) / 10;
+    e.duration_ms = dl_diag_round(ms * 10) / 10;
     e.has_duration_ms = true;
     dl_ev_recovery(a->events, dl__now_unix(), &e);
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_RECOVERED});

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,9 +31,10 @@ typedef struct {
     int health_fd;
     int control_fd;
     int null_fd;
-    const dl_cpus_t *cpus; /* NULL: keep the agent's affinity */
-    int mem_node;          /* -1: keep the agent's memory policy */
-    uint64_t node_mask[4]; /* mem_node as the kernel's node mask */
+    const sigset_t *ignored; /* the agent's ignored signals, which exec would pass on */
+    const dl_cpus_t *cpus;   /* NULL: keep the agent's affinity */
+    int mem_node;            /* -1: keep the agent's memory policy */
+    uint64_t node_mask[4];   /* mem_node as the kernel's node mask */
 } child_args_t;
 
 /* Nodes the mask above can name; set_mempolicy counts one bit more than it reads. */
@@ -70,11 +72,9 @@ static int child_exec(void *arg)
         _exit(127); /* the agent is already gone */
     setpgid(0, 0);
     /* exec resets handled signals by itself; ignored ones (SIGPIPE here) it keeps. */
-    for (int s = 1; s < NSIG; s++) {
-        struct sigaction cur;
-        if (sigaction(s, NULL, &cur) == 0 && cur.sa_handler == SIG_IGN)
+    for (int s = 1; s < NSIG; s++)
+        if (sigismember(c->ignored, s) == 1)
             sigaction(s, &dfl, NULL);
-    }
     if (dup2(c->null_fd, STDIN_FILENO) < 0 || dup2(c->stdout_fd, STDOUT_FILENO) < 0 ||
         dup2(c->stderr_fd, STDERR_FILENO) < 0 ||
         (c->health_fd >= 0 && dup2(c->health_fd, DL_SPAWN_HEALTH_FD) < 0) ||
@@ -98,6 +98,25 @@ static int child_exec(void *arg)
     return 127;
 }
 
+/* The signals the agent ignores: SIGPIPE, and any it was started with ignored (nohup's SIGHUP).
+ * Asked once, at the first spawn, rather than by every child (64 sigaction calls each while the
+ * agent waits in clone()): the agent ignores no signal after it starts its first worker. */
+static const sigset_t *ignored_signals(void)
+{
+    static sigset_t set;
+    static bool known;
+    if (!known) {
+        sigemptyset(&set);
+        for (int s = 1; s < NSIG; s++) {
+            struct sigaction cur;
+            if (sigaction(s, NULL, &cur) == 0 && cur.sa_handler == SIG_IGN)
+                sigaddset(&set, s);
+        }
+        known = true;
+    }
+    return &set;
+}
+
 /* The child needs a stack of its own while it shares our memory; exec is all it runs. */
 #define CHILD_STACK_SIZE (64 * 1024)
 
@@ -105,8 +124,8 @@ int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdou
              int health_fd, int control_fd, const dl_cpus_t *cpus, int mem_node, pid_t *ret_pid)
 {
     static _Alignas(16) char stack[CHILD_STACK_SIZE];
-    child_args_t c = {getpid(),  path,       argv, envp, stdout_fd, stderr_fd,
-                      health_fd, control_fd, -1,   cpus, -1,        {0}};
+    child_args_t c = {getpid(),   path, argv, envp, stdout_fd, stderr_fd, health_fd,
+                      control_fd, -1,   NULL, cpus, -1,        {0}};
     sigset_t all, old;
     pid_t pid;
     int e = 0;
@@ -141,6 +160,7 @@ int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdou
         return -e;
     }
     c.null_fd = null_fd;
+    c.ignored = ignored_signals();
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     /* Like posix_spawn: CLONE_VFORK suspends us until the child has exec'd, so there is no
@@ -153,8 +173,8 @@ int dl_spawn(const char *path, char *const argv[], char *const envp[], int stdou
         close(moved);
     if (pid < 0)
         return -e;
-    /* Also set here so that a signal sent to the group right after we return finds it. */
-    setpgid(pid, pid);
+    /* No setpgid(pid, pid) here: clone returns once the child has exec'd, so its own
+     * setpgid(0, 0) came first (ours would fail with EACCES). */
     *ret_pid = pid;
     return 0;
 }

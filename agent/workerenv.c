@@ -91,16 +91,30 @@ static int put(strvec_t *sv, char *entry)
     return 0;
 }
 
+/* "NAME=value" without printf: a worker's environment is some 35 of these, per worker. */
 static char *fmt(const char *name, const char *value)
 {
-    char *s;
-    return asprintf(&s, "%s=%s", name, value) < 0 ? NULL : s;
+    size_t n = strlen(name), v = strlen(value);
+    char *s = malloc(n + v + 2);
+    if (s == NULL)
+        return NULL;
+    memcpy(s, name, n);
+    s[n] = '=';
+    memcpy(s + n + 1, value, v + 1);
+    return s;
 }
 
 static char *fmt_int(const char *name, int value)
 {
-    char *s;
-    return asprintf(&s, "%s=%d", name, value) < 0 ? NULL : s;
+    char digits[16], *p = digits + sizeof(digits);
+    unsigned u = value < 0 ? 0u - (unsigned)value : (unsigned)value;
+    *--p = '\0';
+    do
+        *--p = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (value < 0)
+        *--p = '-';
+    return fmt(name, p);
 }
 
 static int has(char **v, const char *name)
@@ -165,9 +179,10 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
      * DLAUNCH_TOKEN_FILE below, which reaches the job's store and nothing else. */
     for (char **e = base; e != NULL && *e != NULL && r == 0; e++)
         /* Nor does an outer launcher's control channel: it names another process's fd. */
-        if (strncmp(*e, "DLAUNCH_TOKEN=", 14) != 0 && strncmp(*e, "DLAUNCH_TOKEN_FILE=", 19) != 0 &&
-            strncmp(*e, "DLAUNCH_CONTROL_FD=", 19) != 0 &&
-            strncmp(*e, "DLAUNCH_GROUP_GEN=", 18) != 0 && strncmp(*e, "DLAUNCH_SPARE=", 14) != 0)
+        if (strncmp(*e, "DLAUNCH_", 8) != 0 ||
+            (strncmp(*e + 8, "TOKEN=", 6) != 0 && strncmp(*e + 8, "TOKEN_FILE=", 11) != 0 &&
+             strncmp(*e + 8, "CONTROL_FD=", 11) != 0 && strncmp(*e + 8, "GROUP_GEN=", 10) != 0 &&
+             strncmp(*e + 8, "SPARE=", 6) != 0))
             r = put(&sv, strdup(*e));
     for (char **e = extra; e != NULL && *e != NULL && r == 0; e++)
         r = put(&sv, strdup(*e));

@@ -3,11 +3,15 @@
  * given torchrun's own command line (flags and a positional Python script) beside torchrun on
  * the same empty script.
  *
- *   bench/launch [--runs N] [--workers N] [--baseline PATH] [--no-peers] [--json]
+ *   bench/launch [--runs N] [--workers N] [--baseline PATH] [--no-peers] [--log-dir DIR] [--json]
  *
  * --baseline adds another build's dlaunch (before a change) as a row; dlaunch, the baseline and
  * the floor are run in turn, run by run, so that the machine's load weighs on each alike.
- * --no-peers leaves out Open MPI, MPICH and torchrun.
+ * --no-peers leaves out Open MPI, MPICH and torchrun. --log-dir: the folder under which the runs'
+ * log folder is made (default /tmp). dlaunch creates 18 files and folders a launch there, and what
+ * a creation costs is the file system's: on an ext4 without a journal, whose allocator passes over
+ * every inode freed in the last minute, a folder that other jobs fill and empty (a shared /tmp)
+ * makes each one cost up to a millisecond; a tmpfs (/dev/shm) measures the launcher alone.
  *
  * Every tool is started the same way (posix_spawn, output to /dev/null, waitpid), so the figures
  * include each launcher's own start-up. Ratios are against dlaunch in the same run. */
@@ -144,7 +148,7 @@ static const char *bin_dir(const char *argv0)
 int main(int argc, char **argv)
 {
     int runs = 21, json = 0, peers = 1;
-    const char *baseline = NULL;
+    const char *baseline = NULL, *log_base = "/tmp";
     char workers[16] = "8";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
@@ -155,24 +159,27 @@ int main(int argc, char **argv)
             baseline = argv[++i];
         else if (strcmp(argv[i], "--no-peers") == 0)
             peers = 0;
+        else if (strcmp(argv[i], "--log-dir") == 0 && i + 1 < argc)
+            log_base = argv[++i];
         else if (strcmp(argv[i], "--workers") == 0 && i + 1 < argc)
             snprintf(workers, sizeof(workers), "%d", atoi(argv[++i]) > 0 ? atoi(argv[i]) : 8);
         else {
             fprintf(stderr,
                     "usage: %s [--runs N] [--workers N] [--baseline PATH] [--no-peers] "
-                    "[--json]\n",
+                    "[--log-dir DIR] [--json]\n",
                     argv[0]);
             return 2;
         }
     }
 
     const char *dir = bin_dir(argv[0]);
-    static char dlaunch[4200], floor_bin[4200], logdir[] = "/tmp/dl-bench-launch-XXXXXX";
+    static char dlaunch[4200], floor_bin[4200], logdir[4200];
     static char torch_script[4300], torch_wrapper[4300];
     snprintf(dlaunch, sizeof(dlaunch), "%s/../cmd/dlaunch", dir);
     snprintf(floor_bin, sizeof(floor_bin), "%s/spawn-floor", dir);
+    snprintf(logdir, sizeof(logdir), "%s/dl-bench-launch-XXXXXX", log_base);
     if (mkdtemp(logdir) == NULL) {
-        perror("mkdtemp");
+        fprintf(stderr, "bench/launch: --log-dir %s: %s\n", log_base, strerror(errno));
         return 1;
     }
     int as_root = geteuid() == 0;
@@ -252,8 +259,8 @@ int main(int argc, char **argv)
 
     double base = rows[0].ok ? rows[0].median_s : 0;
     if (!json)
-        printf("%-20s %8s %12s %12s %14s\n", "tool", "workers", "median_ms", "min_ms",
-               "vs dlaunch");
+        printf("log files under %s\n%-20s %8s %12s %12s %14s\n", log_base, "tool", "workers",
+               "median_ms", "min_ms", "vs dlaunch");
     for (size_t i = 0; i < nrows; i++) {
         row_t *r = &rows[i];
         if (json) {
@@ -276,7 +283,7 @@ int main(int argc, char **argv)
     if (!json && rows[4].ok && rows[5].ok)
         printf("torchrun's command line and script: torchrun takes %.1fx dlaunch's time\n",
                rows[4].median_s / rows[5].median_s);
-    char cmd[4200];
+    char cmd[4300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", logdir);
     return system(cmd) == 0 ? 0 : 1;
 }

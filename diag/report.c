@@ -15,7 +15,7 @@
 static json_t *num(double v)
 {
     /* JSON has no NaN or infinity; a figure nobody reported is left out by the callers. */
-    return json_real(isfinite(v) ? round(v * 1e4) / 1e4 : 0);
+    return json_real(isfinite(v) ? dl_diag_round(v * 1e4) / 1e4 : 0);
 }
 
 static json_t *op_json(const dl_diag_op_t *op)

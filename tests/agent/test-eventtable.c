@@ -234,3 +234,29 @@ DL_TEST(a_type_the_docs_have_wrong_fails_the_check)
         "%s", why);
     free(doc);
 }
+
+static int allocations;
+
+static void *counting_malloc(size_t n)
+{
+    allocations++;
+    return malloc(n);
+}
+
+/* Without --events a launch still emits every event: none may cost an allocation, and what
+ * the caller handed over (a reason object) is released all the same. */
+DL_TEST(an_event_without_a_stream_allocates_nothing_and_frees_what_it_was_given)
+{
+    json_set_alloc_funcs(counting_malloc, free);
+    json_t *reason = json_pack("{s:s}", "kind", "exit");
+    json_incref(reason); /* one reference of ours, to see the event's go */
+    ck_assert_int_eq(reason->refcount, 2);
+    allocations = 0;
+    ck_assert_int_eq(dl_ev_restart(NULL, 1.5, &(dl_ev_restart_t){.attempt = 1, .reason = reason}),
+                     0);
+    ck_assert_int_eq(dl_ev_worker_start(NULL, 1.5, &(dl_ev_worker_start_t){.rank = 3, .pid = 42}),
+                     0);
+    ck_assert_int_eq(allocations, 0);
+    ck_assert_int_eq(reason->refcount, 1);
+    json_decref(reason);
+}

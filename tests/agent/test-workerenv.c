@@ -194,3 +194,32 @@ DL_TEST(the_python_package_goes_first_on_pythonpath)
     ck_assert_str_eq(get(env, "PYTHONPATH"), "/usr/share/dlaunch/python");
     dl_worker_env_free(env);
 }
+
+/* Numbers in decimal, as printf writes them, at both ends of an int; an outer launcher's
+ * DLAUNCH_ control variables are dropped, its other DLAUNCH_ settings kept. */
+DL_TEST(numbers_at_the_ends_of_an_int_and_outer_dlaunch_variables)
+{
+    char *base[] = {"DLAUNCH_TOKEN=t",
+                    "DLAUNCH_SPARE=1",
+                    "DLAUNCH_GROUP_GEN=4",
+                    "DLAUNCH_QUIET=1",
+                    "DLAUNCH_",
+                    "DLAUNCHX=2",
+                    NULL};
+    char **env;
+    dl_worker_env_t w = sample();
+    w.rank = 0;
+    w.world_size = 2147483647;
+    w.max_restarts = -2147483647 - 1;
+    w.control_fd = -1; /* no channel: DLAUNCH_GROUP_GEN is not ours to set */
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, base, NULL, &env), 0);
+    ck_assert_str_eq(get(env, "RANK"), "0");
+    ck_assert_str_eq(get(env, "WORLD_SIZE"), "2147483647");
+    ck_assert_str_eq(get(env, "TORCHELASTIC_MAX_RESTARTS"), "-2147483648");
+    ck_assert_ptr_null(get(env, "DLAUNCH_TOKEN"));
+    ck_assert_ptr_null(get(env, "DLAUNCH_SPARE"));
+    ck_assert_ptr_null(get(env, "DLAUNCH_GROUP_GEN"));
+    ck_assert_str_eq(get(env, "DLAUNCH_QUIET"), "1");
+    ck_assert_str_eq(get(env, "DLAUNCHX"), "2");
+    dl_worker_env_free(env);
+}

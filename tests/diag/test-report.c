@@ -1,5 +1,6 @@
 /* A node's report on the wire: built, checked, read back with its age added; refused shapes;
  * the job-wide view. */
+#include <math.h>
 #include <string.h>
 
 #include "diag.h"
@@ -114,4 +115,46 @@ DL_TEST(the_view_as_json)
                            "\"slower_pct\":50.0,\"steps\":120}]}");
     free(text);
     json_decref(j);
+}
+
+/* dl_diag_round and dl_diag_ceil give libm's round and ceil, halves, signed zeros and the ends of the
+ * doubles included. */
+DL_TEST(round_and_ceil_without_libm_agree_with_libm)
+{
+    const double xs[] = {0.0,
+                         -0.0,
+                         0.3,
+                         -0.3,
+                         0.5,
+                         -0.5,
+                         0.49999999999999994,
+                         -0.49999999999999994,
+                         1.5,
+                         -1.5,
+                         2.5,
+                         -2.5,
+                         12.345,
+                         -12.345,
+                         99.95 * 10,
+                         4503599627370495.5,
+                         -4503599627370495.5,
+                         4503599627370496.0,
+                         9007199254740993.0,
+                         1e300,
+                         -1e300,
+                         __builtin_inf(),
+                         -__builtin_inf()};
+    for (size_t i = 0; i < sizeof(xs) / sizeof(xs[0]); i++) {
+        double x = xs[i];
+        ck_assert_msg(memcmp(&(double){dl_diag_round(x)}, &(double){round(x)}, sizeof(double)) == 0,
+                      "dl_diag_round(%.17g) = %.17g, round: %.17g", x, dl_diag_round(x), round(x));
+        ck_assert_msg(memcmp(&(double){dl_diag_ceil(x)}, &(double){ceil(x)}, sizeof(double)) == 0,
+                      "dl_diag_ceil(%.17g) = %.17g, ceil: %.17g", x, dl_diag_ceil(x), ceil(x));
+    }
+    ck_assert(isnan(dl_diag_round(__builtin_nan(""))) && isnan(dl_diag_ceil(__builtin_nan(""))));
+    for (int i = -100000; i <= 100000; i++) {
+        double x = i / 1000.0;
+        ck_assert_double_eq(dl_diag_round(x), round(x));
+        ck_assert_double_eq(dl_diag_ceil(x), ceil(x));
+    }
 }

@@ -69,6 +69,17 @@ class Plugins(dltest.Case):
             plugin = os.path.join(BUILD_ROOT, name, f"dlaunch-{name}.so")
             self.assertTrue(any(x.startswith(lib) for x in libraries(plugin)), plugin)
 
+    def test_the_loader_finds_each_library_at_its_first_try(self):
+        # A folder in RUNPATH that holds none of them (the trainer's OpenBLAS once put
+        # openblas-pthread there) costs every start a miss per library and hwcaps subfolder.
+        for prog in [dltest.DLAUNCH, DLAUNCHD]:
+            p = self.run_cmd([prog, "--version"], env={"LD_DEBUG": "libs"})
+            self.assertEqual(p.returncode, 0, p.stderr)
+            tried = [line.split("trying file=", 1)[1].strip() for line in p.stderr.splitlines()
+                     if "trying file=" in line]
+            self.assertTrue(tried, p.stderr)
+            self.assertEqual([f for f in tried if not os.path.exists(f)], [], prog)
+
     def test_a_plain_launch_maps_neither_library(self):
         # The worker reads its parent's (dlaunch's) memory map while dlaunch runs.
         p = self.dlaunch("--log-dir", "logs", "--", "sh", "-c", "cat /proc/$PPID/maps",

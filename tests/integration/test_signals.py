@@ -34,6 +34,23 @@ class Signals(dltest.Case):
             out.append(int(self.read(f"child_{r}")))
         return out
 
+    def test_workers_start_with_no_signal_ignored(self):
+        # dlaunch ignores SIGPIPE, and under nohup (or a shell's trap '' HUP) starts with SIGHUP
+        # ignored too; exec would pass both on, and a worker then ignores a hangup or writes on
+        # to a closed pipe for ever.
+        def ignore():
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+        p = subprocess.run([dltest.DLAUNCH, "--gpus-per-node", "3", "--", "sh", "-c",
+                            "grep SigIgn /proc/self/status > ign_$RANK"],
+                           cwd=self.dir, preexec_fn=ignore, capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for r in range(3):
+            # sh's own grep child: what the worker had is what its child inherits.
+            self.assertEqual(self.read(f"ign_{r}").split(), ["SigIgn:", "0" * 16])
+
     def test_sigterm_reaches_all_workers(self):
         p = self.start("--gpus-per-node", "3", "--events", self.events_path, "--", "sh", "-c",
                        TRAPPING)

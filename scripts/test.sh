@@ -65,9 +65,9 @@ fi
 # (test_scale.py: 5 trainings, 6 minutes under load, a fraction of it on the CPU): beside the
 # Slurm suite, which waits on its scheduler, it leaves the plain pass's slots to the tests that
 # compute. Both start at once (priorities 58 and 50).
-pass side -C build-test --suite slurm --suite lockstep --logbase side
+pass side -C build-test --suite slurm --suite lockstep --logbase side --num-processes 2
 
-# The sanitizer build compiles beside the Slurm suite alone: its pass is the longest of the
+# The sanitizer build compiles beside the side pass alone: its pass is the longest of the
 # three, so it starts as soon as it can.
 if setup build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Dwerror=true \
         -Dtests=true -Dbench=false; then

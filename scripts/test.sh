@@ -24,7 +24,8 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 
 # Three passes run side by side, each with its own log (meson-logs/<logbase>.json) and its lines
-# prefixed with its name: the Slurm suite, the plain build's tests and the sanitizer build's.
+# prefixed with its name: the side pass (the Slurm suite, and beside it the lockstep suite,
+# test_scale.py's trainings), the plain build's tests and the sanitizer build's.
 # Most of the suite's time is waiting (Slurm's scheduler, etcd's elections, failure detection,
 # workers' start-up), not computing, so one pass's waits are another's CPU time: the plain pass
 # runs one test per core, and so does the sanitizer pass (its tests take about twice as long, and
@@ -34,7 +35,7 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 cores=$(nproc)
 plain_jobs=${DLAUNCH_TEST_JOBS:-$cores}
 asan_jobs=${DLAUNCH_TEST_ASAN_JOBS:-$cores}
-rm -f build-test/meson-logs/slurm.json build-test/meson-logs/testlog.json \
+rm -f build-test/meson-logs/side.json build-test/meson-logs/testlog.json \
     build-asan/meson-logs/testlog.json
 pids=()
 pass() { # name, meson test arguments...
@@ -60,9 +61,13 @@ if [ "$(id -u)" -eq 0 ]; then
 else
     echo "test: not root: the Slurm tests will be skipped" >&2
 fi
-pass slurm -C build-test --suite slurm --logbase slurm
+# The lockstep suite's ranks wait for each other far more than they compute on a busy machine
+# (test_scale.py: 5 trainings, 6 minutes under load, a fraction of it on the CPU): beside the
+# Slurm suite, which waits on its scheduler, it leaves the plain pass's slots to the tests that
+# compute. Both start at once (priorities 58 and 50).
+pass side -C build-test --suite slurm --suite lockstep --logbase side --num-processes 2
 
-# The sanitizer build compiles beside the Slurm suite alone: its pass is the longest of the
+# The sanitizer build compiles beside the side pass alone: its pass is the longest of the
 # three, so it starts as soon as it can.
 if setup build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Dwerror=true \
         -Dtests=true -Dbench=false; then
@@ -75,20 +80,20 @@ else
     echo "test: the sanitizer build failed" >&2
     status=1
 fi
-pass test -C build-test --suite unit --suite integration --no-suite slurm \
+pass test -C build-test --suite unit --suite integration --no-suite slurm --no-suite lockstep \
     --num-processes "$plain_jobs"
 for pid in "${pids[@]}"; do
     wait "$pid" || status=1
 done
 
 # One closing line over both builds, read from meson's own records.
-python3 - "$root/build-test/meson-logs/slurm.json" "$root/build-test/meson-logs/testlog.json" \
+python3 - "$root/build-test/meson-logs/side.json" "$root/build-test/meson-logs/testlog.json" \
     "$root/build-asan/meson-logs/testlog.json" <<'PY'
 import json, sys
 ok = bad = skipped = 0
 walls = []
 failed = []
-for name, path in zip(("slurm", "test", "asan"), sys.argv[1:]):
+for name, path in zip(("side", "test", "asan"), sys.argv[1:]):
     try:
         records = [json.loads(line) for line in open(path)]
     except FileNotFoundError:  # a pass that never ran (its build failed): counted above

@@ -5,6 +5,7 @@ Python stack line; a rank slowed for real is named a straggler and an even run n
 beats drive `dlaunch status --ranks`; the recorder file reads back in the documented layout; the
 package imports without an install, and without dlaunch watch() changes nothing. Skipped where
 python3-torch is not installed."""
+import functools
 import json
 import os
 import re
@@ -22,6 +23,8 @@ SCRIPT = os.path.join(HERE, "torchrun", "ddp_watch.py")
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
 
 
+# Once a process: each look imports torch (about 2 s of CPU), and every class asks.
+@functools.cache
 def have_torch():
     try:
         return subprocess.run([TORCH_PYTHON, "-c", "import torch.distributed"],

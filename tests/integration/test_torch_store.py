@@ -1,6 +1,7 @@
 """The workers' torch store lives in the agent (TORCHELASTIC_USE_AGENT_STORE=True, as torchrun
 since 2.4): real PyTorch clients (Debian's python3-torch) against the agent that hosts the
 rendezvous, speaking torch's own TCPStore protocol (docs/store.md)."""
+import functools
 import json
 import os
 import re
@@ -264,6 +265,8 @@ def local_non_loopback_ipv4():
     return None if addr.startswith("127.") else addr
 
 
+# Once a process: each look imports torch (about 2 s of CPU), and every class asks.
+@functools.cache
 def have_torch():
     try:
         return subprocess.run([TORCH_PYTHON, "-c", "import torch.distributed"],

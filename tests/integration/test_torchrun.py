@@ -1,8 +1,9 @@
 """dlaunch as a drop-in for torchrun: the command lines of PyTorch's own launcher tests
 (test/distributed/launcher/test_run.py, torch 2.x flags), run through our binary. Each case
 checks what that test checks (one file per rank, the exit status) and what a user would see.
-Where Debian's python3-torch is installed the Python workers import torch, as PyTorch's test
-scripts do (is_torchelastic_launched(), @record, gloo through env:// and tcp://)."""
+Where Debian's python3-torch is installed, the workers that need torch import it as PyTorch's
+test scripts do (@record, gloo through env:// and tcp://, the file timer); torchrun/touch.py
+imports it only to fail under @record (torchrun/touch.py says why)."""
 import os
 import re
 import subprocess

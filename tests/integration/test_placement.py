@@ -1,10 +1,12 @@
 """Where workers run: --nproc-per-node cpu under a real cgroup CPU quota, and --numa-binding on a
 fake machine (DLAUNCH_SYSFS_ROOT) and on this one, read back from each worker's own
 /proc/self/status."""
+import errno
 import os
 import re
 import shutil
 import subprocess
+import time
 import unittest
 
 import dltest
@@ -37,13 +39,27 @@ class Quota(dltest.Case):
             self.skipTest(f"needs root and cgroup v1's cpu controller at {CPU_CGROUP}")
         if len(affinity()) < 2:
             self.skipTest("needs 2 CPUs to tell a quota from the affinity mask")
-        self.cg = os.path.join(CPU_CGROUP, f"dl-test-quota-{os.getpid()}")
+        # One cgroup a test: a cgroup one test could not remove fails no other.
+        self.cg = os.path.join(CPU_CGROUP,
+                               f"dl-test-quota-{os.getpid()}-{self._testMethodName[5:25]}")
         os.mkdir(self.cg)
         self.addCleanup(self.remove_cgroup)
 
     def remove_cgroup(self):
-        # Every process in it is gone when dlaunch has returned; rmdir fails otherwise.
-        os.rmdir(self.cg)
+        # dlaunch's orphan guard, which has no group left to kill, exits on its own once dlaunch
+        # has (spawn.h: waiting for it would add its teardown to every launch), so on a busy
+        # machine it can still be in the cgroup a moment after dlaunch returned; rmdir fails
+        # (EBUSY) while any process is.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                os.rmdir(self.cg)
+                return
+            except OSError as e:
+                if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                    with open(os.path.join(self.cg, "cgroup.procs")) as f:
+                        raise AssertionError(f"{self.cg}: {e}; still in it: {f.read().split()}")
+            time.sleep(0.05)
 
     def set_quota(self, quota_us, period_us=100000):
         with open(os.path.join(self.cg, "cpu.cfs_period_us"), "w") as f:

@@ -537,12 +537,17 @@ static int serve(tcp_t *z, const char *ip, char *err, size_t errlen)
     so.core.successors = true;
     so.core.host_agent_id = z->conf.node_id;
     so.torch_store = !z->spec->store_worker;
-    so.torch_port = z->conf.master_port;
+    /* The kernel's pick, held from the bind on: the port this agent found free at its start
+     * may have been taken since (another program's connection), and was, under load. */
+    so.torch_port = 0;
     so.log = server_log;
     so.log_ctx = z;
     int r = dl_rdzv_server_start(z->conf.loop, &so, &z->server, err, errlen);
     if (r < 0)
         return r;
+    /* Our join offers the store's port as MASTER_PORT: the core names node rank 0's offer. */
+    if (dl_rdzv_server_torch_port(z->server) > 0)
+        z->conf.master_port = dl_rdzv_server_torch_port(z->server);
     dl_rdzv_job_opts_t jo;
     dl_rdzv_job_opts_init(&jo);
     jo.min_nodes = z->conf.nodes_min;

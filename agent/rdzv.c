@@ -501,7 +501,9 @@ int dl__rdzv_local_store(dl_agent_t *a)
     so.only_run_id = a->run_id;
     so.store_only = true;
     so.torch_store = !a->spec->store_worker;
-    so.torch_port = a->master_port;
+    /* --master-port when given; else the kernel's pick, held from the bind on (a port found
+     * free earlier may be taken by now). */
+    so.torch_port = a->spec->master_port > 0 ? a->master_port : 0;
     so.log = server_log;
     so.log_ctx = a;
     r = dl_rdzv_server_start(&a->loop, &so, &z->server, err, sizeof(err));
@@ -525,6 +527,8 @@ int dl__rdzv_local_store(dl_agent_t *a)
     }
     snprintf(a->store_addr, sizeof(a->store_addr), "127.0.0.1:%d", dl_rdzv_server_port(z->server));
     a->agent_store = dl_rdzv_server_torch_port(z->server) > 0;
+    if (a->agent_store)
+        a->master_port = dl_rdzv_server_torch_port(z->server);
     return 0;
 }
 

@@ -73,8 +73,9 @@ typedef struct {
 void dl_rdzv_server_opts_init(dl_rdzv_server_opts_t *opts);
 
 /* Binds, listens and starts serving on loop. Returns 0 with *ret_server (owned; free with
- * dl_rdzv_server_close) or a negative errno / libuv code (-EADDRINUSE, -EPERM for a token-less
- * non-loopback address); err gets one line. */
+ * dl_rdzv_server_close) or a negative errno / libuv code (-EADDRINUSE: host:port is in use;
+ * -EBUSY: the torch store's port is; -EPERM for a token-less non-loopback address); err gets
+ * one line. */
 int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
                          dl_rdzv_server_t **ret_server, char *err, size_t errlen);
 

@@ -1525,7 +1525,9 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
                                       opts->torch_port, s->only_run_id, 0, &s->torch, err, errlen);
         if (r < 0) {
             dl_rdzv_server_close(s, NULL, NULL);
-            return r;
+            /* -EADDRINUSE says someone serves host:port already (an agent then joins them):
+             * a torch store's port in use is not that. */
+            return r == UV_EADDRINUSE ? -EBUSY : r;
         }
     }
     if (opts->torch_jobs && s->torch == NULL) {

@@ -2,6 +2,7 @@
 dead nodes, dlaunchd and its control commands, tokens."""
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -133,6 +134,30 @@ class Rendezvous(dltest.Case):
                 self.assertIn("stopped", [e for e in self.evs(f"{other}{victim}")
                                           if e["event"] == "job_end"][-1]["status"])
                 print(f"SIGTERM to agent {victim}: the other stopped {took:.2f} s later")
+
+    def test_a_job_forms_when_the_port_its_host_found_free_is_taken(self):
+        """The hosting agent serves its workers' torch store on a port of its own. Found free
+        at the start and bound later, that port may be taken in between by another program
+        (seen under load in CI); the host then took the failure for "someone serves the
+        rendezvous already" and joined as a client, and both agents waited out --join-timeout
+        for a server nobody ran. Now the store's port is the kernel's pick at its bind."""
+        thief = os.path.join(os.environ.get("BUILD_ROOT", "build"), "tests", "integration",
+                             "libportthief.so")
+        self.assertTrue(os.path.exists(thief), thief)
+        env = {"LD_PRELOAD": thief,
+               "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
+        t0 = time.monotonic()
+        procs = [self.agent("--", "sh", "-c", 'echo "master $MASTER_PORT"', name=n, env=env)
+                 for n in "ab"]
+        self.assertEqual(self.wait_all(procs), [0, 0], self.log("a") + self.log("b"))
+        took = time.monotonic() - t0
+        self.assertLess(took, 25, "the job waited out --join-timeout")
+        # Every worker was handed the port the round named as its master.
+        logs = self.log("a") + self.log("b")
+        named = re.findall(r"round 0 closed: .* master 127\.0\.0\.1:(\d+)", logs)
+        handed = re.findall(r"rank \d+\] master (\d+)", logs)
+        self.assertEqual(len(named), 1, logs)
+        self.assertEqual(handed, named * 4, logs)
 
     def test_restart_events_and_the_journal_over_several_nodes(self):
         # docs/events.md: on several nodes every agent's restart event has the round, the

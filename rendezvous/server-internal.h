@@ -1,5 +1,6 @@
 /* Internals shared by the files of the libuv rendezvous server: the server, its connections and
- * what the core says (server.c), and the handshake (server-handshake.c). */
+ * what the core says (server.c), the handshake (server-handshake.c) and a ready connection's
+ * requests (server-requests.c). */
 #ifndef DL_RDZV_SERVER_INTERNAL_H
 #define DL_RDZV_SERVER_INTERNAL_H
 
@@ -160,9 +161,6 @@ void dl__sconn_held_job_attach(dl__sconn_t *sc);
 /* Starts the sweep of idle connections and stalled frames, unless it runs. */
 void dl__server_sweep_start(dl_rdzv_server_t *s);
 
-/* A request or notification of an authenticated connection; msg is borrowed. */
-void dl__sconn_request(dl__sconn_t *sc, json_t *msg, dl_proto_type_t type);
-
 /* Carries out the core's actions: frames, closes, its timer, journals, torch stores. */
 void dl__server_apply(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts);
 void dl__server_replay_start(dl_rdzv_server_t *s);
@@ -173,5 +171,10 @@ void dl__server_preauth_arm(dl_rdzv_server_t *s);
 void dl__sconn_preauth_remove(dl__sconn_t *sc);
 void dl__sconn_hello(dl__sconn_t *sc, json_t *msg, json_int_t id);
 void dl__sconn_auth(dl__sconn_t *sc, json_t *msg, json_int_t id);
+
+/* ---- server-requests.c ---- */
+
+/* A request or notification of an authenticated connection; msg is borrowed. */
+void dl__sconn_request(dl__sconn_t *sc, json_t *msg, dl_proto_type_t type);
 
 #endif

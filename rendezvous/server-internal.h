@@ -1,6 +1,6 @@
-/* Internals shared by the files of the libuv rendezvous server: the server, its connections and
- * what the core says (server.c), the handshake (server-handshake.c) and a ready connection's
- * requests (server-requests.c). */
+/* Internals shared by the files of the libuv rendezvous server: the server and its connections
+ * (server.c), the handshake (server-handshake.c), a ready connection's requests
+ * (server-requests.c) and what the core's steps make of them (server-actions.c). */
 #ifndef DL_RDZV_SERVER_INTERNAL_H
 #define DL_RDZV_SERVER_INTERNAL_H
 
@@ -149,7 +149,7 @@ static inline double dl__server_unix_now(void)
     return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
 }
 
-/* ---- server.c ---- */
+/* ---- server.c: the connection table, and every frame out ---- */
 
 uint64_t dl__sconn_id(const dl__sconn_t *sc);
 /* NULL for a connection that is gone, and for a torch store's. */
@@ -160,10 +160,6 @@ void dl__sconn_error(dl__sconn_t *sc, json_int_t id, dl_proto_errcode_t code, co
 void dl__sconn_held_job_attach(dl__sconn_t *sc);
 /* Starts the sweep of idle connections and stalled frames, unless it runs. */
 void dl__server_sweep_start(dl_rdzv_server_t *s);
-
-/* Carries out the core's actions: frames, closes, its timer, journals, torch stores. */
-void dl__server_apply(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts);
-void dl__server_replay_start(dl_rdzv_server_t *s);
 
 /* ---- server-handshake.c: hello, auth and the deadline for both ---- */
 
@@ -176,5 +172,11 @@ void dl__sconn_auth(dl__sconn_t *sc, json_t *msg, json_int_t id);
 
 /* A request or notification of an authenticated connection; msg is borrowed. */
 void dl__sconn_request(dl__sconn_t *sc, json_t *msg, dl_proto_type_t type);
+
+/* ---- server-actions.c (and dl__rdzv_server_feed, torch-store.h) ---- */
+
+/* Carries out the core's actions: frames, closes, its timer, journals, torch stores. */
+void dl__server_apply(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts);
+void dl__server_replay_start(dl_rdzv_server_t *s);
 
 #endif

@@ -19,7 +19,7 @@
 #include "torch-jobs.h"
 #include "torch-store.h"
 
-#define READBUF_SIZE (64 * 1024)
+#define DL__SERVER_READBUF_SIZE (64 * 1024)
 /* Followers of one job's events at once (`dlaunch events`). */
 #define DL__SERVER_FOLLOWERS_MAX 64
 
@@ -132,7 +132,7 @@ struct dl_rdzv_server_s {
     int open_handles;
     void (*done)(void *ctx);
     void *done_ctx;
-    char readbuf[READBUF_SIZE];
+    char readbuf[DL__SERVER_READBUF_SIZE];
 };
 
 /* The clock of deadlines and durations. */

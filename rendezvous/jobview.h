@@ -1,7 +1,7 @@
 /* The rendezvous server's job-wide view of the ranks (docs/diagnostics.md): each agent's latest
  * report (its ranks' figures and last operations, sent with its heartbeats and failure reports),
  * the straggler rule over all of them, and the account of where the ranks are. Internal to the
- * rendezvous layer; server.c is its one user. */
+ * rendezvous layer; the server (server*.c) is its one user. */
 #ifndef DL_RDZV_JOBVIEW_H
 #define DL_RDZV_JOBVIEW_H
 

@@ -1,6 +1,7 @@
 /* The rendezvous server: libuv TCP around the pure core. Each connection says hello (and proves
- * the job token) before anything else; then its messages become core events, and the core's
- * actions become frames, closes and one timer. */
+ * the job token) before anything else (server-handshake.c); then its messages become core events
+ * (server-requests.c), and the core's actions become frames, closes and one timer
+ * (server-actions.c). Here: the server's life, its connections and what it lends. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -9,148 +10,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "conn.h"
-#include "jobview.h"
-#include "journal.h"
 #include "peer.h"
 #include "rdzv-codec.h"
-#include "rdzv-policy.h"
-#include "rendezvous.h"
-#include "revoked.h"
-#include "stats.h"
-#include "status-reply.h"
-#include "torch-codec.h"
-#include "torch-jobs.h"
-#include "torch-store.h"
+#include "server-internal.h"
 
-#define READBUF_SIZE (64 * 1024)
-/* Events of journals replayed per turn of the loop, all followers together: the slice. */
-#define REPLAY_BUDGET 256
-/* A step this long after the core's deadline means the loop was held up, not merely busy. */
-#define HELD_UP_S 0.5
+#define JOURNAL_MAX 1000
 
-typedef enum {
-    SC_HELLO = 0, /* waiting for hello */
-    SC_AUTH,      /* challenge sent, waiting for auth */
-    SC_READY,
-} sconn_state_t;
-
-typedef struct sconn_s sconn_t;
-
-/* One job's bytes of unfinished frames, shared by its authenticated connections. */
-typedef struct job_held_s {
-    struct job_held_s *next;
-    size_t bytes;
-    unsigned users;
-    char run_id[DL_PROTO_RUN_ID_MAX + 1];
-} job_held_t;
-
-struct sconn_s {
-    dl__conn_t c; /* first: libuv's handle pointer is the connection's */
-    dl_rdzv_server_t *s;
-    uint32_t slot;
-    sconn_state_t state;
-    dl_proto_role_t role;
-    double accepted;      /* for the authentication deadline */
-    sconn_t *prev, *next; /* in the list of unauthenticated connections, oldest first */
-    bool in_preauth;
-    json_int_t join_id; /* the join waiting for its assignment (the core answers it later) */
-    bool status_ranks;  /* the status request being answered asked for every rank */
-    dl_proto_token_kind_t level; /* what its credential reaches (a master without a token) */
-    dl_proto_key_life_t life;    /* the span of its job or worker key; {0, 0} for a master */
-    uint32_t outstanding;        /* requests not answered yet */
-    bool joined;                 /* sent a join: the core watches it from then on */
-    bool following;              /* follows its job's events */
-    bool has_client_nonce;       /* hello asked us to prove the token back */
-    bool wants_torch;            /* its join asked for the job's store in torch's protocol */
-    uint64_t creator;            /* its address, as the core counts jobs per creator */
-    job_held_t *held_job;        /* its job's count of unfinished frames, once authenticated */
-    char run_id[DL_PROTO_RUN_ID_MAX + 1];
-    char nonce[DL_PROTO_NONCE_HEX_LEN + 1];
-    char client_nonce[DL_PROTO_NONCE_HEX_LEN + 1];
-};
-
-struct dl_rdzv_server_s {
-    uv_loop_t *loop;
-    uv_tcp_t listener;
-    uv_timer_t core_timer;
-    uv_timer_t auth_timer;
-    dl_rdzv_core_t *core;
-    const dl_proto_token_t *token;
-    double heartbeat;
-    double auth_timeout;
-    dl_rdzv_log_cb log;
-    void *log_ctx;
-    char store_host[DL_PROTO_NAME_MAX + 1];
-    int port;
-
-    /* Connection ids are (generation << 32 | slot): O(1) lookup, and an id never names a later
-     * connection that reuses the slot. */
-    sconn_t **slots;
-    uint32_t *gens;
-    uint32_t *free_slots;
-    size_t nslots, nfree, cap;
-    sconn_t *preauth_head, *preauth_tail;
-    size_t nconns, peak;
-
-    /* Per job: the events `dlaunch events RUN_ID` replays and follows, with our marks
-     * (dl__journals_mark) "assigned" and "changed": the last journaled assignment and round
-     * change. */
-    dl__journals_t *journals;
-    uv_idle_t replay_idle; /* runs while some journal replay has events to send */
-    bool replaying;
-
-    char only_run_id[DL_PROTO_RUN_ID_MAX + 1]; /* "" when any job is served */
-    bool store_only;                           /* a one-node job's store: workers only */
-    double idle_timeout;
-    double frame_timeout;
-    double linger; /* for jobs that JOINs create */
-    uint32_t max_outstanding;
-    size_t held; /* bytes of unfinished frames, every connection together */
-    size_t max_held;
-    size_t queued; /* bytes of replies written, not yet sent: counted in the core's max_memory */
-    job_held_t *held_jobs;  /* the same per job with a connection; a quarter of max_held each */
-    uv_timer_t sweep_timer; /* closes idle connections and stalled frames */
-    bool sweeping;
-    int diag_fd; /* the netlink socket that tells peers' uids, without a token; -1 until used */
-    dl__jobview_t *view;    /* every job's ranks as their agents report them (jobview.c) */
-    dl__revoked_t *revoked; /* runs whose keys issued before some time are refused */
-
-    dl__torch_store_t *torch; /* the job's store in torch's protocol, or NULL */
-    /* Serving many jobs (torch_jobs): each job's torch store, opened at the first assignment
-     * that goes to an agent asking for one; NULL otherwise. */
-    dl__torch_jobs_t *torch_jobs;
-    char torch_host[DL_PROTO_NAME_MAX + 1];
-    /* Node addresses of the one job a store-only server serves, as its backend knows them
-     * (dl_rdzv_server_set_job_hosts): they may reach its torch store. */
-    struct sockaddr_storage *job_hosts;
-    size_t njob_hosts;
-    dl_rdzv_core_opts_t core_opts; /* its limits, for the torch store (no hash key, no names) */
-    dl__rdzv_stats_t stats;
-    json_t *snapshot;            /* what the last STATUS to DL__RDZV_STATS_CONN made */
-    dl_rdzv_status_fn status_fn; /* a job's status kept elsewhere (etcd), or NULL */
-    void *status_ctx;
-
-    bool closing;
-    /* Within dl_rdzv_server_add_job: its owner made the job, so the core's lines about that go
-     * to the journal only, not back to the owner's log (a one-node job would print them). */
-    bool adding_job;
-    int open_handles;
-    void (*done)(void *ctx);
-    void *done_ctx;
-    char readbuf[READBUF_SIZE];
-};
-
-static double now_s(void)
-{
-    return (double)uv_hrtime() / 1e9;
-}
-
-static void slog(dl_rdzv_server_t *s, dl_rdzv_log_level_t level, const char *run_id,
-                 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static void slog(dl_rdzv_server_t *s, dl_rdzv_log_level_t level, const char *run_id,
-                 const char *fmt, ...)
+void dl__rdzv_server_log(dl_rdzv_server_t *s, dl_rdzv_log_level_t level, const char *run_id,
+                         const char *fmt, ...)
 {
     char text[512];
     va_list ap;
@@ -166,12 +33,12 @@ static void slog(dl_rdzv_server_t *s, dl_rdzv_log_level_t level, const char *run
 
 /* ---- connection table ---- */
 
-static uint64_t conn_id(const sconn_t *sc)
+uint64_t dl__sconn_id(const dl__sconn_t *sc)
 {
     return ((uint64_t)sc->s->gens[sc->slot] << 32) | sc->slot;
 }
 
-static sconn_t *conn_by_id(dl_rdzv_server_t *s, uint64_t id)
+dl__sconn_t *dl__sconn_by_id(dl_rdzv_server_t *s, uint64_t id)
 {
     uint32_t slot = (uint32_t)id, gen = (uint32_t)(id >> 32);
     if ((id & DL__TORCH_CONN_BIT) || slot >= s->nslots || s->gens[slot] != gen)
@@ -179,14 +46,14 @@ static sconn_t *conn_by_id(dl_rdzv_server_t *s, uint64_t id)
     return s->slots[slot];
 }
 
-static int slot_take(dl_rdzv_server_t *s, sconn_t *sc)
+static int slot_take(dl_rdzv_server_t *s, dl__sconn_t *sc)
 {
     if (s->nfree > 0) {
         sc->slot = s->free_slots[--s->nfree];
     } else {
         if (s->nslots == s->cap) {
             size_t cap = s->cap ? s->cap * 2 : 256;
-            sconn_t **sl = realloc(s->slots, cap * sizeof(*sl));
+            dl__sconn_t **sl = realloc(s->slots, cap * sizeof(*sl));
             if (sl == NULL)
                 return -ENOMEM;
             s->slots = sl;
@@ -207,7 +74,7 @@ static int slot_take(dl_rdzv_server_t *s, sconn_t *sc)
     return 0;
 }
 
-static void slot_release(dl_rdzv_server_t *s, sconn_t *sc)
+static void slot_release(dl_rdzv_server_t *s, dl__sconn_t *sc)
 {
     s->slots[sc->slot] = NULL;
     /* Generation 0 is never handed out, so id 0 (DL_RDZV_CONN_NONE) names nobody. */
@@ -216,52 +83,18 @@ static void slot_release(dl_rdzv_server_t *s, sconn_t *sc)
     s->free_slots[s->nfree++] = sc->slot;
 }
 
-/* ---- the authentication deadline: one timer for the oldest unauthenticated connection ---- */
-
-static void on_auth_timer(uv_timer_t *t);
-
-static void preauth_arm(dl_rdzv_server_t *s)
-{
-    if (s->preauth_head == NULL || s->closing) {
-        uv_timer_stop(&s->auth_timer);
-        return;
-    }
-    double wait = s->preauth_head->accepted + s->auth_timeout - now_s();
-    uv_timer_start(&s->auth_timer, on_auth_timer, wait > 0 ? (uint64_t)(wait * 1000) + 1 : 0, 0);
-}
-
-static void preauth_remove(sconn_t *sc)
-{
-    dl_rdzv_server_t *s = sc->s;
-    if (!sc->in_preauth)
-        return;
-    sc->in_preauth = false;
-    if (sc->prev != NULL)
-        sc->prev->next = sc->next;
-    else
-        s->preauth_head = sc->next;
-    if (sc->next != NULL)
-        sc->next->prev = sc->prev;
-    else
-        s->preauth_tail = sc->prev;
-    sc->prev = sc->next = NULL;
-}
-
 /* Every frame to a connection goes here. After the handshake a frame with an id answers one of
- * the connection's requests, which are counted (handle_ready) to bound how many it may have
+ * the connection's requests, which are counted (dl__sconn_request) to bound how many it may have
  * pending; frames that answer no counted request (errors about unreadable frames) go straight to
  * dl__conn_send. */
-static int ssend(sconn_t *sc, const json_t *m)
+int dl__sconn_send(dl__sconn_t *sc, const json_t *m)
 {
-    if (sc->state == SC_READY && sc->outstanding > 0 && json_object_get(m, "id") != NULL)
+    if (sc->state == DL__SCONN_READY && sc->outstanding > 0 && json_object_get(m, "id") != NULL)
         sc->outstanding--;
     return dl__conn_send(&sc->c, m);
 }
 
-static void send_error(sconn_t *sc, json_int_t id, dl_proto_errcode_t code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void send_error(sconn_t *sc, json_int_t id, dl_proto_errcode_t code, const char *fmt, ...)
+void dl__sconn_error(dl__sconn_t *sc, json_int_t id, dl_proto_errcode_t code, const char *fmt, ...)
 {
     char text[DL_PROTO_ERRMSG_LEN];
     va_list ap;
@@ -272,702 +105,15 @@ static void send_error(sconn_t *sc, json_int_t id, dl_proto_errcode_t code, cons
         sc->s->stats.rejected[code]++;
     json_auto_t *m = dl_proto_error_new(id, code, "%s", text);
     if (m != NULL)
-        ssend(sc, m);
+        dl__sconn_send(sc, m);
 }
-
-static void on_auth_timer(uv_timer_t *t)
-{
-    dl_rdzv_server_t *s = t->data;
-    double now = now_s();
-    while (s->preauth_head != NULL && s->preauth_head->accepted + s->auth_timeout <= now) {
-        sconn_t *sc = s->preauth_head;
-        preauth_remove(sc);
-        s->stats.auth_timeouts++;
-        send_error(sc, -1, DL_PROTO_E_NOT_AUTHENTICATED, "no hello and auth within %g s; closing",
-                   s->auth_timeout);
-        dl__conn_close(&sc->c, UV_ETIMEDOUT);
-    }
-    preauth_arm(s);
-}
-
-/* ---- core actions ---- */
-
-static void run_core(dl_rdzv_server_t *s, const dl_rdzv_event_t *ev);
-
-static void on_core_timer(uv_timer_t *t)
-{
-    dl_rdzv_server_t *s = t->data;
-    dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_TICK};
-    run_core(s, &ev);
-}
-
-/* The torch store of job run_id: the embedded server's one, or a job's among many. */
-static dl__torch_store_t *torch_of_job(const dl_rdzv_server_t *s, const char *run_id)
-{
-    if (s->torch != NULL)
-        return strcmp(run_id, s->only_run_id) == 0 ? s->torch : NULL;
-    return s->torch_jobs != NULL ? dl__torch_jobs_find(s->torch_jobs, run_id) : NULL;
-}
-
-/* The torch store a torch connection id belongs to. */
-static dl__torch_store_t *torch_of_conn(const dl_rdzv_server_t *s, uint64_t conn)
-{
-    if (DL__TORCH_STORE_INDEX(conn) == 0)
-        return s->torch;
-    return s->torch_jobs != NULL ? dl__torch_jobs_of_conn(s->torch_jobs, conn) : NULL;
-}
-
-/* The job's status (proto/status-reply.h) as the core has it, into st. Its strings are the
- * core's, borrowed for the call; what st owns (its nodes, what the job view adds) goes with
- * job_status_clear. Returns 0 or -ENOMEM. */
-static int job_status(const dl_rdzv_server_t *s, const dl_rdzv_job_status_t *j,
-                      dl_proto_status_job_t *st)
-{
-    dl_proto_status_node_t *nodes = calloc(j->nmembers + 1, sizeof(*nodes));
-    memset(st, 0, sizeof(*st));
-    if (nodes == NULL)
-        return -ENOMEM;
-    for (size_t i = 0; i < j->nmembers; i++) {
-        const dl_rdzv_member_status_t *m = &j->members[i];
-        nodes[i] = (dl_proto_status_node_t){.node_id = (char *)m->agent_id,
-                                            .host = (char *)m->host,
-                                            .slots = m->slots,
-                                            .node_rank = m->node_rank,
-                                            .heartbeat_age = m->heartbeat_age,
-                                            .connected = m->connected,
-                                            .left = m->left};
-    }
-    *st = (dl_proto_status_job_t){.run_id = (char *)j->run_id,
-                                  .state = (char *)dl_rdzv_job_state_name(j->state),
-                                  .round = j->round,
-                                  .restarts = j->restarts,
-                                  .max_restarts = j->max_restarts,
-                                  .min_nodes = j->min_nodes,
-                                  .max_nodes = j->max_nodes,
-                                  .world_size = j->world_size,
-                                  .keys = (long long)j->nkeys,
-                                  .has_keys = true,
-                                  .nodes = nodes,
-                                  .nnodes = j->nmembers,
-                                  .failure = (char *)j->failure,
-                                  .store_bytes = (long long)j->store_bytes,
-                                  .has_store_bytes = true,
-                                  .store_waits = (long long)j->store_waits,
-                                  .has_store_waits = true};
-    /* Torch clients of a job whose store this server also serves in torch's protocol. */
-    const dl__torch_store_t *ts = torch_of_job(s, j->run_id);
-    if (ts != NULL) {
-        size_t now, peak, bytes;
-        dl__torch_store_clients(ts, &now, &peak, &bytes);
-        st->store_clients = (long long)now;
-        st->has_store_clients = true;
-    }
-    return 0;
-}
-
-static void job_status_clear(dl_proto_status_job_t *st)
-{
-    free(st->nodes);
-    st->nodes = NULL;
-    dl__jobview_status_clear(st);
-}
-
-/* status: one job's, with its ranks' account and in-job recoveries, or every job's; written by
- * the status reply's one encoder. */
-static json_t *status_reply(dl_rdzv_server_t *s, sconn_t *sc, json_int_t id,
-                            const dl_rdzv_status_t *st)
-{
-    size_t n = st->njobs;
-    dl_proto_status_job_t *jobs = calloc(n + 1, sizeof(*jobs));
-    dl_proto_status_recovery_t *recs = calloc(n + 1, sizeof(*recs));
-    int r = jobs != NULL && recs != NULL ? 0 : -ENOMEM;
-    for (size_t i = 0; r == 0 && i < n; i++) {
-        const char *run_id = st->jobs[i].run_id;
-        r = job_status(s, &st->jobs[i], &jobs[i]);
-        if (r == 0)
-            r = dl__jobview_status(s->view, run_id, n == 1 && sc->status_ranks, now_s(), &jobs[i]);
-        if (dl__rdzv_stats_recovery_get(&s->stats, run_id, &recs[i]))
-            jobs[i].recovery = &recs[i];
-    }
-    json_t *o = NULL;
-    if (r == 0 && n == 1) {
-        o = dl_proto_rec_encode(&dl_proto_status_job_type, &jobs[0]);
-    } else if (r == 0) {
-        dl_proto_status_list_t all = {
-            .state = "serving", .has_round = true, .jobs = jobs, .njobs = n};
-        o = dl_proto_rec_encode(&dl_proto_status_list_type, &all);
-    }
-    for (size_t i = 0; jobs != NULL && i < n; i++)
-        job_status_clear(&jobs[i]);
-    free(jobs);
-    free(recs);
-    if (o == NULL)
-        return dl_proto_error_new(id, DL_PROTO_E_INTERNAL, "status: out of memory");
-    return dl_proto_reply_new(id, o);
-}
-
-/* An assignment names MASTER_ADDR:MASTER_PORT as a torch store when this server serves the
- * job's: the embedded server's is where the core put MASTER already; a job's among many is on
- * its own port, at the address the agent reached this server on (which reaches it from there,
- * whatever address the server listens on). */
-static bool job_torch_master(const dl_rdzv_server_t *s, const sconn_t *sc, const char *run_id,
-                             char ip[INET6_ADDRSTRLEN], int *ret_port)
-{
-    dl__torch_store_t *ts = s->torch == NULL && sc != NULL && sc->wants_torch && run_id != NULL
-                                ? torch_of_job(s, run_id)
-                                : NULL;
-    struct sockaddr_storage sa;
-    int len = sizeof(sa);
-    if (ts == NULL || uv_tcp_getsockname(&sc->c.tcp, (struct sockaddr *)&sa, &len) != 0 ||
-        uv_ip_name((struct sockaddr *)&sa, ip, INET6_ADDRSTRLEN) != 0)
-        return false;
-    *ret_port = dl__torch_store_port(ts);
-    return true;
-}
-
-/* Turns a core message into a frame for its connection; NULL when nothing is to be sent. */
-static json_t *encode_msg(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t *m)
-{
-    /* req_id is the request's id + 1 (0 means nobody asked): undone in unsigned arithmetic, as
-     * an id may be as large as INT64_MAX. */
-    json_int_t id = m->req_id > 0 ? (json_int_t)(m->req_id - 1) : -1;
-    /* The core answers a join with JOINED at once and the assignment (or a timeout) when the
-     * round closes; on the wire the join's one answer is that later message. */
-    if (m->kind == DL_RDZV_MSG_ASSIGNMENT || m->kind == DL_RDZV_MSG_TIMEOUT) {
-        if (id < 0)
-            id = sc->join_id;
-        sc->join_id = -1;
-        if (id < 0)
-            return NULL;
-    }
-    if (m->kind == DL_RDZV_MSG_STATUS)
-        return status_reply(s, sc, id, m->status);
-    char ip[INET6_ADDRSTRLEN];
-    dl_rdzv_server_where_t w = {
-        .store_host = s->store_host, .store_port = s->port, .torch_embedded = s->torch != NULL};
-    if (m->kind == DL_RDZV_MSG_ASSIGNMENT && !w.torch_embedded &&
-        job_torch_master(s, sc, m->run_id, ip, &w.torch_port))
-        w.torch_addr = ip;
-    return dl_rdzv_enc_core_msg(id, m, &w);
-}
-
-#define JOURNAL_MAX 1000
-/* Followers of one job's events at once (`dlaunch events`). */
-#define FOLLOWERS_MAX 64
-
-static double unix_now(void)
-{
-    uv_timeval64_t tv;
-    uv_gettimeofday(&tv);
-    return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
-}
-
-/* The journal's callbacks: followers are connections. */
-static void send_event(void *ctx, uint64_t conn, json_int_t seq, const json_t *event)
-{
-    sconn_t *sc = conn_by_id(ctx, conn);
-    json_auto_t *m = sc != NULL ? dl_rdzv_enc_event(seq, event) : NULL;
-    if (m != NULL)
-        ssend(sc, m);
-}
-
-static bool follower_alive(void *ctx, uint64_t conn)
-{
-    sconn_t *sc = conn_by_id(ctx, conn);
-    return sc != NULL && !sc->c.closing;
-}
-
-static void on_replay(uv_idle_t *h)
-{
-    dl_rdzv_server_t *s = h->data;
-    if (!dl__journals_pump(s->journals, REPLAY_BUDGET)) {
-        uv_idle_stop(&s->replay_idle);
-        s->replaying = false;
-    }
-}
-
-/* Replays go a slice per turn of the loop, between everything else the loop has to do. */
-static void replay_start(dl_rdzv_server_t *s)
-{
-    if (s->replaying || s->closing || !dl__journals_pending(s->journals))
-        return;
-    s->replaying = true;
-    uv_idle_start(&s->replay_idle, on_replay);
-}
-
-/* Appends an event (stolen; rdzv-codec.h's dl_rdzv_enc_journal_*) to the job's journal and
- * tells its followers. */
-static void journal(dl_rdzv_server_t *s, const char *run_id, json_t *ev)
-{
-    if (run_id == NULL || ev == NULL) {
-        json_decref(ev);
-        return;
-    }
-    json_incref(ev);
-    if (dl__journals_append(s->journals, run_id, ev) > 0)
-        dl__rdzv_stats_event(&s->stats, run_id, ev, now_s());
-    json_decref(ev);
-}
-
-/* Turns what the core tells agents into the job's story, once per round or job. */
-static void journal_msg(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m, const sconn_t *sc)
-{
-    /* Any message of a job makes its journal, which `dlaunch events` follows from then on. */
-    if (m->run_id == NULL || dl__journals_get(s->journals, m->run_id, true) == NULL)
-        return;
-    /* Every agent gets the message; the journal tells each round's story once. */
-    switch (m->kind) {
-    case DL_RDZV_MSG_ASSIGNMENT:
-        if (!dl__journals_mark(s->journals, m->run_id, "assigned", m->assignment.round))
-            return;
-        /* MASTER as the workers have it: a job's torch store here, as its first agent was
-         * told, else the core's. */
-        char ip[INET6_ADDRSTRLEN];
-        int port;
-        bool here = job_torch_master(s, sc, m->run_id, ip, &port);
-        journal(s, m->run_id,
-                dl_rdzv_enc_journal_msg(m, unix_now(), here ? ip : m->assignment.master_addr,
-                                        here ? port : m->assignment.master_port));
-        return;
-    case DL_RDZV_MSG_ROUND_CHANGED:
-        if (dl__journals_mark(s->journals, m->run_id, "changed", m->round_changed.round))
-            journal(s, m->run_id, dl_rdzv_enc_journal_msg(m, unix_now(), NULL, 0));
-        return;
-    case DL_RDZV_MSG_FAILED:
-    case DL_RDZV_MSG_STOP:
-    case DL_RDZV_MSG_SUCCEEDED:
-        if (!dl__journals_mark(s->journals, m->run_id, "ended", 1))
-            return;
-        dl__jobview_forget(s->view, m->run_id);
-        journal(s, m->run_id, dl_rdzv_enc_journal_msg(m, unix_now(), NULL, 0));
-        return;
-    default: return;
-    }
-}
-
-/* One follow per connection, a bounded number per job; the journal so far is replayed a slice
- * at a time (replay_start), so following never holds the loop. */
-static void follow(sconn_t *sc, json_int_t id, json_int_t since)
-{
-    dl_rdzv_server_t *s = sc->s;
-    if (sc->following) {
-        send_error(sc, id, DL_PROTO_E_LIMIT_EXCEEDED,
-                   "events_follow: this connection follows job '%s' already", sc->run_id);
-        return;
-    }
-    json_auto_t *ok = dl_proto_reply_new(id, NULL);
-    if (ok == NULL) {
-        send_error(sc, id, DL_PROTO_E_INTERNAL, "out of memory");
-        return;
-    }
-    int r = dl__journals_follow(s->journals, sc->run_id, conn_id(sc), since);
-    if (r == -ENOENT) {
-        send_error(sc, id, DL_PROTO_E_NOT_FOUND, "events_follow: no job '%s'", sc->run_id);
-        return;
-    }
-    if (r == -ENOSPC) {
-        send_error(sc, id, DL_PROTO_E_LIMIT_EXCEEDED,
-                   "events_follow: job '%s' has %d followers, the limit", sc->run_id,
-                   FOLLOWERS_MAX);
-        return;
-    }
-    if (r < 0) {
-        send_error(sc, id, DL_PROTO_E_INTERNAL, "out of memory");
-        return;
-    }
-    sc->following = true;
-    ssend(sc, ok);
-    replay_start(s);
-}
-
-static void take_snapshot(dl_rdzv_server_t *s, const dl_rdzv_status_t *st)
-{
-    dl_proto_status_job_t *jobs = calloc(st->njobs + 1, sizeof(*jobs));
-    int r = jobs != NULL ? 0 : -ENOMEM;
-    for (size_t i = 0; r == 0 && i < st->njobs; i++)
-        r = job_status(s, &st->jobs[i], &jobs[i]);
-    json_decref(s->snapshot);
-    s->snapshot = r == 0
-                      ? dl__rdzv_stats_snapshot(&s->stats, st, jobs, unix_now(), s->nconns, s->peak)
-                      : NULL;
-    for (size_t i = 0; jobs != NULL && i < st->njobs; i++)
-        job_status_clear(&jobs[i]);
-    free(jobs);
-}
-
-/* The torch store's queues and watches live beside the core's keys: they go when a round
- * of its job opens, as the keys do. A job's own store (serving many) goes with the job; one
- * whose end no agent heard goes in a sweep (on_sweep). */
-static void torch_round(dl_rdzv_server_t *s, const dl_rdzv_msg_t *m)
-{
-    dl__torch_store_t *ts = m->run_id != NULL ? torch_of_job(s, m->run_id) : NULL;
-    if (ts == NULL)
-        return;
-    if (m->kind == DL_RDZV_MSG_ROUND_CHANGED)
-        dl__torch_store_new_round(ts, m->round_changed.round);
-    else if (m->kind == DL_RDZV_MSG_ASSIGNMENT)
-        dl__torch_store_new_round(ts, m->assignment.round);
-    else if (s->torch_jobs != NULL &&
-             (m->kind == DL_RDZV_MSG_FAILED || m->kind == DL_RDZV_MSG_STOP ||
-              m->kind == DL_RDZV_MSG_SUCCEEDED))
-        dl__torch_jobs_close(s->torch_jobs, m->run_id);
-}
-
-/* Serving many jobs, the first assignment of a job to an agent that asked for a torch store
- * opens one. One that cannot be opened is said, and the assignment names node rank 0's
- * MASTER_PORT as before: its agent tells its workers that rank 0 hosts the store. */
-static void torch_job_open(dl_rdzv_server_t *s, sconn_t *sc, const dl_rdzv_msg_t *m)
-{
-    dl__torch_store_t *ts;
-    char err[256];
-    if (s->torch_jobs == NULL || !sc->wants_torch || m->kind != DL_RDZV_MSG_ASSIGNMENT ||
-        m->run_id == NULL || dl__torch_jobs_find(s->torch_jobs, m->run_id) != NULL)
-        return;
-    int r = dl__torch_jobs_open(s->torch_jobs, s, s->loop, s->torch_host, m->run_id, &ts, err,
-                                sizeof(err));
-    if (r < 0) {
-        slog(s, DL_RDZV_LOG_ERROR, m->run_id, "torch store not served, rank 0 hosts it: %s", err);
-        return;
-    }
-    slog(s, DL_RDZV_LOG_INFO, m->run_id,
-         "serving the job's torch store on %s:%d (its workers' MASTER_PORT)", s->torch_host,
-         dl__torch_store_port(ts));
-    /* The round it opens in is the one it keeps queues and watches for, as torch_round does
-     * for the rounds after. */
-    dl__torch_store_new_round(ts, m->assignment.round);
-}
-
-static void apply_actions(dl_rdzv_server_t *s, const dl_rdzv_actions_t *acts)
-{
-    for (size_t i = 0; i < acts->n; i++) {
-        const dl_rdzv_action_t *a = &acts->v[i];
-        sconn_t *sc;
-        switch (a->kind) {
-        case DL_RDZV_ACT_SEND: {
-            /* A job's torch store opens before its first assignment is journaled or sent. */
-            sc = (a->conn & DL__TORCH_CONN_BIT) ? NULL : conn_by_id(s, a->conn);
-            if (sc != NULL)
-                torch_job_open(s, sc, &a->msg);
-            journal_msg(s, &a->msg, sc);
-            torch_round(s, &a->msg);
-            if (a->conn == DL__RDZV_STATS_CONN) {
-                if (a->msg.kind == DL_RDZV_MSG_STATUS)
-                    take_snapshot(s, a->msg.status);
-                break;
-            }
-            if (a->conn & DL__TORCH_CONN_BIT) {
-                dl__torch_store_t *ts = torch_of_conn(s, a->conn);
-                if (ts != NULL)
-                    dl__torch_store_reply(ts, a->conn, &a->msg);
-                break;
-            }
-            sc = conn_by_id(s, a->conn);
-            if (sc == NULL)
-                break;
-            json_t *m = encode_msg(s, sc, &a->msg);
-            if (m != NULL) {
-                int r = ssend(sc, m);
-                if (r == -EBADMSG) {
-                    dl_proto_error_t perr;
-                    dl_proto_type_t t;
-                    dl_proto_validate(m, &t, &perr);
-                    slog(s, DL_RDZV_LOG_ERROR, a->msg.run_id, "cannot send %s: %s",
-                         dl_rdzv_msg_kind_name(a->msg.kind), perr.message);
-                } else if (r < 0 && r != -EPIPE) {
-                    slog(s, DL_RDZV_LOG_ERROR, a->msg.run_id, "cannot send %s: %s",
-                         dl_rdzv_msg_kind_name(a->msg.kind), strerror(-r));
-                }
-                json_decref(m);
-            }
-            break;
-        }
-        case DL_RDZV_ACT_CLOSE:
-            if ((a->conn & DL__TORCH_CONN_BIT) && torch_of_conn(s, a->conn) != NULL)
-                dl__torch_store_reply(torch_of_conn(s, a->conn), a->conn, NULL);
-            sc = conn_by_id(s, a->conn);
-            if (sc != NULL)
-                dl__conn_close(&sc->c, 0);
-            break;
-        case DL_RDZV_ACT_ARM_TIMER: {
-            double wait = a->at - now_s();
-            if (!s->closing)
-                uv_timer_start(&s->core_timer, on_core_timer,
-                               wait > 0 ? (uint64_t)(wait * 1000) + 1 : 0, 0);
-            break;
-        }
-        case DL_RDZV_ACT_DISARM_TIMER: uv_timer_stop(&s->core_timer); break;
-        case DL_RDZV_ACT_FORGET: dl__journals_forget(s->journals, a->run_id); break;
-        case DL_RDZV_ACT_LOG:
-            if (!s->adding_job)
-                slog(s, a->log.level, a->log.run_id, "%s", a->log.text);
-            if (a->log.run_id != NULL && a->log.level >= DL_RDZV_LOG_INFO)
-                journal(s, a->log.run_id,
-                        dl_rdzv_enc_journal_log(unix_now(), a->log.level, a->log.text));
-            break;
-        }
-    }
-}
-
-static void run_core(dl_rdzv_server_t *s, const dl_rdzv_event_t *ev)
-{
-    dl_rdzv_actions_t acts = {0};
-    double t0 = now_s(), due;
-    /* The core's timer was due long before this step (a busy loop is late by milliseconds): the
-     * loop was held up, and the heartbeats it could not read are nobody's fault. */
-    if (dl_rdzv_core_next_deadline(s->core, &due) == 0 && t0 - due > HELD_UP_S)
-        dl_rdzv_core_held_up(s->core, t0);
-    int r = dl_rdzv_core_step(s->core, ev, t0, &acts);
-    apply_actions(s, &acts);
-    if (r < 0)
-        slog(s, DL_RDZV_LOG_ERROR, ev->run_id, "rendezvous step failed: %s", strerror(-r));
-    /* The server's own STATUS requests change nothing unless timers ran on the way. */
-    if (ev->conn != DL__RDZV_STATS_CONN || acts.n > 1) {
-        dl__rdzv_hist_add(&s->stats.step_seconds, now_s() - t0);
-        s->stats.generation++;
-    }
-}
-
-/* ---- requests ---- */
-
-static void handle_join(sconn_t *sc, json_t *msg, uint64_t req)
-{
-    dl_rdzv_server_t *s = sc->s;
-    dl_rdzv_job_opts_t opts;
-    char err[256];
-    dl_rdzv_event_t ev = {
-        .kind = DL_RDZV_EV_JOIN, .conn = conn_id(sc), .req_id = req, .run_id = sc->run_id};
-
-    dl_rdzv_job_opts_init(&opts);
-    /* How long a finished job lingers is the server's to say, not the agent's. */
-    opts.linger = s->linger;
-    dl_rdzv_dec_join(msg, &opts, &ev, &sc->wants_torch);
-    if (ev.join.opts != NULL && dl_rdzv_job_opts_check(&opts, err, sizeof(err)) < 0) {
-        send_error(sc, (json_int_t)(req - 1), DL_PROTO_E_BAD_FIELD, "join: %s", err);
-        return;
-    }
-    sc->join_id = (json_int_t)(req - 1);
-    sc->joined = true;
-    dl__rdzv_stats_join(&s->stats, sc->run_id, now_s());
-    ev.join.creator = sc->creator;
-    run_core(s, &ev);
-}
-
-/* Keeps the "diag" report a heartbeat or failure report carries (rep, of round); returns the
- * job-wide view (new reference) or NULL. A bad report is the sender's problem, not the
- * heartbeat's. */
-static json_t *take_report(sconn_t *sc, int round, const json_t *rep)
-{
-    char err[256];
-    if (rep == NULL)
-        return NULL;
-    int r = dl__jobview_report(sc->s->view, sc->run_id, round, conn_id(sc), rep, now_s(), err,
-                               sizeof(err));
-    if (r == -EBADMSG)
-        slog(sc->s, DL_RDZV_LOG_WARN, sc->run_id, "ignoring a node report: %s", err);
-    return dl__jobview_view(sc->s->view, sc->run_id);
-}
-
-/* Closes the connections of run_id that hold a key issued before `before`: a revoked key keeps
- * nothing it opened. */
-static void close_revoked(dl_rdzv_server_t *s, const char *run_id, int64_t before)
-{
-    for (size_t i = 0; i < s->nslots; i++) {
-        sconn_t *sc = s->slots[i];
-        if (sc == NULL || sc->state != SC_READY || sc->c.closing ||
-            sc->level == DL_PROTO_TOKEN_MASTER || strcmp(sc->run_id, run_id) != 0 ||
-            sc->life.issued >= before)
-            continue;
-        char peer[80];
-        dl__conn_peer(&sc->c, peer, sizeof(peer));
-        slog(s, DL_RDZV_LOG_WARN, run_id, "closed the %s connection from %s: its key is revoked",
-             dl_proto_role_name(sc->role), peer);
-        send_error(sc, -1, DL_PROTO_E_AUTH_FAILED,
-                   "the keys of job '%s' issued before this moment are revoked; closing", run_id);
-        dl__conn_close(&sc->c, 0);
-    }
-}
-
-/* revoke: from now on, every key of this run issued before `before` is refused, and the
- * connections that hold one are closed. Only the server's own token may, as it made the keys. */
-static void handle_revoke(sconn_t *sc, int64_t before, json_int_t id)
-{
-    dl_rdzv_server_t *s = sc->s;
-    char err[512], when[32];
-    int64_t now_before;
-
-    if (sc->level != DL_PROTO_TOKEN_MASTER) {
-        send_error(sc, id, DL_PROTO_E_FORBIDDEN,
-                   "revoke needs the server's own token; a %s key cannot withdraw keys",
-                   dl_proto_token_kind_name(sc->level));
-        return;
-    }
-    int r = dl__revoked_add(s->revoked, sc->run_id, before, &now_before, err, sizeof(err));
-    if (r == -ENOSPC || r == -ENOMEM) {
-        send_error(sc, id, r == -ENOSPC ? DL_PROTO_E_LIMIT_EXCEEDED : DL_PROTO_E_INTERNAL, "%s",
-                   err);
-        return;
-    }
-    if (r < 0) {
-        /* Kept in memory all the same: it holds until this server restarts. */
-        slog(s, DL_RDZV_LOG_ERROR, sc->run_id, "%s", err);
-        send_error(sc, id, DL_PROTO_E_INTERNAL, "revoked until this server restarts only: %s", err);
-    }
-    slog(s, DL_RDZV_LOG_INFO, sc->run_id, "keys issued before %s are revoked",
-         dl_proto_time_text(now_before, when, sizeof(when)));
-    close_revoked(s, sc->run_id, now_before);
-    if (r == 0) {
-        json_auto_t *reply = dl_rdzv_enc_revoke_reply(id, now_before);
-        if (reply != NULL)
-            ssend(sc, reply);
-    }
-}
-
-/* worker_failed: the job's last failure, every rank's whereabouts, the core's event. */
-static void handle_failure(sconn_t *sc, const json_t *msg, dl_rdzv_event_t *ev, char *desc,
-                           size_t room, dl_rdzv_policy_rank_t **ranks)
-{
-    dl_rdzv_server_t *s = sc->s;
-    dl_rdzv_failure_msg_t f;
-    char peer[80];
-
-    dl_rdzv_dec_worker_failed(msg, &f);
-    if (f.reason != NULL)
-        snprintf(desc, room, "%s", f.reason);
-    else if (f.exit_code >= 0)
-        snprintf(desc, room, "rank %d exited with code %d", f.rank, f.exit_code);
-    else
-        snprintf(desc, room, "rank %d was killed by signal %d", f.rank, f.signal);
-    ev->kind = DL_RDZV_EV_WORKER_FAILED;
-    ev->report.round = f.round;
-    ev->report.description = desc;
-    ev->report.rank = f.rank;
-    ev->report.exit_code = f.exit_code;
-    ev->report.signal = f.signal;
-    ev->report.hung = f.hung;
-    ev->report.oom = f.oom;
-    ev->report.step = f.step;
-    dl__conn_peer(&sc->c, peer, sizeof(peer));
-    dl__rdzv_stats_failure(&s->stats, sc->run_id, &f, peer, unix_now());
-    /* Where every rank of the job is, from this report and the others' latest. */
-    json_decref(take_report(sc, f.round, f.diag));
-    ev->report.nranks = dl__jobview_policy_ranks(s->view, sc->run_id, now_s(), ranks);
-    ev->report.ranks = *ranks;
-    if (!f.excluded) {
-        size_t l = strlen(desc);
-        if (l + 32 < room &&
-            dl__jobview_explain(s->view, sc->run_id, now_s(), 0, desc + l + 2, room - l - 2) > 0)
-            memcpy(desc + l, "; ", 2);
-    }
-}
-
-static void handle_heartbeat(sconn_t *sc, const json_t *msg, dl_rdzv_event_t *ev, json_int_t id)
-{
-    dl_rdzv_server_t *s = sc->s;
-    dl_rdzv_beat_msg_t b;
-    dl_rdzv_dec_heartbeat(msg, &b);
-    if (b.has_progress)
-        dl__rdzv_stats_progress(&s->stats, sc->run_id, &b, unix_now());
-    if (b.recovery != NULL)
-        dl__rdzv_stats_recovery(&s->stats, sc->run_id, b.recovery);
-    ev->kind = DL_RDZV_EV_HEARTBEAT;
-    run_core(s, ev);
-    /* The node's report in, the job-wide view out (docs/diagnostics.md). */
-    json_auto_t *r = dl_rdzv_enc_beat_reply(id, b.round, take_report(sc, b.round, b.diag));
-    if (r != NULL)
-        ssend(sc, r);
-}
-
-static void handle_ready(sconn_t *sc, json_t *msg, dl_proto_type_t type)
-{
-    dl_rdzv_server_t *s = sc->s;
-    json_int_t id = dl_proto_get_int(msg, "id", -1);
-    uint64_t req = (uint64_t)id + 1; /* the core's 0 means "nobody asked" */
-    dl_rdzv_event_t ev = {.conn = conn_id(sc), .req_id = req, .run_id = sc->run_id};
-    dl_rdzv_buf_t keys[DL_PROTO_WAIT_KEYS_MAX];
-    dl_rdzv_control_msg_t ctl;
-    char desc[900]; /* a round change's reason is 1024 bytes at most, with the agent named */
-    dl_rdzv_policy_rank_t *ranks = NULL; /* WORKER_FAILED: for the first-failure rule */
-
-    if (!dl_proto_may_send(type, sc->role)) {
-        /* A reply or notification from a client answers nothing: no id to echo. */
-        send_error(sc, dl_proto_type_kind(type) == DL_PROTO_KIND_REQUEST ? id : -1,
-                   DL_PROTO_E_FORBIDDEN, "a %s may not send %s", dl_proto_role_name(sc->role),
-                   dl_proto_type_name(type));
-        return;
-    }
-    if (sc->outstanding > s->max_outstanding) {
-        send_error(sc, id, DL_PROTO_E_LIMIT_EXCEEDED,
-                   "%s: this connection has %u requests waiting for an answer, the limit",
-                   dl_proto_type_name(type), s->max_outstanding);
-        return;
-    }
-    s->stats.messages[type]++;
-    /* The store's requests, the most frequent, are read into the core's event alone. */
-    if (type == DL_PROTO_NODE_DONE || type == DL_PROTO_LEAVE || type == DL_PROTO_STATUS ||
-        type == DL_PROTO_EVENTS_FOLLOW || type == DL_PROTO_REVOKE)
-        dl_rdzv_dec_control(msg, &ctl);
-    switch (type) {
-    case DL_PROTO_JOIN: handle_join(sc, msg, req); return;
-    case DL_PROTO_HEARTBEAT: handle_heartbeat(sc, msg, &ev, id); return;
-    case DL_PROTO_NODE_DONE:
-        ev.kind = DL_RDZV_EV_LEAVE;
-        ev.report.round = ctl.round;
-        break;
-    case DL_PROTO_LEAVE: {
-        if (ctl.reason != NULL)
-            snprintf(desc, sizeof(desc), "%s", ctl.reason);
-        ev.kind = DL_RDZV_EV_QUIT;
-        ev.report.description = ctl.reason != NULL ? desc : NULL;
-        run_core(s, &ev);
-        json_auto_t *r = dl_proto_reply_new(id, NULL);
-        if (r != NULL)
-            ssend(sc, r);
-        dl__conn_close(&sc->c, 0);
-        return;
-    }
-    case DL_PROTO_WORKER_FAILED: handle_failure(sc, msg, &ev, desc, sizeof(desc), &ranks); break;
-    case DL_PROTO_KV_SET:
-    case DL_PROTO_KV_GET:
-    case DL_PROTO_KV_ADD:
-    case DL_PROTO_KV_CAS:
-    case DL_PROTO_KV_DEL:
-    case DL_PROTO_KV_WAIT: dl_rdzv_dec_kv_req(msg, type, &ev, keys); break;
-    case DL_PROTO_STATUS:
-        sc->status_ranks = ctl.ranks;
-        ev.kind = DL_RDZV_EV_STATUS;
-        if (ctl.all) {
-            /* Every job's names, hosts and failures: for whoever holds the server's secret. */
-            if (sc->level != DL_PROTO_TOKEN_MASTER) {
-                send_error(sc, id, DL_PROTO_E_FORBIDDEN,
-                           "status of every job needs the server's own token; a %s key "
-                           "reaches job '%s' only",
-                           dl_proto_token_kind_name(sc->level), sc->run_id);
-                return;
-            }
-            ev.run_id = NULL;
-        }
-        break;
-    case DL_PROTO_STOP: ev.kind = DL_RDZV_EV_STOP; break;
-    case DL_PROTO_RESTART: ev.kind = DL_RDZV_EV_RESTART; break;
-    case DL_PROTO_EVENTS_FOLLOW: follow(sc, id, ctl.since); return;
-    case DL_PROTO_REVOKE: handle_revoke(sc, ctl.before, id); return;
-    default:
-        send_error(sc, id, DL_PROTO_E_UNEXPECTED, "%s is not served here",
-                   dl_proto_type_name(type));
-        return;
-    }
-    run_core(s, &ev);
-    free(ranks);
-}
-
-static void sweep_start(dl_rdzv_server_t *s);
 
 /* Counts the connection's unfinished frames for its job too, from now on. Without memory for the
  * count it is counted in the server's pool only. */
-static void held_job_attach(sconn_t *sc)
+void dl__sconn_held_job_attach(dl__sconn_t *sc)
 {
     dl_rdzv_server_t *s = sc->s;
-    job_held_t *e = s->held_jobs;
+    dl__job_held_t *e = s->held_jobs;
     while (e != NULL && strcmp(e->run_id, sc->run_id) != 0)
         e = e->next;
     if (e == NULL) {
@@ -985,9 +131,9 @@ static void held_job_attach(sconn_t *sc)
     sc->c.held_job_limit = s->max_held / 4;
 }
 
-static void held_job_detach(sconn_t *sc)
+static void held_job_detach(dl__sconn_t *sc)
 {
-    job_held_t *e = sc->held_job, **pp = &sc->s->held_jobs;
+    dl__job_held_t *e = sc->held_job, **pp = &sc->s->held_jobs;
     if (e == NULL || --e->users > 0)
         return;
     while (*pp != e)
@@ -996,209 +142,48 @@ static void held_job_detach(sconn_t *sc)
     free(e);
 }
 
-/* server_proof: our proof of the token over the client's nonce, or NULL when it sent none. */
-static void become_ready(sconn_t *sc, json_int_t id, const char *server_proof)
-{
-    json_auto_t *ok = dl_rdzv_enc_auth_ok(id, sc->s->heartbeat, server_proof);
-    if (ok == NULL)
-        return;
-    preauth_remove(sc);
-    held_job_attach(sc);
-    dl_proto_decoder_set_limit(&sc->c.dec, DL_PROTO_LIMIT);
-    dl__conn_send(&sc->c, ok);
-    sc->state = SC_READY;
-    sc->c.last_frame = uv_now(sc->s->loop);
-    sweep_start(sc->s);
-}
-
-/* A failed handshake: one error, then the connection is closed. */
-static void refuse(sconn_t *sc, json_int_t id, const char *why, const char *log_why)
-{
-    dl_rdzv_server_t *s = sc->s;
-    char peer[80];
-    dl__conn_peer(&sc->c, peer, sizeof(peer));
-    slog(s, DL_RDZV_LOG_WARN, sc->run_id, "refused %s from %s: %s", dl_proto_role_name(sc->role),
-         peer, log_why);
-    s->stats.auth_failures++;
-    send_error(sc, id, DL_PROTO_E_AUTH_FAILED, "%s", why);
-    dl__conn_close(&sc->c, 0);
-}
-
-static bool serves(const dl_rdzv_server_t *s, const char *run_id)
-{
-    return s->only_run_id[0] == '\0' || strcmp(s->only_run_id, run_id) == 0;
-}
-
-/* A one-node job's store answers its workers only. Told only to a peer that proved itself (or,
- * without a token, is our own user): the one case where a refusal may say why. Returns true
- * when sc was refused. */
-static bool refused_by_store(sconn_t *sc, json_int_t id)
-{
-    dl_rdzv_server_t *s = sc->s;
-    char peer[80];
-
-    if (!s->store_only || sc->role == DL_PROTO_ROLE_WORKER)
-        return false;
-    dl__conn_peer(&sc->c, peer, sizeof(peer));
-    slog(s, DL_RDZV_LOG_WARN, sc->run_id,
-         "refused %s from %s: this is a one-node job's store; it takes no control commands",
-         dl_proto_role_name(sc->role), peer);
-    send_error(sc, id, DL_PROTO_E_FORBIDDEN, "%s",
-               "this is a one-node job's key-value store, not a rendezvous: it takes no status, "
-               "stop, restart, events or agents (signal the job's agent, or run the job with "
-               "--rdzv-endpoint)");
-    dl__conn_close(&sc->c, 0);
-    return true;
-}
-
-/* hello. Without a token the peer's uid stands in for it: only our own user (or root) gets in,
- * which the kernel tells us for a loopback peer, and a server without a token serves nothing
- * else. With one, a challenge. */
-static void on_hello(sconn_t *sc, json_t *msg, json_int_t id)
-{
-    dl_rdzv_server_t *s = sc->s;
-    dl_rdzv_hello_msg_t h;
-
-    dl_rdzv_dec_hello(msg, &h);
-    if (dl_proto_role_parse(h.role, &sc->role) < 0) {
-        send_error(sc, id, DL_PROTO_E_BAD_FIELD, "hello: unknown role");
-        dl__conn_close(&sc->c, 0);
-        return;
-    }
-    if (h.proto != DL_PROTO_VERSION) {
-        send_error(sc, id, DL_PROTO_E_UNSUPPORTED_VERSION, "this server speaks protocol %d",
-                   DL_PROTO_VERSION);
-        dl__conn_close(&sc->c, 0);
-        return;
-    }
-    snprintf(sc->run_id, sizeof(sc->run_id), "%s", h.run_id);
-    if (h.nonce != NULL) {
-        snprintf(sc->client_nonce, sizeof(sc->client_nonce), "%s", h.nonce);
-        sc->has_client_nonce = true;
-    }
-    if (s->token == NULL) {
-        uv_os_fd_t fd;
-        uid_t uid = (uid_t)-1;
-        int r = uv_fileno((uv_handle_t *)&sc->c.tcp, &fd);
-        if (r == 0)
-            r = dl__peer_uid_with(&s->diag_fd, fd, &uid);
-        if (r < 0 || !dl__peer_trusted(uid)) {
-            char why[128];
-            if (r < 0)
-                snprintf(why, sizeof(why), "cannot tell who the peer is: %s", strerror(-r));
-            else
-                snprintf(why, sizeof(why), "a peer of uid %u (this rendezvous serves uid %u)",
-                         (unsigned)uid, (unsigned)geteuid());
-            refuse(sc, id,
-                   "this rendezvous has no token and serves only its own user; give the job "
-                   "a token to share it",
-                   why);
-            return;
-        }
-        if (refused_by_store(sc, id))
-            return;
-        if (!serves(s, sc->run_id)) {
-            refuse(sc, id, "wrong job: this rendezvous serves another run id",
-                   "a hello for another job");
-            return;
-        }
-        sc->level = DL_PROTO_TOKEN_MASTER;
-        become_ready(sc, id, NULL);
-        return;
-    }
-    if (dl_proto_nonce_new(sc->nonce) < 0) {
-        send_error(sc, id, DL_PROTO_E_INTERNAL, "no randomness for a challenge");
-        dl__conn_close(&sc->c, 0);
-        return;
-    }
-    json_auto_t *ch = dl_rdzv_enc_challenge(id, sc->nonce);
-    if (ch == NULL) {
-        dl__conn_close(&sc->c, UV_ENOMEM);
-        return;
-    }
-    sc->state = SC_AUTH;
-    dl__conn_send(&sc->c, ch);
-}
-
-/* auth: the proof must come from a key that reaches this job in this role (the server's own
- * token, the job's key, or for a worker the job's worker key); we prove the same key back. */
-static void on_auth(sconn_t *sc, json_t *msg, json_int_t id)
-{
-    dl_rdzv_server_t *s = sc->s;
-    char server_proof[DL_PROTO_PROOF_HEX_LEN + 1];
-    dl_proto_token_kind_t level;
-    dl_proto_key_life_t life = {0, 0};
-    dl_rdzv_auth_msg_t a;
-    dl_rdzv_dec_auth(msg, &a);
-    int r = dl_proto_auth_accept(s->token, sc->nonce,
-                                 sc->has_client_nonce ? sc->client_nonce : NULL, sc->run_id,
-                                 sc->role, a.proof, &a.claimed, &level, &life, server_proof);
-    /* The same answer for a wrong token and for a job this server does not serve, so that a
-     * stranger learns nothing of which jobs exist. */
-    if (r == 0 && refused_by_store(sc, id))
-        return;
-    if (r < 0 || !serves(s, sc->run_id)) {
-        refuse(sc, id, "wrong job token (or one that does not reach this job in this role)",
-               "wrong job token");
-        return;
-    }
-    /* Judged only once proven: a stranger learns nothing of what a server revoked. */
-    if (level != DL_PROTO_TOKEN_MASTER) {
-        char why[400];
-        int64_t now = (int64_t)unix_now();
-        if (dl_proto_key_judge(&life, sc->run_id, now, dl__revoked_before(s->revoked, sc->run_id),
-                               why, sizeof(why)) != DL_PROTO_KEY_GOOD) {
-            refuse(sc, id, why, why);
-            return;
-        }
-    }
-    sc->level = level;
-    sc->life = life;
-    become_ready(sc, id, sc->has_client_nonce ? server_proof : NULL);
-}
-
 static void on_message(dl__conn_t *c, json_t *msg, dl_proto_type_t type)
 {
-    sconn_t *sc = (sconn_t *)c;
+    dl__sconn_t *sc = (dl__sconn_t *)c;
     json_int_t id = dl_proto_get_int(msg, "id", -1);
 
     switch (sc->state) {
-    case SC_HELLO:
+    case DL__SCONN_HELLO:
         if (type != DL_PROTO_HELLO)
             break;
-        on_hello(sc, msg, id);
+        dl__sconn_hello(sc, msg, id);
         return;
-    case SC_AUTH:
+    case DL__SCONN_AUTH:
         if (type != DL_PROTO_AUTH)
             break;
-        on_auth(sc, msg, id);
+        dl__sconn_auth(sc, msg, id);
         return;
-    case SC_READY:
-        /* Counted until answered (ssend), so that a connection's pending requests are bounded. */
+    case DL__SCONN_READY:
+        /* Counted until answered (dl__sconn_send), so that a connection's pending requests are bounded. */
         if (dl_proto_type_kind(type) == DL_PROTO_KIND_REQUEST)
             sc->outstanding++;
         if (type == DL_PROTO_HELLO || type == DL_PROTO_AUTH) {
-            send_error(sc, id, DL_PROTO_E_UNEXPECTED, "already authenticated");
+            dl__sconn_error(sc, id, DL_PROTO_E_UNEXPECTED, "already authenticated");
             return;
         }
-        handle_ready(sc, msg, type);
+        dl__sconn_request(sc, msg, type);
         return;
     }
-    send_error(sc, id, DL_PROTO_E_NOT_AUTHENTICATED, "%s before hello and auth; closing",
-               dl_proto_type_name(type));
+    dl__sconn_error(sc, id, DL_PROTO_E_NOT_AUTHENTICATED, "%s before hello and auth; closing",
+                    dl_proto_type_name(type));
     dl__conn_close(c, 0);
 }
 
 static void on_invalid(dl__conn_t *c, const dl_proto_error_t *err, bool fatal)
 {
-    sconn_t *sc = (sconn_t *)c;
+    dl__sconn_t *sc = (dl__sconn_t *)c;
     json_auto_t *m = dl_proto_error_from(err);
     if ((size_t)err->code < DL_PROTO_E_COUNT)
         sc->s->stats.rejected[err->code]++;
     if (m != NULL)
         dl__conn_send(c, m);
     /* Before authentication nothing a stranger sends deserves a second chance. */
-    if (!fatal && sc->state != SC_READY)
+    if (!fatal && sc->state != DL__SCONN_READY)
         dl__conn_close(c, UV_EPROTO);
 }
 
@@ -1208,7 +193,7 @@ static void maybe_done(dl_rdzv_server_t *s);
 
 /* Whether a connection's silence is expected: it waits for answers (a join, a kv_wait), follows
  * events, or is an agent the core watches by its heartbeats. */
-static bool busy(const sconn_t *sc)
+static bool busy(const dl__sconn_t *sc)
 {
     /* A follow ends with its job's journal. */
     return sc->outstanding > 0 || sc->joined ||
@@ -1235,17 +220,17 @@ static void on_sweep(uv_timer_t *t)
     size_t ready = 0;
 
     for (size_t i = 0; i < s->nslots; i++) {
-        sconn_t *sc = s->slots[i];
-        if (sc == NULL || sc->state != SC_READY || sc->c.closing)
+        dl__sconn_t *sc = s->slots[i];
+        if (sc == NULL || sc->state != DL__SCONN_READY || sc->c.closing)
             continue;
         ready++;
         if (sc->c.pending_since != 0 && now - sc->c.pending_since >= frame_ms) {
-            send_error(sc, -1, DL_PROTO_E_LIMIT_EXCEEDED,
-                       "a frame took longer than %g s to arrive; closing", s->frame_timeout);
+            dl__sconn_error(sc, -1, DL_PROTO_E_LIMIT_EXCEEDED,
+                            "a frame took longer than %g s to arrive; closing", s->frame_timeout);
             dl__conn_close(&sc->c, UV_ETIMEDOUT);
         } else if (!busy(sc) && now - sc->c.last_frame >= idle_ms) {
-            send_error(sc, -1, DL_PROTO_E_LIMIT_EXCEEDED,
-                       "nothing for %g s and nothing pending; closing", s->idle_timeout);
+            dl__sconn_error(sc, -1, DL_PROTO_E_LIMIT_EXCEEDED,
+                            "nothing for %g s and nothing pending; closing", s->idle_timeout);
             dl__conn_close(&sc->c, UV_ETIMEDOUT);
         }
     }
@@ -1257,7 +242,7 @@ static void on_sweep(uv_timer_t *t)
     }
 }
 
-static void sweep_start(dl_rdzv_server_t *s)
+void dl__server_sweep_start(dl_rdzv_server_t *s)
 {
     if (s->sweeping || s->closing)
         return;
@@ -1293,20 +278,20 @@ static uint64_t creator_of(const uv_tcp_t *tcp)
 /* Replies nobody reads take from the same budget as the stores (--max-memory). */
 static size_t queue_room(const dl__conn_t *c)
 {
-    const dl_rdzv_server_t *s = ((const sconn_t *)c)->s;
+    const dl_rdzv_server_t *s = ((const dl__sconn_t *)c)->s;
     return s->core != NULL ? dl_rdzv_core_memory_room(s->core) : SIZE_MAX;
 }
 
 static void on_conn_closed(dl__conn_t *c, int status)
 {
-    sconn_t *sc = (sconn_t *)c;
+    dl__sconn_t *sc = (dl__sconn_t *)c;
     dl_rdzv_server_t *s = sc->s;
-    preauth_remove(sc);
-    if (sc->state == SC_READY && s->core != NULL) {
+    dl__sconn_preauth_remove(sc);
+    if (sc->state == DL__SCONN_READY && s->core != NULL) {
         dl_rdzv_event_t ev = {
-            .kind = DL_RDZV_EV_DISCONNECT, .conn = conn_id(sc), .run_id = sc->run_id};
-        run_core(s, &ev);
-        dl__jobview_drop_conn(s->view, sc->run_id, conn_id(sc));
+            .kind = DL_RDZV_EV_DISCONNECT, .conn = dl__sconn_id(sc), .run_id = sc->run_id};
+        dl__rdzv_server_feed(s, &ev);
+        dl__jobview_drop_conn(s->view, sc->run_id, dl__sconn_id(sc));
     }
     held_job_detach(sc);
     slot_release(s, sc);
@@ -1319,10 +304,10 @@ static void on_conn_closed(dl__conn_t *c, int status)
 static void on_connection(uv_stream_t *server, int status)
 {
     dl_rdzv_server_t *s = server->data;
-    sconn_t *sc;
+    dl__sconn_t *sc;
 
     if (status < 0) {
-        slog(s, DL_RDZV_LOG_WARN, NULL, "accept failed: %s", uv_strerror(status));
+        dl__rdzv_server_log(s, DL_RDZV_LOG_WARN, NULL, "accept failed: %s", uv_strerror(status));
         return;
     }
     sc = calloc(1, sizeof(*sc));
@@ -1331,7 +316,7 @@ static void on_connection(uv_stream_t *server, int status)
         uv_tcp_t tmp;
         uv_tcp_init(s->loop, &tmp);
         if (uv_accept(server, (uv_stream_t *)&tmp) == 0)
-            slog(s, DL_RDZV_LOG_ERROR, NULL, "out of memory: dropping a connection");
+            dl__rdzv_server_log(s, DL_RDZV_LOG_ERROR, NULL, "out of memory: dropping a connection");
         uv_close((uv_handle_t *)&tmp, NULL);
         free(sc);
         return;
@@ -1351,7 +336,7 @@ static void on_connection(uv_stream_t *server, int status)
     s->stats.accepted++;
     if (s->nconns > s->peak)
         s->peak = s->nconns;
-    sc->accepted = now_s();
+    sc->accepted = dl__server_now();
     sc->in_preauth = true;
     sc->prev = s->preauth_tail;
     if (s->preauth_tail != NULL)
@@ -1360,7 +345,7 @@ static void on_connection(uv_stream_t *server, int status)
         s->preauth_head = sc;
     s->preauth_tail = sc;
     if (sc->prev == NULL)
-        preauth_arm(s);
+        dl__server_preauth_arm(s);
     int r = uv_accept(server, (uv_stream_t *)&sc->c.tcp);
     if (r == 0)
         r = dl__conn_start(&sc->c);
@@ -1369,6 +354,21 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     sc->creator = creator_of(&sc->c.tcp);
+}
+
+/* The journal's callbacks: followers are connections. */
+static void send_event(void *ctx, uint64_t conn, json_int_t seq, const json_t *event)
+{
+    dl__sconn_t *sc = dl__sconn_by_id(ctx, conn);
+    json_auto_t *m = sc != NULL ? dl_rdzv_enc_event(seq, event) : NULL;
+    if (m != NULL)
+        dl__sconn_send(sc, m);
+}
+
+static bool follower_alive(void *ctx, uint64_t conn)
+{
+    dl__sconn_t *sc = dl__sconn_by_id(ctx, conn);
+    return sc != NULL && !sc->c.closing;
 }
 
 /* ---- life cycle ---- */
@@ -1461,11 +461,11 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
     s->core_opts.store_host = NULL;
     s->core_opts.host_agent_id = NULL;
     /* A hash key nobody outside knows, unless the caller chose one (tests). */
-    r = dl__journals_new(JOURNAL_MAX, FOLLOWERS_MAX, &jcbs, s, &s->journals);
+    r = dl__journals_new(JOURNAL_MAX, DL__SERVER_FOLLOWERS_MAX, &jcbs, s, &s->journals);
     if (r == 0 && core_opts.hash_key[0] == 0 && core_opts.hash_key[1] == 0)
         r = dl_proto_random(core_opts.hash_key, sizeof(core_opts.hash_key));
     if (r == 0)
-        r = dl__rdzv_stats_init(&s->stats, unix_now());
+        r = dl__rdzv_stats_init(&s->stats, dl__server_unix_now());
     if (r == 0)
         r = dl__jobview_new(&s->view);
     if (r == 0) {
@@ -1551,11 +551,6 @@ int dl_rdzv_server_torch_port(const dl_rdzv_server_t *s)
 
 /* ---- what the torch store borrows (torch-store.h) ---- */
 
-void dl__rdzv_server_feed(dl_rdzv_server_t *s, const dl_rdzv_event_t *ev)
-{
-    run_core(s, ev);
-}
-
 dl_rdzv_core_t *dl__rdzv_server_core(dl_rdzv_server_t *s)
 {
     return s->core;
@@ -1586,10 +581,11 @@ bool dl__rdzv_server_knows_host(dl_rdzv_server_t *s, const char *run_id,
         if (same_ip((const struct sockaddr *)&s->job_hosts[i], addr))
             return true;
     for (size_t i = 0; i < s->nslots; i++) {
-        sconn_t *sc = s->slots[i];
+        dl__sconn_t *sc = s->slots[i];
         struct sockaddr_storage sa;
         int n = sizeof(sa);
-        if (sc == NULL || sc->state != SC_READY || !sc->joined || strcmp(sc->run_id, run_id) != 0 ||
+        if (sc == NULL || sc->state != DL__SCONN_READY || !sc->joined ||
+            strcmp(sc->run_id, run_id) != 0 ||
             uv_tcp_getpeername(&sc->c.tcp, (struct sockaddr *)&sa, &n) != 0)
             continue;
         if (same_ip((struct sockaddr *)&sa, addr))
@@ -1630,17 +626,6 @@ void dl__rdzv_server_release(dl_rdzv_server_t *s)
     maybe_done(s);
 }
 
-void dl__rdzv_server_log(dl_rdzv_server_t *s, dl_rdzv_log_level_t level, const char *run_id,
-                         const char *fmt, ...)
-{
-    char text[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    slog(s, level, run_id, "%s", text);
-}
-
 int dl_rdzv_server_port(const dl_rdzv_server_t *s)
 {
     return s->port;
@@ -1656,7 +641,7 @@ int dl_rdzv_server_add_job(dl_rdzv_server_t *s, const char *run_id, const dl_rdz
     dl_rdzv_actions_t acts = {0};
     int r = dl_rdzv_core_add_job(s->core, run_id, opts, &acts);
     s->adding_job = true;
-    apply_actions(s, &acts);
+    dl__server_apply(s, &acts);
     s->adding_job = false;
     if (r < 0 && !had_journal)
         dl__journals_forget(s->journals, run_id);
@@ -1666,7 +651,7 @@ int dl_rdzv_server_add_job(dl_rdzv_server_t *s, const char *run_id, const dl_rdz
 void dl_rdzv_server_reset_store(dl_rdzv_server_t *s, const char *run_id)
 {
     dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_STORE_RESET, .run_id = run_id};
-    run_core(s, &ev);
+    dl__rdzv_server_feed(s, &ev);
     if (s->torch != NULL && strcmp(run_id, s->only_run_id) == 0)
         dl__torch_store_new_round(s->torch, -1);
 }
@@ -1675,7 +660,7 @@ void dl_rdzv_server_stats(const dl_rdzv_server_t *s, dl_rdzv_server_stats_t *ret
 {
     ret->connections = s->nconns;
     ret->peak_connections = s->peak;
-    ret->conn_bytes = sizeof(sconn_t);
+    ret->conn_bytes = sizeof(dl__sconn_t);
     ret->torch_clients = ret->torch_peak = ret->torch_conn_bytes = 0;
     if (s->torch != NULL)
         dl__torch_store_clients(s->torch, &ret->torch_clients, &ret->torch_peak,
@@ -1687,7 +672,7 @@ int dl_rdzv_server_snapshot(dl_rdzv_server_t *s, json_t **ret_snapshot)
     dl_rdzv_event_t ev = {.kind = DL_RDZV_EV_STATUS, .conn = DL__RDZV_STATS_CONN};
     json_decref(s->snapshot);
     s->snapshot = NULL;
-    run_core(s, &ev);
+    dl__rdzv_server_feed(s, &ev);
     if (s->snapshot == NULL)
         return -ENOMEM;
     /* A store-only server whose job's rendezvous is kept elsewhere: its owner's account, over
@@ -1714,8 +699,8 @@ void dl_rdzv_server_progress(dl_rdzv_server_t *s, const char *run_id, const json
 {
     dl_rdzv_beat_msg_t b;
     dl_rdzv_dec_progress(progress, &b);
-    dl__rdzv_stats_join(&s->stats, run_id, now_s());
-    dl__rdzv_stats_progress(&s->stats, run_id, &b, unix_now());
+    dl__rdzv_stats_join(&s->stats, run_id, dl__server_now());
+    dl__rdzv_stats_progress(&s->stats, run_id, &b, dl__server_unix_now());
 }
 
 uint64_t dl_rdzv_server_generation(const dl_rdzv_server_t *s)

@@ -46,7 +46,7 @@ int dl__torch_store_port(const dl__torch_store_t *ts);
 void dl__torch_store_clients(const dl__torch_store_t *ts, size_t *ret_now, size_t *ret_peak,
                              size_t *ret_conn_bytes);
 
-/* What the server lends the torch store (server.c). */
+/* What the server lends the torch store (server.c; the feed is server-actions.c's). */
 void dl__rdzv_server_feed(dl_rdzv_server_t *s, const dl_rdzv_event_t *ev);
 dl_rdzv_core_t *dl__rdzv_server_core(dl_rdzv_server_t *s);
 const dl_rdzv_core_opts_t *dl__rdzv_server_core_opts(const dl_rdzv_server_t *s);

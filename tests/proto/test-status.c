@@ -9,7 +9,7 @@
 #include "dl-test.h"
 #include "status-reply.h"
 
-/* A job as our server writes it with every optional part, in its order (rendezvous/server.c,
+/* A job as our server writes it with every optional part, in its order (rendezvous/server-actions.c,
  * jobview.c, stats.c). */
 static const char job_text[] =
     "{\"run_id\":\"job\",\"state\":\"running\",\"round\":1,\"restarts\":1,\"max_restarts\":3,"

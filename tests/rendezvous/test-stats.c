@@ -50,7 +50,7 @@ static json_t *snapshot_of(dl__rdzv_stats_t *st, const char *run_id)
                                .store_bytes = 42,
                                .store_waits = 1};
     dl_rdzv_status_t status = {.jobs = &js, .njobs = 1};
-    /* The job's status as the server fills it (server.c), which the snapshot adds to. */
+    /* The job's status as the server fills it (server-actions.c), which the snapshot adds to. */
     dl_proto_status_node_t nodes[] = {
         {.node_id = "n0",
          .host = "h",

@@ -297,9 +297,12 @@ class Job:
             if all(a.proc.poll() is not None for a in self.agents):
                 break
             time.sleep(0.01)
-        tails = "".join(f"[{a.index}] {l}\n" for a in self.agents
-                        for _, l in a.out.snapshot()[-15:] + a.err.snapshot()[-30:])
-        raise TimeoutError(f"step {step} not reached: {self.progress()[-3:]}\n{tails}")
+        raise TimeoutError(f"step {step} not reached: {self.progress()[-3:]}\n{self.tails()}")
+
+    def tails(self):
+        """The last lines each agent wrote, for a failed check's message."""
+        return "".join(f"[{a.index}] {l}\n" for a in self.agents
+                       for _, l in a.out.snapshot()[-15:] + a.err.snapshot()[-30:])
 
     def wait(self, timeout=300):
         deadline = time.monotonic() + timeout

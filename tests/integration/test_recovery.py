@@ -266,7 +266,7 @@ class TwoNodes(unittest.TestCase):
         if TwoNodes.straight is None:
             job = self.job(extra=("--recovery", "restart"))
             job.start()
-            self.assertEqual(job.wait(), [0, 0])
+            self.assertEqual(job.wait(), [0, 0], job.tails())
             TwoNodes.straight = self.final(job)
         return TwoNodes.straight
 

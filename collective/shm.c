@@ -49,7 +49,7 @@
 #define SLICED_BYTES (32u << 20)
 /* Two members' all-reduce goes through one slot round up to here, the pair form beyond. 8 KiB to
  * 512 KiB, pair over one round: registered buffers 3-4x (read in place), malloc'd ones equal at
- * 8 KiB and 1.1-1.4x from 16 KiB (the own input read where it lies, not from the own slot). */
+ * 8 KiB under load and 1.1-1.6x from 16 KiB (docs/performance.md, issue #27). */
 #define PAIR_MIN (4u << 10)
 
 typedef struct {

@@ -47,6 +47,10 @@
 /* Both buffers shared on both members: from here each reduces half (A/B, 2 members, 16 MiB:
  * 11.0-13.3 GB/s against 11.7-14.8 for the whole; 32 to 256 MiB: better in 12 of 16 pairs). */
 #define SLICED_BYTES (32u << 20)
+/* Two members' all-reduce goes through one slot round up to here, the pair form beyond. 8 KiB to
+ * 512 KiB, pair over one round: registered buffers 3-4x (read in place), malloc'd ones equal at
+ * 8 KiB under load and 1.1-1.6x from 16 KiB (docs/performance.md, issue #27). */
+#define PAIR_MIN (4u << 10)
 
 typedef struct {
     _Atomic uint64_t magic;
@@ -110,7 +114,7 @@ struct dl__coll_shm_s {
     int timeout_ms;
     int64_t spin_ns;
     int yield_spins;
-    size_t small;
+    size_t small, small_root; /* the latency form up to this size; to a root */
     dl_coll_algo_t algo;
     dl__coll_err_t *err;
 };
@@ -635,8 +639,11 @@ static int plan_in_place(dl__coll_shm_t *s, int peer, uint32_t k, size_t count, 
             p->lo = lo > p->lo ? lo : p->lo;
             p->hi = hi < p->hi ? hi : p->hi;
         }
-    /* What lies outside the blocks (under a page at either end) goes through the segment. */
-    if (p->hi <= p->lo || (p->hi - p->lo) * es < s->chunk) {
+    /* What lies outside the blocks (under a page at either end) goes through the segment, a
+     * round each: worth it only for a chunk or more in place. A buffer wholly in place is
+     * worth it at any size the pair form takes (registered, 128-512 KiB: docs/performance.md). */
+    int ends = p->lo > 0 || p->hi < count;
+    if (p->hi <= p->lo || (ends && (p->hi - p->lo) * es < s->chunk)) {
         p->form = FORM_COPY;
         return 0;
     }
@@ -824,8 +831,9 @@ int dl__coll_shm_allreduce(dl__coll_shm_t *s, const void *src, void *dst, size_t
 
 dl_coll_rec_algo_t dl__coll_shm_allreduce_algo(const dl__coll_shm_t *s, size_t bytes, int root_only)
 {
+    size_t small = root_only ? s->small_root : s->small;
     int latency =
-        s->algo == DL_COLL_ALGO_LATENCY || (s->algo == DL_COLL_ALGO_AUTO && bytes <= s->small);
+        s->algo == DL_COLL_ALGO_LATENCY || (s->algo == DL_COLL_ALGO_AUTO && bytes <= small);
     if (latency && bytes <= s->chunk)
         return DL_COLL_REC_ALGO_SHM_SMALL;
     if (s->n == 2 && !root_only && s->algo != DL_COLL_ALGO_BANDWIDTH)
@@ -1035,10 +1043,14 @@ int dl__coll_shm_open(void *map, size_t chunk, int me, int n, const int *pids, c
     s->timeout_ms = o->timeout_ms;
     /* Every member reading every slot costs n times the message; one slice each costs about two
      * messages but one more synchronization. Measured: with two members the first wins up to
-     * the chunk size, with four up to 32 KiB. */
-    s->small = o->shm_small_bytes;
-    if (s->small == DL_COLL_SMALL_AUTO)
-        s->small = n == 2 ? chunk : 32 << 10;
+     * the chunk size, with four up to 32 KiB. Two members' all-reduce (not to a root) takes
+     * the pair form instead from PAIR_MIN: its own input read where it lies, and registered
+     * buffers read in place (docs/performance.md, issue #27). */
+    s->small = s->small_root = o->shm_small_bytes;
+    if (o->shm_small_bytes == DL_COLL_SMALL_AUTO) {
+        s->small = n == 2 ? PAIR_MIN : 32 << 10;
+        s->small_root = n == 2 ? chunk : 32 << 10;
+    }
     s->algo = o->algo;
     s->adopt_min = o->adopt_min_bytes;
     s->err = err;

@@ -909,6 +909,90 @@ DL_TEST_IN(inplace_tests, adopt_off_copies)
     world_check(&w);
 }
 
+/* ---- the two-rank switch to the pair form ---------------------------------------------------- */
+
+/* With the default switch points, two ranks on a host reduce up to 4 KiB through one round of
+ * the segment and beyond it in the pair form, which reads registered buffers in place at any
+ * size (below a chunk too); sums must be right on both sides of it, for either kind of memory. */
+static int body_pair_switch(rank_t *r, void *arg)
+{
+    (void)arg;
+    static const size_t counts[] = {1023, 1024, 1025, 2048, 131072, 131073};
+    size_t most = 131073 * sizeof(float) + 64;
+    int bad = 0, rc = 0, salt = 0;
+    char err[256];
+    void *ra = NULL, *rb = NULL;
+    char *ma = malloc(most), *mb = malloc(most);
+    if (ma == NULL || mb == NULL || dl_coll_mem_alloc(r->g, most, &ra, err, sizeof(err)) < 0 ||
+        dl_coll_mem_alloc(r->g, most, &rb, err, sizeof(err)) < 0) {
+        snprintf(r->err, sizeof(r->err), "buffers: %s",
+                 ma == NULL || mb == NULL ? "no memory" : err);
+        rc = -ENOMEM;
+    }
+    uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+    /* kind 0: malloc'd, 16 bytes past a line as malloc's own; 1: registered, apart; 2:
+     * registered, the output over the input. */
+    for (int kind = 0; kind < 3 && rc == 0; kind++) {
+        char *src = kind == 0 ? ma + 16 : ra, *dst = kind == 0 ? mb + 16 : kind == 1 ? rb : ra;
+        for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]) && rc == 0; c++, salt++) {
+            size_t count = counts[c], bytes = count * sizeof(float);
+            dl_coll_rec_algo_t want_algo =
+                bytes <= 4096 ? DL_COLL_REC_ALGO_SHM_SMALL : DL_COLL_REC_ALGO_SHM_PAIR;
+            dl_coll_rec_algo_t algo = dl__coll_shm_allreduce_algo(r->g->shm, bytes, 0);
+            if (algo != want_algo) {
+                snprintf(r->err, sizeof(r->err), "%zu bytes: algorithm %d, expected %d", bytes,
+                         (int)algo, (int)want_algo);
+                bad++;
+            }
+            for (size_t i = 0; i < count; i++)
+                put(src, i, DL_COLL_FLOAT32, val(r->rank, i, salt));
+            rc = dl_coll_allreduce(r->g, src, dst, count, DL_COLL_FLOAT32, DL_COLL_SUM);
+            double want[VAL_PERIOD];
+            reference_table(2, salt, DL_COLL_FLOAT32, DL_COLL_SUM, want);
+            size_t wrong = 0;
+            for (size_t i = 0; rc == 0 && i < count; i++)
+                wrong += get(dst, i, DL_COLL_FLOAT32) != want[i % VAL_PERIOD];
+            if (wrong > 0) {
+                snprintf(r->err, sizeof(r->err), "kind %d, %zu bytes: %zu wrong sums", kind, bytes,
+                         wrong);
+                bad++;
+            }
+            if (rc == 0)
+                keep(r, dst, bytes);
+            uint64_t now = dl__coll_shm_in_place_calls(r->g->shm);
+            uint64_t want_in_place = kind > 0 && bytes > 4096;
+            if (rc == 0 && now - calls != want_in_place) {
+                snprintf(r->err, sizeof(r->err),
+                         "kind %d, %zu bytes: %llu in-place calls, "
+                         "expected %llu",
+                         kind, bytes, (unsigned long long)(now - calls),
+                         (unsigned long long)want_in_place);
+                bad++;
+            }
+            calls = now;
+        }
+    }
+    free(ma);
+    free(mb);
+    dl_coll_mem_free(r->g, ra);
+    dl_coll_mem_free(r->g, rb);
+    return rc < 0 ? rc : bad;
+}
+
+DL_TEST_IN(inplace_tests, two_ranks_take_the_pair_form_beyond_4k)
+{
+    world_t w;
+    world_init(&w, 2, DL_COLL_TRANSPORT_SHM, NULL);
+    for (int r = 0; r < 2; r++) {
+        dl_coll_options_t defaults;
+        dl_coll_options_init(&defaults);
+        w.ranks[r].o.shm_chunk_bytes = defaults.shm_chunk_bytes;
+        w.ranks[r].o.shm_small_bytes = defaults.shm_small_bytes;
+    }
+    world_run(&w, body_pair_switch, NULL);
+    world_check(&w);
+}
+
 /* ---- the bootstrap --------------------------------------------------------------------------- */
 
 static int body_info(rank_t *r, void *arg)

@@ -49,22 +49,29 @@ json_t *dl_ejob_txn_report(const dl_ejob_view_t *v, json_t *put)
 
 json_t *dl_ejob_verdict_of(const json_t *answer, int round)
 {
-    json_t *doc = dl_ejob_txn_doc(answer, 1);
-    json_t *view = json_object_get(doc, "view");
-    if (json_integer_value(json_object_get(doc, "round")) != round || !json_is_object(view)) {
-        json_decref(doc);
+    const json_t *r = dl_ejob_txn_range_at(answer, 1);
+    const json_t *kvj = json_array_get(json_object_get(r, "kvs"), 0);
+    dl_ejob_verdict_rec_t verdict;
+    dl_etcd_kv_t kv;
+    char err[256];
+    json_t *view = NULL;
+    if (kvj == NULL || dl_etcd_kv_read(kvj, &kv) < 0)
         return NULL;
+    /* A verdict that is none is no verdict: the round goes on without one, as without a put. */
+    if (dl_ejob_rec_read(&dl_ejob_verdict_type, kv.key, kv.value, kv.value_len, &verdict, err,
+                         sizeof(err)) == 0) {
+        if (verdict.round == round)
+            view = json_incref(verdict.view);
+        dl_proto_rec_free(&dl_ejob_verdict_type, &verdict);
     }
-    json_incref(view);
-    json_decref(doc);
+    dl_etcd_kv_clear(&kv);
     return view;
 }
 
 json_t *dl_ejob_put_verdict(const dl_ejob_view_t *v, int round, const json_t *view, int64_t lease)
 {
-    json_t *doc = json_pack("{s:i, s:O}", "round", round, "view", view);
-    char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
+    dl_ejob_verdict_rec_t verdict = {.round = round, .view = (json_t *)view};
+    char *text = dl_ejob_rec_text(&dl_ejob_verdict_type, &verdict);
     if (text == NULL)
         return NULL;
     json_t *body = json_pack("{s:o, s:o, s:o}", "key", dl__ejob_key(v->prefix, "verdict"), "value",
@@ -98,14 +105,11 @@ static void store_figure(const json_t *store, const char *name, long long *v, bo
 int dl_ejob_status_rec(const dl_ejob_view_t *v, const char *run_id, bool ranks, double now,
                        dl_proto_status_job_t *st, char *err, size_t errlen)
 {
-    memset(st, 0, sizeof(*st));
-    json_t *base = dl_ejob_status(v, run_id);
-    int r = base != NULL ? dl_proto_rec_decode(&dl_proto_status_job_type, base, st,
-                                               "etcd job status", err, errlen)
-                         : -ENOMEM;
-    json_decref(base);
-    if (r < 0)
+    int r = dl_ejob_status_base(v, run_id, st);
+    if (r < 0) {
+        snprintf(err, errlen, "etcd job status: out of memory");
         return r;
+    }
     json_t *beats = json_array();
     int round = dl_ejob_round(v);
     const char *id;
@@ -119,10 +123,9 @@ int dl_ejob_status_rec(const dl_ejob_view_t *v, const char *run_id, bool ranks, 
         double age = now - json_number_value(json_object_get(rep, "time"));
         json_array_append_new(beats,
                               json_pack("{s:O, s:f}", "beat", rep, "age_s", age > 0 ? age : 0.0));
-        const json_t *a = dl_ejob_assigned(v, id);
+        const dl_ejob_assign_rec_t *a = dl_ejob_assigned(v, id);
         const json_t *store = json_object_get(rep, "store");
-        if (a == NULL || json_integer_value(json_object_get(a, "node_rank")) != 0 ||
-            !json_is_object(store))
+        if (a == NULL || a->node_rank != 0 || !json_is_object(store))
             continue;
         store_figure(store, "keys", &st->keys, &st->has_keys);
         store_figure(store, "store_bytes", &st->store_bytes, &st->has_store_bytes);
@@ -134,10 +137,9 @@ int dl_ejob_status_rec(const dl_ejob_view_t *v, const char *run_id, bool ranks, 
     /* The job-wide figures and stragglers as the rule has them over the round (node 0's
      * verdict), where one reading of the reports has no windows to weigh. One that is not
      * such a view is left out. */
-    const json_t *verdict = json_object_get(v->verdict, "view");
+    const json_t *verdict = v->verdict != NULL ? v->verdict->view : NULL;
     dl_proto_status_diag_t *diag = calloc(1, sizeof(*diag));
-    if (r == 0 && json_integer_value(json_object_get(v->verdict, "round")) == round &&
-        json_is_object(verdict) && diag != NULL &&
+    if (r == 0 && verdict != NULL && v->verdict->round == round && diag != NULL &&
         dl_proto_rec_decode(&dl_proto_status_diag_type, verdict, diag, "verdict", err, errlen) ==
             0) {
         dl_proto_rec_free(&dl_proto_status_diag_type, st->diag);
@@ -171,7 +173,9 @@ json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ra
 
 json_t *dl_ejob_last_failure(const dl_ejob_view_t *v)
 {
-    const json_t *c = json_object_get(v->state, "culprit");
+    if (v->state == NULL)
+        return NULL;
+    const json_t *c = v->state->culprit;
     const char *cause = json_string_value(json_object_get(c, "cause"));
     if (cause == NULL || strcmp(cause, "worker_failed") != 0 ||
         !json_is_integer(json_object_get(c, "rank")))
@@ -180,17 +184,19 @@ json_t *dl_ejob_last_failure(const dl_ejob_view_t *v)
     char key[DL_EJOB_MAX_PREFIX + 32];
     snprintf(key, sizeof(key), "%sev/%08d-0", v->prefix, dl_ejob_round(v));
     const json_t *changed = json_object_get(v->events, key);
-    const json_t *reason = json_object_get(v->state, "reason"), *host = json_object_get(c, "host"),
-                 *time = json_object_get(changed != NULL ? changed : v->state, "time");
+    const json_t *host = json_object_get(c, "host");
     json_t *o = json_pack("{s:O, s:i}", "rank", json_object_get(c, "rank"), "round",
                           dl_ejob_round(v) > 0 ? dl_ejob_round(v) - 1 : 0);
     if (o == NULL)
         return NULL;
-    json_object_set_new(o, "time", json_real(json_number_value(time)));
+    json_object_set_new(o, "time",
+                        json_real(changed != NULL
+                                      ? json_number_value(json_object_get(changed, "time"))
+                                      : v->state->time));
     if (json_is_string(host))
         json_object_set(o, "peer", (json_t *)host);
-    if (json_is_string(reason))
-        json_object_set(o, "reason", (json_t *)reason);
+    if (v->state->reason != NULL)
+        json_object_set_new(o, "reason", json_string(v->state->reason));
     if (json_object_get(c, "signal") != NULL)
         json_object_set(o, "signal", json_object_get(c, "signal"));
     else

@@ -1693,19 +1693,20 @@ static void on_judge_read(void *ctx, const dl_etcd_result_t *res)
         return;
     if (z->judged == NULL && (z->judged = json_object()) == NULL)
         return;
-    const char *id;
-    json_t *rep;
     double now = now_unix();
-    json_object_foreach (z->view.reports, id, rep) {
-        json_int_t rev = json_integer_value(json_object_get(rep, "rev"));
-        if (json_integer_value(json_object_get(rep, "round")) != z->workers_round ||
+    for (size_t i = 0; i < z->view.reports.n; i++) {
+        const char *id = z->view.reports.items[i].key;
+        const dl_ejob_report_rec_t *rep = z->view.reports.items[i].rec;
+        int64_t rev = z->view.reports.items[i].rev;
+        if (rep->round != z->workers_round ||
             json_integer_value(json_object_get(z->judged, id)) == rev)
             continue;
         char err[256];
+        json_t *beat = dl_ejob_report_beat(rep);
         /* A report the rule cannot read is its sender's to say; the others still count. */
-        (void)dl_rdzv_judge_feed(z->judge, id, rep,
-                                 now - json_number_value(json_object_get(rep, "time")), err,
-                                 sizeof(err));
+        if (beat != NULL)
+            (void)dl_rdzv_judge_feed(z->judge, id, beat, now - rep->time, err, sizeof(err));
+        json_decref(beat);
         json_object_set_new(z->judged, id, json_integer(rev));
     }
     if (z->verdict_round != z->workers_round) {
@@ -1738,25 +1739,39 @@ static void judge_read(etcd_t *z)
         z->judge_busy = false;
 }
 
-/* Node 0's store figures as its server counts them ({keys, store_bytes, store_waits,
- * store_clients}), new reference, or NULL when this node serves no round's store. */
-static json_t *store_figures(etcd_t *z)
+/* Node 0's store figures as its server counts them (its snapshot's job, read by the status
+ * reply's table): false when this node serves no round's store. */
+static bool store_figures(etcd_t *z, dl_ejob_store_rec_t *out)
 {
-    static const char *const names[] = {"keys", "store_bytes", "store_waits", "store_clients"};
     json_t *snap = NULL;
+    dl_proto_status_snapshot_t st;
+    char err[256];
+    memset(out, 0, sizeof(*out));
     if (z->store == NULL || z->node_rank != 0 || z->workers_round < 0)
-        return NULL;
+        return false;
     z->raw_snapshot = true;
     int r = dl_rdzv_server_snapshot(z->store, &snap);
     z->raw_snapshot = false;
     if (r < 0)
-        return NULL;
-    json_t *job = json_array_get(json_object_get(snap, "jobs"), 0), *o = json_object();
-    for (size_t i = 0; o != NULL && i < sizeof(names) / sizeof(names[0]); i++)
-        if (json_object_get(job, names[i]) != NULL)
-            json_object_set(o, names[i], json_object_get(job, names[i]));
+        return false;
+    r = dl_proto_rec_decode(&dl_proto_status_snapshot_type, snap, &st, "store snapshot", err,
+                            sizeof(err));
     json_decref(snap);
-    return o;
+    if (r < 0)
+        return false;
+    if (st.njobs > 0) {
+        const dl_proto_status_job_t *j = &st.jobs[0];
+        *out = (dl_ejob_store_rec_t){.keys = j->keys,
+                                     .has_keys = j->has_keys,
+                                     .store_bytes = j->store_bytes,
+                                     .has_store_bytes = j->has_store_bytes,
+                                     .store_waits = j->store_waits,
+                                     .has_store_waits = j->has_store_waits,
+                                     .store_clients = j->store_clients,
+                                     .has_store_clients = j->has_store_clients};
+    }
+    dl_proto_rec_free(&dl_proto_status_snapshot_type, &st);
+    return true;
 }
 
 /* The heartbeat a server would get, put at n/NODE_ID on this node's lease: what `dlaunch status`
@@ -1773,7 +1788,9 @@ static void put_report(etcd_t *z, const dl_rdzv_beat_t *beat)
         z->departed || z->depart_wanted || (z->report_last > 0 && now - z->report_last < every))
         return;
     dl_rdzv_beat_msg_t m = dl__rdzv_beat_msg(beat, z->workers_round);
-    json_t *msg = dl_rdzv_enc_heartbeat(-1, &m), *store = store_figures(z), *body = NULL;
+    json_t *msg = dl_rdzv_enc_heartbeat(-1, &m), *body = NULL;
+    dl_ejob_store_rec_t figures;
+    const dl_ejob_store_rec_t *store = store_figures(z, &figures) ? &figures : NULL;
     int r = msg != NULL ? dl_ejob_put_report(&z->view, z->conf.node_id, msg, store, now_unix(),
                                              z->lease, &body)
                         : -ENOMEM;
@@ -1788,7 +1805,6 @@ static void put_report(etcd_t *z, const dl_rdzv_beat_t *beat)
         r = dl_ejob_put_report(&z->view, z->conf.node_id, msg, store, now_unix(), z->lease, &body);
     }
     json_decref(msg);
-    json_decref(store);
     if (r < 0)
         return;
     z->report_last = now;
@@ -1808,18 +1824,18 @@ static void on_page_read(void *ctx, const dl_etcd_result_t *res)
     if (dl_ejob_view_load(&z->page, res->body) < 0)
         return;
     /* The chart's points: the furthest step any node of the round reports. */
-    const char *id;
-    json_t *rep, *best = NULL;
-    json_object_foreach (z->page.reports, id, rep) {
-        json_t *p = json_object_get(rep, "progress");
-        if (json_integer_value(json_object_get(rep, "round")) == dl_ejob_round(&z->page) &&
-            p != NULL &&
-            (best == NULL || json_integer_value(json_object_get(p, "step")) >
-                                 json_integer_value(json_object_get(best, "step"))))
+    const dl_ejob_progress_rec_t *best = NULL;
+    for (size_t i = 0; i < z->page.reports.n; i++) {
+        const dl_ejob_report_rec_t *rep = z->page.reports.items[i].rec;
+        const dl_ejob_progress_rec_t *p = rep->progress;
+        if (rep->round == dl_ejob_round(&z->page) && p != NULL &&
+            (best == NULL || p->step > best->step))
             best = p;
     }
-    if (best != NULL && z->store != NULL)
-        dl_rdzv_server_progress(z->store, z->conf.run_id, best);
+    json_t *progress = best != NULL ? dl_proto_rec_encode(&dl_ejob_progress_type, best) : NULL;
+    if (progress != NULL && z->store != NULL)
+        dl_rdzv_server_progress(z->store, z->conf.run_id, progress);
+    json_decref(progress);
 }
 
 /* --http: every key of the job, as `dlaunch status` reads them, at most every PAGE_S. */
@@ -1846,24 +1862,30 @@ static json_t *page_status(void *ctx, const char *run_id, const json_t *own)
 {
     etcd_t *z = ctx;
     double now = now_unix();
+    dl_proto_status_job_t st;
+    dl_proto_status_failure_t f;
+    char err[256];
+    json_t *o = NULL;
     (void)own;
     if (z->raw_snapshot || z->page.state == NULL)
         return NULL;
-    json_t *o = dl_ejob_status_full(&z->page, run_id, true, now);
-    size_t i;
-    json_t *n;
+    if (dl_ejob_status_rec(&z->page, run_id, true, now, &st, err, sizeof(err)) < 0)
+        return NULL;
     /* What a server's snapshot adds (rendezvous/stats.c): the nodes' last heartbeats as times,
      * the last failure. */
-    json_array_foreach (json_object_get(o, "nodes"), i, n) {
-        json_object_set_new(
-            n, "last_heartbeat",
-            json_real(now - json_number_value(json_object_get(n, "heartbeat_age"))));
+    for (size_t i = 0; i < st.nnodes; i++) {
+        st.nodes[i].last_heartbeat = now - st.nodes[i].heartbeat_age;
+        st.nodes[i].has_last_heartbeat = true;
     }
-    json_t *f = dl_ejob_last_failure(&z->page);
-    if (o != NULL && f != NULL)
-        json_object_set_new(o, "last_failure", f);
-    else
-        json_decref(f);
+    if (dl_ejob_last_failure(&z->page, &f) > 0 &&
+        (st.last_failure = malloc(sizeof(*st.last_failure))) != NULL)
+        *st.last_failure = f;
+    else {
+        free(f.peer);
+        free(f.reason);
+    }
+    o = dl_proto_rec_encode(&dl_proto_status_job_type, &st);
+    dl_proto_rec_free(&dl_proto_status_job_type, &st);
     return o;
 }
 

@@ -39,8 +39,8 @@ typedef struct {
     dl_ejob_table_t members;         /* node id -> member, with its key's lease and revision */
     dl_ejob_table_t done;            /* node id -> the round it was done */
     json_t *events;                  /* key -> event */
-    dl_ejob_table_t assign; /* "ROUND/REV/NODE_ID" -> that node's assignment (a/ keys read) */
-    json_t *reports;        /* node id -> its agent's report (n/ keys), with "rev" added */
+    dl_ejob_table_t assign;  /* "ROUND/REV/NODE_ID" -> that node's assignment (a/ keys read) */
+    dl_ejob_table_t reports; /* node id -> its agent's report (n/ keys), with its revision */
     dl_ejob_verdict_rec_t *verdict; /* the straggler rule's verdict, or NULL */
     int64_t rev;                    /* the view holds every change up to this revision */
     /* Why the last load, watch or merge failed: one line naming the key (and the field). */
@@ -239,18 +239,21 @@ size_t dl_ejob_explain(const dl_ejob_view_t *v, const char *run_id, const char *
                        const json_t *diag, double now, char *buf, size_t len);
 
 /* For the status page: the failure that ended the last round, from the state's culprit, as a
- * server keeps it ({time, round, rank, exit_code | signal, reason, peer: the host}); NULL when a
- * worker's failure did not end it. New reference. */
-json_t *dl_ejob_last_failure(const dl_ejob_view_t *v);
+ * server keeps it (time, round, rank, exit_code | signal, reason, peer: the host), into *f (its
+ * strings its own). Returns 1, 0 when a worker's failure did not end it (*f cleared), or
+ * -ENOMEM. */
+int dl_ejob_last_failure(const dl_ejob_view_t *v, dl_proto_status_failure_t *f);
 
 /* A node's report (n/NODE_ID): its heartbeat message as rdzv-codec.h encodes it (borrowed) and
- * the time it was made, with node 0's store figures when store is not NULL ({keys, store_bytes,
- * store_waits, store_clients}, borrowed). Reports larger than DL_EJOB_REPORT_MAX are refused
+ * the time it was made, with node 0's store figures when store is not NULL (borrowed). Reports larger than DL_EJOB_REPORT_MAX are refused
  * (-EMSGSIZE: the caller leaves out the ranks' diagnostics). Returns 0 with *ret, the body of a
  * /v3/kv/put on lease (new reference), or a negative errno. */
 #define DL_EJOB_REPORT_MAX (64 * 1024)
 int dl_ejob_put_report(const dl_ejob_view_t *v, const char *node_id, const json_t *beat,
-                       const json_t *store, double now, int64_t lease, json_t **ret);
+                       const dl_ejob_store_rec_t *store, double now, int64_t lease, json_t **ret);
+/* A report as the heartbeat message it holds, for the rendezvous' readers of heartbeats
+ * (rendezvous.h): new reference, or NULL (no memory). */
+json_t *dl_ejob_report_beat(const dl_ejob_report_rec_t *rep);
 /* The job-wide straggler rule's verdict (PREFIX verdict): the view our server answers each
  * heartbeat with, made by the running round's node 0 from every node's report
  * (dl_rdzv_judge_t) and read by every node with its report's put.
@@ -266,7 +269,8 @@ json_t *dl_ejob_put_verdict(const dl_ejob_view_t *v, int round, const json_t *vi
 
 /* A range body of every node's report. */
 json_t *dl_ejob_range_reports(const dl_ejob_view_t *v);
-/* Replaces the view's reports with those of a range answer of them. Returns 0 or -EPROTO. */
+/* Replaces the view's reports with those of a range answer of them. Returns 0, or what
+ * dl_ejob_view_merge returns. */
 int dl_ejob_view_reports(dl_ejob_view_t *v, const json_t *range);
 
 /* The exit code of an ended job (docs/exit-codes.md): 0 succeeded or stopped, 1 failed (5 when

@@ -90,6 +90,42 @@ static const dl_proto_rec_field_t verdict_fields[] = {
 #undef T
 const dl_proto_rec_type_t dl_ejob_verdict_type = {sizeof(dl_ejob_verdict_rec_t), verdict_fields};
 
+#define T dl_ejob_store_rec_t
+static const dl_proto_rec_field_t store_fields[] = {
+    HAS(DL_PROTO_REC_INT, keys),
+    HAS(DL_PROTO_REC_INT, store_bytes),
+    HAS(DL_PROTO_REC_INT, store_waits),
+    HAS(DL_PROTO_REC_INT, store_clients),
+    END,
+};
+#undef T
+static const dl_proto_rec_type_t store_type = {sizeof(dl_ejob_store_rec_t), store_fields};
+
+#define T dl_ejob_progress_rec_t
+static const dl_proto_rec_field_t progress_fields[] = {
+    REQ(DL_PROTO_REC_INT, step),
+    HAS(DL_PROTO_REC_REAL, loss),
+    HAS(DL_PROTO_REC_REAL, samples_per_s),
+    END,
+};
+#undef T
+const dl_proto_rec_type_t dl_ejob_progress_type = {sizeof(dl_ejob_progress_rec_t), progress_fields};
+
+#define T dl_ejob_report_rec_t
+static const dl_proto_rec_field_t report_fields[] = {
+    HAS(DL_PROTO_REC_INT, v),
+    OPT(DL_PROTO_REC_STR, type),
+    REQ(DL_PROTO_REC_INT, round),
+    OBJ(progress, dl_ejob_progress_type),
+    OPT(DL_PROTO_REC_JSON, diag),
+    OPT(DL_PROTO_REC_JSON, recovery),
+    OPT(DL_PROTO_REC_REAL, time),
+    OBJ(store, store_type),
+    END,
+};
+#undef T
+const dl_proto_rec_type_t dl_ejob_report_type = {sizeof(dl_ejob_report_rec_t), report_fields};
+
 char *dl_ejob_rec_text(const dl_proto_rec_type_t *t, const void *rec)
 {
     json_t *doc = dl_proto_rec_encode(t, rec);

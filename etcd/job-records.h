@@ -75,7 +75,35 @@ typedef struct {
     json_t *view; /* the heartbeat reply's view (rdzv-codec.h) */
 } dl_ejob_verdict_rec_t;
 
+/* PREFIX n/NODE_ID: a node's report, the heartbeat its agent would send our rendezvous
+ * (rdzv-codec.h's: v, type, round, progress, diag, recovery), the time it was made, and node 0's
+ * store figures. */
+typedef struct {
+    long long keys, store_bytes, store_waits, store_clients;
+    bool has_keys, has_store_bytes, has_store_waits, has_store_clients;
+} dl_ejob_store_rec_t;
+
+typedef struct {
+    long long step;
+    double loss, samples_per_s;
+    bool has_loss, has_samples_per_s;
+} dl_ejob_progress_rec_t;
+
+typedef struct {
+    long long v;
+    bool has_v;
+    char *type;
+    long long round;
+    dl_ejob_progress_rec_t *progress; /* NULL: none yet */
+    json_t *diag;                     /* its ranks' diagnostics report (diag.h's), or NULL */
+    json_t *recovery;                 /* its in-job recoveries, or NULL */
+    double time;                      /* when it was made, by its writer's clock */
+    dl_ejob_store_rec_t *store;       /* node 0's, or NULL */
+} dl_ejob_report_rec_t;
+
 extern const dl_proto_rec_type_t dl_ejob_job_type;
+extern const dl_proto_rec_type_t dl_ejob_report_type;
+extern const dl_proto_rec_type_t dl_ejob_progress_type;
 extern const dl_proto_rec_type_t dl_ejob_state_type;
 extern const dl_proto_rec_type_t dl_ejob_member_type;
 extern const dl_proto_rec_type_t dl_ejob_done_type;

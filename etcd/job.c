@@ -54,8 +54,8 @@ void dl_ejob_view_init(dl_ejob_view_t *v, const char *prefix)
     dl_ejob_table_init(&v->members, &dl_ejob_member_type);
     dl_ejob_table_init(&v->done, &dl_ejob_done_type);
     dl_ejob_table_init(&v->assign, &dl_ejob_assign_type);
+    dl_ejob_table_init(&v->reports, &dl_ejob_report_type);
     v->events = json_object();
-    v->reports = json_object();
 }
 
 /* Frees a record the view holds alone (job, state, verdict) and clears its pointer. */
@@ -75,9 +75,9 @@ void dl_ejob_view_clear(dl_ejob_view_t *v)
     dl_ejob_table_clear(&v->members);
     dl_ejob_table_clear(&v->done);
     dl_ejob_table_clear(&v->assign);
+    dl_ejob_table_clear(&v->reports);
     json_decref(v->events);
-    json_decref(v->reports);
-    v->events = v->reports = NULL;
+    v->events = NULL;
 }
 
 /* Replaces *pp (a record of t, or NULL) with the value of kv decoded, or NULL (deleted). */
@@ -119,20 +119,16 @@ static int table_apply(dl_ejob_view_t *v, dl_ejob_table_t *t, const char *key,
     return r;
 }
 
-/* The events and the reports stay documents (job-records.h); a value that is none is not ours. */
-static int doc_apply(json_t *docs, const char *key, const dl_etcd_kv_t *kv, bool deleted,
-                     int64_t rev)
+/* The events stay documents (job-records.h); a value that is none is not ours. */
+static int event_apply(json_t *docs, const char *key, const dl_etcd_kv_t *kv, bool deleted)
 {
     if (deleted) {
         json_object_del(docs, key);
         return 0;
     }
     json_t *doc = json_loadb(kv->value, kv->value_len, 0, NULL);
-    if (json_is_object(doc)) {
-        if (rev != 0)
-            json_object_set_new(doc, "rev", json_integer(rev));
+    if (json_is_object(doc))
         json_object_set(docs, key, doc);
-    }
     json_decref(doc);
     return 0;
 }
@@ -167,10 +163,10 @@ static int apply(dl_ejob_view_t *v, const dl_etcd_kv_t *kv, bool deleted)
         r = table_apply(v, &v->assign, k + 2, kv, deleted);
         ch = DL_EJOB_CH_ASSIGN;
     } else if (strncmp(k, "n/", 2) == 0) {
-        r = doc_apply(v->reports, k + 2, kv, deleted, kv->mod_revision);
+        r = table_apply(v, &v->reports, k + 2, kv, deleted);
         ch = DL_EJOB_CH_REPORTS;
     } else if (strncmp(k, "ev/", 3) == 0) {
-        r = doc_apply(v->events, kv->key, kv, deleted, 0);
+        r = event_apply(v->events, kv->key, kv, deleted);
         ch = DL_EJOB_CH_EVENTS;
     } else {
         return 0;

@@ -584,6 +584,8 @@ DL_TEST(a_malformed_value_names_its_key_and_field)
         {P "job", "{\"min_nodes\": 1, \"max_nodes\": 2, \"store_key\": 7}",
          "etcd key " P "job: field 'store_key' must be a string, got an integer"},
         {P "done/a", "[1]", "etcd key " P "done/a: must be an object, got an array"},
+        {P "n/a", "{\"round\": 1, \"time\": 2.5, \"progress\": {\"step\": \"9\"}}",
+         "etcd key " P "n/a: field 'progress.step' must be an integer, got a string"},
         {P "verdict", "{\"round\": 1, \"view\": 3}",
          "etcd key " P "verdict: field 'view' must be an object, got an integer"},
     };
@@ -758,8 +760,8 @@ DL_TEST(a_missing_assignment_is_checked_against_the_state)
 static json_t *report_doc(int round, int node_rank, double time, int recoveries, bool store)
 {
     json_t *doc =
-        json_pack("{s:s, s:s, s:i, s:f, s:{s:i, s:b}, s:{s:i, s:s, s:[{s:i, s:I}, {s:i, s:I}]}}",
-                  "v", "1", "type", "heartbeat", "round", round, "time", time, "recovery",
+        json_pack("{s:i, s:s, s:i, s:f, s:{s:i, s:b}, s:{s:i, s:s, s:[{s:i, s:I}, {s:i, s:I}]}}",
+                  "v", 1, "type", "heartbeat", "round", round, "time", time, "recovery",
                   "recoveries", recoveries, "recovering", 0, "diag", "node_rank", node_rank, "host",
                   node_rank ? "h1" : "h0", "ranks", "rank", 2 * node_rank, "step", (json_int_t)5,
                   "rank", 2 * node_rank + 1, "step", (json_int_t)5);
@@ -854,7 +856,7 @@ DL_TEST(a_failures_text_says_where_every_nodes_ranks_were)
     ck_assert_uint_gt(dl_ejob_explain(&v, "j", "n1", 1, own, 101.5, all, sizeof(all)), 0);
     ck_assert_ptr_nonnull(strstr(all, "rank 1 "));
     /* n0's report of an older round is not where its ranks are now. */
-    json_object_set_new(json_object_get(v.reports, "n0"), "round", json_integer(0));
+    ((dl_ejob_report_rec_t *)dl_ejob_table_get(&v.reports, "n0"))->round = 0;
     ck_assert_uint_gt(dl_ejob_explain(&v, "j", "n1", 1, own, 101.5, alone, sizeof(alone)), 0);
     ck_assert_ptr_null(strstr(alone, "rank 1 "));
     json_decref(mine);
@@ -888,7 +890,7 @@ DL_TEST(a_victims_failure_is_put_on_the_rank_it_waited_for_as_our_server_puts_it
     ck_assert_int_eq(dl_ejob_waited_for(&v, "j", "n1", 1, own, 101.5, 2, true, &w), 0);
     ck_assert_int_eq(w.rank, 1);
     /* n0's report of an older round says nothing of this one. */
-    json_object_set_new(json_object_get(v.reports, "n0"), "round", json_integer(0));
+    ((dl_ejob_report_rec_t *)dl_ejob_table_get(&v.reports, "n0"))->round = 0;
     ck_assert_int_eq(dl_ejob_waited_for(&v, "j", "n1", 1, own, 101.5, 2, true, &w), -ENOENT);
     json_decref(mine);
     dl_ejob_view_clear(&v);
@@ -956,7 +958,7 @@ DL_TEST(a_report_is_put_on_the_lease_within_its_bound)
     json_t *big = json_array();
     for (int i = 0; i < DL_EJOB_REPORT_MAX / 16; i++)
         json_array_append_new(big, json_string("0123456789abcdef"));
-    json_object_set_new(beat, "diag", big);
+    json_object_set_new(json_object_get(beat, "diag"), "ranks", big);
     body = NULL;
     ck_assert_int_eq(dl_ejob_put_report(&v, "n0", beat, NULL, 12.5, 77, &body), -EMSGSIZE);
     ck_assert_ptr_null(body);
@@ -980,20 +982,23 @@ DL_TEST(the_last_failure_is_the_states_culprit_at_its_round_change)
                 json_pack("{s:s, s:f, s:i}", "event", "round_changed", "time", 99.0, "round", 1), 6,
                 0)),
          9);
-    json_t *f = dl_ejob_last_failure(&v);
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(json_integer_value(json_object_get(f, "round")), 0);
-    ck_assert_int_eq(json_integer_value(json_object_get(f, "rank")), 3);
-    ck_assert_int_eq(json_integer_value(json_object_get(f, "exit_code")), 7);
-    ck_assert_str_eq(json_string_value(json_object_get(f, "peer")), "h1");
-    ck_assert(json_real_value(json_object_get(f, "time")) == 99.0);
-    json_decref(f);
+    dl_proto_status_failure_t f;
+    ck_assert_int_eq(dl_ejob_last_failure(&v, &f), 1);
+    ck_assert_int_eq(f.round, 0);
+    ck_assert_int_eq(f.rank, 3);
+    ck_assert(f.has_exit_code && !f.has_signal);
+    ck_assert_int_eq(f.exit_code, 7);
+    ck_assert_str_eq(f.peer, "h1");
+    ck_assert_str_eq(f.reason, "rank 3 on h1 exited with code 7");
+    ck_assert(f.time == 99.0);
+    free(f.peer);
+    free(f.reason);
     dl_ejob_view_clear(&v);
     /* A round a node's loss ended names no failed worker. */
     state = state_doc("running", 1, 1, 3, 2, 2);
     json_object_set_new(state, "culprit",
                         json_pack("{s:s, s:s}", "cause", "node_lost", "host", "h1"));
     load(&v, json_pack("[o]", kv(P "state", state, 7, 0)), 9);
-    ck_assert_ptr_null(dl_ejob_last_failure(&v));
+    ck_assert_int_eq(dl_ejob_last_failure(&v, &f), 0);
     dl_ejob_view_clear(&v);
 }

@@ -106,8 +106,7 @@ typedef struct {
     const char *store_key; /* the store's key for agents without a token of their own, or NULL */
 } dl_ejob_settings_t;
 
-json_t *dl_ejob_settings_doc(const dl_ejob_settings_t *s);
-/* Whether the job's settings (doc) agree with s: min:max must. Returns 0, or -EINVAL with one
+/* Whether the job's settings (its job key, read) agree with s: min:max must. Returns 0, or -EINVAL with one
  * line in err. */
 int dl_ejob_settings_check(const dl_ejob_job_rec_t *job, const dl_ejob_settings_t *s, char *err,
                            size_t errlen);

@@ -343,12 +343,6 @@ static dl_ejob_job_rec_t settings_rec(const dl_ejob_settings_t *s)
                                .store_key = (char *)s->store_key};
 }
 
-json_t *dl_ejob_settings_doc(const dl_ejob_settings_t *s)
-{
-    dl_ejob_job_rec_t rec = settings_rec(s);
-    return dl_proto_rec_encode(&dl_ejob_job_type, &rec);
-}
-
 int dl_ejob_settings_check(const dl_ejob_job_rec_t *job, const dl_ejob_settings_t *s, char *err,
                            size_t errlen)
 {

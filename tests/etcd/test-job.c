@@ -566,6 +566,69 @@ DL_TEST(joins_and_dones_are_counted_per_round)
     dl_ejob_view_clear(&v);
 }
 
+/* The text a txn's success branch puts at key (suffix), as etcd stores it (malloc'd). */
+static char *text_of(const json_t *txn, const char *suffix)
+{
+    size_t i;
+    json_t *op;
+    json_array_foreach (json_object_get(txn, "success"), i, op) {
+        json_t *p = json_object_get(op, "request_put");
+        char *k = p != NULL ? dl_etcd_unb64(json_object_get(p, "key"), NULL) : NULL;
+        int hit = k != NULL && strcmp(k + strlen(P), suffix) == 0;
+        free(k);
+        if (hit)
+            return dl_etcd_unb64(json_object_get(p, "value"), NULL);
+    }
+    return NULL;
+}
+
+/* The values are put as the agents of before the field tables put them (docs/etcd.md): compact,
+ * keys sorted, the same fields and types, so that agents of either build read each other's. */
+DL_TEST(the_values_are_stored_as_before_byte_for_byte)
+{
+    dl_ejob_settings_t set = {.min_nodes = 1,
+                              .max_nodes = 2,
+                              .max_restarts = 3,
+                              .last_call = 0.5,
+                              .join_timeout = 30,
+                              .dead_after = 5,
+                              .master_port = 29500,
+                              .store_key = "k"};
+    json_t *t = dl_ejob_txn_create(P, &set, 5.5);
+    char *job = text_of(t, "job"), *state = text_of(t, "state");
+    ck_assert_str_eq(job, "{\"dead_after_ms\":5000,\"join_timeout_ms\":30000,\"last_call_ms\":500,"
+                          "\"master_port\":29500,\"max_nodes\":2,\"max_restarts\":3,"
+                          "\"max_same_failures\":0,\"min_nodes\":1,\"store_key\":\"k\"}");
+    ck_assert_str_eq(state, "{\"max_nodes\":2,\"max_restarts\":3,\"max_same_failures\":0,"
+                            "\"min_nodes\":1,\"reason\":\"the job started\",\"restarts\":0,"
+                            "\"round\":0,\"state\":\"gathering\",\"time\":5.5}");
+    free(job);
+    free(state);
+    json_decref(t);
+    dl_ejob_view_t v;
+    load(&v, json_pack("[o]", kv(P "state", state_doc("gathering", 2, 0, 1, 1, 2), 5, 0)), 6);
+    dl_ejob_member_t m = {.node_id = "a",
+                          .host = "h",
+                          .addr = "10.0.0.1",
+                          .store = "10.0.0.1:7",
+                          .slots = 4,
+                          .node_rank = -1,
+                          .master_port = 0};
+    t = dl_ejob_txn_join(&v, &m, 9);
+    char *member = text_of(t, "m/a");
+    ck_assert_str_eq(member, "{\"addr\":\"10.0.0.1\",\"host\":\"h\",\"master_port\":0,"
+                             "\"node_id\":\"a\",\"node_rank\":-1,\"round\":2,\"slots\":4,"
+                             "\"store\":\"10.0.0.1:7\"}");
+    free(member);
+    json_decref(t);
+    t = dl_ejob_txn_done(&v, "a");
+    char *done = text_of(t, "done/a");
+    ck_assert_str_eq(done, "{\"round\":2}");
+    free(done);
+    json_decref(t);
+    dl_ejob_view_clear(&v);
+}
+
 /* A value under the job's prefix that is not as its table declares it (anyone who can write
  * the prefix may have put it) is refused with one line naming the key and the field; the agent
  * and `dlaunch status` print it. */

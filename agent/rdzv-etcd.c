@@ -443,7 +443,7 @@ static void on_watch_msg(void *ctx, const dl_etcd_result_t *res)
         return;
     int ch = dl_ejob_view_watch(&z->view, r);
     if (ch < 0) {
-        fail(z, 4, "etcd at %s: a watch message this node cannot read", res->endpoint);
+        fail(z, 4, "etcd at %s: %s", res->endpoint, z->view.err);
         return;
     }
     if (ch != 0)
@@ -492,19 +492,15 @@ static void on_created(void *ctx, const dl_etcd_result_t *res)
     }
     if (!dl_ejob_txn_ok(res->body)) {
         /* The job exists: its settings must agree with ours. */
-        const json_t *resp = json_array_get(json_object_get(res->body, "responses"), 0);
-        const json_t *kv =
-            json_array_get(json_object_get(json_object_get(resp, "response_range"), "kvs"), 0);
-        dl_etcd_kv_t k;
-        if (kv != NULL && dl_etcd_kv_read(kv, &k) == 0) {
-            json_t *doc = json_loadb(k.value, k.value_len, 0, NULL);
-            int r = dl_ejob_settings_check(doc, &z->settings, err, sizeof(err));
-            json_decref(doc);
-            dl_etcd_kv_clear(&k);
-            if (r < 0) {
-                fail(z, 4, "etcd at %s: %s (job '%s')", res->endpoint, err, z->conf.run_id);
-                return;
-            }
+        dl_ejob_job_rec_t job;
+        int r = dl_ejob_txn_rec(res->body, 0, &dl_ejob_job_type, &job, err, sizeof(err));
+        if (r > 0) {
+            r = dl_ejob_settings_check(&job, &z->settings, err, sizeof(err));
+            dl_proto_rec_free(&dl_ejob_job_type, &job);
+        }
+        if (r < 0) {
+            fail(z, 4, "etcd at %s: %s (job '%s')", res->endpoint, err, z->conf.run_id);
+            return;
         }
     } else if (z->spec->verbose) {
         say(z, "created job '%s' in etcd under %s", z->conf.run_id, z->prefix);
@@ -525,7 +521,7 @@ static void on_loaded(void *ctx, const dl_etcd_result_t *res)
     int lr = range != NULL ? dl_ejob_view_load(&z->view, range) : -ENOMEM;
     json_decref(range);
     if (lr < 0) {
-        fail(z, 4, "etcd at %s: keys under %s this node cannot read", res->endpoint, z->prefix);
+        fail(z, 4, "etcd at %s: %s", res->endpoint, z->view.err);
         return;
     }
     untroubled(z);
@@ -543,7 +539,7 @@ static void on_loaded(void *ctx, const dl_etcd_result_t *res)
     if (!z->ready_said) {
         /* The store, before this node can join a round: guarded by the agent's token, else by
          * the key the job keeps (drawn by its first agent). */
-        const char *key = json_string_value(json_object_get(z->view.job, "store_key"));
+        const char *key = z->view.job != NULL ? z->view.job->store_key : NULL;
         char err[512];
         if (z->conf.token == NULL && key != NULL &&
             dl_proto_token_from_string(key, "the job's store key in etcd", &z->store_token, err,
@@ -640,9 +636,7 @@ static bool view_behind(etcd_t *z)
  * keys, so it records its own). */
 static void note_joined(etcd_t *z, int round)
 {
-    json_object_set_new(
-        z->view.members, z->conf.node_id,
-        json_pack("{s:i, s:i}", "round", round, "node_rank", z->conf.want_node_rank));
+    dl_ejob_view_note_member(&z->view, z->conf.node_id, round, z->conf.want_node_rank);
 }
 
 static void on_done_log(void *ctx, const dl_etcd_result_t *res)
@@ -695,7 +689,7 @@ static void on_txn(void *ctx, const dl_etcd_result_t *res)
         note_joined(z, joined);
     }
     if (ok && kind == TXN_DONE) {
-        json_object_set_new(z->view.done, z->conf.node_id, json_integer(round));
+        dl_ejob_view_note_done(&z->view, z->conf.node_id, round);
         z->done_count_round = round;
         z->done_count = dl_ejob_txn_count(res->body);
         /* The journal's line for it (our rendezvous' "finished: K of N done"), before this
@@ -973,17 +967,18 @@ static void on_members(void *ctx, const dl_etcd_result_t *res)
     }
     untroubled(z);
     json_t *range = dl_ejob_read_as_range(res->body);
-    json_t *keep_done = json_incref(z->view.done);
+    /* This node's own done mark, which the read does not bring (the view follows no done key). */
+    int64_t done = dl_ejob_done_round(&z->view, z->conf.node_id);
     int lr = range != NULL ? dl_ejob_view_load(&z->view, range) : -ENOMEM;
     json_decref(range);
     if (lr >= 0) {
-        json_object_update(z->view.done, keep_done);
+        if (done >= 0)
+            dl_ejob_view_note_done(&z->view, z->conf.node_id, done);
         if (dl_ejob_round(&z->view) == round)
             z->members_round = round;
     }
-    json_decref(keep_done);
     if (lr < 0) {
-        fail(z, 4, "etcd at %s: keys under %s this node cannot read", res->endpoint, z->prefix);
+        fail(z, 4, "etcd at %s: %s", res->endpoint, z->view.err);
         return;
     }
     react(z);
@@ -1003,7 +998,7 @@ static void read_members(etcd_t *z)
 
 static void gathering(etcd_t *z, int round)
 {
-    const json_t *mine = json_object_get(z->view.members, z->conf.node_id);
+    const dl_ejob_member_rec_t *mine = dl_ejob_member(&z->view, z->conf.node_id);
     int64_t n = z->joined_round == round ? z->joined_count : 0;
 
     if (z->join_timer_round != round) {
@@ -1012,20 +1007,18 @@ static void gathering(etcd_t *z, int round)
                        0);
     }
     if (z->join_wanted && z->lease != 0 &&
-        (mine == NULL || json_integer_value(json_object_get(mine, "round")) != round ||
-         z->joined_round != round)) {
+        (mine == NULL || mine->round != round || z->joined_round != round)) {
         /* A node rank asked for that another member of the round holds is refused: only then
          * are the other members read before joining. */
         if (z->conf.want_node_rank >= 0 && z->members_round != round) {
             read_members(z);
             return;
         }
-        const char *id;
-        json_t *m;
-        json_object_foreach (z->view.members, id, m) {
+        for (size_t i = 0; i < z->view.members.n; i++) {
+            const char *id = z->view.members.items[i].key;
+            const dl_ejob_member_rec_t *m = z->view.members.items[i].rec;
             if (z->conf.want_node_rank >= 0 && strcmp(id, z->conf.node_id) != 0 &&
-                json_integer_value(json_object_get(m, "round")) == round &&
-                json_integer_value(json_object_get(m, "node_rank")) == z->conf.want_node_rank) {
+                m->round == round && m->has_node_rank && m->node_rank == z->conf.want_node_rank) {
                 fail(z, 4, "join: node_rank %d is taken by agent '%s' in round %d",
                      z->conf.want_node_rank, id, round);
                 return;
@@ -1122,25 +1115,24 @@ static void on_ring_check(void *ctx, const dl_etcd_result_t *res)
         return; /* the state moved on: the watch brings it */
     const json_t *rs = json_object_get(res->body, "responses");
     const json_t *member = json_object_get(json_array_get(rs, 0), "response_range");
-    const json_t *done = json_object_get(json_array_get(rs, 1), "response_range");
     if (json_array_size(json_object_get(member, "kvs")) > 0)
         return; /* alive */
     /* Its assignment: its host and rank (for the culprit), and who comes after it. */
-    json_t *its = dl_ejob_txn_doc(res->body, 2);
-    snprintf(z->lost_host, sizeof(z->lost_host), "%s",
-             json_string_value(json_object_get(its, "host")) ?: "");
-    z->lost_rank = (int)json_integer_value(json_object_get(its, "node_rank"));
-    bool was_done = false;
-    dl_etcd_kv_t kv;
-    const json_t *dkv = json_array_get(json_object_get(done, "kvs"), 0);
-    if (dkv != NULL && dl_etcd_kv_read(dkv, &kv) == 0) {
-        json_t *doc = json_loadb(kv.value, kv.value_len, 0, NULL);
-        was_done = json_integer_value(json_object_get(doc, "round")) == round;
-        json_decref(doc);
-        dl_etcd_kv_clear(&kv);
+    dl_ejob_assign_rec_t its;
+    dl_ejob_done_rec_t d;
+    char err[768];
+    int dr = 0;
+    if (dl_ejob_txn_rec(res->body, 2, &dl_ejob_assign_type, &its, err, sizeof(err)) < 0 ||
+        (dr = dl_ejob_txn_rec(res->body, 1, &dl_ejob_done_type, &d, err, sizeof(err))) < 0) {
+        fail(z, 4, "etcd at %s: %s", res->endpoint, err);
+        dl_proto_rec_free(&dl_ejob_assign_type, &its);
+        return;
     }
+    snprintf(z->lost_host, sizeof(z->lost_host), "%s", its.host != NULL ? its.host : "");
+    z->lost_rank = (int)its.node_rank;
+    bool was_done = dr > 0 && d.round == round;
     if (!was_done) {
-        json_decref(its);
+        dl_proto_rec_free(&dl_ejob_assign_type, &its);
         z->lost_round = round;
         react(z);
         return;
@@ -1151,7 +1143,7 @@ static void on_ring_check(void *ctx, const dl_etcd_result_t *res)
         z->done_count_round = round;
         z->done_count = count;
     }
-    const char *next = json_string_value(json_object_get(its, "next"));
+    const char *next = its.next;
     if (next == NULL || strcmp(next, z->conf.node_id) == 0) {
         dl_etcd_cancel(z->ring);
         z->ring = NULL;
@@ -1160,7 +1152,7 @@ static void on_ring_check(void *ctx, const dl_etcd_result_t *res)
         snprintf(id, sizeof(id), "%s", next);
         ring_follow(z, round, id);
     }
-    json_decref(its);
+    dl_proto_rec_free(&dl_ejob_assign_type, &its);
     react(z);
 }
 
@@ -1208,32 +1200,30 @@ static void ring_watch(etcd_t *z)
         z->ring_wanted = true;
 }
 
-/* The assignment of node `me` in the etcd job state, as the frame our own server would send:
- * the raw JSON values, unconverted, so that the validator sees what was written. */
-static json_t *assignment_msg(const json_t *state, const json_t *me, int round, int nodes)
+/* The assignment of node `me` in the etcd job state, as the frame our own server would send
+ * (the state's summary and the node's own key, both read by their tables). */
+static json_t *assignment_msg(const dl_ejob_state_rec_t *st, const dl_ejob_assign_rec_t *me,
+                              int round, int nodes)
 {
-    static const char *const from_state[][2] = {
-        {"world_size", "world_size"},   {"max_restarts", "max_restarts"},
-        {"failures", "restarts"},       {"master_port", "master_port"},
-        {"master_addr", "master_addr"}, {"store_addr", "store_addr"}};
-    static const char *const from_node[][2] = {
-        {"node_rank", "node_rank"}, {"first_rank", "first_rank"}, {"local_world_size", "slots"}};
     json_t *msg = dl_proto_msg_new(DL_PROTO_ASSIGNMENT, 0);
     if (msg == NULL)
         return NULL;
     json_object_set_new(msg, "round", json_integer(round));
     json_object_set_new(msg, "restart_count", json_integer(round));
     json_object_set_new(msg, "nodes", json_integer(nodes));
-    for (size_t i = 0; i < sizeof(from_state) / sizeof(from_state[0]); i++) {
-        json_t *x = json_object_get(state, from_state[i][1]);
-        if (x != NULL)
-            json_object_set(msg, from_state[i][0], x);
-    }
-    for (size_t i = 0; i < sizeof(from_node) / sizeof(from_node[0]); i++) {
-        json_t *x = json_object_get(me, from_node[i][1]);
-        if (x != NULL)
-            json_object_set(msg, from_node[i][0], x);
-    }
+    if (st->has_world_size)
+        json_object_set_new(msg, "world_size", json_integer(st->world_size));
+    json_object_set_new(msg, "max_restarts", json_integer(st->max_restarts));
+    json_object_set_new(msg, "failures", json_integer(st->restarts));
+    if (st->has_master_port)
+        json_object_set_new(msg, "master_port", json_integer(st->master_port));
+    if (st->master_addr != NULL)
+        json_object_set_new(msg, "master_addr", json_string(st->master_addr));
+    if (st->store_addr != NULL)
+        json_object_set_new(msg, "store_addr", json_string(st->store_addr));
+    json_object_set_new(msg, "node_rank", json_integer(me->node_rank));
+    json_object_set_new(msg, "first_rank", json_integer(me->first_rank));
+    json_object_set_new(msg, "local_world_size", json_integer(me->slots));
     return msg;
 }
 
@@ -1245,18 +1235,18 @@ static void torch_hosts(etcd_t *z, bool node0)
     char err[300] = "out of memory";
     if (z->torch_port <= 0)
         return;
-    json_t *nodes = node0 ? dl_ejob_assigned_nodes(&z->view) : json_array();
-    size_t n = 0, count = json_array_size(nodes);
-    const char **addrs = calloc(count ? count : 1, sizeof(*addrs));
+    size_t n = 0, count = 0;
+    const dl_ejob_assign_rec_t **nodes =
+        node0 ? dl_ejob_assigned_nodes(&z->view, &count) : calloc(1, sizeof(*nodes));
+    const char **addrs = nodes != NULL ? calloc(count ? count : 1, sizeof(*addrs)) : NULL;
     for (size_t i = 0; addrs != NULL && i < count; i++) {
-        const char *a = json_string_value(json_object_get(json_array_get(nodes, i), "addr"));
-        if (a != NULL)
-            addrs[n++] = a;
+        if (nodes[i]->addr != NULL)
+            addrs[n++] = nodes[i]->addr;
     }
     if (addrs == NULL || dl_rdzv_server_set_job_hosts(z->store, addrs, n, err, sizeof(err)) < 0)
         say(z, "torch store: other nodes' workers may not reach it: %s", err);
     free(addrs);
-    json_decref(nodes);
+    free(nodes);
 }
 
 /* The end of an assignment read or check: false when there is nothing more to do with its answer
@@ -1291,8 +1281,7 @@ static void on_assignment(void *ctx, const dl_etcd_result_t *res)
     }
     z->assign_linear = false;
     if (dl_ejob_view_merge(&z->view, res->body) < 0) {
-        fail(z, 4, "etcd at %s: an assignment under %sa/ this node cannot read", res->endpoint,
-             z->prefix);
+        fail(z, 4, "etcd at %s: %s", res->endpoint, z->view.err);
         return;
     }
     if (dl_ejob_assigned(&z->view, z->conf.node_id) == NULL && !z->assign_checked) {
@@ -1311,8 +1300,8 @@ static void on_assign_check(void *ctx, const dl_etcd_result_t *res)
         return;
     const json_t *range = dl_ejob_txn_range(res->body);
     if (range == NULL || dl_ejob_view_merge(&z->view, range) < 0) {
-        fail(z, 4, "etcd at %s: an answer about this node's assignment it cannot read",
-             res->endpoint);
+        fail(z, 4, "etcd at %s: %s", res->endpoint,
+             range == NULL ? "an answer about this node's assignment it cannot read" : z->view.err);
         return;
     }
     z->assign_checked = true;
@@ -1343,7 +1332,7 @@ static void read_assignment(etcd_t *z, int round, int64_t rev)
 {
     if (z->assign_reading)
         return;
-    const char *zero = json_string_value(json_object_get(z->view.state, "node0"));
+    const char *zero = z->view.state != NULL ? z->view.state->node0 : NULL;
     bool all = z->torch_port > 0 && zero != NULL && strcmp(zero, z->conf.node_id) == 0;
     z->assign_reading = true;
     if (z->txn_round_read != round || z->assign_rev_read != rev)
@@ -1385,8 +1374,8 @@ static void wait_for_a_place(etcd_t *z, int round)
 
 static void running(etcd_t *z, int round)
 {
-    const json_t *me = dl_ejob_assigned(&z->view, z->conf.node_id);
-    const json_t *mine = json_object_get(z->view.members, z->conf.node_id);
+    const dl_ejob_assign_rec_t *me = dl_ejob_assigned(&z->view, z->conf.node_id);
+    const dl_ejob_member_rec_t *mine = dl_ejob_member(&z->view, z->conf.node_id);
     int node_count = dl_ejob_node_count(&z->view);
     int64_t assignment = dl_ejob_assignment(&z->view);
     char reason[1400], err[300];
@@ -1397,8 +1386,7 @@ static void running(etcd_t *z, int round)
         return;
     }
 
-    if (z->join_wanted && me != NULL && mine != NULL &&
-        json_integer_value(json_object_get(mine, "round")) == round) {
+    if (z->join_wanted && me != NULL && mine != NULL && mine->round == round) {
         dl_rdzv_assignment_t as;
         dl_rdzv_assignment_want_t want = {.slots = z->join.slots,
                                           .min_nodes = z->settings.min_nodes,
@@ -1426,7 +1414,7 @@ static void running(etcd_t *z, int round)
         /* Who ended the last round, for a node that took no part in it (its workers' round
          * ended before it read its assignment): its restart event names the culprit too. */
         dl_rdzv_culprit_info_t who;
-        dl_rdzv_dec_culprit(json_object_get(z->view.state, "culprit"), &who);
+        dl_rdzv_dec_culprit(z->view.state->culprit, &who);
         z->cbs.assigned(z->ctx, &as, who.cause != NULL ? &who : NULL);
         if (z->closing || z->ended)
             return;
@@ -1448,7 +1436,7 @@ static void running(etcd_t *z, int round)
     }
     /* A member of the round watches the next one's key (see ring_check). */
     if (me != NULL && z->ring_round != round) {
-        const char *next = json_string_value(json_object_get(me, "next"));
+        const char *next = me->next;
         if (next != NULL && strcmp(next, z->conf.node_id) != 0) {
             char id[256];
             snprintf(id, sizeof(id), "%s", next);
@@ -1467,8 +1455,7 @@ static void running(etcd_t *z, int round)
     }
     z->report_round = -1;
     if (z->done_round == round && z->lease != 0) {
-        const json_t *d = json_object_get(z->view.done, z->conf.node_id);
-        if (d == NULL || json_integer_value(d) != round) {
+        if (dl_ejob_done_round(&z->view, z->conf.node_id) != round) {
             send_txn(z, dl_ejob_txn_done_counted(&z->view, z->conf.node_id, z->lease), TXN_DONE,
                      round);
             return;
@@ -1515,10 +1502,9 @@ static void depart(etcd_t *z)
     }
     /* The others of the round, less those this node knows are done (the last done count). */
     int left = dl_ejob_node_count(v) - 1;
-    const json_t *self_done = json_object_get(v->done, z->conf.node_id);
+    bool self_done = dl_ejob_done_round(v, z->conf.node_id) == round;
     if (z->done_count_round == round && z->done_count > 0)
-        left -= (int)(z->done_count -
-                      (self_done != NULL && json_integer_value(self_done) == round ? 1 : 0));
+        left -= (int)(z->done_count - (self_done ? 1 : 0));
     if (left < 0)
         left = 0;
     char reason[600];
@@ -1569,8 +1555,8 @@ static void react(etcd_t *z)
     if (z->ring_round >= 0 && (round != z->ring_round || strcmp(state, "running") != 0))
         ring_stop(z);
     if (dl_ejob_over(v)) {
-        const char *reason = json_string_value(json_object_get(v->state, "reason"));
-        const char *failure = json_string_value(json_object_get(v->state, "failure"));
+        const char *reason = v->state->reason;
+        const char *failure = v->state->failure;
         char safe_reason[1200], safe_failure[512];
         dl_proto_escape(reason ? reason : state, safe_reason, sizeof(safe_reason));
         if (failure != NULL)
@@ -1600,9 +1586,9 @@ static void react(etcd_t *z)
         z->workers_round = -1;
         z->done_round = -1;
         z->report_round = -1;
-        const char *reason = json_string_value(json_object_get(v->state, "reason"));
+        const char *reason = v->state->reason;
         dl_rdzv_culprit_info_t who;
-        dl_rdzv_dec_culprit(json_object_get(v->state, "culprit"), &who);
+        dl_rdzv_dec_culprit(v->state->culprit, &who);
         z->cbs.round_changed(z->ctx, round, reason != NULL ? reason : "a new round",
                              who.cause != NULL ? &who : NULL);
         return;
@@ -1707,19 +1693,20 @@ static void on_judge_read(void *ctx, const dl_etcd_result_t *res)
         return;
     if (z->judged == NULL && (z->judged = json_object()) == NULL)
         return;
-    const char *id;
-    json_t *rep;
     double now = now_unix();
-    json_object_foreach (z->view.reports, id, rep) {
-        json_int_t rev = json_integer_value(json_object_get(rep, "rev"));
-        if (json_integer_value(json_object_get(rep, "round")) != z->workers_round ||
+    for (size_t i = 0; i < z->view.reports.n; i++) {
+        const char *id = z->view.reports.items[i].key;
+        const dl_ejob_report_rec_t *rep = z->view.reports.items[i].rec;
+        int64_t rev = z->view.reports.items[i].rev;
+        if (rep->round != z->workers_round ||
             json_integer_value(json_object_get(z->judged, id)) == rev)
             continue;
         char err[256];
+        json_t *beat = dl_ejob_report_beat(rep);
         /* A report the rule cannot read is its sender's to say; the others still count. */
-        (void)dl_rdzv_judge_feed(z->judge, id, rep,
-                                 now - json_number_value(json_object_get(rep, "time")), err,
-                                 sizeof(err));
+        if (beat != NULL)
+            (void)dl_rdzv_judge_feed(z->judge, id, beat, now - rep->time, err, sizeof(err));
+        json_decref(beat);
         json_object_set_new(z->judged, id, json_integer(rev));
     }
     if (z->verdict_round != z->workers_round) {
@@ -1752,25 +1739,39 @@ static void judge_read(etcd_t *z)
         z->judge_busy = false;
 }
 
-/* Node 0's store figures as its server counts them ({keys, store_bytes, store_waits,
- * store_clients}), new reference, or NULL when this node serves no round's store. */
-static json_t *store_figures(etcd_t *z)
+/* Node 0's store figures as its server counts them (its snapshot's job, read by the status
+ * reply's table): false when this node serves no round's store. */
+static bool store_figures(etcd_t *z, dl_ejob_store_rec_t *out)
 {
-    static const char *const names[] = {"keys", "store_bytes", "store_waits", "store_clients"};
     json_t *snap = NULL;
+    dl_proto_status_snapshot_t st;
+    char err[256];
+    memset(out, 0, sizeof(*out));
     if (z->store == NULL || z->node_rank != 0 || z->workers_round < 0)
-        return NULL;
+        return false;
     z->raw_snapshot = true;
     int r = dl_rdzv_server_snapshot(z->store, &snap);
     z->raw_snapshot = false;
     if (r < 0)
-        return NULL;
-    json_t *job = json_array_get(json_object_get(snap, "jobs"), 0), *o = json_object();
-    for (size_t i = 0; o != NULL && i < sizeof(names) / sizeof(names[0]); i++)
-        if (json_object_get(job, names[i]) != NULL)
-            json_object_set(o, names[i], json_object_get(job, names[i]));
+        return false;
+    r = dl_proto_rec_decode(&dl_proto_status_snapshot_type, snap, &st, "store snapshot", err,
+                            sizeof(err));
     json_decref(snap);
-    return o;
+    if (r < 0)
+        return false;
+    if (st.njobs > 0) {
+        const dl_proto_status_job_t *j = &st.jobs[0];
+        *out = (dl_ejob_store_rec_t){.keys = j->keys,
+                                     .has_keys = j->has_keys,
+                                     .store_bytes = j->store_bytes,
+                                     .has_store_bytes = j->has_store_bytes,
+                                     .store_waits = j->store_waits,
+                                     .has_store_waits = j->has_store_waits,
+                                     .store_clients = j->store_clients,
+                                     .has_store_clients = j->has_store_clients};
+    }
+    dl_proto_rec_free(&dl_proto_status_snapshot_type, &st);
+    return true;
 }
 
 /* The heartbeat a server would get, put at n/NODE_ID on this node's lease: what `dlaunch status`
@@ -1787,7 +1788,9 @@ static void put_report(etcd_t *z, const dl_rdzv_beat_t *beat)
         z->departed || z->depart_wanted || (z->report_last > 0 && now - z->report_last < every))
         return;
     dl_rdzv_beat_msg_t m = dl__rdzv_beat_msg(beat, z->workers_round);
-    json_t *msg = dl_rdzv_enc_heartbeat(-1, &m), *store = store_figures(z), *body = NULL;
+    json_t *msg = dl_rdzv_enc_heartbeat(-1, &m), *body = NULL;
+    dl_ejob_store_rec_t figures;
+    const dl_ejob_store_rec_t *store = store_figures(z, &figures) ? &figures : NULL;
     int r = msg != NULL ? dl_ejob_put_report(&z->view, z->conf.node_id, msg, store, now_unix(),
                                              z->lease, &body)
                         : -ENOMEM;
@@ -1802,7 +1805,6 @@ static void put_report(etcd_t *z, const dl_rdzv_beat_t *beat)
         r = dl_ejob_put_report(&z->view, z->conf.node_id, msg, store, now_unix(), z->lease, &body);
     }
     json_decref(msg);
-    json_decref(store);
     if (r < 0)
         return;
     z->report_last = now;
@@ -1822,18 +1824,18 @@ static void on_page_read(void *ctx, const dl_etcd_result_t *res)
     if (dl_ejob_view_load(&z->page, res->body) < 0)
         return;
     /* The chart's points: the furthest step any node of the round reports. */
-    const char *id;
-    json_t *rep, *best = NULL;
-    json_object_foreach (z->page.reports, id, rep) {
-        json_t *p = json_object_get(rep, "progress");
-        if (json_integer_value(json_object_get(rep, "round")) == dl_ejob_round(&z->page) &&
-            p != NULL &&
-            (best == NULL || json_integer_value(json_object_get(p, "step")) >
-                                 json_integer_value(json_object_get(best, "step"))))
+    const dl_ejob_progress_rec_t *best = NULL;
+    for (size_t i = 0; i < z->page.reports.n; i++) {
+        const dl_ejob_report_rec_t *rep = z->page.reports.items[i].rec;
+        const dl_ejob_progress_rec_t *p = rep->progress;
+        if (rep->round == dl_ejob_round(&z->page) && p != NULL &&
+            (best == NULL || p->step > best->step))
             best = p;
     }
-    if (best != NULL && z->store != NULL)
-        dl_rdzv_server_progress(z->store, z->conf.run_id, best);
+    json_t *progress = best != NULL ? dl_proto_rec_encode(&dl_ejob_progress_type, best) : NULL;
+    if (progress != NULL && z->store != NULL)
+        dl_rdzv_server_progress(z->store, z->conf.run_id, progress);
+    json_decref(progress);
 }
 
 /* --http: every key of the job, as `dlaunch status` reads them, at most every PAGE_S. */
@@ -1860,24 +1862,30 @@ static json_t *page_status(void *ctx, const char *run_id, const json_t *own)
 {
     etcd_t *z = ctx;
     double now = now_unix();
+    dl_proto_status_job_t st;
+    dl_proto_status_failure_t f;
+    char err[256];
+    json_t *o = NULL;
     (void)own;
     if (z->raw_snapshot || z->page.state == NULL)
         return NULL;
-    json_t *o = dl_ejob_status_full(&z->page, run_id, true, now);
-    size_t i;
-    json_t *n;
+    if (dl_ejob_status_rec(&z->page, run_id, true, now, &st, err, sizeof(err)) < 0)
+        return NULL;
     /* What a server's snapshot adds (rendezvous/stats.c): the nodes' last heartbeats as times,
      * the last failure. */
-    json_array_foreach (json_object_get(o, "nodes"), i, n) {
-        json_object_set_new(
-            n, "last_heartbeat",
-            json_real(now - json_number_value(json_object_get(n, "heartbeat_age"))));
+    for (size_t i = 0; i < st.nnodes; i++) {
+        st.nodes[i].last_heartbeat = now - st.nodes[i].heartbeat_age;
+        st.nodes[i].has_last_heartbeat = true;
     }
-    json_t *f = dl_ejob_last_failure(&z->page);
-    if (o != NULL && f != NULL)
-        json_object_set_new(o, "last_failure", f);
-    else
-        json_decref(f);
+    if (dl_ejob_last_failure(&z->page, &f) > 0 &&
+        (st.last_failure = malloc(sizeof(*st.last_failure))) != NULL)
+        *st.last_failure = f;
+    else {
+        free(f.peer);
+        free(f.reason);
+    }
+    o = dl_proto_rec_encode(&dl_proto_status_job_type, &st);
+    dl_proto_rec_free(&dl_proto_status_job_type, &st);
     return o;
 }
 

@@ -144,8 +144,7 @@ static int load(ectl_t *c, const char *run_id)
     r = dl_ejob_view_load(&c->view, ans);
     json_decref(ans);
     if (r < 0) {
-        fprintf(stderr, "dlaunch: etcd at %s: keys under %s this command cannot read\n",
-                dl_etcd_endpoints(c->etcd), c->prefix);
+        fprintf(stderr, "dlaunch: etcd at %s: %s\n", dl_etcd_endpoints(c->etcd), c->view.err);
         return 4;
     }
     if (c->view.state == NULL) {
@@ -205,10 +204,13 @@ static int status_all(ectl_t *c)
                     dl_etcd_kv_clear(&kk);
                 }
             }
-            dl_ejob_view_load(&v, sub);
+            int lr = dl_ejob_view_load(&v, sub);
             json_decref(sub);
             dl_proto_status_job_t *job = &all.jobs[all.njobs];
-            if (dl_ejob_status_rec(&v, run_id, false, now_unix(), job, err, sizeof(err)) == 0)
+            /* One job whose keys cannot be read is said, and the others listed. */
+            if (lr < 0)
+                fprintf(stderr, "dlaunch: etcd at %s: %s\n", dl_etcd_endpoints(c->etcd), v.err);
+            else if (dl_ejob_status_rec(&v, run_id, false, now_unix(), job, err, sizeof(err)) == 0)
                 all.njobs++;
             else
                 dl_proto_rec_free(&dl_proto_status_job_type, job);

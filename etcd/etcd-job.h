@@ -26,22 +26,25 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "job-records.h"
 #include "status-reply.h"
 
 #define DL_EJOB_MAX_PREFIX 512
 
 typedef struct {
     char prefix[DL_EJOB_MAX_PREFIX]; /* "/dlaunch/RUN_ID/" */
-    json_t *job;                     /* the settings, or NULL */
-    json_t *state;                   /* the state, or NULL */
+    dl_ejob_job_rec_t *job;          /* the settings, or NULL */
+    dl_ejob_state_rec_t *state;      /* the state, or NULL */
     int64_t state_rev;               /* its mod revision (0: none) */
-    json_t *members;                 /* node id -> member document (with "lease" and "rev" added) */
-    json_t *done;                    /* node id -> round */
+    dl_ejob_table_t members;         /* node id -> member, with its key's lease and revision */
+    dl_ejob_table_t done;            /* node id -> the round it was done */
     json_t *events;                  /* key -> event */
-    json_t *assign;  /* "ROUND/REV/NODE_ID" -> that node's assignment (a/ keys read) */
-    json_t *reports; /* node id -> its agent's report (n/ keys), with "rev" added */
-    json_t *verdict; /* the straggler rule's verdict ({round, view}), or NULL */
-    int64_t rev;     /* the view holds every change up to this revision */
+    dl_ejob_table_t assign;  /* "ROUND/REV/NODE_ID" -> that node's assignment (a/ keys read) */
+    dl_ejob_table_t reports; /* node id -> its agent's report (n/ keys), with its revision */
+    dl_ejob_verdict_rec_t *verdict; /* the straggler rule's verdict, or NULL */
+    int64_t rev;                    /* the view holds every change up to this revision */
+    /* Why the last load, watch or merge failed: one line naming the key (and the field). */
+    char err[768];
 } dl_ejob_view_t;
 
 /* What an update changed. */
@@ -61,10 +64,19 @@ int dl_ejob_prefix(const char *conf_prefix, const char *run_id, char *buf, size_
 
 void dl_ejob_view_init(dl_ejob_view_t *v, const char *prefix);
 void dl_ejob_view_clear(dl_ejob_view_t *v);
-/* Replaces the view with a range answer over the whole prefix. Returns DL_EJOB_CH_* or -EPROTO. */
+/* Replaces the view with a range answer over the whole prefix. Returns DL_EJOB_CH_*, or -EPROTO
+ * (not etcd's answer), -EBADMSG (a value of the job's that is not as job-records.h declares it)
+ * or -ENOMEM, with one line in v->err naming the key and the field. */
 int dl_ejob_view_load(dl_ejob_view_t *v, const json_t *range);
-/* Applies a watch message's events. Returns DL_EJOB_CH_* or -EPROTO. */
+/* Applies a watch message's events. Returns DL_EJOB_CH_* or what dl_ejob_view_load does. */
 int dl_ejob_view_watch(dl_ejob_view_t *v, const json_t *result);
+/* node_id's member record in the view, or NULL; the round node_id was done in, or -1. */
+const dl_ejob_member_rec_t *dl_ejob_member(const dl_ejob_view_t *v, const char *node_id);
+int64_t dl_ejob_done_round(const dl_ejob_view_t *v, const char *node_id);
+/* What this node's own transactions put, recorded in its view (the view follows no member or
+ * done keys): 0 or -ENOMEM. */
+int dl_ejob_view_note_member(dl_ejob_view_t *v, const char *node_id, int round, int node_rank);
+int dl_ejob_view_note_done(dl_ejob_view_t *v, const char *node_id, int64_t round);
 
 /* The state's fields, with defaults when there is none. */
 int dl_ejob_round(const dl_ejob_view_t *v);
@@ -79,9 +91,10 @@ int dl_ejob_node_count(const dl_ejob_view_t *v);
 /* node_id's assignment in the running round ({node_id, host, addr, store, slots, node_rank,
  * first_rank, master_port, next: the node ranked after it, wrapping}), if the view read it
  * (dl_ejob_range_assignment), else NULL. */
-const json_t *dl_ejob_assigned(const dl_ejob_view_t *v, const char *node_id);
-/* Every assignment of the running round the view read, in rank order (new reference). */
-json_t *dl_ejob_assigned_nodes(const dl_ejob_view_t *v);
+const dl_ejob_assign_rec_t *dl_ejob_assigned(const dl_ejob_view_t *v, const char *node_id);
+/* Every assignment of the running round the view read, in rank order (borrowed from the view),
+ * their count in *ret_n: an array to free(), or NULL (no memory). */
+const dl_ejob_assign_rec_t **dl_ejob_assigned_nodes(const dl_ejob_view_t *v, size_t *ret_n);
 
 /* ---- Documents -------------------------------------------------------------------------------- */
 
@@ -93,10 +106,9 @@ typedef struct {
     const char *store_key; /* the store's key for agents without a token of their own, or NULL */
 } dl_ejob_settings_t;
 
-json_t *dl_ejob_settings_doc(const dl_ejob_settings_t *s);
-/* Whether the job's settings (doc) agree with s: min:max must. Returns 0, or -EINVAL with one
+/* Whether the job's settings (its job key, read) agree with s: min:max must. Returns 0, or -EINVAL with one
  * line in err. */
-int dl_ejob_settings_check(const json_t *doc, const dl_ejob_settings_t *s, char *err,
+int dl_ejob_settings_check(const dl_ejob_job_rec_t *job, const dl_ejob_settings_t *s, char *err,
                            size_t errlen);
 
 /* A member's offer. */
@@ -195,6 +207,8 @@ json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id);
  * of an older round than the state's are left out. now: this clock's Unix time, against the
  * reports' own. New reference (job-status.c). */
 json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ranks, double now);
+/* The job's fields of dl_ejob_status, as the status reply's struct (0 or -ENOMEM). */
+int dl_ejob_status_base(const dl_ejob_view_t *v, const char *run_id, dl_proto_status_job_t *st);
 /* The same as the status reply's struct (proto/status-reply.h), all its own: free it with
  * dl_proto_rec_free(&dl_proto_status_job_type, st). Returns 0, -EBADMSG (the state's status is
  * not one, err says why) or -ENOMEM. */
@@ -224,18 +238,21 @@ size_t dl_ejob_explain(const dl_ejob_view_t *v, const char *run_id, const char *
                        const json_t *diag, double now, char *buf, size_t len);
 
 /* For the status page: the failure that ended the last round, from the state's culprit, as a
- * server keeps it ({time, round, rank, exit_code | signal, reason, peer: the host}); NULL when a
- * worker's failure did not end it. New reference. */
-json_t *dl_ejob_last_failure(const dl_ejob_view_t *v);
+ * server keeps it (time, round, rank, exit_code | signal, reason, peer: the host), into *f (its
+ * strings its own). Returns 1, 0 when a worker's failure did not end it (*f cleared), or
+ * -ENOMEM. */
+int dl_ejob_last_failure(const dl_ejob_view_t *v, dl_proto_status_failure_t *f);
 
 /* A node's report (n/NODE_ID): its heartbeat message as rdzv-codec.h encodes it (borrowed) and
- * the time it was made, with node 0's store figures when store is not NULL ({keys, store_bytes,
- * store_waits, store_clients}, borrowed). Reports larger than DL_EJOB_REPORT_MAX are refused
+ * the time it was made, with node 0's store figures when store is not NULL (borrowed). Reports larger than DL_EJOB_REPORT_MAX are refused
  * (-EMSGSIZE: the caller leaves out the ranks' diagnostics). Returns 0 with *ret, the body of a
  * /v3/kv/put on lease (new reference), or a negative errno. */
 #define DL_EJOB_REPORT_MAX (64 * 1024)
 int dl_ejob_put_report(const dl_ejob_view_t *v, const char *node_id, const json_t *beat,
-                       const json_t *store, double now, int64_t lease, json_t **ret);
+                       const dl_ejob_store_rec_t *store, double now, int64_t lease, json_t **ret);
+/* A report as the heartbeat message it holds, for the rendezvous' readers of heartbeats
+ * (rendezvous.h): new reference, or NULL (no memory). */
+json_t *dl_ejob_report_beat(const dl_ejob_report_rec_t *rep);
 /* The job-wide straggler rule's verdict (PREFIX verdict): the view our server answers each
  * heartbeat with, made by the running round's node 0 from every node's report
  * (dl_rdzv_judge_t) and read by every node with its report's put.
@@ -251,7 +268,8 @@ json_t *dl_ejob_put_verdict(const dl_ejob_view_t *v, int round, const json_t *vi
 
 /* A range body of every node's report. */
 json_t *dl_ejob_range_reports(const dl_ejob_view_t *v);
-/* Replaces the view's reports with those of a range answer of them. Returns 0 or -EPROTO. */
+/* Replaces the view's reports with those of a range answer of them. Returns 0, or what
+ * dl_ejob_view_merge returns. */
 int dl_ejob_view_reports(dl_ejob_view_t *v, const json_t *range);
 
 /* The exit code of an ended job (docs/exit-codes.md): 0 succeeded or stopped, 1 failed (5 when
@@ -296,18 +314,23 @@ json_t *dl_ejob_range_events(const dl_ejob_view_t *v);
 /* A range body of node_id's assignment in the running round, or of every node's (node_id
  * NULL); serializable: answered by the member asked from what it has applied, without a round
  * trip to the leader (good when the answer's revision is the state's or later: the keys went
- * in before the state). dl_ejob_view_merge puts a range answer's keys into the view (0 or
- * -EPROTO). */
+ * in before the state). dl_ejob_view_merge puts a range answer's keys into the view (0, or what
+ * dl_ejob_view_load returns, v->err saying why). */
 json_t *dl_ejob_range_assignment(const dl_ejob_view_t *v, const char *node_id, bool serializable);
 int dl_ejob_view_merge(dl_ejob_view_t *v, const json_t *range);
 /* This node's assignment read again when a read found none: a transaction that gives the key
  * while the state is the view's (then its absence is the round's word), else the state that
  * changed meanwhile (a round change took the round's keys away before the watch said so). */
 json_t *dl_ejob_txn_assignment_check(const dl_ejob_view_t *v, const char *node_id);
-/* The range answer of a transaction answer's first response (either branch), or NULL. */
+/* The range answer of a transaction answer's first response (either branch), or of its
+ * response i, or NULL. */
 const json_t *dl_ejob_txn_range(const json_t *answer);
-/* The document of the first key of a transaction answer's response i, decoded, or NULL. */
-json_t *dl_ejob_txn_doc(const json_t *answer, size_t i);
+const json_t *dl_ejob_txn_range_at(const json_t *answer, size_t i);
+/* The value of the first key of a transaction answer's response i, read into rec (a struct of
+ * t's): 1, or 0 when there is no key (rec cleared), or -EBADMSG / -EPROTO / -ENOMEM with one line
+ * in err naming the key and the field. */
+int dl_ejob_txn_rec(const json_t *answer, size_t i, const dl_proto_rec_type_t *t, void *rec,
+                    char *err, size_t errlen);
 int dl_ejob_view_events(dl_ejob_view_t *v, const json_t *range);
 
 /* Between job.c and job-count.c: the base64 key prefix + printf(fmt, ...), and the end of the

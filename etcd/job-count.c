@@ -189,10 +189,15 @@ json_t *dl_ejob_txn_assignment_check(const dl_ejob_view_t *v, const char *node_i
                      "failure", "request_range", "key", dl__ejob_key(v->prefix, "state"));
 }
 
+const json_t *dl_ejob_txn_range_at(const json_t *answer, size_t i)
+{
+    return json_object_get(json_array_get(json_object_get(answer, "responses"), i),
+                           "response_range");
+}
+
 const json_t *dl_ejob_txn_range(const json_t *answer)
 {
-    return json_object_get(json_array_get(json_object_get(answer, "responses"), 0),
-                           "response_range");
+    return dl_ejob_txn_range_at(answer, 0);
 }
 
 int dl_ejob_view_merge(dl_ejob_view_t *v, const json_t *range)
@@ -209,22 +214,22 @@ int dl_ejob_view_merge(dl_ejob_view_t *v, const json_t *range)
     int r = msg != NULL ? dl_ejob_view_watch(v, msg) : -ENOMEM;
     json_decref(msg);
     v->rev = rev; /* what the watch has brought is unchanged */
-    return r < 0 ? -EPROTO : 0;
+    return r < 0 ? r : 0;
 }
 
-json_t *dl_ejob_txn_doc(const json_t *answer, size_t i)
+int dl_ejob_txn_rec(const json_t *answer, size_t i, const dl_proto_rec_type_t *t, void *rec,
+                    char *err, size_t errlen)
 {
-    const json_t *r =
-        json_object_get(json_array_get(json_object_get(answer, "responses"), i), "response_range");
-    const json_t *kvj = json_array_get(json_object_get(r, "kvs"), 0);
+    const json_t *kvj = json_array_get(json_object_get(dl_ejob_txn_range_at(answer, i), "kvs"), 0);
     dl_etcd_kv_t kv;
-    if (kvj == NULL || dl_etcd_kv_read(kvj, &kv) < 0)
-        return NULL;
-    json_t *doc = json_loadb(kv.value, kv.value_len, 0, NULL);
-    dl_etcd_kv_clear(&kv);
-    if (!json_is_object(doc)) {
-        json_decref(doc);
-        return NULL;
+    memset(rec, 0, t->size);
+    if (kvj == NULL)
+        return 0;
+    if (dl_etcd_kv_read(kvj, &kv) < 0) {
+        snprintf(err, errlen, "a key in etcd's answer that is not one");
+        return -EPROTO;
     }
-    return doc;
+    int r = dl_ejob_rec_read(t, kv.key, kv.value, kv.value_len, rec, err, errlen);
+    dl_etcd_kv_clear(&kv);
+    return r < 0 ? r : 1;
 }

@@ -9,20 +9,23 @@
 
 #include "etcd-job.h"
 #include "etcd.h"
+#include "rdzv-codec.h"
 #include "rdzv-policy.h"
 #include "rendezvous.h"
 
 int dl_ejob_put_report(const dl_ejob_view_t *v, const char *node_id, const json_t *beat,
-                       const json_t *store, double now, int64_t lease, json_t **ret)
+                       const dl_ejob_store_rec_t *store, double now, int64_t lease, json_t **ret)
 {
-    json_t *doc = json_deep_copy(beat);
-    if (doc == NULL)
-        return -ENOMEM;
-    json_object_set_new(doc, "time", json_real(now));
-    if (store != NULL)
-        json_object_set(doc, "store", (json_t *)store);
-    char *text = json_dumps(doc, JSON_COMPACT);
-    json_decref(doc);
+    dl_ejob_report_rec_t rep;
+    char err[256];
+    int r = dl_proto_rec_decode(&dl_ejob_report_type, beat, &rep, "heartbeat", err, sizeof(err));
+    if (r < 0)
+        return r;
+    rep.time = now;
+    rep.store = (dl_ejob_store_rec_t *)store; /* borrowed: given back before the free */
+    char *text = dl_ejob_rec_text(&dl_ejob_report_type, &rep);
+    rep.store = NULL;
+    dl_proto_rec_free(&dl_ejob_report_type, &rep);
     if (text == NULL)
         return -ENOMEM;
     size_t len = strlen(text);
@@ -39,6 +42,20 @@ int dl_ejob_put_report(const dl_ejob_view_t *v, const char *node_id, const json_
     return 0;
 }
 
+json_t *dl_ejob_report_beat(const dl_ejob_report_rec_t *rep)
+{
+    return dl_proto_rec_encode(&dl_ejob_report_type, rep);
+}
+
+/* {"beat", "age_s"}, as the rendezvous' readers of heartbeats take them (rendezvous.h), appended
+ * to beats: age by this clock against the writer's (never below 0). */
+static void add_beat(json_t *beats, const dl_ejob_report_rec_t *rep, double now)
+{
+    double age = now - rep->time;
+    json_array_append_new(beats, json_pack("{s:o, s:f}", "beat", dl_ejob_report_beat(rep), "age_s",
+                                           age > 0 ? age : 0.0));
+}
+
 json_t *dl_ejob_txn_report(const dl_ejob_view_t *v, json_t *put)
 {
     if (put == NULL)
@@ -49,22 +66,29 @@ json_t *dl_ejob_txn_report(const dl_ejob_view_t *v, json_t *put)
 
 json_t *dl_ejob_verdict_of(const json_t *answer, int round)
 {
-    json_t *doc = dl_ejob_txn_doc(answer, 1);
-    json_t *view = json_object_get(doc, "view");
-    if (json_integer_value(json_object_get(doc, "round")) != round || !json_is_object(view)) {
-        json_decref(doc);
+    const json_t *r = dl_ejob_txn_range_at(answer, 1);
+    const json_t *kvj = json_array_get(json_object_get(r, "kvs"), 0);
+    dl_ejob_verdict_rec_t verdict;
+    dl_etcd_kv_t kv;
+    char err[256];
+    json_t *view = NULL;
+    if (kvj == NULL || dl_etcd_kv_read(kvj, &kv) < 0)
         return NULL;
+    /* A verdict that is none is no verdict: the round goes on without one, as without a put. */
+    if (dl_ejob_rec_read(&dl_ejob_verdict_type, kv.key, kv.value, kv.value_len, &verdict, err,
+                         sizeof(err)) == 0) {
+        if (verdict.round == round)
+            view = json_incref(verdict.view);
+        dl_proto_rec_free(&dl_ejob_verdict_type, &verdict);
     }
-    json_incref(view);
-    json_decref(doc);
+    dl_etcd_kv_clear(&kv);
     return view;
 }
 
 json_t *dl_ejob_put_verdict(const dl_ejob_view_t *v, int round, const json_t *view, int64_t lease)
 {
-    json_t *doc = json_pack("{s:i, s:O}", "round", round, "view", view);
-    char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
+    dl_ejob_verdict_rec_t verdict = {.round = round, .view = (json_t *)view};
+    char *text = dl_ejob_rec_text(&dl_ejob_verdict_type, &verdict);
     if (text == NULL)
         return NULL;
     json_t *body = json_pack("{s:o, s:o, s:o}", "key", dl__ejob_key(v->prefix, "verdict"), "value",
@@ -81,63 +105,49 @@ json_t *dl_ejob_range_reports(const dl_ejob_view_t *v)
 
 int dl_ejob_view_reports(dl_ejob_view_t *v, const json_t *range)
 {
-    json_object_clear(v->reports);
+    dl_ejob_table_clear(&v->reports);
     return dl_ejob_view_merge(v, range);
-}
-
-/* One of the store's figures node 0 reports (store borrowed), when it is there. */
-static void store_figure(const json_t *store, const char *name, long long *v, bool *has)
-{
-    const json_t *x = json_object_get(store, name);
-    if (json_is_integer(x)) {
-        *v = (long long)json_integer_value(x);
-        *has = true;
-    }
 }
 
 int dl_ejob_status_rec(const dl_ejob_view_t *v, const char *run_id, bool ranks, double now,
                        dl_proto_status_job_t *st, char *err, size_t errlen)
 {
-    memset(st, 0, sizeof(*st));
-    json_t *base = dl_ejob_status(v, run_id);
-    int r = base != NULL ? dl_proto_rec_decode(&dl_proto_status_job_type, base, st,
-                                               "etcd job status", err, errlen)
-                         : -ENOMEM;
-    json_decref(base);
-    if (r < 0)
+    int r = dl_ejob_status_base(v, run_id, st);
+    if (r < 0) {
+        snprintf(err, errlen, "etcd job status: out of memory");
         return r;
+    }
     json_t *beats = json_array();
     int round = dl_ejob_round(v);
-    const char *id;
-    json_t *rep;
     if (beats == NULL)
         return -ENOMEM;
     /* The running round's nodes' reports; node 0's carries the store's figures. */
-    json_object_foreach (v->reports, id, rep) {
-        if (json_integer_value(json_object_get(rep, "round")) != round)
+    for (size_t i = 0; i < v->reports.n; i++) {
+        const dl_ejob_report_rec_t *rep = v->reports.items[i].rec;
+        if (rep->round != round)
             continue;
-        double age = now - json_number_value(json_object_get(rep, "time"));
-        json_array_append_new(beats,
-                              json_pack("{s:O, s:f}", "beat", rep, "age_s", age > 0 ? age : 0.0));
-        const json_t *a = dl_ejob_assigned(v, id);
-        const json_t *store = json_object_get(rep, "store");
-        if (a == NULL || json_integer_value(json_object_get(a, "node_rank")) != 0 ||
-            !json_is_object(store))
+        add_beat(beats, rep, now);
+        const dl_ejob_assign_rec_t *a = dl_ejob_assigned(v, v->reports.items[i].key);
+        const dl_ejob_store_rec_t *store = rep->store;
+        if (a == NULL || a->node_rank != 0 || store == NULL)
             continue;
-        store_figure(store, "keys", &st->keys, &st->has_keys);
-        store_figure(store, "store_bytes", &st->store_bytes, &st->has_store_bytes);
-        store_figure(store, "store_waits", &st->store_waits, &st->has_store_waits);
-        store_figure(store, "store_clients", &st->store_clients, &st->has_store_clients);
+        st->keys = store->keys;
+        st->has_keys = store->has_keys;
+        st->store_bytes = store->store_bytes;
+        st->has_store_bytes = store->has_store_bytes;
+        st->store_waits = store->store_waits;
+        st->has_store_waits = store->has_store_waits;
+        st->store_clients = store->store_clients;
+        st->has_store_clients = store->has_store_clients;
     }
     r = dl_rdzv_beats_status(run_id, beats, ranks, st);
     json_decref(beats);
     /* The job-wide figures and stragglers as the rule has them over the round (node 0's
      * verdict), where one reading of the reports has no windows to weigh. One that is not
      * such a view is left out. */
-    const json_t *verdict = json_object_get(v->verdict, "view");
+    const json_t *verdict = v->verdict != NULL ? v->verdict->view : NULL;
     dl_proto_status_diag_t *diag = calloc(1, sizeof(*diag));
-    if (r == 0 && json_integer_value(json_object_get(v->verdict, "round")) == round &&
-        json_is_object(verdict) && diag != NULL &&
+    if (r == 0 && verdict != NULL && v->verdict->round == round && diag != NULL &&
         dl_proto_rec_decode(&dl_proto_status_diag_type, verdict, diag, "verdict", err, errlen) ==
             0) {
         dl_proto_rec_free(&dl_proto_status_diag_type, st->diag);
@@ -149,10 +159,10 @@ int dl_ejob_status_rec(const dl_ejob_view_t *v, const char *run_id, bool ranks, 
     /* A node's heartbeat is its report: its age by the reader's clock against the writer's
      * (never below 0), as a server's is the time since the node's last message. */
     for (size_t i = 0; i < st->nnodes; i++) {
-        rep = json_object_get(v->reports, st->nodes[i].node_id);
-        if (rep == NULL || json_integer_value(json_object_get(rep, "round")) != round)
+        const dl_ejob_report_rec_t *rep = dl_ejob_table_get(&v->reports, st->nodes[i].node_id);
+        if (rep == NULL || rep->round != round)
             continue;
-        double age = now - json_number_value(json_object_get(rep, "time"));
+        double age = now - rep->time;
         st->nodes[i].heartbeat_age = age > 0 ? age : 0;
     }
     return r;
@@ -169,34 +179,40 @@ json_t *dl_ejob_status_full(const dl_ejob_view_t *v, const char *run_id, bool ra
     return o;
 }
 
-json_t *dl_ejob_last_failure(const dl_ejob_view_t *v)
+int dl_ejob_last_failure(const dl_ejob_view_t *v, dl_proto_status_failure_t *f)
 {
-    const json_t *c = json_object_get(v->state, "culprit");
-    const char *cause = json_string_value(json_object_get(c, "cause"));
-    if (cause == NULL || strcmp(cause, "worker_failed") != 0 ||
-        !json_is_integer(json_object_get(c, "rank")))
-        return NULL;
+    dl_rdzv_culprit_t c;
+    memset(f, 0, sizeof(*f));
+    if (v->state == NULL)
+        return 0;
+    dl_rdzv_dec_culprit(v->state->culprit, &c);
+    if (c.cause == NULL || strcmp(c.cause, "worker_failed") != 0 || c.rank < 0)
+        return 0;
     /* When: the round change's event (the state's time is its last change, a close maybe). */
     char key[DL_EJOB_MAX_PREFIX + 32];
     snprintf(key, sizeof(key), "%sev/%08d-0", v->prefix, dl_ejob_round(v));
     const json_t *changed = json_object_get(v->events, key);
-    const json_t *reason = json_object_get(v->state, "reason"), *host = json_object_get(c, "host"),
-                 *time = json_object_get(changed != NULL ? changed : v->state, "time");
-    json_t *o = json_pack("{s:O, s:i}", "rank", json_object_get(c, "rank"), "round",
-                          dl_ejob_round(v) > 0 ? dl_ejob_round(v) - 1 : 0);
-    if (o == NULL)
-        return NULL;
-    json_object_set_new(o, "time", json_real(json_number_value(time)));
-    if (json_is_string(host))
-        json_object_set(o, "peer", (json_t *)host);
-    if (json_is_string(reason))
-        json_object_set(o, "reason", (json_t *)reason);
-    if (json_object_get(c, "signal") != NULL)
-        json_object_set(o, "signal", json_object_get(c, "signal"));
-    else
-        json_object_set_new(o, "exit_code",
-                            json_integer(json_integer_value(json_object_get(c, "exit_code"))));
-    return o;
+    f->time =
+        changed != NULL ? json_number_value(json_object_get(changed, "time")) : v->state->time;
+    f->round = dl_ejob_round(v) > 0 ? dl_ejob_round(v) - 1 : 0;
+    f->has_round = true;
+    f->rank = c.rank;
+    f->has_rank = true;
+    if (c.signal > 0) {
+        f->signal = c.signal;
+        f->has_signal = true;
+    } else {
+        f->exit_code = c.exit_code >= 0 ? c.exit_code : 0;
+        f->has_exit_code = true;
+    }
+    if ((c.host != NULL && (f->peer = strdup(c.host)) == NULL) ||
+        (v->state->reason != NULL && (f->reason = strdup(v->state->reason)) == NULL)) {
+        free(f->peer);
+        free(f->reason);
+        memset(f, 0, sizeof(*f));
+        return -ENOMEM;
+    }
+    return 1;
 }
 
 /* The failing node's report as its failure brings it, the others' latest of that round, as
@@ -205,19 +221,15 @@ static json_t *failure_beats(const dl_ejob_view_t *v, const char *node_id, int r
                              const json_t *diag, double now)
 {
     json_t *beats = json_array();
-    const char *id;
-    json_t *rep;
     if (beats == NULL)
         return NULL;
     if (diag != NULL)
         json_array_append_new(beats, json_pack("{s:{s:i, s:O}, s:f}", "beat", "round", round,
                                                "diag", diag, "age_s", 0.0));
-    json_object_foreach (v->reports, id, rep) {
-        if (strcmp(id, node_id) == 0 || json_integer_value(json_object_get(rep, "round")) != round)
-            continue;
-        double age = now - json_number_value(json_object_get(rep, "time"));
-        json_array_append_new(beats,
-                              json_pack("{s:O, s:f}", "beat", rep, "age_s", age > 0 ? age : 0.0));
+    for (size_t i = 0; i < v->reports.n; i++) {
+        const dl_ejob_report_rec_t *rep = v->reports.items[i].rec;
+        if (strcmp(v->reports.items[i].key, node_id) != 0 && rep->round == round)
+            add_beat(beats, rep, now);
     }
     return beats;
 }
@@ -263,12 +275,11 @@ int dl_ejob_waited_for(const dl_ejob_view_t *v, const char *run_id, const char *
         out->host = json_string_value(json_object_get(diag, "host"));
         return 0;
     }
-    const char *id;
-    json_t *rep;
-    json_object_foreach (v->reports, id, rep) {
-        const json_t *d = json_object_get(rep, "diag");
-        if (strcmp(id, node_id) == 0 ||
-            json_integer_value(json_object_get(rep, "round")) != round ||
+    for (size_t i = 0; i < v->reports.n; i++) {
+        const char *id = v->reports.items[i].key;
+        const dl_ejob_report_rec_t *rep = v->reports.items[i].rec;
+        const json_t *d = rep->diag;
+        if (strcmp(id, node_id) == 0 || rep->round != round ||
             report_node_rank(d) != out->node_rank)
             continue;
         out->node = id;

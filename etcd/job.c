@@ -51,106 +51,129 @@ void dl_ejob_view_init(dl_ejob_view_t *v, const char *prefix)
 {
     memset(v, 0, sizeof(*v));
     snprintf(v->prefix, sizeof(v->prefix), "%s", prefix);
-    v->members = json_object();
-    v->done = json_object();
+    dl_ejob_table_init(&v->members, &dl_ejob_member_type);
+    dl_ejob_table_init(&v->done, &dl_ejob_done_type);
+    dl_ejob_table_init(&v->assign, &dl_ejob_assign_type);
+    dl_ejob_table_init(&v->reports, &dl_ejob_report_type);
     v->events = json_object();
-    v->assign = json_object();
-    v->reports = json_object();
+}
+
+/* Frees a record the view holds alone (job, state, verdict) and clears its pointer. */
+static void rec_drop(const dl_proto_rec_type_t *t, void *pp)
+{
+    void **p = pp;
+    dl_proto_rec_free(t, *p);
+    free(*p);
+    *p = NULL;
 }
 
 void dl_ejob_view_clear(dl_ejob_view_t *v)
 {
-    json_decref(v->job);
-    json_decref(v->state);
-    json_decref(v->members);
-    json_decref(v->done);
+    rec_drop(&dl_ejob_job_type, &v->job);
+    rec_drop(&dl_ejob_state_type, &v->state);
+    rec_drop(&dl_ejob_verdict_type, &v->verdict);
+    dl_ejob_table_clear(&v->members);
+    dl_ejob_table_clear(&v->done);
+    dl_ejob_table_clear(&v->assign);
+    dl_ejob_table_clear(&v->reports);
     json_decref(v->events);
-    json_decref(v->assign);
-    json_decref(v->reports);
-    json_decref(v->verdict);
-    v->job = v->state = v->members = v->done = v->events = v->assign = v->reports = NULL;
-    v->verdict = NULL;
+    v->events = NULL;
 }
 
-/* One key's change. Returns DL_EJOB_CH_*, 0 for a key of no interest. */
+/* Replaces *pp (a record of t, or NULL) with the value of kv decoded, or NULL (deleted). */
+static int replace(dl_ejob_view_t *v, const dl_proto_rec_type_t *t, void *pp,
+                   const dl_etcd_kv_t *kv, bool deleted)
+{
+    void *rec = NULL;
+    if (!deleted) {
+        if ((rec = calloc(1, t->size)) == NULL)
+            return -ENOMEM;
+        int r = dl_ejob_rec_read(t, kv->key, kv->value, kv->value_len, rec, v->err, sizeof(v->err));
+        if (r < 0) {
+            free(rec);
+            return r;
+        }
+    }
+    rec_drop(t, pp);
+    *(void **)pp = rec;
+    return 0;
+}
+
+/* Puts kv's value decoded at key in table t, or deletes it. */
+static int table_apply(dl_ejob_view_t *v, dl_ejob_table_t *t, const char *key,
+                       const dl_etcd_kv_t *kv, bool deleted)
+{
+    if (deleted) {
+        dl_ejob_table_del(t, key);
+        return 0;
+    }
+    void *rec = calloc(1, t->type->size);
+    if (rec == NULL)
+        return -ENOMEM;
+    int r =
+        dl_ejob_rec_read(t->type, kv->key, kv->value, kv->value_len, rec, v->err, sizeof(v->err));
+    if (r == 0)
+        r = dl_ejob_table_put(t, key, rec, kv->lease, kv->mod_revision);
+    dl_proto_rec_free(t->type, rec);
+    free(rec);
+    return r;
+}
+
+/* The events stay documents (job-records.h); a value that is none is not ours. */
+static int event_apply(json_t *docs, const char *key, const dl_etcd_kv_t *kv, bool deleted)
+{
+    if (deleted) {
+        json_object_del(docs, key);
+        return 0;
+    }
+    json_t *doc = json_loadb(kv->value, kv->value_len, 0, NULL);
+    if (json_is_object(doc))
+        json_object_set(docs, key, doc);
+    json_decref(doc);
+    return 0;
+}
+
+/* One key's change. Returns DL_EJOB_CH_*, 0 for a key of no interest, or -EBADMSG (v->err
+ * names the key and the field) or -ENOMEM. */
 static int apply(dl_ejob_view_t *v, const dl_etcd_kv_t *kv, bool deleted)
 {
     size_t pl = strlen(v->prefix);
     if (strncmp(kv->key, v->prefix, pl) != 0)
         return 0;
     const char *k = kv->key + pl;
-    json_t *doc = NULL;
-    if (!deleted) {
-        doc = json_loadb(kv->value, kv->value_len, 0, NULL);
-        if (!json_is_object(doc)) {
-            json_decref(doc);
-            return 0; /* not ours: ignored */
-        }
-    }
+    int r, ch = 0;
     if (strcmp(k, "job") == 0) {
-        json_decref(v->job);
-        v->job = doc;
-        return DL_EJOB_CH_JOB;
+        r = replace(v, &dl_ejob_job_type, &v->job, kv, deleted);
+        ch = DL_EJOB_CH_JOB;
+    } else if (strcmp(k, "state") == 0) {
+        r = replace(v, &dl_ejob_state_type, &v->state, kv, deleted);
+        if (r == 0)
+            v->state_rev = deleted ? 0 : kv->mod_revision;
+        ch = DL_EJOB_CH_STATE;
+    } else if (strcmp(k, "verdict") == 0) {
+        r = replace(v, &dl_ejob_verdict_type, &v->verdict, kv, deleted);
+        ch = DL_EJOB_CH_REPORTS;
+    } else if (strncmp(k, "m/", 2) == 0) {
+        r = table_apply(v, &v->members, k + 2, kv, deleted);
+        ch = DL_EJOB_CH_MEMBERS;
+    } else if (strncmp(k, "done/", 5) == 0) {
+        r = table_apply(v, &v->done, k + 5, kv, deleted);
+        ch = DL_EJOB_CH_DONE;
+    } else if (strncmp(k, "a/", 2) == 0) {
+        r = table_apply(v, &v->assign, k + 2, kv, deleted);
+        ch = DL_EJOB_CH_ASSIGN;
+    } else if (strncmp(k, "n/", 2) == 0) {
+        r = table_apply(v, &v->reports, k + 2, kv, deleted);
+        ch = DL_EJOB_CH_REPORTS;
+    } else if (strncmp(k, "ev/", 3) == 0) {
+        r = event_apply(v->events, kv->key, kv, deleted);
+        ch = DL_EJOB_CH_EVENTS;
+    } else {
+        return 0;
     }
-    if (strcmp(k, "state") == 0) {
-        json_decref(v->state);
-        v->state = doc;
-        v->state_rev = deleted ? 0 : kv->mod_revision;
-        return DL_EJOB_CH_STATE;
-    }
-    if (strcmp(k, "verdict") == 0) {
-        json_decref(v->verdict);
-        v->verdict = doc;
-        return DL_EJOB_CH_REPORTS;
-    }
-    if (strncmp(k, "m/", 2) == 0) {
-        if (deleted) {
-            json_object_del(v->members, k + 2);
-        } else {
-            json_object_set_new(doc, "lease", json_integer(kv->lease));
-            json_object_set_new(doc, "rev", json_integer(kv->mod_revision));
-            json_object_set(v->members, k + 2, doc);
-        }
-        json_decref(doc);
-        return DL_EJOB_CH_MEMBERS;
-    }
-    if (strncmp(k, "done/", 5) == 0) {
-        if (deleted)
-            json_object_del(v->done, k + 5);
-        else
-            json_object_set_new(v->done, k + 5,
-                                json_integer(json_integer_value(json_object_get(doc, "round"))));
-        json_decref(doc);
-        return DL_EJOB_CH_DONE;
-    }
-    if (strncmp(k, "a/", 2) == 0) {
-        if (deleted)
-            json_object_del(v->assign, k + 2);
-        else
-            json_object_set(v->assign, k + 2, doc);
-        json_decref(doc);
-        return DL_EJOB_CH_ASSIGN;
-    }
-    if (strncmp(k, "n/", 2) == 0) {
-        if (deleted) {
-            json_object_del(v->reports, k + 2);
-        } else {
-            json_object_set_new(doc, "rev", json_integer(kv->mod_revision));
-            json_object_set(v->reports, k + 2, doc);
-        }
-        json_decref(doc);
-        return DL_EJOB_CH_REPORTS;
-    }
-    if (strncmp(k, "ev/", 3) == 0) {
-        if (deleted)
-            json_object_del(v->events, kv->key);
-        else
-            json_object_set(v->events, kv->key, doc);
-        json_decref(doc);
-        return DL_EJOB_CH_EVENTS;
-    }
-    json_decref(doc);
-    return 0;
+    if (r == -ENOMEM)
+        snprintf(v->err, sizeof(v->err), "etcd key %s: out of memory", kv->key);
+    return r < 0 ? r : ch;
 }
 
 int dl_ejob_view_load(dl_ejob_view_t *v, const json_t *range)
@@ -167,10 +190,14 @@ int dl_ejob_view_load(dl_ejob_view_t *v, const json_t *range)
     v->rev = dl_etcd_int(json_object_get(json_object_get(range, "header"), "revision"));
     json_array_foreach (json_object_get(range, "kvs"), i, kvj) {
         dl_etcd_kv_t kv;
-        if (dl_etcd_kv_read(kvj, &kv) < 0)
+        if (dl_etcd_kv_read(kvj, &kv) < 0) {
+            snprintf(v->err, sizeof(v->err), "a key in etcd's answer that is not one");
             return -EPROTO;
-        apply(v, &kv, false);
+        }
+        int r = apply(v, &kv, false);
         dl_etcd_kv_clear(&kv);
+        if (r < 0)
+            return r;
     }
     return ch;
 }
@@ -182,13 +209,18 @@ int dl_ejob_view_watch(dl_ejob_view_t *v, const json_t *result)
     int ch = 0;
     json_array_foreach (json_object_get(result, "events"), i, ev) {
         dl_etcd_kv_t kv;
-        if (dl_etcd_kv_read(json_object_get(ev, "kv"), &kv) < 0)
+        if (dl_etcd_kv_read(json_object_get(ev, "kv"), &kv) < 0) {
+            snprintf(v->err, sizeof(v->err), "a key in etcd's watch message that is not one");
             return -EPROTO;
+        }
         const char *type = json_string_value(json_object_get(ev, "type"));
-        ch |= apply(v, &kv, type != NULL && strcmp(type, "DELETE") == 0);
-        if (kv.mod_revision > v->rev)
+        int r = apply(v, &kv, type != NULL && strcmp(type, "DELETE") == 0);
+        if (r >= 0 && kv.mod_revision > v->rev)
             v->rev = kv.mod_revision;
         dl_etcd_kv_clear(&kv);
+        if (r < 0)
+            return r;
+        ch |= r;
     }
     int64_t rev = dl_etcd_int(json_object_get(json_object_get(result, "header"), "revision"));
     if (rev > v->rev && json_array_size(json_object_get(result, "events")) > 0)
@@ -196,26 +228,39 @@ int dl_ejob_view_watch(dl_ejob_view_t *v, const json_t *result)
     return ch;
 }
 
-static json_int_t sint(const json_t *o, const char *name, json_int_t dflt)
+const dl_ejob_member_rec_t *dl_ejob_member(const dl_ejob_view_t *v, const char *node_id)
 {
-    const json_t *x = json_object_get(o, name);
-    return json_is_integer(x) ? json_integer_value(x) : dflt;
+    return dl_ejob_table_get(&v->members, node_id);
 }
 
-static const char *sstr(const json_t *o, const char *name)
+int64_t dl_ejob_done_round(const dl_ejob_view_t *v, const char *node_id)
 {
-    const char *s = json_string_value(json_object_get(o, name));
-    return s != NULL ? s : "";
+    const dl_ejob_done_rec_t *d = dl_ejob_table_get(&v->done, node_id);
+    return d != NULL ? d->round : -1;
+}
+
+int dl_ejob_view_note_member(dl_ejob_view_t *v, const char *node_id, int round, int node_rank)
+{
+    dl_ejob_member_rec_t m = {
+        .round = round, .node_rank = node_rank, .has_node_rank = true, .has_slots = false};
+    return dl_ejob_table_put(&v->members, node_id, &m, 0, 0);
+}
+
+int dl_ejob_view_note_done(dl_ejob_view_t *v, const char *node_id, int64_t round)
+{
+    dl_ejob_done_rec_t d = {.round = round};
+    return dl_ejob_table_put(&v->done, node_id, &d, 0, 0);
 }
 
 int dl_ejob_round(const dl_ejob_view_t *v)
 {
-    return (int)sint(v->state, "round", 0);
+    long long r = v->state != NULL ? v->state->round : 0;
+    return r < INT_MIN ? INT_MIN : r > INT_MAX ? INT_MAX : (int)r;
 }
 
 const char *dl_ejob_state_name(const dl_ejob_view_t *v)
 {
-    return sstr(v->state, "state");
+    return v->state != NULL ? v->state->state : "";
 }
 
 bool dl_ejob_over(const dl_ejob_view_t *v)
@@ -226,29 +271,25 @@ bool dl_ejob_over(const dl_ejob_view_t *v)
 
 int dl_ejob_count(const dl_ejob_view_t *v, int round)
 {
-    const char *id;
-    json_t *m;
     int n = 0;
-    json_object_foreach (v->members, id, m) {
-        if (sint(m, "round", -1) == round)
-            n++;
-    }
+    for (size_t i = 0; i < v->members.n; i++)
+        n += ((const dl_ejob_member_rec_t *)v->members.items[i].rec)->round == round;
     return n;
 }
 
 int64_t dl_ejob_assignment(const dl_ejob_view_t *v)
 {
-    json_int_t tag = sint(v->state, "assignment", 0);
-    return tag > 0 ? (int64_t)tag : 0;
+    const dl_ejob_state_rec_t *s = v->state;
+    return s != NULL && s->has_assignment && s->assignment > 0 ? (int64_t)s->assignment : 0;
 }
 
 int dl_ejob_node_count(const dl_ejob_view_t *v)
 {
-    json_int_t n = sint(v->state, "node_count", 0);
+    long long n = v->state != NULL ? v->state->node_count : 0;
     return n < 0 ? 0 : n > INT_MAX ? INT_MAX : (int)n;
 }
 
-const json_t *dl_ejob_assigned(const dl_ejob_view_t *v, const char *node_id)
+const dl_ejob_assign_rec_t *dl_ejob_assigned(const dl_ejob_view_t *v, const char *node_id)
 {
     char key[600];
     int64_t tag = dl_ejob_assignment(v);
@@ -257,77 +298,81 @@ const json_t *dl_ejob_assigned(const dl_ejob_view_t *v, const char *node_id)
     int n = snprintf(key, sizeof(key), "%d/%lld/%s", dl_ejob_round(v), (long long)tag, node_id);
     if (n < 0 || (size_t)n >= sizeof(key))
         return NULL;
-    return json_object_get(v->assign, key);
+    return dl_ejob_table_get(&v->assign, key);
 }
 
 static int by_node_rank(const void *a, const void *b)
 {
-    json_int_t x = sint(*(json_t *const *)a, "node_rank", 0);
-    json_int_t y = sint(*(json_t *const *)b, "node_rank", 0);
+    long long x = (*(const dl_ejob_assign_rec_t *const *)a)->node_rank;
+    long long y = (*(const dl_ejob_assign_rec_t *const *)b)->node_rank;
     return x < y ? -1 : x > y;
 }
 
-json_t *dl_ejob_assigned_nodes(const dl_ejob_view_t *v)
+const dl_ejob_assign_rec_t **dl_ejob_assigned_nodes(const dl_ejob_view_t *v, size_t *ret_n)
 {
     char tag[64];
-    json_t *out = json_array();
     int64_t rev = dl_ejob_assignment(v);
-    const char *k;
-    json_t *doc;
+    const dl_ejob_assign_rec_t **out = calloc(v->assign.n + 1, sizeof(*out));
+    size_t n = 0;
+    *ret_n = 0;
     if (out == NULL || rev == 0 || strcmp(dl_ejob_state_name(v), "running") != 0)
         return out;
     size_t tl = (size_t)snprintf(tag, sizeof(tag), "%d/%lld/", dl_ejob_round(v), (long long)rev);
-    json_object_foreach (v->assign, k, doc) {
-        if (strncmp(k, tag, tl) == 0)
-            json_array_append(out, doc);
-    }
-    size_t n = json_array_size(out);
-    json_t **sorted = calloc(n > 0 ? n : 1, sizeof(*sorted));
-    if (sorted == NULL) {
-        json_decref(out);
-        return NULL;
-    }
-    for (size_t i = 0; i < n; i++)
-        sorted[i] = json_incref(json_array_get(out, i));
-    qsort(sorted, n, sizeof(*sorted), by_node_rank);
-    json_array_clear(out);
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(out, sorted[i]);
-    free(sorted);
+    for (size_t i = 0; i < v->assign.n; i++)
+        if (strncmp(v->assign.items[i].key, tag, tl) == 0)
+            out[n++] = v->assign.items[i].rec;
+    qsort(out, n, sizeof(*out), by_node_rank);
+    *ret_n = n;
     return out;
 }
 
 /* ---- Documents -------------------------------------------------------------------------------- */
 
-json_t *dl_ejob_settings_doc(const dl_ejob_settings_t *s)
+/* The settings' record; its strings borrowed from s. */
+static dl_ejob_job_rec_t settings_rec(const dl_ejob_settings_t *s)
 {
-    json_t *d =
-        json_pack("{s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:i}", "min_nodes", s->min_nodes,
-                  "max_nodes", s->max_nodes, "max_restarts", s->max_restarts, "max_same_failures",
-                  s->max_same_failures, "last_call_ms", (json_int_t)(s->last_call * 1000),
-                  "join_timeout_ms", (json_int_t)(s->join_timeout * 1000), "dead_after_ms",
-                  (json_int_t)(s->dead_after * 1000), "master_port", s->master_port);
-    if (d != NULL && s->store_key != NULL)
-        json_object_set_new(d, "store_key", json_string(s->store_key));
-    return d;
+    return (dl_ejob_job_rec_t){.min_nodes = s->min_nodes,
+                               .max_nodes = s->max_nodes,
+                               .max_restarts = s->max_restarts,
+                               .max_same_failures = s->max_same_failures,
+                               .last_call_ms = (long long)(s->last_call * 1000),
+                               .join_timeout_ms = (long long)(s->join_timeout * 1000),
+                               .dead_after_ms = (long long)(s->dead_after * 1000),
+                               .master_port = s->master_port,
+                               .has_master_port = true,
+                               .store_key = (char *)s->store_key};
 }
 
-int dl_ejob_settings_check(const json_t *doc, const dl_ejob_settings_t *s, char *err, size_t errlen)
+int dl_ejob_settings_check(const dl_ejob_job_rec_t *job, const dl_ejob_settings_t *s, char *err,
+                           size_t errlen)
 {
-    int lo = (int)sint(doc, "min_nodes", -1), hi = (int)sint(doc, "max_nodes", -1);
-    if (lo != s->min_nodes || hi != s->max_nodes) {
-        snprintf(err, errlen, "join: the job has %d:%d nodes, this agent asks for %d:%d", lo, hi,
-                 s->min_nodes, s->max_nodes);
+    if (job->min_nodes != s->min_nodes || job->max_nodes != s->max_nodes) {
+        snprintf(err, errlen, "join: the job has %lld:%lld nodes, this agent asks for %d:%d",
+                 job->min_nodes, job->max_nodes, s->min_nodes, s->max_nodes);
         return -EINVAL;
     }
     return 0;
 }
 
+/* A member's record; its strings borrowed from m. */
+static dl_ejob_member_rec_t member_rec(const dl_ejob_member_t *m)
+{
+    return (dl_ejob_member_rec_t){.round = m->round,
+                                  .node_id = (char *)m->node_id,
+                                  .host = (char *)m->host,
+                                  .addr = (char *)m->addr,
+                                  .store = (char *)m->store,
+                                  .slots = m->slots,
+                                  .has_slots = true,
+                                  .node_rank = m->node_rank,
+                                  .has_node_rank = true,
+                                  .master_port = m->master_port};
+}
+
 json_t *dl_ejob_member_doc(const dl_ejob_member_t *m)
 {
-    return json_pack("{s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:i}", "round", m->round, "node_id",
-                     m->node_id, "host", m->host, "addr", m->addr, "store", m->store, "slots",
-                     m->slots, "node_rank", m->node_rank, "master_port", m->master_port);
+    dl_ejob_member_rec_t rec = member_rec(m);
+    return dl_proto_rec_encode(&dl_ejob_member_type, &rec);
 }
 
 static char *dumps(const json_t *doc)
@@ -335,11 +380,9 @@ static char *dumps(const json_t *doc)
     return json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
 }
 
-/* {"request_put": {key, value[, lease]}}; steals doc. */
-static json_t *put(json_t *k, json_t *doc, int64_t lease)
+/* {"request_put": {key, value[, lease]}}; steals k and text. */
+static json_t *put_text(json_t *k, char *text, int64_t lease)
 {
-    char *text = doc != NULL ? dumps(doc) : NULL;
-    json_decref(doc);
     if (text == NULL) {
         json_decref(k);
         return NULL;
@@ -349,6 +392,20 @@ static json_t *put(json_t *k, json_t *doc, int64_t lease)
     if (p != NULL && lease != 0)
         json_object_set_new(p, "lease", dl_etcd_num(lease));
     return json_pack("{s:o}", "request_put", p);
+}
+
+/* The put of a document (an event); steals doc. */
+static json_t *put(json_t *k, json_t *doc, int64_t lease)
+{
+    char *text = doc != NULL ? dumps(doc) : NULL;
+    json_decref(doc);
+    return put_text(k, text, lease);
+}
+
+/* The put of a record of t, encoded once here. */
+static json_t *put_rec(json_t *k, const dl_proto_rec_type_t *t, const void *rec, int64_t lease)
+{
+    return put_text(k, dl_ejob_rec_text(t, rec), lease);
 }
 
 static json_t *del_range(json_t *k, json_t *end)
@@ -417,60 +474,79 @@ json_t *dl_ejob_put_done_log(const dl_ejob_view_t *v, const char *node_id, const
 
 json_t *dl_ejob_txn_create(const char *prefix, const dl_ejob_settings_t *s, double now)
 {
-    json_t *state = json_pack("{s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:f}", "round", 0, "state",
-                              "gathering", "restarts", 0, "max_restarts", s->max_restarts,
-                              "max_same_failures", s->max_same_failures, "min_nodes", s->min_nodes,
-                              "max_nodes", s->max_nodes, "reason", "the job started", "time", now);
+    dl_ejob_state_rec_t state = {.round = 0,
+                                 .state = "gathering",
+                                 .restarts = 0,
+                                 .max_restarts = s->max_restarts,
+                                 .max_same_failures = s->max_same_failures,
+                                 .min_nodes = s->min_nodes,
+                                 .has_min_nodes = true,
+                                 .max_nodes = s->max_nodes,
+                                 .has_max_nodes = true,
+                                 .reason = "the job started",
+                                 .time = now,
+                                 .has_time = true};
+    dl_ejob_job_rec_t job = settings_rec(s);
     char text[200];
     snprintf(text, sizeof(text), "job created: nodes %d:%d, at most %d restart%s after failures",
              s->min_nodes, s->max_nodes, s->max_restarts, s->max_restarts == 1 ? "" : "s");
     json_t *t = json_pack(
         "{s:[{s:o, s:s, s:s, s:s}], s:[o, o, o], s:[{s:{s:o}}, {s:{s:o}}]}", "compare", "key",
         dl__ejob_key(prefix, "job"), "target", "CREATE", "result", "EQUAL", "create_revision", "0",
-        "success", put(dl__ejob_key(prefix, "job"), dl_ejob_settings_doc(s), 0),
-        put(dl__ejob_key(prefix, "state"), state, 0), log_put(prefix, 0, 0, "info", text, now, 0),
-        "failure", "request_range", "key", dl__ejob_key(prefix, "job"), "request_range", "key",
-        dl__ejob_key(prefix, "state"));
+        "success", put_rec(dl__ejob_key(prefix, "job"), &dl_ejob_job_type, &job, 0),
+        put_rec(dl__ejob_key(prefix, "state"), &dl_ejob_state_type, &state, 0),
+        log_put(prefix, 0, 0, "info", text, now, 0), "failure", "request_range", "key",
+        dl__ejob_key(prefix, "job"), "request_range", "key", dl__ejob_key(prefix, "state"));
     return t;
+}
+
+static json_t *put_member(const dl_ejob_view_t *v, const dl_ejob_member_t *m, int round,
+                          int64_t lease)
+{
+    dl_ejob_member_rec_t rec = member_rec(m);
+    rec.round = round;
+    return put_rec(dl__ejob_key(v->prefix, "m/%s", m->node_id), &dl_ejob_member_type, &rec, lease);
 }
 
 json_t *dl_ejob_txn_join(const dl_ejob_view_t *v, const dl_ejob_member_t *m, int64_t lease)
 {
-    dl_ejob_member_t mm = *m;
-    mm.round = dl_ejob_round(v);
-    return json_pack(
-        "{s:[o], s:[o]}", "compare", cmp_state(v), "success",
-        put(dl__ejob_key(v->prefix, "m/%s", m->node_id), dl_ejob_member_doc(&mm), lease));
+    return json_pack("{s:[o], s:[o]}", "compare", cmp_state(v), "success",
+                     put_member(v, m, dl_ejob_round(v), lease));
 }
 
 typedef struct {
     const char *id;
-    const json_t *m;
+    const dl_ejob_member_rec_t *m;
+    int64_t rev; /* its key's: the order they joined */
 } cand_t;
 
 static int by_join(const void *a, const void *b)
 {
-    json_int_t x = sint(((const cand_t *)a)->m, "rev", 0),
-               y = sint(((const cand_t *)b)->m, "rev", 0);
+    int64_t x = ((const cand_t *)a)->rev, y = ((const cand_t *)b)->rev;
     return x < y ? -1 : x > y;
+}
+
+static const char *str_or(const char *s, const char *dflt)
+{
+    return s != NULL ? s : dflt;
 }
 
 json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
 {
     int round = dl_ejob_round(v);
-    json_int_t max = sint(v->state, "max_nodes", 1);
-    size_t n = 0, cap = json_object_size(v->members);
-    const char *id;
-    json_t *m;
+    long long max = v->state != NULL && v->state->has_max_nodes ? v->state->max_nodes : 1;
+    size_t n = 0, cap = v->members.n;
     /* Any etcd client may have written the state: a round of no node has nothing to close. */
-    if (max < 1 || !json_is_object(v->state))
+    if (max < 1 || v->state == NULL)
         return NULL;
     cand_t *c = calloc(cap > 0 ? cap : 1, sizeof(*c));
     if (c == NULL)
         return NULL;
-    json_object_foreach (v->members, id, m) {
-        if (sint(m, "round", -1) == round)
-            c[n++] = (cand_t){id, m};
+    for (size_t i = 0; i < v->members.n; i++) {
+        const dl_ejob_entry_t *e = &v->members.items[i];
+        const dl_ejob_member_rec_t *m = e->rec;
+        if (m->round == round)
+            c[n++] = (cand_t){e->key, m, e->rev};
     }
     if (n == 0) {
         free(c);
@@ -478,7 +554,7 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
     }
     /* The first max_nodes to join take part; the others find the round closed without them. */
     qsort(c, n, sizeof(*c), by_join);
-    if ((json_int_t)n > max)
+    if ((long long)n > max)
         n = (size_t)max;
     /* The node-rank rule is the policy's (rdzv-policy.h), as our rendezvous's: etcd knows no
      * Slurm node ids. */
@@ -495,9 +571,10 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
         return NULL;
     }
     for (size_t i = 0; i < n; i++) {
+        const dl_ejob_member_rec_t *m = c[i].m;
         nodes[i] = (dl_rdzv_policy_node_t){.slurm_node_id = -1,
-                                           .hint = (int)sint(c[i].m, "node_rank", -1),
-                                           .host = sstr(c[i].m, "host"),
+                                           .hint = m->has_node_rank ? (int)m->node_rank : -1,
+                                           .host = str_or(m->host, ""),
                                            .id = c[i].id,
                                            .ctx = &c[i]};
         order[i] = &nodes[i];
@@ -512,47 +589,57 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
      * the members it was made from, so that a close that lost the race leaves keys no state
      * names); the state carries only the round's summary, so that the watch brings every agent
      * a small document and each reads its own entry: O(N) bytes for the round, not N^2. */
-    const json_t *zero = by[0].m;
-    json_int_t port = sint(zero, "master_port", 0);
+    const dl_ejob_member_rec_t *zero = by[0].m;
+    long long port = zero->master_port;
     if (port <= 0)
-        port = sint(v->job, "master_port", DEFAULT_MASTER_PORT);
+        port =
+            v->job != NULL && v->job->has_master_port ? v->job->master_port : DEFAULT_MASTER_PORT;
     json_t *puts = json_array();
     bool complete = puts != NULL; /* every operation made (else ENOMEM) */
     long long world = 0;
     for (size_t r = 0; r < n; r++) {
-        const json_t *x = by[r].m;
-        json_t *doc =
-            json_pack("{s:s, s:s, s:s, s:s, s:I, s:i, s:I, s:I}", "node_id", by[r].id, "host",
-                      sstr(x, "host"), "addr", sstr(x, "addr"), "store", sstr(x, "store"), "slots",
-                      sint(x, "slots", 1), "node_rank", (int)r, "first_rank", (json_int_t)world,
-                      "master_port", sint(x, "master_port", 0));
-        if (doc != NULL && n > 1)
-            json_object_set_new(doc, "next", json_string(by[(r + 1) % n].id));
-        if (json_array_append_new(puts, put(dl__ejob_key(v->prefix, "a/%d/%lld/%s", round,
-                                                         (long long)v->rev, by[r].id),
-                                            doc, 0)) < 0)
+        const dl_ejob_member_rec_t *x = by[r].m;
+        long long slots = x->has_slots ? x->slots : 1;
+        dl_ejob_assign_rec_t a = {.node_id = (char *)by[r].id,
+                                  .host = (char *)str_or(x->host, ""),
+                                  .addr = (char *)str_or(x->addr, ""),
+                                  .store = (char *)str_or(x->store, ""),
+                                  .slots = slots,
+                                  .node_rank = (long long)r,
+                                  .first_rank = world,
+                                  .master_port = x->master_port,
+                                  .next = n > 1 ? (char *)by[(r + 1) % n].id : NULL};
+        if (json_array_append_new(puts, put_rec(dl__ejob_key(v->prefix, "a/%d/%lld/%s", round,
+                                                             (long long)v->rev, by[r].id),
+                                                &dl_ejob_assign_type, &a, 0)) < 0)
             complete = false;
-        world += sint(x, "slots", 1);
+        world += slots;
     }
-    json_t *state = json_deep_copy(v->state);
-    json_object_del(state, "nodes"); /* written by a dlaunch before assignment keys */
-    json_object_set_new(state, "state", json_string("running"));
-    json_object_set_new(state, "assignment", json_integer(v->rev));
-    json_object_set_new(state, "node_count", json_integer((json_int_t)n));
-    json_object_set_new(state, "node0", json_string(by[0].id));
-    json_object_set_new(state, "world_size", json_integer(world));
-    json_object_set_new(state, "master_addr", json_string(sstr(zero, "addr")));
-    json_object_set_new(state, "master_port", json_integer(port));
-    json_object_set_new(state, "store_addr", json_string(sstr(zero, "store")));
-    json_object_set_new(state, "time", json_real(now));
+    /* The state's own fields as they were, the summary added (borrowed: encoded, never freed). */
+    dl_ejob_state_rec_t state = *v->state;
+    state.state = "running";
+    state.assignment = v->rev;
+    state.has_assignment = true;
+    state.node_count = (long long)n;
+    state.has_node_count = true;
+    state.node0 = (char *)by[0].id;
+    state.world_size = world;
+    state.has_world_size = true;
+    state.master_addr = (char *)str_or(zero->addr, "");
+    state.master_port = port;
+    state.has_master_port = true;
+    state.store_addr = (char *)str_or(zero->store, "");
+    state.time = now;
+    state.has_time = true;
     json_t *ev = event("rendezvous", now);
     json_object_update_new(ev, json_pack("{s:i, s:i, s:I, s:I, s:s, s:I}", "round", round, "nodes",
                                          (int)n, "world_size", (json_int_t)world, "restarts",
-                                         sint(v->state, "restarts", 0), "master_addr",
-                                         sstr(zero, "addr"), "master_port", port));
+                                         (json_int_t)v->state->restarts, "master_addr",
+                                         str_or(zero->addr, ""), "master_port", (json_int_t)port));
     char closed[700];
     snprintf(closed, sizeof(closed), "round %d closed: %zu node%s, world size %lld, master %s:%lld",
-             round, n, n == 1 ? "" : "s", world, sstr(zero, "addr"), (long long)port);
+             round, n, n == 1 ? "" : "s", world, str_or(zero->addr, ""), port);
+    json_t *state_put = put_rec(dl__ejob_key(v->prefix, "state"), &dl_ejob_state_type, &state, 0);
     free(c);
     free(by);
     /* The last transaction closes: no member joined since the view (every member key is older
@@ -560,7 +647,7 @@ json_t *dl_ejob_txn_close(const dl_ejob_view_t *v, double now)
      * transaction, each only while the round is still the view's; with few nodes, all in one. */
     json_t *txns = json_array();
     json_t *last_ops = json_array();
-    if (json_array_append_new(last_ops, put(dl__ejob_key(v->prefix, "state"), state, 0)) < 0 ||
+    if (json_array_append_new(last_ops, state_put) < 0 ||
         json_array_append_new(last_ops, put(event_key(v, round, 1), ev, 0)) < 0 ||
         json_array_append_new(last_ops, log_put(v->prefix, round, 1, "info", closed, now, 0)) < 0)
         complete = false;
@@ -607,16 +694,17 @@ static const char *cause_name(dl_ejob_cause_t c)
 
 /* The ops that end the job: the state and the job_end event; every other key deleted; the
  * settings, state and events kept on linger (0: none). Appends to ops. */
-static void end_ops(const dl_ejob_view_t *v, json_t *ops, json_t *state, json_t *ev,
-                    const char *level, const char *text, int64_t linger, double now)
+static void end_ops(const dl_ejob_view_t *v, json_t *ops, const dl_ejob_state_rec_t *state,
+                    json_t *ev, const char *level, const char *text, int64_t linger, double now)
 {
     int round = dl_ejob_round(v);
     const char *k;
     json_t *e;
-    json_array_append_new(ops, put(dl__ejob_key(v->prefix, "state"), state, linger));
+    json_array_append_new(
+        ops, put_rec(dl__ejob_key(v->prefix, "state"), &dl_ejob_state_type, state, linger));
     if (v->job != NULL)
-        json_array_append_new(ops,
-                              put(dl__ejob_key(v->prefix, "job"), json_incref(v->job), linger));
+        json_array_append_new(
+            ops, put_rec(dl__ejob_key(v->prefix, "job"), &dl_ejob_job_type, v->job, linger));
     if (linger != 0)
         json_object_foreach (v->events, k, e) {
             json_array_append_new(ops, put(dl_etcd_b64_str(k), json_incref(e), linger));
@@ -651,8 +739,8 @@ int dl_ejob_same_failures(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const 
     dl_rdzv_culprit_t next = read_culprit(culprit, &ignored);
     if (cause != DL_EJOB_CAUSE_WORKER_FAILED || next.rank < 0)
         return 0;
-    dl_rdzv_culprit_t prev = read_culprit(json_object_get(v->state, "culprit"), &prev_cause);
-    json_int_t count = sint(v->state, "same_failures", 0);
+    dl_rdzv_culprit_t prev = read_culprit(v->state != NULL ? v->state->culprit : NULL, &prev_cause);
+    long long count = v->state != NULL ? v->state->same_failures : 0;
     bool same =
         strcmp(prev_cause, cause_name(cause)) == 0 && dl_rdzv_policy_same_failure(&prev, &next);
     return same && count > 0 && count < INT_MAX ? (int)count + 1 : 1;
@@ -673,9 +761,8 @@ static dl_rdzv_cause_t core_cause(dl_ejob_cause_t c)
     return DL_RDZV_CAUSE_COUNT;
 }
 
-static int state_int(const dl_ejob_view_t *v, const char *key, json_int_t dflt)
+static int clamp_int(long long x)
 {
-    json_int_t x = sint(v->state, key, dflt);
     return x < INT_MIN ? INT_MIN : x > INT_MAX ? INT_MAX : (int)x;
 }
 
@@ -683,15 +770,24 @@ static int state_int(const dl_ejob_view_t *v, const char *key, json_int_t dflt)
 static dl_rdzv_budget_t round_end_cost(const dl_ejob_view_t *v, dl_ejob_cause_t cause,
                                        const json_t *culprit)
 {
-    return dl_rdzv_policy_round_end(
-        core_cause(cause), state_int(v, "restarts", 0), state_int(v, "max_restarts", 0),
-        dl_ejob_same_failures(v, cause, culprit), state_int(v, "max_same_failures", 0));
+    return dl_rdzv_policy_round_end(core_cause(cause),
+                                    clamp_int(v->state != NULL ? v->state->restarts : 0),
+                                    clamp_int(v->state != NULL ? v->state->max_restarts : 0),
+                                    dl_ejob_same_failures(v, cause, culprit),
+                                    clamp_int(v->state != NULL ? v->state->max_same_failures : 0));
 }
 
 bool dl_ejob_next_fails(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const json_t *culprit)
 {
     dl_rdzv_budget_t cost = round_end_cost(v, cause, culprit);
     return cost == DL_RDZV_BUDGET_SPENT || cost == DL_RDZV_BUDGET_SAME;
+}
+
+/* The state as the view holds it, to be changed and encoded (its strings borrowed); a view of
+ * no state (another etcd client deleted it) starts from nothing. */
+static dl_ejob_state_rec_t state_copy(const dl_ejob_view_t *v)
+{
+    return v->state != NULL ? *v->state : (dl_ejob_state_rec_t){.state = ""};
 }
 
 json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const char *reason,
@@ -702,21 +798,21 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
     bool failure = dl_rdzv_policy_is_failure(core_cause(cause));
     dl_rdzv_budget_t cost = round_end_cost(v, cause, culprit);
     int round = dl_ejob_round(v);
-    json_int_t restarts = sint(v->state, "restarts", 0);
-    json_t *state = json_deep_copy(v->state);
+    dl_ejob_state_rec_t state = state_copy(v);
+    long long restarts = state.restarts;
     json_t *ops = json_array();
     int same = cost == DL_RDZV_BUDGET_SAME ? dl_ejob_same_failures(v, cause, culprit) : 0;
 
-    json_object_set_new(state, "same_failures",
-                        json_integer(dl_ejob_same_failures(v, cause, culprit)));
+    state.same_failures = dl_ejob_same_failures(v, cause, culprit);
+    state.has_same_failures = true;
     json_object_set_new(who, "cause", json_string(cause_name(cause)));
-    json_object_set_new(state, "culprit", who);
-    if (failure && json_object_get(state, "failure") == NULL)
-        json_object_set_new(state, "failure", json_string(reason));
+    state.culprit = who;
+    if (failure && state.failure == NULL)
+        state.failure = (char *)reason;
     if (cost == DL_RDZV_BUDGET_SAME || cost == DL_RDZV_BUDGET_SPENT) {
         /* No restart left, or another would fail alike: the job fails with its first failure,
          * or with the one that repeats (exit 5: a scheduler should not requeue it). */
-        const char *why = same > 0 ? reason : sstr(state, "failure");
+        const char *why = same > 0 ? reason : str_or(state.failure, "");
         char text[1400];
         if (same > 0)
             snprintf(text, sizeof(text),
@@ -724,24 +820,28 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
                      "step further; restarting will not help): %.1100s",
                      same, why);
         else
-            snprintf(text, sizeof(text), "failed after %lld restart%s: %s", (long long)restarts,
+            snprintf(text, sizeof(text), "failed after %lld restart%s: %s", restarts,
                      restarts == 1 ? "" : "s", why);
-        json_object_set_new(state, "state", json_string("failed"));
-        json_object_set_new(state, "reason", json_string(text));
-        json_object_set_new(state, "cause", json_string(cause_name(cause)));
-        json_object_set_new(state, "time", json_real(now));
-        if (same > 0)
-            json_object_set_new(state, "exit_code", json_integer(5));
+        state.state = "failed";
+        state.reason = text;
+        state.cause = (char *)cause_name(cause);
+        state.time = now;
+        state.has_time = true;
+        if (same > 0) {
+            state.exit_code = 5;
+            state.has_exit_code = true;
+        }
         json_t *ev = event("job_end", now);
         json_object_update_new(ev, json_pack("{s:s, s:i, s:s}", "status", "failed", "exit_code",
                                              same > 0 ? 5 : 1, "failure", same > 0 ? text : why));
         char line[1500];
         if (same > 0)
-            snprintf(line, sizeof(line), "job failed after %lld restart%s: %s", (long long)restarts,
+            snprintf(line, sizeof(line), "job failed after %lld restart%s: %s", restarts,
                      restarts == 1 ? "" : "s", text);
         else
             snprintf(line, sizeof(line), "job failed after %s", text + strlen("failed after "));
-        end_ops(v, ops, state, ev, "error", line, linger_lease, now);
+        end_ops(v, ops, &state, ev, "error", line, linger_lease, now);
+        json_decref(who);
         return json_pack("{s:[o], s:o}", "compare", cmp_state(v), "success", ops);
     }
     if (cost == DL_RDZV_BUDGET_SPEND)
@@ -749,79 +849,75 @@ json_t *dl_ejob_txn_next(const dl_ejob_view_t *v, dl_ejob_cause_t cause, const c
     char line[1500];
     if (failure)
         snprintf(line, sizeof(line), "round %d -> %d (restart %lld of %lld): %s", round, round + 1,
-                 (long long)restarts, (long long)sint(v->state, "max_restarts", 0), reason);
+                 restarts, state.max_restarts, reason);
     else
         snprintf(line, sizeof(line),
                  "round %d -> %d (no failure: the restart budget stays %lld of %lld): %s", round,
-                 round + 1, (long long)restarts, (long long)sint(v->state, "max_restarts", 0),
-                 reason);
-    json_object_set_new(state, "round", json_integer(round + 1));
-    json_object_set_new(state, "state", json_string("gathering"));
-    json_object_set_new(state, "restarts", json_integer(restarts));
-    json_object_set_new(state, "reason", json_string(reason));
-    json_object_set_new(state, "cause", json_string(cause_name(cause)));
-    json_object_set_new(state, "time", json_real(now));
-    json_object_del(state, "nodes");
-    json_object_del(state, "assignment");
-    json_object_del(state, "node_count");
-    json_object_del(state, "node0");
-    json_object_del(state, "world_size");
-    json_object_del(state, "master_addr");
-    json_object_del(state, "master_port");
-    json_object_del(state, "store_addr");
+                 round + 1, restarts, state.max_restarts, reason);
+    state.round = round + 1;
+    state.state = "gathering";
+    state.restarts = restarts;
+    state.reason = (char *)reason;
+    state.cause = (char *)cause_name(cause);
+    state.time = now;
+    state.has_time = true;
+    /* The closed round's summary goes with it. */
+    state.has_assignment = state.has_node_count = state.has_world_size = false;
+    state.has_master_port = false;
+    state.node0 = state.master_addr = state.store_addr = NULL;
     json_t *ev = event("round_changed", now);
     /* The journal's fields as every backend writes them (docs/control.md); the culprit is the
      * state's, where the agents read it. */
     json_object_update_new(ev, json_pack("{s:i, s:s, s:s}", "round", round + 1, "reason", reason,
                                          "cause", cause_name(cause)));
-    json_array_append_new(ops, put(dl__ejob_key(v->prefix, "state"), state, 0));
+    json_array_append_new(
+        ops, put_rec(dl__ejob_key(v->prefix, "state"), &dl_ejob_state_type, &state, 0));
+    json_decref(who);
     json_array_append_new(ops, put(event_key(v, round + 1, 0), ev, 0));
     json_array_append_new(
         ops, log_put(v->prefix, round + 1, 0, failure ? "warning" : "info", line, now, 0));
     json_array_append_new(
         ops, del_range(dl__ejob_key(v->prefix, "a/"), dl__ejob_range_end(v->prefix, "a/")));
-    if (join != NULL) {
-        dl_ejob_member_t mm = *join;
-        mm.round = round + 1;
-        json_array_append_new(ops, put(dl__ejob_key(v->prefix, "m/%s", join->node_id),
-                                       dl_ejob_member_doc(&mm), join_lease));
-    }
+    if (join != NULL)
+        json_array_append_new(ops, put_member(v, join, round + 1, join_lease));
     return json_pack("{s:[o], s:o}", "compare", cmp_state(v), "success", ops);
 }
 
 json_t *dl_ejob_txn_end(const dl_ejob_view_t *v, const char *status, const char *reason,
                         int64_t linger_lease, double now)
 {
-    json_t *state = json_deep_copy(v->state);
+    dl_ejob_state_rec_t state = state_copy(v);
     json_t *ops = json_array();
     int code = strcmp(status, "timed-out") == 0 ? 3 : strcmp(status, "failed") == 0 ? 1 : 0;
-    json_object_set_new(state, "state", json_string(status));
-    json_object_set_new(state, "reason", json_string(reason));
-    json_object_set_new(state, "time", json_real(now));
+    long long restarts = state.restarts;
+    state.state = (char *)status;
+    state.reason = (char *)reason;
+    state.time = now;
+    state.has_time = true;
     json_t *ev = event("job_end", now);
     json_object_update_new(ev, json_pack("{s:s, s:i}", "status",
                                          strcmp(status, "timed-out") == 0 ? "timed_out" : status,
                                          "exit_code", code));
     /* The line our rendezvous logs as the job ends this way. */
     int round = dl_ejob_round(v);
-    json_int_t restarts = sint(v->state, "restarts", 0);
     char line[1500];
     if (code == 0 && strcmp(status, "succeeded") == 0)
-        snprintf(line, sizeof(line), "job succeeded in round %d, %lld restart%s", round,
-                 (long long)restarts, restarts == 1 ? "" : "s");
+        snprintf(line, sizeof(line), "job succeeded in round %d, %lld restart%s", round, restarts,
+                 restarts == 1 ? "" : "s");
     else if (code == 3)
         snprintf(line, sizeof(line), "%s", reason);
     else
         snprintf(line, sizeof(line), "job %s in round %d: %s", status, round, reason);
-    end_ops(v, ops, state, ev, code == 0 ? "info" : "error", line, linger_lease, now);
+    end_ops(v, ops, &state, ev, code == 0 ? "info" : "error", line, linger_lease, now);
     return json_pack("{s:[o], s:o}", "compare", cmp_state(v), "success", ops);
 }
 
 json_t *dl_ejob_txn_done(const dl_ejob_view_t *v, const char *node_id)
 {
-    return json_pack("{s:[o], s:[o]}", "compare", cmp_state(v), "success",
-                     put(dl__ejob_key(v->prefix, "done/%s", node_id),
-                         json_pack("{s:i}", "round", dl_ejob_round(v)), 0));
+    dl_ejob_done_rec_t done = {.round = dl_ejob_round(v)};
+    return json_pack(
+        "{s:[o], s:[o]}", "compare", cmp_state(v), "success",
+        put_rec(dl__ejob_key(v->prefix, "done/%s", node_id), &dl_ejob_done_type, &done, 0));
 }
 
 bool dl_ejob_txn_ok(const json_t *answer)
@@ -831,46 +927,79 @@ bool dl_ejob_txn_ok(const json_t *answer)
 
 /* ---- Reading ---------------------------------------------------------------------------------- */
 
-json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id)
+/* A string of the status record's own. */
+static int own(char **dst, const char *s)
 {
-    const json_t *s = v->state;
-    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "run_id", run_id, "state",
-                          sstr(s, "state"), "round", sint(s, "round", 0), "restarts",
-                          sint(s, "restarts", 0), "max_restarts", sint(s, "max_restarts", 0),
-                          "min_nodes", sint(s, "min_nodes", 1), "max_nodes",
-                          sint(s, "max_nodes", 1), "world_size", sint(s, "world_size", 0));
-    if (json_object_get(s, "failure") != NULL)
-        json_object_set_new(o, "failure", json_string(sstr(s, "failure")));
-    json_t *nodes = json_array();
-    size_t i;
-    json_t *n;
+    *dst = strdup(s != NULL ? s : "");
+    return *dst != NULL ? 0 : -ENOMEM;
+}
+
+int dl_ejob_status_base(const dl_ejob_view_t *v, const char *run_id, dl_proto_status_job_t *st)
+{
+    const dl_ejob_state_rec_t *s = v->state;
+    dl_ejob_state_rec_t none = {.state = ""};
     int round = dl_ejob_round(v);
-    if (strcmp(sstr(s, "state"), "running") == 0) {
-        json_t *assigned = dl_ejob_assigned_nodes(v);
-        json_array_foreach (assigned, i, n) {
-            const char *id = sstr(n, "node_id");
-            json_t *done = json_object_get(v->done, id);
-            json_array_append_new(
-                nodes, json_pack("{s:I, s:s, s:s, s:I, s:f, s:b, s:b}", "node_rank",
-                                 sint(n, "node_rank", 0), "node_id", id, "host", sstr(n, "host"),
-                                 "slots", sint(n, "slots", 1), "heartbeat_age", 0.0, "connected",
-                                 json_object_get(v->members, id) != NULL, "left",
-                                 done != NULL && json_integer_value(done) == round));
+    if (s == NULL)
+        s = &none;
+    memset(st, 0, sizeof(*st));
+    st->round = s->round;
+    st->restarts = s->restarts;
+    st->max_restarts = s->max_restarts;
+    st->min_nodes = s->has_min_nodes ? s->min_nodes : 1;
+    st->max_nodes = s->has_max_nodes ? s->max_nodes : 1;
+    st->world_size = s->has_world_size ? s->world_size : 0;
+    if (own(&st->run_id, run_id) < 0 || own(&st->state, s->state) < 0 ||
+        (s->failure != NULL && own(&st->failure, s->failure) < 0))
+        goto nomem;
+    if (strcmp(s->state, "running") == 0) {
+        size_t n;
+        const dl_ejob_assign_rec_t **assigned = dl_ejob_assigned_nodes(v, &n);
+        if (assigned == NULL || (st->nodes = calloc(n + 1, sizeof(*st->nodes))) == NULL) {
+            free(assigned);
+            goto nomem;
         }
-        json_decref(assigned);
+        for (size_t i = 0; i < n; i++) {
+            const dl_ejob_assign_rec_t *a = assigned[i];
+            dl_proto_status_node_t *node = &st->nodes[st->nnodes++];
+            node->node_rank = a->node_rank;
+            node->slots = a->slots;
+            node->connected = dl_ejob_member(v, a->node_id) != NULL;
+            node->left = dl_ejob_done_round(v, a->node_id) == round;
+            if (own(&node->node_id, a->node_id) < 0 || own(&node->host, a->host) < 0) {
+                free(assigned);
+                goto nomem;
+            }
+        }
+        free(assigned);
     } else {
         /* Gathering: the members so far, without ranks. */
-        const char *id;
-        json_object_foreach (v->members, id, n) {
-            if (sint(n, "round", -1) != round)
+        if ((st->nodes = calloc(v->members.n + 1, sizeof(*st->nodes))) == NULL)
+            goto nomem;
+        for (size_t i = 0; i < v->members.n; i++) {
+            const dl_ejob_member_rec_t *m = v->members.items[i].rec;
+            if (m->round != round)
                 continue;
-            json_array_append_new(
-                nodes, json_pack("{s:i, s:s, s:s, s:I, s:f, s:b, s:b}", "node_rank", -1, "node_id",
-                                 id, "host", sstr(n, "host"), "slots", sint(n, "slots", 1),
-                                 "heartbeat_age", 0.0, "connected", 1, "left", 0));
+            dl_proto_status_node_t *node = &st->nodes[st->nnodes++];
+            node->node_rank = -1;
+            node->slots = m->has_slots ? m->slots : 1;
+            node->connected = true;
+            if (own(&node->node_id, v->members.items[i].key) < 0 || own(&node->host, m->host) < 0)
+                goto nomem;
         }
     }
-    json_object_set_new(o, "nodes", nodes);
+    return 0;
+nomem:
+    dl_proto_rec_free(&dl_proto_status_job_type, st);
+    return -ENOMEM;
+}
+
+json_t *dl_ejob_status(const dl_ejob_view_t *v, const char *run_id)
+{
+    dl_proto_status_job_t st;
+    if (dl_ejob_status_base(v, run_id, &st) < 0)
+        return NULL;
+    json_t *o = dl_proto_rec_encode(&dl_proto_status_job_type, &st);
+    dl_proto_rec_free(&dl_proto_status_job_type, &st);
     return o;
 }
 
@@ -878,6 +1007,6 @@ int dl_ejob_exit_code(const dl_ejob_view_t *v)
 {
     const char *s = dl_ejob_state_name(v);
     if (strcmp(s, "failed") == 0)
-        return sint(v->state, "exit_code", 1) == 5 ? 5 : 1;
+        return v->state->has_exit_code && v->state->exit_code == 5 ? 5 : 1;
     return strcmp(s, "timed-out") == 0 ? 3 : 0;
 }

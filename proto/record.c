@@ -88,6 +88,11 @@ static int decode_field(ctx_t *c, size_t plen, const dl_proto_rec_field_t *f, co
         if ((*(void **)m = calloc(1, f->sub->size)) == NULL)
             return -ENOMEM;
         return decode_obj(c, path_push(c, plen, f->name, -1), f->sub, v, *(void **)m);
+    case DL_PROTO_REC_JSON:
+        if (!json_is_object(v))
+            return bad(c, plen, f->name, "an object", v);
+        *(json_t **)m = json_incref((json_t *)v);
+        return 0;
     case DL_PROTO_REC_LIST: {
         if (!json_is_array(v))
             return bad(c, plen, f->name, "an array of objects", v);
@@ -208,6 +213,7 @@ static json_t *encode_field(const dl_proto_rec_field_t *f, const void *rec)
     case DL_PROTO_REC_REAL: return json_real(*(const double *)m);
     case DL_PROTO_REC_BOOL: return json_boolean(*(const bool *)m);
     case DL_PROTO_REC_OBJ: return dl_proto_rec_encode(f->sub, *(void *const *)m);
+    case DL_PROTO_REC_JSON: return json_incref(*(json_t *const *)m);
     case DL_PROTO_REC_LIST:
         v = json_array();
         for (size_t i = 0; v != NULL && i < n; i++)
@@ -252,7 +258,8 @@ json_t *dl_proto_rec_encode(const dl_proto_rec_type_t *t, const void *rec)
         if (f->has != 0 && !*(const bool *)AT(rec, f->has - 1))
             continue;
         /* A pointer member without a presence flag is present when set. */
-        if ((f->kind == DL_PROTO_REC_STR || f->kind == DL_PROTO_REC_OBJ) &&
+        if ((f->kind == DL_PROTO_REC_STR || f->kind == DL_PROTO_REC_OBJ ||
+             f->kind == DL_PROTO_REC_JSON) &&
             *(void *const *)m == NULL)
             continue;
         json_t *v = encode_field(f, rec);
@@ -273,6 +280,10 @@ void dl_proto_rec_free(const dl_proto_rec_type_t *t, void *rec)
         size_t n = f->kind >= DL_PROTO_REC_LIST ? *(size_t *)AT(rec, f->count) : 0;
         switch (f->kind) {
         case DL_PROTO_REC_OBJ: dl_proto_rec_free(f->sub, *(void **)m); break;
+        case DL_PROTO_REC_JSON:
+            json_decref(*(json_t **)m);
+            *(json_t **)m = NULL;
+            break;
         case DL_PROTO_REC_LIST:
             for (size_t i = 0; *(char **)m != NULL && i < n; i++)
                 dl_proto_rec_free(f->sub, *(char **)m + i * f->sub->size);

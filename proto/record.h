@@ -16,6 +16,8 @@ typedef enum {
     DL_PROTO_REC_REAL,  /* double, from any number */
     DL_PROTO_REC_BOOL,  /* bool, from true or false */
     DL_PROTO_REC_OBJ,   /* a pointer to a record of sub, NULL when absent */
+    DL_PROTO_REC_JSON,  /* json_t *, an object kept whole (a part whose one codec is another's:
+                         * a culprit, a heartbeat); a reference the record owns, NULL when absent */
     DL_PROTO_REC_LIST,  /* a pointer to an array of records of sub; its length at count */
     DL_PROTO_REC_INTV,  /* long long *, an array of integers; its length at count */
     DL_PROTO_REC_REALV, /* double *, an array of numbers; its length at count */

@@ -270,9 +270,9 @@ DL_TEST(a_large_round_puts_one_assignment_key_per_node_in_batches)
     dl_ejob_view_t w;
     load(&w, puts, 500);
     ck_assert_int_eq(dl_ejob_node_count(&w), N);
-    const json_t *me = dl_ejob_assigned(&w, "n123");
+    const dl_ejob_assign_rec_t *me = dl_ejob_assigned(&w, "n123");
     ck_assert_ptr_nonnull(me);
-    ck_assert_int_eq(json_integer_value(json_object_get(me, "node_rank")), 123);
+    ck_assert_int_eq(me->node_rank, 123);
     ck_assert_ptr_null(dl_ejob_assigned(&w, "n300"));
     json_t *st = dl_ejob_status(&w, "j");
     const json_t *nodes = json_object_get(st, "nodes");
@@ -489,10 +489,10 @@ DL_TEST(watch_events_update_the_view)
     int ch = dl_ejob_view_watch(&v, msg);
     ck_assert(ch & DL_EJOB_CH_MEMBERS);
     ck_assert_int_eq(v.rev, 5);
-    ck_assert_ptr_null(json_object_get(v.members, "a"));
-    ck_assert_ptr_nonnull(json_object_get(v.members, "b"));
-    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(v.members, "b"), "lease")),
-                     6);
+    ck_assert_ptr_null(dl_ejob_member(&v, "a"));
+    ck_assert_ptr_nonnull(dl_ejob_member(&v, "b"));
+    ck_assert_int_eq(v.members.items[0].lease, 6);
+    ck_assert_str_eq(v.members.items[0].key, "b");
     json_decref(msg);
     dl_ejob_view_clear(&v);
 }
@@ -566,16 +566,122 @@ DL_TEST(joins_and_dones_are_counted_per_round)
     dl_ejob_view_clear(&v);
 }
 
+/* The text a txn's success branch puts at key (suffix), as etcd stores it (malloc'd). */
+static char *text_of(const json_t *txn, const char *suffix)
+{
+    size_t i;
+    json_t *op;
+    json_array_foreach (json_object_get(txn, "success"), i, op) {
+        json_t *p = json_object_get(op, "request_put");
+        char *k = p != NULL ? dl_etcd_unb64(json_object_get(p, "key"), NULL) : NULL;
+        int hit = k != NULL && strcmp(k + strlen(P), suffix) == 0;
+        free(k);
+        if (hit)
+            return dl_etcd_unb64(json_object_get(p, "value"), NULL);
+    }
+    return NULL;
+}
+
+/* The values are put as the agents of before the field tables put them (docs/etcd.md): compact,
+ * keys sorted, the same fields and types, so that agents of either build read each other's. */
+DL_TEST(the_values_are_stored_as_before_byte_for_byte)
+{
+    dl_ejob_settings_t set = {.min_nodes = 1,
+                              .max_nodes = 2,
+                              .max_restarts = 3,
+                              .last_call = 0.5,
+                              .join_timeout = 30,
+                              .dead_after = 5,
+                              .master_port = 29500,
+                              .store_key = "k"};
+    json_t *t = dl_ejob_txn_create(P, &set, 5.5);
+    char *job = text_of(t, "job"), *state = text_of(t, "state");
+    ck_assert_str_eq(job, "{\"dead_after_ms\":5000,\"join_timeout_ms\":30000,\"last_call_ms\":500,"
+                          "\"master_port\":29500,\"max_nodes\":2,\"max_restarts\":3,"
+                          "\"max_same_failures\":0,\"min_nodes\":1,\"store_key\":\"k\"}");
+    ck_assert_str_eq(state, "{\"max_nodes\":2,\"max_restarts\":3,\"max_same_failures\":0,"
+                            "\"min_nodes\":1,\"reason\":\"the job started\",\"restarts\":0,"
+                            "\"round\":0,\"state\":\"gathering\",\"time\":5.5}");
+    free(job);
+    free(state);
+    json_decref(t);
+    dl_ejob_view_t v;
+    load(&v, json_pack("[o]", kv(P "state", state_doc("gathering", 2, 0, 1, 1, 2), 5, 0)), 6);
+    dl_ejob_member_t m = {.node_id = "a",
+                          .host = "h",
+                          .addr = "10.0.0.1",
+                          .store = "10.0.0.1:7",
+                          .slots = 4,
+                          .node_rank = -1,
+                          .master_port = 0};
+    t = dl_ejob_txn_join(&v, &m, 9);
+    char *member = text_of(t, "m/a");
+    ck_assert_str_eq(member, "{\"addr\":\"10.0.0.1\",\"host\":\"h\",\"master_port\":0,"
+                             "\"node_id\":\"a\",\"node_rank\":-1,\"round\":2,\"slots\":4,"
+                             "\"store\":\"10.0.0.1:7\"}");
+    free(member);
+    json_decref(t);
+    t = dl_ejob_txn_done(&v, "a");
+    char *done = text_of(t, "done/a");
+    ck_assert_str_eq(done, "{\"round\":2}");
+    free(done);
+    json_decref(t);
+    dl_ejob_view_clear(&v);
+}
+
+/* A value under the job's prefix that is not as its table declares it (anyone who can write
+ * the prefix may have put it) is refused with one line naming the key and the field; the agent
+ * and `dlaunch status` print it. */
+DL_TEST(a_malformed_value_names_its_key_and_field)
+{
+    static const struct {
+        const char *key, *doc, *err;
+    } cases[] = {
+        {P "state", "{\"round\": \"1\", \"state\": \"running\"}",
+         "etcd key " P "state: field 'round' must be an integer, got a string"},
+        {P "state", "{\"round\": 1}", "etcd key " P "state: missing field 'state'"},
+        {P "m/a", "{\"round\": 0, \"slots\": [1]}",
+         "etcd key " P "m/a: field 'slots' must be an integer, got an array"},
+        {P "a/0/5/a", "{\"node_id\": \"a\", \"slots\": 1, \"node_rank\": 0}",
+         "etcd key " P "a/0/5/a: missing field 'first_rank'"},
+        {P "job", "{\"min_nodes\": 1, \"max_nodes\": 2, \"store_key\": 7}",
+         "etcd key " P "job: field 'store_key' must be a string, got an integer"},
+        {P "done/a", "[1]", "etcd key " P "done/a: must be an object, got an array"},
+        {P "n/a", "{\"round\": 1, \"time\": 2.5, \"progress\": {\"step\": \"9\"}}",
+         "etcd key " P "n/a: field 'progress.step' must be an integer, got a string"},
+        {P "verdict", "{\"round\": 1, \"view\": 3}",
+         "etcd key " P "verdict: field 'view' must be an object, got an integer"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *k = json_pack("{s:o, s:o, s:o, s:o}", "key", dl_etcd_b64_str(cases[i].key), "value",
+                              dl_etcd_b64_str(cases[i].doc), "mod_revision", dl_etcd_num(4),
+                              "create_revision", dl_etcd_num(4));
+        json_t *range =
+            json_pack("{s:{s:o}, s:[o]}", "header", "revision", dl_etcd_num(4), "kvs", k);
+        dl_ejob_view_t v;
+        dl_ejob_view_init(&v, P);
+        ck_assert_int_eq(dl_ejob_view_load(&v, range), -EBADMSG);
+        ck_assert_str_eq(v.err, cases[i].err);
+        /* The same through a watch, on a view that holds a state. */
+        json_t *msg = json_pack("{s:[{s:s, s:O}]}", "events", "type", "PUT", "kv", k);
+        ck_assert_int_eq(dl_ejob_view_watch(&v, msg), -EBADMSG);
+        ck_assert_str_eq(v.err, cases[i].err);
+        json_decref(msg);
+        json_decref(range);
+        dl_ejob_view_clear(&v);
+    }
+}
+
 /* A read of the settings, the state and members comes back as one range the view loads. */
 DL_TEST(a_read_loads_as_a_range)
 {
-    json_t *answer =
-        json_pack("{s:{s:s}, s:b, s:[{s:{s:[o]}}, {s:{s:[o]}}, {s:{s:[o, o]}}]}", "header",
-                  "revision", "20", "succeeded", 1, "responses", "response_range", "kvs",
-                  kv(P "job", json_pack("{s:i}", "max_nodes", 2), 3, 0), "response_range", "kvs",
-                  kv(P "state", state_doc("gathering", 0, 0, 1, 2, 2), 5, 0), "response_range",
-                  "kvs", kv(P "m/a", member("a", "h1", 1, -1, 0), 8, 1),
-                  kv(P "m/b", member("b", "h2", 1, -1, 0), 9, 2));
+    json_t *answer = json_pack(
+        "{s:{s:s}, s:b, s:[{s:{s:[o]}}, {s:{s:[o]}}, {s:{s:[o, o]}}]}", "header", "revision", "20",
+        "succeeded", 1, "responses", "response_range", "kvs",
+        kv(P "job", json_pack("{s:i, s:i}", "min_nodes", 2, "max_nodes", 2), 3, 0),
+        "response_range", "kvs", kv(P "state", state_doc("gathering", 0, 0, 1, 2, 2), 5, 0),
+        "response_range", "kvs", kv(P "m/a", member("a", "h1", 1, -1, 0), 8, 1),
+        kv(P "m/b", member("b", "h2", 1, -1, 0), 9, 2));
     json_t *range = dl_ejob_read_as_range(answer);
     dl_ejob_view_t v;
     dl_ejob_view_init(&v, P);
@@ -717,8 +823,8 @@ DL_TEST(a_missing_assignment_is_checked_against_the_state)
 static json_t *report_doc(int round, int node_rank, double time, int recoveries, bool store)
 {
     json_t *doc =
-        json_pack("{s:s, s:s, s:i, s:f, s:{s:i, s:b}, s:{s:i, s:s, s:[{s:i, s:I}, {s:i, s:I}]}}",
-                  "v", "1", "type", "heartbeat", "round", round, "time", time, "recovery",
+        json_pack("{s:i, s:s, s:i, s:f, s:{s:i, s:b}, s:{s:i, s:s, s:[{s:i, s:I}, {s:i, s:I}]}}",
+                  "v", 1, "type", "heartbeat", "round", round, "time", time, "recovery",
                   "recoveries", recoveries, "recovering", 0, "diag", "node_rank", node_rank, "host",
                   node_rank ? "h1" : "h0", "ranks", "rank", 2 * node_rank, "step", (json_int_t)5,
                   "rank", 2 * node_rank + 1, "step", (json_int_t)5);
@@ -813,7 +919,7 @@ DL_TEST(a_failures_text_says_where_every_nodes_ranks_were)
     ck_assert_uint_gt(dl_ejob_explain(&v, "j", "n1", 1, own, 101.5, all, sizeof(all)), 0);
     ck_assert_ptr_nonnull(strstr(all, "rank 1 "));
     /* n0's report of an older round is not where its ranks are now. */
-    json_object_set_new(json_object_get(v.reports, "n0"), "round", json_integer(0));
+    ((dl_ejob_report_rec_t *)dl_ejob_table_get(&v.reports, "n0"))->round = 0;
     ck_assert_uint_gt(dl_ejob_explain(&v, "j", "n1", 1, own, 101.5, alone, sizeof(alone)), 0);
     ck_assert_ptr_null(strstr(alone, "rank 1 "));
     json_decref(mine);
@@ -847,7 +953,7 @@ DL_TEST(a_victims_failure_is_put_on_the_rank_it_waited_for_as_our_server_puts_it
     ck_assert_int_eq(dl_ejob_waited_for(&v, "j", "n1", 1, own, 101.5, 2, true, &w), 0);
     ck_assert_int_eq(w.rank, 1);
     /* n0's report of an older round says nothing of this one. */
-    json_object_set_new(json_object_get(v.reports, "n0"), "round", json_integer(0));
+    ((dl_ejob_report_rec_t *)dl_ejob_table_get(&v.reports, "n0"))->round = 0;
     ck_assert_int_eq(dl_ejob_waited_for(&v, "j", "n1", 1, own, 101.5, 2, true, &w), -ENOENT);
     json_decref(mine);
     dl_ejob_view_clear(&v);
@@ -892,7 +998,7 @@ DL_TEST(the_straggler_rules_verdict_reaches_every_node_and_the_status)
     json_t *st = dl_ejob_status_full(&v, "j", false, 101.0);
     ck_assert(json_equal(json_object_get(st, "diag"), view));
     json_decref(st);
-    json_object_set_new(v.verdict, "round", json_integer(0));
+    v.verdict->round = 0;
     st = dl_ejob_status_full(&v, "j", false, 101.0);
     ck_assert(!json_equal(json_object_get(st, "diag"), view));
     json_decref(st);
@@ -915,7 +1021,7 @@ DL_TEST(a_report_is_put_on_the_lease_within_its_bound)
     json_t *big = json_array();
     for (int i = 0; i < DL_EJOB_REPORT_MAX / 16; i++)
         json_array_append_new(big, json_string("0123456789abcdef"));
-    json_object_set_new(beat, "diag", big);
+    json_object_set_new(json_object_get(beat, "diag"), "ranks", big);
     body = NULL;
     ck_assert_int_eq(dl_ejob_put_report(&v, "n0", beat, NULL, 12.5, 77, &body), -EMSGSIZE);
     ck_assert_ptr_null(body);
@@ -939,20 +1045,23 @@ DL_TEST(the_last_failure_is_the_states_culprit_at_its_round_change)
                 json_pack("{s:s, s:f, s:i}", "event", "round_changed", "time", 99.0, "round", 1), 6,
                 0)),
          9);
-    json_t *f = dl_ejob_last_failure(&v);
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(json_integer_value(json_object_get(f, "round")), 0);
-    ck_assert_int_eq(json_integer_value(json_object_get(f, "rank")), 3);
-    ck_assert_int_eq(json_integer_value(json_object_get(f, "exit_code")), 7);
-    ck_assert_str_eq(json_string_value(json_object_get(f, "peer")), "h1");
-    ck_assert(json_real_value(json_object_get(f, "time")) == 99.0);
-    json_decref(f);
+    dl_proto_status_failure_t f;
+    ck_assert_int_eq(dl_ejob_last_failure(&v, &f), 1);
+    ck_assert_int_eq(f.round, 0);
+    ck_assert_int_eq(f.rank, 3);
+    ck_assert(f.has_exit_code && !f.has_signal);
+    ck_assert_int_eq(f.exit_code, 7);
+    ck_assert_str_eq(f.peer, "h1");
+    ck_assert_str_eq(f.reason, "rank 3 on h1 exited with code 7");
+    ck_assert(f.time == 99.0);
+    free(f.peer);
+    free(f.reason);
     dl_ejob_view_clear(&v);
     /* A round a node's loss ended names no failed worker. */
     state = state_doc("running", 1, 1, 3, 2, 2);
     json_object_set_new(state, "culprit",
                         json_pack("{s:s, s:s}", "cause", "node_lost", "host", "h1"));
     load(&v, json_pack("[o]", kv(P "state", state, 7, 0)), 9);
-    ck_assert_ptr_null(dl_ejob_last_failure(&v));
+    ck_assert_int_eq(dl_ejob_last_failure(&v, &f), 0);
     dl_ejob_view_clear(&v);
 }

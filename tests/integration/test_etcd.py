@@ -808,6 +808,25 @@ class Writers(EtcdCase):
         self.assertIn("an assignment this node cannot take", self.log("a"))
         self.assertIn("master_addr", self.log("a"))
 
+    def test_a_value_of_another_shape_is_one_line_naming_its_key_and_field(self):
+        # The job's values are read by their tables (etcd/job-records.h): a state whose round is
+        # a string is refused where it is read, by the agent that watches it and by status,
+        # never taken for round 0.
+        p = self.agent("--", "true", name="a")
+        self.wait_for(lambda: self.cluster.get_prefix("/dlaunch/job/m/"),
+                      what="the agent's member key")
+        self.cluster.ctl("put", "/dlaunch/job/state",
+                         json.dumps({"state": "gathering", "round": "1", "restarts": 0}))
+        want = "etcd key /dlaunch/job/state: field 'round' must be an integer, got a string"
+        self.assertEqual(p.wait(timeout=40), 4, self.log("a"))
+        self.assertIn(want, self.log("a"))
+        r = self.dlaunch("status", "--rdzv-backend", "etcd", "--endpoint",
+                         self.cluster.endpoints, "job", check_code=4, timeout=60)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("dlaunch: etcd at ") and lines[0].endswith(want),
+                        r.stderr)
+
 
 class SameFailure(EtcdCase):
     """docs/exit-codes.md, 5, with --rdzv-backend etcd: the job's state counts the same failure

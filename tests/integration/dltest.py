@@ -111,10 +111,11 @@ class Case(unittest.TestCase):
         self.fail(f"processes still alive: {alive}")
 
 
-def agent_env(env=None):
-    """The test's environment without DLAUNCH_* (a setting left in it would change every agent),
-    then env's."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
+def agent_env(env=None, unset=()):
+    """The test's environment without DLAUNCH_* (a setting left in it would change every agent)
+    and without unset's names, then env's."""
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith("DLAUNCH_") and k not in unset}
     full.update(env or {})
     return full
 
@@ -148,10 +149,11 @@ class Cluster:
         return os.path.join(self.case.dir, f"{name}.{ext}")
 
     def agent(self, *args, name="a", nodes=None, env=None, endpoint=_UNSET, run_id=_UNSET,
-              prefix=(), session=False):
+              prefix=(), session=False, unset=()):
         """Starts an agent; returns its Popen. endpoint and run_id replace the cluster's for
         this agent (False or None: left out); prefix runs it under another command (ip netns
-        exec ...); session: in a session of its own, killed with its group at the end."""
+        exec ...); session: in a session of its own, killed with its group at the end; unset:
+        names of the test's environment the agent does not get."""
         old = self.procs.get(name)
         if old is not None and old.poll() is None:
             raise RuntimeError(f"agent {name} is still running")
@@ -166,7 +168,7 @@ class Cluster:
             cmd += ["--nodes", str(nodes)]
         with open(self.path(name, "log"), "w") as out:
             p = subprocess.Popen([*cmd, *self.args, *args], cwd=self.case.dir,
-                                 env=agent_env(env), stdout=out, stderr=subprocess.STDOUT,
+                                 env=agent_env(env, unset), stdout=out, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=session)
         self.procs[name] = p
         if session:

@@ -123,7 +123,7 @@ class TwoHosts(dltest.Case):
     IFNAMES = [k for k in os.environ if k.endswith("_SOCKET_IFNAME")]
 
     def on_host(self, h, argv, log, env=None):
-        """Starts argv (not an agent) on host h, output to log."""
+        """Starts argv (a program of the test's, not an agent) on host h, output to log."""
         full_env = dltest.agent_env(env, self.IFNAMES)
         out = open(os.path.join(self.dir, log), "w")
         p = subprocess.Popen([*self.host(h), *argv], cwd=self.dir, env=full_env, stdout=out,
@@ -152,9 +152,8 @@ class TwoHosts(dltest.Case):
         return [e for e in evs if e["event"] == "rendezvous"][0]
 
     def test_dry_run_names_the_interface_that_reaches_the_rendezvous(self):
-        p = self.on_host("b", [dltest.DLAUNCH, "--dry-run", "--nodes", "2", "--rdzv-endpoint",
-                               f"{RIGHT['a']}:{RDZV_PORT}", "--run-id", "dry", "--", "true"],
-                         "dry.log")
+        p = self.cluster.agent("--dry-run", "--", "true", name="dry", nodes=2, run_id="dry",
+                               prefix=self.host("b"), session=True, unset=self.IFNAMES)
         self.assertEqual(p.wait(timeout=60), 0, self.read("dry.log"))
         out = self.read("dry.log")
         self.assertIn(f"network: workers bind eth1 ({RIGHT['b']}), the interface that reaches "

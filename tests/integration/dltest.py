@@ -243,10 +243,11 @@ class Cluster:
             names = list(self.procs)
         codes = []
         for n in names:
+            p = self.procs[n] if isinstance(n, str) else n
             if not isinstance(n, str):  # a Popen: its name, for the message
-                n = next(k for k, p in self.procs.items() if p is n)
+                n = next((k for k, q in self.procs.items() if q is p), p.args[-1])
             try:
-                codes.append(self.procs[n].wait(timeout=timeout))
+                codes.append(p.wait(timeout=timeout))
             except subprocess.TimeoutExpired:
                 self.case.fail(f"agent {n} still running after {timeout} s\n{self.logs(n)}")
         return codes

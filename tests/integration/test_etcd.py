@@ -54,10 +54,11 @@ class EtcdCase(dltest.Case):
     def setUp(self):
         super().setUp()
         self.cluster = etcdlib.Cluster(tls=self.tls, folder=os.path.join(self.dir, "etcd"))
-        self.cluster.start()
         # Cleanups run last registered first: every agent (its Cluster's, registered later)
-        # is killed before the etcd cluster stops.
+        # is killed before the etcd cluster stops; registered before start, so that members
+        # started before a failed start go too.
         self.addCleanup(self.cluster.stop)
+        self.cluster.start()
         self.procs = []  # what is not an agent: followers
         self.agents = dltest.Cluster(self, endpoint=self.cluster.endpoints,
                                      args=["--rdzv-backend", "etcd"])

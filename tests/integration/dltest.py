@@ -35,6 +35,9 @@ class Case(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="dl-integ-")
         self.events_path = os.path.join(self.dir, "events.jsonl")
+        # A cleanup, not tearDown's: cleanups run after tearDown, last registered first, so a
+        # Cluster's (registered later) kills its agents before their folder goes.
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
 
     def tearDown(self):
         # Whatever event stream a test made is held to docs/events.md's fields too.
@@ -48,7 +51,6 @@ class Case(unittest.TestCase):
                         continue  # the test's own business (a stream cut short on purpose)
                     if why:
                         bad.append(why)
-        shutil.rmtree(self.dir, ignore_errors=True)
         self.assertEqual(bad, [], "events unlike docs/events.md's table of fields")
 
     def dlaunch(self, *args, timeout=60, env=None, check_code=None):
@@ -107,6 +109,162 @@ class Case(unittest.TestCase):
                 return
             time.sleep(0.05)
         self.fail(f"processes still alive: {alive}")
+
+
+def agent_env(env=None, unset=()):
+    """The test's environment without DLAUNCH_* (a setting left in it would change every agent)
+    and without unset's names, then env's."""
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith("DLAUNCH_") and k not in unset}
+    full.update(env or {})
+    return full
+
+
+def tail(text, lines=60):
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class Cluster:
+    """The agents a test starts, as one job's nodes (or several jobs' on one endpoint): each
+    named, its output in NAME.log and its events in NAME.events in the case's folder, all killed
+    at the test's end, whatever happened. Waits are bounded and, when what they wait for does
+    not come, fail with every agent's log tail: the cause is often on another node.
+
+    endpoint: None, a free port on 127.0.0.1; False, no --rdzv-endpoint (the agents name
+    their own, or none). run_id: None, no --run-id. args: flags every agent gets, before its
+    own."""
+
+    _UNSET = object()
+
+    def __init__(self, case, endpoint=None, run_id="job", args=()):
+        self.case = case
+        self.endpoint = f"127.0.0.1:{free_port()}" if endpoint is None else endpoint
+        self.run_id = run_id
+        self.args = list(args)
+        self.procs = {}
+        self.groups = set()  # names started in a session of their own: killed as a group
+        case.addCleanup(self.close)
+
+    def path(self, name, ext):
+        return os.path.join(self.case.dir, f"{name}.{ext}")
+
+    def agent(self, *args, name="a", nodes=None, env=None, endpoint=_UNSET, run_id=_UNSET,
+              prefix=(), session=False, unset=()):
+        """Starts an agent; returns its Popen. endpoint and run_id replace the cluster's for
+        this agent (False or None: left out); prefix runs it under another command (ip netns
+        exec ...); session: in a session of its own, killed with its group at the end; unset:
+        names of the test's environment the agent does not get."""
+        old = self.procs.get(name)
+        if old is not None and old.poll() is None:
+            raise RuntimeError(f"agent {name} is still running")
+        endpoint = self.endpoint if endpoint is self._UNSET else endpoint
+        run_id = self.run_id if run_id is self._UNSET else run_id
+        cmd = [*prefix, DLAUNCH, "--events", self.path(name, "events")]
+        if endpoint:
+            cmd += ["--rdzv-endpoint", endpoint]
+        if run_id:
+            cmd += ["--run-id", run_id]
+        if nodes is not None:
+            cmd += ["--nodes", str(nodes)]
+        with open(self.path(name, "log"), "w") as out:
+            p = subprocess.Popen([*cmd, *self.args, *args], cwd=self.case.dir,
+                                 env=agent_env(env, unset), stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=session)
+        self.procs[name] = p
+        if session:
+            self.groups.add(name)
+        else:
+            self.groups.discard(name)
+        return p
+
+    def __getitem__(self, name):
+        return self.procs[name]
+
+    def events(self, name):
+        return read_events(self.path(name, "events"))
+
+    def log(self, name):
+        try:
+            with open(self.path(name, "log")) as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def logs(self, first=None):
+        """Every agent's state and log tail, first's first, for a failure's message."""
+        names = sorted(self.procs, key=lambda n: (n != first, n))
+        parts = []
+        for n in names:
+            code = self.procs[n].poll()
+            state = "running" if code is None else f"exited {code}"
+            parts.append(f"--- agent {n} ({state}), {n}.log:\n{tail(self.log(n))}")
+        return "\n".join(parts)
+
+    def wait_for(self, name, what, timeout=60, desc=None):
+        """The first of name's events that is what (an event's name, or a predicate on an
+        event), once it comes; fails with every agent's log tail when it does not within
+        timeout seconds, or name's agent exits without it. desc names a predicate's event in
+        the failure."""
+        match = (lambda e: e.get("event") == what) if isinstance(what, str) else what
+        desc = desc or (what if isinstance(what, str) else "awaited")
+        deadline = time.monotonic() + timeout
+        while True:
+            exited = self.procs[name].poll() is not None  # before reading: no event after it
+            for e in self.events(name):
+                if match(e):
+                    return e
+            if exited:
+                why = "exited without it"
+                break
+            if time.monotonic() >= deadline:
+                why = f"not within {timeout} s"
+                break
+            time.sleep(0.05)
+        self.case.fail(f"agent {name}: no {desc} event ({why}); its events: "
+                       f"{[e.get('event') for e in self.events(name)]}\n{self.logs(name)}")
+
+    def wait_until(self, cond, what, timeout=60):
+        """cond()'s value once true (a condition on the agents' events); fails with every
+        agent's log tail when it is not within timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = cond()
+            if got:
+                return got
+            if time.monotonic() >= deadline:
+                self.case.fail(f"not within {timeout} s: {what}\n{self.logs()}")
+            time.sleep(0.05)
+
+    def wait_all(self, names=None, timeout=60):
+        """The exit codes of names (every agent, in start order, by default; a name or a
+        Popen each), once they exit; fails with every agent's log tail when one does not
+        within timeout seconds (each)."""
+        if names is None:
+            names = list(self.procs)
+        codes = []
+        for n in names:
+            p = self.procs[n] if isinstance(n, str) else n
+            if not isinstance(n, str):  # a Popen: its name, for the message
+                n = next((k for k, q in self.procs.items() if q is p), p.args[-1])
+            try:
+                codes.append(p.wait(timeout=timeout))
+            except subprocess.TimeoutExpired:
+                self.case.fail(f"agent {n} still running after {timeout} s\n{self.logs(n)}")
+        return codes
+
+    def close(self):
+        """Kills what is still running (its whole group when it has a session of its own)."""
+        for name, p in self.procs.items():
+            if p.poll() is None:
+                try:
+                    if name in self.groups:
+                        os.killpg(p.pid, signal.SIGKILL)
+                    else:
+                        p.kill()
+                except ProcessLookupError:
+                    pass
+            p.wait()
+        self.procs.clear()
 
 
 def free_port():

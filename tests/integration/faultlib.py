@@ -336,16 +336,6 @@ class Job:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def free_port():
-    import random
-    import socket
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(200):
-        port = rng.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port")
+# One free-port rule for every test (dltest's: below the ephemeral range); bench/faults imports
+# it from here.
+free_port = dltest.free_port

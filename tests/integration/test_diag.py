@@ -60,30 +60,14 @@ class Diag(dltest.Case):
         super().setUp()
         if test_train.SUBSET is None:
             self.skipTest("dataset-fashion-mnist is not installed")
-        self.procs = []
-        self.files = []
-
-    def tearDown(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for f in self.files:
-            f.close()
-        super().tearDown()
+        # The agents name their endpoints and run ids themselves.
+        self.cluster = dltest.Cluster(self, endpoint=False, run_id=None)
 
     def spawn(self, args, name, env=None):
-        out = open(os.path.join(self.dir, f"{name}.log"), "w")
-        self.files.append(out)
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
-        full_env.update(env or {})
-        p = subprocess.Popen([dltest.DLAUNCH, *args], cwd=self.dir, env=full_env, stdout=out,
-                             stderr=subprocess.STDOUT)
-        self.procs.append(p)
-        return p
+        return self.cluster.agent(*args, name=name, env=env)
 
     def log(self, name):
-        return self.read(f"{name}.log")
+        return self.cluster.log(name)
 
     def wait_for(self, pred, timeout, what):
         deadline = time.monotonic() + timeout
@@ -95,12 +79,9 @@ class Diag(dltest.Case):
         self.fail(f"timed out waiting for {what}")
 
     def pid_of(self, name, rank):
-        def find():
-            for e in self.evs(name):
-                if e["event"] == "worker_start" and e["rank"] == rank:
-                    return e["pid"]
-            return None
-        return self.wait_for(find, 60, f"rank {rank} to start ({name})")
+        return self.cluster.wait_for(
+            name, lambda e: e["event"] == "worker_start" and e["rank"] == rank, 60,
+            desc=f"worker_start of rank {rank}")["pid"]
 
     def first_beat(self, rank, attempt=0, run="job"):
         """Waits until rank trains: its flight recorder, set up, shows the two broadcasts of
@@ -134,7 +115,7 @@ class Diag(dltest.Case):
     def test_a_rank_stopped_mid_step_is_named_on_one_node(self):
         data = test_train.SUBSET
         p = self.spawn(["--gpus-per-node", "2", "--health-timeout", "3", "--max-restarts", "1",
-                        "--recovery", "restart", "--run-id", "job", "--events", os.path.join(self.dir, "a.events"), "--",
+                        "--recovery", "restart", "--run-id", "job", "--",
                         *trainer_cmd(data, "steps=60", "log_every=1000",
                                      f"hang_at_step={self.HANG_STEP}", "fail_rank=1")], "a")
         self.assertEqual(p.wait(timeout=120), 0, self.log("a"))
@@ -181,8 +162,7 @@ class Diag(dltest.Case):
             procs.append(self.spawn(
                 ["--nodes", nodes, "--gpus-per-node", "1", "--rdzv-endpoint", self.endpoint,
                  "--run-id", "job", "--heartbeat", "0.3", "--join-timeout", "60",
-                 "--node-rank", str(i), "--events", os.path.join(self.dir, f"n{i}.events"),
-                 *extra, "--", *trainer], f"n{i}", env=node_env))
+                 "--node-rank", str(i), *extra, "--", *trainer], f"n{i}", env=node_env))
         return procs
 
     def test_a_rank_stopped_mid_step_is_named_on_two_nodes(self):
@@ -300,8 +280,7 @@ class Diag(dltest.Case):
 
     def test_a_slowed_rank_is_named_on_one_node_and_nobody_before(self):
         data = test_train.SUBSET
-        p = self.spawn(["--gpus-per-node", "2", "--run-id", "job", "--events",
-                        os.path.join(self.dir, "a.events"), *self.STRAGGLER_OPTS, "--",
+        p = self.spawn(["--gpus-per-node", "2", "--run-id", "job", *self.STRAGGLER_OPTS, "--",
                         *trainer_cmd(data, *self.STRAGGLER_TRAIN)], "a")
         self.pid_of("a", 0)
         self.first_beat(1)

@@ -54,18 +54,20 @@ class EtcdCase(dltest.Case):
     def setUp(self):
         super().setUp()
         self.cluster = etcdlib.Cluster(tls=self.tls, folder=os.path.join(self.dir, "etcd"))
+        # Cleanups run last registered first: every agent (its Cluster's, registered later)
+        # is killed before the etcd cluster stops; registered before start, so that members
+        # started before a failed start go too.
+        self.addCleanup(self.cluster.stop)
         self.cluster.start()
-        self.procs = []
-        self.files = []
+        self.procs = []  # what is not an agent: followers
+        self.agents = dltest.Cluster(self, endpoint=self.cluster.endpoints,
+                                     args=["--rdzv-backend", "etcd"])
 
     def tearDown(self):
         for p in self.procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        for f in self.files:
-            f.close()
-        self.cluster.stop()
         super().tearDown()
 
     def etcd_args(self):
@@ -73,26 +75,18 @@ class EtcdCase(dltest.Case):
 
     def agent(self, *args, name="a", nodes="2", slots="2", env=None, heartbeat="0.2",
               run_id="job"):
-        out = open(os.path.join(self.dir, f"{name}.log"), "w")
-        self.files.append(out)
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
-        full_env.update(env or {})
-        p = subprocess.Popen(
-            [dltest.DLAUNCH, "--nodes", nodes, "--gpus-per-node", slots, *self.etcd_args(),
-             "--run-id", run_id, "--heartbeat", heartbeat, "--join-timeout", "30",
-             "--events", os.path.join(self.dir, f"{name}.events"), *args],
-            cwd=self.dir, env=full_env, stdout=out, stderr=subprocess.STDOUT)
-        self.procs.append(p)
-        return p
+        return self.agents.agent("--gpus-per-node", slots, "--heartbeat", heartbeat,
+                                 "--join-timeout", "30", *args, name=name, nodes=nodes, env=env,
+                                 run_id=run_id)
 
     def log(self, name):
-        return self.read(f"{name}.log")
+        return self.agents.log(name)
 
     def logs(self, names):
         return "\n".join(f"--- {n}\n{self.log(n)}" for n in names)
 
     def wait_all(self, procs, timeout=60):
-        return [p.wait(timeout=timeout) for p in procs]
+        return self.agents.wait_all(procs, timeout=timeout)
 
     def wait_for(self, pred, timeout=30, what=""):
         deadline = time.monotonic() + timeout
@@ -289,17 +283,14 @@ rdzv_endpoint: "{self.cluster.endpoints}"
 heartbeat: 0.2
 command: [sh, -c, 'echo $RANK of $WORLD_SIZE']
 """)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
-        by_yaml = subprocess.Popen([dltest.DLAUNCH, spec], cwd=self.dir, env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        env2 = dict(env, DLAUNCH_RDZV_BACKEND="etcd", DLAUNCH_RDZV_ENDPOINT=self.cluster.endpoints,
-                    DLAUNCH_NODES="2", DLAUNCH_RUN_ID="yamljob", DLAUNCH_GPUS_PER_NODE="1")
-        by_env = subprocess.Popen([dltest.DLAUNCH, "--", "sh", "-c", "echo $RANK of $WORLD_SIZE"],
-                                  cwd=self.dir, env=env2, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
-        self.procs += [by_yaml, by_env]
-        out = [p.communicate(timeout=60)[0] for p in (by_yaml, by_env)]
-        self.assertEqual([by_yaml.returncode, by_env.returncode], [0, 0], "\n".join(out))
+        bare = dltest.Cluster(self, endpoint=False, run_id=None)  # no flag but --events
+        bare.agent(spec, name="yaml")
+        bare.agent("--", "sh", "-c", "echo $RANK of $WORLD_SIZE", name="env", env=dict(
+            DLAUNCH_RDZV_BACKEND="etcd", DLAUNCH_RDZV_ENDPOINT=self.cluster.endpoints,
+            DLAUNCH_NODES="2", DLAUNCH_RUN_ID="yamljob", DLAUNCH_GPUS_PER_NODE="1"))
+        codes = bare.wait_all(["yaml", "env"], timeout=60)
+        out = [bare.log("yaml"), bare.log("env")]
+        self.assertEqual(codes, [0, 0], "\n".join(out))
         self.assertEqual(sorted(re.findall(r"\] (\d) of 2", "".join(out))), ["0", "1"])
 
     def test_node_rank_hints_and_deterministic_order(self):
@@ -617,10 +608,8 @@ class Control(EtcdCase):
         st = json.loads(self.ctl("status", "--json", "job", check_code=0).stdout)
         self.assertEqual((st["round"], st["restarts"]), (1, 0))
 
-        follower = subprocess.Popen(
-            [dltest.DLAUNCH, "events", "--rdzv-backend", "etcd", "--endpoint",
-             self.cluster.endpoints, "job"], cwd=self.dir, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
+        follower = self.start("events", "--rdzv-backend", "etcd", "--endpoint",
+                              self.cluster.endpoints, "job")
         self.procs.append(follower)
         time.sleep(0.5)
         self.assertEqual(self.ctl("stop", "job", check_code=0).stdout.strip(), "job: stopping")

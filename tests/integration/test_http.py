@@ -49,7 +49,9 @@ def http_port(log_path, timeout=30):
 class Base(dltest.Case):
     def setUp(self):
         super().setUp()
-        self.procs = []
+        self.procs = []  # what is not an agent: dlaunchd, prometheus
+        self.cluster = dltest.Cluster(self, endpoint=False, run_id=None, args=[
+            "--gpus-per-node", "1", "--heartbeat", "0.2", "--join-timeout", "60"])
 
     def tearDown(self):
         for p in self.procs:
@@ -65,19 +67,11 @@ class Base(dltest.Case):
         return d, port, http_port(log)
 
     def agent(self, name, endpoint, *args, run_id="job", nodes="2", env=None):
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
-        full_env.update(env or {})
-        out = open(os.path.join(self.dir, f"{name}.log"), "w")
-        p = subprocess.Popen(
-            [dltest.DLAUNCH, "--nodes", nodes, "--gpus-per-node", "1", "--rdzv-endpoint",
-             endpoint, "--run-id", run_id, "--heartbeat", "0.2", "--join-timeout", "60", *args],
-            cwd=self.dir, env=full_env, stdout=out, stderr=subprocess.STDOUT)
-        out.close()
-        self.procs.append(p)
-        return p
+        return self.cluster.agent(*args, name=name, nodes=nodes, env=env, endpoint=endpoint,
+                                  run_id=run_id)
 
     def log(self, name):
-        return self.read(f"{name}.log")
+        return self.cluster.log(name)
 
     def wait_json(self, url, pred, timeout=60):
         deadline = time.monotonic() + timeout

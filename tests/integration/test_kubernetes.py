@@ -42,7 +42,6 @@ class Pods(dltest.Case):
         super().setUp()
         self.tag = f"dk{os.getpid() % 100000}"
         self.ns = {i: f"{self.tag}p{i}" for i in (0, 1)}
-        self.procs = []
         for i in (0, 1):
             run = subprocess.run(["ip", "netns", "add", self.ns[i]], capture_output=True,
                                  text=True)
@@ -56,33 +55,24 @@ class Pods(dltest.Case):
             self.ip(i, "addr", "add", f"{ADDR[i]}/24", "dev", "eth0")
             self.ip(i, "link", "set", "eth0", "up")
         self.hosts = self.write("hosts", "127.0.0.1 localhost\n")
+        # Made after the namespaces, so that its agents are killed before they go (cleanups run
+        # last registered first); the pods find their rendezvous in their environment.
+        self.cluster = dltest.Cluster(self, endpoint=False, run_id=None)
 
     def ip(self, i, *args):
         subprocess.run(["ip", "-n", self.ns[i], *args], check=True, capture_output=True)
 
-    def tearDown(self):
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
-        super().tearDown()
-
     def pod(self, i, hostname, env, log, work=WORK):
-        full = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
-        full.update({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "DLAUNCH_TOKEN": "pod-secret-1",
-                     "DLAUNCH_JOIN_TIMEOUT": "60"}, **env)
-        out = open(os.path.join(self.dir, log), "w")
-        p = subprocess.Popen(
-            ["ip", "netns", "exec", self.ns[i], "unshare", "--uts", "--mount", "sh", "-c",
-             f'mount --bind {self.hosts} /etc/hosts && hostname {hostname} && exec "$@"', "sh",
-             dltest.DLAUNCH, "--", *work],
-            cwd=self.dir, env=full, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        out.close()
-        self.procs.append(p)
-        return p
+        """A pod's agent on host i, configured by its environment alone; output to log."""
+        assert log.endswith(".log"), log
+        host = ["ip", "netns", "exec", self.ns[i], "unshare", "--uts", "--mount", "sh", "-c",
+                f'mount --bind {self.hosts} /etc/hosts && hostname {hostname} && exec "$@"',
+                "sh"]
+        return self.cluster.agent("--", *work, name=log[:-len(".log")], prefix=host,
+                                  session=True, env={
+                                      "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+                                      "DLAUNCH_TOKEN": "pod-secret-1",
+                                      "DLAUNCH_JOIN_TIMEOUT": "60", **env})
 
     def publish_later(self, lines, delay):
         """Adds lines to the pods' hosts file after delay, in place (the bind mounts keep the

@@ -64,6 +64,9 @@ class TwoHosts(dltest.Case):
             self.skipTest(f"cannot make UTS and mount namespaces: {run.stderr.strip()}")
         self.token = self.write("token", "netns-test-secret\n")
         os.chmod(self.token, 0o600)
+        # Made after the namespaces: its agents are killed before they go (cleanups run last
+        # registered first).
+        self.cluster = dltest.Cluster(self, endpoint=f"{RIGHT['a']}:{RDZV_PORT}")
 
     def make_host(self, h):
         name = self.ns[h]
@@ -111,29 +114,30 @@ class TwoHosts(dltest.Case):
                 p.wait()
         super().tearDown()
 
+    def host(self, h):
+        """The command line prefix that runs a command on host h, with its own host name."""
+        return ["ip", "netns", "exec", self.ns[h], "unshare", "--uts", "--mount", "sh", "-c",
+                f'mount --bind hosts-{h} /etc/hosts && hostname host{h} && exec "$@"', "sh"]
+
+    # Each host finds its interface itself: none named by the test's environment.
+    IFNAMES = [k for k in os.environ if k.endswith("_SOCKET_IFNAME")]
+
     def on_host(self, h, argv, log, env=None):
-        """Starts argv on host h, with its own host name, output to log."""
-        full_env = {k: v for k, v in os.environ.items()
-                    if not k.startswith("DLAUNCH_") and not k.endswith("_SOCKET_IFNAME")}
-        full_env.update(env or {})
+        """Starts argv (a program of the test's, not an agent) on host h, output to log."""
+        full_env = dltest.agent_env(env, self.IFNAMES)
         out = open(os.path.join(self.dir, log), "w")
-        p = subprocess.Popen(
-            ["ip", "netns", "exec", self.ns[h], "unshare", "--uts", "--mount", "sh", "-c",
-             f'mount --bind hosts-{h} /etc/hosts && hostname host{h} && exec "$@"', "sh",
-             *argv],
-            cwd=self.dir, env=full_env, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True)
+        p = subprocess.Popen([*self.host(h), *argv], cwd=self.dir, env=full_env, stdout=out,
+                             stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         self.procs.append(p)
         return p
 
     def agent(self, h, node_rank, run_id, command, *flags):
-        return self.on_host(h, [dltest.DLAUNCH, "--nodes", "2", "--nproc-per-node", "1",
-                                "--node-rank", str(node_rank), "--rdzv-endpoint",
-                                f"{RIGHT['a']}:{RDZV_PORT}", "--run-id", run_id,
-                                "--token-file", self.token, "--join-timeout", "60",
-                                "--events", f"{run_id}-{h}.events", *flags, "--", *command],
-                            f"{run_id}-{h}.log")
+        """Node node_rank's agent of job run_id on host h: run_id-h.log, run_id-h.events."""
+        return self.cluster.agent("--nproc-per-node", "1", "--node-rank", str(node_rank),
+                                  "--token-file", self.token, "--join-timeout", "60", *flags,
+                                  "--", *command, name=f"{run_id}-{h}", nodes=2, run_id=run_id,
+                                  prefix=self.host(h), session=True, unset=self.IFNAMES)
 
     def wait_ok(self, procs, names, timeout=240):
         for p, name in zip(procs, names):
@@ -148,9 +152,8 @@ class TwoHosts(dltest.Case):
         return [e for e in evs if e["event"] == "rendezvous"][0]
 
     def test_dry_run_names_the_interface_that_reaches_the_rendezvous(self):
-        p = self.on_host("b", [dltest.DLAUNCH, "--dry-run", "--nodes", "2", "--rdzv-endpoint",
-                               f"{RIGHT['a']}:{RDZV_PORT}", "--run-id", "dry", "--", "true"],
-                         "dry.log")
+        p = self.cluster.agent("--dry-run", "--", "true", name="dry", nodes=2, run_id="dry",
+                               prefix=self.host("b"), session=True, unset=self.IFNAMES)
         self.assertEqual(p.wait(timeout=60), 0, self.read("dry.log"))
         out = self.read("dry.log")
         self.assertIn(f"network: workers bind eth1 ({RIGHT['b']}), the interface that reaches "

@@ -14,7 +14,6 @@ import time
 import unittest
 
 import dltest
-from dltest import free_port
 import test_diag
 
 TORCH_PYTHON = "/usr/bin/python3"
@@ -196,16 +195,11 @@ class Python(dltest.Case):
                                    r"step against the median [0-9.]+ ms")
 
     def test_beats_drive_status_ranks(self):
-        port = free_port()
-        endpoint = f"127.0.0.1:{port}"
-        procs = []
-        for i in range(2):
-            env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
-            procs.append(subprocess.Popen(
-                [dltest.DLAUNCH, "--nodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint",
-                 endpoint, "--run-id", "job", "--heartbeat", "0.3", "--node-rank", str(i),
-                 "--", TORCH_PYTHON, SCRIPT, "100000"],
-                cwd=self.dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        cluster = dltest.Cluster(self)
+        endpoint = cluster.endpoint
+        procs = [cluster.agent("--nproc-per-node", "1", "--heartbeat", "0.3", "--node-rank",
+                               str(i), "--", TORCH_PYTHON, SCRIPT, "100000", name=f"n{i}",
+                               nodes=2) for i in range(2)]
         try:
             deadline = time.monotonic() + 120
             text = ""
@@ -217,13 +211,13 @@ class Python(dltest.Case):
                 if len(steps) == 2 and all(int(s) > 50 for _, s, _ in steps):
                     break
                 time.sleep(0.5)
-            self.assertEqual(sorted(r for r, _, _ in steps), ["0", "1"], text)
+            self.assertEqual(sorted(r for r, _, _ in steps), ["0", "1"],
+                             text + "\n" + cluster.logs())
             self.assertTrue(all(int(s) > 50 and float(c) > 0 for _, s, c in steps), text)
         finally:
             for p in procs:
                 p.terminate()
-            for p in procs:
-                p.wait(timeout=60)
+            cluster.wait_all(timeout=60)
 
     def test_the_package_imports_without_an_install_and_does_nothing_outside_dlaunch(self):
         env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}

@@ -16,45 +16,31 @@ from dltest import free_port
 class Rendezvous(dltest.Case):
     def setUp(self):
         super().setUp()
-        self.port = free_port()
-        self.endpoint = f"127.0.0.1:{self.port}"
-        self.procs = []
-        self.files = []
+        self.cluster = dltest.Cluster(self, args=["--heartbeat", "0.2", "--join-timeout", "30"])
+        self.at(free_port())
+        self.procs = []  # what is not an agent: dlaunchd, followers
 
     def tearDown(self):
         for p in self.procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        for f in self.files:
-            f.close()
         super().tearDown()
 
-    def open_log(self, name):
-        f = open(os.path.join(self.dir, name), "w")
-        self.files.append(f)
-        return f
+    def at(self, port):
+        """The rendezvous endpoint of the agents started from now on: 127.0.0.1:port."""
+        self.port = port
+        self.endpoint = self.cluster.endpoint = f"127.0.0.1:{port}"
 
     def agent(self, *args, name="a", nodes="2", slots="2", env=None):
-        out = self.open_log(f"{name}.log")
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
-        full_env.update(env or {})
-        p = subprocess.Popen(
-            [dltest.DLAUNCH, "--nodes", nodes, "--gpus-per-node", slots, "--rdzv-endpoint",
-             self.endpoint, "--run-id", "job", "--heartbeat", "0.2", "--join-timeout", "30",
-             "--events", os.path.join(self.dir, f"{name}.events"), *args],
-            cwd=self.dir, env=full_env, stdout=out, stderr=subprocess.STDOUT)
-        self.procs.append(p)
-        return p
+        return self.cluster.agent("--gpus-per-node", slots, *args, name=name, nodes=nodes,
+                                  env=env)
 
     def log(self, name):
-        return self.read(f"{name}.log")
+        return self.cluster.log(name)
 
     def wait_all(self, procs, timeout=60):
-        codes = []
-        for p in procs:
-            codes.append(p.wait(timeout=timeout))
-        return codes
+        return self.cluster.wait_all(procs, timeout=timeout)
 
     def ranks_from_logs(self, attempt=0):
         ranks = {}
@@ -91,8 +77,7 @@ class Rendezvous(dltest.Case):
             self.assertEqual({(e["nodes"], e["min_nodes"], e["world_size"]) for e in starts},
                              {(n, n, None)})
             subprocess.run(["rm", "-rf", os.path.join(self.dir, "dlaunch_logs")], check=True)
-            self.port = free_port()
-            self.endpoint = f"127.0.0.1:{self.port}"
+            self.at(free_port())
 
     def test_a_failed_worker_restarts_every_node(self):
         script = ('if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 3 ]; then exit 4; fi;'
@@ -116,11 +101,10 @@ class Rendezvous(dltest.Case):
                 work = ["--max-restarts", "2", "--", "sh", "-c",
                         f"while [ ! -e {stop} ]; do sleep 0.05; done"]
                 procs = {n: self.agent(*work, name=f"{n}{victim}") for n in "ab"}
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline and not all(
-                        [e for e in self.evs(f"{n}{victim}") if e["event"] == "worker_start"]
-                        for n in "ab"):
-                    time.sleep(0.05)
+                # The job runs on both nodes before the signal (else it would test a join
+                # cut short); when it does not, the failure shows both agents' logs.
+                for n in "ab":
+                    self.cluster.wait_for(f"{n}{victim}", "worker_start", timeout=60)
                 procs[victim].send_signal(signal.SIGTERM)
                 t0 = time.monotonic()
                 other = "a" if victim == "b" else "b"
@@ -163,9 +147,9 @@ class Rendezvous(dltest.Case):
         # docs/events.md: on several nodes every agent's restart event has the round, the
         # culprit as its reason and the round change's text as its diagnosis; docs/control.md: the journal's log events cover the
         # job's story but no plain join, and each round's rendezvous event counts its nodes.
-        d, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
+        d, port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
         self.procs.append(d)
-        self.endpoint = f"127.0.0.1:{self.port}"
+        self.at(port)
         script = 'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 3 ]; then exit 4; fi'
         procs = [self.agent("--max-restarts", "1", "--", "sh", "-c", script, name=n)
                  for n in ("a", "b")]
@@ -210,9 +194,9 @@ class Rendezvous(dltest.Case):
         rank failing with the same code three rounds in a row (--max-same-failures 3, the
         default) ends the job on every node with exit 5, 7 of the 10 restarts unspent, and
         dlaunchd's journal ends the job with 5 too."""
-        d, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
+        d, port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
         self.procs.append(d)
-        self.endpoint = f"127.0.0.1:{self.port}"
+        self.at(port)
         script = '[ "$RANK" = 1 ] && exit 7; sleep 30'
         procs = [self.agent("--node-rank", str(i), *self.SAME, "--", "sh", "-c", script,
                             name=n, slots="1") for i, n in enumerate("ab")]
@@ -247,8 +231,7 @@ class Rendezvous(dltest.Case):
         }
         for what, script in scripts.items():
             with self.subTest(what=what):
-                self.port = free_port()
-                self.endpoint = f"127.0.0.1:{self.port}"
+                self.at(free_port())
                 flags = ["--max-restarts", "3", *self.SAME[2:]]
                 procs = [self.agent("--node-rank", str(i), *flags, "--", "sh", "-c", script,
                                     name=f"{n}{what}", slots="1") for i, n in enumerate("ab")]
@@ -276,43 +259,25 @@ class Rendezvous(dltest.Case):
         # Agent a hosts the rendezvous (node rank 0); c, the one stopped, must not, or stopping
         # it would stop the rendezvous too.
         procs = [self.agent("--node-rank", "0", *common[2:], name="a", nodes="1:3", slots="1")]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.02)
+        self.wait_listening()
         procs += [self.agent(*common[2:], name=n, nodes="1:3", slots="1") for n in "bc"]
 
         def rounds(name):
             return [e for e in self.evs(name) if e["event"] == "rendezvous"]
 
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not all(
-                rounds(n) and rounds(n)[-1]["world_size"] == 3 for n in "abc"):
-            time.sleep(0.05)
-        self.assertTrue(all(rounds(n) and rounds(n)[-1]["world_size"] == 3 for n in "abc"),
-                        self.log("a") + self.log("b") + self.log("c"))
+        self.cluster.wait_until(lambda: all(rounds(n) and rounds(n)[-1]["world_size"] == 3
+                                            for n in "abc"), "a round of 3 nodes on a, b, c", 30)
         victim = procs[2]
         victim.send_signal(signal.SIGSTOP)
         t0 = time.monotonic()
-        deadline = t0 + 30
-        while time.monotonic() < deadline and not all(
-                rounds(n)[-1]["world_size"] == 2 for n in "ab"):
-            time.sleep(0.05)
+        self.cluster.wait_until(lambda: all(rounds(n)[-1]["world_size"] == 2 for n in "ab"),
+                                "a round of 2 nodes on a and b, c stopped", 30)
         took = time.monotonic() - t0
-        self.assertTrue(all(rounds(n)[-1]["world_size"] == 2 for n in "ab"),
-                        self.log("a") + self.log("b"))
         # dead-after plus the restart; generous, as sanitizer builds on a busy machine are slow
         self.assertLess(took, 1 + 10)
         victim.send_signal(signal.SIGCONT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not all(
-                rounds(n)[-1]["world_size"] == 3 for n in "abc"):
-            time.sleep(0.05)
-        self.assertTrue(all(rounds(n)[-1]["world_size"] == 3 for n in "abc"),
-                        self.log("a") + self.log("b") + self.log("c"))
+        self.cluster.wait_until(lambda: all(rounds(n)[-1]["world_size"] == 3 for n in "abc"),
+                                "a round of 3 nodes again, c continued", 30)
         open(stop, "w").close()
         self.assertEqual(self.wait_all(procs), [0, 0, 0],
                          self.log("a") + self.log("b") + self.log("c"))
@@ -326,30 +291,19 @@ class Rendezvous(dltest.Case):
         flags = ["--last-call", "0.5", "--dead-after", "1", "--max-restarts", "2",
                  "--join-timeout", "60", "--", "sh", "-c", script]
         host = self.agent("--node-rank", "0", *flags, name="a", nodes="1:2")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.02)
+        self.wait_listening()
         other = self.agent(*flags, name="b", nodes="1:2")
 
         def rounds(name):
             return [e for e in self.evs(name) if e["event"] == "rendezvous"]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (rounds("a") and rounds("b") and
-                                                   rounds("b")[-1]["world_size"] == 4):
-            time.sleep(0.05)
-        self.assertEqual(rounds("b")[-1]["world_size"], 4, self.log("a") + self.log("b"))
+        self.cluster.wait_until(lambda: rounds("a") and rounds("b") and
+                                rounds("b")[-1]["world_size"] == 4, "a round of both nodes", 30)
         host.kill()
         host.wait()
         t0 = time.monotonic()
-        deadline = t0 + 30
-        while time.monotonic() < deadline and rounds("b")[-1]["world_size"] != 2:
-            time.sleep(0.05)
+        self.cluster.wait_until(lambda: rounds("b")[-1]["world_size"] == 2,
+                                "b's round alone after the host's loss", 30)
         took = time.monotonic() - t0
-        self.assertEqual(rounds("b")[-1]["world_size"], 2, self.log("b"))
         self.assertGreater(rounds("b")[-1]["round"], rounds("b")[0]["round"])
         failover = [e for e in self.evs("b") if e["event"] == "failover"]
         self.assertEqual(len(failover), 1, self.evs("b"))
@@ -372,7 +326,7 @@ class Rendezvous(dltest.Case):
                 return
             except OSError:
                 time.sleep(0.02)
-        self.fail(f"nobody serves {self.endpoint}")
+        self.fail(f"nobody serves {self.endpoint}\n{self.cluster.logs()}")
 
     def test_who_hosts_the_rendezvous(self):
         # docs/job-spec.md: the first agent that can bind the endpoint, among those not given a
@@ -389,8 +343,7 @@ class Rendezvous(dltest.Case):
         self.assertIn("[rdzv job] round 0 closed", self.log("r0"))
         self.assertNotIn("[rdzv job]", self.log("r1"))
 
-        self.port = free_port()
-        self.endpoint = f"127.0.0.1:{self.port}"
+        self.at(free_port())
         shutil.rmtree(os.path.join(self.dir, "dlaunch_logs"))
         host = self.agent(*cmd, name="any")
         self.wait_listening()
@@ -420,16 +373,11 @@ class Rendezvous(dltest.Case):
             r = [e for e in self.evs(name) if e["event"] == "rendezvous"]
             return r[-1]["world_size"] if r else None
 
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (world("a") == 2 and world("b") == 2):
-            time.sleep(0.05)
-        self.assertEqual((world("a"), world("b")), (2, 2), self.log("a") + self.log("b"))
+        self.cluster.wait_until(lambda: world("a") == 2 and world("b") == 2,
+                                "a round of both nodes", 30)
         b.send_signal(signal.SIGTERM)
         self.assertEqual(b.wait(timeout=30), 128 + signal.SIGTERM, self.log("b"))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and world("a") != 1:
-            time.sleep(0.05)
-        self.assertEqual(world("a"), 1, self.log("a"))
+        self.cluster.wait_until(lambda: world("a") == 1, "a's round alone after b left", 30)
         open(stop, "w").close()
         self.assertEqual(a.wait(timeout=30), 0, self.log("a"))
         said = [l for l in self.log("a").splitlines() if "attempt " in l or "done " in l]
@@ -444,8 +392,7 @@ class Rendezvous(dltest.Case):
         it. Before, the departed node was a lost one: the job failed, its budget spent."""
         for victim in ("b", "a"):  # a hosts the rendezvous
             with self.subTest(victim=victim):
-                self.port = free_port()
-                self.endpoint = f"127.0.0.1:{self.port}"
+                self.at(free_port())
                 stop = os.path.join(self.dir, f"stop-{victim}")
                 script = f"while [ ! -e {stop} ]; do sleep 0.05; done; echo done $WORLD_SIZE"
                 # A last call longer than the departing host takes to stop its workers and exit:
@@ -466,15 +413,12 @@ class Rendezvous(dltest.Case):
                 while time.monotonic() < deadline and not all(
                         rounds(n) and rounds(n)[-1]["world_size"] == 2 for n in "ab"):
                     time.sleep(0.05)
-                self.assertTrue(all(rounds(n) for n in "ab"),
-                                self.log(names["a"]) + self.log(names["b"]))
+                self.assertTrue(all(rounds(n) for n in "ab"), self.cluster.logs())
                 procs[victim].send_signal(signal.SIGTERM)
                 self.assertEqual(procs[victim].wait(timeout=30), 128 + signal.SIGTERM,
                                  self.log(names[victim]))
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline and rounds(other)[-1]["world_size"] != 1:
-                    time.sleep(0.05)
-                self.assertEqual(rounds(other)[-1]["world_size"], 1, self.log(names[other]))
+                self.cluster.wait_until(lambda: rounds(other)[-1]["world_size"] == 1,
+                                        f"{names[other]}'s round alone", 30)
                 open(stop, "w").close()
                 self.assertEqual(procs[other].wait(timeout=30), 0, self.log(names[other]))
                 evs = self.evs(names[other])
@@ -504,15 +448,10 @@ class Rendezvous(dltest.Case):
         def started(name, attempt):
             return any(e["event"] == "worker_start" and e["attempt"] == attempt
                        for e in self.evs(name))
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not started("a", 0):
-            time.sleep(0.05)
-        self.assertTrue(started("a", 0), self.log("a"))
+        self.cluster.wait_until(lambda: started("a", 0), "a's workers of attempt 0", 30)
         b = self.agent(*common, name="b", nodes="1:2", slots="1")
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (started("a", 2) and started("b", 2)):
-            time.sleep(0.05)
-        self.assertTrue(started("a", 2) and started("b", 2), self.log("a") + self.log("b"))
+        self.cluster.wait_until(lambda: started("a", 2) and started("b", 2),
+                                "a's and b's workers of attempt 2", 60)
         # The workers of attempt 2 said their words before the stop: wait for them.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and len(self.ranks_from_logs(attempt=2)) < 2:
@@ -540,9 +479,9 @@ class Rendezvous(dltest.Case):
         """dlaunchd SIGKILLed and started again on its port after a failure: the job goes on
         from the next round, with no attempt folder written twice, TORCHELASTIC_RESTART_COUNT
         still counting, and the restart spent still spent."""
-        d, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
+        d, port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
         self.procs.append(d)
-        self.endpoint = f"127.0.0.1:{self.port}"
+        self.at(port)
         stop = os.path.join(self.dir, "stop")
         script = ('echo restart=$TORCHELASTIC_RESTART_COUNT;'
                   'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 3 ]; then exit 4; fi;'
@@ -553,20 +492,18 @@ class Rendezvous(dltest.Case):
         def started(attempt):
             return all(sum(e["event"] == "worker_start" and e["attempt"] == attempt
                            for e in self.evs(n)) == 2 for n in "ab")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not started(1):
-            time.sleep(0.05)
-        self.assertTrue(started(1), self.log("a") + self.log("b"))
+        self.cluster.wait_until(lambda: started(1), "both agents' workers of attempt 1", 30)
         d.kill()
         d.wait()
         # Started again where the agents look for it.
-        d = subprocess.Popen([dltest.DLAUNCHD, "--listen", self.endpoint],
-                             stdout=subprocess.DEVNULL, stderr=self.open_log("d3.log"))
+        with open(os.path.join(self.dir, "d3.log"), "w") as log:
+            d = subprocess.Popen([dltest.DLAUNCHD, "--listen", self.endpoint],
+                                 stdout=subprocess.DEVNULL, stderr=log)
         self.procs.append(d)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not started(2):
             time.sleep(0.05)
-        self.assertTrue(started(2), self.log("a") + self.log("b") + self.read("d3.log"))
+        self.assertTrue(started(2), self.cluster.logs() + "\n--- d3.log:\n" + self.read("d3.log"))
         st = self.dlaunch("status", "--json", "--endpoint", self.endpoint, "job", check_code=0)
         self.assertEqual((json.loads(st.stdout)["round"], json.loads(st.stdout)["restarts"]),
                          (2, 1), st.stdout)
@@ -584,37 +521,29 @@ class Rendezvous(dltest.Case):
         self.assertEqual(sorted(self.ranks_from_logs(attempt=2)), [0, 1, 2, 3])
 
     def test_dlaunchd_status_restart_stop(self):
-        d, self.port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
+        d, port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
         self.procs.append(d)
-        self.endpoint = f"127.0.0.1:{self.port}"
+        self.at(port)
         script = 'echo restart=$TORCHELASTIC_RESTART_COUNT; exec sleep 60'
         # No restart budget: an operator's restart is no failure and must spend none.
         procs = [self.agent("--max-restarts", "0", "--", "sh", "-c", script, name=n)
                  for n in ("a", "b")]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not all(
-                any(e["event"] == "worker_start" for e in self.evs(n)) for n in "ab"):
-            time.sleep(0.05)
+        for n in "ab":
+            self.cluster.wait_for(n, "worker_start", timeout=30)
         st = self.dlaunch("status", "--json", "--endpoint", self.endpoint, "job", check_code=0)
         status = json.loads(st.stdout)
         self.assertEqual(status["state"], "running")
         self.assertEqual(status["world_size"], 4)
         self.assertEqual(sorted(n["node_rank"] for n in status["nodes"]), [0, 1])
         self.dlaunch("restart", "--endpoint", self.endpoint, "job", check_code=0)
-        while time.monotonic() < deadline and not all(
-                any(e["event"] == "worker_start" and e["attempt"] == 1 for e in self.evs(n))
-                for n in "ab"):
-            time.sleep(0.05)
         for n in "ab":
-            self.assertTrue(any(e["event"] == "worker_start" and e["attempt"] == 1
-                                for e in self.evs(n)), self.log(n))
+            self.cluster.wait_for(n, lambda e: e["event"] == "worker_start" and
+                                  e["attempt"] == 1, timeout=30, desc="attempt 1 worker_start")
         st = self.dlaunch("status", "--json", "--endpoint", self.endpoint, "job", check_code=0)
         self.assertEqual((json.loads(st.stdout)["state"], json.loads(st.stdout)["restarts"]),
                          ("running", 0))
         # A long timeout: sanitizer builds on a loaded machine are slow to connect.
-        follower = subprocess.Popen([dltest.DLAUNCH, "events", "--timeout", "60", "--endpoint",
-                                     self.endpoint, "job"],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        follower = self.start("events", "--timeout", "60", "--endpoint", self.endpoint, "job")
         self.procs.append(follower)
         self.dlaunch("stop", "--endpoint", self.endpoint, "job", check_code=0)
         self.assertEqual(self.wait_all(procs, timeout=30), [0, 0], self.log("a") + self.log("b"))

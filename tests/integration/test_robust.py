@@ -5,7 +5,6 @@ import os
 import resource
 import socket
 import struct
-import subprocess
 import time
 
 import dltest
@@ -41,19 +40,15 @@ class Robustness(dltest.Case):
         return s
 
     def agents(self, seconds):
-        procs = []
+        c = dltest.Cluster(self, endpoint=f"127.0.0.1:{self.port}", run_id="robust")
         for name in ("a", "b"):
-            out = open(os.path.join(self.dir, f"{name}.log"), "w")
-            procs.append((subprocess.Popen(
-                [dltest.DLAUNCH, "-q", "--nodes", "2", "--gpus-per-node", "2", "--rdzv-endpoint",
-                 f"127.0.0.1:{self.port}", "--run-id", "robust", "--join-timeout", "60", "--",
-                 "sleep", str(seconds)], cwd=self.dir, stdout=out, stderr=subprocess.STDOUT),
-                out))
-        return procs
+            c.agent("-q", "--gpus-per-node", "2", "--join-timeout", "60", "--", "sleep",
+                    str(seconds), name=name, nodes=2)
+        return c
 
     def test_bad_clients_while_a_job_completes(self):
         idle = [self.conn() for _ in range(1000)]
-        procs = self.agents(3)
+        agents = self.agents(3)
 
         # Text where a length should be: 'GET ' is 1.2 GB, over the limit before auth.
         s = self.conn()
@@ -96,9 +91,7 @@ class Robustness(dltest.Case):
             time.sleep(0.02)
         self.assertEqual(read_frame(slow)["type"], "auth_ok")
 
-        for p, out in procs:
-            self.assertEqual(p.wait(timeout=60), 0, self.read("a.log") + self.read("b.log"))
-            out.close()
+        self.assertEqual(agents.wait_all(timeout=60), [0, 0], agents.logs())
         # Every idle connection is still served or closed cleanly, and the server answers.
         p = self.dlaunch("status", "--json", "--endpoint", f"127.0.0.1:{self.port}", "robust",
                          check_code=0)

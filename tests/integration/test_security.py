@@ -124,9 +124,10 @@ class Base(dltest.Case):
         super().setUp()
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
-        self.procs = []
-        self.files = []
+        self.procs = []  # what is not an agent: dlaunchd, squatters
         self.clients = []
+        # The agents name their endpoints and run ids themselves.
+        self.cluster = dltest.Cluster(self, endpoint=False, run_id=None)
 
     def tearDown(self):
         for c in self.clients:
@@ -135,8 +136,6 @@ class Base(dltest.Case):
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        for f in self.files:
-            f.close()
         super().tearDown()
 
     def daemon(self, *args):
@@ -155,23 +154,11 @@ class Base(dltest.Case):
         return path
 
     def agent(self, name, *args, env=None):
-        out = open(os.path.join(self.dir, f"{name}.log"), "w")
-        self.files.append(out)
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
-        full_env.update(env or {})
-        p = subprocess.Popen([dltest.DLAUNCH, "--events", os.path.join(self.dir, f"{name}.events"),
-                              *args], cwd=self.dir, env=full_env, stdout=out,
-                             stderr=subprocess.STDOUT)
-        self.procs.append(p)
-        return p
+        return self.cluster.agent(*args, name=name, env=env)
 
     def wait_started(self, names, timeout=60):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if all(any(e["event"] == "worker_start" for e in self.evs(n)) for n in names):
-                return
-            time.sleep(0.05)
-        self.fail("workers did not start:\n" + "\n".join(self.read(f"{n}.log") for n in names))
+        for n in names:
+            self.cluster.wait_for(n, "worker_start", timeout=timeout)
 
     def run_cmd(self, *args, env=None, user=None, timeout=60):
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}

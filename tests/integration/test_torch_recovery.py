@@ -178,24 +178,24 @@ class TorchRecovery(dltest.Case):
 class TorchRecoveryTwoNodes(dltest.Case):
     reference: bytes = b""
 
+    def setUp(self):
+        super().setUp()
+        self.cluster = dltest.Cluster(self, args=["--nproc-per-node", "2", "--recovery",
+                                                  "in-job", "--max-restarts", "3"])
+
     def start_job(self, name, nodes, epochs, *script_args, opts=()):
         out = os.path.join(self.dir, name)
         os.mkdir(out)
-        self.endpoint = f"127.0.0.1:{free_port()}"
+        self.endpoint = self.cluster.endpoint = f"127.0.0.1:{free_port()}"
         procs = [self.start_agent(name, i, nodes, out, epochs, *script_args, opts=opts)
                  for i in range(2)]
         return procs, out
 
-    def start_agent(self, name, i, nodes, out, epochs, *script_args, opts=(), log_name=None):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
-        env["PYTHONPATH"] = PACKAGE
-        with open(os.path.join(self.dir, log_name or f"{name}.node{i}.log"), "w") as log:
-            return subprocess.Popen(
-                [dltest.DLAUNCH, "--nodes", nodes, "--nproc-per-node", "2",
-                 "--rdzv-endpoint", self.endpoint, "--run-id", name, "--node-rank", str(i),
-                 "--recovery", "in-job", "--max-restarts", "3", *opts, "--",
-                 TORCH_PYTHON, SCRIPT, out, epochs, *script_args],
-                cwd=self.dir, env=env, stdout=log, stderr=subprocess.STDOUT)
+    def start_agent(self, name, i, nodes, out, epochs, *script_args, opts=(), agent=None):
+        """Node i's agent of job name; its output in AGENT.log (name.nodeI.log by default)."""
+        return self.cluster.agent("--node-rank", str(i), *opts, "--", TORCH_PYTHON, SCRIPT, out,
+                                  epochs, *script_args, name=agent or f"{name}.node{i}",
+                                  nodes=nodes, run_id=name, env={"PYTHONPATH": PACKAGE})
 
     def finish(self, name, procs):
         codes = [p.wait(timeout=600) for p in procs]
@@ -353,7 +353,7 @@ class TorchRecoveryTwoNodes(dltest.Case):
                 self.assertLess(time.monotonic(), deadline, self.read("regrow.node0.log"))
                 time.sleep(0.1)
             back = self.start_agent("regrow", 1, "1:2", out, "12", "ckpt_every=10", "step_ms=20",
-                                    log_name="regrow.back.log")
+                                    agent="regrow.back")
             procs.append(back)
             codes = [procs[0].wait(timeout=600), back.wait(timeout=600)]
         except BaseException:

@@ -387,21 +387,11 @@ class TorchStore(dltest.Case):
         common = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint",
                   f"127.0.0.1:{port}", "--run-id", "two", "--max-restarts", "0",
                   "--join-timeout", "120", "--", TORCH_PYTHON, script]
-        logs = [open(os.path.join(self.dir, f"node{i}.log"), "w") for i in range(2)]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
-        procs = [subprocess.Popen([dltest.DLAUNCH, "--node-rank", str(i), *common],
-                                  cwd=self.dir, env=env, stdout=logs[i],
-                                  stderr=subprocess.STDOUT) for i in range(2)]
-        try:
-            codes = [p.wait(timeout=300) for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-            for f in logs:
-                f.close()
-        out = self.read("node0.log") + self.read("node1.log")
+        cluster = dltest.Cluster(self, endpoint=False, run_id=None)  # common names them
+        for i in range(2):
+            cluster.agent("--node-rank", str(i), *common, name=f"node{i}")
+        codes = cluster.wait_all(timeout=300)
+        out = cluster.log("node0") + cluster.log("node1")
         self.assertEqual(codes, [0, 0], out)
         # Ranks 2 and 3 run on node 1 and use node 0's agent store after rank 0 is gone.
         for rank in (1, 2, 3):

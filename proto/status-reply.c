@@ -27,8 +27,9 @@ static const dl_proto_rec_type_t node_type = {sizeof(dl_proto_status_node_t), no
 
 #define T dl_proto_status_recovery_t
 static const dl_proto_rec_field_t recovery_fields[] = {
-    OPT(DL_PROTO_REC_INT, recoveries),
-    OPT(DL_PROTO_REC_BOOL, recovering),
+    /* Required: an agent's heartbeat without them says nothing (rendezvous/stats.c). */
+    REQ(DL_PROTO_REC_INT, recoveries),
+    REQ(DL_PROTO_REC_BOOL, recovering),
     HAS(DL_PROTO_REC_INT, step),
     HAS(DL_PROTO_REC_REAL, duration_ms),
     END,

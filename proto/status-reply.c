@@ -27,7 +27,14 @@ static const dl_proto_rec_type_t node_type = {sizeof(dl_proto_status_node_t), no
 
 #define T dl_proto_status_recovery_t
 static const dl_proto_rec_field_t recovery_fields[] = {
-    /* Required: an agent's heartbeat without them says nothing (rendezvous/stats.c). */
+    OPT(DL_PROTO_REC_INT, recoveries),
+    OPT(DL_PROTO_REC_BOOL, recovering),
+    HAS(DL_PROTO_REC_INT, step),
+    HAS(DL_PROTO_REC_REAL, duration_ms),
+    END,
+};
+/* An agent's heartbeat says the same, and says nothing without the first two. */
+static const dl_proto_rec_field_t beat_recovery_fields[] = {
     REQ(DL_PROTO_REC_INT, recoveries),
     REQ(DL_PROTO_REC_BOOL, recovering),
     HAS(DL_PROTO_REC_INT, step),
@@ -37,6 +44,8 @@ static const dl_proto_rec_field_t recovery_fields[] = {
 #undef T
 const dl_proto_rec_type_t dl_proto_status_recovery_type = {sizeof(dl_proto_status_recovery_t),
                                                            recovery_fields};
+const dl_proto_rec_type_t dl_proto_beat_recovery_type = {sizeof(dl_proto_status_recovery_t),
+                                                         beat_recovery_fields};
 
 #define T dl_proto_status_slowest_t
 static const dl_proto_rec_field_t slowest_fields[] = {

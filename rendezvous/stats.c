@@ -381,7 +381,7 @@ void dl__rdzv_stats_recovery(dl__rdzv_stats_t *st, const char *run_id, const jso
     char err[160];
     /* An agent's figures: one that makes no sense is left out, the job's are kept. */
     if (k == NULL ||
-        dl_proto_rec_decode(&dl_proto_status_recovery_type, rec, &r, "recovery", err, sizeof(err)) <
+        dl_proto_rec_decode(&dl_proto_beat_recovery_type, rec, &r, "recovery", err, sizeof(err)) <
             0 ||
         r.recoveries < 0 || r.recoveries > 1000000000)
         return;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "journal-event.h"
 #include "stats.h"
 #include "status-reply.h"
 
@@ -225,12 +226,10 @@ static void count_cause(kept_t *k, const char *name)
 
 /* A restart as the history keeps it; its reason copied. An event without its time, round and
  * reason is not one the server journals: left out. */
-static void add_history(kept_t *k, const json_t *ev, const char *cause)
+static void add_history(kept_t *k, const dl_proto_journal_event_t *ev, const char *cause)
 {
-    const json_t *time = json_object_get(ev, "time"), *round = json_object_get(ev, "round");
-    const char *reason = json_string_value(json_object_get(ev, "reason"));
-    char *copy = reason != NULL ? strdup(reason) : NULL;
-    if (!json_is_number(time) || !json_is_integer(round) || copy == NULL) {
+    char *copy = ev->reason != NULL ? strdup(ev->reason) : NULL;
+    if (!ev->has_time || !ev->has_round || copy == NULL) {
         free(copy);
         return;
     }
@@ -239,23 +238,20 @@ static void add_history(kept_t *k, const json_t *ev, const char *cause)
         memmove(k->history, k->history + 1, (HISTORY_MAX - 1) * sizeof(k->history[0]));
         k->nhistory--;
     }
-    k->history[k->nhistory++] = (dl_proto_status_restart_t){
-        json_number_value(time), (long long)json_integer_value(round), (char *)cause, copy};
+    k->history[k->nhistory++] =
+        (dl_proto_status_restart_t){ev->time, ev->round, (char *)cause, copy};
 }
 
 /* A log line as the job keeps it; the level one of the journal's three, static. */
-static void add_log(kept_t *k, const json_t *ev)
+static void add_log(kept_t *k, const dl_proto_journal_event_t *ev)
 {
     static const char *const levels[] = {"error", "warning", "info"};
-    const json_t *time = json_object_get(ev, "time");
-    const char *level = json_string_value(json_object_get(ev, "level"));
-    const char *text = json_string_value(json_object_get(ev, "text"));
     const char *known = NULL;
-    for (size_t i = 0; level != NULL && i < sizeof(levels) / sizeof(levels[0]); i++)
-        if (strcmp(level, levels[i]) == 0)
+    for (size_t i = 0; ev->level != NULL && i < sizeof(levels) / sizeof(levels[0]); i++)
+        if (strcmp(ev->level, levels[i]) == 0)
             known = levels[i];
-    char *copy = text != NULL ? strdup(text) : NULL;
-    if (!json_is_number(time) || known == NULL || copy == NULL) {
+    char *copy = ev->text != NULL ? strdup(ev->text) : NULL;
+    if (!ev->has_time || known == NULL || copy == NULL) {
         free(copy);
         return;
     }
@@ -264,15 +260,13 @@ static void add_log(kept_t *k, const json_t *ev)
         memmove(k->log, k->log + 1, (LOG_MAX - 1) * sizeof(k->log[0]));
         k->nlog--;
     }
-    k->log[k->nlog++] = (dl_proto_status_log_t){json_number_value(time), (char *)known, copy};
+    k->log[k->nlog++] = (dl_proto_status_log_t){ev->time, (char *)known, copy};
 }
 
-void dl__rdzv_stats_event(dl__rdzv_stats_t *st, const char *run_id, const json_t *ev, double mono)
+static void take_event(dl__rdzv_stats_t *st, kept_t *k, const dl_proto_journal_event_t *ev,
+                       double mono)
 {
-    const char *name = json_string_value(json_object_get(ev, "event"));
-    kept_t *k = job_entry(st, run_id, true, mono);
-
-    st->generation++;
+    const char *name = ev->event;
     if (name == NULL)
         return;
     if (strcmp(name, "rendezvous") == 0) {
@@ -282,7 +276,7 @@ void dl__rdzv_stats_event(dl__rdzv_stats_t *st, const char *run_id, const json_t
             k->opened = -1;
         }
     } else if (strcmp(name, "round_changed") == 0) {
-        int c = cause_of(json_string_value(json_object_get(ev, "cause")));
+        int c = cause_of(ev->cause);
         const char *cause = c >= 0 ? dl_rdzv_cause_name((dl_rdzv_cause_t)c) : "unknown";
         if (c >= 0)
             st->restarts[c]++;
@@ -292,8 +286,7 @@ void dl__rdzv_stats_event(dl__rdzv_stats_t *st, const char *run_id, const json_t
         count_cause(k, cause);
         add_history(k, ev, cause);
     } else if (strcmp(name, "job_end") == 0) {
-        const char *status = json_string_value(json_object_get(ev, "status"));
-        count_ended(st, status != NULL ? status : "unknown");
+        count_ended(st, ev->status != NULL ? ev->status : "unknown");
         if (k != NULL) {
             k->ended = mono;
             k->has_ended = true;
@@ -301,6 +294,20 @@ void dl__rdzv_stats_event(dl__rdzv_stats_t *st, const char *run_id, const json_t
     } else if (strcmp(name, "log") == 0 && k != NULL) {
         add_log(k, ev);
     }
+}
+
+void dl__rdzv_stats_event(dl__rdzv_stats_t *st, const char *run_id, const json_t *ev, double mono)
+{
+    kept_t *k = job_entry(st, run_id, true, mono);
+    dl_proto_journal_event_t e;
+    char err[160];
+
+    st->generation++;
+    /* The server's own events (rdzv-codec.h): one that does not read is not one of them. */
+    if (dl_proto_rec_decode(&dl_proto_journal_event_type, ev, &e, "event", err, sizeof(err)) < 0)
+        return;
+    take_event(st, k, &e, mono);
+    dl_proto_rec_free(&dl_proto_journal_event_type, &e);
 }
 
 void dl__rdzv_stats_failure(dl__rdzv_stats_t *st, const char *run_id,

@@ -3,34 +3,32 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "filetimer.h"
+#include "timer-request.h"
 
 int dl_filetimer_parse(const char *line, size_t len, dl_filetimer_req_t *ret)
 {
     if (len > DL_FILETIMER_MAX_LINE)
         return -EINVAL;
     json_auto_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
-    if (!json_is_object(o))
+    dl_proto_timer_request_t q;
+    char err[160];
+    if (dl_proto_rec_decode(&dl_proto_timer_request_type, o, &q, "timer", err, sizeof(err)) < 0)
         return -EINVAL;
-    json_t *pid = json_object_get(o, "pid");
-    json_t *scope = json_object_get(o, "scope_id");
-    json_t *exp = json_object_get(o, "expiration_time");
-    json_t *sig = json_object_get(o, "signal");
-    if (!json_is_integer(pid) || !json_is_string(scope) || !json_is_number(exp) ||
-        !json_is_integer(sig))
+    dl_filetimer_req_t r = {
+        .pid = (int)q.pid, .expiration_time = q.expiration_time, .signal = (int)q.signal};
+    size_t slen = strlen(q.scope_id);
+    bool ok = q.pid > 0 && q.pid <= 0x7fffffff && q.signal >= 0 && q.signal <= 64 &&
+              isfinite(q.expiration_time) && slen < sizeof(r.scope_id);
+    if (ok)
+        memcpy(r.scope_id, q.scope_id, slen + 1);
+    dl_proto_rec_free(&dl_proto_timer_request_type, &q);
+    if (!ok)
         return -EINVAL;
-    json_int_t p = json_integer_value(pid), s = json_integer_value(sig);
-    double e = json_number_value(exp);
-    if (p <= 0 || p > 0x7fffffff || s < 0 || s > 64 || !isfinite(e))
-        return -EINVAL;
-    size_t slen = json_string_length(scope);
-    dl_filetimer_req_t r = {.pid = (int)p, .expiration_time = e, .signal = (int)s};
-    if (slen >= sizeof(r.scope_id) || memchr(json_string_value(scope), '\0', slen) != NULL)
-        return -EINVAL;
-    memcpy(r.scope_id, json_string_value(scope), slen + 1);
     *ret = r;
     return 0;
 }

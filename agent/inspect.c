@@ -15,6 +15,7 @@
 #include "internal.h"
 #include "opt.h"
 #include "rdzv-policy.h"
+#include "rdzv-report.h"
 
 #define REPORT_OPS 4
 
@@ -310,6 +311,24 @@ static size_t snapshot_all(dl_agent_t *a, double now, dl_diag_rank_t *v,
     return n;
 }
 
+/* The node's report of v[0..n) and their beats, as the wire has it: a new reference or NULL. */
+static json_t *report_json(dl_agent_t *a, const dl_diag_rank_t *v, const dl_diag_beats_t **b,
+                           size_t n)
+{
+    dl__diag_t *d = a->diag;
+    dl_proto_node_report_t rep;
+    if (dl_rdzv_report_fill(&rep, a->node_rank, d->host, v, b, n) < 0)
+        return NULL;
+    if (d->action != ACTION_OFF) {
+        rep.threshold = d->opts.threshold;
+        rep.window = (long long)d->opts.window;
+        rep.has_threshold = rep.has_window = true;
+    }
+    json_t *o = dl_proto_rec_encode(&dl_proto_node_report_type, &rep);
+    dl_proto_rec_free(&dl_proto_node_report_type, &rep);
+    return o;
+}
+
 json_t *dl__diag_report(dl_agent_t *a)
 {
     dl__diag_t *d = a->diag;
@@ -318,14 +337,8 @@ json_t *dl__diag_report(dl_agent_t *a)
     dl_diag_rank_t *v = calloc((size_t)a->nworkers, sizeof(*v));
     const dl_diag_beats_t **b = calloc((size_t)a->nworkers, sizeof(*b));
     json_t *rep = NULL;
-    if (v != NULL && b != NULL) {
-        size_t n = snapshot_all(a, mono_now(), v, b);
-        rep = dl_diag_report_new(a->node_rank, d->host, v, b, n);
-    }
-    if (rep != NULL && d->action != ACTION_OFF) {
-        json_object_set_new(rep, "threshold", json_real(d->opts.threshold));
-        json_object_set_new(rep, "window", json_integer((json_int_t)d->opts.window));
-    }
+    if (v != NULL && b != NULL)
+        rep = report_json(a, v, b, snapshot_all(a, mono_now(), v, b));
     free(v);
     free(b);
     return rep;
@@ -399,7 +412,7 @@ void dl__diag_explain(dl_agent_t *a, const char *why, bool keep)
     }
     char line[1024];
     dl_diag_explain(v, n, line, sizeof(line));
-    json_t *rep = dl_diag_report_new(a->node_rank, d->host, v, b, n);
+    json_t *rep = report_json(a, v, b, n);
     if (keep) {
         snprintf(d->diagnosis, sizeof(d->diagnosis), "%s", line);
         json_decref(d->failure_report);
@@ -594,32 +607,35 @@ bool dl__diag_excluded(dl_agent_t *a, double *ret_wait)
 void dl__diag_on_view(dl_agent_t *a, const json_t *view)
 {
     dl__diag_t *d = a->diag;
-    const json_t *list = json_object_get(view, "stragglers"), *s;
-    size_t i;
-    if (d == NULL || d->action == ACTION_OFF || !json_is_array(list))
+    dl_proto_status_diag_t v;
+    char err[256];
+    if (d == NULL || d->action == ACTION_OFF)
         return;
+    if (dl_proto_rec_decode(&dl_proto_status_diag_type, view, &v, "view", err, sizeof(err)) < 0) {
+        dl__agent_log(a, "the rendezvous' view of the job is not readable: %s", err);
+        return;
+    }
     /* The slowest straggler's node steps out, if the job can do without it: one node at most,
      * and every agent sees the same list. */
-    const json_t *worst = NULL;
-    json_array_foreach (list, i, s) {
-        if (worst == NULL || json_number_value(json_object_get(s, "compute_ms")) >
-                                 json_number_value(json_object_get(worst, "compute_ms")))
-            worst = s;
-    }
+    const dl_proto_status_straggler_t *worst = NULL;
+    for (size_t i = 0; i < v.nstragglers; i++)
+        if (worst == NULL || v.stragglers[i].compute_ms > worst->compute_ms)
+            worst = &v.stragglers[i];
     bool can_exclude = d->action == ACTION_EXCLUDE && a->nnodes - 1 >= a->spec->nodes_min &&
                        dl_rdzv_policy_restart_left(a->sup.attempt, a->spec->max_restarts) &&
                        d->excluded_until <= 0 && a->sup.stop == DL_SUP_STOP_NONE;
-    json_array_foreach (list, i, s) {
-        dl_diag_straggler_t x = {0};
-        x.rank = (int)json_integer_value(json_object_get(s, "rank"));
-        x.node_rank = (int)json_integer_value(json_object_get(s, "node_rank"));
-        snprintf(x.host, sizeof(x.host), "%s",
-                 json_string_value(json_object_get(s, "host")) ?: "?");
-        x.compute_ms = json_number_value(json_object_get(s, "compute_ms"));
-        x.median_ms = json_number_value(json_object_get(s, "median_ms"));
-        x.slower = json_number_value(json_object_get(s, "slower_pct")) / 100.0;
-        x.steps = (uint64_t)json_integer_value(json_object_get(s, "steps"));
-        x.cost = json_number_value(json_object_get(s, "cost_samples_per_s"));
+    for (size_t i = 0; i < v.nstragglers; i++) {
+        const dl_proto_status_straggler_t *s = &v.stragglers[i];
+        dl_diag_straggler_t x = {
+            .rank = (int)s->rank,
+            .node_rank = (int)s->node_rank,
+            .compute_ms = s->compute_ms,
+            .median_ms = s->median_ms,
+            .slower = s->slower_pct / 100.0,
+            .steps = (uint64_t)s->steps,
+            .cost = s->cost_samples_per_s,
+        };
+        snprintf(x.host, sizeof(x.host), "%s", s->host ?: "?");
         bool mine = x.node_rank == a->node_rank && s == worst && can_exclude;
         if (announced(d, x.rank))
             continue;
@@ -637,4 +653,5 @@ void dl__diag_on_view(dl_agent_t *a, const json_t *view)
         d->excluded_until = mono_now() + a->spec->straggler_cooldown;
         dl__rdzv_exclude(a, x.rank, reason);
     }
+    dl_proto_rec_free(&dl_proto_status_diag_type, &v);
 }

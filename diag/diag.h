@@ -1,6 +1,6 @@
 /* Seeing inside a running job: the health beats workers write, the rule that names stragglers,
- * the one-line account of where the ranks of a hung job are, and the JSON that carries a node's
- * figures to the rendezvous and the job-wide ones back. docs/diagnostics.md is the reference.
+ * the one-line account of where the ranks of a hung job are. A node's report on the wire is
+ * proto/node-report.h's record. docs/diagnostics.md is the reference.
  *
  * Pure: no clock (time is an argument), no file, no socket, no printing. libc and jansson only,
  * so that the agent, the rendezvous server and the control commands share one implementation.
@@ -198,12 +198,12 @@ size_t dl_diag_stack_top(const char *text, size_t len, int frames, char *buf, si
 
 /* ---- On the wire (docs/protocol.md) -------------------------------------------------------- */
 
-/* A node's report: {"node_rank", "host", "ranks": [{"rank", "step", "steps", "compute_ms",
- * "wait_ms", "samples", "loss", "silent_s", "proc", "recorder", "ops": [{"seq", "op", "state",
- * "bytes", "algo", "transport", "age_s"}]}]}. Builds it from n ranks' beats and snapshots
- * (beats may hold NULL entries). Returns a new reference or NULL. */
-json_t *dl_diag_report_new(int node_rank, const char *host, const dl_diag_rank_t *ranks,
-                           const dl_diag_beats_t *const *beats, size_t n);
+/* A node's report on the wire is declared as a record in proto/node-report.h, and made from and
+ * read into this file's types by rendezvous/rdzv-report.h (diag/ is below neither). Its shape:
+ * {"node_rank", "host", "ranks": [{"rank", "recorder", "step", "steps", "compute_ms", "wait_ms",
+ * "samples", "loss", "silent_s", "proc", "ops": [{"seq", "op", "state", "bytes", "algo",
+ * "transport", "age_s"}]}], "threshold", "window"}. The two functions below read its JSON
+ * directly, for the etcd backend until it reads the record. */
 
 /* Checks a report's shape and bounds (65,536 ranks, DL_DIAG_OPS_MAX operations a rank, names up
  * to 64 bytes). Returns 0 or -EBADMSG with one line in err. */
@@ -214,11 +214,6 @@ int dl_diag_report_check(const json_t *report, char *err, size_t errlen);
  * Returns how many. */
 size_t dl_diag_report_read(const json_t *report, double older_s, dl_diag_totals_t *totals,
                            dl_diag_rank_t *ranks, size_t max);
-
-/* The job-wide view as JSON: {"ranks", "median_compute_ms", "step_ms", "slowest": {"rank",
- * "compute_ms"}, "samples_per_s", "stragglers": [{"rank", "node_rank", "host", "compute_ms",
- * "median_ms", "slower_pct", "steps", "cost_samples_per_s"}]}. New reference or NULL. */
-json_t *dl_diag_view_json(const dl_diag_view_t *v);
 
 /* One straggler as a line: "rank 3 on node 1 (gpu3) computes 4.10 ms a step against the median
  * 2.90 ms (+41%) for 820 steps; it costs the job about 12000 samples/s". */

@@ -1,8 +1,9 @@
-/* A node's figures and its ranks' last operations as JSON, for its heartbeat and failure reports,
- * and the job-wide view the rendezvous sends back. The shape is checked here, with bounds, before
- * anything reads it: a report comes from the network. */
+/* A node's report read straight from its JSON, for the etcd backend's account of where its own
+ * ranks are (agent/rdzv-etcd.c). The agent writes the report, and the rendezvous reads it, as the
+ * record proto/node-report.h declares (rendezvous/rdzv-report.h converts): these two go once
+ * their last caller reads the record too. The shape is checked, with bounds, before anything
+ * reads it: a report comes from the network. */
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,64 +12,6 @@
 
 #define MAX_REPORT_RANKS 65536
 #define NAME_MAX_BYTES 64
-
-static json_t *num(double v)
-{
-    /* JSON has no NaN or infinity; a figure nobody reported is left out by the callers. */
-    return json_real(isfinite(v) ? dl_diag_round(v * 1e4) / 1e4 : 0);
-}
-
-static json_t *op_json(const dl_diag_op_t *op)
-{
-    json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:s, s:s}", "seq", (json_int_t)op->seq, "op",
-                          op->op ? op->op : "?", "state", dl_diag_op_state_name(op->state), "bytes",
-                          (json_int_t)op->bytes, "algo", op->algo ? op->algo : "", "transport",
-                          op->transport ? op->transport : "");
-    if (o != NULL && op->age_s >= 0)
-        json_object_set_new(o, "age_s", num(op->age_s));
-    return o;
-}
-
-json_t *dl_diag_report_new(int node_rank, const char *host, const dl_diag_rank_t *ranks,
-                           const dl_diag_beats_t *const *beats, size_t n)
-{
-    json_t *list = json_array();
-    json_t *rep = json_pack("{s:i, s:s, s:o}", "node_rank", node_rank, "host", host ? host : "",
-                            "ranks", list);
-    if (rep == NULL)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        const dl_diag_rank_t *r = &ranks[i];
-        const dl_diag_beats_t *b = beats != NULL ? beats[i] : NULL;
-        json_t *o = json_pack("{s:i, s:b}", "rank", r->rank, "recorder", r->recorder);
-        if (o == NULL || json_array_append_new(list, o) < 0) {
-            json_decref(rep);
-            return NULL;
-        }
-        if (b != NULL && b->figures) {
-            json_object_set_new(o, "step", json_integer((json_int_t)b->step));
-            json_object_set_new(o, "steps", num(b->total_steps));
-            json_object_set_new(o, "compute_ms", num(b->total_compute_ms));
-            json_object_set_new(o, "wait_ms", num(b->total_wait_ms));
-            json_object_set_new(o, "samples", num(b->total_samples));
-            if (isfinite(b->loss))
-                json_object_set_new(o, "loss", num(b->loss));
-        }
-        if (r->silent_s >= 0)
-            json_object_set_new(o, "silent_s", num(r->silent_s));
-        if (r->proc != 0) {
-            char p[2] = {r->proc, '\0'};
-            json_object_set_new(o, "proc", json_string(p));
-        }
-        if (r->nops > 0) {
-            json_t *ops = json_array();
-            for (size_t k = 0; k < r->nops && k < DL_DIAG_OPS_MAX; k++)
-                json_array_append_new(ops, op_json(&r->ops[k]));
-            json_object_set_new(o, "ops", ops);
-        }
-    }
-    return rep;
-}
 
 static int bad(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -237,28 +180,4 @@ size_t dl_diag_report_read(const json_t *report, double older_s, dl_diag_totals_
         n++;
     }
     return n;
-}
-
-json_t *dl_diag_view_json(const dl_diag_view_t *v)
-{
-    json_t *list = json_array();
-    json_t *o = json_pack("{s:i, s:o, s:o, s:o, s:o}", "ranks", v->ranks, "median_compute_ms",
-                          num(v->median_ms), "step_ms", num(v->step_ms), "samples_per_s",
-                          num(v->samples_per_s), "stragglers", list);
-    if (o == NULL)
-        return NULL;
-    if (v->slowest_rank >= 0)
-        json_object_set_new(
-            o, "slowest",
-            json_pack("{s:i, s:o}", "rank", v->slowest_rank, "compute_ms", num(v->slowest_ms)));
-    for (size_t i = 0; i < v->nstragglers; i++) {
-        const dl_diag_straggler_t *s = &v->stragglers[i];
-        json_array_append_new(list,
-                              json_pack("{s:i, s:i, s:s, s:o, s:o, s:o, s:I, s:o}", "rank", s->rank,
-                                        "node_rank", s->node_rank, "host", s->host, "compute_ms",
-                                        num(s->compute_ms), "median_ms", num(s->median_ms),
-                                        "slower_pct", num(s->slower * 100.0), "steps",
-                                        (json_int_t)s->steps, "cost_samples_per_s", num(s->cost)));
-    }
-    return o;
 }

@@ -78,9 +78,7 @@ static void as_report(const uint8_t *data, size_t size)
         for (size_t i = 0; i < n; i++)
             t[i].steps += 10, t[i].compute_ms += 10 * (double)(i + 1);
     }
-    json_t *view = dl_diag_view_json(&v);
-    DL_FUZZ_REQUIRE(view != NULL);
-    json_decref(view);
+    DL_FUZZ_REQUIRE(v.nstragglers <= n && (v.slowest_rank < 0 || v.ranks > 0));
     dl_diag_judge_free(j);
     free(t);
     free(r);

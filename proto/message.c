@@ -861,3 +861,10 @@ json_int_t dl_proto_get_int(const json_t *msg, const char *field, json_int_t dfl
 
     return json_is_integer(v) ? json_integer_value(v) : dflt;
 }
+
+double dl_proto_get_num(const json_t *msg, const char *field, double dflt)
+{
+    const json_t *v = json_object_get(msg, field);
+
+    return json_is_number(v) ? json_number_value(v) : dflt;
+}

@@ -202,9 +202,11 @@ dl_proto_errcode_t dl_proto_reply_error(const json_t *msg, const char **ret_mess
 
 /* Field access for validated messages (validation guarantees the JSON types).
  * dl_proto_get_str: the string, or NULL when absent or not a string; valid while msg lives.
- * dl_proto_get_int: the integer, or dflt when absent or not an integer. */
+ * dl_proto_get_int: the integer, or dflt when absent or not an integer.
+ * dl_proto_get_num: the number (integer or real), or dflt when absent or not a number. */
 const char *dl_proto_get_str(const json_t *msg, const char *field);
 json_int_t dl_proto_get_int(const json_t *msg, const char *field, json_int_t dflt);
+double dl_proto_get_num(const json_t *msg, const char *field, double dflt);
 
 /* ---- Validation, encoding, decoding ------------------------------------------------------- */
 

@@ -65,6 +65,9 @@ static int decode_field(ctx_t *c, size_t plen, const dl_proto_rec_field_t *f, co
     case DL_PROTO_REC_STR:
         if (!json_is_string(v))
             return bad(c, plen, f->name, "a string", v);
+        /* A NUL inside would cut the copy short without a word: the message is malformed. */
+        if (strlen(json_string_value(v)) != json_string_length(v))
+            return bad(c, plen, f->name, "a string without NUL bytes", v);
         *(char **)m = strdup(json_string_value(v));
         return *(char **)m != NULL ? 0 : -ENOMEM;
     case DL_PROTO_REC_INT:

@@ -7,57 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "record-rows.h"
 #include "status-reply.h"
-
-/* Rows of the table of struct T (defined before each table), a field named as its member.
- * REQ: the reply is malformed without it: the names a reader goes by. OPT: may be absent, then
- * zero or NULL, as the readers always took a missing figure. HAS: may be absent, its presence in
- * has_<member>. A field of the wrong type is malformed whatever its row. LIST, VEC, COUNTS: the length in n<member>; LIST_HAS and
- * COUNTS_HAS are optional as HAS is. */
-#define REQ(k, m)                                                                                  \
-    {                                                                                              \
-        .name = #m, .kind = (k), .required = true, .offset = offsetof(T, m)                        \
-    }
-#define OPT(k, m)                                                                                  \
-    {                                                                                              \
-        .name = #m, .kind = (k), .offset = offsetof(T, m)                                          \
-    }
-#define HAS(k, m)                                                                                  \
-    {                                                                                              \
-        .name = #m, .kind = (k), .offset = offsetof(T, m), .has = offsetof(T, has_##m) + 1         \
-    }
-#define OBJ(m, t)                                                                                  \
-    {                                                                                              \
-        .name = #m, .kind = DL_PROTO_REC_OBJ, .offset = offsetof(T, m), .sub = &(t)                \
-    }
-#define VEC(k, m)                                                                                  \
-    {                                                                                              \
-        .name = #m, .kind = (k), .offset = offsetof(T, m), .count = offsetof(T, n##m)              \
-    }
-#define LIST(m, t)                                                                                 \
-    {                                                                                              \
-        .name = #m, .kind = DL_PROTO_REC_LIST, .offset = offsetof(T, m),                           \
-        .count = offsetof(T, n##m), .sub = &(t)                                                    \
-    }
-#define LIST_HAS(m, t)                                                                             \
-    {                                                                                              \
-        .name = #m, .kind = DL_PROTO_REC_LIST, .offset = offsetof(T, m),                           \
-        .count = offsetof(T, n##m), .has = offsetof(T, has_##m) + 1, .sub = &(t)                   \
-    }
-#define COUNTS(m)                                                                                  \
-    {                                                                                              \
-        .name = #m, .kind = DL_PROTO_REC_COUNTS, .offset = offsetof(T, m),                         \
-        .count = offsetof(T, n##m)                                                                 \
-    }
-#define COUNTS_HAS(m)                                                                              \
-    {                                                                                              \
-        .name = #m, .kind = DL_PROTO_REC_COUNTS, .offset = offsetof(T, m),                         \
-        .count = offsetof(T, n##m), .has = offsetof(T, has_##m) + 1                                \
-    }
-#define END                                                                                        \
-    {                                                                                              \
-        .name = NULL                                                                               \
-    }
 
 #define T dl_proto_status_node_t
 static const dl_proto_rec_field_t node_fields[] = {
@@ -82,9 +33,19 @@ static const dl_proto_rec_field_t recovery_fields[] = {
     HAS(DL_PROTO_REC_REAL, duration_ms),
     END,
 };
+/* An agent's heartbeat says the same, and says nothing without the first two. */
+static const dl_proto_rec_field_t beat_recovery_fields[] = {
+    REQ(DL_PROTO_REC_INT, recoveries),
+    REQ(DL_PROTO_REC_BOOL, recovering),
+    HAS(DL_PROTO_REC_INT, step),
+    HAS(DL_PROTO_REC_REAL, duration_ms),
+    END,
+};
 #undef T
 const dl_proto_rec_type_t dl_proto_status_recovery_type = {sizeof(dl_proto_status_recovery_t),
                                                            recovery_fields};
+const dl_proto_rec_type_t dl_proto_beat_recovery_type = {sizeof(dl_proto_status_recovery_t),
+                                                         beat_recovery_fields};
 
 #define T dl_proto_status_slowest_t
 static const dl_proto_rec_field_t slowest_fields[] = {

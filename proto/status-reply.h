@@ -217,6 +217,9 @@ extern const dl_proto_rec_type_t dl_proto_status_job_type;
 extern const dl_proto_rec_type_t dl_proto_status_diag_type;
 extern const dl_proto_rec_type_t dl_proto_status_rank_type;
 extern const dl_proto_rec_type_t dl_proto_status_recovery_type;
+/* A heartbeat's "recovery" (docs/protocol.md): the same struct, recoveries and recovering
+ * required. */
+extern const dl_proto_rec_type_t dl_proto_beat_recovery_type;
 extern const dl_proto_rec_type_t dl_proto_status_list_type;
 extern const dl_proto_rec_type_t dl_proto_status_server_type;
 extern const dl_proto_rec_type_t dl_proto_status_snapshot_type;

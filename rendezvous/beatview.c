@@ -6,25 +6,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core-internal.h"
 #include "jobview.h"
+#include "rdzv-codec.h"
 #include "rendezvous.h"
 #include "stats.h"
+
+/* Entry i of beats: its heartbeat as the server would read it, and its age (seconds, not
+ * negative). */
+static double beat_at(const json_t *beats, size_t i, dl_rdzv_beat_msg_t *b)
+{
+    const json_t *e = json_array_get(beats, i);
+    double age = dl_proto_get_num(e, "age_s", 0);
+    dl_rdzv_dec_heartbeat(json_object_get(e, "beat"), b);
+    return age > 0 ? age : 0;
+}
 
 /* Feeds the beats' reports to view (time: their ages before 0). */
 static void feed(dl__jobview_t *view, const char *run_id, const json_t *beats)
 {
     char err[256];
-    size_t i;
-    const json_t *e;
-    json_array_foreach (beats, i, e) {
-        const json_t *beat = json_object_get(e, "beat"), *rep = json_object_get(beat, "diag");
-        double age = json_number_value(json_object_get(e, "age_s"));
-        json_int_t round = json_integer_value(json_object_get(beat, "round"));
+    for (size_t i = 0; i < json_array_size(beats); i++) {
+        dl_rdzv_beat_msg_t b;
+        double age = beat_at(beats, i, &b);
         /* A report of an older round than one fed before is stale (-ESTALE), as with a server;
          * a bad one is its sender's problem: either way the others still count. */
-        if (rep != NULL)
-            (void)dl__jobview_report(view, run_id, (int)round, (uint64_t)i + 1, rep,
-                                     age > 0 ? -age : 0, err, sizeof(err));
+        if (b.diag != NULL)
+            (void)dl__jobview_report(view, run_id, b.round, (uint64_t)i + 1, b.diag, -age, err,
+                                     sizeof(err));
     }
 }
 
@@ -61,8 +70,6 @@ int dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks,
     dl__jobview_t *view = NULL;
     dl__rdzv_stats_t stats;
     dl_proto_status_recovery_t rec;
-    size_t i;
-    const json_t *e;
 
     if (dl__jobview_new(&view) < 0)
         return -ENOMEM;
@@ -73,10 +80,11 @@ int dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks,
     dl__rdzv_stats_join(&stats, run_id, 0);
     /* Time is the reports' ages: each was made age_s before "now", 0. */
     feed(view, run_id, beats);
-    json_array_foreach (beats, i, e) {
-        const json_t *r = json_object_get(json_object_get(e, "beat"), "recovery");
-        if (r != NULL)
-            dl__rdzv_stats_recovery(&stats, run_id, r);
+    for (size_t i = 0; i < json_array_size(beats); i++) {
+        dl_rdzv_beat_msg_t b;
+        beat_at(beats, i, &b);
+        if (b.recovery != NULL)
+            dl__rdzv_stats_recovery(&stats, run_id, b.recovery);
     }
     int r = dl__jobview_status(view, run_id, ranks, 0, st);
     if (r == 0 && dl__rdzv_stats_recovery_get(&stats, run_id, &rec)) {
@@ -91,20 +99,30 @@ int dl_rdzv_beats_status(const char *run_id, const json_t *beats, bool ranks,
     return r;
 }
 
+/* A node the judge has heard, by the number the view knows it by (its "connection"). */
+typedef struct {
+    dl__rdzv_hnode_t node;
+    char *id;
+    uint64_t n;
+} node_t;
+
 struct dl_rdzv_judge_s {
     dl__jobview_t *view;
     char *run_id;
-    json_t *nodes; /* node id -> its number, the "connection" the view knows it by */
+    uint64_t hash_key[2];
+    dl__rdzv_map_t nodes;
 };
 
 int dl_rdzv_judge_new(const char *run_id, dl_rdzv_judge_t **ret)
 {
     dl_rdzv_judge_t *j = calloc(1, sizeof(*j));
-    if (j == NULL || (j->run_id = strdup(run_id)) == NULL || (j->nodes = json_object()) == NULL ||
-        dl__jobview_new(&j->view) < 0) {
+    if (j == NULL || (j->run_id = strdup(run_id)) == NULL || dl__jobview_new(&j->view) < 0) {
         dl_rdzv_judge_free(j);
         return -ENOMEM;
     }
+    /* Node ids are the agents': a key of our own keeps them from choosing the chains. */
+    if (dl_proto_random(j->hash_key, sizeof(j->hash_key)) < 0)
+        j->hash_key[0] = (uint64_t)(uintptr_t)j;
     *ret = j;
     return 0;
 }
@@ -113,27 +131,53 @@ void dl_rdzv_judge_free(dl_rdzv_judge_t *j)
 {
     if (j == NULL)
         return;
+    dl__rdzv_hnode_t *n = dl__rdzv_map_take_all(&j->nodes);
+    while (n != NULL) {
+        node_t *x = dl__rdzv_container_of(n, node_t, node);
+        n = n->next;
+        free(x->id);
+        free(x);
+    }
+    dl__rdzv_map_free(&j->nodes);
     dl__jobview_free(j->view);
-    json_decref(j->nodes);
     free(j->run_id);
     free(j);
+}
+
+/* The node's number, given in the order the nodes are first heard (from 1); 0: no memory. */
+static uint64_t node_number(dl_rdzv_judge_t *j, const char *node_id)
+{
+    uint64_t h = dl__rdzv_hash(j->hash_key, node_id, strlen(node_id));
+    for (dl__rdzv_hnode_t *n = dl__rdzv_map_chain(&j->nodes, h); n != NULL; n = n->next) {
+        node_t *x = dl__rdzv_container_of(n, node_t, node);
+        if (n->hash == h && strcmp(x->id, node_id) == 0)
+            return x->n;
+    }
+    node_t *x = calloc(1, sizeof(*x));
+    if (x == NULL || (x->id = strdup(node_id)) == NULL || dl__rdzv_map_reserve(&j->nodes, 1) < 0) {
+        if (x != NULL)
+            free(x->id);
+        free(x);
+        return 0;
+    }
+    x->n = j->nodes.count + 1;
+    dl__rdzv_map_insert(&j->nodes, &x->node, h);
+    return x->n;
 }
 
 int dl_rdzv_judge_feed(dl_rdzv_judge_t *j, const char *node_id, const json_t *beat, double age_s,
                        char *err, size_t errlen)
 {
-    const json_t *rep = json_object_get(beat, "diag");
-    if (rep == NULL)
+    dl_rdzv_beat_msg_t b;
+    dl_rdzv_dec_heartbeat(beat, &b);
+    if (b.diag == NULL)
         return 0;
-    const json_t *num = json_object_get(j->nodes, node_id);
-    json_int_t n =
-        json_is_integer(num) ? json_integer_value(num) : (json_int_t)json_object_size(j->nodes) + 1;
-    if (num == NULL && json_object_set_new(j->nodes, node_id, json_integer(n)) < 0)
+    uint64_t n = node_number(j, node_id);
+    if (n == 0)
         return -ENOMEM;
     /* Time is the reports' ages, as in dl_rdzv_beats_status: the rule weighs steps alone. */
-    return dl__jobview_report(j->view, j->run_id,
-                              (int)json_integer_value(json_object_get(beat, "round")), (uint64_t)n,
-                              rep, age_s > 0 ? -age_s : 0, err, errlen);
+    return dl__jobview_report(j->view, j->run_id, b.round, n, b.diag, age_s > 0 ? -age_s : 0, err,
+                              errlen);
 }
 
 json_t *dl_rdzv_judge_view(dl_rdzv_judge_t *j)

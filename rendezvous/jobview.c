@@ -10,37 +10,60 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core-internal.h"
 #include "diag.h"
 #include "jobview.h"
+#include "node-report.h"
+#include "proto.h"
 #include "rdzv-policy.h"
+#include "rdzv-report.h"
 
 #define EXPLAIN_RANKS_MAX 65536
 #define STUCK_S                                                                                    \
     1.0 /* status shows where the ranks are once one is inside an operation this long  \
                      */
 
+/* A connection's latest report, decoded once when it came. */
 typedef struct {
+    uint64_t conn;
+    double at; /* when it came */
+    dl_proto_node_report_t rep;
+} entry_t;
+
+typedef struct {
+    dl__rdzv_hnode_t node;
+    char *run_id;
     int round;
     dl_diag_judge_t *judge; /* NULL until a report brings the rule's settings */
-    json_t *reports;        /* conn id (decimal) -> {"at": seconds, "report": {...}} */
-    json_t *view;           /* the last evaluation */
+    entry_t *reports;       /* in the order they first came */
+    size_t nreports, cap;
+    bool has_view; /* the judge's last evaluation had figures */
 } job_t;
 
 struct dl__jobview_s {
-    /* run id -> the address of its job_t, as an integer: jansson's hash table finds a job in
-     * O(1) without one of our own. */
-    json_t *jobs;
+    uint64_t hash_key[2];
+    dl__rdzv_map_t jobs; /* run id -> job_t */
 };
 
 int dl__jobview_new(dl__jobview_t **ret)
 {
     dl__jobview_t *v = calloc(1, sizeof(*v));
-    if (v == NULL || (v->jobs = json_object()) == NULL) {
-        free(v);
+    if (v == NULL)
         return -ENOMEM;
+    /* Run ids are the clients': a key of our own keeps them from choosing the chains. */
+    if (dl_proto_random(v->hash_key, sizeof(v->hash_key)) < 0) {
+        v->hash_key[0] = (uint64_t)(uintptr_t)v;
+        v->hash_key[1] = 0x9e3779b97f4a7c15ull;
     }
     *ret = v;
     return 0;
+}
+
+static void clear_reports(job_t *j)
+{
+    for (size_t i = 0; i < j->nreports; i++)
+        dl_proto_rec_free(&dl_proto_node_report_type, &j->reports[i].rep);
+    j->nreports = 0;
 }
 
 static void job_free(job_t *j)
@@ -48,35 +71,48 @@ static void job_free(job_t *j)
     if (j == NULL)
         return;
     dl_diag_judge_free(j->judge);
-    json_decref(j->reports);
-    json_decref(j->view);
+    clear_reports(j);
+    free(j->reports);
+    free(j->run_id);
     free(j);
+}
+
+static uint64_t hash_of(const dl__jobview_t *v, const char *run_id)
+{
+    return dl__rdzv_hash(v->hash_key, run_id, strlen(run_id));
 }
 
 static job_t *job_of(const dl__jobview_t *v, const char *run_id)
 {
-    json_t *p = json_object_get(v->jobs, run_id);
-    return p != NULL ? (job_t *)(uintptr_t)json_integer_value(p) : NULL;
+    uint64_t h = hash_of(v, run_id);
+    for (dl__rdzv_hnode_t *n = dl__rdzv_map_chain(&v->jobs, h); n != NULL; n = n->next) {
+        job_t *j = dl__rdzv_container_of(n, job_t, node);
+        if (n->hash == h && strcmp(j->run_id, run_id) == 0)
+            return j;
+    }
+    return NULL;
 }
 
 void dl__jobview_forget(dl__jobview_t *v, const char *run_id)
 {
-    if (v == NULL || run_id == NULL)
+    job_t *j = v != NULL && run_id != NULL ? job_of(v, run_id) : NULL;
+    if (j == NULL)
         return;
-    job_free(job_of(v, run_id));
-    json_object_del(v->jobs, run_id);
+    dl__rdzv_map_remove(&v->jobs, &j->node);
+    job_free(j);
 }
 
 void dl__jobview_free(dl__jobview_t *v)
 {
     if (v == NULL)
         return;
-    const char *k;
-    json_t *p;
-    json_object_foreach (v->jobs, k, p) {
-        job_free((job_t *)(uintptr_t)json_integer_value(p));
+    dl__rdzv_hnode_t *n = dl__rdzv_map_take_all(&v->jobs);
+    while (n != NULL) {
+        dl__rdzv_hnode_t *next = n->next;
+        job_free(dl__rdzv_container_of(n, job_t, node));
+        n = next;
     }
-    json_decref(v->jobs);
+    dl__rdzv_map_free(&v->jobs);
     free(v);
 }
 
@@ -89,77 +125,93 @@ static int job_for(dl__jobview_t *v, const char *run_id, int round, job_t **ret)
     if (j != NULL && round > j->round) {
         /* A new round: new workers, new sums, maybe other nodes. */
         j->round = round;
-        json_object_clear(j->reports);
-        json_decref(j->view);
-        j->view = NULL;
+        clear_reports(j);
+        j->has_view = false;
         if (j->judge != NULL)
             dl_diag_judge_reset(j->judge);
     }
     if (j == NULL) {
         j = calloc(1, sizeof(*j));
-        if (j == NULL || (j->reports = json_object()) == NULL) {
+        if (j == NULL || (j->run_id = strdup(run_id)) == NULL ||
+            dl__rdzv_map_reserve(&v->jobs, 1) < 0) {
             job_free(j);
             return -ENOMEM;
         }
         j->round = round;
-        if (json_object_set_new(v->jobs, run_id, json_integer((json_int_t)(uintptr_t)j)) < 0) {
-            job_free(j);
-            return -ENOMEM;
-        }
+        dl__rdzv_map_insert(&v->jobs, &j->node, hash_of(v, run_id));
     }
     *ret = j;
     return 0;
 }
 
 /* The rule's settings come with the reports (from the agents' job spec); the first ones hold. */
-static int ensure_judge(job_t *j, const json_t *report)
+static int ensure_judge(job_t *j, const dl_proto_node_report_t *rep)
 {
-    const json_t *th = json_object_get(report, "threshold"),
-                 *win = json_object_get(report, "window");
-    if (j->judge != NULL || !json_is_number(th))
+    if (j->judge != NULL || !rep->has_threshold)
         return 0;
     dl_diag_straggler_opts_t o;
     dl_diag_straggler_opts_init(&o);
-    o.threshold = json_number_value(th);
-    if (json_is_integer(win) && json_integer_value(win) > 0)
-        o.window = (uint64_t)json_integer_value(win);
+    o.threshold = rep->threshold;
+    if (rep->has_window && rep->window > 0)
+        o.window = (uint64_t)rep->window;
     int r = dl_diag_judge_new(&o, &j->judge);
     return r == -EINVAL ? 0 : r; /* nonsense settings: no rule, still a view */
+}
+
+/* Keeps rep (taken) as conn's report, in the place of its last one. Returns where, or NULL (no
+ * memory; rep freed). */
+static const dl_proto_node_report_t *keep_report(job_t *j, uint64_t conn, double now,
+                                                 dl_proto_node_report_t *rep)
+{
+    entry_t *e = NULL;
+    for (size_t i = 0; i < j->nreports && e == NULL; i++)
+        if (j->reports[i].conn == conn)
+            e = &j->reports[i];
+    if (e != NULL) {
+        dl_proto_rec_free(&dl_proto_node_report_type, &e->rep);
+    } else {
+        if (j->nreports == j->cap) {
+            size_t cap = j->cap == 0 ? 4 : j->cap * 2;
+            entry_t *x = realloc(j->reports, cap * sizeof(*x));
+            if (x == NULL) {
+                dl_proto_rec_free(&dl_proto_node_report_type, rep);
+                return NULL;
+            }
+            j->reports = x;
+            j->cap = cap;
+        }
+        e = &j->reports[j->nreports++];
+    }
+    *e = (entry_t){.conn = conn, .at = now, .rep = *rep};
+    memset(rep, 0, sizeof(*rep));
+    return &e->rep;
 }
 
 int dl__jobview_report(dl__jobview_t *v, const char *run_id, int round, uint64_t conn,
                        const json_t *report, double now, char *err, size_t errlen)
 {
-    char key[32];
+    dl_proto_node_report_t rep;
     job_t *j;
-    int r = dl_diag_report_check(report, err, errlen);
+    int r = dl_proto_node_report_decode(report, &rep, err, errlen);
     if (r < 0)
         return r;
-    const json_t *th = json_object_get(report, "threshold");
-    if (th != NULL && !(json_is_number(th) && json_number_value(th) > 0)) {
-        snprintf(err, errlen, "diag: 'threshold' must be a number above 0");
-        return -EBADMSG;
+    if ((r = job_for(v, run_id, round, &j)) < 0) {
+        dl_proto_rec_free(&dl_proto_node_report_type, &rep);
+        return r;
     }
-    r = job_for(v, run_id, round, &j);
-    if (r < 0)
-        return r;
-    snprintf(key, sizeof(key), "%llu", (unsigned long long)conn);
-    json_t *entry = json_pack("{s:f, s:O}", "at", now, "report", report);
-    if (entry == NULL || json_object_set_new(j->reports, key, entry) < 0)
+    const dl_proto_node_report_t *kept = keep_report(j, conn, now, &rep);
+    if (kept == NULL)
         return -ENOMEM;
-    r = ensure_judge(j, report);
+    r = ensure_judge(j, kept);
     if (r < 0 || j->judge == NULL)
         return r;
-    size_t n = json_array_size(json_object_get(report, "ranks"));
-    dl_diag_totals_t *t = calloc(n + 1, sizeof(*t));
+    dl_diag_totals_t *t = calloc(kept->nranks + 1, sizeof(*t));
     if (t == NULL)
         return -ENOMEM;
     /* Ranks without figures (no beats yet, or a worker that writes bare bytes) stay out. */
-    size_t got = dl_diag_report_read(report, 0, t, NULL, n), k = 0;
-    const json_t *list = json_object_get(report, "ranks");
-    for (size_t i = 0; i < got; i++)
-        if (json_object_get(json_array_get(list, i), "steps") != NULL)
-            t[k++] = t[i];
+    size_t k = 0;
+    for (size_t i = 0; i < kept->nranks; i++)
+        k += dl_rdzv_report_totals(kept, i, &t[k]);
     dl_diag_view_t view;
     r = dl_diag_judge_feed(j->judge, t, k);
     if (r == 0)
@@ -167,36 +219,46 @@ int dl__jobview_report(dl__jobview_t *v, const char *run_id, int round, uint64_t
     free(t);
     if (r < 0)
         return r;
-    json_decref(j->view);
-    j->view = view.ranks > 0 ? dl_diag_view_json(&view) : NULL;
+    j->has_view = view.ranks > 0;
     return 0;
+}
+
+/* The judge's last view as the wire's, into d. */
+static int view_of(const job_t *j, dl_proto_status_diag_t *d)
+{
+    dl_diag_view_t v;
+    dl_diag_judge_view(j->judge, &v);
+    return dl_rdzv_report_view(&v, d);
 }
 
 json_t *dl__jobview_view(dl__jobview_t *v, const char *run_id)
 {
     job_t *j = job_of(v, run_id);
-    return j != NULL && j->view != NULL ? json_incref(j->view) : NULL;
+    dl_proto_status_diag_t d;
+    if (j == NULL || !j->has_view)
+        return NULL;
+    json_t *o = view_of(j, &d) == 0 ? dl_proto_rec_encode(&dl_proto_status_diag_type, &d) : NULL;
+    dl_proto_rec_free(&dl_proto_status_diag_type, &d);
+    return o;
 }
 
 /* Every rank of every report, ages made current. */
 static size_t all_ranks(const job_t *j, double now, dl_diag_rank_t **ret)
 {
     size_t total = 0;
-    const char *k;
-    json_t *e;
-    json_object_foreach (j->reports, k, e) {
-        total += json_array_size(json_object_get(json_object_get(e, "report"), "ranks"));
-    }
+    for (size_t i = 0; i < j->nreports; i++)
+        total += j->reports[i].rep.nranks;
     if (total > EXPLAIN_RANKS_MAX)
         total = EXPLAIN_RANKS_MAX;
     dl_diag_rank_t *ranks = calloc(total + 1, sizeof(*ranks));
     if (ranks == NULL)
         return 0;
     size_t n = 0;
-    json_object_foreach (j->reports, k, e) {
-        double age = now - json_number_value(json_object_get(e, "at"));
-        n += dl_diag_report_read(json_object_get(e, "report"), age > 0 ? age : 0, NULL, ranks + n,
-                                 total - n);
+    for (size_t i = 0; i < j->nreports; i++) {
+        const entry_t *e = &j->reports[i];
+        double age = now - e->at;
+        for (size_t k = 0; k < e->rep.nranks && n < total; k++)
+            dl_rdzv_report_rank(&e->rep, k, age > 0 ? age : 0, &ranks[n++]);
     }
     *ret = ranks;
     return n;
@@ -245,61 +307,69 @@ size_t dl__jobview_policy_ranks(dl__jobview_t *v, const char *run_id, double now
     return out != NULL ? n : 0;
 }
 
-/* The report's ranks (rep borrowed) into out (room for them all) as a status shows them, each with
- * its node and the report's age; returns how many. A rank that cannot be read is left out. */
-static size_t ranks_of(const json_t *rep, double age, dl_proto_status_rank_t *out)
+/* A copy of src into dst that dst owns. Returns 0 or -ENOMEM (dst then holds what was made). */
+static int rank_copy(dl_proto_status_rank_t *dst, const dl_proto_status_rank_t *src)
 {
-    const json_t *node_rank = json_object_get(rep, "node_rank"), *r;
-    const char *host = json_string_value(json_object_get(rep, "host"));
-    char err[160];
-    size_t i, n = 0;
-    json_array_foreach (json_object_get(rep, "ranks"), i, r) {
-        dl_proto_status_rank_t *x = &out[n];
-        /* diag.h checked the report: what is read here is of the table's types. */
-        if (dl_proto_rec_decode(&dl_proto_status_rank_type, r, x, "report", err, sizeof(err)) < 0)
-            continue;
-        x->node_rank = (long long)json_integer_value(node_rank);
-        x->has_node_rank = json_is_integer(node_rank);
-        free(x->host);
-        x->host = host != NULL ? strdup(host) : NULL;
-        x->report_age_s = age > 0 ? age : 0;
-        x->has_report_age_s = true;
-        n++;
+    *dst = *src;
+    dst->proc = NULL;
+    dst->host = NULL;
+    dst->ops = NULL;
+    dst->nops = 0;
+    if (src->proc != NULL && (dst->proc = strdup(src->proc)) == NULL)
+        return -ENOMEM;
+    if (src->nops > 0 && (dst->ops = calloc(src->nops, sizeof(*dst->ops))) == NULL)
+        return -ENOMEM;
+    for (size_t k = 0; k < src->nops; k++) {
+        const dl_proto_status_op_t *o = &src->ops[k];
+        dl_proto_status_op_t *x = &dst->ops[dst->nops++];
+        *x = (dl_proto_status_op_t){
+            .seq = o->seq, .bytes = o->bytes, .age_s = o->age_s, .has_age_s = o->has_age_s};
+        if ((o->op != NULL && (x->op = strdup(o->op)) == NULL) ||
+            (o->state != NULL && (x->state = strdup(o->state)) == NULL) ||
+            (o->algo != NULL && (x->algo = strdup(o->algo)) == NULL) ||
+            (o->transport != NULL && (x->transport = strdup(o->transport)) == NULL))
+            return -ENOMEM;
     }
-    return n;
+    return 0;
 }
 
 int dl__jobview_status(dl__jobview_t *v, const char *run_id, bool ranks, double now,
                        dl_proto_status_job_t *st)
 {
     job_t *j = job_of(v, run_id);
-    char err[160];
-    int r = 0;
     if (j == NULL)
         return 0;
-    if (j->view != NULL && (st->diag = calloc(1, sizeof(*st->diag))) == NULL)
-        return -ENOMEM;
-    if (st->diag != NULL)
-        r = dl_proto_rec_decode(&dl_proto_status_diag_type, j->view, st->diag, "view", err,
-                                sizeof(err));
-    if (r < 0 || !ranks)
-        return r;
+    if (j->has_view) {
+        if ((st->diag = calloc(1, sizeof(*st->diag))) == NULL)
+            return -ENOMEM;
+        if (view_of(j, st->diag) < 0)
+            return -ENOMEM;
+    }
+    if (!ranks)
+        return 0;
     char where[1024];
     if (dl__jobview_explain(v, run_id, now, STUCK_S, where, sizeof(where)) > 0 &&
         (st->where = strdup(where)) == NULL)
         return -ENOMEM;
     size_t total = 0;
-    const char *k;
-    json_t *e;
-    json_object_foreach (j->reports, k, e) {
-        total += json_array_size(json_object_get(json_object_get(e, "report"), "ranks"));
-    }
+    for (size_t i = 0; i < j->nreports; i++)
+        total += j->reports[i].rep.nranks;
     if ((st->ranks = calloc(total + 1, sizeof(*st->ranks))) == NULL)
         return -ENOMEM;
     st->has_ranks = true;
-    json_object_foreach (j->reports, k, e) {
-        double age = now - json_number_value(json_object_get(e, "at"));
-        st->nranks += ranks_of(json_object_get(e, "report"), age, st->ranks + st->nranks);
+    for (size_t i = 0; i < j->nreports; i++) {
+        const entry_t *e = &j->reports[i];
+        double age = now - e->at;
+        for (size_t k = 0; k < e->rep.nranks; k++) {
+            dl_proto_status_rank_t *x = &st->ranks[st->nranks++];
+            if (rank_copy(x, &e->rep.ranks[k]) < 0 ||
+                (e->rep.host != NULL && (x->host = strdup(e->rep.host)) == NULL))
+                return -ENOMEM;
+            x->node_rank = e->rep.node_rank;
+            x->has_node_rank = e->rep.has_node_rank;
+            x->report_age_s = age > 0 ? age : 0;
+            x->has_report_age_s = true;
+        }
     }
     return 0;
 }
@@ -322,9 +392,12 @@ void dl__jobview_status_clear(dl_proto_status_job_t *st)
 void dl__jobview_drop_conn(dl__jobview_t *v, const char *run_id, uint64_t conn)
 {
     job_t *j = v != NULL && run_id != NULL ? job_of(v, run_id) : NULL;
-    char key[32];
-    if (j == NULL)
-        return;
-    snprintf(key, sizeof(key), "%llu", (unsigned long long)conn);
-    json_object_del(j->reports, key);
+    for (size_t i = 0; j != NULL && i < j->nreports; i++)
+        if (j->reports[i].conn == conn) {
+            dl_proto_rec_free(&dl_proto_node_report_type, &j->reports[i].rep);
+            memmove(&j->reports[i], &j->reports[i + 1],
+                    (j->nreports - i - 1) * sizeof(j->reports[0]));
+            j->nreports--;
+            return;
+        }
 }

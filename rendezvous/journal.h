@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 typedef struct dl__journals_s dl__journals_t;
+typedef struct dl__journal_s dl__journal_t; /* one job's */
 
 typedef struct {
     /* Sends event (borrowed), number seq, to the follower on conn. */
@@ -24,9 +25,9 @@ int dl__journals_new(size_t keep, size_t max_followers, const dl__journal_cbs_t 
                      dl__journals_t **ret);
 void dl__journals_free(dl__journals_t *js);
 
-/* The job's journal record (borrowed; the server keeps its own marks in it, such as the last
- * round it journaled), created empty when create is set. NULL when absent, or out of memory. */
-json_t *dl__journals_get(dl__journals_t *js, const char *run_id, bool create);
+/* The job's journal (borrowed; the server keeps its own marks in it, such as the last round it
+ * journaled), created empty when create is set. NULL when absent, or out of memory. */
+dl__journal_t *dl__journals_get(dl__journals_t *js, const char *run_id, bool create);
 
 /* One of the server's marks in the job's journal record (its own names, say the last round it
  * journaled): set to value. Returns false when it was value already, or the job has no journal;

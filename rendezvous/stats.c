@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "journal-event.h"
 #include "stats.h"
 #include "status-reply.h"
 
@@ -32,6 +33,8 @@
 #define ENDED_KEEP 3600.0
 
 typedef struct {
+    dl__rdzv_hnode_t node;
+    char *run_id;
     double opened;
     double ended;
     bool has_ended;
@@ -59,14 +62,12 @@ int dl__rdzv_stats_init(dl__rdzv_stats_t *st, double unix_now)
 {
     memset(st, 0, sizeof(*st));
     st->started = unix_now;
-    st->ended = json_object();
-    st->jobs = json_object();
-    return st->ended != NULL && st->jobs != NULL ? 0 : -ENOMEM;
-}
-
-static kept_t *kept_of(const json_t *v)
-{
-    return (kept_t *)(uintptr_t)json_integer_value(v);
+    /* Run ids are the clients': a key of our own keeps them from choosing the chains. */
+    if (dl_proto_random(st->hash_key, sizeof(st->hash_key)) < 0) {
+        st->hash_key[0] = (uint64_t)(uintptr_t)st;
+        st->hash_key[1] = 0x9e3779b97f4a7c15ull;
+    }
+    return 0;
 }
 
 static void failure_clear(dl_proto_status_failure_t *f)
@@ -87,28 +88,60 @@ static void kept_free(kept_t *k)
     free(k->progress);
     for (size_t i = 0; i < k->nlog; i++)
         free(k->log[i].text);
+    free(k->run_id);
     free(k);
 }
 
-/* Drops the job's entry (its kept_t goes with it). */
-static void forget(dl__rdzv_stats_t *st, const char *run_id)
+static uint64_t hash_of(const dl__rdzv_stats_t *st, const char *run_id)
 {
-    kept_free(kept_of(json_object_get(st->jobs, run_id)));
-    json_object_del(st->jobs, run_id);
+    return dl__rdzv_hash(st->hash_key, run_id, strlen(run_id));
+}
+
+static kept_t *kept_of(const dl__rdzv_stats_t *st, const char *run_id)
+{
+    uint64_t h = hash_of(st, run_id);
+    for (dl__rdzv_hnode_t *n = dl__rdzv_map_chain(&st->jobs, h); n != NULL; n = n->next) {
+        kept_t *k = dl__rdzv_container_of(n, kept_t, node);
+        if (n->hash == h && strcmp(k->run_id, run_id) == 0)
+            return k;
+    }
+    return NULL;
+}
+
+bool dl__rdzv_stats_kept(const dl__rdzv_stats_t *st, const char *run_id)
+{
+    return kept_of(st, run_id) != NULL;
+}
+
+/* Drops every entry that drop() says goes (all, with NULL). */
+static void forget_if(dl__rdzv_stats_t *st, bool (*drop)(const kept_t *k, const void *arg),
+                      const void *arg)
+{
+    /* The map has no iterator: its nodes are taken out and the ones that stay put back, which
+     * needs no memory (the buckets are kept). */
+    dl__rdzv_hnode_t *n = dl__rdzv_map_take_all(&st->jobs);
+    while (n != NULL) {
+        dl__rdzv_hnode_t *next = n->next;
+        kept_t *k = dl__rdzv_container_of(n, kept_t, node);
+        if (drop == NULL || drop(k, arg))
+            kept_free(k);
+        else
+            dl__rdzv_map_insert(&st->jobs, n, n->hash);
+        n = next;
+    }
 }
 
 void dl__rdzv_stats_free(dl__rdzv_stats_t *st)
 {
-    const char *key;
-    json_t *v;
     if (st == NULL)
         return;
-    json_object_foreach (st->jobs, key, v) {
-        kept_free(kept_of(v));
-    }
-    json_decref(st->ended);
-    json_decref(st->jobs);
-    st->ended = st->jobs = NULL;
+    forget_if(st, NULL, NULL);
+    dl__rdzv_map_free(&st->jobs);
+    for (size_t i = 0; i < st->nended; i++)
+        free(st->ended[i].name);
+    free(st->ended);
+    st->ended = NULL;
+    st->nended = 0;
 }
 
 void dl__rdzv_hist_add(dl__rdzv_hist_t *h, double seconds)
@@ -121,38 +154,47 @@ void dl__rdzv_hist_add(dl__rdzv_hist_t *h, double seconds)
     h->sum += seconds;
 }
 
-static void count_in(json_t *obj, const char *key)
+static void count_ended(dl__rdzv_stats_t *st, const char *status)
 {
-    json_object_set_new(obj, key, json_integer(json_integer_value(json_object_get(obj, key)) + 1));
+    for (size_t i = 0; i < st->nended; i++)
+        if (strcmp(st->ended[i].name, status) == 0) {
+            st->ended[i].n++;
+            return;
+        }
+    dl_proto_rec_count_t *e = realloc(st->ended, (st->nended + 1) * sizeof(*e));
+    if (e == NULL)
+        return;
+    st->ended = e;
+    if ((e[st->nended].name = strdup(status)) != NULL)
+        e[st->nended++].n = 1;
+}
+
+static bool gone_long_ago(const kept_t *k, const void *arg)
+{
+    return k->has_ended && *(const double *)arg - k->ended > ENDED_KEEP;
 }
 
 /* Ended jobs long gone make room for new ones; past JOBS_MAX even a running job's entry is not
  * made (its counters still count, only the per-job detail is missing). */
 static bool room_for_a_job(dl__rdzv_stats_t *st, double mono)
 {
-    const char *key;
-    json_t *v;
-    void *tmp;
-    json_object_foreach_safe (st->jobs, tmp, key, v) {
-        const kept_t *k = kept_of(v);
-        if (k->has_ended && mono - k->ended > ENDED_KEEP)
-            forget(st, key);
-    }
-    return json_object_size(st->jobs) < JOBS_MAX;
+    forget_if(st, gone_long_ago, &mono);
+    return st->jobs.count < JOBS_MAX;
 }
 
 static kept_t *job_entry(dl__rdzv_stats_t *st, const char *run_id, bool create, double mono)
 {
-    kept_t *k = run_id != NULL ? kept_of(json_object_get(st->jobs, run_id)) : NULL;
+    kept_t *k = run_id != NULL ? kept_of(st, run_id) : NULL;
     if (k != NULL || !create || run_id == NULL || !room_for_a_job(st, mono))
         return k;
     if ((k = calloc(1, sizeof(*k))) == NULL)
         return NULL;
     k->opened = mono;
-    if (json_object_set_new(st->jobs, run_id, json_integer((json_int_t)(uintptr_t)k)) < 0) {
+    if ((k->run_id = strdup(run_id)) == NULL || dl__rdzv_map_reserve(&st->jobs, 1) < 0) {
         kept_free(k);
         return NULL;
     }
+    dl__rdzv_map_insert(&st->jobs, &k->node, hash_of(st, run_id));
     return k;
 }
 
@@ -184,12 +226,10 @@ static void count_cause(kept_t *k, const char *name)
 
 /* A restart as the history keeps it; its reason copied. An event without its time, round and
  * reason is not one the server journals: left out. */
-static void add_history(kept_t *k, const json_t *ev, const char *cause)
+static void add_history(kept_t *k, const dl_proto_journal_event_t *ev, const char *cause)
 {
-    const json_t *time = json_object_get(ev, "time"), *round = json_object_get(ev, "round");
-    const char *reason = json_string_value(json_object_get(ev, "reason"));
-    char *copy = reason != NULL ? strdup(reason) : NULL;
-    if (!json_is_number(time) || !json_is_integer(round) || copy == NULL) {
+    char *copy = ev->reason != NULL ? strdup(ev->reason) : NULL;
+    if (!ev->has_time || !ev->has_round || copy == NULL) {
         free(copy);
         return;
     }
@@ -198,23 +238,20 @@ static void add_history(kept_t *k, const json_t *ev, const char *cause)
         memmove(k->history, k->history + 1, (HISTORY_MAX - 1) * sizeof(k->history[0]));
         k->nhistory--;
     }
-    k->history[k->nhistory++] = (dl_proto_status_restart_t){
-        json_number_value(time), (long long)json_integer_value(round), (char *)cause, copy};
+    k->history[k->nhistory++] =
+        (dl_proto_status_restart_t){ev->time, ev->round, (char *)cause, copy};
 }
 
 /* A log line as the job keeps it; the level one of the journal's three, static. */
-static void add_log(kept_t *k, const json_t *ev)
+static void add_log(kept_t *k, const dl_proto_journal_event_t *ev)
 {
     static const char *const levels[] = {"error", "warning", "info"};
-    const json_t *time = json_object_get(ev, "time");
-    const char *level = json_string_value(json_object_get(ev, "level"));
-    const char *text = json_string_value(json_object_get(ev, "text"));
     const char *known = NULL;
-    for (size_t i = 0; level != NULL && i < sizeof(levels) / sizeof(levels[0]); i++)
-        if (strcmp(level, levels[i]) == 0)
+    for (size_t i = 0; ev->level != NULL && i < sizeof(levels) / sizeof(levels[0]); i++)
+        if (strcmp(ev->level, levels[i]) == 0)
             known = levels[i];
-    char *copy = text != NULL ? strdup(text) : NULL;
-    if (!json_is_number(time) || known == NULL || copy == NULL) {
+    char *copy = ev->text != NULL ? strdup(ev->text) : NULL;
+    if (!ev->has_time || known == NULL || copy == NULL) {
         free(copy);
         return;
     }
@@ -223,15 +260,13 @@ static void add_log(kept_t *k, const json_t *ev)
         memmove(k->log, k->log + 1, (LOG_MAX - 1) * sizeof(k->log[0]));
         k->nlog--;
     }
-    k->log[k->nlog++] = (dl_proto_status_log_t){json_number_value(time), (char *)known, copy};
+    k->log[k->nlog++] = (dl_proto_status_log_t){ev->time, (char *)known, copy};
 }
 
-void dl__rdzv_stats_event(dl__rdzv_stats_t *st, const char *run_id, const json_t *ev, double mono)
+static void take_event(dl__rdzv_stats_t *st, kept_t *k, const dl_proto_journal_event_t *ev,
+                       double mono)
 {
-    const char *name = json_string_value(json_object_get(ev, "event"));
-    kept_t *k = job_entry(st, run_id, true, mono);
-
-    st->generation++;
+    const char *name = ev->event;
     if (name == NULL)
         return;
     if (strcmp(name, "rendezvous") == 0) {
@@ -241,7 +276,7 @@ void dl__rdzv_stats_event(dl__rdzv_stats_t *st, const char *run_id, const json_t
             k->opened = -1;
         }
     } else if (strcmp(name, "round_changed") == 0) {
-        int c = cause_of(json_string_value(json_object_get(ev, "cause")));
+        int c = cause_of(ev->cause);
         const char *cause = c >= 0 ? dl_rdzv_cause_name((dl_rdzv_cause_t)c) : "unknown";
         if (c >= 0)
             st->restarts[c]++;
@@ -251,8 +286,7 @@ void dl__rdzv_stats_event(dl__rdzv_stats_t *st, const char *run_id, const json_t
         count_cause(k, cause);
         add_history(k, ev, cause);
     } else if (strcmp(name, "job_end") == 0) {
-        const char *status = json_string_value(json_object_get(ev, "status"));
-        count_in(st->ended, status != NULL ? status : "unknown");
+        count_ended(st, ev->status != NULL ? ev->status : "unknown");
         if (k != NULL) {
             k->ended = mono;
             k->has_ended = true;
@@ -260,6 +294,20 @@ void dl__rdzv_stats_event(dl__rdzv_stats_t *st, const char *run_id, const json_t
     } else if (strcmp(name, "log") == 0 && k != NULL) {
         add_log(k, ev);
     }
+}
+
+void dl__rdzv_stats_event(dl__rdzv_stats_t *st, const char *run_id, const json_t *ev, double mono)
+{
+    kept_t *k = job_entry(st, run_id, true, mono);
+    dl_proto_journal_event_t e;
+    char err[160];
+
+    st->generation++;
+    /* The server's own events (rdzv-codec.h): one that does not read is not one of them. */
+    if (dl_proto_rec_decode(&dl_proto_journal_event_type, ev, &e, "event", err, sizeof(err)) < 0)
+        return;
+    take_event(st, k, &e, mono);
+    dl_proto_rec_free(&dl_proto_journal_event_type, &e);
 }
 
 void dl__rdzv_stats_failure(dl__rdzv_stats_t *st, const char *run_id,
@@ -336,22 +384,20 @@ void dl__rdzv_stats_progress(dl__rdzv_stats_t *st, const char *run_id, const dl_
 void dl__rdzv_stats_recovery(dl__rdzv_stats_t *st, const char *run_id, const json_t *rec)
 {
     kept_t *k = job_entry(st, run_id, false, 0);
-    json_t *n = json_object_get(rec, "recoveries"), *on = json_object_get(rec, "recovering");
-    json_t *step = json_object_get(rec, "step"), *ms = json_object_get(rec, "duration_ms");
-    if (k == NULL || !json_is_integer(n) || json_integer_value(n) < 0 ||
-        json_integer_value(n) > 1000000000 || !json_is_boolean(on))
+    dl_proto_status_recovery_t r;
+    char err[160];
+    /* An agent's figures: one that makes no sense is left out, the job's are kept. */
+    if (k == NULL ||
+        dl_proto_rec_decode(&dl_proto_beat_recovery_type, rec, &r, "recovery", err, sizeof(err)) <
+            0 ||
+        r.recoveries < 0 || r.recoveries > 1000000000)
         return;
     /* Every agent reports; the one that counted most is the newest. */
-    if (k->has_recovery && k->recovery.recoveries > (long long)json_integer_value(n))
+    if (k->has_recovery && k->recovery.recoveries > r.recoveries)
         return;
-    k->recovery = (dl_proto_status_recovery_t){
-        .recoveries = (long long)json_integer_value(n),
-        .recovering = json_is_true(on),
-        .step = (long long)json_integer_value(step),
-        .has_step = json_is_integer(step) && json_integer_value(step) >= 0,
-        .duration_ms = json_number_value(ms),
-        .has_duration_ms =
-            json_is_number(ms) && json_number_value(ms) >= 0 && json_number_value(ms) < 1e9};
+    r.has_step = r.has_step && r.step >= 0;
+    r.has_duration_ms = r.has_duration_ms && r.duration_ms >= 0 && r.duration_ms < 1e9;
+    k->recovery = r;
     k->has_recovery = true;
 }
 
@@ -411,7 +457,6 @@ static void hist_of(const dl__rdzv_hist_t *h, long long counts[DL__RDZV_HIST_BUC
 typedef struct {
     dl_proto_rec_count_t rejected[DL_PROTO_E_COUNT], messages[DL_PROTO_TYPE_COUNT],
         restarts[DL_RDZV_CAUSE_COUNT];
-    dl_proto_rec_count_t *ended;
     long long round_counts[DL__RDZV_HIST_BUCKETS + 1], step_counts[DL__RDZV_HIST_BUCKETS + 1];
     dl_proto_status_hist_t round_h, step_h;
     dl_proto_status_hists_t hists;
@@ -420,16 +465,6 @@ typedef struct {
 static int server_of(dl__rdzv_stats_t *st, size_t connections, size_t peak, server_figs_t *figs,
                      dl_proto_status_server_t *srv)
 {
-    size_t nended = 0;
-    const char *key;
-    json_t *v;
-
-    if ((figs->ended = calloc(json_object_size(st->ended) + 1, sizeof(*figs->ended))) == NULL)
-        return -ENOMEM;
-    json_object_foreach (st->ended, key, v) {
-        figs->ended[nended++] =
-            (dl_proto_rec_count_t){(char *)key, (long long)json_integer_value(v)};
-    }
     hist_of(&st->round_seconds, figs->round_counts, &figs->round_h);
     hist_of(&st->step_seconds, figs->step_counts, &figs->step_h);
     figs->hists = (dl_proto_status_hists_t){&figs->round_h, &figs->step_h};
@@ -447,8 +482,8 @@ static int server_of(dl__rdzv_stats_t *st, size_t connections, size_t peak, serv
         .nmessages = counts_of(st->messages, DL_PROTO_TYPE_COUNT, type_name, false, figs->messages),
         .restarts = figs->restarts,
         .nrestarts = counts_of(st->restarts, DL_RDZV_CAUSE_COUNT, cause_name, true, figs->restarts),
-        .ended = figs->ended,
-        .nended = nended,
+        .ended = st->ended,
+        .nended = st->nended,
         .histograms = &figs->hists,
     };
     return 0;
@@ -484,6 +519,11 @@ static void add_extras(dl_proto_status_job_t *o, const dl_rdzv_job_status_t *js,
     o->has_log = true;
 }
 
+static bool unseen(const kept_t *k, const void *arg)
+{
+    return k->seen != *(const uint64_t *)arg;
+}
+
 json_t *dl__rdzv_stats_snapshot(dl__rdzv_stats_t *st, const dl_rdzv_status_t *status,
                                 dl_proto_status_job_t *jobs, double unix_now, size_t connections,
                                 size_t peak_connections)
@@ -495,13 +535,7 @@ json_t *dl__rdzv_stats_snapshot(dl__rdzv_stats_t *st, const dl_rdzv_status_t *st
         if (k != NULL)
             k->seen = mark;
     }
-    const char *key;
-    json_t *v;
-    void *tmp;
-    json_object_foreach_safe (st->jobs, tmp, key, v) {
-        if (kept_of(v)->seen != mark)
-            forget(st, key);
-    }
+    forget_if(st, unseen, &mark);
     server_figs_t figs;
     dl_proto_status_server_t srv;
     if (server_of(st, connections, peak_connections, &figs, &srv) < 0)
@@ -511,7 +545,5 @@ json_t *dl__rdzv_stats_snapshot(dl__rdzv_stats_t *st, const dl_rdzv_status_t *st
                                        .server = &srv,
                                        .jobs = jobs,
                                        .njobs = status->njobs};
-    json_t *o = dl_proto_rec_encode(&dl_proto_status_snapshot_type, &snap);
-    free(figs.ended);
-    return o;
+    return dl_proto_rec_encode(&dl_proto_status_snapshot_type, &snap);
 }

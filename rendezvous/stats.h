@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core-internal.h"
 #include "proto.h"
 #include "rdzv-codec.h"
 #include "rdzv-core.h"
@@ -41,14 +42,19 @@ typedef struct {
     uint64_t rounds;               /* rounds closed with an assignment */
     dl__rdzv_hist_t round_seconds; /* a round's opening (its first join) -> its assignment */
     dl__rdzv_hist_t step_seconds;  /* one event through the core and its actions */
-    json_t *ended;                 /* {"succeeded": n, "failed": n, ...} */
-    json_t *jobs;                  /* run id -> the address of what is kept of it (stats.c) */
-    uint64_t snapshots;            /* made so far */
+    dl_proto_rec_count_t *ended;   /* "succeeded": n, "failed": n, ... in the order they came */
+    size_t nended;
+    uint64_t hash_key[2];
+    dl__rdzv_map_t jobs; /* run id -> what is kept of it (stats.c) */
+    uint64_t snapshots;  /* made so far */
 } dl__rdzv_stats_t;
 
 /* Returns 0 or -ENOMEM; dl__rdzv_stats_free undoes either. */
 int dl__rdzv_stats_init(dl__rdzv_stats_t *st, double unix_now);
 void dl__rdzv_stats_free(dl__rdzv_stats_t *st);
+
+/* Whether the per-job detail of run_id is kept (bounded by JOBS_MAX, dropped with the job). */
+bool dl__rdzv_stats_kept(const dl__rdzv_stats_t *st, const char *run_id);
 
 void dl__rdzv_hist_add(dl__rdzv_hist_t *h, double seconds);
 

@@ -18,7 +18,9 @@ struct dl_rdzv_sync_s {
     int fd;
     dl_proto_decoder_t dec;
     json_int_t next_id;
-    json_t *queue; /* notifications that arrived while waiting for a reply */
+    /* Notifications that arrived while waiting for a reply, oldest at head: a ring. */
+    json_t **queue;
+    size_t head, queued, cap;
     char buf[64 * 1024];
     size_t have, off; /* bytes read but not yet fed to the decoder */
 };
@@ -155,6 +157,25 @@ static int recv_msg(dl_rdzv_sync_t *c, double deadline, json_t **ret, char *err,
     }
 }
 
+/* Keeps m (a reference taken) for dl_rdzv_sync_next; one that finds no memory is dropped, as a
+ * notification the server may send again. */
+static void enqueue(dl_rdzv_sync_t *c, json_t *m)
+{
+    if (c->queued == c->cap) {
+        size_t cap = c->cap == 0 ? 8 : c->cap * 2;
+        json_t **q = malloc(cap * sizeof(*q));
+        if (q == NULL)
+            return;
+        for (size_t i = 0; i < c->queued; i++)
+            q[i] = c->queue[(c->head + i) % c->cap];
+        free(c->queue);
+        c->queue = q;
+        c->cap = cap;
+        c->head = 0;
+    }
+    c->queue[(c->head + c->queued++) % c->cap] = json_incref(m);
+}
+
 static int call_until(dl_rdzv_sync_t *c, json_t *msg, double deadline, json_t **ret_reply,
                       char *err, size_t errlen)
 {
@@ -175,7 +196,7 @@ static int call_until(dl_rdzv_sync_t *c, json_t *msg, double deadline, json_t **
         }
         if (dl_proto_type_kind(dl_proto_type_parse(dl_proto_get_str(m, "type"))) ==
             DL_PROTO_KIND_NOTIFY)
-            json_array_append(c->queue, m);
+            enqueue(c, m);
         json_decref(m);
     }
 }
@@ -188,9 +209,10 @@ int dl_rdzv_sync_call(dl_rdzv_sync_t *c, json_t *msg, double timeout, json_t **r
 
 int dl_rdzv_sync_next(dl_rdzv_sync_t *c, double timeout, json_t **ret_msg, char *err, size_t errlen)
 {
-    if (json_array_size(c->queue) > 0) {
-        *ret_msg = json_incref(json_array_get(c->queue, 0));
-        json_array_remove(c->queue, 0);
+    if (c->queued > 0) {
+        *ret_msg = c->queue[c->head]; /* the queue's reference, handed over */
+        c->head = (c->head + 1) % c->cap;
+        c->queued--;
         return 0;
     }
     return recv_msg(c, timeout < 0 ? -1 : mono() + timeout, ret_msg, err, errlen);
@@ -233,7 +255,9 @@ void dl_rdzv_sync_close(dl_rdzv_sync_t *c)
     if (c->fd >= 0)
         close(c->fd);
     dl_proto_decoder_cleanup(&c->dec);
-    json_decref(c->queue);
+    for (size_t i = 0; i < c->queued; i++)
+        json_decref(c->queue[(c->head + i) % c->cap]);
+    free(c->queue);
     free(c);
 }
 
@@ -246,8 +270,7 @@ int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const
     json_t *reply = NULL;
     int r;
 
-    if (c == NULL || (c->queue = json_array()) == NULL) {
-        free(c);
+    if (c == NULL) {
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }

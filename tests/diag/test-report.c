@@ -1,5 +1,5 @@
-/* A node's report on the wire: built, checked, read back with its age added; refused shapes;
- * the job-wide view. */
+/* A node's report read from its JSON (the etcd backend's reader): checked, read back with its age
+ * added; refused shapes. */
 #include <math.h>
 #include <string.h>
 
@@ -8,25 +8,16 @@
 
 DL_TEST(a_report_goes_there_and_back)
 {
-    dl_diag_beats_t b0, b1;
-    dl_diag_beats_init(&b0);
-    dl_diag_beats_init(&b1);
-    const char *l0 = "step=10 compute_ms=2 wait_ms=0.5 samples=64 loss=0.25\n";
-    dl_diag_beats_feed(&b0, l0, strlen(l0), 1);
-    dl_diag_rank_t r[2];
-    memset(r, 0, sizeof(r));
-    r[0] = (dl_diag_rank_t){.rank = 4, .recorder = true, .proc = 'S', .silent_s = 0.5};
-    r[0].ops[r[0].nops++] = (dl_diag_op_t){.seq = 21,
-                                           .op = "all-reduce",
-                                           .state = DL_DIAG_OP_RUNNING,
-                                           .bytes = 4096,
-                                           .algo = "shm-small",
-                                           .transport = "shm",
-                                           .age_s = 3};
-    r[1] = (dl_diag_rank_t){.rank = 5, .recorder = false, .silent_s = -1};
-    const dl_diag_beats_t *beats[2] = {&b0, &b1};
-    json_t *rep = dl_diag_report_new(1, "gpu1", r, beats, 2);
-    ck_assert_ptr_nonnull(rep);
+    /* As an agent writes it (rendezvous/rdzv-report.c, the test rdzv-report). */
+    json_error_t je;
+    json_t *rep = json_loads(
+        "{\"node_rank\":1,\"host\":\"gpu1\",\"ranks\":[{\"rank\":4,\"recorder\":true,"
+        "\"step\":10,\"steps\":1.0,\"compute_ms\":2.0,\"wait_ms\":0.5,\"samples\":64.0,"
+        "\"loss\":0.25,\"silent_s\":0.5,\"proc\":\"S\",\"ops\":[{\"seq\":21,"
+        "\"op\":\"all-reduce\",\"state\":\"running\",\"bytes\":4096,\"algo\":\"shm-small\","
+        "\"transport\":\"shm\",\"age_s\":3.0}]},{\"rank\":5,\"recorder\":false}]}",
+        0, &je);
+    ck_assert_msg(rep != NULL, "%s", je.text);
     char err[256] = "";
     DL_CHECK_ERRNO(dl_diag_report_check(rep, err, sizeof(err)), 0);
 
@@ -86,35 +77,6 @@ DL_TEST(bad_reports_are_refused)
     refused("{\"ranks\":[{\"rank\":1,\"ops\":[{\"seq\":1,\"op\":\"x\",\"state\":\"done\","
             "\"age_s\":-1}]}]}",
             "field 'age_s'");
-}
-
-DL_TEST(the_view_as_json)
-{
-    dl_diag_straggler_t s = {.rank = 3,
-                             .node_rank = 1,
-                             .compute_ms = 3,
-                             .median_ms = 2,
-                             .slower = 0.5,
-                             .steps = 120,
-                             .cost = 1000.5};
-    snprintf(s.host, sizeof(s.host), "gpu1");
-    dl_diag_view_t v = {.ranks = 4,
-                        .median_ms = 2,
-                        .step_ms = 3.1,
-                        .slowest_rank = 3,
-                        .slowest_ms = 3,
-                        .samples_per_s = 5000,
-                        .stragglers = &s,
-                        .nstragglers = 1};
-    json_t *j = dl_diag_view_json(&v);
-    char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(8));
-    ck_assert_str_eq(text, "{\"median_compute_ms\":2.0,\"ranks\":4,\"samples_per_s\":5000.0,"
-                           "\"slowest\":{\"compute_ms\":3.0,\"rank\":3},\"step_ms\":3.1,"
-                           "\"stragglers\":[{\"compute_ms\":3.0,\"cost_samples_per_s\":1000.5,"
-                           "\"host\":\"gpu1\",\"median_ms\":2.0,\"node_rank\":1,\"rank\":3,"
-                           "\"slower_pct\":50.0,\"steps\":120}]}");
-    free(text);
-    json_decref(j);
 }
 
 /* dl_diag_round and dl_diag_ceil give libm's round and ceil, halves, signed zeros and the ends of the

@@ -31,6 +31,7 @@ struct dl_rdzv_client_s {
     bool conn_open; /* conn.tcp initialized and not yet closed */
     int pending;    /* handles and requests whose callbacks have not run */
     bool freed;     /* the owner closed us: free once pending reaches 0 */
+    bool again;     /* the server gave up on our handshake: a fresh connection once closed */
     double deadline;
     struct sockaddr_storage addr;
     char host[256];
@@ -109,6 +110,19 @@ static void on_message(dl__conn_t *conn, json_t *msg, dl_proto_type_t type)
     }
     if (type == DL_PROTO_ERROR) {
         dl_proto_errcode_t code = dl_proto_reply_error(msg, &why);
+        /* We send nothing but hello and auth before auth_ok, so this is the server's handshake
+         * deadline: this process was held up (a loaded machine), not refused. */
+        if (code == DL_PROTO_E_NOT_AUTHENTICATED) {
+            if (mono() + RETRY_MS / 1000.0 < c->deadline) {
+                c->again = true;
+                c->state = CL_CONNECTING;
+                dl__conn_close(&c->conn, UV_ETIMEDOUT);
+                return;
+            }
+            fail(c, -ETIMEDOUT, "the rendezvous at %s:%d gave up on our handshake: %s", c->host,
+                 c->port, why ? why : "?");
+            return;
+        }
         /* Forbidden: not this kind of server (a one-node job's store); its words suffice. */
         if (code == DL_PROTO_E_FORBIDDEN)
             fail(c, -EPROTO, "%s:%d: %s", c->host, c->port, why ? why : "?");
@@ -180,7 +194,8 @@ static void on_conn_closed(dl__conn_t *conn, int status)
 {
     dl_rdzv_client_t *c = (dl_rdzv_client_t *)conn;
     c->conn_open = false;
-    if (c->state == CL_CONNECTING && status == UV_ECONNREFUSED) {
+    if (c->state == CL_CONNECTING && (status == UV_ECONNREFUSED || c->again)) {
+        c->again = false;
         uv_timer_start(&c->retry, on_retry, RETRY_MS, 0);
         release(c);
         return;

@@ -7,7 +7,7 @@ build_pkgs=(gcc pkg-config meson ninja-build libuv1-dev libyaml-dev libjansson-d
             zlib1g-dev libssl-dev libopenblas-dev dataset-fashion-mnist python3 libcurl4-openssl-dev)
 test_pkgs=(openmpi-bin libopenmpi-dev mpich python3-torch procps iproute2 clang libclang-rt-14-dev
            clang-format prometheus chromium fonts-dejavu-core man-db systemd bash-completion
-           nftables slurm-wlm slurm-client munge etcd-server etcd-client openssl)
+           nftables slurm-wlm slurm-client munge etcd-server etcd-client openssl strace)
 
 want=("${build_pkgs[@]}")
 case "${1:-all}" in

@@ -28,6 +28,7 @@
 #include "netif.h"
 #include "rdzv-backend.h"
 #include "rdzv-policy.h"
+#include "rdzv-report.h"
 #include "rendezvous.h"
 
 /* How long a finished job's settings, state and events stay (dlaunch status answers). */
@@ -1635,21 +1636,23 @@ static void etcd_heartbeat(etcd_t *z, const dl_rdzv_beat_t *beat)
     }
 }
 
-/* Where the ranks of a node's report (diag/) were, in one line; its length, 0 when the report
- * has none. */
+/* Where the ranks of a node's report (proto/node-report.h) were, in one line; its length, 0
+ * when the report has none or is not one. */
 static size_t where_text(const json_t *report, char *buf, size_t len)
 {
     char err[256];
-    size_t n = json_array_size(json_object_get(report, "ranks")), w = 0;
-    if (report == NULL || n == 0 || dl_diag_report_check(report, err, sizeof(err)) < 0)
+    dl_proto_node_report_t rep;
+    size_t w = 0;
+    if (report == NULL || dl_proto_node_report_decode(report, &rep, err, sizeof(err)) < 0)
         return 0;
-    dl_diag_rank_t *ranks = calloc(n, sizeof(*ranks));
-    if (ranks == NULL)
-        return 0;
-    n = dl_diag_report_read(report, 0, NULL, ranks, n);
-    if (n > 0)
-        w = dl_diag_explain(ranks, n, buf, len);
+    dl_diag_rank_t *ranks = rep.nranks > 0 ? calloc(rep.nranks, sizeof(*ranks)) : NULL;
+    if (ranks != NULL) {
+        for (size_t i = 0; i < rep.nranks; i++)
+            dl_rdzv_report_rank(&rep, i, 0, &ranks[i]);
+        w = dl_diag_explain(ranks, rep.nranks, buf, len);
+    }
     free(ranks);
+    dl_proto_rec_free(&dl_proto_node_report_type, &rep);
     return w;
 }
 

@@ -199,21 +199,7 @@ size_t dl_diag_stack_top(const char *text, size_t len, int frames, char *buf, si
 /* ---- On the wire (docs/protocol.md) -------------------------------------------------------- */
 
 /* A node's report on the wire is declared as a record in proto/node-report.h, and made from and
- * read into this file's types by rendezvous/rdzv-report.h (diag/ is below neither). Its shape:
- * {"node_rank", "host", "ranks": [{"rank", "recorder", "step", "steps", "compute_ms", "wait_ms",
- * "samples", "loss", "silent_s", "proc", "ops": [{"seq", "op", "state", "bytes", "algo",
- * "transport", "age_s"}]}], "threshold", "window"}. The two functions below read its JSON
- * directly, for the etcd backend until it reads the record. */
-
-/* Checks a report's shape and bounds (65,536 ranks, DL_DIAG_OPS_MAX operations a rank, names up
- * to 64 bytes). Returns 0 or -EBADMSG with one line in err. */
-int dl_diag_report_check(const json_t *report, char *err, size_t errlen);
-
-/* Reads a checked report's ranks: totals[i] and ranks[i] for each of its ranks (up to max; the
- * strings point into report). older_s is added to every age and silence (the report's age).
- * Returns how many. */
-size_t dl_diag_report_read(const json_t *report, double older_s, dl_diag_totals_t *totals,
-                           dl_diag_rank_t *ranks, size_t max);
+ * read into this file's types by rendezvous/rdzv-report.h (diag/ is below neither). */
 
 /* One straggler as a line: "rank 3 on node 1 (gpu3) computes 4.10 ms a step against the median
  * 2.90 ms (+41%) for 820 steps; it costs the job about 12000 samples/s". */

@@ -5,7 +5,7 @@
  * as crashes:
  *   - as a beat stream, fed whole and in pieces whose size the input picks: the same figures,
  *     every sum finite and not negative;
- *   - as a JSON report: when the checker takes it, reading it, the straggler rule over it and the
+ *   - as a JSON report (proto/node-report.h): when the decoder takes it, reading it, the straggler rule over it and the
  *     one-line account never fail, and the account is one NUL-terminated line.
  * A broken rule calls abort(). The ordinary build replays every file of fuzz/corpus/diag/ through
  * this entry point (fuzz/replay.c, the unit test diag-corpus).
@@ -19,6 +19,7 @@
 
 #include "diag.h"
 #include "fuzz.h"
+#include "rdzv-report.h"
 
 static void check_beats(const dl_diag_beats_t *b)
 {
@@ -49,20 +50,24 @@ static void as_beats(const uint8_t *data, size_t size)
 static void as_report(const uint8_t *data, size_t size)
 {
     json_error_t je;
-    json_t *rep = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, &je);
+    json_t *json = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, &je);
     char err[256];
-    if (rep == NULL)
+    dl_proto_node_report_t rep;
+    if (json == NULL)
         return;
-    if (dl_diag_report_check(rep, err, sizeof(err)) < 0) {
+    if (dl_proto_node_report_decode(json, &rep, err, sizeof(err)) < 0) {
         DL_FUZZ_REQUIRE(err[0] != '\0');
-        json_decref(rep);
+        json_decref(json);
         return;
     }
-    size_t n = json_array_size(json_object_get(rep, "ranks"));
+    size_t n = rep.nranks;
     dl_diag_totals_t *t = calloc(n + 1, sizeof(*t));
     dl_diag_rank_t *r = calloc(n + 1, sizeof(*r));
     DL_FUZZ_REQUIRE(t != NULL && r != NULL);
-    DL_FUZZ_REQUIRE(dl_diag_report_read(rep, 0.5, t, r, n) == n);
+    for (size_t i = 0; i < n; i++) {
+        dl_rdzv_report_rank(&rep, i, 0.5, &r[i]);
+        (void)dl_rdzv_report_totals(&rep, i, &t[i]);
+    }
     char line[1024];
     size_t len = dl_diag_explain(r, n, line, sizeof(line));
     DL_FUZZ_REQUIRE(len == strlen(line) && len < sizeof(line));
@@ -82,7 +87,8 @@ static void as_report(const uint8_t *data, size_t size)
     dl_diag_judge_free(j);
     free(t);
     free(r);
-    json_decref(rep);
+    dl_proto_rec_free(&dl_proto_node_report_type, &rep);
+    json_decref(json);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

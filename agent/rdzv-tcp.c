@@ -546,8 +546,9 @@ static int serve(tcp_t *z, const char *ip, char *err, size_t errlen)
     if (r < 0)
         return r;
     /* Our join offers the store's port as MASTER_PORT: the core names node rank 0's offer. */
-    if (dl_rdzv_server_torch_port(z->server) > 0)
-        z->conf.master_port = dl_rdzv_server_torch_port(z->server);
+    int torch_port = dl_rdzv_server_torch_port(z->server);
+    if (torch_port > 0)
+        z->conf.master_port = torch_port;
     dl_rdzv_job_opts_t jo;
     dl_rdzv_job_opts_init(&jo);
     jo.min_nodes = z->conf.nodes_min;

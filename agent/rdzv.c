@@ -526,9 +526,10 @@ int dl__rdzv_local_store(dl_agent_t *a)
         return 0;
     }
     snprintf(a->store_addr, sizeof(a->store_addr), "127.0.0.1:%d", dl_rdzv_server_port(z->server));
-    a->agent_store = dl_rdzv_server_torch_port(z->server) > 0;
+    int torch_port = dl_rdzv_server_torch_port(z->server);
+    a->agent_store = torch_port > 0;
     if (a->agent_store)
-        a->master_port = dl_rdzv_server_torch_port(z->server);
+        a->master_port = torch_port;
     return 0;
 }
 

@@ -212,6 +212,12 @@ struct dl__rdzv_job_s {
      * not kept), and how many rounds in a row ended with that same failure. */
     dl_rdzv_culprit_t same_culprit;
     int same_failures;
+    /* How a failed job ended, as its members heard it, for a member that comes back after
+     * (cut off when it ended): why (owned here, or NULL), its cause, and the same-failure count
+     * (exit 5 when > 0). */
+    char *end_why;
+    dl_rdzv_cause_t end_cause;
+    int end_same;
     dl__rdzv_timer_t last_call;
     dl__rdzv_timer_t join;
     dl__rdzv_timer_t linger;

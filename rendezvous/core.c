@@ -371,6 +371,7 @@ static void job_free(dl__rdzv_job_t *job)
     free(job->rank_taken);
     free(job->hint_owner);
     free(job->failure);
+    free(job->end_why);
     free((char *)job->first_culprit.node);
     free((char *)job->first_culprit.host);
     round_culprit_clear(job);
@@ -606,6 +607,10 @@ static void fail_job(dl_rdzv_core_t *core, dl__rdzv_job_t *job, double now, cons
     }
     dl__rdzv_log(core, DL_RDZV_LOG_ERROR, job->run_id, "job failed after %d restart%s: %s",
                  job->restarts, job->restarts == 1 ? "" : "s", why);
+    free(job->end_why);
+    job->end_why = strdup(why); /* NULL (no memory): a late member hears the first failure */
+    job->end_cause = cause;
+    job->end_same = same;
     finish(core, job, DL_RDZV_JOB_FAILED, now);
 }
 
@@ -773,11 +778,41 @@ static int check_join(const dl_rdzv_event_t *ev, const char **ret_why)
     return -EINVAL;
 }
 
+/* The end of a job that is over, told to an agent that ran rounds of it and comes back after
+ * its end (cut off from the rendezvous when it ended: declared dead, or its connection lost):
+ * it ends with the job's outcome, as its members did, where a newcomer with the finished job's
+ * run id is refused. Returns false for an end that has no such message (a timed-out job). */
+static bool tell_end(dl_rdzv_core_t *core, const dl__rdzv_job_t *job, uint64_t conn)
+{
+    dl_rdzv_msg_t *msg;
+    switch (job->state) {
+    case DL_RDZV_JOB_SUCCEEDED:
+        dl__rdzv_send(core, conn, DL_RDZV_MSG_SUCCEEDED, 0, job->run_id)->succeeded.round =
+            job->round;
+        return true;
+    case DL_RDZV_JOB_STOPPED:
+        dl__rdzv_send(core, conn, DL_RDZV_MSG_STOP, 0, job->run_id)->stop.round = job->round;
+        return true;
+    case DL_RDZV_JOB_FAILED:
+        msg = dl__rdzv_send(core, conn, DL_RDZV_MSG_FAILED, 0, job->run_id);
+        msg->failed.round = job->round;
+        msg->failed.restarts = job->restarts;
+        msg->failed.failure = job->end_why ? job->end_why : job->failure;
+        msg->failed.cause = job->end_cause;
+        msg->failed.culprit = job->has_culprit ? &job->first_culprit : NULL;
+        msg->failed.same_failures = job->end_same;
+        return true;
+    default: return false;
+    }
+}
+
 /* The job a JOIN goes to, created by it if need be; NULL when the JOIN was answered already. */
 static dl__rdzv_job_t *join_job(dl_rdzv_core_t *core, const dl_rdzv_event_t *ev, double now)
 {
     const dl_rdzv_job_opts_t *o = ev->join.opts;
     dl__rdzv_job_t *job = job_find(core, ev->run_id);
+    if (job && is_over(job) && ev->join.resume_round >= 0 && tell_end(core, job, ev->conn))
+        return NULL;
     if (job && is_over(job)) {
         dl__rdzv_error(core, ev->conn, ev->req_id, job->run_id, -ESHUTDOWN,
                        "join: job '%s' is over (%s)", job->run_id,

@@ -282,6 +282,35 @@ class Rendezvous(dltest.Case):
         self.assertEqual(self.wait_all(procs), [0, 0, 0],
                          self.log("a") + self.log("b") + self.log("c"))
 
+    def test_a_node_cut_off_when_the_job_failed_ends_with_the_jobs_outcome(self):
+        """An agent stopped (SIGSTOP) past --dead-after with no restart left: dlaunchd fails the
+        job for its loss and the other node exits 1; continued, the cut-off agent finds its
+        connection gone, joins again and is told how the job ended: exit 1 and job_end failed
+        like the other node, not 4 (a refused newcomer with a finished job's run id)."""
+        d, port = dltest.start_dlaunchd(os.path.join(self.dir, "d.log"))
+        self.procs.append(d)
+        self.at(port)
+        flags = ["--max-restarts", "0", "--dead-after", "1", "--stop-timeout", "2", "--",
+                 "sh", "-c", "exec sleep 60"]
+        procs = [self.agent("--node-rank", str(i), *flags, name=n, slots="1")
+                 for i, n in enumerate("ab")]
+
+        def rounds(name):
+            return [e for e in self.evs(name) if e["event"] == "rendezvous"]
+        self.cluster.wait_until(lambda: rounds("a") and rounds("b"), "round 0 on a and b", 30)
+        procs[1].send_signal(signal.SIGSTOP)
+        try:
+            self.assertEqual(procs[0].wait(timeout=60), 1, self.log("a"))
+        finally:
+            procs[1].send_signal(signal.SIGCONT)
+        self.assertEqual(procs[1].wait(timeout=60), 1, self.log("b"))
+        for n in "ab":
+            end = self.evs(n)[-1]
+            self.assertEqual((end["event"], end["status"], end["exit_code"]),
+                             ("job_end", "failed", 1), end)
+        self.assertIn("dlaunch: the job failed", self.log("b"))
+        self.assertNotIn("is over", self.log("b"))
+
     def test_the_host_agent_killed_a_successor_hosts_and_the_job_goes_on(self):
         """The agent hosting the rendezvous SIGKILLed: the other agent hosts it again at its
         own address (here the same 127.0.0.1:port) and, with --nodes 1:2, goes on alone from

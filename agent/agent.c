@@ -795,8 +795,16 @@ static void on_stop_timeout(uv_timer_t *t)
 /* Lets go of the agent's own handles so that the loop ends once the outputs drain. */
 static void finish_loop(dl_agent_t *a)
 {
-    for (int i = 0; i < a->nsignals; i++)
+    for (int i = 0; i < a->nsignals; i++) {
+        int signum = a->signals[i].signum;
         uv_close((uv_handle_t *)&a->signals[i], NULL);
+        /* The job has ended: a stop signal now (a scheduler's SIGTERM at the job's end) would
+         * kill the agent by its default action before it drained the logs (at most a second),
+         * wrote its summary and removed the workers' key file, and hide the job's exit code
+         * behind the signal's. Closing the handle put the default back. */
+        if (signum != SIGCHLD)
+            signal(signum, SIG_IGN);
+    }
     dl__forward_close(a);
     uv_close((uv_handle_t *)&a->stop_timer, NULL);
     uv_close((uv_handle_t *)&a->reap_timer, NULL);

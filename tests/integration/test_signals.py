@@ -121,6 +121,32 @@ class Signals(dltest.Case):
         self.assertEqual([e["signal"] for e in self.events() if e["event"] == "signal"],
                          ["SIGINT", "SIGINT"])
 
+    def test_a_stop_signal_after_the_job_ended_leaves_its_exit_code(self):
+        """A SIGTERM that comes once the job has ended (its job_end written), while the agent
+        drains the workers' output (held open here for the drain's second by a process the
+        worker left in a session of its own), changes nothing: exit 0 with the closing line,
+        not killed by the signal before its summary and clean-up."""
+        script = 'setsid sleep 5 & echo $! > $PWD/held; exit 0'
+        for _ in range(5):
+            p = self.start("--events", self.events_path, "--", "sh", "-c", script)
+            self.wait_events(lambda evs: evs and evs[-1]["event"] == "job_end", timeout=60)
+            alive = p.poll() is None
+            if alive:
+                p.send_signal(signal.SIGTERM)
+            _, err = p.communicate(timeout=30)
+            held = int(self.read("held"))
+            try:
+                os.kill(held, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            if alive:
+                break
+        else:
+            self.fail("the agent never outlived its job_end long enough to be signalled")
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("dlaunch: run ", err)
+        self.assertIn(" succeeded after 1 attempt", err)
+
     def test_sigkill_of_dlaunch_leaves_no_orphan(self):
         p = self.start("--gpus-per-node", "4", "--events", self.events_path, "--", "sh", "-c",
                        TRAPPING)

@@ -792,18 +792,30 @@ static void on_stop_timeout(uv_timer_t *t)
     dl__agent_feed(a, (dl_sup_event_t){.kind = DL_SUP_EV_STOP_TIMEOUT});
 }
 
+/* The job has ended (its code is decided): a stop signal from now on (a scheduler's SIGTERM at
+ * the job's end) changes nothing. Blocked here, before job_end is written, it stays pending;
+ * finish_loop then ignores it, where closing the loop's handle would put back the default
+ * action, which killed the agent before it drained the logs (at most a second), wrote its
+ * summary and removed the workers' key file, and hid the job's exit code behind the signal's. */
+static void stop_signals_block(dl_agent_t *a)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    for (int i = 0; i < a->nsignals; i++)
+        if (a->signals[i].signum != SIGCHLD)
+            sigaddset(&set, a->signals[i].signum);
+    if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
+        dl__agent_log(a, "cannot block the stop signals while finishing: %s", strerror(errno));
+}
+
 /* Lets go of the agent's own handles so that the loop ends once the outputs drain. */
 static void finish_loop(dl_agent_t *a)
 {
     for (int i = 0; i < a->nsignals; i++) {
         int signum = a->signals[i].signum;
         uv_close((uv_handle_t *)&a->signals[i], NULL);
-        /* The job has ended: a stop signal now (a scheduler's SIGTERM at the job's end) would
-         * kill the agent by its default action before it drained the logs (at most a second),
-         * wrote its summary and removed the workers' key file, and hide the job's exit code
-         * behind the signal's. Closing the handle put the default back. */
         if (signum != SIGCHLD)
-            signal(signum, SIG_IGN);
+            signal(signum, SIG_IGN); /* stop_signals_block: one pending is dropped */
     }
     dl__forward_close(a);
     uv_close((uv_handle_t *)&a->stop_timer, NULL);
@@ -835,6 +847,7 @@ static void finish(dl_agent_t *a, int exit_code)
                          : failed_code(exit_code) ? "failed"
                                                   : "stopped";
     a->exit_code = exit_code;
+    stop_signals_block(a);
     if (failed_code(exit_code) && a->sup.has_failure && !a->remote)
         record_failure(a);
     dl__rdzv_finish(a, exit_code);
@@ -1800,6 +1813,7 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
     code = a->remote ? dl__rdzv_start(a) : dl__rdzv_local_store(a);
     if (code != 0) {
         {
+            stop_signals_block(a);
             dl_ev_job_end(a->events, dl__now_unix(),
                           &(dl_ev_job_end_t){.status = "refused", .exit_code = code});
             dl__rdzv_finish(a, code);

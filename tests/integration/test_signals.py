@@ -126,8 +126,14 @@ class Signals(dltest.Case):
         drains the workers' output (held open here for the drain's second by a process the
         worker left in a session of its own), changes nothing: exit 0 with the closing line,
         not killed by the signal before its summary and clean-up."""
-        script = 'setsid sleep 5 & echo $! > $PWD/held; exit 0'
+        # The worker exits once the holder is in its own session (the agent kills the worker's
+        # process group with it).
+        script = ('setsid sh -c \'echo $$ > held.new; mv held.new held; exec sleep 5\' & '
+                  'while [ ! -e held ]; do sleep 0.01; done; exit 0')
         for _ in range(5):
+            for name in ("held", os.path.basename(self.events_path)):
+                if os.path.exists(os.path.join(self.dir, name)):
+                    os.unlink(os.path.join(self.dir, name))
             p = self.start("--events", self.events_path, "--", "sh", "-c", script)
             self.wait_events(lambda evs: evs and evs[-1]["event"] == "job_end", timeout=60)
             alive = p.poll() is None

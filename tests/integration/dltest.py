@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -124,6 +125,32 @@ def tail(text, lines=60):
     return "\n".join(text.splitlines()[-lines:])
 
 
+class Stream(threading.Thread):
+    """Reads a pipe line by line and keeps (monotonic time, line) for each; with log, a file's
+    path, appends each line there too as it comes."""
+
+    def __init__(self, pipe, log=None):
+        super().__init__(daemon=True)
+        self.pipe, self.log, self.lines, self.lock = pipe, log, [], threading.Lock()
+        self.start()
+
+    def run(self):
+        sink = open(self.log, "a", buffering=1) if self.log else None
+        try:
+            for line in iter(self.pipe.readline, ""):
+                with self.lock:
+                    self.lines.append((time.monotonic(), line.rstrip("\n")))
+                if sink:
+                    sink.write(line)
+        finally:
+            if sink:
+                sink.close()
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.lines)
+
+
 class Cluster:
     """The agents a test starts, as one job's nodes (or several jobs' on one endpoint): each
     named, its output in NAME.log and its events in NAME.events in the case's folder, all killed
@@ -132,28 +159,38 @@ class Cluster:
 
     endpoint: None, a free port on 127.0.0.1; False, no --rdzv-endpoint (the agents name
     their own, or none). run_id: None, no --run-id. args: flags every agent gets, before its
-    own."""
+    own. case None: no test case (bench/faults, a module's setUp): the agents go in dir,
+    failures raise AssertionError, and the caller calls close() itself."""
 
     _UNSET = object()
 
-    def __init__(self, case, endpoint=None, run_id="job", args=()):
+    def __init__(self, case, endpoint=None, run_id="job", args=(), dir=None):
         self.case = case
+        self.dir = dir if dir is not None else case.dir
         self.endpoint = f"127.0.0.1:{free_port()}" if endpoint is None else endpoint
         self.run_id = run_id
         self.args = list(args)
         self.procs = {}
         self.groups = set()  # names started in a session of their own: killed as a group
-        case.addCleanup(self.close)
+        self.streams = {}  # name: (stdout's Stream, stderr's Stream), for stamped agents
+        if case is not None:
+            case.addCleanup(self.close)
+
+    def fail(self, msg):
+        if self.case is not None:
+            self.case.fail(msg)
+        raise AssertionError(msg)
 
     def path(self, name, ext):
-        return os.path.join(self.case.dir, f"{name}.{ext}")
+        return os.path.join(self.dir, f"{name}.{ext}")
 
     def agent(self, *args, name="a", nodes=None, env=None, endpoint=_UNSET, run_id=_UNSET,
-              prefix=(), session=False, unset=()):
+              prefix=(), session=False, unset=(), stamped=False):
         """Starts an agent; returns its Popen. endpoint and run_id replace the cluster's for
         this agent (False or None: left out); prefix runs it under another command (ip netns
         exec ...); session: in a session of its own, killed with its group at the end; unset:
-        names of the test's environment the agent does not get."""
+        names of the test's environment the agent does not get; stamped: its stdout and stderr
+        read apart, each line with the time it came (lines()), NAME.log getting both."""
         old = self.procs.get(name)
         if old is not None and old.poll() is None:
             raise RuntimeError(f"agent {name} is still running")
@@ -167,10 +204,16 @@ class Cluster:
         if nodes is not None:
             cmd += ["--nodes", str(nodes)]
         with open(self.path(name, "log"), "w") as out:
-            p = subprocess.Popen([*cmd, *self.args, *args], cwd=self.case.dir,
-                                 env=agent_env(env, unset), stdout=out, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, start_new_session=session)
+            pipe = subprocess.PIPE if stamped else None
+            p = subprocess.Popen([*cmd, *self.args, *args], cwd=self.dir,
+                                 env=agent_env(env, unset), stdout=pipe or out,
+                                 stderr=pipe or subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=session, text=stamped)
         self.procs[name] = p
+        self.streams.pop(name, None)
+        if stamped:
+            log = self.path(name, "log")
+            self.streams[name] = (Stream(p.stdout, log), Stream(p.stderr, log))
         if session:
             self.groups.add(name)
         else:
@@ -182,6 +225,11 @@ class Cluster:
 
     def events(self, name):
         return read_events(self.path(name, "events"))
+
+    def lines(self, name, which="out"):
+        """A stamped agent's lines of its stdout (which "out") or stderr ("err") so far, as
+        (monotonic time, line)."""
+        return self.streams[name][which == "err"].snapshot()
 
     def log(self, name):
         try:
@@ -220,7 +268,7 @@ class Cluster:
                 why = f"not within {timeout} s"
                 break
             time.sleep(0.05)
-        self.case.fail(f"agent {name}: no {desc} event ({why}); its events: "
+        self.fail(f"agent {name}: no {desc} event ({why}); its events: "
                        f"{[e.get('event') for e in self.events(name)]}\n{self.logs(name)}")
 
     def wait_until(self, cond, what, timeout=60):
@@ -232,7 +280,7 @@ class Cluster:
             if got:
                 return got
             if time.monotonic() >= deadline:
-                self.case.fail(f"not within {timeout} s: {what}\n{self.logs()}")
+                self.fail(f"not within {timeout} s: {what}\n{self.logs()}")
             time.sleep(0.05)
 
     def wait_all(self, names=None, timeout=60):
@@ -249,22 +297,30 @@ class Cluster:
             try:
                 codes.append(p.wait(timeout=timeout))
             except subprocess.TimeoutExpired:
-                self.case.fail(f"agent {n} still running after {timeout} s\n{self.logs(n)}")
+                self.fail(f"agent {n} still running after {timeout} s\n{self.logs(n)}")
         return codes
 
     def close(self):
-        """Kills what is still running (its whole group when it has a session of its own)."""
+        """Kills what is still running (its whole group when it has a session of its own, woken
+        first: a test may have stopped it), and reads a stamped agent's pipes to their end."""
         for name, p in self.procs.items():
             if p.poll() is None:
                 try:
                     if name in self.groups:
+                        os.killpg(p.pid, signal.SIGCONT)
                         os.killpg(p.pid, signal.SIGKILL)
                     else:
                         p.kill()
                 except ProcessLookupError:
                     pass
             p.wait()
+        for name, streams in self.streams.items():
+            for s in streams:
+                s.join(timeout=10)  # the pipe ends once every process that holds it is gone
+                if not s.is_alive():
+                    s.pipe.close()
         self.procs.clear()
+        self.streams.clear()
 
 
 def free_port():

@@ -12,7 +12,6 @@ import signal
 import struct
 import subprocess
 import tempfile
-import threading
 import time
 
 import dltest
@@ -128,37 +127,25 @@ class Net:
         self.made = []
 
 
-class Stream(threading.Thread):
-    """Reads a pipe line by line and keeps (monotonic time, line) for each."""
-
-    def __init__(self, pipe):
-        super().__init__(daemon=True)
-        self.pipe, self.lines, self.lock = pipe, [], threading.Lock()
-        self.start()
-
-    def run(self):
-        for line in iter(self.pipe.readline, ""):
-            with self.lock:
-                self.lines.append((time.monotonic(), line.rstrip("\n")))
-
-    def snapshot(self):
-        with self.lock:
-            return list(self.lines)
+# The stamped reader of a pipe (test_conformance reads `dlaunch events` with it).
+Stream = dltest.Stream
 
 
 class Agent:
-    def __init__(self, job, index, args, prefix=()):
+    """Node index's agent, started on the job's cluster (dltest.Cluster) in a session of its
+    own, its stdout and stderr read apart with the time of each line (out, err). name: its
+    name on the cluster, NAME.events and NAME.log in the job's folder."""
+
+    def __init__(self, job, index, args, prefix=(), name=None):
         self.job, self.index = job, index
-        self.events_path = os.path.join(job.dir, f"events-{index}.jsonl")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
-        env.update(job.env)
+        self.name = name or f"node{index}"
+        env = dict(job.env)
         if job.agent_env and index < len(job.agent_env):
             env.update(job.agent_env[index])
-        self.proc = subprocess.Popen([*prefix, DLAUNCH, "--events", self.events_path, *args],
-                                     cwd=job.dir, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
-        self.out, self.err = Stream(self.proc.stdout), Stream(self.proc.stderr)
+        self.proc = job.cluster.agent(*args, name=self.name, env=env, prefix=prefix,
+                                      session=True, stamped=True)
+        self.events_path = job.cluster.path(self.name, "events")
+        self.out, self.err = job.cluster.streams[self.name]
 
     def events(self):
         """Events with their monotonic time (the stream's Unix times, shifted)."""
@@ -186,7 +173,9 @@ class Job:
                  heartbeat=0.2, dead_after=1.0, extra=(), train=None, dlaunchd=False,
                  root=None, subset=None, agent_env=None, dlaunchd_args=()):
         self.dir = tempfile.mkdtemp(prefix="dl-fault-", dir=root)
-        self.net, self.nodes, self.agents = net, nodes, []
+        self.net, self.nodes, self.agents, self.gone = net, nodes, [], []
+        # Every agent's flags are in common: the cluster adds none but --events.
+        self.cluster = dltest.Cluster(None, endpoint=False, run_id=None, dir=self.dir)
         self.env = {}
         # Per agent, by index: variables for that agent alone (DLAUNCH_COLL_HOST_ID, say).
         self.agent_env = agent_env
@@ -258,24 +247,16 @@ class Job:
         Its events go to a file of their own; the Agent object replaces the old one."""
         prefix = self.net.prefix(i) if self.net else ()
         old = self.agents[i]
-        a = Agent.__new__(Agent)
-        a.job, a.index = self, i
-        a.events_path = os.path.join(self.dir, f"events-{i}-again.jsonl")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DLAUNCH_")}
-        env.update(self.env)
-        if self.agent_env and i < len(self.agent_env):
-            env.update(self.agent_env[i])
-        a.proc = subprocess.Popen([*prefix, DLAUNCH, "--events", a.events_path, *self.common,
-                                   self.spec], cwd=self.dir, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
-        a.out, a.err = Stream(a.proc.stdout), Stream(a.proc.stderr)
+        again = sum(a.index == i for a in self.gone)
+        name = f"node{i}-again" + (f"{again + 1}" if again else "")
+        a = Agent(self, i, [*self.common, self.spec], prefix, name=name)
         self.agents[i] = a
-        self.gone = getattr(self, "gone", []) + [old]
+        self.gone.append(old)
         return a
 
     def lines(self):
         """Every agent's stdout lines, (time, agent, line), in time order."""
-        agents = self.agents + getattr(self, "gone", [])
+        agents = self.agents + self.gone
         out = [(t, a.index, l) for a in agents for t, l in a.out.snapshot()]
         return sorted(out)
 
@@ -322,14 +303,7 @@ class Job:
             return json.load(f)
 
     def close(self):
-        for a in self.agents + getattr(self, "gone", []):
-            if a.proc.poll() is None:
-                try:
-                    os.killpg(a.proc.pid, signal.SIGCONT)
-                    os.killpg(a.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                a.proc.wait()
+        self.cluster.close()
         if self.daemon is not None and self.daemon.poll() is None:
             self.daemon.kill()
             self.daemon.wait()

@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,37 +31,35 @@ NOT_RUN_HERE = {"log_write_failed", "straggler", "failover", "worker_unreapable"
 
 
 class Scenario:
-    """One job: its agents (one, or two over a rendezvous), a folder, and when it is done."""
+    """One job: its agents (one, or two over a rendezvous, on a dltest.Cluster of its own), a
+    folder, and when it is done."""
 
     def __init__(self, root, name, args, env=None, nodes=1, finish_when=None, signals=()):
         self.name, self.dir = name, os.path.join(root, name)
         self.proto = os.path.join(self.dir, "proto")
         os.makedirs(self.proto)
         # signals: (when, signal) in turn, for the first agent.
-        self.finish_when, self.signals, self.procs, self.paths = finish_when, list(signals), [], []
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("DLAUNCH_", "PROTO_"))}
-        base.update({"PROTO_DIR": self.proto, "CUDA_VISIBLE_DEVICES": "", **(env or {})})
-        common = ["--run-id", name, "--stop-timeout", "2", *args]
+        self.finish_when, self.signals = finish_when, list(signals)
+        env = {"PROTO_DIR": self.proto, "CUDA_VISIBLE_DEVICES": "", **(env or {})}
+        unset = [k for k in os.environ if k.startswith("PROTO_")]
+        common = ["--stop-timeout", "2", *args]
         if nodes > 1:
-            common += ["--nodes", str(nodes), "--rdzv-endpoint", f"127.0.0.1:{dltest.free_port()}",
-                       "--heartbeat", "0.2", "--dead-after", "1", "--last-call", "0.5"]
+            common += ["--heartbeat", "0.2", "--dead-after", "1", "--last-call", "0.5"]
+        self.cluster = dltest.Cluster(None, endpoint=None if nodes > 1 else False, run_id=name,
+                                      args=common, dir=self.dir)
+        self.names = [str(i) for i in range(nodes)]
         for i in range(nodes):
-            self.paths.append(os.path.join(self.dir, f"events-{i}.jsonl"))
             rank = ["--node-rank", "0"] if nodes > 1 and i == 0 else []
-            self.procs.append(subprocess.Popen(
-                [dltest.DLAUNCH, "--events", self.paths[i], *common, *rank, "--", *WORKER],
-                cwd=self.dir, env=base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                text=True))
+            self.cluster.agent(*rank, "--", *WORKER, name=self.names[i],
+                               nodes=nodes if nodes > 1 else None, env=env, unset=unset)
             if i == 0 and nodes > 1:
                 time.sleep(0.3)  # the host binds first
+        self.procs = [self.cluster[n] for n in self.names]
         self.finished = False
         self.out, self.codes = [], None
 
     def events(self):
-        out = []
-        for path in self.paths:
-            out.append(dltest.read_events(path))
-        return out
+        return [self.cluster.events(n) for n in self.names]
 
     def step(self):
         """Moves the scenario on; True once every agent has exited."""
@@ -75,10 +72,9 @@ class Scenario:
         return all(p.poll() is not None for p in self.procs)
 
     def close(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            self.out.append(p.communicate()[0])
+        """Kills what still runs; keeps each agent's output and exit code."""
+        self.cluster.close()
+        self.out = [self.cluster.log(n) for n in self.names]
         self.codes = [p.returncode for p in self.procs]
 
 

@@ -1230,6 +1230,11 @@ uint64_t dl__coll_shm_in_place_calls(const dl__coll_shm_t *s)
     return s == NULL ? 0 : s->in_place;
 }
 
+uint64_t dl__coll_shm_verdict_rounds(const dl__coll_shm_t *s)
+{
+    return s == NULL ? 0 : s->verdicts;
+}
+
 const char *dl__coll_shm_note(const dl__coll_shm_t *s)
 {
     return s == NULL ? "" : s->note;

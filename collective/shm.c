@@ -84,9 +84,13 @@ typedef struct {
 
 _Static_assert(sizeof(ctl_t) == LINE, "a member's control block is one line pair");
 
-/* The other member's adopted blocks mapped here, by serial: a few, the least recently used
- * unmapped first (a block whose buffer its owner freed lives on until then). */
-#define PEER_MAPS 8
+/* The other member's adopted blocks mapped here, by serial, the least recently used unmapped first
+ * (a block whose buffer its owner freed lives on until then): as many as it may adopt, so that a
+ * loop over a few dozen buffers maps each once, but beyond PEER_MAPS_FEW only while all of them
+ * together stay under PEER_MAP_BYTES. */
+#define PEER_MAPS 64
+#define PEER_MAPS_FEW 8
+#define PEER_MAP_BYTES ((size_t)256 << 20)
 typedef struct {
     uint32_t serial;
     const char *base;
@@ -501,20 +505,35 @@ static int announced_over(const dl__coll_shm_t *s, int j, uint32_t k)
 
 /* The peer's adopted block `serial` (memfd fd in its process, len bytes), mapped here: from the
  * cache, or now. NULL when it cannot be mapped (said once). */
+/* Unmaps the least recently used block but the held one and keep's; returns its entry, or NULL
+ * when there is none. */
+static peer_map_t *evict(dl__coll_shm_t *s, uint32_t keep)
+{
+    peer_map_t *lru = NULL;
+    for (int i = 0; i < PEER_MAPS; i++) {
+        peer_map_t *m = &s->pmap[i];
+        if (m->base != NULL && m->serial != s->held && m->serial != keep &&
+            (lru == NULL || m->used < lru->used))
+            lru = m;
+    }
+    if (lru != NULL) {
+        munmap((void *)lru->base, lru->len);
+        memset(lru, 0, sizeof(*lru));
+    }
+    return lru;
+}
+
 static const char *map_adopted(dl__coll_shm_t *s, int peer, uint32_t serial, int fd, size_t len)
 {
-    peer_map_t *slot_to = &s->pmap[0];
+    peer_map_t *to = NULL;
     for (int i = 0; i < PEER_MAPS; i++) {
         peer_map_t *m = &s->pmap[i];
         if (m->base != NULL && m->serial == serial && m->len == len) {
             m->used = ++s->pmap_clock;
             return m->base;
         }
-        if (m->base != NULL && m->serial == s->held)
-            continue;
-        if (m->base == NULL || (slot_to->base != NULL && m->used < slot_to->used) ||
-            (slot_to->base != NULL && slot_to->serial == s->held))
-            slot_to = m;
+        if (m->base == NULL && to == NULL)
+            to = m;
     }
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", s->pids[peer], fd);
@@ -531,9 +550,23 @@ static const char *map_adopted(dl__coll_shm_t *s, int peer, uint32_t serial, int
              strerror(e));
         return NULL;
     }
-    if (slot_to->base != NULL)
-        munmap((void *)slot_to->base, slot_to->len);
-    *slot_to = (peer_map_t){.serial = serial, .base = p, .len = len, .used = ++s->pmap_clock};
+    if (to == NULL)
+        to = evict(s, 0);
+    if (to == NULL) { /* not reached: at most one entry is held */
+        munmap(p, len);
+        return NULL;
+    }
+    *to = (peer_map_t){.serial = serial, .base = p, .len = len, .used = ++s->pmap_clock};
+    for (;;) {
+        size_t n = 0, total = 0;
+        for (int i = 0; i < PEER_MAPS; i++)
+            if (s->pmap[i].base != NULL) {
+                n++;
+                total += s->pmap[i].len;
+            }
+        if (n <= PEER_MAPS_FEW || total <= PEER_MAP_BYTES || evict(s, serial) == NULL)
+            break;
+    }
     return p;
 }
 

@@ -1053,6 +1053,37 @@ static int body_reused(rank_t *r, void *arg)
             }
         }
     }
+    /* Buffers taken in turn, as a loop over a model's tensors: the one held changes every call,
+     * each is mapped once and read in place every time, with its verdict round. */
+    enum { NBUF = 12 };
+    char *bufs[NBUF] = {0};
+    size_t count = (40 << 10) / sizeof(double) + 3;
+    for (int i = 0; i < NBUF && rc == 0; i++)
+        if ((bufs[i] = malloc(count * sizeof(double) + 64)) == NULL)
+            rc = -ENOMEM;
+    for (int pass = 0; pass < 2 * NBUF && rc == 0; pass++, salt++) {
+        char *in = bufs[pass % NBUF] + 8;
+        uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+        for (size_t i = 0; i < count; i++)
+            put(in, i, DL_COLL_FLOAT64, val(r->rank, i, salt));
+        rc = dl_coll_allreduce(r->g, in, dst, count, DL_COLL_FLOAT64, DL_COLL_SUM);
+        if (rc < 0)
+            break;
+        double want[VAL_PERIOD];
+        reference_table(2, salt, DL_COLL_FLOAT64, DL_COLL_SUM, want);
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; i++)
+            wrong += get(dst, i, DL_COLL_FLOAT64) != want[i % VAL_PERIOD];
+        keep(r, dst, count * sizeof(double));
+        if (wrong > 0 || dl__coll_shm_in_place_calls(r->g->shm) - calls != 1) {
+            snprintf(r->err, sizeof(r->err), "buffer %d in turn: %zu wrong sums, in place %llu",
+                     pass % NBUF, wrong,
+                     (unsigned long long)(dl__coll_shm_in_place_calls(r->g->shm) - calls));
+            bad++;
+        }
+    }
+    for (int i = 0; i < NBUF; i++)
+        free(bufs[i]);
     if (a != MAP_FAILED)
         munmap(a, most);
     if (b != MAP_FAILED)

@@ -454,6 +454,10 @@ static void announce(dl__coll_shm_t *s, uint32_t k, const char *src, const char 
 {
     const char *bufs[2] = {src, dst};
     ctl_t *c = &s->ctl[s->me];
+    /* An output over its input takes the halves form, whose partial pages cost a round each: it
+     * reads an adopted buffer in place only for a chunk or more (plan_in_place), so below that
+     * adopting it would only add the announcement round to the copy. */
+    size_t in_place_min = s->chunk + 2 * (size_t)sysconf(_SC_PAGESIZE);
     /* Partly overlapping buffers are the caller's error; never read them in place. */
     int tangled = src != dst && dst < src + bytes && src < dst + bytes;
     for (int i = 0; i < 2; i++) {
@@ -473,7 +477,7 @@ static void announce(dl__coll_shm_t *s, uint32_t k, const char *src, const char 
             off = c->buf_off[k & 1][0];
             len = c->buf_len[k & 1][0];
         } else if (!tangled && s->adopt_min != 0 && bytes >= s->adopt_min &&
-                   (i == 0 || bytes >= SLICED_BYTES)) {
+                   (i == 0 || bytes >= SLICED_BYTES) && (src != dst || bytes >= in_place_min)) {
             dl__coll_adoption_t ad;
             char why[200];
             int r = dl__coll_adopt(bufs[i], bytes, &ad, why, sizeof(why));

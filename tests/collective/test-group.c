@@ -1053,6 +1053,32 @@ static int body_reused(rank_t *r, void *arg)
             }
         }
     }
+    /* The output over the input below a chunk: copied as before, not adopted (the halves form
+     * would not read it in place), so no verdict either. */
+    for (int call = 0; call < 2 && rc == 0; call++, salt++) {
+        size_t count = (64 << 10) / sizeof(float);
+        uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+        uint64_t verdicts = dl__coll_shm_verdict_rounds(r->g->shm);
+        for (size_t i = 0; i < count; i++)
+            put(dst, i, DL_COLL_FLOAT32, val(r->rank, i, salt));
+        rc = dl_coll_allreduce(r->g, dst, dst, count, DL_COLL_FLOAT32, DL_COLL_SUM);
+        if (rc < 0)
+            break;
+        double want[VAL_PERIOD];
+        reference_table(2, salt, DL_COLL_FLOAT32, DL_COLL_SUM, want);
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; i++)
+            wrong += get(dst, i, DL_COLL_FLOAT32) != want[i % VAL_PERIOD];
+        if (wrong > 0 || dl__coll_shm_in_place_calls(r->g->shm) != calls ||
+            dl__coll_shm_verdict_rounds(r->g->shm) != verdicts) {
+            snprintf(r->err, sizeof(r->err),
+                     "64 KiB over itself: %zu wrong sums, %llu in place, "
+                     "%llu verdicts",
+                     wrong, (unsigned long long)(dl__coll_shm_in_place_calls(r->g->shm) - calls),
+                     (unsigned long long)(dl__coll_shm_verdict_rounds(r->g->shm) - verdicts));
+            bad++;
+        }
+    }
     /* Buffers taken in turn, as a loop over a model's tensors: the one held changes every call,
      * each is mapped once and read in place every time, with its verdict round. */
     enum { NBUF = 12 };

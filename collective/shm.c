@@ -507,8 +507,6 @@ static int announced_over(const dl__coll_shm_t *s, int j, uint32_t k)
            c->buf_off[k & 1][0] == c->buf_off[k & 1][1];
 }
 
-/* The peer's adopted block `serial` (memfd fd in its process, len bytes), mapped here: from the
- * cache, or now. NULL when it cannot be mapped (said once). */
 /* Unmaps the least recently used block but the held one and keep's; returns its entry, or NULL
  * when there is none. */
 static peer_map_t *evict(dl__coll_shm_t *s, uint32_t keep)
@@ -527,6 +525,8 @@ static peer_map_t *evict(dl__coll_shm_t *s, uint32_t keep)
     return lru;
 }
 
+/* The peer's adopted block `serial` (memfd fd in its process, len bytes), mapped here: from the
+ * cache, or now. NULL when it cannot be mapped (said once). */
 static const char *map_adopted(dl__coll_shm_t *s, int peer, uint32_t serial, int fd, size_t len)
 {
     peer_map_t *to = NULL;
@@ -884,8 +884,9 @@ static int run_in_place(dl__coll_shm_t *s, int peer, const plan_t *p, const char
  * copies out, where slicing needs two and copies the other's half back. A/B at 64 MiB:
  * 6.1-7.5 GB/s against 5.7-6.7 for slicing; never slower from 1 MiB up. The first round's
  * announcements decide whether to read the buffers in place instead (dl_coll_mem_alloc blocks,
- * or ordinary memory adopted on first use); a member whose input may go in place sends no data
- * in that round, and if it does not after all the copying starts a round later. */
+ * or ordinary memory adopted on first use); a member whose input may go in place sends in that
+ * round only the partial pages outside its block (carry_ends), and if it does not go in place
+ * after all the copying starts a round later. */
 static int allreduce_pair(dl__coll_shm_t *s, const char *src, char *dst, size_t count,
                           dl_coll_dtype_t dtype, dl_coll_op_t op)
 {

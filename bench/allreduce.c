@@ -22,8 +22,9 @@
  * with DLAUNCH_COLL_TRANSPORT set, then `mpirun -n N allreduce-mpi` (its default shared-memory
  * path for shm, `--mca btl tcp,self` for tcp), and prints one table per pair: bytes, time per
  * call, algorithm bandwidth, bus bandwidth (algbw * 2(n-1)/n, what each link carries), and the
- * ratio ours/MPI. Float32 sum, out of place; the time is the slowest rank's mean. --json prints
- * one object per row instead. */
+ * ratio ours/MPI. Float32 sum, out of place (in place, the output over the input, for ours with
+ * DLAUNCH_BENCH_IN_PLACE=1 in the environment); the time is the slowest rank's mean. --json
+ * prints one object per row instead. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -135,14 +136,15 @@ static int worker(int argc, char **argv)
     }
     for (size_t i = 0; i < a.max_bytes / sizeof(float); i++)
         src[i] = dst[i] = (float)(i % 1000) * 0.001f;
+    float *into = getenv("DLAUNCH_BENCH_IN_PLACE") != NULL ? src : dst;
     FILE *out = rank == 0 ? fopen(a.out, "a") : NULL;
     for (size_t bytes = a.min_bytes; bytes <= a.max_bytes && r == 0; bytes *= (size_t)a.step) {
         size_t count = bytes / sizeof(float);
         int iters = bench_iters(&a, bytes);
         for (int i = 0; i < 2 && r == 0; i++) {
-            r = dl_coll_allreduce(g, src, dst, count, DL_COLL_FLOAT32, DL_COLL_SUM);
+            r = dl_coll_allreduce(g, src, into, count, DL_COLL_FLOAT32, DL_COLL_SUM);
             if (r == 0 && g2 != NULL)
-                r = dl_coll_allreduce(g2, src, dst, count, DL_COLL_FLOAT32, DL_COLL_SUM);
+                r = dl_coll_allreduce(g2, src, into, count, DL_COLL_FLOAT32, DL_COLL_SUM);
         }
         /* The best of a few batches: the slowest rank's mean per call in each. With --ab the
          * two groups take turns, batch by batch, so both see the same moments of the machine. */
@@ -152,11 +154,11 @@ static int worker(int argc, char **argv)
          * --order-ab reports. */
         int batches = g2 != NULL ? 4 * BENCH_BATCHES + 1 : BENCH_BATCHES;
         for (int b = 0; b < batches && r == 0; b++) {
-            r = timed(g, src, dst, count, iters, &t);
+            r = timed(g, src, into, count, iters, &t);
             if (r == 0 && (b == 0 || t < best))
                 best = t;
             if (r == 0 && g2 != NULL) {
-                r = timed(g2, src, dst, count, iters, &t2);
+                r = timed(g2, src, into, count, iters, &t2);
                 if (r == 0 && (b == 0 || t2 < best2))
                     best2 = t2;
                 ratio[b] = t / t2;

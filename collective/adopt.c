@@ -12,8 +12,11 @@
  * Only private anonymous memory is adopted (the heap, mmap'd malloc chunks): a file mapping would
  * stop reaching its file. The registry is per process, not per group, since the pages are: a
  * later group finds them adopted already, and a fork must see them all (below). Each call checks
- * that an adoption still stands, by the name /proc/self/map_files gives the mapping at exactly its
- * bounds: a buffer freed and unmapped, or mapped anew at the same place, has another name or none.
+ * that an adoption still stands, that the mapping at exactly its bounds is its memfd: a buffer
+ * freed and unmapped, or mapped anew at the same place, is another file or none. The kernel's
+ * PROCMAP_QUERY (Linux 6.11) answers that in 0.5-1.8 us under load, where the name
+ * /proc/self/map_files gives the mapping took 2.5-6.5 us (as long as a whole registered
+ * all-reduce of 64 KiB); the name is the fallback on older kernels.
  *
  * fork: a child would share adopted pages with its parent instead of getting a copy; the child's
  * handler maps each of them privately (copy-on-write from the memfd), so the child's writes stay
@@ -25,7 +28,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -43,6 +49,8 @@ typedef struct {
     int fd;
     uint32_t serial;
     uint64_t uses;
+    dev_t dev; /* the memfd's, for PROCMAP_QUERY */
+    ino_t ino;
     /* 0: retired, its bounds broken (a later adoption over part of it, or the buffer gone): kept
      * with its fd while any piece of it may still be mapped, for the fork handler. */
     int active;
@@ -55,6 +63,18 @@ static adopted_t tab[MAX_ADOPTED];
 static size_t ntab;
 static uint32_t next_serial;
 static int wasted;
+/* /proc/self/maps, for PROCMAP_QUERY: -1 not opened yet, -2 the kernel has no such query. */
+static int maps_fd = -1;
+
+/* linux/fs.h's, which older headers lack. */
+struct dl_procmap_query {
+    uint64_t size, query_flags, query_addr;
+    uint64_t vma_start, vma_end, vma_flags, vma_page_size, vma_offset, inode;
+    uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+    uint64_t vma_name_addr, build_id_addr;
+};
+#define DL_PROCMAP_QUERY _IOWR('f', 17, struct dl_procmap_query)
+#define DL_PROCMAP_VMA_SHARED 0x08
 
 static void fmt_hex(char *p, unsigned long v)
 {
@@ -102,6 +122,38 @@ static int still_adopted(const adopted_t *e)
         want[n++] = dec[--d];
     want[n] = '\0';
     return strncmp(link, want, n) == 0 && (link[n] == '\0' || link[n] == ' ');
+}
+
+/* Whether e's pages are still its memfd, by PROCMAP_QUERY: 1 or 0; -1 when the kernel cannot
+ * say (then the name is asked). */
+static int query_adopted(const adopted_t *e)
+{
+    if (maps_fd == -1) {
+        maps_fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+        if (maps_fd < 0)
+            maps_fd = -2;
+    }
+    if (maps_fd < 0)
+        return -1;
+    struct dl_procmap_query q = {.size = sizeof(q), .query_addr = (uintptr_t)e->base};
+    if (ioctl(maps_fd, DL_PROCMAP_QUERY, &q) < 0) {
+        if (errno == ENOENT) /* nothing mapped there */
+            return 0;
+        if (errno == ENOTTY || errno == EINVAL) {
+            close(maps_fd);
+            maps_fd = -2;
+        }
+        return -1;
+    }
+    return q.vma_start == (uintptr_t)e->base && q.vma_end == (uintptr_t)e->base + e->len &&
+           q.vma_offset == 0 && (q.vma_flags & DL_PROCMAP_VMA_SHARED) != 0 && q.inode == e->ino &&
+           makedev(q.dev_major, q.dev_minor) == e->dev;
+}
+
+static int adoption_stands(const adopted_t *e)
+{
+    int r = query_adopted(e);
+    return r >= 0 ? r : still_adopted(e);
 }
 
 /* gone: its buffer went away (else it only makes room). */
@@ -190,6 +242,10 @@ static void atfork_child(void)
     for (size_t i = 0; i < ntab; i++)
         close(tab[i].fd);
     ntab = 0;
+    /* The parent's: its queries would answer for the parent's memory. */
+    if (maps_fd >= 0)
+        close(maps_fd);
+    maps_fd = -1;
     pthread_mutex_unlock(&mu);
 }
 
@@ -274,6 +330,13 @@ static int adopt_new(char *a, size_t len, dl__coll_adoption_t *ret, char *why, s
         close(fd);
         return -e;
     }
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        e = errno;
+        snprintf(why, whylen, "fstat of the memfd: %s", strerror(e));
+        close(fd);
+        return -e;
+    }
     /* Since Linux 6.12 a failed MAP_FIXED leaves the old mapping in place. */
     void *p = mmap(a, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -282,7 +345,13 @@ static int adopt_new(char *a, size_t len, dl__coll_adoption_t *ret, char *why, s
         close(fd);
         return -e;
     }
-    tab[ntab++] = (adopted_t){.base = a, .len = len, .fd = fd, .serial = serial, .active = 1};
+    tab[ntab++] = (adopted_t){.base = a,
+                              .len = len,
+                              .fd = fd,
+                              .serial = serial,
+                              .dev = st.st_dev,
+                              .ino = st.st_ino,
+                              .active = 1};
     *ret = (dl__coll_adoption_t){.base = a, .len = len, .fd = fd, .serial = serial};
     return 0;
 }
@@ -304,7 +373,7 @@ int dl__coll_adopt(const void *p, size_t bytes, dl__coll_adoption_t *ret, char *
         uintptr_t lo = (uintptr_t)e->base, hi = lo + e->len;
         if (!e->active || hi <= a || lo >= b)
             continue;
-        if (!still_adopted(e)) {
+        if (!adoption_stands(e)) {
             e->active = 0;
             if (e->uses < MIN_USES)
                 wasted++;

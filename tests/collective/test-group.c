@@ -737,6 +737,8 @@ DL_TEST_LOOP_IN(inplace_tests, registered_matrix, 0, NSETUPS)
         for (int r = 0; r < n; r++) {
             w.ranks[r].o.algo = s->algo;
             w.ranks[r].o.order = s->order;
+            /* Its private buffers are the copied kind (adoption: adopted_matrix). */
+            w.ranks[r].o.adopt_min_bytes = 0;
         }
         world_run(&w, body_registered, (void *)&s->algo);
         world_check(&w);
@@ -960,7 +962,9 @@ static int body_pair_switch(rank_t *r, void *arg)
             if (rc == 0)
                 keep(r, dst, bytes);
             uint64_t now = dl__coll_shm_in_place_calls(r->g->shm);
-            uint64_t want_in_place = kind > 0 && bytes > 4096;
+            dl_coll_options_t defaults;
+            dl_coll_options_init(&defaults);
+            uint64_t want_in_place = kind > 0 ? bytes > 4096 : bytes >= defaults.adopt_min_bytes;
             if (rc == 0 && now - calls != want_in_place) {
                 snprintf(r->err, sizeof(r->err),
                          "kind %d, %zu bytes: %llu in-place calls, "
@@ -990,6 +994,140 @@ DL_TEST_IN(inplace_tests, two_ranks_take_the_pair_form_beyond_4k)
         w.ranks[r].o.shm_small_bytes = defaults.shm_small_bytes;
     }
     world_run(&w, body_pair_switch, NULL);
+    world_check(&w);
+}
+
+/* ---- a re-used malloc'd buffer ------------------------------------------------------------- */
+
+/* With the default options, two ranks all-reduce the same malloc'd buffers (16 bytes past a line,
+ * as malloc's own) three times at sizes around every switch: one round up to 4 KiB, the pair form
+ * copying below the adoption's threshold, in place from it (the partial pages at either end
+ * carried in the announcement round), up to and past a chunk. The first call of an adoption
+ * waits for the other's verdict; the calls after it are read in place without one, and every
+ * sum is exact though the inputs change between calls. */
+static int body_reused(rank_t *r, void *arg)
+{
+    (void)arg;
+    dl_coll_options_t defaults;
+    dl_coll_options_init(&defaults);
+    size_t adopt = defaults.adopt_min_bytes, chunk = defaults.shm_chunk_bytes;
+    const size_t lens[] = {4096,  4100,         adopt - 4, adopt,        adopt + 4,
+                           65536, chunk - 4096, chunk,     chunk + 4096, 4 * chunk + 4};
+    /* mmap'd as malloc's large chunks are, so that both ranks' pages lie alike. */
+    size_t most = 4 * chunk + 4096 + 64, page = 4096, covered = 0;
+    char *a = mmap(NULL, most, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *b = mmap(NULL, most, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    int bad = 0, rc = a != MAP_FAILED && b != MAP_FAILED ? 0 : -ENOMEM, salt = 300;
+    char *src = a + 32, *dst = b + 32;
+    for (size_t c = 0; c < sizeof(lens) / sizeof(lens[0]) && rc == 0; c++) {
+        size_t bytes = lens[c], count = bytes / sizeof(float);
+        /* A size whose whole pages the last adoption covers needs no new one. */
+        size_t end = ((uintptr_t)src + bytes) / page * page;
+        int adopts = bytes >= adopt && end > covered;
+        if (bytes >= adopt)
+            covered = end > covered ? end : covered;
+        for (int call = 0; call < 3 && rc == 0; call++, salt++) {
+            uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+            uint64_t verdicts = dl__coll_shm_verdict_rounds(r->g->shm);
+            for (size_t i = 0; i < count; i++)
+                put(src, i, DL_COLL_FLOAT32, val(r->rank, i, salt));
+            rc = dl_coll_allreduce(r->g, src, dst, count, DL_COLL_FLOAT32, DL_COLL_SUM);
+            if (rc < 0)
+                break;
+            double want[VAL_PERIOD];
+            reference_table(2, salt, DL_COLL_FLOAT32, DL_COLL_SUM, want);
+            size_t wrong = 0;
+            for (size_t i = 0; i < count; i++)
+                wrong += get(dst, i, DL_COLL_FLOAT32) != want[i % VAL_PERIOD];
+            keep(r, dst, bytes);
+            uint64_t in_place = dl__coll_shm_in_place_calls(r->g->shm) - calls;
+            uint64_t verdict = dl__coll_shm_verdict_rounds(r->g->shm) - verdicts;
+            uint64_t want_verdict = call == 0 && adopts;
+            if (wrong > 0 || in_place != (bytes >= adopt) || verdict != want_verdict) {
+                snprintf(r->err, sizeof(r->err),
+                         "%zu bytes, call %d: %zu wrong sums, %llu in place (expected %d), %llu "
+                         "verdict rounds (expected %llu)",
+                         bytes, call + 1, wrong, (unsigned long long)in_place, bytes >= adopt,
+                         (unsigned long long)verdict, (unsigned long long)want_verdict);
+                bad++;
+            }
+        }
+    }
+    /* The output over the input below a chunk: copied as before, not adopted (the halves form
+     * would not read it in place), so no verdict either. */
+    for (int call = 0; call < 2 && rc == 0; call++, salt++) {
+        size_t count = (64 << 10) / sizeof(float);
+        uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+        uint64_t verdicts = dl__coll_shm_verdict_rounds(r->g->shm);
+        for (size_t i = 0; i < count; i++)
+            put(dst, i, DL_COLL_FLOAT32, val(r->rank, i, salt));
+        rc = dl_coll_allreduce(r->g, dst, dst, count, DL_COLL_FLOAT32, DL_COLL_SUM);
+        if (rc < 0)
+            break;
+        double want[VAL_PERIOD];
+        reference_table(2, salt, DL_COLL_FLOAT32, DL_COLL_SUM, want);
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; i++)
+            wrong += get(dst, i, DL_COLL_FLOAT32) != want[i % VAL_PERIOD];
+        if (wrong > 0 || dl__coll_shm_in_place_calls(r->g->shm) != calls ||
+            dl__coll_shm_verdict_rounds(r->g->shm) != verdicts) {
+            snprintf(r->err, sizeof(r->err),
+                     "64 KiB over itself: %zu wrong sums, %llu in place, "
+                     "%llu verdicts",
+                     wrong, (unsigned long long)(dl__coll_shm_in_place_calls(r->g->shm) - calls),
+                     (unsigned long long)(dl__coll_shm_verdict_rounds(r->g->shm) - verdicts));
+            bad++;
+        }
+    }
+    /* Buffers taken in turn, as a loop over a model's tensors: the one held changes every call,
+     * each is mapped once and read in place every time, with its verdict round. */
+    enum { NBUF = 12 };
+    char *bufs[NBUF] = {0};
+    size_t count = (40 << 10) / sizeof(double) + 3;
+    for (int i = 0; i < NBUF && rc == 0; i++)
+        if ((bufs[i] = malloc(count * sizeof(double) + 64)) == NULL)
+            rc = -ENOMEM;
+    for (int pass = 0; pass < 2 * NBUF && rc == 0; pass++, salt++) {
+        char *in = bufs[pass % NBUF] + 8;
+        uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+        for (size_t i = 0; i < count; i++)
+            put(in, i, DL_COLL_FLOAT64, val(r->rank, i, salt));
+        rc = dl_coll_allreduce(r->g, in, dst, count, DL_COLL_FLOAT64, DL_COLL_SUM);
+        if (rc < 0)
+            break;
+        double want[VAL_PERIOD];
+        reference_table(2, salt, DL_COLL_FLOAT64, DL_COLL_SUM, want);
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; i++)
+            wrong += get(dst, i, DL_COLL_FLOAT64) != want[i % VAL_PERIOD];
+        keep(r, dst, count * sizeof(double));
+        if (wrong > 0 || dl__coll_shm_in_place_calls(r->g->shm) - calls != 1) {
+            snprintf(r->err, sizeof(r->err), "buffer %d in turn: %zu wrong sums, in place %llu",
+                     pass % NBUF, wrong,
+                     (unsigned long long)(dl__coll_shm_in_place_calls(r->g->shm) - calls));
+            bad++;
+        }
+    }
+    for (int i = 0; i < NBUF; i++)
+        free(bufs[i]);
+    if (a != MAP_FAILED)
+        munmap(a, most);
+    if (b != MAP_FAILED)
+        munmap(b, most);
+    return rc < 0 ? rc : bad;
+}
+
+DL_TEST_IN(inplace_tests, reused_malloc_buffer_is_read_in_place_without_verdict)
+{
+    world_t w;
+    world_init(&w, 2, DL_COLL_TRANSPORT_SHM, NULL);
+    for (int r = 0; r < 2; r++) {
+        dl_coll_options_t defaults;
+        dl_coll_options_init(&defaults);
+        w.ranks[r].o.shm_chunk_bytes = defaults.shm_chunk_bytes;
+        w.ranks[r].o.shm_small_bytes = defaults.shm_small_bytes;
+    }
+    world_run(&w, body_reused, NULL);
     world_check(&w);
 }
 

@@ -23,7 +23,7 @@
  * path for shm, `--mca btl tcp,self` for tcp), and prints one table per pair: bytes, time per
  * call, algorithm bandwidth, bus bandwidth (algbw * 2(n-1)/n, what each link carries), and the
  * ratio ours/MPI. Float32 sum, out of place (in place, the output over the input, for ours with
- * DLAUNCH_BENCH_IN_PLACE=1 in the environment); the time is the slowest rank's mean. --json
+ * ALLREDUCE_BENCH_IN_PLACE=1 in the environment); the time is the slowest rank's mean. --json
  * prints one object per row instead. */
 #include <errno.h>
 #include <fcntl.h>
@@ -136,7 +136,7 @@ static int worker(int argc, char **argv)
     }
     for (size_t i = 0; i < a.max_bytes / sizeof(float); i++)
         src[i] = dst[i] = (float)(i % 1000) * 0.001f;
-    float *into = getenv("DLAUNCH_BENCH_IN_PLACE") != NULL ? src : dst;
+    float *into = getenv("ALLREDUCE_BENCH_IN_PLACE") != NULL ? src : dst;
     FILE *out = rank == 0 ? fopen(a.out, "a") : NULL;
     for (size_t bytes = a.min_bytes; bytes <= a.max_bytes && r == 0; bytes *= (size_t)a.step) {
         size_t count = bytes / sizeof(float);

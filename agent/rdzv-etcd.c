@@ -1291,29 +1291,25 @@ static void ring_watch(etcd_t *z)
 
 /* The assignment of node `me` in the etcd job state, as the frame our own server would send
  * (the state's summary and the node's own key, both read by their tables). */
-static json_t *assignment_msg(const dl_ejob_state_rec_t *st, const dl_ejob_assign_rec_t *me,
-                              int round, int nodes)
+static dl_proto_assignment_t assignment_of(const dl_ejob_state_rec_t *st,
+                                           const dl_ejob_assign_rec_t *me, int round, int nodes)
 {
-    json_t *msg = dl_proto_msg_new(DL_PROTO_ASSIGNMENT, 0);
-    if (msg == NULL)
-        return NULL;
-    json_object_set_new(msg, "round", json_integer(round));
-    json_object_set_new(msg, "restart_count", json_integer(round));
-    json_object_set_new(msg, "nodes", json_integer(nodes));
-    if (st->has_world_size)
-        json_object_set_new(msg, "world_size", json_integer(st->world_size));
-    json_object_set_new(msg, "max_restarts", json_integer(st->max_restarts));
-    json_object_set_new(msg, "failures", json_integer(st->restarts));
-    if (st->has_master_port)
-        json_object_set_new(msg, "master_port", json_integer(st->master_port));
-    if (st->master_addr != NULL)
-        json_object_set_new(msg, "master_addr", json_string(st->master_addr));
-    if (st->store_addr != NULL)
-        json_object_set_new(msg, "store_addr", json_string(st->store_addr));
-    json_object_set_new(msg, "node_rank", json_integer(me->node_rank));
-    json_object_set_new(msg, "first_rank", json_integer(me->first_rank));
-    json_object_set_new(msg, "local_world_size", json_integer(me->slots));
-    return msg;
+    return (dl_proto_assignment_t){
+        .round = round,
+        .restart_count = round,
+        .nodes = nodes,
+        .world_size = st->world_size,
+        .has_world_size = st->has_world_size,
+        .max_restarts = st->max_restarts,
+        .failures = st->restarts,
+        .master_port = st->master_port,
+        .has_master_port = st->has_master_port,
+        .master_addr = st->master_addr,
+        .store_addr = st->store_addr,
+        .node_rank = me->node_rank,
+        .first_rank = me->first_rank,
+        .local_world_size = me->slots,
+    };
 }
 
 /* The round's nodes may reach this node's torch store when it is node 0's: their addresses,
@@ -1495,12 +1491,11 @@ static void running(etcd_t *z, int round)
          * assignment frame (addresses of address characters only, every number in range), so
          * that such a writer can disturb the job but never put text of its own into the
          * workers' environment. */
-        json_t *msg = assignment_msg(z->view.state, me, round, node_count);
-        int r = msg != NULL ? dl_rdzv_assignment_read(msg, &want, &as, err, sizeof(err)) : -ENOMEM;
-        json_decref(msg);
+        dl_proto_assignment_t rec = assignment_of(z->view.state, me, round, node_count);
+        int r = dl_rdzv_assignment_read_rec(&rec, &want, &as, err, sizeof(err));
         if (r < 0) {
             fail(z, 4, "etcd at %s: an assignment this node cannot take: %s",
-                 dl_etcd_endpoints(z->etcd), r == -ENOMEM ? "out of memory" : err);
+                 dl_etcd_endpoints(z->etcd), err);
             return;
         }
         z->join_wanted = false;

@@ -525,13 +525,14 @@ static void on_created(void *ctx, const dl_etcd_result_t *res)
         return;
     }
     dl_etcd_txn_t t;
+    dl_ejob_job_rec_t job;
     if (!reply(z, res, &dl_etcd_txn_type, &t))
         return;
-    if (!t.succeeded) {
+    bool created = t.succeeded;
+    int r = created ? 0 : dl_ejob_txn_rec(&t, 0, &dl_ejob_job_type, &job, err, sizeof(err));
+    dl_proto_rec_free(&dl_etcd_txn_type, &t);
+    if (!created) {
         /* The job exists: its settings must agree with ours. */
-        dl_ejob_job_rec_t job;
-        int r = dl_ejob_txn_rec(&t, 0, &dl_ejob_job_type, &job, err, sizeof(err));
-        dl_proto_rec_free(&dl_etcd_txn_type, &t);
         if (r > 0) {
             r = dl_ejob_settings_check(&job, &z->settings, err, sizeof(err));
             dl_proto_rec_free(&dl_ejob_job_type, &job);
@@ -543,7 +544,6 @@ static void on_created(void *ctx, const dl_etcd_result_t *res)
     } else if (z->spec->verbose) {
         say(z, "created job '%s' in etcd under %s", z->conf.run_id, z->prefix);
     }
-    dl_proto_rec_free(&dl_etcd_txn_type, &t);
     z->phase = PH_LOAD;
     connect_step(z);
 }

@@ -315,6 +315,31 @@ static void untroubled(etcd_t *z)
     z->retry_ms = 0;
 }
 
+/* A range answer (res, OK) put into v by how (dl_ejob_view_load, dl_ejob_view_reports): what how
+ * returns, or -EPROTO (not OK, or not a range answer: v->err says why). */
+static int with_range(const dl_etcd_result_t *res, dl_ejob_view_t *v,
+                      int (*how)(dl_ejob_view_t *, const dl_etcd_range_t *))
+{
+    dl_etcd_range_t range;
+    if (res->status != DL_ETCD_OK ||
+        dl_etcd_reply(&dl_etcd_range_type, res->body, &range, v->err, sizeof(v->err)) < 0)
+        return -EPROTO;
+    int r = how(v, &range);
+    dl_proto_rec_free(&dl_etcd_range_type, &range);
+    return r;
+}
+
+/* etcd's answer read by its table (reply.h): false, the job failed, when it is not as declared
+ * (etcd answered nonsense). */
+static bool reply(etcd_t *z, const dl_etcd_result_t *res, const dl_proto_rec_type_t *t, void *rec)
+{
+    char err[512];
+    if (dl_etcd_reply(t, res->body, rec, err, sizeof(err)) == 0)
+        return true;
+    fail(z, 4, "etcd at %s: %s", res->endpoint, err);
+    return false;
+}
+
 static void on_retry(uv_timer_t *t)
 {
     etcd_t *z = t->data;
@@ -351,7 +376,11 @@ static void on_granted(void *ctx, const dl_etcd_result_t *res)
             retry_later(z);
         return;
     }
-    z->lease = dl_etcd_int(json_object_get(res->body, "ID"));
+    dl_etcd_lease_t granted;
+    if (!reply(z, res, &dl_etcd_lease_type, &granted))
+        return;
+    z->lease = granted.ID;
+    dl_proto_rec_free(&dl_etcd_lease_type, &granted);
     if (z->lease == 0) {
         fail(z, 4, "etcd at %s: granted no lease", res->endpoint);
         return;
@@ -386,8 +415,12 @@ static void on_keepalive(void *ctx, const dl_etcd_result_t *res)
         trouble(z, res);
         return;
     }
-    const json_t *r = json_object_get(res->body, "result");
-    if (dl_etcd_int(json_object_get(r != NULL ? r : res->body, "TTL")) <= 0) {
+    dl_etcd_lease_t kept;
+    if (!reply(z, res, &dl_etcd_lease_type, &kept))
+        return;
+    int64_t ttl = dl_etcd_lease_ttl(&kept);
+    dl_proto_rec_free(&dl_etcd_lease_type, &kept);
+    if (ttl <= 0) {
         /* Expired: our member key is gone with it; the others (or we) open a new round. */
         if (z->lease != 0)
             say(z, "this node's etcd lease expired (no keepalive within %g s): getting another",
@@ -405,33 +438,23 @@ static void start_watch(etcd_t *z);
 
 /* Whether a watch message brings only what the view holds already: a read since the watch
  * started (the members before a close) loaded a later state. */
-static bool stale(const dl_ejob_view_t *v, const json_t *msg)
+static bool stale(const dl_ejob_view_t *v, const dl_etcd_watch_t *msg)
 {
-    const json_t *evs = json_object_get(msg, "events");
-    size_t i;
-    json_t *ev;
-    if (json_array_size(evs) == 0)
-        return false;
-    json_array_foreach (evs, i, ev) {
-        if (dl_etcd_int(json_object_get(json_object_get(ev, "kv"), "mod_revision")) > v->rev)
+    for (size_t i = 0; i < msg->nevents; i++) {
+        if (msg->events[i].kv == NULL || msg->events[i].kv->mod_revision > v->rev)
             return false;
     }
-    return true;
+    return msg->nevents > 0;
 }
 
-static void on_watch_msg(void *ctx, const dl_etcd_result_t *res)
+static void watch_msg(etcd_t *z, const dl_etcd_result_t *res, const dl_etcd_watch_t *r)
 {
-    etcd_t *z = ctx;
-    const json_t *r = res->body;
-    if (json_is_true(json_object_get(r, "canceled")) &&
-        dl_etcd_int(json_object_get(r, "compact_revision")) == 0) {
-        const char *why = json_string_value(json_object_get(r, "cancel_reason"));
+    if (r->canceled && r->compact_revision == 0) {
         fail(z, 4, "etcd at %s: the watch of %sstate was refused: %s", res->endpoint, z->prefix,
-             why != NULL ? why : "canceled");
+             r->cancel_reason != NULL ? r->cancel_reason : "canceled");
         return;
     }
-    if (json_is_true(json_object_get(r, "canceled")) ||
-        dl_etcd_int(json_object_get(r, "compact_revision")) > 0) {
+    if (r->canceled || r->compact_revision > 0) {
         /* Compacted past our view: load it again. */
         dl_etcd_cancel(z->watch);
         z->watch = NULL;
@@ -449,6 +472,16 @@ static void on_watch_msg(void *ctx, const dl_etcd_result_t *res)
     }
     if (ch != 0)
         react(z);
+}
+
+static void on_watch_msg(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    dl_etcd_watch_t msg;
+    if (!reply(z, res, &dl_etcd_watch_type, &msg))
+        return;
+    watch_msg(z, res, &msg);
+    dl_proto_rec_free(&dl_etcd_watch_type, &msg);
 }
 
 static void on_watch_done(void *ctx, const dl_etcd_result_t *res)
@@ -491,10 +524,15 @@ static void on_created(void *ctx, const dl_etcd_result_t *res)
             retry_later(z);
         return;
     }
-    if (!dl_ejob_txn_ok(res->body)) {
+    dl_etcd_txn_t t;
+    dl_ejob_job_rec_t job;
+    if (!reply(z, res, &dl_etcd_txn_type, &t))
+        return;
+    bool created = t.succeeded;
+    int r = created ? 0 : dl_ejob_txn_rec(&t, 0, &dl_ejob_job_type, &job, err, sizeof(err));
+    dl_proto_rec_free(&dl_etcd_txn_type, &t);
+    if (!created) {
         /* The job exists: its settings must agree with ours. */
-        dl_ejob_job_rec_t job;
-        int r = dl_ejob_txn_rec(res->body, 0, &dl_ejob_job_type, &job, err, sizeof(err));
         if (r > 0) {
             r = dl_ejob_settings_check(&job, &z->settings, err, sizeof(err));
             dl_proto_rec_free(&dl_ejob_job_type, &job);
@@ -518,9 +556,11 @@ static void on_loaded(void *ctx, const dl_etcd_result_t *res)
             retry_later(z);
         return;
     }
-    json_t *range = dl_ejob_read_as_range(res->body);
-    int lr = range != NULL ? dl_ejob_view_load(&z->view, range) : -ENOMEM;
-    json_decref(range);
+    dl_etcd_txn_t t;
+    if (!reply(z, res, &dl_etcd_txn_type, &t))
+        return;
+    int lr = dl_ejob_view_load_read(&z->view, &t);
+    dl_proto_rec_free(&dl_etcd_txn_type, &t);
     if (lr < 0) {
         fail(z, 4, "etcd at %s: %s", res->endpoint, z->view.err);
         return;
@@ -605,11 +645,10 @@ static void connect_step(etcd_t *z)
 
 /* After a transaction that changes the state: decide again once the view holds what it did (or
  * why it failed); until then the watch will bring it, and react runs then. */
-static void react_after(etcd_t *z, const json_t *answer)
+static void react_after(etcd_t *z, const dl_etcd_txn_t *answer)
 {
-    int64_t rev = dl_etcd_int(json_object_get(json_object_get(answer, "header"), "revision"));
-    if (dl_ejob_txn_ok(answer)) {
-        z->wait_rev = rev;
+    if (answer->succeeded) {
+        z->wait_rev = dl_etcd_rev(answer->header);
         z->wait_change = false;
     } else {
         z->wait_rev = z->txn_view_rev;
@@ -652,6 +691,8 @@ static void on_done_log(void *ctx, const dl_etcd_result_t *res)
     react(z);
 }
 
+static void txn_answered(etcd_t *z, int kind, int round, const dl_etcd_txn_t *t);
+
 static void on_txn(void *ctx, const dl_etcd_result_t *res)
 {
     etcd_t *z = ctx;
@@ -673,7 +714,17 @@ static void on_txn(void *ctx, const dl_etcd_result_t *res)
         return;
     }
     untroubled(z);
-    bool ok = dl_ejob_txn_ok(res->body);
+    dl_etcd_txn_t t;
+    if (!reply(z, res, &dl_etcd_txn_type, &t))
+        return;
+    txn_answered(z, kind, round, &t);
+    dl_proto_rec_free(&dl_etcd_txn_type, &t);
+}
+
+/* What a transition's answer (t) does. */
+static void txn_answered(etcd_t *z, int kind, int round, const dl_etcd_txn_t *t)
+{
+    bool ok = t->succeeded;
     if (ok && kind == TXN_DEPART) {
         z->departed = true; /* the watch brings the round without us: nothing more for us */
         return;
@@ -686,13 +737,13 @@ static void on_txn(void *ctx, const dl_etcd_result_t *res)
     if (ok && (kind == TXN_JOIN || kind == TXN_NEWCOMER)) {
         int joined = kind == TXN_NEWCOMER ? round + 1 : round;
         z->joined_round = joined;
-        z->joined_count = dl_ejob_txn_count(res->body);
+        z->joined_count = dl_ejob_txn_count(t);
         note_joined(z, joined);
     }
     if (ok && kind == TXN_DONE) {
         dl_ejob_view_note_done(&z->view, z->conf.node_id, round);
         z->done_count_round = round;
-        z->done_count = dl_ejob_txn_count(res->body);
+        z->done_count = dl_ejob_txn_count(t);
         /* The journal's line for it (our rendezvous' "finished: K of N done"), before this
          * node can end the job: react runs on its answer. */
         if (dl_etcd_call(z->etcd, "/v3/kv/put",
@@ -720,7 +771,7 @@ static void on_txn(void *ctx, const dl_etcd_result_t *res)
         return;
     }
     /* A compare that failed: our view is behind; the watch catches up and react runs again. */
-    react_after(z, res->body);
+    react_after(z, t);
 }
 
 /* Sends a transition (stolen body); at most one is in flight. Returns whether it went. */
@@ -757,7 +808,14 @@ static void on_linger_events(void *ctx, const dl_etcd_result_t *res)
             retry_later(z);
         return;
     }
-    if (dl_ejob_view_events(&z->view, res->body) < 0) {
+    dl_etcd_range_t evs;
+    char err[512];
+    int er = dl_etcd_reply(&dl_etcd_range_type, res->body, &evs, err, sizeof(err));
+    if (er == 0) {
+        er = dl_ejob_view_events(&z->view, &evs);
+        dl_proto_rec_free(&dl_etcd_range_type, &evs);
+    }
+    if (er < 0) {
         if (z->closing) {
             revoke_lease(z);
             return;
@@ -799,7 +857,17 @@ static void on_linger(void *ctx, const dl_etcd_result_t *res)
             retry_later(z);
         return;
     }
-    z->linger_lease = dl_etcd_int(json_object_get(res->body, "ID"));
+    dl_etcd_lease_t granted;
+    char err[512];
+    if (dl_etcd_reply(&dl_etcd_lease_type, res->body, &granted, err, sizeof(err)) < 0) {
+        if (z->closing)
+            revoke_lease(z);
+        else
+            fail(z, 4, "etcd at %s: %s", res->endpoint, err);
+        return;
+    }
+    z->linger_lease = granted.ID;
+    dl_proto_rec_free(&dl_etcd_lease_type, &granted);
     z->txn_busy = true;
     if (dl_etcd_call(z->etcd, "/v3/kv/range", dl_ejob_range_events(&z->view), on_linger_events, z,
                      NULL) < 0) {
@@ -921,7 +989,12 @@ static void on_join_count(void *ctx, const dl_etcd_result_t *res)
         uv_timer_start(&z->join_timer, on_join_timeout, 200, 0);
         return;
     }
-    join_timeout_with(z, round, dl_etcd_int(json_object_get(res->body, "count")));
+    dl_etcd_range_t joined;
+    if (!reply(z, res, &dl_etcd_range_type, &joined))
+        return;
+    int64_t count = joined.count;
+    dl_proto_rec_free(&dl_etcd_range_type, &joined);
+    join_timeout_with(z, round, count);
 }
 
 static void on_join_timeout(uv_timer_t *t)
@@ -967,11 +1040,13 @@ static void on_members(void *ctx, const dl_etcd_result_t *res)
         return;
     }
     untroubled(z);
-    json_t *range = dl_ejob_read_as_range(res->body);
+    dl_etcd_txn_t t;
+    if (!reply(z, res, &dl_etcd_txn_type, &t))
+        return;
     /* This node's own done mark, which the read does not bring (the view follows no done key). */
     int64_t done = dl_ejob_done_round(&z->view, z->conf.node_id);
-    int lr = range != NULL ? dl_ejob_view_load(&z->view, range) : -ENOMEM;
-    json_decref(range);
+    int lr = dl_ejob_view_load_read(&z->view, &t);
+    dl_proto_rec_free(&dl_etcd_txn_type, &t);
     if (lr >= 0) {
         if (done >= 0)
             dl_ejob_view_note_done(&z->view, z->conf.node_id, done);
@@ -1100,31 +1175,21 @@ static void ring_follow(etcd_t *z, int round, const char *next_id)
     ring_check(z); /* it may be gone already */
 }
 
-static void on_ring_check(void *ctx, const dl_etcd_result_t *res)
+/* A check's answer (t) about the node this one watches, in round. */
+static void ring_checked(etcd_t *z, int round, const dl_etcd_result_t *res, const dl_etcd_txn_t *t)
 {
-    etcd_t *z = ctx;
-    int round = dl_ejob_round(&z->view);
-    z->ring_checking = false;
-    if (z->closing || z->ended || z->ring_round != round)
-        return;
-    if (res->status != DL_ETCD_OK) {
-        trouble(z, res);
-        z->ring_wanted = true; /* checked again with the watch, on the next heartbeat */
-        return;
-    }
-    if (!dl_ejob_txn_ok(res->body))
+    const dl_etcd_range_t *member = dl_etcd_txn_range(t, 0);
+    if (!t->succeeded)
         return; /* the state moved on: the watch brings it */
-    const json_t *rs = json_object_get(res->body, "responses");
-    const json_t *member = json_object_get(json_array_get(rs, 0), "response_range");
-    if (json_array_size(json_object_get(member, "kvs")) > 0)
+    if (member != NULL && member->nkvs > 0)
         return; /* alive */
     /* Its assignment: its host and rank (for the culprit), and who comes after it. */
     dl_ejob_assign_rec_t its;
     dl_ejob_done_rec_t d;
     char err[768];
     int dr = 0;
-    if (dl_ejob_txn_rec(res->body, 2, &dl_ejob_assign_type, &its, err, sizeof(err)) < 0 ||
-        (dr = dl_ejob_txn_rec(res->body, 1, &dl_ejob_done_type, &d, err, sizeof(err))) < 0) {
+    if (dl_ejob_txn_rec(t, 2, &dl_ejob_assign_type, &its, err, sizeof(err)) < 0 ||
+        (dr = dl_ejob_txn_rec(t, 1, &dl_ejob_done_type, &d, err, sizeof(err))) < 0) {
         fail(z, 4, "etcd at %s: %s", res->endpoint, err);
         dl_proto_rec_free(&dl_ejob_assign_type, &its);
         return;
@@ -1139,7 +1204,7 @@ static void on_ring_check(void *ctx, const dl_etcd_result_t *res)
         return;
     }
     /* It finished and left: count the done nodes; watch the one after it instead. */
-    int64_t count = dl_ejob_txn_count(res->body);
+    int64_t count = dl_ejob_txn_count(t);
     if (count > z->done_count || z->done_count_round != round) {
         z->done_count_round = round;
         z->done_count = count;
@@ -1157,6 +1222,25 @@ static void on_ring_check(void *ctx, const dl_etcd_result_t *res)
     react(z);
 }
 
+static void on_ring_check(void *ctx, const dl_etcd_result_t *res)
+{
+    etcd_t *z = ctx;
+    int round = dl_ejob_round(&z->view);
+    dl_etcd_txn_t t;
+    z->ring_checking = false;
+    if (z->closing || z->ended || z->ring_round != round)
+        return;
+    if (res->status != DL_ETCD_OK) {
+        trouble(z, res);
+        z->ring_wanted = true; /* checked again with the watch, on the next heartbeat */
+        return;
+    }
+    if (!reply(z, res, &dl_etcd_txn_type, &t))
+        return;
+    ring_checked(z, round, res, &t);
+    dl_proto_rec_free(&dl_etcd_txn_type, &t);
+}
+
 static void ring_check(etcd_t *z)
 {
     if (z->ring_checking || z->ring_id[0] == '\0')
@@ -1172,13 +1256,17 @@ static void ring_check(etcd_t *z)
 static void on_ring_msg(void *ctx, const dl_etcd_result_t *res)
 {
     etcd_t *z = ctx;
-    if (json_array_size(json_object_get(res->body, "events")) > 0)
+    dl_etcd_watch_t msg;
+    if (!reply(z, res, &dl_etcd_watch_type, &msg))
+        return;
+    if (msg.nevents > 0)
         ring_check(z);
-    else if (json_is_true(json_object_get(res->body, "canceled"))) {
+    else if (msg.canceled) {
         dl_etcd_cancel(z->ring);
         z->ring = NULL;
         z->ring_wanted = true;
     }
+    dl_proto_rec_free(&dl_etcd_watch_type, &msg);
 }
 
 static void on_ring_done(void *ctx, const dl_etcd_result_t *res)
@@ -1203,29 +1291,25 @@ static void ring_watch(etcd_t *z)
 
 /* The assignment of node `me` in the etcd job state, as the frame our own server would send
  * (the state's summary and the node's own key, both read by their tables). */
-static json_t *assignment_msg(const dl_ejob_state_rec_t *st, const dl_ejob_assign_rec_t *me,
-                              int round, int nodes)
+static dl_proto_assignment_t assignment_of(const dl_ejob_state_rec_t *st,
+                                           const dl_ejob_assign_rec_t *me, int round, int nodes)
 {
-    json_t *msg = dl_proto_msg_new(DL_PROTO_ASSIGNMENT, 0);
-    if (msg == NULL)
-        return NULL;
-    json_object_set_new(msg, "round", json_integer(round));
-    json_object_set_new(msg, "restart_count", json_integer(round));
-    json_object_set_new(msg, "nodes", json_integer(nodes));
-    if (st->has_world_size)
-        json_object_set_new(msg, "world_size", json_integer(st->world_size));
-    json_object_set_new(msg, "max_restarts", json_integer(st->max_restarts));
-    json_object_set_new(msg, "failures", json_integer(st->restarts));
-    if (st->has_master_port)
-        json_object_set_new(msg, "master_port", json_integer(st->master_port));
-    if (st->master_addr != NULL)
-        json_object_set_new(msg, "master_addr", json_string(st->master_addr));
-    if (st->store_addr != NULL)
-        json_object_set_new(msg, "store_addr", json_string(st->store_addr));
-    json_object_set_new(msg, "node_rank", json_integer(me->node_rank));
-    json_object_set_new(msg, "first_rank", json_integer(me->first_rank));
-    json_object_set_new(msg, "local_world_size", json_integer(me->slots));
-    return msg;
+    return (dl_proto_assignment_t){
+        .round = round,
+        .restart_count = round,
+        .nodes = nodes,
+        .world_size = st->world_size,
+        .has_world_size = st->has_world_size,
+        .max_restarts = st->max_restarts,
+        .failures = st->restarts,
+        .master_port = st->master_port,
+        .has_master_port = st->has_master_port,
+        .master_addr = st->master_addr,
+        .store_addr = st->store_addr,
+        .node_rank = me->node_rank,
+        .first_rank = me->first_rank,
+        .local_world_size = me->slots,
+    };
 }
 
 /* The round's nodes may reach this node's torch store when it is node 0's: their addresses,
@@ -1271,17 +1355,21 @@ static void on_assignment(void *ctx, const dl_etcd_result_t *res)
     etcd_t *z = ctx;
     if (!assign_answered(z, res))
         return;
-    int64_t applied =
-        dl_etcd_int(json_object_get(json_object_get(res->body, "header"), "revision"));
-    if (!z->assign_linear && applied < z->view.state_rev) {
+    dl_etcd_range_t range;
+    if (!reply(z, res, &dl_etcd_range_type, &range))
+        return;
+    if (!z->assign_linear && dl_etcd_rev(range.header) < z->view.state_rev) {
         /* The member asked has not applied the round's close yet (another endpoint than the
          * watch's): ask the leader. */
+        dl_proto_rec_free(&dl_etcd_range_type, &range);
         z->assign_linear = true;
         react(z);
         return;
     }
     z->assign_linear = false;
-    if (dl_ejob_view_merge(&z->view, res->body) < 0) {
+    int mr = dl_ejob_view_merge(&z->view, &range);
+    dl_proto_rec_free(&dl_etcd_range_type, &range);
+    if (mr < 0) {
         fail(z, 4, "etcd at %s: %s", res->endpoint, z->view.err);
         return;
     }
@@ -1299,14 +1387,20 @@ static void on_assign_check(void *ctx, const dl_etcd_result_t *res)
     etcd_t *z = ctx;
     if (!assign_answered(z, res))
         return;
-    const json_t *range = dl_ejob_txn_range(res->body);
-    if (range == NULL || dl_ejob_view_merge(&z->view, range) < 0) {
+    dl_etcd_txn_t t;
+    if (!reply(z, res, &dl_etcd_txn_type, &t))
+        return;
+    const dl_etcd_range_t *range = dl_etcd_txn_range(&t, 0);
+    bool ok = t.succeeded;
+    int mr = range != NULL ? dl_ejob_view_merge(&z->view, range) : -EPROTO;
+    dl_proto_rec_free(&dl_etcd_txn_type, &t);
+    if (mr < 0) {
         fail(z, 4, "etcd at %s: %s", res->endpoint,
              range == NULL ? "an answer about this node's assignment it cannot read" : z->view.err);
         return;
     }
     z->assign_checked = true;
-    if (dl_ejob_txn_ok(res->body)) {
+    if (ok) {
         /* The round is still the view's: no key of ours is the round's word (a newcomer). */
         z->assign_round = z->txn_round_read;
         z->assign_rev = z->assign_rev_read;
@@ -1397,12 +1491,11 @@ static void running(etcd_t *z, int round)
          * assignment frame (addresses of address characters only, every number in range), so
          * that such a writer can disturb the job but never put text of its own into the
          * workers' environment. */
-        json_t *msg = assignment_msg(z->view.state, me, round, node_count);
-        int r = msg != NULL ? dl_rdzv_assignment_read(msg, &want, &as, err, sizeof(err)) : -ENOMEM;
-        json_decref(msg);
+        dl_proto_assignment_t rec = assignment_of(z->view.state, me, round, node_count);
+        int r = dl_rdzv_assignment_read_rec(&rec, &want, &as, err, sizeof(err));
         if (r < 0) {
             fail(z, 4, "etcd at %s: an assignment this node cannot take: %s",
-                 dl_etcd_endpoints(z->etcd), r == -ENOMEM ? "out of memory" : err);
+                 dl_etcd_endpoints(z->etcd), err);
             return;
         }
         z->join_wanted = false;
@@ -1668,7 +1761,12 @@ static void on_report_put(void *ctx, const dl_etcd_result_t *res)
         return;
     }
     /* The straggler rule's verdict comes with it, as our server's with a heartbeat's answer. */
-    json_t *view = dl_ejob_verdict_of(res->body, z->workers_round);
+    dl_etcd_txn_t t;
+    char err[512];
+    if (dl_etcd_reply(&dl_etcd_txn_type, res->body, &t, err, sizeof(err)) < 0)
+        return; /* no verdict read: the round goes on without one, as without a put */
+    json_t *view = dl_ejob_verdict_of(&t, z->workers_round);
+    dl_proto_rec_free(&dl_etcd_txn_type, &t);
     if (view != NULL && z->cbs.view != NULL)
         z->cbs.view(z->ctx, view);
     json_decref(view);
@@ -1690,7 +1788,7 @@ static void on_judge_read(void *ctx, const dl_etcd_result_t *res)
 {
     etcd_t *z = ctx;
     z->judge_busy = false;
-    if (z->closing || res->status != DL_ETCD_OK || dl_ejob_view_reports(&z->view, res->body) < 0)
+    if (z->closing || with_range(res, &z->view, dl_ejob_view_reports) < 0)
         return;
     if (z->judge == NULL && dl_rdzv_judge_new(z->conf.run_id, &z->judge) < 0)
         return;
@@ -1824,7 +1922,7 @@ static void on_page_read(void *ctx, const dl_etcd_result_t *res)
     z->page_busy = false;
     if (res->status != DL_ETCD_OK || z->closing)
         return;
-    if (dl_ejob_view_load(&z->page, res->body) < 0)
+    if (with_range(res, &z->page, dl_ejob_view_load) < 0)
         return;
     /* The chart's points: the furthest step any node of the round reports. */
     const dl_ejob_progress_rec_t *best = NULL;
@@ -1950,7 +2048,7 @@ static void on_explained(void *ctx, const dl_etcd_result_t *res)
         return;
     int round = z->explain_round;
     /* Unread (etcd in trouble: it says so), the failure still goes, with this node's ranks. */
-    bool read = res->status == DL_ETCD_OK && dl_ejob_view_reports(&z->view, res->body) == 0;
+    bool read = with_range(res, &z->view, dl_ejob_view_reports) == 0;
     if (res->status != DL_ETCD_OK)
         trouble(z, res);
     explained(z, round, read);

@@ -116,14 +116,22 @@ static void close_etcd(ectl_t *c)
     dl_ejob_view_clear(&c->view);
 }
 
-/* One request; prints the error line and returns an exit code, or 0 with *ret. */
-static int call(ectl_t *c, const char *path, json_t *body, json_t **ret)
+/* One request, its answer read into rec (a struct of t's, reply.h); prints the error line and
+ * returns an exit code, or 0. */
+static int call(ectl_t *c, const char *path, json_t *body, const dl_proto_rec_type_t *t, void *rec)
 {
     char err[1200];
-    dl_etcd_status_t st = dl_etcd_call_sync(c->etcd, path, body, ret, err, sizeof(err));
+    json_t *ans = NULL;
+    dl_etcd_status_t st = dl_etcd_call_sync(c->etcd, path, body, &ans, err, sizeof(err));
     if (st != DL_ETCD_OK) {
         fprintf(stderr, "dlaunch: %s%s\n", err, cause_of(st));
         return exit_of(st);
+    }
+    int r = dl_etcd_reply(t, ans, rec, err, sizeof(err));
+    json_decref(ans);
+    if (r < 0) {
+        fprintf(stderr, "dlaunch: etcd at %s: %s\n", dl_etcd_endpoints(c->etcd), err);
+        return 4;
     }
     return 0;
 }
@@ -137,12 +145,12 @@ static json_t *range_body(const char *prefix)
 /* Loads the job's view; 1 with a message when there is no such job. */
 static int load(ectl_t *c, const char *run_id)
 {
-    json_t *ans = NULL;
-    int r = call(c, "/v3/kv/range", range_body(c->prefix), &ans);
+    dl_etcd_range_t ans;
+    int r = call(c, "/v3/kv/range", range_body(c->prefix), &dl_etcd_range_type, &ans);
     if (r != 0)
         return r;
-    r = dl_ejob_view_load(&c->view, ans);
-    json_decref(ans);
+    r = dl_ejob_view_load(&c->view, &ans);
+    dl_proto_rec_free(&dl_etcd_range_type, &ans);
     if (r < 0) {
         fprintf(stderr, "dlaunch: etcd at %s: %s\n", dl_etcd_endpoints(c->etcd), c->view.err);
         return 4;
@@ -168,44 +176,37 @@ static void print_result(const ectl_t *c, const json_t *result)
  * status reply's one encoder (proto/status-reply.h) as a list with neither state nor round. */
 static int status_all(ectl_t *c)
 {
-    json_t *ans = NULL;
-    int r = call(c, "/v3/kv/range", range_body("/dlaunch/"), &ans);
+    dl_etcd_range_t ans;
+    int r = call(c, "/v3/kv/range", range_body("/dlaunch/"), &dl_etcd_range_type, &ans);
     if (r != 0)
         return r;
     dl_proto_status_list_t all = {0};
-    size_t i, n = json_array_size(json_object_get(ans, "kvs"));
-    json_t *kvj;
+    /* The view of each job from the same answer: its keys. */
+    dl_etcd_range_t sub = {.header = ans.header};
     char err[256];
-    if ((all.jobs = calloc(n + 1, sizeof(*all.jobs))) == NULL) {
-        json_decref(ans);
+    all.jobs = calloc(ans.nkvs + 1, sizeof(*all.jobs));
+    sub.kvs = calloc(ans.nkvs + 1, sizeof(*sub.kvs));
+    if (all.jobs == NULL || sub.kvs == NULL) {
+        free(all.jobs);
+        free(sub.kvs);
+        dl_proto_rec_free(&dl_etcd_range_type, &ans);
         fprintf(stderr, "dlaunch: status: out of memory\n");
         return 1;
     }
-    json_array_foreach (json_object_get(ans, "kvs"), i, kvj) {
-        dl_etcd_kv_t kv;
-        if (dl_etcd_kv_read(kvj, &kv) < 0)
-            continue;
-        size_t len = strlen(kv.key);
-        if (len > 15 && strcmp(kv.key + len - 6, "/state") == 0) {
+    for (size_t i = 0; i < ans.nkvs; i++) {
+        const dl_etcd_kv_t *kv = &ans.kvs[i];
+        size_t len = strlen(kv->key);
+        if (len > 15 && strcmp(kv->key + len - 6, "/state") == 0) {
             char run_id[300], prefix[DL_EJOB_MAX_PREFIX];
-            snprintf(run_id, sizeof(run_id), "%.*s", (int)(len - 6 - 9), kv.key + 9);
+            snprintf(run_id, sizeof(run_id), "%.*s", (int)(len - 6 - 9), kv->key + 9);
             snprintf(prefix, sizeof(prefix), "/dlaunch/%s/", run_id);
             dl_ejob_view_t v;
             dl_ejob_view_init(&v, prefix);
-            /* The view of this job from the same answer. */
-            json_t *sub = json_pack("{s:O, s:[]}", "header", json_object_get(ans, "header"), "kvs");
-            size_t k;
-            json_t *x;
-            json_array_foreach (json_object_get(ans, "kvs"), k, x) {
-                dl_etcd_kv_t kk;
-                if (dl_etcd_kv_read(x, &kk) == 0) {
-                    if (strncmp(kk.key, prefix, strlen(prefix)) == 0)
-                        json_array_append(json_object_get(sub, "kvs"), x);
-                    dl_etcd_kv_clear(&kk);
-                }
-            }
-            int lr = dl_ejob_view_load(&v, sub);
-            json_decref(sub);
+            sub.nkvs = 0;
+            for (size_t k = 0; k < ans.nkvs; k++)
+                if (strncmp(ans.kvs[k].key, prefix, strlen(prefix)) == 0)
+                    sub.kvs[sub.nkvs++] = ans.kvs[k]; /* borrowed */
+            int lr = dl_ejob_view_load(&v, &sub);
             dl_proto_status_job_t *job = &all.jobs[all.njobs];
             /* One job whose keys cannot be read is said, and the others listed. */
             if (lr < 0)
@@ -216,9 +217,9 @@ static int status_all(ectl_t *c)
                 dl_proto_rec_free(&dl_proto_status_job_type, job);
             dl_ejob_view_clear(&v);
         }
-        dl_etcd_kv_clear(&kv);
     }
-    json_decref(ans);
+    free(sub.kvs);
+    dl_proto_rec_free(&dl_etcd_range_type, &ans);
     json_t *result = dl_proto_rec_encode(&dl_proto_status_list_type, &all);
     dl_proto_rec_free(&dl_proto_status_list_type, &all);
     if (result == NULL) {
@@ -229,10 +230,13 @@ static int status_all(ectl_t *c)
         print_result(c, result);
     else if (json_array_size(json_object_get(result, "jobs")) == 0)
         printf("no jobs\n");
-    else
-        json_array_foreach (json_object_get(result, "jobs"), i, kvj)
-            if (c->o->print_status(kvj) != 0)
+    else {
+        size_t i;
+        json_t *job;
+        json_array_foreach (json_object_get(result, "jobs"), i, job)
+            if (c->o->print_status(job) != 0)
                 r = 1;
+    }
     json_decref(result);
     return r;
 }
@@ -268,14 +272,15 @@ static json_t *build_restart(ectl_t *c, int64_t linger, const char **why)
 static int transition(ectl_t *c, const char *run_id, build_fn build, bool linger)
 {
     int64_t lease = 0;
-    json_t *ans = NULL;
     int r;
     if (linger) {
-        r = call(c, "/v3/lease/grant", json_pack("{s:s}", "TTL", LINGER), &ans);
+        dl_etcd_lease_t granted;
+        r = call(c, "/v3/lease/grant", json_pack("{s:s}", "TTL", LINGER), &dl_etcd_lease_type,
+                 &granted);
         if (r != 0)
             return r;
-        lease = dl_etcd_int(json_object_get(ans, "ID"));
-        json_decref(ans);
+        lease = granted.ID;
+        dl_proto_rec_free(&dl_etcd_lease_type, &granted);
     }
     for (int tries = 0; tries < 10; tries++) {
         const char *why = NULL;
@@ -286,11 +291,12 @@ static int transition(ectl_t *c, const char *run_id, build_fn build, bool linger
             fprintf(stderr, "dlaunch: job '%s' %s\n", run_id, why ? why : "cannot change");
             return 1;
         }
-        r = call(c, "/v3/kv/txn", body, &ans);
+        dl_etcd_txn_t ans;
+        r = call(c, "/v3/kv/txn", body, &dl_etcd_txn_type, &ans);
         if (r != 0)
             return r;
-        bool ok = dl_ejob_txn_ok(ans);
-        json_decref(ans);
+        bool ok = ans.succeeded;
+        dl_proto_rec_free(&dl_etcd_txn_type, &ans);
         if (ok)
             return 0;
     }
@@ -349,37 +355,31 @@ static json_int_t seq_of(const json_t *events, const char *key)
     return json_integer_value(json_object_get(json_object_get(events, key), "seq"));
 }
 
-/* Prints the events of a range or a watch answer, in seq order (which is their order); stops at
- * job_end. */
-static void print_events(follow_t *f, const json_t *kvs, bool events_form)
+/* Prints the events of a range answer (kvs) or a watch message (evs), count of them, in seq order
+ * (which is their order); stops at job_end. */
+static void print_events(follow_t *f, const dl_etcd_kv_t *kvs, const dl_etcd_event_t *evs,
+                         size_t count)
 {
     json_t *sorted = json_object();
-    size_t i;
-    json_t *x;
-    json_array_foreach (kvs, i, x) {
-        const json_t *kvj = events_form ? json_object_get(x, "kv") : x;
-        const char *type = events_form ? json_string_value(json_object_get(x, "type")) : NULL;
-        dl_etcd_kv_t kv;
-        if (type != NULL || dl_etcd_kv_read(kvj, &kv) < 0)
+    char evprefix[DL_EJOB_MAX_PREFIX + 4];
+    snprintf(evprefix, sizeof(evprefix), "%sev/", f->c->prefix);
+    for (size_t i = 0; i < count; i++) {
+        const dl_etcd_kv_t *kv = evs != NULL ? evs[i].kv : &kvs[i];
+        if (kv == NULL || (evs != NULL && evs[i].type != NULL))
             continue; /* deletes: the job's keys going */
-        if (events_form && kv.version > 1) {
-            dl_etcd_kv_clear(&kv); /* an event put again at the end, onto its linger lease */
-            continue;
-        }
-        char evprefix[DL_EJOB_MAX_PREFIX + 4];
-        snprintf(evprefix, sizeof(evprefix), "%sev/", f->c->prefix);
-        if (strncmp(kv.key, evprefix, strlen(evprefix)) == 0) {
-            json_t *ev = json_loadb(kv.value, kv.value_len, 0, NULL);
+        if (evs != NULL && kv->version > 1)
+            continue; /* an event put again at the end, onto its linger lease */
+        if (strncmp(kv->key, evprefix, strlen(evprefix)) == 0 && kv->value != NULL) {
+            json_t *ev = json_loadb(kv->value, kv->value_len, 0, NULL);
             /* seq (docs/control.md): from the revision that made the event, which every reader
              * sees alike and which grows in the events' order (etcd-job.h). */
             if (json_is_object(ev))
                 json_object_set_new(
                     ev, "seq",
-                    json_integer(dl_ejob_event_seq(f->c->prefix, kv.key, kv.create_revision)));
+                    json_integer(dl_ejob_event_seq(f->c->prefix, kv->key, kv->create_revision)));
             if (ev != NULL)
-                json_object_set_new(sorted, kv.key, ev);
+                json_object_set_new(sorted, kv->key, ev);
         }
-        dl_etcd_kv_clear(&kv);
     }
     const char *k;
     json_t *ev;
@@ -421,7 +421,16 @@ static void stop_follow(follow_t *f)
 static void on_event_msg(void *ctx, const dl_etcd_result_t *res)
 {
     follow_t *f = ctx;
-    print_events(f, json_object_get(res->body, "events"), true);
+    dl_etcd_watch_t msg;
+    char err[512];
+    if (dl_etcd_reply(&dl_etcd_watch_type, res->body, &msg, err, sizeof(err)) < 0) {
+        fprintf(stderr, "dlaunch: etcd at %s: %s\n", res->endpoint, err);
+        f->code = 4;
+        stop_follow(f);
+        return;
+    }
+    print_events(f, NULL, msg.events, msg.nevents);
+    dl_proto_rec_free(&dl_etcd_watch_type, &msg);
     if (f->over) {
         stop_follow(f);
         return;
@@ -447,7 +456,7 @@ static void on_idle(uv_timer_t *t)
 int dl_ctl_etcd_events(const char *run_id, const dl_ctl_etcd_opts_t *o)
 {
     ectl_t c;
-    json_t *ans = NULL;
+    dl_etcd_range_t ans;
     char evprefix[DL_EJOB_MAX_PREFIX + 4];
     int r = open_etcd(&c, o, run_id);
     if (r != 0)
@@ -458,15 +467,15 @@ int dl_ctl_etcd_events(const char *run_id, const dl_ctl_etcd_opts_t *o)
         return r;
     }
     snprintf(evprefix, sizeof(evprefix), "%sev/", c.prefix);
-    r = call(&c, "/v3/kv/range", range_body(evprefix), &ans);
+    r = call(&c, "/v3/kv/range", range_body(evprefix), &dl_etcd_range_type, &ans);
     if (r != 0) {
         close_etcd(&c);
         return r;
     }
     follow_t f = {.c = &c};
-    print_events(&f, json_object_get(ans, "kvs"), false);
-    int64_t rev = dl_etcd_int(json_object_get(json_object_get(ans, "header"), "revision"));
-    json_decref(ans);
+    print_events(&f, ans.kvs, NULL, ans.nkvs);
+    int64_t rev = dl_etcd_rev(ans.header);
+    dl_proto_rec_free(&dl_etcd_range_type, &ans);
     if (!f.over) {
         uv_timer_init(&c.loop, &f.idle);
         f.idle.data = &f;

@@ -1,5 +1,5 @@
-/* The bodies of etcd's JSON gateway (base64 keys and values, decimal 64-bit numbers, key-value
- * entries) and the password file (etcd.h): pure code that both the program and the etcd plugin
+/* The bodies of etcd's JSON gateway (base64 keys and values, decimal 64-bit numbers; reply.h
+ * reads the answers) and the password file (etcd.h): pure code that both the program and the etcd plugin
  * (dlaunch-etcd.so, the one part that needs libcurl) use. */
 #include <errno.h>
 #include <stdio.h>
@@ -117,30 +117,6 @@ json_t *dl_etcd_prefix_end(const char *prefix)
     j = dl_etcd_b64(end, n);
     free(end);
     return j;
-}
-
-int dl_etcd_kv_read(const json_t *kv, dl_etcd_kv_t *ret)
-{
-    memset(ret, 0, sizeof(*ret));
-    ret->key = dl_etcd_unb64(json_object_get(kv, "key"), NULL);
-    const json_t *v = json_object_get(kv, "value");
-    ret->value = v != NULL ? dl_etcd_unb64(v, &ret->value_len) : strdup("");
-    if (ret->key == NULL || ret->value == NULL) {
-        dl_etcd_kv_clear(ret);
-        return -EPROTO;
-    }
-    ret->create_revision = dl_etcd_int(json_object_get(kv, "create_revision"));
-    ret->mod_revision = dl_etcd_int(json_object_get(kv, "mod_revision"));
-    ret->version = dl_etcd_int(json_object_get(kv, "version"));
-    ret->lease = dl_etcd_int(json_object_get(kv, "lease"));
-    return 0;
-}
-
-void dl_etcd_kv_clear(dl_etcd_kv_t *kv)
-{
-    free(kv->key);
-    free(kv->value);
-    kv->key = kv->value = NULL;
 }
 
 /* ---- Passwords -------------------------------------------------------------------------------- */

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "job-records.h"
+#include "reply.h"
 #include "status-reply.h"
 
 #define DL_EJOB_MAX_PREFIX 512
@@ -67,9 +68,11 @@ void dl_ejob_view_clear(dl_ejob_view_t *v);
 /* Replaces the view with a range answer over the whole prefix. Returns DL_EJOB_CH_*, or -EPROTO
  * (not etcd's answer), -EBADMSG (a value of the job's that is not as job-records.h declares it)
  * or -ENOMEM, with one line in v->err naming the key and the field. */
-int dl_ejob_view_load(dl_ejob_view_t *v, const json_t *range);
+int dl_ejob_view_load(dl_ejob_view_t *v, const dl_etcd_range_t *range);
+/* The same with the keys of every range response of a read (dl_ejob_txn_read's answer). */
+int dl_ejob_view_load_read(dl_ejob_view_t *v, const dl_etcd_txn_t *answer);
 /* Applies a watch message's events. Returns DL_EJOB_CH_* or what dl_ejob_view_load does. */
-int dl_ejob_view_watch(dl_ejob_view_t *v, const json_t *result);
+int dl_ejob_view_watch(dl_ejob_view_t *v, const dl_etcd_watch_t *msg);
 /* node_id's member record in the view, or NULL; the round node_id was done in, or -1. */
 const dl_ejob_member_rec_t *dl_ejob_member(const dl_ejob_view_t *v, const char *node_id);
 int64_t dl_ejob_done_round(const dl_ejob_view_t *v, const char *node_id);
@@ -191,9 +194,6 @@ int64_t dl_ejob_event_seq(const char *prefix, const char *key, int64_t create_re
 json_t *dl_ejob_put_done_log(const dl_ejob_view_t *v, const char *node_id, const char *host,
                              int64_t done, int64_t lease, double now);
 
-/* Whether a txn answer succeeded. */
-bool dl_ejob_txn_ok(const json_t *answer);
-
 /* ---- Reading ---------------------------------------------------------------------------------- */
 
 /* The job as `dlaunch status --json` shows it (the fields of our own rendezvous' status):
@@ -262,7 +262,7 @@ json_t *dl_ejob_report_beat(const dl_ejob_report_rec_t *rep);
 json_t *dl_ejob_txn_report(const dl_ejob_view_t *v, json_t *put);
 /* The verdict such a transaction's answer read, when it is round's ({stragglers, ...}, new
  * reference), else NULL. */
-json_t *dl_ejob_verdict_of(const json_t *answer, int round);
+json_t *dl_ejob_verdict_of(const dl_etcd_txn_t *answer, int round);
 /* The body of a /v3/kv/put of round's verdict (view, borrowed) on lease. */
 json_t *dl_ejob_put_verdict(const dl_ejob_view_t *v, int round, const json_t *view, int64_t lease);
 
@@ -270,7 +270,7 @@ json_t *dl_ejob_put_verdict(const dl_ejob_view_t *v, int round, const json_t *vi
 json_t *dl_ejob_range_reports(const dl_ejob_view_t *v);
 /* Replaces the view's reports with those of a range answer of them. Returns 0, or what
  * dl_ejob_view_merge returns. */
-int dl_ejob_view_reports(dl_ejob_view_t *v, const json_t *range);
+int dl_ejob_view_reports(dl_ejob_view_t *v, const dl_etcd_range_t *range);
 
 /* The exit code of an ended job (docs/exit-codes.md): 0 succeeded or stopped, 1 failed (5 when
  * the same failure ended it), 3 timed out. */
@@ -294,14 +294,12 @@ json_t *dl_ejob_txn_next_join_counted(const dl_ejob_view_t *v, dl_ejob_cause_t c
                                       int64_t lease, double now);
 json_t *dl_ejob_txn_done_counted(const dl_ejob_view_t *v, const char *node_id, int64_t lease);
 /* The count in a transaction's last range response, or -1. */
-int64_t dl_ejob_txn_count(const json_t *answer);
+int64_t dl_ejob_txn_count(const dl_etcd_txn_t *answer);
 /* A /v3/kv/range body counting round's members. */
 json_t *dl_ejob_range_joined(const dl_ejob_view_t *v, int round);
 /* A read-only transaction of the job's settings and state, with member's key (member a node id)
- * or every member's (member ""), or neither (NULL); dl_ejob_read_as_range turns its answer into
- * a range answer for dl_ejob_view_load (new reference). */
+ * or every member's (member ""), or neither (NULL); dl_ejob_view_load_read loads its answer. */
 json_t *dl_ejob_txn_read(const char *prefix, const char *member);
-json_t *dl_ejob_read_as_range(const json_t *answer);
 /* While the state is the view's: node_id's member key, its done key, its assignment, and the
  * count of the round's done nodes (four responses); else nothing (succeeded false). */
 json_t *dl_ejob_txn_check_member(const dl_ejob_view_t *v, const char *node_id);
@@ -317,21 +315,17 @@ json_t *dl_ejob_range_events(const dl_ejob_view_t *v);
  * in before the state). dl_ejob_view_merge puts a range answer's keys into the view (0, or what
  * dl_ejob_view_load returns, v->err saying why). */
 json_t *dl_ejob_range_assignment(const dl_ejob_view_t *v, const char *node_id, bool serializable);
-int dl_ejob_view_merge(dl_ejob_view_t *v, const json_t *range);
+int dl_ejob_view_merge(dl_ejob_view_t *v, const dl_etcd_range_t *range);
 /* This node's assignment read again when a read found none: a transaction that gives the key
  * while the state is the view's (then its absence is the round's word), else the state that
  * changed meanwhile (a round change took the round's keys away before the watch said so). */
 json_t *dl_ejob_txn_assignment_check(const dl_ejob_view_t *v, const char *node_id);
-/* The range answer of a transaction answer's first response (either branch), or of its
- * response i, or NULL. */
-const json_t *dl_ejob_txn_range(const json_t *answer);
-const json_t *dl_ejob_txn_range_at(const json_t *answer, size_t i);
 /* The value of the first key of a transaction answer's response i, read into rec (a struct of
  * t's): 1, or 0 when there is no key (rec cleared), or -EBADMSG / -EPROTO / -ENOMEM with one line
  * in err naming the key and the field. */
-int dl_ejob_txn_rec(const json_t *answer, size_t i, const dl_proto_rec_type_t *t, void *rec,
+int dl_ejob_txn_rec(const dl_etcd_txn_t *answer, size_t i, const dl_proto_rec_type_t *t, void *rec,
                     char *err, size_t errlen);
-int dl_ejob_view_events(dl_ejob_view_t *v, const json_t *range);
+int dl_ejob_view_events(dl_ejob_view_t *v, const dl_etcd_range_t *range);
 
 /* Between job.c and job-count.c: the base64 key prefix + printf(fmt, ...), and the end of the
  * range of keys under prefix + sub. */

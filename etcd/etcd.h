@@ -106,19 +106,16 @@ json_t *dl_etcd_num(int64_t n);
  * a new base64 JSON string. */
 json_t *dl_etcd_prefix_end(const char *prefix);
 
-/* One key-value of an answer, decoded. */
+/* One key-value of an answer (a kvs entry or an event's kv), as reply.h reads it. */
 typedef struct {
-    char *key;   /* malloc'd, NUL-terminated */
-    char *value; /* malloc'd, NUL-terminated ("" for a delete event) */
+    char *key; /* malloc'd, NUL-terminated */
+    size_t key_len;
+    char *value; /* malloc'd, NUL-terminated; NULL where etcd left it out (empty, a deletion) */
     size_t value_len;
     int64_t create_revision;
     int64_t mod_revision;
     int64_t version;
     int64_t lease;
 } dl_etcd_kv_t;
-
-/* Decodes {"key","value",...} (a kvs entry or an event's kv). Returns 0 or -EPROTO. */
-int dl_etcd_kv_read(const json_t *kv, dl_etcd_kv_t *ret);
-void dl_etcd_kv_clear(dl_etcd_kv_t *kv);
 
 #endif

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "etcd-job.h"
@@ -68,13 +69,12 @@ json_t *dl_ejob_txn_done_counted(const dl_ejob_view_t *v, const char *node_id, i
                   count_range(v->prefix, "d", round));
 }
 
-int64_t dl_ejob_txn_count(const json_t *answer)
+int64_t dl_ejob_txn_count(const dl_etcd_txn_t *answer)
 {
-    const json_t *rs = json_object_get(answer, "responses");
-    for (size_t i = json_array_size(rs); i-- > 0;) {
-        const json_t *r = json_object_get(json_array_get(rs, i), "response_range");
+    for (size_t i = answer->nresponses; i-- > 0;) {
+        const dl_etcd_range_t *r = dl_etcd_txn_range(answer, i);
         if (r != NULL)
-            return dl_etcd_int(json_object_get(r, "count"));
+            return r->count;
     }
     return -1;
 }
@@ -100,20 +100,6 @@ json_t *dl_ejob_txn_read(const char *prefix, const char *member)
                                              dl__ejob_key(prefix, "m/"), "range_end",
                                              dl__ejob_range_end(prefix, "m/")));
     return ops != NULL ? json_pack("{s:o}", "success", ops) : NULL;
-}
-
-json_t *dl_ejob_read_as_range(const json_t *answer)
-{
-    json_t *kvs = json_array();
-    const json_t *r;
-    size_t i, j;
-    json_t *kv;
-    json_array_foreach (json_object_get(answer, "responses"), i, r) {
-        json_array_foreach (json_object_get(json_object_get(r, "response_range"), "kvs"), j, kv) {
-            json_array_append(kvs, kv);
-        }
-    }
-    return json_pack("{s:O, s:o}", "header", json_object_get(answer, "header"), "kvs", kvs);
 }
 
 json_t *dl_ejob_txn_check_member(const dl_ejob_view_t *v, const char *node_id)
@@ -148,19 +134,14 @@ json_t *dl_ejob_range_events(const dl_ejob_view_t *v)
                      dl__ejob_range_end(v->prefix, "ev/"));
 }
 
-int dl_ejob_view_events(dl_ejob_view_t *v, const json_t *range)
+int dl_ejob_view_events(dl_ejob_view_t *v, const dl_etcd_range_t *range)
 {
-    size_t i;
-    json_t *kvj;
-    json_array_foreach (json_object_get(range, "kvs"), i, kvj) {
-        dl_etcd_kv_t kv;
-        if (dl_etcd_kv_read(kvj, &kv) < 0)
-            return -EPROTO;
-        json_t *doc = json_loadb(kv.value, kv.value_len, 0, NULL);
+    for (size_t i = 0; i < range->nkvs; i++) {
+        const dl_etcd_kv_t *kv = &range->kvs[i];
+        json_t *doc = kv->value != NULL ? json_loadb(kv->value, kv->value_len, 0, NULL) : NULL;
         if (json_is_object(doc))
-            json_object_set(v->events, kv.key, doc);
+            json_object_set(v->events, kv->key, doc);
         json_decref(doc);
-        dl_etcd_kv_clear(&kv);
     }
     return 0;
 }
@@ -189,47 +170,33 @@ json_t *dl_ejob_txn_assignment_check(const dl_ejob_view_t *v, const char *node_i
                      "failure", "request_range", "key", dl__ejob_key(v->prefix, "state"));
 }
 
-const json_t *dl_ejob_txn_range_at(const json_t *answer, size_t i)
+int dl_ejob_view_merge(dl_ejob_view_t *v, const dl_etcd_range_t *range)
 {
-    return json_object_get(json_array_get(json_object_get(answer, "responses"), i),
-                           "response_range");
-}
-
-const json_t *dl_ejob_txn_range(const json_t *answer)
-{
-    return dl_ejob_txn_range_at(answer, 0);
-}
-
-int dl_ejob_view_merge(dl_ejob_view_t *v, const json_t *range)
-{
-    /* The view's own apply, through a copy of the answer as a watch message would carry it. */
-    json_t *evs = json_array();
-    size_t i;
-    json_t *kv;
-    json_array_foreach (json_object_get(range, "kvs"), i, kv) {
-        json_array_append_new(evs, json_pack("{s:s, s:O}", "type", "PUT", "kv", kv));
-    }
+    /* The view's own apply, as a watch would bring the keys; what the watch has brought is
+     * unchanged. */
+    dl_etcd_watch_t msg = {.nevents = range->nkvs};
     int64_t rev = v->rev;
-    json_t *msg = json_pack("{s:o}", "events", evs);
-    int r = msg != NULL ? dl_ejob_view_watch(v, msg) : -ENOMEM;
-    json_decref(msg);
-    v->rev = rev; /* what the watch has brought is unchanged */
+    int r = 0;
+    if ((msg.events = calloc(range->nkvs + 1, sizeof(*msg.events))) == NULL) {
+        snprintf(v->err, sizeof(v->err), "etcd's answer: out of memory");
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < range->nkvs; i++)
+        msg.events[i].kv = &range->kvs[i];
+    r = dl_ejob_view_watch(v, &msg);
+    free(msg.events);
+    v->rev = rev;
     return r < 0 ? r : 0;
 }
 
-int dl_ejob_txn_rec(const json_t *answer, size_t i, const dl_proto_rec_type_t *t, void *rec,
+int dl_ejob_txn_rec(const dl_etcd_txn_t *answer, size_t i, const dl_proto_rec_type_t *t, void *rec,
                     char *err, size_t errlen)
 {
-    const json_t *kvj = json_array_get(json_object_get(dl_ejob_txn_range_at(answer, i), "kvs"), 0);
-    dl_etcd_kv_t kv;
+    const dl_etcd_range_t *r = dl_etcd_txn_range(answer, i);
     memset(rec, 0, t->size);
-    if (kvj == NULL)
+    if (r == NULL || r->nkvs == 0)
         return 0;
-    if (dl_etcd_kv_read(kvj, &kv) < 0) {
-        snprintf(err, errlen, "a key in etcd's answer that is not one");
-        return -EPROTO;
-    }
-    int r = dl_ejob_rec_read(t, kv.key, kv.value, kv.value_len, rec, err, errlen);
-    dl_etcd_kv_clear(&kv);
-    return r < 0 ? r : 1;
+    int ret =
+        dl_ejob_rec_read(t, r->kvs[0].key, r->kvs[0].value, r->kvs[0].value_len, rec, err, errlen);
+    return ret < 0 ? ret : 1;
 }

@@ -139,7 +139,7 @@ int dl_ejob_rec_read(const dl_proto_rec_type_t *t, const char *key, const char *
 {
     char where[700];
     json_error_t jerr;
-    json_t *doc = json_loadb(text, len, 0, &jerr);
+    json_t *doc = json_loadb(text != NULL ? text : "", len, 0, &jerr);
     snprintf(where, sizeof(where), "etcd key %s", key);
     if (doc == NULL) {
         memset(rec, 0, t->size);

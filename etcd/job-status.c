@@ -64,24 +64,17 @@ json_t *dl_ejob_txn_report(const dl_ejob_view_t *v, json_t *put)
                      "key", dl__ejob_key(v->prefix, "verdict"));
 }
 
-json_t *dl_ejob_verdict_of(const json_t *answer, int round)
+json_t *dl_ejob_verdict_of(const dl_etcd_txn_t *answer, int round)
 {
-    const json_t *r = dl_ejob_txn_range_at(answer, 1);
-    const json_t *kvj = json_array_get(json_object_get(r, "kvs"), 0);
     dl_ejob_verdict_rec_t verdict;
-    dl_etcd_kv_t kv;
     char err[256];
     json_t *view = NULL;
-    if (kvj == NULL || dl_etcd_kv_read(kvj, &kv) < 0)
-        return NULL;
     /* A verdict that is none is no verdict: the round goes on without one, as without a put. */
-    if (dl_ejob_rec_read(&dl_ejob_verdict_type, kv.key, kv.value, kv.value_len, &verdict, err,
-                         sizeof(err)) == 0) {
+    if (dl_ejob_txn_rec(answer, 1, &dl_ejob_verdict_type, &verdict, err, sizeof(err)) > 0) {
         if (verdict.round == round)
             view = json_incref(verdict.view);
         dl_proto_rec_free(&dl_ejob_verdict_type, &verdict);
     }
-    dl_etcd_kv_clear(&kv);
     return view;
 }
 
@@ -103,7 +96,7 @@ json_t *dl_ejob_range_reports(const dl_ejob_view_t *v)
                      dl__ejob_range_end(v->prefix, "n/"));
 }
 
-int dl_ejob_view_reports(dl_ejob_view_t *v, const json_t *range)
+int dl_ejob_view_reports(dl_ejob_view_t *v, const dl_etcd_range_t *range)
 {
     dl_ejob_table_clear(&v->reports);
     return dl_ejob_view_merge(v, range);

@@ -176,54 +176,64 @@ static int apply(dl_ejob_view_t *v, const dl_etcd_kv_t *kv, bool deleted)
     return r < 0 ? r : ch;
 }
 
-int dl_ejob_view_load(dl_ejob_view_t *v, const json_t *range)
+/* Replaces the view with the keys of ranges (n of them) at revision rev. */
+static int load(dl_ejob_view_t *v, int64_t rev, const dl_etcd_range_t *const *ranges, size_t n)
 {
     char prefix[DL_EJOB_MAX_PREFIX];
-    size_t i;
-    json_t *kvj;
     int ch = DL_EJOB_CH_JOB | DL_EJOB_CH_STATE | DL_EJOB_CH_MEMBERS | DL_EJOB_CH_DONE |
              DL_EJOB_CH_EVENTS | DL_EJOB_CH_ASSIGN;
 
     snprintf(prefix, sizeof(prefix), "%s", v->prefix);
     dl_ejob_view_clear(v);
     dl_ejob_view_init(v, prefix);
-    v->rev = dl_etcd_int(json_object_get(json_object_get(range, "header"), "revision"));
-    json_array_foreach (json_object_get(range, "kvs"), i, kvj) {
-        dl_etcd_kv_t kv;
-        if (dl_etcd_kv_read(kvj, &kv) < 0) {
-            snprintf(v->err, sizeof(v->err), "a key in etcd's answer that is not one");
-            return -EPROTO;
+    v->rev = rev;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; ranges[i] != NULL && j < ranges[i]->nkvs; j++) {
+            int r = apply(v, &ranges[i]->kvs[j], false);
+            if (r < 0)
+                return r;
         }
-        int r = apply(v, &kv, false);
-        dl_etcd_kv_clear(&kv);
-        if (r < 0)
-            return r;
     }
     return ch;
 }
 
-int dl_ejob_view_watch(dl_ejob_view_t *v, const json_t *result)
+int dl_ejob_view_load(dl_ejob_view_t *v, const dl_etcd_range_t *range)
 {
-    size_t i;
-    json_t *ev;
+    return load(v, dl_etcd_rev(range->header), &range, 1);
+}
+
+int dl_ejob_view_load_read(dl_ejob_view_t *v, const dl_etcd_txn_t *answer)
+{
+    const dl_etcd_range_t **ranges = calloc(answer->nresponses + 1, sizeof(*ranges));
+    if (ranges == NULL) {
+        snprintf(v->err, sizeof(v->err), "etcd's answer: out of memory");
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < answer->nresponses; i++)
+        ranges[i] = answer->responses[i].response_range;
+    int r = load(v, dl_etcd_rev(answer->header), ranges, answer->nresponses);
+    free(ranges);
+    return r;
+}
+
+int dl_ejob_view_watch(dl_ejob_view_t *v, const dl_etcd_watch_t *msg)
+{
     int ch = 0;
-    json_array_foreach (json_object_get(result, "events"), i, ev) {
-        dl_etcd_kv_t kv;
-        if (dl_etcd_kv_read(json_object_get(ev, "kv"), &kv) < 0) {
+    for (size_t i = 0; i < msg->nevents; i++) {
+        const dl_etcd_kv_t *kv = msg->events[i].kv;
+        if (kv == NULL) {
             snprintf(v->err, sizeof(v->err), "a key in etcd's watch message that is not one");
             return -EPROTO;
         }
-        const char *type = json_string_value(json_object_get(ev, "type"));
-        int r = apply(v, &kv, type != NULL && strcmp(type, "DELETE") == 0);
-        if (r >= 0 && kv.mod_revision > v->rev)
-            v->rev = kv.mod_revision;
-        dl_etcd_kv_clear(&kv);
+        int r = apply(v, kv, dl_etcd_deleted(&msg->events[i]));
         if (r < 0)
             return r;
+        if (kv->mod_revision > v->rev)
+            v->rev = kv->mod_revision;
         ch |= r;
     }
-    int64_t rev = dl_etcd_int(json_object_get(json_object_get(result, "header"), "revision"));
-    if (rev > v->rev && json_array_size(json_object_get(result, "events")) > 0)
+    int64_t rev = dl_etcd_rev(msg->header);
+    if (rev > v->rev && msg->nevents > 0)
         v->rev = rev;
     return ch;
 }
@@ -918,11 +928,6 @@ json_t *dl_ejob_txn_done(const dl_ejob_view_t *v, const char *node_id)
     return json_pack(
         "{s:[o], s:[o]}", "compare", cmp_state(v), "success",
         put_rec(dl__ejob_key(v->prefix, "done/%s", node_id), &dl_ejob_done_type, &done, 0));
-}
-
-bool dl_ejob_txn_ok(const json_t *answer)
-{
-    return json_is_true(json_object_get(answer, "succeeded"));
 }
 
 /* ---- Reading ---------------------------------------------------------------------------------- */

@@ -49,7 +49,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *range = range_of(docs);
     dl_ejob_view_t v;
     dl_ejob_view_init(&v, P);
-    if (range != NULL && dl_ejob_view_load(&v, range) >= 0) {
+    dl_etcd_range_t r;
+    char err[256];
+    bool read =
+        range != NULL && dl_etcd_reply(&dl_etcd_range_type, range, &r, err, sizeof(err)) == 0;
+    if (read && dl_ejob_view_load(&v, &r) >= 0) {
         int round = dl_ejob_round(&v);
         (void)dl_ejob_state_name(&v);
         (void)dl_ejob_over(&v);
@@ -93,6 +97,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_decref(dl_ejob_txn_join(&v, &m, 5));
         json_decref(dl_ejob_txn_done(&v, "a"));
     }
+    if (read)
+        dl_proto_rec_free(&dl_etcd_range_type, &r);
     dl_ejob_view_clear(&v);
     json_decref(range);
     json_decref(docs);

@@ -20,6 +20,61 @@ typedef struct {
 
 #define AT(rec, off) ((char *)(rec) + (off))
 
+static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* The bytes of a base64 text (padding optional, nothing after it), NUL-terminated, or NULL: not
+ * base64 (*ret_len 0), or no memory (*ret_len 1). */
+static char *unb64(const char *s, size_t n, size_t *ret_len)
+{
+    char *out = malloc(n / 4 * 3 + 4);
+    size_t o = 0, i = 0;
+    unsigned acc = 0;
+    int bits = 0;
+    *ret_len = 1;
+    if (out == NULL)
+        return NULL;
+    for (; i < n && s[i] != '='; i++) {
+        const char *p = s[i] != '\0' ? strchr(b64chars, s[i]) : NULL;
+        if (p == NULL)
+            break;
+        acc = (acc << 6) | (unsigned)(p - b64chars);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    while (i < n && s[i] == '=')
+        i++;
+    if (i < n) {
+        free(out);
+        *ret_len = 0;
+        return NULL;
+    }
+    out[o] = '\0';
+    *ret_len = o;
+    return out;
+}
+
+static json_t *b64(const unsigned char *p, size_t n)
+{
+    char *out = malloc(4 * ((n + 2) / 3) + 1);
+    size_t o = 0;
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0) |
+                     (i + 2 < n ? p[i + 2] : 0);
+        out[o++] = b64chars[(v >> 18) & 63];
+        out[o++] = b64chars[(v >> 12) & 63];
+        out[o++] = i + 1 < n ? b64chars[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < n ? b64chars[v & 63] : '=';
+    }
+    json_t *j = json_stringn(out, o);
+    free(out);
+    return j;
+}
+
 static const char *type_word(const json_t *v)
 {
     switch (json_typeof(v)) {
@@ -75,6 +130,29 @@ static int decode_field(ctx_t *c, size_t plen, const dl_proto_rec_field_t *f, co
             return bad(c, plen, f->name, "an integer", v);
         *(long long *)m = (long long)json_integer_value(v);
         return 0;
+    case DL_PROTO_REC_I64: {
+        const char *s = json_string_value(v);
+        char *end = NULL;
+        if (json_is_integer(v)) {
+            *(int64_t *)m = (int64_t)json_integer_value(v);
+            return 0;
+        }
+        errno = 0;
+        long long n = s != NULL ? strtoll(s, &end, 10) : 0;
+        if (s == NULL || s[0] == '\0' || *end != '\0' || errno != 0)
+            return bad(c, plen, f->name, "a 64-bit integer (a number or a decimal string)", v);
+        *(int64_t *)m = (int64_t)n;
+        return 0;
+    }
+    case DL_PROTO_REC_BYTES: {
+        size_t n = 0;
+        if (!json_is_string(v))
+            return bad(c, plen, f->name, "a base64 string", v);
+        if ((*(char **)m = unb64(json_string_value(v), json_string_length(v), &n)) == NULL)
+            return n == 0 ? bad(c, plen, f->name, "base64", v) : -ENOMEM;
+        *(size_t *)AT(rec, f->count) = n;
+        return 0;
+    }
     case DL_PROTO_REC_REAL:
         if (!json_is_number(v))
             return bad(c, plen, f->name, "a number", v);
@@ -214,6 +292,12 @@ static json_t *encode_field(const dl_proto_rec_field_t *f, const void *rec)
     case DL_PROTO_REC_STR: return json_string(*(char *const *)m);
     case DL_PROTO_REC_INT: return json_integer((json_int_t) * (const long long *)m);
     case DL_PROTO_REC_REAL: return json_real(*(const double *)m);
+    case DL_PROTO_REC_I64: {
+        char buf[32];
+        snprintf(buf, sizeof(buf), "%lld", (long long)*(const int64_t *)m);
+        return json_string(buf);
+    }
+    case DL_PROTO_REC_BYTES: return b64(*(const unsigned char *const *)m, n);
     case DL_PROTO_REC_BOOL: return json_boolean(*(const bool *)m);
     case DL_PROTO_REC_OBJ: return dl_proto_rec_encode(f->sub, *(void *const *)m);
     case DL_PROTO_REC_JSON: return json_incref(*(json_t *const *)m);
@@ -262,7 +346,7 @@ json_t *dl_proto_rec_encode(const dl_proto_rec_type_t *t, const void *rec)
             continue;
         /* A pointer member without a presence flag is present when set. */
         if ((f->kind == DL_PROTO_REC_STR || f->kind == DL_PROTO_REC_OBJ ||
-             f->kind == DL_PROTO_REC_JSON) &&
+             f->kind == DL_PROTO_REC_JSON || f->kind == DL_PROTO_REC_BYTES) &&
             *(void *const *)m == NULL)
             continue;
         json_t *v = encode_field(f, rec);

@@ -11,17 +11,23 @@
 #include <stddef.h>
 
 typedef enum {
-    DL_PROTO_REC_STR,   /* char *, a copy the record owns */
-    DL_PROTO_REC_INT,   /* long long, from an integer */
-    DL_PROTO_REC_REAL,  /* double, from any number */
-    DL_PROTO_REC_BOOL,  /* bool, from true or false */
-    DL_PROTO_REC_OBJ,   /* a pointer to a record of sub, NULL when absent */
-    DL_PROTO_REC_JSON,  /* json_t *, an object kept whole (a part whose one codec is another's:
-                         * a culprit, a heartbeat); a reference the record owns, NULL when absent */
+    DL_PROTO_REC_STR,  /* char *, a copy the record owns */
+    DL_PROTO_REC_INT,  /* long long, from an integer */
+    DL_PROTO_REC_REAL, /* double, from any number */
+    DL_PROTO_REC_BOOL, /* bool, from true or false */
+    DL_PROTO_REC_OBJ,  /* a pointer to a record of sub, NULL when absent */
+    DL_PROTO_REC_JSON, /* json_t *, an object kept whole (a part whose one codec is another's:
+                        * a culprit, a heartbeat); a reference the record owns, NULL when absent */
+    /* int64_t, from an integer or a decimal string: protobuf's JSON form of a 64-bit number,
+     * which etcd's gateway answers in; written as a decimal string */
+    DL_PROTO_REC_I64,
     DL_PROTO_REC_LIST,  /* a pointer to an array of records of sub; its length at count */
     DL_PROTO_REC_INTV,  /* long long *, an array of integers; its length at count */
     DL_PROTO_REC_REALV, /* double *, an array of numbers; its length at count */
     DL_PROTO_REC_COUNTS, /* dl_proto_rec_count_t *, an object of name -> integer in its order; length at count */
+    /* char *, from a base64 string (protobuf's JSON form of bytes: etcd's keys and values),
+     * NUL-terminated, its length (without the NUL) at count; NULL when absent */
+    DL_PROTO_REC_BYTES,
 } dl_proto_rec_kind_t;
 
 typedef struct {
@@ -39,7 +45,7 @@ typedef struct dl_proto_rec_field_s {
     /* 1 + the offset of a bool member set when the field is there, and which the encoder
      * reads to write the field or not; 0: none (written always, or when not NULL). */
     size_t has;
-    size_t count; /* LIST, INTV, REALV, COUNTS: the offset of the size_t length */
+    size_t count; /* LIST, INTV, REALV, COUNTS, BYTES: the offset of the size_t length */
     const dl_proto_rec_type_t *sub;
 } dl_proto_rec_field_t;
 

@@ -395,6 +395,20 @@ int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *
     return r;
 }
 
+int dl_rdzv_assignment_read_rec(const dl_proto_assignment_t *a,
+                                const dl_rdzv_assignment_want_t *want, dl_rdzv_assignment_t *ret,
+                                char *err, size_t errlen)
+{
+    json_t *msg = dl_proto_assignment_msg(a);
+    if (msg == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    int r = dl_rdzv_assignment_read(msg, want, ret, err, errlen);
+    json_decref(msg);
+    return r;
+}
+
 int dl_rdzv_assignment_check(const dl_rdzv_assignment_t *a, const dl_rdzv_assignment_want_t *want,
                              char *err, size_t errlen)
 {

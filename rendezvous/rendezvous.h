@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <uv.h>
 
+#include "assignment.h"
 #include "proto.h"
 #include "rdzv-core.h"
 #include "rdzv-sync.h"
@@ -244,6 +245,13 @@ typedef struct {
  * Returns 0 with *ret, or -EPROTO with one line in err. */
 int dl_rdzv_assignment_read(const json_t *msg, const dl_rdzv_assignment_want_t *want,
                             dl_rdzv_assignment_t *ret, char *err, size_t errlen);
+
+/* dl_rdzv_assignment_read of the message made of a (a backend that reads the assignment from
+ * elsewhere than our protocol: etcd), with the same checks and the same lines: 0 with *ret,
+ * -EPROTO with one line in err, or -ENOMEM. */
+int dl_rdzv_assignment_read_rec(const dl_proto_assignment_t *a,
+                                const dl_rdzv_assignment_want_t *want, dl_rdzv_assignment_t *ret,
+                                char *err, size_t errlen);
 
 /* The checks of dl_rdzv_assignment_read on an assignment made otherwise (a backend that reads
  * it from elsewhere than our protocol: etcd): ranks within the world, what want says (NULL:

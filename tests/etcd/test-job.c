@@ -38,11 +38,45 @@ static json_t *member(const char *id, const char *host, int slots, int hint, int
     return dl_ejob_member_doc(&m);
 }
 
+/* etcd's answer (body) read by its table into rec, as the agent reads it. */
+static void reply_of(const dl_proto_rec_type_t *t, const json_t *body, void *rec)
+{
+    char err[256];
+    ck_assert_msg(dl_etcd_reply(t, body, rec, err, sizeof(err)) == 0, "%s", err);
+}
+
+static int load_json(dl_ejob_view_t *v, const json_t *body)
+{
+    dl_etcd_range_t range;
+    reply_of(&dl_etcd_range_type, body, &range);
+    int r = dl_ejob_view_load(v, &range);
+    dl_proto_rec_free(&dl_etcd_range_type, &range);
+    return r;
+}
+
+static int watch_json(dl_ejob_view_t *v, const json_t *body)
+{
+    dl_etcd_watch_t msg;
+    reply_of(&dl_etcd_watch_type, body, &msg);
+    int r = dl_ejob_view_watch(v, &msg);
+    dl_proto_rec_free(&dl_etcd_watch_type, &msg);
+    return r;
+}
+
+static int64_t count_json(const json_t *body)
+{
+    dl_etcd_txn_t t;
+    reply_of(&dl_etcd_txn_type, body, &t);
+    int64_t n = dl_ejob_txn_count(&t);
+    dl_proto_rec_free(&dl_etcd_txn_type, &t);
+    return n;
+}
+
 static void load(dl_ejob_view_t *v, json_t *kvs, int rev)
 {
     json_t *range = json_pack("{s:{s:o}, s:o}", "header", "revision", dl_etcd_num(rev), "kvs", kvs);
     dl_ejob_view_init(v, P);
-    ck_assert_int_ge(dl_ejob_view_load(v, range), 0);
+    ck_assert_int_ge(load_json(v, range), 0);
     json_decref(range);
 }
 
@@ -486,7 +520,7 @@ DL_TEST(watch_events_update_the_view)
                             dl_etcd_b64_str(P "m/a"), "mod_revision", dl_etcd_num(5));
     json_t *msg = json_pack("{s:{s:o}, s:[{s:o}, o]}", "header", "revision", dl_etcd_num(5),
                             "events", "kv", put, del);
-    int ch = dl_ejob_view_watch(&v, msg);
+    int ch = watch_json(&v, msg);
     ck_assert(ch & DL_EJOB_CH_MEMBERS);
     ck_assert_int_eq(v.rev, 5);
     ck_assert_ptr_null(dl_ejob_member(&v, "a"));
@@ -558,10 +592,10 @@ DL_TEST(joins_and_dones_are_counted_per_round)
 
     json_t *answer = json_pack("{s:b, s:[{s:{}}, {s:{}}, {s:{s:s}}]}", "succeeded", 1, "responses",
                                "response_put", "response_put", "response_range", "count", "4");
-    ck_assert_int_eq(dl_ejob_txn_count(answer), 4);
+    ck_assert_int_eq(count_json(answer), 4);
     json_decref(answer);
     answer = json_pack("{s:b, s:[{s:{}}]}", "succeeded", 0, "responses", "response_put");
-    ck_assert_int_eq(dl_ejob_txn_count(answer), -1);
+    ck_assert_int_eq(count_json(answer), -1);
     json_decref(answer);
     dl_ejob_view_clear(&v);
 }
@@ -660,11 +694,11 @@ DL_TEST(a_malformed_value_names_its_key_and_field)
             json_pack("{s:{s:o}, s:[o]}", "header", "revision", dl_etcd_num(4), "kvs", k);
         dl_ejob_view_t v;
         dl_ejob_view_init(&v, P);
-        ck_assert_int_eq(dl_ejob_view_load(&v, range), -EBADMSG);
+        ck_assert_int_eq(load_json(&v, range), -EBADMSG);
         ck_assert_str_eq(v.err, cases[i].err);
         /* The same through a watch, on a view that holds a state. */
         json_t *msg = json_pack("{s:[{s:s, s:O}]}", "events", "type", "PUT", "kv", k);
-        ck_assert_int_eq(dl_ejob_view_watch(&v, msg), -EBADMSG);
+        ck_assert_int_eq(watch_json(&v, msg), -EBADMSG);
         ck_assert_str_eq(v.err, cases[i].err);
         json_decref(msg);
         json_decref(range);
@@ -682,10 +716,12 @@ DL_TEST(a_read_loads_as_a_range)
         "response_range", "kvs", kv(P "state", state_doc("gathering", 0, 0, 1, 2, 2), 5, 0),
         "response_range", "kvs", kv(P "m/a", member("a", "h1", 1, -1, 0), 8, 1),
         kv(P "m/b", member("b", "h2", 1, -1, 0), 9, 2));
-    json_t *range = dl_ejob_read_as_range(answer);
+    dl_etcd_txn_t read;
+    reply_of(&dl_etcd_txn_type, answer, &read);
     dl_ejob_view_t v;
     dl_ejob_view_init(&v, P);
-    ck_assert_int_ge(dl_ejob_view_load(&v, range), 0);
+    ck_assert_int_ge(dl_ejob_view_load_read(&v, &read), 0);
+    dl_proto_rec_free(&dl_etcd_txn_type, &read);
     ck_assert_int_eq(v.rev, 20);
     ck_assert_int_eq(v.state_rev, 5);
     ck_assert_int_eq(dl_ejob_count(&v, 0), 2);
@@ -696,7 +732,6 @@ DL_TEST(a_read_loads_as_a_range)
     json_decref(st);
     json_decref(close);
     dl_ejob_view_clear(&v);
-    json_decref(range);
     json_decref(answer);
 }
 
@@ -812,8 +847,12 @@ DL_TEST(a_missing_assignment_is_checked_against_the_state)
     /* Either branch's answer reads as a range. */
     json_t *answer =
         json_pack("{s:b, s:[{s:{s:[]}}]}", "succeeded", 0, "responses", "response_range", "kvs");
-    ck_assert_ptr_nonnull(dl_ejob_txn_range(answer));
-    ck_assert_ptr_nonnull(json_object_get(dl_ejob_txn_range(answer), "kvs"));
+    dl_etcd_txn_t either;
+    reply_of(&dl_etcd_txn_type, answer, &either);
+    ck_assert(!either.succeeded);
+    ck_assert_ptr_nonnull(dl_etcd_txn_range(&either, 0));
+    ck_assert_uint_eq(dl_etcd_txn_range(&either, 0)->nkvs, 0);
+    dl_proto_rec_free(&dl_etcd_txn_type, &either);
     json_decref(answer);
     json_decref(t);
     dl_ejob_view_clear(&v);
@@ -985,10 +1024,13 @@ DL_TEST(the_straggler_rules_verdict_reaches_every_node_and_the_status)
         json_pack("{s:b, s:[{s:{}}, {s:{s:[o]}}]}", "succeeded", 1, "responses", "response_put",
                   "response_range", "kvs",
                   kv(P "verdict", json_pack("{s:i, s:O}", "round", 1, "view", view), 9, 11));
-    json_t *got = dl_ejob_verdict_of(answer, 1);
+    dl_etcd_txn_t read;
+    reply_of(&dl_etcd_txn_type, answer, &read);
+    json_t *got = dl_ejob_verdict_of(&read, 1);
     ck_assert(json_equal(got, view));
     json_decref(got);
-    ck_assert_ptr_null(dl_ejob_verdict_of(answer, 2)); /* another round's: not this one's */
+    ck_assert_ptr_null(dl_ejob_verdict_of(&read, 2)); /* another round's: not this one's */
+    dl_proto_rec_free(&dl_etcd_txn_type, &read);
     json_decref(answer);
     json_decref(put);
     json_t *t = dl_ejob_txn_report(&v, json_pack("{s:s}", "key", "x"));

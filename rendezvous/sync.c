@@ -194,6 +194,14 @@ static int call_until(dl_rdzv_sync_t *c, json_t *msg, double deadline, json_t **
             *ret_reply = m;
             return 0;
         }
+        const char *why = NULL;
+        if (dl_proto_reply_error(m, &why) == DL_PROTO_E_NOT_AUTHENTICATED) {
+            /* Unasked, before auth_ok: the server's handshake deadline passed (this process
+             * was held up: a loaded machine), and it closes the connection. */
+            snprintf(err, errlen, "the rendezvous gave up on our handshake: %s", why ? why : "?");
+            json_decref(m);
+            return -EAGAIN;
+        }
         if (dl_proto_type_kind(dl_proto_type_parse(dl_proto_get_str(m, "type"))) ==
             DL_PROTO_KIND_NOTIFY)
             enqueue(c, m);
@@ -261,13 +269,36 @@ void dl_rdzv_sync_close(dl_rdzv_sync_t *c)
     free(c);
 }
 
+/* Connects c (no connection yet) to host:port: the server may not be up yet (agents start in
+ * any order): refusals are tried again until the deadline, at a pace that costs nothing. */
+static int connect_until(dl_rdzv_sync_t *c, const char *host, int port, double deadline, char *err,
+                         size_t errlen)
+{
+    for (;;) {
+        int r = connect_once(host, port, &c->fd);
+        if (r == 0)
+            return 0;
+        if ((r != -ECONNREFUSED && r != -EHOSTUNREACH && r != -ENETUNREACH) ||
+            mono() + 0.05 > deadline) {
+            snprintf(err, errlen, "cannot reach the rendezvous at %s:%d: %s", host, port,
+                     strerror(-r));
+            return r;
+        }
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int handshake(dl_rdzv_sync_t *c, const char *host, int port, dl_proto_role_t role,
+                     const char *run_id, const dl_proto_token_t *token, double deadline, char *err,
+                     size_t errlen);
+
 int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const char *run_id,
                          const dl_proto_token_t *token, double timeout, dl_rdzv_sync_t **ret,
                          char *err, size_t errlen)
 {
     double deadline = mono() + timeout;
     dl_rdzv_sync_t *c = calloc(1, sizeof(*c));
-    json_t *reply = NULL;
     int r;
 
     if (c == NULL) {
@@ -276,21 +307,41 @@ int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const
     }
     c->fd = -1;
     dl_proto_decoder_init(&c->dec, DL_PROTO_LIMIT);
-    /* The server may not be up yet (agents start in any order): retry refusals until the
-     * deadline, at a pace that costs nothing. */
     for (;;) {
-        r = connect_once(host, port, &c->fd);
+        r = connect_until(c, host, port, deadline, err, errlen);
         if (r == 0)
+            r = handshake(c, host, port, role, run_id, token, deadline, err, errlen);
+        /* Held up past the server's handshake deadline is not refused: a new connection, while
+         * the caller's own deadline lasts, as the agent's client does. */
+        if (r != -EAGAIN || mono() + 0.05 > deadline)
             break;
-        if ((r != -ECONNREFUSED && r != -EHOSTUNREACH && r != -ENETUNREACH) ||
-            mono() + 0.05 > deadline) {
-            snprintf(err, errlen, "cannot reach the rendezvous at %s:%d: %s", host, port,
-                     strerror(-r));
-            goto fail;
-        }
-        struct timespec ts = {0, 50 * 1000000L};
-        nanosleep(&ts, NULL);
+        close(c->fd);
+        c->fd = -1;
+        dl_proto_decoder_cleanup(&c->dec);
+        dl_proto_decoder_init(&c->dec, DL_PROTO_LIMIT);
     }
+    if (r == -EAGAIN) {
+        char why[256];
+        snprintf(why, sizeof(why), "%s", err);
+        snprintf(err, errlen, "%s:%d: %s", host, port, why);
+        r = -ETIMEDOUT;
+    }
+    if (r < 0) {
+        dl_rdzv_sync_close(c);
+        return r;
+    }
+    *ret = c;
+    return 0;
+}
+
+/* Hello, the challenge's answer and the server's proof, on c's new connection; -EAGAIN when the
+ * server gave up on it (its handshake deadline). */
+static int handshake(dl_rdzv_sync_t *c, const char *host, int port, dl_proto_role_t role,
+                     const char *run_id, const dl_proto_token_t *token, double deadline, char *err,
+                     size_t errlen)
+{
+    json_t *reply = NULL;
+    int r;
     char client_nonce[DL_PROTO_NONCE_HEX_LEN + 1], server_nonce[DL_PROTO_NONCE_HEX_LEN + 1] = "";
     bool challenged = false;
     if (dl_proto_nonce_new(client_nonce) < 0) {
@@ -362,12 +413,9 @@ int dl_rdzv_sync_connect(const char *host, int port, dl_proto_role_t role, const
         snprintf(err, errlen, "refusing the rendezvous at %s:%d: %s", host, port, why);
         goto fail;
     }
-    json_decref(reply);
-    *ret = c;
-    return 0;
+    r = 0;
 fail:
     json_decref(reply);
-    dl_rdzv_sync_close(c);
     return r;
 }
 

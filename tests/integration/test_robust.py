@@ -135,5 +135,24 @@ class Robustness(dltest.Case):
         self.assertEqual(json.loads(status.stdout)["state"], "succeeded")
 
 
+    @unittest.skipIf(shutil.which("strace") is None, "needs strace to hold the command")
+    def test_a_control_command_held_up_past_the_auth_timeout_connects_again(self):
+        # The blocking client (control commands, the collective library's workers) held up
+        # between its connect and its hello past the server's 10 s handshake deadline, as
+        # the agent's test above: it connects again within its --timeout, where it ended
+        # with exit 4, 'refused us: no hello and auth within 10 s'.
+        self.dlaunch("--nodes", "1", "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--run-id",
+                     "heldctl", "--", "true", check_code=0)
+        trace = os.path.join(self.dir, "strace-ctl.out")
+        p = subprocess.run(["strace", "-o", trace, "-e", "trace=connect", "-e",
+                            "inject=connect:delay_exit=15000000:when=1", dltest.DLAUNCH,
+                            "status", "--json", "--timeout", "60", "--endpoint",
+                            f"127.0.0.1:{self.port}", "heldctl"],
+                           cwd=self.dir, capture_output=True, text=True, timeout=120)
+        with open(trace) as f:
+            self.assertIn(f"htons({self.port})", f.read().split("(DELAYED)")[0])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout)["state"], "succeeded")
+
 if __name__ == "__main__":
     dltest.main()

@@ -68,12 +68,12 @@ fi
 # compute. Both start at once (priorities 58 and 50). After it, in the slot the Slurm suite
 # leaves free for five more minutes, the side suite: plain-build suites the plain pass, the
 # longest of the three, does without (netns, which mostly waits out partitions and failure
-# detection, then torchrun_compare; tests/integration/meson.build).
+# detection, then torchrun_compare and torch_store; tests/integration/meson.build).
 pass side -C build-test --suite slurm --suite lockstep --suite side --logbase side \
     --num-processes 2
 
-# The sanitizer build compiles beside the side pass alone: its pass is the longest of the
-# three, so it starts as soon as it can.
+# The sanitizer build compiles beside the side pass alone: its pass is about as long as the
+# plain one, so it starts as soon as it can.
 if setup build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Dwerror=true \
         -Dtests=true -Dbench=false; then
     # Everything but the slow suites, which exercise the same code paths.

@@ -25,7 +25,8 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 
 # Three passes run side by side, each with its own log (meson-logs/<logbase>.json) and its lines
 # prefixed with its name: the side pass (the Slurm suite, and beside it the lockstep suite,
-# test_scale.py's trainings), the plain build's tests and the sanitizer build's.
+# test_scale.py's trainings, then the side suite), the plain build's tests and the sanitizer
+# build's.
 # Most of the suite's time is waiting (Slurm's scheduler, etcd's elections, failure detection,
 # workers' start-up), not computing, so one pass's waits are another's CPU time: the plain pass
 # runs one test per core, and so does the sanitizer pass (its tests take about twice as long, and
@@ -64,11 +65,15 @@ fi
 # The lockstep suite's ranks wait for each other far more than they compute on a busy machine
 # (test_scale.py: 5 trainings, 6 minutes under load, a fraction of it on the CPU): beside the
 # Slurm suite, which waits on its scheduler, it leaves the plain pass's slots to the tests that
-# compute. Both start at once (priorities 58 and 50).
-pass side -C build-test --suite slurm --suite lockstep --logbase side --num-processes 2
+# compute. Both start at once (priorities 58 and 50). After it, in the slot the Slurm suite
+# leaves free for five more minutes, the side suite: plain-build suites the plain pass, the
+# longest of the three, does without (netns, which mostly waits out partitions and failure
+# detection, then torchrun_compare and torch_store; tests/integration/meson.build).
+pass side -C build-test --suite slurm --suite lockstep --suite side --logbase side \
+    --num-processes 2
 
-# The sanitizer build compiles beside the side pass alone: its pass is the longest of the
-# three, so it starts as soon as it can.
+# The sanitizer build compiles beside the side pass alone: its pass is about as long as the
+# plain one, so it starts as soon as it can.
 if setup build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Dwerror=true \
         -Dtests=true -Dbench=false; then
     # Everything but the slow suites, which exercise the same code paths.
@@ -81,7 +86,7 @@ else
     status=1
 fi
 pass test -C build-test --suite unit --suite integration --no-suite slurm --no-suite lockstep \
-    --num-processes "$plain_jobs"
+    --no-suite side --num-processes "$plain_jobs"
 for pid in "${pids[@]}"; do
     wait "$pid" || status=1
 done

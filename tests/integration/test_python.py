@@ -174,18 +174,22 @@ class Python(dltest.Case):
         return [e for e in self.events() if e["event"] == "straggler"]
 
     # Both runs must exit: a watched rank whose run ended could hang in gloo's process-group
-    # destructor (docs/python.md, "Exit"), and these 1500-step runs hit it often.
+    # destructor (docs/python.md, "Exit"), and these runs hit it often.
+    # 600 steps: six windows of the rule (--straggler-window 100, two in a row name a rank)
+    # in the even run, three pairs in the slow one; 1500 showed nothing more in 25 s more.
+    STRAGGLER_STEPS = "600"
+
     def test_a_slowed_rank_is_named_and_an_even_run_names_nobody(self):
         # +100%: two ranks on a shared 2-core machine (docs/diagnostics.md); the slow rank does
         # 40 extra forward passes of 256 samples a step, many times a step's work.
         opts = ("--nproc-per-node", "2", "--straggler-threshold", "1.0")
-        self.script_args = ["1500"]
+        self.script_args = [self.STRAGGLER_STEPS]
         p = self.run_job(*opts)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-        self.assertIn("done 1500 steps", p.stdout)
+        self.assertIn(f"done {self.STRAGGLER_STEPS} steps", p.stdout)
         self.assertEqual(self.stragglers(), [], p.stderr)
         os.remove(self.events_path)
-        self.script_args = ["1500", "slow_rank=1"]
+        self.script_args = [self.STRAGGLER_STEPS, "slow_rank=1"]
         p = self.run_job(*opts)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         s = self.stragglers()

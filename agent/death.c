@@ -49,7 +49,7 @@ long long dl_memcg_parse_limit(const char *text)
 static ssize_t read_small(const char *root, const char *path, char *buf, size_t len)
 {
     char full[1024];
-    ssize_t n, got = 0;
+    ssize_t n = 0, got = 0;
     snprintf(full, sizeof(full), "%s%s", root, path);
     int fd = open(full, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)

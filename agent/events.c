@@ -22,7 +22,11 @@ int dl_events_open(const char *path, dl_events_t **ret)
     dl_events_t *ev = calloc(1, sizeof(*ev));
     if (ev == NULL)
         return -ENOMEM;
-    snprintf(ev->path, sizeof(ev->path), "%s", strcmp(path, "-") == 0 ? "stdout" : path);
+    if (snprintf(ev->path, sizeof(ev->path), "%s", strcmp(path, "-") == 0 ? "stdout" : path) >=
+        (int)sizeof(ev->path)) {
+        free(ev);
+        return -ENAMETOOLONG;
+    }
     if (strcmp(path, "-") == 0) {
         ev->fd = STDOUT_FILENO;
     } else {

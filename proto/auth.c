@@ -717,7 +717,7 @@ int dl_proto_auth_accept(const dl_proto_token_t *server, const char *nonce,
                          char ret_server_proof[DL_PROTO_PROOF_HEX_LEN + 1])
 {
     dl_proto_token_t *key = NULL, *job = NULL;
-    int r;
+    int r = -EACCES; /* no key of the chain tried: a worker key's server and another role */
 
     if (server == NULL || run_id == NULL || !dl_proto_run_id_valid(run_id))
         return -EINVAL;

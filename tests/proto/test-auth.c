@@ -450,6 +450,13 @@ DL_TEST(test_accept_levels)
     ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, NULL, "a", DL_PROTO_ROLE_CONTROL, proof,
                                           &LIFE7, &level, &life, NULL),
                      -EACCES);
+    /* A server holding a worker's key (none of dlaunch's does) lets in no agent: the chain
+     * below it has no key for that role, and the answer is a refusal, never a value left
+     * over (the result was read unset there). */
+    DL_CHECK_ERRNO(dl_proto_auth_proof(job, NONCE, "a", DL_PROTO_ROLE_AGENT, proof), 0);
+    ck_assert_int_eq(dl_proto_auth_accept(worker, NONCE, NULL, "a", DL_PROTO_ROLE_AGENT, proof,
+                                          &LIFE7, &level, &life, NULL),
+                     -EACCES);
     /* Job b's key opens nothing of job a. */
     DL_CHECK_ERRNO(dl_proto_auth_proof(other, NONCE, "b", DL_PROTO_ROLE_CONTROL, proof), 0);
     ck_assert_int_eq(dl_proto_auth_accept(master, NONCE, NULL, "a", DL_PROTO_ROLE_CONTROL, proof,

@@ -193,7 +193,9 @@ class Diag(dltest.Case):
         # Rank 1's own node names it; rank 0, waiting for it on node 0, is nobody's culprit.
         hung = {n: [e["rank"] for e in self.evs(n) if e["event"] == "worker_hung"]
                 for n in ("n0", "n1")}
-        self.assertEqual(hung, {"n0": [], "n1": [1]})
+        self.assertEqual(hung, {"n0": [], "n1": [1]},
+                         "\n".join(json.dumps(e) for n in ("n0", "n1") for e in self.evs(n)
+                                   if e["event"] == "worker_hung") + "\n" + self.log("n0"))
 
     def test_a_killed_node_is_blamed_not_the_failures_it_caused(self):
         """Node 1's agent SIGKILLed mid-training: node 0's rank fails too (its collective

@@ -4,6 +4,7 @@ others wait in, with the operation and its sequence number, on one node and on t
 for real (it sleeps in each step's compute: slow_ms_per_step) is named a straggler, and nobody is while
 the ranks run evenly; with --straggler-action exclude the slow node leaves and the job finishes;
 SIGUSR1 and `dlaunch status --ranks` show every rank. Skipped without dataset-fashion-mnist."""
+import json
 import os
 import re
 import signal

@@ -983,7 +983,9 @@ static int body_pair_switch(rank_t *r, void *arg)
     return rc < 0 ? rc : bad;
 }
 
-DL_TEST_IN(inplace_tests, two_ranks_take_the_pair_form_beyond_4k)
+/* Two ranks over shared memory with the library's own chunk and switch sizes (world_init sets
+ * smaller ones), where what a test checks is the defaults' forms. */
+static void run_two_at_default_sizes(body_fn body)
 {
     world_t w;
     world_init(&w, 2, DL_COLL_TRANSPORT_SHM, NULL);
@@ -993,8 +995,13 @@ DL_TEST_IN(inplace_tests, two_ranks_take_the_pair_form_beyond_4k)
         w.ranks[r].o.shm_chunk_bytes = defaults.shm_chunk_bytes;
         w.ranks[r].o.shm_small_bytes = defaults.shm_small_bytes;
     }
-    world_run(&w, body_pair_switch, NULL);
+    world_run(&w, body, NULL);
     world_check(&w);
+}
+
+DL_TEST_IN(inplace_tests, two_ranks_take_the_pair_form_beyond_4k)
+{
+    run_two_at_default_sizes(body_pair_switch);
 }
 
 /* ---- a re-used malloc'd buffer ------------------------------------------------------------- */
@@ -1119,16 +1126,7 @@ static int body_reused(rank_t *r, void *arg)
 
 DL_TEST_IN(inplace_tests, reused_malloc_buffer_is_read_in_place_without_verdict)
 {
-    world_t w;
-    world_init(&w, 2, DL_COLL_TRANSPORT_SHM, NULL);
-    for (int r = 0; r < 2; r++) {
-        dl_coll_options_t defaults;
-        dl_coll_options_init(&defaults);
-        w.ranks[r].o.shm_chunk_bytes = defaults.shm_chunk_bytes;
-        w.ranks[r].o.shm_small_bytes = defaults.shm_small_bytes;
-    }
-    world_run(&w, body_reused, NULL);
-    world_check(&w);
+    run_two_at_default_sizes(body_reused);
 }
 
 /* ---- the bootstrap --------------------------------------------------------------------------- */

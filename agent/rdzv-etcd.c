@@ -149,6 +149,12 @@ struct dl_rdzv_impl_s {
      * each a little later in join order, should it not have (turn_timer). */
     uv_timer_t turn_timer;
     int turn_round, turn_what;
+    /* The job's end (succeeded) reads the events again (linger_timer) while a node's journal
+     * line "finished: K of N done", put by that node after its done mark, is not in yet:
+     * the end moves the events onto the linger lease, and a line put after that read stays on
+     * its node's lease, which goes with that node. */
+    uv_timer_t linger_timer;
+    int linger_reads;
     bool turn_due;
     unsigned retry_ms;
     /* Since when (monotonic s, 0: not) the job has had its maximum of nodes, none of them this
@@ -790,6 +796,26 @@ static bool send_txn(etcd_t *z, json_t *body, txn_kind_t kind, int round)
     return true;
 }
 
+static void on_linger_events(void *ctx, const dl_etcd_result_t *res);
+
+static void read_linger_events(etcd_t *z)
+{
+    z->txn_busy = true;
+    if (dl_etcd_call(z->etcd, "/v3/kv/range", dl_ejob_range_events(&z->view), on_linger_events, z,
+                     NULL) < 0) {
+        z->txn_busy = false;
+        if (z->closing)
+            revoke_lease(z);
+    }
+}
+
+static void on_linger_reread(uv_timer_t *t)
+{
+    etcd_t *z = t->data;
+    if (!z->closing && !z->ended)
+        read_linger_events(z);
+}
+
 /* Ending the job keeps its settings, state and events for LINGER_S on a lease of their own:
  * granted first, the events read (the view does not follow them), then the transition is made
  * from the view as it is then. */
@@ -822,6 +848,15 @@ static void on_linger_events(void *ctx, const dl_etcd_result_t *res)
         }
         fail(z, 4, "etcd at %s: events under %sev/ this node cannot read", res->endpoint,
              z->prefix);
+        return;
+    }
+    /* A job that succeeded: every node's "finished" line in first (each node puts it just
+     * after its done mark, which the end counted), for at most about 2 s. */
+    if (z->linger_what == 0 && !z->closing && z->linger_reads < 40 &&
+        dl_ejob_done_logs(&z->view, z->txn_round) < dl_ejob_node_count(&z->view)) {
+        z->linger_reads++;
+        z->txn_busy = true; /* the end is under way: nothing else starts meanwhile */
+        uv_timer_start(&z->linger_timer, on_linger_reread, 50, 0);
         return;
     }
     int64_t lease = z->linger_lease;
@@ -868,13 +903,8 @@ static void on_linger(void *ctx, const dl_etcd_result_t *res)
     }
     z->linger_lease = granted.ID;
     dl_proto_rec_free(&dl_etcd_lease_type, &granted);
-    z->txn_busy = true;
-    if (dl_etcd_call(z->etcd, "/v3/kv/range", dl_ejob_range_events(&z->view), on_linger_events, z,
-                     NULL) < 0) {
-        z->txn_busy = false;
-        if (z->closing)
-            revoke_lease(z);
-    }
+    z->linger_reads = 0;
+    read_linger_events(z);
 }
 
 static void with_linger(etcd_t *z, int what, dl_ejob_cause_t cause, const char *reason)
@@ -2179,8 +2209,9 @@ static void etcd_close(etcd_t *z)
     dl_rdzv_server_close(z->store, NULL, NULL);
     z->store = NULL;
     uv_handle_t *hs[] = {(uv_handle_t *)&z->last_call, (uv_handle_t *)&z->join_timer,
-                         (uv_handle_t *)&z->retry, (uv_handle_t *)&z->turn_timer};
-    for (size_t i = 0; i < 4; i++)
+                         (uv_handle_t *)&z->retry, (uv_handle_t *)&z->turn_timer,
+                         (uv_handle_t *)&z->linger_timer};
+    for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++)
         if (!uv_is_closing(hs[i]))
             uv_close(hs[i], handle_closed);
     /* Give the lease back (its member key goes with it), then let go of etcd; after the
@@ -2361,10 +2392,12 @@ static int etcd_start(const dl_rdzv_backend_conf_t *conf, const dl_rdzv_backend_
     z->last_call.data = z->join_timer.data = z->retry.data = z;
     uv_timer_init(conf->loop, &z->turn_timer);
     z->turn_timer.data = z;
+    uv_timer_init(conf->loop, &z->linger_timer);
+    z->linger_timer.data = z;
     z->turn_round = -1;
     z->ring_round = z->lost_round = z->assign_round = -1;
     z->joined_round = z->done_count_round = z->members_round = -1;
-    z->handles = 4;
+    z->handles = 5;
     *ret = z;
     local_address(z);
     /* Without a token of its own, the job's first agent draws the store's key. */

@@ -326,6 +326,9 @@ json_t *dl_ejob_txn_assignment_check(const dl_ejob_view_t *v, const char *node_i
 int dl_ejob_txn_rec(const dl_etcd_txn_t *answer, size_t i, const dl_proto_rec_type_t *t, void *rec,
                     char *err, size_t errlen);
 int dl_ejob_view_events(dl_ejob_view_t *v, const dl_etcd_range_t *range);
+/* How many nodes' "finished" journal lines (dl_ejob_put_done_log) of round the view's events
+ * hold. */
+int dl_ejob_done_logs(const dl_ejob_view_t *v, int round);
 
 /* Between job.c and job-count.c: the base64 key prefix + printf(fmt, ...), and the end of the
  * range of keys under prefix + sub. */

@@ -146,6 +146,21 @@ int dl_ejob_view_events(dl_ejob_view_t *v, const dl_etcd_range_t *range)
     return 0;
 }
 
+int dl_ejob_done_logs(const dl_ejob_view_t *v, int round)
+{
+    char head[32];
+    const char *key;
+    json_t *ev;
+    int n = 0;
+    size_t plen = strlen(v->prefix);
+    int hlen = snprintf(head, sizeof(head), "ev/%08d-1-d-", round);
+    json_object_foreach (v->events, key, ev) {
+        if (strncmp(key, v->prefix, plen) == 0 && strncmp(key + plen, head, (size_t)hlen) == 0)
+            n++;
+    }
+    return n;
+}
+
 json_t *dl_ejob_range_assignment(const dl_ejob_view_t *v, const char *node_id, bool serializable)
 {
     char sub[64];

@@ -279,12 +279,21 @@ class TorchRecoveryTwoNodes(dltest.Case):
         self.assertIn(pids[0], self.starts(out)[3])
         self.assertRegex(text, rf"rank 3's place goes to spare 0 \(pid {pids[0]}, waiting")
 
-    def kill_node_after_step_10(self, procs, out, node):
-        """SIGKILLs node's agent once rank 0 wrote its step-10 checkpoint; its workers die with
-        it (their orphan guard). Every agent must be alive until then."""
+    def kill_node_after_step_10(self, procs, out, node, said=None):
+        """SIGKILLs node's agent once rank 0 wrote its step-10 checkpoint (and, with said, a log
+        file's name, once that log holds a progress line of step 10 or later: rank 0's line
+        passes through its agent, which a kill at the checkpoint can stop short of writing it);
+        its workers die with it (their orphan guard). Every agent must be alive until then."""
+        def reached():
+            if not os.path.exists(os.path.join(out, "checkpoint.pt")):
+                return False
+            if said is None:
+                return True
+            steps = re.findall(r"progress step=(\d+)", self.read(said))
+            return bool(steps) and int(steps[-1]) >= 10
         try:
             deadline = time.monotonic() + 300
-            while not os.path.exists(os.path.join(out, "checkpoint.pt")):
+            while not reached():
                 self.assertLess(time.monotonic(), deadline, "no step 10 in 300 s")
                 self.assertEqual([p.poll() for p in procs], [None] * len(procs))
                 time.sleep(0.1)
@@ -316,7 +325,7 @@ class TorchRecoveryTwoNodes(dltest.Case):
         # successor, and its round is an in-job recovery like any lost node's (docs/recovery.md,
         # "Several nodes"). Ranks 2 and 3 keep their processes and their state.
         procs, out = self.start_job("host", "1:2", "6", "ckpt_every=10", "progress=1")
-        self.kill_node_after_step_10(procs, out, 0)
+        self.kill_node_after_step_10(procs, out, 0, said="host.node0.log")
         code = procs[1].wait(timeout=600)
         text = self.read("host.node1.log")
         self.assertEqual(code, 0, text)

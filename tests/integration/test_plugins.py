@@ -3,9 +3,12 @@ a job asks for them, and libyaml is opened for a job spec only: a plain launch m
 loaded (the plugin missing, or a library it needs missing) gets one line naming what is missing
 and exit 2, never a crash. That each feature works when loaded is what test_etcd.py and
 test_http.py show; they run through the same plugins."""
+import json
 import os
+import re
 import shutil
 import subprocess
+import urllib.request
 
 import dltest
 
@@ -86,9 +89,11 @@ class Plugins(dltest.Case):
                          check_code=0)
         maps = open(os.path.join(self.dir, "logs", os.listdir(os.path.join(self.dir, "logs"))[0],
                                  "attempt_0", "rank_0.out")).read()
-        self.assertIn("libuv", maps, p.stderr)
+        self.assertIn("libc.so", maps, p.stderr)
+        # libuv and jansson are inside the program (meson.build, static_runtime_args): each
+        # shared library costs every launch its mapping and relocations.
         for lib in ["libcurl", "libmicrohttpd", "libcrypto", "libyaml", "dlaunch-etcd",
-                    "dlaunch-http"]:
+                    "dlaunch-http", "libuv", "libjansson"]:
             self.assertNotIn(lib, maps)
 
     def write_spec(self):
@@ -167,6 +172,14 @@ class Plugins(dltest.Case):
             maps = open(f"/proc/{proc.pid}/maps").read()
             self.assertIn(os.path.join(d, "dlaunch-http.so"), maps)
             self.assertIn("libmicrohttpd", maps)
+            # The plugin binds to the program's own libuv and jansson (meson.build,
+            # static_runtime_args): no second copy is loaded, and its JSON API answers.
+            self.assertNotIn("libuv", maps)
+            self.assertNotIn("libjansson", maps)
+            with open(log) as f:
+                port = re.search(r"http://[^\s/]*:(\d+)/", f.read()).group(1)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/jobs", timeout=30) as r:
+                self.assertEqual(json.load(r)["jobs"], [])
         finally:
             proc.terminate()
             proc.wait(timeout=30)

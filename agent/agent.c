@@ -469,8 +469,12 @@ static int spawn_worker(dl_agent_t *a, dl__worker_t *w, int attempt, int restart
         return r;
     }
     w->output = out;
-    if (dl_guard_watch(&a->guard, w->pid, 1) < 0)
-        dl__agent_log(a, "the orphan guard is gone: workers may outlive a killed agent");
+    r = dl_guard_watch(&a->guard, w->pid, 1);
+    if (r < 0)
+        dl__agent_log(a,
+                      "the orphan guard cannot list worker %d's group (%s): its children may "
+                      "outlive a killed agent",
+                      (int)w->pid, r == -ENOSPC ? "its list is full" : "it is gone");
     if (w->spare) {
         w->last_beat = mono_now(); /* its start, for the line that hands it on */
         dl__agent_log(a,

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -230,55 +231,31 @@ int dl_resolve_command(const char *name, const char *path_env, char **ret_path)
     return best;
 }
 
-/* The guard's whole life: collect group ids until the pipe closes, then kill what is left. */
-static void guard_main(int fd)
+/* The guard's whole life: wait for the pipe to close, then kill every group still listed. */
+static void guard_main(int fd, const int32_t *groups)
 {
-    pid_t *groups = NULL;
-    size_t n = 0, cap = 0;
-    int32_t rec;
-    int null_fd = open("/dev/null", O_RDWR);
+    sigset_t all;
 
     /* Ctrl-C reaches the whole foreground group, and a Slurm step's signals (scancel, a time
-     * limit's --signal=USR1@N) every process of the step: the guard must outlive the agent. */
-    for (int s = 1; s < SIGRTMIN; s++)
-        if (s != SIGKILL && s != SIGSTOP && s != SIGCHLD && s != SIGSEGV && s != SIGBUS &&
-            s != SIGFPE && s != SIGILL && s != SIGABRT && s != SIGTRAP && s != SIGSYS)
-            signal(s, SIG_IGN);
+     * limit's --signal=USR1@N) every process of the step: the guard must outlive the agent.
+     * Blocked, they stay pending until the guard exits. */
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
     /* Holding the caller's stdout open would make `out=$(dlaunch ...)` wait for us. */
-    if (null_fd >= 0) {
-        dup2(null_fd, STDIN_FILENO);
-        dup2(null_fd, STDOUT_FILENO);
-        dup2(null_fd, STDERR_FILENO);
-        if (null_fd > STDERR_FILENO)
-            close(null_fd);
-    }
+    close(STDIN_FILENO);
+    close(STDOUT_FILENO);
+    close(STDERR_FILENO);
     for (;;) {
-        ssize_t r = read(fd, &rec, sizeof(rec));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r != (ssize_t)sizeof(rec))
+        char c;
+        ssize_t r = read(fd, &c, 1);
+        if (r == 0 || (r < 0 && errno != EINTR))
             break;
-        if (rec > 0) {
-            if (n == cap) {
-                size_t c = cap ? cap * 2 : 64;
-                pid_t *g = realloc(groups, c * sizeof(pid_t));
-                if (g == NULL)
-                    continue; /* the worker's own parent-death signal still covers it */
-                groups = g;
-                cap = c;
-            }
-            groups[n++] = rec;
-        } else {
-            for (size_t i = 0; i < n; i++) {
-                if (groups[i] == -rec) {
-                    groups[i] = groups[--n];
-                    break;
-                }
-            }
-        }
     }
-    for (size_t i = 0; i < n; i++)
-        kill(-groups[i], SIGKILL);
+    for (unsigned i = 0; i < DL_GUARD_SLOTS; i++) {
+        int32_t pgid = __atomic_load_n(&groups[i], __ATOMIC_ACQUIRE);
+        if (pgid > 0)
+            kill(-pgid, SIGKILL);
+    }
     _exit(0);
 }
 
@@ -290,18 +267,32 @@ int dl_guard_start(dl_guard_t *g)
     g->fd = -1;
     g->pid = 0;
     g->watching = 0;
-    if (pipe2(fds, O_CLOEXEC) < 0)
+    g->next_free_hint = 0;
+    /* Untouched pages of a shared mapping cost nothing: a job of 8 workers touches one. */
+    g->groups = mmap(NULL, DL_GUARD_SLOTS * sizeof(int32_t), PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (g->groups == MAP_FAILED) {
+        g->groups = NULL;
         return -errno;
+    }
+    if (pipe2(fds, O_CLOEXEC) < 0) {
+        int e = errno;
+        munmap(g->groups, DL_GUARD_SLOTS * sizeof(int32_t));
+        g->groups = NULL;
+        return -e;
+    }
     pid = fork();
     if (pid < 0) {
         int e = errno;
         close(fds[0]);
         close(fds[1]);
+        munmap(g->groups, DL_GUARD_SLOTS * sizeof(int32_t));
+        g->groups = NULL;
         return -e;
     }
     if (pid == 0) {
         close(fds[1]);
-        guard_main(fds[0]);
+        guard_main(fds[0], g->groups);
     }
     close(fds[0]);
     g->fd = fds[1];
@@ -311,19 +302,20 @@ int dl_guard_start(dl_guard_t *g)
 
 int dl_guard_watch(dl_guard_t *g, pid_t pgid, int add)
 {
-    int32_t rec = add ? (int32_t)pgid : -(int32_t)pgid;
-    if (g->fd < 0)
+    if (g->fd < 0 || g->groups == NULL)
         return -EBADF;
-    for (;;) {
-        ssize_t w = write(g->fd, &rec, sizeof(rec));
-        if (w == (ssize_t)sizeof(rec)) {
-            g->watching += add ? 1 : -1;
-            return 0;
-        }
-        if (w < 0 && errno == EINTR)
+    for (unsigned k = 0; k < DL_GUARD_SLOTS; k++) {
+        unsigned i = (g->next_free_hint + k) % DL_GUARD_SLOTS;
+        int32_t want = add ? 0 : (int32_t)pgid;
+        if (g->groups[i] != want)
             continue;
-        return w < 0 ? -errno : -EIO;
+        __atomic_store_n(&g->groups[i], add ? (int32_t)pgid : 0, __ATOMIC_RELEASE);
+        g->watching += add ? 1 : -1;
+        if (add)
+            g->next_free_hint = (i + 1) % DL_GUARD_SLOTS;
+        return 0;
     }
+    return add ? -ENOSPC : 0;
 }
 
 void dl_guard_stop(dl_guard_t *g)
@@ -337,4 +329,8 @@ void dl_guard_stop(dl_guard_t *g)
             ;
     }
     g->pid = 0;
+    if (g->groups != NULL) {
+        munmap(g->groups, DL_GUARD_SLOTS * sizeof(int32_t));
+        g->groups = NULL;
+    }
 }

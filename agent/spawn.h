@@ -29,15 +29,22 @@ int dl_resolve_command(const char *name, const char *path_env, char **ret_path);
 
 /* The orphan guard: a small helper process that holds the read end of a pipe from the agent.
  * When the agent dies by any means, even SIGKILL, the pipe closes and the guard SIGKILLs every
- * process group it was told about. */
+ * process group listed then in a page the two share. The agent writes that list without a system
+ * call: a pipe message per group woke the guard twice per worker, on the cores the workers were
+ * starting on. */
+#define DL_GUARD_SLOTS 4096
+
 typedef struct {
     int fd; /* write end, -1 when no guard */
     pid_t pid;
-    int watching; /* groups told and not yet told gone */
+    int watching;            /* groups listed */
+    int32_t *groups;         /* DL_GUARD_SLOTS shared slots, 0 when free */
+    unsigned next_free_hint; /* where the last group went: the next free slot is usually after */
 } dl_guard_t;
 
 int dl_guard_start(dl_guard_t *g);
-/* Tells the guard about a new group (add) or one that is gone. Returns 0 or -errno. */
+/* Lists a new group (add) or takes one that is gone off the list. Returns 0, -EBADF without a
+ * guard, or -ENOSPC when DL_GUARD_SLOTS groups are listed. */
 int dl_guard_watch(dl_guard_t *g, pid_t pgid, int add);
 /* Closes the pipe. While groups are left for the guard to kill, waits for it, so that they are
  * gone when this returns; with none it exits by itself and is left to whoever adopts it, since

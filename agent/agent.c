@@ -240,9 +240,11 @@ static void on_output_drained(void *ctx)
     free(oo);
 }
 
-/* --merge-output's window: long enough for ranks printing the same step's line to meet, short
- * enough that a line is not noticeably late. */
-#define MERGE_WINDOW_MS 100
+static uint64_t merge_window_ms(const dl_agent_t *a)
+{
+    double ms = a->spec->merge_window * 1000.0;
+    return ms > 1 ? (uint64_t)ms : 1;
+}
 
 static void print_merged(void *ctx, int stream, const char *ranks, const char *line, size_t len)
 {
@@ -278,7 +280,7 @@ static void on_output_line(void *ctx, int stream, const char *prefix, const char
     }
     dl_merge_line(&a->merge, stream, oo->rank, line, len, (double)uv_now(&a->loop) / 1000.0);
     if (!uv_is_active((uv_handle_t *)&a->merge_timer) && dl_merge_next(&a->merge) >= 0)
-        uv_timer_start(&a->merge_timer, on_merge_timer, MERGE_WINDOW_MS, 0);
+        uv_timer_start(&a->merge_timer, on_merge_timer, merge_window_ms(a), 0);
 }
 
 static void on_log_write_failed(void *ctx, const char *path, int err)
@@ -1686,7 +1688,7 @@ static int setup_loop(dl_agent_t *a)
     uv_timer_init(&a->loop, &a->health_timer);
     a->health_timer.data = a;
     dl__rec_init(a);
-    dl_merge_init(&a->merge, MERGE_WINDOW_MS / 1000.0, print_merged, a);
+    dl_merge_init(&a->merge, a->spec->merge_window, print_merged, a);
     uv_timer_init(&a->loop, &a->merge_timer);
     a->merge_timer.data = a;
     r = dl__ftimer_start(a);

@@ -83,6 +83,7 @@ struct dl_job_spec_s {
     char *duplicate_stdout_filters; /* torchrun's: lines with one of these strings (a, b) */
     char *duplicate_stderr_filters; /* are copied to attempt_K/filtered_std{out,err}.log */
     bool merge_output;       /* ours: identical console lines of several ranks printed once */
+    double merge_window;     /* seconds a merged line waits for the other ranks' */
     bool virtual_local_rank; /* torchrun's: each worker sees LOCAL_RANK=0 and its own device */
     bool standalone;         /* torchrun's --standalone: one node, a rendezvous of its own */
     char *master_addr;       /* --master-addr, or NULL */

@@ -471,9 +471,13 @@ const dl_opt_t dl__options[] = {
      "A,B", "copy console stderr lines that contain A or B to attempt_K/filtered_stderr.log",
      DL_OPT_PET, 0},
     {"merge-output", NULL, 0, BOOL, OFF(merge_output), 0, 0, NULL, NULL, NULL,
-     "print a console line that several ranks print within 0.1 s once, with its ranks "
+     "print a console line that several ranks print within --merge-window once, with its ranks "
      "([ranks 0-7] ...); the log files keep every rank's lines",
      DL_OPT_FLAG, 0},
+    {"merge-window", NULL, 0, DBL, OFF(merge_window), 0.001, 60, NULL, "0.1", "SEC",
+     "with --merge-output: how long a line waits for the same line from other ranks; a busy "
+     "machine may start some ranks' lines later than that (default 0.1)",
+     0, 0},
     {"virtual-local-rank", NULL, 0, BOOL, OFF(virtual_local_rank), 0, 0, NULL, NULL, NULL,
      "every worker sees LOCAL_RANK=0 and, in CUDA_VISIBLE_DEVICES, only its own device",
      DL_OPT_FLAG | DL_OPT_PET, 0},

@@ -425,13 +425,15 @@ class Torchrun(dltest.Case):
         self.assertNotIn("HEALTH_CHECK_PORT", p.stderr)
 
     def test_merge_output_folds_the_same_line_of_several_ranks(self):
-        # The fold takes lines that come within 0.1 s of each other: the ranks wait for each
-        # other first, so that a busy machine starting one of them late does not split them.
+        # The fold takes lines that come within --merge-window of each other: the ranks wait
+        # for each other first, and the window is 2 s, so that a busy machine that lets one of
+        # them run late (over the default 0.1 s, with two busy loops beside three test passes)
+        # does not split them.
         script = ("touch merge-started.$RANK; "
                   "while [ $(ls merge-started.* | wc -l) -lt 4 ]; do sleep 0.01; done; "
                   "echo same line; echo mine $RANK; echo err same >&2")
-        p = self.run_case("--nproc-per-node=4", "--merge-output", "--rdzv-id=merge",
-                          "--log-dir=logs", "--", "sh", "-c", script)
+        p = self.run_case("--nproc-per-node=4", "--merge-output", "--merge-window=2",
+                          "--rdzv-id=merge", "--log-dir=logs", "--", "sh", "-c", script)
         out = p.stdout.splitlines()
         self.assertEqual(out.count("[ranks 0-3] same line"), 1, p.stdout)
         self.assertFalse([l for l in out if l.endswith("same line") and "ranks 0-3" not in l])
@@ -445,6 +447,18 @@ class Torchrun(dltest.Case):
         # Without the flag every rank's line is shown.
         p = self.run_case("--nproc-per-node=4", "--", "sh", "-c", script)
         self.assertEqual(len([l for l in p.stdout.splitlines() if l.endswith("same line")]), 4)
+
+    def test_merge_window_is_how_long_a_line_waits_for_the_other_ranks(self):
+        # Rank 1 prints the line 1 s after rank 0: apart with the default window (0.1 s), one
+        # line with a window of 5 s.
+        script = ("[ $RANK = 1 ] && sleep 1; echo same line")
+        p = self.run_case("--nproc-per-node=2", "--merge-output", "--", "sh", "-c", script)
+        self.assertEqual(sorted(l for l in p.stdout.splitlines() if l.endswith("same line")),
+                         ["[rank 0] same line", "[rank 1] same line"], p.stdout)
+        p = self.run_case("--nproc-per-node=2", "--merge-output", "--merge-window", "5", "--",
+                          "sh", "-c", script)
+        self.assertEqual([l for l in p.stdout.splitlines() if l.endswith("same line")],
+                         ["[ranks 0-1] same line"], p.stdout)
 
 
 if __name__ == "__main__":

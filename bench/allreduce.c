@@ -3,7 +3,7 @@
  *   allreduce [--worlds 2,4] [--transports shm,tcp,shm-reg] [--min BYTES] [--max BYTES]
  *             [--step K] [--budget BYTES] [--no-mpi] [--order-ab] [--json] [--dlaunch PATH]
  *             [--mpi-worker PATH] [--recorder-ab ROUNDS] [--floor] [--floor-mean]
- *             [--fresh-inputs]
+ *             [--fresh-inputs] [--aligned-calls]
  *
  * --floor: for world 2, beside every size of the shared-memory tables, bench/shm-floor's
  * zero-copy figure for that size (two processes summing both inputs straight out of one shared
@@ -20,7 +20,8 @@
  * 256 MiB it takes as long as the call), so each call is timed alone, after a barrier that
  * starts both ranks together once both have written (a rank that wrote first would otherwise
  * count the other's write as waiting). Passed on to shm-floor with --floor, which writes its
- * input the same way before its first barrier.
+ * input the same way before its first barrier. --aligned-calls times the same way (a barrier,
+ * then the call alone) without the writes: what the timing alone changes.
  *
  * --recorder-ab: instead of Open MPI, ours with the flight recorder on (the default) and off
  * (DLAUNCH_COLL_RECORDER=off), ROUNDS times each, the two alternating (on first in even rounds,
@@ -94,12 +95,13 @@ static int timed(dl_coll_group_t *g, const float *src, float *dst, size_t count,
  * call, started by a barrier once both have written, is timed. The byte alternates between two
  * normal floats' patterns (0x3f3f3f3f, 0x40404040): no denormals to slow the sums. */
 static int timed_fresh(dl_coll_group_t *g, float *src, float *dst, size_t count, int iters,
-                       double *ret_s)
+                       int write, double *ret_s)
 {
     int r = 0;
     double sum = 0;
     for (int i = 0; i < iters && r == 0; i++) {
-        memset(src, i & 1 ? 0x40 : 0x3f, count * sizeof(float));
+        if (write)
+            memset(src, i & 1 ? 0x40 : 0x3f, count * sizeof(float));
         r = dl_coll_barrier(g);
         double t0 = now_s();
         if (r == 0)
@@ -116,13 +118,15 @@ static int worker(int argc, char **argv)
 {
     bench_args_t a = {4096, 256 << 20, 4, 2e9, NULL, "dlaunch", "?"};
     /* --ab: a second group with DLAUNCH_COLL_ORDER=any, timed alternately with the first. */
-    int ab = 0, fresh = 0, k = 0;
+    int ab = 0, fresh = 0, aligned = 0, k = 0;
     char **args = calloc((size_t)argc + 1, sizeof(char *));
     for (int i = 0; args != NULL && i < argc; i++)
         if (strcmp(argv[i], "--ab") == 0)
             ab = 1;
         else if (strcmp(argv[i], "--fresh-inputs") == 0)
             fresh = 1;
+        else if (strcmp(argv[i], "--aligned-calls") == 0)
+            aligned = 1;
         else
             args[k++] = argv[i];
     if (args == NULL || bench_parse(&a, k, args, 2) < 0) {
@@ -191,8 +195,8 @@ static int worker(int argc, char **argv)
          * --order-ab reports. */
         int batches = g2 != NULL ? 4 * BENCH_BATCHES + 1 : BENCH_BATCHES;
         for (int b = 0; b < batches && r == 0; b++) {
-            r = fresh ? timed_fresh(g, src, into, count, iters, &t)
-                      : timed(g, src, into, count, iters, &t);
+            r = fresh || aligned ? timed_fresh(g, src, into, count, iters, fresh, &t)
+                                 : timed(g, src, into, count, iters, &t);
             if (r == 0 && (b == 0 || t < best))
                 best = t;
             if (r == 0 && g2 != NULL) {
@@ -244,7 +248,7 @@ typedef struct {
     char worlds[64], transports[64];
     const char *dlaunch, *mpi_worker, *self;
     char min[32], max[32], step[16], budget[32];
-    int mpi, json, ab, floor, floor_mean, fresh;
+    int mpi, json, ab, floor, floor_mean, fresh, aligned;
     int ab_rounds; /* --recorder-ab */
     char shm_floor[PATH_MAX + 32];
     char dir[64];
@@ -364,12 +368,15 @@ static void bench_pair(driver_t *d, int world, const char *tr)
                     d->budget,
                     NULL,
                     NULL,
+                    NULL,
                     NULL};
-    size_t extra = sizeof(ours) / sizeof(ours[0]) - 3; /* the first of the three NULLs */
+    size_t extra = sizeof(ours) / sizeof(ours[0]) - 4; /* the first of the four NULLs */
     if (d->ab)
         ours[extra++] = "--ab";
     if (d->fresh)
         ours[extra++] = "--fresh-inputs";
+    if (d->aligned)
+        ours[extra++] = "--aligned-calls";
     int rc = run(d, ours, env, NULL, log);
     if (rc != 0)
         fprintf(stderr, "allreduce: dlaunch, %s, world %d: exit %d (see %s)\n", tr, world, rc, log);
@@ -506,7 +513,9 @@ static void recorder_ab(driver_t *d, int world, const char *tr)
 static void print_table(const driver_t *d, int world, const char *tr)
 {
     printf("\n# all-reduce, float32 sum, out of place: %s, world %d%s\n", tr, world,
-           d->fresh ? ", inputs rewritten before every call" : "");
+           d->fresh     ? ", inputs rewritten before every call"
+           : d->aligned ? ", every call timed alone after a barrier"
+                        : "");
     int floor = 0;
     for (int i = 0; i < d->nrows && !floor; i++)
         floor = find(d, "floor", tr, world, d->rows[i].bytes) != NULL;
@@ -567,7 +576,7 @@ static int usage(void)
     fprintf(stderr, "usage: allreduce [--worlds 2,4] [--transports shm,tcp,shm-reg] [--min BYTES] "
                     "[--max BYTES] [--step K] [--budget BYTES] [--no-mpi] [--order-ab] [--json] "
                     "[--dlaunch PATH] [--mpi-worker PATH] [--recorder-ab ROUNDS] [--floor] "
-                    "[--floor-mean] [--fresh-inputs]\n");
+                    "[--floor-mean] [--fresh-inputs] [--aligned-calls]\n");
     return 2;
 }
 
@@ -611,6 +620,10 @@ int main(int argc, char **argv)
         }
         if (strcmp(k, "--fresh-inputs") == 0) {
             d.fresh = 1;
+            continue;
+        }
+        if (strcmp(k, "--aligned-calls") == 0) {
+            d.aligned = 1;
             continue;
         }
         if (strcmp(k, "--floor-mean") == 0) {

@@ -2,12 +2,26 @@
  *
  *   allreduce [--worlds 2,4] [--transports shm,tcp,shm-reg] [--min BYTES] [--max BYTES]
  *             [--step K] [--budget BYTES] [--no-mpi] [--order-ab] [--json] [--dlaunch PATH]
- *             [--mpi-worker PATH] [--recorder-ab ROUNDS] [--floor]
+ *             [--mpi-worker PATH] [--recorder-ab ROUNDS] [--floor] [--floor-mean]
+ *             [--fresh-inputs] [--aligned-calls]
  *
  * --floor: for world 2, beside every size of the shared-memory tables, bench/shm-floor's
  * zero-copy figure for that size (two processes summing both inputs straight out of one shared
  * mapping, no library), measured right after our rows of that size's transport, and our busbw
- * over it: what the issue's "within 0.85x of the zero-copy floor" is read against.
+ * over it: what the issue's "within 0.85x of the zero-copy floor" is read against. The floor is
+ * shm-floor's fastest single run; --floor-mean makes it the fastest of three batches' mean, the
+ * statistic of our own rows (shm-floor --mean).
+ *
+ * --fresh-inputs: each rank rewrites its whole input (a memset, its byte changing from call to
+ * call) before every call, as a training step writes its gradients just before their
+ * all-reduce; without it the inputs are written once, so their lines stay clean in both cores'
+ * caches from call to call, which flatters whatever reads the other rank's input in place. The
+ * write is outside the timed region (it is the program's work, not the all-reduce's, and at
+ * 256 MiB it takes as long as the call), so each call is timed alone, after a barrier that
+ * starts both ranks together once both have written (a rank that wrote first would otherwise
+ * count the other's write as waiting). Passed on to shm-floor with --floor, which writes its
+ * input the same way before its first barrier. --aligned-calls times the same way (a barrier,
+ * then the call alone) without the writes: what the timing alone changes.
  *
  * --recorder-ab: instead of Open MPI, ours with the flight recorder on (the default) and off
  * (DLAUNCH_COLL_RECORDER=off), ROUNDS times each, the two alternating (on first in even rounds,
@@ -77,15 +91,42 @@ static int timed(dl_coll_group_t *g, const float *src, float *dst, size_t count,
     return r;
 }
 
+/* --fresh-inputs: the same, but each rank rewrites its input before every call, and only the
+ * call, started by a barrier once both have written, is timed. The byte alternates between two
+ * normal floats' patterns (0x3f3f3f3f, 0x40404040): no denormals to slow the sums. */
+static int timed_fresh(dl_coll_group_t *g, float *src, float *dst, size_t count, int iters,
+                       int write, double *ret_s)
+{
+    int r = 0;
+    double sum = 0;
+    for (int i = 0; i < iters && r == 0; i++) {
+        if (write)
+            memset(src, i & 1 ? 0x40 : 0x3f, count * sizeof(float));
+        r = dl_coll_barrier(g);
+        double t0 = now_s();
+        if (r == 0)
+            r = dl_coll_allreduce(g, src, dst, count, DL_COLL_FLOAT32, DL_COLL_SUM);
+        sum += now_s() - t0;
+    }
+    double t = sum / iters;
+    if (r == 0)
+        r = dl_coll_allreduce(g, &t, ret_s, 1, DL_COLL_FLOAT64, DL_COLL_MAX);
+    return r;
+}
+
 static int worker(int argc, char **argv)
 {
     bench_args_t a = {4096, 256 << 20, 4, 2e9, NULL, "dlaunch", "?"};
     /* --ab: a second group with DLAUNCH_COLL_ORDER=any, timed alternately with the first. */
-    int ab = 0, k = 0;
+    int ab = 0, fresh = 0, aligned = 0, k = 0;
     char **args = calloc((size_t)argc + 1, sizeof(char *));
     for (int i = 0; args != NULL && i < argc; i++)
         if (strcmp(argv[i], "--ab") == 0)
             ab = 1;
+        else if (strcmp(argv[i], "--fresh-inputs") == 0)
+            fresh = 1;
+        else if (strcmp(argv[i], "--aligned-calls") == 0)
+            aligned = 1;
         else
             args[k++] = argv[i];
     if (args == NULL || bench_parse(&a, k, args, 2) < 0) {
@@ -154,7 +195,8 @@ static int worker(int argc, char **argv)
          * --order-ab reports. */
         int batches = g2 != NULL ? 4 * BENCH_BATCHES + 1 : BENCH_BATCHES;
         for (int b = 0; b < batches && r == 0; b++) {
-            r = timed(g, src, into, count, iters, &t);
+            r = fresh || aligned ? timed_fresh(g, src, into, count, iters, fresh, &t)
+                                 : timed(g, src, into, count, iters, &t);
             if (r == 0 && (b == 0 || t < best))
                 best = t;
             if (r == 0 && g2 != NULL) {
@@ -206,7 +248,7 @@ typedef struct {
     char worlds[64], transports[64];
     const char *dlaunch, *mpi_worker, *self;
     char min[32], max[32], step[16], budget[32];
-    int mpi, json, ab, floor;
+    int mpi, json, ab, floor, floor_mean, fresh, aligned;
     int ab_rounds; /* --recorder-ab */
     char shm_floor[PATH_MAX + 32];
     char dir[64];
@@ -281,10 +323,11 @@ static void bench_floor(const driver_t *d, const char *tr, const char *rows, con
         snprintf(runs, sizeof(runs), "%d", n < 10 ? 10 : n > 1000 ? 1000 : (int)n);
         int len =
             snprintf(cmd, sizeof(cmd),
-                     "%s --bytes %s --chunk 4096 --runs %s --json 2>>%s | "
+                     "%s --bytes %s --chunk 4096 --runs %s%s%s --json 2>>%s | "
                      "sed -n 's/.*\"zero-copy\", \"bytes\": \\([0-9]*\\), \"gbs\": \\([0-9.]*\\)}/"
                      "floor %s 2 \\1 0 \\2/p' >>%s",
-                     d->shm_floor, bytes, runs, log, tr, rows);
+                     d->shm_floor, bytes, runs, d->fresh ? " --fresh-inputs" : "",
+                     d->floor_mean ? " --mean" : "", log, tr, rows);
         if (len < 0 || (size_t)len >= sizeof(cmd) || system(cmd) != 0)
             fprintf(stderr, "allreduce: shm-floor --bytes %s failed (see %s)\n", bytes, log);
     }
@@ -323,8 +366,17 @@ static void bench_pair(driver_t *d, int world, const char *tr)
                     d->step,
                     "--budget",
                     d->budget,
-                    d->ab ? "--ab" : NULL,
+                    NULL,
+                    NULL,
+                    NULL,
                     NULL};
+    size_t extra = sizeof(ours) / sizeof(ours[0]) - 4; /* the first of the four NULLs */
+    if (d->ab)
+        ours[extra++] = "--ab";
+    if (d->fresh)
+        ours[extra++] = "--fresh-inputs";
+    if (d->aligned)
+        ours[extra++] = "--aligned-calls";
     int rc = run(d, ours, env, NULL, log);
     if (rc != 0)
         fprintf(stderr, "allreduce: dlaunch, %s, world %d: exit %d (see %s)\n", tr, world, rc, log);
@@ -460,7 +512,10 @@ static void recorder_ab(driver_t *d, int world, const char *tr)
 
 static void print_table(const driver_t *d, int world, const char *tr)
 {
-    printf("\n# all-reduce, float32 sum, out of place: %s, world %d\n", tr, world);
+    printf("\n# all-reduce, float32 sum, out of place: %s, world %d%s\n", tr, world,
+           d->fresh     ? ", inputs rewritten before every call"
+           : d->aligned ? ", every call timed alone after a barrier"
+                        : "");
     int floor = 0;
     for (int i = 0; i < d->nrows && !floor; i++)
         floor = find(d, "floor", tr, world, d->rows[i].bytes) != NULL;
@@ -520,7 +575,8 @@ static int usage(void)
 {
     fprintf(stderr, "usage: allreduce [--worlds 2,4] [--transports shm,tcp,shm-reg] [--min BYTES] "
                     "[--max BYTES] [--step K] [--budget BYTES] [--no-mpi] [--order-ab] [--json] "
-                    "[--dlaunch PATH] [--mpi-worker PATH] [--recorder-ab ROUNDS] [--floor]\n");
+                    "[--dlaunch PATH] [--mpi-worker PATH] [--recorder-ab ROUNDS] [--floor] "
+                    "[--floor-mean] [--fresh-inputs] [--aligned-calls]\n");
     return 2;
 }
 
@@ -560,6 +616,18 @@ int main(int argc, char **argv)
         }
         if (strcmp(k, "--floor") == 0) {
             d.floor = 1;
+            continue;
+        }
+        if (strcmp(k, "--fresh-inputs") == 0) {
+            d.fresh = 1;
+            continue;
+        }
+        if (strcmp(k, "--aligned-calls") == 0) {
+            d.aligned = 1;
+            continue;
+        }
+        if (strcmp(k, "--floor-mean") == 0) {
+            d.floor = d.floor_mean = 1;
             continue;
         }
         if (strcmp(k, "--order-ab") == 0) {

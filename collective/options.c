@@ -21,9 +21,11 @@ extern char **environ;
 #define DEFAULT_TCP_CHUNK (1 << 20)
 #define DEFAULT_SPIN_US 1000
 #define DEFAULT_RECORDER_TIMED (64 << 10)
-/* Two ranks read malloc'd buffers in place from here: 1.5x the copy's speed at 32 KiB, 2x and
- * more from 64 KiB (docs/performance.md, issue #27). */
-#define DEFAULT_ADOPT_MIN (32 << 10)
+/* Two ranks read malloc'd buffers in place from here. With inputs written just before the call
+ * (gradients), copying is faster at 32 KiB (4.7-4.9 against 5.1-5.6 us), even at 64 KiB and
+ * slower from 128 KiB (256 KiB: 35-37 against 29-31 us); with inputs left clean in the caches
+ * in place wins from 32 KiB (docs/performance.md, issue #27). */
+#define DEFAULT_ADOPT_MIN (64 << 10)
 #define MAX_CHUNK ((size_t)1 << 30)
 
 void dl_coll_options_init(dl_coll_options_t *o)

@@ -1064,7 +1064,7 @@ static int body_reused(rank_t *r, void *arg)
      * each is mapped once and read in place every time, with its verdict round. */
     enum { NBUF = 12 };
     char *bufs[NBUF] = {0};
-    size_t count = (40 << 10) / sizeof(double) + 3;
+    size_t count = (adopt + (8 << 10)) / sizeof(double) + 3;
     for (int i = 0; i < NBUF && rc == 0; i++)
         if ((bufs[i] = malloc(count * sizeof(double) + 64)) == NULL)
             rc = -ENOMEM;
@@ -1083,6 +1083,35 @@ static int body_reused(rank_t *r, void *arg)
 DL_TEST_IN(inplace_tests, reused_malloc_buffer_is_read_in_place_without_verdict)
 {
     run_two_at_default_sizes(body_reused);
+}
+
+/* With the default options and inputs written anew before every call (as gradients are), a
+ * malloc'd buffer under 64 KiB is copied through the segment, which is faster there than
+ * reading it in place (32 KiB: 4.7-4.9 against 5.1-5.6 us, docs/performance.md), and one of
+ * 64 KiB and more is adopted and read in place; the sums are exact either way. */
+static int body_adopt_threshold(rank_t *r, void *arg)
+{
+    (void)arg;
+    const size_t lens[] = {32 << 10, 48 << 10, (64 << 10) - 4, 64 << 10, 96 << 10};
+    size_t most = (96 << 10) + 4096;
+    char *a = mmap(NULL, most, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *b = mmap(NULL, most, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    int bad = 0, rc = a != MAP_FAILED && b != MAP_FAILED ? 0 : -ENOMEM, salt = 500;
+    uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+    for (size_t c = 0; c < sizeof(lens) / sizeof(lens[0]) && rc == 0; c++)
+        for (int call = 0; call < 2 && rc == 0; call++, salt++)
+            rc = adopted_case(r, a + 16, b + 16, lens[c] / sizeof(float), DL_COLL_FLOAT32,
+                              DL_COLL_SUM, lens[c] >= (64 << 10), salt, &calls, &bad);
+    if (a != MAP_FAILED)
+        munmap(a, most);
+    if (b != MAP_FAILED)
+        munmap(b, most);
+    return rc < 0 ? rc : bad;
+}
+
+DL_TEST_IN(inplace_tests, malloc_buffers_are_read_in_place_from_64k)
+{
+    run_two_at_default_sizes(body_adopt_threshold);
 }
 
 /* ---- the bootstrap --------------------------------------------------------------------------- */

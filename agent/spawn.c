@@ -268,6 +268,7 @@ int dl_guard_start(dl_guard_t *g)
     g->pid = 0;
     g->watching = 0;
     g->next_free_hint = 0;
+    g->used_end = 0;
     /* Untouched pages of a shared mapping cost nothing: a job of 8 workers touches one. */
     g->groups = mmap(NULL, DL_GUARD_SLOTS * sizeof(int32_t), PROT_READ | PROT_WRITE,
                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -304,18 +305,28 @@ int dl_guard_watch(dl_guard_t *g, pid_t pgid, int add)
 {
     if (g->fd < 0 || g->groups == NULL)
         return -EBADF;
-    for (unsigned k = 0; k < DL_GUARD_SLOTS; k++) {
-        unsigned i = (g->next_free_hint + k) % DL_GUARD_SLOTS;
-        int32_t want = add ? 0 : (int32_t)pgid;
-        if (g->groups[i] != want)
-            continue;
-        __atomic_store_n(&g->groups[i], add ? (int32_t)pgid : 0, __ATOMIC_RELEASE);
-        g->watching += add ? 1 : -1;
-        if (add)
-            g->next_free_hint = (i + 1) % DL_GUARD_SLOTS;
+    if (!add) {
+        for (unsigned i = 0; i < g->used_end; i++) {
+            if (g->groups[i] == (int32_t)pgid) {
+                __atomic_store_n(&g->groups[i], 0, __ATOMIC_RELEASE);
+                g->watching--;
+                return 0;
+            }
+        }
         return 0;
     }
-    return add ? -ENOSPC : 0;
+    for (unsigned k = 0; k < DL_GUARD_SLOTS; k++) {
+        unsigned i = (g->next_free_hint + k) % DL_GUARD_SLOTS;
+        if (g->groups[i] != 0)
+            continue;
+        __atomic_store_n(&g->groups[i], (int32_t)pgid, __ATOMIC_RELEASE);
+        g->watching++;
+        g->next_free_hint = (i + 1) % DL_GUARD_SLOTS;
+        if (i >= g->used_end)
+            g->used_end = i + 1;
+        return 0;
+    }
+    return -ENOSPC;
 }
 
 void dl_guard_stop(dl_guard_t *g)

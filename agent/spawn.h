@@ -40,6 +40,7 @@ typedef struct {
     int watching;            /* groups listed */
     int32_t *groups;         /* DL_GUARD_SLOTS shared slots, 0 when free */
     unsigned next_free_hint; /* where the last group went: the next free slot is usually after */
+    unsigned used_end;       /* slots from here on were never used */
 } dl_guard_t;
 
 int dl_guard_start(dl_guard_t *g);

@@ -4,7 +4,7 @@
  *
  *   bench/train [--steps N] [--warmup N] [--runs N] [--workers 1,2] [--json] [--keep-coretype]
  *               [--no-torch] [--dlaunch PATH] [--trainer PATH] [--python PATH] [--script PATH]
- *               [--dataset DIR] [--recorder-ab] [--recovery-ab]
+ *               [--dataset DIR] [--recorder-ab] [--recovery-ab] [--no-pair]
  *
  * --recorder-ab adds, for each worker count, a row of ours with the collective's flight recorder
  * off (DLAUNCH_COLL_RECORDER=off), interleaved with the others like any row, and a column with
@@ -14,6 +14,12 @@
  * (--recovery in-job: the state of the last step kept whole while the next is made, the
  * momentum blocks in shared memory), interleaved like any row, and a column with it against
  * today's row (restart) of the same count.
+ *
+ * Beside the 1- and 2-worker rows, `1+1` runs two independent 1-worker jobs at the same time and
+ * sums their rates: what the machine's two cores give two workers that never wait for each other,
+ * the ceiling of any 2-worker row (on a VM whose two vCPUs share a physical core, or a host that
+ * is busy elsewhere, it is well under twice one worker). The 2-worker row is also given against
+ * it (`vs 1+1`); --no-pair leaves the row out.
  *
  * Each figure is steady-state samples a second over all workers: the trainer's own per-window
  * rate from its progress lines, windows inside the first `warmup` steps left out; PyTorch's is
@@ -42,7 +48,7 @@
 #endif
 
 #define MAX_RUNS 64
-#define MAX_ROWS 16 /* 4 worker counts: ours, without the recorder, in-job, PyTorch */
+#define MAX_ROWS 20 /* 4 worker counts: ours, without the recorder, in-job, PyTorch; 1+1 */
 
 extern char **environ;
 
@@ -56,10 +62,11 @@ typedef struct {
     const char *why;  /* set when a run failed */
     bool norec;       /* the flight recorder off */
     bool in_job;      /* --recovery in-job */
+    bool pair;        /* two independent 1-worker jobs at once, their rates summed */
 } row_t;
 
 typedef struct {
-    int steps, warmup, runs, json, keep_coretype, torch, recorder_ab, recovery_ab;
+    int steps, warmup, runs, json, keep_coretype, torch, recorder_ab, recovery_ab, pair;
     int workers[4];
     int n_workers;
     char dlaunch[PATH_MAX], trainer[PATH_MAX], script[PATH_MAX];
@@ -99,12 +106,14 @@ static double paired_ratio(const row_t *r, const row_t *base)
     return median(&q);
 }
 
-/* Runs argv with stdout and stderr into out_path; returns the exit status or -1. */
-static int run(char **argv, const char *out_path)
+static double ours_rate(FILE *f, int warmup, int global_batch, row_t *row);
+static double torch_rate(FILE *f, row_t *row);
+
+/* Starts argv with stdout and stderr into out_path; returns its pid or -1. */
+static pid_t start(char **argv, const char *out_path)
 {
     posix_spawn_file_actions_t fa;
     pid_t pid;
-    int status;
 
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, out_path, O_WRONLY | O_CREAT | O_TRUNC,
@@ -112,12 +121,32 @@ static int run(char **argv, const char *out_path)
     posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
     int r = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
-    if (r != 0)
+    return r == 0 ? pid : -1;
+}
+
+/* Waits for pid; returns its exit status (128 + signal) or -1. */
+static int finish(pid_t pid)
+{
+    int status;
+
+    if (pid < 0)
         return -1;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR)
             return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The rate of one finished run from its output file, or -1. */
+static double rate_of(const opts_t *o, row_t *row, int status, const char *out, int torch)
+{
+    FILE *f = fopen(out, "r");
+    double sps = -1;
+    if (status == 0 && f != NULL)
+        sps = torch ? torch_rate(f, row) : ours_rate(f, o->warmup, 64 * row->workers, row);
+    if (f != NULL)
+        fclose(f);
+    return sps;
 }
 
 /* Steady-state samples/s from the trainer's progress lines ("step S/T ... samples/s R", one every
@@ -184,8 +213,9 @@ static void measure(const opts_t *o, row_t *row, int i)
 
     if (row->why != NULL)
         return;
-    snprintf(out, sizeof(out), "%s/%s%s%s-%d-%d.out", o->tmp, row->impl, row->norec ? "-norec" : "",
-             row->in_job ? "-injob" : "", row->workers, i);
+    snprintf(out, sizeof(out), "%s/%s%s%s%s-%d-%d.out", o->tmp, row->impl,
+             row->norec ? "-norec" : "", row->in_job ? "-injob" : "", row->pair ? "-pair" : "",
+             row->workers, i);
     snprintf(logdir, sizeof(logdir), "%s/logs", o->tmp);
     snprintf(ws, sizeof(ws), "%d", row->workers);
     argv[k++] = (char *)o->dlaunch;
@@ -229,18 +259,20 @@ static void measure(const opts_t *o, row_t *row, int i)
     }
     if (row->norec)
         setenv("DLAUNCH_COLL_RECORDER", "off", 1);
-    int status = run(argv, out);
+    char out2[PATH_MAX + 72];
+    snprintf(out2, sizeof(out2), "%s.2", out);
+    pid_t first = start(argv, out), second = row->pair ? start(argv, out2) : -1;
+    int status = finish(first), status2 = row->pair ? finish(second) : 0;
     unsetenv("DLAUNCH_COLL_RECORDER");
     if (torch) {
         unsetenv("OMP_NUM_THREADS");
         unsetenv("OPENBLAS_NUM_THREADS");
     }
-    FILE *f = fopen(out, "r");
-    double sps = -1;
-    if (status == 0 && f != NULL)
-        sps = torch ? torch_rate(f, row) : ours_rate(f, o->warmup, 64 * row->workers, row);
-    if (f != NULL)
-        fclose(f);
+    double sps = rate_of(o, row, status, out, torch);
+    if (row->pair) {
+        double sps2 = rate_of(o, row, status2, out2, torch);
+        sps = sps > 0 && sps2 > 0 ? sps + sps2 : -1;
+    }
     if (sps <= 0) {
         fprintf(stderr, "bench/train: %s with %d workers failed (exit %d); its output: %s\n",
                 row->impl, row->workers, status, out);
@@ -253,7 +285,7 @@ static void measure(const opts_t *o, row_t *row, int i)
 static int have_torch(const char *python)
 {
     char *argv[] = {(char *)python, "-c", "import torch.distributed", NULL};
-    return access(python, X_OK) == 0 && run(argv, "/dev/null") == 0;
+    return access(python, X_OK) == 0 && finish(start(argv, "/dev/null")) == 0;
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -278,6 +310,7 @@ static int parse_args(opts_t *o, int argc, char **argv)
                   .warmup = 200,
                   .runs = 3,
                   .torch = 1,
+                  .pair = 1,
                   .workers = {1, 2},
                   .n_workers = 2,
                   .python = "/usr/bin/python3",
@@ -294,6 +327,10 @@ static int parse_args(opts_t *o, int argc, char **argv)
         }
         if (strcmp(a, "--keep-coretype") == 0) {
             o->keep_coretype = 1;
+            continue;
+        }
+        if (strcmp(a, "--no-pair") == 0) {
+            o->pair = 0;
             continue;
         }
         if (strcmp(a, "--no-torch") == 0) {
@@ -354,10 +391,14 @@ static int parse_args(opts_t *o, int argc, char **argv)
 static void print_table(const opts_t *o, const row_t *rows, int n)
 {
     const row_t *ours1 = NULL;
-    for (int i = 0; i < n; i++)
+    const row_t *pair = NULL;
+    for (int i = 0; i < n; i++) {
         if (strcmp(rows[i].impl, "dlaunch") == 0 && rows[i].workers == 1 && rows[i].why == NULL &&
-            !rows[i].norec && !rows[i].in_job)
+            !rows[i].norec && !rows[i].in_job && !rows[i].pair)
             ours1 = &rows[i];
+        if (rows[i].pair && rows[i].why == NULL)
+            pair = &rows[i];
+    }
 
     if (o->json) {
         for (int i = 0; i < n; i++) {
@@ -367,10 +408,10 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
                        r->workers, r->why);
                 continue;
             }
-            printf("{\"impl\": \"%s\", \"workers\": %d, \"recorder\": %s, \"recovery\": "
-                   "\"%s\", \"samples_per_s\": %.0f, \"best_samples_per_s\": %.0f, "
+            printf("{\"impl\": \"%s\", \"workers\": %d, \"side_by_side\": %s, \"recorder\": %s, "
+                   "\"recovery\": \"%s\", \"samples_per_s\": %.0f, \"best_samples_per_s\": %.0f, "
                    "\"blas_kernels\": \"%s\", \"detail\": \"%s\", \"runs\": [",
-                   r->impl, r->workers, r->norec ? "false" : "true",
+                   r->impl, r->workers, r->pair ? "true" : "false", r->norec ? "false" : "true",
                    r->in_job ? "in-job" : "restart", median(r), best(r), r->kernels, r->detail);
             for (int j = 0; j < r->n; j++)
                 printf("%s%.0f", j ? ", " : "", r->sps[j]);
@@ -413,11 +454,20 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
             snprintf(vsp, sizeof(vsp), "%.2fx", paired_ratio(r, peer));
         if (twin != NULL)
             snprintf(vsr, sizeof(vsr), "%.3fx", paired_ratio(r, twin));
-        printf("%-8s %7d %14.0f %14.0f %10s %12s %8s %10s  %s%s%s%s%s\n", r->impl, r->workers,
-               median(r), best(r), vs1, vsp, vsr, vsj, r->kernels, r->detail[0] ? ", " : "",
-               r->detail, r->norec ? ", flight recorder off" : "",
-               r->in_job ? ", in-job recovery on" : "");
+        char workers[16];
+        snprintf(workers, sizeof(workers), r->pair ? "1+1" : "%d", r->workers);
+        printf("%-8s %7s %14.0f %14.0f %10s %12s %8s %10s  %s%s%s%s%s%s\n", r->impl, workers,
+               median(r), best(r), vs1, r->pair ? "-" : vsp, vsr, vsj, r->kernels,
+               r->detail[0] ? ", " : "", r->detail, r->norec ? ", flight recorder off" : "",
+               r->in_job ? ", in-job recovery on" : "",
+               r->pair ? ", two 1-worker jobs at once, rates summed" : "");
     }
+    for (int i = 0; i < n && pair != NULL; i++)
+        if (strcmp(rows[i].impl, "dlaunch") == 0 && rows[i].workers == 2 && !rows[i].norec &&
+            !rows[i].in_job && !rows[i].pair && rows[i].why == NULL)
+            printf("2 workers against two 1-worker jobs side by side (this machine's ceiling for "
+                   "2 workers): %.2fx\n",
+                   paired_ratio(&rows[i], pair));
 }
 
 int main(int argc, char **argv)
@@ -429,7 +479,7 @@ int main(int argc, char **argv)
     if (parse_args(&o, argc, argv) < 0) {
         fprintf(stderr,
                 "usage: %s [--steps N] [--warmup N] [--runs N] [--workers 1,2] [--json] "
-                "[--keep-coretype] [--no-torch] [--dlaunch PATH] [--trainer PATH] "
+                "[--keep-coretype] [--no-torch] [--no-pair] [--dlaunch PATH] [--trainer PATH] "
                 "[--python PATH] [--script PATH] [--dataset DIR] [--recorder-ab] "
                 "[--recovery-ab]\n",
                 argv[0]);
@@ -443,6 +493,8 @@ int main(int argc, char **argv)
             rows[n++] = (row_t){.impl = "dlaunch", .workers = o.workers[i], .norec = true};
         if (o.recovery_ab && o.workers[i] > 1)
             rows[n++] = (row_t){.impl = "dlaunch", .workers = o.workers[i], .in_job = true};
+        if (o.pair && o.workers[i] == 1)
+            rows[n++] = (row_t){.impl = "dlaunch", .workers = 1, .pair = true};
     }
     if (o.torch) {
         int ok = have_torch(o.python) && access(o.script, R_OK) == 0;

@@ -92,8 +92,12 @@ int dl_diag_hang_culprit(const dl_diag_rank_t *v, size_t n, double timeout, bool
         const dl_diag_rank_t *r = &v[i];
         if (r->silent_s < 0 || r->silent_s < timeout)
             continue;
-        /* A stopped process is the culprit wherever its last operation left it. */
-        if (inside(newest(r)) && !stopped(r)) {
+        /* A stopped process is the culprit wherever its last operation left it, but not one
+         * whose collective failed under it: a peer went away first, and the rank is on its
+         * way out, where a leak checker at exit (LeakSanitizer) holds it traced ('t') for a
+         * while. */
+        const dl_diag_op_t *op = newest(r);
+        if (inside(op) && (op->state == DL_DIAG_OP_FAILED || !stopped(r))) {
             if (r->silent_s >= 2 * timeout && (waiter < 0 || r->silent_s > v[waiter].silent_s))
                 waiter = (int)i;
         } else if (culprit < 0 || r->silent_s > v[culprit].silent_s) {

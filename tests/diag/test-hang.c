@@ -178,6 +178,28 @@ DL_TEST(culprit_is_the_silent_rank_outside_a_collective)
     ck_assert(!waiting);
 }
 
+/* Node 0 of two: its rank waited for rank 1 on node 1, whose agent killed it; the collective
+ * failed and the rank exits, held traced ('t') by LeakSanitizer's leak check at exit in a
+ * sanitizer build. Still a victim, named by nobody before twice the timeout. */
+DL_TEST(a_rank_whose_collective_failed_is_no_culprit_when_it_reads_stopped)
+{
+    dl_diag_rank_t v[1] = {at(0, 0, 41, "reduce-scatter", DL_DIAG_OP_FAILED, 0.0)};
+    bool waiting = true;
+    v[0].silent_s = 6.01;
+    v[0].proc = 't';
+    ck_assert_int_eq(dl_diag_hang_culprit(v, 1, 6.0, &waiting), -1);
+    v[0].proc = 'T';
+    ck_assert_int_eq(dl_diag_hang_culprit(v, 1, 6.0, &waiting), -1);
+    v[0].silent_s = 12.5;
+    DL_CHECK_ERRNO(dl_diag_hang_culprit(v, 1, 6.0, &waiting), 0);
+    ck_assert(waiting);
+    /* Stopped while its collective still runs: the culprit, at once. */
+    v[0].ops[v[0].nops - 1].state = DL_DIAG_OP_RUNNING;
+    v[0].silent_s = 6.01;
+    DL_CHECK_ERRNO(dl_diag_hang_culprit(v, 1, 6.0, &waiting), 0);
+    ck_assert(!waiting);
+}
+
 /* Ranks that only wait are someone else's victims until twice the timeout. */
 DL_TEST(waiting_ranks_are_named_late)
 {

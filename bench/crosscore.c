@@ -93,7 +93,10 @@ int main(int argc, char **argv)
         return 1;
     }
     memset(buf, 1, nbytes);
-    int r = pin(cpu_a);
+    /* Both cpus asked for first: B's thread failing to pin would leave A waiting for ever. */
+    int r = pin(cpu_b);
+    if (r == 0)
+        r = pin(cpu_a);
     if (r != 0 || (r = pthread_create(&t, NULL, side_b, NULL)) != 0) {
         fprintf(stderr, "crosscore: cpus %d,%d: %s\n", cpu_a, cpu_b, strerror(r));
         return 1;

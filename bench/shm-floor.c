@@ -289,7 +289,7 @@ int main(int argc, char **argv)
         if (bad) {
             fprintf(stderr,
                     "usage: %s [--bytes N[K|M]] [--chunk N[K|M]] [--runs N] [--json] "
-                    "[--fresh-inputs]\n",
+                    "[--fresh-inputs] [--mean]\n",
                     argv[0]);
             return 2;
         }

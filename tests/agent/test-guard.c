@@ -52,7 +52,7 @@ DL_TEST(listed_groups_are_killed_when_the_pipe_closes_and_others_are_left)
 DL_TEST(the_list_says_when_it_is_full_and_reuses_slots)
 {
     dl_guard_t g = {0};
-    const pid_t first = 4000000; /* above any pid the test could meet here; never killed */
+    const pid_t first = 4000000; /* never killed: all taken off before the guard stops */
 
     DL_CHECK_ERRNO(dl_guard_start(&g), 0);
     for (int i = 0; i < DL_GUARD_SLOTS; i++)

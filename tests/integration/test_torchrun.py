@@ -449,12 +449,14 @@ class Torchrun(dltest.Case):
         self.assertEqual(len([l for l in p.stdout.splitlines() if l.endswith("same line")]), 4)
 
     def test_merge_window_is_how_long_a_line_waits_for_the_other_ranks(self):
-        # Rank 1 prints the line 1 s after rank 0: apart with the default window (0.1 s), one
-        # line with a window of 5 s.
-        script = ("[ $RANK = 1 ] && sleep 1; echo same line")
+        # Rank 1 prints the line 1 s after rank 0 has printed it (however late a busy machine
+        # runs rank 0): apart with the default window (0.1 s), one line with a window of 5 s.
+        script = ("if [ $RANK = 1 ]; then while [ ! -e printed ]; do sleep 0.01; done; sleep 1; "
+                  "fi; echo same line; [ $RANK = 0 ] && touch printed; true")
         p = self.run_case("--nproc-per-node=2", "--merge-output", "--", "sh", "-c", script)
         self.assertEqual(sorted(l for l in p.stdout.splitlines() if l.endswith("same line")),
                          ["[rank 0] same line", "[rank 1] same line"], p.stdout)
+        os.remove(os.path.join(self.dir, "printed"))
         p = self.run_case("--nproc-per-node=2", "--merge-output", "--merge-window", "5", "--",
                           "sh", "-c", script)
         self.assertEqual([l for l in p.stdout.splitlines() if l.endswith("same line")],

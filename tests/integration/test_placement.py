@@ -43,22 +43,23 @@ class Quota(dltest.Case):
         self.cg = os.path.join(CPU_CGROUP,
                                f"dl-test-quota-{os.getpid()}-{self._testMethodName[5:25]}")
         os.mkdir(self.cg)
-        self.addCleanup(self.remove_cgroup)
+        self.addCleanup(self.remove_cgroup, self.cg)
 
-    def remove_cgroup(self):
+    def remove_cgroup(self, cg):
         # dlaunch's orphan guard, which has no group left to kill, exits on its own once dlaunch
         # has (spawn.h: waiting for it would add its teardown to every launch), so on a busy
         # machine it can still be in the cgroup a moment after dlaunch returned; rmdir fails
-        # (EBUSY) while any process is.
+        # (EBUSY) while any process is. A cgroup nested in it goes first (cleanups run last
+        # added first), the same way.
         deadline = time.monotonic() + 30
         while True:
             try:
-                os.rmdir(self.cg)
+                os.rmdir(cg)
                 return
             except OSError as e:
                 if e.errno != errno.EBUSY or time.monotonic() > deadline:
-                    with open(os.path.join(self.cg, "cgroup.procs")) as f:
-                        raise AssertionError(f"{self.cg}: {e}; still in it: {f.read().split()}")
+                    with open(os.path.join(cg, "cgroup.procs")) as f:
+                        raise AssertionError(f"{cg}: {e}; still in it: {f.read().split()}")
             time.sleep(0.05)
 
     def set_quota(self, quota_us, period_us=100000):
@@ -109,9 +110,8 @@ class Quota(dltest.Case):
         self.set_quota(100000)
         child = os.path.join(self.cg, "step")
         os.mkdir(child)
-        self.addCleanup(os.rmdir, child)
-        self.cg_outer, self.cg = self.cg, child
-        self.addCleanup(lambda: setattr(self, "cg", self.cg_outer))
+        self.addCleanup(self.remove_cgroup, child)
+        self.cg = child
         p = self.ranks_in_cgroup("nested")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(self.ranks_run("nested"), [0], p.stderr)

@@ -1,8 +1,9 @@
 """One call for a PyTorch DDP job: `dlaunch.torch.watch(ddp_model)` after init_process_group.
 
-It hooks PyTorch only where PyTorch offers hooks: a DDP communication hook (each gradient
-bucket's all-reduce, recorded as it starts and when this rank sees it done: buckets.py), a
-forward pre-hook on the model (a step starts where a forward starts, and the batch's first
+It hooks PyTorch only where PyTorch offers hooks: a gradient hook on each parameter of a DDP
+model and a callback at the end of each backward pass (each gradient bucket's all-reduce,
+recorded as DDP starts it and when this rank sees it done, DDP's own all-reduce left as it is:
+gradready.py), a forward pre-hook on the model (a step starts where a forward starts, and the batch's first
 dimension is its samples),
 the optimizer's step hook where PyTorch has one (2.0 and later), and the public functions of
 torch.distributed, wrapped where they are looked up (torch.distributed.all_reduce and the
@@ -21,7 +22,7 @@ from typing import Any, Callable
 import torch as _torch
 import torch.distributed as _dist
 
-from . import buckets as _buckets
+from .gradready import GradReady
 from . import recorder as _rec
 from .beat import Beats
 from .recorder import Recorder
@@ -76,6 +77,7 @@ class Watch:
         # DDP model, kept until they are let go.
         self._callbacks: weakref.WeakSet[Any] = weakref.WeakSet()
         self._model = model
+        self._ready: GradReady | None = None
         self.beats = Beats.from_env()
         self.recorder: Recorder | None = None
         self.stacks: Stacks | None = None
@@ -148,13 +150,16 @@ class Watch:
                 self._samples = float(args[0].shape[0])
             if not self._by_optimizer:
                 self._auto_step()
+            r = self._ready
+            if r is not None:
+                if module.require_backward_grad_sync and _torch.is_grad_enabled():
+                    r.arm()
+                else:
+                    r.disarm()
         self._handles.append(model.register_forward_pre_hook(pre_forward))
         if buckets and isinstance(model, _torch.nn.parallel.DistributedDataParallel):
-            state = _buckets.Buckets(model.process_group, self.op_start, self.op_end)
-            try:
-                model.register_comm_hook(state, _buckets.hook)
-            except RuntimeError as e:  # the user's own hook came first
-                _warn(f"rank {self.rank}: gradient buckets not recorded: {e}")
+            self._ready = GradReady(model, self.op_start, self.op_end)
+            self._handles.append(self._ready)
 
     def close(self) -> None:
         for h in self._handles:
@@ -229,12 +234,10 @@ def watch(model: Any = None, optimizer: Any = None, group: Any = None,
     """Starts watching this rank: beats every step, its collectives in the flight recorder, its
     stacks on the agent's request. Call after init_process_group; model is the
     DistributedDataParallel module (or any module whose forward starts a step), optimizer (with
-    PyTorch 2.0 or later) ends a step at its step(). buckets=False leaves DDP's own C++ all-reduce
-    in place of the recording hook (which costs a small model under 1% of its instructions a
-    step against DDP's builtin C++ hook, mostly any Python communication hook's price in
-    PyTorch 1.13: docs/performance.md); the buckets'
-    all-reduces are then not in the recorder, nor in the wait time. Outside dlaunch, returns None
-    and changes nothing."""
+    PyTorch 2.0 or later) ends a step at its step(). buckets=False leaves out the gradient hooks
+    (a Python call a parameter a step: docs/performance.md); the buckets' all-reduces are then
+    not in the recorder, nor in the wait time. Outside dlaunch, returns None and changes
+    nothing."""
     global _current
     if _current is not None:
         return _current

@@ -170,6 +170,36 @@ class Python(dltest.Case):
         # Every bucket is recorded done once its step is over, not left running.
         self.assertTrue(all(e[1:3] == ("all-reduce", "done") for e in recs[0]), recs[0])
 
+    def recorded(self, rank):
+        return test_diag.read_recorder(os.path.join(self.dir, "dlaunch_logs", "job", "attempt_0",
+                                                    f"rank_{rank}.rec"))
+
+    def test_a_users_own_comm_hook_stays_and_the_buckets_are_still_recorded(self):
+        # The user's fp16 compression hook, registered before watch(), does the all-reduce;
+        # the recorder still has every step's bucket, done, the same on both ranks, each
+        # followed by the hook's own torch.distributed.all_reduce of it in half the bytes.
+        steps = 8
+        self.script_args = [str(steps), "comm_hook=fp16"]
+        p = self.run_job("--nproc-per-node", "2")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertNotIn("not recorded", p.stderr)
+        recs = [self.recorded(r) for r in (0, 1)]
+        self.assertEqual(recs[0], recs[1])
+        self.assertEqual([e[:3] for e in recs[0]],
+                         [(n, "all-reduce", "done") for n in range(1, 2 * steps + 2)])
+        grads = 4 * (64 * 128 + 128 + 128 * 10 + 10)  # the model's gradients, in bytes
+        self.assertEqual([e[3] for e in recs[0]], [16] + [grads, grads // 2] * steps)
+
+    def test_steps_under_no_sync_record_no_bucket(self):
+        # Gradients accumulated over 3 steps under DDP's no_sync(): only steps 3, 6 and 9
+        # all-reduce, so the recorder holds #1 (the loop's own all_reduce) and three buckets.
+        self.script_args = ["9", "accumulate=3"]
+        p = self.run_job("--nproc-per-node", "2")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        for r in (0, 1):
+            self.assertEqual([e[:3] for e in self.recorded(r)],
+                             [(n, "all-reduce", "done") for n in range(1, 5)])
+
     def stragglers(self):
         return [e for e in self.events() if e["event"] == "straggler"]
 

@@ -1,6 +1,7 @@
 """A small PyTorch DDP job (gloo, CPU) watched by dlaunch.torch.watch, for test_python.py.
 
-    ddp_watch.py STEPS [hang_at=K] [slow_rank=R] [bucket_kb=KB]
+    ddp_watch.py STEPS [hang_at=K] [slow_rank=R] [bucket_kb=KB] [comm_hook=fp16]
+                       [accumulate=K]
 
 Step k (1, 2, ...) is one forward, backward and optimizer step; the model's gradients make one
 DDP bucket. Before the training loop every rank makes one all_reduce of its own (the recorder's
@@ -9,7 +10,11 @@ backward. slow_rank=R: rank R computes three times what the others do (more forw
 real work, not sleep). bucket_kb=KB: DDP buckets of KB kilobytes, the first one too (several
 a step from step 2, when DDP rebuilds its buckets; rank 0 prints how many), and a twin of the
 model with DDP's own C++ all-reduce trained beside it on the same data; rank 0 prints whether
-the two end with the same bits. Rank 0 prints "done N steps" at the end."""
+the two end with the same bits. comm_hook=fp16: PyTorch's fp16_compress_hook registered on the
+model before watch() (the user's own hook). accumulate=K: gradients accumulated over K steps
+under DDP's no_sync() before each step that reduces them (only steps K, 2K, ... all-reduce).
+Rank 0 prints "done N steps" at the end."""
+import contextlib
 import copy
 import sys
 import time
@@ -26,6 +31,7 @@ def main():
     hang_at = int(opts.get("hang_at", 0))
     slow_rank = int(opts.get("slow_rank", -1))
     bucket_kb = float(opts.get("bucket_kb", 0))
+    accumulate = int(opts.get("accumulate", 1))
     dist.init_process_group("gloo", init_method="env://")
     rank = dist.get_rank()
     torch.manual_seed(0)
@@ -41,6 +47,9 @@ def main():
         twin_opt = torch.optim.SGD(twin.parameters(), lr=0.01)
     else:
         model = ddp(net)
+    if opts.get("comm_hook") == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     watched = dlaunch.torch.watch(model, opt)
     print(f"rank {rank}: watched={watched is not None}", flush=True)
@@ -49,8 +58,13 @@ def main():
     x = torch.randn(32, 64)
     y = torch.randint(0, 10, (32,))
     for k in range(1, steps + 1):
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        reduce = k % accumulate == 0
+        if k % accumulate == 1 or accumulate == 1:
+            opt.zero_grad()
+        def sync():
+            return contextlib.nullcontext() if reduce else model.no_sync()
+        with sync():
+            loss = torch.nn.functional.cross_entropy(model(x), y)
         if rank == slow_rank:
             with torch.no_grad():
                 for _ in range(40):
@@ -59,8 +73,10 @@ def main():
             print(f"rank 1: sleeping before step {k}'s backward", flush=True)
             while True:
                 time.sleep(3600)
-        loss.backward()
-        opt.step()
+        with sync():
+            loss.backward()
+        if reduce:
+            opt.step()
         if twin is not None:
             twin_opt.zero_grad()
             torch.nn.functional.cross_entropy(twin(x), y).backward()

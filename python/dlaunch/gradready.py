@@ -1,0 +1,134 @@
+"""DDP's gradient buckets in the flight recorder, DDP's own all-reduce left as it is: a gradient
+hook on each parameter sees it become ready, and so the moment DDP starts each bucket's
+all-reduce; a callback queued behind DDP's own at the end of the backward pass sees every bucket
+done (docs/python.md, "Gradient buckets").
+
+DDP starts bucket b's all-reduce once all its parameters' gradients are ready and every bucket
+before b has started. A tensor hook runs just before its gradient is accumulated and DDP's hook
+just after, so when the hook of the last of a bucket's parameters runs, the bucket starts next:
+the recorder says "entered" a few microseconds before the process group sees the call. DDP waits
+for every bucket in a callback it queues at the end of the backward pass once all buckets are
+ready; final callbacks run in order and one may queue another, so a callback queued at the
+step's first gradient queues a second one, which runs after DDP's.
+
+A communication hook would have given the same moments, but in PyTorch 1.13 any Python hook
+takes DDP's C++ all-reduce away (its scaling fused into the copy into the bucket, its future
+kept in C++) and costs a small model about twice what this does in simulated cycles
+(docs/performance.md); this also leaves a hook of the user's own in place. Each parameter costs
+one Python call a backward pass."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch as _torch
+
+from . import recorder as _rec
+
+_ALL_REDUCE = _rec.ALL_REDUCE
+
+
+class GradReady:
+    """The buckets of one DDP model and how far this backward pass has started them. op_start
+    and op_end are the watch's (recorder and wait time)."""
+
+    def __init__(self, model: Any, op_start: Callable[[int, int], int],
+                 op_end: Callable[[int, bool], None]) -> None:
+        self.model = model
+        self.op_start = op_start
+        self.op_end = op_end
+        self._queue = _torch.autograd.Variable._execution_engine.queue_callback
+        self._rebuilt = bool(getattr(model, "_has_rebuilt_buckets", False))
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._number = {id(p): i for i, p in enumerate(self._params)}
+        self.bucket_of: list[int] = []  # by parameter number; -1: in no bucket
+        self.sizes: list[int] = []  # parameters a bucket
+        self.nbytes: list[int] = []
+        self._layout()
+        self.armed = False  # a forward pass whose backward DDP reduces came first
+        self._first = True  # no gradient of this backward pass yet
+        self._left: list[int] = []  # parameters still to come, by bucket
+        self._next = 0  # the first bucket not started
+        self._open: list[int] = []  # sequence numbers of the buckets started, not seen done
+        self._handles = [p.register_hook(self._hook_for(i)) for i, p in enumerate(self._params)
+                         if self.bucket_of[i] >= 0]
+
+    def _layout(self) -> None:
+        """DDP's buckets as they are now: it lays them out again once, in the second step's
+        forward, in the order the first step's gradients came in. Reading them allocates a
+        zeroed copy of the buckets, so it is done at watch() and after that rebuild only."""
+        bucket_of = [-1] * len(self._params)
+        sizes: list[int] = []
+        nbytes: list[int] = []
+        for b, gb in enumerate(self.model.reducer._get_zeros_like_grad_buckets()):
+            n = 0
+            for p in gb.parameters():
+                i = self._number.get(id(p))
+                if i is not None:
+                    bucket_of[i] = b
+                    n += 1
+            sizes.append(n)
+            t = gb.buffer()
+            nbytes.append(t.numel() * t.element_size())
+        self.bucket_of, self.sizes, self.nbytes = bucket_of, sizes, nbytes
+
+    def arm(self) -> None:
+        """A forward pass whose backward DDP will reduce begins. Buckets still open are those of
+        a backward pass that did not finish (it raised, or DDP's wait for them did): failed."""
+        for seq in self._open:
+            self.op_end(seq, False)
+        self._open = []
+        self.armed = True
+        self._first = True
+
+    def disarm(self) -> None:
+        """A forward pass under no_sync() or without gradients: DDP reduces nothing after it."""
+        self.armed = False
+
+    def _hook_for(self, i: int) -> Callable[[_torch.Tensor], None]:
+        def ready(grad: _torch.Tensor) -> None:
+            if not self.armed:
+                return
+            if self._first:
+                self._begin()
+            b = self.bucket_of[i]
+            left = self._left
+            left[b] -= 1
+            if left[b] == 0 and b == self._next:
+                self._start_ready()
+        return ready
+
+    def _begin(self) -> None:
+        self._first = False
+        rebuilt = bool(getattr(self.model, "_has_rebuilt_buckets", False))
+        if rebuilt != self._rebuilt:
+            self._rebuilt = rebuilt
+            self._layout()
+        self._left = self.sizes[:]
+        self._next = 0
+        self._queue(self._before_ddp)
+
+    def _start_ready(self) -> None:
+        left, n = self._left, len(self._left)
+        while self._next < n and left[self._next] <= 0:
+            self._open.append(self.op_start(_ALL_REDUCE, self.nbytes[self._next]))
+            self._next += 1
+
+    def _before_ddp(self) -> None:
+        self._queue(self._after_ddp)
+
+    def _after_ddp(self) -> None:
+        """DDP has waited for every bucket. One whose parameters did not all get a gradient
+        (unused this step: DDP marks those ready itself) is recorded as started only now."""
+        while self._next < len(self._left):
+            self._open.append(self.op_start(_ALL_REDUCE, self.nbytes[self._next]))
+            self._next += 1
+        for seq in self._open:
+            self.op_end(seq, True)
+        self._open = []
+        self.armed = False
+
+    def remove(self) -> None:
+        """Takes the gradient hooks off (Watch.close)."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []

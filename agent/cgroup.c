@@ -267,16 +267,17 @@ int dl_cgroup_place_quick(const char *root, const char *controller, const char *
     char path[4200], ns[64];
     int n = 0;
 
-    /* In the first cgroup namespace, /proc/self/cgroup's paths start at each hierarchy's root;
+    int r = read_memberships(root, "self", controller, ms, DL_CGROUP_PLACES, &n);
+    if (r < 0)
+        return r;
+    /* Read after /proc/self/cgroup, which makes the kernel look up /proc/self once for both.
+     * In the first cgroup namespace, /proc/self/cgroup's paths start at each hierarchy's root;
      * in another they start at the namespace's, which only mountinfo relates to a folder. */
     snprintf(path, sizeof(path), "%s/proc/self/ns/cgroup", root);
     ssize_t len = readlink(path, ns, sizeof(ns) - 1);
     if (len < 0 || (size_t)len != strlen("cgroup:[4026531835]") ||
         memcmp(ns, "cgroup:[4026531835]", (size_t)len) != 0)
         return 0;
-    int r = read_memberships(root, "self", controller, ms, DL_CGROUP_PLACES, &n);
-    if (r < 0)
-        return r;
     /* A v1 hierarchy is taken before the v2 one, as dl_memcg_open takes it: its mount point
      * must hold the controller's file and be the hierarchy's root (only that has
      * release_agent), not a folder of it mounted alone. */

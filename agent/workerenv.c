@@ -47,17 +47,24 @@ const char *const dl_worker_env_names[] = {
     NULL,
 };
 
-/* "NAME=value" without printf: a worker's environment is some 35 of these, per worker. */
-static char *fmt(const char *name, const char *value)
+/* "NAME=abc" without printf: a worker's environment is some 35 of these, per worker. */
+static char *fmt3(const char *name, const char *a, const char *b, const char *c)
 {
-    size_t n = strlen(name), v = strlen(value);
-    char *s = malloc(n + v + 2);
+    size_t n = strlen(name), la = strlen(a), lb = strlen(b), lc = strlen(c);
+    char *s = malloc(n + la + lb + lc + 2);
     if (s == NULL)
         return NULL;
     memcpy(s, name, n);
     s[n] = '=';
-    memcpy(s + n + 1, value, v + 1);
+    memcpy(s + n + 1, a, la);
+    memcpy(s + n + 1 + la, b, lb);
+    memcpy(s + n + 1 + la + lb, c, lc + 1);
     return s;
+}
+
+static char *fmt(const char *name, const char *value)
+{
+    return fmt3(name, value, "", "");
 }
 
 static char *fmt_int(const char *name, int value)
@@ -82,6 +89,17 @@ static int has(char **v, const char *name)
     return 0;
 }
 
+/* Whether base or extra sets name, which nothing of ours has been put as yet. sv holds all of
+ * both: its entry answers, unless that one lacks '=' (then an earlier one may have had it). */
+static int inherited(const dl_envvec_t *sv, char **base, char **extra, const char *name)
+{
+    size_t n = strlen(name);
+    long i = dl_envvec_find(sv, name, n);
+    if (i < 0)
+        return 0;
+    return sv->v[i][n] == '=' || has(base, name) || has(extra, name);
+}
+
 /* Set and not empty in sv: an empty variable is how scripts unset one. */
 static int has_value(const dl_envvec_t *sv, const char *name)
 {
@@ -95,9 +113,8 @@ static char *prepend_path(const dl_envvec_t *sv, const char *name, const char *d
 {
     size_t n = strlen(name);
     long i = dl_envvec_find(sv, name, n);
-    char *s;
     if (i >= 0 && sv->v[i][n] == '=' && sv->v[i][n + 1] != '\0')
-        return asprintf(&s, "%s=%s:%s", name, dir, sv->v[i] + n + 1) < 0 ? NULL : s;
+        return fmt3(name, dir, ":", sv->v[i] + n + 1);
     return fmt(name, dir);
 }
 
@@ -148,8 +165,7 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
         r = dl_envvec_put(&sv, strdup(*e));
     /* Several CPU-bound workers each spawning a thread per core would oversubscribe the
      * machine; torchrun makes the same choice. */
-    if (r == 0 && w->local_world_size > 1 && !has(base, "OMP_NUM_THREADS") &&
-        !has(extra, "OMP_NUM_THREADS"))
+    if (r == 0 && w->local_world_size > 1 && !inherited(&sv, base, extra, "OMP_NUM_THREADS"))
         r = dl_envvec_put(&sv, fmt("OMP_NUM_THREADS", "1"));
     if (r == 0)
         r = dl_envvec_put(&sv, fmt_int("RANK", w->rank));
@@ -195,8 +211,7 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
         r = dl_envvec_put(&sv,
                           fmt("TORCHELASTIC_USE_AGENT_STORE", w->agent_store ? "True" : "False"));
     /* As torchrun: NCCL's asynchronous error handling on, unless the user said otherwise. */
-    if (r == 0 && !has(base, "TORCH_NCCL_ASYNC_ERROR_HANDLING") &&
-        !has(extra, "TORCH_NCCL_ASYNC_ERROR_HANDLING"))
+    if (r == 0 && !inherited(&sv, base, extra, "TORCH_NCCL_ASYNC_ERROR_HANDLING"))
         r = dl_envvec_put(&sv, fmt("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"));
     if (r == 0 && w->error_file != NULL)
         r = dl_envvec_put(&sv, fmt("TORCHELASTIC_ERROR_FILE", w->error_file));
@@ -228,10 +243,7 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
         if (has_value(&sv, ifvars[i]))
             continue;
         /* NCCL reads a bare name as a prefix (eth1 would match eth10 too); '=' makes it exact. */
-        char *e;
-        if (asprintf(&e, "%s=%s%s", ifvars[i], i == 1 ? "=" : "", w->ifname) < 0)
-            e = NULL;
-        r = dl_envvec_put(&sv, e);
+        r = dl_envvec_put(&sv, fmt3(ifvars[i], i == 1 ? "=" : "", w->ifname, ""));
     }
     /* `import dlaunch` finds the agent's own copy first, installed or not (docs/python.md). */
     if (r == 0 && w->python_path != NULL)

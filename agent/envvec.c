@@ -1,4 +1,5 @@
-/* See envvec.h. FNV-1a over the name, linear probing; the table is rebuilt when v grows. */
+/* See envvec.h. A short hash of the name, linear probing; the table is rebuilt when v grows,
+ * which dl_envvec_reserve makes once at most. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statfs.h>
+#include <unistd.h>
 
 #include "cgroup.h"
 #include "config.h"
@@ -239,6 +241,66 @@ int dl_cgroup_places(const char *root, pid_t pid, const char *controller, dl_cgr
     fclose(f);
     *ret_n = found;
     return 0;
+}
+
+/* Whether path (under root) is a cgroup file system of that version. */
+static bool is_cgroupfs(const char *root, const char *path, bool v2)
+{
+    char full[4200];
+    struct statfs sf;
+    snprintf(full, sizeof(full), "%s%s", root, path);
+    /* CGROUP_SUPER_MAGIC and CGROUP2_SUPER_MAGIC of linux/magic.h */
+    return statfs(full, &sf) == 0 && sf.f_type == (v2 ? 0x63677270 : 0x27e0eb);
+}
+
+static bool exists(const char *root, const char *dir, const char *file)
+{
+    char full[4200];
+    snprintf(full, sizeof(full), "%s%s/%s", root, dir, file);
+    return access(full, F_OK) == 0;
+}
+
+int dl_cgroup_place_quick(const char *root, const char *controller, const char *v1_file,
+                          dl_cgroup_place_t *ret)
+{
+    dl_cgroup_place_t ms[DL_CGROUP_PLACES];
+    char path[4200], ns[64];
+    int n = 0;
+
+    int r = read_memberships(root, "self", controller, ms, DL_CGROUP_PLACES, &n);
+    if (r < 0)
+        return r;
+    /* Read after /proc/self/cgroup, which makes the kernel look up /proc/self once for both.
+     * In the first cgroup namespace, /proc/self/cgroup's paths start at each hierarchy's root;
+     * in another they start at the namespace's, which only mountinfo relates to a folder. */
+    snprintf(path, sizeof(path), "%s/proc/self/ns/cgroup", root);
+    ssize_t len = readlink(path, ns, sizeof(ns) - 1);
+    if (len < 0 || (size_t)len != strlen("cgroup:[4026531835]") ||
+        memcmp(ns, "cgroup:[4026531835]", (size_t)len) != 0)
+        return 0;
+    /* A v1 hierarchy is taken before the v2 one, as dl_memcg_open takes it: its mount point
+     * must hold the controller's file and be the hierarchy's root (only that has
+     * release_agent), not a folder of it mounted alone. */
+    const dl_cgroup_place_t *m = NULL;
+    for (int i = 0; i < n; i++)
+        if (m == NULL || (m->v2 && !ms[i].v2))
+            m = &ms[i];
+    if (m == NULL)
+        return 0;
+    char mount[256];
+    snprintf(mount, sizeof(mount), "/sys/fs/cgroup%s%s", m->v2 ? "" : "/", m->v2 ? "" : controller);
+    if (!is_cgroupfs(root, mount, m->v2))
+        return 0;
+    /* v2's root is the one folder without cgroup.type. */
+    if (m->v2 ? exists(root, mount, "cgroup.type")
+              : !exists(root, mount, "release_agent") || !exists(root, mount, v1_file))
+        return 0;
+    ret->v2 = m->v2;
+    snprintf(ret->mount, sizeof(ret->mount), "%s", mount);
+    if (snprintf(ret->dir, sizeof(ret->dir), "%s%s", mount,
+                 strcmp(m->dir, "/") == 0 ? "" : m->dir) >= (int)sizeof(ret->dir))
+        return 0;
+    return 1;
 }
 
 int dl_cgroup_cpu_quota(const char *root, dl_cpu_quota_t *ret, char *warn, size_t warnlen)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "envvec.h"
 #include "workerenv.h"
 
 const char *const dl_worker_env_names[] = {
@@ -46,62 +47,24 @@ const char *const dl_worker_env_names[] = {
     NULL,
 };
 
-typedef struct {
-    char **v;
-    size_t *name_len; /* of each v[i]: put compares every entry with every other */
-    size_t len;
-    size_t cap;
-} strvec_t;
-
-static size_t name_len(const char *entry)
+/* "NAME=abc" without printf: a worker's environment is some 35 of these, per worker. */
+static char *fmt3(const char *name, const char *a, const char *b, const char *c)
 {
-    const char *eq = strchr(entry, '=');
-    return eq != NULL ? (size_t)(eq - entry) : strlen(entry);
-}
-
-/* Takes ownership of entry. */
-static int put(strvec_t *sv, char *entry)
-{
-    if (entry == NULL)
-        return -ENOMEM;
-    size_t n = name_len(entry);
-    for (size_t i = 0; i < sv->len; i++) {
-        if (sv->name_len[i] == n && memcmp(sv->v[i], entry, n) == 0) {
-            free(sv->v[i]);
-            sv->v[i] = entry;
-            return 0;
-        }
-    }
-    if (sv->len + 2 > sv->cap) {
-        size_t cap = sv->cap ? sv->cap * 2 : 64;
-        char **p = realloc(sv->v, cap * sizeof(char *));
-        if (p != NULL)
-            sv->v = p;
-        size_t *l = p != NULL ? realloc(sv->name_len, cap * sizeof(size_t)) : NULL;
-        if (l == NULL) {
-            free(entry);
-            return -ENOMEM;
-        }
-        sv->name_len = l;
-        sv->cap = cap;
-    }
-    sv->name_len[sv->len] = n;
-    sv->v[sv->len++] = entry;
-    sv->v[sv->len] = NULL;
-    return 0;
-}
-
-/* "NAME=value" without printf: a worker's environment is some 35 of these, per worker. */
-static char *fmt(const char *name, const char *value)
-{
-    size_t n = strlen(name), v = strlen(value);
-    char *s = malloc(n + v + 2);
+    size_t n = strlen(name), la = strlen(a), lb = strlen(b), lc = strlen(c);
+    char *s = malloc(n + la + lb + lc + 2);
     if (s == NULL)
         return NULL;
     memcpy(s, name, n);
     s[n] = '=';
-    memcpy(s + n + 1, value, v + 1);
+    memcpy(s + n + 1, a, la);
+    memcpy(s + n + 1 + la, b, lb);
+    memcpy(s + n + 1 + la + lb, c, lc + 1);
     return s;
+}
+
+static char *fmt(const char *name, const char *value)
+{
+    return fmt3(name, value, "", "");
 }
 
 static char *fmt_int(const char *name, int value)
@@ -126,25 +89,32 @@ static int has(char **v, const char *name)
     return 0;
 }
 
-/* Set and not empty: an empty variable is how scripts unset one. */
-static int has_value(char **v, const char *name)
+/* Whether base or extra sets name, which nothing of ours has been put as yet (nor is it one of
+ * the DLAUNCH_ names left out). sv holds all of both: its entry answers, unless that one lacks '=' (then an earlier one may have had it). */
+static int inherited(const dl_envvec_t *sv, char **base, char **extra, const char *name)
 {
     size_t n = strlen(name);
-    for (; v != NULL && *v != NULL; v++)
-        if (strncmp(*v, name, n) == 0 && (*v)[n] == '=' && (*v)[n + 1] != '\0')
-            return 1;
-    return 0;
+    long i = dl_envvec_find(sv, name, n);
+    if (i < 0)
+        return 0;
+    return sv->v[i][n] == '=' || has(base, name) || has(extra, name);
 }
 
-/* "NAME=dir:what v has", or "NAME=dir" when v has nothing; NULL without memory. */
-static char *prepend_path(char **v, const char *name, const char *dir)
+/* Set and not empty in sv: an empty variable is how scripts unset one. */
+static int has_value(const dl_envvec_t *sv, const char *name)
 {
     size_t n = strlen(name);
-    for (; v != NULL && *v != NULL; v++) {
-        char *s;
-        if (strncmp(*v, name, n) == 0 && (*v)[n] == '=' && (*v)[n + 1] != '\0')
-            return asprintf(&s, "%s=%s:%s", name, dir, *v + n + 1) < 0 ? NULL : s;
-    }
+    long i = dl_envvec_find(sv, name, n);
+    return i >= 0 && sv->v[i][n] == '=' && sv->v[i][n + 1] != '\0';
+}
+
+/* "NAME=dir:what sv has", or "NAME=dir" when sv has nothing; NULL without memory. */
+static char *prepend_path(const dl_envvec_t *sv, const char *name, const char *dir)
+{
+    size_t n = strlen(name);
+    long i = dl_envvec_find(sv, name, n);
+    if (i >= 0 && sv->v[i][n] == '=' && sv->v[i][n + 1] != '\0')
+        return fmt3(name, dir, ":", sv->v[i] + n + 1);
     return fmt(name, dir);
 }
 
@@ -172,8 +142,15 @@ static int own_device(char **base, int local_rank, char **ret)
 
 int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, char ***ret_envp)
 {
-    strvec_t sv = {0};
-    int r = 0;
+    dl_envvec_t sv = {0};
+    /* Ours (CUDA_VISIBLE_DEVICES in the place of the list's NULL) and all inherited: the index
+     * is built once, not rebuilt as it grows. */
+    size_t n = sizeof(dl_worker_env_names) / sizeof(dl_worker_env_names[0]);
+    for (char **e = base; e != NULL && *e != NULL; e++)
+        n++;
+    for (char **e = extra; e != NULL && *e != NULL; e++)
+        n++;
+    int r = dl_envvec_reserve(&sv, n);
 
     /* The agent's token never reaches a worker: a worker gets its job's worker key through
      * DLAUNCH_TOKEN_FILE below, which reaches the job's store and nothing else. */
@@ -183,101 +160,97 @@ int dl_worker_env_build(const dl_worker_env_t *w, char **base, char **extra, cha
             (strncmp(*e + 8, "TOKEN=", 6) != 0 && strncmp(*e + 8, "TOKEN_FILE=", 11) != 0 &&
              strncmp(*e + 8, "CONTROL_FD=", 11) != 0 && strncmp(*e + 8, "GROUP_GEN=", 10) != 0 &&
              strncmp(*e + 8, "SPARE=", 6) != 0))
-            r = put(&sv, strdup(*e));
+            r = dl_envvec_put(&sv, strdup(*e));
     for (char **e = extra; e != NULL && *e != NULL && r == 0; e++)
-        r = put(&sv, strdup(*e));
+        r = dl_envvec_put(&sv, strdup(*e));
     /* Several CPU-bound workers each spawning a thread per core would oversubscribe the
      * machine; torchrun makes the same choice. */
-    if (r == 0 && w->local_world_size > 1 && !has(base, "OMP_NUM_THREADS") &&
-        !has(extra, "OMP_NUM_THREADS"))
-        r = put(&sv, fmt("OMP_NUM_THREADS", "1"));
+    if (r == 0 && w->local_world_size > 1 && !inherited(&sv, base, extra, "OMP_NUM_THREADS"))
+        r = dl_envvec_put(&sv, fmt("OMP_NUM_THREADS", "1"));
     if (r == 0)
-        r = put(&sv, fmt_int("RANK", w->rank));
+        r = dl_envvec_put(&sv, fmt_int("RANK", w->rank));
     if (r == 0)
-        r = put(&sv, fmt_int("LOCAL_RANK", w->virtual_local_rank ? 0 : w->local_rank));
+        r = dl_envvec_put(&sv, fmt_int("LOCAL_RANK", w->virtual_local_rank ? 0 : w->local_rank));
     if (r == 0 && w->virtual_local_rank) {
         char *dev = NULL;
         r = own_device(base, w->local_rank, &dev);
         if (r == 0)
-            r = put(&sv, dev);
+            r = dl_envvec_put(&sv, dev);
     }
     if (r == 0)
-        r = put(&sv, fmt_int("WORLD_SIZE", w->world_size));
+        r = dl_envvec_put(&sv, fmt_int("WORLD_SIZE", w->world_size));
     if (r == 0)
-        r = put(&sv, fmt_int("LOCAL_WORLD_SIZE", w->local_world_size));
+        r = dl_envvec_put(&sv, fmt_int("LOCAL_WORLD_SIZE", w->local_world_size));
     if (r == 0)
-        r = put(&sv, fmt_int("GROUP_RANK", w->group_rank));
+        r = dl_envvec_put(&sv, fmt_int("GROUP_RANK", w->group_rank));
     if (r == 0)
-        r = put(&sv, fmt_int("GROUP_WORLD_SIZE", w->group_world_size));
+        r = dl_envvec_put(&sv, fmt_int("GROUP_WORLD_SIZE", w->group_world_size));
     if (r == 0)
-        r = put(&sv, fmt_int("ROLE_RANK", w->rank));
+        r = dl_envvec_put(&sv, fmt_int("ROLE_RANK", w->rank));
     if (r == 0)
-        r = put(&sv, fmt("ROLE_NAME", w->role != NULL ? w->role : "default"));
+        r = dl_envvec_put(&sv, fmt("ROLE_NAME", w->role != NULL ? w->role : "default"));
     if (r == 0)
-        r = put(&sv, fmt_int("ROLE_WORLD_SIZE", w->world_size));
+        r = dl_envvec_put(&sv, fmt_int("ROLE_WORLD_SIZE", w->world_size));
     if (r == 0)
-        r = put(&sv, fmt("MASTER_ADDR", w->master_addr));
+        r = dl_envvec_put(&sv, fmt("MASTER_ADDR", w->master_addr));
     if (r == 0)
-        r = put(&sv, fmt_int("MASTER_PORT", w->master_port));
+        r = dl_envvec_put(&sv, fmt_int("MASTER_PORT", w->master_port));
     if (r == 0)
-        r = put(&sv, fmt_int("TORCHELASTIC_RESTART_COUNT", w->restart_count));
+        r = dl_envvec_put(&sv, fmt_int("TORCHELASTIC_RESTART_COUNT", w->restart_count));
     if (r == 0)
-        r = put(&sv, fmt_int("TORCHELASTIC_MAX_RESTARTS", w->max_restarts));
+        r = dl_envvec_put(&sv, fmt_int("TORCHELASTIC_MAX_RESTARTS", w->max_restarts));
     if (r == 0)
-        r = put(&sv, fmt("TORCHELASTIC_RUN_ID", w->run_id));
+        r = dl_envvec_put(&sv, fmt("TORCHELASTIC_RUN_ID", w->run_id));
     if (r == 0 && w->signals_to_handle != NULL)
-        r = put(&sv, fmt("TORCHELASTIC_SIGNALS_TO_HANDLE", w->signals_to_handle));
+        r = dl_envvec_put(&sv, fmt("TORCHELASTIC_SIGNALS_TO_HANDLE", w->signals_to_handle));
     if (r == 0 && w->timer_file != NULL)
-        r = put(&sv, fmt("TORCHELASTIC_TIMER_FILE", w->timer_file));
+        r = dl_envvec_put(&sv, fmt("TORCHELASTIC_TIMER_FILE", w->timer_file));
     /* As torchrun since 2.4: the store outlives every worker, rank 0 included, for an agent
      * serves it at MASTER_ADDR:MASTER_PORT. Else rank 0 of torch.distributed hosts it there. */
     if (r == 0)
-        r = put(&sv, fmt("TORCHELASTIC_USE_AGENT_STORE", w->agent_store ? "True" : "False"));
+        r = dl_envvec_put(&sv,
+                          fmt("TORCHELASTIC_USE_AGENT_STORE", w->agent_store ? "True" : "False"));
     /* As torchrun: NCCL's asynchronous error handling on, unless the user said otherwise. */
-    if (r == 0 && !has(base, "TORCH_NCCL_ASYNC_ERROR_HANDLING") &&
-        !has(extra, "TORCH_NCCL_ASYNC_ERROR_HANDLING"))
-        r = put(&sv, fmt("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"));
+    if (r == 0 && !inherited(&sv, base, extra, "TORCH_NCCL_ASYNC_ERROR_HANDLING"))
+        r = dl_envvec_put(&sv, fmt("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"));
     if (r == 0 && w->error_file != NULL)
-        r = put(&sv, fmt("TORCHELASTIC_ERROR_FILE", w->error_file));
+        r = dl_envvec_put(&sv, fmt("TORCHELASTIC_ERROR_FILE", w->error_file));
     if (r == 0 && w->python_exec != NULL)
-        r = put(&sv, fmt("PYTHON_EXEC", w->python_exec));
+        r = dl_envvec_put(&sv, fmt("PYTHON_EXEC", w->python_exec));
     if (r == 0 && w->verbose)
-        r = put(&sv, fmt("DLAUNCH_VERBOSE", "1"));
+        r = dl_envvec_put(&sv, fmt("DLAUNCH_VERBOSE", "1"));
     if (r == 0 && w->attempt_dir != NULL)
-        r = put(&sv, fmt("DLAUNCH_ATTEMPT_DIR", w->attempt_dir));
+        r = dl_envvec_put(&sv, fmt("DLAUNCH_ATTEMPT_DIR", w->attempt_dir));
     if (r == 0 && w->store != NULL)
-        r = put(&sv, fmt("DLAUNCH_STORE", w->store));
+        r = dl_envvec_put(&sv, fmt("DLAUNCH_STORE", w->store));
     if (r == 0 && w->token_file != NULL)
-        r = put(&sv, fmt("DLAUNCH_TOKEN_FILE", w->token_file));
+        r = dl_envvec_put(&sv, fmt("DLAUNCH_TOKEN_FILE", w->token_file));
     if (r == 0 && w->health_fd >= 0)
-        r = put(&sv, fmt_int("DLAUNCH_HEALTH_FD", w->health_fd));
+        r = dl_envvec_put(&sv, fmt_int("DLAUNCH_HEALTH_FD", w->health_fd));
     if (r == 0 && w->recovery != NULL)
-        r = put(&sv, fmt("DLAUNCH_RECOVERY", w->recovery));
+        r = dl_envvec_put(&sv, fmt("DLAUNCH_RECOVERY", w->recovery));
     if (r == 0 && w->control_fd >= 0)
-        r = put(&sv, fmt_int("DLAUNCH_CONTROL_FD", w->control_fd));
+        r = dl_envvec_put(&sv, fmt_int("DLAUNCH_CONTROL_FD", w->control_fd));
     if (r == 0 && w->control_fd >= 0)
-        r = put(&sv, fmt_int("DLAUNCH_GROUP_GEN", w->group_gen));
+        r = dl_envvec_put(&sv, fmt_int("DLAUNCH_GROUP_GEN", w->group_gen));
     if (r == 0 && w->control_fd >= 0 && w->spare)
-        r = put(&sv, fmt("DLAUNCH_SPARE", "1"));
+        r = dl_envvec_put(&sv, fmt("DLAUNCH_SPARE", "1"));
     /* Left alone, Gloo binds what the host name resolves to and NCCL the first interface that
      * looks usable; either may be one the other nodes cannot reach. A user's own choice stays. */
     static const char *const ifvars[] = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
                                          "TP_SOCKET_IFNAME", "DLAUNCH_SOCKET_IFNAME"};
     for (size_t i = 0; i < 4 && r == 0 && w->ifname != NULL; i++) {
-        if (has_value(sv.v, ifvars[i]))
+        if (has_value(&sv, ifvars[i]))
             continue;
         /* NCCL reads a bare name as a prefix (eth1 would match eth10 too); '=' makes it exact. */
-        char *e;
-        if (asprintf(&e, "%s=%s%s", ifvars[i], i == 1 ? "=" : "", w->ifname) < 0)
-            e = NULL;
-        r = put(&sv, e);
+        r = dl_envvec_put(&sv, fmt3(ifvars[i], i == 1 ? "=" : "", w->ifname, ""));
     }
     /* `import dlaunch` finds the agent's own copy first, installed or not (docs/python.md). */
     if (r == 0 && w->python_path != NULL)
-        r = put(&sv, prepend_path(sv.v, "PYTHONPATH", w->python_path));
-    if (r == 0 && sv.v == NULL)
-        r = put(&sv, strdup("DLAUNCH=1"));
-    free(sv.name_len);
+        r = dl_envvec_put(&sv, prepend_path(&sv, "PYTHONPATH", w->python_path));
+    if (r == 0 && sv.len == 0)
+        r = dl_envvec_put(&sv, strdup("DLAUNCH=1"));
+    dl_envvec_drop_index(&sv);
     if (r < 0) {
         dl_worker_env_free(sv.v);
         return r;

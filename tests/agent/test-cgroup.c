@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "cgroup.h"
@@ -243,6 +244,70 @@ DL_TEST(places_of_a_controller)
     DL_CHECK_ERRNO(dl_cgroup_places(root, 43, "memory", p, DL_CGROUP_PLACES, &n), 0);
     ck_assert_int_eq(n, 0);
     DL_CHECK_ERRNO(dl_cgroup_places(root, 44, "memory", p, DL_CGROUP_PLACES, &n), -ENOENT);
+}
+
+/* The quick look (no mountinfo) finds what mountinfo finds on this machine, whichever
+ * layout it has; where it cannot tell, it says so and mountinfo is read instead. */
+DL_TEST(quick_place_agrees_with_mountinfo_here)
+{
+    dl_cgroup_place_t quick, p[DL_CGROUP_PLACES];
+    int n = 0;
+    int r = dl_cgroup_place_quick("", "memory", "memory.oom_control", &quick);
+    ck_assert_int_ge(r, 0);
+    if (r == 0) {
+        printf("# this machine's memory cgroup is not where the quick look checks\n");
+        return;
+    }
+    DL_CHECK_ERRNO(dl_cgroup_places("", 0, "memory", p, DL_CGROUP_PLACES, &n), 0);
+    const dl_cgroup_place_t *want = NULL;
+    for (int i = 0; i < n; i++)
+        if (want == NULL || (want->v2 && !p[i].v2))
+            want = &p[i];
+    ck_assert_ptr_nonnull(want);
+    ck_assert_int_eq(quick.v2, want->v2);
+    ck_assert_str_eq(quick.mount, want->mount);
+    ck_assert_str_eq(quick.dir, want->dir);
+}
+
+/* A fake /proc over this machine's real cgroup file system (linked in): the quick look trusts
+ * /proc/self/cgroup's path only in the first cgroup namespace, and only at a hierarchy's root. */
+DL_TEST(quick_place_only_in_the_first_namespace)
+{
+    struct statfs sf;
+    char target[512], link[512];
+    dl_cgroup_place_t q;
+    bool v1 = statfs("/sys/fs/cgroup/memory", &sf) == 0 && sf.f_type == 0x27e0eb &&
+              access("/sys/fs/cgroup/memory/release_agent", F_OK) == 0;
+    bool v2 = !v1 && statfs("/sys/fs/cgroup", &sf) == 0 && sf.f_type == 0x63677270 &&
+              access("/sys/fs/cgroup/cgroup.type", F_OK) != 0;
+    if (!v1 && !v2) {
+        printf("# no memory cgroup root at /sys/fs/cgroup here: nothing to link to\n");
+        return;
+    }
+    new_root();
+    put("proc/self/cgroup", v1 ? "4:memory:/job\n0::/\n" : "0::/job\n");
+    snprintf(link, sizeof(link), "%s/sys/fs/cgroup%s", root, v1 ? "/memory" : "");
+    put(v1 ? "sys/fs/cgroup/x" : "sys/fs/x", "");
+    snprintf(target, sizeof(target), "/sys/fs/cgroup%s", v1 ? "/memory" : "");
+    if (v2)
+        ck_assert_int_eq(rmdir(link) == 0 || errno == ENOENT, 1);
+    ck_assert_int_eq(symlink(target, link), 0);
+    snprintf(link, sizeof(link), "%s/proc/self/ns", root);
+    ck_assert_int_eq(mkdir(link, 0755), 0);
+    snprintf(link, sizeof(link), "%s/proc/self/ns/cgroup", root);
+    ck_assert_int_eq(symlink("cgroup:[4026531835]", link), 0);
+    DL_CHECK_ERRNO(dl_cgroup_place_quick(root, "memory", "memory.oom_control", &q), 1);
+    ck_assert_int_eq(q.v2, v2);
+    ck_assert_str_eq(q.mount, target);
+    ends_with(q.dir, "/job");
+    ck_assert_int_eq(strncmp(q.dir, target, strlen(target)), 0);
+    /* Another namespace: its paths start at its own root, which only mountinfo places. */
+    ck_assert_int_eq(unlink(link), 0);
+    ck_assert_int_eq(symlink("cgroup:[4026532999]", link), 0);
+    DL_CHECK_ERRNO(dl_cgroup_place_quick(root, "memory", "memory.oom_control", &q), 0);
+    /* No namespace link at all (an old kernel, a made-up tree): the same. */
+    ck_assert_int_eq(unlink(link), 0);
+    DL_CHECK_ERRNO(dl_cgroup_place_quick(root, "memory", "memory.oom_control", &q), 0);
 }
 
 DL_TEST_SUITE(.setup_once = setup, .no_fork = true, .scratch_dir = base);

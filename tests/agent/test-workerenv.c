@@ -223,3 +223,33 @@ DL_TEST(numbers_at_the_ends_of_an_int_and_outer_dlaunch_variables)
     ck_assert_str_eq(get(env, "DLAUNCHX"), "2");
     dl_worker_env_free(env);
 }
+
+/* torchrun's defaults (OMP_NUM_THREADS=1 beside other workers, TORCH_NCCL_ASYNC_ERROR_HANDLING=1)
+ * yield to the user's from either the agent's environment or the spec's, even an empty one;
+ * an entry without '=' sets nothing, but does not hide an earlier one that does. */
+DL_TEST(torchrun_defaults_yield_to_the_user_from_either_side)
+{
+    char *base[] = {"TORCH_NCCL_ASYNC_ERROR_HANDLING=", NULL};
+    char *extra[] = {"OMP_NUM_THREADS=4", NULL};
+    char **env;
+    dl_worker_env_t w = sample();
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, base, extra, &env), 0);
+    ck_assert_str_eq(get(env, "OMP_NUM_THREADS"), "4");
+    ck_assert_str_eq(get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "");
+    dl_worker_env_free(env);
+
+    char *bare[] = {"OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING", NULL};
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, bare, NULL, &env), 0);
+    ck_assert_str_eq(get(env, "OMP_NUM_THREADS"), "1");
+    ck_assert_str_eq(get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
+    dl_worker_env_free(env);
+
+    char *set_then_bare[] = {"OMP_NUM_THREADS=2", NULL};
+    char *bare_extra[] = {"OMP_NUM_THREADS", NULL};
+    DL_CHECK_ERRNO(dl_worker_env_build(&w, set_then_bare, bare_extra, &env), 0);
+    /* The bare entry replaced the value, and the user's setting still keeps ours out. */
+    ck_assert_ptr_null(get(env, "OMP_NUM_THREADS"));
+    for (char **e = env; *e != NULL; e++)
+        ck_assert_str_ne(*e, "OMP_NUM_THREADS=1");
+    dl_worker_env_free(env);
+}

@@ -12,10 +12,10 @@ ready; final callbacks run in order and one may queue another, so a callback que
 step's first gradient queues a second one, which runs after DDP's.
 
 A communication hook would have given the same moments, but in PyTorch 1.13 any Python hook
-takes DDP's C++ all-reduce away (its scaling fused into the copy into the bucket, its future
-kept in C++) and costs a small model about twice what this does in simulated cycles
-(docs/performance.md); this also leaves a hook of the user's own in place. Each parameter costs
-one Python call a backward pass."""
+takes DDP's all-reduce out of C++ (its scaling fused into the copy into the bucket, its future
+kept in C++), and DDP takes one hook only, so a user's own and ours excluded each other; this
+leaves DDP as it is and costs a small model slightly less (docs/performance.md). Each parameter
+costs one Python call a backward pass."""
 from __future__ import annotations
 
 from typing import Any, Callable

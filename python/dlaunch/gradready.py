@@ -14,8 +14,9 @@ step's first gradient queues a second one, which runs after DDP's.
 A communication hook would have given the same moments, but in PyTorch 1.13 any Python hook
 takes DDP's all-reduce out of C++ (its scaling fused into the copy into the bucket, its future
 kept in C++), and DDP takes one hook only, so a user's own and ours excluded each other; this
-leaves DDP as it is and costs a small model slightly less (docs/performance.md). Each parameter
-costs one Python call a backward pass."""
+leaves DDP as it is and costs a small model slightly less (docs/performance.md). Once a step
+has shown which gradient starts each bucket, one Python call a bucket a backward pass is left
+(GradReady, below)."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -29,7 +30,14 @@ _ALL_REDUCE = _rec.ALL_REDUCE
 
 class GradReady:
     """The buckets of one DDP model and how far this backward pass has started them. op_start
-    and op_end are the watch's (recorder and wait time)."""
+    and op_end are the watch's (recorder and wait time).
+
+    Counting, each parameter's gradient is counted against its bucket; a step in which every
+    bucket was started by a gradient, on the layout DDP keeps, teaches which parameter's
+    gradient starts which buckets, and from the next step on only those parameters are hooked
+    (a Python call a bucket instead of one a parameter). That assumes the next backward passes
+    run in the same order, as a static graph's do; a bucket whose parameter comes late or never
+    (an order changed, a parameter unused this step) sends the watch back to counting."""
 
     def __init__(self, model: Any, op_start: Callable[[int, int], int],
                  op_end: Callable[[int, bool], None]) -> None:
@@ -49,8 +57,11 @@ class GradReady:
         self._left: list[int] = []  # parameters still to come, by bucket
         self._next = 0  # the first bucket not started
         self._open: list[int] = []  # sequence numbers of the buckets started, not seen done
-        self._handles = [p.register_hook(self._hook_for(i)) for i, p in enumerate(self._params)
-                         if self.bucket_of[i] >= 0]
+        self._starter: list[int] = []  # counting: the parameter whose gradient started a bucket
+        self._off_order = False  # a learned parameter came before its buckets' turn
+        self.counting = True
+        self._handles: list[Any] = []
+        self._count_all()
 
     def _layout(self) -> None:
         """DDP's buckets as they are now: it lays them out again once, in the second step's
@@ -71,6 +82,38 @@ class GradReady:
             nbytes.append(t.numel() * t.element_size())
         self.bucket_of, self.sizes, self.nbytes = bucket_of, sizes, nbytes
 
+    def _layout_final(self) -> bool:
+        """Whether DDP will not lay its buckets out again: it has, or it never does (when it
+        looks for unused parameters without a static graph)."""
+        m = self.model
+        return self._rebuilt or (bool(getattr(m, "find_unused_parameters", False))
+                                 and not getattr(m, "static_graph", False))
+
+    def _unhook(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def _count_all(self) -> None:
+        self._unhook()
+        self.counting = True
+        self._handles = [p.register_hook(self._counter(i)) for i, p in enumerate(self._params)
+                         if self.bucket_of[i] >= 0]
+
+    def _learn(self) -> None:
+        """Hooks only the parameters that started buckets this step (each starts a run of
+        buckets in order: the ones complete before it)."""
+        runs: list[tuple[int, int, int]] = []  # parameter, first bucket, last bucket
+        for b, i in enumerate(self._starter):
+            if runs and runs[-1][0] == i:
+                runs[-1] = (i, runs[-1][1], b)
+            else:
+                runs.append((i, b, b))
+        self._unhook()
+        self.counting = False
+        self._handles = [self._params[i].register_hook(self._trigger(first, last))
+                         for i, first, last in runs]
+
     def arm(self) -> None:
         """A forward pass whose backward DDP will reduce begins. Buckets still open are those of
         a backward pass that did not finish (it raised, or DDP's wait for them did): failed."""
@@ -84,7 +127,7 @@ class GradReady:
         """A forward pass under no_sync() or without gradients: DDP reduces nothing after it."""
         self.armed = False
 
-    def _hook_for(self, i: int) -> Callable[[_torch.Tensor], None]:
+    def _counter(self, i: int) -> Callable[[_torch.Tensor], None]:
         def ready(grad: _torch.Tensor) -> None:
             if not self.armed:
                 return
@@ -94,7 +137,21 @@ class GradReady:
             left = self._left
             left[b] -= 1
             if left[b] == 0 and b == self._next:
-                self._start_ready()
+                self._start_ready(i)
+        return ready
+
+    def _trigger(self, first: int, last: int) -> Callable[[_torch.Tensor], None]:
+        def ready(grad: _torch.Tensor) -> None:
+            if not self.armed:
+                return
+            if self._first:
+                self._begin()
+            if self._next != first:
+                self._off_order = True
+            end = min(last + 1, len(self.nbytes))
+            while self._next < end:
+                self._open.append(self.op_start(_ALL_REDUCE, self.nbytes[self._next]))
+                self._next += 1
         return ready
 
     def _begin(self) -> None:
@@ -103,13 +160,17 @@ class GradReady:
         if rebuilt != self._rebuilt:
             self._rebuilt = rebuilt
             self._layout()
-        self._left = self.sizes[:]
+            self._off_order = not self.counting  # learned on another layout
+        if self.counting:
+            self._left = self.sizes[:]
+            self._starter = [-1] * len(self.sizes)
         self._next = 0
         self._queue(self._before_ddp)
 
-    def _start_ready(self) -> None:
+    def _start_ready(self, i: int) -> None:
         left, n = self._left, len(self._left)
         while self._next < n and left[self._next] <= 0:
+            self._starter[self._next] = i
             self._open.append(self.op_start(_ALL_REDUCE, self.nbytes[self._next]))
             self._next += 1
 
@@ -119,16 +180,22 @@ class GradReady:
     def _after_ddp(self) -> None:
         """DDP has waited for every bucket. One whose parameters did not all get a gradient
         (unused this step: DDP marks those ready itself) is recorded as started only now."""
-        while self._next < len(self._left):
+        n = len(self.nbytes)
+        late = self._next < n
+        while self._next < n:
             self._open.append(self.op_start(_ALL_REDUCE, self.nbytes[self._next]))
             self._next += 1
         for seq in self._open:
             self.op_end(seq, True)
         self._open = []
         self.armed = False
+        if self.counting:
+            if not late and self._layout_final():
+                self._learn()
+        elif late or self._off_order:
+            self._count_all()
+        self._off_order = False
 
     def remove(self) -> None:
         """Takes the gradient hooks off (Watch.close)."""
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+        self._unhook()

@@ -164,9 +164,12 @@ class Python(dltest.Case):
         attempt = os.path.join(self.dir, "dlaunch_logs", "job", "attempt_0")
         recs = [test_diag.read_recorder(os.path.join(attempt, f"rank_{r}.rec")) for r in (0, 1)]
         self.assertEqual([e[:3] for e in recs[0]], [e[:3] for e in recs[1]])
-        self.assertGreaterEqual(int(re.search(r"buckets a step: (\d+)", p.stdout).group(1)), 2)
-        # #1 is the all_reduce before the loop; then step 1's bucket(s) and the later steps'.
-        self.assertGreater(recs[0][-1][0], 1 + 1 + 2 * (steps - 1) - 1, recs[0])
+        first = int(re.search(r"buckets at first: (\d+)", p.stdout).group(1))
+        then = int(re.search(r"buckets a step: (\d+)", p.stdout).group(1))
+        self.assertGreaterEqual(then, 2)
+        # #1 is the all_reduce before the loop; then step 1's buckets (DDP's first layout) and
+        # each later step's (the layout DDP makes in step 2), each recorded once.
+        self.assertEqual(recs[0][-1][0], 1 + first + then * (steps - 1), recs[0])
         # Every bucket is recorded done once its step is over, not left running.
         self.assertTrue(all(e[1:3] == ("all-reduce", "done") for e in recs[0]), recs[0])
 
@@ -189,6 +192,23 @@ class Python(dltest.Case):
                          [(n, "all-reduce", "done") for n in range(1, 2 * steps + 2)])
         grads = 4 * (64 * 128 + 128 + 128 * 10 + 10)  # the model's gradients, in bytes
         self.assertEqual([e[3] for e in recs[0]], [16] + [grads, grads // 2] * steps)
+
+    def test_a_parameter_unused_in_some_steps_leaves_no_bucket_unrecorded(self):
+        # A second head unused every third step (find_unused_parameters=True): its bucket
+        # starts without a gradient hook run those steps, which sends the watch from hooking
+        # one parameter a bucket back to counting every parameter; every step's buckets are
+        # still recorded once, done, the same on both ranks.
+        steps = 12
+        self.script_args = [str(steps), "unused_every=3"]
+        p = self.run_job("--nproc-per-node", "2")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        buckets = int(re.search(r"buckets at first: (\d+)", p.stdout).group(1))
+        self.assertGreaterEqual(buckets, 2)
+        recs = [self.recorded(r) for r in (0, 1)]
+        self.assertEqual(recs[0], recs[1])
+        self.assertEqual([e[:3] for e in recs[0]][-10:],
+                         [(n, "all-reduce", "done") for n in
+                          range(1 + buckets * steps - 9, 2 + buckets * steps)])
 
     def test_steps_under_no_sync_record_no_bucket(self):
         # Gradients accumulated over 3 steps under DDP's no_sync(): only steps 3, 6 and 9

@@ -1,7 +1,7 @@
 """A small PyTorch DDP job (gloo, CPU) watched by dlaunch.torch.watch, for test_python.py.
 
     ddp_watch.py STEPS [hang_at=K] [slow_rank=R] [bucket_kb=KB] [comm_hook=fp16]
-                       [accumulate=K]
+                       [accumulate=K] [unused_every=K]
 
 Step k (1, 2, ...) is one forward, backward and optimizer step; the model's gradients make one
 DDP bucket. Before the training loop every rank makes one all_reduce of its own (the recorder's
@@ -13,6 +13,8 @@ model with DDP's own C++ all-reduce trained beside it on the same data; rank 0 p
 the two end with the same bits. comm_hook=fp16: PyTorch's fp16_compress_hook registered on the
 model before watch() (the user's own hook). accumulate=K: gradients accumulated over K steps
 under DDP's no_sync() before each step that reduces them (only steps K, 2K, ... all-reduce).
+unused_every=K: a second head whose parameters get no gradient in steps K, 2K, ... (DDP with
+find_unused_parameters=True); rank 0 prints how many buckets DDP has at the start.
 Rank 0 prints "done N steps" at the end."""
 import contextlib
 import copy
@@ -25,6 +27,19 @@ import torch.distributed as dist
 import dlaunch.torch
 
 
+class TwoHeads(torch.nn.Module):
+    """The trunk, and a second head added to its output only when asked."""
+
+    def __init__(self, trunk):
+        super().__init__()
+        self.trunk = trunk
+        self.extra = torch.nn.Linear(10, 10)
+
+    def forward(self, x, use_extra=True):
+        out = self.trunk(x)
+        return out + self.extra(out) if use_extra else out
+
+
 def main():
     steps = int(sys.argv[1])
     opts = dict(a.split("=", 1) for a in sys.argv[2:])
@@ -32,6 +47,7 @@ def main():
     slow_rank = int(opts.get("slow_rank", -1))
     bucket_kb = float(opts.get("bucket_kb", 0))
     accumulate = int(opts.get("accumulate", 1))
+    unused_every = int(opts.get("unused_every", 0))
     dist.init_process_group("gloo", init_method="env://")
     rank = dist.get_rank()
     torch.manual_seed(0)
@@ -45,12 +61,20 @@ def main():
         model = ddp(net, bucket_cap_mb=bucket_kb / 1024)
         twin = ddp(twin_net, bucket_cap_mb=bucket_kb / 1024)
         twin_opt = torch.optim.SGD(twin.parameters(), lr=0.01)
+    elif unused_every:
+        net = TwoHeads(net)
+        # 256-byte buckets: the second head's two tensors (440 bytes) make the first alone.
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 256
+        model = ddp(net, bucket_cap_mb=256 / 2**20, find_unused_parameters=True)
     else:
         model = ddp(net)
     if opts.get("comm_hook") == "fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if rank == 0 and (unused_every or bucket_kb):
+        print(f"buckets at first: {len(model.reducer._get_zeros_like_grad_buckets())}",
+              flush=True)
     watched = dlaunch.torch.watch(model, opt)
     print(f"rank {rank}: watched={watched is not None}", flush=True)
     t = torch.ones(4)
@@ -64,7 +88,11 @@ def main():
         def sync():
             return contextlib.nullcontext() if reduce else model.no_sync()
         with sync():
-            loss = torch.nn.functional.cross_entropy(model(x), y)
+            if unused_every:
+                out = model(x, k % unused_every != 0)
+            else:
+                out = model(x)
+            loss = torch.nn.functional.cross_entropy(out, y)
         if rank == slow_rank:
             with torch.no_grad():
                 for _ in range(40):

@@ -1114,6 +1114,48 @@ DL_TEST_IN(inplace_tests, malloc_buffers_are_read_in_place_from_64k)
     run_two_at_default_sizes(body_adopt_threshold);
 }
 
+/* An adopted buffer one of whose whole pages (the first, one in the middle, the last) is unmapped
+ * and mapped anew, anonymous, at the same address between two calls: the adoption no longer
+ * stands, and the next call must read the new page, not the memfd's old one (the peer maps the
+ * memfd, so a check that looked only at some of the pages would hand it stale data there). The
+ * buffer is adopted again and read in place, with exact sums, and the call after that finds the
+ * new adoption. */
+static int body_adopted_remapped(rank_t *r, void *arg)
+{
+    (void)arg;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), mlen = 64 * page, count = (mlen - 64) / 8;
+    int bad = 0, rc = 0, salt = 700;
+    uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+    char *out = malloc(mlen);
+    /* The buffer starts 16 bytes in: its whole pages are [page, mlen - page). */
+    const size_t where[] = {page, mlen / 2, mlen - 2 * page};
+    for (size_t w = 0; w < sizeof(where) / sizeof(where[0]) && rc == 0; w++) {
+        char *m = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED || out == NULL) {
+            rc = -ENOMEM;
+            break;
+        }
+        rc = adopted_case(r, m + 16, out, count, DL_COLL_INT64, DL_COLL_SUM, 1, salt++, &calls,
+                          &bad);
+        char *pg = m + where[w];
+        if (rc == 0 &&
+            (munmap(pg, page) < 0 || mmap(pg, page, PROT_READ | PROT_WRITE,
+                                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != pg))
+            rc = -errno;
+        for (int call = 0; call < 2 && rc == 0; call++)
+            rc = adopted_case(r, m + 16, out, count, DL_COLL_INT64, DL_COLL_SUM, 1, salt++, &calls,
+                              &bad);
+        munmap(m, mlen);
+    }
+    free(out);
+    return rc < 0 ? rc : bad;
+}
+
+DL_TEST_IN(inplace_tests, adopted_buffer_with_a_page_mapped_anew_is_read_anew)
+{
+    run_two_at_default_sizes(body_adopted_remapped);
+}
+
 /* ---- the bootstrap --------------------------------------------------------------------------- */
 
 static int body_info(rank_t *r, void *arg)

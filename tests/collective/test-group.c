@@ -1004,6 +1004,44 @@ DL_TEST_IN(inplace_tests, two_ranks_take_the_pair_form_beyond_4k)
     run_two_at_default_sizes(body_pair_switch);
 }
 
+/* With the default options two ranks' one-round all-reduce copies in halves from 2 KiB (the
+ * other reads the first while the second is copied): exact sums for every type, counts whose
+ * halves differ, in and out of place, call after call (the slots and the counters reused), and
+ * just below 2 KiB the whole copy as before. */
+static int body_halves(rank_t *r, void *arg)
+{
+    (void)arg;
+    static const size_t lens[] = {2040, 2048, 2056, 3000, 4088, 4096};
+    char *a = malloc(4096 + 64), *b = malloc(4096 + 64);
+    int bad = 0, rc = a != NULL && b != NULL ? 0 : -ENOMEM, salt = 800;
+    uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+    for (int t = 0; t <= DL_COLL_INT64 && rc == 0; t++) {
+        size_t es = dl_coll_dtype_size((dl_coll_dtype_t)t);
+        for (size_t c = 0; c < sizeof(lens) / sizeof(lens[0]) && rc == 0; c++) {
+            size_t count = lens[c] / es;
+            if (dl__coll_shm_allreduce_algo(r->g->shm, count * es, 0) !=
+                DL_COLL_REC_ALGO_SHM_SMALL) {
+                snprintf(r->err, sizeof(r->err), "%zu bytes: not the one-round form", count * es);
+                bad++;
+            }
+            for (int call = 0; call < 3 && rc == 0; call++) {
+                dl_coll_op_t op = call == 1 ? DL_COLL_MAX : DL_COLL_SUM;
+                char *src = a + 16, *dst = call == 2 ? src : b + 8;
+                rc = adopted_case(r, src, dst, count, (dl_coll_dtype_t)t, op, 0, salt++, &calls,
+                                  &bad);
+            }
+        }
+    }
+    free(a);
+    free(b);
+    return rc < 0 ? rc : bad;
+}
+
+DL_TEST_IN(inplace_tests, two_ranks_copy_one_round_in_halves_from_2k)
+{
+    run_two_at_default_sizes(body_halves);
+}
+
 /* ---- a re-used malloc'd buffer ------------------------------------------------------------- */
 
 /* With the default options, two ranks all-reduce the same malloc'd buffers (16 bytes past a line,

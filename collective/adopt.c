@@ -18,6 +18,18 @@
  * /proc/self/map_files gives the mapping took 2.5-6.5 us (as long as a whole registered
  * all-reduce of 64 KiB); the name is the fallback on older kernels.
  *
+ * A check without a system call was weighed and not taken (2026-12-07): a second mapping of the
+ * memfd kept here, a word written through it at the start of a call and looked for at the
+ * buffer's address (where the memfd no longer lies the write is not seen), then restored. The
+ * written value is visible while it lasts to whoever reads the buffer, which a const input
+ * allows: another thread, or the other rank of a second group all-reducing the same buffer at
+ * the same time, which reads the memfd itself. Where realloc moved the pages elsewhere (mremap)
+ * and new memory lies at the old address, the word written is the moved buffer's, which another
+ * thread may write meanwhile: the restore would undo its write. And the first and last pages
+ * alone miss a page in the middle unmapped and mapped anew, while every page is 128 of them at
+ * 512 KiB, each through two mappings (test-group's
+ * adopted_buffer_with_a_page_mapped_anew_is_read_anew holds any check to every page).
+ *
  * fork: a child would share adopted pages with its parent instead of getting a copy; the child's
  * handler maps each of them privately (copy-on-write from the memfd), so the child's writes stay
  * its own. Unlike a real fork's copy, pages the child has not written yet still show the parent's

@@ -1004,6 +1004,44 @@ DL_TEST_IN(inplace_tests, two_ranks_take_the_pair_form_beyond_4k)
     run_two_at_default_sizes(body_pair_switch);
 }
 
+/* With the default options two ranks' one-round all-reduce copies in halves from 2 KiB (the
+ * other reads the first while the second is copied): exact sums for every type, counts whose
+ * halves differ, in and out of place, call after call (the slots and the counters reused), and
+ * just below 2 KiB the whole copy as before. */
+static int body_halves(rank_t *r, void *arg)
+{
+    (void)arg;
+    static const size_t lens[] = {2040, 2048, 2056, 3000, 4088, 4096};
+    char *a = malloc(4096 + 64), *b = malloc(4096 + 64);
+    int bad = 0, rc = a != NULL && b != NULL ? 0 : -ENOMEM, salt = 800;
+    uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+    for (int t = 0; t <= DL_COLL_INT64 && rc == 0; t++) {
+        size_t es = dl_coll_dtype_size((dl_coll_dtype_t)t);
+        for (size_t c = 0; c < sizeof(lens) / sizeof(lens[0]) && rc == 0; c++) {
+            size_t count = lens[c] / es;
+            if (dl__coll_shm_allreduce_algo(r->g->shm, count * es, 0) !=
+                DL_COLL_REC_ALGO_SHM_SMALL) {
+                snprintf(r->err, sizeof(r->err), "%zu bytes: not the one-round form", count * es);
+                bad++;
+            }
+            for (int call = 0; call < 3 && rc == 0; call++) {
+                dl_coll_op_t op = call == 1 ? DL_COLL_MAX : DL_COLL_SUM;
+                char *src = a + 16, *dst = call == 2 ? src : b + 8;
+                rc = adopted_case(r, src, dst, count, (dl_coll_dtype_t)t, op, 0, salt++, &calls,
+                                  &bad);
+            }
+        }
+    }
+    free(a);
+    free(b);
+    return rc < 0 ? rc : bad;
+}
+
+DL_TEST_IN(inplace_tests, two_ranks_copy_one_round_in_halves_from_2k)
+{
+    run_two_at_default_sizes(body_halves);
+}
+
 /* ---- a re-used malloc'd buffer ------------------------------------------------------------- */
 
 /* With the default options, two ranks all-reduce the same malloc'd buffers (16 bytes past a line,
@@ -1112,6 +1150,48 @@ static int body_adopt_threshold(rank_t *r, void *arg)
 DL_TEST_IN(inplace_tests, malloc_buffers_are_read_in_place_from_64k)
 {
     run_two_at_default_sizes(body_adopt_threshold);
+}
+
+/* An adopted buffer one of whose whole pages (the first, one in the middle, the last) is unmapped
+ * and mapped anew, anonymous, at the same address between two calls: the adoption no longer
+ * stands, and the next call must read the new page, not the memfd's old one (the peer maps the
+ * memfd, so a check that looked only at some of the pages would hand it stale data there). The
+ * buffer is adopted again and read in place, with exact sums, and the call after that finds the
+ * new adoption. */
+static int body_adopted_remapped(rank_t *r, void *arg)
+{
+    (void)arg;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), mlen = 64 * page, count = (mlen - 64) / 8;
+    int bad = 0, rc = 0, salt = 700;
+    uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+    char *out = malloc(mlen);
+    /* The buffer starts 16 bytes in: its whole pages are [page, mlen - page). */
+    const size_t where[] = {page, mlen / 2, mlen - 2 * page};
+    for (size_t w = 0; w < sizeof(where) / sizeof(where[0]) && rc == 0; w++) {
+        char *m = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED || out == NULL) {
+            rc = -ENOMEM;
+            break;
+        }
+        rc = adopted_case(r, m + 16, out, count, DL_COLL_INT64, DL_COLL_SUM, 1, salt++, &calls,
+                          &bad);
+        char *pg = m + where[w];
+        if (rc == 0 &&
+            (munmap(pg, page) < 0 || mmap(pg, page, PROT_READ | PROT_WRITE,
+                                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != pg))
+            rc = -errno;
+        for (int call = 0; call < 2 && rc == 0; call++)
+            rc = adopted_case(r, m + 16, out, count, DL_COLL_INT64, DL_COLL_SUM, 1, salt++, &calls,
+                              &bad);
+        munmap(m, mlen);
+    }
+    free(out);
+    return rc < 0 ? rc : bad;
+}
+
+DL_TEST_IN(inplace_tests, adopted_buffer_with_a_page_mapped_anew_is_read_anew)
+{
+    run_two_at_default_sizes(body_adopted_remapped);
 }
 
 /* ---- the bootstrap --------------------------------------------------------------------------- */

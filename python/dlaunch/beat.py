@@ -59,8 +59,14 @@ class Beats:
     def add(self, compute_s: float, wait_s: float, samples: float, now: float | None = None,
             force: bool = False) -> None:
         """One step done: compute_s outside collectives, wait_s inside them."""
-        self.step += 1
-        self._steps += 1
+        self.add_steps(1, compute_s, wait_s, samples, now, force)
+
+    def add_steps(self, steps: int, compute_s: float, wait_s: float, samples: float,
+                  now: float | None = None, force: bool = False) -> None:
+        """steps steps done, their times and samples summed (a caller that keeps the sums
+        itself hands them over every BEAT_EVERY_S)."""
+        self.step += steps
+        self._steps += steps
         self._compute_s += max(compute_s, 0.0)
         self._wait_s += max(wait_s, 0.0)
         self._samples += samples
@@ -68,7 +74,7 @@ class Beats:
         if not force and self.lines > 0 and now - self._last < BEAT_EVERY_S:
             return
         if self.fd in _closed:  # past exit's close: the number may be another file's now
-            self.add = _no_beat  # type: ignore[method-assign]
+            self.add = self.add_steps = _no_beat  # type: ignore[method-assign]
             return
         k = self._steps
         line = (f"step={self.step} steps={k} compute_ms={self._compute_s * 1e3 / k:.4f} "
@@ -79,7 +85,7 @@ class Beats:
             return  # the agent is behind: the next line covers these steps too
         except OSError:
             self.fd = -1
-            self.add = _no_beat  # type: ignore[method-assign]  # the watchdog is gone
+            self.add = self.add_steps = _no_beat  # type: ignore[method-assign]  # no watchdog
             return
         self.lines += 1
         self._last = now

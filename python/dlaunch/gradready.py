@@ -122,6 +122,7 @@ class GradReady:
         self._open = []
         self.armed = True
         self._first = True
+        self._next = 0
 
     def disarm(self) -> None:
         """A forward pass under no_sync() or without gradients: DDP reduces nothing after it."""
@@ -144,8 +145,9 @@ class GradReady:
         def ready(grad: _torch.Tensor) -> None:
             if not self.armed:
                 return
-            if self._first:
-                self._begin()
+            if self._first:  # learned on the layout DDP keeps: nothing to read again
+                self._first = False
+                self._queue(self._before_ddp)
             if self._next != first:
                 self._off_order = True
             end = min(last + 1, len(self.nbytes))
@@ -155,16 +157,14 @@ class GradReady:
         return ready
 
     def _begin(self) -> None:
+        """Counting, the backward pass's first gradient."""
         self._first = False
         rebuilt = bool(getattr(self.model, "_has_rebuilt_buckets", False))
         if rebuilt != self._rebuilt:
             self._rebuilt = rebuilt
             self._layout()
-            self._off_order = not self.counting  # learned on another layout
-        if self.counting:
-            self._left = self.sizes[:]
-            self._starter = [-1] * len(self.sizes)
-        self._next = 0
+        self._left = self.sizes[:]
+        self._starter = [-1] * len(self.sizes)
         self._queue(self._before_ddp)
 
     def _start_ready(self, i: int) -> None:

@@ -24,7 +24,7 @@ import torch.distributed as _dist
 
 from .gradready import GradReady
 from . import recorder as _rec
-from .beat import Beats
+from .beat import BEAT_EVERY_S, Beats
 from .recorder import Recorder
 from .recover import Recoverable, RecoveryFailed, wait_as_spare
 from .stacks import Stacks
@@ -71,6 +71,11 @@ class Watch:
         self._wait_ns = 0
         self._samples = 0.0
         self._step_from: int | None = None
+        self._sum_steps = 0  # steps not yet handed to the beats
+        self._sum_compute_ns = 0
+        self._sum_wait_ns = 0
+        self._sum_samples = 0.0
+        self._beat_due = 0  # _now_ns() from which the next sum is handed over
         self._manual = False
         self._handles: list[Any] = []
         # Our future callbacks that a gloo thread still holds (see _settle_at_exit), and the
@@ -136,9 +141,21 @@ class Watch:
             self._wait_ns = 0
         took = now - self._step_from
         self._step_from = now
-        if self.beats is not None:
-            wait = min(wait, took)
-            self.beats.add((took - wait) * 1e-9, wait * 1e-9, self._samples, now * 1e-9)
+        if self.beats is None:
+            return
+        # The steps are summed here and handed to the beats when a line is due: one Python call
+        # less a step, which runs from cold caches (docs/performance.md).
+        wait = min(wait, took)
+        self._sum_steps += 1
+        self._sum_compute_ns += took - wait
+        self._sum_wait_ns += wait
+        self._sum_samples += self._samples
+        if now >= self._beat_due:
+            self._beat_due = now + int(BEAT_EVERY_S * 1e9)
+            self.beats.add_steps(self._sum_steps, self._sum_compute_ns * 1e-9,
+                                 self._sum_wait_ns * 1e-9, self._sum_samples, now * 1e-9)
+            self._sum_steps = self._sum_compute_ns = self._sum_wait_ns = 0
+            self._sum_samples = 0.0
 
     def _auto_step(self) -> None:
         if not self._manual:
@@ -148,8 +165,8 @@ class Watch:
         def pre_forward(module: Any, args: tuple[Any, ...]) -> None:
             if args and isinstance(args[0], _torch.Tensor) and args[0].dim() > 0:
                 self._samples = float(args[0].shape[0])
-            if not self._by_optimizer:
-                self._auto_step()
+            if not self._by_optimizer and not self._manual:
+                self.step()
             r = self._ready
             if r is not None:
                 if module.require_backward_grad_sync and _torch.is_grad_enabled():

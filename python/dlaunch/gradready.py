@@ -19,6 +19,7 @@ has shown which gradient starts each bucket, one Python call a bucket a backward
 (GradReady, below)."""
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 import torch as _torch
@@ -134,6 +135,8 @@ class GradReady:
                 return
             if self._first:
                 self._begin()
+                if not self.armed:
+                    return
             b = self.bucket_of[i]
             left = self._left
             left[b] -= 1
@@ -162,7 +165,15 @@ class GradReady:
         rebuilt = bool(getattr(self.model, "_has_rebuilt_buckets", False))
         if rebuilt != self._rebuilt:
             self._rebuilt = rebuilt
-            self._layout()
+            try:
+                self._layout()
+            except (AttributeError, RuntimeError, TypeError) as e:
+                # Inside the backward pass: raising would fail the user's step.
+                print(f"dlaunch: gradient buckets no longer recorded: {e}", file=sys.stderr,
+                      flush=True)
+                self.armed = False
+                self._unhook()
+                return
         self._left = self.sizes[:]
         self._starter = [-1] * len(self.sizes)
         self._queue(self._before_ddp)

@@ -175,7 +175,11 @@ class Watch:
                     r.disarm()
         self._handles.append(model.register_forward_pre_hook(pre_forward))
         if buckets and isinstance(model, _torch.nn.parallel.DistributedDataParallel):
-            self._ready = GradReady(model, self.op_start, self.op_end)
+            try:
+                self._ready = GradReady(model, self.op_start, self.op_end)
+            except (AttributeError, RuntimeError, TypeError) as e:  # a DDP unlike 1.13's
+                _warn(f"rank {self.rank}: gradient buckets not recorded: {e}")
+                return
             self._handles.append(self._ready)
 
     def close(self) -> None:

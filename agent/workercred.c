@@ -74,7 +74,7 @@ int dl__worker_cred_write(const dl_proto_token_t *token, const char *run_id, cha
 
     /* From a master: a key issued now that lasts DL_PROTO_KEY_LIFETIME_S, so that a worker key
      * read off a node ends, as a job key handed out does. From a job key: the job key's span. */
-    int64_t now = (int64_t)time(NULL);
+    int64_t now = dl_proto_unix_now();
     dl_proto_key_life_t life = {now, now + DL_PROTO_KEY_LIFETIME_S};
     r = dl_proto_token_derive(token, DL_PROTO_TOKEN_WORKER, run_id, &life, &worker);
     if (r < 0) {

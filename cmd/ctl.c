@@ -506,7 +506,7 @@ int dl__ctl_token(const char *cmd, const ctl_opts_t *o)
                                    kind);
     }
     /* Issued now: a revocation of this run withdraws it with the keys made before it. */
-    int64_t now = (int64_t)time(NULL);
+    int64_t now = dl_proto_unix_now();
     dl_proto_key_life_t life = {now, now + lifetime};
     r = dl_proto_token_derive(from, o->worker ? DL_PROTO_TOKEN_WORKER : DL_PROTO_TOKEN_JOB,
                               o->args[0], &life, &key);
@@ -534,7 +534,7 @@ int dl__ctl_revoke(const char *cmd, const ctl_opts_t *o)
     const char *endpoint = control_endpoint(o, &where);
     dl_rdzv_sync_t *c;
     json_t *reply = NULL;
-    int64_t before = (int64_t)time(NULL);
+    int64_t before = dl_proto_unix_now();
     char when[32];
 
     if (o->nargs != 1)

@@ -330,6 +330,8 @@ typedef struct {
  * agent holding the master makes for its workers lasts. */
 #define DL_PROTO_KEY_LIFETIME_S (7 * 86400)
 
+/* The wall clock in seconds, as keys are issued and judged by it. */
+int64_t dl_proto_unix_now(void);
 /* Whether life is a span a key may have: 0 <= issued < expires <= DL_PROTO_KEY_TIME_MAX. */
 bool dl_proto_key_life_valid(const dl_proto_key_life_t *life);
 

@@ -141,6 +141,19 @@ class Lifetime(Keys):
         self.ctl("stop", self.master, "jobA")
         a.wait(timeout=60)
 
+    def test_a_key_made_just_after_a_second_turns_is_issued_in_that_second(self):
+        # Just after the wall clock turns a second, a key made then is issued in the new
+        # second, never in the one before (a clock that lags by a tick, as time() does, put it
+        # there; a script comparing with `date +%s` taken first saw it issued before it asked).
+        for _ in range(6):
+            while (frac := time.time() % 1) > 0.0005:  # sleep to 10 ms before, then spin
+                time.sleep(max(0.0, 0.99 - frac))
+            before = int(time.time())
+            p = self.run_cmd("token", "--token-file", self.master, "jobA")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            issued = int(p.stdout.split(":")[2])
+            self.assertGreaterEqual(issued, before, p.stdout)
+
     def test_dlaunch_token_makes_keys_that_end(self):
         before = int(time.time())
         p = self.run_cmd("token", "--token-file", self.master, "jobA")

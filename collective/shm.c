@@ -196,22 +196,31 @@ static int abort_fail(dl__coll_shm_t *s)
 }
 
 /* Waits until member j's counter `word` reaches k. */
-static int wait_for(dl__coll_shm_t *s, int j, _Atomic uint32_t *word, uint32_t k, const char *what)
+/* Spins until *word reaches k: 1 once it has, 0 when spin_ns ran out first, or the abort's
+ * error. The clock is read only once the spin has gone on a while. */
+static int spin_for(dl__coll_shm_t *s, _Atomic uint32_t *word, uint32_t k)
 {
-    if (ge(atomic_load_explicit(word, memory_order_acquire), k))
-        return 0;
-    int64_t t0 = now_ns();
+    int64_t t0 = 0;
     for (unsigned i = 1;; i++) {
-        cpu_relax();
         if (ge(atomic_load_explicit(word, memory_order_acquire), k))
-            return 0;
+            return 1;
+        cpu_relax();
         if ((i & 63) == 0) {
             if (aborted(s))
                 return abort_fail(s);
-            if (now_ns() - t0 > s->spin_ns)
-                break;
+            if (t0 == 0)
+                t0 = now_ns();
+            else if (now_ns() - t0 > s->spin_ns)
+                return 0;
         }
     }
+}
+
+static int wait_for(dl__coll_shm_t *s, int j, _Atomic uint32_t *word, uint32_t k, const char *what)
+{
+    int r = spin_for(s, word, k);
+    if (r != 0)
+        return r < 0 ? r : 0;
     for (int i = 0; i < s->yield_spins; i++) {
         sched_yield();
         if (ge(atomic_load_explicit(word, memory_order_acquire), k))
@@ -337,21 +346,9 @@ static void reduce_all(char *out, const char *const *d, int n, size_t count, dl_
  * wait goes on for `arrive`, whose post wakes a sleeper. */
 static int wait_first_half(dl__coll_shm_t *s, int j, uint32_t k)
 {
-    _Atomic uint32_t *mid = &s->ctl[j].mid;
-    int64_t t0 = 0;
-    for (unsigned i = 1;; i++) {
-        if (ge(atomic_load_explicit(mid, memory_order_acquire), k))
-            return 0;
-        cpu_relax();
-        if ((i & 63) == 0) {
-            if (aborted(s))
-                return abort_fail(s);
-            if (t0 == 0)
-                t0 = now_ns();
-            else if (now_ns() - t0 > s->spin_ns)
-                break;
-        }
-    }
+    int r = spin_for(s, &s->ctl[j].mid, k);
+    if (r != 0)
+        return r < 0 ? r : 0;
     return wait_arrive(s, j, k);
 }
 

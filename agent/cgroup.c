@@ -243,6 +243,15 @@ int dl_cgroup_places(const char *root, pid_t pid, const char *controller, dl_cgr
     return 0;
 }
 
+const dl_cgroup_place_t *dl_cgroup_charging(const dl_cgroup_place_t *places, int n)
+{
+    const dl_cgroup_place_t *p = NULL;
+    for (int i = 0; i < n; i++)
+        if (p == NULL || (p->v2 && !places[i].v2))
+            p = &places[i];
+    return p;
+}
+
 /* Whether path (under root) is a cgroup file system of that version. */
 static bool is_cgroupfs(const char *root, const char *path, bool v2)
 {
@@ -281,10 +290,7 @@ int dl_cgroup_place_quick(const char *root, const char *controller, const char *
     /* A v1 hierarchy is taken before the v2 one, as dl_memcg_open takes it: its mount point
      * must hold the controller's file and be the hierarchy's root (only that has
      * release_agent), not a folder of it mounted alone. */
-    const dl_cgroup_place_t *m = NULL;
-    for (int i = 0; i < n; i++)
-        if (m == NULL || (m->v2 && !ms[i].v2))
-            m = &ms[i];
+    const dl_cgroup_place_t *m = dl_cgroup_charging(ms, n);
     if (m == NULL)
         return 0;
     char mount[256];

@@ -27,6 +27,10 @@ typedef struct {
 int dl_cgroup_places(const char *root, pid_t pid, const char *controller, dl_cgroup_place_t *ret,
                      int max, int *ret_n);
 
+/* Of a process's places for a controller, the one the kernel charges: a v1 hierarchy's, even
+ * beside a v2 one. NULL when n is 0. */
+const dl_cgroup_place_t *dl_cgroup_charging(const dl_cgroup_place_t *places, int n);
+
 /* The caller's cgroup for controller where most systems have it, found without reading
  * mountinfo (the kernel prints every mount for it, some 20 us even on a small host): in the
  * first cgroup namespace, a v1 hierarchy holding controller (and v1_file) whose root is mounted

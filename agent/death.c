@@ -85,13 +85,11 @@ int dl_memcg_open(dl_memcg_t *w, const char *root, pid_t pid)
     int r = pid == 0 ? dl_cgroup_place_quick(root, "memory", "memory.oom_control", &places[0]) : 0;
     if (r < 0)
         return r;
-    const dl_cgroup_place_t *p = r == 1 ? &places[0] : NULL;
-    if (p == NULL && (r = dl_cgroup_places(root, pid, "memory", places, DL_CGROUP_PLACES, &n)) < 0)
+    if (r == 1)
+        n = 1;
+    else if ((r = dl_cgroup_places(root, pid, "memory", places, DL_CGROUP_PLACES, &n)) < 0)
         return r;
-    /* A v1 memory hierarchy is where the kernel charges memory, even beside a v2 one. */
-    for (int i = 0; i < n; i++)
-        if (p == NULL || (p->v2 && !places[i].v2))
-            p = &places[i];
+    const dl_cgroup_place_t *p = dl_cgroup_charging(places, n);
     if (p == NULL)
         return -ENOENT;
     char dir[sizeof(p->dir)];

@@ -90,7 +90,8 @@ static int has(char **v, const char *name)
 }
 
 /* Whether base or extra sets name, which nothing of ours has been put as yet (nor is it one of
- * the DLAUNCH_ names left out). sv holds all of both: its entry answers, unless that one lacks '=' (then an earlier one may have had it). */
+ * the DLAUNCH_ names left out). sv holds all of both: its entry answers, unless that one lacks
+ * '=' (then an earlier one may have had it). */
 static int inherited(const dl_envvec_t *sv, char **base, char **extra, const char *name)
 {
     size_t n = strlen(name);

@@ -259,10 +259,7 @@ DL_TEST(quick_place_agrees_with_mountinfo_here)
         return;
     }
     DL_CHECK_ERRNO(dl_cgroup_places("", 0, "memory", p, DL_CGROUP_PLACES, &n), 0);
-    const dl_cgroup_place_t *want = NULL;
-    for (int i = 0; i < n; i++)
-        if (want == NULL || (want->v2 && !p[i].v2))
-            want = &p[i];
+    const dl_cgroup_place_t *want = dl_cgroup_charging(p, n);
     ck_assert_ptr_nonnull(want);
     ck_assert_int_eq(quick.v2, want->v2);
     ck_assert_str_eq(quick.mount, want->mount);

@@ -1,6 +1,7 @@
 """What dlaunch.torch.watch costs a small DDP model, side by side in one job: every rank holds
-four identical DDP models over the same data, one plain, one watched (beats, recorder, the
-wrapped calls; with `buckets` also the recording communication hook) and, for reference, one with
+five identical DDP models over the same data, one plain, one watched (beats, recorder, the
+wrapped calls; with `buckets` also the gradient hooks that record the buckets) and, for
+reference, one with
 DDP's builtin C++ ALLREDUCE communication hook (the floor of any hook: DDP's default done as a
 hook) and one with PyTorch's own Python communication hook (default_hooks.allreduce_hook, the
 same in Python, with its `fut.then` callback), and a fifth, plain again (its twin: what two
@@ -10,8 +11,9 @@ round, so load on the machine falls on all alike. The models are also built in a
 each run (the same on every rank), so no role keeps the same place in memory from run to run.
 Rank 0 prints the plain model's steps a second (the median block) and each model's ratio to
 plain and to DDP's C++ hook: each round's ratio, their median and quartiles over the rounds, for
-steps a second and for the job's CPU time a step (both ranks' processes, every thread), with the
-median difference in microseconds. Run it under dlaunch (the watched model's beats and recorder
+steps a second, for the job's CPU time a step (both ranks' processes, every thread) and for the
+training threads' (each rank's main thread, where the watch's Python runs), with the median
+differences in microseconds. Run it under dlaunch (the watched model's beats and recorder
 need the agent), one benchmark at a time (defaults: 60 rounds of 20-step blocks, hidden 256):
 
     flock /tmp/bench.lock build/cmd/dlaunch --nproc-per-node 2 -- \\
@@ -124,7 +126,8 @@ def main():
                 c = [a / b for a, b in zip(job[k], job[base])]
                 us = statistics.median((a - b) * 1e6 for a, b in zip(job[k], job[base]))
                 m = [a / b for a, b in zip(job_main[k], job_main[base])]
-                mus = statistics.median((a - b) * 1e6 for a, b in zip(job_main[k], job_main[base]))
+                mus = statistics.median((a - b) * 1e6
+                                        for a, b in zip(job_main[k], job_main[base]))
                 print(f"  {k:>20} / {base:<15} steps/s {spread(r)}; job CPU a step "
                       f"{spread(c)}, {us:+.1f} us; training threads' {spread(m)}, "
                       f"{mus:+.1f} us", flush=True)

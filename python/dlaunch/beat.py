@@ -64,7 +64,7 @@ class Beats:
     def add_steps(self, steps: int, compute_s: float, wait_s: float, samples: float,
                   now: float | None = None, force: bool = False) -> None:
         """steps steps done, their times and samples summed (a caller that keeps the sums
-        itself hands them over every BEAT_EVERY_S)."""
+        itself hands them over every BEAT_EVERY_S, with force: a line now)."""
         self.step += steps
         self._steps += steps
         self._compute_s += max(compute_s, 0.0)

@@ -19,7 +19,6 @@ has shown which gradient starts each bucket, one Python call a bucket a backward
 (GradReady, below)."""
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable
 
 import torch as _torch
@@ -41,10 +40,11 @@ class GradReady:
     (an order changed, a parameter unused this step) sends the watch back to counting."""
 
     def __init__(self, model: Any, op_start: Callable[[int, int], int],
-                 op_end: Callable[[int, bool], None]) -> None:
+                 op_end: Callable[[int, bool], None], warn: Callable[[str], None]) -> None:
         self.model = model
         self.op_start = op_start
         self.op_end = op_end
+        self.warn = warn
         self._queue = _torch.autograd.Variable._execution_engine.queue_callback
         self._rebuilt = bool(getattr(model, "_has_rebuilt_buckets", False))
         self._params = [p for p in model.parameters() if p.requires_grad]
@@ -153,10 +153,7 @@ class GradReady:
                 self._queue(self._before_ddp)
             if self._next != first:
                 self._off_order = True
-            end = min(last + 1, len(self.nbytes))
-            while self._next < end:
-                self._open.append(self.op_start(_ALL_REDUCE, self.nbytes[self._next]))
-                self._next += 1
+            self._start_below(last + 1)
         return ready
 
     def _begin(self) -> None:
@@ -169,8 +166,7 @@ class GradReady:
                 self._layout()
             except (AttributeError, RuntimeError, TypeError) as e:
                 # Inside the backward pass: raising would fail the user's step.
-                print(f"dlaunch: gradient buckets no longer recorded: {e}", file=sys.stderr,
-                      flush=True)
+                self.warn(f"gradient buckets no longer recorded: {e}")
                 self.armed = False
                 self._unhook()
                 return
@@ -178,12 +174,20 @@ class GradReady:
         self._starter = [-1] * len(self.sizes)
         self._queue(self._before_ddp)
 
-    def _start_ready(self, i: int) -> None:
-        left, n = self._left, len(self._left)
-        while self._next < n and left[self._next] <= 0:
-            self._starter[self._next] = i
+    def _start_below(self, end: int) -> None:
+        """Records the buckets from the next one up to end (not included) started."""
+        end = min(end, len(self.nbytes))
+        while self._next < end:
             self._open.append(self.op_start(_ALL_REDUCE, self.nbytes[self._next]))
             self._next += 1
+
+    def _start_ready(self, i: int) -> None:
+        """Counting: parameter i's gradient completed the next bucket, and maybe more after it."""
+        left, end = self._left, self._next
+        while end < len(left) and left[end] <= 0:
+            self._starter[end] = i
+            end += 1
+        self._start_below(end)
 
     def _before_ddp(self) -> None:
         self._queue(self._after_ddp)
@@ -191,11 +195,8 @@ class GradReady:
     def _after_ddp(self) -> None:
         """DDP has waited for every bucket. One whose parameters did not all get a gradient
         (unused this step: DDP marks those ready itself) is recorded as started only now."""
-        n = len(self.nbytes)
-        late = self._next < n
-        while self._next < n:
-            self._open.append(self.op_start(_ALL_REDUCE, self.nbytes[self._next]))
-            self._next += 1
+        late = self._next < len(self.nbytes)
+        self._start_below(len(self.nbytes))
         for seq in self._open:
             self.op_end(seq, True)
         self._open = []

@@ -1,13 +1,13 @@
 """One call for a PyTorch DDP job: `dlaunch.torch.watch(ddp_model)` after init_process_group.
 
-It hooks PyTorch only where PyTorch offers hooks: a gradient hook on each parameter of a DDP
-model and a callback at the end of each backward pass (each gradient bucket's all-reduce,
-recorded as DDP starts it and when this rank sees it done, DDP's own all-reduce left as it is:
-gradready.py), a forward pre-hook on the model (a step starts where a forward starts, and the batch's first
-dimension is its samples),
-the optimizer's step hook where PyTorch has one (2.0 and later), and the public functions of
-torch.distributed, wrapped where they are looked up (torch.distributed.all_reduce and the
-others; a name imported before watch() keeps the unwrapped function). docs/python.md."""
+It hooks PyTorch only where PyTorch offers hooks: gradient hooks on a DDP model's parameters
+and a callback at the end of each backward pass (each gradient bucket's all-reduce, recorded as
+DDP starts it and when this rank sees it done, DDP's own all-reduce left as it is:
+gradready.py), a forward pre-hook on the model (a step starts where a forward starts, and the
+batch's first dimension is its samples), the optimizer's step hook where PyTorch has one (2.0
+and later), and the public functions of torch.distributed, wrapped where they are looked up
+(torch.distributed.all_reduce and the others; a name imported before watch() keeps the
+unwrapped function). docs/python.md."""
 from __future__ import annotations
 
 import atexit
@@ -22,9 +22,9 @@ from typing import Any, Callable
 import torch as _torch
 import torch.distributed as _dist
 
-from .gradready import GradReady
 from . import recorder as _rec
 from .beat import BEAT_EVERY_S, Beats
+from .gradready import GradReady
 from .recorder import Recorder
 from .recover import Recoverable, RecoveryFailed, wait_as_spare
 from .stacks import Stacks
@@ -153,7 +153,8 @@ class Watch:
         if now >= self._beat_due:
             self._beat_due = now + int(BEAT_EVERY_S * 1e9)
             self.beats.add_steps(self._sum_steps, self._sum_compute_ns * 1e-9,
-                                 self._sum_wait_ns * 1e-9, self._sum_samples, now * 1e-9)
+                                 self._sum_wait_ns * 1e-9, self._sum_samples, now * 1e-9,
+                                 force=True)
             self._sum_steps = self._sum_compute_ns = self._sum_wait_ns = 0
             self._sum_samples = 0.0
 
@@ -176,7 +177,8 @@ class Watch:
         self._handles.append(model.register_forward_pre_hook(pre_forward))
         if buckets and isinstance(model, _torch.nn.parallel.DistributedDataParallel):
             try:
-                self._ready = GradReady(model, self.op_start, self.op_end)
+                self._ready = GradReady(model, self.op_start, self.op_end,
+                                        lambda msg: _warn(f"rank {self.rank}: {msg}"))
             except (AttributeError, RuntimeError, TypeError) as e:  # a DDP unlike 1.13's
                 _warn(f"rank {self.rank}: gradient buckets not recorded: {e}")
                 return
@@ -256,7 +258,8 @@ def watch(model: Any = None, optimizer: Any = None, group: Any = None,
     stacks on the agent's request. Call after init_process_group; model is the
     DistributedDataParallel module (or any module whose forward starts a step), optimizer (with
     PyTorch 2.0 or later) ends a step at its step(). buckets=False leaves out the gradient hooks
-    (a Python call a parameter a step: docs/performance.md); the buckets' all-reduces are then
+    (a Python call a bucket a step, or a parameter until a step has shown which gradient starts
+    each bucket: docs/python.md); the buckets' all-reduces are then
     not in the recorder, nor in the wait time. Outside dlaunch, returns None and changes
     nothing."""
     global _current

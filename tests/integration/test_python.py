@@ -125,6 +125,12 @@ class Python(dltest.Case):
         return self.dlaunch("--run-id", "job", "--events", self.events_path, *args, "--",
                             TORCH_PYTHON, SCRIPT, *self.script_args, timeout=timeout)
 
+    def recorded(self, rank):
+        """Rank rank's flight recorder, read back with the documented layout (test_diag's
+        reader)."""
+        return test_diag.read_recorder(os.path.join(self.dir, "dlaunch_logs", "job", "attempt_0",
+                                                    f"rank_{rank}.rec"))
+
     def test_a_rank_asleep_before_backward_is_named_with_its_bucket_and_stack(self):
         hang_at = 12
         self.script_args = ["100000", f"hang_at={hang_at}"]
@@ -145,9 +151,7 @@ class Python(dltest.Case):
         hung = [e for e in self.events() if e["event"] == "worker_hung"]
         self.assertEqual([e["rank"] for e in hung], [1], hung)
         self.assertIn(f"ddp_watch.py:{sleep_line} main", hung[0]["diagnosis"])
-        # The recorder files read back with the documented layout (test_diag's reader).
-        rec = test_diag.read_recorder(os.path.join(self.dir, "dlaunch_logs", "job",
-                                                   "attempt_0", "rank_0.rec"))
+        rec = self.recorded(0)
         self.assertEqual(rec[0][:3], (1, "all-reduce", "done"))
         # Running when the account was made; failed once rank 1 was killed under it.
         self.assertIn(rec[-1][:3], [(n, "all-reduce", "running"), (n, "all-reduce", "failed")])
@@ -161,8 +165,7 @@ class Python(dltest.Case):
         p = self.run_job("--nproc-per-node", "2")
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("same bits as DDP's own all-reduce: True", p.stdout)
-        attempt = os.path.join(self.dir, "dlaunch_logs", "job", "attempt_0")
-        recs = [test_diag.read_recorder(os.path.join(attempt, f"rank_{r}.rec")) for r in (0, 1)]
+        recs = [self.recorded(r) for r in (0, 1)]
         self.assertEqual([e[:3] for e in recs[0]], [e[:3] for e in recs[1]])
         first = int(re.search(r"buckets at first: (\d+)", p.stdout).group(1))
         then = int(re.search(r"buckets a step: (\d+)", p.stdout).group(1))
@@ -172,10 +175,6 @@ class Python(dltest.Case):
         self.assertEqual(recs[0][-1][0], 1 + first + then * (steps - 1), recs[0])
         # Every bucket is recorded done once its step is over, not left running.
         self.assertTrue(all(e[1:3] == ("all-reduce", "done") for e in recs[0]), recs[0])
-
-    def recorded(self, rank):
-        return test_diag.read_recorder(os.path.join(self.dir, "dlaunch_logs", "job", "attempt_0",
-                                                    f"rank_{rank}.rec"))
 
     def test_a_users_own_comm_hook_stays_and_the_buckets_are_still_recorded(self):
         # The user's fp16 compression hook, registered before watch(), does the all-reduce;

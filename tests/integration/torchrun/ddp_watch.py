@@ -10,7 +10,7 @@ backward. slow_rank=R: rank R computes three times what the others do (more forw
 real work, not sleep). bucket_kb=KB: DDP buckets of KB kilobytes, the first one too (several
 a step from step 2, when DDP rebuilds its buckets; rank 0 prints how many), and a twin of the
 model with DDP's own C++ all-reduce trained beside it on the same data; rank 0 prints whether
-the two end with the same bits. comm_hook=fp16: PyTorch's fp16_compress_hook registered on the
+the two end with the same bits. comm_hook=fp16: DDP's fp16 compression hook registered on the
 model before watch() (the user's own hook). accumulate=K: gradients accumulated over K steps
 under DDP's no_sync() before each step that reduces them (only steps K, 2K, ... all-reduce).
 unused_every=K: a second head whose parameters get no gradient in steps K, 2K, ... (DDP with
@@ -69,8 +69,10 @@ def main():
     else:
         model = ddp(net)
     if opts.get("comm_hook") == "fp16":
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        # DDP's own C++ fp16 compression: PyTorch's Python fp16_compress_hook runs a future
+        # callback on gloo's thread, which PyTorch 1.13 can hang or abort on at exit
+        # (docs/python.md, "Exit"), with or without dlaunch.
+        model._register_builtin_comm_hook(dist.BuiltinCommHookType.FP16_COMPRESS)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     if rank == 0 and (unused_every or bucket_kb):
         print(f"buckets at first: {len(model.reducer._get_zeros_like_grad_buckets())}",

@@ -19,18 +19,20 @@ has shown which gradient starts each bucket, one Python call a bucket a backward
 (GradReady, below)."""
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import torch as _torch
 
-from . import recorder as _rec
+from .recorder import Recorder
 
-_ALL_REDUCE = _rec.ALL_REDUCE
+_now_ns = time.monotonic_ns
 
 
 class GradReady:
-    """The buckets of one DDP model and how far this backward pass has started them. op_start
-    and op_end are the watch's (recorder and wait time).
+    """The buckets of one DDP model and how far this backward pass has started them. The
+    recorder is the watch's (None: none), and wait_ns the time with buckets in flight, which
+    the watch takes at each step.
 
     Counting, each parameter's gradient is counted against its bucket; a step in which every
     bucket was started by a gradient, on the layout DDP keeps, teaches which parameter's
@@ -39,12 +41,13 @@ class GradReady:
     run in the same order, as a static graph's do; a bucket whose parameter comes late or never
     (an order changed, a parameter unused this step) sends the watch back to counting."""
 
-    def __init__(self, model: Any, op_start: Callable[[int, int], int],
-                 op_end: Callable[[int, bool], None], warn: Callable[[str], None]) -> None:
+    def __init__(self, model: Any, recorder: Recorder | None,
+                 warn: Callable[[str], None]) -> None:
         self.model = model
-        self.op_start = op_start
-        self.op_end = op_end
+        self.recorder = recorder
         self.warn = warn
+        self.wait_ns = 0  # time with buckets in flight, until the watch takes it (CLOCK_MONOTONIC)
+        self._wait_from = 0
         self._queue = _torch.autograd.Variable._execution_engine.queue_callback
         self._rebuilt = bool(getattr(model, "_has_rebuilt_buckets", False))
         self._params = [p for p in model.parameters() if p.requires_grad]
@@ -57,7 +60,9 @@ class GradReady:
         self._first = True  # no gradient of this backward pass yet
         self._left: list[int] = []  # parameters still to come, by bucket
         self._next = 0  # the first bucket not started
-        self._open: list[int] = []  # sequence numbers of the buckets started, not seen done
+        # Sequence numbers of the buckets started, not seen done (without a recorder, only
+        # their count matters).
+        self._open: list[int] = []
         self._starter: list[int] = []  # counting: the parameter whose gradient started a bucket
         self._off_order = False  # a learned parameter came before its buckets' turn
         self.counting = True
@@ -118,9 +123,8 @@ class GradReady:
     def arm(self) -> None:
         """A forward pass whose backward DDP will reduce begins. Buckets still open are those of
         a backward pass that did not finish (it raised, or DDP's wait for them did): failed."""
-        for seq in self._open:
-            self.op_end(seq, False)
-        self._open = []
+        if self._open:
+            self._end_open(False)
         self.armed = True
         self._first = True
         self._next = 0
@@ -175,11 +179,30 @@ class GradReady:
         self._queue(self._before_ddp)
 
     def _start_below(self, end: int) -> None:
-        """Records the buckets from the next one up to end (not included) started."""
+        """Records the buckets from the next one up to end (not included) started. The
+        recorder is written here and in _end_open directly, not through the watch's op_start
+        and op_end with their lock: these run on the training thread only, and each call
+        less in the backward pass counts (docs/performance.md)."""
+        first = self._next
         end = min(end, len(self.nbytes))
-        while self._next < end:
-            self._open.append(self.op_start(_ALL_REDUCE, self.nbytes[self._next]))
-            self._next += 1
+        if first >= end:
+            return
+        now = _now_ns()
+        open_ = self._open
+        if not open_:
+            self._wait_from = now
+        if self.recorder is not None:
+            self.recorder.start_all_reduces(self.nbytes, first, end, now, open_)
+        else:
+            open_.extend(range(first, end))
+        self._next = end
+
+    def _end_open(self, ok: bool) -> None:
+        now = _now_ns()
+        if self.recorder is not None:
+            self.recorder.end_all(self._open, ok, now)
+        self.wait_ns += now - self._wait_from
+        self._open = []
 
     def _start_ready(self, i: int) -> None:
         """Counting: parameter i's gradient completed the next bucket, and maybe more after it."""
@@ -197,9 +220,8 @@ class GradReady:
         (unused this step: DDP marks those ready itself) is recorded as started only now."""
         late = self._next < len(self.nbytes)
         self._start_below(len(self.nbytes))
-        for seq in self._open:
-            self.op_end(seq, True)
-        self._open = []
+        if self._open:
+            self._end_open(True)
         self.armed = False
         if self.counting:
             if not late and self._layout_final():

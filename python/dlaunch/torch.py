@@ -139,6 +139,10 @@ class Watch:
                 wait += now - self._wait_from
                 self._wait_from = now
             self._wait_ns = 0
+        r = self._ready
+        if r is not None and r.wait_ns:  # the buckets' (summed apart, on this thread)
+            wait += r.wait_ns
+            r.wait_ns = 0
         took = now - self._step_from
         self._step_from = now
         if self.beats is None:
@@ -177,7 +181,7 @@ class Watch:
         self._handles.append(model.register_forward_pre_hook(pre_forward))
         if buckets and isinstance(model, _torch.nn.parallel.DistributedDataParallel):
             try:
-                self._ready = GradReady(model, self.op_start, self.op_end,
+                self._ready = GradReady(model, self.recorder,
                                         lambda msg: _warn(f"rank {self.rank}: {msg}"))
             except (AttributeError, RuntimeError, TypeError) as e:  # a DDP unlike 1.13's
                 _warn(f"rank {self.rank}: gradient buckets not recorded: {e}")

@@ -1525,6 +1525,8 @@ static int plan(dl_agent_t *a)
      * single-node static rendezvous hands it on. */
     if (spec->master_port > 0 && !a->remote)
         a->master_port = spec->master_port;
+    else if (!a->remote && !spec->dry_run)
+        a->master_port = 0; /* the store's own bind, else a free port then (dl_agent_run) */
     else if ((r = find_free_port(&a->master_port)) < 0) {
         fprintf(stderr, "dlaunch: cannot find a free port for MASTER_PORT: %s\n", strerror(-r));
         return 2;
@@ -1817,6 +1819,13 @@ int dl_agent_run(const dl_job_spec_t *spec, char **environ_list)
     /* Several nodes: the supervisor starts once the rendezvous answers (dl__rdzv_start's
      * ready). One: the store for the workers, then the supervisor at once. */
     code = a->remote ? dl__rdzv_start(a) : dl__rdzv_local_store(a);
+    /* One node: the agent's store serving torch's has bound MASTER_PORT already; without it
+     * (store=worker, or no store) rank 0 binds one found free now, a bind saved otherwise. */
+    if (code == 0 && !a->remote && a->master_port == 0 &&
+        (r = find_free_port(&a->master_port)) < 0) {
+        fprintf(stderr, "dlaunch: cannot find a free port for MASTER_PORT: %s\n", strerror(-r));
+        code = 2;
+    }
     if (code != 0) {
         {
             stop_signals_block(a);

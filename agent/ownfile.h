@@ -9,7 +9,8 @@
 
 /* Opens path with flags (O_RDONLY, or O_WRONLY|O_CREAT|O_APPEND...) and mode, adding
  * O_NOFOLLOW, O_NONBLOCK and O_CLOEXEC, then checks that it is a regular file owned by this
- * process's user, and clears O_NONBLOCK. Returns the fd, or -errno: -ELOOP for a symbolic link,
+ * process's user, and clears O_NONBLOCK; with O_CREAT, a file that does not exist yet is made with
+ * O_EXCL and needs no check. Returns the fd, or -errno: -ELOOP for a symbolic link,
  * -EINVAL for a FIFO, device or folder, -EPERM for a file of another user. */
 int dl_ownfile_open(const char *path, int flags, mode_t mode);
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bigzero.h"
 #include "peer.h"
 #include "rdzv-codec.h"
 #include "server-internal.h"
@@ -410,7 +411,7 @@ static void maybe_done(dl_rdzv_server_t *s)
     free(s->slots);
     free(s->gens);
     free(s->free_slots);
-    free(s);
+    dl__bigzero_free(s, sizeof(*s));
     if (done != NULL)
         done(ctx);
 }
@@ -434,7 +435,7 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
                  opts->host, opts->port);
         return -EPERM;
     }
-    s = calloc(1, sizeof(*s));
+    s = dl__bigzero_alloc(sizeof(*s));
     if (s == NULL) {
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
@@ -475,7 +476,7 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
             dl__rdzv_stats_free(&s->stats);
             dl__jobview_free(s->view);
             explicit_bzero(core_opts.hash_key, sizeof(core_opts.hash_key));
-            free(s);
+            dl__bigzero_free(s, sizeof(*s));
             return r;
         }
     }
@@ -490,7 +491,7 @@ int dl_rdzv_server_start(uv_loop_t *loop, const dl_rdzv_server_opts_t *opts,
         dl__rdzv_stats_free(&s->stats);
         dl__jobview_free(s->view);
         dl__revoked_free(s->revoked);
-        free(s);
+        dl__bigzero_free(s, sizeof(*s));
         return r;
     }
     uv_tcp_init(loop, &s->listener);

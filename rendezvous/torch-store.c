@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigzero.h"
 #include "peer.h"
 #include "torch-codec.h"
 #include "torch-queue.h"
@@ -255,7 +256,7 @@ static void maybe_free(dl__torch_store_t *ts)
     free(ts->slots);
     free(ts->gens);
     free(ts->free_slots);
-    free(ts);
+    dl__bigzero_free(ts, sizeof(*ts));
 }
 
 static void on_conn_closed(uv_handle_t *h)
@@ -1036,7 +1037,7 @@ int dl__torch_store_start(dl_rdzv_server_t *s, uv_loop_t *loop, const char *host
         snprintf(err, errlen, "'%s' is not an IP address", host);
         return -EINVAL;
     }
-    dl__torch_store_t *ts = calloc(1, sizeof(*ts));
+    dl__torch_store_t *ts = dl__bigzero_alloc(sizeof(*ts));
     if (ts == NULL) {
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
@@ -1056,7 +1057,7 @@ int dl__torch_store_start(dl_rdzv_server_t *s, uv_loop_t *loop, const char *host
     ts->queues = dl__tqueues_new(co->max_keys, co->max_store_bytes);
     ts->round = -1;
     if (ts->queues == NULL) {
-        free(ts);
+        dl__bigzero_free(ts, sizeof(*ts));
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }

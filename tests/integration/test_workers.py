@@ -51,6 +51,17 @@ command: [sh, -c, '{script}']
         self.assertEqual(len(ports), 1)
         self.assertTrue(1024 <= ports.pop() <= 65535)
 
+    def test_store_worker_leaves_rank_0_a_free_master_port(self):
+        # Without the agent's torch store, MASTER_PORT is one that rank 0 itself can bind.
+        script = ("import os, socket; s = socket.socket(); "
+                  "s.bind(('127.0.0.1', int(os.environ['MASTER_PORT']))); "
+                  "print(os.environ['MASTER_PORT'], os.environ['TORCHELASTIC_USE_AGENT_STORE'])")
+        p = self.dlaunch("--nproc-per-node", "1", "--rdzv-conf", "store=worker", "--",
+                         "python3", "-c", script, check_code=0)
+        m = re.search(r"\[rank 0\] (\d+) False$", p.stdout, re.M)
+        self.assertIsNotNone(m, p.stdout + p.stderr)
+        self.assertTrue(1024 <= int(m.group(1)) <= 65535)
+
     def test_prefixes_files_and_partial_lines(self):
         script = ('echo out-$RANK; echo err-$RANK >&2; printf "tail-$RANK"; '
                   'printf "no-newline-err-$RANK" >&2')

@@ -1042,6 +1042,82 @@ DL_TEST_IN(inplace_tests, two_ranks_copy_one_round_in_halves_from_2k)
     run_two_at_default_sizes(body_halves);
 }
 
+/* With the default options two ranks' pair form copies a malloc'd input of one round (beyond
+ * 4 KiB, below the adoption's threshold) in halves, and each reads the other's first half as
+ * soon as it is out: exact sums for every type, odd counts, in and out of place, call after
+ * call. Where only one rank's input is shared (registered, or adopted while the other's cannot
+ * be) both copy whole a round later, with no verdict round (a copied input rules out reading in
+ * place whatever the verdicts) and the sums exact too. */
+static int body_pair_halves(rank_t *r, void *arg)
+{
+    (void)arg;
+    dl_coll_options_t defaults;
+    dl_coll_options_init(&defaults);
+    size_t adopt = defaults.adopt_min_bytes;
+    const size_t lens[] = {4104, 8200, 12296, 32776, adopt - 8};
+    size_t most = adopt + (16 << 10);
+    char err[256];
+    void *reg = NULL;
+    char *a = malloc(most), *b = malloc(most);
+    char *sh = mmap(NULL, most, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int bad = 0, rc = 0, salt = 900;
+    if (a == NULL || b == NULL || sh == MAP_FAILED ||
+        dl_coll_mem_alloc(r->g, most, &reg, err, sizeof(err)) < 0) {
+        snprintf(r->err, sizeof(r->err), "buffers: %s",
+                 a == NULL || b == NULL || sh == MAP_FAILED ? "no memory" : err);
+        rc = -ENOMEM;
+    }
+    uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+    for (int t = 0; t <= DL_COLL_INT64 && rc == 0; t++) {
+        size_t es = dl_coll_dtype_size((dl_coll_dtype_t)t);
+        for (size_t c = 0; c < sizeof(lens) / sizeof(lens[0]) && rc == 0; c++) {
+            size_t count = lens[c] / es | 1;
+            if (dl__coll_shm_allreduce_algo(r->g->shm, count * es, 0) !=
+                DL_COLL_REC_ALGO_SHM_PAIR) {
+                snprintf(r->err, sizeof(r->err), "%zu bytes: not the pair form", count * es);
+                bad++;
+            }
+            /* kind 0, 1: malloc'd out of and in place; 2: rank 0's input registered; 3: rank
+             * 0's adopted (64 KiB and more), rank 1's not adoptable (shared). */
+            for (int kind = 0; kind < 4 && rc == 0; kind++) {
+                size_t n = kind == 3 ? (adopt + 8200) / es | 1 : count;
+                char *src = a + 16, *dst = kind == 1 ? src : b + 8;
+                if (kind == 2 && r->rank == 0)
+                    src = reg;
+                if (kind == 3 && r->rank == 1)
+                    src = sh + 16;
+                uint64_t halves = dl__coll_shm_pair_halves(r->g->shm);
+                uint64_t verdicts = dl__coll_shm_verdict_rounds(r->g->shm);
+                dl_coll_op_t op = kind == 0 ? DL_COLL_MAX : DL_COLL_SUM;
+                rc = adopted_case(r, src, dst, n, (dl_coll_dtype_t)t, op, 0, salt++, &calls, &bad);
+                uint64_t got = dl__coll_shm_pair_halves(r->g->shm) - halves;
+                if (rc == 0 && got != (kind < 2)) {
+                    snprintf(r->err, sizeof(r->err), "%zu %s, kind %d: %llu rounds in halves", n,
+                             dl_coll_dtype_name((dl_coll_dtype_t)t), kind, (unsigned long long)got);
+                    bad++;
+                }
+                if (rc == 0 && dl__coll_shm_verdict_rounds(r->g->shm) != verdicts) {
+                    snprintf(r->err, sizeof(r->err), "%zu %s, kind %d: a verdict round", n,
+                             dl_coll_dtype_name((dl_coll_dtype_t)t), kind);
+                    bad++;
+                }
+            }
+        }
+    }
+    free(a);
+    free(b);
+    if (sh != MAP_FAILED)
+        munmap(sh, most);
+    if (reg != NULL)
+        dl_coll_mem_free(r->g, reg);
+    return rc < 0 ? rc : bad;
+}
+
+DL_TEST_IN(inplace_tests, two_ranks_pair_form_reads_a_copy_in_halves)
+{
+    run_two_at_default_sizes(body_pair_halves);
+}
+
 /* ---- a re-used malloc'd buffer ------------------------------------------------------------- */
 
 /* With the default options, two ranks all-reduce the same malloc'd buffers (16 bytes past a line,

@@ -119,10 +119,9 @@ struct dl__coll_shm_s {
     size_t adopt_min;          /* adopt ordinary buffers from this size (0: never) */
     peer_map_t pmap[PEER_MAPS];
     uint64_t pmap_clock;
-    uint32_t held;        /* the pmap entry announced as held: never the one evicted */
-    uint64_t verdicts;    /* verdict rounds run (for tests) */
-    uint64_t pair_halves; /* pair-form rounds read in halves (for tests) */
-    char note[256];       /* why ordinary buffers were copied after all; said once */
+    uint32_t held;     /* the pmap entry announced as held: never the one evicted */
+    uint64_t verdicts; /* verdict rounds run (for tests) */
+    char note[256];    /* why ordinary buffers were copied after all; said once */
     int timeout_ms;
     int64_t spin_ns;
     int yield_spins;
@@ -196,14 +195,14 @@ static int abort_fail(dl__coll_shm_t *s)
                          "shm: another rank on this host failed and aborted the group");
 }
 
-/* Spins until *word (or *also, where given) reaches k: 1 once it has, 0 when spin_ns ran out
- * first, or the abort's error. The clock is read only once the spin has gone on a while. */
-static int spin_for(dl__coll_shm_t *s, _Atomic uint32_t *word, _Atomic uint32_t *also, uint32_t k)
+/* Waits until member j's counter `word` reaches k. */
+/* Spins until *word reaches k: 1 once it has, 0 when spin_ns ran out first, or the abort's
+ * error. The clock is read only once the spin has gone on a while. */
+static int spin_for(dl__coll_shm_t *s, _Atomic uint32_t *word, uint32_t k)
 {
     int64_t t0 = 0;
     for (unsigned i = 1;; i++) {
-        if (ge(atomic_load_explicit(word, memory_order_acquire), k) ||
-            (also != NULL && ge(atomic_load_explicit(also, memory_order_acquire), k)))
+        if (ge(atomic_load_explicit(word, memory_order_acquire), k))
             return 1;
         cpu_relax();
         if ((i & 63) == 0) {
@@ -219,7 +218,7 @@ static int spin_for(dl__coll_shm_t *s, _Atomic uint32_t *word, _Atomic uint32_t 
 
 static int wait_for(dl__coll_shm_t *s, int j, _Atomic uint32_t *word, uint32_t k, const char *what)
 {
-    int r = spin_for(s, word, NULL, k);
+    int r = spin_for(s, word, k);
     if (r != 0)
         return r < 0 ? r : 0;
     for (int i = 0; i < s->yield_spins; i++) {
@@ -343,53 +342,14 @@ static void reduce_all(char *out, const char *const *d, int n, size_t count, dl_
 /* ---- all-reduce ------------------------------------------------------------------------------ */
 
 /* Until member j's first half of round k is in its slot (or all of it): spins on its `mid`, which
- * the halves form sets with a plain store and wakes nobody for, and on its `arrive` beside it,
- * so that a member which sends no half is not waited for in vain; where the spin runs out the
- * wait goes on for `arrive`, whose post wakes a sleeper. Either counter also publishes the
- * round's announcement, written before both. */
+ * the halves form sets with a plain store and wakes nobody for, so where the spin runs out the
+ * wait goes on for `arrive`, whose post wakes a sleeper. */
 static int wait_first_half(dl__coll_shm_t *s, int j, uint32_t k)
 {
-    int r = spin_for(s, &s->ctl[j].mid, &s->ctl[j].arrive, k);
+    int r = spin_for(s, &s->ctl[j].mid, k);
     if (r != 0)
         return r < 0 ? r : 0;
     return wait_arrive(s, j, k);
-}
-
-/* Two members: my input of round k into my slot in halves, the first published alone, so that the
- * other reads it while the second still takes its lines back from the other core (which read them
- * two rounds ago): 4 KiB with fresh inputs 1.09-1.23 us against 1.32-1.66 malloc'd, 1.18-1.26
- * against 1.28-1.45 registered (docs/performance.md). Once `mid` says k, `arrive` follows
- * unconditionally: a reader may wait for either. */
-static void send_halves(dl__coll_shm_t *s, const char *src, size_t count, size_t es, uint32_t k)
-{
-    size_t h = count / 2 * es;
-    char *mine = slot(s, s->me, k);
-    memcpy(mine, src, h);
-    atomic_store_explicit(&s->ctl[s->me].mid, k, memory_order_release);
-    memcpy(mine + h, src + h, count * es - h);
-    post(s, &s->ctl[s->me].arrive, k);
-}
-
-/* The other member's halves of round k (send_halves) against my input where it lies, the first
- * as soon as it is out, in rank order as everywhere; then done with the round. */
-static int reduce_halves(dl__coll_shm_t *s, const char *src, char *dst, size_t count,
-                         dl_coll_dtype_t dtype, dl_coll_op_t op, uint32_t k)
-{
-    size_t es = dl_coll_dtype_size(dtype);
-    int me = s->me, peer = 1 - me;
-    const char **d = s->ptrs;
-    int r = wait_first_half(s, peer, k);
-    for (int half = 0; half < 2 && r == 0; half++) {
-        size_t lo = half == 0 ? 0 : count / 2, n = half == 0 ? count / 2 : count - count / 2;
-        d[me] = src + lo * es;
-        d[peer] = slot(s, peer, k) + lo * es;
-        reduce_all(dst + lo * es, d, 2, n, dtype, op);
-        if (half == 0)
-            r = wait_arrive(s, peer, k);
-    }
-    if (r == 0)
-        post(s, &s->ctl[me].depart, k);
-    return r;
 }
 
 static int allreduce_small(dl__coll_shm_t *s, const char *src, char *dst, size_t count,
@@ -401,11 +361,33 @@ static int allreduce_small(dl__coll_shm_t *s, const char *src, char *dst, size_t
     int r = wait_slot_free(s, k);
     if (r < 0)
         return r;
+    char *mine = slot(s, s->me, k);
     if (s->n == 2 && !root_only && bytes >= HALVES_MIN) {
-        send_halves(s, src, count, esize, k);
-        return reduce_halves(s, src, dst, count, dtype, op, k);
+        /* Two members: the copy in halves, the first published alone, so that the other reads
+         * it while the second still takes its lines back from the other core (which read them
+         * two rounds ago): 4 KiB with fresh inputs 1.09-1.23 us against 1.32-1.66 malloc'd,
+         * 1.18-1.26 against 1.28-1.45 registered (docs/performance.md). Each member reads its
+         * own input where it lies. */
+        int me = s->me, peer = 1 - me;
+        size_t h = count / 2 * esize;
+        memcpy(mine, src, h);
+        atomic_store_explicit(&s->ctl[me].mid, k, memory_order_release);
+        memcpy(mine + h, src + h, bytes - h);
+        post(s, &s->ctl[me].arrive, k);
+        r = wait_first_half(s, peer, k);
+        for (int half = 0; half < 2 && r == 0; half++) {
+            size_t lo = half == 0 ? 0 : h, n = half == 0 ? count / 2 : count - count / 2;
+            d[me] = src + lo;
+            d[peer] = slot(s, peer, k) + lo;
+            reduce_all(dst + lo, d, 2, n, dtype, op);
+            if (half == 0)
+                r = wait_arrive(s, peer, k);
+        }
+        if (r == 0)
+            post(s, &s->ctl[me].depart, k);
+        return r;
     }
-    memcpy(slot(s, s->me, k), src, bytes);
+    memcpy(mine, src, bytes);
     post(s, &s->ctl[s->me].arrive, k);
     if (!root_only || s->me == 0) {
         r = wait_all_arrive(s, k);
@@ -769,11 +751,6 @@ static int plan_in_place(dl__coll_shm_t *s, int peer, uint32_t k, size_t count, 
     uint32_t their_in = s->ctl[peer].buf_serial[k & 1][0];
     if ((their_in & DL__COLL_ADOPTED) && base[0] != NULL)
         s->held = their_in; /* announced from the next round on */
-    /* An input announced nowhere (copied) rules out both in-place forms whatever the verdicts
-     * say, so there is no verdict round; and a member that copies may have set its `mid` for
-     * round k already, as the first half of its copy (send_halves). */
-    if (their_in == 0 || s->ctl[me].buf_serial[k & 1][0] == 0)
-        return 0;
     if (adopted && !(holds_all(s, me, peer, k) && holds_all(s, peer, me, k))) {
         /* Whether the other could map mine is known only to it. */
         s->ctl[me].verdict[k & 1] = mine;
@@ -980,24 +957,11 @@ static int allreduce_pair(dl__coll_shm_t *s, const char *src, char *dst, size_t 
         return r;
     announce(s, k, src, dst, count * esize);
     int shared = s->ctl[me].buf_serial[k & 1][0] != 0;
-    int halves = count * esize <= s->chunk && count * esize >= HALVES_MIN;
     if (shared) {
         carry_ends(s, k, src, count, esize);
         post(s, &s->ctl[me].arrive, k);
-    } else if (halves)
-        send_halves(s, src, count, esize, k);
-    else
+    } else
         r = send_chunk(s, src, 0, count, esize, k);
-    /* The other's announcement is out with its first half, or with its arrival. Where both
-     * inputs are copied in one round, the first half is read as soon as it is out (malloc'd
-     * 8-32 KiB, docs/performance.md); both members decide it alike from both announcements. */
-    if (r == 0)
-        r = wait_first_half(s, peer, k);
-    if (r == 0 && !shared && halves && s->ctl[peer].buf_serial[k & 1][0] == 0) {
-        s->round = k;
-        s->pair_halves++;
-        return reduce_halves(s, src, dst, count, dtype, op, k);
-    }
     if (r == 0)
         r = wait_arrive(s, peer, k);
     plan_t p = {.form = FORM_COPY};
@@ -1364,11 +1328,6 @@ uint64_t dl__coll_shm_in_place_calls(const dl__coll_shm_t *s)
 uint64_t dl__coll_shm_verdict_rounds(const dl__coll_shm_t *s)
 {
     return s == NULL ? 0 : s->verdicts;
-}
-
-uint64_t dl__coll_shm_pair_halves(const dl__coll_shm_t *s)
-{
-    return s == NULL ? 0 : s->pair_halves;
 }
 
 const char *dl__coll_shm_note(const dl__coll_shm_t *s)

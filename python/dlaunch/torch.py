@@ -133,12 +133,16 @@ class Watch:
         if self._step_from is None:
             self._step_from = now
             return
-        with self._lock:
-            wait = self._wait_ns
-            if self._inflight > 0:  # an operation spans the boundary: split it
-                wait += now - self._wait_from
-                self._wait_from = now
-            self._wait_ns = 0
+        wait = 0
+        # torch.distributed calls' wait: most steps have none, and one that starts on another
+        # thread just after this look counts in the next step.
+        if self._inflight or self._wait_ns:
+            with self._lock:
+                wait = self._wait_ns
+                if self._inflight > 0:  # an operation spans the boundary: split it
+                    wait += now - self._wait_from
+                    self._wait_from = now
+                self._wait_ns = 0
         r = self._ready
         if r is not None and r.wait_ns:  # the buckets' (summed apart, on this thread)
             wait += r.wait_ns
@@ -168,8 +172,10 @@ class Watch:
 
     def _hook_model(self, model: Any, buckets: bool) -> None:
         def pre_forward(module: Any, args: tuple[Any, ...]) -> None:
-            if args and isinstance(args[0], _torch.Tensor) and args[0].dim() > 0:
-                self._samples = float(args[0].shape[0])
+            if args:
+                x = args[0]
+                if isinstance(x, _torch.Tensor) and x.dim() > 0:
+                    self._samples = float(x.size(0))
             if not self._by_optimizer and not self._manual:
                 self.step()
             r = self._ready

@@ -19,6 +19,7 @@ has shown which gradient starts each bucket, one Python call a bucket a backward
 (GradReady, below)."""
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
@@ -50,6 +51,9 @@ class GradReady:
         self.wait_ns = 0  # time with buckets in flight, until the watch takes it (CLOCK_MONOTONIC)
         self._wait_from = 0
         self._queue = _torch.autograd.Variable._execution_engine.queue_callback
+        # The first callback only queues the second (which so runs after DDP's): a C partial,
+        # no Python frame.
+        self._before_ddp = functools.partial(self._queue, self._after_ddp)
         self._rebuilt = bool(getattr(model, "_has_rebuilt_buckets", False))
         self._params = [p for p in model.parameters() if p.requires_grad]
         self._number = {id(p): i for i, p in enumerate(self._params)}
@@ -262,19 +266,32 @@ class GradReady:
             end += 1
         self._start_below(end)
 
-    def _before_ddp(self) -> None:
-        self._queue(self._after_ddp)
-
     def _after_ddp(self) -> None:
         """DDP has waited for every bucket. One whose parameters did not all get a gradient
         (unused this step: DDP marks those ready itself) is recorded as started only now."""
         late = self._next < len(self.nbytes)
         if late:
             self._start_below(len(self.nbytes))
-        if self._open:  # _end_open(True), one call less where each counts
+        open_ = self._open
+        if open_:  # _end_open(True), without its calls where each counts
             now = _now_ns()
-            if self.recorder is not None:
-                self.recorder.end_all(self._open, True, now)
+            rec = self.recorder
+            if rec is None:
+                pass
+            elif len(open_) == 1:  # as Recorder.end_all does, for the one bucket
+                seq = open_[0]
+                slot = seq % _rec.CAPACITY
+                if rec._open[slot][0] == seq:
+                    i = _rec.ENTRY_WORD + slot * _rec.ENTRY_WORDS
+                    versions = rec._versions
+                    ver = versions[slot] + 2
+                    versions[slot] = ver
+                    words = rec._words
+                    words[i] = _rec.ALL_REDUCE_DONE | (ver - 1)
+                    words[i + 4] = now
+                    words[i] = _rec.ALL_REDUCE_DONE | ver
+            else:
+                rec.end_all(open_, True, now)
             self.wait_ns += now - self._wait_from
             self._open = []
         self.armed = False

@@ -35,12 +35,13 @@ _ENTRY_WORDS = ENTRY_BYTES // 8
 _ISSUED_WORD = ISSUED_AT // 8
 _ALL_REDUCE_HEAD = ALL_REDUCE << 32
 _NO_ROOT = 0xFFFFFFFF << 32  # root -1 in its half word, error 0
-# What a writer that inlines start_all_reduces for one bucket needs (gradready.py's learned
+# What a writer that inlines start_all_reduces or end_all for one bucket needs (gradready.py's learned
 # hook, where every Python call in the backward pass costs microseconds): it keeps the
 # recorder's words, versions and open operations (_words, _versions, _open) as the method does.
 ENTRY_WORD, ENTRY_WORDS, ISSUED_WORD = _ENTRY_WORD, _ENTRY_WORDS, _ISSUED_WORD
 ALL_REDUCE_HEAD, NO_ROOT = _ALL_REDUCE_HEAD, _NO_ROOT
 ALL_REDUCE_RUNNING = _ALL_REDUCE_HEAD | RUNNING << 40
+ALL_REDUCE_DONE = _ALL_REDUCE_HEAD | DONE << 40
 
 
 class Recorder:

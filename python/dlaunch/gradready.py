@@ -172,8 +172,8 @@ class GradReady:
     def _trigger_one(self, rec: Recorder, b: int) -> Callable[[_torch.Tensor], None]:
         """A learned hook that starts bucket b alone (every bucket of a one-bucket model, and
         most of a larger one's). In order, it writes the entry itself, as
-        Recorder.start_all_reduces does, without the two calls there: a Python call in the
-        backward pass costs microseconds, and this took the hook from 26 to 16 us a step
+        Recorder.start() does, without the calls: a Python call in the backward pass costs
+        microseconds, and this took the hook from 26 to 15 us a step
         (docs/performance.md)."""
         words, versions, ops = rec._words, rec._versions, rec._open
         nbytes = self.nbytes[b]  # learned on the layout DDP keeps
@@ -245,8 +245,11 @@ class GradReady:
         open_ = self._open
         if not open_:
             self._wait_from = now
-        if self.recorder is not None:
-            self.recorder.start_all_reduces(self.nbytes, first, end, now, open_)
+        rec = self.recorder
+        if rec is not None:
+            nbytes = self.nbytes
+            for k in range(first, end):
+                open_.append(rec.start(_rec.ALL_REDUCE, nbytes[k], -1, now))
         else:
             open_.extend(range(first, end))
         self._next = end
@@ -254,7 +257,8 @@ class GradReady:
     def _end_open(self, ok: bool) -> None:
         now = _now_ns()
         if self.recorder is not None:
-            self.recorder.end_all(self._open, ok, now)
+            for seq in self._open:
+                self.recorder.end(seq, ok, now)
         self.wait_ns += now - self._wait_from
         self._open = []
 
@@ -276,9 +280,7 @@ class GradReady:
         if open_:  # _end_open(True), without its calls where each counts
             now = _now_ns()
             rec = self.recorder
-            if rec is None:
-                pass
-            elif len(open_) == 1:  # as Recorder.end_all does, for the one bucket
+            if rec is not None and len(open_) == 1:  # Recorder.end(), inline
                 seq = open_[0]
                 slot = seq % _rec.CAPACITY
                 if rec._open[slot][0] == seq:
@@ -290,8 +292,9 @@ class GradReady:
                     words[i] = _rec.ALL_REDUCE_DONE | (ver - 1)
                     words[i + 4] = now
                     words[i] = _rec.ALL_REDUCE_DONE | ver
-            else:
-                rec.end_all(open_, True, now)
+            elif rec is not None:
+                for seq in open_:
+                    rec.end(seq, True, now)
             self.wait_ns += now - self._wait_from
             self._open = []
         self.armed = False

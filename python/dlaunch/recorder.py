@@ -33,22 +33,21 @@ _HEADER = struct.Struct("<IIIIiiiIQQQ16s")  # after the magic
 _ENTRY_WORD = HEADER_BYTES // 8
 _ENTRY_WORDS = ENTRY_BYTES // 8
 _ISSUED_WORD = ISSUED_AT // 8
-_ALL_REDUCE_HEAD = ALL_REDUCE << 32
-_NO_ROOT = 0xFFFFFFFF << 32  # root -1 in its half word, error 0
-# What a writer that inlines start_all_reduces or end_all for one bucket needs (gradready.py's learned
+# What a writer that inlines start() or end() of one all-reduce needs (gradready.py's learned
 # hook, where every Python call in the backward pass costs microseconds): it keeps the
-# recorder's words, versions and open operations (_words, _versions, _open) as the method does.
+# recorder's words, versions and open operations (_words, _versions, _open) as those do.
 ENTRY_WORD, ENTRY_WORDS, ISSUED_WORD = _ENTRY_WORD, _ENTRY_WORDS, _ISSUED_WORD
-ALL_REDUCE_HEAD, NO_ROOT = _ALL_REDUCE_HEAD, _NO_ROOT
-ALL_REDUCE_RUNNING = _ALL_REDUCE_HEAD | RUNNING << 40
-ALL_REDUCE_DONE = _ALL_REDUCE_HEAD | DONE << 40
+ALL_REDUCE_HEAD = ALL_REDUCE << 32
+NO_ROOT = 0xFFFFFFFF << 32  # root -1 in its half word, error 0
+ALL_REDUCE_RUNNING = ALL_REDUCE_HEAD | RUNNING << 40
+ALL_REDUCE_DONE = ALL_REDUCE_HEAD | DONE << 40
 
 
 class Recorder:
     """Writes operations as they start and end. The training loop starts them and PyTorch's
     completion threads may end them: dlaunch.torch's Watch holds a lock around each start() and
-    end(). DDP's buckets (start_all_reduces, end_all) are written on the training thread
-    without it, which is safe beside the locked calls: each operation has its slot to itself
+    end(). DDP's buckets (dlaunch.gradready) are written on the training thread without
+    it, which is safe beside the locked calls: each operation has its slot to itself
     (64 operations apart), and a sequence number is taken in one read-add-store with no call
     between, where the interpreter does not switch threads."""
 
@@ -125,49 +124,6 @@ class Recorder:
         if not ok:
             w[i + 5] = root_bits | (-5 & 0xFFFFFFFF)  # -EIO
         w[i] = head | ver
-
-    def start_all_reduces(self, nbytes: list[int], first: int, end: int, now_ns: int,
-                          seqs: list[int]) -> None:
-        """Records all-reduces of nbytes[first:end] as entered at now_ns, appending their sequence
-        numbers to seqs: start() for DDP's buckets, in one call, which is most of the cost
-        where it runs (in the backward pass, from cold caches: docs/performance.md)."""
-        w, versions, open_ = self._words, self._versions, self._open
-        head = _ALL_REDUCE_HEAD | RUNNING << 40
-        for k in range(first, end):
-            self.seq = seq = self.seq + 1
-            slot = seq % CAPACITY
-            i = _ENTRY_WORD + slot * _ENTRY_WORDS
-            ver = versions[slot] + 2
-            versions[slot] = ver
-            open_[slot] = (seq, _ALL_REDUCE_HEAD, _NO_ROOT)
-            w[i] = head | (ver - 1)
-            w[i + 1] = seq
-            w[i + 2] = nbytes[k]
-            w[i + 3] = now_ns
-            w[i + 4] = 0
-            w[i + 5] = _NO_ROOT
-            w[i] = head | ver
-            w[_ISSUED_WORD] = seq
-            seqs.append(seq)
-
-    def end_all(self, seqs: list[int], ok: bool, now_ns: int) -> None:
-        """end() of each of seqs, at one time (in one call, as start_all_reduces)."""
-        w, versions, open_ = self._words, self._versions, self._open
-        state = (DONE if ok else FAILED) << 40
-        for seq in seqs:
-            slot = seq % CAPACITY
-            got, head, root_bits = open_[slot]
-            if got != seq:
-                continue
-            i = _ENTRY_WORD + slot * _ENTRY_WORDS
-            ver = versions[slot] + 2
-            versions[slot] = ver
-            head |= state
-            w[i] = head | (ver - 1)
-            w[i + 4] = now_ns
-            if not ok:
-                w[i + 5] = root_bits | (-5 & 0xFFFFFFFF)  # -EIO
-            w[i] = head | ver
 
     @classmethod
     def from_env(cls, rank: int, world_size: int, transport: str) -> Recorder | None:

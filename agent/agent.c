@@ -747,6 +747,21 @@ static int start_attempt(dl_agent_t *a, int attempt)
     return 0;
 }
 
+/* OOM kills are told apart by the counters of the workers' memory cgroups (the agent's). They
+ * are first read once the first round's workers are started, not before: finding the cgroups
+ * and reading a counter a level costs a launch about 0.1 ms of cgroupfs look-ups, which here
+ * overlaps the workers' start instead of holding up the first. A worker's death is looked at
+ * only back in the event loop, after this read; one the OOM killer took before it is named by
+ * the kernel's log (find_oom), as where no memory controller is found. */
+static void read_oom_counters(dl_agent_t *a)
+{
+    if (a->memcg_read)
+        return;
+    a->memcg_read = true;
+    if (dl_memcg_open(&a->memcg, "", 0) < 0)
+        a->memcg.version = 0;
+}
+
 static void spawn_all(dl_agent_t *a, int attempt)
 {
     int failed_rank = -1, failed_err = 0;
@@ -780,6 +795,7 @@ static void spawn_all(dl_agent_t *a, int attempt)
             dl__agent_log(a, "cannot start rank %d: %s", w->rank, strerror(-r));
         }
     }
+    read_oom_counters(a);
     /* Every rank that did not start counts as exited, so the supervisor's books balance. */
     for (int i = 0; i < a->nworkers; i++) {
         dl__worker_t *w = &a->workers[i];
@@ -1048,6 +1064,7 @@ static bool read_error_file(dl_agent_t *a, int rank, char *msg, size_t len, char
  * counted a kill since the last look or the kernel log names the process. */
 static void find_oom(dl_agent_t *a, pid_t pid, long long peak, dl_oom_t *oom)
 {
+    read_oom_counters(a); /* a spare or a kept worker may die before any round's spawns */
     if (a->memcg.version == 0 || !dl_memcg_oom_since(&a->memcg, "", oom))
         dl_kmsg_oom_killed("", pid, oom);
     oom->peak = peak;
@@ -1684,9 +1701,6 @@ static int setup_loop(dl_agent_t *a)
     a->stop_timer.data = a;
     uv_timer_init(&a->loop, &a->reap_timer);
     a->reap_timer.data = a;
-    /* OOM kills are told apart by the counters of the workers' memory cgroups (the agent's). */
-    if (dl_memcg_open(&a->memcg, "", 0) < 0)
-        a->memcg.version = 0;
     uv_timer_init(&a->loop, &a->health_timer);
     a->health_timer.data = a;
     dl__rec_init(a);

@@ -90,6 +90,7 @@ struct dl_agent_s {
     uv_timer_t stop_timer;
     uv_timer_t reap_timer;   /* a worker SIGKILLed long ago and still not reaped is named */
     dl_memcg_t memcg;        /* the memory cgroups the workers are charged to, for OOM kills */
+    bool memcg_read;         /* memcg found and its counters read (after the first spawns) */
     uv_timer_t health_timer; /* --health-timeout: looks at the health pipes now and then */
     dl_events_t *events;
     dl_guard_t guard;

@@ -679,9 +679,7 @@ static int pick_interface(dl_agent_t *a, const char *what, const char *toward, c
         snprintf(note, notelen, "the interface of --local-addr %s", local);
         return 0;
     }
-    r = dl_netif_source(toward, a->if_addr, sizeof(a->if_addr));
-    if (r == 0)
-        r = dl_netif_name(a->if_addr, a->ifname, sizeof(a->ifname));
+    r = dl_netif_route(toward, a->if_addr, sizeof(a->if_addr), a->ifname, sizeof(a->ifname));
     if (r < 0) {
         a->ifname[0] = a->if_addr[0] = '\0';
         snprintf(note, notelen, "cannot tell which interface reaches %s %s: %s", what, toward,

@@ -139,3 +139,40 @@ DL_TEST(ipv4_lookup_agrees_with_getifaddrs)
     ck_assert_int_eq(dl_netif_name("::ffff:127.0.0.1", name, sizeof(name)), 0);
     ck_assert_str_eq(name, "lo");
 }
+
+/* The route's source and its interface in one step answer what the UDP connect and the name
+ * look-up answer for every IPv4 address of this machine (each its own source), for an address
+ * the loopback route covers without having it (127.0.0.5: the source is another address), and
+ * for a name; what does not resolve fails the same way. */
+DL_TEST(route_agrees_with_source_then_name)
+{
+    struct ifaddrs *list = NULL;
+    const char *others[] = {"127.0.0.5", "localhost", "::ffff:127.0.0.1"};
+    char want_addr[128], want_name[IF_NAMESIZE], addr[128], name[IF_NAMESIZE];
+    int checked = 0;
+    ck_assert_int_eq(getifaddrs(&list), 0);
+    for (struct ifaddrs *i = list; i != NULL; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET)
+            continue;
+        char host[INET_ADDRSTRLEN];
+        ck_assert_ptr_nonnull(
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, host, sizeof(host)));
+        DL_CHECK_ERRNO(dl_netif_source(host, want_addr, sizeof(want_addr)), 0);
+        DL_CHECK_ERRNO(dl_netif_name(want_addr, want_name, sizeof(want_name)), 0);
+        DL_CHECK_ERRNO(dl_netif_route(host, addr, sizeof(addr), name, sizeof(name)), 0);
+        ck_assert_str_eq(addr, want_addr);
+        ck_assert_str_eq(name, want_name);
+        checked++;
+    }
+    freeifaddrs(list);
+    ck_assert_int_ge(checked, 1);
+    for (size_t k = 0; k < sizeof(others) / sizeof(others[0]); k++) {
+        DL_CHECK_ERRNO(dl_netif_source(others[k], want_addr, sizeof(want_addr)), 0);
+        DL_CHECK_ERRNO(dl_netif_name(want_addr, want_name, sizeof(want_name)), 0);
+        DL_CHECK_ERRNO(dl_netif_route(others[k], addr, sizeof(addr), name, sizeof(name)), 0);
+        ck_assert_str_eq(addr, want_addr);
+        ck_assert_str_eq(name, want_name);
+    }
+    DL_CHECK_ERRNO(dl_netif_route("no-such-host.invalid", addr, sizeof(addr), name, sizeof(name)),
+                   -ENOENT);
+}

@@ -679,7 +679,9 @@ static int pick_interface(dl_agent_t *a, const char *what, const char *toward, c
         snprintf(note, notelen, "the interface of --local-addr %s", local);
         return 0;
     }
-    r = dl_netif_route(toward, a->if_addr, sizeof(a->if_addr), a->ifname, sizeof(a->ifname));
+    r = dl_netif_source(toward, a->if_addr, sizeof(a->if_addr));
+    if (r == 0)
+        r = dl_netif_name(a->if_addr, a->ifname, sizeof(a->ifname));
     if (r < 0) {
         a->ifname[0] = a->if_addr[0] = '\0';
         snprintf(note, notelen, "cannot tell which interface reaches %s %s: %s", what, toward,
@@ -748,9 +750,11 @@ static int start_attempt(dl_agent_t *a, int attempt)
 /* OOM kills are told apart by the counters of the workers' memory cgroups (the agent's). They
  * are first read once the first round's workers are started, not before: finding the cgroups
  * and reading a counter a level costs a launch about 0.1 ms of cgroupfs look-ups, which here
- * overlaps the workers' start instead of holding up the first. A worker's death is looked at
- * only back in the event loop, after this read; one the OOM killer took before it is named by
- * the kernel's log (find_oom), as where no memory controller is found. */
+ * overlaps the workers' start instead of holding up the first. Deaths are looked at only back in
+ * the event loop, after this read, and no worker or spare runs before the first round. The
+ * price: a worker the OOM killer takes between its spawn and this read (the rest of the round's
+ * spawns, about 0.4 ms a worker) is named only from the kernel's log (find_oom), which a user
+ * may not read (dmesg_restrict): it is then reported as a plain SIGKILL. */
 static void read_oom_counters(dl_agent_t *a)
 {
     if (a->memcg_read)
@@ -1062,7 +1066,6 @@ static bool read_error_file(dl_agent_t *a, int rank, char *msg, size_t len, char
  * counted a kill since the last look or the kernel log names the process. */
 static void find_oom(dl_agent_t *a, pid_t pid, long long peak, dl_oom_t *oom)
 {
-    read_oom_counters(a); /* a spare or a kept worker may die before any round's spawns */
     if (a->memcg.version == 0 || !dl_memcg_oom_since(&a->memcg, "", oom))
         dl_kmsg_oom_killed("", pid, oom);
     oom->peak = peak;

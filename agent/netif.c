@@ -191,14 +191,3 @@ int dl_netif_source(const char *host, char *addr, size_t len)
     freeaddrinfo(res);
     return r < 0 ? r : numeric(&ss, addr, len);
 }
-
-int dl_netif_route(const char *host, char *addr, size_t addrlen, char *ifname, size_t namelen)
-{
-    /* Dotted IPv4 only: an IPv4-mapped IPv6 address is reached over IPv6, from a source of that
-     * form. */
-    struct in_addr v4;
-    if (inet_pton(AF_INET, host, &v4) == 1 && ipv4_name(host, ifname, namelen) == 0)
-        return inet_ntop(AF_INET, &v4, addr, (socklen_t)addrlen) != NULL ? 0 : -errno;
-    int r = dl_netif_source(host, addr, addrlen);
-    return r < 0 ? r : dl_netif_name(addr, ifname, namelen);
-}

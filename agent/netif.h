@@ -31,10 +31,4 @@ int dl_netif_resolve(const char *host, char *addr, size_t len);
  * addresses it is that address. Returns 0, or -errno (-ENOENT: host does not resolve). */
 int dl_netif_source(const char *host, char *addr, size_t len);
 
-/* Both at once: the source address that reaches host (dl_netif_source) into addr and the
- * interface that has it (dl_netif_name) into ifname. An IPv4 address of this machine's own, such
- * as a one-node job's MASTER_ADDR 127.0.0.1, is its own source: one SIOCGIFCONF answers both,
- * without the UDP socket. Returns 0 or what the two would return. */
-int dl_netif_route(const char *host, char *addr, size_t addrlen, char *ifname, size_t namelen);
-
 #endif

@@ -277,26 +277,26 @@ class GradReady:
         if late:
             self._start_below(len(self.nbytes))
         open_ = self._open
-        if open_:  # _end_open(True), without its calls where each counts
+        rec = self.recorder
+        if rec is not None and len(open_) == 1:
+            # _end_open(True) with Recorder.end() inline: a lone bucket, the usual case, where
+            # each call in the backward pass counts.
             now = _now_ns()
-            rec = self.recorder
-            if rec is not None and len(open_) == 1:  # Recorder.end(), inline
-                seq = open_[0]
-                slot = seq % _rec.CAPACITY
-                if rec._open[slot][0] == seq:
-                    i = _rec.ENTRY_WORD + slot * _rec.ENTRY_WORDS
-                    versions = rec._versions
-                    ver = versions[slot] + 2
-                    versions[slot] = ver
-                    words = rec._words
-                    words[i] = _rec.ALL_REDUCE_DONE | (ver - 1)
-                    words[i + 4] = now
-                    words[i] = _rec.ALL_REDUCE_DONE | ver
-            elif rec is not None:
-                for seq in open_:
-                    rec.end(seq, True, now)
+            seq = open_[0]
+            slot = seq % _rec.CAPACITY
+            if rec._open[slot][0] == seq:
+                i = _rec.ENTRY_WORD + slot * _rec.ENTRY_WORDS
+                versions = rec._versions
+                ver = versions[slot] + 2
+                versions[slot] = ver
+                words = rec._words
+                words[i] = _rec.ALL_REDUCE_DONE | (ver - 1)
+                words[i + 4] = now
+                words[i] = _rec.ALL_REDUCE_DONE | ver
             self.wait_ns += now - self._wait_from
             self._open = []
+        elif open_:
+            self._end_open(True)
         self.armed = False
         if self.counting:
             if not late and self._layout_final():

@@ -30,13 +30,13 @@ RUNNING, DONE, FAILED = 2, 3, 4
 # An entry's words: the head (ver, op, state, algo, dtype: one word, as the C writer stores
 # it), seq, bytes, t_start, t_end, error and root (32 bits each), two reserved.
 _HEADER = struct.Struct("<IIIIiiiIQQQ16s")  # after the magic
-_ENTRY_WORD = HEADER_BYTES // 8
-_ENTRY_WORDS = ENTRY_BYTES // 8
-_ISSUED_WORD = ISSUED_AT // 8
-# What a writer that inlines start() or end() of one all-reduce needs (gradready.py's learned
-# hook, where every Python call in the backward pass costs microseconds): it keeps the
-# recorder's words, versions and open operations (_words, _versions, _open) as those do.
-ENTRY_WORD, ENTRY_WORDS, ISSUED_WORD = _ENTRY_WORD, _ENTRY_WORDS, _ISSUED_WORD
+# Public, with what follows, for a writer that inlines start() or end() of one all-reduce
+# (gradready.py's learned hook, where every Python call in the backward pass costs
+# microseconds): it keeps the recorder's words, versions and open operations (_words,
+# _versions, _open) as those do.
+ENTRY_WORD = HEADER_BYTES // 8
+ENTRY_WORDS = ENTRY_BYTES // 8
+ISSUED_WORD = ISSUED_AT // 8
 ALL_REDUCE_HEAD = ALL_REDUCE << 32
 NO_ROOT = 0xFFFFFFFF << 32  # root -1 in its half word, error 0
 ALL_REDUCE_RUNNING = ALL_REDUCE_HEAD | RUNNING << 40
@@ -90,7 +90,7 @@ class Recorder:
         self.seq = seq = self.seq + 1
         slot = seq % CAPACITY
         w = self._words
-        i = _ENTRY_WORD + slot * _ENTRY_WORDS
+        i = ENTRY_WORD + slot * ENTRY_WORDS
         ver = self._versions[slot] + 2
         self._versions[slot] = ver
         head = op << 32
@@ -104,7 +104,7 @@ class Recorder:
         w[i + 4] = 0
         w[i + 5] = root_bits  # error 0
         w[i] = head | ver  # even again, with what changed
-        w[_ISSUED_WORD] = seq
+        w[ISSUED_WORD] = seq
         return seq
 
     def end(self, seq: int, ok: bool = True, now_ns: int = 0) -> None:
@@ -115,7 +115,7 @@ class Recorder:
         if got != seq:
             return
         w = self._words
-        i = _ENTRY_WORD + slot * _ENTRY_WORDS
+        i = ENTRY_WORD + slot * ENTRY_WORDS
         ver = self._versions[slot] + 2
         self._versions[slot] = ver
         head |= (DONE if ok else FAILED) << 40

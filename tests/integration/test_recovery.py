@@ -464,7 +464,12 @@ class NodeLost(TwoNodeJobs):
         then hosts, and the job goes on in-job. Before, it gave up at once ("none of its 1
         successor serves it", exit 3), as the sanitizer build did when the SIGKILLed host took a
         while to die under load (issue #30)."""
-        job = self.job(nodes_range="1:2", steps=self.LOSS_STEPS)
+        # The frozen agent's workers train on; node 1 needs a second or more to find it silent
+        # and say so, and the kill must land before they finish. At 400 steps a second (a fast
+        # host) the 500 steps after step 300 took 1.3 s and the job ended first: rank 3 (node 1,
+        # not in the world after the loss) sleeps 8 ms a step, 4 s for those 500 steps.
+        job = self.job(nodes_range="1:2", steps=self.LOSS_STEPS,
+                       train={"slow_rank": 3, "slow_ms_per_step": 8})
         job.start()
         job.wait_step(300)
         os.killpg(job.agents[0].proc.pid, signal.SIGSTOP)

@@ -4,16 +4,22 @@
  *
  *   bench/train [--steps N] [--warmup N] [--runs N] [--workers 1,2] [--json] [--keep-coretype]
  *               [--no-torch] [--dlaunch PATH] [--trainer PATH] [--python PATH] [--script PATH]
- *               [--dataset DIR] [--recorder-ab] [--recovery-ab] [--no-pair]
+ *               [--dataset DIR] [--recorder-ab] [--recovery-ab] [--peer-reads-ab] [--no-pair]
  *
  * --recorder-ab adds, for each worker count, a row of ours with the collective's flight recorder
  * off (DLAUNCH_COLL_RECORDER=off), interleaved with the others like any row, and a column with
  * each dlaunch row against its recorder-off twin (the median of the rounds' ratios).
  *
- * --recovery-ab adds, for each worker count above 1, a row of ours with in-job recovery on
- * (--recovery in-job: the state of the last step kept whole while the next is made, the
- * momentum blocks in shared memory), interleaved like any row, and a column with it against
- * today's row (restart) of the same count.
+ * --recovery-ab adds, for each worker count above 1, a row of ours with --recovery restart,
+ * interleaved like any row. The trainer's default is in-job recovery (the state of the last step
+ * kept whole while the next is made, the momentum blocks in shared memory), so the plain row is
+ * in-job and this one shows what it costs: its `default/this` column is the plain row of the same
+ * count against it.
+ *
+ * --peer-reads-ab adds, for each worker count above 1, a row of ours with peer_reads off
+ * (DLAUNCH_TRAIN_PEER_READS=false: the sharded step copies every block through the collective
+ * instead of reading it from the owner's buffer), and `default/this` says what reading in place
+ * gains.
  *
  * Beside the 1- and 2-worker rows, `1+1` runs two independent 1-worker jobs at the same time and
  * sums their rates: what the machine's two cores give two workers that never wait for each other,
@@ -48,7 +54,7 @@
 #endif
 
 #define MAX_RUNS 64
-#define MAX_ROWS 20 /* 4 worker counts: ours, without the recorder, in-job, PyTorch; 1+1 */
+#define MAX_ROWS 24 /* 4 worker counts: ours, recorder off, restart, copied, PyTorch; 1+1 */
 
 extern char **environ;
 
@@ -61,12 +67,13 @@ typedef struct {
     char detail[128]; /* overlap mode, or torch version */
     const char *why;  /* set when a run failed */
     bool norec;       /* the flight recorder off */
-    bool in_job;      /* --recovery in-job */
+    bool restart;     /* --recovery restart (the trainer's default is in-job) */
+    bool copied;      /* peer_reads off */
     bool pair;        /* two independent 1-worker jobs at once, their rates summed */
 } row_t;
 
 typedef struct {
-    int steps, warmup, runs, json, keep_coretype, torch, recorder_ab, recovery_ab, pair;
+    int steps, warmup, runs, json, keep_coretype, torch, recorder_ab, recovery_ab, reads_ab, pair;
     int workers[4];
     int n_workers;
     char dlaunch[PATH_MAX], trainer[PATH_MAX], script[PATH_MAX];
@@ -213,9 +220,9 @@ static void measure(const opts_t *o, row_t *row, int i)
 
     if (row->why != NULL)
         return;
-    snprintf(out, sizeof(out), "%s/%s%s%s%s-%d-%d.out", o->tmp, row->impl,
-             row->norec ? "-norec" : "", row->in_job ? "-injob" : "", row->pair ? "-pair" : "",
-             row->workers, i);
+    snprintf(out, sizeof(out), "%s/%s%s%s%s%s-%d-%d.out", o->tmp, row->impl,
+             row->norec ? "-norec" : "", row->restart ? "-restart" : "",
+             row->copied ? "-copied" : "", row->pair ? "-pair" : "", row->workers, i);
     snprintf(logdir, sizeof(logdir), "%s/logs", o->tmp);
     snprintf(ws, sizeof(ws), "%d", row->workers);
     argv[k++] = (char *)o->dlaunch;
@@ -223,9 +230,9 @@ static void measure(const opts_t *o, row_t *row, int i)
     argv[k++] = ws;
     argv[k++] = "--log-dir";
     argv[k++] = logdir;
-    if (row->in_job) {
+    if (row->restart) {
         argv[k++] = "--recovery";
-        argv[k++] = "in-job";
+        argv[k++] = "restart";
     }
     argv[k++] = "--";
     if (strcmp(row->impl, "dlaunch") == 0) {
@@ -259,11 +266,14 @@ static void measure(const opts_t *o, row_t *row, int i)
     }
     if (row->norec)
         setenv("DLAUNCH_COLL_RECORDER", "off", 1);
+    if (row->copied)
+        setenv("DLAUNCH_TRAIN_PEER_READS", "false", 1);
     char out2[PATH_MAX + 72];
     snprintf(out2, sizeof(out2), "%s.2", out);
     pid_t first = start(argv, out), second = row->pair ? start(argv, out2) : -1;
     int status = finish(first), status2 = row->pair ? finish(second) : 0;
     unsetenv("DLAUNCH_COLL_RECORDER");
+    unsetenv("DLAUNCH_TRAIN_PEER_READS");
     if (torch) {
         unsetenv("OMP_NUM_THREADS");
         unsetenv("OPENBLAS_NUM_THREADS");
@@ -341,6 +351,10 @@ static int parse_args(opts_t *o, int argc, char **argv)
             o->recovery_ab = 1;
             continue;
         }
+        if (strcmp(a, "--peer-reads-ab") == 0) {
+            o->reads_ab = 1;
+            continue;
+        }
         if (strcmp(a, "--recorder-ab") == 0) {
             o->recorder_ab = 1;
             continue;
@@ -394,7 +408,7 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
     const row_t *pair = NULL;
     for (int i = 0; i < n; i++) {
         if (strcmp(rows[i].impl, "dlaunch") == 0 && rows[i].workers == 1 && rows[i].why == NULL &&
-            !rows[i].norec && !rows[i].in_job && !rows[i].pair)
+            !rows[i].norec && !rows[i].restart && !rows[i].copied && !rows[i].pair)
             ours1 = &rows[i];
         if (rows[i].pair && rows[i].why == NULL)
             pair = &rows[i];
@@ -409,10 +423,12 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
                 continue;
             }
             printf("{\"impl\": \"%s\", \"workers\": %d, \"side_by_side\": %s, \"recorder\": %s, "
-                   "\"recovery\": \"%s\", \"samples_per_s\": %.0f, \"best_samples_per_s\": %.0f, "
-                   "\"blas_kernels\": \"%s\", \"detail\": \"%s\", \"runs\": [",
+                   "\"recovery\": \"%s\", \"peer_reads\": %s, \"samples_per_s\": %.0f, "
+                   "\"best_samples_per_s\": %.0f, \"blas_kernels\": \"%s\", \"detail\": \"%s\", "
+                   "\"runs\": [",
                    r->impl, r->workers, r->pair ? "true" : "false", r->norec ? "false" : "true",
-                   r->in_job ? "in-job" : "restart", median(r), best(r), r->kernels, r->detail);
+                   r->restart ? "restart" : "default", r->copied ? "false" : "default", median(r),
+                   best(r), r->kernels, r->detail);
             for (int j = 0; j < r->n; j++)
                 printf("%s%.0f", j ? ", " : "", r->sps[j]);
             printf("]}\n");
@@ -424,7 +440,7 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
            o->steps, o->warmup, o->runs,
            o->keep_coretype ? "as in the environment" : "unset for every row");
     printf("%-8s %7s %14s %14s %10s %12s %8s %10s  %s\n", "impl", "workers", "samples/s", "best",
-           "vs ours1", "vs pytorch", "rec/off", "in-job/off", "kernels, notes");
+           "vs ours1", "vs pytorch", "rec/off", "default/this", "kernels, notes");
     for (int i = 0; i < n; i++) {
         const row_t *r = &rows[i];
         if (r->why != NULL) {
@@ -438,16 +454,18 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
                 peer = &rows[j];
         const row_t *twin = NULL, *plain = NULL;
         for (int j = 0; j < n; j++)
-            if (rows[j].norec && !r->norec && !r->in_job && rows[j].workers == r->workers &&
-                strcmp(r->impl, "dlaunch") == 0 && rows[j].why == NULL)
+            if (rows[j].norec && !r->norec && !r->restart && !r->copied &&
+                rows[j].workers == r->workers && strcmp(r->impl, "dlaunch") == 0 &&
+                rows[j].why == NULL)
                 twin = &rows[j];
-        for (int j = 0; j < n && r->in_job; j++)
-            if (!rows[j].norec && !rows[j].in_job && rows[j].workers == r->workers &&
-                strcmp(rows[j].impl, "dlaunch") == 0 && rows[j].why == NULL)
+        for (int j = 0; j < n && (r->restart || r->copied); j++)
+            if (!rows[j].norec && !rows[j].restart && !rows[j].copied && !rows[j].pair &&
+                rows[j].workers == r->workers && strcmp(rows[j].impl, "dlaunch") == 0 &&
+                rows[j].why == NULL)
                 plain = &rows[j];
         char vs1[16] = "-", vsp[16] = "-", vsr[16] = "-", vsj[16] = "-";
         if (plain != NULL)
-            snprintf(vsj, sizeof(vsj), "%.3fx", paired_ratio(r, plain));
+            snprintf(vsj, sizeof(vsj), "%.3fx", paired_ratio(plain, r));
         if (ours1 != NULL)
             snprintf(vs1, sizeof(vs1), "%.2fx", paired_ratio(r, ours1));
         if (peer != NULL && strcmp(r->impl, "dlaunch") == 0)
@@ -456,15 +474,16 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
             snprintf(vsr, sizeof(vsr), "%.3fx", paired_ratio(r, twin));
         char workers[16];
         snprintf(workers, sizeof(workers), r->pair ? "1+1" : "%d", r->workers);
-        printf("%-8s %7s %14.0f %14.0f %10s %12s %8s %10s  %s%s%s%s%s%s\n", r->impl, workers,
+        printf("%-8s %7s %14.0f %14.0f %10s %12s %8s %12s  %s%s%s%s%s%s%s\n", r->impl, workers,
                median(r), best(r), vs1, r->pair ? "-" : vsp, vsr, vsj, r->kernels,
                r->detail[0] ? ", " : "", r->detail, r->norec ? ", flight recorder off" : "",
-               r->in_job ? ", in-job recovery on" : "",
+               r->restart ? ", --recovery restart" : "",
+               r->copied ? ", peer_reads off (blocks copied through the collective)" : "",
                r->pair ? ", two 1-worker jobs at once, rates summed" : "");
     }
     for (int i = 0; i < n && pair != NULL; i++)
         if (strcmp(rows[i].impl, "dlaunch") == 0 && rows[i].workers == 2 && !rows[i].norec &&
-            !rows[i].in_job && !rows[i].pair && rows[i].why == NULL)
+            !rows[i].restart && !rows[i].copied && !rows[i].pair && rows[i].why == NULL)
             printf("2 workers against two 1-worker jobs side by side (this machine's ceiling for "
                    "2 workers): %.2fx\n",
                    paired_ratio(&rows[i], pair));
@@ -481,7 +500,7 @@ int main(int argc, char **argv)
                 "usage: %s [--steps N] [--warmup N] [--runs N] [--workers 1,2] [--json] "
                 "[--keep-coretype] [--no-torch] [--no-pair] [--dlaunch PATH] [--trainer PATH] "
                 "[--python PATH] [--script PATH] [--dataset DIR] [--recorder-ab] "
-                "[--recovery-ab]\n",
+                "[--recovery-ab] [--peer-reads-ab]\n",
                 argv[0]);
         return 2;
     }
@@ -492,7 +511,9 @@ int main(int argc, char **argv)
         if (o.recorder_ab)
             rows[n++] = (row_t){.impl = "dlaunch", .workers = o.workers[i], .norec = true};
         if (o.recovery_ab && o.workers[i] > 1)
-            rows[n++] = (row_t){.impl = "dlaunch", .workers = o.workers[i], .in_job = true};
+            rows[n++] = (row_t){.impl = "dlaunch", .workers = o.workers[i], .restart = true};
+        if (o.reads_ab && o.workers[i] > 1)
+            rows[n++] = (row_t){.impl = "dlaunch", .workers = o.workers[i], .copied = true};
         if (o.pair && o.workers[i] == 1)
             rows[n++] = (row_t){.impl = "dlaunch", .workers = 1, .pair = true};
     }

@@ -39,6 +39,37 @@ uint64_t dl__train_mix64(uint64_t x);
 int dl__train_err(int rc, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* The sharded step's blocks read in place from the buffers of the host's other ranks (see
+ * peers.c): the parameters, the gradients and the step before them live in DL__TRAIN_PEER_BUFS
+ * buffers every rank of the host maps, which the kept step rotates alike on every rank. */
+#define DL__TRAIN_PEER_BUFS 3
+typedef struct dl__train_peers_s {
+    int world, rank;
+    size_t floats;                    /* in each buffer */
+    float *mine[DL__TRAIN_PEER_BUFS]; /* this rank's buffers, in the group's memory */
+    const float **theirs;             /* [buffer * world + rank]: each rank's mapping */
+    float *sync;                      /* world floats for the all-gather that orders reads */
+} dl__train_peers_t;
+
+/* Collective over the group: allocates the buffers (floats each) with mem_alloc and finds every
+ * rank's mapping of them. 0, or -errno (every rank on this host, mem_alloc and mem_peer are the
+ * caller's to check). */
+int dl__train_peers_open(dl__train_peers_t *p, const dl_train_comm_t *c, size_t floats);
+/* Forgets the tables; the buffers go with the group that holds them. */
+void dl__train_peers_close(dl__train_peers_t *p);
+bool dl__train_peers_on(const dl__train_peers_t *p);
+/* Returns once every rank has come here: what each wrote before, the others may read after. */
+int dl__train_peers_meet(dl__train_peers_t *p, const dl_train_comm_t *c);
+/* Rank `rank`'s mapping of the buffer this rank knows as q (one of p->mine). */
+const float *dl__train_peers_of(const dl__train_peers_t *p, const float *q, int rank);
+/* After a meet that followed every rank's writing its gradient into its buffer q: out = the sum
+ * over the ranks, in rank order, of [lo, lo + len) of theirs. */
+int dl__train_peers_sum(const dl__train_peers_t *p, const float *q, float *out, size_t lo,
+                        size_t len);
+/* Once every rank has written its block of q (block j is [j * len, (j + 1) * len)): every
+ * other rank's block copied from its owner's q into this rank's. */
+int dl__train_peers_gather(dl__train_peers_t *p, const dl_train_comm_t *c, float *q, size_t len);
+
 /* Drives the communication hooks from backward's progress reports (see comm.c). */
 typedef struct dl__train_reducer_s {
     const dl_train_comm_t *comm;

@@ -119,6 +119,10 @@ static const dl_opt_t options[] = {
      "sum gradient buckets during backward: on, off, or auto (on when the host has more CPUs "
      "than workers)",
      0, 0},
+    {"peer_reads", NULL, 0, T(bool), OFF(peer_reads), 0, 0, NULL, "true", "BOOL",
+     "sharded update with in-job recovery, every rank on one host: read the other ranks' "
+     "gradient and parameter blocks where they lie (shared memory), not through the collective",
+     0, 0},
     {"checkpoint_dir", NULL, 0, T(path), OFF(checkpoint_dir), 0, 0, NULL, NULL, "DIR",
      "where rank 0 writes checkpoints (empty: none)", 0, 0},
     {"checkpoint_every", NULL, 0, T(u64), OFF(checkpoint_every), 0, 1e15, NULL, "0", "N",

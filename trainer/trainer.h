@@ -164,6 +164,12 @@ void dl_train_sgd_step(float *p, float *m, const float *g, size_t n, float lr, f
  * step is complete everywhere). */
 void dl_train_sgd_step_to(float *p_out, float *m_out, const float *p_in, const float *m_in,
                           const float *g, size_t n, float lr, float momentum, float weight_decay);
+/* dl_train_sgd_step_to with g = g_p_out + g_other, the gradient read from p_out and replaced
+ * there by the new parameters: the sum of two ranks' gradients and the step in one pass, with
+ * the bits of the sum followed by dl_train_sgd_step_to (a + b is b + a in IEEE arithmetic). */
+void dl_train_sgd_step_sum_to(float *p_out, const float *g_other, float *m_out, const float *p_in,
+                              const float *m_in, size_t n, float lr, float momentum,
+                              float weight_decay);
 /* Its momentum alone: m_out as dl_train_sgd_step_to leaves it (a replica of another rank's). */
 void dl_train_sgd_momentum_to(float *m_out, const float *m_in, const float *p_in, const float *g,
                               size_t n, float momentum, float weight_decay);
@@ -299,8 +305,9 @@ typedef struct dl_train_comm_s {
     int (*allgather_bytes)(void *ctx, void *buf, size_t len);
     /* Collective: memory the host's other ranks can read in place, even after this rank died
      * (the sharded update keeps its block of the optimizer state there, so that a rank on its
-     * host holds it for a replacement). Optional: without it a sharded run cannot recover a
-     * rank's block, and falls back to a restart. */
+     * host holds it for a replacement; with every rank on one host it also keeps the parameters
+     * and gradients there and reads the other ranks' blocks in place: peer_reads). Optional:
+     * without it a sharded run cannot recover a rank's block, and falls back to a restart. */
     int (*mem_alloc)(void *ctx, size_t bytes, void **ret_ptr);
     /* Rank `rank`'s block of the allocation that holds mine, when it is on this host (also
      * after it died, until rejoin): 0 with *ret_ptr and *ret_len, or -EXDEV. */
@@ -405,6 +412,7 @@ typedef struct dl_train_config_s {
     uint64_t seed;
     size_t bucket_bytes;
     dl_train_overlap_t overlap; /* sum gradient buckets during backward */
+    bool peer_reads;            /* sharded, every rank on one host: blocks read in place */
     char *checkpoint_dir;       /* owned, NULL: no checkpoints */
     uint64_t checkpoint_every;  /* steps; 0: at each epoch's end (and always at the end or stop) */
     unsigned keep_checkpoints;
@@ -504,6 +512,7 @@ typedef struct dl_train_result_s {
     double lr;              /* peak learning rate after scaling */
     bool overlapped;        /* gradients were summed during backward (see overlap) */
     bool sharded;           /* each rank updated 1/world of the parameters (see the comm hooks) */
+    bool peer_reads;        /* the sharded step read the other ranks' blocks in place */
     unsigned recoveries;    /* in-job recoveries this rank took part in (joining counts) */
     uint32_t params_crc;    /* CRC-32 of the final parameters: equal on every rank */
     unsigned rollbacks;     /* on_divergence: rollback: how often the run went back */

@@ -106,7 +106,11 @@ class OneNode(dltest.Case):
         # Bitwise the uninterrupted run: parameters, momentum, step, data position, RNG.
         self.assertEqual(self.final(name), straight, "the final checkpoint differs")
         with open(os.path.join(self.dir, f"{name}.json")) as f:
-            self.assertEqual(json.load(f)["steps"], STEPS)
+            summary = json.load(f)
+        self.assertEqual(summary["steps"], STEPS)
+        # One host: the kept step read the other ranks' blocks in place, in the group formed
+        # after the recovery too (the buffers went back to private memory and out again).
+        self.assertIs(summary["peer_reads"], True, summary)
         return evs, p
 
     def test_a_worker_killed_anywhere_in_a_step_is_replaced_from_a_replica(self):
@@ -152,10 +156,17 @@ class OneNode(dltest.Case):
         self.assertTrue(rec[0]["reason"].get("hung"), rec[0])
 
     def test_the_uninterrupted_runs_of_both_modes_are_bitwise_equal(self):
+        """Restart mode's plain step copies every block through the collective; in-job's kept
+        step reads them where they lie (peer_reads), or copies them with peer_reads off: the
+        same sums in the same order, so the same final checkpoint, bit for bit."""
         straight = self.baseline(2)
-        spec = self.spec("plain", 2, extra=("recovery: in-job",))
-        self.dlaunch("-q", "--run-id", "plain", spec, timeout=180, check_code=0)
-        self.assertEqual(self.final("plain"), straight)
+        for name, settings, reads in (("plain", None, True),
+                                      ("copied", {"peer_reads": "false"}, False)):
+            spec = self.spec(name, 2, settings, extra=("recovery: in-job",))
+            self.dlaunch("-q", "--run-id", name, spec, timeout=180, check_code=0)
+            self.assertEqual(self.final(name), straight, name)
+            with open(os.path.join(self.dir, f"{name}.json")) as f:
+                self.assertIs(json.load(f)["peer_reads"], reads, name)
 
     def test_a_failure_during_the_recovery_falls_back_to_a_restart(self):
         straight = self.baseline(2)

@@ -313,6 +313,43 @@ DL_TEST(sgd_matches_torch_formula)
     ck_assert_float_eq_tol(p[0], 0.949f - 0.1f * (0.9f * 0.51f + d0), 1e-6f);
 }
 
+/* The fused form two ranks reading in place use (the other's gradient added where the own one
+ * lies, then the step) leaves the bits of the sum followed by the out-of-place step, whichever
+ * rank's gradient is the own one; and the same as the in-place step. 1003 elements: the vector
+ * loops' bodies and tails both. */
+DL_TEST(sgd_step_sum_to_is_sum_then_step)
+{
+    enum { N = 1003 };
+    static float g0[N], g1[N], p[N], m[N], sum[N], p_ref[N], m_ref[N], p_in[N], m_in[N];
+    static float into[N], m_out[N];
+    uint64_t x = 42;
+    for (size_t i = 0; i < N; i++) {
+        /* Spread over magnitudes, so that a different rounding order would show. */
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        g0[i] = (float)((int64_t)(x >> 11) % 100003) * 1e-3f;
+        g1[i] = (float)((int64_t)(x >> 29) % 7919) * 3.7e-7f - 1e-3f;
+        p[i] = (float)((int64_t)(x >> 37) % 1009) * 1e-2f;
+        m[i] = (float)((int64_t)(x >> 17) % 499) * -3e-4f;
+        sum[i] = g0[i] + g1[i];
+    }
+    memcpy(p_in, p, sizeof(p));
+    memcpy(m_in, m, sizeof(m));
+    dl_train_sgd_step_to(p_ref, m_ref, p_in, m_in, sum, N, 0.05f, 0.9f, 5e-4f);
+    for (int own = 0; own < 2; own++) {
+        memcpy(into, own == 0 ? g0 : g1, sizeof(into));
+        dl_train_sgd_step_sum_to(into, own == 0 ? g1 : g0, m_out, p_in, m_in, N, 0.05f, 0.9f,
+                                 5e-4f);
+        ck_assert_mem_eq(into, p_ref, sizeof(into));
+        ck_assert_mem_eq(m_out, m_ref, sizeof(m_out));
+    }
+    /* The inputs of the step stay as they were (in-job recovery keeps them). */
+    ck_assert_mem_eq(p_in, p, sizeof(p));
+    ck_assert_mem_eq(m_in, m, sizeof(m));
+    dl_train_sgd_step(p, m, sum, N, 0.05f, 0.9f, 5e-4f);
+    ck_assert_mem_eq(p, p_ref, sizeof(p));
+    ck_assert_mem_eq(m, m_ref, sizeof(m));
+}
+
 DL_TEST(schedules)
 {
     dl_train_schedule_t s = {DL_TRAIN_SCHED_COSINE, 0.4, 0.0, 0.1, 0, 10, 110};

@@ -427,7 +427,7 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
                    "\"best_samples_per_s\": %.0f, \"blas_kernels\": \"%s\", \"detail\": \"%s\", "
                    "\"runs\": [",
                    r->impl, r->workers, r->pair ? "true" : "false", r->norec ? "false" : "true",
-                   r->restart ? "restart" : "default", r->copied ? "false" : "default", median(r),
+                   r->restart ? "restart" : "in-job", r->copied ? "false" : "true", median(r),
                    best(r), r->kernels, r->detail);
             for (int j = 0; j < r->n; j++)
                 printf("%s%.0f", j ? ", " : "", r->sps[j]);

@@ -52,8 +52,9 @@ typedef struct dl__train_peers_s {
 } dl__train_peers_t;
 
 /* Collective over the group: allocates the buffers (floats each) with mem_alloc and finds every
- * rank's mapping of them. 0, or -errno (every rank on this host, mem_alloc and mem_peer are the
- * caller's to check). */
+ * rank's mapping of them. 0, or -errno: the allocations' failures come alike on every rank (or
+ * the group broke), the others are this rank's own, after every allocation was made. Every rank
+ * on this host is the caller's to check. */
 int dl__train_peers_open(dl__train_peers_t *p, const dl_train_comm_t *c, size_t floats);
 /* Forgets the tables; the buffers go with the group that holds them. */
 void dl__train_peers_close(dl__train_peers_t *p);
@@ -66,9 +67,9 @@ const float *dl__train_peers_of(const dl__train_peers_t *p, const float *q, int 
  * over the ranks, in rank order, of [lo, lo + len) of theirs. */
 int dl__train_peers_sum(const dl__train_peers_t *p, const float *q, float *out, size_t lo,
                         size_t len);
-/* Once every rank has written its block of q (block j is [j * len, (j + 1) * len)): every
- * other rank's block copied from its owner's q into this rank's. */
-int dl__train_peers_gather(dl__train_peers_t *p, const dl_train_comm_t *c, float *q, size_t len);
+/* After a meet that followed every rank's writing its block of q (block j is [j * len,
+ * (j + 1) * len)): every other rank's block copied from its owner's q into this rank's. */
+int dl__train_peers_copy(const dl__train_peers_t *p, float *q, size_t len);
 
 /* Drives the communication hooks from backward's progress reports (see comm.c). */
 typedef struct dl__train_reducer_s {

@@ -12,9 +12,9 @@
  * Why two synchronizations a step suffice (train.c's sharded_update_kept): rank j reads block r
  * of rank r's gradient buffer q after the first, while rank r writes only its own block of q (the
  * update) until the second; rank j copies block r of rank r's q after the second, and rank r
- * writes into q again only two steps later (q serves as the parameters, then as the step before
- * them), past two more synchronizations. The update's stores go to lines the others last read
- * two steps before; the plain step, which updates the parameters in place, would store into lines
+ * writes into q again only in the backward pass three steps later (q serves as the parameters,
+ * then as the step before them, then takes the gradients), past four more synchronizations. The
+ * update's stores go to lines the others last read steps before; the plain step, which updates the parameters in place, would store into lines
  * the others read at the last gather, and is left to the collective (train.c, peers_attach). */
 #include <errno.h>
 #include <stdlib.h>
@@ -27,6 +27,17 @@ int dl__train_peers_open(dl__train_peers_t *p, const dl_train_comm_t *c, size_t 
     memset(p, 0, sizeof(*p));
     if (c->world_size < 2 || c->mem_alloc == NULL || c->mem_peer == NULL || c->allgather == NULL)
         return -EINVAL;
+    /* The collective part first and whole, so that a rank failing here on its own (below) has
+     * still made every allocation the others make, and the caller's vote can tell them. */
+    for (int b = 0; b < DL__TRAIN_PEER_BUFS; b++) {
+        void *mine = NULL;
+        int rc = c->mem_alloc(c->ctx, floats * sizeof(float), &mine);
+        if (rc < 0) {
+            dl__train_peers_close(p);
+            return rc;
+        }
+        p->mine[b] = mine;
+    }
     p->world = c->world_size;
     p->rank = c->rank;
     p->floats = floats;
@@ -37,17 +48,10 @@ int dl__train_peers_open(dl__train_peers_t *p, const dl_train_comm_t *c, size_t 
         return -ENOMEM;
     }
     for (int b = 0; b < DL__TRAIN_PEER_BUFS; b++) {
-        void *mine = NULL;
-        int rc = c->mem_alloc(c->ctx, floats * sizeof(float), &mine);
-        if (rc < 0) {
-            dl__train_peers_close(p);
-            return rc;
-        }
-        p->mine[b] = mine;
         for (int j = 0; j < p->world; j++) {
             const void *ptr = NULL;
             size_t len = 0;
-            rc = c->mem_peer(c->ctx, mine, j, &ptr, &len);
+            int rc = c->mem_peer(c->ctx, p->mine[b], j, &ptr, &len);
             if (rc == 0 && len < floats * sizeof(float))
                 rc = -EPROTO;
             if (rc < 0) {
@@ -119,11 +123,8 @@ int dl__train_peers_sum(const dl__train_peers_t *p, const float *q, float *out, 
     return 0;
 }
 
-int dl__train_peers_gather(dl__train_peers_t *p, const dl_train_comm_t *c, float *q, size_t len)
+int dl__train_peers_copy(const dl__train_peers_t *p, float *q, size_t len)
 {
-    int rc = dl__train_peers_meet(p, c);
-    if (rc < 0)
-        return rc;
     for (int j = 0; j < p->world; j++) {
         const float *b = theirs(p, q, j);
         if (b == NULL)

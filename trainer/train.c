@@ -482,27 +482,75 @@ static int rec_shared_alloc(run_t *r)
     return 0;
 }
 
+/* Every rank's `mine` to every rank (allgather_bytes, present with rejoin): *ret_all when every
+ * one was true. */
+static int vote(run_t *r, bool mine, bool *ret_all)
+{
+    const dl_train_comm_t *c = r->comm;
+    /* Every rank is on this host (peers_attach): a handful, as a rule. */
+    int32_t few[64], *all = c->world_size <= 64 ? few : calloc((size_t)c->world_size, sizeof(*all));
+    if (all == NULL)
+        return -ENOMEM;
+    memset(all, 0, (size_t)c->world_size * sizeof(*all));
+    all[c->rank] = mine;
+    int rc = hook_failed(r, c->allgather_bytes(c->ctx, all, sizeof(*all)));
+    *ret_all = true;
+    for (int q = 0; q < c->world_size; q++)
+        *ret_all = *ret_all && all[q] != 0;
+    if (all != few)
+        free(all);
+    return rc;
+}
+
 /* With every rank on this host: the parameters, the gradients and the step before them into
  * memory the host's ranks map, so that the kept sharded step reads the other ranks' blocks in
- * place (peers.c). Collective, like rec_shared_alloc, and decided alike on every rank. The plain
- * step (no in-job recovery) keeps copying: it updates its block of the parameters in place, into
- * lines the others read at the last gather, and measured 3% slower reading in place. */
+ * place (peers.c). Collective, like rec_shared_alloc. Every rank must take the same path (the
+ * step's collectives differ): the ranks vote on the setting and then on whether each set the
+ * buffers up, and copy through the collective unless all said yes. The plain step (no in-job
+ * recovery) keeps copying: it updates its block of the parameters in place, into lines the
+ * others read at the last gather, and measured 3% slower reading in place. */
 static int peers_attach(run_t *r)
 {
     const dl_train_comm_t *c = r->comm;
+    bool all;
 
-    if (!r->cfg->peer_reads || !r->rec || !r->sharded || c->world_size < 2 ||
-        c->mem_alloc == NULL || c->mem_peer == NULL || c->host_of == NULL)
+    if (!r->rec || !r->sharded || c->world_size < 2 || c->mem_alloc == NULL ||
+        c->mem_peer == NULL || c->host_of == NULL)
         return 0;
     int host = c->host_of(c->ctx, 0);
     for (int q = 1; q < c->world_size; q++)
         if (c->host_of(c->ctx, q) != host)
             return 0;
-    size_t pcap = dl_train_mlp_capacity(r->mlp);
-    int rc = hook_failed(r, dl__train_peers_open(&r->peers, c, (pcap + 15) & ~(size_t)15));
+    int rc = vote(r, r->cfg->peer_reads, &all);
     if (rc < 0)
+        return dl__train_err(rc, r->err, r->errlen, "agreeing on peer_reads: %s",
+                             comm_error(r, rc));
+    if (!all) {
+        if (r->cfg->peer_reads)
+            say(r, "peer_reads is off on another rank: every rank copies the blocks through the "
+                   "collective");
+        return 0;
+    }
+    size_t pcap = dl_train_mlp_capacity(r->mlp);
+    int made = dl__train_peers_open(&r->peers, c, (pcap + 15) & ~(size_t)15);
+    rc = vote(r, made == 0, &all);
+    if (rc < 0) {
+        dl__train_peers_close(&r->peers);
         return dl__train_err(rc, r->err, r->errlen, "shared memory for the parameters: %s",
                              comm_error(r, rc));
+    }
+    if (!all) {
+        dl__train_peers_close(&r->peers);
+        if (made < 0)
+            say(r,
+                "peer_reads: no shared memory for the parameters (%s): the blocks are copied "
+                "through the collective",
+                strerror(-made));
+        else
+            say(r, "peer_reads: another rank has no shared memory for the parameters: the "
+                   "blocks are copied through the collective");
+        return 0;
+    }
     float *const *bufs = r->peers.mine;
     memcpy(bufs[0], dl_train_mlp_params(r->mlp), pcap * sizeof(float));
     memcpy(bufs[1], dl_train_mlp_grads(r->mlp), pcap * sizeof(float));
@@ -904,8 +952,10 @@ static int sharded_update_kept(run_t *r, float lr, float *ret_vote, float *ret_l
             q[i] = other != NULL ? q[i] + other[i - lo] : r->shard_grad[i - lo];
     phase(r, DL_TRAIN_PHASE_GATHER);
     t = now();
-    rc = hook_failed(r, in_place ? dl__train_peers_gather(&r->peers, c, q, len)
-                                 : c->allgather(c->ctx, q, len));
+    rc = hook_failed(r,
+                     in_place ? dl__train_peers_meet(&r->peers, c) : c->allgather(c->ctx, q, len));
+    if (rc == 0 && in_place)
+        rc = dl__train_peers_copy(&r->peers, q, len);
     r->wait_time += now() - t;
     if (rc < 0)
         return rc;
@@ -1070,7 +1120,13 @@ static int diverged(run_t *r, double loss)
             "checkpoint with the peak learning rate halved to %.4g (rollback %u of %d)",
             (unsigned long long)r->step, what, lr, r->sched.lr * 0.5, r->rollbacks + 1,
             MAX_ROLLBACKS);
-        int rc = restore(r, true);
+        /* Rank 0 reads the checkpoint into its parameters, whose block the others may still be
+         * copying (peer_reads): not before every rank is past its copy. */
+        int rc = dl__train_peers_on(&r->peers)
+                     ? hook_failed(r, dl__train_peers_meet(&r->peers, r->comm))
+                     : 0;
+        if (rc == 0)
+            rc = restore(r, true);
         if (rc < 0)
             return rc;
         if (rc == 1) {

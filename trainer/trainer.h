@@ -166,7 +166,8 @@ void dl_train_sgd_step_to(float *p_out, float *m_out, const float *p_in, const f
                           const float *g, size_t n, float lr, float momentum, float weight_decay);
 /* dl_train_sgd_step_to with g = g_p_out + g_other, the gradient read from p_out and replaced
  * there by the new parameters: the sum of two ranks' gradients and the step in one pass, with
- * the bits of the sum followed by dl_train_sgd_step_to (a + b is b + a in IEEE arithmetic). */
+ * the bits of the sum followed by dl_train_sgd_step_to (a + b is b + a in IEEE arithmetic; only
+ * which NaN's payload survives may differ, on a step that diverged anyway). */
 void dl_train_sgd_step_sum_to(float *p_out, const float *g_other, float *m_out, const float *p_in,
                               const float *m_in, size_t n, float lr, float momentum,
                               float weight_decay);

@@ -168,6 +168,29 @@ class OneNode(dltest.Case):
             with open(os.path.join(self.dir, f"{name}.json")) as f:
                 self.assertIs(json.load(f)["peer_reads"], reads, name)
 
+    def test_ranks_that_disagree_on_peer_reads_all_copy(self):
+        """peer_reads off on rank 1 alone (its environment): the ranks vote, both copy through
+        the collective, and the run ends as the uninterrupted one, bit for bit. Before the vote
+        rank 0 would have allocated shared buffers while rank 1 summed through the collective."""
+        straight = self.baseline(2)
+        wrapper = self.write("one-off.sh", "#!/bin/sh\n"
+                             "[ \"$RANK\" = 1 ] && export DLAUNCH_TRAIN_PEER_READS=false\n"
+                             "exec \"$@\"\n")
+        os.chmod(wrapper, 0o755)
+        name = "one-off"
+        train = {"dataset_dir": SUBSET, "steps": STEPS, "batch_size": 32, "seed": 7,
+                 "checkpoint_dir": f"ck-{name}", "checkpoint_every": 100, "log_every": 10,
+                 "summary_file": f"{name}.json"}
+        sets = [a for k, v in train.items() for a in ("--set", f"{k}={v}")]
+        p = self.dlaunch("--run-id", name, "--gpus-per-node", "2", "--recovery", "in-job",
+                         "--max-restarts", "0", "--", wrapper, TRAINER, *sets, timeout=180)
+        self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
+        self.assertIn("peer_reads is off on another rank: every rank copies the blocks through "
+                      "the collective", p.stdout)
+        with open(os.path.join(self.dir, f"{name}.json")) as f:
+            self.assertIs(json.load(f)["peer_reads"], False)
+        self.assertEqual(self.final(name), straight)
+
     def test_a_failure_during_the_recovery_falls_back_to_a_restart(self):
         straight = self.baseline(2)
         spec = self.spec("second", 2, {"fail_at_step": FAIL_STEP, "fail_rank": 1,

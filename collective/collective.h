@@ -217,8 +217,9 @@ int dl_coll_barrier(dl_coll_group_t *g);
 int dl_coll_mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *err, size_t errlen);
 
 /* The block that the rank `rank` (on this host, another rank or this one) holds of the allocation
- * that contains `mine` (this rank's memory from dl_coll_mem_alloc): *ret_ptr (read-only; this
- * rank's own block is writable) and its length. Works on a broken group too, until it is
+ * that contains `mine` (this rank's memory from dl_coll_mem_alloc): *ret_ptr and its length.
+ * Another rank's block is mapped for writing too (const for the readers that most callers are):
+ * which rank may write where, and when, is the callers' protocol. Works on a broken group too, until it is
  * destroyed: a rank that died leaves its block readable here, as it was when it died (the pages
  * live as long as a mapping does). Not collective. Returns 0, -ENOENT when mine is no such
  * memory, -EXDEV when rank is on another host or out of range. */

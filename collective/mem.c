@@ -96,13 +96,15 @@ static int map_peer(dl__coll_region_t *r, int j, const block_desc_t *d, int rank
 {
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)d->pid, (int)d->fd);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Read and write: a rank may hand its result straight into another's block (the trainer's
+     * sharded step does, docs/trainer.md); which rank writes where is the callers' protocol. */
+    int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
         snprintf(err, errlen, "opening rank %d's shared block (%s): %s", rank, path, strerror(e));
         return -e;
     }
-    void *p = mmap(NULL, (size_t)d->len, PROT_READ, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, (size_t)d->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int e = errno;
     close(fd);
     if (p == MAP_FAILED) {

@@ -47,7 +47,7 @@ typedef struct dl__train_peers_s {
     int world, rank;
     size_t floats;                    /* in each buffer */
     float *mine[DL__TRAIN_PEER_BUFS]; /* this rank's buffers, in the group's memory */
-    const float **theirs;             /* [buffer * world + rank]: each rank's mapping */
+    float **theirs;                   /* [buffer * world + rank]: each rank's mapping */
     float *sync;                      /* world floats for the all-gather that orders reads */
 } dl__train_peers_t;
 
@@ -61,8 +61,8 @@ void dl__train_peers_close(dl__train_peers_t *p);
 bool dl__train_peers_on(const dl__train_peers_t *p);
 /* Returns once every rank has come here: what each wrote before, the others may read after. */
 int dl__train_peers_meet(dl__train_peers_t *p, const dl_train_comm_t *c);
-/* Rank `rank`'s mapping of the buffer this rank knows as q (one of p->mine). */
-const float *dl__train_peers_of(const dl__train_peers_t *p, const float *q, int rank);
+/* Rank `rank`'s mapping of the buffer this rank knows as q (one of p->mine), writable. */
+float *dl__train_peers_of(const dl__train_peers_t *p, const float *q, int rank);
 /* After a meet that followed every rank's writing its gradient into its buffer q: out = the sum
  * over the ranks, in rank order, of [lo, lo + len) of theirs. */
 int dl__train_peers_sum(const dl__train_peers_t *p, const float *q, float *out, size_t lo,

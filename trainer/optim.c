@@ -30,17 +30,18 @@ void dl_train_sgd_step_to(float *restrict p_out, float *restrict m_out, const fl
 }
 
 DL__TRAIN_HOT
-void dl_train_sgd_step_sum_to(float *restrict p_out, const float *restrict g_other,
-                              float *restrict m_out, const float *restrict p_in,
-                              const float *restrict m_in, size_t n, float lr, float momentum,
-                              float weight_decay)
+void dl_train_sgd_step_pair(float *restrict g_mine, float *restrict g_theirs, float *restrict m_out,
+                            const float *restrict p_in, const float *restrict m_in, size_t n,
+                            float lr, float momentum, float weight_decay)
 {
     for (size_t i = 0; i < n; i++) {
-        float g = p_out[i] + g_other[i];
+        float g = g_mine[i] + g_theirs[i];
         float d = g + weight_decay * p_in[i];
         float v = momentum * m_in[i] + d;
         m_out[i] = v;
-        p_out[i] = p_in[i] - lr * v;
+        float p = p_in[i] - lr * v;
+        g_mine[i] = p;
+        g_theirs[i] = p;
     }
 }
 

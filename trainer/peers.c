@@ -1,21 +1,24 @@
-/* The sharded step's exchange read in place, when every rank is on one host.
+/* The sharded step's exchange in place, when every rank is on one host.
  *
  * The reduce-scatter and the all-gather through the collective copy each block into the shared
  * segment and out again: a rank writes lines the other has read a step before (each store a
  * cross-core invalidation) and the other reads them. With the parameters and the gradients in
- * memory the host's ranks map (three buffers, which take turns as the trainer's kept step
- * rotates them), a rank instead sums every rank's gradient block straight from its owner's
- * buffer, and copies every other rank's new parameter block straight from its owner's buffer.
- * What remains of the collective is one small all-gather before each half, which orders the
- * reads after the writes.
+ * memory the host's ranks map (three buffers, which take turns as the trainer's kept step rotates
+ * them), rank r instead takes block r of every rank's gradient straight from that rank's buffer q,
+ * and the new parameters of block r reach every rank's q: two ranks write them there in the pass
+ * that makes them (dl_train_sgd_step_pair, over the gradients just read), more ranks copy each
+ * other's new blocks after the update. What remains of the collective is one small all-gather
+ * once the gradients are written and one once the new blocks are, which order the accesses.
  *
- * Why two synchronizations a step suffice (train.c's sharded_update_kept): rank j reads block r
- * of rank r's gradient buffer q after the first, while rank r writes only its own block of q (the
- * update) until the second; rank j copies block r of rank r's q after the second, and rank r
- * writes into q again only in the backward pass three steps later (q serves as the parameters,
- * then as the step before them, then takes the gradients), past four more synchronizations. The
- * update's stores go to lines the others last read steps before; the plain step, which updates the parameters in place, would store into lines
- * the others read at the last gather, and is left to the collective (train.c, peers_attach). */
+ * Why two synchronizations a step suffice (train.c's sharded_update_kept). Between the first and
+ * the second, block r of every rank's q is touched by rank r alone: it reads the gradients there
+ * and writes the new parameters into its own q's (two ranks: into both). After the second, every
+ * rank reads its whole q (more ranks: having copied block j from rank j's q, which rank j no
+ * longer writes), and nobody writes into a q again before the backward pass that takes it for
+ * gradients three steps later (q serves as the parameters, then as the step before them), past
+ * four more synchronizations. The stores go to lines the others last read steps before; the
+ * plain step, which updates the parameters in place, would store into lines the others read at
+ * the last gather, and is left to the collective (train.c, peers_attach). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +61,9 @@ int dl__train_peers_open(dl__train_peers_t *p, const dl_train_comm_t *c, size_t 
                 dl__train_peers_close(p);
                 return rc;
             }
-            p->theirs[b * p->world + j] = ptr;
+            /* Mapped for writing too (dl_coll_mem_peer): two ranks hand each other the new
+             * parameters of their blocks. */
+            p->theirs[b * p->world + j] = (float *)ptr;
         }
     }
     return 0;
@@ -78,7 +83,7 @@ bool dl__train_peers_on(const dl__train_peers_t *p)
 }
 
 /* Rank j's mapping of the buffer this rank knows as `mine`. */
-static const float *theirs(const dl__train_peers_t *p, const float *mine, int j)
+static float *theirs(const dl__train_peers_t *p, const float *mine, int j)
 {
     for (int b = 0; b < DL__TRAIN_PEER_BUFS; b++)
         if (p->mine[b] == mine)
@@ -91,7 +96,7 @@ int dl__train_peers_meet(dl__train_peers_t *p, const dl_train_comm_t *c)
     return c->allgather(c->ctx, p->sync, 1);
 }
 
-const float *dl__train_peers_of(const dl__train_peers_t *p, const float *q, int rank)
+float *dl__train_peers_of(const dl__train_peers_t *p, const float *q, int rank)
 {
     return theirs(p, q, rank);
 }

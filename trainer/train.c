@@ -909,10 +909,10 @@ static int sharded_update_kept(run_t *r, float lr, float *ret_vote, float *ret_l
     int nxt = 1 - r->cur;
 
     bool in_place = dl__train_peers_on(&r->peers);
-    /* Two ranks reading in place: the other's gradient block goes straight into the update,
-     * added where the own block lies (which the new parameters then replace), without the sum
-     * first written to shard_grad and read back. */
-    const float *other =
+    /* Two ranks in place: the other's gradient block goes straight into the update, and the new
+     * parameters over both gradients, the own and the other's (its copy of them, as if
+     * gathered), without the sum written to shard_grad and read back or a copy after. */
+    float *other =
         in_place && c->world_size == 2 ? dl__train_peers_of(&r->peers, q, 1 - c->rank) : NULL;
     if (other != NULL)
         other += lo;
@@ -931,8 +931,8 @@ static int sharded_update_kept(run_t *r, float lr, float *ret_vote, float *ret_l
     }
     __atomic_store_n(&r->mstep[nxt], REC_NONE, __ATOMIC_RELEASE);
     if (other != NULL)
-        dl_train_sgd_step_sum_to(q + lo, other, r->mbuf[nxt], p + lo, r->mbuf[r->cur], mine, lr,
-                                 (float)r->cfg->momentum, (float)r->cfg->weight_decay);
+        dl_train_sgd_step_pair(q + lo, other, r->mbuf[nxt], p + lo, r->mbuf[r->cur], mine, lr,
+                               (float)r->cfg->momentum, (float)r->cfg->weight_decay);
     else
         dl_train_sgd_step_to(q + lo, r->mbuf[nxt], p + lo, r->mbuf[r->cur], r->shard_grad, mine, lr,
                              (float)r->cfg->momentum, (float)r->cfg->weight_decay);
@@ -947,14 +947,19 @@ static int sharded_update_kept(run_t *r, float lr, float *ret_vote, float *ret_l
                                  (float)r->cfg->weight_decay);
         r->rmstep[nxt] = r->step + 1;
     }
-    for (size_t i = n; i < n + DL_TRAIN_SPARE_FLOATS; i++)
-        if (i >= lo && i < lo + len)
-            q[i] = other != NULL ? q[i] + other[i - lo] : r->shard_grad[i - lo];
+    for (size_t i = n; i < n + DL_TRAIN_SPARE_FLOATS; i++) {
+        if (i < lo || i >= lo + len)
+            continue;
+        if (other != NULL)
+            q[i] = other[i - lo] = q[i] + other[i - lo];
+        else
+            q[i] = r->shard_grad[i - lo];
+    }
     phase(r, DL_TRAIN_PHASE_GATHER);
     t = now();
     rc = hook_failed(r,
                      in_place ? dl__train_peers_meet(&r->peers, c) : c->allgather(c->ctx, q, len));
-    if (rc == 0 && in_place)
+    if (rc == 0 && in_place && other == NULL)
         rc = dl__train_peers_copy(&r->peers, q, len);
     r->wait_time += now() - t;
     if (rc < 0)

@@ -164,13 +164,13 @@ void dl_train_sgd_step(float *p, float *m, const float *g, size_t n, float lr, f
  * step is complete everywhere). */
 void dl_train_sgd_step_to(float *p_out, float *m_out, const float *p_in, const float *m_in,
                           const float *g, size_t n, float lr, float momentum, float weight_decay);
-/* dl_train_sgd_step_to with g = g_p_out + g_other, the gradient read from p_out and replaced
- * there by the new parameters: the sum of two ranks' gradients and the step in one pass, with
- * the bits of the sum followed by dl_train_sgd_step_to (a + b is b + a in IEEE arithmetic; only
- * which NaN's payload survives may differ, on a step that diverged anyway). */
-void dl_train_sgd_step_sum_to(float *p_out, const float *g_other, float *m_out, const float *p_in,
-                              const float *m_in, size_t n, float lr, float momentum,
-                              float weight_decay);
+/* dl_train_sgd_step_to with g = g_mine + g_theirs, two ranks' gradients of a block, each
+ * replaced by the new parameters: the sum and the step in one pass, with the bits of the sum
+ * followed by dl_train_sgd_step_to (a + b is b + a in IEEE arithmetic; only which NaN's payload
+ * survives may differ, on a step that diverged anyway). */
+void dl_train_sgd_step_pair(float *g_mine, float *g_theirs, float *m_out, const float *p_in,
+                            const float *m_in, size_t n, float lr, float momentum,
+                            float weight_decay);
 /* Its momentum alone: m_out as dl_train_sgd_step_to leaves it (a replica of another rank's). */
 void dl_train_sgd_momentum_to(float *m_out, const float *m_in, const float *p_in, const float *g,
                               size_t n, float momentum, float weight_decay);
@@ -311,7 +311,8 @@ typedef struct dl_train_comm_s {
      * without it a sharded run cannot recover a rank's block, and falls back to a restart. */
     int (*mem_alloc)(void *ctx, size_t bytes, void **ret_ptr);
     /* Rank `rank`'s block of the allocation that holds mine, when it is on this host (also
-     * after it died, until rejoin): 0 with *ret_ptr and *ret_len, or -EXDEV. */
+     * after it died, until rejoin): 0 with *ret_ptr and *ret_len, or -EXDEV. Writable (the
+     * sharded step hands the other rank its new parameters there). */
     int (*mem_peer)(void *ctx, const void *mine, int rank, const void **ret_ptr, size_t *ret_len);
     /* The host rank `rank` is on (the same number for ranks that share one); optional. */
     int (*host_of)(void *ctx, int rank);

@@ -1496,3 +1496,38 @@ DL_TEST_IN(recovery_tests, mem_peer_reads_the_blocks_of_the_host)
         free(out);
     }
 }
+
+/* Another rank's block is writable through mem_peer: what a rank writes there, its owner reads
+ * in its own block after a barrier (the trainer's sharded step hands each other the new
+ * parameters so). */
+static int body_mem_peer_write(rank_t *r, void *arg)
+{
+    (void)arg;
+    int me = r->rank, other = 1 - me;
+    char err[256];
+    int *mine = NULL, *theirs = NULL;
+    size_t len = 0;
+    int rc = dl_coll_mem_alloc(r->g, 4096, (void **)&mine, err, sizeof(err));
+    if (rc == 0)
+        rc = dl_coll_mem_peer(r->g, mine, other, (const void **)&theirs, &len);
+    if (rc < 0)
+        return rc;
+    theirs[7] = 3000 + me;
+    rc = dl_coll_barrier(r->g);
+    int *out = calloc(1, sizeof(int));
+    r->out = out;
+    *out = mine[7];
+    return rc;
+}
+
+DL_TEST_IN(recovery_tests, mem_peer_writes_into_the_other_block)
+{
+    world_t w;
+    world_init(&w, 2, DL_COLL_TRANSPORT_SHM, NULL);
+    world_run(&w, body_mem_peer_write, NULL);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_msg(w.ranks[r].body_rc == 0, "rank %d: %s", r, w.ranks[r].err);
+        ck_assert_int_eq(*(int *)w.ranks[r].out, 3000 + (1 - r));
+        free(w.ranks[r].out);
+    }
+}

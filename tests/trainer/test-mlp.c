@@ -313,15 +313,15 @@ DL_TEST(sgd_matches_torch_formula)
     ck_assert_float_eq_tol(p[0], 0.949f - 0.1f * (0.9f * 0.51f + d0), 1e-6f);
 }
 
-/* The fused form two ranks reading in place use (the other's gradient added where the own one
- * lies, then the step) leaves the bits of the sum followed by the out-of-place step, whichever
- * rank's gradient is the own one; and the same as the in-place step. 1003 elements: the vector
- * loops' bodies and tails both. */
-DL_TEST(sgd_step_sum_to_is_sum_then_step)
+/* The fused form two ranks in place use (the two gradients summed, the step, the new parameters
+ * over both gradients) leaves the bits of the sum followed by the out-of-place step in both,
+ * whichever rank's gradient is the own one; and the same as the in-place step. 1003 elements:
+ * the vector loops' bodies and tails both. */
+DL_TEST(sgd_step_pair_is_sum_then_step)
 {
     enum { N = 1003 };
     static float g0[N], g1[N], p[N], m[N], sum[N], p_ref[N], m_ref[N], p_in[N], m_in[N];
-    static float into[N], m_out[N];
+    static float mine[N], theirs[N], m_out[N];
     uint64_t x = 42;
     for (size_t i = 0; i < N; i++) {
         /* Spread over magnitudes, so that a different rounding order would show. */
@@ -336,10 +336,11 @@ DL_TEST(sgd_step_sum_to_is_sum_then_step)
     memcpy(m_in, m, sizeof(m));
     dl_train_sgd_step_to(p_ref, m_ref, p_in, m_in, sum, N, 0.05f, 0.9f, 5e-4f);
     for (int own = 0; own < 2; own++) {
-        memcpy(into, own == 0 ? g0 : g1, sizeof(into));
-        dl_train_sgd_step_sum_to(into, own == 0 ? g1 : g0, m_out, p_in, m_in, N, 0.05f, 0.9f,
-                                 5e-4f);
-        ck_assert_mem_eq(into, p_ref, sizeof(into));
+        memcpy(mine, own == 0 ? g0 : g1, sizeof(mine));
+        memcpy(theirs, own == 0 ? g1 : g0, sizeof(theirs));
+        dl_train_sgd_step_pair(mine, theirs, m_out, p_in, m_in, N, 0.05f, 0.9f, 5e-4f);
+        ck_assert_mem_eq(mine, p_ref, sizeof(mine));
+        ck_assert_mem_eq(theirs, p_ref, sizeof(theirs));
         ck_assert_mem_eq(m_out, m_ref, sizeof(m_out));
     }
     /* The inputs of the step stay as they were (in-job recovery keeps them). */

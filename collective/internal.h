@@ -164,8 +164,8 @@ int dl__coll_tcp_barrier(dl__coll_tcp_t *t);
 /* ---- memory the host's ranks read in place (mem.c) ------------------------------------------ */
 
 /* One dl_coll_mem_alloc: this rank's memfd-backed block, and every other host member's block of
- * the same allocation, mapped read-only here. Allocations are collective, so their serial
- * numbers agree across ranks. */
+ * the same allocation, mapped here for reading and writing (dl_coll_mem_peer). Allocations are
+ * collective, so their serial numbers agree across ranks. */
 typedef struct {
     uint32_t serial;
     char *base;

@@ -3,8 +3,10 @@
  * registered buffers, MPI_Alloc_mem).
  *
  * Each allocation is a memfd. The host's members swap (pid, fd, length) through the segment,
- * and each maps the others' blocks read-only through /proc/PID/fd/FD, which needs only what
- * reading another process of the same user needs (ptrace read access), unlike pidfd_getfd.
+ * and each maps the others' blocks through /proc/PID/fd/FD, which needs only what reading
+ * another process of the same user needs (ptrace read access), unlike pidfd_getfd. The mapping
+ * is writable too: the trainer's sharded step hands each rank's new parameters into the other's
+ * block; the all-reduce only reads them.
  * A second exchange of outcomes makes the result the same everywhere: either every member holds
  * every block or the allocation fails on all of them, so no rank ever sends from memory a peer
  * cannot see. */

@@ -4,10 +4,10 @@
  *
  * The whole pages inside the buffer are "adopted": their contents are written into a memfd, which
  * is then mapped over them with MAP_FIXED. The addresses and the contents stay the same for the
- * program; the pages are now a file the peer maps through /proc/PID/fd/FD like a
- * dl_coll_mem_alloc block, but read-only (they are the program's own heap). The partial pages at
- * either end are never touched: other objects of the heap may live there, written by other
- * threads at any time, while the buffer's own pages belong to the all-reduce during the call.
+ * program; the pages are now a file the peer maps read-only through /proc/PID/fd/FD, like a
+ * dl_coll_mem_alloc block. The partial pages at either end are never touched: other objects of
+ * the heap may live there, written by other threads at any time, while the buffer's own pages
+ * belong to the all-reduce during the call.
  *
  * Only private anonymous memory is adopted (the heap, mmap'd malloc chunks): a file mapping would
  * stop reaching its file. The registry is per process, not per group, since the pages are: a

@@ -217,14 +217,22 @@ int dl_coll_barrier(dl_coll_group_t *g);
 int dl_coll_mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *err, size_t errlen);
 
 /* The block that the rank `rank` (on this host, another rank or this one) holds of the allocation
- * that contains `mine` (this rank's memory from dl_coll_mem_alloc): *ret_ptr and its length.
- * Another rank's block is mapped for writing too (const for the readers that most callers are):
- * which rank may write where, and when, is the callers' protocol. Works on a broken group too, until it is
+ * that contains `mine` (this rank's memory from dl_coll_mem_alloc): *ret_ptr (read-only; this
+ * rank's own block is writable) and its length. Works on a broken group too, until it is
  * destroyed: a rank that died leaves its block readable here, as it was when it died (the pages
  * live as long as a mapping does). Not collective. Returns 0, -ENOENT when mine is no such
  * memory, -EXDEV when rank is on another host or out of range. */
 int dl_coll_mem_peer(const dl_coll_group_t *g, const void *mine, int rank, const void **ret_ptr,
                      size_t *ret_len);
+
+/* dl_coll_mem_peer with the block mapped for writing here: a second mapping of the same pages,
+ * made by the first call for that block (open and mmap; the rank must be alive then, though the
+ * mapping outlives it). Which rank writes where, and when, is the callers' protocol: the library
+ * orders nothing. Not collective. 0, -ENOENT or -EXDEV as dl_coll_mem_peer, -ESTALE when the
+ * rank's block is no longer the file mapped at the allocation, or the errno of opening
+ * (/proc/PID/fd/FD for writing) or mapping it. */
+int dl_coll_mem_peer_rw(dl_coll_group_t *g, const void *mine, int rank, void **ret_ptr,
+                        size_t *ret_len);
 
 /* Frees memory from dl_coll_mem_alloc (NULL is ignored) once no operation uses it; not
  * collective. dl_coll_group_destroy frees what is left. */

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "collective.h"
@@ -164,15 +165,21 @@ int dl__coll_tcp_barrier(dl__coll_tcp_t *t);
 /* ---- memory the host's ranks read in place (mem.c) ------------------------------------------ */
 
 /* One dl_coll_mem_alloc: this rank's memfd-backed block, and every other host member's block of
- * the same allocation, mapped here for reading and writing (dl_coll_mem_peer). Allocations are
- * collective, so their serial numbers agree across ranks. */
+ * the same allocation, mapped read-only here (and for writing when asked: dl_coll_mem_peer_rw).
+ * Allocations are collective, so their serial numbers agree across ranks. */
 typedef struct {
     uint32_t serial;
     char *base;
     size_t len; /* whole pages */
     int fd;
-    const char **peer_base; /* per shm member; NULL for this rank */
+    const char **peer_base; /* per shm member, read-only; NULL for this rank */
     size_t *peer_len;
+    struct dl__coll_peer_w_s {
+        int32_t pid, fd; /* the member's memfd, in its process */
+        dev_t dev;       /* the file peer_base maps, to know it again */
+        ino_t ino;
+        char *base; /* mapped for writing on demand (dl_coll_mem_peer_rw), NULL until then */
+    } * peer_w;     /* per shm member */
 } dl__coll_region_t;
 
 typedef struct {

@@ -3,10 +3,11 @@
  * registered buffers, MPI_Alloc_mem).
  *
  * Each allocation is a memfd. The host's members swap (pid, fd, length) through the segment,
- * and each maps the others' blocks through /proc/PID/fd/FD, which needs only what reading
- * another process of the same user needs (ptrace read access), unlike pidfd_getfd. The mapping
- * is writable too: the trainer's sharded step hands each rank's new parameters into the other's
- * block; the all-reduce only reads them.
+ * and each maps the others' blocks read-only through /proc/PID/fd/FD, which needs only what
+ * reading another process of the same user needs (ptrace read access), unlike pidfd_getfd.
+ * dl_coll_mem_peer_rw maps a block for writing too, on demand (the trainer's sharded step hands
+ * each rank's new parameters into the other's block): only the blocks a protocol writes, so that
+ * a stray store elsewhere (into the optimizer state's replica, say) still faults.
  * A second exchange of outcomes makes the result the same everywhere: either every member holds
  * every block or the allocation fails on all of them, so no rank ever sends from memory a peer
  * cannot see. */
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -47,11 +49,15 @@ const dl__coll_region_t *dl__coll_mem_by_serial(const dl__coll_mem_t *m, uint32_
 
 static void region_unmap(dl__coll_region_t *r, int members)
 {
-    for (int j = 0; r->peer_base != NULL && j < members; j++)
+    for (int j = 0; r->peer_base != NULL && j < members; j++) {
         if (r->peer_base[j] != NULL)
             munmap((void *)r->peer_base[j], r->peer_len[j]);
+        if (r->peer_w != NULL && r->peer_w[j].base != NULL)
+            munmap(r->peer_w[j].base, r->peer_len[j]);
+    }
     free(r->peer_base);
     free(r->peer_len);
+    free(r->peer_w);
     if (r->base != NULL)
         munmap(r->base, r->len);
     if (r->fd >= 0)
@@ -98,15 +104,20 @@ static int map_peer(dl__coll_region_t *r, int j, const block_desc_t *d, int rank
 {
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)d->pid, (int)d->fd);
-    /* Read and write: a rank may hand its result straight into another's block (the trainer's
-     * sharded step does, docs/trainer.md); which rank writes where is the callers' protocol. */
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
         snprintf(err, errlen, "opening rank %d's shared block (%s): %s", rank, path, strerror(e));
         return -e;
     }
-    void *p = mmap(NULL, (size_t)d->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        snprintf(err, errlen, "fstat of rank %d's shared block (%s): %s", rank, path, strerror(e));
+        return -e;
+    }
+    void *p = mmap(NULL, (size_t)d->len, PROT_READ, MAP_SHARED, fd, 0);
     int e = errno;
     close(fd);
     if (p == MAP_FAILED) {
@@ -116,6 +127,8 @@ static int map_peer(dl__coll_region_t *r, int j, const block_desc_t *d, int rank
     }
     r->peer_base[j] = p;
     r->peer_len[j] = (size_t)d->len;
+    r->peer_w[j] =
+        (struct dl__coll_peer_w_s){.pid = d->pid, .fd = d->fd, .dev = st.st_dev, .ino = st.st_ino};
     return 0;
 }
 
@@ -130,7 +143,9 @@ static int share_block(dl_coll_group_t *g, dl__coll_region_t *r, int made, char 
     int32_t *oks = calloc((size_t)n, sizeof(*oks));
     r->peer_base = calloc((size_t)n, sizeof(*r->peer_base));
     r->peer_len = calloc((size_t)n, sizeof(*r->peer_len));
-    if (all == NULL || oks == NULL || r->peer_base == NULL || r->peer_len == NULL) {
+    r->peer_w = calloc((size_t)n, sizeof(*r->peer_w));
+    if (all == NULL || oks == NULL || r->peer_base == NULL || r->peer_len == NULL ||
+        r->peer_w == NULL) {
         free(all);
         free(oks);
         /* Without room for the exchange this rank cannot take part: abort the others' wait. */
@@ -239,6 +254,49 @@ int dl_coll_mem_peer(const dl_coll_group_t *g, const void *mine, int rank, const
     if (r->peer_base == NULL || r->peer_base[j] == NULL)
         return -EXDEV;
     *ret_ptr = r->peer_base[j];
+    *ret_len = r->peer_len[j];
+    return 0;
+}
+
+int dl_coll_mem_peer_rw(dl_coll_group_t *g, const void *mine, int rank, void **ret_ptr,
+                        size_t *ret_len)
+{
+    const dl__coll_region_t *found = g != NULL ? dl__coll_mem_find(&g->mem, mine, 1) : NULL;
+    if (found == NULL)
+        return -ENOENT;
+    dl__coll_region_t *r = &g->mem.v[found - g->mem.v];
+    if (rank < 0 || rank >= g->size || g->host_of == NULL || g->host_of[rank] != g->host)
+        return -EXDEV;
+    if (rank == g->rank) {
+        *ret_ptr = r->base;
+        *ret_len = r->len;
+        return 0;
+    }
+    int j = g->local_of[rank];
+    if (r->peer_base == NULL || r->peer_base[j] == NULL || r->peer_w == NULL)
+        return -EXDEV;
+    struct dl__coll_peer_w_s *w = &r->peer_w[j];
+    if (w->base == NULL) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)w->pid, (int)w->fd);
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+            return -errno;
+        /* The same file the read-only mapping shows, not whatever that number names now (the
+         * member gone, its pid or descriptor reused). */
+        struct stat st;
+        if (fstat(fd, &st) < 0 || st.st_dev != w->dev || st.st_ino != w->ino) {
+            close(fd);
+            return -ESTALE;
+        }
+        void *p = mmap(NULL, r->peer_len[j], PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        int e = errno;
+        close(fd);
+        if (p == MAP_FAILED)
+            return -e;
+        w->base = p;
+    }
+    *ret_ptr = w->base;
     *ret_len = r->peer_len[j];
     return 0;
 }

@@ -146,6 +146,12 @@ static int mem_alloc(void *ctx, size_t bytes, void **ret_ptr)
     return r;
 }
 
+static int mem_peer_rw(void *ctx, const void *mine, int rank, void **ret_ptr, size_t *ret_len)
+{
+    dl_train_coll_t *c = ctx;
+    return dl_coll_mem_peer_rw(c->group, mine, rank, ret_ptr, ret_len);
+}
+
 static int mem_peer(void *ctx, const void *mine, int rank, const void **ret_ptr, size_t *ret_len)
 {
     dl_train_coll_t *c = ctx;
@@ -437,6 +443,7 @@ static int recovery_open(dl_train_coll_t *c, dl_train_comm_t *comm, char *err, s
     comm->allgather_bytes = allgather_bytes;
     comm->mem_alloc = mem_alloc;
     comm->mem_peer = mem_peer;
+    comm->mem_peer_rw = mem_peer_rw;
     comm->host_of = host_of;
     comm->reduce_scatter_extra = reduce_scatter_extra;
     comm->recovered = recovered;

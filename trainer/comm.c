@@ -33,6 +33,7 @@ void dl_train_comm_init_local(dl_train_comm_t *c)
     c->allgather_bytes = NULL;
     c->mem_alloc = NULL;
     c->mem_peer = NULL;
+    c->mem_peer_rw = NULL;
     c->host_of = NULL;
     c->reduce_scatter_extra = NULL;
     c->recovered = NULL;

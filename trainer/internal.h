@@ -61,7 +61,8 @@ void dl__train_peers_close(dl__train_peers_t *p);
 bool dl__train_peers_on(const dl__train_peers_t *p);
 /* Returns once every rank has come here: what each wrote before, the others may read after. */
 int dl__train_peers_meet(dl__train_peers_t *p, const dl_train_comm_t *c);
-/* Rank `rank`'s mapping of the buffer this rank knows as q (one of p->mine), writable. */
+/* Rank `rank`'s mapping of the buffer this rank knows as q (one of p->mine); writable with two
+ * ranks (mem_peer_rw), else for reading only. */
 float *dl__train_peers_of(const dl__train_peers_t *p, const float *q, int rank);
 /* After a meet that followed every rank's writing its gradient into its buffer q: out = the sum
  * over the ranks, in rank order, of [lo, lo + len) of theirs. */

@@ -133,6 +133,7 @@ static void on_phase(void *ud, uint64_t step, int phase)
            (unsigned long long)p->fail_delay_us,
            phase == DL_TRAIN_PHASE_COMPUTE    ? "compute"
            : phase == DL_TRAIN_PHASE_EXCHANGE ? "gradient exchange"
+           : phase == DL_TRAIN_PHASE_UPDATE   ? "update"
                                               : "parameter gather");
     if (p->fail_delay_us == 0)
         raise(SIGKILL);

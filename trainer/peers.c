@@ -12,11 +12,11 @@
  *
  * Why two synchronizations a step suffice (train.c's sharded_update_kept). Between the first and
  * the second, block r of every rank's q is touched by rank r alone: it reads the gradients there
- * and writes the new parameters into its own q's (two ranks: into both). After the second, every
- * rank reads its whole q (more ranks: having copied block j from rank j's q, which rank j no
- * longer writes), and nobody writes into a q again before the backward pass that takes it for
- * gradients three steps later (q serves as the parameters, then as the step before them), past
- * four more synchronizations. The stores go to lines the others last read steps before; the
+ * and writes the new parameters into block r of its own q (two ranks: of both q's). After the
+ * second, every rank reads its whole q (more ranks: having copied block j from rank j's q, which
+ * rank j no longer writes), and nobody writes into a q again before the backward pass that takes
+ * it for gradients three steps later (q serves as the parameters, then as the step before them),
+ * past four more synchronizations. The stores go to lines the others last read steps before; the
  * plain step, which updates the parameters in place, would store into lines the others read at
  * the last gather, and is left to the collective (train.c, peers_attach). */
 #include <errno.h>
@@ -28,7 +28,8 @@
 int dl__train_peers_open(dl__train_peers_t *p, const dl_train_comm_t *c, size_t floats)
 {
     memset(p, 0, sizeof(*p));
-    if (c->world_size < 2 || c->mem_alloc == NULL || c->mem_peer == NULL || c->allgather == NULL)
+    if (c->world_size < 2 || c->mem_alloc == NULL || c->mem_peer == NULL || c->allgather == NULL ||
+        (c->world_size == 2 && c->mem_peer_rw == NULL))
         return -EINVAL;
     /* The collective part first and whole, so that a rank failing here on its own (below) has
      * still made every allocation the others make, and the caller's vote can tell them. */
@@ -52,18 +53,19 @@ int dl__train_peers_open(dl__train_peers_t *p, const dl_train_comm_t *c, size_t 
     }
     for (int b = 0; b < DL__TRAIN_PEER_BUFS; b++) {
         for (int j = 0; j < p->world; j++) {
-            const void *ptr = NULL;
+            void *ptr = NULL;
             size_t len = 0;
-            int rc = c->mem_peer(c->ctx, p->mine[b], j, &ptr, &len);
+            /* Two ranks write the new parameters into each other's buffer (train.c); more
+             * only read each other's. */
+            int rc = p->world == 2 ? c->mem_peer_rw(c->ctx, p->mine[b], j, &ptr, &len)
+                                   : c->mem_peer(c->ctx, p->mine[b], j, (const void **)&ptr, &len);
             if (rc == 0 && len < floats * sizeof(float))
                 rc = -EPROTO;
             if (rc < 0) {
                 dl__train_peers_close(p);
                 return rc;
             }
-            /* Mapped for writing too (dl_coll_mem_peer): two ranks hand each other the new
-             * parameters of their blocks. */
-            p->theirs[b * p->world + j] = (float *)ptr;
+            p->theirs[b * p->world + j] = ptr;
         }
     }
     return 0;

@@ -16,7 +16,7 @@ static const char *const sched_names[] = {"constant", "step", "cosine", NULL};
 static const char *const scaling_names[] = {"none", "linear", "sqrt", NULL};
 static const char *const divergence_names[] = {"stop", "rollback", NULL};
 static const char *const overlap_names[] = {"auto", "on", "off", NULL};
-static const char *const phase_names[] = {"after", "compute", "exchange", "gather", NULL};
+static const char *const phase_names[] = {"after", "compute", "exchange", "gather", "update", NULL};
 
 static int parse_layers(const dl_opt_t *o, void *obj, const char *s, char *why, size_t whylen)
 {
@@ -147,7 +147,8 @@ static const dl_opt_t options[] = {
      "testing restarts: the rank that fail_at_step kills (and hang_at_step stops)", 0, 0},
     {"fail_phase", NULL, 0, T(enum), OFF(fail_phase), 0, 0, phase_names, "after", "PHASE",
      "testing recovery: where fail_at_step kills: after the step (after), or inside it: in its "
-     "compute, its gradient exchange or its parameter gather (sharded), fail_delay_us in",
+     "compute, its gradient exchange, its update or its parameter gather (sharded), "
+     "fail_delay_us in",
      0, 0},
     {"fail_delay_us", NULL, 0, T(u64), OFF(fail_delay_us), 0, 1e9, NULL, "0", "US",
      "testing recovery: how long after entering fail_phase the kill comes", 0, 0},

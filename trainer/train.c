@@ -867,6 +867,7 @@ static int sharded_update(run_t *r, float lr, float *ret_vote, float *ret_loss)
     r->wait_time += now() - t;
     if (rc < 0)
         return rc;
+    phase(r, DL_TRAIN_PHASE_UPDATE);
     dl_train_sgd_step(p + lo, r->momentum + lo, r->shard_grad, mine, lr, (float)r->cfg->momentum,
                       (float)r->cfg->weight_decay);
     for (size_t i = n; i < n + DL_TRAIN_SPARE_FLOATS; i++)
@@ -924,6 +925,7 @@ static int sharded_update_kept(run_t *r, float lr, float *ret_vote, float *ret_l
     r->wait_time += now() - t;
     if (rc < 0)
         return rc;
+    phase(r, DL_TRAIN_PHASE_UPDATE);
     if (in_place && other == NULL) {
         rc = dl__train_peers_sum(&r->peers, q, r->shard_grad, lo, len);
         if (rc < 0)
@@ -1126,7 +1128,7 @@ static int diverged(run_t *r, double loss)
             (unsigned long long)r->step, what, lr, r->sched.lr * 0.5, r->rollbacks + 1,
             MAX_ROLLBACKS);
         /* Rank 0 reads the checkpoint into its parameters, whose block the others may still be
-         * copying (peer_reads): not before every rank is past its copy. */
+         * copying (peer_reads with more than two ranks): not before every rank is past it. */
         int rc = dl__train_peers_on(&r->peers)
                      ? hook_failed(r, dl__train_peers_meet(&r->peers, r->comm))
                      : 0;

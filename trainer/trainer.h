@@ -311,9 +311,12 @@ typedef struct dl_train_comm_s {
      * without it a sharded run cannot recover a rank's block, and falls back to a restart. */
     int (*mem_alloc)(void *ctx, size_t bytes, void **ret_ptr);
     /* Rank `rank`'s block of the allocation that holds mine, when it is on this host (also
-     * after it died, until rejoin): 0 with *ret_ptr and *ret_len, or -EXDEV. Writable (the
-     * sharded step hands the other rank its new parameters there). */
+     * after it died, until rejoin): 0 with *ret_ptr and *ret_len, or -EXDEV. */
     int (*mem_peer)(void *ctx, const void *mine, int rank, const void **ret_ptr, size_t *ret_len);
+    /* mem_peer mapped for writing (the first call for a block maps it; its rank must be alive
+     * then): two ranks of the sharded step hand each other the new parameters there. 0 or
+     * -errno. Optional: without it two ranks copy the new blocks after the update. */
+    int (*mem_peer_rw)(void *ctx, const void *mine, int rank, void **ret_ptr, size_t *ret_len);
     /* The host rank `rank` is on (the same number for ranks that share one); optional. */
     int (*host_of)(void *ctx, int rank);
     /* reduce_scatter, and extra_recv (count floats) also gets block extra_block's sum, in the
@@ -499,6 +502,8 @@ enum {
     DL_TRAIN_PHASE_COMPUTE = 1, /* the step starts: batch, forward, backward */
     DL_TRAIN_PHASE_EXCHANGE,    /* the gradients are about to be summed */
     DL_TRAIN_PHASE_GATHER,      /* sharded: the updated blocks are about to be gathered */
+    DL_TRAIN_PHASE_UPDATE,      /* sharded: this rank's block is about to be updated (two ranks
+                                   in place: and its new parameters handed to the other) */
 };
 
 typedef struct dl_train_result_s {

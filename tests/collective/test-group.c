@@ -1497,9 +1497,9 @@ DL_TEST_IN(recovery_tests, mem_peer_reads_the_blocks_of_the_host)
     }
 }
 
-/* Another rank's block is writable through mem_peer: what a rank writes there, its owner reads
+/* Another rank's block is writable through mem_peer_rw: what a rank writes there, its owner reads
  * in its own block after a barrier (the trainer's sharded step hands each other the new
- * parameters so). */
+ * parameters so), and the read-only mapping shows it too. */
 static int body_mem_peer_write(rank_t *r, void *arg)
 {
     (void)arg;
@@ -1509,14 +1509,18 @@ static int body_mem_peer_write(rank_t *r, void *arg)
     size_t len = 0;
     int rc = dl_coll_mem_alloc(r->g, 4096, (void **)&mine, err, sizeof(err));
     if (rc == 0)
-        rc = dl_coll_mem_peer(r->g, mine, other, (const void **)&theirs, &len);
+        rc = dl_coll_mem_peer_rw(r->g, mine, other, (void **)&theirs, &len);
     if (rc < 0)
         return rc;
     theirs[7] = 3000 + me;
     rc = dl_coll_barrier(r->g);
-    int *out = calloc(1, sizeof(int));
+    const int *seen = NULL;
+    if (rc == 0)
+        rc = dl_coll_mem_peer(r->g, mine, other, (const void **)&seen, &len);
+    int *out = calloc(2, sizeof(int));
     r->out = out;
-    *out = mine[7];
+    out[0] = mine[7];
+    out[1] = seen != NULL ? seen[7] : -1;
     return rc;
 }
 
@@ -1527,7 +1531,9 @@ DL_TEST_IN(recovery_tests, mem_peer_writes_into_the_other_block)
     world_run(&w, body_mem_peer_write, NULL);
     for (int r = 0; r < 2; r++) {
         ck_assert_msg(w.ranks[r].body_rc == 0, "rank %d: %s", r, w.ranks[r].err);
-        ck_assert_int_eq(*(int *)w.ranks[r].out, 3000 + (1 - r));
+        int *out = w.ranks[r].out;
+        ck_assert_int_eq(out[0], 3000 + (1 - r));
+        ck_assert_int_eq(out[1], 3000 + r);
         free(w.ranks[r].out);
     }
 }

@@ -115,15 +115,18 @@ class OneNode(dltest.Case):
 
     def test_a_worker_killed_anywhere_in_a_step_is_replaced_from_a_replica(self):
         rng = random.Random(os.environ.get("DLAUNCH_TEST_SEED", "recovery"))
-        cases = [("compute", 2), ("exchange", 2), ("gather", 2), ("exchange", 4),
+        # "update": two ranks write the new parameters into each other's buffer there
+        # (peer_reads); 5-40 us in, the kill lands inside that pass (70 us here), a buffer half
+        # written, which must never become a survivor's parameters.
+        cases = [("compute", 2), ("exchange", 2), ("update", 2), ("gather", 2), ("exchange", 4),
                  ("gather", 4)]
         if os.environ.get("DLAUNCH_TEST_SANITIZER"):
             # The sanitizer build looks for memory errors: each code path once (a kill in the
-            # exchange with 2 workers, in the gather with 4); the plain build runs every case.
-            cases = [("exchange", 2), ("gather", 4)]
+            # update with 2 workers, in the gather with 4); the plain build runs every case.
+            cases = [("update", 2), ("gather", 4)]
         for phase, workers in cases:
             rank = rng.randrange(workers)
-            delay = rng.randrange(0, 400)
+            delay = rng.randrange(5, 40) if phase == "update" else rng.randrange(0, 400)
             with self.subTest(phase=phase, workers=workers, rank=rank, delay_us=delay):
                 name = f"kill-{phase}-{workers}"
                 evs, p = self.run_recovered(

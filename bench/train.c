@@ -113,6 +113,12 @@ static double paired_ratio(const row_t *r, const row_t *base)
     return median(&q);
 }
 
+/* A row of ours as a user runs it: no A/B variant, not the side-by-side pair. */
+static bool plain(const row_t *r)
+{
+    return strcmp(r->impl, "dlaunch") == 0 && !r->norec && !r->restart && !r->copied && !r->pair;
+}
+
 static double ours_rate(FILE *f, int warmup, int global_batch, row_t *row);
 static double torch_rate(FILE *f, row_t *row);
 
@@ -407,8 +413,7 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
     const row_t *ours1 = NULL;
     const row_t *pair = NULL;
     for (int i = 0; i < n; i++) {
-        if (strcmp(rows[i].impl, "dlaunch") == 0 && rows[i].workers == 1 && rows[i].why == NULL &&
-            !rows[i].norec && !rows[i].restart && !rows[i].copied && !rows[i].pair)
+        if (plain(&rows[i]) && rows[i].workers == 1 && rows[i].why == NULL)
             ours1 = &rows[i];
         if (rows[i].pair && rows[i].why == NULL)
             pair = &rows[i];
@@ -452,20 +457,16 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
             if (strcmp(rows[j].impl, "pytorch") == 0 && rows[j].workers == r->workers &&
                 rows[j].why == NULL)
                 peer = &rows[j];
-        const row_t *twin = NULL, *plain = NULL;
+        const row_t *twin = NULL, *base = NULL;
         for (int j = 0; j < n; j++)
-            if (rows[j].norec && !r->norec && !r->restart && !r->copied &&
-                rows[j].workers == r->workers && strcmp(r->impl, "dlaunch") == 0 &&
-                rows[j].why == NULL)
+            if (rows[j].norec && plain(r) && rows[j].workers == r->workers && rows[j].why == NULL)
                 twin = &rows[j];
         for (int j = 0; j < n && (r->restart || r->copied); j++)
-            if (!rows[j].norec && !rows[j].restart && !rows[j].copied && !rows[j].pair &&
-                rows[j].workers == r->workers && strcmp(rows[j].impl, "dlaunch") == 0 &&
-                rows[j].why == NULL)
-                plain = &rows[j];
+            if (plain(&rows[j]) && rows[j].workers == r->workers && rows[j].why == NULL)
+                base = &rows[j];
         char vs1[16] = "-", vsp[16] = "-", vsr[16] = "-", vsj[16] = "-";
-        if (plain != NULL)
-            snprintf(vsj, sizeof(vsj), "%.3fx", paired_ratio(plain, r));
+        if (base != NULL)
+            snprintf(vsj, sizeof(vsj), "%.3fx", paired_ratio(base, r));
         if (ours1 != NULL)
             snprintf(vs1, sizeof(vs1), "%.2fx", paired_ratio(r, ours1));
         if (peer != NULL && strcmp(r->impl, "dlaunch") == 0)
@@ -482,8 +483,7 @@ static void print_table(const opts_t *o, const row_t *rows, int n)
                r->pair ? ", two 1-worker jobs at once, rates summed" : "");
     }
     for (int i = 0; i < n && pair != NULL; i++)
-        if (strcmp(rows[i].impl, "dlaunch") == 0 && rows[i].workers == 2 && !rows[i].norec &&
-            !rows[i].restart && !rows[i].copied && !rows[i].pair && rows[i].why == NULL)
+        if (plain(&rows[i]) && rows[i].workers == 2 && rows[i].why == NULL)
             printf("2 workers against two 1-worker jobs side by side (this machine's ceiling for "
                    "2 workers): %.2fx\n",
                    paired_ratio(&rows[i], pair));

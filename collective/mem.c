@@ -237,44 +237,52 @@ static int mem_alloc(dl_coll_group_t *g, size_t bytes, void **ret_ptr, char *err
     return 0;
 }
 
-int dl_coll_mem_peer(const dl_coll_group_t *g, const void *mine, int rank, const void **ret_ptr,
-                     size_t *ret_len)
+/* Where rank's block of the allocation holding mine is: the allocation's index in g->mem and
+ * rank's member index (-1: this rank). 0, -ENOENT when mine is no such memory, -EXDEV when rank
+ * is on another host, out of range, or has no block here. */
+static int peer_block(const dl_coll_group_t *g, const void *mine, int rank, size_t *ret_i,
+                      int *ret_j)
 {
     const dl__coll_region_t *r = g != NULL ? dl__coll_mem_find(&g->mem, mine, 1) : NULL;
     if (r == NULL)
         return -ENOENT;
     if (rank < 0 || rank >= g->size || g->host_of == NULL || g->host_of[rank] != g->host)
         return -EXDEV;
-    if (rank == g->rank) {
-        *ret_ptr = r->base;
-        *ret_len = r->len;
-        return 0;
-    }
-    int j = g->local_of[rank];
-    if (r->peer_base == NULL || r->peer_base[j] == NULL)
+    *ret_i = (size_t)(r - g->mem.v);
+    *ret_j = rank == g->rank ? -1 : g->local_of[rank];
+    if (*ret_j >= 0 && (r->peer_base == NULL || r->peer_base[*ret_j] == NULL))
         return -EXDEV;
-    *ret_ptr = r->peer_base[j];
-    *ret_len = r->peer_len[j];
+    return 0;
+}
+
+int dl_coll_mem_peer(const dl_coll_group_t *g, const void *mine, int rank, const void **ret_ptr,
+                     size_t *ret_len)
+{
+    size_t i;
+    int j;
+    int rc = peer_block(g, mine, rank, &i, &j);
+    if (rc < 0)
+        return rc;
+    const dl__coll_region_t *r = &g->mem.v[i];
+    *ret_ptr = j < 0 ? r->base : r->peer_base[j];
+    *ret_len = j < 0 ? r->len : r->peer_len[j];
     return 0;
 }
 
 int dl_coll_mem_peer_rw(dl_coll_group_t *g, const void *mine, int rank, void **ret_ptr,
                         size_t *ret_len)
 {
-    const dl__coll_region_t *found = g != NULL ? dl__coll_mem_find(&g->mem, mine, 1) : NULL;
-    if (found == NULL)
-        return -ENOENT;
-    dl__coll_region_t *r = &g->mem.v[found - g->mem.v];
-    if (rank < 0 || rank >= g->size || g->host_of == NULL || g->host_of[rank] != g->host)
-        return -EXDEV;
-    if (rank == g->rank) {
+    size_t i;
+    int j;
+    int rc = peer_block(g, mine, rank, &i, &j);
+    if (rc < 0)
+        return rc;
+    dl__coll_region_t *r = &g->mem.v[i];
+    if (j < 0) {
         *ret_ptr = r->base;
         *ret_len = r->len;
         return 0;
     }
-    int j = g->local_of[rank];
-    if (r->peer_base == NULL || r->peer_base[j] == NULL || r->peer_w == NULL)
-        return -EXDEV;
     struct dl__coll_peer_w_s *w = &r->peer_w[j];
     if (w->base == NULL) {
         char path[64];

@@ -45,7 +45,6 @@ int dl__train_err(int rc, char *err, size_t errlen, const char *fmt, ...)
 #define DL__TRAIN_PEER_BUFS 3
 typedef struct dl__train_peers_s {
     int world, rank;
-    size_t floats;                    /* in each buffer */
     float *mine[DL__TRAIN_PEER_BUFS]; /* this rank's buffers, in the group's memory */
     float **theirs;                   /* [buffer * world + rank]: each rank's mapping */
     float *sync;                      /* world floats for the all-gather that orders reads */

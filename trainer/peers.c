@@ -44,7 +44,6 @@ int dl__train_peers_open(dl__train_peers_t *p, const dl_train_comm_t *c, size_t 
     }
     p->world = c->world_size;
     p->rank = c->rank;
-    p->floats = floats;
     p->sync = calloc((size_t)p->world, sizeof(float));
     p->theirs = calloc((size_t)DL__TRAIN_PEER_BUFS * (size_t)p->world, sizeof(*p->theirs));
     if (p->sync == NULL || p->theirs == NULL) {
@@ -84,15 +83,6 @@ bool dl__train_peers_on(const dl__train_peers_t *p)
     return p->theirs != NULL;
 }
 
-/* Rank j's mapping of the buffer this rank knows as `mine`. */
-static float *theirs(const dl__train_peers_t *p, const float *mine, int j)
-{
-    for (int b = 0; b < DL__TRAIN_PEER_BUFS; b++)
-        if (p->mine[b] == mine)
-            return p->theirs[b * p->world + j];
-    return NULL;
-}
-
 int dl__train_peers_meet(dl__train_peers_t *p, const dl_train_comm_t *c)
 {
     return c->allgather(c->ctx, p->sync, 1);
@@ -100,7 +90,10 @@ int dl__train_peers_meet(dl__train_peers_t *p, const dl_train_comm_t *c)
 
 float *dl__train_peers_of(const dl__train_peers_t *p, const float *q, int rank)
 {
-    return theirs(p, q, rank);
+    for (int b = 0; b < DL__TRAIN_PEER_BUFS; b++)
+        if (p->mine[b] == q)
+            return p->theirs[b * p->world + rank];
+    return NULL;
 }
 
 DL__TRAIN_HOT
@@ -120,20 +113,20 @@ static void add_into(float *restrict out, const float *restrict b, size_t n)
 int dl__train_peers_sum(const dl__train_peers_t *p, const float *q, float *out, size_t lo,
                         size_t len)
 {
-    const float *b0 = theirs(p, q, 0), *b1 = theirs(p, q, 1);
+    const float *b0 = dl__train_peers_of(p, q, 0), *b1 = dl__train_peers_of(p, q, 1);
     if (b0 == NULL || b1 == NULL)
         return -EINVAL;
     sum_of(out, b0 + lo, b1 + lo, len);
     /* In rank order, as the collective's reduce-scatter adds: the same bits either way. */
     for (int j = 2; j < p->world; j++)
-        add_into(out, theirs(p, q, j) + lo, len);
+        add_into(out, dl__train_peers_of(p, q, j) + lo, len);
     return 0;
 }
 
 int dl__train_peers_copy(const dl__train_peers_t *p, float *q, size_t len)
 {
     for (int j = 0; j < p->world; j++) {
-        const float *b = theirs(p, q, j);
+        const float *b = dl__train_peers_of(p, q, j);
         if (b == NULL)
             return -EINVAL;
         if (j != p->rank)

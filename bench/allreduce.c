@@ -8,9 +8,11 @@
  * --floor: for world 2, beside every size of the shared-memory tables, bench/shm-floor's
  * zero-copy figure for that size (two processes summing both inputs straight out of one shared
  * mapping, no library), measured right after our rows of that size's transport, and our busbw
- * over it: what the issue's "within 0.85x of the zero-copy floor" is read against. The floor is
- * shm-floor's fastest single run; --floor-mean makes it the fastest of three batches' mean, the
- * statistic of our own rows (shm-floor --mean).
+ * over it: what the issue's "within 0.85x of the zero-copy floor" is read against; then
+ * shm-floor's copy figure (each process copies its private input into shared memory for the
+ * other: the least an all-reduce from ordinary buffers pays without reading them in place) and
+ * our busbw over that. The floors are shm-floor's fastest single run; --floor-mean makes them
+ * the fastest of three batches' mean, the statistic of our own rows (shm-floor --mean).
  *
  * --fresh-inputs: each rank rewrites its whole input (a memset, its byte changing from call to
  * call) before every call, as a training step writes its gradients just before their
@@ -310,8 +312,9 @@ static const row_t *find(const driver_t *d, const char *impl, const char *tr, in
     return NULL;
 }
 
-/* bench/shm-floor's zero-copy figure for every size, appended to the rows as impl "floor" of
- * transport tr, world 2 (busbw: with 2 ranks it equals the algorithm bandwidth). */
+/* bench/shm-floor's zero-copy and copy figures for every size, appended to the rows as impl
+ * "floor" and "copyfloor" of transport tr, world 2 (busbw: with 2 ranks it equals the algorithm
+ * bandwidth). */
 static void bench_floor(const driver_t *d, const char *tr, const char *rows, const char *log)
 {
     double min = strtod(d->min, NULL), max = strtod(d->max, NULL), step = strtod(d->step, NULL);
@@ -323,11 +326,13 @@ static void bench_floor(const driver_t *d, const char *tr, const char *rows, con
         snprintf(runs, sizeof(runs), "%d", n < 10 ? 10 : n > 1000 ? 1000 : (int)n);
         int len =
             snprintf(cmd, sizeof(cmd),
-                     "%s --bytes %s --chunk 4096 --runs %s%s%s --json 2>>%s | "
-                     "sed -n 's/.*\"zero-copy\", \"bytes\": \\([0-9]*\\), \"gbs\": \\([0-9.]*\\)}/"
-                     "floor %s 2 \\1 0 \\2/p' >>%s",
+                     "%s --bytes %s --chunk 4096 --runs %s%s%s --json 2>>%s | sed -n "
+                     "-e 's/.*\"zero-copy\", \"bytes\": \\([0-9]*\\), \"gbs\": \\([0-9.]*\\)}/"
+                     "floor %s 2 \\1 0 \\2/p' "
+                     "-e 's/.*\"copy\", \"bytes\": \\([0-9]*\\), \"gbs\": \\([0-9.]*\\)}/"
+                     "copyfloor %s 2 \\1 0 \\2/p' >>%s",
                      d->shm_floor, bytes, runs, d->fresh ? " --fresh-inputs" : "",
-                     d->floor_mean ? " --mean" : "", log, tr, rows);
+                     d->floor_mean ? " --mean" : "", log, tr, tr, rows);
         if (len < 0 || (size_t)len >= sizeof(cmd) || system(cmd) != 0)
             fprintf(stderr, "allreduce: shm-floor --bytes %s failed (see %s)\n", bytes, log);
     }
@@ -521,9 +526,9 @@ static void print_table(const driver_t *d, int world, const char *tr)
         floor = find(d, "floor", tr, world, d->rows[i].bytes) != NULL;
     printf("%12s %12s %10s %10s %12s %10s %8s %8s%s\n", "bytes", "time_us", "algbw_GB/s",
            "busbw_GB/s", "mpi_time_us", "mpi_busbw", "time", "busbw",
-           floor ? "   floor_busbw    busbw" : "");
+           floor ? "   floor_busbw    busbw    copy_busbw    busbw" : "");
     printf("%12s %12s %10s %10s %12s %10s %8s %8s%s\n", "", "", "", "", "", "", "ours/mpi",
-           "ours/mpi", floor ? "    (zero-copy) ours/floor" : "");
+           "ours/mpi", floor ? "    (zero-copy) ours/floor        (copy) ours/copy" : "");
     for (int i = 0; i < d->nrows; i++) {
         const row_t *o = &d->rows[i];
         if (strcmp(o->impl, "dlaunch") != 0 || strcmp(o->transport, tr) != 0 || o->world != world)
@@ -539,6 +544,9 @@ static void print_table(const driver_t *d, int world, const char *tr)
         const row_t *f = floor ? find(d, "floor", tr, world, o->bytes) : NULL;
         if (f != NULL)
             printf(" %13.3f %8.2f", f->busbw, o->busbw / f->busbw);
+        const row_t *c = floor ? find(d, "copyfloor", tr, world, o->bytes) : NULL;
+        if (c != NULL)
+            printf(" %13.3f %8.2f", c->busbw, o->busbw / c->busbw);
         printf("\n");
     }
 }

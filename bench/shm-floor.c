@@ -8,18 +8,24 @@
  *               output, with a barrier before and after: an all-reduce that copies nothing;
  *   halves      inputs and outputs in shared mappings; each process sums its half of both inputs
  *               into its output, then copies the other half from the other's output.
+ *   copy        private inputs and outputs, as malloc'd buffers are: each process copies its
+ *               input into its own shared slot (two, used in turn), sets a flag, waits for the
+ *               other's and sums its input and the other's slot into its output, with the same
+ *               barriers as zero-copy: the least an all-reduce pays that reads nothing of the
+ *               other process's memory but what was copied into shared memory for it.
  *
- * Ordinary user buffers allow neither: their data must first cross into shared memory.
+ * Ordinary user buffers allow neither zero-copy nor halves: their data must first cross into
+ * shared memory (copy), unless the pages themselves are made shared.
  *
  * Figures are GB/s of BYTES (for zero-copy that is busbw with 2 ranks); each is the best of
  * --runs timings.
  *
- * --fresh-inputs: zero-copy and halves rewrite each process's input (a memset, its byte
+ * --fresh-inputs: zero-copy, halves and copy rewrite each process's input (a memset, its byte
  * changing from run to run) before the barrier that starts each timed run, as bench/allreduce
  * --fresh-inputs does, so that the other process reads lines this one just wrote, as after a
  * backward pass; without it the inputs stay clean in both cores' caches from run to run.
  *
- * --mean: zero-copy and halves give the fastest of three batches' mean time a run (the runs
+ * --mean: zero-copy, halves and copy give the fastest of three batches' mean time a run (the runs
  * split in three), bench/allreduce's own figure, instead of the fastest single run, which on a
  * busy machine flatters the floor against a mean. */
 #include <errno.h>
@@ -182,10 +188,28 @@ static void barrier(sync_t *sy, int me, uint32_t *gen)
     wait_reach(me == 0 ? &sy->taken : &sy->posted, *gen);
 }
 
-/* Both members, runs times: barrier, the all-reduce, barrier. in holds both inputs, outs both
- * outputs (halves) or NULL (out is private). Returns the best time. */
-static double zero_copy_member(sync_t *sy, int me, float *in, float *outs, float *out, size_t n,
-                               int runs, int fresh)
+enum { FORM_ZERO_COPY, FORM_HALVES, FORM_COPY };
+
+/* copy: member me's input, private, copied into its slot of run r (slots: both members' two),
+ * then summed with the other's slot of the same run; posted counts the runs copied in. */
+static void copy_member(sync_t *sy, int me, const float *in, char *slots, float *out, size_t n,
+                        uint32_t r)
+{
+    size_t bytes = n * sizeof(float);
+    _Atomic uint32_t *mine = me == 0 ? &sy->posted : &sy->taken;
+    _Atomic uint32_t *theirs = me == 0 ? &sy->taken : &sy->posted;
+    char *slot = slots + ((size_t)me * 2 + (r & 1)) * bytes;
+    memcpy(slot, in, bytes);
+    atomic_store_explicit(mine, r, memory_order_release);
+    wait_reach(theirs, r);
+    add_floats(out, in, (const float *)(slots + ((size_t)(1 - me) * 2 + (r & 1)) * bytes), n);
+}
+
+/* Both members, runs times: barrier, the all-reduce, barrier. in holds both inputs (for copy,
+ * this member's private one), outs both outputs (halves), the slots (copy) or NULL (out is
+ * private). Returns the best time. */
+static double zero_copy_member(sync_t *sy, int me, int form, float *in, float *outs, float *out,
+                               size_t n, int runs, int fresh)
 {
     uint32_t gen = 0;
     size_t h = n / 2;
@@ -193,11 +217,16 @@ static double zero_copy_member(sync_t *sy, int me, float *in, float *outs, float
     int per = mean_batches > 0 ? (runs + mean_batches - 1) / mean_batches : 1, in_batch = 0;
     for (int r = 0; r < runs; r++) {
         /* Normal floats' patterns (0x3f3f3f3f, 0x40404040): no denormals to slow the sums. */
+        float *mine_in = form == FORM_COPY ? in : in + (size_t)me * n;
         if (fresh)
-            memset(in + (size_t)me * n, r & 1 ? 0x40 : 0x3f, n * sizeof(float));
+            memset(mine_in, r & 1 ? 0x40 : 0x3f, n * sizeof(float));
         barrier(sy, me, &gen);
         double t = now_s();
-        if (outs == NULL) {
+        if (form == FORM_COPY) {
+            /* The barriers are two counts a run on the same words: the copy's flag comes
+             * between, one above the opening barrier's generation. */
+            copy_member(sy, me, in, (char *)outs, out, n, ++gen);
+        } else if (form == FORM_ZERO_COPY) {
             add_floats(out, in, in + n, n);
         } else {
             float *mine = outs + (size_t)me * n;
@@ -219,25 +248,35 @@ static double zero_copy_member(sync_t *sy, int me, float *in, float *outs, float
     return best;
 }
 
-static double bench_zero_copy(size_t bytes, int runs, int halves, int fresh)
+static double bench_zero_copy(size_t bytes, int runs, int form, int fresh)
 {
     sync_t *sy = map_shared(sizeof(*sy));
-    float *in = map_shared(2 * bytes), *outs = halves ? map_shared(2 * bytes) : NULL;
+    /* copy: the inputs are private (below); `outs` holds the four slots instead. */
+    size_t in_len = form == FORM_COPY ? 0 : 2 * bytes;
+    size_t outs_len = form == FORM_HALVES ? 2 * bytes : form == FORM_COPY ? 4 * bytes : 0;
+    float *in = in_len > 0 ? map_shared(in_len) : NULL;
+    float *outs = outs_len > 0 ? map_shared(outs_len) : NULL;
     size_t n = bytes / sizeof(float);
-    memset(in, 1, 2 * bytes);
+    if (in != NULL)
+        memset(in, 1, in_len);
     pid_t pid = fork_or_die();
     if (pid == 0) {
-        float *out = halves ? NULL : private_floats(bytes, 0);
-        zero_copy_member(sy, 1, in, outs, out, n, runs, fresh);
+        float *out = form == FORM_HALVES ? NULL : private_floats(bytes, 0);
+        float *own = form == FORM_COPY ? private_floats(bytes, 1) : in;
+        zero_copy_member(sy, 1, form, own, outs, out, n, runs, fresh);
         _exit(0);
     }
-    float *out = halves ? NULL : private_floats(bytes, 0);
-    double best = zero_copy_member(sy, 0, in, outs, out, n, runs, fresh);
+    float *out = form == FORM_HALVES ? NULL : private_floats(bytes, 0);
+    float *own = form == FORM_COPY ? private_floats(bytes, 1) : in;
+    double best = zero_copy_member(sy, 0, form, own, outs, out, n, runs, fresh);
     reap(pid);
     free(out);
+    if (own != in)
+        free(own);
     if (outs != NULL)
-        munmap(outs, 2 * bytes);
-    munmap(in, 2 * bytes);
+        munmap(outs, outs_len);
+    if (in != NULL)
+        munmap(in, in_len);
     munmap(sy, sizeof(*sy));
     return (double)bytes / best / 1e9;
 }
@@ -304,8 +343,9 @@ int main(int argc, char **argv)
         double gbs;
     } rows[] = {{"memcpy", bench_memcpy(bytes, runs)},
                 {"cross-core", bench_cross_core(bytes, chunk, runs)},
-                {"zero-copy", bench_zero_copy(bytes, runs, 0, fresh)},
-                {"halves", bench_zero_copy(bytes, runs, 1, fresh)}};
+                {"zero-copy", bench_zero_copy(bytes, runs, FORM_ZERO_COPY, fresh)},
+                {"halves", bench_zero_copy(bytes, runs, FORM_HALVES, fresh)},
+                {"copy", bench_zero_copy(bytes, runs, FORM_COPY, fresh)}};
     if (!json)
         printf("%zu bytes, best of %d runs (cross-core in %zu-byte chunks)\n%-12s %8s\n", bytes,
                runs, chunk, "floor", "GB/s");

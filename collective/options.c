@@ -22,10 +22,11 @@ extern char **environ;
 #define DEFAULT_SPIN_US 1000
 #define DEFAULT_RECORDER_TIMED (64 << 10)
 /* Two ranks read malloc'd buffers in place from here. With inputs written just before the call
- * (gradients), copying is faster at 32 KiB (4.7-4.9 against 5.1-5.6 us), even at 64 KiB and
- * slower from 128 KiB (256 KiB: 35-37 against 29-31 us); with inputs left clean in the caches
- * in place wins from 32 KiB (docs/performance.md, issue #27). */
-#define DEFAULT_ADOPT_MIN (64 << 10)
+ * (gradients) and the pair form copying into the slot the other member did not just read,
+ * copying is faster up to 96 KiB (64 KiB: 8.1 against 8.9-9.1 us; 96 KiB: 11.6-11.7 against
+ * 12.1-13.1), even at 112 KiB and slower from 128 KiB (15.7-16.2 against 13.6-13.7; issue #27,
+ * docs/performance.md, "The slot the other has just read"). */
+#define DEFAULT_ADOPT_MIN (128 << 10)
 #define MAX_CHUNK ((size_t)1 << 30)
 
 void dl_coll_options_init(dl_coll_options_t *o)

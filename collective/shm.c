@@ -109,6 +109,9 @@ struct dl__coll_shm_s {
     ctl_t *ctl;
     char *data;
     uint32_t round;
+    /* The last round of the last operation that moved data through the slots: the pair form
+     * starts on the other slot than that round's (turn_slot). */
+    uint32_t slot_round;
     uint32_t *known_depart; /* the highest depart seen of each member, to skip rereads */
     const char **ptrs;      /* scratch: one input pointer per member */
     char *piece;            /* PIECE_BYTES, private */
@@ -935,6 +938,17 @@ static int run_in_place(dl__coll_shm_t *s, int peer, const plan_t *p, const char
     return r;
 }
 
+/* Round k, or k + 1 where round k would copy into the slot that the last data round used and the
+ * other member read last: a round between them carried none (a barrier), so the lines the other
+ * core has just read would be taken back at once. With one slot a call, 48-64 KiB took 1.4x as
+ * long as with the two in turn (issue #27, docs/performance.md); every member skips alike, since
+ * the rounds and their data are the same on all. A skipped round is never posted: the counters
+ * only grow, and every wait is for "at least". */
+static uint32_t turn_slot(const dl__coll_shm_t *s, uint32_t k)
+{
+    return s->slot_round != 0 && ((k - s->slot_round) & 1) == 0 ? k + 1 : k;
+}
+
 /* Two members, beyond one chunk: the small all-reduce a chunk a round, pipelined (the next
  * round's copy goes in before waiting for this one's). Each member reduces the whole message,
  * its own input against the other's copy, in rank order: one synchronization a round and no
@@ -951,7 +965,7 @@ static int allreduce_pair(dl__coll_shm_t *s, const char *src, char *dst, size_t 
     size_t per_round = s->chunk / esize;
     int me = s->me, peer = 1 - me;
     const char **d = s->ptrs;
-    uint32_t k = s->round + 1;
+    uint32_t k = turn_slot(s, s->round + 1);
     int r = wait_slot_free(s, k);
     if (r < 0)
         return r;
@@ -1011,10 +1025,14 @@ int dl__coll_shm_allreduce(dl__coll_shm_t *s, const void *src, void *dst, size_t
         return r;
     switch (dl__coll_shm_allreduce_algo(s, bytes, root_only)) {
     case DL_COLL_REC_ALGO_SHM_SMALL:
-        return allreduce_small(s, src, dst, count, dtype, op, root_only);
-    case DL_COLL_REC_ALGO_SHM_PAIR: return allreduce_pair(s, src, dst, count, dtype, op);
-    default: return allreduce_large(s, src, dst, count, dtype, op, root_only);
+        r = allreduce_small(s, src, dst, count, dtype, op, root_only);
+        break;
+    case DL_COLL_REC_ALGO_SHM_PAIR: r = allreduce_pair(s, src, dst, count, dtype, op); break;
+    default: r = allreduce_large(s, src, dst, count, dtype, op, root_only);
     }
+    if (r == 0)
+        s->slot_round = s->round;
+    return r;
 }
 
 dl_coll_rec_algo_t dl__coll_shm_allreduce_algo(const dl__coll_shm_t *s, size_t bytes, int root_only)
@@ -1064,6 +1082,7 @@ int dl__coll_shm_reduce_scatter(dl__coll_shm_t *s, const void *src_v, void *dst_
                            : slot(s, j, k) + (size_t)me * region;
         reduce_all(dst + b * esize, d, n, len, dtype, op);
         post(s, &s->ctl[me].depart, k);
+        s->slot_round = k;
     }
     return 0;
 }
@@ -1099,6 +1118,7 @@ int dl__coll_shm_allgather(dl__coll_shm_t *s, const void *src_v, void *dst_v, si
             memcpy(dst + (size_t)j * bytes + b, slot(s, j, k), len);
         }
         post(s, &s->ctl[me].depart, k);
+        s->slot_round = k;
     }
     return 0;
 }
@@ -1125,6 +1145,7 @@ int dl__coll_shm_broadcast(dl__coll_shm_t *s, void *buf_v, size_t bytes, int roo
             memcpy(buf + b, slot(s, root, k), len);
         }
         post(s, &s->ctl[s->me].depart, k);
+        s->slot_round = k;
     }
     return 0;
 }
@@ -1323,6 +1344,11 @@ int dl__coll_shm_member_rank(const dl__coll_shm_t *s, int j)
 uint64_t dl__coll_shm_in_place_calls(const dl__coll_shm_t *s)
 {
     return s == NULL ? 0 : s->in_place;
+}
+
+uint32_t dl__coll_shm_slot_round(const dl__coll_shm_t *s)
+{
+    return s->slot_round;
 }
 
 uint64_t dl__coll_shm_verdict_rounds(const dl__coll_shm_t *s)

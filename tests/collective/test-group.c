@@ -1124,14 +1124,14 @@ DL_TEST_IN(inplace_tests, reused_malloc_buffer_is_read_in_place_without_verdict)
 }
 
 /* With the default options and inputs written anew before every call (as gradients are), a
- * malloc'd buffer under 64 KiB is copied through the segment, which is faster there than
- * reading it in place (32 KiB: 4.7-4.9 against 5.1-5.6 us, docs/performance.md), and one of
- * 64 KiB and more is adopted and read in place; the sums are exact either way. */
+ * malloc'd buffer under 128 KiB is copied through the segment, which is faster there than
+ * reading it in place (64 KiB: 8.1 against 8.9-9.1 us, docs/performance.md), and one of
+ * 128 KiB and more is adopted and read in place; the sums are exact either way. */
 static int body_adopt_threshold(rank_t *r, void *arg)
 {
     (void)arg;
-    const size_t lens[] = {32 << 10, 48 << 10, (64 << 10) - 4, 64 << 10, 96 << 10};
-    size_t most = (96 << 10) + 4096;
+    const size_t lens[] = {32 << 10, 64 << 10, 96 << 10, (128 << 10) - 4, 128 << 10, 192 << 10};
+    size_t most = (192 << 10) + 4096;
     char *a = mmap(NULL, most, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     char *b = mmap(NULL, most, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     int bad = 0, rc = a != MAP_FAILED && b != MAP_FAILED ? 0 : -ENOMEM, salt = 500;
@@ -1139,7 +1139,7 @@ static int body_adopt_threshold(rank_t *r, void *arg)
     for (size_t c = 0; c < sizeof(lens) / sizeof(lens[0]) && rc == 0; c++)
         for (int call = 0; call < 2 && rc == 0; call++, salt++)
             rc = adopted_case(r, a + 16, b + 16, lens[c] / sizeof(float), DL_COLL_FLOAT32,
-                              DL_COLL_SUM, lens[c] >= (64 << 10), salt, &calls, &bad);
+                              DL_COLL_SUM, lens[c] >= (128 << 10), salt, &calls, &bad);
     if (a != MAP_FAILED)
         munmap(a, most);
     if (b != MAP_FAILED)
@@ -1147,9 +1147,60 @@ static int body_adopt_threshold(rank_t *r, void *arg)
     return rc < 0 ? rc : bad;
 }
 
-DL_TEST_IN(inplace_tests, malloc_buffers_are_read_in_place_from_64k)
+DL_TEST_IN(inplace_tests, malloc_buffers_are_read_in_place_from_128k)
 {
     run_two_at_default_sizes(body_adopt_threshold);
+}
+
+/* Two ranks' pair form copies into the slot that the last data round did not use, where a round
+ * without data (a barrier) came between, so that it does not take back at once the lines the
+ * other core has just read (48-64 KiB: 1.4x as long; docs/performance.md); back to back it
+ * takes the next round as before. Each step: an all-reduce of 8 or 64 KiB (copied), then
+ * `between` barriers or a 1 KiB all-reduce (the small form, a data round of its own). The sums
+ * are exact every call. */
+static int body_turn(rank_t *r, void *arg)
+{
+    (void)arg;
+    const size_t lens[] = {8 << 10, 64 << 10};
+    char *src = malloc((64 << 10) + 64), *dst = malloc((64 << 10) + 64);
+    int bad = 0, rc = src != NULL && dst != NULL ? 0 : -ENOMEM, salt = 700;
+    uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
+    for (size_t c = 0; c < sizeof(lens) / sizeof(lens[0]) && rc == 0; c++) {
+        size_t count = lens[c] / sizeof(float);
+        /* between: 0 back to back, 1-2 barriers, 3 a small all-reduce. */
+        for (int between = 0; between < 4 && rc == 0; between++) {
+            rc = adopted_case(r, src + 16, dst + 16, count, DL_COLL_FLOAT32, DL_COLL_SUM, 0, salt++,
+                              &calls, &bad);
+            for (int b = 0; b < (between == 3 ? 0 : between) && rc == 0; b++)
+                rc = dl_coll_barrier(r->g);
+            if (rc == 0 && between == 3)
+                rc = adopted_case(r, src + 16, dst + 16, 256, DL_COLL_FLOAT32, DL_COLL_SUM, 0,
+                                  salt++, &calls, &bad);
+            uint32_t before = dl__coll_shm_slot_round(r->g->shm);
+            if (rc == 0)
+                rc = adopted_case(r, src + 16, dst + 16, count, DL_COLL_FLOAT32, DL_COLL_SUM, 0,
+                                  salt++, &calls, &bad);
+            uint32_t second = dl__coll_shm_slot_round(r->g->shm);
+            /* One barrier takes the round after the data's, two the one after that: the
+             * all-reduce then starts two rounds on (the other slot), one round skipped or not.
+             * Back to back or after the small form: the next round. */
+            uint32_t want = before + (between == 1 || between == 2 ? 3 : 1);
+            if (rc == 0 && second != want) {
+                snprintf(r->err, sizeof(r->err),
+                         "%zu bytes, %d between: round %u after the data round %u, expected %u",
+                         lens[c], between, (unsigned)second, (unsigned)before, (unsigned)want);
+                bad++;
+            }
+        }
+    }
+    free(src);
+    free(dst);
+    return rc < 0 ? rc : bad;
+}
+
+DL_TEST_IN(inplace_tests, pair_form_after_a_barrier_copies_into_the_other_slot)
+{
+    run_two_at_default_sizes(body_turn);
 }
 
 /* An adopted buffer one of whose whole pages (the first, one in the middle, the last) is unmapped

@@ -128,12 +128,12 @@ DL_TEST_LOOP(bad_values_name_the_variable, 0, sizeof(bad) / sizeof(bad[0]))
     ck_assert(memcmp(&o, &before, sizeof(o)) == 0);
 }
 
-DL_TEST(adoption_is_on_from_64k_and_may_be_off)
+DL_TEST(adoption_is_on_from_128k_and_may_be_off)
 {
     dl_coll_options_t o;
     char err[256] = "";
     dl_coll_options_init(&o);
-    ck_assert_uint_eq(o.adopt_min_bytes, 64 << 10);
+    ck_assert_uint_eq(o.adopt_min_bytes, 128 << 10);
     char *env[] = {"DLAUNCH_COLL_ADOPT_MIN=off", NULL};
     DL_CHECK_ERRNO(dl_coll_options_from_env(&o, env, err, sizeof(err)), 0);
     ck_assert_uint_eq(o.adopt_min_bytes, 0);

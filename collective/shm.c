@@ -1348,7 +1348,7 @@ uint64_t dl__coll_shm_in_place_calls(const dl__coll_shm_t *s)
 
 uint32_t dl__coll_shm_slot_round(const dl__coll_shm_t *s)
 {
-    return s->slot_round;
+    return s == NULL ? 0 : s->slot_round;
 }
 
 uint64_t dl__coll_shm_verdict_rounds(const dl__coll_shm_t *s)

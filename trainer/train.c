@@ -157,6 +157,7 @@ static void say(const run_t *r, const char *fmt, ...) __attribute__((format(prin
 static void phase(run_t *r, int which);
 static int rec_shared_alloc(run_t *r);
 static int peers_attach(run_t *r);
+static int hook_failed(run_t *r, int rc);
 
 static void say(const run_t *r, const char *fmt, ...)
 {
@@ -399,6 +400,28 @@ static int layout(run_t *r)
     return 0;
 }
 
+/* Whether the gradients are summed alongside backward (overlap) is one decision for the whole
+ * job: ranks that differ would call different collectives and wait on each other for ever. With
+ * "auto" it rests on the host (a core to spare for the sum), and hosts, or workers bound to
+ * different NUMA nodes, can differ; so rank 0's decision is everyone's. A rank whose own setting
+ * is explicit and says otherwise cannot follow it: that is an error in the job's settings. */
+static int agree_on_overlap(run_t *r)
+{
+    const dl_train_comm_t *c = r->comm;
+    int32_t theirs = r->overlap;
+    int rc = hook_failed(r, c->broadcast(c->ctx, &theirs, sizeof(theirs), 0));
+    if (rc < 0)
+        return dl__train_err(rc, r->err, r->errlen, "agreeing on overlap: %s", comm_error(r, rc));
+    bool on = theirs != 0;
+    if (r->cfg->overlap != DL_TRAIN_OVERLAP_AUTO && on != r->overlap)
+        return dl__train_err(-EINVAL, r->err, r->errlen,
+                             "overlap is %s on rank %d but rank 0 sums the gradients with it %s: "
+                             "set it alike on every rank",
+                             r->overlap ? "on" : "off", c->rank, on ? "on" : "off");
+    r->overlap = on;
+    return 0;
+}
+
 static int setup(run_t *r)
 {
     const dl_train_config_t *cfg = r->cfg;
@@ -415,6 +438,12 @@ static int setup(run_t *r)
 
     r->overlap = world > 1 && (cfg->overlap == DL_TRAIN_OVERLAP_ON ||
                                (cfg->overlap == DL_TRAIN_OVERLAP_AUTO && r->comm->overlap_pays));
+    /* A replacement takes the running job's decision instead (rec_sync). */
+    if (world > 1 && !r->comm->joining) {
+        rc = agree_on_overlap(r);
+        if (rc < 0)
+            return rc;
+    }
     r->sharded =
         world > 1 && !r->overlap && r->comm->reduce_scatter != NULL && r->comm->allgather != NULL;
     r->rec = world > 1 && r->comm->rejoin != NULL && r->comm->allgather_bytes != NULL;
@@ -1242,6 +1271,7 @@ typedef struct {
     int64_t old_rank;  /* this rank's place in the layout its state was kept in */
     int64_t old_world; /* that layout's world */
     int64_t old_len;   /* its block length (sharded) */
+    int64_t overlap;   /* its gradients summed alongside backward (agree_on_overlap) */
 } rec_info_t;
 
 /* What the source of the state sends besides parameters and momentum. */
@@ -1268,6 +1298,21 @@ static int rec_fail(run_t *r, int rc, const char *what)
  * Returns 0; 1 when no rank of the group holds any state (all are new: the job starts as it
  * would, from a checkpoint or from scratch); or -errno with the line in err: the run cannot go
  * on in-job (the launcher then restarts it from the last checkpoint). */
+/* A replacement takes the running job's overlap: the sharded step goes with it, and the
+ * buckets are planned anew (the layout follows in rec_sync). */
+static int rec_follow_overlap(run_t *r, bool on)
+{
+    const dl_train_comm_t *c = r->comm;
+    r->overlap = on;
+    r->sharded = !on && c->reduce_scatter != NULL && c->allgather != NULL;
+    dl__train_reducer_free(&r->reducer);
+    int rc = dl__train_reducer_init(&r->reducer, c, dl_train_mlp_grads(r->mlp),
+                                    r->n_params + DL_TRAIN_SPARE_FLOATS, r->cfg->bucket_bytes, on);
+    if (rc < 0)
+        return dl__train_err(rc, r->err, r->errlen, "in-job recovery: buckets: %s", strerror(-rc));
+    return 0;
+}
+
 static int rec_sync(run_t *r)
 {
     const dl_train_comm_t *c = r->comm;
@@ -1282,7 +1327,7 @@ static int rec_sync(run_t *r)
     if (all == NULL)
         return dl__train_err(-ENOMEM, r->err, r->errlen, "in-job recovery: out of memory");
     all[me] = (rec_info_t){r->state_valid ? (int64_t)r->step : -1, r->old_rank, r->world,
-                           (int64_t)r->old_len};
+                           (int64_t)r->old_len, r->overlap};
     rc = c->allgather_bytes(c->ctx, all, sizeof(*all));
     if (rc < 0) {
         rc = rec_fail(r, rc, "telling the ranks apart");
@@ -1323,6 +1368,13 @@ static int rec_sync(run_t *r)
                                (long long)target, old_world);
             goto out;
         }
+    }
+    /* A replacement sums the gradients as the running job does, whatever its own host would
+     * have chosen: the collectives below and every step's depend on it. */
+    if (all[me].step < 0 && (all[src].overlap != 0) != r->overlap) {
+        rc = rec_follow_overlap(r, all[src].overlap != 0);
+        if (rc < 0)
+            goto out;
     }
     uint64_t step = (uint64_t)target;
     /* One step ahead: that step was complete here but not everywhere; the one before is kept. */

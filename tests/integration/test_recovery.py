@@ -194,6 +194,47 @@ class OneNode(dltest.Case):
             self.assertIs(json.load(f)["peer_reads"], False)
         self.assertEqual(self.final(name), straight)
 
+    def run_wrapped(self, name, wrapper_text, settings=None, max_restarts=0):
+        """The trainer under a wrapper that gives each rank its own environment."""
+        wrapper = self.write(f"{name}.sh", "#!/bin/sh\n" + wrapper_text + "exec \"$@\"\n")
+        os.chmod(wrapper, 0o755)
+        train = {"dataset_dir": SUBSET, "steps": STEPS, "batch_size": 32, "seed": 7,
+                 "checkpoint_dir": f"ck-{name}", "checkpoint_every": 100, "log_every": 10,
+                 "summary_file": f"{name}.json", **(settings or {})}
+        sets = [a for k, v in train.items() for a in ("--set", f"{k}={v}")]
+        return self.dlaunch("--run-id", name, "--gpus-per-node", "2", "--recovery", "in-job",
+                            "--max-restarts", str(max_restarts), "--", wrapper, TRAINER, *sets,
+                            timeout=180)
+
+    def test_ranks_whose_overlap_auto_differs_follow_rank_0(self):
+        """Each rank a host of its own; rank 1 bound to one CPU, so that overlap "auto" pays
+        for rank 0 (a core to spare) and not for rank 1: both take rank 0's decision, and so
+        does the replacement of rank 1 killed at step 250 (its own host would say no). Before,
+        rank 0 summed buckets during backward while rank 1 ran the sharded step: different
+        collectives, and the job hung or failed."""
+        p = self.run_wrapped(
+            "overlap-auto",
+            "if [ \"$RANK\" = 1 ]; then export DLAUNCH_COLL_HOST_ID=b; "
+            "exec taskset -c 0 \"$@\"; fi\n"
+            "export DLAUNCH_COLL_HOST_ID=a\n",
+            {"fail_at_step": FAIL_STEP, "fail_rank": 1}, max_restarts=1)
+        self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
+        self.assertIn("summed during backward (overlap on)", p.stdout)
+        self.assertRegex(p.stdout, r"in-job recovery: rank 1 joined at step \d+")
+        with open(os.path.join(self.dir, "overlap-auto.json")) as f:
+            self.assertIs(json.load(f)["overlap"], True)
+
+    def test_ranks_whose_overlap_settings_conflict_fail_with_one_line(self):
+        """overlap on for rank 0 and off for rank 1 (their environments): no rank can follow
+        the other, so rank 1 fails at once and says why, and the job ends, not hangs."""
+        p = self.run_wrapped(
+            "overlap-conflict",
+            "if [ \"$RANK\" = 1 ]; then export DLAUNCH_TRAIN_OVERLAP=off; "
+            "else export DLAUNCH_TRAIN_OVERLAP=on; fi\n")
+        self.assertNotEqual(p.returncode, 0, p.stdout[-3000:])
+        self.assertIn("overlap is off on rank 1 but rank 0 sums the gradients with it on: set it "
+                      "alike on every rank", p.stdout + p.stderr)
+
     def test_a_failure_during_the_recovery_falls_back_to_a_restart(self):
         straight = self.baseline(2)
         spec = self.spec("second", 2, {"fail_at_step": FAIL_STEP, "fail_rank": 1,

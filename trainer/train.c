@@ -79,6 +79,9 @@ typedef struct {
      * while the next step is made, so that the group can go on from it whatever broke when. */
     bool rec;
     bool comm_failed; /* a hook failed: the group is broken */
+    /* What the first of a series of recoveries recovers from: a recovery that fails names it
+     * once, not inside every later attempt's message. */
+    char rec_cause[DL_TRAIN_ERRLEN];
     bool state_valid; /* this rank holds a whole state (false until the start state is in) */
     int world;        /* the world the shards were cut for */
     float *p_alt;     /* the step before the last complete one (rec_step_back); unsharded, the
@@ -438,6 +441,7 @@ static int setup(run_t *r)
 
     r->overlap = world > 1 && (cfg->overlap == DL_TRAIN_OVERLAP_ON ||
                                (cfg->overlap == DL_TRAIN_OVERLAP_AUTO && r->comm->overlap_pays));
+    r->rec = world > 1 && r->comm->rejoin != NULL && r->comm->allgather_bytes != NULL;
     /* A replacement takes the running job's decision instead (rec_sync). */
     if (world > 1 && !r->comm->joining) {
         rc = agree_on_overlap(r);
@@ -446,7 +450,6 @@ static int setup(run_t *r)
     }
     r->sharded =
         world > 1 && !r->overlap && r->comm->reduce_scatter != NULL && r->comm->allgather != NULL;
-    r->rec = world > 1 && r->comm->rejoin != NULL && r->comm->allgather_bytes != NULL;
     r->old_rank = -1;
     rc = layout(r);
     if (rc < 0)
@@ -1539,6 +1542,8 @@ static int recover(run_t *r)
     char why[DL_TRAIN_ERRLEN];
 
     snprintf(why, sizeof(why), "%s", r->err);
+    if (strncmp(why, "in-job recovery: ", 17) != 0)
+        snprintf(r->rec_cause, sizeof(r->rec_cause), "%s", why);
     say(r, "%s; recovering in-job", why);
     int rc = rec_rescue(r);
     if (rc < 0)
@@ -1551,9 +1556,14 @@ static int recover(run_t *r)
         r->mbuf[0] = r->mbuf[1] = NULL;
     }
     rc = c->rejoin(c->ctx);
-    if (rc < 0)
+    if (rc < 0) {
+        /* The launcher said no, or the next group could not form: nothing left to recover
+         * with, so no caller may take this for another hook failure and ask again (the start's
+         * loop did, as fast as the launcher answered, until the job was killed). */
+        r->comm_failed = false;
         return dl__train_err(rc, r->err, r->errlen, "in-job recovery: %s (after: %s)",
-                             comm_error(r, rc), why);
+                             comm_error(r, rc), r->rec_cause[0] != '\0' ? r->rec_cause : why);
+    }
     r->comm_failed = false;
     rc = rec_sync(r);
     /* Every rank of the new group is new: nobody kept a state to go on from. */

@@ -85,14 +85,14 @@ class Diag(dltest.Case):
             desc=f"worker_start of rank {rank}")["pid"]
 
     def first_beat(self, rank, attempt=0, run="job"):
-        """Waits until rank trains: its flight recorder, set up, shows the two broadcasts of
+        """Waits until rank trains: its flight recorder, set up, shows the three broadcasts of
         the start and a step's collective (training, not loading data, is what is measured)."""
         path = os.path.join(self.dir, "dlaunch_logs", run, f"attempt_{attempt}",
                             f"rank_{rank}.rec")
 
         def training():
             try:
-                return len(read_recorder(path)) >= 3
+                return len(read_recorder(path)) >= 4
             except (OSError, AssertionError, struct.error):
                 return False
         self.wait_for(training, 60, f"rank {rank}'s flight recorder")
@@ -101,11 +101,16 @@ class Diag(dltest.Case):
 
     HANG_STEP = 20
 
+    def hang_seq(self):
+        """The number of step HANG_STEP's reduce-scatter (check_hang_account)."""
+        return 2 * self.HANG_STEP + 2
+
     def check_hang_account(self, text, on_node=None):
         """The account names rank 1 as the one that never entered the reduce-scatter of step
-        HANG_STEP: two broadcasts before the first step, then a reduce-scatter and an
-        all-gather a step, so its number is 2 + 2 (S - 1) + 1."""
-        seq = 2 * self.HANG_STEP + 1
+        HANG_STEP: three broadcasts before the first step (the overlap agreed, the start state,
+        the parameters), then a reduce-scatter and an all-gather a step, so its number is
+        3 + 2 (S - 1) + 1."""
+        seq = self.hang_seq()
         where = f" on node {on_node} \\([^)]*\\)" if on_node is not None else ""
         m = re.search(f"rank 1{where} never entered reduce-scatter #(\\d+) \\(its last: "
                       f"all-gather #(\\d+), done[^)]*\\); rank 0 has waited in it for ", text)
@@ -145,7 +150,7 @@ class Diag(dltest.Case):
         base = os.path.join(self.dir, "dlaunch_logs", "job", "attempt_0")
         r0 = read_recorder(os.path.join(base, "rank_0.rec"))
         r1 = read_recorder(os.path.join(base, "rank_1.rec"))
-        seq = 2 * self.HANG_STEP + 1
+        seq = self.hang_seq()
         # Rank 0 was inside the reduce-scatter when the hang was found; only rank 1 was
         # stopped, so the collective may have failed under rank 0 as rank 1's socket closed.
         self.assertEqual(r0[-1][:2], (seq, "reduce-scatter"), r0[-3:])
@@ -173,14 +178,16 @@ class Diag(dltest.Case):
             trainer_cmd(data, "steps=60", "log_every=1000", f"hang_at_step={self.HANG_STEP}",
                         "fail_rank=1"))
         # While the job hangs, `dlaunch status --ranks` shows where.
+        seq = self.hang_seq()
+
         def where():
             p = subprocess.run([dltest.DLAUNCH, "status", "--ranks", "--endpoint", self.endpoint,
                                 "job"], capture_output=True, text=True, timeout=30)
-            return p.stdout if "never entered reduce-scatter #41" in p.stdout else None
+            return p.stdout if f"never entered reduce-scatter #{seq}" in p.stdout else None
         text = self.wait_for(where, 60, "status --ranks to show the hang")
         self.check_hang_account(text, on_node=1)
-        self.assertRegex(text, r"rank 1 +node 1 .* process T \| all-gather #40 done")
-        self.assertRegex(text, r"rank 0 +node 0 .* \| reduce-scatter #41 running")
+        self.assertRegex(text, rf"rank 1 +node 1 .* process T \| all-gather #{seq - 1} done")
+        self.assertRegex(text, rf"rank 0 +node 0 .* \| reduce-scatter #{seq} running")
         for p in procs:
             self.assertEqual(p.wait(timeout=120), 0, self.log("n0") + self.log("n1"))
         for name in ("n0", "n1"):

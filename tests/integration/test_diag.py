@@ -110,7 +110,7 @@ class Diag(dltest.Case):
         HANG_STEP: three broadcasts before the first step (the overlap agreed, the start state,
         the parameters), then a reduce-scatter and an all-gather a step, so its number is
         3 + 2 (S - 1) + 1."""
-        seq = self.hang_seq()
+        seq = Diag.hang_seq(self)  # test_etcd passes its own case as self
         where = f" on node {on_node} \\([^)]*\\)" if on_node is not None else ""
         m = re.search(f"rank 1{where} never entered reduce-scatter #(\\d+) \\(its last: "
                       f"all-gather #(\\d+), done[^)]*\\); rank 0 has waited in it for ", text)

@@ -121,7 +121,7 @@ typedef struct {
     /* DLAUNCH_COLL_ADOPT_MIN: two ranks on a host read each other's ordinary (malloc'd) buffers
      * of at least this many bytes in place, as they do dl_coll_mem_alloc memory, by turning
      * their whole pages into shared memory on first use (docs/collective.md); 0 ("off"):
-     * never. Default 64 KiB. */
+     * never. Default 128 KiB. */
     size_t adopt_min_bytes;
 } dl_coll_options_t;
 

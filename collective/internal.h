@@ -257,7 +257,7 @@ int dl__coll_shm_member_rank(const dl__coll_shm_t *s, int j);
 uint64_t dl__coll_shm_in_place_calls(const dl__coll_shm_t *s);
 /* How many of them waited for the other's verdict on an adoption (for tests). NULL gives 0. */
 uint64_t dl__coll_shm_verdict_rounds(const dl__coll_shm_t *s);
-/* The last round of the last operation that moved data through the slots (for tests). NULL
+/* The last round of the last collective operation other than a barrier (for tests). NULL
  * gives 0. */
 uint32_t dl__coll_shm_slot_round(const dl__coll_shm_t *s);
 /* Why all-reduces from ordinary memory went through the segment after all ("" if they never

@@ -109,8 +109,9 @@ struct dl__coll_shm_s {
     ctl_t *ctl;
     char *data;
     uint32_t round;
-    /* The last round of the last operation that moved data through the slots: the pair form
-     * starts on the other slot than that round's (turn_slot). */
+    /* The last round of the last collective operation other than a barrier (the slots of
+     * in-place forms may have carried nothing, alike on every member): the pair form starts
+     * on the other slot than that round's (turn_slot). */
     uint32_t slot_round;
     uint32_t *known_depart; /* the highest depart seen of each member, to skip rereads */
     const char **ptrs;      /* scratch: one input pointer per member */
@@ -942,8 +943,8 @@ static int run_in_place(dl__coll_shm_t *s, int peer, const plan_t *p, const char
  * other member read last: a round between them carried none (a barrier), so the lines the other
  * core has just read would be taken back at once. With one slot a call, 48-64 KiB took 1.4x as
  * long as with the two in turn (issue #27, docs/performance.md); every member skips alike, since
- * the rounds and their data are the same on all. A skipped round is never posted: the counters
- * only grow, and every wait is for "at least". */
+ * the rounds and their data are the same on all. The skipped round is never arrived at, only
+ * departed (allreduce_pair): the counters only grow, and every wait is for "at least". */
 static uint32_t turn_slot(const dl__coll_shm_t *s, uint32_t k)
 {
     return s->slot_round != 0 && ((k - s->slot_round) & 1) == 0 ? k + 1 : k;
@@ -966,6 +967,10 @@ static int allreduce_pair(dl__coll_shm_t *s, const char *src, char *dst, size_t 
     int me = s->me, peer = 1 - me;
     const char **d = s->ptrs;
     uint32_t k = turn_slot(s, s->round + 1);
+    /* The skipped round has nothing to read: departed at once, else the next round's
+     * wait_slot_free (for k - 1) would wait for ever on a member that waits likewise. */
+    if (k != s->round + 1)
+        post(s, &s->ctl[me].depart, k - 1);
     int r = wait_slot_free(s, k);
     if (r < 0)
         return r;

@@ -1155,18 +1155,22 @@ DL_TEST_IN(inplace_tests, malloc_buffers_are_read_in_place_from_128k)
 /* Two ranks' pair form copies into the slot that the last data round did not use, where a round
  * without data (a barrier) came between, so that it does not take back at once the lines the
  * other core has just read (48-64 KiB: 1.4x as long; docs/performance.md); back to back it
- * takes the next round as before. Each step: an all-reduce of 8 or 64 KiB (copied), then
- * `between` barriers or a 1 KiB all-reduce (the small form, a data round of its own). The sums
- * are exact every call. */
+ * takes the next round as before. Each step: an all-reduce of one round (8 or 64 KiB) or of
+ * several (600 KiB, 1.6 MiB: a round skipped must not leave the next round's wait for the
+ * skipped one's departure unanswered), then `between` barriers or a 1 KiB all-reduce (the small
+ * form, a data round of its own). Adoption is off, so every round is copied. The sums are exact
+ * every call. */
 static int body_turn(rank_t *r, void *arg)
 {
     (void)arg;
-    const size_t lens[] = {8 << 10, 64 << 10};
-    char *src = malloc((64 << 10) + 64), *dst = malloc((64 << 10) + 64);
+    const size_t lens[] = {8 << 10, 64 << 10, 600 << 10, (1600 << 10) + 4};
+    size_t chunk = r->o.shm_chunk_bytes, most = (1600 << 10) + 64;
+    char *src = malloc(most), *dst = malloc(most);
     int bad = 0, rc = src != NULL && dst != NULL ? 0 : -ENOMEM, salt = 700;
     uint64_t calls = dl__coll_shm_in_place_calls(r->g->shm);
     for (size_t c = 0; c < sizeof(lens) / sizeof(lens[0]) && rc == 0; c++) {
         size_t count = lens[c] / sizeof(float);
+        uint32_t rounds = (uint32_t)((lens[c] + chunk - 1) / chunk);
         /* between: 0 back to back, 1-2 barriers, 3 a small all-reduce. */
         for (int between = 0; between < 4 && rc == 0; between++) {
             rc = adopted_case(r, src + 16, dst + 16, count, DL_COLL_FLOAT32, DL_COLL_SUM, 0, salt++,
@@ -1180,15 +1184,16 @@ static int body_turn(rank_t *r, void *arg)
             if (rc == 0)
                 rc = adopted_case(r, src + 16, dst + 16, count, DL_COLL_FLOAT32, DL_COLL_SUM, 0,
                                   salt++, &calls, &bad);
-            uint32_t second = dl__coll_shm_slot_round(r->g->shm);
+            uint32_t last = dl__coll_shm_slot_round(r->g->shm);
             /* One barrier takes the round after the data's, two the one after that: the
              * all-reduce then starts two rounds on (the other slot), one round skipped or not.
              * Back to back or after the small form: the next round. */
-            uint32_t want = before + (between == 1 || between == 2 ? 3 : 1);
-            if (rc == 0 && second != want) {
+            uint32_t want = before + (between == 1 || between == 2 ? 3 : 1) + rounds - 1;
+            if (rc == 0 && last != want) {
                 snprintf(r->err, sizeof(r->err),
-                         "%zu bytes, %d between: round %u after the data round %u, expected %u",
-                         lens[c], between, (unsigned)second, (unsigned)before, (unsigned)want);
+                         "%zu bytes, %d between: last round %u after the data round %u, "
+                         "expected %u",
+                         lens[c], between, (unsigned)last, (unsigned)before, (unsigned)want);
                 bad++;
             }
         }
@@ -1200,7 +1205,19 @@ static int body_turn(rank_t *r, void *arg)
 
 DL_TEST_IN(inplace_tests, pair_form_after_a_barrier_copies_into_the_other_slot)
 {
-    run_two_at_default_sizes(body_turn);
+    world_t w;
+    world_init(&w, 2, DL_COLL_TRANSPORT_SHM, NULL);
+    for (int r = 0; r < 2; r++) {
+        dl_coll_options_t defaults;
+        dl_coll_options_init(&defaults);
+        w.ranks[r].o.shm_chunk_bytes = defaults.shm_chunk_bytes;
+        w.ranks[r].o.shm_small_bytes = defaults.shm_small_bytes;
+        w.ranks[r].o.adopt_min_bytes = 0;
+        /* A hang (the skipped round's departure never posted) fails within seconds. */
+        w.ranks[r].o.timeout_ms = 3000;
+    }
+    world_run(&w, body_turn, NULL);
+    world_check(&w);
 }
 
 /* An adopted buffer one of whose whole pages (the first, one in the middle, the last) is unmapped

@@ -408,21 +408,29 @@ static int layout(run_t *r)
  * "auto" it rests on the host (a core to spare for the sum), and hosts, or workers bound to
  * different NUMA nodes, can differ; so rank 0's decision is everyone's. A rank whose own setting
  * is explicit and says otherwise cannot follow it: that is an error in the job's settings. */
+/* A rank whose own setting is explicit and says otherwise than `whose` cannot follow it. */
+static int overlap_conflict(run_t *r, bool on, const char *whose)
+{
+    if (r->cfg->overlap == DL_TRAIN_OVERLAP_AUTO || on == r->overlap)
+        return 0;
+    return dl__train_err(-EINVAL, r->err, r->errlen,
+                         "overlap is %s on rank %d but %s sums the gradients with it %s: set it "
+                         "alike on every rank",
+                         r->overlap ? "on" : "off", r->comm->rank, whose, on ? "on" : "off");
+}
+
 static int agree_on_overlap(run_t *r)
 {
     const dl_train_comm_t *c = r->comm;
     int32_t theirs = r->overlap;
-    int rc = hook_failed(r, c->broadcast(c->ctx, &theirs, sizeof(theirs), 0));
+    /* Not a hook failure to recover from in-job: the run is not set up yet. */
+    int rc = c->broadcast(c->ctx, &theirs, sizeof(theirs), 0);
     if (rc < 0)
         return dl__train_err(rc, r->err, r->errlen, "agreeing on overlap: %s", comm_error(r, rc));
-    bool on = theirs != 0;
-    if (r->cfg->overlap != DL_TRAIN_OVERLAP_AUTO && on != r->overlap)
-        return dl__train_err(-EINVAL, r->err, r->errlen,
-                             "overlap is %s on rank %d but rank 0 sums the gradients with it %s: "
-                             "set it alike on every rank",
-                             r->overlap ? "on" : "off", c->rank, on ? "on" : "off");
-    r->overlap = on;
-    return 0;
+    rc = overlap_conflict(r, theirs != 0, "rank 0");
+    if (rc == 0)
+        r->overlap = theirs != 0;
+    return rc;
 }
 
 static int setup(run_t *r)
@@ -441,7 +449,6 @@ static int setup(run_t *r)
 
     r->overlap = world > 1 && (cfg->overlap == DL_TRAIN_OVERLAP_ON ||
                                (cfg->overlap == DL_TRAIN_OVERLAP_AUTO && r->comm->overlap_pays));
-    r->rec = world > 1 && r->comm->rejoin != NULL && r->comm->allgather_bytes != NULL;
     /* A replacement takes the running job's decision instead (rec_sync). */
     if (world > 1 && !r->comm->joining) {
         rc = agree_on_overlap(r);
@@ -450,6 +457,7 @@ static int setup(run_t *r)
     }
     r->sharded =
         world > 1 && !r->overlap && r->comm->reduce_scatter != NULL && r->comm->allgather != NULL;
+    r->rec = world > 1 && r->comm->rejoin != NULL && r->comm->allgather_bytes != NULL;
     r->old_rank = -1;
     rc = layout(r);
     if (rc < 0)
@@ -1291,6 +1299,27 @@ static int rec_fail(run_t *r, int rc, const char *what)
     return dl__train_err(rc, r->err, r->errlen, "in-job recovery: %s: %s", what, comm_error(r, rc));
 }
 
+/* A rank that joins a job (a replacement, or every rank of a restarted round of a multi-node
+ * job) takes the job's overlap: the sharded step goes with it, the buckets are planned anew and
+ * the layout made again. */
+static int rec_follow_overlap(run_t *r, bool on, const char *whose)
+{
+    const dl_train_comm_t *c = r->comm;
+    if (on == r->overlap)
+        return 0;
+    int rc = overlap_conflict(r, on, whose);
+    if (rc < 0)
+        return rc;
+    r->overlap = on;
+    r->sharded = !on && c->reduce_scatter != NULL && c->allgather != NULL;
+    dl__train_reducer_free(&r->reducer);
+    rc = dl__train_reducer_init(&r->reducer, c, dl_train_mlp_grads(r->mlp),
+                                r->n_params + DL_TRAIN_SPARE_FLOATS, r->cfg->bucket_bytes, on);
+    if (rc < 0)
+        return dl__train_err(rc, r->err, r->errlen, "in-job recovery: buckets: %s", strerror(-rc));
+    return layout(r);
+}
+
 /* Every rank of the new group, replacements included, comes here in the same order: they agree
  * on the step to go on from (the last one every living rank completed: a rank one step ahead
  * steps back, having kept that step whole), then the state goes from the living ranks to all:
@@ -1301,20 +1330,6 @@ static int rec_fail(run_t *r, int rc, const char *what)
  * Returns 0; 1 when no rank of the group holds any state (all are new: the job starts as it
  * would, from a checkpoint or from scratch); or -errno with the line in err: the run cannot go
  * on in-job (the launcher then restarts it from the last checkpoint). */
-/* A replacement takes the running job's overlap: the sharded step goes with it, and the
- * buckets are planned anew (the layout follows in rec_sync). */
-static int rec_follow_overlap(run_t *r, bool on)
-{
-    const dl_train_comm_t *c = r->comm;
-    r->overlap = on;
-    r->sharded = !on && c->reduce_scatter != NULL && c->allgather != NULL;
-    dl__train_reducer_free(&r->reducer);
-    int rc = dl__train_reducer_init(&r->reducer, c, dl_train_mlp_grads(r->mlp),
-                                    r->n_params + DL_TRAIN_SPARE_FLOATS, r->cfg->bucket_bytes, on);
-    if (rc < 0)
-        return dl__train_err(rc, r->err, r->errlen, "in-job recovery: buckets: %s", strerror(-rc));
-    return 0;
-}
 
 static int rec_sync(run_t *r)
 {
@@ -1349,8 +1364,11 @@ static int rec_sync(run_t *r)
             src = q;
     }
     if (src < 0) {
-        /* Everyone is new: the job starts, from its checkpoint or from scratch (restore). */
-        rc = r->sharded ? rec_shared_alloc(r) : 0;
+        /* Everyone is new: the job starts, from its checkpoint or from scratch (restore), with
+         * rank 0's overlap (nobody ran agree_on_overlap). */
+        rc = rec_follow_overlap(r, all[0].overlap != 0, "rank 0");
+        if (rc == 0 && r->sharded)
+            rc = rec_shared_alloc(r);
         if (rc == 0)
             rc = peers_attach(r);
         if (rc == 0)
@@ -1374,8 +1392,8 @@ static int rec_sync(run_t *r)
     }
     /* A replacement sums the gradients as the running job does, whatever its own host would
      * have chosen: the collectives below and every step's depend on it. */
-    if (all[me].step < 0 && (all[src].overlap != 0) != r->overlap) {
-        rc = rec_follow_overlap(r, all[src].overlap != 0);
+    if (all[me].step < 0) {
+        rc = rec_follow_overlap(r, all[src].overlap != 0, "the running job");
         if (rc < 0)
             goto out;
     }
@@ -1542,12 +1560,15 @@ static int recover(run_t *r)
     char why[DL_TRAIN_ERRLEN];
 
     snprintf(why, sizeof(why), "%s", r->err);
-    if (strncmp(why, "in-job recovery: ", 17) != 0)
+    /* The first of a series; cleared when a recovery succeeds. */
+    if (r->rec_cause[0] == '\0')
         snprintf(r->rec_cause, sizeof(r->rec_cause), "%s", why);
     say(r, "%s; recovering in-job", why);
     int rc = rec_rescue(r);
-    if (rc < 0)
+    if (rc < 0) {
+        r->comm_failed = false; /* as below: no recovering from this one */
         return dl__train_err(rc, r->err, r->errlen, "in-job recovery: out of memory");
+    }
     peers_detach(r);
     if (r->sharded && r->mshared != r->mpriv) {
         /* Unmapped with the old group. */
@@ -1562,7 +1583,7 @@ static int recover(run_t *r)
          * loop did, as fast as the launcher answered, until the job was killed). */
         r->comm_failed = false;
         return dl__train_err(rc, r->err, r->errlen, "in-job recovery: %s (after: %s)",
-                             comm_error(r, rc), r->rec_cause[0] != '\0' ? r->rec_cause : why);
+                             comm_error(r, rc), r->rec_cause);
     }
     r->comm_failed = false;
     rc = rec_sync(r);
@@ -1578,6 +1599,8 @@ static int recover(run_t *r)
         if (rc == 0)
             rc = load_test(r);
     }
+    if (rc == 0)
+        r->rec_cause[0] = '\0';
     return rc;
 }
 

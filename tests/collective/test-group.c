@@ -985,16 +985,21 @@ static int body_pair_switch(rank_t *r, void *arg)
 
 /* Two ranks over shared memory with the library's own chunk and switch sizes (world_init sets
  * smaller ones), where what a test checks is the defaults' forms. */
-static void run_two_at_default_sizes(body_fn body)
+static void init_two_at_default_sizes(world_t *w)
 {
-    world_t w;
-    world_init(&w, 2, DL_COLL_TRANSPORT_SHM, NULL);
+    world_init(w, 2, DL_COLL_TRANSPORT_SHM, NULL);
     for (int r = 0; r < 2; r++) {
         dl_coll_options_t defaults;
         dl_coll_options_init(&defaults);
-        w.ranks[r].o.shm_chunk_bytes = defaults.shm_chunk_bytes;
-        w.ranks[r].o.shm_small_bytes = defaults.shm_small_bytes;
+        w->ranks[r].o.shm_chunk_bytes = defaults.shm_chunk_bytes;
+        w->ranks[r].o.shm_small_bytes = defaults.shm_small_bytes;
     }
+}
+
+static void run_two_at_default_sizes(body_fn body)
+{
+    world_t w;
+    init_two_at_default_sizes(&w);
     world_run(&w, body, NULL);
     world_check(&w);
 }
@@ -1206,12 +1211,8 @@ static int body_turn(rank_t *r, void *arg)
 DL_TEST_IN(inplace_tests, pair_form_after_a_barrier_copies_into_the_other_slot)
 {
     world_t w;
-    world_init(&w, 2, DL_COLL_TRANSPORT_SHM, NULL);
+    init_two_at_default_sizes(&w);
     for (int r = 0; r < 2; r++) {
-        dl_coll_options_t defaults;
-        dl_coll_options_init(&defaults);
-        w.ranks[r].o.shm_chunk_bytes = defaults.shm_chunk_bytes;
-        w.ranks[r].o.shm_small_bytes = defaults.shm_small_bytes;
         w.ranks[r].o.adopt_min_bytes = 0;
         /* A hang (the skipped round's departure never posted) fails within seconds. */
         w.ranks[r].o.timeout_ms = 3000;

@@ -160,7 +160,6 @@ static void say(const run_t *r, const char *fmt, ...) __attribute__((format(prin
 static void phase(run_t *r, int which);
 static int rec_shared_alloc(run_t *r);
 static int peers_attach(run_t *r);
-static int hook_failed(run_t *r, int rc);
 
 static void say(const run_t *r, const char *fmt, ...)
 {
@@ -403,11 +402,6 @@ static int layout(run_t *r)
     return 0;
 }
 
-/* Whether the gradients are summed alongside backward (overlap) is one decision for the whole
- * job: ranks that differ would call different collectives and wait on each other for ever. With
- * "auto" it rests on the host (a core to spare for the sum), and hosts, or workers bound to
- * different NUMA nodes, can differ; so rank 0's decision is everyone's. A rank whose own setting
- * is explicit and says otherwise cannot follow it: that is an error in the job's settings. */
 /* A rank whose own setting is explicit and says otherwise than `whose` cannot follow it. */
 static int overlap_conflict(run_t *r, bool on, const char *whose)
 {
@@ -419,6 +413,18 @@ static int overlap_conflict(run_t *r, bool on, const char *whose)
                          r->overlap ? "on" : "off", r->comm->rank, whose, on ? "on" : "off");
 }
 
+/* Without overlap, and where the backend offers both halves, each rank updates its block. */
+static bool shards(const run_t *r)
+{
+    const dl_train_comm_t *c = r->comm;
+    return c->world_size > 1 && !r->overlap && c->reduce_scatter != NULL && c->allgather != NULL;
+}
+
+/* Whether the gradients are summed alongside backward (overlap) is one decision for the whole
+ * job: ranks that differ would call different collectives and wait on each other for ever. With
+ * "auto" it rests on the host (a core to spare for the sum), and hosts, or workers bound to
+ * different NUMA nodes, can differ; so rank 0's decision is everyone's. A rank whose own setting
+ * is explicit and says otherwise cannot follow it: that is an error in the job's settings. */
 static int agree_on_overlap(run_t *r)
 {
     const dl_train_comm_t *c = r->comm;
@@ -455,8 +461,7 @@ static int setup(run_t *r)
         if (rc < 0)
             return rc;
     }
-    r->sharded =
-        world > 1 && !r->overlap && r->comm->reduce_scatter != NULL && r->comm->allgather != NULL;
+    r->sharded = shards(r);
     r->rec = world > 1 && r->comm->rejoin != NULL && r->comm->allgather_bytes != NULL;
     r->old_rank = -1;
     rc = layout(r);
@@ -1311,7 +1316,7 @@ static int rec_follow_overlap(run_t *r, bool on, const char *whose)
     if (rc < 0)
         return rc;
     r->overlap = on;
-    r->sharded = !on && c->reduce_scatter != NULL && c->allgather != NULL;
+    r->sharded = shards(r);
     dl__train_reducer_free(&r->reducer);
     rc = dl__train_reducer_init(&r->reducer, c, dl_train_mlp_grads(r->mlp),
                                 r->n_params + DL_TRAIN_SPARE_FLOATS, r->cfg->bucket_bytes, on);
@@ -1330,7 +1335,6 @@ static int rec_follow_overlap(run_t *r, bool on, const char *whose)
  * Returns 0; 1 when no rank of the group holds any state (all are new: the job starts as it
  * would, from a checkpoint or from scratch); or -errno with the line in err: the run cannot go
  * on in-job (the launcher then restarts it from the last checkpoint). */
-
 static int rec_sync(run_t *r)
 {
     const dl_train_comm_t *c = r->comm;
